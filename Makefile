@@ -1,0 +1,142 @@
+# queen: a message broker with an embedded S3 sink. See README.md.
+#
+#   make            build/queen
+#   make test       unit tests, fuzz corpus replay, integration and e2e tests
+#   make check      setup + -Werror build + every test + unit tests under
+#                   ASan/UBSan + fuzz corpus replay (what CI runs)
+#   make demo       the product page's "Try it" against a local S3 server
+#   make fuzz       libFuzzer targets, FUZZ_SECONDS each
+#   make lint       clang-format check, clang-tidy, cppcheck
+#   make bench      benchmarks in bench/, each beside its peer
+#
+# New .c files are found by wildcard: src/**/X.c joins libqueen.a,
+# tests/unit/test_X.c becomes build/tests/test_X, tests/fuzz/fuzz_X.c becomes
+# a libFuzzer target and a replay binary.
+
+CC       ?= gcc
+SANITIZE ?=
+ifeq ($(SANITIZE),)
+BUILD    ?= build
+OPT      ?= -O2 -g
+else
+BUILD    ?= build/san
+OPT      ?= -O1 -g -fsanitize=$(SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer
+endif
+
+LLHTTP_DIR  ?= /usr/share/llhttp
+LLHTTP_INC  ?= /usr/share/include/llhttp
+WARN := -std=c17 -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes \
+        -Wmissing-prototypes -Wformat=2 -Wundef -Wvla -Wcast-qual \
+        -Wwrite-strings -Wimplicit-fallthrough -Wnull-dereference -Werror
+DEFS    := -D_GNU_SOURCE
+PKGS    := raft libuv
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CFLAGS  += $(WARN) $(OPT) $(DEFS) -Isrc -I$(LLHTTP_INC) $(PKG_CFLAGS) -MMD -MP
+LDLIBS  += $(PKG_LIBS) -llmdb -lcurl -lssl -lcrypto -lzstd -lz -lsnappy -lpthread -lm
+
+SRC       := $(filter-out src/main.c,$(shell find src -name '*.c' 2>/dev/null | sort))
+OBJ       := $(SRC:%.c=$(BUILD)/obj/%.o)
+LLHTTP_SRC:= $(wildcard $(LLHTTP_DIR)/*.c)
+LLHTTP_OBJ:= $(patsubst $(LLHTTP_DIR)/%.c,$(BUILD)/obj/llhttp/%.o,$(LLHTTP_SRC))
+LIB       := $(BUILD)/libqueen.a
+
+UNIT_SRC  := $(sort $(wildcard tests/unit/test_*.c))
+UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+FUZZ_SRC  := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_NAMES:= $(FUZZ_SRC:tests/fuzz/fuzz_%.c=%)
+REPLAY_BIN:= $(FUZZ_NAMES:%=$(BUILD)/tests/replay_%)
+FUZZ_BIN  := $(FUZZ_NAMES:%=build/fuzz/fuzz_%)
+TOOL_SRC  := $(sort $(wildcard tests/tools/*.c))
+TOOL_BIN  := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tools/%)
+FUZZ_SECONDS ?= 20
+PY        := /usr/bin/python3
+
+.PHONY: all test unit replay integration check demo fuzz lint format bench clean setup tools
+
+all: $(BUILD)/queen tools
+
+tools: $(TOOL_BIN)
+
+$(BUILD)/queen: src/main.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ src/main.c $(LIB) $(LDLIBS)
+
+$(LIB): $(OBJ) $(LLHTTP_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+# llhttp is third-party generated C: compiled with its own relaxed flags.
+$(BUILD)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 -g $(filter -fsanitize% -fno-sanitize% -fno-omit%,$(OPT)) -w -I$(LLHTTP_INC) -c -o $@ $<
+
+$(BUILD)/tests/test_%: tests/unit/test_%.c tests/harness.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) $(LDLIBS)
+
+$(BUILD)/tests/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ tests/fuzz/replay.c $< $(LIB) $(LDLIBS)
+
+$(BUILD)/tools/%: tests/tools/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) $(LDLIBS)
+
+# libFuzzer builds: clang, everything compiled again with fuzzer flags.
+FUZZ_CFLAGS := -std=c17 -g -O1 -fsanitize=fuzzer,address,undefined $(DEFS) -Isrc -Itests -I$(LLHTTP_INC) $(PKG_CFLAGS)
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(SRC) $(LLHTTP_SRC)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -w -o $@ $< $(SRC) $(LLHTTP_SRC) $(LDLIBS)
+
+unit: $(UNIT_BIN)
+	@tests/run_unit.sh $(UNIT_BIN)
+
+replay: $(REPLAY_BIN)
+	@tests/run_replay.sh $(BUILD) $(FUZZ_NAMES)
+
+integration: $(BUILD)/queen tools
+	@tests/run_py.sh $(BUILD)
+
+test: all unit replay integration
+
+setup:
+	@scripts/setup.sh
+
+check: setup
+	$(MAKE) all
+	$(MAKE) unit replay
+	$(MAKE) integration
+	$(MAKE) SANITIZE=address,undefined unit replay
+	@tests/summary.sh
+
+demo: setup all
+	@scripts/demo.sh $(BUILD)
+
+fuzz: $(FUZZ_BIN)
+	@for f in $(FUZZ_NAMES); do \
+	  mkdir -p tests/fuzz/corpus/$$f build/fuzz/new-$$f; \
+	  echo "fuzz: $$f for $(FUZZ_SECONDS)s"; \
+	  build/fuzz/fuzz_$$f -max_total_time=$(FUZZ_SECONDS) -max_len=65536 build/fuzz/new-$$f tests/fuzz/corpus/$$f >/dev/null 2>build/fuzz/$$f.log || { tail -40 build/fuzz/$$f.log; exit 1; }; \
+	done
+
+lint:
+	clang-format --dry-run -Werror $$(find src tests -name '*.[ch]' -not -path '*/node_modules/*')
+	clang-tidy --quiet $$(find src -name '*.c') -- $(WARN) $(DEFS) -Isrc -Itests -I$(LLHTTP_INC) $(PKG_CFLAGS)
+	cppcheck --std=c11 --enable=warning,performance,portability --inline-suppr --error-exitcode=1 -q -I src src tests/unit tests/fuzz
+
+format:
+	clang-format -i $$(find src tests -name '*.[ch]' -not -path '*/node_modules/*')
+
+bench: all
+	@scripts/bench.sh $(BUILD)
+
+clean:
+	rm -rf build
+
+-include $(OBJ:.o=.d) $(UNIT_BIN:%=%.d) $(REPLAY_BIN:%=%.d) $(TOOL_BIN:%=%.d)

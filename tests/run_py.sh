@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs the Python integration and end-to-end suites (tests/integration,
+# tests/e2e, tests/bucket, tests/compat) with Debian's pytest against the
+# binaries in the build directory given as $1.
+set -u
+build=${1:-build}
+export QUEEN_BIN="$PWD/$build/queen"
+export QUEEN_TOOLS="$PWD/$build/tools"
+export QUEEN_ROOT="$PWD"
+dirs=()
+for d in tests/bucket tests/integration tests/e2e tests/compat; do
+  ls "$d"/test_*.py >/dev/null 2>&1 && dirs+=("$d")
+done
+mkdir -p build/results
+if [ "${#dirs[@]}" -eq 0 ]; then
+  echo "integration: no suites"; echo "py 0 0" >> build/results/summary; exit 0
+fi
+out=build/results/pytest.log
+/usr/bin/python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} "${dirs[@]}" 2>&1 | tee "$out"
+rc=${PIPESTATUS[0]}
+line=$(grep -E '^=* ?[0-9]+ (passed|failed)' "$out" | tail -1)
+p=$(printf '%s' "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
+f=$(printf '%s' "$line" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+' || echo 0)
+e=$(printf '%s' "$line" | grep -oE '[0-9]+ error' | grep -oE '[0-9]+' || echo 0)
+echo "py ${p:-0} $(( ${f:-0} + ${e:-0} ))" >> build/results/summary
+exit $rc
