@@ -1,0 +1,320 @@
+/* Boot settings: one table of environment variables drives parsing, defaults,
+ * range checks and --help-config.
+ *
+ * Each row names a variable, its type, its default as text (parsed by the
+ * same code as a user's value, so a default can never be out of range), the
+ * field it fills, and a range. Cross-field rules (the raft address defaults
+ * to 127.0.0.1 on QUEEN_PORT+1000) live in config_validate(). Every refusal is
+ * one sentence naming the variable and its value; main turns it into the
+ * FATAL line. */
+#include "broker/config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/log.h"
+
+enum cfg_type {
+    CFG_PORT,     /* int 1..65535 */
+    CFG_U64,      /* decimal integer in [min, max] */
+    CFG_SIZE,     /* byte size with optional suffix, in [min, max] */
+    CFG_PATH,     /* non-empty string */
+    CFG_IP,       /* IPv4 or IPv6 literal */
+    CFG_HOSTPORT, /* "ip:port" or "[ip6]:port"; empty = derived */
+    CFG_LOGLEVEL, /* error | warn | info | debug */
+};
+
+struct cfg_row {
+    const char *name;
+    enum cfg_type type;
+    const char *def;
+    size_t off;
+    uint64_t min;
+    uint64_t max;
+    bool is_secret;
+    const char *help;
+};
+
+#define OFF(f) offsetof(struct config, f)
+#define KIB    ((uint64_t)1024)
+#define MIB    (1024 * KIB)
+#define GIB    (1024 * MIB)
+
+static const struct cfg_row cfg_rows[] = {
+    {"QUEEN_PORT", CFG_PORT, "6632", OFF(port), 1, 65535, false,
+     "HTTP listen port"},
+    {"QUEEN_BIND_ADDR", CFG_IP, "0.0.0.0", OFF(bind_addr), 0, 0, false,
+     "HTTP listen address (an IPv4 or IPv6 literal)"},
+    {"QUEEN_RAFT_DIR", CFG_PATH, "./queen-data", OFF(raft_dir), 1,
+     CONFIG_PATH_MAX - 1, false,
+     "data directory: raft log and LMDB store (created if missing)"},
+    {"QUEEN_RAFT_NODE_ID", CFG_U64, "1", OFF(node_id), 1, UINT64_MAX, false,
+     "this node's raft id"},
+    {"QUEEN_RAFT_LISTEN", CFG_HOSTPORT, "", OFF(raft_listen), 0, 0, false,
+     "raft address ip:port (default 127.0.0.1 on QUEEN_PORT+1000)"},
+    {"QUEEN_MAX_BODY_BYTES", CFG_SIZE, "64MiB", OFF(max_body_bytes), KIB, GIB,
+     false, "largest HTTP request body accepted (413 above it)"},
+    {"QUEEN_LOG_LEVEL", CFG_LOGLEVEL, "info", OFF(log_level), 0, 0, false,
+     "error, warn, info or debug"},
+};
+
+bool config_parse_u64(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+
+    if (s == NULL || *s == '\0') {
+        return false;
+    }
+    for (; *s != '\0'; s++) {
+        if (*s < '0' || *s > '9') {
+            return false;
+        }
+        if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10) {
+            return false;
+        }
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    *out = v;
+    return true;
+}
+
+static uint64_t size_unit(const char *u)
+{
+    static const struct {
+        const char *name;
+        uint64_t mul;
+    } units[] = {{"", 1},      {"b", 1},    {"k", KIB},  {"kb", KIB},
+                 {"kib", KIB}, {"m", MIB},  {"mb", MIB}, {"mib", MIB},
+                 {"g", GIB},   {"gb", GIB}, {"gib", GIB}};
+
+    for (size_t i = 0; i < ARRAY_LEN(units); i++) {
+        if (strcasecmp(u, units[i].name) == 0) {
+            return units[i].mul;
+        }
+    }
+    return 0;
+}
+
+bool config_parse_size(const char *s, uint64_t *out)
+{
+    char digits[32];
+    size_t n = 0;
+    uint64_t v;
+    uint64_t mul;
+
+    if (s == NULL) {
+        return false;
+    }
+    while (s[n] >= '0' && s[n] <= '9') {
+        n++;
+    }
+    if (n == 0 || n >= sizeof(digits)) {
+        return false;
+    }
+    memcpy(digits, s, n);
+    digits[n] = '\0';
+    mul = size_unit(s + n);
+    if (mul == 0 || !config_parse_u64(digits, &v) || v > UINT64_MAX / mul) {
+        return false;
+    }
+    *out = v * mul;
+    return true;
+}
+
+static bool is_ip_literal(const char *s)
+{
+    unsigned char tmp[16];
+
+    return inet_pton(AF_INET, s, tmp) == 1 || inet_pton(AF_INET6, s, tmp) == 1;
+}
+
+bool config_parse_hostport(const char *s, char *host, size_t host_cap,
+                           int *port)
+{
+    const char *colon;
+    const char *h = s;
+    size_t hlen;
+    uint64_t p;
+
+    if (s == NULL || *s == '\0') {
+        return false;
+    }
+    if (*s == '[') {
+        const char *close = strchr(s, ']');
+        if (close == NULL || close[1] != ':') {
+            return false;
+        }
+        h = s + 1;
+        hlen = (size_t)(close - h);
+        colon = close + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (colon == NULL || memchr(s, ':', (size_t)(colon - s)) != NULL) {
+            return false; /* bare IPv6 needs brackets */
+        }
+        hlen = (size_t)(colon - s);
+    }
+    if (hlen == 0 || hlen >= host_cap || !config_parse_u64(colon + 1, &p) ||
+        p < 1 || p > 65535) {
+        return false;
+    }
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    if (!is_ip_literal(host)) {
+        return false;
+    }
+    *port = (int)p;
+    return true;
+}
+
+static int set_str(const struct cfg_row *r, char *dst, size_t cap,
+                   const char *v, struct err *err)
+{
+    size_t n = strlen(v);
+    size_t max = cap - 1;
+
+    if (r->max != 0 && r->max < max) {
+        max = (size_t)r->max;
+    }
+    if (n == 0 || n > max) {
+        return err_set(err, ERR_INVALID, "must be 1 to %zu bytes long", max);
+    }
+    memcpy(dst, v, n + 1);
+    return 0;
+}
+
+static int set_number(const struct cfg_row *r, void *field, const char *v,
+                      struct err *err)
+{
+    uint64_t n;
+    bool ok = r->type == CFG_SIZE ? config_parse_size(v, &n)
+                                  : config_parse_u64(v, &n);
+
+    if (!ok) {
+        return err_set(err, ERR_INVALID,
+                       r->type == CFG_SIZE
+                           ? "not a byte size (digits with optional KiB, "
+                             "MiB or GiB)"
+                           : "not a decimal integer");
+    }
+    if (n < r->min || n > r->max) {
+        return err_set(err, ERR_INVALID, "out of range %" PRIu64 "..%" PRIu64,
+                       r->min, r->max);
+    }
+    if (r->type == CFG_PORT) {
+        *(int *)field = (int)n;
+    } else {
+        *(uint64_t *)field = n;
+    }
+    return 0;
+}
+
+/* Parse v into the row's field; on failure err->msg says why (no name). */
+static int cfg_apply(const struct cfg_row *r, struct config *c, const char *v,
+                     struct err *err)
+{
+    char *field = (char *)c + r->off;
+    char host[CONFIG_ADDR_MAX];
+    int port;
+
+    switch (r->type) {
+    case CFG_PORT:
+    case CFG_U64:
+    case CFG_SIZE:
+        return set_number(r, field, v, err);
+    case CFG_PATH:
+        return set_str(r, field, CONFIG_PATH_MAX, v, err);
+    case CFG_IP:
+        if (!is_ip_literal(v)) {
+            return err_set(err, ERR_INVALID,
+                           "not an IPv4 or IPv6 address literal");
+        }
+        return set_str(r, field, CONFIG_ADDR_MAX, v, err);
+    case CFG_HOSTPORT:
+        if (*v == '\0') {
+            *field = '\0';
+            return 0;
+        }
+        if (!config_parse_hostport(v, host, sizeof(host), &port)) {
+            return err_set(err, ERR_INVALID,
+                           "not ip:port (an IP literal, [ipv6]:port, port "
+                           "1..65535)");
+        }
+        return set_str(r, field, CONFIG_ADDR_MAX, v, err);
+    case CFG_LOGLEVEL:
+        port = log_parse_level(v);
+        if (port < 0) {
+            return err_set(err, ERR_INVALID,
+                           "not one of error, warn, info, debug");
+        }
+        *(int *)field = port;
+        return 0;
+    }
+    return err_set(err, ERR_INVALID, "unknown setting type");
+}
+
+/* Cross-field rules. */
+static int config_validate(struct config *c, struct err *err)
+{
+    if (c->raft_listen[0] == '\0') {
+        if (c->port + 1000 > 65535) {
+            return err_set(err, ERR_INVALID,
+                           "QUEEN_PORT=%d: the default raft port %d is above "
+                           "65535; set QUEEN_RAFT_LISTEN",
+                           c->port, c->port + 1000);
+        }
+        snprintf(c->raft_listen, sizeof(c->raft_listen), "127.0.0.1:%d",
+                 c->port + 1000);
+    }
+    return 0;
+}
+
+int config_load(struct config *c, config_getenv_fn get, void *ctx,
+                struct err *err)
+{
+    struct config tmp;
+
+    memset(&tmp, 0, sizeof(tmp));
+    for (size_t i = 0; i < ARRAY_LEN(cfg_rows); i++) {
+        const struct cfg_row *r = &cfg_rows[i];
+        const char *v = get(ctx, r->name);
+
+        ASSERT(cfg_apply(r, &tmp, r->def, err) == 0);
+        if (v == NULL) {
+            continue;
+        }
+        if (cfg_apply(r, &tmp, v, err) != 0) {
+            return err_wrap(err, "%s=%.120s", r->name,
+                            r->is_secret ? "<redacted>" : v);
+        }
+    }
+    if (config_validate(&tmp, err) != 0) {
+        return err->code;
+    }
+    *c = tmp;
+    return 0;
+}
+
+static const char *env_get(void *ctx, const char *name)
+{
+    UNUSED(ctx);
+    return getenv(name);
+}
+
+int config_load_env(struct config *c, struct err *err)
+{
+    return config_load(c, env_get, NULL, err);
+}
+
+void config_help(FILE *f)
+{
+    for (size_t i = 0; i < ARRAY_LEN(cfg_rows); i++) {
+        const struct cfg_row *r = &cfg_rows[i];
+        fprintf(f, "%-22s default %-14s %s\n", r->name,
+                r->def[0] != '\0' ? r->def : "(derived)", r->help);
+    }
+}

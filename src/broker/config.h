@@ -1,0 +1,58 @@
+/* Boot settings: one table of environment variables drives parsing, defaults,
+ * range checks and --help-config. Pure: the environment is read through a
+ * getenv-like callback, so tests pass a table instead of touching environ.
+ *   (1) A loaded config is complete: every field holds either the variable's
+ *       value or its default, and raft_listen is always "host:port".
+ *   (2) A bad value changes nothing the caller can see except err: the error
+ *       message starts with "<VAR>=<value>: " (the value is "<redacted>" for
+ *       a secret), so main prints the one FATAL line and exits 2. */
+#ifndef QUEEN_BROKER_CONFIG_H
+#define QUEEN_BROKER_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/err.h"
+
+#define CONFIG_ADDR_MAX 256
+#define CONFIG_PATH_MAX 4096
+
+struct config {
+    int port;                          /* QUEEN_PORT, HTTP listen port */
+    char bind_addr[CONFIG_ADDR_MAX];   /* QUEEN_BIND_ADDR, an IP literal */
+    char raft_dir[CONFIG_PATH_MAX];    /* QUEEN_RAFT_DIR */
+    uint64_t node_id;                  /* QUEEN_RAFT_NODE_ID, >= 1 */
+    char raft_listen[CONFIG_ADDR_MAX]; /* QUEEN_RAFT_LISTEN, "host:port" */
+    uint64_t max_body_bytes;           /* QUEEN_MAX_BODY_BYTES */
+    int log_level;                     /* QUEEN_LOG_LEVEL, enum log_level */
+};
+
+/* Returns the variable's value or NULL when unset. Borrowed. */
+typedef const char *(*config_getenv_fn)(void *ctx, const char *name);
+
+/* Fill c from the variables get returns, defaults for the unset ones. Returns
+ * 0, or ERR_INVALID with err->msg "<VAR>=<value>: <why>". */
+int config_load(struct config *c, config_getenv_fn get, void *ctx,
+                struct err *err);
+
+/* config_load over the process environment. */
+int config_load_env(struct config *c, struct err *err);
+
+/* Print one line per setting (name, default, help) to f. */
+void config_help(FILE *f);
+
+/* Parse a byte size: digits with an optional binary suffix K, KiB, M, MiB,
+ * G, GiB (case-insensitive; KB/MB/GB read as binary too). Returns false on
+ * anything else or on overflow. */
+bool config_parse_size(const char *s, uint64_t *out);
+
+/* Parse a decimal unsigned integer with no sign, spaces or suffix. */
+bool config_parse_u64(const char *s, uint64_t *out);
+
+/* Split "host:port" or "[v6]:port"; host must be an IP literal. Writes the
+ * host without brackets. */
+bool config_parse_hostport(const char *s, char *host, size_t host_cap,
+                           int *port);
+
+#endif

@@ -1,0 +1,181 @@
+/* Unit tests for src/broker/config: defaults, each setting's parser, the
+ * "<VAR>=<value>: why" refusal, and the derived raft address. */
+#include "broker/config.h"
+
+#include "base/log.h"
+#include "harness.h"
+
+struct fake_env {
+    const char *names[8];
+    const char *values[8];
+    int n;
+};
+
+static const char *fake_get(void *ctx, const char *name)
+{
+    struct fake_env *e = ctx;
+
+    for (int i = 0; i < e->n; i++) {
+        if (strcmp(e->names[i], name) == 0) {
+            return e->values[i];
+        }
+    }
+    return NULL;
+}
+
+static void env_set(struct fake_env *e, const char *name, const char *value)
+{
+    e->names[e->n] = name;
+    e->values[e->n] = value;
+    e->n++;
+}
+
+/* Load with one variable set; returns the code, err filled. */
+static int load_one(const char *name, const char *value, struct config *c,
+                    struct err *err)
+{
+    struct fake_env e = {.n = 0};
+
+    env_set(&e, name, value);
+    return config_load(c, fake_get, &e, err);
+}
+
+TEST(empty_environment_gives_the_documented_defaults)
+{
+    struct fake_env e = {.n = 0};
+    struct config c;
+    struct err err;
+
+    EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), 0);
+    EXPECT_EQ_I64(c.port, 6632);
+    EXPECT_STR_EQ(c.bind_addr, "0.0.0.0");
+    EXPECT_STR_EQ(c.raft_dir, "./queen-data");
+    EXPECT_EQ_U64(c.node_id, 1);
+    EXPECT_STR_EQ(c.raft_listen, "127.0.0.1:7632");
+    EXPECT_EQ_U64(c.max_body_bytes, 64 * 1024 * 1024);
+    EXPECT_EQ_I64(c.log_level, LOG_INFO);
+}
+
+TEST(set_values_replace_defaults_and_raft_port_follows_http_port)
+{
+    struct fake_env e = {.n = 0};
+    struct config c;
+    struct err err;
+
+    env_set(&e, "QUEEN_PORT", "7000");
+    env_set(&e, "QUEEN_BIND_ADDR", "::1");
+    env_set(&e, "QUEEN_RAFT_DIR", "/tmp/q");
+    env_set(&e, "QUEEN_RAFT_NODE_ID", "3");
+    env_set(&e, "QUEEN_MAX_BODY_BYTES", "2MiB");
+    env_set(&e, "QUEEN_LOG_LEVEL", "debug");
+    EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), 0);
+    EXPECT_EQ_I64(c.port, 7000);
+    EXPECT_STR_EQ(c.bind_addr, "::1");
+    EXPECT_STR_EQ(c.raft_dir, "/tmp/q");
+    EXPECT_EQ_U64(c.node_id, 3);
+    EXPECT_STR_EQ(c.raft_listen, "127.0.0.1:8000");
+    EXPECT_EQ_U64(c.max_body_bytes, 2 * 1024 * 1024);
+    EXPECT_EQ_I64(c.log_level, LOG_DEBUG);
+}
+
+TEST(explicit_raft_listen_is_kept)
+{
+    struct config c;
+    struct err err;
+
+    EXPECT_EQ_I64(load_one("QUEEN_RAFT_LISTEN", "[::1]:9001", &c, &err), 0);
+    EXPECT_STR_EQ(c.raft_listen, "[::1]:9001");
+}
+
+TEST(bad_values_name_the_variable_and_the_value)
+{
+    static const struct {
+        const char *name;
+        const char *value;
+        const char *msg;
+    } cases[] = {
+        {"QUEEN_PORT", "abc", "QUEEN_PORT=abc: not a decimal integer"},
+        {"QUEEN_PORT", "0", "QUEEN_PORT=0: out of range 1..65535"},
+        {"QUEEN_PORT", "65536", "QUEEN_PORT=65536: out of range 1..65535"},
+        {"QUEEN_PORT", "-1", "QUEEN_PORT=-1: not a decimal integer"},
+        {"QUEEN_PORT", "", "QUEEN_PORT=: not a decimal integer"},
+        {"QUEEN_PORT", " 80", "QUEEN_PORT= 80: not a decimal integer"},
+        {"QUEEN_BIND_ADDR", "localhost",
+         "QUEEN_BIND_ADDR=localhost: not an IPv4 or IPv6 address literal"},
+        {"QUEEN_RAFT_NODE_ID", "0",
+         "QUEEN_RAFT_NODE_ID=0: out of range 1..18446744073709551615"},
+        {"QUEEN_RAFT_NODE_ID", "99999999999999999999",
+         "QUEEN_RAFT_NODE_ID=99999999999999999999: not a decimal integer"},
+        {"QUEEN_RAFT_LISTEN", "127.0.0.1",
+         "QUEEN_RAFT_LISTEN=127.0.0.1: not ip:port (an IP literal, "
+         "[ipv6]:port, port 1..65535)"},
+        {"QUEEN_RAFT_LISTEN", "::1:80",
+         "QUEEN_RAFT_LISTEN=::1:80: not ip:port (an IP literal, "
+         "[ipv6]:port, port 1..65535)"},
+        {"QUEEN_MAX_BODY_BYTES", "12XB",
+         "QUEEN_MAX_BODY_BYTES=12XB: not a byte size (digits with optional "
+         "KiB, MiB or GiB)"},
+        {"QUEEN_MAX_BODY_BYTES", "10",
+         "QUEEN_MAX_BODY_BYTES=10: out of range 1024..1073741824"},
+        {"QUEEN_RAFT_DIR", "", "QUEEN_RAFT_DIR=: must be 1 to 4095 bytes long"},
+        {"QUEEN_LOG_LEVEL", "loud",
+         "QUEEN_LOG_LEVEL=loud: not one of error, warn, info, debug"},
+    };
+
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        struct config c;
+        struct err err;
+
+        c.port = 4242;
+        EXPECT_EQ_I64(load_one(cases[i].name, cases[i].value, &c, &err),
+                      ERR_INVALID);
+        EXPECT_STR_EQ(err.msg, cases[i].msg);
+        EXPECT_EQ_I64(c.port, 4242); /* (2) nothing changed */
+    }
+}
+
+TEST(http_port_too_high_for_the_derived_raft_port_is_refused)
+{
+    struct config c;
+    struct err err;
+
+    EXPECT_EQ_I64(load_one("QUEEN_PORT", "65000", &c, &err), ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, "QUEEN_PORT=65000: the default raft port 66000 is "
+                           "above 65535; set QUEEN_RAFT_LISTEN");
+}
+
+TEST(sizes_parse_with_binary_suffixes)
+{
+    uint64_t v = 0;
+
+    EXPECT(config_parse_size("1024", &v));
+    EXPECT_EQ_U64(v, 1024);
+    EXPECT(config_parse_size("4k", &v));
+    EXPECT_EQ_U64(v, 4096);
+    EXPECT(config_parse_size("64MiB", &v));
+    EXPECT_EQ_U64(v, 64u << 20);
+    EXPECT(config_parse_size("1GB", &v));
+    EXPECT_EQ_U64(v, 1u << 30);
+    EXPECT(!config_parse_size("", &v));
+    EXPECT(!config_parse_size("MiB", &v));
+    EXPECT(!config_parse_size("1.5MiB", &v));
+    EXPECT(!config_parse_size("99999999999999999999GiB", &v));
+    EXPECT(!config_parse_size("18014398509481984GiB", &v));
+}
+
+TEST(hostport_accepts_ip_literals_only)
+{
+    char host[64];
+    int port = 0;
+
+    EXPECT(config_parse_hostport("10.0.0.1:7001", host, sizeof(host), &port));
+    EXPECT_STR_EQ(host, "10.0.0.1");
+    EXPECT_EQ_I64(port, 7001);
+    EXPECT(config_parse_hostport("[::1]:80", host, sizeof(host), &port));
+    EXPECT_STR_EQ(host, "::1");
+    EXPECT(!config_parse_hostport("example.com:80", host, sizeof(host), &port));
+    EXPECT(!config_parse_hostport("1.2.3.4:0", host, sizeof(host), &port));
+    EXPECT(!config_parse_hostport("1.2.3.4:", host, sizeof(host), &port));
+    EXPECT(!config_parse_hostport("[::1]80", host, sizeof(host), &port));
+    EXPECT(!config_parse_hostport(":80", host, sizeof(host), &port));
+}
