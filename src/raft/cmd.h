@@ -1,0 +1,138 @@
+/* The raft command codec: every change of state is one command, one raft
+ * entry. Pure: no I/O, no clock, no allocation when decoding.
+ *
+ * A command is a fixed 32-byte header followed by a type-specific body. All
+ * integers are big-endian. The stamp is written by node_propose() (the
+ * encoders leave it 0), so the bytes a caller encodes are the bytes that are
+ * replicated, except for that one field.
+ *
+ * Header
+ * OFFSET SIZE DESCRIPTION
+ *      0    1 magic 0x51 ('Q')
+ *      1    1 version, CMD_VERSION (1)
+ *      2    1 type, enum cmd_type
+ *      3    1 reserved, 0
+ *      4    4 body length in bytes (u32); header + body == entry length
+ *      8    8 stamp, µs since the epoch (i64, > 0 once proposed)
+ *     16   16 tenant id (UUID bytes; STORE_DEFAULT_TENANT for now)
+ *     32    n body
+ *
+ * PUSH body (CMD_PUSH): the items of one push request, already resolved by
+ * the HTTP layer (partition defaulted to "Default", txn defaulted to the
+ * message id string, message id minted by the receiver).
+ * OFFSET SIZE DESCRIPTION
+ *      0    4 item count n (u32, 0 < n <= CMD_PUSH_MAX_ITEMS)
+ *      4    . n items, each:
+ *             2  queue name length q (u16, 1..CMD_NAME_MAX)
+ *             q  queue name bytes
+ *             2  partition name length p (u16, 1..CMD_NAME_MAX)
+ *             p  partition name bytes
+ *             2  transaction id length t (u16, 0..CMD_TXN_MAX)
+ *             t  transaction id bytes
+ *            16  message id (UUIDv7 bytes)
+ *             4  payload length (u32, 0 = empty/null)
+ *             .  payload bytes, the producer's JSON text verbatim
+ * The body must end exactly after the last item.
+ *
+ * NOOP body (CMD_NOOP): empty. Moves safeTime on an idle node.
+ *
+ * CMD_KV, CMD_CONFIGURE and CMD_RETENTION are reserved for the modules that
+ * will own them; until they define a body, the decoder accepts the header and
+ * leaves the body to its owner, and the fsm answers such a command with
+ * ERR_INVALID "unsupported command type". */
+#ifndef QUEEN_RAFT_CMD_H
+#define QUEEN_RAFT_CMD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "base/common.h"
+#include "base/err.h"
+
+#define CMD_MAGIC          0x51
+#define CMD_VERSION        1
+#define CMD_HEADER_LEN     32
+#define CMD_NAME_MAX       447 /* reference 1.1: 511 - 64 bytes of key */
+#define CMD_TXN_MAX        4096
+#define CMD_PUSH_MAX_ITEMS 100000
+#define CMD_BODY_MAX       ((size_t)64 * 1024 * 1024) /* one entry */
+
+enum cmd_type {
+    CMD_NOOP = 0,
+    CMD_PUSH = 1,
+    CMD_KV = 2,        /* reserved: KV batch */
+    CMD_CONFIGURE = 3, /* reserved: queue options */
+    CMD_RETENTION = 4, /* reserved: retention trims */
+    CMD_TYPE_COUNT
+};
+
+struct cmd_header {
+    int type; /* enum cmd_type */
+    int64_t stamp;
+    uint8_t tenant[16];
+    struct slice body; /* borrowed from the decoded bytes */
+};
+
+/* One item of a push. When encoding, every slice is borrowed from the
+ * caller; when decoding, every slice points into the decoded command. */
+struct cmd_push_item {
+    struct slice queue;
+    struct slice partition;
+    struct slice txn;
+    uint8_t message_id[16];
+    struct slice payload;
+};
+
+/* Append the 32-byte header (stamp 0) and an empty body of `type` to out.
+ * Used for NOOP and by owners of the reserved types, who append their body
+ * and then call cmd_finish(). */
+int cmd_begin(struct buf *out, int type, const uint8_t tenant[16],
+              struct err *err);
+/* Write the body length of the command that starts at out->data + start.
+ * Returns 0, or ERR_TOO_BIG when the body exceeds CMD_BODY_MAX. */
+int cmd_finish(struct buf *out, size_t start, struct err *err);
+
+/* Encode a whole push command into out (appended; out keeps ownership).
+ * Borrows items. ERR_INVALID when n is 0 or above CMD_PUSH_MAX_ITEMS, a name
+ * is empty or longer than CMD_NAME_MAX, a txn longer than CMD_TXN_MAX;
+ * ERR_TOO_BIG when the body exceeds CMD_BODY_MAX or out's cap. out is
+ * unchanged on failure. */
+int cmd_push_encode(struct buf *out, const uint8_t tenant[16],
+                    const struct cmd_push_item *items, size_t n,
+                    struct err *err);
+
+/* Write the stamp into an encoded command (p points at its header). */
+void cmd_set_stamp(void *p, int64_t stamp);
+
+/* Decode a header. Borrows p: h->body points into it. ERR_CORRUPT with a
+ * sentence when the bytes are not a command (short, bad magic or version,
+ * unknown type, length mismatch). */
+int cmd_decode_header(const void *p, size_t len, struct cmd_header *h,
+                      struct err *err);
+
+/* Walk the items of a push body without copying.
+ *   struct cmd_push_iter it;
+ *   cmd_push_iter_init(&it, h.body, &err)       -> 0 or ERR_CORRUPT
+ *   while ((rc = cmd_push_next(&it, &item, &err)) == 1) { ... }
+ *   rc == 0: done, every byte consumed; rc == ERR_CORRUPT: malformed.
+ * cmd_push_validate() runs the walk once, so a caller can refuse a bad
+ * command before changing anything. */
+struct cmd_push_iter {
+    const uint8_t *p;
+    size_t len;
+    size_t pos;
+    uint32_t count; /* items announced */
+    uint32_t index; /* items returned so far */
+};
+
+int cmd_push_iter_init(struct cmd_push_iter *it, struct slice body,
+                       struct err *err);
+int cmd_push_next(struct cmd_push_iter *it, struct cmd_push_item *item,
+                  struct err *err);
+int cmd_push_validate(struct slice body, uint32_t *count, struct err *err);
+
+const char *cmd_type_name(int type);
+
+#endif

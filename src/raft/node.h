@@ -1,0 +1,120 @@
+/* The raft node: libraft 0.15 with its libuv I/O and TCP transport on the
+ * node loop, the fsm over the store, proposals with stamps, and a clean
+ * close. A single node is a one-voter cluster; three nodes use the same path.
+ *
+ * Directories: cfg->dir/raft holds libraft's log and snapshots, cfg->dir/store
+ * the LMDB environment (the caller opens the store on it: node_store_dir()).
+ *
+ * Stamps (DESIGN §2, reference 2.2): node_propose() writes into each command
+ *   stamp = max(wall clock µs, last stamp proposed + 1, greatest applied
+ *           stamp + 1)
+ * so stamps strictly increase in log order. A node that becomes leader first
+ * runs a barrier and refuses proposals (ERR_NOT_LEADER, "leader not ready")
+ * until it completes, so it stamps above everything of earlier terms.
+ *
+ * Roles:
+ *   FOLLOWER/CANDIDATE -> LEADER_PENDING   raft elected us (seen on a tick)
+ *   LEADER_PENDING     -> LEADER           barrier applied
+ *   LEADER*            -> FOLLOWER         lost leadership (pending proposals
+ *                                          fail with ERR_NOT_LEADER)
+ *   any                -> CLOSING          node_close()
+ *
+ * Threading: everything except node_propose_async() runs on the loop thread.
+ * Callbacks always run on the loop thread. */
+#ifndef QUEEN_RAFT_NODE_H
+#define QUEEN_RAFT_NODE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "base/err.h"
+#include "raft/fsm.h"
+#include "store/store.h"
+
+#define NODE_MAX_PEERS 9
+
+struct node_peer {
+    uint64_t id;
+    const char *raft_address; /* "127.0.0.1:9101" */
+};
+
+struct node_config {
+    const char *dir;          /* QUEEN_RAFT_DIR; raft/ and store/ inside */
+    uint64_t id;              /* this node's id, >= 1 */
+    const char *raft_address; /* this node's listen address host:port */
+    size_t n_peers;           /* voters including this node; 0 = only self */
+    struct node_peer peers[NODE_MAX_PEERS];
+    unsigned election_timeout_ms;  /* 0 = 1000 */
+    unsigned heartbeat_timeout_ms; /* 0 = 100 */
+    unsigned snapshot_threshold;   /* 0 = 262144 entries */
+    unsigned snapshot_trailing;    /* 0 = 8192 entries */
+};
+
+enum node_role {
+    NODE_FOLLOWER = 0,
+    NODE_CANDIDATE,
+    NODE_LEADER_PENDING, /* elected, barrier not applied yet */
+    NODE_LEADER,
+    NODE_CLOSING,
+    NODE_UNAVAILABLE
+};
+
+struct node;
+
+/* Called once per proposal on the loop thread. status 0: res is the fsm's
+ * result for the entry (borrowed: valid only during the call; copy what you
+ * need). status != 0: res is NULL and err says why (ERR_NOT_LEADER when
+ * leadership was lost before the entry applied, ERR_BUSY when the node
+ * closes, ERR_IO on a raft I/O failure). */
+typedef void (*node_applied_fn)(void *arg, int status,
+                                const struct fsm_result *res,
+                                const struct err *err);
+typedef void (*node_closed_fn)(void *arg);
+
+/* Make the raft dir (cfg->dir/raft; the caller creates cfg->dir and opens
+ * the store in node_store_dir()), bootstrap on first start (an existing dir
+ * is fine), start raft on loop. Borrows loop, cfg (copied) and store (must
+ * outlive the node). Returns owned; release with node_close(). Ignores
+ * SIGPIPE process-wide (libraft writes to sockets whose peer went away). */
+int node_start(struct node **out, uv_loop_t *loop,
+               const struct node_config *cfg, struct store *store,
+               struct err *err);
+
+/* "<dir>/store" into out (cap n). */
+void node_store_dir(const char *dir, char *out, size_t n);
+
+/* Propose one command (bytes from cmd_*_encode / cmd_begin+cmd_finish; type
+ * must match the header). Copies the bytes into one raft entry and writes
+ * the stamp into it. Loop thread only. Returns 0 and later calls cb exactly
+ * once; or returns ERR_NOT_LEADER (not the leader, or leader not ready),
+ * ERR_BUSY (closing), ERR_INVALID (not a command), ERR_FULL (the store is
+ * within 64 MiB of its map size), ERR_IO; cb is then never called. */
+int node_propose(struct node *n, int type, const void *cmd, size_t len,
+                 node_applied_fn cb, void *arg, struct err *err);
+
+/* The same, from any thread: the bytes are copied into a locked queue and
+ * proposed from the loop (uv_async). cb runs on the LOOP thread, with the
+ * refusal as status when node_propose() would have refused. Returns 0, or
+ * ERR_BUSY when the node is closing (cb not called) or the queue holds 4096
+ * proposals already. */
+int node_propose_async(struct node *n, int type, const void *cmd, size_t len,
+                       node_applied_fn cb, void *arg, struct err *err);
+
+int node_role(const struct node *n);  /* enum node_role */
+const char *node_role_name(int role); /* "leader", "follower", ... */
+/* The leader's id and raft address as libraft knows it (0/NULL if none). */
+void node_leader(const struct node *n, uint64_t *id, const char **address);
+uint64_t node_applied_index(const struct node *n);
+uint64_t node_commit_index(const struct node *n);
+int64_t node_safe_time(const struct node *n);
+struct fsm *node_fsm(struct node *n);
+
+/* Safe close: stops taking proposals (pending ones fail with ERR_BUSY),
+ * waits for a barrier when leader (bounded), then ~200 ms, then raft_close,
+ * raft_uv_close and the transport; cb(arg) runs on the loop when every handle
+ * is closed and n is freed. The store is left open for the caller. */
+void node_close(struct node *n, node_closed_fn cb, void *arg);
+
+#endif
