@@ -1,0 +1,314 @@
+/* Tests of the galloping/bisecting seek (reference 3.6.4, 7.8 engine_seek).
+ * The log is simulated: segments of records sharing one stamp, one segment
+ * per second, answered with the broker's fetch rules (OFFSET_OUT_OF_RANGE
+ * outside [logStart, head], empty at the head, the first record always). */
+#include "harness.h"
+
+#include "sink/seek.h"
+
+#define T0  1788480000000000LL /* 2026-09-04T00:00:00Z in µs */
+#define SEC 1000000LL
+
+struct sim_log {
+    int64_t log_start;
+    int64_t head; /* last offset + 1 */
+    int64_t per_seg;
+    bool is_unknown;
+    bool answers_empty; /* a log that keeps moving under the seek */
+    struct seek_probe_record recs[512];
+};
+
+static int64_t sim_ts(const struct sim_log *l, int64_t off)
+{
+    return T0 + (off / l->per_seg) * SEC;
+}
+
+static void sim_answer(struct sim_log *l, int64_t off, uint32_t max_bytes,
+                       struct seek_answer *a)
+{
+    int64_t k = max_bytes / 4096;
+
+    memset(a, 0, sizeof(*a));
+    a->high_watermark = l->head;
+    a->log_start = l->log_start;
+    a->records = l->recs;
+    if (l->is_unknown) {
+        a->error = SEEK_ANSWER_UNKNOWN;
+        return;
+    }
+    if (off < l->log_start || off > l->head) {
+        a->error = SEEK_ANSWER_OFFSET_OUT_OF_RANGE;
+        return;
+    }
+    if (l->answers_empty) {
+        return;
+    }
+    for (int64_t o = off; o < l->head && (int64_t)a->n < k && a->n < 512; o++) {
+        l->recs[a->n].offset = o;
+        l->recs[a->n].ts = sim_ts(l, o);
+        a->n++;
+    }
+}
+
+/* Runs a seek to the end; returns the state, the answer and the probes. */
+static enum seek_state run(struct sim_log *l, int64_t t, uint32_t recs,
+                           int64_t *found, uint32_t *probes)
+{
+    struct seek s;
+    struct err err;
+    struct seek_answer a;
+    enum seek_state st;
+    int64_t off = -1;
+    uint32_t mb = 0;
+
+    seek_init(&s, SLICE_LIT("p"), t, l->log_start, l->head - 1, recs);
+    while ((st = seek_next(&s, &off, &mb, &err)) == SEEK_PROBE) {
+        sim_answer(l, off, mb, &a);
+        seek_on_answer(&s, &a);
+    }
+    *found = off;
+    *probes = s.probes;
+    return st;
+}
+
+/* The first offset with ts >= t, by a linear scan (the oracle). */
+static int64_t oracle(const struct sim_log *l, int64_t t)
+{
+    for (int64_t o = l->log_start; o < l->head; o++) {
+        if (sim_ts(l, o) >= t) {
+            return o;
+        }
+    }
+    return l->head;
+}
+
+static struct sim_log million(void)
+{
+    struct sim_log l;
+
+    memset(&l, 0, sizeof(l));
+    l.head = 1000000;
+    l.per_seg = 100;
+    return l;
+}
+
+TEST(exact_offsets_at_many_targets_within_the_probe_budget)
+{
+    struct sim_log l = million();
+    uint32_t worst = 0;
+    int64_t found;
+    uint32_t probes;
+
+    for (int64_t t = T0 - SEC; t < T0 + 10001 * SEC; t += 997 * SEC / 10) {
+        EXPECT(run(&l, t, 1, &found, &probes) == SEEK_FOUND);
+        EXPECT_EQ_I64(found, oracle(&l, t));
+        worst = probes > worst ? probes : worst;
+    }
+    EXPECT(worst <= 42);
+}
+
+TEST(half_a_second_past_a_segment_lands_on_the_next_segment)
+{
+    struct sim_log l = million();
+    int64_t found;
+    uint32_t probes;
+
+    EXPECT(run(&l, T0 + 700 * SEC + SEC / 2, 1, &found, &probes) == SEEK_FOUND);
+    EXPECT_EQ_I64(found, 70100);
+    EXPECT(run(&l, T0 + 700 * SEC, 1, &found, &probes) == SEEK_FOUND);
+    EXPECT_EQ_I64(found, 70000);
+}
+
+TEST(below_everything_answers_the_log_start_within_22_probes)
+{
+    struct sim_log l = million();
+    int64_t found;
+    uint32_t probes;
+
+    EXPECT(run(&l, T0 - 5 * SEC, 1, &found, &probes) == SEEK_FOUND);
+    EXPECT_EQ_I64(found, 0);
+    EXPECT(probes <= 22);
+}
+
+TEST(above_everything_answers_the_head_in_exactly_one_probe)
+{
+    struct sim_log l = million();
+    int64_t found;
+    uint32_t probes;
+
+    EXPECT(run(&l, T0 + 20000 * SEC, 1, &found, &probes) == SEEK_FOUND);
+    EXPECT_EQ_I64(found, 1000000);
+    EXPECT_EQ_U64(probes, 1);
+}
+
+TEST(a_raised_log_start_bounds_the_answer)
+{
+    struct sim_log l = million();
+    int64_t found;
+    uint32_t probes;
+
+    l.log_start = 500000;
+    EXPECT(run(&l, T0, 1, &found, &probes) == SEEK_FOUND);
+    EXPECT_EQ_I64(found, 500000);
+    EXPECT(run(&l, T0 + 7000 * SEC, 1, &found, &probes) == SEEK_FOUND);
+    EXPECT_EQ_I64(found, 700000);
+}
+
+TEST(multi_record_probes_agree_and_take_no_more_probes)
+{
+    struct sim_log l = million();
+    int64_t one;
+    int64_t many;
+    uint32_t p1;
+    uint32_t pn;
+    uint64_t sum1 = 0;
+    uint64_t sumn = 0;
+
+    for (int64_t t = T0; t < T0 + 10000 * SEC; t += 1234567) {
+        EXPECT(run(&l, t, 1, &one, &p1) == SEEK_FOUND);
+        EXPECT(run(&l, t, 64, &many, &pn) == SEEK_FOUND);
+        EXPECT_EQ_I64(one, many);
+        sum1 += p1;
+        sumn += pn;
+    }
+    EXPECT(sumn < sum1);
+}
+
+TEST(empty_and_never_written_partitions_answer_without_a_probe)
+{
+    struct sim_log l;
+    int64_t found;
+    uint32_t probes;
+
+    memset(&l, 0, sizeof(l));
+    l.per_seg = 1;
+    EXPECT(run(&l, T0, 1, &found, &probes) == SEEK_FOUND);
+    EXPECT_EQ_I64(found, 0);
+    EXPECT_EQ_U64(probes, 0);
+    l.log_start = 1; /* one record, retained away */
+    l.head = 1;
+    EXPECT(run(&l, T0, 1, &found, &probes) == SEEK_FOUND);
+    EXPECT_EQ_I64(found, 1);
+    EXPECT_EQ_U64(probes, 0);
+}
+
+TEST(minus_infinity_answers_the_log_start_without_a_probe)
+{
+    struct sim_log l = million();
+    int64_t found;
+    uint32_t probes;
+
+    l.log_start = 77;
+    EXPECT(run(&l, INT64_MIN, 1, &found, &probes) == SEEK_FOUND);
+    EXPECT_EQ_I64(found, 77);
+    EXPECT_EQ_U64(probes, 0);
+}
+
+TEST(a_single_record_partition_is_exact_both_ways)
+{
+    struct sim_log l;
+    int64_t found;
+    uint32_t probes;
+
+    memset(&l, 0, sizeof(l));
+    l.head = 1;
+    l.per_seg = 1;
+    EXPECT(run(&l, T0, 1, &found, &probes) == SEEK_FOUND);
+    EXPECT_EQ_I64(found, 0);
+    EXPECT(run(&l, T0 + 1, 1, &found, &probes) == SEEK_FOUND);
+    EXPECT_EQ_I64(found, 1);
+}
+
+TEST(every_offset_of_a_200_record_partition_is_reachable)
+{
+    struct sim_log l;
+    int64_t found;
+    uint32_t probes;
+
+    memset(&l, 0, sizeof(l));
+    l.head = 200;
+    l.per_seg = 1;
+    for (int64_t o = 0; o < 200; o++) {
+        int64_t t = T0 + o * SEC;
+
+        EXPECT(run(&l, t, 1, &found, &probes) == SEEK_FOUND);
+        EXPECT_EQ_I64(found, o);
+        EXPECT(run(&l, t - 1, 1, &found, &probes) == SEEK_FOUND);
+        EXPECT_EQ_I64(found, o);
+        EXPECT(run(&l, t + 1, 1, &found, &probes) == SEEK_FOUND);
+        EXPECT_EQ_I64(found, o + 1);
+    }
+}
+
+TEST(an_unknown_partition_fails_after_one_probe)
+{
+    struct sim_log l = million();
+    int64_t found;
+    uint32_t probes;
+
+    l.is_unknown = true;
+    EXPECT(run(&l, T0 + 5 * SEC, 1, &found, &probes) == SEEK_FAILED);
+    EXPECT_EQ_U64(probes, 1);
+}
+
+TEST(a_log_that_never_answers_fails_at_the_probe_budget)
+{
+    struct sim_log l = million();
+    struct seek s;
+    struct seek_answer a;
+    struct err err;
+    int64_t off = 0;
+    uint32_t mb = 0;
+    uint32_t probes = 0;
+
+    l.answers_empty = true;
+    seek_init(&s, SLICE_LIT("p"), T0 + 5 * SEC, 0, l.head - 1, 1);
+    while (seek_next(&s, &off, &mb, &err) == SEEK_PROBE && probes < 1000) {
+        probes++;
+        sim_answer(&l, off, mb, &a);
+        a.high_watermark = l.head; /* the head looks unchanged */
+        seek_on_answer(&s, &a);
+    }
+    EXPECT(probes <= 2 * 20 + 8);
+    EXPECT(seek_next(&s, &off, &mb, &err) == SEEK_FAILED);
+    EXPECT(strstr(err.msg, "probes over partition \"p\"") != NULL);
+}
+
+TEST(retention_moving_the_log_start_during_the_seek_is_followed)
+{
+    struct sim_log l = million();
+    struct seek s;
+    struct seek_answer a;
+    struct err err;
+    int64_t off = 0;
+    uint32_t mb = 0;
+    enum seek_state st;
+
+    seek_init(&s, SLICE_LIT("p"), T0 - SEC, 0, l.head - 1, 1);
+    l.log_start = 600000; /* trimmed after the seek started */
+    while ((st = seek_next(&s, &off, &mb, &err)) == SEEK_PROBE) {
+        sim_answer(&l, off, mb, &a);
+        seek_on_answer(&s, &a);
+    }
+    EXPECT(st == SEEK_FOUND);
+    EXPECT_EQ_I64(off, 600000);
+}
+
+TEST(another_fetch_error_fails_the_seek_with_its_text)
+{
+    struct seek s;
+    struct seek_answer a;
+    struct err err;
+    int64_t off = 0;
+    uint32_t mb = 0;
+
+    seek_init(&s, SLICE_LIT("p"), T0, 0, 9, 1);
+    EXPECT(seek_next(&s, &off, &mb, &err) == SEEK_PROBE);
+    EXPECT_EQ_U64(mb, 4096);
+    memset(&a, 0, sizeof(a));
+    a.error = SEEK_ANSWER_OTHER;
+    a.error_text = SLICE_LIT("INTERNAL");
+    seek_on_answer(&s, &a);
+    EXPECT(seek_next(&s, &off, &mb, &err) == SEEK_FAILED);
+    EXPECT_STR_EQ(err.msg, "seek: fetch error INTERNAL");
+}
