@@ -1,0 +1,145 @@
+"""Boot and shutdown: settings refused with the exact FATAL line, SIGTERM
+finishing in-flight requests, /health, /status, unknown routes."""
+import os
+import re
+import signal
+import subprocess
+import threading
+
+import pytest
+
+from conftest import Broker, free_port, queen_bin, wait_until
+
+FATAL = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z ERROR boot: FATAL: "
+
+
+@pytest.mark.parametrize("var,value,why", [
+    ("QUEEN_PORT", "abc", "not a decimal integer"),
+    ("QUEEN_PORT", "70000", "out of range 1..65535"),
+    ("QUEEN_BIND_ADDR", "nowhere", "not an IPv4 or IPv6 address literal"),
+    ("QUEEN_RAFT_NODE_ID", "0", "out of range 1..18446744073709551615"),
+    ("QUEEN_RAFT_LISTEN", "127.0.0.1", "not ip:port"),
+    ("QUEEN_MAX_BODY_BYTES", "lots", "not a byte size"),
+])
+def test_bad_value_stops_the_boot_with_one_fatal_line(tmp_path, var, value,
+                                                      why):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
+    env.update({"QUEEN_PORT": str(free_port()), "QUEEN_BIND_ADDR": "127.0.0.1",
+                "QUEEN_RAFT_DIR": str(tmp_path / "d"),
+                "QUEEN_RAFT_LISTEN": "127.0.0.1:%d" % free_port()})
+    env[var] = value
+    p = subprocess.run([queen_bin()], env=env, capture_output=True,
+                       timeout=20)
+    assert p.returncode == 2, p
+    lines = p.stderr.decode().splitlines()
+    fatal = [ln for ln in lines if " ERROR " in ln]
+    assert len(fatal) == 1, lines
+    assert re.match(FATAL + re.escape("%s=%s: %s" % (var, value, why)),
+                    fatal[0]), fatal[0]
+    assert not (tmp_path / "d").exists()
+
+
+def test_help_config_lists_every_setting():
+    p = subprocess.run([queen_bin(), "--help-config"], capture_output=True,
+                       timeout=20)
+    assert p.returncode == 0
+    out = p.stdout.decode()
+    for var in ("QUEEN_PORT", "QUEEN_BIND_ADDR", "QUEEN_RAFT_DIR",
+                "QUEEN_RAFT_NODE_ID", "QUEEN_RAFT_LISTEN",
+                "QUEEN_MAX_BODY_BYTES"):
+        assert var in out
+
+
+def test_data_dir_defaults_to_queen_data_in_the_working_dir(tmp_path):
+    b = Broker(str(tmp_path / "unused"))
+    env = b.environment()
+    del env["QUEEN_RAFT_DIR"]
+    proc = subprocess.Popen([queen_bin()], env=env, cwd=str(tmp_path),
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        b.proc = proc
+        wait_until(lambda: _health_ok(b), 20, "/health")
+        assert (tmp_path / "queen-data").is_dir()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+
+
+def _health_ok(b):
+    if b.proc.poll() is not None:
+        raise AssertionError("queen exited with %d" % b.proc.returncode)
+    try:
+        return b.get("/health", timeout=1).status == 200
+    except OSError:
+        return False
+
+
+def test_health_reports_the_raft_role_and_indexes(broker):
+    r = broker.get("/health")
+    assert r.status == 200
+    j = r.json()
+    assert j["status"] == "healthy" and j["engine"] == "raft"
+    assert isinstance(j["version"], str) and j["version"]
+    assert j["raft"]["role"] == "leader"
+    before = j["raft"]["applied"]
+    assert isinstance(before, int) and isinstance(j["raft"]["commit"], int)
+    broker.push([{"queue": "h", "payload": 1}])
+    after = broker.get("/health").json()["raft"]
+    assert after["applied"] > before and after["commit"] >= after["applied"]
+
+
+def test_status_is_ok_without_an_s3_block(broker):
+    r = broker.get("/status")
+    assert r.status == 200
+    j = r.json()
+    assert j["status"] == "ok" and isinstance(j["engine"], str)
+    assert "s3" not in j
+
+
+def test_queue_listing_names_every_queue(broker):
+    assert broker.get("/api/v1/resources/queues").json() == {"queues": []}
+    broker.push([{"queue": "b", "payload": 1}, {"queue": "a", "payload": 1}])
+    j = broker.get("/api/v1/resources/queues?stats=lanes").json()
+    assert sorted(q["name"] for q in j["queues"]) == ["a", "b"]
+
+
+def test_unknown_route_answers_404_no_such_route(broker):
+    r = broker.get("/api/v1/nope")
+    assert r.status == 404
+    assert r.json() == {"code": "no_such_route", "error": "not found",
+                        "path": "/api/v1/nope"}
+
+
+def test_sigterm_answers_the_in_flight_request_and_exits_0(broker):
+    broker.push([{"queue": "term", "payload": 0}])
+    got = {}
+
+    def poll():
+        got["r"] = broker.post("/api/v1/fetch", {
+            "entries": [{"queue": "term", "offset": 1}],
+            "maxWaitMs": 10000, "minBytes": 1})
+
+    t = threading.Thread(target=poll)
+    t.start()
+    wait_until(lambda: broker.metric("queen_fetch_waiting") == 1, 10,
+               "the long poll to wait in the broker")
+    broker.signal(signal.SIGTERM)
+    assert broker.wait_exit(20) == 0
+    t.join(20)
+    assert not t.is_alive()
+    assert got["r"].status == 200, got["r"]
+    assert got["r"].json()["entries"][0]["records"] == []
+    err = broker.stderr()
+    assert "Assertion" not in err and "ERROR" not in err, err
+
+
+def test_restart_keeps_the_log(broker):
+    out = broker.push([{"queue": "keep", "payload": {"v": 1}}])
+    rc = broker.stop()
+    assert rc == 0, broker.stderr()
+    broker.start()
+    e = broker.fetch_one("keep")
+    assert [r["payload"] for r in e["records"]] == [{"v": 1}]
+    again = broker.push([{"queue": "keep", "payload": 2}])
+    assert again[0]["offset"] == out[0]["offset"] + 1

@@ -1,0 +1,162 @@
+"""POST /api/v1/partitions/changed (reference 1.4): creation order, cursors,
+BAD_CURSOR, since, limit, safeTime."""
+import re
+
+import pytest
+
+ISO_US = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-"
+                  r"[0-9a-f]{12}$")
+CURSOR = re.compile(r"^p\|\d+$")
+
+
+def names(entry):
+    return [p["name"] for p in entry["partitions"]]
+
+
+def test_answer_shape_and_partition_fields(broker):
+    out = broker.push([{"queue": "c", "partition": "p", "payload": i}
+                       for i in range(3)])
+    r = broker.post("/api/v1/partitions/changed",
+                    {"entries": [{"queue": "c"}]})
+    assert r.status == 200
+    assert [k for k, _ in r.pairs()] == ["safeTime", "safeTimeDegraded",
+                                         "entries"]
+    j = r.json()
+    assert ISO_US.match(j["safeTime"]) and j["safeTimeDegraded"] is False
+    e = j["entries"][0]
+    assert e["queue"] == "c" and e["next"] is None
+    p = e["partitions"][0]
+    assert list(p) == ["name", "id", "lastOffset", "logStart", "lastWriteAt"]
+    assert p["name"] == "p" and UUID.match(p["id"])
+    assert p["lastOffset"] == 2 and p["logStart"] == 0
+    recs = broker.fetch_one("c", "p")["records"]
+    assert p["lastWriteAt"] == recs[-1]["ts"]
+    assert out[-1]["offset"] == 2
+
+
+def test_partitions_are_listed_in_creation_order(broker):
+    broker.push([{"queue": "ord", "partition": "zeta", "payload": 1}])
+    broker.push([{"queue": "ord", "partition": "alpha", "payload": 1},
+                 {"queue": "ord", "partition": "mid", "payload": 1}])
+    broker.push([{"queue": "ord", "partition": "zeta", "payload": 2}])
+    e = broker.changed([{"queue": "ord"}])["entries"][0]
+    assert names(e) == ["zeta", "alpha", "mid"]
+
+
+def test_unknown_queue_is_an_entry_error_checked_before_the_cursor(broker):
+    e = broker.changed([{"queue": "nope"},
+                        {"queue": "nope", "after": "garbage"}])["entries"]
+    assert e == [{"queue": "nope", "error": "UNKNOWN_TOPIC_OR_PARTITION"}] * 2
+
+
+@pytest.mark.parametrize("after", ["t|1|a", "n|a", "p|", "p|x", "garbage",
+                                   "p|1x", 5, True])
+def test_bad_cursor_is_an_entry_error(broker, after):
+    broker.push([{"queue": "bc", "partition": "a", "payload": 1}])
+    e = broker.changed([{"queue": "bc", "after": after}])["entries"][0]
+    assert e["error"] == "BAD_CURSOR"
+    assert e.get("partitions", []) == []
+
+
+def test_empty_or_null_cursor_starts_at_the_beginning(broker):
+    broker.push([{"queue": "ec", "partition": x, "payload": 1}
+                 for x in ("a", "b")])
+    for after in ("", None):
+        e = broker.changed([{"queue": "ec", "after": after}])["entries"][0]
+        assert names(e) == ["a", "b"]
+
+
+def test_cursor_paging_over_2500_partitions(broker):
+    parts = ["part-%04d" % i for i in range(2500)]
+    for start in range(0, 2500, 500):
+        broker.push([{"queue": "big", "partition": p, "payload": 1}
+                     for p in parts[start:start + 500]])
+    seen = []
+    after = None
+    pages = []
+    while True:
+        e = broker.changed([{"queue": "big", "after": after,
+                             "limit": 1000}])["entries"][0]
+        pages.append(len(e["partitions"]))
+        seen += names(e)
+        if e["next"] is None:
+            break
+        assert CURSOR.match(e["next"]), e["next"]
+        after = e["next"]
+        assert len(pages) < 10
+    assert pages == [1000, 1000, 500]
+    assert seen == parts
+
+
+def test_exactly_full_last_page_costs_one_more_empty_call(broker):
+    broker.push([{"queue": "full", "partition": x, "payload": 1}
+                 for x in ("a", "b", "c")])
+    e = broker.changed([{"queue": "full", "limit": 3}])["entries"][0]
+    assert names(e) == ["a", "b", "c"] and CURSOR.match(e["next"])
+    e2 = broker.changed([{"queue": "full", "limit": 3,
+                          "after": e["next"]}])["entries"][0]
+    assert e2["partitions"] == [] and e2["next"] is None
+
+
+def test_limit_defaults_to_1000_and_is_clamped(broker):
+    parts = ["l%04d" % i for i in range(1001)]
+    for start in range(0, 1001, 500):
+        broker.push([{"queue": "lim", "partition": p, "payload": 1}
+                     for p in parts[start:start + 500]])
+    e = broker.changed([{"queue": "lim"}])["entries"][0]
+    assert len(e["partitions"]) == 1000 and e["next"] is not None
+    e = broker.changed([{"queue": "lim", "limit": 5000}])["entries"][0]
+    assert len(e["partitions"]) == 1000
+    e = broker.changed([{"queue": "lim", "limit": 0}])["entries"][0]
+    assert names(e) == ["l0000"] and CURSOR.match(e["next"])
+    e = broker.changed([{"queue": "lim", "limit": -3}])["entries"][0]
+    assert len(e["partitions"]) == 1
+
+
+def test_since_keeps_partitions_written_at_or_after_it(broker):
+    broker.push([{"queue": "sn", "partition": "old", "payload": 1}])
+    broker.push([{"queue": "sn", "partition": "new", "payload": 1}])
+    e = broker.changed([{"queue": "sn"}])["entries"][0]
+    old_at, new_at = [p["lastWriteAt"] for p in e["partitions"]]
+    assert old_at < new_at
+    e = broker.changed([{"queue": "sn", "since": new_at}])["entries"][0]
+    assert names(e) == ["new"]
+    e = broker.changed([{"queue": "sn", "since": old_at}])["entries"][0]
+    assert names(e) == ["old", "new"]
+    e = broker.changed([{"queue": "sn", "since": None}])["entries"][0]
+    assert names(e) == ["old", "new"]
+
+
+def test_unparsable_since_refuses_the_call(broker):
+    broker.push([{"queue": "bs", "payload": 1}])
+    r = broker.post("/api/v1/partitions/changed",
+                    {"entries": [{"queue": "bs"},
+                                 {"queue": "bs", "since": "yesterday"}]})
+    assert r.status == 400
+    assert r.json() == {
+        "error": "bad body: entry 1: since is not a timestamp: yesterday"}
+
+
+def test_more_than_1024_entries_is_refused(broker):
+    r = broker.post("/api/v1/partitions/changed",
+                    {"entries": [{"queue": "x"}] * 1025})
+    assert r.status == 400 and r.json() == {"error": "too many entries"}
+
+
+def test_safe_time_is_at_least_every_applied_stamp(broker):
+    for i in range(5):
+        broker.push([{"queue": "sf", "partition": "p%d" % (i % 2),
+                      "payload": i}])
+        j = broker.changed([{"queue": "sf"}])
+        stamps = [p["lastWriteAt"] for p in j["entries"][0]["partitions"]]
+        assert all(j["safeTime"] >= s for s in stamps), (j["safeTime"],
+                                                         stamps)
+
+
+def test_new_records_are_stamped_above_an_earlier_safe_time(broker):
+    broker.push([{"queue": "above", "partition": "a", "payload": 1}])
+    safe = broker.changed([{"queue": "above"}])["safeTime"]
+    broker.push([{"queue": "above", "partition": "a", "payload": 2}])
+    recs = broker.fetch_one("above", "a")["records"]
+    assert recs[-1]["ts"] > safe

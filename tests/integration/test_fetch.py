@@ -1,0 +1,206 @@
+"""POST /api/v1/fetch (reference 1.3): bounds, errors, limits, long poll."""
+import threading
+import time
+
+import rawjson
+from conftest import wait_until
+
+MIB = 1024 * 1024
+ENTRY_KEYS = ["queue", "partition", "records", "highWatermark",
+              "logStartOffset"]
+
+
+def push_n(broker, queue, partition, n, payload=lambda i: i, batch=1000):
+    for start in range(0, n, batch):
+        broker.push([{"queue": queue, "partition": partition,
+                      "payload": payload(i)}
+                     for i in range(start, min(n, start + batch))])
+
+
+def test_answer_shape_and_record_keys(broker):
+    broker.push([{"queue": "f", "partition": "p", "transactionId": "t0",
+                  "payload": {"a": 1}}])
+    r = broker.post("/api/v1/fetch",
+                    {"entries": [{"queue": "f", "partition": "p",
+                                  "offset": 0}]})
+    assert r.status == 200
+    root = r.pairs()
+    assert [k for k, _ in root] == ["entries"]
+    entry = root[0][1][0]
+    assert [k for k, _ in entry] == ENTRY_KEYS
+    e = r.json()["entries"][0]
+    assert e["queue"] == "f" and e["partition"] == "p"
+    assert e["highWatermark"] == 1 and e["logStartOffset"] == 0
+    assert "error" not in e
+    rec = r.pairs()[0][1][0][2][1][0]
+    assert [k for k, _ in rec] == ["offset", "transactionId", "payload",
+                                   "ts"]
+    assert e["records"][0]["offset"] == 0
+    assert e["records"][0]["transactionId"] == "t0"
+    assert e["records"][0]["payload"] == {"a": 1}
+
+
+def test_entries_answer_in_request_order(broker):
+    broker.push([{"queue": "o", "partition": x, "payload": x}
+                 for x in ("a", "b", "c")])
+    out = broker.fetch([{"queue": "o", "partition": x, "offset": 0}
+                        for x in ("c", "a", "b")])
+    assert [e["partition"] for e in out["entries"]] == ["c", "a", "b"]
+    assert [e["records"][0]["payload"] for e in out["entries"]] == \
+        ["c", "a", "b"]
+
+
+def test_unknown_queue_is_unknown_topic_with_zero_bounds(broker):
+    e = broker.fetch_one("nowhere", "p", 0)
+    assert e["error"] == "UNKNOWN_TOPIC_OR_PARTITION"
+    assert e["records"] == []
+    assert e["highWatermark"] == 0 and e["logStartOffset"] == 0
+
+
+def test_unwritten_partition_of_a_known_queue_is_empty_not_an_error(broker):
+    broker.push([{"queue": "k", "partition": "written", "payload": 1}])
+    e = broker.fetch_one("k", "never", 0)
+    assert "error" not in e
+    assert e["records"] == []
+    assert e["highWatermark"] == 0 and e["logStartOffset"] == 0
+
+
+def test_offset_past_high_watermark_is_out_of_range(broker):
+    push_n(broker, "r", "p", 3)
+    e = broker.fetch_one("r", "p", 4)
+    assert e["error"] == "OFFSET_OUT_OF_RANGE"
+    assert e["records"] == []
+    assert e["highWatermark"] == 3 and e["logStartOffset"] == 0
+
+
+def test_offset_at_high_watermark_is_end_of_log(broker):
+    push_n(broker, "r", "p", 3)
+    e = broker.fetch_one("r", "p", 3)
+    assert "error" not in e and e["records"] == []
+    assert e["highWatermark"] == 3
+
+
+def test_reads_start_at_the_requested_offset(broker):
+    push_n(broker, "s", "p", 10)
+    e = broker.fetch_one("s", "p", 7)
+    assert [r["offset"] for r in e["records"]] == [7, 8, 9]
+    assert [r["payload"] for r in e["records"]] == [7, 8, 9]
+
+
+def test_negative_offset_refuses_the_whole_call(broker):
+    push_n(broker, "n", "p", 1)
+    r = broker.post("/api/v1/fetch", {"entries": [
+        {"queue": "n", "partition": "p", "offset": 0},
+        {"queue": "n", "partition": "p", "offset": -1}]})
+    assert r.status == 400
+    assert r.json() == {"error": "offset must be non-negative"}
+
+
+def test_more_than_1024_entries_is_refused(broker):
+    entries = [{"queue": "x", "offset": 0}] * 1025
+    r = broker.post("/api/v1/fetch", {"entries": entries})
+    assert r.status == 400 and r.json() == {"error": "too many entries"}
+    r = broker.post("/api/v1/fetch", {"entries": entries[:1024]})
+    assert r.status == 200 and len(r.json()["entries"]) == 1024
+
+
+def test_unparsable_body_is_bad_body(broker):
+    for body in (b"{", b"[]", b'{"entries":5}', b'{"entries":[{"queue":1}]}',
+                 b'{"entries":[{"queue":"q"}]}'):
+        r = broker.post("/api/v1/fetch", body)
+        assert r.status == 400, (body, r)
+        assert r.json()["code"] == "bad_body"
+
+
+def test_numeric_partition_reads_its_decimal_name(broker):
+    broker.push([{"queue": "num", "partition": "7", "payload": "seven"}])
+    e = broker.fetch([{"queue": "num", "partition": 7, "offset": 0}])
+    assert e["entries"][0]["records"][0]["payload"] == "seven"
+
+
+def test_first_record_is_delivered_even_above_max_bytes(broker):
+    push_n(broker, "mb", "p", 3, payload=lambda i: "x" * 1000)
+    e = broker.fetch_one("mb", "p", 0, maxBytes=10)
+    assert [r["offset"] for r in e["records"]] == [0]
+
+
+def test_max_bytes_counts_payload_lengths(broker):
+    # each payload is "x..." of 98 chars + 2 quotes = 100 bytes
+    push_n(broker, "w", "p", 10, payload=lambda i: "x" * 98)
+    assert len(broker.fetch_one("w", "p", 0, maxBytes=300)["records"]) == 3
+    assert len(broker.fetch_one("w", "p", 0, maxBytes=299)["records"]) == 2
+    # maxBytes below 1 is clamped to 1: still the first record only.
+    assert len(broker.fetch_one("w", "p", 0, maxBytes=0)["records"]) == 1
+
+
+def test_max_bytes_defaults_to_1mib_and_is_clamped_to_8mib(broker):
+    quarter = "y" * (MIB // 4 - 2)  # 256 KiB with the quotes
+    for _ in range(40):
+        broker.push([{"queue": "clamp", "payload": quarter}])
+    e = broker.fetch_one("clamp", "Default", 0)
+    assert len(e["records"]) == 4
+    e = broker.fetch_one("clamp", "Default", 0, maxBytes=100 * MIB)
+    assert len(e["records"]) == 32
+
+
+def test_at_most_10000_records_per_entry(broker):
+    push_n(broker, "many", "p", 10050, payload=lambda i: 1, batch=2000)
+    e = broker.fetch_one("many", "p", 0, maxBytes=8 * MIB)
+    assert len(e["records"]) == 10000
+    assert e["records"][-1]["offset"] == 9999
+    assert e["highWatermark"] == 10050
+
+
+def test_null_payload_reads_as_null(broker):
+    broker.push([{"queue": "nul", "payload": None}])
+    r = broker.post("/api/v1/fetch",
+                    {"entries": [{"queue": "nul", "offset": 0}]})
+    assert rawjson.fetch_payloads(r.body) == [b"null"]
+
+
+def test_long_poll_returns_when_a_push_applies(broker):
+    broker.push([{"queue": "lp", "payload": 0}])
+    got = {}
+
+    def poll():
+        t0 = time.monotonic()
+        got["answer"] = broker.fetch([{"queue": "lp", "offset": 1}],
+                                     maxWaitMs=10000, minBytes=1)
+        got["elapsed"] = time.monotonic() - t0
+
+    t = threading.Thread(target=poll)
+    t.start()
+    wait_until(lambda: broker.metric("queen_fetch_waiting") == 1, 10,
+               "the long poll to wait in the broker")
+    broker.push([{"queue": "lp", "payload": 1}])
+    t.join(15)
+    assert not t.is_alive()
+    recs = got["answer"]["entries"][0]["records"]
+    assert [r["payload"] for r in recs] == [1]
+    assert got["elapsed"] < 8
+
+
+def test_long_poll_gives_up_at_max_wait(broker):
+    broker.push([{"queue": "idle", "payload": 0}])
+    t0 = time.monotonic()
+    out = broker.fetch([{"queue": "idle", "offset": 1}], maxWaitMs=700,
+                       minBytes=1)
+    elapsed = time.monotonic() - t0
+    assert out["entries"][0]["records"] == []
+    assert 0.6 <= elapsed < 5, elapsed
+
+
+def test_long_poll_answers_at_once_on_an_entry_error(broker):
+    t0 = time.monotonic()
+    out = broker.fetch([{"queue": "ghost", "offset": 0}], maxWaitMs=5000)
+    assert out["entries"][0]["error"] == "UNKNOWN_TOPIC_OR_PARTITION"
+    assert time.monotonic() - t0 < 3
+
+
+def test_min_bytes_zero_answers_without_waiting(broker):
+    broker.push([{"queue": "mz", "payload": 0}])
+    t0 = time.monotonic()
+    out = broker.fetch([{"queue": "mz", "offset": 1}], maxWaitMs=5000,
+                       minBytes=0)
+    assert out["entries"][0]["records"] == []
+    assert time.monotonic() - t0 < 3
