@@ -22,7 +22,10 @@ struct uuid7_gen {
     int has_last;     /* an id was made */
 };
 
-#define UUID7_GEN_INIT ((struct uuid7_gen){0, 0, 0})
+#define UUID7_GEN_INIT \
+    {                  \
+        0, 0, 0        \
+    }
 
 /* Pure: make one id from the clock value and 8 random bytes. */
 void uuid7_make(struct uuid7_gen *g, uint64_t now_ms, const uint8_t rnd[8],
