@@ -1,0 +1,63 @@
+/* Fuzz target for the JSON scanner: arbitrary bytes must never crash or
+ * leak; json_validate and json_parse (with full and shallow tokens) must
+ * agree; every token's span lies inside the input and starts with the byte
+ * its type implies; unescaped strings and escaped output stay valid JSON. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check_tokens(const struct json_doc *d, size_t size)
+{
+    static const char first[] = {'n', 'f', 't', '\0', '"', '[', '{'};
+    struct buf b;
+    struct err err;
+
+    buf_init(&b, BUF_UNLIMITED);
+    for (uint32_t i = 0; i < d->ntoks; i++) {
+        const struct json_tok *t = &d->toks[i];
+        char c = d->text[t->start];
+        ASSERT((size_t)t->start + t->len <= size && t->len > 0);
+        ASSERT(t->next == 0 || t->next > i);
+        if (t->type == JSON_NUMBER) {
+            ASSERT(c == '-' || (c >= '0' && c <= '9'));
+        } else {
+            ASSERT(c == first[t->type]);
+        }
+        if (t->type == JSON_STRING) {
+            buf_reset(&b);
+            ASSERT(json_get_str(d, (int)i, &b, &err) == 0);
+            buf_reset(&b);
+            ASSERT(json_escape(&b, d->text + t->start, t->len, &err) == 0);
+            ASSERT(json_validate(b.data, b.len, 8, &err) == 0);
+        }
+    }
+    buf_free(&b);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const char *s = (const char *)data;
+    struct json_limits shallow = {64, 1, 0};
+    struct json_limits full = {64, 64, 0};
+    struct json_doc d;
+    struct err err;
+    int v = json_validate(s, size, 64, &err);
+    int p = json_parse(&d, s, size, &full, &err);
+
+    ASSERT((v == 0) == (p == 0));
+    if (p == 0) {
+        check_tokens(&d, size);
+        json_doc_free(&d);
+    }
+    p = json_parse(&d, s, size, &shallow, &err);
+    ASSERT((v == 0) == (p == 0));
+    if (p == 0) {
+        ASSERT(d.ntoks >= 1 && d.toks[0].len + d.toks[0].start <= size);
+        check_tokens(&d, size);
+        json_doc_free(&d);
+    }
+    return 0;
+}
