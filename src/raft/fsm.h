@@ -25,10 +25,12 @@
 #ifndef QUEEN_RAFT_FSM_H
 #define QUEEN_RAFT_FSM_H
 
+#include <lmdb.h>
 #include <raft.h>
 #include <stdint.h>
 
 #include "base/err.h"
+#include "raft/cmd.h"
 #include "store/store.h"
 
 enum fsm_item_status {
@@ -70,6 +72,31 @@ void fsm_free(struct fsm *f);
  * write failed (nothing changed). */
 int fsm_apply_entry(struct fsm *f, uint64_t index, const void *p, size_t len,
                     const struct fsm_result **res, struct err *err);
+
+/* Apply hook for the reserved command types (CMD_KV, CMD_CONFIGURE,
+ * CMD_RETENTION): their owners register a handler that applies h (stamp and
+ * body borrowed) inside txn, the entry's one write transaction, and fills
+ * res (res->items is NULL; use res->code/msg, or keep answers of their own
+ * keyed by res->index). Return 0, or an ERR_* to abort the transaction and
+ * fail the entry (ERR_IO / ERR_FULL only: a deterministic refusal must be a
+ * result, not an error, so every node applies the same). The handler must be
+ * deterministic. Register before the first entry applies (node_config's
+ * handlers do it inside node_start()). */
+typedef int (*fsm_apply_fn)(void *arg, struct store *s, MDB_txn *txn,
+                            const struct cmd_header *h, struct fsm_result *res,
+                            struct err *err);
+void fsm_set_handler(struct fsm *f, int type, fsm_apply_fn fn, void *arg);
+
+/* Node only: the raft instance whose last_applied names the entry being
+ * applied (libraft's apply does not pass the index). */
+void fsm_attach_raft(struct fsm *f, struct raft *r);
+
+/* Snapshot primitives (also used by tests): take fills b with raft_malloc'd
+ * bytes (header + compact copy); restore replaces the store unless it
+ * already applied the snapshot's index (then it does nothing). Borrows p. */
+int fsm_snapshot_take(struct fsm *f, struct raft_buffer *b, struct err *err);
+int fsm_snapshot_restore(struct fsm *f, const void *p, size_t len,
+                         struct err *err);
 
 /* The stamp of the latest applied entry (== store safe time), loop thread. */
 int64_t fsm_greatest_stamp(const struct fsm *f);

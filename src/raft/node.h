@@ -50,6 +50,10 @@ struct node_config {
     unsigned heartbeat_timeout_ms; /* 0 = 100 */
     unsigned snapshot_threshold;   /* 0 = 262144 entries */
     unsigned snapshot_trailing;    /* 0 = 8192 entries */
+    /* Apply handlers of the reserved command types (fsm_set_handler()),
+     * registered before raft replays anything; NULL = unsupported. */
+    fsm_apply_fn handlers[CMD_TYPE_COUNT];
+    void *handler_args[CMD_TYPE_COUNT];
 };
 
 enum node_role {

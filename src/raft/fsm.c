@@ -1,0 +1,523 @@
+/* The state machine: applies raft commands (raft/cmd.h) to the store, takes
+ * and restores snapshots.
+ *
+ * Why it is shaped like this: libraft hands us one entry at a time and passes
+ * the `result` pointer we return to the proposer's raft_apply callback, right
+ * after our apply returns, on the same thread. On followers there is no
+ * proposer and libraft simply drops the pointer. So the result lives in the
+ * fsm and is overwritten by the next apply: no per-entry allocation, nothing
+ * to leak on followers.
+ *
+ * Persistent FSM: the store survives restarts, raft does not know that and
+ * replays entries since its last snapshot (on a follower, only once it hears
+ * the commit index). Entries at or below meta.applied are skipped (1); every
+ * effect commits with the new applied index in one transaction (2).
+ *
+ * Snapshots are a compact LMDB copy prefixed by a 16-byte header:
+ * OFFSET SIZE DESCRIPTION
+ *      0    8 magic "QSNAP001"
+ *      8    8 applied index of the copy (u64)
+ *     16    . data.mdb of mdb_env_copy2(MDB_CP_COMPACT)
+ * A restore whose applied index is at or below the store's own is skipped:
+ * the store is already ahead, and raft's replay after it is skipped by (1). */
+#include "raft/fsm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/xalloc.h"
+#include "store/schema.h"
+#include "store/store_impl.h"
+
+#define SNAP_MAGIC      "QSNAP001"
+#define SNAP_HEADER_LEN 16
+#define SWEEP_PER_ENTRY 64
+
+/* A partition touched by the command being applied. */
+struct touched {
+    struct slice queue; /* into the entry */
+    struct slice name;  /* into the entry */
+    struct store_wpart part;
+    int32_t dedup_window_seconds;
+    int64_t first_new; /* first offset appended by this command, -1 none */
+};
+
+struct fsm {
+    struct store *store;
+    struct fsm_result result;
+    size_t cap_items;
+    struct cmd_push_item *items; /* the command's items, slices borrowed */
+    uint32_t *slots;             /* intra-request table: item index + 1 */
+    size_t cap_slots;
+    struct touched *touched;
+    size_t n_touched;
+    size_t cap_touched;
+    fsm_apply_fn handlers[CMD_TYPE_COUNT];
+    void *handler_args[CMD_TYPE_COUNT];
+    struct raft *raft; /* for the index of the entry being applied */
+};
+
+static uint64_t hash_bytes(uint64_t h, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ (unsigned char)p[i]) * 0x100000001b3ULL;
+    }
+    return (h ^ n) * 0x9e3779b97f4a7c15ULL;
+}
+
+static bool slice_eq(struct slice a, struct slice b)
+{
+    return a.len == b.len && (a.len == 0 || memcmp(a.ptr, b.ptr, a.len) == 0);
+}
+
+static void ensure_capacity(struct fsm *f, uint32_t n)
+{
+    size_t slots = 16;
+
+    if (n > f->cap_items) {
+        f->items = xrealloc(f->items, n * sizeof(*f->items));
+        f->result.items =
+            xrealloc(f->result.items, n * sizeof(*f->result.items));
+        f->cap_items = n;
+    }
+    while (slots < (size_t)n * 2) {
+        slots *= 2;
+    }
+    if (slots > f->cap_slots) {
+        f->slots = xrealloc(f->slots, slots * sizeof(*f->slots));
+        f->cap_slots = slots;
+    }
+    memset(f->slots, 0, f->cap_slots * sizeof(*f->slots));
+    f->n_touched = 0;
+}
+
+/* The earlier item with the same (queue, partition, txn), or -1; registers i
+ * when there is none. Items with an empty txn never collapse. */
+static long intra_leader(struct fsm *f, uint32_t i)
+{
+    const struct cmd_push_item *it = &f->items[i];
+    uint64_t h = 0xcbf29ce484222325ULL;
+    size_t mask = f->cap_slots - 1;
+    size_t at;
+
+    if (it->txn.len == 0) {
+        return -1;
+    }
+    h = hash_bytes(h, it->queue.ptr, it->queue.len);
+    h = hash_bytes(h, it->partition.ptr, it->partition.len);
+    h = hash_bytes(h, it->txn.ptr, it->txn.len);
+    for (at = h & mask; f->slots[at] != 0; at = (at + 1) & mask) {
+        const struct cmd_push_item *o = &f->items[f->slots[at] - 1];
+
+        if (slice_eq(o->queue, it->queue) &&
+            slice_eq(o->partition, it->partition) &&
+            slice_eq(o->txn, it->txn)) {
+            return (long)f->slots[at] - 1;
+        }
+    }
+    f->slots[at] = i + 1;
+    return -1;
+}
+
+static struct touched *touch(struct fsm *f, MDB_txn *txn,
+                             const struct cmd_header *h,
+                             const struct cmd_push_item *it, struct err *err)
+{
+    struct store_wqueue q;
+    struct touched *t;
+
+    for (size_t i = f->n_touched; i > 0; i--) {
+        t = &f->touched[i - 1];
+        if (slice_eq(t->name, it->partition) && slice_eq(t->queue, it->queue)) {
+            return t;
+        }
+    }
+    if (f->n_touched == f->cap_touched) {
+        f->cap_touched = f->cap_touched ? f->cap_touched * 2 : 16;
+        f->touched = xrealloc(f->touched, f->cap_touched * sizeof(*t));
+    }
+    t = &f->touched[f->n_touched];
+    if (store_wqueue_get(f->store, txn, h->tenant, it->queue, h->stamp, &q,
+                         err) != 0 ||
+        store_wpart_get(f->store, txn, h->tenant, it->queue, q.id,
+                        it->partition, h->stamp, &t->part, err) != 0) {
+        return NULL;
+    }
+    t->queue = it->queue;
+    t->name = it->partition;
+    t->dedup_window_seconds = q.dedup_window_seconds;
+    t->first_new = -1;
+    f->n_touched++;
+    return t;
+}
+
+/* Apply item i: a stored duplicate, or a new record. */
+static int push_item(struct fsm *f, MDB_txn *txn, const struct cmd_header *h,
+                     uint32_t i, struct err *err)
+{
+    const struct cmd_push_item *it = &f->items[i];
+    struct fsm_item_result *r = &f->result.items[i];
+    struct store_dedup_row row;
+    uint8_t hash[SCHEMA_HASH_LEN];
+    struct touched *t = touch(f, txn, h, it, err);
+    int rc;
+
+    if (t == NULL) {
+        return err->code;
+    }
+    if (it->txn.len > 0) {
+        store_txn_hash(it->txn, hash);
+        rc = store_wdedup_get(f->store, txn, t->part.queue_id, hash, &row, err);
+        if (rc == 0 &&
+            row.stamp >=
+                h->stamp - (int64_t)t->dedup_window_seconds * 1000000) {
+            r->status = FSM_ITEM_DUPLICATE;
+            r->offset = row.offset;
+            memcpy(r->message_id, row.message_id, 16);
+            return 0;
+        }
+        if (rc != 0 && rc != ERR_NOT_FOUND) {
+            return rc;
+        }
+    }
+    r->status = FSM_ITEM_QUEUED;
+    r->offset = t->part.last_offset + 1;
+    memcpy(r->message_id, it->message_id, 16);
+    if (store_wrecord_put(f->store, txn, t->part.id, r->offset, h->stamp,
+                          it->message_id, it->txn, it->payload,
+                          t->part.id + 1 == f->store->next_part, err) != 0) {
+        return err->code;
+    }
+    if (t->first_new < 0) {
+        t->first_new = r->offset;
+    }
+    t->part.last_offset = r->offset;
+    t->part.last_write_at = h->stamp;
+    if (it->txn.len == 0) {
+        return 0;
+    }
+    row.offset = r->offset;
+    row.partition_id = t->part.id;
+    row.stamp = h->stamp;
+    memcpy(row.message_id, it->message_id, 16);
+    return store_wdedup_put(f->store, txn, t->part.queue_id, hash, &row,
+                            t->dedup_window_seconds, err);
+}
+
+static int push_finish(struct fsm *f, MDB_txn *txn, int64_t stamp,
+                       struct err *err)
+{
+    for (size_t i = 0; i < f->n_touched; i++) {
+        struct touched *t = &f->touched[i];
+
+        if (t->first_new < 0 && !t->part.created) {
+            continue;
+        }
+        if (store_wpart_put(f->store, txn, t->name, &t->part, err) != 0) {
+            return err->code;
+        }
+        if (t->first_new >= 0 &&
+            store_wappend_put(f->store, txn, t->part.id, t->first_new,
+                              t->part.last_offset, stamp, err) != 0) {
+            return err->code;
+        }
+    }
+    return store_wdedup_sweep(f->store, txn, stamp, SWEEP_PER_ENTRY, err);
+}
+
+static int apply_push(struct fsm *f, MDB_txn *txn, const struct cmd_header *h,
+                      struct err *err)
+{
+    struct cmd_push_iter it;
+    uint32_t n;
+    int rc;
+
+    if (cmd_push_validate(h->body, &n, err) != 0) {
+        f->result.code = ERR_CORRUPT;
+        snprintf(f->result.msg, sizeof(f->result.msg), "%.159s", err->msg);
+        return 0; /* (3): a no-op every node agrees on */
+    }
+    ensure_capacity(f, n);
+    cmd_push_iter_init(&it, h->body, err);
+    for (uint32_t i = 0; i < n; i++) {
+        cmd_push_next(&it, &f->items[i], err);
+    }
+    f->result.n_items = n;
+    for (uint32_t i = 0; i < n; i++) {
+        long lead = intra_leader(f, i);
+        struct fsm_item_result *r = &f->result.items[i];
+
+        if (lead >= 0) {
+            *r = f->result.items[lead];
+            if (r->status != FSM_ITEM_ERROR) {
+                r->status = FSM_ITEM_DUPLICATE;
+            }
+            continue;
+        }
+        if ((rc = push_item(f, txn, h, i, err)) != 0) {
+            return rc;
+        }
+    }
+    return push_finish(f, txn, h->stamp, err);
+}
+
+static int apply_cmd(struct fsm *f, MDB_txn *txn, const void *p, size_t len,
+                     int64_t *stamp, struct err *err)
+{
+    struct cmd_header h;
+    struct err derr = {0};
+
+    if (cmd_decode_header(p, len, &h, &derr) != 0) {
+        f->result.code = ERR_CORRUPT;
+        snprintf(f->result.msg, sizeof(f->result.msg), "%.159s", derr.msg);
+        log_warn("fsm", "entry %" PRIu64 " is not a command: %s",
+                 f->result.index, derr.msg);
+        return 0; /* (3) */
+    }
+    f->result.type = h.type;
+    f->result.stamp = h.stamp;
+    *stamp = h.stamp;
+    switch (h.type) {
+    case CMD_NOOP:
+        return 0;
+    case CMD_PUSH:
+        return apply_push(f, txn, &h, err);
+    default:
+        if (f->handlers[h.type] != NULL) {
+            return f->handlers[h.type](f->handler_args[h.type], f->store, txn,
+                                       &h, &f->result, err);
+        }
+        f->result.code = ERR_INVALID;
+        snprintf(f->result.msg, sizeof(f->result.msg),
+                 "unsupported command type %s", cmd_type_name(h.type));
+        return 0;
+    }
+}
+
+int fsm_apply_entry(struct fsm *f, uint64_t index, const void *p, size_t len,
+                    const struct fsm_result **res, struct err *err)
+{
+    MDB_txn *txn;
+    int64_t stamp = 0;
+    uint64_t next_queue = f->store->next_queue;
+    uint64_t next_part = f->store->next_part;
+
+    *res = NULL;
+    if (index <= store_applied_index(f->store)) {
+        return 0; /* (1) */
+    }
+    memset(&f->result, 0, offsetof(struct fsm_result, items));
+    f->result.index = index;
+    f->result.type = -1;
+    if (store_wbegin(f->store, &txn, err) != 0) {
+        return err->code;
+    }
+    if (apply_cmd(f, txn, p, len, &stamp, err) != 0) {
+        store_wabort(f->store, txn);
+        goto out_restore;
+    }
+    if (store_wcommit(f->store, txn, index, stamp, err) != 0) {
+        goto out_restore;
+    }
+    *res = &f->result;
+    return 0;
+out_restore:
+    /* The counters moved for rows that were rolled back. */
+    f->store->next_queue = next_queue;
+    f->store->next_part = next_part;
+    return err_wrap(err, "apply entry %" PRIu64, index);
+}
+
+static int fsm_raft_apply(struct raft_fsm *rf, const struct raft_buffer *buf,
+                          void **result)
+{
+    struct fsm *f = rf->data;
+    const struct fsm_result *res;
+    struct err err = {0};
+    /* libraft does not pass the index; it applies entry last_applied + 1
+     * and advances last_applied after we return (barriers and
+     * configuration entries advance it without reaching us). */
+    uint64_t index = f->raft != NULL ? f->raft->last_applied + 1
+                                     : store_applied_index(f->store) + 1;
+
+    if (fsm_apply_entry(f, index, buf->base, buf->len, &res, &err) != 0) {
+        log_error("fsm", "%s", err.msg);
+        *result = NULL;
+        return RAFT_IOERR;
+    }
+    *result = (void *)(uintptr_t)res;
+    return 0;
+}
+
+/* Read a whole file into a raft_malloc'd buffer after `skip` bytes of room. */
+static int read_file(const char *path, size_t skip, struct raft_buffer *b,
+                     struct err *err)
+{
+    struct stat st;
+    size_t off = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        err_set(err, ERR_IO, "open %s: %s", path, strerror(errno));
+        goto out_close;
+    }
+    b->len = skip + (size_t)st.st_size;
+    b->base = raft_malloc(b->len);
+    if (b->base == NULL) {
+        err_set(err, ERR_IO, "snapshot of %zu B: out of memory", b->len);
+        goto out_close;
+    }
+    while (off < (size_t)st.st_size) {
+        ssize_t r =
+            read(fd, (char *)b->base + skip + off, (size_t)st.st_size - off);
+
+        if (r < 0 && errno == EINTR) {
+            continue;
+        }
+        if (r <= 0) {
+            err_set(err, ERR_IO, "read %s: %s", path,
+                    r == 0 ? "short file" : strerror(errno));
+            raft_free(b->base);
+            b->base = NULL;
+            goto out_close;
+        }
+        off += (size_t)r;
+    }
+    close(fd);
+    return 0;
+out_close:
+    if (fd >= 0) {
+        close(fd);
+    }
+    return err->code;
+}
+
+/* Take a snapshot: the applied index and a compact copy of the store. */
+int fsm_snapshot_take(struct fsm *f, struct raft_buffer *b, struct err *err)
+{
+    char path[4096];
+    int rc;
+
+    snprintf(path, sizeof(path), "%s/snapshot.mdb.tmp", store_dir(f->store));
+    unlink(path);
+    if (store_copy_compact(f->store, path, err) != 0) {
+        return err->code;
+    }
+    rc = read_file(path, SNAP_HEADER_LEN, b, err);
+    unlink(path);
+    if (rc != 0) {
+        return rc;
+    }
+    memcpy(b->base, SNAP_MAGIC, 8);
+    be64_put((uint8_t *)b->base + 8, store_applied_index(f->store));
+    return 0;
+}
+
+/* Restore from snapshot bytes; skipped when the store is already at or past
+ * the snapshot's index. */
+int fsm_snapshot_restore(struct fsm *f, const void *p, size_t len,
+                         struct err *err)
+{
+    uint64_t idx;
+
+    if (len < SNAP_HEADER_LEN || memcmp(p, SNAP_MAGIC, 8) != 0) {
+        return err_set(err, ERR_CORRUPT, "snapshot of %zu B has no header",
+                       len);
+    }
+    idx = be64_get((const uint8_t *)p + 8);
+    if (idx <= store_applied_index(f->store)) {
+        log_info("fsm",
+                 "snapshot at %" PRIu64 " skipped: store applied %" PRIu64, idx,
+                 store_applied_index(f->store));
+        return 0;
+    }
+    if (store_replace(f->store, (const uint8_t *)p + SNAP_HEADER_LEN,
+                      len - SNAP_HEADER_LEN, err) != 0) {
+        return err->code;
+    }
+    log_info("fsm", "restored snapshot at %" PRIu64, idx);
+    return 0;
+}
+
+static int fsm_raft_snapshot(struct raft_fsm *rf, struct raft_buffer *bufs[],
+                             unsigned *n_bufs)
+{
+    struct fsm *f = rf->data;
+    struct err err = {0};
+    struct raft_buffer *b = raft_malloc(sizeof(*b));
+
+    if (b == NULL) {
+        return RAFT_NOMEM;
+    }
+    if (fsm_snapshot_take(f, b, &err) != 0) {
+        log_error("fsm", "snapshot: %s", err.msg);
+        raft_free(b);
+        return RAFT_IOERR;
+    }
+    *bufs = b;
+    *n_bufs = 1;
+    return 0;
+}
+
+static int fsm_raft_restore(struct raft_fsm *rf, struct raft_buffer *buf)
+{
+    struct fsm *f = rf->data;
+    struct err err = {0};
+
+    if (fsm_snapshot_restore(f, buf->base, buf->len, &err) != 0) {
+        log_error("fsm", "restore: %s", err.msg);
+        return RAFT_IOERR;
+    }
+    raft_free(buf->base); /* ours on success */
+    return 0;
+}
+
+struct fsm *fsm_new(struct store *store, struct raft_fsm *out)
+{
+    struct fsm *f = xcalloc(1, sizeof(*f));
+
+    f->store = store;
+    memset(out, 0, sizeof(*out));
+    out->version = 1;
+    out->data = f;
+    out->apply = fsm_raft_apply;
+    out->snapshot = fsm_raft_snapshot;
+    out->restore = fsm_raft_restore;
+    return f;
+}
+
+void fsm_free(struct fsm *f)
+{
+    if (f == NULL) {
+        return;
+    }
+    free(f->items);
+    free(f->result.items);
+    free(f->slots);
+    free(f->touched);
+    free(f);
+}
+
+void fsm_set_handler(struct fsm *f, int type, fsm_apply_fn fn, void *arg)
+{
+    ASSERT(type > CMD_PUSH && type < CMD_TYPE_COUNT);
+    f->handlers[type] = fn;
+    f->handler_args[type] = arg;
+}
+
+void fsm_attach_raft(struct fsm *f, struct raft *r)
+{
+    f->raft = r;
+}
+
+int64_t fsm_greatest_stamp(const struct fsm *f)
+{
+    return atomic_load(&f->store->safe_time);
+}

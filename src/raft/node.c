@@ -1,0 +1,611 @@
+/* The raft node: libraft 0.15 with its libuv I/O and TCP transport on the
+ * node loop, the fsm over the store, proposals with stamps, and a clean
+ * close.
+ *
+ * libraft 0.15 traps this file handles (notes/dependencies.md §1):
+ *   - raft_close() with disk writes in flight aborts inside libraft: close
+ *     runs a barrier first (when leader), then waits CLOSE_DELAY_MS on a
+ *     timer, and only then calls raft_close();
+ *   - SIGPIPE kills the process when a peer goes away: ignored at start;
+ *   - a multi-buffer raft_apply calls back after the FIRST entry: we never
+ *     pass more than one buffer;
+ *   - entry buffers come from raft_malloc and belong to raft once
+ *     raft_apply returned 0;
+ *   - the default snapshot threshold costs ~10x throughput: we set a high one;
+ *   - RAFT_CANTBOOTSTRAP on an existing data dir is the normal restart.
+ *
+ * Leadership: libraft 0.15 has no state-change callback, so a 10 ms tick
+ * (and every proposal) looks at raft_state(). A node that finds itself leader
+ * in a term it has not made ready issues a barrier; proposals are refused
+ * until the barrier applied, so a new leader stamps above every entry of the
+ * earlier terms (it has applied them all by then). */
+#include "raft/node.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <raft/uv.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "base/xalloc.h"
+#include "raft/cmd.h"
+#include "store/store_impl.h"
+
+#define TICK_MS          10
+#define CLOSE_DELAY_MS   200
+#define CLOSE_BARRIER_MS 2000
+#define ASYNC_MAX        4096
+#define FULL_RESERVE     ((uint64_t)64 << 20)
+
+struct proposal {
+    struct raft_apply req;
+    struct node *node;
+    node_applied_fn cb;
+    void *arg;
+};
+
+struct async_item {
+    struct async_item *next;
+    int type;
+    void *bytes;
+    size_t len;
+    node_applied_fn cb;
+    void *arg;
+};
+
+struct node {
+    uv_loop_t *loop;
+    struct raft raft;
+    struct raft_io io;
+    struct raft_uv_transport transport;
+    struct raft_fsm rfsm;
+    struct fsm *fsm;
+    struct store *store;
+    uint64_t id;
+    char *address;
+    char *raft_dir;
+    int64_t last_stamp;  /* greatest stamp proposed by this node */
+    uint64_t ready_term; /* term whose barrier applied; 0 = none */
+    bool barrier_pending;
+    struct raft_barrier barrier;
+    uint64_t barrier_term;
+    bool closing;
+    int open_handles; /* our own uv handles not yet closed */
+    uv_timer_t tick;
+    uv_timer_t close_timer;
+    uv_async_t async;
+    pthread_mutex_t mu; /* guards the async queue */
+    struct async_item *q_head;
+    struct async_item *q_tail;
+    size_t q_len;
+    bool q_closed;
+    struct raft_barrier close_barrier;
+    node_closed_fn closed_cb;
+    void *closed_arg;
+};
+
+static int64_t wall_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void node_store_dir(const char *dir, char *out, size_t n)
+{
+    snprintf(out, n, "%s/store", dir);
+}
+
+const char *node_role_name(int role)
+{
+    switch (role) {
+    case NODE_FOLLOWER:
+        return "follower";
+    case NODE_CANDIDATE:
+        return "candidate";
+    case NODE_LEADER_PENDING:
+        return "leader-pending";
+    case NODE_LEADER:
+        return "leader";
+    case NODE_CLOSING:
+        return "closing";
+    default:
+        return "unavailable";
+    }
+}
+
+int node_role(const struct node *n)
+{
+    struct raft *r = (struct raft *)(uintptr_t)&n->raft;
+
+    if (n->closing) {
+        return NODE_CLOSING;
+    }
+    switch (raft_state(r)) {
+    case RAFT_FOLLOWER:
+        return NODE_FOLLOWER;
+    case RAFT_CANDIDATE:
+        return NODE_CANDIDATE;
+    case RAFT_LEADER:
+        return n->ready_term == r->current_term ? NODE_LEADER
+                                                : NODE_LEADER_PENDING;
+    default:
+        return NODE_UNAVAILABLE;
+    }
+}
+
+void node_leader(const struct node *n, uint64_t *id, const char **address)
+{
+    raft_id lid = 0;
+
+    raft_leader((struct raft *)(uintptr_t)&n->raft, &lid, address);
+    *id = lid;
+}
+
+uint64_t node_applied_index(const struct node *n)
+{
+    return store_applied_index(n->store);
+}
+
+uint64_t node_commit_index(const struct node *n)
+{
+    return n->raft.commit_index;
+}
+
+int64_t node_safe_time(const struct node *n)
+{
+    return fsm_greatest_stamp(n->fsm);
+}
+
+struct fsm *node_fsm(struct node *n)
+{
+    return n->fsm;
+}
+
+/* ---- leadership ----------------------------------------------------------
+ */
+
+static void barrier_cb(struct raft_barrier *req, int status)
+{
+    struct node *n = req->data;
+
+    n->barrier_pending = false;
+    if (status == 0 && raft_state(&n->raft) == RAFT_LEADER &&
+        n->raft.current_term == n->barrier_term) {
+        n->ready_term = n->barrier_term;
+        log_info("node", "leader ready in term %" PRIu64 " at index %" PRIu64,
+                 n->ready_term, store_applied_index(n->store));
+    }
+}
+
+/* Become ready if raft made us leader in a term we have not readied. */
+static void check_leadership(struct node *n)
+{
+    int rc;
+
+    if (n->closing || n->barrier_pending ||
+        raft_state(&n->raft) != RAFT_LEADER ||
+        n->ready_term == n->raft.current_term) {
+        return;
+    }
+    n->barrier.data = n;
+    n->barrier_term = n->raft.current_term;
+    rc = raft_barrier(&n->raft, &n->barrier, barrier_cb);
+    if (rc == 0) {
+        n->barrier_pending = true;
+    } else {
+        log_warn("node", "raft_barrier: %s", raft_strerror(rc));
+    }
+}
+
+static void tick_cb(uv_timer_t *t)
+{
+    check_leadership(container_of(t, struct node, tick));
+}
+
+/* ---- proposals -----------------------------------------------------------
+ */
+
+static int raft_err(int rv, struct err *err, const char *what)
+{
+    switch (rv) {
+    case RAFT_NOTLEADER:
+    case RAFT_LEADERSHIPLOST:
+        return err_set(err, ERR_NOT_LEADER, "%s: %s", what, raft_strerror(rv));
+    case RAFT_SHUTDOWN:
+    case RAFT_CANCELED:
+        return err_set(err, ERR_BUSY, "%s: %s", what, raft_strerror(rv));
+    default:
+        return err_set(err, ERR_IO, "%s: %s", what, raft_strerror(rv));
+    }
+}
+
+static void apply_cb(struct raft_apply *req, int status, void *result)
+{
+    struct proposal *p = req->data;
+    struct err err = {0};
+
+    if (status == 0 && result != NULL) {
+        p->cb(p->arg, 0, result, NULL);
+    } else {
+        if (status == 0) {
+            err_set(&err, ERR_IO, "entry was applied before this proposal");
+        } else {
+            raft_err(status, &err, "apply");
+        }
+        p->cb(p->arg, err.code, NULL, &err);
+    }
+    free(p);
+}
+
+static int64_t next_stamp(struct node *n)
+{
+    int64_t s = wall_us();
+    int64_t applied = fsm_greatest_stamp(n->fsm);
+
+    if (s <= n->last_stamp) {
+        s = n->last_stamp + 1;
+    }
+    if (s <= applied) {
+        s = applied + 1;
+    }
+    n->last_stamp = s;
+    return s;
+}
+
+static int check_proposal(struct node *n, int type, const void *cmd, size_t len,
+                          struct err *err)
+{
+    struct cmd_header h;
+
+    if (n->closing) {
+        return err_set(err, ERR_BUSY, "node is closing");
+    }
+    if (cmd_decode_header(cmd, len, &h, err) != 0) {
+        return err_set(err, ERR_INVALID, "not a command: %s", err->msg);
+    }
+    if (h.type != type) {
+        return err_set(err, ERR_INVALID, "command type %d is not %d", h.type,
+                       type);
+    }
+    check_leadership(n);
+    if (raft_state(&n->raft) != RAFT_LEADER) {
+        return err_set(err, ERR_NOT_LEADER, "not the leader");
+    }
+    if (n->ready_term != n->raft.current_term) {
+        return err_set(err, ERR_NOT_LEADER, "leader not ready");
+    }
+    if (store_is_full(n->store, FULL_RESERVE + len)) {
+        return err_set(err, ERR_FULL,
+                       "store is within %" PRIu64 " MiB of its map size",
+                       FULL_RESERVE >> 20);
+    }
+    return 0;
+}
+
+int node_propose(struct node *n, int type, const void *cmd, size_t len,
+                 node_applied_fn cb, void *arg, struct err *err)
+{
+    struct raft_buffer buf;
+    struct proposal *p;
+    int rv;
+
+    if (check_proposal(n, type, cmd, len, err) != 0) {
+        return err->code;
+    }
+    buf.len = len;
+    buf.base = raft_malloc(len);
+    if (buf.base == NULL) {
+        return err_set(err, ERR_BUSY, "raft_malloc %zu B failed", len);
+    }
+    memcpy(buf.base, cmd, len);
+    cmd_set_stamp(buf.base, next_stamp(n));
+    p = xcalloc(1, sizeof(*p));
+    p->req.data = p;
+    p->node = n;
+    p->cb = cb;
+    p->arg = arg;
+    rv = raft_apply(&n->raft, &p->req, &buf, 1, apply_cb);
+    if (rv != 0) {
+        raft_free(buf.base);
+        free(p);
+        return raft_err(rv, err, "raft_apply");
+    }
+    return 0;
+}
+
+/* ---- proposals from other threads ----------------------------------------
+ */
+
+static void async_cb(uv_async_t *a)
+{
+    struct node *n = container_of(a, struct node, async);
+    struct async_item *it;
+
+    pthread_mutex_lock(&n->mu);
+    it = n->q_head;
+    n->q_head = n->q_tail = NULL;
+    n->q_len = 0;
+    pthread_mutex_unlock(&n->mu);
+    while (it != NULL) {
+        struct async_item *next = it->next;
+        struct err err = {0};
+
+        if (node_propose(n, it->type, it->bytes, it->len, it->cb, it->arg,
+                         &err) != 0) {
+            it->cb(it->arg, err.code, NULL, &err);
+        }
+        free(it->bytes);
+        free(it);
+        it = next;
+    }
+}
+
+int node_propose_async(struct node *n, int type, const void *cmd, size_t len,
+                       node_applied_fn cb, void *arg, struct err *err)
+{
+    struct async_item *it = xcalloc(1, sizeof(*it));
+
+    it->type = type;
+    it->bytes = xmemdup(cmd, len);
+    it->len = len;
+    it->cb = cb;
+    it->arg = arg;
+    pthread_mutex_lock(&n->mu);
+    if (n->q_closed || n->q_len >= ASYNC_MAX) {
+        bool closed = n->q_closed;
+
+        pthread_mutex_unlock(&n->mu);
+        free(it->bytes);
+        free(it);
+        return err_set(err, ERR_BUSY, "%s",
+                       closed ? "node is closing" : "proposal queue is full");
+    }
+    if (n->q_tail != NULL) {
+        n->q_tail->next = it;
+    } else {
+        n->q_head = it;
+    }
+    n->q_tail = it;
+    n->q_len++;
+    uv_async_send(&n->async);
+    pthread_mutex_unlock(&n->mu);
+    return 0;
+}
+
+/* ---- start ---------------------------------------------------------------
+ */
+
+static int bootstrap(struct node *n, const struct node_config *cfg,
+                     struct err *err)
+{
+    struct raft_configuration c;
+    int rv = 0;
+
+    raft_configuration_init(&c);
+    if (cfg->n_peers == 0) {
+        rv = raft_configuration_add(&c, cfg->id, cfg->raft_address, RAFT_VOTER);
+    }
+    for (size_t i = 0; i < cfg->n_peers && rv == 0; i++) {
+        rv = raft_configuration_add(&c, cfg->peers[i].id,
+                                    cfg->peers[i].raft_address, RAFT_VOTER);
+    }
+    if (rv == 0) {
+        rv = raft_bootstrap(&n->raft, &c);
+    }
+    raft_configuration_close(&c);
+    if (rv != 0 && rv != RAFT_CANTBOOTSTRAP) {
+        return err_set(err, ERR_IO, "raft_bootstrap: %s", raft_strerror(rv));
+    }
+    return 0;
+}
+
+static void tune(struct node *n, const struct node_config *cfg)
+{
+    raft_set_election_timeout(
+        &n->raft, cfg->election_timeout_ms ? cfg->election_timeout_ms : 1000);
+    raft_set_heartbeat_timeout(
+        &n->raft, cfg->heartbeat_timeout_ms ? cfg->heartbeat_timeout_ms : 100);
+    raft_set_snapshot_threshold(
+        &n->raft, cfg->snapshot_threshold ? cfg->snapshot_threshold : 262144);
+    raft_set_snapshot_trailing(
+        &n->raft, cfg->snapshot_trailing ? cfg->snapshot_trailing : 8192);
+    raft_set_pre_vote(&n->raft, true);
+    raft_uv_set_connect_retry_delay(&n->io, 100);
+}
+
+static int init_io(struct node *n, const struct node_config *cfg,
+                   struct err *err)
+{
+    char dir[4096];
+    int rv;
+
+    snprintf(dir, sizeof(dir), "%s/raft", cfg->dir);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        return err_set(err, ERR_IO, "mkdir %s: %s", dir, strerror(errno));
+    }
+    n->raft_dir = xstrdup(dir);
+    rv = raft_uv_tcp_init(&n->transport, n->loop);
+    if (rv != 0) {
+        return err_set(err, ERR_IO, "raft_uv_tcp_init: %s", raft_strerror(rv));
+    }
+    rv = raft_uv_init(&n->io, n->loop, n->raft_dir, &n->transport);
+    if (rv != 0) {
+        raft_uv_tcp_close(&n->transport);
+        return err_set(err, ERR_IO, "raft_uv_init %s: %s", dir,
+                       raft_strerror(rv));
+    }
+    return 0;
+}
+
+static void free_node(struct node *n)
+{
+    fsm_free(n->fsm);
+    pthread_mutex_destroy(&n->mu);
+    free(n->address);
+    free(n->raft_dir);
+    free(n);
+}
+
+static void failed_start_close_cb(struct raft *r)
+{
+    struct node *n = container_of(r, struct node, raft);
+
+    raft_uv_close(&n->io);
+    raft_uv_tcp_close(&n->transport);
+    free_node(n);
+}
+
+int node_start(struct node **out, uv_loop_t *loop,
+               const struct node_config *cfg, struct store *store,
+               struct err *err)
+{
+    struct node *n = xcalloc(1, sizeof(*n));
+    int rv;
+
+    signal(SIGPIPE, SIG_IGN);
+    n->loop = loop;
+    n->store = store;
+    n->id = cfg->id;
+    n->address = xstrdup(cfg->raft_address);
+    pthread_mutex_init(&n->mu, NULL);
+    if (init_io(n, cfg, err) != 0) {
+        free_node(n);
+        return err->code;
+    }
+    n->fsm = fsm_new(store, &n->rfsm);
+    for (int t = CMD_PUSH + 1; t < CMD_TYPE_COUNT; t++) {
+        if (cfg->handlers[t] != NULL) {
+            fsm_set_handler(n->fsm, t, cfg->handlers[t], cfg->handler_args[t]);
+        }
+    }
+    rv = raft_init(&n->raft, &n->io, &n->rfsm, cfg->id, n->address);
+    if (rv != 0) {
+        err_set(err, ERR_IO, "raft_init: %s", raft_strerror(rv));
+        raft_uv_close(&n->io);
+        raft_uv_tcp_close(&n->transport);
+        free_node(n);
+        return err->code;
+    }
+    fsm_attach_raft(n->fsm, &n->raft);
+    tune(n, cfg);
+    if (bootstrap(n, cfg, err) != 0 || (rv = raft_start(&n->raft)) != 0) {
+        if (err->code == 0) {
+            err_set(err, ERR_IO, "raft_start: %s", raft_errmsg(&n->raft));
+        }
+        raft_close(&n->raft, failed_start_close_cb);
+        return err->code;
+    }
+    uv_timer_init(loop, &n->tick);
+    uv_timer_start(&n->tick, tick_cb, TICK_MS, TICK_MS);
+    uv_timer_init(loop, &n->close_timer);
+    uv_async_init(loop, &n->async, async_cb);
+    n->open_handles = 3;
+    n->last_stamp = fsm_greatest_stamp(n->fsm);
+    check_leadership(n);
+    log_info("node",
+             "started id=%" PRIu64 " address=%s dir=%s applied=%" PRIu64, n->id,
+             n->address, cfg->dir, store_applied_index(store));
+    *out = n;
+    return 0;
+}
+
+/* ---- close ---------------------------------------------------------------
+ */
+
+static void handle_closed(uv_handle_t *h)
+{
+    struct node *n = h->data;
+
+    if (--n->open_handles == 0) {
+        node_closed_fn cb = n->closed_cb;
+        void *arg = n->closed_arg;
+
+        free_node(n);
+        if (cb != NULL) {
+            cb(arg);
+        }
+    }
+}
+
+static void raft_closed_cb(struct raft *r)
+{
+    struct node *n = container_of(r, struct node, raft);
+
+    raft_uv_close(&n->io);
+    raft_uv_tcp_close(&n->transport);
+    n->tick.data = n;
+    n->close_timer.data = n;
+    n->async.data = n;
+    uv_close((uv_handle_t *)&n->tick, handle_closed);
+    uv_close((uv_handle_t *)&n->close_timer, handle_closed);
+    uv_close((uv_handle_t *)&n->async, handle_closed);
+}
+
+static void close_delay_cb(uv_timer_t *t)
+{
+    struct node *n = container_of(t, struct node, close_timer);
+
+    uv_timer_stop(t);
+    raft_close(&n->raft, raft_closed_cb);
+}
+
+static void close_barrier_cb(struct raft_barrier *req, int status)
+{
+    struct node *n = req->data;
+
+    UNUSED(status);
+    if (uv_is_active((uv_handle_t *)&n->close_timer)) {
+        uv_timer_stop(&n->close_timer);
+        uv_timer_start(&n->close_timer, close_delay_cb, CLOSE_DELAY_MS, 0);
+    }
+}
+
+/* Fail the proposals still queued from other threads. */
+static void drain_async(struct node *n)
+{
+    struct async_item *it;
+
+    pthread_mutex_lock(&n->mu);
+    n->q_closed = true;
+    it = n->q_head;
+    n->q_head = n->q_tail = NULL;
+    n->q_len = 0;
+    pthread_mutex_unlock(&n->mu);
+    while (it != NULL) {
+        struct async_item *next = it->next;
+        struct err err;
+
+        err_set(&err, ERR_BUSY, "node is closing");
+        it->cb(it->arg, ERR_BUSY, NULL, &err);
+        free(it->bytes);
+        free(it);
+        it = next;
+    }
+}
+
+void node_close(struct node *n, node_closed_fn cb, void *arg)
+{
+    ASSERT(!n->closing);
+    n->closing = true;
+    n->closed_cb = cb;
+    n->closed_arg = arg;
+    uv_timer_stop(&n->tick);
+    drain_async(n);
+    /* libraft aborts when closed with writes in flight: let a barrier
+     * flush them (bounded, in case leadership is gone), then wait. */
+    n->close_barrier.data = n;
+    if (raft_state(&n->raft) == RAFT_LEADER &&
+        raft_barrier(&n->raft, &n->close_barrier, close_barrier_cb) == 0) {
+        uv_timer_start(&n->close_timer, close_delay_cb, CLOSE_BARRIER_MS, 0);
+    } else {
+        uv_timer_start(&n->close_timer, close_delay_cb, CLOSE_DELAY_MS, 0);
+    }
+}

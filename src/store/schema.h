@@ -1,0 +1,122 @@
+/* The LMDB layout: every named database, its key and its value. Integers are
+ * big-endian so LMDB's byte order is the order we scan in. Tenants are the 16
+ * UUID bytes. Names are stored without a terminator; a name is the rest of
+ * its key.
+ *
+ * meta: name (ASCII) -> value
+ *   "applied"      8  u64 raft index of the last applied entry (store (1))
+ *   "safe_time"    8  i64 greatest applied stamp, µs (store (3))
+ *   "last_clock"   8  i64 stamp of the last applied entry, µs
+ *   "schema"       4  u32 SCHEMA_VERSION
+ *   "next_queue"   8  u64 next queue id (first 1)
+ *   "next_part"    8  u64 next partition id (first 1)
+ *
+ * queues: key
+ * OFFSET SIZE DESCRIPTION
+ *      0   16 tenant
+ *     16    q queue name (1..447 bytes)
+ * value
+ *      0    8 queue id (u64)
+ *      8    8 created-at stamp (i64 µs)
+ *     16   16 queue uuid (deterministic, see partitions)
+ *     32    8 partition count (u64)
+ *     40    . options blob, versioned:
+ *             0  1 options version (1)
+ *             1 56 14 x i32: priority, leaseTime, retryLimit, retryDelay,
+ *                  maxSize, ttl, delayedProcessing, windowBuffer,
+ *                  retentionSeconds, completedRetentionSeconds,
+ *                  maxWaitTimeSeconds, minPopWaitTime, dedupWindowSeconds,
+ *                  retentionSinkHoldMaxSeconds
+ *            57  1 flags: 1 deadLetterQueue, 2 dlqAfterMaxRetries,
+ *                  4 retentionEnabled, 8 encryptionEnabled
+ *            58  . 3 x (u8 length, bytes): namespace, task, retentionSinkHold
+ *             A later version appends fields; readers of version v fill the
+ *             fields v lacks with defaults.
+ *
+ * partitions: key
+ *      0    8 queue id
+ *      8    p partition name
+ * value
+ *      0    8 partition id (u64, creation order, store (4))
+ *      8   16 partition uuid: UUIDv7 layout, ms of the creating stamp, the
+ *             rest derived from the partition id (same on every node)
+ *     24    8 logStart (i64)
+ *     32    8 lastOffset (i64, -1 when nothing was written)
+ *     40    8 lastWriteAt (i64 µs, the stamp of the last record; 0 if none)
+ *     48    8 createdAt (i64 µs)
+ *
+ * parts_by_id: key = queue id (8) + partition id (8); value = partition name
+ *
+ * records: key = partition id (8) + offset (8); value
+ *      0    8 ts (i64 µs, the stamp of the push)
+ *      8   16 message id
+ *     24    1 flags (0; reserved: 1 = encrypted envelope)
+ *     25    2 txn length t (u16)
+ *     27    t txn bytes
+ *   27+t    . payload bytes verbatim (may be empty)
+ *
+ * appends: key = partition id (8) + base offset (8); value = end offset (8,
+ *   inclusive) + stamp (8). One row per push command per partition, so
+ *   retention can trim whole appends oldest first.
+ *
+ * dedup: key = queue id (8) + SHA-256(txn)[0..16); value
+ *      0    8 offset
+ *      8    8 partition id
+ *     16    8 stamp (i64 µs)
+ *     24   16 message id
+ * dedup_exp: key = expiry stamp (8, stamp + window µs) + queue id (8) +
+ *   txn hash (16); value empty. Each push apply deletes a few rows whose
+ *   expiry is below its stamp (deterministic sweep).
+ *
+ * kv (reserved for the KV owner): key = tenant (16) + namespace length (1) +
+ *   namespace + key bytes; value = version (8) + expiresAt (8, 0 = forever) +
+ *   createdAt (8) + updatedAt (8) + value JSON text.
+ * kv_expiry (reserved): key = expiresAt (8) + the kv key; value empty. */
+#ifndef QUEEN_STORE_SCHEMA_H
+#define QUEEN_STORE_SCHEMA_H
+
+#include <stdint.h>
+
+#define SCHEMA_VERSION 1
+
+#define SCHEMA_QUEUE_FIXED     40 /* queue value before the options blob */
+#define SCHEMA_OPTIONS_VERSION 1
+#define SCHEMA_PART_VALUE_LEN  56
+#define SCHEMA_RECORD_FIXED    27
+#define SCHEMA_APPEND_LEN      16
+#define SCHEMA_DEDUP_VALUE_LEN 40
+#define SCHEMA_HASH_LEN        16
+
+static inline void be64_put(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (uint8_t)v;
+        v >>= 8;
+    }
+}
+
+static inline uint64_t be64_get(const uint8_t *p)
+{
+    uint64_t v = 0;
+
+    for (int i = 0; i < 8; i++) {
+        v = v << 8 | p[i];
+    }
+    return v;
+}
+
+static inline void be32_put(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static inline uint32_t be32_get(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
+           p[3];
+}
+
+#endif

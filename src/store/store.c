@@ -1,0 +1,829 @@
+/* The store: one LMDB environment per node holding queues, partitions,
+ * records, dedup rows, KV rows and the raft apply position.
+ *
+ * This file opens the environment and holds the writer primitives the fsm
+ * composes (store_impl.h); the reads live in store_read.c. The layout of every
+ * key and value is in schema.h.
+ *
+ * Durability: the environment is opened with MDB_NOMETASYNC. Data pages are
+ * synced at each commit; a system crash may undo the last commit, which only
+ * rolls meta.applied back with its effects (store (1)), and raft replays that
+ * entry. Snapshots (which let raft drop its log) sync fully first.
+ *
+ * Swapping the environment (snapshot restore) takes swap_lock exclusively;
+ * every reader holds it shared for the length of its read transaction. */
+#include "store/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/sha256.h"
+#include "base/xalloc.h"
+#include "store/schema.h"
+#include "store/store_impl.h"
+
+const uint8_t STORE_DEFAULT_TENANT[16] = {0, 0, 0, 0, 0, 0, 0, 0,
+                                          0, 0, 0, 0, 0, 0, 0, 1};
+
+static int mdb_code(int rc)
+{
+    return rc == MDB_MAP_FULL ? ERR_FULL : ERR_IO;
+}
+
+const char *store_dir(const struct store *s)
+{
+    return s->dir;
+}
+
+uint64_t store_applied_index(const struct store *s)
+{
+    return atomic_load(&s->applied);
+}
+
+void store_queue_options_implicit(struct store_queue_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->lease_time = 60;
+    o->retry_limit = 3;
+    o->retry_delay = 1000;
+    o->ttl = 3600;
+    o->dead_letter_queue = true;
+    o->dlq_after_max_retries = true;
+    o->dedup_window_seconds = 3600;
+    o->retention_sink_hold_max_seconds = 0;
+}
+
+void store_queue_options_configured(struct store_queue_options *o)
+{
+    store_queue_options_implicit(o);
+    o->lease_time = 300;
+    o->retention_sink_hold_max_seconds = 604800;
+}
+
+static int meta_get_u64(MDB_txn *txn, MDB_dbi dbi, const char *name,
+                        uint64_t *v)
+{
+    MDB_val k = {strlen(name), (void *)(uintptr_t)name};
+    MDB_val d;
+    int rc = mdb_get(txn, dbi, &k, &d);
+
+    if (rc == 0 && d.mv_size == 8) {
+        *v = be64_get(d.mv_data);
+    }
+    return rc;
+}
+
+static int meta_put_u64(MDB_txn *txn, MDB_dbi dbi, const char *name, uint64_t v)
+{
+    uint8_t b[8];
+    MDB_val k = {strlen(name), (void *)(uintptr_t)name};
+    MDB_val d = {8, b};
+
+    be64_put(b, v);
+    return mdb_put(txn, dbi, &k, &d, 0);
+}
+
+/* Open every named database and load meta into the cache. */
+static int open_dbs(struct store *s, struct err *err)
+{
+    static const char *const names[] = {
+        "meta",    "queues", "partitions", "parts_by_id", "records",
+        "appends", "dedup",  "dedup_exp",  "kv",          "kv_expiry"};
+    MDB_dbi *dbis[] = {&s->meta,        &s->queues,    &s->partitions,
+                       &s->parts_by_id, &s->records,   &s->appends,
+                       &s->dedup,       &s->dedup_exp, &s->kv,
+                       &s->kv_expiry};
+    MDB_txn *txn;
+    uint64_t v = 0;
+    int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+
+    if (rc != 0) {
+        return err_set(err, ERR_IO, "mdb_txn_begin: %s", mdb_strerror(rc));
+    }
+    for (size_t i = 0; i < ARRAY_LEN(names); i++) {
+        rc = mdb_dbi_open(txn, names[i], MDB_CREATE, dbis[i]);
+        if (rc != 0) {
+            mdb_txn_abort(txn);
+            return err_set(err, mdb_code(rc), "mdb_dbi_open %s: %s", names[i],
+                           mdb_strerror(rc));
+        }
+    }
+    if (meta_get_u64(txn, s->meta, "schema", &v) == MDB_NOTFOUND) {
+        rc = meta_put_u64(txn, s->meta, "schema", SCHEMA_VERSION);
+    } else if (v != SCHEMA_VERSION) {
+        mdb_txn_abort(txn);
+        return err_set(err, ERR_CORRUPT, "store schema %" PRIu64 " is not %d",
+                       v, SCHEMA_VERSION);
+    }
+    v = 0;
+    meta_get_u64(txn, s->meta, "applied", &v);
+    atomic_store(&s->applied, v);
+    v = 0;
+    meta_get_u64(txn, s->meta, "safe_time", &v);
+    atomic_store(&s->safe_time, (int64_t)v);
+    v = 0;
+    meta_get_u64(txn, s->meta, "last_clock", &v);
+    s->last_clock = (int64_t)v;
+    s->next_queue = 1;
+    meta_get_u64(txn, s->meta, "next_queue", &s->next_queue);
+    s->next_part = 1;
+    meta_get_u64(txn, s->meta, "next_part", &s->next_part);
+    rc = rc != 0 ? rc : mdb_txn_commit(txn);
+    if (rc != 0) {
+        return err_set(err, mdb_code(rc), "open store meta: %s",
+                       mdb_strerror(rc));
+    }
+    return 0;
+}
+
+static int env_open(struct store *s, struct err *err)
+{
+    int rc = mdb_env_create(&s->env);
+
+    if (rc != 0) {
+        return err_set(err, ERR_IO, "mdb_env_create: %s", mdb_strerror(rc));
+    }
+    rc = mdb_env_set_mapsize(s->env, (size_t)s->map_size);
+    if (rc == 0) {
+        rc = mdb_env_set_maxdbs(s->env, 16);
+    }
+    if (rc == 0) {
+        rc = mdb_env_set_maxreaders(s->env, 256);
+    }
+    if (rc == 0) {
+        rc = mdb_env_open(s->env, s->dir, MDB_NOMETASYNC | MDB_NOTLS, 0644);
+    }
+    if (rc != 0) {
+        mdb_env_close(s->env);
+        s->env = NULL;
+        return err_set(err, ERR_IO, "mdb_env_open %s: %s", s->dir,
+                       mdb_strerror(rc));
+    }
+    if (open_dbs(s, err) != 0) {
+        mdb_env_close(s->env);
+        s->env = NULL;
+        return err->code;
+    }
+    return 0;
+}
+
+int store_open(struct store **out, const char *dir, uint64_t map_size,
+               struct err *err)
+{
+    struct store *s = xcalloc(1, sizeof(*s));
+
+    s->dir = xstrdup(dir);
+    s->map_size = map_size != 0 ? map_size : STORE_MAP_SIZE_DEFAULT;
+    pthread_rwlock_init(&s->swap_lock, NULL);
+    if (env_open(s, err) != 0) {
+        pthread_rwlock_destroy(&s->swap_lock);
+        free(s->dir);
+        free(s);
+        return err->code;
+    }
+    *out = s;
+    return 0;
+}
+
+void store_close(struct store *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    mdb_env_close(s->env);
+    pthread_rwlock_destroy(&s->swap_lock);
+    free(s->dir);
+    free(s);
+}
+
+bool store_is_full(struct store *s, uint64_t reserve)
+{
+    MDB_envinfo info;
+    MDB_stat st;
+
+    mdb_env_info(s->env, &info);
+    mdb_env_stat(s->env, &st);
+    return (uint64_t)(info.me_last_pgno + 1) * st.ms_psize + reserve >
+           info.me_mapsize;
+}
+
+int store_sync(struct store *s, struct err *err)
+{
+    int rc = mdb_env_sync(s->env, 1);
+
+    if (rc != 0) {
+        return err_set(err, ERR_IO, "mdb_env_sync: %s", mdb_strerror(rc));
+    }
+    return 0;
+}
+
+/* ---- writer --------------------------------------------------------------
+ */
+
+int store_wbegin(struct store *s, MDB_txn **txn, struct err *err)
+{
+    int rc = mdb_txn_begin(s->env, NULL, 0, txn);
+
+    if (rc != 0) {
+        return err_set(err, mdb_code(rc), "mdb_txn_begin: %s",
+                       mdb_strerror(rc));
+    }
+    return 0;
+}
+
+void store_wabort(struct store *s, MDB_txn *txn)
+{
+    UNUSED(s);
+    mdb_txn_abort(txn);
+}
+
+int store_wcommit(struct store *s, MDB_txn *txn, uint64_t applied,
+                  int64_t stamp, struct err *err)
+{
+    int64_t safe = atomic_load(&s->safe_time);
+    int rc;
+
+    if (stamp > safe) {
+        safe = stamp;
+    }
+    rc = meta_put_u64(txn, s->meta, "applied", applied);
+    if (rc == 0) {
+        rc = meta_put_u64(txn, s->meta, "safe_time", (uint64_t)safe);
+    }
+    if (rc == 0 && stamp != 0) {
+        rc = meta_put_u64(txn, s->meta, "last_clock", (uint64_t)stamp);
+    }
+    if (rc == 0) {
+        rc = meta_put_u64(txn, s->meta, "next_queue", s->next_queue);
+    }
+    if (rc == 0) {
+        rc = meta_put_u64(txn, s->meta, "next_part", s->next_part);
+    }
+    if (rc == 0 && s->fail_commits > 0) {
+        s->fail_commits--;
+        rc = MDB_MAP_FULL;
+    }
+    if (rc != 0) {
+        mdb_txn_abort(txn);
+    } else {
+        rc = mdb_txn_commit(txn);
+    }
+    if (rc != 0) {
+        return err_set(err, mdb_code(rc), "commit entry %" PRIu64 ": %s",
+                       applied, mdb_strerror(rc));
+    }
+    atomic_store(&s->applied, applied);
+    atomic_store(&s->safe_time, safe);
+    if (stamp != 0) {
+        s->last_clock = stamp;
+    }
+    return 0;
+}
+
+static void options_encode(const struct store_queue_options *o, uint8_t *p,
+                           size_t *len)
+{
+    const int32_t v[14] = {o->priority,
+                           o->lease_time,
+                           o->retry_limit,
+                           o->retry_delay,
+                           o->max_size,
+                           o->ttl,
+                           o->delayed_processing,
+                           o->window_buffer,
+                           o->retention_seconds,
+                           o->completed_retention_seconds,
+                           o->max_wait_time_seconds,
+                           o->min_pop_wait_time,
+                           o->dedup_window_seconds,
+                           o->retention_sink_hold_max_seconds};
+    const char *str[3] = {o->namespace_, o->task, o->retention_sink_hold};
+    size_t n = 0;
+
+    p[n++] = SCHEMA_OPTIONS_VERSION;
+    for (size_t i = 0; i < 14; i++) {
+        be32_put(p + n, (uint32_t)v[i]);
+        n += 4;
+    }
+    p[n++] = (uint8_t)((o->dead_letter_queue ? 1 : 0) |
+                       (o->dlq_after_max_retries ? 2 : 0) |
+                       (o->retention_enabled ? 4 : 0) |
+                       (o->encryption_enabled ? 8 : 0));
+    for (size_t i = 0; i < 3; i++) {
+        size_t l = strnlen(str[i], 64);
+
+        p[n++] = (uint8_t)l;
+        memcpy(p + n, str[i], l);
+        n += l;
+    }
+    *len = n;
+}
+
+bool store_options_decode(const uint8_t *p, size_t len,
+                          struct store_queue_options *o)
+{
+    int32_t *v[14] = {&o->priority,
+                      &o->lease_time,
+                      &o->retry_limit,
+                      &o->retry_delay,
+                      &o->max_size,
+                      &o->ttl,
+                      &o->delayed_processing,
+                      &o->window_buffer,
+                      &o->retention_seconds,
+                      &o->completed_retention_seconds,
+                      &o->max_wait_time_seconds,
+                      &o->min_pop_wait_time,
+                      &o->dedup_window_seconds,
+                      &o->retention_sink_hold_max_seconds};
+    char *str[3] = {o->namespace_, o->task, o->retention_sink_hold};
+    size_t n = 1;
+
+    store_queue_options_implicit(o);
+    if (len < 58 || p[0] < 1) {
+        return false;
+    }
+    for (size_t i = 0; i < 14; i++) {
+        *v[i] = (int32_t)be32_get(p + n);
+        n += 4;
+    }
+    o->dead_letter_queue = (p[n] & 1) != 0;
+    o->dlq_after_max_retries = (p[n] & 2) != 0;
+    o->retention_enabled = (p[n] & 4) != 0;
+    o->encryption_enabled = (p[n] & 8) != 0;
+    n++;
+    for (size_t i = 0; i < 3; i++) {
+        size_t l;
+
+        if (n >= len || (l = p[n]) > 64 || len - n - 1 < l) {
+            return false;
+        }
+        memcpy(str[i], p + n + 1, l);
+        str[i][l] = '\0';
+        n += 1 + l;
+    }
+    return true;
+}
+
+/* A deterministic UUIDv7-shaped id: ms of the stamp, then the id bits and a
+ * tag byte, so queues and partitions never share a uuid. */
+static void derive_uuid(int64_t stamp, uint64_t id, uint8_t tag,
+                        uint8_t out[16])
+{
+    uint64_t ms = (uint64_t)(stamp / 1000);
+
+    for (int i = 5; i >= 0; i--) {
+        out[i] = (uint8_t)ms;
+        ms >>= 8;
+    }
+    out[6] = (uint8_t)(0x70 | ((id >> 60) & 0x0f));
+    out[7] = tag;
+    out[8] = (uint8_t)(0x80 | ((id >> 54) & 0x3f));
+    for (int i = 0; i < 7; i++) {
+        out[15 - i] = (uint8_t)(id >> (8 * i));
+    }
+}
+
+static int queue_create(struct store *s, MDB_txn *txn, MDB_val *k,
+                        int64_t stamp, struct store_wqueue *q, struct err *err)
+{
+    uint8_t v[SCHEMA_QUEUE_FIXED + 256];
+    struct store_queue_options o;
+    size_t olen;
+    MDB_val d;
+    int rc;
+
+    store_queue_options_implicit(&o);
+    q->id = s->next_queue++;
+    q->dedup_window_seconds = o.dedup_window_seconds;
+    q->created = true;
+    be64_put(v, q->id);
+    be64_put(v + 8, (uint64_t)stamp);
+    derive_uuid(stamp, q->id, 0x51, v + 16);
+    be64_put(v + 32, 0);
+    options_encode(&o, v + SCHEMA_QUEUE_FIXED, &olen);
+    d.mv_size = SCHEMA_QUEUE_FIXED + olen;
+    d.mv_data = v;
+    rc = mdb_put(txn, s->queues, k, &d, 0);
+    if (rc != 0) {
+        return err_set(err, mdb_code(rc), "put queue: %s", mdb_strerror(rc));
+    }
+    return 0;
+}
+
+static void queue_key(uint8_t *kb, const uint8_t tenant[16], struct slice name,
+                      MDB_val *k)
+{
+    memcpy(kb, tenant, 16);
+    memcpy(kb + 16, name.ptr, name.len);
+    k->mv_size = 16 + name.len;
+    k->mv_data = kb;
+}
+
+int store_wqueue_get(struct store *s, MDB_txn *txn, const uint8_t tenant[16],
+                     struct slice name, int64_t stamp, struct store_wqueue *q,
+                     struct err *err)
+{
+    uint8_t kb[16 + 512];
+    MDB_val k;
+    MDB_val d;
+    struct store_queue_options o;
+    int rc;
+
+    ASSERT(name.len > 0 && name.len <= 495);
+    queue_key(kb, tenant, name, &k);
+    rc = mdb_get(txn, s->queues, &k, &d);
+    if (rc == MDB_NOTFOUND) {
+        return queue_create(s, txn, &k, stamp, q, err);
+    }
+    if (rc != 0) {
+        return err_set(err, ERR_IO, "get queue: %s", mdb_strerror(rc));
+    }
+    if (d.mv_size < SCHEMA_QUEUE_FIXED ||
+        !store_options_decode((const uint8_t *)d.mv_data + SCHEMA_QUEUE_FIXED,
+                              d.mv_size - SCHEMA_QUEUE_FIXED, &o)) {
+        return err_set(err, ERR_CORRUPT, "queue row of %zu B is malformed",
+                       d.mv_size);
+    }
+    q->id = be64_get(d.mv_data);
+    q->dedup_window_seconds = o.dedup_window_seconds;
+    q->created = false;
+    return 0;
+}
+
+/* Add one to the queue's partition count. */
+static int queue_count_part(struct store *s, MDB_txn *txn,
+                            const uint8_t tenant[16], struct slice name,
+                            struct err *err)
+{
+    uint8_t kb[16 + 512];
+    uint8_t *copy;
+    MDB_val k;
+    MDB_val d;
+    int rc;
+
+    queue_key(kb, tenant, name, &k);
+    rc = mdb_get(txn, s->queues, &k, &d);
+    if (rc != 0) {
+        return err_set(err, ERR_IO, "get queue: %s", mdb_strerror(rc));
+    }
+    copy = xmemdup(d.mv_data, d.mv_size);
+    be64_put(copy + 32, be64_get(copy + 32) + 1);
+    d.mv_data = copy;
+    rc = mdb_put(txn, s->queues, &k, &d, 0);
+    free(copy);
+    if (rc != 0) {
+        return err_set(err, mdb_code(rc), "put queue: %s", mdb_strerror(rc));
+    }
+    return 0;
+}
+
+static void part_decode(const uint8_t *v, struct store_wpart *p)
+{
+    p->id = be64_get(v);
+    memcpy(p->uuid, v + 8, 16);
+    p->log_start = (int64_t)be64_get(v + 24);
+    p->last_offset = (int64_t)be64_get(v + 32);
+    p->last_write_at = (int64_t)be64_get(v + 40);
+    p->created_at = (int64_t)be64_get(v + 48);
+}
+
+int store_wpart_put(struct store *s, MDB_txn *txn, struct slice name,
+                    const struct store_wpart *p, struct err *err)
+{
+    uint8_t kb[8 + 512];
+    uint8_t v[SCHEMA_PART_VALUE_LEN];
+    MDB_val k = {8 + name.len, kb};
+    MDB_val d = {sizeof(v), v};
+    int rc;
+
+    be64_put(kb, p->queue_id);
+    memcpy(kb + 8, name.ptr, name.len);
+    be64_put(v, p->id);
+    memcpy(v + 8, p->uuid, 16);
+    be64_put(v + 24, (uint64_t)p->log_start);
+    be64_put(v + 32, (uint64_t)p->last_offset);
+    be64_put(v + 40, (uint64_t)p->last_write_at);
+    be64_put(v + 48, (uint64_t)p->created_at);
+    rc = mdb_put(txn, s->partitions, &k, &d, 0);
+    if (rc != 0) {
+        return err_set(err, mdb_code(rc), "put partition: %s",
+                       mdb_strerror(rc));
+    }
+    return 0;
+}
+
+static int part_create(struct store *s, MDB_txn *txn, struct slice name,
+                       int64_t stamp, struct store_wpart *p, struct err *err)
+{
+    uint8_t kb[16];
+    MDB_val k = {16, kb};
+    MDB_val d = {name.len, (void *)(uintptr_t)name.ptr};
+    int rc;
+
+    p->id = s->next_part++;
+    derive_uuid(stamp, p->id, 0x50, p->uuid);
+    p->log_start = 0;
+    p->last_offset = -1;
+    p->last_write_at = 0;
+    p->created_at = stamp;
+    p->created = true;
+    be64_put(kb, p->queue_id);
+    be64_put(kb + 8, p->id);
+    rc = mdb_put(txn, s->parts_by_id, &k, &d, MDB_APPEND);
+    if (rc == MDB_KEYEXIST) {
+        rc = mdb_put(txn, s->parts_by_id, &k, &d, 0);
+    }
+    if (rc != 0) {
+        return err_set(err, mdb_code(rc), "put parts_by_id: %s",
+                       mdb_strerror(rc));
+    }
+    return store_wpart_put(s, txn, name, p, err);
+}
+
+int store_wpart_get(struct store *s, MDB_txn *txn, const uint8_t tenant[16],
+                    struct slice queue_name, uint64_t queue_id,
+                    struct slice name, int64_t stamp, struct store_wpart *p,
+                    struct err *err)
+{
+    uint8_t kb[8 + 512];
+    MDB_val k = {8 + name.len, kb};
+    MDB_val d;
+    int rc;
+
+    ASSERT(name.len > 0 && name.len <= 503);
+    be64_put(kb, queue_id);
+    memcpy(kb + 8, name.ptr, name.len);
+    memset(p, 0, sizeof(*p));
+    p->queue_id = queue_id;
+    rc = mdb_get(txn, s->partitions, &k, &d);
+    if (rc == MDB_NOTFOUND) {
+        if (part_create(s, txn, name, stamp, p, err) != 0) {
+            return err->code;
+        }
+        return queue_count_part(s, txn, tenant, queue_name, err);
+    }
+    if (rc != 0) {
+        return err_set(err, ERR_IO, "get partition: %s", mdb_strerror(rc));
+    }
+    if (d.mv_size != SCHEMA_PART_VALUE_LEN) {
+        return err_set(err, ERR_CORRUPT, "partition row of %zu B", d.mv_size);
+    }
+    part_decode(d.mv_data, p);
+    return 0;
+}
+
+int store_wrecord_put(struct store *s, MDB_txn *txn, uint64_t pid,
+                      int64_t offset, int64_t ts, const uint8_t msg_id[16],
+                      struct slice txn_id, struct slice payload,
+                      bool use_append, struct err *err)
+{
+    uint8_t kb[16];
+    MDB_val k = {16, kb};
+    MDB_val d = {SCHEMA_RECORD_FIXED + txn_id.len + payload.len, NULL};
+    uint8_t *v;
+    int rc;
+
+    be64_put(kb, pid);
+    be64_put(kb + 8, (uint64_t)offset);
+    /* MDB_RESERVE: LMDB hands us the space, so the payload is copied once. */
+    rc = mdb_put(txn, s->records, &k, &d,
+                 MDB_RESERVE | (use_append ? MDB_APPEND : 0));
+    if (rc == MDB_KEYEXIST && use_append) {
+        rc = mdb_put(txn, s->records, &k, &d, MDB_RESERVE);
+    }
+    if (rc != 0) {
+        return err_set(err, mdb_code(rc), "put record: %s", mdb_strerror(rc));
+    }
+    v = d.mv_data;
+    be64_put(v, (uint64_t)ts);
+    memcpy(v + 8, msg_id, 16);
+    v[24] = 0;
+    v[25] = (uint8_t)(txn_id.len >> 8);
+    v[26] = (uint8_t)txn_id.len;
+    if (txn_id.len > 0) {
+        memcpy(v + SCHEMA_RECORD_FIXED, txn_id.ptr, txn_id.len);
+    }
+    if (payload.len > 0) {
+        memcpy(v + SCHEMA_RECORD_FIXED + txn_id.len, payload.ptr, payload.len);
+    }
+    return 0;
+}
+
+int store_wappend_put(struct store *s, MDB_txn *txn, uint64_t pid, int64_t base,
+                      int64_t end, int64_t stamp, struct err *err)
+{
+    uint8_t kb[16];
+    uint8_t v[SCHEMA_APPEND_LEN];
+    MDB_val k = {16, kb};
+    MDB_val d = {sizeof(v), v};
+    int rc;
+
+    be64_put(kb, pid);
+    be64_put(kb + 8, (uint64_t)base);
+    be64_put(v, (uint64_t)end);
+    be64_put(v + 8, (uint64_t)stamp);
+    rc = mdb_put(txn, s->appends, &k, &d, 0);
+    if (rc != 0) {
+        return err_set(err, mdb_code(rc), "put append: %s", mdb_strerror(rc));
+    }
+    return 0;
+}
+
+void store_txn_hash(struct slice txn, uint8_t out[16])
+{
+    uint8_t h[SHA256_LEN];
+
+    sha256(txn.ptr, txn.len, h);
+    memcpy(out, h, 16);
+}
+
+int store_wdedup_get(struct store *s, MDB_txn *txn, uint64_t queue_id,
+                     const uint8_t hash[16], struct store_dedup_row *row,
+                     struct err *err)
+{
+    uint8_t kb[24];
+    MDB_val k = {24, kb};
+    MDB_val d;
+    const uint8_t *v;
+    int rc;
+
+    be64_put(kb, queue_id);
+    memcpy(kb + 8, hash, 16);
+    rc = mdb_get(txn, s->dedup, &k, &d);
+    if (rc == MDB_NOTFOUND) {
+        return ERR_NOT_FOUND;
+    }
+    if (rc != 0 || d.mv_size != SCHEMA_DEDUP_VALUE_LEN) {
+        return err_set(err, ERR_IO, "get dedup: %s",
+                       rc != 0 ? mdb_strerror(rc) : "bad row size");
+    }
+    v = d.mv_data;
+    row->offset = (int64_t)be64_get(v);
+    row->partition_id = be64_get(v + 8);
+    row->stamp = (int64_t)be64_get(v + 16);
+    memcpy(row->message_id, v + 24, 16);
+    return 0;
+}
+
+int store_wdedup_put(struct store *s, MDB_txn *txn, uint64_t queue_id,
+                     const uint8_t hash[16], const struct store_dedup_row *row,
+                     int32_t window_seconds, struct err *err)
+{
+    uint8_t kb[24];
+    uint8_t xb[40];
+    uint8_t v[SCHEMA_DEDUP_VALUE_LEN];
+    MDB_val k = {24, kb};
+    MDB_val d = {sizeof(v), v};
+    MDB_val xk = {40, xb};
+    MDB_val xd = {0, NULL};
+    int rc;
+
+    be64_put(kb, queue_id);
+    memcpy(kb + 8, hash, 16);
+    be64_put(v, (uint64_t)row->offset);
+    be64_put(v + 8, row->partition_id);
+    be64_put(v + 16, (uint64_t)row->stamp);
+    memcpy(v + 24, row->message_id, 16);
+    rc = mdb_put(txn, s->dedup, &k, &d, 0);
+    if (rc == 0) {
+        be64_put(xb,
+                 (uint64_t)(row->stamp + (int64_t)window_seconds * 1000000));
+        memcpy(xb + 8, kb, 24);
+        rc = mdb_put(txn, s->dedup_exp, &xk, &xd, 0);
+    }
+    if (rc != 0) {
+        return err_set(err, mdb_code(rc), "put dedup: %s", mdb_strerror(rc));
+    }
+    return 0;
+}
+
+/* Delete the dedup row named by an expiry key unless a newer write of the
+ * same txn replaced it (its stamp then differs from the expiry's). */
+static int sweep_one(struct store *s, MDB_txn *txn, const uint8_t *xk)
+{
+    MDB_val k = {24, (void *)(uintptr_t)(xk + 8)};
+
+    return mdb_del(txn, s->dedup, &k, NULL);
+}
+
+int store_wdedup_sweep(struct store *s, MDB_txn *txn, int64_t stamp, int max,
+                       struct err *err)
+{
+    MDB_cursor *c;
+    MDB_val k;
+    MDB_val d;
+    int n = 0;
+    int rc = mdb_cursor_open(txn, s->dedup_exp, &c);
+
+    if (rc != 0) {
+        return err_set(err, ERR_IO, "cursor dedup_exp: %s", mdb_strerror(rc));
+    }
+    while (n < max && (rc = mdb_cursor_get(c, &k, &d, MDB_FIRST)) == 0) {
+        const uint8_t *x = k.mv_data;
+        struct store_dedup_row row;
+
+        if (k.mv_size != 40 || (int64_t)be64_get(x) >= stamp) {
+            break;
+        }
+        /* Only remove the row if it is the one this expiry describes: a
+         * later write of the same txn has its own, later expiry key. */
+        if (store_wdedup_get(s, txn, be64_get(x + 8), x + 16, &row, err) == 0 &&
+            row.stamp <= (int64_t)be64_get(x)) {
+            rc = sweep_one(s, txn, x);
+        }
+        if (rc == 0) {
+            rc = mdb_cursor_del(c, 0);
+        }
+        if (rc != 0 && rc != MDB_NOTFOUND) {
+            break;
+        }
+        rc = 0;
+        n++;
+    }
+    mdb_cursor_close(c);
+    if (rc != 0 && rc != MDB_NOTFOUND) {
+        return err_set(err, mdb_code(rc), "sweep dedup: %s", mdb_strerror(rc));
+    }
+    return 0;
+}
+
+/* ---- snapshots ------------------------------------------------------------
+ */
+
+int store_copy_compact(struct store *s, const char *path, struct err *err)
+{
+    int rc = mdb_env_sync(s->env, 1);
+
+    if (rc == 0) {
+        rc = mdb_env_copy2(s->env, path, MDB_CP_COMPACT);
+    }
+    if (rc != 0) {
+        return err_set(err, ERR_IO, "mdb_env_copy2 %s: %s", path,
+                       mdb_strerror(rc));
+    }
+    return 0;
+}
+
+static int write_file(const char *path, const void *data, size_t len,
+                      struct err *err)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    size_t off = 0;
+
+    if (fd < 0) {
+        return err_set(err, ERR_IO, "open %s: %s", path, strerror(errno));
+    }
+    while (off < len) {
+        ssize_t w = write(fd, (const char *)data + off, len - off);
+
+        if (w < 0 && errno == EINTR) {
+            continue;
+        }
+        if (w <= 0) {
+            close(fd);
+            return err_set(err, ERR_IO, "write %s: %s", path, strerror(errno));
+        }
+        off += (size_t)w;
+    }
+    if (fsync(fd) != 0) {
+        close(fd);
+        return err_set(err, ERR_IO, "fsync %s: %s", path, strerror(errno));
+    }
+    close(fd);
+    return 0;
+}
+
+int store_replace(struct store *s, const void *data, size_t len,
+                  struct err *err)
+{
+    char tmp[4096];
+    char dst[4096];
+    char lock[4096];
+    int rc = 0;
+
+    snprintf(tmp, sizeof(tmp), "%s/data.mdb.restore", s->dir);
+    snprintf(dst, sizeof(dst), "%s/data.mdb", s->dir);
+    snprintf(lock, sizeof(lock), "%s/lock.mdb", s->dir);
+    if (write_file(tmp, data, len, err) != 0) {
+        return err->code;
+    }
+    pthread_rwlock_wrlock(&s->swap_lock);
+    mdb_env_close(s->env);
+    s->env = NULL;
+    if (rename(tmp, dst) != 0) {
+        rc = err_set(err, ERR_IO, "rename %s: %s", tmp, strerror(errno));
+    }
+    unlink(lock);
+    if (env_open(s, err) != 0) {
+        rc = err->code;
+    }
+    pthread_rwlock_unlock(&s->swap_lock);
+    return rc;
+}

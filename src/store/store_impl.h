@@ -1,0 +1,119 @@
+/* The store's writer interface, for raft/fsm only (the node loop thread).
+ * Readers use store.h. Every function here works inside one write
+ * transaction that the fsm opens with store_wbegin() and ends with
+ * store_wcommit() or store_wabort(); row layouts are in schema.h. */
+#ifndef QUEEN_STORE_STORE_IMPL_H
+#define QUEEN_STORE_STORE_IMPL_H
+
+#include <lmdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/common.h"
+#include "base/err.h"
+#include "store/store.h"
+
+struct store {
+    MDB_env *env;
+    MDB_dbi meta, queues, partitions, parts_by_id, records, appends, dedup,
+        dedup_exp, kv, kv_expiry;
+    char *dir;
+    uint64_t map_size;
+    /* Readers hold it shared for one read txn; a snapshot restore holds it
+     * exclusively while it swaps the environment. */
+    pthread_rwlock_t swap_lock;
+    _Atomic uint64_t applied; /* meta "applied" as last committed */
+    _Atomic int64_t safe_time;
+    /* Loop thread only: the meta counters as of the open write txn. */
+    uint64_t next_queue;
+    uint64_t next_part;
+    int64_t last_clock;
+    /* Test seam: fail the next n commits with MDB_MAP_FULL. */
+    int fail_commits;
+};
+
+/* A queue as the writer sees it. */
+struct store_wqueue {
+    uint64_t id;
+    int32_t dedup_window_seconds;
+    bool created; /* created by this call */
+};
+
+/* A partition as the writer sees it (the row, decoded). */
+struct store_wpart {
+    uint64_t queue_id;
+    uint64_t id;
+    uint8_t uuid[16];
+    int64_t log_start;
+    int64_t last_offset;
+    int64_t last_write_at;
+    int64_t created_at;
+    bool created;
+};
+
+struct store_dedup_row {
+    int64_t offset;
+    uint64_t partition_id;
+    int64_t stamp;
+    uint8_t message_id[16];
+};
+
+int store_wbegin(struct store *s, MDB_txn **txn, struct err *err);
+/* Write meta (applied, safe_time = max(old, stamp), last_clock, counters)
+ * and commit; publishes applied and safe_time to readers. The txn is gone
+ * after the call either way. ERR_FULL on MDB_MAP_FULL, else ERR_IO. */
+int store_wcommit(struct store *s, MDB_txn *txn, uint64_t applied,
+                  int64_t stamp, struct err *err);
+void store_wabort(struct store *s, MDB_txn *txn);
+
+/* Find or create (implicit options) the queue tenant/name. */
+int store_wqueue_get(struct store *s, MDB_txn *txn, const uint8_t tenant[16],
+                     struct slice name, int64_t stamp, struct store_wqueue *q,
+                     struct err *err);
+/* Find or create the partition name of queue q; bumps the queue's
+ * partition count on create. */
+int store_wpart_get(struct store *s, MDB_txn *txn, const uint8_t tenant[16],
+                    struct slice queue_name, uint64_t queue_id,
+                    struct slice name, int64_t stamp, struct store_wpart *p,
+                    struct err *err);
+int store_wpart_put(struct store *s, MDB_txn *txn, struct slice name,
+                    const struct store_wpart *p, struct err *err);
+/* Append a record at pid/offset (use_append: pid is the greatest partition
+ * id, so MDB_APPEND applies). */
+int store_wrecord_put(struct store *s, MDB_txn *txn, uint64_t pid,
+                      int64_t offset, int64_t ts, const uint8_t msg_id[16],
+                      struct slice txn_id, struct slice payload,
+                      bool use_append, struct err *err);
+int store_wappend_put(struct store *s, MDB_txn *txn, uint64_t pid, int64_t base,
+                      int64_t end, int64_t stamp, struct err *err);
+/* 0 found, ERR_NOT_FOUND, or ERR_IO. */
+int store_wdedup_get(struct store *s, MDB_txn *txn, uint64_t queue_id,
+                     const uint8_t hash[16], struct store_dedup_row *row,
+                     struct err *err);
+int store_wdedup_put(struct store *s, MDB_txn *txn, uint64_t queue_id,
+                     const uint8_t hash[16], const struct store_dedup_row *row,
+                     int32_t window_seconds, struct err *err);
+/* Delete up to max dedup rows whose expiry is below stamp. */
+int store_wdedup_sweep(struct store *s, MDB_txn *txn, int64_t stamp, int max,
+                       struct err *err);
+void store_txn_hash(struct slice txn, uint8_t out[16]);
+
+/* Snapshots: a compact copy of the environment at path; replace the
+ * environment with the bytes of such a copy. */
+int store_copy_compact(struct store *s, const char *path, struct err *err);
+int store_replace(struct store *s, const void *data, size_t len,
+                  struct err *err);
+
+/* Decode a queue options blob (schema.h); false when malformed. */
+bool store_options_decode(const uint8_t *p, size_t len,
+                          struct store_queue_options *o);
+
+/* True when fewer than `reserve` bytes of the map are left unused. */
+bool store_is_full(struct store *s, uint64_t reserve);
+
+/* Persist everything (mdb_env_sync force). */
+int store_sync(struct store *s, struct err *err);
+
+#endif
