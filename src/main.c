@@ -1,9 +1,39 @@
 /* queen: the broker's entry point. Boot reads the environment, opens the
- * store and the raft log, and runs the node loop until SIGTERM. */
+ * store and the raft log, and runs the node loop until SIGTERM.
+ *
+ * Exit codes: 0 after a clean shutdown, 2 for a bad setting (one line
+ * "ERROR boot: FATAL: <VAR>=<value>: <why>"), 1 when the boot fails later
+ * (a port in use, an unwritable directory). */
+#include <signal.h>
 #include <stdio.h>
+#include <string.h>
 
-int main(void)
+#include "base/log.h"
+#include "broker/broker.h"
+#include "broker/config.h"
+
+int main(int argc, char **argv)
 {
-    fprintf(stderr, "queen: not built yet\n");
-    return 1;
+    struct config cfg;
+    struct err err;
+
+    if (argc == 2 && strcmp(argv[1], "--help-config") == 0) {
+        config_help(stdout);
+        return 0;
+    }
+    if (argc > 1) {
+        fprintf(stderr, "usage: %s [--help-config]\n", argv[0]);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    if (config_load_env(&cfg, &err) != 0) {
+        log_error("boot", "FATAL: %s", err.msg);
+        return 2;
+    }
+    log_set_level(cfg.log_level);
+    if (broker_run(&cfg, &err) != 0) {
+        log_error("boot", "%s", err.msg);
+        return 1;
+    }
+    return 0;
 }

@@ -48,4 +48,4 @@ def test_http_requests_are_counted_by_route_and_status(broker):
     assert broker.metric("queen_http_requests_total",
                          'route="/api/v1/push",status="400"') == 1
     assert broker.metric("queen_http_requests_total",
-                         'route="unknown",status="404"') == 1
+                         'route="unmatched",status="404"') == 1

@@ -1,0 +1,117 @@
+/* The HTTP API routes: the shared pieces (the route table, answers and the
+ * mapping from ERR_* to a status and the reference's envelope). The route
+ * families are in push.c, fetch.c, changed.c, queues.c, health.c, status.c
+ * and metrics.c. */
+#include "api/api.h"
+
+#include <string.h>
+
+#include "api/metrics.h"
+#include "base/log.h"
+#include "http/resp.h"
+#include "http/router.h"
+#include "http/server.h"
+
+void api_init(struct api *a, uv_loop_t *loop, struct store *store,
+              struct node *node)
+{
+    memset(a, 0, sizeof(*a));
+    a->loop = loop;
+    a->store = store;
+    a->node = node;
+    a->metrics = metrics_new();
+    a->gen = (struct uuid7_gen)UUID7_GEN_INIT;
+}
+
+void api_free(struct api *a)
+{
+    ASSERT(a->waiters == NULL); /* (3): api_stop() answered them */
+    metrics_free(a->metrics);
+    a->metrics = NULL;
+}
+
+int api_routes(struct api *a, struct router *r, struct err *err)
+{
+    static const struct {
+        enum http_method method;
+        const char *pattern;
+        http_handler_fn fn;
+    } routes[] = {
+        {HTTP_METHOD_POST, "/api/v1/push", api_handle_push},
+        {HTTP_METHOD_POST, "/api/v1/fetch", api_handle_fetch},
+        {HTTP_METHOD_POST, "/api/v1/partitions/changed", api_handle_changed},
+        {HTTP_METHOD_GET, "/api/v1/resources/queues", api_handle_queues},
+        {HTTP_METHOD_GET, "/health", api_handle_health},
+        {HTTP_METHOD_GET, "/status", api_handle_status},
+        {HTTP_METHOD_GET, "/metrics/prometheus", api_handle_metrics},
+    };
+
+    a->router = r;
+    for (size_t i = 0; i < ARRAY_LEN(routes); i++) {
+        if (router_add(r, routes[i].method, routes[i].pattern, routes[i].fn, a,
+                       err) != 0) {
+            return err_wrap(err, "route %s", routes[i].pattern);
+        }
+    }
+    return 0;
+}
+
+void api_respond_error(struct api *a, struct http_req *req, int status,
+                       const char *code, const char *msg)
+{
+    struct buf b;
+    struct jw w;
+    struct err err;
+
+    UNUSED(a);
+    if (code != NULL) {
+        http_respond_error(req, status, code, msg);
+        return;
+    }
+    buf_init(&b, BUF_UNLIMITED);
+    jw_init(&w, &b);
+    jw_obj_begin(&w);
+    jw_key(&w, "error");
+    jw_cstr(&w, msg);
+    jw_obj_end(&w);
+    ASSERT(jw_finish(&w, &err) == 0);
+    http_respond_json(req, status, &b);
+}
+
+void api_respond_json(struct api *a, struct http_req *req, int status,
+                      struct buf *body)
+{
+    UNUSED(a);
+    http_respond_json(req, status, body);
+}
+
+/* Reference 1.1: retryable conditions answer 503 with Retry-After: 1. */
+void api_respond_err(struct api *a, struct http_req *req, const struct err *err)
+{
+    UNUSED(a);
+    switch (err->code) {
+    case ERR_INVALID:
+        http_respond_error(req, 400, "bad_request", err->msg);
+        return;
+    case ERR_TOO_BIG:
+        http_respond_error(req, 413, "too_large", err->msg);
+        return;
+    case ERR_NOT_LEADER:
+        http_respond_error_ex(req, 503, "no_leader", err->msg,
+                              "Retry-After: 1\r\n");
+        return;
+    case ERR_BUSY:
+    case ERR_TIMEOUT:
+        http_respond_error_ex(req, 503, "retry", err->msg,
+                              "Retry-After: 1\r\n");
+        return;
+    case ERR_FULL:
+        http_respond_error(req, 507, "storage_full", err->msg);
+        return;
+    default:
+        log_error("api", "%s %s: %s", req->method_name,
+                  req->route != NULL ? req->route : "?", err->msg);
+        http_respond_error(req, 500, "internal", err->msg);
+        return;
+    }
+}

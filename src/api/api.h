@@ -1,0 +1,193 @@
+/* The HTTP API routes (reference section 1): thin JSON wrappers over the
+ * store's plain C reads (store_fetch, store_changed, store_list_queues) and
+ * the raft node's proposals. The sink calls the same store functions
+ * in-process, so what a client and the sink see cannot drift apart.
+ *
+ * Each route family has one file: push.c, fetch.c, changed.c, queues.c,
+ * health.c, status.c, metrics.c. A route splits into a pure part (parse the
+ * body into store requests, render a store answer as JSON; unit tested and
+ * fuzzed) and a handler that runs the I/O on the loop thread.
+ *
+ * Invariants:
+ *   (1) A refused request changes nothing: bodies are parsed and checked in
+ *       full before any command is proposed.
+ *   (2) Payloads are the producer's bytes: the push parser hands the JSON
+ *       span to the command, fetch splices the stored bytes back verbatim.
+ *   (3) Every long-poll waiter is answered exactly once: by a wake after an
+ *       apply, by its deadline, or by api_stop() at shutdown.
+ *
+ * Threading: everything runs on the node loop thread. */
+#ifndef QUEEN_API_API_H
+#define QUEEN_API_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "base/buf.h"
+#include "base/err.h"
+#include "base/json.h"
+#include "base/uuid7.h"
+#include "raft/cmd.h"
+#include "raft/fsm.h"
+#include "store/store.h"
+
+struct http_req;
+struct http_server;
+struct router;
+struct node;
+struct metrics;
+
+#define API_VERSION            "0.1.0"
+#define API_MAX_ENTRIES        1024 /* fetch and changed (reference 1.3/1.4) */
+#define API_FETCH_MAX_BYTES    ((uint64_t)8 << 20)
+#define API_FETCH_DEF_BYTES    ((uint64_t)1 << 20)
+#define API_FETCH_MAX_WAIT_MS  30000
+#define API_LONG_POLL_SLICE_MS 1000 /* re-read at least this often */
+
+/* ---- push (reference 1.2) ---------------------------------------------- */
+
+/* Mint one message id (16 bytes). The receiver uses a UUIDv7 generator;
+ * tests pass a counter. */
+typedef void (*api_mint_fn)(void *ctx, uint8_t id[16]);
+
+struct api_push {
+    struct json_doc doc;
+    size_t n;
+    struct cmd_push_item *items; /* slices into the body or arena */
+    bool *has_txn;               /* per item: the producer gave one */
+    char (*id_text)[37];         /* per item: the minted id, formatted */
+    struct buf arena;            /* unescaped names; never reallocated */
+};
+
+/* Parse a push body (borrowed; must outlive p) into items, check names, and
+ * default partitions to "Default". Returns 0; ERR_INVALID with err->msg
+ * "bad push body: <why>" (answer 400 bad_body); ERR_TOO_BIG when a name is
+ * over CMD_NAME_MAX bytes or a transactionId over CMD_TXN_MAX (413). Free p
+ * with api_push_free() in every case. */
+int api_push_parse(struct api_push *p, const char *body, size_t len,
+                   struct err *err);
+/* Give every item a message id, and the id's text as txn where the producer
+ * gave none. */
+void api_push_mint(struct api_push *p, api_mint_fn mint, void *ctx);
+/* Render the 201 array for the applied command's result (res->n_items ==
+ * p->n). Appends to out. */
+int api_push_render(const struct api_push *p, const struct fsm_result *res,
+                    struct buf *out, struct err *err);
+/* Sum of payload bytes of the items res says were queued. */
+uint64_t api_push_queued_bytes(const struct api_push *p,
+                               const struct fsm_result *res);
+void api_push_free(struct api_push *p);
+
+/* ---- fetch (reference 1.3) --------------------------------------------- */
+
+struct api_fetch {
+    struct json_doc doc;
+    size_t n;
+    struct store_fetch_req *reqs; /* partition names into body or arena */
+    struct buf arena;
+    int64_t max_wait_ms; /* 0..API_FETCH_MAX_WAIT_MS */
+    uint64_t min_bytes;  /* default 1 */
+};
+
+/* Parse a fetch body (borrowed). Returns 0, or ERR_INVALID with *code set:
+ * "bad_body" (err->msg "bad fetch body: <why>"), or NULL for the envelopes
+ * without a code ("too many entries", "offset must be non-negative"). Free
+ * with api_fetch_free() in every case. */
+int api_fetch_parse(struct api_fetch *f, const char *body, size_t len,
+                    const char **code, struct err *err);
+/* {"entries":[…]} for ans, in request order. */
+int api_fetch_render(const struct api_fetch *f,
+                     const struct store_fetch_answer *ans, struct buf *out,
+                     struct err *err);
+/* The answer's weight for minBytes: sum of max(1, payload length). */
+uint64_t api_fetch_weight(const struct store_fetch_answer *ans);
+/* Whether a long poll should answer now: an entry error, or weight >=
+ * min_bytes. */
+bool api_fetch_is_ready(const struct api_fetch *f,
+                        const struct store_fetch_answer *ans);
+void api_fetch_free(struct api_fetch *f);
+
+/* ---- partitions changed (reference 1.4) -------------------------------- */
+
+struct api_changed {
+    struct json_doc doc;
+    size_t n;
+    struct store_changed_req *reqs;
+    struct buf arena;
+};
+
+/* Same conventions as api_fetch_parse: "bad_body", or NULL for "too many
+ * entries" and "bad body: entry <i>: since is not a timestamp: <v>". */
+int api_changed_parse(struct api_changed *c, const char *body, size_t len,
+                      const char **code, struct err *err);
+int api_changed_render(const struct api_changed *c,
+                       const struct store_changed_answer *ans, struct buf *out,
+                       struct err *err);
+void api_changed_free(struct api_changed *c);
+
+/* ---- queues (reference 1.8) ---- */
+
+/* {"queues":[{"name":…,"partitions":n},…]} in the list's order. */
+int api_queues_render(const struct store_queue_list *l, struct buf *out,
+                      struct err *err);
+
+/* ---- the runtime ------------------------------------------------------- */
+
+/* Appends a JSON member (",\"s3\":{…}") to /status, or Prometheus lines to
+ * /metrics/prometheus: the sink's hooks. */
+typedef int (*api_extra_fn)(void *arg, struct buf *out, struct err *err);
+
+struct api_waiter; /* a long-poll fetch (fetch.c) */
+
+struct api {
+    uv_loop_t *loop;
+    struct store *store;
+    struct node *node;
+    struct http_server *server; /* for its metrics; may be NULL */
+    struct router *router;      /* for its metrics; may be NULL */
+    struct metrics *metrics;
+    struct uuid7_gen gen;
+    struct api_waiter *waiters; /* doubly linked */
+    size_t n_waiting;
+    bool is_stopping;
+    api_extra_fn status_extra;
+    void *status_extra_arg;
+    api_extra_fn metrics_extra;
+    void *metrics_extra_arg;
+};
+
+/* Borrows loop, store and node (they outlive a). */
+void api_init(struct api *a, uv_loop_t *loop, struct store *store,
+              struct node *node);
+/* Answer every waiter now and refuse new long polls (SIGTERM). */
+void api_stop(struct api *a);
+void api_free(struct api *a);
+
+/* Re-read every long-poll waiter: records may have arrived. */
+void api_wake(struct api *a);
+
+/* Route handlers (http_handler_fn); arg is the struct api. */
+void api_handle_push(struct http_req *req, void *arg);
+void api_handle_fetch(struct http_req *req, void *arg);
+void api_handle_changed(struct http_req *req, void *arg);
+void api_handle_queues(struct http_req *req, void *arg);
+void api_handle_health(struct http_req *req, void *arg);
+void api_handle_status(struct http_req *req, void *arg);
+void api_handle_metrics(struct http_req *req, void *arg);
+
+/* Add every route above to r, with a as their arg. */
+int api_routes(struct api *a, struct router *r, struct err *err);
+
+/* Answer with the envelope; code NULL gives {"error": msg} alone. */
+void api_respond_error(struct api *a, struct http_req *req, int status,
+                       const char *code, const char *msg);
+/* Answer with a JSON body (taken). */
+void api_respond_json(struct api *a, struct http_req *req, int status,
+                      struct buf *body);
+/* Map an ERR_* from a proposal or a read to a status and answer. */
+void api_respond_err(struct api *a, struct http_req *req,
+                     const struct err *err);
+
+#endif

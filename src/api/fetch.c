@@ -1,0 +1,445 @@
+/* POST /api/v1/fetch (reference 1.3): reads by offset, with the long poll.
+ *
+ * The reads are store_fetch() (the same call the sink makes in-process); this
+ * file parses the body into store requests, renders the answer, and runs the
+ * long poll.
+ *
+ * Long poll: with maxWaitMs > 0 and minBytes > 0, a fetch whose first read
+ * is not ready (no entry error, weight < minBytes) becomes a waiter. A waiter
+ * is re-read when a push applies (api_wake), when its slice timer fires (at
+ * most API_LONG_POLL_SLICE_MS, so appends this node did not propose are seen
+ * too), and at its deadline, where it answers whatever it has. api_stop()
+ * answers every waiter at once (api.h (3)).
+ *
+ *   READ --not ready, time left--> WAITING  fetch_wait()
+ *   WAITING --wake / slice--> READ           fetch_waiter_reread()
+ *   READ --ready, or deadline, or stop--> ANSWERED  fetch_answer() */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "api/metrics.h"
+#include "base/isotime.h"
+#include "base/xalloc.h"
+#include "http/server.h"
+
+#define FETCH_DEFAULT_PARTITION "Default"
+
+/* ---- parsing ---- */
+
+static int fetch_bad(const char **code, struct err *err, const char *fmt, ...)
+    PRINTF(3, 4);
+
+static int fetch_bad(const char **code, struct err *err, const char *fmt, ...)
+{
+    char why[200];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    *code = "bad_body";
+    return err_set(err, ERR_INVALID, "bad fetch body: %s", why);
+}
+
+/* A string token's unescaped text: a slice of the body, or a copy in the
+ * arena (reserved up front, never moves). */
+static int fetch_str(const struct json_doc *d, int i, struct buf *arena,
+                     struct slice *out, struct err *err)
+{
+    const struct json_tok *t = &d->toks[i];
+    size_t start = arena->len;
+
+    if (!t->has_escapes) {
+        out->ptr = d->text + t->start + 1;
+        out->len = t->len - 2;
+        return 0;
+    }
+    if (json_get_str(d, i, arena, err) != 0) {
+        return err->code;
+    }
+    out->ptr = arena->data + start;
+    out->len = arena->len - start;
+    return 0;
+}
+
+/* An optional integer member clamped to [lo, hi]; absent or null = def.
+ * Returns false when present but not an integer. */
+static bool fetch_int(const struct json_doc *d, int obj, const char *key,
+                      int64_t def, int64_t lo, int64_t hi, int64_t *out)
+{
+    int i = json_obj_get(d, obj, key);
+    int64_t v;
+    uint64_t u;
+
+    if (i < 0 || json_is_null(d, i)) {
+        *out = def;
+        return true;
+    }
+    if (json_get_i64(d, i, &v)) {
+        *out = v < lo ? lo : v > hi ? hi : v;
+        return true;
+    }
+    if (json_get_u64(d, i, &u)) { /* above INT64_MAX */
+        *out = hi;
+        return true;
+    }
+    return false;
+}
+
+static int fetch_entry(struct api_fetch *f, size_t idx, int obj,
+                       bool *is_negative, const char **code, struct err *err)
+{
+    const struct json_doc *d = &f->doc;
+    struct store_fetch_req *r = &f->reqs[idx];
+    int q = json_obj_get(d, obj, "queue");
+    int part = json_obj_get(d, obj, "partition");
+    int64_t v;
+
+    if (json_type(d, obj) != JSON_OBJECT || json_type(d, q) != JSON_STRING) {
+        return fetch_bad(code, err,
+                         "entries[%zu]: queue (a string) is "
+                         "required",
+                         idx);
+    }
+    if (fetch_str(d, q, &f->arena, &r->queue, err) != 0) {
+        return err->code;
+    }
+    r->partition = SLICE_LIT(FETCH_DEFAULT_PARTITION);
+    if (json_type(d, part) == JSON_STRING) {
+        if (fetch_str(d, part, &f->arena, &r->partition, err) != 0) {
+            return err->code;
+        }
+    } else if (json_get_i64(d, part, &v)) {
+        r->partition = json_span(d, part); /* its decimal text */
+    } else if (part >= 0 && !json_is_null(d, part)) {
+        return fetch_bad(code, err,
+                         "entries[%zu].partition: a string or an "
+                         "integer is required",
+                         idx);
+    }
+    if (!json_get_i64(d, json_obj_get(d, obj, "offset"), &r->offset)) {
+        return fetch_bad(code, err,
+                         "entries[%zu].offset: an integer is "
+                         "required",
+                         idx);
+    }
+    *is_negative = *is_negative || r->offset < 0;
+    if (!fetch_int(d, obj, "maxBytes", (int64_t)API_FETCH_DEF_BYTES, 1,
+                   (int64_t)API_FETCH_MAX_BYTES, &v)) {
+        return fetch_bad(code, err,
+                         "entries[%zu].maxBytes: an integer is "
+                         "required",
+                         idx);
+    }
+    r->max_bytes = (uint64_t)v;
+    return 0;
+}
+
+static int fetch_options(struct api_fetch *f, const char **code,
+                         struct err *err)
+{
+    int64_t v;
+
+    if (!fetch_int(&f->doc, 0, "maxWaitMs", 0, 0, API_FETCH_MAX_WAIT_MS,
+                   &f->max_wait_ms)) {
+        return fetch_bad(code, err, "maxWaitMs: an integer is required");
+    }
+    if (!fetch_int(&f->doc, 0, "minBytes", 1, 0, INT64_MAX, &v)) {
+        return fetch_bad(code, err, "minBytes: an integer is required");
+    }
+    f->min_bytes = (uint64_t)v;
+    return 0;
+}
+
+int api_fetch_parse(struct api_fetch *f, const char *body, size_t len,
+                    const char **code, struct err *err)
+{
+    int entries;
+    size_t i = 0;
+    bool is_negative = false;
+
+    memset(f, 0, sizeof(*f));
+    buf_init(&f->arena, BUF_UNLIMITED);
+    *code = "bad_body";
+    if (json_parse(&f->doc, body, len, NULL, err) != 0) {
+        err->code = ERR_INVALID;
+        return err_wrap(err, "bad fetch body");
+    }
+    entries = json_obj_get(&f->doc, 0, "entries");
+    if (json_type(&f->doc, entries) != JSON_ARRAY) {
+        return fetch_bad(code, err,
+                         "an object with an entries array is "
+                         "required");
+    }
+    f->n = f->doc.toks[entries].count;
+    if (f->n > API_MAX_ENTRIES) {
+        *code = NULL;
+        return err_set(err, ERR_INVALID, "too many entries");
+    }
+    if (fetch_options(f, code, err) != 0 ||
+        buf_reserve(&f->arena, len + 16, err) != 0) {
+        return err->code;
+    }
+    f->reqs = xcalloc(f->n + 1, sizeof(*f->reqs));
+    for (int t = json_child(&f->doc, entries); t >= 0;
+         t = json_next(&f->doc, t), i++) {
+        if (fetch_entry(f, i, t, &is_negative, code, err) != 0) {
+            return err->code;
+        }
+    }
+    if (is_negative) {
+        *code = NULL;
+        return err_set(err, ERR_INVALID, "offset must be non-negative");
+    }
+    return 0;
+}
+
+void api_fetch_free(struct api_fetch *f)
+{
+    json_doc_free(&f->doc);
+    free(f->reqs);
+    buf_free(&f->arena);
+    memset(f, 0, sizeof(*f));
+}
+
+/* ---- rendering ---- */
+
+static void fetch_render_record(struct jw *w, const struct store_record *r)
+{
+    char ts[32];
+
+    isotime_format_us(r->ts, ts);
+    jw_obj_begin(w);
+    jw_key(w, "offset");
+    jw_i64(w, r->offset);
+    jw_key(w, "transactionId");
+    jw_str(w, r->txn.ptr, r->txn.len);
+    jw_key(w, "payload");
+    if (r->payload.len == 0) {
+        jw_null(w);
+    } else {
+        jw_raw(w, r->payload.ptr, r->payload.len); /* api.h (2) */
+    }
+    jw_key(w, "ts");
+    jw_cstr(w, ts);
+    jw_obj_end(w);
+}
+
+int api_fetch_render(const struct api_fetch *f,
+                     const struct store_fetch_answer *ans, struct buf *out,
+                     struct err *err)
+{
+    struct jw w;
+
+    ASSERT(ans->n_entries == f->n);
+    jw_init(&w, out);
+    jw_obj_begin(&w);
+    jw_key(&w, "entries");
+    jw_arr_begin(&w);
+    for (size_t i = 0; i < f->n; i++) {
+        const struct store_fetch_entry *e = &ans->entries[i];
+        const char *name = store_entry_error_name(e->error);
+
+        jw_obj_begin(&w);
+        jw_key(&w, "queue");
+        jw_str(&w, f->reqs[i].queue.ptr, f->reqs[i].queue.len);
+        jw_key(&w, "partition");
+        jw_str(&w, f->reqs[i].partition.ptr, f->reqs[i].partition.len);
+        jw_key(&w, "records");
+        jw_arr_begin(&w);
+        for (size_t k = 0; k < e->n_records; k++) {
+            fetch_render_record(&w, &e->records[k]);
+        }
+        jw_arr_end(&w);
+        jw_key(&w, "highWatermark");
+        jw_i64(&w, e->high_watermark);
+        jw_key(&w, "logStartOffset");
+        jw_i64(&w, e->log_start);
+        if (name != NULL) {
+            jw_key(&w, "error");
+            jw_cstr(&w, name);
+        }
+        jw_obj_end(&w);
+    }
+    jw_arr_end(&w);
+    jw_obj_end(&w);
+    return jw_finish(&w, err);
+}
+
+uint64_t api_fetch_weight(const struct store_fetch_answer *ans)
+{
+    uint64_t n = 0;
+
+    for (size_t i = 0; i < ans->n_entries; i++) {
+        const struct store_fetch_entry *e = &ans->entries[i];
+        for (size_t k = 0; k < e->n_records; k++) {
+            size_t len = e->records[k].payload.len;
+            n += len > 0 ? len : 1;
+        }
+    }
+    return n;
+}
+
+bool api_fetch_is_ready(const struct api_fetch *f,
+                        const struct store_fetch_answer *ans)
+{
+    for (size_t i = 0; i < ans->n_entries; i++) {
+        if (ans->entries[i].error != STORE_ENTRY_OK) {
+            return true;
+        }
+    }
+    return api_fetch_weight(ans) >= f->min_bytes;
+}
+
+/* ---- the handler and its waiters ---- */
+
+struct api_waiter {
+    struct api *a;
+    struct http_req *req;
+    struct api_fetch f;
+    uint64_t deadline_ms; /* uv_now() scale */
+    uv_timer_t timer;
+    struct api_waiter *prev;
+    struct api_waiter *next;
+    bool is_waiting;
+};
+
+static void fetch_waiter_free(uv_handle_t *h)
+{
+    struct api_waiter *w = container_of(h, struct api_waiter, timer);
+
+    api_fetch_free(&w->f);
+    free(w);
+}
+
+static void fetch_unlink(struct api_waiter *w)
+{
+    struct api *a = w->a;
+
+    if (!w->is_waiting) {
+        return;
+    }
+    if (w->prev != NULL) {
+        w->prev->next = w->next;
+    } else {
+        a->waiters = w->next;
+    }
+    if (w->next != NULL) {
+        w->next->prev = w->prev;
+    }
+    w->is_waiting = false;
+    a->n_waiting--;
+}
+
+/* Read once; answer when ready, at the deadline, or when forced. Returns
+ * true when answered (the waiter is then being freed). */
+static bool fetch_try(struct api_waiter *w, bool is_forced)
+{
+    struct api *a = w->a;
+    struct store_fetch_answer ans;
+    struct buf out;
+    struct err err;
+    bool is_late = uv_now(a->loop) >= w->deadline_ms;
+
+    memset(&ans, 0, sizeof(ans));
+    if (store_fetch(a->store, STORE_DEFAULT_TENANT, w->f.reqs, w->f.n, &ans,
+                    &err) != 0) {
+        store_fetch_answer_free(&ans);
+        api_respond_err(a, w->req, &err);
+        goto out_answered;
+    }
+    if (!is_forced && !is_late && w->f.max_wait_ms > 0 && w->f.min_bytes > 0 &&
+        !a->is_stopping && !api_fetch_is_ready(&w->f, &ans)) {
+        store_fetch_answer_free(&ans);
+        return false;
+    }
+    buf_init(&out, BUF_UNLIMITED);
+    if (api_fetch_render(&w->f, &ans, &out, &err) != 0) {
+        buf_free(&out);
+        api_respond_err(a, w->req, &err);
+    } else {
+        api_respond_json(a, w->req, 200, &out);
+    }
+    store_fetch_answer_free(&ans);
+out_answered:
+    fetch_unlink(w);
+    uv_timer_stop(&w->timer);
+    uv_close((uv_handle_t *)&w->timer, fetch_waiter_free);
+    return true;
+}
+
+static void fetch_arm(struct api_waiter *w);
+
+static void fetch_on_timer(uv_timer_t *t)
+{
+    struct api_waiter *w = container_of(t, struct api_waiter, timer);
+
+    if (!fetch_try(w, false)) {
+        fetch_arm(w);
+    }
+}
+
+/* Wake at the deadline or after one slice, whichever is first. */
+static void fetch_arm(struct api_waiter *w)
+{
+    uint64_t now = uv_now(w->a->loop);
+    uint64_t left = w->deadline_ms > now ? w->deadline_ms - now : 0;
+
+    uv_timer_start(
+        &w->timer, fetch_on_timer,
+        left < API_LONG_POLL_SLICE_MS ? left : API_LONG_POLL_SLICE_MS, 0);
+}
+
+void api_handle_fetch(struct http_req *req, void *arg)
+{
+    struct api *a = arg;
+    struct api_waiter *w = xcalloc(1, sizeof(*w));
+    const char *code;
+    struct err err;
+
+    w->a = a;
+    w->req = req;
+    if (api_fetch_parse(&w->f, req->body.ptr, req->body.len, &code, &err) !=
+        0) {
+        api_respond_error(a, req, 400, code, err.msg);
+        api_fetch_free(&w->f);
+        free(w);
+        return;
+    }
+    uv_timer_init(a->loop, &w->timer);
+    w->deadline_ms = uv_now(a->loop) + (uint64_t)w->f.max_wait_ms;
+    if (fetch_try(w, false)) {
+        return;
+    }
+    w->next = a->waiters;
+    if (a->waiters != NULL) {
+        a->waiters->prev = w;
+    }
+    a->waiters = w;
+    w->is_waiting = true;
+    a->n_waiting++;
+    fetch_arm(w);
+}
+
+void api_wake(struct api *a)
+{
+    struct api_waiter *w = a->waiters;
+
+    while (w != NULL) {
+        struct api_waiter *next = w->next;
+        fetch_try(w, false);
+        w = next;
+    }
+}
+
+void api_stop(struct api *a)
+{
+    a->is_stopping = true;
+    while (a->waiters != NULL) {
+        fetch_try(a->waiters, true);
+    }
+}

@@ -1,0 +1,289 @@
+/* A small metrics registry rendered in the Prometheus text format.
+ *
+ * Families and samples live in two fixed arrays: the broker has a few dozen
+ * series (routes x statuses), so a linear search is cheaper than a hash and
+ * the memory is bounded by construction. The exposition groups each
+ * family's samples under one HELP and one TYPE line, which is what promtool
+ * checks. Also here: the /metrics/prometheus handler, which refreshes the
+ * gauges (raft indexes, store size) before rendering. */
+#include "api/metrics.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "base/xalloc.h"
+#include "http/resp.h"
+#include "http/router.h"
+#include "http/server.h"
+#include "raft/node.h"
+
+struct metrics *metrics_new(void)
+{
+    struct metrics *m = xcalloc(1, sizeof(*m));
+
+    m->push_requests =
+        metrics_family(m, "queen_push_requests_total", METRIC_COUNTER,
+                       "push requests answered 201");
+    m->push_records =
+        metrics_family(m, "queen_push_records_total", METRIC_COUNTER,
+                       "records appended by pushes (duplicates excluded)");
+    m->push_duplicates =
+        metrics_family(m, "queen_push_duplicates_total", METRIC_COUNTER,
+                       "pushed items answered duplicate");
+    m->push_bytes =
+        metrics_family(m, "queen_push_bytes_total", METRIC_COUNTER,
+                       "payload bytes appended by pushes, as stored");
+    m->raft_applied = metrics_family(m, "queen_raft_applied_index",
+                                     METRIC_GAUGE, "last raft index applied");
+    m->raft_commit = metrics_family(m, "queen_raft_commit_index", METRIC_GAUGE,
+                                    "raft commit index");
+    m->raft_is_leader =
+        metrics_family(m, "queen_raft_is_leader", METRIC_GAUGE,
+                       "1 when this node is the raft leader, else 0");
+    m->safe_time =
+        metrics_family(m, "queen_safe_time_seconds", METRIC_GAUGE,
+                       "this node's safeTime (greatest applied stamp)");
+    m->store_size = metrics_family(m, "queen_store_size_bytes", METRIC_GAUGE,
+                                   "bytes of LMDB pages in use");
+    m->store_records = metrics_family(m, "queen_store_records", METRIC_GAUGE,
+                                      "records retained");
+    m->store_partitions = metrics_family(m, "queen_store_partitions",
+                                         METRIC_GAUGE, "partitions stored");
+    m->store_queues =
+        metrics_family(m, "queen_store_queues", METRIC_GAUGE, "queues stored");
+    m->fetch_waiting = metrics_family(m, "queen_fetch_waiting", METRIC_GAUGE,
+                                      "long-poll fetches waiting for records");
+    return m;
+}
+
+void metrics_free(struct metrics *m)
+{
+    free(m);
+}
+
+int metrics_family(struct metrics *m, const char *name, int type,
+                   const char *help)
+{
+    for (size_t i = 0; i < m->n_families; i++) {
+        ASSERT(strcmp(m->families[i].name, name) != 0);
+    }
+    ASSERT(m->n_families < METRICS_MAX_FAMILIES);
+    m->families[m->n_families].name = name;
+    m->families[m->n_families].help = help;
+    m->families[m->n_families].type = type;
+    return (int)m->n_families++;
+}
+
+static struct metric_sample *metrics_find(const struct metrics *m, int family,
+                                          const char *labels)
+{
+    if (labels == NULL) {
+        labels = "";
+    }
+    for (size_t i = 0; i < m->n_samples; i++) {
+        const struct metric_sample *s = &m->samples[i];
+        if (s->family == family && strcmp(s->labels, labels) == 0) {
+            return (struct metric_sample *)(uintptr_t)s;
+        }
+    }
+    return NULL;
+}
+
+static struct metric_sample *metrics_sample(struct metrics *m, int family,
+                                            const char *labels)
+{
+    struct metric_sample *s = metrics_find(m, family, labels);
+
+    if (s != NULL) {
+        return s;
+    }
+    if (labels == NULL) {
+        labels = "";
+    }
+    if (m->n_samples == METRICS_MAX_SAMPLES ||
+        strlen(labels) >= METRICS_LABELS_MAX) {
+        m->dropped++;
+        return NULL;
+    }
+    s = &m->samples[m->n_samples++];
+    s->family = family;
+    s->value = 0;
+    memcpy(s->labels, labels, strlen(labels) + 1);
+    return s;
+}
+
+void metrics_add(struct metrics *m, int family, const char *labels, double v)
+{
+    struct metric_sample *s = metrics_sample(m, family, labels);
+
+    if (s != NULL) {
+        s->value += v;
+    }
+}
+
+void metrics_set(struct metrics *m, int family, const char *labels, double v)
+{
+    struct metric_sample *s = metrics_sample(m, family, labels);
+
+    if (s != NULL) {
+        s->value = v;
+    }
+}
+
+double metrics_get(const struct metrics *m, int family, const char *labels)
+{
+    const struct metric_sample *s = metrics_find(m, family, labels);
+
+    return s != NULL ? s->value : 0;
+}
+
+void metrics_push(struct metrics *m, uint64_t queued, uint64_t duplicates,
+                  uint64_t bytes)
+{
+    if (m == NULL) {
+        return;
+    }
+    metrics_add(m, m->push_requests, NULL, 1);
+    metrics_add(m, m->push_records, NULL, (double)queued);
+    metrics_add(m, m->push_duplicates, NULL, (double)duplicates);
+    metrics_add(m, m->push_bytes, NULL, (double)bytes);
+}
+
+bool metrics_label_escape(const char *v, char *out, size_t n)
+{
+    size_t j = 0;
+
+    for (; *v != '\0'; v++) {
+        const char *rep = *v == '\\'   ? "\\\\"
+                          : *v == '"'  ? "\\\""
+                          : *v == '\n' ? "\\n"
+                                       : NULL;
+        size_t k = rep != NULL ? strlen(rep) : 1;
+
+        if (j + k >= n) {
+            out[j] = '\0';
+            return false;
+        }
+        memcpy(out + j, rep != NULL ? rep : v, k);
+        j += k;
+    }
+    out[j] = '\0';
+    return true;
+}
+
+static int metrics_value(struct buf *out, double v, struct err *err)
+{
+    if (v == floor(v) && fabs(v) < 9007199254740992.0) {
+        return buf_printf(out, err, " %" PRId64 "\n", (int64_t)v);
+    }
+    return buf_printf(out, err, " %.17g\n", v);
+}
+
+static int metrics_render_family(const struct metrics *m, int f,
+                                 struct buf *out, struct err *err)
+{
+    const struct metric_family *fam = &m->families[f];
+    bool is_any = false;
+
+    for (size_t i = 0; i < m->n_samples; i++) {
+        is_any = is_any || m->samples[i].family == f;
+    }
+    if (!is_any && fam->type == METRIC_GAUGE) {
+        return 0;
+    }
+    if (buf_printf(out, err, "# HELP %s %s\n# TYPE %s %s\n", fam->name,
+                   fam->help, fam->name,
+                   fam->type == METRIC_COUNTER ? "counter" : "gauge") != 0) {
+        return err->code;
+    }
+    if (!is_any) {
+        return buf_printf(out, err, "%s 0\n", fam->name);
+    }
+    for (size_t i = 0; i < m->n_samples; i++) {
+        const struct metric_sample *s = &m->samples[i];
+        int rc;
+
+        if (s->family != f) {
+            continue;
+        }
+        rc = s->labels[0] != '\0'
+                 ? buf_printf(out, err, "%s{%s}", fam->name, s->labels)
+                 : buf_append_str(out, fam->name, err);
+        if (rc != 0 || metrics_value(out, s->value, err) != 0) {
+            return err->code;
+        }
+    }
+    return 0;
+}
+
+int metrics_render(const struct metrics *m, struct buf *out, struct err *err)
+{
+    for (size_t f = 0; f < m->n_families; f++) {
+        if (metrics_render_family(m, (int)f, out, err) != 0) {
+            return err->code;
+        }
+    }
+    return 0;
+}
+
+/* ---- GET /metrics/prometheus ---- */
+
+static void metrics_refresh(struct api *a)
+{
+    struct metrics *m = a->metrics;
+    struct store_stats st;
+    struct err err;
+
+    if (a->node != NULL) {
+        metrics_set(m, m->raft_applied, NULL,
+                    (double)node_applied_index(a->node));
+        metrics_set(m, m->raft_commit, NULL,
+                    (double)node_commit_index(a->node));
+        metrics_set(m, m->raft_is_leader, NULL,
+                    node_role(a->node) == NODE_LEADER ? 1 : 0);
+    }
+    metrics_set(m, m->fetch_waiting, NULL, (double)a->n_waiting);
+    if (a->store != NULL && store_stats(a->store, &st, &err) == 0) {
+        metrics_set(m, m->safe_time, NULL, (double)st.safe_time / 1e6);
+        metrics_set(m, m->store_size, NULL, (double)st.used_bytes);
+        metrics_set(m, m->store_records, NULL, (double)st.n_records);
+        metrics_set(m, m->store_partitions, NULL, (double)st.n_partitions);
+        metrics_set(m, m->store_queues, NULL, (double)st.n_queues);
+    }
+}
+
+void api_handle_metrics(struct http_req *req, void *arg)
+{
+    struct api *a = arg;
+    struct buf out;
+    struct err err;
+    int rc;
+
+    metrics_refresh(a);
+    buf_init(&out, BUF_UNLIMITED);
+    rc = metrics_render(a->metrics, &out, &err);
+    if (rc == 0 && a->router != NULL) {
+        rc = router_metrics(a->router, &out, &err);
+    }
+    if (rc == 0 && a->server != NULL) {
+        rc = http_server_metrics(a->server, &out, &err);
+    }
+    if (rc == 0 && a->metrics_extra != NULL) {
+        rc = a->metrics_extra(a->metrics_extra_arg, &out, &err);
+    }
+    if (rc != 0) {
+        buf_free(&out);
+        api_respond_err(a, req, &err);
+        return;
+    }
+    {
+        size_t len;
+        char *body = buf_steal(&out, &len);
+        http_respond_take(req, 200, "text/plain; version=0.0.4", body, len,
+                          NULL);
+    }
+}

@@ -1,0 +1,380 @@
+/* POST /api/v1/push (reference 1.2): parse the items, mint message ids,
+ * propose one PUSH command, answer 201 with one element per item when it
+ * applies.
+ *
+ * The body is scanned once with tok_depth 3 (body object, items array, item
+ * object, item members), so each payload is one token whose span is the
+ * producer's exact bytes; the scanner still validates everything below it
+ * (UTF-8, numbers, depth), so a bad payload refuses the whole request before
+ * anything is proposed (api.h (1)). Offsets, dedup verdicts and stamps are
+ * decided by the fsm at apply time; this file only renders its verdicts. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "api/api.h"
+#include "api/metrics.h"
+#include "base/log.h"
+#include "base/xalloc.h"
+#include "http/server.h"
+#include "raft/node.h"
+
+#define PUSH_DEFAULT_PARTITION "Default"
+
+/* The unescaped text of string token i: a slice of the body when it has no
+ * escapes, else a copy in the arena (reserved up front, never moves). */
+static int push_str(struct api_push *p, int i, struct slice *out,
+                    struct err *err)
+{
+    const struct json_tok *t = &p->doc.toks[i];
+    size_t start = p->arena.len;
+
+    if (!t->has_escapes) {
+        out->ptr = p->doc.text + t->start + 1;
+        out->len = t->len - 2;
+        return 0;
+    }
+    if (json_get_str(&p->doc, i, &p->arena, err) != 0) {
+        return err->code;
+    }
+    out->ptr = p->arena.data + start;
+    out->len = p->arena.len - start;
+    return 0;
+}
+
+static int push_name(struct api_push *p, size_t idx, const char *field, int tok,
+                     struct slice *out, struct err *err)
+{
+    if (json_type(&p->doc, tok) != JSON_STRING) {
+        return err_set(err, ERR_INVALID,
+                       "bad push body: items[%zu].%s: a string is required",
+                       idx, field);
+    }
+    if (push_str(p, tok, out, err) != 0) {
+        return err->code;
+    }
+    if (out->len > CMD_NAME_MAX) {
+        return err_set(err, ERR_TOO_BIG,
+                       "items[%zu].%s: name of %zu bytes is over the %d-byte "
+                       "limit",
+                       idx, field, out->len, CMD_NAME_MAX);
+    }
+    return 0;
+}
+
+static int push_txn(struct api_push *p, size_t idx, int tok, struct err *err)
+{
+    struct cmd_push_item *it = &p->items[idx];
+
+    if (tok < 0 || json_is_null(&p->doc, tok)) {
+        return 0;
+    }
+    if (json_type(&p->doc, tok) != JSON_STRING) {
+        return err_set(err, ERR_INVALID,
+                       "bad push body: items[%zu].transactionId: a string is "
+                       "required",
+                       idx);
+    }
+    if (push_str(p, tok, &it->txn, err) != 0) {
+        return err->code;
+    }
+    if (it->txn.len > CMD_TXN_MAX) {
+        return err_set(err, ERR_TOO_BIG,
+                       "items[%zu].transactionId: %zu bytes is over the "
+                       "%d-byte limit",
+                       idx, it->txn.len, CMD_TXN_MAX);
+    }
+    p->has_txn[idx] = it->txn.len > 0;
+    return 0;
+}
+
+static int push_item(struct api_push *p, size_t idx, int obj, struct err *err)
+{
+    struct cmd_push_item *it = &p->items[idx];
+    const struct json_doc *d = &p->doc;
+    int q = json_obj_get(d, obj, "queue");
+    int part = json_obj_get(d, obj, "partition");
+    int payload = json_obj_get(d, obj, "payload");
+
+    if (json_type(d, obj) != JSON_OBJECT) {
+        return err_set(err, ERR_INVALID,
+                       "bad push body: items[%zu]: an object is required", idx);
+    }
+    if (q < 0) {
+        return err_set(err, ERR_INVALID,
+                       "bad push body: items[%zu].queue is required", idx);
+    }
+    if (push_name(p, idx, "queue", q, &it->queue, err) != 0) {
+        return err->code;
+    }
+    if (it->queue.len == 0) {
+        return err_set(err, ERR_INVALID,
+                       "bad push body: items[%zu].queue is empty", idx);
+    }
+    it->partition = SLICE_LIT(PUSH_DEFAULT_PARTITION);
+    if (part >= 0 && !json_is_null(d, part)) {
+        if (push_name(p, idx, "partition", part, &it->partition, err) != 0) {
+            return err->code;
+        }
+        if (it->partition.len == 0) {
+            it->partition = SLICE_LIT(PUSH_DEFAULT_PARTITION);
+        }
+    }
+    if (push_txn(p, idx, json_obj_get(d, obj, "transactionId"), err) != 0) {
+        return err->code;
+    }
+    if (payload < 0) {
+        return err_set(err, ERR_INVALID,
+                       "bad push body: items[%zu].payload is required", idx);
+    }
+    it->payload = json_span(d, payload); /* (2) verbatim */
+    return 0;
+}
+
+int api_push_parse(struct api_push *p, const char *body, size_t len,
+                   struct err *err)
+{
+    struct json_limits lim = {JSON_MAX_DEPTH_DEFAULT, 3, 0};
+    int items;
+    size_t i = 0;
+
+    memset(p, 0, sizeof(*p));
+    buf_init(&p->arena, BUF_UNLIMITED);
+    if (json_parse(&p->doc, body, len, &lim, err) != 0) {
+        err->code = ERR_INVALID;
+        return err_wrap(err, "bad push body");
+    }
+    items = json_obj_get(&p->doc, 0, "items");
+    if (json_type(&p->doc, items) != JSON_ARRAY) {
+        return err_set(err, ERR_INVALID,
+                       "bad push body: an object with an items array is "
+                       "required");
+    }
+    p->n = p->doc.toks[items].count;
+    if (p->n > CMD_PUSH_MAX_ITEMS) {
+        return err_set(err, ERR_INVALID,
+                       "bad push body: %zu items is over the limit of %d", p->n,
+                       CMD_PUSH_MAX_ITEMS);
+    }
+    p->items = xcalloc(p->n + 1, sizeof(*p->items));
+    p->has_txn = xcalloc(p->n + 1, sizeof(*p->has_txn));
+    p->id_text = xcalloc(p->n + 1, sizeof(*p->id_text));
+    if (buf_reserve(&p->arena, len + 16, err) != 0) {
+        return err->code;
+    }
+    for (int t = json_child(&p->doc, items); t >= 0;
+         t = json_next(&p->doc, t)) {
+        ASSERT(i < p->n);
+        if (push_item(p, i, t, err) != 0) {
+            return err->code;
+        }
+        i++;
+    }
+    ASSERT(i == p->n);
+    return 0;
+}
+
+void api_push_mint(struct api_push *p, api_mint_fn mint, void *ctx)
+{
+    for (size_t i = 0; i < p->n; i++) {
+        struct cmd_push_item *it = &p->items[i];
+
+        mint(ctx, it->message_id);
+        uuid7_format(it->message_id, p->id_text[i]);
+        if (!p->has_txn[i]) {
+            it->txn.ptr = p->id_text[i];
+            it->txn.len = 36;
+        }
+    }
+}
+
+static const char *push_status_name(int status)
+{
+    switch (status) {
+    case FSM_ITEM_QUEUED:
+        return "queued";
+    case FSM_ITEM_DUPLICATE:
+        return "duplicate";
+    default:
+        return "error";
+    }
+}
+
+int api_push_render(const struct api_push *p, const struct fsm_result *res,
+                    struct buf *out, struct err *err)
+{
+    struct jw w;
+    char id[37];
+    bool is_whole = res != NULL && res->code == 0 && res->n_items == p->n;
+
+    jw_init(&w, out);
+    jw_arr_begin(&w);
+    for (size_t i = 0; i < p->n; i++) {
+        const struct cmd_push_item *it = &p->items[i];
+        const struct fsm_item_result *r = is_whole ? &res->items[i] : NULL;
+        int status = r != NULL ? r->status : FSM_ITEM_ERROR;
+
+        uuid7_format(r != NULL ? r->message_id : it->message_id, id);
+        jw_obj_begin(&w);
+        jw_key(&w, "index");
+        jw_u64(&w, i);
+        jw_key(&w, "message_id");
+        jw_cstr(&w, id);
+        jw_key(&w, "transaction_id");
+        jw_str(&w, it->txn.ptr, it->txn.len);
+        jw_key(&w, "queueName");
+        jw_str(&w, it->queue.ptr, it->queue.len);
+        jw_key(&w, "status");
+        jw_cstr(&w, push_status_name(status));
+        if (status != FSM_ITEM_ERROR) {
+            jw_key(&w, "offset");
+            jw_i64(&w, r->offset);
+        }
+        jw_obj_end(&w);
+    }
+    jw_arr_end(&w);
+    return jw_finish(&w, err);
+}
+
+uint64_t api_push_queued_bytes(const struct api_push *p,
+                               const struct fsm_result *res)
+{
+    uint64_t n = 0;
+
+    if (res == NULL || res->n_items != p->n) {
+        return 0;
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        if (res->items[i].status == FSM_ITEM_QUEUED) {
+            n += p->items[i].payload.len;
+        }
+    }
+    return n;
+}
+
+void api_push_free(struct api_push *p)
+{
+    json_doc_free(&p->doc);
+    free(p->items);
+    free(p->has_txn);
+    free(p->id_text);
+    buf_free(&p->arena);
+    memset(p, 0, sizeof(*p));
+}
+
+/* ---- the handler ---- */
+
+struct push_op {
+    struct api *a;
+    struct http_req *req;
+    struct api_push p;
+};
+
+/* The receiver's UUIDv7 minting (reference 2.3): one generator on the loop
+ * thread, the wall clock and getrandom. */
+static void push_mint(void *ctx, uint8_t id[16])
+{
+    struct api *a = ctx;
+    struct timespec ts;
+    uint8_t rnd[8];
+    size_t got = 0;
+
+    while (got < sizeof(rnd)) {
+        ssize_t n = getrandom(rnd + got, sizeof(rnd) - got, 0);
+        if (n > 0) {
+            got += (size_t)n;
+        }
+    }
+    ASSERT(clock_gettime(CLOCK_REALTIME, &ts) == 0);
+    uuid7_make(&a->gen,
+               (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000, rnd,
+               id);
+}
+
+static void push_count(struct api *a, const struct api_push *p,
+                       const struct fsm_result *res)
+{
+    uint64_t queued = 0;
+    uint64_t dups = 0;
+
+    for (size_t i = 0; res != NULL && i < res->n_items; i++) {
+        queued += res->items[i].status == FSM_ITEM_QUEUED;
+        dups += res->items[i].status == FSM_ITEM_DUPLICATE;
+    }
+    metrics_push(a->metrics, queued, dups, api_push_queued_bytes(p, res));
+}
+
+static void push_applied(void *arg, int status, const struct fsm_result *res,
+                         const struct err *perr)
+{
+    struct push_op *op = arg;
+    struct buf out;
+    struct err err;
+
+    if (status != 0) {
+        api_respond_err(op->a, op->req, perr);
+        goto out_free;
+    }
+    buf_init(&out, BUF_UNLIMITED);
+    if (api_push_render(&op->p, res, &out, &err) != 0) {
+        buf_free(&out);
+        api_respond_err(op->a, op->req, &err);
+        goto out_free;
+    }
+    push_count(op->a, &op->p, res);
+    api_respond_json(op->a, op->req, 201, &out);
+    api_wake(op->a);
+out_free:
+    api_push_free(&op->p);
+    free(op);
+}
+
+static int push_propose(struct push_op *op, struct err *err)
+{
+    struct buf cmd;
+    int rc;
+
+    buf_init(&cmd, CMD_HEADER_LEN + CMD_BODY_MAX);
+    rc = cmd_push_encode(&cmd, STORE_DEFAULT_TENANT, op->p.items, op->p.n, err);
+    if (rc == 0) {
+        rc = node_propose(op->a->node, CMD_PUSH, cmd.data, cmd.len,
+                          push_applied, op, err);
+    }
+    buf_free(&cmd);
+    return rc;
+}
+
+void api_handle_push(struct http_req *req, void *arg)
+{
+    struct api *a = arg;
+    struct push_op *op = xcalloc(1, sizeof(*op));
+    struct err err;
+    struct buf out;
+
+    op->a = a;
+    op->req = req;
+    if (api_push_parse(&op->p, req->body.ptr, req->body.len, &err) != 0) {
+        api_respond_error(
+            a, req, err.code == ERR_TOO_BIG ? 413 : 400,
+            err.code == ERR_TOO_BIG ? "name_too_long" : "bad_body", err.msg);
+        goto out_free;
+    }
+    if (op->p.n == 0) {
+        buf_init(&out, BUF_UNLIMITED);
+        buf_append_str(&out, "[]", &err);
+        metrics_push(a->metrics, 0, 0, 0);
+        api_respond_json(a, req, 201, &out);
+        goto out_free;
+    }
+    api_push_mint(&op->p, push_mint, a);
+    if (push_propose(op, &err) != 0) {
+        api_respond_err(a, req, &err);
+        goto out_free;
+    }
+    return; /* push_applied answers and frees */
+out_free:
+    api_push_free(&op->p);
+    free(op);
+}

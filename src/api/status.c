@@ -1,0 +1,42 @@
+/* GET /status (reference 1.8): {"status":"ok","engine":"raft",…}. When the
+ * embedded sink runs, its hook (api->status_extra) appends the "s3" member;
+ * without the sink the block is absent. */
+#include "api/api.h"
+#include "http/server.h"
+#include "raft/node.h"
+
+void api_handle_status(struct http_req *req, void *arg)
+{
+    struct api *a = arg;
+    struct buf out;
+    struct jw w;
+    struct err err;
+    int rc;
+
+    buf_init(&out, BUF_UNLIMITED);
+    jw_init(&w, &out);
+    jw_obj_begin(&w);
+    jw_key(&w, "status");
+    jw_cstr(&w, "ok");
+    jw_key(&w, "engine");
+    jw_cstr(&w, "raft");
+    jw_key(&w, "version");
+    jw_cstr(&w, API_VERSION);
+    jw_key(&w, "role");
+    jw_cstr(&w, node_role_name(node_role(a->node)));
+    rc = jw_finish(&w, &err);
+    /* The writer is done with the object's members; the hook appends its
+     * own ",\"s3\":{…}" before the closing brace. */
+    if (rc == 0 && a->status_extra != NULL) {
+        rc = a->status_extra(a->status_extra_arg, &out, &err);
+    }
+    if (rc == 0) {
+        rc = buf_append_byte(&out, '}', &err);
+    }
+    if (rc != 0) {
+        buf_free(&out);
+        api_respond_err(a, req, &err);
+        return;
+    }
+    api_respond_json(a, req, 200, &out);
+}

@@ -1,0 +1,195 @@
+/* The broker process: boot, run, and the SIGTERM sequence (see broker.h for
+ * the drawing).
+ *
+ * Everything runs on one libuv loop: raft, the fsm's LMDB writes, the HTTP
+ * server and the handlers. The only ordering rule that matters at shutdown
+ * is libraft's: raft_close() while writes are in flight aborts, so the HTTP
+ * side is drained first (no new proposals), then node_close() runs its
+ * barrier and delay before closing raft. */
+#include "broker/broker.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <uv.h>
+
+#include "api/api.h"
+#include "base/log.h"
+#include "http/router.h"
+#include "http/server.h"
+#include "raft/node.h"
+#include "store/store.h"
+
+enum broker_state {
+    BROKER_RUNNING,
+    BROKER_DRAINING_HTTP,
+    BROKER_CLOSING_RAFT,
+    BROKER_DONE
+};
+
+struct broker {
+    const struct config *cfg;
+    uv_loop_t loop;
+    struct store *store;
+    struct node *node;
+    struct router *router;
+    struct http_server *http;
+    struct api api;
+    uv_signal_t sigterm;
+    uv_signal_t sigint;
+    enum broker_state state;
+};
+
+/* mkdir -p for the data directory. */
+static int broker_mkdirs(const char *path, struct err *err)
+{
+    char tmp[CONFIG_PATH_MAX];
+    size_t n = strlen(path);
+
+    if (n >= sizeof(tmp)) {
+        return err_set(err, ERR_INVALID, "path too long: %s", path);
+    }
+    memcpy(tmp, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (tmp[i] != '/' && tmp[i] != '\0') {
+            continue;
+        }
+        tmp[i] = '\0';
+        if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
+            return err_set(err, ERR_IO, "mkdir %s: %s", tmp, strerror(errno));
+        }
+        tmp[i] = path[i];
+    }
+    return 0;
+}
+
+static void broker_on_node_closed(void *arg)
+{
+    struct broker *b = arg;
+
+    b->node = NULL;
+    b->state = BROKER_DONE;
+    uv_close((uv_handle_t *)&b->sigterm, NULL);
+    uv_close((uv_handle_t *)&b->sigint, NULL);
+    log_info("broker", "stopped");
+}
+
+static void broker_on_http_closed(void *arg)
+{
+    struct broker *b = arg;
+
+    b->http = NULL;
+    b->state = BROKER_CLOSING_RAFT;
+    node_close(b->node, broker_on_node_closed, b);
+}
+
+static void broker_on_signal(uv_signal_t *h, int signum)
+{
+    struct broker *b = h->data;
+
+    if (b->state != BROKER_RUNNING) {
+        return;
+    }
+    log_info("broker", "signal %d: stopping", signum);
+    b->state = BROKER_DRAINING_HTTP;
+    http_server_stop_accepting(b->http);
+    api_stop(&b->api);
+    http_server_close(b->http, broker_on_http_closed, b);
+}
+
+static int broker_open_node(struct broker *b, struct err *err)
+{
+    char dir[CONFIG_PATH_MAX + 16];
+    struct node_config nc;
+
+    if (broker_mkdirs(b->cfg->raft_dir, err) != 0) {
+        return err->code;
+    }
+    node_store_dir(b->cfg->raft_dir, dir, sizeof(dir));
+    if (broker_mkdirs(dir, err) != 0 ||
+        store_open(&b->store, dir, 0, err) != 0) {
+        return err->code;
+    }
+    memset(&nc, 0, sizeof(nc));
+    nc.dir = b->cfg->raft_dir;
+    nc.id = b->cfg->node_id;
+    nc.raft_address = b->cfg->raft_listen;
+    return node_start(&b->node, &b->loop, &nc, b->store, err);
+}
+
+static int broker_open_http(struct broker *b, struct err *err)
+{
+    struct http_config hc;
+
+    b->router = router_new();
+    api_init(&b->api, &b->loop, b->store, b->node);
+    if (api_routes(&b->api, b->router, err) != 0) {
+        return err->code;
+    }
+    memset(&hc, 0, sizeof(hc));
+    hc.bind_addr = b->cfg->bind_addr;
+    hc.port = b->cfg->port;
+    hc.max_body_bytes = (size_t)b->cfg->max_body_bytes;
+    if (http_server_start(&b->http, &b->loop, &hc, router_dispatch, b->router,
+                          err) != 0) {
+        return err->code;
+    }
+    b->api.server = b->http;
+    return 0;
+}
+
+static void broker_signals(struct broker *b)
+{
+    uv_signal_init(&b->loop, &b->sigterm);
+    uv_signal_init(&b->loop, &b->sigint);
+    b->sigterm.data = b;
+    b->sigint.data = b;
+    uv_signal_start(&b->sigterm, broker_on_signal, SIGTERM);
+    uv_signal_start(&b->sigint, broker_on_signal, SIGINT);
+}
+
+/* A failed boot after node_start: close the node, run the loop until it
+ * is gone. */
+static void broker_abort_node(struct broker *b)
+{
+    if (b->node != NULL) {
+        node_close(b->node, NULL, NULL);
+        b->node = NULL;
+    }
+    uv_run(&b->loop, UV_RUN_DEFAULT);
+}
+
+int broker_run(const struct config *cfg, struct err *err)
+{
+    struct broker b;
+    int rc;
+
+    memset(&b, 0, sizeof(b));
+    b.cfg = cfg;
+    signal(SIGPIPE, SIG_IGN);
+    uv_loop_init(&b.loop);
+    rc = broker_open_node(&b, err);
+    if (rc == 0) {
+        rc = broker_open_http(&b, err);
+    }
+    if (rc != 0) {
+        broker_abort_node(&b);
+        goto out_close;
+    }
+    broker_signals(&b);
+    log_info("broker",
+             "queen %s listening on %s:%d, raft %s, data %s, body limit %zu",
+             API_VERSION, cfg->bind_addr, http_server_port(b.http),
+             cfg->raft_listen, cfg->raft_dir, (size_t)cfg->max_body_bytes);
+    uv_run(&b.loop, UV_RUN_DEFAULT);
+    ASSERT(b.state == BROKER_DONE);
+out_close:
+    if (b.router != NULL) {
+        api_free(&b.api);
+        router_free(b.router);
+    }
+    store_close(b.store);
+    uv_loop_close(&b.loop);
+    return rc;
+}
