@@ -1,0 +1,39 @@
+/* Response helpers: reason phrases, the response head, and the JSON error
+ * envelope `{"error":"<message>","code":"<code>"}` (reference 1.1) that every
+ * handler answers failures with. */
+#ifndef QUEEN_HTTP_RESP_H
+#define QUEEN_HTTP_RESP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/buf.h"
+#include "http/server.h"
+
+/* The reason phrase of a status ("Not Found"), "Unknown" when we have none. */
+const char *resp_reason(int status);
+
+/* Append a response head to b (unlimited buffers only: cannot fail):
+ * status line, Content-Type (omitted when NULL), Content-Length, extra
+ * header lines (each ending "\r\n", or NULL), a Connection header when the
+ * connection closes (or an HTTP/1.0 one is kept), and the empty line. */
+void resp_head(struct buf *b, int status, int http_minor,
+               const char *content_type, size_t body_len,
+               const char *extra_headers, bool keep_alive);
+
+/* Append {"error":<message>,"code":<code>} with proper JSON escaping.
+ * Returns 0 or ERR_TOO_BIG from b's cap. */
+int resp_error_body(struct buf *b, const char *code, const char *message,
+                    struct err *err);
+
+/* Answer with a JSON body; takes body (it is reset, its memory handed to
+ * the server). Content-Type: application/json. */
+void http_respond_json(struct http_req *req, int status, struct buf *body);
+/* Answer with the error envelope. */
+void http_respond_error(struct http_req *req, int status, const char *code,
+                        const char *message);
+/* Same, plus extra header lines ("Retry-After: 1\r\n"), or NULL. */
+void http_respond_error_ex(struct http_req *req, int status, const char *code,
+                           const char *message, const char *extra_headers);
+
+#endif

@@ -1,0 +1,1093 @@
+/* The HTTP/1.1 server: libuv for sockets, llhttp for parsing, one loop thread.
+ *
+ * Two layers live here. The connection (struct http_conn) is a byte-in,
+ * bytes-out state machine with no socket: it parses with llhttp, queues
+ * complete requests in arrival order, and hands every run of answered
+ * requests at the head of the queue to io.write as one batch. The socket
+ * layer (struct http_server) gives each accepted TCP connection an io that
+ * calls uv_write/uv_close, so tests and the fuzzer drive the very same
+ * connection code through http_conn_feed().
+ *
+ * Connection life:
+ *
+ *   OPEN --(error answered / Connection: close / EOF / shutdown)--> DRAINING
+ *   OPEN, DRAINING --(last queued answer written, or abort)--> CLOSING
+ *   CLOSING --(io closed: http_conn_closed)--> CLOSED
+ *   CLOSED --(no req queued, no write outstanding)--> freed (io.release)
+ *
+ *   DRAINING is is_reading_done: no further request is parsed.
+ *   CLOSING is is_closing: answers are dropped instead of written.
+ *
+ * Invariants:
+ *   (1) q_head..q_tail holds complete requests in arrival order that are not
+ *       yet handed to a write; only a run of answered requests at its head
+ *       is ever written, so answers leave in request order.
+ *   (2) A req is owned by exactly one of: c->cur (being parsed), the queue,
+ *       or one struct http_write (being written).
+ *   (3) busy > 0 while any entry point (feed, respond, write_done, closed)
+ *       runs; the connection is freed only at busy == 0, so a synchronous io
+ *       (tests) or a handler answering inside llhttp's callback never frees
+ *       the connection under our feet.
+ *   (4) Bodies declared with Content-Length are read by libuv straight into
+ *       the request's body buffer (see conn_direct_target), so a large push
+ *       is never copied between buffers. */
+#include "http/server.h"
+
+#include <inttypes.h>
+#include <llhttp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/log.h"
+#include "base/xalloc.h"
+#include "http/resp.h"
+
+#define CONN_INLINE_BODY    16384 /* answers up to this size are copied */
+#define CONN_DIRECT_MIN     16384 /* body left before reading directly */
+#define SERVER_READ_BUFSIZE 65536
+
+struct http_write {
+    uv_write_t uvw; /* socket layer only */
+    struct http_conn *conn;
+    struct http_req *reqs; /* written by this write; freed when done */
+    bool close_after;
+    unsigned nbufs;
+    uv_buf_t bufs[];
+};
+
+enum conn_hdr_state { HDR_NONE, HDR_FIELD, HDR_VALUE };
+
+struct http_conn {
+    uv_tcp_t tcp;               /* socket layer only */
+    uv_shutdown_t shutdown_req; /* socket layer only */
+    struct http_server *srv;    /* socket layer only */
+    struct http_conn *prev;
+    struct http_conn *next;
+    struct http_config cfg;
+    struct http_conn_io io;
+    http_handler_fn handler;
+    void *handler_arg;
+    llhttp_t parser;
+    llhttp_settings_t settings;
+    struct http_req *cur;    /* (2) being parsed */
+    struct http_req *q_head; /* (1) */
+    struct http_req *q_tail;
+    size_t nreqs; /* in the queue or in writes: bounds memory */
+    unsigned nwrites;
+    int busy; /* (3) */
+    int fail_status;
+    const char *fail_code;
+    const char *fail_msg;
+    enum conn_hdr_state hdr_state;
+    bool in_body; /* cur's Content-Length body is being read (4) */
+    bool is_reading_done;
+    bool is_closing;
+    bool is_closed;
+    bool is_paused;
+    bool close_when_idle;
+    bool has_peer_eof;
+    bool is_lingering; /* socket layer: FIN sent, discarding input */
+};
+
+static const char conn_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+static void conn_maybe_free(struct http_conn *c);
+static void conn_flush(struct http_conn *c);
+static void conn_start_close(struct http_conn *c);
+
+/* ---- requests ---- */
+
+static struct http_req *req_new(struct http_conn *c)
+{
+    struct http_req *r = xcalloc(1, sizeof(*r));
+
+    r->conn = c;
+    r->http_minor = 1;
+    r->keep_alive = true;
+    r->method_name = "";
+    r->url = r->path = r->query = r->body = (struct slice){"", 0};
+    buf_init(&r->head, c->cfg.max_header_bytes);
+    buf_init(&r->body_buf, c->cfg.max_body_bytes);
+    buf_init(&r->params_buf, BUF_UNLIMITED);
+    buf_init(&r->resp, BUF_UNLIMITED);
+    return r;
+}
+
+static void req_free(struct http_req *r)
+{
+    buf_free(&r->head);
+    buf_free(&r->body_buf);
+    buf_free(&r->params_buf);
+    buf_free(&r->resp);
+    free(r->resp_body);
+    free(r);
+}
+
+const char *http_req_header(const struct http_req *req, const char *name)
+{
+    for (unsigned i = 0; i < req->nheaders; i++) {
+        const struct http_header *h = &req->headers[i];
+
+        if (strcasecmp(req->head.data + h->name_off, name) == 0) {
+            return req->head.data + h->value_off;
+        }
+    }
+    return NULL;
+}
+
+bool http_req_param_slice(const struct http_req *req, const char *name,
+                          struct slice *out)
+{
+    for (unsigned i = 0; i < req->nparams; i++) {
+        const struct http_param *p = &req->params[i];
+
+        if (strcmp(p->name, name) == 0) {
+            out->ptr = req->params_buf.data + p->value_off;
+            out->len = p->value_len;
+            return true;
+        }
+    }
+    return false;
+}
+
+const char *http_req_param(const struct http_req *req, const char *name)
+{
+    struct slice s;
+
+    return http_req_param_slice(req, name, &s) ? s.ptr : NULL;
+}
+
+void http_req_take_body(struct http_req *req, struct buf *out)
+{
+    *out = req->body_buf;
+    buf_init(&req->body_buf, out->max);
+    req->body = (struct slice){"", 0};
+}
+
+static enum http_method req_method(uint8_t m)
+{
+    switch (m) {
+    case HTTP_GET:
+        return HTTP_METHOD_GET;
+    case HTTP_HEAD:
+        return HTTP_METHOD_HEAD;
+    case HTTP_POST:
+        return HTTP_METHOD_POST;
+    case HTTP_PUT:
+        return HTTP_METHOD_PUT;
+    case HTTP_DELETE:
+        return HTTP_METHOD_DELETE;
+    case HTTP_PATCH:
+        return HTTP_METHOD_PATCH;
+    case HTTP_OPTIONS:
+        return HTTP_METHOD_OPTIONS;
+    default:
+        return HTTP_METHOD_OTHER;
+    }
+}
+
+/* ---- the queue (1) ---- */
+
+static void queue_push(struct http_conn *c, struct http_req *r)
+{
+    r->next = NULL;
+    if (c->q_tail != NULL) {
+        c->q_tail->next = r;
+    } else {
+        c->q_head = r;
+    }
+    c->q_tail = r;
+    c->nreqs++;
+}
+
+/* While closing, answered reqs are dropped instead of written (rule 3 of
+ * server.h); unanswered ones wait for their handler. */
+static void queue_drop_answered(struct http_conn *c)
+{
+    struct http_req **pp = &c->q_head;
+
+    c->q_tail = NULL;
+    while (*pp != NULL) {
+        struct http_req *r = *pp;
+
+        if (r->is_answered) {
+            *pp = r->next;
+            req_free(r);
+            c->nreqs--;
+        } else {
+            c->q_tail = r;
+            pp = &r->next;
+        }
+    }
+}
+
+/* ---- reading pace ---- */
+
+static void conn_set_paused(struct http_conn *c, bool paused)
+{
+    if (c->is_paused == paused || c->io.pause == NULL) {
+        return;
+    }
+    c->is_paused = paused;
+    c->io.pause(c, paused, c->io.arg);
+}
+
+static void conn_pace(struct http_conn *c)
+{
+    if (c->is_closing || c->is_reading_done) {
+        return;
+    }
+    conn_set_paused(c, c->nreqs >= c->cfg.max_pipelined);
+}
+
+/* Close once nothing is left to write after the last request (DRAINING). */
+static void conn_check_idle(struct http_conn *c)
+{
+    if (c->is_reading_done && !c->is_closing && c->q_head == NULL &&
+        c->nwrites == 0) {
+        conn_start_close(c);
+    }
+}
+
+/* ---- answers ---- */
+
+static void respond_common(struct http_req *r, int status, const char *ctype,
+                           const void *copy, char *owned, size_t len,
+                           const char *extra)
+{
+    struct http_conn *c = r->conn;
+    bool keep = !r->wants_close && !c->close_when_idle;
+    const void *body = owned != NULL ? owned : copy;
+    struct err err;
+
+    ASSERT(!r->is_answered); /* rule 2: one answer per request */
+    r->is_answered = true;
+    r->status = status;
+    if (r->on_status != NULL) {
+        r->on_status(r->on_status_arg, status);
+    }
+    r->keep_alive = keep;
+    r->wants_close = !keep;
+    resp_head(&r->resp, status, r->http_minor, ctype, len, extra, keep);
+    if (r->method != HTTP_METHOD_HEAD && len > 0) {
+        if (owned != NULL && len > CONN_INLINE_BODY) {
+            r->resp_body = owned;
+            r->resp_body_len = len;
+            owned = NULL;
+        } else if (buf_append(&r->resp, body, len, &err) != 0) {
+            ASSERT(0 && "unlimited buffer failed");
+        }
+    }
+    free(owned);
+    c->busy++;
+    conn_flush(c);
+    c->busy--;
+    conn_maybe_free(c);
+}
+
+void http_respond_take(struct http_req *req, int status,
+                       const char *content_type, char *body, size_t len,
+                       const char *extra_headers)
+{
+    if (body == NULL) {
+        ASSERT(len == 0);
+        respond_common(req, status, content_type, NULL, NULL, 0, extra_headers);
+        return;
+    }
+    respond_common(req, status, content_type, NULL, body, len, extra_headers);
+}
+
+void http_respond_ex(struct http_req *req, int status, const char *content_type,
+                     const void *body, size_t len, const char *extra_headers)
+{
+    if (len > CONN_INLINE_BODY && req->method != HTTP_METHOD_HEAD) {
+        respond_common(req, status, content_type, NULL, xmemdup(body, len), len,
+                       extra_headers);
+        return;
+    }
+    respond_common(req, status, content_type, body, NULL, len, extra_headers);
+}
+
+void http_respond(struct http_req *req, int status, const char *content_type,
+                  const void *body, size_t len)
+{
+    http_respond_ex(req, status, content_type, body, len, NULL);
+}
+
+/* Hand the run of answered requests at the head of the queue to one write
+ * (1): one syscall for a whole pipelined batch. */
+static void conn_flush(struct http_conn *c)
+{
+    struct http_req *r = c->q_head;
+    struct http_write *w;
+    unsigned n = 0;
+
+    if (c->is_closing) {
+        queue_drop_answered(c);
+        return;
+    }
+    for (; r != NULL && r->is_answered; r = r->next) {
+        n++;
+        if (r->wants_close) {
+            break;
+        }
+    }
+    if (n == 0) {
+        return;
+    }
+    w = xcalloc(1, sizeof(*w) + 2 * (size_t)n * sizeof(uv_buf_t));
+    w->conn = c;
+    w->reqs = c->q_head;
+    for (unsigned i = 0; i < n; i++) {
+        r = c->q_head;
+        c->q_head = r->next;
+        w->bufs[w->nbufs++] = uv_buf_init(r->resp.data, (unsigned)r->resp.len);
+        if (r->resp_body != NULL) {
+            w->bufs[w->nbufs++] =
+                uv_buf_init(r->resp_body, (unsigned)r->resp_body_len);
+        }
+        if (i + 1 == n) {
+            w->close_after = r->wants_close;
+            r->next = NULL;
+        }
+    }
+    if (c->q_head == NULL) {
+        c->q_tail = NULL;
+    }
+    if (w->close_after) {
+        c->is_reading_done = true;
+    }
+    c->nwrites++;
+    c->io.write(c, w, w->bufs, w->nbufs, c->io.arg);
+}
+
+void http_conn_write_done(struct http_conn *c, void *token, int status)
+{
+    struct http_write *w = token;
+
+    c->busy++;
+    while (w->reqs != NULL) {
+        struct http_req *r = w->reqs;
+
+        w->reqs = r->next;
+        req_free(r);
+        c->nreqs--;
+    }
+    c->nwrites--;
+    if (status < 0 || w->close_after) {
+        conn_start_close(c);
+    }
+    free(w);
+    conn_pace(c);
+    conn_check_idle(c);
+    c->busy--;
+    conn_maybe_free(c);
+}
+
+/* A write of static bytes carrying no request (100 Continue). */
+static void conn_write_static(struct http_conn *c, const char *s, size_t n)
+{
+    struct http_write *w = xcalloc(1, sizeof(*w) + sizeof(uv_buf_t));
+
+    w->conn = c;
+    w->bufs[0] = uv_buf_init((char *)(uintptr_t)s, (unsigned)n);
+    w->nbufs = 1;
+    c->nwrites++;
+    c->io.write(c, w, w->bufs, 1, c->io.arg);
+}
+
+/* ---- closing ---- */
+
+static void conn_start_close(struct http_conn *c)
+{
+    if (c->is_closing) {
+        return;
+    }
+    c->is_closing = true;
+    c->is_reading_done = true;
+    queue_drop_answered(c);
+    c->io.close(c, c->io.arg);
+}
+
+void http_conn_closed(struct http_conn *c)
+{
+    c->busy++;
+    c->is_closed = true;
+    c->busy--;
+    conn_maybe_free(c);
+}
+
+static void conn_maybe_free(struct http_conn *c)
+{
+    if (c->busy > 0 || !c->is_closed || c->q_head != NULL || c->nwrites > 0) {
+        return;
+    }
+    if (c->cur != NULL) {
+        req_free(c->cur);
+        c->cur = NULL;
+    }
+    if (c->io.release != NULL) {
+        c->io.release(c, c->io.arg);
+    }
+    free(c);
+}
+
+void http_conn_peer_gone(struct http_conn *c)
+{
+    c->busy++;
+    c->has_peer_eof = true;
+    c->is_reading_done = true;
+    conn_check_idle(c);
+    c->busy--;
+    conn_maybe_free(c);
+}
+
+void http_conn_shutdown(struct http_conn *c)
+{
+    c->busy++;
+    c->close_when_idle = true;
+    c->is_reading_done = true;
+    conn_check_idle(c);
+    c->busy--;
+    conn_maybe_free(c);
+}
+
+void http_conn_abort(struct http_conn *c)
+{
+    c->busy++;
+    conn_start_close(c);
+    c->busy--;
+    conn_maybe_free(c);
+}
+
+bool http_conn_is_closing(const struct http_conn *c)
+{
+    return c->is_closing;
+}
+
+/* ---- parsing: llhttp callbacks ---- */
+
+static int conn_fail(struct http_conn *c, int status, const char *code,
+                     const char *msg)
+{
+    if (c->fail_status == 0) {
+        c->fail_status = status;
+        c->fail_code = code;
+        c->fail_msg = msg;
+    }
+    llhttp_set_error_reason(&c->parser, msg);
+    return HPE_USER;
+}
+
+static int conn_head_append(struct http_conn *c, const char *at, size_t n)
+{
+    struct err err;
+
+    if (buf_append(&c->cur->head, at, n, &err) != 0) {
+        return conn_fail(c, 431, "header_too_large",
+                         "request head over the size limit");
+    }
+    return 0;
+}
+
+static int on_message_begin(llhttp_t *p)
+{
+    struct http_conn *c = p->data;
+
+    if (c->is_reading_done) {
+        return HPE_PAUSED;
+    }
+    ASSERT(c->cur == NULL);
+    c->cur = req_new(c);
+    c->hdr_state = HDR_NONE;
+    return 0;
+}
+
+static int on_url(llhttp_t *p, const char *at, size_t n)
+{
+    return conn_head_append(p->data, at, n);
+}
+
+static int on_url_complete(llhttp_t *p)
+{
+    struct http_conn *c = p->data;
+
+    c->cur->url.len = c->cur->head.len;
+    return conn_head_append(c, "", 1);
+}
+
+static int conn_header_done(struct http_conn *c)
+{
+    struct http_req *r = c->cur;
+    struct http_header *h = &r->headers[r->nheaders];
+
+    h->value_len = (uint32_t)(r->head.len - h->value_off);
+    r->nheaders++;
+    c->hdr_state = HDR_NONE;
+    return conn_head_append(c, "", 1);
+}
+
+static int on_header_field(llhttp_t *p, const char *at, size_t n)
+{
+    struct http_conn *c = p->data;
+    struct http_req *r = c->cur;
+
+    if (c->hdr_state == HDR_VALUE && conn_header_done(c) != 0) {
+        return HPE_USER;
+    }
+    if (c->hdr_state == HDR_NONE) {
+        if (r->nheaders == HTTP_MAX_HEADERS) {
+            return conn_fail(c, 431, "header_too_large", "too many headers");
+        }
+        r->headers[r->nheaders].name_off = (uint32_t)r->head.len;
+        c->hdr_state = HDR_FIELD;
+    }
+    return conn_head_append(c, at, n);
+}
+
+static int on_header_field_complete(llhttp_t *p)
+{
+    struct http_conn *c = p->data;
+    struct http_req *r = c->cur;
+
+    if (conn_head_append(c, "", 1) != 0) {
+        return HPE_USER;
+    }
+    r->headers[r->nheaders].value_off = (uint32_t)r->head.len;
+    c->hdr_state = HDR_VALUE;
+    return 0;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t n)
+{
+    return conn_head_append(p->data, at, n);
+}
+
+static int on_header_value_complete(llhttp_t *p)
+{
+    struct http_conn *c = p->data;
+
+    if (c->hdr_state != HDR_VALUE) {
+        return 0;
+    }
+    return conn_header_done(c);
+}
+
+static void req_set_target(struct http_req *r)
+{
+    const char *q;
+
+    r->url = (struct slice){r->head.data, r->url.len};
+    q = memchr(r->url.ptr, '?', r->url.len);
+    if (q == NULL) {
+        r->path = r->url;
+        r->query = (struct slice){r->url.ptr + r->url.len, 0};
+        return;
+    }
+    r->path = (struct slice){r->url.ptr, (size_t)(q - r->url.ptr)};
+    r->query = (struct slice){q + 1, r->url.len - r->path.len - 1};
+}
+
+static void conn_maybe_continue(struct http_conn *c)
+{
+    const char *e = http_req_header(c->cur, "expect");
+
+    /* Only when nothing is queued ahead: the interim answer must not pass
+     * an earlier request's answer (1). */
+    if (e != NULL && strcasecmp(e, "100-continue") == 0 && c->q_head == NULL &&
+        c->cur->http_minor >= 1) {
+        conn_write_static(c, conn_continue, sizeof(conn_continue) - 1);
+    }
+}
+
+static int on_headers_complete(llhttp_t *p)
+{
+    struct http_conn *c = p->data;
+    struct http_req *r = c->cur;
+    bool has_length = (p->flags & F_CONTENT_LENGTH) != 0;
+    struct err err;
+
+    if (c->hdr_state == HDR_VALUE && conn_header_done(c) != 0) {
+        return -1;
+    }
+    if (r->head.data == NULL && conn_head_append(c, "", 1) != 0) {
+        return -1;
+    }
+    req_set_target(r);
+    r->method = req_method(p->method);
+    r->method_name = llhttp_method_name((llhttp_method_t)p->method);
+    r->http_minor = p->http_minor;
+    if (has_length && p->content_length > c->cfg.max_body_bytes) {
+        conn_fail(c, 413, "too_large", "request body over the size limit");
+        return -1;
+    }
+    if (has_length && p->content_length > 0) {
+        size_t first = p->content_length < SERVER_READ_BUFSIZE
+                           ? (size_t)p->content_length
+                           : SERVER_READ_BUFSIZE;
+
+        if (buf_reserve(&r->body_buf, first, &err) != 0) {
+            return -1;
+        }
+        c->in_body = (p->flags & F_CHUNKED) == 0;
+        conn_maybe_continue(c);
+    } else if ((p->flags & F_CHUNKED) != 0) {
+        conn_maybe_continue(c);
+    }
+    return 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t n)
+{
+    struct http_conn *c = p->data;
+    struct buf *b = &c->cur->body_buf;
+    struct err err;
+
+    /* (4) read in place: the bytes are already where they belong */
+    if (b->data != NULL && at == b->data + b->len && n < b->cap - b->len) {
+        b->len += n;
+        b->data[b->len] = '\0';
+        return 0;
+    }
+    if (buf_append(b, at, n, &err) != 0) {
+        return conn_fail(c, 413, "too_large",
+                         "request body over the size limit");
+    }
+    return 0;
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+    struct http_conn *c = p->data;
+    struct http_req *r = c->cur;
+
+    c->cur = NULL;
+    c->in_body = false;
+    if (r->body_buf.data != NULL) {
+        r->body = buf_slice(&r->body_buf);
+    }
+    r->keep_alive = llhttp_should_keep_alive(p) && !c->close_when_idle;
+    if (!r->keep_alive || p->upgrade) {
+        /* We speak no upgraded protocol: answer, then close. */
+        r->keep_alive = false;
+        r->wants_close = true;
+        c->is_reading_done = true;
+    }
+    queue_push(c, r);
+    c->handler(r, c->handler_arg);
+    conn_pace(c);
+    return c->is_reading_done ? HPE_PAUSED : 0;
+}
+
+/* Answer a parse failure ourselves (server.h rule 4), then close. */
+static void conn_parse_error(struct http_conn *c, llhttp_errno_t rc)
+{
+    struct http_req *r = c->cur != NULL ? c->cur : req_new(c);
+    int status = c->fail_status != 0 ? c->fail_status : 400;
+    const char *code = c->fail_code != NULL ? c->fail_code : "bad_request";
+    char msg[160];
+
+    c->cur = NULL;
+    c->in_body = false;
+    c->is_reading_done = true;
+    if (c->fail_msg != NULL) {
+        snprintf(msg, sizeof(msg), "%s", c->fail_msg);
+    } else {
+        snprintf(msg, sizeof(msg), "malformed request: %s (%s)",
+                 llhttp_get_error_reason(&c->parser), llhttp_errno_name(rc));
+    }
+    if (c->fail_status == 0) {
+        c->fail_status = status;
+    }
+    r->method = HTTP_METHOD_OTHER; /* a HEAD's error still has a body */
+    r->wants_close = true;
+    r->on_status = NULL;
+    queue_push(c, r);
+    http_respond_error(r, status, code, msg);
+}
+
+void http_conn_feed(struct http_conn *c, const char *data, size_t len)
+{
+    llhttp_errno_t rc;
+
+    if (c->is_reading_done || len == 0) {
+        return;
+    }
+    c->busy++;
+    rc = llhttp_execute(&c->parser, data, len);
+    if (rc == HPE_PAUSED_UPGRADE) {
+        c->is_reading_done = true;
+    } else if (rc != HPE_OK && !(rc == HPE_PAUSED && c->is_reading_done)) {
+        conn_parse_error(c, rc);
+    }
+    c->busy--;
+    conn_maybe_free(c);
+}
+
+static void config_defaults(struct http_config *cfg)
+{
+    if (cfg->max_body_bytes == 0) {
+        cfg->max_body_bytes = HTTP_DEFAULT_MAX_BODY_BYTES;
+    }
+    if (cfg->max_header_bytes == 0) {
+        cfg->max_header_bytes = HTTP_DEFAULT_MAX_HEADER_BYTES;
+    }
+    if (cfg->max_connections == 0) {
+        cfg->max_connections = HTTP_DEFAULT_MAX_CONNECTIONS;
+    }
+    if (cfg->max_pipelined == 0) {
+        cfg->max_pipelined = HTTP_DEFAULT_MAX_PIPELINED;
+    }
+}
+
+struct http_conn *http_conn_new(const struct http_config *cfg,
+                                const struct http_conn_io *io,
+                                http_handler_fn handler, void *arg)
+{
+    struct http_conn *c = xcalloc(1, sizeof(*c));
+
+    c->cfg = *cfg;
+    config_defaults(&c->cfg);
+    c->io = *io;
+    c->handler = handler;
+    c->handler_arg = arg;
+    llhttp_settings_init(&c->settings);
+    c->settings.on_message_begin = on_message_begin;
+    c->settings.on_url = on_url;
+    c->settings.on_url_complete = on_url_complete;
+    c->settings.on_header_field = on_header_field;
+    c->settings.on_header_field_complete = on_header_field_complete;
+    c->settings.on_header_value = on_header_value;
+    c->settings.on_header_value_complete = on_header_value_complete;
+    c->settings.on_headers_complete = on_headers_complete;
+    c->settings.on_body = on_body;
+    c->settings.on_message_complete = on_message_complete;
+    llhttp_init(&c->parser, HTTP_REQUEST, &c->settings);
+    c->parser.data = c;
+    return c;
+}
+
+/* (4) Where libuv may read next: straight into the body of the request
+ * being parsed when enough of its Content-Length is still to come. Never
+ * past the body, so the next request's bytes go to the shared buffer. */
+static bool conn_direct_target(struct http_conn *c, uv_buf_t *out)
+{
+    struct buf *b;
+    uint64_t left = c->parser.content_length;
+    struct err err;
+    size_t room;
+
+    if (!c->in_body || c->cur == NULL || c->is_reading_done ||
+        left < CONN_DIRECT_MIN) {
+        return false;
+    }
+    b = &c->cur->body_buf;
+    if (buf_reserve(b, (size_t)left, &err) != 0) {
+        return false;
+    }
+    room = b->cap - b->len - 1;
+    out->base = b->data + b->len;
+    out->len = room < left ? room : (size_t)left;
+    return true;
+}
+
+/* ---- the socket server ---- */
+
+struct http_server {
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    struct http_config cfg;
+    http_handler_fn handler;
+    void *handler_arg;
+    struct http_conn *conns;
+    size_t nconns;
+    uint64_t accepted_total;
+    uint64_t rejected_total;
+    int port;
+    bool is_listening; /* the listener handle is open */
+    bool is_closing;
+    http_close_fn close_cb;
+    void *close_arg;
+    char rbuf[SERVER_READ_BUFSIZE]; /* shared: read_cb consumes it at once */
+};
+
+static void server_maybe_done(struct http_server *srv)
+{
+    if (!srv->is_closing || srv->is_listening || srv->nconns > 0) {
+        return;
+    }
+    if (srv->close_cb != NULL) {
+        srv->close_cb(srv->close_arg);
+    }
+    free(srv);
+}
+
+static void sock_on_closed(uv_handle_t *h)
+{
+    http_conn_closed(container_of(h, struct http_conn, tcp));
+}
+
+static void sock_close_now(struct http_conn *c)
+{
+    if (!uv_is_closing((uv_handle_t *)&c->tcp)) {
+        uv_close((uv_handle_t *)&c->tcp, sock_on_closed);
+    }
+}
+
+static void sock_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct http_conn *c = container_of(h, struct http_conn, tcp);
+
+    UNUSED(suggested);
+    if (!conn_direct_target(c, buf)) {
+        buf->base = c->srv->rbuf;
+        buf->len = sizeof(c->srv->rbuf);
+    }
+}
+
+static void sock_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct http_conn *c = container_of(s, struct http_conn, tcp);
+
+    if (nread > 0) {
+        if (!c->is_lingering) {
+            http_conn_feed(c, buf->base, (size_t)nread);
+        }
+        return;
+    }
+    if (nread == 0) {
+        return;
+    }
+    if (c->is_lingering) {
+        sock_close_now(c);
+    } else if (nread == UV_EOF) {
+        http_conn_peer_gone(c);
+    } else {
+        http_conn_abort(c);
+    }
+}
+
+static void sock_on_write(uv_write_t *req, int status)
+{
+    struct http_write *w = container_of(req, struct http_write, uvw);
+
+    http_conn_write_done(w->conn, w, status);
+}
+
+static void sock_write(struct http_conn *c, void *token, const uv_buf_t *bufs,
+                       unsigned nbufs, void *arg)
+{
+    struct http_write *w = token;
+    int rc;
+
+    UNUSED(arg);
+    rc = uv_write(&w->uvw, (uv_stream_t *)&c->tcp, bufs, nbufs, sock_on_write);
+    if (rc < 0) {
+        http_conn_write_done(c, w, rc);
+    }
+}
+
+static void sock_on_shutdown(uv_shutdown_t *req, int status)
+{
+    struct http_conn *c = container_of(req, struct http_conn, shutdown_req);
+
+    if (status < 0) {
+        sock_close_now(c);
+    }
+}
+
+/* After an error answer the peer may still be sending the body we refused;
+ * closing at once would make the kernel send a reset that can destroy our
+ * answer before the peer reads it. So send FIN and read to EOF first. */
+static void sock_close(struct http_conn *c, void *arg)
+{
+    struct http_server *srv = arg;
+    uv_stream_t *s = (uv_stream_t *)&c->tcp;
+
+    if (c->fail_status != 0 && !c->has_peer_eof && !srv->is_closing &&
+        uv_shutdown(&c->shutdown_req, s, sock_on_shutdown) == 0) {
+        c->is_lingering = true;
+        if (c->is_paused) {
+            uv_read_start(s, sock_alloc, sock_read);
+        }
+        return;
+    }
+    uv_read_stop(s);
+    sock_close_now(c);
+}
+
+static void sock_pause(struct http_conn *c, bool paused, void *arg)
+{
+    UNUSED(arg);
+    if (paused) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+    } else {
+        uv_read_start((uv_stream_t *)&c->tcp, sock_alloc, sock_read);
+    }
+}
+
+static void sock_release(struct http_conn *c, void *arg)
+{
+    struct http_server *srv = arg;
+
+    if (c->prev != NULL) {
+        c->prev->next = c->next;
+    } else {
+        srv->conns = c->next;
+    }
+    if (c->next != NULL) {
+        c->next->prev = c->prev;
+    }
+    srv->nconns--;
+    server_maybe_done(srv);
+}
+
+static void server_on_connection(uv_stream_t *listener, int status)
+{
+    struct http_server *srv =
+        container_of(listener, struct http_server, listener);
+    struct http_conn_io io = {sock_write, sock_close, sock_release, sock_pause,
+                              srv};
+    struct http_conn *c;
+
+    if (status < 0) {
+        log_warn("http", "accept: %s", uv_strerror(status));
+        return;
+    }
+    c = http_conn_new(&srv->cfg, &io, srv->handler, srv->handler_arg);
+    c->srv = srv;
+    c->next = srv->conns;
+    if (srv->conns != NULL) {
+        srv->conns->prev = c;
+    }
+    srv->conns = c;
+    srv->nconns++;
+    uv_tcp_init(srv->loop, &c->tcp);
+    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0 ||
+        srv->nconns > srv->cfg.max_connections) {
+        srv->rejected_total++;
+        http_conn_abort(c);
+        return;
+    }
+    srv->accepted_total++;
+    uv_tcp_nodelay(&c->tcp, 1);
+    uv_read_start((uv_stream_t *)&c->tcp, sock_alloc, sock_read);
+}
+
+static int server_bind(struct http_server *srv, struct err *err)
+{
+    const char *addr = srv->cfg.bind_addr ? srv->cfg.bind_addr : "0.0.0.0";
+    struct sockaddr_storage ss;
+    int namelen = sizeof(ss);
+    int rc;
+
+    if (uv_ip4_addr(addr, srv->cfg.port, (struct sockaddr_in *)&ss) != 0 &&
+        uv_ip6_addr(addr, srv->cfg.port, (struct sockaddr_in6 *)&ss) != 0) {
+        return err_set(err, ERR_INVALID, "http: bad bind address %s", addr);
+    }
+    rc = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&ss, 0);
+    if (rc == 0) {
+        rc = uv_listen((uv_stream_t *)&srv->listener, 1024,
+                       server_on_connection);
+    }
+    if (rc != 0) {
+        return err_set(err, ERR_IO, "http: listen on %s:%d: %s", addr,
+                       srv->cfg.port, uv_strerror(rc));
+    }
+    uv_tcp_getsockname(&srv->listener, (struct sockaddr *)&ss, &namelen);
+    srv->port =
+        ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                       : ((struct sockaddr_in *)&ss)->sin_port);
+    return 0;
+}
+
+static void server_free_cb(uv_handle_t *h)
+{
+    free(container_of(h, struct http_server, listener));
+}
+
+int http_server_start(struct http_server **out, uv_loop_t *loop,
+                      const struct http_config *cfg, http_handler_fn handler,
+                      void *arg, struct err *err)
+{
+    struct http_server *srv = xcalloc(1, sizeof(*srv));
+
+    /* A peer that closes early must cost an EPIPE, not the process. */
+    signal(SIGPIPE, SIG_IGN);
+    srv->loop = loop;
+    srv->cfg = *cfg;
+    config_defaults(&srv->cfg);
+    srv->handler = handler;
+    srv->handler_arg = arg;
+    uv_tcp_init(loop, &srv->listener);
+    if (server_bind(srv, err) != 0) {
+        uv_close((uv_handle_t *)&srv->listener, server_free_cb);
+        return err->code;
+    }
+    srv->is_listening = true;
+    *out = srv;
+    return 0;
+}
+
+int http_server_port(const struct http_server *srv)
+{
+    return srv->port;
+}
+
+static void server_on_listener_closed(uv_handle_t *h)
+{
+    struct http_server *srv = container_of(h, struct http_server, listener);
+
+    srv->is_listening = false;
+    server_maybe_done(srv);
+}
+
+void http_server_stop_accepting(struct http_server *srv)
+{
+    if (!uv_is_closing((uv_handle_t *)&srv->listener)) {
+        uv_close((uv_handle_t *)&srv->listener, server_on_listener_closed);
+    }
+}
+
+void http_server_close(struct http_server *srv, http_close_fn cb, void *arg)
+{
+    struct http_conn *c = srv->conns;
+
+    ASSERT(!srv->is_closing);
+    srv->is_closing = true;
+    srv->close_cb = cb;
+    srv->close_arg = arg;
+    http_server_stop_accepting(srv);
+    while (c != NULL) {
+        struct http_conn *next = c->next;
+
+        if (c->is_lingering) {
+            sock_close_now(c);
+        } else {
+            http_conn_shutdown(c);
+        }
+        c = next;
+    }
+    server_maybe_done(srv);
+}
+
+int http_server_metrics(const struct http_server *srv, struct buf *out,
+                        struct err *err)
+{
+    return buf_printf(
+        out, err,
+        "# HELP queen_http_connections Open HTTP connections.\n"
+        "# TYPE queen_http_connections gauge\n"
+        "queen_http_connections %zu\n"
+        "# HELP queen_http_connections_total HTTP connections accepted.\n"
+        "# TYPE queen_http_connections_total counter\n"
+        "queen_http_connections_total %" PRIu64 "\n"
+        "# HELP queen_http_connections_rejected_total HTTP connections "
+        "closed at once (over the connection limit).\n"
+        "# TYPE queen_http_connections_rejected_total counter\n"
+        "queen_http_connections_rejected_total %" PRIu64 "\n",
+        srv->nconns, srv->accepted_total, srv->rejected_total);
+}

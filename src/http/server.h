@@ -1,0 +1,213 @@
+/* The HTTP/1.1 server: libuv for sockets, llhttp for parsing, one loop thread.
+ *
+ * A connection parses requests with llhttp, buffers each whole request (head
+ * and body, both capped), and hands it to the handler on the loop thread. The
+ * handler answers at once or later (after a raft command applies, many loop
+ * iterations on) with http_respond*(). Answers on one connection are written
+ * in request order even when they are computed out of order (pipelining).
+ *
+ * Ownership of a request (struct http_req):
+ *   (1) The connection creates the req when its first byte arrives and owns
+ *       it while it is parsed. Once complete it is queued on the connection
+ *       and given to the handler, which *borrows* it until it answers.
+ *   (2) Exactly one http_respond*() call per req. After that call the req
+ *       belongs to the connection again and the handler must not touch it:
+ *       it is freed once its answer has been written (or dropped).
+ *   (3) If the peer goes away before the answer, the req stays valid until
+ *       the handler answers; the answer is then dropped and the req freed.
+ *       The connection struct itself lives until every req it queued has
+ *       been answered and every write has completed.
+ *   (4) Errors found while parsing (malformed request 400, head over the cap
+ *       431, body over the cap 413) are answered by the server itself, in
+ *       order after the requests before them, and the connection is closed
+ *       after that answer. Nothing reaches the handler for them.
+ *
+ * Everything runs on the loop thread; nothing here is thread-safe.
+ *
+ * Graceful stop (SIGTERM): http_server_stop_accepting() closes the listener;
+ * http_server_close() then closes idle connections at once, lets busy ones
+ * finish their queued requests (answering them with Connection: close, no
+ * further requests parsed), and calls its callback when the last connection
+ * is gone. A request whose head or body is still arriving is not in flight:
+ * its connection is closed. */
+#ifndef QUEEN_HTTP_SERVER_H
+#define QUEEN_HTTP_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "base/buf.h"
+#include "base/common.h"
+#include "base/err.h"
+
+enum http_method {
+    HTTP_METHOD_OTHER = 0,
+    HTTP_METHOD_GET,
+    HTTP_METHOD_HEAD,
+    HTTP_METHOD_POST,
+    HTTP_METHOD_PUT,
+    HTTP_METHOD_DELETE,
+    HTTP_METHOD_PATCH,
+    HTTP_METHOD_OPTIONS
+};
+
+#define HTTP_DEFAULT_PORT             6632
+#define HTTP_DEFAULT_MAX_BODY_BYTES   ((size_t)64 << 20)
+#define HTTP_DEFAULT_MAX_HEADER_BYTES ((size_t)64 << 10)
+#define HTTP_DEFAULT_MAX_CONNECTIONS  4096
+#define HTTP_DEFAULT_MAX_PIPELINED    256
+#define HTTP_MAX_HEADERS              64
+#define HTTP_MAX_PARAMS               8
+
+struct http_config {
+    const char *bind_addr;   /* NULL = "0.0.0.0" */
+    int port;                /* 0 = any free port (see http_server_port) */
+    size_t max_body_bytes;   /* 0 = HTTP_DEFAULT_MAX_BODY_BYTES */
+    size_t max_header_bytes; /* request line + headers; 0 = default */
+    size_t max_connections;  /* 0 = default; more are accepted and closed */
+    size_t max_pipelined;    /* queued requests per connection before reading
+                                pauses; 0 = default */
+};
+
+struct http_conn;
+struct http_req;
+
+/* Called on the loop thread once a whole request is in. Borrows req until
+ * it calls http_respond*() (now or later). */
+typedef void (*http_handler_fn)(struct http_req *req, void *arg);
+/* Counting hook: called once per answer with its status (router metrics). */
+typedef void (*http_status_fn)(void *arg, int status);
+
+struct http_header {
+    uint32_t name_off; /* into the req's head buffer, NUL-terminated */
+    uint32_t value_off;
+    uint32_t value_len;
+};
+
+struct http_param {
+    const char *name;   /* borrowed from the route table */
+    uint32_t value_off; /* into params_buf, NUL-terminated, decoded */
+    uint32_t value_len;
+};
+
+struct http_req {
+    enum http_method method;
+    const char *method_name; /* "GET", "MKCOL"... static */
+    struct slice url;        /* raw request target, NUL-terminated */
+    struct slice path;       /* raw path: url up to '?', not decoded */
+    struct slice query;      /* after '?' (empty when none), not decoded */
+    struct slice body;       /* whole body (Content-Length or chunked) */
+    int http_minor;          /* 1 for HTTP/1.1, 0 for HTTP/1.0 */
+    void *user;              /* free for the handler */
+    const char *route;       /* pattern the router matched, or NULL */
+
+    /* Internal to server.c and router.c. */
+    struct http_conn *conn;
+    struct http_req *next;
+    struct buf head; /* url, then header names and values, NUL-separated */
+    struct buf body_buf;
+    struct http_header headers[HTTP_MAX_HEADERS];
+    unsigned nheaders;
+    struct http_param params[HTTP_MAX_PARAMS];
+    unsigned nparams;
+    struct buf params_buf;
+    http_status_fn on_status;
+    void *on_status_arg;
+    struct buf resp; /* status line, headers, and a copied body */
+    char *resp_body; /* a taken body (http_respond_json); owned */
+    size_t resp_body_len;
+    int status; /* 0 until answered */
+    bool is_answered;
+    bool wants_close; /* close the connection after this answer */
+    bool keep_alive;
+};
+
+/* Case-insensitive header lookup: the first value of that name,
+ * NUL-terminated, or NULL. Borrowed from req. */
+const char *http_req_header(const struct http_req *req, const char *name);
+/* A router parameter (":ns", "*key"), percent-decoded, NUL-terminated, or
+ * NULL when the route has no such parameter. Borrowed from req. */
+const char *http_req_param(const struct http_req *req, const char *name);
+/* Same, as a slice (decoded bytes may contain NUL). */
+bool http_req_param_slice(const struct http_req *req, const char *name,
+                          struct slice *out);
+/* Take the body without a copy: out receives the buffer (free with
+ * buf_free), req->body becomes empty. */
+void http_req_take_body(struct http_req *req, struct buf *out);
+
+/* Answer req (rule 2). Copies body. status is 100..599 (not 1xx in
+ * practice); content_type NULL means no Content-Type header. */
+void http_respond(struct http_req *req, int status, const char *content_type,
+                  const void *body, size_t len);
+/* Same, plus extra header lines, each ending in "\r\n"
+ * ("Retry-After: 1\r\nETag: \"3\"\r\n"), or NULL. */
+void http_respond_ex(struct http_req *req, int status, const char *content_type,
+                     const void *body, size_t len, const char *extra_headers);
+/* Same, taking body (malloc'd, freed by the server) instead of copying. */
+void http_respond_take(struct http_req *req, int status,
+                       const char *content_type, char *body, size_t len,
+                       const char *extra_headers);
+
+/* ---- the socket server ---- */
+
+struct http_server;
+typedef void (*http_close_fn)(void *arg);
+
+/* Bind and listen on cfg's address. Borrows loop; cfg is copied. Sets
+ * SIGPIPE to ignored (a peer that goes away must cost an EPIPE only). On
+ * success *out is the server (freed by http_server_close). Returns 0, or
+ * ERR_IO / ERR_INVALID with the address in the message. */
+int http_server_start(struct http_server **out, uv_loop_t *loop,
+                      const struct http_config *cfg, http_handler_fn handler,
+                      void *arg, struct err *err);
+/* The bound port (useful after port 0). */
+int http_server_port(const struct http_server *srv);
+/* Stop accepting new connections; idempotent. */
+void http_server_stop_accepting(struct http_server *srv);
+/* Graceful close (see the top of this file). cb(arg) runs once every
+ * connection is closed (possibly before this returns, when nothing is
+ * open); srv is freed right after cb returns. Call once. */
+void http_server_close(struct http_server *srv, http_close_fn cb, void *arg);
+/* Append the server's Prometheus lines (open connections, accepted
+ * connections, answers the server gave itself by status). */
+int http_server_metrics(const struct http_server *srv, struct buf *out,
+                        struct err *err);
+
+/* ---- the connection without a socket (tests, fuzzing) ----
+ *
+ * io.write must write bufs in order and then call
+ * http_conn_write_done(c, token) (it may do so before returning). io.close
+ * means: stop reading, close, then call http_conn_closed(c) (it may do so
+ * before returning). The connection frees itself once closed with nothing
+ * queued and no write outstanding; io.release(c, io.arg) is called then. */
+struct http_conn_io {
+    void (*write)(struct http_conn *c, void *token, const uv_buf_t *bufs,
+                  unsigned nbufs, void *arg);
+    void (*close)(struct http_conn *c, void *arg);
+    void (*release)(struct http_conn *c, void *arg);
+    void (*pause)(struct http_conn *c, bool paused, void *arg); /* reads */
+    void *arg;
+};
+
+/* cfg is copied; io is copied. Returns the connection. */
+struct http_conn *http_conn_new(const struct http_config *cfg,
+                                const struct http_conn_io *io,
+                                http_handler_fn handler, void *arg);
+/* Parse bytes received from the peer. */
+void http_conn_feed(struct http_conn *c, const char *data, size_t len);
+/* The peer sent EOF: no further request is parsed; queued requests are
+ * still answered (a half-closed peer may be waiting), then it closes. */
+void http_conn_peer_gone(struct http_conn *c);
+/* Reading failed or the peer reset: close now, dropping answers (rule 3). */
+void http_conn_abort(struct http_conn *c);
+/* Whether the connection is closing (answers are being dropped). */
+bool http_conn_is_closing(const struct http_conn *c);
+/* Ask the connection to close once its queued requests are answered and
+ * written; no further requests are parsed. Closes at once when idle. */
+void http_conn_shutdown(struct http_conn *c);
+void http_conn_write_done(struct http_conn *c, void *token, int status);
+void http_conn_closed(struct http_conn *c);
+
+#endif
