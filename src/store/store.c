@@ -759,13 +759,22 @@ int store_wdedup_sweep(struct store *s, MDB_txn *txn, int64_t stamp, int max,
 
 int store_copy_compact(struct store *s, const char *path, struct err *err)
 {
-    int rc = mdb_env_sync(s->env, 1);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int rc;
 
-    if (rc == 0) {
-        rc = mdb_env_copy2(s->env, path, MDB_CP_COMPACT);
+    if (fd < 0) {
+        return err_set(err, ERR_IO, "open %s: %s", path, strerror(errno));
     }
+    rc = mdb_env_sync(s->env, 1);
+    if (rc == 0) {
+        rc = mdb_env_copyfd2(s->env, fd, MDB_CP_COMPACT);
+    }
+    if (rc == 0 && fsync(fd) != 0) {
+        rc = errno;
+    }
+    close(fd);
     if (rc != 0) {
-        return err_set(err, ERR_IO, "mdb_env_copy2 %s: %s", path,
+        return err_set(err, ERR_IO, "copy store to %s: %s", path,
                        mdb_strerror(rc));
     }
     return 0;

@@ -1,0 +1,279 @@
+/* Unit tests of the state machine (raft/fsm.h) over a real LMDB store in a
+ * mkdtemp directory: offsets, stamps, dedup, re-apply, restart, snapshots. */
+#include "harness.h"
+
+#include "push_helpers.h"
+#include "store/store_impl.h"
+
+#define T0 1760000000000000LL /* a stamp in 2025, µs */
+#define S  1000000LL
+
+static struct store_fetch_entry fetch1(struct env *e, const char *q,
+                                       const char *p, int64_t off,
+                                       struct store_fetch_answer *a)
+{
+    struct store_fetch_req r = {{q, strlen(q)}, {p, strlen(p)}, off, 1 << 20};
+    struct err err = {0};
+
+    EXPECT_EQ_I64(store_fetch(e->store, STORE_DEFAULT_TENANT, &r, 1, a, &err),
+                  0);
+    return a->entries[0];
+}
+
+TEST(offsets_are_gapless_per_partition)
+{
+    struct env e = {0};
+    struct pitem a[4] = {{"q", "p1", "a", "1"},
+                         {"q", "p2", "b", "2"},
+                         {"q", "p1", "c", "3"},
+                         {"q", "p1", "d", "4"}};
+    const struct fsm_result *r;
+    struct store_fetch_answer ans;
+    struct store_fetch_entry fe;
+
+    env_open(&e);
+    r = env_push(&e, T0, a, 4);
+    EXPECT(r != NULL);
+    EXPECT_EQ_U64(r->n_items, 4);
+    EXPECT_EQ_I64(r->items[0].offset, 0);
+    EXPECT_EQ_I64(r->items[1].offset, 0);
+    EXPECT_EQ_I64(r->items[2].offset, 1);
+    EXPECT_EQ_I64(r->items[3].offset, 2);
+    r = env_push1(&e, T0 + 1, "q", "p1", "e", "5");
+    EXPECT_EQ_I64(r->items[0].status, FSM_ITEM_QUEUED);
+    EXPECT_EQ_I64(r->items[0].offset, 3);
+    fe = fetch1(&e, "q", "p1", 0, &ans);
+    EXPECT_EQ_U64(fe.n_records, 4);
+    EXPECT_EQ_I64(fe.high_watermark, 4);
+    for (size_t i = 0; i < fe.n_records; i++) {
+        EXPECT_EQ_I64(fe.records[i].offset, (int64_t)i);
+    }
+    /* One stamp per push: the first three share T0, the last is T0 + 1. */
+    EXPECT_EQ_I64(fe.records[0].ts, T0);
+    EXPECT_EQ_I64(fe.records[2].ts, T0);
+    EXPECT_EQ_I64(fe.records[3].ts, T0 + 1);
+    EXPECT_MEM_EQ(fe.records[3].payload.ptr, fe.records[3].payload.len, "5", 1);
+    store_fetch_answer_free(&ans);
+    env_close(&e);
+}
+
+TEST(intra_request_duplicates_follow_their_leader)
+{
+    struct env e = {0};
+    struct pitem a[4] = {{"q", "p", "x", "1"},
+                         {"q", "p", "y", "2"},
+                         {"q", "p", "x", "3"},
+                         {"q", "other", "x", "4"}};
+    const struct fsm_result *r;
+
+    env_open(&e);
+    r = env_push(&e, T0, a, 4);
+    EXPECT_EQ_I64(r->items[0].status, FSM_ITEM_QUEUED);
+    EXPECT_EQ_I64(r->items[1].status, FSM_ITEM_QUEUED);
+    EXPECT_EQ_I64(r->items[1].offset, 1);
+    EXPECT_EQ_I64(r->items[2].status, FSM_ITEM_DUPLICATE);
+    EXPECT_EQ_I64(r->items[2].offset, 0);
+    EXPECT_MEM_EQ(r->items[2].message_id, 16, r->items[0].message_id, 16);
+    /* Same txn in another partition of the same queue: the stored dedup row
+     * of item 0 makes it a duplicate of item 0. */
+    EXPECT_EQ_I64(r->items[3].status, FSM_ITEM_DUPLICATE);
+    EXPECT_EQ_I64(r->items[3].offset, 0);
+    EXPECT_MEM_EQ(r->items[3].message_id, 16, r->items[0].message_id, 16);
+    env_close(&e);
+}
+
+TEST(dedup_holds_within_the_window_and_not_after)
+{
+    struct env e = {0};
+    const struct fsm_result *r;
+    uint8_t first_id[16];
+
+    env_open(&e);
+    r = env_push1(&e, T0, "q", "p", "tx", "1");
+    memcpy(first_id, r->items[0].message_id, 16);
+    env_push1(&e, T0 + 1, "q", "p", "other", "2");
+    r = env_push1(&e, T0 + 3600 * S, "q", "p", "tx", "3");
+    EXPECT_EQ_I64(r->items[0].status, FSM_ITEM_DUPLICATE);
+    EXPECT_EQ_I64(r->items[0].offset, 0);
+    EXPECT_MEM_EQ(r->items[0].message_id, 16, first_id, 16);
+    /* Another queue does not share dedup rows. */
+    r = env_push1(&e, T0 + 3600 * S + 1, "q2", "p", "tx", "3");
+    EXPECT_EQ_I64(r->items[0].status, FSM_ITEM_QUEUED);
+    r = env_push1(&e, T0 + 3600 * S + 2, "q", "p", "tx", "4");
+    EXPECT_EQ_I64(r->items[0].status, FSM_ITEM_QUEUED);
+    EXPECT_EQ_I64(r->items[0].offset, 2);
+    env_close(&e);
+}
+
+TEST(expired_dedup_rows_are_swept)
+{
+    struct env e = {0};
+    struct store_stats st;
+    struct err err = {0};
+
+    env_open(&e);
+    env_push1(&e, T0, "q", "p", "a", "1");
+    env_push1(&e, T0 + 1, "q", "p", "b", "1");
+    EXPECT_EQ_I64(store_stats(e.store, &st, &err), 0);
+    EXPECT_EQ_U64(st.n_dedup_rows, 2);
+    env_push1(&e, T0 + 3601 * S, "q", "p", "c", "1");
+    EXPECT_EQ_I64(store_stats(e.store, &st, &err), 0);
+    EXPECT_EQ_U64(st.n_dedup_rows, 1);
+    EXPECT_EQ_U64(st.n_records, 3);
+    env_close(&e);
+}
+
+TEST(reapplying_an_applied_index_is_a_noop)
+{
+    struct env e = {0};
+    const struct fsm_result *r;
+    struct cmd_push_item it;
+    struct buf b;
+    struct err err = {0};
+    struct store_fetch_answer ans;
+
+    env_open(&e);
+    env_push1(&e, T0, "q", "p", "a", "1");
+    memset(&it, 0, sizeof(it));
+    it.queue = SLICE_LIT("q");
+    it.partition = SLICE_LIT("p");
+    it.txn = SLICE_LIT("new");
+    it.payload = SLICE_LIT("2");
+    buf_init(&b, BUF_UNLIMITED);
+    cmd_push_encode(&b, STORE_DEFAULT_TENANT, &it, 1, &err);
+    cmd_set_stamp(b.data, T0 + 5);
+    EXPECT_EQ_I64(fsm_apply_entry(e.fsm, 1, b.data, b.len, &r, &err), 0);
+    EXPECT(r == NULL);
+    EXPECT_EQ_U64(store_applied_index(e.store), 1);
+    EXPECT_EQ_I64(fetch1(&e, "q", "p", 0, &ans).high_watermark, 1);
+    store_fetch_answer_free(&ans);
+    buf_free(&b);
+    env_close(&e);
+}
+
+TEST(restart_keeps_everything)
+{
+    struct env e = {0};
+    struct store_fetch_answer ans;
+    struct store_fetch_entry fe;
+    int64_t safe = 0;
+    struct err err = {0};
+    const struct fsm_result *r;
+
+    env_open(&e);
+    env_push1(&e, T0, "q", "p", "a", "{\"k\": 1.50}");
+    env_push1(&e, T0 + 7, "q", "p", "b", "");
+    env_reopen(&e);
+    EXPECT_EQ_U64(store_applied_index(e.store), 2);
+    EXPECT_EQ_I64(store_safe_time(e.store, &safe, &err), 0);
+    EXPECT_EQ_I64(safe, T0 + 7);
+    fe = fetch1(&e, "q", "p", 0, &ans);
+    EXPECT_EQ_U64(fe.n_records, 2);
+    EXPECT_MEM_EQ(fe.records[0].payload.ptr, fe.records[0].payload.len,
+                  "{\"k\": 1.50}", 11);
+    EXPECT_EQ_U64(fe.records[1].payload.len, 0);
+    EXPECT_MEM_EQ(fe.records[1].txn.ptr, fe.records[1].txn.len, "b", 1);
+    store_fetch_answer_free(&ans);
+    /* Counters survive: a new partition gets a new id, dedup still holds. */
+    r = env_push1(&e, T0 + 8, "q", "p", "a", "x");
+    EXPECT_EQ_I64(r->items[0].status, FSM_ITEM_DUPLICATE);
+    r = env_push1(&e, T0 + 9, "q", "p2", "z", "x");
+    EXPECT_EQ_I64(r->items[0].offset, 0);
+    env_close(&e);
+}
+
+TEST(a_corrupt_entry_moves_applied_and_changes_nothing_else)
+{
+    struct env e = {0};
+    const struct fsm_result *r;
+    struct err err = {0};
+    struct store_stats st;
+    char junk[40];
+
+    env_open(&e);
+    env_push1(&e, T0, "q", "p", "a", "1");
+    memset(junk, 0x51, sizeof(junk));
+    EXPECT_EQ_I64(fsm_apply_entry(e.fsm, 2, junk, sizeof(junk), &r, &err), 0);
+    EXPECT(r != NULL);
+    EXPECT_EQ_I64(r->code, ERR_CORRUPT);
+    EXPECT_EQ_U64(store_applied_index(e.store), 2);
+    EXPECT_EQ_I64(store_stats(e.store, &st, &err), 0);
+    EXPECT_EQ_U64(st.n_records, 1);
+    EXPECT_EQ_I64(st.safe_time, T0);
+    env_close(&e);
+}
+
+TEST(a_full_store_fails_the_entry_and_changes_nothing)
+{
+    struct env e = {0};
+    const struct fsm_result *r;
+    struct store_fetch_answer ans;
+
+    env_open(&e);
+    env_push1(&e, T0, "q", "p", "a", "1");
+    e.store->fail_commits = 1;
+    r = env_push1(&e, T0 + 1, "q", "new-partition", "b", "2");
+    EXPECT(r == NULL);
+    EXPECT_EQ_U64(store_applied_index(e.store), 1);
+    EXPECT_EQ_I64(fetch1(&e, "q", "new-partition", 0, &ans).error,
+                  STORE_ENTRY_OK);
+    EXPECT_EQ_I64(ans.entries[0].high_watermark, 0);
+    store_fetch_answer_free(&ans);
+    /* The retry (same index) applies, and the partition gets id 2, not 3. */
+    e.index = 1;
+    r = env_push1(&e, T0 + 1, "q", "new-partition", "b", "2");
+    EXPECT(r != NULL);
+    EXPECT_EQ_U64(e.store->next_part, 3);
+    env_close(&e);
+}
+
+TEST(snapshot_restores_into_an_empty_store_and_is_skipped_when_ahead)
+{
+    struct env a = {0};
+    struct env b = {0};
+    struct raft_buffer snap;
+    struct err err = {0};
+    struct store_fetch_answer ans;
+
+    env_open(&a);
+    env_push1(&a, T0, "q", "p", "a", "1");
+    env_push1(&a, T0 + 1, "q", "p", "b", "2");
+    EXPECT_EQ_I64(fsm_snapshot_take(a.fsm, &snap, &err), 0);
+    env_open(&b);
+    EXPECT_EQ_I64(fsm_snapshot_restore(b.fsm, snap.base, snap.len, &err), 0);
+    EXPECT_EQ_U64(store_applied_index(b.store), 2);
+    EXPECT_EQ_U64(fetch1(&b, "q", "p", 0, &ans).n_records, 2);
+    store_fetch_answer_free(&ans);
+    /* a is ahead of its own snapshot now: restoring it changes nothing. */
+    env_push1(&a, T0 + 2, "q", "p", "c", "3");
+    EXPECT_EQ_I64(fsm_snapshot_restore(a.fsm, snap.base, snap.len, &err), 0);
+    EXPECT_EQ_U64(store_applied_index(a.store), 3);
+    EXPECT_EQ_U64(fetch1(&a, "q", "p", 0, &ans).n_records, 3);
+    store_fetch_answer_free(&ans);
+    EXPECT_EQ_I64(fsm_snapshot_restore(b.fsm, "garbage-garbage!", 16, &err),
+                  ERR_CORRUPT);
+    raft_free(snap.base);
+    env_close(&a);
+    env_close(&b);
+}
+
+TEST(noop_moves_safe_time)
+{
+    struct env e = {0};
+    struct buf b;
+    struct err err = {0};
+    const struct fsm_result *r;
+    int64_t safe = 0;
+
+    env_open(&e);
+    buf_init(&b, BUF_UNLIMITED);
+    cmd_begin(&b, CMD_NOOP, STORE_DEFAULT_TENANT, &err);
+    cmd_finish(&b, 0, &err);
+    cmd_set_stamp(b.data, T0 + 99);
+    EXPECT_EQ_I64(fsm_apply_entry(e.fsm, 1, b.data, b.len, &r, &err), 0);
+    EXPECT_EQ_I64(r->code, 0);
+    EXPECT_EQ_I64(store_safe_time(e.store, &safe, &err), 0);
+    EXPECT_EQ_I64(safe, T0 + 99);
+    buf_free(&b);
+    env_close(&e);
+}
