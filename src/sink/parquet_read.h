@@ -1,0 +1,34 @@
+/* A minimal reader of the Parquet files src/sink/parquet.c writes: the footer
+ * as a Thrift tree and every record decoded back. It exists for the unit
+ * tests, the round-trip fuzz target and tools; the broker never reads
+ * Parquet. It understands exactly what our writer emits (data page v1, the
+ * five-column schema, PLAIN / dictionary / DELTA_BINARY_PACKED values,
+ * RLE/bit-packed levels, zstd / snappy / uncompressed pages) and refuses
+ * anything else with ERR_CORRUPT. Pure: no I/O. */
+#ifndef QUEEN_SINK_PARQUET_READ_H
+#define QUEEN_SINK_PARQUET_READ_H
+
+#include <stddef.h>
+
+#include "base/err.h"
+#include "sink/record.h"
+#include "sink/thrift.h"
+
+struct parquet_file {
+    struct thrift_tree meta; /* FileMetaData; meta.nodes[0] is the root */
+    size_t footer_len;
+    struct sink_record *recs; /* every row, in file order */
+    size_t nrecs;
+    char **pages; /* decompressed pages the records' slices point into */
+    size_t npages;
+    size_t cap_pages;
+};
+
+/* Decode the file p[0..n) (borrowed: footer slices point into it) into f
+ * (free with parquet_file_free, also after a failure). Returns 0 or
+ * ERR_CORRUPT with the reason. */
+int parquet_file_read(const void *p, size_t n, struct parquet_file *f,
+                      struct err *err);
+void parquet_file_free(struct parquet_file *f);
+
+#endif
