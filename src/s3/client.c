@@ -1,0 +1,886 @@
+/* The S3 client: operations, multipart, retries and counters over a
+ * transport seam.
+ *
+ * Every operation is described as a `struct call` (verb, key or bucket,
+ * query, extra signed headers, body and its hash, and an optional check of
+ * a 2xx answer) and handed to run(), the one retry loop: sign with the
+ * clock's time, perform, count (op, status), classify, and either return or
+ * wait and go again. A check failure inside the loop (a PUT ETag that is not
+ * the body's MD5, an UploadId or part ETag missing from a truncated answer)
+ * is retried like any other retriable outcome (reference 3.9).
+ *
+ * Multipart upload as a drawing (invariant (3) of client.h):
+ *
+ *     CREATE --UploadId--> PARTS --all ETags--> COMPLETE --200 ok--> done
+ *        |                   |                     |
+ *        +-> fail            +------ failure ------+--> ABORT -> fail
+ *
+ *   CREATE -> PARTS      multipart_put() after create_upload()
+ *   PARTS -> COMPLETE    after upload_part() of the last slice
+ *   any -> ABORT         abort_upload(): one DELETE ?uploadId=, best effort
+ */
+#include "s3/client.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "base/sha256.h"
+#include "base/xalloc.h"
+#include "s3/sigv4.h"
+
+#define S3_MAX_LIST_ANSWER (8u << 20)
+
+struct s3_client {
+    struct s3_config cfg;
+    struct s3_transport t;
+    struct s3_clock clock;
+    struct s3_metrics metrics;
+};
+
+struct call;
+/* Check a 2xx answer; returns S3_FAIL_NONE or the failure, with err set. */
+typedef enum s3_fail (*check_fn)(struct call *k, struct err *err);
+
+struct call {
+    enum s3_op op;
+    const char *method;
+    const char *key; /* NULL: a bucket request */
+    const struct sigv4_kv *query;
+    size_t n_query;
+    struct sigv4_kv extra[S3_MAX_HEADERS]; /* signed, beyond the three */
+    size_t n_extra;
+    const void *body;
+    size_t body_len;
+    char body_sha256[65];
+    bool is_head;
+    bool absent_ok; /* 404 answers "absent", not an error */
+    int max_attempts;
+    check_fn check;
+    void *check_arg;
+    struct buf *answer; /* where the answer body goes */
+    struct s3_http_answer ans;
+};
+
+/* ---- the real clock -------------------------------------------------- */
+
+static int64_t real_now_s(void *arg)
+{
+    UNUSED(arg);
+    return (int64_t)time(NULL);
+}
+
+static void real_sleep_ms(void *arg, uint64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+
+    UNUSED(arg);
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+static double real_random(void *arg)
+{
+    UNUSED(arg);
+    return (double)arc4random() / 4294967296.0;
+}
+
+static const struct s3_clock real_clock = {real_now_s, real_sleep_ms,
+                                           real_random, NULL};
+
+void s3_config_defaults(struct s3_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->multipart_threshold = S3_MULTIPART_THRESHOLD;
+    cfg->part_size = S3_PART_SIZE;
+    cfg->max_attempts = S3_RETRY_ATTEMPTS;
+    cfg->connect_timeout_ms = S3_CONNECT_TIMEOUT_MS;
+    cfg->request_timeout_ms = S3_REQUEST_TIMEOUT_MS;
+}
+
+struct s3_client *s3_client_new(const struct s3_config *cfg,
+                                const struct s3_transport *t,
+                                const struct s3_clock *clock)
+{
+    struct s3_client *c = xcalloc(1, sizeof(*c));
+
+    c->cfg = *cfg;
+    if (c->cfg.max_attempts < 1) {
+        c->cfg.max_attempts = 1;
+    }
+    if (c->cfg.part_size == 0) {
+        c->cfg.part_size = S3_PART_SIZE;
+    }
+    c->t = *t;
+    c->clock = clock != NULL ? *clock : real_clock;
+    s3_metrics_init(&c->metrics);
+    return c;
+}
+
+void s3_client_free(struct s3_client *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    s3_metrics_free(&c->metrics);
+    memset(c->cfg.secret_key, 0, sizeof(c->cfg.secret_key));
+    free(c);
+}
+
+struct s3_metrics *s3_client_metrics(struct s3_client *c)
+{
+    return &c->metrics;
+}
+
+/* ---- one attempt ------------------------------------------------------ */
+
+static void call_init(struct call *k, enum s3_op op, const char *method,
+                      const char *key, int max_attempts)
+{
+    memset(k, 0, sizeof(*k));
+    k->op = op;
+    k->method = method;
+    k->key = key;
+    k->max_attempts = max_attempts;
+    strcpy(k->body_sha256, SIGV4_EMPTY_SHA256);
+}
+
+static void add_extra(struct call *k, const char *name, const char *value)
+{
+    ASSERT(k->n_extra < S3_MAX_HEADERS);
+    k->extra[k->n_extra].name = name;
+    k->extra[k->n_extra].value = value;
+    k->n_extra++;
+}
+
+/* Sign and send once. Fills k->ans; returns the transport's code. */
+static int send_once(struct s3_client *c, struct call *k, const char *path,
+                     const char *host, const char *base, struct err *err)
+{
+    struct sigv4_kv h[S3_MAX_HEADERS + 3];
+    const char *lines[S3_MAX_HEADERS + 4];
+    struct buf lb;
+    struct buf url;
+    struct sigv4_out o;
+    char date[17];
+    size_t nh = 0;
+    int rc;
+    struct sigv4_key sk = {c->cfg.access_key, c->cfg.secret_key, c->cfg.region,
+                           "s3"};
+
+    sigv4_amz_date(c->clock.now_s(c->clock.arg), date);
+    h[nh++] = (struct sigv4_kv){"host", host};
+    h[nh++] = (struct sigv4_kv){"x-amz-date", date};
+    h[nh++] = (struct sigv4_kv){"x-amz-content-sha256", k->body_sha256};
+    for (size_t i = 0; i < k->n_extra; i++) {
+        h[nh++] = k->extra[i];
+    }
+    struct sigv4_request r = {k->method, path, k->query, k->n_query, h, nh};
+    sigv4_out_init(&o);
+    buf_init(&lb, 64 * 1024);
+    buf_init(&url, SIGV4_MAX_CANONICAL);
+    rc = sigv4_sign(&r, &sk, &o, err);
+    if (rc == 0) {
+        rc = buf_printf(&url, err, "%s%s", base, o.uri.data);
+    }
+    /* Header lines in one buffer, split by NULs once it stops growing. */
+    for (size_t i = 0; i < nh && rc == 0; i++) {
+        rc = buf_printf(&lb, err, "%s%s: %s", i == 0 ? "" : "\n",
+                        i == 0 ? "Host" : h[i].name, h[i].value);
+    }
+    if (rc == 0) {
+        rc = buf_printf(&lb, err, "\nAuthorization: %s", o.authorization.data);
+    }
+    if (rc == 0) {
+        size_t n = 0;
+        lines[n++] = lb.data;
+        for (size_t i = 0; i < lb.len; i++) {
+            if (lb.data[i] == '\n') {
+                lb.data[i] = '\0';
+                lines[n++] = lb.data + i + 1;
+            }
+        }
+        struct s3_http_request req = {k->method,
+                                      url.data,
+                                      lines,
+                                      n,
+                                      k->body,
+                                      k->body_len,
+                                      k->is_head,
+                                      c->cfg.connect_timeout_ms,
+                                      c->cfg.request_timeout_ms};
+        rc = c->t.perform(c->t.arg, &req, &k->ans, err);
+    }
+    sigv4_out_free(&o);
+    buf_free(&lb);
+    buf_free(&url);
+    return rc;
+}
+
+static const char *key_or_bucket(const struct s3_client *c,
+                                 const struct call *k)
+{
+    return k->key != NULL ? k->key : c->cfg.ep.bucket;
+}
+
+/* Turn a non-2xx answer into a status failure with the S3 code. */
+static enum s3_fail status_failure(struct call *k, struct s3_status *st,
+                                   struct err *err)
+{
+    struct buf code;
+    struct buf msg;
+    const char *b = k->answer->data == NULL ? "" : k->answer->data;
+
+    buf_init(&code, 256);
+    buf_init(&msg, 1024);
+    if (s3xml_error(b, k->answer->len, &code, &msg) && code.len > 0) {
+        snprintf(st->code, sizeof(st->code), "%s", code.data);
+        err_set(err, ERR_REMOTE, "status %d: %s: %.180s", k->ans.status,
+                code.data, msg.data == NULL ? "" : msg.data);
+    } else {
+        err_set(err, ERR_REMOTE, "status %d: %.200s", k->ans.status, b);
+    }
+    buf_free(&code);
+    buf_free(&msg);
+    return S3_FAIL_STATUS;
+}
+
+/* One attempt: send, count, classify. Returns the failure kind; 404 with
+ * absent_ok and success both return S3_FAIL_NONE. */
+static enum s3_fail attempt(struct s3_client *c, struct call *k,
+                            const char *const where[3], struct s3_status *st,
+                            struct err *err)
+{
+    int rc;
+
+    k->ans.status = 0;
+    k->ans.body = k->answer;
+    k->ans.etag[0] = '\0';
+    k->ans.content_length = -1;
+    k->ans.retry_after_ms = -1;
+    rc = send_once(c, k, where[0], where[1], where[2], err);
+    s3_metrics_add(&c->metrics, k->op, rc == 0 ? k->ans.status : 0);
+    st->attempts++;
+    st->status = rc == 0 ? k->ans.status : 0;
+    st->retry_after_ms = k->ans.retry_after_ms;
+    st->code[0] = '\0';
+    if (rc == ERR_TOO_BIG || rc == ERR_INVALID) {
+        return S3_FAIL_BODY; /* not retried: see run() */
+    }
+    if (rc != 0) {
+        char msg[sizeof(err->msg)];
+        snprintf(msg, sizeof(msg), "%s", err->msg);
+        err_set(err, rc, "transport: %.200s", msg);
+        return S3_FAIL_TRANSPORT;
+    }
+    if (k->ans.status == 404 && k->absent_ok) {
+        return S3_FAIL_NONE;
+    }
+    if (k->ans.status < 200 || k->ans.status > 299) {
+        return status_failure(k, st, err);
+    }
+    return k->check != NULL ? k->check(k, err) : S3_FAIL_NONE;
+}
+
+/* Fill where[] = raw path, Host, base URL into the three buffers. */
+static int locate(const struct s3_client *c, const struct call *k,
+                  struct buf b[3], struct err *err)
+{
+    int rc = k->key != NULL
+                 ? s3_endpoint_object_path(&c->cfg.ep, k->key, &b[0], err)
+                 : s3_endpoint_bucket_path(&c->cfg.ep, &b[0], err);
+
+    if (rc == 0) {
+        rc = s3_endpoint_host(&c->cfg.ep, &b[1], err);
+    }
+    if (rc == 0) {
+        rc = s3_endpoint_base_url(&c->cfg.ep, &b[2], err);
+    }
+    return rc;
+}
+
+static void log_retry(const struct call *k, const char *what, int a,
+                      const struct err *err, uint64_t wait)
+{
+    log_warn("s3", "%s %s: attempt %d of %d: %s; retrying in %" PRIu64 " ms",
+             k->method, what, a, k->max_attempts, err->msg, wait);
+}
+
+/* The retry loop (invariants (1) and (2) of client.h). */
+static int run(struct s3_client *c, struct call *k, struct s3_status *st,
+               struct err *err)
+{
+    struct buf b[3];
+    const char *where[3];
+    int rc = 0;
+
+    memset(st, 0, sizeof(*st));
+    for (int i = 0; i < 3; i++) {
+        buf_init(&b[i], 8192);
+    }
+    if (locate(c, k, b, err) != 0) {
+        rc = err_set(err, ERR_INVALID, "%s: key too long", k->method);
+        goto out_free;
+    }
+    for (int i = 0; i < 3; i++) {
+        where[i] = b[i].data;
+    }
+    for (int a = 1;; a++) {
+        enum s3_fail kind = attempt(c, k, where, st, err);
+
+        st->kind = kind;
+        if (kind == S3_FAIL_NONE) {
+            break;
+        }
+        st->is_retriable = s3_retry_is_retriable(kind, st->status) &&
+                           err->code != ERR_TOO_BIG && err->code != ERR_INVALID;
+        if (!st->is_retriable || a >= k->max_attempts) {
+            rc = err->code;
+            break;
+        }
+        uint64_t wait = s3_retry_wait_ms(a, st->retry_after_ms,
+                                         c->clock.random(c->clock.arg));
+        log_retry(k, key_or_bucket(c, k), a, err, wait);
+        c->clock.sleep_ms(c->clock.arg, wait);
+    }
+out_free:
+    for (int i = 0; i < 3; i++) {
+        buf_free(&b[i]);
+    }
+    return rc;
+}
+
+/* ---- single PUT ------------------------------------------------------- */
+
+static void add_sse(const struct s3_client *c, struct call *k)
+{
+    if (c->cfg.sse == S3_SSE_AES256) {
+        add_extra(k, "x-amz-server-side-encryption", "AES256");
+    } else if (c->cfg.sse == S3_SSE_KMS) {
+        add_extra(k, "x-amz-server-side-encryption", "aws:kms");
+        if (c->cfg.kms_key_id[0] != '\0') {
+            add_extra(k, "x-amz-server-side-encryption-aws-kms-key-id",
+                      c->cfg.kms_key_id);
+        }
+    }
+}
+
+static void strip_quotes(const char *in, char *out, size_t cap)
+{
+    size_t n = strlen(in);
+
+    if (n >= 2 && in[0] == '"' && in[n - 1] == '"') {
+        in++;
+        n -= 2;
+    }
+    snprintf(out, cap, "%.*s", (int)n, in);
+}
+
+static bool is_md5_shaped(const char *e)
+{
+    size_t n = strlen(e);
+
+    if (n != 32) {
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char ch = e[i];
+        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') ||
+              (ch >= 'A' && ch <= 'F'))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* A single PUT's answer: an MD5-shaped ETag must be the body's MD5. */
+static enum s3_fail check_put(struct call *k, struct err *err)
+{
+    const char *md5_hex = k->check_arg;
+    char etag[256];
+
+    strip_quotes(k->ans.etag, etag, sizeof(etag));
+    if (is_md5_shaped(etag) && strcasecmp(etag, md5_hex) != 0) {
+        err_set(err, ERR_CORRUPT,
+                "integrity: %.100s: the service returned ETag %s for a body "
+                "whose MD5 is %s",
+                k->key, etag, md5_hex);
+        return S3_FAIL_INTEGRITY;
+    }
+    return S3_FAIL_NONE;
+}
+
+static int single_put(struct s3_client *c, const struct s3_put *p,
+                      struct s3_put_result *r, struct err *err)
+{
+    struct call k;
+    struct buf md5_b64;
+    struct buf answer;
+    uint8_t d[32];
+    char md5_hex[33];
+    int rc;
+
+    call_init(&k, S3_OP_PUT, "PUT", p->key, c->cfg.max_attempts);
+    sha256(p->body, p->len, d);
+    hex_lower(d, 32, k.body_sha256);
+    md5(p->body, p->len, d);
+    hex_lower(d, 16, md5_hex);
+    buf_init(&md5_b64, 64);
+    buf_init(&answer, S3_MAX_ANSWER);
+    (void)base64_encode(d, 16, &md5_b64, err);
+    add_extra(&k, "content-type", p->content_type);
+    add_extra(&k, "content-md5", md5_b64.data);
+    add_sse(c, &k);
+    k.body = p->body;
+    k.body_len = p->len;
+    k.check = check_put;
+    k.check_arg = md5_hex;
+    k.answer = &answer;
+    rc = run(c, &k, &r->st, err);
+    if (rc == 0) {
+        strip_quotes(k.ans.etag, r->etag, sizeof(r->etag));
+    }
+    buf_free(&md5_b64);
+    buf_free(&answer);
+    return rc;
+}
+
+/* ---- multipart -------------------------------------------------------- */
+
+struct upload {
+    const struct s3_put *p;
+    char upload_id[1024];
+    char **etags; /* one per part, quotes stripped */
+    int n_parts;
+    struct buf answer;
+};
+
+static enum s3_fail check_create(struct call *k, struct err *err)
+{
+    struct upload *u = k->check_arg;
+    struct buf v;
+    struct err e2 = {0};
+    int rc;
+
+    buf_init(&v, sizeof(u->upload_id) - 1);
+    rc = s3xml_find(u->answer.data, u->answer.len, "UploadId", &v, &e2);
+    if (rc != 0 || v.len == 0) {
+        buf_free(&v);
+        err_set(err, ERR_CORRUPT,
+                "body: CreateMultipartUpload for %.150s answered no UploadId",
+                k->key);
+        return S3_FAIL_BODY;
+    }
+    snprintf(u->upload_id, sizeof(u->upload_id), "%s", v.data);
+    buf_free(&v);
+    return S3_FAIL_NONE;
+}
+
+static int create_upload(struct s3_client *c, struct upload *u,
+                         struct s3_status *st, struct err *err)
+{
+    struct call k;
+    struct sigv4_kv q[] = {{"uploads", ""}};
+
+    call_init(&k, S3_OP_MULTIPART_CREATE, "POST", u->p->key,
+              c->cfg.max_attempts);
+    k.query = q;
+    k.n_query = 1;
+    add_extra(&k, "content-type", u->p->content_type);
+    add_sse(c, &k);
+    k.check = check_create;
+    k.check_arg = u;
+    k.answer = &u->answer;
+    return run(c, &k, st, err);
+}
+
+struct part_check {
+    int n;
+    const char *key;
+};
+
+static enum s3_fail check_part(struct call *k, struct err *err)
+{
+    const struct part_check *pc = k->check_arg;
+
+    if (k->ans.etag[0] == '\0') {
+        err_set(err, ERR_CORRUPT, "body: part %d of %.150s answered no ETag",
+                pc->n, pc->key);
+        return S3_FAIL_BODY;
+    }
+    return S3_FAIL_NONE;
+}
+
+static int upload_part(struct s3_client *c, struct upload *u, int i,
+                       struct s3_status *st, struct err *err)
+{
+    struct call k;
+    char num[16];
+    uint8_t d[32];
+    uint64_t off = (uint64_t)i * c->cfg.part_size;
+    uint64_t n =
+        u->p->len - off < c->cfg.part_size ? u->p->len - off : c->cfg.part_size;
+    struct part_check pc = {i + 1, u->p->key};
+
+    snprintf(num, sizeof(num), "%d", i + 1);
+    struct sigv4_kv q[] = {{"partNumber", num}, {"uploadId", u->upload_id}};
+    call_init(&k, S3_OP_MULTIPART_PART, "PUT", u->p->key, c->cfg.max_attempts);
+    k.query = q;
+    k.n_query = 2;
+    k.body = (const char *)u->p->body + off;
+    k.body_len = (size_t)n;
+    sha256(k.body, k.body_len, d);
+    hex_lower(d, 32, k.body_sha256);
+    k.check = check_part;
+    k.check_arg = &pc;
+    k.answer = &u->answer;
+    if (run(c, &k, st, err) != 0) {
+        return err_wrap(err, "part %d", i + 1);
+    }
+    u->etags[i] = xmalloc(256);
+    strip_quotes(k.ans.etag, u->etags[i], 256);
+    return 0;
+}
+
+static int append_xml_text(struct buf *b, const char *s, struct err *err)
+{
+    for (; *s != '\0'; s++) {
+        int rc = *s == '&'   ? buf_append_str(b, "&amp;", err)
+                 : *s == '<' ? buf_append_str(b, "&lt;", err)
+                 : *s == '>' ? buf_append_str(b, "&gt;", err)
+                             : buf_append_byte(b, *s, err);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static int complete_body(const struct upload *u, struct buf *x, struct err *err)
+{
+    int rc = buf_append_str(x, "<CompleteMultipartUpload>", err);
+
+    for (int i = 0; i < u->n_parts && rc == 0; i++) {
+        rc = buf_printf(x, err, "<Part><PartNumber>%d</PartNumber><ETag>\"",
+                        i + 1);
+        if (rc == 0) {
+            rc = append_xml_text(x, u->etags[i], err);
+        }
+        if (rc == 0) {
+            rc = buf_append_str(x, "\"</ETag></Part>", err);
+        }
+    }
+    if (rc == 0) {
+        rc = buf_append_str(x, "</CompleteMultipartUpload>", err);
+    }
+    return rc;
+}
+
+/* The final ETag's "-N" must count our parts; no suffix is not checked. */
+static int check_final_etag(const struct upload *u, const char *etag,
+                            struct s3_status *st, struct err *err)
+{
+    const char *dash = strrchr(etag, '-');
+    char *end;
+    long n;
+
+    if (dash == NULL || dash[1] == '\0') {
+        return 0;
+    }
+    n = strtol(dash + 1, &end, 10);
+    if (*end != '\0' || n == u->n_parts) {
+        return 0;
+    }
+    st->kind = S3_FAIL_INTEGRITY;
+    st->is_retriable = true;
+    return err_set(err, ERR_CORRUPT,
+                   "integrity: %.120s: the service completed ETag %s for %d "
+                   "parts",
+                   u->p->key, etag, u->n_parts);
+}
+
+static int complete_upload(struct s3_client *c, struct upload *u,
+                           struct s3_put_result *r, struct err *err)
+{
+    struct call k;
+    struct sigv4_kv q[] = {{"uploadId", u->upload_id}};
+    struct buf x;
+    struct buf v;
+    struct buf msg;
+    uint8_t d[32];
+    int rc;
+
+    buf_init(&x, BUF_UNLIMITED);
+    buf_init(&v, S3XML_MAX_VALUE * 4);
+    buf_init(&msg, S3XML_MAX_VALUE * 4);
+    rc = complete_body(u, &x, err);
+    call_init(&k, S3_OP_MULTIPART_COMPLETE, "POST", u->p->key,
+              c->cfg.max_attempts);
+    k.query = q;
+    k.n_query = 1;
+    add_extra(&k, "content-type", "application/xml");
+    k.body = x.data;
+    k.body_len = x.len;
+    sha256(x.data, x.len, d);
+    hex_lower(d, 32, k.body_sha256);
+    k.answer = &u->answer;
+    if (rc == 0) {
+        rc = run(c, &k, &r->st, err);
+    }
+    if (rc == 0 && s3xml_error(u->answer.data, u->answer.len, &v, &msg)) {
+        /* A 200 carrying an error document: not a success, not retried. */
+        r->st.kind = S3_FAIL_STATUS;
+        r->st.is_retriable = false;
+        snprintf(r->st.code, sizeof(r->st.code), "%s", v.data);
+        rc = err_set(err, ERR_REMOTE,
+                     "status 200: CompleteMultipartUpload for %.100s answered "
+                     "%s: %.80s",
+                     u->p->key, v.data, msg.data == NULL ? "" : msg.data);
+    } else if (rc == 0) {
+        if (s3xml_find(u->answer.data, u->answer.len, "ETag", &v, err) != 0) {
+            buf_reset(&v);
+        }
+        s3xml_unquote(&v);
+        snprintf(r->etag, sizeof(r->etag), "%s", v.data == NULL ? "" : v.data);
+        rc = check_final_etag(u, r->etag, &r->st, err);
+    }
+    buf_free(&x);
+    buf_free(&v);
+    buf_free(&msg);
+    return rc;
+}
+
+static void abort_upload(struct s3_client *c, struct upload *u)
+{
+    struct call k;
+    struct sigv4_kv q[] = {{"uploadId", u->upload_id}};
+    struct s3_status st;
+    struct err err = {0};
+
+    call_init(&k, S3_OP_MULTIPART_ABORT, "DELETE", u->p->key, 1);
+    k.query = q;
+    k.n_query = 1;
+    k.absent_ok = true;
+    k.answer = &u->answer;
+    if (run(c, &k, &st, &err) != 0) {
+        log_warn("s3", "AbortMultipartUpload key=%s upload=%s: %s", u->p->key,
+                 u->upload_id, err.msg);
+    }
+}
+
+static int multipart_put(struct s3_client *c, const struct s3_put *p,
+                         struct s3_put_result *r, struct err *err)
+{
+    struct upload u;
+    int rc;
+
+    memset(&u, 0, sizeof(u));
+    u.p = p;
+    u.n_parts = (int)((p->len + c->cfg.part_size - 1) / c->cfg.part_size);
+    if (u.n_parts > 10000) {
+        return err_set(err, ERR_TOO_BIG, "%s: %zu bytes need %d parts", p->key,
+                       p->len, u.n_parts);
+    }
+    u.etags = xcalloc((size_t)u.n_parts, sizeof(*u.etags));
+    buf_init(&u.answer, S3_MAX_ANSWER);
+    r->is_multipart = true;
+    r->parts = u.n_parts;
+    rc = create_upload(c, &u, &r->st, err);
+    for (int i = 0; i < u.n_parts && rc == 0; i++) {
+        if (i > 0 && p->between_parts != NULL) {
+            p->between_parts(p->hook_arg, i);
+        }
+        rc = upload_part(c, &u, i, &r->st, err);
+    }
+    if (rc == 0) {
+        rc = complete_upload(c, &u, r, err);
+    }
+    if (rc != 0 && u.upload_id[0] != '\0') {
+        abort_upload(c, &u);
+    }
+    for (int i = 0; i < u.n_parts; i++) {
+        free(u.etags[i]);
+    }
+    free(u.etags);
+    buf_free(&u.answer);
+    return rc;
+}
+
+int s3_client_put(struct s3_client *c, const struct s3_put *p,
+                  struct s3_put_result *r, struct err *err)
+{
+    memset(r, 0, sizeof(*r));
+    if (p->key == NULL || p->key[0] == '\0' || p->content_type == NULL ||
+        (p->body == NULL && p->len > 0)) {
+        return err_set(err, ERR_INVALID,
+                       "PUT: a key, a content type and a "
+                       "body are required");
+    }
+    if ((uint64_t)p->len > c->cfg.multipart_threshold) {
+        return multipart_put(c, p, r, err);
+    }
+    r->parts = 1;
+    return single_put(c, p, r, err);
+}
+
+/* ---- HEAD, GET, DELETE ------------------------------------------------ */
+
+static void fill_info(const struct call *k, struct s3_object_info *info)
+{
+    info->found = k->ans.status != 404;
+    info->size =
+        k->ans.content_length < 0 ? 0 : (uint64_t)k->ans.content_length;
+    strip_quotes(k->ans.etag, info->etag, sizeof(info->etag));
+}
+
+int s3_client_head(struct s3_client *c, const char *key,
+                   struct s3_object_info *info, struct s3_status *st,
+                   struct err *err)
+{
+    struct call k;
+    struct buf answer;
+    int rc;
+
+    memset(info, 0, sizeof(*info));
+    call_init(&k, S3_OP_HEAD, "HEAD", key, c->cfg.max_attempts);
+    buf_init(&answer, S3_MAX_ANSWER);
+    k.is_head = true;
+    k.absent_ok = true;
+    k.answer = &answer;
+    rc = run(c, &k, st, err);
+    if (rc == 0) {
+        fill_info(&k, info);
+    }
+    buf_free(&answer);
+    return rc;
+}
+
+int s3_client_get(struct s3_client *c, const char *key, struct buf *body,
+                  struct s3_object_info *info, struct s3_status *st,
+                  struct err *err)
+{
+    struct call k;
+    int rc;
+
+    memset(info, 0, sizeof(*info));
+    call_init(&k, S3_OP_GET, "GET", key, c->cfg.max_attempts);
+    k.absent_ok = true;
+    k.answer = body;
+    rc = run(c, &k, st, err);
+    if (rc == 0) {
+        fill_info(&k, info);
+        if (!info->found) {
+            buf_reset(body);
+        } else {
+            info->size = body->len;
+        }
+    }
+    return rc;
+}
+
+int s3_client_delete(struct s3_client *c, const char *key, struct s3_status *st,
+                     struct err *err)
+{
+    struct call k;
+    struct buf answer;
+    int rc;
+
+    call_init(&k, S3_OP_DELETE, "DELETE", key, c->cfg.max_attempts);
+    buf_init(&answer, S3_MAX_ANSWER);
+    k.absent_ok = true;
+    k.answer = &answer;
+    rc = run(c, &k, st, err);
+    buf_free(&answer);
+    return rc;
+}
+
+/* ---- LIST ------------------------------------------------------------- */
+
+static enum s3_fail check_list(struct call *k, struct err *err)
+{
+    const char *end = "</ListBucketResult>";
+
+    if (k->answer->data == NULL ||
+        memmem(k->answer->data, k->answer->len, end, strlen(end)) == NULL) {
+        err_set(err, ERR_CORRUPT, "body: ListObjectsV2 answer is truncated");
+        return S3_FAIL_BODY;
+    }
+    return S3_FAIL_NONE;
+}
+
+int s3_client_list_page(struct s3_client *c, const struct s3_list_req *q,
+                        struct s3xml_list *page, struct s3_status *st,
+                        struct err *err)
+{
+    struct call k;
+    struct buf answer;
+    char mk[16];
+    struct sigv4_kv query[4];
+    size_t nq = 0;
+    int max = q->max_keys < 1 ? 1 : (q->max_keys > 1000 ? 1000 : q->max_keys);
+    int rc;
+
+    memset(page, 0, sizeof(*page));
+    snprintf(mk, sizeof(mk), "%d", max);
+    query[nq++] = (struct sigv4_kv){"list-type", "2"};
+    query[nq++] = (struct sigv4_kv){"prefix", q->prefix ? q->prefix : ""};
+    query[nq++] = (struct sigv4_kv){"max-keys", mk};
+    if (q->start_after != NULL && q->start_after[0] != '\0') {
+        query[nq++] = (struct sigv4_kv){"start-after", q->start_after};
+    }
+    call_init(&k, S3_OP_LIST, "GET", NULL, c->cfg.max_attempts);
+    buf_init(&answer, S3_MAX_LIST_ANSWER);
+    k.query = query;
+    k.n_query = nq;
+    k.check = check_list;
+    k.answer = &answer;
+    rc = run(c, &k, st, err);
+    if (rc == 0) {
+        rc = s3xml_parse_list(answer.data, answer.len, page, err);
+    }
+    buf_free(&answer);
+    return rc;
+}
+
+int s3_client_list_all(struct s3_client *c, const char *prefix, size_t max_keys,
+                       struct s3xml_list *all, struct s3_status *st,
+                       struct err *err)
+{
+    struct s3_list_req q = {prefix, NULL, 1000};
+    struct s3xml_list page;
+    size_t cap = 0;
+    int rc;
+
+    memset(all, 0, sizeof(*all));
+    do {
+        rc = s3_client_list_page(c, &q, &page, st, err);
+        if (rc != 0) {
+            break;
+        }
+        if (all->n_keys + page.n_keys > max_keys) {
+            s3xml_list_free(&page);
+            rc = err_set(err, ERR_TOO_BIG, "LIST %s: more than %zu keys",
+                         prefix, max_keys);
+            break;
+        }
+        for (size_t i = 0; i < page.n_keys; i++) {
+            if (all->n_keys == cap) {
+                cap = cap == 0 ? 1024 : cap * 2;
+                all->keys = xrealloc(all->keys, cap * sizeof(*all->keys));
+            }
+            all->keys[all->n_keys++] = page.keys[i]; /* moved */
+        }
+        /* start-after paging: the next page starts after the last key. */
+        q.start_after = all->n_keys > 0 ? all->keys[all->n_keys - 1] : NULL;
+        all->is_truncated = page.is_truncated && page.n_keys > 0;
+        free(page.keys);
+    } while (all->is_truncated);
+    if (rc != 0) {
+        s3xml_list_free(all);
+    }
+    return rc;
+}

@@ -1,0 +1,176 @@
+/* The S3 client: PutObject (single or multipart), GetObject, HeadObject,
+ * ListObjectsV2 and DeleteObject over a transport seam, with our own SigV4,
+ * per-request retries and per-(op, status) counters (reference 3.9, 4.9).
+ *   (1) Every attempt is signed afresh with the clock's time and counted in
+ *       the metrics as (op, HTTP status), 0 when no answer came.
+ *   (2) Retriable outcomes (retry.h) are tried up to max_attempts times,
+ *       waiting s3_retry_wait_ms between; other outcomes return at once.
+ *   (3) A body above multipart_threshold goes up as a multipart upload of
+ *       part_size slices; any failure after CreateMultipartUpload aborts the
+ *       upload (one DELETE, best effort) and returns the first error.
+ *   (4) A body is hashed once per request (SHA-256, and MD5 for a single
+ *       PUT) and is never copied: the transport sends the caller's bytes.
+ * Thread-safe: one client may serve many threads at once (the transport
+ * must be thread-safe too; transport_curl is). */
+#ifndef QUEEN_S3_CLIENT_H
+#define QUEEN_S3_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "base/err.h"
+#include "s3/endpoint.h"
+#include "s3/metrics.h"
+#include "s3/retry.h"
+#include "s3/xml.h"
+
+#define S3_MULTIPART_THRESHOLD (64ull << 20)
+#define S3_PART_SIZE           (16ull << 20)
+#define S3_CONNECT_TIMEOUT_MS  5000L
+#define S3_REQUEST_TIMEOUT_MS  120000L
+#define S3_MAX_ANSWER          (1u << 20) /* non-GET answer bodies */
+#define S3_MAX_HEADERS         16
+
+/* One HTTP exchange as the transport sees it. */
+struct s3_http_request {
+    const char *method;
+    const char *url;            /* scheme://host + the signed uri */
+    const char *const *headers; /* "Name: value" lines, Host included */
+    size_t n_headers;
+    const void *body; /* borrowed, may be NULL */
+    size_t body_len;
+    bool is_head; /* no answer body will come */
+    long connect_timeout_ms;
+    long timeout_ms;
+};
+
+struct s3_http_answer {
+    int status;             /* HTTP status; 0 when the transport failed */
+    struct buf *body;       /* reset by the transport; its max is the cap */
+    char etag[256];         /* ETag header as sent, "" when absent */
+    int64_t content_length; /* -1 when absent */
+    int64_t retry_after_ms; /* Retry-After in ms, -1 when absent */
+};
+
+/* Perform req. Returns 0 when an HTTP answer arrived (any status), else
+ * ERR_IO / ERR_TIMEOUT (transport failure: status 0) or ERR_TOO_BIG (the
+ * answer body passed its cap), with a sentence in err. */
+typedef int (*s3_perform_fn)(void *arg, const struct s3_http_request *req,
+                             struct s3_http_answer *ans, struct err *err);
+
+struct s3_transport {
+    s3_perform_fn perform;
+    void *arg;
+};
+
+/* The clock seam: wall time for x-amz-date, sleeping between attempts and
+ * the jitter draw. NULL to s3_client_new means the real ones. */
+struct s3_clock {
+    int64_t (*now_s)(void *arg);              /* Unix seconds */
+    void (*sleep_ms)(void *arg, uint64_t ms); /* wait before a retry */
+    double (*random)(void *arg);              /* uniform in [0, 1) */
+    void *arg;
+};
+
+enum s3_sse { S3_SSE_NONE = 0, S3_SSE_AES256, S3_SSE_KMS };
+
+struct s3_config {
+    struct s3_endpoint ep;
+    char region[64];
+    char access_key[128];
+    char secret_key[200]; /* never logged */
+    enum s3_sse sse;
+    char kms_key_id[256]; /* only with S3_SSE_KMS; may be empty */
+    uint64_t multipart_threshold;
+    uint64_t part_size;
+    int max_attempts;
+    long connect_timeout_ms;
+    long request_timeout_ms;
+};
+
+/* Fill the defaults above (everything else zero/empty). */
+void s3_config_defaults(struct s3_config *cfg);
+
+/* The outcome of the last request of a call (a multipart upload makes
+ * several), for the caller's decisions. */
+struct s3_status {
+    int status;             /* last HTTP status, 0 for transport */
+    enum s3_fail kind;      /* S3_FAIL_NONE on success */
+    bool is_retriable;      /* retry.h invariant (1) */
+    int64_t retry_after_ms; /* from the last answer, -1 when none */
+    int attempts;           /* attempts of that request */
+    char code[64];          /* S3 <Code> of an error answer, or "" */
+};
+
+struct s3_client;
+
+/* Copies cfg; borrows t and clock (NULL: the real clock), which must
+ * outlive the client. Returns owned: free with s3_client_free. */
+struct s3_client *s3_client_new(const struct s3_config *cfg,
+                                const struct s3_transport *t,
+                                const struct s3_clock *clock);
+void s3_client_free(struct s3_client *c);
+/* The client's counters (owned by the client). */
+struct s3_metrics *s3_client_metrics(struct s3_client *c);
+
+/* A PutObject. between_parts (optional) is called before every part after
+ * the first with the number of parts done: a crash test stops there. */
+struct s3_put {
+    const char *key;
+    const void *body; /* borrowed; never copied */
+    size_t len;
+    const char *content_type;
+    void (*between_parts)(void *arg, int part_done);
+    void *hook_arg;
+};
+
+struct s3_put_result {
+    char etag[256]; /* quotes stripped */
+    bool is_multipart;
+    int parts;
+    struct s3_status st;
+};
+
+/* Upload p. Returns 0, or ERR_REMOTE (status), ERR_IO/ERR_TIMEOUT
+ * (transport), ERR_CORRUPT (body or integrity), ERR_INVALID; r->st says
+ * more. */
+int s3_client_put(struct s3_client *c, const struct s3_put *p,
+                  struct s3_put_result *r, struct err *err);
+
+struct s3_object_info {
+    bool found; /* false: 404, which is not an error */
+    uint64_t size;
+    char etag[256]; /* quotes stripped */
+};
+
+int s3_client_head(struct s3_client *c, const char *key,
+                   struct s3_object_info *info, struct s3_status *st,
+                   struct err *err);
+/* GET key into body (reset first); body->max caps the object size
+ * (ERR_TOO_BIG past it, not retried). */
+int s3_client_get(struct s3_client *c, const char *key, struct buf *body,
+                  struct s3_object_info *info, struct s3_status *st,
+                  struct err *err);
+/* DELETE key; 404 counts as done. */
+int s3_client_delete(struct s3_client *c, const char *key, struct s3_status *st,
+                     struct err *err);
+
+struct s3_list_req {
+    const char *prefix;
+    const char *start_after; /* NULL or "" for the first page */
+    int max_keys;            /* clamped to 1..1000 */
+};
+
+/* One ListObjectsV2 page into page (owned: s3xml_list_free). */
+int s3_client_list_page(struct s3_client *c, const struct s3_list_req *q,
+                        struct s3xml_list *page, struct s3_status *st,
+                        struct err *err);
+/* Every key under prefix, paging with start-after; more than max_keys is
+ * ERR_TOO_BIG. all is owned: s3xml_list_free. */
+int s3_client_list_all(struct s3_client *c, const char *prefix, size_t max_keys,
+                       struct s3xml_list *all, struct s3_status *st,
+                       struct err *err);
+
+#endif

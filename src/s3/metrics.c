@@ -1,0 +1,159 @@
+/* Request counters of one S3 client by (operation, HTTP status).
+ *
+ * A client sees a handful of distinct (op, code) pairs, so the table is a
+ * small array scanned under a mutex; rendering sorts a copy. */
+#include "s3/metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/xalloc.h"
+
+static const char *const op_names[S3_OP_COUNT] = {
+    "put",
+    "get",
+    "head",
+    "list",
+    "delete",
+    "multipart_create",
+    "multipart_part",
+    "multipart_complete",
+    "multipart_abort",
+};
+
+const char *s3_op_name(enum s3_op op)
+{
+    ASSERT(op >= 0 && op < S3_OP_COUNT);
+    return op_names[op];
+}
+
+void s3_metrics_init(struct s3_metrics *m)
+{
+    pthread_mutex_init(&m->mu, NULL);
+    m->rows = NULL;
+    m->n_rows = 0;
+    m->cap = 0;
+}
+
+void s3_metrics_free(struct s3_metrics *m)
+{
+    pthread_mutex_destroy(&m->mu);
+    free(m->rows);
+    m->rows = NULL;
+    m->n_rows = 0;
+    m->cap = 0;
+}
+
+void s3_metrics_add(struct s3_metrics *m, enum s3_op op, int code)
+{
+    size_t i;
+
+    ASSERT(op >= 0 && op < S3_OP_COUNT);
+    pthread_mutex_lock(&m->mu);
+    for (i = 0; i < m->n_rows; i++) {
+        if (m->rows[i].op == op && m->rows[i].code == code) {
+            break;
+        }
+    }
+    if (i == m->n_rows) {
+        if (m->n_rows == m->cap) {
+            m->cap = m->cap == 0 ? 16 : m->cap * 2;
+            m->rows = xrealloc(m->rows, m->cap * sizeof(*m->rows));
+        }
+        m->rows[i].op = op;
+        m->rows[i].code = code;
+        m->rows[i].count = 0;
+        m->n_rows++;
+    }
+    m->rows[i].count++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+uint64_t s3_metrics_get(struct s3_metrics *m, enum s3_op op, int code)
+{
+    uint64_t v = 0;
+
+    pthread_mutex_lock(&m->mu);
+    for (size_t i = 0; i < m->n_rows; i++) {
+        if (m->rows[i].op == op && m->rows[i].code == code) {
+            v = m->rows[i].count;
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+    return v;
+}
+
+uint64_t s3_metrics_total(struct s3_metrics *m, enum s3_op op)
+{
+    uint64_t v = 0;
+
+    pthread_mutex_lock(&m->mu);
+    for (size_t i = 0; i < m->n_rows; i++) {
+        if (op == S3_OP_COUNT || m->rows[i].op == op) {
+            v += m->rows[i].count;
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+    return v;
+}
+
+static int row_cmp(const void *a, const void *b)
+{
+    const struct s3_metric_row *x = a;
+    const struct s3_metric_row *y = b;
+    char cx[16];
+    char cy[16];
+    int c = strcmp(op_names[x->op], op_names[y->op]);
+
+    if (c != 0) {
+        return c;
+    }
+    snprintf(cx, sizeof(cx), "%d", x->code);
+    snprintf(cy, sizeof(cy), "%d", y->code);
+    return strcmp(cx, cy); /* labels sort as text */
+}
+
+size_t s3_metrics_rows(struct s3_metrics *m, struct s3_metric_row *out,
+                       size_t cap)
+{
+    size_t n;
+
+    pthread_mutex_lock(&m->mu);
+    n = m->n_rows;
+    if (cap >= n && n > 0) {
+        memcpy(out, m->rows, n * sizeof(*out));
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (cap >= n && n > 1) {
+        qsort(out, n, sizeof(*out), row_cmp);
+    }
+    return n;
+}
+
+int s3_metrics_render(struct s3_metrics *m, const char *label_prefix,
+                      struct buf *out, struct err *err)
+{
+    struct s3_metric_row *rows = NULL;
+    size_t n = s3_metrics_rows(m, NULL, 0);
+    int rc = 0;
+
+    /* Rows only grow, so retry until the copy holds them all. */
+    for (;;) {
+        rows = xrealloc(rows, (n + 1) * sizeof(*rows));
+        size_t got = s3_metrics_rows(m, rows, n + 1);
+        if (got <= n + 1) {
+            n = got;
+            break;
+        }
+        n = got;
+    }
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        rc = buf_printf(
+            out, err, "%s{%sop=\"%s\",code=\"%d\"} %llu\n", S3_METRICS_FAMILY,
+            label_prefix == NULL ? "" : label_prefix, op_names[rows[i].op],
+            rows[i].code, (unsigned long long)rows[i].count);
+    }
+    free(rows);
+    return rc;
+}

@@ -1,0 +1,901 @@
+/* Tests of the S3 client over a scripted fake transport (the cases of the
+ * reference's infra_s3_client.rs that apply), plus the pure pieces it
+ * stands on: retry decisions, endpoint refusals and the counter table.
+ * No network: the fake answers from a script and records every request;
+ * the fake clock records every wait instead of sleeping. */
+#include "harness.h"
+
+#include "base/sha256.h"
+#include "s3/client.h"
+
+/* ---- the fake transport and clock -------------------------------------- */
+
+struct answer {
+    int rc; /* 0, or ERR_IO / ERR_TIMEOUT for a transport failure */
+    int status;
+    const char *etag;
+    const char *body;
+    int64_t retry_after_ms;
+    int64_t content_length;
+};
+
+struct seen {
+    char method[16];
+    char url[1024];
+    char headers[4096]; /* "name: value\n" lines */
+    char body[1024];
+    size_t body_len;
+};
+
+#define MAX_SEEN 64
+
+struct fake {
+    const struct answer *script;
+    size_t n_script;
+    size_t next; /* past the script: 200 with no body */
+    struct seen seen[MAX_SEEN];
+    size_t n_seen;
+    uint64_t waits[MAX_SEEN];
+    size_t n_waits;
+    int hook_calls[8];
+    int n_hook;
+};
+
+static int fake_perform(void *arg, const struct s3_http_request *req,
+                        struct s3_http_answer *ans, struct err *err)
+{
+    struct fake *f = arg;
+    struct answer a = {0, 200, NULL, NULL, -1, -1};
+    struct seen *s = &f->seen[f->n_seen < MAX_SEEN ? f->n_seen : 0];
+    size_t off = 0;
+
+    if (f->next < f->n_script) {
+        a = f->script[f->next];
+    }
+    f->next++;
+    f->n_seen++;
+    snprintf(s->method, sizeof(s->method), "%s", req->method);
+    snprintf(s->url, sizeof(s->url), "%s", req->url);
+    s->headers[0] = '\0';
+    for (size_t i = 0; i < req->n_headers; i++) {
+        off += (size_t)snprintf(s->headers + off, sizeof(s->headers) - off,
+                                "%s\n", req->headers[i]);
+    }
+    s->body_len = req->body_len;
+    snprintf(s->body, sizeof(s->body), "%.*s", (int)req->body_len,
+             req->body == NULL ? "" : (const char *)req->body);
+    buf_reset(ans->body);
+    if (a.rc != 0) {
+        return err_set(err, a.rc, "scripted failure");
+    }
+    ans->status = a.status;
+    snprintf(ans->etag, sizeof(ans->etag), "%s", a.etag ? a.etag : "");
+    ans->retry_after_ms = a.retry_after_ms;
+    ans->content_length = a.content_length;
+    if (a.body != NULL && buf_append_str(ans->body, a.body, err) != 0) {
+        return err->code;
+    }
+    return 0;
+}
+
+static int64_t fake_now(void *arg)
+{
+    UNUSED(arg);
+    return 1795953600; /* 2026-11-29T12:00:00Z */
+}
+
+static void fake_sleep(void *arg, uint64_t ms)
+{
+    struct fake *f = arg;
+
+    if (f->n_waits < MAX_SEEN) {
+        f->waits[f->n_waits++] = ms;
+    }
+}
+
+static double fake_random(void *arg)
+{
+    UNUSED(arg);
+    return 0.0; /* the shortest jittered wait: step / 10 */
+}
+
+static void hook(void *arg, int part_done)
+{
+    struct fake *f = arg;
+
+    if (f->n_hook < 8) {
+        f->hook_calls[f->n_hook++] = part_done;
+    }
+}
+
+struct rig {
+    struct fake f;
+    struct s3_transport t;
+    struct s3_clock clock;
+    struct s3_client *c;
+};
+
+static void rig_open(struct rig *r, const struct answer *script, size_t n,
+                     void (*tune)(struct s3_config *))
+{
+    struct s3_config cfg;
+    struct err err = {0};
+
+    memset(r, 0, sizeof(*r));
+    r->f.script = script;
+    r->f.n_script = n;
+    r->t = (struct s3_transport){fake_perform, &r->f};
+    r->clock = (struct s3_clock){fake_now, fake_sleep, fake_random, &r->f};
+    s3_config_defaults(&cfg);
+    s3_endpoint_parse(&cfg.ep, "QUEEN_S3_ENDPOINT", "http://127.0.0.1:9000",
+                      "QUEEN_S3_PREFIX", &err);
+    s3_endpoint_set_bucket(&cfg.ep, "QUEEN_S3_BUCKET", "lake",
+                           "QUEEN_S3_PREFIX", &err);
+    cfg.ep.path_style = true;
+    strcpy(cfg.region, "us-east-1");
+    strcpy(cfg.access_key, "queen");
+    strcpy(cfg.secret_key, "queen-secret-key");
+    if (tune != NULL) {
+        tune(&cfg);
+    }
+    r->c = s3_client_new(&cfg, &r->t, &r->clock);
+}
+
+static void rig_close(struct rig *r)
+{
+    s3_client_free(r->c);
+}
+
+static bool has_header(const struct seen *s, const char *line)
+{
+    return strstr(s->headers, line) != NULL;
+}
+
+static int put(struct rig *r, const char *key, const char *body,
+               struct s3_put_result *res, struct err *err)
+{
+    struct s3_put p = {key,  body, strlen(body), "application/x-ndjson",
+                       hook, &r->f};
+
+    return s3_client_put(r->c, &p, res, err);
+}
+
+#define MD5_HELLO "5d41402abc4b2a76b9719d911017c592" /* md5("hello") */
+
+/* ---- single PUT --------------------------------------------------------- */
+
+TEST(path_style_put_has_the_wire_shape_of_reference_4_9)
+{
+    struct answer a[] = {{0, 200, "\"" MD5_HELLO "\"", NULL, -1, -1}};
+    struct rig r;
+    struct s3_put_result res;
+    struct err err = {0};
+
+    rig_open(&r, a, 1, NULL);
+    EXPECT_EQ_I64(put(&r, "queen/a b=1.jsonl", "hello", &res, &err), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 1);
+    EXPECT_STR_EQ(r.f.seen[0].method, "PUT");
+    EXPECT_STR_EQ(r.f.seen[0].url,
+                  "http://127.0.0.1:9000/lake/queen/a%20b%3D1.jsonl");
+    EXPECT(has_header(&r.f.seen[0], "Host: 127.0.0.1:9000\n"));
+    EXPECT(has_header(&r.f.seen[0], "x-amz-date: 20261129T120000Z\n"));
+    EXPECT(has_header(&r.f.seen[0], "x-amz-content-sha256: 2cf24dba5fb0a30e"
+                                    "26e83b2ac5b9e29e1b161e5c1fa7425e7304336"
+                                    "2938b9824\n"));
+    EXPECT(has_header(&r.f.seen[0], "content-md5: XUFAKrxLKna5cZ2REBfFkg==\n"));
+    EXPECT(has_header(&r.f.seen[0], "content-type: application/x-ndjson\n"));
+    EXPECT(has_header(&r.f.seen[0],
+                      "Authorization: AWS4-HMAC-SHA256 Credential=queen/"
+                      "20261129/us-east-1/s3/aws4_request, SignedHeaders="
+                      "content-md5;content-type;host;x-amz-content-sha256;"
+                      "x-amz-date, Signature="));
+    EXPECT(!has_header(&r.f.seen[0], "queen-secret-key"));
+    EXPECT_STR_EQ(r.f.seen[0].body, "hello");
+    EXPECT_STR_EQ(res.etag, MD5_HELLO);
+    EXPECT(!res.is_multipart);
+    EXPECT_EQ_I64(res.st.attempts, 1);
+    rig_close(&r);
+}
+
+static void virtual_host(struct s3_config *cfg)
+{
+    cfg->ep.path_style = false;
+    strcpy(cfg->ep.authority, "s3.test:9000");
+    strcpy(cfg->ep.host, "s3.test");
+}
+
+TEST(virtual_host_put_goes_to_the_bucket_host)
+{
+    struct rig r;
+    struct s3_put_result res;
+    struct err err = {0};
+
+    rig_open(&r, NULL, 0, virtual_host);
+    EXPECT_EQ_I64(put(&r, "queen/a.jsonl", "hello", &res, &err), 0);
+    EXPECT_STR_EQ(r.f.seen[0].url, "http://lake.s3.test:9000/queen/a.jsonl");
+    EXPECT(has_header(&r.f.seen[0], "Host: lake.s3.test:9000\n"));
+    rig_close(&r);
+}
+
+static void sse_kms(struct s3_config *cfg)
+{
+    cfg->sse = S3_SSE_KMS;
+    strcpy(cfg->kms_key_id, "key-7");
+    cfg->multipart_threshold = 8;
+    cfg->part_size = 4;
+}
+
+static void sse_aes(struct s3_config *cfg)
+{
+    cfg->sse = S3_SSE_AES256;
+}
+
+TEST(sse_headers_are_sent_exactly_as_configured)
+{
+    struct answer up[] = {{0, 200, NULL,
+                           "<InitiateMultipartUploadResult><UploadId>up-42"
+                           "</UploadId></InitiateMultipartUploadResult>",
+                           -1, -1},
+                          {0, 200, "\"e1\"", NULL, -1, -1},
+                          {0, 200, "\"e2\"", NULL, -1, -1},
+                          {0, 200, "\"e3\"", NULL, -1, -1},
+                          {0, 200, NULL, "<ETag>x-3</ETag>", -1, -1}};
+    struct rig r;
+    struct s3_put_result res;
+    struct err err = {0};
+
+    rig_open(&r, NULL, 0, sse_aes);
+    EXPECT_EQ_I64(put(&r, "k", "hello", &res, &err), 0);
+    EXPECT(has_header(&r.f.seen[0], "x-amz-server-side-encryption: AES256\n"));
+    EXPECT(!has_header(&r.f.seen[0], "kms-key-id"));
+    rig_close(&r);
+    rig_open(&r, up, ARRAY_LEN(up), sse_kms);
+    EXPECT_EQ_I64(put(&r, "k", "0123456789", &res, &err), 0);
+    EXPECT(has_header(&r.f.seen[0], "x-amz-server-side-encryption: aws:kms\n"));
+    EXPECT(has_header(&r.f.seen[0],
+                      "x-amz-server-side-encryption-aws-kms-key-id: key-7\n"));
+    EXPECT(!has_header(&r.f.seen[1], "x-amz-server-side-encryption"));
+    rig_close(&r);
+}
+
+TEST(a_wrong_etag_is_an_integrity_failure_and_an_opaque_one_is_not)
+{
+    struct answer bad[] = {
+        {0, 200, "\"00000000000000000000000000000000\"", NULL, -1, -1}};
+    struct answer opaque[] = {{0, 200, "\"kms-opaque-etag\"", NULL, -1, -1}};
+    struct rig r;
+    struct s3_put_result res;
+    struct err err = {0};
+    static struct answer six[6];
+
+    for (int i = 0; i < 6; i++) {
+        six[i] = bad[0];
+    }
+    rig_open(&r, six, 6, NULL);
+    EXPECT_EQ_I64(put(&r, "k", "hello", &res, &err), ERR_CORRUPT);
+    EXPECT_EQ_I64(res.st.kind, S3_FAIL_INTEGRITY);
+    EXPECT_EQ_U64(r.f.n_seen, 6); /* integrity failures are retried */
+    EXPECT(strstr(err.msg, "integrity: k: the service returned ETag "
+                           "00000000000000000000000000000000 for a body "
+                           "whose MD5 is " MD5_HELLO) != NULL);
+    rig_close(&r);
+    rig_open(&r, opaque, 1, NULL);
+    EXPECT_EQ_I64(put(&r, "k", "hello", &res, &err), 0);
+    EXPECT_STR_EQ(res.etag, "kms-opaque-etag");
+    rig_close(&r);
+}
+
+/* ---- multipart ------------------------------------------------------------
+ */
+
+static void small_parts(struct s3_config *cfg)
+{
+    cfg->multipart_threshold = 8;
+    cfg->part_size = 4;
+}
+
+#define CREATE_OK(id)                                                          \
+    {                                                                          \
+        0, 200, NULL,                                                          \
+            "<InitiateMultipartUploadResult><Bucket>lake</Bucket><Key>k</Key>" \
+            "<UploadId>" id "</UploadId></InitiateMultipartUploadResult>",     \
+            -1, -1                                                             \
+    }
+
+TEST(multipart_sends_parts_completes_and_calls_the_hook_between_parts)
+{
+    struct answer a[] = {
+        CREATE_OK("up-42"),
+        {0, 200, "\"e1\"", NULL, -1, -1},
+        {0, 200, "\"e2\"", NULL, -1, -1},
+        {0, 200, "\"e3\"", NULL, -1, -1},
+        {0, 200, NULL,
+         "<CompleteMultipartUploadResult><ETag>&quot;deadbeef-3&quot;</ETag>"
+         "</CompleteMultipartUploadResult>",
+         -1, -1}};
+    struct rig r;
+    struct s3_put_result res;
+    struct err err = {0};
+
+    rig_open(&r, a, ARRAY_LEN(a), small_parts);
+    EXPECT_EQ_I64(put(&r, "k", "0123456789", &res, &err), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 5);
+    EXPECT_STR_EQ(r.f.seen[0].method, "POST");
+    EXPECT_STR_EQ(r.f.seen[0].url, "http://127.0.0.1:9000/lake/k?uploads=");
+    EXPECT(has_header(&r.f.seen[0], "content-type: application/x-ndjson\n"));
+    EXPECT_STR_EQ(r.f.seen[1].url, "http://127.0.0.1:9000/lake/k?partNumber=1"
+                                   "&uploadId=up-42");
+    EXPECT_STR_EQ(r.f.seen[1].body, "0123");
+    EXPECT_STR_EQ(r.f.seen[2].body, "4567");
+    EXPECT_STR_EQ(r.f.seen[3].url, "http://127.0.0.1:9000/lake/k?partNumber=3"
+                                   "&uploadId=up-42");
+    EXPECT_STR_EQ(r.f.seen[3].body, "89");
+    EXPECT_STR_EQ(r.f.seen[4].method, "POST");
+    EXPECT_STR_EQ(r.f.seen[4].url, "http://127.0.0.1:9000/lake/k?uploadId="
+                                   "up-42");
+    EXPECT(has_header(&r.f.seen[4], "content-type: application/xml\n"));
+    EXPECT_STR_EQ(r.f.seen[4].body,
+                  "<CompleteMultipartUpload>"
+                  "<Part><PartNumber>1</PartNumber><ETag>\"e1\"</ETag></Part>"
+                  "<Part><PartNumber>2</PartNumber><ETag>\"e2\"</ETag></Part>"
+                  "<Part><PartNumber>3</PartNumber><ETag>\"e3\"</ETag></Part>"
+                  "</CompleteMultipartUpload>");
+    EXPECT_STR_EQ(res.etag, "deadbeef-3");
+    EXPECT(res.is_multipart);
+    EXPECT_EQ_I64(res.parts, 3);
+    EXPECT_EQ_I64(r.f.n_hook, 2);
+    EXPECT_EQ_I64(r.f.hook_calls[0], 1);
+    EXPECT_EQ_I64(r.f.hook_calls[1], 2);
+    rig_close(&r);
+}
+
+TEST(a_body_at_the_threshold_is_a_single_put)
+{
+    struct rig r;
+    struct s3_put_result res;
+    struct err err = {0};
+
+    rig_open(&r, NULL, 0, small_parts);
+    EXPECT_EQ_I64(put(&r, "k", "01234567", &res, &err), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 1);
+    EXPECT_STR_EQ(r.f.seen[0].method, "PUT");
+    rig_close(&r);
+}
+
+static void complete_answer_fails(const char *complete_body, const char *want)
+{
+    struct answer a[] = {CREATE_OK("up-1"),
+                         {0, 200, "\"e1\"", NULL, -1, -1},
+                         {0, 200, "\"e2\"", NULL, -1, -1},
+                         {0, 200, "\"e3\"", NULL, -1, -1},
+                         {0, 200, NULL, complete_body, -1, -1},
+                         {0, 204, NULL, NULL, -1, -1}};
+    struct rig r;
+    struct s3_put_result res;
+    struct err err = {0};
+
+    rig_open(&r, a, ARRAY_LEN(a), small_parts);
+    EXPECT(put(&r, "k", "0123456789", &res, &err) != 0);
+    EXPECT(strstr(err.msg, want) != NULL);
+    EXPECT_EQ_U64(r.f.n_seen, 6); /* not retried, then aborted */
+    EXPECT_STR_EQ(r.f.seen[5].method, "DELETE");
+    EXPECT_STR_EQ(r.f.seen[5].url, "http://127.0.0.1:9000/lake/k?uploadId="
+                                   "up-1");
+    rig_close(&r);
+}
+
+TEST(a_part_count_mismatch_is_an_integrity_failure)
+{
+    complete_answer_fails("<CompleteMultipartUploadResult><ETag>\"abc-2\""
+                          "</ETag></CompleteMultipartUploadResult>",
+                          "integrity:");
+}
+
+TEST(an_escaped_completion_etag_is_still_checked)
+{
+    complete_answer_fails("<ETag>&quot;abc-2&quot;</ETag>", "integrity:");
+    complete_answer_fails("<ETag>&#34;abc-4&#34;</ETag>", "abc-4");
+}
+
+TEST(a_200_carrying_an_error_document_is_not_a_success)
+{
+    complete_answer_fails("<Error><Code>InternalError</Code><Message>We "
+                          "encountered an internal error.</Message></Error>",
+                          "InternalError");
+}
+
+TEST(a_403_on_part_1_is_not_retried_and_the_upload_is_aborted)
+{
+    struct answer a[] = {
+        CREATE_OK("up-9"),
+        {0, 403, NULL,
+         "<Error><Code>AccessDenied</Code><Message>no</Message></Error>", -1,
+         -1},
+        {0, 204, NULL, NULL, -1, -1}};
+    struct rig r;
+    struct s3_put_result res;
+    struct err err = {0};
+
+    rig_open(&r, a, ARRAY_LEN(a), small_parts);
+    EXPECT_EQ_I64(put(&r, "k", "0123456789", &res, &err), ERR_REMOTE);
+    EXPECT_EQ_I64(res.st.status, 403);
+    EXPECT(!res.st.is_retriable);
+    EXPECT_STR_EQ(res.st.code, "AccessDenied");
+    EXPECT_EQ_U64(r.f.n_seen, 3);
+    EXPECT_STR_EQ(r.f.seen[2].method, "DELETE");
+    EXPECT(strstr(err.msg, "status 403: AccessDenied") != NULL);
+    rig_close(&r);
+}
+
+TEST(truncated_create_answer_is_retried_as_a_body_failure)
+{
+    struct answer a[] = {
+        {0, 200, NULL, "<InitiateMultipartUploadResult><UploadId>up-", -1, -1},
+        CREATE_OK("up-2"),
+        {0, 200, "\"e1\"", NULL, -1, -1},
+        {0, 200, "\"e2\"", NULL, -1, -1},
+        {0, 200, "\"e3\"", NULL, -1, -1},
+        {0, 200, NULL, "<ETag>\"z-3\"</ETag>", -1, -1}};
+    struct rig r;
+    struct s3_put_result res;
+    struct err err = {0};
+
+    rig_open(&r, a, ARRAY_LEN(a), small_parts);
+    EXPECT_EQ_I64(put(&r, "k", "0123456789", &res, &err), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 6);
+    EXPECT(strstr(r.f.seen[2].url, "uploadId=up-2") != NULL);
+    EXPECT_EQ_U64(
+        s3_metrics_get(s3_client_metrics(r.c), S3_OP_MULTIPART_CREATE, 200), 2);
+    rig_close(&r);
+}
+
+TEST(a_part_answer_without_etag_is_retried)
+{
+    struct answer a[] = {CREATE_OK("up-3"),
+                         {0, 200, NULL, NULL, -1, -1},
+                         {0, 200, "\"e1\"", NULL, -1, -1},
+                         {0, 200, "\"e2\"", NULL, -1, -1},
+                         {0, 200, "\"e3\"", NULL, -1, -1},
+                         {0, 200, NULL, "<ETag>\"z-3\"</ETag>", -1, -1}};
+    struct rig r;
+    struct s3_put_result res;
+    struct err err = {0};
+
+    rig_open(&r, a, ARRAY_LEN(a), small_parts);
+    EXPECT_EQ_I64(put(&r, "k", "0123456789", &res, &err), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 6);
+    EXPECT_STR_EQ(r.f.seen[2].body, "0123");
+    rig_close(&r);
+}
+
+/* ---- retries --------------------------------------------------------------
+ */
+
+TEST(a_503_then_500_then_200_takes_three_requests)
+{
+    struct answer a[] = {
+        {0, 503, NULL, "<Error><Code>SlowDown</Code></Error>", 1000, -1},
+        {0, 500, NULL, "<Error><Code>InternalError</Code></Error>", -1, -1},
+        {0, 200, NULL, NULL, -1, -1}};
+    struct rig r;
+    struct s3_put_result res;
+    struct err err = {0};
+    struct buf text;
+
+    rig_open(&r, a, ARRAY_LEN(a), NULL);
+    EXPECT_EQ_I64(put(&r, "k", "hello", &res, &err), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 3);
+    EXPECT_EQ_U64(r.f.n_waits, 2);
+    EXPECT_EQ_U64(r.f.waits[0], 1000); /* Retry-After 1 s beats 100 ms */
+    EXPECT_EQ_U64(r.f.waits[1], 200);  /* attempt 2: step 2 s, u = 0 */
+    buf_init(&text, 4096);
+    EXPECT_EQ_I64(s3_metrics_render(s3_client_metrics(r.c), NULL, &text, &err),
+                  0);
+    EXPECT_STR_EQ(text.data, "queen_s3_s3_requests_total{op=\"put\",code="
+                             "\"200\"} 1\n"
+                             "queen_s3_s3_requests_total{op=\"put\",code="
+                             "\"500\"} 1\n"
+                             "queen_s3_s3_requests_total{op=\"put\",code="
+                             "\"503\"} 1\n");
+    buf_free(&text);
+    rig_close(&r);
+}
+
+TEST(a_403_takes_one_request)
+{
+    struct answer a[] = {{0, 403, NULL,
+                          "<Error><Code>SignatureDoesNotMatch</Code>"
+                          "<Message>bad</Message></Error>",
+                          -1, -1}};
+    struct rig r;
+    struct s3_put_result res;
+    struct err err = {0};
+
+    rig_open(&r, a, 1, NULL);
+    EXPECT_EQ_I64(put(&r, "k", "hello", &res, &err), ERR_REMOTE);
+    EXPECT_EQ_U64(r.f.n_seen, 1);
+    EXPECT_STR_EQ(err.msg, "status 403: SignatureDoesNotMatch: bad");
+    rig_close(&r);
+}
+
+static void three_attempts(struct s3_config *cfg)
+{
+    cfg->max_attempts = 3;
+}
+
+TEST(max_attempts_3_makes_3_requests_and_returns_the_last_503)
+{
+    struct answer a[] = {{0, 503, NULL, "busy 1", -1, -1},
+                         {0, 503, NULL, "busy 2", -1, -1},
+                         {0, 503, NULL, "busy 3", -1, -1},
+                         {0, 200, NULL, NULL, -1, -1}};
+    struct rig r;
+    struct s3_put_result res;
+    struct err err = {0};
+
+    rig_open(&r, a, ARRAY_LEN(a), three_attempts);
+    EXPECT_EQ_I64(put(&r, "k", "hello", &res, &err), ERR_REMOTE);
+    EXPECT_EQ_U64(r.f.n_seen, 3);
+    EXPECT_STR_EQ(err.msg, "status 503: busy 3");
+    EXPECT(res.st.is_retriable);
+    EXPECT_EQ_I64(res.st.attempts, 3);
+    rig_close(&r);
+}
+
+TEST(a_429_with_retry_after_waits_at_least_that_long)
+{
+    struct answer a[] = {{0, 429, NULL, NULL, 1000, -1},
+                         {0, 200, NULL, NULL, -1, -1}};
+    struct rig r;
+    struct s3_put_result res;
+    struct err err = {0};
+
+    rig_open(&r, a, ARRAY_LEN(a), NULL);
+    EXPECT_EQ_I64(put(&r, "k", "hello", &res, &err), 0);
+    EXPECT_EQ_U64(r.f.n_waits, 1);
+    EXPECT(r.f.waits[0] >= 900);
+    rig_close(&r);
+}
+
+TEST(transport_failures_count_as_code_0_and_are_retried_six_times)
+{
+    static struct answer a[6];
+    struct rig r;
+    struct s3_put_result res;
+    struct err err = {0};
+
+    for (int i = 0; i < 6; i++) {
+        a[i] = (struct answer){
+            i % 2 ? ERR_TIMEOUT : ERR_IO, 0, NULL, NULL, -1, -1};
+    }
+    rig_open(&r, a, 6, NULL);
+    EXPECT_EQ_I64(put(&r, "k", "hello", &res, &err), ERR_TIMEOUT);
+    EXPECT_EQ_U64(r.f.n_seen, 6);
+    EXPECT_EQ_I64(res.st.kind, S3_FAIL_TRANSPORT);
+    EXPECT_EQ_I64(res.st.status, 0);
+    EXPECT(strncmp(err.msg, "transport: ", 11) == 0);
+    EXPECT_EQ_U64(s3_metrics_get(s3_client_metrics(r.c), S3_OP_PUT, 0), 6);
+    EXPECT_EQ_U64(r.f.n_waits, 5);
+    EXPECT_EQ_U64(r.f.waits[4], 1600); /* attempt 5: step 16 s, u = 0 */
+    rig_close(&r);
+}
+
+/* ---- HEAD, GET, DELETE, LIST ----------------------------------------------
+ */
+
+TEST(head_get_delete_404_are_absent_without_retry)
+{
+    struct answer a[] = {
+        {0, 404, NULL, NULL, -1, -1},
+        {0, 404, NULL, "<Error><Code>NoSuchKey</Code></Error>", -1, -1},
+        {0, 404, NULL, NULL, -1, -1}};
+    struct rig r;
+    struct s3_object_info info;
+    struct s3_status st;
+    struct buf body;
+    struct err err = {0};
+
+    rig_open(&r, a, ARRAY_LEN(a), NULL);
+    buf_init(&body, 1024);
+    EXPECT_EQ_I64(s3_client_head(r.c, "k", &info, &st, &err), 0);
+    EXPECT(!info.found);
+    EXPECT_STR_EQ(r.f.seen[0].method, "HEAD");
+    EXPECT_EQ_I64(s3_client_get(r.c, "k", &body, &info, &st, &err), 0);
+    EXPECT(!info.found);
+    EXPECT_EQ_U64(body.len, 0);
+    EXPECT_EQ_I64(s3_client_delete(r.c, "k", &st, &err), 0);
+    EXPECT_STR_EQ(r.f.seen[2].method, "DELETE");
+    EXPECT_EQ_U64(r.f.n_seen, 3);
+    EXPECT_EQ_U64(s3_metrics_get(s3_client_metrics(r.c), S3_OP_HEAD, 404), 1);
+    buf_free(&body);
+    rig_close(&r);
+}
+
+TEST(head_and_get_strip_quotes_and_report_size)
+{
+    struct answer a[] = {{0, 200, "\"abc\"", NULL, -1, 5},
+                         {0, 200, "\"def\"", "hello", -1, 5}};
+    struct rig r;
+    struct s3_object_info info;
+    struct s3_status st;
+    struct buf body;
+    struct err err = {0};
+
+    rig_open(&r, a, ARRAY_LEN(a), NULL);
+    buf_init(&body, 1024);
+    EXPECT_EQ_I64(s3_client_head(r.c, "k", &info, &st, &err), 0);
+    EXPECT(info.found);
+    EXPECT_EQ_U64(info.size, 5);
+    EXPECT_STR_EQ(info.etag, "abc");
+    EXPECT_EQ_I64(s3_client_get(r.c, "k", &body, &info, &st, &err), 0);
+    EXPECT_STR_EQ(body.data, "hello");
+    EXPECT_EQ_U64(info.size, 5);
+    EXPECT_STR_EQ(info.etag, "def");
+    buf_free(&body);
+    rig_close(&r);
+}
+
+TEST(get_over_the_callers_cap_is_too_big_and_not_retried)
+{
+    struct answer a[] = {{0, 200, "\"x\"", "0123456789", -1, 10}};
+    struct rig r;
+    struct s3_object_info info;
+    struct s3_status st;
+    struct buf body;
+    struct err err = {0};
+
+    rig_open(&r, a, 1, NULL);
+    buf_init(&body, 4);
+    EXPECT_EQ_I64(s3_client_get(r.c, "k", &body, &info, &st, &err),
+                  ERR_TOO_BIG);
+    EXPECT_EQ_U64(r.f.n_seen, 1);
+    buf_free(&body);
+    rig_close(&r);
+}
+
+TEST(list_pages_with_start_after_and_decodes_entities)
+{
+    struct answer a[] = {
+        {0, 200, NULL,
+         "<ListBucketResult><IsTruncated>true</IsTruncated><Contents><Key>"
+         "queen/_queen/orders/checkpoint/a&amp;b</Key></Contents>"
+         "<Contents><Key>queen/_queen/orders/checkpoint/c</Key></Contents>"
+         "</ListBucketResult>",
+         -1, -1},
+        {0, 200, NULL,
+         "<ListBucketResult><IsTruncated>false</IsTruncated><Contents><Key>"
+         "queen/_queen/orders/checkpoint/d</Key></Contents>"
+         "</ListBucketResult>",
+         -1, -1}};
+    struct rig r;
+    struct s3xml_list page;
+    struct s3xml_list page2;
+    struct s3_status st;
+    struct err err = {0};
+    struct s3_list_req q = {"queen/_queen/orders/checkpoint/", NULL, 2};
+
+    rig_open(&r, a, ARRAY_LEN(a), NULL);
+    EXPECT_EQ_I64(s3_client_list_page(r.c, &q, &page, &st, &err), 0);
+    EXPECT_STR_EQ(r.f.seen[0].url,
+                  "http://127.0.0.1:9000/lake?list-type=2&max-keys=2&prefix="
+                  "queen%2F_queen%2Forders%2Fcheckpoint%2F");
+    EXPECT_EQ_U64(page.n_keys, 2);
+    EXPECT_STR_EQ(page.keys[0], "queen/_queen/orders/checkpoint/a&b");
+    EXPECT(page.is_truncated);
+    q.start_after = page.n_keys == 2 ? page.keys[1] : "";
+    EXPECT_EQ_I64(s3_client_list_page(r.c, &q, &page2, &st, &err), 0);
+    EXPECT_STR_EQ(r.f.seen[1].url,
+                  "http://127.0.0.1:9000/lake?list-type=2&max-keys=2&prefix="
+                  "queen%2F_queen%2Forders%2Fcheckpoint%2F&start-after=queen"
+                  "%2F_queen%2Forders%2Fcheckpoint%2Fc");
+    EXPECT_EQ_U64(page2.n_keys, 1);
+    EXPECT(!page2.is_truncated);
+    s3xml_list_free(&page);
+    s3xml_list_free(&page2);
+    rig_close(&r);
+}
+
+TEST(list_all_follows_pages_and_virtual_host_lists_slash)
+{
+    struct answer a[] = {
+        {0, 200, NULL,
+         "<ListBucketResult><IsTruncated>true</IsTruncated><Contents><Key>p/1"
+         "</Key></Contents></ListBucketResult>",
+         -1, -1},
+        {0, 200, NULL, "<ListBucketResult><IsTruncated>true</IsTruncated>", -1,
+         -1},
+        {0, 200, NULL,
+         "<ListBucketResult><IsTruncated>false</IsTruncated><Contents><Key>p/2"
+         "</Key></Contents></ListBucketResult>",
+         -1, -1}};
+    struct rig r;
+    struct s3xml_list all;
+    struct s3_status st;
+    struct err err = {0};
+
+    rig_open(&r, a, ARRAY_LEN(a), virtual_host);
+    EXPECT_EQ_I64(s3_client_list_all(r.c, "p/", 100, &all, &st, &err), 0);
+    EXPECT_EQ_U64(all.n_keys, 2);
+    EXPECT_EQ_U64(r.f.n_seen, 3); /* the truncated answer was retried */
+    EXPECT_STR_EQ(r.f.seen[0].url, "http://lake.s3.test:9000/?list-type=2&"
+                                   "max-keys=1000&prefix=p%2F");
+    EXPECT(strstr(r.f.seen[2].url, "&start-after=p%2F1") != NULL);
+    s3xml_list_free(&all);
+    rig_close(&r);
+}
+
+/* ---- metrics ------------------------------------------------------------- */
+
+TEST(metrics_render_sorted_with_an_optional_tenant_prefix)
+{
+    struct s3_metrics m;
+    struct buf b;
+    struct err err = {0};
+
+    s3_metrics_init(&m);
+    buf_init(&b, 4096);
+    s3_metrics_add(&m, S3_OP_PUT, 200);
+    s3_metrics_add(&m, S3_OP_MULTIPART_PART, 0);
+    s3_metrics_add(&m, S3_OP_GET, 404);
+    s3_metrics_add(&m, S3_OP_PUT, 200);
+    EXPECT_EQ_I64(s3_metrics_render(&m, "tenant=\"acme\",", &b, &err), 0);
+    EXPECT_STR_EQ(b.data, "queen_s3_s3_requests_total{tenant=\"acme\",op=\""
+                          "get\",code=\"404\"} 1\n"
+                          "queen_s3_s3_requests_total{tenant=\"acme\",op=\""
+                          "multipart_part\",code=\"0\"} 1\n"
+                          "queen_s3_s3_requests_total{tenant=\"acme\",op=\""
+                          "put\",code=\"200\"} 2\n");
+    EXPECT_EQ_U64(s3_metrics_total(&m, S3_OP_COUNT), 4);
+    buf_free(&b);
+    s3_metrics_free(&m);
+}
+
+/* ---- retry decisions ----------------------------------------------------- */
+
+TEST(retriable_outcomes_are_transport_body_integrity_408_429_5xx)
+{
+    EXPECT(s3_retry_is_retriable(S3_FAIL_TRANSPORT, 0));
+    EXPECT(s3_retry_is_retriable(S3_FAIL_BODY, 200));
+    EXPECT(s3_retry_is_retriable(S3_FAIL_INTEGRITY, 200));
+    EXPECT(s3_retry_is_retriable(S3_FAIL_STATUS, 408));
+    EXPECT(s3_retry_is_retriable(S3_FAIL_STATUS, 429));
+    EXPECT(s3_retry_is_retriable(S3_FAIL_STATUS, 500));
+    EXPECT(s3_retry_is_retriable(S3_FAIL_STATUS, 503));
+    EXPECT(!s3_retry_is_retriable(S3_FAIL_STATUS, 200));
+    EXPECT(!s3_retry_is_retriable(S3_FAIL_STATUS, 400));
+    EXPECT(!s3_retry_is_retriable(S3_FAIL_STATUS, 403));
+    EXPECT(!s3_retry_is_retriable(S3_FAIL_STATUS, 404));
+    EXPECT(!s3_retry_is_retriable(S3_FAIL_NONE, 200));
+}
+
+TEST(client_waits_are_jittered_between_a_tenth_and_the_step_capped_at_60s)
+{
+    EXPECT_EQ_U64(s3_retry_wait_ms(1, -1, 0.0), 100);
+    EXPECT_EQ_U64(s3_retry_wait_ms(1, -1, 0.5), 550);
+    EXPECT(s3_retry_wait_ms(1, -1, 0.999999) <= 1000);
+    EXPECT_EQ_U64(s3_retry_wait_ms(3, -1, 0.0), 400);
+    EXPECT_EQ_U64(s3_retry_wait_ms(7, -1, 0.0), 6000);
+    EXPECT(s3_retry_wait_ms(40, -1, 0.999) <= 60000);
+    EXPECT_EQ_U64(s3_retry_wait_ms(1, 3000, 0.5), 3000);
+    EXPECT_EQ_U64(s3_retry_wait_ms(1, 120000, 0.5), 60000);
+    EXPECT_EQ_U64(s3_retry_wait_ms(5, 0, 1.5), 16000 - 1 + 0 * 1); /* u<1 */
+}
+
+TEST(driver_backoff_doubles_from_1s_with_jitter_and_honours_retry_after)
+{
+    EXPECT_EQ_U64(s3_retry_driver_backoff_ms(1, -1, 0.0), 750);
+    EXPECT_EQ_U64(s3_retry_driver_backoff_ms(1, -1, 0.5), 1000);
+    EXPECT_EQ_U64(s3_retry_driver_backoff_ms(3, -1, 0.5), 4000);
+    EXPECT_EQ_U64(s3_retry_driver_backoff_ms(30, -1, 0.0), 45000);
+    EXPECT_EQ_U64(s3_retry_driver_backoff_ms(2, 120000, 0.5), 120000);
+    EXPECT_EQ_U64(s3_retry_driver_backoff_ms(2, 0, 0.5), 0);
+}
+
+TEST(retry_after_parses_whole_seconds_only)
+{
+    EXPECT_EQ_I64(s3_retry_parse_retry_after("1", 1), 1000);
+    EXPECT_EQ_I64(s3_retry_parse_retry_after(" 30\r\n", 5), 30000);
+    EXPECT_EQ_I64(s3_retry_parse_retry_after("", 0), -1);
+    EXPECT_EQ_I64(s3_retry_parse_retry_after("1.5", 3), -1);
+    EXPECT_EQ_I64(
+        s3_retry_parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", 29), -1);
+}
+
+/* ---- endpoint and bucket ------------------------------------------------- */
+
+static void endpoint_refused(const char *raw, const char *want)
+{
+    struct s3_endpoint ep;
+    struct err err = {0};
+
+    EXPECT_EQ_I64(s3_endpoint_parse(&ep, "QUEEN_S3_ENDPOINT", raw,
+                                    "QUEEN_S3_PREFIX", &err),
+                  ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, want);
+}
+
+TEST(endpoint_refusals_use_the_reference_messages)
+{
+    endpoint_refused("s3.example.com", "QUEEN_S3_ENDPOINT=s3.example.com has "
+                                       "no scheme: it starts with http:// or "
+                                       "https://");
+    endpoint_refused("http://", "QUEEN_S3_ENDPOINT=http:// has no host");
+    endpoint_refused("http://:9000", "QUEEN_S3_ENDPOINT=http://:9000 has no "
+                                     "host");
+    endpoint_refused("http://gw:7070/lake",
+                     "QUEEN_S3_ENDPOINT=http://gw:7070/lake carries a path. "
+                     "The endpoint is scheme://host[:port] only; a prefix "
+                     "inside the bucket is QUEEN_S3_PREFIX");
+    endpoint_refused("http://gw:70x", "QUEEN_S3_ENDPOINT=http://gw:70x has a "
+                                      "port that is not one");
+    endpoint_refused("http://gw:70000", "QUEEN_S3_ENDPOINT=http://gw:70000 "
+                                        "has a port that is not one");
+}
+
+TEST(endpoint_accepts_host_port_and_one_trailing_slash)
+{
+    struct s3_endpoint ep;
+    struct err err = {0};
+    struct buf b;
+
+    buf_init(&b, 1024);
+    EXPECT_EQ_I64(
+        s3_endpoint_parse(&ep, "endpoint", "https://gw:7070/", "prefix", &err),
+        0);
+    EXPECT(ep.is_https);
+    EXPECT_STR_EQ(ep.host, "gw");
+    EXPECT_STR_EQ(ep.authority, "gw:7070");
+    EXPECT_EQ_I64(ep.port, 7070);
+    EXPECT_EQ_I64(s3_endpoint_set_bucket(&ep, "bucket", "lake", "prefix", &err),
+                  0);
+    ep.path_style = false;
+    EXPECT_EQ_I64(s3_endpoint_base_url(&ep, &b, &err), 0);
+    EXPECT_STR_EQ(b.data, "https://lake.gw:7070");
+    buf_reset(&b);
+    EXPECT_EQ_I64(s3_endpoint_object_path(&ep, "a/b", &b, &err), 0);
+    EXPECT_STR_EQ(b.data, "/a/b");
+    buf_free(&b);
+}
+
+TEST(bucket_refusals_use_the_reference_message)
+{
+    struct s3_endpoint ep;
+    struct err err = {0};
+    const char *bad[] = {"", "lake/x", "la ke"};
+
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        char want[512];
+
+        snprintf(want, sizeof(want),
+                 "bucket=%s is not a bucket name: it is one name, with no "
+                 "slash and no space. A prefix inside the bucket is prefix",
+                 bad[i]);
+        EXPECT_EQ_I64(
+            s3_endpoint_set_bucket(&ep, "bucket", bad[i], "prefix", &err),
+            ERR_INVALID);
+        EXPECT_STR_EQ(err.msg, want);
+    }
+}
+
+TEST(environment_gives_endpoint_bucket_and_path_style)
+{
+    struct s3_endpoint ep;
+    struct err err = {0};
+
+    unsetenv("QUEEN_S3_ENDPOINT");
+    EXPECT_EQ_I64(s3_endpoint_from_env(&ep, &err), ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, "QUEEN_S3_ENDPOINT is not set: it is the S3 API "
+                           "base URL, e.g. https://s3.eu-central-1.amazonaws"
+                           ".com or http://gw:7070");
+    setenv("QUEEN_S3_ENDPOINT", " http://127.0.0.1:9 ", 1);
+    setenv("QUEEN_S3_BUCKET", "lake", 1);
+    setenv("QUEEN_S3_PATH_STYLE", "Maybe", 1);
+    EXPECT_EQ_I64(s3_endpoint_from_env(&ep, &err), ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, "QUEEN_S3_PATH_STYLE=maybe is not a boolean. It is "
+                           "`true` or `false`");
+    setenv("QUEEN_S3_PATH_STYLE", "YES", 1);
+    EXPECT_EQ_I64(s3_endpoint_from_env(&ep, &err), 0);
+    EXPECT(ep.path_style);
+    EXPECT_STR_EQ(ep.authority, "127.0.0.1:9");
+    EXPECT_STR_EQ(ep.bucket, "lake");
+}
