@@ -1,0 +1,376 @@
+/* The JSONL writer: a window's records as one object body (reference 4.6).
+ *
+ * Records arrive in (partition, offset) order and are formatted one line at
+ * a time. For `none` a line goes straight into the body. For zstd and gzip
+ * lines gather in a staging buffer of JSONL_STAGE bytes, which is handed to
+ * the compressor when full and once more at finish; the compressor's output
+ * grows the body. Chunking is a function of the line bytes alone, so the
+ * same records give the same body.
+ *
+ * gzip header (RFC 1952) as zlib writes it with our gz_header:
+ *   OFFSET SIZE DESCRIPTION
+ *        0    2 1f 8b
+ *        2    1 CM 8 (deflate)
+ *        3    1 FLG 0 (no FNAME, FCOMMENT, FEXTRA, FHCRC)
+ *        4    4 MTIME 0
+ *        8    1 XFL (0 at level 6)
+ *        9    1 OS 255 (unknown) */
+#include "sink/jsonl.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <zlib.h>
+#include <zstd.h>
+
+#include "base/isotime.h"
+#include "base/json.h"
+#include "base/xalloc.h"
+
+#define JSONL_STAGE (1024 * 1024)
+#define JSONL_CHUNK (128 * 1024)
+
+struct jsonl_writer {
+    enum jsonl_codec codec;
+    struct buf out;   /* the body so far (compressed unless none) */
+    struct buf stage; /* plain lines not yet compressed */
+    ZSTD_CCtx *zc;
+    z_stream zs;
+    gz_header gz; /* zlib reads it while writing the header */
+    bool zs_open;
+    bool broken;   /* an error left the body unusable */
+    bool finished; /* finish ran */
+    struct buf last_part;
+    int64_t last_offset;
+    int64_t last_ts;
+    uint64_t records;
+    uint64_t plain_bytes;
+};
+
+int jsonl_codec_parse(const char *name, enum jsonl_codec *out, struct err *err)
+{
+    if (strcmp(name, "zstd") == 0) {
+        *out = JSONL_ZSTD;
+    } else if (strcmp(name, "gzip") == 0) {
+        *out = JSONL_GZIP;
+    } else if (strcmp(name, "none") == 0 || strcmp(name, "plain") == 0 ||
+               name[0] == '\0') {
+        *out = JSONL_NONE;
+    } else if (strcmp(name, "snappy") == 0) {
+        return err_set(err, ERR_INVALID,
+                       "jsonl: snappy is a Parquet codec; a JSONL object is "
+                       "zstd, gzip or plain");
+    } else {
+        return err_set(err, ERR_INVALID, "jsonl: unknown compression \"%s\"",
+                       name);
+    }
+    return 0;
+}
+
+const char *jsonl_codec_name(enum jsonl_codec c)
+{
+    return c == JSONL_ZSTD ? "zstd" : c == JSONL_GZIP ? "gzip" : "none";
+}
+
+const char *jsonl_extension(enum jsonl_codec c)
+{
+    return c == JSONL_ZSTD   ? "jsonl.zst"
+           : c == JSONL_GZIP ? "jsonl.gz"
+                             : "jsonl";
+}
+
+const char *jsonl_writer_string(enum jsonl_codec c)
+{
+    return c == JSONL_ZSTD   ? "queen-s3/2.0.0 jsonl+zstd"
+           : c == JSONL_GZIP ? "queen-s3/2.0.0 jsonl+gzip"
+                             : "queen-s3/2.0.0 jsonl";
+}
+
+struct jsonl_writer *jsonl_writer_new(enum jsonl_codec c, size_t max_bytes)
+{
+    struct jsonl_writer *w = xcalloc(1, sizeof(*w));
+
+    w->codec = c;
+    buf_init(&w->out, max_bytes == 0 ? BUF_UNLIMITED : max_bytes);
+    buf_init(&w->stage, BUF_UNLIMITED);
+    buf_init(&w->last_part, BUF_UNLIMITED);
+    if (c == JSONL_ZSTD) {
+        w->zc = ZSTD_createCCtx();
+        ASSERT(w->zc != NULL);
+        ASSERT(!ZSTD_isError(
+            ZSTD_CCtx_setParameter(w->zc, ZSTD_c_compressionLevel, 3)));
+    } else if (c == JSONL_GZIP) {
+        ASSERT(deflateInit2(&w->zs, 6, Z_DEFLATED, 15 + 16, 8,
+                            Z_DEFAULT_STRATEGY) == Z_OK);
+        w->gz.time = 0;
+        w->gz.os = 255;
+        ASSERT(deflateSetHeader(&w->zs, &w->gz) == Z_OK);
+        w->zs_open = true;
+    }
+    return w;
+}
+
+void jsonl_writer_free(struct jsonl_writer *w)
+{
+    if (w == NULL) {
+        return;
+    }
+    ZSTD_freeCCtx(w->zc);
+    if (w->zs_open) {
+        deflateEnd(&w->zs);
+    }
+    buf_free(&w->out);
+    buf_free(&w->stage);
+    buf_free(&w->last_part);
+    free(w);
+}
+
+/* Payload text with raw CR/LF turned into spaces, or null. */
+static int jsonl_payload(struct buf *b, struct slice p, struct err *err)
+{
+    char *o;
+
+    if (p.len == 0) {
+        return buf_append(b, "null", 4, err);
+    }
+    if (buf_reserve(b, p.len, err) != 0) {
+        return err->code;
+    }
+    o = b->data + b->len;
+    for (size_t i = 0; i < p.len; i++) {
+        char c = p.ptr[i];
+        o[i] = c == '\n' || c == '\r' ? ' ' : c;
+    }
+    b->len += p.len;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
+int jsonl_line(struct buf *b, const struct sink_record *r, struct err *err)
+{
+    size_t mark = b->len;
+    char iso[32];
+    char num[24];
+
+    isotime_format_us(r->ts, iso);
+    snprintf(num, sizeof(num), "%lld", (long long)r->offset);
+    if (buf_append_str(b, "{\"partition\":", err) != 0 ||
+        json_escape(b, r->partition.ptr, r->partition.len, err) != 0 ||
+        buf_append_str(b, ",\"offset\":", err) != 0 ||
+        buf_append_str(b, num, err) != 0 ||
+        buf_append_str(b, ",\"transactionId\":", err) != 0 ||
+        json_escape(b, r->txn.ptr, r->txn.len, err) != 0 ||
+        buf_append_str(b, ",\"ts\":\"", err) != 0 ||
+        buf_append_str(b, iso, err) != 0 ||
+        buf_append_str(b, "\",\"payload\":", err) != 0 ||
+        jsonl_payload(b, r->payload, err) != 0 ||
+        buf_append(b, "}\n", 2, err) != 0) {
+        b->len = mark;
+        if (b->data != NULL) {
+            b->data[mark] = '\0';
+        }
+        return err->code;
+    }
+    return 0;
+}
+
+/* Room at the end of the body for compressor output: at most JSONL_CHUNK,
+ * never past the body's cap. Returns the room, 0 with err set when full. */
+static size_t jsonl_room(struct jsonl_writer *w, struct err *err)
+{
+    size_t want = JSONL_CHUNK;
+    size_t room;
+
+    if (w->out.max != BUF_UNLIMITED) {
+        size_t left = w->out.max - w->out.len;
+        if (left == 0) {
+            err_set(err, ERR_TOO_BIG, "jsonl: object over its cap of %zu bytes",
+                    w->out.max);
+            return 0;
+        }
+        want = want < left ? want : left;
+    }
+    if (buf_reserve(&w->out, want, err) != 0) {
+        return 0;
+    }
+    room = w->out.cap - w->out.len - 1;
+    if (w->out.max != BUF_UNLIMITED && room > w->out.max - w->out.len) {
+        room = w->out.max - w->out.len;
+    }
+    return room;
+}
+
+/* Feed p[0..n) to zstd; end = finish the frame. */
+static int jsonl_zstd(struct jsonl_writer *w, const char *p, size_t n, bool end,
+                      struct err *err)
+{
+    ZSTD_inBuffer in = {p, n, 0};
+    size_t left;
+
+    do {
+        size_t room = jsonl_room(w, err);
+        ZSTD_outBuffer out;
+        if (room == 0) {
+            return err->code;
+        }
+        out.dst = w->out.data + w->out.len;
+        out.size = room;
+        out.pos = 0;
+        left = ZSTD_compressStream2(w->zc, &out, &in,
+                                    end ? ZSTD_e_end : ZSTD_e_continue);
+        if (ZSTD_isError(left)) {
+            return err_set(err, ERR_INVALID, "jsonl: zstd: %s",
+                           ZSTD_getErrorName(left));
+        }
+        w->out.len += out.pos;
+        w->out.data[w->out.len] = '\0';
+    } while (end ? left != 0 : in.pos < in.size);
+    return 0;
+}
+
+/* Feed p[0..n) to deflate; end = finish the gzip member. */
+static int jsonl_gzip(struct jsonl_writer *w, const char *p, size_t n, bool end,
+                      struct err *err)
+{
+    int rc;
+
+    w->zs.next_in = (Bytef *)(uintptr_t)p; /* zlib never writes input */
+    w->zs.avail_in = (uInt)n;
+    do {
+        size_t room = jsonl_room(w, err);
+        if (room == 0) {
+            return err->code;
+        }
+        w->zs.next_out = (Bytef *)w->out.data + w->out.len;
+        w->zs.avail_out = (uInt)room;
+        rc = deflate(&w->zs, end ? Z_FINISH : Z_NO_FLUSH);
+        if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR) {
+            return err_set(err, ERR_INVALID, "jsonl: deflate: error %d", rc);
+        }
+        w->out.len += room - w->zs.avail_out;
+        w->out.data[w->out.len] = '\0';
+    } while (end ? rc != Z_STREAM_END
+                 : (w->zs.avail_in > 0 || w->zs.avail_out == 0));
+    return 0;
+}
+
+static int jsonl_flush_stage(struct jsonl_writer *w, bool end, struct err *err)
+{
+    int rc;
+
+    if (w->codec == JSONL_ZSTD) {
+        rc = jsonl_zstd(w, w->stage.data, w->stage.len, end, err);
+    } else {
+        rc = jsonl_gzip(w, w->stage.data, w->stage.len, end, err);
+    }
+    buf_reset(&w->stage);
+    if (rc != 0) {
+        w->broken = true;
+    }
+    return rc;
+}
+
+/* Invariant: records sorted by (partition bytes, offset), or the same
+ * partition with a greater ts (a new incarnation restarting offsets). */
+static int jsonl_check_order(struct jsonl_writer *w,
+                             const struct sink_record *r, struct err *err)
+{
+    struct slice lp = buf_slice(&w->last_part);
+    size_t n = lp.len < r->partition.len ? lp.len : r->partition.len;
+    int cmp;
+    struct buf a;
+    struct buf b;
+    struct err e2;
+
+    if (w->records == 0) {
+        return 0;
+    }
+    cmp = n == 0 ? 0 : memcmp(r->partition.ptr, lp.ptr, n);
+    if (cmp == 0) {
+        cmp = (r->partition.len > lp.len) - (r->partition.len < lp.len);
+    }
+    if (cmp > 0 ||
+        (cmp == 0 && (r->offset > w->last_offset || r->ts > w->last_ts))) {
+        return 0;
+    }
+    buf_init(&a, 100);
+    buf_init(&b, 100);
+    json_escape(&a, r->partition.ptr,
+                r->partition.len < 60 ? r->partition.len : 60, &e2);
+    json_escape(&b, lp.ptr, lp.len < 60 ? lp.len : 60, &e2);
+    err_set(err, ERR_INVALID,
+            "jsonl: records must be sorted by (partition, offset): "
+            "%s/%lld after %s/%lld",
+            a.data ? a.data : "\"\"", (long long)r->offset,
+            b.data ? b.data : "\"\"", (long long)w->last_offset);
+    buf_free(&a);
+    buf_free(&b);
+    return ERR_INVALID;
+}
+
+int jsonl_writer_add(struct jsonl_writer *w, const struct sink_record *r,
+                     struct err *err)
+{
+    struct buf *dst = w->codec == JSONL_NONE ? &w->out : &w->stage;
+    size_t before = dst->len;
+
+    ASSERT(!w->finished);
+    if (w->broken) {
+        return err_set(err, ERR_TOO_BIG, "jsonl: writer failed earlier");
+    }
+    if (jsonl_check_order(w, r, err) != 0) {
+        return err->code;
+    }
+    if (jsonl_line(dst, r, err) != 0) {
+        w->broken = true;
+        return err->code;
+    }
+    w->plain_bytes += dst->len - before;
+    w->records++;
+    w->last_offset = r->offset;
+    w->last_ts = r->ts;
+    if (w->last_part.len != r->partition.len ||
+        (r->partition.len > 0 &&
+         memcmp(w->last_part.data, r->partition.ptr, r->partition.len) != 0)) {
+        buf_reset(&w->last_part);
+        buf_append(&w->last_part, r->partition.ptr, r->partition.len, err);
+    }
+    if (w->codec != JSONL_NONE && w->stage.len >= JSONL_STAGE) {
+        return jsonl_flush_stage(w, false, err);
+    }
+    return 0;
+}
+
+uint64_t jsonl_writer_bytes_so_far(const struct jsonl_writer *w)
+{
+    return w->plain_bytes;
+}
+
+uint64_t jsonl_writer_records(const struct jsonl_writer *w)
+{
+    return w->records;
+}
+
+int jsonl_writer_finish(struct jsonl_writer *w, struct buf *out,
+                        struct err *err)
+{
+    ASSERT(!w->finished);
+    w->finished = true;
+    if (w->broken) {
+        return err_set(err, ERR_TOO_BIG, "jsonl: writer failed earlier");
+    }
+    if (w->codec != JSONL_NONE && jsonl_flush_stage(w, true, err) != 0) {
+        return err->code;
+    }
+    if (out->len == 0 && w->out.len <= out->max) {
+        size_t max = out->max;
+        buf_free(out);
+        *out = w->out;
+        out->max = max;
+        buf_init(&w->out, BUF_UNLIMITED);
+        return 0;
+    }
+    return buf_append(out, w->out.data, w->out.len, err);
+}

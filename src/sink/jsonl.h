@@ -1,0 +1,71 @@
+/* The JSONL writer: a window's records as one object body, one line per
+ * record (reference 4.6). Pure: no I/O, no clock; the bytes are a function of
+ * the records and the codec only (same records, same bytes).
+ *
+ * A line is exactly
+ *   {"partition":<str>,"offset":<int>,"transactionId":<str>,
+ *    "ts":"<ISO-us>","payload":<payload>} LF
+ * with serde_json escaping for the two strings, the payload's stored JSON
+ * text verbatim except that every raw CR and LF byte becomes one space, and
+ * `null` for an empty payload.
+ *
+ * Compression is streamed: lines gather in a 1 MiB staging buffer that is
+ * fed to the compressor, so a 128 MiB window never exists twice in plain
+ * text. zstd: one frame, level 3. gzip: deflate level 6 with a header whose
+ * MTIME is 0 and OS byte 255, no name or comment (deterministic). none: the
+ * lines themselves. */
+#ifndef QUEEN_SINK_JSONL_H
+#define QUEEN_SINK_JSONL_H
+
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "base/err.h"
+#include "sink/record.h"
+
+#define JSONL_CONTENT_TYPE "application/x-ndjson"
+
+enum jsonl_codec {
+    JSONL_ZSTD,
+    JSONL_GZIP,
+    JSONL_NONE,
+};
+
+/* "zstd", "gzip" or "none" (also accepted: "" and "plain" for none).
+ * "snappy" is refused with the reference's text; anything else with
+ * `jsonl: unknown compression "<name>"`. */
+int jsonl_codec_parse(const char *name, enum jsonl_codec *out, struct err *err);
+/* "zstd", "gzip", "none": the manifest's and intent's compression. */
+const char *jsonl_codec_name(enum jsonl_codec c);
+/* "jsonl.zst", "jsonl.gz", "jsonl". */
+const char *jsonl_extension(enum jsonl_codec c);
+/* "queen-s3/2.0.0 jsonl+zstd", "... jsonl+gzip", "... jsonl". */
+const char *jsonl_writer_string(enum jsonl_codec c);
+
+struct jsonl_writer;
+
+/* Returns an owned writer; free with jsonl_writer_free. max_bytes caps the
+ * stored (compressed) body; 0 = no cap. */
+struct jsonl_writer *jsonl_writer_new(enum jsonl_codec c, size_t max_bytes);
+/* Add one record (borrowed, not kept). Records come sorted by (partition
+ * bytes, offset) strictly; within one partition a lower or equal offset is
+ * accepted only with a greater ts (a new incarnation restarting offsets).
+ * Returns 0; ERR_INVALID for out-of-order records (the writer is unchanged);
+ * ERR_TOO_BIG past max_bytes (the writer is then unusable). */
+int jsonl_writer_add(struct jsonl_writer *w, const struct sink_record *r,
+                     struct err *err);
+/* Uncompressed length of every line added so far. */
+uint64_t jsonl_writer_bytes_so_far(const struct jsonl_writer *w);
+uint64_t jsonl_writer_records(const struct jsonl_writer *w);
+/* Finish the body and append it to out (when out is empty the bytes move
+ * without a copy). The writer accepts nothing afterwards. Returns 0 or
+ * ERR_TOO_BIG (max_bytes, or out's own cap). */
+int jsonl_writer_finish(struct jsonl_writer *w, struct buf *out,
+                        struct err *err);
+void jsonl_writer_free(struct jsonl_writer *w);
+
+/* Append one record's line (with its LF) to b: the plain text the writer
+ * compresses. */
+int jsonl_line(struct buf *b, const struct sink_record *r, struct err *err);
+
+#endif

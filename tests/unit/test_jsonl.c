@@ -1,0 +1,406 @@
+/* Tests of the JSONL writer (reference 4.6, 4.8; 7.8 engine_jsonl). */
+#include "sink/jsonl.h"
+
+#include <zlib.h>
+#include <zstd.h>
+
+#include "base/json.h"
+#include "harness.h"
+
+static const char *parts[] = {"a/b space", "cust-0001", "cust-0002",
+                              "\xc3\xbc\xc3\xb1\xc3\xae"};
+static const char *payloads[] = {
+    "{\"type\":\"paid\",\"amount\":1290}",
+    "\"esc \\\" \\\\ \\n \\u2028 \xe2\x80\xa8 \\t\"", "",
+    "[1,\"a\\u0000b\",null,42.00]"};
+
+static struct sink_record rec(const char *part, int64_t off, const char *txn,
+                              int64_t ts, const char *payload)
+{
+    struct sink_record r = {{part, strlen(part)},
+                            off,
+                            {txn, strlen(txn)},
+                            ts,
+                            {payload, strlen(payload)}};
+    return r;
+}
+
+/* The 4 x 25 corpus of engine_jsonl, written with codec c. */
+static void write_corpus(enum jsonl_codec c, struct buf *out)
+{
+    struct jsonl_writer *w = jsonl_writer_new(c, 0);
+    struct err err;
+    char txn[32];
+
+    for (size_t p = 0; p < ARRAY_LEN(parts); p++) {
+        for (int o = 0; o < 25; o++) {
+            snprintf(txn, sizeof(txn), "txn-%zu-%d", p, o);
+            struct sink_record r =
+                rec(parts[p], o, txn, 1788516000000000 + o * 1000,
+                    payloads[(p + (size_t)o) % 4]);
+            EXPECT_EQ_I64(jsonl_writer_add(w, &r, &err), 0);
+        }
+    }
+    buf_init(out, BUF_UNLIMITED);
+    EXPECT_EQ_I64(jsonl_writer_finish(w, out, &err), 0);
+    jsonl_writer_free(w);
+}
+
+static void unzstd(const struct buf *in, struct buf *out)
+{
+    ZSTD_DCtx *d = ZSTD_createDCtx();
+    ZSTD_inBuffer ib = {in->data, in->len, 0};
+    char tmp[65536];
+    struct err err;
+    size_t rc = 1;
+
+    buf_init(out, BUF_UNLIMITED);
+    buf_append(out, "", 0, &err);
+    while (ib.pos < ib.size || rc != 0) {
+        ZSTD_outBuffer ob = {tmp, sizeof(tmp), 0};
+        rc = ZSTD_decompressStream(d, &ob, &ib);
+        EXPECT(!ZSTD_isError(rc));
+        if (ZSTD_isError(rc) || (ob.pos == 0 && ib.pos == ib.size)) {
+            break;
+        }
+        buf_append(out, tmp, ob.pos, &err);
+    }
+    EXPECT_EQ_U64(rc, 0);
+    ZSTD_freeDCtx(d);
+}
+
+static void ungzip(const struct buf *in, struct buf *out)
+{
+    z_stream zs;
+    char tmp[65536];
+    struct err err;
+    int rc;
+
+    memset(&zs, 0, sizeof(zs));
+    buf_init(out, BUF_UNLIMITED);
+    buf_append(out, "", 0, &err);
+    EXPECT(inflateInit2(&zs, 15 + 16) == Z_OK);
+    zs.next_in = (Bytef *)in->data;
+    zs.avail_in = (uInt)in->len;
+    do {
+        zs.next_out = (Bytef *)tmp;
+        zs.avail_out = sizeof(tmp);
+        rc = inflate(&zs, Z_NO_FLUSH);
+        buf_append(out, tmp, sizeof(tmp) - zs.avail_out, &err);
+    } while (rc == Z_OK);
+    EXPECT_EQ_I64(rc, Z_STREAM_END);
+    EXPECT_EQ_U64(zs.avail_in, 0);
+    inflateEnd(&zs);
+}
+
+TEST(reference_test_line_is_exact)
+{
+    struct buf b;
+    struct err err;
+    struct sink_record r = rec("cust-0420", 1811, "ord-9f21", 1788516221918204,
+                               "{\"type\":\"paid\",\"amount\":1290}");
+
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(jsonl_line(&b, &r, &err), 0);
+    EXPECT_STR_EQ(b.data,
+                  "{\"partition\":\"cust-0420\",\"offset\":1811,"
+                  "\"transactionId\":\"ord-9f21\",\"ts\":\"2026-09-04T10:03:"
+                  "41.918204Z\",\"payload\":{\"type\":\"paid\",\"amount\":"
+                  "1290}}\n");
+    buf_free(&b);
+}
+
+TEST(empty_payload_is_null_and_raw_line_breaks_become_spaces)
+{
+    struct buf b;
+    struct err err;
+    struct sink_record r = rec("p", 0, "", 0, "");
+    struct sink_record r2 = rec("p", 1, "", 0, "[\r\n\"a\\nb\",1.500]");
+
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(jsonl_line(&b, &r, &err), 0);
+    EXPECT_STR_EQ(b.data, "{\"partition\":\"p\",\"offset\":0,"
+                          "\"transactionId\":\"\",\"ts\":\"1970-01-01T00:00:"
+                          "00.000000Z\",\"payload\":null}\n");
+    buf_reset(&b);
+    EXPECT_EQ_I64(jsonl_line(&b, &r2, &err), 0);
+    EXPECT(strstr(b.data, "\"payload\":[  \"a\\nb\",1.500]}\n") != NULL);
+    buf_free(&b);
+}
+
+TEST(same_records_give_the_same_bytes_per_codec)
+{
+    for (int c = JSONL_ZSTD; c <= JSONL_NONE; c++) {
+        struct buf a;
+        struct buf b;
+        write_corpus((enum jsonl_codec)c, &a);
+        write_corpus((enum jsonl_codec)c, &b);
+        EXPECT(a.len > 0);
+        EXPECT_MEM_EQ(a.data, a.len, b.data, b.len);
+        buf_free(&a);
+        buf_free(&b);
+    }
+}
+
+TEST(gzip_header_is_deterministic)
+{
+    struct buf g;
+
+    write_corpus(JSONL_GZIP, &g);
+    EXPECT_EQ_U64((uint8_t)g.data[0], 0x1f);
+    EXPECT_EQ_U64((uint8_t)g.data[1], 0x8b);
+    EXPECT_EQ_U64((uint8_t)g.data[2], 8);
+    EXPECT_EQ_U64((uint8_t)g.data[3] & 0x18, 0); /* FNAME, FCOMMENT */
+    EXPECT_MEM_EQ(g.data + 4, 4, "\0\0\0\0", 4);
+    EXPECT_EQ_U64((uint8_t)g.data[9], 255);
+    buf_free(&g);
+}
+
+TEST(every_codec_decompresses_to_the_same_lines)
+{
+    struct buf plain;
+    struct buf z;
+    struct buf g;
+    struct buf zd;
+    struct buf gd;
+
+    write_corpus(JSONL_NONE, &plain);
+    write_corpus(JSONL_ZSTD, &z);
+    write_corpus(JSONL_GZIP, &g);
+    EXPECT_EQ_U64(((uint8_t)z.data[0]), 0x28); /* zstd magic 28 b5 2f fd */
+    unzstd(&z, &zd);
+    ungzip(&g, &gd);
+    EXPECT_MEM_EQ(zd.data, zd.len, plain.data, plain.len);
+    EXPECT_MEM_EQ(gd.data, gd.len, plain.data, plain.len);
+    EXPECT(z.len < plain.len);
+    EXPECT(g.len < plain.len);
+    buf_free(&plain);
+    buf_free(&z);
+    buf_free(&g);
+    buf_free(&zd);
+    buf_free(&gd);
+}
+
+TEST(every_line_is_json_with_the_envelope_in_order)
+{
+    static const char *keys[] = {"partition", "offset", "transactionId", "ts",
+                                 "payload"};
+    struct buf plain;
+    size_t lines = 0;
+
+    write_corpus(JSONL_NONE, &plain);
+    EXPECT(plain.len > 0 && plain.data[plain.len - 1] == '\n');
+    for (char *s = plain.data; s < plain.data + plain.len;) {
+        char *nl = memchr(s, '\n', (size_t)(plain.data + plain.len - s));
+        struct json_doc d;
+        struct err err;
+        int k;
+        size_t i = 0;
+        EXPECT(nl != NULL);
+        EXPECT(strncmp(s, "{\"partition\":", 13) == 0);
+        EXPECT_EQ_I64(json_parse(&d, s, (size_t)(nl - s), NULL, &err), 0);
+        EXPECT_EQ_U64(d.toks[0].count, 5);
+        for (k = json_child(&d, 0); k >= 0; k = json_next(&d, k), i++) {
+            EXPECT(json_str_eq(&d, k, keys[i]));
+        }
+        EXPECT_EQ_I64(json_obj_get(&d, 0, "queue"), -1);
+        json_doc_free(&d);
+        lines++;
+        s = nl + 1;
+    }
+    EXPECT_EQ_U64(lines, 100);
+    buf_free(&plain);
+}
+
+TEST(payload_with_every_escape_survives_verbatim)
+{
+    const char *p = "{\"s\":\"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u0000\\u2028\","
+                    "\"raw\":\"\xe2\x80\xa8\xe2\x80\xa9\x7f\",\"n\":1E+400}";
+    struct sink_record r = rec("p", 0, "t", 0, p);
+    struct buf b;
+    struct err err;
+
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(jsonl_line(&b, &r, &err), 0);
+    EXPECT(strstr(b.data, p) != NULL);
+    EXPECT_EQ_I64(json_validate(b.data, b.len - 1, 128, &err), 0);
+    buf_free(&b);
+}
+
+TEST(partition_with_quote_backslash_newline_is_valid_json)
+{
+    const char part[] = "a\"b\\c\nd\x01";
+    struct sink_record r = rec(part, 0, "t\"x", 0, "1");
+    struct buf b;
+    struct json_doc d;
+    struct buf got;
+    struct err err;
+
+    buf_init(&b, BUF_UNLIMITED);
+    buf_init(&got, BUF_UNLIMITED);
+    EXPECT_EQ_I64(jsonl_line(&b, &r, &err), 0);
+    EXPECT(strstr(b.data, "\"a\\\"b\\\\c\\nd\\u0001\"") != NULL);
+    EXPECT_EQ_I64(json_parse(&d, b.data, b.len - 1, NULL, &err), 0);
+    EXPECT_EQ_I64(
+        json_get_str(&d, json_obj_get(&d, 0, "partition"), &got, &err), 0);
+    EXPECT_STR_EQ(got.data, part);
+    json_doc_free(&d);
+    buf_free(&b);
+    buf_free(&got);
+}
+
+TEST(hundred_thousand_records_size_check)
+{
+    const char *payload = "{\"type\":\"paid\",\"amount\":1290,"
+                          "\"currency\":\"EUR\"}";
+    struct jsonl_writer *w[3];
+    struct buf out[3];
+    struct buf dec;
+    struct err err;
+    char txn[48];
+
+    for (int c = 0; c < 3; c++) {
+        w[c] = jsonl_writer_new((enum jsonl_codec)c, 0);
+    }
+    for (int i = 0; i < 100000; i++) {
+        snprintf(txn, sizeof(txn), "txn-cust-000042-%d", i);
+        struct sink_record r =
+            rec("cust-000042", i, txn, 1788516000000000 + i * 37, payload);
+        for (int c = 0; c < 3; c++) {
+            EXPECT_EQ_I64(jsonl_writer_add(w[c], &r, &err), 0);
+        }
+    }
+    for (int c = 0; c < 3; c++) {
+        buf_init(&out[c], BUF_UNLIMITED);
+        EXPECT_EQ_U64(jsonl_writer_records(w[c]), 100000);
+        EXPECT_EQ_I64(jsonl_writer_finish(w[c], &out[c], &err), 0);
+    }
+    EXPECT_EQ_U64(jsonl_writer_bytes_so_far(w[JSONL_ZSTD]), out[2].len);
+    EXPECT_EQ_U64(jsonl_writer_bytes_so_far(w[JSONL_GZIP]), out[2].len);
+    EXPECT(out[2].len >= 168u * 100000 && out[2].len <= 183u * 100000);
+    EXPECT(out[0].len < out[2].len / 10);
+    EXPECT(out[1].len < out[2].len / 10);
+    /* Many staging flushes: the streams still decode to the plain body. */
+    unzstd(&out[0], &dec);
+    EXPECT(dec.len == out[2].len &&
+           memcmp(dec.data, out[2].data, dec.len) == 0);
+    buf_free(&dec);
+    ungzip(&out[1], &dec);
+    EXPECT(dec.len == out[2].len &&
+           memcmp(dec.data, out[2].data, dec.len) == 0);
+    buf_free(&dec);
+    for (int c = 0; c < 3; c++) {
+        jsonl_writer_free(w[c]);
+        buf_free(&out[c]);
+    }
+}
+
+TEST(factory_naming)
+{
+    enum jsonl_codec c;
+    struct err err;
+
+    EXPECT_STR_EQ(jsonl_extension(JSONL_ZSTD), "jsonl.zst");
+    EXPECT_STR_EQ(jsonl_extension(JSONL_GZIP), "jsonl.gz");
+    EXPECT_STR_EQ(jsonl_extension(JSONL_NONE), "jsonl");
+    EXPECT_STR_EQ(JSONL_CONTENT_TYPE, "application/x-ndjson");
+    EXPECT_STR_EQ(jsonl_writer_string(JSONL_ZSTD), "queen-s3/2.0.0 jsonl+zstd");
+    EXPECT_STR_EQ(jsonl_writer_string(JSONL_GZIP), "queen-s3/2.0.0 jsonl+gzip");
+    EXPECT_STR_EQ(jsonl_writer_string(JSONL_NONE), "queen-s3/2.0.0 jsonl");
+    EXPECT_STR_EQ(jsonl_codec_name(JSONL_NONE), "none");
+    EXPECT(jsonl_codec_parse("gzip", &c, &err) == 0 && c == JSONL_GZIP);
+    EXPECT(jsonl_codec_parse("zstd", &c, &err) == 0 && c == JSONL_ZSTD);
+    EXPECT(jsonl_codec_parse("none", &c, &err) == 0 && c == JSONL_NONE);
+    EXPECT_EQ_I64(jsonl_codec_parse("snappy", &c, &err), ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, "jsonl: snappy is a Parquet codec; a JSONL object "
+                           "is zstd, gzip or plain");
+    EXPECT_EQ_I64(jsonl_codec_parse("lz4", &c, &err), ERR_INVALID);
+}
+
+TEST(empty_window_produces_a_valid_object)
+{
+    for (int c = 0; c < 3; c++) {
+        struct jsonl_writer *w = jsonl_writer_new((enum jsonl_codec)c, 0);
+        struct buf out;
+        struct buf plain;
+        struct err err;
+        buf_init(&out, BUF_UNLIMITED);
+        EXPECT_EQ_I64(jsonl_writer_finish(w, &out, &err), 0);
+        if (c == JSONL_ZSTD) {
+            EXPECT(out.len > 0);
+            unzstd(&out, &plain);
+            EXPECT_EQ_U64(plain.len, 0);
+            buf_free(&plain);
+        } else if (c == JSONL_GZIP) {
+            EXPECT(out.len >= 18);
+            ungzip(&out, &plain);
+            EXPECT_EQ_U64(plain.len, 0);
+            buf_free(&plain);
+        } else {
+            EXPECT_EQ_U64(out.len, 0);
+        }
+        jsonl_writer_free(w);
+        buf_free(&out);
+    }
+}
+
+TEST(out_of_order_records_are_refused_and_change_nothing)
+{
+    struct jsonl_writer *w = jsonl_writer_new(JSONL_NONE, 0);
+    struct sink_record a = rec("b", 5, "", 100, "1");
+    struct sink_record same = rec("b", 5, "", 100, "1");
+    struct sink_record back = rec("a", 9, "", 100, "1");
+    struct sink_record reinc = rec("b", 0, "", 101, "1");
+    struct sink_record lower = rec("b", 0, "", 50, "1");
+    struct buf out;
+    struct err err;
+
+    EXPECT_EQ_I64(jsonl_writer_add(w, &a, &err), 0);
+    EXPECT_EQ_I64(jsonl_writer_add(w, &same, &err), ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, "jsonl: records must be sorted by (partition, "
+                           "offset): \"b\"/5 after \"b\"/5");
+    EXPECT_EQ_I64(jsonl_writer_add(w, &back, &err), ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, "jsonl: records must be sorted by (partition, "
+                           "offset): \"a\"/9 after \"b\"/5");
+    EXPECT_EQ_I64(jsonl_writer_add(w, &reinc, &err), 0);
+    EXPECT_EQ_I64(jsonl_writer_add(w, &lower, &err), ERR_INVALID);
+    EXPECT_EQ_U64(jsonl_writer_records(w), 2);
+    buf_init(&out, BUF_UNLIMITED);
+    EXPECT_EQ_I64(jsonl_writer_finish(w, &out, &err), 0);
+    EXPECT_EQ_U64(out.len, jsonl_writer_bytes_so_far(w));
+    jsonl_writer_free(w);
+    buf_free(&out);
+}
+
+TEST(cap_on_the_body_is_too_big)
+{
+    struct jsonl_writer *w = jsonl_writer_new(JSONL_NONE, 150);
+    struct sink_record r = rec("p", 0, "", 0, "[1,2,3,4,5,6,7,8,9,10]");
+    struct sink_record r2 = rec("p", 1, "", 0, "[1,2,3,4,5,6,7,8,9,10]");
+    struct buf out;
+    struct err err;
+
+    EXPECT_EQ_I64(jsonl_writer_add(w, &r, &err), 0);
+    EXPECT_EQ_I64(jsonl_writer_add(w, &r2, &err), ERR_TOO_BIG);
+    buf_init(&out, BUF_UNLIMITED);
+    EXPECT_EQ_I64(jsonl_writer_finish(w, &out, &err), ERR_TOO_BIG);
+    jsonl_writer_free(w);
+    buf_free(&out);
+}
+
+TEST(finish_appends_when_the_output_is_not_empty)
+{
+    struct jsonl_writer *w = jsonl_writer_new(JSONL_NONE, 0);
+    struct sink_record r = rec("p", 0, "", 0, "1");
+    struct buf out;
+    struct err err;
+
+    buf_init(&out, BUF_UNLIMITED);
+    buf_append_str(&out, "X", &err);
+    EXPECT_EQ_I64(jsonl_writer_add(w, &r, &err), 0);
+    EXPECT_EQ_I64(jsonl_writer_finish(w, &out, &err), 0);
+    EXPECT(out.data[0] == 'X' && out.data[out.len - 1] == '\n');
+    EXPECT_EQ_U64(out.len, 1 + jsonl_writer_bytes_so_far(w));
+    jsonl_writer_free(w);
+    buf_free(&out);
+}
