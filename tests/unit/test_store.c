@@ -1,0 +1,479 @@
+/* Unit tests of the store's reads (store/store.h) against a real LMDB in a
+ * mkdtemp directory: every rule of reference 1.3 (fetch) and 1.4
+ * (partitions changed), queue listing and stats. Data goes in through the
+ * real fsm. */
+#include "harness.h"
+
+#include <inttypes.h>
+
+#include "push_helpers.h"
+#include "store/schema.h"
+#include "store/store_impl.h"
+
+#define T0 1760000000000000LL
+
+static struct store_fetch_req req(const char *q, const char *p, int64_t off,
+                                  uint64_t max)
+{
+    struct store_fetch_req r = {{q, strlen(q)}, {p, strlen(p)}, off, max};
+
+    return r;
+}
+
+/* Records 0..n-1 in q/p, payload i of i+1 'x' bytes (weights 1..n). */
+static void fill(struct env *e, const char *q, const char *p, int n)
+{
+    char payload[64];
+    char txn[32];
+
+    for (int i = 0; i < n; i++) {
+        memset(payload, 'x', sizeof(payload));
+        payload[i + 1 < 63 ? i + 1 : 63] = '\0';
+        snprintf(txn, sizeof(txn), "%s-%d", p, i);
+        env_push1(e, T0 + e->index, q, p, txn, payload);
+    }
+}
+
+TEST(fetch_unknown_queue_and_unwritten_partition)
+{
+    struct env e = {0};
+    struct store_fetch_answer a;
+    struct store_fetch_req r[4] = {
+        req("nope", "Default", 0, 100), req("q", "never", 0, 100),
+        req("q", "never", 3, 100), req("q", "p", 0, 100)};
+    struct err err = {0};
+
+    env_open(&e);
+    fill(&e, "q", "p", 2);
+    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, r, 4, &a, &err),
+                  0);
+    EXPECT_EQ_I64(a.entries[0].error, STORE_UNKNOWN_TOPIC_OR_PARTITION);
+    EXPECT_EQ_I64(a.entries[0].high_watermark, 0);
+    EXPECT_EQ_I64(a.entries[0].log_start, 0);
+    EXPECT_STR_EQ(store_entry_error_name(a.entries[0].error),
+                  "UNKNOWN_TOPIC_OR_PARTITION");
+    EXPECT_EQ_I64(a.entries[1].error, STORE_ENTRY_OK);
+    EXPECT_EQ_U64(a.entries[1].n_records, 0);
+    EXPECT_EQ_I64(a.entries[1].high_watermark, 0);
+    EXPECT_EQ_I64(a.entries[2].error, STORE_OFFSET_OUT_OF_RANGE);
+    EXPECT_EQ_U64(a.entries[3].n_records, 2);
+    store_fetch_answer_free(&a);
+    env_close(&e);
+}
+
+TEST(fetch_another_tenant_sees_nothing)
+{
+    struct env e = {0};
+    struct store_fetch_answer a;
+    struct store_fetch_req r = req("q", "p", 0, 100);
+    uint8_t other[16] = {1};
+    struct err err = {0};
+
+    env_open(&e);
+    fill(&e, "q", "p", 1);
+    EXPECT_EQ_I64(store_fetch(e.store, other, &r, 1, &a, &err), 0);
+    EXPECT_EQ_I64(a.entries[0].error, STORE_UNKNOWN_TOPIC_OR_PARTITION);
+    store_fetch_answer_free(&a);
+    env_close(&e);
+}
+
+TEST(fetch_bounds_and_end_of_log)
+{
+    struct env e = {0};
+    struct store_fetch_answer a;
+    struct store_fetch_req r[3] = {req("q", "p", 5, 100), req("q", "p", 6, 100),
+                                   req("q", "p", 4, 100)};
+    struct err err = {0};
+
+    env_open(&e);
+    fill(&e, "q", "p", 5);
+    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, r, 3, &a, &err),
+                  0);
+    EXPECT_EQ_I64(a.entries[0].error, STORE_ENTRY_OK); /* == hwm */
+    EXPECT_EQ_U64(a.entries[0].n_records, 0);
+    EXPECT_EQ_I64(a.entries[0].high_watermark, 5);
+    EXPECT_EQ_I64(a.entries[1].error, STORE_OFFSET_OUT_OF_RANGE); /* > hwm */
+    EXPECT_EQ_I64(a.entries[1].high_watermark, 5);
+    EXPECT_EQ_I64(a.entries[1].log_start, 0);
+    EXPECT_EQ_U64(a.entries[2].n_records, 1);
+    EXPECT_EQ_I64(a.entries[2].records[0].offset, 4);
+    store_fetch_answer_free(&a);
+    env_close(&e);
+}
+
+TEST(fetch_below_log_start_is_out_of_range)
+{
+    struct env e = {0};
+    struct store_fetch_answer a;
+    struct store_fetch_req r = req("q", "p", 1, 100);
+    struct store_wpart p;
+    struct err err = {0};
+    MDB_txn *txn;
+
+    env_open(&e);
+    fill(&e, "q", "p", 4);
+    /* Move logStart to 2 the way retention will: rewrite the row. */
+    store_wbegin(e.store, &txn, &err);
+    store_wpart_get(e.store, txn, STORE_DEFAULT_TENANT, SLICE_LIT("q"), 1,
+                    SLICE_LIT("p"), T0, &p, &err);
+    p.log_start = 2;
+    store_wpart_put(e.store, txn, SLICE_LIT("p"), &p, &err);
+    EXPECT_EQ_I64(store_wcommit(e.store, txn, 100, 0, &err), 0);
+    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
+                  0);
+    EXPECT_EQ_I64(a.entries[0].error, STORE_OFFSET_OUT_OF_RANGE);
+    EXPECT_EQ_I64(a.entries[0].log_start, 2);
+    EXPECT_EQ_I64(a.entries[0].high_watermark, 4);
+    store_fetch_answer_free(&a);
+    env_close(&e);
+}
+
+TEST(fetch_first_record_always_then_weight_up_to_max_bytes)
+{
+    struct env e = {0};
+    struct store_fetch_answer a;
+    /* weights are 1, 2, 3, 4, 5 */
+    struct store_fetch_req r[4] = {req("q", "p", 3, 1), req("q", "p", 0, 6),
+                                   req("q", "p", 0, 5), req("q", "p", 0, 100)};
+    struct err err = {0};
+
+    env_open(&e);
+    fill(&e, "q", "p", 5);
+    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, r, 4, &a, &err),
+                  0);
+    EXPECT_EQ_U64(a.entries[0].n_records, 1); /* 4 bytes over a max of 1 */
+    EXPECT_EQ_U64(a.entries[0].records[0].payload.len, 4);
+    EXPECT_EQ_U64(a.entries[1].n_records, 3); /* 1+2+3 == 6 */
+    EXPECT_EQ_U64(a.entries[2].n_records, 2); /* 1+2 <= 5 < 1+2+3 */
+    EXPECT_EQ_U64(a.entries[3].n_records, 5);
+    store_fetch_answer_free(&a);
+    env_close(&e);
+}
+
+TEST(fetch_empty_payload_weighs_one)
+{
+    struct env e = {0};
+    struct store_fetch_answer a;
+    struct store_fetch_req r = req("q", "p", 0, 3);
+    struct err err = {0};
+
+    env_open(&e);
+    for (int i = 0; i < 5; i++) {
+        char t[16];
+
+        snprintf(t, sizeof(t), "t%d", i);
+        env_push1(&e, T0 + i, "q", "p", t, "");
+    }
+    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
+                  0);
+    EXPECT_EQ_U64(a.entries[0].n_records, 3);
+    store_fetch_answer_free(&a);
+    env_close(&e);
+}
+
+TEST(fetch_caps_at_10000_records_per_entry)
+{
+    struct env e = {0};
+    struct store_fetch_answer a;
+    struct store_fetch_req r = req("q", "p", 0, 8 << 20);
+    struct pitem items[1000];
+    char txns[1000][32];
+    struct err err = {0};
+
+    env_open(&e);
+    for (int k = 0; k < 11; k++) {
+        for (int i = 0; i < 1000; i++) {
+            snprintf(txns[i], sizeof(txns[i]), "%d-%d", k, i);
+            items[i] = (struct pitem){"q", "p", txns[i], "1"};
+        }
+        env_push(&e, T0 + k, items, 1000);
+    }
+    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
+                  0);
+    EXPECT_EQ_U64(a.entries[0].n_records, STORE_FETCH_MAX_RECORDS);
+    EXPECT_EQ_I64(a.entries[0].high_watermark, 11000);
+    EXPECT_EQ_I64(a.entries[0].records[9999].offset, 9999);
+    store_fetch_answer_free(&a);
+    env_close(&e);
+}
+
+TEST(fetch_steps_over_a_gap_silently)
+{
+    struct env e = {0};
+    struct store_fetch_answer a;
+    struct store_fetch_req r = req("q", "p", 1, 100);
+    struct err err = {0};
+    MDB_txn *txn;
+    uint8_t kb[16];
+    MDB_val k = {16, kb};
+
+    env_open(&e);
+    fill(&e, "q", "p", 5);
+    store_wbegin(e.store, &txn, &err);
+    be64_put(kb, 1);
+    be64_put(kb + 8, 1);
+    EXPECT_EQ_I64(mdb_del(txn, e.store->records, &k, NULL), 0);
+    be64_put(kb + 8, 3);
+    EXPECT_EQ_I64(mdb_del(txn, e.store->records, &k, NULL), 0);
+    EXPECT_EQ_I64(store_wcommit(e.store, txn, 100, 0, &err), 0);
+    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
+                  0);
+    EXPECT_EQ_I64(a.entries[0].error, STORE_ENTRY_OK);
+    EXPECT_EQ_U64(a.entries[0].n_records, 2);
+    EXPECT_EQ_I64(a.entries[0].records[0].offset, 2);
+    EXPECT_EQ_I64(a.entries[0].records[1].offset, 4);
+    store_fetch_answer_free(&a);
+    env_close(&e);
+}
+
+TEST(fetch_entries_do_not_mix_records)
+{
+    struct env e = {0};
+    struct store_fetch_answer a;
+    struct store_fetch_req r[2] = {req("q", "a", 0, 100),
+                                   req("q", "b", 0, 100)};
+    struct err err = {0};
+
+    env_open(&e);
+    fill(&e, "q", "a", 3);
+    fill(&e, "q", "b", 2);
+    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, r, 2, &a, &err),
+                  0);
+    EXPECT_EQ_U64(a.entries[0].n_records, 3);
+    EXPECT_EQ_U64(a.entries[1].n_records, 2);
+    EXPECT_MEM_EQ(a.entries[1].records[1].txn.ptr,
+                  a.entries[1].records[1].txn.len, "b-1", 3);
+    EXPECT_MEM_EQ(a.entries[0].records[2].txn.ptr,
+                  a.entries[0].records[2].txn.len, "a-2", 3);
+    store_fetch_answer_free(&a);
+    env_close(&e);
+}
+
+/* ---- partitions changed ------------------------------------------------ */
+
+static struct store_changed_req creq(const char *q, int64_t since,
+                                     const char *after, int limit)
+{
+    struct store_changed_req r = {
+        {q, strlen(q)}, since, {after, strlen(after)}, limit};
+
+    return r;
+}
+
+TEST(changed_lists_in_creation_order_with_safe_time)
+{
+    struct env e = {0};
+    struct store_changed_answer a;
+    struct store_changed_req r = creq("q", INT64_MIN, "", 0);
+    struct err err = {0};
+
+    env_open(&e);
+    env_push1(&e, T0, "q", "zeta", "1", "1");
+    env_push1(&e, T0 + 1, "q", "alpha", "2", "1");
+    env_push1(&e, T0 + 2, "q", "zeta", "3", "1");
+    EXPECT_EQ_I64(store_changed(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
+                  0);
+    EXPECT_EQ_I64(a.safe_time, T0 + 2);
+    EXPECT_EQ_U64(a.entries[0].n_partitions, 2);
+    EXPECT_MEM_EQ(a.entries[0].partitions[0].name.ptr,
+                  a.entries[0].partitions[0].name.len, "zeta", 4);
+    EXPECT_EQ_I64(a.entries[0].partitions[0].last_offset, 1);
+    EXPECT_EQ_I64(a.entries[0].partitions[0].last_write_at, T0 + 2);
+    EXPECT_MEM_EQ(a.entries[0].partitions[1].name.ptr,
+                  a.entries[0].partitions[1].name.len, "alpha", 5);
+    EXPECT(a.entries[0].partitions[0].id < a.entries[0].partitions[1].id);
+    EXPECT(!a.entries[0].has_next);
+    store_changed_answer_free(&a);
+    env_close(&e);
+}
+
+TEST(changed_since_filters_on_last_write_at)
+{
+    struct env e = {0};
+    struct store_changed_answer a;
+    struct store_changed_req r = creq("q", T0 + 1, "", 0);
+    struct err err = {0};
+
+    env_open(&e);
+    env_push1(&e, T0, "q", "a", "1", "1");
+    env_push1(&e, T0 + 1, "q", "b", "2", "1");
+    env_push1(&e, T0 + 2, "q", "c", "3", "1");
+    EXPECT_EQ_I64(store_changed(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
+                  0);
+    EXPECT_EQ_U64(a.entries[0].n_partitions, 2); /* >= since: b and c */
+    EXPECT_MEM_EQ(a.entries[0].partitions[0].name.ptr, 1, "b", 1);
+    store_changed_answer_free(&a);
+    env_close(&e);
+}
+
+TEST(changed_errors_unknown_queue_before_bad_cursor)
+{
+    struct env e = {0};
+    struct store_changed_answer a;
+    struct store_changed_req r[7] = {
+        creq("nope", INT64_MIN, "garbage", 0), creq("q", INT64_MIN, "t|1|a", 0),
+        creq("q", INT64_MIN, "n|a", 0),        creq("q", INT64_MIN, "p|", 0),
+        creq("q", INT64_MIN, "p|x", 0),        creq("q", INT64_MIN, "p|-1", 0),
+        creq("q", INT64_MIN, "p|0", 0)};
+    struct err err = {0};
+
+    env_open(&e);
+    env_push1(&e, T0, "q", "a", "1", "1");
+    EXPECT_EQ_I64(store_changed(e.store, STORE_DEFAULT_TENANT, r, 7, &a, &err),
+                  0);
+    EXPECT_EQ_I64(a.entries[0].error, STORE_UNKNOWN_TOPIC_OR_PARTITION);
+    for (int i = 1; i < 6; i++) {
+        EXPECT_EQ_I64(a.entries[i].error, STORE_BAD_CURSOR);
+        EXPECT_EQ_U64(a.entries[i].n_partitions, 0);
+    }
+    EXPECT_EQ_I64(a.entries[6].error, STORE_ENTRY_OK);
+    EXPECT_EQ_U64(a.entries[6].n_partitions, 1);
+    EXPECT_STR_EQ(store_entry_error_name(STORE_BAD_CURSOR), "BAD_CURSOR");
+    store_changed_answer_free(&a);
+    env_close(&e);
+}
+
+TEST(changed_pages_over_2500_partitions)
+{
+    struct env e = {0};
+    struct store_changed_answer a;
+    struct pitem items[500];
+    char names[500][24];
+    char cursor[32] = "";
+    uint64_t last = 0;
+    size_t total = 0;
+    int pages = 0;
+    struct err err = {0};
+
+    env_open(&e);
+    for (int k = 0; k < 5; k++) {
+        for (int i = 0; i < 500; i++) {
+            snprintf(names[i], sizeof(names[i]), "p%04d", k * 500 + i);
+            items[i] = (struct pitem){"q", names[i], names[i], "1"};
+        }
+        env_push(&e, T0 + k, items, 500);
+    }
+    for (;;) {
+        struct store_changed_req r = creq("q", INT64_MIN, cursor, 1000);
+
+        EXPECT_EQ_I64(
+            store_changed(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err), 0);
+        pages++;
+        for (size_t i = 0; i < a.entries[0].n_partitions; i++) {
+            EXPECT(a.entries[0].partitions[i].id > last);
+            last = a.entries[0].partitions[i].id;
+        }
+        total += a.entries[0].n_partitions;
+        if (!a.entries[0].has_next) {
+            store_changed_answer_free(&a);
+            break;
+        }
+        EXPECT_EQ_U64(a.entries[0].n_partitions, 1000);
+        EXPECT_EQ_U64(a.entries[0].next_pid, last);
+        snprintf(cursor, sizeof(cursor), "p|%" PRIu64, a.entries[0].next_pid);
+        store_changed_answer_free(&a);
+        if (pages > 10) {
+            break;
+        }
+    }
+    EXPECT_EQ_U64(total, 2500);
+    EXPECT_EQ_I64(pages, 3);
+    env_close(&e);
+}
+
+TEST(changed_exactly_full_page_costs_one_more_call)
+{
+    struct env e = {0};
+    struct store_changed_answer a;
+    struct store_changed_req r = creq("q", INT64_MIN, "", 2);
+    struct err err = {0};
+
+    env_open(&e);
+    env_push1(&e, T0, "q", "a", "1", "1");
+    env_push1(&e, T0 + 1, "q", "b", "2", "1");
+    EXPECT_EQ_I64(store_changed(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
+                  0);
+    EXPECT(a.entries[0].has_next);
+    store_changed_answer_free(&a);
+    r = creq("q", INT64_MIN, "p|2", 2);
+    EXPECT_EQ_I64(store_changed(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
+                  0);
+    EXPECT_EQ_U64(a.entries[0].n_partitions, 0);
+    EXPECT(!a.entries[0].has_next);
+    store_changed_answer_free(&a);
+    env_close(&e);
+}
+
+/* ---- queues, stats ------------------------------------------------------ */
+
+TEST(queues_are_listed_in_name_order_with_implicit_options)
+{
+    struct env e = {0};
+    struct store_queue_list l;
+    struct store_queue_info qi;
+    struct err err = {0};
+
+    env_open(&e);
+    env_push1(&e, T0, "orders", "a", "1", "1");
+    env_push1(&e, T0 + 1, "billing", "a", "1", "1");
+    env_push1(&e, T0 + 2, "billing", "b", "2", "1");
+    EXPECT_EQ_I64(store_list_queues(e.store, STORE_DEFAULT_TENANT, &l, &err),
+                  0);
+    EXPECT_EQ_U64(l.n, 2);
+    EXPECT_MEM_EQ(l.queues[0].name.ptr, l.queues[0].name.len, "billing", 7);
+    EXPECT_EQ_U64(l.queues[0].n_partitions, 2);
+    EXPECT_EQ_I64(l.queues[0].created_at, T0 + 1);
+    EXPECT_EQ_I64(l.queues[1].options.dedup_window_seconds, 3600);
+    EXPECT_EQ_I64(l.queues[1].options.lease_time, 60);
+    EXPECT(!l.queues[1].options.retention_enabled);
+    store_queue_list_free(&l);
+    EXPECT_EQ_I64(store_get_queue(e.store, STORE_DEFAULT_TENANT,
+                                  SLICE_LIT("orders"), &qi, &err),
+                  0);
+    EXPECT_EQ_U64(qi.n_partitions, 1);
+    EXPECT_EQ_I64(store_get_queue(e.store, STORE_DEFAULT_TENANT,
+                                  SLICE_LIT("nope"), &qi, &err),
+                  ERR_NOT_FOUND);
+    env_close(&e);
+}
+
+TEST(stats_count_rows)
+{
+    struct env e = {0};
+    struct store_stats st;
+    struct err err = {0};
+
+    env_open(&e);
+    fill(&e, "q", "p", 3);
+    EXPECT_EQ_I64(store_stats(e.store, &st, &err), 0);
+    EXPECT_EQ_U64(st.n_queues, 1);
+    EXPECT_EQ_U64(st.n_partitions, 1);
+    EXPECT_EQ_U64(st.n_records, 3);
+    EXPECT_EQ_U64(st.applied_index, 3);
+    EXPECT(st.used_bytes > 0 && st.used_bytes < st.map_size);
+    env_close(&e);
+}
+
+TEST(partition_uuids_are_deterministic)
+{
+    struct env a = {0};
+    struct env b = {0};
+    struct store_changed_answer x;
+    struct store_changed_answer y;
+    struct store_changed_req r = creq("q", INT64_MIN, "", 0);
+    struct err err = {0};
+
+    env_open(&a);
+    env_open(&b);
+    fill(&a, "q", "p", 2);
+    fill(&b, "q", "p", 2);
+    store_changed(a.store, STORE_DEFAULT_TENANT, &r, 1, &x, &err);
+    store_changed(b.store, STORE_DEFAULT_TENANT, &r, 1, &y, &err);
+    EXPECT_MEM_EQ(x.entries[0].partitions[0].uuid, 16,
+                  y.entries[0].partitions[0].uuid, 16);
+    EXPECT_EQ_U64(x.entries[0].partitions[0].uuid[6] & 0xf0, 0x70);
+    store_changed_answer_free(&x);
+    store_changed_answer_free(&y);
+    env_close(&a);
+    env_close(&b);
+}
