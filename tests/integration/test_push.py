@@ -124,14 +124,6 @@ def test_duplicates_inside_one_request_collapse_onto_the_first(broker):
     assert len(broker.fetch_one("dd")["records"]) == 2
 
 
-def test_same_txn_in_another_partition_is_not_a_duplicate(broker):
-    out = broker.push([{"queue": "dp", "partition": "a",
-                        "transactionId": "t", "payload": 1},
-                       {"queue": "dp", "partition": "b",
-                        "transactionId": "t", "payload": 2}])
-    assert [e["status"] for e in out] == ["queued", "queued"]
-
-
 def test_empty_items_answers_empty_array(broker):
     r = broker.post("/api/v1/push", {"items": []})
     assert r.status == 201 and r.body.strip() == b"[]", r
