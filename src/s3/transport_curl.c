@@ -1,0 +1,260 @@
+/* The libcurl transport behind the S3 client's seam.
+ *
+ * One easy handle per request in flight, drawn from a pool of idle handles
+ * under a mutex, so threads never share a handle and kept-alive
+ * connections are reused. A body goes out through a read callback over
+ * the caller's memory (CURLOPT_UPLOAD); curl adds its own unsigned
+ * "Expect: 100-continue", which S3 and the test bucket answer. */
+#include "s3/transport_curl.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/xalloc.h"
+#include "s3/retry.h"
+
+#define POOL_MAX 16
+
+struct s3_curl {
+    pthread_mutex_t mu;
+    CURL *idle[POOL_MAX];
+    size_t n_idle;
+};
+
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+
+static void global_init(void)
+{
+    ASSERT(curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK);
+}
+
+struct s3_curl *s3_curl_new(void)
+{
+    struct s3_curl *tc = xcalloc(1, sizeof(*tc));
+
+    pthread_once(&global_once, global_init);
+    pthread_mutex_init(&tc->mu, NULL);
+    return tc;
+}
+
+void s3_curl_free(struct s3_curl *tc)
+{
+    if (tc == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < tc->n_idle; i++) {
+        curl_easy_cleanup(tc->idle[i]);
+    }
+    pthread_mutex_destroy(&tc->mu);
+    free(tc);
+}
+
+static CURL *take(struct s3_curl *tc)
+{
+    CURL *h = NULL;
+
+    pthread_mutex_lock(&tc->mu);
+    if (tc->n_idle > 0) {
+        h = tc->idle[--tc->n_idle];
+    }
+    pthread_mutex_unlock(&tc->mu);
+    if (h == NULL) {
+        h = curl_easy_init();
+        ASSERT(h != NULL);
+    } else {
+        curl_easy_reset(h); /* keeps the connection cache */
+    }
+    return h;
+}
+
+static void give_back(struct s3_curl *tc, CURL *h)
+{
+    pthread_mutex_lock(&tc->mu);
+    if (tc->n_idle < POOL_MAX) {
+        tc->idle[tc->n_idle++] = h;
+        h = NULL;
+    }
+    pthread_mutex_unlock(&tc->mu);
+    if (h != NULL) {
+        curl_easy_cleanup(h);
+    }
+}
+
+struct xfer {
+    const char *body;
+    size_t len;
+    size_t off;
+    struct s3_http_answer *ans;
+    bool too_big;
+};
+
+static size_t on_read(char *p, size_t size, size_t n, void *arg)
+{
+    struct xfer *x = arg;
+    size_t want = size * n;
+    size_t left = x->len - x->off;
+
+    if (want > left) {
+        want = left;
+    }
+    if (want > 0) {
+        memcpy(p, x->body + x->off, want);
+        x->off += want;
+    }
+    return want;
+}
+
+static size_t on_write(char *p, size_t size, size_t n, void *arg)
+{
+    struct xfer *x = arg;
+    struct err err = {0};
+
+    if (buf_append(x->ans->body, p, size * n, &err) != 0) {
+        x->too_big = true;
+        return 0; /* aborts the transfer */
+    }
+    return size * n;
+}
+
+/* Is line "Name: value"? Then the trimmed value span. */
+static bool header_value(const char *line, size_t n, const char *name,
+                         const char **v, size_t *vl)
+{
+    size_t nl = strlen(name);
+
+    if (n <= nl || strncasecmp(line, name, nl) != 0 || line[nl] != ':') {
+        return false;
+    }
+    line += nl + 1;
+    n -= nl + 1;
+    while (n > 0 && (*line == ' ' || *line == '\t')) {
+        line++;
+        n--;
+    }
+    while (n > 0 &&
+           (line[n - 1] == '\r' || line[n - 1] == '\n' || line[n - 1] == ' ')) {
+        n--;
+    }
+    *v = line;
+    *vl = n;
+    return true;
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *arg)
+{
+    struct xfer *x = arg;
+    struct s3_http_answer *a = x->ans;
+    size_t len = size * n;
+    const char *v;
+    size_t vl;
+
+    if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) { /* a new answer (after 100) */
+        a->etag[0] = '\0';
+        a->content_length = -1;
+        a->retry_after_ms = -1;
+    } else if (header_value(p, len, "ETag", &v, &vl)) {
+        if (vl >= sizeof(a->etag)) {
+            vl = sizeof(a->etag) - 1;
+        }
+        memcpy(a->etag, v, vl);
+        a->etag[vl] = '\0';
+    } else if (header_value(p, len, "Content-Length", &v, &vl)) {
+        char tmp[32];
+        snprintf(tmp, sizeof(tmp), "%.*s", (int)(vl < 31 ? vl : 31), v);
+        a->content_length = strtoll(tmp, NULL, 10);
+    } else if (header_value(p, len, "Retry-After", &v, &vl)) {
+        a->retry_after_ms = s3_retry_parse_retry_after(v, vl);
+    }
+    return len;
+}
+
+static void set_method(CURL *h, const struct s3_http_request *req,
+                       struct xfer *x)
+{
+    if (req->is_head) {
+        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+        return;
+    }
+    if (strcmp(req->method, "PUT") == 0 || strcmp(req->method, "POST") == 0) {
+        curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
+        curl_easy_setopt(h, CURLOPT_READDATA, x);
+        curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)x->len);
+        curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 512L * 1024L);
+    }
+    if (strcmp(req->method, "GET") != 0) {
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
+    }
+}
+
+static int finish(CURL *h, CURLcode rc, const char *errbuf,
+                  const struct s3_http_request *req, const struct xfer *x,
+                  struct err *err)
+{
+    long status = 0;
+
+    if (x->too_big) {
+        return err_set(err, ERR_TOO_BIG,
+                       "%s answer body is over its cap of %zu bytes",
+                       req->method, x->ans->body->max);
+    }
+    if (rc == CURLE_OPERATION_TIMEDOUT) {
+        return err_set(err, ERR_TIMEOUT, "%s: %s", curl_easy_strerror(rc),
+                       errbuf[0] != '\0' ? errbuf : "timed out");
+    }
+    if (rc != CURLE_OK) {
+        return err_set(err, ERR_IO, "%s: %s", curl_easy_strerror(rc),
+                       errbuf[0] != '\0' ? errbuf : "no detail");
+    }
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    x->ans->status = (int)status;
+    return 0;
+}
+
+static int curl_perform(void *arg, const struct s3_http_request *req,
+                        struct s3_http_answer *ans, struct err *err)
+{
+    struct s3_curl *tc = arg;
+    struct xfer x = {req->body, req->body_len, 0, ans, false};
+    struct curl_slist *hl = NULL;
+    char errbuf[CURL_ERROR_SIZE] = "";
+    CURL *h = take(tc);
+    CURLcode rc;
+    int ret;
+
+    buf_reset(ans->body);
+    for (size_t i = 0; i < req->n_headers; i++) {
+        struct curl_slist *t = curl_slist_append(hl, req->headers[i]);
+        ASSERT(t != NULL);
+        hl = t;
+    }
+    curl_easy_setopt(h, CURLOPT_URL, req->url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, req->connect_timeout_ms);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, req->timeout_ms);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &x);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &x);
+    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L * 1024L);
+    set_method(h, req, &x);
+    rc = curl_easy_perform(h);
+    ret = finish(h, rc, errbuf, req, &x, err);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+    curl_slist_free_all(hl);
+    give_back(tc, h);
+    return ret;
+}
+
+struct s3_transport s3_curl_transport(struct s3_curl *tc)
+{
+    struct s3_transport t = {curl_perform, tc};
+
+    return t;
+}
