@@ -1,0 +1,720 @@
+"""The lake verifier: the oracle every sink end-to-end test uses.
+
+It reads only the bucket's files (s3rver's directory, a plain directory or
+boto3) and never trusts what the sink says about itself.  verify_queue()
+checks, for one queue, every rule of reference 7.9 `verify_queue`:
+
+  (1) manifests windows/<k:010>.json numbered 1..n with no gap, compact JSON
+      with the keys in the order of reference 4.3, naming the sink, tenant,
+      queue and k; format, compression, layout and writer as expected; lost
+      ranges as expected (none unless the test says which); tStart < tEnd
+      and tStart(k) = tEnd(k-1) (windows tile);
+  (2) each manifest's objects at the keys derived from (prefix, tenant,
+      queue, k, tStart, tEnd, align, layout) (reference 4.2), with bytes,
+      sha256, records, partitions, minTs and maxTs matching the objects;
+  (3) each object decoded per its extension (.jsonl.zst, .jsonl.gz, .jsonl)
+      ends with LF, one line per record, each line's envelope byte-exact
+      (keys partition, offset, transactionId, ts, payload; the head rebuilt
+      with json.dumps(ensure_ascii=False) equals the bytes; ts ISO with 6
+      digits); payload = the raw bytes after ,"payload": up to the last };
+  (4) lines sorted by (partition UTF-8 bytes, offset) strictly; every ts in
+      [tStart, tEnd);
+  (5) every acknowledged record in the lake exactly once, with its
+      transactionId and its payload byte-identical (raw LF and CR replaced by
+      a space; an empty payload reads null); nothing unacknowledged;
+  (6) offsets per partition contiguous from 0 (in the lake and in the push
+      answers), except inside expected lost ranges; ts non-decreasing with
+      offset;
+  (7) no orphan data objects: every object under the queue's data prefix is
+      named by a manifest; checkpoints decode and match their window.
+
+A failure raises LakeError(reason); the reason names the rule's words
+("differs from what was pushed", "transactionId", "twice", "not in the
+lake", "not sorted", "outside the window", "do not tile", "no manifest
+names it", "sha256 differs") so a test can tell which rule broke.
+
+make_lake() is the mirror image: it writes a lake by the same rules, for the
+self-test and for reader-compatibility tests.
+"""
+
+import calendar
+import datetime
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+import time
+
+ISO_RE = re.compile(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{6})Z$")
+STRING = r'"(?:[^"\\]|\\.)*"'
+HEAD_RE = re.compile(
+    (r'^\{"partition":(%s),"offset":(-?\d+),"transactionId":(%s),'
+     r'"ts":"([^"]*)","payload":') % (STRING, STRING), re.S)
+MANIFEST_KEYS = ["sink", "tenant", "queue", "k", "tStart", "tEnd", "format",
+                 "compression", "layout", "objects", "records", "bytes",
+                 "partitions", "minTs", "maxTs", "lost", "writer",
+                 "committedAt"]
+OBJECT_KEYS = ["key", "bytes", "records", "sha256", "partition",
+               "firstOffset", "lastOffset"]
+EXTENSIONS = {("jsonl", "zstd"): "jsonl.zst", ("jsonl", "gzip"): "jsonl.gz",
+              ("jsonl", "none"): "jsonl", ("parquet", "zstd"): "parquet",
+              ("parquet", "snappy"): "parquet"}
+WRITER_FORMATS = {("jsonl", "zstd"): "jsonl+zstd", ("jsonl", "gzip"):
+                  "jsonl+gzip", ("jsonl", "none"): "jsonl",
+                  ("parquet", "zstd"): "parquet/59 zstd",
+                  ("parquet", "snappy"): "parquet/59 snappy"}
+HOUR_US = 3600 * 10**6
+SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                 b"0123456789._-")
+
+
+class LakeError(AssertionError):
+    """The lake breaks a rule; .reason says which and where."""
+
+    def __init__(self, reason):
+        super().__init__(reason)
+        self.reason = reason
+
+
+# ---------------------------------------------------------------------------
+# Readers: list_keys(prefix) -> sorted keys, read(key) -> bytes | None
+
+class S3rverDirReader:
+    """The files of one bucket in s3rver's directory (TestBucket.data_dir)."""
+
+    def __init__(self, data_dir, bucket):
+        import s3proxy  # tests/bucket, on sys.path through conftest.py
+        self._s3proxy = s3proxy
+        self.data_dir = data_dir
+        self.bucket = bucket
+
+    def list_keys(self, prefix=""):
+        return self._s3proxy.walk_keys(self.data_dir, self.bucket, prefix)
+
+    def read(self, key):
+        if not self._s3proxy.key_is_storable(key):
+            return None
+        try:
+            with open(self._s3proxy.object_path(self.data_dir, self.bucket,
+                                                key), "rb") as f:
+                return f.read()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+
+def bucket_reader(test_bucket, bucket="lake"):
+    """A reader over a running TestBucket's files on disk."""
+    return S3rverDirReader(test_bucket.data_dir, bucket)
+
+
+class PlainDirReader:
+    """A hand-made lake: the key is the file's path below root."""
+
+    def __init__(self, root):
+        self.root = root
+
+    def list_keys(self, prefix=""):
+        keys = []
+        for dirpath, _, files in os.walk(self.root):
+            rel = os.path.relpath(dirpath, self.root)
+            for name in files:
+                key = name if rel == "." else rel + "/" + name
+                if key.startswith(prefix):
+                    keys.append(key)
+        return sorted(keys, key=lambda k: k.encode())
+
+    def read(self, key):
+        try:
+            with open(os.path.join(self.root, *key.split("/")), "rb") as f:
+                return f.read()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    def put(self, key, data):
+        path = os.path.join(self.root, *key.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+
+
+class Boto3Reader:
+    """Any bucket through a boto3 client (TestBucket.boto3())."""
+
+    def __init__(self, client, bucket):
+        self.client = client
+        self.bucket = bucket
+
+    def list_keys(self, prefix=""):
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix)
+        return sorted((o["Key"] for p in pages for o in p.get("Contents", [])),
+                      key=lambda k: k.encode())
+
+    def read(self, key):
+        try:
+            return self.client.get_object(Bucket=self.bucket,
+                                          Key=key)["Body"].read()
+        except self.client.exceptions.NoSuchKey:
+            return None
+
+
+# ---------------------------------------------------------------------------
+# Names, keys and stamps (reference 4.1, 4.2, 4.10)
+
+def esc(name):
+    """Reference 4.1: every byte outside A-Z a-z 0-9 . _ - as %XX."""
+    return "".join(chr(c) if c in SAFE else "%%%02X" % c
+                   for c in name.encode("utf-8"))
+
+
+def iso_us(us):
+    """ISO-µs text of a µs stamp: 2026-09-04T10:05:00.000000Z."""
+    d = datetime.datetime(1970, 1, 1) + datetime.timedelta(microseconds=us)
+    return d.strftime("%Y-%m-%dT%H:%M:%S.") + "%06dZ" % d.microsecond
+
+
+def parse_iso_us(text):
+    m = ISO_RE.match(text)
+    if not m:
+        return None
+    y, mo, d, h, mi, s, frac = (int(x) for x in m.groups())
+    try:
+        datetime.date(y, mo, d)
+    except ValueError:
+        return None
+    if h > 23 or mi > 59 or s > 59:
+        return None
+    return (calendar.timegm((y, mo, d, h, mi, s)) * 10**6) + frac
+
+
+def queue_root(prefix, tenant, queue):
+    return "%s/tenant=%s/queue=%s" % (prefix, esc(tenant), esc(queue))
+
+
+def sidecar_root(prefix, tenant, queue):
+    return "%s/_queen/tenant=%s/queue=%s" % (prefix, esc(tenant), esc(queue))
+
+
+def manifest_key(prefix, tenant, queue, k):
+    return "%s/windows/%010d.json" % (sidecar_root(prefix, tenant, queue), k)
+
+
+def checkpoint_key(prefix, tenant, queue, k):
+    return "%s/checkpoint/%010d.json.zst" % (
+        sidecar_root(prefix, tenant, queue), k)
+
+
+def data_key(prefix, tenant, queue, k, t_start, t_end, *, fmt="jsonl",
+             compression="zstd", align="hour", partition=None, first=None,
+             last=None):
+    """Reference 4.2; dt/hour from max(tStart, 0)."""
+    stamp = iso_us(max(t_start, 0))
+    parts = [queue_root(prefix, tenant, queue), "dt=" + stamp[:10]]
+    if align in ("hour", "none"):
+        parts.append("hour=" + stamp[11:13])
+    name = "w-%010d-%016d-%016d" % (k, max(t_start, 0), max(t_end, 0))
+    if partition is not None:
+        name += "-p-%s-%012d-%012d" % (esc(partition), max(first, 0),
+                                       max(last, 0))
+    parts.append(name + "." + EXTENSIONS[(fmt, compression)])
+    return "/".join(parts)
+
+
+# ---------------------------------------------------------------------------
+# Encoding (make_lake) and decoding
+
+def jsonl_line(partition, offset, txn, ts_us, payload):
+    """One record as the sink writes it (reference 4.6)."""
+    if payload is None or payload == b"":
+        payload = b"null"
+    payload = payload.replace(b"\n", b" ").replace(b"\r", b" ")
+    head = '{"partition":%s,"offset":%d,"transactionId":%s,"ts":"%s",' \
+        '"payload":' % (json.dumps(partition, ensure_ascii=False), offset,
+                        json.dumps(txn, ensure_ascii=False), iso_us(ts_us))
+    return head.encode("utf-8") + payload + b"}\n"
+
+
+def compress(data, compression):
+    if compression == "zstd":
+        import zstandard
+        return zstandard.ZstdCompressor(level=3).compress(data)
+    if compression == "gzip":
+        return gzip.compress(data, compresslevel=6, mtime=0)
+    return data
+
+
+def decompress(data, compression, key):
+    try:
+        if compression == "zstd":
+            import zstandard
+            with zstandard.ZstdDecompressor().stream_reader(
+                    io.BytesIO(data), read_across_frames=True) as r:
+                return r.read()
+        if compression == "gzip":
+            return gzip.decompress(data)
+        return data
+    except Exception as e:  # zstd.ZstdError, OSError, EOFError, ...
+        raise LakeError("%s: does not decode as %s: %s"
+                        % (key, compression, e)) from None
+
+
+def make_lake(put, prefix, tenant, queue, windows, *, fmt="jsonl",
+              compression="zstd", layout="merged", align="hour",
+              sink="default", writer=None, committed_at=None,
+              checkpoint_every=0, lost=None):
+    """Write a lake by the rules verify_queue checks.  put(key, bytes)
+    stores an object; windows = [(tStart, tEnd, [(partition, offset,
+    transactionId, ts µs, payload bytes)])] for k = 1, 2, ...; the records
+    are written in the order given (sort them to obtain a good lake).
+    lost = {k: [{"partition", "from", "to"}]}.  Returns the manifests."""
+    if fmt != "jsonl":
+        raise ValueError("make_lake writes JSONL only")
+    writer = writer or "queen-s3/2.0.0 " + WRITER_FORMATS[(fmt, compression)]
+    committed_at = committed_at or "2026-10-02T00:00:00.000000Z"
+    out = []
+    for k, (t_start, t_end, records) in enumerate(windows, 1):
+        groups = [(None, records)] if layout == "merged" else \
+            _runs_by_partition(records)
+        objects = []
+        for part, recs in groups:
+            body = compress(b"".join(jsonl_line(*r) for r in recs),
+                            compression)
+            key = data_key(prefix, tenant, queue, k, t_start, t_end, fmt=fmt,
+                           compression=compression, align=align,
+                           partition=part,
+                           first=recs[0][1] if part is not None else None,
+                           last=recs[-1][1] if part is not None else None)
+            put(key, body)
+            obj = {"key": key, "bytes": len(body), "records": len(recs),
+                   "sha256": hashlib.sha256(body).hexdigest()}
+            if part is not None:
+                obj.update(partition=part, firstOffset=recs[0][1],
+                           lastOffset=recs[-1][1])
+            objects.append(obj)
+        m = {"sink": sink, "tenant": tenant, "queue": queue, "k": k,
+             "tStart": t_start, "tEnd": t_end, "format": fmt,
+             "compression": compression, "layout": layout,
+             "objects": objects, "records": len(records),
+             "bytes": sum(o["bytes"] for o in objects),
+             "partitions": len({r[0] for r in records})}
+        if records:
+            m["minTs"] = min(r[3] for r in records)
+            m["maxTs"] = max(r[3] for r in records)
+        m.update(lost=list((lost or {}).get(k, [])), writer=writer,
+                 committedAt=committed_at)
+        put(manifest_key(prefix, tenant, queue, k), compact(m))
+        if checkpoint_every and k % checkpoint_every == 0:
+            put(checkpoint_key(prefix, tenant, queue, k),
+                compress(compact({"k": k, "tEnd": t_end, "positions": []}),
+                         "zstd"))
+        out.append(m)
+    return out
+
+
+def _runs_by_partition(records):
+    runs = []
+    for r in records:
+        if runs and runs[-1][0] == r[0]:
+            runs[-1][1].append(r)
+        else:
+            runs.append((r[0], [r]))
+    return runs
+
+
+def compact(obj):
+    return json.dumps(obj, ensure_ascii=False,
+                      separators=(",", ":")).encode("utf-8")
+
+
+# ---------------------------------------------------------------------------
+# Verification
+
+def verify_queue(reader, prefix, tenant, queue, acked, *, fmt="jsonl",
+                 compression="zstd", layout="merged", align="hour",
+                 sink="default", expect_lost=None):
+    """Check the lake of one queue (rules (1)-(7) above) against the acked
+    records [(partition, offset, transactionId, payload bytes)].  Returns a
+    summary dict; raises LakeError with the first broken rule."""
+    if fmt != "jsonl":
+        raise NotImplementedError("verify_queue reads JSONL objects only")
+    if (fmt, compression) not in EXTENSIONS:
+        raise ValueError("no %s object is compressed with %s"
+                         % (fmt, compression))
+    expect_lost = sorted(_lost_tuple(x) for x in expect_lost or [])
+    want = _index_acked(acked, expect_lost)
+    manifests = _read_manifests(reader, prefix, tenant, queue)
+    opts = dict(fmt=fmt, compression=compression, layout=layout,
+                align=align, sink=sink)
+    seen = {}  # (partition, offset) -> (ts, where)
+    named = set()
+    lost = []
+    prev = None
+    for k, m in manifests:
+        _check_manifest(m, k, tenant, queue, opts)
+        if prev is not None and m["tStart"] != prev["tEnd"]:
+            raise LakeError("windows %d and %d do not tile: tEnd(%d)=%d but "
+                            "tStart(%d)=%d" % (k - 1, k, k - 1, prev["tEnd"],
+                                               k, m["tStart"]))
+        lost += [_lost_tuple(x) for x in m["lost"]]
+        _check_objects(reader, prefix, tenant, queue, k, m, opts, seen, want)
+        named.update(o["key"] for o in m["objects"])
+        prev = m
+    if sorted(lost) != expect_lost:
+        raise LakeError("lost ranges %s differ from the expected %s"
+                        % (sorted(lost), expect_lost))
+    for (p, o) in sorted(want, key=lambda x: (x[0].encode(), x[1])):
+        if (p, o) not in seen:
+            raise LakeError("record %r/%d was acknowledged but is not in the "
+                            "lake" % (p, o))
+    per_partition = _check_offsets(seen, expect_lost)
+    _check_orphans(reader, prefix, tenant, queue, named)
+    checkpoints = _check_checkpoints(reader, prefix, tenant, queue,
+                                     dict(manifests))
+    return {"manifests": len(manifests), "objects": len(named),
+            "records": len(seen), "partitions": per_partition,
+            "bytes": sum(m["bytes"] for _, m in manifests),
+            "tEnd": prev["tEnd"] if prev else None, "lost": lost,
+            "checkpoints": checkpoints}
+
+
+def _lost_tuple(x):
+    if isinstance(x, dict):
+        return (x["partition"], x["from"], x["to"])
+    return tuple(x)
+
+
+def _in_lost(lost, p, o):
+    return any(lp == p and lo <= o <= hi for lp, lo, hi in lost)
+
+
+def _index_acked(acked, expect_lost):
+    want = {}
+    offsets = {}
+    for p, o, txn, payload in acked:
+        if (p, o) in want:
+            raise LakeError("the push answers hold %r/%d twice" % (p, o))
+        if payload is None or payload == b"":
+            payload = b"null"
+        if isinstance(payload, str):
+            payload = payload.encode("utf-8")
+        payload = payload.replace(b"\n", b" ").replace(b"\r", b" ")
+        offsets.setdefault(p, []).append(o)
+        if not _in_lost(expect_lost, p, o):
+            want[(p, o)] = (txn, payload)
+    for p, offs in offsets.items():
+        if sorted(offs) != list(range(len(offs))):
+            raise LakeError("the push answers' offsets of partition %r are "
+                            "not contiguous from 0" % p)
+    return want
+
+
+def _read_manifests(reader, prefix, tenant, queue):
+    root = sidecar_root(prefix, tenant, queue) + "/windows/"
+    out = []
+    for key in reader.list_keys(root):
+        m = re.match(r"^(\d{10})\.json$", key[len(root):])
+        if not m:
+            raise LakeError("%s: not a manifest name (windows/<k:010>.json)"
+                            % key)
+        k = int(m.group(1))
+        if k != len(out) + 1:
+            raise LakeError("manifests are not numbered 1..n without a gap: "
+                            "%s follows k=%d" % (key, len(out)))
+        data = reader.read(key)
+        try:
+            doc = json.loads(data, object_pairs_hook=_no_duplicate_keys)
+        except ValueError as e:
+            raise LakeError("manifest %d: not JSON: %s" % (k, e)) from None
+        if not isinstance(doc, dict):
+            raise LakeError("manifest %d: not a JSON object" % k)
+        if compact(doc) != data:
+            raise LakeError("manifest %d: not compact JSON with the keys in "
+                            "order" % k)
+        out.append((k, doc))
+    return out
+
+
+def _no_duplicate_keys(pairs):
+    d = {}
+    for name, value in pairs:
+        if name in d:
+            raise ValueError("duplicate key %r" % name)
+        d[name] = value
+    return d
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_manifest(m, k, tenant, queue, opts):
+    keys = list(m)
+    order = [x for x in MANIFEST_KEYS if x in m]
+    missing = [x for x in MANIFEST_KEYS if x not in m and
+               x not in ("minTs", "maxTs")]
+    if missing or keys != order:
+        raise LakeError("manifest %d: keys %s, expected the order %s"
+                        % (k, keys, MANIFEST_KEYS))
+    expect = {"sink": opts["sink"], "tenant": tenant, "queue": queue,
+              "k": k, "format": opts["fmt"],
+              "compression": opts["compression"], "layout": opts["layout"]}
+    for name, value in expect.items():
+        if m[name] != value:
+            raise LakeError("manifest %d: %s is %r, expected %r"
+                            % (k, name, m[name], value))
+    for name in ("tStart", "tEnd", "records", "bytes", "partitions"):
+        if not _is_int(m[name]):
+            raise LakeError("manifest %d: %s is not an integer" % (k, name))
+    if not m["tStart"] < m["tEnd"]:
+        raise LakeError("manifest %d: tStart %d is not below tEnd %d"
+                        % (k, m["tStart"], m["tEnd"]))
+    desc = WRITER_FORMATS[(opts["fmt"], opts["compression"])]
+    w = m["writer"]
+    if not (isinstance(w, str) and re.match(r"^queen-s3/\S+ ", w) and
+            w.split(" ", 1)[1] == desc):
+        raise LakeError("manifest %d: writer %r is not 'queen-s3/<version> "
+                        "%s'" % (k, w, desc))
+    c = m["committedAt"]
+    if not isinstance(c, str) or parse_iso_us(c) is None:
+        raise LakeError("manifest %d: committedAt %r is not ISO-µs" % (k, c))
+    if not isinstance(m["lost"], list) or not isinstance(m["objects"], list):
+        raise LakeError("manifest %d: lost and objects must be arrays" % k)
+    if not m["objects"]:
+        raise LakeError("manifest %d names no object" % k)
+    if (("minTs" in m) != (m["records"] > 0)) or \
+            (("maxTs" in m) != (m["records"] > 0)):
+        raise LakeError("manifest %d: minTs/maxTs present iff records > 0"
+                        % k)
+
+
+def _check_objects(reader, prefix, tenant, queue, k, m, opts, seen, want):
+    per_partition = opts["layout"] == "per-partition"
+    if not per_partition and len(m["objects"]) != 1:
+        raise LakeError("manifest %d: a merged window names exactly one "
+                        "object, not %d" % (k, len(m["objects"])))
+    totals = {"records": 0, "bytes": 0}
+    partitions, stamps = set(), []
+    for obj in m["objects"]:
+        lines = _check_object(reader, k, m, obj, opts, per_partition,
+                              (prefix, tenant, queue))
+        totals["records"] += obj["records"]
+        totals["bytes"] += obj["bytes"]
+        for p, o, txn, ts, payload in lines:
+            _check_record(k, obj["key"], p, o, txn, ts, payload, seen, want)
+            partitions.add(p)
+            stamps.append(ts)
+    for name in ("records", "bytes"):
+        if m[name] != totals[name]:
+            raise LakeError("manifest %d: %s %d is not the sum over its "
+                            "objects (%d)" % (k, name, m[name], totals[name]))
+    if m["partitions"] != len(partitions):
+        raise LakeError("manifest %d: partitions %d, the objects hold %d"
+                        % (k, m["partitions"], len(partitions)))
+    if stamps and (m["minTs"], m["maxTs"]) != (min(stamps), max(stamps)):
+        raise LakeError("manifest %d: minTs/maxTs %d/%d, the objects hold "
+                        "%d/%d" % (k, m["minTs"], m["maxTs"], min(stamps),
+                                   max(stamps)))
+
+
+def _check_object(reader, k, m, obj, opts, per_partition, where):
+    if not isinstance(obj, dict) or list(obj) != \
+            [x for x in OBJECT_KEYS if x in obj]:
+        raise LakeError("manifest %d: object entry %r has keys out of order"
+                        % (k, obj))
+    extra = ("partition" in obj, "firstOffset" in obj, "lastOffset" in obj)
+    if extra != (per_partition,) * 3:
+        raise LakeError("manifest %d: partition/firstOffset/lastOffset must "
+                        "%sappear in %s objects" % (
+                            k, "" if per_partition else "not ",
+                            opts["layout"]))
+    prefix, tenant, queue = where
+    key = data_key(prefix, tenant, queue, k, m["tStart"], m["tEnd"],
+                   fmt=opts["fmt"], compression=opts["compression"],
+                   align=opts["align"], partition=obj.get("partition"),
+                   first=obj.get("firstOffset"), last=obj.get("lastOffset"))
+    if obj["key"] != key:
+        raise LakeError("manifest %d: object key %s is not the derived key %s"
+                        % (k, obj["key"], key))
+    data = reader.read(key)
+    if data is None:
+        raise LakeError("manifest %d names %s, which is not in the bucket"
+                        % (k, key))
+    if len(data) != obj["bytes"]:
+        raise LakeError("%s: %d bytes, the manifest says %d"
+                        % (key, len(data), obj["bytes"]))
+    if hashlib.sha256(data).hexdigest() != obj["sha256"]:
+        raise LakeError("%s: sha256 differs from the manifest's" % key)
+    lines = _parse_lines(decompress(data, opts["compression"], key), key,
+                         m["tStart"], m["tEnd"])
+    if len(lines) != obj["records"]:
+        raise LakeError("%s: %d lines, the manifest says %d records"
+                        % (key, len(lines), obj["records"]))
+    if per_partition and lines and (
+            {x[0] for x in lines} != {obj["partition"]} or
+            (lines[0][1], lines[-1][1]) != (obj["firstOffset"],
+                                            obj["lastOffset"])):
+        raise LakeError("%s: holds other partitions or offsets than its "
+                        "manifest entry" % key)
+    return lines
+
+
+def _parse_lines(text, key, t_start, t_end):
+    if not text.endswith(b"\n"):
+        raise LakeError("%s: does not end with LF" % key)
+    out = []
+    prev = None
+    for n, line in enumerate(text[:-1].split(b"\n"), 1):
+        where = "%s line %d" % (key, n)
+        rec = _parse_line(line, where)
+        p, o, _, ts, _ = rec
+        sort_key = (p.encode("utf-8"), o)
+        if prev is not None and sort_key == prev:
+            raise LakeError("%s: record %r/%d is in the lake twice"
+                            % (where, p, o))
+        if prev is not None and sort_key < prev:
+            raise LakeError("%s: record %r/%d is not sorted after %r/%d"
+                            % (where, p, o, prev[0].decode(), prev[1]))
+        if not t_start <= ts < t_end:
+            raise LakeError("%s: ts %s is outside the window [%s, %s)"
+                            % (where, iso_us(ts), iso_us(t_start),
+                               iso_us(t_end)))
+        prev = sort_key
+        out.append(rec)
+    return out
+
+
+def _parse_line(line, where):
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise LakeError("%s: not UTF-8" % where) from None
+    m = HEAD_RE.match(text)
+    if not m or not line.endswith(b"}"):
+        raise LakeError("%s: not the envelope "
+                        '{"partition","offset","transactionId","ts","payload"}'
+                        ": %r" % (where, line[:200]))
+    try:
+        p, txn = json.loads(m.group(1)), json.loads(m.group(3))
+    except ValueError:
+        raise LakeError("%s: bad JSON string in the envelope" % where) \
+            from None
+    o, ts_text = int(m.group(2)), m.group(4)
+    ts = parse_iso_us(ts_text)
+    if ts is None:
+        raise LakeError("%s: ts %r is not ISO with 6 digits" % (where,
+                                                                 ts_text))
+    head = ('{"partition":%s,"offset":%d,"transactionId":%s,"ts":"%s",'
+            '"payload":' % (json.dumps(p, ensure_ascii=False), o,
+                            json.dumps(txn, ensure_ascii=False), ts_text))
+    head_bytes = head.encode("utf-8")
+    if not line.startswith(head_bytes):
+        raise LakeError("%s: envelope is not byte-exact: %r, expected %r"
+                        % (where, line[:len(head_bytes)], head_bytes))
+    payload = line[len(head_bytes):-1]
+    try:
+        json.loads(payload)
+    except ValueError:
+        raise LakeError("%s: payload is not JSON: %r" % (where, payload[:200])) \
+            from None
+    return (p, o, txn, ts, payload)
+
+
+def _check_record(k, key, p, o, txn, ts, payload, seen, want):
+    if (p, o) in seen:
+        raise LakeError("record %r/%d is in the lake twice (%s and %s)"
+                        % (p, o, seen[(p, o)][1], key))
+    seen[(p, o)] = (ts, key)
+    if (p, o) not in want:
+        raise LakeError("%s: record %r/%d was never acknowledged"
+                        % (key, p, o))
+    want_txn, want_payload = want[(p, o)]
+    if txn != want_txn:
+        raise LakeError("%s: record %r/%d has transactionId %r, the push "
+                        "answer said %r" % (key, p, o, txn, want_txn))
+    if payload != want_payload:
+        raise LakeError("%s: record %r/%d payload differs from what was "
+                        "pushed: %r, expected %r" % (key, p, o, payload[:200],
+                                                     want_payload[:200]))
+
+
+def _check_offsets(seen, lost):
+    by = {}
+    for (p, o), (ts, _) in seen.items():
+        by.setdefault(p, []).append((o, ts))
+    counts = {}
+    for p, recs in by.items():
+        recs.sort()
+        expect = [o for o in range(recs[-1][0] + 1)
+                  if not _in_lost(lost, p, o)]
+        if [o for o, _ in recs] != expect:
+            raise LakeError("partition %r: offsets in the lake are not "
+                            "contiguous from 0" % p)
+        for (o1, t1), (o2, t2) in zip(recs, recs[1:]):
+            if t2 < t1:
+                raise LakeError("partition %r: ts goes backwards from offset "
+                                "%d to %d" % (p, o1, o2))
+        counts[p] = len(recs)
+    return counts
+
+
+def _check_orphans(reader, prefix, tenant, queue, named):
+    for key in reader.list_keys(queue_root(prefix, tenant, queue) + "/"):
+        if key not in named:
+            raise LakeError("%s: data object, but no manifest names it" % key)
+
+
+def _check_checkpoints(reader, prefix, tenant, queue, manifests):
+    root = sidecar_root(prefix, tenant, queue) + "/"
+    out = []
+    for key in reader.list_keys(root):
+        rest = key[len(root):]
+        if rest.startswith("windows/"):
+            continue
+        m = re.match(r"^checkpoint/(\d{10})\.json\.zst$", rest)
+        if not m:
+            raise LakeError("%s: neither a manifest nor a checkpoint" % key)
+        k = int(m.group(1))
+        if k not in manifests:
+            raise LakeError("%s: checkpoint of window %d, which has no "
+                            "manifest" % (key, k))
+        try:
+            doc = json.loads(decompress(reader.read(key) or b"", "zstd", key))
+        except ValueError:
+            raise LakeError("%s: checkpoint is not JSON" % key) from None
+        if not isinstance(doc, dict) or doc.get("k") != k or \
+                doc.get("tEnd") != manifests[k]["tEnd"] or \
+                not isinstance(doc.get("positions"), list):
+            raise LakeError("%s: checkpoint does not match window %d's "
+                            "manifest (k, tEnd, positions)" % (key, k))
+        out.append(k)
+    return out
+
+
+def count_records(reader, prefix, tenant, queue):
+    """Records the committed manifests announce (cheap, for waiting)."""
+    root = sidecar_root(prefix, tenant, queue) + "/windows/"
+    n = 0
+    for key in reader.list_keys(root):
+        try:
+            n += json.loads(reader.read(key) or b"{}").get("records", 0)
+        except ValueError:
+            pass
+    return n
+
+
+def wait_queue(reader, prefix, tenant, queue, acked, timeout, **kw):
+    """Wait until the lake holds every acked record, then verify it.  Fails
+    at once when the lake holds more records than were acked."""
+    deadline = time.monotonic() + timeout
+    lost = [_lost_tuple(x) for x in kw.get("expect_lost") or []]
+    n = sum(1 for p, o, _, _ in acked if not _in_lost(lost, p, o))
+    while True:
+        have = count_records(reader, prefix, tenant, queue)
+        if have > n:
+            raise LakeError("the lake holds %d records, more than the %d "
+                            "acknowledged" % (have, n))
+        if have == n or time.monotonic() > deadline:
+            return verify_queue(reader, prefix, tenant, queue, acked, **kw)
+        time.sleep(0.1)

@@ -1,0 +1,243 @@
+"""The lake verifier's self-test (reference 7.9 `self` scenario): a good
+hand-made lake is accepted, and each of nine damages is refused with its own
+reason.  Also pins the formats the verifier derives (reference 4.1, 4.2,
+4.6) to the reference's test vectors."""
+
+import copy
+import os
+
+import pytest
+
+import lake
+from lake import LakeError, PlainDirReader, make_lake, verify_queue
+
+T0 = 1790812800 * 10**6  # 2026-10-01T00:00:00Z
+SEC = 10**6
+PREFIX, TENANT, QUEUE = "queen", "00000000-0000-0000-0000-000000000001", \
+    "a.orders"
+PARTITIONS = ["cust-0420", "ünï cødé/1", "p:2 100%", "日本-5", 'q"uote\\4',
+              "🦆-3"]
+PAYLOADS = [b'{"type":"paid","amount":1290}', b"42.00",
+            b"12345678901234567890123456789", b"1E+400", b"-0",
+            b'"caf\\u00e9 \xc3\xa9t\xc3\xa9"', b'{"a":\n1}', b"[1,\r\n2]",
+            None, b'"\xe2\x80\xa8 and \xc2\x85 raw"', b'{"x":"DEL\x7f"}',
+            b"[[[],[{}]],true,null]", b'"' + b"s" * 4000 + b'"',
+            b' {"after" :\t"ws"} ']
+GOOD = dict(writer="queen-s3/1.5.0 jsonl+gzip",
+            committed_at="2026-10-02T00:00:00.000000Z")
+OPTS = dict(compression="gzip", align="none")
+# window bounds: [T0, T0+1s), [T0+1s, T0+2.5s), [T0+2.5s, T0+4s)
+BOUNDS = [(T0, T0 + SEC), (T0 + SEC, T0 + 5 * SEC // 2),
+          (T0 + 5 * SEC // 2, T0 + 4 * SEC)]
+
+
+def build_records():
+    """(windows, acked): records in every window for every partition,
+    offsets contiguous from 0, ts rising with offset, one in five with a
+    broker-minted-looking transactionId."""
+    offsets = {p: 0 for p in PARTITIONS}
+    windows, acked, n = [], [], 0
+    for t_start, t_end in BOUNDS:
+        recs = []
+        for i, p in enumerate(PARTITIONS):
+            for j in range(3):
+                o = offsets[p]
+                offsets[p] += 1
+                ts = t_start + 100 * SEC // 1000 + i * 1000 + j * 10
+                txn = "019a%012x-7000-8000-%012x" % (n, o) if n % 5 == 0 \
+                    else "ord-%s-%d" % (p, o)
+                payload = PAYLOADS[n % len(PAYLOADS)]
+                n += 1
+                recs.append((p, o, txn, ts, payload))
+                acked.append((p, o, txn, payload))
+        recs.sort(key=lambda r: (r[0].encode(), r[1]))
+        windows.append((t_start, t_end, recs))
+    return windows, acked
+
+
+def write(tmp_path, windows, name="lake", **kw):
+    r = PlainDirReader(str(tmp_path / name))
+    opts = dict(OPTS, **GOOD)
+    opts.update(kw)
+    make_lake(r.put, PREFIX, TENANT, QUEUE, windows, checkpoint_every=2,
+              **opts)
+    return r
+
+
+def verify(reader, acked, **kw):
+    opts = dict(OPTS)
+    opts.update(kw)
+    return verify_queue(reader, PREFIX, TENANT, QUEUE, acked, **opts)
+
+
+def test_reference_vectors():
+    assert lake.esc("a/b") == "a%2Fb"
+    assert lake.esc("..") == ".."
+    assert lake.esc("caffè") == "caff%C3%A8"
+    assert lake.esc("e.ord/eu été:1%") == "e.ord%2Feu%20%C3%A9t%C3%A9%3A1%25"
+    assert lake.data_key("queen", TENANT, "orders", 1842, 1788516000000000,
+                         1788516300000000) == (
+        "queen/tenant=00000000-0000-0000-0000-000000000001/queue=orders/"
+        "dt=2026-09-04/hour=10/w-0000001842-1788516000000000-"
+        "1788516300000000.jsonl.zst")
+    assert lake.data_key("queen", TENANT, "orders", 1842, 1788516000000000,
+                         1788516300000000, fmt="parquet",
+                         partition="cust-0420", first=1400,
+                         last=1811).endswith(
+        "-p-cust-0420-000000001400-000000001811.parquet")
+    assert lake.manifest_key("queen", TENANT, "orders", 1) == (
+        "queen/_queen/tenant=00000000-0000-0000-0000-000000000001/"
+        "queue=orders/windows/0000000001.json")
+    assert lake.jsonl_line("cust-0420", 1811, "ord-9f21",
+                           lake.parse_iso_us("2026-09-04T10:03:41.918204Z"),
+                           b'{"type":"paid","amount":1290}') == (
+        b'{"partition":"cust-0420","offset":1811,"transactionId":"ord-9f21",'
+        b'"ts":"2026-09-04T10:03:41.918204Z","payload":{"type":"paid",'
+        b'"amount":1290}}\n')
+    assert lake.parse_iso_us("2026-09-04T00:00:00.000000Z") == \
+        1788480000 * 10**6
+    assert lake.iso_us(-1) == "1969-12-31T23:59:59.999999Z"
+    assert lake.parse_iso_us("2026-09-04T00:00:00Z") is None
+
+
+def test_good_lake_is_accepted(tmp_path):
+    windows, acked = build_records()
+    s = verify(write(tmp_path, windows), acked)
+    assert s["manifests"] == 3 and s["objects"] == 3
+    assert s["records"] == len(acked) == 3 * 3 * len(PARTITIONS)
+    assert s["partitions"] == {p: 9 for p in PARTITIONS}
+    assert s["checkpoints"] == [2] and s["tEnd"] == BOUNDS[-1][1]
+
+
+def test_good_lake_with_defaults_and_per_partition_layout(tmp_path):
+    windows, acked = build_records()
+    r = write(tmp_path, windows, name="zstd", compression="zstd",
+              align="hour", writer="queen-s3/2.0.0 jsonl+zstd")
+    verify(r, acked, compression="zstd", align="hour")
+    with pytest.raises(LakeError, match="writer"):
+        verify(write(tmp_path, windows, name="w", writer="x/1 jsonl+gzip"),
+               acked)
+    with pytest.raises(LakeError, match="compression"):
+        verify(r, acked, align="hour")  # a zstd lake is not a gzip one
+    r = write(tmp_path, windows, name="pp", layout="per-partition",
+              compression="none", writer="queen-s3/2.0.0 jsonl")
+    s = verify(r, acked, layout="per-partition", compression="none")
+    assert s["objects"] == 3 * len(PARTITIONS)
+
+
+def test_expected_lost_ranges(tmp_path):
+    windows, acked = build_records()
+    w = copy.deepcopy(windows)
+    p = PARTITIONS[0]
+    gone = [r for r in w[1][2] if r[0] == p]  # offsets 3..5 of p
+    w[1] = (w[1][0], w[1][1], [r for r in w[1][2] if r[0] != p])
+    lost = [{"partition": p, "from": gone[0][1], "to": gone[-1][1]}]
+    r = write(tmp_path, w, lost={2: lost})
+    verify(r, acked, expect_lost=lost)
+    with pytest.raises(LakeError, match="lost ranges"):
+        verify(r, acked)
+
+
+def damage_payload(w):
+    p, o, txn, ts, _ = w[1][2][4]
+    w[1][2][4] = (p, o, txn, ts, b'{"type":"paid","amount":1291}')
+
+
+def damage_txn(w):
+    p, o, _, ts, payload = w[1][2][4]
+    w[1][2][4] = (p, o, "someone-else", ts, payload)
+
+
+def damage_duplicate(w):
+    w[1][2].insert(5, w[1][2][4])
+
+
+def damage_missing(w):
+    del w[2][2][-1]
+
+
+def damage_order(w):
+    w[0][2][0], w[0][2][1] = w[0][2][1], w[0][2][0]
+
+
+def damage_ts(w):
+    p, o, txn, _, payload = w[1][2][4]
+    w[1][2][4] = (p, o, txn, w[1][1], payload)
+
+
+def damage_tiling(w):
+    w[1] = (w[1][0] + 1, w[1][1], w[1][2])
+
+
+DAMAGES = [
+    (damage_payload, "differs from what was pushed"),
+    (damage_txn, "transactionId"),
+    (damage_duplicate, "twice"),
+    (damage_missing, "not in the lake"),
+    (damage_order, "not sorted"),
+    (damage_ts, "outside the window"),
+    (damage_tiling, "do not tile"),
+]
+
+
+@pytest.mark.parametrize("damage,reason", DAMAGES,
+                         ids=[d.__name__ for d, _ in DAMAGES])
+def test_damaged_records_are_refused(tmp_path, damage, reason):
+    windows, acked = build_records()
+    w = copy.deepcopy(windows)
+    damage(w)
+    with pytest.raises(LakeError) as e:
+        verify(write(tmp_path, w), acked)
+    assert reason in e.value.reason
+
+
+def test_orphan_object_is_refused(tmp_path):
+    windows, acked = build_records()
+    r = write(tmp_path, windows)
+    key = lake.data_key(PREFIX, TENANT, QUEUE, 4, BOUNDS[-1][1],
+                        BOUNDS[-1][1] + SEC, compression="gzip", align="none")
+    r.put(key, lake.compress(b"", "gzip"))
+    with pytest.raises(LakeError) as e:
+        verify(r, acked)
+    assert "no manifest names it" in e.value.reason
+
+
+def test_changed_object_bytes_are_refused(tmp_path):
+    windows, acked = build_records()
+    r = write(tmp_path, windows)
+    key = lake.data_key(PREFIX, TENANT, QUEUE, 1, *BOUNDS[0],
+                        compression="gzip", align="none")
+    path = os.path.join(r.root, *key.split("/"))
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(LakeError) as e:
+        verify(r, acked)
+    assert "sha256 differs" in e.value.reason
+
+
+def test_unacknowledged_record_and_gap_in_numbering_are_refused(tmp_path):
+    windows, acked = build_records()
+    with pytest.raises(LakeError, match="never acknowledged"):
+        verify(write(tmp_path, windows, name="a"), acked[:-1])
+    r = write(tmp_path, windows, name="b")
+    os.unlink(os.path.join(r.root, *lake.manifest_key(
+        PREFIX, TENANT, QUEUE, 2).split("/")))
+    with pytest.raises(LakeError, match="without a gap"):
+        verify(r, acked)
+
+
+def test_lake_in_the_test_bucket_through_disk_and_boto3(bucket):
+    windows, acked = build_records()
+    c = bucket.boto3()
+    make_lake(lambda k, body: c.put_object(Bucket="lake", Key=k, Body=body),
+              PREFIX, TENANT, QUEUE, windows, checkpoint_every=2,
+              **dict(OPTS, **GOOD))
+    s = verify(lake.bucket_reader(bucket), acked)
+    assert s["records"] == len(acked)
+    assert verify(lake.Boto3Reader(c, "lake"), acked) == s
+    assert lake.wait_queue(lake.bucket_reader(bucket), PREFIX, TENANT, QUEUE,
+                           acked, 5, **OPTS)["records"] == len(acked)
+    with pytest.raises(LakeError, match="more than"):
+        lake.wait_queue(lake.bucket_reader(bucket), PREFIX, TENANT, QUEUE,
+                        acked[:-1], 5, **OPTS)
