@@ -171,6 +171,16 @@ int cmd_push_encode(struct buf *out, const uint8_t tenant[16],
     return cmd_finish(out, start, err);
 }
 
+static bool zero_pad(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] != 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
 int cmd_decode_header(const void *p, size_t len, struct cmd_header *h,
                       struct err *err)
 {
@@ -191,7 +201,9 @@ int cmd_decode_header(const void *p, size_t len, struct cmd_header *h,
         return err_set(err, ERR_CORRUPT, "unknown command type %u", b[2]);
     }
     body = get_u32(b + 4);
-    if ((size_t)body != len - CMD_HEADER_LEN || body > CMD_BODY_MAX) {
+    if ((size_t)body > len - CMD_HEADER_LEN ||
+        len - CMD_HEADER_LEN - body > CMD_PAD_MAX || body > CMD_BODY_MAX ||
+        !zero_pad(b + CMD_HEADER_LEN + body, len - CMD_HEADER_LEN - body)) {
         return err_set(err, ERR_CORRUPT,
                        "command body length %u does not match %zu B", body,
                        len - CMD_HEADER_LEN);

@@ -12,7 +12,8 @@
  *      1    1 version, CMD_VERSION (1)
  *      2    1 type, enum cmd_type
  *      3    1 reserved, 0
- *      4    4 body length in bytes (u32); header + body == entry length
+ *      4    4 body length in bytes (u32); the entry is header + body +
+ *             0..7 zero bytes of padding (raft entries are 8-byte aligned)
  *      8    8 stamp, µs since the epoch (i64, > 0 once proposed)
  *     16   16 tenant id (UUID bytes; STORE_DEFAULT_TENANT for now)
  *     32    n body
@@ -54,6 +55,7 @@
 #define CMD_MAGIC          0x51
 #define CMD_VERSION        1
 #define CMD_HEADER_LEN     32
+#define CMD_PAD_MAX        7
 #define CMD_NAME_MAX       447 /* reference 1.1: 511 - 64 bytes of key */
 #define CMD_TXN_MAX        4096
 #define CMD_PUSH_MAX_ITEMS 100000
@@ -72,7 +74,7 @@ struct cmd_header {
     int type; /* enum cmd_type */
     int64_t stamp;
     uint8_t tenant[16];
-    struct slice body; /* borrowed from the decoded bytes */
+    struct slice body; /* borrowed from the decoded bytes, padding excluded */
 };
 
 /* One item of a push. When encoding, every slice is borrowed from the

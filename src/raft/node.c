@@ -300,12 +300,15 @@ int node_propose(struct node *n, int type, const void *cmd, size_t len,
     if (check_proposal(n, type, cmd, len, err) != 0) {
         return err->code;
     }
-    buf.len = len;
-    buf.base = raft_malloc(len);
+    /* libraft 0.15's segment loader expects 8-byte aligned entries; an
+     * unpadded one corrupts the batch that follows it on disk. */
+    buf.len = (len + 7) & ~(size_t)7;
+    buf.base = raft_malloc(buf.len);
     if (buf.base == NULL) {
-        return err_set(err, ERR_BUSY, "raft_malloc %zu B failed", len);
+        return err_set(err, ERR_BUSY, "raft_malloc %zu B failed", buf.len);
     }
     memcpy(buf.base, cmd, len);
+    memset((char *)buf.base + len, 0, buf.len - len);
     cmd_set_stamp(buf.base, next_stamp(n));
     p = xcalloc(1, sizeof(*p));
     p->req.data = p;

@@ -189,3 +189,26 @@ TEST(encoder_respects_the_buffer_cap)
     EXPECT_EQ_U64(b.len, 0);
     buf_free(&b);
 }
+
+TEST(zero_padding_up_to_7_bytes_is_accepted_and_nothing_else)
+{
+    struct buf b;
+    struct cmd_header h;
+    struct err err = {0};
+    char *p;
+
+    encode3(&b);
+    p = calloc(1, b.len + 8);
+    memcpy(p, b.data, b.len);
+    for (size_t pad = 0; pad <= 8; pad++) {
+        EXPECT_EQ_I64(cmd_decode_header(p, b.len + pad, &h, &err),
+                      pad <= CMD_PAD_MAX ? 0 : ERR_CORRUPT);
+        if (pad <= CMD_PAD_MAX) {
+            EXPECT_EQ_U64(h.body.len, b.len - CMD_HEADER_LEN);
+        }
+    }
+    p[b.len + 3] = 1;
+    EXPECT_EQ_I64(cmd_decode_header(p, b.len + 4, &h, &err), ERR_CORRUPT);
+    free(p);
+    buf_free(&b);
+}

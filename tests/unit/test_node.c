@@ -1,0 +1,337 @@
+/* Tests of the raft node (raft/node.h) with real libraft 0.15 on a real libuv
+ * loop, a temp data dir and a free 127.0.0.1 port: proposals, stamps, the
+ * barrier gate, proposals from another thread, the safe close, restart on
+ * the same dir (with snapshots taken), and reading the same state back. */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "push_helpers.h"
+#include "raft/node.h"
+
+struct ctx {
+    uv_loop_t loop;
+    char dir[64];
+    char store_dir[128];
+    char address[32];
+    struct store *store;
+    struct node *node;
+    int done;   /* callbacks received */
+    int failed; /* callbacks with status != 0 */
+    int64_t stamps[64];
+    int64_t offsets[64];
+    bool closed;
+    pthread_t loop_thread;
+    bool cb_on_loop_thread;
+};
+
+static int free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t n = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int port;
+
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, (struct sockaddr *)&a, sizeof(a));
+    getsockname(fd, (struct sockaddr *)&a, &n);
+    port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Run the loop until pred(c) holds or the deadline passes. */
+static bool run_until(struct ctx *c, bool (*pred)(struct ctx *), double secs)
+{
+    double end = now_s() + secs;
+
+    while (!pred(c)) {
+        if (now_s() > end) {
+            return false;
+        }
+        uv_run(&c->loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    return true;
+}
+
+static bool is_leader(struct ctx *c)
+{
+    return node_role(c->node) == NODE_LEADER;
+}
+
+static bool is_closed(struct ctx *c)
+{
+    return c->closed;
+}
+
+static int want;
+static bool got_all(struct ctx *c)
+{
+    return c->done >= want;
+}
+
+static void on_closed(void *arg)
+{
+    ((struct ctx *)arg)->closed = true;
+}
+
+static void on_applied(void *arg, int status, const struct fsm_result *res,
+                       const struct err *err)
+{
+    struct ctx *c = arg;
+
+    c->cb_on_loop_thread = pthread_equal(pthread_self(), c->loop_thread);
+    if (status != 0) {
+        fprintf(stderr, "applied: %s\n", err->msg);
+        c->failed++;
+    } else if (c->done < 64) {
+        c->stamps[c->done] = res->stamp;
+        c->offsets[c->done] = res->n_items > 0 ? res->items[0].offset : -1;
+    }
+    c->done++;
+}
+
+static void start(struct ctx *c, unsigned snapshot_threshold)
+{
+    struct node_config cfg;
+    struct err err = {0};
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.dir = c->dir;
+    cfg.id = 1;
+    cfg.raft_address = c->address;
+    cfg.snapshot_threshold = snapshot_threshold;
+    cfg.snapshot_trailing = snapshot_threshold ? 2 : 0;
+    node_store_dir(c->dir, c->store_dir, sizeof(c->store_dir));
+    mkdir(c->store_dir, 0755);
+    if (store_open(&c->store, c->store_dir, (uint64_t)1 << 30, &err) != 0 ||
+        node_start(&c->node, &c->loop, &cfg, c->store, &err) != 0) {
+        fprintf(stderr, "start: %s\n", err.msg);
+        exit(1);
+    }
+    c->closed = false;
+    c->loop_thread = pthread_self();
+}
+
+static void stop(struct ctx *c)
+{
+    node_close(c->node, on_closed, c);
+    EXPECT(run_until(c, is_closed, 10));
+    store_close(c->store);
+}
+
+static void make_push(struct buf *b, const char *txn, int n)
+{
+    struct cmd_push_item it[100];
+    char txns[100][48];
+    struct err err = {0};
+
+    for (int i = 0; i < n; i++) {
+        memset(&it[i], 0, sizeof(it[i]));
+        snprintf(txns[i], sizeof(txns[i]), "%s-%d", txn, i);
+        it[i].queue = SLICE_LIT("orders");
+        it[i].partition = SLICE_LIT("Default");
+        it[i].txn = (struct slice){txns[i], strlen(txns[i])};
+        it[i].payload = SLICE_LIT("{\"n\":1}");
+    }
+    buf_init(b, BUF_UNLIMITED);
+    cmd_push_encode(b, STORE_DEFAULT_TENANT, it, (size_t)n, &err);
+}
+
+static void setup(struct ctx *c)
+{
+    memset(c, 0, sizeof(*c));
+    snprintf(c->dir, sizeof(c->dir), "/tmp/queen-node-XXXXXX");
+    if (mkdtemp(c->dir) == NULL) {
+        exit(1);
+    }
+    snprintf(c->address, sizeof(c->address), "127.0.0.1:%d", free_port());
+    uv_loop_init(&c->loop);
+}
+
+static void teardown(struct ctx *c)
+{
+    uv_run(&c->loop, UV_RUN_NOWAIT);
+    EXPECT_EQ_I64(uv_loop_close(&c->loop), 0);
+    nftw(c->dir, env_rm, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int propose_pushes(struct ctx *c, int first, int count)
+{
+    struct err err = {0};
+    int refused = 0;
+
+    for (int k = first; k < first + count; k++) {
+        struct buf b;
+        char txn[16];
+
+        snprintf(txn, sizeof(txn), "t%d", k);
+        make_push(&b, txn, 100);
+        if (node_propose(c->node, CMD_PUSH, b.data, b.len, on_applied, c,
+                         &err) != 0) {
+            fprintf(stderr, "propose: %s\n", err.msg);
+            refused++;
+        }
+        buf_free(&b);
+    }
+    return refused;
+}
+
+TEST(single_voter_proposes_closes_restarts_and_reads_the_same_state)
+{
+    struct ctx c;
+    struct store_fetch_answer a;
+    struct store_fetch_req r = {SLICE_LIT("orders"), SLICE_LIT("Default"), 0,
+                                8 << 20};
+    struct err err = {0};
+    struct buf b;
+
+    setup(&c);
+    start(&c, 0);
+    /* The barrier has not run yet: a new leader stamps nothing. */
+    make_push(&b, "early", 1);
+    EXPECT_EQ_I64(
+        node_propose(c.node, CMD_PUSH, b.data, b.len, on_applied, &c, &err),
+        ERR_NOT_LEADER);
+    buf_free(&b);
+    EXPECT(run_until(&c, is_leader, 5));
+    want = 10;
+    EXPECT_EQ_I64(propose_pushes(&c, 0, 10), 0);
+    EXPECT(run_until(&c, got_all, 10));
+    EXPECT_EQ_I64(c.failed, 0);
+    for (int k = 0; k < 10; k++) {
+        EXPECT_EQ_I64(c.offsets[k], k * 100);
+        if (k > 0) {
+            EXPECT(c.stamps[k] > c.stamps[k - 1]);
+        }
+    }
+    EXPECT_EQ_I64(node_safe_time(c.node), c.stamps[9]);
+    EXPECT(node_commit_index(c.node) >= node_applied_index(c.node));
+    stop(&c);
+
+    start(&c, 0);
+    EXPECT(run_until(&c, is_leader, 5));
+    EXPECT_EQ_I64(store_fetch(c.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
+                  0);
+    EXPECT_EQ_U64(a.entries[0].n_records, 1000);
+    EXPECT_EQ_I64(a.entries[0].records[999].ts, c.stamps[9]);
+    store_fetch_answer_free(&a);
+    c.done = 0;
+    want = 2;
+    /* t0 was pushed before the restart: all of it is a duplicate now. */
+    EXPECT_EQ_I64(propose_pushes(&c, 0, 1), 0);
+    EXPECT_EQ_I64(propose_pushes(&c, 10, 1), 0);
+    EXPECT(run_until(&c, got_all, 10));
+    EXPECT_EQ_I64(c.offsets[0], 0);
+    EXPECT_EQ_I64(c.offsets[1], 1000);
+    EXPECT(c.stamps[0] > node_safe_time(c.node) - 1000000);
+    stop(&c);
+    teardown(&c);
+}
+
+TEST(restart_after_snapshots_skips_what_the_store_holds)
+{
+    struct ctx c;
+    struct store_fetch_answer a;
+    struct store_fetch_req r = {SLICE_LIT("orders"), SLICE_LIT("Default"), 0,
+                                8 << 20};
+    struct err err = {0};
+
+    setup(&c);
+    start(&c, 4); /* a snapshot every 4 entries */
+    EXPECT(run_until(&c, is_leader, 5));
+    want = 1;
+    for (int k = 0; k < 12; k++) {
+        c.done = 0;
+        EXPECT_EQ_I64(propose_pushes(&c, k, 1), 0);
+        EXPECT(run_until(&c, got_all, 10));
+    }
+    stop(&c);
+    start(&c, 4);
+    EXPECT(run_until(&c, is_leader, 5));
+    EXPECT_EQ_I64(store_fetch(c.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
+                  0);
+    EXPECT_EQ_U64(a.entries[0].n_records, 1200);
+    EXPECT_EQ_I64(a.entries[0].high_watermark, 1200);
+    store_fetch_answer_free(&a);
+    stop(&c);
+    teardown(&c);
+}
+
+struct thread_arg {
+    struct ctx *c;
+    int refused;
+};
+
+static void *proposer(void *p)
+{
+    struct thread_arg *t = p;
+    struct err err = {0};
+
+    for (int k = 0; k < 20; k++) {
+        struct buf b;
+        char txn[16];
+
+        snprintf(txn, sizeof(txn), "a%d", k);
+        make_push(&b, txn, 5);
+        if (node_propose_async(t->c->node, CMD_PUSH, b.data, b.len, on_applied,
+                               t->c, &err) != 0) {
+            t->refused++;
+        }
+        buf_free(&b);
+    }
+    return NULL;
+}
+
+TEST(proposals_from_another_thread_call_back_on_the_loop)
+{
+    struct ctx c;
+    struct thread_arg t = {&c, 0};
+    pthread_t th;
+
+    setup(&c);
+    start(&c, 0);
+    EXPECT(run_until(&c, is_leader, 5));
+    want = 20;
+    pthread_create(&th, NULL, proposer, &t);
+    EXPECT(run_until(&c, got_all, 10));
+    pthread_join(th, NULL);
+    EXPECT_EQ_I64(t.refused, 0);
+    EXPECT_EQ_I64(c.failed, 0);
+    EXPECT(c.cb_on_loop_thread);
+    EXPECT_EQ_I64(c.offsets[19], 95);
+    stop(&c);
+    teardown(&c);
+}
+
+TEST(a_bad_command_is_refused_before_raft)
+{
+    struct ctx c;
+    struct err err = {0};
+    char junk[40] = {0};
+
+    setup(&c);
+    start(&c, 0);
+    EXPECT(run_until(&c, is_leader, 5));
+    EXPECT_EQ_I64(node_propose(c.node, CMD_PUSH, junk, sizeof(junk), on_applied,
+                               &c, &err),
+                  ERR_INVALID);
+    EXPECT_STR_EQ(node_role_name(node_role(c.node)), "leader");
+    stop(&c);
+    teardown(&c);
+}
