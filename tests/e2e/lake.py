@@ -28,6 +28,11 @@ checks, for one queue, every rule of reference 7.9 `verify_queue`:
   (7) no orphan data objects: every object under the queue's data prefix is
       named by a manifest; checkpoints decode and match their window.
 
+Parquet objects are read with DuckDB (npm @duckdb/node-api, one node process
+per verification), never with our own decoder: rule (3) becomes the schema,
+codec and footer of reference 4.7, and a payload is compared verbatim (in
+Parquet raw LF/CR stay; an empty payload is NULL).
+
 A failure raises LakeError(reason); the reason names the rule's words
 ("differs from what was pushed", "transactionId", "twice", "not in the
 lake", "not sorted", "outside the window", "do not tile", "no manifest
@@ -45,6 +50,9 @@ import io
 import json
 import os
 import re
+import struct
+import subprocess
+import tempfile
 import time
 
 ISO_RE = re.compile(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{6})Z$")
@@ -264,13 +272,12 @@ def make_lake(put, prefix, tenant, queue, windows, *, fmt="jsonl",
               compression="zstd", layout="merged", align="hour",
               sink="default", writer=None, committed_at=None,
               checkpoint_every=0, lost=None):
-    """Write a lake by the rules verify_queue checks.  put(key, bytes)
+    """Write a lake by the rules verify_queue checks (Parquet objects come
+    from our writer through tests/tools/parquet_tool).  put(key, bytes)
     stores an object; windows = [(tStart, tEnd, [(partition, offset,
     transactionId, ts µs, payload bytes)])] for k = 1, 2, ...; the records
     are written in the order given (sort them to obtain a good lake).
     lost = {k: [{"partition", "from", "to"}]}.  Returns the manifests."""
-    if fmt != "jsonl":
-        raise ValueError("make_lake writes JSONL only")
     writer = writer or "queen-s3/2.0.0 " + WRITER_FORMATS[(fmt, compression)]
     committed_at = committed_at or "2026-10-02T00:00:00.000000Z"
     out = []
@@ -279,8 +286,11 @@ def make_lake(put, prefix, tenant, queue, windows, *, fmt="jsonl",
             _runs_by_partition(records)
         objects = []
         for part, recs in groups:
-            body = compress(b"".join(jsonl_line(*r) for r in recs),
-                            compression)
+            if fmt == "parquet":
+                body = parquet_with_tool(recs, queue, tenant, compression)
+            else:
+                body = compress(b"".join(jsonl_line(*r) for r in recs),
+                                compression)
             key = data_key(prefix, tenant, queue, k, t_start, t_end, fmt=fmt,
                            compression=compression, align=align,
                            partition=part,
@@ -337,16 +347,16 @@ def verify_queue(reader, prefix, tenant, queue, acked, *, fmt="jsonl",
     """Check the lake of one queue (rules (1)-(7) above) against the acked
     records [(partition, offset, transactionId, payload bytes)].  Returns a
     summary dict; raises LakeError with the first broken rule."""
-    if fmt != "jsonl":
-        raise NotImplementedError("verify_queue reads JSONL objects only")
     if (fmt, compression) not in EXTENSIONS:
         raise ValueError("no %s object is compressed with %s"
                          % (fmt, compression))
     expect_lost = sorted(_lost_tuple(x) for x in expect_lost or [])
-    want = _index_acked(acked, expect_lost)
+    want = _index_acked(acked, expect_lost, fmt)
     manifests = _read_manifests(reader, prefix, tenant, queue)
     opts = dict(fmt=fmt, compression=compression, layout=layout,
-                align=align, sink=sink)
+                align=align, sink=sink, tenant=tenant, queue=queue)
+    if fmt == "parquet":
+        opts["parquet"] = _parquet_read_all(reader, manifests)
     seen = {}  # (partition, offset) -> (ts, where)
     named = set()
     lost = []
@@ -389,17 +399,20 @@ def _in_lost(lost, p, o):
     return any(lp == p and lo <= o <= hi for lp, lo, hi in lost)
 
 
-def _index_acked(acked, expect_lost):
+def _index_acked(acked, expect_lost, fmt="jsonl"):
     want = {}
     offsets = {}
     for p, o, txn, payload in acked:
         if (p, o) in want:
             raise LakeError("the push answers hold %r/%d twice" % (p, o))
-        if payload is None or payload == b"":
-            payload = b"null"
         if isinstance(payload, str):
             payload = payload.encode("utf-8")
-        payload = payload.replace(b"\n", b" ").replace(b"\r", b" ")
+        if fmt == "parquet":
+            payload = payload or None  # verbatim; empty is NULL
+        elif payload is None or payload == b"":
+            payload = b"null"
+        else:
+            payload = payload.replace(b"\n", b" ").replace(b"\r", b" ")
         offsets.setdefault(p, []).append(o)
         if not _in_lost(expect_lost, p, o):
             want[(p, o)] = (txn, payload)
@@ -546,8 +559,11 @@ def _check_object(reader, k, m, obj, opts, per_partition, where):
                         % (key, len(data), obj["bytes"]))
     if hashlib.sha256(data).hexdigest() != obj["sha256"]:
         raise LakeError("%s: sha256 differs from the manifest's" % key)
-    lines = _parse_lines(decompress(data, opts["compression"], key), key,
-                         m["tStart"], m["tEnd"])
+    if opts["fmt"] == "parquet":
+        lines = _parquet_lines(opts["parquet"].get(key), key, m, opts)
+    else:
+        lines = _parse_lines(decompress(data, opts["compression"], key),
+                             key, m["tStart"], m["tEnd"])
     if len(lines) != obj["records"]:
         raise LakeError("%s: %d lines, the manifest says %d records"
                         % (key, len(lines), obj["records"]))
@@ -563,11 +579,17 @@ def _check_object(reader, k, m, obj, opts, per_partition, where):
 def _parse_lines(text, key, t_start, t_end):
     if not text.endswith(b"\n"):
         raise LakeError("%s: does not end with LF" % key)
+    recs = [_parse_line(line, "%s line %d" % (key, n))
+            for n, line in enumerate(text[:-1].split(b"\n"), 1)]
+    return _check_order(recs, key, "line", t_start, t_end)
+
+
+def _check_order(recs, key, unit, t_start, t_end):
+    """Rule (4) over one object's records, in their stored order."""
     out = []
     prev = None
-    for n, line in enumerate(text[:-1].split(b"\n"), 1):
-        where = "%s line %d" % (key, n)
-        rec = _parse_line(line, where)
+    for n, rec in enumerate(recs, 1):
+        where = "%s %s %d" % (key, unit, n)
         p, o, _, ts, _ = rec
         sort_key = (p.encode("utf-8"), o)
         if prev is not None and sort_key == prev:
@@ -718,3 +740,153 @@ def wait_queue(reader, prefix, tenant, queue, acked, timeout, **kw):
         if have == n or time.monotonic() > deadline:
             return verify_queue(reader, prefix, tenant, queue, acked, **kw)
         time.sleep(0.1)
+
+
+# ---------------------------------------------------------------------------
+# Parquet through DuckDB (reference 4.7)
+
+TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DUCKDB_DUMP = r"""
+const { DuckDBInstance } = require('@duckdb/node-api');
+(async () => {
+  const con = await (await DuckDBInstance.create(':memory:')).connect();
+  const out = [];
+  for (const f of process.argv.slice(1)) {
+    const q = "'" + f.replace(/'/g, "''") + "'";
+    const all = async (sql) => (await con.runAndReadAll(sql)).getRowObjectsJson();
+    try {
+      out.push({
+        rows: await all(`SELECT partition AS p, CAST("offset" AS VARCHAR) AS o,
+            transaction_id AS x, CAST(epoch_us(ts) AS VARCHAR) AS t, payload AS v
+            FROM read_parquet(${q}, file_row_number=true) ORDER BY file_row_number`),
+        schema: await all(`SELECT name, type, repetition_type AS rep, converted_type AS conv,
+            CAST(logical_type AS VARCHAR) AS logical FROM parquet_schema(${q})`),
+        kv: await all(`SELECT decode(key) AS k, decode(value) AS v FROM parquet_kv_metadata(${q})`),
+        file: await all(`SELECT created_by AS by, CAST(format_version AS VARCHAR) AS v
+            FROM parquet_file_metadata(${q})`),
+        codecs: await all(`SELECT DISTINCT CAST(compression AS VARCHAR) AS c FROM parquet_metadata(${q})`),
+      });
+    } catch (e) {
+      out.push({ error: String((e && e.message) || e) });
+    }
+  }
+  process.stdout.write(JSON.stringify(out));
+})().catch((e) => { console.error(e); process.exit(2); });
+"""
+PARQUET_SCHEMA = [("partition", "BYTE_ARRAY", "REQUIRED"),
+                  ("offset", "INT64", "REQUIRED"),
+                  ("transaction_id", "BYTE_ARRAY", "REQUIRED"),
+                  ("ts", "INT64", "REQUIRED"),
+                  ("payload", "BYTE_ARRAY", "OPTIONAL")]
+
+
+def duckdb_read_parquet(blobs):
+    """Read Parquet bodies with DuckDB: one dict per body with rows, schema,
+    kv (footer key/values in order), file (created_by, format version),
+    codecs; or {"error": text}."""
+    if not blobs:
+        return []
+    with tempfile.TemporaryDirectory(prefix="lake-parquet-") as d:
+        paths = []
+        for i, data in enumerate(blobs):
+            paths.append(os.path.join(d, "%d.parquet" % i))
+            with open(paths[-1], "wb") as f:
+                f.write(data)
+        proc = subprocess.run(["node", "-e", DUCKDB_DUMP, *paths],
+                              cwd=TESTS_DIR, capture_output=True,
+                              timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError("duckdb (node) failed: %s"
+                           % proc.stderr.decode(errors="replace")[-2000:])
+    return json.loads(proc.stdout)
+
+
+def _parquet_read_all(reader, manifests):
+    keys = []
+    for _, m in manifests:
+        for obj in m.get("objects") or []:
+            if isinstance(obj, dict) and isinstance(obj.get("key"), str):
+                keys.append(obj["key"])
+    blobs = [(key, reader.read(key)) for key in keys]
+    blobs = [(key, data) for key, data in blobs if data is not None]
+    answers = duckdb_read_parquet([data for _, data in blobs])
+    return {key: a for (key, _), a in zip(blobs, answers)}
+
+
+def _parquet_lines(a, key, m, opts):
+    if a is None or "error" in a:
+        raise LakeError("%s: DuckDB cannot read it: %s"
+                        % (key, (a or {}).get("error")))
+    if a["file"] != [{"by": "queen-s3", "v": "1"}]:
+        raise LakeError("%s: created_by/format version %s, expected "
+                        "queen-s3/1" % (key, a["file"]))
+    schema = [(c["name"], c["type"], c["rep"]) for c in a["schema"][1:]]
+    if schema != PARQUET_SCHEMA:
+        raise LakeError("%s: schema %s, expected %s"
+                        % (key, schema, PARQUET_SCHEMA))
+    ts_logical = a["schema"][4]["logical"] or ""
+    if "isAdjustedToUTC=1" not in ts_logical or "MICROS=Micro" not in \
+            ts_logical:
+        raise LakeError("%s: ts is not TIMESTAMP(MICROS, UTC): %s"
+                        % (key, ts_logical))
+    for i in (1, 3, 5):
+        if a["schema"][i]["conv"] != "UTF8":
+            raise LakeError("%s: %s is not a STRING column"
+                            % (key, a["schema"][i]["name"]))
+    kv = [(x["k"], x["v"]) for x in a["kv"]]
+    want_kv = [("queen.envelope", "1"), ("queen.queue", opts["queue"]),
+               ("queen.tenant", opts["tenant"])]
+    if kv != want_kv:
+        raise LakeError("%s: footer key/values %s, expected %s"
+                        % (key, kv, want_kv))
+    codecs = {c["c"] for c in a["codecs"]}
+    if codecs != {opts["compression"].upper()}:
+        raise LakeError("%s: column codecs %s, expected %s"
+                        % (key, sorted(codecs), opts["compression"].upper()))
+    recs = []
+    for n, r in enumerate(a["rows"], 1):
+        payload = r["v"].encode("utf-8") if r["v"] is not None else None
+        if payload is not None:
+            try:
+                json.loads(payload)
+            except ValueError:
+                raise LakeError("%s row %d: payload is not JSON: %r"
+                                % (key, n, payload[:200])) from None
+        recs.append((r["p"], int(r["o"]), r["x"], int(r["t"]), payload))
+    return _check_order(recs, key, "row", m["tStart"], m["tEnd"])
+
+
+def find_tool(name):
+    """A tests/tools program: $QUEEN_TOOLS, else $QUEEN_ROOT/build/tools,
+    else this checkout's build/tools; None when not built."""
+    dirs = [os.environ.get("QUEEN_TOOLS"),
+            os.path.join(os.environ.get("QUEEN_ROOT", ""), "build", "tools")
+            if os.environ.get("QUEEN_ROOT") else None,
+            os.path.join(os.path.dirname(TESTS_DIR), "build", "tools")]
+    for d in dirs:
+        if d and os.access(os.path.join(d, name), os.X_OK):
+            return os.path.join(d, name)
+    return None
+
+
+def parquet_with_tool(records, queue, tenant, codec):
+    """A Parquet object from our writer (tests/tools/parquet_tool)."""
+    tool = find_tool("parquet_tool")
+    if tool is None:
+        raise RuntimeError("build/tools/parquet_tool is not built "
+                           "(make tools)")
+    buf = bytearray()
+    for p, o, txn, ts, payload in records:
+        pb, tb, vb = p.encode(), txn.encode(), payload or b""
+        buf += struct.pack("<I", len(pb)) + pb + struct.pack("<q", o)
+        buf += struct.pack("<I", len(tb)) + tb + struct.pack("<q", ts)
+        buf += struct.pack("<I", len(vb)) + vb
+    with tempfile.TemporaryDirectory(prefix="lake-tool-") as d:
+        src, dst = os.path.join(d, "in.bin"), os.path.join(d, "out.parquet")
+        with open(src, "wb") as f:
+            f.write(bytes(buf))
+        subprocess.run([tool, "write", "--codec", codec, "--queue", queue,
+                        "--tenant", tenant, src, dst], check=True,
+                       capture_output=True, timeout=120)
+        with open(dst, "rb") as f:
+            return f.read()

@@ -4,7 +4,10 @@ reason.  Also pins the formats the verifier derives (reference 4.1, 4.2,
 4.6) to the reference's test vectors."""
 
 import copy
+import hashlib
+import json
 import os
+import subprocess
 
 import pytest
 
@@ -241,3 +244,65 @@ def test_lake_in_the_test_bucket_through_disk_and_boto3(bucket):
     with pytest.raises(LakeError, match="more than"):
         lake.wait_queue(lake.bucket_reader(bucket), PREFIX, TENANT, QUEUE,
                         acked[:-1], 5, **OPTS)
+
+
+needs_parquet_tool = pytest.mark.skipif(
+    lake.find_tool("parquet_tool") is None,
+    reason="build/tools/parquet_tool is not built (make tools)")
+
+
+@needs_parquet_tool
+@pytest.mark.parametrize("codec", ["zstd", "snappy"])
+def test_parquet_lake_is_read_with_duckdb(tmp_path, codec):
+    windows, acked = build_records()
+    writer = "queen-s3/2.0.0 parquet/59 " + codec
+    r = write(tmp_path, windows, fmt="parquet", compression=codec,
+              writer=writer)
+    s = verify(r, acked, fmt="parquet", compression=codec)
+    assert s["records"] == len(acked)
+    # Parquet keeps raw LF/CR: a payload with them replaced is refused.
+    w = copy.deepcopy(windows)
+    i = next(i for i, x in enumerate(w[0][2]) if x[4] and b"\n" in x[4])
+    p, o, txn, ts, payload = w[0][2][i]
+    w[0][2][i] = (p, o, txn, ts, payload.replace(b"\n", b" "))
+    r = write(tmp_path, w, name="lf", fmt="parquet", compression=codec,
+              writer=writer)
+    with pytest.raises(LakeError, match="differs from what was pushed"):
+        verify(r, acked, fmt="parquet", compression=codec)
+
+
+DUCKDB_COPY = r"""
+const { DuckDBInstance } = require('@duckdb/node-api');
+(async () => {
+  const con = await (await DuckDBInstance.create(':memory:')).connect();
+  const [src, dst] = process.argv.slice(1);
+  await con.run(`COPY (SELECT p AS partition, o AS "offset", x AS transaction_id,
+      make_timestamptz(t) AS ts, v AS payload FROM read_json('${src}',
+      columns={p: 'VARCHAR', o: 'BIGINT', x: 'VARCHAR', t: 'BIGINT', v: 'VARCHAR'}))
+      TO '${dst}' (FORMAT parquet, COMPRESSION zstd)`);
+})().catch((e) => { console.error(e); process.exit(2); });
+"""
+
+
+@needs_parquet_tool
+def test_parquet_written_by_someone_else_is_refused(tmp_path):
+    windows, acked = build_records()
+    r = write(tmp_path, windows, fmt="parquet", compression="zstd",
+              writer="queen-s3/2.0.0 parquet/59 zstd")
+    src, dst = tmp_path / "rows.jsonl", tmp_path / "duck.parquet"
+    with open(src, "w", encoding="utf-8") as f:
+        for p, o, x, t, v in windows[0][2]:
+            f.write(json.dumps({"p": p, "o": o, "x": x, "t": t,
+                                "v": v.decode() if v else None}) + "\n")
+    subprocess.run(["node", "-e", DUCKDB_COPY, str(src), str(dst)],
+                   cwd=lake.TESTS_DIR, check=True, timeout=120)
+    body = dst.read_bytes()
+    mkey = lake.manifest_key(PREFIX, TENANT, QUEUE, 1)
+    m = json.loads(r.read(mkey))
+    r.put(m["objects"][0]["key"], body)
+    m["objects"][0].update(bytes=len(body),
+                           sha256=hashlib.sha256(body).hexdigest())
+    m["bytes"] = len(body)
+    r.put(mkey, lake.compact(m))
+    with pytest.raises(LakeError, match="created_by"):
+        verify(r, acked, fmt="parquet", compression="zstd")
