@@ -1,0 +1,757 @@
+/* Documents the sink writes and reads back (reference 4.3-4.5).
+ *
+ * Encoding goes through the JSON writer (base/json.h), so key order is the
+ * order of the calls below and nothing is pretty-printed. Decoding parses
+ * with the strict scanner, then copies each string it keeps into the
+ * caller's arena. The arena is reserved once, up front, for the input's
+ * length plus the arrays, and never grows afterwards, so slices taken early
+ * stay valid: an unescaped string plus its NUL is always shorter than its
+ * quoted JSON text. */
+#include "sink/docs.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <zstd.h>
+
+#include "base/isotime.h"
+#include "base/json.h"
+#include "base/xalloc.h"
+
+#define DOCS_MAX_DEPTH 16
+
+/* ---- decoding helpers ---- */
+
+struct dd {
+    const struct json_doc *d;
+    struct buf *arena;
+    const char *what; /* "manifest", "checkpoint: bad JSON", ... */
+    struct err *err;
+};
+
+/* Parse text as a JSON object. The caller then reserves the arena
+ * (dd_reserve) once it knows how many array elements it needs. */
+static int dd_open(struct dd *x, struct json_doc *d, const char *p, size_t n)
+{
+    struct json_limits lim = {DOCS_MAX_DEPTH, DOCS_MAX_DEPTH, 0};
+
+    if (json_parse(d, p, n, &lim, x->err) != 0) {
+        err_wrap(x->err, "%s", x->what);
+        x->err->code = ERR_CORRUPT;
+        return ERR_CORRUPT;
+    }
+    if (json_type(d, 0) != JSON_OBJECT) {
+        json_doc_free(d);
+        return err_set(x->err, ERR_CORRUPT, "%s: not a JSON object", x->what);
+    }
+    x->d = d;
+    return 0;
+}
+
+static int dd_bad(struct dd *x, const char *key)
+{
+    return err_set(x->err, ERR_CORRUPT, "%s: missing or bad \"%s\"", x->what,
+                   key);
+}
+
+/* Copy string token i into the arena, NUL-terminated. */
+static int dd_copy_str(struct dd *x, int i, struct slice *out)
+{
+    size_t start = x->arena->len;
+    char *before = x->arena->data;
+
+    if (json_get_str(x->d, i, x->arena, x->err) != 0 ||
+        buf_append_byte(x->arena, '\0', x->err) != 0) {
+        return x->err->code;
+    }
+    ASSERT(before == NULL || before == x->arena->data); /* reserved */
+    out->ptr = x->arena->data + start;
+    out->len = x->arena->len - start - 1;
+    return 0;
+}
+
+static int dd_str(struct dd *x, int obj, const char *key, struct slice *out)
+{
+    int i = json_obj_get(x->d, obj, key);
+
+    if (json_type(x->d, i) != JSON_STRING) {
+        return dd_bad(x, key);
+    }
+    return dd_copy_str(x, i, out);
+}
+
+static int dd_i64(struct dd *x, int obj, const char *key, int64_t *out)
+{
+    if (!json_get_i64(x->d, json_obj_get(x->d, obj, key), out)) {
+        return dd_bad(x, key);
+    }
+    return 0;
+}
+
+static int dd_u64(struct dd *x, int obj, const char *key, uint64_t *out)
+{
+    if (!json_get_u64(x->d, json_obj_get(x->d, obj, key), out)) {
+        return dd_bad(x, key);
+    }
+    return 0;
+}
+
+/* Carve an array of n elements of size sz from the reserved arena. */
+static void *dd_array(struct dd *x, size_t n, size_t sz)
+{
+    size_t pad = (8 - x->arena->len % 8) % 8;
+    char *p;
+
+    ASSERT(x->arena->len + pad + n * sz < x->arena->cap);
+    p = x->arena->data + x->arena->len + pad;
+    x->arena->len += pad + n * sz;
+    memset(p, 0, n * sz);
+    return p;
+}
+
+/* Reserve the arena for a document of n bytes plus `arrays` bytes. */
+static int dd_reserve(struct dd *x, size_t n, size_t arrays)
+{
+    if (buf_reserve(x->arena, n + arrays + 16, x->err) != 0) {
+        return err_wrap(x->err, "%s", x->what);
+    }
+    if (x->arena->len == 0) {
+        x->arena->data[0] = '\0';
+    }
+    return 0;
+}
+
+/* ---- manifest ---- */
+
+static void docs_write_object(struct jw *w, const struct docs_object *o)
+{
+    jw_obj_begin(w);
+    jw_key(w, "key");
+    jw_str(w, o->key.ptr, o->key.len);
+    jw_key(w, "bytes");
+    jw_u64(w, o->bytes);
+    jw_key(w, "records");
+    jw_u64(w, o->records);
+    jw_key(w, "sha256");
+    jw_cstr(w, o->sha256);
+    if (o->has_partition) {
+        jw_key(w, "partition");
+        jw_str(w, o->partition.ptr, o->partition.len);
+        jw_key(w, "firstOffset");
+        jw_i64(w, o->first_offset);
+        jw_key(w, "lastOffset");
+        jw_i64(w, o->last_offset);
+    }
+    jw_obj_end(w);
+}
+
+static void docs_write_lost(struct jw *w, const struct docs_manifest *m)
+{
+    jw_key(w, "lost");
+    jw_arr_begin(w);
+    for (size_t i = 0; i < m->n_lost; i++) {
+        jw_obj_begin(w);
+        jw_key(w, "partition");
+        jw_str(w, m->lost[i].partition.ptr, m->lost[i].partition.len);
+        jw_key(w, "from");
+        jw_i64(w, m->lost[i].from);
+        jw_key(w, "to");
+        jw_i64(w, m->lost[i].to);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+}
+
+static void jw_slice(struct jw *w, const char *key, struct slice s)
+{
+    jw_key(w, key);
+    jw_str(w, s.ptr, s.len);
+}
+
+int docs_manifest_encode(struct buf *out, const struct docs_manifest *m,
+                         struct err *err)
+{
+    struct jw w;
+    char iso[32];
+
+    isotime_format_us(m->committed_at_ms * ISOTIME_US_MS, iso);
+    jw_init(&w, out);
+    jw_obj_begin(&w);
+    jw_slice(&w, "sink", m->sink);
+    jw_slice(&w, "tenant", m->tenant);
+    jw_slice(&w, "queue", m->queue);
+    jw_key(&w, "k");
+    jw_i64(&w, m->k);
+    jw_key(&w, "tStart");
+    jw_i64(&w, m->t_start);
+    jw_key(&w, "tEnd");
+    jw_i64(&w, m->t_end);
+    jw_slice(&w, "format", m->format);
+    jw_slice(&w, "compression", m->compression);
+    jw_slice(&w, "layout", m->layout);
+    jw_key(&w, "objects");
+    jw_arr_begin(&w);
+    for (size_t i = 0; i < m->n_objects; i++) {
+        docs_write_object(&w, &m->objects[i]);
+    }
+    jw_arr_end(&w);
+    jw_key(&w, "records");
+    jw_u64(&w, m->records);
+    jw_key(&w, "bytes");
+    jw_u64(&w, m->bytes);
+    jw_key(&w, "partitions");
+    jw_u64(&w, m->partitions);
+    if (m->has_ts) {
+        jw_key(&w, "minTs");
+        jw_i64(&w, m->min_ts);
+        jw_key(&w, "maxTs");
+        jw_i64(&w, m->max_ts);
+    }
+    docs_write_lost(&w, m);
+    jw_slice(&w, "writer", m->writer);
+    jw_key(&w, "committedAt");
+    jw_cstr(&w, iso);
+    jw_obj_end(&w);
+    return jw_finish(&w, err);
+}
+
+static int docs_read_object(struct dd *x, int i, struct docs_object *o)
+{
+    struct slice sha;
+
+    if (json_type(x->d, i) != JSON_OBJECT) {
+        return dd_bad(x, "objects");
+    }
+    if (dd_str(x, i, "key", &o->key) != 0 ||
+        dd_u64(x, i, "bytes", &o->bytes) != 0 ||
+        dd_u64(x, i, "records", &o->records) != 0 ||
+        dd_str(x, i, "sha256", &sha) != 0) {
+        return x->err->code;
+    }
+    if (sha.len >= sizeof(o->sha256)) {
+        return dd_bad(x, "sha256");
+    }
+    memcpy(o->sha256, sha.ptr, sha.len + 1);
+    if (json_obj_get(x->d, i, "partition") >= 0) {
+        o->has_partition = true;
+        if (dd_str(x, i, "partition", &o->partition) != 0 ||
+            dd_i64(x, i, "firstOffset", &o->first_offset) != 0 ||
+            dd_i64(x, i, "lastOffset", &o->last_offset) != 0) {
+            return x->err->code;
+        }
+    }
+    return 0;
+}
+
+static int docs_read_lost(struct dd *x, int i, struct docs_lost *l)
+{
+    if (json_type(x->d, i) != JSON_OBJECT) {
+        return dd_bad(x, "lost");
+    }
+    if (dd_str(x, i, "partition", &l->partition) != 0 ||
+        dd_i64(x, i, "from", &l->from) != 0 ||
+        dd_i64(x, i, "to", &l->to) != 0) {
+        return x->err->code;
+    }
+    return 0;
+}
+
+/* objects (required) and lost (optional) arrays. */
+static int docs_read_arrays(struct dd *x, struct docs_manifest *m, int oa,
+                            int la)
+{
+    struct docs_object *objs;
+    struct docs_lost *lost = NULL;
+    size_t i = 0;
+
+    objs = dd_array(x, m->n_objects, sizeof(*objs));
+    if (m->n_lost > 0) {
+        lost = dd_array(x, m->n_lost, sizeof(*lost));
+    }
+    for (int e = json_child(x->d, oa); e >= 0; e = json_next(x->d, e)) {
+        if (docs_read_object(x, e, &objs[i++]) != 0) {
+            return x->err->code;
+        }
+    }
+    i = 0;
+    for (int e = json_child(x->d, la); e >= 0; e = json_next(x->d, e)) {
+        if (docs_read_lost(x, e, &lost[i++]) != 0) {
+            return x->err->code;
+        }
+    }
+    m->objects = objs;
+    m->lost = lost;
+    return 0;
+}
+
+static int docs_read_manifest_scalars(struct dd *x, struct docs_manifest *m)
+{
+    int t = json_obj_get(x->d, 0, "tenant");
+    int ca = json_obj_get(x->d, 0, "committedAt");
+    int64_t us;
+
+    m->tenant.ptr = "";
+    if (t >= 0 && dd_str(x, 0, "tenant", &m->tenant) != 0) {
+        return x->err->code;
+    }
+    if (dd_str(x, 0, "sink", &m->sink) != 0 ||
+        dd_str(x, 0, "queue", &m->queue) != 0 ||
+        dd_i64(x, 0, "k", &m->k) != 0 ||
+        dd_i64(x, 0, "tStart", &m->t_start) != 0 ||
+        dd_i64(x, 0, "tEnd", &m->t_end) != 0 ||
+        dd_str(x, 0, "format", &m->format) != 0 ||
+        dd_str(x, 0, "compression", &m->compression) != 0 ||
+        dd_str(x, 0, "layout", &m->layout) != 0 ||
+        dd_u64(x, 0, "records", &m->records) != 0 ||
+        dd_u64(x, 0, "bytes", &m->bytes) != 0 ||
+        dd_u64(x, 0, "partitions", &m->partitions) != 0 ||
+        dd_str(x, 0, "writer", &m->writer) != 0) {
+        return x->err->code;
+    }
+    m->has_ts = json_obj_get(x->d, 0, "minTs") >= 0;
+    if (m->has_ts && (dd_i64(x, 0, "minTs", &m->min_ts) != 0 ||
+                      dd_i64(x, 0, "maxTs", &m->max_ts) != 0)) {
+        return x->err->code;
+    }
+    if (ca >= 0) {
+        struct slice s = json_span(x->d, ca);
+        if (json_type(x->d, ca) != JSON_STRING ||
+            !isotime_parse_us(s.ptr + 1, s.len - 2, &us)) {
+            return dd_bad(x, "committedAt");
+        }
+        m->committed_at_ms = us / ISOTIME_US_MS;
+    }
+    return 0;
+}
+
+int docs_manifest_decode(const char *p, size_t n, struct docs_manifest *m,
+                         struct buf *arena, struct err *err)
+{
+    struct dd x = {NULL, arena, "manifest", err};
+    struct json_doc d;
+    int oa;
+    int la;
+    int rc;
+
+    memset(m, 0, sizeof(*m));
+    if (dd_open(&x, &d, p, n) != 0) {
+        return err->code;
+    }
+    oa = json_obj_get(&d, 0, "objects");
+    la = json_obj_get(&d, 0, "lost");
+    if (json_type(&d, oa) != JSON_ARRAY ||
+        (la >= 0 && json_type(&d, la) != JSON_ARRAY)) {
+        rc = dd_bad(&x, json_type(&d, oa) != JSON_ARRAY ? "objects" : "lost");
+        goto out_free;
+    }
+    m->n_objects = d.toks[oa].count;
+    m->n_lost = la >= 0 ? d.toks[la].count : 0;
+    rc = dd_reserve(&x, n,
+                    m->n_objects * sizeof(struct docs_object) +
+                        m->n_lost * sizeof(struct docs_lost) + 16);
+    if (rc == 0) {
+        rc = docs_read_manifest_scalars(&x, m);
+    }
+    if (rc == 0) {
+        rc = docs_read_arrays(&x, m, oa, la);
+    }
+out_free:
+    json_doc_free(&d);
+    return rc;
+}
+
+static bool slice_eq(struct slice a, struct slice b)
+{
+    return a.len == b.len && (a.len == 0 || memcmp(a.ptr, b.ptr, a.len) == 0);
+}
+
+bool docs_manifest_matches(const struct docs_manifest *m,
+                           const struct docs_intent *in, struct slice sink,
+                           struct slice tenant, struct slice queue)
+{
+    return m->k == in->k && m->t_start == in->t_start &&
+           m->t_end == in->t_end && slice_eq(m->format, in->format) &&
+           slice_eq(m->compression, in->compression) &&
+           slice_eq(m->layout, in->layout) && slice_eq(m->writer, in->writer) &&
+           slice_eq(m->sink, sink) && slice_eq(m->tenant, tenant) &&
+           slice_eq(m->queue, queue);
+}
+
+/* ---- checkpoint ---- */
+
+static int docs_pos_cmp(const void *a, const void *b)
+{
+    const struct docs_position *x = *(const struct docs_position *const *)a;
+    const struct docs_position *y = *(const struct docs_position *const *)b;
+    size_t n = x->name.len < y->name.len ? x->name.len : y->name.len;
+    int c = n == 0 ? 0 : memcmp(x->name.ptr, y->name.ptr, n);
+
+    if (c != 0) {
+        return c;
+    }
+    if (x->name.len != y->name.len) {
+        return x->name.len < y->name.len ? -1 : 1;
+    }
+    if (x->offset != y->offset) {
+        return x->offset < y->offset ? -1 : 1;
+    }
+    n = x->id.len < y->id.len ? x->id.len : y->id.len;
+    c = n == 0 ? 0 : memcmp(x->id.ptr, y->id.ptr, n);
+    if (c != 0) {
+        return c;
+    }
+    return (x->id.len > y->id.len) - (x->id.len < y->id.len);
+}
+
+static int docs_checkpoint_json(struct buf *js,
+                                const struct docs_checkpoint *cp,
+                                struct err *err)
+{
+    const struct docs_position **v = xmalloc((cp->n + 1) * sizeof(*v));
+    struct jw w;
+
+    for (size_t i = 0; i < cp->n; i++) {
+        v[i] = &cp->positions[i];
+    }
+    qsort(v, cp->n, sizeof(*v), docs_pos_cmp);
+    jw_init(&w, js);
+    jw_obj_begin(&w);
+    jw_key(&w, "k");
+    jw_i64(&w, cp->k);
+    jw_key(&w, "tEnd");
+    jw_i64(&w, cp->t_end);
+    jw_key(&w, "positions");
+    jw_arr_begin(&w);
+    for (size_t i = 0; i < cp->n; i++) {
+        jw_arr_begin(&w);
+        jw_str(&w, v[i]->name.ptr, v[i]->name.len);
+        jw_i64(&w, v[i]->offset);
+        if (v[i]->id.len > 0) {
+            jw_str(&w, v[i]->id.ptr, v[i]->id.len);
+        }
+        jw_arr_end(&w);
+    }
+    jw_arr_end(&w);
+    jw_obj_end(&w);
+    free(v);
+    return jw_finish(&w, err);
+}
+
+int docs_checkpoint_encode(struct buf *out, const struct docs_checkpoint *cp,
+                           struct err *err)
+{
+    struct buf js;
+    size_t bound;
+    size_t z;
+    int rc;
+
+    buf_init(&js, BUF_UNLIMITED);
+    rc = docs_checkpoint_json(&js, cp, err);
+    if (rc != 0) {
+        goto out_free;
+    }
+    bound = ZSTD_compressBound(js.len);
+    rc = buf_reserve(out, bound, err);
+    if (rc != 0) {
+        goto out_free;
+    }
+    z = ZSTD_compress(out->data + out->len, bound, js.data, js.len, 3);
+    if (ZSTD_isError(z)) {
+        rc = err_set(err, ERR_INVALID, "checkpoint: zstd: %s",
+                     ZSTD_getErrorName(z));
+        goto out_free;
+    }
+    out->len += z;
+    out->data[out->len] = '\0';
+out_free:
+    buf_free(&js);
+    return rc;
+}
+
+/* Decompress one zstd frame into js (capped). */
+static int docs_unzstd(const void *p, size_t n, struct buf *js, struct err *err)
+{
+    unsigned long long size =
+        n == 0 ? ZSTD_CONTENTSIZE_ERROR : ZSTD_getFrameContentSize(p, n);
+    ZSTD_DCtx *dc;
+    ZSTD_inBuffer in = {p, n, 0};
+    size_t left = 1;
+    int rc = 0;
+
+    if (size == ZSTD_CONTENTSIZE_ERROR) {
+        return err_set(err, ERR_CORRUPT,
+                       "checkpoint: not a zstd frame: bad magic number or "
+                       "truncated header");
+    }
+    if (size != ZSTD_CONTENTSIZE_UNKNOWN &&
+        size > DOCS_CHECKPOINT_MAX_DECODED) {
+        return err_set(err, ERR_CORRUPT,
+                       "checkpoint: decodes to more than %u bytes; refusing",
+                       DOCS_CHECKPOINT_MAX_DECODED);
+    }
+    dc = ZSTD_createDCtx();
+    ASSERT(dc != NULL);
+    while (rc == 0 && left != 0) {
+        ZSTD_outBuffer out;
+        size_t room = js->max - js->len < 131072 ? js->max - js->len : 131072;
+        if (room == 0) {
+            rc = err_set(err, ERR_CORRUPT,
+                         "checkpoint: decodes to more than %u bytes; refusing",
+                         DOCS_CHECKPOINT_MAX_DECODED);
+            break;
+        }
+        buf_reserve(js, room, err); /* within max: cannot fail */
+        out.dst = js->data + js->len;
+        out.size = room;
+        out.pos = 0;
+        left = ZSTD_decompressStream(dc, &out, &in);
+        js->len += out.pos;
+        js->data[js->len] = '\0';
+        if (ZSTD_isError(left)) {
+            rc = err_set(err, ERR_CORRUPT, "checkpoint: zstd decode: %s",
+                         ZSTD_getErrorName(left));
+        } else if (left != 0 && in.pos == in.size && out.pos < out.size) {
+            rc = err_set(err, ERR_CORRUPT,
+                         "checkpoint: zstd decode: truncated frame");
+        }
+    }
+    if (rc == 0 && in.pos != in.size) {
+        rc = err_set(err, ERR_CORRUPT,
+                     "checkpoint: zstd decode: data after the frame");
+    }
+    ZSTD_freeDCtx(dc);
+    return rc;
+}
+
+/* [name, offset (, id|null) (, extra...)] */
+static int docs_read_position(struct dd *x, int e, struct docs_position *pos)
+{
+    int name = json_child(x->d, e);
+    int off = json_next(x->d, name);
+    int id = json_next(x->d, off);
+
+    if (json_type(x->d, e) != JSON_ARRAY || x->d->toks[e].count < 2) {
+        return err_set(x->err, ERR_CORRUPT,
+                       "%s: a position is not an array of at least 2 elements",
+                       x->what);
+    }
+    if (json_type(x->d, name) != JSON_STRING) {
+        return dd_bad(x, "positions[][0]");
+    }
+    if (!json_get_i64(x->d, off, &pos->offset)) {
+        return dd_bad(x, "positions[][1]");
+    }
+    if (dd_copy_str(x, name, &pos->name) != 0) {
+        return x->err->code;
+    }
+    pos->id.ptr = "";
+    if (id >= 0 && json_type(x->d, id) == JSON_STRING) {
+        return dd_copy_str(x, id, &pos->id);
+    }
+    if (id >= 0 && json_type(x->d, id) != JSON_NULL) {
+        return dd_bad(x, "positions[][2]");
+    }
+    return 0;
+}
+
+static int docs_read_checkpoint(struct dd *x, size_t n,
+                                struct docs_checkpoint *cp)
+{
+    int pa = json_obj_get(x->d, 0, "positions");
+    struct docs_position *v;
+    size_t i = 0;
+
+    if (dd_i64(x, 0, "k", &cp->k) != 0 ||
+        dd_i64(x, 0, "tEnd", &cp->t_end) != 0) {
+        return x->err->code;
+    }
+    if (json_type(x->d, pa) != JSON_ARRAY) {
+        return dd_bad(x, "positions");
+    }
+    cp->n = x->d->toks[pa].count;
+    if (dd_reserve(x, n, cp->n * sizeof(*v)) != 0) {
+        return x->err->code;
+    }
+    v = dd_array(x, cp->n, sizeof(*v));
+    for (int e = json_child(x->d, pa); e >= 0; e = json_next(x->d, e)) {
+        if (docs_read_position(x, e, &v[i++]) != 0) {
+            return x->err->code;
+        }
+    }
+    cp->positions = v;
+    return 0;
+}
+
+int docs_checkpoint_decode(const void *p, size_t n, struct docs_checkpoint *cp,
+                           struct buf *arena, struct err *err)
+{
+    struct dd x = {NULL, arena, "checkpoint: bad JSON", err};
+    struct json_doc d;
+    struct buf js;
+    int rc;
+
+    memset(cp, 0, sizeof(*cp));
+    buf_init(&js, DOCS_CHECKPOINT_MAX_DECODED);
+    rc = docs_unzstd(p, n, &js, err);
+    if (rc == 0) {
+        rc = dd_open(&x, &d, js.data ? js.data : "", js.len);
+        if (rc == 0) {
+            rc = docs_read_checkpoint(&x, js.len, cp);
+            json_doc_free(&d);
+        }
+    }
+    buf_free(&js);
+    return rc;
+}
+
+/* ---- KV documents ---- */
+
+int docs_intent_encode(struct buf *out, const struct docs_intent *in,
+                       struct err *err)
+{
+    struct jw w;
+
+    jw_init(&w, out);
+    jw_obj_begin(&w);
+    jw_key(&w, "k");
+    jw_i64(&w, in->k);
+    jw_key(&w, "tStart");
+    jw_i64(&w, in->t_start);
+    jw_key(&w, "tEnd");
+    jw_i64(&w, in->t_end);
+    jw_slice(&w, "format", in->format);
+    jw_slice(&w, "compression", in->compression);
+    jw_slice(&w, "layout", in->layout);
+    jw_slice(&w, "writer", in->writer);
+    jw_obj_end(&w);
+    return jw_finish(&w, err);
+}
+
+int docs_intent_decode(const char *p, size_t n, struct docs_intent *in,
+                       struct buf *arena, struct err *err)
+{
+    struct dd x = {NULL, arena, "intent", err};
+    struct json_doc d;
+    int rc;
+
+    memset(in, 0, sizeof(*in));
+    if (dd_open(&x, &d, p, n) != 0) {
+        return err->code;
+    }
+    rc = dd_reserve(&x, n, 0);
+    if (rc == 0 && (dd_i64(&x, 0, "k", &in->k) != 0 ||
+                    dd_i64(&x, 0, "tStart", &in->t_start) != 0 ||
+                    dd_i64(&x, 0, "tEnd", &in->t_end) != 0 ||
+                    dd_str(&x, 0, "format", &in->format) != 0 ||
+                    dd_str(&x, 0, "compression", &in->compression) != 0 ||
+                    dd_str(&x, 0, "layout", &in->layout) != 0 ||
+                    dd_str(&x, 0, "writer", &in->writer) != 0)) {
+        rc = err->code;
+    }
+    json_doc_free(&d);
+    return rc;
+}
+
+int docs_committed_encode(struct buf *out, const struct docs_committed *c,
+                          struct err *err)
+{
+    struct jw w;
+    char iso[32];
+
+    isotime_format_us(c->t_end, iso);
+    jw_init(&w, out);
+    jw_obj_begin(&w);
+    jw_key(&w, "k");
+    jw_i64(&w, c->k);
+    jw_key(&w, "tEnd");
+    jw_cstr(&w, iso);
+    jw_slice(&w, "manifest", c->manifest);
+    jw_key(&w, "records");
+    jw_u64(&w, c->records);
+    jw_key(&w, "bytes");
+    jw_u64(&w, c->bytes);
+    jw_key(&w, "committedAtMs");
+    jw_i64(&w, c->committed_at_ms);
+    jw_obj_end(&w);
+    return jw_finish(&w, err);
+}
+
+/* tEnd: an ISO-us string (2.0.0) or integer us (1.5.0). */
+static int docs_read_t_end(struct dd *x, int64_t *t_end)
+{
+    int i = json_obj_get(x->d, 0, "tEnd");
+    struct slice s = json_span(x->d, i);
+
+    if (json_type(x->d, i) == JSON_STRING && !x->d->toks[i].has_escapes &&
+        isotime_parse_us(s.ptr + 1, s.len - 2, t_end)) {
+        return 0;
+    }
+    if (json_get_i64(x->d, i, t_end)) {
+        return 0;
+    }
+    return dd_bad(x, "tEnd");
+}
+
+int docs_committed_decode(const char *p, size_t n, struct docs_committed *c,
+                          struct buf *arena, struct err *err)
+{
+    struct dd x = {NULL, arena, "committed", err};
+    struct json_doc d;
+    int rc;
+
+    memset(c, 0, sizeof(*c));
+    if (dd_open(&x, &d, p, n) != 0) {
+        return err->code;
+    }
+    rc = dd_reserve(&x, n, 0);
+    if (rc == 0 && (dd_i64(&x, 0, "k", &c->k) != 0 ||
+                    docs_read_t_end(&x, &c->t_end) != 0 ||
+                    dd_str(&x, 0, "manifest", &c->manifest) != 0 ||
+                    dd_u64(&x, 0, "records", &c->records) != 0 ||
+                    dd_u64(&x, 0, "bytes", &c->bytes) != 0)) {
+        rc = err->code;
+    }
+    /* committedAtMs is informational: tolerated when absent. */
+    if (rc == 0 && json_obj_get(&d, 0, "committedAtMs") >= 0 &&
+        dd_i64(&x, 0, "committedAtMs", &c->committed_at_ms) != 0) {
+        rc = err->code;
+    }
+    json_doc_free(&d);
+    return rc;
+}
+
+int docs_lease_encode(struct buf *out, const struct docs_lease *l,
+                      struct err *err)
+{
+    struct jw w;
+
+    jw_init(&w, out);
+    jw_obj_begin(&w);
+    jw_slice(&w, "instance", l->instance);
+    jw_slice(&w, "incarnation", l->incarnation);
+    jw_key(&w, "sinceMs");
+    jw_i64(&w, l->since_ms);
+    jw_obj_end(&w);
+    return jw_finish(&w, err);
+}
+
+int docs_lease_decode(const char *p, size_t n, struct docs_lease *l,
+                      struct buf *arena, struct err *err)
+{
+    struct dd x = {NULL, arena, "lease", err};
+    struct json_doc d;
+    int rc;
+
+    memset(l, 0, sizeof(*l));
+    if (dd_open(&x, &d, p, n) != 0) {
+        return err->code;
+    }
+    rc = dd_reserve(&x, n, 0);
+    if (rc == 0 && (dd_str(&x, 0, "instance", &l->instance) != 0 ||
+                    dd_str(&x, 0, "incarnation", &l->incarnation) != 0 ||
+                    dd_i64(&x, 0, "sinceMs", &l->since_ms) != 0)) {
+        rc = err->code;
+    }
+    json_doc_free(&d);
+    return rc;
+}

@@ -1,0 +1,152 @@
+/* Documents the sink writes and reads back (reference 4.3-4.5): the window
+ * manifest, the checkpoint object, and the KV intent, committed, lease and
+ * presence documents. Pure: encode to a buffer, decode from bytes.
+ *
+ * Encoders write compact JSON with keys in the reference's order. Decoders
+ * treat their input as untrusted (it comes from the bucket or the KV store):
+ * any malformed input is an error, never a crash, and they are tolerant
+ * where the reference says so (manifest tenant "" and lost [] when absent;
+ * checkpoint positions with a null id or extra elements; committed tEnd as
+ * an ISO-us string or integer us).
+ *
+ * Decoded strings and arrays live in a caller's arena: pass an empty buffer
+ * (buf_init, any max >= the input size); on success the slices and arrays of
+ * the result point into arena->data; free them all with buf_free(arena).
+ * On failure the arena may hold garbage and must still be freed. */
+#ifndef QUEEN_SINK_DOCS_H
+#define QUEEN_SINK_DOCS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "base/common.h"
+#include "base/err.h"
+
+/* ---- manifest (4.3) ---------------------------------------------------- */
+
+struct docs_object {
+    struct slice key;
+    uint64_t bytes; /* stored body length */
+    uint64_t records;
+    char sha256[65];    /* lowercase hex of the stored body */
+    bool has_partition; /* per-partition objects only */
+    struct slice partition;
+    int64_t first_offset;
+    int64_t last_offset;
+};
+
+struct docs_lost {
+    struct slice partition;
+    int64_t from; /* inclusive */
+    int64_t to;   /* inclusive */
+};
+
+struct docs_manifest {
+    struct slice sink;
+    struct slice tenant;
+    struct slice queue; /* raw queue name */
+    int64_t k;
+    int64_t t_start;
+    int64_t t_end;
+    struct slice format;      /* "jsonl" | "parquet" */
+    struct slice compression; /* effective codec */
+    struct slice layout;      /* "merged" | "per-partition" */
+    const struct docs_object *objects;
+    size_t n_objects;
+    uint64_t records;    /* sum over objects */
+    uint64_t bytes;      /* sum over objects */
+    uint64_t partitions; /* distinct partitions with >= 1 record */
+    bool has_ts;         /* minTs/maxTs present (some record) */
+    int64_t min_ts;
+    int64_t max_ts;
+    const struct docs_lost *lost;
+    size_t n_lost;
+    struct slice writer;
+    int64_t committed_at_ms; /* wall clock; rendered ISO-us (ends 000Z) */
+};
+
+int docs_manifest_encode(struct buf *out, const struct docs_manifest *m,
+                         struct err *err);
+/* ERR_CORRUPT "manifest: ..." for anything malformed. */
+int docs_manifest_decode(const char *p, size_t n, struct docs_manifest *m,
+                         struct buf *arena, struct err *err);
+
+/* ---- checkpoint (4.4) --------------------------------------------------- */
+
+#define DOCS_CHECKPOINT_MAX_DECODED (512u * 1024 * 1024)
+
+struct docs_position {
+    struct slice name;
+    int64_t offset;  /* the next offset to read */
+    struct slice id; /* partition UUID; len 0 = unknown (omitted) */
+};
+
+struct docs_checkpoint {
+    int64_t k;
+    int64_t t_end;
+    const struct docs_position *positions; /* encode: any order */
+    size_t n;
+};
+
+/* One zstd frame (level 3) of {"k":K,"tEnd":T,"positions":[[name,offset
+ * (,id)],...]} with positions sorted by name bytes (then offset, then id),
+ * so the bytes are a function of the set of positions only. */
+int docs_checkpoint_encode(struct buf *out, const struct docs_checkpoint *cp,
+                           struct err *err);
+/* Positions come back sorted as stored. Errors are ERR_CORRUPT with the
+ * reference's texts: "checkpoint: not a zstd frame: ...", "checkpoint: zstd
+ * decode: ...", "checkpoint: decodes to more than 536870912 bytes;
+ * refusing", "checkpoint: bad JSON: ...". */
+int docs_checkpoint_decode(const void *p, size_t n, struct docs_checkpoint *cp,
+                           struct buf *arena, struct err *err);
+
+/* ---- KV documents (4.5) ------------------------------------------------- */
+
+struct docs_intent {
+    int64_t k;
+    int64_t t_start;
+    int64_t t_end;
+    struct slice format;
+    struct slice compression;
+    struct slice layout;
+    struct slice writer;
+};
+
+struct docs_committed {
+    int64_t k;
+    int64_t t_end;         /* us; encoded as an ISO-us string */
+    struct slice manifest; /* manifest key */
+    uint64_t records;
+    uint64_t bytes;
+    int64_t committed_at_ms;
+};
+
+/* Lease and presence rows share this shape. */
+struct docs_lease {
+    struct slice instance;
+    struct slice incarnation; /* 16 lowercase hex digits */
+    int64_t since_ms;
+};
+
+int docs_intent_encode(struct buf *out, const struct docs_intent *in,
+                       struct err *err);
+int docs_intent_decode(const char *p, size_t n, struct docs_intent *in,
+                       struct buf *arena, struct err *err);
+int docs_committed_encode(struct buf *out, const struct docs_committed *c,
+                          struct err *err);
+int docs_committed_decode(const char *p, size_t n, struct docs_committed *c,
+                          struct buf *arena, struct err *err);
+int docs_lease_encode(struct buf *out, const struct docs_lease *l,
+                      struct err *err);
+int docs_lease_decode(const char *p, size_t n, struct docs_lease *l,
+                      struct buf *arena, struct err *err);
+
+/* Whether a decoded manifest is the upload of this intent for this queue
+ * (reference 3.5: k, bounds, format, compression, layout, writer, sink,
+ * tenant, queue all equal). */
+bool docs_manifest_matches(const struct docs_manifest *m,
+                           const struct docs_intent *in, struct slice sink,
+                           struct slice tenant, struct slice queue);
+
+#endif

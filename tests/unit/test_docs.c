@@ -1,0 +1,528 @@
+/* Tests of the manifest, checkpoint and KV documents (reference 4.3-4.5;
+ * 7.8 engine_checkpoint). */
+#include "sink/docs.h"
+
+#include <zstd.h>
+
+#include "harness.h"
+
+static struct slice sl(const char *s)
+{
+    struct slice r = {s, strlen(s)};
+    return r;
+}
+
+static bool sl_is(struct slice s, const char *lit)
+{
+    return s.len == strlen(lit) && memcmp(s.ptr, lit, s.len) == 0;
+}
+
+static struct docs_manifest sample_manifest(struct docs_object *o,
+                                            struct docs_lost *l)
+{
+    struct docs_manifest m;
+
+    memset(&m, 0, sizeof(m));
+    memset(o, 0, 2 * sizeof(*o));
+    o[0].key =
+        sl("queen/tenant=t/queue=orders/dt=2026-09-04/hour=10/w-1.jsonl");
+    o[0].bytes = 120;
+    o[0].records = 3;
+    strcpy(o[0].sha256, "ab01");
+    o[1] = o[0];
+    o[1].has_partition = true;
+    o[1].partition = sl("cust \"7\"");
+    o[1].first_offset = 4;
+    o[1].last_offset = 9;
+    l[0].partition = sl("p");
+    l[0].from = 1;
+    l[0].to = 2;
+    m.sink = sl("default");
+    m.tenant = sl("t");
+    m.queue = sl("orders");
+    m.k = 1;
+    m.t_start = 1788516000000000;
+    m.t_end = 1788516300000000;
+    m.format = sl("jsonl");
+    m.compression = sl("zstd");
+    m.layout = sl("per-partition");
+    m.objects = o;
+    m.n_objects = 2;
+    m.records = 6;
+    m.bytes = 240;
+    m.partitions = 2;
+    m.has_ts = true;
+    m.min_ts = 1788516000000001;
+    m.max_ts = 1788516000000009;
+    m.lost = l;
+    m.n_lost = 1;
+    m.writer = sl("queen-s3/2.0.0 jsonl+zstd");
+    m.committed_at_ms = 1791009464741;
+    return m;
+}
+
+TEST(manifest_is_compact_with_keys_in_order)
+{
+    struct docs_object o[2];
+    struct docs_lost l[1];
+    struct docs_manifest m = sample_manifest(o, l);
+    struct buf b;
+    struct err err;
+
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_manifest_encode(&b, &m, &err), 0);
+    EXPECT_STR_EQ(
+        b.data,
+        "{\"sink\":\"default\",\"tenant\":\"t\",\"queue\":\"orders\",\"k\":1,"
+        "\"tStart\":1788516000000000,\"tEnd\":1788516300000000,\"format\":"
+        "\"jsonl\",\"compression\":\"zstd\",\"layout\":\"per-partition\","
+        "\"objects\":[{\"key\":\"queen/tenant=t/queue=orders/dt=2026-09-04/"
+        "hour=10/w-1.jsonl\",\"bytes\":120,\"records\":3,\"sha256\":\"ab01\"},"
+        "{\"key\":\"queen/tenant=t/queue=orders/dt=2026-09-04/hour=10/"
+        "w-1.jsonl\",\"bytes\":120,\"records\":3,\"sha256\":\"ab01\","
+        "\"partition\":\"cust \\\"7\\\"\",\"firstOffset\":4,\"lastOffset\":9}"
+        "],\"records\":6,\"bytes\":240,\"partitions\":2,\"minTs\":"
+        "1788516000000001,\"maxTs\":1788516000000009,\"lost\":[{\"partition\":"
+        "\"p\",\"from\":1,\"to\":2}],\"writer\":\"queen-s3/2.0.0 jsonl+zstd\","
+        "\"committedAt\":\"2026-10-03T06:37:44.741000Z\"}");
+    buf_free(&b);
+}
+
+TEST(manifest_without_records_omits_min_and_max)
+{
+    struct docs_object o[2];
+    struct docs_lost l[1];
+    struct docs_manifest m = sample_manifest(o, l);
+    struct buf b;
+    struct err err;
+
+    m.has_ts = false;
+    m.n_lost = 0;
+    m.n_objects = 0;
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_manifest_encode(&b, &m, &err), 0);
+    EXPECT(strstr(b.data, "minTs") == NULL);
+    EXPECT(strstr(b.data, "\"objects\":[],") != NULL);
+    EXPECT(strstr(b.data, "\"lost\":[],") != NULL);
+    buf_free(&b);
+}
+
+TEST(manifest_round_trips)
+{
+    struct docs_object o[2];
+    struct docs_lost l[1];
+    struct docs_manifest m = sample_manifest(o, l);
+    struct docs_manifest r;
+    struct buf b;
+    struct buf arena;
+    struct err err;
+
+    buf_init(&b, BUF_UNLIMITED);
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_manifest_encode(&b, &m, &err), 0);
+    EXPECT_EQ_I64(docs_manifest_decode(b.data, b.len, &r, &arena, &err), 0);
+    EXPECT(sl_is(r.sink, "default") && sl_is(r.tenant, "t") &&
+           sl_is(r.queue, "orders"));
+    EXPECT(r.k == 1 && r.t_start == m.t_start && r.t_end == m.t_end);
+    EXPECT(sl_is(r.layout, "per-partition"));
+    EXPECT_EQ_U64(r.n_objects, 2);
+    EXPECT(!r.objects[0].has_partition);
+    EXPECT(r.objects[1].has_partition);
+    EXPECT(sl_is(r.objects[1].partition, "cust \"7\""));
+    EXPECT_EQ_I64(r.objects[1].last_offset, 9);
+    EXPECT_STR_EQ(r.objects[1].sha256, "ab01");
+    EXPECT_EQ_U64(r.n_lost, 1);
+    EXPECT(sl_is(r.lost[0].partition, "p") && r.lost[0].to == 2);
+    EXPECT(r.has_ts && r.min_ts == m.min_ts && r.max_ts == m.max_ts);
+    EXPECT_EQ_I64(r.committed_at_ms, m.committed_at_ms);
+    EXPECT(sl_is(r.writer, "queen-s3/2.0.0 jsonl+zstd"));
+    buf_free(&b);
+    buf_free(&arena);
+}
+
+TEST(manifest_decode_is_tolerant_of_absent_tenant_and_lost)
+{
+    const char *s = "{\"sink\":\"s\",\"queue\":\"q\",\"k\":2,\"tStart\":1,"
+                    "\"tEnd\":5,\"format\":\"parquet\",\"compression\":"
+                    "\"snappy\",\"layout\":\"merged\",\"objects\":[],"
+                    "\"records\":0,\"bytes\":0,\"partitions\":0,\"writer\":"
+                    "\"w\",\"extra\":[1,{\"x\":2}]}";
+    struct docs_manifest r;
+    struct buf arena;
+    struct err err;
+
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_manifest_decode(s, strlen(s), &r, &arena, &err), 0);
+    EXPECT_EQ_U64(r.tenant.len, 0);
+    EXPECT_EQ_U64(r.n_lost, 0);
+    EXPECT(!r.has_ts);
+    buf_free(&arena);
+}
+
+TEST(manifest_decode_errors_are_clear)
+{
+    static const char *bad[] = {"", "[]", "{\"sink\":1}", "{\"k\":1",
+                                "{\"sink\":\"s\",\"queue\":\"q\"}"};
+    struct docs_manifest r;
+    struct err err;
+
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        struct buf arena;
+        buf_init(&arena, BUF_UNLIMITED);
+        EXPECT_EQ_I64(
+            docs_manifest_decode(bad[i], strlen(bad[i]), &r, &arena, &err),
+            ERR_CORRUPT);
+        EXPECT(strncmp(err.msg, "manifest: ", 10) == 0);
+        buf_free(&arena);
+    }
+}
+
+TEST(manifest_matches_intent_on_every_field)
+{
+    struct docs_object o[2];
+    struct docs_lost l[1];
+    struct docs_manifest m = sample_manifest(o, l);
+    struct docs_intent in = {
+        1, m.t_start, m.t_end, m.format, m.compression, m.layout, m.writer};
+
+    EXPECT(
+        docs_manifest_matches(&m, &in, sl("default"), sl("t"), sl("orders")));
+    EXPECT(
+        !docs_manifest_matches(&m, &in, sl("default"), sl("t"), sl("orders2")));
+    EXPECT(!docs_manifest_matches(&m, &in, sl("other"), sl("t"), sl("orders")));
+    in.writer = sl("queen-s3/0.0.0 jsonl+zstd");
+    EXPECT(
+        !docs_manifest_matches(&m, &in, sl("default"), sl("t"), sl("orders")));
+    in.writer = m.writer;
+    in.t_end++;
+    EXPECT(
+        !docs_manifest_matches(&m, &in, sl("default"), sl("t"), sl("orders")));
+}
+
+/* ---- checkpoint ---- */
+
+static char names[1000][32];
+static char ids[1000][40];
+
+static void make_positions(struct docs_position *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        snprintf(names[i], sizeof(names[i]), "part-%04zu", (i * 7919) % n);
+        snprintf(ids[i], sizeof(ids[i]), "id-%zu", i);
+        v[i].name = sl(names[i]);
+        v[i].offset = i % 10 == 0 ? -1 : (int64_t)i * 1000;
+        v[i].id = i % 2 == 0 ? sl(ids[i]) : sl("");
+    }
+}
+
+TEST(checkpoint_round_trip_of_1000_positions)
+{
+    static struct docs_position v[1000];
+    struct docs_checkpoint cp = {40, 1788516300000000, v, 1000};
+    struct docs_checkpoint r;
+    struct buf b;
+    struct buf arena;
+    struct err err;
+
+    make_positions(v, 1000);
+    buf_init(&b, BUF_UNLIMITED);
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_checkpoint_encode(&b, &cp, &err), 0);
+    EXPECT_EQ_I64(docs_checkpoint_decode(b.data, b.len, &r, &arena, &err), 0);
+    EXPECT_EQ_I64(r.k, 40);
+    EXPECT_EQ_I64(r.t_end, 1788516300000000);
+    EXPECT_EQ_U64(r.n, 1000);
+    for (size_t i = 0; i < r.n; i++) {
+        char want[32];
+        snprintf(want, sizeof(want), "part-%04zu", i);
+        EXPECT(sl_is(r.positions[i].name, want));
+    }
+    /* every input position comes back */
+    for (size_t i = 0; i < 1000; i++) {
+        size_t j = (i * 7919) % 1000;
+        EXPECT_EQ_I64(r.positions[j].offset, v[i].offset);
+        EXPECT_MEM_EQ(r.positions[j].id.ptr, r.positions[j].id.len, v[i].id.ptr,
+                      v[i].id.len);
+    }
+    buf_free(&b);
+    buf_free(&arena);
+}
+
+TEST(checkpoint_is_a_function_of_the_positions_only)
+{
+    static struct docs_position v[200];
+    static struct docs_position rev[200];
+    struct docs_checkpoint a = {3, 9, v, 200};
+    struct docs_checkpoint c = {3, 9, rev, 200};
+    struct buf ba;
+    struct buf bc;
+    struct err err;
+
+    make_positions(v, 200);
+    for (size_t i = 0; i < 200; i++) {
+        rev[i] = v[199 - i];
+    }
+    buf_init(&ba, BUF_UNLIMITED);
+    buf_init(&bc, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_checkpoint_encode(&ba, &a, &err), 0);
+    EXPECT_EQ_I64(docs_checkpoint_encode(&bc, &c, &err), 0);
+    EXPECT_MEM_EQ(ba.data, ba.len, bc.data, bc.len);
+    rev[5].offset++;
+    buf_reset(&bc);
+    EXPECT_EQ_I64(docs_checkpoint_encode(&bc, &c, &err), 0);
+    EXPECT(ba.len != bc.len || memcmp(ba.data, bc.data, ba.len) != 0);
+    rev[5].offset--;
+    rev[6].id = sl("other-id");
+    buf_reset(&bc);
+    EXPECT_EQ_I64(docs_checkpoint_encode(&bc, &c, &err), 0);
+    EXPECT(ba.len != bc.len || memcmp(ba.data, bc.data, ba.len) != 0);
+    buf_free(&ba);
+    buf_free(&bc);
+}
+
+TEST(checkpoint_names_needing_escaping_survive_and_decode_sorted)
+{
+    struct docs_position v[4] = {{sl("z\ttab"), 1, sl("q\"id\"")},
+                                 {sl(""), 2, sl("")},
+                                 {sl("new\nline"), 3, sl("\\")},
+                                 {sl("\xc3\xbc"), 4, sl("")}};
+    struct docs_checkpoint cp = {1, 2, v, 4};
+    struct docs_checkpoint r;
+    struct buf b;
+    struct buf arena;
+    struct err err;
+
+    buf_init(&b, BUF_UNLIMITED);
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_checkpoint_encode(&b, &cp, &err), 0);
+    EXPECT_EQ_I64(docs_checkpoint_decode(b.data, b.len, &r, &arena, &err), 0);
+    EXPECT_EQ_U64(r.n, 4);
+    EXPECT(sl_is(r.positions[0].name, "") && r.positions[0].offset == 2);
+    EXPECT(sl_is(r.positions[1].name, "new\nline") &&
+           sl_is(r.positions[1].id, "\\"));
+    EXPECT(sl_is(r.positions[2].name, "z\ttab") &&
+           sl_is(r.positions[2].id, "q\"id\""));
+    EXPECT(sl_is(r.positions[3].name, "\xc3\xbc"));
+    buf_free(&b);
+    buf_free(&arena);
+}
+
+static int zjson(const char *js, struct buf *out)
+{
+    struct err err;
+    size_t bound = ZSTD_compressBound(strlen(js));
+
+    buf_init(out, BUF_UNLIMITED);
+    buf_reserve(out, bound, &err);
+    out->len = ZSTD_compress(out->data, bound, js, strlen(js), 3);
+    return 0;
+}
+
+TEST(checkpoint_decoder_is_tolerant_of_null_id_and_extras)
+{
+    struct buf z;
+    struct buf arena;
+    struct docs_checkpoint r;
+    struct err err;
+
+    zjson("{\"k\":5,\"tEnd\":7,\"positions\":[[\"a\",1,null],[\"b\",2,\"id\","
+          "9,{}],[\"c\",3]],\"more\":1}",
+          &z);
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_checkpoint_decode(z.data, z.len, &r, &arena, &err), 0);
+    EXPECT_EQ_U64(r.n, 3);
+    EXPECT_EQ_U64(r.positions[0].id.len, 0);
+    EXPECT(sl_is(r.positions[1].id, "id"));
+    EXPECT_EQ_I64(r.positions[2].offset, 3);
+    buf_free(&z);
+    buf_free(&arena);
+}
+
+static void expect_cp_error(const void *p, size_t n, const char *prefix)
+{
+    struct buf arena;
+    struct docs_checkpoint r;
+    struct err err;
+
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_checkpoint_decode(p, n, &r, &arena, &err), ERR_CORRUPT);
+    if (strncmp(err.msg, prefix, strlen(prefix)) != 0) {
+        HARNESS_FAIL("message \"%s\" does not start with \"%s\"", err.msg,
+                     prefix);
+    }
+    buf_free(&arena);
+}
+
+TEST(corrupt_checkpoints_are_errors_not_crashes)
+{
+    static struct docs_position v[50];
+    struct docs_checkpoint cp = {3, 9, v, 50};
+    struct buf b;
+    struct buf z;
+    struct err err;
+
+    make_positions(v, 50);
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_checkpoint_encode(&b, &cp, &err), 0);
+    expect_cp_error("", 0, "checkpoint: not a zstd frame: ");
+    expect_cp_error("{\"k\":1}", 7, "checkpoint: not a zstd frame: ");
+    expect_cp_error(b.data, b.len - 5, "checkpoint: zstd decode: ");
+    expect_cp_error(b.data, 8, "checkpoint: ");
+    for (size_t i = 0; i < b.len; i++) {
+        struct buf arena;
+        struct docs_checkpoint r;
+        b.data[i] ^= 0x21;
+        buf_init(&arena, BUF_UNLIMITED);
+        (void)docs_checkpoint_decode(b.data, b.len, &r, &arena, &err);
+        buf_free(&arena);
+        b.data[i] ^= 0x21;
+    }
+    zjson("{\"k\":1,\"tEnd\":2,\"positions\":[[\"a\"]]}", &z);
+    expect_cp_error(z.data, z.len, "checkpoint: bad JSON: ");
+    buf_free(&z);
+    zjson("{\"k\":1,\"tEnd\":2,\"positions\":[[\"a\",1,]]}", &z);
+    expect_cp_error(z.data, z.len, "checkpoint: bad JSON: ");
+    buf_free(&z);
+    zjson("{\"k\":1,\"positions\":[]}", &z);
+    expect_cp_error(z.data, z.len, "checkpoint: bad JSON: ");
+    buf_free(&z);
+    buf_free(&b);
+}
+
+TEST(checkpoint_over_the_decoded_cap_is_refused)
+{
+    /* A frame header that declares 1 GiB of content. */
+    struct buf z;
+    struct err err;
+    ZSTD_CCtx *c = ZSTD_createCCtx();
+    char small[16] = "{}";
+    size_t n;
+
+    buf_init(&z, BUF_UNLIMITED);
+    buf_reserve(&z, 256, &err);
+    ZSTD_CCtx_setPledgedSrcSize(c, 1ull << 30);
+    {
+        ZSTD_inBuffer in = {small, 2, 0};
+        ZSTD_outBuffer out = {z.data, 256, 0};
+        n = ZSTD_compressStream2(c, &out, &in, ZSTD_e_flush);
+        EXPECT(!ZSTD_isError(n));
+        z.len = out.pos;
+    }
+    ZSTD_freeCCtx(c);
+    expect_cp_error(z.data, z.len,
+                    "checkpoint: decodes to more than 536870912 bytes; "
+                    "refusing");
+    buf_free(&z);
+}
+
+/* ---- KV documents ---- */
+
+TEST(intent_round_trips)
+{
+    struct docs_intent in = {3,
+                             1788516000000000,
+                             1788516300000000,
+                             sl("jsonl"),
+                             sl("zstd"),
+                             sl("merged"),
+                             sl("queen-s3/2.0.0 jsonl+zstd")};
+    struct docs_intent r;
+    struct buf b;
+    struct buf arena;
+    struct err err;
+
+    buf_init(&b, BUF_UNLIMITED);
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_intent_encode(&b, &in, &err), 0);
+    EXPECT_STR_EQ(b.data, "{\"k\":3,\"tStart\":1788516000000000,\"tEnd\":"
+                          "1788516300000000,\"format\":\"jsonl\","
+                          "\"compression\":\"zstd\",\"layout\":\"merged\","
+                          "\"writer\":\"queen-s3/2.0.0 jsonl+zstd\"}");
+    EXPECT_EQ_I64(docs_intent_decode(b.data, b.len, &r, &arena, &err), 0);
+    EXPECT(r.k == 3 && r.t_start == in.t_start && r.t_end == in.t_end);
+    EXPECT(sl_is(r.writer, "queen-s3/2.0.0 jsonl+zstd"));
+    EXPECT(r.format.ptr[r.format.len] == '\0');
+    EXPECT_EQ_I64(docs_intent_decode("{\"k\":3}", 7, &r, &arena, &err),
+                  ERR_CORRUPT);
+    buf_free(&b);
+    buf_free(&arena);
+}
+
+TEST(committed_round_trips_with_an_iso_t_end)
+{
+    struct docs_committed c = {7,
+                               1791009458377855,
+                               sl("queen/_queen/tenant=t/queue=q/windows/"
+                                  "0000000007.json"),
+                               12,
+                               3456,
+                               1791009464741};
+    struct docs_committed r;
+    struct buf b;
+    struct buf arena;
+    struct err err;
+
+    buf_init(&b, BUF_UNLIMITED);
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_committed_encode(&b, &c, &err), 0);
+    EXPECT_STR_EQ(b.data, "{\"k\":7,\"tEnd\":\"2026-10-03T06:37:38.377855Z\","
+                          "\"manifest\":\"queen/_queen/tenant=t/queue=q/"
+                          "windows/0000000007.json\",\"records\":12,\"bytes\":"
+                          "3456,\"committedAtMs\":1791009464741}");
+    EXPECT_EQ_I64(docs_committed_decode(b.data, b.len, &r, &arena, &err), 0);
+    EXPECT(r.k == 7 && r.t_end == c.t_end && r.records == 12 &&
+           r.bytes == 3456 && r.committed_at_ms == c.committed_at_ms);
+    EXPECT(sl_is(r.manifest, "queen/_queen/tenant=t/queue=q/windows/"
+                             "0000000007.json"));
+    buf_free(&b);
+    buf_free(&arena);
+}
+
+TEST(committed_decoder_accepts_integer_t_end_and_rejects_bad_text)
+{
+    const char *old = "{\"k\":2,\"tEnd\":1788516300000000,\"manifest\":\"m\","
+                      "\"records\":1,\"bytes\":2}";
+    const char *bad = "{\"k\":2,\"tEnd\":\"2026-10-03 06:37:38Z\","
+                      "\"manifest\":\"m\",\"records\":1,\"bytes\":2}";
+    struct docs_committed r;
+    struct buf arena;
+    struct err err;
+
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_committed_decode(old, strlen(old), &r, &arena, &err), 0);
+    EXPECT_EQ_I64(r.t_end, 1788516300000000);
+    EXPECT_EQ_I64(r.committed_at_ms, 0);
+    buf_free(&arena);
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_committed_decode(bad, strlen(bad), &r, &arena, &err),
+                  ERR_CORRUPT);
+    EXPECT_STR_EQ(err.msg, "committed: missing or bad \"tEnd\"");
+    buf_free(&arena);
+}
+
+TEST(lease_and_presence_round_trip)
+{
+    struct docs_lease l = {sl("node-1@host"), sl("0123456789abcdef"),
+                           1791009464741};
+    struct docs_lease r;
+    struct buf b;
+    struct buf arena;
+    struct err err;
+
+    buf_init(&b, BUF_UNLIMITED);
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_lease_encode(&b, &l, &err), 0);
+    EXPECT_STR_EQ(b.data, "{\"instance\":\"node-1@host\",\"incarnation\":"
+                          "\"0123456789abcdef\",\"sinceMs\":1791009464741}");
+    EXPECT_EQ_I64(docs_lease_decode(b.data, b.len, &r, &arena, &err), 0);
+    EXPECT(sl_is(r.instance, "node-1@host") &&
+           sl_is(r.incarnation, "0123456789abcdef") &&
+           r.since_ms == l.since_ms);
+    buf_free(&arena);
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_lease_decode("nonsense", 8, &r, &arena, &err),
+                  ERR_CORRUPT);
+    EXPECT(strncmp(err.msg, "lease: invalid JSON at byte 0", 29) == 0);
+    buf_free(&b);
+    buf_free(&arena);
+}
