@@ -66,6 +66,21 @@ static int fetch_str(const struct json_doc *d, int i, struct buf *arena,
     return 0;
 }
 
+/* An integer too long for 64 bits still clamps: its sign picks the end. */
+static bool fetch_huge_int(const struct json_doc *d, int i, int64_t lo,
+                           int64_t hi, int64_t *out)
+{
+    struct slice s = json_span(d, i);
+
+    if (json_type(d, i) != JSON_NUMBER || memchr(s.ptr, '.', s.len) != NULL ||
+        memchr(s.ptr, 'e', s.len) != NULL ||
+        memchr(s.ptr, 'E', s.len) != NULL) {
+        return false;
+    }
+    *out = s.ptr[0] == '-' ? lo : hi;
+    return true;
+}
+
 /* An optional integer member clamped to [lo, hi]; absent or null = def.
  * Returns false when present but not an integer. */
 static bool fetch_int(const struct json_doc *d, int obj, const char *key,
@@ -87,7 +102,7 @@ static bool fetch_int(const struct json_doc *d, int obj, const char *key,
         *out = hi;
         return true;
     }
-    return false;
+    return fetch_huge_int(d, i, lo, hi, out);
 }
 
 static int fetch_entry(struct api_fetch *f, size_t idx, int obj,
