@@ -82,7 +82,8 @@ struct http_conn {
     const char *fail_code;
     const char *fail_msg;
     enum conn_hdr_state hdr_state;
-    bool in_body; /* cur's Content-Length body is being read (4) */
+    bool is_head_done; /* later header callbacks are chunked trailers */
+    bool in_body;      /* cur's Content-Length body is being read (4) */
     bool is_reading_done;
     bool is_closing;
     bool is_closed;
@@ -503,6 +504,7 @@ static int on_message_begin(llhttp_t *p)
     ASSERT(c->cur == NULL);
     c->cur = req_new(c);
     c->hdr_state = HDR_NONE;
+    c->is_head_done = false;
     return 0;
 }
 
@@ -535,6 +537,9 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n)
     struct http_conn *c = p->data;
     struct http_req *r = c->cur;
 
+    if (c->is_head_done) {
+        return 0; /* trailers are ignored: url and headers must not move */
+    }
     if (c->hdr_state == HDR_VALUE && conn_header_done(c) != 0) {
         return HPE_USER;
     }
@@ -553,6 +558,9 @@ static int on_header_field_complete(llhttp_t *p)
     struct http_conn *c = p->data;
     struct http_req *r = c->cur;
 
+    if (c->is_head_done) {
+        return 0;
+    }
     if (conn_head_append(c, "", 1) != 0) {
         return HPE_USER;
     }
@@ -563,14 +571,16 @@ static int on_header_field_complete(llhttp_t *p)
 
 static int on_header_value(llhttp_t *p, const char *at, size_t n)
 {
-    return conn_head_append(p->data, at, n);
+    struct http_conn *c = p->data;
+
+    return c->is_head_done ? 0 : conn_head_append(c, at, n);
 }
 
 static int on_header_value_complete(llhttp_t *p)
 {
     struct http_conn *c = p->data;
 
-    if (c->hdr_state != HDR_VALUE) {
+    if (c->is_head_done || c->hdr_state != HDR_VALUE) {
         return 0;
     }
     return conn_header_done(c);
@@ -617,6 +627,7 @@ static int on_headers_complete(llhttp_t *p)
         return -1;
     }
     req_set_target(r);
+    c->is_head_done = true;
     r->method = req_method(p->method);
     r->method_name = llhttp_method_name((llhttp_method_t)p->method);
     r->http_minor = p->http_minor;

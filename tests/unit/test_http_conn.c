@@ -578,3 +578,30 @@ TEST(hundred_pipelined_requests_in_one_feed_answer_in_order)
     buf_free(&in);
     teardown(&t);
 }
+
+TEST(chunked_trailers_are_ignored_and_leave_the_request_intact)
+{
+    struct tio t;
+    struct th h;
+    struct http_conn *c = setup(&t, &h, NULL);
+    struct buf in;
+    struct err err;
+
+    h.answer_now = false;
+    buf_init(&in, BUF_UNLIMITED);
+    buf_append_str(&in,
+                   "POST /t?q HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+                   "\r\n2\r\nok\r\n0\r\nX-Trailer: ",
+                   &err);
+    for (int i = 0; i < 2000; i++) {
+        buf_append_byte(&in, 'z', &err);
+    }
+    buf_append_str(&in, "\r\n\r\n", &err);
+    http_conn_feed(c, in.data, in.len);
+    EXPECT_EQ_I64(h.n, 1);
+    EXPECT(http_req_header(h.reqs[0], "x-trailer") == NULL);
+    th_answer(h.reqs[0]);
+    EXPECT(strstr(out_str(&t), "POST /t q=q b=ok") != NULL);
+    buf_free(&in);
+    teardown(&t);
+}

@@ -1,0 +1,272 @@
+"""The HTTP server on a real loop and real sockets, through tests/tools/http_echo.
+
+Each test starts its own http_echo on a free port of 127.0.0.1 and talks to
+it with raw sockets (to control pipelining and byte-exact input) or
+http.client (to check keep-alive reuse)."""
+
+import hashlib
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+ROOT = os.environ.get("QUEEN_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
+TOOLS = os.environ.get("QUEEN_TOOLS", os.path.join(ROOT, "build", "tools"))
+ECHO = os.path.join(TOOLS, "http_echo")
+MAX_BODY = 16 * 1024 * 1024
+DEADLINE = 10.0
+
+
+class Echo:
+    def __init__(self, *args):
+        self.proc = subprocess.Popen(
+            [ECHO, "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        line = self.proc.stdout.readline().decode()
+        assert line.startswith("listening "), line
+        self.port = int(line.split()[1])
+
+    def connect(self):
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=DEADLINE)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return s
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=DEADLINE)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.stdout.close()
+            self.proc.stderr.close()
+
+
+@pytest.fixture
+def echo():
+    if not os.path.exists(ECHO):
+        pytest.fail("http_echo not built: %s" % ECHO)
+    e = Echo("--max-body", str(MAX_BODY))
+    yield e
+    assert e.stop() == 0
+
+
+class Reader:
+    """Parses responses (Content-Length framed) off a socket."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = b""
+
+    def _fill(self):
+        chunk = self.sock.recv(1 << 20)
+        if not chunk:
+            raise EOFError("connection closed")
+        self.buf += chunk
+
+    def response(self):
+        while b"\r\n\r\n" not in self.buf:
+            self._fill()
+        head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {}
+        for line in lines[1:]:
+            k, v = line.split(":", 1)
+            headers[k.strip().lower()] = v.strip()
+        n = int(headers.get("content-length", "0"))
+        while len(self.buf) < n:
+            self._fill()
+        body, self.buf = self.buf[:n], self.buf[n:]
+        return status, headers, body
+
+    def at_eof(self):
+        """True once the peer closed and nothing more is buffered."""
+        try:
+            self._fill()
+        except EOFError:
+            return self.buf == b""
+        return False
+
+
+def get(path):
+    return ("GET %s HTTP/1.1\r\nHost: t\r\n\r\n" % path).encode()
+
+
+def test_keep_alive_reuses_one_connection(echo):
+    conn = http.client.HTTPConnection("127.0.0.1", echo.port, timeout=DEADLINE)
+    conn.request("GET", "/kv/ns/k1")
+    r = conn.getresponse()
+    assert r.status == 200
+    assert json.loads(r.read()) == {"ns": "ns", "key": "k1"}
+    first = conn.sock
+    for i in range(20):
+        conn.request("POST", "/echo", body=b"x%d" % i)
+        r = conn.getresponse()
+        assert r.status == 200
+        assert r.read() == b"x%d" % i
+        assert conn.sock is first
+    conn.close()
+
+
+def test_hundred_pipelined_requests_answer_in_order(echo):
+    s = echo.connect()
+    # delays that decrease along the pipeline, so answers are computed
+    # in the reverse of request order
+    paths = ["/delay/%d" % ((99 - i) % 10 * 5) for i in range(100)]
+    s.sendall(b"".join(get(p) for p in paths))
+    rd = Reader(s)
+    for p in paths:
+        status, _, body = rd.response()
+        assert status == 200
+        assert body.decode() == "delay " + p.split("/")[2]
+    s.close()
+
+
+def test_body_one_byte_over_the_limit_is_413_and_closed(echo):
+    s = echo.connect()
+    body = b"a" * (MAX_BODY + 1)
+    s.sendall(b"POST /echo HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(body))
+    s.sendall(body)
+    rd = Reader(s)
+    status, headers, out = rd.response()
+    assert status == 413
+    assert headers["connection"] == "close"
+    assert json.loads(out) == {"error": "request body over the size limit", "code": "too_large"}
+    s.shutdown(socket.SHUT_WR)
+    assert rd.at_eof()
+    s.close()
+
+
+def test_body_at_the_limit_and_a_10mb_body_are_accepted(echo):
+    for n in (10 * 1000 * 1000, MAX_BODY):
+        body = os.urandom(n)
+        conn = http.client.HTTPConnection("127.0.0.1", echo.port, timeout=DEADLINE)
+        conn.request("POST", "/echo", body=body)
+        r = conn.getresponse()
+        assert r.status == 200
+        out = r.read()
+        assert len(out) == n
+        assert hashlib.sha256(out).digest() == hashlib.sha256(body).digest()
+        conn.close()
+
+
+def test_chunked_body_is_assembled(echo):
+    s = echo.connect()
+    s.sendall(
+        b"POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5\r\nhello\r\n1;ext=1\r\n \r\n5\r\nworld\r\n0\r\n\r\n"
+    )
+    status, _, body = Reader(s).response()
+    assert status == 200
+    assert body == b"hello world"
+    s.close()
+
+
+def test_malformed_request_is_400_and_closed(echo):
+    s = echo.connect()
+    s.sendall(b"GET /kv/a/b HTTP/1.1\r\n\r\nGET /x HTTP/1.1\r\nBad Header\r\n\r\n")
+    rd = Reader(s)
+    status, _, _ = rd.response()
+    assert status == 200
+    status, headers, body = rd.response()
+    assert status == 400
+    assert headers["connection"] == "close"
+    assert json.loads(body)["code"] == "bad_request"
+    assert rd.at_eof()
+    s.close()
+
+
+def test_unknown_path_is_404_envelope(echo):
+    conn = http.client.HTTPConnection("127.0.0.1", echo.port, timeout=DEADLINE)
+    conn.request("GET", "/api/v1/nothing?x=1")
+    r = conn.getresponse()
+    assert r.status == 404
+    assert r.getheader("content-type") == "application/json"
+    assert r.read() == b'{"code":"no_such_route","error":"not found","path":"/api/v1/nothing"}'
+    conn.close()
+
+
+def test_expect_100_continue_gets_an_interim_answer(echo):
+    s = echo.connect()
+    s.sendall(b"POST /echo HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n")
+    rd = Reader(s)
+    status, _, _ = rd.response()
+    assert status == 100
+    s.sendall(b"abc")
+    status, _, body = rd.response()
+    assert (status, body) == (200, b"abc")
+    s.close()
+
+
+def test_metrics_count_requests_by_route_and_status(echo):
+    conn = http.client.HTTPConnection("127.0.0.1", echo.port, timeout=DEADLINE)
+    for _ in range(3):
+        conn.request("GET", "/kv/a/b")
+        conn.getresponse().read()
+    conn.request("GET", "/nope")
+    conn.getresponse().read()
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    assert 'queen_http_requests_total{route="/kv/:ns/*key",status="200"} 3\n' in text
+    assert 'queen_http_requests_total{route="unmatched",status="404"} 1\n' in text
+    assert "queen_http_connections 1\n" in text
+    conn.close()
+
+
+def wait_inflight(echo, want):
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        conn = http.client.HTTPConnection("127.0.0.1", echo.port, timeout=DEADLINE)
+        conn.request("GET", "/inflight")
+        n = int(conn.getresponse().read())
+        conn.close()
+        if n >= want:
+            return
+        time.sleep(0.01)
+    pytest.fail("no request in flight after %.0f s" % DEADLINE)
+
+
+def test_sigterm_answers_the_request_in_flight_then_exits_0():
+    e = Echo()
+    try:
+        slow = e.connect()
+        idle = e.connect()
+        slow.sendall(get("/delay/700"))
+        wait_inflight(e, 1)
+        e.proc.send_signal(signal.SIGTERM)
+        status, headers, body = Reader(slow).response()
+        assert (status, body) == (200, b"delay 700")
+        assert headers["connection"] == "close"
+        assert Reader(idle).at_eof()
+        assert e.proc.wait(timeout=DEADLINE) == 0
+    finally:
+        assert e.stop() == 0
+
+
+def test_peer_gone_before_the_answer_does_not_hurt_the_server(echo):
+    for _ in range(5):
+        s = echo.connect()
+        s.sendall(get("/delay/50"))
+        s.close()
+    # answers to vanished peers are dropped and their connections freed;
+    # the server still serves
+    want = 'queen_http_requests_total{route="/delay/:ms",status="200"} 5\n'
+    conn = http.client.HTTPConnection("127.0.0.1", echo.port, timeout=DEADLINE)
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        if want in text and "queen_http_connections 1\n" in text:
+            break
+        assert time.monotonic() < deadline, text
+        time.sleep(0.01)
+    conn.close()
