@@ -526,3 +526,44 @@ TEST(lease_and_presence_round_trip)
     buf_free(&b);
     buf_free(&arena);
 }
+
+TEST(a_million_positions_fit_in_39_mib)
+{
+    size_t n = 1000000;
+    struct docs_position *v = malloc(n * sizeof(*v));
+    char *text = malloc(n * 64);
+    struct docs_checkpoint cp;
+    struct docs_checkpoint r;
+    struct buf b;
+    struct buf arena;
+    struct err err;
+
+    for (size_t i = 0; i < n; i++) {
+        char *name = text + i * 64;
+        char *id = name + 16;
+        int nl = snprintf(name, 16, "p-%07zu", i);
+        int il = snprintf(id, 48, "%08zx-0000-7000-8000-%012zx",
+                          (i * 2654435761u) & 0xffffffffu, i * 40503u);
+        v[i].name.ptr = name;
+        v[i].name.len = (size_t)nl;
+        v[i].id.ptr = id;
+        v[i].id.len = (size_t)il;
+        v[i].offset = (int64_t)(i * 977u % 100000000u);
+    }
+    cp.k = 20;
+    cp.t_end = 1788516300000000;
+    cp.positions = v;
+    cp.n = n;
+    buf_init(&b, BUF_UNLIMITED);
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_checkpoint_encode(&b, &cp, &err), 0);
+    EXPECT(b.len < 39u * 1024 * 1024);
+    EXPECT(b.len > 15000000u);
+    EXPECT_EQ_I64(docs_checkpoint_decode(b.data, b.len, &r, &arena, &err), 0);
+    EXPECT_EQ_U64(r.n, n);
+    EXPECT(sl_is(r.positions[n - 1].name, "p-0999999"));
+    buf_free(&b);
+    buf_free(&arena);
+    free(v);
+    free(text);
+}
