@@ -400,6 +400,29 @@ def test_stop_ends_proxy_and_s3rver(tmp_path):
                "proxy and s3rver to exit")
 
 
+def test_bucket_dies_with_its_owner(tmp_path):
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = ("import json, sys, time; sys.path.insert(0, %r); "
+            "from bucket import TestBucket; "
+            "b = TestBucket(workdir=%r).start(); "
+            "print(json.dumps(b.ready), flush=True); time.sleep(600)"
+            % (here, str(tmp_path / "b")))
+    owner = subprocess.Popen([PYTHON, "-c", code], stdout=subprocess.PIPE,
+                             start_new_session=True)
+    try:
+        ready = json.loads(owner.stdout.readline())
+        pids = (ready["pid"], ready["s3rver_pid"])
+        assert all(pid_alive(p) for p in pids)
+        owner.kill()  # no atexit: the proxy must notice by itself
+        owner.wait(10)
+        wait_until(lambda: not any(pid_alive(p) for p in pids), 10,
+                   "proxy and s3rver to exit after their owner died")
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+        owner.stdout.close()
+
+
 def test_serve_cli_writes_ready_file_and_stops_on_sigterm(tmp_path):
     ready = tmp_path / "ready.json"
     here = os.path.dirname(os.path.abspath(__file__))

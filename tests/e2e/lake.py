@@ -726,9 +726,12 @@ def count_records(reader, prefix, tenant, queue):
     return n
 
 
-def wait_queue(reader, prefix, tenant, queue, acked, timeout, **kw):
-    """Wait until the lake holds every acked record, then verify it.  Fails
-    at once when the lake holds more records than were acked."""
+def wait_queue(reader, prefix, tenant, queue, acked, timeout, settle=3.0,
+               **kw):
+    """Wait until the manifests announce every acked record, then verify.
+    Fails at once when they announce more records than were acked.  Once the
+    count is reached, a failed verification is retried for `settle` seconds
+    (a checkpoint may still be being written) before its error is raised."""
     deadline = time.monotonic() + timeout
     lost = [_lost_tuple(x) for x in kw.get("expect_lost") or []]
     n = sum(1 for p, o, _, _ in acked if not _in_lost(lost, p, o))
@@ -738,8 +741,16 @@ def wait_queue(reader, prefix, tenant, queue, acked, timeout, **kw):
             raise LakeError("the lake holds %d records, more than the %d "
                             "acknowledged" % (have, n))
         if have == n or time.monotonic() > deadline:
-            return verify_queue(reader, prefix, tenant, queue, acked, **kw)
+            break
         time.sleep(0.1)
+    settled = time.monotonic() + settle
+    while True:
+        try:
+            return verify_queue(reader, prefix, tenant, queue, acked, **kw)
+        except LakeError:
+            if time.monotonic() > settled:
+                raise
+        time.sleep(0.2)
 
 
 # ---------------------------------------------------------------------------
