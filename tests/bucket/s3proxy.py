@@ -461,11 +461,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_error_xml(e, req)
         except (ConnectionError, socket.timeout, http.client.HTTPException,
                 OSError) as e:
-            if self.status == 0:
-                self.send_error_xml(S3Fail(503, "ServiceUnavailable",
-                                           "upstream s3rver failed: %s" % e),
-                                    req)
             self.close_connection = True
+            if self.status == 0:
+                try:
+                    self.send_error_xml(S3Fail(
+                        503, "ServiceUnavailable",
+                        "upstream s3rver failed: %s" % e), req)
+                except OSError:
+                    pass  # the client is gone (or the port went down)
         finally:
             self.log_once(self.sent)
             with app.faults.lock:
