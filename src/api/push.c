@@ -273,24 +273,38 @@ struct push_op {
 };
 
 /* The receiver's UUIDv7 minting (reference 2.3): one generator on the loop
- * thread, the wall clock and getrandom. */
+ * thread, the wall clock, and random bytes drawn once per request (one
+ * getrandom call for every id of the request). */
+struct push_minter {
+    struct api *a;
+    uint64_t now_ms;
+    uint8_t *rnd; /* 8 bytes per item */
+    size_t next;
+};
+
 static void push_mint(void *ctx, uint8_t id[16])
 {
-    struct api *a = ctx;
+    struct push_minter *m = ctx;
+
+    uuid7_make(&m->a->gen, m->now_ms, m->rnd + 8 * m->next++, id);
+}
+
+static void push_mint_all(struct api *a, struct api_push *p)
+{
+    struct push_minter m = {a, 0, xmalloc(8 * p->n), 0};
     struct timespec ts;
-    uint8_t rnd[8];
     size_t got = 0;
 
-    while (got < sizeof(rnd)) {
-        ssize_t n = getrandom(rnd + got, sizeof(rnd) - got, 0);
-        if (n > 0) {
-            got += (size_t)n;
+    while (got < 8 * p->n) {
+        ssize_t k = getrandom(m.rnd + got, 8 * p->n - got, 0);
+        if (k > 0) {
+            got += (size_t)k;
         }
     }
     ASSERT(clock_gettime(CLOCK_REALTIME, &ts) == 0);
-    uuid7_make(&a->gen,
-               (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000, rnd,
-               id);
+    m.now_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    api_push_mint(p, push_mint, &m);
+    free(m.rnd);
 }
 
 static void push_count(struct api *a, const struct api_push *p,
@@ -368,7 +382,7 @@ void api_handle_push(struct http_req *req, void *arg)
         api_respond_json(a, req, 201, &out);
         goto out_free;
     }
-    api_push_mint(&op->p, push_mint, a);
+    push_mint_all(a, &op->p);
     if (push_propose(op, &err) != 0) {
         api_respond_err(a, req, &err);
         goto out_free;
