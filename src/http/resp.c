@@ -92,30 +92,28 @@ static const char *resp_utoa(char *tmp, size_t size, size_t v)
     return p;
 }
 
-void resp_head(struct buf *b, int status, int http_minor,
-               const char *content_type, size_t body_len,
-               const char *extra_headers, bool keep_alive)
+void resp_head(struct buf *b, const struct resp_meta *m)
 {
     char num[32];
 
-    ASSERT(status >= 100 && status <= 999);
-    resp_put_str(b, http_minor == 0 ? "HTTP/1.0 " : "HTTP/1.1 ");
-    resp_put_str(b, resp_utoa(num, sizeof(num), (size_t)status));
+    ASSERT(m->status >= 100 && m->status <= 999);
+    resp_put_str(b, m->http_minor == 0 ? "HTTP/1.0 " : "HTTP/1.1 ");
+    resp_put_str(b, resp_utoa(num, sizeof(num), (size_t)m->status));
     resp_put(b, " ", 1);
-    resp_put_str(b, resp_reason(status));
-    if (content_type != NULL) {
+    resp_put_str(b, resp_reason(m->status));
+    if (m->content_type != NULL) {
         resp_put_str(b, "\r\nContent-Type: ");
-        resp_put_str(b, content_type);
+        resp_put_str(b, m->content_type);
     }
     resp_put_str(b, "\r\nContent-Length: ");
-    resp_put_str(b, resp_utoa(num, sizeof(num), body_len));
+    resp_put_str(b, resp_utoa(num, sizeof(num), m->body_len));
     resp_put(b, "\r\n", 2);
-    if (extra_headers != NULL) {
-        resp_put_str(b, extra_headers);
+    if (m->extra_headers != NULL) {
+        resp_put_str(b, m->extra_headers);
     }
-    if (!keep_alive) {
+    if (!m->keep_alive) {
         resp_put_str(b, "Connection: close\r\n");
-    } else if (http_minor == 0) {
+    } else if (m->http_minor == 0) {
         resp_put_str(b, "Connection: keep-alive\r\n");
     }
     resp_put(b, "\r\n", 2);
@@ -151,11 +149,11 @@ void http_respond_error_ex(struct http_req *req, int status, const char *code,
     struct err err;
     size_t len;
     char *p;
+    int rc;
 
     buf_init(&b, BUF_UNLIMITED);
-    if (resp_error_body(&b, code, message, &err) != 0) {
-        ASSERT(0 && "unlimited buffer failed");
-    }
+    rc = resp_error_body(&b, code, message, &err);
+    ASSERT(rc == 0); /* unlimited */
     p = buf_steal(&b, &len);
     http_respond_take(req, status, "application/json", p, len, extra_headers);
 }

@@ -13,13 +13,21 @@
 /* The reason phrase of a status ("Not Found"), "Unknown" when we have none. */
 const char *resp_reason(int status);
 
+/* What a response head says. */
+struct resp_meta {
+    int status;
+    int http_minor;            /* 0: answer as HTTP/1.0 */
+    const char *content_type;  /* NULL: no Content-Type header */
+    size_t body_len;           /* the Content-Length */
+    const char *extra_headers; /* lines each ending "\r\n", or NULL */
+    bool keep_alive;
+};
+
 /* Append a response head to b (unlimited buffers only: cannot fail):
- * status line, Content-Type (omitted when NULL), Content-Length, extra
- * header lines (each ending "\r\n", or NULL), a Connection header when the
- * connection closes (or an HTTP/1.0 one is kept), and the empty line. */
-void resp_head(struct buf *b, int status, int http_minor,
-               const char *content_type, size_t body_len,
-               const char *extra_headers, bool keep_alive);
+ * status line, Content-Type, Content-Length, the extra header lines, a
+ * Connection header when the connection closes (or an HTTP/1.0 one is
+ * kept), and the empty line. */
+void resp_head(struct buf *b, const struct resp_meta *m);
 
 /* Append {"error":<message>,"code":<code>} with proper JSON escaping.
  * Returns 0 or ERR_TOO_BIG from b's cap. */

@@ -93,7 +93,8 @@ static struct route_pattern *router_pattern(struct router *r, const char *p)
             return r->pats[i];
         }
     }
-    r->pats = xrealloc(r->pats, (r->npats + 1) * sizeof(*r->pats));
+    r->pats =
+        xrealloc(r->pats, (r->npats + 1) * sizeof(struct route_pattern *));
     r->pats[r->npats] = xcalloc(1, sizeof(struct route_pattern));
     r->pats[r->npats]->pattern = xstrdup(p);
     return r->pats[r->npats++];
@@ -272,6 +273,7 @@ static void router_not_found(struct http_req *req)
     struct buf b;
     struct jw w;
     struct err err;
+    int rc;
 
     buf_init(&b, BUF_UNLIMITED);
     jw_init(&w, &b);
@@ -283,9 +285,8 @@ static void router_not_found(struct http_req *req)
     jw_key(&w, "path");
     jw_str(&w, req->path.ptr, req->path.len);
     jw_obj_end(&w);
-    if (jw_finish(&w, &err) != 0) {
-        ASSERT(0 && "unlimited buffer failed");
-    }
+    rc = jw_finish(&w, &err);
+    ASSERT(rc == 0); /* unlimited */
     http_respond_json(req, 404, &b);
 }
 
@@ -302,7 +303,7 @@ void router_dispatch(struct http_req *req, void *router)
 
     for (size_t i = 0; i < r->nroutes; i++) {
         const struct route *rt = &r->routes[i];
-        struct slice vals[HTTP_MAX_PARAMS];
+        struct slice vals[HTTP_MAX_PARAMS] = {{0}};
 
         if (!route_match(rt, req->path, vals)) {
             continue;
@@ -366,6 +367,7 @@ uint64_t router_count(const struct router *r, const char *pattern, int status)
 {
     const struct route_pattern *pat = NULL;
 
+    ASSERT(r != NULL);
     if (status < ROUTER_MIN_STATUS ||
         status >= ROUTER_MIN_STATUS + ROUTER_NSTATUS) {
         return 0;

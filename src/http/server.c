@@ -93,7 +93,8 @@ struct http_conn {
     bool is_lingering; /* socket layer: FIN sent, discarding input */
 };
 
-static const char conn_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+/* Not const: uv_buf_t wants a char *; never written. */
+static char conn_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
 static void conn_maybe_free(struct http_conn *c);
 static void conn_flush(struct http_conn *c);
@@ -255,32 +256,36 @@ static void conn_check_idle(struct http_conn *c)
 
 /* ---- answers ---- */
 
-static void respond_common(struct http_req *r, int status, const char *ctype,
-                           const void *copy, char *owned, size_t len,
-                           const char *extra)
+/* Format and queue an answer. The body is either copied (copy) or taken
+ * (owned, malloc'd); m's keep_alive and http_minor are filled in here. */
+static void respond_common(struct http_req *r, struct resp_meta *m,
+                           const void *copy, char *owned)
 {
     struct http_conn *c = r->conn;
-    bool keep = !r->wants_close && !c->close_when_idle;
     const void *body = owned != NULL ? owned : copy;
     struct err err;
+    bool has_body;
 
     ASSERT(!r->is_answered); /* rule 2: one answer per request */
     r->is_answered = true;
-    r->status = status;
+    r->status = m->status;
     if (r->on_status != NULL) {
-        r->on_status(r->on_status_arg, status);
+        r->on_status(r->on_status_arg, m->status);
     }
-    r->keep_alive = keep;
-    r->wants_close = !keep;
-    resp_head(&r->resp, status, r->http_minor, ctype, len, extra, keep);
-    if (r->method != HTTP_METHOD_HEAD && len > 0) {
-        if (owned != NULL && len > CONN_INLINE_BODY) {
-            r->resp_body = owned;
-            r->resp_body_len = len;
-            owned = NULL;
-        } else if (buf_append(&r->resp, body, len, &err) != 0) {
-            ASSERT(0 && "unlimited buffer failed");
-        }
+    r->keep_alive = !r->wants_close && !c->close_when_idle;
+    r->wants_close = !r->keep_alive;
+    m->keep_alive = r->keep_alive;
+    m->http_minor = r->http_minor;
+    resp_head(&r->resp, m);
+    has_body = r->method != HTTP_METHOD_HEAD && m->body_len > 0;
+    if (has_body && owned != NULL && m->body_len > CONN_INLINE_BODY) {
+        r->resp_body = owned; /* a second buffer of the same write */
+        r->resp_body_len = m->body_len;
+        owned = NULL;
+    } else if (has_body) {
+        int rc = buf_append(&r->resp, body, m->body_len, &err);
+
+        ASSERT(rc == 0); /* unlimited */
     }
     free(owned);
     c->busy++;
@@ -293,23 +298,28 @@ void http_respond_take(struct http_req *req, int status,
                        const char *content_type, char *body, size_t len,
                        const char *extra_headers)
 {
-    if (body == NULL) {
-        ASSERT(len == 0);
-        respond_common(req, status, content_type, NULL, NULL, 0, extra_headers);
-        return;
-    }
-    respond_common(req, status, content_type, NULL, body, len, extra_headers);
+    struct resp_meta m = {.status = status,
+                          .content_type = content_type,
+                          .body_len = len,
+                          .extra_headers = extra_headers};
+
+    ASSERT(body != NULL || len == 0);
+    respond_common(req, &m, NULL, body);
 }
 
 void http_respond_ex(struct http_req *req, int status, const char *content_type,
                      const void *body, size_t len, const char *extra_headers)
 {
+    struct resp_meta m = {.status = status,
+                          .content_type = content_type,
+                          .body_len = len,
+                          .extra_headers = extra_headers};
+
     if (len > CONN_INLINE_BODY && req->method != HTTP_METHOD_HEAD) {
-        respond_common(req, status, content_type, NULL, xmemdup(body, len), len,
-                       extra_headers);
+        respond_common(req, &m, NULL, xmemdup(body, len));
         return;
     }
-    respond_common(req, status, content_type, body, NULL, len, extra_headers);
+    respond_common(req, &m, body, NULL);
 }
 
 void http_respond(struct http_req *req, int status, const char *content_type,
@@ -389,12 +399,12 @@ void http_conn_write_done(struct http_conn *c, void *token, int status)
 }
 
 /* A write of static bytes carrying no request (100 Continue). */
-static void conn_write_static(struct http_conn *c, const char *s, size_t n)
+static void conn_write_static(struct http_conn *c, char *s, size_t n)
 {
     struct http_write *w = xcalloc(1, sizeof(*w) + sizeof(uv_buf_t));
 
     w->conn = c;
-    w->bufs[0] = uv_buf_init((char *)(uintptr_t)s, (unsigned)n);
+    w->bufs[0] = uv_buf_init(s, (unsigned)n);
     w->nbufs = 1;
     c->nwrites++;
     c->io.write(c, w, w->bufs, 1, c->io.arg);

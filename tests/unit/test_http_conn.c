@@ -94,13 +94,15 @@ static struct http_conn *setup(struct tio *t, struct th *h,
                                const struct http_config *cfg_in)
 {
     struct http_config cfg = {0};
-    struct http_conn_io io = {tio_write, tio_close, tio_release, tio_pause, t};
+    struct http_conn_io io = {tio_write, tio_close, tio_release, tio_pause,
+                              NULL};
 
     if (cfg_in != NULL) {
         cfg = *cfg_in;
     }
     memset(t, 0, sizeof(*t));
     memset(h, 0, sizeof(*h));
+    io.arg = t;
     buf_init(&t->out, BUF_UNLIMITED);
     h->answer_now = true;
     t->c = http_conn_new(&cfg, &io, th_handler, h);

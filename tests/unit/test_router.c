@@ -70,10 +70,11 @@ static void h_created(struct http_req *req, void *arg)
 static void fix_setup(struct rt_fix *f)
 {
     struct http_config cfg = {0};
-    struct http_conn_io io = {rio_write, rio_close, rio_release, NULL, f};
+    struct http_conn_io io = {rio_write, rio_close, rio_release, NULL, NULL};
     struct err err;
 
     memset(f, 0, sizeof(*f));
+    io.arg = f;
     buf_init(&f->out, BUF_UNLIMITED);
     f->r = router_new();
     EXPECT_EQ_I64(router_add(f->r, HTTP_METHOD_GET, "/health", h_tag,
