@@ -207,7 +207,10 @@ static int decompress(struct chunk *k, struct slice src, size_t unc,
     if (f->npages == f->cap_pages) {
         f->cap_pages = f->cap_pages == 0 ? 16 : f->cap_pages * 2;
         f->pages = xrealloc(f->pages, f->cap_pages * sizeof(char *));
+        f->page_lens =
+            xrealloc(f->page_lens, f->cap_pages * sizeof(*f->page_lens));
     }
+    f->page_lens[f->npages] = unc;
     f->pages[f->npages++] = dst;
     *out = (const uint8_t *)dst;
     if (k->codec == 0 && src.len == unc) {
@@ -499,5 +502,6 @@ void parquet_file_free(struct parquet_file *f)
         free(f->pages[i]);
     }
     free(f->pages);
+    free(f->page_lens);
     memset(f, 0, sizeof(*f));
 }

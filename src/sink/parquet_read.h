@@ -20,6 +20,7 @@ struct parquet_file {
     struct sink_record *recs; /* every row, in file order */
     size_t nrecs;
     char **pages; /* decompressed pages the records' slices point into */
+    size_t *page_lens;
     size_t npages;
     size_t cap_pages;
 };
