@@ -909,11 +909,12 @@ class App:
     def complete(self, h, req, headers, body, u):
         listed = parse_complete(body)
         have = {p["partNumber"]: p for p in u["parts"]}
+        numbers = [n for n, _ in listed]
+        if numbers != sorted(set(numbers)):
+            raise S3Fail(400, "InvalidPartOrder", "The list of parts was not "
+                         "in ascending order. The parts list must be "
+                         "specified in order by part number.")
         for i, (n, etag) in enumerate(listed):
-            if i and n <= listed[i - 1][0]:
-                raise S3Fail(400, "InvalidPartOrder", "The list of parts was "
-                             "not in ascending order. The parts list must be "
-                             "specified in order by part number.")
             p = have.get(n)
             if p is None or p["md5"].lower() != etag.lower():
                 raise S3Fail(400, "InvalidPart", "One or more of the "

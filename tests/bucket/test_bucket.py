@@ -225,13 +225,17 @@ def test_multipart_completes_with_dash_n_etag(bucket):
     assert [p["Size"] for p in r["Parts"]] == [5 * MIB, 1234]
     assert [u["UploadId"] for u in
             c.list_multipart_uploads(Bucket="lake")["Uploads"]] == [up]
-    r = c.complete_multipart_upload(Bucket="lake", Key="big/obj",
-                                    UploadId=up,
-                                    MultipartUpload={"Parts": parts})
+    xml = "<CompleteMultipartUpload>%s</CompleteMultipartUpload>" % "".join(
+        "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag></Part>"
+        % (p["PartNumber"], p["ETag"]) for p in parts)
+    status, _, body = signed(bucket, "POST", "/lake/big/obj", xml.encode(),
+                             {"content-type": "application/xml"},
+                             query="uploadId=" + up)
     md5s = b"".join(hashlib.md5(bytes([n]) * s).digest()
                     for n, s in ((1, 5 * MIB), (2, 1234)))
     want = '"%s-2"' % hashlib.md5(md5s).hexdigest()
-    assert r["ETag"] == want
+    assert status == 200
+    assert b"<ETag>&quot;%s&quot;</ETag>" % want[1:-1].encode() in body
     assert c.head_object(Bucket="lake", Key="big/obj")["ETag"] == want
     got = c.get_object(Bucket="lake", Key="big/obj")
     assert got["ETag"] == want and got["Body"].read() == data
@@ -251,6 +255,10 @@ def test_multipart_checks_part_size_and_etags(bucket):
         c.complete_multipart_upload(Bucket="lake", Key="small", UploadId=up,
                                     MultipartUpload={"Parts": bad})
     assert (status_of(e), code_of(e)) == (400, "InvalidPart")
+    with pytest.raises(ClientError) as e:
+        c.complete_multipart_upload(Bucket="lake", Key="small", UploadId=up,
+                                    MultipartUpload={"Parts": parts[::-1]})
+    assert (status_of(e), code_of(e)) == (400, "InvalidPartOrder")
     assert bucket.read_object("lake", "small") is None
     assert len(bucket.uploads("lake")) == 1
 

@@ -402,9 +402,11 @@ def _in_lost(lost, p, o):
 def _index_acked(acked, expect_lost, fmt="jsonl"):
     want = {}
     offsets = {}
+    pairs = set()
     for p, o, txn, payload in acked:
-        if (p, o) in want:
+        if (p, o) in pairs:
             raise LakeError("the push answers hold %r/%d twice" % (p, o))
+        pairs.add((p, o))
         if isinstance(payload, str):
             payload = payload.encode("utf-8")
         if fmt == "parquet":
