@@ -165,7 +165,7 @@ static int push_item(struct fsm *f, MDB_txn *txn, const struct cmd_header *h,
     const struct cmd_push_item *it = &f->items[i];
     struct fsm_item_result *r = &f->result.items[i];
     struct store_dedup_row row;
-    uint8_t hash[SCHEMA_HASH_LEN];
+    struct store_dedup_key key;
     struct touched *t = touch(f, txn, h, it, err);
     int rc;
 
@@ -173,8 +173,8 @@ static int push_item(struct fsm *f, MDB_txn *txn, const struct cmd_header *h,
         return err->code;
     }
     if (it->txn.len > 0) {
-        store_txn_hash(it->txn, hash);
-        rc = store_wdedup_get(f->store, txn, t->part.queue_id, hash, &row, err);
+        store_dedup_key(t->part.queue_id, it->txn, &key);
+        rc = store_wdedup_get(f->store, txn, &key, &row, err);
         if (rc == 0 &&
             row.stamp >=
                 h->stamp - (int64_t)t->dedup_window_seconds * 1000000) {
@@ -207,8 +207,8 @@ static int push_item(struct fsm *f, MDB_txn *txn, const struct cmd_header *h,
     row.partition_id = t->part.id;
     row.stamp = h->stamp;
     memcpy(row.message_id, it->message_id, 16);
-    return store_wdedup_put(f->store, txn, t->part.queue_id, hash, &row,
-                            t->dedup_window_seconds, err);
+    return store_wdedup_put(f->store, txn, &key, &row, t->dedup_window_seconds,
+                            err);
 }
 
 static int push_finish(struct fsm *f, MDB_txn *txn, int64_t stamp,

@@ -42,6 +42,8 @@
 #define CLOSE_BARRIER_MS 2000
 #define ASYNC_MAX        4096
 #define FULL_RESERVE     ((uint64_t)64 << 20)
+#define REAP_ROUNDS_MAX  2000 /* 1 ms rounds */
+#define SYNC_TICKS       100  /* store sync about once a second */
 
 struct proposal {
     struct raft_apply req;
@@ -86,6 +88,14 @@ struct node {
     size_t q_len;
     bool q_closed;
     struct raft_barrier close_barrier;
+    int reap_rounds;
+    unsigned ticks;
+    bool sync_pending;
+    uv_work_t sync_work;
+    /* io->close wrapper state (see io_close_once). */
+    void (*uv_io_close)(struct raft_io *io, void (*cb)(struct raft_io *io));
+    void (*raft_io_close_cb)(struct raft_io *io);
+    bool io_closed;
     node_closed_fn closed_cb;
     void *closed_arg;
 };
@@ -205,9 +215,36 @@ static void check_leadership(struct node *n)
     }
 }
 
+static void sync_work_cb(uv_work_t *w)
+{
+    struct node *n = w->data;
+    struct err err = {0};
+
+    if (store_sync(n->store, &err) != 0) {
+        log_warn("node", "store sync: %s", err.msg);
+    }
+}
+
+static void sync_done_cb(uv_work_t *w, int status)
+{
+    struct node *n = w->data;
+
+    UNUSED(status);
+    n->sync_pending = false;
+}
+
 static void tick_cb(uv_timer_t *t)
 {
-    check_leadership(container_of(t, struct node, tick));
+    struct node *n = container_of(t, struct node, tick);
+
+    check_leadership(n);
+    if (++n->ticks % SYNC_TICKS == 0 && !n->sync_pending) {
+        n->sync_work.data = n;
+        if (uv_queue_work(n->loop, &n->sync_work, sync_work_cb, sync_done_cb) ==
+            0) {
+            n->sync_pending = true;
+        }
+    }
 }
 
 /* ---- proposals -----------------------------------------------------------
@@ -383,6 +420,26 @@ int node_propose_async(struct node *n, int type, const void *cmd, size_t len,
     return 0;
 }
 
+static void io_closed_once(struct raft_io *io)
+{
+    struct node *n = container_of(io, struct node, io);
+
+    if (n->io_closed) {
+        log_debug("node", "ignored a repeated raft_io close callback");
+        return;
+    }
+    n->io_closed = true;
+    n->raft_io_close_cb(io);
+}
+
+static void io_close_once(struct raft_io *io, void (*cb)(struct raft_io *))
+{
+    struct node *n = container_of(io, struct node, io);
+
+    n->raft_io_close_cb = cb;
+    n->uv_io_close(io, io_closed_once);
+}
+
 /* ---- start ---------------------------------------------------------------
  */
 
@@ -445,6 +502,8 @@ static int init_io(struct node *n, const struct node_config *cfg,
         return err_set(err, ERR_IO, "raft_uv_init %s: %s", dir,
                        raft_strerror(rv));
     }
+    n->uv_io_close = n->io.close;
+    n->io.close = io_close_once;
     return 0;
 }
 
@@ -457,13 +516,36 @@ static void free_node(struct node *n)
     free(n);
 }
 
-static void failed_start_close_cb(struct raft *r)
-{
-    struct node *n = container_of(r, struct node, raft);
+static void handle_closed(uv_handle_t *h);
+static void raft_closed_cb(struct raft *r);
+static void drain_async(struct node *n);
 
+static void init_handles(struct node *n)
+{
+    uv_timer_init(n->loop, &n->tick);
+    uv_timer_init(n->loop, &n->close_timer);
+    uv_async_init(n->loop, &n->async, async_cb);
+    n->tick.data = n;
+    n->close_timer.data = n;
+    n->async.data = n;
+    n->open_handles = 3;
+}
+
+/* Undo a start that failed after init_io: the close machinery frees n once
+ * libraft is done with it. */
+static void fail_start(struct node *n, bool raft_inited)
+{
+    n->closing = true;
+    drain_async(n);
+    if (raft_inited) {
+        raft_close(&n->raft, raft_closed_cb);
+        return;
+    }
     raft_uv_close(&n->io);
     raft_uv_tcp_close(&n->transport);
-    free_node(n);
+    uv_close((uv_handle_t *)&n->tick, handle_closed);
+    uv_close((uv_handle_t *)&n->close_timer, handle_closed);
+    uv_close((uv_handle_t *)&n->async, handle_closed);
 }
 
 int node_start(struct node **out, uv_loop_t *loop,
@@ -483,6 +565,7 @@ int node_start(struct node **out, uv_loop_t *loop,
         free_node(n);
         return err->code;
     }
+    init_handles(n);
     n->fsm = fsm_new(store, &n->rfsm);
     for (int t = CMD_PUSH + 1; t < CMD_TYPE_COUNT; t++) {
         if (cfg->handlers[t] != NULL) {
@@ -492,9 +575,7 @@ int node_start(struct node **out, uv_loop_t *loop,
     rv = raft_init(&n->raft, &n->io, &n->rfsm, cfg->id, n->address);
     if (rv != 0) {
         err_set(err, ERR_IO, "raft_init: %s", raft_strerror(rv));
-        raft_uv_close(&n->io);
-        raft_uv_tcp_close(&n->transport);
-        free_node(n);
+        fail_start(n, false);
         return err->code;
     }
     fsm_attach_raft(n->fsm, &n->raft);
@@ -503,14 +584,10 @@ int node_start(struct node **out, uv_loop_t *loop,
         if (err->code == 0) {
             err_set(err, ERR_IO, "raft_start: %s", raft_errmsg(&n->raft));
         }
-        raft_close(&n->raft, failed_start_close_cb);
+        fail_start(n, true);
         return err->code;
     }
-    uv_timer_init(loop, &n->tick);
     uv_timer_start(&n->tick, tick_cb, TICK_MS, TICK_MS);
-    uv_timer_init(loop, &n->close_timer);
-    uv_async_init(loop, &n->async, async_cb);
-    n->open_handles = 3;
     n->last_stamp = fsm_greatest_stamp(n->fsm);
     check_leadership(n);
     log_info("node",
@@ -538,18 +615,46 @@ static void handle_closed(uv_handle_t *h)
     }
 }
 
+static void count_closing(uv_handle_t *h, void *arg)
+{
+    if (uv_is_closing(h)) {
+        (*(int *)arg)++;
+    }
+}
+
+/* libraft 0.15 fires raft_close's callback while some of its own handles
+ * are still closing or thread-pool work is pending, and when those finish it
+ * fires its io close callback AGAIN (a double free, or a segfault once
+ * raft_uv is freed). So io->close is wrapped to pass the first call only
+ * (io_close_once), and nothing is freed until no handle of the loop is
+ * closing and no request is active (bounded by REAP_ROUNDS_MAX). */
+static void reap_cb(uv_timer_t *t)
+{
+    struct node *n = container_of(t, struct node, close_timer);
+    struct err err = {0};
+    int closing = 0;
+
+    uv_walk(n->loop, count_closing, &closing);
+    if ((closing > 0 || n->loop->active_reqs.count > 0) &&
+        ++n->reap_rounds < REAP_ROUNDS_MAX) {
+        return;
+    }
+    uv_timer_stop(t);
+    raft_uv_close(&n->io);
+    raft_uv_tcp_close(&n->transport);
+    if (store_sync(n->store, &err) != 0) {
+        log_warn("node", "store sync at close: %s", err.msg);
+    }
+    uv_close((uv_handle_t *)&n->tick, handle_closed);
+    uv_close((uv_handle_t *)&n->close_timer, handle_closed);
+    uv_close((uv_handle_t *)&n->async, handle_closed);
+}
+
 static void raft_closed_cb(struct raft *r)
 {
     struct node *n = container_of(r, struct node, raft);
 
-    raft_uv_close(&n->io);
-    raft_uv_tcp_close(&n->transport);
-    n->tick.data = n;
-    n->close_timer.data = n;
-    n->async.data = n;
-    uv_close((uv_handle_t *)&n->tick, handle_closed);
-    uv_close((uv_handle_t *)&n->close_timer, handle_closed);
-    uv_close((uv_handle_t *)&n->async, handle_closed);
+    uv_timer_start(&n->close_timer, reap_cb, 1, 1);
 }
 
 static void close_delay_cb(uv_timer_t *t)

@@ -59,14 +59,22 @@
  *   inclusive) + stamp (8). One row per push command per partition, so
  *   retention can trim whole appends oldest first.
  *
- * dedup: key = queue id (8) + SHA-256(txn)[0..16); value
+ * dedup: key
+ * OFFSET SIZE DESCRIPTION
+ *      0    8 queue id
+ *      8    1 kind: 0 = the txn bytes follow (txn <= 400 bytes), 1 = the
+ *             first 16 bytes of SHA-256(txn) follow (longer txns)
+ *      9    . txn bytes or hash. Short txns are stored as themselves so
+ *             time-ordered ids (the UUIDv7 default) insert at the end of the
+ *             tree instead of on a random page.
+ * value
  *      0    8 offset
  *      8    8 partition id
  *     16    8 stamp (i64 µs)
  *     24   16 message id
- * dedup_exp: key = expiry stamp (8, stamp + window µs) + queue id (8) +
- *   txn hash (16); value empty. Each push apply deletes a few rows whose
- *   expiry is below its stamp (deterministic sweep).
+ * dedup_exp: key = expiry stamp (8, stamp + window µs) + the dedup key;
+ *   value empty. Each push apply deletes up to 64 rows whose expiry is below
+ *   its stamp (a deterministic sweep).
  *
  * kv (reserved for the KV owner): key = tenant (16) + namespace length (1) +
  *   namespace + key bytes; value = version (8) + expiresAt (8, 0 = forever) +
@@ -86,6 +94,8 @@
 #define SCHEMA_APPEND_LEN      16
 #define SCHEMA_DEDUP_VALUE_LEN 40
 #define SCHEMA_HASH_LEN        16
+#define SCHEMA_DEDUP_RAW_MAX   400
+#define SCHEMA_DEDUP_KEY_MAX   (9 + SCHEMA_DEDUP_RAW_MAX)
 
 static inline void be64_put(uint8_t *p, uint64_t v)
 {

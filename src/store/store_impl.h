@@ -13,6 +13,7 @@
 
 #include "base/common.h"
 #include "base/err.h"
+#include "store/schema.h"
 #include "store/store.h"
 
 struct store {
@@ -88,17 +89,25 @@ int store_wrecord_put(struct store *s, MDB_txn *txn, uint64_t pid,
                       bool use_append, struct err *err);
 int store_wappend_put(struct store *s, MDB_txn *txn, uint64_t pid, int64_t base,
                       int64_t end, int64_t stamp, struct err *err);
+/* The dedup key of txn in a queue (schema.h): the txn itself when short,
+ * so time-ordered txns (UUIDv7 defaults) insert in order, else a hash. */
+struct store_dedup_key {
+    uint8_t bytes[SCHEMA_DEDUP_KEY_MAX];
+    size_t len;
+};
+void store_dedup_key(uint64_t queue_id, struct slice txn,
+                     struct store_dedup_key *k);
 /* 0 found, ERR_NOT_FOUND, or ERR_IO. */
-int store_wdedup_get(struct store *s, MDB_txn *txn, uint64_t queue_id,
-                     const uint8_t hash[16], struct store_dedup_row *row,
+int store_wdedup_get(struct store *s, MDB_txn *txn,
+                     const struct store_dedup_key *key,
+                     struct store_dedup_row *row, struct err *err);
+int store_wdedup_put(struct store *s, MDB_txn *txn,
+                     const struct store_dedup_key *key,
+                     const struct store_dedup_row *row, int32_t window_seconds,
                      struct err *err);
-int store_wdedup_put(struct store *s, MDB_txn *txn, uint64_t queue_id,
-                     const uint8_t hash[16], const struct store_dedup_row *row,
-                     int32_t window_seconds, struct err *err);
 /* Delete up to max dedup rows whose expiry is below stamp. */
 int store_wdedup_sweep(struct store *s, MDB_txn *txn, int64_t stamp, int max,
                        struct err *err);
-void store_txn_hash(struct slice txn, uint8_t out[16]);
 
 /* Snapshots: a compact copy of the environment at path; replace the
  * environment with the bytes of such a copy. */
@@ -113,7 +122,7 @@ bool store_options_decode(const uint8_t *p, size_t len,
 /* True when fewer than `reserve` bytes of the map are left unused. */
 bool store_is_full(struct store *s, uint64_t reserve);
 
-/* Persist everything (mdb_env_sync force). */
+/* Persist everything (mdb_env_sync force). Any thread. */
 int store_sync(struct store *s, struct err *err);
 
 #endif

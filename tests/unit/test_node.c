@@ -335,3 +335,53 @@ TEST(a_bad_command_is_refused_before_raft)
     stop(&c);
     teardown(&c);
 }
+
+TEST(start_with_an_unusable_address_fails_cleanly)
+{
+    struct ctx c;
+    struct node_config cfg;
+    struct err err = {0};
+    struct node *n = NULL;
+
+    setup(&c);
+    node_store_dir(c.dir, c.store_dir, sizeof(c.store_dir));
+    mkdir(c.store_dir, 0755);
+    EXPECT_EQ_I64(store_open(&c.store, c.store_dir, (uint64_t)1 << 30, &err),
+                  0);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.dir = c.dir;
+    cfg.id = 1;
+    cfg.raft_address = "192.0.2.1:1"; /* TEST-NET: not ours to bind */
+    EXPECT_EQ_I64(node_start(&n, &c.loop, &cfg, c.store, &err), ERR_IO);
+    EXPECT(strstr(err.msg, "raft_start") != NULL);
+    /* The failed node frees itself on the loop. */
+    for (int i = 0; i < 3000 && uv_loop_alive(&c.loop); i++) {
+        uv_run(&c.loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    EXPECT(!uv_loop_alive(&c.loop));
+    store_close(c.store);
+    teardown(&c);
+}
+
+TEST(start_in_a_missing_directory_fails)
+{
+    struct ctx c;
+    struct node_config cfg;
+    struct err err = {0};
+    struct node *n = NULL;
+
+    setup(&c);
+    node_store_dir(c.dir, c.store_dir, sizeof(c.store_dir));
+    mkdir(c.store_dir, 0755);
+    EXPECT_EQ_I64(store_open(&c.store, c.store_dir, (uint64_t)1 << 30, &err),
+                  0);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.dir = "/nonexistent/queen";
+    cfg.id = 1;
+    cfg.raft_address = c.address;
+    EXPECT_EQ_I64(node_start(&n, &c.loop, &cfg, c.store, &err), ERR_IO);
+    EXPECT(strstr(err.msg, "mkdir") != NULL);
+    store_close(c.store);
+    teardown(&c);
+}
