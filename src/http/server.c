@@ -48,6 +48,7 @@
 #define CONN_INLINE_BODY    16384 /* answers up to this size are copied */
 #define CONN_DIRECT_MIN     16384 /* body left before reading directly */
 #define SERVER_READ_BUFSIZE 65536
+#define SERVER_LINGER_MS    2000 /* reading to EOF after an error answer */
 
 struct http_write {
     uv_write_t uvw; /* socket layer only */
@@ -63,6 +64,8 @@ enum conn_hdr_state { HDR_NONE, HDR_FIELD, HDR_VALUE };
 struct http_conn {
     uv_tcp_t tcp;               /* socket layer only */
     uv_shutdown_t shutdown_req; /* socket layer only */
+    uv_timer_t linger_timer;    /* socket layer only, while lingering */
+    int nhandles;               /* socket layer: open uv handles */
     struct http_server *srv;    /* socket layer only */
     struct http_conn *prev;
     struct http_conn *next;
@@ -846,9 +849,21 @@ static void server_maybe_done(struct http_server *srv)
     free(srv);
 }
 
+static void sock_handle_gone(struct http_conn *c)
+{
+    if (--c->nhandles == 0) {
+        http_conn_closed(c);
+    }
+}
+
 static void sock_on_closed(uv_handle_t *h)
 {
-    http_conn_closed(container_of(h, struct http_conn, tcp));
+    sock_handle_gone(container_of(h, struct http_conn, tcp));
+}
+
+static void sock_on_timer_closed(uv_handle_t *h)
+{
+    sock_handle_gone(container_of(h, struct http_conn, linger_timer));
 }
 
 static void sock_close_now(struct http_conn *c)
@@ -856,6 +871,14 @@ static void sock_close_now(struct http_conn *c)
     if (!uv_is_closing((uv_handle_t *)&c->tcp)) {
         uv_close((uv_handle_t *)&c->tcp, sock_on_closed);
     }
+    if (c->is_lingering && !uv_is_closing((uv_handle_t *)&c->linger_timer)) {
+        uv_close((uv_handle_t *)&c->linger_timer, sock_on_timer_closed);
+    }
+}
+
+static void sock_linger_expired(uv_timer_t *t)
+{
+    sock_close_now(container_of(t, struct http_conn, linger_timer));
 }
 
 static void sock_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -922,7 +945,8 @@ static void sock_on_shutdown(uv_shutdown_t *req, int status)
 
 /* After an error answer the peer may still be sending the body we refused;
  * closing at once would make the kernel send a reset that can destroy our
- * answer before the peer reads it. So send FIN and read to EOF first. */
+ * answer before the peer reads it. So send FIN and read to EOF first, for
+ * at most SERVER_LINGER_MS. */
 static void sock_close(struct http_conn *c, void *arg)
 {
     struct http_server *srv = arg;
@@ -931,6 +955,10 @@ static void sock_close(struct http_conn *c, void *arg)
     if (c->fail_status != 0 && !c->has_peer_eof && !srv->is_closing &&
         uv_shutdown(&c->shutdown_req, s, sock_on_shutdown) == 0) {
         c->is_lingering = true;
+        uv_timer_init(srv->loop, &c->linger_timer);
+        c->nhandles++;
+        uv_timer_start(&c->linger_timer, sock_linger_expired, SERVER_LINGER_MS,
+                       0);
         if (c->is_paused) {
             uv_read_start(s, sock_alloc, sock_read);
         }
@@ -987,6 +1015,7 @@ static void server_on_connection(uv_stream_t *listener, int status)
     srv->conns = c;
     srv->nconns++;
     uv_tcp_init(srv->loop, &c->tcp);
+    c->nhandles = 1;
     if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0 ||
         srv->nconns > srv->cfg.max_connections) {
         srv->rejected_total++;

@@ -146,6 +146,20 @@ def test_body_one_byte_over_the_limit_is_413_and_closed(echo):
     s.close()
 
 
+def test_refused_peer_that_stays_is_closed_after_the_linger(echo):
+    s = echo.connect()
+    s.sendall(b"POST /echo HTTP/1.1\r\nContent-Length: %d\r\n\r\nabc" % (MAX_BODY + 1))
+    rd = Reader(s)
+    status, _, _ = rd.response()
+    assert status == 413
+    # we neither send more nor close: the server must give up on its own
+    # (after 2 s; the socket timeout is DEADLINE)
+    t0 = time.monotonic()
+    assert rd.at_eof()
+    assert time.monotonic() - t0 < DEADLINE
+    s.close()
+
+
 def test_body_at_the_limit_and_a_10mb_body_are_accepted(echo):
     for n in (10 * 1000 * 1000, MAX_BODY):
         body = os.urandom(n)
