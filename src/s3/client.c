@@ -181,7 +181,7 @@ static int send_once(struct s3_client *c, struct call *k, const char *path,
     }
     struct sigv4_request r = {k->method, path, k->query, k->n_query, h, nh};
     sigv4_out_init(&o);
-    buf_init(&lb, 64 * 1024);
+    buf_init(&lb, (size_t)64 * 1024);
     buf_init(&url, SIGV4_MAX_CANONICAL);
     rc = sigv4_sign(&r, &sk, &o, err);
     if (rc == 0) {

@@ -7,6 +7,7 @@
 #include "s3/endpoint.h"
 
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -55,7 +56,7 @@ static int split_authority(struct s3_endpoint *ep, const char *name,
     }
     memcpy(ep->host, auth, hl);
     ep->host[hl] = '\0';
-    strcpy(ep->authority, auth);
+    memcpy(ep->authority, auth, strlen(auth) + 1); /* fits: checked above */
     return 0;
 }
 
@@ -120,7 +121,7 @@ int s3_endpoint_set_bucket(struct s3_endpoint *ep, const char *name,
                        "slash and no space. A prefix inside the bucket is %s",
                        name, bucket, prefix_name);
     }
-    strcpy(ep->bucket, bucket);
+    memcpy(ep->bucket, bucket, n + 1);
     return 0;
 }
 

@@ -182,7 +182,7 @@ static int append_trimmed(struct buf *out, const char *v, struct err *err)
     bool pending_space = false;
     bool any = false;
 
-    for (; *v != '\0'; v++) {
+    for (; v != NULL && *v != '\0'; v++) {
         if (*v == ' ' || *v == '\t') {
             pending_space = any;
             continue;
@@ -215,7 +215,11 @@ static int prepare_headers(const struct sigv4_request *r, struct chdr *h,
         }
         for (size_t j = 0; j <= len; j++) {
             char c = n[j];
-            h[i].name[j] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+
+            if (c >= 'A' && c <= 'Z') {
+                c = (char)(c + ('a' - 'A'));
+            }
+            h[i].name[j] = c;
         }
         h[i].value = r->headers[i].value;
     }
@@ -366,7 +370,7 @@ static int finish(const struct sigv4_key *k, const char *date,
 int sigv4_sign(const struct sigv4_request *r, const struct sigv4_key *k,
                struct sigv4_out *o, struct err *err)
 {
-    struct chdr h[SIGV4_MAX_HEADERS];
+    struct chdr h[SIGV4_MAX_HEADERS] = {0};
     const char *date;
     const char *payload;
 

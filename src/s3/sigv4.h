@@ -23,8 +23,9 @@
 
 #define SIGV4_EMPTY_SHA256 \
     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-#define SIGV4_ALGORITHM     "AWS4-HMAC-SHA256"
-#define SIGV4_MAX_CANONICAL (256 * 1024) /* cap of every buffer below */
+#define SIGV4_ALGORITHM "AWS4-HMAC-SHA256"
+/* The cap of every buffer below. */
+#define SIGV4_MAX_CANONICAL ((size_t)256 * 1024)
 #define SIGV4_MAX_HEADERS   32
 
 /* A name and a value, NUL-terminated, borrowed. */

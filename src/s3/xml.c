@@ -14,9 +14,11 @@
 
 /* Where <tag ...> or <tag/> starts at or after from; sets *body to the first
  * byte after '>' and *empty for <tag/>. Returns false when there is none. */
-static bool find_open(const char *x, size_t n, const char *tag, size_t tl,
-                      size_t from, size_t *body, bool *empty)
+static bool find_open(const char *x, size_t n, const char *tag, size_t from,
+                      size_t *body, bool *empty)
 {
+    size_t tl = strlen(tag);
+
     for (size_t i = from; i + tl + 1 < n; i++) {
         const char *p;
         char c;
@@ -192,7 +194,7 @@ int s3xml_next(const char *xml, size_t n, const char *tag, size_t *pos,
 
     buf_reset(out);
     if (xml == NULL || *pos >= n ||
-        !find_open(xml, n, tag, tl, *pos, &body, &empty)) {
+        !find_open(xml, n, tag, *pos, &body, &empty)) {
         return ERR_NOT_FOUND;
     }
     if (empty) {

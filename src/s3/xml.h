@@ -16,7 +16,7 @@
 #include "base/buf.h"
 #include "base/err.h"
 
-#define S3XML_MAX_VALUE 4096  /* an S3 key is at most 1024 bytes */
+#define S3XML_MAX_VALUE ((size_t)4096) /* an S3 key is at most 1024 bytes */
 #define S3XML_MAX_KEYS  10000 /* a ListObjectsV2 page has at most 1000 */
 
 /* Find the next element <tag> at or after *pos in xml[0..n). On success

@@ -5,6 +5,8 @@
  * the fake clock records every wait instead of sleeping. */
 #include "harness.h"
 
+#include <pthread.h>
+
 #include "base/sha256.h"
 #include "s3/client.h"
 
@@ -898,4 +900,62 @@ TEST(environment_gives_endpoint_bucket_and_path_style)
     EXPECT(ep.path_style);
     EXPECT_STR_EQ(ep.authority, "127.0.0.1:9");
     EXPECT_STR_EQ(ep.bucket, "lake");
+}
+
+/* ---- threads ---------------------------------------------------------------
+ */
+
+static int ok_perform(void *arg, const struct s3_http_request *req,
+                      struct s3_http_answer *ans, struct err *err)
+{
+    UNUSED(req);
+    UNUSED(err);
+    __atomic_add_fetch((int *)arg, 1, __ATOMIC_RELAXED);
+    buf_reset(ans->body);
+    ans->status = 200;
+    return 0;
+}
+
+static void *put_loop(void *arg)
+{
+    struct s3_client *c = arg;
+
+    for (int i = 0; i < 50; i++) {
+        struct s3_put p = {"k", "hello", 5, "text/plain", NULL, NULL};
+        struct s3_put_result r;
+        struct err err = {0};
+
+        if (s3_client_put(c, &p, &r, &err) != 0) {
+            return arg;
+        }
+    }
+    return NULL;
+}
+
+TEST(one_client_serves_several_threads_and_counts_every_request)
+{
+    int calls = 0;
+    struct s3_transport t = {ok_perform, &calls};
+    struct s3_config cfg;
+    struct err err = {0};
+    pthread_t th[4];
+    struct s3_client *c;
+
+    s3_config_defaults(&cfg);
+    s3_endpoint_parse(&cfg.ep, "e", "http://127.0.0.1:9", "p", &err);
+    s3_endpoint_set_bucket(&cfg.ep, "b", "lake", "p", &err);
+    cfg.ep.path_style = true;
+    strcpy(cfg.region, "us-east-1");
+    c = s3_client_new(&cfg, &t, NULL);
+    for (int i = 0; i < 4; i++) {
+        pthread_create(&th[i], NULL, put_loop, c);
+    }
+    for (int i = 0; i < 4; i++) {
+        void *rv;
+        pthread_join(th[i], &rv);
+        EXPECT(rv == NULL);
+    }
+    EXPECT_EQ_I64(__atomic_load_n(&calls, __ATOMIC_RELAXED), 200);
+    EXPECT_EQ_U64(s3_metrics_get(s3_client_metrics(c), S3_OP_PUT, 200), 200);
+    s3_client_free(c);
 }
