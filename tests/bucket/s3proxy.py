@@ -56,9 +56,6 @@ import urllib.parse
 import xml.etree.ElementTree as ET
 from xml.sax.saxutils import escape as xml_escape
 
-from botocore.auth import S3SigV4Auth
-from botocore.awsrequest import AWSRequest, HTTPHeaders
-from botocore.credentials import Credentials
 
 OBJ_SUFFIX = "._S3rver_object"
 UPLOADS_DIR = "._S3rver_uploads"
@@ -243,6 +240,11 @@ def canonical_target(raw_path, raw_query):
 
 class Verifier:
     def __init__(self, keys, region):
+        # botocore is imported here, while s3rver is starting (saves ~0.5 s)
+        global S3SigV4Auth, AWSRequest, HTTPHeaders, Credentials
+        from botocore.auth import S3SigV4Auth
+        from botocore.awsrequest import AWSRequest, HTTPHeaders
+        from botocore.credentials import Credentials
         self.keys = keys
         self.region = region
 
@@ -1092,24 +1094,29 @@ class Control(http.server.BaseHTTPRequestHandler):
 # ---------------------------------------------------------------------------
 # s3rver, our child in our process group
 
-def start_s3rver(cfg, timeout=30.0):
+def start_s3rver(cfg):
     log_path = os.path.join(cfg["workdir"], "s3rver.log")
     env = dict(os.environ)
     env["NODE_OPTIONS"] = "--openssl-legacy-provider"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             [cfg["s3rver_bin"], "-d", cfg["data_dir"], "-a", "127.0.0.1",
              "-p", str(cfg.get("s3rver_port") or 0), "--silent",
              "--no-vhost-buckets"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=env)
+
+
+def s3rver_port(cfg, proc, timeout=30.0):
+    """The port s3rver reports once it listens."""
+    log_path = os.path.join(cfg["workdir"], "s3rver.log")
     deadline = time.monotonic() + timeout
     pat = re.compile(rb"S3rver listening on 127\.0\.0\.1:(\d+)")
     while time.monotonic() < deadline:
         with open(log_path, "rb") as f:
             m = pat.search(f.read())
         if m:
-            return proc, int(m.group(1))
+            return int(m.group(1))
         if proc.poll() is not None:
             break
         time.sleep(0.05)
@@ -1126,7 +1133,7 @@ def main():
     with open(args.config, encoding="utf-8") as f:
         cfg = json.load(f)
     parent = os.getppid()
-    s3rver, s3port = start_s3rver(cfg)
+    s3rver = start_s3rver(cfg)
     stopping = threading.Event()
 
     def stop(*_):
@@ -1135,8 +1142,10 @@ def main():
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        cfg["upstream"] = "127.0.0.1:%d" % s3port
+        cfg["upstream"] = "127.0.0.1:0"
         app = App(cfg)
+        s3port = s3rver_port(cfg, s3rver)
+        app.upstream = "127.0.0.1:%d" % s3port
         Handler.app = app
         Control.app = app
         app.port = DataPort(app, cfg.get("port") or 0)
