@@ -385,3 +385,208 @@ TEST(start_in_a_missing_directory_fails)
     store_close(c.store);
     teardown(&c);
 }
+
+/* ---- three voters in one process, one loop ----------------------------- */
+
+struct cluster {
+    uv_loop_t loop;
+    char dir[3][64];
+    char address[3][32];
+    struct store *store[3];
+    struct node *node[3];
+    int done;
+    int failed;
+    int closed;
+};
+
+static void cluster_closed(void *arg)
+{
+    ((struct cluster *)arg)->closed++;
+}
+
+static void cluster_applied(void *arg, int status, const struct fsm_result *res,
+                            const struct err *err)
+{
+    struct cluster *c = arg;
+
+    (void)res;
+    (void)err;
+    if (status != 0) {
+        c->failed++;
+    }
+    c->done++;
+}
+
+static void cluster_start(struct cluster *c, int i)
+{
+    struct node_config cfg;
+    struct err err = {0};
+    char sdir[128];
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.dir = c->dir[i];
+    cfg.id = (uint64_t)i + 1;
+    cfg.raft_address = c->address[i];
+    cfg.election_timeout_ms = 300;
+    cfg.heartbeat_timeout_ms = 50;
+    cfg.n_peers = 3;
+    for (int k = 0; k < 3; k++) {
+        cfg.peers[k].id = (uint64_t)k + 1;
+        cfg.peers[k].raft_address = c->address[k];
+    }
+    node_store_dir(c->dir[i], sdir, sizeof(sdir));
+    mkdir(sdir, 0755);
+    if (store_open(&c->store[i], sdir, (uint64_t)1 << 30, &err) != 0 ||
+        node_start(&c->node[i], &c->loop, &cfg, c->store[i], &err) != 0) {
+        fprintf(stderr, "cluster start %d: %s\n", i, err.msg);
+        exit(1);
+    }
+}
+
+/* Run the loop until cond() or the deadline; returns whether it held. */
+static bool cluster_run(struct cluster *c, bool (*cond)(struct cluster *),
+                        double secs)
+{
+    double end = now_s() + secs;
+
+    while (!cond(c)) {
+        if (now_s() > end) {
+            return false;
+        }
+        uv_run(&c->loop, UV_RUN_NOWAIT);
+        usleep(500);
+    }
+    return true;
+}
+
+static int cluster_leader(struct cluster *c)
+{
+    for (int i = 0; i < 3; i++) {
+        if (c->node[i] != NULL && node_role(c->node[i]) == NODE_LEADER) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+static bool has_leader(struct cluster *c)
+{
+    return cluster_leader(c) >= 0;
+}
+
+static int cluster_want;
+static bool cluster_done(struct cluster *c)
+{
+    return c->done >= cluster_want;
+}
+
+static bool all_applied(struct cluster *c)
+{
+    uint64_t a = store_applied_index(c->store[0]);
+
+    return a > 0 && store_applied_index(c->store[1]) == a &&
+           store_applied_index(c->store[2]) == a;
+}
+
+static uint64_t cluster_hwm(struct cluster *c, int i)
+{
+    struct store_fetch_req r = {SLICE_LIT("orders"), SLICE_LIT("Default"), 0,
+                                1};
+    struct store_fetch_answer a;
+    struct err err = {0};
+    uint64_t hwm = 0;
+
+    if (store_fetch(c->store[i], STORE_DEFAULT_TENANT, &r, 1, &a, &err) == 0) {
+        hwm = (uint64_t)a.entries[0].high_watermark;
+    }
+    store_fetch_answer_free(&a);
+    return hwm;
+}
+
+static void cluster_stop(struct cluster *c, int i)
+{
+    int before = c->closed;
+
+    node_close(c->node[i], cluster_closed, c);
+    for (double end = now_s() + 10; c->closed == before && now_s() < end;) {
+        uv_run(&c->loop, UV_RUN_NOWAIT);
+        usleep(500);
+    }
+    EXPECT_EQ_I64(c->closed, before + 1);
+    c->node[i] = NULL;
+    store_close(c->store[i]);
+}
+
+static void cluster_propose(struct cluster *c, int leader, int first, int n)
+{
+    struct err err = {0};
+
+    for (int k = first; k < first + n; k++) {
+        struct buf b;
+        char txn[16];
+
+        snprintf(txn, sizeof(txn), "c%d", k);
+        make_push(&b, txn, 10);
+        EXPECT_EQ_I64(node_propose(c->node[leader], CMD_PUSH, b.data, b.len,
+                                   cluster_applied, c, &err),
+                      0);
+        buf_free(&b);
+    }
+}
+
+TEST(three_voters_replicate_refuse_on_followers_and_catch_up_a_restart)
+{
+    struct cluster c;
+    struct err err = {0};
+    struct buf b;
+    int leader;
+    int follower;
+
+    memset(&c, 0, sizeof(c));
+    uv_loop_init(&c.loop);
+    for (int i = 0; i < 3; i++) {
+        snprintf(c.dir[i], sizeof(c.dir[i]), "/tmp/queen-node-XXXXXX");
+        EXPECT(mkdtemp(c.dir[i]) != NULL);
+        snprintf(c.address[i], sizeof(c.address[i]), "127.0.0.1:%d",
+                 free_port());
+    }
+    for (int i = 0; i < 3; i++) {
+        cluster_start(&c, i);
+    }
+    EXPECT(cluster_run(&c, has_leader, 10));
+    leader = cluster_leader(&c);
+    follower = (leader + 1) % 3;
+    make_push(&b, "f", 1);
+    EXPECT_EQ_I64(node_propose(c.node[follower], CMD_PUSH, b.data, b.len,
+                               cluster_applied, &c, &err),
+                  ERR_NOT_LEADER);
+    buf_free(&b);
+    cluster_want = 5;
+    cluster_propose(&c, leader, 0, 5);
+    EXPECT(cluster_run(&c, cluster_done, 10));
+    EXPECT_EQ_I64(c.failed, 0);
+    EXPECT(cluster_run(&c, all_applied, 10));
+    for (int i = 0; i < 3; i++) {
+        EXPECT_EQ_U64(cluster_hwm(&c, i), 50);
+    }
+    /* Restart a follower while the others move on: it catches up from its
+     * own store plus the entries it missed. */
+    cluster_stop(&c, follower);
+    c.done = 0;
+    cluster_want = 3;
+    cluster_propose(&c, leader, 5, 3);
+    EXPECT(cluster_run(&c, cluster_done, 10));
+    cluster_start(&c, follower);
+    EXPECT(cluster_run(&c, all_applied, 10));
+    EXPECT_EQ_U64(cluster_hwm(&c, follower), 80);
+    EXPECT_EQ_I64(node_safe_time(c.node[follower]),
+                  node_safe_time(c.node[leader]));
+    for (int i = 0; i < 3; i++) {
+        cluster_stop(&c, i);
+    }
+    uv_run(&c.loop, UV_RUN_NOWAIT);
+    EXPECT_EQ_I64(uv_loop_close(&c.loop), 0);
+    for (int i = 0; i < 3; i++) {
+        nftw(c.dir[i], env_rm, 16, FTW_DEPTH | FTW_PHYS);
+    }
+}
