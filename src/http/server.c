@@ -42,6 +42,7 @@
 #include <strings.h>
 
 #include "base/log.h"
+#include "base/pct.h"
 #include "base/xalloc.h"
 #include "http/resp.h"
 
@@ -163,6 +164,48 @@ const char *http_req_param(const struct http_req *req, const char *name)
     struct slice s;
 
     return http_req_param_slice(req, name, &s) ? s.ptr : NULL;
+}
+
+/* Append the form-decoded value v[0..n) to out. */
+static int query_decode(struct buf *out, const char *v, size_t n,
+                        struct err *err)
+{
+    const char *end = v + n;
+
+    while (v < end) {
+        const char *plus = memchr(v, '+', (size_t)(end - v));
+        const char *stop = plus != NULL ? plus : end;
+
+        if (pct_unescape(out, v, (size_t)(stop - v), err) != 0 ||
+            (plus != NULL && buf_append_byte(out, ' ', err) != 0)) {
+            return err->code;
+        }
+        v = plus != NULL ? plus + 1 : end;
+    }
+    return 0;
+}
+
+int http_req_query(const struct http_req *req, const char *name,
+                   struct buf *out, struct err *err)
+{
+    const char *p = req->query.ptr;
+    const char *end = p + req->query.len;
+    size_t nlen = strlen(name);
+
+    while (p < end) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        const char *stop = amp != NULL ? amp : end;
+        const char *eq = memchr(p, '=', (size_t)(stop - p));
+        const char *kend = eq != NULL ? eq : stop;
+
+        if ((size_t)(kend - p) == nlen && memcmp(p, name, nlen) == 0) {
+            return eq == NULL ? 0
+                              : query_decode(out, eq + 1,
+                                             (size_t)(stop - eq - 1), err);
+        }
+        p = stop + 1;
+    }
+    return err_set(err, ERR_NOT_FOUND, "no query parameter %s", name);
 }
 
 void http_req_take_body(struct http_req *req, struct buf *out)

@@ -133,6 +133,13 @@ const char *http_req_param(const struct http_req *req, const char *name);
 /* Same, as a slice (decoded bytes may contain NUL). */
 bool http_req_param_slice(const struct http_req *req, const char *name,
                           struct slice *out);
+/* Look name up in the query string (application/x-www-form-urlencoded:
+ * '&'-separated name=value pairs, names compared raw). The first value is
+ * appended to out decoded ('+' is a space, then base/pct.h rule 2); a bare
+ * "name" or "name=" gives "". Returns 0, ERR_NOT_FOUND when absent, or
+ * ERR_TOO_BIG from out's cap. */
+int http_req_query(const struct http_req *req, const char *name,
+                   struct buf *out, struct err *err);
 /* Take the body without a copy: out receives the buffer (free with
  * buf_free), req->body becomes empty. */
 void http_req_take_body(struct http_req *req, struct buf *out);

@@ -607,3 +607,40 @@ TEST(chunked_trailers_are_ignored_and_leave_the_request_intact)
     buf_free(&in);
     teardown(&t);
 }
+
+static int query(struct http_req *req, const char *name, char *out, size_t size)
+{
+    struct buf b;
+    struct err err;
+    int rc;
+
+    buf_init(&b, 16);
+    rc = http_req_query(req, name, &b, &err);
+    snprintf(out, size, "%s", b.data != NULL ? b.data : "");
+    buf_free(&b);
+    return rc;
+}
+
+TEST(query_parameters_are_found_and_form_decoded)
+{
+    struct tio t;
+    struct th h;
+    struct http_conn *c = setup(&t, &h, NULL);
+    char v[64];
+
+    h.answer_now = false;
+    feed_str(c, "GET /q?stats=lanes&flag&a=b+c%2Bd%zz&e=&a=2&long="
+                "01234567890123456789 HTTP/1.1\r\n\r\n");
+    EXPECT_EQ_I64(query(h.reqs[0], "stats", v, sizeof(v)), 0);
+    EXPECT_STR_EQ(v, "lanes");
+    EXPECT_EQ_I64(query(h.reqs[0], "a", v, sizeof(v)), 0);
+    EXPECT_STR_EQ(v, "b c+d%zz");
+    EXPECT_EQ_I64(query(h.reqs[0], "flag", v, sizeof(v)), 0);
+    EXPECT_STR_EQ(v, "");
+    EXPECT_EQ_I64(query(h.reqs[0], "e", v, sizeof(v)), 0);
+    EXPECT_STR_EQ(v, "");
+    EXPECT_EQ_I64(query(h.reqs[0], "stat", v, sizeof(v)), ERR_NOT_FOUND);
+    EXPECT_EQ_I64(query(h.reqs[0], "long", v, sizeof(v)), ERR_TOO_BIG);
+    th_answer(h.reqs[0]);
+    teardown(&t);
+}
