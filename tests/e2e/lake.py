@@ -903,3 +903,34 @@ def parquet_with_tool(records, queue, tenant, codec):
                        capture_output=True, timeout=120)
         with open(dst, "rb") as f:
             return f.read()
+
+
+# ---------------------------------------------------------------------------
+# Building the acked list from pushes (reference 1.2)
+
+def push_body(items):
+    """POST /api/v1/push body for items [{"queue", "partition"?,
+    "transactionId"?, "payload": raw JSON bytes}], each payload spliced in
+    verbatim (so 42.00 stays 42.00)."""
+    out = []
+    for it in items:
+        head = {k: it[k] for k in ("queue", "partition", "transactionId")
+                if it.get(k) is not None}
+        out.append(compact(head)[:-1] + b',"payload":' + it["payload"] +
+                   b"}")
+    return b'{"items":[' + b",".join(out) + b"]}"
+
+
+def acked_from_push(items, answer):
+    """The acked tuples (partition, offset, transactionId, payload) of one
+    push: the items sent and the 201 answer array.  Only `queued` entries
+    count (a `duplicate` names a record already acked)."""
+    if len(items) != len(answer):
+        raise ValueError("%d items but %d answers" % (len(items),
+                                                       len(answer)))
+    out = []
+    for it, a in zip(items, answer):
+        if a.get("status") == "queued":
+            out.append((it.get("partition") or "Default", a["offset"],
+                        a["transaction_id"], it["payload"]))
+    return out

@@ -306,3 +306,21 @@ def test_parquet_written_by_someone_else_is_refused(tmp_path):
     r.put(mkey, lake.compact(m))
     with pytest.raises(LakeError, match="created_by"):
         verify(r, acked, fmt="parquet", compression="zstd")
+
+
+def test_push_helpers_splice_payloads_and_keep_queued_answers():
+    items = [{"queue": "q", "partition": "p é", "payload": b"42.00"},
+             {"queue": "q", "transactionId": "t-1", "payload": b'{"a":\n1}'},
+             {"queue": "q", "partition": "p é", "payload": b"[]"}]
+    assert lake.push_body(items) == (
+        b'{"items":[{"queue":"q","partition":"p \xc3\xa9","payload":42.00},'
+        b'{"queue":"q","transactionId":"t-1","payload":{"a":\n1}},'
+        b'{"queue":"q","partition":"p \xc3\xa9","payload":[]}]}')
+    answer = [{"index": 0, "transaction_id": "m0", "status": "queued",
+               "offset": 0},
+              {"index": 1, "transaction_id": "t-1", "status": "queued",
+               "offset": 0},
+              {"index": 2, "transaction_id": "m2", "status": "duplicate",
+               "offset": 0}]
+    assert lake.acked_from_push(items, answer) == [
+        ("p é", 0, "m0", b"42.00"), ("Default", 0, "t-1", b'{"a":\n1}')]
