@@ -457,3 +457,65 @@ def test_serve_cli_writes_ready_file_and_stops_on_sigterm(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_concurrent_puts_fire_a_fault_exactly_count_times(bucket):
+    bucket.fault("503", count=5, method="PUT")
+    results = []
+    lock = threading.Lock()
+
+    def worker(w, c):
+        for i in range(10):
+            try:
+                c.put_object(Bucket="lake", Key="c/%d-%d" % (w, i), Body=b"x")
+                r = 200
+            except ClientError as e:
+                r = e.response["ResponseMetadata"]["HTTPStatusCode"]
+            with lock:
+                results.append(r)
+    # boto3 builds clients unsafely across threads: build them here
+    threads = [threading.Thread(target=worker, args=(w, bucket.boto3()))
+               for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(results).count(503) == 5 and len(results) == 80
+    assert len(bucket.list_keys("lake", "c/")) == 75
+    assert bucket.stats()["requests"]["PUT"] == {"200": 75, "503": 5}
+
+
+def raw_signed_head(bucket, method, path, body, extra):
+    """Request head bytes signed over a hex payload hash (for raw sockets)."""
+    host = "127.0.0.1:%d" % bucket.port
+    h = {"host": host, "x-amz-content-sha256":
+         hashlib.sha256(body).hexdigest()}
+    h.update(extra)
+    req = AWSRequest(method=method, url="http://%s%s" % (host, path),
+                     headers=h, data=body)
+    S3SigV4Auth(Credentials(bucket.access_key, bucket.secret_key), "s3",
+                bucket.region).add_auth(req)
+    lines = ["%s %s HTTP/1.1" % (method, path)]
+    lines += ["%s: %s" % (k, v) for k, v in req.headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def test_expect_100_continue_and_chunked_bodies(bucket):
+    body = b"chunked body " * 1000
+    s = socket.create_connection(("127.0.0.1", bucket.port), timeout=10)
+    try:
+        s.sendall(raw_signed_head(bucket, "PUT", "/lake/expect", body, {
+            "content-length": str(len(body)), "expect": "100-continue"}))
+        assert s.recv(64).startswith(b"HTTP/1.1 100")
+        s.sendall(body)
+        assert s.recv(4096).startswith(b"HTTP/1.1 200")
+        chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 999]),
+                                             body[i:i + 999])
+                          for i in range(0, len(body), 999)) + b"0\r\n\r\n"
+        s.sendall(raw_signed_head(bucket, "PUT", "/lake/chunked", body, {
+            "transfer-encoding": "chunked"}) + chunks)
+        assert s.recv(4096).startswith(b"HTTP/1.1 200")
+    finally:
+        s.close()
+    assert bucket.read_object("lake", "expect") == body
+    assert bucket.read_object("lake", "chunked") == body
