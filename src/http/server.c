@@ -65,7 +65,7 @@ enum conn_hdr_state { HDR_NONE, HDR_FIELD, HDR_VALUE };
 struct http_conn {
     uv_tcp_t tcp;               /* socket layer only */
     uv_shutdown_t shutdown_req; /* socket layer only */
-    uv_timer_t linger_timer;    /* socket layer only, while lingering */
+    uv_timer_t timer;           /* socket layer: idle timeout, then linger */
     int nhandles;               /* socket layer: open uv handles */
     struct http_server *srv;    /* socket layer only */
     struct http_conn *prev;
@@ -808,6 +808,9 @@ static void config_defaults(struct http_config *cfg)
     if (cfg->max_pipelined == 0) {
         cfg->max_pipelined = HTTP_DEFAULT_MAX_PIPELINED;
     }
+    if (cfg->idle_timeout_ms == 0) {
+        cfg->idle_timeout_ms = HTTP_DEFAULT_IDLE_TIMEOUT_MS;
+    }
 }
 
 struct http_conn *http_conn_new(const struct http_config *cfg,
@@ -906,7 +909,7 @@ static void sock_on_closed(uv_handle_t *h)
 
 static void sock_on_timer_closed(uv_handle_t *h)
 {
-    sock_handle_gone(container_of(h, struct http_conn, linger_timer));
+    sock_handle_gone(container_of(h, struct http_conn, timer));
 }
 
 static void sock_close_now(struct http_conn *c)
@@ -914,14 +917,26 @@ static void sock_close_now(struct http_conn *c)
     if (!uv_is_closing((uv_handle_t *)&c->tcp)) {
         uv_close((uv_handle_t *)&c->tcp, sock_on_closed);
     }
-    if (c->is_lingering && !uv_is_closing((uv_handle_t *)&c->linger_timer)) {
-        uv_close((uv_handle_t *)&c->linger_timer, sock_on_timer_closed);
+    if (!uv_is_closing((uv_handle_t *)&c->timer)) {
+        uv_close((uv_handle_t *)&c->timer, sock_on_timer_closed);
     }
 }
 
-static void sock_linger_expired(uv_timer_t *t)
+/* Idle timeout: a connection with nothing queued or being written and no
+ * byte received for idle_timeout_ms is closed, whether it sits between
+ * requests or in the middle of one (a slow or stalled client). One with a
+ * request being handled waits for it. While lingering: close. */
+static void sock_timer_expired(uv_timer_t *t)
 {
-    sock_close_now(container_of(t, struct http_conn, linger_timer));
+    struct http_conn *c = container_of(t, struct http_conn, timer);
+
+    if (c->is_lingering) {
+        sock_close_now(c);
+    } else if (c->q_head == NULL && c->nwrites == 0) {
+        http_conn_abort(c);
+    } else {
+        uv_timer_again(t);
+    }
 }
 
 static void sock_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -941,6 +956,7 @@ static void sock_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 
     if (nread > 0) {
         if (!c->is_lingering) {
+            uv_timer_again(&c->timer);
             http_conn_feed(c, buf->base, (size_t)nread);
         }
         return;
@@ -960,8 +976,12 @@ static void sock_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 static void sock_on_write(uv_write_t *req, int status)
 {
     struct http_write *w = container_of(req, struct http_write, uvw);
+    struct http_conn *c = w->conn;
 
-    http_conn_write_done(w->conn, w, status);
+    if (!c->is_lingering && !uv_is_closing((uv_handle_t *)&c->timer)) {
+        uv_timer_again(&c->timer);
+    }
+    http_conn_write_done(c, w, status);
 }
 
 static void sock_write(struct http_conn *c, void *token, const uv_buf_t *bufs,
@@ -998,10 +1018,7 @@ static void sock_close(struct http_conn *c, void *arg)
     if (c->fail_status != 0 && !c->has_peer_eof && !srv->is_closing &&
         uv_shutdown(&c->shutdown_req, s, sock_on_shutdown) == 0) {
         c->is_lingering = true;
-        uv_timer_init(srv->loop, &c->linger_timer);
-        c->nhandles++;
-        uv_timer_start(&c->linger_timer, sock_linger_expired, SERVER_LINGER_MS,
-                       0);
+        uv_timer_start(&c->timer, sock_timer_expired, SERVER_LINGER_MS, 0);
         if (c->is_paused) {
             uv_read_start(s, sock_alloc, sock_read);
         }
@@ -1058,7 +1075,8 @@ static void server_on_connection(uv_stream_t *listener, int status)
     srv->conns = c;
     srv->nconns++;
     uv_tcp_init(srv->loop, &c->tcp);
-    c->nhandles = 1;
+    uv_timer_init(srv->loop, &c->timer);
+    c->nhandles = 2;
     if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0 ||
         srv->nconns > srv->cfg.max_connections) {
         srv->rejected_total++;
@@ -1066,6 +1084,8 @@ static void server_on_connection(uv_stream_t *listener, int status)
         return;
     }
     srv->accepted_total++;
+    uv_timer_start(&c->timer, sock_timer_expired, srv->cfg.idle_timeout_ms,
+                   srv->cfg.idle_timeout_ms);
     uv_tcp_nodelay(&c->tcp, 1);
     uv_read_start((uv_stream_t *)&c->tcp, sock_alloc, sock_read);
 }

@@ -58,17 +58,22 @@ enum http_method {
 #define HTTP_DEFAULT_MAX_HEADER_BYTES ((size_t)64 << 10)
 #define HTTP_DEFAULT_MAX_CONNECTIONS  4096
 #define HTTP_DEFAULT_MAX_PIPELINED    256
+#define HTTP_DEFAULT_IDLE_TIMEOUT_MS  120000
 #define HTTP_MAX_HEADERS              64
 #define HTTP_MAX_PARAMS               8
 
 struct http_config {
-    const char *bind_addr;   /* NULL = "0.0.0.0" */
-    int port;                /* 0 = any free port (see http_server_port) */
-    size_t max_body_bytes;   /* 0 = HTTP_DEFAULT_MAX_BODY_BYTES */
-    size_t max_header_bytes; /* request line + headers; 0 = default */
-    size_t max_connections;  /* 0 = default; more are accepted and closed */
-    size_t max_pipelined;    /* queued requests per connection before reading
-                                pauses; 0 = default */
+    const char *bind_addr;    /* NULL = "0.0.0.0" */
+    int port;                 /* 0 = any free port (see http_server_port) */
+    size_t max_body_bytes;    /* 0 = HTTP_DEFAULT_MAX_BODY_BYTES */
+    size_t max_header_bytes;  /* request line + headers; 0 = default */
+    size_t max_connections;   /* 0 = default; more are accepted and closed */
+    size_t max_pipelined;     /* queued requests per connection before reading
+                                 pauses; 0 = default */
+    uint64_t idle_timeout_ms; /* socket: close a connection with nothing in
+                                 flight after this long without a byte read
+                                 or written (between requests or inside
+                                 one); 0 = default */
 };
 
 struct http_conn;

@@ -284,3 +284,22 @@ def test_peer_gone_before_the_answer_does_not_hurt_the_server(echo):
         assert time.monotonic() < deadline, text
         time.sleep(0.01)
     conn.close()
+
+
+def test_idle_connection_is_closed_but_a_slow_handler_is_waited_for():
+    e = Echo("--idle-ms", "300")
+    try:
+        idle = e.connect()
+        half = e.connect()
+        half.sendall(b"GET /kv/a/b HTTP/1.1\r\nHost: t\r\n")  # never finished
+        slow = e.connect()
+        slow.sendall(get("/delay/900"))
+        t0 = time.monotonic()
+        assert Reader(idle).at_eof()
+        assert Reader(half).at_eof()
+        assert time.monotonic() - t0 < DEADLINE
+        status, headers, body = Reader(slow).response()
+        assert (status, body) == (200, b"delay 900")
+        assert "connection" not in headers
+    finally:
+        assert e.stop() == 0
