@@ -1,0 +1,1981 @@
+/* The window engine: which records of a queue form window k, and when it may
+ * close. Pure: no clock, no I/O, no threads; broker answers are arguments.
+ *
+ * How it works. The engine keeps one `struct part` per tracked partition: the
+ * read position, the bounds the broker last reported, and the records read
+ * but not yet committed (each one allocation, so plans can point into them
+ * while later answers grow the partition's array). Discovery passes (pages
+ * of partitions/changed) tell it which partitions moved and give it the
+ * node's safeTime; fetches read them; the close rules of reference 3.6.9 cut
+ * a window [t_prev, T_k) when every partition has been read past T_k and the
+ * last complete pass proves no record can still arrive below it.
+ *
+ * Why a record can never ship twice or go missing:
+ *   - a window's end is capped by the complete pass's safeTime minus the
+ *     guard (engine.h (2)) and by every partition's frontier (3), the stamp
+ *     up to which that partition is known to be read;
+ *   - after a commit, t_filter = tEnd and anything read again below it is
+ *     dropped on arrival (4);
+ *   - offsets that disappear before we read them become lost ranges that
+ *     travel in the next closing window's manifest (5).
+ *
+ * Partition lookup is a small open-addressing hash on the name, so memory
+ * and time per answer stay independent of how many cold partitions a queue
+ * has; only the plan and the checkpoint sort partitions by name.
+ *
+ * What it must never do: read a clock, block, or emit a window whose end is
+ * above (2) or (3); an empty window is never emitted (6). */
+#include "sink/engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/isotime.h"
+#include "base/xalloc.h"
+
+#define ENGINE_MAX_CURSOR   1024
+#define ENGINE_MAX_CLOSE    100000 /* try_close iterations per call */
+#define ENGINE_RECORD_BASE  64     /* weight of a record beyond its bytes */
+#define ENGINE_NULL_PAYLOAD 4      /* weight of a null payload ("null") */
+
+/* A buffered record: one allocation holding its txn and payload bytes. */
+struct brec {
+    int64_t offset;
+    int64_t ts;
+    uint32_t gen; /* incarnation of its partition */
+    uint32_t txn_len;
+    uint32_t payload_len;
+    uint64_t weight;
+    char data[]; /* txn bytes, then payload bytes */
+};
+
+struct part {
+    char *name;
+    size_t name_len;
+    char *id; /* NULL = unknown */
+    size_t id_len;
+    uint32_t gen;
+    int64_t position; /* next offset to read */
+    int64_t last_offset;
+    int64_t log_start;
+    int64_t last_write_at;
+    bool has_read; /* something of this incarnation was read */
+    int64_t last_read_ts;
+    bool is_seek_pending; /* position is provisional until a seek */
+    bool is_seeking;      /* a Seek action is out */
+    bool is_fetching;     /* an entry of an outstanding call */
+    int64_t last_seen_k;  /* committed_k when discovery last named it */
+    struct brec **recs;   /* ascending (gen, offset) */
+    size_t n_recs;
+    size_t cap_recs;
+    uint64_t buffered;
+};
+
+struct fetch_call {
+    bool is_used;
+    uint64_t id;
+    size_t n;
+    struct part **parts;
+    uint32_t *gens;
+    struct engine_fetch_entry *entries;
+};
+
+struct seek_slot {
+    bool is_used;
+    uint64_t id;
+    struct part *part;
+    uint32_t gen;
+};
+
+struct lost {
+    char *partition;
+    size_t len;
+    int64_t from;
+    int64_t to;
+};
+
+struct restored {
+    char *name;
+    size_t name_len;
+    char *id;
+    size_t id_len;
+    int64_t offset;
+    bool is_used;
+};
+
+struct engine {
+    struct engine_config cfg; /* strings point at the owned copies below */
+    char *queue;
+    char *format;
+    char *compression;
+    char *layout;
+    char *writer;
+
+    enum engine_state state;
+    char failure[256];
+    bool has_started; /* restore is refused after this */
+    int64_t committed_k;
+    int64_t last_checkpoint_k;
+    bool is_t_prev_known;
+    int64_t t_prev;
+    int64_t t_filter;
+
+    bool has_redo;
+    struct engine_intent redo; /* strings owned */
+
+    struct restored *restored; /* from a checkpoint, sorted by nothing */
+    size_t n_restored;
+
+    /* Discovery. */
+    bool is_pass_active;
+    bool is_page_out;
+    bool is_pass_full;
+    int64_t pass_since;
+    char cursor[ENGINE_MAX_CURSOR];
+    size_t cursor_len;
+    int64_t pass_min_safe;
+    uint64_t pass_count;
+    bool has_complete_pass;
+    int64_t complete_pass_safe;
+    int64_t safe_time;
+    bool has_discovered;
+    bool has_discovered_this_window;
+    bool is_idle_armed;
+    uint64_t discovery_partitions;
+
+    /* Partitions. */
+    struct part **parts;
+    size_t n_parts;
+    size_t cap_parts;
+    struct part **table; /* open addressing, power-of-two size */
+    size_t table_cap;
+
+    struct fetch_call *calls; /* fetch_concurrency slots */
+    size_t n_calls_out;
+    uint64_t next_call_id;
+    struct seek_slot *seeks; /* fetch_concurrency slots */
+    size_t n_seeks_out;
+
+    struct lost *lost;
+    size_t n_lost;
+    size_t cap_lost;
+
+    /* The closing window. */
+    struct engine_plan plan;
+    struct sink_record *plan_recs;
+    struct engine_lost_range *plan_lost;
+    struct lost *plan_lost_owned;
+    size_t plan_n_lost;
+    bool is_action_out; /* the state's action was emitted */
+    struct engine_commit commit;
+    char *manifest_key;
+
+    bool is_forced;
+    bool is_draining;
+    bool is_checkpoint_pending;
+    int64_t checkpoint_k;
+    int64_t checkpoint_t_end;
+
+    struct engine_position *pos;
+    size_t n_pos;
+    size_t cap_pos;
+
+    struct engine_action *acts;
+    size_t n_acts;
+    size_t cap_acts;
+    struct engine_action *tail; /* seeks and fetches of one call */
+    size_t n_tail;
+    size_t cap_tail;
+
+    uint64_t total_buffered;
+    int64_t complete_through;
+    struct engine_stats stats;
+};
+
+/* ---- Small helpers ------------------------------------------------------- */
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+static int64_t max64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+static int64_t sat_add(int64_t a, int64_t b)
+{
+    if (b > 0 && a > INT64_MAX - b) {
+        return INT64_MAX;
+    }
+    return a + b;
+}
+
+static int64_t sat_sub(int64_t a, int64_t b)
+{
+    if (b > 0 && a < INT64_MIN + b) {
+        return INT64_MIN;
+    }
+    if (b < 0 && a > INT64_MAX + b) {
+        return INT64_MAX;
+    }
+    return a - b;
+}
+
+static int64_t align_unit(const struct engine *e)
+{
+    switch (e->cfg.align) {
+    case ENGINE_ALIGN_HOUR:
+        return ISOTIME_US_H;
+    case ENGINE_ALIGN_DAY:
+        return ISOTIME_US_D;
+    case ENGINE_ALIGN_NONE:
+        break;
+    }
+    return 0;
+}
+
+static int name_cmp(const char *a, size_t al, const char *b, size_t bl)
+{
+    int c = memcmp(a, b, al < bl ? al : bl);
+
+    if (c != 0) {
+        return c;
+    }
+    return al < bl ? -1 : (al > bl ? 1 : 0);
+}
+
+static bool slice_eq(const char *a, size_t al, struct slice b)
+{
+    return al == b.len && (al == 0 || memcmp(a, b.ptr, al) == 0);
+}
+
+static char *dup_slice(struct slice s)
+{
+    return xstrndup(s.len == 0 ? "" : s.ptr, s.len);
+}
+
+static char *dup_str(const char *s)
+{
+    return xstrdup(s == NULL ? "" : s);
+}
+
+static struct slice str_slice(const char *s)
+{
+    struct slice v = {s, strlen(s)};
+    return v;
+}
+
+static void grow(void **v, size_t *cap, size_t need, size_t size)
+{
+    size_t n = *cap == 0 ? 8 : *cap;
+
+    if (need <= *cap) {
+        return;
+    }
+    while (n < need) {
+        n *= 2;
+    }
+    *v = xrealloc(*v, n * size);
+    *cap = n;
+}
+
+static void fail_engine(struct engine *e)
+{
+    e->state = ENGINE_FAILED;
+    snprintf(e->failure, sizeof(e->failure),
+             "queue \"%s\": UNKNOWN_TOPIC_OR_PARTITION", e->queue);
+}
+
+/* ---- Config -------------------------------------------------------------- */
+
+void engine_config_defaults(struct engine_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->start = ENGINE_START_EARLIEST;
+    c->align = ENGINE_ALIGN_HOUR;
+    c->target_bytes = 64ULL * 1024 * 1024;
+    c->max_window_us = 300LL * ISOTIME_US_S;
+    c->guard_us = 5LL * ISOTIME_US_S;
+    c->checkpoint_every = 20;
+    c->fetch_entries_per_call = 1024;
+    c->fetch_concurrency = 4;
+    c->max_bytes_per_entry = 1024 * 1024;
+    c->discovery_slack_us = 2 * ISOTIME_US_S;
+    c->discovery_limit = 1000;
+    c->full_sweep_every = 30;
+    c->prune_after_windows = 60;
+    c->discovery_interval_ms = 1000;
+    c->drain_min_bytes = 1024 * 1024;
+    c->drain_min_lag_us = 10 * ISOTIME_US_S;
+    c->max_partitions = 4000000;
+    c->max_buffer_bytes = 4ULL * 1024 * 1024 * 1024;
+}
+
+static int check_config(const struct engine_config *c, struct err *err)
+{
+    if (c->queue == NULL || c->queue[0] == '\0') {
+        return err_set(err, ERR_INVALID, "engine: the queue name is empty");
+    }
+    if (c->target_bytes < 1 || c->max_window_us <= 0 || c->guard_us < 0) {
+        return err_set(err, ERR_INVALID,
+                       "engine: target, max window or guard out of range");
+    }
+    if (c->fetch_entries_per_call < 1 || c->fetch_entries_per_call > 1024 ||
+        c->fetch_concurrency < 1 || c->fetch_concurrency > 1024 ||
+        c->max_bytes_per_entry < 1) {
+        return err_set(err, ERR_INVALID,
+                       "engine: fetch entries, concurrency or max bytes out of "
+                       "range");
+    }
+    if (c->discovery_limit < 1 || c->discovery_limit > 1000 ||
+        c->full_sweep_every < 1 || c->prune_after_windows < 1 ||
+        c->max_partitions < 1) {
+        return err_set(err, ERR_INVALID,
+                       "engine: discovery limit, sweep, prune or partition "
+                       "cap out of range");
+    }
+    return 0;
+}
+
+struct engine *engine_new(const struct engine_config *cfg, struct err *err)
+{
+    struct engine *e;
+
+    if (check_config(cfg, err) != 0) {
+        return NULL;
+    }
+    e = xcalloc(1, sizeof(*e));
+    e->cfg = *cfg;
+    e->queue = dup_str(cfg->queue);
+    e->format = dup_str(cfg->format);
+    e->compression = dup_str(cfg->compression);
+    e->layout = dup_str(cfg->layout);
+    e->writer = dup_str(cfg->writer);
+    e->cfg.queue = e->queue;
+    e->cfg.format = e->format;
+    e->cfg.compression = e->compression;
+    e->cfg.layout = e->layout;
+    e->cfg.writer = e->writer;
+    e->state = ENGINE_FILLING;
+    e->is_t_prev_known = cfg->start == ENGINE_START_EARLIEST;
+    e->t_prev = ENGINE_MIN;
+    e->t_filter = ENGINE_MIN;
+    e->safe_time = ENGINE_MIN;
+    e->complete_pass_safe = ENGINE_MIN;
+    e->complete_through = ENGINE_MIN;
+    e->calls = xcalloc(cfg->fetch_concurrency, sizeof(*e->calls));
+    e->seeks = xcalloc(cfg->fetch_concurrency, sizeof(*e->seeks));
+    e->next_call_id = 1;
+    return e;
+}
+
+static void free_part(struct part *p)
+{
+    for (size_t i = 0; i < p->n_recs; i++) {
+        free(p->recs[i]);
+    }
+    free(p->recs);
+    free(p->name);
+    free(p->id);
+    free(p);
+}
+
+static void free_lost(struct lost *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(v[i].partition);
+    }
+    free(v);
+}
+
+static void free_plan(struct engine *e)
+{
+    free(e->plan_recs);
+    free(e->plan_lost);
+    free_lost(e->plan_lost_owned, e->plan_n_lost);
+    free(e->manifest_key);
+    e->plan_recs = NULL;
+    e->plan_lost = NULL;
+    e->plan_lost_owned = NULL;
+    e->plan_n_lost = 0;
+    e->manifest_key = NULL;
+    memset(&e->plan, 0, sizeof(e->plan));
+}
+
+static void free_redo(struct engine *e)
+{
+    free((char *)(uintptr_t)e->redo.format);
+    free((char *)(uintptr_t)e->redo.compression);
+    free((char *)(uintptr_t)e->redo.layout);
+    free((char *)(uintptr_t)e->redo.writer);
+    memset(&e->redo, 0, sizeof(e->redo));
+    e->has_redo = false;
+}
+
+static void free_calls(struct engine *e)
+{
+    for (size_t i = 0; i < e->cfg.fetch_concurrency; i++) {
+        free(e->calls[i].parts);
+        free(e->calls[i].gens);
+        free(e->calls[i].entries);
+    }
+    free(e->calls);
+    free(e->seeks);
+}
+
+void engine_free(struct engine *e)
+{
+    if (e == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < e->n_parts; i++) {
+        free_part(e->parts[i]);
+    }
+    for (size_t i = 0; i < e->n_restored; i++) {
+        free(e->restored[i].name);
+        free(e->restored[i].id);
+    }
+    free(e->restored);
+    free(e->parts);
+    free(e->table);
+    free_calls(e);
+    free_lost(e->lost, e->n_lost);
+    free_plan(e);
+    free_redo(e);
+    free(e->pos);
+    free(e->acts);
+    free(e->tail);
+    free(e->queue);
+    free(e->format);
+    free(e->compression);
+    free(e->layout);
+    free(e->writer);
+    free(e);
+}
+
+/* ---- Partition table ----------------------------------------------------- */
+
+static uint64_t hash_name(const char *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)p[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static void table_insert(struct engine *e, struct part *p)
+{
+    size_t mask = e->table_cap - 1;
+    size_t i = (size_t)hash_name(p->name, p->name_len) & mask;
+
+    while (e->table[i] != NULL) {
+        i = (i + 1) & mask;
+    }
+    e->table[i] = p;
+}
+
+static void table_rebuild(struct engine *e, size_t cap)
+{
+    free(e->table);
+    e->table_cap = cap;
+    e->table = xcalloc(cap, sizeof(*e->table));
+    for (size_t i = 0; i < e->n_parts; i++) {
+        table_insert(e, e->parts[i]);
+    }
+}
+
+static struct part *find_part(const struct engine *e, struct slice name)
+{
+    size_t mask;
+    size_t i;
+
+    if (e->table_cap == 0) {
+        return NULL;
+    }
+    mask = e->table_cap - 1;
+    i = (size_t)hash_name(name.ptr, name.len) & mask;
+    while (e->table[i] != NULL) {
+        if (slice_eq(e->table[i]->name, e->table[i]->name_len, name)) {
+            return e->table[i];
+        }
+        i = (i + 1) & mask;
+    }
+    return NULL;
+}
+
+static struct part *add_part(struct engine *e, struct slice name)
+{
+    struct part *p = xcalloc(1, sizeof(*p));
+
+    p->name = dup_slice(name);
+    p->name_len = name.len;
+    p->last_offset = -1;
+    grow((void **)&e->parts, &e->cap_parts, e->n_parts + 1, sizeof(*e->parts));
+    e->parts[e->n_parts++] = p;
+    if (e->n_parts * 2 > e->table_cap) {
+        table_rebuild(e, e->table_cap == 0 ? 64 : e->table_cap * 2);
+    } else {
+        table_insert(e, p);
+    }
+    return p;
+}
+
+static void set_part_id(struct part *p, struct slice id)
+{
+    free(p->id);
+    p->id = id.len == 0 ? NULL : dup_slice(id);
+    p->id_len = id.len;
+}
+
+/* ---- Lost ranges (engine.h (5)) ----------------------------------------- */
+
+static void add_lost(struct engine *e, const struct part *p, int64_t from,
+                     int64_t to)
+{
+    struct lost *l;
+
+    from = max64(from, 0);
+    if (to < from) {
+        return;
+    }
+    grow((void **)&e->lost, &e->cap_lost, e->n_lost + 1, sizeof(*e->lost));
+    l = &e->lost[e->n_lost++];
+    l->partition = xstrndup(p->name, p->name_len);
+    l->len = p->name_len;
+    l->from = from;
+    l->to = to;
+    e->stats.records_lost += (uint64_t)(to - from + 1);
+}
+
+/* ---- Restore ------------------------------------------------------------- */
+
+static int restored_cmp(const void *a, const void *b)
+{
+    const struct restored *x = a;
+    const struct restored *y = b;
+
+    return name_cmp(x->name, x->name_len, y->name, y->name_len);
+}
+
+static void restore_checkpoint(struct engine *e,
+                               const struct engine_checkpoint *cp)
+{
+    e->restored = xcalloc(cp->n == 0 ? 1 : cp->n, sizeof(*e->restored));
+    for (size_t i = 0; i < cp->n; i++) {
+        const struct engine_position *src = &cp->positions[i];
+        struct restored *r = &e->restored[e->n_restored++];
+
+        r->name = dup_slice(src->name);
+        r->name_len = src->name.len;
+        r->id = src->id.len == 0 ? NULL : dup_slice(src->id);
+        r->id_len = src->id.len;
+        r->offset = src->offset;
+    }
+    qsort(e->restored, e->n_restored, sizeof(*e->restored), restored_cmp);
+    e->last_checkpoint_k = cp->k;
+}
+
+static void restore_redo(struct engine *e, const struct engine_intent *in)
+{
+    e->has_redo = true;
+    e->redo = *in;
+    e->redo.format = dup_str(in->format);
+    e->redo.compression = dup_str(in->compression);
+    e->redo.layout = dup_str(in->layout);
+    e->redo.writer = dup_str(in->writer);
+}
+
+int engine_restore(struct engine *e, const struct engine_committed *committed,
+                   const struct engine_intent *intent,
+                   const struct engine_checkpoint *cp, struct err *err)
+{
+    if (e->has_started) {
+        return err_set(err, ERR_INVALID,
+                       "engine: restore after the first action");
+    }
+    if (intent != NULL && intent->t_end <= intent->t_start) {
+        return err_set(err, ERR_INVALID,
+                       "engine: intent %lld has tEnd <= tStart",
+                       (long long)intent->k);
+    }
+    e->has_started = true;
+    e->committed_k = committed != NULL && committed->k > 0 ? committed->k : 0;
+    if (committed != NULL && e->committed_k > 0) {
+        e->t_prev = committed->t_end;
+        e->t_filter = committed->t_end;
+        e->is_t_prev_known = true;
+    }
+    if (intent != NULL && intent->k == e->committed_k + 1) {
+        restore_redo(e, intent);
+        if (e->committed_k == 0) {
+            /* Nothing below the first window's start belongs to it. */
+            e->t_filter = intent->t_start;
+            if (e->cfg.start == ENGINE_START_LATEST) {
+                e->t_prev = intent->t_start;
+                e->is_t_prev_known = true;
+            }
+        }
+    }
+    if (cp != NULL && cp->k <= e->committed_k) {
+        restore_checkpoint(e, cp);
+    }
+    if (e->is_t_prev_known && e->t_prev != ENGINE_MIN) {
+        e->complete_through = e->t_prev;
+    }
+    return 0;
+}
+
+/* ---- Discovery (3.6.3) and positioning (3.6.4) -------------------------- */
+
+static struct restored *find_restored(struct engine *e, struct slice name)
+{
+    size_t lo = 0;
+    size_t hi = e->n_restored;
+
+    while (lo < hi) { /* restored is sorted by name */
+        size_t mid = lo + (hi - lo) / 2;
+        struct restored *r = &e->restored[mid];
+        int c = name_cmp(r->name, r->name_len, name.ptr, name.len);
+
+        if (c == 0) {
+            return r->is_used ? NULL : r;
+        }
+        if (c < 0) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return NULL;
+}
+
+static bool same_incarnation(const char *id, size_t id_len, struct slice b)
+{
+    return id == NULL || b.len == 0 || slice_eq(id, id_len, b);
+}
+
+/* Where a partition seen for the first time starts reading. */
+static void position_new(struct engine *e, struct part *p,
+                         const struct engine_partition_info *in)
+{
+    struct restored *r = find_restored(e, in->name);
+
+    if (r != NULL && same_incarnation(r->id, r->id_len, in->id)) {
+        r->is_used = true;
+        p->position = r->offset;
+        if (in->id.len == 0 && r->id != NULL) {
+            set_part_id(p, (struct slice){r->id, r->id_len});
+        }
+        if (p->position < in->log_start) {
+            add_lost(e, p, p->position, in->log_start - 1);
+            p->position = in->log_start;
+        }
+        return;
+    }
+    if (e->cfg.start == ENGINE_START_EARLIEST) {
+        p->position = in->log_start;
+        return;
+    }
+    if (!e->is_t_prev_known ||
+        sat_add(in->last_write_at, ISOTIME_US_S) < e->t_prev) {
+        p->position = in->last_offset + 1; /* nothing to read: the head */
+        return;
+    }
+    p->position = in->log_start; /* provisional until the seek answers */
+    p->is_seek_pending = true;
+}
+
+/* A changed partition id: the partition was deleted and created again. */
+static void new_incarnation(struct engine *e, struct part *p,
+                            const struct engine_partition_info *in)
+{
+    if (p->position <= p->last_offset && !p->is_seek_pending &&
+        !p->is_seeking) {
+        add_lost(e, p, p->position, p->last_offset);
+    }
+    p->gen++;
+    e->stats.incarnations++;
+    set_part_id(p, in->id);
+    p->position = in->log_start;
+    p->log_start = in->log_start;
+    p->last_offset = in->last_offset;
+    p->has_read = false;
+    p->is_seek_pending = false;
+    p->is_seeking = false; /* its answer is stale now */
+}
+
+static void update_part(struct engine *e, struct part *p,
+                        const struct engine_partition_info *in)
+{
+    if (p->id != NULL && in->id.len != 0 &&
+        !slice_eq(p->id, p->id_len, in->id)) {
+        new_incarnation(e, p, in);
+    } else if (p->id == NULL && in->id.len != 0) {
+        set_part_id(p, in->id);
+    }
+    p->last_offset = max64(p->last_offset, in->last_offset);
+    p->last_write_at = in->last_write_at;
+    p->log_start = max64(p->log_start, in->log_start);
+    if (p->log_start > p->position && !p->is_seek_pending && !p->is_seeking) {
+        add_lost(e, p, p->position, p->log_start - 1);
+        p->position = p->log_start;
+    }
+}
+
+static int observe(struct engine *e, const struct engine_partition_info *in,
+                   struct err *err)
+{
+    struct part *p = find_part(e, in->name);
+
+    if (p == NULL) {
+        if (e->n_parts >= e->cfg.max_partitions) {
+            return err_set(err, ERR_TOO_BIG,
+                           "engine: queue \"%s\" has more than %u partitions",
+                           e->queue, e->cfg.max_partitions);
+        }
+        p = add_part(e, in->name);
+        set_part_id(p, in->id);
+        p->last_offset = in->last_offset;
+        p->log_start = in->log_start;
+        p->last_write_at = in->last_write_at;
+        position_new(e, p, in);
+    } else {
+        update_part(e, p, in);
+    }
+    p->last_seen_k = e->committed_k;
+    return 0;
+}
+
+static void restart_pass(struct engine *e)
+{
+    e->cursor_len = 0;
+    e->pass_min_safe = INT64_MAX;
+    e->pass_count = 0;
+}
+
+static void start_pass(struct engine *e)
+{
+    bool is_full = !e->has_discovered ||
+                   e->stats.discoveries % e->cfg.full_sweep_every == 0 ||
+                   !e->is_t_prev_known || e->t_prev == ENGINE_MIN;
+
+    e->is_pass_active = true;
+    e->is_pass_full = is_full;
+    e->pass_since =
+        is_full ? ENGINE_MIN : sat_sub(e->t_prev, e->cfg.discovery_slack_us);
+    e->has_discovered_this_window = true;
+    e->is_idle_armed = false;
+    restart_pass(e);
+}
+
+static void complete_pass(struct engine *e)
+{
+    e->is_pass_active = false;
+    e->has_complete_pass = true;
+    e->complete_pass_safe = max64(e->complete_pass_safe, e->pass_min_safe);
+    e->has_discovered = true;
+    e->stats.discoveries++;
+    if (e->is_pass_full) {
+        e->stats.full_sweeps++;
+        e->discovery_partitions = e->pass_count;
+    }
+}
+
+static void update_completeness(struct engine *e);
+
+static int on_page(struct engine *e, const struct engine_discovery_page *p,
+                   struct err *err)
+{
+    if (p->error == ENGINE_ANSWER_UNKNOWN) {
+        fail_engine(e);
+        return 0;
+    }
+    if (p->error != ENGINE_ANSWER_OK) {
+        restart_pass(e);
+        return 0;
+    }
+    if (p->has_next && p->next.len > ENGINE_MAX_CURSOR) {
+        restart_pass(e);
+        return err_set(err, ERR_TOO_BIG,
+                       "engine: discovery cursor of %zu "
+                       "bytes",
+                       p->next.len);
+    }
+    e->safe_time = max64(e->safe_time, p->safe_time);
+    e->pass_min_safe = min64(e->pass_min_safe, p->safe_time);
+    if (!e->is_t_prev_known) { /* latest: T_0 = the first safeTime seen */
+        e->is_t_prev_known = true;
+        e->t_prev = p->safe_time;
+        e->t_filter = p->safe_time;
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        if (observe(e, &p->partitions[i], err) != 0) {
+            restart_pass(e);
+            return err->code;
+        }
+    }
+    e->pass_count += p->n;
+    if (p->has_next) {
+        memcpy(e->cursor, p->next.ptr, p->next.len);
+        e->cursor_len = p->next.len;
+    } else {
+        complete_pass(e);
+    }
+    return 0;
+}
+
+int engine_on_discovery_page(struct engine *e,
+                             const struct engine_discovery_page *p,
+                             struct err *err)
+{
+    int rc;
+
+    if (!e->is_page_out || e->state == ENGINE_FAILED) {
+        return err_set(err, ERR_INVALID,
+                       "engine: a discovery page nobody asked for");
+    }
+    e->is_page_out = false;
+    rc = on_page(e, p, err);
+    update_completeness(e);
+    return rc;
+}
+
+void engine_on_discovery_failed(struct engine *e)
+{
+    if (e->is_page_out) {
+        e->is_page_out = false;
+        restart_pass(e);
+    }
+}
+
+/* ---- Frontier (3.6.5) ---------------------------------------------------- */
+
+static bool has_unread(const struct part *p)
+{
+    return p->position <= p->last_offset;
+}
+
+/* The stamp below which this partition holds no unread record. */
+static int64_t part_frontier(const struct engine *e, const struct part *p)
+{
+    if (p->is_seek_pending || p->is_seeking) {
+        return ENGINE_MIN;
+    }
+    if (has_unread(p)) {
+        return p->has_read ? p->last_read_ts : ENGINE_MIN;
+    }
+    return e->complete_pass_safe; /* caught up as of the complete pass */
+}
+
+static int64_t min_frontier(const struct engine *e)
+{
+    int64_t m = INT64_MAX;
+
+    for (size_t i = 0; i < e->n_parts; i++) {
+        m = min64(m, part_frontier(e, e->parts[i]));
+    }
+    return m;
+}
+
+static bool min_buffered_ts(const struct engine *e, int64_t *ts)
+{
+    bool found = false;
+
+    for (size_t i = 0; i < e->n_parts; i++) {
+        const struct part *p = e->parts[i];
+
+        for (size_t j = 0; j < p->n_recs; j++) {
+            if (!found || p->recs[j]->ts < *ts) {
+                *ts = p->recs[j]->ts;
+                found = true;
+            }
+            /* stamps ascend within an incarnation: skip to the next */
+            while (j + 1 < p->n_recs &&
+                   p->recs[j + 1]->gen == p->recs[j]->gen) {
+                j++;
+            }
+        }
+    }
+    return found;
+}
+
+/* The next align boundary strictly above t_prev (or above the least buffered
+ * stamp while t_prev is MIN); false when there is none. */
+static bool align_cap(const struct engine *e, int64_t *cap)
+{
+    int64_t unit = align_unit(e);
+    int64_t base = e->t_prev;
+
+    if (unit == 0 || !e->is_t_prev_known) {
+        return false;
+    }
+    if (base == ENGINE_MIN && !min_buffered_ts(e, &base)) {
+        return false;
+    }
+    *cap = isotime_next_boundary(base, unit);
+    return true;
+}
+
+/* Partitions at or above this frontier are not fetched (3.6.6). */
+static int64_t fetch_ceiling(const struct engine *e)
+{
+    int64_t base;
+    int64_t ac;
+    int64_t horizon = align_unit(e);
+
+    if (!e->has_complete_pass || !e->is_t_prev_known) {
+        return INT64_MAX;
+    }
+    base = sat_sub(e->complete_pass_safe, e->cfg.guard_us);
+    if (align_cap(e, &ac)) {
+        base = min64(base, ac);
+    }
+    if (horizon == 0) {
+        horizon = e->cfg.max_window_us;
+    }
+    return sat_add(base, horizon);
+}
+
+/* ---- Fetch scheduling (3.6.6) -------------------------------------------- */
+
+struct candidate {
+    int64_t frontier;
+    size_t index;
+    struct part *part;
+};
+
+static int candidate_cmp(const void *a, const void *b)
+{
+    const struct candidate *x = a;
+    const struct candidate *y = b;
+
+    if (x->frontier != y->frontier) {
+        return x->frontier < y->frontier ? -1 : 1;
+    }
+    return x->index < y->index ? -1 : (x->index > y->index ? 1 : 0);
+}
+
+static struct engine_action *push_action(struct engine_action **v, size_t *n,
+                                         size_t *cap)
+{
+    struct engine_action *a;
+
+    grow((void **)v, cap, *n + 1, sizeof(**v));
+    a = &(*v)[(*n)++];
+    memset(a, 0, sizeof(*a));
+    return a;
+}
+
+static struct fetch_call *free_call_slot(struct engine *e)
+{
+    for (size_t i = 0; i < e->cfg.fetch_concurrency; i++) {
+        if (!e->calls[i].is_used) {
+            return &e->calls[i];
+        }
+    }
+    return NULL;
+}
+
+static void emit_call(struct engine *e, const struct candidate *c, size_t n)
+{
+    struct fetch_call *call = free_call_slot(e);
+    struct engine_action *a;
+
+    ASSERT(call != NULL);
+    call->is_used = true;
+    call->id = e->next_call_id++;
+    call->n = n;
+    call->parts = xrealloc(call->parts, n * sizeof(*call->parts));
+    call->gens = xrealloc(call->gens, n * sizeof(*call->gens));
+    call->entries = xrealloc(call->entries, n * sizeof(*call->entries));
+    for (size_t i = 0; i < n; i++) {
+        struct part *p = c[i].part;
+        struct engine_fetch_entry *en = &call->entries[i];
+
+        p->is_fetching = true;
+        call->parts[i] = p;
+        call->gens[i] = p->gen;
+        en->queue = str_slice(e->queue);
+        en->partition = (struct slice){p->name, p->name_len};
+        en->offset = p->position;
+        en->max_bytes = e->cfg.max_bytes_per_entry;
+    }
+    e->n_calls_out++;
+    a = push_action(&e->tail, &e->n_tail, &e->cap_tail);
+    a->kind = ENGINE_ACT_FETCH;
+    a->u.fetch.call_id = call->id;
+    a->u.fetch.entries = call->entries;
+    a->u.fetch.n = n;
+}
+
+static size_t gather_candidates(struct engine *e, struct candidate **out)
+{
+    int64_t ceiling = fetch_ceiling(e);
+    struct candidate *c = NULL;
+    size_t n = 0;
+    size_t cap = 0;
+
+    for (size_t i = 0; i < e->n_parts; i++) {
+        struct part *p = e->parts[i];
+        int64_t f;
+
+        if (!has_unread(p) || p->is_fetching || p->is_seek_pending ||
+            p->is_seeking) {
+            continue;
+        }
+        f = part_frontier(e, p);
+        if (f >= ceiling) {
+            continue;
+        }
+        grow((void **)&c, &cap, n + 1, sizeof(*c));
+        c[n].frontier = f;
+        c[n].index = i;
+        c[n].part = p;
+        n++;
+    }
+    *out = c;
+    return n;
+}
+
+/* Lowest frontier first, at most (free calls) x (entries per call). */
+static void schedule_fetches(struct engine *e)
+{
+    size_t slots = e->cfg.fetch_concurrency - e->n_calls_out;
+    size_t per = e->cfg.fetch_entries_per_call;
+    struct candidate *c;
+    size_t n;
+    size_t done = 0;
+
+    if (slots == 0 || e->total_buffered >= e->cfg.max_buffer_bytes) {
+        return;
+    }
+    n = gather_candidates(e, &c);
+    if (n > 0) {
+        qsort(c, n, sizeof(*c), candidate_cmp);
+    }
+    while (done < n && slots > 0) {
+        size_t take = n - done < per ? n - done : per;
+
+        emit_call(e, c + done, take);
+        done += take;
+        slots--;
+    }
+    free(c);
+}
+
+static struct seek_slot *free_seek_slot(struct engine *e)
+{
+    for (size_t i = 0; i < e->cfg.fetch_concurrency; i++) {
+        if (!e->seeks[i].is_used) {
+            return &e->seeks[i];
+        }
+    }
+    return NULL;
+}
+
+static void schedule_seeks(struct engine *e)
+{
+    for (size_t i = 0; i < e->n_parts; i++) {
+        struct part *p = e->parts[i];
+        struct seek_slot *s;
+        struct engine_action *a;
+
+        if (!p->is_seek_pending || p->is_seeking) {
+            continue;
+        }
+        s = free_seek_slot(e);
+        if (s == NULL) {
+            return;
+        }
+        s->is_used = true;
+        s->id = e->next_call_id++;
+        s->part = p;
+        s->gen = p->gen;
+        p->is_seeking = true;
+        e->n_seeks_out++;
+        e->stats.seeks_issued++;
+        a = push_action(&e->tail, &e->n_tail, &e->cap_tail);
+        a->kind = ENGINE_ACT_SEEK;
+        a->u.seek.seek_id = s->id;
+        a->u.seek.partition = (struct slice){p->name, p->name_len};
+        a->u.seek.t = e->t_prev;
+        a->u.seek.last_offset = p->last_offset;
+        a->u.seek.log_start = p->log_start;
+    }
+}
+
+void engine_on_seek_result(struct engine *e, uint64_t seek_id, bool is_found,
+                           int64_t offset)
+{
+    for (size_t i = 0; i < e->cfg.fetch_concurrency; i++) {
+        struct seek_slot *s = &e->seeks[i];
+        struct part *p = s->part;
+
+        if (!s->is_used || s->id != seek_id) {
+            continue;
+        }
+        s->is_used = false;
+        e->n_seeks_out--;
+        if (p->gen != s->gen || !p->is_seeking) {
+            return; /* a seek of an older incarnation */
+        }
+        p->is_seeking = false;
+        p->is_seek_pending = false;
+        p->position = is_found ? max64(offset, p->log_start) : p->log_start;
+        update_completeness(e);
+        return;
+    }
+}
+
+/* ---- Merging a fetch answer (3.6.7) -------------------------------------- */
+
+static uint64_t record_weight(const struct part *p,
+                              const struct engine_fetched_record *r)
+{
+    return ENGINE_RECORD_BASE + r->txn.len + p->name_len +
+           (r->payload.len == 0 ? ENGINE_NULL_PAYLOAD : r->payload.len);
+}
+
+static void buffer_record(struct engine *e, struct part *p,
+                          const struct engine_fetched_record *r)
+{
+    struct brec *b = xmalloc(sizeof(*b) + r->txn.len + r->payload.len + 1);
+
+    b->offset = r->offset;
+    b->ts = r->ts;
+    b->gen = p->gen;
+    b->txn_len = (uint32_t)r->txn.len;
+    b->payload_len = (uint32_t)r->payload.len;
+    b->weight = record_weight(p, r);
+    if (r->txn.len > 0) {
+        memcpy(b->data, r->txn.ptr, r->txn.len);
+    }
+    if (r->payload.len > 0) {
+        memcpy(b->data + r->txn.len, r->payload.ptr, r->payload.len);
+    }
+    b->data[r->txn.len + r->payload.len] = '\0';
+    grow((void **)&p->recs, &p->cap_recs, p->n_recs + 1, sizeof(*p->recs));
+    p->recs[p->n_recs++] = b;
+    p->buffered += b->weight;
+    e->total_buffered += b->weight;
+}
+
+static void merge_records(struct engine *e, struct part *p,
+                          const struct engine_fetch_result *r)
+{
+    for (size_t i = 0; i < r->n; i++) {
+        const struct engine_fetched_record *rec = &r->records[i];
+
+        if (rec->offset < p->position) {
+            continue; /* already seen */
+        }
+        if (rec->ts < e->t_filter) {
+            e->stats.records_dropped++; /* (4) */
+        } else {
+            if (rec->offset > p->position) { /* an offset jump */
+                add_lost(e, p, p->position, rec->offset - 1);
+            }
+            buffer_record(e, p, rec);
+        }
+        p->position = rec->offset + 1;
+        p->last_read_ts = rec->ts;
+        p->has_read = true;
+    }
+}
+
+static void merge_entry(struct engine *e, struct part *p,
+                        const struct engine_fetch_result *r)
+{
+    p->last_offset = r->high_watermark - 1;
+    p->log_start = max64(p->log_start, r->log_start);
+    switch (r->error) {
+    case ENGINE_ANSWER_UNKNOWN:
+        fail_engine(e);
+        return;
+    case ENGINE_ANSWER_OFFSET_OUT_OF_RANGE:
+        if (p->log_start > p->position) {
+            add_lost(e, p, p->position, p->log_start - 1);
+            p->position = p->log_start;
+        } else if (p->position > r->high_watermark) {
+            p->position = r->high_watermark; /* from a node that was ahead */
+        }
+        return;
+    case ENGINE_ANSWER_OTHER:
+        e->stats.fetch_errors++; /* still unread: it blocks and is retried */
+        return;
+    case ENGINE_ANSWER_OK:
+        break;
+    }
+    merge_records(e, p, r);
+}
+
+static struct fetch_call *find_call(struct engine *e, uint64_t id)
+{
+    for (size_t i = 0; i < e->cfg.fetch_concurrency; i++) {
+        if (e->calls[i].is_used && e->calls[i].id == id) {
+            return &e->calls[i];
+        }
+    }
+    return NULL;
+}
+
+static void release_call(struct engine *e, struct fetch_call *call)
+{
+    for (size_t i = 0; i < call->n; i++) {
+        call->parts[i]->is_fetching = false;
+    }
+    call->is_used = false;
+    e->n_calls_out--;
+}
+
+int engine_on_fetch(struct engine *e, uint64_t call_id,
+                    const struct engine_fetch_result *r, size_t n,
+                    struct err *err)
+{
+    struct fetch_call *call = find_call(e, call_id);
+    int rc = 0;
+
+    if (call == NULL) {
+        return err_set(err, ERR_INVALID, "engine: no fetch call %llu",
+                       (unsigned long long)call_id);
+    }
+    if (n != call->n) {
+        rc = err_set(err, ERR_INVALID,
+                     "engine: fetch call %llu answered %zu of %zu entries",
+                     (unsigned long long)call_id, n, call->n);
+        n = 0;
+    }
+    for (size_t i = 0; i < n && e->state != ENGINE_FAILED; i++) {
+        struct part *p = call->parts[i];
+
+        if (p->gen != call->gens[i]) {
+            continue; /* an answer for an older incarnation */
+        }
+        if (!slice_eq(p->name, p->name_len, r[i].partition)) {
+            rc = err_set(err, ERR_INVALID,
+                         "engine: fetch entry %zu names another partition", i);
+            break;
+        }
+        merge_entry(e, p, &r[i]);
+    }
+    release_call(e, call);
+    update_completeness(e);
+    return rc;
+}
+
+void engine_on_fetch_failed(struct engine *e, uint64_t call_id)
+{
+    struct fetch_call *call = find_call(e, call_id);
+
+    if (call != NULL) {
+        e->stats.fetch_errors++;
+        release_call(e, call);
+    }
+}
+
+/* ---- The plan (3.6.9 "Build plan") --------------------------------------- */
+
+static int part_name_cmp(const void *a, const void *b)
+{
+    const struct part *x = *(struct part *const *)a;
+    const struct part *y = *(struct part *const *)b;
+
+    return name_cmp(x->name, x->name_len, y->name, y->name_len);
+}
+
+static size_t plan_parts(struct engine *e, int64_t t_start, int64_t t_end,
+                         struct part ***out, size_t *n_records)
+{
+    struct part **v = NULL;
+    size_t n = 0;
+    size_t cap = 0;
+
+    *n_records = 0;
+    for (size_t i = 0; i < e->n_parts; i++) {
+        struct part *p = e->parts[i];
+        size_t k = 0;
+
+        for (size_t j = 0; j < p->n_recs; j++) {
+            k += p->recs[j]->ts >= t_start && p->recs[j]->ts < t_end;
+        }
+        if (k > 0) {
+            grow((void **)&v, &cap, n + 1, sizeof(*v));
+            v[n++] = p;
+            *n_records += k;
+        }
+    }
+    if (n > 1) {
+        qsort(v, n, sizeof(*v), part_name_cmp);
+    }
+    *out = v;
+    return n;
+}
+
+static void plan_take_lost(struct engine *e)
+{
+    e->plan_lost_owned = e->lost;
+    e->plan_n_lost = e->n_lost;
+    e->plan_lost =
+        xcalloc(e->n_lost == 0 ? 1 : e->n_lost, sizeof(*e->plan_lost));
+    for (size_t i = 0; i < e->n_lost; i++) {
+        e->plan_lost[i].partition =
+            (struct slice){e->lost[i].partition, e->lost[i].len};
+        e->plan_lost[i].from = e->lost[i].from;
+        e->plan_lost[i].to = e->lost[i].to;
+    }
+    e->lost = NULL;
+    e->n_lost = 0;
+    e->cap_lost = 0;
+}
+
+/* Records of [t_start, t_end) in (partition, incarnation, offset) order. */
+static void build_plan(struct engine *e, int64_t k, int64_t t_start,
+                       int64_t t_end)
+{
+    struct part **v;
+    size_t n_rec;
+    size_t np = plan_parts(e, t_start, t_end, &v, &n_rec);
+    struct engine_plan *pl = &e->plan;
+    size_t at = 0;
+
+    free_plan(e);
+    e->plan_recs = xcalloc(n_rec == 0 ? 1 : n_rec, sizeof(*e->plan_recs));
+    pl->min_ts = INT64_MAX;
+    pl->max_ts = ENGINE_MIN;
+    for (size_t i = 0; i < np; i++) {
+        struct part *p = v[i];
+
+        for (size_t j = 0; j < p->n_recs; j++) {
+            const struct brec *b = p->recs[j];
+            struct sink_record *r = &e->plan_recs[at];
+
+            if (b->ts < t_start || b->ts >= t_end) {
+                continue;
+            }
+            ASSERT(b->ts < t_end); /* (1) */
+            r->partition = (struct slice){p->name, p->name_len};
+            r->offset = b->offset;
+            r->txn = (struct slice){b->data, b->txn_len};
+            r->ts = b->ts;
+            r->payload = (struct slice){b->data + b->txn_len, b->payload_len};
+            pl->min_ts = min64(pl->min_ts, b->ts);
+            pl->max_ts = max64(pl->max_ts, b->ts);
+            pl->bytes_estimate += b->weight;
+            at++;
+        }
+    }
+    free(v);
+    plan_take_lost(e);
+    pl->k = k;
+    pl->t_start = t_start;
+    pl->t_end = t_end;
+    pl->records = e->plan_recs;
+    pl->n_records = at;
+    pl->lost = e->plan_lost;
+    pl->n_lost = e->plan_n_lost;
+    pl->partitions = np;
+    if (at == 0) {
+        pl->min_ts = ENGINE_MIN;
+        pl->max_ts = ENGINE_MIN;
+    }
+}
+
+/* ---- Close rules (3.6.9) ------------------------------------------------- */
+
+struct stamp_weight {
+    int64_t ts;
+    uint64_t weight;
+};
+
+static int stamp_weight_cmp(const void *a, const void *b)
+{
+    const struct stamp_weight *x = a;
+    const struct stamp_weight *y = b;
+
+    if (x->ts != y->ts) {
+        return x->ts < y->ts ? -1 : 1;
+    }
+    return x->weight < y->weight ? -1 : (x->weight > y->weight ? 1 : 0);
+}
+
+static uint64_t weight_below(const struct engine *e, int64_t cap)
+{
+    uint64_t w = 0;
+
+    for (size_t i = 0; i < e->n_parts; i++) {
+        const struct part *p = e->parts[i];
+
+        for (size_t j = 0; j < p->n_recs; j++) {
+            w += p->recs[j]->ts < cap ? p->recs[j]->weight : 0;
+        }
+    }
+    return w;
+}
+
+/* The first record stamp t at which the weight of the records below t
+ * reaches the target; cap when no stamp does (they all share the last one). */
+static int64_t size_point(const struct engine *e, int64_t cap)
+{
+    struct stamp_weight *v = NULL;
+    size_t n = 0;
+    size_t vcap = 0;
+    uint64_t acc = 0;
+    int64_t t = cap;
+
+    for (size_t i = 0; i < e->n_parts; i++) {
+        const struct part *p = e->parts[i];
+
+        for (size_t j = 0; j < p->n_recs; j++) {
+            if (p->recs[j]->ts < cap) {
+                grow((void **)&v, &vcap, n + 1, sizeof(*v));
+                v[n].ts = p->recs[j]->ts;
+                v[n].weight = p->recs[j]->weight;
+                n++;
+            }
+        }
+    }
+    if (n > 1) {
+        qsort(v, n, sizeof(*v), stamp_weight_cmp);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0 && v[i].ts != v[i - 1].ts && acc >= e->cfg.target_bytes) {
+            t = v[i].ts;
+            break;
+        }
+        acc += v[i].weight;
+    }
+    free(v);
+    return t;
+}
+
+enum close_step { CLOSE_STOP, CLOSE_CLOSED, CLOSE_SKIPPED };
+
+struct close_bounds {
+    int64_t c_safe;   /* complete_pass_safe - guard: (2) */
+    int64_t frontier; /* min_frontier: (3) */
+};
+
+static void close_window(struct engine *e, int64_t k, int64_t t_start,
+                         int64_t t_end, enum engine_state next)
+{
+    build_plan(e, k, t_start, t_end);
+    e->state = next;
+    e->is_action_out = false;
+    e->is_forced = false;
+    e->stats.windows_closed++;
+}
+
+static enum close_step close_step(struct engine *e,
+                                  const struct close_bounds *b)
+{
+    int64_t unit = align_unit(e);
+    int64_t min_ts = 0;
+    bool has_min = min_buffered_ts(e, &min_ts);
+    int64_t t_start = e->t_prev;
+    int64_t ac = 0;
+    bool has_ac = align_cap(e, &ac);
+    int64_t cap = min64(b->c_safe, b->frontier);
+    int64_t t_end;
+    bool is_size = false;
+    bool is_aligned;
+    bool is_aged;
+
+    if (t_start == ENGINE_MIN) { /* first window under earliest */
+        if (!has_min) {
+            return CLOSE_STOP;
+        }
+        t_start = unit == 0 ? min_ts : isotime_floor(min_ts, unit);
+    }
+    cap = has_ac ? min64(cap, ac) : cap;
+    if (cap <= t_start) {
+        return CLOSE_STOP;
+    }
+    t_end = cap;
+    if (e->total_buffered >= e->cfg.target_bytes &&
+        weight_below(e, cap) >= e->cfg.target_bytes) {
+        t_end = size_point(e, cap);
+        is_size = true;
+    }
+    is_aligned = has_ac && cap == ac;
+    is_aged = sat_sub(e->complete_pass_safe, t_start) >= e->cfg.max_window_us;
+    if (!is_size && !is_aligned && !is_aged && !e->is_forced) {
+        return CLOSE_STOP;
+    }
+    if (!has_min || min_ts >= t_end) {
+        if (is_aligned && !is_size) { /* (6): step over an empty stretch */
+            e->t_prev = t_end;
+            e->t_filter = t_end;
+            e->stats.boundaries_skipped++;
+            return CLOSE_SKIPPED;
+        }
+        return CLOSE_STOP; /* (6) */
+    }
+    close_window(e, e->committed_k + 1, t_start, t_end, ENGINE_INTENT);
+    return CLOSE_CLOSED;
+}
+
+static bool try_close(struct engine *e)
+{
+    struct close_bounds b;
+
+    if (e->state != ENGINE_FILLING || !e->is_t_prev_known ||
+        !e->has_complete_pass) {
+        return false;
+    }
+    b.c_safe = sat_sub(e->complete_pass_safe, e->cfg.guard_us);
+    b.frontier = min_frontier(e);
+    if (e->has_redo) { /* the intent fixed the bounds: wait, then rebuild */
+        if (b.c_safe < e->redo.t_end || b.frontier < e->redo.t_end) {
+            return false;
+        }
+        close_window(e, e->redo.k, e->redo.t_start, e->redo.t_end,
+                     ENGINE_UPLOAD);
+        return true;
+    }
+    for (int i = 0; i < ENGINE_MAX_CLOSE; i++) {
+        enum close_step s = close_step(e, &b);
+
+        if (s != CLOSE_SKIPPED) {
+            return s == CLOSE_CLOSED;
+        }
+    }
+    return false;
+}
+
+void engine_force_close(struct engine *e)
+{
+    e->is_forced = true;
+}
+
+bool engine_begin_drain(struct engine *e)
+{
+    int64_t lag = 0;
+    bool is_aged = engine_lag(e, &lag) && lag >= e->cfg.drain_min_lag_us;
+    bool is_worth = e->total_buffered >= e->cfg.drain_min_bytes ||
+                    (is_aged && e->total_buffered > 0);
+
+    e->is_draining = true;
+    if (is_worth) {
+        e->is_forced = true;
+    }
+    return is_worth;
+}
+
+/* ---- Commit sequence (3.8) ----------------------------------------------- */
+
+void engine_on_intent_written(struct engine *e)
+{
+    if (e->state == ENGINE_INTENT) {
+        e->state = ENGINE_UPLOAD;
+        e->is_action_out = false;
+    }
+}
+
+void engine_on_uploaded(struct engine *e, uint64_t records, uint64_t bytes)
+{
+    if (e->state != ENGINE_UPLOAD) {
+        return;
+    }
+    memset(&e->commit, 0, sizeof(e->commit));
+    e->commit.k = e->plan.k;
+    e->commit.t_end = e->plan.t_end;
+    e->commit.records = records;
+    e->commit.bytes = bytes;
+    e->state = ENGINE_COMMIT;
+    e->is_action_out = false;
+}
+
+bool engine_on_manifest_found(struct engine *e, int64_t k,
+                              struct slice manifest_key, uint64_t records,
+                              uint64_t bytes)
+{
+    if (!e->has_redo || e->redo.k != k || e->state != ENGINE_FILLING) {
+        return false;
+    }
+    free_plan(e);
+    e->plan.k = k;
+    e->plan.t_start = e->redo.t_start;
+    e->plan.t_end = e->redo.t_end;
+    e->plan.min_ts = ENGINE_MIN;
+    e->plan.max_ts = ENGINE_MIN;
+    e->manifest_key = dup_slice(manifest_key);
+    memset(&e->commit, 0, sizeof(e->commit));
+    e->commit.k = k;
+    e->commit.t_end = e->redo.t_end;
+    e->commit.manifest_key = (struct slice){e->manifest_key, manifest_key.len};
+    e->commit.records = records;
+    e->commit.bytes = bytes;
+    e->state = ENGINE_COMMIT;
+    e->is_action_out = false;
+    return true;
+}
+
+/* Forget the records of the committed window. */
+static void drop_committed(struct engine *e, int64_t t_end)
+{
+    for (size_t i = 0; i < e->n_parts; i++) {
+        struct part *p = e->parts[i];
+        size_t kept = 0;
+
+        for (size_t j = 0; j < p->n_recs; j++) {
+            struct brec *b = p->recs[j];
+
+            if (b->ts < t_end) {
+                p->buffered -= b->weight;
+                e->total_buffered -= b->weight;
+                free(b);
+            } else {
+                p->recs[kept++] = b;
+            }
+        }
+        p->n_recs = kept;
+    }
+}
+
+static bool is_seek_slot_of(const struct engine *e, const struct part *p)
+{
+    for (size_t i = 0; i < e->cfg.fetch_concurrency; i++) {
+        if (e->seeks[i].is_used && e->seeks[i].part == p) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Partitions discovery stopped naming, idle and empty, are forgotten. */
+static void prune(struct engine *e)
+{
+    size_t kept = 0;
+
+    for (size_t i = 0; i < e->n_parts; i++) {
+        struct part *p = e->parts[i];
+        bool is_stale = e->committed_k - p->last_seen_k >=
+                        (int64_t)e->cfg.prune_after_windows;
+
+        if (is_stale && !has_unread(p) && p->n_recs == 0 && !p->is_fetching &&
+            !p->is_seek_pending && !p->is_seeking && !is_seek_slot_of(e, p)) {
+            free_part(p);
+            e->stats.partitions_pruned++;
+        } else {
+            e->parts[kept++] = p;
+        }
+    }
+    if (kept != e->n_parts) {
+        e->n_parts = kept;
+        table_rebuild(e, e->table_cap);
+    }
+}
+
+void engine_on_committed(struct engine *e)
+{
+    int64_t k = e->plan.k;
+    uint32_t every = e->cfg.checkpoint_every;
+
+    if (e->state != ENGINE_COMMIT) {
+        return;
+    }
+    e->committed_k = k;
+    e->t_prev = e->plan.t_end;
+    e->t_filter = e->plan.t_end;
+    e->is_t_prev_known = true;
+    drop_committed(e, e->plan.t_end);
+    free_plan(e);
+    free_redo(e);
+    e->stats.windows_committed++;
+    e->state = ENGINE_FILLING;
+    e->has_discovered_this_window = false;
+    prune(e);
+    if (every != 0 && k % every == 0 && e->has_discovered) {
+        e->is_checkpoint_pending = true;
+        e->checkpoint_k = k;
+        e->checkpoint_t_end = e->t_prev;
+        e->last_checkpoint_k = k;
+    }
+    update_completeness(e);
+}
+
+/* ---- Positions (3.6.10) -------------------------------------------------- */
+
+static int position_cmp(const void *a, const void *b)
+{
+    const struct engine_position *x = a;
+    const struct engine_position *y = b;
+
+    return name_cmp(x->name.ptr, x->name.len, y->name.ptr, y->name.len);
+}
+
+void engine_positions(struct engine *e, const struct engine_position **v,
+                      size_t *n)
+{
+    grow((void **)&e->pos, &e->cap_pos, e->n_parts + 1, sizeof(*e->pos));
+    e->n_pos = 0;
+    for (size_t i = 0; i < e->n_parts; i++) {
+        const struct part *p = e->parts[i];
+        struct engine_position *ps = &e->pos[e->n_pos++];
+
+        ps->name = (struct slice){p->name, p->name_len};
+        ps->id = (struct slice){p->id == NULL ? "" : p->id, p->id_len};
+        ps->offset = p->position;
+        for (size_t j = 0; j < p->n_recs; j++) {
+            if (p->recs[j]->gen == p->gen) { /* never an older incarnation */
+                ps->offset = p->recs[j]->offset;
+                break;
+            }
+        }
+    }
+    if (e->n_pos > 1) {
+        qsort(e->pos, e->n_pos, sizeof(*e->pos), position_cmp);
+    }
+    *v = e->pos;
+    *n = e->n_pos;
+}
+
+/* ---- Completeness (3.6.10) ----------------------------------------------- */
+
+static void update_completeness(struct engine *e)
+{
+    int64_t t;
+
+    if (e->is_t_prev_known && e->t_prev > e->complete_through) {
+        e->complete_through = e->t_prev;
+    }
+    if (e->state != ENGINE_FILLING || e->has_redo || e->total_buffered != 0 ||
+        !e->has_complete_pass || !e->is_t_prev_known) {
+        return;
+    }
+    t = min64(sat_sub(e->complete_pass_safe, e->cfg.guard_us), min_frontier(e));
+    if (t > e->t_prev && t > e->complete_through) {
+        e->complete_through = t;
+    }
+}
+
+/* ---- Actions ------------------------------------------------------------- */
+
+static struct engine_action *add_action(struct engine *e,
+                                        enum engine_action_kind kind)
+{
+    struct engine_action *a = push_action(&e->acts, &e->n_acts, &e->cap_acts);
+
+    a->kind = kind;
+    return a;
+}
+
+static void emit_discover(struct engine *e)
+{
+    struct engine_action *a = add_action(e, ENGINE_ACT_DISCOVER);
+
+    a->u.discover.has_since = !e->is_pass_full;
+    a->u.discover.since = e->pass_since;
+    a->u.discover.after = (struct slice){e->cursor, e->cursor_len};
+    a->u.discover.limit = e->cfg.discovery_limit;
+    e->is_page_out = true;
+}
+
+static void emit_closing(struct engine *e)
+{
+    struct engine_action *a;
+
+    if (e->is_action_out) {
+        return;
+    }
+    e->is_action_out = true;
+    if (e->state == ENGINE_INTENT) {
+        a = add_action(e, ENGINE_ACT_WRITE_INTENT);
+        a->u.intent.k = e->plan.k;
+        a->u.intent.t_start = e->plan.t_start;
+        a->u.intent.t_end = e->plan.t_end;
+        a->u.intent.format = str_slice(e->format);
+        a->u.intent.compression = str_slice(e->compression);
+        a->u.intent.layout = str_slice(e->layout);
+        a->u.intent.writer = str_slice(e->writer);
+    } else if (e->state == ENGINE_UPLOAD) {
+        a = add_action(e, ENGINE_ACT_UPLOAD);
+        a->u.upload = &e->plan;
+    } else if (e->state == ENGINE_COMMIT) {
+        a = add_action(e, ENGINE_ACT_COMMIT);
+        a->u.commit = e->commit;
+    }
+}
+
+static void emit_checkpoint(struct engine *e)
+{
+    const struct engine_position *v;
+    size_t n;
+    struct engine_action *a;
+
+    engine_positions(e, &v, &n);
+    a = add_action(e, ENGINE_ACT_CHECKPOINT);
+    a->u.checkpoint.k = e->checkpoint_k;
+    a->u.checkpoint.t_end = e->checkpoint_t_end;
+    a->u.checkpoint.positions = v;
+    a->u.checkpoint.n = n;
+    e->is_checkpoint_pending = false;
+}
+
+static void fill_actions(struct engine *e)
+{
+    bool is_quiet;
+
+    if (e->is_checkpoint_pending) {
+        emit_checkpoint(e);
+    }
+    if (try_close(e)) {
+        emit_closing(e);
+        return;
+    }
+    if (e->is_draining) {
+        return;
+    }
+    if (!e->is_page_out && !e->is_pass_active &&
+        (!e->has_discovered || !e->has_discovered_this_window)) {
+        start_pass(e);
+    }
+    if (!e->is_page_out && e->is_pass_active) {
+        emit_discover(e);
+    }
+    schedule_seeks(e);
+    schedule_fetches(e);
+    is_quiet = e->n_tail == 0 && !e->is_page_out && !e->is_pass_active &&
+               e->n_calls_out == 0 && e->n_seeks_out == 0;
+    if (is_quiet && !e->is_idle_armed) {
+        add_action(e, ENGINE_ACT_IDLE)->u.idle_min_wait_ms =
+            e->cfg.discovery_interval_ms;
+        e->is_idle_armed = true;
+    } else if (is_quiet) {
+        start_pass(e);
+        emit_discover(e);
+    }
+}
+
+void engine_next_actions(struct engine *e, struct engine_actions *out)
+{
+    e->has_started = true;
+    e->n_acts = 0;
+    e->n_tail = 0;
+    if (e->state == ENGINE_FILLING) {
+        fill_actions(e);
+    } else if (e->state != ENGINE_FAILED) {
+        emit_closing(e);
+    }
+    if (e->n_tail > 0) { /* seeks and fetches go last (3.7) */
+        grow((void **)&e->acts, &e->cap_acts, e->n_acts + e->n_tail,
+             sizeof(*e->acts));
+        memcpy(e->acts + e->n_acts, e->tail, e->n_tail * sizeof(*e->tail));
+        e->n_acts += e->n_tail;
+    }
+    update_completeness(e);
+    out->v = e->acts;
+    out->n = e->n_acts;
+}
+
+/* ---- Status -------------------------------------------------------------- */
+
+enum engine_state engine_state(const struct engine *e)
+{
+    return e->state;
+}
+
+const char *engine_state_name(enum engine_state s)
+{
+    switch (s) {
+    case ENGINE_FILLING:
+        return "filling";
+    case ENGINE_INTENT:
+        return "intent";
+    case ENGINE_UPLOAD:
+        return "upload";
+    case ENGINE_COMMIT:
+        return "commit";
+    case ENGINE_FAILED:
+        return "failed";
+    }
+    return "unknown";
+}
+
+const char *engine_failure(const struct engine *e)
+{
+    return e->failure;
+}
+
+int64_t engine_closing_k(const struct engine *e)
+{
+    if (e->state == ENGINE_INTENT || e->state == ENGINE_UPLOAD ||
+        e->state == ENGINE_COMMIT) {
+        return e->plan.k;
+    }
+    return 0;
+}
+
+int64_t engine_committed_k(const struct engine *e)
+{
+    return e->committed_k;
+}
+
+int64_t engine_last_checkpoint_k(const struct engine *e)
+{
+    return e->last_checkpoint_k;
+}
+
+bool engine_t_prev(const struct engine *e, int64_t *t_prev)
+{
+    *t_prev = e->t_prev;
+    return e->is_t_prev_known;
+}
+
+int64_t engine_complete_through(const struct engine *e)
+{
+    return e->complete_through;
+}
+
+int64_t engine_safe_time(const struct engine *e)
+{
+    return e->safe_time;
+}
+
+bool engine_lag(const struct engine *e, int64_t *lag_us)
+{
+    if (e->safe_time == ENGINE_MIN || e->complete_through == ENGINE_MIN) {
+        return false;
+    }
+    *lag_us = max64(0, sat_sub(e->safe_time, e->complete_through));
+    return true;
+}
+
+uint64_t engine_buffered_bytes(const struct engine *e)
+{
+    return e->total_buffered;
+}
+
+size_t engine_tracked_partitions(const struct engine *e)
+{
+    return e->n_parts;
+}
+
+uint64_t engine_discovery_partitions(const struct engine *e)
+{
+    return e->discovery_partitions;
+}
+
+const struct engine_stats *engine_stats(const struct engine *e)
+{
+    return &e->stats;
+}
+
+bool engine_partition_position(const struct engine *e, struct slice name,
+                               int64_t *offset, struct slice *id)
+{
+    const struct part *p = find_part(e, name);
+
+    if (p == NULL) {
+        return false;
+    }
+    *offset = p->position;
+    *id = (struct slice){p->id == NULL ? "" : p->id, p->id_len};
+    return true;
+}

@@ -1,0 +1,380 @@
+/* The window engine: which records of a queue form window k, and when it may
+ * close. Pure: no clock, no I/O, no threads; broker answers and the decision
+ * to force a close are arguments. The driver (the I/O shell) asks for actions
+ * with engine_next_actions(), executes them, and feeds every answer back.
+ *
+ * Invariants (reference 3.6, 0.3):
+ *   (1) Window k holds exactly the records with tStart <= ts < tEnd, k starts
+ *       at committed_k + 1, and tStart(k) == tEnd(k-1): windows tile.
+ *   (2) tEnd <= complete_pass_safe - guard, where complete_pass_safe is the
+ *       least safeTime of the pages of the last complete discovery pass, so no
+ *       record can still arrive below tEnd.
+ *   (3) tEnd <= every tracked partition's frontier, so no unread record of
+ *       any partition falls below tEnd.
+ *   (4) Records below t_filter (the end of the last committed window) are
+ *       dropped on arrival: nothing ships twice.
+ *   (5) Records that went away before they were read (retention, offset
+ *       jumps, dead incarnations) become lost ranges in the next window that
+ *       closes; never silence.
+ *   (6) An empty window is never emitted; empty aligned stretches are stepped
+ *       over.
+ *
+ * States (reported in status as filling/intent/upload/commit/failed):
+ *
+ *   FILLING --try_close--------------------------> INTENT  (WriteIntent)
+ *   FILLING --try_close with a redo intent--------> UPLOAD  (Upload)
+ *   FILLING --engine_on_manifest_found (redo)----> COMMIT  (Commit)
+ *   INTENT  --engine_on_intent_written-----------> UPLOAD  (Upload)
+ *   UPLOAD  --engine_on_uploaded-----------------> COMMIT  (Commit)
+ *   COMMIT  --engine_on_committed----------------> FILLING (Checkpoint?)
+ *   any     --UNKNOWN_TOPIC_OR_PARTITION---------> FAILED  (no more actions)
+ *
+ * Ownership: the engine owns every buffered record (copied on arrival). The
+ * slices in actions and plans point into engine memory: an action's slices
+ * are valid until the next engine_next_actions(); a Fetch call's entries
+ * until its answer; a plan until engine_on_committed() or engine_free(). */
+#ifndef QUEEN_SINK_ENGINE_H
+#define QUEEN_SINK_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/common.h"
+#include "base/err.h"
+#include "sink/record.h"
+
+#define ENGINE_MIN INT64_MIN /* minus infinity on the broker's clock */
+
+enum engine_start { ENGINE_START_EARLIEST, ENGINE_START_LATEST };
+enum engine_align { ENGINE_ALIGN_NONE, ENGINE_ALIGN_HOUR, ENGINE_ALIGN_DAY };
+
+struct engine_config {
+    const char *queue; /* copied */
+    enum engine_start start;
+    enum engine_align align;
+    uint64_t target_bytes;           /* size close, in record weight (>= 1) */
+    int64_t max_window_us;           /* age close (> 0) */
+    int64_t guard_us;                /* safeTime guard (>= 0) */
+    uint32_t checkpoint_every;       /* 0 = never */
+    uint32_t fetch_entries_per_call; /* 1..1024 */
+    uint32_t fetch_concurrency;      /* >= 1 */
+    uint32_t max_bytes_per_entry;    /* 1 MiB */
+    int64_t discovery_slack_us;      /* 2 s */
+    uint32_t discovery_limit;        /* 1..1000 partitions per page */
+    uint32_t full_sweep_every;       /* >= 1 passes */
+    uint32_t prune_after_windows;    /* >= 1 */
+    uint32_t discovery_interval_ms;
+    uint64_t drain_min_bytes;  /* a drain closes from this many bytes */
+    int64_t drain_min_lag_us;  /* or from this lag with anything buffered */
+    uint32_t max_partitions;   /* cap on tracked partitions */
+    uint64_t max_buffer_bytes; /* no fetch is scheduled past this weight */
+    /* Copied into intents (reference 4.5). */
+    const char *format;
+    const char *compression;
+    const char *layout;
+    const char *writer;
+};
+
+/* The product's values (reference 3.6.2); queue and strings left NULL. */
+void engine_config_defaults(struct engine_config *c);
+
+struct engine;
+
+/* Returns an engine owning a copy of cfg, or NULL with ERR_INVALID when a
+ * value is out of range. Free with engine_free(). */
+struct engine *engine_new(const struct engine_config *cfg, struct err *err);
+void engine_free(struct engine *e);
+
+/* ---- Restore (reference 3.5, 3.6.1) -------------------------------------- */
+
+struct engine_committed {
+    int64_t k;
+    int64_t t_end;
+};
+
+struct engine_intent {
+    int64_t k;
+    int64_t t_start;
+    int64_t t_end;
+    const char *format;
+    const char *compression;
+    const char *layout;
+    const char *writer;
+};
+
+/* A checkpoint position: where a partition's next window starts. */
+struct engine_position {
+    struct slice name;
+    int64_t offset;
+    struct slice id; /* partition UUID; len 0 = unknown */
+};
+
+struct engine_checkpoint {
+    int64_t k;
+    const struct engine_position *positions; /* any order */
+    size_t n;
+};
+
+/* Once, before the first engine_next_actions(); any argument may be NULL.
+ * The intent is a redo only when intent->k == committed_k + 1; the checkpoint
+ * is used only when cp->k <= committed_k. Copies what it keeps. Returns 0, or
+ * ERR_INVALID (called late, or bounds that do not make a window). */
+int engine_restore(struct engine *e, const struct engine_committed *committed,
+                   const struct engine_intent *intent,
+                   const struct engine_checkpoint *cp, struct err *err);
+
+/* ---- Actions ------------------------------------------------------------- */
+
+enum engine_action_kind {
+    ENGINE_ACT_DISCOVER,
+    ENGINE_ACT_FETCH,
+    ENGINE_ACT_SEEK,
+    ENGINE_ACT_WRITE_INTENT,
+    ENGINE_ACT_UPLOAD,
+    ENGINE_ACT_COMMIT,
+    ENGINE_ACT_CHECKPOINT,
+    ENGINE_ACT_IDLE,
+};
+
+/* One partitions/changed page for this queue. */
+struct engine_discover {
+    bool has_since;     /* false = since null (a full sweep) */
+    int64_t since;      /* µs */
+    struct slice after; /* cursor; len 0 = from the start */
+    uint32_t limit;
+};
+
+struct engine_fetch_entry {
+    struct slice queue;
+    struct slice partition;
+    int64_t offset;
+    uint32_t max_bytes;
+};
+
+/* One fetch call (maxWaitMs 0, minBytes 1); answer with engine_on_fetch()
+ * or engine_on_fetch_failed() quoting call_id. */
+struct engine_fetch {
+    uint64_t call_id;
+    const struct engine_fetch_entry *entries;
+    size_t n;
+};
+
+/* Locate the first offset with ts >= t (src/sink/seek.h); answer with
+ * engine_on_seek_result() quoting seek_id. */
+struct engine_seek {
+    uint64_t seek_id;
+    struct slice partition;
+    int64_t t;
+    int64_t last_offset;
+    int64_t log_start;
+};
+
+struct engine_intent_action {
+    int64_t k;
+    int64_t t_start;
+    int64_t t_end;
+    struct slice format;
+    struct slice compression;
+    struct slice layout;
+    struct slice writer;
+};
+
+struct engine_lost_range {
+    struct slice partition;
+    int64_t from; /* inclusive */
+    int64_t to;   /* inclusive */
+};
+
+/* What a closing window holds: records sorted by (partition name bytes,
+ * incarnation, offset), every one with t_start <= ts < t_end. */
+struct engine_plan {
+    int64_t k;
+    int64_t t_start;
+    int64_t t_end;
+    const struct sink_record *records;
+    size_t n_records;
+    const struct engine_lost_range *lost;
+    size_t n_lost;
+    size_t partitions; /* distinct partitions with >= 1 record */
+    int64_t min_ts;
+    int64_t max_ts;
+    uint64_t bytes_estimate; /* sum of record weights */
+};
+
+struct engine_commit {
+    int64_t k;
+    int64_t t_end;
+    struct slice manifest_key; /* len 0 unless committed from a manifest */
+    uint64_t records;
+    uint64_t bytes;
+};
+
+struct engine_checkpoint_action {
+    int64_t k;
+    int64_t t_end;
+    const struct engine_position *positions; /* sorted by name */
+    size_t n;
+};
+
+struct engine_action {
+    enum engine_action_kind kind;
+    union {
+        struct engine_discover discover;
+        struct engine_fetch fetch;
+        struct engine_seek seek;
+        struct engine_intent_action intent;
+        const struct engine_plan *upload;
+        struct engine_commit commit;
+        struct engine_checkpoint_action checkpoint;
+        uint32_t idle_min_wait_ms;
+    } u;
+};
+
+/* Actions of one call, in the driver's order of execution (3.7). */
+struct engine_actions {
+    const struct engine_action *v;
+    size_t n;
+};
+
+/* What to do now. Fills out with engine-owned actions valid until the next
+ * call; out->n == 0 means wait for an answer already asked for (or the
+ * engine failed: see engine_state()). */
+void engine_next_actions(struct engine *e, struct engine_actions *out);
+
+/* ---- Answers ------------------------------------------------------------- */
+
+enum engine_answer_error {
+    ENGINE_ANSWER_OK,
+    ENGINE_ANSWER_OFFSET_OUT_OF_RANGE,
+    ENGINE_ANSWER_UNKNOWN, /* UNKNOWN_TOPIC_OR_PARTITION */
+    ENGINE_ANSWER_OTHER,   /* BAD_CURSOR, INTERNAL, ... */
+};
+
+struct engine_partition_info {
+    struct slice name;
+    struct slice id;     /* len 0 = unknown */
+    int64_t last_offset; /* -1 when empty */
+    int64_t log_start;
+    int64_t last_write_at; /* µs */
+};
+
+struct engine_discovery_page {
+    enum engine_answer_error error;
+    struct slice error_text;
+    int64_t safe_time; /* µs */
+    const struct engine_partition_info *partitions;
+    size_t n;
+    bool has_next;
+    struct slice next; /* cursor when has_next */
+};
+
+/* Borrows p. Returns 0, or ERR_TOO_BIG past max_partitions (the pass
+ * restarts). UNKNOWN_TOPIC_OR_PARTITION fails the engine and returns 0. */
+int engine_on_discovery_page(struct engine *e,
+                             const struct engine_discovery_page *p,
+                             struct err *err);
+/* The call failed: the pass restarts from its first page. */
+void engine_on_discovery_failed(struct engine *e);
+
+struct engine_fetched_record {
+    int64_t offset;
+    struct slice txn;
+    int64_t ts;
+    struct slice payload; /* len 0 = empty (null) */
+};
+
+struct engine_fetch_result {
+    struct slice partition;
+    enum engine_answer_error error;
+    struct slice error_text;
+    int64_t high_watermark;
+    int64_t log_start;
+    const struct engine_fetched_record *records; /* ascending offsets */
+    size_t n;
+};
+
+/* The answer of call call_id, entries in request order. Borrows r; copies
+ * the records it keeps. Returns 0, or ERR_INVALID for an unknown call or
+ * entries that do not match the call (the call is then released). */
+int engine_on_fetch(struct engine *e, uint64_t call_id,
+                    const struct engine_fetch_result *r, size_t n,
+                    struct err *err);
+/* The call failed as a whole: its partitions are fetched again. */
+void engine_on_fetch_failed(struct engine *e, uint64_t call_id);
+
+/* A seek ended: is_found with the offset, or failed (position = logStart). */
+void engine_on_seek_result(struct engine *e, uint64_t seek_id, bool is_found,
+                           int64_t offset);
+
+void engine_on_intent_written(struct engine *e);
+/* The objects and the manifest landed: records and bytes of the window. */
+void engine_on_uploaded(struct engine *e, uint64_t records, uint64_t bytes);
+void engine_on_committed(struct engine *e);
+
+/* The redo's manifest exists and matches the intent (3.5): commit it without
+ * a read. Ignored (returns false) unless a redo of window k is pending. */
+bool engine_on_manifest_found(struct engine *e, int64_t k,
+                              struct slice manifest_key, uint64_t records,
+                              uint64_t bytes);
+
+/* Close at the largest legal tEnd at the next chance (memory budget). */
+void engine_force_close(struct engine *e);
+/* Stop reading; returns true when the buffered window is worth finishing
+ * (>= drain_min_bytes, or lag >= drain_min_lag_us with anything buffered),
+ * in which case a close is forced. */
+bool engine_begin_drain(struct engine *e);
+
+/* ---- Status -------------------------------------------------------------- */
+
+enum engine_state {
+    ENGINE_FILLING,
+    ENGINE_INTENT,
+    ENGINE_UPLOAD,
+    ENGINE_COMMIT,
+    ENGINE_FAILED,
+};
+
+struct engine_stats {
+    uint64_t windows_closed;
+    uint64_t windows_committed;
+    uint64_t records_dropped;
+    uint64_t records_lost;
+    uint64_t fetch_errors;
+    uint64_t boundaries_skipped;
+    uint64_t seeks_issued;
+    uint64_t discoveries;
+    uint64_t full_sweeps;
+    uint64_t partitions_pruned;
+    uint64_t incarnations;
+};
+
+enum engine_state engine_state(const struct engine *e);
+const char *engine_state_name(enum engine_state s); /* "filling", ... */
+/* Why the engine failed: `queue "name": UNKNOWN_TOPIC_OR_PARTITION`. */
+const char *engine_failure(const struct engine *e);
+/* The window in INTENT/UPLOAD/COMMIT, else 0. */
+int64_t engine_closing_k(const struct engine *e);
+int64_t engine_committed_k(const struct engine *e);
+int64_t engine_last_checkpoint_k(const struct engine *e);
+/* false while t_prev is unknown (latest before the first discovery). */
+bool engine_t_prev(const struct engine *e, int64_t *t_prev);
+int64_t engine_complete_through(const struct engine *e); /* MIN: unknown */
+int64_t engine_safe_time(const struct engine *e);        /* MIN: unknown */
+/* max(0, safeTime - complete_through); false while either is unknown. */
+bool engine_lag(const struct engine *e, int64_t *lag_us);
+uint64_t engine_buffered_bytes(const struct engine *e);
+size_t engine_tracked_partitions(const struct engine *e);
+/* Partitions counted by the last full sweep (queen_s3_discovery_partitions). */
+uint64_t engine_discovery_partitions(const struct engine *e);
+const struct engine_stats *engine_stats(const struct engine *e);
+/* The read position of one partition (tests, status); false if untracked. */
+bool engine_partition_position(const struct engine *e, struct slice name,
+                               int64_t *offset, struct slice *id);
+
+/* Checkpoint positions now (3.6.10), sorted by name; valid until the next
+ * call into the engine. */
+void engine_positions(struct engine *e, const struct engine_position **v,
+                      size_t *n);
+
+#endif

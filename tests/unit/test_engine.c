@@ -1,0 +1,1144 @@
+/* Tests of the window engine, one per rule of reference 7.2, over the
+ * simulated broker of engine_sim.h with the 7.1 test config (target 100000 B,
+ * max window 2 s, align none, guard 10 ms, earliest, checkpoint every 2, 8
+ * entries per call, concurrency 2, discovery limit 4, full sweep every 4,
+ * prune after 3, discovery interval 100 ms) unless a test says otherwise. */
+#include "harness.h"
+
+#include "engine_sim.h"
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static int64_t position_of(struct engine *e, const char *name)
+{
+    int64_t off = -2;
+    struct slice id;
+
+    if (!engine_partition_position(e, (struct slice){name, strlen(name)}, &off,
+                                   &id)) {
+        return -2;
+    }
+    return off;
+}
+
+static bool id_of(struct engine *e, const char *name, const char *want)
+{
+    int64_t off;
+    struct slice id;
+
+    if (!engine_partition_position(e, (struct slice){name, strlen(name)}, &off,
+                                   &id)) {
+        return false;
+    }
+    return id.len == strlen(want) && memcmp(id.ptr, want, id.len) == 0;
+}
+
+/* Let the clock run far past every record and tick until everything that
+ * was pushed is committed (or the budget ends). */
+static void sim_finish(struct sim *s, int64_t until)
+{
+    s->idle_advance_us = 100 * SIM_MS;
+    sim_advance(s, until);
+    sim_run(s, 3000);
+}
+
+static bool is_record_ts(const struct sim *s, int64_t ts)
+{
+    for (size_t i = 0; i < s->n_parts; i++) {
+        for (size_t o = 0; o < s->parts[i].n; o++) {
+            if (s->parts[i].recs[o].ts == ts) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+/* Manual driving: the actions of one call, copied. */
+struct acts {
+    struct engine_action v[64];
+    size_t n;
+};
+
+static void next(struct engine *e, struct acts *a)
+{
+    struct engine_actions out;
+
+    engine_next_actions(e, &out);
+    a->n = out.n < 64 ? out.n : 64;
+    memcpy(a->v, out.v, a->n * sizeof(a->v[0]));
+}
+
+static const struct engine_action *find_kind(const struct acts *a,
+                                             enum engine_action_kind k)
+{
+    for (size_t i = 0; i < a->n; i++) {
+        if (a->v[i].kind == k) {
+            return &a->v[i];
+        }
+    }
+    return NULL;
+}
+
+/* The action of kind k, or a zeroed stand-in and a failure. */
+static const struct engine_action *must(const struct acts *a,
+                                        enum engine_action_kind k)
+{
+    static const struct engine_action none;
+    const struct engine_action *f = find_kind(a, k);
+
+    if (f == NULL) {
+        HARNESS_FAIL("no action of kind %d", (int)k);
+        return &none;
+    }
+    return f;
+}
+
+static void page1(struct engine *e, int64_t safe,
+                  const struct engine_partition_info *parts, size_t n)
+{
+    struct engine_discovery_page pg;
+    struct err err;
+
+    memset(&pg, 0, sizeof(pg));
+    pg.safe_time = safe;
+    pg.partitions = parts;
+    pg.n = n;
+    EXPECT(engine_on_discovery_page(e, &pg, &err) == 0);
+}
+
+static struct engine_partition_info pinfo(const char *name, const char *id,
+                                          int64_t last, int64_t log_start,
+                                          int64_t lwa)
+{
+    struct engine_partition_info in;
+
+    in.name = (struct slice){name, strlen(name)};
+    in.id = (struct slice){id, strlen(id)};
+    in.last_offset = last;
+    in.log_start = log_start;
+    in.last_write_at = lwa;
+    return in;
+}
+
+/* ---- rule 1 ------------------------------------------------------------- */
+
+TEST(rule1_a_window_never_closes_above_safe_time_minus_guard)
+{
+    struct engine_config c;
+    struct sim s;
+    const char *names[3] = {"p1", "p2", "p3"};
+
+    sim_test_config(&c);
+    sim_init(&s, &c);
+    for (int i = 0; i < 30; i++) {
+        sim_push(&s, names[i % 3], 2, SIM_T0 + i * 300 * SIM_MS, 20);
+        sim_run(&s, 5);
+    }
+    sim_finish(&s, SIM_T0 + 30 * SIM_SEC);
+    EXPECT_EQ_I64(s.violations, 0);
+    EXPECT(s.n_windows >= 2);
+    for (size_t w = 0; w < s.n_windows; w++) {
+        EXPECT(s.windows[w].t_end <= s.windows[w].safe_at_close - c.guard_us);
+    }
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
+
+static void random_run(unsigned seed, struct sim *s)
+{
+    const char *names[4] = {"a", "b", "c", "d"};
+
+    s->rng = seed;
+    for (int i = 0; i < 600; i++) {
+        unsigned r = sim_rand(s) % 10;
+
+        if (r < 2) {
+            int64_t ts = sim_safe(s) + (int64_t)(sim_rand(s) % 400) * SIM_MS;
+
+            sim_push(s, names[sim_rand(s) % 4], 1 + (int)(sim_rand(s) % 3), ts,
+                     10 + sim_rand(s) % 50);
+        } else if (r < 3) {
+            sim_advance(s, sim_safe(s) + (int64_t)(sim_rand(s) % 300) * SIM_MS);
+        } else {
+            sim_tick_random(s);
+        }
+    }
+    sim_advance(s, sim_safe(s) + 60 * SIM_SEC);
+    for (int i = 0; i < 4000; i++) {
+        sim_tick_random(s);
+    }
+}
+
+TEST(rule1_randomized_interleavings_hold_the_invariant_and_lose_nothing)
+{
+    for (unsigned seed = 1; seed <= 24; seed++) {
+        struct engine_config c;
+        struct sim s;
+
+        sim_test_config(&c);
+        sim_init(&s, &c);
+        random_run(seed * 7919u, &s);
+        EXPECT_EQ_I64(s.violations, 0);
+        EXPECT(s.n_windows >= 2);
+        if (!sim_exactly_once(&s)) {
+            HARNESS_FAIL("seed %u: not exactly once", seed);
+        }
+        sim_free(&s);
+    }
+}
+
+/* ---- rule 2 ------------------------------------------------------------- */
+
+TEST(rule2_the_frontier_caps_the_window_at_the_slowest_partition)
+{
+    struct engine_config c;
+    struct sim s;
+    int64_t late = SIM_T0 + 3 * SIM_SEC;
+
+    sim_test_config(&c);
+    c.fetch_entries_per_call = 1;
+    c.fetch_concurrency = 1;
+    sim_init(&s, &c);
+    s.max_records_per_entry = 1; /* one record per call */
+    for (int i = 0; i < 40; i++) {
+        sim_push(&s, "p1", 1, SIM_T0 + i * 100 * SIM_MS, 10);
+        if (i % 10 == 0) {
+            sim_push(&s, "p2", 1, SIM_T0 + i * 100 * SIM_MS, 10);
+        }
+    }
+    sim_advance(&s, SIM_T0 + 10 * SIM_SEC);
+    while (s.intents == 0 && s.discovers < 10000) {
+        sim_tick(&s);
+    }
+    EXPECT_EQ_U64(s.intents, 1);
+    sim_tick(&s); /* the upload: reads stand still while a window closes */
+    EXPECT_EQ_U64(s.uploads, 1);
+    EXPECT(s.last_plan_t_end <= late + SIM_SEC);
+    for (size_t o = 0; o < s.parts[1].n; o++) {
+        if (s.parts[1].recs[o].ts < s.last_plan_t_end) {
+            EXPECT(position_of(s.e, "p2") > (int64_t)o);
+        }
+    }
+    sim_finish(&s, SIM_T0 + 20 * SIM_SEC);
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
+
+TEST(rule2_alignment_never_straddles_an_hour)
+{
+    struct engine_config c;
+    struct sim s;
+
+    sim_test_config(&c);
+    c.align = ENGINE_ALIGN_HOUR;
+    c.max_window_us = 3600 * SIM_SEC;
+    sim_init(&s, &c);
+    sim_push(&s, "p", 1, SIM_T0 + 58 * SIM_MIN + 20 * SIM_SEC, 10);
+    sim_run(&s, 20);
+    sim_push(&s, "p", 1, SIM_T0 + SIM_H + SIM_MIN + 40 * SIM_SEC, 10);
+    sim_finish(&s, SIM_T0 + 3 * SIM_H);
+    EXPECT(s.n_windows >= 2);
+    for (size_t w = 0; w < s.n_windows; w++) {
+        int64_t a = s.windows[w].t_start;
+        int64_t b = s.windows[w].t_end - 1;
+
+        EXPECT_EQ_I64(a - (a % SIM_H), b - (b % SIM_H));
+    }
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
+
+TEST(rule2_an_idle_aligned_queue_steps_over_empty_hours_without_an_object)
+{
+    struct engine_config c;
+    struct sim s;
+
+    sim_test_config(&c);
+    c.align = ENGINE_ALIGN_HOUR;
+    sim_init(&s, &c);
+    sim_push(&s, "p", 2, SIM_T0 + 10 * SIM_MIN, 10);
+    s.idle_advance_us = 10 * SIM_MIN;
+    while (sim_safe(&s) < SIM_T0 + 5 * SIM_H + 10 * SIM_MIN) {
+        sim_tick(&s);
+    }
+    s.idle_advance_us = 0;
+    sim_push(&s, "p", 2, sim_safe(&s), 10);
+    sim_finish(&s, sim_safe(&s) + 2 * SIM_H);
+    EXPECT_EQ_U64(s.commits, 2);
+    EXPECT(engine_stats(s.e)->boundaries_skipped >= 4);
+    EXPECT_EQ_I64(s.violations, 0); /* no empty window */
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
+
+TEST(rule2_size_closes_at_a_record_timestamp_boundary)
+{
+    struct engine_config c;
+    struct sim s;
+    const char *names[5] = {"a", "b", "c", "d", "e"};
+
+    sim_test_config(&c);
+    c.target_bytes = 2000;
+    c.max_window_us = 600 * SIM_SEC;
+    sim_init(&s, &c);
+    for (int i = 0; i < 60; i++) {
+        sim_push(&s, names[i % 5], 3, SIM_T0 + i * 50 * SIM_MS, 40);
+    }
+    sim_finish(&s, SIM_T0 + 700 * SIM_SEC);
+    EXPECT(s.n_windows >= 3);
+    for (size_t w = 0; w + 1 < s.n_windows; w++) {
+        EXPECT(s.windows[w].bytes >= c.target_bytes);
+        EXPECT(is_record_ts(&s, s.windows[w].t_end));
+    }
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
+
+TEST(rule2_age_closes_a_window_that_is_far_under_target)
+{
+    struct engine_config c;
+    struct sim s;
+
+    sim_test_config(&c);
+    c.max_window_us = 500 * SIM_MS;
+    sim_init(&s, &c);
+    sim_push(&s, "p", 1, SIM_T0, 10);
+    sim_advance(&s, SIM_T0 + SIM_SEC);
+    EXPECT(sim_run_until_commits(&s, 1, 200));
+    EXPECT_EQ_U64(s.windows[0].n_records, 1);
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
+
+TEST(rule2_an_empty_window_is_never_emitted)
+{
+    struct engine_config c;
+    struct sim s;
+
+    sim_test_config(&c);
+    sim_init(&s, &c);
+    sim_create(&s, "lane", SIM_T0);
+    sim_advance(&s, SIM_T0);
+    s.idle_advance_us = SIM_SEC;
+    sim_run(&s, 300);
+    EXPECT_EQ_U64(s.intents, 0);
+    EXPECT_EQ_U64(s.uploads, 0);
+    EXPECT(s.idles > 0);
+    sim_free(&s);
+}
+
+/* ---- rule 3 ------------------------------------------------------------- */
+
+TEST(rule3_records_below_t_prev_are_dropped_on_arrival)
+{
+    struct engine_config c;
+    struct sim s;
+    struct engine_committed com;
+    struct engine_position pos;
+    struct engine_checkpoint cp;
+
+    sim_test_config(&c);
+    sim_init(&s, &c);
+    for (int i = 0; i < 10; i++) {
+        sim_push(&s, "p", 2, SIM_T0 + i * 100 * SIM_MS, 10);
+    }
+    sim_advance(&s, SIM_T0 + 5 * SIM_SEC);
+    EXPECT(sim_run_until_commits(&s, 1, 500));
+    com.k = s.windows[s.n_windows - 1].k;
+    com.t_end = s.windows[s.n_windows - 1].t_end;
+    pos.name = SLICE_LIT("p");
+    pos.offset = 0; /* a stale checkpoint */
+    pos.id = SLICE_LIT("");
+    cp.k = com.k;
+    cp.positions = &pos;
+    cp.n = 1;
+    sim_restart(&s, &com, NULL, &cp);
+    for (int i = 0; i < 5; i++) {
+        sim_push(&s, "p", 1, SIM_T0 + 6 * SIM_SEC + i * 100 * SIM_MS, 10);
+    }
+    sim_finish(&s, SIM_T0 + 20 * SIM_SEC);
+    EXPECT(engine_stats(s.e)->records_dropped > 0);
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
+
+/* ---- rule 4 ------------------------------------------------------------- */
+
+TEST(rule4_fetch_calls_respect_the_entry_and_concurrency_ceilings)
+{
+    struct engine_config c;
+    struct sim s;
+    char name[16];
+
+    sim_test_config(&c);
+    c.fetch_entries_per_call = 3;
+    sim_init(&s, &c);
+    for (int i = 0; i < 40; i++) {
+        snprintf(name, sizeof(name), "p%02d", i);
+        sim_push(&s, name, 2, SIM_T0 + i * SIM_MS, 10);
+    }
+    sim_advance(&s, SIM_T0 + 10 * SIM_SEC);
+    s.is_holding_fetches = true;
+    for (int i = 0; i < 400; i++) {
+        sim_tick(&s);
+        EXPECT(s.n_held <= 2);
+        if (s.n_held > 0 && sim_rand(&s) % 2 == 0) {
+            sim_release_fetch(&s, sim_rand(&s) % s.n_held);
+        }
+    }
+    while (s.n_held > 0) {
+        sim_release_fetch(&s, 0);
+    }
+    s.is_holding_fetches = false;
+    sim_finish(&s, SIM_T0 + 20 * SIM_SEC);
+    EXPECT(s.max_entries_per_call <= 3);
+    EXPECT(s.max_calls_in_flight <= 2);
+    EXPECT(s.fetch_calls >= 14);
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
+
+/* Cold partitions (latest, last written 60 s before T_0) then hot ones. */
+static void cold_then_hot(size_t cold, struct sim *s)
+{
+    struct engine_config c;
+    char name[32];
+
+    sim_test_config(&c);
+    c.start = ENGINE_START_LATEST;
+    c.discovery_limit = 1000;
+    c.full_sweep_every = 100000;
+    sim_init(s, &c);
+    for (size_t i = 0; i < cold; i++) {
+        snprintf(name, sizeof(name), "cold-%06zu", i);
+        sim_push(s, name, 1, SIM_T0 - 60 * SIM_SEC, 10);
+    }
+    sim_advance(s, SIM_T0);
+    sim_run(s, 20);
+    for (int i = 0; i < 300; i++) { /* hot again: cold-000000..299 */
+        snprintf(name, sizeof(name), "cold-%06d", i);
+        sim_push(s, name, 1, SIM_T0 + SIM_SEC + i * SIM_MS, 30);
+    }
+    s->expect_from = SIM_T0;
+    s->idle_advance_us = 100 * SIM_MS;
+    sim_advance(s, SIM_T0 + 30 * SIM_SEC);
+    for (int i = 0; i < 3000; i++) {
+        sim_tick(s);
+        if (s->commits > 0 && engine_buffered_bytes(s->e) == 0 &&
+            engine_state(s->e) == ENGINE_FILLING) {
+            break;
+        }
+    }
+}
+
+TEST(rule4_memory_is_independent_of_partition_cardinality)
+{
+    static struct sim small;
+    static struct sim big;
+
+    cold_then_hot(5000, &small);
+    cold_then_hot(20000, &big);
+    EXPECT_EQ_U64(small.peak_buffered, big.peak_buffered);
+    EXPECT_EQ_U64(engine_stats(small.e)->seeks_issued, 0);
+    EXPECT_EQ_U64(engine_stats(big.e)->seeks_issued, 0);
+    EXPECT_EQ_U64(engine_tracked_partitions(small.e), 5000);
+    EXPECT_EQ_U64(engine_tracked_partitions(big.e), 20000);
+    /* the window's content (300 records) plus at most 4 calls' worth */
+    EXPECT(small.peak_buffered <= 300 * (64 + 8 + 11 + 30));
+    EXPECT(sim_exactly_once(&small));
+    EXPECT(sim_exactly_once(&big));
+    sim_free(&small);
+    sim_free(&big);
+}
+
+TEST(rule4_a_caught_up_partition_is_not_refetched_until_discovery_says_it_moved)
+{
+    struct engine_config c;
+    struct sim s;
+    uint64_t calls;
+
+    sim_test_config(&c);
+    sim_init(&s, &c);
+    sim_push(&s, "p", 5, SIM_T0, 10);
+    sim_run(&s, 20);
+    EXPECT_EQ_I64(position_of(s.e, "p"), 5);
+    calls = s.fetch_calls;
+    s.idle_advance_us = 50 * SIM_MS;
+    sim_run(&s, 200);
+    EXPECT_EQ_U64(s.fetch_calls, calls);
+    s.idle_advance_us = 0;
+    sim_push(&s, "p", 1, sim_safe(&s), 10);
+    sim_run(&s, 10);
+    EXPECT(s.fetch_calls > calls);
+    EXPECT_EQ_I64(position_of(s.e, "p"), 6);
+    sim_free(&s);
+}
+
+/* ---- rule 5: discovery --------------------------------------------------- */
+
+TEST(rule5_the_first_discovery_is_a_full_sweep_and_the_rest_are_incremental)
+{
+    struct engine_config c;
+    struct err err;
+    struct engine *e;
+    struct acts a;
+
+    sim_test_config(&c);
+    e = engine_new(&c, &err);
+    next(e, &a);
+    EXPECT_EQ_U64(a.n, 1);
+    EXPECT(a.v[0].kind == ENGINE_ACT_DISCOVER);
+    EXPECT(!a.v[0].u.discover.has_since);
+    EXPECT_EQ_U64(a.v[0].u.discover.after.len, 0);
+    EXPECT_EQ_U64(a.v[0].u.discover.limit, 4);
+    page1(e, SIM_T0, NULL, 0);
+    next(e, &a);
+    EXPECT_EQ_U64(a.n, 1);
+    EXPECT(a.v[0].kind == ENGINE_ACT_IDLE);
+    EXPECT_EQ_U64(a.v[0].u.idle_min_wait_ms, 100);
+    next(e, &a);
+    EXPECT_EQ_U64(a.n, 1);
+    EXPECT(a.v[0].kind == ENGINE_ACT_DISCOVER);
+    EXPECT(!a.v[0].u.discover.has_since); /* t_prev is MIN: full */
+    EXPECT_EQ_U64(engine_stats(e)->full_sweeps, 1);
+    engine_free(e);
+}
+
+TEST(rule5_incremental_discovery_asks_from_t_prev_minus_the_slack)
+{
+    struct engine_config c;
+    struct err err;
+    struct engine *e;
+    struct acts a;
+    struct engine_committed com = {1, SIM_T0 + 100 * SIM_SEC};
+
+    sim_test_config(&c);
+    e = engine_new(&c, &err);
+    EXPECT(engine_restore(e, &com, NULL, NULL, &err) == 0);
+    next(e, &a);
+    EXPECT(a.n == 1 && a.v[0].kind == ENGINE_ACT_DISCOVER);
+    EXPECT(!a.v[0].u.discover.has_since);
+    page1(e, SIM_T0 + 101 * SIM_SEC, NULL, 0);
+    next(e, &a);
+    EXPECT(a.n == 1 && a.v[0].kind == ENGINE_ACT_IDLE);
+    next(e, &a);
+    EXPECT(a.n == 1 && a.v[0].kind == ENGINE_ACT_DISCOVER);
+    EXPECT(a.v[0].u.discover.has_since);
+    EXPECT_EQ_I64(a.v[0].u.discover.since, SIM_T0 + 98 * SIM_SEC);
+    engine_free(e);
+}
+
+TEST(rule5_discovery_paginates_until_next_is_null)
+{
+    struct engine_config c;
+    struct sim s;
+    char name[16];
+
+    sim_test_config(&c);
+    c.discovery_limit = 3;
+    sim_init(&s, &c);
+    for (int i = 0; i < 10; i++) {
+        snprintf(name, sizeof(name), "p%d", i);
+        sim_push(&s, name, 1, SIM_T0, 10);
+    }
+    sim_run(&s, 6);
+    EXPECT_EQ_U64(engine_tracked_partitions(s.e), 10);
+    EXPECT_EQ_U64(engine_discovery_partitions(s.e), 10);
+    EXPECT_EQ_U64(s.discovers, 4); /* 3 + 3 + 3 + 1 */
+    sim_free(&s);
+}
+
+TEST(discovery_errors_restart_the_pass_and_a_bad_cursor_is_one)
+{
+    struct engine_config c;
+    struct err err;
+    struct engine *e;
+    struct acts a;
+    struct engine_discovery_page pg;
+    struct engine_partition_info in[1];
+
+    sim_test_config(&c);
+    c.discovery_limit = 1;
+    e = engine_new(&c, &err);
+    next(e, &a);
+    in[0] = pinfo("p", "A", 3, 0, SIM_T0);
+    memset(&pg, 0, sizeof(pg));
+    pg.safe_time = SIM_T0;
+    pg.partitions = in;
+    pg.n = 1;
+    pg.has_next = true;
+    pg.next = SLICE_LIT("p|1");
+    EXPECT(engine_on_discovery_page(e, &pg, &err) == 0);
+    next(e, &a);
+    EXPECT(find_kind(&a, ENGINE_ACT_DISCOVER) != NULL);
+    EXPECT_EQ_U64(must(&a, ENGINE_ACT_DISCOVER)->u.discover.after.len, 3);
+    memset(&pg, 0, sizeof(pg));
+    pg.error = ENGINE_ANSWER_OTHER;
+    pg.error_text = SLICE_LIT("BAD_CURSOR");
+    EXPECT(engine_on_discovery_page(e, &pg, &err) == 0);
+    next(e, &a);
+    EXPECT(find_kind(&a, ENGINE_ACT_DISCOVER) != NULL);
+    EXPECT_EQ_U64(must(&a, ENGINE_ACT_DISCOVER)->u.discover.after.len, 0);
+    engine_on_discovery_failed(e);
+    next(e, &a);
+    EXPECT(find_kind(&a, ENGINE_ACT_DISCOVER) != NULL);
+    EXPECT_EQ_U64(engine_stats(e)->discoveries, 0);
+    engine_free(e);
+}
+
+/* ---- rule 6: positioning --------------------------------------------------
+ */
+
+TEST(rule6_latest_positions_a_long_idle_partition_at_the_head_with_no_seek)
+{
+    struct engine_config c;
+    struct sim s;
+
+    sim_test_config(&c);
+    c.start = ENGINE_START_LATEST;
+    sim_init(&s, &c);
+    sim_push(&s, "p", 42, SIM_T0 - 60 * SIM_SEC, 10);
+    sim_advance(&s, SIM_T0);
+    sim_run(&s, 30);
+    EXPECT_EQ_I64(position_of(s.e, "p"), 42);
+    EXPECT_EQ_U64(engine_stats(s.e)->seeks_issued, 0);
+    EXPECT_EQ_U64(s.fetch_calls, 0);
+    sim_free(&s);
+}
+
+TEST(rule6_a_partition_written_near_t_prev_is_seeked)
+{
+    struct engine_config c;
+    struct err err;
+    struct engine *e;
+    struct acts a;
+    struct engine_partition_info in = pinfo("p", "A", 41, 0, SIM_T0);
+    const struct engine_action *sk;
+
+    sim_test_config(&c);
+    c.start = ENGINE_START_LATEST;
+    e = engine_new(&c, &err);
+    next(e, &a);
+    page1(e, SIM_T0, &in, 1);
+    next(e, &a);
+    sk = find_kind(&a, ENGINE_ACT_SEEK);
+    EXPECT(sk != NULL);
+    EXPECT(find_kind(&a, ENGINE_ACT_FETCH) == NULL);
+    if (sk != NULL) {
+        EXPECT_EQ_I64(sk->u.seek.t, SIM_T0);
+        EXPECT_EQ_I64(sk->u.seek.last_offset, 41);
+        EXPECT_EQ_I64(sk->u.seek.log_start, 0);
+        engine_on_seek_result(e, sk->u.seek.seek_id, true, 30);
+    }
+    EXPECT_EQ_I64(position_of(e, "p"), 30);
+    next(e, &a);
+    EXPECT(find_kind(&a, ENGINE_ACT_FETCH) != NULL);
+    EXPECT_EQ_I64(must(&a, ENGINE_ACT_FETCH)->u.fetch.entries[0].offset, 30);
+    engine_free(e);
+}
+
+TEST(rule6_earliest_positions_at_log_start)
+{
+    struct engine_config c;
+    struct err err;
+    struct engine *e;
+    struct acts a;
+    struct engine_partition_info in = pinfo("p", "A", 200, 120, SIM_T0);
+
+    sim_test_config(&c);
+    e = engine_new(&c, &err);
+    next(e, &a);
+    page1(e, SIM_T0, &in, 1);
+    EXPECT_EQ_I64(position_of(e, "p"), 120);
+    EXPECT(id_of(e, "p", "A"));
+    EXPECT_EQ_U64(engine_stats(e)->records_lost, 0);
+    engine_free(e);
+}
+
+static void checkpoint_case(enum engine_start start)
+{
+    struct engine_config c;
+    struct err err;
+    struct engine *e;
+    struct acts a;
+    struct engine_committed com = {2, SIM_T0};
+    struct engine_position pos = {SLICE_LIT("p"), 314, SLICE_LIT("A")};
+    struct engine_checkpoint cp = {2, &pos, 1};
+    struct engine_partition_info in = pinfo("p", "A", 400, 0, SIM_T0);
+
+    sim_test_config(&c);
+    c.start = start;
+    e = engine_new(&c, &err);
+    EXPECT(engine_restore(e, &com, NULL, &cp, &err) == 0);
+    next(e, &a);
+    page1(e, SIM_T0 + SIM_SEC, &in, 1);
+    next(e, &a);
+    EXPECT_EQ_I64(position_of(e, "p"), 314);
+    EXPECT_EQ_U64(engine_stats(e)->seeks_issued, 0);
+    EXPECT(find_kind(&a, ENGINE_ACT_SEEK) == NULL);
+    EXPECT_EQ_I64(engine_last_checkpoint_k(e), 2);
+    engine_free(e);
+}
+
+TEST(rule6_a_checkpoint_entry_beats_both)
+{
+    checkpoint_case(ENGINE_START_LATEST);
+    checkpoint_case(ENGINE_START_EARLIEST);
+}
+
+/* ---- rule 7: lost ranges, errors ---------------------------------------- */
+
+/* An engine that tracks p (last 100, logStart 0) and has fetched it once. */
+static struct engine *one_fetch(struct acts *a, uint64_t *call_id)
+{
+    struct engine_config c;
+    struct err err;
+    struct engine *e;
+    struct engine_partition_info in = pinfo("p", "A", 100, 0, SIM_T0);
+    const struct engine_action *f;
+
+    sim_test_config(&c);
+    e = engine_new(&c, &err);
+    next(e, a);
+    page1(e, SIM_T0 + SIM_SEC, &in, 1);
+    next(e, a);
+    f = find_kind(a, ENGINE_ACT_FETCH);
+    EXPECT(f != NULL);
+    *call_id = f != NULL ? f->u.fetch.call_id : 0;
+    return e;
+}
+
+static void answer_error(struct engine *e, uint64_t call_id,
+                         enum engine_answer_error kind, int64_t log_start)
+{
+    struct engine_fetch_result r;
+    struct err err;
+
+    memset(&r, 0, sizeof(r));
+    r.partition = SLICE_LIT("p");
+    r.error = kind;
+    r.error_text = SLICE_LIT("INTERNAL");
+    r.high_watermark = 101;
+    r.log_start = log_start;
+    EXPECT(engine_on_fetch(e, call_id, &r, 1, &err) == 0);
+}
+
+TEST(rule7_a_fetch_past_log_start_records_a_lost_range_and_resumes)
+{
+    struct acts a;
+    uint64_t id;
+    struct engine *e = one_fetch(&a, &id);
+
+    answer_error(e, id, ENGINE_ANSWER_OFFSET_OUT_OF_RANGE, 40);
+    EXPECT_EQ_I64(position_of(e, "p"), 40);
+    EXPECT_EQ_U64(engine_stats(e)->records_lost, 40);
+    EXPECT(engine_state(e) == ENGINE_FILLING);
+    next(e, &a);
+    EXPECT(find_kind(&a, ENGINE_ACT_FETCH) != NULL);
+    EXPECT_EQ_I64(must(&a, ENGINE_ACT_FETCH)->u.fetch.entries[0].offset, 40);
+    engine_free(e);
+}
+
+TEST(rule7_discovery_showing_a_higher_log_start_records_the_gap_too)
+{
+    struct engine_config c;
+    struct err err;
+    struct engine *e;
+    struct acts a;
+    struct engine_partition_info in = pinfo("p", "A", -1, 0, SIM_T0);
+
+    sim_test_config(&c);
+    e = engine_new(&c, &err);
+    next(e, &a);
+    page1(e, SIM_T0, &in, 1); /* empty: caught up at 0, nothing to fetch */
+    next(e, &a);
+    EXPECT(a.n == 1 && a.v[0].kind == ENGINE_ACT_IDLE);
+    next(e, &a);
+    EXPECT(a.n == 1 && a.v[0].kind == ENGINE_ACT_DISCOVER);
+    in = pinfo("p", "A", 100, 55, SIM_T0 + SIM_SEC);
+    page1(e, SIM_T0 + 2 * SIM_SEC, &in, 1);
+    EXPECT_EQ_U64(engine_stats(e)->records_lost, 55);
+    EXPECT_EQ_I64(position_of(e, "p"), 55);
+    engine_free(e);
+}
+
+TEST(rule7_a_lost_range_travels_in_the_window_that_found_it)
+{
+    struct engine_config c;
+    struct sim s;
+
+    sim_test_config(&c);
+    sim_init(&s, &c);
+    sim_push(&s, "p", 20, SIM_T0, 10);
+    for (int o = 10; o <= 14; o++) {
+        s.parts[0].recs[o].is_gone = true;
+    }
+    sim_advance(&s, SIM_T0 + 5 * SIM_SEC);
+    EXPECT(sim_run_until_commits(&s, 1, 500));
+    EXPECT_EQ_U64(s.last_plan_n, 15);
+    EXPECT_EQ_U64(s.last_lost_n, 1);
+    EXPECT_STR_EQ(s.last_lost_names[0], "p");
+    EXPECT_EQ_I64(s.last_lost[0].from, 10);
+    EXPECT_EQ_I64(s.last_lost[0].to, 14);
+    sim_push(&s, "p", 3, sim_safe(&s), 10);
+    sim_advance(&s, sim_safe(&s) + 5 * SIM_SEC);
+    EXPECT(sim_run_until_commits(&s, 2, 500));
+    EXPECT_EQ_U64(s.last_plan_n, 3);
+    EXPECT_EQ_U64(s.last_lost_n, 0);
+    sim_free(&s);
+}
+
+TEST(rule7_unknown_topic_or_partition_is_terminal)
+{
+    struct acts a;
+    uint64_t id;
+    struct engine *e = one_fetch(&a, &id);
+    struct engine_config c;
+    struct err err;
+    struct engine_discovery_page pg;
+
+    answer_error(e, id, ENGINE_ANSWER_UNKNOWN, 0);
+    EXPECT(engine_state(e) == ENGINE_FAILED);
+    EXPECT_STR_EQ(engine_failure(e),
+                  "queue \"orders\": UNKNOWN_TOPIC_OR_PARTITION");
+    next(e, &a);
+    EXPECT_EQ_U64(a.n, 0);
+    engine_free(e);
+
+    sim_test_config(&c); /* via discovery */
+    e = engine_new(&c, &err);
+    next(e, &a);
+    memset(&pg, 0, sizeof(pg));
+    pg.error = ENGINE_ANSWER_UNKNOWN;
+    EXPECT(engine_on_discovery_page(e, &pg, &err) == 0);
+    EXPECT(engine_state(e) == ENGINE_FAILED);
+    EXPECT_STR_EQ(engine_state_name(engine_state(e)), "failed");
+    next(e, &a);
+    EXPECT_EQ_U64(a.n, 0);
+    engine_free(e);
+}
+
+TEST(rule7_any_other_fetch_error_is_retried_and_still_blocks_the_close)
+{
+    struct engine_config c;
+    struct sim s;
+
+    sim_test_config(&c);
+    sim_init(&s, &c);
+    sim_push(&s, "p", 3, SIM_T0, 10);
+    sim_push(&s, "q", 3, SIM_T0, 10);
+    sim_advance(&s, SIM_T0 + 5 * SIM_SEC);
+    snprintf(s.fail_partition, sizeof(s.fail_partition), "p");
+    s.fail_kind = ENGINE_ANSWER_OTHER;
+    s.fail_times = 1;
+    while (engine_stats(s.e)->fetch_errors == 0 && s.discovers < 100) {
+        sim_tick(&s);
+    }
+    EXPECT_EQ_U64(engine_stats(s.e)->fetch_errors, 1);
+    EXPECT_EQ_I64(position_of(s.e, "p"), 0);
+    EXPECT_EQ_U64(s.intents, 0);
+    EXPECT(sim_run_until_commits(&s, 1, 500));
+    EXPECT_EQ_U64(s.windows[0].n_records, 6);
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
+
+/* ---- rule 8: the commit sequence ----------------------------------------- */
+
+/* Feed sim answers to reads until a non-read action shows up. */
+static void until_closing(struct sim *s, struct acts *a)
+{
+    for (int i = 0; i < 500; i++) {
+        bool is_closing = false;
+
+        next(s->e, a);
+        for (size_t j = 0; j < a->n; j++) {
+            enum engine_action_kind k = a->v[j].kind;
+
+            if (k == ENGINE_ACT_WRITE_INTENT || k == ENGINE_ACT_UPLOAD ||
+                k == ENGINE_ACT_COMMIT) {
+                is_closing = true;
+            }
+        }
+        if (is_closing) {
+            return;
+        }
+        for (size_t j = 0; j < a->n; j++) {
+            sim_do(s, &a->v[j]);
+        }
+    }
+}
+
+TEST(rule8_the_sequence_is_intent_upload_commit_then_checkpoint)
+{
+    struct engine_config c;
+    struct sim s;
+    struct acts a;
+    const struct engine_plan *pl;
+    int64_t t_prev = 0;
+
+    sim_test_config(&c);
+    sim_init(&s, &c);
+    sim_push(&s, "p", 3, SIM_T0, 10);
+    sim_advance(&s, SIM_T0 + 5 * SIM_SEC);
+    until_closing(&s, &a);
+    EXPECT_EQ_U64(a.n, 1);
+    EXPECT(a.v[0].kind == ENGINE_ACT_WRITE_INTENT);
+    EXPECT_EQ_I64(a.v[0].u.intent.k, 1);
+    EXPECT_EQ_I64(a.v[0].u.intent.t_start, SIM_T0);
+    EXPECT_MEM_EQ(a.v[0].u.intent.format.ptr, a.v[0].u.intent.format.len,
+                  "jsonl", 5);
+    EXPECT(engine_state(s.e) == ENGINE_INTENT);
+    EXPECT_EQ_I64(engine_closing_k(s.e), 1);
+    next(s.e, &a);
+    EXPECT_EQ_U64(a.n, 0);
+    engine_on_intent_written(s.e);
+    next(s.e, &a);
+    EXPECT(a.n == 1 && a.v[0].kind == ENGINE_ACT_UPLOAD);
+    pl = a.v[0].u.upload;
+    EXPECT_EQ_U64(pl->n_records, 3);
+    EXPECT_EQ_U64(pl->partitions, 1);
+    EXPECT_EQ_I64(pl->min_ts, SIM_T0);
+    EXPECT_EQ_I64(pl->max_ts, SIM_T0);
+    EXPECT_EQ_I64(pl->k, 1);
+    EXPECT_EQ_I64(pl->t_start, SIM_T0);
+    next(s.e, &a);
+    EXPECT_EQ_U64(a.n, 0);
+    engine_on_uploaded(s.e, 3, 999);
+    next(s.e, &a);
+    EXPECT(a.n == 1 && a.v[0].kind == ENGINE_ACT_COMMIT);
+    EXPECT_EQ_I64(a.v[0].u.commit.k, 1);
+    EXPECT_EQ_U64(a.v[0].u.commit.records, 3);
+    EXPECT_EQ_U64(a.v[0].u.commit.bytes, 999);
+    EXPECT_EQ_U64(a.v[0].u.commit.manifest_key.len, 0);
+    EXPECT_EQ_I64(a.v[0].u.commit.t_end, pl->t_end);
+    engine_on_committed(s.e);
+    EXPECT(engine_state(s.e) == ENGINE_FILLING);
+    EXPECT_EQ_I64(engine_committed_k(s.e), 1);
+    EXPECT(engine_t_prev(s.e, &t_prev));
+    EXPECT_EQ_I64(t_prev, a.v[0].u.commit.t_end);
+    next(s.e, &a);
+    EXPECT(find_kind(&a, ENGINE_ACT_CHECKPOINT) == NULL);
+    sim_free(&s);
+}
+
+TEST(rule8_a_checkpoint_lands_every_n_windows)
+{
+    struct engine_config c;
+    struct sim s;
+
+    sim_test_config(&c);
+    sim_init(&s, &c);
+    for (int w = 0; w < 4; w++) {
+        sim_push(&s, "p", 2, sim_safe(&s) + SIM_SEC, 10);
+        sim_advance(&s, sim_safe(&s) + 5 * SIM_SEC);
+        EXPECT(sim_run_until_commits(&s, (uint64_t)w + 1, 500));
+    }
+    sim_run(&s, 3);
+    EXPECT_EQ_U64(s.checkpoints, 2);
+    EXPECT_EQ_I64(s.checkpoint_ks[0], 2);
+    EXPECT_EQ_I64(s.checkpoint_ks[1], 4);
+    EXPECT_EQ_U64(s.cp_n, 1);
+    EXPECT_STR_EQ(s.cp_names[0], "p");
+    EXPECT_STR_EQ(s.cp_ids[0], s.parts[0].id);
+    EXPECT_EQ_I64(s.cp_pos[0].offset, 8);
+    EXPECT_EQ_I64(engine_last_checkpoint_k(s.e), 4);
+    sim_free(&s);
+}
+
+/* ---- rule 9: restart ------------------------------------------------------
+ */
+
+struct plan_copy {
+    int64_t k;
+    int64_t t_start;
+    int64_t t_end;
+    size_t n;
+    size_t partitions;
+    int64_t min_ts;
+    int64_t max_ts;
+    char names[64][64];
+    int64_t offsets[64];
+};
+
+static void copy_last_plan(const struct sim *s, struct plan_copy *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->k = s->last_plan_k;
+    p->t_start = s->last_plan_t_start;
+    p->t_end = s->last_plan_t_end;
+    p->n = s->last_plan_n < 64 ? s->last_plan_n : 64;
+    p->partitions = s->last_plan_partitions;
+    p->min_ts = s->last_plan_min_ts;
+    p->max_ts = s->last_plan_max_ts;
+    for (size_t i = 0; i < p->n; i++) {
+        snprintf(p->names[i], 64, "%s", s->last_plan_names[i]);
+        p->offsets[i] = s->last_plan[i].offset;
+    }
+}
+
+static void expect_same_plan(const struct plan_copy *a,
+                             const struct plan_copy *b)
+{
+    EXPECT_EQ_I64(a->k, b->k);
+    EXPECT_EQ_I64(a->t_start, b->t_start);
+    EXPECT_EQ_I64(a->t_end, b->t_end);
+    EXPECT_EQ_U64(a->n, b->n);
+    EXPECT_EQ_U64(a->partitions, b->partitions);
+    EXPECT_EQ_I64(a->min_ts, b->min_ts);
+    EXPECT_EQ_I64(a->max_ts, b->max_ts);
+    for (size_t i = 0; i < a->n && i < b->n; i++) {
+        EXPECT_STR_EQ(a->names[i], b->names[i]);
+        EXPECT_EQ_I64(a->offsets[i], b->offsets[i]);
+    }
+}
+
+/* Run until the first upload and "crash" there: nothing is committed. */
+static void crash_after_upload(struct sim *s, struct plan_copy *plan,
+                               struct engine_intent *in)
+{
+    while (s->uploads == 0 && s->discovers < 5000) {
+        sim_tick(s);
+    }
+    copy_last_plan(s, plan);
+    memset(in, 0, sizeof(*in));
+    in->k = plan->k;
+    in->t_start = plan->t_start;
+    in->t_end = plan->t_end;
+    in->format = "jsonl";
+    in->compression = "zstd";
+    in->layout = "merged";
+    in->writer = "queen-s3/test jsonl";
+    sim_forget_books(s);
+    s->n_windows = 0;
+    s->intents = 0;
+    s->uploads = 0;
+}
+
+TEST(rule9_a_crash_after_the_intent_rebuilds_an_identical_window)
+{
+    struct engine_config c;
+    struct sim s;
+    struct plan_copy before;
+    struct plan_copy after;
+    struct engine_intent in;
+
+    sim_test_config(&c);
+    sim_init(&s, &c);
+    sim_push(&s, "b", 2, SIM_T0, 10);
+    sim_push(&s, "a", 3, SIM_T0 + 500 * SIM_MS, 10);
+    sim_advance(&s, SIM_T0 + 3 * SIM_SEC);
+    crash_after_upload(&s, &before, &in);
+    EXPECT_EQ_U64(before.n, 5);
+    sim_push(&s, "a", 4, sim_safe(&s) + SIM_SEC, 10); /* the world moved */
+    sim_push(&s, "c", 4, sim_safe(&s) + SIM_SEC, 10);
+    sim_restart(&s, NULL, &in, NULL);
+    EXPECT(sim_run_until_commits(&s, 1, 500));
+    EXPECT_EQ_U64(s.intents, 0);
+    copy_last_plan(&s, &after);
+    expect_same_plan(&before, &after);
+    EXPECT_STR_EQ(after.names[0], "a"); /* byte order of names */
+    sim_finish(&s, sim_safe(&s) + 10 * SIM_SEC);
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
+
+TEST(rule9_restore_from_a_commit_continues_where_it_stopped)
+{
+    struct engine_config c;
+    struct sim s;
+    struct engine_committed com;
+
+    sim_test_config(&c);
+    sim_init(&s, &c);
+    for (int i = 0; i < 6; i++) {
+        sim_push(&s, i % 2 ? "p" : "q", 2, SIM_T0 + i * 400 * SIM_MS, 10);
+    }
+    sim_advance(&s, SIM_T0 + 4 * SIM_SEC);
+    EXPECT(sim_run_until_commits(&s, 1, 500));
+    com.k = s.windows[0].k;
+    com.t_end = s.windows[0].t_end;
+    sim_restart(&s, &com, NULL, NULL);
+    for (int i = 0; i < 6; i++) {
+        sim_push(&s, i % 2 ? "p" : "q", 2, sim_safe(&s) + 300 * SIM_MS, 10);
+    }
+    sim_finish(&s, sim_safe(&s) + 10 * SIM_SEC);
+    EXPECT(s.n_windows >= 2);
+    EXPECT(engine_committed_k(s.e) >= 2);
+    EXPECT(sim_exactly_once(&s)); /* no record on both sides of the restart */
+    sim_free(&s);
+}
+
+/* ---- rule 10: pruning -----------------------------------------------------
+ */
+
+TEST(rule10_a_partition_discovery_stops_naming_is_pruned)
+{
+    struct engine_config c;
+    struct sim s;
+    const struct engine_position *v;
+    size_t n;
+
+    sim_test_config(&c);
+    c.start = ENGINE_START_LATEST;
+    c.prune_after_windows = 2;
+    c.full_sweep_every = 100000;
+    sim_init(&s, &c);
+    sim_push(&s, "busy", 1, SIM_T0 - 10 * SIM_SEC, 10);
+    sim_push(&s, "gone", 1, SIM_T0 - 10 * SIM_SEC, 10);
+    sim_advance(&s, SIM_T0);
+    sim_run(&s, 10);
+    EXPECT_EQ_U64(engine_tracked_partitions(s.e), 2);
+    sim_delete(&s, "gone");
+    for (uint64_t w = 1; w <= 5; w++) {
+        sim_push(&s, "busy", 1, sim_safe(&s) + SIM_SEC, 10);
+        sim_advance(&s, sim_safe(&s) + 3 * SIM_SEC);
+        EXPECT(sim_run_until_commits(&s, w, 500));
+    }
+    EXPECT_EQ_U64(engine_tracked_partitions(s.e), 1);
+    EXPECT_EQ_U64(engine_stats(s.e)->partitions_pruned, 1);
+    engine_positions(s.e, &v, &n);
+    EXPECT_EQ_U64(n, 1);
+    EXPECT(n == 1 && v[0].name.len == 4 &&
+           memcmp(v[0].name.ptr, "busy", 4) == 0);
+    sim_free(&s);
+}
+
+/* ---- rule 11: arrival order ---------------------------------------------- */
+
+TEST(rule11_the_plan_is_independent_of_fetch_arrival_order)
+{
+    struct plan_copy first;
+    struct plan_copy other;
+    char name[16];
+
+    for (unsigned seed = 0; seed < 4; seed++) {
+        struct engine_config c;
+        struct sim s;
+
+        sim_test_config(&c);
+        sim_init(&s, &c);
+        s.rng = 977u * seed + 3u;
+        for (int i = 0; i < 20; i++) {
+            snprintf(name, sizeof(name), "p%02d", (i * 7) % 20);
+            sim_push(&s, name, 2, SIM_T0 + (i % 4) * 100 * SIM_MS, 10);
+        }
+        sim_advance(&s, SIM_T0 + 3 * SIM_SEC);
+        for (int i = 0; i < 2000 && s.uploads == 0; i++) {
+            sim_tick_random(&s);
+        }
+        copy_last_plan(&s, seed == 0 ? &first : &other);
+        if (seed > 0) {
+            expect_same_plan(&first, &other);
+        }
+        for (size_t i = 1; i < s.last_plan_n; i++) {
+            int c2 = strcmp(s.last_plan_names[i - 1], s.last_plan_names[i]);
+
+            EXPECT(c2 < 0 || (c2 == 0 && s.last_plan[i - 1].offset <
+                                             s.last_plan[i].offset));
+        }
+        sim_free(&s);
+    }
+    EXPECT_EQ_U64(first.n, 40);
+}
