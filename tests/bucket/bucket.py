@@ -25,6 +25,7 @@ import argparse
 import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -80,7 +81,7 @@ class TestBucket:
 
     def __init__(self, buckets=("lake",), access_key="queen",
                  secret_key="queen-secret-key", region="us-east-1",
-                 port=None, workdir=None, extra_keys=None):
+                 port=None, workdir=None, extra_keys=None, keep=None):
         self.buckets = list(buckets)
         self.access_key = access_key
         self.secret_key = secret_key
@@ -89,6 +90,9 @@ class TestBucket:
         self.keys = {access_key: secret_key}
         self.keys.update(extra_keys or {})
         self.own_workdir = workdir is None
+        # a temp workdir we made is removed by stop() unless kept
+        self.keep = keep if keep is not None else \
+            os.environ.get("QUEEN_KEEP_BUCKET") == "1"
         self.workdir = workdir
         self.proc = None
         self.ready = None
@@ -148,6 +152,12 @@ class TestBucket:
         _live.discard(self)
         if proc is None:
             return
+        self._end(proc)
+        if self.own_workdir and not self.keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    @staticmethod
+    def _end(proc):
         for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
             try:
                 os.killpg(proc.pid, sig)
