@@ -782,7 +782,7 @@ class App:
             if cut >= 0 and prefixes and prefixes[-1] == item:
                 continue
             if len(contents) + len(prefixes) >= max_keys:
-                truncated = True
+                truncated = max_keys > 0  # max-keys=0 lists nothing, done
                 break
             (prefixes if cut >= 0 else contents).append(item)
             last = (item, cut >= 0)

@@ -113,6 +113,12 @@ def test_list_pages_by_token_and_start_after_in_byte_order(bucket):
     assert got == want
     r = c.list_objects_v2(Bucket="lake", Prefix="caffé/")
     assert [o["Key"] for o in r["Contents"]] == ["caffé/été"]
+    r = c.list_objects_v2(Bucket="lake", MaxKeys=0)
+    assert r["KeyCount"] == 0 and r["IsTruncated"] is False
+    r = c.list_objects(Bucket="lake", MaxKeys=3)  # v1, marker paging
+    assert [o["Key"] for o in r["Contents"]] == want[:3]
+    r = c.list_objects(Bucket="lake", Marker=r["NextMarker"])
+    assert [o["Key"] for o in r["Contents"]] == want[3:]
 
 
 def test_delimiter_reports_common_prefixes_for_deep_keys(bucket):
