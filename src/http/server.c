@@ -101,6 +101,7 @@ struct http_conn {
 static char conn_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
 static void conn_maybe_free(struct http_conn *c);
+static void server_count_refused(void *arg, int status);
 static void conn_flush(struct http_conn *c);
 static void conn_start_close(struct http_conn *c);
 
@@ -771,7 +772,8 @@ static void conn_parse_error(struct http_conn *c, llhttp_errno_t rc)
     }
     r->method = HTTP_METHOD_OTHER; /* a HEAD's error still has a body */
     r->wants_close = true;
-    r->on_status = NULL;
+    r->on_status = c->srv != NULL ? server_count_refused : NULL;
+    r->on_status_arg = c->srv;
     queue_push(c, r);
     http_respond_error(r, status, code, msg);
 }
@@ -876,6 +878,7 @@ struct http_server {
     size_t nconns;
     uint64_t accepted_total;
     uint64_t rejected_total;
+    uint64_t refused_total[3]; /* answered by the server: 400, 413, 431 */
     int port;
     bool is_listening; /* the listener handle is open */
     bool is_closing;
@@ -883,6 +886,19 @@ struct http_server {
     void *close_arg;
     char rbuf[SERVER_READ_BUFSIZE]; /* shared: read_cb consumes it at once */
 };
+
+static const int server_refused_status[3] = {400, 413, 431};
+
+static void server_count_refused(void *arg, int status)
+{
+    struct http_server *srv = arg;
+
+    for (size_t i = 0; i < ARRAY_LEN(server_refused_status); i++) {
+        if (server_refused_status[i] == status) {
+            srv->refused_total[i]++;
+        }
+    }
+}
 
 static void server_maybe_done(struct http_server *srv)
 {
@@ -1201,6 +1217,13 @@ int http_server_metrics(const struct http_server *srv, struct buf *out,
         "# HELP queen_http_connections_rejected_total HTTP connections "
         "closed at once (over the connection limit).\n"
         "# TYPE queen_http_connections_rejected_total counter\n"
-        "queen_http_connections_rejected_total %" PRIu64 "\n",
-        srv->nconns, srv->accepted_total, srv->rejected_total);
+        "queen_http_connections_rejected_total %" PRIu64 "\n"
+        "# HELP queen_http_refused_total Requests the server answered "
+        "itself (malformed, body or head over the limit).\n"
+        "# TYPE queen_http_refused_total counter\n"
+        "queen_http_refused_total{status=\"400\"} %" PRIu64 "\n"
+        "queen_http_refused_total{status=\"413\"} %" PRIu64 "\n"
+        "queen_http_refused_total{status=\"431\"} %" PRIu64 "\n",
+        srv->nconns, srv->accepted_total, srv->rejected_total,
+        srv->refused_total[0], srv->refused_total[1], srv->refused_total[2]);
 }

@@ -169,6 +169,7 @@ typedef void (*http_close_fn)(void *arg);
 
 /* Bind and listen on cfg's address. Borrows loop; cfg is copied. Sets
  * SIGPIPE to ignored (a peer that goes away must cost an EPIPE only). On
+ * failure the listener handle is released by the loop's next iteration. On
  * success *out is the server (freed by http_server_close). Returns 0, or
  * ERR_IO / ERR_INVALID with the address in the message. */
 int http_server_start(struct http_server **out, uv_loop_t *loop,
@@ -182,8 +183,10 @@ void http_server_stop_accepting(struct http_server *srv);
  * connection is closed (possibly before this returns, when nothing is
  * open); srv is freed right after cb returns. Call once. */
 void http_server_close(struct http_server *srv, http_close_fn cb, void *arg);
-/* Append the server's Prometheus lines (open connections, accepted
- * connections, answers the server gave itself by status). */
+/* Append the server's Prometheus families: queen_http_connections (gauge),
+ * queen_http_connections_total, queen_http_connections_rejected_total and
+ * queen_http_refused_total{status="400"|"413"|"431"} (answers the server
+ * gave itself; the router counts everything else). */
 int http_server_metrics(const struct http_server *srv, struct buf *out,
                         struct err *err);
 

@@ -144,6 +144,10 @@ def test_body_one_byte_over_the_limit_is_413_and_closed(echo):
     s.shutdown(socket.SHUT_WR)
     assert rd.at_eof()
     s.close()
+    conn = http.client.HTTPConnection("127.0.0.1", echo.port, timeout=DEADLINE)
+    conn.request("GET", "/metrics")
+    assert 'queen_http_refused_total{status="413"} 1\n' in conn.getresponse().read().decode()
+    conn.close()
 
 
 def test_refused_peer_that_stays_is_closed_after_the_linger(echo):
