@@ -30,6 +30,38 @@ void api_free(struct api *a)
     a->metrics = NULL;
 }
 
+/* An integer too long for 64 bits still clamps: its sign picks the end. */
+static bool api_huge_int(const struct json_doc *d, int i,
+                         const struct api_range *r, int64_t *out)
+{
+    struct slice s = json_span(d, i);
+
+    if (json_type(d, i) != JSON_NUMBER || memchr(s.ptr, '.', s.len) != NULL ||
+        memchr(s.ptr, 'e', s.len) != NULL ||
+        memchr(s.ptr, 'E', s.len) != NULL) {
+        return false;
+    }
+    *out = s.ptr[0] == '-' ? r->lo : r->hi;
+    return true;
+}
+
+bool api_json_int(const struct json_doc *d, int obj, const char *key,
+                  const struct api_range *r, int64_t *out)
+{
+    int i = json_obj_get(d, obj, key);
+    int64_t v;
+
+    if (i < 0 || json_is_null(d, i)) {
+        *out = r->def;
+        return true;
+    }
+    if (json_get_i64(d, i, &v)) {
+        *out = v < r->lo ? r->lo : v > r->hi ? r->hi : v;
+        return true;
+    }
+    return api_huge_int(d, i, r, out);
+}
+
 int api_routes(struct api *a, struct router *r, struct err *err)
 {
     static const struct {

@@ -46,6 +46,20 @@ struct metrics;
 #define API_FETCH_MAX_WAIT_MS  30000
 #define API_LONG_POLL_SLICE_MS 1000 /* re-read at least this often */
 
+/* ---- shared parsing ---- */
+
+struct api_range {
+    int64_t def; /* absent or null */
+    int64_t lo;
+    int64_t hi;
+};
+
+/* Read the optional integer member key of object obj, clamped to [lo, hi];
+ * an integer beyond 64 bits clamps by its sign. Returns false when the
+ * member is present but not an integer. */
+bool api_json_int(const struct json_doc *d, int obj, const char *key,
+                  const struct api_range *r, int64_t *out);
+
 /* ---- push (reference 1.2) ---------------------------------------------- */
 
 /* Mint one message id (16 bytes). The receiver uses a UUIDv7 generator;

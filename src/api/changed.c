@@ -17,21 +17,6 @@
 #include "base/xalloc.h"
 #include "http/server.h"
 
-static int changed_bad(const char **code, struct err *err, const char *fmt, ...)
-    PRINTF(3, 4);
-
-static int changed_bad(const char **code, struct err *err, const char *fmt, ...)
-{
-    char why[200];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(why, sizeof(why), fmt, ap);
-    va_end(ap);
-    *code = "bad_body";
-    return err_set(err, ERR_INVALID, "bad changed body: %s", why);
-}
-
 /* The text of token i: a string's unescaped bytes, anything else its JSON
  * text. Copies into the arena (reserved, never moves) only when escaped. */
 static int changed_text(struct api_changed *c, int i, struct slice *out,
@@ -57,11 +42,14 @@ static int changed_text(struct api_changed *c, int i, struct slice *out,
     return 0;
 }
 
+static const struct api_range limit_range = {STORE_CHANGED_LIMIT_MAX, 1,
+                                             STORE_CHANGED_LIMIT_MAX};
+
 static int changed_since(struct api_changed *c, size_t idx, int tok,
                          const char **code, struct err *err)
 {
     struct store_changed_req *r = &c->reqs[idx];
-    struct slice v;
+    struct slice v = {"", 0};
 
     r->since = INT64_MIN;
     if (tok < 0 || json_is_null(&c->doc, tok)) {
@@ -87,12 +75,13 @@ static int changed_entry(struct api_changed *c, size_t idx, int obj,
     struct store_changed_req *r = &c->reqs[idx];
     int q = json_obj_get(d, obj, "queue");
     int after = json_obj_get(d, obj, "after");
-    int lim = json_obj_get(d, obj, "limit");
-    int64_t v = STORE_CHANGED_LIMIT_MAX;
+    int64_t v;
 
     if (json_type(d, obj) != JSON_OBJECT || json_type(d, q) != JSON_STRING) {
-        return changed_bad(code, err,
-                           "entries[%zu]: queue (a string) is required", idx);
+        return err_set(err, ERR_INVALID,
+                       "bad changed body: "
+                       "entries[%zu]: queue (a string) is required",
+                       idx);
     }
     if (changed_text(c, q, &r->queue, err) != 0 ||
         changed_since(c, idx, json_obj_get(d, obj, "since"), code, err) != 0) {
@@ -102,17 +91,13 @@ static int changed_entry(struct api_changed *c, size_t idx, int obj,
         changed_text(c, after, &r->after, err) != 0) {
         return err->code;
     }
-    if (lim >= 0 && !json_is_null(d, lim) && !json_get_i64(d, lim, &v)) {
-        uint64_t u;
-        if (!json_get_u64(d, lim, &u)) {
-            return changed_bad(
-                code, err, "entries[%zu].limit: an integer is required", idx);
-        }
-        v = STORE_CHANGED_LIMIT_MAX;
+    if (!api_json_int(d, obj, "limit", &limit_range, &v)) {
+        return err_set(err, ERR_INVALID,
+                       "bad changed body: entries[%zu].limit: an integer is "
+                       "required",
+                       idx);
     }
-    r->limit = v < 1                         ? 1
-               : v > STORE_CHANGED_LIMIT_MAX ? STORE_CHANGED_LIMIT_MAX
-                                             : (int)v;
+    r->limit = (int)v;
     return 0;
 }
 
@@ -131,8 +116,9 @@ int api_changed_parse(struct api_changed *c, const char *body, size_t len,
     }
     entries = json_obj_get(&c->doc, 0, "entries");
     if (json_type(&c->doc, entries) != JSON_ARRAY) {
-        return changed_bad(code, err,
-                           "an object with an entries array is required");
+        return err_set(err, ERR_INVALID,
+                       "bad changed body: "
+                       "an object with an entries array is required");
     }
     c->n = c->doc.toks[entries].count;
     if (c->n > API_MAX_ENTRIES) {

@@ -30,20 +30,10 @@
 
 /* ---- parsing ---- */
 
-static int fetch_bad(const char **code, struct err *err, const char *fmt, ...)
-    PRINTF(3, 4);
-
-static int fetch_bad(const char **code, struct err *err, const char *fmt, ...)
-{
-    char why[200];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(why, sizeof(why), fmt, ap);
-    va_end(ap);
-    *code = "bad_body";
-    return err_set(err, ERR_INVALID, "bad fetch body: %s", why);
-}
+static const struct api_range max_bytes_range = {
+    (int64_t)API_FETCH_DEF_BYTES, 1, (int64_t)API_FETCH_MAX_BYTES};
+static const struct api_range wait_range = {0, 0, API_FETCH_MAX_WAIT_MS};
+static const struct api_range min_bytes_range = {1, 0, INT64_MAX};
 
 /* A string token's unescaped text: a slice of the body, or a copy in the
  * arena (reserved up front, never moves). */
@@ -66,47 +56,8 @@ static int fetch_str(const struct json_doc *d, int i, struct buf *arena,
     return 0;
 }
 
-/* An integer too long for 64 bits still clamps: its sign picks the end. */
-static bool fetch_huge_int(const struct json_doc *d, int i, int64_t lo,
-                           int64_t hi, int64_t *out)
-{
-    struct slice s = json_span(d, i);
-
-    if (json_type(d, i) != JSON_NUMBER || memchr(s.ptr, '.', s.len) != NULL ||
-        memchr(s.ptr, 'e', s.len) != NULL ||
-        memchr(s.ptr, 'E', s.len) != NULL) {
-        return false;
-    }
-    *out = s.ptr[0] == '-' ? lo : hi;
-    return true;
-}
-
-/* An optional integer member clamped to [lo, hi]; absent or null = def.
- * Returns false when present but not an integer. */
-static bool fetch_int(const struct json_doc *d, int obj, const char *key,
-                      int64_t def, int64_t lo, int64_t hi, int64_t *out)
-{
-    int i = json_obj_get(d, obj, key);
-    int64_t v;
-    uint64_t u;
-
-    if (i < 0 || json_is_null(d, i)) {
-        *out = def;
-        return true;
-    }
-    if (json_get_i64(d, i, &v)) {
-        *out = v < lo ? lo : v > hi ? hi : v;
-        return true;
-    }
-    if (json_get_u64(d, i, &u)) { /* above INT64_MAX */
-        *out = hi;
-        return true;
-    }
-    return fetch_huge_int(d, i, lo, hi, out);
-}
-
 static int fetch_entry(struct api_fetch *f, size_t idx, int obj,
-                       bool *is_negative, const char **code, struct err *err)
+                       bool *is_negative, struct err *err)
 {
     const struct json_doc *d = &f->doc;
     struct store_fetch_req *r = &f->reqs[idx];
@@ -115,10 +66,11 @@ static int fetch_entry(struct api_fetch *f, size_t idx, int obj,
     int64_t v;
 
     if (json_type(d, obj) != JSON_OBJECT || json_type(d, q) != JSON_STRING) {
-        return fetch_bad(code, err,
-                         "entries[%zu]: queue (a string) is "
-                         "required",
-                         idx);
+        return err_set(err, ERR_INVALID,
+                       "bad fetch body: "
+                       "entries[%zu]: queue (a string) is "
+                       "required",
+                       idx);
     }
     if (fetch_str(d, q, &f->arena, &r->queue, err) != 0) {
         return err->code;
@@ -131,40 +83,44 @@ static int fetch_entry(struct api_fetch *f, size_t idx, int obj,
     } else if (json_get_i64(d, part, &v)) {
         r->partition = json_span(d, part); /* its decimal text */
     } else if (part >= 0 && !json_is_null(d, part)) {
-        return fetch_bad(code, err,
-                         "entries[%zu].partition: a string or an "
-                         "integer is required",
-                         idx);
+        return err_set(err, ERR_INVALID,
+                       "bad fetch body: "
+                       "entries[%zu].partition: a string or an "
+                       "integer is required",
+                       idx);
     }
     if (!json_get_i64(d, json_obj_get(d, obj, "offset"), &r->offset)) {
-        return fetch_bad(code, err,
-                         "entries[%zu].offset: an integer is "
-                         "required",
-                         idx);
+        return err_set(err, ERR_INVALID,
+                       "bad fetch body: "
+                       "entries[%zu].offset: an integer is "
+                       "required",
+                       idx);
     }
     *is_negative = *is_negative || r->offset < 0;
-    if (!fetch_int(d, obj, "maxBytes", (int64_t)API_FETCH_DEF_BYTES, 1,
-                   (int64_t)API_FETCH_MAX_BYTES, &v)) {
-        return fetch_bad(code, err,
-                         "entries[%zu].maxBytes: an integer is "
-                         "required",
-                         idx);
+    if (!api_json_int(d, obj, "maxBytes", &max_bytes_range, &v)) {
+        return err_set(err, ERR_INVALID,
+                       "bad fetch body: "
+                       "entries[%zu].maxBytes: an integer is "
+                       "required",
+                       idx);
     }
     r->max_bytes = (uint64_t)v;
     return 0;
 }
 
-static int fetch_options(struct api_fetch *f, const char **code,
-                         struct err *err)
+static int fetch_options(struct api_fetch *f, struct err *err)
 {
     int64_t v;
 
-    if (!fetch_int(&f->doc, 0, "maxWaitMs", 0, 0, API_FETCH_MAX_WAIT_MS,
-                   &f->max_wait_ms)) {
-        return fetch_bad(code, err, "maxWaitMs: an integer is required");
+    if (!api_json_int(&f->doc, 0, "maxWaitMs", &wait_range, &f->max_wait_ms)) {
+        return err_set(err, ERR_INVALID,
+                       "bad fetch body: "
+                       "maxWaitMs: an integer is required");
     }
-    if (!fetch_int(&f->doc, 0, "minBytes", 1, 0, INT64_MAX, &v)) {
-        return fetch_bad(code, err, "minBytes: an integer is required");
+    if (!api_json_int(&f->doc, 0, "minBytes", &min_bytes_range, &v)) {
+        return err_set(err, ERR_INVALID,
+                       "bad fetch body: "
+                       "minBytes: an integer is required");
     }
     f->min_bytes = (uint64_t)v;
     return 0;
@@ -186,23 +142,24 @@ int api_fetch_parse(struct api_fetch *f, const char *body, size_t len,
     }
     entries = json_obj_get(&f->doc, 0, "entries");
     if (json_type(&f->doc, entries) != JSON_ARRAY) {
-        return fetch_bad(code, err,
-                         "an object with an entries array is "
-                         "required");
+        return err_set(err, ERR_INVALID,
+                       "bad fetch body: "
+                       "an object with an entries array is "
+                       "required");
     }
     f->n = f->doc.toks[entries].count;
     if (f->n > API_MAX_ENTRIES) {
         *code = NULL;
         return err_set(err, ERR_INVALID, "too many entries");
     }
-    if (fetch_options(f, code, err) != 0 ||
+    if (fetch_options(f, err) != 0 ||
         buf_reserve(&f->arena, len + 16, err) != 0) {
         return err->code;
     }
     f->reqs = xcalloc(f->n + 1, sizeof(*f->reqs));
     for (int t = json_child(&f->doc, entries); t >= 0;
          t = json_next(&f->doc, t), i++) {
-        if (fetch_entry(f, i, t, &is_negative, code, err) != 0) {
+        if (fetch_entry(f, i, t, &is_negative, err) != 0) {
             return err->code;
         }
     }

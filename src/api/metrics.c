@@ -78,8 +78,9 @@ int metrics_family(struct metrics *m, const char *name, int type,
     return (int)m->n_families++;
 }
 
-static struct metric_sample *metrics_find(const struct metrics *m, int family,
-                                          const char *labels)
+/* Index of the sample (family, labels), or -1. */
+static long metrics_find(const struct metrics *m, int family,
+                         const char *labels)
 {
     if (labels == NULL) {
         labels = "";
@@ -87,19 +88,20 @@ static struct metric_sample *metrics_find(const struct metrics *m, int family,
     for (size_t i = 0; i < m->n_samples; i++) {
         const struct metric_sample *s = &m->samples[i];
         if (s->family == family && strcmp(s->labels, labels) == 0) {
-            return (struct metric_sample *)(uintptr_t)s;
+            return (long)i;
         }
     }
-    return NULL;
+    return -1;
 }
 
 static struct metric_sample *metrics_sample(struct metrics *m, int family,
                                             const char *labels)
 {
-    struct metric_sample *s = metrics_find(m, family, labels);
+    long i = metrics_find(m, family, labels);
+    struct metric_sample *s;
 
-    if (s != NULL) {
-        return s;
+    if (i >= 0) {
+        return &m->samples[i];
     }
     if (labels == NULL) {
         labels = "";
@@ -136,9 +138,9 @@ void metrics_set(struct metrics *m, int family, const char *labels, double v)
 
 double metrics_get(const struct metrics *m, int family, const char *labels)
 {
-    const struct metric_sample *s = metrics_find(m, family, labels);
+    long i = metrics_find(m, family, labels);
 
-    return s != NULL ? s->value : 0;
+    return i >= 0 ? m->samples[i].value : 0;
 }
 
 void metrics_push(struct metrics *m, uint64_t queued, uint64_t duplicates,

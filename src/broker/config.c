@@ -30,14 +30,21 @@ enum cfg_type {
 
 struct cfg_row {
     const char *name;
-    enum cfg_type type;
     const char *def;
+    const char *help;
     size_t off;
     uint64_t min;
     uint64_t max;
+    enum cfg_type type;
     bool is_secret;
-    const char *help;
 };
+
+/* One row: name, type, default, field, min, max, secret, help. */
+#define ROW(n, t, d, o, lo, hi, sec, h)                                \
+    {                                                                  \
+        .name = (n), .def = (d), .help = (h), .off = (o), .min = (lo), \
+        .max = (hi), .type = (t), .is_secret = (sec)                   \
+    }
 
 #define OFF(f) offsetof(struct config, f)
 #define KIB    ((uint64_t)1024)
@@ -45,21 +52,21 @@ struct cfg_row {
 #define GIB    (1024 * MIB)
 
 static const struct cfg_row cfg_rows[] = {
-    {"QUEEN_PORT", CFG_PORT, "6632", OFF(port), 1, 65535, false,
-     "HTTP listen port"},
-    {"QUEEN_BIND_ADDR", CFG_IP, "0.0.0.0", OFF(bind_addr), 0, 0, false,
-     "HTTP listen address (an IPv4 or IPv6 literal)"},
-    {"QUEEN_RAFT_DIR", CFG_PATH, "./queen-data", OFF(raft_dir), 1,
-     CONFIG_PATH_MAX - 1, false,
-     "data directory: raft log and LMDB store (created if missing)"},
-    {"QUEEN_RAFT_NODE_ID", CFG_U64, "1", OFF(node_id), 1, UINT64_MAX, false,
-     "this node's raft id"},
-    {"QUEEN_RAFT_LISTEN", CFG_HOSTPORT, "", OFF(raft_listen), 0, 0, false,
-     "raft address ip:port (default 127.0.0.1 on QUEEN_PORT+1000)"},
-    {"QUEEN_MAX_BODY_BYTES", CFG_SIZE, "64MiB", OFF(max_body_bytes), KIB, GIB,
-     false, "largest HTTP request body accepted (413 above it)"},
-    {"QUEEN_LOG_LEVEL", CFG_LOGLEVEL, "info", OFF(log_level), 0, 0, false,
-     "error, warn, info or debug"},
+    ROW("QUEEN_PORT", CFG_PORT, "6632", OFF(port), 1, 65535, false,
+        "HTTP listen port"),
+    ROW("QUEEN_BIND_ADDR", CFG_IP, "0.0.0.0", OFF(bind_addr), 0, 0, false,
+        "HTTP listen address (an IPv4 or IPv6 literal)"),
+    ROW("QUEEN_RAFT_DIR", CFG_PATH, "./queen-data", OFF(raft_dir), 1,
+        CONFIG_PATH_MAX - 1, false,
+        "data directory: raft log and LMDB store (created if missing)"),
+    ROW("QUEEN_RAFT_NODE_ID", CFG_U64, "1", OFF(node_id), 1, UINT64_MAX, false,
+        "this node's raft id"),
+    ROW("QUEEN_RAFT_LISTEN", CFG_HOSTPORT, "", OFF(raft_listen), 0, 0, false,
+        "raft address ip:port (default 127.0.0.1 on QUEEN_PORT+1000)"),
+    ROW("QUEEN_MAX_BODY_BYTES", CFG_SIZE, "64MiB", OFF(max_body_bytes), KIB,
+        GIB, false, "largest HTTP request body accepted (413 above it)"),
+    ROW("QUEEN_LOG_LEVEL", CFG_LOGLEVEL, "info", OFF(log_level), 0, 0, false,
+        "error, warn, info or debug"),
 };
 
 bool config_parse_u64(const char *s, uint64_t *out)
