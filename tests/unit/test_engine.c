@@ -1142,3 +1142,584 @@ TEST(rule11_the_plan_is_independent_of_fetch_arrival_order)
     }
     EXPECT_EQ_U64(first.n, 40);
 }
+
+/* ---- force close, lag -----------------------------------------------------
+ */
+
+TEST(force_close_ends_a_window_early_but_never_illegally)
+{
+    struct engine_config c;
+    struct sim s;
+
+    sim_test_config(&c);
+    c.start = ENGINE_START_LATEST;
+    c.target_bytes = 1000000000000ULL;
+    c.max_window_us = 600 * SIM_SEC;
+    sim_init(&s, &c);
+    sim_advance(&s, SIM_T0);
+    sim_run(&s, 5);
+    for (int i = 0; i < 10; i++) {
+        sim_push(&s, i % 2 ? "a" : "b", 3, sim_safe(&s) + 100 * SIM_MS, 10);
+    }
+    s.idle_advance_us = 10 * SIM_MS;
+    sim_run(&s, 100);
+    EXPECT_EQ_U64(s.intents, 0);
+    engine_force_close(s.e);
+    EXPECT(sim_run_until_commits(&s, 1, 100));
+    EXPECT_EQ_I64(s.violations, 0);
+    EXPECT(s.windows[0].t_end <= s.windows[0].safe_at_close - c.guard_us);
+    EXPECT(s.windows[0].n_records > 0);
+    sim_free(&s);
+}
+
+TEST(lag_and_degraded_are_reported_from_the_brokers_clock)
+{
+    struct engine_config c;
+    struct sim s;
+    int64_t lag = -1;
+
+    sim_test_config(&c);
+    sim_init(&s, &c);
+    sim_push(&s, "p", 2, SIM_T0, 10);
+    sim_advance(&s, SIM_T0 + 3 * SIM_SEC);
+    EXPECT(sim_run_until_commits(&s, 1, 200));
+    sim_run(&s, 4);
+    EXPECT(engine_complete_through(s.e) >= s.windows[0].t_end);
+    EXPECT(engine_lag(s.e, &lag));
+    EXPECT_EQ_I64(lag, engine_safe_time(s.e) - engine_complete_through(s.e));
+    EXPECT(lag >= 0);
+    sim_free(&s);
+}
+
+TEST(an_idle_queue_stays_complete_through_its_last_pass_and_its_lag_stays_small)
+{
+    struct engine_config c;
+    struct sim s;
+    int64_t worst = 0;
+    int64_t lag;
+
+    sim_test_config(&c);
+    sim_init(&s, &c);
+    sim_push(&s, "p", 1, SIM_T0, 10);
+    s.idle_advance_us = 200 * SIM_MS;
+    for (int i = 0; i < 2000; i++) {
+        sim_tick(&s);
+        if (s.commits > 0 && engine_lag(s.e, &lag) && lag > worst) {
+            worst = lag;
+        }
+    }
+    EXPECT_EQ_U64(s.commits, 1);
+    EXPECT(engine_complete_through(s.e) - s.windows[0].t_end >
+           50 * c.max_window_us);
+    EXPECT(worst <= c.guard_us + SIM_SEC);
+    sim_free(&s);
+}
+
+TEST(records_pending_hold_completeness_at_their_window_and_the_lag_grows)
+{
+    struct engine_config c;
+    struct sim s;
+    int64_t t0 = 0;
+    int64_t lag = 0;
+    int64_t last = -1;
+
+    sim_test_config(&c);
+    c.start = ENGINE_START_LATEST;
+    c.max_window_us = 3600 * SIM_SEC;
+    sim_init(&s, &c);
+    sim_advance(&s, SIM_T0);
+    sim_run(&s, 3);
+    EXPECT(engine_t_prev(s.e, &t0));
+    sim_push(&s, "p", 1, sim_safe(&s) + SIM_SEC, 10);
+    s.idle_advance_us = SIM_SEC;
+    for (int i = 0; i < 300; i++) {
+        sim_tick(&s);
+        EXPECT(engine_lag(s.e, &lag));
+        EXPECT(lag >= last);
+        last = lag;
+        if (engine_buffered_bytes(s.e) > 0) {
+            EXPECT_EQ_I64(engine_complete_through(s.e), t0);
+        }
+    }
+    EXPECT(last > 90 * SIM_SEC);
+    EXPECT_EQ_U64(s.intents, 0);
+    s.idle_advance_us = 0;
+    engine_force_close(s.e);
+    EXPECT(sim_run_until_commits(&s, 1, 100));
+    sim_run(&s, 4);
+    EXPECT(engine_lag(s.e, &lag));
+    EXPECT(lag <= c.guard_us + SIM_SEC);
+    sim_free(&s);
+}
+
+TEST(a_failed_call_releases_its_partitions)
+{
+    struct acts a;
+    uint64_t id;
+    struct engine *e = one_fetch(&a, &id);
+    const struct engine_fetch_entry *en;
+
+    engine_on_fetch_failed(e, id);
+    next(e, &a);
+    en = must(&a, ENGINE_ACT_FETCH)->u.fetch.entries;
+    EXPECT(en != NULL);
+    if (en != NULL) {
+        EXPECT_MEM_EQ(en[0].queue.ptr, en[0].queue.len, "orders", 6);
+        EXPECT_MEM_EQ(en[0].partition.ptr, en[0].partition.len, "p", 1);
+        EXPECT_EQ_I64(en[0].offset, 0);
+        EXPECT_EQ_U64(en[0].max_bytes, 1024 * 1024);
+    }
+    engine_free(e);
+}
+
+/* ---- redo, checkpoints ----------------------------------------------------
+ */
+
+TEST(rule9_a_redo_under_start_latest_seeks_its_way_back_to_the_same_set)
+{
+    struct engine_config c;
+    struct sim s;
+    struct plan_copy before;
+    struct plan_copy after;
+    struct engine_intent in;
+
+    sim_test_config(&c);
+    c.start = ENGINE_START_LATEST;
+    sim_init(&s, &c);
+    sim_push(&s, "quiet", 5, SIM_T0 - 60 * SIM_SEC, 10);
+    sim_push(&s, "a", 5, SIM_T0 - 30 * SIM_SEC, 10);
+    sim_advance(&s, SIM_T0);
+    sim_run(&s, 3);
+    sim_push(&s, "a", 2, SIM_T0 + SIM_SEC, 10);
+    sim_push(&s, "b", 2, SIM_T0 + 1200 * SIM_MS, 10);
+    sim_push(&s, "a", 1, SIM_T0 + 1500 * SIM_MS, 10);
+    sim_advance(&s, SIM_T0 + 5 * SIM_SEC);
+    crash_after_upload(&s, &before, &in);
+    EXPECT_EQ_U64(before.n, 5);
+    EXPECT_EQ_U64(before.partitions, 2);
+    sim_push(&s, "a", 3, sim_safe(&s) + SIM_SEC, 10);
+    sim_restart(&s, NULL, &in, NULL);
+    EXPECT(sim_run_until_commits(&s, 1, 500));
+    EXPECT(engine_stats(s.e)->seeks_issued > 0);
+    EXPECT_EQ_U64(s.intents, 0);
+    copy_last_plan(&s, &after);
+    expect_same_plan(&before, &after);
+    for (size_t i = 0; i < after.n; i++) {
+        EXPECT(strcmp(after.names[i], "quiet") != 0);
+    }
+    EXPECT_EQ_I64(position_of(s.e, "quiet"), 5);
+    sim_free(&s);
+}
+
+TEST(a_checkpoint_position_is_where_the_next_window_starts)
+{
+    struct engine_config c;
+    struct sim s;
+
+    sim_test_config(&c);
+    c.checkpoint_every = 1;
+    c.target_bytes = 3 * (64 + 4 + 1 + 10); /* three records */
+    sim_init(&s, &c);
+    sim_push(&s, "p", 3, SIM_T0, 10);
+    sim_push(&s, "p", 3, SIM_T0 + SIM_SEC, 10);
+    sim_advance(&s, SIM_T0 + 5 * SIM_SEC);
+    EXPECT(sim_run_until_commits(&s, 1, 200));
+    sim_tick(&s);
+    EXPECT_EQ_U64(s.windows[0].n_records, 3);
+    EXPECT_EQ_I64(s.windows[0].t_end, SIM_T0 + SIM_SEC);
+    EXPECT(s.checkpoints >= 1);
+    EXPECT_EQ_I64(s.checkpoint_ks[0], 1);
+    EXPECT_EQ_U64(s.cp_n, 1);
+    EXPECT_STR_EQ(s.cp_names[0], "p");
+    EXPECT_EQ_I64(s.cp_pos[0].offset, 3);
+    EXPECT_EQ_I64(position_of(s.e, "p"), 6);
+    sim_free(&s);
+}
+
+/* ---- rule 12: redo timing, incarnations, jumps ----------------------------
+ */
+
+TEST(rule12_a_redo_on_a_node_that_has_applied_nothing_waits_for_its_safe_time)
+{
+    struct engine_config c;
+    struct sim s;
+    int64_t t_end = SIM_T0 + 20 * SIM_SEC;
+    struct engine_intent in = {
+        1,        SIM_T0 + 10 * SIM_SEC, t_end, "jsonl", "zstd",
+        "merged", "queen-s3/test jsonl"};
+    int64_t stages[4] = {SIM_T0 + 5 * SIM_SEC, SIM_T0 + 19 * SIM_SEC, t_end,
+                         t_end + 10 * SIM_MS - 1};
+
+    sim_test_config(&c);
+    sim_init(&s, &c);
+    sim_restart(&s, NULL, &in, NULL);
+    for (int i = 0; i < 4; i++) {
+        if (i == 1) {
+            sim_push(&s, "p", 2, SIM_T0 + 12 * SIM_SEC, 10);
+        }
+        sim_advance(&s, stages[i]);
+        sim_run(&s, 40);
+        EXPECT_EQ_U64(s.uploads, 0);
+    }
+    sim_advance(&s, t_end + 10 * SIM_MS);
+    sim_run(&s, 40);
+    EXPECT_EQ_U64(s.uploads, 1);
+    EXPECT_EQ_U64(s.intents, 0);
+    EXPECT_EQ_U64(s.last_plan_n, 2);
+    EXPECT_EQ_I64(s.last_plan_k, 1);
+    EXPECT_EQ_I64(s.last_plan_t_start, SIM_T0 + 10 * SIM_SEC);
+    EXPECT_EQ_I64(s.last_plan_t_end, t_end);
+    sim_free(&s);
+}
+
+TEST(rule12_a_partition_created_again_is_read_from_its_new_log_start)
+{
+    struct engine_config c;
+    struct sim s;
+
+    sim_test_config(&c);
+    sim_init(&s, &c);
+    sim_push(&s, "p", 5001, SIM_T0, 4);
+    sim_advance(&s, SIM_T0 + 3 * SIM_SEC);
+    EXPECT(sim_run_until_commits(&s, 1, 300));
+    EXPECT_EQ_I64(position_of(s.e, "p"), 5001);
+    sim_delete(&s, "p");
+    sim_push(&s, "p", 4, sim_safe(&s) + SIM_SEC, 4);
+    sim_advance(&s, sim_safe(&s) + 3 * SIM_SEC);
+    EXPECT(sim_run_until_commits(&s, 2, 300));
+    EXPECT_EQ_U64(s.last_plan_n, 4);
+    for (size_t i = 0; i < s.last_plan_n; i++) {
+        EXPECT_EQ_I64(s.last_plan[i].offset, (int64_t)i);
+    }
+    EXPECT_EQ_U64(engine_stats(s.e)->incarnations, 1);
+    EXPECT_EQ_U64(engine_stats(s.e)->records_lost, 0);
+    EXPECT(id_of(s.e, "p", s.parts[1].id));
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
+
+TEST(rule12_an_old_position_inside_a_new_incarnation_is_not_resumed)
+{
+    struct engine_config c;
+    struct sim s;
+
+    sim_test_config(&c);
+    sim_init(&s, &c);
+    sim_push(&s, "p", 101, SIM_T0, 4);
+    sim_advance(&s, SIM_T0 + 3 * SIM_SEC);
+    EXPECT(sim_run_until_commits(&s, 1, 300));
+    sim_delete(&s, "p");
+    sim_push(&s, "p", 150, sim_safe(&s) + SIM_SEC, 4);
+    sim_finish(&s, sim_safe(&s) + 10 * SIM_SEC);
+    EXPECT_EQ_U64(engine_stats(s.e)->records_lost, 0);
+    EXPECT(s.seen_cap > 1 && s.seen_len[1] >= 150);
+    EXPECT(sim_exactly_once(&s)); /* 0..149 of the new one, once each */
+    sim_free(&s);
+}
+
+static void cp_case(int64_t offset, const char *cp_id, const char *page_id,
+                    int64_t want_pos, uint64_t want_lost)
+{
+    struct engine_config c;
+    struct err err;
+    struct engine *e;
+    struct acts a;
+    struct engine_committed com = {1, SIM_T0};
+    struct engine_position pos = {
+        SLICE_LIT("p"), offset, {cp_id, strlen(cp_id)}};
+    struct engine_checkpoint cp = {1, &pos, 1};
+    struct engine_partition_info in = pinfo("p", page_id, 400, 120, SIM_T0);
+
+    sim_test_config(&c);
+    e = engine_new(&c, &err);
+    EXPECT(engine_restore(e, &com, NULL, &cp, &err) == 0);
+    next(e, &a);
+    page1(e, SIM_T0 + SIM_SEC, &in, 1);
+    EXPECT_EQ_I64(position_of(e, "p"), want_pos);
+    EXPECT_EQ_U64(engine_stats(e)->records_lost, want_lost);
+    EXPECT(id_of(e, "p", page_id[0] != '\0' ? page_id : cp_id)); /* learned */
+    engine_free(e);
+}
+
+TEST(rule12_a_checkpoint_position_from_another_incarnation_is_ignored)
+{
+    cp_case(314, "new-id", "new-id", 314, 0);
+    cp_case(314, "", "new-id", 314, 0);
+    cp_case(314, "new-id", "", 314, 0);
+    cp_case(314, "old-id", "new-id", 120, 0);
+    cp_case(50, "old-id", "new-id", 120, 0);
+    cp_case(50, "new-id", "new-id", 120, 70); /* 50..=119 */
+}
+
+/* Answer actions until a Discover is out, then answer it with one page. */
+static void pass(struct engine *e, int64_t safe,
+                 const struct engine_partition_info *in, size_t n)
+{
+    struct acts a;
+
+    for (int i = 0; i < 10; i++) {
+        next(e, &a);
+        if (find_kind(&a, ENGINE_ACT_DISCOVER) != NULL) {
+            page1(e, safe, in, n);
+            return;
+        }
+    }
+    HARNESS_FAIL("no discovery asked for");
+}
+
+TEST(rule12_an_unknown_id_is_learned_and_then_held_to)
+{
+    struct engine_config c;
+    struct err err;
+    struct engine *e;
+    struct engine_partition_info in = pinfo("p", "", -1, 0, SIM_T0);
+
+    sim_test_config(&c);
+    e = engine_new(&c, &err);
+    pass(e, SIM_T0, &in, 1);
+    EXPECT(id_of(e, "p", ""));
+    in = pinfo("p", "A", -1, 0, SIM_T0);
+    pass(e, SIM_T0 + 1, &in, 1);
+    EXPECT(id_of(e, "p", "A"));
+    EXPECT_EQ_U64(engine_stats(e)->incarnations, 0);
+    in = pinfo("p", "", -1, 0, SIM_T0);
+    pass(e, SIM_T0 + 2, &in, 1);
+    EXPECT(id_of(e, "p", "A"));
+    EXPECT_EQ_U64(engine_stats(e)->incarnations, 0);
+    in = pinfo("p", "B", -1, 0, SIM_T0 + 2);
+    pass(e, SIM_T0 + 3, &in, 1);
+    EXPECT(id_of(e, "p", "B"));
+    EXPECT_EQ_U64(engine_stats(e)->incarnations, 1);
+    engine_free(e);
+}
+
+TEST(rule12_an_answer_in_flight_for_the_old_incarnation_is_dropped)
+{
+    struct engine_config c;
+    struct err err;
+    struct engine *e;
+    struct acts a;
+    struct engine_discovery_page pg;
+    struct engine_partition_info in = pinfo("p", "A", 9, 0, SIM_T0);
+    struct engine_fetch_result r;
+    struct engine_fetched_record recs[10];
+    uint64_t call;
+
+    sim_test_config(&c);
+    c.discovery_limit = 1;
+    e = engine_new(&c, &err);
+    next(e, &a);
+    memset(&pg, 0, sizeof(pg));
+    pg.safe_time = SIM_T0 + SIM_SEC;
+    pg.partitions = &in;
+    pg.n = 1;
+    pg.has_next = true;
+    pg.next = SLICE_LIT("p|1");
+    EXPECT(engine_on_discovery_page(e, &pg, &err) == 0);
+    next(e, &a);
+    call = must(&a, ENGINE_ACT_FETCH)->u.fetch.call_id;
+    memset(&pg, 0, sizeof(pg));
+    pg.error = ENGINE_ANSWER_OTHER; /* the pass restarts */
+    EXPECT(engine_on_discovery_page(e, &pg, &err) == 0);
+    next(e, &a);
+    EXPECT(find_kind(&a, ENGINE_ACT_FETCH) == NULL);
+    in = pinfo("p", "B", 3, 0, SIM_T0 + SIM_SEC);
+    page1(e, SIM_T0 + 2 * SIM_SEC, &in, 1);
+    EXPECT_EQ_U64(engine_stats(e)->records_lost, 10); /* A's 0..9 unread */
+    next(e, &a);
+    EXPECT(find_kind(&a, ENGINE_ACT_FETCH) == NULL); /* one in flight */
+    memset(&r, 0, sizeof(r));
+    r.partition = SLICE_LIT("p");
+    r.high_watermark = 10;
+    r.records = recs;
+    r.n = 10;
+    for (int i = 0; i < 10; i++) {
+        recs[i].offset = i;
+        recs[i].ts = SIM_T0;
+        recs[i].txn = SLICE_LIT("x");
+        recs[i].payload = SLICE_LIT("1");
+    }
+    EXPECT(engine_on_fetch(e, call, &r, 1, &err) == 0);
+    EXPECT_EQ_U64(engine_buffered_bytes(e), 0);
+    EXPECT_EQ_I64(position_of(e, "p"), 0);
+    EXPECT(id_of(e, "p", "B"));
+    next(e, &a);
+    EXPECT_EQ_I64(must(&a, ENGINE_ACT_FETCH)->u.fetch.entries[0].offset, 0);
+    engine_free(e);
+}
+
+TEST(
+    rule12_records_of_an_older_incarnation_still_buffered_ship_and_never_name_a_position)
+{
+    struct engine_config c;
+    struct sim s;
+    const struct engine_position *v;
+    size_t n;
+    int64_t want_off[5] = {0, 1, 2, 0, 1};
+    int64_t want_ts[5] = {SIM_T0, SIM_T0, SIM_T0, SIM_T0 + SIM_SEC,
+                          SIM_T0 + SIM_SEC};
+
+    sim_test_config(&c);
+    c.max_window_us = 600 * SIM_SEC;
+    sim_init(&s, &c);
+    sim_push(&s, "p", 3, SIM_T0, 10);
+    sim_run(&s, 10);
+    EXPECT_EQ_I64(position_of(s.e, "p"), 3);
+    sim_delete(&s, "p");
+    sim_push(&s, "p", 2, SIM_T0 + SIM_SEC, 10);
+    sim_advance(&s, SIM_T0 + 2 * SIM_SEC);
+    s.idle_advance_us = 10 * SIM_MS;
+    sim_run(&s, 20);
+    EXPECT(id_of(s.e, "p", s.parts[1].id));
+    engine_positions(s.e, &v, &n);
+    EXPECT_EQ_U64(n, 1);
+    EXPECT(n == 1 && v[0].offset == 0);
+    engine_force_close(s.e);
+    EXPECT(sim_run_until_commits(&s, 1, 100));
+    EXPECT_EQ_U64(s.last_plan_n, 5);
+    for (size_t i = 0; i < 5 && i < s.last_plan_n; i++) {
+        EXPECT_EQ_I64(s.last_plan[i].offset, want_off[i]);
+        EXPECT_EQ_I64(s.last_plan[i].ts, want_ts[i]);
+    }
+    EXPECT_EQ_U64(s.last_lost_n, 0);
+    EXPECT_EQ_U64(engine_stats(s.e)->incarnations, 1);
+    sim_free(&s);
+}
+
+TEST(rule12_an_answer_that_jumps_over_offsets_records_them_as_lost)
+{
+    struct engine_config c;
+    struct sim s;
+
+    sim_test_config(&c);
+    c.max_window_us = 600 * SIM_SEC;
+    sim_init(&s, &c);
+    sim_push(&s, "p", 20, SIM_T0, 10);
+    for (int o = 0; o < 20; o++) {
+        s.parts[0].recs[o].is_gone = o <= 4 || o == 10 || o == 11;
+    }
+    sim_run(&s, 10);
+    EXPECT_EQ_U64(engine_stats(s.e)->records_lost, 7);
+    sim_trim(&s, "p", 5);
+    sim_push(&s, "q", 1, sim_safe(&s) + SIM_SEC, 10); /* a pass moves on */
+    sim_advance(&s, sim_safe(&s) + SIM_SEC);
+    s.idle_advance_us = 10 * SIM_MS;
+    sim_run(&s, 30);
+    EXPECT_EQ_U64(engine_stats(s.e)->records_lost, 7);
+    engine_force_close(s.e);
+    EXPECT(sim_run_until_commits(&s, 1, 100));
+    EXPECT_EQ_U64(s.last_plan_n, 14); /* 13 of p, 1 of q */
+    EXPECT_EQ_U64(s.last_lost_n, 2);
+    EXPECT_EQ_I64(s.last_lost[0].from, 0);
+    EXPECT_EQ_I64(s.last_lost[0].to, 4);
+    EXPECT_EQ_I64(s.last_lost[1].from, 10);
+    EXPECT_EQ_I64(s.last_lost[1].to, 11);
+    sim_free(&s);
+}
+
+TEST(rule12_a_jump_is_lost_only_above_the_commit_horizon)
+{
+    struct engine_config c;
+    struct sim s;
+    struct engine_committed com = {1, SIM_T0 + 10 * SIM_SEC};
+
+    sim_test_config(&c);
+    sim_init(&s, &c);
+    sim_push(&s, "p", 3, SIM_T0 + SIM_SEC, 10);
+    sim_push(&s, "p", 7, SIM_T0 + 5 * SIM_SEC, 10);
+    sim_push(&s, "p", 2, SIM_T0 + 10 * SIM_SEC, 10);
+    sim_push(&s, "p", 8, SIM_T0 + 11 * SIM_SEC, 10);
+    s.parts[0].recs[10].is_gone = true;
+    s.parts[0].recs[11].is_gone = true;
+    sim_trim(&s, "p", 3);
+    sim_restart(&s, &com, NULL, NULL);
+    sim_advance(&s, SIM_T0 + 15 * SIM_SEC);
+    EXPECT(sim_run_until_commits(&s, 1, 200));
+    EXPECT_EQ_U64(engine_stats(s.e)->records_dropped, 7);
+    EXPECT_EQ_U64(engine_stats(s.e)->records_lost, 2);
+    EXPECT_EQ_U64(s.last_plan_n, 8);
+    EXPECT_EQ_U64(s.last_lost_n, 1);
+    EXPECT_EQ_I64(s.last_lost[0].from, 10);
+    EXPECT_EQ_I64(s.last_lost[0].to, 11);
+    sim_free(&s);
+}
+
+TEST(rule12_a_redo_found_uploaded_is_committed_from_its_manifest_without_a_read)
+{
+    struct engine_config c;
+    struct err err;
+    struct engine *e;
+    struct acts a;
+    struct engine_committed com = {1, SIM_T0 + 10 * SIM_SEC};
+    struct engine_intent in = {
+        2,        SIM_T0 + 10 * SIM_SEC, SIM_T0 + 20 * SIM_SEC, "jsonl", "zstd",
+        "merged", "queen-s3/test jsonl"};
+    struct engine_position pos = {SLICE_LIT("p"), 7, SLICE_LIT("A")};
+    struct engine_checkpoint cp = {1, &pos, 1};
+    struct engine_partition_info pi = pinfo("p", "A", 100, 0, SIM_T0);
+
+    sim_test_config(&c);
+    e = engine_new(&c, &err);
+    EXPECT(!engine_on_manifest_found(e, 2, SLICE_LIT("m"), 42, 4096));
+    engine_free(e);
+
+    e = engine_new(&c, &err);
+    EXPECT(engine_restore(e, &com, &in, &cp, &err) == 0);
+    EXPECT(engine_on_manifest_found(e, 2, SLICE_LIT("queen/_queen/w/2.json"),
+                                    42, 4096));
+    EXPECT(engine_state(e) == ENGINE_COMMIT);
+    EXPECT_EQ_I64(engine_closing_k(e), 2);
+    next(e, &a);
+    EXPECT_EQ_U64(a.n, 1);
+    EXPECT(a.v[0].kind == ENGINE_ACT_COMMIT);
+    EXPECT_EQ_I64(a.v[0].u.commit.k, 2);
+    EXPECT_EQ_I64(a.v[0].u.commit.t_end, SIM_T0 + 20 * SIM_SEC);
+    EXPECT_MEM_EQ(a.v[0].u.commit.manifest_key.ptr,
+                  a.v[0].u.commit.manifest_key.len, "queen/_queen/w/2.json",
+                  21);
+    EXPECT_EQ_U64(a.v[0].u.commit.records, 42);
+    EXPECT_EQ_U64(a.v[0].u.commit.bytes, 4096);
+    engine_on_committed(e);
+    EXPECT_EQ_I64(engine_committed_k(e), 2);
+    next(e, &a);
+    EXPECT(find_kind(&a, ENGINE_ACT_CHECKPOINT) == NULL); /* no pass yet */
+    EXPECT(find_kind(&a, ENGINE_ACT_DISCOVER) != NULL);
+    page1(e, SIM_T0 + 30 * SIM_SEC, &pi, 1);
+    EXPECT_EQ_I64(position_of(e, "p"), 7);
+    engine_free(e);
+}
+
+/* ---- drain ----------------------------------------------------------------
+ */
+
+TEST(a_drain_stops_the_reads_and_closes_only_a_window_worth_finishing)
+{
+    struct engine_config c;
+    struct sim s;
+    uint64_t discovers;
+
+    sim_test_config(&c);
+    c.max_window_us = 600 * SIM_SEC;
+    sim_init(&s, &c);
+    sim_push(&s, "p", 3, SIM_T0, 10);
+    sim_advance(&s, SIM_T0 + SIM_SEC);
+    sim_run(&s, 10);
+    EXPECT(engine_buffered_bytes(s.e) > 0);
+    EXPECT(!engine_begin_drain(s.e)); /* young and small: abandoned */
+    discovers = s.discovers;
+    sim_run(&s, 20);
+    EXPECT_EQ_U64(s.discovers, discovers);
+    EXPECT_EQ_U64(s.intents, 0);
+    sim_free(&s);
+
+    c.drain_min_bytes = 100;
+    sim_init(&s, &c);
+    sim_push(&s, "p", 3, SIM_T0, 10);
+    sim_advance(&s, SIM_T0 + SIM_SEC);
+    sim_run(&s, 10);
+    EXPECT(engine_begin_drain(s.e));
+    EXPECT(sim_run_until_commits(&s, 1, 20));
+    EXPECT_EQ_U64(s.windows[0].n_records, 3);
+    EXPECT_EQ_I64(s.violations, 0);
+    sim_free(&s);
+}
