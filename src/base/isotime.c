@@ -140,7 +140,8 @@ static bool parse_seconds(const char *s, int64_t *us)
     if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60) {
         return false;
     }
-    *us = (days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec) *
+    *us = (days_from_civil(y, mo, d) * 86400 + (int64_t)h * 3600 +
+           (int64_t)mi * 60 + sec) *
           ISOTIME_US_S;
     return true;
 }
@@ -207,6 +208,7 @@ int64_t isotime_floor(int64_t us, int64_t unit_us)
     int64_t r;
 
     ASSERT(unit_us > 0);
+    // cppcheck-suppress zerodivcond ; ASSERT does not return on 0
     r = us % unit_us;
     if (r < 0) {
         r += unit_us;

@@ -45,14 +45,17 @@ struct jp {
 /* Bytes that end the fast run inside a string: controls, '"', '\\' and
  * every non-ASCII lead byte (checked as UTF-8). */
 static const uint8_t jp_str_stop[256] = {
-    ['"'] = 1, ['\\'] = 1,
-#define R8(x)                                                                 \
-    [x] = 1, [x + 1] = 1, [x + 2] = 1, [x + 3] = 1, [x + 4] = 1, [x + 5] = 1, \
-    [x + 6] = 1, [x + 7] = 1
-    R8(0x00),  R8(0x08),   R8(0x10), R8(0x18), R8(0x80), R8(0x88), R8(0x90),
-    R8(0x98),  R8(0xa0),   R8(0xa8), R8(0xb0), R8(0xb8), R8(0xc0), R8(0xc8),
-    R8(0xd0),  R8(0xd8),   R8(0xe0), R8(0xe8), R8(0xf0), R8(0xf8),
-#undef R8
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
 };
 
 static int jp_fail(struct jp *p, const char *reason)
@@ -534,6 +537,7 @@ static int jp_start(struct jp *p, struct err *err)
     if (p->frames != local) {
         free(p->frames);
     }
+    p->frames = NULL; /* local dies here */
     return rc;
 }
 
@@ -909,10 +913,9 @@ int json_escape(struct buf *b, const char *p, size_t n, struct err *err)
         if (c >= 0x20 && c != '"' && c != '\\') {
             *o++ = (char)c;
         } else {
-            const char *e = je_escape_of(c, tmp);
-            size_t el = strlen(e);
-            memcpy(o, e, el);
-            o += el;
+            for (const char *e = je_escape_of(c, tmp); *e != '\0'; e++) {
+                *o++ = *e;
+            }
         }
     }
     *o++ = '"';

@@ -73,6 +73,7 @@ void hex_lower(const uint8_t *p, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
+static const char b64_pad = '=';
 static const char b64_alpha[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -96,8 +97,15 @@ int base64_encode(const uint8_t *p, size_t n, struct buf *b, struct err *err)
         }
         *o++ = b64_alpha[(v >> 18) & 63];
         *o++ = b64_alpha[(v >> 12) & 63];
-        *o++ = left > 1 ? b64_alpha[(v >> 6) & 63] : '=';
-        *o++ = left > 2 ? b64_alpha[v & 63] : '=';
+        o[0] = b64_pad;
+        o[1] = b64_pad;
+        if (left > 1) {
+            o[0] = b64_alpha[(v >> 6) & 63];
+        }
+        if (left > 2) {
+            o[1] = b64_alpha[v & 63];
+        }
+        o += 2;
     }
     b->len += out_len;
     b->data[b->len] = '\0';

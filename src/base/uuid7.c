@@ -57,11 +57,8 @@ static void uuid7_random(uint8_t rnd[8])
 
     while (got < 8) {
         ssize_t n = getrandom(rnd + got, 8 - got, 0);
-        if (n < 0) {
-            ASSERT(errno == EINTR);
-            continue;
-        }
-        got += (size_t)n;
+        ASSERT(n >= 0 || errno == EINTR); /* getrandom(2) only fails so */
+        got += n > 0 ? (size_t)n : 0;
     }
 }
 

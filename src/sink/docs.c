@@ -59,10 +59,13 @@ static int dd_copy_str(struct dd *x, int i, struct slice *out)
 {
     size_t start = x->arena->len;
     char *before = x->arena->data;
+    int rc = json_get_str(x->d, i, x->arena, x->err);
 
-    if (json_get_str(x->d, i, x->arena, x->err) != 0 ||
-        buf_append_byte(x->arena, '\0', x->err) != 0) {
-        return x->err->code;
+    if (rc == 0) {
+        rc = buf_append_byte(x->arena, '\0', x->err);
+    }
+    if (rc != 0) {
+        return rc;
     }
     ASSERT(before == NULL || before == x->arena->data); /* reserved */
     out->ptr = x->arena->data + start;
@@ -102,6 +105,7 @@ static void *dd_array(struct dd *x, size_t n, size_t sz)
     size_t pad = (8 - x->arena->len % 8) % 8;
     char *p;
 
+    ASSERT(x->arena->data != NULL); /* dd_reserve ran */
     ASSERT(x->arena->len + pad + n * sz < x->arena->cap);
     p = x->arena->data + x->arena->len + pad;
     x->arena->len += pad + n * sz;
@@ -217,7 +221,7 @@ int docs_manifest_encode(struct buf *out, const struct docs_manifest *m,
 
 static int docs_read_object(struct dd *x, int i, struct docs_object *o)
 {
-    struct slice sha;
+    struct slice sha = {"", 0};
 
     if (json_type(x->d, i) != JSON_OBJECT) {
         return dd_bad(x, "objects");
@@ -261,13 +265,11 @@ static int docs_read_arrays(struct dd *x, struct docs_manifest *m, int oa,
                             int la)
 {
     struct docs_object *objs;
-    struct docs_lost *lost = NULL;
+    struct docs_lost *lost;
     size_t i = 0;
 
     objs = dd_array(x, m->n_objects, sizeof(*objs));
-    if (m->n_lost > 0) {
-        lost = dd_array(x, m->n_lost, sizeof(*lost));
-    }
+    lost = dd_array(x, m->n_lost, sizeof(*lost));
     for (int e = json_child(x->d, oa); e >= 0; e = json_next(x->d, e)) {
         if (docs_read_object(x, e, &objs[i++]) != 0) {
             return x->err->code;
@@ -327,13 +329,14 @@ static int docs_read_manifest_scalars(struct dd *x, struct docs_manifest *m)
 int docs_manifest_decode(const char *p, size_t n, struct docs_manifest *m,
                          struct buf *arena, struct err *err)
 {
-    struct dd x = {NULL, arena, "manifest", err};
     struct json_doc d;
+    struct dd x = {.d = &d, .arena = arena, .what = "manifest"};
     int oa;
     int la;
     int rc;
 
     memset(m, 0, sizeof(*m));
+    x.err = err;
     if (dd_open(&x, &d, p, n) != 0) {
         return err->code;
     }
@@ -381,8 +384,8 @@ bool docs_manifest_matches(const struct docs_manifest *m,
 
 static int docs_pos_cmp(const void *a, const void *b)
 {
-    const struct docs_position *x = *(const struct docs_position *const *)a;
-    const struct docs_position *y = *(const struct docs_position *const *)b;
+    const struct docs_position *x = a;
+    const struct docs_position *y = b;
     size_t n = x->name.len < y->name.len ? x->name.len : y->name.len;
     int c = n == 0 ? 0 : memcmp(x->name.ptr, y->name.ptr, n);
 
@@ -407,11 +410,12 @@ static int docs_checkpoint_json(struct buf *js,
                                 const struct docs_checkpoint *cp,
                                 struct err *err)
 {
-    const struct docs_position **v = xmalloc((cp->n + 1) * sizeof(*v));
+    /* Sort a copy: the caller's positions are borrowed and const. */
+    struct docs_position *v = xmalloc((cp->n + 1) * sizeof(*v));
     struct jw w;
 
-    for (size_t i = 0; i < cp->n; i++) {
-        v[i] = &cp->positions[i];
+    if (cp->n > 0) {
+        memcpy(v, cp->positions, cp->n * sizeof(*v));
     }
     qsort(v, cp->n, sizeof(*v), docs_pos_cmp);
     jw_init(&w, js);
@@ -424,10 +428,10 @@ static int docs_checkpoint_json(struct buf *js,
     jw_arr_begin(&w);
     for (size_t i = 0; i < cp->n; i++) {
         jw_arr_begin(&w);
-        jw_str(&w, v[i]->name.ptr, v[i]->name.len);
-        jw_i64(&w, v[i]->offset);
-        if (v[i]->id.len > 0) {
-            jw_str(&w, v[i]->id.ptr, v[i]->id.len);
+        jw_str(&w, v[i].name.ptr, v[i].name.len);
+        jw_i64(&w, v[i].offset);
+        if (v[i].id.len > 0) {
+            jw_str(&w, v[i].id.ptr, v[i].id.len);
         }
         jw_arr_end(&w);
     }
@@ -486,7 +490,7 @@ static int docs_unzstd(const void *p, size_t n, struct buf *js, struct err *err)
     if (size != ZSTD_CONTENTSIZE_UNKNOWN &&
         size > DOCS_CHECKPOINT_MAX_DECODED) {
         return err_set(err, ERR_CORRUPT,
-                       "checkpoint: decodes to more than %u bytes; refusing",
+                       "checkpoint: decodes to more than %zu bytes; refusing",
                        DOCS_CHECKPOINT_MAX_DECODED);
     }
     dc = ZSTD_createDCtx();
@@ -496,7 +500,7 @@ static int docs_unzstd(const void *p, size_t n, struct buf *js, struct err *err)
         size_t room = js->max - js->len < 131072 ? js->max - js->len : 131072;
         if (room == 0) {
             rc = err_set(err, ERR_CORRUPT,
-                         "checkpoint: decodes to more than %u bytes; refusing",
+                         "checkpoint: decodes to more than %zu bytes; refusing",
                          DOCS_CHECKPOINT_MAX_DECODED);
             break;
         }
@@ -585,12 +589,13 @@ static int docs_read_checkpoint(struct dd *x, size_t n,
 int docs_checkpoint_decode(const void *p, size_t n, struct docs_checkpoint *cp,
                            struct buf *arena, struct err *err)
 {
-    struct dd x = {NULL, arena, "checkpoint: bad JSON", err};
     struct json_doc d;
+    struct dd x = {.d = &d, .arena = arena, .what = "checkpoint: bad JSON"};
     struct buf js;
     int rc;
 
     memset(cp, 0, sizeof(*cp));
+    x.err = err;
     buf_init(&js, DOCS_CHECKPOINT_MAX_DECODED);
     rc = docs_unzstd(p, n, &js, err);
     if (rc == 0) {
@@ -630,11 +635,12 @@ int docs_intent_encode(struct buf *out, const struct docs_intent *in,
 int docs_intent_decode(const char *p, size_t n, struct docs_intent *in,
                        struct buf *arena, struct err *err)
 {
-    struct dd x = {NULL, arena, "intent", err};
     struct json_doc d;
+    struct dd x = {.d = &d, .arena = arena, .what = "intent"};
     int rc;
 
     memset(in, 0, sizeof(*in));
+    x.err = err;
     if (dd_open(&x, &d, p, n) != 0) {
         return err->code;
     }
@@ -695,11 +701,12 @@ static int docs_read_t_end(struct dd *x, int64_t *t_end)
 int docs_committed_decode(const char *p, size_t n, struct docs_committed *c,
                           struct buf *arena, struct err *err)
 {
-    struct dd x = {NULL, arena, "committed", err};
     struct json_doc d;
+    struct dd x = {.d = &d, .arena = arena, .what = "committed"};
     int rc;
 
     memset(c, 0, sizeof(*c));
+    x.err = err;
     if (dd_open(&x, &d, p, n) != 0) {
         return err->code;
     }
@@ -738,11 +745,12 @@ int docs_lease_encode(struct buf *out, const struct docs_lease *l,
 int docs_lease_decode(const char *p, size_t n, struct docs_lease *l,
                       struct buf *arena, struct err *err)
 {
-    struct dd x = {NULL, arena, "lease", err};
     struct json_doc d;
+    struct dd x = {.d = &d, .arena = arena, .what = "lease"};
     int rc;
 
     memset(l, 0, sizeof(*l));
+    x.err = err;
     if (dd_open(&x, &d, p, n) != 0) {
         return err->code;
     }

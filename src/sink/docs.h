@@ -74,7 +74,7 @@ int docs_manifest_decode(const char *p, size_t n, struct docs_manifest *m,
 
 /* ---- checkpoint (4.4) --------------------------------------------------- */
 
-#define DOCS_CHECKPOINT_MAX_DECODED (512u * 1024 * 1024)
+#define DOCS_CHECKPOINT_MAX_DECODED ((size_t)512 * 1024 * 1024)
 
 struct docs_position {
     struct slice name;

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define ZLIB_CONST /* next_in is const: zlib never writes its input */
 #include <zlib.h>
 #include <zstd.h>
 
@@ -29,8 +30,8 @@
 #include "base/json.h"
 #include "base/xalloc.h"
 
-#define JSONL_STAGE (1024 * 1024)
-#define JSONL_CHUNK (128 * 1024)
+#define JSONL_STAGE ((size_t)1024 * 1024)
+#define JSONL_CHUNK ((size_t)128 * 1024)
 
 struct jsonl_writer {
     enum jsonl_codec codec;
@@ -141,7 +142,10 @@ static int jsonl_payload(struct buf *b, struct slice p, struct err *err)
     o = b->data + b->len;
     for (size_t i = 0; i < p.len; i++) {
         char c = p.ptr[i];
-        o[i] = c == '\n' || c == '\r' ? ' ' : c;
+        if (c == '\n' || c == '\r') {
+            c = ' ';
+        }
+        o[i] = c;
     }
     b->len += p.len;
     b->data[b->len] = '\0';
@@ -236,7 +240,7 @@ static int jsonl_gzip(struct jsonl_writer *w, const char *p, size_t n, bool end,
 {
     int rc;
 
-    w->zs.next_in = (Bytef *)(uintptr_t)p; /* zlib never writes input */
+    w->zs.next_in = (const Bytef *)p;
     w->zs.avail_in = (uInt)n;
     do {
         size_t room = jsonl_room(w, err);

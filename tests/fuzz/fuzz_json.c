@@ -9,11 +9,23 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* A string unescapes, and its raw text escaped again is a valid string. */
+static void check_string(const struct json_doc *d, uint32_t i, struct buf *b)
+{
+    const struct json_tok *t = &d->toks[i];
+    struct err err;
+
+    buf_reset(b);
+    ASSERT(json_get_str(d, (int)i, b, &err) == 0);
+    buf_reset(b);
+    ASSERT(json_escape(b, d->text + t->start, t->len, &err) == 0);
+    ASSERT(json_validate(b->data, b->len, 8, &err) == 0);
+}
+
 static void check_tokens(const struct json_doc *d, size_t size)
 {
     static const char first[] = {'n', 'f', 't', '\0', '"', '[', '{'};
     struct buf b;
-    struct err err;
 
     buf_init(&b, BUF_UNLIMITED);
     for (uint32_t i = 0; i < d->ntoks; i++) {
@@ -21,17 +33,10 @@ static void check_tokens(const struct json_doc *d, size_t size)
         char c = d->text[t->start];
         ASSERT((size_t)t->start + t->len <= size && t->len > 0);
         ASSERT(t->next == 0 || t->next > i);
-        if (t->type == JSON_NUMBER) {
-            ASSERT(c == '-' || (c >= '0' && c <= '9'));
-        } else {
-            ASSERT(c == first[t->type]);
-        }
+        ASSERT(t->type == JSON_NUMBER ? c == '-' || (c >= '0' && c <= '9')
+                                      : c == first[t->type]);
         if (t->type == JSON_STRING) {
-            buf_reset(&b);
-            ASSERT(json_get_str(d, (int)i, &b, &err) == 0);
-            buf_reset(&b);
-            ASSERT(json_escape(&b, d->text + t->start, t->len, &err) == 0);
-            ASSERT(json_validate(b.data, b.len, 8, &err) == 0);
+            check_string(d, i, &b);
         }
     }
     buf_free(&b);
