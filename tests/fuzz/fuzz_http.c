@@ -58,8 +58,13 @@ static void fz_release(struct http_conn *c, void *arg)
 static void h_now(struct http_req *req, void *arg)
 {
     const char *v = http_req_param(req, "key");
+    struct buf q;
+    struct err err;
 
     UNUSED(arg);
+    buf_init(&q, 64);
+    http_req_query(req, "a", &q, &err);
+    buf_free(&q);
     http_respond(req, 200, "text/plain", v != NULL ? v : "", v ? strlen(v) : 0);
 }
 
