@@ -126,8 +126,7 @@ static long intra_leader(struct fsm *f, uint32_t i)
     return -1;
 }
 
-static struct touched *touch(struct fsm *f, MDB_txn *txn,
-                             const struct cmd_header *h,
+static struct touched *touch(struct fsm *f, struct store_w *w,
                              const struct cmd_push_item *it, struct err *err)
 {
     struct store_wqueue q;
@@ -144,10 +143,9 @@ static struct touched *touch(struct fsm *f, MDB_txn *txn,
         f->touched = xrealloc(f->touched, f->cap_touched * sizeof(*t));
     }
     t = &f->touched[f->n_touched];
-    if (store_wqueue_get(f->store, txn, h->tenant, it->queue, h->stamp, &q,
-                         err) != 0 ||
-        store_wpart_get(f->store, txn, h->tenant, it->queue, q.id,
-                        it->partition, h->stamp, &t->part, err) != 0) {
+    if (store_wqueue_get(w, it->queue, &q, err) != 0 ||
+        store_wpart_get(w, it->queue, q.id, it->partition, &t->part, err) !=
+            0) {
         return NULL;
     }
     t->queue = it->queue;
@@ -158,40 +156,59 @@ static struct touched *touch(struct fsm *f, MDB_txn *txn,
     return t;
 }
 
+/* 1 when txn is stored in t's queue within its dedup window (row filled),
+ * 0 when not, or an ERR_*. */
+static int stored_duplicate(struct store_w *w, const struct touched *t,
+                            struct store_dedup_key *key,
+                            struct store_dedup_row *row, struct err *err)
+{
+    int rc = store_wdedup_get(w, key, row, err);
+
+    if (rc == ERR_NOT_FOUND) {
+        return 0;
+    }
+    if (rc != 0) {
+        return rc;
+    }
+    return row->stamp >= w->stamp - (int64_t)t->dedup_window_seconds * 1000000
+               ? 1
+               : 0;
+}
+
 /* Apply item i: a stored duplicate, or a new record. */
-static int push_item(struct fsm *f, MDB_txn *txn, const struct cmd_header *h,
-                     uint32_t i, struct err *err)
+static int push_item(struct fsm *f, struct store_w *w, uint32_t i,
+                     struct err *err)
 {
     const struct cmd_push_item *it = &f->items[i];
     struct fsm_item_result *r = &f->result.items[i];
-    struct store_dedup_row row;
+    struct store_dedup_row row = {0};
     struct store_dedup_key key;
-    struct touched *t = touch(f, txn, h, it, err);
-    int rc;
+    struct store_wrecord rec;
+    struct touched *t = touch(f, w, it, err);
+    int rc = 0;
 
     if (t == NULL) {
         return err->code;
     }
     if (it->txn.len > 0) {
         store_dedup_key(t->part.queue_id, it->txn, &key);
-        rc = store_wdedup_get(f->store, txn, &key, &row, err);
-        if (rc == 0 &&
-            row.stamp >=
-                h->stamp - (int64_t)t->dedup_window_seconds * 1000000) {
-            r->status = FSM_ITEM_DUPLICATE;
-            r->offset = row.offset;
-            memcpy(r->message_id, row.message_id, 16);
-            return 0;
-        }
-        if (rc != 0 && rc != ERR_NOT_FOUND) {
-            return rc;
-        }
+        rc = stored_duplicate(w, t, &key, &row, err);
+    }
+    if (rc == 1) {
+        r->status = FSM_ITEM_DUPLICATE;
+        r->offset = row.offset;
+        memcpy(r->message_id, row.message_id, 16);
+        return 0;
+    }
+    if (rc != 0) {
+        return rc;
     }
     r->status = FSM_ITEM_QUEUED;
     r->offset = t->part.last_offset + 1;
     memcpy(r->message_id, it->message_id, 16);
-    if (store_wrecord_put(f->store, txn, t->part.id, r->offset, h->stamp,
-                          it->message_id, it->txn, it->payload,
+    rec =
+        (struct store_wrecord){r->offset, it->message_id, it->txn, it->payload};
+    if (store_wrecord_put(w, t->part.id, &rec,
                           t->part.id + 1 == f->store->next_part, err) != 0) {
         return err->code;
     }
@@ -199,20 +216,16 @@ static int push_item(struct fsm *f, MDB_txn *txn, const struct cmd_header *h,
         t->first_new = r->offset;
     }
     t->part.last_offset = r->offset;
-    t->part.last_write_at = h->stamp;
+    t->part.last_write_at = w->stamp;
     if (it->txn.len == 0) {
         return 0;
     }
-    row.offset = r->offset;
-    row.partition_id = t->part.id;
-    row.stamp = h->stamp;
+    row = (struct store_dedup_row){r->offset, t->part.id, w->stamp, {0}};
     memcpy(row.message_id, it->message_id, 16);
-    return store_wdedup_put(f->store, txn, &key, &row, t->dedup_window_seconds,
-                            err);
+    return store_wdedup_put(w, &key, &row, t->dedup_window_seconds, err);
 }
 
-static int push_finish(struct fsm *f, MDB_txn *txn, int64_t stamp,
-                       struct err *err)
+static int push_finish(struct fsm *f, struct store_w *w, struct err *err)
 {
     for (size_t i = 0; i < f->n_touched; i++) {
         struct touched *t = &f->touched[i];
@@ -220,21 +233,22 @@ static int push_finish(struct fsm *f, MDB_txn *txn, int64_t stamp,
         if (t->first_new < 0 && !t->part.created) {
             continue;
         }
-        if (store_wpart_put(f->store, txn, t->name, &t->part, err) != 0) {
+        if (store_wpart_put(w, t->name, &t->part, err) != 0) {
             return err->code;
         }
         if (t->first_new >= 0 &&
-            store_wappend_put(f->store, txn, t->part.id, t->first_new,
-                              t->part.last_offset, stamp, err) != 0) {
+            store_wappend_put(w, t->part.id, t->first_new, t->part.last_offset,
+                              err) != 0) {
             return err->code;
         }
     }
-    return store_wdedup_sweep(f->store, txn, stamp, SWEEP_PER_ENTRY, err);
+    return store_wdedup_sweep(w, SWEEP_PER_ENTRY, err);
 }
 
 static int apply_push(struct fsm *f, MDB_txn *txn, const struct cmd_header *h,
                       struct err *err)
 {
+    struct store_w w = {f->store, txn, h->tenant, h->stamp};
     struct cmd_push_iter it;
     uint32_t n;
     int rc;
@@ -261,11 +275,11 @@ static int apply_push(struct fsm *f, MDB_txn *txn, const struct cmd_header *h,
             }
             continue;
         }
-        if ((rc = push_item(f, txn, h, i, err)) != 0) {
+        if ((rc = push_item(f, &w, i, err)) != 0) {
             return rc;
         }
     }
-    return push_finish(f, txn, h->stamp, err);
+    return push_finish(f, &w, err);
 }
 
 static int apply_cmd(struct fsm *f, MDB_txn *txn, const void *p, size_t len,
@@ -352,7 +366,7 @@ static int fsm_raft_apply(struct raft_fsm *rf, const struct raft_buffer *buf,
         *result = NULL;
         return RAFT_IOERR;
     }
-    *result = (void *)(uintptr_t)res;
+    *result = res != NULL ? &f->result : NULL;
     return 0;
 }
 
@@ -364,6 +378,7 @@ static int read_file(const char *path, size_t skip, struct raft_buffer *b,
     size_t off = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
 
+    b->base = NULL;
     if (fd < 0 || fstat(fd, &st) != 0) {
         err_set(err, ERR_IO, "open %s: %s", path, strerror(errno));
         goto out_close;
@@ -396,7 +411,7 @@ out_close:
     if (fd >= 0) {
         close(fd);
     }
-    return err->code;
+    return ERR_IO;
 }
 
 /* Take a snapshot: the applied index and a compact copy of the store. */
@@ -508,8 +523,10 @@ void fsm_free(struct fsm *f)
 void fsm_set_handler(struct fsm *f, int type, fsm_apply_fn fn, void *arg)
 {
     ASSERT(type > CMD_PUSH && type < CMD_TYPE_COUNT);
-    f->handlers[type] = fn;
-    f->handler_args[type] = arg;
+    if (type > CMD_PUSH && type < CMD_TYPE_COUNT) {
+        f->handlers[type] = fn;
+        f->handler_args[type] = arg;
+    }
 }
 
 void fsm_attach_raft(struct fsm *f, struct raft *r)

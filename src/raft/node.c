@@ -131,9 +131,20 @@ const char *node_role_name(int role)
     }
 }
 
+/* libraft's getters take a non-const raft; ours promise not to change n. */
+static struct raft *raft_of(const struct node *n)
+{
+    union {
+        const struct raft *c;
+        struct raft *m;
+    } u = {&n->raft};
+
+    return u.m;
+}
+
 int node_role(const struct node *n)
 {
-    struct raft *r = (struct raft *)(uintptr_t)&n->raft;
+    struct raft *r = raft_of(n);
 
     if (n->closing) {
         return NODE_CLOSING;
@@ -155,7 +166,7 @@ void node_leader(const struct node *n, uint64_t *id, const char **address)
 {
     raft_id lid = 0;
 
-    raft_leader((struct raft *)(uintptr_t)&n->raft, &lid, address);
+    raft_leader(raft_of(n), &lid, address);
     *id = lid;
 }
 
@@ -327,6 +338,9 @@ static int check_proposal(struct node *n, int type, const void *cmd, size_t len,
     return 0;
 }
 
+/* Seven parameters: the signature was published before the limit was
+ * checked and the API handlers call it. */
+// NOLINTNEXTLINE(readability-function-size)
 int node_propose(struct node *n, int type, const void *cmd, size_t len,
                  node_applied_fn cb, void *arg, struct err *err)
 {
@@ -388,6 +402,7 @@ static void async_cb(uv_async_t *a)
     }
 }
 
+// NOLINTNEXTLINE(readability-function-size)
 int node_propose_async(struct node *n, int type, const void *cmd, size_t len,
                        node_applied_fn cb, void *arg, struct err *err)
 {
@@ -580,10 +595,14 @@ int node_start(struct node **out, uv_loop_t *loop,
     }
     fsm_attach_raft(n->fsm, &n->raft);
     tune(n, cfg);
-    if (bootstrap(n, cfg, err) != 0 || (rv = raft_start(&n->raft)) != 0) {
-        if (err->code == 0) {
-            err_set(err, ERR_IO, "raft_start: %s", raft_errmsg(&n->raft));
-        }
+    if (bootstrap(n, cfg, err) != 0) {
+        fail_start(n, true);
+        return err->code;
+    }
+    rv = raft_start(&n->raft);
+    if (rv != 0) {
+        err_set(err, ERR_IO, "raft_start: %s: %s", raft_strerror(rv),
+                raft_errmsg(&n->raft));
         fail_start(n, true);
         return err->code;
     }

@@ -87,6 +87,8 @@
 
 #define SCHEMA_VERSION 1
 
+#define SCHEMA_NAME_MAX 495 /* LMDB keys are <= 511 bytes; 16 of tenant */
+
 #define SCHEMA_QUEUE_FIXED     40 /* queue value before the options blob */
 #define SCHEMA_OPTIONS_VERSION 1
 #define SCHEMA_PART_VALUE_LEN  56

@@ -72,12 +72,27 @@ void store_queue_options_configured(struct store_queue_options *o)
     o->retention_sink_hold_max_seconds = 604800;
 }
 
+/* Meta keys are short ASCII names; LMDB wants a mutable pointer. */
+static void meta_key(const char *name, char buf[32], MDB_val *k)
+{
+    size_t n = strlen(name);
+
+    ASSERT(n < 32);
+    memcpy(buf, name, n + 1);
+    k->mv_size = n;
+    k->mv_data = buf;
+}
+
 static int meta_get_u64(MDB_txn *txn, MDB_dbi dbi, const char *name,
                         uint64_t *v)
 {
-    MDB_val k = {strlen(name), (void *)(uintptr_t)name};
+    char kb[32];
+    MDB_val k;
     MDB_val d;
-    int rc = mdb_get(txn, dbi, &k, &d);
+    int rc;
+
+    meta_key(name, kb, &k);
+    rc = mdb_get(txn, dbi, &k, &d);
 
     if (rc == 0 && d.mv_size == 8) {
         *v = be64_get(d.mv_data);
@@ -88,9 +103,11 @@ static int meta_get_u64(MDB_txn *txn, MDB_dbi dbi, const char *name,
 static int meta_put_u64(MDB_txn *txn, MDB_dbi dbi, const char *name, uint64_t v)
 {
     uint8_t b[8];
-    MDB_val k = {strlen(name), (void *)(uintptr_t)name};
+    char kb[32];
+    MDB_val k;
     MDB_val d = {8, b};
 
+    meta_key(name, kb, &k);
     be64_put(b, v);
     return mdb_put(txn, dbi, &k, &d, 0);
 }
@@ -400,8 +417,8 @@ static void derive_uuid(int64_t stamp, uint64_t id, uint8_t tag,
     }
 }
 
-static int queue_create(struct store *s, MDB_txn *txn, MDB_val *k,
-                        int64_t stamp, struct store_wqueue *q, struct err *err)
+static int queue_create(struct store_w *w, MDB_val *k, struct store_wqueue *q,
+                        struct err *err)
 {
     uint8_t v[SCHEMA_QUEUE_FIXED + 256];
     struct store_queue_options o;
@@ -410,17 +427,17 @@ static int queue_create(struct store *s, MDB_txn *txn, MDB_val *k,
     int rc;
 
     store_queue_options_implicit(&o);
-    q->id = s->next_queue++;
+    q->id = w->s->next_queue++;
     q->dedup_window_seconds = o.dedup_window_seconds;
     q->created = true;
     be64_put(v, q->id);
-    be64_put(v + 8, (uint64_t)stamp);
-    derive_uuid(stamp, q->id, 0x51, v + 16);
+    be64_put(v + 8, (uint64_t)w->stamp);
+    derive_uuid(w->stamp, q->id, 0x51, v + 16);
     be64_put(v + 32, 0);
     options_encode(&o, v + SCHEMA_QUEUE_FIXED, &olen);
     d.mv_size = SCHEMA_QUEUE_FIXED + olen;
     d.mv_data = v;
-    rc = mdb_put(txn, s->queues, k, &d, 0);
+    rc = mdb_put(w->txn, w->s->queues, k, &d, 0);
     if (rc != 0) {
         return err_set(err, mdb_code(rc), "put queue: %s", mdb_strerror(rc));
     }
@@ -430,27 +447,26 @@ static int queue_create(struct store *s, MDB_txn *txn, MDB_val *k,
 static void queue_key(uint8_t *kb, const uint8_t tenant[16], struct slice name,
                       MDB_val *k)
 {
+    ASSERT(name.len > 0 && name.len <= SCHEMA_NAME_MAX);
     memcpy(kb, tenant, 16);
     memcpy(kb + 16, name.ptr, name.len);
     k->mv_size = 16 + name.len;
     k->mv_data = kb;
 }
 
-int store_wqueue_get(struct store *s, MDB_txn *txn, const uint8_t tenant[16],
-                     struct slice name, int64_t stamp, struct store_wqueue *q,
-                     struct err *err)
+int store_wqueue_get(struct store_w *w, struct slice name,
+                     struct store_wqueue *q, struct err *err)
 {
-    uint8_t kb[16 + 512];
+    uint8_t kb[16 + SCHEMA_NAME_MAX];
     MDB_val k;
     MDB_val d;
     struct store_queue_options o;
     int rc;
 
-    ASSERT(name.len > 0 && name.len <= 495);
-    queue_key(kb, tenant, name, &k);
-    rc = mdb_get(txn, s->queues, &k, &d);
+    queue_key(kb, w->tenant, name, &k);
+    rc = mdb_get(w->txn, w->s->queues, &k, &d);
     if (rc == MDB_NOTFOUND) {
-        return queue_create(s, txn, &k, stamp, q, err);
+        return queue_create(w, &k, q, err);
     }
     if (rc != 0) {
         return err_set(err, ERR_IO, "get queue: %s", mdb_strerror(rc));
@@ -468,25 +484,25 @@ int store_wqueue_get(struct store *s, MDB_txn *txn, const uint8_t tenant[16],
 }
 
 /* Add one to the queue's partition count. */
-static int queue_count_part(struct store *s, MDB_txn *txn,
-                            const uint8_t tenant[16], struct slice name,
+static int queue_count_part(struct store_w *w, struct slice name,
                             struct err *err)
 {
-    uint8_t kb[16 + 512];
+    uint8_t kb[16 + SCHEMA_NAME_MAX];
     uint8_t *copy;
     MDB_val k;
     MDB_val d;
     int rc;
 
-    queue_key(kb, tenant, name, &k);
-    rc = mdb_get(txn, s->queues, &k, &d);
-    if (rc != 0) {
-        return err_set(err, ERR_IO, "get queue: %s", mdb_strerror(rc));
+    queue_key(kb, w->tenant, name, &k);
+    rc = mdb_get(w->txn, w->s->queues, &k, &d);
+    if (rc != 0 || d.mv_size < SCHEMA_QUEUE_FIXED) {
+        return err_set(err, ERR_IO, "get queue: %s",
+                       rc != 0 ? mdb_strerror(rc) : "short row");
     }
     copy = xmemdup(d.mv_data, d.mv_size);
     be64_put(copy + 32, be64_get(copy + 32) + 1);
     d.mv_data = copy;
-    rc = mdb_put(txn, s->queues, &k, &d, 0);
+    rc = mdb_put(w->txn, w->s->queues, &k, &d, 0);
     free(copy);
     if (rc != 0) {
         return err_set(err, mdb_code(rc), "put queue: %s", mdb_strerror(rc));
@@ -504,24 +520,33 @@ static void part_decode(const uint8_t *v, struct store_wpart *p)
     p->created_at = (int64_t)be64_get(v + 48);
 }
 
-int store_wpart_put(struct store *s, MDB_txn *txn, struct slice name,
+static void part_key(uint8_t *kb, uint64_t queue_id, struct slice name,
+                     MDB_val *k)
+{
+    ASSERT(name.len > 0 && name.len <= SCHEMA_NAME_MAX);
+    be64_put(kb, queue_id);
+    memcpy(kb + 8, name.ptr, name.len);
+    k->mv_size = 8 + name.len;
+    k->mv_data = kb;
+}
+
+int store_wpart_put(struct store_w *w, struct slice name,
                     const struct store_wpart *p, struct err *err)
 {
-    uint8_t kb[8 + 512];
+    uint8_t kb[8 + SCHEMA_NAME_MAX];
     uint8_t v[SCHEMA_PART_VALUE_LEN];
-    MDB_val k = {8 + name.len, kb};
+    MDB_val k;
     MDB_val d = {sizeof(v), v};
     int rc;
 
-    be64_put(kb, p->queue_id);
-    memcpy(kb + 8, name.ptr, name.len);
+    part_key(kb, p->queue_id, name, &k);
     be64_put(v, p->id);
     memcpy(v + 8, p->uuid, 16);
     be64_put(v + 24, (uint64_t)p->log_start);
     be64_put(v + 32, (uint64_t)p->last_offset);
     be64_put(v + 40, (uint64_t)p->last_write_at);
     be64_put(v + 48, (uint64_t)p->created_at);
-    rc = mdb_put(txn, s->partitions, &k, &d, 0);
+    rc = mdb_put(w->txn, w->s->partitions, &k, &d, 0);
     if (rc != 0) {
         return err_set(err, mdb_code(rc), "put partition: %s",
                        mdb_strerror(rc));
@@ -529,55 +554,50 @@ int store_wpart_put(struct store *s, MDB_txn *txn, struct slice name,
     return 0;
 }
 
-static int part_create(struct store *s, MDB_txn *txn, struct slice name,
-                       int64_t stamp, struct store_wpart *p, struct err *err)
+static int part_create(struct store_w *w, struct slice name,
+                       struct store_wpart *p, struct err *err)
 {
     uint8_t kb[16];
     MDB_val k = {16, kb};
-    MDB_val d = {name.len, (void *)(uintptr_t)name.ptr};
+    MDB_val d = {name.len, NULL};
     int rc;
 
-    p->id = s->next_part++;
-    derive_uuid(stamp, p->id, 0x50, p->uuid);
+    p->id = w->s->next_part++;
+    derive_uuid(w->stamp, p->id, 0x50, p->uuid);
     p->log_start = 0;
     p->last_offset = -1;
     p->last_write_at = 0;
-    p->created_at = stamp;
+    p->created_at = w->stamp;
     p->created = true;
     be64_put(kb, p->queue_id);
     be64_put(kb + 8, p->id);
-    rc = mdb_put(txn, s->parts_by_id, &k, &d, MDB_APPEND);
-    if (rc == MDB_KEYEXIST) {
-        rc = mdb_put(txn, s->parts_by_id, &k, &d, 0);
-    }
+    rc = mdb_put(w->txn, w->s->parts_by_id, &k, &d, MDB_RESERVE);
     if (rc != 0) {
         return err_set(err, mdb_code(rc), "put parts_by_id: %s",
                        mdb_strerror(rc));
     }
-    return store_wpart_put(s, txn, name, p, err);
+    memcpy(d.mv_data, name.ptr, name.len);
+    return store_wpart_put(w, name, p, err);
 }
 
-int store_wpart_get(struct store *s, MDB_txn *txn, const uint8_t tenant[16],
-                    struct slice queue_name, uint64_t queue_id,
-                    struct slice name, int64_t stamp, struct store_wpart *p,
+int store_wpart_get(struct store_w *w, struct slice queue_name,
+                    uint64_t queue_id, struct slice name, struct store_wpart *p,
                     struct err *err)
 {
-    uint8_t kb[8 + 512];
-    MDB_val k = {8 + name.len, kb};
+    uint8_t kb[8 + SCHEMA_NAME_MAX];
+    MDB_val k;
     MDB_val d;
     int rc;
 
-    ASSERT(name.len > 0 && name.len <= 503);
-    be64_put(kb, queue_id);
-    memcpy(kb + 8, name.ptr, name.len);
+    part_key(kb, queue_id, name, &k);
     memset(p, 0, sizeof(*p));
     p->queue_id = queue_id;
-    rc = mdb_get(txn, s->partitions, &k, &d);
+    rc = mdb_get(w->txn, w->s->partitions, &k, &d);
     if (rc == MDB_NOTFOUND) {
-        if (part_create(s, txn, name, stamp, p, err) != 0) {
+        if (part_create(w, name, p, err) != 0) {
             return err->code;
         }
-        return queue_count_part(s, txn, tenant, queue_name, err);
+        return queue_count_part(w, queue_name, err);
     }
     if (rc != 0) {
         return err_set(err, ERR_IO, "get partition: %s", mdb_strerror(rc));
@@ -589,45 +609,45 @@ int store_wpart_get(struct store *s, MDB_txn *txn, const uint8_t tenant[16],
     return 0;
 }
 
-int store_wrecord_put(struct store *s, MDB_txn *txn, uint64_t pid,
-                      int64_t offset, int64_t ts, const uint8_t msg_id[16],
-                      struct slice txn_id, struct slice payload,
-                      bool use_append, struct err *err)
+int store_wrecord_put(struct store_w *w, uint64_t pid,
+                      const struct store_wrecord *r, bool use_append,
+                      struct err *err)
 {
     uint8_t kb[16];
     MDB_val k = {16, kb};
-    MDB_val d = {SCHEMA_RECORD_FIXED + txn_id.len + payload.len, NULL};
+    MDB_val d = {SCHEMA_RECORD_FIXED + r->txn.len + r->payload.len, NULL};
     uint8_t *v;
     int rc;
 
     be64_put(kb, pid);
-    be64_put(kb + 8, (uint64_t)offset);
+    be64_put(kb + 8, (uint64_t)r->offset);
     /* MDB_RESERVE: LMDB hands us the space, so the payload is copied once. */
-    rc = mdb_put(txn, s->records, &k, &d,
+    rc = mdb_put(w->txn, w->s->records, &k, &d,
                  MDB_RESERVE | (use_append ? MDB_APPEND : 0));
     if (rc == MDB_KEYEXIST && use_append) {
-        rc = mdb_put(txn, s->records, &k, &d, MDB_RESERVE);
+        rc = mdb_put(w->txn, w->s->records, &k, &d, MDB_RESERVE);
     }
     if (rc != 0) {
         return err_set(err, mdb_code(rc), "put record: %s", mdb_strerror(rc));
     }
     v = d.mv_data;
-    be64_put(v, (uint64_t)ts);
-    memcpy(v + 8, msg_id, 16);
+    be64_put(v, (uint64_t)w->stamp);
+    memcpy(v + 8, r->message_id, 16);
     v[24] = 0;
-    v[25] = (uint8_t)(txn_id.len >> 8);
-    v[26] = (uint8_t)txn_id.len;
-    if (txn_id.len > 0) {
-        memcpy(v + SCHEMA_RECORD_FIXED, txn_id.ptr, txn_id.len);
+    v[25] = (uint8_t)(r->txn.len >> 8);
+    v[26] = (uint8_t)r->txn.len;
+    if (r->txn.len > 0) {
+        memcpy(v + SCHEMA_RECORD_FIXED, r->txn.ptr, r->txn.len);
     }
-    if (payload.len > 0) {
-        memcpy(v + SCHEMA_RECORD_FIXED + txn_id.len, payload.ptr, payload.len);
+    if (r->payload.len > 0) {
+        memcpy(v + SCHEMA_RECORD_FIXED + r->txn.len, r->payload.ptr,
+               r->payload.len);
     }
     return 0;
 }
 
-int store_wappend_put(struct store *s, MDB_txn *txn, uint64_t pid, int64_t base,
-                      int64_t end, int64_t stamp, struct err *err)
+int store_wappend_put(struct store_w *w, uint64_t pid, int64_t base,
+                      int64_t end, struct err *err)
 {
     uint8_t kb[16];
     uint8_t v[SCHEMA_APPEND_LEN];
@@ -638,8 +658,8 @@ int store_wappend_put(struct store *s, MDB_txn *txn, uint64_t pid, int64_t base,
     be64_put(kb, pid);
     be64_put(kb + 8, (uint64_t)base);
     be64_put(v, (uint64_t)end);
-    be64_put(v + 8, (uint64_t)stamp);
-    rc = mdb_put(txn, s->appends, &k, &d, 0);
+    be64_put(v + 8, (uint64_t)w->stamp);
+    rc = mdb_put(w->txn, w->s->appends, &k, &d, 0);
     if (rc != 0) {
         return err_set(err, mdb_code(rc), "put append: %s", mdb_strerror(rc));
     }
@@ -652,7 +672,9 @@ void store_dedup_key(uint64_t queue_id, struct slice txn,
     be64_put(k->bytes, queue_id);
     if (txn.len <= SCHEMA_DEDUP_RAW_MAX) {
         k->bytes[8] = 0;
-        memcpy(k->bytes + 9, txn.ptr, txn.len);
+        if (txn.len > 0) {
+            memcpy(k->bytes + 9, txn.ptr, txn.len);
+        }
         k->len = 9 + txn.len;
     } else {
         uint8_t h[SHA256_LEN];
@@ -664,21 +686,21 @@ void store_dedup_key(uint64_t queue_id, struct slice txn,
     }
 }
 
-int store_wdedup_get(struct store *s, MDB_txn *txn,
-                     const struct store_dedup_key *key,
+int store_wdedup_get(struct store_w *w, struct store_dedup_key *key,
                      struct store_dedup_row *row, struct err *err)
 {
-    MDB_val k = {key->len, (void *)(uintptr_t)key->bytes};
+    MDB_val k = {key->len, key->bytes};
     MDB_val d;
     const uint8_t *v;
-    int rc = mdb_get(txn, s->dedup, &k, &d);
+    int rc = mdb_get(w->txn, w->s->dedup, &k, &d);
 
     if (rc == MDB_NOTFOUND) {
         return ERR_NOT_FOUND;
     }
     if (rc != 0 || d.mv_size != SCHEMA_DEDUP_VALUE_LEN) {
-        return err_set(err, ERR_IO, "get dedup: %s",
-                       rc != 0 ? mdb_strerror(rc) : "bad row size");
+        err_set(err, ERR_IO, "get dedup: %s",
+                rc != 0 ? mdb_strerror(rc) : "bad row size");
+        return ERR_IO;
     }
     v = d.mv_data;
     row->offset = (int64_t)be64_get(v);
@@ -688,29 +710,28 @@ int store_wdedup_get(struct store *s, MDB_txn *txn,
     return 0;
 }
 
-int store_wdedup_put(struct store *s, MDB_txn *txn,
-                     const struct store_dedup_key *key,
+int store_wdedup_put(struct store_w *w, struct store_dedup_key *key,
                      const struct store_dedup_row *row, int32_t window_seconds,
                      struct err *err)
 {
     uint8_t xb[8 + SCHEMA_DEDUP_KEY_MAX];
     uint8_t v[SCHEMA_DEDUP_VALUE_LEN];
-    MDB_val k = {key->len, (void *)(uintptr_t)key->bytes};
+    MDB_val k = {key->len, key->bytes};
     MDB_val d = {sizeof(v), v};
     MDB_val xk = {8 + key->len, xb};
-    MDB_val xd = {0, NULL};
+    MDB_val xd = {0, v};
     int rc;
 
     be64_put(v, (uint64_t)row->offset);
     be64_put(v + 8, row->partition_id);
     be64_put(v + 16, (uint64_t)row->stamp);
     memcpy(v + 24, row->message_id, 16);
-    rc = mdb_put(txn, s->dedup, &k, &d, 0);
+    rc = mdb_put(w->txn, w->s->dedup, &k, &d, 0);
     if (rc == 0) {
         be64_put(xb,
                  (uint64_t)(row->stamp + (int64_t)window_seconds * 1000000));
         memcpy(xb + 8, key->bytes, key->len);
-        rc = mdb_put(txn, s->dedup_exp, &xk, &xd, 0);
+        rc = mdb_put(w->txn, w->s->dedup_exp, &xk, &xd, 0);
     }
     if (rc != 0) {
         return err_set(err, mdb_code(rc), "put dedup: %s", mdb_strerror(rc));
@@ -720,8 +741,7 @@ int store_wdedup_put(struct store *s, MDB_txn *txn,
 
 /* Delete the row an expiry key names, unless a later write of the same txn
  * replaced it (that write has its own, later expiry key). */
-static int sweep_one(struct store *s, MDB_txn *txn, const MDB_val *xk,
-                     struct err *err)
+static int sweep_one(struct store_w *w, const MDB_val *xk, struct err *err)
 {
     struct store_dedup_key key;
     struct store_dedup_row row;
@@ -730,40 +750,42 @@ static int sweep_one(struct store *s, MDB_txn *txn, const MDB_val *xk,
 
     key.len = xk->mv_size - 8;
     memcpy(key.bytes, (const uint8_t *)xk->mv_data + 8, key.len);
-    rc = store_wdedup_get(s, txn, &key, &row, err);
+    rc = store_wdedup_get(w, &key, &row, err);
     if (rc == ERR_NOT_FOUND) {
         return 0;
     }
-    if (rc != 0 || row.stamp > (int64_t)be64_get(xk->mv_data)) {
+    if (rc != 0) {
         return rc;
+    }
+    if (row.stamp > (int64_t)be64_get(xk->mv_data)) {
+        return 0;
     }
     k.mv_size = key.len;
     k.mv_data = key.bytes;
-    rc = mdb_del(txn, s->dedup, &k, NULL);
+    rc = mdb_del(w->txn, w->s->dedup, &k, NULL);
     if (rc != 0 && rc != MDB_NOTFOUND) {
         return err_set(err, mdb_code(rc), "del dedup: %s", mdb_strerror(rc));
     }
     return 0;
 }
 
-int store_wdedup_sweep(struct store *s, MDB_txn *txn, int64_t stamp, int max,
-                       struct err *err)
+int store_wdedup_sweep(struct store_w *w, int max, struct err *err)
 {
     MDB_cursor *c;
     MDB_val k;
     MDB_val d;
     int n = 0;
-    int rc = mdb_cursor_open(txn, s->dedup_exp, &c);
+    int rc = mdb_cursor_open(w->txn, w->s->dedup_exp, &c);
 
     if (rc != 0) {
         return err_set(err, ERR_IO, "cursor dedup_exp: %s", mdb_strerror(rc));
     }
     while (n++ < max && (rc = mdb_cursor_get(c, &k, &d, MDB_FIRST)) == 0) {
         if (k.mv_size <= 17 || k.mv_size > 8 + SCHEMA_DEDUP_KEY_MAX ||
-            (int64_t)be64_get(k.mv_data) >= stamp) {
+            (int64_t)be64_get(k.mv_data) >= w->stamp) {
             break;
         }
-        if (sweep_one(s, txn, &k, err) != 0) {
+        if (sweep_one(w, &k, err) != 0) {
             mdb_cursor_close(c);
             return err->code;
         }

@@ -61,6 +61,23 @@ struct store_dedup_row {
     uint8_t message_id[16];
 };
 
+/* One entry's write: the store, its write transaction, and the tenant and
+ * stamp of the command being applied. */
+struct store_w {
+    struct store *s;
+    MDB_txn *txn;
+    const uint8_t *tenant; /* 16 bytes */
+    int64_t stamp;
+};
+
+/* A record to append. Borrowed slices. */
+struct store_wrecord {
+    int64_t offset;
+    const uint8_t *message_id; /* 16 bytes */
+    struct slice txn;
+    struct slice payload;
+};
+
 int store_wbegin(struct store *s, MDB_txn **txn, struct err *err);
 /* Write meta (applied, safe_time = max(old, stamp), last_clock, counters)
  * and commit; publishes applied and safe_time to readers. The txn is gone
@@ -69,26 +86,25 @@ int store_wcommit(struct store *s, MDB_txn *txn, uint64_t applied,
                   int64_t stamp, struct err *err);
 void store_wabort(struct store *s, MDB_txn *txn);
 
-/* Find or create (implicit options) the queue tenant/name. */
-int store_wqueue_get(struct store *s, MDB_txn *txn, const uint8_t tenant[16],
-                     struct slice name, int64_t stamp, struct store_wqueue *q,
-                     struct err *err);
-/* Find or create the partition name of queue q; bumps the queue's
- * partition count on create. */
-int store_wpart_get(struct store *s, MDB_txn *txn, const uint8_t tenant[16],
-                    struct slice queue_name, uint64_t queue_id,
-                    struct slice name, int64_t stamp, struct store_wpart *p,
+/* Find or create (implicit options, created-at = w->stamp) the queue
+ * w->tenant/name. */
+int store_wqueue_get(struct store_w *w, struct slice name,
+                     struct store_wqueue *q, struct err *err);
+/* Find or create the partition name of queue (queue_name, queue_id); bumps
+ * the queue's partition count on create. */
+int store_wpart_get(struct store_w *w, struct slice queue_name,
+                    uint64_t queue_id, struct slice name, struct store_wpart *p,
                     struct err *err);
-int store_wpart_put(struct store *s, MDB_txn *txn, struct slice name,
+int store_wpart_put(struct store_w *w, struct slice name,
                     const struct store_wpart *p, struct err *err);
-/* Append a record at pid/offset (use_append: pid is the greatest partition
- * id, so MDB_APPEND applies). */
-int store_wrecord_put(struct store *s, MDB_txn *txn, uint64_t pid,
-                      int64_t offset, int64_t ts, const uint8_t msg_id[16],
-                      struct slice txn_id, struct slice payload,
-                      bool use_append, struct err *err);
-int store_wappend_put(struct store *s, MDB_txn *txn, uint64_t pid, int64_t base,
-                      int64_t end, int64_t stamp, struct err *err);
+/* Put a record of partition pid with ts = w->stamp. use_append: pid is the
+ * greatest partition id, so MDB_APPEND applies. */
+int store_wrecord_put(struct store_w *w, uint64_t pid,
+                      const struct store_wrecord *r, bool use_append,
+                      struct err *err);
+/* The append row [base, end] of pid, stamped w->stamp. */
+int store_wappend_put(struct store_w *w, uint64_t pid, int64_t base,
+                      int64_t end, struct err *err);
 /* The dedup key of txn in a queue (schema.h): the txn itself when short,
  * so time-ordered txns (UUIDv7 defaults) insert in order, else a hash. */
 struct store_dedup_key {
@@ -98,16 +114,13 @@ struct store_dedup_key {
 void store_dedup_key(uint64_t queue_id, struct slice txn,
                      struct store_dedup_key *k);
 /* 0 found, ERR_NOT_FOUND, or ERR_IO. */
-int store_wdedup_get(struct store *s, MDB_txn *txn,
-                     const struct store_dedup_key *key,
+int store_wdedup_get(struct store_w *w, struct store_dedup_key *key,
                      struct store_dedup_row *row, struct err *err);
-int store_wdedup_put(struct store *s, MDB_txn *txn,
-                     const struct store_dedup_key *key,
+int store_wdedup_put(struct store_w *w, struct store_dedup_key *key,
                      const struct store_dedup_row *row, int32_t window_seconds,
                      struct err *err);
-/* Delete up to max dedup rows whose expiry is below stamp. */
-int store_wdedup_sweep(struct store *s, MDB_txn *txn, int64_t stamp, int max,
-                       struct err *err);
+/* Delete up to max dedup rows whose expiry is below w->stamp. */
+int store_wdedup_sweep(struct store_w *w, int max, struct err *err);
 
 /* Snapshots: a compact copy of the environment at path; replace the
  * environment with the bytes of such a copy. */

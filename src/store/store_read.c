@@ -4,9 +4,9 @@
  * what a client sees and what the sink sees cannot drift apart.
  *
  * Each call runs in one read transaction under swap_lock (shared) and copies
- * what it returns into the answer's arena before the transaction ends. While
- * an answer is built, its slices hold arena OFFSETS (the arena may move as
- * it grows); fix_slices() turns them into pointers once the arena is final. */
+ * what it returns into the answer's arena before the transaction ends. The
+ * arena may move while it grows, so the build keeps arena OFFSETS beside the
+ * answer (struct build) and turns them into pointers once it is final. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,68 +49,147 @@ static void read_end(struct store *s, MDB_txn *txn)
     pthread_rwlock_unlock(&s->swap_lock);
 }
 
-/* Append bytes to the arena; the returned slice holds the arena offset. */
-static int arena_put(struct buf *a, const void *p, size_t n, struct slice *s,
-                     struct err *err)
+/* An answer under construction: items (records, partitions or queues) of
+ * item_size bytes, each with up to two arena offsets, and per entry the
+ * index of its first item. */
+struct build {
+    struct buf *arena;
+    char *items;
+    size_t item_size;
+    size_t n_items;
+    size_t cap_items;
+    size_t *offs;  /* 2 per item */
+    size_t *first; /* per entry */
+};
+
+static void build_init(struct build *b, struct buf *arena, size_t item_size,
+                       size_t n_entries)
 {
-    s->ptr = (const char *)(uintptr_t)a->len;
-    s->len = n;
+    memset(b, 0, sizeof(*b));
+    b->arena = arena;
+    b->item_size = item_size;
+    b->first = xcalloc(n_entries > 0 ? n_entries : 1, sizeof(*b->first));
+}
+
+static void build_free(struct build *b)
+{
+    free(b->items);
+    free(b->offs);
+    free(b->first);
+}
+
+/* A new zeroed item; its arena offsets are filled by build_bytes(). */
+static void *build_item(struct build *b)
+{
+    void *it;
+
+    if (b->n_items == b->cap_items) {
+        b->cap_items = b->cap_items ? b->cap_items * 2 : 64;
+        b->items = xrealloc(b->items, b->cap_items * b->item_size);
+        b->offs = xrealloc(b->offs, b->cap_items * 2 * sizeof(*b->offs));
+    }
+    it = b->items + b->n_items * b->item_size;
+    memset(it, 0, b->item_size);
+    b->offs[2 * b->n_items] = 0;
+    b->offs[2 * b->n_items + 1] = 0;
+    b->n_items++;
+    return it;
+}
+
+/* Copy bytes into the arena as field k (0 or 1) of the last item. */
+static int build_bytes(struct build *b, int k, const void *p, size_t n,
+                       struct err *err)
+{
+    b->offs[2 * (b->n_items - 1) + (size_t)k] = b->arena->len;
     if (n == 0) {
         return 0;
     }
-    return buf_append(a, p, n, err);
+    return buf_append(b->arena, p, n, err);
 }
 
-static void fix_slice(const struct buf *a, struct slice *s)
+/* Move the items into the arena (8-aligned); returns their address. */
+static char *build_finish(struct build *b, struct err *err)
 {
-    s->ptr = a->data + (uintptr_t)s->ptr;
+    static const uint8_t zeros[8];
+    size_t pad = (8 - b->arena->len % 8) % 8;
+    size_t base;
+
+    if (b->n_items == 0) {
+        return NULL;
+    }
+    if (buf_append(b->arena, zeros, pad, err) != 0) {
+        return NULL;
+    }
+    base = b->arena->len;
+    if (buf_append(b->arena, b->items, b->n_items * b->item_size, err) != 0) {
+        return NULL;
+    }
+    return b->arena->data + base;
 }
 
-/* Find a queue row of tenant/name: 0, ERR_NOT_FOUND or ERR_IO. */
-static int find_queue(struct store *s, MDB_txn *txn, const uint8_t tenant[16],
-                      struct slice name, MDB_val *d, struct err *err)
+static struct slice arena_slice(const struct build *b, size_t i, int k,
+                                size_t len)
 {
-    uint8_t kb[16 + 512];
+    struct slice s = {b->arena->data + b->offs[2 * i + (size_t)k], len};
+
+    return s;
+}
+
+/* The context of one read call. */
+struct rd {
+    struct store *s;
+    MDB_txn *txn;
+    const uint8_t *tenant;
+    struct build b;
+};
+
+/* Find a queue row of the tenant: 0, ERR_NOT_FOUND or ERR_IO. */
+static int find_queue(struct rd *r, struct slice name, MDB_val *d,
+                      struct err *err)
+{
+    uint8_t kb[16 + SCHEMA_NAME_MAX];
     MDB_val k = {16 + name.len, kb};
     int rc;
 
-    if (name.len == 0 || name.len > 495) {
+    if (name.len == 0 || name.len > SCHEMA_NAME_MAX) {
         return ERR_NOT_FOUND;
     }
-    memcpy(kb, tenant, 16);
+    memcpy(kb, r->tenant, 16);
     memcpy(kb + 16, name.ptr, name.len);
-    rc = mdb_get(txn, s->queues, &k, d);
+    rc = mdb_get(r->txn, r->s->queues, &k, d);
     if (rc == MDB_NOTFOUND) {
         return ERR_NOT_FOUND;
     }
     if (rc != 0 || d->mv_size < SCHEMA_QUEUE_FIXED) {
-        return err_set(err, ERR_IO, "get queue: %s",
-                       rc != 0 ? mdb_strerror(rc) : "short row");
+        err_set(err, ERR_IO, "get queue: %s",
+                rc != 0 ? mdb_strerror(rc) : "short row");
+        return ERR_IO;
     }
     return 0;
 }
 
-static int find_part(struct store *s, MDB_txn *txn, uint64_t qid,
-                     struct slice name, struct store_wpart *p, struct err *err)
+static int find_part(struct rd *r, uint64_t qid, struct slice name,
+                     struct store_wpart *p, struct err *err)
 {
-    uint8_t kb[8 + 512];
+    uint8_t kb[8 + SCHEMA_NAME_MAX];
     MDB_val k = {8 + name.len, kb};
     MDB_val d;
     const uint8_t *v;
     int rc;
 
-    if (name.len == 0 || name.len > 503) {
+    if (name.len == 0 || name.len > SCHEMA_NAME_MAX) {
         return ERR_NOT_FOUND;
     }
     be64_put(kb, qid);
     memcpy(kb + 8, name.ptr, name.len);
-    rc = mdb_get(txn, s->partitions, &k, &d);
+    rc = mdb_get(r->txn, r->s->partitions, &k, &d);
     if (rc == MDB_NOTFOUND) {
         return ERR_NOT_FOUND;
     }
     if (rc != 0 || d.mv_size != SCHEMA_PART_VALUE_LEN) {
-        return err_set(err, ERR_IO, "get partition: %s",
-                       rc != 0 ? mdb_strerror(rc) : "bad row size");
+        err_set(err, ERR_IO, "get partition: %s",
+                rc != 0 ? mdb_strerror(rc) : "bad row size");
+        return ERR_IO;
     }
     v = d.mv_data;
     p->queue_id = qid;
@@ -126,83 +205,77 @@ static int find_part(struct store *s, MDB_txn *txn, uint64_t qid,
 /* ---- fetch ---------------------------------------------------------------
  */
 
-struct fetch_build {
-    struct buf *arena;
-    struct store_record *recs; /* all entries' records, slices as offsets */
-    size_t n_recs;
-    size_t cap_recs;
-};
-
-static int add_record(struct fetch_build *b, const MDB_val *k, const MDB_val *d,
-                      struct err *err)
+/* The txn length of a record value, or SIZE_MAX when malformed. */
+static size_t record_txn_len(const MDB_val *d)
 {
     const uint8_t *v = d->mv_data;
-    struct store_record *r;
     size_t tl;
 
-    if (d->mv_size < SCHEMA_RECORD_FIXED ||
-        (tl = (size_t)v[25] << 8 | v[26]) > d->mv_size - SCHEMA_RECORD_FIXED) {
-        return err_set(err, ERR_CORRUPT, "record row of %zu B is malformed",
-                       d->mv_size);
+    if (d->mv_size < SCHEMA_RECORD_FIXED) {
+        return SIZE_MAX;
     }
-    if (b->n_recs == b->cap_recs) {
-        b->cap_recs = b->cap_recs ? b->cap_recs * 2 : 64;
-        b->recs = xrealloc(b->recs, b->cap_recs * sizeof(*b->recs));
-    }
-    r = &b->recs[b->n_recs];
+    tl = (size_t)v[25] << 8 | v[26];
+    return tl > d->mv_size - SCHEMA_RECORD_FIXED ? SIZE_MAX : tl;
+}
+
+static int add_record(struct build *b, const MDB_val *k, const MDB_val *d,
+                      size_t tl, struct err *err)
+{
+    const uint8_t *v = d->mv_data;
+    struct store_record *r = build_item(b);
+
     r->offset = (int64_t)be64_get((const uint8_t *)k->mv_data + 8);
     r->ts = (int64_t)be64_get(v);
     memcpy(r->message_id, v + 8, 16);
-    if (arena_put(b->arena, v + SCHEMA_RECORD_FIXED, tl, &r->txn, err) != 0 ||
-        arena_put(b->arena, v + SCHEMA_RECORD_FIXED + tl,
-                  d->mv_size - SCHEMA_RECORD_FIXED - tl, &r->payload,
-                  err) != 0) {
+    r->txn.len = tl;
+    r->payload.len = d->mv_size - SCHEMA_RECORD_FIXED - tl;
+    if (build_bytes(b, 0, v + SCHEMA_RECORD_FIXED, tl, err) != 0 ||
+        build_bytes(b, 1, v + SCHEMA_RECORD_FIXED + tl, r->payload.len, err) !=
+            0) {
         return err->code;
     }
-    b->n_recs++;
     return 0;
 }
 
-/* Walk records of pid from offset: the first always, then while the running
- * weight stays <= max_bytes, at most STORE_FETCH_MAX_RECORDS. Offsets missing
- * inside the walk (retention racing us) are stepped over silently. */
-static int walk_records(struct store *s, MDB_txn *txn, uint64_t pid,
-                        int64_t offset, uint64_t max_bytes,
-                        struct fetch_build *b, size_t *count, struct err *err)
+/* Walk records of pid from q->offset: the first always, then while the
+ * running weight stays <= max_bytes, at most STORE_FETCH_MAX_RECORDS.
+ * Offsets missing inside the walk (retention racing us) are stepped over
+ * silently. */
+static int walk_records(struct rd *r, uint64_t pid,
+                        const struct store_fetch_req *q, size_t *count,
+                        struct err *err)
 {
     uint8_t kb[16];
     MDB_val k = {16, kb};
     MDB_val d;
     MDB_cursor *c;
     uint64_t weight = 0;
-    int rc = mdb_cursor_open(txn, s->records, &c);
+    int rc = mdb_cursor_open(r->txn, r->s->records, &c);
 
-    *count = 0;
     if (rc != 0) {
         return err_set(err, ERR_IO, "cursor records: %s", mdb_strerror(rc));
     }
     be64_put(kb, pid);
-    be64_put(kb + 8, (uint64_t)offset);
+    be64_put(kb + 8, (uint64_t)q->offset);
     rc = mdb_cursor_get(c, &k, &d, MDB_SET_RANGE);
     while (rc == 0 && *count < STORE_FETCH_MAX_RECORDS) {
+        size_t tl = record_txn_len(&d);
         uint64_t w;
 
         if (k.mv_size != 16 || be64_get(k.mv_data) != pid) {
             break;
         }
-        w = d.mv_size > SCHEMA_RECORD_FIXED ? d.mv_size - SCHEMA_RECORD_FIXED
-                                            : 0;
-        if (d.mv_size >= SCHEMA_RECORD_FIXED) {
-            const uint8_t *v = d.mv_data;
-
-            w -= (size_t)v[25] << 8 | v[26];
+        if (tl == SIZE_MAX) {
+            mdb_cursor_close(c);
+            return err_set(err, ERR_CORRUPT, "record row of %zu B", d.mv_size);
         }
+        w = d.mv_size - SCHEMA_RECORD_FIXED - tl;
         w = w > 1 ? w : 1;
-        if (*count > 0 && weight + w > max_bytes) {
+        if (*count > 0 && weight + w > q->max_bytes) {
             break;
         }
         weight += w;
-        if (add_record(b, &k, &d, err) != 0) {
+        if (add_record(&r->b, &k, &d, tl, err) != 0) {
             mdb_cursor_close(c);
             return err->code;
         }
@@ -216,15 +289,12 @@ static int walk_records(struct store *s, MDB_txn *txn, uint64_t pid,
     return 0;
 }
 
-static int fetch_entry(struct store *s, MDB_txn *txn, const uint8_t tenant[16],
-                       const struct store_fetch_req *r,
-                       struct store_fetch_entry *e, struct fetch_build *b,
-                       struct err *err)
+static int fetch_entry(struct rd *r, const struct store_fetch_req *q,
+                       struct store_fetch_entry *e, struct err *err)
 {
     struct store_wpart p;
     MDB_val qd;
-    size_t first = b->n_recs;
-    int rc = find_queue(s, txn, tenant, r->queue, &qd, err);
+    int rc = find_queue(r, q->queue, &qd, err);
 
     memset(e, 0, sizeof(*e));
     if (rc == ERR_NOT_FOUND) {
@@ -234,9 +304,9 @@ static int fetch_entry(struct store *s, MDB_txn *txn, const uint8_t tenant[16],
     if (rc != 0) {
         return rc;
     }
-    rc = find_part(s, txn, be64_get(qd.mv_data), r->partition, &p, err);
+    rc = find_part(r, be64_get(qd.mv_data), q->partition, &p, err);
     if (rc == ERR_NOT_FOUND) {
-        e->error = r->offset == 0 ? STORE_ENTRY_OK : STORE_OFFSET_OUT_OF_RANGE;
+        e->error = q->offset == 0 ? STORE_ENTRY_OK : STORE_OFFSET_OUT_OF_RANGE;
         return 0;
     }
     if (rc != 0) {
@@ -244,49 +314,34 @@ static int fetch_entry(struct store *s, MDB_txn *txn, const uint8_t tenant[16],
     }
     e->high_watermark = p.last_offset + 1;
     e->log_start = p.log_start;
-    if (r->offset < p.log_start || r->offset > e->high_watermark) {
+    if (q->offset < p.log_start || q->offset > e->high_watermark) {
         e->error = STORE_OFFSET_OUT_OF_RANGE;
         return 0;
     }
-    if (r->offset == e->high_watermark) {
+    if (q->offset == e->high_watermark) {
         return 0;
     }
-    rc = walk_records(s, txn, p.id, r->offset, r->max_bytes, b, &e->n_records,
-                      err);
-    /* Remember where this entry's records start; pointers come at the end. */
-    e->records = (struct store_record *)(uintptr_t)first;
-    return rc;
+    return walk_records(r, p.id, q, &e->n_records, err);
 }
 
-/* Move the record array into the arena and turn offsets into pointers. */
-static int fetch_finish(struct store_fetch_answer *ans, struct fetch_build *b,
+/* Point every entry at its records in the arena. */
+static int fetch_finish(struct store_fetch_answer *ans, struct build *b,
                         struct err *err)
 {
-    size_t pad = (8 - ans->arena.len % 8) % 8;
-    size_t base;
-    static const uint8_t zeros[8];
+    struct store_record *all =
+        (struct store_record *)(void *)build_finish(b, err);
 
-    if (buf_append(&ans->arena, zeros, pad, err) != 0) {
+    if (all == NULL && b->n_items > 0) {
         return err->code;
     }
-    base = ans->arena.len;
-    if (b->n_recs > 0 && buf_append(&ans->arena, b->recs,
-                                    b->n_recs * sizeof(*b->recs), err) != 0) {
-        return err->code;
+    for (size_t i = 0; i < b->n_items; i++) {
+        all[i].txn = arena_slice(b, i, 0, all[i].txn.len);
+        all[i].payload = arena_slice(b, i, 1, all[i].payload.len);
     }
     for (size_t i = 0; i < ans->n_entries; i++) {
         struct store_fetch_entry *e = &ans->entries[i];
-        size_t first = (uintptr_t)e->records;
 
-        e->records =
-            e->n_records == 0
-                ? NULL
-                : (struct store_record *)(void *)(ans->arena.data + base) +
-                      first;
-        for (size_t j = 0; j < e->n_records; j++) {
-            fix_slice(&ans->arena, &e->records[j].txn);
-            fix_slice(&ans->arena, &e->records[j].payload);
-        }
+        e->records = e->n_records == 0 ? NULL : all + b->first[i];
     }
     return 0;
 }
@@ -295,30 +350,28 @@ int store_fetch(struct store *s, const uint8_t tenant[16],
                 const struct store_fetch_req *reqs, size_t n,
                 struct store_fetch_answer *ans, struct err *err)
 {
-    struct fetch_build b = {&ans->arena, NULL, 0, 0};
-    MDB_txn *txn;
+    struct rd r = {s, NULL, tenant, {0}};
     int rc = 0;
 
     memset(ans, 0, sizeof(*ans));
     buf_init(&ans->arena, STORE_ANSWER_MAX);
     ans->entries = xcalloc(n > 0 ? n : 1, sizeof(*ans->entries));
     ans->n_entries = n;
-    if (read_begin(s, &txn, err) != 0) {
+    if (read_begin(s, &r.txn, err) != 0) {
         return err->code;
     }
+    build_init(&r.b, &ans->arena, sizeof(struct store_record), n);
     for (size_t i = 0; i < n && rc == 0; i++) {
-        rc = fetch_entry(s, txn, tenant, &reqs[i], &ans->entries[i], &b, err);
+        r.b.first[i] = r.b.n_items;
+        rc = fetch_entry(&r, &reqs[i], &ans->entries[i], err);
     }
-    read_end(s, txn);
+    read_end(s, r.txn);
     if (rc == 0) {
-        rc = fetch_finish(ans, &b, err);
+        rc = fetch_finish(ans, &r.b, err);
     }
-    free(b.recs);
+    build_free(&r.b);
     if (rc != 0) {
-        for (size_t i = 0; i < n; i++) {
-            ans->entries[i].n_records = 0;
-            ans->entries[i].records = NULL;
-        }
+        memset(ans->entries, 0, n * sizeof(*ans->entries));
     }
     return rc;
 }
@@ -357,100 +410,95 @@ static bool parse_cursor(struct slice c, uint64_t *pid)
     return true;
 }
 
-struct changed_build {
-    struct buf *arena;
-    struct store_partition_info *parts;
-    size_t n_parts;
-    size_t cap_parts;
-};
-
-static int add_part(struct changed_build *b, const struct store_wpart *p,
+static int add_part(struct build *b, const struct store_wpart *p,
                     const MDB_val *name, struct err *err)
 {
-    struct store_partition_info *i;
+    struct store_partition_info *i = build_item(b);
 
-    if (b->n_parts == b->cap_parts) {
-        b->cap_parts = b->cap_parts ? b->cap_parts * 2 : 64;
-        b->parts = xrealloc(b->parts, b->cap_parts * sizeof(*b->parts));
-    }
-    i = &b->parts[b->n_parts];
     i->id = p->id;
     memcpy(i->uuid, p->uuid, 16);
     i->last_offset = p->last_offset;
     i->log_start = p->log_start;
     i->last_write_at = p->last_write_at;
     i->created_at = p->created_at;
-    if (arena_put(b->arena, name->mv_data, name->mv_size, &i->name, err) != 0) {
-        return err->code;
-    }
-    b->n_parts++;
-    return 0;
+    i->name.len = name->mv_size;
+    return build_bytes(b, 0, name->mv_data, name->mv_size, err);
 }
 
-static int changed_walk(struct store *s, MDB_txn *txn, uint64_t qid,
-                        uint64_t after, const struct store_changed_req *r,
-                        struct store_changed_entry *e, struct changed_build *b,
-                        struct err *err)
+/* Consider the partition a parts_by_id row names; 1 when it was added. */
+static int changed_one(struct rd *r, uint64_t qid, const MDB_val *name,
+                       const struct store_changed_req *q, struct err *err)
 {
-    int limit = r->limit <= 0 || r->limit > STORE_CHANGED_LIMIT_MAX
-                    ? STORE_CHANGED_LIMIT_MAX
-                    : r->limit;
+    struct store_wpart p;
+    struct slice n = {name->mv_data, name->mv_size};
+    int rc = find_part(r, qid, n, &p, err);
+
+    if (rc == ERR_NOT_FOUND) {
+        return 0; /* being deleted: skipped */
+    }
+    if (rc != 0) {
+        return -rc;
+    }
+    if (q->since != INT64_MIN && p.last_write_at < q->since) {
+        return 0;
+    }
+    if (add_part(&r->b, &p, name, err) != 0) {
+        return -err->code;
+    }
+    return 1;
+}
+
+static int changed_walk(struct rd *r, uint64_t qid, uint64_t after,
+                        const struct store_changed_req *q,
+                        struct store_changed_entry *e, struct err *err)
+{
+    size_t limit = q->limit <= 0 || q->limit > STORE_CHANGED_LIMIT_MAX
+                       ? STORE_CHANGED_LIMIT_MAX
+                       : (size_t)q->limit;
     uint8_t kb[16];
     MDB_val k = {16, kb};
     MDB_val d;
     MDB_cursor *c;
-    int rc = mdb_cursor_open(txn, s->parts_by_id, &c);
+    int rc;
 
+    if (after == UINT64_MAX) {
+        return 0;
+    }
+    rc = mdb_cursor_open(r->txn, r->s->parts_by_id, &c);
     if (rc != 0) {
         return err_set(err, ERR_IO, "cursor parts_by_id: %s", mdb_strerror(rc));
-    }
-    if (after == UINT64_MAX) {
-        mdb_cursor_close(c);
-        return 0;
     }
     be64_put(kb, qid);
     be64_put(kb + 8, after + 1);
     rc = mdb_cursor_get(c, &k, &d, MDB_SET_RANGE);
-    while (rc == 0 && (int)e->n_partitions < limit) {
-        struct store_wpart p;
-        struct slice name = {d.mv_data, d.mv_size};
+    while (rc == 0 && e->n_partitions < limit && k.mv_size == 16 &&
+           be64_get(k.mv_data) == qid) {
+        int added = changed_one(r, qid, &d, q, err);
 
-        if (k.mv_size != 16 || be64_get(k.mv_data) != qid) {
-            break;
+        if (added < 0) {
+            mdb_cursor_close(c);
+            return -added;
         }
-        rc = find_part(s, txn, qid, name, &p, err);
-        if (rc == ERR_NOT_FOUND) {
-            rc = 0; /* being deleted: skipped */
-        } else if (rc != 0) {
-            break;
-        } else if (r->since == INT64_MIN || p.last_write_at >= r->since) {
-            if ((rc = add_part(b, &p, &d, err)) != 0) {
-                break;
-            }
+        if (added == 1) {
             e->n_partitions++;
-            e->next_pid = p.id;
+            e->next_pid = be64_get((const uint8_t *)k.mv_data + 8);
         }
         rc = mdb_cursor_get(c, &k, &d, MDB_NEXT);
     }
     mdb_cursor_close(c);
     if (rc != 0 && rc != MDB_NOTFOUND) {
-        return err->code != 0 ? err->code
-                              : err_set(err, ERR_IO, "walk partitions: %s",
-                                        mdb_strerror(rc));
+        return err_set(err, ERR_IO, "walk partitions: %s", mdb_strerror(rc));
     }
-    e->has_next = (int)e->n_partitions >= limit;
+    e->has_next = e->n_partitions >= limit;
     return 0;
 }
 
-static int changed_entry(struct store *s, MDB_txn *txn,
-                         const uint8_t tenant[16],
-                         const struct store_changed_req *r,
-                         struct store_changed_entry *e, struct changed_build *b,
-                         struct err *err)
+static int changed_entry(struct rd *r, const struct store_changed_req *q,
+                         struct store_changed_entry *e, struct err *err)
 {
     MDB_val qd;
     uint64_t after;
-    int rc = find_queue(s, txn, tenant, r->queue, &qd, err);
+    int rc = find_queue(r, q->queue, &qd, err);
 
     memset(e, 0, sizeof(*e));
     if (rc == ERR_NOT_FOUND) {
@@ -460,21 +508,25 @@ static int changed_entry(struct store *s, MDB_txn *txn,
     if (rc != 0) {
         return rc;
     }
-    if (!parse_cursor(r->after, &after)) {
+    if (!parse_cursor(q->after, &after)) {
         e->error = STORE_BAD_CURSOR;
         return 0;
     }
-    e->partitions = (struct store_partition_info *)(uintptr_t)b->n_parts;
-    return changed_walk(s, txn, be64_get(qd.mv_data), after, r, e, b, err);
+    return changed_walk(r, be64_get(qd.mv_data), after, q, e, err);
 }
 
 static int meta_i64(struct store *s, MDB_txn *txn, const char *name,
                     int64_t *out)
 {
-    MDB_val k = {strlen(name), (void *)(uintptr_t)name};
+    char kb[32];
+    size_t n = strlen(name);
+    MDB_val k = {n, kb};
     MDB_val d;
-    int rc = mdb_get(txn, s->meta, &k, &d);
+    int rc;
 
+    ASSERT(n < sizeof(kb));
+    memcpy(kb, name, n + 1);
+    rc = mdb_get(txn, s->meta, &k, &d);
     *out = 0;
     if (rc == 0 && d.mv_size == 8) {
         *out = (int64_t)be64_get(d.mv_data);
@@ -482,35 +534,22 @@ static int meta_i64(struct store *s, MDB_txn *txn, const char *name,
     return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
-static int changed_finish(struct store_changed_answer *ans,
-                          struct changed_build *b, struct err *err)
+static int changed_finish(struct store_changed_answer *ans, struct build *b,
+                          struct err *err)
 {
-    size_t pad = (8 - ans->arena.len % 8) % 8;
-    size_t base;
-    static const uint8_t zeros[8];
+    struct store_partition_info *all =
+        (struct store_partition_info *)(void *)build_finish(b, err);
 
-    if (buf_append(&ans->arena, zeros, pad, err) != 0) {
+    if (all == NULL && b->n_items > 0) {
         return err->code;
     }
-    base = ans->arena.len;
-    if (b->n_parts > 0 &&
-        buf_append(&ans->arena, b->parts, b->n_parts * sizeof(*b->parts),
-                   err) != 0) {
-        return err->code;
+    for (size_t i = 0; i < b->n_items; i++) {
+        all[i].name = arena_slice(b, i, 0, all[i].name.len);
     }
     for (size_t i = 0; i < ans->n_entries; i++) {
         struct store_changed_entry *e = &ans->entries[i];
-        size_t first = (uintptr_t)e->partitions;
 
-        e->partitions =
-            e->n_partitions == 0
-                ? NULL
-                : (struct store_partition_info *)(void *)(ans->arena.data +
-                                                          base) +
-                      first;
-        for (size_t j = 0; j < e->n_partitions; j++) {
-            fix_slice(&ans->arena, &e->partitions[j].name);
-        }
+        e->partitions = e->n_partitions == 0 ? NULL : all + b->first[i];
     }
     return 0;
 }
@@ -519,34 +558,32 @@ int store_changed(struct store *s, const uint8_t tenant[16],
                   const struct store_changed_req *reqs, size_t n,
                   struct store_changed_answer *ans, struct err *err)
 {
-    struct changed_build b = {&ans->arena, NULL, 0, 0};
-    MDB_txn *txn;
+    struct rd r = {s, NULL, tenant, {0}};
     int rc;
 
     memset(ans, 0, sizeof(*ans));
     buf_init(&ans->arena, STORE_ANSWER_MAX);
     ans->entries = xcalloc(n > 0 ? n : 1, sizeof(*ans->entries));
     ans->n_entries = n;
-    if (read_begin(s, &txn, err) != 0) {
+    if (read_begin(s, &r.txn, err) != 0) {
         return err->code;
     }
-    rc = meta_i64(s, txn, "safe_time", &ans->safe_time);
+    build_init(&r.b, &ans->arena, sizeof(struct store_partition_info), n);
+    rc = meta_i64(s, r.txn, "safe_time", &ans->safe_time);
     if (rc != 0) {
         rc = err_set(err, ERR_IO, "get safe_time: %s", mdb_strerror(rc));
     }
     for (size_t i = 0; i < n && rc == 0; i++) {
-        rc = changed_entry(s, txn, tenant, &reqs[i], &ans->entries[i], &b, err);
+        r.b.first[i] = r.b.n_items;
+        rc = changed_entry(&r, &reqs[i], &ans->entries[i], err);
     }
-    read_end(s, txn);
+    read_end(s, r.txn);
     if (rc == 0) {
-        rc = changed_finish(ans, &b, err);
+        rc = changed_finish(ans, &r.b, err);
     }
-    free(b.parts);
+    build_free(&r.b);
     if (rc != 0) {
-        for (size_t i = 0; i < n; i++) {
-            ans->entries[i].n_partitions = 0;
-            ans->entries[i].partitions = NULL;
-        }
+        memset(ans->entries, 0, n * sizeof(*ans->entries));
     }
     return rc;
 }
@@ -579,34 +616,29 @@ static int queue_info(const MDB_val *d, struct store_queue_info *q,
     return 0;
 }
 
-static int list_walk(struct store *s, MDB_txn *txn, const uint8_t tenant[16],
-                     struct store_queue_list *out, size_t *cap, struct err *err)
+static int list_walk(struct rd *r, struct err *err)
 {
-    MDB_val k = {16, (void *)(uintptr_t)tenant};
+    uint8_t kb[16];
+    MDB_val k = {16, kb};
     MDB_val d;
     MDB_cursor *c;
-    int rc = mdb_cursor_open(txn, s->queues, &c);
+    int rc = mdb_cursor_open(r->txn, r->s->queues, &c);
 
     if (rc != 0) {
         return err_set(err, ERR_IO, "cursor queues: %s", mdb_strerror(rc));
     }
+    memcpy(kb, r->tenant, 16);
     rc = mdb_cursor_get(c, &k, &d, MDB_SET_RANGE);
-    while (rc == 0 && k.mv_size > 16 && memcmp(k.mv_data, tenant, 16) == 0) {
-        struct store_queue_info *q;
+    while (rc == 0 && k.mv_size > 16 && memcmp(k.mv_data, r->tenant, 16) == 0) {
+        struct store_queue_info *q = build_item(&r->b);
 
-        if (out->n == *cap) {
-            *cap = *cap ? *cap * 2 : 16;
-            out->queues = xrealloc(out->queues, *cap * sizeof(*out->queues));
-        }
-        q = &out->queues[out->n];
-        memset(q, 0, sizeof(*q));
+        q->name.len = k.mv_size - 16;
         if (queue_info(&d, q, err) != 0 ||
-            arena_put(&out->arena, (const uint8_t *)k.mv_data + 16,
-                      k.mv_size - 16, &q->name, err) != 0) {
+            build_bytes(&r->b, 0, (const uint8_t *)k.mv_data + 16, q->name.len,
+                        err) != 0) {
             mdb_cursor_close(c);
             return err->code;
         }
-        out->n++;
         rc = mdb_cursor_get(c, &k, &d, MDB_NEXT);
     }
     mdb_cursor_close(c);
@@ -619,20 +651,25 @@ static int list_walk(struct store *s, MDB_txn *txn, const uint8_t tenant[16],
 int store_list_queues(struct store *s, const uint8_t tenant[16],
                       struct store_queue_list *out, struct err *err)
 {
-    MDB_txn *txn;
-    size_t cap = 0;
+    struct rd r = {s, NULL, tenant, {0}};
     int rc;
 
     memset(out, 0, sizeof(*out));
     buf_init(&out->arena, STORE_ANSWER_MAX);
-    if (read_begin(s, &txn, err) != 0) {
+    if (read_begin(s, &r.txn, err) != 0) {
         return err->code;
     }
-    rc = list_walk(s, txn, tenant, out, &cap, err);
-    read_end(s, txn);
+    build_init(&r.b, &out->arena, sizeof(struct store_queue_info), 1);
+    rc = list_walk(&r, err);
+    read_end(s, r.txn);
+    /* The items array becomes the answer's (freed with it). */
+    out->queues = (struct store_queue_info *)(void *)r.b.items;
+    out->n = rc == 0 ? r.b.n_items : 0;
     for (size_t i = 0; i < out->n; i++) {
-        fix_slice(&out->arena, &out->queues[i].name);
+        out->queues[i].name = arena_slice(&r.b, i, 0, out->queues[i].name.len);
     }
+    r.b.items = NULL;
+    build_free(&r.b);
     return rc;
 }
 
@@ -647,22 +684,22 @@ int store_get_queue(struct store *s, const uint8_t tenant[16],
                     struct slice name, struct store_queue_info *info,
                     struct err *err)
 {
-    MDB_txn *txn;
+    struct rd r = {s, NULL, tenant, {0}};
     MDB_val d;
     int rc;
 
     memset(info, 0, sizeof(*info));
-    if (read_begin(s, &txn, err) != 0) {
+    if (read_begin(s, &r.txn, err) != 0) {
         return err->code;
     }
-    rc = find_queue(s, txn, tenant, name, &d, err);
+    rc = find_queue(&r, name, &d, err);
     if (rc == ERR_NOT_FOUND) {
         rc = err_set(err, ERR_NOT_FOUND, "queue %.*s not found",
                      (int)(name.len > 100 ? 100 : name.len), name.ptr);
     } else if (rc == 0) {
         rc = queue_info(&d, info, err);
     }
-    read_end(s, txn);
+    read_end(s, r.txn);
     return rc;
 }
 

@@ -107,6 +107,7 @@ TEST(fetch_below_log_start_is_out_of_range)
     struct store_fetch_answer a;
     struct store_fetch_req r = req("q", "p", 1, 100);
     struct store_wpart p;
+    struct store_w w;
     struct err err = {0};
     MDB_txn *txn;
 
@@ -114,10 +115,10 @@ TEST(fetch_below_log_start_is_out_of_range)
     fill(&e, "q", "p", 4);
     /* Move logStart to 2 the way retention will: rewrite the row. */
     store_wbegin(e.store, &txn, &err);
-    store_wpart_get(e.store, txn, STORE_DEFAULT_TENANT, SLICE_LIT("q"), 1,
-                    SLICE_LIT("p"), T0, &p, &err);
+    w = (struct store_w){e.store, txn, STORE_DEFAULT_TENANT, T0};
+    store_wpart_get(&w, SLICE_LIT("q"), 1, SLICE_LIT("p"), &p, &err);
     p.log_start = 2;
-    store_wpart_put(e.store, txn, SLICE_LIT("p"), &p, &err);
+    store_wpart_put(&w, SLICE_LIT("p"), &p, &err);
     EXPECT_EQ_I64(store_wcommit(e.store, txn, 100, 0, &err), 0);
     EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
                   0);
