@@ -472,6 +472,11 @@ out_free:
     return rc;
 }
 
+bool docs_checkpoint_due(int64_t k, int64_t every)
+{
+    return every > 0 && k > 0 && k % every == 0;
+}
+
 /* Decompress one zstd frame into js (capped). */
 static int docs_unzstd(const void *p, size_t n, struct buf *js, struct err *err)
 {

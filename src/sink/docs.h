@@ -94,6 +94,10 @@ struct docs_checkpoint {
  * so the bytes are a function of the set of positions only. */
 int docs_checkpoint_encode(struct buf *out, const struct docs_checkpoint *cp,
                            struct err *err);
+/* Whether window k writes a checkpoint: every != 0 and k % every == 0
+ * (reference 3.8.4; every 20 over k = 1..41 gives 20 and 40; 0 disables). */
+bool docs_checkpoint_due(int64_t k, int64_t every);
+
 /* Positions come back sorted as stored. Errors are ERR_CORRUPT with the
  * reference's texts: "checkpoint: not a zstd frame: ...", "checkpoint: zstd
  * decode: ...", "checkpoint: decodes to more than 536870912 bytes;

@@ -567,3 +567,21 @@ TEST(a_million_positions_fit_in_39_mib)
     free(v);
     free(text);
 }
+
+TEST(checkpoint_cadence_every_20_over_41_windows)
+{
+    int64_t due[4];
+    size_t n = 0;
+
+    for (int64_t k = 1; k <= 41; k++) {
+        if (docs_checkpoint_due(k, 20)) {
+            due[n < 4 ? n : 3] = k;
+            n++;
+        }
+        EXPECT(!docs_checkpoint_due(k, 0));
+    }
+    EXPECT_EQ_U64(n, 2);
+    EXPECT_EQ_I64(due[0], 20);
+    EXPECT_EQ_I64(due[1], 40);
+    EXPECT(docs_checkpoint_due(5, 1));
+}
