@@ -408,14 +408,15 @@ class Request:
         rest = self.raw_path[1:]
         bucket, sep, key = rest.partition("/")
         self.bucket = urllib.parse.unquote(bucket)
+        # "/bucket/" is the bucket itself, as on AWS
         self.key = urllib.parse.unquote(key, errors="surrogateescape") \
-            if sep else None
+            if key else None
         self.query = {}
         for item in self.raw_query.split("&") if self.raw_query else []:
             name, _, value = item.partition("=")
             self.query[urllib.parse.unquote(name)] = \
                 urllib.parse.unquote(value)
-        self.resource = "/" + self.bucket + ("/" + self.key if sep else "")
+        self.resource = "/" + self.bucket + ("/" + self.key if key else "")
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
