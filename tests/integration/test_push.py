@@ -1,5 +1,6 @@
 """POST /api/v1/push (reference 1.2): the 201 array and its key order, ids,
 defaults, dedup, byte-exact payloads, refusals that store nothing, stamps."""
+import http.client
 import json
 import re
 
@@ -251,3 +252,27 @@ def test_stamps_are_shared_within_a_push_and_grow_across_pushes(broker):
         stamps.append([r["ts"] for r in recs])
     assert stamps[0] == stamps[1]  # same push, same stamp, both partitions
     assert all(x < y for x, y in zip(stamps[0], stamps[0][1:])), stamps[0]
+
+
+def test_unknown_fields_and_trace_id_are_ignored(broker):
+    r = broker.post("/api/v1/push", {
+        "items": [{"queue": "unk", "traceId": "t-1", "extra": [1, {"a": 2}],
+                   "payload": {"v": 1}}],
+        "bufferMs": 10})
+    assert r.status == 201, r
+    assert r.json()[0]["status"] == "queued"
+    assert broker.fetch_one("unk")["records"][0]["payload"] == {"v": 1}
+
+
+def test_keep_alive_connection_serves_many_pushes_in_order(broker):
+    conn = http.client.HTTPConnection("127.0.0.1", broker.port, timeout=10)
+    try:
+        for i in range(20):
+            conn.request("POST", "/api/v1/push", body=(
+                '{"items":[{"queue":"ka","payload":%d}]}' % i).encode(),
+                headers={"content-type": "application/json"})
+            r = conn.getresponse()
+            assert r.status == 201
+            assert json.loads(r.read())[0]["offset"] == i
+    finally:
+        conn.close()
