@@ -52,6 +52,7 @@ import os
 import re
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -93,7 +94,11 @@ class S3rverDirReader:
     """The files of one bucket in s3rver's directory (TestBucket.data_dir)."""
 
     def __init__(self, data_dir, bucket):
-        import s3proxy  # tests/bucket, on sys.path through conftest.py
+        here = os.path.join(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__))), "bucket")
+        if here not in sys.path:
+            sys.path.insert(0, here)
+        import s3proxy  # tests/bucket: the layout of s3rver's files
         self._s3proxy = s3proxy
         self.data_dir = data_dir
         self.bucket = bucket
