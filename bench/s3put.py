@@ -3,7 +3,8 @@
 
 Same run, same server (s3rver behind the SigV4-verifying test bucket proxy),
 same files: 256 objects of 1 MiB (single PUT) and 8 objects of 64 MiB
-(multipart, 16 MiB parts), uploaded one after another.
+(multipart, 16 MiB parts), uploaded one object after another (our client
+keeps 2 parts of one upload in flight, its default part_concurrency).
 
   ours: build/tools/s3tool put-many (one process, our SigV4, libcurl as a
         transport, SHA-256 + MD5 per object, kept-alive connections).

@@ -16,12 +16,14 @@
  *        +-> fail            +------ failure ------+--> ABORT -> fail
  *
  *   CREATE -> PARTS      multipart_put() after create_upload()
- *   PARTS -> COMPLETE    after upload_part() of the last slice
+ *   PARTS -> COMPLETE    upload_parts(): part_concurrency workers take part
+ *                        numbers in order until all are in or one failed
  *   any -> ABORT         abort_upload(): one DELETE ?uploadId=, best effort
  */
 #include "s3/client.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +99,7 @@ void s3_config_defaults(struct s3_config *cfg)
     memset(cfg, 0, sizeof(*cfg));
     cfg->multipart_threshold = S3_MULTIPART_THRESHOLD;
     cfg->part_size = S3_PART_SIZE;
+    cfg->part_concurrency = S3_PART_CONCURRENCY;
     cfg->max_attempts = S3_RETRY_ATTEMPTS;
     cfg->connect_timeout_ms = S3_CONNECT_TIMEOUT_MS;
     cfg->request_timeout_ms = S3_REQUEST_TIMEOUT_MS;
@@ -114,6 +117,12 @@ struct s3_client *s3_client_new(const struct s3_config *cfg,
     }
     if (c->cfg.part_size == 0) {
         c->cfg.part_size = S3_PART_SIZE;
+    }
+    if (c->cfg.part_concurrency < 1) {
+        c->cfg.part_concurrency = 1;
+    }
+    if (c->cfg.part_concurrency > S3_MAX_PART_CONCURRENCY) {
+        c->cfg.part_concurrency = S3_MAX_PART_CONCURRENCY;
     }
     c->t = *t;
     c->clock = clock != NULL ? *clock : real_clock;
@@ -525,6 +534,8 @@ static int upload_part(struct s3_client *c, struct upload *u, int i,
     uint64_t n =
         u->p->len - off < c->cfg.part_size ? u->p->len - off : c->cfg.part_size;
     struct part_check pc = {i + 1, u->p->key};
+    struct buf answer;
+    int rc;
 
     snprintf(num, sizeof(num), "%d", i + 1);
     struct sigv4_kv q[] = {{"partNumber", num}, {"uploadId", u->upload_id}};
@@ -537,13 +548,88 @@ static int upload_part(struct s3_client *c, struct upload *u, int i,
     hex_lower(d, 32, k.body_sha256);
     k.check = check_part;
     k.check_arg = &pc;
-    k.answer = &u->answer;
-    if (run(c, &k, st, err) != 0) {
+    buf_init(&answer, S3_MAX_ANSWER);
+    k.answer = &answer;
+    rc = run(c, &k, st, err);
+    buf_free(&answer);
+    if (rc != 0) {
         return err_wrap(err, "part %d", i + 1);
     }
-    u->etags[i] = xmalloc(256);
+    u->etags[i] = xmalloc(256); /* each part owns its slot: no lock */
     strip_quotes(k.ans.etag, u->etags[i], 256);
     return 0;
+}
+
+/* Parts in flight at once: workers take the next part number under the
+ * lock; the first failure stops new parts from starting and is the error
+ * returned (invariant (3)). */
+struct part_pool {
+    struct s3_client *c;
+    struct upload *u;
+    pthread_mutex_t mu;
+    int next;
+    int rc;
+    struct err err;
+    struct s3_status st;
+};
+
+static void *part_worker(void *arg)
+{
+    struct part_pool *pp = arg;
+    const struct s3_put *p = pp->u->p;
+
+    for (;;) {
+        struct s3_status st;
+        struct err err = {0};
+        int i;
+        int rc;
+
+        pthread_mutex_lock(&pp->mu);
+        i = pp->rc == 0 && pp->next < pp->u->n_parts ? pp->next++ : -1;
+        pthread_mutex_unlock(&pp->mu);
+        if (i < 0) {
+            return NULL;
+        }
+        if (i > 0 && p->between_parts != NULL) {
+            p->between_parts(p->hook_arg, i);
+        }
+        rc = upload_part(pp->c, pp->u, i, &st, &err);
+        pthread_mutex_lock(&pp->mu);
+        if (rc != 0 && pp->rc == 0) {
+            pp->rc = rc;
+            pp->err = err;
+        }
+        if (rc != 0 || pp->rc == 0) {
+            pp->st = st;
+        }
+        pthread_mutex_unlock(&pp->mu);
+    }
+}
+
+static int upload_parts(struct s3_client *c, struct upload *u,
+                        struct s3_status *st, struct err *err)
+{
+    struct part_pool pp = {c, u, PTHREAD_MUTEX_INITIALIZER, 0, 0, {0}, {0}};
+    pthread_t th[S3_MAX_PART_CONCURRENCY];
+    int n = c->cfg.part_concurrency < u->n_parts ? c->cfg.part_concurrency
+                                                 : u->n_parts;
+    int started = 0;
+
+    for (int i = 1; i < n; i++) { /* this thread is worker 0 */
+        if (pthread_create(&th[started], NULL, part_worker, &pp) == 0) {
+            started++;
+        }
+    }
+    part_worker(&pp);
+    for (int i = 0; i < started; i++) {
+        pthread_join(th[i], NULL);
+    }
+    pthread_mutex_destroy(&pp.mu);
+    *st = pp.st;
+    if (pp.rc != 0) {
+        *err = pp.err;
+    }
+    return pp.rc;
 }
 
 static int append_xml_text(struct buf *b, const char *s, struct err *err)
@@ -690,11 +776,8 @@ static int multipart_put(struct s3_client *c, const struct s3_put *p,
     r->is_multipart = true;
     r->parts = u.n_parts;
     rc = create_upload(c, &u, &r->st, err);
-    for (int i = 0; i < u.n_parts && rc == 0; i++) {
-        if (i > 0 && p->between_parts != NULL) {
-            p->between_parts(p->hook_arg, i);
-        }
-        rc = upload_part(c, &u, i, &r->st, err);
+    if (rc == 0) {
+        rc = upload_parts(c, &u, &r->st, err);
     }
     if (rc == 0) {
         rc = complete_upload(c, &u, r, err);

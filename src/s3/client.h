@@ -6,8 +6,9 @@
  *   (2) Retriable outcomes (retry.h) are tried up to max_attempts times,
  *       waiting s3_retry_wait_ms between; other outcomes return at once.
  *   (3) A body above multipart_threshold goes up as a multipart upload of
- *       part_size slices; any failure after CreateMultipartUpload aborts the
- *       upload (one DELETE, best effort) and returns the first error.
+ *       part_size slices, part_concurrency of them in flight; any failure
+ *       after CreateMultipartUpload aborts the upload (one DELETE, best
+ *       effort) and returns the first error.
  *   (4) A body is hashed once per request (SHA-256, and MD5 for a single
  *       PUT) and is never copied: the transport sends the caller's bytes.
  * Thread-safe: one client may serve many threads at once (the transport
@@ -26,12 +27,14 @@
 #include "s3/retry.h"
 #include "s3/xml.h"
 
-#define S3_MULTIPART_THRESHOLD (64ull << 20)
-#define S3_PART_SIZE           (16ull << 20)
-#define S3_CONNECT_TIMEOUT_MS  5000L
-#define S3_REQUEST_TIMEOUT_MS  120000L
-#define S3_MAX_ANSWER          (1u << 20) /* non-GET answer bodies */
-#define S3_MAX_HEADERS         16
+#define S3_MULTIPART_THRESHOLD  (64ull << 20)
+#define S3_PART_SIZE            (16ull << 20)
+#define S3_PART_CONCURRENCY     2 /* parts of one upload in flight */
+#define S3_MAX_PART_CONCURRENCY 16
+#define S3_CONNECT_TIMEOUT_MS   5000L
+#define S3_REQUEST_TIMEOUT_MS   120000L
+#define S3_MAX_ANSWER           (1u << 20) /* non-GET answer bodies */
+#define S3_MAX_HEADERS          16
 
 /* One HTTP exchange as the transport sees it. */
 struct s3_http_request {
@@ -85,6 +88,7 @@ struct s3_config {
     char kms_key_id[256]; /* only with S3_SSE_KMS; may be empty */
     uint64_t multipart_threshold;
     uint64_t part_size;
+    int part_concurrency; /* 1..S3_MAX_PART_CONCURRENCY */
     int max_attempts;
     long connect_timeout_ms;
     long request_timeout_ms;
@@ -116,7 +120,9 @@ void s3_client_free(struct s3_client *c);
 struct s3_metrics *s3_client_metrics(struct s3_client *c);
 
 /* A PutObject. between_parts (optional) is called before every part after
- * the first with the number of parts done: a crash test stops there. */
+ * the first with that part's index (the number of parts before it): a crash
+ * test stops there. With part_concurrency > 1 it may be called from several
+ * threads at once. */
 struct s3_put {
     const char *key;
     const void *body; /* borrowed; never copied */

@@ -161,7 +161,8 @@ def test_a_failing_multipart_upload_is_aborted(bucket, tmp_path):
     src = write(tmp_path, "big", os.urandom(17 * MIB))
     bucket.fault("500", count=-1, method="PUT", prefix="doomed")
     out = s3tool(bucket, "multipart-put", "doomed.bin", src,
-                 S3TOOL_MAX_ATTEMPTS=2, S3TOOL_RANDOM=0)
+                 S3TOOL_MAX_ATTEMPTS=2, S3TOOL_RANDOM=0,
+                 S3TOOL_PART_CONCURRENCY=1)
     assert not out["ok"]
     assert out["status"] == 500 and out["s3_code"] == "InternalError"
     c = counters(out)

@@ -2,8 +2,9 @@
  * benchmark. Settings come from the environment (QUEEN_S3_ENDPOINT,
  * QUEEN_S3_REGION, QUEEN_S3_BUCKET, QUEEN_S3_ACCESS_KEY, QUEEN_S3_SECRET_KEY,
  * QUEEN_S3_PATH_STYLE, QUEEN_S3_SSE, QUEEN_S3_SSE_KMS_KEY_ID,
- * QUEEN_S3_MULTIPART_THRESHOLD_MB) plus two test knobs: S3TOOL_MAX_ATTEMPTS
- * and S3TOOL_RANDOM (a fixed jitter draw in [0, 1)). Every command prints
+ * QUEEN_S3_MULTIPART_THRESHOLD_MB) plus test knobs: S3TOOL_MAX_ATTEMPTS,
+ * S3TOOL_PART_CONCURRENCY and S3TOOL_RANDOM (a fixed jitter draw in
+ * [0, 1)). Every command prints
  * one JSON line with the outcome, the waits between attempts and the
  * request counters, and exits 0 on success, 1 on failure, 2 on bad usage.
  *
@@ -109,6 +110,7 @@ static int read_settings(struct tool *t, struct err *err)
         strtoull(env_or("QUEEN_S3_MULTIPART_THRESHOLD_MB", "64"), NULL, 10)
         << 20;
     t->cfg.max_attempts = atoi(env_or("S3TOOL_MAX_ATTEMPTS", "6"));
+    t->cfg.part_concurrency = atoi(env_or("S3TOOL_PART_CONCURRENCY", "2"));
     t->fixed_random = atof(env_or("S3TOOL_RANDOM", "-1"));
     return 0;
 }

@@ -225,6 +225,7 @@ static void sse_kms(struct s3_config *cfg)
     strcpy(cfg->kms_key_id, "key-7");
     cfg->multipart_threshold = 8;
     cfg->part_size = 4;
+    cfg->part_concurrency = 1;
 }
 
 static void sse_aes(struct s3_config *cfg)
@@ -294,6 +295,7 @@ static void small_parts(struct s3_config *cfg)
 {
     cfg->multipart_threshold = 8;
     cfg->part_size = 4;
+    cfg->part_concurrency = 1; /* the scripted fake answers in order */
 }
 
 #define CREATE_OK(id)                                                          \
@@ -957,5 +959,107 @@ TEST(one_client_serves_several_threads_and_counts_every_request)
     }
     EXPECT_EQ_I64(__atomic_load_n(&calls, __ATOMIC_RELAXED), 200);
     EXPECT_EQ_U64(s3_metrics_get(s3_client_metrics(c), S3_OP_PUT, 200), 200);
+    s3_client_free(c);
+}
+
+/* A thread-safe fake for concurrent parts: every part answers the ETag
+ * "e<partNumber>", part 5 fails with 403 when told to. */
+struct mp_fake {
+    pthread_mutex_t mu;
+    int parts_seen;
+    int aborts;
+    bool fail_part_5;
+    char complete_body[2048];
+};
+
+static int mp_perform(void *arg, const struct s3_http_request *req,
+                      struct s3_http_answer *ans, struct err *err)
+{
+    struct mp_fake *f = arg;
+    const char *pn = strstr(req->url, "partNumber=");
+
+    buf_reset(ans->body);
+    ans->status = 200;
+    ans->etag[0] = '\0';
+    pthread_mutex_lock(&f->mu);
+    if (strstr(req->url, "?uploads=") != NULL) {
+        buf_append_str(ans->body, "<UploadId>up-7</UploadId>", err);
+    } else if (pn != NULL) {
+        int n = atoi(pn + 11);
+        f->parts_seen++;
+        snprintf(ans->etag, sizeof(ans->etag), "\"e%d\"", n);
+        if (n == 5 && f->fail_part_5) {
+            ans->status = 403;
+        }
+    } else if (strcmp(req->method, "DELETE") == 0) {
+        f->aborts++;
+        ans->status = 204;
+    } else {
+        snprintf(f->complete_body, sizeof(f->complete_body), "%.*s",
+                 (int)req->body_len, (const char *)req->body);
+        buf_append_str(ans->body, "<ETag>\"x-10\"</ETag>", err);
+    }
+    pthread_mutex_unlock(&f->mu);
+    return 0;
+}
+
+static struct s3_client *mp_client(struct mp_fake *f, struct s3_transport *t)
+{
+    struct s3_config cfg;
+    struct err err = {0};
+
+    *t = (struct s3_transport){mp_perform, f};
+    s3_config_defaults(&cfg);
+    s3_endpoint_parse(&cfg.ep, "e", "http://127.0.0.1:9", "p", &err);
+    s3_endpoint_set_bucket(&cfg.ep, "b", "lake", "p", &err);
+    cfg.ep.path_style = true;
+    strcpy(cfg.region, "us-east-1");
+    cfg.multipart_threshold = 8;
+    cfg.part_size = 4;
+    cfg.part_concurrency = 3;
+    return s3_client_new(&cfg, t, NULL);
+}
+
+TEST(concurrent_parts_complete_in_part_order)
+{
+    struct mp_fake f = {PTHREAD_MUTEX_INITIALIZER, 0, 0, false, ""};
+    struct s3_transport t;
+    struct s3_client *c = mp_client(&f, &t);
+    char body[40];
+    struct s3_put p = {"k", body, sizeof(body), "text/plain", NULL, NULL};
+    struct s3_put_result r;
+    struct err err = {0};
+
+    memset(body, 'x', sizeof(body));
+    EXPECT_EQ_I64(s3_client_put(c, &p, &r, &err), 0);
+    EXPECT_EQ_I64(f.parts_seen, 10);
+    EXPECT_STR_EQ(r.etag, "x-10");
+    EXPECT(strstr(f.complete_body, "<Part><PartNumber>1</PartNumber><ETag>"
+                                   "\"e1\"</ETag></Part><Part><PartNumber>2"
+                                   "</PartNumber><ETag>\"e2\"</ETag>") != NULL);
+    EXPECT(strstr(f.complete_body, "<PartNumber>10</PartNumber><ETag>\"e10"
+                                   "\"</ETag></Part></CompleteMultipartUpload"
+                                   ">") != NULL);
+    EXPECT_EQ_U64(
+        s3_metrics_get(s3_client_metrics(c), S3_OP_MULTIPART_PART, 200), 10);
+    s3_client_free(c);
+}
+
+TEST(a_failed_concurrent_part_stops_the_rest_and_aborts)
+{
+    struct mp_fake f = {PTHREAD_MUTEX_INITIALIZER, 0, 0, true, ""};
+    struct s3_transport t;
+    struct s3_client *c = mp_client(&f, &t);
+    char body[40];
+    struct s3_put p = {"k", body, sizeof(body), "text/plain", NULL, NULL};
+    struct s3_put_result r;
+    struct err err = {0};
+
+    memset(body, 'x', sizeof(body));
+    EXPECT_EQ_I64(s3_client_put(c, &p, &r, &err), ERR_REMOTE);
+    EXPECT_EQ_I64(r.st.status, 403);
+    EXPECT(strstr(err.msg, "part 5: status 403") != NULL);
+    EXPECT_EQ_I64(f.aborts, 1);
+    EXPECT_STR_EQ(f.complete_body, "");
     s3_client_free(c);
 }
