@@ -112,36 +112,26 @@ struct engine {
     char *layout;
     char *writer;
 
-    enum engine_state state;
     char failure[256];
-    bool has_started; /* restore is refused after this */
     int64_t committed_k;
     int64_t last_checkpoint_k;
-    bool is_t_prev_known;
     int64_t t_prev;
     int64_t t_filter;
 
-    bool has_redo;
-    struct engine_intent redo; /* strings owned */
+    struct engine_intent redo; /* strings point at redo_strings */
+    char *redo_strings[4];     /* format, compression, layout, writer */
 
     struct restored *restored; /* from a checkpoint, sorted by nothing */
     size_t n_restored;
 
     /* Discovery. */
-    bool is_pass_active;
-    bool is_page_out;
-    bool is_pass_full;
     int64_t pass_since;
     char cursor[ENGINE_MAX_CURSOR];
     size_t cursor_len;
     int64_t pass_min_safe;
     uint64_t pass_count;
-    bool has_complete_pass;
     int64_t complete_pass_safe;
     int64_t safe_time;
-    bool has_discovered;
-    bool has_discovered_this_window;
-    bool is_idle_armed;
     uint64_t discovery_partitions;
 
     /* Partitions. */
@@ -167,13 +157,9 @@ struct engine {
     struct engine_lost_range *plan_lost;
     struct lost *plan_lost_owned;
     size_t plan_n_lost;
-    bool is_action_out; /* the state's action was emitted */
     struct engine_commit commit;
     char *manifest_key;
 
-    bool is_forced;
-    bool is_draining;
-    bool is_checkpoint_pending;
     int64_t checkpoint_k;
     int64_t checkpoint_t_end;
 
@@ -191,6 +177,23 @@ struct engine {
     uint64_t total_buffered;
     int64_t complete_through;
     struct engine_stats stats;
+
+    /* Flags, last to keep the struct tight. */
+    enum engine_state state;
+    bool has_started; /* restore is refused after this */
+    bool is_t_prev_known;
+    bool has_redo;
+    bool is_pass_active;
+    bool is_page_out;
+    bool is_pass_full;
+    bool has_complete_pass;
+    bool has_discovered;
+    bool has_discovered_this_window;
+    bool is_idle_armed;
+    bool is_action_out; /* the state's action was emitted */
+    bool is_forced;
+    bool is_draining;
+    bool is_checkpoint_pending;
 };
 
 /* ---- Small helpers ------------------------------------------------------- */
@@ -296,22 +299,22 @@ void engine_config_defaults(struct engine_config *c)
     memset(c, 0, sizeof(*c));
     c->start = ENGINE_START_EARLIEST;
     c->align = ENGINE_ALIGN_HOUR;
-    c->target_bytes = 64ULL * 1024 * 1024;
+    c->target_bytes = 64ULL << 20;
     c->max_window_us = 300LL * ISOTIME_US_S;
     c->guard_us = 5LL * ISOTIME_US_S;
     c->checkpoint_every = 20;
     c->fetch_entries_per_call = 1024;
     c->fetch_concurrency = 4;
-    c->max_bytes_per_entry = 1024 * 1024;
+    c->max_bytes_per_entry = 1048576;
     c->discovery_slack_us = 2 * ISOTIME_US_S;
     c->discovery_limit = 1000;
     c->full_sweep_every = 30;
     c->prune_after_windows = 60;
     c->discovery_interval_ms = 1000;
-    c->drain_min_bytes = 1024 * 1024;
+    c->drain_min_bytes = 1048576;
     c->drain_min_lag_us = 10 * ISOTIME_US_S;
     c->max_partitions = 4000000;
-    c->max_buffer_bytes = 4ULL * 1024 * 1024 * 1024;
+    c->max_buffer_bytes = 4ULL << 30;
 }
 
 static int check_config(const struct engine_config *c, struct err *err)
@@ -407,10 +410,10 @@ static void free_plan(struct engine *e)
 
 static void free_redo(struct engine *e)
 {
-    free((char *)(uintptr_t)e->redo.format);
-    free((char *)(uintptr_t)e->redo.compression);
-    free((char *)(uintptr_t)e->redo.layout);
-    free((char *)(uintptr_t)e->redo.writer);
+    for (size_t i = 0; i < ARRAY_LEN(e->redo_strings); i++) {
+        free(e->redo_strings[i]);
+        e->redo_strings[i] = NULL;
+    }
     memset(&e->redo, 0, sizeof(e->redo));
     e->has_redo = false;
 }
@@ -484,7 +487,7 @@ static void table_rebuild(struct engine *e, size_t cap)
 {
     free(e->table);
     e->table_cap = cap;
-    e->table = xcalloc(cap, sizeof(*e->table));
+    e->table = xcalloc(cap, sizeof(struct part *));
     for (size_t i = 0; i < e->n_parts; i++) {
         table_insert(e, e->parts[i]);
     }
@@ -516,7 +519,8 @@ static struct part *add_part(struct engine *e, struct slice name)
     p->name = dup_slice(name);
     p->name_len = name.len;
     p->last_offset = -1;
-    grow((void **)&e->parts, &e->cap_parts, e->n_parts + 1, sizeof(*e->parts));
+    grow((void **)&e->parts, &e->cap_parts, e->n_parts + 1,
+         sizeof(struct part *));
     e->parts[e->n_parts++] = p;
     if (e->n_parts * 2 > e->table_cap) {
         table_rebuild(e, e->table_cap == 0 ? 64 : e->table_cap * 2);
@@ -585,10 +589,14 @@ static void restore_redo(struct engine *e, const struct engine_intent *in)
 {
     e->has_redo = true;
     e->redo = *in;
-    e->redo.format = dup_str(in->format);
-    e->redo.compression = dup_str(in->compression);
-    e->redo.layout = dup_str(in->layout);
-    e->redo.writer = dup_str(in->writer);
+    e->redo_strings[0] = dup_str(in->format);
+    e->redo_strings[1] = dup_str(in->compression);
+    e->redo_strings[2] = dup_str(in->layout);
+    e->redo_strings[3] = dup_str(in->writer);
+    e->redo.format = e->redo_strings[0];
+    e->redo.compression = e->redo_strings[1];
+    e->redo.layout = e->redo_strings[2];
+    e->redo.writer = e->redo_strings[3];
 }
 
 int engine_restore(struct engine *e, const struct engine_committed *committed,
@@ -987,11 +995,13 @@ static void emit_call(struct engine *e, const struct candidate *c, size_t n)
     struct fetch_call *call = free_call_slot(e);
     struct engine_action *a;
 
-    ASSERT(call != NULL);
+    if (call == NULL) {
+        return; /* cannot happen: the caller counted free slots */
+    }
     call->is_used = true;
     call->id = e->next_call_id++;
     call->n = n;
-    call->parts = xrealloc(call->parts, n * sizeof(*call->parts));
+    call->parts = xrealloc(call->parts, n * sizeof(struct part *));
     call->gens = xrealloc(call->gens, n * sizeof(*call->gens));
     call->entries = xrealloc(call->entries, n * sizeof(*call->entries));
     for (size_t i = 0; i < n; i++) {
@@ -1160,7 +1170,7 @@ static void buffer_record(struct engine *e, struct part *p,
         memcpy(b->data + r->txn.len, r->payload.ptr, r->payload.len);
     }
     b->data[r->txn.len + r->payload.len] = '\0';
-    grow((void **)&p->recs, &p->cap_recs, p->n_recs + 1, sizeof(*p->recs));
+    grow((void **)&p->recs, &p->cap_recs, p->n_recs + 1, sizeof(struct brec *));
     p->recs[p->n_recs++] = b;
     p->buffered += b->weight;
     e->total_buffered += b->weight;
@@ -1305,13 +1315,13 @@ static size_t plan_parts(struct engine *e, int64_t t_start, int64_t t_end,
             k += p->recs[j]->ts >= t_start && p->recs[j]->ts < t_end;
         }
         if (k > 0) {
-            grow((void **)&v, &cap, n + 1, sizeof(*v));
+            grow((void **)&v, &cap, n + 1, sizeof(struct part *));
             v[n++] = p;
             *n_records += k;
         }
     }
     if (n > 1) {
-        qsort(v, n, sizeof(*v), part_name_cmp);
+        qsort(v, n, sizeof(struct part *), part_name_cmp);
     }
     *out = v;
     return n;
@@ -1334,42 +1344,52 @@ static void plan_take_lost(struct engine *e)
     e->cap_lost = 0;
 }
 
+/* Append p's records of [t_start, t_end) to the plan; returns the count. */
+static size_t plan_add_part(struct engine *e, struct part *p, int64_t t_start,
+                            int64_t t_end, size_t at)
+{
+    struct engine_plan *pl = &e->plan;
+    size_t n = 0;
+
+    for (size_t j = 0; j < p->n_recs; j++) {
+        const struct brec *b = p->recs[j];
+        struct sink_record *r = &e->plan_recs[at + n];
+
+        if (b->ts < t_start || b->ts >= t_end) {
+            continue; /* (1) */
+        }
+        r->partition = (struct slice){p->name, p->name_len};
+        r->offset = b->offset;
+        r->txn = (struct slice){b->data, b->txn_len};
+        r->ts = b->ts;
+        r->payload = (struct slice){b->data + b->txn_len, b->payload_len};
+        pl->min_ts = min64(pl->min_ts, b->ts);
+        pl->max_ts = max64(pl->max_ts, b->ts);
+        pl->bytes_estimate += b->weight;
+        n++;
+    }
+    return n;
+}
+
 /* Records of [t_start, t_end) in (partition, incarnation, offset) order. */
 static void build_plan(struct engine *e, int64_t k, int64_t t_start,
                        int64_t t_end)
 {
     struct part **v;
     size_t n_rec;
-    size_t np = plan_parts(e, t_start, t_end, &v, &n_rec);
+    size_t np;
     struct engine_plan *pl = &e->plan;
     size_t at = 0;
 
     free_plan(e);
+    np = plan_parts(e, t_start, t_end, &v, &n_rec);
     e->plan_recs = xcalloc(n_rec == 0 ? 1 : n_rec, sizeof(*e->plan_recs));
     pl->min_ts = INT64_MAX;
     pl->max_ts = ENGINE_MIN;
     for (size_t i = 0; i < np; i++) {
-        struct part *p = v[i];
-
-        for (size_t j = 0; j < p->n_recs; j++) {
-            const struct brec *b = p->recs[j];
-            struct sink_record *r = &e->plan_recs[at];
-
-            if (b->ts < t_start || b->ts >= t_end) {
-                continue;
-            }
-            ASSERT(b->ts < t_end); /* (1) */
-            r->partition = (struct slice){p->name, p->name_len};
-            r->offset = b->offset;
-            r->txn = (struct slice){b->data, b->txn_len};
-            r->ts = b->ts;
-            r->payload = (struct slice){b->data + b->txn_len, b->payload_len};
-            pl->min_ts = min64(pl->min_ts, b->ts);
-            pl->max_ts = max64(pl->max_ts, b->ts);
-            pl->bytes_estimate += b->weight;
-            at++;
-        }
+        at += plan_add_part(e, v[i], t_start, t_end, at);
     }
+    ASSERT(at == n_rec);
     free(v);
     plan_take_lost(e);
     pl->k = k;

@@ -18,8 +18,8 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-#define SEEK_PROBE_BYTES     4096u
-#define SEEK_MAX_PROBE_BYTES (1024u * 1024u)
+#define SEEK_PROBE_BYTES     ((uint64_t)4096)
+#define SEEK_MAX_PROBE_BYTES ((uint64_t)1 << 20)
 
 static uint32_t bit_length(uint64_t n)
 {
