@@ -417,24 +417,17 @@ static void derive_uuid(int64_t stamp, uint64_t id, uint8_t tag,
     }
 }
 
-static int queue_create(struct store_w *w, MDB_val *k, struct store_wqueue *q,
-                        struct err *err)
+/* Write a queue row: fixed part v (SCHEMA_QUEUE_FIXED bytes) + options. */
+static int queue_write(struct store_w *w, MDB_val *k, const uint8_t *fixed,
+                       const struct store_queue_options *o, struct err *err)
 {
     uint8_t v[SCHEMA_QUEUE_FIXED + 256];
-    struct store_queue_options o;
     size_t olen;
     MDB_val d;
     int rc;
 
-    store_queue_options_implicit(&o);
-    q->id = w->s->next_queue++;
-    q->dedup_window_seconds = o.dedup_window_seconds;
-    q->created = true;
-    be64_put(v, q->id);
-    be64_put(v + 8, (uint64_t)w->stamp);
-    derive_uuid(w->stamp, q->id, 0x51, v + 16);
-    be64_put(v + 32, 0);
-    options_encode(&o, v + SCHEMA_QUEUE_FIXED, &olen);
+    memcpy(v, fixed, SCHEMA_QUEUE_FIXED);
+    options_encode(o, v + SCHEMA_QUEUE_FIXED, &olen);
     d.mv_size = SCHEMA_QUEUE_FIXED + olen;
     d.mv_data = v;
     rc = mdb_put(w->txn, w->s->queues, k, &d, 0);
@@ -442,6 +435,22 @@ static int queue_create(struct store_w *w, MDB_val *k, struct store_wqueue *q,
         return err_set(err, mdb_code(rc), "put queue: %s", mdb_strerror(rc));
     }
     return 0;
+}
+
+static int queue_create(struct store_w *w, MDB_val *k,
+                        const struct store_queue_options *o,
+                        struct store_wqueue *q, struct err *err)
+{
+    uint8_t fixed[SCHEMA_QUEUE_FIXED];
+
+    q->id = w->s->next_queue++;
+    q->dedup_window_seconds = o->dedup_window_seconds;
+    q->created = true;
+    be64_put(fixed, q->id);
+    be64_put(fixed + 8, (uint64_t)w->stamp);
+    derive_uuid(w->stamp, q->id, 0x51, fixed + 16);
+    be64_put(fixed + 32, 0);
+    return queue_write(w, k, fixed, o, err);
 }
 
 static void queue_key(uint8_t *kb, const uint8_t tenant[16], struct slice name,
@@ -466,7 +475,8 @@ int store_wqueue_get(struct store_w *w, struct slice name,
     queue_key(kb, w->tenant, name, &k);
     rc = mdb_get(w->txn, w->s->queues, &k, &d);
     if (rc == MDB_NOTFOUND) {
-        return queue_create(w, &k, q, err);
+        store_queue_options_implicit(&o);
+        return queue_create(w, &k, &o, q, err);
     }
     if (rc != 0) {
         return err_set(err, ERR_IO, "get queue: %s", mdb_strerror(rc));
@@ -481,6 +491,33 @@ int store_wqueue_get(struct store_w *w, struct slice name,
     q->dedup_window_seconds = o.dedup_window_seconds;
     q->created = false;
     return 0;
+}
+
+int store_wqueue_put_options(struct store_w *w, struct slice name,
+                             const struct store_queue_options *o,
+                             struct store_wqueue *q, struct err *err)
+{
+    uint8_t kb[16 + SCHEMA_NAME_MAX];
+    uint8_t fixed[SCHEMA_QUEUE_FIXED];
+    MDB_val k;
+    MDB_val d;
+    int rc;
+
+    queue_key(kb, w->tenant, name, &k);
+    rc = mdb_get(w->txn, w->s->queues, &k, &d);
+    if (rc == MDB_NOTFOUND) {
+        return queue_create(w, &k, o, q, err);
+    }
+    if (rc != 0 || d.mv_size < SCHEMA_QUEUE_FIXED) {
+        err_set(err, ERR_IO, "get queue: %s",
+                rc != 0 ? mdb_strerror(rc) : "short row");
+        return ERR_IO;
+    }
+    memcpy(fixed, d.mv_data, SCHEMA_QUEUE_FIXED);
+    q->id = be64_get(fixed);
+    q->dedup_window_seconds = o->dedup_window_seconds;
+    q->created = false;
+    return queue_write(w, &k, fixed, o, err);
 }
 
 /* Add one to the queue's partition count. */

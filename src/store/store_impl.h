@@ -90,6 +90,12 @@ void store_wabort(struct store *s, MDB_txn *txn);
  * w->tenant/name. */
 int store_wqueue_get(struct store_w *w, struct slice name,
                      struct store_wqueue *q, struct err *err);
+/* Create (created-at = w->stamp) or update the queue w->tenant/name with
+ * options o (the CONFIGURE owner's writer). Fills q. Keeps the id, uuid,
+ * created-at and partition count of an existing queue. */
+int store_wqueue_put_options(struct store_w *w, struct slice name,
+                             const struct store_queue_options *o,
+                             struct store_wqueue *q, struct err *err);
 /* Find or create the partition name of queue (queue_name, queue_id); bumps
  * the queue's partition count on create. */
 int store_wpart_get(struct store_w *w, struct slice queue_name,

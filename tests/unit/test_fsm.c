@@ -277,3 +277,41 @@ TEST(noop_moves_safe_time)
     buf_free(&b);
     env_close(&e);
 }
+
+TEST(configured_options_persist_and_govern_dedup)
+{
+    struct env e = {0};
+    struct store_queue_options o;
+    struct store_queue_info qi;
+    struct store_wqueue q;
+    struct store_w w;
+    struct err err = {0};
+    MDB_txn *txn;
+    const struct fsm_result *r;
+
+    env_open(&e);
+    env_push1(&e, T0, "q", "p", "tx", "1");
+    store_queue_options_configured(&o);
+    o.dedup_window_seconds = 0;
+    o.retention_enabled = true;
+    snprintf(o.retention_sink_hold, sizeof(o.retention_sink_hold), "lake");
+    EXPECT_EQ_I64(store_wbegin(e.store, &txn, &err), 0);
+    w = (struct store_w){e.store, txn, STORE_DEFAULT_TENANT, T0 + 1};
+    EXPECT_EQ_I64(store_wqueue_put_options(&w, SLICE_LIT("q"), &o, &q, &err),
+                  0);
+    EXPECT(!q.created);
+    EXPECT_EQ_I64(store_wcommit(e.store, txn, ++e.index, T0 + 1, &err), 0);
+    EXPECT_EQ_I64(store_get_queue(e.store, STORE_DEFAULT_TENANT, SLICE_LIT("q"),
+                                  &qi, &err),
+                  0);
+    EXPECT_EQ_I64(qi.created_at, T0);
+    EXPECT_EQ_U64(qi.n_partitions, 1);
+    EXPECT(qi.options.retention_enabled);
+    EXPECT_EQ_I64(qi.options.lease_time, 300);
+    EXPECT_STR_EQ(qi.options.retention_sink_hold, "lake");
+    /* A window of 0 s: the same txn is queued again. */
+    r = env_push1(&e, T0 + 2, "q", "p", "tx", "2");
+    EXPECT_EQ_I64(r->items[0].status, FSM_ITEM_QUEUED);
+    EXPECT_EQ_I64(r->items[0].offset, 1);
+    env_close(&e);
+}

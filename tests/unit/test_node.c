@@ -590,3 +590,31 @@ TEST(three_voters_replicate_refuse_on_followers_and_catch_up_a_restart)
         nftw(c.dir[i], env_rm, 16, FTW_DEPTH | FTW_PHYS);
     }
 }
+
+TEST(close_with_proposals_in_flight_answers_every_one)
+{
+    struct ctx c;
+    struct store_fetch_answer a;
+    struct store_fetch_req r = {SLICE_LIT("orders"), SLICE_LIT("Default"), 0,
+                                1};
+    struct err err = {0};
+
+    setup(&c);
+    start(&c, 0);
+    EXPECT(run_until(&c, is_leader, 5));
+    want = 20;
+    EXPECT_EQ_I64(propose_pushes(&c, 0, 20), 0);
+    /* No loop turn in between: the writes are still in flight. */
+    node_close(c.node, on_closed, &c);
+    EXPECT(run_until(&c, is_closed, 10));
+    EXPECT_EQ_I64(c.done, 20);
+    store_close(c.store);
+    /* Whatever was acknowledged is there after a restart. */
+    start(&c, 0);
+    EXPECT(run_until(&c, is_leader, 5));
+    EXPECT(store_fetch(c.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err) == 0);
+    EXPECT(a.entries[0].high_watermark >= (int64_t)(20 - c.failed) * 100);
+    store_fetch_answer_free(&a);
+    stop(&c);
+    teardown(&c);
+}
