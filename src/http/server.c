@@ -110,6 +110,8 @@ static void conn_start_close(struct http_conn *c);
 static struct http_req *req_new(struct http_conn *c)
 {
     struct http_req *r = xcalloc(1, sizeof(*r));
+    struct err err;
+    int rc;
 
     r->conn = c;
     r->http_minor = 1;
@@ -120,6 +122,11 @@ static struct http_req *req_new(struct http_conn *c)
     buf_init(&r->body_buf, c->cfg.max_body_bytes);
     buf_init(&r->params_buf, BUF_UNLIMITED);
     buf_init(&r->resp, BUF_UNLIMITED);
+    /* one allocation for a typical head instead of a few doublings */
+    rc = buf_reserve(
+        &r->head,
+        c->cfg.max_header_bytes < 1024 ? c->cfg.max_header_bytes : 1024, &err);
+    ASSERT(rc == 0);
     return r;
 }
 
@@ -303,6 +310,20 @@ static void conn_check_idle(struct http_conn *c)
 
 /* ---- answers ---- */
 
+/* Bytes to reserve for an answer's head and inline body: one allocation. */
+static size_t resp_room(const struct resp_meta *m, bool has_body)
+{
+    size_t n = 256;
+
+    if (m->extra_headers != NULL) {
+        n += strlen(m->extra_headers);
+    }
+    if (has_body && m->body_len <= CONN_INLINE_BODY) {
+        n += m->body_len;
+    }
+    return n;
+}
+
 /* Format and queue an answer. The body is either copied (copy) or taken
  * (owned, malloc'd); m's keep_alive and http_minor are filled in here. */
 static void respond_common(struct http_req *r, struct resp_meta *m,
@@ -312,6 +333,7 @@ static void respond_common(struct http_req *r, struct resp_meta *m,
     const void *body = owned != NULL ? owned : copy;
     struct err err;
     bool has_body;
+    int rc;
 
     ASSERT(!r->is_answered); /* rule 2: one answer per request */
     r->is_answered = true;
@@ -323,15 +345,16 @@ static void respond_common(struct http_req *r, struct resp_meta *m,
     r->wants_close = !r->keep_alive;
     m->keep_alive = r->keep_alive;
     m->http_minor = r->http_minor;
-    resp_head(&r->resp, m);
     has_body = r->method != HTTP_METHOD_HEAD && m->body_len > 0;
+    rc = buf_reserve(&r->resp, resp_room(m, has_body), &err);
+    ASSERT(rc == 0); /* unlimited */
+    resp_head(&r->resp, m);
     if (has_body && owned != NULL && m->body_len > CONN_INLINE_BODY) {
         r->resp_body = owned; /* a second buffer of the same write */
         r->resp_body_len = m->body_len;
         owned = NULL;
     } else if (has_body) {
-        int rc = buf_append(&r->resp, body, m->body_len, &err);
-
+        rc = buf_append(&r->resp, body, m->body_len, &err);
         ASSERT(rc == 0); /* unlimited */
     }
     free(owned);
