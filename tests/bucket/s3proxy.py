@@ -52,6 +52,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import urllib.parse
 import xml.etree.ElementTree as ET
 from xml.sax.saxutils import escape as xml_escape
@@ -461,21 +462,29 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.n_in = len(body)
             self.dispatch(req, body)
         except S3Fail as e:
-            self.send_error_xml(e, req)
+            self.try_send_error(e, req)
         except (ConnectionError, socket.timeout, http.client.HTTPException,
                 OSError) as e:
             self.close_connection = True
-            if self.status == 0:
-                try:
-                    self.send_error_xml(S3Fail(
-                        503, "ServiceUnavailable",
-                        "upstream s3rver failed: %s" % e), req)
-                except OSError:
-                    pass  # the client is gone (or the port went down)
+            self.try_send_error(S3Fail(503, "ServiceUnavailable",
+                                       "upstream s3rver failed: %s" % e), req)
+        except Exception as e:  # a bug here: answer 500, keep serving
+            traceback.print_exc()
+            self.close_connection = True
+            self.try_send_error(S3Fail(500, "InternalError",
+                                       "test bucket proxy error: %r" % e), req)
         finally:
             self.log_once(self.sent)
             with app.faults.lock:
                 app.faults.inflight -= 1
+
+    def try_send_error(self, err, req):
+        if self.status != 0:
+            return  # an answer has started: the connection just closes
+        try:
+            self.send_error_xml(err, req)
+        except OSError:
+            self.close_connection = True  # the client is gone
 
     def log_once(self, n_out):
         """Count and log the request, once: called just before the answer's
