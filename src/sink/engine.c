@@ -1062,12 +1062,22 @@ static void schedule_fetches(struct engine *e)
     size_t n;
     size_t done = 0;
 
-    if (slots == 0 || e->total_buffered >= e->cfg.max_buffer_bytes) {
+    if (slots == 0) {
         return;
     }
     n = gather_candidates(e, &c);
     if (n > 0) {
         qsort(c, n, sizeof(*c), candidate_cmp);
+    }
+    if (e->total_buffered >= e->cfg.max_buffer_bytes) {
+        /* Over the hard cap only the partitions holding the close back
+         * are read, so a close can still free memory. */
+        size_t m = 0;
+
+        while (m < n && c[m].frontier == c[0].frontier) {
+            m++;
+        }
+        n = m;
     }
     while (done < n && slots > 0) {
         size_t take = n - done < per ? n - done : per;

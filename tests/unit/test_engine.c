@@ -1723,3 +1723,80 @@ TEST(a_drain_stops_the_reads_and_closes_only_a_window_worth_finishing)
     EXPECT_EQ_I64(s.violations, 0);
     sim_free(&s);
 }
+
+/* ---- limits and refusals --------------------------------------------------
+ */
+
+TEST(a_size_close_falls_back_to_the_cap_when_one_stamp_holds_the_target)
+{
+    struct engine_config c;
+    struct sim s;
+
+    sim_test_config(&c);
+    c.target_bytes = 500;
+    c.max_window_us = 600 * SIM_SEC;
+    sim_init(&s, &c);
+    sim_push(&s, "p", 20, SIM_T0, 10); /* 20 x 79 bytes, one stamp */
+    sim_advance(&s, SIM_T0 + SIM_SEC);
+    EXPECT(sim_run_until_commits(&s, 1, 100));
+    EXPECT_EQ_U64(s.windows[0].n_records, 20);
+    EXPECT_EQ_I64(s.windows[0].t_end, s.windows[0].safe_at_close - c.guard_us);
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
+
+TEST(the_buffer_cap_reads_only_what_holds_the_close_back)
+{
+    struct engine_config c;
+    struct sim s;
+
+    sim_test_config(&c);
+    c.max_buffer_bytes = 1;
+    c.target_bytes = 300;
+    c.max_window_us = 600 * SIM_SEC;
+    sim_init(&s, &c);
+    s.max_records_per_entry = 2;
+    for (int i = 0; i < 10; i++) {
+        sim_push(&s, "a", 1, SIM_T0 + i * SIM_MS, 10);
+        sim_push(&s, "b", 1, SIM_T0 + i * SIM_MS, 10);
+    }
+    sim_finish(&s, SIM_T0 + 900 * SIM_SEC);
+    EXPECT(s.n_windows >= 2);
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
+
+TEST(bad_config_restore_and_partition_cap_are_refused)
+{
+    struct engine_config c;
+    struct err err;
+    struct engine *e;
+    struct engine_intent in = {1, SIM_T0, SIM_T0, "j", "z", "m", "w"};
+    struct engine_partition_info pi[2] = {pinfo("a", "A", 0, 0, SIM_T0),
+                                          pinfo("b", "B", 0, 0, SIM_T0)};
+    struct engine_discovery_page pg;
+    struct acts a;
+
+    sim_test_config(&c);
+    c.fetch_entries_per_call = 1025;
+    EXPECT(engine_new(&c, &err) == NULL);
+    EXPECT_EQ_I64(err.code, ERR_INVALID);
+    sim_test_config(&c);
+    c.queue = "";
+    EXPECT(engine_new(&c, &err) == NULL);
+    sim_test_config(&c);
+    c.max_partitions = 1;
+    e = engine_new(&c, &err);
+    EXPECT(engine_restore(e, NULL, &in, NULL, &err) == ERR_INVALID);
+    next(e, &a);
+    EXPECT(engine_restore(e, NULL, NULL, NULL, &err) == ERR_INVALID);
+    memset(&pg, 0, sizeof(pg));
+    pg.safe_time = SIM_T0;
+    pg.partitions = pi;
+    pg.n = 2;
+    EXPECT(engine_on_discovery_page(e, &pg, &err) == ERR_TOO_BIG);
+    EXPECT_EQ_U64(engine_tracked_partitions(e), 1);
+    EXPECT(engine_on_discovery_page(e, &pg, &err) == ERR_INVALID); /* unasked */
+    EXPECT(engine_on_fetch(e, 999, NULL, 0, &err) == ERR_INVALID);
+    engine_free(e);
+}
