@@ -307,3 +307,25 @@ def test_idle_connection_is_closed_but_a_slow_handler_is_waited_for():
         assert "connection" not in headers
     finally:
         assert e.stop() == 0
+
+
+def test_connections_over_the_limit_are_closed_at_once():
+    e = Echo("--max-conns", "2")
+    try:
+        kept = []
+        for _ in range(2):
+            s = e.connect()
+            s.sendall(get("/kv/a/b"))
+            assert Reader(s).response()[0] == 200
+            kept.append(s)
+        extra = e.connect()
+        assert Reader(extra).at_eof()
+        extra.close()
+        rd = Reader(kept[0])
+        kept[0].sendall(get("/metrics"))
+        text = rd.response()[2].decode()
+        assert "queen_http_connections_rejected_total 1\n" in text
+        for s in kept:
+            s.close()
+    finally:
+        assert e.stop() == 0

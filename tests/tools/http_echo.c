@@ -2,7 +2,7 @@
  * tests/integration/test_http.py.
  *
  *   http_echo [--port N] [--max-body BYTES] [--max-header BYTES]
- *             [--idle-ms MS]
+ *             [--idle-ms MS] [--max-conns N]
  *
  * Prints "listening <port>" on stdout once bound (port 0 picks a free one).
  * Routes:
@@ -166,6 +166,8 @@ static void parse_args(int argc, char **argv, struct http_config *cfg)
             cfg->port = (int)v;
         } else if (strcmp(argv[i], "--max-body") == 0) {
             cfg->max_body_bytes = (size_t)v;
+        } else if (strcmp(argv[i], "--max-conns") == 0) {
+            cfg->max_connections = (size_t)v;
         } else if (strcmp(argv[i], "--idle-ms") == 0) {
             cfg->idle_timeout_ms = v;
         } else if (strcmp(argv[i], "--max-header") == 0) {
