@@ -146,6 +146,7 @@ struct parquet_writer {
     size_t nrg;
     size_t rg_cap;
     /* Scratch. */
+    struct chunk_meta *cur; /* the chunk write_page() appends to */
     struct buf page;
     struct buf comp;
     struct buf hdr;
@@ -206,6 +207,11 @@ static void put_varint(struct buf *b, uint64_t v)
     }
     tmp[n++] = (uint8_t)v;
     put(b, tmp, n);
+}
+
+static uint64_t zigzag(int64_t v)
+{
+    return ((uint64_t)v << 1) ^ (v < 0 ? UINT64_MAX : 0);
 }
 
 static int bit_width(uint64_t v)
@@ -452,7 +458,7 @@ static void delta_block(struct buf *b, const int64_t *d, size_t n)
     for (size_t i = 1; i < n; i++) {
         min = d[i] < min ? d[i] : min;
     }
-    put_varint(b, ((uint64_t)min << 1) ^ (uint64_t)(min >> 63));
+    put_varint(b, zigzag(min));
     for (size_t m = 0; m < minis; m++) {
         uint64_t all = 0;
         for (size_t i = m * DELTA_MINI_SZ; i < n && i < (m + 1) * DELTA_MINI_SZ;
@@ -480,7 +486,7 @@ static void delta_encode(struct buf *b, const int64_t *v, size_t n)
     put_varint(b, DELTA_BLOCK);
     put_varint(b, DELTA_MINIS);
     put_varint(b, n);
-    put_varint(b, ((uint64_t)v[0] << 1) ^ (uint64_t)(v[0] >> 63));
+    put_varint(b, zigzag(v[0]));
     for (size_t i = 1; i < n; i += DELTA_BLOCK) {
         size_t k = 0;
         for (; k < DELTA_BLOCK && i + k < n; k++) {
@@ -541,10 +547,11 @@ static void page_header(struct parquet_writer *w, int type, size_t unc,
 
 /* Compress body, append header + compressed body to the file, and count
  * both in the chunk's sizes. */
-static int write_page(struct parquet_writer *w, struct chunk_meta *cm, int type,
-                      struct slice body, size_t nvals, int encoding,
-                      struct err *err)
+static int write_page(struct parquet_writer *w, int type, struct slice body,
+                      size_t nvals, int encoding, struct err *err)
 {
+    struct chunk_meta *cm = w->cur;
+
     ASSERT(body.len < INT32_MAX && nvals > 0); /* (3) */
     if (compress(w, body.ptr, body.len, err) != 0) {
         return err->code;
@@ -578,7 +585,7 @@ static int write_int64_col(struct parquet_writer *w, struct chunk_meta *cm,
             w->rows - i < PARQUET_PAGE_ROWS ? w->rows - i : PARQUET_PAGE_ROWS;
         buf_reset(&w->page);
         delta_encode(&w->page, v + i, n);
-        if (write_page(w, cm, PAGE_DATA, buf_sl(&w->page), n, ENC_DELTA, err) !=
+        if (write_page(w, PAGE_DATA, buf_sl(&w->page), n, ENC_DELTA, err) !=
             0) {
             return err->code;
         }
@@ -604,7 +611,7 @@ static int write_plain_col(struct parquet_writer *w, struct chunk_meta *cm,
         if (pos - start >= w->page_bytes || n == PARQUET_PAGE_ROWS ||
             pos == b->len) {
             struct slice body = {b->data + start, pos - start};
-            if (write_page(w, cm, PAGE_DATA, body, n, ENC_PLAIN, err) != 0) {
+            if (write_page(w, PAGE_DATA, body, n, ENC_PLAIN, err) != 0) {
                 return err->code;
             }
             start = pos;
@@ -619,8 +626,7 @@ static int write_plain_col(struct parquet_writer *w, struct chunk_meta *cm,
 
 /* The partition chunk when its dictionary is too big for one page: PLAIN
  * values rebuilt from the dictionary. */
-static int write_partition_plain(struct parquet_writer *w,
-                                 struct chunk_meta *cm, struct err *err)
+static int write_partition_plain(struct parquet_writer *w, struct err *err)
 {
     size_t n = 0;
 
@@ -631,8 +637,8 @@ static int write_partition_plain(struct parquet_writer *w,
         n++;
         if (w->page.len >= w->page_bytes || n == PARQUET_PAGE_ROWS ||
             i + 1 == w->rows) {
-            if (write_page(w, cm, PAGE_DATA, buf_sl(&w->page), n, ENC_PLAIN,
-                           err) != 0) {
+            if (write_page(w, PAGE_DATA, buf_sl(&w->page), n, ENC_PLAIN, err) !=
+                0) {
                 return err->code;
             }
             buf_reset(&w->page);
@@ -654,10 +660,10 @@ static int write_partition_col(struct parquet_writer *w, struct chunk_meta *cm,
         stat_bytes(cm, lo, hi);
     }
     if (w->dict.len > w->page_bytes) {
-        return write_partition_plain(w, cm, err);
+        return write_partition_plain(w, err);
     }
     cm->dict_off = (int64_t)w->out.len;
-    if (write_page(w, cm, PAGE_DICTIONARY, buf_sl(&w->dict), w->ndict,
+    if (write_page(w, PAGE_DICTIONARY, buf_sl(&w->dict), w->ndict,
                    ENC_PLAIN_DICTIONARY, err) != 0) {
         return err->code;
     }
@@ -668,8 +674,8 @@ static int write_partition_col(struct parquet_writer *w, struct chunk_meta *cm,
         buf_reset(&w->page);
         put(&w->page, &wb, 1);
         rle_u32(&w->page, w->part_idx + i, n, width);
-        if (write_page(w, cm, PAGE_DATA, buf_sl(&w->page), n,
-                       ENC_PLAIN_DICTIONARY, err) != 0) {
+        if (write_page(w, PAGE_DATA, buf_sl(&w->page), n, ENC_PLAIN_DICTIONARY,
+                       err) != 0) {
             return err->code;
         }
     }
@@ -715,7 +721,7 @@ static int write_payload_col(struct parquet_writer *w, struct chunk_meta *cm,
         if (bytes >= w->page_bytes || r + 1 - r0 == PARQUET_PAGE_ROWS ||
             r + 1 == w->rows) {
             payload_page(w, r0, r + 1, &pos);
-            if (write_page(w, cm, PAGE_DATA, buf_sl(&w->page), r + 1 - r0,
+            if (write_page(w, PAGE_DATA, buf_sl(&w->page), r + 1 - r0,
                            ENC_PLAIN, err) != 0) {
                 return err->code;
             }
@@ -741,10 +747,28 @@ static void reset_row_group(struct parquet_writer *w)
     buf_reset(&w->payload);
 }
 
+static int write_column(struct parquet_writer *w, struct chunk_meta *cm, int c,
+                        struct err *err)
+{
+    w->cur = cm;
+    switch (c) {
+    case COL_PARTITION:
+        return write_partition_col(w, cm, err);
+    case COL_OFFSET:
+        return write_int64_col(w, cm, w->offs, err);
+    case COL_TXN:
+        return write_plain_col(w, cm, &w->txn, err);
+    case COL_TS:
+        return write_int64_col(w, cm, w->tss, err);
+    default:
+        return write_payload_col(w, cm, err);
+    }
+}
+
 static int flush_row_group(struct parquet_writer *w, struct err *err)
 {
     struct rg_meta *rg;
-    int rc;
+    int rc = 0;
 
     if (w->nrg == w->rg_cap) {
         w->rg_cap = w->rg_cap == 0 ? 4 : w->rg_cap * 2;
@@ -757,11 +781,9 @@ static int flush_row_group(struct parquet_writer *w, struct err *err)
         rg->col[c].dict_off = -1;
         rg->col[c].data_off = -1;
     }
-    rc = write_partition_col(w, &rg->col[COL_PARTITION], err);
-    rc = rc != 0 ? rc : write_int64_col(w, &rg->col[COL_OFFSET], w->offs, err);
-    rc = rc != 0 ? rc : write_plain_col(w, &rg->col[COL_TXN], &w->txn, err);
-    rc = rc != 0 ? rc : write_int64_col(w, &rg->col[COL_TS], w->tss, err);
-    rc = rc != 0 ? rc : write_payload_col(w, &rg->col[COL_PAYLOAD], err);
+    for (int c = 0; c < NCOLS && rc == 0; c++) {
+        rc = write_column(w, &rg->col[c], c, err);
+    }
     if (rc != 0) {
         w->failed = true;
         return rc;
@@ -1063,7 +1085,7 @@ static int check_record(const struct parquet_writer *w,
         r->txn.len > PARQUET_VALUE_MAX || r->payload.len > PARQUET_VALUE_MAX) {
         return err_set(err, ERR_TOO_BIG,
                        "parquet: a field of record %" PRId64
-                       " is over %u bytes",
+                       " is over %zu bytes",
                        r->offset, PARQUET_VALUE_MAX);
     }
     if (!utf8_valid(r->partition.ptr, r->partition.len) ||

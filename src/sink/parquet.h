@@ -37,10 +37,10 @@
 #define PARQUET_CONTENT_TYPE   "application/vnd.apache.parquet"
 #define PARQUET_CREATED_BY     "queen-s3"
 #define PARQUET_ROW_GROUP_DEF  100000
-#define PARQUET_PAGE_BYTES_DEF (1024 * 1024)
+#define PARQUET_PAGE_BYTES_DEF ((size_t)1 << 20)
 #define PARQUET_PAGE_ROWS      20000
 #define PARQUET_STATS_MAX      64 /* statistics values are cut to this */
-#define PARQUET_VALUE_MAX      (256u * 1024 * 1024) /* one field's cap */
+#define PARQUET_VALUE_MAX      ((size_t)256 << 20) /* one field's cap */
 
 enum parquet_codec {
     PARQUET_ZSTD,   /* level 3 */

@@ -360,8 +360,8 @@ static int read_int_page(struct chunk *k, struct cur c, size_t n, int enc)
 static int read_page(struct chunk *k, const uint8_t *file, size_t end,
                      size_t *pos)
 {
-    struct thrift_tree t;
-    size_t used;
+    struct thrift_tree t = {0};
+    size_t used = 0;
     const uint8_t *body = NULL;
     int rc;
 
@@ -400,39 +400,39 @@ static int read_page(struct chunk *k, const uint8_t *file, size_t end,
     return rc;
 }
 
-static int read_chunk(struct parquet_file *f, const uint8_t *file, size_t n,
-                      const struct thrift_node *cc, size_t row0, size_t nrows,
-                      int col, struct err *err)
+/* Decodes the column chunk cc into rows [k->row0, k->row0 + k->nrows). */
+static int read_chunk(struct chunk *k, const uint8_t *file, size_t n,
+                      const struct thrift_node *cc)
 {
-    const struct thrift_tree *t = &f->meta;
+    const struct thrift_tree *t = &k->f->meta;
     const struct thrift_node *md = thrift_get(t, cc, 3);
     const struct thrift_node *path = thrift_get(t, thrift_get(t, md, 3), 0);
     int64_t dict = thrift_get_i(t, md, 11, -1);
-    int64_t data = thrift_get_i(t, md, 9, -1);
     int64_t size = thrift_get_i(t, md, 7, -1);
-    int64_t start = dict >= 0 ? dict : data;
-    struct chunk k = {
-        f, col, (int)thrift_get_i(t, md, 4, -1), row0, nrows, 0, NULL, 0, err};
+    int64_t start = dict >= 0 ? dict : thrift_get_i(t, md, 9, -1);
+    const char *name = names[k->col];
     int rc = 0;
 
-    if (path == NULL || path->bin.len != strlen(names[col]) ||
-        memcmp(path->bin.ptr, names[col], path->bin.len) != 0 ||
-        thrift_get_i(t, md, 5, -1) != (int64_t)nrows) {
-        return bad(err, "column chunk is not the expected column");
+    k->codec = (int)thrift_get_i(t, md, 4, -1);
+    if (path == NULL || path->bin.len != strlen(name) ||
+        memcmp(path->bin.ptr, name, path->bin.len) != 0 ||
+        thrift_get_i(t, md, 5, -1) != (int64_t)k->nrows) {
+        return bad(k->err, "column chunk is not the expected column");
     }
     if (start < 4 || size < 0 || (uint64_t)start > n ||
         (uint64_t)size > n - (uint64_t)start) {
-        return bad(err, "column chunk outside the file");
+        return bad(k->err, "column chunk outside the file");
     }
     size_t pos = (size_t)start;
     size_t end = (size_t)(start + size);
     while (pos < end && rc == 0) {
-        rc = read_page(&k, file, end, &pos);
+        rc = read_page(k, file, end, &pos);
     }
-    if (rc == 0 && k.done != nrows) {
-        rc = bad(err, "column chunk has fewer values than rows");
+    if (rc == 0 && k->done != k->nrows) {
+        rc = bad(k->err, "column chunk has fewer values than rows");
     }
-    free(k.dict);
+    free(k->dict);
+    k->dict = NULL;
     return rc;
 }
 
@@ -452,8 +452,12 @@ static int read_row_groups(struct parquet_file *f, const uint8_t *file,
             return bad(err, "bad row group");
         }
         for (int c = 0; c < N_COLS; c++) {
-            if (read_chunk(f, file, n, thrift_get(t, cols, c), row0,
-                           (size_t)rows, c, err) != 0) {
+            struct chunk k = {.f = f,
+                              .col = c,
+                              .row0 = row0,
+                              .nrows = (size_t)rows,
+                              .err = err};
+            if (read_chunk(&k, file, n, thrift_get(t, cols, c)) != 0) {
                 return err->code;
             }
         }

@@ -49,7 +49,7 @@ void thrift_w_varint(struct thrift_w *w, uint64_t v)
 
 void thrift_w_zigzag(struct thrift_w *w, int64_t v)
 {
-    thrift_w_varint(w, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+    thrift_w_varint(w, ((uint64_t)v << 1) ^ (v < 0 ? UINT64_MAX : 0));
 }
 
 void thrift_w_binval(struct thrift_w *w, const void *p, size_t n)
@@ -173,7 +173,7 @@ static int get_varint(struct reader *r, uint64_t *v)
 
 static int get_zigzag(struct reader *r, int64_t *v)
 {
-    uint64_t u;
+    uint64_t u = 0;
 
     if (get_varint(r, &u) != 0) {
         return r->err->code;
@@ -203,11 +203,12 @@ static int32_t new_node(struct reader *r, int16_t id, uint8_t type)
     return (int32_t)t->n++;
 }
 
+/* NOLINTNEXTLINE(misc-no-recursion): bounded by THRIFT_MAX_DEPTH */
 static int read_value(struct reader *r, int32_t idx, int depth);
 
 static int read_binary(struct reader *r, int32_t idx)
 {
-    uint64_t len;
+    uint64_t len = 0;
 
     if (get_varint(r, &len) != 0) {
         return r->err->code;
@@ -233,8 +234,8 @@ static void link_child(struct reader *r, int32_t parent, int32_t *tail,
     *tail = child;
 }
 
-static int read_list(struct reader *r, int32_t idx,
-                     int depth) // NOLINT(misc-no-recursion)
+/* NOLINTNEXTLINE(misc-no-recursion): bounded by THRIFT_MAX_DEPTH */
+static int read_list(struct reader *r, int32_t idx, int depth)
 {
     uint8_t h;
     uint64_t size;
@@ -273,8 +274,8 @@ static int read_list(struct reader *r, int32_t idx,
 }
 
 /* Reads the fields of a struct whose node is idx, up to its stop byte. */
-static int read_struct(struct reader *r, int32_t idx,
-                       int depth) // NOLINT(misc-no-recursion)
+/* NOLINTNEXTLINE(misc-no-recursion): bounded by THRIFT_MAX_DEPTH */
+static int read_struct(struct reader *r, int32_t idx, int depth)
 {
     int16_t last = 0;
     int32_t tail = -1;
@@ -315,15 +316,16 @@ static int read_struct(struct reader *r, int32_t idx,
     }
 }
 
-static int read_value(struct reader *r, int32_t idx,
-                      int depth) // NOLINT(misc-no-recursion)
+/* NOLINTNEXTLINE(misc-no-recursion): bounded by THRIFT_MAX_DEPTH */
+static int read_value(struct reader *r, int32_t idx, int depth)
 {
     switch (r->t->nodes[idx].type) {
     case THRIFT_BYTE:
         if (r->p >= r->end) {
             return corrupt(r, "truncated byte");
         }
-        r->t->nodes[idx].i = (int8_t)*r->p++;
+        r->t->nodes[idx].i = *r->p < 128 ? *r->p : (int64_t)*r->p - 256;
+        r->p++;
         return 0;
     case THRIFT_I16:
     case THRIFT_I32:

@@ -42,7 +42,7 @@ static uint8_t next(struct cursor *c)
 static size_t text(struct cursor *c, size_t n, struct buf *b)
 {
     size_t start = b->len;
-    struct err e;
+    struct err e = {0};
 
     for (size_t i = 0; i < n; i++) {
         uint8_t x = next(c);
@@ -127,7 +127,7 @@ static void write_mem(const struct parquet_opts *o,
                       const struct sink_record *rs, size_t n, struct buf *out)
 {
     struct parquet_writer *w = parquet_writer_new(o);
-    struct err e;
+    struct err e = {0};
 
     buf_init(out, BUF_UNLIMITED);
     for (size_t i = 0; i < n; i++) {
@@ -143,7 +143,7 @@ static void round_trip(const struct parquet_opts *o,
     struct buf a;
     struct buf b;
     struct parquet_file f;
-    struct err e;
+    struct err e = {0};
 
     write_mem(o, rs, n, &a);
     write_mem(o, rs, n, &b);
@@ -164,9 +164,9 @@ static void round_trip(const struct parquet_opts *o,
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    struct thrift_tree t;
-    struct err e;
-    size_t used;
+    struct thrift_tree t = {0};
+    struct err e = {0};
+    size_t used = 0;
     struct buf arena;
     struct rec *rs;
     struct sink_record *recs;

@@ -23,7 +23,9 @@ static const char *keep(struct corpus *c, const char *s, size_t n)
 {
     char *p = xmalloc(n + 1);
 
-    memcpy(p, s, n);
+    if (n > 0) {
+        memcpy(p, s, n);
+    }
     if (c->nowned == c->cap_owned) {
         c->cap_owned = c->cap_owned == 0 ? 64 : c->cap_owned * 2;
         c->owned = xrealloc(c->owned, c->cap_owned * sizeof(char *));

@@ -58,9 +58,9 @@ TEST(list_headers_switch_to_a_varint_size_at_15)
 
 TEST(nested_structs_round_trip_through_the_decoder)
 {
-    struct thrift_tree t;
-    struct err e;
-    size_t used;
+    struct thrift_tree t = {0};
+    struct err e = {0};
+    size_t used = 0;
 
     start();
     thrift_w_i64(&w, 1, INT64_MIN);
@@ -96,9 +96,9 @@ TEST(nested_structs_round_trip_through_the_decoder)
 
 TEST(every_truncation_is_a_corrupt_error_not_a_crash)
 {
-    struct thrift_tree t;
-    struct err e;
-    size_t used;
+    struct thrift_tree t = {0};
+    struct err e = {0};
+    size_t used = 0;
 
     start();
     thrift_w_i32(&w, 1, 1000);
@@ -118,9 +118,9 @@ TEST(every_truncation_is_a_corrupt_error_not_a_crash)
 TEST(nesting_past_the_depth_limit_is_refused)
 {
     char deep[64];
-    struct thrift_tree t;
-    struct err e;
-    size_t used;
+    struct thrift_tree t = {0};
+    struct err e = {0};
+    size_t used = 0;
 
     memset(deep, 0x1c, sizeof(deep)); /* field 1, struct, again and again */
     EXPECT_EQ_I64(thrift_decode(deep, sizeof(deep), &t, &used, &e),
@@ -130,9 +130,9 @@ TEST(nesting_past_the_depth_limit_is_refused)
 
 TEST(maps_are_refused)
 {
-    struct thrift_tree t;
-    struct err e;
-    size_t used;
+    struct thrift_tree t = {0};
+    struct err e = {0};
+    size_t used = 0;
 
     EXPECT_EQ_I64(thrift_decode("\x1b\x00\x00", 3, &t, &used, &e), ERR_CORRUPT);
 }
@@ -141,7 +141,7 @@ TEST(a_full_output_buffer_is_a_sticky_too_big_error)
 {
     struct buf small;
     struct thrift_w sw;
-    struct err e;
+    struct err e = {0};
 
     buf_init(&small, 4);
     thrift_w_init(&sw, &small);
