@@ -397,6 +397,7 @@ struct cluster {
     int done;
     int failed;
     int closed;
+    unsigned snapshot_threshold; /* 0 = default */
 };
 
 static void cluster_closed(void *arg)
@@ -429,6 +430,8 @@ static void cluster_start(struct cluster *c, int i)
     cfg.raft_address = c->address[i];
     cfg.election_timeout_ms = 300;
     cfg.heartbeat_timeout_ms = 50;
+    cfg.snapshot_threshold = c->snapshot_threshold;
+    cfg.snapshot_trailing = c->snapshot_threshold ? 2 : 0;
     cfg.n_peers = 3;
     for (int k = 0; k < 3; k++) {
         cfg.peers[k].id = (uint64_t)k + 1;
@@ -534,6 +537,36 @@ static void cluster_propose(struct cluster *c, int leader, int first, int n)
     }
 }
 
+static void cluster_setup(struct cluster *c, unsigned snapshot_threshold)
+{
+    memset(c, 0, sizeof(*c));
+    c->snapshot_threshold = snapshot_threshold;
+    uv_loop_init(&c->loop);
+    for (int i = 0; i < 3; i++) {
+        snprintf(c->dir[i], sizeof(c->dir[i]), "/tmp/queen-node-XXXXXX");
+        EXPECT(mkdtemp(c->dir[i]) != NULL);
+        snprintf(c->address[i], sizeof(c->address[i]), "127.0.0.1:%d",
+                 free_port());
+    }
+    for (int i = 0; i < 3; i++) {
+        cluster_start(c, i);
+    }
+}
+
+static void cluster_teardown(struct cluster *c)
+{
+    for (int i = 0; i < 3; i++) {
+        if (c->node[i] != NULL) {
+            cluster_stop(c, i);
+        }
+    }
+    uv_run(&c->loop, UV_RUN_NOWAIT);
+    EXPECT_EQ_I64(uv_loop_close(&c->loop), 0);
+    for (int i = 0; i < 3; i++) {
+        nftw(c->dir[i], env_rm, 16, FTW_DEPTH | FTW_PHYS);
+    }
+}
+
 TEST(three_voters_replicate_refuse_on_followers_and_catch_up_a_restart)
 {
     struct cluster c;
@@ -542,17 +575,7 @@ TEST(three_voters_replicate_refuse_on_followers_and_catch_up_a_restart)
     int leader;
     int follower;
 
-    memset(&c, 0, sizeof(c));
-    uv_loop_init(&c.loop);
-    for (int i = 0; i < 3; i++) {
-        snprintf(c.dir[i], sizeof(c.dir[i]), "/tmp/queen-node-XXXXXX");
-        EXPECT(mkdtemp(c.dir[i]) != NULL);
-        snprintf(c.address[i], sizeof(c.address[i]), "127.0.0.1:%d",
-                 free_port());
-    }
-    for (int i = 0; i < 3; i++) {
-        cluster_start(&c, i);
-    }
+    cluster_setup(&c, 0);
     EXPECT(cluster_run(&c, has_leader, 10));
     leader = cluster_leader(&c);
     follower = (leader + 1) % 3;
@@ -581,14 +604,43 @@ TEST(three_voters_replicate_refuse_on_followers_and_catch_up_a_restart)
     EXPECT_EQ_U64(cluster_hwm(&c, follower), 80);
     EXPECT_EQ_I64(node_safe_time(c.node[follower]),
                   node_safe_time(c.node[leader]));
-    for (int i = 0; i < 3; i++) {
-        cluster_stop(&c, i);
+    cluster_teardown(&c);
+}
+
+TEST(a_follower_far_behind_is_restored_from_a_snapshot)
+{
+    struct cluster c;
+    int leader;
+    int follower;
+
+    cluster_setup(&c, 4); /* snapshot every 4 entries, keep 2 */
+    EXPECT(cluster_run(&c, has_leader, 10));
+    leader = cluster_leader(&c);
+    follower = (leader + 1) % 3;
+    cluster_want = 2;
+    cluster_propose(&c, leader, 0, 2);
+    EXPECT(cluster_run(&c, cluster_done, 10));
+    EXPECT(cluster_run(&c, all_applied, 10));
+    cluster_stop(&c, follower);
+    /* One at a time, so the leader snapshots and drops its log. */
+    for (int k = 2; k < 14; k++) {
+        c.done = 0;
+        cluster_want = 1;
+        cluster_propose(&c, leader, k, 1);
+        EXPECT(cluster_run(&c, cluster_done, 10));
     }
-    uv_run(&c.loop, UV_RUN_NOWAIT);
-    EXPECT_EQ_I64(uv_loop_close(&c.loop), 0);
-    for (int i = 0; i < 3; i++) {
-        nftw(c.dir[i], env_rm, 16, FTW_DEPTH | FTW_PHYS);
-    }
+    EXPECT_EQ_I64(c.failed, 0);
+    cluster_start(&c, follower);
+    EXPECT(cluster_run(&c, all_applied, 15));
+    EXPECT_EQ_U64(cluster_hwm(&c, follower), 140);
+    /* And it keeps following after the restore. */
+    c.done = 0;
+    cluster_want = 1;
+    cluster_propose(&c, leader, 14, 1);
+    EXPECT(cluster_run(&c, cluster_done, 10));
+    EXPECT(cluster_run(&c, all_applied, 10));
+    EXPECT_EQ_U64(cluster_hwm(&c, follower), 150);
+    cluster_teardown(&c);
 }
 
 TEST(close_with_proposals_in_flight_answers_every_one)
