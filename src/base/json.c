@@ -519,9 +519,9 @@ static int jp_start(struct jp *p, struct err *err)
     struct jp_frame local[JSON_MAX_DEPTH_DEFAULT];
     int rc;
 
-    if (p->n >= UINT32_MAX) {
+    if (p->n >= INT32_MAX) {
         return err_set(err, ERR_TOO_BIG,
-                       "JSON text of %zu bytes is 4 GiB or more", p->n);
+                       "JSON text of %zu bytes is 2 GiB or more", p->n);
     }
     if (p->max_depth < 1) {
         p->max_depth = 1;

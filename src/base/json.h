@@ -22,8 +22,8 @@
  *       top-level scalar is allowed.
  *   (6) Containers nested deeper than max_depth are rejected.
  * Errors are ERR_INVALID "invalid JSON at byte N: <reason>", or ERR_TOO_BIG
- * when more than max_tokens tokens would be needed, or the text is 4 GiB or
- * more (spans are 32-bit). */
+ * when more than max_tokens tokens would be needed, or the text is 2 GiB or
+ * more (token indices are int). */
 #ifndef QUEEN_BASE_JSON_H
 #define QUEEN_BASE_JSON_H
 
