@@ -398,6 +398,8 @@ struct cluster {
     int failed;
     int closed;
     unsigned snapshot_threshold; /* 0 = default */
+    int64_t max_stamp;           /* greatest stamp answered so far */
+    bool stamps_increase;        /* every answer above all earlier ones */
 };
 
 static void cluster_closed(void *arg)
@@ -410,10 +412,14 @@ static void cluster_applied(void *arg, int status, const struct fsm_result *res,
 {
     struct cluster *c = arg;
 
-    (void)res;
     (void)err;
     if (status != 0) {
         c->failed++;
+    } else {
+        if (res->stamp <= c->max_stamp) {
+            c->stamps_increase = false;
+        }
+        c->max_stamp = res->stamp;
     }
     c->done++;
 }
@@ -541,6 +547,7 @@ static void cluster_setup(struct cluster *c, unsigned snapshot_threshold)
 {
     memset(c, 0, sizeof(*c));
     c->snapshot_threshold = snapshot_threshold;
+    c->stamps_increase = true;
     uv_loop_init(&c->loop);
     for (int i = 0; i < 3; i++) {
         snprintf(c->dir[i], sizeof(c->dir[i]), "/tmp/queen-node-XXXXXX");
@@ -669,4 +676,47 @@ TEST(close_with_proposals_in_flight_answers_every_one)
     store_fetch_answer_free(&a);
     stop(&c);
     teardown(&c);
+}
+
+static bool other_leader(struct cluster *c)
+{
+    int l = cluster_leader(c);
+
+    return l >= 0 && c->node[l] != NULL;
+}
+
+TEST(a_new_leader_stamps_above_everything_before_it)
+{
+    struct cluster c;
+    int leader;
+    int next;
+    int64_t before;
+
+    cluster_setup(&c, 0);
+    EXPECT(cluster_run(&c, has_leader, 10));
+    leader = cluster_leader(&c);
+    cluster_want = 5;
+    cluster_propose(&c, leader, 0, 5);
+    EXPECT(cluster_run(&c, cluster_done, 10));
+    before = c.max_stamp;
+    cluster_stop(&c, leader);
+    EXPECT(cluster_run(&c, other_leader, 15));
+    next = cluster_leader(&c);
+    EXPECT(next != leader);
+    /* The new leader applied the old term's entries before it was ready. */
+    EXPECT(node_safe_time(c.node[next]) >= before);
+    c.done = 0;
+    cluster_want = 3;
+    cluster_propose(&c, next, 5, 3);
+    EXPECT(cluster_run(&c, cluster_done, 10));
+    EXPECT_EQ_I64(c.failed, 0);
+    EXPECT(c.stamps_increase);
+    EXPECT(c.max_stamp > before);
+    /* Items of the old term are duplicates on the new leader too. */
+    c.done = 0;
+    cluster_want = 1;
+    cluster_propose(&c, next, 0, 1);
+    EXPECT(cluster_run(&c, cluster_done, 10));
+    EXPECT_EQ_U64(cluster_hwm(&c, next), 80);
+    cluster_teardown(&c);
 }
