@@ -299,8 +299,8 @@ static int jsonl_check_order(struct jsonl_writer *w,
         (cmp == 0 && (r->offset > w->last_offset || r->ts > w->last_ts))) {
         return 0;
     }
-    buf_init(&a, 100);
-    buf_init(&b, 100);
+    buf_init(&a, 512);
+    buf_init(&b, 512);
     json_escape(&a, r->partition.ptr,
                 r->partition.len < 60 ? r->partition.len : 60, &e2);
     json_escape(&b, lp.ptr, lp.len < 60 ? lp.len : 60, &e2);

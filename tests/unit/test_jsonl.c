@@ -404,3 +404,21 @@ TEST(finish_appends_when_the_output_is_not_empty)
     jsonl_writer_free(w);
     buf_free(&out);
 }
+
+TEST(order_error_quotes_control_bytes_escaped)
+{
+    char part[61];
+    struct jsonl_writer *w = jsonl_writer_new(JSONL_NONE, 0);
+    struct sink_record a;
+    struct err err;
+    const char *want = "jsonl: records must be sorted by (partition, offset): "
+                       "\"\\u0001\\u0001";
+
+    memset(part, 1, 60);
+    part[60] = '\0';
+    a = rec(part, 5, "", 1, "1");
+    EXPECT_EQ_I64(jsonl_writer_add(w, &a, &err), 0);
+    EXPECT_EQ_I64(jsonl_writer_add(w, &a, &err), ERR_INVALID);
+    EXPECT(strncmp(err.msg, want, strlen(want)) == 0);
+    jsonl_writer_free(w);
+}
