@@ -1165,7 +1165,11 @@ static uint64_t record_weight(const struct part *p,
 static void buffer_record(struct engine *e, struct part *p,
                           const struct engine_fetched_record *r)
 {
-    struct brec *b = xmalloc(sizeof(*b) + r->txn.len + r->payload.len + 1);
+    struct brec *b;
+
+    /* A record is bounded by the broker's body limit (64 MiB). */
+    ASSERT(r->txn.len <= UINT32_MAX && r->payload.len <= UINT32_MAX);
+    b = xmalloc(sizeof(*b) + r->txn.len + r->payload.len + 1);
 
     b->offset = r->offset;
     b->ts = r->ts;

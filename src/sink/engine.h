@@ -31,8 +31,24 @@
  *
  * Ownership: the engine owns every buffered record (copied on arrival). The
  * slices in actions and plans point into engine memory: an action's slices
- * are valid until the next engine_next_actions(); a Fetch call's entries
- * until its answer; a plan until engine_on_committed() or engine_free(). */
+ * are valid until the next engine_next_actions() (a Checkpoint's positions
+ * also until the next engine_positions()); a Fetch call's entries until its
+ * answer; a Seek's partition until its result; a plan until
+ * engine_on_committed() or engine_free().
+ *
+ * Driver contract (reference 3.7): execute the actions of one call (Discover,
+ * WriteIntent, Upload, Commit, Checkpoint, Idle, then Seeks and Fetches
+ * concurrently), feed every answer back through the engine_on_*() calls,
+ * and call engine_next_actions() again after each answer or sleep. Time only
+ * enters through the safeTime of discovery pages: the engine never waits.
+ *
+ * Costs: each call walks the tracked partitions once or twice (O(n)); the
+ * plan and the checkpoint sort by name. Memory is the buffered records plus
+ * about 200 bytes per tracked partition (capped by max_partitions).
+ *
+ * One deliberate reading of the reference: the age of the first `earliest`
+ * window is measured from its tStart (the align floor of its first record),
+ * not from t_prev = MIN, so a fresh queue does not close a window at once. */
 #ifndef QUEEN_SINK_ENGINE_H
 #define QUEEN_SINK_ENGINE_H
 
@@ -269,8 +285,10 @@ struct engine_discovery_page {
     struct slice next; /* cursor when has_next */
 };
 
-/* Borrows p. Returns 0, or ERR_TOO_BIG past max_partitions (the pass
- * restarts). UNKNOWN_TOPIC_OR_PARTITION fails the engine and returns 0. */
+/* Borrows p. Returns 0; ERR_TOO_BIG past max_partitions or for a cursor over
+ * 1024 bytes (the pass restarts); ERR_INVALID for a page nobody asked for.
+ * UNKNOWN_TOPIC_OR_PARTITION fails the engine and returns 0; any other page
+ * error restarts the pass from its first page. */
 int engine_on_discovery_page(struct engine *e,
                              const struct engine_discovery_page *p,
                              struct err *err);
