@@ -45,6 +45,10 @@ struct metrics;
 #define API_FETCH_DEF_BYTES    ((uint64_t)1 << 20)
 #define API_FETCH_MAX_WAIT_MS  30000
 #define API_LONG_POLL_SLICE_MS 1000 /* re-read at least this often */
+/* Token caps of the body scans (20 bytes a token): bodies are scanned to
+ * depth 3 only (payloads are spans), so these bound memory, not payloads. */
+#define API_PUSH_MAX_TOKENS 4000000
+#define API_READ_MAX_TOKENS 1000000
 
 /* ---- shared parsing ---- */
 
@@ -78,8 +82,9 @@ struct api_push {
 /* Parse a push body (borrowed; must outlive p) into items, check names, and
  * default partitions to "Default". Returns 0; ERR_INVALID with err->msg
  * "bad push body: <why>" (answer 400 bad_body); ERR_TOO_BIG when a name is
- * over CMD_NAME_MAX bytes or a transactionId over CMD_TXN_MAX (413). Free p
- * with api_push_free() in every case. */
+ * over CMD_NAME_MAX bytes, a transactionId over CMD_TXN_MAX, or the body
+ * needs more than API_PUSH_MAX_TOKENS tokens (413 too_large). Free p with
+ * api_push_free() in every case. */
 int api_push_parse(struct api_push *p, const char *body, size_t len,
                    struct err *err);
 /* Give every item a message id, and the id's text as txn where the producer
@@ -107,8 +112,9 @@ struct api_fetch {
 
 /* Parse a fetch body (borrowed). Returns 0, or ERR_INVALID with *code set:
  * "bad_body" (err->msg "bad fetch body: <why>"), or NULL for the envelopes
- * without a code ("too many entries", "offset must be non-negative"). Free
- * with api_fetch_free() in every case. */
+ * without a code ("too many entries", "offset must be non-negative"); or
+ * ERR_TOO_BIG past API_READ_MAX_TOKENS (413). Free with api_fetch_free() in
+ * every case. */
 int api_fetch_parse(struct api_fetch *f, const char *body, size_t len,
                     const char **code, struct err *err);
 /* {"entries":[…]} for ans, in request order. */

@@ -104,14 +104,17 @@ static int changed_entry(struct api_changed *c, size_t idx, int obj,
 int api_changed_parse(struct api_changed *c, const char *body, size_t len,
                       const char **code, struct err *err)
 {
+    struct json_limits lim = {JSON_MAX_DEPTH_DEFAULT, 3, API_READ_MAX_TOKENS};
     int entries;
     size_t i = 0;
 
     memset(c, 0, sizeof(*c));
     buf_init(&c->arena, BUF_UNLIMITED);
     *code = "bad_body";
-    if (json_parse(&c->doc, body, len, NULL, err) != 0) {
-        err->code = ERR_INVALID;
+    if (json_parse(&c->doc, body, len, &lim, err) != 0) {
+        if (err->code != ERR_TOO_BIG) {
+            err->code = ERR_INVALID;
+        }
         return err_wrap(err, "bad changed body");
     }
     entries = json_obj_get(&c->doc, 0, "entries");
@@ -234,7 +237,9 @@ void api_handle_changed(struct http_req *req, void *arg)
     struct buf out;
 
     if (api_changed_parse(&c, req->body.ptr, req->body.len, &code, &err) != 0) {
-        api_respond_error(a, req, 400, code, err.msg);
+        api_respond_error(a, req, err.code == ERR_TOO_BIG ? 413 : 400,
+                          err.code == ERR_TOO_BIG ? "too_large" : code,
+                          err.msg);
         api_changed_free(&c);
         return;
     }

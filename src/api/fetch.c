@@ -129,6 +129,7 @@ static int fetch_options(struct api_fetch *f, struct err *err)
 int api_fetch_parse(struct api_fetch *f, const char *body, size_t len,
                     const char **code, struct err *err)
 {
+    struct json_limits lim = {JSON_MAX_DEPTH_DEFAULT, 3, API_READ_MAX_TOKENS};
     int entries;
     size_t i = 0;
     bool is_negative = false;
@@ -136,8 +137,10 @@ int api_fetch_parse(struct api_fetch *f, const char *body, size_t len,
     memset(f, 0, sizeof(*f));
     buf_init(&f->arena, BUF_UNLIMITED);
     *code = "bad_body";
-    if (json_parse(&f->doc, body, len, NULL, err) != 0) {
-        err->code = ERR_INVALID;
+    if (json_parse(&f->doc, body, len, &lim, err) != 0) {
+        if (err->code != ERR_TOO_BIG) {
+            err->code = ERR_INVALID;
+        }
         return err_wrap(err, "bad fetch body");
     }
     entries = json_obj_get(&f->doc, 0, "entries");
@@ -377,7 +380,9 @@ void api_handle_fetch(struct http_req *req, void *arg)
     w->req = req;
     if (api_fetch_parse(&w->f, req->body.ptr, req->body.len, &code, &err) !=
         0) {
-        api_respond_error(a, req, 400, code, err.msg);
+        api_respond_error(a, req, err.code == ERR_TOO_BIG ? 413 : 400,
+                          err.code == ERR_TOO_BIG ? "too_large" : code,
+                          err.msg);
         api_fetch_free(&w->f);
         free(w);
         return;

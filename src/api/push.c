@@ -136,14 +136,16 @@ static int push_item(struct api_push *p, size_t idx, int obj, struct err *err)
 int api_push_parse(struct api_push *p, const char *body, size_t len,
                    struct err *err)
 {
-    struct json_limits lim = {JSON_MAX_DEPTH_DEFAULT, 3, 0};
+    struct json_limits lim = {JSON_MAX_DEPTH_DEFAULT, 3, API_PUSH_MAX_TOKENS};
     int items;
     size_t i = 0;
 
     memset(p, 0, sizeof(*p));
     buf_init(&p->arena, BUF_UNLIMITED);
     if (json_parse(&p->doc, body, len, &lim, err) != 0) {
-        err->code = ERR_INVALID;
+        if (err->code != ERR_TOO_BIG) {
+            err->code = ERR_INVALID;
+        }
         return err_wrap(err, "bad push body");
     }
     items = json_obj_get(&p->doc, 0, "items");
@@ -370,9 +372,9 @@ void api_handle_push(struct http_req *req, void *arg)
     op->a = a;
     op->req = req;
     if (api_push_parse(&op->p, req->body.ptr, req->body.len, &err) != 0) {
-        api_respond_error(
-            a, req, err.code == ERR_TOO_BIG ? 413 : 400,
-            err.code == ERR_TOO_BIG ? "name_too_long" : "bad_body", err.msg);
+        api_respond_error(a, req, err.code == ERR_TOO_BIG ? 413 : 400,
+                          err.code == ERR_TOO_BIG ? "too_large" : "bad_body",
+                          err.msg);
         goto out_free;
     }
     if (op->p.n == 0) {
