@@ -50,8 +50,11 @@
  *   txn        PLAIN.
  *   payload    4-byte length + RLE definition levels (width 1), then the
  *              PLAIN values of the non-null rows.
- * Sizes were chosen by measurement (bench/parquet.sh): delta for offset/ts
- * and a dictionary for the partition beat PLAIN after zstd.
+ * Encodings were chosen by measurement (bench/parquet.sh's rows: 1M
+ * records, 64 partitions, zstd): DELTA_BINARY_PACKED stores offset in 4.3 KB
+ * and ts in 5.8 KB where DuckDB's dictionary/PLAIN pages take 1.19 MB and
+ * 1.41 MB; the partition dictionary takes 2.4 KB. transaction_id and payload
+ * are near-unique, so a dictionary would only cost time: PLAIN + zstd.
  *
  * Invariants:
  *   (1) Records are sorted by (partition, offset), or by ts within a

@@ -647,3 +647,53 @@ TEST(writer_strings_and_names)
     EXPECT_STR_EQ(PARQUET_CONTENT_TYPE, "application/vnd.apache.parquet");
     EXPECT_STR_EQ(PARQUET_EXTENSION, "parquet");
 }
+
+TEST(files_differ_only_by_the_queue_name_when_only_the_queue_differs)
+{
+    struct corpus c = {0};
+    struct parquet_opts o = {.codec = PARQUET_ZSTD, .queue = "orders"};
+    struct buf a;
+    struct buf b;
+
+    make(&c, 500, 3);
+    write_file(&c, &o, &a);
+    o.queue = "orders-eu";
+    write_file(&c, &o, &b);
+    EXPECT_EQ_U64(b.len, a.len + 3);
+    /* everything before the footer is identical */
+    size_t footer = a.len - 8 - (size_t)(uint8_t)a.data[a.len - 8] -
+                    ((size_t)(uint8_t)a.data[a.len - 7] << 8);
+    EXPECT(memcmp(a.data, b.data, footer) == 0);
+    buf_free(&a);
+    buf_free(&b);
+    corpus_free(&c);
+}
+
+TEST(a_hundred_thousand_small_records_compress_below_half)
+{
+    struct corpus c = {0};
+    struct parquet_opts o = {.codec = PARQUET_ZSTD};
+    struct parquet_writer *w = parquet_writer_new(&o);
+    struct buf out;
+    struct err e;
+    char pl[256];
+
+    for (int i = 0; i < 100000; i++) {
+        int n =
+            snprintf(pl, sizeof(pl),
+                     "{\"type\":\"paid\",\"amount\":%d,\"currency\":\"EUR\","
+                     "\"customer\":{\"id\":%d,\"name\":\"customer %d\"},"
+                     "\"items\":[%d,%d,%d],\"note\":\"order %d of day\"}",
+                     i % 5000, i % 977, i % 977, i, i * 3, i * 7, i);
+        struct sink_record r = {
+            {"cust-000042", 11}, i, {pl, 20}, i, {pl, (size_t)n}};
+        EXPECT_EQ_I64(parquet_writer_add(w, &r, &e), 0);
+    }
+    uint64_t raw = parquet_writer_bytes_so_far(w);
+    buf_init(&out, BUF_UNLIMITED);
+    EXPECT_EQ_I64(parquet_writer_finish(w, &out, &e), 0);
+    EXPECT(out.len < raw / 2);
+    parquet_writer_free(w);
+    buf_free(&out);
+    corpus_free(&c);
+}
