@@ -803,6 +803,10 @@ int s3_client_put(struct s3_client *c, const struct s3_put *p,
                        "PUT: a key, a content type and a "
                        "body are required");
     }
+    if (strpbrk(p->content_type, "\r\n") != NULL) {
+        return err_set(err, ERR_INVALID,
+                       "PUT %s: the content type holds a line break", p->key);
+    }
     if ((uint64_t)p->len > c->cfg.multipart_threshold) {
         return multipart_put(c, p, r, err);
     }
@@ -856,11 +860,10 @@ int s3_client_get(struct s3_client *c, const char *key, struct buf *body,
     rc = run(c, &k, st, err);
     if (rc == 0) {
         fill_info(&k, info);
-        if (!info->found) {
-            buf_reset(body);
-        } else {
-            info->size = body->len;
-        }
+        info->size = info->found ? body->len : 0;
+    }
+    if (rc != 0 || !info->found) {
+        buf_reset(body); /* it may hold an error document */
     }
     return rc;
 }

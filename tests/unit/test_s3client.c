@@ -353,6 +353,22 @@ TEST(multipart_sends_parts_completes_and_calls_the_hook_between_parts)
     rig_close(&r);
 }
 
+TEST(bad_put_arguments_are_refused_before_any_request)
+{
+    struct rig r;
+    struct s3_put_result res;
+    struct err err = {0};
+    struct s3_put p = {"k", "x", 1, "text/plain\r\nX-Evil: 1", NULL, NULL};
+
+    rig_open(&r, NULL, 0, NULL);
+    EXPECT_EQ_I64(s3_client_put(r.c, &p, &res, &err), ERR_INVALID);
+    p.content_type = "text/plain";
+    p.key = "";
+    EXPECT_EQ_I64(s3_client_put(r.c, &p, &res, &err), ERR_INVALID);
+    EXPECT_EQ_U64(r.f.n_seen, 0);
+    rig_close(&r);
+}
+
 TEST(a_body_at_the_threshold_is_a_single_put)
 {
     struct rig r;
