@@ -19,9 +19,17 @@
  *   - offsets that disappear before we read them become lost ranges that
  *     travel in the next closing window's manifest (5).
  *
- * Partition lookup is a small open-addressing hash on the name, so memory
- * and time per answer stay independent of how many cold partitions a queue
- * has; only the plan and the checkpoint sort partitions by name.
+ * Partition lookup is a small open-addressing hash on the name, so merging
+ * an answer costs O(1) per partition named; each call still walks the
+ * tracked partitions once or twice (frontier, fetch candidates), and only
+ * the plan and the checkpoint sort partitions by name. Memory held for a
+ * cold partition is its `struct part` alone, so what is buffered does not
+ * grow with the number of partitions (reference 3.6.6).
+ *
+ * A caught-up partition (read past the lastOffset a discovery page reported)
+ * does not hold a close back: every record it gains later is stamped above
+ * the safeTime of the page that reported that lastOffset, and the close is
+ * capped by the complete pass's safeTime anyway.
  *
  * What it must never do: read a clock, block, or emit a window whose end is
  * above (2) or (3); an empty window is never emitted (6). */
