@@ -131,6 +131,7 @@ static struct touched *touch(struct fsm *f, struct store_w *w,
 {
     struct store_wqueue q;
     struct touched *t;
+    int rc;
 
     for (size_t i = f->n_touched; i > 0; i--) {
         t = &f->touched[i - 1];
@@ -143,9 +144,12 @@ static struct touched *touch(struct fsm *f, struct store_w *w,
         f->touched = xrealloc(f->touched, f->cap_touched * sizeof(*t));
     }
     t = &f->touched[f->n_touched];
-    if (store_wqueue_get(w, it->queue, &q, err) != 0 ||
-        store_wpart_get(w, it->queue, q.id, it->partition, &t->part, err) !=
-            0) {
+    /* A partition is created by its first record, not by a duplicate. */
+    if (store_wqueue_get(w, it->queue, &q, err) != 0) {
+        return NULL;
+    }
+    rc = store_wpart_find(w, q.id, it->partition, &t->part, err);
+    if (rc != 0 && rc != ERR_NOT_FOUND) {
         return NULL;
     }
     t->queue = it->queue;
@@ -203,6 +207,10 @@ static int push_item(struct fsm *f, struct store_w *w, uint32_t i,
     if (rc != 0) {
         return rc;
     }
+    if (t->part.id == 0 &&
+        store_wpart_create(w, t->queue, t->name, &t->part, err) != 0) {
+        return err->code;
+    }
     r->status = FSM_ITEM_QUEUED;
     r->offset = t->part.last_offset + 1;
     memcpy(r->message_id, it->message_id, 16);
@@ -230,7 +238,7 @@ static int push_finish(struct fsm *f, struct store_w *w, struct err *err)
     for (size_t i = 0; i < f->n_touched; i++) {
         struct touched *t = &f->touched[i];
 
-        if (t->first_new < 0 && !t->part.created) {
+        if (t->part.id == 0 || (t->first_new < 0 && !t->part.created)) {
             continue;
         }
         if (store_wpart_put(w, t->name, &t->part, err) != 0) {

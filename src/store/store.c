@@ -617,9 +617,8 @@ static int part_create(struct store_w *w, struct slice name,
     return store_wpart_put(w, name, p, err);
 }
 
-int store_wpart_get(struct store_w *w, struct slice queue_name,
-                    uint64_t queue_id, struct slice name, struct store_wpart *p,
-                    struct err *err)
+int store_wpart_find(struct store_w *w, uint64_t queue_id, struct slice name,
+                     struct store_wpart *p, struct err *err)
 {
     uint8_t kb[8 + SCHEMA_NAME_MAX];
     MDB_val k;
@@ -631,19 +630,37 @@ int store_wpart_get(struct store_w *w, struct slice queue_name,
     p->queue_id = queue_id;
     rc = mdb_get(w->txn, w->s->partitions, &k, &d);
     if (rc == MDB_NOTFOUND) {
-        if (part_create(w, name, p, err) != 0) {
-            return err->code;
-        }
-        return queue_count_part(w, queue_name, err);
+        return ERR_NOT_FOUND;
     }
-    if (rc != 0) {
-        return err_set(err, ERR_IO, "get partition: %s", mdb_strerror(rc));
-    }
-    if (d.mv_size != SCHEMA_PART_VALUE_LEN) {
-        return err_set(err, ERR_CORRUPT, "partition row of %zu B", d.mv_size);
+    if (rc != 0 || d.mv_size != SCHEMA_PART_VALUE_LEN) {
+        err_set(err, ERR_IO, "get partition: %s",
+                rc != 0 ? mdb_strerror(rc) : "bad row size");
+        return ERR_IO;
     }
     part_decode(d.mv_data, p);
     return 0;
+}
+
+int store_wpart_create(struct store_w *w, struct slice queue_name,
+                       struct slice name, struct store_wpart *p,
+                       struct err *err)
+{
+    if (part_create(w, name, p, err) != 0) {
+        return err->code;
+    }
+    return queue_count_part(w, queue_name, err);
+}
+
+int store_wpart_get(struct store_w *w, struct slice queue_name,
+                    uint64_t queue_id, struct slice name, struct store_wpart *p,
+                    struct err *err)
+{
+    int rc = store_wpart_find(w, queue_id, name, p, err);
+
+    if (rc == ERR_NOT_FOUND) {
+        return store_wpart_create(w, queue_name, name, p, err);
+    }
+    return rc;
 }
 
 int store_wrecord_put(struct store_w *w, uint64_t pid,

@@ -101,6 +101,15 @@ int store_wqueue_put_options(struct store_w *w, struct slice name,
 int store_wpart_get(struct store_w *w, struct slice queue_name,
                     uint64_t queue_id, struct slice name, struct store_wpart *p,
                     struct err *err);
+/* The partition row only: 0, ERR_NOT_FOUND (p zeroed but queue_id), or
+ * ERR_IO. */
+int store_wpart_find(struct store_w *w, uint64_t queue_id, struct slice name,
+                     struct store_wpart *p, struct err *err);
+/* Create partition name of queue (queue_name, p->queue_id): id, uuid,
+ * created-at from w; bumps the queue's partition count. */
+int store_wpart_create(struct store_w *w, struct slice queue_name,
+                       struct slice name, struct store_wpart *p,
+                       struct err *err);
 int store_wpart_put(struct store_w *w, struct slice name,
                     const struct store_wpart *p, struct err *err);
 /* Put a record of partition pid with ts = w->stamp. use_append: pid is the

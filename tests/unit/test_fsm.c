@@ -315,3 +315,23 @@ TEST(configured_options_persist_and_govern_dedup)
     EXPECT_EQ_I64(r->items[0].offset, 1);
     env_close(&e);
 }
+
+TEST(a_duplicate_alone_creates_no_partition)
+{
+    struct env e = {0};
+    struct pitem a[2] = {{"q", "p1", "x", "1"}, {"q", "p2", "x", "2"}};
+    struct store_stats st;
+    struct err err = {0};
+    const struct fsm_result *r;
+
+    env_open(&e);
+    r = env_push(&e, T0, a, 2);
+    EXPECT_EQ_I64(r->items[1].status, FSM_ITEM_DUPLICATE);
+    EXPECT_EQ_I64(store_stats(e.store, &st, &err), 0);
+    EXPECT_EQ_U64(st.n_partitions, 1);
+    r = env_push1(&e, T0 + 1, "q", "p2", "y", "3");
+    EXPECT_EQ_I64(r->items[0].offset, 0);
+    EXPECT_EQ_I64(store_stats(e.store, &st, &err), 0);
+    EXPECT_EQ_U64(st.n_partitions, 2);
+    env_close(&e);
+}
