@@ -35,6 +35,7 @@
 
 #include <inttypes.h>
 #include <llhttp.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1169,6 +1170,13 @@ int http_server_start(struct http_server **out, uv_loop_t *loop,
 
     /* A peer that closes early must cost an EPIPE, not the process. */
     signal(SIGPIPE, SIG_IGN);
+    /* Request and answer buffers of tens of KiB come and go by the
+     * thousand per second; glibc's default trimming hands the heap top back
+     * to the kernel and faults it in again each time (bench/http.sh measured
+     * 3x fewer 20 KiB echoes/s with 64 connections). Keep up to 64 MiB of
+     * free heap; buffers of 4 MiB or more are mapped and returned at once. */
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
+    mallopt(M_MMAP_THRESHOLD, 4 << 20);
     srv->loop = loop;
     srv->cfg = *cfg;
     config_defaults(&srv->cfg);

@@ -168,7 +168,8 @@ struct http_server;
 typedef void (*http_close_fn)(void *arg);
 
 /* Bind and listen on cfg's address. Borrows loop; cfg is copied. Sets
- * SIGPIPE to ignored (a peer that goes away must cost an EPIPE only). On
+ * SIGPIPE to ignored (a peer that goes away must cost an EPIPE only) and
+ * tunes glibc malloc's trim and mmap thresholds (see server.c). On
  * failure the listener handle is released by the loop's next iteration. On
  * success *out is the server (freed by http_server_close). Returns 0, or
  * ERR_IO / ERR_INVALID with the address in the message. */
