@@ -204,40 +204,66 @@ static const char *push_status_name(int status)
     }
 }
 
+/* Append `"` id `"` (ids are hex and dashes: nothing to escape). */
+static int push_id(struct buf *out, const uint8_t id[16], struct err *err)
+{
+    char text[40];
+
+    text[0] = '"';
+    uuid7_format(id, text + 1);
+    text[37] = '"';
+    return buf_append(out, text, 38, err);
+}
+
+/* One element of the 201 array, keys in the reference's order. The queue
+ * name is escaped once per run of equal names (most pushes name one). */
+static int push_render_item(const struct api_push *p, size_t i,
+                            const struct fsm_item_result *r, struct buf *out,
+                            struct buf *queue_json, struct err *err)
+{
+    const struct cmd_push_item *it = &p->items[i];
+    int status = r != NULL ? r->status : FSM_ITEM_ERROR;
+    bool is_same_queue =
+        i > 0 && it->queue.len == p->items[i - 1].queue.len &&
+        memcmp(it->queue.ptr, p->items[i - 1].queue.ptr, it->queue.len) == 0;
+
+    if (!is_same_queue) {
+        buf_reset(queue_json);
+        if (json_escape(queue_json, it->queue.ptr, it->queue.len, err) != 0) {
+            return err->code;
+        }
+    }
+    if (buf_printf(out, err, "%s{\"index\":%zu,\"message_id\":",
+                   i > 0 ? "," : "", i) != 0 ||
+        push_id(out, r != NULL ? r->message_id : it->message_id, err) != 0 ||
+        buf_append_str(out, ",\"transaction_id\":", err) != 0 ||
+        (p->has_txn[i] ? json_escape(out, it->txn.ptr, it->txn.len, err)
+                       : push_id(out, it->message_id, err)) != 0 ||
+        buf_append_str(out, ",\"queueName\":", err) != 0 ||
+        buf_append(out, queue_json->data, queue_json->len, err) != 0) {
+        return err->code;
+    }
+    if (status == FSM_ITEM_ERROR) {
+        return buf_append_str(out, ",\"status\":\"error\"}", err);
+    }
+    return buf_printf(out, err, ",\"status\":\"%s\",\"offset\":%" PRId64 "}",
+                      push_status_name(status), r->offset);
+}
+
 int api_push_render(const struct api_push *p, const struct fsm_result *res,
                     struct buf *out, struct err *err)
 {
-    struct jw w;
-    char id[37];
+    struct buf queue_json;
     bool is_whole = res != NULL && res->code == 0 && res->n_items == p->n;
+    int rc = buf_append_byte(out, '[', err);
 
-    jw_init(&w, out);
-    jw_arr_begin(&w);
-    for (size_t i = 0; i < p->n; i++) {
-        const struct cmd_push_item *it = &p->items[i];
-        const struct fsm_item_result *r = is_whole ? &res->items[i] : NULL;
-        int status = r != NULL ? r->status : FSM_ITEM_ERROR;
-
-        uuid7_format(r != NULL ? r->message_id : it->message_id, id);
-        jw_obj_begin(&w);
-        jw_key(&w, "index");
-        jw_u64(&w, i);
-        jw_key(&w, "message_id");
-        jw_cstr(&w, id);
-        jw_key(&w, "transaction_id");
-        jw_str(&w, it->txn.ptr, it->txn.len);
-        jw_key(&w, "queueName");
-        jw_str(&w, it->queue.ptr, it->queue.len);
-        jw_key(&w, "status");
-        jw_cstr(&w, push_status_name(status));
-        if (status != FSM_ITEM_ERROR) {
-            jw_key(&w, "offset");
-            jw_i64(&w, r->offset);
-        }
-        jw_obj_end(&w);
+    buf_init(&queue_json, BUF_UNLIMITED);
+    for (size_t i = 0; rc == 0 && i < p->n; i++) {
+        rc = push_render_item(p, i, is_whole ? &res->items[i] : NULL, out,
+                              &queue_json, err);
     }
-    jw_arr_end(&w);
-    return jw_finish(&w, err);
+    buf_free(&queue_json);
+    return rc == 0 ? buf_append_byte(out, ']', err) : rc;
 }
 
 uint64_t api_push_queued_bytes(const struct api_push *p,
