@@ -1513,6 +1513,25 @@ static void close_window(struct engine *e, int64_t k, int64_t t_start,
     e->stats.windows_closed++;
 }
 
+/* Step t_prev over empty aligned stretches: to the next boundary, or with
+ * nothing buffered at all straight to the last boundary below the caps (an
+ * idle queue back from a long quiet spell skips them in one step). */
+static void skip_empty(struct engine *e, const struct close_bounds *b,
+                       int64_t boundary, bool has_min)
+{
+    int64_t unit = align_unit(e);
+    int64_t last = isotime_floor(min64(b->c_safe, b->frontier), unit);
+    uint64_t n = 1;
+
+    if (!has_min && last > boundary) {
+        n += (uint64_t)((last - boundary) / unit);
+        boundary = last;
+    }
+    e->t_prev = boundary;
+    e->t_filter = boundary;
+    e->stats.boundaries_skipped += n;
+}
+
 static enum close_step close_step(struct engine *e,
                                   const struct close_bounds *b)
 {
@@ -1551,9 +1570,7 @@ static enum close_step close_step(struct engine *e,
     }
     if (!has_min || min_ts >= t_end) {
         if (is_aligned && !is_size) { /* (6): step over an empty stretch */
-            e->t_prev = t_end;
-            e->t_filter = t_end;
-            e->stats.boundaries_skipped++;
+            skip_empty(e, b, t_end, has_min);
             return CLOSE_SKIPPED;
         }
         return CLOSE_STOP; /* (6) */

@@ -1850,3 +1850,26 @@ TEST(chaos_of_trims_jumps_and_incarnations_loses_only_what_went_away)
         sim_free(&s);
     }
 }
+
+TEST(a_long_quiet_spell_is_stepped_over_in_one_go)
+{
+    struct engine_config c;
+    struct sim s;
+
+    sim_test_config(&c);
+    c.align = ENGINE_ALIGN_HOUR;
+    sim_init(&s, &c);
+    sim_push(&s, "p", 1, SIM_T0 + 10 * SIM_MIN, 10);
+    sim_advance(&s, SIM_T0 + 11 * SIM_MIN);
+    EXPECT(sim_run_until_commits(&s, 1, 100));
+    sim_advance(&s, SIM_T0 + 1000 * SIM_H + 20 * SIM_MIN);
+    sim_run(&s, 10);
+    EXPECT_EQ_U64(engine_stats(s.e)->boundaries_skipped, 1000);
+    sim_push(&s, "p", 1, SIM_T0 + 1000 * SIM_H + 30 * SIM_MIN, 10);
+    sim_advance(&s, SIM_T0 + 1002 * SIM_H);
+    EXPECT(sim_run_until_commits(&s, 2, 100));
+    EXPECT_EQ_I64(s.windows[1].t_start, SIM_T0 + 1000 * SIM_H);
+    EXPECT_EQ_I64(s.windows[1].t_end, SIM_T0 + 1001 * SIM_H);
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
