@@ -121,6 +121,7 @@ struct parquet_writer {
     char *tenant;
     struct buf out;
     bool failed;
+    struct err fail; /* why, once failed */
     bool finished;
     /* The open row group. */
     size_t rows;
@@ -789,6 +790,7 @@ static int flush_row_group(struct parquet_writer *w, struct err *err)
     }
     if (rc != 0) {
         w->failed = true;
+        w->fail = *err;
         return rc;
     }
     w->nrg++;
@@ -1038,7 +1040,7 @@ struct parquet_writer *parquet_writer_new(const struct parquet_opts *o)
     w->page_bytes = o->page_bytes != 0 ? o->page_bytes : PARQUET_PAGE_BYTES_DEF;
     w->queue = o->queue != NULL ? xstrdup(o->queue) : NULL;
     w->tenant = o->tenant != NULL ? xstrdup(o->tenant) : NULL;
-    buf_init(&w->out, o->max_bytes != 0 ? o->max_bytes : BUF_UNLIMITED);
+    buf_init(&w->out, BUF_UNLIMITED);
     buf_init(&w->dict, BUF_UNLIMITED);
     buf_init(&w->txn, BUF_UNLIMITED);
     buf_init(&w->payload, BUF_UNLIMITED);
@@ -1050,7 +1052,9 @@ struct parquet_writer *parquet_writer_new(const struct parquet_opts *o)
         w->zc = ZSTD_createCCtx();
         ASSERT(w->zc != NULL);
     }
-    put(&w->out, "PAR1", 4); /* fits any sane max_bytes; checked at finish */
+    put(&w->out, "PAR1", 4);
+    /* A cap below 4 bytes is caught by parquet_writer_finish. */
+    w->out.max = o->max_bytes != 0 ? o->max_bytes : BUF_UNLIMITED;
     return w;
 }
 
@@ -1143,7 +1147,8 @@ int parquet_writer_add(struct parquet_writer *w, const struct sink_record *r,
 {
     ASSERT(!w->finished);
     if (w->failed) {
-        return err_set(err, ERR_INVALID, "parquet: writer failed earlier");
+        *err = w->fail;
+        return err->code;
     }
     if (check_record(w, r, err) != 0) {
         return err->code;
@@ -1191,7 +1196,8 @@ int parquet_writer_finish(struct parquet_writer *w, struct buf *out,
     ASSERT(!w->finished);
     w->finished = true;
     if (w->failed) {
-        return err_set(err, ERR_INVALID, "parquet: writer failed earlier");
+        *err = w->fail;
+        return err->code;
     }
     if (w->out.len > w->out.max) {
         return err_set(err, ERR_TOO_BIG, "parquet file: over its cap of %zu",

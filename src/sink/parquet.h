@@ -65,7 +65,8 @@ struct parquet_writer *parquet_writer_new(const struct parquet_opts *o);
  * accepted only with a greater ts (a new incarnation restarting offsets).
  * Returns 0; ERR_INVALID for out-of-order records or text that is not UTF-8
  * (the writer is unchanged); ERR_TOO_BIG for a field over PARQUET_VALUE_MAX
- * (unchanged) or a file over max_bytes (the writer is then unusable). */
+ * (unchanged) or a file over max_bytes (the writer is then failed: later
+ * calls return the same error, and it can only be freed). */
 int parquet_writer_add(struct parquet_writer *w, const struct sink_record *r,
                        struct err *err);
 /* Sum of record weights added so far (reference 3.6.7): 64 + len(txn) +

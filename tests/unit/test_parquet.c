@@ -697,3 +697,17 @@ TEST(a_hundred_thousand_small_records_compress_below_half)
     buf_free(&out);
     corpus_free(&c);
 }
+
+TEST(a_cap_below_the_magic_is_too_big_at_finish)
+{
+    struct parquet_opts o = {.codec = PARQUET_ZSTD, .max_bytes = 2};
+    struct parquet_writer *w = parquet_writer_new(&o);
+    struct buf out;
+    struct err e;
+
+    buf_init(&out, BUF_UNLIMITED);
+    EXPECT_EQ_I64(parquet_writer_finish(w, &out, &e), ERR_TOO_BIG);
+    EXPECT_EQ_U64(out.len, 0);
+    parquet_writer_free(w);
+    buf_free(&out);
+}
