@@ -111,12 +111,6 @@ void resp_head(struct buf *b, const struct resp_meta *m)
     if (m->extra_headers != NULL) {
         resp_put_str(b, m->extra_headers);
     }
-    if (!m->keep_alive) {
-        resp_put_str(b, "Connection: close\r\n");
-    } else if (m->http_minor == 0) {
-        resp_put_str(b, "Connection: keep-alive\r\n");
-    }
-    resp_put(b, "\r\n", 2);
 }
 
 int resp_error_body(struct buf *b, const char *code, const char *message,

@@ -20,13 +20,13 @@ struct resp_meta {
     const char *content_type;  /* NULL: no Content-Type header */
     size_t body_len;           /* the Content-Length */
     const char *extra_headers; /* lines each ending "\r\n", or NULL */
-    bool keep_alive;
 };
 
-/* Append a response head to b (unlimited buffers only: cannot fail):
- * status line, Content-Type, Content-Length, the extra header lines, a
- * Connection header when the connection closes (or an HTTP/1.0 one is
- * kept), and the empty line. */
+/* Append a response head to b (unlimited buffers only: cannot fail) up to
+ * but without its end: status line, Content-Type, Content-Length and the
+ * extra header lines. The connection appends the end (a Connection header
+ * if needed, then the empty line) when the answer is written, since only
+ * then is it known whether this answer is the connection's last. */
 void resp_head(struct buf *b, const struct resp_meta *m);
 
 /* Append {"error":<message>,"code":<code>} with proper JSON escaping.

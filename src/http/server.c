@@ -100,6 +100,9 @@ struct http_conn {
 
 /* Not const: uv_buf_t wants a char *; never written. */
 static char conn_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+static char conn_end_close[] = "Connection: close\r\n\r\n";
+static char conn_end_keep_1_0[] = "Connection: keep-alive\r\n\r\n";
+static char conn_end_keep[] = "\r\n";
 
 static void conn_maybe_free(struct http_conn *c);
 static void server_count_refused(void *arg, int status);
@@ -326,7 +329,7 @@ static size_t resp_room(const struct resp_meta *m, bool has_body)
 }
 
 /* Format and queue an answer. The body is either copied (copy) or taken
- * (owned, malloc'd); m's keep_alive and http_minor are filled in here. */
+ * (owned, malloc'd); m's http_minor is filled in here. */
 static void respond_common(struct http_req *r, struct resp_meta *m,
                            const void *copy, char *owned)
 {
@@ -342,14 +345,12 @@ static void respond_common(struct http_req *r, struct resp_meta *m,
     if (r->on_status != NULL) {
         r->on_status(r->on_status_arg, m->status);
     }
-    r->keep_alive = !r->wants_close && !c->close_when_idle;
-    r->wants_close = !r->keep_alive;
-    m->keep_alive = r->keep_alive;
     m->http_minor = r->http_minor;
     has_body = r->method != HTTP_METHOD_HEAD && m->body_len > 0;
     rc = buf_reserve(&r->resp, resp_room(m, has_body), &err);
     ASSERT(rc == 0); /* unlimited */
     resp_head(&r->resp, m);
+    r->resp_head_len = r->resp.len;
     if (has_body && owned != NULL && m->body_len > CONN_INLINE_BODY) {
         r->resp_body = owned; /* a second buffer of the same write */
         r->resp_body_len = m->body_len;
@@ -399,11 +400,49 @@ void http_respond(struct http_req *req, int status, const char *content_type,
     http_respond_ex(req, status, content_type, body, len, NULL);
 }
 
+/* The end of r's head, decided as it is written: whether the connection
+ * stays open after it. While draining for shutdown the last queued answer
+ * says close; the ones before it do not, so a pipelining client keeps
+ * reading them. */
+static char *conn_head_end(struct http_conn *c, struct http_req *r)
+{
+    bool is_last = c->close_when_idle && r->next == NULL;
+
+    r->keep_alive = !r->wants_close && !is_last;
+    if (!r->keep_alive) {
+        return conn_end_close;
+    }
+    return r->http_minor == 0 ? conn_end_keep_1_0 : conn_end_keep;
+}
+
+/* Move one answered req from the head of the queue into w's buffers:
+ * head, head end, copied body, taken body. */
+static void conn_take_answer(struct http_conn *c, struct http_write *w)
+{
+    struct http_req *r = c->q_head;
+    char *end = conn_head_end(c, r);
+
+    c->q_head = r->next;
+    w->bufs[w->nbufs++] = uv_buf_init(r->resp.data, (unsigned)r->resp_head_len);
+    w->bufs[w->nbufs++] = uv_buf_init(end, (unsigned)strlen(end));
+    if (r->resp.len > r->resp_head_len) {
+        w->bufs[w->nbufs++] =
+            uv_buf_init(r->resp.data + r->resp_head_len,
+                        (unsigned)(r->resp.len - r->resp_head_len));
+    }
+    if (r->resp_body != NULL) {
+        w->bufs[w->nbufs++] =
+            uv_buf_init(r->resp_body, (unsigned)r->resp_body_len);
+    }
+    w->close_after = !r->keep_alive;
+}
+
 /* Hand the run of answered requests at the head of the queue to one write
  * (1): one syscall for a whole pipelined batch. */
 static void conn_flush(struct http_conn *c)
 {
     struct http_req *r = c->q_head;
+    struct http_req *last = NULL;
     struct http_write *w;
     unsigned n = 0;
 
@@ -413,6 +452,7 @@ static void conn_flush(struct http_conn *c)
     }
     for (; r != NULL && r->is_answered; r = r->next) {
         n++;
+        last = r;
         if (r->wants_close) {
             break;
         }
@@ -420,22 +460,13 @@ static void conn_flush(struct http_conn *c)
     if (n == 0) {
         return;
     }
-    w = xcalloc(1, sizeof(*w) + 2 * (size_t)n * sizeof(uv_buf_t));
+    w = xcalloc(1, sizeof(*w) + 4 * (size_t)n * sizeof(uv_buf_t));
     w->conn = c;
     w->reqs = c->q_head;
     for (unsigned i = 0; i < n; i++) {
-        r = c->q_head;
-        c->q_head = r->next;
-        w->bufs[w->nbufs++] = uv_buf_init(r->resp.data, (unsigned)r->resp.len);
-        if (r->resp_body != NULL) {
-            w->bufs[w->nbufs++] =
-                uv_buf_init(r->resp_body, (unsigned)r->resp_body_len);
-        }
-        if (i + 1 == n) {
-            w->close_after = r->wants_close;
-            r->next = NULL;
-        }
+        conn_take_answer(c, w);
     }
+    last->next = NULL;
     if (c->q_head == NULL) {
         c->q_tail = NULL;
     }
@@ -761,7 +792,7 @@ static int on_message_complete(llhttp_t *p)
     if (r->body_buf.data != NULL) {
         r->body = buf_slice(&r->body_buf);
     }
-    r->keep_alive = llhttp_should_keep_alive(p) && !c->close_when_idle;
+    r->keep_alive = llhttp_should_keep_alive(p);
     if (!r->keep_alive || p->upgrade) {
         /* We speak no upgraded protocol: answer, then close. */
         r->keep_alive = false;

@@ -120,7 +120,8 @@ struct http_req {
     struct buf params_buf;
     http_status_fn on_status;
     void *on_status_arg;
-    struct buf resp; /* status line, headers, and a copied body */
+    struct buf resp; /* head without its end, then a copied body */
+    size_t resp_head_len;
     char *resp_body; /* a taken body (http_respond_json); owned */
     size_t resp_body_len;
     int status; /* 0 until answered */

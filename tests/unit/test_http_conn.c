@@ -644,3 +644,29 @@ TEST(query_parameters_are_found_and_form_decoded)
     th_answer(h.reqs[0]);
     teardown(&t);
 }
+
+TEST(shutdown_answers_every_queued_request_and_closes_after_the_last)
+{
+    struct tio t;
+    struct th h;
+    struct http_conn *c = setup(&t, &h, NULL);
+    const char *o;
+
+    h.answer_now = false;
+    feed_str(c, "GET /1 HTTP/1.1\r\n\r\nGET /2 HTTP/1.1\r\n\r\n"
+                "GET /3 HTTP/1.1\r\n\r\n");
+    http_conn_shutdown(c);
+    th_answer(h.reqs[1]);
+    th_answer(h.reqs[0]);
+    EXPECT(!t.is_closed);
+    th_answer(h.reqs[2]);
+    o = out_str(&t);
+    EXPECT(strstr(o, "GET /1") != NULL && strstr(o, "GET /2") != NULL &&
+           strstr(o, "GET /3") != NULL);
+    /* only the last answer announces the close */
+    EXPECT(strstr(o, "Connection: close") != NULL);
+    EXPECT(strstr(o, "Connection: close") > strstr(o, "GET /2"));
+    EXPECT(strstr(o, "Connection: close") < strstr(o, "GET /3"));
+    EXPECT(t.is_closed);
+    teardown(&t);
+}
