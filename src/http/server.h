@@ -26,10 +26,10 @@
  *
  * Graceful stop (SIGTERM): http_server_stop_accepting() closes the listener;
  * http_server_close() then closes idle connections at once, lets busy ones
- * finish their queued requests (answering them with Connection: close, no
- * further requests parsed), and calls its callback when the last connection
- * is gone. A request whose head or body is still arriving is not in flight:
- * its connection is closed. */
+ * finish their queued requests (no further requests parsed; the last
+ * answer says Connection: close), and calls its callback when the last
+ * connection is gone. A request whose head or body is still arriving is not in
+ * flight: its connection is closed. */
 #ifndef QUEEN_HTTP_SERVER_H
 #define QUEEN_HTTP_SERVER_H
 
