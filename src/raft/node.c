@@ -489,9 +489,9 @@ static void tune(struct node *n, const struct node_config *cfg)
     raft_set_heartbeat_timeout(
         &n->raft, cfg->heartbeat_timeout_ms ? cfg->heartbeat_timeout_ms : 100);
     raft_set_snapshot_threshold(
-        &n->raft, cfg->snapshot_threshold ? cfg->snapshot_threshold : 262144);
+        &n->raft, cfg->snapshot_threshold ? cfg->snapshot_threshold : 32768);
     raft_set_snapshot_trailing(
-        &n->raft, cfg->snapshot_trailing ? cfg->snapshot_trailing : 8192);
+        &n->raft, cfg->snapshot_trailing ? cfg->snapshot_trailing : 4096);
     raft_set_pre_vote(&n->raft, true);
     raft_uv_set_connect_retry_delay(&n->io, 100);
 }
