@@ -1,0 +1,520 @@
+/* The lease of one queue (reference 3.3): a KV row in namespace queen-s3,
+ * key s3:<sink>:<esc queue>:lease, value {"instance","incarnation",
+ * "sinceMs"} with a TTL of max(1, ttl_ms / 1000) seconds.
+ *
+ * The lease is the only thing that keeps two nodes from writing the same
+ * window: not the TTL (a paused node outlives it) but the fence. Every
+ * pointer write carries a required put expecting the version this handle
+ * last wrote; a node that lost its row can still upload objects (same bytes,
+ * same keys, harmless) but can never move the intent or the commit pointer.
+ * Once lost the handle stays lost: the driver stops Fenced and the host
+ * claims afresh with a new handle and a new incarnation. */
+#include "sink/lease.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "base/buf.h"
+#include "base/log.h"
+#include "base/xalloc.h"
+#include "sink/docs.h"
+#include "sink/layout.h"
+
+struct lease {
+    const struct sink_broker *b;
+    uint8_t tenant[16];
+    const char *instance;
+    int64_t ttl_s;
+    struct lease_clock clock;
+    char incarnation[17];
+    char key[KV_KEY_MAX + 1];
+    pthread_mutex_t mu;
+    uint64_t version; /* (1) 0 = not held */
+    bool is_lost;     /* (1) sticky */
+    int64_t since_ms;
+    struct buf doc; /* the value of the last fence/acquire */
+};
+
+bool sink_broker_kv_retriable(int code)
+{
+    return code == ERR_NOT_LEADER || code == ERR_BUSY || code == ERR_TIMEOUT ||
+           code == ERR_IO;
+}
+
+int64_t lease_ttl_seconds(int64_t ttl_ms)
+{
+    int64_t s = ttl_ms / 1000;
+
+    return s < 1 ? 1 : s;
+}
+
+int64_t lease_refresh_interval_ms(int64_t ttl_ms)
+{
+    int64_t v = lease_ttl_seconds(ttl_ms) * 1000 / 3;
+
+    return v < 100 ? 100 : v;
+}
+
+static void real_random(void *arg, uint8_t *out, size_t n)
+{
+    UNUSED(arg);
+    size_t got = 0;
+
+    while (got < n) {
+        ssize_t r = getrandom(out + got, n - got, 0);
+        if (r > 0) {
+            got += (size_t)r;
+        }
+    }
+}
+
+void lease_new_incarnation(void (*random_bytes)(void *, uint8_t *, size_t),
+                           void *arg, char out[17])
+{
+    static const char hex[] = "0123456789abcdef";
+    uint8_t r[8];
+
+    (random_bytes != NULL ? random_bytes : real_random)(arg, r, sizeof(r));
+    for (size_t i = 0; i < sizeof(r); i++) {
+        out[2 * i] = hex[r[i] >> 4];
+        out[2 * i + 1] = hex[r[i] & 15];
+    }
+    out[16] = '\0';
+}
+
+static int64_t real_now_ms(void *arg)
+{
+    UNUSED(arg);
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void real_sleep_ms(void *arg, int64_t ms)
+{
+    UNUSED(arg);
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+
+    nanosleep(&ts, NULL);
+}
+
+static int64_t clock_now(const struct lease_clock *c)
+{
+    return c->now_ms != NULL ? c->now_ms(c->arg) : real_now_ms(NULL);
+}
+
+static void clock_sleep(const struct lease_clock *c, int64_t ms)
+{
+    if (c->sleep_ms != NULL) {
+        c->sleep_ms(c->arg, ms);
+    } else {
+        real_sleep_ms(NULL, ms);
+    }
+}
+
+struct lease *lease_new(const struct lease_config *cfg,
+                        const struct sink_broker *b, struct err *err)
+{
+    struct buf k;
+
+    if (cfg->sink == NULL || cfg->queue == NULL || cfg->instance == NULL ||
+        cfg->instance[0] == '\0') {
+        err_set(err, ERR_INVALID, "lease: sink, queue and instance are needed");
+        return NULL;
+    }
+    buf_init(&k, KV_KEY_MAX);
+    if (layout_kv_key(&k, cfg->sink,
+                      (struct slice){cfg->queue, strlen(cfg->queue)},
+                      LAYOUT_KV_LEASE, err) != 0) {
+        buf_free(&k);
+        return NULL;
+    }
+    struct lease *l = xcalloc(1, sizeof(*l));
+    l->b = b;
+    memcpy(l->tenant, cfg->tenant, 16);
+    l->instance = cfg->instance;
+    l->ttl_s = lease_ttl_seconds(cfg->ttl_ms);
+    l->clock = cfg->clock;
+    memcpy(l->key, k.data, k.len + 1);
+    buf_free(&k);
+    lease_new_incarnation(cfg->random_bytes, cfg->random_arg, l->incarnation);
+    pthread_mutex_init(&l->mu, NULL);
+    buf_init(&l->doc, 4096);
+    return l;
+}
+
+void lease_free(struct lease *l)
+{
+    if (l == NULL) {
+        return;
+    }
+    pthread_mutex_destroy(&l->mu);
+    buf_free(&l->doc);
+    free(l);
+}
+
+const char *lease_incarnation(const struct lease *l)
+{
+    return l->incarnation;
+}
+
+const char *lease_key(const struct lease *l)
+{
+    return l->key;
+}
+
+uint64_t lease_version(struct lease *l)
+{
+    pthread_mutex_lock(&l->mu);
+    uint64_t v = l->version;
+    pthread_mutex_unlock(&l->mu);
+    return v;
+}
+
+bool lease_lost(struct lease *l)
+{
+    pthread_mutex_lock(&l->mu);
+    bool v = l->is_lost;
+    pthread_mutex_unlock(&l->mu);
+    return v;
+}
+
+void lease_mark_lost(struct lease *l)
+{
+    pthread_mutex_lock(&l->mu);
+    l->is_lost = true;
+    pthread_mutex_unlock(&l->mu);
+}
+
+void lease_put_op(struct kv_op *op, const char *key, struct slice value,
+                  int64_t ttl_seconds, bool has_expect, uint64_t expect,
+                  bool required)
+{
+    memset(op, 0, sizeof(*op));
+    op->op = KV_PUT;
+    op->ns = SLICE_LIT(LEASE_NS);
+    op->key = (struct slice){key, strlen(key)};
+    op->value = value;
+    op->ttl_seconds = ttl_seconds;
+    op->forever = ttl_seconds == 0;
+    op->has_expect = has_expect;
+    op->expect = expect;
+    op->required = required;
+}
+
+/* Encode our document into l->doc (under l->mu). */
+static int encode_doc(struct lease *l, struct err *err)
+{
+    struct docs_lease d = {
+        .instance = {l->instance, strlen(l->instance)},
+        .incarnation = {l->incarnation, 16},
+        .since_ms = l->since_ms,
+    };
+
+    buf_reset(&l->doc);
+    return docs_lease_encode(&l->doc, &d, err);
+}
+
+/* The instance and incarnation of a row value; false if unparsable. */
+static bool parse_doc(struct slice v, char *inst, size_t cap, char inc[17])
+{
+    struct buf arena;
+    struct docs_lease d;
+    struct err e;
+    bool ok;
+
+    buf_init(&arena, BUF_UNLIMITED);
+    ok = docs_lease_decode(v.ptr, v.len, &d, &arena, &e) == 0;
+    if (ok) {
+        snprintf(inst, cap, "%.*s", (int)d.instance.len, d.instance.ptr);
+        snprintf(inc, 17, "%.*s", (int)d.incarnation.len, d.incarnation.ptr);
+    }
+    buf_free(&arena);
+    return ok;
+}
+
+static int kv_get(const struct sink_broker *b, const uint8_t tenant[16],
+                  const char *key, struct kv_answer *ans, struct err *err)
+{
+    struct kv_op op;
+
+    memset(&op, 0, sizeof(op));
+    op.op = KV_GET;
+    op.ns = SLICE_LIT(LEASE_NS);
+    op.key = (struct slice){key, strlen(key)};
+    memset(ans, 0, sizeof(*ans));
+    int rc = b->kv(b->arg, tenant, &op, 1, 0, ans, err);
+    if (rc == 0 && ans->status != 0) {
+        rc = err_set(err, ans->status, "kv get %s: %s", key, ans->msg);
+        kv_answer_free(ans);
+    }
+    return rc;
+}
+
+int lease_holder(struct lease *l, enum lease_holder_kind *kind, char *other,
+                 size_t cap, struct err *err)
+{
+    struct kv_answer a;
+    char inst[256];
+    char inc[17];
+
+    if (kv_get(l->b, l->tenant, l->key, &a, err) != 0) {
+        return err->code;
+    }
+    *kind = LEASE_FREE;
+    if (a.n_results == 1 && a.results[0].found) {
+        if (!parse_doc(a.results[0].value, inst, sizeof(inst), inc)) {
+            snprintf(inst, sizeof(inst), "unknown");
+        }
+        *kind = strcmp(inst, l->instance) == 0 ? LEASE_MINE : LEASE_OTHER;
+        snprintf(other, cap, "%s", inst);
+    }
+    kv_answer_free(&a);
+    return 0;
+}
+
+/* The existing row of a failed putIfAbsent: take it over when it is an
+ * earlier life of this instance. */
+static int takeover(struct lease *l, const struct kv_result *r, bool *taken,
+                    char *holder, size_t cap, struct err *err)
+{
+    char inst[256] = "unknown";
+    char inc[17] = "";
+    struct kv_op op;
+    struct kv_answer a;
+
+    if (!r->has_value || !parse_doc(r->value, inst, sizeof(inst), inc)) {
+        snprintf(inst, sizeof(inst), "unknown");
+    }
+    if (strcmp(inst, l->instance) != 0 || strcmp(inc, l->incarnation) == 0) {
+        snprintf(holder, cap, "%s", inst);
+        return 0;
+    }
+    lease_put_op(&op, l->key, buf_slice(&l->doc), l->ttl_s, true, r->version,
+                 true);
+    memset(&a, 0, sizeof(a));
+    if (l->b->kv(l->b->arg, l->tenant, &op, 1, 0, &a, err) != 0) {
+        return err->code;
+    }
+    if (a.status == 0 && a.n_results == 1 && a.results[0].applied &&
+        a.results[0].version != 0) {
+        l->version = a.results[0].version;
+        *taken = true;
+    } else if (a.status == ERR_PRECONDITION) {
+        if (!a.has_value || !parse_doc(a.value, inst, sizeof(inst), inc)) {
+            snprintf(inst, sizeof(inst), "unknown");
+        }
+        snprintf(holder, cap, "%s", inst);
+    } else {
+        int rc = err_set(err, a.status != 0 ? a.status : ERR_PRECONDITION,
+                         "lease takeover: %s", a.msg);
+        kv_answer_free(&a);
+        return rc;
+    }
+    kv_answer_free(&a);
+    return 0;
+}
+
+int lease_acquire(struct lease *l, int64_t wall_ms, bool *taken, char *holder,
+                  size_t cap, struct err *err)
+{
+    struct kv_op op;
+    struct kv_answer a;
+    int rc;
+
+    *taken = false;
+    holder[0] = '\0';
+    pthread_mutex_lock(&l->mu);
+    l->since_ms = wall_ms;
+    rc = encode_doc(l, err);
+    if (rc != 0) {
+        goto out_unlock;
+    }
+    lease_put_op(&op, l->key, buf_slice(&l->doc), l->ttl_s, false, 0, false);
+    op.op = KV_PUT_IF_ABSENT;
+    memset(&a, 0, sizeof(a));
+    rc = l->b->kv(l->b->arg, l->tenant, &op, 1, 0, &a, err);
+    if (rc != 0) {
+        goto out_unlock;
+    }
+    if (a.status != 0 || a.n_results != 1) {
+        rc = err_set(err, a.status != 0 ? a.status : ERR_IO,
+                     "lease putIfAbsent: %s", a.msg);
+    } else if (a.results[0].applied) {
+        l->version = a.results[0].version;
+        *taken = true;
+    } else {
+        rc = takeover(l, &a.results[0], taken, holder, cap, err);
+    }
+    kv_answer_free(&a);
+out_unlock:
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+/* After a fenced batch: keep the fence's version or mark the lease lost
+ * (under l->mu). */
+static int fence_outcome(struct lease *l, const struct kv_answer *a,
+                         struct err *err)
+{
+    if (a->status == ERR_PRECONDITION) {
+        if (a->failed_index == 0) {
+            l->is_lost = true;
+        }
+        return err_set(err, ERR_PRECONDITION,
+                       "precondition lost at op %zu: %s (winner version "
+                       "%" PRIu64 ")",
+                       a->failed_index,
+                       kv_reason_name(a->kv_reason) != NULL
+                           ? kv_reason_name(a->kv_reason)
+                           : "unknown",
+                       a->version);
+    }
+    if (a->status != 0) {
+        return err_set(err, a->status, "%s", a->msg);
+    }
+    if (a->n_results < 1 || !a->results[0].applied ||
+        a->results[0].version == 0) {
+        l->is_lost = true;
+        return err_set(err, ERR_PRECONDITION,
+                       "precondition lost at op 0: the fence was not applied");
+    }
+    l->version = a->results[0].version;
+    return 0;
+}
+
+int lease_fenced(struct lease *l, const struct kv_op *ops, size_t n,
+                 struct kv_answer *out, struct err *err)
+{
+    struct kv_op *batch = xcalloc(n + 1, sizeof(*batch));
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&l->mu);
+    if (l->is_lost || l->version == 0) {
+        rc = err_set(err, ERR_PRECONDITION, "the lease is not held");
+        goto out_unlock;
+    }
+    rc = encode_doc(l, err);
+    if (rc != 0) {
+        goto out_unlock;
+    }
+    lease_put_op(&batch[0], l->key, buf_slice(&l->doc), l->ttl_s, true,
+                 l->version, true);
+    if (n > 0) {
+        memcpy(batch + 1, ops, n * sizeof(*ops));
+    }
+    rc = l->b->kv(l->b->arg, l->tenant, batch, n + 1, 0, out, err);
+    if (rc == 0) {
+        rc = fence_outcome(l, out, err);
+        if (rc != 0 && rc != ERR_PRECONDITION) {
+            kv_answer_free(out); /* a call error leaves *out empty */
+        }
+    }
+out_unlock:
+    pthread_mutex_unlock(&l->mu);
+    free(batch);
+    return rc;
+}
+
+int lease_refresh(struct lease *l, struct err *err)
+{
+    struct kv_answer a;
+    int rc = lease_fenced(l, NULL, 0, &a, err);
+
+    kv_answer_free(&a);
+    return rc;
+}
+
+/* One round of delete-if-ours: 0 done, or the failing call's error. */
+static int delete_round(const struct sink_broker *b, const uint8_t tenant[16],
+                        const char *key, const char *incarnation,
+                        struct err *err)
+{
+    struct kv_answer a;
+    char inst[256];
+    char inc[17] = "";
+    struct kv_op op;
+
+    if (kv_get(b, tenant, key, &a, err) != 0) {
+        return err->code;
+    }
+    bool is_ours = a.n_results == 1 && a.results[0].found &&
+                   parse_doc(a.results[0].value, inst, sizeof(inst), inc) &&
+                   strcmp(inc, incarnation) == 0;
+    uint64_t version = is_ours ? a.results[0].version : 0;
+    kv_answer_free(&a);
+    if (!is_ours) {
+        return 0;
+    }
+    memset(&op, 0, sizeof(op));
+    op.op = KV_DELETE;
+    op.ns = SLICE_LIT(LEASE_NS);
+    op.key = (struct slice){key, strlen(key)};
+    op.has_expect = true;
+    op.expect = version;
+    memset(&a, 0, sizeof(a));
+    if (b->kv(b->arg, tenant, &op, 1, 0, &a, err) != 0) {
+        return err->code;
+    }
+    int rc = a.status == 0 || a.status == ERR_PRECONDITION
+                 ? 0
+                 : err_set(err, a.status, "kv delete %s: %s", key, a.msg);
+    bool again = a.status == 0 && a.n_results == 1 && !a.results[0].applied;
+    kv_answer_free(&a);
+    if (rc == 0 && again) {
+        /* the row changed between get and delete: look again */
+        return err_set(err, ERR_BUSY, "kv delete %s: the row changed", key);
+    }
+    return rc;
+}
+
+int lease_delete_if_ours(const struct sink_broker *b, const uint8_t tenant[16],
+                         const char *key, const char *incarnation,
+                         const char *what, const struct lease_clock *clock)
+{
+    struct lease_clock real = {0};
+    const struct lease_clock *c = clock != NULL ? clock : &real;
+    int64_t start = clock_now(c);
+    int64_t step = LEASE_RELEASE_STEP_MS;
+    struct err err;
+
+    for (;;) {
+        err_clear(&err);
+        if (delete_round(b, tenant, key, incarnation, &err) == 0) {
+            return 0;
+        }
+        int64_t now = clock_now(c);
+        if (now - start + step > LEASE_RELEASE_BUDGET) {
+            log_warn("sink",
+                     "could not give the %s back; it expires after "
+                     "its TTL key=%s error=%s",
+                     what, key, err.msg);
+            return ERR_TIMEOUT;
+        }
+        log_debug("sink", "giving a %s back failed; retrying key=%s error=%s",
+                  what, key, err.msg);
+        clock_sleep(c, step);
+        step =
+            step * 2 > LEASE_RELEASE_MAX_MS ? LEASE_RELEASE_MAX_MS : step * 2;
+    }
+}
+
+int lease_release(struct lease *l)
+{
+    pthread_mutex_lock(&l->mu);
+    bool was_held = l->version != 0;
+    l->version = 0;
+    pthread_mutex_unlock(&l->mu);
+    if (!was_held) {
+        return 0;
+    }
+    return lease_delete_if_ours(l->b, l->tenant, l->key, l->incarnation,
+                                "lease", &l->clock);
+}

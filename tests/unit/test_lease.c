@@ -1,0 +1,264 @@
+/* Tests of the lease (reference 3.3) over the fake broker's KV semantics. */
+#include "sink/lease.h"
+
+#include "driver_fake.h"
+#include "harness.h"
+
+struct fake_clock {
+    int64_t now;
+    struct fake_broker *f;
+    int64_t call_cost; /* ms each KV call takes when the broker never answers */
+};
+
+static int64_t fc_now(void *arg)
+{
+    struct fake_clock *c = arg;
+
+    return c->now;
+}
+
+static void fc_sleep(void *arg, int64_t ms)
+{
+    struct fake_clock *c = arg;
+
+    c->now += ms;
+}
+
+static uint8_t rnd_seed;
+
+static void fixed_random(void *arg, uint8_t *out, size_t n)
+{
+    UNUSED(arg);
+    for (size_t i = 0; i < n; i++) {
+        out[i] = (uint8_t)(rnd_seed + i);
+    }
+}
+
+static struct lease *make(struct sink_broker *b, const char *instance,
+                          uint8_t seed, struct fake_clock *c)
+{
+    struct lease_config cfg;
+    struct err err;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.sink = "default";
+    cfg.queue = "orders";
+    cfg.instance = instance;
+    cfg.ttl_ms = 30000;
+    cfg.random_bytes = fixed_random;
+    rnd_seed = seed;
+    if (c != NULL) {
+        cfg.clock.now_ms = fc_now;
+        cfg.clock.sleep_ms = fc_sleep;
+        cfg.clock.arg = c;
+    }
+    struct lease *l = lease_new(&cfg, b, &err);
+    ASSERT(l != NULL);
+    return l;
+}
+
+TEST(ttl_and_refresh_interval)
+{
+    EXPECT_EQ_I64(lease_ttl_seconds(30000), 30);
+    EXPECT_EQ_I64(lease_ttl_seconds(999), 1);
+    EXPECT_EQ_I64(lease_ttl_seconds(1999), 1);
+    EXPECT_EQ_I64(lease_refresh_interval_ms(30000), 10000);
+    EXPECT_EQ_I64(lease_refresh_interval_ms(100), 333);
+}
+
+TEST(key_and_incarnation)
+{
+    struct fake_broker f;
+    struct sink_broker b;
+
+    fake_init(&f, "orders");
+    fake_broker_seam(&f, &b);
+    struct lease *l = make(&b, "node-1", 0xa0, NULL);
+    EXPECT_STR_EQ(lease_key(l), "s3:default:orders:lease");
+    EXPECT_STR_EQ(lease_incarnation(l), "a0a1a2a3a4a5a6a7");
+    EXPECT_EQ_U64(lease_version(l), 0);
+    lease_free(l);
+}
+
+TEST(acquire_takes_a_free_lease_and_others_see_the_holder)
+{
+    struct fake_broker f;
+    struct sink_broker b;
+    struct err err;
+    bool taken;
+    char who[64];
+    enum lease_holder_kind kind;
+
+    fake_init(&f, "orders");
+    fake_broker_seam(&f, &b);
+    struct lease *a = make(&b, "node-1", 1, NULL);
+    struct lease *o = make(&b, "node-2", 2, NULL);
+    EXPECT_EQ_I64(lease_holder(a, &kind, who, sizeof(who), &err), 0);
+    EXPECT_EQ_I64(kind, LEASE_FREE);
+    EXPECT_EQ_I64(lease_acquire(a, 1000, &taken, who, sizeof(who), &err), 0);
+    EXPECT(taken);
+    EXPECT(lease_version(a) != 0);
+    struct fake_row *row = fake_row_must(&f, "s3:default:orders:lease");
+    EXPECT_EQ_I64(row->ttl, 30);
+    EXPECT_EQ_I64(lease_acquire(o, 2000, &taken, who, sizeof(who), &err), 0);
+    EXPECT(!taken);
+    EXPECT_STR_EQ(who, "node-1");
+    EXPECT_EQ_I64(lease_holder(o, &kind, who, sizeof(who), &err), 0);
+    EXPECT_EQ_I64(kind, LEASE_OTHER);
+    EXPECT_EQ_I64(lease_holder(a, &kind, who, sizeof(who), &err), 0);
+    EXPECT_EQ_I64(kind, LEASE_MINE);
+    lease_free(a);
+    lease_free(o);
+}
+
+TEST(same_instance_other_incarnation_is_taken_over)
+{
+    struct fake_broker f;
+    struct sink_broker b;
+    struct err err;
+    bool taken;
+    char who[64];
+
+    fake_init(&f, "orders");
+    fake_broker_seam(&f, &b);
+    struct lease *old = make(&b, "node-1", 1, NULL);
+    EXPECT_EQ_I64(lease_acquire(old, 1, &taken, who, sizeof(who), &err), 0);
+    EXPECT(taken);
+    struct lease *l = make(&b, "node-1", 9, NULL);
+    EXPECT_EQ_I64(lease_acquire(l, 2, &taken, who, sizeof(who), &err), 0);
+    EXPECT(taken);
+    EXPECT(lease_version(l) > lease_version(old));
+    /* the old life's fence now loses, and the loss is sticky */
+    EXPECT_EQ_I64(lease_refresh(old, &err), ERR_PRECONDITION);
+    EXPECT(lease_lost(old));
+    EXPECT_EQ_I64(lease_refresh(old, &err), ERR_PRECONDITION);
+    EXPECT_EQ_I64(lease_refresh(l, &err), 0);
+    lease_free(old);
+    lease_free(l);
+}
+
+TEST(unparsable_row_is_held_by_unknown)
+{
+    struct fake_broker f;
+    struct sink_broker b;
+    struct err err;
+    bool taken;
+    char who[64];
+
+    fake_init(&f, "orders");
+    fake_broker_seam(&f, &b);
+    fake_row_set(&f, "s3:default:orders:lease", "[1,2]");
+    struct lease *l = make(&b, "node-1", 1, NULL);
+    EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
+    EXPECT(!taken);
+    EXPECT_STR_EQ(who, "unknown");
+    lease_free(l);
+}
+
+TEST(fenced_batch_puts_the_fence_first_and_rolls_back_when_lost)
+{
+    struct fake_broker f;
+    struct sink_broker b;
+    struct err err;
+    bool taken;
+    char who[64];
+    struct kv_op op;
+    struct kv_answer a;
+
+    fake_init(&f, "orders");
+    fake_broker_seam(&f, &b);
+    struct lease *l = make(&b, "node-1", 1, NULL);
+    EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
+    lease_put_op(&op, "s3:default:orders:committed", SLICE_LIT("{\"k\":1}"), 0,
+                 true, 0, true);
+    EXPECT_EQ_I64(lease_fenced(l, &op, 1, &a, &err), 0);
+    EXPECT_EQ_U64(a.n_results, 2);
+    EXPECT_EQ_U64(lease_version(l), a.results[0].version);
+    kv_answer_free(&a);
+    /* another node takes the row over (expired and re-claimed) */
+    fake_row_set(
+        &f, "s3:default:orders:lease",
+        "{\"instance\":\"node-2\",\"incarnation\":\"0000000000000000\","
+        "\"sinceMs\":5}");
+    uint64_t v_before =
+        fake_row_must(&f, "s3:default:orders:committed")->version;
+    lease_put_op(&op, "s3:default:orders:committed", SLICE_LIT("{\"k\":2}"), 0,
+                 true, v_before, true);
+    EXPECT_EQ_I64(lease_fenced(l, &op, 1, &a, &err), ERR_PRECONDITION);
+    EXPECT_EQ_U64(a.failed_index, 0);
+    kv_answer_free(&a);
+    EXPECT(lease_lost(l));
+    struct fake_row *c = fake_row_must(&f, "s3:default:orders:committed");
+    EXPECT_EQ_U64(c->version, v_before);
+    EXPECT_STR_EQ(c->value, "{\"k\":1}");
+    lease_free(l);
+}
+
+TEST(release_deletes_only_our_row)
+{
+    struct fake_broker f;
+    struct sink_broker b;
+    struct err err;
+    bool taken;
+    char who[64];
+    struct fake_clock c = {0};
+
+    fake_init(&f, "orders");
+    fake_broker_seam(&f, &b);
+    struct lease *l = make(&b, "node-1", 1, &c);
+    EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
+    EXPECT_EQ_I64(lease_release(l), 0);
+    EXPECT(fake_row_get(&f, "s3:default:orders:lease") == NULL);
+    EXPECT_EQ_U64(lease_version(l), 0);
+    /* a row of another incarnation stays */
+    EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
+    fake_row_set(
+        &f, "s3:default:orders:lease",
+        "{\"instance\":\"node-1\",\"incarnation\":\"ffffffffffffffff\","
+        "\"sinceMs\":5}");
+    EXPECT_EQ_I64(lease_release(l), 0);
+    EXPECT(fake_row_get(&f, "s3:default:orders:lease") != NULL);
+    lease_free(l);
+}
+
+TEST(release_retries_four_failures_then_succeeds_in_six_calls)
+{
+    struct fake_broker f;
+    struct sink_broker b;
+    struct err err;
+    bool taken;
+    char who[64];
+    struct fake_clock c = {0};
+
+    fake_init(&f, "orders");
+    fake_broker_seam(&f, &b);
+    struct lease *l = make(&b, "node-1", 1, &c);
+    EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
+    f.kv_calls = 0;
+    f.fail_next = 4;
+    EXPECT_EQ_I64(lease_release(l), 0);
+    EXPECT_EQ_I64(f.kv_calls, 6);
+    EXPECT(c.now < 2000); /* 100 + 200 + 400 + 800 */
+    EXPECT(fake_row_get(&f, "s3:default:orders:lease") == NULL);
+    lease_free(l);
+}
+
+TEST(release_gives_up_after_ten_seconds_when_the_broker_never_answers)
+{
+    struct fake_broker f;
+    struct sink_broker b;
+    struct err err;
+    bool taken;
+    char who[64];
+    struct fake_clock c = {0};
+
+    fake_init(&f, "orders");
+    fake_broker_seam(&f, &b);
+    struct lease *l = make(&b, "node-1", 1, &c);
+    EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
+    f.kv_never = true;
+    EXPECT_EQ_I64(lease_release(l), ERR_TIMEOUT);
+    EXPECT(c.now >= 9000 && c.now <= 10000);
+    EXPECT(fake_row_get(&f, "s3:default:orders:lease") != NULL);
+    lease_free(l);
+}
