@@ -198,3 +198,15 @@ def test_the_product_page_query_over_a_hive_layout(tmp_path):
         ("cust-1", "0", '{"order":1,"total":42.00}', "orders"),
         ("cust-1", "1", '{"order":1,"status":"paid"}', "orders"),
         ("cust-2", "0", '{"order":2,"total":17.50}', "orders")]
+
+
+def test_extreme_offsets_and_stamps_need_64_bit_deltas(tmp_path):
+    # Jumps across the whole int64 range force 64-bit miniblocks in
+    # DELTA_BINARY_PACKED; both readers must still get every value back.
+    recs = [("a", -2**63, "x", T0, b"1"), ("a", -5, "x", T0 + 1, b"1"),
+            ("a", 2**63 - 1, "x", T0 - 2**40, b"1"), ("b", 0, "y", -2**62, None)]
+    recs += [("c", i * 2**57, "z", T0 + i * 2**50, b"2") for i in range(-60, 60)]
+    f = write_parquet(tmp_path, recs, codec="snappy")
+    want = expected_rows(recs)
+    assert [r[:5] for r in read("duckdb", f)[f]["rows"]] == want
+    assert read("hyparquet", f)[f]["rows"] == want
