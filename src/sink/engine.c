@@ -302,12 +302,13 @@ static void fail_engine(struct engine *e)
 
 /* ---- Config -------------------------------------------------------------- */
 
+/* The product's defaults (reference 5.3, 3.6.2). */
 void engine_config_defaults(struct engine_config *c)
 {
     memset(c, 0, sizeof(*c));
-    c->start = ENGINE_START_EARLIEST;
+    c->start = ENGINE_START_LATEST;
     c->align = ENGINE_ALIGN_HOUR;
-    c->target_bytes = 64ULL << 20;
+    c->target_bytes = 128ULL << 20;
     c->max_window_us = 300LL * ISOTIME_US_S;
     c->guard_us = 5LL * ISOTIME_US_S;
     c->checkpoint_every = 20;
@@ -318,7 +319,7 @@ void engine_config_defaults(struct engine_config *c)
     c->discovery_limit = 1000;
     c->full_sweep_every = 30;
     c->prune_after_windows = 60;
-    c->discovery_interval_ms = 1000;
+    c->discovery_interval_ms = 2000;
     c->drain_min_bytes = 1048576;
     c->drain_min_lag_us = 10 * ISOTIME_US_S;
     c->max_partitions = 4000000;
