@@ -3,6 +3,7 @@ every push answered 201 is there with the same offset, ts, transactionId and
 bytes; offsets stay gapless; a retried push answers duplicate."""
 import http.client
 import json
+import signal
 import threading
 
 import rawjson
@@ -111,3 +112,32 @@ def test_kill_9_under_four_clients_loses_no_answered_push(broker):
         assert e["status"] == "duplicate", (a, e)
         assert e["offset"] == a["offset"]
         assert e["message_id"] == a["message_id"]
+
+
+def test_sigterm_under_four_clients_exits_0_and_keeps_answered_pushes(
+        broker):
+    stop = threading.Event()
+    lock = threading.Lock()
+    answered = []
+    threads = [threading.Thread(target=pusher,
+                                args=(broker.port, c, stop, answered, lock))
+               for c in range(4)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: len(answered) >= 1000, 60, "1000 answered records")
+    broker.signal(signal.SIGTERM)
+    assert broker.wait_exit(30) == 0, broker.stderr()
+    stop.set()
+    for t in threads:
+        t.join(20)
+    err = broker.stderr()
+    assert "Assertion" not in err and " ERROR " not in err, err
+    broker._reap()
+    broker.start()
+    after = {p: read_all(broker, p) for p in PARTITIONS}
+    for p in PARTITIONS:
+        assert [r["offset"] for r in after[p]] == list(range(len(after[p])))
+    with lock:
+        for a in answered:
+            rec = after[a["partition"]][a["offset"]]
+            assert (rec["txn"], rec["payload"]) == (a["txn"], a["payload"])
