@@ -129,6 +129,7 @@ static int append_query(const struct sigv4_request *r, struct buf *out,
                        r->n_query);
     }
     buf_init(&enc, SIGV4_MAX_CANONICAL);
+    rc = buf_reserve(&enc, 64, err); /* data is never NULL below */
     for (size_t i = 0; i < r->n_query && rc == 0; i++) {
         const struct sigv4_kv *kv = &r->query[i];
 

@@ -246,3 +246,17 @@ TEST(amz_date_formats_unix_seconds)
     sigv4_amz_date(1795953601, d);
     EXPECT_STR_EQ(d, "20261129T120001Z");
 }
+
+TEST(empty_query_names_and_values_sign_without_touching_null)
+{
+    struct sigv4_kv q[] = {{"", ""}, {"", ""}};
+    struct sigv4_kv h[] = {{"host", "h"},
+                           {"x-amz-date", "20261129T120000Z"},
+                           {"x-amz-content-sha256", SIGV4_EMPTY_SHA256}};
+    struct sigv4_request r = {"GET", "/k", q, 2, h, ARRAY_LEN(h)};
+    struct sigv4_out o;
+
+    sign_ok(&r, &queen_key, &o);
+    EXPECT_STR_EQ(o.uri.data, "/k?=&=");
+    sigv4_out_free(&o);
+}
