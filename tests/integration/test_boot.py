@@ -143,3 +143,17 @@ def test_restart_keeps_the_log(broker):
     assert [r["payload"] for r in e["records"]] == [{"v": 1}]
     again = broker.push([{"queue": "keep", "payload": 2}])
     assert again[0]["offset"] == out[0]["offset"] + 1
+
+
+def test_port_in_use_fails_the_boot_with_one_error_line(broker, tmp_path):
+    env = broker.environment()
+    env["QUEEN_RAFT_DIR"] = str(tmp_path / "second")
+    env["QUEEN_RAFT_LISTEN"] = "127.0.0.1:%d" % free_port()
+    p = subprocess.run([queen_bin()], env=env, capture_output=True,
+                       timeout=30)
+    assert p.returncode == 1, p
+    errors = [ln for ln in p.stderr.decode().splitlines() if " ERROR " in ln]
+    assert len(errors) == 1, errors
+    assert re.search(r" ERROR boot: .*127\.0\.0\.1:%d.*in use" % broker.port,
+                     errors[0]), errors[0]
+    assert broker.get("/health").status == 200
