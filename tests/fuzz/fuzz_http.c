@@ -1,7 +1,8 @@
 /* Fuzz target: bytes from a peer into one HTTP connection (no socket).
  *
- * The first input byte picks how the rest is cut into feeds (1..64 bytes,
- * or all at once) and whether writes complete at once or later; requests go
+ * The first input byte picks how the rest is cut into feeds (1..63 bytes,
+ * or all at once), whether writes complete at once or later (0x80) and
+ * whether a graceful shutdown starts once the input is in (0x40); requests go
  * through the router, whose handlers answer at once or defer the answer
  * until the input is exhausted. Every deferred request is then answered in
  * reverse order and the connection aborted, so leaks and ordering bugs show
@@ -101,12 +102,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct http_conn_io io = {fz_write, fz_close, fz_release, NULL, &f};
     struct router *r;
     size_t step;
+    bool is_shutdown;
 
     if (size < 1) {
         return 0;
     }
     memset(&f, 0, sizeof(f));
     f.defer_writes = (data[0] & 0x80) != 0;
+    is_shutdown = (data[0] & 0x40) != 0;
     step = (data[0] & 0x3f) == 0 ? size : (size_t)(data[0] & 0x3f);
     data++;
     size--;
@@ -116,6 +119,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t n = size - off < step ? size - off : step;
 
         http_conn_feed(f.c, (const char *)data + off, n);
+    }
+    if (is_shutdown && f.released == 0) {
+        http_conn_shutdown(f.c); /* graceful stop with answers pending */
     }
     for (int i = f.ndeferred - 1; i >= 0; i--) {
         http_respond(f.deferred[i], 202, NULL, NULL, 0);
