@@ -16,8 +16,9 @@
  *        +-> fail            +------ failure ------+--> ABORT -> fail
  *
  *   CREATE -> PARTS      multipart_put() after create_upload()
- *   PARTS -> COMPLETE    upload_parts(): part_concurrency workers take part
- *                        numbers in order until all are in or one failed
+ *   PARTS -> COMPLETE    upload_parts(): part 1 alone, then
+ *                        part_concurrency workers take part numbers in
+ *                        order until all are in or one failed
  *   any -> ABORT         abort_upload(): one DELETE ?uploadId=, best effort
  */
 #include "s3/client.h"
@@ -609,12 +610,19 @@ static void *part_worker(void *arg)
 static int upload_parts(struct s3_client *c, struct upload *u,
                         struct s3_status *st, struct err *err)
 {
-    struct part_pool pp = {c, u, PTHREAD_MUTEX_INITIALIZER, 0, 0, {0}, {0}};
+    struct part_pool pp = {c, u, PTHREAD_MUTEX_INITIALIZER, 1, 0, {0}, {0}};
     pthread_t th[S3_MAX_PART_CONCURRENCY];
-    int n = c->cfg.part_concurrency < u->n_parts ? c->cfg.part_concurrency
-                                                 : u->n_parts;
+    int rest = u->n_parts - 1;
+    int n = c->cfg.part_concurrency < rest ? c->cfg.part_concurrency : rest;
     int started = 0;
 
+    /* Part 1 goes up alone, so the hook before part 2 always finds exactly
+     * one part stored (the mid_upload crash point, reference 3.8.5). */
+    if (upload_part(c, u, 0, st, err) != 0) {
+        pthread_mutex_destroy(&pp.mu);
+        return err->code;
+    }
+    pp.st = *st;
     for (int i = 1; i < n; i++) { /* this thread is worker 0 */
         if (pthread_create(&th[started], NULL, part_worker, &pp) == 0) {
             started++;

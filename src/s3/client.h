@@ -121,8 +121,8 @@ struct s3_metrics *s3_client_metrics(struct s3_client *c);
 
 /* A PutObject. between_parts (optional) is called before every part after
  * the first with that part's index (the number of parts before it): a crash
- * test stops there. With part_concurrency > 1 it may be called from several
- * threads at once. */
+ * test stops there. Part 1 is always stored before the first call; with
+ * part_concurrency > 1 later calls may come from several threads at once. */
 struct s3_put {
     const char *key;
     const void *body; /* borrowed; never copied */

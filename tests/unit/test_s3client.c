@@ -986,7 +986,21 @@ struct mp_fake {
     int aborts;
     bool fail_part_5;
     char complete_body[2048];
+    int hook_calls;
+    int parts_at_first_hook;
 };
+
+static void mp_hook(void *arg, int part_done)
+{
+    struct mp_fake *f = arg;
+
+    UNUSED(part_done);
+    pthread_mutex_lock(&f->mu);
+    if (f->hook_calls++ == 0) {
+        f->parts_at_first_hook = f->parts_seen;
+    }
+    pthread_mutex_unlock(&f->mu);
+}
 
 static int mp_perform(void *arg, const struct s3_http_request *req,
                       struct s3_http_answer *ans, struct err *err)
@@ -1038,11 +1052,11 @@ static struct s3_client *mp_client(struct mp_fake *f, struct s3_transport *t)
 
 TEST(concurrent_parts_complete_in_part_order)
 {
-    struct mp_fake f = {PTHREAD_MUTEX_INITIALIZER, 0, 0, false, ""};
+    struct mp_fake f = {PTHREAD_MUTEX_INITIALIZER, 0, 0, false, "", 0, 0};
     struct s3_transport t;
     struct s3_client *c = mp_client(&f, &t);
     char body[40];
-    struct s3_put p = {"k", body, sizeof(body), "text/plain", NULL, NULL};
+    struct s3_put p = {"k", body, sizeof(body), "text/plain", mp_hook, &f};
     struct s3_put_result r;
     struct err err = {0};
 
@@ -1050,6 +1064,8 @@ TEST(concurrent_parts_complete_in_part_order)
     EXPECT_EQ_I64(s3_client_put(c, &p, &r, &err), 0);
     EXPECT_EQ_I64(f.parts_seen, 10);
     EXPECT_STR_EQ(r.etag, "x-10");
+    EXPECT_EQ_I64(f.hook_calls, 9);
+    EXPECT_EQ_I64(f.parts_at_first_hook, 1); /* part 1 is in first */
     EXPECT(strstr(f.complete_body, "<Part><PartNumber>1</PartNumber><ETag>"
                                    "\"e1\"</ETag></Part><Part><PartNumber>2"
                                    "</PartNumber><ETag>\"e2\"</ETag>") != NULL);
@@ -1063,7 +1079,7 @@ TEST(concurrent_parts_complete_in_part_order)
 
 TEST(a_failed_concurrent_part_stops_the_rest_and_aborts)
 {
-    struct mp_fake f = {PTHREAD_MUTEX_INITIALIZER, 0, 0, true, ""};
+    struct mp_fake f = {PTHREAD_MUTEX_INITIALIZER, 0, 0, true, "", 0, 0};
     struct s3_transport t;
     struct s3_client *c = mp_client(&f, &t);
     char body[40];
