@@ -329,3 +329,25 @@ def test_connections_over_the_limit_are_closed_at_once():
             s.close()
     finally:
         assert e.stop() == 0
+
+
+def test_sigterm_writes_every_pipelined_answer_then_exits_0():
+    e = Echo()
+    try:
+        s = e.connect()
+        s.sendall(get("/delay/400") + get("/delay/100") + get("/delay/300"))
+        wait_inflight(e, 3)
+        e.proc.send_signal(signal.SIGTERM)
+        rd = Reader(s)
+        got = [rd.response() for _ in range(3)]
+        assert [(st, b) for st, _, b in got] == [
+            (200, b"delay 400"),
+            (200, b"delay 100"),
+            (200, b"delay 300"),
+        ]
+        assert "connection" not in got[0][1]
+        assert got[2][1]["connection"] == "close"
+        assert rd.at_eof()
+        assert e.proc.wait(timeout=DEADLINE) == 0
+    finally:
+        assert e.stop() == 0
