@@ -11,6 +11,7 @@
 #include "http/resp.h"
 #include "http/router.h"
 #include "http/server.h"
+#include "raft/node.h"
 
 void api_init(struct api *a, uv_loop_t *loop, struct store *store,
               struct node *node)
@@ -117,6 +118,40 @@ void api_respond_json(struct api *a, struct http_req *req, int status,
     http_respond_json(req, status, body);
 }
 
+/* Reference 1.1: 503 with Retry-After: 1, plus "leader" when a leader's
+ * address is known (its raft address: the forwarder maps it). */
+static void api_respond_not_leader(struct api *a, struct http_req *req,
+                                   const struct err *err)
+{
+    uint64_t id = 0;
+    const char *addr = NULL;
+    struct buf b;
+    struct jw w;
+    struct err werr;
+    size_t len;
+    char *body;
+
+    if (a != NULL && a->node != NULL) {
+        node_leader(a->node, &id, &addr);
+    }
+    buf_init(&b, BUF_UNLIMITED);
+    jw_init(&w, &b);
+    jw_obj_begin(&w);
+    jw_key(&w, "error");
+    jw_cstr(&w, err->msg);
+    jw_key(&w, "code");
+    jw_cstr(&w, "no_leader");
+    if (id != 0 && addr != NULL) {
+        jw_key(&w, "leader");
+        jw_cstr(&w, addr);
+    }
+    jw_obj_end(&w);
+    ASSERT(jw_finish(&w, &werr) == 0);
+    body = buf_steal(&b, &len);
+    http_respond_take(req, 503, "application/json", body, len,
+                      "Retry-After: 1\r\n");
+}
+
 /* Reference 1.1: retryable conditions answer 503 with Retry-After: 1. */
 void api_respond_err(struct api *a, struct http_req *req, const struct err *err)
 {
@@ -129,8 +164,7 @@ void api_respond_err(struct api *a, struct http_req *req, const struct err *err)
         http_respond_error(req, 413, "too_large", err->msg);
         return;
     case ERR_NOT_LEADER:
-        http_respond_error_ex(req, 503, "no_leader", err->msg,
-                              "Retry-After: 1\r\n");
+        api_respond_not_leader(a, req, err);
         return;
     case ERR_BUSY:
     case ERR_TIMEOUT:
