@@ -244,12 +244,45 @@ static void sync_done_cb(uv_work_t *w, int status)
     n->sync_pending = false;
 }
 
+/* When the fsm fails an entry (the store could not commit), libraft stops
+ * applying and retries only when the commit index moves again. A leader
+ * that sees committed entries left unapplied appends a barrier about once a
+ * second, which moves it (and, replicated, the followers'). An entry is
+ * never skipped: a store that stays full keeps the node stalled, loudly. */
+static void retry_barrier_cb(struct raft_barrier *req, int status)
+{
+    UNUSED(status);
+    free(req);
+}
+
+static void retry_stalled_apply(struct node *n)
+{
+    struct raft_barrier *req;
+
+    if (n->closing || raft_state(&n->raft) != RAFT_LEADER ||
+        n->raft.commit_index <= n->raft.last_applied) {
+        return;
+    }
+    /* One small request a second while stalled; each is freed when it
+     * applies or raft closes. */
+    req = xcalloc(1, sizeof(*req));
+    if (raft_barrier(&n->raft, req, retry_barrier_cb) != 0) {
+        free(req);
+        return;
+    }
+    log_warn("node", "apply stalled at %" PRIu64 " of %" PRIu64 ": retrying",
+             (uint64_t)n->raft.last_applied, (uint64_t)n->raft.commit_index);
+}
+
 static void tick_cb(uv_timer_t *t)
 {
     struct node *n = container_of(t, struct node, tick);
 
     check_leadership(n);
-    if (++n->ticks % SYNC_TICKS == 0 && !n->sync_pending) {
+    if (++n->ticks % SYNC_TICKS == 0) {
+        retry_stalled_apply(n);
+    }
+    if (n->ticks % SYNC_TICKS == 0 && !n->sync_pending) {
         n->sync_work.data = n;
         if (uv_queue_work(n->loop, &n->sync_work, sync_work_cb, sync_done_cb) ==
             0) {

@@ -12,6 +12,7 @@
 
 #include "push_helpers.h"
 #include "raft/node.h"
+#include "store/store_impl.h"
 
 struct ctx {
     uv_loop_t loop;
@@ -761,6 +762,24 @@ TEST(a_restart_replays_nothing_twice)
                   0);
     EXPECT_EQ_I64(a.entries[0].high_watermark, 120);
     store_fetch_answer_free(&a);
+    stop(&c);
+    teardown(&c);
+}
+
+TEST(an_entry_the_store_cannot_commit_is_retried_not_skipped)
+{
+    struct ctx c;
+
+    setup(&c);
+    start(&c, 0);
+    EXPECT(run_until(&c, is_leader, 5));
+    c.store->fail_commits = 3; /* MDB_MAP_FULL three times */
+    want = 2;
+    EXPECT_EQ_I64(propose_pushes(&c, 0, 2), 0);
+    EXPECT(run_until(&c, got_all, 10));
+    EXPECT_EQ_I64(c.failed, 0);
+    EXPECT_EQ_I64(c.offsets[0], 0);
+    EXPECT_EQ_I64(c.offsets[1], 100);
     stop(&c);
     teardown(&c);
 }
