@@ -704,7 +704,9 @@ static void payload_page(struct parquet_writer *w, size_t r0, size_t r1,
             *pos += 4 + get_le32(w->payload.data + *pos);
         }
     }
-    put(&w->page, w->payload.data + start, *pos - start);
+    if (*pos > start) { /* an all-null page has no values (data may be NULL) */
+        put(&w->page, w->payload.data + start, *pos - start);
+    }
 }
 
 static int write_payload_col(struct parquet_writer *w, struct chunk_meta *cm,
