@@ -62,8 +62,13 @@ QUEEN_PORT=$qport QUEEN_BIND_ADDR=127.0.0.1 QUEEN_RAFT_DIR="$tmp/queen" \
   "$queen" 2>"$tmp/queen.log" &
 qpid=$!
 wait_http "http://127.0.0.1:$qport/health"
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime+stime, clock ticks
+hz=$(getconf CLK_TCK)
+qcpu0=$(cpu "$qpid")
 wrk -t2 -c$conns -d${secs}s --latency -s "$tmp/push.lua" \
   "http://127.0.0.1:$qport/api/v1/push" >"$tmp/wrk.txt"
+qcpu=$(( $(cpu "$qpid") - qcpu0 ))
+qreqs=$(awk '/requests in/ {print $1}' "$tmp/wrk.txt")
 kill -TERM "$qpid"; wait "$qpid" || true; qpid=""
 qreq=$(awk '/^Requests\/sec:/ {print $2}' "$tmp/wrk.txt")
 qp50=$(awk '$1=="50%" {print $2}' "$tmp/wrk.txt")
@@ -83,9 +88,11 @@ for _ in $(seq 1 200); do
 done
 # as many commands as queen stored (at least 1M), so both runs are comparable
 n=$(/usr/bin/python3 -c "print(max(1000000, min(int(float('$qreq') * $batch * $secs), 20000000)))")
+rcpu0=$(cpu "$rpid")
 redis-benchmark -p "$redport" -c $conns -P $batch -n "$n" \
   XADD bench '*' payload "$payload" >"$tmp/redis.txt" 2>&1
 rlen=$(redis-cli -p "$redport" XLEN bench)
+rcpu=$(( $(cpu "$rpid") - rcpu0 ))
 kill "$rpid"; wait "$rpid" 2>/dev/null || true; rpid=""
 rrate=$(grep -Eo 'throughput summary: [0-9.]+' "$tmp/redis.txt" | awk '{print $3}')
 read -r rp50 rp99 < <(awk '/latency summary/ {getline; getline; print $3, $5}' "$tmp/redis.txt")
@@ -95,4 +102,9 @@ printf "  queen  %10.0f records/s  p50 %s  p99 %s (request of %d)  non-2xx %s\n"
   "$qrate" "$qp50" "$qp99" "$batch" "$qbad"
 printf "  redis  %10.0f records/s  p50 %sms  p99 %sms (XADD, pipeline %d, AOF everysec)  XLEN %s\n" \
   "$rrate" "$rp50" "$rp99" "$batch" "$rlen"
+# Records per CPU-second of the server process: less sensitive to a busy
+# machine than records/s (the load generators share the same 2 cores).
+/usr/bin/python3 -c "
+q = $qreqs * $batch / max($qcpu / $hz, 1e-9); r = $n / max($rcpu / $hz, 1e-9)
+print('  cpu    queen %.0f records per CPU-second, redis %.0f (load average %s)' % (q, r, open('/proc/loadavg').read().split()[0]))"
 /usr/bin/python3 -c "print('  ratio  queen/redis = %.2f   (goal: queen >= 200000 records/s: %s)' % ($qrate / float('$rrate'), 'met' if $qrate >= 200000 else 'NOT met'))"
