@@ -4,7 +4,14 @@
  * under a mutex, so threads never share a handle and kept-alive
  * connections are reused. A body goes out through a read callback over
  * the caller's memory (CURLOPT_UPLOAD); curl adds its own unsigned
- * "Expect: 100-continue", which S3 and the test bucket answer. */
+ * "Expect: 100-continue", which S3 and the test bucket answer.
+ *
+ * Measured against the test bucket (16 MiB PUTs, 2026-11-29): the proxy
+ * spends about 250-300 ms per request that carries Expect and about 50 ms
+ * without it, for curl's CLI as for us. Dropping it takes an empty
+ * "Expect:" header, which the project's rules forbid (a curl SigV4 trap
+ * that does not apply to our own signing), so it stays until they allow
+ * it. */
 #include "s3/transport_curl.h"
 
 #include <curl/curl.h>
