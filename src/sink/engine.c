@@ -20,11 +20,12 @@
  *     travel in the next closing window's manifest (5).
  *
  * Partition lookup is a small open-addressing hash on the name, so merging
- * an answer costs O(1) per partition named; each call still walks the
- * tracked partitions once or twice (frontier, fetch candidates), and only
- * the plan and the checkpoint sort partitions by name. Memory held for a
- * cold partition is its `struct part` alone, so what is buffered does not
- * grow with the number of partitions (reference 3.6.6).
+ * an answer costs O(1) per partition named. The per-call walks (frontier,
+ * fetch candidates, seeks, the close rules) go over the active set only:
+ * partitions with unread data, a seek, or buffered records. A commit walks
+ * every partition once to prune; only the plan and the checkpoint sort. Memory
+ * held for a cold partition is its `struct part` alone, so what is buffered
+ * does not grow with the number of partitions (reference 3.6.6).
  *
  * A caught-up partition (read past the lastOffset a discovery page reported)
  * does not hold a close back: every record it gains later is stamped above
@@ -74,6 +75,8 @@ struct part {
     bool is_seeking;      /* a Seek action is out */
     bool is_fetching;     /* an entry of an outstanding call */
     int64_t last_seen_k;  /* committed_k when discovery last named it */
+    size_t active_at;     /* index in engine.active, SIZE_MAX if idle */
+    uint64_t serial;      /* creation order, for stable scheduling */
     struct brec **recs;   /* ascending (gen, offset) */
     size_t n_recs;
     size_t cap_recs;
@@ -146,7 +149,11 @@ struct engine {
     struct part **parts;
     size_t n_parts;
     size_t cap_parts;
-    struct part **table; /* open addressing, power-of-two size */
+    struct part **table;  /* open addressing, power-of-two size */
+    struct part **active; /* unread, seeking or holding records */
+    size_t n_active;
+    size_t cap_active;
+    uint64_t next_serial;
     size_t table_cap;
 
     struct fetch_call *calls; /* fetch_concurrency slots */
@@ -453,6 +460,7 @@ void engine_free(struct engine *e)
     free(e->restored);
     free(e->parts);
     free(e->table);
+    free(e->active);
     free_calls(e);
     free_lost(e->lost, e->n_lost);
     free_plan(e);
@@ -528,6 +536,8 @@ static struct part *add_part(struct engine *e, struct slice name)
     p->name = dup_slice(name);
     p->name_len = name.len;
     p->last_offset = -1;
+    p->active_at = SIZE_MAX;
+    p->serial = e->next_serial++;
     grow((void **)&e->parts, &e->cap_parts, e->n_parts + 1,
          sizeof(struct part *));
     e->parts[e->n_parts++] = p;
@@ -745,6 +755,8 @@ static void update_part(struct engine *e, struct part *p,
     }
 }
 
+static void touch(struct engine *e, struct part *p);
+
 static int observe(struct engine *e, const struct engine_partition_info *in,
                    struct err *err)
 {
@@ -766,6 +778,7 @@ static int observe(struct engine *e, const struct engine_partition_info *in,
         update_part(e, p, in);
     }
     p->last_seen_k = e->committed_k;
+    touch(e, p);
     return 0;
 }
 
@@ -878,6 +891,34 @@ static bool has_unread(const struct part *p)
     return p->position <= p->last_offset;
 }
 
+/* Only active partitions can hold a close back, need a read or hold
+ * records: the per-call walks go over them alone, so thousands of cold,
+ * caught-up partitions cost nothing between discoveries. */
+static bool is_active(const struct part *p)
+{
+    return has_unread(p) || p->is_seek_pending || p->is_seeking ||
+           p->n_recs > 0;
+}
+
+/* Bring p's membership of the active set up to date after a change. */
+static void touch(struct engine *e, struct part *p)
+{
+    bool is_now = is_active(p);
+
+    if (is_now && p->active_at == SIZE_MAX) {
+        grow((void **)&e->active, &e->cap_active, e->n_active + 1,
+             sizeof(struct part *));
+        p->active_at = e->n_active;
+        e->active[e->n_active++] = p;
+    } else if (!is_now && p->active_at != SIZE_MAX) {
+        struct part *last = e->active[--e->n_active];
+
+        e->active[p->active_at] = last;
+        last->active_at = p->active_at;
+        p->active_at = SIZE_MAX;
+    }
+}
+
 /* The stamp below which this partition holds no unread record. */
 static int64_t part_frontier(const struct engine *e, const struct part *p)
 {
@@ -894,8 +935,8 @@ static int64_t min_frontier(const struct engine *e)
 {
     int64_t m = INT64_MAX;
 
-    for (size_t i = 0; i < e->n_parts; i++) {
-        m = min64(m, part_frontier(e, e->parts[i]));
+    for (size_t i = 0; i < e->n_active; i++) {
+        m = min64(m, part_frontier(e, e->active[i]));
     }
     return m;
 }
@@ -904,8 +945,8 @@ static bool min_buffered_ts(const struct engine *e, int64_t *ts)
 {
     bool found = false;
 
-    for (size_t i = 0; i < e->n_parts; i++) {
-        const struct part *p = e->parts[i];
+    for (size_t i = 0; i < e->n_active; i++) {
+        const struct part *p = e->active[i];
 
         for (size_t j = 0; j < p->n_recs; j++) {
             if (!found || p->recs[j]->ts < *ts) {
@@ -963,7 +1004,7 @@ static int64_t fetch_ceiling(const struct engine *e)
 
 struct candidate {
     int64_t frontier;
-    size_t index;
+    uint64_t index; /* creation serial: ties go to the older partition */
     struct part *part;
 };
 
@@ -1040,8 +1081,8 @@ static size_t gather_candidates(struct engine *e, struct candidate **out)
     size_t n = 0;
     size_t cap = 0;
 
-    for (size_t i = 0; i < e->n_parts; i++) {
-        struct part *p = e->parts[i];
+    for (size_t i = 0; i < e->n_active; i++) {
+        struct part *p = e->active[i];
         int64_t f;
 
         if (!has_unread(p) || p->is_fetching || p->is_seek_pending ||
@@ -1054,7 +1095,7 @@ static size_t gather_candidates(struct engine *e, struct candidate **out)
         }
         grow((void **)&c, &cap, n + 1, sizeof(*c));
         c[n].frontier = f;
-        c[n].index = i;
+        c[n].index = p->serial;
         c[n].part = p;
         n++;
     }
@@ -1110,8 +1151,8 @@ static struct seek_slot *free_seek_slot(struct engine *e)
 
 static void schedule_seeks(struct engine *e)
 {
-    for (size_t i = 0; i < e->n_parts; i++) {
-        struct part *p = e->parts[i];
+    for (size_t i = 0; i < e->n_active; i++) {
+        struct part *p = e->active[i];
         struct seek_slot *s;
         struct engine_action *a;
 
@@ -1157,6 +1198,7 @@ void engine_on_seek_result(struct engine *e, uint64_t seek_id, bool is_found,
         p->is_seeking = false;
         p->is_seek_pending = false;
         p->position = is_found ? max64(offset, p->log_start) : p->log_start;
+        touch(e, p);
         update_completeness(e);
         return;
     }
@@ -1296,6 +1338,7 @@ int engine_on_fetch(struct engine *e, uint64_t call_id,
             break;
         }
         merge_entry(e, p, &r[i]);
+        touch(e, p);
     }
     release_call(e, call);
     update_completeness(e);
@@ -1330,8 +1373,8 @@ static size_t plan_parts(struct engine *e, int64_t t_start, int64_t t_end,
     size_t cap = 0;
 
     *n_records = 0;
-    for (size_t i = 0; i < e->n_parts; i++) {
-        struct part *p = e->parts[i];
+    for (size_t i = 0; i < e->n_active; i++) {
+        struct part *p = e->active[i];
         size_t k = 0;
 
         for (size_t j = 0; j < p->n_recs; j++) {
@@ -1451,8 +1494,8 @@ static uint64_t weight_below(const struct engine *e, int64_t cap)
 {
     uint64_t w = 0;
 
-    for (size_t i = 0; i < e->n_parts; i++) {
-        const struct part *p = e->parts[i];
+    for (size_t i = 0; i < e->n_active; i++) {
+        const struct part *p = e->active[i];
 
         for (size_t j = 0; j < p->n_recs; j++) {
             w += p->recs[j]->ts < cap ? p->recs[j]->weight : 0;
@@ -1471,8 +1514,8 @@ static int64_t size_point(const struct engine *e, int64_t cap)
     uint64_t acc = 0;
     int64_t t = cap;
 
-    for (size_t i = 0; i < e->n_parts; i++) {
-        const struct part *p = e->parts[i];
+    for (size_t i = 0; i < e->n_active; i++) {
+        const struct part *p = e->active[i];
 
         for (size_t j = 0; j < p->n_recs; j++) {
             if (p->recs[j]->ts < cap) {
@@ -1679,8 +1722,10 @@ bool engine_on_manifest_found(struct engine *e, int64_t k,
 /* Forget the records of the committed window. */
 static void drop_committed(struct engine *e, int64_t t_end)
 {
-    for (size_t i = 0; i < e->n_parts; i++) {
-        struct part *p = e->parts[i];
+    /* Backwards, because touch() moves the last active entry into the
+     * slot it frees. */
+    for (size_t i = e->n_active; i > 0; i--) {
+        struct part *p = e->active[i - 1];
         size_t kept = 0;
 
         for (size_t j = 0; j < p->n_recs; j++) {
@@ -1695,6 +1740,7 @@ static void drop_committed(struct engine *e, int64_t t_end)
             }
         }
         p->n_recs = kept;
+        touch(e, p);
     }
 }
 
@@ -1709,22 +1755,29 @@ static bool is_seek_slot_of(const struct engine *e, const struct part *p)
 }
 
 /* Partitions discovery stopped naming, idle and empty, are forgotten. */
+static bool is_prunable(const struct engine *e, const struct part *p)
+{
+    bool is_stale =
+        e->committed_k - p->last_seen_k >= (int64_t)e->cfg.prune_after_windows;
+
+    return is_stale && !is_active(p) && !p->is_fetching &&
+           !is_seek_slot_of(e, p);
+}
+
 static void prune(struct engine *e)
 {
     size_t kept = 0;
 
     for (size_t i = 0; i < e->n_parts; i++) {
         struct part *p = e->parts[i];
-        bool is_stale = e->committed_k - p->last_seen_k >=
-                        (int64_t)e->cfg.prune_after_windows;
 
-        if (is_stale && !has_unread(p) && p->n_recs == 0 && !p->is_fetching &&
-            !p->is_seek_pending && !p->is_seeking && !is_seek_slot_of(e, p)) {
-            free_part(p);
-            e->stats.partitions_pruned++;
-        } else {
+        if (!is_prunable(e, p)) {
             e->parts[kept++] = p;
+            continue;
         }
+        ASSERT(p->active_at == SIZE_MAX);
+        free_part(p);
+        e->stats.partitions_pruned++;
     }
     if (kept != e->n_parts) {
         e->n_parts = kept;

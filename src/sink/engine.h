@@ -42,9 +42,10 @@
  * and call engine_next_actions() again after each answer or sleep. Time only
  * enters through the safeTime of discovery pages: the engine never waits.
  *
- * Costs: each call walks the tracked partitions once or twice (O(n)); the
- * plan and the checkpoint sort by name. Memory is the buffered records plus
- * about 200 bytes per tracked partition (capped by max_partitions).
+ * Costs: each call walks the active partitions (unread, seeking or holding
+ * records), not the cold ones; a commit walks all of them once (pruning),
+ * and the plan and the checkpoint sort by name. Memory is the buffered
+ * records plus about 200 bytes per tracked partition (max_partitions).
  *
  * One deliberate reading of the reference: the age of the first `earliest`
  * window is measured from its tStart (the align floor of its first record),
