@@ -408,6 +408,15 @@ int node_propose(struct node *n, int type, const void *cmd, size_t len,
     return 0;
 }
 
+int node_barrier(struct node *n, node_applied_fn cb, void *arg, struct err *err)
+{
+    uint8_t cmd[CMD_HEADER_LEN] = {CMD_MAGIC, CMD_VERSION, CMD_NOOP, 0};
+
+    /* The header of an empty NOOP: body length 0, stamp set on propose. */
+    memcpy(cmd + 16, STORE_DEFAULT_TENANT, 16);
+    return node_propose(n, CMD_NOOP, cmd, sizeof(cmd), cb, arg, err);
+}
+
 /* ---- proposals from other threads ----------------------------------------
  */
 

@@ -111,6 +111,13 @@ int node_propose(struct node *n, int type, const void *cmd, size_t len,
 int node_propose_async(struct node *n, int type, const void *cmd, size_t len,
                        node_applied_fn cb, void *arg, struct err *err);
 
+/* A read barrier that also moves safeTime: proposes a CMD_NOOP (stamped
+ * like any command) and calls cb once it applied on this node, so every
+ * entry before it is applied too. Same refusals and threading as
+ * node_propose(). */
+int node_barrier(struct node *n, node_applied_fn cb, void *arg,
+                 struct err *err);
+
 int node_role(const struct node *n);  /* enum node_role */
 const char *node_role_name(int role); /* "leader", "follower", ... */
 /* The leader's id and raft address as libraft knows it (0/NULL if none). */

@@ -783,3 +783,26 @@ TEST(an_entry_the_store_cannot_commit_is_retried_not_skipped)
     stop(&c);
     teardown(&c);
 }
+
+TEST(a_barrier_moves_safe_time_after_everything_before_it)
+{
+    struct ctx c;
+    struct err err = {0};
+    int64_t before;
+
+    setup(&c);
+    start(&c, 0);
+    EXPECT(run_until(&c, is_leader, 5));
+    want = 3;
+    EXPECT_EQ_I64(propose_pushes(&c, 0, 2), 0);
+    EXPECT_EQ_I64(node_barrier(c.node, on_applied, &c, &err), 0);
+    EXPECT(run_until(&c, got_all, 10));
+    EXPECT_EQ_I64(c.failed, 0);
+    /* Callbacks come in log order; the barrier's stamp is the greatest. */
+    EXPECT(c.stamps[2] > c.stamps[1]);
+    EXPECT_EQ_I64(c.offsets[2], -1);
+    before = node_safe_time(c.node);
+    EXPECT_EQ_I64(before, c.stamps[2]);
+    stop(&c);
+    teardown(&c);
+}
