@@ -76,10 +76,21 @@
  *   value empty. Each push apply deletes up to 64 rows whose expiry is below
  *   its stamp (a deterministic sweep).
  *
- * kv (reserved for the KV owner): key = tenant (16) + namespace length (1) +
- *   namespace + key bytes; value = version (8) + expiresAt (8, 0 = forever) +
- *   createdAt (8) + updatedAt (8) + value JSON text.
- * kv_expiry (reserved): key = expiresAt (8) + the kv key; value empty. */
+ * kv (store/kv.c): key
+ * OFFSET SIZE DESCRIPTION
+ *      0   16 tenant
+ *     16    1 namespace length s (1..64)
+ *     17    s namespace bytes
+ *   17+s    . key bytes (1..512; the whole key <= 511 bytes)
+ * value
+ *      0    8 version (u64, store-wide counter, meta "kv_version")
+ *      8    8 expiresAt (i64 µs, 0 = forever)
+ *     16    8 createdAt (i64 µs)
+ *     24    8 updatedAt (i64 µs)
+ *     32    . value, compact JSON text
+ * kv_expiry: key = expiresAt (8) + the kv key; value empty. One row per kv
+ *   row with an expiry (store/kv.h (3)).
+ * meta "kv_version": 8, u64, the last KV version issued (0 = none). */
 #ifndef QUEEN_STORE_SCHEMA_H
 #define QUEEN_STORE_SCHEMA_H
 

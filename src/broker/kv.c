@@ -1,0 +1,296 @@
+/* The in-process KV interface (broker/kv.h): batches from any thread become
+ * CMD_KV raft entries; the apply handler runs store_kv_apply() inside the
+ * fsm's write transaction and keeps the answer of the entry it just applied,
+ * which the proposal's callback (run by libraft right after that apply, on
+ * the loop thread) hands to the caller.
+ *
+ *   kv_submit() -> validate -> encode -> node_propose_async()
+ *   loop: kv_service_apply() -> svc->last (keyed by raft index)
+ *   loop: kv_on_applied() -> cb(arg, answer) -> free
+ *
+ * kv_call() wraps kv_submit() with a waiter (mutex + condition variable)
+ * that both sides reference, so a caller that gave up on time leaves the
+ * late callback a valid place to drop its answer. */
+#include "broker/kv.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "base/xalloc.h"
+#include "raft/cmd.h"
+#include "raft/node.h"
+
+struct kv_service {
+    struct store *store;
+    struct node *node;
+    struct kv_answer last; /* the answer of entry last_index */
+    uint64_t last_index;
+    bool has_last;
+};
+
+struct kv_pending {
+    struct kv_service *svc;
+    kv_done_fn cb;
+    void *arg;
+};
+
+struct kv_service *kv_service_new(struct store *store)
+{
+    struct kv_service *s = xcalloc(1, sizeof(*s));
+
+    s->store = store;
+    return s;
+}
+
+void kv_service_attach(struct kv_service *s, struct node *node)
+{
+    s->node = node;
+}
+
+void kv_service_free(struct kv_service *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    kv_answer_free(&s->last);
+    free(s);
+}
+
+void kv_answer_take(const struct kv_answer *ans, struct kv_answer *out)
+{
+    kv_answer_move((struct kv_answer *)(uintptr_t)ans, out);
+}
+
+static void kv_refused(struct fsm_result *res, int code, const char *msg)
+{
+    res->code = code;
+    snprintf(res->msg, sizeof(res->msg), "%.159s", msg);
+}
+
+int kv_service_apply(void *arg, struct store *s, MDB_txn *txn,
+                     const struct cmd_header *h, struct fsm_result *res,
+                     struct err *err)
+{
+    struct kv_service *svc = arg;
+    struct kv_cmd c;
+    struct err derr = {0};
+    char reason[40];
+    uint32_t removed;
+    int rc = 0;
+
+    kv_answer_free(&svc->last);
+    svc->has_last = false;
+    if (kv_cmd_decode(h->body, &c, &derr) != 0) {
+        kv_refused(res, ERR_CORRUPT, derr.msg);
+    } else if (c.is_sweep) {
+        rc = store_kv_sweep(s, txn, h->stamp,
+                            c.sweep_max > KV_SWEEP_MAX ? KV_SWEEP_MAX
+                                                       : c.sweep_max,
+                            &removed, err);
+    } else if (kv_validate(c.ops, c.n, false, reason, &derr) != 0) {
+        kv_refused(res, derr.code, derr.msg); /* same on every node */
+    } else {
+        rc = store_kv_apply(s, txn, h->tenant, h->stamp, c.ops, c.n, &svc->last,
+                            err);
+        svc->has_last = rc == 0;
+        svc->last_index = res->index;
+        if (rc != 0) {
+            kv_answer_free(&svc->last);
+        }
+    }
+    kv_cmd_free(&c);
+    return rc;
+}
+
+static void kv_call_error(kv_done_fn cb, void *arg, int code, const char *msg)
+{
+    struct kv_answer a;
+
+    memset(&a, 0, sizeof(a));
+    a.status = code;
+    snprintf(a.msg, sizeof(a.msg), "%s", msg);
+    cb(arg, &a);
+    kv_answer_free(&a);
+}
+
+static void kv_on_applied(void *arg, int status, const struct fsm_result *res,
+                          const struct err *perr)
+{
+    struct kv_pending *p = arg;
+    struct kv_service *svc = p->svc;
+
+    if (status != 0) {
+        kv_call_error(p->cb, p->arg, status, perr->msg);
+    } else if (res->code != 0) {
+        kv_call_error(p->cb, p->arg, res->code, res->msg);
+    } else if (!svc->has_last || svc->last_index != res->index) {
+        log_error("kv", "entry %" PRIu64 ": the apply left no answer",
+                  res->index);
+        kv_call_error(p->cb, p->arg, ERR_IO, "the kv answer was lost");
+    } else {
+        p->cb(p->arg, &svc->last);
+        kv_answer_free(&svc->last);
+        svc->has_last = false;
+    }
+    free(p);
+}
+
+int kv_submit(struct kv_service *s, const uint8_t tenant[16],
+              const struct kv_op *ops, size_t n, kv_done_fn cb, void *arg,
+              struct err *err)
+{
+    char reason[40];
+    struct buf cmd;
+    struct kv_pending *p;
+    int rc;
+
+    if (kv_validate(ops, n, false, reason, err) != 0) {
+        char msg[sizeof(err->msg)];
+
+        memcpy(msg, err->msg, sizeof(msg));
+        return err_set(err, err->code, "%s: %.200s", reason, msg);
+    }
+    if (s->node == NULL) {
+        return err_set(err, ERR_BUSY, "kv: the node is not started");
+    }
+    buf_init(&cmd, CMD_HEADER_LEN + CMD_BODY_MAX);
+    rc = cmd_begin(&cmd, CMD_KV, tenant, err);
+    if (rc == 0) {
+        rc = kv_cmd_encode(&cmd, ops, n, err);
+    }
+    if (rc == 0) {
+        rc = cmd_finish(&cmd, 0, err);
+    }
+    if (rc == 0) {
+        p = xcalloc(1, sizeof(*p));
+        *p = (struct kv_pending){s, cb, arg};
+        rc = node_propose_async(s->node, CMD_KV, cmd.data, cmd.len,
+                                kv_on_applied, p, err);
+        if (rc != 0) {
+            free(p);
+        }
+    }
+    buf_free(&cmd);
+    return rc;
+}
+
+/* ---- the blocking call ---- */
+
+struct kv_waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;
+    bool is_done;
+    struct kv_answer ans;
+};
+
+static void kv_waiter_unref(struct kv_waiter *w)
+{
+    bool is_last;
+
+    pthread_mutex_lock(&w->mu);
+    is_last = --w->refs == 0;
+    pthread_mutex_unlock(&w->mu);
+    if (is_last) {
+        kv_answer_free(&w->ans);
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->mu);
+        free(w);
+    }
+}
+
+static void kv_waiter_done(void *arg, const struct kv_answer *ans)
+{
+    struct kv_waiter *w = arg;
+
+    pthread_mutex_lock(&w->mu);
+    kv_answer_take(ans, &w->ans);
+    w->is_done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    kv_waiter_unref(w);
+}
+
+static int64_t kv_wall_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int kv_wait(struct kv_waiter *w, int timeout_ms, struct kv_answer *out,
+                   struct err *err)
+{
+    struct timespec dl;
+    int rc = 0;
+
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += timeout_ms / 1000;
+    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&w->mu);
+    while (!w->is_done && rc == 0) {
+        rc = pthread_cond_timedwait(&w->cv, &w->mu, &dl);
+    }
+    if (w->is_done) {
+        kv_answer_move(&w->ans, out);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (rc != 0) {
+        return err_set(err, ERR_TIMEOUT, "kv: no answer within %d ms",
+                       timeout_ms);
+    }
+    if (out->status != 0 && out->status != ERR_PRECONDITION) {
+        err_set(err, out->status, "%s", out->msg);
+        kv_answer_free(out);
+        return err->code;
+    }
+    return 0;
+}
+
+int kv_call(struct kv_service *s, const uint8_t tenant[16],
+            const struct kv_op *ops, size_t n, int timeout_ms,
+            struct kv_answer *out, struct err *err)
+{
+    struct kv_waiter *w;
+    char reason[40];
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    if (!kv_has_write(ops, n)) {
+        if (kv_validate(ops, n, false, reason, err) != 0) {
+            char msg[sizeof(err->msg)];
+
+            memcpy(msg, err->msg, sizeof(msg));
+            return err_set(err, err->code, "%s: %.200s", reason, msg);
+        }
+        rc = store_kv_read(s->store, tenant, kv_wall_us(), ops, n, out, err);
+        if (rc != 0) {
+            kv_answer_free(out);
+        }
+        return rc;
+    }
+    w = xcalloc(1, sizeof(*w));
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->refs = 2;
+    rc = kv_submit(s, tenant, ops, n, kv_waiter_done, w, err);
+    if (rc != 0) {
+        w->refs = 1;
+        kv_waiter_unref(w);
+        return rc;
+    }
+    rc = kv_wait(w, timeout_ms > 0 ? timeout_ms : KV_CALL_TIMEOUT_MS, out, err);
+    kv_waiter_unref(w);
+    return rc;
+}

@@ -1,0 +1,820 @@
+/* Unit tests of the KV rows (store/kv.h) and the CMD_KV apply handler
+ * (broker/kv.h) over a real LMDB store in a mkdtemp directory: one test per
+ * rule of reference 1.7. Batches are applied as the fsm does, inside one
+ * write transaction at the command's stamp. */
+#include "harness.h"
+
+#include "broker/kv.h"
+#include "push_helpers.h"
+#include "store/kv.h"
+#include "store/store_impl.h"
+
+#define T0 1760000000000000LL /* a stamp in 2025, µs */
+#define S  1000000LL
+
+static struct slice sl(const char *s)
+{
+    struct slice r = {s, strlen(s)};
+    return r;
+}
+
+/* Apply ops at stamp as one entry (as the fsm would); returns the status
+ * of the answer, which the caller frees. */
+static int kv_apply(struct env *e, int64_t stamp, const struct kv_op *ops,
+                    size_t n, struct kv_answer *a)
+{
+    MDB_txn *txn;
+    struct err err = {0};
+    char reason[40];
+
+    if (kv_validate(ops, n, true, reason, &err) != 0) {
+        memset(a, 0, sizeof(*a));
+        a->status = err.code;
+        snprintf(a->reason_id, sizeof(a->reason_id), "%s", reason);
+        return err.code;
+    }
+    EXPECT_EQ_I64(store_wbegin(e->store, &txn, &err), 0);
+    EXPECT_EQ_I64(store_kv_apply(e->store, txn, STORE_DEFAULT_TENANT, stamp,
+                                 ops, n, a, &err),
+                  0);
+    EXPECT_EQ_I64(store_wcommit(e->store, txn, ++e->index, stamp, &err), 0);
+    return a->status;
+}
+
+static struct kv_op op_put(const char *key, const char *value)
+{
+    struct kv_op o = {0};
+
+    o.op = KV_PUT;
+    o.ns = sl("queen-s3");
+    o.key = sl(key);
+    o.value = sl(value);
+    o.forever = true;
+    return o;
+}
+
+static struct kv_op op_get(const char *key)
+{
+    struct kv_op o = {0};
+
+    o.op = KV_GET;
+    o.ns = sl("queen-s3");
+    o.key = sl(key);
+    return o;
+}
+
+static struct kv_result get1(struct env *e, int64_t now, const char *key,
+                             struct kv_answer *a)
+{
+    struct kv_op o = op_get(key);
+    struct err err = {0};
+
+    EXPECT_EQ_I64(
+        store_kv_read(e->store, STORE_DEFAULT_TENANT, now, &o, 1, a, &err), 0);
+    return a->results[0];
+}
+
+static struct kv_result put1(struct env *e, int64_t stamp, struct kv_op o,
+                             struct kv_answer *a)
+{
+    EXPECT_EQ_I64(kv_apply(e, stamp, &o, 1, a), 0);
+    return a->results[0];
+}
+
+TEST(sink_keys_round_trip_through_put_and_get)
+{
+    const char *keys[] = {"s3:default:orders:lease", "s3:sink-2:a%2Fb:intent",
+                          "s3:default:a%20b%2F%C3%BC%3Ac:committed"};
+    struct env e = {0};
+    struct kv_answer a;
+    struct kv_answer g;
+
+    env_open(&e);
+    for (size_t i = 0; i < ARRAY_LEN(keys); i++) {
+        struct kv_result r = put1(&e, T0 + (int64_t)i,
+                                  op_put(keys[i], "{\"k\":1,\"x\":42.00}"), &a);
+        struct kv_result f;
+
+        EXPECT(r.applied);
+        f = get1(&e, T0 + 10, keys[i], &g);
+        EXPECT(f.found);
+        EXPECT_MEM_EQ(f.key.ptr, f.key.len, keys[i], strlen(keys[i]));
+        EXPECT_MEM_EQ(f.value.ptr, f.value.len, "{\"k\":1,\"x\":42.00}", 17);
+        EXPECT_EQ_U64(f.version, r.version);
+        EXPECT_EQ_I64(f.updated_at, T0 + (int64_t)i);
+        EXPECT_EQ_I64(f.expires_at, 0);
+        kv_answer_free(&a);
+        kv_answer_free(&g);
+    }
+    env_close(&e);
+}
+
+TEST(put_if_absent_loses_to_a_live_row_with_exists)
+{
+    struct env e = {0};
+    struct kv_answer a;
+    struct kv_op o = op_put("k", "2");
+    struct kv_result r;
+    uint64_t v1;
+
+    env_open(&e);
+    v1 = put1(&e, T0, op_put("k", "1"), &a).version;
+    kv_answer_free(&a);
+    o.op = KV_PUT_IF_ABSENT;
+    r = put1(&e, T0 + 1, o, &a);
+    EXPECT(!r.applied);
+    EXPECT_EQ_I64(r.reason, KV_REASON_EXISTS);
+    EXPECT_EQ_U64(r.version, v1);
+    EXPECT_MEM_EQ(r.value.ptr, r.value.len, "1", 1);
+    kv_answer_free(&a);
+    r = get1(&e, T0 + 2, "k", &a);
+    EXPECT_MEM_EQ(r.value.ptr, r.value.len, "1", 1);
+    kv_answer_free(&a);
+    env_close(&e);
+}
+
+TEST(put_if_absent_wins_over_an_expired_unswept_row)
+{
+    struct env e = {0};
+    struct kv_answer a;
+    struct kv_op o = op_put("k", "1");
+    struct kv_result r;
+    int64_t oldest = 0;
+    struct err err = {0};
+
+    env_open(&e);
+    o.forever = false;
+    o.ttl_seconds = 5;
+    put1(&e, T0, o, &a);
+    kv_answer_free(&a);
+    o = op_put("k", "2");
+    o.op = KV_PUT_IF_ABSENT;
+    r = put1(&e, T0 + 5 * S, o, &a); /* expired at exactly its stamp */
+    EXPECT(r.applied);
+    kv_answer_free(&a);
+    r = get1(&e, T0 + 100 * S, "k", &a);
+    EXPECT(r.found);
+    EXPECT_MEM_EQ(r.value.ptr, r.value.len, "2", 1);
+    EXPECT_EQ_I64(r.expires_at, 0);
+    kv_answer_free(&a);
+    /* (3): the old expiry row went with the old row. */
+    EXPECT_EQ_I64(store_kv_oldest_expiry(e.store, &oldest, &err), 0);
+    EXPECT_EQ_I64(oldest, 0);
+    env_close(&e);
+}
+
+static uint32_t sweep(struct env *e, int64_t stamp, uint32_t max)
+{
+    MDB_txn *txn;
+    struct err err = {0};
+    uint32_t removed = 0;
+
+    EXPECT_EQ_I64(store_wbegin(e->store, &txn, &err), 0);
+    EXPECT_EQ_I64(store_kv_sweep(e->store, txn, stamp, max, &removed, &err), 0);
+    EXPECT_EQ_I64(store_wcommit(e->store, txn, ++e->index, stamp, &err), 0);
+    return removed;
+}
+
+TEST(put_if_absent_wins_over_a_swept_row)
+{
+    struct env e = {0};
+    struct kv_answer a;
+    struct kv_op o = op_put("k", "1");
+    struct kv_result r;
+
+    env_open(&e);
+    o.forever = false;
+    o.ttl_seconds = 1;
+    put1(&e, T0, o, &a);
+    kv_answer_free(&a);
+    EXPECT_EQ_U64(sweep(&e, T0 + 2 * S, 512), 1);
+    o = op_put("k", "2");
+    o.op = KV_PUT_IF_ABSENT;
+    r = put1(&e, T0 + 3 * S, o, &a);
+    EXPECT(r.applied);
+    EXPECT(r.version > 1);
+    kv_answer_free(&a);
+    env_close(&e);
+}
+
+TEST(expect_applies_with_the_right_version_and_loses_with_a_stale_one)
+{
+    struct env e = {0};
+    struct kv_answer a;
+    struct kv_op o = op_put("k", "2");
+    struct kv_result r;
+    uint64_t v1;
+    uint64_t v2;
+
+    env_open(&e);
+    v1 = put1(&e, T0, op_put("k", "1"), &a).version;
+    kv_answer_free(&a);
+    o.has_expect = true;
+    o.expect = v1;
+    r = put1(&e, T0 + 1, o, &a);
+    EXPECT(r.applied);
+    v2 = r.version;
+    EXPECT(v2 != v1);
+    kv_answer_free(&a);
+    o.value = sl("3");
+    r = put1(&e, T0 + 2, o, &a); /* v1 is stale now */
+    EXPECT(!r.applied);
+    EXPECT_EQ_I64(r.reason, KV_REASON_VERSION);
+    EXPECT_EQ_U64(r.version, v2);
+    EXPECT_MEM_EQ(r.value.ptr, r.value.len, "2", 1);
+    kv_answer_free(&a);
+    env_close(&e);
+}
+
+TEST(expect_n_never_creates)
+{
+    struct env e = {0};
+    struct kv_answer a;
+    struct kv_op o = op_put("nope", "1");
+    struct kv_result r;
+
+    env_open(&e);
+    o.has_expect = true;
+    o.expect = 7;
+    r = put1(&e, T0, o, &a);
+    EXPECT(!r.applied);
+    EXPECT_EQ_I64(r.reason, KV_REASON_ABSENT);
+    EXPECT_EQ_U64(r.version, 0);
+    EXPECT(!r.has_value);
+    kv_answer_free(&a);
+    r = get1(&e, T0 + 1, "nope", &a);
+    EXPECT(!r.found);
+    kv_answer_free(&a);
+    env_close(&e);
+}
+
+TEST(a_lost_required_write_rolls_back_the_whole_batch)
+{
+    struct env e = {0};
+    struct kv_answer a;
+    struct kv_op ops[2] = {op_put("a", "1"), op_put("b", "2")};
+    struct kv_result r;
+    uint64_t vb;
+    uint64_t last = 0;
+    struct err err = {0};
+
+    env_open(&e);
+    vb = put1(&e, T0, op_put("b", "0"), &a).version;
+    kv_answer_free(&a);
+    ops[1].op = KV_PUT_IF_ABSENT;
+    ops[1].required = true;
+    EXPECT_EQ_I64(kv_apply(&e, T0 + 1, ops, 2, &a), ERR_PRECONDITION);
+    EXPECT_EQ_U64(a.failed_index, 1);
+    EXPECT_EQ_I64(a.kv_reason, KV_REASON_EXISTS);
+    EXPECT_EQ_U64(a.version, vb);
+    EXPECT_MEM_EQ(a.value.ptr, a.value.len, "0", 1);
+    kv_answer_free(&a);
+    r = get1(&e, T0 + 2, "a", &a);
+    EXPECT(!r.found);
+    kv_answer_free(&a);
+    EXPECT_EQ_I64(store_kv_last_version(e.store, &last, &err), 0);
+    EXPECT_EQ_U64(last, vb);
+    env_close(&e);
+}
+
+TEST(versions_are_unique_across_10000_writes_and_a_restart)
+{
+    struct env e = {0};
+    struct kv_answer a;
+    uint64_t *seen = calloc(10001, sizeof(*seen));
+    char key[32];
+    size_t n = 0;
+
+    env_open(&e);
+    for (int i = 0; i < 10000; i++) {
+        struct kv_result r;
+
+        if (i == 5000) {
+            env_reopen(&e);
+        }
+        snprintf(key, sizeof(key), "k%d", i % 997); /* rewrites too */
+        r = put1(&e, T0 + i, op_put(key, "1"), &a);
+        EXPECT(r.applied);
+        seen[n++] = r.version;
+        kv_answer_free(&a);
+    }
+    for (size_t i = 1; i < n; i++) {
+        if (seen[i] <= seen[i - 1]) {
+            HARNESS_FAIL("version %zu (%" PRIu64 ") is not above %" PRIu64, i,
+                         seen[i], seen[i - 1]);
+            break;
+        }
+    }
+    free(seen);
+    env_close(&e);
+}
+
+TEST(a_ttl_row_expires_at_its_stamp_not_earlier_and_is_swept)
+{
+    struct env e = {0};
+    struct kv_answer a;
+    struct kv_op o = op_put("t", "1");
+    struct kv_result r;
+    int64_t exp = T0 + 10 * S;
+
+    env_open(&e);
+    o.forever = false;
+    o.ttl_seconds = 10;
+    put1(&e, T0, o, &a);
+    kv_answer_free(&a);
+    r = get1(&e, exp - 1, "t", &a);
+    EXPECT(r.found);
+    EXPECT_EQ_I64(r.expires_at, exp);
+    kv_answer_free(&a);
+    r = get1(&e, exp, "t", &a);
+    EXPECT(!r.found);
+    kv_answer_free(&a);
+    EXPECT_EQ_U64(sweep(&e, exp - 1, 512), 0);
+    EXPECT_EQ_U64(sweep(&e, exp, 512), 1);
+    EXPECT_EQ_U64(sweep(&e, exp + S, 512), 0);
+    env_close(&e);
+}
+
+TEST(the_sweep_is_bounded_and_goes_oldest_first)
+{
+    struct env e = {0};
+    struct kv_answer a;
+    struct kv_op ops[200];
+    char keys[200][16];
+    struct kv_result r;
+
+    env_open(&e);
+    for (int i = 0; i < 200; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "x%03d", i);
+        ops[i] = op_put(keys[i], "1");
+        ops[i].forever = false;
+        ops[i].ttl_seconds = 200 - i; /* x199 expires first */
+    }
+    EXPECT_EQ_I64(kv_apply(&e, T0, ops, 200, &a), 0);
+    kv_answer_free(&a);
+    EXPECT_EQ_U64(sweep(&e, T0 + 1000 * S, 150), 150);
+    r = get1(&e, T0, "x050", &a); /* 150 s: the 150th oldest, swept */
+    EXPECT(!r.found);
+    kv_answer_free(&a);
+    r = get1(&e, T0, "x049", &a); /* 151 s: kept for the next step */
+    EXPECT(r.found);
+    kv_answer_free(&a);
+    r = get1(&e, T0, "x000", &a); /* 200 s: the oldest expiry survives */
+    EXPECT(r.found);
+    kv_answer_free(&a);
+    EXPECT_EQ_U64(sweep(&e, T0 + 1000 * S, 512), 50);
+    env_close(&e);
+}
+
+static void write_keys(struct env *e, int n)
+{
+    static char keys[250][16];
+    struct kv_op ops[250];
+    struct kv_answer a;
+
+    for (int base = 0; base < n; base += 250) {
+        for (int i = 0; i < 250; i++) {
+            snprintf(keys[i], sizeof(keys[i]), "p:%05d", base + i);
+            ops[i] = op_put(keys[i], "\"v\"");
+        }
+        EXPECT_EQ_I64(kv_apply(e, T0 + base, ops, 250, &a), 0);
+        kv_answer_free(&a);
+    }
+}
+
+TEST(get_prefix_pages_through_2500_keys_without_a_miss_or_a_repeat)
+{
+    struct env e = {0};
+    struct kv_answer a;
+    struct kv_op o = {0};
+    char after[32] = "";
+    int next = 0;
+    int pages = 0;
+    struct err err = {0};
+
+    env_open(&e);
+    write_keys(&e, 2500);
+    o.op = KV_GET_PREFIX;
+    o.ns = sl("queen-s3");
+    o.prefix = sl("p:");
+    o.limit = 5000; /* clamped to 1000 */
+    o.keys_only = true;
+    for (;;) {
+        struct kv_result r;
+        char want[16];
+
+        o.after = sl(after);
+        EXPECT_EQ_I64(store_kv_read(e.store, STORE_DEFAULT_TENANT, T0 + S, &o,
+                                    1, &a, &err),
+                      0);
+        r = a.results[0];
+        pages++;
+        for (size_t i = 0; i < r.n_rows; i++) {
+            snprintf(want, sizeof(want), "p:%05d", next++);
+            EXPECT_MEM_EQ(r.rows[i].key.ptr, r.rows[i].key.len, want,
+                          strlen(want));
+            EXPECT_EQ_U64(r.rows[i].value.len, 0);
+        }
+        EXPECT_EQ_I64(r.truncated, r.has_next_after);
+        if (!r.truncated) {
+            kv_answer_free(&a);
+            break;
+        }
+        snprintf(after, sizeof(after), "%.*s", (int)r.next_after.len,
+                 r.next_after.ptr);
+        kv_answer_free(&a);
+        if (pages > 10) {
+            break;
+        }
+    }
+    EXPECT_EQ_I64(next, 2500);
+    EXPECT_EQ_I64(pages, 3);
+    env_close(&e);
+}
+
+TEST(get_many_and_get_prefix_see_the_calls_own_writes)
+{
+    struct env e = {0};
+    struct kv_answer a;
+    struct kv_op ops[4];
+    struct slice keys[3] = {{"w:b", 3}, {"w:a", 3}, {"w:zz", 4}};
+    struct kv_result r;
+
+    env_open(&e);
+    put1(&e, T0, op_put("w:a", "\"old\""), &a);
+    kv_answer_free(&a);
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = KV_GET_MANY; /* listed first, runs after the writes */
+    ops[0].ns = sl("queen-s3");
+    ops[0].keys = keys;
+    ops[0].n_keys = 3;
+    ops[1] = op_get("w:a"); /* same key as a later write: pre-write state */
+    ops[2] = op_put("w:a", "\"new\"");
+    ops[3] = op_put("w:b", "\"b\"");
+    EXPECT_EQ_I64(kv_apply(&e, T0 + 1, ops, 4, &a), 0);
+    r = a.results[0];
+    EXPECT_EQ_U64(r.n_rows, 2);
+    EXPECT_MEM_EQ(r.rows[0].key.ptr, r.rows[0].key.len, "w:a", 3);
+    EXPECT_MEM_EQ(r.rows[0].value.ptr, r.rows[0].value.len, "\"new\"", 5);
+    EXPECT_MEM_EQ(r.rows[1].key.ptr, r.rows[1].key.len, "w:b", 3);
+    EXPECT_EQ_U64(r.n_missing, 1);
+    EXPECT_MEM_EQ(r.missing[0].ptr, r.missing[0].len, "w:zz", 4);
+    EXPECT(!r.truncated);
+    r = a.results[1];
+    EXPECT(r.found);
+    EXPECT_MEM_EQ(r.value.ptr, r.value.len, "\"old\"", 5);
+    kv_answer_free(&a);
+    env_close(&e);
+}
+
+TEST(delete_rules_for_live_expired_and_absent_rows)
+{
+    struct env e = {0};
+    struct kv_answer a;
+    struct kv_op o = op_put("d", "1");
+    struct kv_op del = {0};
+    struct kv_result r;
+    uint64_t v;
+
+    env_open(&e);
+    v = put1(&e, T0, o, &a).version;
+    kv_answer_free(&a);
+    del.op = KV_DELETE;
+    del.ns = sl("queen-s3");
+    del.key = sl("d");
+    del.has_expect = true;
+    del.expect = 0;
+    r = put1(&e, T0 + 1, del, &a); /* expect 0 against a live row */
+    EXPECT(!r.applied);
+    EXPECT_EQ_I64(r.reason, KV_REASON_EXISTS);
+    kv_answer_free(&a);
+    del.expect = v + 100;
+    r = put1(&e, T0 + 2, del, &a);
+    EXPECT_EQ_I64(r.reason, KV_REASON_VERSION);
+    kv_answer_free(&a);
+    del.has_expect = false;
+    r = put1(&e, T0 + 3, del, &a);
+    EXPECT(r.applied);
+    EXPECT_EQ_U64(r.version, v);
+    EXPECT_MEM_EQ(r.value.ptr, r.value.len, "1", 1);
+    kv_answer_free(&a);
+    r = put1(&e, T0 + 4, del, &a);
+    EXPECT(!r.applied);
+    EXPECT_EQ_I64(r.reason, KV_REASON_ABSENT);
+    kv_answer_free(&a);
+    /* An expired row: removed, answered absent. */
+    o.forever = false;
+    o.ttl_seconds = 1;
+    put1(&e, T0 + 5, o, &a);
+    kv_answer_free(&a);
+    r = put1(&e, T0 + 5 + 2 * S, del, &a);
+    EXPECT(!r.applied);
+    EXPECT_EQ_I64(r.reason, KV_REASON_ABSENT);
+    kv_answer_free(&a);
+    EXPECT_EQ_U64(sweep(&e, T0 + 10 * S, 512), 0); /* already gone */
+    del.has_expect = true;
+    del.expect = 0;
+    r = put1(&e, T0 + 11 * S, del, &a);
+    EXPECT(r.applied);
+    EXPECT_EQ_U64(r.version, 0);
+    kv_answer_free(&a);
+    env_close(&e);
+}
+
+TEST(put_replaces_the_expiry_instead_of_inheriting_it)
+{
+    struct env e = {0};
+    struct kv_answer a;
+    struct kv_op o = op_put("r", "1");
+    struct kv_result r;
+
+    env_open(&e);
+    o.forever = false;
+    o.ttl_seconds = 5;
+    put1(&e, T0, o, &a);
+    kv_answer_free(&a);
+    put1(&e, T0 + 1, op_put("r", "2"), &a); /* forever now */
+    kv_answer_free(&a);
+    r = get1(&e, T0 + 60 * S, "r", &a);
+    EXPECT(r.found);
+    EXPECT_EQ_I64(r.expires_at, 0);
+    kv_answer_free(&a);
+    EXPECT_EQ_U64(sweep(&e, T0 + 60 * S, 512), 0);
+    env_close(&e);
+}
+
+TEST(incr_counts_from_zero_and_refuses_a_non_integer)
+{
+    struct env e = {0};
+    struct kv_answer a;
+    struct kv_op o = {0};
+    struct kv_result r;
+
+    env_open(&e);
+    o.op = KV_INCR;
+    o.ns = sl("c");
+    o.key = sl("n");
+    o.forever = true;
+    o.by = 5;
+    r = put1(&e, T0, o, &a);
+    EXPECT_MEM_EQ(r.value.ptr, r.value.len, "5", 1);
+    kv_answer_free(&a);
+    o.by = -7;
+    r = put1(&e, T0 + 1, o, &a);
+    EXPECT_MEM_EQ(r.value.ptr, r.value.len, "-2", 2);
+    kv_answer_free(&a);
+    o.key = sl("s");
+    put1(&e, T0 + 2, op_put("x", "1"), &a);
+    kv_answer_free(&a);
+    {
+        struct kv_op p = op_put("s", "\"str\"");
+
+        p.ns = sl("c");
+        put1(&e, T0 + 3, p, &a);
+        kv_answer_free(&a);
+    }
+    EXPECT_EQ_I64(kv_apply(&e, T0 + 4, &o, 1, &a), ERR_INVALID);
+    EXPECT_STR_EQ(a.reason_id, "kv_not_a_number");
+    kv_answer_free(&a);
+    env_close(&e);
+}
+
+struct bad_case {
+    const char *reason;
+    int code;
+    struct kv_op op;
+};
+
+TEST(every_validation_reason_answers_its_code_and_writes_nothing)
+{
+    struct slice empty_keys[1] = {{"", 0}};
+    static char big[KV_VALUE_MAX + 2];
+    static char long_key[600];
+    struct bad_case cases[] = {
+        {"kv_bad_namespace", ERR_INVALID, {.op = KV_GET, .ns = sl("Bad")}},
+        {"kv_bad_namespace", ERR_INVALID, {.op = KV_GET, .ns = sl("_x")}},
+        {"kv_unknown_op", ERR_INVALID, {.op = 99, .ns = sl("a")}},
+        {"kv_bad_key", ERR_INVALID, {.op = KV_GET, .ns = sl("a")}},
+        {"kv_bad_key",
+         ERR_INVALID,
+         {.op = KV_GET, .ns = sl("a"), .key = {"a\0b", 3}}},
+        {"kv_key_too_large",
+         ERR_TOO_BIG,
+         {.op = KV_GET, .ns = sl("a"), .key = {long_key, 513}}},
+        {"kv_key_too_large",
+         ERR_TOO_BIG,
+         {.op = KV_GET, .ns = sl("a"), .key = {long_key, 494}}},
+        {"kv_expiry_not_specified",
+         ERR_INVALID,
+         {.op = KV_PUT, .ns = sl("a"), .key = sl("k"), .value = sl("1")}},
+        {"kv_expiry_not_specified",
+         ERR_INVALID,
+         {.op = KV_PUT,
+          .ns = sl("a"),
+          .key = sl("k"),
+          .value = sl("1"),
+          .forever = true,
+          .ttl_seconds = 3}},
+        {"kv_bad_ttl",
+         ERR_INVALID,
+         {.op = KV_PUT,
+          .ns = sl("a"),
+          .key = sl("k"),
+          .value = sl("1"),
+          .ttl_seconds = -3}},
+        {"kv_value_required",
+         ERR_INVALID,
+         {.op = KV_PUT, .ns = sl("a"), .key = sl("k"), .forever = true}},
+        {"kv_value_too_large",
+         ERR_TOO_BIG,
+         {.op = KV_PUT,
+          .ns = sl("a"),
+          .key = sl("k"),
+          .forever = true,
+          .value = {big, KV_VALUE_MAX + 1}}},
+        {"kv_bad_expect",
+         ERR_INVALID,
+         {.op = KV_PUT_IF_ABSENT,
+          .ns = sl("a"),
+          .key = sl("k"),
+          .value = sl("1"),
+          .forever = true,
+          .has_expect = true,
+          .expect = 3}},
+        {"kv_bad_expect",
+         ERR_INVALID,
+         {.op = KV_INCR,
+          .ns = sl("a"),
+          .key = sl("k"),
+          .forever = true,
+          .has_expect = true}},
+        {"kv_prefix_required",
+         ERR_INVALID,
+         {.op = KV_GET_PREFIX, .ns = sl("a")}},
+        {"kv_bad_key",
+         ERR_INVALID,
+         {.op = KV_GET_MANY, .ns = sl("a"), .keys = empty_keys, .n_keys = 1}},
+    };
+    struct env e = {0};
+    struct kv_answer a;
+    uint64_t last = 0;
+    struct err err = {0};
+
+    memset(big, '1', sizeof(big));
+    memset(long_key, 'k', sizeof(long_key));
+    env_open(&e);
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        struct kv_op ops[2] = {op_put("w", "1"), cases[i].op};
+
+        if (kv_apply(&e, T0, ops, 2, &a) != cases[i].code) {
+            HARNESS_FAIL("case %zu: code %d, want %d", i, a.status,
+                         cases[i].code);
+        }
+        if (strcmp(a.reason_id, cases[i].reason) != 0) {
+            HARNESS_FAIL("case %zu: reason %s, want %s", i, a.reason_id,
+                         cases[i].reason);
+        }
+    }
+    EXPECT_EQ_I64(store_kv_last_version(e.store, &last, &err), 0);
+    EXPECT_EQ_U64(last, 0);
+    env_close(&e);
+}
+
+TEST(duplicate_writes_and_ceilings_are_refused)
+{
+    struct kv_op ops[300];
+    char reason[40];
+    struct err err = {0};
+    struct slice keys[4097];
+
+    for (size_t i = 0; i < ARRAY_LEN(ops); i++) {
+        ops[i] = op_get("g");
+    }
+    ops[0] = op_put("k", "1");
+    ops[1] = op_put("k", "2");
+    EXPECT_EQ_I64(kv_validate(ops, 2, true, reason, &err), ERR_INVALID);
+    EXPECT_STR_EQ(reason, "kv_duplicate_key_in_call");
+    ops[1].ns = sl("other"); /* another namespace: fine */
+    EXPECT_EQ_I64(kv_validate(ops, 2, true, reason, &err), 0);
+    EXPECT_EQ_I64(kv_validate(ops, 257, true, reason, &err), ERR_INVALID);
+    EXPECT_STR_EQ(reason, "kv_too_many_ops");
+    EXPECT_EQ_I64(kv_validate(ops, 257, false, reason, &err), 0);
+    for (size_t i = 0; i < ARRAY_LEN(keys); i++) {
+        keys[i] = sl("k");
+    }
+    ops[2].op = KV_GET_MANY;
+    ops[2].keys = keys;
+    ops[2].n_keys = 4097;
+    EXPECT_EQ_I64(kv_validate(ops + 2, 1, true, reason, &err), ERR_INVALID);
+    EXPECT_STR_EQ(reason, "kv_too_many_keys");
+    EXPECT_EQ_I64(kv_validate(ops + 2, 1, false, reason, &err), 0);
+}
+
+TEST(the_namespace_message_quotes_the_pattern)
+{
+    struct kv_op o = op_get("k");
+    char reason[40];
+    struct err err = {0};
+
+    o.ns = sl("Nope");
+    EXPECT_EQ_I64(kv_validate(&o, 1, true, reason, &err), ERR_INVALID);
+    EXPECT_STR_EQ(
+        err.msg, "namespace 'Nope' does not match ^[a-z0-9][a-z0-9._-]{0,63}$");
+    o = op_put("k", "1");
+    o.forever = false;
+    EXPECT_EQ_I64(kv_validate(&o, 1, true, reason, &err), ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, "exactly one of ttlSeconds (integer > 0) and "
+                           "forever:true is required, got 0");
+}
+
+TEST(the_command_body_round_trips_and_refuses_garbage)
+{
+    struct slice keys[2] = {{"a", 1}, {"bb", 2}};
+    struct kv_op ops[3] = {op_put("k", "{\"x\":1}"), {0}, op_get("g")};
+    struct buf b;
+    struct kv_cmd c;
+    struct err err = {0};
+
+    ops[0].required = true;
+    ops[0].has_expect = true;
+    ops[0].expect = 77;
+    ops[1].op = KV_GET_MANY;
+    ops[1].ns = sl("n");
+    ops[1].keys = keys;
+    ops[1].n_keys = 2;
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(kv_cmd_encode(&b, ops, 3, &err), 0);
+    EXPECT_EQ_I64(kv_cmd_decode((struct slice){b.data, b.len}, &c, &err), 0);
+    EXPECT_EQ_U64(c.n, 3);
+    EXPECT(c.ops[0].required && c.ops[0].forever && c.ops[0].has_expect);
+    EXPECT_EQ_U64(c.ops[0].expect, 77);
+    EXPECT_MEM_EQ(c.ops[0].value.ptr, c.ops[0].value.len, "{\"x\":1}", 7);
+    EXPECT_EQ_U64(c.ops[1].n_keys, 2);
+    EXPECT_MEM_EQ(c.ops[1].keys[1].ptr, c.ops[1].keys[1].len, "bb", 2);
+    EXPECT_MEM_EQ(c.ops[2].key.ptr, c.ops[2].key.len, "g", 1);
+    kv_cmd_free(&c);
+    for (size_t cut = 0; cut < b.len; cut++) {
+        EXPECT_EQ_I64(kv_cmd_decode((struct slice){b.data, cut}, &c, &err),
+                      ERR_CORRUPT);
+        kv_cmd_free(&c);
+    }
+    buf_free(&b);
+}
+
+/* Through the fsm: the CMD_KV handler applies, moves safeTime, sweeps. */
+static const struct fsm_result *apply_cmd(struct env *e, int64_t stamp,
+                                          const struct kv_op *ops, size_t n,
+                                          bool is_sweep)
+{
+    struct buf b;
+    struct err err = {0};
+    const struct fsm_result *res = NULL;
+
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(cmd_begin(&b, CMD_KV, STORE_DEFAULT_TENANT, &err), 0);
+    if (is_sweep) {
+        EXPECT_EQ_I64(kv_cmd_encode_sweep(&b, KV_SWEEP_MAX, &err), 0);
+    } else {
+        EXPECT_EQ_I64(kv_cmd_encode(&b, ops, n, &err), 0);
+    }
+    EXPECT_EQ_I64(cmd_finish(&b, 0, &err), 0);
+    cmd_set_stamp(b.data, stamp);
+    EXPECT_EQ_I64(
+        fsm_apply_entry(e->fsm, ++e->index, b.data, b.len, &res, &err), 0);
+    buf_free(&b);
+    return res;
+}
+
+TEST(a_kv_command_moves_safe_time_and_a_sweep_command_removes_rows)
+{
+    struct env e = {0};
+    struct kv_service *svc;
+    struct kv_op o = op_put("lease", "{}");
+    const struct fsm_result *res;
+    struct kv_answer a;
+    int64_t safe = 0;
+    struct err err = {0};
+
+    env_open(&e);
+    svc = kv_service_new(e.store);
+    fsm_set_handler(e.fsm, CMD_KV, kv_service_apply, svc);
+    o.forever = false;
+    o.ttl_seconds = 1;
+    res = apply_cmd(&e, T0, &o, 1, false);
+    EXPECT(res != NULL && res->code == 0);
+    EXPECT_EQ_I64(store_safe_time(e.store, &safe, &err), 0);
+    EXPECT_EQ_I64(safe, T0);
+    res = apply_cmd(&e, T0 + 5 * S, NULL, 0, true);
+    EXPECT(res != NULL && res->code == 0);
+    EXPECT_EQ_I64(store_safe_time(e.store, &safe, &err), 0);
+    EXPECT_EQ_I64(safe, T0 + 5 * S);
+    EXPECT_EQ_U64(sweep(&e, T0 + 6 * S, 512), 0); /* the command swept it */
+    o.ttl_seconds = 0; /* invalid: refused the same way on every node */
+    res = apply_cmd(&e, T0 + 6 * S, &o, 1, false);
+    EXPECT(res != NULL && res->code == ERR_INVALID);
+    get1(&e, T0 + 6 * S, "lease", &a);
+    EXPECT(!a.results[0].found);
+    kv_answer_free(&a);
+    env_close(&e);
+    kv_service_free(svc);
+}
