@@ -1,0 +1,135 @@
+/* Sink configuration: the environment sink's settings and the node-wide
+ * knobs (reference 3.1, 5.1-5.6). Pure: the environment is read through a
+ * getenv-like seam and the core count and system hostname are arguments, so
+ * unit tests pass a table.
+ *   (1) A loaded config is complete: every field holds the variable's value
+ *       or its default; sizes are in bytes (MiB x 1,048,576) beside the MiB
+ *       figure the boot line prints.
+ *   (2) The first error wins, in the parse order of 5.3 (after the preflight
+ *       of 3.1 and the node knobs of 5.4); the message is the reference's
+ *       template word for word. A failed load leaves nothing to free.
+ *   (3) The secret key is kept in secret_key and never printed: the boot
+ *       line shows sse=aws:kms(...<last 4 chars of the key id>) at most.
+ *
+ * Error messages can be longer than struct err's 256 bytes (the
+ * QUEEN_S3_PARTITIONS refusal is ~500), so the whole text is also kept in
+ * sink_node_config.fatal as "QUEEN_S3_EMBEDDED=true: <message>": the boot
+ * path prints that field. */
+#ifndef QUEEN_SINK_CONFIG_H
+#define QUEEN_SINK_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "base/err.h"
+#include "sink/engine.h"
+#include "sink/jsonl.h"
+#include "sink/layout.h"
+#include "sink/parquet.h"
+
+#define SINK_VERSION   "2.0.0"
+#define SINK_NAME_MAX  64
+#define SINK_STR_MAX   512
+#define SINK_FATAL_MAX 1536
+#define SINK_MIB       ((uint64_t)1048576)
+
+enum sink_format { SINK_FORMAT_JSONL, SINK_FORMAT_PARQUET };
+enum sink_sse { SINK_SSE_OFF, SINK_SSE_AES256, SINK_SSE_KMS };
+
+/* One tenant's sink (5.3). From the environment it is the default tenant's
+ * sink; is_set is false when no per-tenant variable is set at all (then
+ * there is no environment sink, which is not an error). */
+struct sink_config {
+    bool is_set;
+    char sink[SINK_NAME_MAX + 1]; /* QUEEN_S3_SINK, "default" */
+    bool all_queues;              /* QUEEN_S3_QUEUES == "*" */
+    char **queues;                /* owned; n_queues names in given order */
+    size_t n_queues;
+    char endpoint[SINK_STR_MAX];       /* scheme://host[:port], no slash */
+    char region[SINK_STR_MAX];         /* QUEEN_S3_REGION */
+    char bucket[SINK_STR_MAX];         /* QUEEN_S3_BUCKET */
+    char prefix[SINK_STR_MAX];         /* outer slashes trimmed, "queen" */
+    char access_key[SINK_STR_MAX];     /* QUEEN_S3_ACCESS_KEY */
+    char secret_key[SINK_STR_MAX];     /* never logged or shown */
+    bool path_style;                   /* QUEEN_S3_PATH_STYLE, false */
+    enum sink_sse sse;                 /* QUEEN_S3_SSE, off */
+    char sse_kms_key_id[SINK_STR_MAX]; /* "" unless sse == SINK_SSE_KMS */
+    enum sink_format format;           /* jsonl */
+    enum jsonl_codec compression;      /* zstd; JSONL only */
+    enum parquet_codec parquet_codec;  /* zstd; Parquet only */
+    enum layout_kind layout;           /* merged */
+    enum layout_align align;           /* hour */
+    enum engine_start start;           /* latest */
+    uint64_t target_mb;                /* 128, 1..=5120 */
+    uint64_t target_bytes;             /* target_mb x MiB */
+    uint64_t max_window_ms;            /* 300000, 100..=86400000 */
+};
+
+/* Node-wide settings (3.1, 5.2, 5.4): environment only. */
+struct sink_node_config {
+    uint32_t threads;               /* QUEEN_S3_THREADS or clamp(cores/4,1,2) */
+    uint64_t shutdown_grace_ms;     /* 30000, 100..=3600000 */
+    uint64_t checkpoint_every;      /* 20, 1..=100000 */
+    uint64_t memory_mb;             /* 512, 1..=1048576 */
+    uint64_t memory_bytes;          /* memory_mb x MiB */
+    uint64_t fetch_concurrency;     /* 4, 1..=256 */
+    uint64_t discovery_interval_ms; /* 2000, 10..=3600000 */
+    uint64_t safe_guard_ms;         /* 5000, 0..=3600000 */
+    uint64_t lease_ttl_ms;          /* 30000, 1000..=3600000 */
+    uint64_t multipart_threshold_mb;    /* 64, 5..=5120 */
+    uint64_t multipart_threshold_bytes; /* x MiB */
+    char node_id[32];                   /* QUEEN_RAFT_NODE_ID or "1" */
+    char instance[SINK_STR_MAX];        /* 3.1's rule */
+    int crash_at; /* enum driver_crash (sink/driver.h), 0 = never */
+    /* "QUEEN_S3_LISTEN, QUEEN_S3_LOG_FORMAT" as far as set; "" if none. */
+    char ignored[64];
+    /* On failure: "QUEEN_S3_EMBEDDED=true: <message>", whole. */
+    char fatal[SINK_FATAL_MAX];
+};
+
+/* Returns the variable's value or NULL when unset. Borrowed. */
+typedef const char *(*sink_getenv_fn)(void *ctx, const char *name);
+
+struct sink_env {
+    sink_getenv_fn get;
+    void *ctx;
+    long cores;                  /* online CPUs, for the threads default */
+    const char *system_hostname; /* gethostname(); NULL or "" if none */
+};
+
+/* Fill c and n from env. Returns 0, or ERR_INVALID with err->msg the
+ * reference's message (cut to fit) and n->fatal the whole prefixed line.
+ * On success free c with sink_config_free(); on failure nothing is held. */
+int sink_config_load(struct sink_config *c, struct sink_node_config *n,
+                     const struct sink_env *env, struct err *err);
+
+/* sink_config_load over the process environment, sysconf and
+ * gethostname(). The one boot hook: the broker calls it when
+ * QUEEN_S3_EMBEDDED=true, prints "FATAL: " + n->fatal and exits on failure,
+ * and logs the warning for n->ignored. */
+int sink_config_from_env(struct sink_config *c, struct sink_node_config *n,
+                         struct err *err);
+
+void sink_config_free(struct sink_config *c);
+
+/* The one warning for ignored variables, or "" when none is set. */
+void sink_config_ignored_warning(const struct sink_node_config *n,
+                                 struct buf *out);
+
+/* Append the boot line of 5.6 (never the secret). tenant as printed. */
+int sink_config_boot_line(const struct sink_config *c,
+                          const struct sink_node_config *n, const char *tenant,
+                          struct buf *out, struct err *err);
+
+/* Names as the boot line and the status block print them. */
+const char *sink_format_name(enum sink_format f);
+const char *sink_sse_name(enum sink_sse s);
+/* The compression column: the JSONL codec, or the Parquet codec. */
+const char *sink_config_compression_name(const struct sink_config *c);
+
+/* Parse a boolean of 5.1 (true|1|yes|on, false|0|no|off; any case). */
+bool sink_parse_bool(const char *s, bool *out);
+
+#endif
