@@ -1,0 +1,1608 @@
+/* The queue driver: one queue's life inside the sink as a step machine
+ * (reference 3.5, 3.7, 3.8, 3.9, 3.11).
+ *
+ * The window engine decides what to do; the driver does it. A tick restores
+ * once (the intent and committed pointers with their versions, the latest
+ * checkpoint at or below the commit, and the redo's manifest), then runs
+ * rounds of engine actions until the engine asks to idle, an error asks for
+ * a backoff, or the queue stops. Every read and KV call is synchronous, so
+ * every action is answered inside the round that asked for it.
+ *
+ * Exactly once rests on three rules kept here:
+ *   (1) The intent (k, tStart, tEnd) is written through the fence before any
+ *       object of window k, so a restart rebuilds the identical window.
+ *   (2) The commit pointer moves only through the fence, after the objects
+ *       and the manifest landed.
+ *   (3) A redo whose manifest matches its intent is committed from the
+ *       manifest without a PUT; otherwise it is rebuilt with the same bytes
+ *       under the same keys.
+ *
+ * The closing actions (WriteIntent, Upload, Commit) are emitted once by the
+ * engine; the driver keeps a copy of the one in flight and repeats it after
+ * a backoff until it succeeds or the queue stops. */
+#include "sink/driver.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/buf.h"
+#include "base/isotime.h"
+#include "base/log.h"
+#include "base/sha256.h"
+#include "base/xalloc.h"
+#include "s3/client.h"
+#include "sink/docs.h"
+#include "sink/engine.h"
+#include "sink/jsonl.h"
+#include "sink/layout.h"
+#include "sink/lease.h"
+#include "sink/parquet.h"
+#include "sink/seek.h"
+
+#define DRIVER_ROUNDS_PER_TICK 64
+#define DRIVER_ERROR_DELAY_MS  500
+#define DRIVER_STOP_SLEEP_MS   250
+#define DRIVER_KEY_MAX         2048
+#define DRIVER_AGED_US         ((int64_t)10 * 1000 * 1000)
+#define DRIVER_CHECKPOINT_LIST ((size_t)1000 * 1000)
+
+enum pending_kind {
+    PENDING_NONE,
+    PENDING_INTENT,
+    PENDING_UPLOAD,
+    PENDING_COMMIT
+};
+
+struct pending {
+    enum pending_kind kind;
+    struct engine_intent_action intent; /* slices into strs */
+    const struct engine_plan *plan;     /* valid until engine_on_committed */
+    struct engine_commit commit;        /* manifest_key into manifest_key */
+    struct buf manifest_key;
+    char strs[4][128];
+};
+
+struct lost_copy {
+    char partition[256];
+    int64_t from;
+    int64_t to;
+};
+
+struct driver {
+    struct driver_config cfg;
+    const struct sink_broker *b;
+    struct s3_client *s3;
+    struct lease *lease;
+    struct engine *e;
+    struct layout_queue lq;
+    char intent_key[KV_KEY_MAX + 1];
+    char committed_key[KV_KEY_MAX + 1];
+    uint64_t intent_version;
+    uint64_t committed_version;
+    bool has_started;
+    bool is_restored;
+    bool is_redo;
+    struct docs_intent redo_intent; /* slices into redo_arena */
+    struct buf redo_arena;
+    enum driver_stop stop;
+    char why[256];
+    bool is_stop_logged;
+    atomic_bool drain_requested;
+    atomic_bool giving_back;
+    atomic_bool force_close;
+    bool is_draining;
+    int64_t drain_from_k; /* committed_k when the drain began */
+    bool did_work;        /* this tick ran a closing or checkpoint action */
+    int attempt;          /* failures in a row, for the backoff */
+    int64_t retry_after_ms;
+    int64_t next_at;
+    int64_t wall_ms;
+    struct pending pend;
+    struct lost_copy *lost;
+    size_t n_lost;
+    uint64_t last_records;
+    uint64_t last_bytes;
+    int64_t last_t_end;
+    bool has_t_end;
+    struct driver_counters ctr;
+    char last_error[256];
+    pthread_mutex_t mu;
+    struct driver_status st; /* published at the end of every tick */
+};
+
+/* ---- small helpers --------------------------------------------------- */
+
+static const char *const crash_names[] = {
+    "never",        "after_intent",  "mid_upload",
+    "after_upload", "before_commit", "after_commit",
+};
+
+bool driver_crash_parse(const char *s, enum driver_crash *out)
+{
+    if (s == NULL || s[0] == '\0' || strcasecmp(s, "off") == 0 ||
+        strcasecmp(s, "none") == 0) {
+        *out = DRIVER_CRASH_NEVER;
+        return true;
+    }
+    for (size_t i = 0; i < ARRAY_LEN(crash_names); i++) {
+        if (strcasecmp(s, crash_names[i]) == 0) {
+            *out = (enum driver_crash)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+const char *driver_crash_name(enum driver_crash c)
+{
+    return (size_t)c < ARRAY_LEN(crash_names) ? crash_names[c] : "never";
+}
+
+const char *driver_stop_name(enum driver_stop s)
+{
+    static const char *const names[] = {"running", "drained", "fenced",
+                                        "missing", "failed",  "crashed"};
+
+    return (size_t)s < ARRAY_LEN(names) ? names[s] : "running";
+}
+
+void driver_config_defaults(struct driver_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->sink = "default";
+    c->prefix = "queen";
+    c->tenant_text = "";
+    c->queue = "";
+    c->format = DRIVER_FORMAT_JSONL;
+    c->compression = "zstd";
+    c->align = LAYOUT_ALIGN_HOUR;
+    c->start = ENGINE_START_EARLIEST;
+    c->target_bytes = (uint64_t)64 << 20;
+    c->max_window_ms = 300000;
+    c->guard_ms = 5000;
+    c->checkpoint_every = 20;
+    c->fetch_concurrency = 4;
+    c->discovery_interval_ms = 1000;
+    c->object_max_bytes = (uint64_t)5 << 30;
+}
+
+static struct slice cstr(const char *s)
+{
+    return (struct slice){s, strlen(s)};
+}
+
+static void set_error(struct driver *d, const char *fmt, ...) PRINTF(2, 3);
+
+static void set_error(struct driver *d, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(d->last_error, sizeof(d->last_error), fmt, ap);
+    va_end(ap);
+}
+
+static void stop(struct driver *d, enum driver_stop s, const char *why)
+{
+    size_t n = strnlen(why, sizeof(d->why) - 1);
+
+    d->stop = s;
+    memcpy(d->why, why, n);
+    d->why[n] = '\0';
+}
+
+/* 3.9: min(1 s * 2^(n-1), 60 s) times a jitter in [0.75, 1.25), or the
+ * Retry-After exactly. */
+static int64_t backoff_ms(struct driver *d)
+{
+    int n = d->attempt < 1 ? 1 : d->attempt;
+    int shift = n - 1 > 20 ? 20 : n - 1;
+    int64_t step = (int64_t)1000 << shift;
+    double j = d->cfg.random != NULL ? d->cfg.random(d->cfg.random_arg) : 0.5;
+
+    if (d->retry_after_ms >= 0) {
+        return d->retry_after_ms;
+    }
+    step = step > 60000 ? 60000 : step;
+    return (int64_t)((double)step * (0.75 + 0.5 * j));
+}
+
+/* Ask for a retry after the backoff. */
+static void retry_later(struct driver *d, int64_t now, int64_t retry_after)
+{
+    d->attempt++;
+    d->retry_after_ms = retry_after;
+    int64_t wait = backoff_ms(d);
+    if (d->is_draining && wait > DRIVER_STOP_SLEEP_MS) {
+        wait = DRIVER_STOP_SLEEP_MS;
+    }
+    d->next_at = now + wait;
+}
+
+/* A crash point: false when it did not fire. In return mode the driver
+ * stops Crashed; otherwise the process aborts. */
+static bool crash(struct driver *d, enum driver_crash at)
+{
+    if (d->cfg.crash_at != at || at == DRIVER_CRASH_NEVER) {
+        return false;
+    }
+    if (!d->cfg.crash_returns) {
+        log_error("sink", "QUEEN_S3_CRASH_AT fired: aborting");
+        abort();
+    }
+    stop(d, DRIVER_CRASHED, driver_crash_name(at));
+    set_error(d, "crash point %s", driver_crash_name(at));
+    return true;
+}
+
+static void between_parts(void *arg, int part_done)
+{
+    struct driver *d = arg;
+
+    UNUSED(part_done);
+    if (d->cfg.crash_at == DRIVER_CRASH_MID_UPLOAD && !d->cfg.crash_returns) {
+        log_error("sink", "QUEEN_S3_CRASH_AT=mid_upload: aborting between "
+                          "multipart parts");
+        abort();
+    }
+}
+
+/* ---- construction ---------------------------------------------------- */
+
+static const char *format_name(const struct driver_config *c)
+{
+    return c->format == DRIVER_FORMAT_PARQUET ? "parquet" : "jsonl";
+}
+
+/* The codec names, the writer string and the object extension. */
+static int codec_strings(const struct driver_config *c, const char **comp,
+                         const char **writer, const char **ext, struct err *err)
+{
+    if (c->format == DRIVER_FORMAT_JSONL) {
+        enum jsonl_codec jc;
+        if (jsonl_codec_parse(c->compression, &jc, err) != 0) {
+            return err->code;
+        }
+        *comp = jsonl_codec_name(jc);
+        *writer = jsonl_writer_string(jc);
+        *ext = jsonl_extension(jc);
+        return 0;
+    }
+    bool is_snappy = strcmp(c->compression, "snappy") == 0;
+    if (!is_snappy && strcmp(c->compression, "zstd") != 0) {
+        return err_set(err, ERR_INVALID, "parquet: unknown compression \"%s\"",
+                       c->compression);
+    }
+    enum parquet_codec pc = is_snappy ? PARQUET_SNAPPY : PARQUET_ZSTD;
+    *comp = parquet_codec_name(pc);
+    *writer = parquet_writer_string(pc);
+    *ext = "parquet";
+    return 0;
+}
+
+static struct engine *make_engine(const struct driver_config *c,
+                                  struct err *err)
+{
+    struct engine_config ec;
+    const char *ext;
+
+    engine_config_defaults(&ec);
+    ec.queue = c->queue;
+    ec.start = (enum engine_start)c->start;
+    ec.align = c->align == LAYOUT_ALIGN_HOUR  ? ENGINE_ALIGN_HOUR
+               : c->align == LAYOUT_ALIGN_DAY ? ENGINE_ALIGN_DAY
+                                              : ENGINE_ALIGN_NONE;
+    ec.target_bytes = c->target_bytes < 1 ? 1 : c->target_bytes;
+    ec.max_window_us = c->max_window_ms * 1000;
+    ec.guard_us = c->guard_ms * 1000;
+    ec.checkpoint_every = c->checkpoint_every;
+    ec.fetch_concurrency = c->fetch_concurrency < 1 ? 1 : c->fetch_concurrency;
+    ec.discovery_interval_ms = c->discovery_interval_ms;
+    ec.prune_after_windows = 60;
+    ec.format = format_name(c);
+    ec.layout = c->per_partition ? "per-partition" : "merged";
+    if (codec_strings(c, &ec.compression, &ec.writer, &ext, err) != 0) {
+        return NULL;
+    }
+    return engine_new(&ec, err);
+}
+
+struct driver *driver_new(const struct driver_config *cfg,
+                          const struct sink_broker *b, struct s3_client *s3,
+                          struct lease *lease, struct err *err)
+{
+    struct buf k;
+    struct engine *e = make_engine(cfg, err);
+
+    if (e == NULL) {
+        return NULL;
+    }
+    struct driver *d = xcalloc(1, sizeof(*d));
+    d->cfg = *cfg;
+    d->b = b;
+    d->s3 = s3;
+    d->lease = lease;
+    d->e = e;
+    d->lq = (struct layout_queue){cfg->prefix, cstr(cfg->tenant_text),
+                                  cstr(cfg->queue)};
+    buf_init(&k, KV_KEY_MAX);
+    if (layout_kv_key(&k, cfg->sink, cstr(cfg->queue), LAYOUT_KV_INTENT, err) ==
+        0) {
+        snprintf(d->intent_key, sizeof(d->intent_key), "%s", k.data);
+        buf_reset(&k);
+        layout_kv_key(&k, cfg->sink, cstr(cfg->queue), LAYOUT_KV_COMMITTED,
+                      err);
+        snprintf(d->committed_key, sizeof(d->committed_key), "%s", k.data);
+    }
+    buf_free(&k);
+    buf_init(&d->pend.manifest_key, DRIVER_KEY_MAX);
+    buf_init(&d->redo_arena, BUF_UNLIMITED);
+    pthread_mutex_init(&d->mu, NULL);
+    d->retry_after_ms = -1;
+    snprintf(d->st.state, sizeof(d->st.state), "restoring");
+    return d;
+}
+
+void driver_free(struct driver *d)
+{
+    if (d == NULL) {
+        return;
+    }
+    engine_free(d->e);
+    buf_free(&d->pend.manifest_key);
+    buf_free(&d->redo_arena);
+    free(d->lost);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+}
+
+void driver_request_drain(struct driver *d, bool giving_back)
+{
+    atomic_store(&d->giving_back, giving_back);
+    atomic_store(&d->drain_requested, true);
+}
+
+void driver_force_close(struct driver *d)
+{
+    atomic_store(&d->force_close, true);
+}
+
+/* ---- start (3.5) ------------------------------------------------------- */
+
+/* Whether an S3 failure is worth another try. */
+static bool s3_retriable(const struct s3_status *st, int rc)
+{
+    return st->is_retriable || rc == ERR_IO || rc == ERR_TIMEOUT;
+}
+
+struct restore_docs {
+    struct buf arena_i;
+    struct buf arena_c;
+    bool has_committed;
+    struct docs_committed committed;
+    bool has_intent;
+    struct docs_intent intent;
+};
+
+/* getMany([intent, committed]) keeping the versions even of documents that
+ * do not parse. */
+static int read_pointers(struct driver *d, struct restore_docs *r,
+                         struct err *err)
+{
+    struct slice keys[2] = {cstr(d->intent_key), cstr(d->committed_key)};
+    struct kv_op op = {.op = KV_GET_MANY,
+                       .ns = SLICE_LIT(LEASE_NS),
+                       .keys = keys,
+                       .n_keys = 2};
+    struct kv_answer a;
+    struct err e2;
+
+    memset(&a, 0, sizeof(a));
+    if (d->b->kv(d->b->arg, d->cfg.tenant, &op, 1, d->cfg.kv_timeout_ms, &a,
+                 err) != 0) {
+        return err->code;
+    }
+    if (a.status != 0 || a.n_results != 1) {
+        int rc = err_set(err, a.status != 0 ? a.status : ERR_IO,
+                         "kv getMany: %s", a.msg);
+        kv_answer_free(&a);
+        return rc;
+    }
+    for (size_t i = 0; i < a.results[0].n_rows; i++) {
+        const struct kv_row *row = &a.results[0].rows[i];
+        struct slice v = row->value;
+        if (row->key.len == keys[0].len &&
+            memcmp(row->key.ptr, keys[0].ptr, keys[0].len) == 0) {
+            d->intent_version = row->version;
+            r->has_intent = docs_intent_decode(v.ptr, v.len, &r->intent,
+                                               &r->arena_i, &e2) == 0;
+        } else {
+            d->committed_version = row->version;
+            r->has_committed =
+                docs_committed_decode(v.ptr, v.len, &r->committed, &r->arena_c,
+                                      &e2) == 0;
+        }
+    }
+    kv_answer_free(&a);
+    return 0;
+}
+
+/* The latest checkpoint with k <= committed_k (3.8.6); false when none is
+ * usable. The positions point into arena. */
+static bool load_checkpoint(struct driver *d, int64_t committed_k,
+                            struct docs_checkpoint *cp, struct buf *arena)
+{
+    struct buf prefix;
+    struct buf body;
+    struct s3xml_list all;
+    struct s3_status st;
+    struct s3_object_info info;
+    struct err err;
+    int64_t best = -1;
+    size_t best_i = 0;
+    bool ok = false;
+
+    buf_init(&prefix, DRIVER_KEY_MAX);
+    memset(&all, 0, sizeof(all));
+    if (layout_checkpoint_prefix(&prefix, &d->lq, &err) != 0 ||
+        s3_client_list_all(d->s3, prefix.data, DRIVER_CHECKPOINT_LIST, &all,
+                           &st, &err) != 0) {
+        log_warn("sink",
+                 "cannot list checkpoints; starting from the commit "
+                 "pointer alone queue=%s error=%s",
+                 d->cfg.queue, err.msg);
+        goto out_free;
+    }
+    for (size_t i = 0; i < all.n_keys; i++) {
+        int64_t k;
+        if (layout_parse_checkpoint_k(all.keys[i], strlen(all.keys[i]), &k) &&
+            k <= committed_k && k > best) {
+            best = k;
+            best_i = i;
+        }
+    }
+    if (best < 0) {
+        goto out_free;
+    }
+    buf_init(&body, DOCS_CHECKPOINT_MAX_DECODED);
+    if (s3_client_get(d->s3, all.keys[best_i], &body, &info, &st, &err) == 0 &&
+        info.found &&
+        docs_checkpoint_decode(body.data, body.len, cp, arena, &err) == 0) {
+        ok = true;
+    } else {
+        log_warn("sink", "checkpoint unreadable queue=%s key=%s error=%s",
+                 d->cfg.queue, all.keys[best_i],
+                 info.found ? err.msg : "not found");
+    }
+    buf_free(&body);
+out_free:
+    s3xml_list_free(&all);
+    buf_free(&prefix);
+    return ok;
+}
+
+/* The redo's manifest, when its upload already finished (3.5). Returns 0
+ * (committed from it or not), or the GET's error when it may be retried. */
+static int check_redo_manifest(struct driver *d, const struct docs_intent *in,
+                               struct err *err)
+{
+    struct buf key;
+    struct buf body;
+    struct buf arena;
+    struct s3_object_info info;
+    struct s3_status st;
+    struct docs_manifest m;
+    struct err e2;
+    int rc = 0;
+
+    buf_init(&key, DRIVER_KEY_MAX);
+    buf_init(&body, (size_t)64 << 20);
+    buf_init(&arena, BUF_UNLIMITED);
+    if (layout_manifest_key(&key, &d->lq, in->k, err) != 0) {
+        rc = err->code;
+        goto out_free;
+    }
+    rc = s3_client_get(d->s3, key.data, &body, &info, &st, err);
+    if (rc != 0) {
+        err_wrap(err, "GET %s", key.data);
+        goto out_free;
+    }
+    if (!info.found ||
+        docs_manifest_decode(body.data, body.len, &m, &arena, &e2) != 0 ||
+        !docs_manifest_matches(&m, in, cstr(d->cfg.sink),
+                               cstr(d->cfg.tenant_text), cstr(d->cfg.queue))) {
+        goto out_free;
+    }
+    if (engine_on_manifest_found(d->e, in->k, buf_slice(&key), m.records,
+                                 m.bytes)) {
+        log_info("sink",
+                 "the redo's upload finished: committing it from its "
+                 "manifest queue=%s k=%" PRId64,
+                 d->cfg.queue, in->k);
+        free(d->lost);
+        d->lost = xcalloc(m.n_lost + 1, sizeof(*d->lost));
+        d->n_lost = m.n_lost;
+        for (size_t i = 0; i < m.n_lost; i++) {
+            snprintf(d->lost[i].partition, sizeof(d->lost[i].partition), "%.*s",
+                     (int)m.lost[i].partition.len, m.lost[i].partition.ptr);
+            d->lost[i].from = m.lost[i].from;
+            d->lost[i].to = m.lost[i].to;
+        }
+    }
+out_free:
+    buf_free(&arena);
+    buf_free(&body);
+    buf_free(&key);
+    return rc;
+}
+
+static int restore_engine(struct driver *d, struct restore_docs *r,
+                          struct err *err)
+{
+    struct engine_committed c = {0, 0};
+    struct engine_intent in;
+    struct docs_checkpoint cp;
+    struct engine_checkpoint ecp;
+    struct buf arena;
+    char s[4][128];
+    int rc;
+
+    if (r->has_committed) {
+        c.k = r->committed.k;
+        c.t_end = r->committed.t_end;
+        d->last_t_end = c.t_end;
+        d->has_t_end = true;
+    }
+    d->is_redo = r->has_intent && r->intent.k == c.k + 1;
+    memset(&in, 0, sizeof(in));
+    if (d->is_redo) {
+        const struct docs_intent *x = &r->intent;
+        const struct slice f[4] = {x->format, x->compression, x->layout,
+                                   x->writer};
+        for (int i = 0; i < 4; i++) {
+            snprintf(s[i], sizeof(s[i]), "%.*s", (int)f[i].len, f[i].ptr);
+        }
+        in = (struct engine_intent){x->k, x->t_start, x->t_end, s[0],
+                                    s[1], s[2],       s[3]};
+    }
+    buf_init(&arena, BUF_UNLIMITED);
+    bool has_cp = c.k > 0 && load_checkpoint(d, c.k, &cp, &arena);
+    if (has_cp) {
+        /* docs_position and engine_position have the same fields */
+        struct engine_position *v = xcalloc(cp.n + 1, sizeof(*v));
+        for (size_t i = 0; i < cp.n; i++) {
+            v[i] = (struct engine_position){cp.positions[i].name,
+                                            cp.positions[i].offset,
+                                            cp.positions[i].id};
+        }
+        ecp = (struct engine_checkpoint){cp.k, v, cp.n};
+    }
+    rc = engine_restore(d->e, r->has_committed ? &c : NULL,
+                        d->is_redo ? &in : NULL, has_cp ? &ecp : NULL, err);
+    if (has_cp) {
+        free((void *)(uintptr_t)ecp.positions);
+    }
+    buf_free(&arena);
+    log_info("sink", "queue restored queue=%s committed_k=%" PRId64 " redo=%s",
+             d->cfg.queue, c.k, d->is_redo ? "true" : "false");
+    return rc;
+}
+
+/* Restore once, then check the redo's manifest. 0 when done; otherwise the
+ * error (the caller retries the part that is left). */
+static int start(struct driver *d, struct err *err)
+{
+    struct restore_docs r;
+    int rc = 0;
+
+    if (!d->is_restored) {
+        memset(&r, 0, sizeof(r));
+        buf_init(&r.arena_i, BUF_UNLIMITED);
+        buf_init(&r.arena_c, BUF_UNLIMITED);
+        rc = read_pointers(d, &r, err);
+        if (rc != 0) {
+            err_wrap(err, "kv restore");
+        } else if (restore_engine(d, &r, err) != 0) {
+            rc = err->code;
+            stop(d, DRIVER_FAILED, err->msg);
+        } else {
+            d->is_restored = true;
+            d->redo_intent = r.intent;
+            d->redo_arena = r.arena_i; /* the intent's slices live here */
+            buf_init(&r.arena_i, BUF_UNLIMITED);
+        }
+        buf_free(&r.arena_i);
+        buf_free(&r.arena_c);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    if (d->is_redo) {
+        rc = check_redo_manifest(d, &d->redo_intent, err);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    d->has_started = true;
+    return 0;
+}
+
+/* ---- reads: discovery, fetch, seek ------------------------------------ */
+
+static enum engine_answer_error answer_error(int e)
+{
+    switch (e) {
+    case STORE_ENTRY_OK:
+        return ENGINE_ANSWER_OK;
+    case STORE_OFFSET_OUT_OF_RANGE:
+        return ENGINE_ANSWER_OFFSET_OUT_OF_RANGE;
+    case STORE_UNKNOWN_TOPIC_OR_PARTITION:
+        return ENGINE_ANSWER_UNKNOWN;
+    default:
+        return ENGINE_ANSWER_OTHER;
+    }
+}
+
+static const char *entry_error_text(int e)
+{
+    const char *s = store_entry_error_name(e);
+
+    return s != NULL ? s : "";
+}
+
+/* One partitions/changed page. false when the call failed. */
+static bool do_discover(struct driver *d, const struct engine_discover *a)
+{
+    struct store_changed_req req = {
+        .queue = cstr(d->cfg.queue),
+        .since = a->has_since ? a->since : INT64_MIN,
+        .after = a->after,
+        .limit = (int)a->limit,
+    };
+    struct store_changed_answer ans;
+    struct err err;
+    char cursor[64];
+
+    memset(&ans, 0, sizeof(ans));
+    if (d->b->changed(d->b->arg, d->cfg.tenant, &req, 1, &ans, &err) != 0 ||
+        ans.n_entries != 1) {
+        set_error(d, "discovery: %s",
+                  ans.n_entries != 1 && err.msg[0] == '\0'
+                      ? "discovery answered no entry for this queue"
+                      : err.msg);
+        store_changed_answer_free(&ans);
+        engine_on_discovery_failed(d->e);
+        return false;
+    }
+    const struct store_changed_entry *en = &ans.entries[0];
+    struct engine_partition_info *v = xcalloc(en->n_partitions + 1, sizeof(*v));
+    char(*ids)[37] = xcalloc(en->n_partitions + 1, sizeof(*ids));
+    for (size_t i = 0; i < en->n_partitions; i++) {
+        const struct store_partition_info *p = &en->partitions[i];
+        static const char hex[] = "0123456789abcdef";
+        size_t o = 0;
+        for (size_t j = 0; j < 16; j++) {
+            if (j == 4 || j == 6 || j == 8 || j == 10) {
+                ids[i][o++] = '-';
+            }
+            ids[i][o++] = hex[p->uuid[j] >> 4];
+            ids[i][o++] = hex[p->uuid[j] & 15];
+        }
+        v[i] = (struct engine_partition_info){p->name,
+                                              {ids[i], 36},
+                                              p->last_offset,
+                                              p->log_start,
+                                              p->last_write_at};
+    }
+    snprintf(cursor, sizeof(cursor), "p|%" PRIu64, en->next_pid);
+    struct engine_discovery_page page = {
+        .error = answer_error(en->error),
+        .error_text = cstr(entry_error_text(en->error)),
+        .safe_time = ans.safe_time,
+        .partitions = v,
+        .n = en->n_partitions,
+        .has_next = en->has_next,
+        .next = cstr(cursor),
+    };
+    int rc = engine_on_discovery_page(d->e, &page, &err);
+    free(ids);
+    free(v);
+    store_changed_answer_free(&ans);
+    if (rc != 0) {
+        set_error(d, "discovery: %s", err.msg);
+    }
+    return rc == 0 && page.error == ENGINE_ANSWER_OK;
+}
+
+static void to_engine_result(const struct store_fetch_entry *en,
+                             struct slice partition,
+                             struct engine_fetched_record *recs,
+                             struct engine_fetch_result *r)
+{
+    for (size_t j = 0; j < en->n_records; j++) {
+        const struct store_record *x = &en->records[j];
+        recs[j] = (struct engine_fetched_record){x->offset, x->txn, x->ts,
+                                                 x->payload};
+    }
+    *r = (struct engine_fetch_result){
+        .partition = partition,
+        .error = answer_error(en->error),
+        .error_text = cstr(entry_error_text(en->error)),
+        .high_watermark = en->high_watermark,
+        .log_start = en->log_start,
+        .records = recs,
+        .n = en->n_records,
+    };
+}
+
+/* One fetch call. false when it failed as a whole. */
+static bool do_fetch(struct driver *d, const struct engine_fetch *a)
+{
+    struct store_fetch_req *reqs = xcalloc(a->n + 1, sizeof(*reqs));
+    struct store_fetch_answer ans;
+    struct err err;
+    bool ok = false;
+
+    for (size_t i = 0; i < a->n; i++) {
+        reqs[i] = (struct store_fetch_req){
+            cstr(d->cfg.queue), a->entries[i].partition, a->entries[i].offset,
+            a->entries[i].max_bytes};
+    }
+    memset(&ans, 0, sizeof(ans));
+    if (d->b->fetch(d->b->arg, d->cfg.tenant, reqs, a->n, &ans, &err) != 0 ||
+        ans.n_entries != a->n) {
+        set_error(d, "fetch: %s", err.msg);
+        engine_on_fetch_failed(d->e, a->call_id);
+        goto out_free;
+    }
+    struct engine_fetch_result *r = xcalloc(a->n + 1, sizeof(*r));
+    struct engine_fetched_record **recs = xcalloc(a->n + 1, sizeof(*recs));
+    for (size_t i = 0; i < a->n; i++) {
+        recs[i] = xcalloc(ans.entries[i].n_records + 1, sizeof(**recs));
+        to_engine_result(&ans.entries[i], a->entries[i].partition, recs[i],
+                         &r[i]);
+    }
+    ok = engine_on_fetch(d->e, a->call_id, r, a->n, &err) == 0;
+    if (!ok) {
+        set_error(d, "fetch: %s", err.msg);
+    }
+    for (size_t i = 0; i < a->n; i++) {
+        free(recs[i]);
+    }
+    free(recs);
+    free(r);
+out_free:
+    store_fetch_answer_free(&ans);
+    free(reqs);
+    d->ctr.fetch_ok += ok;
+    d->ctr.fetch_error += !ok;
+    return ok;
+}
+
+/* One probe of a seek: fetch one record at offset. */
+static bool seek_probe(struct driver *d, struct slice partition, int64_t offset,
+                       uint32_t max_bytes, struct seek *s)
+{
+    struct store_fetch_req req = {cstr(d->cfg.queue), partition, offset,
+                                  max_bytes};
+    struct store_fetch_answer ans;
+    struct seek_probe_record *v;
+    struct err err;
+
+    memset(&ans, 0, sizeof(ans));
+    for (int attempt = 0;; attempt++) {
+        if (d->b->fetch(d->b->arg, d->cfg.tenant, &req, 1, &ans, &err) == 0 &&
+            ans.n_entries == 1) {
+            break;
+        }
+        store_fetch_answer_free(&ans);
+        if (attempt == 2) {
+            return false;
+        }
+    }
+    const struct store_fetch_entry *en = &ans.entries[0];
+    v = xcalloc(en->n_records + 1, sizeof(*v));
+    for (size_t i = 0; i < en->n_records; i++) {
+        v[i] = (struct seek_probe_record){en->records[i].offset,
+                                          en->records[i].ts};
+    }
+    enum engine_answer_error e = answer_error(en->error);
+    struct seek_answer sa = {
+        .error = e == ENGINE_ANSWER_OK ? SEEK_ANSWER_OK
+                 : e == ENGINE_ANSWER_OFFSET_OUT_OF_RANGE
+                     ? SEEK_ANSWER_OFFSET_OUT_OF_RANGE
+                 : e == ENGINE_ANSWER_UNKNOWN ? SEEK_ANSWER_UNKNOWN
+                                              : SEEK_ANSWER_OTHER,
+        .error_text = cstr(entry_error_text(en->error)),
+        .high_watermark = en->high_watermark,
+        .log_start = en->log_start,
+        .records = v,
+        .n = en->n_records,
+    };
+    seek_on_answer(s, &sa);
+    free(v);
+    store_fetch_answer_free(&ans);
+    return true;
+}
+
+static void do_seek(struct driver *d, const struct engine_seek *a)
+{
+    struct seek s;
+    struct err err;
+    int64_t offset;
+    uint32_t max_bytes;
+
+    seek_init(&s, a->partition, a->t, a->log_start, a->last_offset, 1);
+    for (;;) {
+        enum seek_state st = seek_next(&s, &offset, &max_bytes, &err);
+        if (st == SEEK_FOUND) {
+            engine_on_seek_result(d->e, a->seek_id, true, offset);
+            return;
+        }
+        if (st == SEEK_FAILED ||
+            !seek_probe(d, a->partition, offset, max_bytes, &s)) {
+            engine_on_seek_result(d->e, a->seek_id, false, 0);
+            return;
+        }
+    }
+}
+
+/* ---- the commit sequence (3.8) --------------------------------------- */
+
+/* A fenced write of one pointer; *version gets the row's new version.
+ * Returns 0; or stops the driver (Fenced / Failed) and returns -1; or asks
+ * for a retry and returns 1 (kv_retry of 3.9). */
+static int fenced_put(struct driver *d, const char *what, const char *key,
+                      uint64_t *version, struct slice doc, int64_t now)
+{
+    struct kv_op op;
+    struct kv_answer a;
+    struct err err;
+    char why[512];
+
+    lease_put_op(&op, key, doc, 0, true, *version, true);
+    int rc = lease_fenced(d->lease, &op, 1, &a, &err);
+    if (rc == 0) {
+        *version = a.n_results > 1 ? a.results[1].version : 0;
+        kv_answer_free(&a);
+        d->attempt = 0;
+        return 0;
+    }
+    kv_answer_free(&a);
+    snprintf(why, sizeof(why), "%s: %s", what, err.msg);
+    if (rc == ERR_PRECONDITION) {
+        d->ctr.commit_precondition_lost++;
+        stop(d, DRIVER_FENCED, why);
+        set_error(d, "%s", why);
+        return -1;
+    }
+    if (sink_broker_kv_retriable(rc)) {
+        set_error(d, "kv %s", why);
+        retry_later(d, now, -1);
+        return 1;
+    }
+    stop(d, DRIVER_FAILED, why);
+    set_error(d, "%s", why);
+    return -1;
+}
+
+static int do_intent(struct driver *d, int64_t now)
+{
+    const struct engine_intent_action *a = &d->pend.intent;
+    struct docs_intent in = {a->k,           a->t_start, a->t_end, a->format,
+                             a->compression, a->layout,  a->writer};
+    struct buf doc;
+    struct err err;
+
+    buf_init(&doc, KV_VALUE_MAX);
+    if (docs_intent_encode(&doc, &in, &err) != 0) {
+        stop(d, DRIVER_FAILED, err.msg);
+        buf_free(&doc);
+        return -1;
+    }
+    int rc = fenced_put(d, "intent", d->intent_key, &d->intent_version,
+                        buf_slice(&doc), now);
+    buf_free(&doc);
+    if (rc != 0) {
+        return rc;
+    }
+    engine_on_intent_written(d->e);
+    d->pend.kind = PENDING_NONE;
+    return crash(d, DRIVER_CRASH_AFTER_INTENT) ? -1 : 0;
+}
+
+/* One object of a window. */
+struct object {
+    struct buf body;
+    struct buf key;
+    uint64_t records;
+    bool has_partition;
+    struct slice partition;
+    int64_t first;
+    int64_t last;
+};
+
+static int build_body(struct driver *d, const struct sink_record *v, size_t n,
+                      struct buf *out, struct err *err)
+{
+    int rc = 0;
+
+    if (d->cfg.format == DRIVER_FORMAT_PARQUET) {
+        struct parquet_opts o = {
+            .codec = strcmp(d->cfg.compression, "snappy") == 0 ? PARQUET_SNAPPY
+                                                               : PARQUET_ZSTD,
+            .queue = d->cfg.queue,
+            .tenant = d->cfg.tenant_text,
+            .max_bytes = d->cfg.object_max_bytes,
+        };
+        struct parquet_writer *w = parquet_writer_new(&o);
+        for (size_t i = 0; rc == 0 && i < n; i++) {
+            rc = parquet_writer_add(w, &v[i], err);
+        }
+        rc = rc != 0 ? rc : parquet_writer_finish(w, out, err);
+        parquet_writer_free(w);
+        return rc;
+    }
+    enum jsonl_codec c = JSONL_ZSTD;
+    jsonl_codec_parse(d->cfg.compression, &c, err);
+    struct jsonl_writer *w = jsonl_writer_new(c, d->cfg.object_max_bytes);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        rc = jsonl_writer_add(w, &v[i], err);
+    }
+    rc = rc != 0 ? rc : jsonl_writer_finish(w, out, err);
+    jsonl_writer_free(w);
+    return rc;
+}
+
+static bool same_slice(struct slice a, struct slice b)
+{
+    return a.len == b.len && memcmp(a.ptr, b.ptr, a.len) == 0;
+}
+
+/* Build every object of plan p (4.2): one merged object, or one per run of
+ * equal partition names. */
+static int build_objects(struct driver *d, const struct engine_plan *p,
+                         struct object **out, size_t *n_out, struct err *err)
+{
+    const char *comp;
+    const char *writer;
+    const char *ext;
+    struct layout_window w = {
+        (enum layout_align)d->cfg.align, p->k, p->t_start, p->t_end, 0, NULL};
+    size_t n = 0;
+    int rc = codec_strings(&d->cfg, &comp, &writer, &ext, err);
+
+    w.ext = ext;
+    w.bucket_ts =
+        layout_bucket_ts(p->t_start, p->n_records > 0, p->min_ts, p->t_end);
+    struct object *o = xcalloc(p->n_records + 1, sizeof(*o));
+    for (size_t i = 0; rc == 0 && i < p->n_records;) {
+        size_t j = i + 1;
+        while (d->cfg.per_partition && j < p->n_records &&
+               same_slice(p->records[j].partition, p->records[i].partition)) {
+            j++;
+        }
+        if (!d->cfg.per_partition) {
+            j = p->n_records;
+        }
+        struct object *x = &o[n++];
+        buf_init(&x->body, BUF_UNLIMITED);
+        buf_init(&x->key, DRIVER_KEY_MAX);
+        x->records = j - i;
+        rc = build_body(d, p->records + i, j - i, &x->body, err);
+        if (rc == 0 && d->cfg.per_partition) {
+            int64_t fl[2] = {p->records[i].offset, p->records[j - 1].offset};
+            x->has_partition = true;
+            x->partition = p->records[i].partition;
+            x->first = fl[0];
+            x->last = fl[1];
+            rc = layout_part_key(&x->key, &d->lq, &w, x->partition, fl, err);
+        } else if (rc == 0) {
+            rc = layout_data_key(&x->key, &d->lq, &w, err);
+        }
+        i = j;
+    }
+    *out = o;
+    *n_out = n;
+    return rc;
+}
+
+static void free_objects(struct object *o, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        buf_free(&o[i].body);
+        buf_free(&o[i].key);
+    }
+    free(o);
+}
+
+/* PUT one body. 0; 1 retry later; -1 stopped. */
+static int put_object(struct driver *d, const char *key, const struct buf *b,
+                      const char *content_type, int64_t now)
+{
+    struct s3_put p = {key, b->data, b->len, content_type, between_parts, d};
+    struct s3_put_result r;
+    struct err err;
+    char why[512];
+
+    memset(&r, 0, sizeof(r));
+    int rc = s3_client_put(d->s3, &p, &r, &err);
+    if (rc == 0) {
+        return 0;
+    }
+    snprintf(why, sizeof(why), "PUT %s: %s", key, err.msg);
+    set_error(d, "%s", why);
+    if (s3_retriable(&r.st, rc)) {
+        retry_later(d, now, r.st.retry_after_ms);
+        return 1;
+    }
+    stop(d, DRIVER_FAILED, why);
+    return -1;
+}
+
+static int put_manifest(struct driver *d, const struct engine_plan *p,
+                        const struct object *o, size_t n, int64_t now)
+{
+    struct docs_object *v = xcalloc(n + 1, sizeof(*v));
+    struct docs_lost *l = xcalloc(p->n_lost + 1, sizeof(*l));
+    struct docs_manifest m;
+    struct buf body;
+    struct buf key;
+    struct err err;
+    uint8_t h[32];
+    int rc;
+
+    memset(&m, 0, sizeof(m));
+    for (size_t i = 0; i < n; i++) {
+        v[i] = (struct docs_object){
+            buf_slice(&o[i].key), o[i].body.len,  o[i].records, "",
+            o[i].has_partition,   o[i].partition, o[i].first,   o[i].last};
+        sha256(o[i].body.data, o[i].body.len, h);
+        hex_lower(h, sizeof(h), v[i].sha256);
+        m.records += o[i].records;
+        m.bytes += o[i].body.len;
+    }
+    for (size_t i = 0; i < p->n_lost; i++) {
+        l[i] = (struct docs_lost){p->lost[i].partition, p->lost[i].from,
+                                  p->lost[i].to};
+    }
+    const char *comp;
+    const char *writer;
+    const char *ext;
+    codec_strings(&d->cfg, &comp, &writer, &ext, &err);
+    m.sink = cstr(d->cfg.sink);
+    m.tenant = cstr(d->cfg.tenant_text);
+    m.queue = cstr(d->cfg.queue);
+    m.k = p->k;
+    m.t_start = p->t_start;
+    m.t_end = p->t_end;
+    m.format = cstr(format_name(&d->cfg));
+    m.compression = cstr(comp);
+    m.layout = cstr(d->cfg.per_partition ? "per-partition" : "merged");
+    m.objects = v;
+    m.n_objects = n;
+    m.partitions = p->partitions;
+    m.has_ts = p->n_records > 0;
+    m.min_ts = p->min_ts;
+    m.max_ts = p->max_ts;
+    m.lost = l;
+    m.n_lost = p->n_lost;
+    m.writer = cstr(writer);
+    m.committed_at_ms = d->wall_ms;
+    buf_init(&body, BUF_UNLIMITED);
+    buf_init(&key, DRIVER_KEY_MAX);
+    rc = docs_manifest_encode(&body, &m, &err) != 0 ||
+                 layout_manifest_key(&key, &d->lq, p->k, &err) != 0
+             ? -1
+             : 0;
+    if (rc != 0) {
+        stop(d, DRIVER_FAILED, err.msg);
+    } else {
+        rc = put_object(d, key.data, &body, "application/json", now);
+    }
+    d->last_records = m.records;
+    d->last_bytes = m.bytes;
+    buf_free(&key);
+    buf_free(&body);
+    free(l);
+    free(v);
+    return rc;
+}
+
+/* Keep the plan's lost ranges for the log after the commit. */
+static void keep_lost(struct driver *d, const struct engine_plan *p)
+{
+    free(d->lost);
+    d->lost = xcalloc(p->n_lost + 1, sizeof(*d->lost));
+    d->n_lost = p->n_lost;
+    for (size_t i = 0; i < p->n_lost; i++) {
+        snprintf(d->lost[i].partition, sizeof(d->lost[i].partition), "%.*s",
+                 (int)p->lost[i].partition.len, p->lost[i].partition.ptr);
+        d->lost[i].from = p->lost[i].from;
+        d->lost[i].to = p->lost[i].to;
+    }
+}
+
+static int do_upload(struct driver *d, int64_t now)
+{
+    const struct engine_plan *p = d->pend.plan;
+    struct object *o = NULL;
+    size_t n = 0;
+    struct err err;
+    const char *ctype = d->cfg.format == DRIVER_FORMAT_PARQUET
+                            ? "application/vnd.apache.parquet"
+                            : JSONL_CONTENT_TYPE;
+    int rc = build_objects(d, p, &o, &n, &err);
+
+    if (rc != 0) {
+        stop(d, DRIVER_FAILED, err.msg);
+        set_error(d, "%s", err.msg);
+        free_objects(o, n);
+        return -1;
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        rc = put_object(d, o[i].key.data, &o[i].body, ctype, now);
+        if (rc == 0 && i == 0 && crash(d, DRIVER_CRASH_MID_UPLOAD)) {
+            rc = -1;
+        }
+    }
+    if (rc == 0) {
+        rc = put_manifest(d, p, o, n, now);
+    }
+    free_objects(o, n);
+    if (rc != 0 || crash(d, DRIVER_CRASH_AFTER_UPLOAD)) {
+        return rc != 0 ? rc : -1;
+    }
+    d->attempt = 0;
+    keep_lost(d, p);
+    d->pend.kind = PENDING_NONE;
+    engine_on_uploaded(d->e, d->last_records, d->last_bytes);
+    return 0;
+}
+
+static void log_committed(struct driver *d, const struct engine_commit *c)
+{
+    char t_end[32];
+    uint64_t lost = 0;
+    int64_t lag = 0;
+
+    for (size_t i = 0; i < d->n_lost; i++) {
+        uint64_t n = (uint64_t)(d->lost[i].to - d->lost[i].from + 1);
+        lost += n;
+        log_warn("sink",
+                 "records went away before the sink read them "
+                 "queue=%s partition=%s from=%" PRId64 " to=%" PRId64,
+                 d->cfg.queue, d->lost[i].partition, d->lost[i].from,
+                 d->lost[i].to);
+    }
+    d->ctr.records_lost += lost;
+    d->n_lost = 0;
+    engine_lag(d->e, &lag);
+    isotime_format_us(c->t_end, t_end);
+    log_info("sink",
+             "window committed queue=%s k=%" PRId64 " records=%" PRIu64
+             " bytes=%" PRIu64 " t_end=%s lag_seconds=%.3f lost=%" PRIu64,
+             d->cfg.queue, c->k, c->records, c->bytes, t_end, (double)lag / 1e6,
+             lost);
+}
+
+static int do_commit(struct driver *d, int64_t now)
+{
+    struct engine_commit *c = &d->pend.commit;
+    struct buf doc;
+    struct err err;
+
+    if (crash(d, DRIVER_CRASH_BEFORE_COMMIT)) {
+        return -1;
+    }
+    if (d->pend.manifest_key.len == 0 &&
+        layout_manifest_key(&d->pend.manifest_key, &d->lq, c->k, &err) != 0) {
+        stop(d, DRIVER_FAILED, err.msg);
+        return -1;
+    }
+    struct docs_committed cd = {
+        c->k,       c->t_end, buf_slice(&d->pend.manifest_key),
+        c->records, c->bytes, d->wall_ms};
+    buf_init(&doc, KV_VALUE_MAX);
+    if (docs_committed_encode(&doc, &cd, &err) != 0) {
+        stop(d, DRIVER_FAILED, err.msg);
+        buf_free(&doc);
+        return -1;
+    }
+    int rc = fenced_put(d, "commit", d->committed_key, &d->committed_version,
+                        buf_slice(&doc), now);
+    buf_free(&doc);
+    if (rc != 0) {
+        return rc;
+    }
+    d->is_redo = false;
+    engine_on_committed(d->e);
+    d->pend.kind = PENDING_NONE;
+    d->ctr.windows_committed++;
+    d->ctr.records += c->records;
+    if (d->cfg.format == DRIVER_FORMAT_PARQUET) {
+        d->ctr.bytes_parquet += c->bytes;
+    } else {
+        d->ctr.bytes_jsonl += c->bytes;
+    }
+    d->last_records = c->records;
+    d->last_bytes = c->bytes;
+    d->last_t_end = c->t_end;
+    d->has_t_end = true;
+    d->last_error[0] = '\0';
+    log_committed(d, c);
+    return crash(d, DRIVER_CRASH_AFTER_COMMIT) ? -1 : 0;
+}
+
+static void do_checkpoint(struct driver *d,
+                          const struct engine_checkpoint_action *a)
+{
+    struct docs_position *v = xcalloc(a->n + 1, sizeof(*v));
+    struct buf body;
+    struct buf key;
+    struct err err;
+    struct s3_put_result r;
+
+    for (size_t i = 0; i < a->n; i++) {
+        v[i] = (struct docs_position){
+            a->positions[i].name, a->positions[i].offset, a->positions[i].id};
+    }
+    struct docs_checkpoint cp = {a->k, a->t_end, v, a->n};
+    buf_init(&body, BUF_UNLIMITED);
+    buf_init(&key, DRIVER_KEY_MAX);
+    int rc = docs_checkpoint_encode(&body, &cp, &err);
+    rc = rc != 0 ? rc : layout_checkpoint_key(&key, &d->lq, a->k, &err);
+    for (int attempt = 0; rc == 0 && attempt < 3; attempt++) {
+        struct s3_put p = {key.data,           body.data, body.len,
+                           "application/zstd", NULL,      NULL};
+        memset(&r, 0, sizeof(r));
+        rc = s3_client_put(d->s3, &p, &r, &err);
+        if (rc == 0 || !s3_retriable(&r.st, rc)) {
+            break;
+        }
+        rc = attempt < 2 ? 0 : rc; /* the client already waited between */
+        if (attempt == 2) {
+            break;
+        }
+    }
+    if (rc != 0) {
+        log_warn("sink",
+                 "checkpoint not written; the next restart re-reads "
+                 "more, and nothing else queue=%s k=%" PRId64 " error=%s",
+                 d->cfg.queue, a->k, err.msg);
+    } else {
+        d->ctr.checkpoints_written++;
+    }
+    buf_free(&key);
+    buf_free(&body);
+    free(v);
+}
+
+/* ---- the tick (3.7) ----------------------------------------------------- */
+
+static void copy_str(char *dst, size_t cap, struct slice s, struct slice *out)
+{
+    size_t n = s.len < cap - 1 ? s.len : cap - 1;
+
+    memcpy(dst, s.ptr, n);
+    dst[n] = '\0';
+    *out = (struct slice){dst, n};
+}
+
+/* Take a closing action into d->pend, so a failure can repeat it. */
+static void take_closing(struct driver *d, const struct engine_action *a)
+{
+    struct pending *p = &d->pend;
+    struct err err;
+
+    if (a->kind == ENGINE_ACT_WRITE_INTENT) {
+        p->kind = PENDING_INTENT;
+        p->intent = a->u.intent;
+        copy_str(p->strs[0], 128, a->u.intent.format, &p->intent.format);
+        copy_str(p->strs[1], 128, a->u.intent.compression,
+                 &p->intent.compression);
+        copy_str(p->strs[2], 128, a->u.intent.layout, &p->intent.layout);
+        copy_str(p->strs[3], 128, a->u.intent.writer, &p->intent.writer);
+    } else if (a->kind == ENGINE_ACT_UPLOAD) {
+        p->kind = PENDING_UPLOAD;
+        p->plan = a->u.upload;
+    } else {
+        p->kind = PENDING_COMMIT;
+        p->commit = a->u.commit;
+        buf_reset(&p->manifest_key);
+        buf_append(&p->manifest_key, a->u.commit.manifest_key.ptr,
+                   a->u.commit.manifest_key.len, &err);
+        p->commit.manifest_key = buf_slice(&p->manifest_key);
+    }
+}
+
+static int run_pending(struct driver *d, int64_t now)
+{
+    d->did_work = true;
+    switch (d->pend.kind) {
+    case PENDING_INTENT:
+        return do_intent(d, now);
+    case PENDING_UPLOAD:
+        return do_upload(d, now);
+    case PENDING_COMMIT:
+        return do_commit(d, now);
+    default:
+        return 0;
+    }
+}
+
+/* Execute one action. 0 go on; 1 wait (next_at set); -1 stopped. *idle_ms
+ * gets an Idle's wait; *failed is set by a failed read. */
+static int run_action(struct driver *d, const struct engine_action *a,
+                      int64_t now, int64_t *idle_ms, bool *failed)
+{
+    switch (a->kind) {
+    case ENGINE_ACT_DISCOVER:
+        *failed |= !d->is_draining && !do_discover(d, &a->u.discover);
+        return 0;
+    case ENGINE_ACT_FETCH:
+        if (d->is_draining) {
+            engine_on_fetch_failed(d->e, a->u.fetch.call_id);
+        } else {
+            *failed |= !do_fetch(d, &a->u.fetch);
+        }
+        return 0;
+    case ENGINE_ACT_SEEK:
+        if (!d->is_draining) {
+            do_seek(d, &a->u.seek);
+        }
+        return 0;
+    case ENGINE_ACT_CHECKPOINT:
+        d->did_work = true;
+        do_checkpoint(d, &a->u.checkpoint);
+        return 0;
+    case ENGINE_ACT_IDLE:
+        *idle_ms = a->u.idle_min_wait_ms;
+        return 0;
+    default:
+        take_closing(d, a);
+        return run_pending(d, now);
+    }
+}
+
+/* One round of actions. 0 go on; 1 wait (next_at set); -1 stopped. */
+static int run_round(struct driver *d, int64_t now)
+{
+    struct engine_actions acts;
+    int64_t idle_ms = -1;
+    bool failed = false;
+    bool is_closing_only =
+        d->is_draining && engine_committed_k(d->e) > d->drain_from_k;
+
+    if (d->pend.kind != PENDING_NONE) {
+        return run_pending(d, now);
+    }
+    engine_next_actions(d->e, &acts);
+    if (acts.n == 0) {
+        d->next_at = now + (d->is_draining ? 0 : 10);
+        return 1;
+    }
+    for (size_t i = 0; i < acts.n; i++) {
+        const struct engine_action *a = &acts.v[i];
+        if (is_closing_only && a->kind != ENGINE_ACT_CHECKPOINT) {
+            continue; /* one window per drain at most */
+        }
+        int rc = run_action(d, a, now, &idle_ms, &failed);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    if (failed) {
+        d->next_at = now + DRIVER_ERROR_DELAY_MS;
+        return 1;
+    }
+    if (idle_ms >= 0) {
+        d->next_at = now + (d->is_draining ? 0 : idle_ms);
+        return 1;
+    }
+    return 0;
+}
+
+static void begin_drain(struct driver *d)
+{
+    int64_t lag = 0;
+    bool has_lag = engine_lag(d->e, &lag);
+    uint64_t buffered = engine_buffered_bytes(d->e);
+    enum engine_state s = engine_state(d->e);
+    bool in_flight = s == ENGINE_INTENT || s == ENGINE_UPLOAD ||
+                     s == ENGINE_COMMIT || d->pend.kind != PENDING_NONE;
+    /* A known safeTime with nothing complete yet (the first window under
+     * earliest) is an unbounded lag: aged. */
+    bool aged = has_lag ? lag >= DRIVER_AGED_US
+                        : engine_safe_time(d->e) != ENGINE_MIN &&
+                              engine_complete_through(d->e) == ENGINE_MIN;
+    bool worth = engine_begin_drain(d->e);
+
+    if (!worth && aged && buffered > 0) {
+        engine_force_close(d->e);
+        worth = true;
+    }
+    bool closing = worth || in_flight;
+    d->is_draining = true;
+    d->drain_from_k = engine_committed_k(d->e);
+    log_info("sink",
+             "%s: stopping the reads queue=%s buffered=%" PRIu64
+             " aged=%s closing=%s state=%s",
+             atomic_load(&d->giving_back) ? "giving the queue back"
+                                          : "shutting down",
+             d->cfg.queue, buffered, aged ? "true" : "false",
+             closing ? "true" : "false", engine_state_name(s));
+}
+
+static void log_stop(struct driver *d)
+{
+    switch (d->stop) {
+    case DRIVER_DRAINED:
+        log_info("sink", "queue drained queue=%s", d->cfg.queue);
+        break;
+    case DRIVER_FENCED:
+        log_warn("sink", "queue fenced queue=%s why=%s", d->cfg.queue, d->why);
+        break;
+    case DRIVER_FAILED:
+        log_error("sink", "queue stopped queue=%s why=%s", d->cfg.queue,
+                  d->why);
+        break;
+    case DRIVER_MISSING:
+        log_debug("sink", "queue does not exist queue=%s why=%s", d->cfg.queue,
+                  d->why);
+        break;
+    case DRIVER_CRASHED:
+        log_error("sink", "crash point fired queue=%s at=%s", d->cfg.queue,
+                  d->why);
+        break;
+    default:
+        break;
+    }
+}
+
+static const char *status_state(const struct driver *d)
+{
+    static const char *const stopped[] = {"",        "drained", "fenced",
+                                          "missing", "failed",  "crashed"};
+
+    if (d->stop != DRIVER_RUNNING) {
+        return stopped[d->stop];
+    }
+    if (!d->has_started) {
+        return "restoring";
+    }
+    if (d->is_draining) {
+        return "draining";
+    }
+    return engine_state_name(engine_state(d->e));
+}
+
+static void publish(struct driver *d)
+{
+    struct driver_status s;
+    int64_t t;
+
+    memset(&s, 0, sizeof(s));
+    snprintf(s.state, sizeof(s.state), "%s", status_state(d));
+    s.committed_k = engine_committed_k(d->e);
+    s.k = engine_closing_k(d->e) != 0 ? engine_closing_k(d->e)
+                                      : s.committed_k + 1;
+    s.has_t_end = d->has_t_end;
+    s.t_end = d->last_t_end;
+    t = engine_complete_through(d->e);
+    s.has_complete_through = t != ENGINE_MIN;
+    s.complete_through = t;
+    t = engine_safe_time(d->e);
+    s.has_safe_time = t != ENGINE_MIN;
+    s.safe_time = t;
+    s.has_lag = engine_lag(d->e, &s.lag_us);
+    s.redo = d->is_redo;
+    s.buffered_bytes = engine_buffered_bytes(d->e);
+    s.partitions = engine_tracked_partitions(d->e);
+    s.discovery_partitions = engine_discovery_partitions(d->e);
+    s.checkpoint_age = s.committed_k - engine_last_checkpoint_k(d->e);
+    s.last_window_records = d->last_records;
+    s.last_window_bytes = d->last_bytes;
+    s.counters = d->ctr;
+    snprintf(s.last_error, sizeof(s.last_error), "%s", d->last_error);
+    pthread_mutex_lock(&d->mu);
+    d->st = s;
+    pthread_mutex_unlock(&d->mu);
+}
+
+void driver_status(struct driver *d, struct driver_status *out)
+{
+    pthread_mutex_lock(&d->mu);
+    *out = d->st;
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* The checks at the top of every tick (3.7). false when stopped. */
+static bool check_running(struct driver *d)
+{
+    char why[300];
+
+    if (lease_lost(d->lease)) {
+        snprintf(why, sizeof(why),
+                 "queue \"%s\": the lease is held by another instance",
+                 d->cfg.queue);
+        stop(d, DRIVER_FENCED, why);
+        return false;
+    }
+    if (engine_state(d->e) == ENGINE_FAILED) {
+        stop(d, DRIVER_MISSING, engine_failure(d->e));
+        return false;
+    }
+    if (atomic_exchange(&d->force_close, false)) {
+        log_info("sink",
+                 "memory budget reached: closing this queue's window "
+                 "early queue=%s",
+                 d->cfg.queue);
+        engine_force_close(d->e);
+    }
+    if (atomic_load(&d->drain_requested) && !d->is_draining) {
+        begin_drain(d);
+    }
+    return true;
+}
+
+/* Run rounds until one asks to wait or the queue stops. */
+static void run_rounds(struct driver *d, int64_t now)
+{
+    d->next_at = now;
+    for (int i = 0; i < DRIVER_ROUNDS_PER_TICK; i++) {
+        d->did_work = false;
+        int rc = run_round(d, now);
+        if (rc < 0 || !check_running(d)) {
+            return;
+        }
+        if (d->is_draining && d->pend.kind == PENDING_NONE &&
+            (!d->did_work || engine_committed_k(d->e) > d->drain_from_k) &&
+            engine_state(d->e) == ENGINE_FILLING) {
+            if (!d->did_work || rc == 1) {
+                stop(d, DRIVER_DRAINED, "drained");
+                return;
+            }
+        }
+        if (rc == 1) {
+            return;
+        }
+    }
+}
+
+int driver_tick(struct driver *d, int64_t now_ms, int64_t wall_ms,
+                struct driver_next *next)
+{
+    struct err err;
+
+    d->wall_ms = wall_ms;
+    if (d->stop == DRIVER_RUNNING && !d->has_started) {
+        err_clear(&err);
+        if (start(d, &err) != 0 && d->stop == DRIVER_RUNNING) {
+            set_error(d, "%s", err.msg);
+            retry_later(d, now_ms, -1);
+            goto out;
+        }
+        d->attempt = 0;
+    }
+    if (d->stop == DRIVER_RUNNING && check_running(d)) {
+        run_rounds(d, now_ms);
+    }
+    if (d->stop != DRIVER_RUNNING && !d->is_stop_logged) {
+        d->is_stop_logged = true;
+        log_stop(d);
+    }
+out:
+    publish(d);
+    memset(next, 0, sizeof(*next));
+    next->stop = d->stop;
+    next->at_ms = d->next_at;
+    snprintf(next->why, sizeof(next->why), "%s", d->why);
+    return 0;
+}

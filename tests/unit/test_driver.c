@@ -1,0 +1,589 @@
+/* Tests of the queue driver (reference 7.3-7.5) over the fake broker (KV
+ * semantics, partitions, safeTime) and the real S3 client over an in-memory
+ * bucket. Crash points run in return mode. */
+#include "sink/driver.h"
+
+#include "base/isotime.h"
+#include "base/sha256.h"
+#include "driver_fake.h"
+#include "harness.h"
+#include "sink/lease.h"
+
+struct rig {
+    struct fake_broker f;
+    struct sink_broker b;
+    struct fake_bucket k;
+    struct fake_s3 s3;
+    struct driver_config cfg;
+    struct lease *lease;
+    struct driver *d;
+    struct driver_next next;
+    int64_t now;
+    uint8_t seed;
+};
+
+static uint8_t rnd;
+
+static void seeded_random(void *arg, uint8_t *out, size_t n)
+{
+    UNUSED(arg);
+    for (size_t i = 0; i < n; i++) {
+        out[i] = (uint8_t)(rnd * 16 + i);
+    }
+}
+
+static int64_t at(const char *iso)
+{
+    int64_t us = 0;
+
+    ASSERT(isotime_parse_us(iso, strlen(iso), &us));
+    return us;
+}
+
+/* Two partitions, three records each in hour 10 and in hour 11; safeTime
+ * past 12:00 so both hours close. */
+static void seed_two_hours(struct fake_broker *f)
+{
+    static const char *const ts[] = {
+        "2026-09-04T10:05:00.000000Z", "2026-09-04T10:15:00.000000Z",
+        "2026-09-04T10:45:00.000000Z", "2026-09-04T11:05:00.000000Z",
+        "2026-09-04T11:15:00.000000Z", "2026-09-04T11:45:00.000000Z"};
+
+    for (size_t i = 0; i < ARRAY_LEN(ts); i++) {
+        fake_push(f, "a", at(ts[i]));
+        fake_push(f, "b", at(ts[i]) + 1);
+    }
+    f->safe_time = at("2026-09-04T12:00:00.000001Z");
+}
+
+static void new_lease(struct rig *r)
+{
+    struct lease_config lc;
+    struct err err;
+    bool taken = false;
+    char who[64];
+
+    memset(&lc, 0, sizeof(lc));
+    lc.sink = "default";
+    lc.queue = "orders";
+    lc.instance = "node-1";
+    lc.ttl_ms = 30000;
+    lc.random_bytes = seeded_random;
+    rnd = ++r->seed;
+    lease_free(r->lease);
+    r->lease = lease_new(&lc, &r->b, &err);
+    ASSERT(r->lease != NULL);
+    EXPECT_EQ_I64(lease_acquire(r->lease, 1000, &taken, who, sizeof(who), &err),
+                  0);
+    EXPECT(taken);
+}
+
+static void new_driver(struct rig *r)
+{
+    struct err err;
+
+    driver_free(r->d);
+    r->d = driver_new(&r->cfg, &r->b, r->s3.c, r->lease, &err);
+    ASSERT(r->d != NULL);
+    memset(&r->next, 0, sizeof(r->next));
+}
+
+static struct rig *rig_open(void)
+{
+    struct rig *r = xcalloc(1, sizeof(*r));
+
+    fake_init(&r->f, "orders");
+    fake_broker_seam(&r->f, &r->b);
+    fake_s3_open(&r->s3, &r->k);
+    driver_config_defaults(&r->cfg);
+    memcpy(r->cfg.tenant, STORE_DEFAULT_TENANT, 16);
+    r->cfg.tenant_text = "00000000-0000-0000-0000-000000000001";
+    r->cfg.queue = "orders";
+    r->cfg.guard_ms = 0;
+    r->cfg.checkpoint_every = 0;
+    r->cfg.crash_returns = true;
+    new_lease(r);
+    return r;
+}
+
+static void rig_close(struct rig *r)
+{
+    driver_free(r->d);
+    lease_free(r->lease);
+    fake_s3_close(&r->s3);
+    bucket_free(&r->k);
+    free(r);
+}
+
+/* Tick until the driver stops or committed_k reaches k and it idles;
+ * bounded by max ticks. Returns the number of ticks. */
+static int run_until(struct rig *r, int64_t k, int max)
+{
+    struct driver_status st;
+    int i;
+
+    for (i = 0; i < max; i++) {
+        r->now = r->next.at_ms > r->now ? r->next.at_ms : r->now + 1;
+        driver_tick(r->d, r->now, 1788000000000, &r->next);
+        driver_status(r->d, &st);
+        if (r->next.stop != DRIVER_RUNNING ||
+            (k >= 0 && st.committed_k >= k &&
+             strcmp(st.state, "filling") == 0 && r->next.at_ms > r->now)) {
+            break;
+        }
+    }
+    return i;
+}
+
+static int64_t committed_k(struct rig *r)
+{
+    struct driver_status st;
+
+    driver_status(r->d, &st);
+    return st.committed_k;
+}
+
+/* key -> sha256 of every data object and manifest, sorted by key. */
+static void fingerprint(struct fake_bucket *k, struct buf *out)
+{
+    const char *v[FAKE_MAX_OBJECTS];
+    size_t n = 0;
+    struct err e;
+
+    for (size_t i = 0; i < k->n; i++) {
+        if (strstr(k->objs[i].key, "/checkpoint/") == NULL) {
+            v[n++] = k->objs[i].key;
+        }
+    }
+    qsort(v, n, sizeof(*v), key_cmp);
+    buf_reset(out);
+    for (size_t i = 0; i < n; i++) {
+        struct fake_object *o = bucket_find(k, v[i]);
+        ASSERT(o != NULL);
+        uint8_t h[32];
+        char hex[65];
+        sha256(o->body.data, o->body.len, h);
+        hex_lower(h, 32, hex);
+        buf_printf(out, &e, "%s %s\n", v[i], hex);
+    }
+}
+
+static size_t count_keys(struct fake_bucket *k, const char *part)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < k->n; i++) {
+        n += strstr(k->objs[i].key, part) != NULL;
+    }
+    return n;
+}
+
+static void control_run(struct buf *fp)
+{
+    struct rig *r = rig_open();
+
+    seed_two_hours(&r->f);
+    new_driver(r);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_RUNNING);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    fingerprint(&r->k, fp);
+    EXPECT_EQ_U64(count_keys(&r->k, "/windows/"), 2);
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-"), 2);
+    rig_close(r);
+}
+
+/* Crash at `point` in return mode, restart with a new lease and driver, and
+ * compare the bucket with a control run's. */
+static void crash_case(enum driver_crash point, int *puts_after_restart_w1)
+{
+    struct buf want;
+    struct buf got;
+    struct rig *r = rig_open();
+
+    buf_init(&want, BUF_UNLIMITED);
+    buf_init(&got, BUF_UNLIMITED);
+    control_run(&want);
+    seed_two_hours(&r->f);
+    r->cfg.crash_at = point;
+    new_driver(r);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_CRASHED);
+    EXPECT_STR_EQ(r->next.why, driver_crash_name(point));
+    struct driver_status st;
+    driver_status(r->d, &st);
+    EXPECT_STR_EQ(st.state, "crashed");
+    r->cfg.crash_at = DRIVER_CRASH_NEVER;
+    new_lease(r);
+    int puts_before = r->k.puts;
+    new_driver(r);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_RUNNING);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    fingerprint(&r->k, &got);
+    EXPECT_STR_EQ(got.data, want.data);
+    *puts_after_restart_w1 = 0;
+    for (int i = puts_before; i < r->k.puts && i < 64; i++) {
+        *puts_after_restart_w1 +=
+            strstr(r->k.put_keys[i], "w-0000000001-") != NULL ||
+            strstr(r->k.put_keys[i], "windows/0000000001.json") != NULL;
+    }
+    buf_free(&want);
+    buf_free(&got);
+    rig_close(r);
+}
+
+TEST(crash_after_intent_redoes_the_identical_window)
+{
+    int w1;
+
+    crash_case(DRIVER_CRASH_AFTER_INTENT, &w1);
+    EXPECT_EQ_I64(w1, 2); /* the data object and the manifest */
+}
+
+TEST(crash_mid_upload_redoes_the_identical_window)
+{
+    int w1;
+
+    crash_case(DRIVER_CRASH_MID_UPLOAD, &w1);
+    EXPECT_EQ_I64(w1, 2);
+}
+
+TEST(a_redo_whose_upload_finished_commits_from_its_manifest_after_upload)
+{
+    int w1;
+
+    crash_case(DRIVER_CRASH_AFTER_UPLOAD, &w1);
+    EXPECT_EQ_I64(w1, 0);
+}
+
+TEST(a_redo_whose_upload_finished_commits_from_its_manifest_before_commit)
+{
+    int w1;
+
+    crash_case(DRIVER_CRASH_BEFORE_COMMIT, &w1);
+    EXPECT_EQ_I64(w1, 0);
+}
+
+TEST(crash_after_commit_moves_on_without_repeating_a_record)
+{
+    int w1;
+
+    crash_case(DRIVER_CRASH_AFTER_COMMIT, &w1);
+    EXPECT_EQ_I64(w1, 0);
+}
+
+TEST(a_lease_lost_during_a_window_leaves_the_pointer_where_it_was)
+{
+    struct rig *r = rig_open();
+
+    seed_two_hours(&r->f);
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    struct fake_row *c = fake_row_must(&r->f, "s3:default:orders:committed");
+    uint64_t v = c->version;
+    char before[4096];
+    snprintf(before, sizeof(before), "%s", c->value);
+    fake_row_set(&r->f, "s3:default:orders:lease",
+                 "{\"instance\":\"node-2\",\"incarnation\":"
+                 "\"0000000000000000\",\"sinceMs\":5}");
+    r->f.safe_time = at("2026-09-04T12:00:00.000001Z");
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_FENCED);
+    EXPECT(strstr(r->next.why, "precondition") != NULL ||
+           strstr(r->next.why, "intent") != NULL);
+    c = fake_row_must(&r->f, "s3:default:orders:committed");
+    EXPECT_EQ_U64(c->version, v);
+    EXPECT_STR_EQ(c->value, before);
+    EXPECT_EQ_U64(count_keys(&r->k, "/windows/"), 1);
+    struct driver_status st;
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.commit_precondition_lost, 1);
+    rig_close(r);
+}
+
+TEST(a_driver_whose_lease_was_taken_stops)
+{
+    struct rig *r = rig_open();
+
+    seed_two_hours(&r->f);
+    new_driver(r);
+    lease_mark_lost(r->lease);
+    run_until(r, 2, 10);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_FENCED);
+    EXPECT_STR_EQ(r->next.why,
+                  "queue \"orders\": the lease is held by another instance");
+    EXPECT_EQ_U64(r->k.n, 0);
+    rig_close(r);
+}
+
+TEST(a_manifest_of_another_writer_is_not_taken_for_the_redo)
+{
+    struct buf want;
+    struct buf got;
+    struct rig *r = rig_open();
+
+    buf_init(&want, BUF_UNLIMITED);
+    buf_init(&got, BUF_UNLIMITED);
+    control_run(&want);
+    seed_two_hours(&r->f);
+    r->cfg.crash_at = DRIVER_CRASH_AFTER_UPLOAD;
+    new_driver(r);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_CRASHED);
+    /* rewrite the manifest as if another writer had made it */
+    struct fake_object *m = NULL;
+    for (size_t i = 0; i < r->k.n; i++) {
+        if (strstr(r->k.objs[i].key, "windows/0000000001.json") != NULL) {
+            m = &r->k.objs[i];
+        }
+    }
+    ASSERT(m != NULL);
+    char *w = strstr(m->body.data, "queen-s3/2.0.0 jsonl+zstd");
+    ASSERT(w != NULL);
+    memcpy(w, "queen-s3/0.0.0", 14);
+    r->cfg.crash_at = DRIVER_CRASH_NEVER;
+    new_lease(r);
+    int puts_before = r->k.puts;
+    new_driver(r);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    EXPECT(r->k.puts - puts_before >= 4); /* window 1 rebuilt, then 2 */
+    fingerprint(&r->k, &got);
+    EXPECT_STR_EQ(got.data, want.data);
+    buf_free(&want);
+    buf_free(&got);
+    rig_close(r);
+}
+
+TEST(an_unreadable_pointer_is_ignored_but_its_version_is_not)
+{
+    struct buf want;
+    struct buf got;
+    struct rig *r = rig_open();
+
+    buf_init(&want, BUF_UNLIMITED);
+    buf_init(&got, BUF_UNLIMITED);
+    control_run(&want);
+    seed_two_hours(&r->f);
+    fake_row_set(&r->f, "s3:default:orders:intent", "{\"nonsense\":1}");
+    new_driver(r);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_RUNNING);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    fingerprint(&r->k, &got);
+    EXPECT_STR_EQ(got.data, want.data);
+    buf_free(&want);
+    buf_free(&got);
+    rig_close(r);
+}
+
+TEST(a_retention_overrun_is_counted_named_and_survived)
+{
+    struct rig *r = rig_open();
+    struct driver_status st;
+
+    for (int i = 0; i < 3; i++) {
+        fake_push(&r->f, "a", at("2026-09-04T10:05:00.000000Z") + i);
+        fake_push(&r->f, "b", at("2026-09-04T10:06:00.000000Z") + i);
+    }
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    /* offsets 3..5 of a arrive and go away before the driver reads them */
+    for (int i = 0; i < 4; i++) {
+        fake_push(&r->f, "a", at("2026-09-04T11:05:00.000000Z") + i);
+    }
+    fake_push(&r->f, "b", at("2026-09-04T11:06:00.000000Z"));
+    fake_part(&r->f, "a")->log_start = 6;
+    r->f.safe_time = at("2026-09-04T12:00:00.000001Z");
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.records_lost, 3);
+    EXPECT_EQ_U64(st.last_window_records, 2); /* a:6 and b:3 */
+    struct fake_object *m = NULL;
+    for (size_t i = 0; i < r->k.n; i++) {
+        if (strstr(r->k.objs[i].key, "windows/0000000002.json") != NULL) {
+            m = &r->k.objs[i];
+        }
+    }
+    ASSERT(m != NULL);
+    EXPECT(strstr(m->body.data,
+                  "\"lost\":[{\"partition\":\"a\",\"from\":3,\"to\":5}]") !=
+           NULL);
+    rig_close(r);
+}
+
+TEST(checkpoints_land_on_their_windows_and_never_ahead_of_the_commit)
+{
+    struct rig *r = rig_open();
+
+    r->cfg.checkpoint_every = 1;
+    seed_two_hours(&r->f);
+    new_driver(r);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    EXPECT_EQ_U64(count_keys(&r->k, "/checkpoint/0000000001.json.zst"), 1);
+    EXPECT_EQ_U64(count_keys(&r->k, "/checkpoint/0000000002.json.zst"), 1);
+    EXPECT_EQ_U64(count_keys(&r->k, "/checkpoint/0000000003.json.zst"), 0);
+    /* a restart loads checkpoint 2 and moves on at k = 3 */
+    new_lease(r);
+    new_driver(r);
+    fake_push(&r->f, "a", at("2026-09-04T12:10:00.000000Z"));
+    r->f.safe_time = at("2026-09-04T13:00:00.000001Z");
+    run_until(r, 3, 200);
+    EXPECT_EQ_I64(committed_k(r), 3);
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000003-"), 1);
+    rig_close(r);
+}
+
+TEST(an_unknown_queue_stops_the_task_with_a_reason)
+{
+    struct rig *r = rig_open();
+
+    r->f.queue_exists = false;
+    new_driver(r);
+    run_until(r, 1, 50);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_MISSING);
+    EXPECT(strstr(r->next.why, "UNKNOWN_TOPIC_OR_PARTITION") != NULL);
+    EXPECT_EQ_U64(r->k.n, 0);
+    rig_close(r);
+}
+
+TEST(transport_failures_only_cost_time)
+{
+    struct buf want;
+    struct buf got;
+    struct rig *r = rig_open();
+
+    buf_init(&want, BUF_UNLIMITED);
+    buf_init(&got, BUF_UNLIMITED);
+    control_run(&want);
+    seed_two_hours(&r->f);
+    r->f.fail_reads = 3;
+    r->f.fail_next = 2;
+    r->k.fail_puts = 7; /* past the client's 6 attempts: the driver retries */
+    new_driver(r);
+    run_until(r, 2, 400);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_RUNNING);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    fingerprint(&r->k, &got);
+    EXPECT_STR_EQ(got.data, want.data);
+    buf_free(&want);
+    buf_free(&got);
+    rig_close(r);
+}
+
+TEST(a_non_retriable_put_fails_the_queue)
+{
+    struct rig *r = rig_open();
+
+    seed_two_hours(&r->f);
+    r->k.fail_puts = 1;
+    r->k.fail_status = 403;
+    new_driver(r);
+    run_until(r, 2, 100);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_FAILED);
+    EXPECT(strstr(r->next.why, "PUT ") != NULL);
+    EXPECT_EQ_I64(committed_k(r), 0);
+    rig_close(r);
+}
+
+TEST(a_young_window_is_abandoned_and_nothing_is_lost)
+{
+    struct rig *r = rig_open();
+    struct driver_status st;
+
+    fake_push(&r->f, "a", at("2026-09-04T10:05:00.000000Z"));
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    r->cfg.max_window_ms = 3600000;
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    fake_push(&r->f, "a", at("2026-09-04T11:00:03.000000Z"));
+    r->f.safe_time = at("2026-09-04T11:00:05.000000Z");
+    run_until(r, -1, 5);
+    driver_status(r->d, &st);
+    EXPECT(st.buffered_bytes > 0);
+    driver_request_drain(r->d, false);
+    run_until(r, -1, 50);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_DRAINED);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-"), 1);
+    driver_status(r->d, &st);
+    EXPECT_STR_EQ(st.state, "drained");
+    /* the next owner reads the record: nothing lost */
+    new_lease(r);
+    new_driver(r);
+    r->f.safe_time = at("2026-09-04T12:00:00.000001Z");
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.last_window_records, 1);
+    rig_close(r);
+}
+
+TEST(a_window_worth_finishing_is_committed_before_the_exit)
+{
+    struct rig *r = rig_open();
+
+    /* one record an hour before safeTime: aged, so worth finishing */
+    fake_push(&r->f, "a", at("2026-09-04T10:10:00.000000Z"));
+    r->f.safe_time = at("2026-09-04T10:50:00.000000Z");
+    r->cfg.max_window_ms = 3600000;
+    new_driver(r);
+    run_until(r, -1, 5);
+    EXPECT_EQ_I64(committed_k(r), 0);
+    driver_request_drain(r->d, false);
+    run_until(r, -1, 50);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_DRAINED);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000001-"), 1);
+    rig_close(r);
+}
+
+TEST(the_drain_commits_its_window_through_a_leaderless_moment)
+{
+    struct rig *r = rig_open();
+
+    seed_two_hours(&r->f);
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    r->cfg.crash_at = DRIVER_CRASH_NEVER;
+    new_driver(r);
+    /* the PUTs fail past the client's attempts: the window waits in
+     * upload */
+    r->k.fail_puts = 7;
+    struct driver_status st;
+    for (int i = 0; i < 50; i++) {
+        r->now++;
+        driver_tick(r->d, r->now, 1788000000000, &r->next);
+        driver_status(r->d, &st);
+        if (strcmp(st.state, "upload") == 0) {
+            break;
+        }
+    }
+    EXPECT_STR_EQ(st.state, "upload");
+    driver_request_drain(r->d, true);
+    r->f.fail_next = 6;
+    run_until(r, -1, 100);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_DRAINED);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    rig_close(r);
+}
+
+TEST(crash_point_names_parse)
+{
+    enum driver_crash c;
+
+    EXPECT(driver_crash_parse("AFTER_INTENT", &c));
+    EXPECT_EQ_I64(c, DRIVER_CRASH_AFTER_INTENT);
+    EXPECT(driver_crash_parse("off", &c));
+    EXPECT_EQ_I64(c, DRIVER_CRASH_NEVER);
+    EXPECT(driver_crash_parse("mid_upload", &c));
+    EXPECT_EQ_I64(c, DRIVER_CRASH_MID_UPLOAD);
+    EXPECT(!driver_crash_parse("sometimes", &c));
+}
