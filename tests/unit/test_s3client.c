@@ -9,6 +9,7 @@
 
 #include "base/sha256.h"
 #include "s3/client.h"
+#include "s3/sigv4.h"
 
 /* ---- the fake transport and clock -------------------------------------- */
 
@@ -1094,4 +1095,21 @@ TEST(a_failed_concurrent_part_stops_the_rest_and_aborts)
     EXPECT_EQ_I64(f.aborts, 1);
     EXPECT_STR_EQ(f.complete_body, "");
     s3_client_free(c);
+}
+
+TEST(an_empty_object_is_one_put_with_the_empty_digests)
+{
+    struct rig r;
+    struct s3_put_result res;
+    struct err err = {0};
+    struct s3_put p = {"empty", NULL, 0, "application/x-ndjson", NULL, NULL};
+
+    rig_open(&r, NULL, 0, small_parts);
+    EXPECT_EQ_I64(s3_client_put(r.c, &p, &res, &err), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 1);
+    EXPECT(has_header(&r.f.seen[0],
+                      "x-amz-content-sha256: " SIGV4_EMPTY_SHA256 "\n"));
+    EXPECT(has_header(&r.f.seen[0], "content-md5: 1B2M2Y8AsgTpgAmY7PhCfg==\n"));
+    EXPECT_EQ_U64(r.f.seen[0].body_len, 0);
+    rig_close(&r);
 }
