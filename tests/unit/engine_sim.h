@@ -134,6 +134,9 @@ struct sim {
     int violations;      /* invariant breaches seen by the books */
     int64_t expect_from; /* records below this stamp need not ship */
     unsigned rng;
+    /* Called with every plan at upload time, while it is valid. */
+    void (*on_plan)(struct sim *s, const struct engine_plan *pl);
+    int plan_hook_failures;
     struct engine_action pending[64]; /* random mode: answers held back */
     size_t n_pending;
 };
@@ -706,6 +709,9 @@ SIM_API void sim_on_upload(struct sim *s, const struct engine_plan *pl)
     w->partitions = pl->partitions;
     w->bytes = pl->bytes_estimate;
     sim_copy_plan(s, pl);
+    if (s->on_plan != NULL) {
+        s->on_plan(s, pl);
+    }
     for (size_t i = 0; i < pl->n_records; i++) {
         sim_mark_seen(s, &pl->records[i]);
     }

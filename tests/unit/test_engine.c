@@ -6,6 +6,7 @@
 #include "harness.h"
 
 #include "engine_sim.h"
+#include "sink/jsonl.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -1551,6 +1552,24 @@ TEST(rule12_an_answer_in_flight_for_the_old_incarnation_is_dropped)
     engine_free(e);
 }
 
+/* The JSONL writer must accept the plan's order as it is. */
+static void plan_to_jsonl(struct sim *s, const struct engine_plan *pl)
+{
+    struct jsonl_writer *w = jsonl_writer_new(JSONL_NONE, 0);
+    struct err err;
+
+    for (size_t i = 0; i < pl->n_records; i++) {
+        if (jsonl_writer_add(w, &pl->records[i], &err) != 0) {
+            fprintf(stderr, "  jsonl refused record %zu: %s\n", i, err.msg);
+            s->plan_hook_failures++;
+        }
+    }
+    if (jsonl_writer_records(w) != pl->n_records) {
+        s->plan_hook_failures++;
+    }
+    jsonl_writer_free(w);
+}
+
 TEST(
     rule12_records_of_an_older_incarnation_still_buffered_ship_and_never_name_a_position)
 {
@@ -1578,7 +1597,9 @@ TEST(
     EXPECT_EQ_U64(n, 1);
     EXPECT(n == 1 && v[0].offset == 0);
     engine_force_close(s.e);
+    s.on_plan = plan_to_jsonl;
     EXPECT(sim_run_until_commits(&s, 1, 100));
+    EXPECT_EQ_I64(s.plan_hook_failures, 0);
     EXPECT_EQ_U64(s.last_plan_n, 5);
     for (size_t i = 0; i < 5 && i < s.last_plan_n; i++) {
         EXPECT_EQ_I64(s.last_plan[i].offset, want_off[i]);
