@@ -73,10 +73,12 @@ void thrift_w_end(struct thrift_w *w)
 
 void thrift_w_field(struct thrift_w *w, int16_t id, enum thrift_type type)
 {
-    int16_t *last = &w->last_id[w->depth - 1];
-    int delta = id - *last;
+    int16_t *last;
+    int delta;
 
     ASSERT(w->depth > 0 && id > 0);
+    last = &w->last_id[w->depth - 1];
+    delta = id - *last;
     if (delta > 0 && delta <= 15) {
         put_byte(w, (uint8_t)((delta << 4) | (int)type));
     } else {
