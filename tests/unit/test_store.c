@@ -542,3 +542,38 @@ TEST(reads_from_another_thread_see_whole_appends_only)
     EXPECT(r.reads > 0);
     env_close(&e);
 }
+
+TEST(opening_a_missing_directory_fails_with_the_path)
+{
+    struct store *s = NULL;
+    struct err err = {0};
+
+    EXPECT_EQ_I64(store_open(&s, "/nonexistent/queen-store", 1 << 20, &err),
+                  ERR_IO);
+    EXPECT(strstr(err.msg, "/nonexistent/queen-store") != NULL);
+    EXPECT(s == NULL);
+}
+
+TEST(a_store_of_another_schema_is_refused)
+{
+    struct env e = {0};
+    struct store *s = NULL;
+    struct err err = {0};
+    MDB_txn *txn;
+    MDB_val k = {6, (char[]){'s', 'c', 'h', 'e', 'm', 'a'}};
+    uint8_t v[8];
+    MDB_val d = {8, v};
+
+    env_open(&e);
+    be64_put(v, 99);
+    EXPECT_EQ_I64(store_wbegin(e.store, &txn, &err), 0);
+    EXPECT_EQ_I64(mdb_put(txn, e.store->meta, &k, &d, 0), 0);
+    EXPECT_EQ_I64(store_wcommit(e.store, txn, 1, 0, &err), 0);
+    fsm_free(e.fsm);
+    store_close(e.store);
+    EXPECT_EQ_I64(store_open(&s, e.dir, 1 << 30, &err), ERR_CORRUPT);
+    EXPECT(strstr(err.msg, "schema 99") != NULL);
+    e.fsm = NULL;
+    e.store = NULL;
+    env_close(&e);
+}
