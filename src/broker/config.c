@@ -17,6 +17,7 @@
 #include <strings.h>
 
 #include "base/log.h"
+#include "sink/config.h"
 
 enum cfg_type {
     CFG_PORT,     /* int 1..65535 */
@@ -312,9 +313,55 @@ static const char *env_get(void *ctx, const char *name)
     return getenv(name);
 }
 
+/* With QUEEN_S3_EMBEDDED=true the sink's settings are checked at boot too.
+ * Their messages can outgrow struct err, so the whole FATAL line is printed
+ * here and the process exits 2 as main would. */
+static int sink_preflight(struct err *err)
+{
+    const char *v = getenv("QUEEN_S3_EMBEDDED");
+    struct sink_config sc;
+    struct sink_node_config sn;
+    struct buf w;
+    bool on = false;
+
+    if (v == NULL || strspn(v, " \t\r\n") == strlen(v)) {
+        return 0;
+    }
+    while (*v == ' ' || *v == '\t') {
+        v++;
+    }
+    char t[64];
+    snprintf(t, sizeof(t), "%s", v);
+    t[strcspn(t, " \t\r\n")] = '\0';
+    if (!sink_parse_bool(t, &on)) {
+        return err_set(err, ERR_INVALID,
+                       "QUEEN_S3_EMBEDDED=%s is not a boolean. It is `true` "
+                       "or `false`",
+                       t);
+    }
+    if (!on) {
+        return 0;
+    }
+    if (sink_config_from_env(&sc, &sn, err) != 0) {
+        log_error("boot", "FATAL: %s", sn.fatal);
+        exit(2);
+    }
+    buf_init(&w, BUF_UNLIMITED);
+    sink_config_ignored_warning(&sn, &w);
+    if (w.len > 0) {
+        log_warn("boot", "%s", w.data);
+    }
+    buf_free(&w);
+    sink_config_free(&sc);
+    return 0;
+}
+
 int config_load_env(struct config *c, struct err *err)
 {
-    return config_load(c, env_get, NULL, err);
+    if (config_load(c, env_get, NULL, err) != 0) {
+        return err->code;
+    }
+    return sink_preflight(err);
 }
 
 void config_help(FILE *f)

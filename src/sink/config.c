@@ -1,0 +1,881 @@
+/* Sink configuration: the environment sink's settings and the node-wide
+ * knobs (reference 3.1, 5.1-5.6).
+ *
+ * Every value goes through envv(): blank counts as unset and values are
+ * trimmed. The first error wins; fail() formats the reference's template
+ * into a local buffer, copies it whole into n->fatal behind
+ * "QUEEN_S3_EMBEDDED=true: " and as much as fits into err->msg. Enumerated
+ * values are matched against alias tables after lowercasing, and their
+ * refusals print the lowercased value, as 5.1 says. */
+#include "sink/config.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "base/xalloc.h"
+
+#define VAL_MAX 4096
+#define PFX     "QUEEN_S3_PREFIX"
+
+struct ld {
+    const struct sink_env *env;
+    struct sink_node_config *n;
+    struct err *err;
+};
+
+struct alias {
+    const char *name;
+    int value;
+};
+
+static const char *const crash_names[] = {
+    "never",        "after_intent",  "mid_upload",
+    "after_upload", "before_commit", "after_commit",
+};
+
+static const char *const tenant_vars[] = {
+    "QUEEN_S3_QUEUES",        "QUEEN_S3_PARTITIONS",     "QUEEN_S3_ENDPOINT",
+    "QUEEN_S3_REGION",        "QUEEN_S3_BUCKET",         PFX,
+    "QUEEN_S3_ACCESS_KEY",    "QUEEN_S3_SECRET_KEY",     "QUEEN_S3_PATH_STYLE",
+    "QUEEN_S3_SSE",           "QUEEN_S3_SSE_KMS_KEY_ID", "QUEEN_S3_FORMAT",
+    "QUEEN_S3_COMPRESSION",   "QUEEN_S3_PARQUET_CODEC",  "QUEEN_S3_LAYOUT",
+    "QUEEN_S3_ALIGN",         "QUEEN_S3_START",          "QUEEN_S3_TARGET_MB",
+    "QUEEN_S3_MAX_WINDOW_MS", "QUEEN_S3_SINK",
+};
+
+PRINTF(2, 3)
+static int fail(struct ld *l, const char *fmt, ...)
+{
+    char msg[SINK_FATAL_MAX - 32];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    snprintf(l->n->fatal, sizeof(l->n->fatal), "QUEEN_S3_EMBEDDED=true: %s",
+             msg);
+    return err_set(l->err, ERR_INVALID, "%s", msg);
+}
+
+/* The trimmed value of name into out, or false when unset or blank. */
+static bool envv(const struct ld *l, const char *name, char *out, size_t cap)
+{
+    const char *v = l->env->get(l->env->ctx, name);
+    size_t n;
+
+    if (v == NULL) {
+        return false;
+    }
+    while (isspace((unsigned char)*v)) {
+        v++;
+    }
+    n = strlen(v);
+    while (n > 0 && isspace((unsigned char)v[n - 1])) {
+        n--;
+    }
+    if (n == 0) {
+        return false;
+    }
+    if (n >= cap) {
+        n = cap - 1;
+    }
+    memcpy(out, v, n);
+    out[n] = '\0';
+    return true;
+}
+
+static void lower(char *s)
+{
+    for (; *s != '\0'; s++) {
+        *s = (char)tolower((unsigned char)*s);
+    }
+}
+
+/* Digits with an optional leading '+', no overflow. */
+static bool parse_whole(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+
+    if (*s == '+') {
+        s++;
+    }
+    if (*s == '\0') {
+        return false;
+    }
+    for (; *s != '\0'; s++) {
+        if (*s < '0' || *s > '9' || v > (UINT64_MAX - 9) / 10) {
+            return false;
+        }
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    *out = v;
+    return true;
+}
+
+static int bounded(struct ld *l, const char *name, uint64_t def, uint64_t lo,
+                   uint64_t hi, const char *what, uint64_t *out)
+{
+    char raw[VAL_MAX];
+    uint64_t v;
+
+    if (!envv(l, name, raw, sizeof(raw))) {
+        *out = def;
+        return 0;
+    }
+    if (!parse_whole(raw, &v)) {
+        return fail(l,
+                    "%s=%s is not a whole number. It is %s, in %" PRIu64
+                    "..=%" PRIu64,
+                    name, raw, what, lo, hi);
+    }
+    if (v < lo || v > hi) {
+        return fail(
+            l, "%s=%" PRIu64 " is outside %" PRIu64 "..=%" PRIu64 ". It is %s",
+            name, v, lo, hi, what);
+    }
+    *out = v;
+    return 0;
+}
+
+/* The broker-level preflight of 3.1. */
+static int preflight(struct ld *l, const char *name, uint64_t def, uint64_t lo,
+                     uint64_t hi, uint64_t *out)
+{
+    char raw[VAL_MAX];
+    uint64_t v;
+
+    if (!envv(l, name, raw, sizeof(raw))) {
+        *out = def;
+        return 0;
+    }
+    if (!parse_whole(raw, &v) || v < lo || v > hi) {
+        return fail(l, "%s=%s is not an integer in %" PRIu64 "..=%" PRIu64,
+                    name, raw, lo, hi);
+    }
+    *out = v;
+    return 0;
+}
+
+/* An enumerated value: def when unset; tail completes "{name}={other} ". */
+static int enumv(struct ld *l, const char *name, const struct alias *t,
+                 size_t n, int def, const char *tail, int *out)
+{
+    char raw[VAL_MAX];
+
+    if (!envv(l, name, raw, sizeof(raw))) {
+        *out = def;
+        return 0;
+    }
+    lower(raw);
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(raw, t[i].name) == 0) {
+            *out = t[i].value;
+            return 0;
+        }
+    }
+    return fail(l, "%s=%s %s", name, raw, tail);
+}
+
+bool sink_parse_bool(const char *s, bool *out)
+{
+    static const char *const yes[] = {"true", "1", "yes", "on"};
+    static const char *const no[] = {"false", "0", "no", "off"};
+
+    for (size_t i = 0; i < ARRAY_LEN(yes); i++) {
+        if (strcasecmp(s, yes[i]) == 0) {
+            *out = true;
+            return true;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            *out = false;
+            return true;
+        }
+    }
+    return false;
+}
+
+static int boolv(struct ld *l, const char *name, bool def, bool *out)
+{
+    char raw[VAL_MAX];
+
+    if (!envv(l, name, raw, sizeof(raw))) {
+        *out = def;
+        return 0;
+    }
+    if (sink_parse_bool(raw, out)) {
+        return 0;
+    }
+    lower(raw);
+    return fail(l, "%s=%s is not a boolean. It is `true` or `false`", name,
+                raw);
+}
+
+static int required(struct ld *l, const char *name, const char *what, char *out,
+                    size_t cap)
+{
+    if (!envv(l, name, out, cap)) {
+        return fail(l, "%s is not set: it is %s", name, what);
+    }
+    return 0;
+}
+
+static void queues_add(struct sink_config *c, const char *p, size_t n)
+{
+    c->queues = xrealloc(c->queues, (c->n_queues + 1) * sizeof(char *));
+    c->queues[c->n_queues++] = xstrndup(p, n);
+}
+
+/* "*" alone, or a comma list: split, trim, drop empties, keep order. */
+static int parse_queues(struct ld *l, struct sink_config *c, const char *spec)
+{
+    const char *name = "QUEEN_S3_QUEUES";
+    const char *p = spec;
+
+    if (strcmp(spec, "*") == 0) {
+        c->all_queues = true;
+        return 0;
+    }
+    while (*p != '\0') {
+        const char *end = strchr(p, ',');
+        const char *e = end != NULL ? end : p + strlen(p);
+        const char *s = p;
+
+        while (s < e && isspace((unsigned char)*s)) {
+            s++;
+        }
+        while (e > s && isspace((unsigned char)e[-1])) {
+            e--;
+        }
+        if (e - s == 1 && *s == '*') {
+            return fail(l,
+                        "%s lists `*` among queue names: every queue of the "
+                        "tenant is the string \"*\" on its own",
+                        name);
+        }
+        if (e > s) {
+            queues_add(c, s, (size_t)(e - s));
+        }
+        p = end != NULL ? end + 1 : p + strlen(p);
+    }
+    if (c->n_queues == 0) {
+        return fail(l,
+                    "%s=%s names no queue. It is a comma separated list of "
+                    "queue names, or `*` for every queue of the tenant",
+                    name, spec);
+    }
+    return 0;
+}
+
+static int parse_sink_name(struct ld *l, struct sink_config *c)
+{
+    char raw[VAL_MAX];
+    size_t n;
+
+    if (!envv(l, "QUEEN_S3_SINK", raw, sizeof(raw))) {
+        snprintf(c->sink, sizeof(c->sink), "default");
+        return 0;
+    }
+    n = strlen(raw);
+    bool ok = n >= 1 && n <= SINK_NAME_MAX;
+    for (size_t i = 0; ok && i < n; i++) {
+        unsigned char ch = (unsigned char)raw[i];
+        ok = isalnum(ch) || ch == '.' || ch == '_' || ch == '-';
+    }
+    if (!ok) {
+        return fail(l,
+                    "QUEEN_S3_SINK=%s is not a sink name. It is 1..=64 "
+                    "characters of [A-Za-z0-9._-]: the name scopes the "
+                    "sink's KV documents (lease, intent, commit pointer) and "
+                    "anything else could run into another sink's keys. It "
+                    "is in no object key: two sinks writing the same queue "
+                    "use different " PFX " values",
+                    raw);
+    }
+    memcpy(c->sink, raw, n + 1);
+    return 0;
+}
+
+static int refuse_partitions(struct ld *l)
+{
+    char raw[VAL_MAX];
+
+    if (!envv(l, "QUEEN_S3_PARTITIONS", raw, sizeof(raw))) {
+        return 0;
+    }
+    return fail(
+        l, "QUEEN_S3_PARTITIONS is set: the static partition list is not "
+           "supported in this release. A window may only close at or below "
+           "the broker's safeTime, and safeTime is answered by POST "
+           "/api/v1/partitions/changed — the endpoint discovery already "
+           "uses — so a sink with a static list has no boundary it is "
+           "allowed to close at. Unset QUEEN_S3_PARTITIONS; the sink "
+           "discovers the partitions of QUEEN_S3_QUEUES itself, at any "
+           "cardinality");
+}
+
+static int parse_endpoint(struct ld *l, struct sink_config *c)
+{
+    const char *name = "QUEEN_S3_ENDPOINT";
+    char raw[VAL_MAX];
+    const char *rest;
+    size_t n;
+
+    if (required(l, name,
+                 "the S3 API base URL, e.g. "
+                 "https://s3.eu-central-1.amazonaws.com or http://gw:7070",
+                 raw, sizeof(raw)) != 0) {
+        return l->err->code;
+    }
+    if (strncasecmp(raw, "http://", 7) == 0) {
+        rest = raw + 7;
+    } else if (strncasecmp(raw, "https://", 8) == 0) {
+        rest = raw + 8;
+    } else {
+        return fail(l,
+                    "%s=%s has no scheme: it starts with http:// or https://",
+                    name, raw);
+    }
+    n = strlen(rest);
+    if (n > 0 && rest[n - 1] == '/') {
+        n--;
+    }
+    if (n == 0 || rest[0] == '/') {
+        return fail(l, "%s=%s has no host", name, raw);
+    }
+    if (memchr(rest, '/', n) != NULL || memchr(rest, '?', n) != NULL ||
+        memchr(rest, '#', n) != NULL) {
+        return fail(l,
+                    "%s=%s carries a path. The endpoint is "
+                    "scheme://host[:port] only; a prefix inside the bucket "
+                    "is " PFX,
+                    name, raw);
+    }
+    if ((size_t)(rest - raw) + n >= sizeof(c->endpoint)) {
+        return fail(l, "%s=%s has no host", name, raw);
+    }
+    snprintf(c->endpoint, sizeof(c->endpoint), "%.*s",
+             (int)((size_t)(rest - raw) + n), raw);
+    return 0;
+}
+
+static int parse_bucket(struct ld *l, struct sink_config *c)
+{
+    const char *name = "QUEEN_S3_BUCKET";
+
+    if (required(l, name, "the destination bucket", c->bucket,
+                 sizeof(c->bucket)) != 0) {
+        return l->err->code;
+    }
+    for (const char *p = c->bucket; *p != '\0'; p++) {
+        if (*p == '/' || isspace((unsigned char)*p)) {
+            return fail(
+                l,
+                "%s=%s is not a bucket name: it is one name, with no "
+                "slash and no space. A prefix inside the bucket is " PFX,
+                name, c->bucket);
+        }
+    }
+    return 0;
+}
+
+static int parse_prefix(struct ld *l, struct sink_config *c)
+{
+    char raw[VAL_MAX];
+    const char *s;
+    size_t n;
+
+    if (!envv(l, PFX, raw, sizeof(raw))) {
+        snprintf(c->prefix, sizeof(c->prefix), "queen");
+        return 0;
+    }
+    s = raw;
+    n = strlen(raw);
+    while (n > 0 && *s == '/') {
+        s++, n--;
+    }
+    while (n > 0 && s[n - 1] == '/') {
+        n--;
+    }
+    if (n == 0) {
+        return fail(l,
+                    PFX "=%s is empty. It is the root every object is "
+                        "written under, e.g. `queen` or `lake/queen`",
+                    raw);
+    }
+    for (size_t i = 0; i <= n;) {
+        const char *seg = s + i;
+        const char *slash = memchr(seg, '/', n - i);
+        size_t len = slash != NULL ? (size_t)(slash - seg) : n - i;
+
+        if (len == 0 || (len == 1 && seg[0] == '.') ||
+            (len == 2 && seg[0] == '.' && seg[1] == '.')) {
+            return fail(l,
+                        PFX "=%s has an empty or relative segment (\"%.*s\")"
+                            ". It is a plain path, e.g. `queen` or "
+                            "`lake/queen`",
+                        raw, (int)len, seg);
+        }
+        i += len + 1;
+    }
+    snprintf(c->prefix, sizeof(c->prefix), "%.*s", (int)n, s);
+    return 0;
+}
+
+static const struct alias sse_t[] = {{"aes256", SINK_SSE_AES256},
+                                     {"aws:kms", SINK_SSE_KMS},
+                                     {"kms", SINK_SSE_KMS}};
+static const struct alias format_t[] = {{"jsonl", SINK_FORMAT_JSONL},
+                                        {"json", SINK_FORMAT_JSONL},
+                                        {"ndjson", SINK_FORMAT_JSONL},
+                                        {"parquet", SINK_FORMAT_PARQUET}};
+static const struct alias comp_t[] = {
+    {"zstd", JSONL_ZSTD}, {"zst", JSONL_ZSTD},  {"gzip", JSONL_GZIP},
+    {"gz", JSONL_GZIP},   {"none", JSONL_NONE}, {"off", JSONL_NONE}};
+static const struct alias pq_t[] = {{"zstd", PARQUET_ZSTD},
+                                    {"zst", PARQUET_ZSTD},
+                                    {"snappy", PARQUET_SNAPPY},
+                                    {"snap", PARQUET_SNAPPY}};
+static const struct alias layout_t[] = {{"merged", LAYOUT_MERGED},
+                                        {"per-partition", LAYOUT_PER_PARTITION},
+                                        {"per_partition", LAYOUT_PER_PARTITION},
+                                        {"perpartition", LAYOUT_PER_PARTITION}};
+static const struct alias align_t[] = {
+    {"hour", LAYOUT_ALIGN_HOUR}, {"hourly", LAYOUT_ALIGN_HOUR},
+    {"day", LAYOUT_ALIGN_DAY},   {"daily", LAYOUT_ALIGN_DAY},
+    {"none", LAYOUT_ALIGN_NONE}, {"off", LAYOUT_ALIGN_NONE}};
+static const struct alias start_t[] = {{"latest", ENGINE_START_LATEST},
+                                       {"now", ENGINE_START_LATEST},
+                                       {"end", ENGINE_START_LATEST},
+                                       {"earliest", ENGINE_START_EARLIEST},
+                                       {"beginning", ENGINE_START_EARLIEST}};
+
+static int parse_sse(struct ld *l, struct sink_config *c)
+{
+    int v;
+
+    if (enumv(l, "QUEEN_S3_SSE", sse_t, ARRAY_LEN(sse_t), SINK_SSE_OFF,
+              "is not a mode. It is `AES256` (bucket-managed keys) or "
+              "`aws:kms` (+ QUEEN_S3_SSE_KMS_KEY_ID). Unset it to send no "
+              "x-amz-server-side-encryption header at all",
+              &v) != 0) {
+        return l->err->code;
+    }
+    c->sse = (enum sink_sse)v;
+    if (envv(l, "QUEEN_S3_SSE_KMS_KEY_ID", c->sse_kms_key_id,
+             sizeof(c->sse_kms_key_id)) &&
+        c->sse != SINK_SSE_KMS) {
+        return fail(l,
+                    "QUEEN_S3_SSE_KMS_KEY_ID is set but QUEEN_S3_SSE=%s — the "
+                    "key id would be ignored and every object encrypted with "
+                    "the bucket's own key. Set QUEEN_S3_SSE=aws:kms, or unset "
+                    "the key id",
+                    sink_sse_name(c->sse));
+    }
+    return 0;
+}
+
+static int parse_codecs(struct ld *l, struct sink_config *c)
+{
+    int v;
+
+    if (enumv(l, "QUEEN_S3_FORMAT", format_t, ARRAY_LEN(format_t),
+              SINK_FORMAT_JSONL,
+              "is not a format. It is `jsonl` (one JSON object per line, "
+              "every reader takes it) or `parquet`",
+              &v) != 0) {
+        return l->err->code;
+    }
+    c->format = (enum sink_format)v;
+    if (enumv(l, "QUEEN_S3_COMPRESSION", comp_t, ARRAY_LEN(comp_t), JSONL_ZSTD,
+              "is not a codec. It is `zstd`, `gzip` or `none`, and it "
+              "applies to `jsonl` objects — a Parquet file's codec is "
+              "QUEEN_S3_PARQUET_CODEC",
+              &v) != 0) {
+        return l->err->code;
+    }
+    c->compression = (enum jsonl_codec)v;
+    if (enumv(l, "QUEEN_S3_PARQUET_CODEC", pq_t, ARRAY_LEN(pq_t), PARQUET_ZSTD,
+              "is not a codec. It is `zstd` or `snappy`", &v) != 0) {
+        return l->err->code;
+    }
+    c->parquet_codec = (enum parquet_codec)v;
+    return 0;
+}
+
+static int parse_shape(struct ld *l, struct sink_config *c)
+{
+    int v;
+
+    if (enumv(l, "QUEEN_S3_LAYOUT", layout_t, ARRAY_LEN(layout_t),
+              LAYOUT_MERGED,
+              "is not a layout. It is `merged` (one object per window, "
+              "partitions as a column — the only shape that survives a "
+              "million lanes) or `per-partition` (one object per window per "
+              "partition)",
+              &v) != 0) {
+        return l->err->code;
+    }
+    c->layout = (enum layout_kind)v;
+    if (enumv(l, "QUEEN_S3_ALIGN", align_t, ARRAY_LEN(align_t),
+              LAYOUT_ALIGN_HOUR,
+              "is not an alignment. It is `hour`, `day` or `none`; it is the "
+              "Hive bucket a window may not straddle, so dt=/hour= are exact",
+              &v) != 0) {
+        return l->err->code;
+    }
+    c->align = (enum layout_align)v;
+    if (enumv(l, "QUEEN_S3_START", start_t, ARRAY_LEN(start_t),
+              ENGINE_START_LATEST,
+              "is not a start. It is `latest` (a queue with no committed "
+              "pointer starts at the current safeTime) or `earliest` (it "
+              "backfills everything retention still holds)",
+              &v) != 0) {
+        return l->err->code;
+    }
+    c->start = (enum engine_start)v;
+    return 0;
+}
+
+static int parse_sizes(struct ld *l, struct sink_config *c)
+{
+    if (bounded(l, "QUEEN_S3_TARGET_MB", 128, 1, 5120,
+                "the uncompressed buffered bytes a window closes at",
+                &c->target_mb) != 0 ||
+        bounded(l, "QUEEN_S3_MAX_WINDOW_MS", 300000, 100, 86400000,
+                "how long a window may stay open; the lag SLO is about this "
+                "plus the safe lag",
+                &c->max_window_ms) != 0) {
+        return l->err->code;
+    }
+    c->target_bytes = c->target_mb * SINK_MIB;
+    return 0;
+}
+
+static int parse_s3(struct ld *l, struct sink_config *c)
+{
+    if (parse_endpoint(l, c) != 0 ||
+        required(l, "QUEEN_S3_REGION",
+                 "the region label the SigV4 credential scope is signed "
+                 "with, e.g. eu-central-1 (any label an S3-compatible "
+                 "gateway accepts, commonly us-east-1)",
+                 c->region, sizeof(c->region)) != 0 ||
+        parse_bucket(l, c) != 0 || parse_prefix(l, c) != 0 ||
+        required(l, "QUEEN_S3_ACCESS_KEY", "the S3 access key id",
+                 c->access_key, sizeof(c->access_key)) != 0 ||
+        required(l, "QUEEN_S3_SECRET_KEY", "the S3 secret access key",
+                 c->secret_key, sizeof(c->secret_key)) != 0 ||
+        boolv(l, "QUEEN_S3_PATH_STYLE", false, &c->path_style) != 0) {
+        return l->err->code;
+    }
+    return 0;
+}
+
+/* The environment sink of the default tenant, in 5.3's order. */
+static int parse_tenant(struct ld *l, struct sink_config *c)
+{
+    char spec[VAL_MAX];
+    char tmp[8];
+    const char *set = NULL;
+
+    for (size_t i = 0; i < ARRAY_LEN(tenant_vars) && set == NULL; i++) {
+        if (envv(l, tenant_vars[i], tmp, sizeof(tmp))) {
+            set = tenant_vars[i];
+        }
+    }
+    if (set == NULL) {
+        return 0; /* no environment sink */
+    }
+    c->is_set = true;
+    if (!envv(l, "QUEEN_S3_QUEUES", spec, sizeof(spec))) {
+        return fail(l,
+                    "%s is set but QUEEN_S3_QUEUES is not: QUEEN_S3_QUEUES is "
+                    "what turns the environment's sink on — the queues it "
+                    "writes, or `*` for every queue of the tenant. Set it, or "
+                    "unset the sink's QUEEN_S3_* variables to run only the "
+                    "sinks a control plane configures",
+                    set);
+    }
+    if (parse_queues(l, c, spec) != 0 || parse_sink_name(l, c) != 0 ||
+        refuse_partitions(l) != 0 || parse_s3(l, c) != 0 ||
+        parse_sse(l, c) != 0 || parse_codecs(l, c) != 0 ||
+        parse_shape(l, c) != 0 || parse_sizes(l, c) != 0) {
+        return l->err->code;
+    }
+    return 0;
+}
+
+static int parse_knobs(struct ld *l, struct sink_node_config *n)
+{
+    if (bounded(l, "QUEEN_S3_CHECKPOINT_EVERY", 20, 1, 100000,
+                "windows between position checkpoints; it bounds the "
+                "re-read after a restart",
+                &n->checkpoint_every) != 0 ||
+        bounded(l, "QUEEN_S3_MEMORY_MB", 512, 1, 1048576,
+                "the buffer budget across every queue of every sink this "
+                "node runs, inside the broker's process",
+                &n->memory_mb) != 0 ||
+        bounded(l, "QUEEN_S3_FETCH_CONCURRENCY", 4, 1, 256,
+                "in-flight fetch calls per queue; each one is a read of this "
+                "node's log on the broker's blocking pool, so it is the "
+                "throttle a backfill is held back with",
+                &n->fetch_concurrency) != 0 ||
+        bounded(l, "QUEEN_S3_DISCOVERY_INTERVAL_MS", 2000, 10, 3600000,
+                "how often an idle queue asks which partitions moved",
+                &n->discovery_interval_ms) != 0 ||
+        bounded(l, "QUEEN_S3_SAFE_GUARD_MS", 5000, 0, 3600000,
+                "subtracted from the node's safeTime before a window may "
+                "close: a margin on the broker's clock, paid in latency",
+                &n->safe_guard_ms) != 0 ||
+        bounded(l, "QUEEN_S3_LEASE_TTL_MS", 30000, 1000, 3600000,
+                "how long a queue lease survives without a refresh",
+                &n->lease_ttl_ms) != 0 ||
+        bounded(l, "QUEEN_S3_MULTIPART_THRESHOLD_MB", 64, 5, 5120,
+                "objects at or below this go up as a single PUT with a "
+                "Content-MD5; above it they go up as a multipart upload",
+                &n->multipart_threshold_mb) != 0) {
+        return l->err->code;
+    }
+    n->memory_bytes = n->memory_mb * SINK_MIB;
+    n->multipart_threshold_bytes = n->multipart_threshold_mb * SINK_MIB;
+    return 0;
+}
+
+static int parse_crash(struct ld *l, struct sink_node_config *n)
+{
+    char raw[VAL_MAX];
+
+    n->crash_at = 0;
+    if (!envv(l, "QUEEN_S3_CRASH_AT", raw, sizeof(raw))) {
+        return 0;
+    }
+    lower(raw);
+    if (strcmp(raw, "off") == 0 || strcmp(raw, "none") == 0) {
+        return 0;
+    }
+    for (size_t i = 0; i < ARRAY_LEN(crash_names); i++) {
+        if (strcmp(raw, crash_names[i]) == 0) {
+            n->crash_at = (int)i;
+            return 0;
+        }
+    }
+    return fail(l,
+                "QUEEN_S3_CRASH_AT=%s is not a fault point. It is "
+                "`after_intent`, `mid_upload`, `after_upload`, "
+                "`before_commit` or `after_commit` — the crash matrix of the "
+                "test plan. Unset it anywhere that is not a test",
+                raw);
+}
+
+/* 3.1: QUEEN_S3_INSTANCE + "/node-<id>", else "node-<id>@<host>". */
+static void build_instance(struct ld *l, struct sink_node_config *n)
+{
+    char suffix[48];
+    char inst[SINK_STR_MAX - sizeof(suffix)];
+    char host[256];
+    const char *sys = l->env->system_hostname;
+
+    if (!envv(l, "QUEEN_RAFT_NODE_ID", n->node_id, sizeof(n->node_id))) {
+        snprintf(n->node_id, sizeof(n->node_id), "1");
+    }
+    snprintf(suffix, sizeof(suffix), "/node-%s", n->node_id);
+    if (envv(l, "QUEEN_S3_INSTANCE", inst, sizeof(inst))) {
+        size_t a = strlen(inst), b = strlen(suffix);
+        bool has = a >= b && strcmp(inst + a - b, suffix) == 0;
+
+        snprintf(n->instance, sizeof(n->instance), "%s%s", inst,
+                 has ? "" : suffix);
+        return;
+    }
+    if (!envv(l, "HOSTNAME", host, sizeof(host))) {
+        snprintf(host, sizeof(host), "%s",
+                 sys != NULL && sys[0] != '\0' ? sys : "localhost");
+    }
+    snprintf(n->instance, sizeof(n->instance), "node-%s@%s", n->node_id, host);
+}
+
+static void note_ignored(struct ld *l, struct sink_node_config *n)
+{
+    static const char *const names[] = {"QUEEN_S3_LISTEN",
+                                        "QUEEN_S3_LOG_FORMAT"};
+    char tmp[8];
+
+    n->ignored[0] = '\0';
+    for (size_t i = 0; i < ARRAY_LEN(names); i++) {
+        if (envv(l, names[i], tmp, sizeof(tmp))) {
+            size_t k = strlen(n->ignored);
+            snprintf(n->ignored + k, sizeof(n->ignored) - k, "%s%s",
+                     k > 0 ? ", " : "", names[i]);
+        }
+    }
+}
+
+static int load_node(struct ld *l, struct sink_node_config *n)
+{
+    long cores = l->env->cores;
+    uint64_t def = cores / 4 < 1 ? 1 : cores / 4 > 2 ? 2 : (uint64_t)cores / 4;
+    uint64_t threads;
+
+    if (preflight(l, "QUEEN_S3_THREADS", def, 1, 64, &threads) != 0 ||
+        preflight(l, "QUEEN_S3_SHUTDOWN_GRACE_MS", 30000, 100, 3600000,
+                  &n->shutdown_grace_ms) != 0) {
+        return l->err->code;
+    }
+    n->threads = (uint32_t)threads;
+    if (parse_knobs(l, n) != 0 || parse_crash(l, n) != 0) {
+        return l->err->code;
+    }
+    build_instance(l, n);
+    note_ignored(l, n);
+    return 0;
+}
+
+int sink_config_load(struct sink_config *c, struct sink_node_config *n,
+                     const struct sink_env *env, struct err *err)
+{
+    struct ld l = {.env = env, .n = n, .err = err};
+
+    memset(c, 0, sizeof(*c));
+    memset(n, 0, sizeof(*n));
+    if (load_node(&l, n) != 0 || parse_tenant(&l, c) != 0) {
+        char fatal[SINK_FATAL_MAX];
+
+        memcpy(fatal, n->fatal, sizeof(fatal));
+        sink_config_free(c);
+        memset(n, 0, sizeof(*n));
+        memcpy(n->fatal, fatal, sizeof(fatal));
+        return err->code;
+    }
+    return 0;
+}
+
+static const char *real_getenv(void *ctx, const char *name)
+{
+    UNUSED(ctx);
+    return getenv(name);
+}
+
+int sink_config_from_env(struct sink_config *c, struct sink_node_config *n,
+                         struct err *err)
+{
+    char host[256] = "";
+    struct sink_env env = {.get = real_getenv, .ctx = NULL};
+
+    env.cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (gethostname(host, sizeof(host) - 1) != 0) {
+        host[0] = '\0';
+    }
+    env.system_hostname = host;
+    return sink_config_load(c, n, &env, err);
+}
+
+void sink_config_free(struct sink_config *c)
+{
+    for (size_t i = 0; i < c->n_queues; i++) {
+        free(c->queues[i]);
+    }
+    free(c->queues);
+    c->queues = NULL;
+    c->n_queues = 0;
+}
+
+void sink_config_ignored_warning(const struct sink_node_config *n,
+                                 struct buf *out)
+{
+    struct err e;
+    struct err *err = &e;
+
+    if (n->ignored[0] == '\0') {
+        return;
+    }
+    buf_printf(out, err,
+               "ignoring %s: left over from the standalone 1.5.0 sink; the "
+               "embedded sink has no listener or log format of its own",
+               n->ignored);
+}
+
+const char *sink_format_name(enum sink_format f)
+{
+    return f == SINK_FORMAT_PARQUET ? "parquet" : "jsonl";
+}
+
+const char *sink_sse_name(enum sink_sse s)
+{
+    return s == SINK_SSE_AES256 ? "AES256"
+           : s == SINK_SSE_KMS  ? "aws:kms"
+                                : "off";
+}
+
+const char *sink_config_compression_name(const struct sink_config *c)
+{
+    return c->format == SINK_FORMAT_PARQUET
+               ? parquet_codec_name(c->parquet_codec)
+               : jsonl_codec_name(c->compression);
+}
+
+static void boot_queues(const struct sink_config *c, struct buf *out,
+                        struct err *err)
+{
+    if (c->all_queues) {
+        buf_append_str(out, "*", err);
+        return;
+    }
+    for (size_t i = 0; i < c->n_queues; i++) {
+        buf_printf(out, err, "%s%s", i > 0 ? "," : "", c->queues[i]);
+    }
+}
+
+static void boot_sse(const struct sink_config *c, struct buf *out,
+                     struct err *err)
+{
+    size_t k = strlen(c->sse_kms_key_id);
+
+    if (c->sse == SINK_SSE_KMS && k > 0) {
+        buf_printf(out, err, "aws:kms(\u2026%s)",
+                   c->sse_kms_key_id + (k > 4 ? k - 4 : 0));
+        return;
+    }
+    buf_append_str(out, sink_sse_name(c->sse), err);
+}
+
+int sink_config_boot_line(const struct sink_config *c,
+                          const struct sink_node_config *n, const char *tenant,
+                          struct buf *out, struct err *err)
+{
+    buf_printf(out, err, "queen-s3 %s tenant=%s sink=%s instance=%s queues=",
+               SINK_VERSION, tenant, c->sink, n->instance);
+    boot_queues(c, out, err);
+    buf_printf(out, err,
+               " partitions=discovery s3=%s bucket=%s prefix=%s region=%s "
+               "addressing=%s sse=",
+               c->endpoint, c->bucket, c->prefix, c->region,
+               c->path_style ? "path-style" : "virtual-host");
+    boot_sse(c, out, err);
+    buf_printf(out, err,
+               " format=%s compression=%s layout=%s align=%s target_mb=%" PRIu64
+               " max_window_ms=%" PRIu64 " start=%s",
+               sink_format_name(c->format), sink_config_compression_name(c),
+               layout_kind_name(c->layout), layout_align_name(c->align),
+               c->target_mb, c->max_window_ms,
+               c->start == ENGINE_START_EARLIEST ? "earliest" : "latest");
+    int rc = buf_printf(
+        out, err,
+        " checkpoint_every=%" PRIu64 " memory_mb=%" PRIu64
+        " fetch_concurrency=%" PRIu64 " discovery_interval_ms=%" PRIu64
+        " safe_guard_ms=%" PRIu64 " lease_ttl_ms=%" PRIu64
+        " multipart_threshold_mb=%" PRIu64 " crash_at=%s",
+        n->checkpoint_every, n->memory_mb, n->fetch_concurrency,
+        n->discovery_interval_ms, n->safe_guard_ms, n->lease_ttl_ms,
+        n->multipart_threshold_mb,
+        crash_names[(size_t)n->crash_at < ARRAY_LEN(crash_names) ? n->crash_at
+                                                                 : 0]);
+    if (rc != 0) {
+        return err_set(err, ERR_TOO_BIG, "sink boot line: buffer cap");
+    }
+    return 0;
+}
