@@ -720,6 +720,61 @@ int store_wappend_put(struct store_w *w, uint64_t pid, int64_t base,
     return 0;
 }
 
+/* Delete the rows of dbi keyed pid + offset (16 bytes) with offset in
+ * [from, to); for appends, a row is deleted when its end is below `to`. */
+static int trim_range(struct store_w *w, MDB_dbi dbi, uint64_t pid,
+                      int64_t from, int64_t to, struct err *err)
+{
+    uint8_t kb[16];
+    MDB_val k = {16, kb};
+    MDB_val d;
+    MDB_cursor *c;
+    int rc = mdb_cursor_open(w->txn, dbi, &c);
+
+    if (rc != 0) {
+        return err_set(err, ERR_IO, "cursor trim: %s", mdb_strerror(rc));
+    }
+    be64_put(kb, pid);
+    be64_put(kb + 8, (uint64_t)from);
+    rc = mdb_cursor_get(c, &k, &d, MDB_SET_RANGE);
+    while (rc == 0 && k.mv_size == 16 && be64_get(k.mv_data) == pid &&
+           (int64_t)be64_get((const uint8_t *)k.mv_data + 8) < to) {
+        if (dbi == w->s->appends && d.mv_size == SCHEMA_APPEND_LEN &&
+            (int64_t)be64_get(d.mv_data) >= to) {
+            break; /* an append that straddles the new start stays */
+        }
+        rc = mdb_cursor_del(c, 0);
+        if (rc == 0) {
+            rc = mdb_cursor_get(c, &k, &d, MDB_GET_CURRENT);
+        }
+    }
+    mdb_cursor_close(c);
+    if (rc != 0 && rc != MDB_NOTFOUND) {
+        return err_set(err, mdb_code(rc), "trim: %s", mdb_strerror(rc));
+    }
+    return 0;
+}
+
+int store_wtrim(struct store_w *w, struct slice name, struct store_wpart *p,
+                int64_t new_log_start, struct err *err)
+{
+    if (new_log_start > p->last_offset + 1) {
+        return err_set(err, ERR_INVALID,
+                       "trim to %" PRId64 " is past the end %" PRId64,
+                       new_log_start, p->last_offset + 1);
+    }
+    if (new_log_start <= p->log_start) {
+        return 0;
+    }
+    if (trim_range(w, w->s->records, p->id, p->log_start, new_log_start, err) !=
+            0 ||
+        trim_range(w, w->s->appends, p->id, 0, new_log_start, err) != 0) {
+        return err->code;
+    }
+    p->log_start = new_log_start;
+    return store_wpart_put(w, name, p, err);
+}
+
 void store_dedup_key(uint64_t queue_id, struct slice txn,
                      struct store_dedup_key *k)
 {

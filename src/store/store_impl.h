@@ -112,6 +112,12 @@ int store_wpart_create(struct store_w *w, struct slice queue_name,
                        struct err *err);
 int store_wpart_put(struct store_w *w, struct slice name,
                     const struct store_wpart *p, struct err *err);
+/* Retention (the RETENTION owner's writer): move p's logStart up to
+ * new_log_start (<= lastOffset + 1), deleting the records below it and the
+ * append rows that end below it, then write p's row. new_log_start at or
+ * below the current logStart changes nothing. */
+int store_wtrim(struct store_w *w, struct slice name, struct store_wpart *p,
+                int64_t new_log_start, struct err *err);
 /* Put a record of partition pid with ts = w->stamp. use_append: pid is the
  * greatest partition id, so MDB_APPEND applies. */
 int store_wrecord_put(struct store_w *w, uint64_t pid,

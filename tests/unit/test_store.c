@@ -577,3 +577,39 @@ TEST(a_store_of_another_schema_is_refused)
     e.store = NULL;
     env_close(&e);
 }
+
+TEST(trimming_moves_log_start_and_deletes_below_it)
+{
+    struct env e = {0};
+    struct store_fetch_answer a;
+    struct store_fetch_req r = req("q", "p", 4, 100);
+    struct store_wpart p;
+    struct store_stats st;
+    struct store_w w;
+    struct err err = {0};
+    MDB_txn *txn;
+
+    env_open(&e);
+    fill(&e, "q", "p", 6); /* six appends of one record: 0..5 */
+    EXPECT_EQ_I64(store_wbegin(e.store, &txn, &err), 0);
+    w = (struct store_w){e.store, txn, STORE_DEFAULT_TENANT, T0 + 100};
+    EXPECT_EQ_I64(store_wpart_find(&w, 1, SLICE_LIT("p"), &p, &err), 0);
+    EXPECT_EQ_I64(store_wtrim(&w, SLICE_LIT("p"), &p, 7, &err), ERR_INVALID);
+    EXPECT_EQ_I64(store_wtrim(&w, SLICE_LIT("p"), &p, 4, &err), 0);
+    EXPECT_EQ_I64(store_wtrim(&w, SLICE_LIT("p"), &p, 2, &err), 0);
+    EXPECT_EQ_I64(store_wcommit(e.store, txn, 100, 0, &err), 0);
+    EXPECT_EQ_I64(store_stats(e.store, &st, &err), 0);
+    EXPECT_EQ_U64(st.n_records, 2);
+    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
+                  0);
+    EXPECT_EQ_I64(a.entries[0].log_start, 4);
+    EXPECT_EQ_U64(a.entries[0].n_records, 2);
+    EXPECT_EQ_I64(a.entries[0].records[0].offset, 4);
+    store_fetch_answer_free(&a);
+    r.offset = 3;
+    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
+                  0);
+    EXPECT_EQ_I64(a.entries[0].error, STORE_OFFSET_OUT_OF_RANGE);
+    store_fetch_answer_free(&a);
+    env_close(&e);
+}
