@@ -12,13 +12,17 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <uv.h>
 
 #include "api/api.h"
+#include "api/kv.h"
 #include "base/log.h"
+#include "broker/kv.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "raft/node.h"
+#include "store/kv.h"
 #include "store/store.h"
 
 enum broker_state {
@@ -36,6 +40,8 @@ struct broker {
     struct router *router;
     struct http_server *http;
     struct api api;
+    struct kv_service *kv;
+    uv_timer_t kv_sweep; /* the leader's KV expiry sweep */
     uv_signal_t sigterm;
     uv_signal_t sigint;
     enum broker_state state;
@@ -70,6 +76,7 @@ static void broker_on_node_closed(void *arg)
 
     b->node = NULL;
     b->state = BROKER_DONE;
+    uv_close((uv_handle_t *)&b->kv_sweep, NULL);
     uv_close((uv_handle_t *)&b->sigterm, NULL);
     uv_close((uv_handle_t *)&b->sigint, NULL);
     log_info("broker", "stopped");
@@ -112,10 +119,56 @@ static int broker_open_node(struct broker *b, struct err *err)
         return err->code;
     }
     memset(&nc, 0, sizeof(nc));
+    b->kv = kv_service_new(b->store);
+    nc.handlers[CMD_KV] = kv_service_apply;
+    nc.handler_args[CMD_KV] = b->kv;
     nc.dir = b->cfg->raft_dir;
     nc.id = b->cfg->node_id;
     nc.raft_address = b->cfg->raft_listen;
-    return node_start(&b->node, &b->loop, &nc, b->store, err);
+    if (node_start(&b->node, &b->loop, &nc, b->store, err) != 0) {
+        return err->code;
+    }
+    kv_service_attach(b->kv, b->node);
+    return 0;
+}
+
+static void broker_on_swept(void *arg, int status, const struct fsm_result *res,
+                            const struct err *err)
+{
+    UNUSED(arg);
+    UNUSED(res);
+    if (status != 0) {
+        log_debug("broker", "kv sweep: %s", err->msg);
+    }
+}
+
+/* Reference 1.7: the leader sweeps expired KV rows in steps of at most
+ * KV_SWEEP_MAX, as commands, so every node removes the same rows. */
+static void broker_on_kv_sweep(uv_timer_t *t)
+{
+    struct broker *b = t->data;
+    struct buf cmd;
+    struct err err = {0};
+    int64_t oldest = 0;
+    struct timespec ts;
+
+    if (b->state != BROKER_RUNNING || node_role(b->node) != NODE_LEADER ||
+        store_kv_oldest_expiry(b->store, &oldest, &err) != 0 || oldest == 0) {
+        return;
+    }
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (oldest > (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000) {
+        return;
+    }
+    buf_init(&cmd, BUF_UNLIMITED);
+    if (cmd_begin(&cmd, CMD_KV, STORE_DEFAULT_TENANT, &err) == 0 &&
+        kv_cmd_encode_sweep(&cmd, KV_SWEEP_MAX, &err) == 0 &&
+        cmd_finish(&cmd, 0, &err) == 0 &&
+        node_propose(b->node, CMD_KV, cmd.data, cmd.len, broker_on_swept, NULL,
+                     &err) != 0) {
+        log_debug("broker", "kv sweep: %s", err.msg);
+    }
+    buf_free(&cmd);
 }
 
 static int broker_open_http(struct broker *b, struct err *err)
@@ -124,7 +177,8 @@ static int broker_open_http(struct broker *b, struct err *err)
 
     b->router = router_new();
     api_init(&b->api, &b->loop, b->store, b->node);
-    if (api_routes(&b->api, b->router, err) != 0) {
+    if (api_routes(&b->api, b->router, err) != 0 ||
+        api_kv_routes(&b->api, b->kv, b->router, err) != 0) {
         return err->code;
     }
     memset(&hc, 0, sizeof(hc));
@@ -178,6 +232,9 @@ int broker_run(const struct config *cfg, struct err *err)
         goto out_close;
     }
     broker_signals(&b);
+    uv_timer_init(&b.loop, &b.kv_sweep);
+    b.kv_sweep.data = &b;
+    uv_timer_start(&b.kv_sweep, broker_on_kv_sweep, 1000, 1000);
     log_info("broker",
              "queen %s listening on %s:%d, raft %s, data %s, body limit %zu",
              API_VERSION, cfg->bind_addr, http_server_port(b.http),
@@ -189,6 +246,8 @@ out_close:
         api_free(&b.api);
         router_free(b.router);
     }
+    api_kv_routes_free();
+    kv_service_free(b.kv);
     store_close(b.store);
     uv_loop_close(&b.loop);
     return rc;

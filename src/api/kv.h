@@ -1,0 +1,69 @@
+/* The KV routes (reference 1.7): POST /api/v1/kv and the single-op sugar
+ * GET | PUT | DELETE /api/v1/kv/:ns/ *key. A pure part parses a body into
+ * struct kv_op (store/kv.h) and renders a struct kv_answer as JSON (unit
+ * tested and fuzzed); the handlers validate with kv_validate() (the HTTP
+ * edge's ceilings on), answer reads-only calls from a read transaction and
+ * submit the rest through the in-process interface (broker/kv.h), so HTTP
+ * and the sink share one path.
+ *
+ * Invariant: a refused call changes nothing (api.h (1)): the whole body is
+ * parsed and validated before anything is proposed. */
+#ifndef QUEEN_API_KV_H
+#define QUEEN_API_KV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/buf.h"
+#include "base/err.h"
+#include "base/json.h"
+#include "store/kv.h"
+
+struct api;
+struct router;
+struct kv_service;
+
+#define API_KV_PRECONDITION_MAX 4096 /* characters of the detail */
+
+/* Which body the parser reads. */
+enum api_kv_mode {
+    API_KV_BATCH = 0, /* bare array or {"operations": [...]} */
+    API_KV_PUT,       /* PUT /api/v1/kv/:ns/ *key */
+    API_KV_DELETE     /* DELETE /api/v1/kv/:ns/ *key (body optional) */
+};
+
+struct api_kv {
+    struct json_doc doc;
+    size_t n;
+    struct kv_op *ops;
+    struct slice *keys; /* getMany keys of every op */
+    struct buf arena;   /* unescaped strings; never reallocated */
+    char reason[40];    /* the refusal's reason id */
+};
+
+/* Parse body (borrowed; must outlive k). For the single-op modes, ns and key
+ * come from the path (borrowed). Returns 0, or ERR_INVALID / ERR_TOO_BIG
+ * with k->reason set ("kv_bad_body", "kv_unknown_op", ...) and err->msg the
+ * detail. Validation (kv_validate) is a separate step. Free k with
+ * api_kv_free() in every case. */
+int api_kv_parse(struct api_kv *k, int mode, const char *body, size_t len,
+                 struct slice ns, struct slice key, struct err *err);
+void api_kv_free(struct api_kv *k);
+
+/* Render an answer with status 0: {"results":[...]} (single false) or the
+ * one element (single true). ERR_PRECONDITION renders the precondition
+ * body. Appends to out. */
+int api_kv_render(const struct kv_answer *a, bool single, struct buf *out,
+                  struct err *err);
+
+/* The error envelope {"error":…,"reason":…,"detail":…} for a status. */
+int api_kv_render_error(int status, const char *reason, const char *detail,
+                        struct buf *out, struct err *err);
+
+/* Add the KV routes to r. Borrows a and kv (they outlive the routes);
+ * allocates the routes' context, freed by api_kv_routes_free(). */
+int api_kv_routes(struct api *a, struct kv_service *kv, struct router *r,
+                  struct err *err);
+void api_kv_routes_free(void);
+
+#endif

@@ -1,0 +1,276 @@
+"""The KV routes of reference 1.7 against the real binary: POST /api/v1/kv
+and the single-op routes, the envelopes and statuses, versions across a
+restart and kill -9, safeTime moved by KV writes, and the leader's sweep."""
+import http.client
+import json
+import threading
+import time
+
+from conftest import wait_until
+
+NS = "queen-s3"
+
+
+def kv(broker, ops, expect=200):
+    r = broker.post("/api/v1/kv", ops)
+    assert r.status == expect, r
+    return r.json()
+
+
+def put(key, value, **kw):
+    op = {"op": "put", "ns": NS, "key": key, "value": value}
+    if "ttlSeconds" not in kw:
+        op["forever"] = True
+    op.update(kw)
+    return op
+
+
+def safe_time(broker):
+    r = broker.post("/api/v1/partitions/changed",
+                    {"entries": [{"queue": "none"}]})
+    assert r.status == 200, r
+    return r.json()["safeTime"]
+
+
+def test_put_get_round_trip_of_the_sinks_keys(broker):
+    keys = ["s3:default:orders:lease", "s3:sink-2:a%2Fb:intent",
+            "s3:default:a%20b%2F%C3%BC%3Ac:committed"]
+    for k in keys:
+        res = kv(broker, [put(k, {"k": 1})])["results"][0]
+        assert res["applied"] is True and res["op"] == "put"
+        got = kv(broker, [{"op": "get", "ns": NS, "key": k}])["results"][0]
+        assert got["found"] is True and got["key"] == k
+        assert got["value"] == {"k": 1}
+        assert got["version"] == res["version"]
+        assert got["expiresAt"] is None
+        assert got["updatedAt"].endswith("+00:00")
+
+
+def test_bare_array_and_operations_object_are_both_accepted(broker):
+    a = kv(broker, {"operations": [put("x", 1)]})
+    b = kv(broker, [{"op": "get", "ns": NS, "key": "x"}])
+    assert b["results"][0]["version"] == a["results"][0]["version"]
+    assert b["results"][0]["index"] == 0
+
+
+def test_result_shapes_keep_their_field_order(broker):
+    r = broker.post("/api/v1/kv", [put("o", 5),
+                                   {"op": "get", "ns": NS, "key": "nope"}])
+    pairs = r.pairs()[0][1]
+    assert [k for k, _ in pairs[0]] == ["index", "op", "applied", "key",
+                                        "value", "version"]
+    assert [k for k, _ in pairs[1]] == ["index", "op", "found", "key"]
+
+
+def test_put_if_absent_live_row_answers_exists_with_the_winner(broker):
+    v = kv(broker, [put("p", "a")])["results"][0]["version"]
+    res = kv(broker, [{"op": "putIfAbsent", "ns": NS, "key": "p",
+                       "value": "b", "forever": True}])["results"][0]
+    assert res["op"] == "putIfAbsent"
+    assert res["applied"] is False and res["reason"] == "exists"
+    assert res["value"] == "a" and res["version"] == v
+
+
+def test_expect_right_and_stale_version(broker):
+    v1 = kv(broker, [put("e", 1)])["results"][0]["version"]
+    r2 = kv(broker, [put("e", 2, expect=v1)])["results"][0]
+    assert r2["applied"] is True and r2["version"] != v1
+    r3 = kv(broker, [put("e", 3, expect=v1)])["results"][0]
+    assert r3["applied"] is False and r3["reason"] == "version"
+    assert r3["version"] == r2["version"] and r3["value"] == 2
+
+
+def test_a_lost_required_second_op_leaves_the_first_unapplied(broker):
+    v = kv(broker, [put("held", "x")])["results"][0]["version"]
+    body = kv(broker, [put("first", 1),
+                       {"op": "putIfAbsent", "ns": NS, "key": "held",
+                        "value": "y", "forever": True, "required": True}])
+    assert body == {"ok": False, "reason": "kv_precondition",
+                    "failedIndex": 1, "kvReason": "exists", "version": v,
+                    "value": "x"}
+    got = kv(broker, [{"op": "get", "ns": NS, "key": "first"}])["results"][0]
+    assert got == {"index": 0, "op": "get", "found": False, "key": "first"}
+
+
+def test_get_prefix_pages_through_2500_keys(broker):
+    for base in range(0, 2500, 250):
+        kv(broker, [put("pg:%05d" % i, i) for i in range(base, base + 250)])
+    seen = []
+    after = None
+    for _ in range(10):
+        op = {"op": "getPrefix", "ns": NS, "prefix": "pg:", "limit": 1000,
+              "keysOnly": True}
+        if after:
+            op["after"] = after
+        res = kv(broker, [op])["results"][0]
+        seen += [row["key"] for row in res["rows"]]
+        assert all("value" not in row for row in res["rows"])
+        if not res["truncated"]:
+            assert res["nextAfter"] is None
+            break
+        after = res["nextAfter"]
+        assert after == res["rows"][-1]["key"]
+    assert seen == ["pg:%05d" % i for i in range(2500)]
+
+
+def test_get_many_sees_the_calls_own_writes(broker):
+    res = kv(broker, [{"op": "getMany", "ns": NS, "keys": ["gm:b", "gm:a",
+                                                           "gm:c"]},
+                      put("gm:a", "A"), put("gm:b", "B")])["results"]
+    rows = res[0]["rows"]
+    assert [r["key"] for r in rows] == ["gm:a", "gm:b"]
+    assert res[0]["missing"] == ["gm:c"] and res[0]["truncated"] is False
+
+
+def test_a_ttl_row_expires_and_the_leader_sweeps_it(broker):
+    res = kv(broker, [put("ttl", 1, ttlSeconds=1)])["results"][0]
+    got = kv(broker, [{"op": "get", "ns": NS, "key": "ttl"}])["results"][0]
+    assert got["found"] is True and got["expiresAt"].endswith("+00:00")
+
+    def gone():
+        g = kv(broker, [{"op": "get", "ns": NS, "key": "ttl"}])["results"][0]
+        return not g["found"]
+    wait_until(gone, 10, "the TTL row to expire")
+    # expect: 0 wins over the expired row, swept or not.
+    r = kv(broker, [put("ttl", 2, expect=0)])["results"][0]
+    assert r["applied"] is True and r["version"] > res["version"]
+
+
+def test_single_op_routes(broker):
+    r = broker.request("PUT", "/api/v1/kv/%s/a/b%%2Fc" % NS,
+                       body={"value": {"z": 1}, "forever": True})
+    assert r.status == 200, r
+    put_res = r.json()
+    assert put_res["applied"] is True and put_res["key"] == "a/b/c"
+    r = broker.get("/api/v1/kv/%s/a/b%%2Fc" % NS)
+    assert r.status == 200
+    assert r.json()["value"] == {"z": 1}
+    assert r.headers.get("ETag") == '"%d"' % put_res["version"]
+    r = broker.get("/api/v1/kv/%s/missing" % NS)
+    assert r.status == 200 and r.json()["found"] is False
+    assert "ETag" not in r.headers
+    r = broker.request("DELETE", "/api/v1/kv/%s/a/b%%2Fc" % NS)
+    assert r.status == 200 and r.json()["applied"] is True
+    r = broker.request("DELETE", "/api/v1/kv/%s/a/b%%2Fc" % NS)
+    assert r.status == 200 and r.json()["reason"] == "absent"
+
+
+def check_refused(broker, body, status, reason, method="POST",
+                  path="/api/v1/kv"):
+    before = kv(broker, [{"op": "getPrefix", "ns": "v", "prefix": "w"}])
+    r = broker.request(method, path, body=body)
+    assert r.status == status, (reason, r)
+    b = r.json()
+    assert b["reason"] == reason, b
+    assert b["error"] == ("payload_too_large" if status == 413
+                          else "kv_bad_request")
+    after = kv(broker, [{"op": "getPrefix", "ns": "v", "prefix": "w"}])
+    assert before == after
+
+
+def test_every_validation_reason_answers_and_writes_nothing(broker):
+    w = {"op": "put", "ns": "v", "key": "w1", "value": 1, "forever": True}
+    cases = [
+        (b"{nope", 400, "kv_bad_body"),
+        ({"ops": []}, 400, "kv_bad_body"),
+        ([w, {"op": "get", "ns": "Bad", "key": "k"}], 400, "kv_bad_namespace"),
+        ([w, {"op": "frob", "ns": "v", "key": "k"}], 400, "kv_unknown_op"),
+        ([w, {"op": "get", "ns": "v", "key": "k", "tenant": "x"}], 400,
+         "kv_tenant_not_an_input"),
+        ([w, 7], 400, "kv_bad_request"),
+        ([w, {"op": "get", "ns": "v", "key": ""}], 400, "kv_bad_key"),
+        ([w, {"op": "get", "ns": "v", "key": "a\u0000b"}], 400, "kv_bad_key"),
+        ([w, {"op": "get", "ns": "v", "key": "k" * 513}], 413,
+         "kv_key_too_large"),
+        ([w, {"op": "put", "ns": "v", "key": "k", "value": 1}], 400,
+         "kv_expiry_not_specified"),
+        ([w, {"op": "put", "ns": "v", "key": "k", "value": 1,
+              "forever": False}], 400, "kv_expiry_not_specified"),
+        ([w, {"op": "put", "ns": "v", "key": "k", "value": 1,
+              "forever": True, "ttlSeconds": 5}], 400,
+         "kv_expiry_not_specified"),
+        ([w, {"op": "put", "ns": "v", "key": "k", "value": 1,
+              "ttlSeconds": 0}], 400, "kv_bad_ttl"),
+        ([w, {"op": "put", "ns": "v", "key": "k", "value": "x" * 70000,
+              "forever": True}], 413, "kv_value_too_large"),
+        ([w, {"op": "put", "ns": "v", "key": "k", "value": 1,
+              "forever": True, "expect": -1}], 400, "kv_bad_expect"),
+        ([w, {"op": "putIfAbsent", "ns": "v", "key": "k", "value": 1,
+              "forever": True, "expect": 3}], 400, "kv_bad_expect"),
+        ([w, {"op": "incr", "ns": "v", "key": "k", "forever": True,
+              "expect": 1}], 400, "kv_bad_expect"),
+        ([w, dict(w)], 400, "kv_duplicate_key_in_call"),
+        ([w] + [{"op": "get", "ns": "v", "key": "g"}] * 256, 400,
+         "kv_too_many_ops"),
+        ([w, {"op": "getMany", "ns": "v", "keys": ["k"] * 4100}], 400,
+         "kv_too_many_keys"),
+        ([w, {"op": "getPrefix", "ns": "v"}], 400, "kv_prefix_required"),
+    ]
+    for body, status, reason in cases:
+        check_refused(broker, body, status, reason)
+    check_refused(broker, None, 400, "kv_no_query_string", method="GET",
+                  path="/api/v1/kv/v/k?x=1")
+    check_refused(broker, {"key": "k", "value": 1, "forever": True}, 400,
+                  "kv_field_in_path", method="PUT", path="/api/v1/kv/v/w2")
+
+
+def test_the_namespace_detail_quotes_the_pattern(broker):
+    r = broker.post("/api/v1/kv", [{"op": "get", "ns": "Bad", "key": "k"}])
+    assert r.json()["detail"] == \
+        "namespace 'Bad' does not match ^[a-z0-9][a-z0-9._-]{0,63}$"
+
+
+def test_kv_writes_move_safe_time_on_an_idle_broker(broker):
+    kv(broker, [put("tick", 0)])
+    t0 = safe_time(broker)
+    for i in range(3):
+        time.sleep(0.01)
+        kv(broker, [put("tick", i + 1)])
+    assert safe_time(broker) > t0
+
+
+def writer(port, stop, answered, lock):
+    i = 0
+    while not stop.is_set():
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        key = "crash:%06d" % i
+        body = json.dumps([{"op": "putIfAbsent", "ns": NS, "key": key,
+                            "value": i, "forever": True}]).encode()
+        try:
+            conn.request("POST", "/api/v1/kv", body=body,
+                         headers={"content-type": "application/json"})
+            r = conn.getresponse()
+            if r.status == 200:
+                res = json.loads(r.read())["results"][0]
+                with lock:
+                    answered.append((key, res["applied"], res["version"]))
+        except OSError:
+            return
+        finally:
+            conn.close()
+        i += 1
+
+
+def test_kill_9_during_kv_batches_keeps_answered_ones_once(broker):
+    stop = threading.Event()
+    answered = []
+    lock = threading.Lock()
+    t = threading.Thread(target=writer,
+                         args=(broker.port, stop, answered, lock))
+    t.start()
+    wait_until(lambda: len(answered) >= 200, 30, "200 answered batches")
+    broker.kill9()
+    stop.set()
+    t.join(10)
+    broker.start()
+    assert all(applied for _, applied, _ in answered)
+    keys = [k for k, _, _ in answered]
+    for base in range(0, len(keys), 200):
+        chunk = keys[base:base + 200]
+        res = kv(broker, [{"op": "getMany", "ns": NS, "keys": chunk}])
+        rows = {r["key"]: r["version"] for r in res["results"][0]["rows"]}
+        for k, _, v in answered[base:base + 200]:
+            assert rows.get(k) == v, k
+    last = max(v for _, _, v in answered)
+    r = kv(broker, [put("after-crash", 1)])["results"][0]
+    assert r["version"] > last
