@@ -74,8 +74,27 @@ struct lost_copy {
     int64_t to;
 };
 
+/* One line per 5 s per kind of failure, with the count suppressed (3.7). */
+enum sample_kind {
+    SAMPLE_PUT,
+    SAMPLE_KV,
+    SAMPLE_FETCH,
+    SAMPLE_DISCOVERY,
+    SAMPLE_KINDS
+};
+
+#define DRIVER_SAMPLE_MS 5000
+
+struct sampler {
+    bool has_logged;
+    int64_t last_ms;
+    uint64_t suppressed;
+};
+
 struct driver {
     struct driver_config cfg;
+    struct sampler samplers[SAMPLE_KINDS];
+    int64_t now_ms;
     const struct sink_broker *b;
     struct s3_client *s3;
     struct lease *lease;
@@ -186,6 +205,31 @@ static void set_error(struct driver *d, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(d->last_error, sizeof(d->last_error), fmt, ap);
     va_end(ap);
+}
+
+/* Record a failure in last_error and log it through the kind's sampler. */
+static void fail_sampled(struct driver *d, enum sample_kind kind,
+                         const char *fmt, ...) PRINTF(3, 4);
+
+static void fail_sampled(struct driver *d, enum sample_kind kind,
+                         const char *fmt, ...)
+{
+    static const char *const names[] = {"put", "kv", "fetch", "discovery"};
+    struct sampler *s = &d->samplers[kind];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(d->last_error, sizeof(d->last_error), fmt, ap);
+    va_end(ap);
+    if (s->has_logged && d->now_ms - s->last_ms < DRIVER_SAMPLE_MS) {
+        s->suppressed++;
+        return;
+    }
+    log_warn("sink", "%s failed queue=%s error=%s suppressed=%" PRIu64,
+             names[kind], d->cfg.queue, d->last_error, s->suppressed);
+    s->has_logged = true;
+    s->last_ms = d->now_ms;
+    s->suppressed = 0;
 }
 
 static void stop(struct driver *d, enum driver_stop s, const char *why)
@@ -672,10 +716,10 @@ static bool do_discover(struct driver *d, const struct engine_discover *a)
     memset(&ans, 0, sizeof(ans));
     if (d->b->changed(d->b->arg, d->cfg.tenant, &req, 1, &ans, &err) != 0 ||
         ans.n_entries != 1) {
-        set_error(d, "discovery: %s",
-                  ans.n_entries != 1 && err.msg[0] == '\0'
-                      ? "discovery answered no entry for this queue"
-                      : err.msg);
+        fail_sampled(d, SAMPLE_DISCOVERY, "discovery: %s",
+                     ans.n_entries != 1 && err.msg[0] == '\0'
+                         ? "discovery answered no entry for this queue"
+                         : err.msg);
         store_changed_answer_free(&ans);
         engine_on_discovery_failed(d->e);
         return false;
@@ -715,7 +759,7 @@ static bool do_discover(struct driver *d, const struct engine_discover *a)
     free(v);
     store_changed_answer_free(&ans);
     if (rc != 0) {
-        set_error(d, "discovery: %s", err.msg);
+        fail_sampled(d, SAMPLE_DISCOVERY, "discovery: %s", err.msg);
     }
     return rc == 0 && page.error == ENGINE_ANSWER_OK;
 }
@@ -757,7 +801,7 @@ static bool do_fetch(struct driver *d, const struct engine_fetch *a)
     memset(&ans, 0, sizeof(ans));
     if (d->b->fetch(d->b->arg, d->cfg.tenant, reqs, a->n, &ans, &err) != 0 ||
         ans.n_entries != a->n) {
-        set_error(d, "fetch: %s", err.msg);
+        fail_sampled(d, SAMPLE_FETCH, "fetch: %s", err.msg);
         engine_on_fetch_failed(d->e, a->call_id);
         goto out_free;
     }
@@ -770,7 +814,7 @@ static bool do_fetch(struct driver *d, const struct engine_fetch *a)
     }
     ok = engine_on_fetch(d->e, a->call_id, r, a->n, &err) == 0;
     if (!ok) {
-        set_error(d, "fetch: %s", err.msg);
+        fail_sampled(d, SAMPLE_FETCH, "fetch: %s", err.msg);
     }
     for (size_t i = 0; i < a->n; i++) {
         free(recs[i]);
@@ -883,7 +927,7 @@ static int fenced_put(struct driver *d, const char *what, const char *key,
         return -1;
     }
     if (sink_broker_kv_retriable(rc)) {
-        set_error(d, "kv %s", why);
+        fail_sampled(d, SAMPLE_KV, "kv %s", why);
         retry_later(d, now, -1);
         return 1;
     }
@@ -1037,7 +1081,7 @@ static int put_object(struct driver *d, const char *key, const struct buf *b,
         return 0;
     }
     snprintf(why, sizeof(why), "PUT %s: %s", key, err.msg);
-    set_error(d, "%s", why);
+    fail_sampled(d, SAMPLE_PUT, "%s", why);
     if (s3_retriable(&r.st, rc)) {
         retry_later(d, now, r.st.retry_after_ms);
         return 1;
@@ -1136,7 +1180,7 @@ static int do_upload(struct driver *d, int64_t now)
     size_t n = 0;
     struct err err;
     const char *ctype = d->cfg.format == DRIVER_FORMAT_PARQUET
-                            ? "application/vnd.apache.parquet"
+                            ? PARQUET_CONTENT_TYPE
                             : JSONL_CONTENT_TYPE;
     int rc = build_objects(d, p, &o, &n, &err);
 
@@ -1183,6 +1227,10 @@ static void log_committed(struct driver *d, const struct engine_commit *c)
     }
     d->ctr.records_lost += lost;
     d->n_lost = 0;
+    if (d->cfg.on_commit != NULL) {
+        d->cfg.on_commit(d->cfg.on_commit_arg, c->k, c->records, c->bytes,
+                         lost);
+    }
     engine_lag(d->e, &lag);
     isotime_format_us(c->t_end, t_end);
     log_info("sink",
@@ -1582,6 +1630,7 @@ int driver_tick(struct driver *d, int64_t now_ms, int64_t wall_ms,
     struct err err;
 
     d->wall_ms = wall_ms;
+    d->now_ms = now_ms;
     if (d->stop == DRIVER_RUNNING && !d->has_started) {
         err_clear(&err);
         if (start(d, &err) != 0 && d->stop == DRIVER_RUNNING) {

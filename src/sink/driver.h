@@ -102,6 +102,11 @@ struct driver_config {
     enum driver_crash crash_at;
     bool crash_returns; /* unit tests: stop Crashed instead of abort() */
     int kv_timeout_ms;  /* 0 = KV_CALL_TIMEOUT_MS */
+    /* Called after every committed window (metrics histograms); NULL =
+     * none. Runs on the ticking thread. */
+    void (*on_commit)(void *arg, int64_t k, uint64_t records, uint64_t bytes,
+                      uint64_t records_lost);
+    void *on_commit_arg;
     /* Uniform in [0, 1) for the backoff jitter; NULL = 0.5. */
     double (*random)(void *arg);
     void *random_arg;

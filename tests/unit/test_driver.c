@@ -740,3 +740,77 @@ TEST(crash_point_names_parse)
     EXPECT_EQ_I64(c, DRIVER_CRASH_MID_UPLOAD);
     EXPECT(!driver_crash_parse("sometimes", &c));
 }
+
+struct seen_commits {
+    int n;
+    int64_t k[8];
+    uint64_t records[8];
+};
+
+static void on_commit(void *arg, int64_t k, uint64_t records, uint64_t bytes,
+                      uint64_t lost)
+{
+    struct seen_commits *s = arg;
+
+    UNUSED(bytes);
+    UNUSED(lost);
+    if (s->n < 8) {
+        s->k[s->n] = k;
+        s->records[s->n++] = records;
+    }
+}
+
+TEST(every_commit_is_reported_with_its_counts)
+{
+    struct rig *r = rig_open();
+    struct seen_commits seen = {0};
+    struct driver_status st;
+
+    r->cfg.on_commit = on_commit;
+    r->cfg.on_commit_arg = &seen;
+    seed_two_hours(&r->f);
+    new_driver(r);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(seen.n, 2);
+    EXPECT_EQ_I64(seen.k[0], 1);
+    EXPECT_EQ_I64(seen.k[1], 2);
+    EXPECT_EQ_U64(seen.records[0], 6);
+    EXPECT_EQ_U64(seen.records[1], 6);
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.windows_committed, 2);
+    EXPECT_EQ_U64(st.counters.records, 12);
+    EXPECT(st.counters.bytes_jsonl > 0);
+    EXPECT_EQ_U64(st.counters.bytes_parquet, 0);
+    EXPECT(st.has_t_end);
+    EXPECT_EQ_I64(st.t_end, at("2026-09-04T12:00:00.000000Z"));
+    EXPECT_STR_EQ(st.last_error, "");
+    rig_close(r);
+}
+
+TEST(a_redo_committed_from_its_manifest_counts_the_manifest_records)
+{
+    struct rig *r = rig_open();
+    struct driver_status st;
+
+    seed_two_hours(&r->f);
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    r->cfg.crash_at = DRIVER_CRASH_AFTER_UPLOAD;
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_CRASHED);
+    r->cfg.crash_at = DRIVER_CRASH_NEVER;
+    new_lease(r);
+    new_driver(r);
+    int puts = r->k.puts;
+    r->now++;
+    driver_tick(r->d, r->now, 1788000000000, &r->next);
+    driver_status(r->d, &st);
+    EXPECT_EQ_I64(st.committed_k, 1);
+    EXPECT_EQ_U64(st.counters.records, 6);
+    EXPECT_EQ_I64(r->k.puts, puts);
+    struct fake_row *c = fake_row_must(&r->f, "s3:default:orders:committed");
+    EXPECT(strstr(c->value,
+                  "queen/_queen/tenant=00000000-0000-0000-0000-000000000001/"
+                  "queue=orders/windows/0000000001.json") != NULL);
+    rig_close(r);
+}
