@@ -1,0 +1,389 @@
+/* sink/config: every setting parsed from a table of variables, defaults,
+ * aliases, each validation message of reference 5.5 word for word, the
+ * instance rule of 3.1 and the boot line of 5.6. */
+#include "sink/config.h"
+
+#include <stdlib.h>
+
+#include "harness.h"
+
+struct table {
+    const char *kv[64]; /* name, value, name, value, ..., NULL */
+};
+
+static const char *table_get(void *ctx, const char *name)
+{
+    const struct table *t = ctx;
+
+    for (size_t i = 0; t->kv[i] != NULL; i += 2) {
+        if (strcmp(t->kv[i], name) == 0) {
+            return t->kv[i + 1];
+        }
+    }
+    return NULL;
+}
+
+#define BASE                                                                   \
+    "QUEEN_S3_QUEUES", "orders", "QUEEN_S3_ENDPOINT", "http://127.0.0.1:7070", \
+        "QUEEN_S3_REGION", "us-east-1", "QUEEN_S3_BUCKET", "lake",             \
+        "QUEEN_S3_ACCESS_KEY", "AKID", "QUEEN_S3_SECRET_KEY", "sekrit-value"
+
+static int load(struct table *t, struct sink_config *c,
+                struct sink_node_config *n, struct err *err)
+{
+    struct sink_env env = {
+        .get = table_get, .ctx = t, .cores = 8, .system_hostname = "sys"};
+
+    return sink_config_load(c, n, &env, err);
+}
+
+/* Load BASE plus one variable and return the error message ("" if ok). */
+static void refuse(const char *name, const char *value, const char *want)
+{
+    struct table t = {{name, value, BASE, NULL}};
+    struct sink_config c;
+    struct sink_node_config n;
+    struct err err = {0};
+    int rc = load(&t, &c, &n, &err);
+    char full[SINK_FATAL_MAX];
+
+    EXPECT_EQ_I64(rc, ERR_INVALID);
+    snprintf(full, sizeof(full), "QUEEN_S3_EMBEDDED=true: %s", want);
+    EXPECT_STR_EQ(n.fatal, full);
+    EXPECT(strncmp(err.msg, want, sizeof(err.msg) - 1) == 0);
+    EXPECT(c.queues == NULL);
+}
+
+TEST(defaults)
+{
+    struct table t = {{BASE, NULL}};
+    struct sink_config c;
+    struct sink_node_config n;
+    struct err err;
+
+    EXPECT_EQ_I64(load(&t, &c, &n, &err), 0);
+    EXPECT(c.is_set);
+    EXPECT_STR_EQ(c.sink, "default");
+    EXPECT_EQ_U64(c.n_queues, 1);
+    EXPECT_STR_EQ(c.queues[0], "orders");
+    EXPECT_STR_EQ(c.prefix, "queen");
+    EXPECT(c.format == SINK_FORMAT_JSONL && c.compression == JSONL_ZSTD);
+    EXPECT(c.parquet_codec == PARQUET_ZSTD && c.layout == LAYOUT_MERGED);
+    EXPECT(c.align == LAYOUT_ALIGN_HOUR && c.start == ENGINE_START_LATEST);
+    EXPECT(c.sse == SINK_SSE_OFF && !c.path_style);
+    EXPECT_EQ_U64(c.target_bytes, 128 * SINK_MIB);
+    EXPECT_EQ_U64(c.max_window_ms, 300000);
+    EXPECT_EQ_U64(n.threads, 2); /* clamp(8/4, 1, 2) */
+    EXPECT_EQ_U64(n.shutdown_grace_ms, 30000);
+    EXPECT_EQ_U64(n.checkpoint_every, 20);
+    EXPECT_EQ_U64(n.memory_bytes, 512 * SINK_MIB);
+    EXPECT_EQ_U64(n.fetch_concurrency, 4);
+    EXPECT_EQ_U64(n.discovery_interval_ms, 2000);
+    EXPECT_EQ_U64(n.safe_guard_ms, 5000);
+    EXPECT_EQ_U64(n.lease_ttl_ms, 30000);
+    EXPECT_EQ_U64(n.multipart_threshold_bytes, 64 * SINK_MIB);
+    EXPECT_STR_EQ(n.instance, "node-1@sys");
+    EXPECT_EQ_I64(n.crash_at, 0);
+    EXPECT_STR_EQ(n.ignored, "");
+    sink_config_free(&c);
+}
+
+TEST(no_tenant_variable_means_no_env_sink)
+{
+    struct table t = {
+        {"QUEEN_S3_LISTEN", ":1", "QUEEN_S3_THREADS", " 3 ", NULL}};
+    struct sink_config c;
+    struct sink_node_config n;
+    struct err err;
+
+    EXPECT_EQ_I64(load(&t, &c, &n, &err), 0);
+    EXPECT(!c.is_set);
+    EXPECT_EQ_U64(n.threads, 3);
+    EXPECT_STR_EQ(n.ignored, "QUEEN_S3_LISTEN");
+    sink_config_free(&c);
+}
+
+TEST(threads_default_clamps)
+{
+    long cores[] = {1, 4, 7, 64};
+    uint32_t want[] = {1, 1, 1, 2};
+
+    for (size_t i = 0; i < ARRAY_LEN(cores); i++) {
+        struct table t = {{NULL}};
+        struct sink_env env = {table_get, &t, cores[i], NULL};
+        struct sink_config c;
+        struct sink_node_config n;
+        struct err err;
+
+        EXPECT_EQ_I64(sink_config_load(&c, &n, &env, &err), 0);
+        EXPECT_EQ_U64(n.threads, want[i]);
+        EXPECT_STR_EQ(n.instance, "node-1@localhost");
+    }
+}
+
+TEST(aliases_and_case)
+{
+    struct table t = {{"QUEEN_S3_FORMAT",
+                       " NDJSON ",
+                       "QUEEN_S3_COMPRESSION",
+                       "gz",
+                       "QUEEN_S3_PARQUET_CODEC",
+                       "Snap",
+                       "QUEEN_S3_LAYOUT",
+                       "per_partition",
+                       "QUEEN_S3_ALIGN",
+                       "DAILY",
+                       "QUEEN_S3_START",
+                       "beginning",
+                       "QUEEN_S3_SSE",
+                       "kms",
+                       "QUEEN_S3_SSE_KMS_KEY_ID",
+                       "arn:key/abcd1234",
+                       "QUEEN_S3_PATH_STYLE",
+                       "Yes",
+                       "QUEEN_S3_CRASH_AT",
+                       "MID_UPLOAD",
+                       "QUEEN_S3_PREFIX",
+                       "/lake/queen/",
+                       "QUEEN_S3_ENDPOINT",
+                       "https://gw:7070/",
+                       BASE,
+                       NULL}};
+    struct sink_config c;
+    struct sink_node_config n;
+    struct err err;
+
+    EXPECT_EQ_I64(load(&t, &c, &n, &err), 0);
+    EXPECT(c.format == SINK_FORMAT_JSONL && c.compression == JSONL_GZIP);
+    EXPECT(c.parquet_codec == PARQUET_SNAPPY);
+    EXPECT(c.layout == LAYOUT_PER_PARTITION && c.align == LAYOUT_ALIGN_DAY);
+    EXPECT(c.start == ENGINE_START_EARLIEST && c.sse == SINK_SSE_KMS);
+    EXPECT(c.path_style);
+    EXPECT_EQ_I64(n.crash_at, 2);
+    EXPECT_STR_EQ(c.prefix, "lake/queen");
+    EXPECT_STR_EQ(c.endpoint, "https://gw:7070");
+    sink_config_free(&c);
+}
+
+TEST(queue_lists)
+{
+    struct table t = {{"QUEEN_S3_QUEUES", " a , ,b,, c ", BASE, NULL}};
+    struct table all = {{"QUEEN_S3_QUEUES", "*", BASE, NULL}};
+    struct sink_config c;
+    struct sink_node_config n;
+    struct err err;
+
+    EXPECT_EQ_I64(load(&t, &c, &n, &err), 0);
+    EXPECT_EQ_U64(c.n_queues, 3);
+    EXPECT_STR_EQ(c.queues[0], "a");
+    EXPECT_STR_EQ(c.queues[1], "b");
+    EXPECT_STR_EQ(c.queues[2], "c");
+    sink_config_free(&c);
+    EXPECT_EQ_I64(load(&all, &c, &n, &err), 0);
+    EXPECT(c.all_queues && c.n_queues == 0);
+    sink_config_free(&c);
+    refuse("QUEEN_S3_QUEUES", "a,*",
+           "QUEEN_S3_QUEUES lists `*` among queue names: every queue of the "
+           "tenant is the string \"*\" on its own");
+    refuse("QUEEN_S3_QUEUES", ", ,",
+           "QUEEN_S3_QUEUES=, , names no queue. It is a comma separated list "
+           "of queue names, or `*` for every queue of the tenant");
+}
+
+TEST(bounded_templates)
+{
+    refuse("QUEEN_S3_MAX_WINDOW_MS", "50",
+           "QUEEN_S3_MAX_WINDOW_MS=50 is outside 100..=86400000. It is how "
+           "long a window may stay open; the lag SLO is about this plus the "
+           "safe lag");
+    refuse("QUEEN_S3_MAX_WINDOW_MS", "86400001",
+           "QUEEN_S3_MAX_WINDOW_MS=86400001 is outside 100..=86400000. It is "
+           "how long a window may stay open; the lag SLO is about this plus "
+           "the safe lag");
+    refuse("QUEEN_S3_TARGET_MB", "1.5",
+           "QUEEN_S3_TARGET_MB=1.5 is not a whole number. It is the "
+           "uncompressed buffered bytes a window closes at, in 1..=5120");
+    refuse("QUEEN_S3_TARGET_MB", "-1",
+           "QUEEN_S3_TARGET_MB=-1 is not a whole number. It is the "
+           "uncompressed buffered bytes a window closes at, in 1..=5120");
+    refuse("QUEEN_S3_TARGET_MB", "0",
+           "QUEEN_S3_TARGET_MB=0 is outside 1..=5120. It is the uncompressed "
+           "buffered bytes a window closes at");
+    refuse("QUEEN_S3_SAFE_GUARD_MS", "3600001",
+           "QUEEN_S3_SAFE_GUARD_MS=3600001 is outside 0..=3600000. It is "
+           "subtracted from the node's safeTime before a window may close: a "
+           "margin on the broker's clock, paid in latency");
+    refuse("QUEEN_S3_LEASE_TTL_MS", "999",
+           "QUEEN_S3_LEASE_TTL_MS=999 is outside 1000..=3600000. It is how "
+           "long a queue lease survives without a refresh");
+    refuse("QUEEN_S3_MULTIPART_THRESHOLD_MB", "4",
+           "QUEEN_S3_MULTIPART_THRESHOLD_MB=4 is outside 5..=5120. It is "
+           "objects at or below this go up as a single PUT with a "
+           "Content-MD5; above it they go up as a multipart upload");
+}
+
+TEST(preflight_template)
+{
+    refuse("QUEEN_S3_THREADS", "0",
+           "QUEEN_S3_THREADS=0 is not an integer in 1..=64");
+    refuse("QUEEN_S3_THREADS", "65",
+           "QUEEN_S3_THREADS=65 is not an integer in 1..=64");
+    refuse("QUEEN_S3_THREADS", "two",
+           "QUEEN_S3_THREADS=two is not an integer in 1..=64");
+    refuse("QUEEN_S3_SHUTDOWN_GRACE_MS", "99",
+           "QUEEN_S3_SHUTDOWN_GRACE_MS=99 is not an integer in 100..=3600000");
+}
+
+TEST(enum_refusals_print_lowercased)
+{
+    refuse("QUEEN_S3_FORMAT", "CSV",
+           "QUEEN_S3_FORMAT=csv is not a format. It is `jsonl` (one JSON "
+           "object per line, every reader takes it) or `parquet`");
+    refuse("QUEEN_S3_PARQUET_CODEC", "lz4",
+           "QUEEN_S3_PARQUET_CODEC=lz4 is not a codec. It is `zstd` or "
+           "`snappy`");
+    refuse("QUEEN_S3_ALIGN", "week",
+           "QUEEN_S3_ALIGN=week is not an alignment. It is `hour`, `day` or "
+           "`none`; it is the Hive bucket a window may not straddle, so "
+           "dt=/hour= are exact");
+    refuse("QUEEN_S3_PATH_STYLE", "Maybe",
+           "QUEEN_S3_PATH_STYLE=maybe is not a boolean. It is `true` or "
+           "`false`");
+    refuse("QUEEN_S3_CRASH_AT", "Sometimes",
+           "QUEEN_S3_CRASH_AT=sometimes is not a fault point. It is "
+           "`after_intent`, `mid_upload`, `after_upload`, `before_commit` or "
+           "`after_commit` — the crash matrix of the test plan. Unset it "
+           "anywhere that is not a test");
+    refuse("QUEEN_S3_SSE_KMS_KEY_ID", "k1",
+           "QUEEN_S3_SSE_KMS_KEY_ID is set but QUEEN_S3_SSE=off — the key id "
+           "would be ignored and every object encrypted with the bucket's "
+           "own key. Set QUEEN_S3_SSE=aws:kms, or unset the key id");
+}
+
+TEST(names_and_paths)
+{
+    refuse("QUEEN_S3_BUCKET", "lake/x",
+           "QUEEN_S3_BUCKET=lake/x is not a bucket name: it is one name, "
+           "with no slash and no space. A prefix inside the bucket is "
+           "QUEEN_S3_PREFIX");
+    refuse("QUEEN_S3_ENDPOINT", "gw:7070",
+           "QUEEN_S3_ENDPOINT=gw:7070 has no scheme: it starts with http:// "
+           "or https://");
+    refuse("QUEEN_S3_ENDPOINT", "http://",
+           "QUEEN_S3_ENDPOINT=http:// has no host");
+    refuse("QUEEN_S3_ENDPOINT", "http://gw/lake",
+           "QUEEN_S3_ENDPOINT=http://gw/lake carries a path. The endpoint is "
+           "scheme://host[:port] only; a prefix inside the bucket is "
+           "QUEEN_S3_PREFIX");
+    refuse("QUEEN_S3_PREFIX", "//",
+           "QUEEN_S3_PREFIX=// is empty. It is the root every object is "
+           "written under, e.g. `queen` or `lake/queen`");
+    refuse("QUEEN_S3_PREFIX", "a/../b",
+           "QUEEN_S3_PREFIX=a/../b has an empty or relative segment (\"..\")."
+           " It is a plain path, e.g. `queen` or `lake/queen`");
+    refuse("QUEEN_S3_SINK", "a b",
+           "QUEEN_S3_SINK=a b is not a sink name. It is 1..=64 characters of "
+           "[A-Za-z0-9._-]: the name scopes the sink's KV documents (lease, "
+           "intent, commit pointer) and anything else could run into another "
+           "sink's keys. It is in no object key: two sinks writing the same "
+           "queue use different QUEEN_S3_PREFIX values");
+}
+
+TEST(partitions_refused_whole)
+{
+    refuse("QUEEN_S3_PARTITIONS", "q:0..3",
+           "QUEEN_S3_PARTITIONS is set: the static partition list is not "
+           "supported in this release. A window may only close at or below "
+           "the broker's safeTime, and safeTime is answered by POST "
+           "/api/v1/partitions/changed — the endpoint discovery already "
+           "uses — so a sink with a static list has no boundary it is "
+           "allowed to close at. Unset QUEEN_S3_PARTITIONS; the sink "
+           "discovers the partitions of QUEEN_S3_QUEUES itself, at any "
+           "cardinality");
+}
+
+TEST(required_and_order)
+{
+    struct table t = {
+        {"QUEEN_S3_BUCKET", "lake", "QUEEN_S3_FORMAT", "csv", NULL}};
+    struct table t2 = {
+        {"QUEEN_S3_QUEUES", "a", "QUEEN_S3_FORMAT", "csv", NULL}};
+    struct sink_config c;
+    struct sink_node_config n;
+    struct err err;
+
+    EXPECT_EQ_I64(load(&t, &c, &n, &err), ERR_INVALID);
+    EXPECT(strstr(n.fatal, "QUEEN_S3_EMBEDDED=true: QUEEN_S3_BUCKET is set "
+                           "but QUEEN_S3_QUEUES is not: QUEEN_S3_QUEUES is "
+                           "what turns the environment's sink on") != NULL);
+    /* The endpoint is checked before the format. */
+    EXPECT_EQ_I64(load(&t2, &c, &n, &err), ERR_INVALID);
+    EXPECT_STR_EQ(err.msg,
+                  "QUEEN_S3_ENDPOINT is not set: it is the S3 API base URL, "
+                  "e.g. https://s3.eu-central-1.amazonaws.com or "
+                  "http://gw:7070");
+}
+
+TEST(instance_rule)
+{
+    struct table a = {
+        {"QUEEN_S3_INSTANCE", "eu1", "QUEEN_RAFT_NODE_ID", "3", NULL}};
+    struct table b = {
+        {"QUEEN_S3_INSTANCE", "eu1/node-3", "QUEEN_RAFT_NODE_ID", "3", NULL}};
+    struct table h = {{"HOSTNAME", " box7 ", "QUEEN_RAFT_NODE_ID", "2", NULL}};
+    struct sink_config c;
+    struct sink_node_config n;
+    struct err err;
+
+    EXPECT_EQ_I64(load(&a, &c, &n, &err), 0);
+    EXPECT_STR_EQ(n.instance, "eu1/node-3");
+    EXPECT_EQ_I64(load(&b, &c, &n, &err), 0);
+    EXPECT_STR_EQ(n.instance, "eu1/node-3");
+    EXPECT_EQ_I64(load(&h, &c, &n, &err), 0);
+    EXPECT_STR_EQ(n.instance, "node-2@box7");
+}
+
+TEST(boot_line_hides_the_secret)
+{
+    struct table t = {{"QUEEN_S3_SSE", "aws:kms", "QUEEN_S3_SSE_KMS_KEY_ID",
+                       "arn:aws:kms:key/5678wxyz", "QUEEN_S3_QUEUES", "a,b",
+                       "QUEEN_S3_PATH_STYLE", "true", BASE, NULL}};
+    struct sink_config c;
+    struct sink_node_config n;
+    struct err err;
+    struct buf b;
+
+    EXPECT_EQ_I64(load(&t, &c, &n, &err), 0);
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(sink_config_boot_line(&c, &n, "default", &b, &err), 0);
+    EXPECT_STR_EQ(
+        b.data,
+        "queen-s3 2.0.0 tenant=default sink=default instance=node-1@sys "
+        "queues=a,b partitions=discovery s3=http://127.0.0.1:7070 "
+        "bucket=lake prefix=queen region=us-east-1 addressing=path-style "
+        "sse=aws:kms(\u2026wxyz) format=jsonl compression=zstd layout=merged "
+        "align=hour target_mb=128 max_window_ms=300000 start=latest "
+        "checkpoint_every=20 memory_mb=512 fetch_concurrency=4 "
+        "discovery_interval_ms=2000 safe_guard_ms=5000 lease_ttl_ms=30000 "
+        "multipart_threshold_mb=64 crash_at=never");
+    EXPECT(strstr(b.data, "sekrit") == NULL);
+    buf_free(&b);
+    sink_config_free(&c);
+}
+
+TEST(ignored_warning)
+{
+    struct table t = {
+        {"QUEEN_S3_LISTEN", "0.0.0.0:1", "QUEEN_S3_LOG_FORMAT", "json", NULL}};
+    struct sink_config c;
+    struct sink_node_config n;
+    struct err err;
+    struct buf b;
+
+    EXPECT_EQ_I64(load(&t, &c, &n, &err), 0);
+    buf_init(&b, BUF_UNLIMITED);
+    sink_config_ignored_warning(&n, &b);
+    EXPECT(b.len > 0);
+    EXPECT(strstr(b.data, "QUEEN_S3_LISTEN, QUEEN_S3_LOG_FORMAT") != NULL);
+    buf_free(&b);
+}
