@@ -534,7 +534,7 @@ out_free:
 /* The redo's manifest, when its upload already finished (3.5). Returns 0
  * (committed from it or not), or the GET's error when it may be retried. */
 static int check_redo_manifest(struct driver *d, const struct docs_intent *in,
-                               struct err *err)
+                               bool *taken, struct err *err)
 {
     struct buf key;
     struct buf body;
@@ -563,12 +563,19 @@ static int check_redo_manifest(struct driver *d, const struct docs_intent *in,
                                cstr(d->cfg.tenant_text), cstr(d->cfg.queue))) {
         goto out_free;
     }
-    if (engine_on_manifest_found(d->e, in->k, buf_slice(&key), m.records,
-                                 m.bytes)) {
+    /* At start the engine commits it at once; a manifest that landed
+     * while the redo read stands in for the upload. */
+    *taken = d->has_started
+                 ? (engine_on_uploaded(d->e, m.records, m.bytes), true)
+                 : engine_on_manifest_found(d->e, in->k, buf_slice(&key),
+                                            m.records, m.bytes);
+    if (*taken) {
         log_info("sink",
                  "the redo's upload finished: committing it from its "
                  "manifest queue=%s k=%" PRId64,
                  d->cfg.queue, in->k);
+        d->last_records = m.records;
+        d->last_bytes = m.bytes;
         free(d->lost);
         d->lost = xcalloc(m.n_lost + 1, sizeof(*d->lost));
         d->n_lost = m.n_lost;
@@ -668,7 +675,8 @@ static int start(struct driver *d, struct err *err)
         }
     }
     if (d->is_redo) {
-        rc = check_redo_manifest(d, &d->redo_intent, err);
+        bool taken = false;
+        rc = check_redo_manifest(d, &d->redo_intent, &taken, err);
         if (rc != 0) {
             return rc;
         }
@@ -1182,8 +1190,21 @@ static int do_upload(struct driver *d, int64_t now)
     const char *ctype = d->cfg.format == DRIVER_FORMAT_PARQUET
                             ? PARQUET_CONTENT_TYPE
                             : JSONL_CONTENT_TYPE;
-    int rc = build_objects(d, p, &o, &n, &err);
+    int rc;
 
+    if (d->is_redo && p->k == d->redo_intent.k) {
+        bool taken = false;
+        if (check_redo_manifest(d, &d->redo_intent, &taken, &err) != 0) {
+            fail_sampled(d, SAMPLE_PUT, "%s", err.msg);
+            retry_later(d, now, -1);
+            return 1;
+        }
+        if (taken) {
+            d->pend.kind = PENDING_NONE;
+            return 0;
+        }
+    }
+    rc = build_objects(d, p, &o, &n, &err);
     if (rc != 0) {
         stop(d, DRIVER_FAILED, err.msg);
         set_error(d, "%s", err.msg);

@@ -814,3 +814,71 @@ TEST(a_redo_committed_from_its_manifest_counts_the_manifest_records)
                   "queue=orders/windows/0000000001.json") != NULL);
     rig_close(r);
 }
+
+TEST(a_manifest_that_lands_while_the_redo_reads_is_taken_before_any_put)
+{
+    struct rig *r = rig_open();
+    struct buf saved;
+    struct err e;
+    char mkey[1024] = "";
+
+    seed_two_hours(&r->f);
+    r->cfg.crash_at = DRIVER_CRASH_AFTER_UPLOAD;
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_CRASHED);
+    /* take the manifest away: the other node's upload has not landed yet */
+    buf_init(&saved, BUF_UNLIMITED);
+    for (size_t i = 0; i < r->k.n; i++) {
+        if (strstr(r->k.objs[i].key, "windows/0000000001.json") != NULL) {
+            snprintf(mkey, sizeof(mkey), "%s", r->k.objs[i].key);
+            buf_append(&saved, r->k.objs[i].body.data, r->k.objs[i].body.len,
+                       &e);
+            buf_free(&r->k.objs[i].body);
+            r->k.objs[i] = r->k.objs[--r->k.n];
+        }
+    }
+    ASSERT(mkey[0] != '\0');
+    r->cfg.crash_at = DRIVER_CRASH_NEVER;
+    r->f.safe_time = at("2026-09-04T10:30:00.000000Z"); /* behind tEnd */
+    new_lease(r);
+    new_driver(r);
+    run_until(r, -1, 20);
+    EXPECT_EQ_I64(committed_k(r), 0);
+    int puts = r->k.puts;
+    /* the manifest lands, and the node catches up */
+    ASSERT(r->k.n < FAKE_MAX_OBJECTS);
+    struct fake_object *o = &r->k.objs[r->k.n++];
+    snprintf(o->key, sizeof(o->key), "%s", mkey);
+    buf_init(&o->body, BUF_UNLIMITED);
+    buf_append(&o->body, saved.data, saved.len, &e);
+    r->f.safe_time = at("2026-09-04T12:00:00.000001Z");
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    int w1 = 0;
+    for (int i = puts; i < r->k.puts && i < 64; i++) {
+        w1 += strstr(r->k.put_keys[i], "w-0000000001-") != NULL ||
+              strstr(r->k.put_keys[i], "windows/0000000001.json") != NULL;
+    }
+    EXPECT_EQ_I64(w1, 0);
+    EXPECT_EQ_U64(count_keys(&r->k, "/windows/"), 2);
+    buf_free(&saved);
+    rig_close(r);
+}
+
+TEST(a_forced_close_ends_the_window_early)
+{
+    struct rig *r = rig_open();
+
+    fake_push(&r->f, "a", at("2026-09-04T10:05:00.000000Z"));
+    r->f.safe_time = at("2026-09-04T10:06:00.000000Z");
+    r->cfg.max_window_ms = 3600000;
+    new_driver(r);
+    run_until(r, -1, 10);
+    EXPECT_EQ_I64(committed_k(r), 0);
+    driver_force_close(r->d);
+    run_until(r, 1, 50);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000001-"), 1);
+    rig_close(r);
+}
