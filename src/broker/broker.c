@@ -22,6 +22,7 @@
 #include "http/router.h"
 #include "http/server.h"
 #include "raft/node.h"
+#include "sink/host.h"
 #include "store/kv.h"
 #include "store/store.h"
 
@@ -42,6 +43,8 @@ struct broker {
     struct api api;
     struct kv_service *kv;
     uv_timer_t kv_sweep; /* the leader's KV expiry sweep */
+    struct sink_host *sink; /* NULL unless QUEEN_S3_EMBEDDED=true */
+    uv_timer_t sink_wait;   /* polls the sink's drain after the HTTP one */
     uv_signal_t sigterm;
     uv_signal_t sigint;
     enum broker_state state;
@@ -77,9 +80,30 @@ static void broker_on_node_closed(void *arg)
     b->node = NULL;
     b->state = BROKER_DONE;
     uv_close((uv_handle_t *)&b->kv_sweep, NULL);
+    uv_close((uv_handle_t *)&b->sink_wait, NULL);
     uv_close((uv_handle_t *)&b->sigterm, NULL);
     uv_close((uv_handle_t *)&b->sigint, NULL);
     log_info("broker", "stopped");
+}
+
+/* Reference 3.1: after the listener drained, wait what is left of the
+ * sink's grace (raft stays up: the drain's commits are KV writes). */
+static void broker_on_sink_wait(uv_timer_t *t)
+{
+    struct broker *b = t->data;
+
+    if (!sink_host_stopped(b->sink) && sink_host_grace_left_ms(b->sink) > 0) {
+        return;
+    }
+    uv_timer_stop(t);
+    if (!sink_host_stopped(b->sink)) {
+        log_warn("shutdown",
+                 "the in-process S3 sink did not stop inside its grace "
+                 "window; the next owner of its queues redoes the open "
+                 "windows from their intents");
+    }
+    b->state = BROKER_CLOSING_RAFT;
+    node_close(b->node, broker_on_node_closed, b);
 }
 
 static void broker_on_http_closed(void *arg)
@@ -87,8 +111,7 @@ static void broker_on_http_closed(void *arg)
     struct broker *b = arg;
 
     b->http = NULL;
-    b->state = BROKER_CLOSING_RAFT;
-    node_close(b->node, broker_on_node_closed, b);
+    uv_timer_start(&b->sink_wait, broker_on_sink_wait, 0, 20);
 }
 
 static void broker_on_signal(uv_signal_t *h, int signum)
@@ -100,6 +123,7 @@ static void broker_on_signal(uv_signal_t *h, int signum)
     }
     log_info("broker", "signal %d: stopping", signum);
     b->state = BROKER_DRAINING_HTTP;
+    sink_host_stop(b->sink); /* 3.1: before the listener's drain */
     http_server_stop_accepting(b->http);
     api_stop(&b->api);
     http_server_close(b->http, broker_on_http_closed, b);
@@ -178,7 +202,8 @@ static int broker_open_http(struct broker *b, struct err *err)
     b->router = router_new();
     api_init(&b->api, &b->loop, b->store, b->node);
     if (api_routes(&b->api, b->router, err) != 0 ||
-        api_kv_routes(&b->api, b->kv, b->router, err) != 0) {
+        api_kv_routes(&b->api, b->kv, b->router, err) != 0 ||
+        sink_host_boot(&b->sink, b->store, b->kv, &b->api, err) != 0) {
         return err->code;
     }
     memset(&hc, 0, sizeof(hc));
@@ -201,6 +226,8 @@ static void broker_signals(struct broker *b)
     b->sigint.data = b;
     uv_signal_start(&b->sigterm, broker_on_signal, SIGTERM);
     uv_signal_start(&b->sigint, broker_on_signal, SIGINT);
+    uv_timer_init(&b->loop, &b->sink_wait);
+    b->sink_wait.data = b;
 }
 
 /* A failed boot after node_start: close the node, run the loop until it
@@ -247,8 +274,12 @@ out_close:
         router_free(b.router);
     }
     api_kv_routes_free();
-    kv_service_free(b.kv);
-    store_close(b.store);
+    /* A sink past its grace may still be inside a store read or kv_call:
+     * leave what it borrows to the process exit. */
+    if (sink_host_free(b.sink)) {
+        kv_service_free(b.kv);
+        store_close(b.store);
+    }
     uv_loop_close(&b.loop);
     return rc;
 }

@@ -1,0 +1,306 @@
+/* The broker glue of the embedded S3 sink (see host.h).
+ *
+ * The in-process seam is thin on purpose: the store's reads are plain C
+ * calls safe from any thread, and kv_call() blocks the sink's thread until
+ * the batch is applied on the loop, so the sink sees the same answers the
+ * HTTP routes give without any JSON. */
+#include "sink/host.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api/api.h"
+#include "base/buf.h"
+#include "base/json.h"
+#include "base/log.h"
+#include "base/uuid7.h"
+#include "base/xalloc.h"
+#include "broker/kv.h"
+#include "s3/client.h"
+#include "s3/transport_curl.h"
+#include "sink/config.h"
+#include "sink/sink.h"
+#include "store/store.h"
+
+struct sink_host {
+    struct store *store;
+    struct kv_service *kv;
+    struct sink_config cfg;
+    struct sink_node_config node;
+    char tenant_text[37];
+    struct sink_broker broker;
+    struct s3_curl *curl;
+    struct s3_transport transport;
+    struct s3_client *s3;
+    struct sink *sink;
+    int64_t started_ms;
+    bool is_stopping;
+    int64_t stop_ms;
+};
+
+static int64_t host_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- the in-process seam --------------------------------------------- */
+
+static int host_changed(void *arg, const uint8_t tenant[16],
+                        const struct store_changed_req *reqs, size_t n,
+                        struct store_changed_answer *ans, struct err *err)
+{
+    struct sink_host *h = arg;
+
+    return store_changed(h->store, tenant, reqs, n, ans, err);
+}
+
+static int host_fetch(void *arg, const uint8_t tenant[16],
+                      const struct store_fetch_req *reqs, size_t n,
+                      struct store_fetch_answer *ans, struct err *err)
+{
+    struct sink_host *h = arg;
+
+    return store_fetch(h->store, tenant, reqs, n, ans, err);
+}
+
+static int host_kv(void *arg, const uint8_t tenant[16], const struct kv_op *ops,
+                   size_t n, int timeout_ms, struct kv_answer *out,
+                   struct err *err)
+{
+    struct sink_host *h = arg;
+
+    return kv_call(h->kv, tenant, ops, n, timeout_ms, out, err);
+}
+
+static int host_list_queues(void *arg, const uint8_t tenant[16],
+                            struct store_queue_list *out, struct err *err)
+{
+    struct sink_host *h = arg;
+
+    return store_list_queues(h->store, tenant, out, err);
+}
+
+static int host_safe_time(void *arg, int64_t *out, struct err *err)
+{
+    struct sink_host *h = arg;
+
+    return store_safe_time(h->store, out, err);
+}
+
+/* ---- hooks --------------------------------------------------------------- */
+
+static int host_status(void *arg, struct buf *out, struct err *err)
+{
+    struct sink_host *h = arg;
+    struct jw w;
+    const char *phase = h->is_stopping ? "stopped" : "running";
+
+    if (buf_append_str(out, ",\"s3\":", err) != 0) {
+        return err->code;
+    }
+    jw_init(&w, out);
+    jw_obj_begin(&w);
+    jw_key(&w, "mode");
+    jw_cstr(&w, "in-process");
+    jw_key(&w, "phase");
+    jw_cstr(&w, phase);
+    jw_key(&w, "threads");
+    jw_u64(&w, h->node.threads);
+    jw_key(&w, "controlPlane");
+    jw_obj_begin(&w);
+    jw_key(&w, "error");
+    jw_null(&w);
+    jw_obj_end(&w);
+    jw_key(&w, "sinks");
+    jw_arr_begin(&w);
+    jw_obj_begin(&w);
+    jw_key(&w, "tenant");
+    jw_cstr(&w, h->tenant_text);
+    jw_key(&w, "source");
+    jw_cstr(&w, "env");
+    jw_key(&w, "cluster");
+    jw_null(&w);
+    jw_key(&w, "phase");
+    jw_cstr(&w, sink_stopped(h->sink) ? "stopped" : "running");
+    jw_key(&w, "error");
+    jw_null(&w);
+    jw_key(&w, "restarts");
+    jw_u64(&w, 0);
+    jw_key(&w, "lastExit");
+    jw_null(&w);
+    if (!sink_stopped(h->sink)) {
+        jw_key(&w, "uptimeMs");
+        jw_i64(&w, host_now_ms() - h->started_ms);
+    }
+    jw_key(&w, "backoffMs");
+    jw_u64(&w, 0);
+    sink_status_json(h->sink, &w);
+    jw_obj_end(&w);
+    jw_arr_end(&w);
+    jw_obj_end(&w);
+    return jw_finish(&w, err);
+}
+
+static int host_metrics(void *arg, struct buf *out, struct err *err)
+{
+    struct sink_host *h = arg;
+
+    return sink_metrics(h->sink, out, err);
+}
+
+/* ---- boot ---------------------------------------------------------------- */
+
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+    size_t n = strlen(src);
+
+    n = n < cap - 1 ? n : cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+static int host_s3(struct sink_host *h, struct err *err)
+{
+    const struct sink_config *c = &h->cfg;
+    struct s3_config sc;
+
+    s3_config_defaults(&sc);
+    if (s3_endpoint_parse(&sc.ep, "QUEEN_S3_ENDPOINT", c->endpoint,
+                          "QUEEN_S3_PREFIX", err) != 0 ||
+        s3_endpoint_set_bucket(&sc.ep, "QUEEN_S3_BUCKET", c->bucket,
+                               "QUEEN_S3_PREFIX", err) != 0) {
+        return err->code;
+    }
+    sc.ep.path_style = c->path_style;
+    copy_str(sc.region, sizeof(sc.region), c->region);
+    copy_str(sc.access_key, sizeof(sc.access_key), c->access_key);
+    copy_str(sc.secret_key, sizeof(sc.secret_key), c->secret_key);
+    sc.sse = c->sse == SINK_SSE_KMS      ? S3_SSE_KMS
+             : c->sse == SINK_SSE_AES256 ? S3_SSE_AES256
+                                         : S3_SSE_NONE;
+    copy_str(sc.kms_key_id, sizeof(sc.kms_key_id), c->sse_kms_key_id);
+    sc.multipart_threshold = h->node.multipart_threshold_bytes;
+    h->curl = s3_curl_new();
+    h->transport = s3_curl_transport(h->curl);
+    h->s3 = s3_client_new(&sc, &h->transport, NULL);
+    return 0;
+}
+
+static void host_boot_logs(struct sink_host *h)
+{
+    struct buf line;
+    struct err err = {0};
+
+    buf_init(&line, BUF_UNLIMITED);
+    sink_config_ignored_warning(&h->node, &line);
+    if (line.len > 0) {
+        log_warn("queen-s3", "%s", line.data);
+    }
+    if (h->node.crash_at != 0) {
+        log_warn("queen-s3", "QUEEN_S3_CRASH_AT is set: this node aborts at "
+                             "that point of the commit sequence");
+    }
+    buf_reset(&line);
+    if (sink_config_boot_line(&h->cfg, &h->node, h->tenant_text, &line, &err) ==
+        0) {
+        log_info("queen-s3", "%s", line.data);
+    }
+    buf_free(&line);
+}
+
+static bool host_enabled(void)
+{
+    const char *v = getenv("QUEEN_S3_EMBEDDED");
+    bool on = false;
+
+    return v != NULL && sink_parse_bool(v, &on) && on;
+}
+
+int sink_host_boot(struct sink_host **out, struct store *store,
+                   struct kv_service *kv, struct api *api, struct err *err)
+{
+    struct sink_host *h;
+    struct sink_params p;
+
+    *out = NULL;
+    if (!host_enabled()) {
+        return 0;
+    }
+    h = xcalloc(1, sizeof(*h));
+    if (sink_config_from_env(&h->cfg, &h->node, err) != 0) {
+        log_error("boot", "FATAL: %s", h->node.fatal);
+        exit(2);
+    }
+    if (host_s3(h, err) != 0) {
+        log_error("boot", "FATAL: QUEEN_S3_EMBEDDED=true: %s", err->msg);
+        exit(2);
+    }
+    log_info("queen-s3", "starting the S3 sink in-process");
+    h->store = store;
+    h->kv = kv;
+    uuid7_format(STORE_DEFAULT_TENANT, h->tenant_text);
+    h->broker = (struct sink_broker){host_changed,     host_fetch,     host_kv,
+                                     host_list_queues, host_safe_time, h};
+    host_boot_logs(h);
+    memset(&p, 0, sizeof(p));
+    p.cfg = &h->cfg;
+    p.node = &h->node;
+    memcpy(p.tenant, STORE_DEFAULT_TENANT, 16);
+    p.tenant_text = h->tenant_text;
+    p.broker = &h->broker;
+    p.s3 = h->s3;
+    h->sink = sink_new(&p);
+    h->started_ms = host_now_ms();
+    *out = h;
+    api->status_extra = host_status;
+    api->status_extra_arg = h;
+    api->metrics_extra = host_metrics;
+    api->metrics_extra_arg = h;
+    return sink_start(h->sink, err);
+}
+
+void sink_host_stop(struct sink_host *h)
+{
+    if (h == NULL || h->is_stopping) {
+        return;
+    }
+    h->is_stopping = true;
+    h->stop_ms = host_now_ms();
+    sink_stop(h->sink);
+}
+
+bool sink_host_stopped(struct sink_host *h)
+{
+    return h == NULL || sink_stopped(h->sink);
+}
+
+int64_t sink_host_grace_left_ms(struct sink_host *h)
+{
+    int64_t left;
+
+    if (h == NULL || !h->is_stopping) {
+        return 0;
+    }
+    left = (int64_t)h->node.shutdown_grace_ms - (host_now_ms() - h->stop_ms);
+    return left > 0 ? left : 0;
+}
+
+bool sink_host_free(struct sink_host *h)
+{
+    if (h == NULL) {
+        return true;
+    }
+    if (!sink_stopped(h->sink)) {
+        return false;
+    }
+    sink_free(h->sink);
+    s3_client_free(h->s3);
+    s3_curl_free(h->curl);
+    sink_config_free(&h->cfg);
+    free(h);
+    return true;
+}

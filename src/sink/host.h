@@ -1,0 +1,45 @@
+/* The broker glue of the embedded S3 sink (reference 3.1): reads the sink
+ * config at boot when QUEEN_S3_EMBEDDED=true, builds the S3 client and the
+ * in-process struct sink_broker (store reads and kv_call on this node),
+ * starts the default tenant's sink, serves the "s3" member of /status and
+ * the sink's families of /metrics/prometheus, and drains the sink at
+ * SIGTERM before the HTTP listener drains.
+ *
+ *   (none) --sink_host_boot: embedded--> RUNNING
+ *   RUNNING --sink_host_stop (SIGTERM)--> STOPPING --sink stopped--> STOPPED
+ *   STOPPING --grace left reaches 0-----> the broker warns and goes on
+ *
+ * Threading: boot, stop and free on the loop thread; the hooks run on the
+ * loop thread; the sink's threads call the seam. */
+#ifndef QUEEN_SINK_HOST_H
+#define QUEEN_SINK_HOST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+struct api;
+struct kv_service;
+struct store;
+struct sink_host;
+
+/* When QUEEN_S3_EMBEDDED is true: load the config (a bad setting logs
+ * "FATAL: QUEEN_S3_EMBEDDED=true: ..." and exits 2, as every boot setting
+ * does), log the boot line, start the sink and set api's status and metrics
+ * hooks. *out is NULL when the sink is off. Borrows store, kv and api (they
+ * outlive the host). Returns 0 or ERR_IO (threads). */
+int sink_host_boot(struct sink_host **out, struct store *store,
+                   struct kv_service *kv, struct api *api, struct err *err);
+/* Begin the drain (first call only) and remember when, for the grace. */
+void sink_host_stop(struct sink_host *h);
+bool sink_host_stopped(struct sink_host *h);
+/* Milliseconds left of QUEEN_S3_SHUTDOWN_GRACE_MS since the first stop;
+ * 0 when used up. */
+int64_t sink_host_grace_left_ms(struct sink_host *h);
+/* Free when the sink stopped and return true; otherwise leave it (its
+ * threads may still run) and return false: the caller must not free what
+ * the sink borrows (store, KV service). NULL is true. */
+bool sink_host_free(struct sink_host *h);
+
+#endif

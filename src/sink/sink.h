@@ -1,0 +1,64 @@
+/* One tenant's S3 sink (reference 3.2, 3.4, 3.11): a pool of threads named
+ * queen-s3 that runs, from one run queue ordered by next-run time, the
+ * control task (bucket probe, queue set, presence beats, the stop) and one
+ * task per queue (claim the lease, run the queue driver, retry by stop
+ * reason). A task never runs on two threads at once; a step may block (S3
+ * uploads, KV calls).
+ *
+ * Queue task:
+ *   CLAIMING --lease free or ours: acquired---------> OWNED (driver ticks)
+ *   CLAIMING --held by another instance------------> HELD, claim again later
+ *   OWNED --driver stops Fenced / Missing / Failed--> WAIT (TTL / 5 s / 60 s)
+ *   OWNED --driver stops Drained / Crashed---------> ENDED
+ *   any but OWNED --sink_stop()--------------------> ENDED
+ * Control task:
+ *   PROBE --HEAD <prefix>/ answered (404 too)------> RUN (queue set, beats)
+ *   RUN --sink_stop() and every queue task ended---> STOPPED (presence row
+ *        deleted, "every queue drained; the sink has stopped")
+ *
+ * Threading: sink_stop(), sink_stopped(), sink_status_json() and
+ * sink_metrics() may be called from any thread. */
+#ifndef QUEEN_SINK_SINK_H
+#define QUEEN_SINK_SINK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "base/err.h"
+#include "base/json.h"
+#include "sink/config.h"
+#include "sink/driver.h"
+
+struct s3_client;
+struct sink;
+
+struct sink_params {
+    const struct sink_config *cfg;       /* borrowed, outlives the sink */
+    const struct sink_node_config *node; /* borrowed */
+    uint8_t tenant[16];
+    const char *tenant_text; /* "00000000-0000-0000-0000-000000000001" */
+    const struct sink_broker *broker; /* borrowed */
+    struct s3_client *s3;             /* borrowed */
+};
+
+/* Returns owned (free with sink_free() once stopped, or never when
+ * sink_wait() timed out: threads may still use it). */
+struct sink *sink_new(const struct sink_params *p);
+/* Start the pool's threads. 0 or ERR_IO (pthread_create). */
+int sink_start(struct sink *s, struct err *err);
+/* Begin the drain (3.11): no new claims, every owned queue finishes the
+ * window in flight, leases and the presence row are released. Any thread;
+ * does not block. */
+void sink_stop(struct sink *s);
+/* True once every task ended after sink_stop(). */
+bool sink_stopped(struct sink *s);
+/* Join the threads and free. Only when sink_stopped() or never started. */
+void sink_free(struct sink *s);
+
+/* The sink's entry of the status block (6.1) as one JSON object. */
+void sink_status_json(struct sink *s, struct jw *w);
+/* The sink's Prometheus families (6.2), appended to out. */
+int sink_metrics(struct sink *s, struct buf *out, struct err *err);
+
+#endif
