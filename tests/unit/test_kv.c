@@ -818,3 +818,171 @@ TEST(a_kv_command_moves_safe_time_and_a_sweep_command_removes_rows)
     env_close(&e);
     kv_service_free(svc);
 }
+
+/* ---- the in-process interface over a real one-node raft ---- */
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "raft/node.h"
+
+struct sinkctx {
+    struct kv_service *svc;
+    atomic_bool is_done;
+    int put_status;
+    uint64_t put_version;
+    bool got_found;
+    uint64_t got_version;
+    int lost_status;
+    size_t lost_index;
+    int bad_rc;
+    char bad_msg[256];
+};
+
+static void *sink_thread(void *p)
+{
+    struct sinkctx *c = p;
+    struct kv_op ops[2] = {op_put("s3:sink-2:a%2Fb:intent", "{\"k\":1}"),
+                           op_get("s3:sink-2:a%2Fb:intent")};
+    struct kv_answer a;
+    struct err err = {0};
+
+    c->put_status = kv_call(c->svc, STORE_DEFAULT_TENANT, ops, 1, 0, &a, &err);
+    if (c->put_status == 0) {
+        c->put_version = a.results[0].version;
+        kv_answer_free(&a);
+    }
+    if (kv_call(c->svc, STORE_DEFAULT_TENANT, ops + 1, 1, 0, &a, &err) == 0) {
+        c->got_found = a.results[0].found;
+        c->got_version = a.results[0].version;
+        kv_answer_free(&a);
+    }
+    ops[0] = op_put("other", "1");
+    ops[1] = op_put("s3:sink-2:a%2Fb:intent", "2");
+    ops[1].has_expect = true;
+    ops[1].expect = c->put_version + 1000;
+    ops[1].required = true;
+    if (kv_call(c->svc, STORE_DEFAULT_TENANT, ops, 2, 0, &a, &err) == 0) {
+        c->lost_status = a.status;
+        c->lost_index = a.failed_index;
+        kv_answer_free(&a);
+    }
+    ops[0].forever = false;
+    c->bad_rc = kv_call(c->svc, STORE_DEFAULT_TENANT, ops, 1, 0, &a, &err);
+    snprintf(c->bad_msg, sizeof(c->bad_msg), "%s", err.msg);
+    atomic_store(&c->is_done, true);
+    return NULL;
+}
+
+static int kv_free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t n = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int port;
+
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, (struct sockaddr *)&a, sizeof(a));
+    getsockname(fd, (struct sockaddr *)&a, &n);
+    port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+static bool loop_until(uv_loop_t *loop, bool (*pred)(void *), void *arg,
+                       double secs)
+{
+    struct timespec t0;
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (!pred(arg)) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((double)(t.tv_sec - t0.tv_sec) +
+                (double)(t.tv_nsec - t0.tv_nsec) / 1e9 >
+            secs) {
+            return false;
+        }
+        uv_run(loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    return true;
+}
+
+static bool node_is_leader(void *n)
+{
+    return node_role(n) == NODE_LEADER;
+}
+
+static bool sink_is_done(void *c)
+{
+    return atomic_load(&((struct sinkctx *)c)->is_done);
+}
+
+static bool flag_is_set(void *b)
+{
+    return *(bool *)b;
+}
+
+static void on_node_closed(void *b)
+{
+    *(bool *)b = true;
+}
+
+TEST(kv_call_from_a_sink_thread_applies_through_raft)
+{
+    char dir[64] = "/tmp/queen-kvnode-XXXXXX";
+    char sdir[128];
+    char addr[32];
+    uv_loop_t loop;
+    struct store *store = NULL;
+    struct node *node = NULL;
+    struct node_config cfg;
+    struct sinkctx c;
+    pthread_t th;
+    bool closed = false;
+    struct err err = {0};
+
+    ASSERT(mkdtemp(dir) != NULL);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", kv_free_port());
+    uv_loop_init(&loop);
+    memset(&cfg, 0, sizeof(cfg));
+    memset(&c, 0, sizeof(c));
+    node_store_dir(dir, sdir, sizeof(sdir));
+    mkdir(sdir, 0755);
+    ASSERT(store_open(&store, sdir, (uint64_t)1 << 30, &err) == 0);
+    c.svc = kv_service_new(store);
+    cfg.dir = dir;
+    cfg.id = 1;
+    cfg.raft_address = addr;
+    cfg.handlers[CMD_KV] = kv_service_apply;
+    cfg.handler_args[CMD_KV] = c.svc;
+    ASSERT(node_start(&node, &loop, &cfg, store, &err) == 0);
+    kv_service_attach(c.svc, node);
+    EXPECT(loop_until(&loop, node_is_leader, node, 10));
+    pthread_create(&th, NULL, sink_thread, &c);
+    EXPECT(loop_until(&loop, sink_is_done, &c, 30));
+    pthread_join(th, NULL);
+    EXPECT_EQ_I64(c.put_status, 0);
+    EXPECT(c.put_version > 0);
+    EXPECT(c.got_found);
+    EXPECT_EQ_U64(c.got_version, c.put_version);
+    EXPECT_EQ_I64(c.lost_status, ERR_PRECONDITION);
+    EXPECT_EQ_U64(c.lost_index, 1);
+    EXPECT_EQ_I64(c.bad_rc, ERR_INVALID);
+    EXPECT(strstr(c.bad_msg, "kv_expiry_not_specified") == c.bad_msg);
+    node_close(node, on_node_closed, &closed);
+    EXPECT(loop_until(&loop, flag_is_set, &closed, 10));
+    store_close(store);
+    kv_service_free(c.svc);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    uv_loop_close(&loop);
+    nftw(dir, env_rm, 16, FTW_DEPTH | FTW_PHYS);
+}
