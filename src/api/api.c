@@ -73,6 +73,7 @@ int api_routes(struct api *a, struct router *r, struct err *err)
         {HTTP_METHOD_POST, "/api/v1/push", api_handle_push},
         {HTTP_METHOD_POST, "/api/v1/fetch", api_handle_fetch},
         {HTTP_METHOD_POST, "/api/v1/partitions/changed", api_handle_changed},
+        {HTTP_METHOD_POST, "/api/v1/configure", api_handle_configure},
         {HTTP_METHOD_GET, "/api/v1/resources/queues", api_handle_queues},
         {HTTP_METHOD_GET, "/health", api_handle_health},
         {HTTP_METHOD_GET, "/status", api_handle_status},

@@ -153,6 +153,40 @@ void api_changed_free(struct api_changed *c);
 int api_queues_render(const struct store_queue_list *l, struct buf *out,
                       struct err *err);
 
+/* ---- configure (reference 1.5) ------------------------------------------ */
+
+struct api_configure {
+    struct json_doc doc;
+    struct slice queue; /* unescaped, into arena */
+    bool is_replace;    /* mode "replace" (default merge) */
+    int opts;           /* token of the options object, 0 = the root */
+    struct buf arena;
+};
+
+/* Parse a configure body (borrowed). Returns 0, or ERR_INVALID with *code
+ * "bad_body" (unparsable: "bad configure body: <why>"), "bad_request"
+ * ("queue is required") or NULL ("mode must be \"merge\" or \"replace\",
+ * got <v>"); ERR_TOO_BIG (413, "too_large"). Free with api_configure_free()
+ * in every case. */
+int api_configure_parse(struct api_configure *c, const char *body, size_t len,
+                        const char **code, struct err *err);
+/* Apply the request's options onto o (the starting configuration: the
+ * stored one for merge, the configured defaults for replace or a new
+ * queue). A stored hold ceiling of 0 reads as 604800. Returns 0, or
+ * ERR_INVALID with the reference's message and o unchanged. */
+int api_configure_merge(const struct api_configure *c,
+                        struct store_queue_options *o, struct err *err);
+/* The 200 answer of reference 1.5. Appends to out. */
+int api_configure_render(struct slice queue, const uint8_t uuid[16],
+                         const struct store_queue_options *o, struct buf *out,
+                         struct err *err);
+void api_configure_free(struct api_configure *c);
+/* The CMD_CONFIGURE apply handler (fsm_apply_fn; arg unused): stores the
+ * command's options for its queue, creating the queue. */
+int api_configure_apply(void *arg, struct store *s, MDB_txn *txn,
+                        const struct cmd_header *h, struct fsm_result *res,
+                        struct err *err);
+
 /* ---- the runtime ------------------------------------------------------- */
 
 /* Appends a JSON member (",\"s3\":{…}") to /status, or Prometheus lines to
@@ -196,6 +230,7 @@ void api_handle_queues(struct http_req *req, void *arg);
 void api_handle_health(struct http_req *req, void *arg);
 void api_handle_status(struct http_req *req, void *arg);
 void api_handle_metrics(struct http_req *req, void *arg);
+void api_handle_configure(struct http_req *req, void *arg);
 
 /* Add every route above to r, with a as their arg. */
 int api_routes(struct api *a, struct router *r, struct err *err);

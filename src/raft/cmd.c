@@ -309,3 +309,282 @@ int cmd_push_validate(struct slice body, uint32_t *count, struct err *err)
     *count = it.count;
     return 0;
 }
+
+/* ---- CONFIGURE ---------------------------------------------------------- */
+
+#define CONF_INTS 14
+
+static void conf_ints(const struct store_queue_options *o, int32_t v[])
+{
+    const int32_t w[CONF_INTS] = {
+        o->priority,
+        o->lease_time,
+        o->retry_limit,
+        o->retry_delay,
+        o->max_size,
+        o->ttl,
+        o->delayed_processing,
+        o->window_buffer,
+        o->retention_seconds,
+        o->completed_retention_seconds,
+        o->max_wait_time_seconds,
+        o->min_pop_wait_time,
+        o->dedup_window_seconds,
+        o->retention_sink_hold_max_seconds,
+    };
+
+    memcpy(v, w, sizeof(w));
+}
+
+static void conf_set_ints(struct store_queue_options *o, const int32_t v[])
+{
+    int32_t *f[CONF_INTS] = {
+        &o->priority,
+        &o->lease_time,
+        &o->retry_limit,
+        &o->retry_delay,
+        &o->max_size,
+        &o->ttl,
+        &o->delayed_processing,
+        &o->window_buffer,
+        &o->retention_seconds,
+        &o->completed_retention_seconds,
+        &o->max_wait_time_seconds,
+        &o->min_pop_wait_time,
+        &o->dedup_window_seconds,
+        &o->retention_sink_hold_max_seconds,
+    };
+
+    for (int i = 0; i < CONF_INTS; i++) {
+        *f[i] = v[i];
+    }
+}
+
+int cmd_configure_encode(struct buf *out, const uint8_t tenant[16],
+                         struct slice queue,
+                         const struct store_queue_options *o, struct err *err)
+{
+    const char *strs[3] = {o->namespace_, o->task, o->retention_sink_hold};
+    uint8_t fixed[4 * CONF_INTS + 1];
+    int32_t v[CONF_INTS];
+    uint8_t q[2];
+    size_t start = out->len;
+
+    if (queue.len == 0 || queue.len > CMD_NAME_MAX) {
+        return err_set(err, ERR_INVALID, "queue name of %zu B is not 1..%d",
+                       queue.len, CMD_NAME_MAX);
+    }
+    for (int i = 0; i < 3; i++) {
+        if (strlen(strs[i]) > CMD_OPTION_STR_MAX) {
+            return err_set(err, ERR_INVALID, "option string over %d B",
+                           CMD_OPTION_STR_MAX);
+        }
+    }
+    conf_ints(o, v);
+    for (int i = 0; i < CONF_INTS; i++) {
+        put_u32(fixed + 4 * i, (uint32_t)v[i]);
+    }
+    fixed[4 * CONF_INTS] = (uint8_t)((o->dead_letter_queue ? 1 : 0) |
+                                     (o->dlq_after_max_retries ? 2 : 0) |
+                                     (o->retention_enabled ? 4 : 0) |
+                                     (o->encryption_enabled ? 8 : 0));
+    put_u16(q, (uint16_t)queue.len);
+    if (cmd_begin(out, CMD_CONFIGURE, tenant, err) != 0 ||
+        buf_append(out, q, 2, err) != 0 ||
+        buf_append(out, queue.ptr, queue.len, err) != 0 ||
+        buf_append(out, fixed, sizeof(fixed), err) != 0) {
+        goto out_undo;
+    }
+    for (int i = 0; i < 3; i++) {
+        uint8_t n = (uint8_t)strlen(strs[i]);
+
+        if (buf_append_byte(out, (char)n, err) != 0 ||
+            buf_append(out, strs[i], n, err) != 0) {
+            goto out_undo;
+        }
+    }
+    if (cmd_finish(out, start, err) == 0) {
+        return 0;
+    }
+out_undo:
+    out->len = start;
+    out->data[start] = '\0';
+    return err->code;
+}
+
+int cmd_configure_decode(struct slice body, struct slice *queue,
+                         struct store_queue_options *o, struct err *err)
+{
+    char *strs[3] = {o->namespace_, o->task, o->retention_sink_hold};
+    const uint8_t *p = (const uint8_t *)body.ptr;
+    int32_t v[CONF_INTS];
+    size_t pos;
+    size_t n;
+
+    memset(o, 0, sizeof(*o));
+    if (body.len < 2 || (n = get_u16(p)) == 0 || n > CMD_NAME_MAX ||
+        body.len - 2 < n + 4 * CONF_INTS + 1) {
+        return err_set(err, ERR_CORRUPT, "configure body is malformed");
+    }
+    queue->ptr = body.ptr + 2;
+    queue->len = n;
+    pos = 2 + n;
+    for (int i = 0; i < CONF_INTS; i++) {
+        v[i] = (int32_t)get_u32(p + pos + 4 * (size_t)i);
+    }
+    conf_set_ints(o, v);
+    pos += 4 * CONF_INTS;
+    o->dead_letter_queue = (p[pos] & 1) != 0;
+    o->dlq_after_max_retries = (p[pos] & 2) != 0;
+    o->retention_enabled = (p[pos] & 4) != 0;
+    o->encryption_enabled = (p[pos] & 8) != 0;
+    pos++;
+    for (int i = 0; i < 3; i++) {
+        if (pos >= body.len || (n = p[pos]) > CMD_OPTION_STR_MAX ||
+            body.len - pos - 1 < n) {
+            return err_set(err, ERR_CORRUPT, "configure option %d is cut", i);
+        }
+        memcpy(strs[i], p + pos + 1, n);
+        strs[i][n] = '\0';
+        pos += 1 + n;
+    }
+    if (pos != body.len) {
+        return err_set(err, ERR_CORRUPT,
+                       "configure body has %zu B after its options",
+                       body.len - pos);
+    }
+    return 0;
+}
+
+/* ---- RETENTION ---------------------------------------------------------- */
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (uint8_t)v;
+        v >>= 8;
+    }
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+
+    for (int i = 0; i < 8; i++) {
+        v = v << 8 | p[i];
+    }
+    return v;
+}
+
+int cmd_trim_encode(struct buf *out, const uint8_t tenant[16],
+                    const struct cmd_trim_item *items, size_t n,
+                    struct err *err)
+{
+    size_t start = out->len;
+    uint8_t h[26];
+
+    if (n == 0 || n > CMD_TRIM_MAX_ITEMS) {
+        return err_set(err, ERR_INVALID, "trim count %zu is not within 1..%d",
+                       n, CMD_TRIM_MAX_ITEMS);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (items[i].partition.len == 0 ||
+            items[i].partition.len > CMD_NAME_MAX || items[i].log_start < 0) {
+            return err_set(err, ERR_INVALID, "trim item %zu is malformed", i);
+        }
+    }
+    put_u32(h, (uint32_t)n);
+    if (cmd_begin(out, CMD_RETENTION, tenant, err) != 0 ||
+        buf_append(out, h, 4, err) != 0) {
+        goto out_undo;
+    }
+    for (size_t i = 0; i < n; i++) {
+        put_u64(h, items[i].queue_id);
+        put_u64(h + 8, items[i].partition_id);
+        put_u64(h + 16, (uint64_t)items[i].log_start);
+        put_u16(h + 24, (uint16_t)items[i].partition.len);
+        if (buf_append(out, h, sizeof(h), err) != 0 ||
+            buf_append(out, items[i].partition.ptr, items[i].partition.len,
+                       err) != 0) {
+            goto out_undo;
+        }
+    }
+    if (cmd_finish(out, start, err) == 0) {
+        return 0;
+    }
+out_undo:
+    out->len = start;
+    out->data[start] = '\0';
+    return err->code;
+}
+
+int cmd_trim_iter_init(struct cmd_trim_iter *it, struct slice body,
+                       struct err *err)
+{
+    memset(it, 0, sizeof(*it));
+    if (body.len < 4) {
+        return err_set(err, ERR_CORRUPT, "trim body of %zu B has no count",
+                       body.len);
+    }
+    it->p = (const uint8_t *)body.ptr;
+    it->len = body.len;
+    it->count = get_u32(it->p);
+    it->pos = 4;
+    if (it->count == 0 || it->count > CMD_TRIM_MAX_ITEMS) {
+        return err_set(err, ERR_CORRUPT, "trim count %u is not within 1..%d",
+                       it->count, CMD_TRIM_MAX_ITEMS);
+    }
+    return 0;
+}
+
+int cmd_trim_next(struct cmd_trim_iter *it, struct cmd_trim_item *item,
+                  struct err *err)
+{
+    const uint8_t *q;
+    size_t n;
+
+    if (it->index == it->count) {
+        if (it->pos != it->len) {
+            return err_set(err, ERR_CORRUPT,
+                           "trim body has %zu B after its last item",
+                           it->len - it->pos);
+        }
+        return 0;
+    }
+    if (it->len - it->pos < 26) {
+        return err_set(err, ERR_CORRUPT, "trim item %u is cut", it->index);
+    }
+    q = it->p + it->pos;
+    n = get_u16(q + 24);
+    item->queue_id = get_u64(q);
+    item->partition_id = get_u64(q + 8);
+    item->log_start = (int64_t)get_u64(q + 16);
+    if (n == 0 || n > CMD_NAME_MAX || it->len - it->pos - 26 < n ||
+        item->log_start < 0) {
+        return err_set(err, ERR_CORRUPT, "trim item %u is malformed",
+                       it->index);
+    }
+    item->partition.ptr = (const char *)q + 26;
+    item->partition.len = n;
+    it->pos += 26 + n;
+    it->index++;
+    return 1;
+}
+
+int cmd_trim_validate(struct slice body, uint32_t *count, struct err *err)
+{
+    struct cmd_trim_iter it;
+    struct cmd_trim_item item;
+    int rc;
+
+    if (cmd_trim_iter_init(&it, body, err) != 0) {
+        return err->code;
+    }
+    while ((rc = cmd_trim_next(&it, &item, err)) == 1) {
+    }
+    if (rc != 0) {
+        return rc;
+    }
+    *count = it.count;
+    return 0;
+}

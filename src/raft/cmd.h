@@ -37,10 +37,36 @@
  *
  * NOOP body (CMD_NOOP): empty. Moves safeTime on an idle node.
  *
- * CMD_KV, CMD_CONFIGURE and CMD_RETENTION are reserved for the modules that
- * will own them; until they define a body, the decoder accepts the header and
- * leaves the body to its owner, and the fsm answers such a command with
- * ERR_INVALID "unsupported command type". */
+ * CONFIGURE body (CMD_CONFIGURE): the whole resulting options of one queue
+ * (the HTTP handler merges before proposing, so apply only stores them).
+ * OFFSET SIZE DESCRIPTION
+ *      0    2 queue name length q (u16, 1..CMD_NAME_MAX)
+ *      2    q queue name bytes
+ *    2+q   56 14 x i32 in store_queue_options order: priority, leaseTime,
+ *             retryLimit, retryDelay, maxSize, ttl, delayedProcessing,
+ *             windowBuffer, retentionSeconds, completedRetentionSeconds,
+ *             maxWaitTimeSeconds, minPopWaitTime, dedupWindowSeconds,
+ *             retentionSinkHoldMaxSeconds
+ *   58+q    1 flags: 1 deadLetterQueue, 2 dlqAfterMaxRetries,
+ *             4 retentionEnabled, 8 encryptionEnabled
+ *   59+q    . 3 x (u8 length 0..64, bytes): namespace, task,
+ *             retentionSinkHold
+ * The body must end exactly after the last string.
+ *
+ * RETENTION body (CMD_RETENTION): trims planned by the leader's retention
+ * pass (broker/retention.h), one per partition.
+ * OFFSET SIZE DESCRIPTION
+ *      0    4 item count n (u32, 1..CMD_TRIM_MAX_ITEMS)
+ *      4    . n items, each:
+ *             8  queue id (u64)
+ *             8  partition id (u64)
+ *             8  new logStart (i64, >= 0)
+ *             2  partition name length p (u16, 1..CMD_NAME_MAX)
+ *             p  partition name bytes
+ * The body must end exactly after the last item.
+ *
+ * CMD_KV's body is store/kv.h's. A type without a registered apply handler
+ * is answered by the fsm with ERR_INVALID "unsupported command type". */
 #ifndef QUEEN_RAFT_CMD_H
 #define QUEEN_RAFT_CMD_H
 
@@ -51,6 +77,7 @@
 #include "base/buf.h"
 #include "base/common.h"
 #include "base/err.h"
+#include "store/store.h"
 
 #define CMD_MAGIC          0x51
 #define CMD_VERSION        1
@@ -65,8 +92,8 @@ enum cmd_type {
     CMD_NOOP = 0,
     CMD_PUSH = 1,
     CMD_KV = 2,        /* reserved: KV batch */
-    CMD_CONFIGURE = 3, /* reserved: queue options */
-    CMD_RETENTION = 4, /* reserved: retention trims */
+    CMD_CONFIGURE = 3, /* queue options (api/configure.c) */
+    CMD_RETENTION = 4, /* retention trims (broker/retention.c) */
     CMD_TYPE_COUNT
 };
 
@@ -136,5 +163,55 @@ int cmd_push_next(struct cmd_push_iter *it, struct cmd_push_item *item,
 int cmd_push_validate(struct slice body, uint32_t *count, struct err *err);
 
 const char *cmd_type_name(int type);
+
+/* ---- CONFIGURE and RETENTION (queue options and retention trims) ------ */
+
+#define CMD_OPTION_STR_MAX 64
+#define CMD_TRIM_MAX_ITEMS 1024
+
+/* Encode a whole configure command for queue (borrowed) with options o.
+ * ERR_INVALID when the name is empty or longer than CMD_NAME_MAX, or a
+ * string option is longer than CMD_OPTION_STR_MAX. out is unchanged on
+ * failure. */
+int cmd_configure_encode(struct buf *out, const uint8_t tenant[16],
+                         struct slice queue,
+                         const struct store_queue_options *o, struct err *err);
+/* Decode a configure body (borrowed: queue points into it). ERR_CORRUPT when
+ * malformed. */
+int cmd_configure_decode(struct slice body, struct slice *queue,
+                         struct store_queue_options *o, struct err *err);
+
+struct cmd_trim_item {
+    uint64_t queue_id;
+    uint64_t partition_id;
+    int64_t log_start;
+    struct slice partition; /* borrowed (encode) / into the body (decode) */
+};
+
+/* Encode a whole retention command. Borrows items. ERR_INVALID when n is 0
+ * or above CMD_TRIM_MAX_ITEMS, a name is empty or too long, or a logStart
+ * is negative. out is unchanged on failure. */
+int cmd_trim_encode(struct buf *out, const uint8_t tenant[16],
+                    const struct cmd_trim_item *items, size_t n,
+                    struct err *err);
+
+/* Walk a retention body like a push body:
+ *   cmd_trim_iter_init(&it, body, &err) -> 0 or ERR_CORRUPT
+ *   while ((rc = cmd_trim_next(&it, &item, &err)) == 1) { ... }
+ * rc 0: done, every byte consumed; ERR_CORRUPT: malformed.
+ * cmd_trim_validate() walks it once without applying anything. */
+struct cmd_trim_iter {
+    const uint8_t *p;
+    size_t len;
+    size_t pos;
+    uint32_t count;
+    uint32_t index;
+};
+
+int cmd_trim_iter_init(struct cmd_trim_iter *it, struct slice body,
+                       struct err *err);
+int cmd_trim_next(struct cmd_trim_iter *it, struct cmd_trim_item *item,
+                  struct err *err);
+int cmd_trim_validate(struct slice body, uint32_t *count, struct err *err);
 
 #endif
