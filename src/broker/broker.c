@@ -146,6 +146,7 @@ static int broker_open_node(struct broker *b, struct err *err)
     b->kv = kv_service_new(b->store);
     nc.handlers[CMD_KV] = kv_service_apply;
     nc.handler_args[CMD_KV] = b->kv;
+    nc.handlers[CMD_CONFIGURE] = api_configure_apply;
     nc.dir = b->cfg->raft_dir;
     nc.id = b->cfg->node_id;
     nc.raft_address = b->cfg->raft_listen;
