@@ -600,6 +600,7 @@ static int restore_engine(struct driver *d, struct restore_docs *r,
     struct engine_intent in;
     struct docs_checkpoint cp;
     struct engine_checkpoint ecp;
+    struct engine_position *pos = NULL;
     struct buf arena;
     char s[4][128];
     int rc;
@@ -626,19 +627,17 @@ static int restore_engine(struct driver *d, struct restore_docs *r,
     bool has_cp = c.k > 0 && load_checkpoint(d, c.k, &cp, &arena);
     if (has_cp) {
         /* docs_position and engine_position have the same fields */
-        struct engine_position *v = xcalloc(cp.n + 1, sizeof(*v));
+        pos = xcalloc(cp.n + 1, sizeof(*pos));
         for (size_t i = 0; i < cp.n; i++) {
-            v[i] = (struct engine_position){cp.positions[i].name,
-                                            cp.positions[i].offset,
-                                            cp.positions[i].id};
+            pos[i] = (struct engine_position){cp.positions[i].name,
+                                              cp.positions[i].offset,
+                                              cp.positions[i].id};
         }
-        ecp = (struct engine_checkpoint){cp.k, v, cp.n};
+        ecp = (struct engine_checkpoint){cp.k, pos, cp.n};
     }
     rc = engine_restore(d->e, r->has_committed ? &c : NULL,
                         d->is_redo ? &in : NULL, has_cp ? &ecp : NULL, err);
-    if (has_cp) {
-        free((void *)(uintptr_t)ecp.positions);
-    }
+    free(pos);
     buf_free(&arena);
     log_info("sink", "queue restored queue=%s committed_k=%" PRId64 " redo=%s",
              d->cfg.queue, c.k, d->is_redo ? "true" : "false");
@@ -814,7 +813,8 @@ static bool do_fetch(struct driver *d, const struct engine_fetch *a)
         goto out_free;
     }
     struct engine_fetch_result *r = xcalloc(a->n + 1, sizeof(*r));
-    struct engine_fetched_record **recs = xcalloc(a->n + 1, sizeof(*recs));
+    struct engine_fetched_record **recs =
+        xcalloc(a->n + 1, sizeof(struct engine_fetched_record *));
     for (size_t i = 0; i < a->n; i++) {
         recs[i] = xcalloc(ans.entries[i].n_records + 1, sizeof(**recs));
         to_engine_result(&ans.entries[i], a->entries[i].partition, recs[i],
@@ -918,7 +918,7 @@ static int fenced_put(struct driver *d, const char *what, const char *key,
     struct err err;
     char why[512];
 
-    lease_put_op(&op, key, doc, 0, true, *version, true);
+    lease_put_op(&op, key, doc, 0, version, true);
     int rc = lease_fenced(d->lease, &op, 1, &a, &err);
     if (rc == 0) {
         *version = a.n_results > 1 ? a.results[1].version : 0;
@@ -1022,9 +1022,9 @@ static bool same_slice(struct slice a, struct slice b)
 static int build_objects(struct driver *d, const struct engine_plan *p,
                          struct object **out, size_t *n_out, struct err *err)
 {
-    const char *comp;
-    const char *writer;
-    const char *ext;
+    const char *comp = "";
+    const char *writer = "";
+    const char *ext = "";
     struct layout_window w = {
         (enum layout_align)d->cfg.align, p->k, p->t_start, p->t_end, 0, NULL};
     size_t n = 0;
@@ -1124,9 +1124,9 @@ static int put_manifest(struct driver *d, const struct engine_plan *p,
         l[i] = (struct docs_lost){p->lost[i].partition, p->lost[i].from,
                                   p->lost[i].to};
     }
-    const char *comp;
-    const char *writer;
-    const char *ext;
+    const char *comp = "";
+    const char *writer = "";
+    const char *ext = "";
     codec_strings(&d->cfg, &comp, &writer, &ext, &err);
     m.sink = cstr(d->cfg.sink);
     m.tenant = cstr(d->cfg.tenant_text);

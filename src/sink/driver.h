@@ -176,19 +176,12 @@ struct driver_counters {
 };
 
 struct driver_status {
-    char state[16]; /* restoring, filling, intent, upload, commit, failed,
-                       draining, drained, fenced, missing, crashed */
-    int64_t k;      /* the window being closed, else committed_k + 1 */
+    int64_t k; /* the window being closed, else committed_k + 1 */
     int64_t committed_k;
-    bool has_t_end;
-    int64_t t_end; /* last committed tEnd, us */
-    bool has_complete_through;
-    int64_t complete_through; /* us */
-    bool has_safe_time;
-    int64_t safe_time; /* us */
-    bool has_lag;
-    int64_t lag_us;
-    bool redo;
+    int64_t t_end;            /* last committed tEnd, us (has_t_end) */
+    int64_t complete_through; /* us (has_complete_through) */
+    int64_t safe_time;        /* us (has_safe_time) */
+    int64_t lag_us;           /* (has_lag) */
     uint64_t buffered_bytes;
     uint64_t partitions;           /* tracked */
     uint64_t discovery_partitions; /* last full sweep */
@@ -196,6 +189,13 @@ struct driver_status {
     uint64_t last_window_records;
     uint64_t last_window_bytes;
     struct driver_counters counters;
+    bool has_t_end;
+    bool has_complete_through;
+    bool has_safe_time;
+    bool has_lag;
+    bool redo;
+    char state[16];       /* restoring, filling, intent, upload, commit, failed,
+                             draining, drained, fenced, missing, crashed */
     char last_error[256]; /* "" when none */
 };
 

@@ -77,7 +77,7 @@ void lease_new_incarnation(void (*random_bytes)(void *, uint8_t *, size_t),
                            void *arg, char out[17])
 {
     static const char hex[] = "0123456789abcdef";
-    uint8_t r[8];
+    uint8_t r[8] = {0};
 
     (random_bytes != NULL ? random_bytes : real_random)(arg, r, sizeof(r));
     for (size_t i = 0; i < sizeof(r); i++) {
@@ -193,8 +193,7 @@ void lease_mark_lost(struct lease *l)
 }
 
 void lease_put_op(struct kv_op *op, const char *key, struct slice value,
-                  int64_t ttl_seconds, bool has_expect, uint64_t expect,
-                  bool required)
+                  int64_t ttl_seconds, const uint64_t *expect, bool required)
 {
     memset(op, 0, sizeof(*op));
     op->op = KV_PUT;
@@ -203,8 +202,8 @@ void lease_put_op(struct kv_op *op, const char *key, struct slice value,
     op->value = value;
     op->ttl_seconds = ttl_seconds;
     op->forever = ttl_seconds == 0;
-    op->has_expect = has_expect;
-    op->expect = expect;
+    op->has_expect = expect != NULL;
+    op->expect = expect != NULL ? *expect : 0;
     op->required = required;
 }
 
@@ -296,8 +295,7 @@ static int takeover(struct lease *l, const struct kv_result *r, bool *taken,
         snprintf(holder, cap, "%s", inst);
         return 0;
     }
-    lease_put_op(&op, l->key, buf_slice(&l->doc), l->ttl_s, true, r->version,
-                 true);
+    lease_put_op(&op, l->key, buf_slice(&l->doc), l->ttl_s, &r->version, true);
     memset(&a, 0, sizeof(a));
     if (l->b->kv(l->b->arg, l->tenant, &op, 1, 0, &a, err) != 0) {
         return err->code;
@@ -336,7 +334,7 @@ int lease_acquire(struct lease *l, int64_t wall_ms, bool *taken, char *holder,
     if (rc != 0) {
         goto out_unlock;
     }
-    lease_put_op(&op, l->key, buf_slice(&l->doc), l->ttl_s, false, 0, false);
+    lease_put_op(&op, l->key, buf_slice(&l->doc), l->ttl_s, NULL, false);
     op.op = KV_PUT_IF_ABSENT;
     memset(&a, 0, sizeof(a));
     rc = l->b->kv(l->b->arg, l->tenant, &op, 1, 0, &a, err);
@@ -405,8 +403,8 @@ int lease_fenced(struct lease *l, const struct kv_op *ops, size_t n,
     if (rc != 0) {
         goto out_unlock;
     }
-    lease_put_op(&batch[0], l->key, buf_slice(&l->doc), l->ttl_s, true,
-                 l->version, true);
+    lease_put_op(&batch[0], l->key, buf_slice(&l->doc), l->ttl_s, &l->version,
+                 true);
     if (n > 0) {
         memcpy(batch + 1, ops, n * sizeof(*ops));
     }
@@ -475,6 +473,14 @@ static int delete_round(const struct sink_broker *b, const uint8_t tenant[16],
     return rc;
 }
 
+static void log_gave_up(const char *what, const char *key, const char *msg)
+{
+    log_warn("sink",
+             "could not give the %s back; it expires after its TTL key=%s "
+             "error=%s",
+             what, key, msg);
+}
+
 int lease_delete_if_ours(const struct sink_broker *b, const uint8_t tenant[16],
                          const char *key, const char *incarnation,
                          const char *what, const struct lease_clock *clock)
@@ -485,17 +491,10 @@ int lease_delete_if_ours(const struct sink_broker *b, const uint8_t tenant[16],
     int64_t step = LEASE_RELEASE_STEP_MS;
     struct err err;
 
-    for (;;) {
-        err_clear(&err);
-        if (delete_round(b, tenant, key, incarnation, &err) == 0) {
-            return 0;
-        }
-        int64_t now = clock_now(c);
-        if (now - start + step > LEASE_RELEASE_BUDGET) {
-            log_warn("sink",
-                     "could not give the %s back; it expires after "
-                     "its TTL key=%s error=%s",
-                     what, key, err.msg);
+    err_clear(&err);
+    while (delete_round(b, tenant, key, incarnation, &err) != 0) {
+        if (clock_now(c) - start + step > LEASE_RELEASE_BUDGET) {
+            log_gave_up(what, key, err.msg);
             return ERR_TIMEOUT;
         }
         log_debug("sink", "giving a %s back failed; retrying key=%s error=%s",
@@ -503,7 +502,9 @@ int lease_delete_if_ours(const struct sink_broker *b, const uint8_t tenant[16],
         clock_sleep(c, step);
         step =
             step * 2 > LEASE_RELEASE_MAX_MS ? LEASE_RELEASE_MAX_MS : step * 2;
+        err_clear(&err);
     }
+    return 0;
 }
 
 int lease_release(struct lease *l)

@@ -111,10 +111,10 @@ int lease_delete_if_ours(const struct sink_broker *b, const uint8_t tenant[16],
                          const char *key, const char *incarnation,
                          const char *what, const struct lease_clock *clock);
 
-/* Fill *op with the put of key=doc (ttl or forever) for batches. */
+/* Fill *op with the put of key=value for batches: ttl_seconds 0 = forever;
+ * expect NULL = unconditional. Borrows key and value. */
 void lease_put_op(struct kv_op *op, const char *key, struct slice value,
-                  int64_t ttl_seconds, bool has_expect, uint64_t expect,
-                  bool required);
+                  int64_t ttl_seconds, const uint64_t *expect, bool required);
 
 /* 16 lowercase hex digits from 8 random bytes into out[17]. */
 void lease_new_incarnation(void (*random_bytes)(void *, uint8_t *, size_t),

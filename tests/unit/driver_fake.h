@@ -96,7 +96,9 @@ static inline struct fake_row *fake_row_must(struct fake_broker *f,
 {
     struct fake_row *r = fake_row_get(f, key);
 
-    ASSERT(r != NULL);
+    if (r == NULL) {
+        abort();
+    }
     return r;
 }
 
@@ -110,7 +112,9 @@ static inline struct fake_row *fake_row_set(struct fake_broker *f,
             r = &f->rows[i];
         }
     }
-    ASSERT(r != NULL);
+    if (r == NULL) {
+        abort();
+    }
     r->used = true;
     snprintf(r->key, sizeof(r->key), "%s", key);
     snprintf(r->value, sizeof(r->value), "%s", value);
@@ -561,7 +565,7 @@ static inline void bucket_list(struct fake_bucket *k, const char *query,
 {
     char prefix[1024];
     char after[1024];
-    const char *v[FAKE_MAX_OBJECTS];
+    const char *v[FAKE_MAX_OBJECTS] = {0};
     size_t n = 0;
     int shown = 0;
     struct err e;

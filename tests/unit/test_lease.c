@@ -169,8 +169,9 @@ TEST(fenced_batch_puts_the_fence_first_and_rolls_back_when_lost)
     fake_broker_seam(&f, &b);
     struct lease *l = make(&b, "node-1", 1, NULL);
     EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
+    uint64_t none = 0;
     lease_put_op(&op, "s3:default:orders:committed", SLICE_LIT("{\"k\":1}"), 0,
-                 true, 0, true);
+                 &none, true);
     EXPECT_EQ_I64(lease_fenced(l, &op, 1, &a, &err), 0);
     EXPECT_EQ_U64(a.n_results, 2);
     EXPECT_EQ_U64(lease_version(l), a.results[0].version);
@@ -183,7 +184,7 @@ TEST(fenced_batch_puts_the_fence_first_and_rolls_back_when_lost)
     uint64_t v_before =
         fake_row_must(&f, "s3:default:orders:committed")->version;
     lease_put_op(&op, "s3:default:orders:committed", SLICE_LIT("{\"k\":2}"), 0,
-                 true, v_before, true);
+                 &v_before, true);
     EXPECT_EQ_I64(lease_fenced(l, &op, 1, &a, &err), ERR_PRECONDITION);
     EXPECT_EQ_U64(a.failed_index, 0);
     kv_answer_free(&a);
