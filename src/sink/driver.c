@@ -1652,6 +1652,11 @@ int driver_tick(struct driver *d, int64_t now_ms, int64_t wall_ms,
 
     d->wall_ms = wall_ms;
     d->now_ms = now_ms;
+    if (d->stop == DRIVER_RUNNING && !d->has_started &&
+        atomic_load(&d->drain_requested)) {
+        /* nothing read yet: nothing to finish */
+        stop(d, DRIVER_DRAINED, "drained before the start");
+    }
     if (d->stop == DRIVER_RUNNING && !d->has_started) {
         err_clear(&err);
         if (start(d, &err) != 0 && d->stop == DRIVER_RUNNING) {

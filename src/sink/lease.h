@@ -95,8 +95,10 @@ int lease_acquire(struct lease *l, int64_t wall_ms, bool *taken, char *holder,
 int lease_fenced(struct lease *l, const struct kv_op *ops, size_t n,
                  struct kv_answer *out, struct err *err);
 
-/* Send [fence] alone. 0; ERR_PRECONDITION (lost); or the retriable call
- * error (the caller warns and retries on its next tick). */
+/* Send [fence] alone (the refresher's heartbeat). 0; a retriable call
+ * error (warned "lease refresh failed; retrying on the next tick"); or
+ * ERR_PRECONDITION / a non-retriable error: the lease is marked lost and
+ * "lease lost: another instance owns this queue" logged once. */
 int lease_refresh(struct lease *l, struct err *err);
 
 /* Give the row back if held: version := 0, then delete-if-ours within

@@ -894,3 +894,19 @@ TEST(a_forced_close_ends_the_window_early)
     EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000001-"), 1);
     rig_close(r);
 }
+
+TEST(a_drain_before_the_start_stops_at_once)
+{
+    struct rig *r = rig_open();
+
+    seed_two_hours(&r->f);
+    r->f.kv_never = true;
+    new_driver(r);
+    run_until(r, -1, 3);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_RUNNING);
+    driver_request_drain(r->d, false);
+    run_until(r, -1, 3);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_DRAINED);
+    EXPECT_EQ_U64(r->k.n, 0);
+    rig_close(r);
+}

@@ -263,3 +263,31 @@ TEST(release_gives_up_after_ten_seconds_when_the_broker_never_answers)
     EXPECT(fake_row_get(&f, "s3:default:orders:lease") != NULL);
     lease_free(l);
 }
+
+TEST(refresh_keeps_the_lease_through_a_busy_broker_and_loses_it_to_another)
+{
+    struct fake_broker f;
+    struct sink_broker b;
+    struct err err;
+    bool taken;
+    char who[64];
+
+    fake_init(&f, "orders");
+    fake_broker_seam(&f, &b);
+    struct lease *l = make(&b, "node-1", 1, NULL);
+    EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
+    for (int i = 0; i < 5; i++) {
+        EXPECT_EQ_I64(lease_refresh(l, &err), 0);
+    }
+    f.fail_next = 1;
+    EXPECT_EQ_I64(lease_refresh(l, &err), ERR_BUSY);
+    EXPECT(!lease_lost(l));
+    EXPECT_EQ_I64(lease_refresh(l, &err), 0);
+    fake_row_set(
+        &f, "s3:default:orders:lease",
+        "{\"instance\":\"node-2\",\"incarnation\":\"0000000000000000\","
+        "\"sinceMs\":5}");
+    EXPECT_EQ_I64(lease_refresh(l, &err), ERR_PRECONDITION);
+    EXPECT(lease_lost(l));
+    lease_free(l);
+}
