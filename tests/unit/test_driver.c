@@ -3,6 +3,10 @@
  * bucket. Crash points run in return mode. */
 #include "sink/driver.h"
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "base/isotime.h"
 #include "base/sha256.h"
 #include "driver_fake.h"
@@ -909,4 +913,39 @@ TEST(a_drain_before_the_start_stops_at_once)
     EXPECT_EQ_I64(r->next.stop, DRIVER_DRAINED);
     EXPECT_EQ_U64(r->k.n, 0);
     rig_close(r);
+}
+
+TEST(in_the_broker_a_crash_point_aborts_the_process)
+{
+    int fds[2];
+
+    ASSERT(pipe(fds) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        struct rig *r = rig_open();
+        seed_two_hours(&r->f);
+        r->cfg.crash_at = DRIVER_CRASH_AFTER_INTENT;
+        r->cfg.crash_returns = false;
+        new_driver(r);
+        run_until(r, 2, 200);
+        _exit(0); /* not reached when the crash point fires */
+    }
+    close(fds[1]);
+    char out[8192];
+    size_t n = 0;
+    ssize_t got;
+    while (n < sizeof(out) - 1 &&
+           (got = read(fds[0], out + n, sizeof(out) - 1 - n)) > 0) {
+        n += (size_t)got;
+    }
+    out[n] = '\0';
+    close(fds[0]);
+    int status = 0;
+    ASSERT(waitpid(pid, &status, 0) == pid);
+    EXPECT(WIFSIGNALED(status));
+    EXPECT_EQ_I64(WIFSIGNALED(status) ? WTERMSIG(status) : 0, SIGABRT);
+    EXPECT(strstr(out, "QUEEN_S3_CRASH_AT fired: aborting") != NULL);
 }
