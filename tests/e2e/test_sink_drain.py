@@ -1,0 +1,145 @@
+"""Scenario c (reference 3.11, 7.9): SIGTERM drains the sink before the
+broker's listener drains. Three cases (put delay, grace, lease TTL):
+filling (no delay): every queue drains at once and gives its lease back;
+upload (a data PUT held 2.5 s): the window in flight is finished, not
+dropped; cut (a PUT held 12 s, grace 4 s): the broker warns and exits 0 at
+the grace, and the next run redoes the open window from its intent."""
+import hashlib
+import json
+import re
+import threading
+import time
+
+import pytest
+
+import lake
+from conftest import PREFIX, TENANT, kv_get, wait_until
+
+QUEUES = ["dq0", "dq1"]
+CASES = {  # label: (put delay ms, grace ms, ttl ms)
+    "filling": (0, 10000, 60000),
+    "upload": (2500, 10000, 60000),
+    "cut": (12000, 4000, 3000),
+}
+
+
+class Load:
+    def __init__(self, node):
+        self.node = node
+        self.acked = {q: [] for q in QUEUES}
+        self.n = 0
+
+    def push(self, per_queue=50):
+        items = []
+        for q in QUEUES:
+            for i in range(per_queue):
+                self.n += 1
+                items.append({"queue": q, "partition": "p-%02d" % (i % 50),
+                              "transactionId": "x-%07d" % self.n,
+                              "payload": b'{"n":%d}' % self.n})
+        r = self.node.request("POST", "/api/v1/push",
+                              body=lake.push_body(items))
+        assert r.status == 201, r
+        got = lake.acked_from_push(items, r.json())
+        for it, rec in zip(items, got):
+            self.acked[it["queue"]].append(rec)
+
+    def nudge(self):
+        """Move the log's clock (safeTime) with a queue the sink ignores."""
+        r = self.node.request("POST", "/api/v1/push", body=lake.push_body(
+            [{"queue": "nudge", "payload": b"1"}]))
+        assert r.status == 201, r
+
+
+def windows(reader, q):
+    root = lake.sidecar_root(PREFIX, TENANT, q) + "/windows/"
+    return len(reader.list_keys(root))
+
+
+def kv_doc(node, q, what):
+    row = kv_get(node, "s3:default:%s:%s" % (q, what))
+    if not row["found"]:
+        return None
+    v = row["value"]
+    return json.loads(v) if isinstance(v, str) else v
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_sigterm_drain(sink_node, bucket, case):
+    delay, grace, ttl = CASES[case]
+    node = sink_node({"QUEEN_S3_QUEUES": ",".join(QUEUES),
+                      "QUEEN_S3_COMPRESSION": "gzip",
+                      "QUEEN_S3_SHUTDOWN_GRACE_MS": grace,
+                      "QUEEN_S3_LEASE_TTL_MS": ttl})
+    reader = lake.bucket_reader(bucket)
+    load = Load(node)
+
+    def three_windows():
+        load.push(5)
+        load.nudge()
+        return all(windows(reader, q) >= 3 for q in QUEUES)
+    wait_until(three_windows, 60, "3 windows per queue", interval=0.3)
+
+    if delay:
+        bucket.fault("hold", count=1, method="PUT", ms=delay,
+                     prefix=PREFIX + "/tenant=")
+
+        def held():
+            load.push(5)
+            load.nudge()
+            return bucket.stats()["held"] >= 1
+        wait_until(held, 30, "a data PUT held", interval=0.3)
+    else:
+        load.push(5)
+    before = {k: hashlib.sha256(reader.read(k)).hexdigest()
+              for k in reader.list_keys("")}
+    t0 = time.monotonic()
+    node.signal(15)
+    assert node.wait_exit(grace / 1000 + 25) == 0
+    took = time.monotonic() - t0
+    log = node.stderr()
+    node._reap()
+    assert "stopping: no new reads, the window in flight is finished" in log
+    drained = set(re.findall(r"queue drained queue=(\S+)", log))
+    if case == "cut":
+        assert "did not stop inside its grace window" in log
+        assert grace / 1000 - 0.5 <= took <= grace / 1000 + 10
+    else:
+        assert "did not stop inside its grace window" not in log
+        assert drained == set(QUEUES), log
+        assert took <= grace / 1000 + 10
+    if case == "upload":
+        stop_at = log.index("stopping: no new reads")
+        assert "window committed" in log[stop_at:], log
+        assert took >= delay / 1000 - 1
+
+    bucket.clear_faults()
+    node.extra_env["QUEEN_S3_EMBEDDED"] = "false"
+    node.start()
+    gaps = []
+    for q in QUEUES:
+        if case != "cut":
+            assert kv_get(node, "s3:default:%s:lease" % q)["found"] is False
+        gaps.append(kv_doc(node, q, "intent")["k"] -
+                    kv_doc(node, q, "committed")["k"])
+    assert node.stop() == 0
+    assert sorted(gaps) == ([0, 1] if case == "cut" else [0, 0]), gaps
+
+    node.extra_env["QUEEN_S3_EMBEDDED"] = "true"
+    node.start()
+    load.nudge()
+    for q in QUEUES:
+        def done(q=q):
+            load.nudge()
+            return (lake.count_records(reader, PREFIX, TENANT, q) ==
+                    len(load.acked[q]))
+        wait_until(done, 60 + 2 * ttl / 1000, "the lake of %s" % q,
+                   interval=0.3)
+        lake.wait_queue(reader, PREFIX, TENANT, q, load.acked[q], timeout=10,
+                        compression="gzip", align="none")
+    after = {k: hashlib.sha256(reader.read(k)).hexdigest()
+             for k in reader.list_keys("")}
+    for key, digest in before.items():
+        assert after.get(key) == digest, "%s changed or vanished" % key
+    if case == "cut":
+        assert "redo=true" in node.stderr()
