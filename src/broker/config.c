@@ -321,7 +321,6 @@ static int sink_preflight(struct err *err)
     const char *v = getenv("QUEEN_S3_EMBEDDED");
     struct sink_config sc;
     struct sink_node_config sn;
-    struct buf w;
     bool on = false;
 
     if (v == NULL || strspn(v, " \t\r\n") == strlen(v)) {
@@ -346,13 +345,7 @@ static int sink_preflight(struct err *err)
         log_error("boot", "FATAL: %s", sn.fatal);
         exit(2);
     }
-    buf_init(&w, BUF_UNLIMITED);
-    sink_config_ignored_warning(&sn, &w);
-    if (w.len > 0) {
-        log_warn("boot", "%s", w.data);
-    }
-    buf_free(&w);
-    sink_config_free(&sc);
+    sink_config_free(&sc); /* the host reads it again and warns */
     return 0;
 }
 
