@@ -19,6 +19,7 @@
 #include "api/kv.h"
 #include "base/log.h"
 #include "broker/kv.h"
+#include "broker/retention.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "raft/node.h"
@@ -43,6 +44,8 @@ struct broker {
     struct api api;
     struct kv_service *kv;
     uv_timer_t kv_sweep; /* the leader's KV expiry sweep */
+    /* the leader's retention passes (broker/retention.h) */
+    struct retention *retention;
     struct sink_host *sink; /* NULL unless QUEEN_S3_EMBEDDED=true */
     uv_timer_t sink_wait;   /* polls the sink's drain after the HTTP one */
     uv_signal_t sigterm;
@@ -80,6 +83,8 @@ static void broker_on_node_closed(void *arg)
     b->node = NULL;
     b->state = BROKER_DONE;
     uv_close((uv_handle_t *)&b->kv_sweep, NULL);
+    retention_close(b->retention);
+    b->retention = NULL;
     uv_close((uv_handle_t *)&b->sink_wait, NULL);
     uv_close((uv_handle_t *)&b->sigterm, NULL);
     uv_close((uv_handle_t *)&b->sigint, NULL);
@@ -147,6 +152,7 @@ static int broker_open_node(struct broker *b, struct err *err)
     nc.handlers[CMD_KV] = kv_service_apply;
     nc.handler_args[CMD_KV] = b->kv;
     nc.handlers[CMD_CONFIGURE] = api_configure_apply;
+    nc.handlers[CMD_RETENTION] = retention_apply;
     nc.dir = b->cfg->raft_dir;
     nc.id = b->cfg->node_id;
     nc.raft_address = b->cfg->raft_listen;
@@ -263,6 +269,7 @@ int broker_run(const struct config *cfg, struct err *err)
     uv_timer_init(&b.loop, &b.kv_sweep);
     b.kv_sweep.data = &b;
     uv_timer_start(&b.kv_sweep, broker_on_kv_sweep, 1000, 1000);
+    b.retention = retention_start(&b.loop, b.store, b.node, 0);
     log_info("broker",
              "queen %s listening on %s:%d, raft %s, data %s, body limit %zu",
              API_VERSION, cfg->bind_addr, http_server_port(b.http),

@@ -745,7 +745,11 @@ static int trim_range(struct store_w *w, MDB_dbi dbi, uint64_t pid,
         }
         rc = mdb_cursor_del(c, 0);
         if (rc == 0) {
-            rc = mdb_cursor_get(c, &k, &d, MDB_GET_CURRENT);
+            /* Re-seek: after deleting the last row of the tree the cursor
+             * is unpositioned and MDB_GET_CURRENT answers EINVAL. */
+            k.mv_size = 16;
+            k.mv_data = kb;
+            rc = mdb_cursor_get(c, &k, &d, MDB_SET_RANGE);
         }
     }
     mdb_cursor_close(c);

@@ -202,6 +202,16 @@ int store_get_queue(struct store *s, const uint8_t tenant[16],
                     struct slice name, struct store_queue_info *info,
                     struct err *err);
 
+/* ---- retention planning (broker/retention.c) ---------------------------- */
+
+/* Where retention may move partition pid's logStart: walks at most max_rows
+ * append rows oldest first and sets *out to one past the end of the last
+ * append stamped strictly below cutoff (µs), stopping at the first one that
+ * is not; *out = -1 when the oldest append is not stale (or there is none).
+ * Any thread. */
+int store_stale_boundary(struct store *s, uint64_t pid, int64_t cutoff,
+                         int max_rows, int64_t *out, struct err *err);
+
 /* ---- meta -----------------------------------------------------------------
  */
 

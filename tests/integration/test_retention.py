@@ -1,0 +1,173 @@
+"""Retention (reference 1.6): the leader trims whole appends by
+retentionSeconds and maxWaitTimeSeconds; the retention sink hold keeps what
+the sink has not committed, up to its ceiling."""
+import datetime
+import time
+
+from conftest import wait_until
+
+DEADLINE = 15
+
+
+def configure(broker, queue, **options):
+    r = broker.post("/api/v1/configure", {"queue": queue, "options": options})
+    assert r.status == 200, r
+
+
+def log_start(broker, queue):
+    """(logStart, lastOffset) of the Default partition as listed by
+    partitions/changed."""
+    e = broker.changed([{"queue": queue, "since": None}])["entries"][0]
+    p = [p for p in e["partitions"] if p["name"] == "Default"][0]
+    return p["logStart"], p["lastOffset"]
+
+
+def push(broker, queue, n):
+    out = broker.push([{"queue": queue, "payload": i} for i in range(n)])
+    assert all(o["status"] == "queued" for o in out), out
+    return [o["offset"] for o in out]
+
+
+def watch(broker, queue, want, allowed):
+    """Poll until logStart == want; every value seen must be in allowed."""
+    seen = []
+
+    def reached():
+        ls, _ = log_start(broker, queue)
+        if not seen or seen[-1] != ls:
+            seen.append(ls)
+        assert ls in allowed, (queue, seen)
+        return ls == want
+    wait_until(reached, DEADLINE, "%s logStart %d" % (queue, want))
+    return seen
+
+
+def iso(us):
+    t = datetime.datetime(1970, 1, 1) + datetime.timedelta(microseconds=us)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_iso(s):
+    t = datetime.datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ")
+    return (t - datetime.datetime(1970, 1, 1)) // datetime.timedelta(
+        microseconds=1)
+
+
+def test_retention_seconds_trims_whole_appends(broker):
+    q = "r1"
+    configure(broker, q, retentionEnabled=True, retentionSeconds=2)
+    t_a = time.monotonic()
+    assert push(broker, q, 2) == [0, 1]
+
+    def first_trim():
+        ls, _ = log_start(broker, q)
+        if ls != 0:
+            return ls
+        return None
+    ls = wait_until(first_trim, DEADLINE, "the first append to be trimmed")
+    assert time.monotonic() - t_a >= 2.0, "trimmed before it was 2 s old"
+    assert ls == 2  # the whole append, never a part of it
+    e = broker.fetch_one(q, offset=0)
+    assert e["error"] == "OFFSET_OUT_OF_RANGE"
+    assert (e["logStartOffset"], e["highWatermark"]) == (2, 2)
+    assert broker.fetch_one(q, offset=2)["records"] == []
+
+    # two appends 2 s apart: the older goes first, as a whole
+    assert push(broker, q, 3) == [2, 3, 4]
+    time.sleep(2.0)  # spacing of the second append (setup, not a wait)
+    assert push(broker, q, 1) == [5]
+    seen = watch(broker, q, 5, {2, 5, 6})
+    e = broker.fetch_one(q, offset=5)
+    assert [r["offset"] for r in e["records"]] == [5], seen
+    assert e["logStartOffset"] == 5
+    watch(broker, q, 6, {5, 6})
+    e = broker.fetch_one(q, offset=4)
+    assert e["error"] == "OFFSET_OUT_OF_RANGE"
+    assert (e["logStartOffset"], e["highWatermark"]) == (6, 6)
+    # offsets continue after a full trim
+    assert push(broker, q, 1) == [6]
+
+
+def test_disabled_retention_keeps_everything(broker):
+    configure(broker, "keep", retentionEnabled=False, retentionSeconds=1)
+    configure(broker, "ctl", retentionEnabled=True, retentionSeconds=1)
+    push(broker, "keep", 1)
+    push(broker, "ctl", 1)
+    watch(broker, "ctl", 1, {0, 1})
+    assert log_start(broker, "keep") == (0, 0)
+
+
+def test_hold_without_pointer_floors_at_the_cap(broker):
+    # hold set, no committed row: the cap (now - 60 s) protects everything
+    # younger; a queue without a hold trimmed in the same pass shows the
+    # retention itself is due.
+    configure(broker, "held", retentionEnabled=True, retentionSeconds=1,
+              retentionSinkHold="default", retentionSinkHoldMaxSeconds=60)
+    configure(broker, "open", retentionEnabled=True, retentionSeconds=1)
+    push(broker, "held", 2)
+    push(broker, "open", 2)
+    watch(broker, "open", 2, {0, 2})
+    # one more full pass after the one that trimmed "open"
+    push(broker, "open", 1)
+    watch(broker, "open", 3, {2, 3})
+    assert log_start(broker, "held") == (0, 1)
+
+
+def test_max_wait_ignores_the_hold(broker):
+    configure(broker, "mw", maxWaitTimeSeconds=1, retentionSinkHold="default",
+              retentionSinkHoldMaxSeconds=31536000)
+    push(broker, "mw", 3)
+    watch(broker, "mw", 3, {0, 3})
+
+
+def kv_put(broker, key, value):
+    r = broker.post("/api/v1/kv", {"operations": [
+        {"op": "put", "ns": "queen-s3", "key": key, "value": value,
+         "forever": True}]})
+    assert r.status == 200, r
+    assert r.json()["results"][0]["applied"] is True, r
+
+
+def test_committed_row_holds_records_after_tend_minus_60s(broker):
+    q = "e.ord/eu 1"  # escaped in the KV key as e.ord%2Feu%201
+    configure(broker, q, retentionEnabled=True, retentionSeconds=1,
+              retentionSinkHold="default", retentionSinkHoldMaxSeconds=3600)
+    configure(broker, "ctl2", retentionEnabled=True, retentionSeconds=1)
+    push(broker, q, 2)  # append A: offsets 0, 1
+    ts_a = parse_iso(broker.fetch_one(q)["records"][0]["ts"])
+    time.sleep(0.3)  # spacing so append B is stamped well after A
+    push(broker, q, 2)  # append B: offsets 2, 3
+    ts_b = parse_iso(broker.fetch_one(q, offset=2)["records"][0]["ts"])
+    assert ts_b - ts_a > 2000
+    # floor = tEnd(ms) - 60 s lands 1 ms above A's stamp, below B's
+    kv_put(broker, "s3:default:e.ord%2Feu%201:committed",
+           {"k": 1, "tEnd": iso(ts_a + 60_000_000 + 1000), "manifest": "m",
+            "records": 2, "bytes": 10, "committedAtMs": 0})
+    watch(broker, q, 2, {0, 2})
+    # a queue without a hold, pushed now, trimmed in a later pass
+    push(broker, "ctl2", 1)
+    watch(broker, "ctl2", 1, {0, 1})
+    assert log_start(broker, q) == (2, 3)
+    e = broker.fetch_one(q, offset=2)
+    assert [r["offset"] for r in e["records"]] == [2, 3]
+
+    # the sink commits further: B goes too
+    kv_put(broker, "s3:default:e.ord%2Feu%201:committed",
+           {"k": 2, "tEnd": iso(ts_b + 60_000_000 + 1000), "manifest": "m",
+            "records": 2, "bytes": 10, "committedAtMs": 0})
+    watch(broker, q, 4, {2, 4})
+
+
+def test_committed_row_of_another_hold_name_is_ignored(broker):
+    q = "other"
+    configure(broker, q, retentionEnabled=True, retentionSeconds=1,
+              retentionSinkHold="mine", retentionSinkHoldMaxSeconds=3600)
+    configure(broker, "ctl3", retentionEnabled=True, retentionSeconds=1)
+    push(broker, q, 1)
+    kv_put(broker, "s3:theirs:other:committed",
+           {"tEnd": iso(int(time.time() * 1e6) + 120_000_000)})
+    push(broker, "ctl3", 1)
+    watch(broker, "ctl3", 1, {0, 1})
+    push(broker, "ctl3", 1)
+    watch(broker, "ctl3", 2, {1, 2})
+    assert log_start(broker, q) == (0, 0)
