@@ -292,13 +292,68 @@ void api_push_free(struct api_push *p)
     memset(p, 0, sizeof(*p));
 }
 
-/* ---- the handler ---- */
+/* ---- the handler ----
+ *
+ * Group commit. A push entry costs a raft disk write and an LMDB write
+ * transaction whatever its size, so while PUSH_IN_FLIGHT push entries of a
+ * node are being written and applied, the requests that arrive wait in that
+ * node's queue; when an entry applies, the queue becomes ONE entry (one
+ * command, one stamp, one transaction). What stays true (reference 1.2,
+ * 2.2):
+ *   (1) a request's items are contiguous in one entry, so they share one
+ *       stamp; a request proposed later lies in a later entry, so its stamp
+ *       is greater (requests coalesced together were concurrent: neither
+ *       was answered before the other arrived);
+ *   (2) each request gets its own answer from its slice of the entry's
+ *       result; dedup verdicts across requests of one entry are the fsm's
+ *       intra-entry verdicts, the same a later entry would get;
+ *   (3) a 201 still means the entry is committed: answers are written only
+ *       from the applied callback.
+ * A queue holds at most PUSH_BATCH_ITEMS items and PUSH_BATCH_BYTES of
+ * bodies; a request that would overflow it flushes the queue first. */
+
+#define PUSH_IN_FLIGHT   1
+#define PUSH_BATCH_ITEMS 20000
+#define PUSH_BATCH_BYTES ((size_t)1 << 20)
 
 struct push_op {
     struct api *a;
     struct http_req *req;
     struct api_push p;
+    struct push_op *next; /* in a queue or a proposed batch */
+    size_t base;          /* index of its first item in the entry */
 };
+
+/* The requests waiting for one node's next push entry. Loop thread only;
+ * found by node pointer (struct api has no room for it). Empty and idle
+ * once the node closed: every proposal calls back. */
+struct push_queue {
+    struct push_queue *next;
+    struct node *node;
+    int in_flight;
+    struct push_op *head;
+    struct push_op *tail;
+    size_t n_items;
+    size_t n_bytes;
+};
+
+static struct push_queue *push_queues;
+
+static struct push_queue *push_queue_of(struct node *node)
+{
+    struct push_queue *q;
+
+    for (q = push_queues; q != NULL; q = q->next) {
+        if (q->node == node) {
+            return q;
+        }
+    }
+    q = xcalloc(1, sizeof(*q));
+    q->node = node;
+    q->next = push_queues;
+    push_queues = q;
+    return q;
+}
 
 /* The receiver's UUIDv7 minting (reference 2.3): one generator on the loop
  * thread, the wall clock, and random bytes drawn once per request (one
@@ -348,44 +403,145 @@ static void push_count(struct api *a, const struct api_push *p,
     metrics_push(a->metrics, queued, dups, api_push_queued_bytes(p, res));
 }
 
-static void push_applied(void *arg, int status, const struct fsm_result *res,
-                         const struct err *perr)
+static void push_op_free(struct push_op *op)
 {
-    struct push_op *op = arg;
+    api_push_free(&op->p);
+    free(op);
+}
+
+/* Answer one request of an applied (or failed) entry and free it. res is
+ * the request's slice of the entry's result. */
+static void push_answer(struct push_op *op, int status,
+                        const struct fsm_result *res, const struct err *perr)
+{
     struct buf out;
     struct err err;
 
     if (status != 0) {
         api_respond_err(op->a, op->req, perr);
-        goto out_free;
+        push_op_free(op);
+        return;
     }
     buf_init(&out, BUF_UNLIMITED);
     if (api_push_render(&op->p, res, &out, &err) != 0) {
         buf_free(&out);
         api_respond_err(op->a, op->req, &err);
-        goto out_free;
+        push_op_free(op);
+        return;
     }
     push_count(op->a, &op->p, res);
     api_respond_json(op->a, op->req, 201, &out);
-    api_wake(op->a);
-out_free:
-    api_push_free(&op->p);
-    free(op);
+    push_op_free(op);
 }
 
-static int push_propose(struct push_op *op, struct err *err)
+static void push_flush(struct push_queue *q);
+
+/* The applied callback of one batch (arg: its first op; ops linked). */
+static void push_applied(void *arg, int status, const struct fsm_result *res,
+                         const struct err *perr)
 {
+    struct push_op *op = arg;
+    struct api *a = op->a;
+    struct push_queue *q = push_queue_of(a->node);
+    size_t total = 0;
+
+    for (struct push_op *o = op; o != NULL; o = o->next) {
+        total += o->p.n;
+    }
+    while (op != NULL) {
+        struct push_op *next = op->next;
+        struct fsm_result view;
+
+        if (status == 0) {
+            view = *res;
+            view.items = res->items + (res->n_items == total ? op->base : 0);
+            view.n_items = res->n_items == total ? op->p.n : 0;
+        }
+        push_answer(op, status, status == 0 ? &view : NULL, perr);
+        op = next;
+    }
+    api_wake(a);
+    q->in_flight--;
+    push_flush(q);
+}
+
+/* Encode the ops (linked, bases set) as one PUSH command and propose it.
+ * On a refusal every op is answered with it. */
+static void push_propose(struct push_queue *q, struct push_op *ops,
+                         size_t n_items)
+{
+    struct cmd_push_item *items = ops->p.items;
     struct buf cmd;
+    struct err err;
     int rc;
 
+    if (ops->next != NULL) {
+        items = xmalloc(n_items * sizeof(*items));
+        for (struct push_op *o = ops; o != NULL; o = o->next) {
+            memcpy(items + o->base, o->p.items, o->p.n * sizeof(*items));
+        }
+    }
     buf_init(&cmd, CMD_HEADER_LEN + CMD_BODY_MAX);
-    rc = cmd_push_encode(&cmd, STORE_DEFAULT_TENANT, op->p.items, op->p.n, err);
+    rc = cmd_push_encode(&cmd, STORE_DEFAULT_TENANT, items, n_items, &err);
     if (rc == 0) {
-        rc = node_propose(op->a->node, CMD_PUSH, cmd.data, cmd.len,
-                          push_applied, op, err);
+        rc = node_propose(q->node, CMD_PUSH, cmd.data, cmd.len, push_applied,
+                          ops, &err);
     }
     buf_free(&cmd);
-    return rc;
+    if (items != ops->p.items) {
+        free(items);
+    }
+    if (rc == 0) {
+        q->in_flight++;
+        return;
+    }
+    while (ops != NULL) {
+        struct push_op *next = ops->next;
+
+        push_answer(ops, rc, NULL, &err);
+        ops = next;
+    }
+}
+
+/* Propose the waiting requests as one entry, if any. */
+static void push_flush(struct push_queue *q)
+{
+    struct push_op *ops = q->head;
+    size_t n = q->n_items;
+
+    if (ops == NULL) {
+        return;
+    }
+    q->head = q->tail = NULL;
+    q->n_items = 0;
+    q->n_bytes = 0;
+    push_propose(q, ops, n);
+}
+
+/* Queue op for the node's next push entry; propose at once when fewer than
+ * PUSH_IN_FLIGHT entries are on their way. */
+static void push_submit(struct api *a, struct push_op *op)
+{
+    struct push_queue *q = push_queue_of(a->node);
+
+    if (q->head != NULL &&
+        (q->n_items + op->p.n > PUSH_BATCH_ITEMS ||
+         q->n_bytes + op->req->body.len > PUSH_BATCH_BYTES)) {
+        push_flush(q);
+    }
+    op->base = q->n_items;
+    op->next = NULL;
+    if (q->tail != NULL) {
+        q->tail->next = op;
+    } else {
+        q->head = op;
+    }
+    q->tail = op;
+    q->n_items += op->p.n;
+    q->n_bytes += op->req->body.len;
+    if (q->in_flight < PUSH_IN_FLIGHT) {
+        push_flush(q);
+    }
 }
 
 void api_handle_push(struct http_req *req, void *arg)
@@ -411,12 +567,8 @@ void api_handle_push(struct http_req *req, void *arg)
         goto out_free;
     }
     push_mint_all(a, &op->p);
-    if (push_propose(op, &err) != 0) {
-        api_respond_err(a, req, &err);
-        goto out_free;
-    }
-    return; /* push_applied answers and frees */
+    push_submit(a, op);
+    return; /* push_applied (or a refusal) answers and frees */
 out_free:
-    api_push_free(&op->p);
-    free(op);
+    push_op_free(op);
 }
