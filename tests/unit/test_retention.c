@@ -1,0 +1,434 @@
+/* Unit tests of retention (broker/retention.h): the pure cutoffs and sink
+ * floor with time as an argument, the CMD_RETENTION and CMD_CONFIGURE
+ * codecs, the stale boundary over real appends, and the trim apply through
+ * the real fsm over a real LMDB store. */
+#include "harness.h"
+
+#include "api/api.h"
+#include "broker/retention.h"
+#include "push_helpers.h"
+
+#define T0 1760000000000000LL /* a stamp in 2025, µs */
+#define S  1000000LL
+
+static struct store_queue_options hold_opts(const char *hold, int32_t max_s)
+{
+    struct store_queue_options o;
+
+    store_queue_options_configured(&o);
+    snprintf(o.retention_sink_hold, sizeof(o.retention_sink_hold), "%s", hold);
+    o.retention_sink_hold_max_seconds = max_s;
+    return o;
+}
+
+static struct slice sl(const char *s)
+{
+    return (struct slice){s, strlen(s)};
+}
+
+TEST(sink_floor_without_hold_is_infinite)
+{
+    struct store_queue_options o = hold_opts("", 3600);
+
+    EXPECT_EQ_I64(retention_sink_floor(&o, T0, sl("")), RETENTION_NO_HOLD);
+    EXPECT_EQ_I64(retention_sink_floor(
+                      &o, T0, sl("{\"tEnd\":\"2025-10-09T08:53:20.000000Z\"}")),
+                  RETENTION_NO_HOLD);
+}
+
+TEST(sink_floor_without_pointer_is_the_cap)
+{
+    struct store_queue_options o = hold_opts("default", 3600);
+
+    EXPECT_EQ_I64(retention_sink_floor(&o, T0, sl("")), T0 - 3600 * S);
+    /* the cap is at least 60 s back, also for a stored 0 */
+    o.retention_sink_hold_max_seconds = 0;
+    EXPECT_EQ_I64(retention_sink_floor(&o, T0, sl("")), T0 - 60 * S);
+    o.retention_sink_hold_max_seconds = 10;
+    EXPECT_EQ_I64(retention_sink_floor(&o, T0, sl("")), T0 - 60 * S);
+}
+
+TEST(sink_floor_from_tend_string_minus_60s)
+{
+    struct store_queue_options o = hold_opts("default", 3600);
+    /* T0 = 1760000000 s = 2025-10-09T08:53:20Z */
+    const char *row = "{\"k\":3,\"tEnd\":\"2025-10-09T08:53:20.123456Z\","
+                      "\"manifest\":\"m\",\"records\":1}";
+
+    /* fraction truncated to ms, then - 60 s */
+    EXPECT_EQ_I64(retention_sink_floor(&o, T0, sl(row)), T0 + 123000 - 60 * S);
+    /* a pointer older than the cap: the cap wins */
+    EXPECT_EQ_I64(
+        retention_sink_floor(&o, T0 + 7200 * S,
+                             sl("{\"tEnd\":\"2025-10-09T08:53:20.000000Z\"}")),
+        T0 + 7200 * S - 3600 * S);
+    /* the broker's lenient parser: trailing text ignored, 9 digits */
+    EXPECT_EQ_I64(
+        retention_sink_floor(
+            &o, T0, sl("{\"tEnd\":\"2025-10-09T08:53:20.999999999+00:00\"}")),
+        T0 + 999000 - 60 * S);
+}
+
+TEST(sink_floor_unusable_pointer_is_the_cap)
+{
+    struct store_queue_options o = hold_opts("default", 600);
+    const char *bad[] = {
+        "{\"tEnd\":1760000000000000}", /* integer: the broker wants a string */
+        "{\"tEnd\":\"yesterday\"}",    "{\"k\":1}", "not json",
+        "[\"2025-10-09T08:53:20Z\"]",
+    };
+
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        EXPECT_EQ_I64(retention_sink_floor(&o, T0, sl(bad[i])), T0 - 600 * S);
+    }
+}
+
+TEST(cutoffs_follow_each_rule)
+{
+    struct store_queue_options o;
+    struct retention_cutoffs c;
+
+    store_queue_options_configured(&o);
+    retention_queue_cutoffs(&o, T0, RETENTION_NO_HOLD, &c);
+    EXPECT_EQ_I64(c.all, RETENTION_NONE);
+    EXPECT_EQ_I64(c.completed, RETENTION_NONE);
+    EXPECT_EQ_I64(c.max_wait, RETENTION_NONE);
+    EXPECT_EQ_I64(retention_cutoff(&c), RETENTION_NONE);
+
+    /* retentionSeconds without retentionEnabled: nothing */
+    o.retention_seconds = 10;
+    o.completed_retention_seconds = 20;
+    retention_queue_cutoffs(&o, T0, RETENTION_NO_HOLD, &c);
+    EXPECT_EQ_I64(c.all, RETENTION_NONE);
+    EXPECT_EQ_I64(c.completed, RETENTION_NONE);
+
+    o.retention_enabled = true;
+    retention_queue_cutoffs(&o, T0, RETENTION_NO_HOLD, &c);
+    EXPECT_EQ_I64(c.all, T0 - 10 * S);
+    EXPECT_EQ_I64(c.completed, T0 - 20 * S);
+    EXPECT_EQ_I64(retention_cutoff(&c), T0 - 10 * S);
+
+    /* the hold floors all and completed, not max_wait */
+    o.max_wait_time_seconds = 30;
+    retention_queue_cutoffs(&o, T0, T0 - 100 * S, &c);
+    EXPECT_EQ_I64(c.all, T0 - 100 * S);
+    EXPECT_EQ_I64(c.completed, T0 - 100 * S);
+    EXPECT_EQ_I64(c.max_wait, T0 - 30 * S);
+    EXPECT_EQ_I64(retention_cutoff(&c), T0 - 30 * S);
+
+    /* a floor above the retention cutoff changes nothing */
+    retention_queue_cutoffs(&o, T0, T0, &c);
+    EXPECT_EQ_I64(c.all, T0 - 10 * S);
+
+    /* negative and zero seconds are no rule */
+    o.retention_seconds = -5;
+    o.max_wait_time_seconds = 0;
+    o.completed_retention_seconds = 0;
+    retention_queue_cutoffs(&o, T0, RETENTION_NO_HOLD, &c);
+    EXPECT_EQ_I64(retention_cutoff(&c), RETENTION_NONE);
+}
+
+TEST(hold_key_escapes_the_queue)
+{
+    struct buf b;
+    struct err err = {0};
+
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(retention_hold_key(&b, "default",
+                                     sl("e.ord/eu \xc3\xa9t\xc3\xa9:1%"), &err),
+                  0);
+    EXPECT_STR_EQ(b.data,
+                  "s3:default:e.ord%2Feu%20%C3%A9t%C3%A9%3A1%25:committed");
+    buf_free(&b);
+}
+
+TEST(trim_codec_round_trip_and_refusals)
+{
+    struct cmd_trim_item in[2] = {{7, 9, 42, {"p1", 2}},
+                                  {8, 10, 0, {"Default", 7}}};
+    struct cmd_header h;
+    struct cmd_trim_iter it;
+    struct cmd_trim_item out;
+    struct err err = {0};
+    struct buf b;
+    uint32_t n = 0;
+
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(cmd_trim_encode(&b, STORE_DEFAULT_TENANT, in, 0, &err),
+                  ERR_INVALID);
+    in[0].log_start = -1;
+    EXPECT_EQ_I64(cmd_trim_encode(&b, STORE_DEFAULT_TENANT, in, 2, &err),
+                  ERR_INVALID);
+    EXPECT_EQ_U64(b.len, 0);
+    in[0].log_start = 42;
+    EXPECT_EQ_I64(cmd_trim_encode(&b, STORE_DEFAULT_TENANT, in, 2, &err), 0);
+    EXPECT_EQ_I64(cmd_decode_header(b.data, b.len, &h, &err), 0);
+    EXPECT_EQ_I64(h.type, CMD_RETENTION);
+    EXPECT_EQ_I64(cmd_trim_validate(h.body, &n, &err), 0);
+    EXPECT_EQ_U64(n, 2);
+    EXPECT_EQ_I64(cmd_trim_iter_init(&it, h.body, &err), 0);
+    EXPECT_EQ_I64(cmd_trim_next(&it, &out, &err), 1);
+    EXPECT_EQ_U64(out.queue_id, 7);
+    EXPECT_EQ_U64(out.partition_id, 9);
+    EXPECT_EQ_I64(out.log_start, 42);
+    EXPECT_MEM_EQ(out.partition.ptr, out.partition.len, "p1", 2);
+    EXPECT_EQ_I64(cmd_trim_next(&it, &out, &err), 1);
+    EXPECT_MEM_EQ(out.partition.ptr, out.partition.len, "Default", 7);
+    EXPECT_EQ_I64(cmd_trim_next(&it, &out, &err), 0);
+    /* every truncation is refused */
+    for (size_t cut = 0; cut < h.body.len; cut++) {
+        struct slice s = {h.body.ptr, cut};
+
+        EXPECT_EQ_I64(cmd_trim_validate(s, &n, &err), ERR_CORRUPT);
+    }
+    buf_free(&b);
+}
+
+TEST(configure_codec_round_trip)
+{
+    struct store_queue_options o;
+    struct store_queue_options back;
+    struct cmd_header h;
+    struct slice q;
+    struct err err = {0};
+    struct buf b;
+
+    store_queue_options_configured(&o);
+    o.priority = -7;
+    o.retention_seconds = 2;
+    o.retention_enabled = true;
+    o.dead_letter_queue = false;
+    o.retention_sink_hold_max_seconds = 31536000;
+    snprintf(o.namespace_, sizeof(o.namespace_), "ns");
+    snprintf(o.retention_sink_hold, sizeof(o.retention_sink_hold), "%s",
+             "a-very-long-hold-name-of-exactly-sixty-four-bytes-0123456789abc");
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(
+        cmd_configure_encode(&b, STORE_DEFAULT_TENANT, sl("queue/1"), &o, &err),
+        0);
+    EXPECT_EQ_I64(cmd_decode_header(b.data, b.len, &h, &err), 0);
+    EXPECT_EQ_I64(h.type, CMD_CONFIGURE);
+    EXPECT_EQ_I64(cmd_configure_decode(h.body, &q, &back, &err), 0);
+    EXPECT_MEM_EQ(q.ptr, q.len, "queue/1", 7);
+    EXPECT_EQ_I64(back.priority, -7);
+    EXPECT_EQ_I64(back.retention_seconds, 2);
+    EXPECT(back.retention_enabled);
+    EXPECT(!back.dead_letter_queue);
+    EXPECT(back.dlq_after_max_retries);
+    EXPECT_EQ_I64(back.retention_sink_hold_max_seconds, 31536000);
+    EXPECT_STR_EQ(back.namespace_, "ns");
+    EXPECT_STR_EQ(back.task, "");
+    EXPECT_STR_EQ(back.retention_sink_hold, o.retention_sink_hold);
+    for (size_t cut = 0; cut < h.body.len; cut++) {
+        struct slice s = {h.body.ptr, cut};
+
+        EXPECT_EQ_I64(cmd_configure_decode(s, &q, &back, &err), ERR_CORRUPT);
+    }
+    buf_free(&b);
+}
+
+/* ---- over a real store -------------------------------------------------- */
+
+static struct store_partition_info part_of(struct env *e, const char *q,
+                                           const char *p)
+{
+    struct store_changed_req r = {sl(q), INT64_MIN, {"", 0}, 1000};
+    struct store_changed_answer a;
+    struct store_partition_info out;
+    struct err err = {0};
+
+    memset(&out, 0, sizeof(out));
+    EXPECT_EQ_I64(
+        store_changed(e->store, STORE_DEFAULT_TENANT, &r, 1, &a, &err), 0);
+    for (size_t i = 0; i < a.entries[0].n_partitions; i++) {
+        const struct store_partition_info *pi = &a.entries[0].partitions[i];
+
+        if (pi->name.len == strlen(p) &&
+            memcmp(pi->name.ptr, p, pi->name.len) == 0) {
+            out = *pi;
+            out.name = (struct slice){p, strlen(p)};
+        }
+    }
+    store_changed_answer_free(&a);
+    return out;
+}
+
+static uint64_t queue_id(struct env *e, const char *q)
+{
+    struct store_queue_info qi;
+    struct err err = {0};
+
+    EXPECT_EQ_I64(
+        store_get_queue(e->store, STORE_DEFAULT_TENANT, sl(q), &qi, &err), 0);
+    return qi.id;
+}
+
+static const struct fsm_result *apply_trim(struct env *e,
+                                           const struct cmd_trim_item *items,
+                                           size_t n, int64_t stamp)
+{
+    const struct fsm_result *res = NULL;
+    struct err err = {0};
+    struct buf b;
+
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(cmd_trim_encode(&b, STORE_DEFAULT_TENANT, items, n, &err), 0);
+    cmd_set_stamp(b.data, stamp);
+    e->index++;
+    EXPECT_EQ_I64(fsm_apply_entry(e->fsm, e->index, b.data, b.len, &res, &err),
+                  0);
+    buf_free(&b);
+    return res;
+}
+
+/* Three appends: [0,1] at T0, [2,4] at T0+10 s, [5] at T0+20 s. */
+static void three_appends(struct env *e)
+{
+    struct pitem a[3] = {
+        {"q", "p", "a", "1"}, {"q", "p", "b", "2"}, {"q", "p", "c", "3"}};
+
+    env_push(e, T0, a, 2);
+    env_push(e, T0 + 10 * S, a + 2, 1);
+    env_push1(e, T0 + 10 * S + 1, "q", "p", "d", "4"); /* own append */
+    env_push1(e, T0 + 20 * S, "q", "p", "e", "5");
+}
+
+TEST(stale_boundary_walks_whole_appends_oldest_first)
+{
+    struct env e = {0};
+    struct store_partition_info p;
+    struct err err = {0};
+    int64_t to = 0;
+
+    env_open(&e);
+    three_appends(&e);
+    p = part_of(&e, "q", "p");
+    EXPECT_EQ_I64(p.last_offset, 4);
+    EXPECT_EQ_I64(store_stale_boundary(e.store, p.id, T0, 1000, &to, &err), 0);
+    EXPECT_EQ_I64(to, -1); /* strict: stamp == cutoff is fresh */
+    EXPECT_EQ_I64(store_stale_boundary(e.store, p.id, T0 + 1, 1000, &to, &err),
+                  0);
+    EXPECT_EQ_I64(to, 2);
+    EXPECT_EQ_I64(
+        store_stale_boundary(e.store, p.id, T0 + 10 * S + 1, 1000, &to, &err),
+        0);
+    EXPECT_EQ_I64(to, 3);
+    EXPECT_EQ_I64(
+        store_stale_boundary(e.store, p.id, T0 + 30 * S, 1000, &to, &err), 0);
+    EXPECT_EQ_I64(to, 5);
+    /* the row budget bounds the walk */
+    EXPECT_EQ_I64(
+        store_stale_boundary(e.store, p.id, T0 + 30 * S, 2, &to, &err), 0);
+    EXPECT_EQ_I64(to, 3);
+    /* another partition id has no appends */
+    EXPECT_EQ_I64(
+        store_stale_boundary(e.store, p.id + 1, T0 + 30 * S, 1000, &to, &err),
+        0);
+    EXPECT_EQ_I64(to, -1);
+    env_close(&e);
+}
+
+TEST(trim_apply_moves_log_start_and_reads_follow)
+{
+    struct env e = {0};
+    struct store_partition_info p;
+    struct store_fetch_req fr = {sl("q"), sl("p"), 0, 1 << 20};
+    struct store_fetch_answer fa;
+    struct err err = {0};
+    const struct fsm_result *res;
+    struct cmd_trim_item it;
+    int64_t to = 0;
+
+    env_open(&e);
+    fsm_set_handler(e.fsm, CMD_RETENTION, retention_apply, NULL);
+    three_appends(&e);
+    p = part_of(&e, "q", "p");
+    it = (struct cmd_trim_item){queue_id(&e, "q"), p.id, 2, sl("p")};
+    res = apply_trim(&e, &it, 1, T0 + 40 * S);
+    EXPECT(res != NULL && res->code == 0);
+    EXPECT_EQ_I64(part_of(&e, "q", "p").log_start, 2);
+    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, &fr, 1, &fa, &err),
+                  0);
+    EXPECT_EQ_I64(fa.entries[0].error, STORE_OFFSET_OUT_OF_RANGE);
+    EXPECT_EQ_I64(fa.entries[0].log_start, 2);
+    EXPECT_EQ_I64(fa.entries[0].high_watermark, 5);
+    store_fetch_answer_free(&fa);
+    /* the trimmed appends are gone: the boundary starts at the next one */
+    EXPECT_EQ_I64(
+        store_stale_boundary(e.store, p.id, T0 + 10 * S + 1, 1000, &to, &err),
+        0);
+    EXPECT_EQ_I64(to, 3);
+
+    /* a planned start past the end is clamped to lastOffset + 1 */
+    it.log_start = 99;
+    res = apply_trim(&e, &it, 1, T0 + 41 * S);
+    EXPECT(res != NULL && res->code == 0);
+    EXPECT_EQ_I64(part_of(&e, "q", "p").log_start, 5);
+    /* offsets continue after a full trim */
+    res = env_push1(&e, T0 + 50 * S, "q", "p", "f", "6");
+    EXPECT_EQ_I64(res->items[0].offset, 5);
+    fr.offset = 5;
+    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, &fr, 1, &fa, &err),
+                  0);
+    EXPECT_EQ_U64(fa.entries[0].n_records, 1);
+    EXPECT_EQ_I64(fa.entries[0].log_start, 5);
+    store_fetch_answer_free(&fa);
+    env_close(&e);
+}
+
+TEST(trim_apply_skips_unknown_partitions_and_stale_ids)
+{
+    struct env e = {0};
+    struct store_partition_info p;
+    const struct fsm_result *res;
+    struct cmd_trim_item it[3];
+
+    env_open(&e);
+    fsm_set_handler(e.fsm, CMD_RETENTION, retention_apply, NULL);
+    three_appends(&e);
+    p = part_of(&e, "q", "p");
+    it[0] = (struct cmd_trim_item){queue_id(&e, "q"), p.id + 5, 2, sl("p")};
+    it[1] = (struct cmd_trim_item){queue_id(&e, "q"), p.id, 2, sl("nope")};
+    it[2] = (struct cmd_trim_item){queue_id(&e, "q") + 9, p.id, 2, sl("p")};
+    res = apply_trim(&e, it, 3, T0 + 40 * S);
+    EXPECT(res != NULL && res->code == 0);
+    EXPECT_EQ_I64(part_of(&e, "q", "p").log_start, 0);
+    /* a lower logStart than the current one changes nothing */
+    it[0] = (struct cmd_trim_item){queue_id(&e, "q"), p.id, 3, sl("p")};
+    apply_trim(&e, it, 1, T0 + 41 * S);
+    it[0].log_start = 2;
+    apply_trim(&e, it, 1, T0 + 42 * S);
+    EXPECT_EQ_I64(part_of(&e, "q", "p").log_start, 3);
+    env_close(&e);
+}
+
+TEST(configure_apply_stores_the_options)
+{
+    struct env e = {0};
+    struct store_queue_options o;
+    struct store_queue_info qi;
+    const struct fsm_result *res = NULL;
+    struct err err = {0};
+    struct buf b;
+
+    env_open(&e);
+    fsm_set_handler(e.fsm, CMD_CONFIGURE, api_configure_apply, NULL);
+    store_queue_options_configured(&o);
+    o.retention_seconds = 5;
+    o.retention_enabled = true;
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(
+        cmd_configure_encode(&b, STORE_DEFAULT_TENANT, sl("cq"), &o, &err), 0);
+    cmd_set_stamp(b.data, T0);
+    EXPECT_EQ_I64(fsm_apply_entry(e.fsm, ++e.index, b.data, b.len, &res, &err),
+                  0);
+    EXPECT(res != NULL && res->code == 0);
+    EXPECT_EQ_I64(
+        store_get_queue(e.store, STORE_DEFAULT_TENANT, sl("cq"), &qi, &err), 0);
+    EXPECT_EQ_I64(qi.options.retention_seconds, 5);
+    EXPECT(qi.options.retention_enabled);
+    EXPECT_EQ_I64(qi.options.lease_time, 300);
+    EXPECT_EQ_I64(qi.created_at, T0);
+    buf_free(&b);
+    env_close(&e);
+}
