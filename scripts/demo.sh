@@ -10,7 +10,7 @@
 set -euo pipefail
 build=${1:-build}
 root="$(cd "$(dirname "$0")/.." && pwd)"
-queen="$root/$build/queen"
+queen="${QUEEN_BIN:-$root/$build/queen}"
 py=/usr/bin/python3
 tmp=$(mktemp -d /tmp/queen-demo.XXXXXX)
 pid=""
