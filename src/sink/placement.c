@@ -8,10 +8,16 @@
  * does not grab everything; and a node over its share for a whole TTL gives
  * one queue back by draining it exactly as on SIGTERM. Waiting a full TTL
  * before acting means a node that came up and left within seconds moves
- * nothing. */
+ * nothing.
+ *
+ * Everything here is pure but placement_beat(), which only calls through
+ * the broker seam (struct sink_broker). */
 #include "sink/placement.h"
 
 #include <string.h>
+
+#include "sink/docs.h"
+#include "sink/layout.h"
 
 #include "sink/lease.h"
 
@@ -112,6 +118,76 @@ void placement_beat_count(const struct kv_result *r, struct slice own_key,
 uint32_t placement_nodes(uint32_t rows, bool saw_own)
 {
     return rows + (saw_own ? 0 : 1);
+}
+
+/* One beat call: the put (first page only) and one getPrefix page. */
+static int beat_page(const struct sink_broker *b,
+                     const struct placement_presence *p, struct kv_op ops[2],
+                     bool with_put, struct kv_answer *a, struct err *err)
+{
+    const struct kv_op *v = with_put ? ops : ops + 1;
+    size_t n = with_put ? 2 : 1;
+
+    memset(a, 0, sizeof(*a));
+    if (b->kv(b->arg, p->tenant, v, n, 0, a, err) != 0) {
+        return err->code;
+    }
+    if (a->status != 0 || a->n_results != n) {
+        int rc = err_set(err, a->status != 0 ? a->status : ERR_IO,
+                         "presence beat: %s", a->msg);
+        kv_answer_free(a);
+        return rc;
+    }
+    return 0;
+}
+
+int placement_beat(const struct sink_broker *b,
+                   const struct placement_presence *p, uint32_t *nodes,
+                   struct err *err)
+{
+    struct buf key;
+    struct buf prefix;
+    struct buf doc;
+    struct buf after;
+    struct kv_op ops[2];
+    struct kv_answer a;
+    uint32_t rows = 0;
+    bool saw_own = false;
+    bool more = true;
+    struct docs_lease d = {{p->instance, strlen(p->instance)},
+                           {p->incarnation, strlen(p->incarnation)},
+                           p->since_ms};
+    int rc;
+
+    buf_init(&key, KV_KEY_MAX);
+    buf_init(&prefix, KV_KEY_MAX);
+    buf_init(&doc, KV_VALUE_MAX);
+    buf_init(&after, KV_KEY_MAX);
+    rc = layout_presence_key(&key, p->sink, d.instance, err);
+    rc = rc != 0 ? rc : layout_presence_prefix(&prefix, p->sink, err);
+    rc = rc != 0 ? rc : docs_lease_encode(&doc, &d, err);
+    for (bool first = true; rc == 0 && more; first = false) {
+        placement_beat_ops(ops, buf_slice(&key), buf_slice(&doc),
+                           lease_ttl_seconds(p->ttl_ms), buf_slice(&prefix),
+                           buf_slice(&after));
+        rc = beat_page(b, p, ops, first, &a, err);
+        if (rc != 0) {
+            break;
+        }
+        const struct kv_result *r = &a.results[a.n_results - 1];
+        placement_beat_count(r, buf_slice(&key), &rows, &saw_own, &more);
+        buf_reset(&after);
+        if (more) {
+            rc = buf_append(&after, r->next_after.ptr, r->next_after.len, err);
+        }
+        kv_answer_free(&a);
+    }
+    *nodes = placement_nodes(rows, saw_own);
+    buf_free(&after);
+    buf_free(&doc);
+    buf_free(&prefix);
+    buf_free(&key);
+    return rc;
 }
 
 static int slice_cmp(struct slice a, struct slice b)

@@ -24,6 +24,7 @@
 #include "base/buf.h"
 #include "base/common.h"
 #include "base/err.h"
+#include "sink/driver.h"
 #include "store/kv.h"
 
 #define PLACEMENT_CLAIM_STEP_MS 1000
@@ -79,6 +80,24 @@ void placement_beat_count(const struct kv_result *r, struct slice own_key,
                           uint32_t *rows, bool *saw_own, bool *more);
 /* N = rows + (saw_own ? 0 : 1); always >= 1. */
 uint32_t placement_nodes(uint32_t rows, bool saw_own);
+
+/* This node's presence row. Borrowed strings. */
+struct placement_presence {
+    const char *sink;
+    const char *instance;
+    const char *incarnation; /* 16 hex digits, fresh per process */
+    int64_t since_ms;        /* creation wall ms */
+    int64_t ttl_ms;
+    uint8_t tenant[16];
+};
+
+/* The beat's I/O, through the broker seam only: put the presence row and
+ * count the rows under the prefix, paging while truncated. *nodes = N >= 1.
+ * Returns 0, or the KV call's error (the host warns at most once per 30 s
+ * and retries). */
+int placement_beat(const struct sink_broker *b,
+                   const struct placement_presence *p, uint32_t *nodes,
+                   struct err *err);
 
 /* ---- give-back decision ----------------------------------------------- */
 

@@ -187,6 +187,48 @@ static inline bool fake_write(struct fake_broker *f, const struct kv_op *op,
     return true;
 }
 
+static inline int fake_key_cmp(const void *x, const void *y)
+{
+    return strcmp((*(const struct fake_row *const *)x)->key,
+                  (*(const struct fake_row *const *)y)->key);
+}
+
+/* getPrefix: keys under the prefix after the cursor, sorted, up to limit;
+ * slices hold arena offsets until fake_kv fixes them up. */
+static inline void fake_prefix(struct fake_broker *f, const struct kv_op *op,
+                               struct kv_result *r, struct kv_answer *a)
+{
+    const struct fake_row *v[FAKE_MAX_ROWS] = {0};
+    size_t n = 0;
+    int limit = op->limit <= 0 ? 100 : op->limit;
+    char after[512];
+
+    snprintf(after, sizeof(after), "%.*s", (int)op->after.len, op->after.ptr);
+    for (size_t i = 0; i < FAKE_MAX_ROWS; i++) {
+        const struct fake_row *row = &f->rows[i];
+        if (row->used &&
+            strncmp(row->key, op->prefix.ptr, op->prefix.len) == 0 &&
+            strlen(row->key) >= op->prefix.len && strcmp(row->key, after) > 0) {
+            v[n++] = row;
+        }
+    }
+    qsort(v, n, sizeof(*v), fake_key_cmp);
+    r->rows = xcalloc(n + 1, sizeof(*r->rows));
+    for (size_t i = 0; i < n && (int)i < limit; i++) {
+        struct kv_row *kr = &r->rows[r->n_rows++];
+        kr->version = v[i]->version;
+        kr->key.len = strlen(v[i]->key);
+        kr->key.ptr = (const char *)(uintptr_t)fake_keep(
+            a, (struct slice){v[i]->key, kr->key.len});
+        kr->value.ptr = (const char *)(uintptr_t)fake_keep(a, SLICE_LIT(""));
+    }
+    r->truncated = (int)n > limit;
+    if (r->truncated) {
+        r->has_next_after = true;
+        r->next_after = r->rows[r->n_rows - 1].key; /* offset, fixed later */
+    }
+}
+
 static inline void fake_read(struct fake_broker *f, const struct kv_op *op,
                              struct kv_result *r, size_t *val_at,
                              struct kv_answer *a)
@@ -202,6 +244,10 @@ static inline void fake_read(struct fake_broker *f, const struct kv_op *op,
             *val_at =
                 fake_keep(a, (struct slice){row->value, strlen(row->value)});
         }
+        return;
+    }
+    if (op->op == KV_GET_PREFIX) {
+        fake_prefix(f, op, r, a);
         return;
     }
     /* getMany: rows in key order (callers here look them up by key) */
@@ -250,7 +296,8 @@ static inline int fake_kv(void *arg, const uint8_t tenant[16],
     bool any_write = false;
     for (size_t i = 0; i < n; i++) {
         struct kv_result *r = &a->results[i];
-        if (ops[i].op == KV_GET || ops[i].op == KV_GET_MANY) {
+        if (ops[i].op == KV_GET || ops[i].op == KV_GET_MANY ||
+            ops[i].op == KV_GET_PREFIX) {
             fake_read(f, &ops[i], r, &val_at[i], a);
             continue;
         }
@@ -278,6 +325,9 @@ static inline int fake_kv(void *arg, const uint8_t tenant[16],
         if (val_at[i] != (size_t)-1) {
             r->value.ptr = a->arena.data + val_at[i];
             r->value.len = strlen(r->value.ptr);
+        }
+        if (r->has_next_after) {
+            r->next_after.ptr = a->arena.data + (uintptr_t)r->next_after.ptr;
         }
         for (size_t j = 0; j < r->n_rows; j++) {
             r->rows[j].key.ptr = a->arena.data + (uintptr_t)r->rows[j].key.ptr;

@@ -1,6 +1,7 @@
 /* Tests of placement's pure parts (reference 3.4, 3.9 claim retry). */
 #include "sink/placement.h"
 
+#include "driver_fake.h"
 #include "harness.h"
 
 TEST(fair_share_vectors)
@@ -92,6 +93,11 @@ TEST(beat_counts_rows_and_adds_itself_when_missing)
     n = 0;
     placement_beat_count(&r, sl("s3:default:node=a"), &n, &own, &more);
     EXPECT_EQ_U64(placement_nodes(n, own), 2);
+    r.truncated = true;
+    r.has_next_after = true;
+    placement_beat_count(&r, sl("s3:default:node=a"), &n, &own, &more);
+    EXPECT(more);
+    EXPECT_EQ_U64(n, 4); /* counts accumulate over pages */
 }
 
 TEST(give_back_only_after_a_full_ttl_over_share_one_at_a_time)
@@ -156,4 +162,38 @@ TEST(a_node_over_share_for_a_moment_moves_nothing)
     in.share = 1;
     in.now_ms = 31000;
     EXPECT_EQ_I64(placement_decide(&st, &in), PLACEMENT_NOTHING);
+}
+
+TEST(beat_writes_the_presence_row_and_counts_every_page)
+{
+    struct fake_broker f;
+    struct sink_broker b;
+    struct err err;
+    uint32_t nodes = 0;
+    char key[64];
+    struct placement_presence p = {.sink = "default",
+                                   .instance = "node-1@host",
+                                   .incarnation = "0123456789abcdef",
+                                   .since_ms = 77,
+                                   .ttl_ms = 30000};
+
+    fake_init(&f, "orders");
+    fake_broker_seam(&f, &b);
+    EXPECT_EQ_I64(placement_beat(&b, &p, &nodes, &err), 0);
+    EXPECT_EQ_U64(nodes, 1);
+    struct fake_row *row = fake_row_must(&f, "s3:default:node=node-1%40host");
+    EXPECT_EQ_I64(row->ttl, 30);
+    EXPECT(strstr(row->value, "\"incarnation\":\"0123456789abcdef\"") != NULL);
+    /* 40 rows of other nodes plus ours; a queue key and another sink's
+     * row must not count */
+    for (int i = 0; i < 40; i++) {
+        snprintf(key, sizeof(key), "s3:default:node=n%02d", i);
+        fake_row_set(&f, key, "{}");
+    }
+    fake_row_set(&f, "s3:default:orders:lease", "{}");
+    fake_row_set(&f, "s3:other:node=zz", "{}");
+    EXPECT_EQ_I64(placement_beat(&b, &p, &nodes, &err), 0);
+    EXPECT_EQ_U64(nodes, 41);
+    f.fail_next = 1;
+    EXPECT_EQ_I64(placement_beat(&b, &p, &nodes, &err), ERR_BUSY);
 }
