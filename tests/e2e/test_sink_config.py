@@ -1,0 +1,90 @@
+"""The sink's boot (reference 3.1, 3.2, 7.9): a bad setting stops the boot
+with one FATAL line and exit 2; without QUEEN_S3_EMBEDDED there is no `s3`
+block; a named queue that does not exist yet shows `missing` until its
+first push, then ships; scenario e: names that need escaping and payloads
+with raw line breaks."""
+import json
+
+import lake
+from conftest import PREFIX, TENANT, kv_get, sink_row, wait_until
+
+
+def boot_fails(sink_node, env):
+    node = sink_node(env, start=False)
+    node.start(wait=False)
+    rc = node.wait_exit(20)
+    log = node.stderr()
+    node._reap()
+    return rc, log
+
+
+def test_bad_threads_is_fatal(sink_node):
+    rc, log = boot_fails(sink_node, {"QUEEN_S3_THREADS": "0"})
+    assert rc == 2, log
+    fatal = [x for x in log.splitlines() if "FATAL" in x]
+    assert len(fatal) == 1, log
+    assert fatal[0].endswith(
+        "ERROR boot: FATAL: QUEEN_S3_EMBEDDED=true: QUEEN_S3_THREADS=0 is "
+        "not an integer in 1..=64"), fatal
+
+
+def test_bad_grace_is_fatal_and_never_echoes_the_secret(sink_node):
+    rc, log = boot_fails(sink_node, {"QUEEN_S3_SHUTDOWN_GRACE_MS": "99"})
+    assert rc == 2, log
+    assert ("QUEEN_S3_EMBEDDED=true: QUEEN_S3_SHUTDOWN_GRACE_MS=99 is not an "
+            "integer in 100..=3600000") in log
+    assert "queen-secret-key" not in log
+
+
+def test_sink_off_has_no_s3_block(sink_node):
+    node = sink_node({"QUEEN_S3_EMBEDDED": "false"})
+    assert "s3" not in node.get("/status").json()
+    assert "queen_s3_" not in node.get("/metrics/prometheus").body.decode()
+
+
+def test_missing_queue_ships_once_created(sink_node, bucket):
+    node = sink_node({"QUEEN_S3_QUEUES": "later"})
+    wait_until(lambda: (sink_row(node, "later") or {}).get("state") ==
+               "missing", 30, "the row of `later` to say missing")
+    assert ("the queue does not exist; looking again until it does"
+            in node.stderr())
+    items = [{"queue": "later", "partition": "p", "payload": b'{"a":1}'}]
+    r = node.request("POST", "/api/v1/push", body=lake.push_body(items))
+    assert r.status == 201, r
+    acked = lake.acked_from_push(items, r.json())
+    lake.wait_queue(lake.bucket_reader(bucket), PREFIX, TENANT, "later",
+                    acked, timeout=60, compression="zstd", align="none")
+
+
+NAME = "e.ord/eu \u00e9t\u00e9:1%"
+WS = [b'{"ok":1}', b'{"a":\n1}', b'[1,\r\n2]',
+      b'{\n  "pretty": [\n    1,\n    2\n  ]\n}', b'{"after":"ws"}']
+
+
+def test_names_and_whitespace(sink_node, bucket):
+    node = sink_node({"QUEEN_S3_QUEUES": NAME + ",e.whitespace"})
+    items = [{"queue": NAME, "partition": "lane %d/\u00fc" % i,
+              "payload": b'{"i":%d}' % j}
+             for i in range(8) for j in range(5)]
+    items.append({"queue": NAME, "partition": "huge",
+                  "payload": b'"' + b"h" * 1500000 + b'"'})
+    ws = [{"queue": "e.whitespace", "partition": "w", "payload": p}
+          for p in WS]
+    acked = {}
+    for batch in (items, ws):
+        r = node.request("POST", "/api/v1/push", body=lake.push_body(batch))
+        assert r.status == 201, r
+        for it, rec in zip(batch, lake.acked_from_push(batch, r.json())):
+            acked.setdefault(it["queue"], []).append(rec)
+    reader = lake.bucket_reader(bucket)
+    lake.wait_queue(reader, PREFIX, TENANT, NAME, acked[NAME], timeout=90,
+                    compression="zstd", align="none")
+    lake.wait_queue(reader, PREFIX, TENANT, "e.whitespace",
+                    acked["e.whitespace"], timeout=60, compression="zstd",
+                    align="none")
+    row = kv_get(node, "s3:default:e.ord%2Feu%20%C3%A9t%C3%A9%3A1%25:lease")
+    assert row["found"] is True
+    value = row["value"]
+    if isinstance(value, str):
+        value = json.loads(value)
+    assert value["instance"].startswith("node-1@")
