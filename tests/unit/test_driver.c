@@ -949,3 +949,42 @@ TEST(in_the_broker_a_crash_point_aborts_the_process)
     EXPECT_EQ_I64(WIFSIGNALED(status) ? WTERMSIG(status) : 0, SIGABRT);
     EXPECT(strstr(out, "QUEEN_S3_CRASH_AT fired: aborting") != NULL);
 }
+
+TEST(two_aligned_hours_become_two_windows_a_reader_can_glob)
+{
+    struct rig *r = rig_open();
+    static const char *const keys[] = {
+        "queen/tenant=00000000-0000-0000-0000-000000000001/queue=orders/"
+        "dt=2026-09-04/hour=10/"
+        "w-0000000001-1788516000000000-1788519600000000.jsonl.zst",
+        "queen/tenant=00000000-0000-0000-0000-000000000001/queue=orders/"
+        "dt=2026-09-04/hour=11/"
+        "w-0000000002-1788519600000000-1788523200000000.jsonl.zst",
+        "queen/_queen/tenant=00000000-0000-0000-0000-000000000001/"
+        "queue=orders/windows/0000000001.json",
+        "queen/_queen/tenant=00000000-0000-0000-0000-000000000001/"
+        "queue=orders/checkpoint/0000000002.json.zst",
+    };
+
+    r->cfg.checkpoint_every = 2;
+    seed_two_hours(&r->f);
+    new_driver(r);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    for (size_t i = 0; i < ARRAY_LEN(keys); i++) {
+        EXPECT(bucket_find(&r->k, keys[i]) != NULL);
+    }
+    EXPECT_EQ_U64(count_keys(&r->k, "/checkpoint/"), 1);
+    struct fake_object *m = bucket_find(&r->k, keys[2]);
+    if (m == NULL) {
+        abort();
+    }
+    EXPECT(strstr(m->body.data, "\"records\":6") != NULL);
+    EXPECT(strstr(m->body.data, "\"partitions\":2") != NULL);
+    EXPECT(strstr(m->body.data, "\"writer\":\"queen-s3/2.0.0 jsonl+zstd\"") !=
+           NULL);
+    EXPECT(strstr(m->body.data, "\"sink\":\"default\"") != NULL);
+    struct fake_row *c = fake_row_must(&r->f, "s3:default:orders:committed");
+    EXPECT(strstr(c->value, "\"k\":2") != NULL);
+    rig_close(r);
+}
