@@ -53,8 +53,8 @@ struct node_config {
      * pushes of 100 records (~13 KB entries) 32768 entries is ~430 MB of
      * log between snapshots; the default threshold (1024) would cost ~10x
      * throughput. */
-    unsigned snapshot_threshold; /* 0 = 32768 entries */
-    unsigned snapshot_trailing;  /* 0 = 4096 entries */
+    unsigned snapshot_threshold; /* 0 = ~448 MiB of log, 1024..32768 */
+    unsigned snapshot_trailing;  /* 0 = ~56 MiB of log, 128..4096 */
     /* Apply handlers of the reserved command types (fsm_set_handler()),
      * registered before raft replays anything; NULL = unsupported. */
     fsm_apply_fn handlers[CMD_TYPE_COUNT];
