@@ -129,11 +129,12 @@ static void render_placement(struct jw *w, const struct status_placement *p)
 {
     jw_key(w, "placement");
     jw_obj_begin(w);
+    /* Key order as the product page prints it. */
+    str_or_null(w, "givingBack", p->giving_back);
+    u64_key(w, "held", p->held);
     u64_key(w, "nodes", p->nodes);
     u64_key(w, "queues", p->queues);
     u64_key(w, "share", p->share);
-    u64_key(w, "held", p->held);
-    str_or_null(w, "givingBack", p->giving_back);
     jw_obj_end(w);
 }
 

@@ -119,8 +119,8 @@ TEST(block_with_one_sink)
                    "\"prefix\":\"queen\"},\"format\":\"jsonl\","
                    "\"compression\":\"zstd\",\"layout\":\"merged\","
                    "\"align\":\"hour\",\"health\":{\"ok\":true,\"queues\":1},"
-                   "\"placement\":{\"nodes\":1,\"queues\":1,\"share\":1,"
-                   "\"held\":1,\"givingBack\":null},\"memory\":"
+                   "\"placement\":{\"givingBack\":null,\"held\":1,"
+                   "\"nodes\":1,\"queues\":1,\"share\":1},\"memory\":"
                    "{\"bufferedBytes\":64,\"limitBytes\":536870912},"
                    "\"queues\":[{\"name\":\"audit\"",
                    strlen("{\"mode\":\"in-process\",\"phase\":\"running\","
@@ -132,6 +132,8 @@ TEST(block_with_one_sink)
                   "\"memory\":{\"bufferedBytes\":64,\"limitBytes\":"
                   "536870912},\"queues\":[{\"name\":\"audit\"") != NULL);
     EXPECT(strstr(b.data, "},{\"name\":\"orders\"") != NULL);
+    EXPECT(strstr(b.data, "\"placement\":{\"givingBack\":null,\"held\":1,"
+                          "\"nodes\":1,\"queues\":1,\"share\":1}") != NULL);
     EXPECT(b.data[b.len - 1] == '}');
     buf_free(&b);
 }
