@@ -65,6 +65,7 @@ struct pending {
     const struct engine_plan *plan;     /* valid until engine_on_committed */
     struct engine_commit commit;        /* manifest_key into manifest_key */
     struct buf manifest_key;
+    int64_t commit_wall_ms; /* committedAt, fixed at the first attempt */
     char strs[4][128];
 };
 
@@ -194,6 +195,11 @@ void driver_config_defaults(struct driver_config *c)
 static struct slice cstr(const char *s)
 {
     return (struct slice){s, strlen(s)};
+}
+
+static bool same_slice(struct slice a, struct slice b)
+{
+    return a.len == b.len && memcmp(a.ptr, b.ptr, a.len) == 0;
 }
 
 static void set_error(struct driver *d, const char *fmt, ...) PRINTF(2, 3);
@@ -910,6 +916,43 @@ static void do_seek(struct driver *d, const struct engine_seek *a)
 /* A fenced write of one pointer; *version gets the row's new version.
  * Returns 0; or stops the driver (Fenced / Failed) and returns -1; or asks
  * for a retry and returns 1 (kv_retry of 3.9). */
+/* After a failed call the batch may still have landed (a timeout across a
+ * leader change): read the lease and the pointer back. Adopts our lease
+ * row's version; true when the pointer already holds doc (*version set). */
+static bool landed(struct driver *d, const char *key, struct slice doc,
+                   uint64_t *version)
+{
+    struct slice keys[2] = {cstr(lease_key(d->lease)), cstr(key)};
+    struct kv_op op = {.op = KV_GET_MANY,
+                       .ns = SLICE_LIT(LEASE_NS),
+                       .keys = keys,
+                       .n_keys = 2};
+    struct kv_answer a;
+    struct err err;
+    bool done = false;
+    char inc[24];
+
+    memset(&a, 0, sizeof(a));
+    if (d->b->kv(d->b->arg, d->cfg.tenant, &op, 1, d->cfg.kv_timeout_ms, &a,
+                 &err) != 0) {
+        return false;
+    }
+    for (size_t i = 0; a.status == 0 && i < a.results[0].n_rows; i++) {
+        const struct kv_row *row = &a.results[0].rows[i];
+        if (same_slice(row->key, keys[1])) {
+            done = same_slice(row->value, doc);
+            *version = done ? row->version : *version;
+            continue;
+        }
+        snprintf(inc, sizeof(inc), "\"%s\"", lease_incarnation(d->lease));
+        if (memmem(row->value.ptr, row->value.len, inc, strlen(inc)) != NULL) {
+            lease_adopt_version(d->lease, row->version);
+        }
+    }
+    kv_answer_free(&a);
+    return done;
+}
+
 static int fenced_put(struct driver *d, const char *what, const char *key,
                       uint64_t *version, struct slice doc, int64_t now)
 {
@@ -918,6 +961,10 @@ static int fenced_put(struct driver *d, const char *what, const char *key,
     struct err err;
     char why[512];
 
+    if (d->attempt > 0 && landed(d, key, doc, version)) {
+        d->attempt = 0;
+        return 0;
+    }
     lease_put_op(&op, key, doc, 0, version, true);
     int rc = lease_fenced(d->lease, &op, 1, &a, &err);
     if (rc == 0) {
@@ -1010,11 +1057,6 @@ static int build_body(struct driver *d, const struct sink_record *v, size_t n,
     rc = rc != 0 ? rc : jsonl_writer_finish(w, out, err);
     jsonl_writer_free(w);
     return rc;
-}
-
-static bool same_slice(struct slice a, struct slice b)
-{
-    return a.len == b.len && memcmp(a.ptr, b.ptr, a.len) == 0;
 }
 
 /* Build every object of plan p (4.2): one merged object, or one per run of
@@ -1277,7 +1319,7 @@ static int do_commit(struct driver *d, int64_t now)
     }
     struct docs_committed cd = {
         c->k,       c->t_end, buf_slice(&d->pend.manifest_key),
-        c->records, c->bytes, d->wall_ms};
+        c->records, c->bytes, d->pend.commit_wall_ms};
     buf_init(&doc, KV_VALUE_MAX);
     if (docs_committed_encode(&doc, &cd, &err) != 0) {
         stop(d, DRIVER_FAILED, err.msg);
@@ -1388,6 +1430,7 @@ static void take_closing(struct driver *d, const struct engine_action *a)
         buf_append(&p->manifest_key, a->u.commit.manifest_key.ptr,
                    a->u.commit.manifest_key.len, &err);
         p->commit.manifest_key = buf_slice(&p->manifest_key);
+        p->commit_wall_ms = d->wall_ms;
     }
 }
 

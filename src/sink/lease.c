@@ -185,6 +185,15 @@ bool lease_lost(struct lease *l)
     return v;
 }
 
+void lease_adopt_version(struct lease *l, uint64_t v)
+{
+    pthread_mutex_lock(&l->mu);
+    if (!l->is_lost && l->version != 0) {
+        l->version = v;
+    }
+    pthread_mutex_unlock(&l->mu);
+}
+
 void lease_mark_lost(struct lease *l)
 {
     pthread_mutex_lock(&l->mu);

@@ -69,6 +69,9 @@ const char *lease_incarnation(const struct lease *l);
 const char *lease_key(const struct lease *l);
 uint64_t lease_version(struct lease *l);
 bool lease_lost(struct lease *l);
+/* A fenced batch whose call failed may still have landed: adopt version v
+ * of a row that carries this handle's incarnation. Ignored once lost. */
+void lease_adopt_version(struct lease *l, uint64_t v);
 void lease_mark_lost(struct lease *l);
 
 enum lease_holder_kind { LEASE_FREE, LEASE_MINE, LEASE_OTHER };

@@ -49,12 +49,13 @@ struct fake_part {
 struct fake_broker {
     struct fake_row rows[FAKE_MAX_ROWS];
     uint64_t next_version;
-    int fail_next;     /* KV calls that answer fail_code */
-    int fail_code;     /* default ERR_BUSY */
-    int kv_calls;      /* every KV call, failed ones included */
-    int kv_writes;     /* write batches applied (status 0) */
-    bool kv_never;     /* every KV call fails forever */
-    int64_t safe_time; /* us */
+    int fail_next;      /* KV calls that answer fail_code */
+    int fail_code;      /* default ERR_BUSY */
+    int kv_calls;       /* every KV call, failed ones included */
+    int kv_writes;      /* write batches applied (status 0) */
+    bool kv_never;      /* every KV call fails forever */
+    int land_then_fail; /* the next N write batches apply, then time out */
+    int64_t safe_time;  /* us */
     bool queue_exists;
     char queue[64];
     struct fake_part parts[FAKE_MAX_PARTS];
@@ -340,6 +341,11 @@ static inline int fake_kv(void *arg, const uint8_t tenant[16],
     }
     free(undo);
     free(val_at);
+    if (any_write && f->land_then_fail > 0) {
+        f->land_then_fail--;
+        kv_answer_free(a);
+        return err_set(err, ERR_TIMEOUT, "fake kv: applied, then timed out");
+    }
     return 0;
 }
 

@@ -988,3 +988,30 @@ TEST(two_aligned_hours_become_two_windows_a_reader_can_glob)
     EXPECT(strstr(c->value, "\"k\":2") != NULL);
     rig_close(r);
 }
+
+TEST(a_pointer_write_that_landed_although_its_call_timed_out_is_kept)
+{
+    struct buf want;
+    struct buf got;
+    struct rig *r = rig_open();
+    struct driver_status st;
+
+    buf_init(&want, BUF_UNLIMITED);
+    buf_init(&got, BUF_UNLIMITED);
+    control_run(&want);
+    seed_two_hours(&r->f);
+    new_driver(r);
+    /* every write batch lands and then answers a timeout, twice in a row:
+     * the intent and the commit of window 1 */
+    r->f.land_then_fail = 2;
+    run_until(r, 2, 300);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_RUNNING);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.commit_precondition_lost, 0);
+    fingerprint(&r->k, &got);
+    EXPECT_STR_EQ(got.data, want.data);
+    buf_free(&want);
+    buf_free(&got);
+    rig_close(r);
+}
