@@ -162,7 +162,6 @@ static void *sink_thread(void *arg)
 {
     struct sink *s = arg;
 
-    pthread_setname_np(pthread_self(), "queen-s3");
     pthread_mutex_lock(&s->mu);
     while (!s->is_exiting) {
         struct task *t = sink_pick(s);
@@ -181,7 +180,8 @@ static void *sink_thread(void *arg)
         int64_t next = sink_step(s, t, now);
         pthread_mutex_lock(&s->mu);
         t->is_running = false;
-        t->due_ms = next;
+        /* A stop that came during the step must not wait out its backoff. */
+        t->due_ms = s->is_stopping && next > now ? now : next;
         pthread_cond_broadcast(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
@@ -220,6 +220,8 @@ int sink_start(struct sink *s, struct err *err)
             sink_stop(s);
             return err_set(err, ERR_IO, "pthread_create: %s", strerror(rc));
         }
+        /* Named by the creator, so the name is there once start returns. */
+        pthread_setname_np(s->threads[i], "queen-s3");
         s->n_threads++;
     }
     return 0;
@@ -724,8 +726,7 @@ static int64_t task_stopped(struct sink *s, struct task *t, int64_t now,
     t->lease = NULL;
     t->state = Q_CLAIM;
     switch (nx->stop) {
-    case DRIVER_DRAINED:
-        log_info("queen-s3", "queue drained queue=%s", t->name);
+    case DRIVER_DRAINED: /* the driver logged "queue drained" */
         t->state = Q_ENDED;
         return now;
     case DRIVER_CRASHED:
