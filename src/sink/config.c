@@ -23,7 +23,27 @@
 #define VAL_MAX 4096
 #define PFX     "QUEEN_S3_PREFIX"
 
+/* The names one sink's settings go by in messages: environment variables,
+ * or a tenant document's fields (reference 5.5: {X} is either). */
+struct names {
+    const char *queues, *partitions, *endpoint, *region, *bucket, *prefix;
+    const char *access_key, *secret, *secret_what, *path_style, *sse, *kms;
+    const char *format, *compression, *parquet_codec, *layout, *align;
+    const char *start, *target_mb, *max_window_ms, *sink;
+};
+
+static const struct names env_names = {
+    "QUEEN_S3_QUEUES",     "QUEEN_S3_PARTITIONS",    "QUEEN_S3_ENDPOINT",
+    "QUEEN_S3_REGION",     "QUEEN_S3_BUCKET",        "QUEEN_S3_PREFIX",
+    "QUEEN_S3_ACCESS_KEY", "QUEEN_S3_SECRET_KEY",    "the S3 secret access key",
+    "QUEEN_S3_PATH_STYLE", "QUEEN_S3_SSE",           "QUEEN_S3_SSE_KMS_KEY_ID",
+    "QUEEN_S3_FORMAT",     "QUEEN_S3_COMPRESSION",   "QUEEN_S3_PARQUET_CODEC",
+    "QUEEN_S3_LAYOUT",     "QUEEN_S3_ALIGN",         "QUEEN_S3_START",
+    "QUEEN_S3_TARGET_MB",  "QUEEN_S3_MAX_WINDOW_MS", "QUEEN_S3_SINK",
+};
+
 struct ld {
+    const struct names *nm;
     const struct sink_env *env;
     struct sink_node_config *n;
     struct err *err;
@@ -234,7 +254,7 @@ static void queues_add(struct sink_config *c, const char *p, size_t n)
 /* "*" alone, or a comma list: split, trim, drop empties, keep order. */
 static int parse_queues(struct ld *l, struct sink_config *c, const char *spec)
 {
-    const char *name = "QUEEN_S3_QUEUES";
+    const char *name = l->nm->queues;
     const char *p = spec;
 
     if (strcmp(spec, "*") == 0) {
@@ -277,7 +297,7 @@ static int parse_sink_name(struct ld *l, struct sink_config *c)
     char raw[VAL_MAX];
     size_t n;
 
-    if (!envv(l, "QUEEN_S3_SINK", raw, sizeof(raw))) {
+    if (!envv(l, l->nm->sink, raw, sizeof(raw))) {
         snprintf(c->sink, sizeof(c->sink), "default");
         return 0;
     }
@@ -289,13 +309,13 @@ static int parse_sink_name(struct ld *l, struct sink_config *c)
     }
     if (!ok) {
         return fail(l,
-                    "QUEEN_S3_SINK=%s is not a sink name. It is 1..=64 "
+                    "%s=%s is not a sink name. It is 1..=64 "
                     "characters of [A-Za-z0-9._-]: the name scopes the "
                     "sink's KV documents (lease, intent, commit pointer) and "
                     "anything else could run into another sink's keys. It "
                     "is in no object key: two sinks writing the same queue "
-                    "use different " PFX " values",
-                    raw);
+                    "use different %s values",
+                    l->nm->sink, raw, l->nm->prefix);
     }
     memcpy(c->sink, raw, n + 1);
     return 0;
@@ -305,7 +325,8 @@ static int refuse_partitions(struct ld *l)
 {
     char raw[VAL_MAX];
 
-    if (!envv(l, "QUEEN_S3_PARTITIONS", raw, sizeof(raw))) {
+    if (l->nm->partitions == NULL ||
+        !envv(l, l->nm->partitions, raw, sizeof(raw))) {
         return 0;
     }
     return fail(
@@ -321,7 +342,7 @@ static int refuse_partitions(struct ld *l)
 
 static int parse_endpoint(struct ld *l, struct sink_config *c)
 {
-    const char *name = "QUEEN_S3_ENDPOINT";
+    const char *name = l->nm->endpoint;
     char raw[VAL_MAX];
     const char *rest;
     size_t n;
@@ -353,8 +374,8 @@ static int parse_endpoint(struct ld *l, struct sink_config *c)
         return fail(l,
                     "%s=%s carries a path. The endpoint is "
                     "scheme://host[:port] only; a prefix inside the bucket "
-                    "is " PFX,
-                    name, raw);
+                    "is %s",
+                    name, raw, l->nm->prefix);
     }
     if ((size_t)(rest - raw) + n >= sizeof(c->endpoint)) {
         return fail(l, "%s=%s has no host", name, raw);
@@ -366,7 +387,7 @@ static int parse_endpoint(struct ld *l, struct sink_config *c)
 
 static int parse_bucket(struct ld *l, struct sink_config *c)
 {
-    const char *name = "QUEEN_S3_BUCKET";
+    const char *name = l->nm->bucket;
 
     if (required(l, name, "the destination bucket", c->bucket,
                  sizeof(c->bucket)) != 0) {
@@ -374,11 +395,10 @@ static int parse_bucket(struct ld *l, struct sink_config *c)
     }
     for (const char *p = c->bucket; *p != '\0'; p++) {
         if (*p == '/' || isspace((unsigned char)*p)) {
-            return fail(
-                l,
-                "%s=%s is not a bucket name: it is one name, with no "
-                "slash and no space. A prefix inside the bucket is " PFX,
-                name, c->bucket);
+            return fail(l,
+                        "%s=%s is not a bucket name: it is one name, with no "
+                        "slash and no space. A prefix inside the bucket is %s",
+                        name, c->bucket, l->nm->prefix);
         }
     }
     return 0;
@@ -390,7 +410,7 @@ static int parse_prefix(struct ld *l, struct sink_config *c)
     const char *s;
     size_t n;
 
-    if (!envv(l, PFX, raw, sizeof(raw))) {
+    if (!envv(l, l->nm->prefix, raw, sizeof(raw))) {
         snprintf(c->prefix, sizeof(c->prefix), "queen");
         return 0;
     }
@@ -404,9 +424,9 @@ static int parse_prefix(struct ld *l, struct sink_config *c)
     }
     if (n == 0) {
         return fail(l,
-                    PFX "=%s is empty. It is the root every object is "
-                        "written under, e.g. `queen` or `lake/queen`",
-                    raw);
+                    "%s=%s is empty. It is the root every object is "
+                    "written under, e.g. `queen` or `lake/queen`",
+                    l->nm->prefix, raw);
     }
     for (size_t i = 0; i <= n;) {
         const char *seg = s + i;
@@ -416,10 +436,10 @@ static int parse_prefix(struct ld *l, struct sink_config *c)
         if (len == 0 || (len == 1 && seg[0] == '.') ||
             (len == 2 && seg[0] == '.' && seg[1] == '.')) {
             return fail(l,
-                        PFX "=%s has an empty or relative segment (\"%.*s\")"
-                            ". It is a plain path, e.g. `queen` or "
-                            "`lake/queen`",
-                        raw, (int)len, seg);
+                        "%s=%s has an empty or relative segment (\"%.*s\")"
+                        ". It is a plain path, e.g. `queen` or "
+                        "`lake/queen`",
+                        l->nm->prefix, raw, (int)len, seg);
         }
         i += len + 1;
     }
@@ -457,34 +477,37 @@ static const struct alias start_t[] = {{"latest", ENGINE_START_LATEST},
 
 static int parse_sse(struct ld *l, struct sink_config *c)
 {
+    const struct names *nm = l->nm;
+    char tail[256];
     int v;
 
-    if (enumv(l, "QUEEN_S3_SSE", sse_t, ARRAY_LEN(sse_t), SINK_SSE_OFF,
-              "is not a mode. It is `AES256` (bucket-managed keys) or "
-              "`aws:kms` (+ QUEEN_S3_SSE_KMS_KEY_ID). Unset it to send no "
-              "x-amz-server-side-encryption header at all",
-              &v) != 0) {
+    snprintf(tail, sizeof(tail),
+             "is not a mode. It is `AES256` (bucket-managed keys) or "
+             "`aws:kms` (+ %s). Unset it to send no "
+             "x-amz-server-side-encryption header at all",
+             nm->kms);
+    if (enumv(l, nm->sse, sse_t, ARRAY_LEN(sse_t), SINK_SSE_OFF, tail, &v) !=
+        0) {
         return l->err->code;
     }
     c->sse = (enum sink_sse)v;
-    if (envv(l, "QUEEN_S3_SSE_KMS_KEY_ID", c->sse_kms_key_id,
-             sizeof(c->sse_kms_key_id)) &&
+    if (envv(l, nm->kms, c->sse_kms_key_id, sizeof(c->sse_kms_key_id)) &&
         c->sse != SINK_SSE_KMS) {
         return fail(l,
-                    "QUEEN_S3_SSE_KMS_KEY_ID is set but QUEEN_S3_SSE=%s — the "
-                    "key id would be ignored and every object encrypted with "
-                    "the bucket's own key. Set QUEEN_S3_SSE=aws:kms, or unset "
-                    "the key id",
-                    sink_sse_name(c->sse));
+                    "%s is set but %s=%s — the key id would be ignored and "
+                    "every object encrypted with the bucket's own key. Set "
+                    "%s=aws:kms, or unset the key id",
+                    nm->kms, nm->sse, sink_sse_name(c->sse), nm->sse);
     }
     return 0;
 }
 
 static int parse_codecs(struct ld *l, struct sink_config *c)
 {
+    char tail[256];
     int v;
 
-    if (enumv(l, "QUEEN_S3_FORMAT", format_t, ARRAY_LEN(format_t),
+    if (enumv(l, l->nm->format, format_t, ARRAY_LEN(format_t),
               SINK_FORMAT_JSONL,
               "is not a format. It is `jsonl` (one JSON object per line, "
               "every reader takes it) or `parquet`",
@@ -492,15 +515,16 @@ static int parse_codecs(struct ld *l, struct sink_config *c)
         return l->err->code;
     }
     c->format = (enum sink_format)v;
-    if (enumv(l, "QUEEN_S3_COMPRESSION", comp_t, ARRAY_LEN(comp_t), JSONL_ZSTD,
-              "is not a codec. It is `zstd`, `gzip` or `none`, and it "
-              "applies to `jsonl` objects — a Parquet file's codec is "
-              "QUEEN_S3_PARQUET_CODEC",
-              &v) != 0) {
+    snprintf(tail, sizeof(tail),
+             "is not a codec. It is `zstd`, `gzip` or `none`, and it applies "
+             "to `jsonl` objects — a Parquet file's codec is %s",
+             l->nm->parquet_codec);
+    if (enumv(l, l->nm->compression, comp_t, ARRAY_LEN(comp_t), JSONL_ZSTD,
+              tail, &v) != 0) {
         return l->err->code;
     }
     c->compression = (enum jsonl_codec)v;
-    if (enumv(l, "QUEEN_S3_PARQUET_CODEC", pq_t, ARRAY_LEN(pq_t), PARQUET_ZSTD,
+    if (enumv(l, l->nm->parquet_codec, pq_t, ARRAY_LEN(pq_t), PARQUET_ZSTD,
               "is not a codec. It is `zstd` or `snappy`", &v) != 0) {
         return l->err->code;
     }
@@ -512,8 +536,7 @@ static int parse_shape(struct ld *l, struct sink_config *c)
 {
     int v;
 
-    if (enumv(l, "QUEEN_S3_LAYOUT", layout_t, ARRAY_LEN(layout_t),
-              LAYOUT_MERGED,
+    if (enumv(l, l->nm->layout, layout_t, ARRAY_LEN(layout_t), LAYOUT_MERGED,
               "is not a layout. It is `merged` (one object per window, "
               "partitions as a column — the only shape that survives a "
               "million lanes) or `per-partition` (one object per window per "
@@ -522,16 +545,14 @@ static int parse_shape(struct ld *l, struct sink_config *c)
         return l->err->code;
     }
     c->layout = (enum layout_kind)v;
-    if (enumv(l, "QUEEN_S3_ALIGN", align_t, ARRAY_LEN(align_t),
-              LAYOUT_ALIGN_HOUR,
+    if (enumv(l, l->nm->align, align_t, ARRAY_LEN(align_t), LAYOUT_ALIGN_HOUR,
               "is not an alignment. It is `hour`, `day` or `none`; it is the "
               "Hive bucket a window may not straddle, so dt=/hour= are exact",
               &v) != 0) {
         return l->err->code;
     }
     c->align = (enum layout_align)v;
-    if (enumv(l, "QUEEN_S3_START", start_t, ARRAY_LEN(start_t),
-              ENGINE_START_LATEST,
+    if (enumv(l, l->nm->start, start_t, ARRAY_LEN(start_t), ENGINE_START_LATEST,
               "is not a start. It is `latest` (a queue with no committed "
               "pointer starts at the current safeTime) or `earliest` (it "
               "backfills everything retention still holds)",
@@ -544,10 +565,10 @@ static int parse_shape(struct ld *l, struct sink_config *c)
 
 static int parse_sizes(struct ld *l, struct sink_config *c)
 {
-    if (bounded(l, "QUEEN_S3_TARGET_MB", 128, 1, 5120,
+    if (bounded(l, l->nm->target_mb, 128, 1, 5120,
                 "the uncompressed buffered bytes a window closes at",
                 &c->target_mb) != 0 ||
-        bounded(l, "QUEEN_S3_MAX_WINDOW_MS", 300000, 100, 86400000,
+        bounded(l, l->nm->max_window_ms, 300000, 100, 86400000,
                 "how long a window may stay open; the lag SLO is about this "
                 "plus the safe lag",
                 &c->max_window_ms) != 0) {
@@ -560,23 +581,37 @@ static int parse_sizes(struct ld *l, struct sink_config *c)
 static int parse_s3(struct ld *l, struct sink_config *c)
 {
     if (parse_endpoint(l, c) != 0 ||
-        required(l, "QUEEN_S3_REGION",
+        required(l, l->nm->region,
                  "the region label the SigV4 credential scope is signed "
                  "with, e.g. eu-central-1 (any label an S3-compatible "
                  "gateway accepts, commonly us-east-1)",
                  c->region, sizeof(c->region)) != 0 ||
         parse_bucket(l, c) != 0 || parse_prefix(l, c) != 0 ||
-        required(l, "QUEEN_S3_ACCESS_KEY", "the S3 access key id",
-                 c->access_key, sizeof(c->access_key)) != 0 ||
-        required(l, "QUEEN_S3_SECRET_KEY", "the S3 secret access key",
-                 c->secret_key, sizeof(c->secret_key)) != 0 ||
-        boolv(l, "QUEEN_S3_PATH_STYLE", false, &c->path_style) != 0) {
+        required(l, l->nm->access_key, "the S3 access key id", c->access_key,
+                 sizeof(c->access_key)) != 0 ||
+        required(l, l->nm->secret, l->nm->secret_what, c->secret_key,
+                 sizeof(c->secret_key)) != 0 ||
+        boolv(l, l->nm->path_style, false, &c->path_style) != 0) {
         return l->err->code;
     }
     return 0;
 }
 
-/* The environment sink of the default tenant, in 5.3's order. */
+/* One sink's settings in 5.3's order; spec is the queue list text, or NULL
+ * when the caller already filled the queues (a document's JSON list). */
+static int parse_settings(struct ld *l, struct sink_config *c, const char *spec)
+{
+    if ((spec != NULL && parse_queues(l, c, spec) != 0) ||
+        parse_sink_name(l, c) != 0 || refuse_partitions(l) != 0 ||
+        parse_s3(l, c) != 0 || parse_sse(l, c) != 0 ||
+        parse_codecs(l, c) != 0 || parse_shape(l, c) != 0 ||
+        parse_sizes(l, c) != 0) {
+        return l->err->code;
+    }
+    return 0;
+}
+
+/* The environment sink of the default tenant. */
 static int parse_tenant(struct ld *l, struct sink_config *c)
 {
     char spec[VAL_MAX];
@@ -601,13 +636,7 @@ static int parse_tenant(struct ld *l, struct sink_config *c)
                     "sinks a control plane configures",
                     set);
     }
-    if (parse_queues(l, c, spec) != 0 || parse_sink_name(l, c) != 0 ||
-        refuse_partitions(l) != 0 || parse_s3(l, c) != 0 ||
-        parse_sse(l, c) != 0 || parse_codecs(l, c) != 0 ||
-        parse_shape(l, c) != 0 || parse_sizes(l, c) != 0) {
-        return l->err->code;
-    }
-    return 0;
+    return parse_settings(l, c, spec);
 }
 
 static int parse_knobs(struct ld *l, struct sink_node_config *n)
@@ -738,7 +767,7 @@ static int load_node(struct ld *l, struct sink_node_config *n)
 int sink_config_load(struct sink_config *c, struct sink_node_config *n,
                      const struct sink_env *env, struct err *err)
 {
-    struct ld l = {.env = env, .n = n, .err = err};
+    struct ld l = {.nm = &env_names, .env = env, .n = n, .err = err};
 
     memset(c, 0, sizeof(*c));
     memset(n, 0, sizeof(*n));
