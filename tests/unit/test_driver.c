@@ -11,6 +11,8 @@
 #include "base/sha256.h"
 #include "driver_fake.h"
 #include "harness.h"
+#include "sink/engine.h"
+#include "sink/layout.h"
 #include "sink/lease.h"
 
 struct rig {
@@ -1014,4 +1016,31 @@ TEST(a_pointer_write_that_landed_although_its_call_timed_out_is_kept)
     buf_free(&want);
     buf_free(&got);
     rig_close(r);
+}
+
+TEST(start_latest_skips_the_backlog_and_earliest_takes_it)
+{
+    struct driver_status st;
+
+    for (int latest = 0; latest < 2; latest++) {
+        struct rig *r = rig_open();
+        for (int i = 0; i < 3; i++) {
+            fake_push(&r->f, "a", at("2026-09-04T10:05:00.000000Z") + i);
+        }
+        r->f.safe_time = at("2026-09-04T11:00:00.000000Z");
+        r->cfg.start = latest ? ENGINE_START_LATEST : ENGINE_START_EARLIEST;
+        r->cfg.align = LAYOUT_ALIGN_DAY;
+        r->cfg.max_window_ms = 2 * 86400000LL;
+        new_driver(r);
+        run_until(r, -1, 20);
+        for (int i = 0; i < 2; i++) {
+            fake_push(&r->f, "a", at("2026-09-04T11:05:00.000000Z") + i);
+        }
+        r->f.safe_time = at("2026-09-05T00:00:00.000001Z");
+        run_until(r, 1, 200);
+        EXPECT_EQ_I64(committed_k(r), 1);
+        driver_status(r->d, &st);
+        EXPECT_EQ_U64(st.counters.records, latest ? 2 : 5);
+        rig_close(r);
+    }
 }
