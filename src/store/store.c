@@ -839,12 +839,21 @@ int store_wdedup_put(struct store_w *w, struct store_dedup_key *key,
     be64_put(v + 8, row->partition_id);
     be64_put(v + 16, (uint64_t)row->stamp);
     memcpy(v + 24, row->message_id, 16);
-    rc = mdb_put(w->txn, w->s->dedup, &k, &d, 0);
+    /* Minted ids (the default txn) and expiry keys (stamp first) mostly
+     * grow: try MDB_APPEND (no key search, pages split full), and put
+     * normally when LMDB says the key is not past the last one. */
+    rc = mdb_put(w->txn, w->s->dedup, &k, &d, MDB_APPEND);
+    if (rc == MDB_KEYEXIST) {
+        rc = mdb_put(w->txn, w->s->dedup, &k, &d, 0);
+    }
     if (rc == 0) {
         be64_put(xb,
                  (uint64_t)(row->stamp + (int64_t)window_seconds * 1000000));
         memcpy(xb + 8, key->bytes, key->len);
-        rc = mdb_put(w->txn, w->s->dedup_exp, &xk, &xd, 0);
+        rc = mdb_put(w->txn, w->s->dedup_exp, &xk, &xd, MDB_APPEND);
+        if (rc == MDB_KEYEXIST) {
+            rc = mdb_put(w->txn, w->s->dedup_exp, &xk, &xd, 0);
+        }
     }
     if (rc != 0) {
         return err_set(err, mdb_code(rc), "put dedup: %s", mdb_strerror(rc));
