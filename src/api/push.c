@@ -335,6 +335,7 @@ struct push_queue {
     struct push_op *tail;
     size_t n_items;
     size_t n_bytes;
+    struct buf cmd; /* the encoding buffer, kept warm between entries */
 };
 
 static struct push_queue *push_queues;
@@ -350,6 +351,7 @@ static struct push_queue *push_queue_of(struct node *node)
     }
     q = xcalloc(1, sizeof(*q));
     q->node = node;
+    buf_init(&q->cmd, CMD_HEADER_LEN + CMD_BODY_MAX);
     q->next = push_queues;
     push_queues = q;
     return q;
@@ -471,7 +473,6 @@ static void push_propose(struct push_queue *q, struct push_op *ops,
                          size_t n_items)
 {
     struct cmd_push_item *items = ops->p.items;
-    struct buf cmd;
     struct err err;
     int rc;
 
@@ -481,13 +482,16 @@ static void push_propose(struct push_queue *q, struct push_op *ops,
             memcpy(items + o->base, o->p.items, o->p.n * sizeof(*items));
         }
     }
-    buf_init(&cmd, CMD_HEADER_LEN + CMD_BODY_MAX);
-    rc = cmd_push_encode(&cmd, STORE_DEFAULT_TENANT, items, n_items, &err);
+    buf_reset(&q->cmd);
+    rc = cmd_push_encode(&q->cmd, STORE_DEFAULT_TENANT, items, n_items, &err);
     if (rc == 0) {
-        rc = node_propose(q->node, CMD_PUSH, cmd.data, cmd.len, push_applied,
-                          ops, &err);
+        rc = node_propose(q->node, CMD_PUSH, q->cmd.data, q->cmd.len,
+                          push_applied, ops, &err);
     }
-    buf_free(&cmd);
+    if (q->cmd.cap > PUSH_BATCH_BYTES * 2) {
+        buf_free(&q->cmd); /* a rare huge request: do not keep its buffer */
+        buf_init(&q->cmd, CMD_HEADER_LEN + CMD_BODY_MAX);
+    }
     if (items != ops->p.items) {
         free(items);
     }
