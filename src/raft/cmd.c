@@ -434,6 +434,10 @@ int cmd_configure_decode(struct slice body, struct slice *queue,
     }
     conf_set_ints(o, v);
     pos += 4 * CONF_INTS;
+    if ((p[pos] & ~0x0F) != 0) {
+        return err_set(err, ERR_CORRUPT, "configure flags %02x are unknown",
+                       p[pos]);
+    }
     o->dead_letter_queue = (p[pos] & 1) != 0;
     o->dlq_after_max_retries = (p[pos] & 2) != 0;
     o->retention_enabled = (p[pos] & 4) != 0;
@@ -441,7 +445,7 @@ int cmd_configure_decode(struct slice body, struct slice *queue,
     pos++;
     for (int i = 0; i < 3; i++) {
         if (pos >= body.len || (n = p[pos]) > CMD_OPTION_STR_MAX ||
-            body.len - pos - 1 < n) {
+            body.len - pos - 1 < n || memchr(p + pos + 1, '\0', n) != NULL) {
             return err_set(err, ERR_CORRUPT, "configure option %d is cut", i);
         }
         memcpy(strs[i], p + pos + 1, n);
