@@ -1552,29 +1552,13 @@ static void begin_drain(struct driver *d)
              closing ? "true" : "false", engine_state_name(s));
 }
 
+/* The driver logs "queue drained" (its e2e line); the host logs the other
+ * stops where it decides what comes next (fenced, failed, missing,
+ * crashed), so each is reported once. */
 static void log_stop(struct driver *d)
 {
-    switch (d->stop) {
-    case DRIVER_DRAINED:
+    if (d->stop == DRIVER_DRAINED) {
         log_info("sink", "queue drained queue=%s", d->cfg.queue);
-        break;
-    case DRIVER_FENCED:
-        log_warn("sink", "queue fenced queue=%s why=%s", d->cfg.queue, d->why);
-        break;
-    case DRIVER_FAILED:
-        log_error("sink", "queue stopped queue=%s why=%s", d->cfg.queue,
-                  d->why);
-        break;
-    case DRIVER_MISSING:
-        log_debug("sink", "queue does not exist queue=%s why=%s", d->cfg.queue,
-                  d->why);
-        break;
-    case DRIVER_CRASHED:
-        log_error("sink", "crash point fired queue=%s at=%s", d->cfg.queue,
-                  d->why);
-        break;
-    default:
-        break;
     }
 }
 

@@ -433,24 +433,12 @@ out_unlock:
 int lease_refresh(struct lease *l, struct err *err)
 {
     struct kv_answer a;
-    bool was_lost = lease_lost(l);
     int rc = lease_fenced(l, NULL, 0, &a, err);
 
     kv_answer_free(&a);
-    if (rc == 0 || was_lost) {
-        return rc;
+    if (rc != 0 && rc != ERR_PRECONDITION && !sink_broker_kv_retriable(rc)) {
+        lease_mark_lost(l); /* a refusal that will not change: stop */
     }
-    if (rc != ERR_PRECONDITION && sink_broker_kv_retriable(rc)) {
-        log_warn("sink",
-                 "lease refresh failed; retrying on the next tick key=%s "
-                 "error=%s",
-                 l->key, err->msg);
-        return rc;
-    }
-    lease_mark_lost(l);
-    log_error("sink",
-              "lease lost: another instance owns this queue key=%s error=%s",
-              l->key, err->msg);
     return rc;
 }
 

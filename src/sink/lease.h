@@ -99,9 +99,10 @@ int lease_fenced(struct lease *l, const struct kv_op *ops, size_t n,
                  struct kv_answer *out, struct err *err);
 
 /* Send [fence] alone (the refresher's heartbeat). 0; a retriable call
- * error (warned "lease refresh failed; retrying on the next tick"); or
- * ERR_PRECONDITION / a non-retriable error: the lease is marked lost and
- * "lease lost: another instance owns this queue" logged once. */
+ * error (the caller warns "lease refresh failed; retrying on the next
+ * tick"); or ERR_PRECONDITION / a non-retriable error: the lease is marked
+ * lost (the caller logs "lease lost: another instance owns this queue").
+ * Logs nothing itself. */
 int lease_refresh(struct lease *l, struct err *err);
 
 /* Give the row back if held: version := 0, then delete-if-ours within
