@@ -204,15 +204,43 @@ static const char *push_status_name(int status)
     }
 }
 
-/* Append `"` id `"` (ids are hex and dashes: nothing to escape). */
-static int push_id(struct buf *out, const uint8_t id[16], struct err *err)
+/* Append `"` id `"` (ids are hex and dashes: nothing to escape); text is
+ * the id already formatted, or NULL. */
+static int push_id(struct buf *out, const uint8_t id[16], const char *text,
+                   struct err *err)
 {
-    char text[40];
+    char q[40];
 
-    text[0] = '"';
-    uuid7_format(id, text + 1);
-    text[37] = '"';
-    return buf_append(out, text, 38, err);
+    q[0] = '"';
+    if (text != NULL) {
+        memcpy(q + 1, text, 36);
+    } else {
+        uuid7_format(id, q + 1);
+    }
+    q[37] = '"';
+    return buf_append(out, q, 38, err);
+}
+
+/* Append prefix, then v in decimal (the answer is rendered without printf:
+ * it is on the push path for every item). */
+static int push_int(struct buf *out, const char *prefix, int64_t v,
+                    struct err *err)
+{
+    char d[24];
+    size_t n = sizeof(d);
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+
+    do {
+        d[--n] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u != 0);
+    if (v < 0) {
+        d[--n] = '-';
+    }
+    if (buf_append_str(out, prefix, err) != 0) {
+        return err->code;
+    }
+    return buf_append(out, d + n, sizeof(d) - n, err);
 }
 
 /* One element of the 201 array, keys in the reference's order. The queue
@@ -223,6 +251,9 @@ static int push_render_item(const struct api_push *p, size_t i,
 {
     const struct cmd_push_item *it = &p->items[i];
     int status = r != NULL ? r->status : FSM_ITEM_ERROR;
+    const uint8_t *id = r != NULL ? r->message_id : it->message_id;
+    /* The minted id's text, when api_push_mint() made it. */
+    const char *text = p->id_text[i][0] != '\0' ? p->id_text[i] : NULL;
     bool is_same_queue =
         i > 0 && it->queue.len == p->items[i - 1].queue.len &&
         memcmp(it->queue.ptr, p->items[i - 1].queue.ptr, it->queue.len) == 0;
@@ -233,12 +264,14 @@ static int push_render_item(const struct api_push *p, size_t i,
             return err->code;
         }
     }
-    if (buf_printf(out, err, "%s{\"index\":%zu,\"message_id\":",
-                   i > 0 ? "," : "", i) != 0 ||
-        push_id(out, r != NULL ? r->message_id : it->message_id, err) != 0 ||
+    if (push_int(out, i > 0 ? ",{\"index\":" : "{\"index\":", (int64_t)i,
+                 err) != 0 ||
+        buf_append_str(out, ",\"message_id\":", err) != 0 ||
+        push_id(out, id, memcmp(id, it->message_id, 16) == 0 ? text : NULL,
+                err) != 0 ||
         buf_append_str(out, ",\"transaction_id\":", err) != 0 ||
         (p->has_txn[i] ? json_escape(out, it->txn.ptr, it->txn.len, err)
-                       : push_id(out, it->message_id, err)) != 0 ||
+                       : push_id(out, it->message_id, text, err)) != 0 ||
         buf_append_str(out, ",\"queueName\":", err) != 0 ||
         buf_append(out, queue_json->data, queue_json->len, err) != 0) {
         return err->code;
@@ -246,8 +279,12 @@ static int push_render_item(const struct api_push *p, size_t i,
     if (status == FSM_ITEM_ERROR) {
         return buf_append_str(out, ",\"status\":\"error\"}", err);
     }
-    return buf_printf(out, err, ",\"status\":\"%s\",\"offset\":%" PRId64 "}",
-                      push_status_name(status), r->offset);
+    if (buf_append_str(out, ",\"status\":\"", err) != 0 ||
+        buf_append_str(out, push_status_name(status), err) != 0 ||
+        push_int(out, "\",\"offset\":", r->offset, err) != 0) {
+        return err->code;
+    }
+    return buf_append_byte(out, '}', err);
 }
 
 int api_push_render(const struct api_push *p, const struct fsm_result *res,
