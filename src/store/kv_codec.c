@@ -197,10 +197,8 @@ static int kv_check_op(const struct kv_op *o, size_t *n_keys, char *reason_id,
     return o->op >= KV_PUT ? kv_check_write(o, reason_id, err) : 0;
 }
 
-static int kv_cmp_nskey(const void *a, const void *b)
+static int kv_cmp_nskey(const struct kv_op *x, const struct kv_op *y)
 {
-    const struct kv_op *x = *(const struct kv_op *const *)a;
-    const struct kv_op *y = *(const struct kv_op *const *)b;
     size_t n;
     int c;
 
@@ -219,25 +217,34 @@ static int kv_cmp_nskey(const void *a, const void *b)
     return x->key.len < y->key.len ? -1 : x->key.len > y->key.len;
 }
 
+static int kv_cmp_index(const void *a, const void *b, void *arg)
+{
+    const struct kv_op *ops = *(const struct kv_op *const *)arg;
+
+    return kv_cmp_nskey(&ops[*(const size_t *)a], &ops[*(const size_t *)b]);
+}
+
 static int kv_check_duplicates(const struct kv_op *ops, size_t n,
                                char *reason_id, struct err *err)
 {
-    const struct kv_op **w = xcalloc(n + 1, sizeof(*w));
+    size_t *w = xcalloc(n + 1, sizeof(size_t));
     size_t m = 0;
     int rc = 0;
 
     for (size_t i = 0; i < n; i++) {
         if (ops[i].op >= KV_PUT) {
-            w[m++] = &ops[i];
+            w[m++] = i;
         }
     }
-    qsort(w, m, sizeof(*w), kv_cmp_nskey);
+    qsort_r(w, m, sizeof(size_t), kv_cmp_index, &ops);
     for (size_t i = 1; i < m && rc == 0; i++) {
-        if (kv_cmp_nskey(&w[i - 1], &w[i]) == 0) {
+        const struct kv_op *o = &ops[w[i]];
+
+        if (kv_cmp_nskey(&ops[w[i - 1]], o) == 0) {
             snprintf(err->msg, sizeof(err->msg),
                      "more than one write of key '%.*s' in namespace '%.*s'",
-                     (int)(w[i]->key.len > 200 ? 200 : w[i]->key.len),
-                     w[i]->key.ptr, (int)w[i]->ns.len, w[i]->ns.ptr);
+                     (int)(o->key.len > 200 ? 200 : o->key.len), o->key.ptr,
+                     (int)o->ns.len, o->ns.ptr);
             rc = kv_refuse(reason_id, "kv_duplicate_key_in_call", ERR_INVALID,
                            err);
         }

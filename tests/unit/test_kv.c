@@ -69,6 +69,8 @@ static struct kv_result get1(struct env *e, int64_t now, const char *key,
     struct kv_op o = op_get(key);
     struct err err = {0};
 
+    memset(a, 0, sizeof(*a));
+
     EXPECT_EQ_I64(
         store_kv_read(e->store, STORE_DEFAULT_TENANT, now, &o, 1, a, &err), 0);
     return a->results[0];
