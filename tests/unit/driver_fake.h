@@ -62,7 +62,9 @@ struct fake_broker {
     size_t n_parts;
     int fetch_calls;
     int changed_calls;
-    int fail_reads; /* the next N fetch/changed calls fail */
+    int fail_reads;        /* the next N fetch/changed calls fail */
+    const char *trim_part; /* at the next fetch, raise its logStart */
+    int64_t trim_to;
 };
 
 static inline void fake_init(struct fake_broker *f, const char *queue)
@@ -481,6 +483,10 @@ static inline int fake_fetch(void *arg, const uint8_t tenant[16],
     if (f->fail_reads > 0) {
         f->fail_reads--;
         return err_set(err, ERR_IO, "fake fetch: scripted failure");
+    }
+    if (f->trim_part != NULL) {
+        fake_part(f, f->trim_part)->log_start = f->trim_to;
+        f->trim_part = NULL;
     }
     ans->n_entries = n;
     ans->entries = xcalloc(n + 1, sizeof(*ans->entries));

@@ -1044,3 +1044,41 @@ TEST(start_latest_skips_the_backlog_and_earliest_takes_it)
         rig_close(r);
     }
 }
+
+TEST(an_offset_jump_in_a_fetch_answer_is_counted_and_named)
+{
+    struct rig *r = rig_open();
+    struct driver_status st;
+
+    for (int i = 0; i < 3; i++) {
+        fake_push(&r->f, "a", at("2026-09-04T10:05:00.000000Z") + i);
+    }
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    for (int i = 0; i < 4; i++) {
+        fake_push(&r->f, "a", at("2026-09-04T11:05:00.000000Z") + i);
+    }
+    r->f.safe_time = at("2026-09-04T12:00:00.000001Z");
+    r->f.trim_part = "a"; /* retention runs between discovery and fetch */
+    r->f.trim_to = 5;
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.records_lost, 2);
+    EXPECT_EQ_U64(st.last_window_records, 2); /* a:5 and a:6 */
+    struct fake_object *m = NULL;
+    for (size_t i = 0; i < r->k.n; i++) {
+        if (strstr(r->k.objs[i].key, "windows/0000000002.json") != NULL) {
+            m = &r->k.objs[i];
+        }
+    }
+    if (m == NULL) {
+        abort();
+    }
+    EXPECT(strstr(m->body.data,
+                  "\"lost\":[{\"partition\":\"a\",\"from\":3,\"to\":4}]") !=
+           NULL);
+    rig_close(r);
+}
