@@ -171,3 +171,18 @@ def test_committed_row_of_another_hold_name_is_ignored(broker):
     push(broker, "ctl3", 1)
     watch(broker, "ctl3", 2, {1, 2})
     assert log_start(broker, q) == (0, 0)
+
+
+def test_trims_survive_a_restart_and_the_new_leader_plans(broker):
+    configure(broker, "rs", retentionEnabled=True, retentionSeconds=1)
+    push(broker, "rs", 2)
+    watch(broker, "rs", 2, {0, 2})
+    push(broker, "rs", 1)
+    broker.stop()
+    broker.start()
+    assert log_start(broker, "rs")[0] in (2, 3)
+    # the restarted leader plans again: the append pushed before the stop
+    watch(broker, "rs", 3, {2, 3})
+    e = broker.fetch_one("rs", offset=1)
+    assert e["error"] == "OFFSET_OUT_OF_RANGE"
+    assert (e["logStartOffset"], e["highWatermark"]) == (3, 3)
