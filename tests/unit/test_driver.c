@@ -1082,3 +1082,37 @@ TEST(an_offset_jump_in_a_fetch_answer_is_counted_and_named)
            NULL);
     rig_close(r);
 }
+
+TEST(the_refresh_never_fences_its_own_node_and_another_owner_still_does)
+{
+    struct rig *r = rig_open();
+    struct driver_status st;
+    struct err err;
+    int refreshes = 0;
+
+    new_driver(r);
+    /* one hour of records at a time, a refresh between every two ticks */
+    for (int h = 0; h < 20 && r->next.stop == DRIVER_RUNNING; h++) {
+        int64_t hour =
+            at("2026-09-04T00:00:00.000000Z") + (int64_t)h * 3600000000;
+        fake_push(&r->f, "a", hour + 1800000000);
+        r->f.safe_time = hour + 3600000001;
+        run_until(r, h + 1, 50);
+        EXPECT_EQ_I64(lease_refresh(r->lease, &err), 0);
+        refreshes++;
+    }
+    EXPECT_EQ_I64(r->next.stop, DRIVER_RUNNING);
+    EXPECT_EQ_I64(committed_k(r), 20);
+    EXPECT(!lease_lost(r->lease));
+    EXPECT(refreshes >= 3);
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.commit_precondition_lost, 0);
+    fake_row_set(&r->f, "s3:default:orders:lease",
+                 "{\"instance\":\"node-2\",\"incarnation\":"
+                 "\"0000000000000000\",\"sinceMs\":5}");
+    EXPECT_EQ_I64(lease_refresh(r->lease, &err), ERR_PRECONDITION);
+    EXPECT(lease_lost(r->lease));
+    run_until(r, -1, 5);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_FENCED);
+    rig_close(r);
+}
