@@ -83,7 +83,7 @@ int api_configure_parse(struct api_configure *c, const char *body, size_t len,
     int mode;
 
     memset(c, 0, sizeof(*c));
-    buf_init(&c->arena, CMD_NAME_MAX + 1);
+    buf_init(&c->arena, 2 * CMD_NAME_MAX);
     *code = "bad_body";
     if (json_parse(&c->doc, body, len, &lim, err) != 0) {
         if (err->code == ERR_TOO_BIG) {
@@ -101,10 +101,15 @@ int api_configure_parse(struct api_configure *c, const char *body, size_t len,
         json_get_str(&c->doc, q, &c->arena, err) != 0 || c->arena.len == 0) {
         if (err->code == ERR_TOO_BIG) {
             *code = "too_large";
-            return err_set(err, ERR_TOO_BIG, "queue name over %d bytes",
+            return err_set(err, ERR_TOO_BIG, "queue name exceeds %d B",
                            CMD_NAME_MAX);
         }
         return err_set(err, ERR_INVALID, "queue is required");
+    }
+    if (c->arena.len > CMD_NAME_MAX) {
+        *code = "too_large";
+        return err_set(err, ERR_TOO_BIG, "queue name of %zu B exceeds %d B",
+                       c->arena.len, CMD_NAME_MAX);
     }
     c->queue.ptr = c->arena.data;
     c->queue.len = c->arena.len;

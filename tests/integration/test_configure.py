@@ -208,3 +208,11 @@ def test_implicit_queue_keeps_push_defaults_until_merged(broker):
     # pushes still work on the configured queue and keep the partition
     broker.push([{"queue": "ip", "payload": 2}])
     assert broker.fetch_one("ip")["highWatermark"] == 2
+
+
+def test_queue_name_bounds(broker):
+    o = configure(broker, {"queue": "n" * 447}).json()
+    assert o["queue"] == "n" * 447
+    for name in ["n" * 448, "n" * 2000]:
+        r = configure(broker, {"queue": name}, 413)
+        assert r.json()["code"] == "too_large"
