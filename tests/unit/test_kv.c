@@ -988,3 +988,85 @@ TEST(kv_call_from_a_sink_thread_applies_through_raft)
     uv_loop_close(&loop);
     nftw(dir, env_rm, 16, FTW_DEPTH | FTW_PHYS);
 }
+
+/* ---- the HTTP surface's pure part (api/kv.h) ---- */
+
+#include "api/kv.h"
+
+TEST(rendered_results_use_the_reference_shapes_and_timestamp_form)
+{
+    struct env e = {0};
+    struct kv_answer a;
+    struct kv_op ops[3] = {op_put("r", "{\"a\":42.00}"), op_get("r"),
+                           op_put("gone", "1")};
+    struct buf b;
+    struct err err = {0};
+    char want[512];
+
+    env_open(&e);
+    ops[0].forever = false;
+    ops[0].ttl_seconds = 10;
+    ops[2].op = KV_PUT_IF_ABSENT;
+    put1(&e, T0 + 500000, ops[0], &a);
+    kv_answer_free(&a);
+    EXPECT_EQ_I64(kv_apply(&e, T0 + S, ops + 1, 2, &a), 0);
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(api_kv_render(&a, false, &b, &err), 0);
+    snprintf(want, sizeof(want),
+             "{\"results\":[{\"index\":0,\"op\":\"get\",\"found\":true,"
+             "\"key\":\"r\",\"value\":{\"a\":42.00},\"version\":1,"
+             "\"expiresAt\":\"2025-10-09T08:53:30.5+00:00\","
+             "\"updatedAt\":\"2025-10-09T08:53:20.5+00:00\"},"
+             "{\"index\":1,\"op\":\"putIfAbsent\",\"applied\":true,"
+             "\"key\":\"gone\",\"value\":1,\"version\":2}]}");
+    EXPECT_STR_EQ(b.data, want);
+    buf_free(&b);
+    kv_answer_free(&a);
+    env_close(&e);
+}
+
+TEST(the_precondition_body_names_the_winner)
+{
+    struct kv_answer a;
+    struct buf b;
+    struct err err = {0};
+
+    memset(&a, 0, sizeof(a));
+    a.status = ERR_PRECONDITION;
+    a.failed_index = 1;
+    a.kv_reason = KV_REASON_EXISTS;
+    a.version = 9;
+    a.has_value = true;
+    a.value = sl("\"x\"");
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(api_kv_render(&a, false, &b, &err), 0);
+    EXPECT_STR_EQ(b.data, "{\"ok\":false,\"reason\":\"kv_precondition\","
+                          "\"failedIndex\":1,\"kvReason\":\"exists\","
+                          "\"version\":9,\"value\":\"x\"}");
+    buf_free(&b);
+}
+
+TEST(the_parser_reads_both_body_forms_and_counts_forever_false_as_absent)
+{
+    const char *bodies[] = {
+        "[{\"op\":\"put\",\"ns\":\"n\",\"key\":\"k\",\"value\":null,"
+        "\"forever\":false,\"ttlSeconds\":3}]",
+        "{\"operations\":[{\"op\":\"put\",\"namespace\":\"n\",\"key\":\"k\","
+        "\"value\":null,\"ttlSeconds\":3}]}"};
+    struct slice none = {"", 0};
+
+    for (size_t i = 0; i < ARRAY_LEN(bodies); i++) {
+        struct api_kv k;
+        struct err err = {0};
+        char reason[40];
+
+        EXPECT_EQ_I64(api_kv_parse(&k, API_KV_BATCH, bodies[i],
+                                   strlen(bodies[i]), none, none, &err),
+                      0);
+        EXPECT_EQ_U64(k.n, 1);
+        EXPECT_MEM_EQ(k.ops[0].ns.ptr, k.ops[0].ns.len, "n", 1);
+        EXPECT_MEM_EQ(k.ops[0].value.ptr, k.ops[0].value.len, "null", 4);
+        EXPECT_EQ_I64(kv_validate(k.ops, k.n, true, reason, &err), 0);
+        api_kv_free(&k);
+    }
+}
