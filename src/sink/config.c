@@ -18,6 +18,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "base/json.h"
 #include "base/xalloc.h"
 
 #define VAL_MAX 4096
@@ -907,4 +908,303 @@ int sink_config_boot_line(const struct sink_config *c,
         return err_set(err, ERR_TOO_BIG, "sink boot line: buffer cap");
     }
     return 0;
+}
+
+/* ---- a control-plane tenant's document (5.5) ---------------------------- */
+
+static const struct names doc_names = {
+    "queues",
+    NULL,
+    "endpoint",
+    "region",
+    "bucket",
+    "prefix",
+    "accessKey",
+    "the secret key",
+    "the S3 secret access key that goes with accessKey",
+    "pathStyle",
+    "sse",
+    "sseKmsKeyId",
+    "format",
+    "compression",
+    "parquetCodec",
+    "layout",
+    "align",
+    "start",
+    "targetMb",
+    "maxWindowMs",
+    "sink",
+};
+
+static const char *const doc_fields[] = {
+    "queues",      "endpoint",     "region", "bucket",      "prefix",
+    "accessKey",   "pathStyle",    "sse",    "sseKmsKeyId", "format",
+    "compression", "parquetCodec", "layout", "align",       "start",
+    "targetMb",    "maxWindowMs",  "sink",
+};
+
+static const char *const node_fields[][2] = {
+    {"checkpointEvery", "QUEEN_S3_CHECKPOINT_EVERY"},
+    {"memoryMb", "QUEEN_S3_MEMORY_MB"},
+    {"fetchConcurrency", "QUEEN_S3_FETCH_CONCURRENCY"},
+    {"discoveryIntervalMs", "QUEEN_S3_DISCOVERY_INTERVAL_MS"},
+    {"safeGuardMs", "QUEEN_S3_SAFE_GUARD_MS"},
+    {"leaseTtlMs", "QUEEN_S3_LEASE_TTL_MS"},
+    {"multipartThresholdMb", "QUEEN_S3_MULTIPART_THRESHOLD_MB"},
+    {"instance", "QUEEN_S3_INSTANCE"},
+    {"crashAt", "QUEEN_S3_CRASH_AT"},
+};
+
+struct doctab {
+    char *value[ARRAY_LEN(doc_fields)]; /* owned; NULL = unset */
+    const char *secret;
+    int queues_list; /* token of a JSON list of queues, or -1 */
+};
+
+static const char *doc_get(void *ctx, const char *name)
+{
+    const struct doctab *t = ctx;
+
+    if (strcmp(name, doc_names.secret) == 0) {
+        return t->secret;
+    }
+    for (size_t i = 0; i < ARRAY_LEN(doc_fields); i++) {
+        if (strcmp(doc_fields[i], name) == 0) {
+            return t->value[i];
+        }
+    }
+    return NULL;
+}
+
+static const char *kind_name(int type)
+{
+    switch (type) {
+    case JSON_NULL:
+        return "null";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "a boolean";
+    case JSON_NUMBER:
+        return "a number";
+    case JSON_STRING:
+        return "a string";
+    default:
+        return "a list";
+    }
+}
+
+/* The text a typing refusal shows for value i: a string's contents, else
+ * the JSON span. */
+static void other_text(const struct json_doc *d, int i, char *out, size_t cap)
+{
+    struct slice sp = json_span(d, i);
+
+    if (json_type(d, i) == JSON_STRING && sp.len >= 2) {
+        sp.ptr++;
+        sp.len -= 2;
+    }
+    snprintf(out, cap, "%.*s", (int)(sp.len < cap ? sp.len : cap - 1), sp.ptr);
+}
+
+/* Check one field's JSON type and keep its text for the getter. */
+static int doc_field(struct ld *l, const struct json_doc *d, size_t f, int v,
+                     struct doctab *t)
+{
+    const char *key = doc_fields[f];
+    int type = json_type(d, v);
+    bool is_bool = strcmp(key, "pathStyle") == 0;
+    bool is_num =
+        strcmp(key, "targetMb") == 0 || strcmp(key, "maxWindowMs") == 0;
+    char other[256];
+    struct buf b;
+
+    if (type == JSON_NULL || t->value[f] != NULL ||
+        (f == 0 && t->queues_list >= 0)) {
+        return 0; /* unset, or a duplicate key: the first one counts */
+    }
+    if (f == 0 && type == JSON_ARRAY) {
+        t->queues_list = v;
+        return 0;
+    }
+    if (type == JSON_STRING ||
+        (is_bool && type != JSON_NUMBER && type != JSON_ARRAY &&
+         type != JSON_OBJECT) ||
+        (is_num && type == JSON_NUMBER)) {
+        if (type == JSON_STRING) {
+            buf_init(&b, VAL_MAX);
+            if (json_get_str(d, v, &b, l->err) != 0) {
+                buf_free(&b);
+                return fail(l, "%s is not a valid string", key);
+            }
+            t->value[f] =
+                b.data != NULL ? buf_steal(&b, &(size_t){0}) : xstrdup("");
+            return 0;
+        }
+        other_text(d, v, other, sizeof(other));
+        t->value[f] = xstrdup(other);
+        return 0;
+    }
+    other_text(d, v, other, sizeof(other));
+    return fail(l, "%s=%s is not %s", key, other,
+                is_bool  ? "a boolean: it is true or false"
+                : is_num ? "a whole number"
+                : f == 0 ? "a list of queues: it is \"*\", \"a,b\" or "
+                           "[\"a\",\"b\"]"
+                         : "a string");
+}
+
+static int doc_keys(struct ld *l, const struct json_doc *d, struct doctab *t)
+{
+    char key[128];
+
+    for (int k = json_child(d, 0); k >= 0; k = json_next(d, k)) {
+        size_t f = 0;
+
+        other_text(d, k, key, sizeof(key));
+        if (strcmp(key, "secretKey") == 0) {
+            return fail(l, "secretKey is not a field of the document: the "
+                           "secret key is passed beside it, so the document "
+                           "can be stored and shown without it");
+        }
+        for (size_t i = 0; i < ARRAY_LEN(node_fields); i++) {
+            if (strcmp(key, node_fields[i][0]) == 0) {
+                return fail(l,
+                            "%s is node-wide, not a setting of one tenant's "
+                            "sink: it is %s in the environment of every node",
+                            key, node_fields[i][1]);
+            }
+        }
+        while (f < ARRAY_LEN(doc_fields) && strcmp(key, doc_fields[f]) != 0) {
+            f++;
+        }
+        if (f == ARRAY_LEN(doc_fields)) {
+            return fail(l,
+                        "%s is not a field of a tenant's sink. The fields "
+                        "are: queues, endpoint, region, bucket, prefix, "
+                        "accessKey, pathStyle, sse, sseKmsKeyId, format, "
+                        "compression, parquetCodec, layout, align, start, "
+                        "targetMb, maxWindowMs, sink",
+                        key);
+        }
+        if (doc_field(l, d, f, k + 1, t) != 0) {
+            return l->err->code;
+        }
+    }
+    return 0;
+}
+
+/* A JSON list of queue names: strings, trimmed, no empty list, "*" alone. */
+static int doc_queue_list(struct ld *l, const struct json_doc *d, int list,
+                          struct sink_config *c)
+{
+    char name[VAL_MAX];
+
+    for (int e = json_child(d, list); e >= 0; e = json_next(d, e)) {
+        if (json_type(d, e) != JSON_STRING) {
+            other_text(d, e, name, sizeof(name));
+            return fail(l,
+                        "queues holds %s, which is not a queue name: the "
+                        "list is of strings",
+                        name);
+        }
+        struct buf b;
+        buf_init(&b, sizeof(name) - 1);
+        if (json_get_str(d, e, &b, l->err) == 0 && b.data != NULL) {
+            memcpy(name, b.data, b.len + 1);
+        } else {
+            name[0] = '\0';
+        }
+        buf_free(&b);
+        char *s = name;
+        size_t n;
+        while (isspace((unsigned char)*s)) {
+            s++;
+        }
+        n = strlen(s);
+        while (n > 0 && isspace((unsigned char)s[n - 1])) {
+            n--;
+        }
+        if (n == 1 && s[0] == '*') {
+            c->all_queues = true;
+        } else if (n > 0) {
+            queues_add(c, s, n);
+        }
+    }
+    if (c->all_queues && c->n_queues > 0) {
+        return fail(l, "queues lists `*` among queue names: every queue of "
+                       "the tenant is the string \"*\" on its own");
+    }
+    if (!c->all_queues && c->n_queues == 0) {
+        return fail(l, "queues names no queue. It is a list of queue names, "
+                       "or `*` for every queue of the tenant");
+    }
+    return 0;
+}
+
+static void doc_free(struct doctab *t)
+{
+    for (size_t i = 0; i < ARRAY_LEN(doc_fields); i++) {
+        free(t->value[i]);
+    }
+}
+
+static int doc_load(struct ld *l, const struct json_doc *d, struct doctab *t,
+                    struct sink_config *c)
+{
+    int type = json_type(d, 0);
+
+    if (type != JSON_OBJECT) {
+        return fail(l,
+                    "a tenant's sink is a JSON object of its settings, not "
+                    "%s",
+                    kind_name(type));
+    }
+    if (doc_keys(l, d, t) != 0) {
+        return l->err->code;
+    }
+    if (t->queues_list < 0 && !envv(l, "queues", (char[8]){0}, 8)) {
+        return fail(l, "queues is not set: it is the queues the sink writes "
+                       "\u2014 a list of queue names (\"a,b\" or "
+                       "[\"a\",\"b\"]), or \"*\" for every queue of the "
+                       "tenant");
+    }
+    if (t->queues_list >= 0 && doc_queue_list(l, d, t->queues_list, c) != 0) {
+        return l->err->code;
+    }
+    c->is_set = true;
+    return parse_settings(l, c, t->queues_list >= 0 ? NULL : t->value[0]);
+}
+
+int sink_config_from_doc(struct sink_config *c, const char *tenant,
+                         const char *doc, size_t len, const char *secret,
+                         struct buf *msg, struct err *err)
+{
+    struct sink_node_config *n = xcalloc(1, sizeof(*n));
+    struct doctab t = {.secret = secret, .queues_list = -1};
+    struct sink_env env = {.get = doc_get, .ctx = &t};
+    struct ld l = {.nm = &doc_names, .env = &env, .n = n, .err = err};
+    struct json_doc d = {0};
+    int rc;
+
+    memset(c, 0, sizeof(*c));
+    if (tenant == NULL || tenant[0] == '\0') {
+        rc = fail(&l, "the tenant is empty: every object key names the "
+                      "broker tenant its sink runs for");
+    } else if (json_parse(&d, doc, len, NULL, err) != 0) {
+        rc = fail(&l, "a tenant's sink document is not JSON: %s", err->msg);
+    } else {
+        rc = doc_load(&l, &d, &t, c);
+    }
+    if (rc != 0) {
+        sink_config_free(c);
+        if (msg != NULL) {
+            struct err e2;
+            buf_append_str(msg, n->fatal + strlen("QUEEN_S3_EMBEDDED=true: "),
+                           &e2);
+        }
+    }
+    json_doc_free(&d);
+    doc_free(&t);
+    free(n);
+    return rc;
 }

@@ -112,6 +112,16 @@ int sink_config_load(struct sink_config *c, struct sink_node_config *n,
 int sink_config_from_env(struct sink_config *c, struct sink_node_config *n,
                          struct err *err);
 
+/* A control-plane tenant's sink from its JSON document (reference 5.5):
+ * the fields of 5.3 under their document names, typed as 5.5 says, with the
+ * secret key passed beside the document (never inside it). Node-wide
+ * fields, secretKey and unknown fields are refused. Returns 0, or
+ * ERR_INVALID with err->msg the message (cut to fit) and, when msg is not
+ * NULL, the whole message appended to msg. Free c with sink_config_free(). */
+int sink_config_from_doc(struct sink_config *c, const char *tenant,
+                         const char *doc, size_t len, const char *secret,
+                         struct buf *msg, struct err *err);
+
 void sink_config_free(struct sink_config *c);
 
 /* The one warning for ignored variables, or "" when none is set. */

@@ -1,6 +1,7 @@
 /* Fuzz target: the sink's configuration (sink/config.h). The input is lines;
  * each line's first byte picks a variable from the table below and the rest
- * of the line is its value. Any values must load or be refused without a
+ * of the line is its value; an input starting with '{' is a tenant
+ * document instead. Any values must load or be refused without a
  * crash; a refusal fills n->fatal with the prefixed message and err->msg
  * with its start; a load's boot line never shows the secret key. */
 #include <stdint.h>
@@ -125,6 +126,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct sink_node_config n;
     struct err err;
 
+    if (size > 0 && data[0] == '{') {
+        struct buf msg;
+
+        buf_init(&msg, BUF_UNLIMITED);
+        if (sink_config_from_doc(&c, "t", (const char *)data, size, "sekrit",
+                                 &msg, &err) == 0) {
+            sink_config_free(&c);
+        } else if (err.code != ERR_INVALID || msg.data == NULL ||
+                   strncmp(msg.data, err.msg, strlen(err.msg)) != 0) {
+            abort();
+        }
+        buf_free(&msg);
+        return 0;
+    }
     split(&v, data, size);
     if (sink_config_load(&c, &n, &env, &err) == 0) {
         check(&c, &n);

@@ -387,3 +387,123 @@ TEST(ignored_warning)
     EXPECT(strstr(b.data, "QUEEN_S3_LISTEN, QUEEN_S3_LOG_FORMAT") != NULL);
     buf_free(&b);
 }
+
+/* ---- tenant documents (5.5) ---- */
+
+#define DOC_BASE                                                \
+    "\"endpoint\":\"http://gw:7070\",\"region\":\"us-east-1\"," \
+    "\"bucket\":\"lake\",\"accessKey\":\"AK\""
+
+static void doc_refuse(const char *doc, const char *secret, const char *want)
+{
+    struct sink_config c;
+    struct buf msg;
+    struct err err = {0};
+
+    buf_init(&msg, BUF_UNLIMITED);
+    int rc =
+        sink_config_from_doc(&c, "acme", doc, strlen(doc), secret, &msg, &err);
+
+    EXPECT_EQ_I64(rc, ERR_INVALID);
+    if (rc == 0) {
+        sink_config_free(&c);
+    }
+    EXPECT_STR_EQ(msg.data != NULL ? msg.data : "", want);
+    EXPECT(strncmp(err.msg, want, sizeof(err.msg) - 1) == 0);
+    EXPECT(strstr(msg.data != NULL ? msg.data : "", "QUEEN_S3_QUEUES") == NULL);
+    buf_free(&msg);
+}
+
+TEST(doc_loads_with_types_and_lists)
+{
+    const char *doc = "{\"queues\":[\" a \",\"b\"]," DOC_BASE
+                      ",\"pathStyle\":true,\"targetMb\":\"60\","
+                      "\"maxWindowMs\":60000,\"format\":\"PARQUET\","
+                      "\"sink\":null}";
+    struct sink_config c;
+    struct err err;
+
+    EXPECT_EQ_I64(
+        sink_config_from_doc(&c, "acme", doc, strlen(doc), "s", NULL, &err), 0);
+    EXPECT(c.is_set && c.path_style && c.format == SINK_FORMAT_PARQUET);
+    EXPECT_EQ_U64(c.n_queues, 2);
+    EXPECT_STR_EQ(c.queues[0], "a");
+    EXPECT_EQ_U64(c.target_mb, 60);
+    EXPECT_EQ_U64(c.max_window_ms, 60000);
+    EXPECT_STR_EQ(c.sink, "default");
+    EXPECT_STR_EQ(c.secret_key, "s");
+    sink_config_free(&c);
+}
+
+TEST(doc_refusals)
+{
+    doc_refuse("[1]", "s",
+               "a tenant's sink is a JSON object of its settings, not a list");
+    doc_refuse("null", "s",
+               "a tenant's sink is a JSON object of its settings, not null");
+    doc_refuse("{\"secretKey\":\"x\"}", "s",
+               "secretKey is not a field of the document: the secret key is "
+               "passed beside it, so the document can be stored and shown "
+               "without it");
+    doc_refuse("{\"memoryMb\":5}", "s",
+               "memoryMb is node-wide, not a setting of one tenant's sink: it "
+               "is QUEEN_S3_MEMORY_MB in the environment of every node");
+    doc_refuse("{\"partitions\":\"q:1\"}", "s",
+               "partitions is not a field of a tenant's sink. The fields are: "
+               "queues, endpoint, region, bucket, prefix, accessKey, "
+               "pathStyle, sse, sseKmsKeyId, format, compression, "
+               "parquetCodec, layout, align, start, targetMb, maxWindowMs, "
+               "sink");
+    doc_refuse("{" DOC_BASE "}", "s",
+               "queues is not set: it is the queues the sink writes \u2014 a "
+               "list of queue names (\"a,b\" or [\"a\",\"b\"]), or \"*\" for "
+               "every queue of the tenant");
+    doc_refuse("{\"queues\":[]," DOC_BASE "}", "s",
+               "queues names no queue. It is a list of queue names, or `*` "
+               "for every queue of the tenant");
+    doc_refuse("{\"queues\":[\"a\",3]," DOC_BASE "}", "s",
+               "queues holds 3, which is not a queue name: the list is of "
+               "strings");
+    doc_refuse("{\"queues\":[\"a\",\"*\"]," DOC_BASE "}", "s",
+               "queues lists `*` among queue names: every queue of the tenant "
+               "is the string \"*\" on its own");
+    doc_refuse("{\"queues\":\"a\"," DOC_BASE ",\"targetMb\":1.5}", "s",
+               "targetMb=1.5 is not a whole number. It is the uncompressed "
+               "buffered bytes a window closes at, in 1..=5120");
+    doc_refuse("{\"queues\":\"a\"," DOC_BASE ",\"targetMb\":true}", "s",
+               "targetMb=true is not a whole number");
+    doc_refuse("{\"queues\":\"a\"," DOC_BASE ",\"targetMb\":-1}", "s",
+               "targetMb=-1 is not a whole number. It is the uncompressed "
+               "buffered bytes a window closes at, in 1..=5120");
+    doc_refuse("{\"queues\":\"a\"," DOC_BASE ",\"pathStyle\":1}", "s",
+               "pathStyle=1 is not a boolean: it is true or false");
+    doc_refuse("{\"queues\":\"a\"," DOC_BASE ",\"pathStyle\":\"maybe\"}", "s",
+               "pathStyle=maybe is not a boolean. It is `true` or `false`");
+    doc_refuse("{\"queues\":\"a\"," DOC_BASE ",\"layout\":5}", "s",
+               "layout=5 is not a string");
+    doc_refuse("{\"queues\":\"a\"," DOC_BASE "}", "  ",
+               "the secret key is not set: it is the S3 secret access key "
+               "that goes with accessKey");
+    doc_refuse("{\"queues\":\"a\"," DOC_BASE ",\"prefix\":\"a/..\"}", "s",
+               "prefix=a/.. has an empty or relative segment (\"..\"). It is "
+               "a plain path, e.g. `queen` or `lake/queen`");
+    doc_refuse("{\"queues\":\"a\"," DOC_BASE ",\"sseKmsKeyId\":\"k\"}", "s",
+               "sseKmsKeyId is set but sse=off \u2014 the key id would be "
+               "ignored and every object encrypted with the bucket's own key. "
+               "Set sse=aws:kms, or unset the key id");
+    doc_refuse("{\"queues\":\"a\"," DOC_BASE ",\"compression\":\"lz4\"}", "s",
+               "compression=lz4 is not a codec. It is `zstd`, `gzip` or "
+               "`none`, and it applies to `jsonl` objects \u2014 a Parquet "
+               "file's codec is parquetCodec");
+}
+
+TEST(doc_empty_tenant)
+{
+    struct sink_config c;
+    struct err err;
+
+    EXPECT_EQ_I64(sink_config_from_doc(&c, "", "{}", 2, "s", NULL, &err),
+                  ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, "the tenant is empty: every object key names the "
+                           "broker tenant its sink runs for");
+}
