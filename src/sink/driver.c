@@ -109,6 +109,7 @@ struct driver {
     bool is_restored;
     bool is_redo;
     struct docs_intent redo_intent; /* slices into redo_arena */
+    char redo_comp[32];             /* the redo's compression, as a string */
     struct buf redo_arena;
     enum driver_stop stop;
     char why[256];
@@ -1223,18 +1224,52 @@ static void keep_lost(struct driver *d, const struct engine_plan *p)
     }
 }
 
+/* A redo is rebuilt with the settings its intent names (same bytes, same
+ * keys), also when this sink's settings changed since. Overrides d->cfg;
+ * the caller restores it. */
+static void use_intent_settings(struct driver *d)
+{
+    const struct docs_intent *in = &d->redo_intent;
+    struct driver_config c = d->cfg;
+    const char *comp = "";
+    const char *writer = "";
+    const char *ext = "";
+    struct err err;
+
+    if (in->compression.len >= sizeof(d->redo_comp) ||
+        (!same_slice(in->format, cstr("jsonl")) &&
+         !same_slice(in->format, cstr("parquet"))) ||
+        (!same_slice(in->layout, cstr("merged")) &&
+         !same_slice(in->layout, cstr("per-partition")))) {
+        return; /* not ours to read: keep this sink's settings */
+    }
+    memcpy(d->redo_comp, in->compression.ptr, in->compression.len);
+    d->redo_comp[in->compression.len] = '\0';
+    c.format = same_slice(in->format, cstr("parquet")) ? DRIVER_FORMAT_PARQUET
+                                                       : DRIVER_FORMAT_JSONL;
+    c.compression = d->redo_comp;
+    c.per_partition = same_slice(in->layout, cstr("per-partition"));
+    if (codec_strings(&c, &comp, &writer, &ext, &err) != 0) {
+        return;
+    }
+    if (c.format != d->cfg.format || c.per_partition != d->cfg.per_partition ||
+        strcmp(c.compression, d->cfg.compression) != 0) {
+        log_warn("sink",
+                 "the redo's intent names other settings; rebuilding window "
+                 "k=%" PRId64 " with them queue=%s format=%s compression=%s",
+                 in->k, d->cfg.queue, format_name(&c), d->redo_comp);
+    }
+    d->cfg = c;
+}
+
+static int upload_objects(struct driver *d, int64_t now);
+
 static int do_upload(struct driver *d, int64_t now)
 {
-    const struct engine_plan *p = d->pend.plan;
-    struct object *o = NULL;
-    size_t n = 0;
+    struct driver_config saved = d->cfg;
     struct err err;
-    const char *ctype = d->cfg.format == DRIVER_FORMAT_PARQUET
-                            ? PARQUET_CONTENT_TYPE
-                            : JSONL_CONTENT_TYPE;
-    int rc;
 
-    if (d->is_redo && p->k == d->redo_intent.k) {
+    if (d->is_redo && d->pend.plan->k == d->redo_intent.k) {
         bool taken = false;
         if (check_redo_manifest(d, &d->redo_intent, &taken, &err) != 0) {
             fail_sampled(d, SAMPLE_PUT, "%s", err.msg);
@@ -1245,8 +1280,24 @@ static int do_upload(struct driver *d, int64_t now)
             d->pend.kind = PENDING_NONE;
             return 0;
         }
+        use_intent_settings(d);
     }
-    rc = build_objects(d, p, &o, &n, &err);
+    int rc = upload_objects(d, now);
+    d->cfg = saved;
+    return rc;
+}
+
+static int upload_objects(struct driver *d, int64_t now)
+{
+    const struct engine_plan *p = d->pend.plan;
+    struct object *o = NULL;
+    size_t n = 0;
+    struct err err;
+    const char *ctype = d->cfg.format == DRIVER_FORMAT_PARQUET
+                            ? PARQUET_CONTENT_TYPE
+                            : JSONL_CONTENT_TYPE;
+    int rc = build_objects(d, p, &o, &n, &err);
+
     if (rc != 0) {
         stop(d, DRIVER_FAILED, err.msg);
         set_error(d, "%s", err.msg);

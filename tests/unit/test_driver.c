@@ -1116,3 +1116,34 @@ TEST(the_refresh_never_fences_its_own_node_and_another_owner_still_does)
     EXPECT_EQ_I64(r->next.stop, DRIVER_FENCED);
     rig_close(r);
 }
+
+TEST(a_redo_is_rebuilt_with_the_settings_of_its_intent)
+{
+    struct rig *r = rig_open();
+
+    seed_two_hours(&r->f);
+    r->cfg.crash_at = DRIVER_CRASH_AFTER_INTENT;
+    new_driver(r);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_CRASHED);
+    r->cfg.crash_at = DRIVER_CRASH_NEVER;
+    r->cfg.compression = "gzip"; /* changed while the node was down */
+    new_lease(r);
+    new_driver(r);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000001-"), 1);
+    EXPECT_EQ_U64(count_keys(&r->k, "1788519600000000.jsonl.zst"), 1);
+    EXPECT_EQ_U64(count_keys(&r->k, "1788523200000000.jsonl.gz"), 1);
+    struct fake_object *m = NULL;
+    for (size_t i = 0; i < r->k.n; i++) {
+        if (strstr(r->k.objs[i].key, "windows/0000000001.json") != NULL) {
+            m = &r->k.objs[i];
+        }
+    }
+    if (m == NULL) {
+        abort();
+    }
+    EXPECT(strstr(m->body.data, "\"compression\":\"zstd\"") != NULL);
+    rig_close(r);
+}
