@@ -416,7 +416,8 @@ static void sink_beat(struct sink *s, int64_t now)
         placement_beat_ops(
             ops, (struct slice){s->presence_key, strlen(s->presence_key)},
             (struct slice){doc.data, doc.len}, lease_ttl_seconds(ttl_ms(s)),
-            (struct slice){prefix.data, prefix.len}, (struct slice){NULL, 0});
+            (struct slice){prefix.data, prefix.len},
+            (struct slice){"", 0}); /* kv_validate memchr()s the cursor */
         memset(&ans, 0, sizeof(ans));
         rc = s->p.broker->kv(s->p.broker->arg, s->p.tenant, ops, 2, 0, &ans,
                              &err);
