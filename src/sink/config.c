@@ -139,14 +139,23 @@ static bool parse_whole(const char *s, uint64_t *out)
     return true;
 }
 
-static int bounded(struct ld *l, const char *name, uint64_t def, uint64_t lo,
-                   uint64_t hi, const char *what, uint64_t *out)
+struct bound {
+    const char *name;
+    uint64_t def, lo, hi;
+    const char *what;
+};
+
+static int bounded(struct ld *l, const struct bound *b, uint64_t *out)
 {
+    const char *name = b->name;
+    const char *what = b->what;
+    uint64_t lo = b->lo;
+    uint64_t hi = b->hi;
     char raw[VAL_MAX];
     uint64_t v;
 
     if (!envv(l, name, raw, sizeof(raw))) {
-        *out = def;
+        *out = b->def;
         return 0;
     }
     if (!parse_whole(raw, &v)) {
@@ -184,13 +193,23 @@ static int preflight(struct ld *l, const char *name, uint64_t def, uint64_t lo,
 }
 
 /* An enumerated value: def when unset; tail completes "{name}={other} ". */
-static int enumv(struct ld *l, const char *name, const struct alias *t,
-                 size_t n, int def, const char *tail, int *out)
+struct choice {
+    const char *name;
+    const struct alias *t;
+    size_t n;
+    int def;
+    const char *tail; /* completes "{name}={other} " */
+};
+
+static int enumv(struct ld *l, const struct choice *ch, int *out)
 {
+    const char *name = ch->name;
+    const struct alias *t = ch->t;
+    size_t n = ch->n;
     char raw[VAL_MAX];
 
     if (!envv(l, name, raw, sizeof(raw))) {
-        *out = def;
+        *out = ch->def;
         return 0;
     }
     lower(raw);
@@ -200,7 +219,7 @@ static int enumv(struct ld *l, const char *name, const struct alias *t,
             return 0;
         }
     }
-    return fail(l, "%s=%s %s", name, raw, tail);
+    return fail(l, "%s=%s %s", name, raw, ch->tail);
 }
 
 bool sink_parse_bool(const char *s, bool *out)
@@ -480,15 +499,17 @@ static int parse_sse(struct ld *l, struct sink_config *c)
 {
     const struct names *nm = l->nm;
     char tail[256];
-    int v;
+    int v = 0;
 
     snprintf(tail, sizeof(tail),
              "is not a mode. It is `AES256` (bucket-managed keys) or "
              "`aws:kms` (+ %s). Unset it to send no "
              "x-amz-server-side-encryption header at all",
              nm->kms);
-    if (enumv(l, nm->sse, sse_t, ARRAY_LEN(sse_t), SINK_SSE_OFF, tail, &v) !=
-        0) {
+    if (enumv(l,
+              &(struct choice){nm->sse, sse_t, ARRAY_LEN(sse_t), SINK_SSE_OFF,
+                               tail},
+              &v) != 0) {
         return l->err->code;
     }
     c->sse = (enum sink_sse)v;
@@ -506,12 +527,14 @@ static int parse_sse(struct ld *l, struct sink_config *c)
 static int parse_codecs(struct ld *l, struct sink_config *c)
 {
     char tail[256];
-    int v;
+    int v = 0;
 
-    if (enumv(l, l->nm->format, format_t, ARRAY_LEN(format_t),
-              SINK_FORMAT_JSONL,
-              "is not a format. It is `jsonl` (one JSON object per line, "
-              "every reader takes it) or `parquet`",
+    if (enumv(l,
+              &(struct choice){
+                  l->nm->format, format_t, ARRAY_LEN(format_t),
+                  SINK_FORMAT_JSONL,
+                  "is not a format. It is `jsonl` (one JSON object per line, "
+                  "every reader takes it) or `parquet`"},
               &v) != 0) {
         return l->err->code;
     }
@@ -520,13 +543,18 @@ static int parse_codecs(struct ld *l, struct sink_config *c)
              "is not a codec. It is `zstd`, `gzip` or `none`, and it applies "
              "to `jsonl` objects — a Parquet file's codec is %s",
              l->nm->parquet_codec);
-    if (enumv(l, l->nm->compression, comp_t, ARRAY_LEN(comp_t), JSONL_ZSTD,
-              tail, &v) != 0) {
+    if (enumv(l,
+              &(struct choice){l->nm->compression, comp_t, ARRAY_LEN(comp_t),
+                               JSONL_ZSTD, tail},
+              &v) != 0) {
         return l->err->code;
     }
     c->compression = (enum jsonl_codec)v;
-    if (enumv(l, l->nm->parquet_codec, pq_t, ARRAY_LEN(pq_t), PARQUET_ZSTD,
-              "is not a codec. It is `zstd` or `snappy`", &v) != 0) {
+    if (enumv(l,
+              &(struct choice){l->nm->parquet_codec, pq_t, ARRAY_LEN(pq_t),
+                               PARQUET_ZSTD,
+                               "is not a codec. It is `zstd` or `snappy`"},
+              &v) != 0) {
         return l->err->code;
     }
     c->parquet_codec = (enum parquet_codec)v;
@@ -535,28 +563,38 @@ static int parse_codecs(struct ld *l, struct sink_config *c)
 
 static int parse_shape(struct ld *l, struct sink_config *c)
 {
-    int v;
+    int v = 0;
 
-    if (enumv(l, l->nm->layout, layout_t, ARRAY_LEN(layout_t), LAYOUT_MERGED,
-              "is not a layout. It is `merged` (one object per window, "
-              "partitions as a column — the only shape that survives a "
-              "million lanes) or `per-partition` (one object per window per "
-              "partition)",
-              &v) != 0) {
+    if (enumv(
+            l,
+            &(struct choice){
+                l->nm->layout, layout_t, ARRAY_LEN(layout_t), LAYOUT_MERGED,
+                "is not a layout. It is `merged` (one object per window, "
+                "partitions as a column — the only shape that survives a "
+                "million lanes) or `per-partition` (one object per window per "
+                "partition)"},
+            &v) != 0) {
         return l->err->code;
     }
     c->layout = (enum layout_kind)v;
-    if (enumv(l, l->nm->align, align_t, ARRAY_LEN(align_t), LAYOUT_ALIGN_HOUR,
-              "is not an alignment. It is `hour`, `day` or `none`; it is the "
-              "Hive bucket a window may not straddle, so dt=/hour= are exact",
-              &v) != 0) {
+    if (enumv(
+            l,
+            &(struct choice){
+                l->nm->align, align_t, ARRAY_LEN(align_t), LAYOUT_ALIGN_HOUR,
+                "is not an alignment. It is `hour`, `day` or `none`; it is the "
+                "Hive bucket a window may not straddle, so dt=/hour= are "
+                "exact"},
+            &v) != 0) {
         return l->err->code;
     }
     c->align = (enum layout_align)v;
-    if (enumv(l, l->nm->start, start_t, ARRAY_LEN(start_t), ENGINE_START_LATEST,
-              "is not a start. It is `latest` (a queue with no committed "
-              "pointer starts at the current safeTime) or `earliest` (it "
-              "backfills everything retention still holds)",
+    if (enumv(l,
+              &(struct choice){
+                  l->nm->start, start_t, ARRAY_LEN(start_t),
+                  ENGINE_START_LATEST,
+                  "is not a start. It is `latest` (a queue with no committed "
+                  "pointer starts at the current safeTime) or `earliest` (it "
+                  "backfills everything retention still holds)"},
               &v) != 0) {
         return l->err->code;
     }
@@ -566,13 +604,18 @@ static int parse_shape(struct ld *l, struct sink_config *c)
 
 static int parse_sizes(struct ld *l, struct sink_config *c)
 {
-    if (bounded(l, l->nm->target_mb, 128, 1, 5120,
-                "the uncompressed buffered bytes a window closes at",
+    if (bounded(l,
+                &(struct bound){
+                    l->nm->target_mb, 128, 1, 5120,
+                    "the uncompressed buffered bytes a window closes at"},
                 &c->target_mb) != 0 ||
-        bounded(l, l->nm->max_window_ms, 300000, 100, 86400000,
+        bounded(
+            l,
+            &(struct bound){
+                l->nm->max_window_ms, 300000, 100, 86400000,
                 "how long a window may stay open; the lag SLO is about this "
-                "plus the safe lag",
-                &c->max_window_ms) != 0) {
+                "plus the safe lag"},
+            &c->max_window_ms) != 0) {
         return l->err->code;
     }
     c->target_bytes = c->target_mb * SINK_MIB;
@@ -642,32 +685,47 @@ static int parse_tenant(struct ld *l, struct sink_config *c)
 
 static int parse_knobs(struct ld *l, struct sink_node_config *n)
 {
-    if (bounded(l, "QUEEN_S3_CHECKPOINT_EVERY", 20, 1, 100000,
-                "windows between position checkpoints; it bounds the "
-                "re-read after a restart",
+    if (bounded(l,
+                &(struct bound){
+                    "QUEEN_S3_CHECKPOINT_EVERY", 20, 1, 100000,
+                    "windows between position checkpoints; it bounds the "
+                    "re-read after a restart"},
                 &n->checkpoint_every) != 0 ||
-        bounded(l, "QUEEN_S3_MEMORY_MB", 512, 1, 1048576,
-                "the buffer budget across every queue of every sink this "
-                "node runs, inside the broker's process",
+        bounded(l,
+                &(struct bound){
+                    "QUEEN_S3_MEMORY_MB", 512, 1, 1048576,
+                    "the buffer budget across every queue of every sink this "
+                    "node runs, inside the broker's process"},
                 &n->memory_mb) != 0 ||
-        bounded(l, "QUEEN_S3_FETCH_CONCURRENCY", 4, 1, 256,
+        bounded(
+            l,
+            &(struct bound){
+                "QUEEN_S3_FETCH_CONCURRENCY", 4, 1, 256,
                 "in-flight fetch calls per queue; each one is a read of this "
                 "node's log on the broker's blocking pool, so it is the "
-                "throttle a backfill is held back with",
-                &n->fetch_concurrency) != 0 ||
-        bounded(l, "QUEEN_S3_DISCOVERY_INTERVAL_MS", 2000, 10, 3600000,
-                "how often an idle queue asks which partitions moved",
+                "throttle a backfill is held back with"},
+            &n->fetch_concurrency) != 0 ||
+        bounded(l,
+                &(struct bound){
+                    "QUEEN_S3_DISCOVERY_INTERVAL_MS", 2000, 10, 3600000,
+                    "how often an idle queue asks which partitions moved"},
                 &n->discovery_interval_ms) != 0 ||
-        bounded(l, "QUEEN_S3_SAFE_GUARD_MS", 5000, 0, 3600000,
-                "subtracted from the node's safeTime before a window may "
-                "close: a margin on the broker's clock, paid in latency",
+        bounded(l,
+                &(struct bound){
+                    "QUEEN_S3_SAFE_GUARD_MS", 5000, 0, 3600000,
+                    "subtracted from the node's safeTime before a window may "
+                    "close: a margin on the broker's clock, paid in latency"},
                 &n->safe_guard_ms) != 0 ||
-        bounded(l, "QUEEN_S3_LEASE_TTL_MS", 30000, 1000, 3600000,
-                "how long a queue lease survives without a refresh",
+        bounded(l,
+                &(struct bound){
+                    "QUEEN_S3_LEASE_TTL_MS", 30000, 1000, 3600000,
+                    "how long a queue lease survives without a refresh"},
                 &n->lease_ttl_ms) != 0 ||
-        bounded(l, "QUEEN_S3_MULTIPART_THRESHOLD_MB", 64, 5, 5120,
-                "objects at or below this go up as a single PUT with a "
-                "Content-MD5; above it they go up as a multipart upload",
+        bounded(l,
+                &(struct bound){
+                    "QUEEN_S3_MULTIPART_THRESHOLD_MB", 64, 5, 5120,
+                    "objects at or below this go up as a single PUT with a "
+                    "Content-MD5; above it they go up as a multipart upload"},
                 &n->multipart_threshold_mb) != 0) {
         return l->err->code;
     }
@@ -715,7 +773,8 @@ static void build_instance(struct ld *l, struct sink_node_config *n)
     }
     snprintf(suffix, sizeof(suffix), "/node-%s", n->node_id);
     if (envv(l, "QUEEN_S3_INSTANCE", inst, sizeof(inst))) {
-        size_t a = strlen(inst), b = strlen(suffix);
+        size_t a = strlen(inst);
+        size_t b = strlen(suffix);
         bool has = a >= b && strcmp(inst + a - b, suffix) == 0;
 
         snprintf(n->instance, sizeof(n->instance), "%s%s", inst,
@@ -749,7 +808,7 @@ static int load_node(struct ld *l, struct sink_node_config *n)
 {
     long cores = l->env->cores;
     uint64_t def = cores / 4 < 1 ? 1 : cores / 4 > 2 ? 2 : (uint64_t)cores / 4;
-    uint64_t threads;
+    uint64_t threads = 0;
 
     if (preflight(l, "QUEEN_S3_THREADS", def, 1, 64, &threads) != 0 ||
         preflight(l, "QUEEN_S3_SHUTDOWN_GRACE_MS", 30000, 100, 3600000,
@@ -1097,7 +1156,7 @@ static int doc_keys(struct ld *l, const struct json_doc *d, struct doctab *t)
 static int doc_queue_list(struct ld *l, const struct json_doc *d, int list,
                           struct sink_config *c)
 {
-    char name[VAL_MAX];
+    char name[VAL_MAX] = "";
 
     for (int e = json_child(d, list); e >= 0; e = json_next(d, e)) {
         if (json_type(d, e) != JSON_STRING) {
@@ -1176,8 +1235,8 @@ static int doc_load(struct ld *l, const struct json_doc *d, struct doctab *t,
 }
 
 int sink_config_from_doc(struct sink_config *c, const char *tenant,
-                         const char *doc, size_t len, const char *secret,
-                         struct buf *msg, struct err *err)
+                         struct slice doc, const char *secret, struct buf *msg,
+                         struct err *err)
 {
     struct sink_node_config *n = xcalloc(1, sizeof(*n));
     struct doctab t = {.secret = secret, .queues_list = -1};
@@ -1190,7 +1249,7 @@ int sink_config_from_doc(struct sink_config *c, const char *tenant,
     if (tenant == NULL || tenant[0] == '\0') {
         rc = fail(&l, "the tenant is empty: every object key names the "
                       "broker tenant its sink runs for");
-    } else if (json_parse(&d, doc, len, NULL, err) != 0) {
+    } else if (json_parse(&d, doc.ptr, doc.len, NULL, err) != 0) {
         rc = fail(&l, "a tenant's sink document is not JSON: %s", err->msg);
     } else {
         rc = doc_load(&l, &d, &t, c);

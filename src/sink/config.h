@@ -119,8 +119,8 @@ int sink_config_from_env(struct sink_config *c, struct sink_node_config *n,
  * ERR_INVALID with err->msg the message (cut to fit) and, when msg is not
  * NULL, the whole message appended to msg. Free c with sink_config_free(). */
 int sink_config_from_doc(struct sink_config *c, const char *tenant,
-                         const char *doc, size_t len, const char *secret,
-                         struct buf *msg, struct err *err);
+                         struct slice doc, const char *secret, struct buf *msg,
+                         struct err *err);
 
 void sink_config_free(struct sink_config *c);
 

@@ -338,12 +338,17 @@ void obs_format_number(double v, char out[40])
     }
 }
 
+/* A sort handle: a struct, so the array is not one of bare pointers. */
+struct sref {
+    const struct series *s;
+};
+
 static int by_labels(const void *a, const void *b)
 {
-    const struct series *const *x = a;
-    const struct series *const *y = b;
+    const struct sref *x = a;
+    const struct sref *y = b;
 
-    return strcmp((*x)->labels, (*y)->labels);
+    return strcmp(x->s->labels, y->s->labels);
 }
 
 static int by_s3_tenant(const void *a, const void *b)
@@ -410,25 +415,25 @@ static int render_s3(struct obs *o, struct buf *out, struct err *err)
     return 0;
 }
 
-static void render_family(struct obs *o, enum obs_family f,
-                          const struct series **tmp, struct buf *out)
+static void render_family(struct obs *o, enum obs_family f, struct sref *tmp,
+                          struct buf *out)
 {
     const struct fam *m = &fams[f];
     size_t k = 0;
 
     for (size_t i = 0; i < o->n; i++) {
         if (o->s[i].f == f) {
-            tmp[k++] = &o->s[i];
+            tmp[k++].s = &o->s[i];
         }
     }
     if (k > 1) {
-        qsort(tmp, k, sizeof(*tmp), by_labels);
+        qsort(tmp, k, sizeof(struct sref), by_labels);
     }
     for (size_t i = 0; i < k; i++) {
         if (m->kind == HISTOGRAM) {
-            render_histogram(out, m, tmp[i]);
+            render_histogram(out, m, tmp[i].s);
         } else {
-            sample(out, m->name, "", tmp[i]->labels, NULL, tmp[i]->value);
+            sample(out, m->name, "", tmp[i].s->labels, NULL, tmp[i].s->value);
         }
     }
 }
@@ -439,7 +444,7 @@ int obs_render(struct obs *o, struct buf *out, struct err *err)
     int rc = 0;
 
     pthread_mutex_lock(&o->mu);
-    const struct series **tmp = xcalloc(o->n + 1, sizeof(*tmp));
+    struct sref *tmp = xcalloc(o->n + 1, sizeof(struct sref));
     for (int f = 0; f < OBS_FAMILY_COUNT && rc == 0; f++) {
         const struct fam *m = &fams[f];
 

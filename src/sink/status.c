@@ -159,28 +159,36 @@ static void render_host_keys(struct jw *w, const struct status_sink *s)
     u64_key(w, "backoffMs", s->backoff_ms);
 }
 
+/* Sort handles: a struct, so the arrays are not arrays of bare pointers. */
+struct qref {
+    const struct status_queue *q;
+};
+
+struct sref {
+    const struct status_sink *s;
+};
+
 static int by_queue_name(const void *a, const void *b)
 {
-    const struct status_queue *const *x = a;
-    const struct status_queue *const *y = b;
+    const struct qref *x = a;
+    const struct qref *y = b;
 
-    return strcmp((*x)->name != NULL ? (*x)->name : "",
-                  (*y)->name != NULL ? (*y)->name : "");
+    return strcmp(x->q->name != NULL ? x->q->name : "",
+                  y->q->name != NULL ? y->q->name : "");
 }
 
 static void render_queues(struct jw *w, const struct status_sink *s)
 {
-    const struct status_queue **order =
-        xcalloc(s->n_queues + 1, sizeof(*order));
+    struct qref *order = xcalloc(s->n_queues + 1, sizeof(struct qref));
 
     for (size_t i = 0; i < s->n_queues; i++) {
-        order[i] = &s->queues[i];
+        order[i].q = &s->queues[i];
     }
-    qsort(order, s->n_queues, sizeof(*order), by_queue_name);
+    qsort(order, s->n_queues, sizeof(struct qref), by_queue_name);
     jw_key(w, "queues");
     jw_arr_begin(w);
     for (size_t i = 0; i < s->n_queues; i++) {
-        status_render_queue(w, order[i]);
+        status_render_queue(w, order[i].q);
     }
     jw_arr_end(w);
     free(order);
@@ -215,22 +223,22 @@ void status_render_sink(struct jw *w, const struct status_sink *s)
 
 static int by_tenant(const void *a, const void *b)
 {
-    const struct status_sink *const *x = a;
-    const struct status_sink *const *y = b;
+    const struct sref *x = a;
+    const struct sref *y = b;
 
-    return strcmp((*x)->tenant != NULL ? (*x)->tenant : "",
-                  (*y)->tenant != NULL ? (*y)->tenant : "");
+    return strcmp(x->s->tenant != NULL ? x->s->tenant : "",
+                  y->s->tenant != NULL ? y->s->tenant : "");
 }
 
 int status_render(const struct status_node *n, struct buf *out, struct err *err)
 {
-    const struct status_sink **order = xcalloc(n->n_sinks + 1, sizeof(*order));
+    struct sref *order = xcalloc(n->n_sinks + 1, sizeof(struct sref));
     struct jw w;
 
     for (size_t i = 0; i < n->n_sinks; i++) {
-        order[i] = &n->sinks[i];
+        order[i].s = &n->sinks[i];
     }
-    qsort(order, n->n_sinks, sizeof(*order), by_tenant);
+    qsort(order, n->n_sinks, sizeof(struct sref), by_tenant);
     jw_init(&w, out);
     jw_obj_begin(&w);
     str_or_null(&w, "mode", "in-process");
@@ -243,7 +251,7 @@ int status_render(const struct status_node *n, struct buf *out, struct err *err)
     jw_key(&w, "sinks");
     jw_arr_begin(&w);
     for (size_t i = 0; i < n->n_sinks; i++) {
-        status_render_sink(&w, order[i]);
+        status_render_sink(&w, order[i].s);
     }
     jw_arr_end(&w);
     jw_obj_end(&w);

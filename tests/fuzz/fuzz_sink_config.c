@@ -130,8 +130,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct buf msg;
 
         buf_init(&msg, BUF_UNLIMITED);
-        if (sink_config_from_doc(&c, "t", (const char *)data, size, "sekrit",
-                                 &msg, &err) == 0) {
+        if (sink_config_from_doc(&c, "t",
+                                 (struct slice){(const char *)data, size},
+                                 "sekrit", &msg, &err) == 0) {
             sink_config_free(&c);
         } else if (err.code != ERR_INVALID || msg.data == NULL ||
                    strncmp(msg.data, err.msg, strlen(err.msg)) != 0) {

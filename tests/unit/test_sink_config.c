@@ -401,8 +401,8 @@ static void doc_refuse(const char *doc, const char *secret, const char *want)
     struct err err = {0};
 
     buf_init(&msg, BUF_UNLIMITED);
-    int rc =
-        sink_config_from_doc(&c, "acme", doc, strlen(doc), secret, &msg, &err);
+    int rc = sink_config_from_doc(&c, "acme", (struct slice){doc, strlen(doc)},
+                                  secret, &msg, &err);
 
     EXPECT_EQ_I64(rc, ERR_INVALID);
     if (rc == 0) {
@@ -423,8 +423,10 @@ TEST(doc_loads_with_types_and_lists)
     struct sink_config c;
     struct err err;
 
-    EXPECT_EQ_I64(
-        sink_config_from_doc(&c, "acme", doc, strlen(doc), "s", NULL, &err), 0);
+    EXPECT_EQ_I64(sink_config_from_doc(&c, "acme",
+                                       (struct slice){doc, strlen(doc)}, "s",
+                                       NULL, &err),
+                  0);
     EXPECT(c.is_set && c.path_style && c.format == SINK_FORMAT_PARQUET);
     EXPECT_EQ_U64(c.n_queues, 2);
     EXPECT_STR_EQ(c.queues[0], "a");
@@ -502,8 +504,9 @@ TEST(doc_empty_tenant)
     struct sink_config c;
     struct err err;
 
-    EXPECT_EQ_I64(sink_config_from_doc(&c, "", "{}", 2, "s", NULL, &err),
-                  ERR_INVALID);
+    EXPECT_EQ_I64(
+        sink_config_from_doc(&c, "", SLICE_LIT("{}"), "s", NULL, &err),
+        ERR_INVALID);
     EXPECT_STR_EQ(err.msg, "the tenant is empty: every object key names the "
                            "broker tenant its sink runs for");
 }
