@@ -12,7 +12,6 @@
 
 #include "api/api.h"
 #include "base/buf.h"
-#include "base/json.h"
 #include "base/log.h"
 #include "base/uuid7.h"
 #include "base/xalloc.h"
@@ -96,53 +95,23 @@ static int host_safe_time(void *arg, int64_t *out, struct err *err)
 static int host_status(void *arg, struct buf *out, struct err *err)
 {
     struct sink_host *h = arg;
-    struct jw w;
-    const char *phase = h->is_stopping ? "stopped" : "running";
+    struct status_node node;
+    struct status_sink ss;
+    bool stopped = sink_stopped(h->sink);
 
     if (buf_append_str(out, ",\"s3\":", err) != 0) {
         return err->code;
     }
-    jw_init(&w, out);
-    jw_obj_begin(&w);
-    jw_key(&w, "mode");
-    jw_cstr(&w, "in-process");
-    jw_key(&w, "phase");
-    jw_cstr(&w, phase);
-    jw_key(&w, "threads");
-    jw_u64(&w, h->node.threads);
-    jw_key(&w, "controlPlane");
-    jw_obj_begin(&w);
-    jw_key(&w, "error");
-    jw_null(&w);
-    jw_obj_end(&w);
-    jw_key(&w, "sinks");
-    jw_arr_begin(&w);
-    jw_obj_begin(&w);
-    jw_key(&w, "tenant");
-    jw_cstr(&w, h->tenant_text);
-    jw_key(&w, "source");
-    jw_cstr(&w, "env");
-    jw_key(&w, "cluster");
-    jw_null(&w);
-    jw_key(&w, "phase");
-    jw_cstr(&w, sink_stopped(h->sink) ? "stopped" : "running");
-    jw_key(&w, "error");
-    jw_null(&w);
-    jw_key(&w, "restarts");
-    jw_u64(&w, 0);
-    jw_key(&w, "lastExit");
-    jw_null(&w);
-    if (!sink_stopped(h->sink)) {
-        jw_key(&w, "uptimeMs");
-        jw_i64(&w, host_now_ms() - h->started_ms);
-    }
-    jw_key(&w, "backoffMs");
-    jw_u64(&w, 0);
-    sink_status_json(h->sink, &w);
-    jw_obj_end(&w);
-    jw_arr_end(&w);
-    jw_obj_end(&w);
-    return jw_finish(&w, err);
+    memset(&node, 0, sizeof(node));
+    node.phase = h->is_stopping ? "stopped" : "running";
+    node.threads = h->node.threads;
+    memset(&ss, 0, sizeof(ss));
+    ss.tenant = h->tenant_text;
+    ss.source = "env";
+    ss.phase = stopped ? "stopped" : "running";
+    ss.has_uptime = !stopped;
+    ss.uptime_ms = (uint64_t)(host_now_ms() - h->started_ms);
+    return sink_status_render(h->sink, &node, &ss, out, err);
 }
 
 static int host_metrics(void *arg, struct buf *out, struct err *err)

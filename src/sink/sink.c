@@ -31,7 +31,9 @@
 #include "sink/docs.h"
 #include "sink/layout.h"
 #include "sink/lease.h"
+#include "sink/obs.h"
 #include "sink/placement.h"
+#include "sink/status.h"
 
 #define SINK_MISSING_RETRY_MS  5000
 #define SINK_TERMINAL_RETRY_MS 60000
@@ -63,7 +65,10 @@ struct task {
     char held_by[128];
     bool has_snap;
     struct driver_status snap;
-    struct driver_counters base; /* runs that ended */
+    struct driver_counters base;     /* runs that ended */
+    struct driver_counters reported; /* this run's, as told to obs */
+    int64_t last_k;                  /* of the last run, for the row */
+    int64_t last_t_end;
     char last_error[512];
     int64_t last_error_us;
 };
@@ -96,7 +101,7 @@ struct sink {
     char presence_key[600];
     char presence_incarnation[17];
     int64_t presence_since_ms;
-    char instance_slice[SINK_STR_MAX];
+    struct obs *obs;
 };
 
 static int64_t mono_ms(void)
@@ -202,6 +207,8 @@ struct sink *sink_new(const struct sink_params *p)
     s->control.is_control = true;
     s->probe_wait_ms = SINK_PROBE_MIN_MS;
     s->nodes = 1;
+    s->obs = obs_new();
+    obs_set_s3(s->obs, NULL, s3_client_metrics(p->s3));
     srandom((unsigned)wall_us());
     return s;
 }
@@ -277,6 +284,7 @@ void sink_free(struct sink *s)
     }
     free(s->queues);
     free(s->threads);
+    obs_free(s->obs);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -339,6 +347,7 @@ static void sink_add_queue(struct sink *s, const char *name, size_t len)
     t->name = xstrndup(name, len);
     t->state = Q_CLAIM;
     snprintf(t->row_state, sizeof(t->row_state), "claiming");
+    t->last_t_end = STATUS_NONE;
     t->due_ms = mono_ms() + jitter_ms(PLACEMENT_JITTER_MS);
     log_info("queen-s3", "starting a queue task queue=%s", t->name);
     pthread_mutex_lock(&s->mu);
@@ -679,11 +688,15 @@ static void task_refresh(struct sink *s, struct task *t, int64_t now)
     }
 }
 
+static void task_report(struct sink *s, struct task *t,
+                        const struct driver_status *st);
+
 static void task_publish(struct sink *s, struct task *t)
 {
     struct driver_status st;
 
     driver_status(t->drv, &st);
+    task_report(s, t, &st);
     pthread_mutex_lock(&s->mu);
     t->snap = st;
     t->has_snap = true;
@@ -716,11 +729,15 @@ static int64_t task_stopped(struct sink *s, struct task *t, int64_t now,
     b->fetch_error += c->fetch_error;
     b->commit_precondition_lost += c->commit_precondition_lost;
     b->checkpoints_written += c->checkpoints_written;
+    t->last_k = t->snap.committed_k;
+    t->last_t_end = t->snap.has_t_end ? t->snap.t_end : STATUS_NONE;
     memset(c, 0, sizeof(*c));
+    memset(&t->reported, 0, sizeof(t->reported));
     t->has_snap = false;
     t->owned_here = false;
     snprintf(t->row_state, sizeof(t->row_state), "%s", name);
     pthread_mutex_unlock(&s->mu);
+    obs_queue_stopped(s->obs, NULL, t->name);
     driver_free(t->drv);
     t->drv = NULL;
     lease_free(t->lease);
@@ -810,375 +827,157 @@ static int64_t sink_step(struct sink *s, struct task *t, int64_t now)
 
 /* ---- status (6.1) and metrics (6.2) ------------------------------------- */
 
-static void jw_iso_or_null(struct jw *w, bool has, int64_t us)
+static int64_t or_none(bool has, int64_t v)
 {
-    char t[32];
-
-    if (!has) {
-        jw_null(w);
-        return;
-    }
-    isotime_format_us(us, t);
-    jw_cstr(w, t);
+    return has ? v : STATUS_NONE;
 }
 
-static void sink_row_json(const struct task *t, struct jw *w)
+/* Under s->mu: one row, its strings borrowed from t. */
+static void sink_row(const struct task *t, struct status_queue *q)
 {
     const struct driver_status *st = &t->snap;
     const struct driver_counters *b = &t->base;
     bool snap = t->has_snap;
 
-    jw_obj_begin(w);
-    jw_key(w, "name");
-    jw_cstr(w, t->name);
-    jw_key(w, "ownedHere");
-    jw_bool(w, t->owned_here);
-    jw_key(w, "heldBy");
-    if (t->held_by[0] != '\0') {
-        jw_cstr(w, t->held_by);
-    } else {
-        jw_null(w);
+    memset(q, 0, sizeof(*q));
+    q->name = t->name;
+    q->owned_here = t->owned_here;
+    q->held_by = t->held_by[0] != '\0' ? t->held_by : NULL;
+    q->state = t->row_state;
+    q->k = snap ? st->committed_k : t->last_k;
+    q->t_end_us = snap ? or_none(st->has_t_end, st->t_end) : t->last_t_end;
+    q->complete_through_us =
+        or_none(snap && st->has_complete_through, st->complete_through);
+    q->safe_time_us = or_none(snap && st->has_safe_time, st->safe_time);
+    q->has_lag = snap && st->has_lag;
+    q->lag_seconds = (double)st->lag_us / 1e6;
+    q->redo = snap && st->redo;
+    q->buffered_bytes = snap ? st->buffered_bytes : 0;
+    q->partitions = snap ? st->partitions : 0;
+    q->windows_committed = b->windows_committed;
+    q->records = b->records;
+    q->bytes = b->bytes_jsonl + b->bytes_parquet;
+    q->records_lost = b->records_lost;
+    if (snap) {
+        q->windows_committed += st->counters.windows_committed;
+        q->records += st->counters.records;
+        q->bytes += st->counters.bytes_jsonl + st->counters.bytes_parquet;
+        q->records_lost += st->counters.records_lost;
     }
-    jw_key(w, "state");
-    jw_cstr(w, t->row_state);
-    jw_key(w, "k");
-    jw_i64(w, snap ? st->committed_k : 0);
-    jw_key(w, "tEnd");
-    jw_iso_or_null(w, snap && st->has_t_end, st->t_end);
-    jw_key(w, "completeThrough");
-    jw_iso_or_null(w, snap && st->has_complete_through, st->complete_through);
-    jw_key(w, "safeTime");
-    jw_iso_or_null(w, snap && st->has_safe_time, st->safe_time);
-    jw_key(w, "lagSeconds");
-    if (snap && st->has_lag) {
-        jw_double(w, (double)st->lag_us / 1e6);
-    } else {
-        jw_null(w);
-    }
-    jw_key(w, "redo");
-    jw_bool(w, snap && st->redo);
-    jw_key(w, "bufferedBytes");
-    jw_u64(w, snap ? st->buffered_bytes : 0);
-    jw_key(w, "partitions");
-    jw_u64(w, snap ? st->partitions : 0);
-    jw_key(w, "windowsCommitted");
-    jw_u64(w, b->windows_committed + st->counters.windows_committed);
-    jw_key(w, "records");
-    jw_u64(w, b->records + st->counters.records);
-    jw_key(w, "bytes");
-    jw_u64(w, b->bytes_jsonl + b->bytes_parquet + st->counters.bytes_jsonl +
-                  st->counters.bytes_parquet);
-    jw_key(w, "recordsLost");
-    jw_u64(w, b->records_lost + st->counters.records_lost);
-    jw_key(w, "lastError");
-    if (t->last_error[0] == '\0') {
-        jw_null(w);
-    } else {
-        jw_obj_begin(w);
-        jw_key(w, "at");
-        jw_iso_or_null(w, true, t->last_error_us);
-        jw_key(w, "message");
-        jw_cstr(w, t->last_error);
-        jw_obj_end(w);
-    }
-    jw_obj_end(w);
+    q->error_at_us = t->last_error[0] != '\0' ? t->last_error_us : STATUS_NONE;
+    q->error_message = t->last_error;
 }
 
-static int task_cmp(const void *a, const void *b)
-{
-    const struct task *x = *(struct task *const *)a;
-    const struct task *y = *(struct task *const *)b;
-
-    return strcmp(x->name, y->name);
-}
-
-/* Under s->mu: the rows sorted by name (a copy of the pointer array). */
-static struct task **sink_sorted(struct sink *s)
-{
-    struct task **v = xcalloc(s->n_queues + 1, sizeof(*v));
-
-    if (s->n_queues > 0) {
-        memcpy(v, s->queues, s->n_queues * sizeof(*v));
-        qsort(v, s->n_queues, sizeof(*v), task_cmp);
-    }
-    return v;
-}
-
-static void sink_bucket_json(struct sink *s, struct jw *w)
+static void sink_keys(struct sink *s, struct status_sink *ss)
 {
     const struct sink_config *c = s->p.cfg;
 
-    jw_obj_begin(w);
-    jw_key(w, "reachable");
-    if (s->has_probed) {
-        jw_bool(w, s->is_reachable);
-    } else {
-        jw_null(w);
-    }
-    jw_key(w, "error");
-    if (s->bucket_error[0] != '\0') {
-        jw_cstr(w, s->bucket_error);
-    } else {
-        jw_null(w);
-    }
-    jw_key(w, "checkedAt");
-    jw_iso_or_null(w, s->has_probed, s->checked_at_us);
-    jw_key(w, "name");
-    jw_cstr(w, c->bucket);
-    jw_key(w, "endpoint");
-    jw_cstr(w, c->endpoint);
-    jw_key(w, "region");
-    jw_cstr(w, c->region);
-    jw_key(w, "prefix");
-    jw_cstr(w, c->prefix);
-    jw_obj_end(w);
+    ss->sink = c->sink;
+    ss->instance = s->p.node->instance;
+    ss->running = s->is_started && !s->is_stopped;
+    ss->bucket.reachable = !s->has_probed ? -1 : s->is_reachable ? 1 : 0;
+    ss->bucket.error = s->bucket_error[0] != '\0' ? s->bucket_error : NULL;
+    ss->bucket.checked_at_ms =
+        s->has_probed ? s->checked_at_us / 1000 : STATUS_NONE;
+    ss->bucket.name = c->bucket;
+    ss->bucket.endpoint = c->endpoint;
+    ss->bucket.region = c->region;
+    ss->bucket.prefix = c->prefix;
+    ss->format = sink_format_name(c->format);
+    ss->compression = sink_config_compression_name(c);
+    ss->layout = layout_kind_name(c->layout);
+    ss->align = layout_align_name(c->align);
+    ss->limit_bytes = s->p.node->memory_bytes;
 }
 
-static void sink_status_tail(struct sink *s, struct jw *w, uint64_t held,
-                             uint64_t buffered)
+int sink_status_render(struct sink *s, struct status_node *node,
+                       struct status_sink *ss, struct buf *out, struct err *err)
 {
-    uint32_t share = placement_fair_share((uint32_t)s->n_queues, s->nodes);
-
-    jw_key(w, "health");
-    jw_obj_begin(w);
-    jw_key(w, "ok");
-    jw_bool(w, true);
-    jw_key(w, "queues");
-    jw_u64(w, held);
-    jw_obj_end(w);
-    jw_key(w, "placement");
-    jw_obj_begin(w);
-    jw_key(w, "nodes");
-    jw_u64(w, s->nodes);
-    jw_key(w, "queues");
-    jw_u64(w, s->n_queues);
-    jw_key(w, "share");
-    jw_u64(w, share);
-    jw_key(w, "held");
-    jw_u64(w, held);
-    jw_key(w, "givingBack");
-    jw_null(w);
-    jw_obj_end(w);
-    jw_key(w, "memory");
-    jw_obj_begin(w);
-    jw_key(w, "bufferedBytes");
-    jw_u64(w, buffered);
-    jw_key(w, "limitBytes");
-    jw_u64(w, s->p.node->memory_bytes);
-    jw_obj_end(w);
-}
-
-void sink_status_json(struct sink *s, struct jw *w)
-{
-    const struct sink_config *c = s->p.cfg;
-    uint64_t held = 0;
-    uint64_t buffered = 0;
+    int rc;
 
     pthread_mutex_lock(&s->mu);
-    struct task **v = sink_sorted(s);
+    struct status_queue *rows = xcalloc(s->n_queues + 1, sizeof(*rows));
+    uint64_t held = 0;
+
+    sink_keys(s, ss);
+    ss->buffered_bytes = 0;
     for (size_t i = 0; i < s->n_queues; i++) {
-        held += v[i]->owned_here ? 1 : 0;
-        buffered += v[i]->has_snap ? v[i]->snap.buffered_bytes : 0;
+        sink_row(s->queues[i], &rows[i]);
+        held += rows[i].owned_here ? 1 : 0;
+        ss->buffered_bytes += rows[i].buffered_bytes;
     }
-    jw_key(w, "ok");
-    jw_bool(w, s->is_reachable || !s->has_probed ? s->has_probed : false);
-    jw_key(w, "sink");
-    jw_cstr(w, c->sink);
-    jw_key(w, "instance");
-    jw_cstr(w, s->p.node->instance);
-    jw_key(w, "version");
-    jw_cstr(w, SINK_VERSION);
-    jw_key(w, "running");
-    jw_bool(w, s->is_started && !s->is_stopped);
-    jw_key(w, "bucket");
-    sink_bucket_json(s, w);
-    jw_key(w, "format");
-    jw_cstr(w, sink_format_name(c->format));
-    jw_key(w, "compression");
-    jw_cstr(w, sink_config_compression_name(c));
-    jw_key(w, "layout");
-    jw_cstr(w, layout_kind_name(c->layout));
-    jw_key(w, "align");
-    jw_cstr(w, layout_align_name(c->align));
-    sink_status_tail(s, w, held, buffered);
-    jw_key(w, "queues");
-    jw_arr_begin(w);
-    for (size_t i = 0; i < s->n_queues; i++) {
-        sink_row_json(v[i], w);
-    }
-    jw_arr_end(w);
+    memset(&ss->health, 0, sizeof(ss->health));
+    ss->health.ok = true;
+    ss->health.queues = held;
+    ss->placement = (struct status_placement){
+        s->nodes, s->n_queues,
+        placement_fair_share((uint32_t)s->n_queues, s->nodes), held, NULL};
+    ss->queues = rows;
+    ss->n_queues = s->n_queues;
+    node->sinks = ss;
+    node->n_sinks = 1;
+    rc = status_render(node, out, err);
     pthread_mutex_unlock(&s->mu);
-    free(v);
+    free(rows);
+    return rc;
 }
 
-struct family {
-    const char *name;
-    const char *type;
-    const char *help;
-};
-
-static const struct family FAMILIES[] = {
-    {"queen_s3_lag_seconds", "gauge",
-     "Seconds this node's safeTime is ahead of the stamp the queue's lake is "
-     "complete through \xe2\x80\x94 the SLO"},
-    {"queen_s3_safe_lag_seconds", "gauge",
-     "Seconds between this node's wall clock and its safeTime"},
-    {"queen_s3_windows_committed_total", "counter",
-     "Windows committed to the lake"},
-    {"queen_s3_records_written_total", "counter",
-     "Records written into objects"},
-    {"queen_s3_bytes_written_total", "counter",
-     "Object bytes written, after compression"},
-    {"queen_s3_records_lost_total", "counter",
-     "Records that went away before the sink read them (plan \xc2\xa7"
-     "4.6)"},
-    {"queen_s3_window_records", "histogram", "Records per window"},
-    {"queen_s3_window_bytes", "histogram", "Object bytes per window"},
-    {"queen_s3_buffer_bytes", "gauge",
-     "Buffered record bytes across every queue"},
-    {"queen_s3_fetch_calls_total", "counter", "Fetch calls into the broker"},
-    {"queen_s3_discovery_partitions", "gauge",
-     "Partitions of the queue the last full discovery sweep enumerated, over "
-     "all its pages"},
-    {"queen_s3_s3_requests_total", "counter", "S3 API requests"},
-    {"queen_s3_commit_precondition_lost_total", "counter",
-     "KV commit batches a lost precondition rolled back"},
-    {"queen_s3_checkpoint_age_windows", "gauge",
-     "Windows committed since the last position checkpoint"},
-    {"queen_s3_queues_given_back_total", "counter",
-     "Queues this node gave back so a node below its fair share could take "
-     "them"},
-};
-
-static void family_head(struct buf *out, size_t i, struct err *err)
+/* After a tick: the counters' growth since the last report, the histograms
+ * of the windows committed since, and the queue's gauges. */
+static void task_report(struct sink *s, struct task *t,
+                        const struct driver_status *st)
 {
-    buf_printf(out, err, "# HELP %s %s\n# TYPE %s %s\n", FAMILIES[i].name,
-               FAMILIES[i].help, FAMILIES[i].name, FAMILIES[i].type);
-}
-
-/* One counter/gauge sample per queue; which picks the value. */
-static void sink_per_queue(struct sink *s, struct task **v, struct buf *out,
-                           size_t fam, int which, struct err *err)
-{
-    for (size_t i = 0; i < s->n_queues; i++) {
-        const struct task *t = v[i];
-        const struct driver_counters *b = &t->base;
-        const struct driver_counters *c = &t->snap.counters;
-        const char *n = FAMILIES[fam].name;
-
-        switch (which) {
-        case 0:
-            if (t->has_snap && t->snap.has_lag) {
-                buf_printf(out, err, "%s{queue=\"%s\"} %g\n", n, t->name,
-                           (double)t->snap.lag_us / 1e6);
-            }
-            break;
-        case 1:
-            buf_printf(out, err, "%s{queue=\"%s\"} %" PRIu64 "\n", n, t->name,
-                       b->windows_committed + c->windows_committed);
-            break;
-        case 2:
-            buf_printf(out, err, "%s{queue=\"%s\"} %" PRIu64 "\n", n, t->name,
-                       b->records + c->records);
-            break;
-        case 3:
-            buf_printf(out, err, "%s{queue=\"%s\"} %" PRIu64 "\n", n, t->name,
-                       b->records_lost + c->records_lost);
-            break;
-        default:
-            break;
-        }
-    }
-}
-
-static void sink_metrics_rest(struct sink *s, struct task **v, struct buf *out,
-                              struct err *err)
-{
+    const struct driver_counters *c = &st->counters;
+    struct driver_counters *r = &t->reported;
+    const char *q = t->name;
     const char *fmt = sink_format_name(s->p.cfg->format);
-    uint64_t buffered = 0;
+    struct obs *o = s->obs;
 
-    family_head(out, 4, err);
-    for (size_t i = 0; i < s->n_queues; i++) {
-        const struct driver_counters *b = &v[i]->base;
-        const struct driver_counters *c = &v[i]->snap.counters;
-
-        buf_printf(out, err,
-                   "queen_s3_bytes_written_total{queue=\"%s\",format=\"%s\"} "
-                   "%" PRIu64 "\n",
-                   v[i]->name, fmt,
-                   b->bytes_jsonl + b->bytes_parquet + c->bytes_jsonl +
-                       c->bytes_parquet);
-        buffered += v[i]->has_snap ? v[i]->snap.buffered_bytes : 0;
+    obs_counter_add(o, OBS_WINDOWS_COMMITTED, NULL, q, NULL,
+                    (double)(c->windows_committed - r->windows_committed));
+    obs_counter_add(o, OBS_RECORDS_WRITTEN, NULL, q, NULL,
+                    (double)(c->records - r->records));
+    obs_counter_add(o, OBS_BYTES_WRITTEN, NULL, q, fmt,
+                    (double)(c->bytes_jsonl + c->bytes_parquet -
+                             r->bytes_jsonl - r->bytes_parquet));
+    obs_counter_add(o, OBS_RECORDS_LOST, NULL, q, NULL,
+                    (double)(c->records_lost - r->records_lost));
+    obs_counter_add(o, OBS_FETCH_CALLS, NULL, q, "ok",
+                    (double)(c->fetch_ok - r->fetch_ok));
+    obs_counter_add(o, OBS_FETCH_CALLS, NULL, q, "error",
+                    (double)(c->fetch_error - r->fetch_error));
+    obs_counter_add(
+        o, OBS_COMMIT_PRECONDITION_LOST, NULL, NULL, NULL,
+        (double)(c->commit_precondition_lost - r->commit_precondition_lost));
+    for (uint64_t i = r->windows_committed; i < c->windows_committed; i++) {
+        obs_observe(o, OBS_WINDOW_RECORDS, NULL,
+                    (double)st->last_window_records);
+        obs_observe(o, OBS_WINDOW_BYTES, NULL, (double)st->last_window_bytes);
     }
-    family_head(out, 5, err);
-    sink_per_queue(s, v, out, 5, 3, err);
-    family_head(out, 6, err);
-    family_head(out, 7, err);
-    family_head(out, 8, err);
-    buf_printf(out, err, "queen_s3_buffer_bytes %" PRIu64 "\n", buffered);
-    family_head(out, 9, err);
-    for (size_t i = 0; i < s->n_queues; i++) {
-        const struct driver_counters *b = &v[i]->base;
-        const struct driver_counters *c = &v[i]->snap.counters;
-
-        buf_printf(out, err,
-                   "queen_s3_fetch_calls_total{queue=\"%s\",result=\"error\"} "
-                   "%" PRIu64 "\n"
-                   "queen_s3_fetch_calls_total{queue=\"%s\",result=\"ok\"} "
-                   "%" PRIu64 "\n",
-                   v[i]->name, b->fetch_error + c->fetch_error, v[i]->name,
-                   b->fetch_ok + c->fetch_ok);
+    *r = *c;
+    if (st->has_lag) {
+        obs_gauge_set(o, OBS_LAG_SECONDS, NULL, q, (double)st->lag_us / 1e6);
     }
-    family_head(out, 10, err);
-    for (size_t i = 0; i < s->n_queues; i++) {
-        if (v[i]->has_snap) {
-            buf_printf(out, err,
-                       "queen_s3_discovery_partitions{queue=\"%s\"} %" PRIu64
-                       "\n",
-                       v[i]->name, v[i]->snap.discovery_partitions);
-        }
+    if (st->has_safe_time) {
+        obs_gauge_set(o, OBS_SAFE_LAG_SECONDS, NULL, NULL,
+                      (double)(wall_us() - st->safe_time) / 1e6);
     }
+    obs_gauge_set(o, OBS_DISCOVERY_PARTITIONS, NULL, q,
+                  (double)st->discovery_partitions);
+    obs_gauge_set(o, OBS_CHECKPOINT_AGE_WINDOWS, NULL, q,
+                  (double)st->checkpoint_age);
 }
 
 int sink_metrics(struct sink *s, struct buf *out, struct err *err)
 {
-    uint64_t lost = 0;
-    struct err e = {0};
+    uint64_t buffered = 0;
 
     pthread_mutex_lock(&s->mu);
-    struct task **v = sink_sorted(s);
-    family_head(out, 0, &e);
-    sink_per_queue(s, v, out, 0, 0, &e);
-    family_head(out, 1, &e);
-    family_head(out, 2, &e);
-    sink_per_queue(s, v, out, 2, 1, &e);
-    family_head(out, 3, &e);
-    sink_per_queue(s, v, out, 3, 2, &e);
-    sink_metrics_rest(s, v, out, &e);
-    family_head(out, 11, &e);
-    s3_metrics_render(s3_client_metrics(s->p.s3), NULL, out, &e);
-    family_head(out, 12, &e);
     for (size_t i = 0; i < s->n_queues; i++) {
-        lost += v[i]->base.commit_precondition_lost +
-                v[i]->snap.counters.commit_precondition_lost;
+        buffered +=
+            s->queues[i]->has_snap ? s->queues[i]->snap.buffered_bytes : 0;
     }
-    buf_printf(out, &e, "queen_s3_commit_precondition_lost_total %" PRIu64 "\n",
-               lost);
-    family_head(out, 13, &e);
-    for (size_t i = 0; i < s->n_queues; i++) {
-        if (v[i]->has_snap) {
-            buf_printf(out, &e,
-                       "queen_s3_checkpoint_age_windows{queue=\"%s\"} %" PRId64
-                       "\n",
-                       v[i]->name, v[i]->snap.checkpoint_age);
-        }
-    }
-    family_head(out, 14, &e);
-    buf_printf(out, &e, "queen_s3_queues_given_back_total 0\n");
     pthread_mutex_unlock(&s->mu);
-    free(v);
-    if (e.code != 0) {
-        return err_set(err, e.code, "%s", e.msg);
-    }
-    return 0;
+    obs_gauge_set(s->obs, OBS_BUFFER_BYTES, NULL, NULL, (double)buffered);
+    return obs_render(s->obs, out, err);
 }

@@ -16,7 +16,7 @@
  *   RUN --sink_stop() and every queue task ended---> STOPPED (presence row
  *        deleted, "every queue drained; the sink has stopped")
  *
- * Threading: sink_stop(), sink_stopped(), sink_status_json() and
+ * Threading: sink_stop(), sink_stopped(), sink_status_render() and
  * sink_metrics() may be called from any thread. */
 #ifndef QUEEN_SINK_SINK_H
 #define QUEEN_SINK_SINK_H
@@ -29,6 +29,7 @@
 #include "base/json.h"
 #include "sink/config.h"
 #include "sink/driver.h"
+#include "sink/status.h"
 
 struct s3_client;
 struct sink;
@@ -56,8 +57,12 @@ bool sink_stopped(struct sink *s);
 /* Join the threads and free. Only when sink_stopped() or never started. */
 void sink_free(struct sink *s);
 
-/* The sink's entry of the status block (6.1) as one JSON object. */
-void sink_status_json(struct sink *s, struct jw *w);
+/* Render the s3 block (6.1) with this sink as its one entry: the caller
+ * fills node's keys and ss's host keys; the sink fills ss's own keys and
+ * rows under its lock and renders into out. */
+int sink_status_render(struct sink *s, struct status_node *node,
+                       struct status_sink *ss, struct buf *out,
+                       struct err *err);
 /* The sink's Prometheus families (6.2), appended to out. */
 int sink_metrics(struct sink *s, struct buf *out, struct err *err);
 
