@@ -209,6 +209,7 @@ struct sink *sink_new(const struct sink_params *p)
     s->nodes = 1;
     s->obs = obs_new();
     obs_set_s3(s->obs, NULL, s3_client_metrics(p->s3));
+    obs_counter_add(s->obs, OBS_QUEUES_GIVEN_BACK, NULL, NULL, NULL, 0);
     srandom((unsigned)wall_us());
     return s;
 }
