@@ -83,7 +83,7 @@ int api_configure_parse(struct api_configure *c, const char *body, size_t len,
     int mode;
 
     memset(c, 0, sizeof(*c));
-    buf_init(&c->arena, 2 * CMD_NAME_MAX);
+    buf_init(&c->arena, (size_t)2 * CMD_NAME_MAX);
     *code = "bad_body";
     if (json_parse(&c->doc, body, len, &lim, err) != 0) {
         if (err->code == ERR_TOO_BIG) {
@@ -175,7 +175,7 @@ static int conf_str(const struct api_configure *c, const struct conf_opt *op,
     buf_init(&b, CONF_STR_MAX);
     ok = json_type(&c->doc, t) == JSON_STRING &&
          json_get_str(&c->doc, t, &b, err) == 0 &&
-         memchr(b.data != NULL ? b.data : "", '\0', b.len) == NULL;
+         (b.len == 0 || memchr(b.data, '\0', b.len) == NULL);
     if (ok) {
         memcpy(dst, b.len > 0 ? b.data : "", b.len);
         dst[b.len] = '\0';
