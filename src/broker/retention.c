@@ -146,7 +146,7 @@ int retention_apply(void *arg, struct store *s, MDB_txn *txn,
         return 0;
     }
     ASSERT(cmd_trim_iter_init(&it, h->body, &derr) == 0);
-    while ((rc = cmd_trim_next(&it, &item, &derr)) == 1) {
+    while (cmd_trim_next(&it, &item, &derr) == 1) { /* validated above */
         rc = store_wpart_find(&w, item.queue_id, item.partition, &p, err);
         if (rc == ERR_NOT_FOUND || (rc == 0 && p.id != item.partition_id)) {
             continue;
@@ -183,32 +183,43 @@ static void retention_applied(void *arg, int status,
     }
 }
 
+/* The live committed row under key, into *ans (caller frees); empty when
+ * there is none. */
+static struct slice retention_hold_read(struct retention *r, struct slice key,
+                                        int64_t now_us, struct kv_answer *ans)
+{
+    struct kv_op op;
+    struct err err = {0};
+
+    memset(&op, 0, sizeof(op));
+    op.op = KV_GET;
+    op.ns = SLICE_LIT(RETENTION_SINK_NS);
+    op.key = key;
+    if (store_kv_read(r->store, STORE_DEFAULT_TENANT, now_us, &op, 1, ans,
+                      &err) == 0 &&
+        ans->status == 0 && ans->n_results == 1 && ans->results[0].found) {
+        return ans->results[0].value;
+    }
+    if (err.code != 0) {
+        log_debug("retention", "hold row: %s", err.msg);
+    }
+    return (struct slice){"", 0};
+}
+
 /* The live committed row of the queue's hold, into *ans (caller frees). */
 static struct slice retention_hold_row(struct retention *r,
                                        const struct store_queue_info *q,
                                        int64_t now_us, struct kv_answer *ans)
 {
-    struct kv_op op;
     struct buf key;
     struct err err = {0};
     struct slice v = {"", 0};
 
     memset(ans, 0, sizeof(*ans));
     buf_init(&key, BUF_UNLIMITED);
-    memset(&op, 0, sizeof(op));
-    op.op = KV_GET;
-    op.ns = SLICE_LIT(RETENTION_SINK_NS);
     if (retention_hold_key(&key, q->options.retention_sink_hold, q->name,
                            &err) == 0) {
-        op.key.ptr = key.data;
-        op.key.len = key.len;
-        if (store_kv_read(r->store, STORE_DEFAULT_TENANT, now_us, &op, 1, ans,
-                          &err) == 0 &&
-            ans->status == 0 && ans->n_results == 1 && ans->results[0].found) {
-            v = ans->results[0].value;
-        } else if (err.code != 0) {
-            log_debug("retention", "hold row: %s", err.msg);
-        }
+        v = retention_hold_read(r, buf_slice(&key), now_us, ans);
     }
     buf_free(&key);
     return v;
