@@ -36,7 +36,6 @@ static int kv_bad(struct api_kv *k, const char *reason, int code,
     snprintf(k->reason, sizeof(k->reason), "%s", reason);
     err->code = code;
     va_start(ap, fmt);
-    /* NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized): started above */
     vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
     va_end(ap);
     return code;
