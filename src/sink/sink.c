@@ -293,6 +293,19 @@ void sink_free(struct sink *s)
 
 /* ---- the control task: bucket probe ------------------------------------- */
 
+/* Under s->mu, which it releases. */
+static void sink_probe_ok(struct sink *s)
+{
+    bool was_down = s->bucket_error[0] != '\0';
+
+    s->is_reachable = true;
+    s->bucket_error[0] = '\0';
+    pthread_mutex_unlock(&s->mu);
+    if (was_down) {
+        log_info("queen-s3", "the bucket answers; starting the queues");
+    }
+}
+
 static bool sink_probe(struct sink *s, int64_t now)
 {
     const struct sink_config *c = s->p.cfg;
@@ -308,12 +321,7 @@ static bool sink_probe(struct sink *s, int64_t now)
     s->has_probed = true;
     s->checked_at_us = wall_us() / 1000 * 1000;
     if (rc == 0) {
-        if (!s->is_reachable && s->bucket_error[0] != '\0') {
-            log_info("queen-s3", "the bucket answers; starting the queues");
-        }
-        s->is_reachable = true;
-        s->bucket_error[0] = '\0';
-        pthread_mutex_unlock(&s->mu);
+        sink_probe_ok(s);
         return true;
     }
     s->is_reachable = false;
@@ -352,7 +360,7 @@ static void sink_add_queue(struct sink *s, const char *name, size_t len)
     t->due_ms = mono_ms() + jitter_ms(PLACEMENT_JITTER_MS);
     log_info("queen-s3", "starting a queue task queue=%s", t->name);
     pthread_mutex_lock(&s->mu);
-    s->queues = xrealloc(s->queues, (s->n_queues + 1) * sizeof(*s->queues));
+    s->queues = xrealloc(s->queues, (s->n_queues + 1) * sizeof(struct task *));
     s->queues[s->n_queues++] = t;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -587,6 +595,23 @@ static void task_driver_config(struct sink *s, struct task *t)
     d->crash_at = (enum driver_crash)n->crash_at;
 }
 
+/* Another instance holds the lease: say so, look again later. */
+static int64_t task_held(struct sink *s, struct task *t, const char *other,
+                         int64_t now)
+{
+    if (strcmp(other, t->held_by) != 0) {
+        log_info("queen-s3",
+                 "another node owns this queue; claiming again after the "
+                 "lease TTL queue=%s heldBy=%s",
+                 t->name, other);
+    }
+    task_set_state(s, t, "held", other);
+    lease_free(t->lease);
+    t->lease = NULL;
+    return now + placement_held_wait_ms(ttl_ms(s), false,
+                                        jitter_ms(PLACEMENT_JITTER_MS));
+}
+
 /* Claim: holder, then acquire. Returns the next due time. */
 static int64_t task_claim(struct sink *s, struct task *t, int64_t now)
 {
@@ -605,11 +630,11 @@ static int64_t task_claim(struct sink *s, struct task *t, int64_t now)
         memcpy(lc.tenant, s->p.tenant, 16);
         lc.ttl_ms = ttl_ms(s);
         t->lease = lease_new(&lc, s->p.broker, &err);
-        if (t->lease == NULL) {
-            log_error("queen-s3", "queue=%s: %s", t->name, err.msg);
-            task_error(s, t, err.msg);
-            return now + SINK_TERMINAL_RETRY_MS;
-        }
+    }
+    if (t->lease == NULL) {
+        log_error("queen-s3", "queue=%s: %s", t->name, err.msg);
+        task_error(s, t, err.msg);
+        return now + SINK_TERMINAL_RETRY_MS;
     }
     task_set_state(s, t, "claiming", NULL);
     rc = lease_holder(t->lease, &kind, other, sizeof(other), &err);
@@ -632,19 +657,7 @@ static int64_t task_claim(struct sink *s, struct task *t, int64_t now)
     }
     t->claim_failures = 0;
     if (!taken) {
-        bool changed = strcmp(other, t->held_by) != 0;
-
-        if (changed) {
-            log_info("queen-s3",
-                     "another node owns this queue; claiming again after the "
-                     "lease TTL queue=%s heldBy=%s",
-                     t->name, other);
-        }
-        task_set_state(s, t, "held", other);
-        lease_free(t->lease);
-        t->lease = NULL;
-        return now + placement_held_wait_ms(ttl_ms(s), false,
-                                            jitter_ms(PLACEMENT_JITTER_MS));
+        return task_held(s, t, other, now);
     }
     task_driver_config(s, t);
     t->drv = driver_new(&t->dc, s->p.broker, s->p.s3, t->lease, &err);
@@ -704,11 +717,38 @@ static void task_publish(struct sink *s, struct task *t)
     snprintf(t->row_state, sizeof(t->row_state), "%s", st.state);
     t->owned_here = true;
     t->held_by[0] = '\0';
-    if (st.last_error[0] != '\0' && strcmp(st.last_error, t->last_error)) {
+    if (st.last_error[0] != '\0' && strcmp(st.last_error, t->last_error) != 0) {
         snprintf(t->last_error, sizeof(t->last_error), "%s", st.last_error);
         t->last_error_us = wall_us();
     }
     pthread_mutex_unlock(&s->mu);
+}
+
+/* The stop's log line and row error (3.11); "queue drained" is the
+ * driver's own line. */
+static void task_log_stop(struct sink *s, struct task *t,
+                          const struct driver_next *nx)
+{
+    if (nx->stop == DRIVER_CRASHED) {
+        log_error("queen-s3", "crash point fired queue=%s at=%s", t->name,
+                  nx->why);
+        task_error(s, t, "crash point fired");
+    } else if (nx->stop == DRIVER_FENCED) {
+        log_warn("queen-s3", "queue fenced queue=%s why=%s", t->name, nx->why);
+        task_error(s, t, nx->why);
+    } else if (nx->stop == DRIVER_MISSING && !t->missing_logged) {
+        log_info("queen-s3",
+                 "the queue does not exist; looking again until it does "
+                 "queue=%s why=%s retry_in_s=5",
+                 t->name, nx->why);
+        t->missing_logged = true;
+    } else if (nx->stop == DRIVER_FAILED) {
+        log_error("queen-s3",
+                  "queue stopped; it will be tried again in case the cause "
+                  "was fixed queue=%s why=%s",
+                  t->name, nx->why);
+        task_error(s, t, nx->why);
+    }
 }
 
 /* The driver stopped: release, keep its counters, decide by reason. */
@@ -720,7 +760,8 @@ static int64_t task_stopped(struct sink *s, struct task *t, int64_t now,
 
     lease_release(t->lease);
     pthread_mutex_lock(&s->mu);
-    struct driver_counters *b = &t->base, *c = &t->snap.counters;
+    struct driver_counters *b = &t->base;
+    struct driver_counters *c = &t->snap.counters;
     b->windows_committed += c->windows_committed;
     b->records += c->records;
     b->bytes_jsonl += c->bytes_jsonl;
@@ -744,37 +785,19 @@ static int64_t task_stopped(struct sink *s, struct task *t, int64_t now,
     lease_free(t->lease);
     t->lease = NULL;
     t->state = Q_CLAIM;
+    task_log_stop(s, t, nx);
     switch (nx->stop) {
-    case DRIVER_DRAINED: /* the driver logged "queue drained" */
-        t->state = Q_ENDED;
-        return now;
+    case DRIVER_DRAINED:
     case DRIVER_CRASHED:
-        log_error("queen-s3", "crash point fired queue=%s at=%s", t->name,
-                  nx->why);
-        task_error(s, t, "crash point fired");
         t->state = Q_ENDED;
         return now;
     case DRIVER_FENCED:
-        log_warn("queen-s3", "queue fenced queue=%s why=%s", t->name, nx->why);
-        task_error(s, t, nx->why);
         wait = ttl_ms(s);
         break;
     case DRIVER_MISSING:
-        if (!t->missing_logged) {
-            log_info("queen-s3",
-                     "the queue does not exist; looking again until it does "
-                     "queue=%s why=%s retry_in_s=5",
-                     t->name, nx->why);
-            t->missing_logged = true;
-        }
         wait = SINK_MISSING_RETRY_MS;
         break;
     default:
-        log_error("queen-s3",
-                  "queue stopped; it will be tried again in case the cause "
-                  "was fixed queue=%s why=%s",
-                  t->name, nx->why);
-        task_error(s, t, nx->why);
         wait = SINK_TERMINAL_RETRY_MS;
         break;
     }
