@@ -95,3 +95,31 @@ def test_sigterm_drains_and_releases_the_lease(sink_node, bucket):
     node.start()
     lake.wait_queue(reader, PREFIX, TENANT, "orders", acked, timeout=60,
                     compression="zstd", align="none")
+
+
+def test_star_takes_queues_created_later(sink_node, bucket):
+    node = sink_node({"QUEEN_S3_QUEUES": "*"})
+    acked = {}
+    for q in ("s.one", "s.two"):
+        its = [{"queue": q, "partition": "p-%d" % (i % 2),
+                "payload": b'{"q":"%s","i":%d}' % (q.encode(), i)}
+               for i in range(10)]
+        acked[q] = push(node, its)
+    reader = lake.bucket_reader(bucket)
+    for q, recs in acked.items():
+        lake.wait_queue(reader, PREFIX, TENANT, q, recs, timeout=60,
+                        compression="zstd", align="none")
+    names = [r["name"] for r in
+             node.get("/status").json()["s3"]["sinks"][0]["queues"]]
+    assert names == ["s.one", "s.two"]
+
+
+def test_per_partition_layout_aligned_by_day(sink_node, bucket):
+    node = sink_node({"QUEEN_S3_LAYOUT": "per-partition",
+                      "QUEEN_S3_ALIGN": "day",
+                      "QUEEN_S3_COMPRESSION": "gzip"})
+    acked = push(node, items(0)) + push(node, items(1))
+    got = lake.wait_queue(lake.bucket_reader(bucket), PREFIX, TENANT,
+                          "orders", acked, timeout=60, compression="gzip",
+                          layout="per-partition", align="day")
+    assert got["objects"] >= 3  # one object per partition and window
