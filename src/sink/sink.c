@@ -29,6 +29,7 @@
 #include "base/xalloc.h"
 #include "s3/client.h"
 #include "sink/docs.h"
+#include "sink/health.h"
 #include "sink/layout.h"
 #include "sink/lease.h"
 #include "sink/obs.h"
@@ -102,6 +103,7 @@ struct sink {
     char presence_incarnation[17];
     int64_t presence_since_ms;
     struct obs *obs;
+    struct health *health;
 };
 
 static int64_t mono_ms(void)
@@ -208,6 +210,7 @@ struct sink *sink_new(const struct sink_params *p)
     s->probe_wait_ms = SINK_PROBE_MIN_MS;
     s->nodes = 1;
     s->obs = obs_new();
+    s->health = health_new(p->cfg->max_window_ms);
     obs_set_s3(s->obs, NULL, s3_client_metrics(p->s3));
     obs_counter_add(s->obs, OBS_QUEUES_GIVEN_BACK, NULL, NULL, NULL, 0);
     srandom((unsigned)wall_us());
@@ -286,6 +289,7 @@ void sink_free(struct sink *s)
     free(s->queues);
     free(s->threads);
     obs_free(s->obs);
+    health_free(s->health);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -606,6 +610,7 @@ static int64_t task_held(struct sink *s, struct task *t, const char *other,
                  t->name, other);
     }
     task_set_state(s, t, "held", other);
+    health_forget(s->health, t->name);
     lease_free(t->lease);
     t->lease = NULL;
     return now + placement_held_wait_ms(ttl_ms(s), false,
@@ -672,6 +677,7 @@ static int64_t task_claim(struct sink *s, struct task *t, int64_t now)
     log_info("queen-s3", "this node owns the queue queue=%s instance=%s",
              t->name, s->p.node->instance);
     t->state = Q_OWNED;
+    health_watch(s->health, t->name, now);
     t->is_drain_asked = false;
     t->missing_logged = t->missing_logged && true;
     t->refresh_due_ms = now + lease_refresh_interval_ms(ttl_ms(s));
@@ -780,6 +786,9 @@ static int64_t task_stopped(struct sink *s, struct task *t, int64_t now,
     snprintf(t->row_state, sizeof(t->row_state), "%s", name);
     pthread_mutex_unlock(&s->mu);
     obs_queue_stopped(s->obs, NULL, t->name);
+    if (nx->stop != DRIVER_FAILED) { /* 3.11: a failed queue stays watched */
+        health_forget(s->health, t->name);
+    }
     driver_free(t->drv);
     t->drv = NULL;
     lease_free(t->lease);
@@ -930,9 +939,7 @@ int sink_status_render(struct sink *s, struct status_node *node,
         held += rows[i].owned_here ? 1 : 0;
         ss->buffered_bytes += rows[i].buffered_bytes;
     }
-    memset(&ss->health, 0, sizeof(ss->health));
-    ss->health.ok = true;
-    ss->health.queues = held;
+    health_check(s->health, mono_ms(), &ss->health);
     ss->placement = (struct status_placement){
         s->nodes, s->n_queues,
         placement_fair_share((uint32_t)s->n_queues, s->nodes), held, NULL};
@@ -979,6 +986,7 @@ static void task_report(struct sink *s, struct task *t,
         obs_observe(o, OBS_WINDOW_BYTES, NULL, (double)st->last_window_bytes);
     }
     *r = *c;
+    health_report(s->health, q, st->has_lag, st->lag_us, mono_ms());
     if (st->has_lag) {
         obs_gauge_set(o, OBS_LAG_SECONDS, NULL, q, (double)st->lag_us / 1e6);
     }

@@ -65,6 +65,8 @@ def test_one_queue_is_mirrored_exactly_once(sink_node, bucket):
     s3 = node.get("/status").json()["s3"]
     assert s3["mode"] == "in-process"
     assert s3["sinks"][0]["bucket"]["reachable"] is True
+    assert s3["sinks"][0]["ok"] is True
+    assert s3["sinks"][0]["health"] == {"ok": True, "queues": 1}
     assert "queen-secret-key" not in node.get("/status").body.decode()
     assert "queen-secret-key" not in node.stderr()
 

@@ -283,6 +283,8 @@ TEST(sink_ships_windows_then_drains_and_gives_everything_back)
     EXPECT(wait_for(r, "\"windowsCommitted\":2", 10000));
     EXPECT(status_has(r, "\"reachable\":true"));
     EXPECT(status_has(r, "\"ownedHere\":true"));
+    EXPECT(status_has(r, "\"health\":{\"ok\":true,\"queues\":1}"));
+    EXPECT(status_has(r, "\"ok\":true,\"sink\":\"default\""));
     EXPECT(status_has(r, "\"records\":3"));
     pthread_mutex_lock(&r->mu);
     EXPECT(fake_row_get(&r->f, "s3:default:orders:lease") != NULL);
