@@ -28,6 +28,7 @@
 #include "base/log.h"
 #include "base/xalloc.h"
 #include "s3/client.h"
+#include "sink/budget.h"
 #include "sink/docs.h"
 #include "sink/health.h"
 #include "sink/layout.h"
@@ -104,6 +105,7 @@ struct sink {
     int64_t presence_since_ms;
     struct obs *obs;
     struct health *health;
+    struct budget *budget; /* one sink per node today: the node's budget */
 };
 
 static int64_t mono_ms(void)
@@ -211,6 +213,7 @@ struct sink *sink_new(const struct sink_params *p)
     s->nodes = 1;
     s->obs = obs_new();
     s->health = health_new(p->cfg->max_window_ms);
+    s->budget = budget_new(p->node->memory_bytes);
     obs_set_s3(s->obs, NULL, s3_client_metrics(p->s3));
     obs_counter_add(s->obs, OBS_QUEUES_GIVEN_BACK, NULL, NULL, NULL, 0);
     srandom((unsigned)wall_us());
@@ -290,6 +293,7 @@ void sink_free(struct sink *s)
     free(s->threads);
     obs_free(s->obs);
     health_free(s->health);
+    budget_free(s->budget);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -717,6 +721,10 @@ static void task_publish(struct sink *s, struct task *t)
 
     driver_status(t->drv, &st);
     task_report(s, t, &st);
+    /* 3.10: over the node's budget and the largest: close early. */
+    if (budget_report(s->budget, t->name, st.buffered_bytes)) {
+        driver_force_close(t->drv);
+    }
     pthread_mutex_lock(&s->mu);
     t->snap = st;
     t->has_snap = true;
@@ -786,6 +794,7 @@ static int64_t task_stopped(struct sink *s, struct task *t, int64_t now,
     snprintf(t->row_state, sizeof(t->row_state), "%s", name);
     pthread_mutex_unlock(&s->mu);
     obs_queue_stopped(s->obs, NULL, t->name);
+    budget_forget(s->budget, t->name);
     if (nx->stop != DRIVER_FAILED) { /* 3.11: a failed queue stays watched */
         health_forget(s->health, t->name);
     }
@@ -933,11 +942,10 @@ int sink_status_render(struct sink *s, struct status_node *node,
     uint64_t held = 0;
 
     sink_keys(s, ss);
-    ss->buffered_bytes = 0;
+    ss->buffered_bytes = budget_total(s->budget);
     for (size_t i = 0; i < s->n_queues; i++) {
         sink_row(s->queues[i], &rows[i]);
         held += rows[i].owned_here ? 1 : 0;
-        ss->buffered_bytes += rows[i].buffered_bytes;
     }
     health_check(s->health, mono_ms(), &ss->health);
     ss->placement = (struct status_placement){
@@ -1002,14 +1010,7 @@ static void task_report(struct sink *s, struct task *t,
 
 int sink_metrics(struct sink *s, struct buf *out, struct err *err)
 {
-    uint64_t buffered = 0;
-
-    pthread_mutex_lock(&s->mu);
-    for (size_t i = 0; i < s->n_queues; i++) {
-        buffered +=
-            s->queues[i]->has_snap ? s->queues[i]->snap.buffered_bytes : 0;
-    }
-    pthread_mutex_unlock(&s->mu);
-    obs_gauge_set(s->obs, OBS_BUFFER_BYTES, NULL, NULL, (double)buffered);
+    obs_gauge_set(s->obs, OBS_BUFFER_BYTES, NULL, NULL,
+                  (double)budget_total(s->budget));
     return obs_render(s->obs, out, err);
 }

@@ -125,3 +125,19 @@ def test_per_partition_layout_aligned_by_day(sink_node, bucket):
                           "orders", acked, timeout=60, compression="gzip",
                           layout="per-partition", align="day")
     assert got["objects"] >= 3  # one object per partition and window
+
+
+def test_memory_budget_closes_the_window_early(sink_node, bucket):
+    # Neither size (128 MB) nor age (10 min) can close a window here: only
+    # the node's 1 MiB budget can (reference 3.10).
+    node = sink_node({"QUEEN_S3_MEMORY_MB": "1",
+                      "QUEEN_S3_MAX_WINDOW_MS": "600000"})
+    acked = []
+    for r in range(6):
+        its = [{"queue": "orders", "partition": "p-%d" % (i % 4),
+                "payload": b'"' + (b"%d" % r) * 4000 + b'"'}
+               for i in range(100)]
+        acked += push(node, its)
+    # Complete within a minute, ten times less than the window's age limit.
+    lake.wait_queue(lake.bucket_reader(bucket), PREFIX, TENANT, "orders",
+                    acked, timeout=60, compression="zstd", align="none")
