@@ -8,7 +8,7 @@ import sys
 import pytest
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
-for sub in ("bucket", "e2e"):
+for sub in ("bucket", "e2e", "integration"):
     path = os.path.join(TESTS, sub)
     if path not in sys.path:
         sys.path.insert(0, path)

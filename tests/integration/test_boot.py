@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from conftest import Broker, free_port, queen_bin, wait_until
+from queenproc import Broker, free_port, queen_bin, wait_until
 
 FATAL = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z ERROR boot: FATAL: "
 

@@ -7,7 +7,7 @@ import signal
 import threading
 
 import rawjson
-from conftest import wait_until
+from queenproc import wait_until
 
 PARTITIONS = ["p0", "p1", "p2"]
 

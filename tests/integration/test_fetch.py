@@ -3,7 +3,7 @@ import threading
 import time
 
 import rawjson
-from conftest import wait_until
+from queenproc import wait_until
 
 MIB = 1024 * 1024
 ENTRY_KEYS = ["queue", "partition", "records", "highWatermark",

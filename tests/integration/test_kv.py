@@ -6,7 +6,7 @@ import json
 import threading
 import time
 
-from conftest import wait_until
+from queenproc import wait_until
 
 NS = "queen-s3"
 

@@ -4,7 +4,7 @@ the sink has not committed, up to its ceiling."""
 import datetime
 import time
 
-from conftest import wait_until
+from queenproc import wait_until
 
 DEADLINE = 15
 

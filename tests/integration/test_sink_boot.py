@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import Broker, free_port, queen_bin
+from queenproc import Broker, free_port, queen_bin
 
 FATAL = (r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z ERROR boot: FATAL: "
          r"QUEEN_S3_EMBEDDED=true: ")
