@@ -1,9 +1,13 @@
-"""Shared pytest set-up for every Python suite: the test bucket's module on
-sys.path (and the lake verifier's), and a function-scoped `bucket` fixture (a
-started TestBucket holding the bucket "lake", stopped after the test)."""
+"""Shared pytest set-up for every Python suite: the helper modules on sys.path
+(tests/bucket, tests/e2e, tests/integration), a function-scoped `bucket`
+fixture (a started TestBucket holding the bucket "lake", stopped after the
+test), and the broker fixtures: `broker_factory` makes build/queen processes
+(custom env, restarts on the same directory) and kills them at the end;
+`broker` is one of them."""
 
 import os
 import sys
+import tempfile
 
 import pytest
 
@@ -14,6 +18,7 @@ for sub in ("bucket", "e2e", "integration"):
         sys.path.insert(0, path)
 
 from bucket import TestBucket  # noqa: E402
+from queenproc import Broker  # noqa: E402
 
 
 @pytest.fixture
@@ -24,3 +29,32 @@ def bucket(tmp_path):
         yield b
     finally:
         b.stop()
+
+
+@pytest.fixture
+def broker_factory():
+    made = []
+    tmp = tempfile.TemporaryDirectory(prefix="queen-test-")
+
+    def make(env=None, start=True, data_dir=None):
+        d = data_dir or os.path.join(tmp.name, "data-%d" % len(made))
+        os.makedirs(d, exist_ok=True)
+        b = Broker(d, env=env)
+        made.append(b)
+        if start:
+            b.start()
+        return b
+
+    make.tmp = tmp.name
+    yield make
+    for b in made:
+        if b.proc is not None:
+            b.proc.kill()
+            b.proc.wait(10)
+            b._reap()
+    tmp.cleanup()
+
+
+@pytest.fixture
+def broker(broker_factory):
+    return broker_factory()

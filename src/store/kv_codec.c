@@ -93,7 +93,8 @@ static int kv_key_check(struct slice ns, struct slice key, const char *what,
         snprintf(err->msg, sizeof(err->msg), "the %s must be non-empty", what);
         return kv_refuse(reason_id, "kv_bad_key", ERR_INVALID, err);
     }
-    if (memchr(key.ptr, '\0', key.len) != NULL) {
+    /* An empty slice may carry a NULL pointer: memchr must not see it. */
+    if (key.len > 0 && memchr(key.ptr, '\0', key.len) != NULL) {
         snprintf(err->msg, sizeof(err->msg), "the %s must not contain NUL",
                  what);
         return kv_refuse(reason_id, "kv_bad_key", ERR_INVALID, err);

@@ -6,7 +6,7 @@ import os
 import re
 import subprocess
 
-from conftest import it
+from sinkenv import it
 
 PAGE_LINES = [
     ("cust-1", 0, b'{"order":1,"status":"new","total":42.00}'),

@@ -5,7 +5,7 @@ lake the verifier reads from s3rver's files."""
 import json
 
 import lake
-from conftest import PREFIX, TENANT, kv_get, sink_row, wait_until
+from sinkenv import PREFIX, TENANT, kv_get, sink_row, wait_until
 
 PAYLOADS = [b'{"order":1,"status":"new","total":42.00}',
             b'{"n":12345678901234567890,"big":1E+400,"neg":-0}',

@@ -6,7 +6,7 @@ with raw line breaks."""
 import json
 
 import lake
-from conftest import PREFIX, TENANT, kv_get, sink_row, wait_until
+from sinkenv import PREFIX, TENANT, kv_get, sink_row, wait_until
 
 
 def boot_fails(sink_node, env):

@@ -9,7 +9,7 @@ import json
 import pytest
 
 import lake
-from conftest import PREFIX, TENANT, kv_get, wait_until
+from sinkenv import PREFIX, TENANT, kv_get, wait_until
 
 QUEUE = "orders"
 LANES = ["lane-%d" % i for i in range(8)]

@@ -13,7 +13,7 @@ import time
 import pytest
 
 import lake
-from conftest import PREFIX, TENANT, kv_get, wait_until
+from sinkenv import PREFIX, TENANT, kv_get, wait_until
 
 QUEUES = ["dq0", "dq1"]
 CASES = {  # label: (put delay ms, grace ms, ttl ms)

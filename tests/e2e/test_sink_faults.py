@@ -11,7 +11,7 @@ import time
 
 import lake
 from bucket import TestBucket
-from conftest import PREFIX, TENANT, kv_get, sink_env, wait_until, it
+from sinkenv import PREFIX, TENANT, kv_get, sink_env, wait_until, it
 
 
 def push(node, n, first, queue="orders"):
