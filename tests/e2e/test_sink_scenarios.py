@@ -6,7 +6,12 @@ change.  Each queue's lake is verified exactly once and byte-exact, and
 /status, /metrics/prometheus and the KV commit pointer agree with it.
 
 Then QUEEN_S3_START=latest: what was pushed before the sink first saw the
-queue stays out of the lake; what was pushed after is in it exactly once."""
+queue stays out of the lake; what was pushed after is in it exactly once.
+
+Last, retention (1 s) overrunning a sink that is off: without a hold the
+trimmed offsets travel as `lost` in the next window that closes, in
+queen_s3_records_lost_total and in a warning; with retentionSinkHold
+"default" the same pattern loses nothing."""
 import json
 
 import lake
@@ -146,3 +151,68 @@ def test_start_latest_skips_what_came_before(sink_node, bucket):
                               len(after) else None)(sink_row(node, q)),
                      30, "the /status row to count the records after")
     assert row["recordsLost"] == 0
+
+
+def configure(node, queue, **options):
+    r = node.post("/api/v1/configure", {"queue": queue, "options": options})
+    assert r.status == 200, r
+
+
+def log_starts(node, queue):
+    """{partition: logStart} as partitions/changed lists them."""
+    e = node.changed([{"queue": queue, "since": None}])["entries"][0]
+    return {p["name"]: p["logStart"] for p in e["partitions"]}
+
+
+def batch(queue, first, n=10):
+    return [{"queue": queue, "partition": "p-%d" % (i % 2),
+             "transactionId": "%s-%d" % (queue, i),
+             "payload": PAYLOADS[i % 7]} for i in range(first, first + n)]
+
+
+def test_retention_overrun_is_lost_unless_held(sink_node, bucket):
+    qs = ("r.lost", "r.held")
+    node = sink_node({"QUEEN_S3_QUEUES": ",".join(qs),
+                      "QUEEN_S3_CHECKPOINT_EVERY": "1"})
+    reader = lake.bucket_reader(bucket)
+    acked = {q: push(node, batch(q, 0)) for q in qs}
+    for q in qs:
+        lake.wait_queue(reader, PREFIX, TENANT, q, acked[q], timeout=60,
+                        compression="zstd", align="none")
+    node.stop()
+
+    # The sink is off while retention (1 s) runs: r.lost has no hold.
+    node.extra_env["QUEEN_S3_EMBEDDED"] = "false"
+    node.start()
+    configure(node, "r.lost", retentionEnabled=True, retentionSeconds=1)
+    configure(node, "r.held", retentionEnabled=True, retentionSeconds=1,
+              retentionSinkHold="default", retentionSinkHoldMaxSeconds=60)
+    later = {q: push(node, batch(q, 10)) for q in qs}
+    wait_until(lambda: log_starts(node, "r.lost") == {"p-0": 10, "p-1": 10},
+               30, "retention to trim r.lost")
+    # The hold keeps what the sink has not committed (offsets 5..9).
+    assert all(v <= 5 for v in log_starts(node, "r.held").values())
+    # Retention off again, so that the records the lost ranges travel with
+    # (an empty window is never emitted) cannot be trimmed in turn.
+    configure(node, "r.lost", retentionEnabled=False)
+    node.stop()
+
+    node.extra_env["QUEEN_S3_EMBEDDED"] = "true"
+    node.start()
+    lake.wait_queue(reader, PREFIX, TENANT, "r.held",
+                    acked["r.held"] + later["r.held"], timeout=60,
+                    compression="zstd", align="none")
+    last = push(node, batch("r.lost", 20))
+    wait_until(lambda: node.metric("queen_s3_records_lost_total",
+                                   'queue="r.lost"') == 10, 60,
+               "the sink to count r.lost's trimmed records as lost")
+    lost = [{"partition": "p-0", "from": 5, "to": 9},
+            {"partition": "p-1", "from": 5, "to": 9}]
+    lake.wait_queue(reader, PREFIX, TENANT, "r.lost",
+                    acked["r.lost"] + later["r.lost"] + last, timeout=30,
+                    compression="zstd", align="none", expect_lost=lost)
+    assert node.metric("queen_s3_records_lost_total",
+                       'queue="r.held"') in (0, None)
+    assert sink_row(node, "r.held")["recordsLost"] == 0
+    assert sink_row(node, "r.lost")["recordsLost"] == 10
+    assert "records went away before the sink read them" in node.stderr()
