@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every benchmark present in bench/ (push, s3put, parquet, sink, as they
+# Runs every benchmark present in bench/ (push, http, s3put, parquet, sink, as they
 # appear), each printing its figures beside a peer measured in the same run.
 # Usage: scripts/bench.sh [build-dir]. A benchmark is bench/<name>.sh,
 # bench/<name>.py (run with Debian's /usr/bin/python3) or an executable
@@ -10,7 +10,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 rc=0
 ran=0
-for name in push s3put parquet sink; do
+for name in push http s3put parquet sink; do
   for cand in "bench/$name.sh" "bench/$name.py" "bench/$name"; do
     [ -f "$cand" ] || continue
     echo "== bench/$name"
