@@ -68,8 +68,7 @@ def _crash(node, p, point):
     node._reap()
 
 
-@pytest.mark.parametrize("point", ["after_intent", "mid_upload",
-                                   "after_upload", "after_commit"])
+@pytest.mark.parametrize("point", list(EXPECT))
 def test_parquet_crash_point_then_redo(sink_node, bucket, point):
     reader = lake.bucket_reader(bucket)
     verify = dict(fmt="parquet", compression="zstd", align="none")
@@ -114,4 +113,7 @@ def test_parquet_crash_point_then_redo(sink_node, bucket, point):
         assert after.get(key) == digest, "%s changed or vanished" % key
     restored = "queue restored queue=%s committed_k=%d redo=%s" % (
         QUEUE, committed["k"], "false" if point == "after_commit" else "true")
-    assert restored in node.stderr(), node.stderr()
+    log = node.stderr()
+    assert restored in log, log
+    from_manifest = "committing it from its manifest" in log
+    assert from_manifest == (point in ("after_upload", "before_commit"))
