@@ -53,10 +53,6 @@ FORMATS = {  # label: (format, compression, env)
                        {"QUEEN_S3_FORMAT": "parquet",
                         "QUEEN_S3_PARQUET_CODEC": "snappy"}),
 }
-# The sink names its own Parquet writer (src/sink/parquet.h, reference 9.4);
-# lake.py expects the Rust writer's `parquet/59` tag.
-OUR_WRITER = {("parquet", "zstd"): "parquet/q1 zstd",
-              ("parquet", "snappy"): "parquet/q1 snappy"}
 READERS = ["duckdb", "duckdb page query", "hyparquet", "pandas"]
 CELLS = {}
 
@@ -234,10 +230,8 @@ def _cell(reader, label, check):
 
 @pytest.mark.parametrize("label", list(FORMATS))
 def test_readers_return_exactly_the_pushed_records(
-        broker_factory, bucket, tmp_path, monkeypatch, label):
+        broker_factory, bucket, tmp_path, label):
     fmt, compression, env = FORMATS[label]
-    for key, desc in OUR_WRITER.items():
-        monkeypatch.setitem(lake.WRITER_FORMATS, key, desc)
     node = broker_factory(env=sink_env(bucket, **env))
     reader = lake.bucket_reader(bucket)
     verify = dict(fmt=fmt, compression=compression, align="none")

@@ -14,19 +14,6 @@ PAYLOADS = [b'{"order":1,"status":"new","total":42.00}',
             b'{"n":12345678901234567890123456789012345678901234567890}',
             b'{\r\n  "total": 42.00,\n  "note": "a\\nb"\n}',
             b'[1,[2,[3]]]']
-# The sink names its own Parquet writer (src/sink/parquet.h, reference 9.4:
-# a re-implementation cannot be parquet-rs 59); lake.py expects the Rust
-# writer's tag, so these tests tell it ours.
-OUR_WRITER = {("parquet", "zstd"): "parquet/q1 zstd",
-              ("parquet", "snappy"): "parquet/q1 snappy"}
-
-
-@pytest.fixture(autouse=True)
-def our_parquet_writer(monkeypatch):
-    for key, desc in OUR_WRITER.items():
-        monkeypatch.setitem(lake.WRITER_FORMATS, key, desc)
-
-
 @pytest.mark.parametrize("codec", ["zstd", "snappy"])
 def test_parquet_queue_is_mirrored_exactly_once(sink_node, bucket, codec):
     node = sink_node({"QUEEN_S3_FORMAT": "parquet",
