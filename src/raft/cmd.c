@@ -382,12 +382,13 @@ int cmd_configure_encode(struct buf *out, const uint8_t tenant[16],
     }
     conf_ints(o, v);
     for (int i = 0; i < CONF_INTS; i++) {
-        put_u32(fixed + 4 * i, (uint32_t)v[i]);
+        put_u32(fixed + (size_t)4 * i, (uint32_t)v[i]);
     }
-    fixed[4 * CONF_INTS] = (uint8_t)((o->dead_letter_queue ? 1 : 0) |
-                                     (o->dlq_after_max_retries ? 2 : 0) |
-                                     (o->retention_enabled ? 4 : 0) |
-                                     (o->encryption_enabled ? 8 : 0));
+    fixed[(size_t)4 * CONF_INTS] =
+        (uint8_t)((o->dead_letter_queue ? 1 : 0) |
+                  (o->dlq_after_max_retries ? 2 : 0) |
+                  (o->retention_enabled ? 4 : 0) |
+                  (o->encryption_enabled ? 8 : 0));
     put_u16(q, (uint16_t)queue.len);
     if (cmd_begin(out, CMD_CONFIGURE, tenant, err) != 0 ||
         buf_append(out, q, 2, err) != 0 ||
@@ -423,7 +424,7 @@ int cmd_configure_decode(struct slice body, struct slice *queue,
 
     memset(o, 0, sizeof(*o));
     if (body.len < 2 || (n = get_u16(p)) == 0 || n > CMD_NAME_MAX ||
-        body.len - 2 < n + 4 * CONF_INTS + 1) {
+        body.len - 2 < n + (size_t)4 * CONF_INTS + 1) {
         return err_set(err, ERR_CORRUPT, "configure body is malformed");
     }
     queue->ptr = body.ptr + 2;
@@ -433,7 +434,7 @@ int cmd_configure_decode(struct slice body, struct slice *queue,
         v[i] = (int32_t)get_u32(p + pos + 4 * (size_t)i);
     }
     conf_set_ints(o, v);
-    pos += 4 * CONF_INTS;
+    pos += (size_t)4 * CONF_INTS;
     if ((p[pos] & ~0x0F) != 0) {
         return err_set(err, ERR_CORRUPT, "configure flags %02x are unknown",
                        p[pos]);
