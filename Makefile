@@ -108,10 +108,13 @@ test: all unit replay integration
 setup:
 	@scripts/setup.sh
 
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
 check: setup
-	$(MAKE) all
+	$(MAKE) -j$(JOBS) all $(UNIT_BIN) $(REPLAY_BIN)
 	$(MAKE) unit replay
 	$(MAKE) integration
+	$(MAKE) -j$(JOBS) SANITIZE=address,undefined $(subst build/,build/san/,$(UNIT_BIN) $(REPLAY_BIN))
 	$(MAKE) SANITIZE=address,undefined unit replay
 	@tests/summary.sh
 
