@@ -251,6 +251,11 @@ class TestBucket:
     def clear_faults(self):
         self._control("DELETE", "/faults")
 
+    def release_held(self):
+        """Let every PUT a `hold` fault holds right now go on at once
+        (handled normally, it lands); returns how many were held."""
+        return self._control("POST", "/faults/release", {})["released"]
+
     def stats(self):
         return self._control("GET", "/stats")
 

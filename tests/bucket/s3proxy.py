@@ -334,6 +334,10 @@ class Faults:
         self.requests = {}
         self.held = 0
         self.inflight = 0
+        # release() wakes every held PUT: each waits for its `ms` or for the
+        # generation to move, whichever comes first.
+        self.released = threading.Condition(self.lock)
+        self.release_gen = 0
 
     def add(self, spec):
         kind = spec.get("kind")
@@ -378,6 +382,30 @@ class Faults:
                 self.fired[f["kind"]] += 1
                 return dict(f)
         return None
+
+    def hold(self, ms):
+        """Block the calling request for ms milliseconds, or until
+        release() is called; stats()["held"] counts it meanwhile."""
+        deadline = time.monotonic() + ms / 1000.0
+        with self.released:
+            self.held += 1
+            gen = self.release_gen
+            try:
+                while self.release_gen == gen:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self.released.wait(left)
+            finally:
+                self.held -= 1
+
+    def release(self):
+        """Let every PUT held right now go on; returns how many."""
+        with self.released:
+            n = self.held
+            self.release_gen += 1
+            self.released.notify_all()
+            return n
 
     def count_down(self, kind):
         with self.lock:
@@ -563,13 +591,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if req.method == "PUT" else None
         if f is not None:
             self.fault = "hold"
-            with app.faults.lock:
-                app.faults.held += 1
-            try:
-                time.sleep(f["ms"] / 1000.0)
-            finally:
-                with app.faults.lock:
-                    app.faults.held -= 1
+            app.faults.hold(f["ms"])
         headers = self.lower_headers()
         app.verifier.verify(req.method, req.raw_path, req.raw_query, headers)
         check_digests(headers, body)
@@ -1041,6 +1063,7 @@ class DataPort:
 class Control(http.server.BaseHTTPRequestHandler):
     """POST /faults {kind,count,method,prefix,retry_after,ms} -> the fault;
     DELETE /faults -> clears them (and brings the data port back);
+    POST /faults/release -> lets every PUT held right now go on;
     GET /faults, GET /stats, GET /uploads?bucket=B, GET /health."""
 
     protocol_version = "HTTP/1.1"
@@ -1080,6 +1103,8 @@ class Control(http.server.BaseHTTPRequestHandler):
         return self.reply(404, {"error": "no such route"})
 
     def do_POST(self):
+        if self.path == "/faults/release":
+            return self.reply(200, {"released": self.app.faults.release()})
         if self.path != "/faults":
             return self.reply(404, {"error": "no such route"})
         n = int(self.headers.get("Content-Length") or 0)

@@ -376,6 +376,29 @@ def test_held_put_lands_late(bucket):
     assert bucket.stats()["faults"]["hold"] == 1
 
 
+def test_release_ends_a_long_hold_at_once(bucket):
+    c = bucket.boto3()
+    bucket.fault("hold", count=1, method="PUT", prefix="held/", ms=60000)
+    done = {}
+
+    def put():
+        c.put_object(Bucket="lake", Key="held/k", Body=b"late")
+        done["at"] = time.monotonic()
+    t = threading.Thread(target=put)
+    t.start()
+    wait_until(lambda: bucket.stats()["held"] == 1, 10, "the PUT to be held")
+    assert bucket.read_object("lake", "held/k") is None
+    released = time.monotonic()
+    assert bucket.release_held() == 1
+    t.join(20)
+    assert not t.is_alive()
+    assert done["at"] - released < 20  # not the hold's 60 s
+    assert bucket.read_object("lake", "held/k") == b"late"
+    assert bucket.stats()["held"] == 0
+    assert bucket.release_held() == 0  # nothing held: a no-op
+    c.put_object(Bucket="lake", Key="held/k2", Body=b"now")  # count used up
+
+
 def test_request_log_has_one_json_line_per_request(bucket):
     c = bucket.boto3()
     c.put_object(Bucket="lake", Key="log/é k", Body=b"12345")
