@@ -239,14 +239,15 @@ static inline void fake_read(struct fake_broker *f, const struct kv_op *op,
     r->op = op->op;
     *val_at = (size_t)-1;
     if (op->op == KV_GET) {
-        struct fake_row *row = fake_find(f, op->key);
-        r->found = row != NULL;
-        if (row != NULL) {
-            r->version = row->version;
-            r->has_value = true;
-            *val_at =
-                fake_keep(a, (struct slice){row->value, strlen(row->value)});
+        const struct fake_row *row = fake_find(f, op->key);
+        if (row == NULL) {
+            r->found = false;
+            return;
         }
+        r->found = true;
+        r->version = row->version;
+        r->has_value = true;
+        *val_at = fake_keep(a, (struct slice){row->value, strlen(row->value)});
         return;
     }
     if (op->op == KV_GET_PREFIX) {
