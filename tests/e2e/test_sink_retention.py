@@ -1,0 +1,128 @@
+"""Retention shorter than the lag of a running sink (issue 5, reference 1.6
+and 3.6.8).  The sink runs all along; the bucket makes it lag: a `hold`
+fault keeps its data PUTs (one per queue) until the test releases them, and
+a queue driver reads nothing while its upload is in flight (reference 3.7:
+the tick's actions run in order, fetches after the upload).
+
+Two queues on one node, pushed the same records at the same moments:
+  - rs.lost has retention (1 s) and no hold: what was pushed while the sink
+    was stuck is trimmed before the sink reads it, and must show as a `lost`
+    range in the next manifest, in queen_s3_records_lost_total and in the
+    warning log, while every record the sink did read (including the ones
+    retention trimmed after the sink had them) lands exactly once;
+  - rs.held has the same retention with retentionSinkHold "default":
+    retention keeps what the sink has not committed, and nothing is lost.
+
+Retention is judged against the same pass for both queues, so rs.lost's
+trim is the real condition that proves rs.held would have lost records
+without its hold."""
+import lake
+from sinkenv import PREFIX, TENANT, sink_row, wait_until
+
+PAYLOADS = [b'{"n":1,"total":42.00}', b'"caf\xc3\xa9"', b'[1,[2,{}]]',
+            b'{"big":1E+400}', b'0']
+LOST, HELD = "rs.lost", "rs.held"
+
+
+def push(node, queue, first, n=10):
+    items = [{"queue": queue, "partition": "p-%d" % (i % 2),
+              "transactionId": "%s-%d" % (queue, i),
+              "payload": PAYLOADS[i % len(PAYLOADS)]}
+             for i in range(first, first + n)]
+    r = node.request("POST", "/api/v1/push", body=lake.push_body(items))
+    assert r.status == 201, r
+    acked = lake.acked_from_push(items, r.json())
+    assert len(acked) == n
+    return acked
+
+
+def configure(node, queue, **options):
+    r = node.post("/api/v1/configure", {"queue": queue, "options": options})
+    assert r.status == 200, r
+
+
+def log_starts(node, queue):
+    """{partition: logStart} as partitions/changed lists them."""
+    e = node.changed([{"queue": queue, "since": None}])["entries"][0]
+    return {p["name"]: p["logStart"] for p in e["partitions"]}
+
+
+def ranges(acked):
+    """The acked records of one push as inclusive {partition, from, to}."""
+    by = {}
+    for p, o, _, _ in acked:
+        by.setdefault(p, []).append(o)
+    out = []
+    for p, offs in sorted(by.items()):
+        assert sorted(offs) == list(range(min(offs), max(offs) + 1))
+        out.append({"partition": p, "from": min(offs), "to": max(offs)})
+    return out
+
+
+def test_retention_overruns_a_lagging_sink_unless_held(sink_node, bucket):
+    node = sink_node({"QUEEN_S3_QUEUES": "%s,%s" % (LOST, HELD),
+                      "QUEEN_S3_THREADS": "2",
+                      # a PUT held longer than a short TTL is another story
+                      # (test_sink_faults.py); here the lease must not matter
+                      "QUEEN_S3_LEASE_TTL_MS": "30000",
+                      "QUEEN_S3_CHECKPOINT_EVERY": "1"})
+    reader = lake.bucket_reader(bucket)
+    verify = dict(compression="zstd", align="none")
+    acked = {q: push(node, q, 0) for q in (LOST, HELD)}
+    for q in (LOST, HELD):  # the sink runs and has caught up
+        lake.wait_queue(reader, PREFIX, TENANT, q, acked[q], timeout=60,
+                        **verify)
+    configure(node, LOST, retentionEnabled=True, retentionSeconds=1)
+    configure(node, HELD, retentionEnabled=True, retentionSeconds=1,
+              retentionSinkHold="default", retentionSinkHoldMaxSeconds=60)
+
+    # The bucket stalls: each queue's next data object is held.
+    bucket.fault("hold", count=2, method="PUT", prefix=PREFIX + "/tenant=",
+                 ms=100000)
+    read = {q: push(node, q, 10) for q in (HELD, LOST)}
+    wait_until(lambda: bucket.stats()["held"] == 2, 30,
+               "a data PUT of each queue to be held")
+    # Pushed while both drivers are stuck in their upload: unread.
+    unread = {q: push(node, q, 20) for q in (HELD, LOST)}
+    end = {p["partition"]: p["to"] + 1 for p in ranges(unread[LOST])}
+    wait_until(lambda: log_starts(node, LOST) == end, 30,
+               "retention to trim %s past what the sink has not read" % LOST)
+    assert bucket.stats()["held"] == 2, "the sink was not stuck all along"
+    # The hold keeps everything the sink has not committed (offsets 5..14
+    # of each partition), and the pass that trimmed rs.lost saw it.
+    assert log_starts(node, HELD) == {"p-0": 0, "p-1": 0}
+    # Longer retention, so that the records the lost ranges travel with (no
+    # empty window is ever emitted) are not trimmed in turn.
+    configure(node, LOST, retentionEnabled=True, retentionSeconds=3600)
+    assert bucket.release_held() == 2
+
+    after = {q: push(node, q, 30) for q in (LOST, HELD)}
+    lost = ranges(unread[LOST])
+    wait_until(lambda: node.metric("queen_s3_records_lost_total",
+                                   'queue="%s"' % LOST) == 10, 60,
+               "the sink to count %s's trimmed records as lost" % LOST)
+    got = lake.wait_queue(reader, PREFIX, TENANT, LOST,
+                          acked[LOST] + read[LOST] + unread[LOST] +
+                          after[LOST], timeout=60, expect_lost=lost, **verify)
+    assert got["records"] == 30 and sorted(got["lost"]) == sorted(
+        (x["partition"], x["from"], x["to"]) for x in lost)
+    got = lake.wait_queue(reader, PREFIX, TENANT, HELD,
+                          acked[HELD] + read[HELD] + unread[HELD] +
+                          after[HELD], timeout=60, **verify)
+    assert got["records"] == 40 and got["lost"] == []
+
+    assert node.metric("queen_s3_records_lost_total",
+                       'queue="%s"' % HELD) in (0, None)
+    wait_until(lambda: (sink_row(node, LOST) or {}).get("recordsLost") == 10,
+               30, "the /status row of %s to count the lost records" % LOST)
+    assert sink_row(node, HELD)["recordsLost"] == 0
+    log = node.stderr()
+    for x in lost:
+        line = ("records went away before the sink read them queue=%s "
+                "partition=%s from=%d to=%d" % (LOST, x["partition"],
+                                                 x["from"], x["to"]))
+        assert log.count(line) == 1, log
+    assert ("records went away before the sink read them queue=%s " % HELD
+            not in log), log
+    assert "queue fenced" not in log
+    assert node.stop() == 0
