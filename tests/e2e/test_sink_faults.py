@@ -4,9 +4,7 @@ answers); once it answers the lake completes. Injected 503 SlowDown and 500
 InternalError on PUTs are retried: the lake stays exact and the S3 request
 counters show them. Scenario f: a short lease TTL under continuous pushes
 never fences the node's own queue."""
-import os
-import re
-import threading
+import json
 import time
 
 import lake
@@ -69,20 +67,58 @@ def test_bucket_down_then_faults(broker_factory, tmp_path):
         later.stop()
 
 
+F_SECONDS = 40  # reference 7.9 scenario f: --f-seconds 40
+F_SLICE = 10
+
+
+def lease_doc(node, queue="orders"):
+    row = kv_get(node, "s3:default:%s:lease" % queue)
+    if not row["found"]:
+        return None
+    v = row["value"]
+    return json.loads(v) if isinstance(v, str) else v
+
+
 def test_short_ttl_never_fences_itself(sink_node, bucket):
+    """Scenario f: TTL 1 s (refresh every 333 ms) against 100 ms windows and
+    10 ms discovery, with pushes for 40 s.  The node must never fence its
+    own queue: no fenced stop, no lost lease, no lost precondition, the same
+    lease row (incarnation) from start to end, the sink committing in every
+    10 s of the 40, and the lake exact."""
     node = sink_node({"QUEEN_S3_LEASE_TTL_MS": "1000",
                       "QUEEN_S3_MAX_WINDOW_MS": "100",
                       "QUEEN_S3_DISCOVERY_INTERVAL_MS": "10"})
-    acked = []
-    n = 0
-    end = time.monotonic() + 15
-    while time.monotonic() < end:
-        acked += push(node, 8, n)
-        n += 8
-        time.sleep(0.05)
+    acked = push(node, 8, 0)
+    n = 8
+    first = wait_until(lambda: lease_doc(node), 30, "the lease to be taken")
+
+    def written():
+        return node.metric("queen_s3_records_written_total",
+                           'queue="orders"') or 0
+    wait_until(written, 30, "the first window to be committed")
+    slices = []  # (pushes, records written at the end) per slice
+    start = time.monotonic()
+    for i in range(F_SECONDS // F_SLICE):
+        pushes = 0
+        while time.monotonic() < start + (i + 1) * F_SLICE:
+            acked += push(node, 8, n)
+            n += 8
+            pushes += 1
+            time.sleep(0.05)
+        slices.append((pushes, written()))
+    assert all(p > 0 for p, _ in slices), slices
+    counts = [w for _, w in slices]
+    assert all(b > a for a, b in zip(counts, counts[1:])), \
+        "the sink stalled in a %d s slice: %s" % (F_SLICE, slices)
     reader = lake.bucket_reader(bucket)
-    lake.wait_queue(reader, PREFIX, TENANT, "orders", acked, timeout=60,
-                    compression="zstd", align="none")
+    got = lake.wait_queue(reader, PREFIX, TENANT, "orders", acked,
+                          timeout=90, compression="zstd", align="none")
+    assert got["records"] == n
     log = node.stderr()
     assert "queue fenced" not in log
+    assert "lease lost: another instance owns this queue" not in log
     assert node.metric("queen_s3_commit_precondition_lost_total") == 0
+    last = lease_doc(node)
+    assert last is not None and \
+        last["incarnation"] == first["incarnation"], (first, last)
+    assert node.stop() == 0
