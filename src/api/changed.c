@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "api/api.h"
+#include "api/tenant.h"
 #include "base/isotime.h"
 #include "base/xalloc.h"
 #include "http/server.h"
@@ -235,7 +236,12 @@ void api_handle_changed(struct http_req *req, void *arg)
     const char *code;
     struct err err;
     struct buf out;
+    uint8_t tenant[16];
 
+    if (api_tenant(req, a, tenant, &err) != 0) {
+        api_respond_err(a, req, &err);
+        return;
+    }
     if (api_changed_parse(&c, req->body.ptr, req->body.len, &code, &err) != 0) {
         api_respond_error(a, req, err.code == ERR_TOO_BIG ? 413 : 400,
                           err.code == ERR_TOO_BIG ? "too_large" : code,
@@ -245,8 +251,7 @@ void api_handle_changed(struct http_req *req, void *arg)
     }
     memset(&ans, 0, sizeof(ans));
     buf_init(&out, BUF_UNLIMITED);
-    if (store_changed(a->store, STORE_DEFAULT_TENANT, c.reqs, c.n, &ans,
-                      &err) != 0 ||
+    if (store_changed(a->store, tenant, c.reqs, c.n, &ans, &err) != 0 ||
         api_changed_render(&c, &ans, &out, &err) != 0) {
         buf_free(&out);
         api_respond_err(a, req, &err);

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "api/api.h"
+#include "api/tenant.h"
 #include "base/log.h"
 #include "base/xalloc.h"
 #include "http/server.h"
@@ -374,6 +375,7 @@ struct configure_op {
     struct http_req *req;
     struct api_configure c;
     struct store_queue_options o;
+    uint8_t tenant[16];
 };
 
 static void configure_done(struct configure_op *op)
@@ -396,8 +398,8 @@ static void configure_applied(void *arg, int status,
     } else if (res->code != 0) {
         err_set(&err, ERR_IO, "configure: %s", res->msg);
         api_respond_err(op->a, op->req, &err);
-    } else if (store_get_queue(op->a->store, STORE_DEFAULT_TENANT, op->c.queue,
-                               &info, &err) != 0) {
+    } else if (store_get_queue(op->a->store, op->tenant, op->c.queue, &info,
+                               &err) != 0) {
         api_respond_err(op->a, op->req, &err);
     } else {
         buf_init(&out, BUF_UNLIMITED);
@@ -428,8 +430,7 @@ static void configure_read(void *arg, int status, const struct fsm_result *res,
         configure_done(op);
         return;
     }
-    rc = store_get_queue(op->a->store, STORE_DEFAULT_TENANT, op->c.queue, &info,
-                         &err);
+    rc = store_get_queue(op->a->store, op->tenant, op->c.queue, &info, &err);
     if (rc != 0 && rc != ERR_NOT_FOUND) {
         api_respond_err(op->a, op->req, &err);
         configure_done(op);
@@ -446,8 +447,7 @@ static void configure_read(void *arg, int status, const struct fsm_result *res,
         return;
     }
     buf_init(&cmd, BUF_UNLIMITED);
-    rc = cmd_configure_encode(&cmd, STORE_DEFAULT_TENANT, op->c.queue, &op->o,
-                              &err);
+    rc = cmd_configure_encode(&cmd, op->tenant, op->c.queue, &op->o, &err);
     if (rc == 0) {
         rc = node_propose(op->a->node, CMD_CONFIGURE, cmd.data, cmd.len,
                           configure_applied, op, &err);
@@ -468,6 +468,11 @@ void api_handle_configure(struct http_req *req, void *arg)
 
     op->a = a;
     op->req = req;
+    if (api_tenant(req, a, op->tenant, &err) != 0) {
+        api_respond_err(a, req, &err);
+        free(op);
+        return;
+    }
     if (api_configure_parse(&op->c, req->body.ptr, req->body.len, &code,
                             &err) != 0) {
         api_respond_error(a, req, err.code == ERR_TOO_BIG ? 413 : 400, code,

@@ -22,6 +22,7 @@
 
 #include "api/api.h"
 #include "api/metrics.h"
+#include "api/tenant.h"
 #include "base/isotime.h"
 #include "base/xalloc.h"
 #include "http/server.h"
@@ -276,6 +277,7 @@ struct api_waiter {
     struct api *a;
     struct http_req *req;
     struct api_fetch f;
+    uint8_t tenant[16];
     uint64_t deadline_ms; /* uv_now() scale */
     uv_timer_t timer;
     struct api_waiter *prev;
@@ -321,8 +323,7 @@ static bool fetch_try(struct api_waiter *w, bool is_forced)
     bool is_late = uv_now(a->loop) >= w->deadline_ms;
 
     memset(&ans, 0, sizeof(ans));
-    if (store_fetch(a->store, STORE_DEFAULT_TENANT, w->f.reqs, w->f.n, &ans,
-                    &err) != 0) {
+    if (store_fetch(a->store, w->tenant, w->f.reqs, w->f.n, &ans, &err) != 0) {
         store_fetch_answer_free(&ans);
         api_respond_err(a, w->req, &err);
         goto out_answered;
@@ -378,6 +379,11 @@ void api_handle_fetch(struct http_req *req, void *arg)
 
     w->a = a;
     w->req = req;
+    if (api_tenant(req, a, w->tenant, &err) != 0) {
+        api_respond_err(a, req, &err);
+        free(w);
+        return;
+    }
     if (api_fetch_parse(&w->f, req->body.ptr, req->body.len, &code, &err) !=
         0) {
         api_respond_error(a, req, err.code == ERR_TOO_BIG ? 413 : 400,

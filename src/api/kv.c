@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "api/api.h"
+#include "api/tenant.h"
 #include "base/isotime.h"
 #include "base/log.h"
 #include "base/xalloc.h"
@@ -641,8 +642,8 @@ static int64_t kv_now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static void kv_run(struct http_req *req, struct api_kv *k, bool is_single,
-                   bool is_get)
+static void kv_run(struct http_req *req, const uint8_t tenant[16],
+                   struct api_kv *k, bool is_single, bool is_get)
 {
     struct kv_call *c = xcalloc(1, sizeof(*c));
     struct kv_answer ans;
@@ -658,8 +659,8 @@ static void kv_run(struct http_req *req, struct api_kv *k, bool is_single,
         return;
     }
     if (!kv_has_write(k->ops, k->n)) {
-        if (store_kv_read(kv_routes_ctx->a->store, STORE_DEFAULT_TENANT,
-                          kv_now_us(), k->ops, k->n, &ans, &err) != 0) {
+        if (store_kv_read(kv_routes_ctx->a->store, tenant, kv_now_us(), k->ops,
+                          k->n, &ans, &err) != 0) {
             kv_respond_status(req, err.code, "kv_internal", err.msg);
         } else {
             kv_answer_http(c, &ans);
@@ -668,8 +669,8 @@ static void kv_run(struct http_req *req, struct api_kv *k, bool is_single,
         free(c);
         return;
     }
-    if (kv_submit(kv_routes_ctx->kv, STORE_DEFAULT_TENANT, k->ops, k->n,
-                  kv_on_done, c, &err) != 0) {
+    if (kv_submit(kv_routes_ctx->kv, tenant, k->ops, k->n, kv_on_done, c,
+                  &err) != 0) {
         kv_respond_status(req, err.code, "kv_unavailable", err.msg);
         free(c);
     }
@@ -680,13 +681,18 @@ static void kv_handle_batch(struct http_req *req, void *arg)
     struct api_kv k;
     struct err err = {0};
     struct slice none = {"", 0};
+    uint8_t tenant[16];
 
     UNUSED(arg);
+    if (api_tenant(req, kv_routes_ctx->a, tenant, &err) != 0) {
+        kv_respond_status(req, err.code, "kv_bad_tenant", err.msg);
+        return;
+    }
     if (api_kv_parse(&k, API_KV_BATCH, req->body.ptr, req->body.len, none, none,
                      &err) != 0) {
         kv_respond_status(req, err.code, k.reason, err.msg);
     } else {
-        kv_run(req, &k, false, false);
+        kv_run(req, tenant, &k, false, false);
     }
     api_kv_free(&k);
 }
@@ -700,8 +706,13 @@ static void kv_handle_key(struct http_req *req, void *arg)
     bool is_get =
         req->method == HTTP_METHOD_GET || req->method == HTTP_METHOD_HEAD;
     int mode = req->method == HTTP_METHOD_PUT ? API_KV_PUT : API_KV_DELETE;
+    uint8_t tenant[16];
 
     UNUSED(arg);
+    if (api_tenant(req, kv_routes_ctx->a, tenant, &err) != 0) {
+        kv_respond_status(req, err.code, "kv_bad_tenant", err.msg);
+        return;
+    }
     if (req->query.len > 0 || req->url.ptr[req->path.len] == '?') {
         kv_respond_error(req, 400, "kv_no_query_string",
                          "the single-key routes take no query string");
@@ -716,12 +727,12 @@ static void kv_handle_key(struct http_req *req, void *arg)
         k.ops[0].op = KV_GET;
         k.ops[0].ns = ns;
         k.ops[0].key = key;
-        kv_run(req, &k, true, true);
+        kv_run(req, tenant, &k, true, true);
     } else if (api_kv_parse(&k, mode, req->body.ptr, req->body.len, ns, key,
                             &err) != 0) {
         kv_respond_status(req, err.code, k.reason, err.msg);
     } else {
-        kv_run(req, &k, true, false);
+        kv_run(req, tenant, &k, true, false);
     }
     api_kv_free(&k);
 }

@@ -16,6 +16,7 @@
 
 #include "api/api.h"
 #include "api/metrics.h"
+#include "api/tenant.h"
 #include "base/log.h"
 #include "base/xalloc.h"
 #include "http/server.h"
@@ -347,7 +348,8 @@ void api_push_free(struct api_push *p)
  *   (3) a 201 still means the entry is committed: answers are written only
  *       from the applied callback.
  * A queue holds at most PUSH_BATCH_ITEMS items and PUSH_BATCH_BYTES of
- * bodies; a request that would overflow it flushes the queue first. */
+ * bodies, all of one tenant (a command has one tenant); a request that
+ * would overflow it, or is another tenant's, flushes the queue first. */
 
 #define PUSH_IN_FLIGHT   1
 #define PUSH_BATCH_ITEMS 20000
@@ -357,6 +359,7 @@ struct push_op {
     struct api *a;
     struct http_req *req;
     struct api_push p;
+    uint8_t tenant[16];   /* api_tenant() */
     struct push_op *next; /* in a queue or a proposed batch */
     size_t base;          /* index of its first item in the entry */
 };
@@ -520,7 +523,7 @@ static void push_propose(struct push_queue *q, struct push_op *ops,
         }
     }
     buf_reset(&q->cmd);
-    rc = cmd_push_encode(&q->cmd, STORE_DEFAULT_TENANT, items, n_items, &err);
+    rc = cmd_push_encode(&q->cmd, ops->tenant, items, n_items, &err);
     if (rc == 0) {
         rc = node_propose(q->node, CMD_PUSH, q->cmd.data, q->cmd.len,
                           push_applied, ops, &err);
@@ -566,7 +569,8 @@ static void push_submit(struct api *a, struct push_op *op)
     struct push_queue *q = push_queue_of(a->node);
 
     if (q->head != NULL &&
-        (q->n_items + op->p.n > PUSH_BATCH_ITEMS ||
+        (memcmp(q->head->tenant, op->tenant, 16) != 0 ||
+         q->n_items + op->p.n > PUSH_BATCH_ITEMS ||
          q->n_bytes + op->req->body.len > PUSH_BATCH_BYTES)) {
         push_flush(q);
     }
@@ -594,6 +598,11 @@ void api_handle_push(struct http_req *req, void *arg)
 
     op->a = a;
     op->req = req;
+    if (api_tenant(req, a, op->tenant, &err) != 0) {
+        api_respond_err(a, req, &err);
+        free(op);
+        return;
+    }
     if (api_push_parse(&op->p, req->body.ptr, req->body.len, &err) != 0) {
         api_respond_error(a, req, err.code == ERR_TOO_BIG ? 413 : 400,
                           err.code == ERR_TOO_BIG ? "too_large" : "bad_body",

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "api/api.h"
+#include "api/tenant.h"
 #include "http/server.h"
 
 int api_queues_render(const struct store_queue_list *l, struct buf *out,
@@ -35,10 +36,15 @@ void api_handle_queues(struct http_req *req, void *arg)
     struct store_queue_list l;
     struct buf out;
     struct err err;
+    uint8_t tenant[16];
 
+    if (api_tenant(req, a, tenant, &err) != 0) {
+        api_respond_err(a, req, &err);
+        return;
+    }
     memset(&l, 0, sizeof(l));
     buf_init(&out, BUF_UNLIMITED);
-    if (store_list_queues(a->store, STORE_DEFAULT_TENANT, &l, &err) != 0 ||
+    if (store_list_queues(a->store, tenant, &l, &err) != 0 ||
         api_queues_render(&l, &out, &err) != 0) {
         buf_free(&out);
         api_respond_err(a, req, &err);

@@ -208,6 +208,7 @@ static int broker_open_http(struct broker *b, struct err *err)
 
     b->router = router_new();
     api_init(&b->api, &b->loop, b->store, b->node);
+    b->api.is_tenancy_header = b->cfg->tenancy_header;
     if (api_routes(&b->api, b->router, err) != 0 ||
         api_kv_routes(&b->api, b->kv, b->router, err) != 0 ||
         sink_host_boot(&b->sink, b->store, b->kv, &b->api, err) != 0) {
@@ -271,9 +272,11 @@ int broker_run(const struct config *cfg, struct err *err)
     uv_timer_start(&b.kv_sweep, broker_on_kv_sweep, 1000, 1000);
     b.retention = retention_start(&b.loop, b.store, b.node, 0);
     log_info("broker",
-             "queen %s listening on %s:%d, raft %s, data %s, body limit %zu",
+             "queen %s listening on %s:%d, raft %s, data %s, body limit %zu, "
+             "tenancy header %s",
              API_VERSION, cfg->bind_addr, http_server_port(b.http),
-             cfg->raft_listen, cfg->raft_dir, (size_t)cfg->max_body_bytes);
+             cfg->raft_listen, cfg->raft_dir, (size_t)cfg->max_body_bytes,
+             cfg->tenancy_header ? "on" : "off");
     uv_run(&b.loop, UV_RUN_DEFAULT);
     ASSERT(b.state == BROKER_DONE);
 out_close:

@@ -27,6 +27,7 @@ enum cfg_type {
     CFG_IP,       /* IPv4 or IPv6 literal */
     CFG_HOSTPORT, /* "ip:port" or "[ip6]:port"; empty = derived */
     CFG_LOGLEVEL, /* error | warn | info | debug */
+    CFG_BOOL,     /* true|1|yes|on or false|0|no|off, any case */
 };
 
 struct cfg_row {
@@ -68,6 +69,10 @@ static const struct cfg_row cfg_rows[] = {
         GIB, false, "largest HTTP request body accepted (413 above it)"),
     ROW("QUEEN_LOG_LEVEL", CFG_LOGLEVEL, "info", OFF(log_level), 0, 0, false,
         "error, warn, info or debug"),
+    ROW("QUEEN_TENANCY_HEADER", CFG_BOOL, "false", OFF(tenancy_header), 0, 0,
+        false,
+        "take each call's tenant from the x-queen-tenant header (only behind "
+        "a trusted proxy)"),
 };
 
 bool config_parse_u64(const char *s, uint64_t *out)
@@ -260,6 +265,13 @@ static int cfg_apply(const struct cfg_row *r, struct config *c, const char *v,
                            "not one of error, warn, info, debug");
         }
         *(int *)field = port;
+        return 0;
+    case CFG_BOOL:
+        if (!sink_parse_bool(v, (bool *)field)) {
+            return err_set(err, ERR_INVALID,
+                           "not a boolean (true or false; also 1/0, yes/no, "
+                           "on/off)");
+        }
         return 0;
     }
     return err_set(err, ERR_INVALID, "unknown setting type");

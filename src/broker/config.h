@@ -26,6 +26,7 @@ struct config {
     char raft_listen[CONFIG_ADDR_MAX]; /* QUEEN_RAFT_LISTEN, "host:port" */
     uint64_t max_body_bytes;           /* QUEEN_MAX_BODY_BYTES */
     int log_level;                     /* QUEEN_LOG_LEVEL, enum log_level */
+    bool tenancy_header;               /* QUEEN_TENANCY_HEADER */
 };
 
 /* Returns the variable's value or NULL when unset. Borrowed. */

@@ -20,6 +20,9 @@ FATAL = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z ERROR boot: FATAL: "
     ("QUEEN_RAFT_NODE_ID", "0", "out of range 1..18446744073709551615"),
     ("QUEEN_RAFT_LISTEN", "127.0.0.1", "not ip:port"),
     ("QUEEN_MAX_BODY_BYTES", "lots", "not a byte size"),
+    ("QUEEN_TENANCY_HEADER", "maybe",
+     "not a boolean (true or false; also 1/0, yes/no, on/off)"),
+    ("QUEEN_TENANCY_HEADER", "", "not a boolean"),
 ])
 def test_bad_value_stops_the_boot_with_one_fatal_line(tmp_path, var, value,
                                                       why):
@@ -46,7 +49,7 @@ def test_help_config_lists_every_setting():
     out = p.stdout.decode()
     for var in ("QUEEN_PORT", "QUEEN_BIND_ADDR", "QUEEN_RAFT_DIR",
                 "QUEEN_RAFT_NODE_ID", "QUEEN_RAFT_LISTEN",
-                "QUEEN_MAX_BODY_BYTES"):
+                "QUEEN_MAX_BODY_BYTES", "QUEEN_TENANCY_HEADER"):
         assert var in out
 
 

@@ -3,6 +3,7 @@
  * and the metrics registry's exposition. No loop, no store, no raft. */
 #include "api/api.h"
 #include "api/metrics.h"
+#include "api/tenant.h"
 #include "harness.h"
 
 static void counter_mint(void *ctx, uint8_t id[16])
@@ -394,4 +395,89 @@ TEST(metrics_render_groups_samples_under_help_and_type)
     EXPECT(!metrics_label_escape("abcdef", esc, 4));
     buf_free(&out);
     metrics_free(m);
+}
+
+/* ---- tenant (api/tenant.h) ---- */
+
+TEST(tenant_parse_reads_the_canonical_form_in_either_case)
+{
+    static const uint8_t want[16] = {0x0a, 0x0b, 0x0c, 0x0d, 0xe0, 0xf0,
+                                     0x40, 0x00, 0x80, 0x00, 0x00, 0x00,
+                                     0x00, 0x00, 0x00, 0xff};
+    uint8_t out[16];
+
+    EXPECT(api_tenant_parse("0a0b0c0d-e0f0-4000-8000-0000000000ff", out));
+    EXPECT_MEM_EQ(out, 16, want, 16);
+    memset(out, 0, sizeof(out));
+    EXPECT(api_tenant_parse("0A0B0C0D-E0F0-4000-8000-0000000000FF", out));
+    EXPECT_MEM_EQ(out, 16, want, 16);
+}
+
+TEST(tenant_parse_refuses_anything_else_and_leaves_out_alone)
+{
+    static const char *const bad[] = {
+        "",
+        "0a0b0c0d-e0f0-4000-8000-0000000000f",   /* 35 */
+        "0a0b0c0d-e0f0-4000-8000-0000000000ff0", /* 37 */
+        "0a0b0c0de0f0-4000-8000-0000000000ff0",  /* dash moved */
+        "0a0b0c0d-e0f0-4000-8000+0000000000ff",
+        "0a0b0c0d-e0f0-4000-8000-0000000000fg",
+        " 0a0b0c0d-e0f0-4000-8000-0000000000f",
+        "{a0b0c0d-e0f0-4000-8000-0000000000f}",
+        "0a0b0c0d0e0f040000800000000000000000",
+    };
+    uint8_t out[16];
+    uint8_t keep[16];
+
+    memset(keep, 0x5a, sizeof(keep));
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        memcpy(out, keep, sizeof(out));
+        EXPECT(!api_tenant_parse(bad[i], out));
+        EXPECT_MEM_EQ(out, 16, keep, 16);
+    }
+}
+
+TEST(tenant_of_is_the_default_when_off_or_absent)
+{
+    uint8_t out[16];
+    struct err err;
+
+    memset(out, 0x5a, sizeof(out));
+    EXPECT_EQ_I64(api_tenant_of(false, "not-a-uuid", out, &err), 0);
+    EXPECT_MEM_EQ(out, 16, STORE_DEFAULT_TENANT, 16);
+    memset(out, 0x5a, sizeof(out));
+    EXPECT_EQ_I64(api_tenant_of(true, NULL, out, &err), 0);
+    EXPECT_MEM_EQ(out, 16, STORE_DEFAULT_TENANT, 16);
+    EXPECT_EQ_I64(
+        api_tenant_of(true, "00000000-0000-0000-0000-00000000fffe", out, &err),
+        0);
+    EXPECT_EQ_U64(out[14], 0xff);
+    EXPECT_EQ_U64(out[15], 0xfe);
+}
+
+TEST(tenant_of_refuses_a_malformed_header_with_a_printable_quote)
+{
+    char longv[200];
+    uint8_t out[16];
+    uint8_t keep[16];
+    struct err err;
+
+    memset(keep, 0x5a, sizeof(keep));
+    memcpy(out, keep, sizeof(out));
+    EXPECT_EQ_I64(api_tenant_of(true, "nope", out, &err), ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, "bad x-queen-tenant header: \"nope\" is not a UUID "
+                           "(8-4-4-4-12 hex digits)");
+    EXPECT_MEM_EQ(out, 16, keep, 16);
+    memset(longv, 'x', sizeof(longv) - 1);
+    longv[0] = '\x01';
+    longv[1] = (char)0xe9;
+    longv[sizeof(longv) - 1] = '\0';
+    EXPECT_EQ_I64(api_tenant_of(true, longv, out, &err), ERR_INVALID);
+    EXPECT(strstr(err.msg, "\"??xxxxxxxx") != NULL);
+    EXPECT(strstr(err.msg, "x...\" is not a UUID") != NULL);
+    EXPECT_EQ_U64(strlen(err.msg), strlen("bad x-queen-tenant header: \"") +
+                                       64 +
+                                       strlen("...\" is not a UUID "
+                                              "(8-4-4-4-12 hex digits)"));
+    EXPECT_MEM_EQ(out, 16, keep, 16);
 }

@@ -54,6 +54,7 @@ TEST(empty_environment_gives_the_documented_defaults)
     EXPECT_STR_EQ(c.raft_listen, "127.0.0.1:7632");
     EXPECT_EQ_U64(c.max_body_bytes, 64 * 1024 * 1024);
     EXPECT_EQ_I64(c.log_level, LOG_INFO);
+    EXPECT(!c.tenancy_header);
 }
 
 TEST(set_values_replace_defaults_and_raft_port_follows_http_port)
@@ -120,6 +121,15 @@ TEST(bad_values_name_the_variable_and_the_value)
         {"QUEEN_RAFT_DIR", "", "QUEEN_RAFT_DIR=: must be 1 to 4095 bytes long"},
         {"QUEEN_LOG_LEVEL", "loud",
          "QUEEN_LOG_LEVEL=loud: not one of error, warn, info, debug"},
+        {"QUEEN_TENANCY_HEADER", "maybe",
+         "QUEEN_TENANCY_HEADER=maybe: not a boolean (true or false; also "
+         "1/0, yes/no, on/off)"},
+        {"QUEEN_TENANCY_HEADER", "",
+         "QUEEN_TENANCY_HEADER=: not a boolean (true or false; also 1/0, "
+         "yes/no, on/off)"},
+        {"QUEEN_TENANCY_HEADER", "truee",
+         "QUEEN_TENANCY_HEADER=truee: not a boolean (true or false; also "
+         "1/0, yes/no, on/off)"},
     };
 
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
@@ -131,6 +141,26 @@ TEST(bad_values_name_the_variable_and_the_value)
                       ERR_INVALID);
         EXPECT_STR_EQ(err.msg, cases[i].msg);
         EXPECT_EQ_I64(c.port, 4242); /* (2) nothing changed */
+    }
+}
+
+TEST(tenancy_header_reads_every_boolean_spelling)
+{
+    static const struct {
+        const char *value;
+        bool want;
+    } cases[] = {{"true", true}, {"TRUE", true}, {"1", true},
+                 {"yes", true},  {"On", true},   {"false", false},
+                 {"0", false},   {"no", false},  {"OFF", false}};
+
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        struct config c;
+        struct err err;
+
+        c.tenancy_header = !cases[i].want;
+        EXPECT_EQ_I64(
+            load_one("QUEEN_TENANCY_HEADER", cases[i].value, &c, &err), 0);
+        EXPECT(c.tenancy_header == cases[i].want);
     }
 }
 

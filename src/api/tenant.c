@@ -1,0 +1,96 @@
+/* The tenant of an HTTP call (api/tenant.h): the x-queen-tenant header when
+ * QUEEN_TENANCY_HEADER is on, else the default tenant. The header is text
+ * from the network: the refusal quotes at most 64 bytes of it, with every
+ * byte outside printable ASCII shown as '?', so the error body stays valid
+ * JSON and one log line. */
+#include "api/tenant.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "http/server.h"
+#include "store/store.h"
+
+#define TENANT_TEXT_LEN 36
+#define TENANT_QUOTE    64
+
+static int tenant_hexval(char c)
+{
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+    if (c >= 'A' && c <= 'F') {
+        return c - 'A' + 10;
+    }
+    return -1;
+}
+
+bool api_tenant_parse(const char *s, uint8_t out[16])
+{
+    uint8_t b[16];
+    size_t k = 0;
+
+    if (strlen(s) != TENANT_TEXT_LEN) {
+        return false;
+    }
+    for (size_t i = 0; i < TENANT_TEXT_LEN; i++) {
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (s[i] != '-') {
+                return false;
+            }
+            continue;
+        }
+        int hi = tenant_hexval(s[i]);
+        int lo = tenant_hexval(s[i + 1]);
+        if (hi < 0 || lo < 0) {
+            return false;
+        }
+        b[k++] = (uint8_t)(hi << 4 | lo);
+        i++;
+    }
+    memcpy(out, b, sizeof(b));
+    return true;
+}
+
+int api_tenant_of(bool is_header_on, const char *value, uint8_t out[16],
+                  struct err *err)
+{
+    char quote[TENANT_QUOTE + 4];
+    size_t n = 0;
+
+    if (!is_header_on || value == NULL) {
+        memcpy(out, STORE_DEFAULT_TENANT, 16);
+        return 0;
+    }
+    if (api_tenant_parse(value, out)) {
+        return 0;
+    }
+    for (; n < TENANT_QUOTE && value[n] != '\0'; n++) {
+        bool is_printable =
+            (unsigned char)value[n] >= 0x20 && (unsigned char)value[n] < 0x7f;
+
+        quote[n] = value[n];
+        if (!is_printable) {
+            quote[n] = '?';
+        }
+    }
+    quote[n] = '\0';
+    return err_set(err, ERR_INVALID,
+                   "bad " API_TENANT_HEADER " header: \"%s%s\" is not a UUID "
+                   "(8-4-4-4-12 hex digits)",
+                   quote, value[n] != '\0' ? "..." : "");
+}
+
+int api_tenant(const struct http_req *req, const struct api *a, uint8_t out[16],
+               struct err *err)
+{
+    if (!a->is_tenancy_header) {
+        return api_tenant_of(false, NULL, out, err);
+    }
+    return api_tenant_of(true, http_req_header(req, API_TENANT_HEADER), out,
+                         err);
+}
