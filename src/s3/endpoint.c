@@ -12,6 +12,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/env.h"
+
 #define ENDPOINT_WHAT                                                     \
     "the S3 API base URL, e.g. https://s3.eu-central-1.amazonaws.com or " \
     "http://gw:7070"
@@ -153,28 +155,7 @@ int s3_parse_bool(const char *name, const char *raw, bool *out, struct err *err)
 /* The trimmed value of an environment variable, NULL when blank or unset. */
 static const char *env_value(const char *name, char *out, size_t cap)
 {
-    const char *v = getenv(name);
-    size_t n;
-
-    if (v == NULL) {
-        return NULL;
-    }
-    while (isspace((unsigned char)*v)) {
-        v++;
-    }
-    n = strlen(v);
-    while (n > 0 && isspace((unsigned char)v[n - 1])) {
-        n--;
-    }
-    if (n == 0) {
-        return NULL;
-    }
-    if (n >= cap) {
-        n = cap - 1;
-    }
-    memcpy(out, v, n);
-    out[n] = '\0';
-    return out;
+    return env_trim(getenv(name), out, cap) ? out : NULL;
 }
 
 int s3_endpoint_from_env(struct s3_endpoint *ep, struct err *err)

@@ -18,6 +18,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "base/env.h"
 #include "base/json.h"
 #include "base/xalloc.h"
 
@@ -87,28 +88,7 @@ static int fail(struct ld *l, const char *fmt, ...)
 /* The trimmed value of name into out, or false when unset or blank. */
 static bool envv(const struct ld *l, const char *name, char *out, size_t cap)
 {
-    const char *v = l->env->get(l->env->ctx, name);
-    size_t n;
-
-    if (v == NULL) {
-        return false;
-    }
-    while (isspace((unsigned char)*v)) {
-        v++;
-    }
-    n = strlen(v);
-    while (n > 0 && isspace((unsigned char)v[n - 1])) {
-        n--;
-    }
-    if (n == 0) {
-        return false;
-    }
-    if (n >= cap) {
-        n = cap - 1;
-    }
-    memcpy(out, v, n);
-    out[n] = '\0';
-    return true;
+    return env_trim(l->env->get(l->env->ctx, name), out, cap);
 }
 
 static void lower(char *s)

@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 
+#include "base/env.h"
 #include "harness.h"
 
 struct table {
@@ -509,4 +510,31 @@ TEST(doc_empty_tenant)
         ERR_INVALID);
     EXPECT_STR_EQ(err.msg, "the tenant is empty: every object key names the "
                            "broker tenant its sink runs for");
+}
+
+/* ---- base/env: the trimming every setting goes through (5.1) ---- */
+
+TEST(env_trim_trims_and_treats_blank_as_unset)
+{
+    char out[8];
+
+    memcpy(out, "keep", 5);
+    EXPECT(!env_trim(NULL, out, sizeof(out)));
+    EXPECT(!env_trim("", out, sizeof(out)));
+    EXPECT(!env_trim(" \t\r\n ", out, sizeof(out)));
+    EXPECT_STR_EQ(out, "keep");
+    EXPECT(env_trim("  a b\t", out, sizeof(out)));
+    EXPECT_STR_EQ(out, "a b");
+    EXPECT(env_trim("x", out, sizeof(out)));
+    EXPECT_STR_EQ(out, "x");
+}
+
+TEST(env_trim_cuts_a_long_value_at_the_cap)
+{
+    char out[4];
+
+    EXPECT(env_trim(" abcdef ", out, sizeof(out)));
+    EXPECT_STR_EQ(out, "abc");
+    EXPECT(env_trim("abc", out, sizeof(out)));
+    EXPECT_STR_EQ(out, "abc");
 }
