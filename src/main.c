@@ -3,7 +3,9 @@
  *
  * Exit codes: 0 after a clean shutdown, 2 for a bad setting (one line
  * "ERROR boot: FATAL: <VAR>=<value>: <why>"), 1 when the boot fails later
- * (a port in use, an unwritable directory). */
+ * (a port in use, an unwritable directory; one line "ERROR boot: FATAL:
+ * <why>", with no sink thread left running: the sink starts only once the
+ * broker listens). */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,7 +34,7 @@ int main(int argc, char **argv)
     }
     log_set_level(cfg.log_level);
     if (broker_run(&cfg, &err) != 0) {
-        log_error("boot", "%s", err.msg);
+        log_error("boot", "FATAL: %s", err.msg);
         return 1;
     }
     return 0;

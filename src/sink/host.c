@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <uv.h>
 
 #include "api/api.h"
 #include "base/buf.h"
@@ -33,7 +34,9 @@ struct sink_host {
     struct s3_transport transport;
     struct s3_client *s3;
     struct sink *sink;
-    int64_t started_ms;
+    struct api *api;
+    uv_timer_t start_timer; /* starts the sink once the loop runs */
+    bool is_started;
     bool is_stopping;
     int64_t stop_ms;
 };
@@ -99,20 +102,16 @@ static int host_status(void *arg, struct buf *out, struct err *err)
     struct sink_host *h = arg;
     struct status_node node;
     struct status_sink ss;
-    bool stopped = sink_stopped(h->sink);
 
     if (buf_append_str(out, ",\"s3\":", err) != 0) {
         return err->code;
     }
     memset(&node, 0, sizeof(node));
-    node.phase = h->is_stopping ? "stopped" : "running";
+    node.phase = h->is_stopping ? "stopped" : NULL; /* else the sink's */
     node.threads = h->node.threads;
     memset(&ss, 0, sizeof(ss));
     ss.tenant = h->tenant_text;
     ss.source = "env";
-    ss.phase = stopped ? "stopped" : "running";
-    ss.has_uptime = !stopped;
-    ss.uptime_ms = (uint64_t)(host_now_ms() - h->started_ms);
     return sink_status_render(h->sink, &node, &ss, out, err);
 }
 
@@ -191,6 +190,30 @@ static bool host_enabled(void)
     return v != NULL && sink_parse_bool(v, &on) && on;
 }
 
+static void host_on_timer_closed(uv_handle_t *t)
+{
+    UNUSED(t);
+}
+
+/* The first turn of the loop: the broker listens by now (api->server is
+ * set), or its boot failed and the loop only runs to close the node; then
+ * the sink never starts, so a failed boot leaves no thread and no claim. */
+static void host_on_start(uv_timer_t *t)
+{
+    struct sink_host *h = t->data;
+    struct err err = {0};
+
+    uv_close((uv_handle_t *)t, host_on_timer_closed);
+    if (h->api->server == NULL || h->is_stopping) {
+        return;
+    }
+    h->is_started = true;
+    if (sink_start(h->sink, &err) != 0) {
+        log_error("queen-s3", "cannot start the S3 sink's threads: %s",
+                  err.msg);
+    }
+}
+
 int sink_host_boot(struct sink_host **out, struct store *store,
                    struct kv_service *kv, struct api *api, struct err *err)
 {
@@ -225,13 +248,16 @@ int sink_host_boot(struct sink_host **out, struct store *store,
     p.broker = &h->broker;
     p.s3 = h->s3;
     h->sink = sink_new(&p);
-    h->started_ms = host_now_ms();
+    h->api = api;
     *out = h;
     api->status_extra = host_status;
     api->status_extra_arg = h;
     api->metrics_extra = host_metrics;
     api->metrics_extra_arg = h;
-    return sink_start(h->sink, err);
+    uv_timer_init(api->loop, &h->start_timer);
+    h->start_timer.data = h;
+    uv_timer_start(&h->start_timer, host_on_start, 0, 0);
+    return 0;
 }
 
 void sink_host_stop(struct sink_host *h)
@@ -264,6 +290,9 @@ bool sink_host_free(struct sink_host *h)
 {
     if (h == NULL) {
         return true;
+    }
+    if (!h->is_started) {
+        sink_stop(h->sink); /* no thread ever ran: stopped at once */
     }
     if (!sink_stopped(h->sink)) {
         return false;

@@ -5,7 +5,10 @@
  * the sink's families of /metrics/prometheus, and drains the sink at
  * SIGTERM before the HTTP listener drains.
  *
- *   (none) --sink_host_boot: embedded--> RUNNING
+ *   (none) --sink_host_boot: embedded--> STARTING (no thread yet)
+ *   STARTING --first loop turn, the broker listens--> RUNNING
+ *   STARTING --the boot failed (api->server NULL)---> never started;
+ *        sink_host_free() frees it at once
  *   RUNNING --sink_host_stop (SIGTERM)--> STOPPING --sink stopped--> STOPPED
  *   STOPPING --grace left reaches 0-----> the broker warns and goes on
  *
@@ -26,9 +29,12 @@ struct sink_host;
 
 /* When QUEEN_S3_EMBEDDED is true: load the config (a bad setting logs
  * "FATAL: QUEEN_S3_EMBEDDED=true: ..." and exits 2, as every boot setting
- * does), log the boot line, start the sink and set api's status and metrics
- * hooks. *out is NULL when the sink is off. Borrows store, kv and api (they
- * outlive the host). Returns 0 or ERR_IO (threads). */
+ * does), log the boot line, build the sink, set api's status and metrics
+ * hooks, and arm a zero timer on api->loop that starts the sink's threads
+ * on the loop's first turn, only if the broker listens by then (the broker
+ * sets api->server): a boot that fails after this starts no thread. *out is
+ * NULL when the sink is off. Borrows store, kv and api (they outlive the host).
+ * Returns 0 or ERR_IO (threads). */
 int sink_host_boot(struct sink_host **out, struct store *store,
                    struct kv_service *kv, struct api *api, struct err *err);
 /* Begin the drain (first call only) and remember when, for the grace. */

@@ -13,9 +13,29 @@
  * last snapshot, counters of finished runs) is copied under s->mu after each
  * step; readers never touch a driver.
  *
- * Left out for now (see docs/s3-sink.md): the rebalancer's give-back,
- * claim pacing across nodes (a free queue is claimed at once), the memory
- * budget's forced closes and the whole-sink restart ladder. */
+ * Placement (3.4): the control task beats (presence row, N nodes) and
+ * then runs placement_decide(); a give-back asks one queue's driver to
+ * drain exactly as on SIGTERM and its task then claims again after the
+ * 2-TTL cooldown. A free queue is claimed when placement_claim_due() says
+ * so: the node's load (queues owned or being claimed) paces the claims, and
+ * a node at or above its share waits a TTL longer.
+ *
+ * Leases are refreshed by their own thread (queen-s3-main), never by the
+ * queue's task: a tick blocked in a long upload must not let the lease
+ * expire. The refresher borrows a task's lease only while the task is
+ * owned and marks it busy; the task waits for that mark to clear before it
+ * releases and frees the lease.
+ *
+ * The run and its restart ladder (3.1): if the control task fails (the
+ * presence key cannot be built, or the run_check seam says so), the run
+ * ends: every queue drains and releases its lease, the presence row goes,
+ * and the run starts again after 1 s, doubling up to 30 s; a run that was
+ * healthy for an hour resets the ladder.
+ *   STARTING --first control step----------------> RUNNING
+ *   RUNNING --control task fails-----------------> ENDING (queues drain)
+ *   ENDING --every queue ended-------------------> BACKOFF (restarts + 1)
+ *   BACKOFF --backoff elapsed--------------------> RUNNING (probe again)
+ *   any --sink_stop(), every task ended----------> STOPPED */
 #include "sink/sink.h"
 
 #include <inttypes.h>
@@ -43,8 +63,12 @@
 #define SINK_PROBE_MAX_MS      60000
 #define SINK_LOG_EVERY_MS      30000
 #define SINK_STOP_POLL_MS      50
+#define SINK_LADDER_MIN_MS     1000
+#define SINK_LADDER_MAX_MS     30000
+#define SINK_HEALTHY_RUN_MS    3600000
 
 enum qstate { Q_CLAIM, Q_OWNED, Q_ENDED };
+enum run_state { RUN_STARTING, RUN_RUNNING, RUN_ENDING, RUN_BACKOFF };
 
 struct task {
     int64_t due_ms;
@@ -57,10 +81,19 @@ struct task {
     struct lease *lease;
     struct driver *drv;
     struct driver_config dc;
-    int64_t refresh_due_ms;
+    int64_t start_ms;  /* the task's creation: claim pacing */
+    int64_t jitter_ms; /* fixed per task, in [0, 200) */
     bool is_drain_asked;
+    bool is_giving_back; /* this run drains for a give-back */
+    bool has_gave_back;  /* cooldown: not reclaimed before 2 TTLs */
+    int64_t gave_back_at_ms;
     int claim_failures;
     bool missing_logged;
+    /* under s->mu: the refresher's share of the lease */
+    bool is_refreshable;
+    bool is_refreshing;
+    int64_t refresh_due_ms;
+    bool is_give_back_asked;
     /* published under s->mu */
     char row_state[16];
     bool owned_here;
@@ -100,6 +133,22 @@ struct sink {
     int64_t beat_due_ms;
     int64_t beat_logged_ms;
     uint32_t nodes;
+    int beat_failures;
+    uint32_t load;    /* queues owned or being claimed (3.4's load) */
+    uint32_t n_owned; /* queues owned: safe_lag_seconds exists iff > 0 */
+    struct placement_state pl;
+    /* the run and its restart ladder (under s->mu) */
+    enum run_state run;
+    int64_t run_started_ms;
+    int64_t ladder_ms; /* the next backoff */
+    int64_t backoff_ms;
+    int64_t backoff_until_ms;
+    uint64_t restarts;
+    char last_exit[128];
+    char run_error[STATUS_ERROR_MAX + 1];
+    bool needs_probe;
+    pthread_t refresher;
+    bool has_refresher;
     char presence_key[600];
     char presence_incarnation[17];
     int64_t presence_since_ms;
@@ -189,12 +238,114 @@ static void *sink_thread(void *arg)
         int64_t next = sink_step(s, t, now);
         pthread_mutex_lock(&s->mu);
         t->is_running = false;
-        /* A stop that came during the step must not wait out its backoff. */
-        t->due_ms = s->is_stopping && next > now ? now : next;
+        /* A stop (or the run's end) that came during the step must not
+         * wait out its backoff. */
+        bool down = s->is_stopping || s->run == RUN_ENDING;
+        t->due_ms = down && next > now ? now : next;
         pthread_cond_broadcast(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
+}
+
+/* ---- the lease refresher ------------------------------------------------ */
+
+/* Under s->mu: the owned task whose refresh is due first, or NULL; *wake is
+ * when to look again. */
+static struct task *refresh_pick(struct sink *s, int64_t now, int64_t *wake)
+{
+    struct task *best = NULL;
+
+    *wake = now + 1000;
+    for (size_t i = 0; i < s->n_queues; i++) {
+        struct task *t = s->queues[i];
+
+        if (!t->is_refreshable) {
+            continue;
+        }
+        if (t->refresh_due_ms <= now &&
+            (best == NULL || t->refresh_due_ms < best->refresh_due_ms)) {
+            best = t;
+        }
+        *wake = t->refresh_due_ms < *wake ? t->refresh_due_ms : *wake;
+    }
+    return best;
+}
+
+/* One heartbeat of one lease, without s->mu: 3.3's refresh outcomes. */
+static void refresh_one(struct sink *s, struct task *t, struct lease *l)
+{
+    struct err err = {0};
+    int rc = lease_refresh(l, &err);
+
+    UNUSED(s);
+    if (rc == 0) {
+        return;
+    }
+    if (lease_lost(l)) {
+        log_error("queen-s3",
+                  "lease lost: another instance owns this queue queue=%s "
+                  "error=%s",
+                  t->name, err.msg);
+    } else {
+        log_warn("queen-s3",
+                 "lease refresh failed; retrying on the next tick queue=%s "
+                 "error=%s",
+                 t->name, err.msg);
+    }
+}
+
+static void *sink_refresher(void *arg)
+{
+    struct sink *s = arg;
+    int64_t every = lease_refresh_interval_ms(ttl_ms(s));
+
+    pthread_mutex_lock(&s->mu);
+    while (!s->is_exiting) {
+        int64_t now = mono_ms();
+        int64_t wake;
+        struct task *t = refresh_pick(s, now, &wake);
+
+        if (t == NULL) {
+            sink_wait_until(s, wake);
+            continue;
+        }
+        t->is_refreshing = true;
+        t->refresh_due_ms = now + every;
+        struct lease *l = t->lease;
+        pthread_mutex_unlock(&s->mu);
+        refresh_one(s, t, l);
+        /* A lost lease is not refreshed again: the driver stops Fenced. */
+        bool is_lost = lease_lost(l);
+        pthread_mutex_lock(&s->mu);
+        t->is_refreshable = t->is_refreshable && !is_lost;
+        t->is_refreshing = false; /* l may be freed once this is seen */
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* The task's lease becomes the refresher's to heartbeat. */
+static void refresh_share(struct sink *s, struct task *t, int64_t now)
+{
+    pthread_mutex_lock(&s->mu);
+    t->refresh_due_ms = now + lease_refresh_interval_ms(ttl_ms(s));
+    t->is_refreshable = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Take the lease back from the refresher: after this it is the task's
+ * alone (to release and free). */
+static void refresh_unshare(struct sink *s, struct task *t)
+{
+    pthread_mutex_lock(&s->mu);
+    t->is_refreshable = false;
+    while (t->is_refreshing) {
+        pthread_cond_wait(&s->cv, &s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
 }
 
 struct sink *sink_new(const struct sink_params *p)
@@ -210,6 +361,7 @@ struct sink *sink_new(const struct sink_params *p)
     pthread_condattr_destroy(&ca);
     s->control.is_control = true;
     s->probe_wait_ms = SINK_PROBE_MIN_MS;
+    s->ladder_ms = SINK_LADDER_MIN_MS;
     s->nodes = 1;
     s->obs = obs_new();
     s->health = health_new(p->cfg->max_window_ms);
@@ -238,6 +390,13 @@ int sink_start(struct sink *s, struct err *err)
         pthread_setname_np(s->threads[i], "queen-s3");
         s->n_threads++;
     }
+    int rc = pthread_create(&s->refresher, NULL, sink_refresher, s);
+    if (rc != 0) {
+        sink_stop(s);
+        return err_set(err, ERR_IO, "pthread_create: %s", strerror(rc));
+    }
+    pthread_setname_np(s->refresher, "queen-s3-main");
+    s->has_refresher = true;
     return 0;
 }
 
@@ -280,6 +439,9 @@ void sink_free(struct sink *s)
     pthread_mutex_unlock(&s->mu);
     for (uint32_t i = 0; i < s->n_threads; i++) {
         pthread_join(s->threads[i], NULL);
+    }
+    if (s->has_refresher) {
+        pthread_join(s->refresher, NULL);
     }
     for (size_t i = 0; i < s->n_queues; i++) {
         struct task *t = s->queues[i];
@@ -365,7 +527,9 @@ static void sink_add_queue(struct sink *s, const char *name, size_t len)
     t->state = Q_CLAIM;
     snprintf(t->row_state, sizeof(t->row_state), "claiming");
     t->last_t_end = STATUS_NONE;
-    t->due_ms = mono_ms() + jitter_ms(PLACEMENT_JITTER_MS);
+    t->start_ms = mono_ms();
+    t->jitter_ms = jitter_ms(PLACEMENT_JITTER_MS);
+    t->due_ms = t->start_ms + t->jitter_ms;
     log_info("queen-s3", "starting a queue task queue=%s", t->name);
     pthread_mutex_lock(&s->mu);
     s->queues = xrealloc(s->queues, (s->n_queues + 1) * sizeof(struct task *));
@@ -403,77 +567,150 @@ static void sink_list_queues(struct sink *s)
 
 /* ---- the control task: presence row ------------------------------------- */
 
-static void sink_presence_init(struct sink *s)
+/* A fresh presence row for this run: key, incarnation, sinceMs. */
+static int sink_presence_init(struct sink *s, struct err *err)
 {
     struct buf b;
-    struct err err = {0};
     const char *inst = s->p.node->instance;
+    int rc;
 
     buf_init(&b, sizeof(s->presence_key) - 1);
-    if (layout_presence_key(&b, s->p.cfg->sink,
-                            (struct slice){inst, strlen(inst)}, &err) == 0) {
+    rc = layout_presence_key(&b, s->p.cfg->sink,
+                             (struct slice){inst, strlen(inst)}, err);
+    if (rc == 0) {
         memcpy(s->presence_key, b.data, b.len + 1);
     }
     buf_free(&b);
     lease_new_incarnation(NULL, NULL, s->presence_incarnation);
     s->presence_since_ms = wall_us() / 1000;
+    return rc == 0 ? 0 : err_wrap(err, "presence row");
 }
 
-static void sink_beat(struct sink *s, int64_t now)
+/* Under s->mu: how many queues this node owns, and its fair share. */
+static uint32_t sink_held(const struct sink *s)
 {
-    const char *inst = s->p.node->instance;
-    struct docs_lease dl = {{inst, strlen(inst)},
-                            {s->presence_incarnation, 16},
-                            s->presence_since_ms};
-    struct buf doc;
-    struct buf prefix;
-    struct kv_op ops[2];
-    struct kv_answer ans;
+    uint32_t held = 0;
+
+    for (size_t i = 0; i < s->n_queues; i++) {
+        held += s->queues[i]->owned_here ? 1 : 0;
+    }
+    return held;
+}
+
+static uint32_t sink_share(const struct sink *s)
+{
+    return placement_fair_share((uint32_t)s->n_queues, s->nodes);
+}
+
+/* The beat (3.4): put the presence row, count the rows. Returns the delay
+ * to the next beat: the period, or min(1 s << (failures - 1), period). */
+static int64_t sink_beat(struct sink *s, int64_t now)
+{
+    int64_t period = placement_period_ms(ttl_ms(s));
+    struct placement_presence pp = {
+        s->p.cfg->sink,       s->p.node->instance, s->presence_incarnation,
+        s->presence_since_ms, ttl_ms(s),           {0}};
     struct err err = {0};
-    int rc;
+    uint32_t nodes = 1;
 
-    buf_init(&doc, BUF_UNLIMITED);
-    buf_init(&prefix, BUF_UNLIMITED);
-    rc = docs_lease_encode(&doc, &dl, &err);
-    if (rc == 0) {
-        rc = layout_presence_prefix(&prefix, s->p.cfg->sink, &err);
+    memcpy(pp.tenant, s->p.tenant, 16);
+    if (placement_beat(s->p.broker, &pp, &nodes, &err) == 0) {
+        s->beat_failures = 0;
+        pthread_mutex_lock(&s->mu);
+        s->nodes = nodes;
+        pthread_mutex_unlock(&s->mu);
+        return period;
     }
-    if (rc == 0) {
-        placement_beat_ops(
-            ops, (struct slice){s->presence_key, strlen(s->presence_key)},
-            (struct slice){doc.data, doc.len}, lease_ttl_seconds(ttl_ms(s)),
-            (struct slice){prefix.data, prefix.len},
-            (struct slice){"", 0}); /* kv_validate memchr()s the cursor */
-        memset(&ans, 0, sizeof(ans));
-        rc = s->p.broker->kv(s->p.broker->arg, s->p.tenant, ops, 2, 0, &ans,
-                             &err);
-        if (rc == 0 && ans.status == 0 && ans.n_results == 2) {
-            uint32_t rows = 0;
-            bool saw = false;
-            bool more = false;
-
-            placement_beat_count(
-                &ans.results[1],
-                (struct slice){s->presence_key, strlen(s->presence_key)}, &rows,
-                &saw, &more);
-            pthread_mutex_lock(&s->mu);
-            s->nodes = placement_nodes(rows, saw);
-            pthread_mutex_unlock(&s->mu);
-        } else if (rc == 0) {
-            rc = ERR_REMOTE;
-            snprintf(err.msg, sizeof(err.msg), "%s", ans.msg);
-        }
-        kv_answer_free(&ans);
-    }
-    if (rc != 0 && (s->beat_logged_ms == 0 ||
-                    now - s->beat_logged_ms >= SINK_LOG_EVERY_MS)) {
+    s->beat_failures++;
+    if (s->beat_logged_ms == 0 ||
+        now - s->beat_logged_ms >= SINK_LOG_EVERY_MS) {
         s->beat_logged_ms = now;
         log_warn("queen-s3",
                  "cannot write this node's presence row; retrying error=%s",
                  err.msg);
     }
-    buf_free(&doc);
-    buf_free(&prefix);
+    int shift = s->beat_failures > 16 ? 15 : s->beat_failures - 1;
+    int64_t wait = (int64_t)1000 << shift;
+    return wait < period ? wait : period;
+}
+
+static struct task *sink_find(struct sink *s, const char *name)
+{
+    for (size_t i = 0; i < s->n_queues; i++) {
+        if (strcmp(s->queues[i]->name, name) == 0) {
+            return s->queues[i];
+        }
+    }
+    return NULL;
+}
+
+/* Under s->mu: run placement_decide() over the owned queues; a give-back
+ * asks that queue's task to drain. Returns the verdict. */
+static enum placement_verdict sink_decide_locked(struct sink *s, int64_t now)
+{
+    struct placement_held *held = xcalloc(s->n_queues + 1, sizeof(*held));
+    struct placement_input in;
+    size_t n = 0;
+
+    for (size_t i = 0; i < s->n_queues; i++) {
+        const struct task *t = s->queues[i];
+
+        if (t->owned_here) {
+            held[n].name = (struct slice){t->name, strlen(t->name)};
+            held[n++].buffered = t->has_snap ? t->snap.buffered_bytes : 0;
+        }
+    }
+    const struct task *g = s->pl.is_giving ? sink_find(s, s->pl.giving) : NULL;
+    memset(&in, 0, sizeof(in));
+    in.now_ms = now;
+    in.ttl_ms = ttl_ms(s);
+    in.share = sink_share(s);
+    in.held = held;
+    in.n_held = n;
+    in.giving_held_by_other = g != NULL && g->held_by[0] != '\0';
+    enum placement_verdict v = placement_decide(&s->pl, &in);
+    free(held);
+    if (v == PLACEMENT_GIVE_BACK) {
+        struct task *t = sink_find(s, s->pl.giving);
+        ASSERT(t != NULL);
+        t->is_give_back_asked = true;
+        t->due_ms = now;
+        pthread_cond_broadcast(&s->cv);
+    }
+    return v;
+}
+
+static void sink_decide(struct sink *s, int64_t now)
+{
+    char name[256];
+    uint32_t held;
+    uint32_t share;
+    uint32_t nodes;
+    size_t queues;
+
+    pthread_mutex_lock(&s->mu);
+    enum placement_verdict v = sink_decide_locked(s, now);
+    snprintf(name, sizeof(name), "%s", s->pl.giving);
+    held = sink_held(s);
+    share = sink_share(s);
+    nodes = s->nodes;
+    queues = s->n_queues;
+    pthread_mutex_unlock(&s->mu);
+    if (v == PLACEMENT_GIVE_BACK) {
+        log_info("queen-s3",
+                 "this node holds more than its share: giving one queue back "
+                 "queue=%s held=%" PRIu32 " share=%" PRIu32 " nodes=%" PRIu32
+                 " queues=%zu",
+                 name, held, share, nodes, queues);
+    } else if (v == PLACEMENT_TAKEN_OVER) {
+        log_info("queen-s3",
+                 "the queue given back is held by another node queue=%s", name);
+    } else if (v == PLACEMENT_NOBODY_TOOK) {
+        log_info("queen-s3",
+                 "no node took the queue given back within a TTL; moving on "
+                 "queue=%s",
+                 name);
+    }
 }
 
 /* ---- the control task ---------------------------------------------------- */
@@ -490,15 +727,21 @@ static bool sink_queues_ended(struct sink *s)
     return ended;
 }
 
+/* Every queue ended: the presence row goes (3.4). */
+static void sink_presence_delete(struct sink *s)
+{
+    if (s->has_set && s->presence_key[0] != '\0') {
+        lease_delete_if_ours(s->p.broker, s->p.tenant, s->presence_key,
+                             s->presence_incarnation, "presence row", NULL);
+    }
+}
+
 static int64_t sink_control_stop(struct sink *s, int64_t now)
 {
     if (!sink_queues_ended(s)) {
         return now + SINK_STOP_POLL_MS;
     }
-    if (s->has_set && s->presence_key[0] != '\0') {
-        lease_delete_if_ours(s->p.broker, s->p.tenant, s->presence_key,
-                             s->presence_incarnation, "presence row", NULL);
-    }
+    sink_presence_delete(s);
     log_info("queen-s3", "every queue drained; the sink has stopped");
     pthread_mutex_lock(&s->mu);
     s->control.is_done = true;
@@ -509,43 +752,167 @@ static int64_t sink_control_stop(struct sink *s, int64_t now)
     return now;
 }
 
+/* The control task failed: the run ends (its queues drain first). */
+static int64_t sink_run_failed(struct sink *s, int64_t now, const char *why)
+{
+    pthread_mutex_lock(&s->mu);
+    s->run = RUN_ENDING;
+    snprintf(s->run_error, sizeof(s->run_error), "%s", why);
+    for (size_t i = 0; i < s->n_queues; i++) {
+        s->queues[i]->due_ms = now;
+    }
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return now;
+}
+
+/* The next backoff of the ladder: 1 s doubling to 30 s, reset by a run that
+ * was healthy for an hour. */
+static int64_t sink_ladder_next(struct sink *s, int64_t run_ms)
+{
+    if (run_ms >= SINK_HEALTHY_RUN_MS) {
+        s->ladder_ms = SINK_LADDER_MIN_MS;
+    }
+    int64_t wait = s->ladder_ms;
+    s->ladder_ms =
+        wait * 2 > SINK_LADDER_MAX_MS ? SINK_LADDER_MAX_MS : wait * 2;
+    return wait;
+}
+
+/* ENDING: once every queue ended, back off before the next run. */
+static int64_t sink_run_ending(struct sink *s, int64_t now)
+{
+    if (!sink_queues_ended(s)) {
+        return now + SINK_STOP_POLL_MS;
+    }
+    sink_presence_delete(s);
+    pthread_mutex_lock(&s->mu);
+    int64_t wait = sink_ladder_next(s, now - s->run_started_ms);
+    s->run = RUN_BACKOFF;
+    s->backoff_ms = wait;
+    s->backoff_until_ms = now + wait;
+    s->restarts++;
+    snprintf(s->last_exit, sizeof(s->last_exit),
+             "the sink returned without being stopped");
+    pthread_mutex_unlock(&s->mu);
+    log_error("queen-s3",
+              "an in-process S3 sink stopped; restarting it backoff_ms=%" PRId64
+              " error=%s",
+              wait, s->run_error);
+    return now + wait;
+}
+
+/* BACKOFF elapsed: a new run over the same queue tasks. */
+static void sink_run_restart(struct sink *s, int64_t now)
+{
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < s->n_queues; i++) {
+        struct task *t = s->queues[i];
+
+        t->state = Q_CLAIM;
+        t->is_done = false;
+        t->due_ms = now + t->jitter_ms;
+    }
+    memset(&s->pl, 0, sizeof(s->pl));
+    s->run = RUN_RUNNING;
+    s->run_started_ms = now;
+    s->backoff_ms = 0;
+    s->has_set = false;
+    s->needs_probe = true;
+    s->beat_due_ms = now;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The bucket probe with its backoff; true once the bucket answered. */
+static bool sink_control_probe(struct sink *s, int64_t now, int64_t *next)
+{
+    if (s->is_reachable && !s->needs_probe) {
+        return true;
+    }
+    if (!sink_probe(s, now)) {
+        int64_t wait = s->probe_wait_ms;
+
+        s->probe_wait_ms = s->probe_wait_ms * 2 > SINK_PROBE_MAX_MS
+                               ? SINK_PROBE_MAX_MS
+                               : s->probe_wait_ms * 2;
+        *next = now + wait / 2 + jitter_ms(wait / 2 + 1);
+        return false;
+    }
+    s->probe_wait_ms = SINK_PROBE_MIN_MS;
+    s->needs_probe = false;
+    return true;
+}
+
+static void sink_relist(struct sink *s, int64_t now)
+{
+    uint64_t every = 10 * s->p.node->discovery_interval_ms;
+
+    sink_list_queues(s);
+    s->relist_due_ms = now + (int64_t)(every < 1000 ? 1000 : every);
+}
+
+/* RUNNING: probe, presence, queue set, beats and give-backs. 0, or the
+ * error that ends the run. */
+static int sink_control_run(struct sink *s, int64_t now, int64_t *next,
+                            struct err *err)
+{
+    if (s->p.run_check != NULL && s->p.run_check(s->p.run_check_arg, err)) {
+        return err->code != 0 ? err->code : ERR_IO;
+    }
+    if (!sink_control_probe(s, now, next)) {
+        return 0;
+    }
+    if (!s->has_set) {
+        if (sink_presence_init(s, err) != 0) {
+            return err->code;
+        }
+        s->has_set = true;
+        /* The first beat before the first claim: N is known when the
+         * queue tasks ask for their turn. */
+        s->beat_due_ms = now + sink_beat(s, now);
+        sink_relist(s, now);
+    } else if (s->p.cfg->all_queues && now >= s->relist_due_ms) {
+        sink_relist(s, now);
+    }
+    if (now >= s->beat_due_ms) {
+        s->beat_due_ms = now + sink_beat(s, now);
+        sink_decide(s, now);
+    }
+    *next = s->beat_due_ms;
+    if (s->p.cfg->all_queues && s->relist_due_ms < *next) {
+        *next = s->relist_due_ms;
+    }
+    return 0;
+}
+
 static int64_t sink_control_step(struct sink *s, int64_t now)
 {
-    int64_t period = placement_period_ms(ttl_ms(s));
-    int64_t next;
+    struct err err = {0};
+    int64_t next = now;
 
     if (s->is_stopping) {
         return sink_control_stop(s, now);
     }
-    if (!s->is_reachable) {
-        if (!sink_probe(s, now)) {
-            int64_t wait = s->probe_wait_ms;
-
-            s->probe_wait_ms = s->probe_wait_ms * 2 > SINK_PROBE_MAX_MS
-                                   ? SINK_PROBE_MAX_MS
-                                   : s->probe_wait_ms * 2;
-            return now + wait / 2 + jitter_ms(wait / 2 + 1);
+    if (s->run == RUN_ENDING) {
+        return sink_run_ending(s, now);
+    }
+    if (s->run == RUN_BACKOFF) {
+        if (now < s->backoff_until_ms) {
+            return s->backoff_until_ms;
         }
-        s->probe_wait_ms = SINK_PROBE_MIN_MS;
+        sink_run_restart(s, now);
     }
-    if (!s->has_set) {
-        sink_presence_init(s);
-        s->has_set = true;
-        sink_list_queues(s);
-        uint64_t every = 10 * s->p.node->discovery_interval_ms;
-        s->relist_due_ms = now + (int64_t)(every < 1000 ? 1000 : every);
-    } else if (s->p.cfg->all_queues && now >= s->relist_due_ms) {
-        sink_list_queues(s);
-        uint64_t every = 10 * s->p.node->discovery_interval_ms;
-        s->relist_due_ms = now + (int64_t)(every < 1000 ? 1000 : every);
+    if (s->run == RUN_STARTING) {
+        pthread_mutex_lock(&s->mu);
+        s->run = RUN_RUNNING;
+        s->run_started_ms = now;
+        pthread_mutex_unlock(&s->mu);
     }
-    if (now >= s->beat_due_ms) {
-        sink_beat(s, now);
-        s->beat_due_ms = now + period;
-    }
-    next = s->beat_due_ms;
-    if (s->p.cfg->all_queues && s->relist_due_ms < next) {
-        next = s->relist_due_ms;
+    if (sink_control_run(s, now, &next, &err) != 0) {
+        log_error("queen-s3", "the sink's control task failed error=%s",
+                  err.msg);
+        return sink_run_failed(s, now, err.msg);
     }
     return next;
 }
@@ -603,6 +970,12 @@ static void task_driver_config(struct sink *s, struct task *t)
     d->crash_at = (enum driver_crash)n->crash_at;
 }
 
+/* Under s->mu: held >= share. */
+static bool sink_at_or_above(const struct sink *s)
+{
+    return placement_at_or_above(sink_held(s), sink_share(s));
+}
+
 /* Another instance holds the lease: say so, look again later. */
 static int64_t task_held(struct sink *s, struct task *t, const char *other,
                          int64_t now)
@@ -617,57 +990,79 @@ static int64_t task_held(struct sink *s, struct task *t, const char *other,
     health_forget(s->health, t->name);
     lease_free(t->lease);
     t->lease = NULL;
-    return now + placement_held_wait_ms(ttl_ms(s), false,
+    pthread_mutex_lock(&s->mu);
+    bool above = sink_at_or_above(s);
+    pthread_mutex_unlock(&s->mu);
+    return now + placement_held_wait_ms(ttl_ms(s), above,
                                         jitter_ms(PLACEMENT_JITTER_MS));
 }
 
-/* Claim: holder, then acquire. Returns the next due time. */
-static int64_t task_claim(struct sink *s, struct task *t, int64_t now)
+/* wait_turn (3.4) for a free queue: reserve a load slot; keep it and return
+ * true when the claim is due, else give it back and set *due. */
+static bool task_turn(struct sink *s, struct task *t, int64_t now, int64_t *due)
+{
+    struct placement_claim c;
+
+    pthread_mutex_lock(&s->mu);
+    memset(&c, 0, sizeof(c));
+    c.task_start_ms = t->start_ms;
+    c.jitter_ms = t->jitter_ms;
+    c.before = s->load++;
+    c.ttl_ms = ttl_ms(s);
+    c.gave_back = t->has_gave_back && now - t->gave_back_at_ms < 2 * ttl_ms(s);
+    c.gave_back_at_ms = t->gave_back_at_ms;
+    c.at_or_above = sink_at_or_above(s);
+    *due = placement_claim_due(&c);
+    if (now < *due) {
+        s->load--;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return now >= *due;
+}
+
+static void task_load(struct sink *s, int delta)
+{
+    pthread_mutex_lock(&s->mu);
+    ASSERT(delta > 0 || s->load > 0);
+    s->load = (uint32_t)((int64_t)s->load + delta);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* A failed holder read or claim: warn, retry later (3.9). */
+static int64_t task_claim_failed(struct sink *s, struct task *t, int64_t now,
+                                 int rc, const struct err *err)
+{
+    char msg[300];
+
+    t->claim_failures++;
+    log_warn("queen-s3",
+             "cannot claim the queue lease; retrying queue=%s error=%s",
+             t->name, err->msg);
+    snprintf(msg, sizeof(msg), "lease claim: %s", err->msg);
+    task_error(s, t, msg);
+    return now + placement_claim_retry_ms(
+                     t->claim_failures, sink_broker_kv_retriable(rc), -1,
+                     jitter_ms(PLACEMENT_JITTER_MS), ttl_ms(s));
+}
+
+static struct lease *task_lease(struct sink *s, struct task *t, struct err *err)
 {
     struct lease_config lc;
+
+    memset(&lc, 0, sizeof(lc));
+    lc.sink = s->p.cfg->sink;
+    lc.queue = t->name;
+    lc.instance = s->p.node->instance;
+    memcpy(lc.tenant, s->p.tenant, 16);
+    lc.ttl_ms = ttl_ms(s);
+    return lease_new(&lc, s->p.broker, err);
+}
+
+/* The lease is ours: start the driver, hand the lease to the refresher. */
+static int64_t task_own(struct sink *s, struct task *t, int64_t now)
+{
     struct err err = {0};
-    enum lease_holder_kind kind;
-    char other[128] = "";
-    bool taken = false;
-    int rc;
 
-    if (t->lease == NULL) {
-        memset(&lc, 0, sizeof(lc));
-        lc.sink = s->p.cfg->sink;
-        lc.queue = t->name;
-        lc.instance = s->p.node->instance;
-        memcpy(lc.tenant, s->p.tenant, 16);
-        lc.ttl_ms = ttl_ms(s);
-        t->lease = lease_new(&lc, s->p.broker, &err);
-    }
-    if (t->lease == NULL) {
-        log_error("queen-s3", "queue=%s: %s", t->name, err.msg);
-        task_error(s, t, err.msg);
-        return now + SINK_TERMINAL_RETRY_MS;
-    }
-    task_set_state(s, t, "claiming", NULL);
-    rc = lease_holder(t->lease, &kind, other, sizeof(other), &err);
-    if (rc == 0 && kind != LEASE_OTHER) {
-        rc = lease_acquire(t->lease, wall_us() / 1000, &taken, other,
-                           sizeof(other), &err);
-    }
-    if (rc != 0) {
-        char msg[300];
-
-        t->claim_failures++;
-        log_warn("queen-s3",
-                 "cannot claim the queue lease; retrying queue=%s error=%s",
-                 t->name, err.msg);
-        snprintf(msg, sizeof(msg), "lease claim: %s", err.msg);
-        task_error(s, t, msg);
-        return now + placement_claim_retry_ms(
-                         t->claim_failures, sink_broker_kv_retriable(rc), -1,
-                         jitter_ms(PLACEMENT_JITTER_MS), ttl_ms(s));
-    }
-    t->claim_failures = 0;
-    if (!taken) {
-        return task_held(s, t, other, now);
-    }
     task_driver_config(s, t);
     t->drv = driver_new(&t->dc, s->p.broker, s->p.s3, t->lease, &err);
     if (t->drv == NULL) {
@@ -676,6 +1071,7 @@ static int64_t task_claim(struct sink *s, struct task *t, int64_t now)
         lease_release(t->lease);
         lease_free(t->lease);
         t->lease = NULL;
+        task_load(s, -1);
         return now + SINK_TERMINAL_RETRY_MS;
     }
     log_info("queen-s3", "this node owns the queue queue=%s instance=%s",
@@ -683,33 +1079,57 @@ static int64_t task_claim(struct sink *s, struct task *t, int64_t now)
     t->state = Q_OWNED;
     health_watch(s->health, t->name, now);
     t->is_drain_asked = false;
-    t->missing_logged = t->missing_logged && true;
-    t->refresh_due_ms = now + lease_refresh_interval_ms(ttl_ms(s));
+    t->is_giving_back = false;
+    pthread_mutex_lock(&s->mu);
+    t->is_give_back_asked = false;
+    s->n_owned++;
+    pthread_mutex_unlock(&s->mu);
     task_set_state(s, t, "restoring", NULL);
+    refresh_share(s, t, now);
     return now;
 }
 
-static void task_refresh(struct sink *s, struct task *t, int64_t now)
+/* Claim: holder, our turn, then acquire. Returns the next due time. */
+static int64_t task_claim(struct sink *s, struct task *t, int64_t now)
 {
     struct err err = {0};
+    enum lease_holder_kind kind;
+    char other[128] = "";
+    bool taken = false;
+    int64_t due = now;
     int rc;
 
-    if (now < t->refresh_due_ms) {
-        return;
+    if (t->lease == NULL) {
+        t->lease = task_lease(s, t, &err);
     }
-    t->refresh_due_ms = now + lease_refresh_interval_ms(ttl_ms(s));
-    rc = lease_refresh(t->lease, &err);
-    if (rc == ERR_PRECONDITION) {
-        log_error("queen-s3",
-                  "lease lost: another instance owns this queue queue=%s "
-                  "error=%s",
-                  t->name, err.msg);
-    } else if (rc != 0) {
-        log_warn("queen-s3",
-                 "lease refresh failed; retrying on the next tick queue=%s "
-                 "error=%s",
-                 t->name, err.msg);
+    if (t->lease == NULL) {
+        log_error("queen-s3", "queue=%s: %s", t->name, err.msg);
+        task_error(s, t, err.msg);
+        return now + SINK_TERMINAL_RETRY_MS;
     }
+    task_set_state(s, t, "claiming", NULL);
+    rc = lease_holder(t->lease, &kind, other, sizeof(other), &err);
+    if (rc != 0) {
+        return task_claim_failed(s, t, now, rc, &err);
+    }
+    if (kind == LEASE_OTHER) {
+        return task_held(s, t, other, now);
+    }
+    if (kind == LEASE_FREE && !task_turn(s, t, now, &due)) {
+        return now + placement_claim_sleep_ms(due, now, ttl_ms(s));
+    }
+    if (kind == LEASE_MINE) { /* a restart within the TTL: at once */
+        task_load(s, 1);
+    }
+    rc = lease_acquire(t->lease, wall_us() / 1000, &taken, other, sizeof(other),
+                       &err);
+    if (rc != 0 || !taken) {
+        task_load(s, -1);
+        return rc != 0 ? task_claim_failed(s, t, now, rc, &err)
+                       : task_held(s, t, other, now);
+    }
+    t->claim_failures = 0;
+    return task_own(s, t, now);
 }
 
 static void task_report(struct sink *s, struct task *t,
@@ -765,17 +1185,12 @@ static void task_log_stop(struct sink *s, struct task *t,
     }
 }
 
-/* The driver stopped: release, keep its counters, decide by reason. */
-static int64_t task_stopped(struct sink *s, struct task *t, int64_t now,
-                            const struct driver_next *nx)
+/* Under s->mu: fold this run's counters into the task's base. */
+static void task_fold(struct task *t)
 {
-    const char *name = driver_stop_name(nx->stop);
-    int64_t wait = 0;
-
-    lease_release(t->lease);
-    pthread_mutex_lock(&s->mu);
     struct driver_counters *b = &t->base;
     struct driver_counters *c = &t->snap.counters;
+
     b->windows_committed += c->windows_committed;
     b->records += c->records;
     b->bytes_jsonl += c->bytes_jsonl;
@@ -789,11 +1204,57 @@ static int64_t task_stopped(struct sink *s, struct task *t, int64_t now,
     t->last_t_end = t->snap.has_t_end ? t->snap.t_end : STATUS_NONE;
     memset(c, 0, sizeof(*c));
     memset(&t->reported, 0, sizeof(t->reported));
+}
+
+/* The queue no longer runs here: its row, gauges, load slot and, with the
+ * last one, safe_lag_seconds (6.2); a give-back in flight learns the lease
+ * is back. */
+static void task_unown(struct sink *s, struct task *t, const char *state,
+                       int64_t now)
+{
+    pthread_mutex_lock(&s->mu);
+    task_fold(t);
     t->has_snap = false;
     t->owned_here = false;
-    snprintf(t->row_state, sizeof(t->row_state), "%s", name);
-    pthread_mutex_unlock(&s->mu);
+    snprintf(t->row_state, sizeof(t->row_state), "%s", state);
+    ASSERT(s->n_owned > 0 && s->load > 0);
+    s->n_owned--;
+    s->load--;
     obs_queue_stopped(s->obs, NULL, t->name);
+    if (s->n_owned == 0) {
+        obs_gauge_remove(s->obs, OBS_SAFE_LAG_SECONDS, NULL, NULL);
+    }
+    if (s->pl.is_giving && strcmp(s->pl.giving, t->name) == 0) {
+        placement_on_released(&s->pl, now);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* A drain asked by a give-back ended: count it, claim again after the
+ * cooldown. */
+static int64_t task_gave_back(struct sink *s, struct task *t, int64_t now)
+{
+    obs_counter_add(s->obs, OBS_QUEUES_GIVEN_BACK, NULL, NULL, NULL, 1);
+    log_info("queen-s3",
+             "gave the queue back so a node below its fair share can take it "
+             "queue=%s",
+             t->name);
+    t->has_gave_back = true;
+    t->gave_back_at_ms = now;
+    return now + placement_claim_sleep_ms(now + 2 * ttl_ms(s), now, ttl_ms(s));
+}
+
+/* The driver stopped: release, keep its counters, decide by reason. */
+static int64_t task_stopped(struct sink *s, struct task *t, int64_t now,
+                            const struct driver_next *nx, bool is_down)
+{
+    bool gave_back =
+        nx->stop == DRIVER_DRAINED && t->is_giving_back && !is_down;
+    int64_t wait = 0;
+
+    refresh_unshare(s, t);
+    lease_release(t->lease);
+    task_unown(s, t, gave_back ? "released" : driver_stop_name(nx->stop), now);
     budget_forget(s->budget, t->name);
     if (nx->stop != DRIVER_FAILED) { /* 3.11: a failed queue stays watched */
         health_forget(s->health, t->name);
@@ -806,6 +1267,11 @@ static int64_t task_stopped(struct sink *s, struct task *t, int64_t now,
     task_log_stop(s, t, nx);
     switch (nx->stop) {
     case DRIVER_DRAINED:
+        if (gave_back) {
+            return task_gave_back(s, t, now);
+        }
+        t->state = Q_ENDED;
+        return now;
     case DRIVER_CRASHED:
         t->state = Q_ENDED;
         return now;
@@ -822,33 +1288,42 @@ static int64_t task_stopped(struct sink *s, struct task *t, int64_t now,
     return now + wait;
 }
 
+/* Stopping, or the run ending: no new claims, owned queues drain. */
+static bool sink_winding_down(struct sink *s)
+{
+    pthread_mutex_lock(&s->mu);
+    bool v = s->is_stopping || s->run == RUN_ENDING;
+    pthread_mutex_unlock(&s->mu);
+    return v;
+}
+
 static int64_t task_step(struct sink *s, struct task *t, int64_t now)
 {
     struct driver_next nx;
-    bool stopping;
 
     pthread_mutex_lock(&s->mu);
-    stopping = s->is_stopping;
+    bool down = s->is_stopping || s->run == RUN_ENDING;
+    bool give_back = t->is_give_back_asked;
     pthread_mutex_unlock(&s->mu);
     if (t->state != Q_OWNED) {
-        if (stopping) {
+        if (down) {
             t->state = Q_ENDED;
             return now;
         }
         return task_claim(s, t, now);
     }
-    if (stopping && !t->is_drain_asked) {
+    if ((down || give_back) && !t->is_drain_asked) {
         t->is_drain_asked = true;
-        driver_request_drain(t->drv, false);
+        t->is_giving_back = !down;
+        driver_request_drain(t->drv, t->is_giving_back);
     }
-    task_refresh(s, t, now);
     memset(&nx, 0, sizeof(nx));
     driver_tick(t->drv, now, wall_us() / 1000, &nx);
     task_publish(s, t);
     if (nx.stop != DRIVER_RUNNING) {
-        return task_stopped(s, t, mono_ms(), &nx);
+        return task_stopped(s, t, mono_ms(), &nx, sink_winding_down(s));
     }
-    return nx.at_ms < t->refresh_due_ms ? nx.at_ms : t->refresh_due_ms;
+    return nx.at_ms;
 }
 
 static int64_t sink_step(struct sink *s, struct task *t, int64_t now)
@@ -916,7 +1391,7 @@ static void sink_keys(struct sink *s, struct status_sink *ss)
 
     ss->sink = c->sink;
     ss->instance = s->p.node->instance;
-    ss->running = s->is_started && !s->is_stopped;
+    ss->running = s->is_started && !s->is_stopped && s->run != RUN_BACKOFF;
     ss->bucket.reachable = !s->has_probed ? -1 : s->is_reachable ? 1 : 0;
     ss->bucket.error = s->bucket_error[0] != '\0' ? s->bucket_error : NULL;
     ss->bucket.checked_at_ms =
@@ -932,6 +1407,30 @@ static void sink_keys(struct sink *s, struct status_sink *ss)
     ss->limit_bytes = s->p.node->memory_bytes;
 }
 
+/* Under s->mu: the run's host keys (3.1's ladder) and the node's phase. */
+static void sink_run_keys(struct sink *s, struct status_node *node,
+                          struct status_sink *ss)
+{
+    bool starting = !s->is_started || s->run == RUN_STARTING;
+    bool backoff = s->run == RUN_ENDING || s->run == RUN_BACKOFF;
+
+    ss->phase = s->is_stopped ? "stopped"
+                : starting    ? "starting"
+                : backoff     ? "backoff"
+                              : "running";
+    ss->error = s->run_error[0] != '\0' ? s->run_error : NULL;
+    ss->restarts = s->restarts;
+    ss->last_exit = s->last_exit[0] != '\0' ? s->last_exit : NULL;
+    ss->has_uptime = strcmp(ss->phase, "running") == 0;
+    ss->uptime_ms = (uint64_t)(mono_ms() - s->run_started_ms);
+    ss->backoff_ms = (uint64_t)s->backoff_ms;
+    if (node->phase == NULL) {
+        node->phase = s->is_stopped ? "stopped"
+                      : starting    ? "starting"
+                                    : "running";
+    }
+}
+
 int sink_status_render(struct sink *s, struct status_node *node,
                        struct status_sink *ss, struct buf *out, struct err *err)
 {
@@ -942,6 +1441,7 @@ int sink_status_render(struct sink *s, struct status_node *node,
     uint64_t held = 0;
 
     sink_keys(s, ss);
+    sink_run_keys(s, node, ss);
     ss->buffered_bytes = budget_total(s->budget);
     for (size_t i = 0; i < s->n_queues; i++) {
         sink_row(s->queues[i], &rows[i]);
@@ -950,7 +1450,8 @@ int sink_status_render(struct sink *s, struct status_node *node,
     health_check(s->health, mono_ms(), &ss->health);
     ss->placement = (struct status_placement){
         s->nodes, s->n_queues,
-        placement_fair_share((uint32_t)s->n_queues, s->nodes), held, NULL};
+        placement_fair_share((uint32_t)s->n_queues, s->nodes), held,
+        s->pl.is_giving ? s->pl.giving : NULL};
     ss->queues = rows;
     ss->n_queues = s->n_queues;
     node->sinks = ss;

@@ -12,9 +12,16 @@
  *   OWNED --driver stops Drained / Crashed---------> ENDED
  *   any but OWNED --sink_stop()--------------------> ENDED
  * Control task:
- *   PROBE --HEAD <prefix>/ answered (404 too)------> RUN (queue set, beats)
+ *   PROBE --HEAD <prefix>/ answered (404 too)------> RUN (presence beat,
+ *        queue set, beats, give-backs)
+ *   RUN --the control task fails-------------------> ENDING (queues drain)
+ *   ENDING --every queue task ended----------------> BACKOFF 1 s .. 30 s
+ *   BACKOFF --elapsed------------------------------> PROBE (a new run)
  *   RUN --sink_stop() and every queue task ended---> STOPPED (presence row
  *        deleted, "every queue drained; the sink has stopped")
+ * A free queue is claimed when placement says it is due (3.4); a queue the
+ * control task gives back drains, then claims again after 2 TTLs. Leases
+ * are refreshed by a thread of their own (queen-s3-main).
  *
  * Threading: sink_stop(), sink_stopped(), sink_status_render() and
  * sink_metrics() may be called from any thread. */
@@ -41,6 +48,11 @@ struct sink_params {
     const char *tenant_text; /* "00000000-0000-0000-0000-000000000001" */
     const struct sink_broker *broker; /* borrowed */
     struct s3_client *s3;             /* borrowed */
+    /* A seam for unit tests, NULL in the broker: called at every step of
+     * the control task; non-zero (with err filled) ends the run as a
+     * failing control task does, and the restart ladder takes over. */
+    int (*run_check)(void *arg, struct err *err);
+    void *run_check_arg;
 };
 
 /* Returns owned (free with sink_free() once stopped, or never when
@@ -58,8 +70,11 @@ bool sink_stopped(struct sink *s);
 void sink_free(struct sink *s);
 
 /* Render the s3 block (6.1) with this sink as its one entry: the caller
- * fills node's keys and ss's host keys; the sink fills ss's own keys and
- * rows under its lock and renders into out. */
+ * fills node's threads and ss's tenant, source and cluster; the sink fills
+ * the run's host keys (phase, error, restarts, lastExit, uptimeMs,
+ * backoffMs), node->phase when the caller left it NULL (starting until
+ * the control task first ran, then running, stopped once stopped), its own
+ * keys and rows under its lock, and renders into out. */
 int sink_status_render(struct sink *s, struct status_node *node,
                        struct status_sink *ss, struct buf *out,
                        struct err *err);

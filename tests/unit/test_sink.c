@@ -23,8 +23,14 @@ struct rig {
     bool bucket_down;
     struct sink_config cfg;
     struct sink_node_config node;
-    char *queues[1];
+    char *queues[3];
     struct sink *s;
+    /* seams the tests script */
+    int fail_runs;        /* the next N control steps end the run */
+    int64_t block_put_ms; /* the next PUT blocks this long, once */
+    bool in_block;
+    int refreshes;          /* [fence] batches alone on a lease key */
+    int refreshes_in_block; /* ... while a PUT was blocked */
 };
 
 static int locked_changed(void *arg, const uint8_t t[16],
@@ -51,6 +57,15 @@ static int locked_fetch(void *arg, const uint8_t t[16],
     return rc;
 }
 
+static bool is_refresh(const struct kv_op *ops, size_t n)
+{
+    const struct slice k = ops[0].key;
+
+    return n == 1 && ops[0].op == KV_PUT && ops[0].has_expect &&
+           ops[0].required && k.len > 6 &&
+           memcmp(k.ptr + k.len - 6, ":lease", 6) == 0;
+}
+
 static int locked_kv(void *arg, const uint8_t t[16], const struct kv_op *ops,
                      size_t n, int timeout_ms, struct kv_answer *out,
                      struct err *err)
@@ -58,6 +73,10 @@ static int locked_kv(void *arg, const uint8_t t[16], const struct kv_op *ops,
     struct rig *r = arg;
 
     pthread_mutex_lock(&r->mu);
+    if (is_refresh(ops, n)) {
+        r->refreshes++;
+        r->refreshes_in_block += r->in_block ? 1 : 0;
+    }
     int rc = r->inner.kv(r->inner.arg, t, ops, n, timeout_ms, out, err);
     pthread_mutex_unlock(&r->mu);
     return rc;
@@ -73,6 +92,8 @@ static int locked_safe_time(void *arg, int64_t *out, struct err *err)
     return rc;
 }
 
+static void pause_ms(long ms);
+
 static int locked_perform(void *arg, const struct s3_http_request *req,
                           struct s3_http_answer *ans, struct err *err)
 {
@@ -80,6 +101,16 @@ static int locked_perform(void *arg, const struct s3_http_request *req,
     int rc;
 
     pthread_mutex_lock(&r->mu);
+    if (r->block_put_ms > 0 && strcmp(req->method, "PUT") == 0) {
+        /* A long upload: the queue's step blocks, the fake does not. */
+        int64_t ms = r->block_put_ms;
+        r->block_put_ms = 0;
+        r->in_block = true;
+        pthread_mutex_unlock(&r->mu);
+        pause_ms((long)ms);
+        pthread_mutex_lock(&r->mu);
+        r->in_block = false;
+    }
     if (r->bucket_down) {
         rc = err_set(err, ERR_IO, "connect: Connection refused");
     } else {
@@ -97,10 +128,24 @@ static int64_t at(const char *iso)
     return us;
 }
 
-static struct rig *rig_open(bool bucket_down)
+static int rig_run_check(void *arg, struct err *err)
+{
+    struct rig *r = arg;
+    int rc = 0;
+
+    pthread_mutex_lock(&r->mu);
+    if (r->fail_runs > 0) {
+        r->fail_runs--;
+        rc = err_set(err, ERR_IO, "scripted control task failure");
+    }
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+/* The rig without its sink: tests adjust cfg and node, then rig_sink(). */
+static struct rig *rig_new(bool bucket_down)
 {
     struct rig *r = xcalloc(1, sizeof(*r));
-    struct sink_params p;
 
     pthread_mutex_init(&r->mu, NULL);
     r->bucket_down = bucket_down;
@@ -147,6 +192,13 @@ static struct rig *rig_open(bool bucket_down)
     r->node.discovery_interval_ms = 100;
     r->node.lease_ttl_ms = 30000;
     strcpy(r->node.instance, "node-1@test");
+    return r;
+}
+
+static void rig_sink(struct rig *r)
+{
+    struct sink_params p;
+
     memset(&p, 0, sizeof(p));
     p.cfg = &r->cfg;
     p.node = &r->node;
@@ -154,14 +206,35 @@ static struct rig *rig_open(bool bucket_down)
     p.tenant_text = "00000000-0000-0000-0000-000000000001";
     p.broker = &r->b;
     p.s3 = r->s3.c;
+    p.run_check = rig_run_check;
+    p.run_check_arg = r;
     r->s = sink_new(&p);
+}
+
+static struct rig *rig_open(bool bucket_down)
+{
+    struct rig *r = rig_new(bucket_down);
+
+    rig_sink(r);
     return r;
+}
+
+/* Sink the queues q1, q2, q3 instead of orders. */
+static void rig_three_queues(struct rig *r)
+{
+    free(r->queues[0]);
+    r->queues[0] = xstrdup("q1");
+    r->queues[1] = xstrdup("q2");
+    r->queues[2] = xstrdup("q3");
+    r->cfg.n_queues = 3;
 }
 
 static void rig_close(struct rig *r)
 {
     sink_free(r->s);
-    free(r->queues[0]);
+    for (size_t i = 0; i < 3; i++) {
+        free(r->queues[i]);
+    }
     fake_s3_close(&r->s3);
     bucket_free(&r->k);
     pthread_mutex_destroy(&r->mu);
@@ -178,7 +251,7 @@ static int64_t now_ms(void)
 
 static void pause_ms(long ms)
 {
-    struct timespec ts = {0, ms * 1000000L};
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
 
     nanosleep(&ts, NULL);
 }
@@ -256,7 +329,8 @@ static int count_threads_named(const char *name)
             continue;
         }
         if (fgets(comm, sizeof(comm), f) != NULL &&
-            strncmp(comm, name, strlen(name)) == 0) {
+            strncmp(comm, name, strlen(name)) == 0 &&
+            comm[strlen(name)] == '\n') {
             n++;
         }
         fclose(f);
@@ -280,6 +354,7 @@ TEST(sink_ships_windows_then_drains_and_gives_everything_back)
     EXPECT(status_has(r, "\"reachable\":null"));
     EXPECT_EQ_I64(sink_start(r->s, &err), 0);
     EXPECT_EQ_I64(count_threads_named("queen-s3"), 2);
+    EXPECT_EQ_I64(count_threads_named("queen-s3-main"), 1);
     EXPECT(wait_for(r, "\"windowsCommitted\":2", 10000));
     EXPECT(status_has(r, "\"reachable\":true"));
     EXPECT(status_has(r, "\"ownedHere\":true"));
@@ -352,5 +427,260 @@ TEST(stopping_before_start_is_stopped)
 
     sink_stop(r->s);
     EXPECT(sink_stopped(r->s));
+    rig_close(r);
+}
+
+/* ---- placement, the run's ladder, gauges, the refresher ------------------ */
+
+static bool metrics_has(struct rig *r, const char *needle)
+{
+    struct buf b;
+    struct err err;
+
+    buf_init(&b, BUF_UNLIMITED);
+    ASSERT(sink_metrics(r->s, &b, &err) == 0);
+    bool has = strstr(b.data, needle) != NULL;
+    buf_free(&b);
+    return has;
+}
+
+static bool wait_metric(struct rig *r, const char *needle, int64_t ms)
+{
+    for (int64_t end = now_ms() + ms; now_ms() < end; pause_ms(10)) {
+        if (metrics_has(r, needle)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A row another node wrote: a presence row or a lease. */
+static void rig_other_row(struct rig *r, const char *key, const char *inst)
+{
+    char doc[256];
+
+    snprintf(doc, sizeof(doc),
+             "{\"instance\":\"%s\",\"incarnation\":\"00000000000000aa\","
+             "\"sinceMs\":1}",
+             inst);
+    pthread_mutex_lock(&r->mu);
+    fake_row_set(&r->f, key, doc);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static bool rig_has_row(struct rig *r, const char *key)
+{
+    pthread_mutex_lock(&r->mu);
+    bool has = fake_row_get(&r->f, key) != NULL;
+    pthread_mutex_unlock(&r->mu);
+    return has;
+}
+
+/* Wait until the row is (present) or is not (!present); true when it
+ * happened before the deadline. */
+static bool wait_row(struct rig *r, const char *key, bool present, int64_t ms)
+{
+    for (int64_t end = now_ms() + ms; now_ms() < end; pause_ms(5)) {
+        if (rig_has_row(r, key) == present) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static void rig_push_three(struct rig *r)
+{
+    pthread_mutex_lock(&r->mu);
+    fake_push(&r->f, "a", at("2026-09-04T10:05:00.000000Z"));
+    fake_push(&r->f, "b", at("2026-09-04T10:06:00.000000Z"));
+    fake_push(&r->f, "a", at("2026-09-04T11:05:00.000000Z"));
+    r->f.safe_time = at("2026-09-04T12:00:00.000001Z");
+    pthread_mutex_unlock(&r->mu);
+}
+
+TEST(a_node_at_its_share_waits_a_ttl_longer_before_claiming)
+{
+    struct rig *r = rig_new(false);
+    struct err err;
+
+    rig_three_queues(r);
+    r->node.lease_ttl_ms = 1000;
+    rig_sink(r);
+    rig_other_row(r, "s3:default:node=node-2%40test", "node-2@test");
+    rig_other_row(r, "s3:default:node=node-3%40test", "node-3@test");
+    int64_t t0 = now_ms();
+    EXPECT_EQ_I64(sink_start(r->s, &err), 0);
+    /* N = 3 from the first beat, so the share is 1 of 3 queues. */
+    EXPECT(
+        wait_for(r, "\"held\":1,\"nodes\":3,\"queues\":3,\"share\":1", 5000));
+    int64_t t1 = now_ms();
+    EXPECT(wait_for(r, "\"held\":2,", 10000));
+    int64_t t2 = now_ms();
+    /* The first claim only waits its jitter; the next one, at the share,
+     * waits min(1 s x 1, TTL / 2) + one TTL more: >= 1.5 s. */
+    EXPECT(t1 - t0 < 1500);
+    EXPECT(t2 - t0 >= 1500);
+    EXPECT(wait_for(r, "\"held\":3,", 10000));
+    sink_stop(r->s);
+    EXPECT(wait_stopped(r, 10000));
+    rig_close(r);
+}
+
+TEST(a_node_over_its_share_gives_queues_back_one_at_a_time)
+{
+    struct rig *r = rig_new(false);
+    struct err err;
+
+    rig_three_queues(r);
+    r->node.lease_ttl_ms = 1000;
+    rig_sink(r);
+    EXPECT_EQ_I64(sink_start(r->s, &err), 0);
+    EXPECT(
+        wait_for(r, "\"held\":3,\"nodes\":1,\"queues\":3,\"share\":3", 10000));
+    EXPECT(metrics_has(r, "\nqueen_s3_queues_given_back_total 0\n"));
+    /* Two more nodes appear: share 1, this node is over by 2. */
+    int64_t t_join = now_ms();
+    rig_other_row(r, "s3:default:node=node-2%40test", "node-2@test");
+    rig_other_row(r, "s3:default:node=node-3%40test", "node-3@test");
+    /* The least buffered queue, ties by name: q1, drained and released. */
+    EXPECT(wait_row(r, "s3:default:q1:lease", false, 10000));
+    int64_t t_rel = now_ms();
+    EXPECT(t_rel - t_join >= 1000); /* over for a full TTL first */
+    EXPECT(status_has(r, "\"givingBack\":\"q1\""));
+    EXPECT(wait_metric(r, "\nqueen_s3_queues_given_back_total 1\n", 2000));
+    /* 2-TTL cooldown: nobody takes it, and this node does not either. */
+    EXPECT(!wait_row(r, "s3:default:q1:lease", true, 1500));
+    EXPECT(rig_has_row(r, "s3:default:q2:lease"));
+    /* node-2 takes q1: the give-back is over, the next one follows. */
+    rig_other_row(r, "s3:default:q1:lease", "node-2@test");
+    EXPECT(wait_for(r, "\"heldBy\":\"node-2@test\"", 5000));
+    EXPECT(wait_row(r, "s3:default:q2:lease", false, 10000));
+    EXPECT(wait_metric(r, "\nqueen_s3_queues_given_back_total 2\n", 2000));
+    rig_other_row(r, "s3:default:q2:lease", "node-3@test");
+    EXPECT(
+        wait_for(r, "\"held\":1,\"nodes\":3,\"queues\":3,\"share\":1", 5000));
+    EXPECT(wait_for(r, "\"givingBack\":null", 5000));
+    /* At its share: no third give-back over two more TTLs. */
+    EXPECT(!wait_metric(r, "\nqueen_s3_queues_given_back_total 3\n", 2000));
+    EXPECT(rig_has_row(r, "s3:default:q3:lease"));
+    sink_stop(r->s);
+    EXPECT(wait_stopped(r, 10000));
+    rig_close(r);
+}
+
+TEST(a_queue_given_back_that_nobody_takes_is_claimed_after_two_ttls)
+{
+    struct rig *r = rig_new(false);
+    struct err err;
+
+    rig_three_queues(r);
+    r->node.lease_ttl_ms = 1000;
+    rig_sink(r);
+    EXPECT_EQ_I64(sink_start(r->s, &err), 0);
+    EXPECT(wait_for(r, "\"held\":3,", 10000));
+    rig_other_row(r, "s3:default:node=node-2%40test", "node-2@test");
+    rig_other_row(r, "s3:default:node=node-3%40test", "node-3@test");
+    EXPECT(wait_row(r, "s3:default:q1:lease", false, 10000));
+    int64_t t_rel = now_ms();
+    EXPECT(wait_row(r, "s3:default:q1:lease", true, 10000));
+    EXPECT(now_ms() - t_rel >= 1900); /* 2 TTLs after the give-back */
+    sink_stop(r->s);
+    EXPECT(wait_stopped(r, 10000));
+    rig_close(r);
+}
+
+TEST(a_run_that_ends_unasked_restarts_on_a_doubling_ladder)
+{
+    struct rig *r = rig_new(false);
+    struct err err;
+
+    r->node.lease_ttl_ms = 3000; /* the control task steps every second */
+    rig_sink(r);
+    EXPECT(status_has(r, "\"phase\":\"starting\""));
+    EXPECT_EQ_I64(sink_start(r->s, &err), 0);
+    EXPECT(wait_for(r, "\"ownedHere\":true", 10000));
+    EXPECT(status_has(r, "\"phase\":\"running\",\"error\":null,"
+                         "\"restarts\":0,\"lastExit\":null,\"uptimeMs\":"));
+    pthread_mutex_lock(&r->mu);
+    r->fail_runs = 2;
+    pthread_mutex_unlock(&r->mu);
+    EXPECT(wait_for(r,
+                    "\"phase\":\"backoff\",\"error\":\"scripted control "
+                    "task failure\",\"restarts\":1,\"lastExit\":\"the sink "
+                    "returned without being stopped\",\"backoffMs\":1000",
+                    5000));
+    /* The run's queues drained and gave their leases back. */
+    EXPECT(!rig_has_row(r, "s3:default:orders:lease"));
+    EXPECT(status_has(r, "\"state\":\"drained\""));
+    EXPECT(wait_for(r,
+                    "\"restarts\":2,\"lastExit\":\"the sink returned "
+                    "without being stopped\",\"backoffMs\":2000",
+                    5000));
+    EXPECT(wait_for(r, "\"ownedHere\":true", 10000));
+    EXPECT(status_has(r, "\"phase\":\"running\""));
+    EXPECT(status_has(r, "\"restarts\":2"));
+    EXPECT(rig_has_row(r, "s3:default:orders:lease"));
+    sink_stop(r->s);
+    EXPECT(wait_stopped(r, 10000));
+    EXPECT(status_has(r, "\"phase\":\"stopped\""));
+    rig_close(r);
+}
+
+TEST(a_queue_this_node_stops_running_leaves_no_gauge_behind)
+{
+    struct rig *r = rig_new(false);
+    struct err err;
+
+    r->node.lease_ttl_ms = 1000;
+    rig_sink(r);
+    rig_push_three(r);
+    EXPECT_EQ_I64(sink_start(r->s, &err), 0);
+    EXPECT(wait_for(r, "\"windowsCommitted\":2", 10000));
+    EXPECT(metrics_has(r, "\nqueen_s3_lag_seconds{queue=\"orders\"} "));
+    EXPECT(metrics_has(r, "\nqueen_s3_safe_lag_seconds "));
+    EXPECT(
+        metrics_has(r, "\nqueen_s3_discovery_partitions{queue=\"orders\"} "));
+    EXPECT(
+        metrics_has(r, "\nqueen_s3_checkpoint_age_windows{queue=\"orders\"} "));
+    /* Another node takes the lease over. */
+    rig_other_row(r, "s3:default:orders:lease", "node-2@test");
+    EXPECT(wait_for(r, "\"heldBy\":\"node-2@test\"", 10000));
+    EXPECT(!metrics_has(r, "\nqueen_s3_lag_seconds{"));
+    EXPECT(!metrics_has(r, "\nqueen_s3_safe_lag_seconds "));
+    EXPECT(!metrics_has(r, "\nqueen_s3_discovery_partitions{"));
+    EXPECT(!metrics_has(r, "\nqueen_s3_checkpoint_age_windows{"));
+    EXPECT(metrics_has(
+        r, "\nqueen_s3_windows_committed_total{queue=\"orders\"} 2\n"));
+    EXPECT(metrics_has(r, "# TYPE queen_s3_lag_seconds gauge\n"));
+    EXPECT(metrics_has(r, "# TYPE queen_s3_safe_lag_seconds gauge\n"));
+    EXPECT(status_has(r, "\"health\":{\"ok\":true,\"queues\":0}"));
+    sink_stop(r->s);
+    EXPECT(wait_stopped(r, 10000));
+    rig_close(r);
+}
+
+TEST(a_long_upload_does_not_hold_up_the_lease_refresh)
+{
+    struct rig *r = rig_new(false);
+    struct err err;
+
+    r->node.threads = 1; /* the upload holds the pool's only thread */
+    r->node.lease_ttl_ms = 1000;
+    rig_sink(r);
+    rig_push_three(r);
+    pthread_mutex_lock(&r->mu);
+    r->block_put_ms = 1500; /* longer than the TTL */
+    pthread_mutex_unlock(&r->mu);
+    EXPECT_EQ_I64(sink_start(r->s, &err), 0);
+    EXPECT(wait_for(r, "\"windowsCommitted\":2", 15000));
+    pthread_mutex_lock(&r->mu);
+    /* every 333 ms during 1.5 s: about 4 heartbeats */
+    EXPECT(r->refreshes_in_block >= 2);
+    EXPECT(r->block_put_ms == 0);
+    pthread_mutex_unlock(&r->mu);
+    EXPECT(!status_has(r, "\"state\":\"fenced\""));
+    sink_stop(r->s);
+    EXPECT(wait_stopped(r, 10000));
+    EXPECT(!rig_has_row(r, "s3:default:orders:lease"));
     rig_close(r);
 }
