@@ -1,18 +1,53 @@
-"""Scenario b (reference 7.9): the node aborts at each crash point of the
-commit sequence (QUEEN_S3_CRASH_AT), the KV pointers and the bucket show
-exactly what that point leaves behind, and the next run redoes or commits
-the window so the lake is complete, exactly once, with every object that
-existed before the crash unchanged."""
+"""Scenario b (reference 7.9) for every object format the sink writes: the
+node aborts at each crash point of the commit sequence (QUEEN_S3_CRASH_AT),
+the KV pointers and the bucket show exactly what that point leaves behind,
+and the next run redoes or commits the window so the lake is complete,
+exactly once, with every object that existed before the crash unchanged.
+
+The steps exist once, in test_crash_point_then_redo; what differs by format
+(the settings, how the lake is verified, what a data object looks like) is
+in FORMATS and check_data_objects().  JSONL runs at all five points and so
+does Parquet, its codec alternating between zstd and snappy, so both codecs
+are crashed and redone without running ten Parquet cases.  The cases share
+one test bucket (a queue each), which saves starting s3rver for each."""
 import hashlib
 import json
 
 import pytest
 
 import lake
-from sinkenv import PREFIX, TENANT, kv_get, wait_until
+from bucket import TestBucket
+from sinkenv import PREFIX, TENANT, kv_get, sink_env, wait_until
 
-QUEUE = "orders"
 LANES = ["lane-%d" % i for i in range(8)]
+
+FORMATS = {  # name: sink settings, verify options, honest rounds, timeouts
+    "jsonl": dict(env={}, verify=dict(compression="zstd"), ext=".jsonl.zst",
+                  rounds=3, timeout=60, redo_timeout=90),
+    "parquet-zstd": dict(env={"QUEEN_S3_FORMAT": "parquet",
+                              "QUEEN_S3_PARQUET_CODEC": "zstd"},
+                         verify=dict(fmt="parquet", compression="zstd"),
+                         ext=".parquet", rounds=2, timeout=90,
+                         redo_timeout=120),
+    "parquet-snappy": dict(env={"QUEEN_S3_FORMAT": "parquet",
+                                "QUEEN_S3_PARQUET_CODEC": "snappy"},
+                           verify=dict(fmt="parquet", compression="snappy"),
+                           ext=".parquet", rounds=2, timeout=90,
+                           redo_timeout=120),
+}
+
+EXPECT = {  # point: (intent k - committed k, data object, manifest)
+    "after_intent": (1, False, False),
+    "mid_upload": (1, True, False),
+    "after_upload": (1, True, True),
+    "before_commit": (1, True, True),
+    "after_commit": (0, True, True),
+}
+
+CASES = [("jsonl", p) for p in EXPECT] + [
+    ("parquet-zstd", "after_intent"), ("parquet-snappy", "mid_upload"),
+    ("parquet-zstd", "after_upload"), ("parquet-snappy", "before_commit"),
+    ("parquet-zstd", "after_commit")]
 
 
 class Pusher:
@@ -20,7 +55,8 @@ class Pusher:
     answer was lost is kept as the leftover, pushed again later (a record
     stored before the crash then answers `duplicate` with its offset)."""
 
-    def __init__(self):
+    def __init__(self, queue):
+        self.queue = queue
         self.acked = {}
         self.leftover = []
         self.n = 0
@@ -30,7 +66,7 @@ class Pusher:
         for _ in range(per_lane):
             for lane in LANES:
                 self.n += 1
-                out.append({"queue": QUEUE, "partition": lane,
+                out.append({"queue": self.queue, "partition": lane,
                             "transactionId": "t-%06d" % self.n,
                             "payload": b'{"n":%d,"total":42.00}' % self.n})
         return out
@@ -54,41 +90,49 @@ class Pusher:
         return list(self.acked.values())
 
 
-def snapshot(reader):
-    return {k: hashlib.sha256(reader.read(k)).hexdigest()
-            for k in reader.list_keys("")}
+def snapshot(reader, queue):
+    """sha256 of every object of queue (data and sidecars)."""
+    keys = reader.list_keys(lake.queue_root(PREFIX, TENANT, queue) + "/") + \
+        reader.list_keys(lake.sidecar_root(PREFIX, TENANT, queue) + "/")
+    return {k: hashlib.sha256(reader.read(k)).hexdigest() for k in keys}
 
 
-def kv_doc(node, what):
-    row = kv_get(node, "s3:default:%s:%s" % (QUEUE, what))
+def kv_doc(node, queue, what):
+    row = kv_get(node, "s3:default:%s:%s" % (lake.esc(queue), what))
     if not row["found"]:
         return None
     v = row["value"]
     return json.loads(v) if isinstance(v, str) else v
 
 
-EXPECT = {  # point: (intent k - committed k, data object, manifest)
-    "after_intent": (1, False, False),
-    "mid_upload": (1, True, False),
-    "after_upload": (1, True, True),
-    "before_commit": (1, True, True),
-    "after_commit": (0, True, True),
-}
+def check_data_objects(fmt, reader, keys):
+    """What a whole data object of fmt looks like: its extension, and the
+    container's frame (a zstd frame; Parquet's PAR1 at both ends)."""
+    spec = FORMATS[fmt]
+    for key in keys:
+        assert key.endswith(spec["ext"]), key
+        body = reader.read(key)
+        if spec["ext"] == ".parquet":
+            assert body[:4] == b"PAR1" and body[-4:] == b"PAR1", key
+        else:
+            assert body[:4] == b"\x28\xb5\x2f\xfd", key
+            assert lake.decompress(body, "zstd", key).endswith(b"\n"), key
 
 
-@pytest.mark.parametrize("point", list(EXPECT))
-def test_crash_point_then_redo(sink_node, bucket, point):
-    reader = lake.bucket_reader(bucket)
-    verify = dict(compression="zstd", align="none")
-    p = Pusher()
-    node = sink_node()
-    for _ in range(3):  # (1) an honest run
-        assert p.push(node, p.batch(10))
-        lake.wait_queue(reader, PREFIX, TENANT, QUEUE, p.records(),
-                        timeout=60, **verify)
-    assert node.stop() == 0
+@pytest.fixture(scope="module")
+def crash_bucket(tmp_path_factory):
+    b = TestBucket(buckets=["lake"],
+                   workdir=str(tmp_path_factory.mktemp("crash") / "bucket"))
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
 
-    node.extra_env["QUEEN_S3_CRASH_AT"] = point  # (2) armed
+
+def crash(node, p, point):
+    """Boot armed at point and push until the node aborts there."""
+    node.extra_env["QUEEN_S3_CRASH_AT"] = point
     node.start()
 
     def died():
@@ -102,23 +146,42 @@ def test_crash_point_then_redo(sink_node, bucket, point):
     assert ("QUEEN_S3_CRASH_AT fired: aborting" in log or
             "aborting between multipart parts" in log), log
     node._reap()
-    before = snapshot(reader)
+
+
+@pytest.mark.parametrize("fmt,point", CASES)
+def test_crash_point_then_redo(broker_factory, crash_bucket, fmt, point):
+    spec = FORMATS[fmt]
+    queue = "b.crash.%s.%s" % (fmt, point)
+    reader = lake.bucket_reader(crash_bucket)
+    verify = dict(align="none", **spec["verify"])
+    p = Pusher(queue)
+    node = broker_factory(env=sink_env(crash_bucket, QUEEN_S3_QUEUES=queue,
+                                       **spec["env"]))
+    for _ in range(spec["rounds"]):  # (1) an honest run
+        assert p.push(node, p.batch(10))
+        lake.wait_queue(reader, PREFIX, TENANT, queue, p.records(),
+                        timeout=spec["timeout"], **verify)
+    assert node.stop() == 0
+
+    crash(node, p, point)  # (2) armed
+    before = snapshot(reader, queue)
 
     node.extra_env["QUEEN_S3_EMBEDDED"] = "false"  # (3) the pointers
     del node.extra_env["QUEEN_S3_CRASH_AT"]
     node.start()
-    intent = kv_doc(node, "intent")
-    committed = kv_doc(node, "committed")
+    intent = kv_doc(node, queue, "intent")
+    committed = kv_doc(node, queue, "committed")
     assert node.stop() == 0
     ck = committed["k"]
     gap, has_data, has_manifest = EXPECT[point]
     assert intent["k"] - ck == gap
     k = intent["k"]
-    data_root = lake.queue_root(PREFIX, TENANT, QUEUE) + "/"
+    data_root = lake.queue_root(PREFIX, TENANT, queue) + "/"
     data = [key for key in reader.list_keys(data_root)
             if ("/w-%010d-" % k) in key]
     assert bool(data) == has_data, data
-    manifest = reader.read(lake.manifest_key(PREFIX, TENANT, QUEUE, k))
+    check_data_objects(fmt, reader, data)
+    manifest = reader.read(lake.manifest_key(PREFIX, TENANT, queue, k))
     assert (manifest is not None) == has_manifest
 
     node.extra_env["QUEEN_S3_EMBEDDED"] = "true"  # (4) the redo
@@ -127,14 +190,14 @@ def test_crash_point_then_redo(sink_node, bucket, point):
     if left:
         assert p.push(node, left)
     assert p.push(node, p.batch(10))
-    lake.wait_queue(reader, PREFIX, TENANT, QUEUE, p.records(), timeout=90,
-                    **verify)
-    after = snapshot(reader)
+    lake.wait_queue(reader, PREFIX, TENANT, queue, p.records(),
+                    timeout=spec["redo_timeout"], **verify)
+    after = snapshot(reader, queue)
     for key, digest in before.items():
         assert after.get(key) == digest, "%s changed or vanished" % key
     log = node.stderr()
     restored = "queue restored queue=%s committed_k=%d redo=%s" % (
-        QUEUE, ck, "false" if point == "after_commit" else "true")
+        queue, ck, "false" if point == "after_commit" else "true")
     assert restored in log, log
     from_manifest = "committing it from its manifest" in log
     assert from_manifest == (point in ("after_upload", "before_commit"))

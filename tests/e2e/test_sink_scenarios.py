@@ -11,7 +11,8 @@ queue stays out of the lake; what was pushed after is in it exactly once.
 Last, retention (1 s) overrunning a sink that is off: without a hold the
 trimmed offsets travel as `lost` in the next window that closes, in
 queen_s3_records_lost_total and in a warning; with retentionSinkHold
-"default" the same pattern loses nothing."""
+"default" the same pattern loses nothing.  test_sink_retention.py has the
+same overrun with the sink running and lagging behind a stalled bucket."""
 import json
 
 import lake
