@@ -304,17 +304,15 @@ static int kv_parse_single(struct api_kv *k, int mode, struct err *err)
     return 0;
 }
 
-/* Seven parameters: the body and the path slices. */
-// NOLINTNEXTLINE(readability-function-size)
-int api_kv_parse(struct api_kv *k, int mode, const char *body, size_t len,
-                 struct slice ns, struct slice key, struct err *err)
+int api_kv_parse(struct api_kv *k, int mode, struct slice body, struct slice ns,
+                 struct slice key, struct err *err)
 {
     struct json_limits lim = {JSON_MAX_DEPTH_DEFAULT, JSON_MAX_DEPTH_DEFAULT,
                               API_KV_MAX_TOKENS};
 
     memset(k, 0, sizeof(*k));
     buf_init(&k->arena, BUF_UNLIMITED);
-    if (buf_reserve(&k->arena, len + 16, err) != 0) {
+    if (buf_reserve(&k->arena, body.len + 16, err) != 0) {
         return err->code;
     }
     if (mode != API_KV_BATCH) {
@@ -324,10 +322,10 @@ int api_kv_parse(struct api_kv *k, int mode, const char *body, size_t len,
         k->ops[0].ns = ns;
         k->ops[0].key = key;
     }
-    if (mode == API_KV_DELETE && len == 0) {
+    if (mode == API_KV_DELETE && body.len == 0) {
         return 0;
     }
-    if (json_parse(&k->doc, body, len, &lim, err) != 0) {
+    if (json_parse(&k->doc, body.ptr, body.len, &lim, err) != 0) {
         snprintf(k->reason, sizeof(k->reason), "kv_bad_body");
         err->code = ERR_INVALID;
         return err->code;
@@ -646,6 +644,7 @@ static void kv_run(struct http_req *req, const uint8_t tenant[16],
                    struct api_kv *k, bool is_single, bool is_get)
 {
     struct kv_call *c = xcalloc(1, sizeof(*c));
+    struct kv_batch b = {tenant, k->ops, k->n};
     struct kv_answer ans;
     struct err err = {0};
     char reason[40];
@@ -659,8 +658,8 @@ static void kv_run(struct http_req *req, const uint8_t tenant[16],
         return;
     }
     if (!kv_has_write(k->ops, k->n)) {
-        if (store_kv_read(kv_routes_ctx->a->store, tenant, kv_now_us(), k->ops,
-                          k->n, &ans, &err) != 0) {
+        if (store_kv_read(kv_routes_ctx->a->store, &b, kv_now_us(), &ans,
+                          &err) != 0) {
             kv_respond_status(req, err.code, "kv_internal", err.msg);
         } else {
             kv_answer_http(c, &ans);
@@ -669,8 +668,7 @@ static void kv_run(struct http_req *req, const uint8_t tenant[16],
         free(c);
         return;
     }
-    if (kv_submit(kv_routes_ctx->kv, tenant, k->ops, k->n, kv_on_done, c,
-                  &err) != 0) {
+    if (kv_submit(kv_routes_ctx->kv, &b, kv_on_done, c, &err) != 0) {
         kv_respond_status(req, err.code, "kv_unavailable", err.msg);
         free(c);
     }
@@ -688,8 +686,7 @@ static void kv_handle_batch(struct http_req *req, void *arg)
         kv_respond_status(req, err.code, "kv_bad_tenant", err.msg);
         return;
     }
-    if (api_kv_parse(&k, API_KV_BATCH, req->body.ptr, req->body.len, none, none,
-                     &err) != 0) {
+    if (api_kv_parse(&k, API_KV_BATCH, req->body, none, none, &err) != 0) {
         kv_respond_status(req, err.code, k.reason, err.msg);
     } else {
         kv_run(req, tenant, &k, false, false);
@@ -728,8 +725,7 @@ static void kv_handle_key(struct http_req *req, void *arg)
         k.ops[0].ns = ns;
         k.ops[0].key = key;
         kv_run(req, tenant, &k, true, true);
-    } else if (api_kv_parse(&k, mode, req->body.ptr, req->body.len, ns, key,
-                            &err) != 0) {
+    } else if (api_kv_parse(&k, mode, req->body, ns, key, &err) != 0) {
         kv_respond_status(req, err.code, k.reason, err.msg);
     } else {
         kv_run(req, tenant, &k, true, false);

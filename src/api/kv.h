@@ -46,8 +46,8 @@ struct api_kv {
  * with k->reason set ("kv_bad_body", "kv_unknown_op", ...) and err->msg the
  * detail. Validation (kv_validate) is a separate step. Free k with
  * api_kv_free() in every case. */
-int api_kv_parse(struct api_kv *k, int mode, const char *body, size_t len,
-                 struct slice ns, struct slice key, struct err *err);
+int api_kv_parse(struct api_kv *k, int mode, struct slice body, struct slice ns,
+                 struct slice key, struct err *err);
 void api_kv_free(struct api_kv *k);
 
 /* Render an answer with status 0: {"results":[...]} (single false) or the

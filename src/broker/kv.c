@@ -98,8 +98,9 @@ int kv_service_apply(void *arg, struct store *s, MDB_txn *txn,
     } else if (kv_validate(c.ops, c.n, false, reason, &derr) != 0) {
         kv_refused(res, derr.code, derr.msg); /* same on every node */
     } else {
-        rc = store_kv_apply(s, txn, h->tenant, h->stamp, c.ops, c.n, &svc->last,
-                            err);
+        struct kv_batch b = {h->tenant, c.ops, c.n};
+
+        rc = store_kv_apply(s, txn, &b, h->stamp, &svc->last, err);
         svc->has_last = rc == 0;
         svc->last_index = res->index;
         if (rc != 0) {
@@ -143,18 +144,15 @@ static void kv_on_applied(void *arg, int status, const struct fsm_result *res,
     free(p);
 }
 
-/* Seven parameters: the contract the sink was written against (kv.h). */
-// NOLINTNEXTLINE(readability-function-size)
-int kv_submit(struct kv_service *s, const uint8_t tenant[16],
-              const struct kv_op *ops, size_t n, kv_done_fn cb, void *arg,
-              struct err *err)
+int kv_submit(struct kv_service *s, const struct kv_batch *b, kv_done_fn cb,
+              void *arg, struct err *err)
 {
     char reason[40];
     struct buf cmd;
     struct kv_pending *p;
     int rc;
 
-    if (kv_validate(ops, n, false, reason, err) != 0) {
+    if (kv_validate(b->ops, b->n, false, reason, err) != 0) {
         char msg[sizeof(err->msg)];
 
         memcpy(msg, err->msg, sizeof(msg));
@@ -164,9 +162,9 @@ int kv_submit(struct kv_service *s, const uint8_t tenant[16],
         return err_set(err, ERR_BUSY, "kv: the node is not started");
     }
     buf_init(&cmd, CMD_HEADER_LEN + CMD_BODY_MAX);
-    rc = cmd_begin(&cmd, CMD_KV, tenant, err);
+    rc = cmd_begin(&cmd, CMD_KV, b->tenant, err);
     if (rc == 0) {
-        rc = kv_cmd_encode(&cmd, ops, n, err);
+        rc = kv_cmd_encode(&cmd, b->ops, b->n, err);
     }
     if (rc == 0) {
         rc = cmd_finish(&cmd, 0, err);
@@ -263,25 +261,22 @@ static int kv_wait(struct kv_waiter *w, int timeout_ms, struct kv_answer *out,
     return 0;
 }
 
-/* Seven parameters: the contract the sink was written against (kv.h). */
-// NOLINTNEXTLINE(readability-function-size)
-int kv_call(struct kv_service *s, const uint8_t tenant[16],
-            const struct kv_op *ops, size_t n, int timeout_ms,
-            struct kv_answer *out, struct err *err)
+int kv_call_batch(struct kv_service *s, const struct kv_batch *b,
+                  int timeout_ms, struct kv_answer *out, struct err *err)
 {
     struct kv_waiter *w;
     char reason[40];
     int rc;
 
     memset(out, 0, sizeof(*out));
-    if (!kv_has_write(ops, n)) {
-        if (kv_validate(ops, n, false, reason, err) != 0) {
+    if (!kv_has_write(b->ops, b->n)) {
+        if (kv_validate(b->ops, b->n, false, reason, err) != 0) {
             char msg[sizeof(err->msg)];
 
             memcpy(msg, err->msg, sizeof(msg));
             return err_set(err, err->code, "%s: %.200s", reason, msg);
         }
-        rc = store_kv_read(s->store, tenant, kv_wall_us(), ops, n, out, err);
+        rc = store_kv_read(s->store, b, kv_wall_us(), out, err);
         if (rc != 0) {
             kv_answer_free(out);
         }
@@ -291,7 +286,7 @@ int kv_call(struct kv_service *s, const uint8_t tenant[16],
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     w->refs = 2;
-    rc = kv_submit(s, tenant, ops, n, kv_waiter_done, w, err);
+    rc = kv_submit(s, b, kv_waiter_done, w, err);
     if (rc != 0) {
         w->refs = 1;
         kv_waiter_unref(w);
@@ -300,4 +295,15 @@ int kv_call(struct kv_service *s, const uint8_t tenant[16],
     rc = kv_wait(w, timeout_ms > 0 ? timeout_ms : KV_CALL_TIMEOUT_MS, out, err);
     kv_waiter_unref(w);
     return rc;
+}
+
+/* Seven parameters: the older contract (kv.h), until sink/host.c switches. */
+// NOLINTNEXTLINE(readability-function-size)
+int kv_call(struct kv_service *s, const uint8_t tenant[16],
+            const struct kv_op *ops, size_t n, int timeout_ms,
+            struct kv_answer *out, struct err *err)
+{
+    struct kv_batch b = {tenant, ops, n};
+
+    return kv_call_batch(s, &b, timeout_ms, out, err);
 }

@@ -7,7 +7,7 @@
  *   loop thread: raft entry (CMD_KV) applied by store/kv.c inside the fsm's
  *   write txn --> answer --> cb(arg, answer) on the loop thread
  *
- * kv_call() answers a batch made only of reads (get, getMany, getPrefix)
+ * kv_call_batch() answers a batch made only of reads (get, getMany, getPrefix)
  * from one read transaction without a raft entry, at the wall clock;
  * kv_submit() always goes through the log (its callback runs on the loop). A
  * batch with a write becomes one CMD_KV command: versions, verdicts and expiry
@@ -18,9 +18,10 @@
  * expect, duplicate keys, sizes) minus the HTTP edge's op and key ceilings
  * (256 ops, 4096 keys per call), which the in-process path skips.
  *
- * Ownership: every slice in a struct kv_op is borrowed for the duration of
- * kv_submit()/kv_call() only (the batch is copied). Every slice in a
- * struct kv_answer belongs to the answer; free with kv_answer_free(). */
+ * Ownership: a struct kv_batch and every slice in its ops are borrowed for
+ * the duration of kv_submit()/kv_call_batch() only (the batch is copied). Every
+ * slice in a struct kv_answer belongs to the answer; free with
+ * kv_answer_free(). */
 #ifndef QUEEN_BROKER_KV_H
 #define QUEEN_BROKER_KV_H
 
@@ -63,21 +64,25 @@ int kv_service_apply(void *arg, struct store *s, MDB_txn *txn,
 void kv_service_attach(struct kv_service *s, struct node *node);
 void kv_service_free(struct kv_service *s);
 
-/* Submit a batch from any thread. Borrows tenant and ops (copied before
- * returning). Returns 0 and later calls cb exactly once on the loop thread
- * (with the answer, or a call error as ans->status); or returns ERR_INVALID /
+/* Submit batch b from any thread. Borrows b (copied before returning).
+ * Returns 0 and later calls cb exactly once on the loop thread (with the
+ * answer, or a call error as ans->status); or returns ERR_INVALID /
  * ERR_TOO_BIG (validation; reason in err->msg as "<reason_id>: <detail>") or
- * ERR_BUSY (closing, queue full), and cb is never called. n == 0 answers an
- * empty result list. */
-int kv_submit(struct kv_service *s, const uint8_t tenant[16],
-              const struct kv_op *ops, size_t n, kv_done_fn cb, void *arg,
-              struct err *err);
+ * ERR_BUSY (closing, queue full), and cb is never called. b->n == 0 answers
+ * an empty result list. */
+int kv_submit(struct kv_service *s, const struct kv_batch *b, kv_done_fn cb,
+              void *arg, struct err *err);
 
 /* Submit and wait (any thread but the loop's). timeout_ms 0 means
  * KV_CALL_TIMEOUT_MS. Returns 0 with *out filled (out->status may be
  * ERR_PRECONDITION; free with kv_answer_free()), or an ERR_* (validation,
  * ERR_BUSY, ERR_NOT_LEADER, ERR_TIMEOUT when no answer came in time) with
  * err set and *out empty. */
+int kv_call_batch(struct kv_service *s, const struct kv_batch *b,
+                  int timeout_ms, struct kv_answer *out, struct err *err);
+
+/* kv_call_batch() with the batch spelled out: the older contract, kept only
+ * for sink/host.c until it builds a struct kv_batch; remove it then. */
 int kv_call(struct kv_service *s, const uint8_t tenant[16],
             const struct kv_op *ops, size_t n, int timeout_ms,
             struct kv_answer *out, struct err *err);

@@ -189,14 +189,14 @@ static struct slice retention_hold_read(struct retention *r, struct slice key,
                                         int64_t now_us, struct kv_answer *ans)
 {
     struct kv_op op;
+    struct kv_batch b = {STORE_DEFAULT_TENANT, &op, 1};
     struct err err = {0};
 
     memset(&op, 0, sizeof(op));
     op.op = KV_GET;
     op.ns = SLICE_LIT(RETENTION_SINK_NS);
     op.key = key;
-    if (store_kv_read(r->store, STORE_DEFAULT_TENANT, now_us, &op, 1, ans,
-                      &err) == 0 &&
+    if (store_kv_read(r->store, &b, now_us, ans, &err) == 0 &&
         ans->status == 0 && ans->n_results == 1 && ans->results[0].found) {
         return ans->results[0].value;
     }

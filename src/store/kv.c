@@ -677,14 +677,12 @@ static int kv_meta_put_version(MDB_txn *txn, MDB_dbi meta, uint64_t v,
     return 0;
 }
 
-/* Seven parameters: the contract in kv.h. */
-// NOLINTNEXTLINE(readability-function-size)
-int store_kv_apply(struct store *s, MDB_txn *txn, const uint8_t tenant[16],
-                   int64_t now, const struct kv_op *ops, size_t n,
-                   struct kv_answer *ans, struct err *err)
+int store_kv_apply(struct store *s, MDB_txn *txn, const struct kv_batch *b,
+                   int64_t now, struct kv_answer *ans, struct err *err)
 {
-    struct kv_ctx c = {s,     NULL,           tenant, now, 0,
-                       false, KV_READ_BUDGET, NULL,   ops, false};
+    struct kv_ctx c = {s,     NULL,           b->tenant, now,    0,
+                       false, KV_READ_BUDGET, NULL,      b->ops, false};
+    size_t n = b->n;
     int rc = mdb_txn_begin(s->env, txn, 0, &c.txn); /* (4) */
 
     kv_answer_start(ans, n);
@@ -713,17 +711,15 @@ int store_kv_apply(struct store *s, MDB_txn *txn, const uint8_t tenant[16],
     return rc;
 }
 
-/* Seven parameters: the contract in kv.h. */
-// NOLINTNEXTLINE(readability-function-size)
-int store_kv_read(struct store *s, const uint8_t tenant[16], int64_t now,
-                  const struct kv_op *ops, size_t n, struct kv_answer *ans,
-                  struct err *err)
+int store_kv_read(struct store *s, const struct kv_batch *b, int64_t now,
+                  struct kv_answer *ans, struct err *err)
 {
-    struct kv_ctx c = {s,     NULL,           tenant, now, 0,
-                       false, KV_READ_BUDGET, NULL,   ops, false};
+    struct kv_ctx c = {s,     NULL,           b->tenant, now,    0,
+                       false, KV_READ_BUDGET, NULL,      b->ops, false};
+    size_t n = b->n;
     int rc;
 
-    ASSERT(!kv_has_write(ops, n));
+    ASSERT(!kv_has_write(b->ops, n));
     kv_answer_start(ans, n);
     c.ans = ans;
     pthread_rwlock_rdlock(&s->swap_lock);

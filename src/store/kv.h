@@ -73,6 +73,15 @@ struct kv_op {
     int64_t by;    /* incr: the increment (0 = 1) */
 };
 
+/* One call's operations and the tenant they run for: what store_kv_apply,
+ * store_kv_read, kv_submit and kv_call_batch take. Every pointer is
+ * borrowed for the duration of the call. */
+struct kv_batch {
+    const uint8_t *tenant; /* 16 bytes */
+    const struct kv_op *ops;
+    size_t n;
+};
+
 enum kv_reason {
     KV_REASON_NONE = 0,
     KV_REASON_VERSION, /* "version" */
@@ -201,20 +210,18 @@ void kv_cmd_free(struct kv_cmd *c);
 
 /* ---- apply and read ---------------------------------------------------- */
 
-/* Apply a validated batch for tenant at instant now (the command's stamp)
- * inside txn (the fsm's write txn). Fills ans (free with kv_answer_free()).
- * Returns 0 with ans->status 0 or ERR_PRECONDITION (nothing written, (4)),
- * or ERR_INVALID for a deterministic refusal found while applying (incr of a
+/* Apply a validated batch b at instant now (the command's stamp) inside txn
+ * (the fsm's write txn). Fills ans (free with kv_answer_free()). Returns 0
+ * with ans->status 0 or ERR_PRECONDITION (nothing written, (4)), or
+ * ERR_INVALID for a deterministic refusal found while applying (incr of a
  * non-integer; nothing written); ERR_IO / ERR_FULL when LMDB failed. */
-int store_kv_apply(struct store *s, MDB_txn *txn, const uint8_t tenant[16],
-                   int64_t now, const struct kv_op *ops, size_t n,
-                   struct kv_answer *ans, struct err *err);
+int store_kv_apply(struct store *s, MDB_txn *txn, const struct kv_batch *b,
+                   int64_t now, struct kv_answer *ans, struct err *err);
 
 /* Answer a batch of reads only (get, getMany, getPrefix) at instant now in
  * one read transaction. Any thread. */
-int store_kv_read(struct store *s, const uint8_t tenant[16], int64_t now,
-                  const struct kv_op *ops, size_t n, struct kv_answer *ans,
-                  struct err *err);
+int store_kv_read(struct store *s, const struct kv_batch *b, int64_t now,
+                  struct kv_answer *ans, struct err *err);
 
 /* Remove up to max rows whose expiresAt <= now, oldest expiry first, inside
  * txn. *removed gets the count. */

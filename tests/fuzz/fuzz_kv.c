@@ -63,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         kv_cmd_free(&c);
         return 0;
     }
-    if (api_kv_parse(&k, mode, (const char *)data + 1, size - 1,
+    if (api_kv_parse(&k, mode, (struct slice){(const char *)data + 1, size - 1},
                      (struct slice){"ns", 2}, (struct slice){"key", 3},
                      &err) == 0) {
         if (kv_validate(k.ops, k.n, true, reason, &err) == 0) {

@@ -33,10 +33,10 @@ static int kv_apply(struct env *e, int64_t stamp, const struct kv_op *ops,
         snprintf(a->reason_id, sizeof(a->reason_id), "%s", reason);
         return err.code;
     }
+    struct kv_batch b = {STORE_DEFAULT_TENANT, ops, n};
+
     EXPECT_EQ_I64(store_wbegin(e->store, &txn, &err), 0);
-    EXPECT_EQ_I64(store_kv_apply(e->store, txn, STORE_DEFAULT_TENANT, stamp,
-                                 ops, n, a, &err),
-                  0);
+    EXPECT_EQ_I64(store_kv_apply(e->store, txn, &b, stamp, a, &err), 0);
     EXPECT_EQ_I64(store_wcommit(e->store, txn, ++e->index, stamp, &err), 0);
     return a->status;
 }
@@ -67,12 +67,12 @@ static struct kv_result get1(struct env *e, int64_t now, const char *key,
                              struct kv_answer *a)
 {
     struct kv_op o = op_get(key);
+    struct kv_batch b = {STORE_DEFAULT_TENANT, &o, 1};
     struct err err = {0};
 
     memset(a, 0, sizeof(*a));
 
-    EXPECT_EQ_I64(
-        store_kv_read(e->store, STORE_DEFAULT_TENANT, now, &o, 1, a, &err), 0);
+    EXPECT_EQ_I64(store_kv_read(e->store, &b, now, a, &err), 0);
     return a->results[0];
 }
 
@@ -108,6 +108,35 @@ TEST(sink_keys_round_trip_through_put_and_get)
         kv_answer_free(&a);
         kv_answer_free(&g);
     }
+    env_close(&e);
+}
+
+TEST(rows_of_one_tenant_are_invisible_to_another)
+{
+    static const uint8_t other[16] = {0x0a, 0, 0, 0, 0, 0, 0x40, 0,
+                                      0x80, 0, 0, 0, 0, 0, 0,    0x0a};
+    struct env e = {0};
+    struct kv_op w = op_put("k", "\"a\"");
+    struct kv_op r = op_get("k");
+    struct kv_batch ba = {other, &w, 1};
+    struct kv_batch bread = {other, &r, 1};
+    struct kv_answer a;
+    struct kv_answer g;
+    struct err err = {0};
+    MDB_txn *txn;
+
+    env_open(&e);
+    EXPECT_EQ_I64(store_wbegin(e.store, &txn, &err), 0);
+    EXPECT_EQ_I64(store_kv_apply(e.store, txn, &ba, T0, &a, &err), 0);
+    EXPECT_EQ_I64(store_wcommit(e.store, txn, ++e.index, T0, &err), 0);
+    EXPECT(a.results[0].applied);
+    EXPECT(!get1(&e, T0 + 1, "k", &g).found); /* the default tenant */
+    kv_answer_free(&g);
+    EXPECT_EQ_I64(store_kv_read(e.store, &bread, T0 + 1, &g, &err), 0);
+    EXPECT(g.results[0].found);
+    EXPECT_EQ_U64(g.results[0].version, a.results[0].version);
+    kv_answer_free(&g);
+    kv_answer_free(&a);
     env_close(&e);
 }
 
@@ -405,10 +434,10 @@ TEST(get_prefix_pages_through_2500_keys_without_a_miss_or_a_repeat)
         struct kv_result r;
         char want[16];
 
+        struct kv_batch b = {STORE_DEFAULT_TENANT, &o, 1};
+
         o.after = sl(after);
-        EXPECT_EQ_I64(store_kv_read(e.store, STORE_DEFAULT_TENANT, T0 + S, &o,
-                                    1, &a, &err),
-                      0);
+        EXPECT_EQ_I64(store_kv_read(e.store, &b, T0 + S, &a, &err), 0);
         r = a.results[0];
         pages++;
         for (size_t i = 0; i < r.n_rows; i++) {
@@ -853,8 +882,10 @@ static void *sink_thread(void *p)
                            op_get("s3:sink-2:a%2Fb:intent")};
     struct kv_answer a;
     struct err err = {0};
+    struct kv_batch b = {STORE_DEFAULT_TENANT, ops, 1};
 
-    c->put_status = kv_call(c->svc, STORE_DEFAULT_TENANT, ops, 1, 0, &a, &err);
+    /* kv_call() is the older spelling of kv_call_batch(): both are used. */
+    c->put_status = kv_call_batch(c->svc, &b, 0, &a, &err);
     if (c->put_status == 0) {
         c->put_version = a.results[0].version;
         kv_answer_free(&a);
@@ -869,13 +900,15 @@ static void *sink_thread(void *p)
     ops[1].has_expect = true;
     ops[1].expect = c->put_version + 1000;
     ops[1].required = true;
-    if (kv_call(c->svc, STORE_DEFAULT_TENANT, ops, 2, 0, &a, &err) == 0) {
+    b.n = 2;
+    if (kv_call_batch(c->svc, &b, 0, &a, &err) == 0) {
         c->lost_status = a.status;
         c->lost_index = a.failed_index;
         kv_answer_free(&a);
     }
     ops[0].forever = false;
-    c->bad_rc = kv_call(c->svc, STORE_DEFAULT_TENANT, ops, 1, 0, &a, &err);
+    b.n = 1;
+    c->bad_rc = kv_call_batch(c->svc, &b, 0, &a, &err);
     snprintf(c->bad_msg, sizeof(c->bad_msg), "%s", err.msg);
     atomic_store(&c->is_done, true);
     return NULL;
@@ -1060,8 +1093,9 @@ TEST(the_parser_reads_both_body_forms_and_counts_forever_false_as_absent)
         struct err err = {0};
         char reason[40];
 
-        EXPECT_EQ_I64(api_kv_parse(&k, API_KV_BATCH, bodies[i],
-                                   strlen(bodies[i]), none, none, &err),
+        struct slice body = {bodies[i], strlen(bodies[i])};
+
+        EXPECT_EQ_I64(api_kv_parse(&k, API_KV_BATCH, body, none, none, &err),
                       0);
         EXPECT_EQ_U64(k.n, 1);
         EXPECT_MEM_EQ(k.ops[0].ns.ptr, k.ops[0].ns.len, "n", 1);
