@@ -3,7 +3,8 @@ yet shows in /status and holds everything back (no lease before the bucket
 answers); once it answers the lake completes. Injected 503 SlowDown and 500
 InternalError on PUTs are retried: the lake stays exact and the S3 request
 counters show them. Scenario f: a short lease TTL under continuous pushes
-never fences the node's own queue."""
+never fences the node's own queue, nor does a PUT held longer than the
+TTL."""
 import json
 import time
 
@@ -121,4 +122,30 @@ def test_short_ttl_never_fences_itself(sink_node, bucket):
     last = lease_doc(node)
     assert last is not None and \
         last["incarnation"] == first["incarnation"], (first, last)
+    assert node.stop() == 0
+
+
+def test_a_put_held_past_the_ttl_does_not_fence(sink_node, bucket):
+    """The lease is refreshed beside the queue's task (reference 3.3: a
+    background refresher), so a data PUT the bucket holds for three TTLs
+    delays the window but neither loses the lease nor fences the commit."""
+    node = sink_node({"QUEEN_S3_LEASE_TTL_MS": "1000"})
+    reader = lake.bucket_reader(bucket)
+    acked = push(node, 8, 0)
+    lake.wait_queue(reader, PREFIX, TENANT, "orders", acked, timeout=60,
+                    compression="zstd", align="none")
+    first = lease_doc(node)
+    bucket.fault("hold", count=1, method="PUT", prefix=PREFIX + "/tenant=",
+                 ms=3000)
+    acked += push(node, 8, 8)
+    wait_until(lambda: bucket.stats()["held"] == 1, 30, "the PUT to be held")
+    wait_until(lambda: bucket.stats()["held"] == 0, 30, "the hold to end")
+    acked += push(node, 8, 16)
+    lake.wait_queue(reader, PREFIX, TENANT, "orders", acked, timeout=60,
+                    compression="zstd", align="none")
+    log = node.stderr()
+    assert "queue fenced" not in log, log
+    assert "lease lost: another instance owns this queue" not in log, log
+    assert node.metric("queen_s3_commit_precondition_lost_total") == 0
+    assert lease_doc(node)["incarnation"] == first["incarnation"]
     assert node.stop() == 0
