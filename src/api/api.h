@@ -5,9 +5,9 @@
  *
  * Each route family has one file: push.c, fetch.c, changed.c, queues.c,
  * health.c, status.c, metrics.c (and kv.c, api/kv.h); tenant.c says whose
- * data a call touches (api/tenant.h). A route splits into a pure part (parse the
- * body into store requests, render a store answer as JSON; unit tested and
- * fuzzed) and a handler that runs the I/O on the loop thread.
+ * data a call touches (api/tenant.h). A route splits into a pure part (parse
+ * the body into store requests, render a store answer as JSON; unit tested
+ * and fuzzed) and a handler that runs the I/O on the loop thread.
  *
  * Invariants:
  *   (1) A refused request changes nothing: bodies are parsed and checked in
