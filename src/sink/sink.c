@@ -94,6 +94,7 @@ struct task {
     bool is_refreshing;
     int64_t refresh_due_ms;
     bool is_give_back_asked;
+    char holder[128]; /* the other node last seen holding it, or "" */
     /* published under s->mu */
     char row_state[16];
     bool owned_here;
@@ -667,7 +668,7 @@ static enum placement_verdict sink_decide_locked(struct sink *s, int64_t now)
     in.share = sink_share(s);
     in.held = held;
     in.n_held = n;
-    in.giving_held_by_other = g != NULL && g->held_by[0] != '\0';
+    in.giving_held_by_other = g != NULL && g->holder[0] != '\0';
     enum placement_verdict v = placement_decide(&s->pl, &in);
     free(held);
     if (v == PLACEMENT_GIVE_BACK) {
@@ -980,7 +981,11 @@ static bool sink_at_or_above(const struct sink *s)
 static int64_t task_held(struct sink *s, struct task *t, const char *other,
                          int64_t now)
 {
-    if (strcmp(other, t->held_by) != 0) {
+    pthread_mutex_lock(&s->mu);
+    bool is_new = strcmp(other, t->holder) != 0;
+    snprintf(t->holder, sizeof(t->holder), "%s", other);
+    pthread_mutex_unlock(&s->mu);
+    if (is_new) { /* logged when the owner changes, not at every look */
         log_info("queen-s3",
                  "another node owns this queue; claiming again after the "
                  "lease TTL queue=%s heldBy=%s",
@@ -1115,6 +1120,9 @@ static int64_t task_claim(struct sink *s, struct task *t, int64_t now)
     if (kind == LEASE_OTHER) {
         return task_held(s, t, other, now);
     }
+    pthread_mutex_lock(&s->mu);
+    t->holder[0] = '\0';
+    pthread_mutex_unlock(&s->mu);
     if (kind == LEASE_FREE && !task_turn(s, t, now, &due)) {
         return now + placement_claim_sleep_ms(due, now, ttl_ms(s));
     }

@@ -25,6 +25,8 @@ struct rig {
     struct sink_node_config node;
     char *queues[3];
     struct sink *s;
+    struct sink_node_config node2; /* a second node on the same broker */
+    struct sink *s2;
     /* seams the tests script */
     int fail_runs;        /* the next N control steps end the run */
     int64_t block_put_ms; /* the next PUT blocks this long, once */
@@ -231,6 +233,7 @@ static void rig_three_queues(struct rig *r)
 
 static void rig_close(struct rig *r)
 {
+    sink_free(r->s2);
     sink_free(r->s);
     for (size_t i = 0; i < 3; i++) {
         free(r->queues[i]);
@@ -257,7 +260,7 @@ static void pause_ms(long ms)
 }
 
 /* The status block as text. */
-static void status_text(struct rig *r, struct buf *out)
+static void sink_status_text(struct sink *sk, struct buf *out)
 {
     struct status_node node;
     struct status_sink ss;
@@ -266,11 +269,14 @@ static void status_text(struct rig *r, struct buf *out)
     buf_reset(out);
     memset(&node, 0, sizeof(node));
     memset(&ss, 0, sizeof(ss));
-    node.phase = "running";
     ss.tenant = "00000000-0000-0000-0000-000000000001";
     ss.source = "env";
-    ss.phase = "running";
-    ASSERT(sink_status_render(r->s, &node, &ss, out, &err) == 0);
+    ASSERT(sink_status_render(sk, &node, &ss, out, &err) == 0);
+}
+
+static void status_text(struct rig *r, struct buf *out)
+{
+    sink_status_text(r->s, out);
 }
 
 static bool status_has(struct rig *r, const char *needle)
@@ -682,5 +688,77 @@ TEST(a_long_upload_does_not_hold_up_the_lease_refresh)
     sink_stop(r->s);
     EXPECT(wait_stopped(r, 10000));
     EXPECT(!rig_has_row(r, "s3:default:orders:lease"));
+    rig_close(r);
+}
+
+static bool sink_has(struct sink *sk, const char *needle)
+{
+    struct buf b;
+
+    buf_init(&b, BUF_UNLIMITED);
+    sink_status_text(sk, &b);
+    bool has = strstr(b.data, needle) != NULL;
+    buf_free(&b);
+    return has;
+}
+
+/* Both sinks' status holds its needle at the same moment. */
+static bool wait_both(struct rig *r, const char *n1, const char *n2, int64_t ms)
+{
+    for (int64_t end = now_ms() + ms; now_ms() < end; pause_ms(10)) {
+        if (sink_has(r->s, n1) && sink_has(r->s2, n2)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A second real sink, node-2@test, on the rig's broker and bucket. */
+static void rig_second_node(struct rig *r)
+{
+    struct sink_params p;
+
+    r->node2 = r->node;
+    strcpy(r->node2.instance, "node-2@test");
+    memset(&p, 0, sizeof(p));
+    p.cfg = &r->cfg;
+    p.node = &r->node2;
+    memcpy(p.tenant, STORE_DEFAULT_TENANT, 16);
+    p.tenant_text = "00000000-0000-0000-0000-000000000001";
+    p.broker = &r->b;
+    p.s3 = r->s3.c;
+    r->s2 = sink_new(&p);
+}
+
+TEST(a_node_that_joins_gets_its_share_from_the_one_already_running)
+{
+    struct rig *r = rig_new(false);
+    struct err err;
+
+    rig_three_queues(r);
+    r->node.lease_ttl_ms = 1000;
+    rig_sink(r);
+    rig_second_node(r);
+    EXPECT_EQ_I64(sink_start(r->s, &err), 0);
+    EXPECT(wait_for(r, "\"held\":3,\"nodes\":1,", 10000));
+    EXPECT_EQ_I64(sink_start(r->s2, &err), 0);
+    /* N = 2, share 2: node-1 gives q1 back, node-2 (below its share)
+     * takes it while node-1 cools down. */
+    EXPECT(wait_both(r, "\"held\":2,\"nodes\":2,\"queues\":3,\"share\":2",
+                     "\"held\":1,\"nodes\":2,\"queues\":3,\"share\":2", 15000));
+    EXPECT(sink_has(r->s2, "{\"name\":\"q1\",\"ownedHere\":true"));
+    EXPECT(metrics_has(r, "\nqueen_s3_queues_given_back_total 1\n"));
+    /* Then it holds still: both at or below their share. */
+    EXPECT(!wait_metric(r, "\nqueen_s3_queues_given_back_total 2\n", 3000));
+    EXPECT(wait_both(r, "\"held\":2,", "\"held\":1,", 1000));
+    sink_stop(r->s2);
+    sink_stop(r->s);
+    EXPECT(wait_stopped(r, 10000));
+    for (int64_t end = now_ms() + 10000;
+         !sink_stopped(r->s2) && now_ms() < end;) {
+        pause_ms(20);
+    }
+    EXPECT(sink_stopped(r->s2));
+    EXPECT(!rig_has_row(r, "s3:default:node=node-2%40test"));
     rig_close(r);
 }
