@@ -1,0 +1,36 @@
+/* The entry arena: memory for the raft entries this process proposes.
+ *
+ * libraft keeps every entry since its last snapshot in memory, so the buffer
+ * of each proposal is memory the process has never touched, and on this VM
+ * the first touch of a 4 KiB page costs ~3 µs: ~640 µs for a 200 KB entry
+ * of 800 pushed records, more CPU than everything else the entry costs but
+ * the LMDB apply. The arena cuts pages from 64 MiB chunks that ask the kernel
+ * for transparent huge pages (one fault per 2 MiB instead of 512), and keeps
+ * two emptied chunks (already faulted in) for reuse once a snapshot frees
+ * the entries.
+ *
+ * It is installed as libraft's heap (raft_heap_set): every other libraft
+ * allocation still goes to libc; raft_free and raft_realloc recognise arena
+ * blocks by address, so a block is freed with raft_free like any other.
+ *   (1) A chunk is unmapped or reused only when every block cut from it was
+ *       freed and it is not the chunk being cut.
+ *   (2) Thread-safe (one mutex): libraft may free from its thread pool. */
+#ifndef QUEEN_RAFT_ARENA_H
+#define QUEEN_RAFT_ARENA_H
+
+#include <stddef.h>
+
+/* Install the arena as libraft's heap, once per process (later calls do
+ * nothing). Safe before or after libraft allocated: a block the arena did
+ * not cut is passed to libc. */
+void arena_install(void);
+
+/* A block of n bytes (16-byte aligned) to hand to raft_apply; free with
+ * raft_free. Blocks over 16 MiB come from libc. Returns NULL when memory is
+ * exhausted. */
+void *arena_alloc(size_t n);
+
+/* Bytes of chunks mapped (cut or spare), for tests and metrics. */
+size_t arena_mapped_bytes(void);
+
+#endif
