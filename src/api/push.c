@@ -333,11 +333,12 @@ void api_push_free(struct api_push *p)
 /* ---- the handler ----
  *
  * Group commit. A push entry costs a raft disk write and an LMDB write
- * transaction whatever its size, so while PUSH_IN_FLIGHT push entries of a
- * node are being written and applied, the requests that arrive wait in that
- * node's queue; when an entry applies, the queue becomes ONE entry (one
- * command, one stamp, one transaction). What stays true (reference 1.2,
- * 2.2):
+ * transaction whatever its size, so while the node has PUSH_IN_FLIGHT
+ * entries not yet committed (being written), the requests that arrive wait
+ * in that node's queue; when an entry is committed (node_on_commit, before
+ * it applies), the queue becomes ONE entry (one command, one stamp, one
+ * transaction) that libraft writes while the committed one applies and is
+ * answered. What stays true (reference 1.2, 2.2):
  *   (1) a request's items are contiguous in one entry, so they share one
  *       stamp; a request proposed later lies in a later entry, so its stamp
  *       is greater (requests coalesced together were concurrent: neither
@@ -370,7 +371,6 @@ struct push_op {
 struct push_queue {
     struct push_queue *next;
     struct node *node;
-    int in_flight;
     struct push_op *head;
     struct push_op *tail;
     size_t n_items;
@@ -379,6 +379,18 @@ struct push_queue {
 };
 
 static struct push_queue *push_queues;
+
+static void push_flush(struct push_queue *q);
+
+/* node_on_commit: an entry left the disk; propose what waited for it. */
+static void push_committed(void *arg)
+{
+    struct push_queue *q = arg;
+
+    if (node_uncommitted(q->node) < PUSH_IN_FLIGHT) {
+        push_flush(q);
+    }
+}
 
 static struct push_queue *push_queue_of(struct node *node)
 {
@@ -476,8 +488,6 @@ static void push_answer(struct push_op *op, int status,
     push_op_free(op);
 }
 
-static void push_flush(struct push_queue *q);
-
 /* The applied callback of one batch (arg: its first op; ops linked). */
 static void push_applied(void *arg, int status, const struct fsm_result *res,
                          const struct err *perr)
@@ -503,8 +513,7 @@ static void push_applied(void *arg, int status, const struct fsm_result *res,
         op = next;
     }
     api_wake(a);
-    q->in_flight--;
-    push_flush(q);
+    push_committed(q);
 }
 
 /* Encode the ops (linked, bases set) as one PUSH command and propose it.
@@ -536,7 +545,6 @@ static void push_propose(struct push_queue *q, struct push_op *ops,
         free(items);
     }
     if (rc == 0) {
-        q->in_flight++;
         return;
     }
     while (ops != NULL) {
@@ -563,11 +571,12 @@ static void push_flush(struct push_queue *q)
 }
 
 /* Queue op for the node's next push entry; propose at once when fewer than
- * PUSH_IN_FLIGHT entries are on their way. */
+ * PUSH_IN_FLIGHT entries of the node are not yet committed. */
 static void push_submit(struct api *a, struct push_op *op)
 {
     struct push_queue *q = push_queue_of(a->node);
 
+    node_on_commit(q->node, push_committed, q); /* (a node may be new) */
     if (q->head != NULL &&
         (memcmp(q->head->tenant, op->tenant, 16) != 0 ||
          q->n_items + op->p.n > PUSH_BATCH_ITEMS ||
@@ -584,7 +593,7 @@ static void push_submit(struct api *a, struct push_op *op)
     q->tail = op;
     q->n_items += op->p.n;
     q->n_bytes += op->req->body.len;
-    if (q->in_flight < PUSH_IN_FLIGHT) {
+    if (node_uncommitted(q->node) < PUSH_IN_FLIGHT) {
         push_flush(q);
     }
 }

@@ -9,7 +9,8 @@
  *   - SIGPIPE kills the process when a peer goes away: ignored at start;
  *   - a multi-buffer raft_apply calls back after the FIRST entry: we never
  *     pass more than one buffer;
- *   - entry buffers come from raft_malloc and belong to raft once
+ *   - entry buffers come from raft_malloc (our arena, raft/arena.h, is
+ *     installed as its heap) and belong to raft once
  *     raft_apply returned 0;
  *   - the default snapshot threshold costs ~10x throughput: we set a high one;
  *   - RAFT_CANTBOOTSTRAP on an existing data dir is the normal restart.
@@ -34,6 +35,7 @@
 
 #include "base/log.h"
 #include "base/xalloc.h"
+#include "raft/arena.h"
 #include "raft/cmd.h"
 #include "store/store_impl.h"
 
@@ -61,6 +63,20 @@ struct proposal {
     struct node *node;
     node_applied_fn cb;
     void *arg;
+};
+
+/* A committed entry handed to the fsm by libraft, applied later (see
+ * "Deferred apply" below). */
+struct deferred {
+    struct deferred *next;
+    uint64_t index;
+    const void *base; /* raft's entry bytes, borrowed until applied */
+    size_t len;
+    unsigned gen;          /* check generation it was queued in */
+    bool is_applied;       /* applied by a drain, answer not yet delivered */
+    struct fsm_result res; /* the saved result when is_applied (items owned) */
+    bool has_res;          /* false: the entry was skipped by fsm (1) */
+    struct proposal *prop; /* whose callback gets the result, or NULL */
 };
 
 struct async_item {
@@ -103,6 +119,20 @@ struct node {
     unsigned ticks;
     bool sync_pending;
     uv_work_t sync_work;
+    uv_check_t apply_check; /* applies deferred entries */
+    uv_idle_t apply_idle;   /* keeps poll from blocking while some wait */
+    struct deferred *d_head;
+    struct deferred *d_tail;
+    unsigned check_gen;
+    bool is_stalled;        /* (D3) */
+    unsigned n_uncommitted; /* our proposals not yet at apply_cb */
+    node_commit_fn commit_fn;
+    void *commit_arg;
+    int (*fsm_apply)(struct raft_fsm *fsm, const struct raft_buffer *buf,
+                     void **result);
+    int (*fsm_snapshot)(struct raft_fsm *fsm, struct raft_buffer *bufs[],
+                        unsigned *n_bufs);
+    int (*fsm_restore)(struct raft_fsm *fsm, struct raft_buffer *buf);
     bool is_snap_auto;       /* thresholds follow the mean entry size */
     uint64_t mean_entry;     /* moving mean of proposed entry bytes */
     unsigned snap_threshold; /* as last set on raft */
@@ -204,6 +234,11 @@ struct fsm *node_fsm(struct node *n)
     return n->fsm;
 }
 
+static int deferred_drain(struct node *n);
+static int deferred_run(struct node *n, bool is_all);
+static void deferred_retry(struct node *n);
+static void deferred_abandon(struct node *n);
+
 /* ---- leadership ----------------------------------------------------------
  */
 
@@ -212,8 +247,9 @@ static void barrier_cb(struct raft_barrier *req, int status)
     struct node *n = req->data;
 
     n->barrier_pending = false;
+    /* (D2): stamps of this term must exceed every applied one. */
     if (status == 0 && raft_state(&n->raft) == RAFT_LEADER &&
-        n->raft.current_term == n->barrier_term) {
+        n->raft.current_term == n->barrier_term && deferred_drain(n) == 0) {
         n->ready_term = n->barrier_term;
         log_info("node", "leader ready in term %" PRIu64 " at index %" PRIu64,
                  n->ready_term, store_applied_index(n->store));
@@ -295,6 +331,7 @@ static void tick_cb(uv_timer_t *t)
     check_leadership(n);
     if (++n->ticks % SYNC_TICKS == 0) {
         retry_stalled_apply(n);
+        deferred_retry(n);
     }
     if (n->ticks % SYNC_TICKS == 0 && !n->sync_pending) {
         n->sync_work.data = n;
@@ -322,13 +359,15 @@ static int raft_err(int rv, struct err *err, const char *what)
     }
 }
 
-static void apply_cb(struct raft_apply *req, int status, void *result)
+/* Call p back with its entry's result (NULL: the store already held the
+ * entry) or raft's failure status, and free it. */
+static void proposal_finish(struct proposal *p, int status,
+                            const struct fsm_result *res)
 {
-    struct proposal *p = req->data;
     struct err err = {0};
 
-    if (status == 0 && result != NULL) {
-        p->cb(p->arg, 0, result, NULL);
+    if (status == 0 && res != NULL) {
+        p->cb(p->arg, 0, res, NULL);
     } else {
         if (status == 0) {
             err_set(&err, ERR_IO, "entry was applied before this proposal");
@@ -338,6 +377,243 @@ static void apply_cb(struct raft_apply *req, int status, void *result)
         p->cb(p->arg, err.code, NULL, &err);
     }
     free(p);
+}
+
+/* libraft calls this right after the fsm's apply of the proposal's entry:
+ * a deferred entry (the queue's tail) gets the proposal parked on it. */
+static void apply_cb(struct raft_apply *req, int status, void *result)
+{
+    struct proposal *p = req->data;
+    struct node *n = p->node;
+
+    ASSERT(n->n_uncommitted > 0);
+    n->n_uncommitted--;
+    if (status == 0 && result != NULL && result == (void *)n->d_tail) {
+        ASSERT(n->d_tail->index == req->index); /* (D1) */
+        n->d_tail->prop = p;
+    } else {
+        proposal_finish(p, status, result);
+    }
+    if (n->commit_fn != NULL) {
+        n->commit_fn(n->commit_arg); /* may propose: libraft writes it next */
+    }
+}
+
+/* ---- deferred apply ------------------------------------------------------
+ *
+ * libraft 0.15 applies a committed entry inside the callback of the disk
+ * write that stored it, and starts the next write (of every entry proposed
+ * meanwhile) only after that callback returns. Applied in place, the LMDB
+ * transaction, the answers it triggers and the next proposal ran while the
+ * disk sat idle, and the next write ran while the loop sat idle. So the
+ * fsm's apply only queues the entry here (its bytes stay in libraft's
+ * in-memory log until a snapshot, which drains this queue first), and a
+ * check handle applies it one loop iteration later: after the next poll,
+ * which is where libraft hands the next write to its thread pool (its
+ * RWF_NOWAIT attempt on the O_DIRECT segment fails with EAGAIN, and that
+ * poll sees it). The store write, the answers and the next proposal then
+ * overlap the disk write.
+ *
+ *   (D1) Entries are applied in log order, each once; a proposal's callback
+ *        runs with its own entry's result, after every earlier entry's.
+ *   (D2) What needs the store to be current drains the queue first: a
+ *        snapshot taken or restored, the barrier that makes a leader ready
+ *        (its stamps must exceed every applied one), start (after raft's
+ *        replay) and close. A drain inside libraft's call stack applies but
+ *        does not call back (a callback may propose): the results are saved
+ *        and the check delivers them, in order.
+ *   (D3) An entry the store cannot commit stays at the head and is retried
+ *        about once a second (tick); nothing behind it applies. Once the
+ *        node closes and the queue is empty, entries apply in place again.
+ */
+
+static void deferred_idle_cb(uv_idle_t *h)
+{
+    UNUSED(h);
+}
+
+static void deferred_check_cb(uv_check_t *h);
+
+static void deferred_start(struct node *n)
+{
+    if (!n->is_stalled && !uv_is_active((uv_handle_t *)&n->apply_check)) {
+        uv_idle_start(&n->apply_idle, deferred_idle_cb);
+        uv_check_start(&n->apply_check, deferred_check_cb);
+    }
+}
+
+static void deferred_stop(struct node *n)
+{
+    uv_idle_stop(&n->apply_idle);
+    uv_check_stop(&n->apply_check);
+}
+
+/* Apply d to the store; *res is the fsm's result (borrowed until the next
+ * apply; NULL when the store held the entry already). Returns 0 or an ERR_*
+ * (nothing changed, d stays queued). */
+static int deferred_apply(struct node *n, struct deferred *d,
+                          const struct fsm_result **res, struct err *err)
+{
+    if (fsm_apply_entry(n->fsm, d->index, d->base, d->len, res, err) != 0) {
+        log_error("node", "%s", err->msg);
+        return err->code;
+    }
+    d->base = NULL;
+    d->has_res = *res != NULL;
+    return 0;
+}
+
+static void deferred_free(struct deferred *d)
+{
+    free(d->res.items);
+    free(d);
+}
+
+static struct deferred *deferred_pop(struct node *n)
+{
+    struct deferred *d = n->d_head;
+
+    n->d_head = d->next;
+    if (n->d_head == NULL) {
+        n->d_tail = NULL;
+    }
+    return d;
+}
+
+/* Apply (unless a drain did) and deliver the queued entries: those queued
+ * before this check generation, or all of them when is_all. Returns 0, or
+ * an ERR_* when the head failed (D3). */
+static int deferred_run(struct node *n, bool is_all)
+{
+    struct err err = {0};
+    struct deferred *d;
+
+    while ((d = n->d_head) != NULL && (is_all || d->gen != n->check_gen)) {
+        const struct fsm_result *res = &d->res;
+
+        if (!d->is_applied && deferred_apply(n, d, &res, &err) != 0) {
+            return err.code;
+        }
+        deferred_pop(n);
+        if (d->prop != NULL) {
+            proposal_finish(d->prop, 0, d->has_res ? res : NULL);
+        }
+        deferred_free(d);
+    }
+    return 0;
+}
+
+/* (D2) inside libraft's call stack: apply every queued entry, saving the
+ * results for the check to deliver. Returns 0 or an ERR_*. */
+static int deferred_drain(struct node *n)
+{
+    struct err err = {0};
+
+    for (struct deferred *d = n->d_head; d != NULL; d = d->next) {
+        const struct fsm_result *res;
+
+        if (d->is_applied) {
+            continue;
+        }
+        if (deferred_apply(n, d, &res, &err) != 0) {
+            return err.code;
+        }
+        if (res != NULL) {
+            d->res = *res;
+            d->res.items = NULL;
+            if (res->n_items > 0) {
+                d->res.items =
+                    xmemdup(res->items, res->n_items * sizeof(*res->items));
+            }
+        }
+        d->is_applied = true;
+    }
+    return 0;
+}
+
+static void deferred_check_cb(uv_check_t *h)
+{
+    struct node *n = container_of(h, struct node, apply_check);
+
+    if (deferred_run(n, false) != 0) {
+        n->is_stalled = true; /* (D3): the tick retries */
+        deferred_stop(n);
+    } else if (n->d_head == NULL) {
+        deferred_stop(n);
+    }
+    n->check_gen++;
+}
+
+/* (D3) from the tick: try a stalled head again. */
+static void deferred_retry(struct node *n)
+{
+    if (n->is_stalled) {
+        n->is_stalled = false;
+        deferred_start(n);
+    }
+}
+
+/* Fail the proposals still parked on entries that will never apply here
+ * (the node is gone, or its start failed); free the queue. */
+static void deferred_abandon(struct node *n)
+{
+    while (n->d_head != NULL) {
+        struct deferred *d = deferred_pop(n);
+
+        if (d->prop != NULL) {
+            proposal_finish(d->prop, RAFT_SHUTDOWN, NULL);
+        }
+        deferred_free(d);
+    }
+}
+
+/* raft_fsm.apply: queue the entry (its index is libraft's last_applied + 1,
+ * as fsm.c reads it) and hand libraft the queue node as the result, which
+ * apply_cb recognises. */
+static int node_fsm_apply(struct raft_fsm *rf, const struct raft_buffer *buf,
+                          void **result)
+{
+    struct node *n = container_of(rf, struct node, rfsm);
+    struct deferred *d;
+
+    if (n->closing && n->d_head == NULL) {
+        return n->fsm_apply(rf, buf, result);
+    }
+    d = xcalloc(1, sizeof(*d));
+    d->index = n->raft.last_applied + 1;
+    d->base = buf->base;
+    d->len = buf->len;
+    d->gen = n->check_gen;
+    if (n->d_tail != NULL) {
+        n->d_tail->next = d;
+    } else {
+        n->d_head = d;
+    }
+    n->d_tail = d;
+    deferred_start(n);
+    *result = d;
+    return 0;
+}
+
+static int node_fsm_snapshot(struct raft_fsm *rf, struct raft_buffer *bufs[],
+                             unsigned *n_bufs)
+{
+    struct node *n = container_of(rf, struct node, rfsm);
+
+    if (deferred_drain(n) != 0) {
+        return RAFT_BUSY; /* libraft tries again later */
+    }
+    return n->fsm_snapshot(rf, bufs, n_bufs);
+}
+
+static int node_fsm_restore(struct raft_fsm *rf, struct raft_buffer *buf)
+{
+    struct node *n = container_of(rf, struct node, rfsm);
+
+    if (deferred_drain(n) != 0) {
+        return RAFT_IOERR;
+    }
+    return n->fsm_restore(rf, buf);
 }
 
 static int64_t next_stamp(struct node *n)
@@ -429,9 +705,9 @@ int node_propose(struct node *n, int type, const void *cmd, size_t len,
     /* libraft 0.15's segment loader expects 8-byte aligned entries; an
      * unpadded one corrupts the batch that follows it on disk. */
     buf.len = (len + 7) & ~(size_t)7;
-    buf.base = raft_malloc(buf.len);
+    buf.base = arena_alloc(buf.len); /* raft frees it with raft_free */
     if (buf.base == NULL) {
-        return err_set(err, ERR_BUSY, "raft_malloc %zu B failed", buf.len);
+        return err_set(err, ERR_BUSY, "arena_alloc %zu B failed", buf.len);
     }
     memcpy(buf.base, cmd, len);
     memset((char *)buf.base + len, 0, buf.len - len);
@@ -448,7 +724,19 @@ int node_propose(struct node *n, int type, const void *cmd, size_t len,
         free(p);
         return raft_err(rv, err, "raft_apply");
     }
+    n->n_uncommitted++;
     return 0;
+}
+
+unsigned node_uncommitted(const struct node *n)
+{
+    return n->n_uncommitted;
+}
+
+void node_on_commit(struct node *n, node_commit_fn fn, void *arg)
+{
+    n->commit_fn = fn;
+    n->commit_arg = arg;
 }
 
 int node_barrier(struct node *n, node_applied_fn cb, void *arg, struct err *err)
@@ -629,10 +917,14 @@ static void init_handles(struct node *n)
     uv_timer_init(n->loop, &n->tick);
     uv_timer_init(n->loop, &n->close_timer);
     uv_async_init(n->loop, &n->async, async_cb);
+    uv_check_init(n->loop, &n->apply_check);
+    uv_idle_init(n->loop, &n->apply_idle);
     n->tick.data = n;
     n->close_timer.data = n;
     n->async.data = n;
-    n->open_handles = 3;
+    n->apply_check.data = n;
+    n->apply_idle.data = n;
+    n->open_handles = 5;
 }
 
 /* Undo a start that failed after init_io: the close machinery frees n once
@@ -641,6 +933,7 @@ static void fail_start(struct node *n, bool raft_inited)
 {
     n->closing = true;
     drain_async(n);
+    deferred_abandon(n);
     if (raft_inited) {
         raft_close(&n->raft, raft_closed_cb);
         return;
@@ -650,6 +943,19 @@ static void fail_start(struct node *n, bool raft_inited)
     uv_close((uv_handle_t *)&n->tick, handle_closed);
     uv_close((uv_handle_t *)&n->close_timer, handle_closed);
     uv_close((uv_handle_t *)&n->async, handle_closed);
+    uv_close((uv_handle_t *)&n->apply_check, handle_closed);
+    uv_close((uv_handle_t *)&n->apply_idle, handle_closed);
+}
+
+/* Put the deferred apply (and its drains) between libraft and the fsm. */
+static void wrap_fsm(struct node *n)
+{
+    n->fsm_apply = n->rfsm.apply;
+    n->fsm_snapshot = n->rfsm.snapshot;
+    n->fsm_restore = n->rfsm.restore;
+    n->rfsm.apply = node_fsm_apply;
+    n->rfsm.snapshot = node_fsm_snapshot;
+    n->rfsm.restore = node_fsm_restore;
 }
 
 int node_start(struct node **out, uv_loop_t *loop,
@@ -660,6 +966,7 @@ int node_start(struct node **out, uv_loop_t *loop,
     int rv;
 
     signal(SIGPIPE, SIG_IGN);
+    arena_install();
     n->loop = loop;
     n->store = store;
     n->id = cfg->id;
@@ -671,6 +978,7 @@ int node_start(struct node **out, uv_loop_t *loop,
     }
     init_handles(n);
     n->fsm = fsm_new(store, &n->rfsm);
+    wrap_fsm(n);
     for (int t = CMD_PUSH + 1; t < CMD_TYPE_COUNT; t++) {
         if (cfg->handlers[t] != NULL) {
             fsm_set_handler(n->fsm, t, cfg->handlers[t], cfg->handler_args[t]);
@@ -696,6 +1004,10 @@ int node_start(struct node **out, uv_loop_t *loop,
         return err->code;
     }
     uv_timer_start(&n->tick, tick_cb, TICK_MS, TICK_MS);
+    if (deferred_run(n, true) != 0) { /* (D2): raft's replay */
+        n->is_stalled = true;
+        deferred_stop(n);
+    }
     n->last_stamp = fsm_greatest_stamp(n->fsm);
     check_leadership(n);
     log_info("node",
@@ -748,6 +1060,7 @@ static void reap_cb(uv_timer_t *t)
         return;
     }
     uv_timer_stop(t);
+    deferred_abandon(n);
     raft_uv_close(&n->io);
     raft_uv_tcp_close(&n->transport);
     if (store_sync(n->store, &err) != 0) {
@@ -756,6 +1069,8 @@ static void reap_cb(uv_timer_t *t)
     uv_close((uv_handle_t *)&n->tick, handle_closed);
     uv_close((uv_handle_t *)&n->close_timer, handle_closed);
     uv_close((uv_handle_t *)&n->async, handle_closed);
+    uv_close((uv_handle_t *)&n->apply_check, handle_closed);
+    uv_close((uv_handle_t *)&n->apply_idle, handle_closed);
 }
 
 static void raft_closed_cb(struct raft *r)
@@ -770,6 +1085,10 @@ static void close_delay_cb(uv_timer_t *t)
     struct node *n = container_of(t, struct node, close_timer);
 
     uv_timer_stop(t);
+    /* (D2): raft_close frees the entries still queued. */
+    if (deferred_run(n, true) != 0) {
+        deferred_abandon(n);
+    }
     raft_close(&n->raft, raft_closed_cb);
 }
 

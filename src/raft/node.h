@@ -81,6 +81,7 @@ typedef void (*node_applied_fn)(void *arg, int status,
                                 const struct fsm_result *res,
                                 const struct err *err);
 typedef void (*node_closed_fn)(void *arg);
+typedef void (*node_commit_fn)(void *arg);
 
 /* Make the raft dir (cfg->dir/raft; the caller creates cfg->dir and opens
  * the store in node_store_dir()), bootstrap on first start (an existing dir
@@ -110,6 +111,17 @@ int node_propose(struct node *n, int type, const void *cmd, size_t len,
  * proposals already. */
 int node_propose_async(struct node *n, int type, const void *cmd, size_t len,
                        node_applied_fn cb, void *arg, struct err *err);
+
+/* Proposals of this node that are not committed yet (not written by a
+ * quorum): what a batching proposer waits on before it proposes the next
+ * batch. Loop thread. */
+unsigned node_uncommitted(const struct node *n);
+
+/* Call fn(arg) on the loop each time one of this node's proposals is
+ * committed, before it applies (applies are deferred, see node.c): a batch
+ * proposed then is written by libraft while the committed entry applies.
+ * fn may propose. One hook per node; fn NULL removes it. */
+void node_on_commit(struct node *n, node_commit_fn fn, void *arg);
 
 /* A read barrier that also moves safeTime: proposes a CMD_NOOP (stamped
  * like any command) and calls cb once it applied on this node, so every

@@ -806,3 +806,96 @@ TEST(a_barrier_moves_safe_time_after_everything_before_it)
     stop(&c);
     teardown(&c);
 }
+
+/* The commit hook: what the node looked like when the first entry was
+ * committed, and the push it proposed from there. */
+struct hook {
+    struct ctx *c;
+    int calls;
+    unsigned uncommitted; /* at the first call */
+    int done;             /* callbacks delivered at the first call */
+    uint64_t applied;     /* store applied index at the first call */
+};
+
+static void on_commit(void *arg)
+{
+    struct hook *h = arg;
+    struct err err = {0};
+    struct buf b;
+
+    if (h->calls++ > 0) {
+        return;
+    }
+    h->uncommitted = node_uncommitted(h->c->node);
+    h->done = h->c->done;
+    h->applied = node_applied_index(h->c->node);
+    make_push(&b, "second", 100);
+    EXPECT_EQ_I64(node_propose(h->c->node, CMD_PUSH, b.data, b.len, on_applied,
+                               h->c, &err),
+                  0);
+    buf_free(&b);
+}
+
+TEST(an_entry_is_committed_before_it_applies_and_the_hook_may_propose)
+{
+    struct ctx c;
+    struct hook h = {&c, 0, 99, -1, 0};
+    uint64_t before;
+
+    setup(&c);
+    start(&c, 0);
+    EXPECT(run_until(&c, is_leader, 5));
+    before = node_applied_index(c.node);
+    node_on_commit(c.node, on_commit, &h);
+    want = 2;
+    EXPECT_EQ_I64(propose_pushes(&c, 0, 1), 0);
+    EXPECT_EQ_I64(node_uncommitted(c.node), 1);
+    EXPECT(run_until(&c, got_all, 10));
+    EXPECT_EQ_I64(c.failed, 0);
+    EXPECT_EQ_I64(h.calls, 2);
+    /* Committed, not yet applied nor answered, when the hook ran. */
+    EXPECT_EQ_I64(h.uncommitted, 0);
+    EXPECT_EQ_I64(h.done, 0);
+    EXPECT_EQ_I64(h.applied, before);
+    /* Applied in log order: the hook's push follows the first. */
+    EXPECT_EQ_I64(c.offsets[0], 0);
+    EXPECT_EQ_I64(c.offsets[1], 100);
+    EXPECT(c.stamps[1] > c.stamps[0]);
+    EXPECT(node_applied_index(c.node) >= before + 2);
+    EXPECT_EQ_I64(node_uncommitted(c.node), 0);
+    node_on_commit(c.node, NULL, NULL);
+    stop(&c);
+    teardown(&c);
+}
+
+TEST(snapshots_between_deferred_applies_keep_every_answer_in_order)
+{
+    struct ctx c;
+    struct err err = {0};
+    struct store_fetch_req r = {SLICE_LIT("orders"), SLICE_LIT("Default"), 0,
+                                8 << 20};
+    struct store_fetch_answer a;
+
+    setup(&c);
+    start(&c, 2); /* a snapshot (and a drain) every other entry */
+    EXPECT(run_until(&c, is_leader, 5));
+    want = 13;
+    EXPECT_EQ_I64(propose_pushes(&c, 0, 12), 0);
+    EXPECT_EQ_I64(node_barrier(c.node, on_applied, &c, &err), 0);
+    EXPECT(run_until(&c, got_all, 20));
+    EXPECT_EQ_I64(c.failed, 0);
+    for (int k = 0; k < 12; k++) {
+        EXPECT_EQ_I64(c.offsets[k], 100 * k);
+        EXPECT(k == 0 || c.stamps[k] > c.stamps[k - 1]);
+    }
+    EXPECT_EQ_I64(node_safe_time(c.node), c.stamps[12]);
+    stop(&c);
+    start(&c, 0);
+    EXPECT(run_until(&c, is_leader, 5));
+    EXPECT_EQ_I64(store_fetch(c.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
+                  0);
+    EXPECT_EQ_I64(a.entries[0].high_watermark, 1200);
+    store_fetch_answer_free(&a);
+    stop(&c);
+    teardown(&c);
+}
