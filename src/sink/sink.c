@@ -63,9 +63,6 @@
 #define SINK_PROBE_MAX_MS      60000
 #define SINK_LOG_EVERY_MS      30000
 #define SINK_STOP_POLL_MS      50
-#define SINK_LADDER_MIN_MS     1000
-#define SINK_LADDER_MAX_MS     30000
-#define SINK_HEALTHY_RUN_MS    3600000
 
 enum qstate { Q_CLAIM, Q_OWNED, Q_ENDED };
 enum run_state { RUN_STARTING, RUN_RUNNING, RUN_ENDING, RUN_BACKOFF };
@@ -767,16 +764,13 @@ static int64_t sink_run_failed(struct sink *s, int64_t now, const char *why)
     return now;
 }
 
-/* The next backoff of the ladder: 1 s doubling to 30 s, reset by a run that
- * was healthy for an hour. */
-static int64_t sink_ladder_next(struct sink *s, int64_t run_ms)
+int64_t sink_restart_backoff(int64_t *ladder_ms, int64_t run_ms)
 {
-    if (run_ms >= SINK_HEALTHY_RUN_MS) {
-        s->ladder_ms = SINK_LADDER_MIN_MS;
+    if (run_ms >= SINK_HEALTHY_RUN_MS || *ladder_ms < SINK_LADDER_MIN_MS) {
+        *ladder_ms = SINK_LADDER_MIN_MS;
     }
-    int64_t wait = s->ladder_ms;
-    s->ladder_ms =
-        wait * 2 > SINK_LADDER_MAX_MS ? SINK_LADDER_MAX_MS : wait * 2;
+    int64_t wait = *ladder_ms;
+    *ladder_ms = wait * 2 > SINK_LADDER_MAX_MS ? SINK_LADDER_MAX_MS : wait * 2;
     return wait;
 }
 
@@ -788,7 +782,7 @@ static int64_t sink_run_ending(struct sink *s, int64_t now)
     }
     sink_presence_delete(s);
     pthread_mutex_lock(&s->mu);
-    int64_t wait = sink_ladder_next(s, now - s->run_started_ms);
+    int64_t wait = sink_restart_backoff(&s->ladder_ms, now - s->run_started_ms);
     s->run = RUN_BACKOFF;
     s->backoff_ms = wait;
     s->backoff_until_ms = now + wait;

@@ -55,6 +55,16 @@ struct sink_params {
     void *run_check_arg;
 };
 
+#define SINK_LADDER_MIN_MS  1000    /* the first restart's backoff */
+#define SINK_LADDER_MAX_MS  30000   /* the ladder's top */
+#define SINK_HEALTHY_RUN_MS 3600000 /* a run this long resets the ladder */
+
+/* The restart ladder (3.1), pure: the backoff before the next run after a
+ * run of run_ms ended unasked. *ladder_ms holds the next backoff (start at
+ * 0 or SINK_LADDER_MIN_MS): 1 s, 2 s, 4 s ... up to 30 s; a run of at least
+ * an hour starts it again at 1 s. */
+int64_t sink_restart_backoff(int64_t *ladder_ms, int64_t run_ms);
+
 /* Returns owned (free with sink_free() once stopped, or never when
  * sink_wait() timed out: threads may still use it). */
 struct sink *sink_new(const struct sink_params *p);

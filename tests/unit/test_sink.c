@@ -762,3 +762,17 @@ TEST(a_node_that_joins_gets_its_share_from_the_one_already_running)
     EXPECT(!rig_has_row(r, "s3:default:node=node-2%40test"));
     rig_close(r);
 }
+
+TEST(the_restart_ladder_doubles_to_30_s_and_resets_after_a_healthy_hour)
+{
+    int64_t ladder = 0;
+    const int64_t want[] = {1000, 2000, 4000, 8000, 16000, 30000, 30000};
+
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        EXPECT_EQ_I64(sink_restart_backoff(&ladder, 5000), want[i]);
+    }
+    /* One ms short of an hour is not healthy enough; an hour is. */
+    EXPECT_EQ_I64(sink_restart_backoff(&ladder, 3599999), 30000);
+    EXPECT_EQ_I64(sink_restart_backoff(&ladder, 3600000), 1000);
+    EXPECT_EQ_I64(sink_restart_backoff(&ladder, 10), 2000);
+}
