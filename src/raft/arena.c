@@ -20,11 +20,16 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define ARENA_CHUNK  ((size_t)64 << 20)
-#define ARENA_HUGE   ((size_t)2 << 20)
-#define ARENA_HDR    16
-#define ARENA_BIG    (ARENA_CHUNK / 4)
-#define ARENA_SPARES 2
+#define ARENA_CHUNK ((size_t)64 << 20)
+#define ARENA_HUGE  ((size_t)2 << 20)
+#define ARENA_HDR   16
+#define ARENA_BIG   (ARENA_CHUNK / 4)
+/* Spares kept: about the log libraft holds between two snapshots
+ * (node.c's SNAP_LOG_BYTES), so after the first snapshot nothing faults. */
+#define ARENA_SPARES 8
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
 
 struct chunk {
     struct chunk *next;
@@ -40,6 +45,9 @@ static struct chunk *arena_spares;
 static int arena_n_spares;
 static size_t arena_mapped;
 static bool arena_is_installed;
+static pthread_cond_t arena_cv = PTHREAD_COND_INITIALIZER;
+static bool arena_is_prefaulting; /* the prefaulter may run */
+static bool arena_has_thread;
 
 static struct chunk *chunk_map(void)
 {
@@ -59,7 +67,6 @@ static struct chunk *chunk_map(void)
     c->base = m + (ARENA_HUGE - (uintptr_t)m % ARENA_HUGE) % ARENA_HUGE;
     /* Advice only: without THP the arena still reuses spare chunks. */
     (void)madvise(c->base, ARENA_CHUNK, MADV_HUGEPAGE);
-    arena_mapped += ARENA_CHUNK + ARENA_HUGE;
     return c;
 }
 
@@ -88,6 +95,11 @@ static bool chunk_next(void)
         arena_n_spares--;
     } else if ((c = chunk_map()) == NULL) {
         return false;
+    } else {
+        arena_mapped += ARENA_CHUNK + ARENA_HUGE;
+    }
+    if (arena_n_spares == 0) {
+        pthread_cond_signal(&arena_cv); /* the prefaulter makes the next */
     }
     c->used = 0;
     c->live = 0;
@@ -237,12 +249,62 @@ void arena_install(void)
     pthread_mutex_unlock(&arena_mu);
 }
 
-size_t arena_mapped_bytes(void)
+/* The prefaulter thread: whenever no spare is left (at start, and each time
+ * the cutter took the last), map a chunk and fault all of it in (the kernel
+ * zeroes its pages here, on this thread), then offer it as a spare. */
+static void *prefault_main(void *arg)
 {
-    size_t n;
+    (void)arg;
+    pthread_mutex_lock(&arena_mu);
+    for (;;) {
+        struct chunk *c;
+
+        while (!arena_is_prefaulting || arena_n_spares > 0) {
+            pthread_cond_wait(&arena_cv, &arena_mu);
+        }
+        pthread_mutex_unlock(&arena_mu);
+        c = chunk_map();
+        if (c != NULL &&
+            madvise(c->base, ARENA_CHUNK, MADV_POPULATE_WRITE) != 0) {
+            for (size_t off = 0; off < ARENA_CHUNK; off += 4096) {
+                c->base[off] = 0; /* an older kernel: touch each page */
+            }
+        }
+        pthread_mutex_lock(&arena_mu);
+        if (c == NULL) {
+            arena_is_prefaulting = false; /* out of memory: stop trying */
+            continue;
+        }
+        arena_mapped += ARENA_CHUNK + ARENA_HUGE;
+        c->next = arena_spares;
+        arena_spares = c;
+        arena_n_spares++;
+    }
+    return NULL;
+}
+
+void arena_prefault(bool on)
+{
+    pthread_t t;
+    pthread_attr_t attr;
 
     pthread_mutex_lock(&arena_mu);
-    n = arena_mapped;
+    arena_is_prefaulting = on;
+    if (on && !arena_has_thread) {
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        arena_has_thread = pthread_create(&t, &attr, prefault_main, NULL) == 0;
+        pthread_attr_destroy(&attr);
+        arena_is_prefaulting = arena_has_thread;
+    }
+    pthread_cond_signal(&arena_cv);
     pthread_mutex_unlock(&arena_mu);
-    return n;
+}
+
+void arena_get_stats(struct arena_stats *out)
+{
+    pthread_mutex_lock(&arena_mu);
+    out->mapped = arena_mapped;
+    out->spares = arena_n_spares;
+    pthread_mutex_unlock(&arena_mu);
 }

@@ -1,11 +1,14 @@
 /* Tests of the entry arena (raft/arena.h): blocks handed to libraft are
  * freed through raft_free/raft_realloc like libc blocks, emptied chunks are
- * kept (two) or unmapped, and libc blocks pass through untouched. */
+ * kept (eight) or unmapped, the prefaulter readies the next chunk, and libc
+ * blocks pass through untouched. */
 #include "raft/arena.h"
 
 #include <raft.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -69,32 +72,77 @@ TEST(libc_blocks_and_huge_blocks_pass_through)
     raft_aligned_free(4096, p);
 }
 
-TEST(emptied_chunks_are_kept_two_deep_and_reused)
+static size_t mapped(void)
 {
-    enum { N = 60 };
+    struct arena_stats st;
+
+    arena_get_stats(&st);
+    return st.mapped;
+}
+
+TEST(emptied_chunks_are_kept_eight_deep_and_reused)
+{
+    enum { N = 44 };
     void *b[N];
-    size_t base;
     size_t peak;
+    size_t kept;
+    struct arena_stats st;
 
     arena_install();
-    base = arena_mapped_bytes();
-    for (int i = 0; i < N; i++) { /* 60 x 4 MiB: about four chunks */
-        b[i] = arena_alloc(4 * MIB);
+    arena_prefault(false);
+    for (int i = 0; i < N; i++) { /* 44 x 15 MiB, 4 a chunk: 11 chunks */
+        b[i] = arena_alloc(15 * MIB);
         EXPECT(b[i] != NULL);
     }
-    peak = arena_mapped_bytes();
-    EXPECT(peak >= base + 3 * CHUNK);
+    peak = mapped();
+    EXPECT(peak >= 11 * CHUNK);
     for (int i = 0; i < N; i++) { /* oldest first, as raft frees them */
         raft_free(b[i]);
     }
-    /* The chunk being cut, and two spares; the rest unmapped. */
-    EXPECT(arena_mapped_bytes() < peak);
-    EXPECT(arena_mapped_bytes() <= base + 3 * CHUNK);
-    for (int i = 0; i < 30; i++) { /* two chunks' worth: reuses spares */
-        b[i] = arena_alloc(4 * MIB);
+    /* The chunk being cut and eight spares stay; the rest is unmapped. */
+    arena_get_stats(&st);
+    EXPECT_EQ_I64(st.spares, 8);
+    kept = mapped();
+    EXPECT(kept < peak);
+    EXPECT(kept <= 9 * CHUNK + (peak - 11 * CHUNK));
+    for (int i = 0; i < 32; i++) { /* eight chunks' worth: the spares */
+        b[i] = arena_alloc(15 * MIB);
     }
-    EXPECT(arena_mapped_bytes() <= base + 3 * CHUNK);
-    for (int i = 0; i < 30; i++) {
+    EXPECT_EQ_U64(mapped(), kept);
+    for (int i = 0; i < 32; i++) {
+        raft_free(b[i]);
+    }
+}
+
+TEST(the_prefaulter_readies_a_spare_when_the_last_is_taken)
+{
+    struct arena_stats st;
+    void *b[40];
+    int n = 0;
+    double end;
+
+    arena_install();
+    arena_prefault(false);
+    arena_get_stats(&st);
+    /* Take every spare, then one more chunk. */
+    while (n < 40 && st.spares > 0) {
+        b[n++] = arena_alloc(15 * MIB);
+        arena_get_stats(&st);
+    }
+    for (int k = 0; k < 4 && n < 40; k++) {
+        b[n++] = arena_alloc(15 * MIB);
+    }
+    arena_get_stats(&st);
+    EXPECT_EQ_I64(st.spares, 0);
+    arena_prefault(true);
+    end = (double)time(NULL) + 10;
+    while (st.spares == 0 && (double)time(NULL) < end) {
+        usleep(1000);
+        arena_get_stats(&st);
+    }
+    EXPECT_EQ_I64(st.spares, 1);
+    arena_prefault(false);
+    for (int i = 0; i < n; i++) {
         raft_free(b[i]);
     }
 }
