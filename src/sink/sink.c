@@ -271,12 +271,11 @@ static struct task *refresh_pick(struct sink *s, int64_t now, int64_t *wake)
 }
 
 /* One heartbeat of one lease, without s->mu: 3.3's refresh outcomes. */
-static void refresh_one(struct sink *s, struct task *t, struct lease *l)
+static void refresh_one(const struct task *t, struct lease *l)
 {
     struct err err = {0};
     int rc = lease_refresh(l, &err);
 
-    UNUSED(s);
     if (rc == 0) {
         return;
     }
@@ -312,7 +311,7 @@ static void *sink_refresher(void *arg)
         t->refresh_due_ms = now + every;
         struct lease *l = t->lease;
         pthread_mutex_unlock(&s->mu);
-        refresh_one(s, t, l);
+        refresh_one(t, l);
         /* A lost lease is not refreshed again: the driver stops Fenced. */
         bool is_lost = lease_lost(l);
         pthread_mutex_lock(&s->mu);
