@@ -10,12 +10,21 @@
 # payload 100 commands at a time. Prints records/s, its p50/p99, and the
 # ratio queen/redis.
 #
+# The machine is shared, so the two peers run BENCH_RUNS (3) interleaved
+# rounds (queen, redis, queen, redis, ...) and the summary is the median of
+# each figure. Beside the wall figures each round prints CPU-µs per record
+# of the server process (utime+stime, less sensitive to a busy machine than
+# records/s; the load generators share the same 2 cores) and the load
+# average.
+#
 # Usage: bench/push.sh [build-dir]   (make bench runs it via scripts/bench.sh)
+# QUEEN_BIN overrides the binary (to compare two builds with one script).
 set -euo pipefail
 build=${1:-build}
 root="$(cd "$(dirname "$0")/.." && pwd)"
-queen="$root/$build/queen"
+queen="${QUEEN_BIN:-$root/$build/queen}"
 secs=${BENCH_SECONDS:-20}
+runs=${BENCH_RUNS:-3}
 conns=16
 batch=100
 tmp=$(mktemp -d /tmp/queen-bench-push.XXXXXX)
@@ -37,6 +46,9 @@ wait_http() { # url
   done
   echo "bench/push: $1 did not answer" >&2; return 1
 }
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime+stime, clock ticks
+hz=$(getconf CLK_TCK)
+load() { cut -d' ' -f1 /proc/loadavg; }
 
 # One 200-byte JSON payload, and a push body of $batch items.
 payload=$(/usr/bin/python3 -c '
@@ -55,56 +67,85 @@ with open(out, "w") as f:
     f.write("wrk.body = %s\n" % json.dumps(body))
 PY
 
-# ---- queen ----
-qport=$(free_port); rport=$(free_port)
-QUEEN_PORT=$qport QUEEN_BIND_ADDR=127.0.0.1 QUEEN_RAFT_DIR="$tmp/queen" \
-  QUEEN_RAFT_LISTEN=127.0.0.1:$rport QUEEN_LOG_LEVEL=warn \
-  "$queen" 2>"$tmp/queen.log" &
-qpid=$!
-wait_http "http://127.0.0.1:$qport/health"
-cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime+stime, clock ticks
-hz=$(getconf CLK_TCK)
-qcpu0=$(cpu "$qpid")
-wrk -t2 -c$conns -d${secs}s --latency -s "$tmp/push.lua" \
-  "http://127.0.0.1:$qport/api/v1/push" >"$tmp/wrk.txt"
-qcpu=$(( $(cpu "$qpid") - qcpu0 ))
-qreqs=$(awk '/requests in/ {print $1}' "$tmp/wrk.txt")
-kill -TERM "$qpid"; wait "$qpid" || true; qpid=""
-qreq=$(awk '/^Requests\/sec:/ {print $2}' "$tmp/wrk.txt")
-qp50=$(awk '$1=="50%" {print $2}' "$tmp/wrk.txt")
-qp99=$(awk '$1=="99%" {print $2}' "$tmp/wrk.txt")
-qbad=$(awk '/Non-2xx/ {print $5}' "$tmp/wrk.txt"); qbad=${qbad:-0}
-qerr=$(grep -c "Socket errors" "$tmp/wrk.txt" || true)
-qrate=$(/usr/bin/python3 -c "print(int(float('$qreq') * $batch))")
+# One queen round: a fresh data dir; appends "rate p50 p99 cpu_us load" to
+# $tmp/queen.rounds, and the number of records stored to $tmp/qstored.
+queen_round() {
+  local r=$1 qport rport qcpu0 qcpu qreqs qreq qp50 qp99 qbad
+  qport=$(free_port); rport=$(free_port)
+  QUEEN_PORT=$qport QUEEN_BIND_ADDR=127.0.0.1 QUEEN_RAFT_DIR="$tmp/queen$r" \
+    QUEEN_RAFT_LISTEN=127.0.0.1:$rport QUEEN_LOG_LEVEL=warn \
+    "$queen" 2>"$tmp/queen$r.log" &
+  qpid=$!
+  wait_http "http://127.0.0.1:$qport/health"
+  qcpu0=$(cpu "$qpid")
+  wrk -t2 -c$conns -d${secs}s --latency -s "$tmp/push.lua" \
+    "http://127.0.0.1:$qport/api/v1/push" >"$tmp/wrk$r.txt"
+  qcpu=$(( $(cpu "$qpid") - qcpu0 ))
+  kill -TERM "$qpid"; wait "$qpid" || true; qpid=""
+  rm -rf "$tmp/queen$r"
+  qreqs=$(awk '/requests in/ {print $1}' "$tmp/wrk$r.txt")
+  qreq=$(awk '/^Requests\/sec:/ {print $2}' "$tmp/wrk$r.txt")
+  qp50=$(awk '$1=="50%" {print $2}' "$tmp/wrk$r.txt")
+  qp99=$(awk '$1=="99%" {print $2}' "$tmp/wrk$r.txt")
+  qbad=$(awk '/Non-2xx/ {print $5}' "$tmp/wrk$r.txt"); qbad=${qbad:-0}
+  [ "$qbad" = 0 ] || echo "bench/push: queen round $r: $qbad non-2xx answers" >&2
+  /usr/bin/python3 - "$qreq" "$qreqs" "$qcpu" "$qp50" "$qp99" "$(load)" \
+    "$batch" "$hz" >>"$tmp/queen.rounds" <<'PY'
+import sys
+req, reqs, cpu, p50, p99, load, batch, hz = sys.argv[1:]
+ms = lambda s: float(s[:-2]) if s.endswith("ms") else float(s[:-2]) / 1000 if s.endswith("us") else float(s[:-1]) * 1000
+recs = int(reqs) * int(batch)
+print(float(req) * int(batch), ms(p50), ms(p99), int(cpu) / int(hz) * 1e6 / max(recs, 1), load, recs)
+PY
+}
 
-# ---- redis peer ----
-redport=$(free_port)
-redis-server --port "$redport" --bind 127.0.0.1 --dir "$tmp" --save "" \
-  --appendonly yes --appendfsync everysec --daemonize no \
-  --logfile "$tmp/redis.log" &
-rpid=$!
-for _ in $(seq 1 200); do
-  redis-cli -p "$redport" ping >/dev/null 2>&1 && break; sleep 0.05
+# One redis round, as many XADDs as queen stored in its round (at least 1M).
+redis_round() {
+  local r=$1 n redport rcpu0 rcpu rrate rp50 rp99
+  n=$(awk 'END {print ($6 > 1000000 ? ($6 < 20000000 ? $6 : 20000000) : 1000000)}' "$tmp/queen.rounds")
+  redport=$(free_port)
+  mkdir -p "$tmp/redis$r"
+  redis-server --port "$redport" --bind 127.0.0.1 --dir "$tmp/redis$r" --save "" \
+    --appendonly yes --appendfsync everysec --daemonize no \
+    --logfile "$tmp/redis$r.log" &
+  rpid=$!
+  for _ in $(seq 1 200); do
+    redis-cli -p "$redport" ping >/dev/null 2>&1 && break; sleep 0.05
+  done
+  rcpu0=$(cpu "$rpid")
+  redis-benchmark -p "$redport" -c $conns -P $batch -n "$n" \
+    XADD bench '*' payload "$payload" >"$tmp/redis$r.txt" 2>&1
+  rcpu=$(( $(cpu "$rpid") - rcpu0 ))
+  kill "$rpid"; wait "$rpid" 2>/dev/null || true; rpid=""
+  rm -rf "$tmp/redis$r"
+  rrate=$(grep -Eo 'throughput summary: [0-9.]+' "$tmp/redis$r.txt" | awk '{print $3}')
+  read -r rp50 rp99 < <(awk '/latency summary/ {getline; getline; print $3, $5}' "$tmp/redis$r.txt")
+  /usr/bin/python3 -c "print($rrate, $rp50, $rp99, $rcpu / $hz * 1e6 / $n, '$(load)', $n)" \
+    >>"$tmp/redis.rounds"
+}
+
+for r in $(seq 1 "$runs"); do
+  queen_round "$r"
+  redis_round "$r"
 done
-# as many commands as queen stored (at least 1M), so both runs are comparable
-n=$(/usr/bin/python3 -c "print(max(1000000, min(int(float('$qreq') * $batch * $secs), 20000000)))")
-rcpu0=$(cpu "$rpid")
-redis-benchmark -p "$redport" -c $conns -P $batch -n "$n" \
-  XADD bench '*' payload "$payload" >"$tmp/redis.txt" 2>&1
-rlen=$(redis-cli -p "$redport" XLEN bench)
-rcpu=$(( $(cpu "$rpid") - rcpu0 ))
-kill "$rpid"; wait "$rpid" 2>/dev/null || true; rpid=""
-rrate=$(grep -Eo 'throughput summary: [0-9.]+' "$tmp/redis.txt" | awk '{print $3}')
-read -r rp50 rp99 < <(awk '/latency summary/ {getline; getline; print $3, $5}' "$tmp/redis.txt")
 
-echo "bench/push: ${plen}-byte JSON payloads, $batch per request, $conns connections, ${secs}s"
-printf "  queen  %10.0f records/s  p50 %s  p99 %s (request of %d)  non-2xx %s\n" \
-  "$qrate" "$qp50" "$qp99" "$batch" "$qbad"
-printf "  redis  %10.0f records/s  p50 %sms  p99 %sms (XADD, pipeline %d, AOF everysec)  XLEN %s\n" \
-  "$rrate" "$rp50" "$rp99" "$batch" "$rlen"
-# Records per CPU-second of the server process: less sensitive to a busy
-# machine than records/s (the load generators share the same 2 cores).
-/usr/bin/python3 -c "
-q = $qreqs * $batch / max($qcpu / $hz, 1e-9); r = $n / max($rcpu / $hz, 1e-9)
-print('  cpu    queen %.0f records per CPU-second, redis %.0f (load average %s)' % (q, r, open('/proc/loadavg').read().split()[0]))"
-/usr/bin/python3 -c "print('  ratio  queen/redis = %.2f   (goal: queen >= 200000 records/s: %s)' % ($qrate / float('$rrate'), 'met' if $qrate >= 200000 else 'NOT met'))"
+echo "bench/push: ${plen}-byte JSON payloads, $batch per request, $conns connections, ${secs}s, $runs rounds"
+/usr/bin/python3 - "$tmp/queen.rounds" "$tmp/redis.rounds" "$batch" <<'PY'
+import statistics, sys
+def rows(path):
+    return [[float(x) for x in line.split()] for line in open(path)]
+q, r, batch = rows(sys.argv[1]), rows(sys.argv[2]), int(sys.argv[3])
+for i, (a, b) in enumerate(zip(q, r), 1):
+    print("  round %d  queen %8.0f records/s p50 %6.2fms p99 %7.2fms %5.2f CPU-us/record (load %.2f)"
+          "  redis %8.0f records/s %5.2f CPU-us/record (load %.2f)  ratio %.2f"
+          % (i, a[0], a[1], a[2], a[3], a[4], b[0], b[3], b[4], a[0] / b[0]))
+med = lambda rs, k: statistics.median(x[k] for x in rs)
+qr, rr = med(q, 0), med(r, 0)
+print("  queen  %10.0f records/s  p50 %.2fms  p99 %.2fms (request of %d)  %.2f CPU-us/record  (medians)"
+      % (qr, med(q, 1), med(q, 2), batch, med(q, 3)))
+print("  redis  %10.0f records/s  p50 %.3fms  p99 %.3fms (XADD, pipeline %d, AOF everysec)  %.2f CPU-us/record  (medians)"
+      % (rr, med(r, 1), med(r, 2), batch, med(r, 3)))
+print("  load   average %s over the rounds" % " ".join("%.2f" % x[4] for x in q + r))
+print("  ratio  queen/redis = %.2f   (goal: queen >= 200000 records/s: %s)"
+      % (qr / rr, "met" if qr >= 200000 else "NOT met"))
+PY
