@@ -10,7 +10,8 @@ import time
 
 import lake
 from bucket import TestBucket
-from sinkenv import PREFIX, TENANT, kv_get, sink_env, wait_until, it
+from sinkenv import (PREFIX, TENANT, it, kv_get, sink_env, sink_row,
+                     wait_until)
 
 
 def push(node, n, first, queue="orders"):
@@ -84,8 +85,9 @@ def test_short_ttl_never_fences_itself(sink_node, bucket):
     """Scenario f: TTL 1 s (refresh every 333 ms) against 100 ms windows and
     10 ms discovery, with pushes for 40 s.  The node must never fence its
     own queue: no fenced stop, no lost lease, no lost precondition, the same
-    lease row (incarnation) from start to end, the sink committing in every
-    10 s of the 40, and the lake exact."""
+    lease row (incarnation) from start to end, the /status row owned here
+    and running and the sink committing in every 10 s of the 40, and the
+    lake exact."""
     node = sink_node({"QUEEN_S3_LEASE_TTL_MS": "1000",
                       "QUEEN_S3_MAX_WINDOW_MS": "100",
                       "QUEEN_S3_DISCOVERY_INTERVAL_MS": "10"})
@@ -107,6 +109,9 @@ def test_short_ttl_never_fences_itself(sink_node, bucket):
             pushes += 1
             time.sleep(0.05)
         slices.append((pushes, written()))
+        row = sink_row(node, "orders")
+        assert row["ownedHere"] is True and row["heldBy"] is None, row
+        assert row["state"] in ("filling", "intent", "upload", "commit"), row
     assert all(p > 0 for p, _ in slices), slices
     counts = [w for _, w in slices]
     assert all(b > a for a, b in zip(counts, counts[1:])), \
