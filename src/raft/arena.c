@@ -249,6 +249,20 @@ void arena_install(void)
     pthread_mutex_unlock(&arena_mu);
 }
 
+/* Fault c in, one huge page per call: a populate holds the process's mmap
+ * lock, and an mmap elsewhere (malloc of a large block, LMDB) waits for it;
+ * one call for the whole chunk held it for up to ~100 ms. */
+static void chunk_populate(struct chunk *c)
+{
+    for (size_t off = 0; off < ARENA_CHUNK; off += ARENA_HUGE) {
+        if (madvise(c->base + off, ARENA_HUGE, MADV_POPULATE_WRITE) != 0) {
+            for (size_t k = 0; k < ARENA_HUGE; k += 4096) {
+                c->base[off + k] = 0; /* an older kernel: touch each page */
+            }
+        }
+    }
+}
+
 /* The prefaulter thread: whenever no spare is left (at start, and each time
  * the cutter took the last), map a chunk and fault all of it in (the kernel
  * zeroes its pages here, on this thread), then offer it as a spare. */
@@ -264,11 +278,8 @@ static void *prefault_main(void *arg)
         }
         pthread_mutex_unlock(&arena_mu);
         c = chunk_map();
-        if (c != NULL &&
-            madvise(c->base, ARENA_CHUNK, MADV_POPULATE_WRITE) != 0) {
-            for (size_t off = 0; off < ARENA_CHUNK; off += 4096) {
-                c->base[off] = 0; /* an older kernel: touch each page */
-            }
+        if (c != NULL) {
+            chunk_populate(c);
         }
         pthread_mutex_lock(&arena_mu);
         if (c == NULL) {
