@@ -285,7 +285,7 @@ out_close:
         router_free(b.router);
     }
     api_kv_routes_free();
-    /* A sink past its grace may still be inside a store read or kv_call:
+    /* A sink past its grace may still be inside a store read or kv_call_batch:
      * leave what it borrows to the process exit. */
     if (sink_host_free(b.sink)) {
         kv_service_free(b.kv);

@@ -8,7 +8,7 @@
  *   loop: kv_service_apply() -> svc->last (keyed by raft index)
  *   loop: kv_on_applied() -> cb(arg, answer) -> free
  *
- * kv_call() wraps kv_submit() with a waiter (mutex + condition variable)
+ * kv_call_batch() wraps kv_submit() with a waiter (mutex + condition variable)
  * that both sides reference, so a caller that gave up on time leaves the
  * late callback a valid place to drop its answer. */
 #include "broker/kv.h"
@@ -295,15 +295,4 @@ int kv_call_batch(struct kv_service *s, const struct kv_batch *b,
     rc = kv_wait(w, timeout_ms > 0 ? timeout_ms : KV_CALL_TIMEOUT_MS, out, err);
     kv_waiter_unref(w);
     return rc;
-}
-
-/* Seven parameters: the older contract (kv.h), until sink/host.c switches. */
-// NOLINTNEXTLINE(readability-function-size)
-int kv_call(struct kv_service *s, const uint8_t tenant[16],
-            const struct kv_op *ops, size_t n, int timeout_ms,
-            struct kv_answer *out, struct err *err)
-{
-    struct kv_batch b = {tenant, ops, n};
-
-    return kv_call_batch(s, &b, timeout_ms, out, err);
 }

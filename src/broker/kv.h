@@ -81,10 +81,4 @@ int kv_submit(struct kv_service *s, const struct kv_batch *b, kv_done_fn cb,
 int kv_call_batch(struct kv_service *s, const struct kv_batch *b,
                   int timeout_ms, struct kv_answer *out, struct err *err);
 
-/* kv_call_batch() with the batch spelled out: the older contract, kept only
- * for sink/host.c until it builds a struct kv_batch; remove it then. */
-int kv_call(struct kv_service *s, const uint8_t tenant[16],
-            const struct kv_op *ops, size_t n, int timeout_ms,
-            struct kv_answer *out, struct err *err);
-
 #endif

@@ -1,8 +1,8 @@
 /* The broker glue of the embedded S3 sink (see host.h).
  *
  * The in-process seam is thin on purpose: the store's reads are plain C
- * calls safe from any thread, and kv_call() blocks the sink's thread until
- * the batch is applied on the loop, so the sink sees the same answers the
+ * calls safe from any thread, and kv_call_batch() blocks the sink's thread
+ * until the batch is applied on the loop, so the sink sees the same answers the
  * HTTP routes give without any JSON. */
 #include "sink/host.h"
 
@@ -76,8 +76,9 @@ static int host_kv(void *arg, const uint8_t tenant[16], const struct kv_op *ops,
                    struct err *err)
 {
     struct sink_host *h = arg;
+    struct kv_batch b = {tenant, ops, n};
 
-    return kv_call(h->kv, tenant, ops, n, timeout_ms, out, err);
+    return kv_call_batch(h->kv, &b, timeout_ms, out, err);
 }
 
 static int host_list_queues(void *arg, const uint8_t tenant[16],

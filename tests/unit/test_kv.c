@@ -884,17 +884,18 @@ static void *sink_thread(void *p)
     struct err err = {0};
     struct kv_batch b = {STORE_DEFAULT_TENANT, ops, 1};
 
-    /* kv_call() is the older spelling of kv_call_batch(): both are used. */
     c->put_status = kv_call_batch(c->svc, &b, 0, &a, &err);
     if (c->put_status == 0) {
         c->put_version = a.results[0].version;
         kv_answer_free(&a);
     }
-    if (kv_call(c->svc, STORE_DEFAULT_TENANT, ops + 1, 1, 0, &a, &err) == 0) {
+    b.ops = ops + 1;
+    if (kv_call_batch(c->svc, &b, 0, &a, &err) == 0) {
         c->got_found = a.results[0].found;
         c->got_version = a.results[0].version;
         kv_answer_free(&a);
     }
+    b.ops = ops;
     ops[0] = op_put("other", "1");
     ops[1] = op_put("s3:sink-2:a%2Fb:intent", "2");
     ops[1].has_expect = true;
