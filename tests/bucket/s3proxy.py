@@ -27,8 +27,8 @@ byte order) and reports CommonPrefixes wrongly.  The proxy therefore:
   (4) forwards everything else to s3rver unchanged (same path and query,
       without the Authorization header, so s3rver sees an anonymous call);
   (5) injects faults by method and key prefix (down, down503, 503 SlowDown
-      with Retry-After, 500 InternalError, PUTs held for a time) and counts
-      what fired;
+      with Retry-After, 500 InternalError, PUTs held for a time or until
+      released) and counts what fired;
   (6) logs one JSON line per request (never a secret).
 
 It listens on 127.0.0.1 only.  It dies with its parent: when the process that
