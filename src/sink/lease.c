@@ -365,6 +365,31 @@ out_unlock:
     return rc;
 }
 
+/* A fence that lost its precondition against a row still carrying this
+ * handle's incarnation: an earlier call of ours (a heartbeat or a pointer
+ * batch whose caller gave up on a timeout) was applied after all, and the
+ * row moved one version past the one we remember. Only this handle writes
+ * its incarnation, and only expecting a version it wrote itself, so no
+ * other writer can have come in between: adopt the row's version. A row of
+ * another instance or incarnation (or an expired one) is never adopted.
+ * Under l->mu; true when adopted. */
+static bool fence_adopt(struct lease *l, const struct kv_answer *a)
+{
+    char inst[256];
+    char inc[17];
+
+    if (a->status != ERR_PRECONDITION || a->failed_index != 0 ||
+        !a->has_value || a->version == 0 || a->version == l->version ||
+        !parse_doc(a->value, inst, sizeof(inst), inc)) {
+        return false;
+    }
+    if (strcmp(inst, l->instance) != 0 || strcmp(inc, l->incarnation) != 0) {
+        return false;
+    }
+    l->version = a->version;
+    return true;
+}
+
 /* After a fenced batch: keep the fence's version or mark the lease lost
  * (under l->mu). */
 static int fence_outcome(struct lease *l, const struct kv_answer *a,
@@ -412,12 +437,20 @@ int lease_fenced(struct lease *l, const struct kv_op *ops, size_t n,
     if (rc != 0) {
         goto out_unlock;
     }
-    lease_put_op(&batch[0], l->key, buf_slice(&l->doc), l->ttl_s, &l->version,
-                 true);
     if (n > 0) {
         memcpy(batch + 1, ops, n * sizeof(*ops));
     }
-    rc = l->b->kv(l->b->arg, l->tenant, batch, n + 1, 0, out, err);
+    /* At most one resend: the batch rolled back as a whole, and the row
+     * carried our incarnation at a version we now know. */
+    for (int tries = 0;; tries++) {
+        lease_put_op(&batch[0], l->key, buf_slice(&l->doc), l->ttl_s,
+                     &l->version, true);
+        rc = l->b->kv(l->b->arg, l->tenant, batch, n + 1, 0, out, err);
+        if (rc != 0 || tries > 0 || !fence_adopt(l, out)) {
+            break;
+        }
+        kv_answer_free(out); /* leaves it empty for the resend */
+    }
     if (rc == 0) {
         rc = fence_outcome(l, out, err);
         if (rc != 0 && rc != ERR_PRECONDITION) {

@@ -6,6 +6,12 @@
  *   (2) Every intent and commit-pointer write goes out as one batch with the
  *       fence op at index 0 (a required put expecting the current version),
  *       so a node whose lease was taken over cannot move a pointer.
+ *   (3) Fences are serialised by the handle's lock, so the refresher and
+ *       the driver never race each other's version. A fence that loses to
+ *       a row carrying this handle's own incarnation (an earlier call of
+ *       ours landed after its caller gave up) adopts that row's version and
+ *       resends once: only this handle writes its incarnation, and only at
+ *       a version it wrote, so nobody came in between. Any other row loses.
  *
  *   FREE --lease_acquire: putIfAbsent applied--------------> HELD
  *   FREE --lease_acquire: our instance, another incarnation-> HELD (takeover)
@@ -88,7 +94,8 @@ int lease_holder(struct lease *l, enum lease_holder_kind *kind, char *other,
 int lease_acquire(struct lease *l, int64_t wall_ms, bool *taken, char *holder,
                   size_t cap, struct err *err);
 
-/* Send [fence, ops...] as one batch. Borrows ops. On status 0 the fence's
+/* Send [fence, ops...] as one batch (resent once after adopting our own
+ * row's newer version, invariant 3). Borrows ops. On status 0 the fence's
  * new version is kept (an unapplied fence or version 0 marks the lease
  * lost and returns ERR_PRECONDITION); a precondition at index 0 marks the
  * lease lost. Returns 0 or ERR_PRECONDITION with *out filled (free with

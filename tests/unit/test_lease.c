@@ -291,3 +291,71 @@ TEST(refresh_keeps_the_lease_through_a_busy_broker_and_loses_it_to_another)
     EXPECT(lease_lost(l));
     lease_free(l);
 }
+
+/* A heartbeat that timed out after it was applied (a leader change) left
+ * the row one version ahead of the handle. The row still carries this
+ * handle's incarnation, so nobody else wrote it: the next fence adopts its
+ * version instead of losing the lease. */
+TEST(a_refresh_that_landed_although_its_call_failed_keeps_the_lease)
+{
+    struct fake_broker f;
+    struct sink_broker b;
+    struct err err;
+    bool taken;
+    char who[64];
+    struct kv_op op;
+    struct kv_answer a;
+
+    fake_init(&f, "orders");
+    fake_broker_seam(&f, &b);
+    struct lease *l = make(&b, "node-1", 1, NULL);
+    EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
+    f.land_then_fail = 1;
+    EXPECT_EQ_I64(lease_refresh(l, &err), ERR_TIMEOUT);
+    EXPECT(!lease_lost(l));
+    uint64_t row_v = fake_row_must(&f, "s3:default:orders:lease")->version;
+    EXPECT(lease_version(l) != row_v);
+    EXPECT_EQ_I64(lease_refresh(l, &err), 0);
+    EXPECT(!lease_lost(l));
+    EXPECT_EQ_U64(lease_version(l),
+                  fake_row_must(&f, "s3:default:orders:lease")->version);
+    /* The same through a commit batch: it lands, then goes through. */
+    f.land_then_fail = 1;
+    EXPECT_EQ_I64(lease_refresh(l, &err), ERR_TIMEOUT);
+    uint64_t none = 0;
+    lease_put_op(&op, "s3:default:orders:committed", SLICE_LIT("{\"k\":1}"), 0,
+                 &none, true);
+    EXPECT_EQ_I64(lease_fenced(l, &op, 1, &a, &err), 0);
+    EXPECT_EQ_U64(a.n_results, 2);
+    kv_answer_free(&a);
+    EXPECT(!lease_lost(l));
+    EXPECT_STR_EQ(fake_row_must(&f, "s3:default:orders:committed")->value,
+                  "{\"k\":1}");
+    lease_free(l);
+}
+
+/* Another instance's row, or an earlier life of ours (same instance name,
+ * another incarnation), is never adopted: the fence fails and stays lost. */
+TEST(a_row_of_another_incarnation_is_never_adopted_by_the_fence)
+{
+    struct fake_broker f;
+    struct sink_broker b;
+    struct err err;
+    bool taken;
+    char who[64];
+
+    fake_init(&f, "orders");
+    fake_broker_seam(&f, &b);
+    struct lease *l = make(&b, "node-1", 1, NULL);
+    EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
+    fake_row_set(
+        &f, "s3:default:orders:lease",
+        "{\"instance\":\"node-1\",\"incarnation\":\"ffffffffffffffff\","
+        "\"sinceMs\":5}");
+    EXPECT_EQ_I64(lease_refresh(l, &err), ERR_PRECONDITION);
+    EXPECT(lease_lost(l));
+    EXPECT_STR_EQ(fake_row_must(&f, "s3:default:orders:lease")->value,
+                  "{\"instance\":\"node-1\",\"incarnation\":"
+                  "\"ffffffffffffffff\",\"sinceMs\":5}");
+    lease_free(l);
+}
