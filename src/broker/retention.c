@@ -10,8 +10,14 @@
  * lastOffset + 1 and store_wtrim() ignores a logStart at or below the
  * current one, so a stale plan trims at most what it saw as stale.
  *
- * Only the default tenant's queues are planned: the broker has no other
- * tenant yet (every route serves STORE_DEFAULT_TENANT). */
+ * Every tenant with a queue is planned (store_list_tenants), each with its
+ * own queues, options and hold rows, and each command carries one tenant's
+ * trims. Apply finds a partition by queue id, partition name and partition
+ * id, and queue ids are store-wide, so a trim never reaches another
+ * tenant's queue of the same name (6). The pass budget is
+ * shared by all tenants; the cursor makes the next pass start after the
+ * tenant where it ran out, so every tenant is reached within a bounded
+ * number of passes. */
 #include "broker/retention.h"
 
 #include <inttypes.h>
@@ -28,6 +34,7 @@
 #include "raft/node.h"
 #include "store/kv.h"
 #include "store/store_impl.h"
+#include "store/store_tenants.h"
 
 /* ---- pure cutoff logic -------------------------------------------------- */
 
@@ -160,6 +167,248 @@ int retention_apply(void *arg, struct store *s, MDB_txn *txn,
     return 0;
 }
 
+/* ---- planning ----------------------------------------------------------- */
+
+/* One pass in progress: the tenant being planned and what is left. */
+struct plan {
+    struct store *store;
+    int64_t now_us;
+    uint8_t tenant[16];
+    size_t budget; /* partitions left to visit (5) */
+    retention_propose_fn propose;
+    void *arg;
+    size_t n_proposed;
+};
+
+/* The live committed row under key in the tenant's namespace, into *ans
+ * (caller frees); empty when there is none. */
+static struct slice plan_hold_read(const struct plan *p, struct slice key,
+                                   struct kv_answer *ans)
+{
+    struct kv_op op;
+    struct kv_batch b = {p->tenant, &op, 1};
+    struct err err = {0};
+
+    memset(&op, 0, sizeof(op));
+    op.op = KV_GET;
+    op.ns = SLICE_LIT(RETENTION_SINK_NS);
+    op.key = key;
+    if (store_kv_read(p->store, &b, p->now_us, ans, &err) == 0 &&
+        ans->status == 0 && ans->n_results == 1 && ans->results[0].found) {
+        return ans->results[0].value;
+    }
+    if (err.code != 0) {
+        log_debug("retention", "hold row: %s", err.msg);
+    }
+    return (struct slice){"", 0};
+}
+
+/* The live committed row of the queue's hold, into *ans (caller frees). */
+static struct slice plan_hold_row(const struct plan *p,
+                                  const struct store_queue_info *q,
+                                  struct kv_answer *ans)
+{
+    struct buf key;
+    struct err err = {0};
+    struct slice v = {"", 0};
+
+    memset(ans, 0, sizeof(*ans));
+    buf_init(&key, BUF_UNLIMITED);
+    if (retention_hold_key(&key, q->options.retention_sink_hold, q->name,
+                           &err) == 0) {
+        v = plan_hold_read(p, buf_slice(&key), ans);
+    }
+    buf_free(&key);
+    return v;
+}
+
+/* Hand the trims of one page of partitions to p->propose. */
+static void plan_propose(struct plan *p, const struct cmd_trim_item *items,
+                         size_t n)
+{
+    struct buf cmd;
+    struct err err = {0};
+
+    if (n == 0) {
+        return;
+    }
+    buf_init(&cmd, BUF_UNLIMITED);
+    if (cmd_trim_encode(&cmd, p->tenant, items, n, &err) != 0 ||
+        p->propose(p->arg, cmd.data, cmd.len, &err) != 0) {
+        log_debug("retention", "propose: %s", err.msg);
+    } else {
+        p->n_proposed++;
+    }
+    buf_free(&cmd);
+}
+
+/* Plan one page of a queue's partitions; returns the partitions visited. */
+static size_t plan_page(struct plan *p, const struct store_queue_info *q,
+                        int64_t cutoff, const struct store_changed_entry *e)
+{
+    struct cmd_trim_item *items = xcalloc(e->n_partitions + 1, sizeof(*items));
+    size_t n = 0;
+    struct err err;
+
+    for (size_t i = 0; i < e->n_partitions; i++) {
+        const struct store_partition_info *pi = &e->partitions[i];
+        int64_t to = -1;
+
+        if (pi->log_start > pi->last_offset ||
+            store_stale_boundary(p->store, pi->id, cutoff, RETENTION_MAX_ROWS,
+                                 &to, &err) != 0 ||
+            to <= pi->log_start) {
+            continue;
+        }
+        items[n++] = (struct cmd_trim_item){q->id, pi->id, to, pi->name};
+    }
+    plan_propose(p, items, n);
+    free(items);
+    return e->n_partitions;
+}
+
+/* Walk a queue's partitions in pages within the budget; takes what it
+ * visited from p->budget. */
+static void plan_queue(struct plan *p, const struct store_queue_info *q,
+                       int64_t cutoff)
+{
+    char cursor[32] = "";
+    size_t seen = 0;
+    struct err err;
+
+    while (seen < p->budget && seen < RETENTION_MAX_PARTS_QUEUE) {
+        struct store_changed_req req = {q->name,
+                                        INT64_MIN,
+                                        {cursor, strlen(cursor)},
+                                        STORE_CHANGED_LIMIT_MAX};
+        struct store_changed_answer ans;
+        bool more;
+
+        if (store_changed(p->store, p->tenant, &req, 1, &ans, &err) != 0 ||
+            ans.entries[0].error != STORE_ENTRY_OK) {
+            store_changed_answer_free(&ans);
+            break;
+        }
+        seen += plan_page(p, q, cutoff, &ans.entries[0]);
+        more = ans.entries[0].has_next;
+        snprintf(cursor, sizeof(cursor), "p|%" PRIu64, ans.entries[0].next_pid);
+        store_changed_answer_free(&ans);
+        if (!more) {
+            break;
+        }
+    }
+    p->budget = seen >= p->budget ? 0 : p->budget - seen;
+}
+
+/* The cutoff of a queue now, floored by its hold row (RETENTION_NONE when
+ * no rule applies). */
+static int64_t plan_cutoff(const struct plan *p,
+                           const struct store_queue_info *q)
+{
+    struct retention_cutoffs c;
+    struct kv_answer ans;
+
+    retention_queue_cutoffs(&q->options, p->now_us, RETENTION_NO_HOLD, &c);
+    if (retention_cutoff(&c) == RETENTION_NONE) {
+        return RETENTION_NONE;
+    }
+    if (q->options.retention_sink_hold[0] != '\0') {
+        struct slice row = plan_hold_row(p, q, &ans);
+        int64_t floor = retention_sink_floor(&q->options, p->now_us, row);
+
+        kv_answer_free(&ans);
+        retention_queue_cutoffs(&q->options, p->now_us, floor, &c);
+    }
+    return retention_cutoff(&c);
+}
+
+/* Plan every queue of one tenant while budget is left. */
+static void plan_tenant(struct plan *p, const uint8_t tenant[16])
+{
+    struct store_queue_list l;
+    struct err err;
+
+    memcpy(p->tenant, tenant, sizeof(p->tenant));
+    if (store_list_queues(p->store, p->tenant, &l, &err) != 0) {
+        log_debug("retention", "list queues: %s", err.msg);
+        return;
+    }
+    for (size_t i = 0; i < l.n && p->budget > 0; i++) {
+        int64_t cutoff = plan_cutoff(p, &l.queues[i]);
+
+        if (cutoff != RETENTION_NONE) {
+            plan_queue(p, &l.queues[i], cutoff);
+        }
+    }
+    store_queue_list_free(&l);
+}
+
+/* Plan the tenants of one page up to upto (inclusive; NULL = all). Returns
+ * 1 when the budget ran out (cur set), -1 past upto, else 0. */
+static int plan_tenant_page(struct plan *p, const struct store_tenant_page *pg,
+                            const uint8_t *upto, struct retention_cursor *cur)
+{
+    for (size_t i = 0; i < pg->n; i++) {
+        if (upto != NULL && memcmp(pg->ids[i], upto, 16) > 0) {
+            return -1;
+        }
+        plan_tenant(p, pg->ids[i]);
+        if (p->budget == 0) {
+            memcpy(cur->after, pg->ids[i], sizeof(cur->after));
+            cur->is_set = true;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Plan the tenants strictly after `after` (NULL = from the first) up to
+ * upto (inclusive; NULL = the last). True when the budget ran out. */
+static bool plan_tenants(struct plan *p, const uint8_t *after,
+                         const uint8_t *upto, struct retention_cursor *cur)
+{
+    struct store_tenant_page *pg = xmalloc(sizeof(*pg));
+    uint8_t from[16];
+    const uint8_t *next = NULL;
+    struct err err = {0};
+    int rc = 0;
+
+    if (after != NULL) {
+        memcpy(from, after, sizeof(from));
+        next = from;
+    }
+    do {
+        if (store_list_tenants(p->store, next, pg, &err) != 0) {
+            break;
+        }
+        rc = plan_tenant_page(p, pg, upto, cur);
+        if (pg->n > 0) {
+            memcpy(from, pg->ids[pg->n - 1], sizeof(from));
+            next = from;
+        }
+    } while (rc == 0 && pg->has_more);
+    if (err.code != 0) {
+        log_debug("retention", "%s", err.msg);
+    }
+    free(pg);
+    return rc == 1;
+}
+
+size_t retention_plan(struct store *s, int64_t now_us, size_t budget,
+                      struct retention_cursor *cur,
+                      retention_propose_fn propose, void *arg)
+{
+    struct plan p = {s, now_us, {0}, budget, propose, arg, 0};
+    struct retention_cursor start = *cur;
+
+    cur->is_set = false;
+    if (!plan_tenants(&p, start.is_set ? start.after : NULL, NULL, cur) &&
+        start.is_set) {
+        plan_tenants(&p, NULL, start.after, cur); /* wrap around (6) */
+    }
+    return p.n_proposed;
+}
+
 /* ---- the leader's pass -------------------------------------------------- */
 
 struct retention {
@@ -167,6 +416,7 @@ struct retention {
     struct store *store;
     struct node *node;
     size_t n_pending; /* proposals in flight (5) */
+    struct retention_cursor cursor;
 };
 
 static void retention_applied(void *arg, int status,
@@ -183,165 +433,26 @@ static void retention_applied(void *arg, int status,
     }
 }
 
-/* The live committed row under key, into *ans (caller frees); empty when
- * there is none. */
-static struct slice retention_hold_read(struct retention *r, struct slice key,
-                                        int64_t now_us, struct kv_answer *ans)
+static int retention_node_propose(void *arg, const char *cmd, size_t len,
+                                  struct err *err)
 {
-    struct kv_op op;
-    struct kv_batch b = {STORE_DEFAULT_TENANT, &op, 1};
-    struct err err = {0};
+    struct retention *r = arg;
 
-    memset(&op, 0, sizeof(op));
-    op.op = KV_GET;
-    op.ns = SLICE_LIT(RETENTION_SINK_NS);
-    op.key = key;
-    if (store_kv_read(r->store, &b, now_us, ans, &err) == 0 &&
-        ans->status == 0 && ans->n_results == 1 && ans->results[0].found) {
-        return ans->results[0].value;
+    if (node_propose(r->node, CMD_RETENTION, cmd, len, retention_applied, r,
+                     err) != 0) {
+        return err->code;
     }
-    if (err.code != 0) {
-        log_debug("retention", "hold row: %s", err.msg);
-    }
-    return (struct slice){"", 0};
-}
-
-/* The live committed row of the queue's hold, into *ans (caller frees). */
-static struct slice retention_hold_row(struct retention *r,
-                                       const struct store_queue_info *q,
-                                       int64_t now_us, struct kv_answer *ans)
-{
-    struct buf key;
-    struct err err = {0};
-    struct slice v = {"", 0};
-
-    memset(ans, 0, sizeof(*ans));
-    buf_init(&key, BUF_UNLIMITED);
-    if (retention_hold_key(&key, q->options.retention_sink_hold, q->name,
-                           &err) == 0) {
-        v = retention_hold_read(r, buf_slice(&key), now_us, ans);
-    }
-    buf_free(&key);
-    return v;
-}
-
-/* Propose the trims of one page of partitions. */
-static void retention_propose(struct retention *r, struct cmd_trim_item *items,
-                              size_t n)
-{
-    struct buf cmd;
-    struct err err;
-
-    if (n == 0) {
-        return;
-    }
-    buf_init(&cmd, BUF_UNLIMITED);
-    if (cmd_trim_encode(&cmd, STORE_DEFAULT_TENANT, items, n, &err) != 0 ||
-        node_propose(r->node, CMD_RETENTION, cmd.data, cmd.len,
-                     retention_applied, r, &err) != 0) {
-        log_debug("retention", "propose: %s", err.msg);
-    } else {
-        r->n_pending++;
-    }
-    buf_free(&cmd);
-}
-
-/* Plan one page of a queue's partitions; returns the partitions visited. */
-static size_t retention_page(struct retention *r,
-                             const struct store_queue_info *q, int64_t cutoff,
-                             const struct store_changed_entry *e)
-{
-    struct cmd_trim_item *items = xcalloc(e->n_partitions + 1, sizeof(*items));
-    size_t n = 0;
-    struct err err;
-
-    for (size_t i = 0; i < e->n_partitions; i++) {
-        const struct store_partition_info *p = &e->partitions[i];
-        int64_t to = -1;
-
-        if (p->log_start > p->last_offset ||
-            store_stale_boundary(r->store, p->id, cutoff, RETENTION_MAX_ROWS,
-                                 &to, &err) != 0 ||
-            to <= p->log_start) {
-            continue;
-        }
-        items[n++] = (struct cmd_trim_item){q->id, p->id, to, p->name};
-    }
-    retention_propose(r, items, n);
-    free(items);
-    return e->n_partitions;
-}
-
-/* Walk a queue's partitions in pages; returns how many were visited. */
-static size_t retention_queue(struct retention *r,
-                              const struct store_queue_info *q, int64_t cutoff,
-                              size_t budget)
-{
-    char cursor[32] = "";
-    size_t seen = 0;
-    struct err err;
-
-    while (seen < budget && seen < RETENTION_MAX_PARTS_QUEUE) {
-        struct store_changed_req req = {q->name,
-                                        INT64_MIN,
-                                        {cursor, strlen(cursor)},
-                                        STORE_CHANGED_LIMIT_MAX};
-        struct store_changed_answer ans;
-        bool more;
-
-        if (store_changed(r->store, STORE_DEFAULT_TENANT, &req, 1, &ans,
-                          &err) != 0 ||
-            ans.entries[0].error != STORE_ENTRY_OK) {
-            store_changed_answer_free(&ans);
-            break;
-        }
-        seen += retention_page(r, q, cutoff, &ans.entries[0]);
-        more = ans.entries[0].has_next;
-        snprintf(cursor, sizeof(cursor), "p|%" PRIu64, ans.entries[0].next_pid);
-        store_changed_answer_free(&ans);
-        if (!more) {
-            break;
-        }
-    }
-    return seen;
+    r->n_pending++; /* cb runs later, on a later loop turn */
+    return 0;
 }
 
 void retention_pass(struct retention *r, int64_t now_us)
 {
-    struct store_queue_list l;
-    struct err err;
-    size_t budget = RETENTION_MAX_PARTS;
-
-    if (r->n_pending > 0 || node_role(r->node) != NODE_LEADER ||
-        store_list_queues(r->store, STORE_DEFAULT_TENANT, &l, &err) != 0) {
+    if (r->n_pending > 0 || node_role(r->node) != NODE_LEADER) {
         return;
     }
-    for (size_t i = 0; i < l.n && budget > 0; i++) {
-        const struct store_queue_info *q = &l.queues[i];
-        struct retention_cutoffs c;
-        struct kv_answer ans;
-        int64_t floor = RETENTION_NO_HOLD;
-        int64_t cutoff;
-
-        retention_queue_cutoffs(&q->options, now_us, RETENTION_NO_HOLD, &c);
-        if (retention_cutoff(&c) == RETENTION_NONE) {
-            continue;
-        }
-        if (q->options.retention_sink_hold[0] != '\0') {
-            struct slice row = retention_hold_row(r, q, now_us, &ans);
-
-            floor = retention_sink_floor(&q->options, now_us, row);
-            kv_answer_free(&ans);
-            retention_queue_cutoffs(&q->options, now_us, floor, &c);
-        }
-        cutoff = retention_cutoff(&c);
-        if (cutoff != RETENTION_NONE) {
-            size_t seen = retention_queue(r, q, cutoff, budget);
-
-            budget = seen >= budget ? 0 : budget - seen;
-        }
-    }
-    store_queue_list_free(&l);
+    retention_plan(r->store, now_us, RETENTION_MAX_PARTS, &r->cursor,
+                   retention_node_propose, r);
 }
 
 static void retention_on_timer(uv_timer_t *t)

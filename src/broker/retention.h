@@ -2,11 +2,13 @@
  * proposes them as CMD_RETENTION commands; every node applies them the same
  * way, moving a partition's logStart forward by whole appends.
  *
- *   leader timer (retention_start) --each pass--> for every queue with a
- *   cutoff: sink floor (KV row, read here) -> cutoffs -> per partition the
- *   stale boundary (store_stale_boundary) -> CMD_RETENTION of <= 1024 trims
- *   --raft--> retention_apply (every node, inside the fsm's write txn):
- *   store_wtrim() to min(planned logStart, lastOffset + 1)
+ *   leader timer (retention_start) --each pass--> retention_plan: for every
+ *   tenant with queues (store_list_tenants), for every queue of it with a
+ *   cutoff: sink floor (the tenant's own KV row) -> cutoffs -> per partition
+ *   the stale boundary (store_stale_boundary) -> CMD_RETENTION of <= 1024
+ *   trims, stamped with that tenant --raft--> retention_apply (every node,
+ *   inside the fsm's write txn): store_wtrim() to min(planned logStart,
+ *   lastOffset + 1) of the command's tenant's partition
  *
  * Invariants:
  *   (1) An append is stale iff its stamp < cutoff (strict); logStart moves to
@@ -22,14 +24,22 @@
  *   (5) At most one pass's commands are in flight; a pass visits at most
  *       RETENTION_MAX_PARTS partitions (RETENTION_MAX_PARTS_QUEUE of one
  *       queue) and RETENTION_MAX_ROWS append rows per partition.
+ *   (6) Tenants are separate: a queue's options, its hold row (namespace
+ *       queen-s3 of the queue's tenant) and its trims are its tenant's, and
+ *       one command carries one tenant's trims. A pass that runs out of
+ *       budget remembers the tenant it stopped in; the next pass starts
+ *       after it and wraps around, so a large tenant cannot starve the rest.
  *
  * Pure parts (time is an argument): retention_sink_floor,
- * retention_queue_cutoffs, retention_cutoff. Threading: the timer and apply
- * run on the node loop thread. */
+ * retention_queue_cutoffs, retention_cutoff. retention_plan reads the store
+ * and hands commands to a function pointer (the node, or a test). Threading:
+ * the timer and apply run on the node loop thread. */
 #ifndef QUEEN_BROKER_RETENTION_H
 #define QUEEN_BROKER_RETENTION_H
 
 #include <lmdb.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -82,6 +92,27 @@ int retention_hold_key(struct buf *out, const char *hold, struct slice queue,
 int retention_apply(void *arg, struct store *s, MDB_txn *txn,
                     const struct cmd_header *h, struct fsm_result *res,
                     struct err *err);
+
+/* Where the next pass starts: after tenant `after` when is_set, else at the
+ * first tenant (6). Zero-initialise. */
+struct retention_cursor {
+    uint8_t after[16];
+    bool is_set;
+};
+
+/* Takes one encoded CMD_RETENTION command (borrowed for the call); returns
+ * 0 when it was proposed, else an error code with err filled. */
+typedef int (*retention_propose_fn)(void *arg, const char *cmd, size_t len,
+                                    struct err *err);
+
+/* Plan one pass at now_us over every tenant with queues, visiting at most
+ * budget partitions (RETENTION_MAX_PARTS_QUEUE of one queue), starting
+ * after *cur and wrapping around (6); each command goes to propose(arg, ..).
+ * Sets *cur to the tenant the budget ran out in, or unsets it when every
+ * tenant was visited. Borrows s. Returns how many commands propose took. */
+size_t retention_plan(struct store *s, int64_t now_us, size_t budget,
+                      struct retention_cursor *cur,
+                      retention_propose_fn propose, void *arg);
 
 struct node;
 struct retention;

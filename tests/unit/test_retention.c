@@ -1,12 +1,16 @@
 /* Unit tests of retention (broker/retention.h): the pure cutoffs and sink
  * floor with time as an argument, the CMD_RETENTION and CMD_CONFIGURE
- * codecs, the stale boundary over real appends, and the trim apply through
- * the real fsm over a real LMDB store. */
+ * codecs, the stale boundary over real appends, the trim apply through the
+ * real fsm over a real LMDB store, the tenant listing, and the planner over
+ * several tenants (its proposals captured through the propose seam). */
 #include "harness.h"
 
 #include "api/api.h"
 #include "broker/retention.h"
 #include "push_helpers.h"
+#include "store/kv.h"
+#include "store/store_impl.h"
+#include "store/store_tenants.h"
 
 #define T0 1760000000000000LL /* a stamp in 2025, µs */
 #define S  1000000LL
@@ -430,5 +434,347 @@ TEST(configure_apply_stores_the_options)
     EXPECT_EQ_I64(qi.options.lease_time, 300);
     EXPECT_EQ_I64(qi.created_at, T0);
     buf_free(&b);
+    env_close(&e);
+}
+
+/* ---- tenants: store_list_tenants and the planner ------------------------ */
+
+static const uint8_t TA[16] = {0x0a, 0x0a, 0x0a, 0x0a, 0, 0, 0x40, 0,
+                               0x80, 0,    0,    0,    0, 0, 0,    0x0a};
+static const uint8_t TB[16] = {0x0b, 0x0b, 0x0b, 0x0b, 0, 0, 0x40, 0,
+                               0x80, 0,    0,    0,    0, 0, 0,    0x0b};
+static const uint8_t TC[16] = {0x0c, 0x0c, 0x0c, 0x0c, 0, 0, 0x40, 0,
+                               0x80, 0,    0,    0,    0, 0, 0,    0x0c};
+
+/* Apply one raw command (copied, stamped) through the fsm. */
+static const struct fsm_result *apply_raw(struct env *e, const char *cmd,
+                                          size_t len, int64_t stamp)
+{
+    const struct fsm_result *res = NULL;
+    struct err err = {0};
+    char *b = malloc(len);
+
+    memcpy(b, cmd, len);
+    cmd_set_stamp(b, stamp);
+    e->index++;
+    EXPECT_EQ_I64(fsm_apply_entry(e->fsm, e->index, b, len, &res, &err), 0);
+    free(b);
+    return res;
+}
+
+/* One push of one record to tenant t's queue q, partition "p". */
+static void tpush(struct env *e, const uint8_t *t, int64_t stamp, const char *q)
+{
+    struct cmd_push_item it = {sl(q), sl("p"), {"", 0}, {0}, sl("1")};
+    struct err err = {0};
+    struct buf b;
+
+    memcpy(it.message_id, &stamp, sizeof(stamp));
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(cmd_push_encode(&b, t, &it, 1, &err), 0);
+    apply_raw(e, b.data, b.len, stamp);
+    buf_free(&b);
+}
+
+static void tconfigure(struct env *e, const uint8_t *t, const char *q,
+                       const struct store_queue_options *o)
+{
+    const struct fsm_result *res;
+    struct err err = {0};
+    struct buf b;
+
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(cmd_configure_encode(&b, t, sl(q), o, &err), 0);
+    res = apply_raw(e, b.data, b.len, T0 - S);
+    EXPECT(res != NULL && res->code == 0);
+    buf_free(&b);
+}
+
+/* Put a forever row in tenant t's queen-s3 namespace. */
+static void tkv_put(struct env *e, const uint8_t *t, const char *key,
+                    const char *value)
+{
+    struct kv_op op = {0};
+    struct kv_batch kb = {t, &op, 1};
+    struct kv_answer a;
+    struct err err = {0};
+    MDB_txn *txn;
+
+    op.op = KV_PUT;
+    op.ns = sl(RETENTION_SINK_NS);
+    op.key = sl(key);
+    op.value = sl(value);
+    op.forever = true;
+    EXPECT_EQ_I64(store_wbegin(e->store, &txn, &err), 0);
+    EXPECT_EQ_I64(store_kv_apply(e->store, txn, &kb, T0, &a, &err), 0);
+    EXPECT_EQ_I64(a.status, 0);
+    EXPECT_EQ_I64(store_wcommit(e->store, txn, ++e->index, T0, &err), 0);
+    kv_answer_free(&a);
+}
+
+static struct store_partition_info tpart(struct env *e, const uint8_t *t,
+                                         const char *q)
+{
+    struct store_changed_req r = {sl(q), INT64_MIN, {"", 0}, 1000};
+    struct store_changed_answer a;
+    struct store_partition_info out;
+    struct err err = {0};
+
+    memset(&out, 0, sizeof(out));
+    EXPECT_EQ_I64(store_changed(e->store, t, &r, 1, &a, &err), 0);
+    if (a.entries[0].n_partitions == 1) {
+        out = a.entries[0].partitions[0];
+        out.name = sl("p");
+    }
+    store_changed_answer_free(&a);
+    return out;
+}
+
+/* The commands a plan hands over, kept for inspection and apply. */
+struct proposed {
+    size_t n;
+    struct buf cmds[16];
+    int fail; /* refuse every proposal with this code (0 = accept) */
+};
+
+static int collect(void *arg, const char *cmd, size_t len, struct err *err)
+{
+    struct proposed *pr = arg;
+
+    if (pr->fail != 0) {
+        return err_set(err, pr->fail, "refused by the test");
+    }
+    EXPECT(pr->n < ARRAY_LEN(pr->cmds));
+    if (pr->n < ARRAY_LEN(pr->cmds)) {
+        buf_init(&pr->cmds[pr->n], BUF_UNLIMITED);
+        EXPECT_EQ_I64(buf_append(&pr->cmds[pr->n], cmd, len, err), 0);
+        pr->n++;
+    }
+    return 0;
+}
+
+static void proposed_free(struct proposed *pr)
+{
+    for (size_t i = 0; i < pr->n; i++) {
+        buf_free(&pr->cmds[i]);
+    }
+    pr->n = 0;
+}
+
+/* The tenant of proposed command i. */
+static const uint8_t *proposed_tenant(const struct proposed *pr, size_t i,
+                                      struct cmd_header *h)
+{
+    struct err err = {0};
+
+    EXPECT_EQ_I64(cmd_decode_header(pr->cmds[i].data, pr->cmds[i].len, h, &err),
+                  0);
+    EXPECT_EQ_I64(h->type, CMD_RETENTION);
+    return h->tenant;
+}
+
+static void apply_proposed(struct env *e, const struct proposed *pr,
+                           int64_t stamp)
+{
+    for (size_t i = 0; i < pr->n; i++) {
+        const struct fsm_result *res =
+            apply_raw(e, pr->cmds[i].data, pr->cmds[i].len, stamp);
+
+        EXPECT(res != NULL && res->code == 0);
+    }
+}
+
+TEST(list_tenants_skips_from_tenant_to_tenant_in_byte_order)
+{
+    static const uint8_t lo[16] = {0, 0, 0, 0, 0, 0, 0, 0,
+                                   0, 0, 0, 0, 0, 0, 0, 0xff};
+    static const uint8_t hi[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                   0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                   0xff, 0xff, 0xff, 0xff};
+    struct store_tenant_page *pg = malloc(sizeof(*pg));
+    struct env e = {0};
+    struct err err = {0};
+
+    env_open(&e);
+    EXPECT_EQ_I64(store_list_tenants(e.store, NULL, pg, &err), 0);
+    EXPECT_EQ_U64(pg->n, 0);
+    EXPECT(!pg->has_more);
+    tpush(&e, TB, T0, "q1");
+    tpush(&e, TB, T0, "q2");
+    tpush(&e, hi, T0, "q");
+    tpush(&e, lo, T0, "z");
+    env_push1(&e, T0, "q", "p", "a", "1"); /* the default tenant */
+    tkv_put(&e, TC, "k", "1");             /* KV rows alone: no tenant (1) */
+    EXPECT_EQ_I64(store_list_tenants(e.store, NULL, pg, &err), 0);
+    EXPECT_EQ_U64(pg->n, 4);
+    EXPECT(!pg->has_more);
+    EXPECT_MEM_EQ(pg->ids[0], 16, STORE_DEFAULT_TENANT, 16);
+    EXPECT_MEM_EQ(pg->ids[1], 16, lo, 16);
+    EXPECT_MEM_EQ(pg->ids[2], 16, TB, 16);
+    EXPECT_MEM_EQ(pg->ids[3], 16, hi, 16);
+    /* strictly after: the carry of 00..00ff + 1 and the last tenant */
+    EXPECT_EQ_I64(store_list_tenants(e.store, lo, pg, &err), 0);
+    EXPECT_EQ_U64(pg->n, 2);
+    EXPECT_MEM_EQ(pg->ids[0], 16, TB, 16);
+    EXPECT_EQ_I64(store_list_tenants(e.store, TA, pg, &err), 0);
+    EXPECT_EQ_U64(pg->n, 2);
+    EXPECT_EQ_I64(store_list_tenants(e.store, hi, pg, &err), 0);
+    EXPECT_EQ_U64(pg->n, 0);
+    EXPECT(!pg->has_more);
+    free(pg);
+    env_close(&e);
+}
+
+TEST(list_tenants_pages_without_losing_one)
+{
+    struct store_tenant_page *pg = malloc(sizeof(*pg));
+    struct env e = {0};
+    struct err err = {0};
+    uint8_t t[16] = {0x20};
+    size_t total = 0;
+    uint8_t last[16];
+
+    env_open(&e);
+    for (int i = 0; i < STORE_TENANT_PAGE + 3; i++) {
+        t[14] = (uint8_t)(i >> 8);
+        t[15] = (uint8_t)i;
+        tpush(&e, t, T0, "q");
+    }
+    EXPECT_EQ_I64(store_list_tenants(e.store, NULL, pg, &err), 0);
+    EXPECT_EQ_U64(pg->n, STORE_TENANT_PAGE);
+    EXPECT(pg->has_more);
+    total += pg->n;
+    memcpy(last, pg->ids[pg->n - 1], 16);
+    EXPECT_EQ_I64(last[15], (STORE_TENANT_PAGE - 1) & 0xff);
+    EXPECT_EQ_I64(store_list_tenants(e.store, last, pg, &err), 0);
+    EXPECT_EQ_U64(pg->n, 3);
+    EXPECT(!pg->has_more);
+    EXPECT_EQ_I64(pg->ids[0][14], STORE_TENANT_PAGE >> 8);
+    EXPECT_EQ_I64(pg->ids[0][15], STORE_TENANT_PAGE & 0xff);
+    total += pg->n;
+    EXPECT_EQ_U64(total, STORE_TENANT_PAGE + 3);
+    free(pg);
+    env_close(&e);
+}
+
+TEST(plan_trims_each_tenant_by_its_own_options)
+{
+    struct env e = {0};
+    struct store_queue_options o;
+    struct retention_cursor cur = {{0}, false};
+    struct proposed pr = {0};
+    struct cmd_header h;
+
+    env_open(&e);
+    fsm_set_handler(e.fsm, CMD_CONFIGURE, api_configure_apply, NULL);
+    fsm_set_handler(e.fsm, CMD_RETENTION, retention_apply, NULL);
+    store_queue_options_configured(&o);
+    o.retention_enabled = true;
+    o.retention_seconds = 3600;
+    tconfigure(&e, TA, "q", &o); /* same name, retention not due */
+    o.retention_seconds = 10;
+    tconfigure(&e, TB, "q", &o);
+    tpush(&e, TA, T0, "q");
+    tpush(&e, TB, T0, "q");
+    tpush(&e, STORE_DEFAULT_TENANT, T0, "q"); /* implicit: no retention */
+
+    EXPECT_EQ_U64(retention_plan(e.store, T0 + 20 * S, RETENTION_MAX_PARTS,
+                                 &cur, collect, &pr),
+                  1);
+    EXPECT(!cur.is_set);
+    EXPECT_EQ_U64(pr.n, 1);
+    EXPECT_MEM_EQ(proposed_tenant(&pr, 0, &h), 16, TB, 16);
+    apply_proposed(&e, &pr, T0 + 21 * S);
+    EXPECT_EQ_I64(tpart(&e, TB, "q").log_start, 1);
+    EXPECT_EQ_I64(tpart(&e, TA, "q").log_start, 0);
+    EXPECT_EQ_I64(tpart(&e, STORE_DEFAULT_TENANT, "q").log_start, 0);
+    proposed_free(&pr);
+    /* nothing left to trim: the next pass proposes nothing */
+    EXPECT_EQ_U64(retention_plan(e.store, T0 + 22 * S, RETENTION_MAX_PARTS,
+                                 &cur, collect, &pr),
+                  0);
+    env_close(&e);
+}
+
+TEST(plan_reads_each_tenants_own_hold_row)
+{
+    struct env e = {0};
+    struct store_queue_options o = hold_opts("default", 3600);
+    struct retention_cursor cur = {{0}, false};
+    struct proposed pr = {0};
+    /* T0 = 2025-10-09T08:53:20Z: B's floor is T0 + 1 ms, inside [T0, T0+10s) */
+    const char *b_row = "{\"tEnd\":\"2025-10-09T08:54:20.001Z\"}";
+    const char *far = "{\"tEnd\":\"2030-01-01T00:00:00.000Z\"}";
+
+    env_open(&e);
+    fsm_set_handler(e.fsm, CMD_CONFIGURE, api_configure_apply, NULL);
+    fsm_set_handler(e.fsm, CMD_RETENTION, retention_apply, NULL);
+    o.retention_enabled = true;
+    o.retention_seconds = 5;
+    tconfigure(&e, STORE_DEFAULT_TENANT, "h", &o);
+    tconfigure(&e, TA, "h", &o);
+    tconfigure(&e, TB, "h", &o);
+    for (int i = 0; i < 2; i++) {
+        tpush(&e, STORE_DEFAULT_TENANT, T0 + i * 10 * S, "h");
+        tpush(&e, TA, T0 + i * 10 * S, "h");
+        tpush(&e, TB, T0 + i * 10 * S, "h");
+    }
+    /* the default tenant's row says "all committed"; A has none */
+    tkv_put(&e, STORE_DEFAULT_TENANT, "s3:default:h:committed", far);
+    tkv_put(&e, TB, "s3:default:h:committed", b_row);
+
+    EXPECT_EQ_U64(retention_plan(e.store, T0 + 30 * S, 64, &cur, collect, &pr),
+                  2);
+    apply_proposed(&e, &pr, T0 + 31 * S);
+    EXPECT_EQ_I64(tpart(&e, STORE_DEFAULT_TENANT, "h").log_start, 2);
+    EXPECT_EQ_I64(tpart(&e, TA, "h").log_start, 0); /* the cap holds all */
+    EXPECT_EQ_I64(tpart(&e, TB, "h").log_start, 1); /* its own floor */
+    proposed_free(&pr);
+    env_close(&e);
+}
+
+TEST(plan_budget_resumes_after_the_tenant_it_ran_out_in)
+{
+    struct env e = {0};
+    struct store_queue_options o;
+    struct retention_cursor cur = {{0}, false};
+    struct proposed pr = {0};
+    struct cmd_header h;
+    const uint8_t *order[] = {TA, TB, TC, TA};
+
+    env_open(&e);
+    fsm_set_handler(e.fsm, CMD_CONFIGURE, api_configure_apply, NULL);
+    store_queue_options_configured(&o);
+    o.max_wait_time_seconds = 10;
+    tconfigure(&e, TA, "q", &o);
+    tconfigure(&e, TB, "q", &o);
+    tconfigure(&e, TC, "q", &o);
+    tpush(&e, TA, T0, "q");
+    tpush(&e, TB, T0, "q");
+    tpush(&e, TC, T0, "q");
+    /* one partition per pass: A, B, C, then around to A (6) */
+    for (size_t i = 0; i < ARRAY_LEN(order); i++) {
+        EXPECT_EQ_U64(
+            retention_plan(e.store, T0 + 20 * S, 1, &cur, collect, &pr), 1);
+        EXPECT_EQ_U64(pr.n, 1);
+        EXPECT_MEM_EQ(proposed_tenant(&pr, 0, &h), 16, order[i], 16);
+        EXPECT(cur.is_set);
+        EXPECT_MEM_EQ(cur.after, 16, order[i], 16);
+        proposed_free(&pr);
+    }
+    /* budget enough for all: one command per tenant, cursor cleared */
+    EXPECT_EQ_U64(retention_plan(e.store, T0 + 20 * S, RETENTION_MAX_PARTS,
+                                 &cur, collect, &pr),
+                  3);
+    EXPECT(!cur.is_set);
+    EXPECT_MEM_EQ(proposed_tenant(&pr, 0, &h), 16, TB, 16); /* after A */
+    EXPECT_MEM_EQ(proposed_tenant(&pr, 2, &h), 16, TA, 16); /* wrapped */
+    proposed_free(&pr);
+    /* a refused proposal is not counted */
+    pr.fail = ERR_NOT_LEADER;
+    EXPECT_EQ_U64(retention_plan(e.store, T0 + 20 * S, RETENTION_MAX_PARTS,
+                                 &cur, collect, &pr),
+                  0);
+    EXPECT_EQ_U64(pr.n, 0);
     env_close(&e);
 }
