@@ -70,6 +70,7 @@ enum run_state { RUN_STARTING, RUN_RUNNING, RUN_ENDING, RUN_BACKOFF };
 struct task {
     int64_t due_ms;
     bool is_running;
+    bool is_poked; /* asked to run at once while its step was running */
     bool is_done;
     bool is_control;
     /* queue tasks only */
@@ -232,18 +233,27 @@ static void *sink_thread(void *arg)
             continue;
         }
         t->is_running = true;
+        t->is_poked = false;
         pthread_mutex_unlock(&s->mu);
         int64_t next = sink_step(s, t, now);
         pthread_mutex_lock(&s->mu);
         t->is_running = false;
-        /* A stop (or the run's end) that came during the step must not
-         * wait out its backoff. */
-        bool down = s->is_stopping || s->run == RUN_ENDING;
+        /* A stop (or the run's end), a lost lease or a give-back that came
+         * during the step must not wait out its backoff. */
+        bool down = s->is_stopping || s->run == RUN_ENDING || t->is_poked;
         t->due_ms = down && next > now ? now : next;
         pthread_cond_broadcast(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
+}
+
+/* Under s->mu: run t at once, or right after the step it is running. */
+static void sink_poke(struct sink *s, struct task *t, int64_t now)
+{
+    t->is_poked = true;
+    t->due_ms = t->due_ms > now ? now : t->due_ms;
+    pthread_cond_broadcast(&s->cv);
 }
 
 /* ---- the lease refresher ------------------------------------------------ */
@@ -312,9 +322,14 @@ static void *sink_refresher(void *arg)
         struct lease *l = t->lease;
         pthread_mutex_unlock(&s->mu);
         refresh_one(t, l);
-        /* A lost lease is not refreshed again: the driver stops Fenced. */
+        /* A lost lease is not refreshed again, and its queue runs at once:
+         * the driver stops Fenced at the top of its next tick, which a PUT
+         * backoff could otherwise hold off for a minute. */
         bool is_lost = lease_lost(l);
         pthread_mutex_lock(&s->mu);
+        if (is_lost && t->is_refreshable) {
+            sink_poke(s, t, mono_ms());
+        }
         t->is_refreshable = t->is_refreshable && !is_lost;
         t->is_refreshing = false; /* l may be freed once this is seen */
         pthread_cond_broadcast(&s->cv);
@@ -671,8 +686,7 @@ static enum placement_verdict sink_decide_locked(struct sink *s, int64_t now)
         struct task *t = sink_find(s, s->pl.giving);
         ASSERT(t != NULL);
         t->is_give_back_asked = true;
-        t->due_ms = now;
-        pthread_cond_broadcast(&s->cv);
+        sink_poke(s, t, now);
     }
     return v;
 }

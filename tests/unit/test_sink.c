@@ -33,6 +33,8 @@ struct rig {
     bool in_block;
     int refreshes;          /* [fence] batches alone on a lease key */
     int refreshes_in_block; /* ... while a PUT was blocked */
+    int64_t refuse_puts_ms; /* > 0: PUTs answer 503 with this Retry-After */
+    int puts_refused;
 };
 
 static int locked_changed(void *arg, const uint8_t t[16],
@@ -113,7 +115,18 @@ static int locked_perform(void *arg, const struct s3_http_request *req,
         pthread_mutex_lock(&r->mu);
         r->in_block = false;
     }
-    if (r->bucket_down) {
+    if (r->refuse_puts_ms > 0 && strcmp(req->method, "PUT") == 0) {
+        struct err e;
+
+        buf_reset(ans->body);
+        buf_append_str(ans->body, "<Error><Code>SlowDown</Code></Error>", &e);
+        ans->etag[0] = '\0';
+        ans->content_length = -1;
+        ans->status = 503;
+        ans->retry_after_ms = r->refuse_puts_ms;
+        r->puts_refused++;
+        rc = 0;
+    } else if (r->bucket_down) {
         rc = err_set(err, ERR_IO, "connect: Connection refused");
     } else {
         rc = bucket_perform(&r->k, req, ans, err);
@@ -688,6 +701,43 @@ TEST(a_long_upload_does_not_hold_up_the_lease_refresh)
     sink_stop(r->s);
     EXPECT(wait_stopped(r, 10000));
     EXPECT(!rig_has_row(r, "s3:default:orders:lease"));
+    rig_close(r);
+}
+
+/* The refresher finds the lease taken while the queue waits out a 30 s
+ * Retry-After: the queue stops Fenced at once (3.3: the driver checks the
+ * lost flag at every tick; the refresher makes that tick come now). */
+TEST(a_lease_lost_in_a_put_backoff_stops_the_queue_at_once)
+{
+    struct rig *r = rig_new(false);
+    struct err err;
+
+    r->node.lease_ttl_ms = 1000;
+    rig_sink(r);
+    rig_push_three(r);
+    pthread_mutex_lock(&r->mu);
+    r->refuse_puts_ms = 30000;
+    pthread_mutex_unlock(&r->mu);
+    EXPECT_EQ_I64(sink_start(r->s, &err), 0);
+    bool refused = false;
+    for (int64_t end = now_ms() + 10000; !refused && now_ms() < end;) {
+        pthread_mutex_lock(&r->mu);
+        refused = r->puts_refused > 0;
+        pthread_mutex_unlock(&r->mu);
+        pause_ms(10);
+    }
+    EXPECT(refused);
+    rig_other_row(r, "s3:default:orders:lease", "node-2@test");
+    /* a refresh (333 ms), the Fenced stop, one TTL, the claim: ~1.5 s */
+    EXPECT(wait_for(r, "\"heldBy\":\"node-2@test\"", 5000));
+    EXPECT(status_has(r, "the lease is held by another instance"));
+    pthread_mutex_lock(&r->mu);
+    EXPECT_EQ_I64(r->puts_refused, 1);
+    r->refuse_puts_ms = 0;
+    pthread_mutex_unlock(&r->mu);
+    sink_stop(r->s);
+    EXPECT(wait_stopped(r, 10000));
+    EXPECT(rig_has_row(r, "s3:default:orders:lease")); /* node-2's, kept */
     rig_close(r);
 }
 
