@@ -372,6 +372,17 @@ def report_lag(b, node, total, guard_ms):
     return windows
 
 
+def warn_lines(text, most=8):
+    """Print the broker's WARN and ERROR lines (the first few, and how many
+    there were): retries and timeouts behind a lag spike show up here."""
+    lines = [x for x in text.splitlines() if " WARN " in x or " ERROR " in x]
+    if lines:
+        print("broker warnings/errors: %d; the first %d:" %
+              (len(lines), min(most, len(lines))))
+        for x in lines[:most]:
+            print("  " + x[:240])
+
+
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
     os.environ.setdefault("QUEEN_BIN", os.path.join(ROOT, build, "queen"))
@@ -424,6 +435,7 @@ def main():
             time.sleep(0.2)
         cpu1 = (proc_cpu(node.proc.pid), group_cpu(b.proc.pid), self_cpu())
         report_lag(b, node, total, guard_ms)
+        warn_lines(node.stderr())
         names = ("broker (push + raft + sink)", "test bucket (proxy + "
                  "s3rver)", "producer (this script)")
         print("CPU-seconds per record: " + "; ".join(
