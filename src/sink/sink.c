@@ -899,7 +899,12 @@ static int64_t sink_control_step(struct sink *s, int64_t now)
     struct err err = {0};
     int64_t next = now;
 
-    if (s->is_stopping) {
+    /* s->run is written by this task alone; is_stopping by sink_stop(),
+     * from any thread, under s->mu. */
+    pthread_mutex_lock(&s->mu);
+    bool is_stopping = s->is_stopping;
+    pthread_mutex_unlock(&s->mu);
+    if (is_stopping) {
         return sink_control_stop(s, now);
     }
     if (s->run == RUN_ENDING) {
