@@ -1135,10 +1135,15 @@ static int64_t task_claim(struct sink *s, struct task *t, int64_t now)
     pthread_mutex_lock(&s->mu);
     t->holder[0] = '\0';
     pthread_mutex_unlock(&s->mu);
-    if (kind == LEASE_FREE && !task_turn(s, t, now, &due)) {
+    /* Our own row is a restart within the TTL (claim at once), unless
+     * this node gave the queue back and its release did not land: then the
+     * cooldown holds as for a free row, or the queue would come straight
+     * back. */
+    bool cooling = t->has_gave_back && now - t->gave_back_at_ms < 2 * ttl_ms(s);
+    if ((kind == LEASE_FREE || cooling) && !task_turn(s, t, now, &due)) {
         return now + placement_claim_sleep_ms(due, now, ttl_ms(s));
     }
-    if (kind == LEASE_MINE) { /* a restart within the TTL: at once */
+    if (kind == LEASE_MINE && !cooling) {
         task_load(s, 1);
     }
     rc = lease_acquire(t->lease, wall_us() / 1000, &taken, other, sizeof(other),

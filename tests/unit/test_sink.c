@@ -33,6 +33,7 @@ struct rig {
     bool in_block;
     int refreshes;          /* [fence] batches alone on a lease key */
     int refreshes_in_block; /* ... while a PUT was blocked */
+    const char *keep_row;   /* deletes of this key answer applied, do not */
     int64_t refuse_puts_ms; /* > 0: PUTs answer 503 with this Retry-After */
     int puts_refused;
 };
@@ -80,6 +81,20 @@ static int locked_kv(void *arg, const uint8_t t[16], const struct kv_op *ops,
     if (is_refresh(ops, n)) {
         r->refreshes++;
         r->refreshes_in_block += r->in_block ? 1 : 0;
+    }
+    if (r->keep_row != NULL && n == 1 && ops[0].op == KV_DELETE &&
+        ops[0].key.len == strlen(r->keep_row) &&
+        memcmp(ops[0].key.ptr, r->keep_row, ops[0].key.len) == 0) {
+        /* The delete "succeeds" but the row stays: a release that did not
+         * land, as if the answer came from a leader that then lost it. */
+        memset(out, 0, sizeof(*out));
+        buf_init(&out->arena, BUF_UNLIMITED);
+        out->results = xcalloc(1, sizeof(*out->results));
+        out->n_results = 1;
+        out->results[0].op = KV_DELETE;
+        out->results[0].applied = true;
+        pthread_mutex_unlock(&r->mu);
+        return 0;
     }
     int rc = r->inner.kv(r->inner.arg, t, ops, n, timeout_ms, out, err);
     pthread_mutex_unlock(&r->mu);
@@ -603,6 +618,36 @@ TEST(a_queue_given_back_that_nobody_takes_is_claimed_after_two_ttls)
     int64_t t_rel = now_ms();
     EXPECT(wait_row(r, "s3:default:q1:lease", true, 10000));
     EXPECT(now_ms() - t_rel >= 1900); /* 2 TTLs after the give-back */
+    sink_stop(r->s);
+    EXPECT(wait_stopped(r, 10000));
+    rig_close(r);
+}
+
+/* A give-back whose lease row stayed behind (still this instance's, an
+ * older incarnation) is no reason to take the queue straight back: the
+ * 2-TTL cooldown holds for it as for a free row, or the node would give
+ * the queue back and reclaim it over and over. */
+TEST(a_queue_given_back_is_not_reclaimed_through_its_own_leftover_row)
+{
+    struct rig *r = rig_new(false);
+    struct err err;
+
+    rig_three_queues(r);
+    r->node.lease_ttl_ms = 1000;
+    rig_sink(r);
+    EXPECT_EQ_I64(sink_start(r->s, &err), 0);
+    EXPECT(wait_for(r, "\"held\":3,", 10000));
+    pthread_mutex_lock(&r->mu);
+    r->keep_row = "s3:default:q1:lease";
+    pthread_mutex_unlock(&r->mu);
+    rig_other_row(r, "s3:default:node=node-2%40test", "node-2@test");
+    rig_other_row(r, "s3:default:node=node-3%40test", "node-3@test");
+    EXPECT(wait_metric(r, "\nqueen_s3_queues_given_back_total 1\n", 10000));
+    EXPECT(rig_has_row(r, "s3:default:q1:lease"));
+    /* Not within the cooldown (2 TTLs = 2 s from the give-back). */
+    EXPECT(!wait_for(r, "{\"name\":\"q1\",\"ownedHere\":true", 1500));
+    /* After it, the leftover row is ours to take over. */
+    EXPECT(wait_for(r, "{\"name\":\"q1\",\"ownedHere\":true", 5000));
     sink_stop(r->s);
     EXPECT(wait_stopped(r, 10000));
     rig_close(r);
