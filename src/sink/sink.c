@@ -24,7 +24,11 @@
  * queue's task: a tick blocked in a long upload must not let the lease
  * expire. The refresher borrows a task's lease only while the task is
  * owned and marks it busy; the task waits for that mark to clear before it
- * releases and frees the lease.
+ * releases and frees the lease. A refresh and a fenced batch of the driver
+ * never race on the version: the lease serialises its fences (lease.h,
+ * invariant 3). When a refresh finds the lease lost, the task is poked:
+ * due at once, or right after the step it is running, and the same poke
+ * starts a give-back's drain.
  *
  * The run and its restart ladder (3.1): if the control task fails (the
  * presence key cannot be built, or the run_check seam says so), the run

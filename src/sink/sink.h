@@ -20,8 +20,11 @@
  *   RUN --sink_stop() and every queue task ended---> STOPPED (presence row
  *        deleted, "every queue drained; the sink has stopped")
  * A free queue is claimed when placement says it is due (3.4); a queue the
- * control task gives back drains, then claims again after 2 TTLs. Leases
- * are refreshed by a thread of their own (queen-s3-main).
+ * control task gives back drains, then claims again after 2 TTLs (even when
+ * its release did not land and the row is still this instance's). Leases
+ * are refreshed by a thread of their own (queen-s3-main); a lease it finds
+ * lost makes its queue run at once, so the driver stops Fenced without
+ * waiting out a backoff.
  *
  * Threading: sink_stop(), sink_stopped(), sink_status_render() and
  * sink_metrics() may be called from any thread. */
