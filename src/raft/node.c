@@ -723,13 +723,14 @@ int node_propose(struct node *n, int type, const void *cmd, size_t len,
     p->node = n;
     p->cb = cb;
     p->arg = arg;
+    n->n_uncommitted++; /* before: apply_cb must never find it at 0 */
     rv = raft_apply(&n->raft, &p->req, &buf, 1, apply_cb);
     if (rv != 0) {
+        n->n_uncommitted--;
         raft_free(buf.base);
         free(p);
         return raft_err(rv, err, "raft_apply");
     }
-    n->n_uncommitted++;
     return 0;
 }
 
