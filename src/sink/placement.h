@@ -113,9 +113,10 @@ ptrdiff_t placement_pick(const struct placement_held *v, size_t n);
 struct placement_state {
     bool is_over; /* over share since over_since_ms */
     int64_t over_since_ms;
-    bool is_giving;   /* a give-back in flight */
-    char giving[256]; /* its queue */
-    bool is_released; /* its lease has been given back */
+    bool is_giving;              /* a give-back in flight */
+    char giving[KV_KEY_MAX + 1]; /* its queue: a name whose KV keys fit
+                                    KV_KEY_MAX fits here whole */
+    bool is_released;            /* its lease has been given back */
     int64_t released_at_ms;
 };
 

@@ -697,7 +697,7 @@ static enum placement_verdict sink_decide_locked(struct sink *s, int64_t now)
 
 static void sink_decide(struct sink *s, int64_t now)
 {
-    char name[256];
+    char name[sizeof(s->pl.giving)];
     uint32_t held;
     uint32_t share;
     uint32_t nodes;

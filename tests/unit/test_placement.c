@@ -197,3 +197,24 @@ TEST(beat_writes_the_presence_row_and_counts_every_page)
     f.fail_next = 1;
     EXPECT_EQ_I64(placement_beat(&b, &p, &nodes, &err), ERR_BUSY);
 }
+
+/* A queue's name is bounded only by its KV keys (KV_KEY_MAX), not by 255
+ * bytes: the queue given back is named in full, or the sink could not find
+ * the task to drain (and asserted). */
+TEST(a_queue_with_a_long_name_is_given_back_by_its_whole_name)
+{
+    struct placement_state st;
+    char name[480];
+
+    memset(name, 'a', sizeof(name) - 1);
+    name[sizeof(name) - 1] = '\0';
+    struct placement_held h[] = {{sl(name), 0}, {sl("b"), 0}};
+    struct placement_input in = {
+        .now_ms = 0, .ttl_ms = 1000, .share = 1, .held = h, .n_held = 2};
+
+    memset(&st, 0, sizeof(st));
+    EXPECT_EQ_I64(placement_decide(&st, &in), PLACEMENT_NOTHING);
+    in.now_ms = 1000;
+    EXPECT_EQ_I64(placement_decide(&st, &in), PLACEMENT_GIVE_BACK);
+    EXPECT_STR_EQ(st.giving, name);
+}

@@ -653,6 +653,34 @@ TEST(a_queue_given_back_is_not_reclaimed_through_its_own_leftover_row)
     rig_close(r);
 }
 
+/* A queue name of 480 bytes (its KV keys still fit) is given back like any
+ * other: the drain finds its task by the whole name. */
+TEST(a_queue_with_a_long_name_is_given_back_without_a_crash)
+{
+    struct rig *r = rig_new(false);
+    struct err err;
+    char key[600];
+
+    free(r->queues[0]);
+    r->queues[0] = xcalloc(481, 1);
+    memset(r->queues[0], 'a', 480);
+    r->queues[1] = xstrdup("b");
+    r->cfg.n_queues = 2;
+    r->node.lease_ttl_ms = 1000;
+    rig_sink(r);
+    EXPECT_EQ_I64(sink_start(r->s, &err), 0);
+    EXPECT(wait_for(r, "\"held\":2,", 10000));
+    rig_other_row(r, "s3:default:node=node-2%40test", "node-2@test");
+    rig_other_row(r, "s3:default:node=node-3%40test", "node-3@test");
+    snprintf(key, sizeof(key), "s3:default:%s:lease", r->queues[0]);
+    EXPECT(wait_row(r, key, false, 10000));
+    EXPECT(wait_metric(r, "\nqueen_s3_queues_given_back_total 1\n", 2000));
+    EXPECT(rig_has_row(r, "s3:default:b:lease"));
+    sink_stop(r->s);
+    EXPECT(wait_stopped(r, 10000));
+    rig_close(r);
+}
+
 TEST(a_run_that_ends_unasked_restarts_on_a_doubling_ladder)
 {
     struct rig *r = rig_new(false);
