@@ -2,9 +2,10 @@
 # bench/sink: the embedded S3 sink's JSONL throughput per sink thread beside
 # `zstd -3` on one core over the same bytes, in the same run (see
 # bench/sink_run.py). BENCH_SINK_RECORDS sets the record count (1,000,000).
-# Usage: bench/sink.sh [build-dir]   (make bench runs it via scripts/bench.sh)
+# Usage: bench/sink.sh [build-dir]   (make bench runs it via scripts/bench.sh;
+# QUEEN_BIN, when set, names the binary to measure instead)
 set -euo pipefail
 build=${1:-build}
 root="$(cd "$(dirname "$0")/.." && pwd)"
-export QUEEN_ROOT="$root" QUEEN_BIN="$root/$build/queen"
+export QUEEN_ROOT="$root" QUEEN_BIN="${QUEEN_BIN:-$root/$build/queen}"
 exec /usr/bin/python3 "$root/bench/sink_run.py" "$build"

@@ -5,14 +5,20 @@ default 1,000,000) of ~500-byte JSON over 64 partitions, pushed with the
 sink off in batches of 1000.  The node then boots with the sink on
 (QUEEN_S3_START=earliest, default window settings, zstd) against the test
 bucket (tests/bucket: s3rver behind our proxy), and the time from the
-process start to the commit pointer announcing every record is measured.
+sink's start to the commit pointer announcing every record is measured.
 The lake's objects are decompressed into the JSONL they hold (the tail
 window under target MB closes only by age, so it is left out: the time and
 bytes are those up to the last commit seen); the peer is
 `zstd -3 -T1` compressing those same bytes on one core in the same run.
 Prints MB/s of uncompressed JSONL per sink thread, the peer's MB/s, the
-ratio (goal >= 0.5) and the bucket's share of the time (sum of `ms` in the
-proxy's request log).  Never a test: it only prints.
+ratio (goal >= 0.5), the bucket's share of the time (sum of `ms` in the
+proxy's request log), the CPU-seconds of the queen-s3 threads and of the
+whole process per record, and the load average.  The time runs from the
+sink's start to its last commit, both read from the node's info log (the
+broker's own boot, which replays its log, comes before and is printed
+apart).  With BENCH_SINK_PERF=FILE the sink phase runs under `perf record`
+into FILE; with BENCH_SINK_STDERR=FILE the node's log is copied to FILE.
+Never a test: it only prints.
 Usage: /usr/bin/python3 bench/sink_run.py [build-dir]"""
 import datetime
 import hashlib
@@ -85,28 +91,65 @@ def committed_records(node):
     return v
 
 
+def cpu_seconds(pid):
+    """(CPU-s of the threads named queen-s3, CPU-s of the whole process)
+    from /proc: utime + stime in clock ticks."""
+    tick = os.sysconf("SC_CLK_TCK")
+    sink = whole = 0.0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                st = f.read()
+        except OSError:
+            continue
+        comm = st[st.index("(") + 1:st.rindex(")")]
+        f = st[st.rindex(")") + 2:].split()
+        secs = (int(f[11]) + int(f[12])) / tick
+        whole += secs
+        sink += secs if comm.startswith("queen-s3") else 0
+    return sink, whole
+
+
 def watch(node, total, quiet=45.0):
     """Poll /status until every record is committed, or until no commit
     for `quiet` s: the tail window (under target MB) only closes by age,
     maxWindowMs (300 s) of log clock later, and is not counted.  Returns
-    (records committed, monotonic times of the first and last commits)."""
+    (records committed, monotonic times of the first and last commits,
+    CPU seconds (sink threads, process) at the last commit)."""
     seen, last, first = 0, time.monotonic(), None
+    cpu = (0.0, 0.0)
     while seen < total and time.monotonic() - last < quiet:
         rows = node.get("/status").json()["s3"]["sinks"][0]["queues"]
         n = sum(q["records"] for q in rows if q["name"] == QUEUE)
         if n != seen:
             seen, last = n, time.monotonic()
             first = first or last
+            cpu = cpu_seconds(node.proc.pid)
         time.sleep(0.1)
     if seen == 0:
         raise SystemExit("bench/sink: nothing was committed")
-    return seen, first, last
+    return seen, first, last, cpu
 
 
 def wall(iso):
-    """Seconds since the epoch of the request log's ISO-µs stamp."""
+    """Seconds since the epoch of an ISO-µs stamp."""
     return datetime.datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
         tzinfo=datetime.timezone.utc).timestamp()
+
+
+def sink_stamps(log):
+    """From the node's info log: the wall time the sink started and those
+    of every `window committed` line of the queue."""
+    start, commits = None, []
+    for line in log.splitlines():
+        stamp = line.split(" ", 1)[0]
+        if start is None and "starting the S3 sink in-process" in line:
+            start = wall(stamp)
+        elif "window committed queue=%s " % QUEUE in line:
+            commits.append(wall(stamp))
+    if start is None or not commits:
+        raise SystemExit("bench/sink: no sink start or commit in the log")
+    return start, commits
 
 
 def lake_jsonl(b, keys):
@@ -140,46 +183,75 @@ def main():
               % (total, PARTS, time.monotonic() - t0))
         assert node.stop() == 0
         node.extra_env["QUEEN_S3_EMBEDDED"] = "true"
-        t0, t0w = time.monotonic(), time.time()
+        node.extra_env["QUEEN_LOG_LEVEL"] = "info"  # the sink's own stamps
+        t0 = time.monotonic()
         node.start()
+        ready = time.monotonic() - t0
         st = node.get("/status").json()["s3"]
         threads = st.get("threads") or 1
+        perf = None
+        if os.environ.get("BENCH_SINK_PERF"):
+            perf = subprocess.Popen(
+                ["perf", "record", "--call-graph", "dwarf", "-F", "250",
+                 "-q", "-o", os.environ["BENCH_SINK_PERF"], "-p",
+                 str(node.proc.pid)], stdout=subprocess.DEVNULL)
 
-        committed, _, last = watch(node, total)
-        elapsed = last - t0
+        committed, _, last, cpu = watch(node, total)
+        if perf is not None:
+            perf.send_signal(2)
+            perf.wait()
         keys = lake.bucket_reader(b).list_keys(
             lake.queue_root(PREFIX, TENANT, QUEUE) + "/")
         lines = b.log_lines()
         ms = sum(x.get("ms") or 0 for x in lines)
+        log = node.stderr()
         node.stop()  # its drain may commit the tail window: not counted
+        if os.environ.get("BENCH_SINK_STDERR"):
+            subprocess.run(["cp", node.stderr_path,
+                            os.environ["BENCH_SINK_STDERR"]], check=True)
         node = None
+        start, commits = sink_stamps(log)
+        elapsed = commits[-1] - start
         data = lake_jsonl(b, keys)
         path = os.path.join(tmp, "lake.jsonl")
         with open(path, "wb") as f:
             f.write(data)
-        z0 = time.monotonic()
+        z0, c0 = time.monotonic(), os.times()
         subprocess.run(["zstd", "-3", "-T1", "-q", "-f", "-o",
                         path + ".zst", path], check=True)
-        zsecs = time.monotonic() - z0
+        zsecs, c1 = time.monotonic() - z0, os.times()
+        zcpu = (c1.children_user + c1.children_system -
+                c0.children_user - c0.children_system)
         mb = len(data) / 1e6
         ours = mb / elapsed / threads
         peer = mb / zsecs
         print("sink: %.1f MB of JSONL (%d of %d records; the rest is the "
-              "tail window, closed only by age) from boot to the last "
-              "commit in %.2f s with %d sink thread(s): %.1f MB/s per "
-              "thread" % (mb, committed, total, elapsed, threads, ours))
-        puts = [wall(x["t"]) - t0w for x in lines if x["method"] == "PUT"
-                and "/windows/" not in (x["key"] or "")]
-        if puts:
-            print("  (boot to the first data PUT landing: %.2f s, which "
-                  "includes the default safe guard of 5 s and discovery "
-                  "of 2 s; data PUTs span %.2f s)" %
-                  (min(puts), max(puts) - min(puts)))
-        print("zstd -3 -T1 on the same bytes: %.2f s, %.1f MB/s" %
-              (zsecs, peer))
+              "tail window, closed only by age) from the sink's start to "
+              "the last commit in %.2f s with %d sink thread(s): %.1f MB/s "
+              "per thread" % (mb, committed, total, elapsed, threads, ours))
+        print("  (from the process start: %.2f s, of which the broker's "
+              "boot to /health answering %.2f s; windows committed at %s s "
+              "after the sink's start)" %
+              (last - t0, ready,
+               ", ".join("%.2f" % (c - start) for c in commits)))
+        print("  (CPU at the last commit: queen-s3 threads %.2f s = %.2f "
+              "us/record, whole process %.2f s = %.2f us/record)" %
+              (cpu[0], cpu[0] / committed * 1e6, cpu[1],
+               cpu[1] / committed * 1e6))
+        print("zstd -3 -T1 on the same bytes: %.2f s, %.1f MB/s (CPU %.2f s)"
+              % (zsecs, peer, zcpu))
         print("ratio sink/zstd: %.2f (goal >= 0.5)" % (ours / peer))
+        print("  per CPU-second (sink threads' CPU / zstd's CPU, which the "
+              "machine's other load does not move): %.1f vs %.1f MB/s, "
+              "ratio %.2f" % (mb / cpu[0] if cpu[0] else 0,
+                              mb / zcpu if zcpu else 0,
+                              zcpu / cpu[0] if cpu[0] else 0))
         print("test bucket time (sum of request ms): %.2f s = %.0f%% of "
-              "the sink's time" % (ms / 1000, 100 * ms / 1000 / elapsed))
+              "the sink's time; without it: %.1f MB/s per thread, ratio "
+              "%.2f" % (ms / 1000, 100 * ms / 1000 / elapsed,
+                        mb / (elapsed - ms / 1000) / threads,
+                        mb / (elapsed - ms / 1000) / threads / peer))
+        print("load average: %.2f %.2f %.2f" % os.getloadavg())
     finally:
         if node is not None:
             node.stop()
