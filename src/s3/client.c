@@ -435,8 +435,12 @@ static int single_put(struct s3_client *c, const struct s3_put *p,
     int rc;
 
     call_init(&k, S3_OP_PUT, "PUT", p->key, c->cfg.max_attempts);
-    sha256(p->body, p->len, d);
-    hex_lower(d, 32, k.body_sha256);
+    if (p->sha256_hex != NULL && strlen(p->sha256_hex) == 64) {
+        memcpy(k.body_sha256, p->sha256_hex, 65);
+    } else {
+        sha256(p->body, p->len, d);
+        hex_lower(d, 32, k.body_sha256);
+    }
     md5(p->body, p->len, d);
     hex_lower(d, 16, md5_hex);
     buf_init(&md5_b64, 64);

@@ -130,6 +130,10 @@ struct s3_put {
     const char *content_type;
     void (*between_parts)(void *arg, int part_done);
     void *hook_arg;
+    /* The body's SHA-256 as 64 lowercase hex digits when the caller has it
+     * already (the manifest needs it too), or NULL: a single PUT then skips
+     * its own pass over the body. Borrowed. */
+    const char *sha256_hex;
 };
 
 struct s3_put_result {

@@ -157,8 +157,8 @@ static bool has_header(const struct seen *s, const char *line)
 static int put(struct rig *r, const char *key, const char *body,
                struct s3_put_result *res, struct err *err)
 {
-    struct s3_put p = {key,  body, strlen(body), "application/x-ndjson",
-                       hook, &r->f};
+    struct s3_put p = {key,  body,  strlen(body), "application/x-ndjson",
+                       hook, &r->f, NULL};
 
     return s3_client_put(r->c, &p, res, err);
 }
@@ -359,7 +359,8 @@ TEST(bad_put_arguments_are_refused_before_any_request)
     struct rig r;
     struct s3_put_result res;
     struct err err = {0};
-    struct s3_put p = {"k", "x", 1, "text/plain\r\nX-Evil: 1", NULL, NULL};
+    struct s3_put p = {"k",  "x",  1,   "text/plain\r\nX-Evil: 1",
+                       NULL, NULL, NULL};
 
     rig_open(&r, NULL, 0, NULL);
     EXPECT_EQ_I64(s3_client_put(r.c, &p, &res, &err), ERR_INVALID);
@@ -940,7 +941,7 @@ static void *put_loop(void *arg)
     struct s3_client *c = arg;
 
     for (int i = 0; i < 50; i++) {
-        struct s3_put p = {"k", "hello", 5, "text/plain", NULL, NULL};
+        struct s3_put p = {"k", "hello", 5, "text/plain", NULL, NULL, NULL};
         struct s3_put_result r;
         struct err err = {0};
 
@@ -1057,7 +1058,8 @@ TEST(concurrent_parts_complete_in_part_order)
     struct s3_transport t;
     struct s3_client *c = mp_client(&f, &t);
     char body[40];
-    struct s3_put p = {"k", body, sizeof(body), "text/plain", mp_hook, &f};
+    struct s3_put p = {"k",     body, sizeof(body), "text/plain",
+                       mp_hook, &f,   NULL};
     struct s3_put_result r;
     struct err err = {0};
 
@@ -1084,7 +1086,7 @@ TEST(a_failed_concurrent_part_stops_the_rest_and_aborts)
     struct s3_transport t;
     struct s3_client *c = mp_client(&f, &t);
     char body[40];
-    struct s3_put p = {"k", body, sizeof(body), "text/plain", NULL, NULL};
+    struct s3_put p = {"k", body, sizeof(body), "text/plain", NULL, NULL, NULL};
     struct s3_put_result r;
     struct err err = {0};
 
@@ -1102,7 +1104,8 @@ TEST(an_empty_object_is_one_put_with_the_empty_digests)
     struct rig r;
     struct s3_put_result res;
     struct err err = {0};
-    struct s3_put p = {"empty", NULL, 0, "application/x-ndjson", NULL, NULL};
+    struct s3_put p = {"empty", NULL, 0,   "application/x-ndjson",
+                       NULL,    NULL, NULL};
 
     rig_open(&r, NULL, 0, small_parts);
     EXPECT_EQ_I64(s3_client_put(r.c, &p, &res, &err), 0);
