@@ -19,6 +19,15 @@
  *   - offsets that disappear before we read them become lost ranges that
  *     travel in the next closing window's manifest (5).
  *
+ * Record bytes live in slabs of ENGINE_SLAB bytes, filled front to back in
+ * arrival order; a slab goes back to a short free list when the last record
+ * in it is committed. Records arrive in stamp order within a partition and
+ * windows are cut by stamp, so a slab's records mostly leave together. One
+ * copy into a warm slab costs far less than a malloc per record, and fresh
+ * pages are what a fetch-heavy sink pays most for (first touches fault).
+ * The free list keeps as many slabs as the last window took (at least
+ * ENGINE_SPARE_MIN): a busy queue refills from it, an idle one lets go.
+ *
  * Partition lookup is a small open-addressing hash on the name, so merging
  * an answer costs O(1) per partition named. The per-call walks (frontier,
  * fetch candidates, seeks, the close rules) go over the active set only:
@@ -39,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "base/isotime.h"
 #include "base/xalloc.h"
@@ -47,8 +57,20 @@
 #define ENGINE_MAX_CLOSE    100000 /* try_close iterations per call */
 #define ENGINE_RECORD_BASE  64     /* weight of a record beyond its bytes */
 #define ENGINE_NULL_PAYLOAD 4      /* weight of a null payload ("null") */
+#define ENGINE_SLAB         ((size_t)2 * 1024 * 1024) /* one huge page */
+#define ENGINE_SPARE_MIN    4 /* empty slabs kept for reuse, at least */
 
-/* A buffered record: one allocation holding its txn and payload bytes. */
+/* Record bytes of many records; freed when the last of them leaves. A
+ * record over a quarter of ENGINE_SLAB gets a slab of its own. */
+struct slab {
+    struct slab *next; /* in the free list */
+    size_t used;
+    size_t cap;
+    size_t live; /* records pointing into data */
+    char *data;
+};
+
+/* A buffered record: its txn bytes, then its payload bytes, in a slab. */
 struct brec {
     int64_t offset;
     int64_t ts;
@@ -56,7 +78,8 @@ struct brec {
     uint32_t txn_len;
     uint32_t payload_len;
     uint64_t weight;
-    char data[]; /* txn bytes, then payload bytes */
+    struct slab *slab;
+    char *data;
 };
 
 struct part {
@@ -77,7 +100,7 @@ struct part {
     int64_t last_seen_k;  /* committed_k when discovery last named it */
     size_t active_at;     /* index in engine.active, SIZE_MAX if idle */
     uint64_t serial;      /* creation order, for stable scheduling */
-    struct brec **recs;   /* ascending (gen, offset) */
+    struct brec *recs;    /* ascending (gen, offset) */
     size_t n_recs;
     size_t cap_recs;
     uint64_t buffered;
@@ -166,9 +189,16 @@ struct engine {
     size_t n_lost;
     size_t cap_lost;
 
+    struct slab *slab;  /* being filled; NULL before the first record */
+    struct slab *spare; /* empty slabs, ENGINE_SLAB each */
+    size_t n_spare;
+    size_t max_spare;   /* slabs the last window took, >= ENGINE_SPARE_MIN */
+    size_t slabs_taken; /* since the last commit */
+
     /* The closing window. */
     struct engine_plan plan;
     struct sink_record *plan_recs;
+    size_t cap_plan_recs; /* kept across plans: no fresh pages per window */
     struct engine_lost_range *plan_lost;
     struct lost *plan_lost_owned;
     size_t plan_n_lost;
@@ -388,13 +418,109 @@ struct engine *engine_new(const struct engine_config *cfg, struct err *err)
     e->calls = xcalloc(cfg->fetch_concurrency, sizeof(*e->calls));
     e->seeks = xcalloc(cfg->fetch_concurrency, sizeof(*e->seeks));
     e->next_call_id = 1;
+    e->max_spare = ENGINE_SPARE_MIN;
     return e;
 }
 
-static void free_part(struct part *p)
+/* ---- Slabs --------------------------------------------------------------- */
+
+/* A slab of ENGINE_SLAB bytes is aligned to its size and asks for a huge
+ * page: filling fresh memory then faults once per 2 MiB, not per 4 KiB,
+ * and those faults are most of what fresh memory costs. */
+static struct slab *slab_new(size_t cap)
+{
+    struct slab *s = xcalloc(1, sizeof(*s));
+
+    s->cap = cap;
+    if (cap == ENGINE_SLAB) {
+        s->data = aligned_alloc(ENGINE_SLAB, ENGINE_SLAB);
+        if (s->data == NULL) {
+            s->data = xmalloc(cap);
+        }
+#ifdef MADV_HUGEPAGE
+        (void)madvise(s->data, cap, MADV_HUGEPAGE); /* a hint only */
+#endif
+    } else {
+        s->data = xmalloc(cap);
+    }
+    return s;
+}
+
+static void slab_free(struct slab *s)
+{
+    free(s->data);
+    free(s);
+}
+
+static void slab_release(struct engine *e, struct slab *s)
+{
+    if (s->cap == ENGINE_SLAB && e->n_spare < e->max_spare) {
+        s->next = e->spare;
+        e->spare = s;
+        e->n_spare++;
+        return;
+    }
+    slab_free(s);
+}
+
+/* Room for n bytes: the current slab's tail, a spare, or a new slab. */
+static struct slab *slab_for(struct engine *e, size_t n)
+{
+    struct slab *s = e->slab;
+
+    if (n > ENGINE_SLAB / 4) {
+        return slab_new(n);
+    }
+    if (s != NULL && s->cap - s->used >= n) {
+        return s;
+    }
+    if (s != NULL && s->live == 0) {
+        s->used = 0; /* every record in it left: start over */
+        return s;
+    }
+    e->slabs_taken++;
+    if (e->spare != NULL) {
+        s = e->spare;
+        e->spare = s->next;
+        e->n_spare--;
+    } else {
+        s = slab_new(ENGINE_SLAB);
+    }
+    s->next = NULL;
+    s->used = 0;
+    s->live = 0;
+    e->slab = s;
+    return s;
+}
+
+/* A record left: its slab goes when it was the last one, unless it is the
+ * slab being filled. */
+static void slab_unref(struct engine *e, struct slab *s)
+{
+    ASSERT(s->live > 0);
+    if (--s->live == 0 && s != e->slab) {
+        slab_release(e, s);
+    }
+}
+
+/* After a commit: keep as many spares as the window took. */
+static void slab_trim(struct engine *e)
+{
+    e->max_spare =
+        e->slabs_taken > ENGINE_SPARE_MIN ? e->slabs_taken : ENGINE_SPARE_MIN;
+    e->slabs_taken = 0;
+    while (e->n_spare > e->max_spare) {
+        struct slab *s = e->spare;
+        e->spare = s->next;
+        e->n_spare--;
+        slab_free(s);
+    }
+}
+
+static void free_part(struct engine *e, struct part *p)
 {
     for (size_t i = 0; i < p->n_recs; i++) {
-        free(p->recs[i]);
+        slab_unref(e, p->recs[i].slab);
     }
     free(p->recs);
     free(p->name);
@@ -412,11 +538,9 @@ static void free_lost(struct lost *v, size_t n)
 
 static void free_plan(struct engine *e)
 {
-    free(e->plan_recs);
     free(e->plan_lost);
     free_lost(e->plan_lost_owned, e->plan_n_lost);
     free(e->manifest_key);
-    e->plan_recs = NULL;
     e->plan_lost = NULL;
     e->plan_lost_owned = NULL;
     e->plan_n_lost = 0;
@@ -451,7 +575,15 @@ void engine_free(struct engine *e)
         return;
     }
     for (size_t i = 0; i < e->n_parts; i++) {
-        free_part(e->parts[i]);
+        free_part(e, e->parts[i]);
+    }
+    if (e->slab != NULL) {
+        slab_free(e->slab);
+    }
+    while (e->spare != NULL) {
+        struct slab *s = e->spare;
+        e->spare = s->next;
+        slab_free(s);
     }
     for (size_t i = 0; i < e->n_restored; i++) {
         free(e->restored[i].name);
@@ -464,6 +596,7 @@ void engine_free(struct engine *e)
     free_calls(e);
     free_lost(e->lost, e->n_lost);
     free_plan(e);
+    free(e->plan_recs);
     free_redo(e);
     free(e->pos);
     free(e->acts);
@@ -949,13 +1082,12 @@ static bool min_buffered_ts(const struct engine *e, int64_t *ts)
         const struct part *p = e->active[i];
 
         for (size_t j = 0; j < p->n_recs; j++) {
-            if (!found || p->recs[j]->ts < *ts) {
-                *ts = p->recs[j]->ts;
+            if (!found || p->recs[j].ts < *ts) {
+                *ts = p->recs[j].ts;
                 found = true;
             }
             /* stamps ascend within an incarnation: skip to the next */
-            while (j + 1 < p->n_recs &&
-                   p->recs[j + 1]->gen == p->recs[j]->gen) {
+            while (j + 1 < p->n_recs && p->recs[j + 1].gen == p->recs[j].gen) {
                 j++;
             }
         }
@@ -1216,27 +1348,31 @@ static uint64_t record_weight(const struct part *p,
 static void buffer_record(struct engine *e, struct part *p,
                           const struct engine_fetched_record *r)
 {
+    size_t n = r->txn.len + r->payload.len;
+    struct slab *s;
     struct brec *b;
 
     /* A record is bounded by the broker's body limit (64 MiB). */
     ASSERT(r->txn.len <= UINT32_MAX && r->payload.len <= UINT32_MAX);
-    b = xmalloc(sizeof(*b) + r->txn.len + r->payload.len + 1);
-
+    grow((void **)&p->recs, &p->cap_recs, p->n_recs + 1, sizeof(struct brec));
+    b = &p->recs[p->n_recs++];
+    s = slab_for(e, n);
     b->offset = r->offset;
     b->ts = r->ts;
     b->gen = p->gen;
     b->txn_len = (uint32_t)r->txn.len;
     b->payload_len = (uint32_t)r->payload.len;
     b->weight = record_weight(p, r);
+    b->slab = s;
+    b->data = s->data + s->used;
     if (r->txn.len > 0) {
         memcpy(b->data, r->txn.ptr, r->txn.len);
     }
     if (r->payload.len > 0) {
         memcpy(b->data + r->txn.len, r->payload.ptr, r->payload.len);
     }
-    b->data[r->txn.len + r->payload.len] = '\0';
-    grow((void **)&p->recs, &p->cap_recs, p->n_recs + 1, sizeof(struct brec *));
-    p->recs[p->n_recs++] = b;
+    s->used += n;
+    s->live++;
     p->buffered += b->weight;
     e->total_buffered += b->weight;
 }
@@ -1309,40 +1445,81 @@ static void release_call(struct engine *e, struct fetch_call *call)
     e->n_calls_out--;
 }
 
-int engine_on_fetch(struct engine *e, uint64_t call_id,
-                    const struct engine_fetch_result *r, size_t n,
-                    struct err *err)
+/* Merge entries [from, from + n) of call (their results in r). */
+static int merge_part(struct engine *e, struct fetch_call *call, size_t from,
+                      const struct engine_fetch_result *r, size_t n,
+                      struct err *err)
+{
+    for (size_t i = 0; i < n && e->state != ENGINE_FAILED; i++) {
+        struct part *p = call->parts[from + i];
+
+        if (p->gen != call->gens[from + i]) {
+            continue; /* an answer for an older incarnation */
+        }
+        if (!slice_eq(p->name, p->name_len, r[i].partition)) {
+            return err_set(err, ERR_INVALID,
+                           "engine: fetch entry %zu names another partition",
+                           from + i);
+        }
+        merge_entry(e, p, &r[i]);
+        touch(e, p);
+    }
+    return 0;
+}
+
+int engine_on_fetch_part(struct engine *e, uint64_t call_id, size_t from,
+                         const struct engine_fetch_result *r, size_t n,
+                         struct err *err)
 {
     struct fetch_call *call = find_call(e, call_id);
-    int rc = 0;
+    int rc;
 
     if (call == NULL) {
         return err_set(err, ERR_INVALID, "engine: no fetch call %llu",
                        (unsigned long long)call_id);
     }
-    if (n != call->n) {
+    if (from > call->n || n > call->n - from) {
         rc = err_set(err, ERR_INVALID,
-                     "engine: fetch call %llu answered %zu of %zu entries",
-                     (unsigned long long)call_id, n, call->n);
-        n = 0;
+                     "engine: fetch call %llu answered entries %zu..%zu of %zu",
+                     (unsigned long long)call_id, from, from + n, call->n);
+    } else {
+        rc = merge_part(e, call, from, r, n, err);
     }
-    for (size_t i = 0; i < n && e->state != ENGINE_FAILED; i++) {
-        struct part *p = call->parts[i];
-
-        if (p->gen != call->gens[i]) {
-            continue; /* an answer for an older incarnation */
-        }
-        if (!slice_eq(p->name, p->name_len, r[i].partition)) {
-            rc = err_set(err, ERR_INVALID,
-                         "engine: fetch entry %zu names another partition", i);
-            break;
-        }
-        merge_entry(e, p, &r[i]);
-        touch(e, p);
+    if (rc != 0) {
+        release_call(e, call);
+        update_completeness(e);
     }
-    release_call(e, call);
-    update_completeness(e);
     return rc;
+}
+
+void engine_on_fetch_done(struct engine *e, uint64_t call_id)
+{
+    struct fetch_call *call = find_call(e, call_id);
+
+    if (call != NULL) {
+        release_call(e, call);
+        update_completeness(e);
+    }
+}
+
+int engine_on_fetch(struct engine *e, uint64_t call_id,
+                    const struct engine_fetch_result *r, size_t n,
+                    struct err *err)
+{
+    struct fetch_call *call = find_call(e, call_id);
+
+    if (call != NULL && n != call->n) {
+        int rc = err_set(err, ERR_INVALID,
+                         "engine: fetch call %llu answered %zu of %zu entries",
+                         (unsigned long long)call_id, n, call->n);
+        engine_on_fetch_done(e, call_id);
+        return rc;
+    }
+    if (engine_on_fetch_part(e, call_id, 0, r, n, err) != 0) {
+        return err->code;
+    }
+    engine_on_fetch_done(e, call_id);
+    return 0;
 }
 
 void engine_on_fetch_failed(struct engine *e, uint64_t call_id)
@@ -1378,7 +1555,7 @@ static size_t plan_parts(struct engine *e, int64_t t_start, int64_t t_end,
         size_t k = 0;
 
         for (size_t j = 0; j < p->n_recs; j++) {
-            k += p->recs[j]->ts >= t_start && p->recs[j]->ts < t_end;
+            k += p->recs[j].ts >= t_start && p->recs[j].ts < t_end;
         }
         if (k > 0) {
             grow((void **)&v, &cap, n + 1, sizeof(struct part *));
@@ -1418,7 +1595,7 @@ static size_t plan_add_part(struct engine *e, struct part *p, int64_t t_start,
     size_t n = 0;
 
     for (size_t j = 0; j < p->n_recs; j++) {
-        const struct brec *b = p->recs[j];
+        const struct brec *b = &p->recs[j];
         struct sink_record *r = &e->plan_recs[at + n];
 
         if (b->ts < t_start || b->ts >= t_end) {
@@ -1449,7 +1626,8 @@ static void build_plan(struct engine *e, int64_t k, int64_t t_start,
 
     free_plan(e);
     np = plan_parts(e, t_start, t_end, &v, &n_rec);
-    e->plan_recs = xcalloc(n_rec == 0 ? 1 : n_rec, sizeof(*e->plan_recs));
+    grow((void **)&e->plan_recs, &e->cap_plan_recs, n_rec + 1,
+         sizeof(*e->plan_recs));
     pl->min_ts = INT64_MAX;
     pl->max_ts = ENGINE_MIN;
     for (size_t i = 0; i < np; i++) {
@@ -1498,7 +1676,7 @@ static uint64_t weight_below(const struct engine *e, int64_t cap)
         const struct part *p = e->active[i];
 
         for (size_t j = 0; j < p->n_recs; j++) {
-            w += p->recs[j]->ts < cap ? p->recs[j]->weight : 0;
+            w += p->recs[j].ts < cap ? p->recs[j].weight : 0;
         }
     }
     return w;
@@ -1518,10 +1696,10 @@ static int64_t size_point(const struct engine *e, int64_t cap)
         const struct part *p = e->active[i];
 
         for (size_t j = 0; j < p->n_recs; j++) {
-            if (p->recs[j]->ts < cap) {
+            if (p->recs[j].ts < cap) {
                 grow((void **)&v, &vcap, n + 1, sizeof(*v));
-                v[n].ts = p->recs[j]->ts;
-                v[n].weight = p->recs[j]->weight;
+                v[n].ts = p->recs[j].ts;
+                v[n].weight = p->recs[j].weight;
                 n++;
             }
         }
@@ -1729,14 +1907,14 @@ static void drop_committed(struct engine *e, int64_t t_end)
         size_t kept = 0;
 
         for (size_t j = 0; j < p->n_recs; j++) {
-            struct brec *b = p->recs[j];
+            struct brec *b = &p->recs[j];
 
             if (b->ts < t_end) {
                 p->buffered -= b->weight;
                 e->total_buffered -= b->weight;
-                free(b);
+                slab_unref(e, b->slab);
             } else {
-                p->recs[kept++] = b;
+                p->recs[kept++] = *b;
             }
         }
         p->n_recs = kept;
@@ -1776,7 +1954,7 @@ static void prune(struct engine *e)
             continue;
         }
         ASSERT(p->active_at == SIZE_MAX);
-        free_part(p);
+        free_part(e, p);
         e->stats.partitions_pruned++;
     }
     if (kept != e->n_parts) {
@@ -1797,6 +1975,7 @@ void engine_on_committed(struct engine *e)
     e->t_prev = e->plan.t_end;
     e->t_filter = e->plan.t_end;
     e->is_t_prev_known = true;
+    slab_trim(e);
     drop_committed(e, e->plan.t_end);
     free_plan(e);
     free_redo(e);
@@ -1836,8 +2015,8 @@ void engine_positions(struct engine *e, const struct engine_position **v,
         ps->id = (struct slice){p->id == NULL ? "" : p->id, p->id_len};
         ps->offset = p->position;
         for (size_t j = 0; j < p->n_recs; j++) {
-            if (p->recs[j]->gen == p->gen) { /* never an older incarnation */
-                ps->offset = p->recs[j]->offset;
+            if (p->recs[j].gen == p->gen) { /* never an older incarnation */
+                ps->offset = p->recs[j].offset;
                 break;
             }
         }

@@ -319,7 +319,19 @@ struct engine_fetch_result {
 int engine_on_fetch(struct engine *e, uint64_t call_id,
                     const struct engine_fetch_result *r, size_t n,
                     struct err *err);
-/* The call failed as a whole: its partitions are fetched again. */
+/* Part of the answer of call call_id: entries [from, from + n) in request
+ * order, merged at once (borrows r, copies the records it keeps) so the
+ * caller can free each part before reading the next. The call stays out
+ * until engine_on_fetch_done() or engine_on_fetch_failed(). Returns 0, or
+ * ERR_INVALID for an unknown call or entries that do not match it (the
+ * call is then released). */
+int engine_on_fetch_part(struct engine *e, uint64_t call_id, size_t from,
+                         const struct engine_fetch_result *r, size_t n,
+                         struct err *err);
+/* Every entry of call call_id was merged: release it. */
+void engine_on_fetch_done(struct engine *e, uint64_t call_id);
+/* The call failed as a whole: its partitions not merged yet are fetched
+ * again (from where a merged part left them). */
 void engine_on_fetch_failed(struct engine *e, uint64_t call_id);
 
 /* A seek ended: is_found with the offset, or failed (position = logStart). */

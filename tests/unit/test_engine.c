@@ -1276,6 +1276,102 @@ TEST(a_failed_call_releases_its_partitions)
     engine_free(e);
 }
 
+/* An engine tracking p and q (last 9 each) with one call out for both. */
+static struct engine *two_fetch(struct acts *a, uint64_t *call_id)
+{
+    struct engine_config c;
+    struct err err;
+    struct engine *e;
+    struct engine_partition_info in[2] = {pinfo("p", "A", 9, 0, SIM_T0),
+                                          pinfo("q", "B", 9, 0, SIM_T0)};
+    const struct engine_action *f;
+
+    sim_test_config(&c);
+    e = engine_new(&c, &err);
+    next(e, a);
+    page1(e, SIM_T0 + SIM_MIN, in, 2);
+    next(e, a);
+    f = find_kind(a, ENGINE_ACT_FETCH);
+    EXPECT(f != NULL && f->u.fetch.n == 2);
+    *call_id = f != NULL ? f->u.fetch.call_id : 0;
+    return e;
+}
+
+/* Entry 0 (p) of call id: offsets 0..4. */
+static void answer_p_part(struct engine *e, uint64_t id)
+{
+    struct engine_fetched_record recs[5];
+    struct engine_fetch_result r;
+    struct err err;
+
+    for (int i = 0; i < 5; i++) {
+        recs[i] = (struct engine_fetched_record){
+            i, SLICE_LIT("t"), SIM_T0 + i * SIM_SEC, SLICE_LIT("{}")};
+    }
+    memset(&r, 0, sizeof(r));
+    r.partition = SLICE_LIT("p");
+    r.high_watermark = 10;
+    r.records = recs;
+    r.n = 5;
+    EXPECT(engine_on_fetch_part(e, id, 0, &r, 1, &err) == 0);
+}
+
+TEST(a_call_answered_in_parts_stays_out_until_done_or_failed)
+{
+    struct acts a;
+    uint64_t id;
+    struct engine *e = two_fetch(&a, &id);
+    const struct engine_action *f;
+    struct err err;
+
+    answer_p_part(e, id);
+    EXPECT_EQ_I64(position_of(e, "p"), 5); /* merged at once */
+    EXPECT_EQ_U64(engine_buffered_bytes(e) > 0, 1);
+    next(e, &a);
+    EXPECT(find_kind(&a, ENGINE_ACT_FETCH) == NULL); /* both still out */
+    engine_on_fetch_failed(e, id);
+    next(e, &a);
+    f = find_kind(&a, ENGINE_ACT_FETCH);
+    EXPECT(f != NULL && f->u.fetch.n == 2);
+    for (size_t i = 0; f != NULL && i < f->u.fetch.n; i++) {
+        const struct engine_fetch_entry *en = &f->u.fetch.entries[i];
+        bool is_p = en->partition.len == 1 && en->partition.ptr[0] == 'p';
+        EXPECT_EQ_I64(en->offset, is_p ? 5 : 0); /* p goes on from 5 */
+    }
+    EXPECT(engine_on_fetch_part(e, id, 0, NULL, 0, &err) == ERR_INVALID);
+    engine_free(e);
+}
+
+TEST(a_part_past_the_calls_entries_is_refused_and_releases_the_call)
+{
+    struct acts a;
+    uint64_t id;
+    struct engine *e = two_fetch(&a, &id);
+    struct engine_fetch_result r[2];
+    struct err err;
+
+    memset(r, 0, sizeof(r));
+    EXPECT(engine_on_fetch_part(e, id, 1, r, 2, &err) == ERR_INVALID);
+    next(e, &a);
+    EXPECT(find_kind(&a, ENGINE_ACT_FETCH) != NULL); /* read again */
+    engine_free(e);
+}
+
+TEST(a_call_done_after_its_parts_releases_its_partitions)
+{
+    struct acts a;
+    uint64_t id;
+    struct engine *e = two_fetch(&a, &id);
+    const struct engine_action *f;
+
+    answer_p_part(e, id);
+    engine_on_fetch_done(e, id);
+    next(e, &a);
+    f = find_kind(&a, ENGINE_ACT_FETCH);
+    EXPECT(f != NULL && f->u.fetch.n == 2); /* p from 5, q (unanswered) */
+    engine_free(e);
+}
+
 /* ---- redo, checkpoints ----------------------------------------------------
  */
 
