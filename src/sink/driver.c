@@ -51,6 +51,7 @@
 #define DRIVER_KEY_MAX         2048
 #define DRIVER_AGED_US         ((int64_t)10 * 1000 * 1000)
 #define DRIVER_CHECKPOINT_LIST ((size_t)1000 * 1000)
+#define DRIVER_FETCH_SLICE     ((uint64_t)8 * 1024 * 1024) /* per store read */
 
 enum pending_kind {
     PENDING_NONE,
@@ -111,6 +112,7 @@ struct driver {
     struct docs_intent redo_intent; /* slices into redo_arena */
     char redo_comp[32];             /* the redo's compression, as a string */
     struct buf redo_arena;
+    struct buf spare_body; /* the last window's body buffer, for the next */
     enum driver_stop stop;
     char why[256];
     bool is_stop_logged;
@@ -394,6 +396,7 @@ struct driver *driver_new(const struct driver_config *cfg,
     buf_free(&k);
     buf_init(&d->pend.manifest_key, DRIVER_KEY_MAX);
     buf_init(&d->redo_arena, BUF_UNLIMITED);
+    buf_init(&d->spare_body, BUF_UNLIMITED);
     pthread_mutex_init(&d->mu, NULL);
     d->retry_after_ms = -1;
     snprintf(d->st.state, sizeof(d->st.state), "restoring");
@@ -408,6 +411,7 @@ void driver_free(struct driver *d)
     engine_free(d->e);
     buf_free(&d->pend.manifest_key);
     buf_free(&d->redo_arena);
+    buf_free(&d->spare_body);
     free(d->lost);
     pthread_mutex_destroy(&d->mu);
     free(d);
@@ -799,49 +803,98 @@ static void to_engine_result(const struct store_fetch_entry *en,
     };
 }
 
-/* One fetch call. false when it failed as a whole. */
-static bool do_fetch(struct driver *d, const struct engine_fetch *a)
+/* Read the entries of one engine fetch call [from, to) with one store call.
+ * 0, or the call's error (ans freed). */
+static int fetch_slice(struct driver *d, const struct engine_fetch *a,
+                       size_t from, size_t to, struct store_fetch_answer *ans,
+                       struct err *err)
 {
-    struct store_fetch_req *reqs = xcalloc(a->n + 1, sizeof(*reqs));
-    struct store_fetch_answer ans;
-    struct err err;
-    bool ok = false;
+    struct store_fetch_req *reqs = xcalloc(to - from + 1, sizeof(*reqs));
+    int rc;
 
-    for (size_t i = 0; i < a->n; i++) {
-        reqs[i] = (struct store_fetch_req){
+    for (size_t i = from; i < to; i++) {
+        reqs[i - from] = (struct store_fetch_req){
             cstr(d->cfg.queue), a->entries[i].partition, a->entries[i].offset,
             a->entries[i].max_bytes};
     }
-    memset(&ans, 0, sizeof(ans));
-    if (d->b->fetch(d->b->arg, d->cfg.tenant, reqs, a->n, &ans, &err) != 0 ||
-        ans.n_entries != a->n) {
-        fail_sampled(d, SAMPLE_FETCH, "fetch: %s", err.msg);
-        engine_on_fetch_failed(d->e, a->call_id);
-        goto out_free;
+    memset(ans, 0, sizeof(*ans));
+    rc = d->b->fetch(d->b->arg, d->cfg.tenant, reqs, to - from, ans, err);
+    if (rc == 0 && ans->n_entries != to - from) {
+        rc = err_set(err, ERR_INVALID, "the read answered %zu of %zu entries",
+                     ans->n_entries, to - from);
     }
-    struct engine_fetch_result *r = xcalloc(a->n + 1, sizeof(*r));
+    if (rc != 0) {
+        store_fetch_answer_free(ans);
+    }
+    free(reqs);
+    return rc;
+}
+
+/* Merge one read's answer as entries [from, from + ans->n_entries) of the
+ * engine's call. */
+static int merge_slice(struct driver *d, const struct engine_fetch *a,
+                       size_t from, const struct store_fetch_answer *ans,
+                       struct err *err)
+{
+    size_t n = ans->n_entries;
+    struct engine_fetch_result *r = xcalloc(n + 1, sizeof(*r));
     struct engine_fetched_record **recs =
-        xcalloc(a->n + 1, sizeof(struct engine_fetched_record *));
-    for (size_t i = 0; i < a->n; i++) {
-        recs[i] = xcalloc(ans.entries[i].n_records + 1, sizeof(**recs));
-        to_engine_result(&ans.entries[i], a->entries[i].partition, recs[i],
-                         &r[i]);
+        xcalloc(n + 1, sizeof(struct engine_fetched_record *));
+    int rc;
+
+    for (size_t i = 0; i < n; i++) {
+        recs[i] = xcalloc(ans->entries[i].n_records + 1, sizeof(**recs));
+        to_engine_result(&ans->entries[i], a->entries[from + i].partition,
+                         recs[i], &r[i]);
     }
-    ok = engine_on_fetch(d->e, a->call_id, r, a->n, &err) == 0;
-    if (!ok) {
-        fail_sampled(d, SAMPLE_FETCH, "fetch: %s", err.msg);
-    }
-    for (size_t i = 0; i < a->n; i++) {
+    rc = engine_on_fetch_part(d->e, a->call_id, from, r, n, err);
+    for (size_t i = 0; i < n; i++) {
         free(recs[i]);
     }
     free(recs);
     free(r);
-out_free:
-    store_fetch_answer_free(&ans);
-    free(reqs);
-    d->ctr.fetch_ok += ok;
-    d->ctr.fetch_error += !ok;
-    return ok;
+    return rc;
+}
+
+/* One fetch call, read in slices of at most DRIVER_FETCH_SLICE bytes asked,
+ * each merged and freed before the next: the store hands the same warm
+ * answer buffer back slice after slice, where one answer for the whole call
+ * (64 MiB for 64 busy partitions) would be fresh pages every time. false
+ * when it failed as a whole. */
+static bool do_fetch(struct driver *d, const struct engine_fetch *a)
+{
+    struct store_fetch_answer ans;
+    struct err err;
+    int rc = 0;
+
+    err_clear(&err);
+    for (size_t i = 0; rc == 0 && i < a->n;) {
+        size_t j = i;
+        uint64_t asked = 0;
+        while (j < a->n && (j == i || asked + a->entries[j].max_bytes <=
+                                          DRIVER_FETCH_SLICE)) {
+            asked += a->entries[j++].max_bytes;
+        }
+        rc = fetch_slice(d, a, i, j, &ans, &err);
+        if (rc == 0) {
+            rc = merge_slice(d, a, i, &ans, &err);
+            store_fetch_answer_free(&ans);
+            if (rc != 0) {
+                break; /* the engine released the call */
+            }
+        } else {
+            engine_on_fetch_failed(d->e, a->call_id);
+        }
+        i = j;
+    }
+    if (rc == 0) {
+        engine_on_fetch_done(d->e, a->call_id);
+    } else {
+        fail_sampled(d, SAMPLE_FETCH, "fetch: %s", err.msg);
+    }
+    d->ctr.fetch_ok += rc == 0;
+    d->ctr.fetch_error += rc != 0;
+    return rc == 0;
 }
 
 /* One probe of a seek: fetch one record at offset. */
@@ -1021,6 +1074,7 @@ static int do_intent(struct driver *d, int64_t now)
 struct object {
     struct buf body;
     struct buf key;
+    char sha256[65]; /* of body, lowercase hex: the PUT and the manifest */
     uint64_t records;
     bool has_partition;
     struct slice partition;
@@ -1051,7 +1105,8 @@ static int build_body(struct driver *d, const struct sink_record *v, size_t n,
     }
     enum jsonl_codec c = JSONL_ZSTD;
     jsonl_codec_parse(d->cfg.compression, &c, err);
-    struct jsonl_writer *w = jsonl_writer_new(c, d->cfg.object_max_bytes);
+    struct jsonl_writer *w =
+        jsonl_writer_new_reusing(c, d->cfg.object_max_bytes, &d->spare_body);
     for (size_t i = 0; rc == 0 && i < n; i++) {
         rc = jsonl_writer_add(w, &v[i], err);
     }
@@ -1101,6 +1156,11 @@ static int build_objects(struct driver *d, const struct engine_plan *p,
         } else if (rc == 0) {
             rc = layout_data_key(&x->key, &d->lq, &w, err);
         }
+        if (rc == 0) {
+            uint8_t h[32];
+            sha256(x->body.data, x->body.len, h);
+            hex_lower(h, sizeof(h), x->sha256);
+        }
         i = j;
     }
     *out = o;
@@ -1108,9 +1168,18 @@ static int build_objects(struct driver *d, const struct engine_plan *p,
     return rc;
 }
 
-static void free_objects(struct object *o, size_t n)
+/* The largest body stays as the next window's spare: writing into pages
+ * touched before costs a fraction of first touches. */
+static void free_objects(struct driver *d, struct object *o, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
+        if (o[i].body.cap > d->spare_body.cap) {
+            struct buf b = d->spare_body;
+            d->spare_body = o[i].body;
+            d->spare_body.max = BUF_UNLIMITED;
+            buf_reset(&d->spare_body);
+            o[i].body = b;
+        }
         buf_free(&o[i].body);
         buf_free(&o[i].key);
     }
@@ -1119,9 +1188,11 @@ static void free_objects(struct object *o, size_t n)
 
 /* PUT one body. 0; 1 retry later; -1 stopped. */
 static int put_object(struct driver *d, const char *key, const struct buf *b,
-                      const char *content_type, int64_t now)
+                      const char *sha256_hex, const char *content_type,
+                      int64_t now)
 {
-    struct s3_put p = {key, b->data, b->len, content_type, between_parts, d};
+    struct s3_put p = {key,           b->data, b->len,    content_type,
+                       between_parts, d,       sha256_hex};
     struct s3_put_result r;
     struct err err;
     char why[512];
@@ -1150,7 +1221,6 @@ static int put_manifest(struct driver *d, const struct engine_plan *p,
     struct buf body;
     struct buf key;
     struct err err;
-    uint8_t h[32];
     int rc;
 
     memset(&m, 0, sizeof(m));
@@ -1158,8 +1228,7 @@ static int put_manifest(struct driver *d, const struct engine_plan *p,
         v[i] = (struct docs_object){
             buf_slice(&o[i].key), o[i].body.len,  o[i].records, "",
             o[i].has_partition,   o[i].partition, o[i].first,   o[i].last};
-        sha256(o[i].body.data, o[i].body.len, h);
-        hex_lower(h, sizeof(h), v[i].sha256);
+        memcpy(v[i].sha256, o[i].sha256, sizeof(o[i].sha256));
         m.records += o[i].records;
         m.bytes += o[i].body.len;
     }
@@ -1199,7 +1268,7 @@ static int put_manifest(struct driver *d, const struct engine_plan *p,
     if (rc != 0) {
         stop(d, DRIVER_FAILED, err.msg);
     } else {
-        rc = put_object(d, key.data, &body, "application/json", now);
+        rc = put_object(d, key.data, &body, NULL, "application/json", now);
     }
     d->last_records = m.records;
     d->last_bytes = m.bytes;
@@ -1301,11 +1370,11 @@ static int upload_objects(struct driver *d, int64_t now)
     if (rc != 0) {
         stop(d, DRIVER_FAILED, err.msg);
         set_error(d, "%s", err.msg);
-        free_objects(o, n);
+        free_objects(d, o, n);
         return -1;
     }
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        rc = put_object(d, o[i].key.data, &o[i].body, ctype, now);
+        rc = put_object(d, o[i].key.data, &o[i].body, o[i].sha256, ctype, now);
         if (rc == 0 && i == 0 && crash(d, DRIVER_CRASH_MID_UPLOAD)) {
             rc = -1;
         }
@@ -1313,7 +1382,7 @@ static int upload_objects(struct driver *d, int64_t now)
     if (rc == 0) {
         rc = put_manifest(d, p, o, n, now);
     }
-    free_objects(o, n);
+    free_objects(d, o, n);
     if (rc != 0 || crash(d, DRIVER_CRASH_AFTER_UPLOAD)) {
         return rc != 0 ? rc : -1;
     }
@@ -1421,8 +1490,8 @@ static void do_checkpoint(struct driver *d,
     int rc = docs_checkpoint_encode(&body, &cp, &err);
     rc = rc != 0 ? rc : layout_checkpoint_key(&key, &d->lq, a->k, &err);
     for (int attempt = 0; rc == 0 && attempt < 3; attempt++) {
-        struct s3_put p = {key.data,           body.data, body.len,
-                           "application/zstd", NULL,      NULL};
+        struct s3_put p = {key.data, body.data, body.len, "application/zstd",
+                           NULL,     NULL,      NULL};
         memset(&r, 0, sizeof(r));
         rc = s3_client_put(d->s3, &p, &r, &err);
         if (rc == 0 || !s3_retriable(&r.st, rc)) {

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define ZLIB_CONST /* next_in is const: zlib never writes its input */
 #include <zlib.h>
@@ -32,6 +33,7 @@
 
 #define JSONL_STAGE ((size_t)1024 * 1024)
 #define JSONL_CHUNK ((size_t)128 * 1024)
+#define JSONL_HUGE  ((size_t)2 * 1024 * 1024)
 
 struct jsonl_writer {
     enum jsonl_codec codec;
@@ -113,6 +115,21 @@ struct jsonl_writer *jsonl_writer_new(enum jsonl_codec c, size_t max_bytes)
     return w;
 }
 
+struct jsonl_writer *jsonl_writer_new_reusing(enum jsonl_codec c,
+                                              size_t max_bytes,
+                                              struct buf *spare)
+{
+    struct jsonl_writer *w = jsonl_writer_new(c, max_bytes);
+
+    w->out.data = spare->data;
+    w->out.cap = spare->cap;
+    if (w->out.data != NULL) {
+        w->out.data[0] = '\0';
+    }
+    buf_init(spare, spare->max);
+    return w;
+}
+
 void jsonl_writer_free(struct jsonl_writer *w)
 {
     if (w == NULL) {
@@ -180,11 +197,30 @@ int jsonl_line(struct buf *b, const struct sink_record *r, struct err *err)
     return 0;
 }
 
+/* The body grew: ask for huge pages over its new part, so filling it
+ * faults once per 2 MiB rather than per 4 KiB (a hint; errors ignored). */
+static void jsonl_hint_huge(const struct buf *b, size_t old_cap)
+{
+#ifdef MADV_HUGEPAGE
+    size_t at = (uintptr_t)b->data % JSONL_HUGE;
+    size_t lo = (old_cap + at + JSONL_HUGE - 1) / JSONL_HUGE * JSONL_HUGE - at;
+    size_t hi = (b->cap + at) / JSONL_HUGE * JSONL_HUGE - at;
+
+    if (hi > lo && (b->cap + at) >= JSONL_HUGE) {
+        (void)madvise(b->data + lo, hi - lo, MADV_HUGEPAGE);
+    }
+#else
+    (void)b;
+    (void)old_cap;
+#endif
+}
+
 /* Room at the end of the body for compressor output: at most JSONL_CHUNK,
  * never past the body's cap. Returns the room, 0 with err set when full. */
 static size_t jsonl_room(struct jsonl_writer *w, struct err *err)
 {
     size_t want = JSONL_CHUNK;
+    size_t before = w->out.cap;
     size_t room;
 
     if (w->out.max != BUF_UNLIMITED) {
@@ -198,6 +234,9 @@ static size_t jsonl_room(struct jsonl_writer *w, struct err *err)
     }
     if (buf_reserve(&w->out, want, err) != 0) {
         return 0;
+    }
+    if (w->out.cap != before) {
+        jsonl_hint_huge(&w->out, before);
     }
     room = w->out.cap - w->out.len - 1;
     if (w->out.max != BUF_UNLIMITED && room > w->out.max - w->out.len) {

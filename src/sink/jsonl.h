@@ -47,6 +47,12 @@ struct jsonl_writer;
 /* Returns an owned writer; free with jsonl_writer_free. max_bytes caps the
  * stored (compressed) body; 0 = no cap. */
 struct jsonl_writer *jsonl_writer_new(enum jsonl_codec c, size_t max_bytes);
+/* Like jsonl_writer_new, but the body grows in spare's allocation, which it
+ * takes (spare is left empty): a caller that hands each finished body back
+ * as the next spare writes window after window into warm pages. */
+struct jsonl_writer *jsonl_writer_new_reusing(enum jsonl_codec c,
+                                              size_t max_bytes,
+                                              struct buf *spare);
 /* Add one record (borrowed, not kept). Records come sorted by (partition
  * bytes, offset) strictly; within one partition a lower or equal offset is
  * accepted only with a greater ts (a new incarnation restarting offsets).
