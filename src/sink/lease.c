@@ -25,6 +25,10 @@
 #include "sink/docs.h"
 #include "sink/layout.h"
 
+/* Instance names read back from rows: QUEEN_S3_INSTANCE allows 511 bytes,
+ * and a shorter buffer would read our own row as another node's. */
+#define LEASE_INSTANCE_MAX 512
+
 struct lease {
     const struct sink_broker *b;
     uint8_t tenant[16];
@@ -269,7 +273,7 @@ int lease_holder(struct lease *l, enum lease_holder_kind *kind, char *other,
                  size_t cap, struct err *err)
 {
     struct kv_answer a;
-    char inst[256];
+    char inst[LEASE_INSTANCE_MAX];
     char inc[17];
 
     if (kv_get(l->b, l->tenant, l->key, &a, err) != 0) {
@@ -292,7 +296,7 @@ int lease_holder(struct lease *l, enum lease_holder_kind *kind, char *other,
 static int takeover(struct lease *l, const struct kv_result *r, bool *taken,
                     char *holder, size_t cap, struct err *err)
 {
-    char inst[256] = "unknown";
+    char inst[LEASE_INSTANCE_MAX] = "unknown";
     char inc[17] = "";
     struct kv_op op;
     struct kv_answer a;
@@ -375,7 +379,7 @@ out_unlock:
  * Under l->mu; true when adopted. */
 static bool fence_adopt(struct lease *l, const struct kv_answer *a)
 {
-    char inst[256];
+    char inst[LEASE_INSTANCE_MAX];
     char inc[17];
 
     if (a->status != ERR_PRECONDITION || a->failed_index != 0 ||
@@ -481,7 +485,7 @@ static int delete_round(const struct sink_broker *b, const uint8_t tenant[16],
                         struct err *err)
 {
     struct kv_answer a;
-    char inst[256];
+    char inst[LEASE_INSTANCE_MAX];
     char inc[17] = "";
     struct kv_op op;
 

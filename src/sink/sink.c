@@ -96,11 +96,11 @@ struct task {
     bool is_refreshing;
     int64_t refresh_due_ms;
     bool is_give_back_asked;
-    char holder[128]; /* the other node last seen holding it, or "" */
+    char holder[SINK_STR_MAX]; /* the other node last seen holding it, or "" */
     /* published under s->mu */
     char row_state[16];
     bool owned_here;
-    char held_by[128];
+    char held_by[SINK_STR_MAX];
     bool has_snap;
     struct driver_status snap;
     struct driver_counters base;     /* runs that ended */
@@ -1115,7 +1115,7 @@ static int64_t task_claim(struct sink *s, struct task *t, int64_t now)
 {
     struct err err = {0};
     enum lease_holder_kind kind;
-    char other[128] = "";
+    char other[SINK_STR_MAX] = "";
     bool taken = false;
     int64_t due = now;
     int rc;

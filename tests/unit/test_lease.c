@@ -366,3 +366,32 @@ TEST(a_row_of_another_incarnation_is_never_adopted_by_the_fence)
                   "\"ffffffffffffffff\",\"sinceMs\":5}");
     lease_free(l);
 }
+
+/* An instance name of 300 bytes (QUEEN_S3_INSTANCE allows 511) is still
+ * recognised as ours when read back from the row. */
+TEST(a_long_instance_name_still_reads_its_own_row_as_mine)
+{
+    struct fake_broker f;
+    struct sink_broker b;
+    struct err err;
+    bool taken;
+    char who[600];
+    char inst[301];
+    enum lease_holder_kind kind;
+
+    memset(inst, 'n', 300);
+    inst[300] = '\0';
+    fake_init(&f, "orders");
+    fake_broker_seam(&f, &b);
+    struct lease *l = make(&b, inst, 1, NULL);
+    EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
+    EXPECT(taken);
+    EXPECT_EQ_I64(lease_holder(l, &kind, who, sizeof(who), &err), 0);
+    EXPECT_EQ_I64(kind, LEASE_MINE);
+    /* A later life of the same instance takes the row over at once. */
+    struct lease *again = make(&b, inst, 9, NULL);
+    EXPECT_EQ_I64(lease_acquire(again, 2, &taken, who, sizeof(who), &err), 0);
+    EXPECT(taken);
+    lease_free(again);
+    lease_free(l);
+}
