@@ -1,9 +1,13 @@
 """The sink's control plane on one node (reference 3.1, 3.4, 6.1): a boot
 whose HTTP listener cannot bind stops with one FATAL line and starts no
-sink thread (so it claims nothing), and the status block shows the host's
-phase, the run's restart keys and the trivial placement of one node."""
+sink thread (so it claims nothing), the status block shows the host's
+phase, the run's restart keys and the trivial placement of one node, a
+lone node claims 300 queues within half a TTL (not one a second) and
+drains them inside the grace, and a lease another instance takes over
+stops the queue without touching that instance's row."""
 import re
 import socket
+import time
 
 from sinkenv import kv_get, sink_env, sink_row, wait_until
 
@@ -52,3 +56,75 @@ def test_the_status_block_shows_the_phase_the_run_and_the_placement(
     assert sink["placement"] == {"givingBack": None, "held": 1, "nodes": 1,
                                  "queues": 1, "share": 1}, sink
     assert node.stop() == 0
+
+
+def _owned_count(node):
+    s = node.get("/status").json()["s3"]["sinks"][0]
+    return sum(1 for q in s["queues"] if q["ownedHere"]), len(s["queues"])
+
+
+def test_a_single_node_claims_300_queues_within_half_a_ttl(
+        broker_factory, bucket):
+    """3.4's pacing is one second per queue already run, capped at half a
+    TTL: with the default 30 s TTL a lone node owns all 300 queues about
+    15 s after it starts, not 300 s later; and it still drains them inside
+    the grace at SIGTERM."""
+    plain = broker_factory(env=sink_env(bucket, QUEEN_S3_EMBEDDED="false"))
+    names = ["q%03d" % i for i in range(300)]
+    plain.push([{"queue": n, "partition": "p", "payload": {"i": i}}
+                for i, n in enumerate(names)])
+    assert plain.stop() == 0
+    env = sink_env(bucket, QUEEN_S3_QUEUES="*", QUEEN_S3_LEASE_TTL_MS="30000",
+                   QUEEN_S3_SHUTDOWN_GRACE_MS="30000",
+                   QUEEN_S3_DISCOVERY_INTERVAL_MS="200")
+    node = broker_factory(env=env, data_dir=plain.data_dir, start=False)
+    t0 = time.monotonic()
+    node.start()
+    wait_until(lambda: _owned_count(node) == (300, 300), 60,
+               "one node to own all 300 queues")
+    took = time.monotonic() - t0
+    print("300 queues owned after %.1f s" % took)
+    # Pacing caps at TTL/2 = 15 s; serialized claims would take minutes.
+    assert took < 45, took
+    t1 = time.monotonic()
+    assert node.stop() == 0
+    print("drained 300 queues in %.1f s" % (time.monotonic() - t1))
+    log = node.stderr()
+    assert "did not stop inside its grace" not in log, log[-3000:]
+
+
+def test_a_lease_taken_over_stops_the_queue_and_leaves_the_row_alone(
+        broker_factory, bucket):
+    """3.3: the refresher (every TTL/3 = 1 s here) finds another instance's
+    row, marks the lease lost and the queue stops Fenced at once; the node
+    then reports the other owner, writes nothing more for the queue, and
+    at SIGTERM leaves the other node's row where it is."""
+    node = broker_factory(env=sink_env(bucket))
+    node.push([{"queue": "orders", "partition": "p", "payload": {"a": 1}}])
+    wait_until(lambda: (sink_row(node, "orders") or {}).get("k", 0) >= 1,
+               30, "the sink to commit window 1 of orders")
+    other = {"instance": "node-9@elsewhere",
+             "incarnation": "00000000000000aa", "sinceMs": 1}
+    r = node.request("PUT", "/api/v1/kv/queen-s3/s3:default:orders:lease",
+                     body={"value": other, "ttlSeconds": 60})
+    assert r.status == 200, r
+    wait_until(lambda: (sink_row(node, "orders") or {}).get("heldBy")
+               == "node-9@elsewhere", 10, "the sink to see the other owner")
+    row = sink_row(node, "orders")
+    assert row["ownedHere"] is False and row["state"] == "held", row
+    k = row["k"]
+    log = node.stderr()
+    assert ("lease lost: another instance owns this queue" in log
+            or "queue fenced" in log), log[-3000:]
+    node.push([{"queue": "orders", "partition": "p", "payload": {"a": 2}}])
+    assert node.stop() == 0
+    log = node.stderr()
+    assert "did not stop inside its grace" not in log, log[-3000:]
+    assert log.count("this node owns the queue") == 1, log[-3000:]
+    again = broker_factory(env=sink_env(bucket, QUEEN_S3_EMBEDDED="false"),
+                           data_dir=node.data_dir)
+    row = kv_get(again, "s3:default:orders:lease")
+    assert row["found"] is True and \
+        row["value"]["instance"] == "node-9@elsewhere", row
+    # Nothing committed after the takeover: the pointer stayed at k.
+    assert kv_get(again, "s3:default:orders:committed")["value"]["k"] == k
