@@ -99,7 +99,7 @@ def test_short_ttl_never_fences_itself(sink_node, bucket):
         return node.metric("queen_s3_records_written_total",
                            'queue="orders"') or 0
     wait_until(written, 30, "the first window to be committed")
-    slices = []  # (pushes, records written at the end) per slice
+    slices = []  # (pushes, records written, status row) at each slice end
     start = time.monotonic()
     for i in range(F_SECONDS // F_SLICE):
         pushes = 0
@@ -108,22 +108,26 @@ def test_short_ttl_never_fences_itself(sink_node, bucket):
             n += 8
             pushes += 1
             time.sleep(0.05)
-        slices.append((pushes, written()))
-        row = sink_row(node, "orders")
-        assert row["ownedHere"] is True and row["heldBy"] is None, row
-        assert row["state"] in ("filling", "intent", "upload", "commit"), row
-    assert all(p > 0 for p, _ in slices), slices
-    counts = [w for _, w in slices]
+        slices.append((pushes, written(), sink_row(node, "orders")))
+    log = node.stderr()
+    why = "\n".join(line for line in log.splitlines() if any(
+        w in line for w in ("fenced", "lease", "queue restored", "WARN",
+                            "ERROR")))
+    assert "queue fenced" not in log, why
+    assert "lease lost: another instance owns this queue" not in log, why
+    assert node.metric("queen_s3_commit_precondition_lost_total") == 0, why
+    for _, _, row in slices:
+        assert row["ownedHere"] is True and row["heldBy"] is None, (row, why)
+        assert row["state"] in ("filling", "intent", "upload", "commit"), \
+            (row, why)
+    assert all(p > 0 for p, _, _ in slices), slices
+    counts = [w for _, w, _ in slices]
     assert all(b > a for a, b in zip(counts, counts[1:])), \
-        "the sink stalled in a %d s slice: %s" % (F_SLICE, slices)
+        "the sink stalled in a %d s slice: %s" % (F_SLICE, counts)
     reader = lake.bucket_reader(bucket)
     got = lake.wait_queue(reader, PREFIX, TENANT, "orders", acked,
                           timeout=90, compression="zstd", align="none")
     assert got["records"] == n
-    log = node.stderr()
-    assert "queue fenced" not in log
-    assert "lease lost: another instance owns this queue" not in log
-    assert node.metric("queen_s3_commit_precondition_lost_total") == 0
     last = lease_doc(node)
     assert last is not None and \
         last["incarnation"] == first["incarnation"], (first, last)
