@@ -35,6 +35,13 @@
 #define JSONL_CHUNK ((size_t)128 * 1024)
 #define JSONL_HUGE  ((size_t)2 * 1024 * 1024)
 
+/* The ISO-µs text of the last second formatted: consecutive records share
+ * their second, so only the six fraction digits change. */
+struct ts_cache {
+    int64_t sec; /* floor(ts / 1e6); valid when text[0] != 0 */
+    char text[32];
+};
+
 struct jsonl_writer {
     enum jsonl_codec codec;
     struct buf out;   /* the body so far (compressed unless none) */
@@ -50,6 +57,7 @@ struct jsonl_writer {
     int64_t last_ts;
     uint64_t records;
     uint64_t plain_bytes;
+    struct ts_cache ts; /* the stamp text of the last line's second */
 };
 
 int jsonl_codec_parse(const char *name, enum jsonl_codec *out, struct err *err)
@@ -145,10 +153,86 @@ void jsonl_writer_free(struct jsonl_writer *w)
     free(w);
 }
 
+#define US_PER_S 1000000
+
+/* The 27 bytes of r->ts as ISO-µs ("2026-09-04T10:03:41.918204Z"). */
+static void line_ts(struct ts_cache *c, int64_t ts, char out[32])
+{
+    int64_t sec = ts >= 0 ? ts / US_PER_S : -((-ts + US_PER_S - 1) / US_PER_S);
+    int64_t frac = ts - sec * US_PER_S;
+
+    if (c->text[0] == '\0' || c->sec != sec) {
+        isotime_format_us(sec * US_PER_S, c->text);
+        c->sec = sec;
+    }
+    memcpy(out, c->text, 32);
+    if (strlen(c->text) != 27) {
+        isotime_format_us(ts, out); /* a year outside 0000..9999 */
+        return;
+    }
+    for (int i = 25; i >= 20; i--) {
+        out[i] = (char)('0' + frac % 10);
+        frac /= 10;
+    }
+}
+
+/* Decimal digits of v at o; returns the count. */
+static size_t line_i64(char *o, int64_t v)
+{
+    char tmp[24];
+    size_t n = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u != 0);
+    size_t len = n + (v < 0);
+    if (v < 0) {
+        *o++ = '-';
+    }
+    while (n > 0) {
+        *o++ = tmp[--n];
+    }
+    return len;
+}
+
+/* Whether s needs any escape (a quote, a backslash or a control byte). */
+static bool needs_escape(struct slice s)
+{
+    for (size_t i = 0; i < s.len; i++) {
+        unsigned char c = (unsigned char)s.ptr[i];
+        if (c < 0x20 || c == '"' || c == '\\') {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A JSON string at b's end: copied as is when nothing needs escaping. */
+static int line_string(struct buf *b, struct slice s, struct err *err)
+{
+    if (needs_escape(s)) {
+        return json_escape(b, s.ptr, s.len, err);
+    }
+    if (buf_reserve(b, s.len + 2, err) != 0) {
+        return err->code;
+    }
+    b->data[b->len] = '"';
+    if (s.len > 0) {
+        memcpy(b->data + b->len + 1, s.ptr, s.len);
+    }
+    b->data[b->len + 1 + s.len] = '"';
+    b->len += s.len + 2;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
 /* Payload text with raw CR/LF turned into spaces, or null. */
 static int jsonl_payload(struct buf *b, struct slice p, struct err *err)
 {
     char *o;
+    char *end;
 
     if (p.len == 0) {
         return buf_append(b, "null", 4, err);
@@ -157,35 +241,45 @@ static int jsonl_payload(struct buf *b, struct slice p, struct err *err)
         return err->code;
     }
     o = b->data + b->len;
-    for (size_t i = 0; i < p.len; i++) {
-        char c = p.ptr[i];
-        if (c == '\n' || c == '\r') {
-            c = ' ';
-        }
-        o[i] = c;
+    memcpy(o, p.ptr, p.len);
+    end = o + p.len;
+    for (char *q = memchr(o, '\n', p.len); q != NULL;
+         q = memchr(q + 1, '\n', (size_t)(end - q - 1))) {
+        *q = ' ';
+    }
+    for (char *q = memchr(o, '\r', p.len); q != NULL;
+         q = memchr(q + 1, '\r', (size_t)(end - q - 1))) {
+        *q = ' ';
     }
     b->len += p.len;
     b->data[b->len] = '\0';
     return 0;
 }
 
-int jsonl_line(struct buf *b, const struct sink_record *r, struct err *err)
+/* One line, with the stamp cache c. */
+static int line_into(struct buf *b, const struct sink_record *r,
+                     struct ts_cache *c, struct err *err)
 {
+    static const char k_offset[] = ",\"offset\":";
+    static const char k_txn[] = ",\"transactionId\":";
     size_t mark = b->len;
-    char iso[32];
-    char num[24];
+    char mid[96];
+    size_t n = sizeof(k_offset) - 1;
 
-    isotime_format_us(r->ts, iso);
-    snprintf(num, sizeof(num), "%lld", (long long)r->offset);
-    if (buf_append_str(b, "{\"partition\":", err) != 0 ||
-        json_escape(b, r->partition.ptr, r->partition.len, err) != 0 ||
-        buf_append_str(b, ",\"offset\":", err) != 0 ||
-        buf_append_str(b, num, err) != 0 ||
-        buf_append_str(b, ",\"transactionId\":", err) != 0 ||
-        json_escape(b, r->txn.ptr, r->txn.len, err) != 0 ||
-        buf_append_str(b, ",\"ts\":\"", err) != 0 ||
-        buf_append_str(b, iso, err) != 0 ||
-        buf_append_str(b, "\",\"payload\":", err) != 0 ||
+    memcpy(mid, k_offset, n);
+    n += line_i64(mid + n, r->offset);
+    memcpy(mid + n, k_txn, sizeof(k_txn) - 1);
+    n += sizeof(k_txn) - 1;
+    char tail[64] = ",\"ts\":\"";
+    size_t t = 7;
+    line_ts(c, r->ts, tail + t);
+    t += strlen(tail + t);
+    memcpy(tail + t, "\",\"payload\":", 12);
+    t += 12;
+    if (buf_append(b, "{\"partition\":", 13, err) != 0 ||
+        line_string(b, r->partition, err) != 0 ||
+        buf_append(b, mid, n, err) != 0 || line_string(b, r->txn, err) != 0 ||
+        buf_append(b, tail, t, err) != 0 ||
         jsonl_payload(b, r->payload, err) != 0 ||
         buf_append(b, "}\n", 2, err) != 0) {
         b->len = mark;
@@ -195,6 +289,13 @@ int jsonl_line(struct buf *b, const struct sink_record *r, struct err *err)
         return err->code;
     }
     return 0;
+}
+
+int jsonl_line(struct buf *b, const struct sink_record *r, struct err *err)
+{
+    struct ts_cache c = {0, {0}};
+
+    return line_into(b, r, &c, err);
 }
 
 /* The body grew: ask for huge pages over its new part, so filling it
@@ -366,7 +467,7 @@ int jsonl_writer_add(struct jsonl_writer *w, const struct sink_record *r,
     if (jsonl_check_order(w, r, err) != 0) {
         return err->code;
     }
-    if (jsonl_line(dst, r, err) != 0) {
+    if (line_into(dst, r, &w->ts, err) != 0) {
         w->broken = true;
         return err->code;
     }

@@ -4,6 +4,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "base/isotime.h"
 #include "base/json.h"
 #include "harness.h"
 
@@ -210,6 +211,73 @@ TEST(every_line_is_json_with_the_envelope_in_order)
     }
     EXPECT_EQ_U64(lines, 100);
     buf_free(&plain);
+}
+
+TEST(stamps_match_the_iso_form_within_and_across_seconds)
+{
+    static const int64_t base[] = {
+        0,        1788516221918204,   -1,
+        -1000001, -62135596800000000, 253402300799999999};
+    static const int64_t step[] = {0, 1, 999999, 1000000, 1000001, 3600000017};
+
+    for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++) {
+        for (size_t j = 0; j < sizeof(step) / sizeof(step[0]); j++) {
+            int64_t ts[2] = {base[i],
+                             base[i] + (base[i] > 0 ? -1 : 1) * step[j]};
+            struct jsonl_writer *w = jsonl_writer_new(JSONL_NONE, 0);
+            struct buf body;
+            struct err err;
+            char want[32];
+
+            for (int k = 0; k < 2; k++) { /* the second reuses the cache */
+                struct sink_record r = rec("p", k, "t", ts[k], "1");
+                EXPECT_EQ_I64(jsonl_writer_add(w, &r, &err), 0);
+            }
+            buf_init(&body, BUF_UNLIMITED);
+            EXPECT_EQ_I64(jsonl_writer_finish(w, &body, &err), 0);
+            for (int k = 0; k < 2; k++) {
+                isotime_format_us(ts[k], want);
+                char *at = body.data;
+                for (int skip = 0; at != NULL && skip <= k; skip++) {
+                    at = strstr(at + (skip > 0), "\"ts\":\"");
+                }
+                EXPECT(at != NULL && strncmp(at + 6, want, strlen(want)) == 0 &&
+                       at[6 + strlen(want)] == '"');
+            }
+            buf_free(&body);
+            jsonl_writer_free(w);
+        }
+    }
+}
+
+TEST(names_copied_without_escapes_equal_the_escaped_form)
+{
+    char name[3];
+    struct buf b;
+    struct buf want;
+    struct err err;
+
+    buf_init(&b, BUF_UNLIMITED);
+    buf_init(&want, BUF_UNLIMITED);
+    for (int c = 1; c < 256; c++) {
+        name[0] = 'x';
+        name[1] = (char)c;
+        name[2] = '\0';
+        struct sink_record r = rec(name, -7, name, 0, "1");
+        buf_reset(&b);
+        buf_reset(&want);
+        EXPECT_EQ_I64(jsonl_line(&b, &r, &err), 0);
+        buf_append_str(&want, "{\"partition\":", &err);
+        json_escape(&want, name, 2, &err);
+        buf_append_str(&want, ",\"offset\":-7,\"transactionId\":", &err);
+        json_escape(&want, name, 2, &err);
+        buf_append_str(
+            &want, ",\"ts\":\"1970-01-01T00:00:00.000000Z\",\"payload\":1}\n",
+            &err);
+        EXPECT_STR_EQ(b.data, want.data);
+    }
+    buf_free(&b);
+    buf_free(&want);
 }
 
 TEST(payload_with_every_escape_survives_verbatim)
