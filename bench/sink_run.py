@@ -185,7 +185,7 @@ def main():
         node.extra_env["QUEEN_S3_EMBEDDED"] = "true"
         node.extra_env["QUEEN_LOG_LEVEL"] = "info"  # the sink's own stamps
         t0 = time.monotonic()
-        node.start()
+        node.start(timeout=300)  # the boot replays the preloaded log
         ready = time.monotonic() - t0
         st = node.get("/status").json()["s3"]
         threads = st.get("threads") or 1
