@@ -18,8 +18,14 @@ SANITIZE ?=
 ifeq ($(SANITIZE),)
 BUILD    ?= build
 OPT      ?= -O2 -g
-else
+else ifeq ($(SANITIZE),address,undefined)
 BUILD    ?= build/san
+OPT      ?= -O1 -g -fsanitize=$(SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer
+else
+# Another sanitizer builds apart: objects do not record their flags, so
+# sharing build/san would mix ASan and TSan objects.
+comma    := ,
+BUILD    ?= build/san-$(subst $(comma),-,$(SANITIZE))
 OPT      ?= -O1 -g -fsanitize=$(SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer
 endif
 
