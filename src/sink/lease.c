@@ -13,6 +13,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +40,10 @@ struct lease {
     char key[KV_KEY_MAX + 1];
     pthread_mutex_t mu;
     uint64_t version; /* (1) 0 = not held */
-    bool is_lost;     /* (1) sticky */
+    /* (1) sticky; written under mu, read without it: lease_lost() is
+     * asked at every driver tick and must not wait behind a fence whose KV
+     * call holds mu (up to the KV timeout). */
+    atomic_bool is_lost;
     int64_t since_ms;
     struct buf doc; /* the value of the last fence/acquire */
 };
@@ -149,6 +153,7 @@ struct lease *lease_new(const struct lease_config *cfg,
     buf_free(&k);
     lease_new_incarnation(cfg->random_bytes, cfg->random_arg, l->incarnation);
     pthread_mutex_init(&l->mu, NULL);
+    atomic_init(&l->is_lost, false);
     buf_init(&l->doc, 4096);
     return l;
 }
@@ -183,10 +188,7 @@ uint64_t lease_version(struct lease *l)
 
 bool lease_lost(struct lease *l)
 {
-    pthread_mutex_lock(&l->mu);
-    bool v = l->is_lost;
-    pthread_mutex_unlock(&l->mu);
-    return v;
+    return atomic_load(&l->is_lost);
 }
 
 void lease_adopt_version(struct lease *l, uint64_t v)

@@ -74,6 +74,7 @@ const char *lease_incarnation(const struct lease *l);
 /* The KV key (NUL-terminated). */
 const char *lease_key(const struct lease *l);
 uint64_t lease_version(struct lease *l);
+/* The sticky lost flag; never waits, even while a fence is in flight. */
 bool lease_lost(struct lease *l);
 /* A fenced batch whose call failed may still have landed: adopt version v
  * of a row that carries this handle's incarnation. Ignored once lost. */

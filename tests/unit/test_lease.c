@@ -1,6 +1,9 @@
 /* Tests of the lease (reference 3.3) over the fake broker's KV semantics. */
 #include "sink/lease.h"
 
+#include <pthread.h>
+#include <time.h>
+
 #include "driver_fake.h"
 #include "harness.h"
 
@@ -394,4 +397,95 @@ TEST(a_long_instance_name_still_reads_its_own_row_as_mine)
     EXPECT(taken);
     lease_free(again);
     lease_free(l);
+}
+
+/* ---- the lost flag does not wait behind a KV call ------------------------ */
+
+struct slow_kv {
+    struct sink_broker inner;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool is_blocking; /* the next call waits for is_released (2 s cap) */
+    bool in_call;
+    bool is_released;
+    bool has_returned;
+    struct lease *l;
+};
+
+static int slow_kv_call(void *arg, const uint8_t t[16], const struct kv_op *ops,
+                        size_t n, int timeout_ms, struct kv_answer *out,
+                        struct err *err)
+{
+    struct slow_kv *k = arg;
+    struct timespec dl;
+
+    pthread_mutex_lock(&k->mu);
+    if (k->is_blocking) {
+        k->in_call = true;
+        pthread_cond_broadcast(&k->cv);
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += 2;
+        while (!k->is_released &&
+               pthread_cond_timedwait(&k->cv, &k->mu, &dl) == 0) {
+        }
+    }
+    pthread_mutex_unlock(&k->mu);
+    int rc = k->inner.kv(k->inner.arg, t, ops, n, timeout_ms, out, err);
+    pthread_mutex_lock(&k->mu);
+    k->has_returned = k->is_blocking;
+    pthread_mutex_unlock(&k->mu);
+    return rc;
+}
+
+static void *slow_refresh(void *arg)
+{
+    struct slow_kv *k = arg;
+    struct err err;
+
+    lease_refresh(k->l, &err);
+    return NULL;
+}
+
+/* The driver asks lease_lost() at the top of every tick: it must answer
+ * while the refresher's heartbeat is stuck in a slow KV call, not wait for
+ * the call (up to the KV timeout) and hold a pool thread meanwhile. */
+TEST(the_lost_flag_answers_while_a_heartbeat_is_in_flight)
+{
+    struct fake_broker f;
+    struct slow_kv k;
+    struct sink_broker b;
+    struct err err;
+    bool taken;
+    char who[64];
+    pthread_t th;
+
+    memset(&k, 0, sizeof(k));
+    fake_init(&f, "orders");
+    fake_broker_seam(&f, &k.inner);
+    pthread_mutex_init(&k.mu, NULL);
+    pthread_cond_init(&k.cv, NULL);
+    b = k.inner;
+    b.kv = slow_kv_call;
+    b.arg = &k;
+    k.l = make(&b, "node-1", 1, NULL);
+    EXPECT_EQ_I64(lease_acquire(k.l, 1, &taken, who, sizeof(who), &err), 0);
+    k.is_blocking = true;
+    ASSERT(pthread_create(&th, NULL, slow_refresh, &k) == 0);
+    pthread_mutex_lock(&k.mu);
+    while (!k.in_call) {
+        pthread_cond_wait(&k.cv, &k.mu);
+    }
+    pthread_mutex_unlock(&k.mu);
+    EXPECT(!lease_lost(k.l));
+    pthread_mutex_lock(&k.mu);
+    bool returned_first = k.has_returned;
+    k.is_released = true;
+    pthread_cond_broadcast(&k.cv);
+    pthread_mutex_unlock(&k.mu);
+    EXPECT(!returned_first);
+    pthread_join(th, NULL);
+    EXPECT(!lease_lost(k.l));
+    lease_free(k.l);
+    pthread_cond_destroy(&k.cv);
+    pthread_mutex_destroy(&k.mu);
 }
