@@ -13,13 +13,11 @@
  * the commit index). Entries at or below meta.applied are skipped (1); every
  * effect commits with the new applied index in one transaction (2).
  *
- * Snapshots are a compact LMDB copy prefixed by a 16-byte header:
- * OFFSET SIZE DESCRIPTION
- *      0    8 magic "QSNAP001"
- *      8    8 applied index of the copy (u64)
- *     16    . data.mdb of mdb_env_copy2(MDB_CP_COMPACT)
- * A restore whose applied index is at or below the store's own is skipped:
- * the store is already ahead, and raft's replay after it is skipped by (1). */
+ * Snapshots are taken off the loop thread (fsm version 3, raft/snapshot.h)
+ * in the format of store/store_snapshot.h; the legacy "QSNAP001" (a compact
+ * LMDB copy) still restores. A restore whose applied index is at or below
+ * the store's own is skipped: the store is already ahead, and raft's replay
+ * after it is skipped by (1). */
 #include "raft/fsm.h"
 
 #include <errno.h>
@@ -33,11 +31,10 @@
 
 #include "base/log.h"
 #include "base/xalloc.h"
+#include "raft/snapshot.h"
 #include "store/schema.h"
 #include "store/store_impl.h"
 
-#define SNAP_MAGIC      "QSNAP001"
-#define SNAP_HEADER_LEN 16
 #define SWEEP_PER_ENTRY 64
 
 /* A partition touched by the command being applied. */
@@ -378,69 +375,10 @@ static int fsm_raft_apply(struct raft_fsm *rf, const struct raft_buffer *buf,
     return 0;
 }
 
-/* Read a whole file into a raft_malloc'd buffer after `skip` bytes of room. */
-static int read_file(const char *path, size_t skip, struct raft_buffer *b,
-                     struct err *err)
-{
-    struct stat st;
-    size_t off = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-
-    b->base = NULL;
-    if (fd < 0 || fstat(fd, &st) != 0) {
-        err_set(err, ERR_IO, "open %s: %s", path, strerror(errno));
-        goto out_close;
-    }
-    b->len = skip + (size_t)st.st_size;
-    b->base = raft_malloc(b->len);
-    if (b->base == NULL) {
-        err_set(err, ERR_IO, "snapshot of %zu B: out of memory", b->len);
-        goto out_close;
-    }
-    while (off < (size_t)st.st_size) {
-        ssize_t r =
-            read(fd, (char *)b->base + skip + off, (size_t)st.st_size - off);
-
-        if (r < 0 && errno == EINTR) {
-            continue;
-        }
-        if (r <= 0) {
-            err_set(err, ERR_IO, "read %s: %s", path,
-                    r == 0 ? "short file" : strerror(errno));
-            raft_free(b->base);
-            b->base = NULL;
-            goto out_close;
-        }
-        off += (size_t)r;
-    }
-    close(fd);
-    return 0;
-out_close:
-    if (fd >= 0) {
-        close(fd);
-    }
-    return ERR_IO;
-}
-
-/* Take a snapshot: the applied index and a compact copy of the store. */
+/* Take a snapshot on the calling thread (tests; raft uses the async path). */
 int fsm_snapshot_take(struct fsm *f, struct raft_buffer *b, struct err *err)
 {
-    char path[4096];
-    int rc;
-
-    snprintf(path, sizeof(path), "%s/snapshot.mdb.tmp", store_dir(f->store));
-    unlink(path);
-    if (store_copy_compact(f->store, path, err) != 0) {
-        return err->code;
-    }
-    rc = read_file(path, SNAP_HEADER_LEN, b, err);
-    unlink(path);
-    if (rc != 0) {
-        return rc;
-    }
-    memcpy(b->base, SNAP_MAGIC, 8);
-    be64_put((uint8_t *)b->base + 8, store_applied_index(f->store));
-    return 0;
+    return snapshot_take(f->store, b, err);
 }
 
 /* Restore from snapshot bytes; skipped when the store is already at or past
@@ -448,45 +386,16 @@ int fsm_snapshot_take(struct fsm *f, struct raft_buffer *b, struct err *err)
 int fsm_snapshot_restore(struct fsm *f, const void *p, size_t len,
                          struct err *err)
 {
-    uint64_t idx;
-
-    if (len < SNAP_HEADER_LEN || memcmp(p, SNAP_MAGIC, 8) != 0) {
-        return err_set(err, ERR_CORRUPT, "snapshot of %zu B has no header",
-                       len);
-    }
-    idx = be64_get((const uint8_t *)p + 8);
-    if (idx <= store_applied_index(f->store)) {
-        log_info("fsm",
-                 "snapshot at %" PRIu64 " skipped: store applied %" PRIu64, idx,
-                 store_applied_index(f->store));
-        return 0;
-    }
-    if (store_replace(f->store, (const uint8_t *)p + SNAP_HEADER_LEN,
-                      len - SNAP_HEADER_LEN, err) != 0) {
-        return err->code;
-    }
-    log_info("fsm", "restored snapshot at %" PRIu64, idx);
-    return 0;
+    return snapshot_restore(f->store, p, len, err);
 }
 
+/* Loop thread: pin the state; snapshot.c does the rest off the loop. */
 static int fsm_raft_snapshot(struct raft_fsm *rf, struct raft_buffer *bufs[],
                              unsigned *n_bufs)
 {
     struct fsm *f = rf->data;
-    struct err err = {0};
-    struct raft_buffer *b = raft_malloc(sizeof(*b));
 
-    if (b == NULL) {
-        return RAFT_NOMEM;
-    }
-    if (fsm_snapshot_take(f, b, &err) != 0) {
-        log_error("fsm", "snapshot: %s", err.msg);
-        raft_free(b);
-        return RAFT_IOERR;
-    }
-    *bufs = b;
-    *n_bufs = 1;
-    return 0;
+    return snapshot_begin(f->store, bufs, n_bufs);
 }
 
 static int fsm_raft_restore(struct raft_fsm *rf, struct raft_buffer *buf)
@@ -508,11 +417,13 @@ struct fsm *fsm_new(struct store *store, struct raft_fsm *out)
 
     f->store = store;
     memset(out, 0, sizeof(*out));
-    out->version = 1;
+    out->version = 3;
     out->data = f;
     out->apply = fsm_raft_apply;
     out->snapshot = fsm_raft_snapshot;
     out->restore = fsm_raft_restore;
+    out->snapshot_finalize = snapshot_raft_finalize;
+    out->snapshot_async = snapshot_raft_async;
     return f;
 }
 

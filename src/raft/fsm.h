@@ -94,9 +94,12 @@ void fsm_set_handler(struct fsm *f, int type, fsm_apply_fn fn, void *arg);
  * applied (libraft's apply does not pass the index). */
 void fsm_attach_raft(struct fsm *f, struct raft *r);
 
-/* Snapshot primitives (also used by tests): take fills b with raft_malloc'd
- * bytes (header + compact copy); restore replaces the store unless it
- * already applied the snapshot's index (then it does nothing). Borrows p. */
+/* Snapshot primitives (also used by tests): take fills b, on the calling
+ * thread, with malloc'd bytes in the format of store/store_snapshot.h (free
+ * with free or raft_free); raft itself takes them off the loop thread
+ * (raft/snapshot.h). Restore takes either format and replaces the store
+ * unless it already applied the snapshot's index (then it does nothing).
+ * Borrows p. */
 int fsm_snapshot_take(struct fsm *f, struct raft_buffer *b, struct err *err);
 int fsm_snapshot_restore(struct fsm *f, const void *p, size_t len,
                          struct err *err);

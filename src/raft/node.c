@@ -903,6 +903,10 @@ static int init_io(struct node *n, const struct node_config *cfg,
         return err_set(err, ERR_IO, "raft_uv_init %s: %s", dir,
                        raft_strerror(rv));
     }
+    /* libraft 0.15's raft_uv implements async_work but says version 1, and
+     * raft_init refuses an fsm with snapshot_async (raft/snapshot.h) unless
+     * the io says 2. */
+    n->io.version = 2;
     n->uv_io_close = n->io.close;
     n->io.close = io_close_once;
     return 0;

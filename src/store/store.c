@@ -33,6 +33,7 @@
 #include "base/xalloc.h"
 #include "store/schema.h"
 #include "store/store_impl.h"
+#include "store/store_snapshot.h"
 
 const uint8_t STORE_DEFAULT_TENANT[16] = {0, 0, 0, 0, 0, 0, 0, 0,
                                           0, 0, 0, 0, 0, 0, 0, 1};
@@ -978,25 +979,37 @@ static int write_file(const char *path, const void *data, size_t len,
     return 0;
 }
 
-int store_replace(struct store *s, const void *data, size_t len,
-                  struct err *err)
+/* Make a rename in dir durable. */
+static int sync_dir(const char *dir, struct err *err)
 {
-    char tmp[4096];
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+    if (fd < 0 || fsync(fd) != 0) {
+        err_set(err, ERR_IO, "fsync %s: %s", dir, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+        }
+        return ERR_IO;
+    }
+    close(fd);
+    return 0;
+}
+
+int store_swap_file(struct store *s, const char *path, struct err *err)
+{
     char dst[4096];
     char lock[4096];
     int rc = 0;
 
-    snprintf(tmp, sizeof(tmp), "%s/data.mdb.restore", s->dir);
     snprintf(dst, sizeof(dst), "%s/data.mdb", s->dir);
     snprintf(lock, sizeof(lock), "%s/lock.mdb", s->dir);
-    if (write_file(tmp, data, len, err) != 0) {
-        return err->code;
-    }
     pthread_rwlock_wrlock(&s->swap_lock);
     mdb_env_close(s->env);
     s->env = NULL;
-    if (rename(tmp, dst) != 0) {
-        rc = err_set(err, ERR_IO, "rename %s: %s", tmp, strerror(errno));
+    if (rename(path, dst) != 0) {
+        rc = err_set(err, ERR_IO, "rename %s: %s", path, strerror(errno));
+    } else {
+        rc = sync_dir(s->dir, err);
     }
     unlink(lock);
     if (env_open(s, err) != 0) {
@@ -1004,4 +1017,16 @@ int store_replace(struct store *s, const void *data, size_t len,
     }
     pthread_rwlock_unlock(&s->swap_lock);
     return rc;
+}
+
+int store_replace(struct store *s, const void *data, size_t len,
+                  struct err *err)
+{
+    char tmp[4096];
+
+    snprintf(tmp, sizeof(tmp), "%s/data.mdb.restore", s->dir);
+    if (write_file(tmp, data, len, err) != 0) {
+        return err->code;
+    }
+    return store_swap_file(s, tmp, err);
 }

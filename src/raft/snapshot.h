@@ -1,0 +1,50 @@
+/* Raft snapshots of the store off the loop thread (libraft fsm version 3):
+ * snapshot_begin() pins the state on the loop thread in microseconds,
+ * snapshot_raft_async() serialises it on a libraft worker, and
+ * snapshot_raft_finalize() releases it back on the loop thread.
+ *   (1) A snapshot holds the store exactly as of snapshot_begin(): entries
+ *       applied while the worker runs are not in it (store_snapshot.h (1)),
+ *       and its header carries the index of that state.
+ *   (2) Between begin and finalize the loop thread holds the store's
+ *       swap_lock shared; libraft installs no snapshot while one is taken
+ *       (recvInstallSnapshot answers busy), so no restore waits on it. */
+#ifndef QUEEN_RAFT_SNAPSHOT_H
+#define QUEEN_RAFT_SNAPSHOT_H
+
+#include <raft.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "store/store.h"
+
+/* Process-wide counters, for tests and metrics. */
+struct snapshot_stats {
+    uint64_t taken;      /* finalized after a successful dump */
+    uint64_t failed;     /* begin or dump failed */
+    uint64_t overlapped; /* the store applied entries during the dump */
+    uint64_t last_index; /* of the last snapshot taken */
+    uint64_t last_bytes;
+};
+void snapshot_stats_get(struct snapshot_stats *out);
+
+/* The fsm's `snapshot` (loop thread): one buffer whose bytes the async part
+ * fills. 0 or RAFT_IOERR. */
+int snapshot_begin(struct store *s, struct raft_buffer *bufs[],
+                   unsigned *n_bufs);
+/* The fsm's `snapshot_async` (a worker) and `snapshot_finalize` (loop). */
+int snapshot_raft_async(struct raft_fsm *rf, struct raft_buffer *bufs[],
+                        unsigned *n_bufs);
+int snapshot_raft_finalize(struct raft_fsm *rf, struct raft_buffer *bufs[],
+                           unsigned *n_bufs);
+
+/* All three at once on the calling thread: b gets malloc'd bytes (free with
+ * free or raft_free). 0 or ERR_*. */
+int snapshot_take(struct store *s, struct raft_buffer *b, struct err *err);
+/* Restore either format ("QSNAP002" of store_snapshot.h, or the legacy
+ * "QSNAP001" + compact LMDB copy); does nothing when the store applied the
+ * snapshot's index already. Borrows p. 0, ERR_CORRUPT (store unchanged) or
+ * ERR_IO. */
+int snapshot_restore(struct store *s, const void *p, size_t len,
+                     struct err *err);
+
+#endif
