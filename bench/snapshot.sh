@@ -1,0 +1,9 @@
+#!/bin/sh
+# How long a raft snapshot of a ~300 MB store blocks the loop thread: the
+# legacy path (compact copy + read back on the loop) beside the async path
+# (read txn on the loop, dump on a worker), same store, same run.
+#   bench/snapshot.sh [MB] [RUNS]
+set -eu
+cd "$(dirname "$0")/.."
+make -s build/tools/snapshot_bench
+exec build/tools/snapshot_bench --mb "${1:-300}" --runs "${2:-5}"

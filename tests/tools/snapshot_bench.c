@@ -1,0 +1,224 @@
+/* snapshot_bench: how long a raft snapshot of a big store blocks the loop
+ * thread, the legacy way (fsm version 1: mdb_env_copyfd2(MDB_CP_COMPACT) +
+ * fsync + read back, all on the loop) beside the async way (raft/snapshot.h:
+ * a read txn on the loop, the dump on a worker), on the same store in one
+ * run.
+ *
+ *   snapshot_bench [--mb N] [--runs N] [--dir DIR]
+ *
+ * Fills a store of about N MB (default 300) through the real fsm, then for
+ * each of `runs` rounds times both paths: wall and CPU seconds of what runs
+ * on the loop thread, and of the worker's dump. Prints medians, the ratio,
+ * and the load average (the machine is shared: figures are noisy). */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "raft/snapshot.h"
+#include "store/store_impl.h"
+#include "store/store_snapshot.h"
+#include "unit/push_helpers.h"
+
+#define MAX_RUNS 15
+
+static double wall_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void fill(struct env *e, int mb)
+{
+    static char payload[4001];
+    struct pitem items[100];
+    char txns[100][32];
+    int entries = mb * 1000 * 1000 / (100 * 4000);
+
+    memset(payload, 'p', 4000);
+    for (int k = 0; k < entries; k++) {
+        for (int i = 0; i < 100; i++) {
+            snprintf(txns[i], sizeof(txns[i]), "t%d-%d", k, i);
+            payload[0] = (char)('a' + (k + i) % 26);
+            items[i] =
+                (struct pitem){"big", i % 2 ? "p1" : "p0", txns[i], payload};
+        }
+        if (env_push(e, 1760000000000000LL + k, items, 100) == NULL) {
+            fprintf(stderr, "fill: apply failed\n");
+            exit(1);
+        }
+    }
+}
+
+/* The legacy path: sync + compact copy + fsync + read back, all blocking. */
+static void legacy(struct store *s, double *wall, double *cpu)
+{
+    char path[256];
+    struct err err = {0};
+    struct stat st;
+    double w0 = wall_s();
+    double c0 = thread_cpu_s();
+    FILE *f;
+    char *b;
+
+    snprintf(path, sizeof(path), "%s/bench.mdb.tmp", store_dir(s));
+    if (store_copy_compact(s, path, &err) != 0 || stat(path, &st) != 0) {
+        fprintf(stderr, "copy: %s\n", err.msg);
+        exit(1);
+    }
+    b = malloc((size_t)st.st_size + 16);
+    f = fopen(path, "rb");
+    if (b == NULL || f == NULL ||
+        fread(b + 16, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
+        fprintf(stderr, "read back failed\n");
+        exit(1);
+    }
+    fclose(f);
+    unlink(path);
+    *wall = wall_s() - w0;
+    *cpu = thread_cpu_s() - c0;
+    free(b);
+}
+
+struct dump_arg {
+    struct store_snap *sn;
+    double wall;
+    double cpu;
+    size_t len;
+};
+
+static void *dump_main(void *p)
+{
+    struct dump_arg *a = p;
+    struct err err = {0};
+    uint8_t *out = NULL;
+    double w0 = wall_s();
+    double c0 = thread_cpu_s();
+
+    if (store_snap_dump(a->sn, realloc, &out, &a->len, &err) != 0) {
+        fprintf(stderr, "dump: %s\n", err.msg);
+        exit(1);
+    }
+    a->wall = wall_s() - w0;
+    a->cpu = thread_cpu_s() - c0;
+    free(out);
+    return NULL;
+}
+
+/* The async path: begin and end on this (the loop) thread, dump on another.
+ * loop_* is what this thread spends; dump_* what the worker spends. */
+static void async_path(struct store *s, double *loop_wall, double *loop_cpu,
+                       struct dump_arg *d)
+{
+    struct err err = {0};
+    double w0 = wall_s();
+    double c0 = thread_cpu_s();
+    double w1;
+    double c1;
+    pthread_t th;
+
+    if (store_snap_begin(s, &d->sn, &err) != 0) {
+        fprintf(stderr, "begin: %s\n", err.msg);
+        exit(1);
+    }
+    w1 = wall_s() - w0;
+    c1 = thread_cpu_s() - c0;
+    pthread_create(&th, NULL, dump_main, d);
+    pthread_join(th, NULL);
+    w0 = wall_s();
+    c0 = thread_cpu_s();
+    store_snap_end(d->sn);
+    *loop_wall = w1 + wall_s() - w0;
+    *loop_cpu = c1 + thread_cpu_s() - c0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a;
+    double y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return v[n / 2];
+}
+
+int main(int argc, char **argv)
+{
+    struct env e = {0};
+    int mb = 300;
+    int runs = 3;
+    double lw[MAX_RUNS] = {0};
+    double lc[MAX_RUNS] = {0};
+    double aw[MAX_RUNS] = {0};
+    double ac[MAX_RUNS] = {0};
+    double dw[MAX_RUNS] = {0};
+    double dc[MAX_RUNS] = {0};
+    double load[3] = {0};
+    size_t bytes = 0;
+    double t0;
+
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--mb") == 0) {
+            mb = atoi(argv[i + 1]);
+        } else if (strcmp(argv[i], "--runs") == 0) {
+            runs = atoi(argv[i + 1]);
+        } else if (strcmp(argv[i], "--dir") == 0) {
+            snprintf(e.dir, sizeof(e.dir), "%s", argv[i + 1]);
+        }
+    }
+    runs = runs < 1 ? 1 : runs > MAX_RUNS ? MAX_RUNS : runs;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    log_set_level(LOG_WARN);
+    env_open(&e);
+    t0 = wall_s();
+    fill(&e, mb);
+    printf("filled %d MB in %.1f s (%" PRIu64 " entries)\n", mb, wall_s() - t0,
+           store_applied_index(e.store));
+    for (int r = 0; r < runs; r++) {
+        struct dump_arg d = {0};
+        struct err err = {0};
+
+        store_sync(e.store, &err);
+        legacy(e.store, &lw[r], &lc[r]);
+        store_sync(e.store, &err);
+        async_path(e.store, &aw[r], &ac[r], &d);
+        dw[r] = d.wall;
+        dc[r] = d.cpu;
+        bytes = d.len;
+        printf("run %d: legacy loop %.3f s wall %.3f s cpu | async loop "
+               "%.6f s wall %.6f s cpu, worker %.3f s wall %.3f s cpu\n",
+               r, lw[r], lc[r], aw[r], ac[r], dw[r], dc[r]);
+    }
+    getloadavg(load, 3);
+    printf("store %d MB, snapshot %zu B, %d runs, load average %.2f %.2f "
+           "%.2f\n",
+           mb, bytes, runs, load[0], load[1], load[2]);
+    printf("loop thread blocked (median): legacy %.3f s (%.3f cpu-s), async "
+           "%.6f s (%.6f cpu-s): %.0fx less\n",
+           median(lw, runs), median(lc, runs), median(aw, runs),
+           median(ac, runs), median(lw, runs) / median(aw, runs));
+    printf("worker (median): %.3f s wall, %.3f cpu-s; legacy total %.3f "
+           "cpu-s\n",
+           median(dw, runs), median(dc, runs), median(lc, runs));
+    env_close(&e);
+    return 0;
+}
