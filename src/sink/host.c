@@ -6,6 +6,7 @@
  * HTTP routes give without any JSON. */
 #include "sink/host.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -38,8 +39,14 @@ struct sink_host {
     uv_timer_t start_timer; /* starts the sink once the loop runs */
     bool is_started;
     bool is_stopping;
-    int64_t stop_ms;
+    /* The first stop's time (0 before), read by the sink's threads too:
+     * the KV seam refuses calls once the grace is (nearly) used up. */
+    _Atomic int64_t stop_ms;
 };
+
+/* How long before the grace ends the KV seam closes: past the grace the
+ * broker closes raft, and a call submitted then would reach a freed node. */
+#define HOST_KV_CLOSE_MARGIN_MS 200
 
 static int64_t host_now_ms(void)
 {
@@ -77,7 +84,18 @@ static int host_kv(void *arg, const uint8_t tenant[16], const struct kv_op *ops,
 {
     struct sink_host *h = arg;
     struct kv_batch b = {tenant, ops, n};
+    int64_t stop = atomic_load(&h->stop_ms);
 
+    /* Past the grace the broker goes on to close raft while a drain cut
+     * short may still refresh or commit: such a call must not be
+     * submitted to a node being freed. The next owner redoes the window. */
+    if (stop != 0 &&
+        host_now_ms() - stop >=
+            (int64_t)h->node.shutdown_grace_ms - HOST_KV_CLOSE_MARGIN_MS) {
+        memset(out, 0, sizeof(*out));
+        return err_set(err, ERR_BUSY,
+                       "the broker is shutting down: its grace is used up");
+    }
     return kv_call_batch(h->kv, &b, timeout_ms, out, err);
 }
 
@@ -267,7 +285,7 @@ void sink_host_stop(struct sink_host *h)
         return;
     }
     h->is_stopping = true;
-    h->stop_ms = host_now_ms();
+    atomic_store(&h->stop_ms, host_now_ms());
     sink_stop(h->sink);
 }
 
@@ -283,7 +301,8 @@ int64_t sink_host_grace_left_ms(struct sink_host *h)
     if (h == NULL || !h->is_stopping) {
         return 0;
     }
-    left = (int64_t)h->node.shutdown_grace_ms - (host_now_ms() - h->stop_ms);
+    left = (int64_t)h->node.shutdown_grace_ms -
+           (host_now_ms() - atomic_load(&h->stop_ms));
     return left > 0 ? left : 0;
 }
 

@@ -10,7 +10,9 @@
  *   STARTING --the boot failed (api->server NULL)---> never started;
  *        sink_host_free() frees it at once
  *   RUNNING --sink_host_stop (SIGTERM)--> STOPPING --sink stopped--> STOPPED
- *   STOPPING --grace left reaches 0-----> the broker warns and goes on
+ *   STOPPING --grace left reaches 0-----> the broker warns and goes on;
+ *        from 200 ms before that the KV seam refuses calls (ERR_BUSY), so
+ *        no sink thread submits to the raft node the broker then frees
  *
  * Threading: boot, stop and free on the loop thread; the hooks run on the
  * loop thread; the sink's threads call the seam. */
