@@ -876,6 +876,11 @@ static void tune(struct node *n, const struct node_config *cfg)
                                              ? cfg->snapshot_trailing
                                              : SNAP_TRAILING_MAX);
     raft_set_pre_vote(&n->raft, true);
+    /* A follower taking its own snapshot (async since fsm version 3: the
+     * worker's dump and the put) ignores the leader's InstallSnapshot
+     * without a reply, and the leader retries only after this timeout
+     * (libraft's default: 30 s). */
+    raft_set_install_snapshot_timeout(&n->raft, 10000);
     raft_uv_set_connect_retry_delay(&n->io, 100);
     /* libraft prepares each segment file (fallocate + fsync) on the disk the
      * log's writes wait for: at 8 MiB that was every ~40 pushed entries. */

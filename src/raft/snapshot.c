@@ -18,8 +18,10 @@
  * Durability (docs/internals/store-raft.md): the store runs MDB_NOSYNC, so
  * at the snapshot's index N it may not be on disk. That is safe: libraft
  * fsyncs the snapshot before it drops log entries, and on restart restores
- * it into any store that applied less than N; the dump also syncs the store
- * so that the usual restart skips that restore. */
+ * it into any store that applied less than N. The dump does not sync the
+ * store itself (the node's 100 ms sync does): while a snapshot is pending
+ * libraft ignores an InstallSnapshot from the leader, which then waits for
+ * its install_snapshot_timeout, so the dump stays as short as it can. */
 #include "raft/snapshot.h"
 
 #include <inttypes.h>

@@ -6,16 +6,16 @@
  * key and value is in schema.h.
  *
  * Durability: the environment is opened with MDB_NOSYNC, so a commit costs
- * no fsync; the node syncs it about once a second off the loop
- * (store_sync from a worker), after every snapshot dump and at close. The
- * raft log is the durable record: it keeps every entry after the last
- * snapshot, so whatever a crash takes from the store (at most the last
- * second) is replayed from the log (store (1)); a store left behind the
- * last snapshot's index is replaced by that snapshot on restart
- * (store_snapshot.h). The price, measured here: an fsync per entry capped
- * applies at ~100/s on this disk; without it the apply runs at 60-110 k
- * records/s. LMDB's caveat stands: without MDB_WRITEMAP and on a file system
- * that keeps write order, a power loss loses transactions but not integrity.
+ * no fsync; the node syncs it about every 100 ms off the loop (store_sync
+ * from a worker) and at close. The raft log is the durable record: it keeps
+ * every entry after the last snapshot, so whatever a crash takes from the
+ * store (the last moments) is replayed from the log (store (1)); a store
+ * left behind the last snapshot's index is replaced by that snapshot on
+ * restart (store_snapshot.h). The price, measured here: an fsync per entry
+ * capped applies at ~100/s on this disk; without it the apply runs at
+ * 60-110 k records/s. LMDB's caveat stands: without MDB_WRITEMAP and on a
+ * file system that keeps write order, a power loss loses transactions but
+ * not integrity.
  *
  * Swapping the environment (snapshot restore) takes swap_lock exclusively;
  * every reader holds it shared for the length of its read transaction. */

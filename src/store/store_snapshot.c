@@ -258,7 +258,6 @@ int store_snap_dump(struct store_snap *sn, store_snap_realloc_fn grow,
                     uint8_t **out, size_t *len, struct err *err)
 {
     struct snap_out o = {grow, NULL, 0, 0};
-    int rc;
 
     if (!out_reserve(&o, SNAP_HEAD_LEN)) {
         return err_set(err, ERR_IO, "snapshot: out of memory");
@@ -279,14 +278,6 @@ int store_snap_dump(struct store_snap *sn, store_snap_realloc_fn grow,
     }
     o.len += 4;
     be32_put(o.p + o.len - 4, store_snap_crc(o.p, o.len));
-    /* A restart then finds the store at or past this index and skips the
-     * restore; not needed for correctness (see store-raft.md). */
-    rc = mdb_env_sync(sn->s->env, 1);
-    if (rc != 0) {
-        grow(o.p, 0);
-        return err_set(err, ERR_IO, "snapshot: mdb_env_sync: %s",
-                       mdb_strerror(rc));
-    }
     *out = o.p;
     *len = o.len;
     return 0;

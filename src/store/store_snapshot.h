@@ -50,8 +50,7 @@ int store_snap_begin(struct store *s, struct store_snap **out, struct err *err);
 /* The applied index the snapshot's transaction sees. */
 uint64_t store_snap_index(const struct store_snap *sn);
 /* Any one thread at a time: serialise the transaction into *out (grown with
- * grow, owned by the caller: free with the matching free) and sync the
- * environment so a restart usually skips the restore. 0 or ERR_IO. */
+ * grow, owned by the caller: free with the matching free). 0 or ERR_IO. */
 int store_snap_dump(struct store_snap *sn, store_snap_realloc_fn grow,
                     uint8_t **out, size_t *len, struct err *err);
 /* Begin's thread: abort the transaction, release the lock, free sn. */
