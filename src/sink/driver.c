@@ -1131,7 +1131,12 @@ static int build_objects(struct driver *d, const struct engine_plan *p,
     w.ext = ext;
     w.bucket_ts =
         layout_bucket_ts(p->t_start, p->n_records > 0, p->min_ts, p->t_end);
-    struct object *o = xcalloc(p->n_records + 1, sizeof(*o));
+    size_t n_objects = p->n_records > 0;
+    for (size_t i = 1; d->cfg.per_partition && i < p->n_records; i++) {
+        n_objects +=
+            !same_slice(p->records[i].partition, p->records[i - 1].partition);
+    }
+    struct object *o = xcalloc(n_objects + 1, sizeof(*o));
     for (size_t i = 0; rc == 0 && i < p->n_records;) {
         size_t j = i + 1;
         while (d->cfg.per_partition && j < p->n_records &&

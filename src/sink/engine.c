@@ -26,7 +26,8 @@
  * copy into a warm slab costs far less than a malloc per record, and fresh
  * pages are what a fetch-heavy sink pays most for (first touches fault).
  * The free list keeps as many slabs as the last window took (at least
- * ENGINE_SPARE_MIN): a busy queue refills from it, an idle one lets go.
+ * ENGINE_SPARE_MIN, at most ENGINE_SPARE_MAX, memory the budget's weight
+ * does not see): a busy queue refills from it, an idle one lets go.
  *
  * Partition lookup is a small open-addressing hash on the name, so merging
  * an answer costs O(1) per partition named. The per-call walks (frontier,
@@ -58,7 +59,8 @@
 #define ENGINE_RECORD_BASE  64     /* weight of a record beyond its bytes */
 #define ENGINE_NULL_PAYLOAD 4      /* weight of a null payload ("null") */
 #define ENGINE_SLAB         ((size_t)2 * 1024 * 1024) /* one huge page */
-#define ENGINE_SPARE_MIN    4 /* empty slabs kept for reuse, at least */
+#define ENGINE_SPARE_MIN    4  /* empty slabs kept for reuse, at least */
+#define ENGINE_SPARE_MAX    32 /* and at most (64 MiB beyond the weight) */
 
 /* Record bytes of many records; freed when the last of them leaves. A
  * record over a quarter of ENGINE_SLAB gets a slab of its own. */
@@ -506,8 +508,10 @@ static void slab_unref(struct engine *e, struct slab *s)
 /* After a commit: keep as many spares as the window took. */
 static void slab_trim(struct engine *e)
 {
-    e->max_spare =
-        e->slabs_taken > ENGINE_SPARE_MIN ? e->slabs_taken : ENGINE_SPARE_MIN;
+    size_t n =
+        e->slabs_taken < ENGINE_SPARE_MAX ? e->slabs_taken : ENGINE_SPARE_MAX;
+
+    e->max_spare = n > ENGINE_SPARE_MIN ? n : ENGINE_SPARE_MIN;
     e->slabs_taken = 0;
     while (e->n_spare > e->max_spare) {
         struct slab *s = e->spare;
