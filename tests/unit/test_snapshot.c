@@ -9,6 +9,7 @@
 #include "harness.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
@@ -195,6 +196,30 @@ TEST(async_snapshot_holds_the_state_of_the_snapshot_call)
     env_close(&a);
     env_close(&at);
     env_close(&b);
+}
+
+TEST(finalize_without_the_async_part_releases_everything)
+{
+    struct env a = {0};
+    struct raft_buffer *bufs = NULL;
+    struct snapshot_stats before;
+    struct snapshot_stats after;
+    unsigned n = 0;
+
+    env_open(&a);
+    fill(&a, 0, 3);
+    snapshot_stats_get(&before);
+    EXPECT_EQ_I64(a.rfsm.snapshot(&a.rfsm, &bufs, &n), 0);
+    /* The swap lock is held shared while the snapshot is pending. */
+    EXPECT_EQ_I64(pthread_rwlock_trywrlock(&a.store->swap_lock), EBUSY);
+    /* libraft finalizes even when it could not queue the async work. */
+    EXPECT_EQ_I64(a.rfsm.snapshot_finalize(&a.rfsm, &bufs, &n), 0);
+    snapshot_stats_get(&after);
+    EXPECT_EQ_U64(after.failed, before.failed + 1);
+    EXPECT_EQ_U64(after.taken, before.taken);
+    EXPECT_EQ_I64(pthread_rwlock_trywrlock(&a.store->swap_lock), 0);
+    pthread_rwlock_unlock(&a.store->swap_lock);
+    env_close(&a);
 }
 
 /* A dupsort database and an empty one beside the store's own. */
