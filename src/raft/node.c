@@ -37,6 +37,7 @@
 #include "base/xalloc.h"
 #include "raft/arena.h"
 #include "raft/cmd.h"
+#include "raft/snapshot.h"
 #include "store/store_impl.h"
 
 #define TICK_MS          10
@@ -44,7 +45,9 @@
 #define CLOSE_BARRIER_MS 2000
 #define ASYNC_MAX        4096
 #define FULL_RESERVE     ((uint64_t)64 << 20)
-#define REAP_ROUNDS_MAX  2000 /* 1 ms rounds */
+#define REAP_ROUNDS_MAX  2000   /* 1 ms rounds */
+#define REAP_ROUNDS_SNAP 120000 /* while a snapshot's worker reads the store \
+                                 */
 /* Store sync about every 100 ms: a sync flushes every page dirtied since the
  * last one, and the raft log's writes queue behind it on the disk; at 1 s
  * a sync took ~50 ms under pushes (p99 > 100 ms), at 100 ms ~10 ms. */
@@ -1066,7 +1069,8 @@ static void count_closing(uv_handle_t *h, void *arg)
  * fires its io close callback AGAIN (a double free, or a segfault once
  * raft_uv is freed). So io->close is wrapped to pass the first call only
  * (io_close_once), and nothing is freed until no handle of the loop is
- * closing and no request is active (bounded by REAP_ROUNDS_MAX). */
+ * closing and no request is active (bounded by REAP_ROUNDS_MAX), and no
+ * snapshot is between begin and finalize (bounded by REAP_ROUNDS_SNAP). */
 static void reap_cb(uv_timer_t *t)
 {
     struct node *n = container_of(t, struct node, close_timer);
@@ -1074,8 +1078,14 @@ static void reap_cb(uv_timer_t *t)
     int closing = 0;
 
     uv_walk(n->loop, count_closing, &closing);
+    ++n->reap_rounds;
     if ((closing > 0 || n->loop->active_reqs.count > 0) &&
-        ++n->reap_rounds < REAP_ROUNDS_MAX) {
+        n->reap_rounds < REAP_ROUNDS_MAX) {
+        return;
+    }
+    /* A snapshot's worker still reads the store (and its finalize still
+     * runs on this loop): freeing now would be a use after free. */
+    if (snapshot_open_count() > 0 && n->reap_rounds < REAP_ROUNDS_SNAP) {
         return;
     }
     uv_timer_stop(t);

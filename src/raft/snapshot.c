@@ -50,6 +50,12 @@ static _Atomic uint64_t stat_failed;
 static _Atomic uint64_t stat_overlapped;
 static _Atomic uint64_t stat_last_index;
 static _Atomic uint64_t stat_last_bytes;
+static _Atomic unsigned open_count;
+
+unsigned snapshot_open_count(void)
+{
+    return atomic_load(&open_count);
+}
 
 void snapshot_stats_get(struct snapshot_stats *out)
 {
@@ -74,6 +80,7 @@ int snapshot_begin(struct store *s, struct raft_buffer *bufs[],
         return RAFT_IOERR;
     }
     sp->dump_rc = -1; /* not run yet */
+    atomic_fetch_add(&open_count, 1);
     *bufs = &sp->buf;
     *n_bufs = 1;
     return 0;
@@ -126,6 +133,7 @@ int snapshot_raft_finalize(struct raft_fsm *rf, struct raft_buffer *bufs[],
     free(sp);
     *bufs = NULL;
     *n_bufs = 0;
+    atomic_fetch_sub(&open_count, 1);
     return 0;
 }
 

@@ -26,6 +26,9 @@ struct snapshot_stats {
     uint64_t last_bytes;
 };
 void snapshot_stats_get(struct snapshot_stats *out);
+/* How many snapshots are begun and not finalized yet, process-wide: a node
+ * that closes waits for them, since their worker still reads the store. */
+unsigned snapshot_open_count(void);
 
 /* The fsm's `snapshot` (loop thread): one buffer whose bytes the async part
  * fills. 0 or RAFT_IOERR. */
