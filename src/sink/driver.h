@@ -33,7 +33,7 @@ struct s3_client;
 struct lease;
 
 /* ---- the broker seam ------------------------------------------------------
- * The host implements it in-process over store reads and kv_call(); unit
+ * The host implements it in-process over store reads and kv_call_batch(); unit
  * tests fake it. Every function borrows its request and fills an answer the
  * caller frees with the store/kv *_free() function; the return value is a
  * call error (0, or ERR_* with err set, and the answer empty). */
@@ -44,8 +44,8 @@ struct sink_broker {
     int (*fetch)(void *arg, const uint8_t tenant[16],
                  const struct store_fetch_req *reqs, size_t n,
                  struct store_fetch_answer *ans, struct err *err);
-    /* Blocking KV batch with kv_call()'s semantics (timeout_ms 0 = default):
-     * 0 with out->status 0 or ERR_PRECONDITION, or a call error
+    /* Blocking KV batch with kv_call_batch()'s semantics (timeout_ms 0 =
+     * default): 0 with out->status 0 or ERR_PRECONDITION, or a call error
      * (ERR_NOT_LEADER, ERR_BUSY, ERR_TIMEOUT retriable). */
     int (*kv)(void *arg, const uint8_t tenant[16], const struct kv_op *ops,
               size_t n, int timeout_ms, struct kv_answer *out, struct err *err);
