@@ -225,17 +225,24 @@ static struct rig *rig_new(bool bucket_down)
     return r;
 }
 
+/* The parameters of a sink of node on the rig's broker and bucket. */
+static void rig_params(struct rig *r, const struct sink_node_config *node,
+                       struct sink_params *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->cfg = &r->cfg;
+    p->node = node;
+    memcpy(p->tenant, STORE_DEFAULT_TENANT, 16);
+    p->tenant_text = "00000000-0000-0000-0000-000000000001";
+    p->broker = &r->b;
+    p->s3 = r->s3.c;
+}
+
 static void rig_sink(struct rig *r)
 {
     struct sink_params p;
 
-    memset(&p, 0, sizeof(p));
-    p.cfg = &r->cfg;
-    p.node = &r->node;
-    memcpy(p.tenant, STORE_DEFAULT_TENANT, 16);
-    p.tenant_text = "00000000-0000-0000-0000-000000000001";
-    p.broker = &r->b;
-    p.s3 = r->s3.c;
+    rig_params(r, &r->node, &p);
     p.run_check = rig_run_check;
     p.run_check_arg = r;
     r->s = sink_new(&p);
@@ -259,6 +266,24 @@ static void rig_three_queues(struct rig *r)
     r->cfg.n_queues = 3;
 }
 
+/* The placement tests' sink: q1, q2, q3 with a 1 s lease TTL. */
+static void rig_sink_three(struct rig *r)
+{
+    rig_three_queues(r);
+    r->node.lease_ttl_ms = 1000;
+    rig_sink(r);
+}
+
+/* Three records, two windows apart, and a safe time past both. */
+static void rig_push_three(struct rig *r)
+{
+    pthread_mutex_lock(&r->mu);
+    fake_push(&r->f, "a", at("2026-09-04T10:05:00.000000Z"));
+    fake_push(&r->f, "b", at("2026-09-04T10:06:00.000000Z"));
+    fake_push(&r->f, "a", at("2026-09-04T11:05:00.000000Z"));
+    r->f.safe_time = at("2026-09-04T12:00:00.000001Z");
+    pthread_mutex_unlock(&r->mu);
+}
 static void rig_close(struct rig *r)
 {
     sink_free(r->s2);
@@ -345,6 +370,33 @@ static bool wait_stopped(struct rig *r, int64_t ms)
     return false;
 }
 
+/* Stop the sink; true when it stopped within ms. */
+static bool rig_stop(struct rig *r, int64_t ms)
+{
+    sink_stop(r->s);
+    return wait_stopped(r, ms);
+}
+
+static bool rig_has_row(struct rig *r, const char *key)
+{
+    pthread_mutex_lock(&r->mu);
+    bool has = fake_row_get(&r->f, key) != NULL;
+    pthread_mutex_unlock(&r->mu);
+    return has;
+}
+
+/* Wait until the row is (present) or is not (!present); true when it
+ * happened before the deadline. */
+static bool wait_row(struct rig *r, const char *key, bool present, int64_t ms)
+{
+    for (int64_t end = now_ms() + ms; now_ms() < end; pause_ms(5)) {
+        if (rig_has_row(r, key) == present) {
+            return true;
+        }
+    }
+    return false;
+}
+
 static int count_threads_named(const char *name)
 {
     DIR *d = opendir("/proc/self/task");
@@ -378,12 +430,7 @@ TEST(sink_ships_windows_then_drains_and_gives_everything_back)
     struct rig *r = rig_open(false);
     struct err err;
 
-    pthread_mutex_lock(&r->mu);
-    fake_push(&r->f, "a", at("2026-09-04T10:05:00.000000Z"));
-    fake_push(&r->f, "b", at("2026-09-04T10:06:00.000000Z"));
-    fake_push(&r->f, "a", at("2026-09-04T11:05:00.000000Z"));
-    r->f.safe_time = at("2026-09-04T12:00:00.000001Z");
-    pthread_mutex_unlock(&r->mu);
+    rig_push_three(r);
     EXPECT(status_has(r, "\"running\":false"));
     EXPECT(status_has(r, "\"reachable\":null"));
     EXPECT_EQ_I64(sink_start(r->s, &err), 0);
@@ -400,8 +447,7 @@ TEST(sink_ships_windows_then_drains_and_gives_everything_back)
     EXPECT(fake_row_get(&r->f, "s3:default:node=node-1%40test") != NULL);
     pthread_mutex_unlock(&r->mu);
 
-    sink_stop(r->s);
-    EXPECT(wait_stopped(r, 10000));
+    EXPECT(rig_stop(r, 10000));
     EXPECT(status_has(r, "\"state\":\"drained\""));
     EXPECT(status_has(r, "\"running\":false"));
     pthread_mutex_lock(&r->mu);
@@ -426,8 +472,7 @@ TEST(an_unreachable_bucket_claims_nothing_and_stops_at_once)
     EXPECT(fake_row_get(&r->f, "s3:default:orders:lease") == NULL);
     EXPECT_EQ_I64(r->f.kv_calls, 0);
     pthread_mutex_unlock(&r->mu);
-    sink_stop(r->s);
-    EXPECT(wait_stopped(r, 5000));
+    EXPECT(rig_stop(r, 5000));
     rig_close(r);
 }
 
@@ -442,16 +487,8 @@ TEST(a_missing_queue_is_looked_for_again)
     EXPECT_EQ_I64(sink_start(r->s, &err), 0);
     EXPECT(wait_for(r, "\"state\":\"missing\"", 10000));
     /* The lease is given back right after the driver stopped Missing. */
-    bool released = false;
-    for (int64_t end = now_ms() + 5000; !released && now_ms() < end;) {
-        pthread_mutex_lock(&r->mu);
-        released = fake_row_get(&r->f, "s3:default:orders:lease") == NULL;
-        pthread_mutex_unlock(&r->mu);
-        pause_ms(10);
-    }
-    EXPECT(released);
-    sink_stop(r->s);
-    EXPECT(wait_stopped(r, 5000));
+    EXPECT(wait_row(r, "s3:default:orders:lease", false, 5000));
+    EXPECT(rig_stop(r, 5000));
     rig_close(r);
 }
 
@@ -502,34 +539,11 @@ static void rig_other_row(struct rig *r, const char *key, const char *inst)
     pthread_mutex_unlock(&r->mu);
 }
 
-static bool rig_has_row(struct rig *r, const char *key)
+/* The presence rows of node-2@test and node-3@test: three nodes live. */
+static void rig_two_more_nodes(struct rig *r)
 {
-    pthread_mutex_lock(&r->mu);
-    bool has = fake_row_get(&r->f, key) != NULL;
-    pthread_mutex_unlock(&r->mu);
-    return has;
-}
-
-/* Wait until the row is (present) or is not (!present); true when it
- * happened before the deadline. */
-static bool wait_row(struct rig *r, const char *key, bool present, int64_t ms)
-{
-    for (int64_t end = now_ms() + ms; now_ms() < end; pause_ms(5)) {
-        if (rig_has_row(r, key) == present) {
-            return true;
-        }
-    }
-    return false;
-}
-
-static void rig_push_three(struct rig *r)
-{
-    pthread_mutex_lock(&r->mu);
-    fake_push(&r->f, "a", at("2026-09-04T10:05:00.000000Z"));
-    fake_push(&r->f, "b", at("2026-09-04T10:06:00.000000Z"));
-    fake_push(&r->f, "a", at("2026-09-04T11:05:00.000000Z"));
-    r->f.safe_time = at("2026-09-04T12:00:00.000001Z");
-    pthread_mutex_unlock(&r->mu);
+    rig_other_row(r, "s3:default:node=node-2%40test", "node-2@test");
+    rig_other_row(r, "s3:default:node=node-3%40test", "node-3@test");
 }
 
 TEST(a_node_at_its_share_waits_a_ttl_longer_before_claiming)
@@ -537,11 +551,8 @@ TEST(a_node_at_its_share_waits_a_ttl_longer_before_claiming)
     struct rig *r = rig_new(false);
     struct err err;
 
-    rig_three_queues(r);
-    r->node.lease_ttl_ms = 1000;
-    rig_sink(r);
-    rig_other_row(r, "s3:default:node=node-2%40test", "node-2@test");
-    rig_other_row(r, "s3:default:node=node-3%40test", "node-3@test");
+    rig_sink_three(r);
+    rig_two_more_nodes(r);
     int64_t t0 = now_ms();
     EXPECT_EQ_I64(sink_start(r->s, &err), 0);
     /* N = 3 from the first beat, so the share is 1 of 3 queues. */
@@ -555,8 +566,7 @@ TEST(a_node_at_its_share_waits_a_ttl_longer_before_claiming)
     EXPECT(t1 - t0 < 1500);
     EXPECT(t2 - t0 >= 1500);
     EXPECT(wait_for(r, "\"held\":3,", 10000));
-    sink_stop(r->s);
-    EXPECT(wait_stopped(r, 10000));
+    EXPECT(rig_stop(r, 10000));
     rig_close(r);
 }
 
@@ -565,17 +575,14 @@ TEST(a_node_over_its_share_gives_queues_back_one_at_a_time)
     struct rig *r = rig_new(false);
     struct err err;
 
-    rig_three_queues(r);
-    r->node.lease_ttl_ms = 1000;
-    rig_sink(r);
+    rig_sink_three(r);
     EXPECT_EQ_I64(sink_start(r->s, &err), 0);
     EXPECT(
         wait_for(r, "\"held\":3,\"nodes\":1,\"queues\":3,\"share\":3", 10000));
     EXPECT(metrics_has(r, "\nqueen_s3_queues_given_back_total 0\n"));
     /* Two more nodes appear: share 1, this node is over by 2. */
     int64_t t_join = now_ms();
-    rig_other_row(r, "s3:default:node=node-2%40test", "node-2@test");
-    rig_other_row(r, "s3:default:node=node-3%40test", "node-3@test");
+    rig_two_more_nodes(r);
     /* The least buffered queue, ties by name: q1, drained and released. */
     EXPECT(wait_row(r, "s3:default:q1:lease", false, 10000));
     int64_t t_rel = now_ms();
@@ -597,8 +604,7 @@ TEST(a_node_over_its_share_gives_queues_back_one_at_a_time)
     /* At its share: no third give-back over two more TTLs. */
     EXPECT(!wait_metric(r, "\nqueen_s3_queues_given_back_total 3\n", 2000));
     EXPECT(rig_has_row(r, "s3:default:q3:lease"));
-    sink_stop(r->s);
-    EXPECT(wait_stopped(r, 10000));
+    EXPECT(rig_stop(r, 10000));
     rig_close(r);
 }
 
@@ -607,19 +613,15 @@ TEST(a_queue_given_back_that_nobody_takes_is_claimed_after_two_ttls)
     struct rig *r = rig_new(false);
     struct err err;
 
-    rig_three_queues(r);
-    r->node.lease_ttl_ms = 1000;
-    rig_sink(r);
+    rig_sink_three(r);
     EXPECT_EQ_I64(sink_start(r->s, &err), 0);
     EXPECT(wait_for(r, "\"held\":3,", 10000));
-    rig_other_row(r, "s3:default:node=node-2%40test", "node-2@test");
-    rig_other_row(r, "s3:default:node=node-3%40test", "node-3@test");
+    rig_two_more_nodes(r);
     EXPECT(wait_row(r, "s3:default:q1:lease", false, 10000));
     int64_t t_rel = now_ms();
     EXPECT(wait_row(r, "s3:default:q1:lease", true, 10000));
     EXPECT(now_ms() - t_rel >= 1900); /* 2 TTLs after the give-back */
-    sink_stop(r->s);
-    EXPECT(wait_stopped(r, 10000));
+    EXPECT(rig_stop(r, 10000));
     rig_close(r);
 }
 
@@ -632,24 +634,20 @@ TEST(a_queue_given_back_is_not_reclaimed_through_its_own_leftover_row)
     struct rig *r = rig_new(false);
     struct err err;
 
-    rig_three_queues(r);
-    r->node.lease_ttl_ms = 1000;
-    rig_sink(r);
+    rig_sink_three(r);
     EXPECT_EQ_I64(sink_start(r->s, &err), 0);
     EXPECT(wait_for(r, "\"held\":3,", 10000));
     pthread_mutex_lock(&r->mu);
     r->keep_row = "s3:default:q1:lease";
     pthread_mutex_unlock(&r->mu);
-    rig_other_row(r, "s3:default:node=node-2%40test", "node-2@test");
-    rig_other_row(r, "s3:default:node=node-3%40test", "node-3@test");
+    rig_two_more_nodes(r);
     EXPECT(wait_metric(r, "\nqueen_s3_queues_given_back_total 1\n", 10000));
     EXPECT(rig_has_row(r, "s3:default:q1:lease"));
     /* Not within the cooldown (2 TTLs = 2 s from the give-back). */
     EXPECT(!wait_for(r, "{\"name\":\"q1\",\"ownedHere\":true", 1500));
     /* After it, the leftover row is ours to take over. */
     EXPECT(wait_for(r, "{\"name\":\"q1\",\"ownedHere\":true", 5000));
-    sink_stop(r->s);
-    EXPECT(wait_stopped(r, 10000));
+    EXPECT(rig_stop(r, 10000));
     rig_close(r);
 }
 
@@ -670,14 +668,12 @@ TEST(a_queue_with_a_long_name_is_given_back_without_a_crash)
     rig_sink(r);
     EXPECT_EQ_I64(sink_start(r->s, &err), 0);
     EXPECT(wait_for(r, "\"held\":2,", 10000));
-    rig_other_row(r, "s3:default:node=node-2%40test", "node-2@test");
-    rig_other_row(r, "s3:default:node=node-3%40test", "node-3@test");
+    rig_two_more_nodes(r);
     snprintf(key, sizeof(key), "s3:default:%s:lease", r->queues[0]);
     EXPECT(wait_row(r, key, false, 10000));
     EXPECT(wait_metric(r, "\nqueen_s3_queues_given_back_total 1\n", 2000));
     EXPECT(rig_has_row(r, "s3:default:b:lease"));
-    sink_stop(r->s);
-    EXPECT(wait_stopped(r, 10000));
+    EXPECT(rig_stop(r, 10000));
     rig_close(r);
 }
 
@@ -712,8 +708,7 @@ TEST(a_run_that_ends_unasked_restarts_on_a_doubling_ladder)
     EXPECT(status_has(r, "\"phase\":\"running\""));
     EXPECT(status_has(r, "\"restarts\":2"));
     EXPECT(rig_has_row(r, "s3:default:orders:lease"));
-    sink_stop(r->s);
-    EXPECT(wait_stopped(r, 10000));
+    EXPECT(rig_stop(r, 10000));
     EXPECT(status_has(r, "\"phase\":\"stopped\""));
     rig_close(r);
 }
@@ -746,8 +741,7 @@ TEST(a_queue_this_node_stops_running_leaves_no_gauge_behind)
     EXPECT(metrics_has(r, "# TYPE queen_s3_lag_seconds gauge\n"));
     EXPECT(metrics_has(r, "# TYPE queen_s3_safe_lag_seconds gauge\n"));
     EXPECT(status_has(r, "\"health\":{\"ok\":true,\"queues\":0}"));
-    sink_stop(r->s);
-    EXPECT(wait_stopped(r, 10000));
+    EXPECT(rig_stop(r, 10000));
     rig_close(r);
 }
 
@@ -771,8 +765,7 @@ TEST(a_long_upload_does_not_hold_up_the_lease_refresh)
     EXPECT(r->block_put_ms == 0);
     pthread_mutex_unlock(&r->mu);
     EXPECT(!status_has(r, "\"state\":\"fenced\""));
-    sink_stop(r->s);
-    EXPECT(wait_stopped(r, 10000));
+    EXPECT(rig_stop(r, 10000));
     EXPECT(!rig_has_row(r, "s3:default:orders:lease"));
     rig_close(r);
 }
@@ -808,8 +801,7 @@ TEST(a_lease_lost_in_a_put_backoff_stops_the_queue_at_once)
     EXPECT_EQ_I64(r->puts_refused, 1);
     r->refuse_puts_ms = 0;
     pthread_mutex_unlock(&r->mu);
-    sink_stop(r->s);
-    EXPECT(wait_stopped(r, 10000));
+    EXPECT(rig_stop(r, 10000));
     EXPECT(rig_has_row(r, "s3:default:orders:lease")); /* node-2's, kept */
     rig_close(r);
 }
@@ -843,13 +835,7 @@ static void rig_second_node(struct rig *r)
 
     r->node2 = r->node;
     strcpy(r->node2.instance, "node-2@test");
-    memset(&p, 0, sizeof(p));
-    p.cfg = &r->cfg;
-    p.node = &r->node2;
-    memcpy(p.tenant, STORE_DEFAULT_TENANT, 16);
-    p.tenant_text = "00000000-0000-0000-0000-000000000001";
-    p.broker = &r->b;
-    p.s3 = r->s3.c;
+    rig_params(r, &r->node2, &p);
     r->s2 = sink_new(&p);
 }
 
@@ -858,9 +844,7 @@ TEST(a_node_that_joins_gets_its_share_from_the_one_already_running)
     struct rig *r = rig_new(false);
     struct err err;
 
-    rig_three_queues(r);
-    r->node.lease_ttl_ms = 1000;
-    rig_sink(r);
+    rig_sink_three(r);
     rig_second_node(r);
     EXPECT_EQ_I64(sink_start(r->s, &err), 0);
     EXPECT(wait_for(r, "\"held\":3,\"nodes\":1,", 10000));
@@ -875,8 +859,7 @@ TEST(a_node_that_joins_gets_its_share_from_the_one_already_running)
     EXPECT(!wait_metric(r, "\nqueen_s3_queues_given_back_total 2\n", 3000));
     EXPECT(wait_both(r, "\"held\":2,", "\"held\":1,", 1000));
     sink_stop(r->s2);
-    sink_stop(r->s);
-    EXPECT(wait_stopped(r, 10000));
+    EXPECT(rig_stop(r, 10000));
     for (int64_t end = now_ms() + 10000;
          !sink_stopped(r->s2) && now_ms() < end;) {
         pause_ms(20);
