@@ -8,16 +8,14 @@
  * snapshots are dumped and, its store lost, rebuilds it from them. */
 #include "harness.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <netinet/in.h>
 #include <pthread.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 
+#include "node_helpers.h"
 #include "push_helpers.h"
 #include "raft/node.h"
 #include "raft/snapshot.h"
@@ -421,72 +419,26 @@ TEST(the_legacy_format_still_restores)
 /* ---- a real node: libraft, libuv loop, temp dir, free port -------------- */
 
 struct nctx {
-    uv_loop_t loop;
-    char dir[64];
-    char store_dir[128];
-    char address[32];
-    struct store *store;
-    struct node *node;
+    struct node_rig n; /* first: the node helpers' callbacks take c */
     int done;
     int failed;
-    bool closed;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t n = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    int port;
-
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, (struct sockaddr *)&a, sizeof(a));
-    getsockname(fd, (struct sockaddr *)&a, &n);
-    port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
 
 static int n_want;
 
-static bool n_got_all(struct nctx *c)
+static bool n_got_all(void *arg)
 {
-    return c->done >= n_want;
+    return ((struct nctx *)arg)->done >= n_want;
 }
 
-static bool n_is_leader(struct nctx *c)
+static bool n_is_leader(void *arg)
 {
-    return node_role(c->node) == NODE_LEADER;
+    return node_role(((struct nctx *)arg)->n.node) == NODE_LEADER;
 }
 
-static bool n_is_closed(struct nctx *c)
+static bool n_run_until(struct nctx *c, bool (*pred)(void *), double secs)
 {
-    return c->closed;
-}
-
-static bool n_run_until(struct nctx *c, bool (*pred)(struct nctx *),
-                        double secs)
-{
-    double end = now_s() + secs;
-
-    while (!pred(c)) {
-        if (now_s() > end) {
-            return false;
-        }
-        uv_run(&c->loop, UV_RUN_NOWAIT);
-        usleep(500);
-    }
-    return true;
+    return nh_run_until(&c->n.loop, pred, c, secs, 500);
 }
 
 static void n_on_applied(void *arg, int status, const struct fsm_result *res,
@@ -502,37 +454,19 @@ static void n_on_applied(void *arg, int status, const struct fsm_result *res,
     c->done++;
 }
 
-static void n_on_closed(void *arg)
-{
-    ((struct nctx *)arg)->closed = true;
-}
-
 static void n_start(struct nctx *c, unsigned threshold)
 {
     struct node_config cfg;
-    struct err err = {0};
 
     memset(&cfg, 0, sizeof(cfg));
-    cfg.dir = c->dir;
-    cfg.id = 1;
-    cfg.raft_address = c->address;
     cfg.snapshot_threshold = threshold;
     cfg.snapshot_trailing = 2;
-    node_store_dir(c->dir, c->store_dir, sizeof(c->store_dir));
-    mkdir(c->store_dir, 0755);
-    if (store_open(&c->store, c->store_dir, (uint64_t)4 << 30, &err) != 0 ||
-        node_start(&c->node, &c->loop, &cfg, c->store, &err) != 0) {
-        fprintf(stderr, "start: %s\n", err.msg);
-        exit(1);
-    }
-    c->closed = false;
+    nh_start(&c->n, &cfg, (uint64_t)4 << 30);
 }
 
 static void n_stop(struct nctx *c)
 {
-    node_close(c->node, n_on_closed, c);
-    EXPECT(n_run_until(c, n_is_closed, 30));
-    store_close(c->store);
+    EXPECT(nh_stop(&c->n, 30));
 }
 
 #define N_ITEMS   100
@@ -560,7 +494,7 @@ static void n_propose(struct nctx *c, int k)
     EXPECT_EQ_I64(cmd_push_encode(&b, STORE_DEFAULT_TENANT, it, N_ITEMS, &err),
                   0);
     EXPECT_EQ_I64(
-        node_propose(c->node, CMD_PUSH, b.data, b.len, n_on_applied, c, &err),
+        node_propose(c->n.node, CMD_PUSH, b.data, b.len, n_on_applied, c, &err),
         0);
     buf_free(&b);
 }
@@ -572,8 +506,8 @@ static void expect_records(struct nctx *c, int64_t n)
                                 1 << 20};
     struct err err = {0};
 
-    EXPECT_EQ_I64(store_fetch(c->store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
-                  0);
+    EXPECT_EQ_I64(
+        store_fetch(c->n.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err), 0);
     EXPECT_EQ_I64(a.entries[0].high_watermark, n);
     EXPECT_EQ_I64(a.entries[0].log_start, 0);
     EXPECT_EQ_U64(a.entries[0].n_records, 1);
@@ -590,18 +524,15 @@ TEST(a_node_applies_during_snapshots_and_a_lost_store_comes_back)
     double end;
 
     memset(&c, 0, sizeof(c));
-    snprintf(c.dir, sizeof(c.dir), "/tmp/queen-snap-XXXXXX");
-    EXPECT(mkdtemp(c.dir) != NULL);
-    snprintf(c.address, sizeof(c.address), "127.0.0.1:%d", free_port());
-    uv_loop_init(&c.loop);
+    nh_setup(&c.n, "/tmp/queen-snap-XXXXXX");
     n_start(&c, 64);
     EXPECT(n_run_until(&c, n_is_leader, 5));
     snapshot_stats_get(&s0);
     /* Keep 8 pushes in flight until a snapshot finalizes after entries were
      * applied during its dump (each ~64 entries x 400 KB of store). */
-    end = now_s() + 120;
+    end = nh_now_s() + 120;
     s1 = s0;
-    while (s1.overlapped == s0.overlapped && now_s() < end && k < 2000) {
+    while (s1.overlapped == s0.overlapped && nh_now_s() < end && k < 2000) {
         for (int i = 0; i < 8; i++) {
             n_propose(&c, k++);
         }
@@ -616,15 +547,15 @@ TEST(a_node_applies_during_snapshots_and_a_lost_store_comes_back)
     expect_records(&c, (int64_t)k * N_ITEMS);
     n_stop(&c);
     /* Lose the store: the snapshot and the log bring everything back. */
-    snprintf(path, sizeof(path), "%s/data.mdb", c.store_dir);
+    snprintf(path, sizeof(path), "%s/data.mdb", c.n.store_dir);
     EXPECT_EQ_I64(unlink(path), 0);
-    snprintf(path, sizeof(path), "%s/lock.mdb", c.store_dir);
+    snprintf(path, sizeof(path), "%s/lock.mdb", c.n.store_dir);
     unlink(path);
     n_start(&c, 64);
     EXPECT(n_run_until(&c, n_is_leader, 30));
     expect_records(&c, (int64_t)k * N_ITEMS);
     n_stop(&c);
-    uv_run(&c.loop, UV_RUN_NOWAIT);
-    EXPECT_EQ_I64(uv_loop_close(&c.loop), 0);
-    nftw(c.dir, env_rm, 16, FTW_DEPTH | FTW_PHYS);
+    uv_run(&c.n.loop, UV_RUN_NOWAIT);
+    EXPECT_EQ_I64(uv_loop_close(&c.n.loop), 0);
+    nftw(c.n.dir, env_rm, 16, FTW_DEPTH | FTW_PHYS);
 }
