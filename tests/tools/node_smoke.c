@@ -7,21 +7,18 @@
  *
  * Exit 0 when the restart reads back exactly N records with gapless offsets
  * and strictly increasing stamps per push; 1 otherwise. */
-#include <arpa/inet.h>
 #include <inttypes.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/buf.h"
 #include "raft/cmd.h"
 #include "raft/node.h"
 #include "store/store.h"
+#include "unit/node_helpers.h"
 
 struct run {
     uv_loop_t loop;
@@ -37,34 +34,6 @@ struct run {
     char *payload;
     size_t payload_len;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t n = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    int port;
-
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &n) != 0) {
-        perror("bind");
-        exit(1);
-    }
-    port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
 
 static void on_closed(void *arg)
 {
@@ -145,8 +114,8 @@ static void start(struct run *r)
         fprintf(stderr, "node_smoke: start: %s\n", err.msg);
         exit(1);
     }
-    for (double end = now_s() + 10; node_role(r->node) != NODE_LEADER;) {
-        if (now_s() > end) {
+    for (double end = nh_now_s() + 10; node_role(r->node) != NODE_LEADER;) {
+        if (nh_now_s() > end) {
             fprintf(stderr, "node_smoke: no leader within 10 s\n");
             exit(1);
         }
@@ -214,15 +183,15 @@ int main(int argc, char **argv)
     r.payload = malloc(r.payload_len + 1);
     memset(r.payload, '7', r.payload_len);
     r.stamps_ok = true;
-    snprintf(r.address, sizeof(r.address), "127.0.0.1:%d", free_port());
+    snprintf(r.address, sizeof(r.address), "127.0.0.1:%d", nh_free_port());
     uv_loop_init(&r.loop);
     start(&r);
-    t0 = now_s();
+    t0 = nh_now_s();
     fill(&r);
     while (r.applied + r.failed * r.per_push < r.total && r.failed == 0) {
         uv_run(&r.loop, UV_RUN_ONCE);
     }
-    dt = now_s() - t0;
+    dt = nh_now_s() - t0;
     stop(&r);
     start(&r);
     ok = r.failed == 0 && r.stamps_ok && verify(&r);

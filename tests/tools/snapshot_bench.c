@@ -23,17 +23,10 @@
 #include "raft/snapshot.h"
 #include "store/store_impl.h"
 #include "store/store_snapshot.h"
+#include "unit/node_helpers.h"
 #include "unit/push_helpers.h"
 
 #define MAX_RUNS 15
-
-static double wall_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static double thread_cpu_s(void)
 {
@@ -71,7 +64,7 @@ static void legacy(struct store *s, double *wall, double *cpu)
     char path[256];
     struct err err = {0};
     struct stat st;
-    double w0 = wall_s();
+    double w0 = nh_now_s();
     double c0 = thread_cpu_s();
     FILE *f;
     char *b;
@@ -90,7 +83,7 @@ static void legacy(struct store *s, double *wall, double *cpu)
     }
     fclose(f);
     unlink(path);
-    *wall = wall_s() - w0;
+    *wall = nh_now_s() - w0;
     *cpu = thread_cpu_s() - c0;
     free(b);
 }
@@ -107,14 +100,14 @@ static void *dump_main(void *p)
     struct dump_arg *a = p;
     struct err err = {0};
     uint8_t *out = NULL;
-    double w0 = wall_s();
+    double w0 = nh_now_s();
     double c0 = thread_cpu_s();
 
     if (store_snap_dump(a->sn, realloc, &out, &a->len, &err) != 0) {
         fprintf(stderr, "dump: %s\n", err.msg);
         exit(1);
     }
-    a->wall = wall_s() - w0;
+    a->wall = nh_now_s() - w0;
     a->cpu = thread_cpu_s() - c0;
     free(out);
     return NULL;
@@ -126,7 +119,7 @@ static void async_path(struct store *s, double *loop_wall, double *loop_cpu,
                        struct dump_arg *d)
 {
     struct err err = {0};
-    double w0 = wall_s();
+    double w0 = nh_now_s();
     double c0 = thread_cpu_s();
     double w1;
     double c1;
@@ -136,14 +129,14 @@ static void async_path(struct store *s, double *loop_wall, double *loop_cpu,
         fprintf(stderr, "begin: %s\n", err.msg);
         exit(1);
     }
-    w1 = wall_s() - w0;
+    w1 = nh_now_s() - w0;
     c1 = thread_cpu_s() - c0;
     pthread_create(&th, NULL, dump_main, d);
     pthread_join(th, NULL);
-    w0 = wall_s();
+    w0 = nh_now_s();
     c0 = thread_cpu_s();
     store_snap_end(d->sn);
-    *loop_wall = w1 + wall_s() - w0;
+    *loop_wall = w1 + nh_now_s() - w0;
     *loop_cpu = c1 + thread_cpu_s() - c0;
 }
 
@@ -189,10 +182,10 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     log_set_level(LOG_WARN);
     env_open(&e);
-    t0 = wall_s();
+    t0 = nh_now_s();
     fill(&e, mb);
-    printf("filled %d MB in %.1f s (%" PRIu64 " entries)\n", mb, wall_s() - t0,
-           store_applied_index(e.store));
+    printf("filled %d MB in %.1f s (%" PRIu64 " entries)\n", mb,
+           nh_now_s() - t0, store_applied_index(e.store));
     for (int r = 0; r < runs; r++) {
         struct dump_arg d = {0};
         struct err err = {0};

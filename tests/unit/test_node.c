@@ -4,91 +4,39 @@
  * the same dir (with snapshots taken), and reading the same state back. */
 #include "harness.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <pthread.h>
-#include <sys/socket.h>
 #include <time.h>
 
+#include "node_helpers.h"
 #include "push_helpers.h"
 #include "raft/node.h"
 #include "store/store_impl.h"
 
 struct ctx {
-    uv_loop_t loop;
-    char dir[64];
-    char store_dir[128];
-    char address[32];
-    struct store *store;
-    struct node *node;
-    int done;   /* callbacks received */
-    int failed; /* callbacks with status != 0 */
+    struct node_rig n; /* first: the node helpers' callbacks take c */
+    int done;          /* callbacks received */
+    int failed;        /* callbacks with status != 0 */
     int64_t stamps[64];
     int64_t offsets[64];
-    bool closed;
     pthread_t loop_thread;
     bool cb_on_loop_thread;
 };
 
-static int free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t n = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    int port;
-
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, (struct sockaddr *)&a, sizeof(a));
-    getsockname(fd, (struct sockaddr *)&a, &n);
-    port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* Run the loop until pred(c) holds or the deadline passes. */
-static bool run_until(struct ctx *c, bool (*pred)(struct ctx *), double secs)
+static bool run_until(struct ctx *c, bool (*pred)(void *), double secs)
 {
-    double end = now_s() + secs;
-
-    while (!pred(c)) {
-        if (now_s() > end) {
-            return false;
-        }
-        uv_run(&c->loop, UV_RUN_NOWAIT);
-        usleep(1000);
-    }
-    return true;
+    return nh_run_until(&c->n.loop, pred, c, secs, 1000);
 }
 
-static bool is_leader(struct ctx *c)
+static bool is_leader(void *arg)
 {
-    return node_role(c->node) == NODE_LEADER;
-}
-
-static bool is_closed(struct ctx *c)
-{
-    return c->closed;
+    return node_role(((struct ctx *)arg)->n.node) == NODE_LEADER;
 }
 
 static int want;
-static bool got_all(struct ctx *c)
+static bool got_all(void *arg)
 {
-    return c->done >= want;
-}
-
-static void on_closed(void *arg)
-{
-    ((struct ctx *)arg)->closed = true;
+    return ((struct ctx *)arg)->done >= want;
 }
 
 static void on_applied(void *arg, int status, const struct fsm_result *res,
@@ -110,30 +58,17 @@ static void on_applied(void *arg, int status, const struct fsm_result *res,
 static void start(struct ctx *c, unsigned snapshot_threshold)
 {
     struct node_config cfg;
-    struct err err = {0};
 
     memset(&cfg, 0, sizeof(cfg));
-    cfg.dir = c->dir;
-    cfg.id = 1;
-    cfg.raft_address = c->address;
     cfg.snapshot_threshold = snapshot_threshold;
     cfg.snapshot_trailing = snapshot_threshold ? 2 : 0;
-    node_store_dir(c->dir, c->store_dir, sizeof(c->store_dir));
-    mkdir(c->store_dir, 0755);
-    if (store_open(&c->store, c->store_dir, (uint64_t)1 << 30, &err) != 0 ||
-        node_start(&c->node, &c->loop, &cfg, c->store, &err) != 0) {
-        fprintf(stderr, "start: %s\n", err.msg);
-        exit(1);
-    }
-    c->closed = false;
+    nh_start(&c->n, &cfg, (uint64_t)1 << 30);
     c->loop_thread = pthread_self();
 }
 
 static void stop(struct ctx *c)
 {
-    node_close(c->node, on_closed, c);
-    EXPECT(run_until(c, is_closed, 10));
-    store_close(c->store);
+    EXPECT(nh_stop(&c->n, 10));
 }
 
 static void make_push(struct buf *b, const char *txn, int n)
@@ -159,19 +94,14 @@ static void make_push(struct buf *b, const char *txn, int n)
 static void setup(struct ctx *c)
 {
     memset(c, 0, sizeof(*c));
-    snprintf(c->dir, sizeof(c->dir), "/tmp/queen-node-XXXXXX");
-    if (mkdtemp(c->dir) == NULL) {
-        exit(1);
-    }
-    snprintf(c->address, sizeof(c->address), "127.0.0.1:%d", free_port());
-    uv_loop_init(&c->loop);
+    nh_setup(&c->n, "/tmp/queen-node-XXXXXX");
 }
 
 static void teardown(struct ctx *c)
 {
-    uv_run(&c->loop, UV_RUN_NOWAIT);
-    EXPECT_EQ_I64(uv_loop_close(&c->loop), 0);
-    nftw(c->dir, env_rm, 16, FTW_DEPTH | FTW_PHYS);
+    uv_run(&c->n.loop, UV_RUN_NOWAIT);
+    EXPECT_EQ_I64(uv_loop_close(&c->n.loop), 0);
+    nftw(c->n.dir, env_rm, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static int propose_pushes(struct ctx *c, int first, int count)
@@ -185,7 +115,7 @@ static int propose_pushes(struct ctx *c, int first, int count)
 
         snprintf(txn, sizeof(txn), "t%d", k);
         make_push(&b, txn, 100);
-        if (node_propose(c->node, CMD_PUSH, b.data, b.len, on_applied, c,
+        if (node_propose(c->n.node, CMD_PUSH, b.data, b.len, on_applied, c,
                          &err) != 0) {
             fprintf(stderr, "propose: %s\n", err.msg);
             refused++;
@@ -209,7 +139,7 @@ TEST(single_voter_proposes_closes_restarts_and_reads_the_same_state)
     /* The barrier has not run yet: a new leader stamps nothing. */
     make_push(&b, "early", 1);
     EXPECT_EQ_I64(
-        node_propose(c.node, CMD_PUSH, b.data, b.len, on_applied, &c, &err),
+        node_propose(c.n.node, CMD_PUSH, b.data, b.len, on_applied, &c, &err),
         ERR_NOT_LEADER);
     buf_free(&b);
     EXPECT(run_until(&c, is_leader, 5));
@@ -223,13 +153,13 @@ TEST(single_voter_proposes_closes_restarts_and_reads_the_same_state)
             EXPECT(c.stamps[k] > c.stamps[k - 1]);
         }
     }
-    EXPECT_EQ_I64(node_safe_time(c.node), c.stamps[9]);
-    EXPECT(node_commit_index(c.node) >= node_applied_index(c.node));
+    EXPECT_EQ_I64(node_safe_time(c.n.node), c.stamps[9]);
+    EXPECT(node_commit_index(c.n.node) >= node_applied_index(c.n.node));
     stop(&c);
 
     start(&c, 0);
     EXPECT(run_until(&c, is_leader, 5));
-    EXPECT_EQ_I64(store_fetch(c.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
+    EXPECT_EQ_I64(store_fetch(c.n.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
                   0);
     EXPECT_EQ_U64(a.entries[0].n_records, 1000);
     EXPECT_EQ_I64(a.entries[0].records[999].ts, c.stamps[9]);
@@ -242,7 +172,7 @@ TEST(single_voter_proposes_closes_restarts_and_reads_the_same_state)
     EXPECT(run_until(&c, got_all, 10));
     EXPECT_EQ_I64(c.offsets[0], 0);
     EXPECT_EQ_I64(c.offsets[1], 1000);
-    EXPECT(c.stamps[0] > node_safe_time(c.node) - 1000000);
+    EXPECT(c.stamps[0] > node_safe_time(c.n.node) - 1000000);
     stop(&c);
     teardown(&c);
 }
@@ -267,7 +197,7 @@ TEST(restart_after_snapshots_skips_what_the_store_holds)
     stop(&c);
     start(&c, 4);
     EXPECT(run_until(&c, is_leader, 5));
-    EXPECT_EQ_I64(store_fetch(c.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
+    EXPECT_EQ_I64(store_fetch(c.n.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
                   0);
     EXPECT_EQ_U64(a.entries[0].n_records, 1200);
     EXPECT_EQ_I64(a.entries[0].high_watermark, 1200);
@@ -292,8 +222,8 @@ static void *proposer(void *p)
 
         snprintf(txn, sizeof(txn), "a%d", k);
         make_push(&b, txn, 5);
-        if (node_propose_async(t->c->node, CMD_PUSH, b.data, b.len, on_applied,
-                               t->c, &err) != 0) {
+        if (node_propose_async(t->c->n.node, CMD_PUSH, b.data, b.len,
+                               on_applied, t->c, &err) != 0) {
             t->refused++;
         }
         buf_free(&b);
@@ -331,10 +261,10 @@ TEST(a_bad_command_is_refused_before_raft)
     setup(&c);
     start(&c, 0);
     EXPECT(run_until(&c, is_leader, 5));
-    EXPECT_EQ_I64(node_propose(c.node, CMD_PUSH, junk, sizeof(junk), on_applied,
-                               &c, &err),
+    EXPECT_EQ_I64(node_propose(c.n.node, CMD_PUSH, junk, sizeof(junk),
+                               on_applied, &c, &err),
                   ERR_INVALID);
-    EXPECT_STR_EQ(node_role_name(node_role(c.node)), "leader");
+    EXPECT_STR_EQ(node_role_name(node_role(c.n.node)), "leader");
     stop(&c);
     teardown(&c);
 }
@@ -347,23 +277,23 @@ TEST(start_with_an_unusable_address_fails_cleanly)
     struct node *n = NULL;
 
     setup(&c);
-    node_store_dir(c.dir, c.store_dir, sizeof(c.store_dir));
-    mkdir(c.store_dir, 0755);
-    EXPECT_EQ_I64(store_open(&c.store, c.store_dir, (uint64_t)1 << 30, &err),
-                  0);
+    node_store_dir(c.n.dir, c.n.store_dir, sizeof(c.n.store_dir));
+    mkdir(c.n.store_dir, 0755);
+    EXPECT_EQ_I64(
+        store_open(&c.n.store, c.n.store_dir, (uint64_t)1 << 30, &err), 0);
     memset(&cfg, 0, sizeof(cfg));
-    cfg.dir = c.dir;
+    cfg.dir = c.n.dir;
     cfg.id = 1;
     cfg.raft_address = "192.0.2.1:1"; /* TEST-NET: not ours to bind */
-    EXPECT_EQ_I64(node_start(&n, &c.loop, &cfg, c.store, &err), ERR_IO);
+    EXPECT_EQ_I64(node_start(&n, &c.n.loop, &cfg, c.n.store, &err), ERR_IO);
     EXPECT(strstr(err.msg, "raft_start") != NULL);
     /* The failed node frees itself on the loop. */
-    for (int i = 0; i < 3000 && uv_loop_alive(&c.loop); i++) {
-        uv_run(&c.loop, UV_RUN_NOWAIT);
+    for (int i = 0; i < 3000 && uv_loop_alive(&c.n.loop); i++) {
+        uv_run(&c.n.loop, UV_RUN_NOWAIT);
         usleep(1000);
     }
-    EXPECT(!uv_loop_alive(&c.loop));
-    store_close(c.store);
+    EXPECT(!uv_loop_alive(&c.n.loop));
+    store_close(c.n.store);
     teardown(&c);
 }
 
@@ -375,17 +305,17 @@ TEST(start_in_a_missing_directory_fails)
     struct node *n = NULL;
 
     setup(&c);
-    node_store_dir(c.dir, c.store_dir, sizeof(c.store_dir));
-    mkdir(c.store_dir, 0755);
-    EXPECT_EQ_I64(store_open(&c.store, c.store_dir, (uint64_t)1 << 30, &err),
-                  0);
+    node_store_dir(c.n.dir, c.n.store_dir, sizeof(c.n.store_dir));
+    mkdir(c.n.store_dir, 0755);
+    EXPECT_EQ_I64(
+        store_open(&c.n.store, c.n.store_dir, (uint64_t)1 << 30, &err), 0);
     memset(&cfg, 0, sizeof(cfg));
     cfg.dir = "/nonexistent/queen";
     cfg.id = 1;
-    cfg.raft_address = c.address;
-    EXPECT_EQ_I64(node_start(&n, &c.loop, &cfg, c.store, &err), ERR_IO);
+    cfg.raft_address = c.n.address;
+    EXPECT_EQ_I64(node_start(&n, &c.n.loop, &cfg, c.n.store, &err), ERR_IO);
     EXPECT(strstr(err.msg, "mkdir") != NULL);
-    store_close(c.store);
+    store_close(c.n.store);
     teardown(&c);
 }
 
@@ -456,19 +386,9 @@ static void cluster_start(struct cluster *c, int i)
 }
 
 /* Run the loop until cond() or the deadline; returns whether it held. */
-static bool cluster_run(struct cluster *c, bool (*cond)(struct cluster *),
-                        double secs)
+static bool cluster_run(struct cluster *c, bool (*cond)(void *), double secs)
 {
-    double end = now_s() + secs;
-
-    while (!cond(c)) {
-        if (now_s() > end) {
-            return false;
-        }
-        uv_run(&c->loop, UV_RUN_NOWAIT);
-        usleep(500);
-    }
-    return true;
+    return nh_run_until(&c->loop, cond, c, secs, 500);
 }
 
 static int cluster_leader(struct cluster *c)
@@ -481,19 +401,25 @@ static int cluster_leader(struct cluster *c)
     return -1;
 }
 
-static bool has_leader(struct cluster *c)
+static bool has_leader(void *arg)
 {
+    struct cluster *c = arg;
+
     return cluster_leader(c) >= 0;
 }
 
 static int cluster_want;
-static bool cluster_done(struct cluster *c)
+static bool cluster_done(void *arg)
 {
+    struct cluster *c = arg;
+
     return c->done >= cluster_want;
 }
 
-static bool all_applied(struct cluster *c)
+static bool all_applied(void *arg)
 {
+    struct cluster *c = arg;
+
     uint64_t a = store_applied_index(c->store[0]);
 
     return a > 0 && store_applied_index(c->store[1]) == a &&
@@ -520,7 +446,8 @@ static void cluster_stop(struct cluster *c, int i)
     int before = c->closed;
 
     node_close(c->node[i], cluster_closed, c);
-    for (double end = now_s() + 10; c->closed == before && now_s() < end;) {
+    for (double end = nh_now_s() + 10;
+         c->closed == before && nh_now_s() < end;) {
         uv_run(&c->loop, UV_RUN_NOWAIT);
         usleep(500);
     }
@@ -556,7 +483,7 @@ static void cluster_setup(struct cluster *c, unsigned snapshot_threshold)
         snprintf(c->dir[i], sizeof(c->dir[i]), "/tmp/queen-node-XXXXXX");
         EXPECT(mkdtemp(c->dir[i]) != NULL);
         snprintf(c->address[i], sizeof(c->address[i]), "127.0.0.1:%d",
-                 free_port());
+                 nh_free_port());
     }
     for (int i = 0; i < 3; i++) {
         cluster_start(c, i);
@@ -667,22 +594,24 @@ TEST(close_with_proposals_in_flight_answers_every_one)
     want = 20;
     EXPECT_EQ_I64(propose_pushes(&c, 0, 20), 0);
     /* No loop turn in between: the writes are still in flight. */
-    node_close(c.node, on_closed, &c);
-    EXPECT(run_until(&c, is_closed, 10));
+    node_close(c.n.node, nh_on_closed, &c.n);
+    EXPECT(run_until(&c, nh_is_closed, 10));
     EXPECT_EQ_I64(c.done, 20);
-    store_close(c.store);
+    store_close(c.n.store);
     /* Whatever was acknowledged is there after a restart. */
     start(&c, 0);
     EXPECT(run_until(&c, is_leader, 5));
-    EXPECT(store_fetch(c.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err) == 0);
+    EXPECT(store_fetch(c.n.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err) == 0);
     EXPECT(a.entries[0].high_watermark >= (int64_t)(20 - c.failed) * 100);
     store_fetch_answer_free(&a);
     stop(&c);
     teardown(&c);
 }
 
-static bool other_leader(struct cluster *c)
+static bool other_leader(void *arg)
 {
+    struct cluster *c = arg;
+
     int l = cluster_leader(c);
 
     return l >= 0 && c->node[l] != NULL;
@@ -724,11 +653,6 @@ TEST(a_new_leader_stamps_above_everything_before_it)
     cluster_teardown(&c);
 }
 
-static bool is_done(struct ctx *c)
-{
-    return c->done >= want;
-}
-
 TEST(a_restart_replays_nothing_twice)
 {
     struct ctx c;
@@ -747,18 +671,18 @@ TEST(a_restart_replays_nothing_twice)
             struct buf b;
 
             make_push(&b, "", 10); /* no txn: a replay would add records */
-            EXPECT_EQ_I64(node_propose(c.node, CMD_PUSH, b.data, b.len,
+            EXPECT_EQ_I64(node_propose(c.n.node, CMD_PUSH, b.data, b.len,
                                        on_applied, &c, &err),
                           0);
             buf_free(&b);
         }
-        EXPECT(run_until(&c, is_done, 10));
+        EXPECT(run_until(&c, got_all, 10));
         EXPECT_EQ_I64(c.failed, 0);
         stop(&c);
     }
     start(&c, 0);
     EXPECT(run_until(&c, is_leader, 5));
-    EXPECT_EQ_I64(store_fetch(c.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
+    EXPECT_EQ_I64(store_fetch(c.n.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
                   0);
     EXPECT_EQ_I64(a.entries[0].high_watermark, 120);
     store_fetch_answer_free(&a);
@@ -773,7 +697,7 @@ TEST(an_entry_the_store_cannot_commit_is_retried_not_skipped)
     setup(&c);
     start(&c, 0);
     EXPECT(run_until(&c, is_leader, 5));
-    c.store->fail_commits = 3; /* MDB_MAP_FULL three times */
+    c.n.store->fail_commits = 3; /* MDB_MAP_FULL three times */
     want = 2;
     EXPECT_EQ_I64(propose_pushes(&c, 0, 2), 0);
     EXPECT(run_until(&c, got_all, 10));
@@ -795,13 +719,13 @@ TEST(a_barrier_moves_safe_time_after_everything_before_it)
     EXPECT(run_until(&c, is_leader, 5));
     want = 3;
     EXPECT_EQ_I64(propose_pushes(&c, 0, 2), 0);
-    EXPECT_EQ_I64(node_barrier(c.node, on_applied, &c, &err), 0);
+    EXPECT_EQ_I64(node_barrier(c.n.node, on_applied, &c, &err), 0);
     EXPECT(run_until(&c, got_all, 10));
     EXPECT_EQ_I64(c.failed, 0);
     /* Callbacks come in log order; the barrier's stamp is the greatest. */
     EXPECT(c.stamps[2] > c.stamps[1]);
     EXPECT_EQ_I64(c.offsets[2], -1);
-    before = node_safe_time(c.node);
+    before = node_safe_time(c.n.node);
     EXPECT_EQ_I64(before, c.stamps[2]);
     stop(&c);
     teardown(&c);
@@ -826,12 +750,12 @@ static void on_commit(void *arg)
     if (h->calls++ > 0) {
         return;
     }
-    h->uncommitted = node_uncommitted(h->c->node);
+    h->uncommitted = node_uncommitted(h->c->n.node);
     h->done = h->c->done;
-    h->applied = node_applied_index(h->c->node);
+    h->applied = node_applied_index(h->c->n.node);
     make_push(&b, "second", 100);
-    EXPECT_EQ_I64(node_propose(h->c->node, CMD_PUSH, b.data, b.len, on_applied,
-                               h->c, &err),
+    EXPECT_EQ_I64(node_propose(h->c->n.node, CMD_PUSH, b.data, b.len,
+                               on_applied, h->c, &err),
                   0);
     buf_free(&b);
 }
@@ -845,11 +769,11 @@ TEST(an_entry_is_committed_before_it_applies_and_the_hook_may_propose)
     setup(&c);
     start(&c, 0);
     EXPECT(run_until(&c, is_leader, 5));
-    before = node_applied_index(c.node);
-    node_on_commit(c.node, on_commit, &h);
+    before = node_applied_index(c.n.node);
+    node_on_commit(c.n.node, on_commit, &h);
     want = 2;
     EXPECT_EQ_I64(propose_pushes(&c, 0, 1), 0);
-    EXPECT_EQ_I64(node_uncommitted(c.node), 1);
+    EXPECT_EQ_I64(node_uncommitted(c.n.node), 1);
     EXPECT(run_until(&c, got_all, 10));
     EXPECT_EQ_I64(c.failed, 0);
     EXPECT_EQ_I64(h.calls, 2);
@@ -861,9 +785,9 @@ TEST(an_entry_is_committed_before_it_applies_and_the_hook_may_propose)
     EXPECT_EQ_I64(c.offsets[0], 0);
     EXPECT_EQ_I64(c.offsets[1], 100);
     EXPECT(c.stamps[1] > c.stamps[0]);
-    EXPECT(node_applied_index(c.node) >= before + 2);
-    EXPECT_EQ_I64(node_uncommitted(c.node), 0);
-    node_on_commit(c.node, NULL, NULL);
+    EXPECT(node_applied_index(c.n.node) >= before + 2);
+    EXPECT_EQ_I64(node_uncommitted(c.n.node), 0);
+    node_on_commit(c.n.node, NULL, NULL);
     stop(&c);
     teardown(&c);
 }
@@ -881,18 +805,18 @@ TEST(snapshots_between_deferred_applies_keep_every_answer_in_order)
     EXPECT(run_until(&c, is_leader, 5));
     want = 13;
     EXPECT_EQ_I64(propose_pushes(&c, 0, 12), 0);
-    EXPECT_EQ_I64(node_barrier(c.node, on_applied, &c, &err), 0);
+    EXPECT_EQ_I64(node_barrier(c.n.node, on_applied, &c, &err), 0);
     EXPECT(run_until(&c, got_all, 20));
     EXPECT_EQ_I64(c.failed, 0);
     for (int k = 0; k < 12; k++) {
         EXPECT_EQ_I64(c.offsets[k], 100 * k);
         EXPECT(k == 0 || c.stamps[k] > c.stamps[k - 1]);
     }
-    EXPECT_EQ_I64(node_safe_time(c.node), c.stamps[12]);
+    EXPECT_EQ_I64(node_safe_time(c.n.node), c.stamps[12]);
     stop(&c);
     start(&c, 0);
     EXPECT(run_until(&c, is_leader, 5));
-    EXPECT_EQ_I64(store_fetch(c.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
+    EXPECT_EQ_I64(store_fetch(c.n.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
                   0);
     EXPECT_EQ_I64(a.entries[0].high_watermark, 1200);
     store_fetch_answer_free(&a);
