@@ -60,6 +60,43 @@ static struct lease *make(struct sink_broker *b, const char *instance,
     return l;
 }
 
+/* The orders queue on a fake broker: the seam a lease talks to. */
+struct rig {
+    struct fake_broker f;
+    struct sink_broker b;
+};
+
+/* node-1's lease (seed 1) on a fresh rig; clock c, or the real one when
+ * NULL. Free with lease_free. */
+static struct lease *rig_lease(struct rig *r, struct fake_clock *c)
+{
+    fake_init(&r->f, "orders");
+    fake_broker_seam(&r->f, &r->b);
+    return make(&r->b, "node-1", 1, c);
+}
+
+/* Acquire l at 1 ms; lease_acquire's result. */
+static int rig_acquire(struct lease *l)
+{
+    struct err err;
+    bool taken;
+    char who[64];
+
+    return lease_acquire(l, 1, &taken, who, sizeof(who), &err);
+}
+
+/* The orders lease row now names instance and incarnation (since 5 ms). */
+static void set_holder(struct fake_broker *f, const char *instance,
+                       const char *incarnation)
+{
+    char doc[256];
+
+    snprintf(doc, sizeof(doc),
+             "{\"instance\":\"%s\",\"incarnation\":\"%s\",\"sinceMs\":5}",
+             instance, incarnation);
+    fake_row_set(f, "s3:default:orders:lease", doc);
+}
+
 TEST(ttl_and_refresh_interval)
 {
     EXPECT_EQ_I64(lease_ttl_seconds(30000), 30);
@@ -160,18 +197,13 @@ TEST(unparsable_row_is_held_by_unknown)
 
 TEST(fenced_batch_puts_the_fence_first_and_rolls_back_when_lost)
 {
-    struct fake_broker f;
-    struct sink_broker b;
+    struct rig r;
     struct err err;
-    bool taken;
-    char who[64];
     struct kv_op op;
     struct kv_answer a;
 
-    fake_init(&f, "orders");
-    fake_broker_seam(&f, &b);
-    struct lease *l = make(&b, "node-1", 1, NULL);
-    EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
+    struct lease *l = rig_lease(&r, NULL);
+    EXPECT_EQ_I64(rig_acquire(l), 0);
     uint64_t none = 0;
     lease_put_op(&op, "s3:default:orders:committed", SLICE_LIT("{\"k\":1}"), 0,
                  &none, true);
@@ -180,19 +212,16 @@ TEST(fenced_batch_puts_the_fence_first_and_rolls_back_when_lost)
     EXPECT_EQ_U64(lease_version(l), a.results[0].version);
     kv_answer_free(&a);
     /* another node takes the row over (expired and re-claimed) */
-    fake_row_set(
-        &f, "s3:default:orders:lease",
-        "{\"instance\":\"node-2\",\"incarnation\":\"0000000000000000\","
-        "\"sinceMs\":5}");
+    set_holder(&r.f, "node-2", "0000000000000000");
     uint64_t v_before =
-        fake_row_must(&f, "s3:default:orders:committed")->version;
+        fake_row_must(&r.f, "s3:default:orders:committed")->version;
     lease_put_op(&op, "s3:default:orders:committed", SLICE_LIT("{\"k\":2}"), 0,
                  &v_before, true);
     EXPECT_EQ_I64(lease_fenced(l, &op, 1, &a, &err), ERR_PRECONDITION);
     EXPECT_EQ_U64(a.failed_index, 0);
     kv_answer_free(&a);
     EXPECT(lease_lost(l));
-    struct fake_row *c = fake_row_must(&f, "s3:default:orders:committed");
+    struct fake_row *c = fake_row_must(&r.f, "s3:default:orders:committed");
     EXPECT_EQ_U64(c->version, v_before);
     EXPECT_STR_EQ(c->value, "{\"k\":1}");
     lease_free(l);
@@ -200,96 +229,70 @@ TEST(fenced_batch_puts_the_fence_first_and_rolls_back_when_lost)
 
 TEST(release_deletes_only_our_row)
 {
-    struct fake_broker f;
-    struct sink_broker b;
+    struct rig r;
     struct err err;
     bool taken;
     char who[64];
     struct fake_clock c = {0};
 
-    fake_init(&f, "orders");
-    fake_broker_seam(&f, &b);
-    struct lease *l = make(&b, "node-1", 1, &c);
-    EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
+    struct lease *l = rig_lease(&r, &c);
+    EXPECT_EQ_I64(rig_acquire(l), 0);
     EXPECT_EQ_I64(lease_release(l), 0);
-    EXPECT(fake_row_get(&f, "s3:default:orders:lease") == NULL);
+    EXPECT(fake_row_get(&r.f, "s3:default:orders:lease") == NULL);
     EXPECT_EQ_U64(lease_version(l), 0);
     /* a row of another incarnation stays */
     EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
-    fake_row_set(
-        &f, "s3:default:orders:lease",
-        "{\"instance\":\"node-1\",\"incarnation\":\"ffffffffffffffff\","
-        "\"sinceMs\":5}");
+    set_holder(&r.f, "node-1", "ffffffffffffffff");
     EXPECT_EQ_I64(lease_release(l), 0);
-    EXPECT(fake_row_get(&f, "s3:default:orders:lease") != NULL);
+    EXPECT(fake_row_get(&r.f, "s3:default:orders:lease") != NULL);
     lease_free(l);
 }
 
 TEST(release_retries_four_failures_then_succeeds_in_six_calls)
 {
-    struct fake_broker f;
-    struct sink_broker b;
-    struct err err;
-    bool taken;
-    char who[64];
+    struct rig r;
     struct fake_clock c = {0};
 
-    fake_init(&f, "orders");
-    fake_broker_seam(&f, &b);
-    struct lease *l = make(&b, "node-1", 1, &c);
-    EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
-    f.kv_calls = 0;
-    f.fail_next = 4;
+    struct lease *l = rig_lease(&r, &c);
+    EXPECT_EQ_I64(rig_acquire(l), 0);
+    r.f.kv_calls = 0;
+    r.f.fail_next = 4;
     EXPECT_EQ_I64(lease_release(l), 0);
-    EXPECT_EQ_I64(f.kv_calls, 6);
+    EXPECT_EQ_I64(r.f.kv_calls, 6);
     EXPECT(c.now < 2000); /* 100 + 200 + 400 + 800 */
-    EXPECT(fake_row_get(&f, "s3:default:orders:lease") == NULL);
+    EXPECT(fake_row_get(&r.f, "s3:default:orders:lease") == NULL);
     lease_free(l);
 }
 
 TEST(release_gives_up_after_ten_seconds_when_the_broker_never_answers)
 {
-    struct fake_broker f;
-    struct sink_broker b;
-    struct err err;
-    bool taken;
-    char who[64];
+    struct rig r;
     struct fake_clock c = {0};
 
-    fake_init(&f, "orders");
-    fake_broker_seam(&f, &b);
-    struct lease *l = make(&b, "node-1", 1, &c);
-    EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
-    f.kv_never = true;
+    struct lease *l = rig_lease(&r, &c);
+    EXPECT_EQ_I64(rig_acquire(l), 0);
+    r.f.kv_never = true;
     EXPECT_EQ_I64(lease_release(l), ERR_TIMEOUT);
     EXPECT(c.now >= 9000 && c.now <= 10000);
-    EXPECT(fake_row_get(&f, "s3:default:orders:lease") != NULL);
+    EXPECT(fake_row_get(&r.f, "s3:default:orders:lease") != NULL);
     lease_free(l);
 }
 
 TEST(refresh_keeps_the_lease_through_a_busy_broker_and_loses_it_to_another)
 {
-    struct fake_broker f;
-    struct sink_broker b;
+    struct rig r;
     struct err err;
-    bool taken;
-    char who[64];
 
-    fake_init(&f, "orders");
-    fake_broker_seam(&f, &b);
-    struct lease *l = make(&b, "node-1", 1, NULL);
-    EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
+    struct lease *l = rig_lease(&r, NULL);
+    EXPECT_EQ_I64(rig_acquire(l), 0);
     for (int i = 0; i < 5; i++) {
         EXPECT_EQ_I64(lease_refresh(l, &err), 0);
     }
-    f.fail_next = 1;
+    r.f.fail_next = 1;
     EXPECT_EQ_I64(lease_refresh(l, &err), ERR_BUSY);
     EXPECT(!lease_lost(l));
     EXPECT_EQ_I64(lease_refresh(l, &err), 0);
-    fake_row_set(
-        &f, "s3:default:orders:lease",
-        "{\"instance\":\"node-2\",\"incarnation\":\"0000000000000000\","
-        "\"sinceMs\":5}");
+    set_holder(&r.f, "node-2", "0000000000000000");
     EXPECT_EQ_I64(lease_refresh(l, &err), ERR_PRECONDITION);
     EXPECT(lease_lost(l));
     lease_free(l);
@@ -301,29 +304,24 @@ TEST(refresh_keeps_the_lease_through_a_busy_broker_and_loses_it_to_another)
  * version instead of losing the lease. */
 TEST(a_refresh_that_landed_although_its_call_failed_keeps_the_lease)
 {
-    struct fake_broker f;
-    struct sink_broker b;
+    struct rig r;
     struct err err;
-    bool taken;
-    char who[64];
     struct kv_op op;
     struct kv_answer a;
 
-    fake_init(&f, "orders");
-    fake_broker_seam(&f, &b);
-    struct lease *l = make(&b, "node-1", 1, NULL);
-    EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
-    f.land_then_fail = 1;
+    struct lease *l = rig_lease(&r, NULL);
+    EXPECT_EQ_I64(rig_acquire(l), 0);
+    r.f.land_then_fail = 1;
     EXPECT_EQ_I64(lease_refresh(l, &err), ERR_TIMEOUT);
     EXPECT(!lease_lost(l));
-    uint64_t row_v = fake_row_must(&f, "s3:default:orders:lease")->version;
+    uint64_t row_v = fake_row_must(&r.f, "s3:default:orders:lease")->version;
     EXPECT(lease_version(l) != row_v);
     EXPECT_EQ_I64(lease_refresh(l, &err), 0);
     EXPECT(!lease_lost(l));
     EXPECT_EQ_U64(lease_version(l),
-                  fake_row_must(&f, "s3:default:orders:lease")->version);
+                  fake_row_must(&r.f, "s3:default:orders:lease")->version);
     /* The same through a commit batch: it lands, then goes through. */
-    f.land_then_fail = 1;
+    r.f.land_then_fail = 1;
     EXPECT_EQ_I64(lease_refresh(l, &err), ERR_TIMEOUT);
     uint64_t none = 0;
     lease_put_op(&op, "s3:default:orders:committed", SLICE_LIT("{\"k\":1}"), 0,
@@ -332,7 +330,7 @@ TEST(a_refresh_that_landed_although_its_call_failed_keeps_the_lease)
     EXPECT_EQ_U64(a.n_results, 2);
     kv_answer_free(&a);
     EXPECT(!lease_lost(l));
-    EXPECT_STR_EQ(fake_row_must(&f, "s3:default:orders:committed")->value,
+    EXPECT_STR_EQ(fake_row_must(&r.f, "s3:default:orders:committed")->value,
                   "{\"k\":1}");
     /* The driver's read-back adopted a version the refresher had already
      * moved past (both ours): the next fence still goes through. */
@@ -348,23 +346,15 @@ TEST(a_refresh_that_landed_although_its_call_failed_keeps_the_lease)
  * another incarnation), is never adopted: the fence fails and stays lost. */
 TEST(a_row_of_another_incarnation_is_never_adopted_by_the_fence)
 {
-    struct fake_broker f;
-    struct sink_broker b;
+    struct rig r;
     struct err err;
-    bool taken;
-    char who[64];
 
-    fake_init(&f, "orders");
-    fake_broker_seam(&f, &b);
-    struct lease *l = make(&b, "node-1", 1, NULL);
-    EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
-    fake_row_set(
-        &f, "s3:default:orders:lease",
-        "{\"instance\":\"node-1\",\"incarnation\":\"ffffffffffffffff\","
-        "\"sinceMs\":5}");
+    struct lease *l = rig_lease(&r, NULL);
+    EXPECT_EQ_I64(rig_acquire(l), 0);
+    set_holder(&r.f, "node-1", "ffffffffffffffff");
     EXPECT_EQ_I64(lease_refresh(l, &err), ERR_PRECONDITION);
     EXPECT(lease_lost(l));
-    EXPECT_STR_EQ(fake_row_must(&f, "s3:default:orders:lease")->value,
+    EXPECT_STR_EQ(fake_row_must(&r.f, "s3:default:orders:lease")->value,
                   "{\"instance\":\"node-1\",\"incarnation\":"
                   "\"ffffffffffffffff\",\"sinceMs\":5}");
     lease_free(l);
