@@ -60,6 +60,15 @@ static struct slice sl(const char *s)
     return (struct slice){s, strlen(s)};
 }
 
+/* placement_decide at now_ms (kept in in for the next step). */
+static enum placement_verdict decide_at(struct placement_state *st,
+                                        struct placement_input *in,
+                                        int64_t now_ms)
+{
+    in->now_ms = now_ms;
+    return placement_decide(st, in);
+}
+
 TEST(pick_least_buffered_ties_by_name)
 {
     struct placement_held a[] = {{sl("b"), 10}, {sl("a"), 30}, {sl("c"), 10}};
@@ -110,18 +119,13 @@ TEST(give_back_only_after_a_full_ttl_over_share_one_at_a_time)
 
     memset(&st, 0, sizeof(st));
     EXPECT_EQ_I64(placement_decide(&st, &in), PLACEMENT_NOTHING);
-    in.now_ms = 29999;
-    EXPECT_EQ_I64(placement_decide(&st, &in), PLACEMENT_NOTHING);
-    in.now_ms = 30000;
-    EXPECT_EQ_I64(placement_decide(&st, &in), PLACEMENT_GIVE_BACK);
+    EXPECT_EQ_I64(decide_at(&st, &in, 29999), PLACEMENT_NOTHING);
+    EXPECT_EQ_I64(decide_at(&st, &in, 30000), PLACEMENT_GIVE_BACK);
     EXPECT_STR_EQ(st.giving, "q2");
-    in.now_ms = 40000;
-    EXPECT_EQ_I64(placement_decide(&st, &in), PLACEMENT_WAIT);
+    EXPECT_EQ_I64(decide_at(&st, &in, 40000), PLACEMENT_WAIT);
     placement_on_released(&st, 41000);
-    in.now_ms = 50000;
-    EXPECT_EQ_I64(placement_decide(&st, &in), PLACEMENT_WAIT);
-    in.now_ms = 71000;
-    EXPECT_EQ_I64(placement_decide(&st, &in), PLACEMENT_NOBODY_TOOK);
+    EXPECT_EQ_I64(decide_at(&st, &in, 50000), PLACEMENT_WAIT);
+    EXPECT_EQ_I64(decide_at(&st, &in, 71000), PLACEMENT_NOBODY_TOOK);
     EXPECT(!st.is_giving);
 }
 
@@ -134,16 +138,13 @@ TEST(give_back_ends_when_another_node_holds_it)
 
     memset(&st, 0, sizeof(st));
     EXPECT_EQ_I64(placement_decide(&st, &in), PLACEMENT_NOTHING);
-    in.now_ms = 1000;
-    EXPECT_EQ_I64(placement_decide(&st, &in), PLACEMENT_GIVE_BACK);
+    EXPECT_EQ_I64(decide_at(&st, &in, 1000), PLACEMENT_GIVE_BACK);
     placement_on_released(&st, 1100);
     in.giving_held_by_other = true;
-    in.now_ms = 1200;
-    EXPECT_EQ_I64(placement_decide(&st, &in), PLACEMENT_TAKEN_OVER);
+    EXPECT_EQ_I64(decide_at(&st, &in, 1200), PLACEMENT_TAKEN_OVER);
     /* back at share: the over mark is cleared */
     in.n_held = 1;
-    in.now_ms = 5000;
-    EXPECT_EQ_I64(placement_decide(&st, &in), PLACEMENT_NOTHING);
+    EXPECT_EQ_I64(decide_at(&st, &in, 5000), PLACEMENT_NOTHING);
     EXPECT(!st.is_over);
 }
 
@@ -160,8 +161,7 @@ TEST(a_node_over_share_for_a_moment_moves_nothing)
     in.share = 2; /* the other node left again */
     EXPECT_EQ_I64(placement_decide(&st, &in), PLACEMENT_NOTHING);
     in.share = 1;
-    in.now_ms = 31000;
-    EXPECT_EQ_I64(placement_decide(&st, &in), PLACEMENT_NOTHING);
+    EXPECT_EQ_I64(decide_at(&st, &in, 31000), PLACEMENT_NOTHING);
 }
 
 TEST(beat_writes_the_presence_row_and_counts_every_page)
@@ -214,7 +214,6 @@ TEST(a_queue_with_a_long_name_is_given_back_by_its_whole_name)
 
     memset(&st, 0, sizeof(st));
     EXPECT_EQ_I64(placement_decide(&st, &in), PLACEMENT_NOTHING);
-    in.now_ms = 1000;
-    EXPECT_EQ_I64(placement_decide(&st, &in), PLACEMENT_GIVE_BACK);
+    EXPECT_EQ_I64(decide_at(&st, &in, 1000), PLACEMENT_GIVE_BACK);
     EXPECT_STR_EQ(st.giving, name);
 }
