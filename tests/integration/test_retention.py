@@ -1,56 +1,17 @@
 """Retention (reference 1.6): the leader trims whole appends by
 retentionSeconds and maxWaitTimeSeconds; the retention sink hold keeps what
 the sink has not committed, up to its ceiling."""
-import datetime
 import time
 
 from queenproc import wait_until
-
-DEADLINE = 15
-
-
-def configure(broker, queue, **options):
-    r = broker.post("/api/v1/configure", {"queue": queue, "options": options})
-    assert r.status == 200, r
-
-
-def log_start(broker, queue):
-    """(logStart, lastOffset) of the Default partition as listed by
-    partitions/changed."""
-    e = broker.changed([{"queue": queue, "since": None}])["entries"][0]
-    p = [p for p in e["partitions"] if p["name"] == "Default"][0]
-    return p["logStart"], p["lastOffset"]
+from retention_helpers import (DEADLINE, configure, iso, log_start,
+                               parse_iso, watch)
 
 
 def push(broker, queue, n):
     out = broker.push([{"queue": queue, "payload": i} for i in range(n)])
     assert all(o["status"] == "queued" for o in out), out
     return [o["offset"] for o in out]
-
-
-def watch(broker, queue, want, allowed):
-    """Poll until logStart == want; every value seen must be in allowed."""
-    seen = []
-
-    def reached():
-        ls, _ = log_start(broker, queue)
-        if not seen or seen[-1] != ls:
-            seen.append(ls)
-        assert ls in allowed, (queue, seen)
-        return ls == want
-    wait_until(reached, DEADLINE, "%s logStart %d" % (queue, want))
-    return seen
-
-
-def iso(us):
-    t = datetime.datetime(1970, 1, 1) + datetime.timedelta(microseconds=us)
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_iso(s):
-    t = datetime.datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ")
-    return (t - datetime.datetime(1970, 1, 1)) // datetime.timedelta(
-        microseconds=1)
 
 
 def test_retention_seconds_trims_whole_appends(broker):

@@ -2,27 +2,20 @@
 QUEEN_TENANCY_HEADER=true the leader plans every tenant's queues, each by
 its own options, and reads each queue's retention sink hold row from the
 queue's own tenant (KV namespace queen-s3 of that tenant)."""
-import datetime
 import time
 
 import pytest
 
-from queenproc import wait_until
+import retention_helpers as rh
+from retention_helpers import hdr, iso, parse_iso
 
-DEADLINE = 15
 A = "0a0a0a0a-0000-4000-8000-00000000000a"
 B = "0b0b0b0b-0000-4000-8000-00000000000b"
 DEFAULT = None  # no header: the default tenant
 
 
-def hdr(tenant):
-    return {} if tenant is None else {"x-queen-tenant": tenant}
-
-
 def configure(b, tenant, queue, **options):
-    r = b.post("/api/v1/configure", {"queue": queue, "options": options},
-               headers=hdr(tenant))
-    assert r.status == 200, r
+    rh.configure(b, queue, tenant, **options)
 
 
 def push(b, tenant, queue, n):
@@ -36,13 +29,7 @@ def push(b, tenant, queue, n):
 
 
 def log_start(b, tenant, queue):
-    """(logStart, lastOffset) of the queue's Default partition."""
-    r = b.post("/api/v1/partitions/changed", {"entries": [{"queue": queue}]},
-               headers=hdr(tenant))
-    assert r.status == 200, r
-    e = r.json()["entries"][0]
-    p = [p for p in e["partitions"] if p["name"] == "Default"][0]
-    return p["logStart"], p["lastOffset"]
+    return rh.log_start(b, queue, tenant)
 
 
 def first_ts(b, tenant, queue, offset):
@@ -54,16 +41,7 @@ def first_ts(b, tenant, queue, offset):
 
 
 def watch(b, tenant, queue, want, allowed):
-    """Poll until logStart == want; every value seen must be in allowed."""
-    seen = []
-
-    def reached():
-        ls, _ = log_start(b, tenant, queue)
-        if not seen or seen[-1] != ls:
-            seen.append(ls)
-        assert ls in allowed, (tenant, queue, seen)
-        return ls == want
-    wait_until(reached, DEADLINE, "%s/%s logStart %d" % (tenant, queue, want))
+    rh.watch(b, queue, want, allowed, tenant)
 
 
 def kv_put(b, tenant, key, value):
@@ -72,17 +50,6 @@ def kv_put(b, tenant, key, value):
          "forever": True}]}, headers=hdr(tenant))
     assert r.status == 200, r
     assert r.json()["results"][0]["applied"] is True, r
-
-
-def iso(us):
-    t = datetime.datetime(1970, 1, 1) + datetime.timedelta(microseconds=us)
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_iso(s):
-    t = datetime.datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ")
-    return (t - datetime.datetime(1970, 1, 1)) // datetime.timedelta(
-        microseconds=1)
 
 
 @pytest.fixture
