@@ -24,20 +24,16 @@ import json
 import os
 import re
 import resource
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-sys.path[:0] = [os.path.join(ROOT, "tests", "integration"),
-                os.path.join(ROOT, "tests", "bucket"),
-                os.path.join(ROOT, "tests", "e2e")]
-import lake  # noqa: E402
-from bucket import TestBucket  # noqa: E402
-from queenproc import Broker  # noqa: E402
-from sinkenv import PREFIX, TENANT, sink_env  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# ROOT and TEST_ONLY are sink_mem.py's too (it imports them from here).
+from sink_common import (ROOT, TEST_ONLY, BenchRun,  # noqa: E402,F401
+                         bench_env, commit_times, iso_s)
+import lake  # noqa: E402  (sink_common put tests/ on sys.path)
+from sinkenv import PREFIX, TENANT  # noqa: E402
 
 QUEUE = "bench.lag"
 PARTS = 8
@@ -47,10 +43,6 @@ CONNS = 2
 MAX_WINDOW_MS = 10000
 DEFAULT_GUARD_MS = 5000  # QUEEN_S3_SAFE_GUARD_MS default (reference 5.4)
 TICK = os.sysconf("SC_CLK_TCK")
-# Settings sink_env() pins for the e2e tests; here they keep their defaults.
-TEST_ONLY = ("QUEEN_S3_ALIGN", "QUEEN_S3_DISCOVERY_INTERVAL_MS",
-             "QUEEN_S3_SAFE_GUARD_MS", "QUEEN_S3_LEASE_TTL_MS",
-             "QUEEN_S3_SHUTDOWN_GRACE_MS", "QUEEN_S3_CHECKPOINT_EVERY")
 
 
 # --- helpers sink_mem.py imports too -------------------------------------
@@ -263,24 +255,7 @@ def describe_stalls(res, snaps):
 
 # --- the lag benchmark ----------------------------------------------------
 
-COMMIT_RE = re.compile(r"^(\S+) INFO sink: window committed queue=(\S+) "
-                       r"k=(\d+) records=(\d+)")
 TS_RE = re.compile(rb',"ts":"([0-9T:.Z-]{27})"')
-
-
-def iso_s(text):
-    """Seconds since the epoch of an ISO-µs stamp (2026-...T..:..:..Z)."""
-    return lake.parse_iso_us(text) / 1e6
-
-
-def commit_times(stderr_text, queue):
-    """k -> wall seconds of the broker's "window committed" line."""
-    out = {}
-    for line in stderr_text.splitlines():
-        m = COMMIT_RE.match(line)
-        if m and m.group(2) == queue:
-            out[int(m.group(3))] = iso_s(m.group(1))
-    return out
 
 
 def read_windows(b, queue):
@@ -389,18 +364,14 @@ def main():
     seconds = float(os.environ.get("BENCH_LAG_SECONDS", "300"))
     guard_ms = int(os.environ.get("QUEEN_S3_SAFE_GUARD_MS") or
                    DEFAULT_GUARD_MS)
-    tmp = tempfile.mkdtemp(prefix="queen-bench-lag.")
-    b = TestBucket(buckets=["lake"]).start()
-    node = None
-    try:
-        env = sink_env(b, QUEEN_S3_QUEUES=QUEUE, QUEEN_S3_START="earliest",
-                       QUEEN_S3_MAX_WINDOW_MS=MAX_WINDOW_MS,
-                       QUEEN_LOG_LEVEL="info")
-        for k in TEST_ONLY:
-            env.pop(k)
+    with BenchRun("queen-bench-lag.") as run:
+        tmp, b = run.tmp, run.bucket
+        env = bench_env(b, QUEEN_S3_QUEUES=QUEUE, QUEEN_S3_START="earliest",
+                        QUEEN_S3_MAX_WINDOW_MS=MAX_WINDOW_MS,
+                        QUEEN_LOG_LEVEL="info")
         if guard_ms != DEFAULT_GUARD_MS:
             env["QUEEN_S3_SAFE_GUARD_MS"] = str(guard_ms)
-        node = Broker(os.path.join(tmp, "data"), env=env).start()
+        node = run.start_node(env)
         pool = payloads(512)
         load0 = loadavg()
         cpu0 = (proc_cpu(node.proc.pid), group_cpu(b.proc.pid), self_cpu())
@@ -442,11 +413,6 @@ def main():
             "%s %.1f us" % (nm, (c1 - c0) / max(1, total) * 1e6)
             for nm, c0, c1 in zip(names, cpu0, cpu1)))
         print("load average after: %s (2 cores, shared machine)" % loadavg())
-    finally:
-        if node is not None:
-            node.stop()
-        b.stop()
-        subprocess.run(["rm", "-rf", tmp])
 
 
 if __name__ == "__main__":

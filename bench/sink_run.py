@@ -20,24 +20,19 @@ apart).  With BENCH_SINK_PERF=FILE the sink phase runs under `perf record`
 into FILE; with BENCH_SINK_STDERR=FILE the node's log is copied to FILE.
 Never a test: it only prints.
 Usage: /usr/bin/python3 bench/sink_run.py [build-dir]"""
-import datetime
 import hashlib
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-sys.path[:0] = [os.path.join(ROOT, "tests", "integration"),
-                os.path.join(ROOT, "tests", "bucket"),
-                os.path.join(ROOT, "tests", "e2e")]
-import lake  # noqa: E402
-from bucket import TestBucket  # noqa: E402
-from queenproc import Broker  # noqa: E402
-from sinkenv import PREFIX, TENANT, kv_get, sink_env  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sink_common import (BenchRun, bench_env, commit_times,  # noqa: E402
+                         iso_s)
+import lake  # noqa: E402  (sink_common put tests/ on sys.path)
+from sinkenv import PREFIX, TENANT, kv_get  # noqa: E402
 
 QUEUE = "bench.sink"
 PARTS = 64
@@ -131,22 +126,15 @@ def watch(node, total, quiet=45.0):
     return seen, first, last, cpu
 
 
-def wall(iso):
-    """Seconds since the epoch of an ISO-µs stamp."""
-    return datetime.datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
-        tzinfo=datetime.timezone.utc).timestamp()
-
-
 def sink_stamps(log):
     """From the node's info log: the wall time the sink started and those
     of every `window committed` line of the queue."""
-    start, commits = None, []
+    start = None
     for line in log.splitlines():
-        stamp = line.split(" ", 1)[0]
-        if start is None and "starting the S3 sink in-process" in line:
-            start = wall(stamp)
-        elif "window committed queue=%s " % QUEUE in line:
-            commits.append(wall(stamp))
+        if "starting the S3 sink in-process" in line:
+            start = iso_s(line.split(" ", 1)[0])
+            break
+    commits = sorted(commit_times(log, QUEUE).values())
     if start is None or not commits:
         raise SystemExit("bench/sink: no sink start or commit in the log")
     return start, commits
@@ -165,18 +153,12 @@ def lake_jsonl(b, keys):
 
 def main():
     total = int(os.environ.get("BENCH_SINK_RECORDS", "1000000"))
-    tmp = tempfile.mkdtemp(prefix="queen-bench-sink.")
-    b = TestBucket(buckets=["lake"]).start()
-    node = None
-    try:
-        env = sink_env(b, QUEEN_S3_QUEUES=QUEUE, QUEEN_S3_EMBEDDED="false",
-                       QUEEN_LOG_LEVEL="warn")
-        for k in ("QUEEN_S3_ALIGN", "QUEEN_S3_MAX_WINDOW_MS",
-                  "QUEEN_S3_DISCOVERY_INTERVAL_MS", "QUEEN_S3_SAFE_GUARD_MS",
-                  "QUEEN_S3_LEASE_TTL_MS", "QUEEN_S3_SHUTDOWN_GRACE_MS",
-                  "QUEEN_S3_CHECKPOINT_EVERY"):
-            env.pop(k)  # default window settings
-        node = Broker(os.path.join(tmp, "data"), env=env).start()
+    with BenchRun("queen-bench-sink.") as run:
+        tmp, b = run.tmp, run.bucket
+        # default window settings
+        env = bench_env(b, QUEEN_S3_QUEUES=QUEUE, QUEEN_S3_EMBEDDED="false",
+                        QUEEN_LOG_LEVEL="warn")
+        node = run.start_node(env)
         t0 = time.monotonic()
         preload(node, total)
         print("preload: %d records of ~500 B over %d partitions in %.1f s"
@@ -209,7 +191,7 @@ def main():
         if os.environ.get("BENCH_SINK_STDERR"):
             subprocess.run(["cp", node.stderr_path,
                             os.environ["BENCH_SINK_STDERR"]], check=True)
-        node = None
+        run.node = None
         start, commits = sink_stamps(log)
         elapsed = commits[-1] - start
         data = lake_jsonl(b, keys)
@@ -252,11 +234,6 @@ def main():
                         mb / (elapsed - ms / 1000) / threads,
                         mb / (elapsed - ms / 1000) / threads / peer))
         print("load average: %.2f %.2f %.2f" % os.getloadavg())
-    finally:
-        if node is not None:
-            node.stop()
-        b.stop()
-        subprocess.run(["rm", "-rf", tmp])
 
 
 if __name__ == "__main__":
