@@ -27,7 +27,13 @@
  * pages are what a fetch-heavy sink pays most for (first touches fault).
  * The free list keeps as many slabs as the last window took (at least
  * ENGINE_SPARE_MIN, at most ENGINE_SPARE_MAX, memory the budget's weight
- * does not see): a busy queue refills from it, an idle one lets go.
+ * does not see): a busy queue refills from it, an idle one lets go. Once
+ * the memory budget closes a window (engine_force_close), the list is
+ * emptied and stays empty until a window closes by the other rules: under
+ * pressure the node's memory is the budget's weight, not spares. Slabs are
+ * mapped and unmapped directly, so a freed slab leaves the process's RSS
+ * (malloc would keep it in an arena). After a commit, a partition's record
+ * array and the plan array shrink when far larger than what is left.
  *
  * Partition lookup is a small open-addressing hash on the name, so merging
  * an answer costs O(1) per partition named. The per-call walks (frontier,
@@ -61,6 +67,7 @@
 #define ENGINE_SLAB         ((size_t)2 * 1024 * 1024) /* one huge page */
 #define ENGINE_SPARE_MIN    4  /* empty slabs kept for reuse, at least */
 #define ENGINE_SPARE_MAX    32 /* and at most (64 MiB beyond the weight) */
+#define ENGINE_SHRINK_MIN   32 /* arrays of up to this many are kept */
 
 /* Record bytes of many records; freed when the last of them leaves. A
  * record over a quarter of ENGINE_SLAB gets a slab of its own. */
@@ -70,16 +77,19 @@ struct slab {
     size_t cap;
     size_t live; /* records pointing into data */
     char *data;
+    bool is_mapped; /* data is slab_map()'s, else malloc's */
 };
 
-/* A buffered record: its txn bytes, then its payload bytes, in a slab. */
+/* A buffered record: its txn bytes, then its payload bytes, in a slab.
+ * 48 bytes: the weight of a record fits 32 bits (a record is bounded by the
+ * broker's body limit). */
 struct brec {
     int64_t offset;
     int64_t ts;
     uint32_t gen; /* incarnation of its partition */
     uint32_t txn_len;
     uint32_t payload_len;
-    uint64_t weight;
+    uint32_t weight;
     struct slab *slab;
     char *data;
 };
@@ -196,6 +206,7 @@ struct engine {
     size_t n_spare;
     size_t max_spare;   /* slabs the last window took, >= ENGINE_SPARE_MIN */
     size_t slabs_taken; /* since the last commit */
+    bool is_tight;      /* the budget closed the window: keep no spares */
 
     /* The closing window. */
     struct engine_plan plan;
@@ -239,6 +250,7 @@ struct engine {
     bool is_idle_armed;
     bool is_action_out; /* the state's action was emitted */
     bool is_forced;
+    bool is_plan_forced; /* the closing window was closed by force */
     bool is_draining;
     bool is_checkpoint_pending;
 };
@@ -426,23 +438,39 @@ struct engine *engine_new(const struct engine_config *cfg, struct err *err)
 
 /* ---- Slabs --------------------------------------------------------------- */
 
-/* A slab of ENGINE_SLAB bytes is aligned to its size and asks for a huge
- * page: filling fresh memory then faults once per 2 MiB, not per 4 KiB,
- * and those faults are most of what fresh memory costs. */
+/* A slab of ENGINE_SLAB bytes is mapped aligned to its size (twice the
+ * size mapped, the rest unmapped) and asks for a huge page: filling fresh
+ * memory then faults once per 2 MiB, not per 4 KiB, and those faults are
+ * most of what fresh memory costs. Unmapping gives it back at once. */
+static char *slab_map(void)
+{
+    size_t len = 2 * ENGINE_SLAB;
+    char *m = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+    if (m == MAP_FAILED) {
+        return NULL;
+    }
+    size_t head = (ENGINE_SLAB - (uintptr_t)m % ENGINE_SLAB) % ENGINE_SLAB;
+    char *at = m + head;
+    if (head > 0) {
+        (void)munmap(m, head);
+    }
+    (void)munmap(at + ENGINE_SLAB, len - head - ENGINE_SLAB);
+#ifdef MADV_HUGEPAGE
+    (void)madvise(at, ENGINE_SLAB, MADV_HUGEPAGE); /* a hint only */
+#endif
+    return at;
+}
+
 static struct slab *slab_new(size_t cap)
 {
     struct slab *s = xcalloc(1, sizeof(*s));
 
     s->cap = cap;
-    if (cap == ENGINE_SLAB) {
-        s->data = aligned_alloc(ENGINE_SLAB, ENGINE_SLAB);
-        if (s->data == NULL) {
-            s->data = xmalloc(cap);
-        }
-#ifdef MADV_HUGEPAGE
-        (void)madvise(s->data, cap, MADV_HUGEPAGE); /* a hint only */
-#endif
-    } else {
+    s->data = cap == ENGINE_SLAB ? slab_map() : NULL;
+    s->is_mapped = s->data != NULL;
+    if (s->data == NULL) {
         s->data = xmalloc(cap);
     }
     return s;
@@ -450,13 +478,17 @@ static struct slab *slab_new(size_t cap)
 
 static void slab_free(struct slab *s)
 {
-    free(s->data);
+    if (s->is_mapped) {
+        (void)munmap(s->data, s->cap);
+    } else {
+        free(s->data);
+    }
     free(s);
 }
 
 static void slab_release(struct engine *e, struct slab *s)
 {
-    if (s->cap == ENGINE_SLAB && e->n_spare < e->max_spare) {
+    if (s->cap == ENGINE_SLAB && !e->is_tight && e->n_spare < e->max_spare) {
         s->next = e->spare;
         e->spare = s;
         e->n_spare++;
@@ -505,20 +537,27 @@ static void slab_unref(struct engine *e, struct slab *s)
     }
 }
 
-/* After a commit: keep as many spares as the window took. */
-static void slab_trim(struct engine *e)
+static void spares_free(struct engine *e, size_t keep)
 {
-    size_t n =
-        e->slabs_taken < ENGINE_SPARE_MAX ? e->slabs_taken : ENGINE_SPARE_MAX;
-
-    e->max_spare = n > ENGINE_SPARE_MIN ? n : ENGINE_SPARE_MIN;
-    e->slabs_taken = 0;
-    while (e->n_spare > e->max_spare) {
+    while (e->n_spare > keep) {
         struct slab *s = e->spare;
         e->spare = s->next;
         e->n_spare--;
         slab_free(s);
     }
+}
+
+/* After a commit: keep as many spares as the window took, none while the
+ * budget closes the windows. */
+static void slab_trim(struct engine *e, bool was_forced)
+{
+    size_t n =
+        e->slabs_taken < ENGINE_SPARE_MAX ? e->slabs_taken : ENGINE_SPARE_MAX;
+
+    e->is_tight = was_forced || e->is_forced;
+    e->max_spare = n > ENGINE_SPARE_MIN ? n : ENGINE_SPARE_MIN;
+    e->slabs_taken = 0;
+    spares_free(e, e->is_tight ? 0 : e->max_spare);
 }
 
 static void free_part(struct engine *e, struct part *p)
@@ -1366,7 +1405,9 @@ static void buffer_record(struct engine *e, struct part *p,
     b->gen = p->gen;
     b->txn_len = (uint32_t)r->txn.len;
     b->payload_len = (uint32_t)r->payload.len;
-    b->weight = record_weight(p, r);
+    uint64_t w = record_weight(p, r);
+    ASSERT(w <= UINT32_MAX);
+    b->weight = (uint32_t)w;
     b->slab = s;
     b->data = s->data + s->used;
     if (r->txn.len > 0) {
@@ -1735,6 +1776,7 @@ static void close_window(struct engine *e, int64_t k, int64_t t_start,
     build_plan(e, k, t_start, t_end);
     e->state = next;
     e->is_action_out = false;
+    e->is_plan_forced = e->is_forced;
     e->is_forced = false;
     e->stats.windows_closed++;
 }
@@ -1836,6 +1878,8 @@ static bool try_close(struct engine *e)
 void engine_force_close(struct engine *e)
 {
     e->is_forced = true;
+    e->is_tight = true;
+    spares_free(e, 0);
 }
 
 bool engine_begin_drain(struct engine *e)
@@ -1901,6 +1945,38 @@ bool engine_on_manifest_found(struct engine *e, int64_t k,
     return true;
 }
 
+/* A record array far larger than what it holds (a quarter or less, above
+ * ENGINE_SHRINK_MIN) is cut to twice that: one big window does not pin its
+ * arrays for every window after it. */
+static void shrink_recs(struct part *p)
+{
+    size_t want = p->n_recs * 2 < 8 ? 8 : p->n_recs * 2;
+
+    if (p->cap_recs <= ENGINE_SHRINK_MIN || p->cap_recs < 4 * p->n_recs) {
+        return;
+    }
+    if (p->n_recs == 0) {
+        free(p->recs);
+        p->recs = NULL;
+        p->cap_recs = 0;
+        return;
+    }
+    p->recs = xrealloc(p->recs, want * sizeof(*p->recs));
+    p->cap_recs = want;
+}
+
+/* The plan array goes when it was more than twice what the committed
+ * window used (the next window allocates what it needs). */
+static void shrink_plan(struct engine *e)
+{
+    if (e->cap_plan_recs > 2 * (e->plan.n_records + 1) &&
+        e->cap_plan_recs > ENGINE_SHRINK_MIN) {
+        free(e->plan_recs);
+        e->plan_recs = NULL;
+        e->cap_plan_recs = 0;
+    }
+}
+
 /* Forget the records of the committed window. */
 static void drop_committed(struct engine *e, int64_t t_end)
 {
@@ -1922,6 +1998,7 @@ static void drop_committed(struct engine *e, int64_t t_end)
             }
         }
         p->n_recs = kept;
+        shrink_recs(p);
         touch(e, p);
     }
 }
@@ -1979,8 +2056,9 @@ void engine_on_committed(struct engine *e)
     e->t_prev = e->plan.t_end;
     e->t_filter = e->plan.t_end;
     e->is_t_prev_known = true;
-    slab_trim(e);
+    slab_trim(e, e->is_plan_forced);
     drop_committed(e, e->plan.t_end);
+    shrink_plan(e);
     free_plan(e);
     free_redo(e);
     e->stats.windows_committed++;
@@ -2246,6 +2324,11 @@ bool engine_lag(const struct engine *e, int64_t *lag_us)
 uint64_t engine_buffered_bytes(const struct engine *e)
 {
     return e->total_buffered;
+}
+
+size_t engine_spare_slabs(const struct engine *e)
+{
+    return e->n_spare;
 }
 
 size_t engine_tracked_partitions(const struct engine *e)

@@ -395,6 +395,9 @@ int64_t engine_safe_time(const struct engine *e);        /* MIN: unknown */
 /* max(0, safeTime - complete_through); false while either is unknown. */
 bool engine_lag(const struct engine *e, int64_t *lag_us);
 uint64_t engine_buffered_bytes(const struct engine *e);
+/* Empty record slabs kept for reuse (memory beyond the weight): none from
+ * engine_force_close() until a window commits without a force. */
+size_t engine_spare_slabs(const struct engine *e);
 size_t engine_tracked_partitions(const struct engine *e);
 /* Partitions counted by the last full sweep (queen_s3_discovery_partitions). */
 uint64_t engine_discovery_partitions(const struct engine *e);

@@ -1176,6 +1176,36 @@ TEST(force_close_ends_a_window_early_but_never_illegally)
     sim_free(&s);
 }
 
+/* 60,000 records of about 130 B take four 2 MiB slabs; they are spares
+ * after an age close, and none are kept once the budget forces a close. */
+TEST(spare_slabs_are_kept_after_an_age_close_and_dropped_under_the_budget)
+{
+    struct engine_config c;
+    struct sim s;
+
+    sim_test_config(&c);
+    c.start = ENGINE_START_LATEST;
+    c.target_bytes = 1000000000000ULL;
+    c.max_window_us = 2 * SIM_SEC;
+    sim_init(&s, &c);
+    sim_advance(&s, SIM_T0);
+    sim_run(&s, 5);
+    sim_push(&s, "a", 60000, sim_safe(&s) + 100 * SIM_MS, 95);
+    s.idle_advance_us = 100 * SIM_MS;
+    EXPECT(sim_run_until_commits(&s, 1, 4000));
+    EXPECT(engine_spare_slabs(s.e) >= 2);
+    c.max_window_us = 600 * SIM_SEC;
+    sim_push(&s, "a", 60000, sim_safe(&s) + 100 * SIM_MS, 95);
+    sim_run(&s, 200);
+    engine_force_close(s.e);
+    EXPECT_EQ_U64(engine_spare_slabs(s.e), 0);
+    EXPECT(sim_run_until_commits(&s, 2, 4000));
+    EXPECT_EQ_U64(engine_spare_slabs(s.e), 0);
+    EXPECT_EQ_I64(s.violations, 0);
+    EXPECT_EQ_U64(engine_buffered_bytes(s.e), 0);
+    sim_free(&s);
+}
+
 TEST(lag_and_degraded_are_reported_from_the_brokers_clock)
 {
     struct engine_config c;
