@@ -108,6 +108,7 @@ static void broker_on_sink_wait(uv_timer_t *t)
                  "windows from their intents");
     }
     b->state = BROKER_CLOSING_RAFT;
+    kv_service_close(b->kv); /* a late sink call is refused from here on */
     node_close(b->node, broker_on_node_closed, b);
 }
 
@@ -243,6 +244,7 @@ static void broker_signals(struct broker *b)
 static void broker_abort_node(struct broker *b)
 {
     if (b->node != NULL) {
+        kv_service_close(b->kv);
         node_close(b->node, NULL, NULL);
         b->node = NULL;
     }

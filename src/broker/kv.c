@@ -10,7 +10,15 @@
  *
  * kv_call_batch() wraps kv_submit() with a waiter (mutex + condition variable)
  * that both sides reference, so a caller that gave up on time leaves the
- * late callback a valid place to drop its answer. */
+ * late callback a valid place to drop its answer.
+ *
+ * Closing: a sink thread past its grace may still call in while the broker
+ * closes raft. Every call enters under svc->mu (kv_enter: refused once
+ * is_closing is set, else n_inflight++) and leaves the same way (kv_leave);
+ * kv_service_close() sets is_closing and waits for n_inflight to reach 0, so
+ * once it returns no call can reach the node or the store again, and
+ * node_close() may proceed. The service itself (its lock) lives until
+ * kv_service_free(), which the broker skips while a sink may still call. */
 #include "broker/kv.h"
 
 #include <inttypes.h>
@@ -28,6 +36,10 @@
 struct kv_service {
     struct store *store;
     struct node *node;
+    pthread_mutex_t mu;    /* guards is_closing and n_inflight */
+    pthread_cond_t idle;   /* signalled when n_inflight drops to 0 */
+    bool is_closing;       /* set by kv_service_close(); never cleared */
+    unsigned n_inflight;   /* calls between kv_enter() and kv_leave() */
     struct kv_answer last; /* the answer of entry last_index */
     uint64_t last_index;
     bool has_last;
@@ -44,6 +56,8 @@ struct kv_service *kv_service_new(struct store *store)
     struct kv_service *s = xcalloc(1, sizeof(*s));
 
     s->store = store;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->idle, NULL);
     return s;
 }
 
@@ -58,7 +72,42 @@ void kv_service_free(struct kv_service *s)
         return;
     }
     kv_answer_free(&s->last);
+    pthread_cond_destroy(&s->idle);
+    pthread_mutex_destroy(&s->mu);
     free(s);
+}
+
+void kv_service_close(struct kv_service *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->is_closing = true;
+    while (s->n_inflight > 0) {
+        pthread_cond_wait(&s->idle, &s->mu);
+    }
+    s->node = NULL;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Admit one call, or refuse it once closing has begun. */
+static int kv_enter(struct kv_service *s, struct err *err)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->is_closing) {
+        pthread_mutex_unlock(&s->mu);
+        return err_set(err, ERR_BUSY, "kv: the node is closing");
+    }
+    s->n_inflight++;
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+static void kv_leave(struct kv_service *s)
+{
+    pthread_mutex_lock(&s->mu);
+    if (--s->n_inflight == 0) {
+        pthread_cond_broadcast(&s->idle);
+    }
+    pthread_mutex_unlock(&s->mu);
 }
 
 void kv_answer_take(const struct kv_answer *ans, struct kv_answer *out)
@@ -144,8 +193,9 @@ static void kv_on_applied(void *arg, int status, const struct fsm_result *res,
     free(p);
 }
 
-int kv_submit(struct kv_service *s, const struct kv_batch *b, kv_done_fn cb,
-              void *arg, struct err *err)
+/* kv_submit() between kv_enter() and kv_leave(). */
+static int kv_submit_admitted(struct kv_service *s, const struct kv_batch *b,
+                              kv_done_fn cb, void *arg, struct err *err)
 {
     char reason[40];
     struct buf cmd;
@@ -179,6 +229,19 @@ int kv_submit(struct kv_service *s, const struct kv_batch *b, kv_done_fn cb,
         }
     }
     buf_free(&cmd);
+    return rc;
+}
+
+int kv_submit(struct kv_service *s, const struct kv_batch *b, kv_done_fn cb,
+              void *arg, struct err *err)
+{
+    int rc = kv_enter(s, err);
+
+    if (rc != 0) {
+        return rc;
+    }
+    rc = kv_submit_admitted(s, b, cb, arg, err);
+    kv_leave(s);
     return rc;
 }
 
@@ -261,24 +324,38 @@ static int kv_wait(struct kv_waiter *w, int timeout_ms, struct kv_answer *out,
     return 0;
 }
 
+/* A batch of reads only: one read transaction at the wall clock. */
+static int kv_read_admitted(struct kv_service *s, const struct kv_batch *b,
+                            struct kv_answer *out, struct err *err)
+{
+    char reason[40];
+    int rc;
+
+    if (kv_validate(b->ops, b->n, false, reason, err) != 0) {
+        char msg[sizeof(err->msg)];
+
+        memcpy(msg, err->msg, sizeof(msg));
+        return err_set(err, err->code, "%s: %.200s", reason, msg);
+    }
+    rc = store_kv_read(s->store, b, kv_wall_us(), out, err);
+    if (rc != 0) {
+        kv_answer_free(out);
+    }
+    return rc;
+}
+
 int kv_call_batch(struct kv_service *s, const struct kv_batch *b,
                   int timeout_ms, struct kv_answer *out, struct err *err)
 {
     struct kv_waiter *w;
-    char reason[40];
     int rc;
 
     memset(out, 0, sizeof(*out));
     if (!kv_has_write(b->ops, b->n)) {
-        if (kv_validate(b->ops, b->n, false, reason, err) != 0) {
-            char msg[sizeof(err->msg)];
-
-            memcpy(msg, err->msg, sizeof(msg));
-            return err_set(err, err->code, "%s: %.200s", reason, msg);
-        }
-        rc = store_kv_read(s->store, b, kv_wall_us(), out, err);
-        if (rc != 0) {
-            kv_answer_free(out);
+        rc = kv_enter(s, err);
+        if (rc == 0) {
+            rc = kv_read_admitted(s, b, out, err);
+            kv_leave(s);
         }
         return rc;
     }

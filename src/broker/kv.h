@@ -62,13 +62,23 @@ int kv_service_apply(void *arg, struct store *s, MDB_txn *txn,
                      struct err *err);
 /* Attach the started node (loop thread, before any kv_submit). */
 void kv_service_attach(struct kv_service *s, struct node *node);
+/* Begin closing, before node_close(): from then on kv_submit() and
+ * kv_call_batch() refuse every call with ERR_BUSY "kv: the node is closing"
+ * (reads too), and this returns once no call admitted earlier can still
+ * reach the node or the store (it waits for them; they never wait on the
+ * loop, so the loop thread may call it). Idempotent. Answers of entries
+ * already proposed still arrive through node_close(). */
+void kv_service_close(struct kv_service *s);
+/* Free the service. No call may be in progress or still to come: skip it
+ * while a caller that outlived its grace may still call in. */
 void kv_service_free(struct kv_service *s);
 
 /* Submit batch b from any thread. Borrows b (copied before returning).
  * Returns 0 and later calls cb exactly once on the loop thread (with the
  * answer, or a call error as ans->status); or returns ERR_INVALID /
  * ERR_TOO_BIG (validation; reason in err->msg as "<reason_id>: <detail>") or
- * ERR_BUSY (closing, queue full), and cb is never called. b->n == 0 answers
+ * ERR_BUSY (after kv_service_close(): "kv: the node is closing"; the node's
+ * queue full), and cb is never called. b->n == 0 answers
  * an empty result list. */
 int kv_submit(struct kv_service *s, const struct kv_batch *b, kv_done_fn cb,
               void *arg, struct err *err);

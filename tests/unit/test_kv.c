@@ -1023,6 +1023,121 @@ TEST(kv_call_from_a_sink_thread_applies_through_raft)
     nftw(dir, env_rm, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* A sink thread past its grace: calls in a loop (a write, then a read)
+ * until told to stop, and counts what the calls that began after the
+ * service was closed answered. */
+struct latectx {
+    struct kv_service *svc;
+    atomic_bool is_closed; /* set after kv_service_close() returned */
+    atomic_bool is_stopping;
+    atomic_uint n_before; /* calls that began before the close */
+    atomic_uint n_after;  /* calls that began after it */
+    atomic_uint n_after_busy;
+    atomic_bool has_wrong_msg;
+};
+
+static void late_call(struct latectx *c, const struct kv_batch *b)
+{
+    bool was_closed = atomic_load(&c->is_closed);
+    struct kv_answer a;
+    struct err err = {0};
+    int rc = kv_call_batch(c->svc, b, 2000, &a, &err);
+
+    if (rc == 0) {
+        kv_answer_free(&a);
+    }
+    if (!was_closed) {
+        atomic_fetch_add(&c->n_before, 1);
+        return;
+    }
+    atomic_fetch_add(&c->n_after, 1);
+    if (rc == ERR_BUSY) {
+        atomic_fetch_add(&c->n_after_busy, 1);
+    }
+    if (strcmp(err.msg, "kv: the node is closing") != 0) {
+        atomic_store(&c->has_wrong_msg, true);
+    }
+}
+
+static void *late_sink_thread(void *p)
+{
+    struct latectx *c = p;
+    struct kv_op w = op_put("s3:default:orders:lease", "{\"k\":1}");
+    struct kv_op r = op_get("s3:default:orders:lease");
+    struct kv_batch bw = {STORE_DEFAULT_TENANT, &w, 1};
+    struct kv_batch br = {STORE_DEFAULT_TENANT, &r, 1};
+
+    while (!atomic_load(&c->is_stopping)) {
+        late_call(c, &bw);
+        late_call(c, &br);
+    }
+    return NULL;
+}
+
+static bool late_has_run(void *p)
+{
+    return atomic_load(&((struct latectx *)p)->n_before) >= 20;
+}
+
+static bool late_ran_after_close(void *p)
+{
+    return atomic_load(&((struct latectx *)p)->n_after) >= 200;
+}
+
+/* The node and the store are freed while the thread still calls: under
+ * ASan a call that reached either after kv_service_close() is a
+ * use-after-free; without it, every such call must answer ERR_BUSY. */
+TEST(calls_after_the_service_closed_are_refused_and_never_reach_the_node)
+{
+    char dir[64] = "/tmp/queen-kvclose-XXXXXX";
+    char sdir[128];
+    char addr[32];
+    uv_loop_t loop;
+    struct store *store = NULL;
+    struct node *node = NULL;
+    struct node_config cfg;
+    struct latectx c;
+    pthread_t th;
+    bool closed = false;
+    struct err err = {0};
+
+    ASSERT(mkdtemp(dir) != NULL);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", kv_free_port());
+    uv_loop_init(&loop);
+    memset(&cfg, 0, sizeof(cfg));
+    memset(&c, 0, sizeof(c));
+    node_store_dir(dir, sdir, sizeof(sdir));
+    mkdir(sdir, 0755);
+    ASSERT(store_open(&store, sdir, (uint64_t)1 << 30, &err) == 0);
+    c.svc = kv_service_new(store);
+    cfg.dir = dir;
+    cfg.id = 1;
+    cfg.raft_address = addr;
+    cfg.handlers[CMD_KV] = kv_service_apply;
+    cfg.handler_args[CMD_KV] = c.svc;
+    ASSERT(node_start(&node, &loop, &cfg, store, &err) == 0);
+    kv_service_attach(c.svc, node);
+    EXPECT(loop_until(&loop, node_is_leader, node, 10));
+    pthread_create(&th, NULL, late_sink_thread, &c);
+    EXPECT(loop_until(&loop, late_has_run, &c, 30));
+    kv_service_close(c.svc); /* the thread is mid-loop, maybe mid-call */
+    atomic_store(&c.is_closed, true);
+    node_close(node, on_node_closed, &closed);
+    EXPECT(loop_until(&loop, flag_is_set, &closed, 10));
+    store_close(store);
+    EXPECT(loop_until(&loop, late_ran_after_close, &c, 30));
+    atomic_store(&c.is_stopping, true);
+    pthread_join(th, NULL);
+    EXPECT(atomic_load(&c.n_after) >= 200);
+    EXPECT_EQ_U64(atomic_load(&c.n_after_busy), atomic_load(&c.n_after));
+    EXPECT(!atomic_load(&c.has_wrong_msg));
+    kv_service_close(c.svc); /* idempotent */
+    kv_service_free(c.svc);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    uv_loop_close(&loop);
+    nftw(dir, env_rm, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 /* ---- the HTTP surface's pure part (api/kv.h) ---- */
 
 #include "api/kv.h"
