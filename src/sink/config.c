@@ -20,6 +20,7 @@
 
 #include "base/env.h"
 #include "base/json.h"
+#include "base/pct.h"
 #include "base/xalloc.h"
 
 #define VAL_MAX 4096
@@ -740,11 +741,41 @@ static int parse_crash(struct ld *l, struct sink_node_config *n)
                 raw);
 }
 
+/* Bytes of esc(p) (base/pct.h). */
+static size_t esc_len(const char *p)
+{
+    size_t n = 0;
+
+    for (; *p != '\0'; p++) {
+        n += pct_is_plain((unsigned char)*p) ? 1 : 3;
+    }
+    return n;
+}
+
+/* A name whose presence key would not fit the KV store (SINK_INSTANCE_ESC_MAX)
+ * stops the boot: the control task could never write its row. */
+static int instance_too_long(struct ld *l, const char *inst, const char *suffix,
+                             size_t esc)
+{
+    size_t n = strlen(inst);
+    int shown = n > 600 ? 600 : (int)n;
+
+    return fail(l,
+                "QUEEN_S3_INSTANCE=%.*s%s is too long: with %s appended it "
+                "is %zu bytes once escaped in its presence key "
+                "s3:{sink}:node={instance}, and at most %d fit beside a "
+                "%d-character sink name in a KV key. Use at most %zu "
+                "characters of [A-Za-z0-9._-] (any other byte counts three)",
+                shown, inst, (size_t)shown < n ? "…" : "", suffix, esc,
+                SINK_INSTANCE_ESC_MAX, SINK_NAME_MAX,
+                (size_t)SINK_INSTANCE_ESC_MAX - esc_len(suffix));
+}
+
 /* 3.1: QUEEN_S3_INSTANCE + "/node-<id>", else "node-<id>@<host>". */
-static void build_instance(struct ld *l, struct sink_node_config *n)
+static int build_instance(struct ld *l, struct sink_node_config *n)
 {
     char suffix[48];
-    char inst[SINK_STR_MAX - sizeof(suffix)];
+    char inst[VAL_MAX];
     char host[256];
     const char *sys = l->env->system_hostname;
 
@@ -756,16 +787,24 @@ static void build_instance(struct ld *l, struct sink_node_config *n)
         size_t a = strlen(inst);
         size_t b = strlen(suffix);
         bool has = a >= b && strcmp(inst + a - b, suffix) == 0;
+        size_t esc = esc_len(inst) + (has ? 0 : esc_len(suffix));
 
-        snprintf(n->instance, sizeof(n->instance), "%s%s", inst,
-                 has ? "" : suffix);
-        return;
+        if (esc > SINK_INSTANCE_ESC_MAX) {
+            return instance_too_long(l, inst, suffix, esc);
+        }
+        b = has ? 0 : b;
+        ASSERT(a + b < sizeof(n->instance)); /* esc >= a + b */
+        memcpy(n->instance, inst, a);
+        memcpy(n->instance + a, suffix, b);
+        n->instance[a + b] = '\0';
+        return 0;
     }
     if (!envv(l, "HOSTNAME", host, sizeof(host))) {
         snprintf(host, sizeof(host), "%s",
                  sys != NULL && sys[0] != '\0' ? sys : "localhost");
     }
     snprintf(n->instance, sizeof(n->instance), "node-%s@%s", n->node_id, host);
+    return 0;
 }
 
 static void note_ignored(struct ld *l, struct sink_node_config *n)
@@ -799,7 +838,9 @@ static int load_node(struct ld *l, struct sink_node_config *n)
     if (parse_knobs(l, n) != 0 || parse_crash(l, n) != 0) {
         return l->err->code;
     }
-    build_instance(l, n);
+    if (build_instance(l, n) != 0) {
+        return l->err->code;
+    }
     note_ignored(l, n);
     return 0;
 }

@@ -34,6 +34,14 @@
 #define SINK_STR_MAX   512
 #define SINK_FATAL_MAX 1536
 #define SINK_MIB       ((uint64_t)1048576)
+/* The longest escaped instance name (with its /node-<id>) a presence key
+ * s3:{sink}:node={esc(instance)} (reference 3.4, namespace "queen-s3", a TTL
+ * row) holds for every sink. The store's key is 16-byte tenant + 1 +
+ * namespace + key, and a TTL row is also indexed under expiresAt (8) + that
+ * key (store/schema.h kv_expiry), both within LMDB's 511 bytes: the key is at
+ * most 511 - 8 - 17 - 8 = 478 bytes, less "s3:" (3), a 64-byte sink name and
+ * ":node=" (6): 405. */
+#define SINK_INSTANCE_ESC_MAX (511 - 8 - 17 - 8 - 3 - SINK_NAME_MAX - 6)
 
 enum sink_format { SINK_FORMAT_JSONL, SINK_FORMAT_PARQUET };
 enum sink_sse { SINK_SSE_OFF, SINK_SSE_AES256, SINK_SSE_KMS };
@@ -81,7 +89,8 @@ struct sink_node_config {
     uint64_t multipart_threshold_mb;    /* 64, 5..=5120 */
     uint64_t multipart_threshold_bytes; /* x MiB */
     char node_id[32];                   /* QUEEN_RAFT_NODE_ID or "1" */
-    char instance[SINK_STR_MAX];        /* 3.1's rule */
+    /* 3.1's rule; escaped, at most SINK_INSTANCE_ESC_MAX bytes */
+    char instance[SINK_STR_MAX];
     int crash_at; /* enum driver_crash (sink/driver.h), 0 = never */
     /* "QUEEN_S3_LISTEN, QUEEN_S3_LOG_FORMAT" as far as set; "" if none. */
     char ignored[64];

@@ -3,10 +3,14 @@
  * instance rule of 3.1 and the boot line of 5.6. */
 #include "sink/config.h"
 
+#include <ftw.h>
 #include <stdlib.h>
 
 #include "base/env.h"
 #include "harness.h"
+#include "sink/lease.h"
+#include "store/kv.h"
+#include "store/store_impl.h"
 
 struct table {
     const char *kv[64]; /* name, value, name, value, ..., NULL */
@@ -342,6 +346,145 @@ TEST(instance_rule)
     EXPECT_STR_EQ(n.instance, "eu1/node-3");
     EXPECT_EQ_I64(load(&h, &c, &n, &err), 0);
     EXPECT_STR_EQ(n.instance, "node-2@box7");
+}
+
+static int unlink_one(const char *p, const struct stat *st, int flag,
+                      struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+static void unlink_tree(const char *dir)
+{
+    nftw(dir, unlink_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* A name of k bytes of ch, plus tail. */
+static const char *name_of(char *out, size_t k, char ch, const char *tail)
+{
+    memset(out, ch, k);
+    strcpy(out + k, tail);
+    return out;
+}
+
+/* Write reference 3.4's presence row (a TTL put) for the longest sink name
+ * and an escaped instance of SINK_INSTANCE_ESC_MAX + extra bytes into a real
+ * store, as the fsm would; 0 when both the validation and the apply took it. */
+static int presence_row_put(size_t extra)
+{
+    char dir[] = "/tmp/queen-instkey-XXXXXX";
+    char sink[SINK_NAME_MAX + 1];
+    char inst[SINK_INSTANCE_ESC_MAX + 8];
+    char reason[40];
+    struct store *st = NULL;
+    struct kv_answer a = {0};
+    struct buf key;
+    struct err err = {0};
+    struct kv_op o = {0};
+    MDB_txn *txn;
+    int rc;
+
+    ASSERT(mkdtemp(dir) != NULL);
+    ASSERT(store_open(&st, dir, (uint64_t)1 << 26, &err) == 0);
+    name_of(sink, SINK_NAME_MAX, 's', "");
+    name_of(inst, SINK_INSTANCE_ESC_MAX + extra - 9, 'a', "/node-1");
+    buf_init(&key, BUF_UNLIMITED);
+    ASSERT(layout_presence_key(&key, sink, (struct slice){inst, strlen(inst)},
+                               &err) == 0);
+    o.op = KV_PUT;
+    o.ns = (struct slice){LEASE_NS, strlen(LEASE_NS)};
+    o.key = (struct slice){key.data, key.len};
+    o.value = (struct slice){"{}", 2};
+    o.ttl_seconds = 10;
+    struct kv_batch b = {STORE_DEFAULT_TENANT, &o, 1};
+
+    rc = kv_validate(&o, 1, false, reason, &err);
+    ASSERT(store_wbegin(st, &txn, &err) == 0);
+    rc = rc != 0 ? rc : store_kv_apply(st, txn, &b, 1000000, &a, &err);
+    if (rc == 0) {
+        rc = a.status != 0 ? a.status : store_wcommit(st, txn, 1, 1, &err);
+    } else {
+        store_wabort(st, txn);
+    }
+    kv_answer_free(&a);
+    buf_free(&key);
+    store_close(st);
+    unlink_tree(dir);
+    return rc;
+}
+
+TEST(the_instance_limit_is_what_a_presence_row_holds)
+{
+    EXPECT_EQ_I64(SINK_INSTANCE_ESC_MAX, 405);
+    EXPECT_EQ_I64(presence_row_put(0), 0);
+    EXPECT(presence_row_put(1) != 0);
+}
+
+/* "/node-1" escapes to "%2Fnode-1" (9 bytes): 396 plain bytes fit. */
+TEST(an_instance_too_long_for_its_presence_key_stops_the_boot)
+{
+    char fit[600];
+    char over[600];
+    char own[600];
+    char wide[600];
+    struct table a = {
+        {"QUEEN_S3_INSTANCE", name_of(fit, 396, 'a', ""), BASE, NULL}};
+    struct table b = {
+        {"QUEEN_S3_INSTANCE", name_of(own, 396, 'a', "/node-1"), BASE, NULL}};
+    struct table w = {
+        {"QUEEN_S3_INSTANCE", name_of(wide, 131, '@', "aaa"), BASE, NULL}};
+    struct sink_config c;
+    struct sink_node_config n;
+    struct err err;
+    char want[SINK_FATAL_MAX];
+
+    EXPECT_EQ_I64(load(&a, &c, &n, &err), 0);
+    EXPECT_EQ_U64(strlen(n.instance), 403);
+    EXPECT(strcmp(n.instance + 396, "/node-1") == 0);
+    sink_config_free(&c);
+    EXPECT_EQ_I64(load(&b, &c, &n, &err), 0); /* the suffix is not doubled */
+    EXPECT_STR_EQ(n.instance, own);
+    sink_config_free(&c);
+    EXPECT_EQ_I64(load(&w, &c, &n, &err), 0); /* 3 x 131 + 3 + 9 = 405 */
+    sink_config_free(&c);
+    snprintf(want, sizeof(want),
+             "QUEEN_S3_INSTANCE=%s is too long: with /node-1 appended it is "
+             "406 bytes once escaped in its presence key "
+             "s3:{sink}:node={instance}, and at most 405 fit beside a "
+             "64-character sink name in a KV key. Use at most 396 characters "
+             "of [A-Za-z0-9._-] (any other byte counts three)",
+             name_of(over, 397, 'a', ""));
+    refuse("QUEEN_S3_INSTANCE", over, want);
+    snprintf(want, sizeof(want),
+             "QUEEN_S3_INSTANCE=%s is too long: with /node-1 appended it is "
+             "406 bytes once escaped in its presence key "
+             "s3:{sink}:node={instance}, and at most 405 fit beside a "
+             "64-character sink name in a KV key. Use at most 396 characters "
+             "of [A-Za-z0-9._-] (any other byte counts three)",
+             name_of(wide, 132, '@', "a"));
+    refuse("QUEEN_S3_INSTANCE", wide, want);
+}
+
+TEST(a_very_long_instance_is_shown_cut_and_the_secret_never)
+{
+    static char huge[3001];
+    struct table t = {
+        {"QUEEN_S3_INSTANCE", name_of(huge, 3000, 'x', ""), BASE, NULL}};
+    struct sink_config c;
+    struct sink_node_config n;
+    struct err err;
+
+    EXPECT_EQ_I64(load(&t, &c, &n, &err), ERR_INVALID);
+    EXPECT(strncmp(n.fatal, "QUEEN_S3_EMBEDDED=true: QUEEN_S3_INSTANCE=xxx",
+                   45) == 0);
+    EXPECT(strstr(n.fatal, "x… is too long: with /node-1 appended it is "
+                           "3009 bytes") != NULL);
+    EXPECT(strstr(n.fatal, "(any other byte counts three)") != NULL);
+    EXPECT(strstr(n.fatal, "sekrit-value") == NULL);
+    EXPECT_STR_EQ(n.instance, "");
 }
 
 TEST(boot_line_hides_the_secret)
