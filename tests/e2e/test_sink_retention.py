@@ -17,6 +17,7 @@ Retention is judged against the same pass for both queues, so rs.lost's
 trim is the real condition that proves rs.held would have lost records
 without its hold."""
 import lake
+from retention_helpers import configure, log_starts
 from sinkenv import PREFIX, TENANT, sink_row, wait_until
 
 PAYLOADS = [b'{"n":1,"total":42.00}', b'"caf\xc3\xa9"', b'[1,[2,{}]]',
@@ -34,17 +35,6 @@ def push(node, queue, first, n=10):
     acked = lake.acked_from_push(items, r.json())
     assert len(acked) == n
     return acked
-
-
-def configure(node, queue, **options):
-    r = node.post("/api/v1/configure", {"queue": queue, "options": options})
-    assert r.status == 200, r
-
-
-def log_starts(node, queue):
-    """{partition: logStart} as partitions/changed lists them."""
-    e = node.changed([{"queue": queue, "since": None}])["entries"][0]
-    return {p["name"]: p["logStart"] for p in e["partitions"]}
 
 
 def ranges(acked):

@@ -16,6 +16,7 @@ same overrun with the sink running and lagging behind a stalled bucket."""
 import json
 
 import lake
+from retention_helpers import configure, log_starts
 from sinkenv import PREFIX, TENANT, kv_get, sink_row, wait_until
 
 QUEUES = {"a.orders": 300, "a.events_v2": 60, "a-metrics": 20}
@@ -152,17 +153,6 @@ def test_start_latest_skips_what_came_before(sink_node, bucket):
                               len(after) else None)(sink_row(node, q)),
                      30, "the /status row to count the records after")
     assert row["recordsLost"] == 0
-
-
-def configure(node, queue, **options):
-    r = node.post("/api/v1/configure", {"queue": queue, "options": options})
-    assert r.status == 200, r
-
-
-def log_starts(node, queue):
-    """{partition: logStart} as partitions/changed lists them."""
-    e = node.changed([{"queue": queue, "since": None}])["entries"][0]
-    return {p["name"]: p["logStart"] for p in e["partitions"]}
 
 
 def batch(queue, first, n=10):
