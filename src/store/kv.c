@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/sha256.h"
 #include "base/xalloc.h"
 #include "store/kv.h"
 #include "store/schema.h"
@@ -156,16 +157,34 @@ static int kv_row_get(struct kv_ctx *c, const uint8_t *kb, size_t kn,
     return 0;
 }
 
+/* The expiry index key of a kv row: expiresAt (8) + the row's store key,
+ * or, when that would pass LMDB's 511-byte key limit (a row key within 8
+ * bytes of it), expiresAt + SHA-256 of the store key with the store key as
+ * the value (schema.h, kv_expiry). Fills xb; returns the key's length. */
+static size_t kv_expiry_key(uint8_t xb[8 + KV_STORE_KEY], const uint8_t *kb,
+                            size_t kn, int64_t exp, MDB_val *d)
+{
+    be64_put(xb, (uint64_t)exp);
+    if (8 + kn <= KV_STORE_KEY) {
+        memcpy(xb + 8, kb, kn);
+        *d = (MDB_val){0, xb};
+        return 8 + kn;
+    }
+    sha256(kb, kn, xb + 8);
+    *d = (MDB_val){kn, (void *)(uintptr_t)kb};
+    return 8 + 32;
+}
+
 static int kv_expiry_op(struct kv_ctx *c, const uint8_t *kb, size_t kn,
                         int64_t exp, bool is_put, struct err *err)
 {
     uint8_t xb[8 + KV_STORE_KEY];
-    MDB_val k = {8 + kn, xb};
-    MDB_val d = {0, xb};
+    MDB_val d;
+    MDB_val k;
     int rc;
 
-    be64_put(xb, (uint64_t)exp);
-    memcpy(xb + 8, kb, kn);
+    k.mv_size = kv_expiry_key(xb, kb, kn, exp, &d);
+    k.mv_data = xb;
     rc = is_put ? mdb_put(c->txn, c->s->kv_expiry, &k, &d, 0)
                 : mdb_del(c->txn, c->s->kv_expiry, &k, NULL);
     if (rc != 0 && rc != MDB_NOTFOUND) {
@@ -752,7 +771,10 @@ int store_kv_sweep(struct store *s, MDB_txn *txn, int64_t now, uint32_t max,
          rc == 0 && *removed < max && k.mv_size > 8 &&
          (int64_t)be64_get(k.mv_data) <= now;
          rc = mdb_cursor_get(cur, &k, &d, MDB_FIRST)) {
-        MDB_val rk = {k.mv_size - 8, (uint8_t *)k.mv_data + 8};
+        /* A long row key is the value (kv_expiry_key). */
+        MDB_val rk = d.mv_size > 0
+                         ? d
+                         : (MDB_val){k.mv_size - 8, (uint8_t *)k.mv_data + 8};
 
         rc = mdb_del(txn, s->kv, &rk, NULL);
         if (rc == 0 || rc == MDB_NOTFOUND) {

@@ -88,7 +88,9 @@
  *     16    8 createdAt (i64 µs)
  *     24    8 updatedAt (i64 µs)
  *     32    . value, compact JSON text
- * kv_expiry: key = expiresAt (8) + the kv key; value empty. One row per kv
+ * kv_expiry: key = expiresAt (8) + the kv key; value empty; or, when that
+ *   key would pass 511 bytes, expiresAt (8) + SHA-256 of the kv key, and
+ *   the kv key as the value. One row per kv
  *   row with an expiry (store/kv.h (3)).
  * meta "kv_version": 8, u64, the last KV version issued (0 = none). */
 #ifndef QUEEN_STORE_SCHEMA_H

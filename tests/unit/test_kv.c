@@ -366,6 +366,48 @@ TEST(a_ttl_row_expires_at_its_stamp_not_earlier_and_is_swept)
     env_close(&e);
 }
 
+/* A row key within 8 bytes of LMDB's 511 has an expiry index key of its
+ * own shape (schema.h kv_expiry): the put applies, a second put moves its
+ * expiry, and the sweep removes it. */
+TEST(a_ttl_row_with_the_longest_key_applies_and_is_swept)
+{
+    struct env e = {0};
+    struct kv_answer a;
+    char key[512];
+    size_t n = 511 - 17 - strlen("queen-s3"); /* the longest store key */
+    struct kv_op o;
+    struct kv_result r;
+    int64_t oldest = 0;
+    struct err err = {0};
+
+    memset(key, 'k', n);
+    key[n] = '\0';
+    env_open(&e);
+    o = op_put(key, "1");
+    o.forever = false;
+    o.ttl_seconds = 10;
+    r = put1(&e, T0, o, &a);
+    EXPECT(r.applied);
+    kv_answer_free(&a);
+    o.ttl_seconds = 20; /* moves the index row */
+    r = put1(&e, T0 + S, o, &a);
+    EXPECT(r.applied);
+    kv_answer_free(&a);
+    EXPECT_EQ_I64(store_kv_oldest_expiry(e.store, &oldest, &err), 0);
+    EXPECT_EQ_I64(oldest, T0 + 21 * S);
+    r = get1(&e, T0 + 15 * S, key, &a);
+    EXPECT(r.found);
+    kv_answer_free(&a);
+    EXPECT_EQ_U64(sweep(&e, T0 + 20 * S, 512), 0);
+    EXPECT_EQ_U64(sweep(&e, T0 + 21 * S, 512), 1);
+    r = get1(&e, T0 + 2 * S, key, &a);
+    EXPECT(!r.found);
+    kv_answer_free(&a);
+    EXPECT_EQ_I64(store_kv_oldest_expiry(e.store, &oldest, &err), 0);
+    EXPECT_EQ_I64(oldest, 0);
+    env_close(&e);
+}
+
 TEST(the_sweep_is_bounded_and_goes_oldest_first)
 {
     struct env e = {0};
