@@ -161,7 +161,8 @@ static int kv_row_get(struct kv_ctx *c, const uint8_t *kb, size_t kn,
  * or, when that would pass LMDB's 511-byte key limit (a row key within 8
  * bytes of it), expiresAt + SHA-256 of the store key with the store key as
  * the value (schema.h, kv_expiry). Fills xb; returns the key's length. */
-static size_t kv_expiry_key(uint8_t xb[8 + KV_STORE_KEY], const uint8_t *kb,
+static size_t kv_expiry_key(uint8_t xb[8 + KV_STORE_KEY],
+                            uint8_t vb[KV_STORE_KEY], const uint8_t *kb,
                             size_t kn, int64_t exp, MDB_val *d)
 {
     be64_put(xb, (uint64_t)exp);
@@ -171,7 +172,8 @@ static size_t kv_expiry_key(uint8_t xb[8 + KV_STORE_KEY], const uint8_t *kb,
         return 8 + kn;
     }
     sha256(kb, kn, xb + 8);
-    *d = (MDB_val){kn, (void *)(uintptr_t)kb};
+    memcpy(vb, kb, kn);
+    *d = (MDB_val){kn, vb};
     return 8 + 32;
 }
 
@@ -179,11 +181,12 @@ static int kv_expiry_op(struct kv_ctx *c, const uint8_t *kb, size_t kn,
                         int64_t exp, bool is_put, struct err *err)
 {
     uint8_t xb[8 + KV_STORE_KEY];
+    uint8_t vb[KV_STORE_KEY];
     MDB_val d;
     MDB_val k;
     int rc;
 
-    k.mv_size = kv_expiry_key(xb, kb, kn, exp, &d);
+    k.mv_size = kv_expiry_key(xb, vb, kb, kn, exp, &d);
     k.mv_data = xb;
     rc = is_put ? mdb_put(c->txn, c->s->kv_expiry, &k, &d, 0)
                 : mdb_del(c->txn, c->s->kv_expiry, &k, NULL);
