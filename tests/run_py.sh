@@ -4,6 +4,11 @@
 # binaries in the build directory given as $1.
 set -u
 build=${1:-build}
+if [ ! -d "$build" ] || [ $# -gt 1 ]; then
+  echo "usage: tests/run_py.sh [build-dir]   (one file: QUEEN_ROOT=\$PWD" \
+       "QUEEN_BIN=\$PWD/build/queen /usr/bin/python3 -m pytest FILE)" >&2
+  exit 2
+fi
 export QUEEN_BIN="$PWD/$build/queen"
 export QUEEN_TOOLS="$PWD/$build/tools"
 export QUEEN_ROOT="$PWD"

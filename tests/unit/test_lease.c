@@ -360,8 +360,9 @@ TEST(a_row_of_another_incarnation_is_never_adopted_by_the_fence)
     lease_free(l);
 }
 
-/* An instance name of 300 bytes (QUEEN_S3_INSTANCE allows 511) is still
- * recognised as ours when read back from the row. */
+/* An instance name of 300 bytes (QUEEN_S3_INSTANCE allows 405 escaped
+ * bytes, SINK_INSTANCE_ESC_MAX) is still recognised as ours when read back
+ * from the row. */
 TEST(a_long_instance_name_still_reads_its_own_row_as_mine)
 {
     struct fake_broker f;
