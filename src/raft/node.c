@@ -45,9 +45,9 @@
 #define CLOSE_BARRIER_MS 2000
 #define ASYNC_MAX        4096
 #define FULL_RESERVE     ((uint64_t)64 << 20)
-#define REAP_ROUNDS_MAX  2000   /* 1 ms rounds */
-#define REAP_ROUNDS_SNAP 120000 /* while a snapshot's worker reads the store \
-                                 */
+#define REAP_ROUNDS_MAX  2000 /* 1 ms rounds */
+/* While a snapshot's worker still reads the store. */
+#define REAP_ROUNDS_SNAP 120000
 /* Store sync about every 100 ms: a sync flushes every page dirtied since the
  * last one, and the raft log's writes queue behind it on the disk; at 1 s
  * a sync took ~50 ms under pushes (p99 > 100 ms), at 100 ms ~10 ms. */

@@ -37,11 +37,11 @@
 /* The longest escaped instance name (with its /node-<id>) a presence key
  * s3:{sink}:node={esc(instance)} (reference 3.4, namespace "queen-s3", a TTL
  * row) holds for every sink. The store's key is 16-byte tenant + 1 +
- * namespace + key, and a TTL row is also indexed under expiresAt (8) + that
- * key (store/schema.h kv_expiry), both within LMDB's 511 bytes: the key is at
- * most 511 - 8 - 17 - 8 = 478 bytes, less "s3:" (3), a 64-byte sink name and
- * ":node=" (6): 405. */
-#define SINK_INSTANCE_ESC_MAX (511 - 8 - 17 - 8 - 3 - SINK_NAME_MAX - 6)
+ * namespace + key within LMDB's 511 bytes (a TTL row's expiry index hashes
+ * a key too long for it, store/schema.h kv_expiry): the key is at most
+ * 511 - 17 - 8 = 486 bytes, less "s3:" (3), a 64-byte sink name and
+ * ":node=" (6): 413. */
+#define SINK_INSTANCE_ESC_MAX (511 - 17 - 8 - 3 - SINK_NAME_MAX - 6)
 
 enum sink_format { SINK_FORMAT_JSONL, SINK_FORMAT_PARQUET };
 enum sink_sse { SINK_SSE_OFF, SINK_SSE_AES256, SINK_SSE_KMS };

@@ -91,15 +91,15 @@ def test_names_and_whitespace(sink_node, bucket):
 
 
 # The presence key s3:{sink}:node={esc(instance)} must fit a KV key for the
-# longest sink name, also in the store's expiry index of a TTL row: 405
-# escaped bytes (sink/config.h), so 396 plain bytes plus "%2Fnode-1".
+# longest sink name: 413 escaped bytes (sink/config.h), so 404 plain bytes
+# plus "%2Fnode-1".
 LONG_SINK = "s" * 64
 
 
 def test_the_longest_instance_writes_its_presence_row(sink_node):
-    node = sink_node({"QUEEN_S3_INSTANCE": "a" * 396,
+    node = sink_node({"QUEEN_S3_INSTANCE": "a" * 404,
                       "QUEEN_S3_SINK": LONG_SINK})
-    key = "s3:%s:node=%s%%2Fnode-1" % (LONG_SINK, "a" * 396)
+    key = "s3:%s:node=%s%%2Fnode-1" % (LONG_SINK, "a" * 404)
     try:
         wait_until(lambda: kv_get(node, key)["found"], 30,
                    "the presence row of the longest instance name")
@@ -109,16 +109,16 @@ def test_the_longest_instance_writes_its_presence_row(sink_node):
 
 
 def test_an_instance_one_byte_too_long_is_fatal(sink_node):
-    rc, log = boot_fails(sink_node, {"QUEEN_S3_INSTANCE": "a" * 397,
+    rc, log = boot_fails(sink_node, {"QUEEN_S3_INSTANCE": "a" * 405,
                                      "QUEEN_S3_SINK": LONG_SINK})
     assert rc == 2, log
     fatal = [x for x in log.splitlines() if "FATAL" in x]
     assert len(fatal) == 1, log
     assert fatal[0].endswith(
         "ERROR boot: FATAL: QUEEN_S3_EMBEDDED=true: QUEEN_S3_INSTANCE=" +
-        "a" * 397 + " is too long: with /node-1 appended it is 406 bytes "
+        "a" * 405 + " is too long: with /node-1 appended it is 414 bytes "
         "once escaped in its presence key s3:{sink}:node={instance}, and at "
-        "most 405 fit beside a 64-character sink name in a KV key. Use at "
-        "most 396 characters of [A-Za-z0-9._-] (any other byte counts "
+        "most 413 fit beside a 64-character sink name in a KV key. Use at "
+        "most 404 characters of [A-Za-z0-9._-] (any other byte counts "
         "three)"), fatal
     assert "queen-secret-key" not in log

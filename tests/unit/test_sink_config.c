@@ -418,12 +418,12 @@ static int presence_row_put(size_t extra)
 
 TEST(the_instance_limit_is_what_a_presence_row_holds)
 {
-    EXPECT_EQ_I64(SINK_INSTANCE_ESC_MAX, 405);
+    EXPECT_EQ_I64(SINK_INSTANCE_ESC_MAX, 413);
     EXPECT_EQ_I64(presence_row_put(0), 0);
     EXPECT(presence_row_put(1) != 0);
 }
 
-/* "/node-1" escapes to "%2Fnode-1" (9 bytes): 396 plain bytes fit. */
+/* "/node-1" escapes to "%2Fnode-1" (9 bytes): 404 plain bytes fit. */
 TEST(an_instance_too_long_for_its_presence_key_stops_the_boot)
 {
     char fit[600];
@@ -431,40 +431,40 @@ TEST(an_instance_too_long_for_its_presence_key_stops_the_boot)
     char own[600];
     char wide[600];
     struct table a = {
-        {"QUEEN_S3_INSTANCE", name_of(fit, 396, 'a', ""), BASE, NULL}};
+        {"QUEEN_S3_INSTANCE", name_of(fit, 404, 'a', ""), BASE, NULL}};
     struct table b = {
-        {"QUEEN_S3_INSTANCE", name_of(own, 396, 'a', "/node-1"), BASE, NULL}};
+        {"QUEEN_S3_INSTANCE", name_of(own, 404, 'a', "/node-1"), BASE, NULL}};
     struct table w = {
-        {"QUEEN_S3_INSTANCE", name_of(wide, 131, '@', "aaa"), BASE, NULL}};
+        {"QUEEN_S3_INSTANCE", name_of(wide, 133, '@', "aaaaa"), BASE, NULL}};
     struct sink_config c;
     struct sink_node_config n;
     struct err err;
     char want[SINK_FATAL_MAX];
 
     EXPECT_EQ_I64(load(&a, &c, &n, &err), 0);
-    EXPECT_EQ_U64(strlen(n.instance), 403);
-    EXPECT(strcmp(n.instance + 396, "/node-1") == 0);
+    EXPECT_EQ_U64(strlen(n.instance), 411);
+    EXPECT(strcmp(n.instance + 404, "/node-1") == 0);
     sink_config_free(&c);
     EXPECT_EQ_I64(load(&b, &c, &n, &err), 0); /* the suffix is not doubled */
     EXPECT_STR_EQ(n.instance, own);
     sink_config_free(&c);
-    EXPECT_EQ_I64(load(&w, &c, &n, &err), 0); /* 3 x 131 + 3 + 9 = 405 */
+    EXPECT_EQ_I64(load(&w, &c, &n, &err), 0); /* 3 x 133 + 5 + 9 = 413 */
     sink_config_free(&c);
     snprintf(want, sizeof(want),
              "QUEEN_S3_INSTANCE=%s is too long: with /node-1 appended it is "
-             "406 bytes once escaped in its presence key "
-             "s3:{sink}:node={instance}, and at most 405 fit beside a "
-             "64-character sink name in a KV key. Use at most 396 characters "
+             "414 bytes once escaped in its presence key "
+             "s3:{sink}:node={instance}, and at most 413 fit beside a "
+             "64-character sink name in a KV key. Use at most 404 characters "
              "of [A-Za-z0-9._-] (any other byte counts three)",
-             name_of(over, 397, 'a', ""));
+             name_of(over, 405, 'a', ""));
     refuse("QUEEN_S3_INSTANCE", over, want);
     snprintf(want, sizeof(want),
              "QUEEN_S3_INSTANCE=%s is too long: with /node-1 appended it is "
-             "406 bytes once escaped in its presence key "
-             "s3:{sink}:node={instance}, and at most 405 fit beside a "
-             "64-character sink name in a KV key. Use at most 396 characters "
+             "414 bytes once escaped in its presence key "
+             "s3:{sink}:node={instance}, and at most 413 fit beside a "
+             "64-character sink name in a KV key. Use at most 404 characters "
              "of [A-Za-z0-9._-] (any other byte counts three)",
-             name_of(wide, 132, '@', "a"));
+             name_of(wide, 133, '@', "aaaaaa"));
     refuse("QUEEN_S3_INSTANCE", wide, want);
 }
 
