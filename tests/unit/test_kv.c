@@ -902,6 +902,7 @@ TEST(a_kv_command_moves_safe_time_and_a_sweep_command_removes_rows)
 #include <sys/stat.h>
 #include <time.h>
 
+#include "node_helpers.h"
 #include "raft/node.h"
 
 struct sinkctx {
@@ -957,43 +958,6 @@ static void *sink_thread(void *p)
     return NULL;
 }
 
-static int kv_free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t n = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    int port;
-
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, (struct sockaddr *)&a, sizeof(a));
-    getsockname(fd, (struct sockaddr *)&a, &n);
-    port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
-
-static bool loop_until(uv_loop_t *loop, bool (*pred)(void *), void *arg,
-                       double secs)
-{
-    struct timespec t0;
-    struct timespec t;
-
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (!pred(arg)) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if ((double)(t.tv_sec - t0.tv_sec) +
-                (double)(t.tv_nsec - t0.tv_nsec) / 1e9 >
-            secs) {
-            return false;
-        }
-        uv_run(loop, UV_RUN_NOWAIT);
-        usleep(1000);
-    }
-    return true;
-}
-
 static bool node_is_leader(void *n)
 {
     return node_role(n) == NODE_LEADER;
@@ -1004,49 +968,55 @@ static bool sink_is_done(void *c)
     return atomic_load(&((struct sinkctx *)c)->is_done);
 }
 
-static bool flag_is_set(void *b)
+static bool loop_until(uv_loop_t *loop, bool (*pred)(void *), void *arg,
+                       double secs)
 {
-    return *(bool *)b;
+    return nh_run_until(loop, pred, arg, secs, 1000);
 }
 
-static void on_node_closed(void *b)
+/* A one-voter node in a temp dir whose CMD_KV handler is a KV service on
+ * its store, leader before it returns; the service is the caller's. */
+static struct kv_service *kv_node_up(struct node_rig *r, const char *tmpl)
 {
-    *(bool *)b = true;
+    struct node_config cfg;
+    struct kv_service *svc;
+    struct err err = {0};
+
+    nh_setup(r, tmpl);
+    memset(&cfg, 0, sizeof(cfg));
+    node_store_dir(r->dir, r->store_dir, sizeof(r->store_dir));
+    mkdir(r->store_dir, 0755);
+    ASSERT(store_open(&r->store, r->store_dir, (uint64_t)1 << 30, &err) == 0);
+    svc = kv_service_new(r->store);
+    cfg.dir = r->dir;
+    cfg.id = 1;
+    cfg.raft_address = r->address;
+    cfg.handlers[CMD_KV] = kv_service_apply;
+    cfg.handler_args[CMD_KV] = svc;
+    ASSERT(node_start(&r->node, &r->loop, &cfg, r->store, &err) == 0);
+    kv_service_attach(svc, r->node);
+    EXPECT(loop_until(&r->loop, node_is_leader, r->node, 10));
+    return svc;
+}
+
+/* After nh_stop() and the service's free: the loop and the dir go. */
+static void kv_node_gone(struct node_rig *r)
+{
+    uv_run(&r->loop, UV_RUN_NOWAIT);
+    uv_loop_close(&r->loop);
+    nftw(r->dir, env_rm, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 TEST(kv_call_from_a_sink_thread_applies_through_raft)
 {
-    char dir[64] = "/tmp/queen-kvnode-XXXXXX";
-    char sdir[128];
-    char addr[32];
-    uv_loop_t loop;
-    struct store *store = NULL;
-    struct node *node = NULL;
-    struct node_config cfg;
+    struct node_rig r;
     struct sinkctx c;
     pthread_t th;
-    bool closed = false;
-    struct err err = {0};
 
-    ASSERT(mkdtemp(dir) != NULL);
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", kv_free_port());
-    uv_loop_init(&loop);
-    memset(&cfg, 0, sizeof(cfg));
     memset(&c, 0, sizeof(c));
-    node_store_dir(dir, sdir, sizeof(sdir));
-    mkdir(sdir, 0755);
-    ASSERT(store_open(&store, sdir, (uint64_t)1 << 30, &err) == 0);
-    c.svc = kv_service_new(store);
-    cfg.dir = dir;
-    cfg.id = 1;
-    cfg.raft_address = addr;
-    cfg.handlers[CMD_KV] = kv_service_apply;
-    cfg.handler_args[CMD_KV] = c.svc;
-    ASSERT(node_start(&node, &loop, &cfg, store, &err) == 0);
-    kv_service_attach(c.svc, node);
-    EXPECT(loop_until(&loop, node_is_leader, node, 10));
+    c.svc = kv_node_up(&r, "/tmp/queen-kvnode-XXXXXX");
     pthread_create(&th, NULL, sink_thread, &c);
-    EXPECT(loop_until(&loop, sink_is_done, &c, 30));
+    EXPECT(loop_until(&r.loop, sink_is_done, &c, 30));
     pthread_join(th, NULL);
     EXPECT_EQ_I64(c.put_status, 0);
     EXPECT(c.put_version > 0);
@@ -1056,13 +1026,9 @@ TEST(kv_call_from_a_sink_thread_applies_through_raft)
     EXPECT_EQ_U64(c.lost_index, 1);
     EXPECT_EQ_I64(c.bad_rc, ERR_INVALID);
     EXPECT(strstr(c.bad_msg, "kv_expiry_not_specified") == c.bad_msg);
-    node_close(node, on_node_closed, &closed);
-    EXPECT(loop_until(&loop, flag_is_set, &closed, 10));
-    store_close(store);
+    EXPECT(nh_stop(&r, 10));
     kv_service_free(c.svc);
-    uv_run(&loop, UV_RUN_NOWAIT);
-    uv_loop_close(&loop);
-    nftw(dir, env_rm, 16, FTW_DEPTH | FTW_PHYS);
+    kv_node_gone(&r);
 }
 
 /* A sink thread past its grace: calls in a loop (a write, then a read)
@@ -1131,43 +1097,18 @@ static bool late_ran_after_close(void *p)
  * use-after-free; without it, every such call must answer ERR_BUSY. */
 TEST(calls_after_the_service_closed_are_refused_and_never_reach_the_node)
 {
-    char dir[64] = "/tmp/queen-kvclose-XXXXXX";
-    char sdir[128];
-    char addr[32];
-    uv_loop_t loop;
-    struct store *store = NULL;
-    struct node *node = NULL;
-    struct node_config cfg;
+    struct node_rig r;
     struct latectx c;
     pthread_t th;
-    bool closed = false;
-    struct err err = {0};
 
-    ASSERT(mkdtemp(dir) != NULL);
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", kv_free_port());
-    uv_loop_init(&loop);
-    memset(&cfg, 0, sizeof(cfg));
     memset(&c, 0, sizeof(c));
-    node_store_dir(dir, sdir, sizeof(sdir));
-    mkdir(sdir, 0755);
-    ASSERT(store_open(&store, sdir, (uint64_t)1 << 30, &err) == 0);
-    c.svc = kv_service_new(store);
-    cfg.dir = dir;
-    cfg.id = 1;
-    cfg.raft_address = addr;
-    cfg.handlers[CMD_KV] = kv_service_apply;
-    cfg.handler_args[CMD_KV] = c.svc;
-    ASSERT(node_start(&node, &loop, &cfg, store, &err) == 0);
-    kv_service_attach(c.svc, node);
-    EXPECT(loop_until(&loop, node_is_leader, node, 10));
+    c.svc = kv_node_up(&r, "/tmp/queen-kvclose-XXXXXX");
     pthread_create(&th, NULL, late_sink_thread, &c);
-    EXPECT(loop_until(&loop, late_has_run, &c, 30));
+    EXPECT(loop_until(&r.loop, late_has_run, &c, 30));
     kv_service_close(c.svc); /* the thread is mid-loop, maybe mid-call */
     atomic_store(&c.is_closed, true);
-    node_close(node, on_node_closed, &closed);
-    EXPECT(loop_until(&loop, flag_is_set, &closed, 10));
-    store_close(store);
-    EXPECT(loop_until(&loop, late_ran_after_close, &c, 30));
+    EXPECT(nh_stop(&r, 10));
+    EXPECT(loop_until(&r.loop, late_ran_after_close, &c, 30));
     atomic_store(&c.is_stopping, true);
     pthread_join(th, NULL);
     EXPECT(atomic_load(&c.n_after) >= 200);
@@ -1175,9 +1116,7 @@ TEST(calls_after_the_service_closed_are_refused_and_never_reach_the_node)
     EXPECT(!atomic_load(&c.has_wrong_msg));
     kv_service_close(c.svc); /* idempotent */
     kv_service_free(c.svc);
-    uv_run(&loop, UV_RUN_NOWAIT);
-    uv_loop_close(&loop);
-    nftw(dir, env_rm, 16, FTW_DEPTH | FTW_PHYS);
+    kv_node_gone(&r);
 }
 
 /* ---- the HTTP surface's pure part (api/kv.h) ---- */
