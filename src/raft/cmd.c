@@ -312,53 +312,7 @@ int cmd_push_validate(struct slice body, uint32_t *count, struct err *err)
 
 /* ---- CONFIGURE ---------------------------------------------------------- */
 
-#define CONF_INTS 14
-
-static void conf_ints(const struct store_queue_options *o, int32_t v[])
-{
-    const int32_t w[CONF_INTS] = {
-        o->priority,
-        o->lease_time,
-        o->retry_limit,
-        o->retry_delay,
-        o->max_size,
-        o->ttl,
-        o->delayed_processing,
-        o->window_buffer,
-        o->retention_seconds,
-        o->completed_retention_seconds,
-        o->max_wait_time_seconds,
-        o->min_pop_wait_time,
-        o->dedup_window_seconds,
-        o->retention_sink_hold_max_seconds,
-    };
-
-    memcpy(v, w, sizeof(w));
-}
-
-static void conf_set_ints(struct store_queue_options *o, const int32_t v[])
-{
-    int32_t *f[CONF_INTS] = {
-        &o->priority,
-        &o->lease_time,
-        &o->retry_limit,
-        &o->retry_delay,
-        &o->max_size,
-        &o->ttl,
-        &o->delayed_processing,
-        &o->window_buffer,
-        &o->retention_seconds,
-        &o->completed_retention_seconds,
-        &o->max_wait_time_seconds,
-        &o->min_pop_wait_time,
-        &o->dedup_window_seconds,
-        &o->retention_sink_hold_max_seconds,
-    };
-
-    for (int i = 0; i < CONF_INTS; i++) {
-        *f[i] = v[i];
-    }
-}
+#define CONF_INTS STORE_OPTIONS_INTS
 
 int cmd_configure_encode(struct buf *out, const uint8_t tenant[16],
                          struct slice queue,
@@ -380,15 +334,11 @@ int cmd_configure_encode(struct buf *out, const uint8_t tenant[16],
                            CMD_OPTION_STR_MAX);
         }
     }
-    conf_ints(o, v);
+    store_options_ints(o, v);
     for (int i = 0; i < CONF_INTS; i++) {
         put_u32(fixed + (size_t)4 * i, (uint32_t)v[i]);
     }
-    fixed[(size_t)4 * CONF_INTS] =
-        (uint8_t)((o->dead_letter_queue ? 1 : 0) |
-                  (o->dlq_after_max_retries ? 2 : 0) |
-                  (o->retention_enabled ? 4 : 0) |
-                  (o->encryption_enabled ? 8 : 0));
+    fixed[(size_t)4 * CONF_INTS] = store_options_flags(o);
     put_u16(q, (uint16_t)queue.len);
     if (cmd_begin(out, CMD_CONFIGURE, tenant, err) != 0 ||
         buf_append(out, q, 2, err) != 0 ||
@@ -433,16 +383,13 @@ int cmd_configure_decode(struct slice body, struct slice *queue,
     for (int i = 0; i < CONF_INTS; i++) {
         v[i] = (int32_t)get_u32(p + pos + 4 * (size_t)i);
     }
-    conf_set_ints(o, v);
+    store_options_set_ints(o, v);
     pos += (size_t)4 * CONF_INTS;
-    if ((p[pos] & ~0x0F) != 0) {
+    if ((p[pos] & ~STORE_OPTIONS_FLAGS) != 0) {
         return err_set(err, ERR_CORRUPT, "configure flags %02x are unknown",
                        p[pos]);
     }
-    o->dead_letter_queue = (p[pos] & 1) != 0;
-    o->dlq_after_max_retries = (p[pos] & 2) != 0;
-    o->retention_enabled = (p[pos] & 4) != 0;
-    o->encryption_enabled = (p[pos] & 8) != 0;
+    store_options_set_flags(o, p[pos]);
     pos++;
     for (int i = 0; i < 3; i++) {
         if (pos >= body.len || (n = p[pos]) > CMD_OPTION_STR_MAX ||

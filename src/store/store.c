@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -315,35 +316,70 @@ int store_wcommit(struct store *s, MDB_txn *txn, uint64_t applied,
     return 0;
 }
 
+/* The integers' one order (store.h), as offsets into the options. */
+static const size_t options_int_at[STORE_OPTIONS_INTS] = {
+    offsetof(struct store_queue_options, priority),
+    offsetof(struct store_queue_options, lease_time),
+    offsetof(struct store_queue_options, retry_limit),
+    offsetof(struct store_queue_options, retry_delay),
+    offsetof(struct store_queue_options, max_size),
+    offsetof(struct store_queue_options, ttl),
+    offsetof(struct store_queue_options, delayed_processing),
+    offsetof(struct store_queue_options, window_buffer),
+    offsetof(struct store_queue_options, retention_seconds),
+    offsetof(struct store_queue_options, completed_retention_seconds),
+    offsetof(struct store_queue_options, max_wait_time_seconds),
+    offsetof(struct store_queue_options, min_pop_wait_time),
+    offsetof(struct store_queue_options, dedup_window_seconds),
+    offsetof(struct store_queue_options, retention_sink_hold_max_seconds),
+};
+
+void store_options_ints(const struct store_queue_options *o,
+                        int32_t v[STORE_OPTIONS_INTS])
+{
+    for (size_t i = 0; i < STORE_OPTIONS_INTS; i++) {
+        memcpy(&v[i], (const char *)o + options_int_at[i], sizeof(v[i]));
+    }
+}
+
+void store_options_set_ints(struct store_queue_options *o,
+                            const int32_t v[STORE_OPTIONS_INTS])
+{
+    for (size_t i = 0; i < STORE_OPTIONS_INTS; i++) {
+        memcpy((char *)o + options_int_at[i], &v[i], sizeof(v[i]));
+    }
+}
+
+uint8_t store_options_flags(const struct store_queue_options *o)
+{
+    return (uint8_t)((o->dead_letter_queue ? 1 : 0) |
+                     (o->dlq_after_max_retries ? 2 : 0) |
+                     (o->retention_enabled ? 4 : 0) |
+                     (o->encryption_enabled ? 8 : 0));
+}
+
+void store_options_set_flags(struct store_queue_options *o, uint8_t f)
+{
+    o->dead_letter_queue = (f & 1) != 0;
+    o->dlq_after_max_retries = (f & 2) != 0;
+    o->retention_enabled = (f & 4) != 0;
+    o->encryption_enabled = (f & 8) != 0;
+}
+
 static void options_encode(const struct store_queue_options *o, uint8_t *p,
                            size_t *len)
 {
-    const int32_t v[14] = {o->priority,
-                           o->lease_time,
-                           o->retry_limit,
-                           o->retry_delay,
-                           o->max_size,
-                           o->ttl,
-                           o->delayed_processing,
-                           o->window_buffer,
-                           o->retention_seconds,
-                           o->completed_retention_seconds,
-                           o->max_wait_time_seconds,
-                           o->min_pop_wait_time,
-                           o->dedup_window_seconds,
-                           o->retention_sink_hold_max_seconds};
+    int32_t v[STORE_OPTIONS_INTS];
     const char *str[3] = {o->namespace_, o->task, o->retention_sink_hold};
     size_t n = 0;
 
+    store_options_ints(o, v);
     p[n++] = SCHEMA_OPTIONS_VERSION;
-    for (size_t i = 0; i < 14; i++) {
+    for (size_t i = 0; i < STORE_OPTIONS_INTS; i++) {
         be32_put(p + n, (uint32_t)v[i]);
         n += 4;
     }
-    p[n++] = (uint8_t)((o->dead_letter_queue ? 1 : 0) |
-                       (o->dlq_after_max_retries ? 2 : 0) |
-                       (o->retention_enabled ? 4 : 0) |
-                       (o->encryption_enabled ? 8 : 0));
+    p[n++] = store_options_flags(o);
     for (size_t i = 0; i < 3; i++) {
         size_t l = strnlen(str[i], 64);
 
@@ -357,20 +393,7 @@ static void options_encode(const struct store_queue_options *o, uint8_t *p,
 bool store_options_decode(const uint8_t *p, size_t len,
                           struct store_queue_options *o)
 {
-    int32_t *v[14] = {&o->priority,
-                      &o->lease_time,
-                      &o->retry_limit,
-                      &o->retry_delay,
-                      &o->max_size,
-                      &o->ttl,
-                      &o->delayed_processing,
-                      &o->window_buffer,
-                      &o->retention_seconds,
-                      &o->completed_retention_seconds,
-                      &o->max_wait_time_seconds,
-                      &o->min_pop_wait_time,
-                      &o->dedup_window_seconds,
-                      &o->retention_sink_hold_max_seconds};
+    int32_t v[STORE_OPTIONS_INTS];
     char *str[3] = {o->namespace_, o->task, o->retention_sink_hold};
     size_t n = 1;
 
@@ -378,15 +401,12 @@ bool store_options_decode(const uint8_t *p, size_t len,
     if (len < 58 || p[0] < 1) {
         return false;
     }
-    for (size_t i = 0; i < 14; i++) {
-        *v[i] = (int32_t)be32_get(p + n);
+    for (size_t i = 0; i < STORE_OPTIONS_INTS; i++) {
+        v[i] = (int32_t)be32_get(p + n);
         n += 4;
     }
-    o->dead_letter_queue = (p[n] & 1) != 0;
-    o->dlq_after_max_retries = (p[n] & 2) != 0;
-    o->retention_enabled = (p[n] & 4) != 0;
-    o->encryption_enabled = (p[n] & 8) != 0;
-    n++;
+    store_options_set_ints(o, v);
+    store_options_set_flags(o, p[n++]);
     for (size_t i = 0; i < 3; i++) {
         size_t l;
 

@@ -86,6 +86,23 @@ struct store_queue_options {
     char retention_sink_hold[65]; /* [A-Za-z0-9._-]{0,64} */
 };
 
+/* The options' integers and flags in their one order, shared by the
+ * CONFIGURE command (raft/cmd.c) and the stored options row (store.c):
+ * priority, lease_time, retry_limit, retry_delay, max_size, ttl,
+ * delayed_processing, window_buffer, retention_seconds,
+ * completed_retention_seconds, max_wait_time_seconds, min_pop_wait_time,
+ * dedup_window_seconds, retention_sink_hold_max_seconds; flags bit 0
+ * dead_letter_queue, 1 dlq_after_max_retries, 2 retention_enabled,
+ * 3 encryption_enabled (STORE_OPTIONS_FLAGS: every known bit). */
+#define STORE_OPTIONS_INTS  14
+#define STORE_OPTIONS_FLAGS 0x0Fu
+void store_options_ints(const struct store_queue_options *o,
+                        int32_t v[STORE_OPTIONS_INTS]);
+void store_options_set_ints(struct store_queue_options *o,
+                            const int32_t v[STORE_OPTIONS_INTS]);
+uint8_t store_options_flags(const struct store_queue_options *o);
+void store_options_set_flags(struct store_queue_options *o, uint8_t f);
+
 /* Defaults of a queue created implicitly by a push (reference 1.2: lease
  * 60 s, retention off, hold empty, hold ceiling stored as 0, dedup 3600). */
 void store_queue_options_implicit(struct store_queue_options *o);
