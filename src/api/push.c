@@ -189,6 +189,7 @@ void api_push_mint(struct api_push *p, api_mint_fn mint, void *ctx)
         if (!p->has_txn[i]) {
             it->txn.ptr = p->id_text[i];
             it->txn.len = 36;
+            it->txn_is_id = true;
         }
     }
 }

@@ -8,6 +8,8 @@
 
 #include <string.h>
 
+#include "base/uuid7.h"
+
 static void put_u16(uint8_t *p, uint16_t v)
 {
     p[0] = (uint8_t)(v >> 8);
@@ -107,13 +109,15 @@ static int check_item(const struct cmd_push_item *it, size_t i, struct err *err)
 
 static size_t item_size(const struct cmd_push_item *it)
 {
-    return 2 + it->queue.len + 2 + it->partition.len + 2 + it->txn.len + 16 +
-           4 + it->payload.len;
+    return 2 + it->queue.len + 2 + it->partition.len + 2 +
+           (it->txn_is_id ? 0 : it->txn.len) + 16 + 4 + it->payload.len;
 }
 
 static void write_item(uint8_t *p, const struct cmd_push_item *it)
 {
-    const struct slice *s[3] = {&it->queue, &it->partition, &it->txn};
+    const struct slice none = {"", 0};
+    const struct slice *s[3] = {&it->queue, &it->partition,
+                                it->txn_is_id ? &none : &it->txn};
 
     for (int k = 0; k < 3; k++) {
         put_u16(p, (uint16_t)s[k]->len);
@@ -121,6 +125,9 @@ static void write_item(uint8_t *p, const struct cmd_push_item *it)
             memcpy(p + 2, s[k]->ptr, s[k]->len);
         }
         p += 2 + s[k]->len;
+    }
+    if (it->txn_is_id) {
+        put_u16(p - 2, (uint16_t)CMD_TXN_IS_ID);
     }
     memcpy(p, it->message_id, 16);
     put_u32(p + 16, (uint32_t)it->payload.len);
@@ -258,6 +265,18 @@ static bool take_name(struct cmd_push_iter *it, struct slice *s, size_t min,
     return true;
 }
 
+/* The transaction id field: bytes, or the CMD_TXN_IS_ID mark (no bytes;
+ * the caller fills txn once it has read the message id). */
+static bool take_txn(struct cmd_push_iter *it, struct cmd_push_item *item)
+{
+    if (it->len - it->pos >= 2 && get_u16(it->p + it->pos) == CMD_TXN_IS_ID) {
+        it->pos += 2;
+        item->txn_is_id = true;
+        return true;
+    }
+    return take_name(it, &item->txn, 0, CMD_TXN_MAX);
+}
+
 int cmd_push_next(struct cmd_push_iter *it, struct cmd_push_item *item,
                   struct err *err)
 {
@@ -271,13 +290,19 @@ int cmd_push_next(struct cmd_push_iter *it, struct cmd_push_item *item,
         }
         return 0;
     }
+    item->txn_is_id = false;
     if (!take_name(it, &item->queue, 1, CMD_NAME_MAX) ||
         !take_name(it, &item->partition, 1, CMD_NAME_MAX) ||
-        !take_name(it, &item->txn, 0, CMD_TXN_MAX) || it->len - it->pos < 20) {
+        !take_txn(it, item) || it->len - it->pos < 20) {
         return err_set(err, ERR_CORRUPT, "push item %u is malformed",
                        it->index);
     }
     memcpy(item->message_id, it->p + it->pos, 16);
+    if (item->txn_is_id) {
+        uuid7_format(item->message_id, item->txn_text);
+        item->txn.ptr = item->txn_text;
+        item->txn.len = 36;
+    }
     n = get_u32(it->p + it->pos + 16);
     it->pos += 20;
     if (it->len - it->pos < n) {

@@ -28,7 +28,9 @@
  *             q  queue name bytes
  *             2  partition name length p (u16, 1..CMD_NAME_MAX)
  *             p  partition name bytes
- *             2  transaction id length t (u16, 0..CMD_TXN_MAX)
+ *             2  transaction id length t (u16, 0..CMD_TXN_MAX), or
+ *                CMD_TXN_IS_ID: the id is the message id's text (the
+ *                default, 36 B that the entry need not carry), no bytes
  *             t  transaction id bytes
  *            16  message id (UUIDv7 bytes)
  *             4  payload length (u32, 0 = empty/null)
@@ -85,6 +87,7 @@
 #define CMD_PAD_MAX        7
 #define CMD_NAME_MAX       447 /* reference 1.1: 511 - 64 bytes of key */
 #define CMD_TXN_MAX        4096
+#define CMD_TXN_IS_ID      0xFFFFu /* txn length: "the message id's text" */
 #define CMD_PUSH_MAX_ITEMS 100000
 #define CMD_BODY_MAX       ((size_t)64 * 1024 * 1024) /* one entry */
 
@@ -112,6 +115,11 @@ struct cmd_push_item {
     struct slice txn;
     uint8_t message_id[16];
     struct slice payload;
+    /* Encoding: txn is the message id's text, so the entry says so instead
+     * of carrying it. Decoding: set when the entry said so; txn then points
+     * at txn_text, inside this item (do not copy a decoded item by value). */
+    bool txn_is_id;
+    char txn_text[37];
 };
 
 /* Append the 32-byte header (stamp 0) and an empty body of `type` to out.
