@@ -129,467 +129,463 @@ static const char *out_str(struct tio *t)
     return t->out.data != NULL ? t->out.data : "";
 }
 
-TEST(get_is_answered_with_exact_bytes)
-{
+/* One connection under test, with its recording io and handler. */
+struct fx {
     struct tio t;
     struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
+    struct http_conn *c;
+};
 
-    feed_str(c, "GET /a/b?x=1&y=2 HTTP/1.1\r\nHost: h\r\n\r\n");
-    EXPECT_EQ_I64(h.n, 1);
-    EXPECT_STR_EQ(out_str(&t), "HTTP/1.1 200 OK\r\n"
-                               "Content-Type: text/plain\r\n"
-                               "Content-Length: 21\r\n\r\n"
-                               "GET /a/b q=x=1&y=2 b=");
-    EXPECT(!t.is_closed);
-    teardown(&t);
+/* Open f's connection with cfg (NULL: the defaults), tell the handler
+ * whether to answer at once, and feed req unless it is NULL. */
+static struct http_conn *fx_open(struct fx *f, const struct http_config *cfg,
+                                 bool answer_now, const char *req)
+{
+    f->c = setup(&f->t, &f->h, cfg);
+    f->h.answer_now = answer_now;
+    if (req != NULL) {
+        feed_str(f->c, req);
+    }
+    return f->c;
+}
+
+static const char *fx_out(struct fx *f)
+{
+    return out_str(&f->t);
+}
+
+static bool out_has(struct fx *f, const char *s)
+{
+    return strstr(fx_out(f), s) != NULL;
+}
+
+static bool out_starts(struct fx *f, const char *s)
+{
+    return strncmp(fx_out(f), s, strlen(s)) == 0;
+}
+
+/* The connection handed nreq requests to the handler, its output starts
+ * with status, and it closed. */
+static void expect_closed_after(struct fx *f, int nreq, const char *status)
+{
+    EXPECT_EQ_I64(f->h.n, nreq);
+    if (!out_starts(f, status)) {
+        HARNESS_FAIL("answer should start with \"%s\": \"%.80s\"", status,
+                     fx_out(f));
+    }
+    EXPECT(f->t.is_closed);
+}
+
+/* After `end` (peer EOF or shutdown) with one request unanswered, the
+ * connection stays open until that answer goes out, then closes; want, if
+ * not NULL, is a further text the answer must hold. */
+static void expect_answer_before_close(void (*end)(struct http_conn *),
+                                       const char *want)
+{
+    struct fx f;
+    struct http_conn *c = fx_open(&f, NULL, false, "GET /1 HTTP/1.1\r\n\r\n");
+
+    end(c);
+    EXPECT(!f.t.is_closed);
+    th_answer(f.h.reqs[0]);
+    if (want != NULL && !out_has(&f, want)) {
+        HARNESS_FAIL("answer should hold \"%s\": \"%s\"", want, fx_out(&f));
+    }
+    EXPECT(out_has(&f, "GET /1"));
+    EXPECT(f.t.is_closed);
+    teardown(&f.t);
+}
+
+/* Each of the n texts is in the output, each after the one before. */
+static void expect_in_order(struct fx *f, const char *const *texts, int n)
+{
+    const char *p = fx_out(f);
+
+    for (int i = 0; i < n; i++) {
+        p = strstr(p, texts[i]);
+        if (p == NULL) {
+            HARNESS_FAIL("\"%s\" (text %d) missing or out of order", texts[i],
+                         i);
+            return;
+        }
+    }
+}
+
+TEST(get_is_answered_with_exact_bytes)
+{
+    struct fx f;
+
+    fx_open(&f, NULL, true, "GET /a/b?x=1&y=2 HTTP/1.1\r\nHost: h\r\n\r\n");
+    EXPECT_EQ_I64(f.h.n, 1);
+    EXPECT_STR_EQ(fx_out(&f), "HTTP/1.1 200 OK\r\n"
+                              "Content-Type: text/plain\r\n"
+                              "Content-Length: 21\r\n\r\n"
+                              "GET /a/b q=x=1&y=2 b=");
+    EXPECT(!f.t.is_closed);
+    teardown(&f.t);
 }
 
 TEST(headers_are_found_case_insensitively)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
+    struct fx f;
+    struct http_req *r;
 
-    h.answer_now = false;
-    feed_str(c, "POST /p HTTP/1.1\r\nContent-Type: application/json\r\n"
-                "X-Queen-Tenant: abc\r\nX-Empty:\r\nContent-Length: 0\r\n\r\n");
-    EXPECT_EQ_I64(h.n, 1);
-    EXPECT_STR_EQ(http_req_header(h.reqs[0], "content-type"),
-                  "application/json");
-    EXPECT_STR_EQ(http_req_header(h.reqs[0], "x-queen-tenant"), "abc");
-    EXPECT_STR_EQ(http_req_header(h.reqs[0], "X-EMPTY"), "");
-    EXPECT(http_req_header(h.reqs[0], "missing") == NULL);
-    EXPECT(h.reqs[0]->method == HTTP_METHOD_POST);
-    EXPECT_STR_EQ(h.reqs[0]->method_name, "POST");
-    EXPECT_EQ_U64(h.reqs[0]->body.len, 0);
-    th_answer(h.reqs[0]);
-    teardown(&t);
+    fx_open(&f, NULL, false,
+            "POST /p HTTP/1.1\r\nContent-Type: application/json\r\n"
+            "X-Queen-Tenant: abc\r\nX-Empty:\r\nContent-Length: 0\r\n\r\n");
+    EXPECT_EQ_I64(f.h.n, 1);
+    r = f.h.reqs[0];
+    EXPECT_STR_EQ(http_req_header(r, "content-type"), "application/json");
+    EXPECT_STR_EQ(http_req_header(r, "x-queen-tenant"), "abc");
+    EXPECT_STR_EQ(http_req_header(r, "X-EMPTY"), "");
+    EXPECT(http_req_header(r, "missing") == NULL);
+    EXPECT(r->method == HTTP_METHOD_POST);
+    EXPECT_STR_EQ(r->method_name, "POST");
+    EXPECT_EQ_U64(r->body.len, 0);
+    th_answer(r);
+    teardown(&f.t);
 }
 
 TEST(body_split_byte_by_byte_is_whole)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
+    struct fx f;
+    struct http_conn *c = fx_open(&f, NULL, true, NULL);
     const char *req = "POST /p HTTP/1.1\r\nContent-Length: 11\r\n\r\n"
                       "hello world";
 
     for (size_t i = 0; req[i] != '\0'; i++) {
         http_conn_feed(c, req + i, 1);
     }
-    EXPECT_EQ_I64(h.n, 1);
-    EXPECT(strstr(out_str(&t), "\r\n\r\nPOST /p q= b=hello world") != NULL);
-    teardown(&t);
+    EXPECT_EQ_I64(f.h.n, 1);
+    EXPECT(out_has(&f, "\r\n\r\nPOST /p q= b=hello world"));
+    teardown(&f.t);
 }
 
 TEST(chunked_body_is_assembled)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
+    struct fx f;
 
-    feed_str(c, "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-                "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
-    EXPECT_EQ_I64(h.n, 1);
-    EXPECT(strstr(out_str(&t), "b=hello world") != NULL);
-    teardown(&t);
+    fx_open(&f, NULL, true,
+            "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+            "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+    EXPECT_EQ_I64(f.h.n, 1);
+    EXPECT(out_has(&f, "b=hello world"));
+    teardown(&f.t);
 }
 
 TEST(pipelined_answers_leave_in_request_order)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
+    static const char *const want[] = {"GET /1 ", "GET /2 ", "GET /3 "};
+    struct fx f;
 
-    h.answer_now = false;
-    feed_str(c, "GET /1 HTTP/1.1\r\n\r\nGET /2 HTTP/1.1\r\n\r\n"
-                "GET /3 HTTP/1.1\r\n\r\n");
-    EXPECT_EQ_I64(h.n, 3);
-    th_answer(h.reqs[2]);
-    th_answer(h.reqs[1]);
-    EXPECT_EQ_U64(t.out.len, 0); /* /1 is still unanswered */
-    th_answer(h.reqs[0]);
-    {
-        const char *o = out_str(&t);
-        const char *a = strstr(o, "GET /1 ");
-        const char *b = strstr(o, "GET /2 ");
-        const char *d = strstr(o, "GET /3 ");
-
-        EXPECT(a != NULL && b != NULL && d != NULL);
-        EXPECT(a < b && b < d);
-    }
-    teardown(&t);
+    fx_open(&f, NULL, false,
+            "GET /1 HTTP/1.1\r\n\r\nGET /2 HTTP/1.1\r\n\r\n"
+            "GET /3 HTTP/1.1\r\n\r\n");
+    EXPECT_EQ_I64(f.h.n, 3);
+    th_answer(f.h.reqs[2]);
+    th_answer(f.h.reqs[1]);
+    EXPECT_EQ_U64(f.t.out.len, 0); /* /1 is still unanswered */
+    th_answer(f.h.reqs[0]);
+    expect_in_order(&f, want, 3);
+    teardown(&f.t);
 }
 
 TEST(answers_wait_for_slow_writes_and_keep_order)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
+    struct fx f;
+    struct http_conn *c = fx_open(&f, NULL, true, NULL);
 
-    t.defer_writes = true;
+    f.t.defer_writes = true;
     feed_str(c, "GET /1 HTTP/1.1\r\n\r\nGET /2 HTTP/1.1\r\n\r\n");
-    EXPECT_EQ_I64(t.nheld, 2);
-    http_conn_write_done(c, t.held[0], 0);
-    http_conn_write_done(c, t.held[1], 0);
-    EXPECT(strstr(out_str(&t), "GET /1") < strstr(out_str(&t), "GET /2"));
-    EXPECT(!t.is_closed);
-    teardown(&t);
+    EXPECT_EQ_I64(f.t.nheld, 2);
+    http_conn_write_done(c, f.t.held[0], 0);
+    http_conn_write_done(c, f.t.held[1], 0);
+    EXPECT(strstr(fx_out(&f), "GET /1") < strstr(fx_out(&f), "GET /2"));
+    EXPECT(!f.t.is_closed);
+    teardown(&f.t);
 }
 
 TEST(body_over_the_limit_is_413_and_closes)
 {
     struct http_config cfg = {.max_body_bytes = 10};
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, &cfg);
+    struct fx f;
 
-    feed_str(c, "POST /p HTTP/1.1\r\nContent-Length: 11\r\n\r\nhello");
-    EXPECT_EQ_I64(h.n, 0);
-    EXPECT(strncmp(out_str(&t), "HTTP/1.1 413 Payload Too Large\r\n", 32) == 0);
-    EXPECT(strstr(out_str(&t), "Connection: close\r\n") != NULL);
-    EXPECT(strstr(out_str(&t), "{\"error\":\"request body over the size "
-                               "limit\",\"code\":\"too_large\"}") != NULL);
-    EXPECT(t.is_closed);
-    EXPECT(t.is_released);
-    teardown(&t);
+    fx_open(&f, &cfg, true,
+            "POST /p HTTP/1.1\r\nContent-Length: 11\r\n\r\nhello");
+    expect_closed_after(&f, 0, "HTTP/1.1 413 Payload Too Large\r\n");
+    EXPECT(out_has(&f, "Connection: close\r\n"));
+    EXPECT(out_has(&f, "{\"error\":\"request body over the size "
+                       "limit\",\"code\":\"too_large\"}"));
+    EXPECT(f.t.is_released);
+    teardown(&f.t);
 }
 
 TEST(body_at_the_limit_is_accepted)
 {
     struct http_config cfg = {.max_body_bytes = 10};
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, &cfg);
+    struct fx f;
 
-    feed_str(c, "POST /p HTTP/1.1\r\nContent-Length: 10\r\n\r\n0123456789");
-    EXPECT_EQ_I64(h.n, 1);
-    EXPECT(strstr(out_str(&t), "b=0123456789") != NULL);
-    teardown(&t);
+    fx_open(&f, &cfg, true,
+            "POST /p HTTP/1.1\r\nContent-Length: 10\r\n\r\n0123456789");
+    EXPECT_EQ_I64(f.h.n, 1);
+    EXPECT(out_has(&f, "b=0123456789"));
+    teardown(&f.t);
 }
 
 TEST(chunked_body_over_the_limit_is_413)
 {
     struct http_config cfg = {.max_body_bytes = 10};
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, &cfg);
+    struct fx f;
 
-    feed_str(c, "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-                "6\r\nhello \r\n5\r\nworld\r\n0\r\n\r\n");
-    EXPECT_EQ_I64(h.n, 0);
-    EXPECT(strncmp(out_str(&t), "HTTP/1.1 413 ", 13) == 0);
-    EXPECT(t.is_closed);
-    teardown(&t);
+    fx_open(&f, &cfg, true,
+            "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+            "6\r\nhello \r\n5\r\nworld\r\n0\r\n\r\n");
+    expect_closed_after(&f, 0, "HTTP/1.1 413 ");
+    teardown(&f.t);
 }
 
 TEST(malformed_request_is_400_and_closes)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
+    struct fx f;
 
-    feed_str(c, "GET /ok HTTP/1.1\r\n\r\nBLAH\x01 / HTTP/1.1\r\n\r\n");
-    EXPECT_EQ_I64(h.n, 1);
-    EXPECT(strncmp(out_str(&t), "HTTP/1.1 200 OK\r\n", 17) == 0);
-    EXPECT(strstr(out_str(&t), "HTTP/1.1 400 Bad Request\r\n") != NULL);
-    EXPECT(strstr(out_str(&t), "\"code\":\"bad_request\"") != NULL);
-    EXPECT(t.is_closed);
-    teardown(&t);
+    fx_open(&f, NULL, true,
+            "GET /ok HTTP/1.1\r\n\r\nBLAH\x01 / HTTP/1.1\r\n\r\n");
+    expect_closed_after(&f, 1, "HTTP/1.1 200 OK\r\n");
+    EXPECT(out_has(&f, "HTTP/1.1 400 Bad Request\r\n"));
+    EXPECT(out_has(&f, "\"code\":\"bad_request\""));
+    teardown(&f.t);
 }
 
 TEST(error_waits_behind_an_unanswered_request)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
+    struct fx f;
 
-    h.answer_now = false;
-    feed_str(c, "GET /slow HTTP/1.1\r\n\r\nGET / HTTP/9.9\r\n\r\n");
-    EXPECT_EQ_I64(h.n, 1);
-    EXPECT_EQ_U64(t.out.len, 0);
-    EXPECT(!t.is_closed);
-    th_answer(h.reqs[0]);
-    EXPECT(strstr(out_str(&t), "GET /slow") <
-           strstr(out_str(&t), "HTTP/1.1 400"));
-    EXPECT(t.is_closed);
-    teardown(&t);
+    fx_open(&f, NULL, false,
+            "GET /slow HTTP/1.1\r\n\r\nGET / HTTP/9.9\r\n\r\n");
+    EXPECT_EQ_I64(f.h.n, 1);
+    EXPECT_EQ_U64(f.t.out.len, 0);
+    EXPECT(!f.t.is_closed);
+    th_answer(f.h.reqs[0]);
+    EXPECT(strstr(fx_out(&f), "GET /slow") <
+           strstr(fx_out(&f), "HTTP/1.1 400"));
+    EXPECT(f.t.is_closed);
+    teardown(&f.t);
 }
 
 TEST(head_over_the_limit_is_431)
 {
     struct http_config cfg = {.max_header_bytes = 64};
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, &cfg);
+    struct fx f;
 
-    feed_str(c, "GET /p HTTP/1.1\r\nX-Long: "
-                "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
-                "\r\n\r\n");
-    EXPECT_EQ_I64(h.n, 0);
-    EXPECT(strncmp(out_str(&t), "HTTP/1.1 431 ", 13) == 0);
-    EXPECT(t.is_closed);
-    teardown(&t);
+    fx_open(&f, &cfg, true,
+            "GET /p HTTP/1.1\r\nX-Long: "
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+            "\r\n\r\n");
+    expect_closed_after(&f, 0, "HTTP/1.1 431 ");
+    teardown(&f.t);
 }
 
 TEST(expect_100_continue_is_answered_first)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
+    struct fx f;
+    struct http_conn *c = fx_open(&f, NULL, true,
+                                  "POST /p HTTP/1.1\r\nExpect: 100-continue\r\n"
+                                  "Content-Length: 2\r\n\r\n");
 
-    feed_str(c, "POST /p HTTP/1.1\r\nExpect: 100-continue\r\n"
-                "Content-Length: 2\r\n\r\n");
-    EXPECT_STR_EQ(out_str(&t), "HTTP/1.1 100 Continue\r\n\r\n");
+    EXPECT_STR_EQ(fx_out(&f), "HTTP/1.1 100 Continue\r\n\r\n");
     feed_str(c, "ok");
-    EXPECT(strstr(out_str(&t), "\r\n\r\nHTTP/1.1 200 OK\r\n") != NULL);
-    EXPECT(strstr(out_str(&t), "b=ok") != NULL);
-    teardown(&t);
+    EXPECT(out_has(&f, "\r\n\r\nHTTP/1.1 200 OK\r\n"));
+    EXPECT(out_has(&f, "b=ok"));
+    teardown(&f.t);
 }
 
 TEST(expect_with_a_body_over_the_limit_is_413_without_continue)
 {
     struct http_config cfg = {.max_body_bytes = 1};
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, &cfg);
+    struct fx f;
 
-    feed_str(c, "POST /p HTTP/1.1\r\nExpect: 100-continue\r\n"
-                "Content-Length: 2\r\n\r\n");
-    EXPECT(strncmp(out_str(&t), "HTTP/1.1 413 ", 13) == 0);
-    EXPECT(strstr(out_str(&t), "100 Continue") == NULL);
-    teardown(&t);
+    fx_open(&f, &cfg, true,
+            "POST /p HTTP/1.1\r\nExpect: 100-continue\r\n"
+            "Content-Length: 2\r\n\r\n");
+    EXPECT(out_starts(&f, "HTTP/1.1 413 "));
+    EXPECT(!out_has(&f, "100 Continue"));
+    teardown(&f.t);
 }
 
 TEST(peer_gone_before_the_answer_frees_after_it)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
+    struct fx f;
+    struct http_conn *c = fx_open(&f, NULL, false,
+                                  "POST /p HTTP/1.1\r\nContent-Length: 3\r\n"
+                                  "\r\nabcGET /2 HTTP/1.1\r\n\r\n");
 
-    h.answer_now = false;
-    feed_str(c, "POST /p HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"
-                "GET /2 HTTP/1.1\r\n\r\n");
-    EXPECT_EQ_I64(h.n, 2);
-    th_answer(h.reqs[1]);
+    EXPECT_EQ_I64(f.h.n, 2);
+    th_answer(f.h.reqs[1]);
     http_conn_abort(c);
-    EXPECT(t.is_closed);
-    EXPECT(!t.is_released); /* req 0 is still with its handler */
-    EXPECT_MEM_EQ(h.reqs[0]->body.ptr, h.reqs[0]->body.len, "abc", 3);
-    th_answer(h.reqs[0]);
-    EXPECT(t.is_released);
-    EXPECT_EQ_U64(t.out.len, 0); /* answers were dropped, not written */
-    teardown(&t);
+    EXPECT(f.t.is_closed);
+    EXPECT(!f.t.is_released); /* req 0 is still with its handler */
+    EXPECT_MEM_EQ(f.h.reqs[0]->body.ptr, f.h.reqs[0]->body.len, "abc", 3);
+    th_answer(f.h.reqs[0]);
+    EXPECT(f.t.is_released);
+    EXPECT_EQ_U64(f.t.out.len, 0); /* answers were dropped, not written */
+    teardown(&f.t);
 }
 
 TEST(eof_after_a_request_still_answers_it)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
-
-    h.answer_now = false;
-    feed_str(c, "GET /1 HTTP/1.1\r\n\r\n");
-    http_conn_peer_gone(c);
-    EXPECT(!t.is_closed);
-    th_answer(h.reqs[0]);
-    EXPECT(strstr(out_str(&t), "GET /1") != NULL);
-    EXPECT(t.is_closed);
-    teardown(&t);
+    expect_answer_before_close(http_conn_peer_gone, NULL);
 }
 
 TEST(connection_close_answers_then_closes_and_ignores_the_rest)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
+    struct fx f;
 
-    feed_str(c, "GET /1 HTTP/1.1\r\nConnection: close\r\n\r\n"
-                "GET /2 HTTP/1.1\r\n\r\n");
-    EXPECT_EQ_I64(h.n, 1);
-    EXPECT(strstr(out_str(&t), "Connection: close\r\n") != NULL);
-    EXPECT(strstr(out_str(&t), "GET /2") == NULL);
-    EXPECT(t.is_closed);
-    teardown(&t);
+    fx_open(&f, NULL, true,
+            "GET /1 HTTP/1.1\r\nConnection: close\r\n\r\n"
+            "GET /2 HTTP/1.1\r\n\r\n");
+    EXPECT_EQ_I64(f.h.n, 1);
+    EXPECT(out_has(&f, "Connection: close\r\n"));
+    EXPECT(!out_has(&f, "GET /2"));
+    EXPECT(f.t.is_closed);
+    teardown(&f.t);
 }
 
 TEST(http_1_0_closes_unless_kept_alive)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
+    struct fx f;
+    struct http_conn *c = fx_open(
+        &f, NULL, true, "GET /1 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
 
-    feed_str(c, "GET /1 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
-    EXPECT(strncmp(out_str(&t), "HTTP/1.0 200 OK\r\n", 17) == 0);
-    EXPECT(strstr(out_str(&t), "Connection: keep-alive\r\n") != NULL);
-    EXPECT(!t.is_closed);
+    EXPECT(out_starts(&f, "HTTP/1.0 200 OK\r\n"));
+    EXPECT(out_has(&f, "Connection: keep-alive\r\n"));
+    EXPECT(!f.t.is_closed);
     feed_str(c, "GET /2 HTTP/1.0\r\n\r\n");
-    EXPECT(strstr(out_str(&t), "Connection: close\r\n") != NULL);
-    EXPECT(t.is_closed);
-    teardown(&t);
+    EXPECT(out_has(&f, "Connection: close\r\n"));
+    EXPECT(f.t.is_closed);
+    teardown(&f.t);
 }
 
 TEST(head_answer_has_length_but_no_body)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
+    struct fx f;
 
-    feed_str(c, "HEAD /x HTTP/1.1\r\n\r\n");
-    EXPECT_STR_EQ(out_str(&t), "HTTP/1.1 200 OK\r\n"
-                               "Content-Type: text/plain\r\n"
-                               "Content-Length: 13\r\n\r\n");
-    teardown(&t);
+    fx_open(&f, NULL, true, "HEAD /x HTTP/1.1\r\n\r\n");
+    EXPECT_STR_EQ(fx_out(&f), "HTTP/1.1 200 OK\r\n"
+                              "Content-Type: text/plain\r\n"
+                              "Content-Length: 13\r\n\r\n");
+    teardown(&f.t);
 }
 
 TEST(shutdown_closes_an_idle_connection_at_once)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
+    struct fx f;
 
-    feed_str(c, "GET /1 HTTP/1.1\r\n\r\n");
-    http_conn_shutdown(c);
-    EXPECT(t.is_closed);
-    EXPECT(t.is_released);
-    teardown(&t);
+    http_conn_shutdown(fx_open(&f, NULL, true, "GET /1 HTTP/1.1\r\n\r\n"));
+    EXPECT(f.t.is_closed);
+    EXPECT(f.t.is_released);
+    teardown(&f.t);
 }
 
 TEST(shutdown_waits_for_the_answer_in_flight)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
-
-    h.answer_now = false;
-    feed_str(c, "GET /1 HTTP/1.1\r\n\r\n");
-    http_conn_shutdown(c);
-    EXPECT(!t.is_closed);
-    th_answer(h.reqs[0]);
-    EXPECT(strstr(out_str(&t), "Connection: close\r\n") != NULL);
-    EXPECT(strstr(out_str(&t), "GET /1") != NULL);
-    EXPECT(t.is_closed);
-    teardown(&t);
+    expect_answer_before_close(http_conn_shutdown, "Connection: close\r\n");
 }
 
 TEST(too_many_queued_requests_pause_reading)
 {
     struct http_config cfg = {.max_pipelined = 2};
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, &cfg);
+    struct fx f;
 
-    h.answer_now = false;
-    feed_str(c, "GET /1 HTTP/1.1\r\n\r\nGET /2 HTTP/1.1\r\n\r\n");
-    EXPECT(t.is_paused);
-    th_answer(h.reqs[0]);
-    EXPECT(!t.is_paused);
-    th_answer(h.reqs[1]);
-    teardown(&t);
+    fx_open(&f, &cfg, false, "GET /1 HTTP/1.1\r\n\r\nGET /2 HTTP/1.1\r\n\r\n");
+    EXPECT(f.t.is_paused);
+    th_answer(f.h.reqs[0]);
+    EXPECT(!f.t.is_paused);
+    th_answer(f.h.reqs[1]);
+    teardown(&f.t);
 }
 
 TEST(error_envelope_escapes_its_message)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
+    struct fx f;
 
-    h.answer_now = false;
-    feed_str(c, "GET /1 HTTP/1.1\r\n\r\n");
-    http_respond_error_ex(h.reqs[0], 503, "retry", "say \"hi\"\n",
+    fx_open(&f, NULL, false, "GET /1 HTTP/1.1\r\n\r\n");
+    http_respond_error_ex(f.h.reqs[0], 503, "retry", "say \"hi\"\n",
                           "Retry-After: 1\r\n");
-    EXPECT_STR_EQ(out_str(&t), "HTTP/1.1 503 Service Unavailable\r\n"
-                               "Content-Type: application/json\r\n"
-                               "Content-Length: 39\r\n"
-                               "Retry-After: 1\r\n\r\n"
-                               "{\"error\":\"say \\\"hi\\\"\\n\","
-                               "\"code\":\"retry\"}");
-    teardown(&t);
+    EXPECT_STR_EQ(fx_out(&f), "HTTP/1.1 503 Service Unavailable\r\n"
+                              "Content-Type: application/json\r\n"
+                              "Content-Length: 39\r\n"
+                              "Retry-After: 1\r\n\r\n"
+                              "{\"error\":\"say \\\"hi\\\"\\n\","
+                              "\"code\":\"retry\"}");
+    teardown(&f.t);
 }
 
 TEST(json_answer_takes_its_buffer_and_large_bodies_go_out_whole)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
+    struct fx f;
     struct buf b;
     struct err err;
 
-    h.answer_now = false;
-    feed_str(c, "GET /1 HTTP/1.1\r\n\r\n");
+    fx_open(&f, NULL, false, "GET /1 HTTP/1.1\r\n\r\n");
     buf_init(&b, BUF_UNLIMITED);
     for (int i = 0; i < 10000; i++) {
         buf_append_str(&b, "0123456789", &err);
     }
-    http_respond_json(h.reqs[0], 200, &b);
+    http_respond_json(f.h.reqs[0], 200, &b);
     EXPECT(b.data == NULL);
-    EXPECT(strstr(out_str(&t), "Content-Length: 100000\r\n") != NULL);
-    EXPECT_EQ_U64(t.out.len, strlen(out_str(&t)));
-    EXPECT(t.out.len > 100000);
-    teardown(&t);
+    EXPECT(out_has(&f, "Content-Length: 100000\r\n"));
+    EXPECT_EQ_U64(f.t.out.len, strlen(fx_out(&f)));
+    EXPECT(f.t.out.len > 100000);
+    teardown(&f.t);
 }
 
 TEST(taken_body_leaves_the_request_empty)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
+    struct fx f;
     struct buf body;
 
-    h.answer_now = false;
-    feed_str(c, "POST /p HTTP/1.1\r\nContent-Length: 3\r\n\r\nxyz");
-    http_req_take_body(h.reqs[0], &body);
+    fx_open(&f, NULL, false,
+            "POST /p HTTP/1.1\r\nContent-Length: 3\r\n\r\nxyz");
+    http_req_take_body(f.h.reqs[0], &body);
     EXPECT_MEM_EQ(body.data, body.len, "xyz", 3);
-    EXPECT_EQ_U64(h.reqs[0]->body.len, 0);
+    EXPECT_EQ_U64(f.h.reqs[0]->body.len, 0);
     buf_free(&body);
-    th_answer(h.reqs[0]);
-    teardown(&t);
+    th_answer(f.h.reqs[0]);
+    teardown(&f.t);
 }
 
 TEST(hundred_pipelined_requests_in_one_feed_answer_in_order)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
+    char names[100][32];
+    const char *want[100];
+    struct fx f;
+    struct http_conn *c = fx_open(&f, NULL, false, NULL);
     struct buf in;
     struct err err;
-    const char *p;
 
-    h.answer_now = false;
     buf_init(&in, BUF_UNLIMITED);
     for (int i = 0; i < 100; i++) {
         buf_printf(&in, &err, "GET /r%d HTTP/1.1\r\n\r\n", i);
+        snprintf(names[i], sizeof(names[i]), "GET /r%d q", i);
+        want[i] = names[i];
     }
     http_conn_feed(c, in.data, in.len);
-    EXPECT_EQ_I64(h.n, 100);
+    EXPECT_EQ_I64(f.h.n, 100);
     for (int i = 99; i >= 0; i--) {
-        th_answer(h.reqs[i]);
+        th_answer(f.h.reqs[i]);
     }
-    p = out_str(&t);
-    for (int i = 0; i < 100; i++) {
-        char want[32];
-
-        snprintf(want, sizeof(want), "GET /r%d q", i);
-        p = strstr(p, want);
-        EXPECT(p != NULL);
-        if (p == NULL) {
-            break;
-        }
-    }
+    expect_in_order(&f, want, 100);
     buf_free(&in);
-    teardown(&t);
+    teardown(&f.t);
 }
 
 TEST(chunked_trailers_are_ignored_and_leave_the_request_intact)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
+    struct fx f;
+    struct http_conn *c = fx_open(&f, NULL, false, NULL);
     struct buf in;
     struct err err;
 
-    h.answer_now = false;
     buf_init(&in, BUF_UNLIMITED);
     buf_append_str(&in,
                    "POST /t?q HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
@@ -600,14 +596,16 @@ TEST(chunked_trailers_are_ignored_and_leave_the_request_intact)
     }
     buf_append_str(&in, "\r\n\r\n", &err);
     http_conn_feed(c, in.data, in.len);
-    EXPECT_EQ_I64(h.n, 1);
-    EXPECT(http_req_header(h.reqs[0], "x-trailer") == NULL);
-    th_answer(h.reqs[0]);
-    EXPECT(strstr(out_str(&t), "POST /t q=q b=ok") != NULL);
+    EXPECT_EQ_I64(f.h.n, 1);
+    EXPECT(http_req_header(f.h.reqs[0], "x-trailer") == NULL);
+    th_answer(f.h.reqs[0]);
+    EXPECT(out_has(&f, "POST /t q=q b=ok"));
     buf_free(&in);
-    teardown(&t);
+    teardown(&f.t);
 }
 
+/* Look name up in req's query: the call's result, and the value or "" in
+ * out. */
 static int query(struct http_req *req, const char *name, char *out, size_t size)
 {
     struct buf b;
@@ -623,50 +621,59 @@ static int query(struct http_req *req, const char *name, char *out, size_t size)
 
 TEST(query_parameters_are_found_and_form_decoded)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
+    static const struct {
+        const char *name;
+        int rc;
+        const char *value; /* NULL: not checked */
+    } cases[] = {
+        {"stats", 0, "lanes"},
+        {"a", 0, "b c+d%zz"},
+        {"flag", 0, ""},
+        {"e", 0, ""},
+        {"stat", ERR_NOT_FOUND, NULL},
+        {"long", ERR_TOO_BIG, NULL},
+    };
+    struct fx f;
     char v[64];
 
-    h.answer_now = false;
-    feed_str(c, "GET /q?stats=lanes&flag&a=b+c%2Bd%zz&e=&a=2&long="
-                "01234567890123456789 HTTP/1.1\r\n\r\n");
-    EXPECT_EQ_I64(query(h.reqs[0], "stats", v, sizeof(v)), 0);
-    EXPECT_STR_EQ(v, "lanes");
-    EXPECT_EQ_I64(query(h.reqs[0], "a", v, sizeof(v)), 0);
-    EXPECT_STR_EQ(v, "b c+d%zz");
-    EXPECT_EQ_I64(query(h.reqs[0], "flag", v, sizeof(v)), 0);
-    EXPECT_STR_EQ(v, "");
-    EXPECT_EQ_I64(query(h.reqs[0], "e", v, sizeof(v)), 0);
-    EXPECT_STR_EQ(v, "");
-    EXPECT_EQ_I64(query(h.reqs[0], "stat", v, sizeof(v)), ERR_NOT_FOUND);
-    EXPECT_EQ_I64(query(h.reqs[0], "long", v, sizeof(v)), ERR_TOO_BIG);
-    th_answer(h.reqs[0]);
-    teardown(&t);
+    fx_open(&f, NULL, false,
+            "GET /q?stats=lanes&flag&a=b+c%2Bd%zz&e=&a=2&long="
+            "01234567890123456789 HTTP/1.1\r\n\r\n");
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int rc = query(f.h.reqs[0], cases[i].name, v, sizeof(v));
+
+        if (rc != cases[i].rc) {
+            HARNESS_FAIL("query %s: rc %d != %d", cases[i].name, rc,
+                         cases[i].rc);
+        }
+        if (cases[i].value != NULL && strcmp(v, cases[i].value) != 0) {
+            HARNESS_FAIL("query %s: \"%s\" != \"%s\"", cases[i].name, v,
+                         cases[i].value);
+        }
+    }
+    th_answer(f.h.reqs[0]);
+    teardown(&f.t);
 }
 
 TEST(shutdown_answers_every_queued_request_and_closes_after_the_last)
 {
-    struct tio t;
-    struct th h;
-    struct http_conn *c = setup(&t, &h, NULL);
+    struct fx f;
     const char *o;
 
-    h.answer_now = false;
-    feed_str(c, "GET /1 HTTP/1.1\r\n\r\nGET /2 HTTP/1.1\r\n\r\n"
-                "GET /3 HTTP/1.1\r\n\r\n");
-    http_conn_shutdown(c);
-    th_answer(h.reqs[1]);
-    th_answer(h.reqs[0]);
-    EXPECT(!t.is_closed);
-    th_answer(h.reqs[2]);
-    o = out_str(&t);
-    EXPECT(strstr(o, "GET /1") != NULL && strstr(o, "GET /2") != NULL &&
-           strstr(o, "GET /3") != NULL);
+    http_conn_shutdown(fx_open(&f, NULL, false,
+                               "GET /1 HTTP/1.1\r\n\r\nGET /2 HTTP/1.1\r\n\r\n"
+                               "GET /3 HTTP/1.1\r\n\r\n"));
+    th_answer(f.h.reqs[1]);
+    th_answer(f.h.reqs[0]);
+    EXPECT(!f.t.is_closed);
+    th_answer(f.h.reqs[2]);
+    o = fx_out(&f);
+    EXPECT(out_has(&f, "GET /1") && out_has(&f, "GET /2") &&
+           out_has(&f, "GET /3"));
     /* only the last answer announces the close */
-    EXPECT(strstr(o, "Connection: close") != NULL);
+    EXPECT(out_has(&f, "Connection: close"));
     EXPECT(strstr(o, "Connection: close") > strstr(o, "GET /2"));
     EXPECT(strstr(o, "Connection: close") < strstr(o, "GET /3"));
-    EXPECT(t.is_closed);
-    teardown(&t);
+    EXPECT(f.t.is_closed);
+    teardown(&f.t);
 }
