@@ -83,6 +83,85 @@ static struct kv_result put1(struct env *e, int64_t stamp, struct kv_op o,
     return a->results[0];
 }
 
+/* A put of key that expires ttl seconds after its stamp. */
+static struct kv_op op_ttl(const char *key, const char *value, int64_t ttl)
+{
+    struct kv_op o = op_put(key, value);
+
+    o.forever = false;
+    o.ttl_seconds = ttl;
+    return o;
+}
+
+/* Apply o at stamp; returns the version of its result. */
+static uint64_t put_at(struct env *e, int64_t stamp, struct kv_op o)
+{
+    struct kv_answer a;
+    uint64_t v = put1(e, stamp, o, &a).version;
+
+    kv_answer_free(&a);
+    return v;
+}
+
+/* Apply o at stamp and expect it not to apply, for reason. */
+static void put_lost(struct env *e, int64_t stamp, struct kv_op o, int reason)
+{
+    struct kv_answer a;
+    struct kv_result r = put1(e, stamp, o, &a);
+
+    if (r.applied || r.reason != reason) {
+        HARNESS_FAIL("put at %" PRId64 ": applied %d reason %d, want lost "
+                     "with %d",
+                     stamp, (int)r.applied, (int)r.reason, reason);
+    }
+    kv_answer_free(&a);
+}
+
+/* Apply o at stamp and expect it to lose for reason to the row at version
+ * holding value (NULL: to no row, so the answer carries no value). */
+static void put_lost_to(struct env *e, int64_t stamp, struct kv_op o,
+                        int reason, uint64_t version, const char *value)
+{
+    struct kv_answer a;
+    struct kv_result r = put1(e, stamp, o, &a);
+
+    if (r.applied || r.reason != reason || r.version != version) {
+        HARNESS_FAIL("put at %" PRId64 ": applied %d reason %d version %" PRIu64
+                     ", want lost with %d to version %" PRIu64,
+                     stamp, (int)r.applied, (int)r.reason, r.version, reason,
+                     version);
+    }
+    if (value == NULL ? r.has_value
+                      : r.value.len != strlen(value) ||
+                            memcmp(r.value.ptr, value, r.value.len) != 0) {
+        HARNESS_FAIL("put at %" PRId64 ": value \"%.*s\" (has %d), want %s",
+                     stamp, (int)r.value.len,
+                     r.value.ptr != NULL ? r.value.ptr : "", (int)r.has_value,
+                     value == NULL ? "none" : value);
+    }
+    kv_answer_free(&a);
+}
+
+/* Whether a get of key at now finds a live row. */
+static bool found_at(struct env *e, int64_t now, const char *key)
+{
+    struct kv_answer a;
+    bool found = get1(e, now, key, &a).found;
+
+    kv_answer_free(&a);
+    return found;
+}
+
+/* The time of the oldest expiry row (0: none). */
+static int64_t oldest_expiry(struct env *e)
+{
+    int64_t oldest = 0;
+    struct err err = {0};
+
+    EXPECT_EQ_I64(store_kv_oldest_expiry(e->store, &oldest, &err), 0);
+    return oldest;
+}
+
 TEST(sink_keys_round_trip_through_put_and_get)
 {
     const char *keys[] = {"s3:default:orders:lease", "s3:sink-2:a%2Fb:intent",
@@ -149,15 +228,9 @@ TEST(put_if_absent_loses_to_a_live_row_with_exists)
     uint64_t v1;
 
     env_open(&e);
-    v1 = put1(&e, T0, op_put("k", "1"), &a).version;
-    kv_answer_free(&a);
+    v1 = put_at(&e, T0, op_put("k", "1"));
     o.op = KV_PUT_IF_ABSENT;
-    r = put1(&e, T0 + 1, o, &a);
-    EXPECT(!r.applied);
-    EXPECT_EQ_I64(r.reason, KV_REASON_EXISTS);
-    EXPECT_EQ_U64(r.version, v1);
-    EXPECT_MEM_EQ(r.value.ptr, r.value.len, "1", 1);
-    kv_answer_free(&a);
+    put_lost_to(&e, T0 + 1, o, KV_REASON_EXISTS, v1, "1");
     r = get1(&e, T0 + 2, "k", &a);
     EXPECT_MEM_EQ(r.value.ptr, r.value.len, "1", 1);
     kv_answer_free(&a);
@@ -168,17 +241,11 @@ TEST(put_if_absent_wins_over_an_expired_unswept_row)
 {
     struct env e = {0};
     struct kv_answer a;
-    struct kv_op o = op_put("k", "1");
+    struct kv_op o = op_put("k", "2");
     struct kv_result r;
-    int64_t oldest = 0;
-    struct err err = {0};
 
     env_open(&e);
-    o.forever = false;
-    o.ttl_seconds = 5;
-    put1(&e, T0, o, &a);
-    kv_answer_free(&a);
-    o = op_put("k", "2");
+    put_at(&e, T0, op_ttl("k", "1", 5));
     o.op = KV_PUT_IF_ABSENT;
     r = put1(&e, T0 + 5 * S, o, &a); /* expired at exactly its stamp */
     EXPECT(r.applied);
@@ -189,8 +256,7 @@ TEST(put_if_absent_wins_over_an_expired_unswept_row)
     EXPECT_EQ_I64(r.expires_at, 0);
     kv_answer_free(&a);
     /* (3): the old expiry row went with the old row. */
-    EXPECT_EQ_I64(store_kv_oldest_expiry(e.store, &oldest, &err), 0);
-    EXPECT_EQ_I64(oldest, 0);
+    EXPECT_EQ_I64(oldest_expiry(&e), 0);
     env_close(&e);
 }
 
@@ -210,16 +276,12 @@ TEST(put_if_absent_wins_over_a_swept_row)
 {
     struct env e = {0};
     struct kv_answer a;
-    struct kv_op o = op_put("k", "1");
+    struct kv_op o = op_put("k", "2");
     struct kv_result r;
 
     env_open(&e);
-    o.forever = false;
-    o.ttl_seconds = 1;
-    put1(&e, T0, o, &a);
-    kv_answer_free(&a);
+    put_at(&e, T0, op_ttl("k", "1", 1));
     EXPECT_EQ_U64(sweep(&e, T0 + 2 * S, 512), 1);
-    o = op_put("k", "2");
     o.op = KV_PUT_IF_ABSENT;
     r = put1(&e, T0 + 3 * S, o, &a);
     EXPECT(r.applied);
@@ -238,8 +300,7 @@ TEST(expect_applies_with_the_right_version_and_loses_with_a_stale_one)
     uint64_t v2;
 
     env_open(&e);
-    v1 = put1(&e, T0, op_put("k", "1"), &a).version;
-    kv_answer_free(&a);
+    v1 = put_at(&e, T0, op_put("k", "1"));
     o.has_expect = true;
     o.expect = v1;
     r = put1(&e, T0 + 1, o, &a);
@@ -248,34 +309,21 @@ TEST(expect_applies_with_the_right_version_and_loses_with_a_stale_one)
     EXPECT(v2 != v1);
     kv_answer_free(&a);
     o.value = sl("3");
-    r = put1(&e, T0 + 2, o, &a); /* v1 is stale now */
-    EXPECT(!r.applied);
-    EXPECT_EQ_I64(r.reason, KV_REASON_VERSION);
-    EXPECT_EQ_U64(r.version, v2);
-    EXPECT_MEM_EQ(r.value.ptr, r.value.len, "2", 1);
-    kv_answer_free(&a);
+    /* v1 is stale now */
+    put_lost_to(&e, T0 + 2, o, KV_REASON_VERSION, v2, "2");
     env_close(&e);
 }
 
 TEST(expect_n_never_creates)
 {
     struct env e = {0};
-    struct kv_answer a;
     struct kv_op o = op_put("nope", "1");
-    struct kv_result r;
 
     env_open(&e);
     o.has_expect = true;
     o.expect = 7;
-    r = put1(&e, T0, o, &a);
-    EXPECT(!r.applied);
-    EXPECT_EQ_I64(r.reason, KV_REASON_ABSENT);
-    EXPECT_EQ_U64(r.version, 0);
-    EXPECT(!r.has_value);
-    kv_answer_free(&a);
-    r = get1(&e, T0 + 1, "nope", &a);
-    EXPECT(!r.found);
-    kv_answer_free(&a);
+    put_lost_to(&e, T0, o, KV_REASON_ABSENT, 0, NULL);
+    EXPECT(!found_at(&e, T0 + 1, "nope"));
     env_close(&e);
 }
 
@@ -284,14 +332,12 @@ TEST(a_lost_required_write_rolls_back_the_whole_batch)
     struct env e = {0};
     struct kv_answer a;
     struct kv_op ops[2] = {op_put("a", "1"), op_put("b", "2")};
-    struct kv_result r;
     uint64_t vb;
     uint64_t last = 0;
     struct err err = {0};
 
     env_open(&e);
-    vb = put1(&e, T0, op_put("b", "0"), &a).version;
-    kv_answer_free(&a);
+    vb = put_at(&e, T0, op_put("b", "0"));
     ops[1].op = KV_PUT_IF_ABSENT;
     ops[1].required = true;
     EXPECT_EQ_I64(kv_apply(&e, T0 + 1, ops, 2, &a), ERR_PRECONDITION);
@@ -300,9 +346,7 @@ TEST(a_lost_required_write_rolls_back_the_whole_batch)
     EXPECT_EQ_U64(a.version, vb);
     EXPECT_MEM_EQ(a.value.ptr, a.value.len, "0", 1);
     kv_answer_free(&a);
-    r = get1(&e, T0 + 2, "a", &a);
-    EXPECT(!r.found);
-    kv_answer_free(&a);
+    EXPECT(!found_at(&e, T0 + 2, "a"));
     EXPECT_EQ_I64(store_kv_last_version(e.store, &last, &err), 0);
     EXPECT_EQ_U64(last, vb);
     env_close(&e);
@@ -344,22 +388,16 @@ TEST(a_ttl_row_expires_at_its_stamp_not_earlier_and_is_swept)
 {
     struct env e = {0};
     struct kv_answer a;
-    struct kv_op o = op_put("t", "1");
     struct kv_result r;
     int64_t exp = T0 + 10 * S;
 
     env_open(&e);
-    o.forever = false;
-    o.ttl_seconds = 10;
-    put1(&e, T0, o, &a);
-    kv_answer_free(&a);
+    put_at(&e, T0, op_ttl("t", "1", 10));
     r = get1(&e, exp - 1, "t", &a);
     EXPECT(r.found);
     EXPECT_EQ_I64(r.expires_at, exp);
     kv_answer_free(&a);
-    r = get1(&e, exp, "t", &a);
-    EXPECT(!r.found);
-    kv_answer_free(&a);
+    EXPECT(!found_at(&e, exp, "t"));
     EXPECT_EQ_U64(sweep(&e, exp - 1, 512), 0);
     EXPECT_EQ_U64(sweep(&e, exp, 512), 1);
     EXPECT_EQ_U64(sweep(&e, exp + S, 512), 0);
@@ -376,35 +414,22 @@ TEST(a_ttl_row_with_the_longest_key_applies_and_is_swept)
     char key[512];
     size_t n = 511 - 17 - strlen("queen-s3"); /* the longest store key */
     struct kv_op o;
-    struct kv_result r;
-    int64_t oldest = 0;
-    struct err err = {0};
 
     memset(key, 'k', n);
     key[n] = '\0';
     env_open(&e);
-    o = op_put(key, "1");
-    o.forever = false;
-    o.ttl_seconds = 10;
-    r = put1(&e, T0, o, &a);
-    EXPECT(r.applied);
+    o = op_ttl(key, "1", 10);
+    EXPECT(put1(&e, T0, o, &a).applied);
     kv_answer_free(&a);
     o.ttl_seconds = 20; /* moves the index row */
-    r = put1(&e, T0 + S, o, &a);
-    EXPECT(r.applied);
+    EXPECT(put1(&e, T0 + S, o, &a).applied);
     kv_answer_free(&a);
-    EXPECT_EQ_I64(store_kv_oldest_expiry(e.store, &oldest, &err), 0);
-    EXPECT_EQ_I64(oldest, T0 + 21 * S);
-    r = get1(&e, T0 + 15 * S, key, &a);
-    EXPECT(r.found);
-    kv_answer_free(&a);
+    EXPECT_EQ_I64(oldest_expiry(&e), T0 + 21 * S);
+    EXPECT(found_at(&e, T0 + 15 * S, key));
     EXPECT_EQ_U64(sweep(&e, T0 + 20 * S, 512), 0);
     EXPECT_EQ_U64(sweep(&e, T0 + 21 * S, 512), 1);
-    r = get1(&e, T0 + 2 * S, key, &a);
-    EXPECT(!r.found);
-    kv_answer_free(&a);
-    EXPECT_EQ_I64(store_kv_oldest_expiry(e.store, &oldest, &err), 0);
-    EXPECT_EQ_I64(oldest, 0);
+    EXPECT(!found_at(&e, T0 + 2 * S, key));
+    EXPECT_EQ_I64(oldest_expiry(&e), 0);
     env_close(&e);
 }
 
@@ -414,27 +439,18 @@ TEST(the_sweep_is_bounded_and_goes_oldest_first)
     struct kv_answer a;
     struct kv_op ops[200];
     char keys[200][16];
-    struct kv_result r;
 
     env_open(&e);
     for (int i = 0; i < 200; i++) {
         snprintf(keys[i], sizeof(keys[i]), "x%03d", i);
-        ops[i] = op_put(keys[i], "1");
-        ops[i].forever = false;
-        ops[i].ttl_seconds = 200 - i; /* x199 expires first */
+        ops[i] = op_ttl(keys[i], "1", 200 - i); /* x199 expires first */
     }
     EXPECT_EQ_I64(kv_apply(&e, T0, ops, 200, &a), 0);
     kv_answer_free(&a);
     EXPECT_EQ_U64(sweep(&e, T0 + 1000 * S, 150), 150);
-    r = get1(&e, T0, "x050", &a); /* 150 s: the 150th oldest, swept */
-    EXPECT(!r.found);
-    kv_answer_free(&a);
-    r = get1(&e, T0, "x049", &a); /* 151 s: kept for the next step */
-    EXPECT(r.found);
-    kv_answer_free(&a);
-    r = get1(&e, T0, "x000", &a); /* 200 s: the oldest expiry survives */
-    EXPECT(r.found);
-    kv_answer_free(&a);
+    EXPECT(!found_at(&e, T0, "x050")); /* 150 s: the 150th oldest, swept */
+    EXPECT(found_at(&e, T0, "x049"));  /* 151 s: kept for the next step */
+    EXPECT(found_at(&e, T0, "x000"));  /* 200 s: the oldest expiry survives */
     EXPECT_EQ_U64(sweep(&e, T0 + 1000 * S, 512), 50);
     env_close(&e);
 }
@@ -544,23 +560,19 @@ TEST(delete_rules_for_live_expired_and_absent_rows)
 {
     struct env e = {0};
     struct kv_answer a;
-    struct kv_op o = op_put("d", "1");
     struct kv_op del = {0};
     struct kv_result r;
     uint64_t v;
 
     env_open(&e);
-    v = put1(&e, T0, o, &a).version;
-    kv_answer_free(&a);
+    v = put_at(&e, T0, op_put("d", "1"));
     del.op = KV_DELETE;
     del.ns = sl("queen-s3");
     del.key = sl("d");
     del.has_expect = true;
     del.expect = 0;
-    r = put1(&e, T0 + 1, del, &a); /* expect 0 against a live row */
-    EXPECT(!r.applied);
-    EXPECT_EQ_I64(r.reason, KV_REASON_EXISTS);
-    kv_answer_free(&a);
+    /* expect 0 against a live row */
+    put_lost(&e, T0 + 1, del, KV_REASON_EXISTS);
     del.expect = v + 100;
     r = put1(&e, T0 + 2, del, &a);
     EXPECT_EQ_I64(r.reason, KV_REASON_VERSION);
@@ -571,19 +583,10 @@ TEST(delete_rules_for_live_expired_and_absent_rows)
     EXPECT_EQ_U64(r.version, v);
     EXPECT_MEM_EQ(r.value.ptr, r.value.len, "1", 1);
     kv_answer_free(&a);
-    r = put1(&e, T0 + 4, del, &a);
-    EXPECT(!r.applied);
-    EXPECT_EQ_I64(r.reason, KV_REASON_ABSENT);
-    kv_answer_free(&a);
+    put_lost(&e, T0 + 4, del, KV_REASON_ABSENT);
     /* An expired row: removed, answered absent. */
-    o.forever = false;
-    o.ttl_seconds = 1;
-    put1(&e, T0 + 5, o, &a);
-    kv_answer_free(&a);
-    r = put1(&e, T0 + 5 + 2 * S, del, &a);
-    EXPECT(!r.applied);
-    EXPECT_EQ_I64(r.reason, KV_REASON_ABSENT);
-    kv_answer_free(&a);
+    put_at(&e, T0 + 5, op_ttl("d", "1", 1));
+    put_lost(&e, T0 + 5 + 2 * S, del, KV_REASON_ABSENT);
     EXPECT_EQ_U64(sweep(&e, T0 + 10 * S, 512), 0); /* already gone */
     del.has_expect = true;
     del.expect = 0;
@@ -598,16 +601,11 @@ TEST(put_replaces_the_expiry_instead_of_inheriting_it)
 {
     struct env e = {0};
     struct kv_answer a;
-    struct kv_op o = op_put("r", "1");
     struct kv_result r;
 
     env_open(&e);
-    o.forever = false;
-    o.ttl_seconds = 5;
-    put1(&e, T0, o, &a);
-    kv_answer_free(&a);
-    put1(&e, T0 + 1, op_put("r", "2"), &a); /* forever now */
-    kv_answer_free(&a);
+    put_at(&e, T0, op_ttl("r", "1", 5));
+    put_at(&e, T0 + 1, op_put("r", "2")); /* forever now */
     r = get1(&e, T0 + 60 * S, "r", &a);
     EXPECT(r.found);
     EXPECT_EQ_I64(r.expires_at, 0);
