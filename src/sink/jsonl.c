@@ -42,8 +42,17 @@ struct ts_cache {
     char text[32];
 };
 
+/* Input per zstd job: the least that keeps the worker's buffers (a few
+ * jobs in flight plus the 2 MiB level-3 window) near 6 MiB. */
+#define JSONL_ZSTD_JOB ((size_t)1024 * 1024)
+
+struct jsonl_cctx {
+    ZSTD_CCtx *zc;
+};
+
 struct jsonl_writer {
     enum jsonl_codec codec;
+    bool owns_zc;     /* zc is the writer's own, not a jsonl_cctx's */
     struct buf out;   /* the body so far (compressed unless none) */
     struct buf stage; /* plain lines not yet compressed */
     ZSTD_CCtx *zc;
@@ -99,7 +108,41 @@ const char *jsonl_writer_string(enum jsonl_codec c)
                              : "queen-s3/2.0.0 jsonl";
 }
 
-struct jsonl_writer *jsonl_writer_new(enum jsonl_codec c, size_t max_bytes)
+static ZSTD_CCtx *zstd_new(void)
+{
+    ZSTD_CCtx *zc = ZSTD_createCCtx();
+
+    ASSERT(zc != NULL);
+    ASSERT(
+        !ZSTD_isError(ZSTD_CCtx_setParameter(zc, ZSTD_c_compressionLevel, 3)));
+    /* A libzstd built without threads refuses: it then compresses inline,
+     * in another (equally valid, equally deterministic) frame layout. */
+    if (!ZSTD_isError(ZSTD_CCtx_setParameter(zc, ZSTD_c_nbWorkers, 1))) {
+        ASSERT(!ZSTD_isError(
+            ZSTD_CCtx_setParameter(zc, ZSTD_c_jobSize, (int)JSONL_ZSTD_JOB)));
+    }
+    return zc;
+}
+
+struct jsonl_cctx *jsonl_cctx_new(void)
+{
+    struct jsonl_cctx *z = xcalloc(1, sizeof(*z));
+
+    z->zc = zstd_new();
+    return z;
+}
+
+void jsonl_cctx_free(struct jsonl_cctx *z)
+{
+    if (z == NULL) {
+        return;
+    }
+    ZSTD_freeCCtx(z->zc);
+    free(z);
+}
+
+static struct jsonl_writer *writer_new(enum jsonl_codec c, size_t max_bytes,
+                                       struct jsonl_cctx *z)
 {
     struct jsonl_writer *w = xcalloc(1, sizeof(*w));
 
@@ -107,11 +150,12 @@ struct jsonl_writer *jsonl_writer_new(enum jsonl_codec c, size_t max_bytes)
     buf_init(&w->out, max_bytes == 0 ? BUF_UNLIMITED : max_bytes);
     buf_init(&w->stage, BUF_UNLIMITED);
     buf_init(&w->last_part, BUF_UNLIMITED);
-    if (c == JSONL_ZSTD) {
-        w->zc = ZSTD_createCCtx();
-        ASSERT(w->zc != NULL);
-        ASSERT(!ZSTD_isError(
-            ZSTD_CCtx_setParameter(w->zc, ZSTD_c_compressionLevel, 3)));
+    if (c == JSONL_ZSTD && z != NULL) {
+        w->zc = z->zc;
+        ASSERT(!ZSTD_isError(ZSTD_CCtx_reset(w->zc, ZSTD_reset_session_only)));
+    } else if (c == JSONL_ZSTD) {
+        w->zc = zstd_new();
+        w->owns_zc = true;
     } else if (c == JSONL_GZIP) {
         ASSERT(deflateInit2(&w->zs, 6, Z_DEFLATED, 15 + 16, 8,
                             Z_DEFAULT_STRATEGY) == Z_OK);
@@ -123,11 +167,16 @@ struct jsonl_writer *jsonl_writer_new(enum jsonl_codec c, size_t max_bytes)
     return w;
 }
 
-struct jsonl_writer *jsonl_writer_new_reusing(enum jsonl_codec c,
-                                              size_t max_bytes,
-                                              struct buf *spare)
+struct jsonl_writer *jsonl_writer_new(enum jsonl_codec c, size_t max_bytes)
 {
-    struct jsonl_writer *w = jsonl_writer_new(c, max_bytes);
+    return writer_new(c, max_bytes, NULL);
+}
+
+struct jsonl_writer *jsonl_writer_new_with(enum jsonl_codec c, size_t max_bytes,
+                                           struct buf *spare,
+                                           struct jsonl_cctx *z)
+{
+    struct jsonl_writer *w = writer_new(c, max_bytes, z);
 
     w->out.data = spare->data;
     w->out.cap = spare->cap;
@@ -143,7 +192,9 @@ void jsonl_writer_free(struct jsonl_writer *w)
     if (w == NULL) {
         return;
     }
-    ZSTD_freeCCtx(w->zc);
+    if (w->owns_zc) {
+        ZSTD_freeCCtx(w->zc);
+    }
     if (w->zs_open) {
         deflateEnd(&w->zs);
     }

@@ -490,3 +490,65 @@ TEST(order_error_quotes_control_bytes_escaped)
     EXPECT(strncmp(err.msg, want, strlen(want)) == 0);
     jsonl_writer_free(w);
 }
+
+/* The corpus through a writer on context z (NULL: its own). */
+static void write_corpus_with(struct jsonl_cctx *z, size_t n, struct buf *out)
+{
+    struct buf spare;
+    struct err err;
+    char txn[32];
+
+    buf_init(&spare, BUF_UNLIMITED);
+    struct jsonl_writer *w = jsonl_writer_new_with(JSONL_ZSTD, 0, &spare, z);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(txn, sizeof(txn), "txn-%zu", i);
+        struct sink_record r =
+            rec("p", (int64_t)i, txn, 1788516000000000 + (int64_t)i * 1000,
+                payloads[i % 4]);
+        EXPECT_EQ_I64(jsonl_writer_add(w, &r, &err), 0);
+    }
+    buf_init(out, BUF_UNLIMITED);
+    EXPECT_EQ_I64(jsonl_writer_finish(w, out, &err), 0);
+    jsonl_writer_free(w);
+    buf_free(&spare);
+}
+
+TEST(a_shared_zstd_context_writes_the_bytes_of_a_fresh_one)
+{
+    struct jsonl_cctx *z = jsonl_cctx_new();
+    struct buf fresh;
+    struct buf shared;
+    struct buf plain;
+    struct err err;
+
+    /* 40,000 lines (~3 MiB): several compression jobs, one frame */
+    write_corpus_with(NULL, 40000, &fresh);
+    for (int round = 0; round < 3; round++) {
+        write_corpus_with(z, 40000, &shared);
+        EXPECT_MEM_EQ(shared.data, shared.len, fresh.data, fresh.len);
+        buf_free(&shared);
+    }
+    /* a writer dropped halfway leaves the context usable */
+    struct buf spare;
+    buf_init(&spare, BUF_UNLIMITED);
+    struct jsonl_writer *w = jsonl_writer_new_with(JSONL_ZSTD, 0, &spare, z);
+    for (int i = 0; i < 20000; i++) {
+        struct sink_record r = rec("p", i, "t", 0, payloads[0]);
+        EXPECT_EQ_I64(jsonl_writer_add(w, &r, &err), 0);
+    }
+    jsonl_writer_free(w);
+    buf_free(&spare);
+    write_corpus_with(z, 40000, &shared);
+    EXPECT_MEM_EQ(shared.data, shared.len, fresh.data, fresh.len);
+    unzstd(&shared, &plain);
+    EXPECT_EQ_U64(ZSTD_getFrameContentSize(shared.data, shared.len),
+                  ZSTD_CONTENTSIZE_UNKNOWN);
+    EXPECT_EQ_U64(ZSTD_findFrameCompressedSize(shared.data, shared.len),
+                  shared.len); /* exactly one frame */
+    EXPECT(plain.len > 3u * 1024 * 1024);
+    EXPECT(memcmp(plain.data, "{\"partition\":\"p\",\"offset\":0,", 28) == 0);
+    buf_free(&plain);
+    buf_free(&shared);
+    buf_free(&fresh);
+    jsonl_cctx_free(z);
+}
