@@ -93,6 +93,57 @@ struct sampler {
     uint64_t suppressed;
 };
 
+/* The window whose objects go up on the uploader thread while the engine
+ * reads the next one (overlap_upload):
+ *
+ *   NONE --upload_objects(): built, thread started--> PUTTING
+ *   PUTTING --bg_poll(): landed--------------------> COMMIT
+ *   PUTTING --bg_poll(): retriable failure---------> RETRY
+ *   RETRY --bg_poll(): backoff over, thread again--> PUTTING
+ *   COMMIT --bg_poll(): commit pointer written-----> NONE
+ *
+ * The engine was told the window committed when it asked for the commit
+ * (do_commit), so it reads the next window meanwhile; the driver itself
+ * holds every write that must follow the commit (the next intent, a
+ * checkpoint) until bg_poll() wrote the pointer, and its status reports the
+ * pointer as written, not the engine's belief. */
+enum bg_state { BG_NONE, BG_PUTTING, BG_RETRY, BG_COMMIT };
+
+/* An encoded document and its key. */
+struct doc_out {
+    struct buf body;
+    struct buf key;
+};
+
+struct object;
+
+struct bg {
+    enum bg_state state;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool is_done; /* the thread ended its pass (under mu) */
+    bool has_th;  /* th is to be joined */
+    int rc;       /* the pass: 0 every object and the manifest landed */
+    bool is_retriable;
+    bool hit_mid_upload; /* return mode: stopped at the crash point */
+    int64_t retry_after_ms;
+    int64_t retry_at;
+    char why[512];
+    struct object *o;
+    size_t n;
+    size_t landed; /* objects stored, in order */
+    bool is_manifest_landed;
+    struct doc_out manifest;
+    const char *ctype;
+    enum driver_crash crash_at; /* copies for the thread: d->cfg is not */
+    bool crash_returns;
+    int64_t k;
+    bool has_commit; /* the engine asked for the commit: commit, wall */
+    struct engine_commit commit;
+    int64_t commit_wall_ms;
+};
+
 struct driver {
     struct driver_config cfg;
     struct sampler samplers[SAMPLE_KINDS];
@@ -113,6 +164,7 @@ struct driver {
     char redo_comp[32];             /* the redo's compression, as a string */
     struct buf redo_arena;
     struct buf spare_body; /* the last window's body buffer, for the next */
+    struct jsonl_cctx *zc; /* zstd context kept warm across windows */
     enum driver_stop stop;
     char why[256];
     bool is_stop_logged;
@@ -137,7 +189,11 @@ struct driver {
     char last_error[256];
     pthread_mutex_t mu;
     struct driver_status st; /* published at the end of every tick */
+    struct bg bg;
 };
+
+static void bg_clear(struct driver *d);
+static const char *bg_state_name(const struct driver *d);
 
 /* ---- small helpers --------------------------------------------------- */
 
@@ -398,6 +454,10 @@ struct driver *driver_new(const struct driver_config *cfg,
     buf_init(&d->redo_arena, BUF_UNLIMITED);
     buf_init(&d->spare_body, BUF_UNLIMITED);
     pthread_mutex_init(&d->mu, NULL);
+    pthread_mutex_init(&d->bg.mu, NULL);
+    pthread_cond_init(&d->bg.cv, NULL);
+    buf_init(&d->bg.manifest.body, BUF_UNLIMITED);
+    buf_init(&d->bg.manifest.key, DRIVER_KEY_MAX);
     d->retry_after_ms = -1;
     snprintf(d->st.state, sizeof(d->st.state), "restoring");
     return d;
@@ -408,10 +468,16 @@ void driver_free(struct driver *d)
     if (d == NULL) {
         return;
     }
+    bg_clear(d);
     engine_free(d->e);
+    buf_free(&d->bg.manifest.body);
+    buf_free(&d->bg.manifest.key);
+    pthread_mutex_destroy(&d->bg.mu);
+    pthread_cond_destroy(&d->bg.cv);
     buf_free(&d->pend.manifest_key);
     buf_free(&d->redo_arena);
     buf_free(&d->spare_body);
+    jsonl_cctx_free(d->zc);
     free(d->lost);
     pthread_mutex_destroy(&d->mu);
     free(d);
@@ -1105,8 +1171,11 @@ static int build_body(struct driver *d, const struct sink_record *v, size_t n,
     }
     enum jsonl_codec c = JSONL_ZSTD;
     jsonl_codec_parse(d->cfg.compression, &c, err);
-    struct jsonl_writer *w =
-        jsonl_writer_new_reusing(c, d->cfg.object_max_bytes, &d->spare_body);
+    if (c == JSONL_ZSTD && d->zc == NULL) {
+        d->zc = jsonl_cctx_new();
+    }
+    struct jsonl_writer *w = jsonl_writer_new_with(c, d->cfg.object_max_bytes,
+                                                   &d->spare_body, d->zc);
     for (size_t i = 0; rc == 0 && i < n; i++) {
         rc = jsonl_writer_add(w, &v[i], err);
     }
@@ -1217,15 +1286,15 @@ static int put_object(struct driver *d, const char *key, const struct buf *b,
     return -1;
 }
 
-static int put_manifest(struct driver *d, const struct engine_plan *p,
-                        const struct object *o, size_t n, int64_t now)
+/* The manifest of plan p over its objects o[0..n): its body and key. Sets
+ * last_records and last_bytes. Returns 0, or ERR_* with err set. */
+static int manifest_encode(struct driver *d, const struct engine_plan *p,
+                           const struct object *o, size_t n,
+                           struct doc_out *out, struct err *err)
 {
     struct docs_object *v = xcalloc(n + 1, sizeof(*v));
     struct docs_lost *l = xcalloc(p->n_lost + 1, sizeof(*l));
     struct docs_manifest m;
-    struct buf body;
-    struct buf key;
-    struct err err;
     int rc;
 
     memset(&m, 0, sizeof(m));
@@ -1244,7 +1313,7 @@ static int put_manifest(struct driver *d, const struct engine_plan *p,
     const char *comp = "";
     const char *writer = "";
     const char *ext = "";
-    codec_strings(&d->cfg, &comp, &writer, &ext, &err);
+    codec_strings(&d->cfg, &comp, &writer, &ext, err);
     m.sink = cstr(d->cfg.sink);
     m.tenant = cstr(d->cfg.tenant_text);
     m.queue = cstr(d->cfg.queue);
@@ -1264,23 +1333,32 @@ static int put_manifest(struct driver *d, const struct engine_plan *p,
     m.n_lost = p->n_lost;
     m.writer = cstr(writer);
     m.committed_at_ms = d->wall_ms;
-    buf_init(&body, BUF_UNLIMITED);
-    buf_init(&key, DRIVER_KEY_MAX);
-    rc = docs_manifest_encode(&body, &m, &err) != 0 ||
-                 layout_manifest_key(&key, &d->lq, p->k, &err) != 0
-             ? -1
-             : 0;
-    if (rc != 0) {
-        stop(d, DRIVER_FAILED, err.msg);
-    } else {
-        rc = put_object(d, key.data, &body, NULL, "application/json", now);
-    }
+    rc = docs_manifest_encode(&out->body, &m, err);
+    rc = rc != 0 ? rc : layout_manifest_key(&out->key, &d->lq, p->k, err);
     d->last_records = m.records;
     d->last_bytes = m.bytes;
-    buf_free(&key);
-    buf_free(&body);
     free(l);
     free(v);
+    return rc;
+}
+
+static int put_manifest(struct driver *d, const struct engine_plan *p,
+                        const struct object *o, size_t n, int64_t now)
+{
+    struct doc_out m;
+    struct err err;
+    int rc;
+
+    buf_init(&m.body, BUF_UNLIMITED);
+    buf_init(&m.key, DRIVER_KEY_MAX);
+    if (manifest_encode(d, p, o, n, &m, &err) != 0) {
+        stop(d, DRIVER_FAILED, err.msg);
+        rc = -1;
+    } else {
+        rc = put_object(d, m.key.data, &m.body, NULL, "application/json", now);
+    }
+    buf_free(&m.key);
+    buf_free(&m.body);
     return rc;
 }
 
@@ -1336,6 +1414,171 @@ static void use_intent_settings(struct driver *d)
     d->cfg = c;
 }
 
+/* ---- the uploader thread (overlap_upload) ------------------------------ */
+
+/* The mid_upload crash point after the first object: aborts, or (return
+ * mode) tells the ticking thread to stop. true when the pass ends here. */
+static bool bg_mid_upload(struct bg *g)
+{
+    if (g->crash_at != DRIVER_CRASH_MID_UPLOAD) {
+        return false;
+    }
+    if (!g->crash_returns) {
+        log_error("sink", "QUEEN_S3_CRASH_AT fired: aborting");
+        abort();
+    }
+    g->hit_mid_upload = true;
+    return true;
+}
+
+/* between_parts() for the thread, over g's copies. */
+static void bg_between_parts(void *arg, int part_done)
+{
+    struct bg *g = arg;
+
+    UNUSED(part_done);
+    if (g->crash_at == DRIVER_CRASH_MID_UPLOAD && !g->crash_returns) {
+        log_error("sink", "QUEEN_S3_CRASH_AT=mid_upload: aborting between "
+                          "multipart parts");
+        abort();
+    }
+}
+
+/* One pass: the objects not stored yet in order, then the manifest. The
+ * thread touches only g's objects and the S3 client. */
+static void *bg_main(void *arg)
+{
+    struct driver *d = arg;
+    struct bg *g = &d->bg;
+    struct s3_put_result r;
+    struct err err = {0};
+    const char *key = "";
+    int rc = 0;
+
+    memset(&r, 0, sizeof(r));
+    while (rc == 0 && g->landed < g->n) {
+        struct object *x = &g->o[g->landed];
+        struct s3_put p = {x->key.data, x->body.data,     x->body.len,
+                           g->ctype,    bg_between_parts, g,
+                           x->sha256};
+        key = x->key.data;
+        memset(&r, 0, sizeof(r));
+        rc = s3_client_put(d->s3, &p, &r, &err);
+        if (rc == 0 && ++g->landed == 1 && bg_mid_upload(g)) {
+            break;
+        }
+    }
+    if (rc == 0 && !g->hit_mid_upload && !g->is_manifest_landed) {
+        struct s3_put p = {g->manifest.key.data,
+                           g->manifest.body.data,
+                           g->manifest.body.len,
+                           "application/json",
+                           bg_between_parts,
+                           g,
+                           NULL};
+        key = g->manifest.key.data;
+        memset(&r, 0, sizeof(r));
+        rc = s3_client_put(d->s3, &p, &r, &err);
+        g->is_manifest_landed = rc == 0;
+    }
+    pthread_mutex_lock(&g->mu);
+    g->rc = rc;
+    if (rc != 0) {
+        g->is_retriable = s3_retriable(&r.st, rc);
+        g->retry_after_ms = r.st.retry_after_ms;
+        snprintf(g->why, sizeof(g->why), "PUT %s: %s", key, err.msg);
+    }
+    g->is_done = true;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+static void bg_launch(struct driver *d)
+{
+    struct bg *g = &d->bg;
+
+    g->is_done = false;
+    g->rc = 0;
+    g->is_retriable = false;
+    g->hit_mid_upload = false;
+    g->retry_after_ms = -1;
+    g->why[0] = '\0';
+    g->state = BG_PUTTING;
+    g->has_th = pthread_create(&g->th, NULL, bg_main, d) == 0;
+    if (!g->has_th) {
+        bg_main(d); /* no thread to be had: put inline */
+    }
+}
+
+/* Wait for the pass (when wait, or when it is over) and join. true when
+ * the pass is over. */
+static bool bg_join(struct bg *g, bool wait)
+{
+    bool done;
+
+    pthread_mutex_lock(&g->mu);
+    while (wait && !g->is_done) {
+        pthread_cond_wait(&g->cv, &g->mu);
+    }
+    done = g->is_done;
+    pthread_mutex_unlock(&g->mu);
+    if (done && g->has_th) {
+        pthread_join(g->th, NULL);
+        g->has_th = false;
+    }
+    return done;
+}
+
+/* Drop the window going up (stopped, or committed). */
+static void bg_clear(struct driver *d)
+{
+    struct bg *g = &d->bg;
+
+    if (g->state == BG_PUTTING) {
+        bg_join(g, true);
+    }
+    free_objects(d, g->o, g->n);
+    g->o = NULL;
+    g->n = 0;
+    g->has_commit = false;
+    g->state = BG_NONE;
+}
+
+/* The objects of plan p are built: encode the manifest, start the thread,
+ * and tell the engine they landed so it asks for the commit (do_commit
+ * holds it). Takes o. 0; -1 stopped. */
+static int bg_begin(struct driver *d, const struct engine_plan *p,
+                    struct object *o, size_t n, const char *ctype)
+{
+    struct bg *g = &d->bg;
+    struct err err;
+
+    buf_reset(&g->manifest.body);
+    buf_reset(&g->manifest.key);
+    if (manifest_encode(d, p, o, n, &g->manifest, &err) != 0) {
+        stop(d, DRIVER_FAILED, err.msg);
+        free_objects(d, o, n);
+        return -1;
+    }
+    g->o = o;
+    g->n = n;
+    g->landed = 0;
+    g->is_manifest_landed = false;
+    g->ctype = ctype;
+    g->crash_at = d->cfg.crash_at;
+    g->crash_returns = d->cfg.crash_returns;
+    g->k = p->k;
+    g->has_commit = false;
+    g->retry_at = 0;
+    keep_lost(d, p);
+    bg_launch(d);
+    d->attempt = 0;
+    d->pend.kind = PENDING_NONE;
+    engine_on_uploaded(d->e, d->last_records, d->last_bytes);
+    return 0;
+}
+
 static int upload_objects(struct driver *d, int64_t now);
 
 static int do_upload(struct driver *d, int64_t now)
@@ -1377,6 +1620,9 @@ static int upload_objects(struct driver *d, int64_t now)
         set_error(d, "%s", err.msg);
         free_objects(d, o, n);
         return -1;
+    }
+    if (d->cfg.overlap_upload) {
+        return bg_begin(d, p, o, n, ctype);
     }
     for (size_t i = 0; rc == 0 && i < n; i++) {
         rc = put_object(d, o[i].key.data, &o[i].body, o[i].sha256, ctype, now);
@@ -1428,23 +1674,25 @@ static void log_committed(struct driver *d, const struct engine_commit *c)
              lost);
 }
 
-static int do_commit(struct driver *d, int64_t now)
+/* Write the commit pointer of c (its manifest key in mkey, made when
+ * empty). tell_engine: engine_on_committed() after it (false when the
+ * engine was told already: overlap). 0; 1 retry later; -1 stopped. */
+static int commit_write(struct driver *d, const struct engine_commit *c,
+                        struct buf *mkey, int64_t wall_ms, int64_t now,
+                        bool tell_engine)
 {
-    struct engine_commit *c = &d->pend.commit;
     struct buf doc;
     struct err err;
 
     if (crash(d, DRIVER_CRASH_BEFORE_COMMIT)) {
         return -1;
     }
-    if (d->pend.manifest_key.len == 0 &&
-        layout_manifest_key(&d->pend.manifest_key, &d->lq, c->k, &err) != 0) {
+    if (mkey->len == 0 && layout_manifest_key(mkey, &d->lq, c->k, &err) != 0) {
         stop(d, DRIVER_FAILED, err.msg);
         return -1;
     }
-    struct docs_committed cd = {
-        c->k,       c->t_end, buf_slice(&d->pend.manifest_key),
-        c->records, c->bytes, d->pend.commit_wall_ms};
+    struct docs_committed cd = {c->k,       c->t_end, buf_slice(mkey),
+                                c->records, c->bytes, wall_ms};
     buf_init(&doc, KV_VALUE_MAX);
     if (docs_committed_encode(&doc, &cd, &err) != 0) {
         stop(d, DRIVER_FAILED, err.msg);
@@ -1458,8 +1706,9 @@ static int do_commit(struct driver *d, int64_t now)
         return rc;
     }
     d->is_redo = false;
-    engine_on_committed(d->e);
-    d->pend.kind = PENDING_NONE;
+    if (tell_engine) {
+        engine_on_committed(d->e);
+    }
     d->ctr.windows_committed++;
     d->ctr.records += c->records;
     if (d->cfg.format == DRIVER_FORMAT_PARQUET) {
@@ -1474,6 +1723,114 @@ static int do_commit(struct driver *d, int64_t now)
     d->last_error[0] = '\0';
     log_committed(d, c);
     return crash(d, DRIVER_CRASH_AFTER_COMMIT) ? -1 : 0;
+}
+
+static int do_commit(struct driver *d, int64_t now)
+{
+    struct bg *g = &d->bg;
+
+    if (g->state != BG_NONE) {
+        /* Overlap: the pointer waits for the objects (bg_poll); the engine
+         * reads the next window meanwhile. */
+        g->commit = d->pend.commit;
+        g->commit.manifest_key = (struct slice){NULL, 0};
+        g->commit_wall_ms = d->pend.commit_wall_ms;
+        g->has_commit = true;
+        engine_on_committed(d->e);
+        d->pend.kind = PENDING_NONE;
+        return 0;
+    }
+    int rc = commit_write(d, &d->pend.commit, &d->pend.manifest_key,
+                          d->pend.commit_wall_ms, now, true);
+    if (rc == 0) {
+        d->pend.kind = PENDING_NONE;
+    }
+    return rc;
+}
+
+/* The pass is over: its outcome. 0 landed (COMMIT); 1 retry later; -1
+ * stopped. */
+static int bg_outcome(struct driver *d, int64_t now)
+{
+    struct bg *g = &d->bg;
+
+    if (g->hit_mid_upload) {
+        crash(d, DRIVER_CRASH_MID_UPLOAD);
+        return -1;
+    }
+    if (g->rc != 0) {
+        fail_sampled(d, SAMPLE_PUT, "%s", g->why);
+        if (!g->is_retriable) {
+            stop(d, DRIVER_FAILED, g->why);
+            return -1;
+        }
+        retry_later(d, now, g->retry_after_ms);
+        g->retry_at = d->next_at;
+        g->state = BG_RETRY;
+        return 1;
+    }
+    if (crash(d, DRIVER_CRASH_AFTER_UPLOAD)) {
+        return -1;
+    }
+    d->attempt = 0;
+    g->retry_at = 0;
+    g->state = BG_COMMIT;
+    return 0;
+}
+
+/* Move the window going up along (see struct bg); with wait, block until
+ * its pass is over and commit it. 0 go on (with wait: the window is
+ * committed); 1 wait until next_at; -1 stopped. */
+static int bg_poll(struct driver *d, int64_t now, bool wait)
+{
+    struct bg *g = &d->bg;
+
+    if ((g->state == BG_RETRY || g->state == BG_COMMIT) && now < g->retry_at) {
+        if (wait) {
+            d->next_at = g->retry_at;
+            return 1;
+        }
+        return 0;
+    }
+    if (g->state == BG_RETRY) {
+        bg_launch(d);
+    }
+    if (g->state == BG_PUTTING) {
+        if (!bg_join(g, wait)) {
+            return 0;
+        }
+        int rc = bg_outcome(d, now);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    if (g->state != BG_COMMIT || !g->has_commit) {
+        return 0;
+    }
+    d->did_work = true;
+    int rc = commit_write(d, &g->commit, &g->manifest.key, g->commit_wall_ms,
+                          now, false);
+    if (rc == 1) {
+        g->retry_at = d->next_at;
+    } else if (rc == 0) {
+        bg_clear(d);
+    }
+    return rc;
+}
+
+/* The round has nothing left but a wait until at: finish the window going
+ * up instead, if any. 0 go on; 1 wait; -1 stopped. */
+static int wait_until(struct driver *d, int64_t now, int64_t at)
+{
+    if (d->bg.state != BG_NONE) {
+        int rc = bg_poll(d, now, true);
+        if (rc == 1 && at < d->next_at) {
+            d->next_at = at;
+        }
+        return rc;
+    }
+    d->next_at = at;
+    return 1;
 }
 
 static void do_checkpoint(struct driver *d,
@@ -1562,6 +1919,18 @@ static void take_closing(struct driver *d, const struct engine_action *a)
 static int run_pending(struct driver *d, int64_t now)
 {
     d->did_work = true;
+    if (d->bg.state != BG_NONE && d->pend.kind != PENDING_COMMIT) {
+        /* Never two windows in flight: the next intent waits until the
+         * window going up is committed. */
+        int rc = bg_poll(d, now, true);
+        if (rc != 0) {
+            return rc;
+        }
+        if (d->bg.state != BG_NONE) {
+            d->next_at = now + 10;
+            return 1;
+        }
+    }
     switch (d->pend.kind) {
     case PENDING_INTENT:
         return do_intent(d, now);
@@ -1572,6 +1941,30 @@ static int run_pending(struct driver *d, int64_t now)
     default:
         return 0;
     }
+}
+
+/* A checkpoint follows its commit (3.8): with a window still going up,
+ * that window is committed first, or the checkpoint is skipped (it is an
+ * optimisation: the next restart reads more). 0; 1 wait; -1 stopped. */
+static int checkpoint_after_commit(struct driver *d,
+                                   const struct engine_checkpoint_action *a,
+                                   int64_t now)
+{
+    int rc = d->bg.state != BG_NONE ? bg_poll(d, now, true) : 0;
+
+    if (rc < 0) {
+        return rc;
+    }
+    if (d->bg.state != BG_NONE) {
+        log_warn("sink",
+                 "checkpoint not written; the next restart re-reads "
+                 "more, and nothing else queue=%s k=%" PRId64
+                 " error=the commit before it is not written yet",
+                 d->cfg.queue, a->k);
+        return rc;
+    }
+    do_checkpoint(d, a);
+    return 0;
 }
 
 /* Execute one action. 0 go on; 1 wait (next_at set); -1 stopped. *idle_ms
@@ -1597,8 +1990,7 @@ static int run_action(struct driver *d, const struct engine_action *a,
         return 0;
     case ENGINE_ACT_CHECKPOINT:
         d->did_work = true;
-        do_checkpoint(d, &a->u.checkpoint);
-        return 0;
+        return checkpoint_after_commit(d, &a->u.checkpoint, now);
     case ENGINE_ACT_IDLE:
         *idle_ms = a->u.idle_min_wait_ms;
         return 0;
@@ -1617,13 +2009,20 @@ static int run_round(struct driver *d, int64_t now)
     bool is_closing_only =
         d->is_draining && engine_committed_k(d->e) > d->drain_from_k;
 
+    if (d->bg.state != BG_NONE) {
+        /* A drain waits for the window going up (run_pending makes a
+         * closing action wait too). */
+        int rc = bg_poll(d, now, d->is_draining);
+        if (rc != 0) {
+            return rc;
+        }
+    }
     if (d->pend.kind != PENDING_NONE) {
         return run_pending(d, now);
     }
     engine_next_actions(d->e, &acts);
     if (acts.n == 0) {
-        d->next_at = now + (d->is_draining ? 0 : 10);
-        return 1;
+        return wait_until(d, now, now + (d->is_draining ? 0 : 10));
     }
     for (size_t i = 0; i < acts.n; i++) {
         const struct engine_action *a = &acts.v[i];
@@ -1636,12 +2035,10 @@ static int run_round(struct driver *d, int64_t now)
         }
     }
     if (failed) {
-        d->next_at = now + DRIVER_ERROR_DELAY_MS;
-        return 1;
+        return wait_until(d, now, now + DRIVER_ERROR_DELAY_MS);
     }
     if (idle_ms >= 0) {
-        d->next_at = now + (d->is_draining ? 0 : idle_ms);
-        return 1;
+        return wait_until(d, now, now + (d->is_draining ? 0 : idle_ms));
     }
     return 0;
 }
@@ -1652,29 +2049,35 @@ static void begin_drain(struct driver *d)
     bool has_lag = engine_lag(d->e, &lag);
     uint64_t buffered = engine_buffered_bytes(d->e);
     enum engine_state s = engine_state(d->e);
+    bool in_bg = d->bg.state != BG_NONE;
     bool in_flight = s == ENGINE_INTENT || s == ENGINE_UPLOAD ||
-                     s == ENGINE_COMMIT || d->pend.kind != PENDING_NONE;
+                     s == ENGINE_COMMIT || d->pend.kind != PENDING_NONE ||
+                     in_bg;
     /* A known safeTime with nothing complete yet (the first window under
      * earliest) is an unbounded lag: aged. */
     bool aged = has_lag ? lag >= DRIVER_AGED_US
                         : engine_safe_time(d->e) != ENGINE_MIN &&
                               engine_complete_through(d->e) == ENGINE_MIN;
-    bool worth = engine_begin_drain(d->e);
+    /* A window going up is the drain's one window: the engine, which counts
+     * it committed already, is not asked to close another (the driver stops
+     * the reads itself). */
+    bool worth = !in_bg && engine_begin_drain(d->e);
 
-    if (!worth && aged && buffered > 0) {
+    if (!in_bg && !worth && aged && buffered > 0) {
         engine_force_close(d->e);
         worth = true;
     }
     bool closing = worth || in_flight;
     d->is_draining = true;
-    d->drain_from_k = engine_committed_k(d->e);
+    d->drain_from_k = in_bg ? d->bg.k - 1 : engine_committed_k(d->e);
     log_info("sink",
              "%s: stopping the reads queue=%s buffered=%" PRIu64
              " aged=%s closing=%s state=%s",
              atomic_load(&d->giving_back) ? "giving the queue back"
                                           : "shutting down",
              d->cfg.queue, buffered, aged ? "true" : "false",
-             closing ? "true" : "false", engine_state_name(s));
+             closing ? "true" : "false",
+             in_bg ? bg_state_name(d) : engine_state_name(s));
 }
 
 /* The driver logs "queue drained" (its e2e line); the host logs the other
@@ -1685,6 +2088,12 @@ static void log_stop(struct driver *d)
     if (d->stop == DRIVER_DRAINED) {
         log_info("sink", "queue drained queue=%s", d->cfg.queue);
     }
+}
+
+/* The state a window going up shows in status. */
+static const char *bg_state_name(const struct driver *d)
+{
+    return d->bg.state == BG_COMMIT ? "commit" : "upload";
 }
 
 static const char *status_state(const struct driver *d)
@@ -1701,6 +2110,9 @@ static const char *status_state(const struct driver *d)
     if (d->is_draining) {
         return "draining";
     }
+    if (d->bg.state != BG_NONE) {
+        return bg_state_name(d);
+    }
     return engine_state_name(engine_state(d->e));
 }
 
@@ -1714,6 +2126,10 @@ static void publish(struct driver *d)
     s.committed_k = engine_committed_k(d->e);
     s.k = engine_closing_k(d->e) != 0 ? engine_closing_k(d->e)
                                       : s.committed_k + 1;
+    if (d->bg.state != BG_NONE) { /* the pointer, not the engine's belief */
+        s.committed_k = d->bg.k - 1;
+        s.k = d->bg.k;
+    }
     s.has_t_end = d->has_t_end;
     s.t_end = d->last_t_end;
     t = engine_complete_through(d->e);
@@ -1728,6 +2144,7 @@ static void publish(struct driver *d)
     s.partitions = engine_tracked_partitions(d->e);
     s.discovery_partitions = engine_discovery_partitions(d->e);
     s.checkpoint_age = s.committed_k - engine_last_checkpoint_k(d->e);
+    s.checkpoint_age = s.checkpoint_age < 0 ? 0 : s.checkpoint_age;
     s.last_window_records = d->last_records;
     s.last_window_bytes = d->last_bytes;
     s.counters = d->ctr;
@@ -1784,6 +2201,7 @@ static void run_rounds(struct driver *d, int64_t now)
             return;
         }
         if (d->is_draining && d->pend.kind == PENDING_NONE &&
+            d->bg.state == BG_NONE &&
             (!d->did_work || engine_committed_k(d->e) > d->drain_from_k) &&
             engine_state(d->e) == ENGINE_FILLING) {
             if (!d->did_work || rc == 1) {
@@ -1820,6 +2238,9 @@ int driver_tick(struct driver *d, int64_t now_ms, int64_t wall_ms,
     }
     if (d->stop == DRIVER_RUNNING && check_running(d)) {
         run_rounds(d, now_ms);
+    }
+    if (d->stop != DRIVER_RUNNING && d->bg.state == BG_PUTTING) {
+        bg_join(&d->bg, true); /* no PUT of ours outlives the stop */
     }
     if (d->stop != DRIVER_RUNNING && !d->is_stop_logged) {
         d->is_stop_logged = true;

@@ -15,7 +15,10 @@
  *
  * Threading: one driver is ticked by one thread at a time;
  * driver_request_drain() and driver_status() may be called from any thread.
- * The broker seam must be callable from the ticking thread. */
+ * The broker seam must be callable from the ticking thread. With
+ * overlap_upload the driver starts one uploader thread per window (S3 PUTs
+ * only; never the broker seam), joined before the commit and in
+ * driver_free(). */
 #ifndef QUEEN_SINK_DRIVER_H
 #define QUEEN_SINK_DRIVER_H
 
@@ -102,6 +105,12 @@ struct driver_config {
     enum driver_crash crash_at;
     bool crash_returns; /* unit tests: stop Crashed instead of abort() */
     int kv_timeout_ms;  /* 0 = KV_CALL_TIMEOUT_MS */
+    /* Put a window's objects and manifest up on an uploader thread while
+     * the engine reads the next window; the commit pointer still moves only
+     * after they landed, and nothing else is written before it (the order
+     * of KV and bucket writes is the same as without). false: every PUT
+     * inside the tick (unit tests' default). */
+    bool overlap_upload;
     /* Called after every committed window (metrics histograms); NULL =
      * none. Runs on the ticking thread. */
     void (*on_commit)(void *arg, int64_t k, uint64_t records, uint64_t bytes,

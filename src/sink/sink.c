@@ -985,6 +985,7 @@ static void task_driver_config(struct sink *s, struct task *t)
     d->fetch_concurrency = (uint32_t)n->fetch_concurrency;
     d->discovery_interval_ms = (uint32_t)n->discovery_interval_ms;
     d->crash_at = (enum driver_crash)n->crash_at;
+    d->overlap_upload = true; /* the next window reads while one goes up */
 }
 
 /* Under s->mu: held >= share. */

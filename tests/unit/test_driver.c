@@ -1147,3 +1147,169 @@ TEST(a_redo_is_rebuilt_with_the_settings_of_its_intent)
     EXPECT(strstr(m->body.data, "\"compression\":\"zstd\"") != NULL);
     rig_close(r);
 }
+
+/* ---- overlap_upload: objects go up while the next window reads -------- */
+
+static void overlap(struct driver_config *c)
+{
+    c->overlap_upload = true;
+}
+
+TEST(overlap_writes_the_bytes_of_the_synchronous_upload)
+{
+    struct buf sync_fp;
+    struct buf overlap_fp;
+
+    buf_init(&sync_fp, BUF_UNLIMITED);
+    buf_init(&overlap_fp, BUF_UNLIMITED);
+    control_run(&sync_fp);
+    tune = overlap;
+    control_run(&overlap_fp);
+    tune = NULL;
+    EXPECT(sync_fp.len > 0);
+    EXPECT_STR_EQ(overlap_fp.data, sync_fp.data);
+    buf_free(&sync_fp);
+    buf_free(&overlap_fp);
+}
+
+TEST(overlap_every_crash_point_leaves_the_state_it_names)
+{
+    static const enum driver_crash points[] = {
+        DRIVER_CRASH_AFTER_INTENT, DRIVER_CRASH_MID_UPLOAD,
+        DRIVER_CRASH_AFTER_UPLOAD, DRIVER_CRASH_BEFORE_COMMIT,
+        DRIVER_CRASH_AFTER_COMMIT};
+    static const int64_t puts_w1[] = {2, 2, 0, 0, 0};
+
+    for (size_t i = 0; i < ARRAY_LEN(points); i++) {
+        int w1 = -1;
+        tune = overlap;
+        crash_case(points[i], &w1);
+        tune = NULL;
+        EXPECT_EQ_I64(w1, puts_w1[i]);
+    }
+}
+
+/* What the bucket and the intent held when window k's commit landed. */
+struct commit_probe {
+    struct rig *r;
+    int n;
+    int bad; /* commits that found an object missing or a write ahead */
+};
+
+static void probe_commit(void *arg, int64_t k, uint64_t records, uint64_t bytes,
+                         uint64_t lost)
+{
+    struct commit_probe *p = arg;
+    char w[64];
+    char m[64];
+    char cp[64];
+    char next[32];
+    struct fake_row *in = fake_row_get(&p->r->f, "s3:default:orders:intent");
+
+    UNUSED(records);
+    UNUSED(bytes);
+    UNUSED(lost);
+    snprintf(w, sizeof(w), "/w-%010" PRId64 "-", k);
+    snprintf(m, sizeof(m), "/windows/%010" PRId64 ".json", k);
+    snprintf(cp, sizeof(cp), "/checkpoint/%010" PRId64 ".json.zst", k);
+    snprintf(next, sizeof(next), "\"k\":%" PRId64 ",", k + 1);
+    p->n++;
+    p->bad += count_keys(&p->r->k, w) != 1 || count_keys(&p->r->k, m) != 1 ||
+              count_keys(&p->r->k, cp) != 0 || in == NULL ||
+              strstr(in->value, next) != NULL;
+}
+
+TEST(overlap_keeps_objects_then_commit_then_checkpoint_then_next_intent)
+{
+    struct rig *r = rig_open();
+    struct commit_probe probe = {r, 0, 0};
+
+    r->cfg.overlap_upload = true;
+    r->cfg.checkpoint_every = 1;
+    r->cfg.on_commit = probe_commit;
+    r->cfg.on_commit_arg = &probe;
+    seed_two_hours(&r->f);
+    new_driver(r);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    EXPECT_EQ_I64(probe.n, 2);
+    EXPECT_EQ_I64(probe.bad, 0);
+    EXPECT_EQ_U64(count_keys(&r->k, "/checkpoint/0000000001.json.zst"), 1);
+    EXPECT_EQ_U64(count_keys(&r->k, "/checkpoint/0000000002.json.zst"), 1);
+    rig_close(r);
+}
+
+TEST(overlap_transport_failures_only_cost_time)
+{
+    struct buf want;
+    struct buf got;
+    struct rig *r = rig_open();
+
+    buf_init(&want, BUF_UNLIMITED);
+    buf_init(&got, BUF_UNLIMITED);
+    control_run(&want);
+    r->cfg.overlap_upload = true;
+    seed_two_hours(&r->f);
+    r->f.fail_reads = 3;
+    r->f.fail_next = 2;
+    r->k.fail_puts = 7; /* past the client's 6 attempts: the driver retries */
+    new_driver(r);
+    run_until(r, 2, 400);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_RUNNING);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    fingerprint(&r->k, &got);
+    EXPECT_STR_EQ(got.data, want.data);
+    buf_free(&want);
+    buf_free(&got);
+    rig_close(r);
+}
+
+TEST(overlap_a_non_retriable_put_fails_the_queue_before_its_commit)
+{
+    struct rig *r = rig_open();
+
+    r->cfg.overlap_upload = true;
+    seed_two_hours(&r->f);
+    r->k.fail_puts = 1;
+    r->k.fail_status = 403;
+    new_driver(r);
+    run_until(r, 2, 100);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_FAILED);
+    EXPECT(strstr(r->next.why, "PUT ") != NULL);
+    EXPECT_EQ_I64(committed_k(r), 0);
+    EXPECT(fake_row_get(&r->f, "s3:default:orders:committed") == NULL);
+    rig_close(r);
+}
+
+TEST(overlap_a_drain_during_the_upload_commits_that_window_only)
+{
+    struct rig *r = rig_open();
+    struct driver_status st;
+
+    r->cfg.overlap_upload = true;
+    seed_two_hours(&r->f);
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    new_driver(r);
+    r->k.fail_puts = 7; /* the window waits in upload */
+    memset(&st, 0, sizeof(st));
+    for (int i = 0; i < 50; i++) {
+        r->now++;
+        driver_tick(r->d, r->now, 1788000000000, &r->next);
+        driver_status(r->d, &st);
+        if (strcmp(st.state, "upload") == 0) {
+            break;
+        }
+    }
+    EXPECT_STR_EQ(st.state, "upload");
+    EXPECT_EQ_I64(st.committed_k, 0);
+    EXPECT_EQ_I64(st.k, 1);
+    driver_request_drain(r->d, false);
+    r->f.safe_time =
+        at("2026-09-04T12:00:00.000001Z"); /* hour 11 could close */
+    r->f.fail_next = 6;
+    run_until(r, -1, 100);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_DRAINED);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000002-"), 0);
+    rig_close(r);
+}
