@@ -36,6 +36,79 @@ static void fill(struct env *e, const char *q, const char *p, int n)
     }
 }
 
+/* nbatch pushes to q/p at T0, T0 + 1, ... of per records each: transaction
+ * id "<batch>-<i>", payload "1". */
+static void push_batches(struct env *e, const char *q, const char *p,
+                         int nbatch, int per)
+{
+    struct pitem *items = calloc((size_t)per, sizeof(*items));
+    char(*txns)[32] = calloc((size_t)per, sizeof(*txns));
+
+    for (int k = 0; k < nbatch; k++) {
+        for (int i = 0; i < per; i++) {
+            snprintf(txns[i], sizeof(txns[i]), "%d-%d", k, i);
+            items[i] = (struct pitem){q, p, txns[i], "1"};
+        }
+        env_push(e, T0 + k, items, (size_t)per);
+    }
+    free(txns);
+    free(items);
+}
+
+/* One push of one record to each partition parts[i] of q, at T0 + i with
+ * transaction id "<i + 1>" and payload "1". */
+static void push_each(struct env *e, const char *q, const char *const *parts,
+                      int n)
+{
+    char txn[16];
+
+    for (int i = 0; i < n; i++) {
+        snprintf(txn, sizeof(txn), "%d", i + 1);
+        env_push1(e, T0 + i, q, parts[i], txn, "1");
+    }
+}
+
+/* Fetch r[0..n-1] as the default tenant; the call must succeed. */
+static void fetch(struct env *e, const struct store_fetch_req *r, size_t n,
+                  struct store_fetch_answer *a)
+{
+    struct err err = {0};
+
+    EXPECT_EQ_I64(store_fetch(e->store, STORE_DEFAULT_TENANT, r, n, a, &err),
+                  0);
+}
+
+/* What one fetch entry must say; a field of ANY is not checked. */
+#define ANY (-1)
+struct want {
+    int error;
+    int64_t n_records;
+    int64_t high_watermark;
+    int64_t log_start;
+};
+
+static void expect_entry(const struct store_fetch_answer *a, size_t i,
+                         struct want w)
+{
+    const struct store_fetch_entry *en = &a->entries[i];
+
+    if (w.error != ANY && en->error != w.error) {
+        HARNESS_FAIL("entry %zu: error %d, want %d", i, en->error, w.error);
+    }
+    if (w.n_records != ANY && (int64_t)en->n_records != w.n_records) {
+        HARNESS_FAIL("entry %zu: %zu records, want %" PRId64, i, en->n_records,
+                     w.n_records);
+    }
+    if (w.high_watermark != ANY && en->high_watermark != w.high_watermark) {
+        HARNESS_FAIL("entry %zu: high watermark %" PRId64 ", want %" PRId64, i,
+                     en->high_watermark, w.high_watermark);
+    }
+    if (w.log_start != ANY && en->log_start != w.log_start) {
+        HARNESS_FAIL("entry %zu: log start %" PRId64 ", want %" PRId64, i,
+                     en->log_start, w.log_start);
+    }
+}
+
 TEST(fetch_unknown_queue_and_unwritten_partition)
 {
     struct env e = {0};
@@ -43,22 +116,18 @@ TEST(fetch_unknown_queue_and_unwritten_partition)
     struct store_fetch_req r[4] = {
         req("nope", "Default", 0, 100), req("q", "never", 0, 100),
         req("q", "never", 3, 100), req("q", "p", 0, 100)};
-    struct err err = {0};
 
     env_open(&e);
     fill(&e, "q", "p", 2);
-    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, r, 4, &a, &err),
-                  0);
-    EXPECT_EQ_I64(a.entries[0].error, STORE_UNKNOWN_TOPIC_OR_PARTITION);
-    EXPECT_EQ_I64(a.entries[0].high_watermark, 0);
-    EXPECT_EQ_I64(a.entries[0].log_start, 0);
+    fetch(&e, r, 4, &a);
+    expect_entry(&a, 0,
+                 (struct want){STORE_UNKNOWN_TOPIC_OR_PARTITION, ANY, 0, 0});
     EXPECT_STR_EQ(store_entry_error_name(a.entries[0].error),
                   "UNKNOWN_TOPIC_OR_PARTITION");
-    EXPECT_EQ_I64(a.entries[1].error, STORE_ENTRY_OK);
-    EXPECT_EQ_U64(a.entries[1].n_records, 0);
-    EXPECT_EQ_I64(a.entries[1].high_watermark, 0);
-    EXPECT_EQ_I64(a.entries[2].error, STORE_OFFSET_OUT_OF_RANGE);
-    EXPECT_EQ_U64(a.entries[3].n_records, 2);
+    expect_entry(&a, 1, (struct want){STORE_ENTRY_OK, 0, 0, ANY});
+    expect_entry(&a, 2,
+                 (struct want){STORE_OFFSET_OUT_OF_RANGE, ANY, ANY, ANY});
+    expect_entry(&a, 3, (struct want){ANY, 2, ANY, ANY});
     store_fetch_answer_free(&a);
     env_close(&e);
 }
@@ -85,19 +154,14 @@ TEST(fetch_bounds_and_end_of_log)
     struct store_fetch_answer a;
     struct store_fetch_req r[3] = {req("q", "p", 5, 100), req("q", "p", 6, 100),
                                    req("q", "p", 4, 100)};
-    struct err err = {0};
 
     env_open(&e);
     fill(&e, "q", "p", 5);
-    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, r, 3, &a, &err),
-                  0);
-    EXPECT_EQ_I64(a.entries[0].error, STORE_ENTRY_OK); /* == hwm */
-    EXPECT_EQ_U64(a.entries[0].n_records, 0);
-    EXPECT_EQ_I64(a.entries[0].high_watermark, 5);
-    EXPECT_EQ_I64(a.entries[1].error, STORE_OFFSET_OUT_OF_RANGE); /* > hwm */
-    EXPECT_EQ_I64(a.entries[1].high_watermark, 5);
-    EXPECT_EQ_I64(a.entries[1].log_start, 0);
-    EXPECT_EQ_U64(a.entries[2].n_records, 1);
+    fetch(&e, r, 3, &a);
+    /* at the high watermark, then past it */
+    expect_entry(&a, 0, (struct want){STORE_ENTRY_OK, 0, 5, ANY});
+    expect_entry(&a, 1, (struct want){STORE_OFFSET_OUT_OF_RANGE, ANY, 5, 0});
+    expect_entry(&a, 2, (struct want){ANY, 1, ANY, ANY});
     EXPECT_EQ_I64(a.entries[2].records[0].offset, 4);
     store_fetch_answer_free(&a);
     env_close(&e);
@@ -122,11 +186,8 @@ TEST(fetch_below_log_start_is_out_of_range)
     p.log_start = 2;
     store_wpart_put(&w, SLICE_LIT("p"), &p, &err);
     EXPECT_EQ_I64(store_wcommit(e.store, txn, 100, 0, &err), 0);
-    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
-                  0);
-    EXPECT_EQ_I64(a.entries[0].error, STORE_OFFSET_OUT_OF_RANGE);
-    EXPECT_EQ_I64(a.entries[0].log_start, 2);
-    EXPECT_EQ_I64(a.entries[0].high_watermark, 4);
+    fetch(&e, &r, 1, &a);
+    expect_entry(&a, 0, (struct want){STORE_OFFSET_OUT_OF_RANGE, ANY, 4, 2});
     store_fetch_answer_free(&a);
     env_close(&e);
 }
@@ -138,12 +199,10 @@ TEST(fetch_first_record_always_then_weight_up_to_max_bytes)
     /* weights are 1, 2, 3, 4, 5 */
     struct store_fetch_req r[4] = {req("q", "p", 3, 1), req("q", "p", 0, 6),
                                    req("q", "p", 0, 5), req("q", "p", 0, 100)};
-    struct err err = {0};
 
     env_open(&e);
     fill(&e, "q", "p", 5);
-    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, r, 4, &a, &err),
-                  0);
+    fetch(&e, r, 4, &a);
     EXPECT_EQ_U64(a.entries[0].n_records, 1); /* 4 bytes over a max of 1 */
     EXPECT_EQ_U64(a.entries[0].records[0].payload.len, 4);
     EXPECT_EQ_U64(a.entries[1].n_records, 3); /* 1+2+3 == 6 */
@@ -158,7 +217,6 @@ TEST(fetch_empty_payload_weighs_one)
     struct env e = {0};
     struct store_fetch_answer a;
     struct store_fetch_req r = req("q", "p", 0, 3);
-    struct err err = {0};
 
     env_open(&e);
     for (int i = 0; i < 5; i++) {
@@ -167,8 +225,7 @@ TEST(fetch_empty_payload_weighs_one)
         snprintf(t, sizeof(t), "t%d", i);
         env_push1(&e, T0 + i, "q", "p", t, "");
     }
-    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
-                  0);
+    fetch(&e, &r, 1, &a);
     EXPECT_EQ_U64(a.entries[0].n_records, 3);
     store_fetch_answer_free(&a);
     env_close(&e);
@@ -179,20 +236,10 @@ TEST(fetch_caps_at_10000_records_per_entry)
     struct env e = {0};
     struct store_fetch_answer a;
     struct store_fetch_req r = req("q", "p", 0, 8 << 20);
-    struct pitem items[1000];
-    char txns[1000][32];
-    struct err err = {0};
 
     env_open(&e);
-    for (int k = 0; k < 11; k++) {
-        for (int i = 0; i < 1000; i++) {
-            snprintf(txns[i], sizeof(txns[i]), "%d-%d", k, i);
-            items[i] = (struct pitem){"q", "p", txns[i], "1"};
-        }
-        env_push(&e, T0 + k, items, 1000);
-    }
-    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
-                  0);
+    push_batches(&e, "q", "p", 11, 1000);
+    fetch(&e, &r, 1, &a);
     EXPECT_EQ_U64(a.entries[0].n_records, STORE_FETCH_MAX_RECORDS);
     EXPECT_EQ_I64(a.entries[0].high_watermark, 11000);
     EXPECT_EQ_I64(a.entries[0].records[9999].offset, 9999);
@@ -219,10 +266,8 @@ TEST(fetch_steps_over_a_gap_silently)
     be64_put(kb + 8, 3);
     EXPECT_EQ_I64(mdb_del(txn, e.store->records, &k, NULL), 0);
     EXPECT_EQ_I64(store_wcommit(e.store, txn, 100, 0, &err), 0);
-    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
-                  0);
-    EXPECT_EQ_I64(a.entries[0].error, STORE_ENTRY_OK);
-    EXPECT_EQ_U64(a.entries[0].n_records, 2);
+    fetch(&e, &r, 1, &a);
+    expect_entry(&a, 0, (struct want){STORE_ENTRY_OK, 2, ANY, ANY});
     EXPECT_EQ_I64(a.entries[0].records[0].offset, 2);
     EXPECT_EQ_I64(a.entries[0].records[1].offset, 4);
     store_fetch_answer_free(&a);
@@ -235,13 +280,11 @@ TEST(fetch_entries_do_not_mix_records)
     struct store_fetch_answer a;
     struct store_fetch_req r[2] = {req("q", "a", 0, 100),
                                    req("q", "b", 0, 100)};
-    struct err err = {0};
 
     env_open(&e);
     fill(&e, "q", "a", 3);
     fill(&e, "q", "b", 2);
-    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, r, 2, &a, &err),
-                  0);
+    fetch(&e, r, 2, &a);
     EXPECT_EQ_U64(a.entries[0].n_records, 3);
     EXPECT_EQ_U64(a.entries[1].n_records, 2);
     EXPECT_MEM_EQ(a.entries[1].records[1].txn.ptr,
@@ -263,19 +306,26 @@ static struct store_changed_req creq(const char *q, int64_t since,
     return r;
 }
 
+/* The partitions changed for r[0..n-1], as the default tenant; the call
+ * must succeed. */
+static void changed(struct env *e, const struct store_changed_req *r, size_t n,
+                    struct store_changed_answer *a)
+{
+    struct err err = {0};
+
+    EXPECT_EQ_I64(store_changed(e->store, STORE_DEFAULT_TENANT, r, n, a, &err),
+                  0);
+}
+
 TEST(changed_lists_in_creation_order_with_safe_time)
 {
     struct env e = {0};
     struct store_changed_answer a;
     struct store_changed_req r = creq("q", INT64_MIN, "", 0);
-    struct err err = {0};
 
     env_open(&e);
-    env_push1(&e, T0, "q", "zeta", "1", "1");
-    env_push1(&e, T0 + 1, "q", "alpha", "2", "1");
-    env_push1(&e, T0 + 2, "q", "zeta", "3", "1");
-    EXPECT_EQ_I64(store_changed(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
-                  0);
+    push_each(&e, "q", (const char *[]){"zeta", "alpha", "zeta"}, 3);
+    changed(&e, &r, 1, &a);
     EXPECT_EQ_I64(a.safe_time, T0 + 2);
     EXPECT_EQ_U64(a.entries[0].n_partitions, 2);
     EXPECT_MEM_EQ(a.entries[0].partitions[0].name.ptr,
@@ -295,14 +345,10 @@ TEST(changed_since_filters_on_last_write_at)
     struct env e = {0};
     struct store_changed_answer a;
     struct store_changed_req r = creq("q", T0 + 1, "", 0);
-    struct err err = {0};
 
     env_open(&e);
-    env_push1(&e, T0, "q", "a", "1", "1");
-    env_push1(&e, T0 + 1, "q", "b", "2", "1");
-    env_push1(&e, T0 + 2, "q", "c", "3", "1");
-    EXPECT_EQ_I64(store_changed(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
-                  0);
+    push_each(&e, "q", (const char *[]){"a", "b", "c"}, 3);
+    changed(&e, &r, 1, &a);
     EXPECT_EQ_U64(a.entries[0].n_partitions, 2); /* >= since: b and c */
     EXPECT_MEM_EQ(a.entries[0].partitions[0].name.ptr, 1, "b", 1);
     store_changed_answer_free(&a);
@@ -318,12 +364,10 @@ TEST(changed_errors_unknown_queue_before_bad_cursor)
         creq("q", INT64_MIN, "n|a", 0),        creq("q", INT64_MIN, "p|", 0),
         creq("q", INT64_MIN, "p|x", 0),        creq("q", INT64_MIN, "p|-1", 0),
         creq("q", INT64_MIN, "p|0", 0)};
-    struct err err = {0};
 
     env_open(&e);
-    env_push1(&e, T0, "q", "a", "1", "1");
-    EXPECT_EQ_I64(store_changed(e.store, STORE_DEFAULT_TENANT, r, 7, &a, &err),
-                  0);
+    push_each(&e, "q", (const char *[]){"a"}, 1);
+    changed(&e, r, 7, &a);
     EXPECT_EQ_I64(a.entries[0].error, STORE_UNKNOWN_TOPIC_OR_PARTITION);
     for (int i = 1; i < 6; i++) {
         EXPECT_EQ_I64(a.entries[i].error, STORE_BAD_CURSOR);
@@ -346,7 +390,6 @@ TEST(changed_pages_over_2500_partitions)
     uint64_t last = 0;
     size_t total = 0;
     int pages = 0;
-    struct err err = {0};
 
     env_open(&e);
     for (int k = 0; k < 5; k++) {
@@ -359,8 +402,7 @@ TEST(changed_pages_over_2500_partitions)
     for (;;) {
         struct store_changed_req r = creq("q", INT64_MIN, cursor, 1000);
 
-        EXPECT_EQ_I64(
-            store_changed(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err), 0);
+        changed(&e, &r, 1, &a);
         pages++;
         for (size_t i = 0; i < a.entries[0].n_partitions; i++) {
             EXPECT(a.entries[0].partitions[i].id > last);
@@ -389,18 +431,14 @@ TEST(changed_exactly_full_page_costs_one_more_call)
     struct env e = {0};
     struct store_changed_answer a;
     struct store_changed_req r = creq("q", INT64_MIN, "", 2);
-    struct err err = {0};
 
     env_open(&e);
-    env_push1(&e, T0, "q", "a", "1", "1");
-    env_push1(&e, T0 + 1, "q", "b", "2", "1");
-    EXPECT_EQ_I64(store_changed(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
-                  0);
+    push_each(&e, "q", (const char *[]){"a", "b"}, 2);
+    changed(&e, &r, 1, &a);
     EXPECT(a.entries[0].has_next);
     store_changed_answer_free(&a);
     r = creq("q", INT64_MIN, "p|2", 2);
-    EXPECT_EQ_I64(store_changed(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
-                  0);
+    changed(&e, &r, 1, &a);
     EXPECT_EQ_U64(a.entries[0].n_partitions, 0);
     EXPECT(!a.entries[0].has_next);
     store_changed_answer_free(&a);
@@ -521,20 +559,12 @@ TEST(reads_from_another_thread_see_whole_appends_only)
 {
     struct env e = {0};
     struct reader r = {0};
-    struct pitem items[10];
-    char txns[10][32];
     pthread_t th;
 
     env_open(&e);
     r.store = e.store;
     pthread_create(&th, NULL, read_loop, &r);
-    for (int k = 0; k < 200; k++) {
-        for (int i = 0; i < 10; i++) {
-            snprintf(txns[i], sizeof(txns[i]), "%d-%d", k, i);
-            items[i] = (struct pitem){"q", "p", txns[i], "1"};
-        }
-        env_push(&e, T0 + k, items, 10);
-    }
+    push_batches(&e, "q", "p", 200, 10);
     r.stop = 1;
     pthread_join(th, NULL);
     EXPECT_EQ_I64(r.errors, 0);
@@ -600,15 +630,12 @@ TEST(trimming_moves_log_start_and_deletes_below_it)
     EXPECT_EQ_I64(store_wcommit(e.store, txn, 100, 0, &err), 0);
     EXPECT_EQ_I64(store_stats(e.store, &st, &err), 0);
     EXPECT_EQ_U64(st.n_records, 2);
-    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
-                  0);
-    EXPECT_EQ_I64(a.entries[0].log_start, 4);
-    EXPECT_EQ_U64(a.entries[0].n_records, 2);
+    fetch(&e, &r, 1, &a);
+    expect_entry(&a, 0, (struct want){ANY, 2, ANY, 4});
     EXPECT_EQ_I64(a.entries[0].records[0].offset, 4);
     store_fetch_answer_free(&a);
     r.offset = 3;
-    EXPECT_EQ_I64(store_fetch(e.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
-                  0);
+    fetch(&e, &r, 1, &a);
     EXPECT_EQ_I64(a.entries[0].error, STORE_OFFSET_OUT_OF_RANGE);
     store_fetch_answer_free(&a);
     env_close(&e);
