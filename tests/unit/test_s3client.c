@@ -111,31 +111,43 @@ static void hook(void *arg, int part_done)
     }
 }
 
+/* A client on the scripted fake, and what its calls answer. */
 struct rig {
     struct fake f;
     struct s3_transport t;
     struct s3_clock clock;
     struct s3_client *c;
+    struct s3_put_result res;
+    struct s3_object_info info;
+    struct s3_status st;
+    struct err err;
 };
+
+/* The defaults, with bucket "lake" path-style at url in us-east-1. */
+static void lake_config(struct s3_config *cfg, const char *url)
+{
+    struct err err = {0};
+
+    s3_config_defaults(cfg);
+    s3_endpoint_parse(&cfg->ep, "QUEEN_S3_ENDPOINT", url, "QUEEN_S3_PREFIX",
+                      &err);
+    s3_endpoint_set_bucket(&cfg->ep, "QUEEN_S3_BUCKET", "lake",
+                           "QUEEN_S3_PREFIX", &err);
+    cfg->ep.path_style = true;
+    strcpy(cfg->region, "us-east-1");
+}
 
 static void rig_open(struct rig *r, const struct answer *script, size_t n,
                      void (*tune)(struct s3_config *))
 {
     struct s3_config cfg;
-    struct err err = {0};
 
     memset(r, 0, sizeof(*r));
     r->f.script = script;
     r->f.n_script = n;
     r->t = (struct s3_transport){fake_perform, &r->f};
     r->clock = (struct s3_clock){fake_now, fake_sleep, fake_random, &r->f};
-    s3_config_defaults(&cfg);
-    s3_endpoint_parse(&cfg.ep, "QUEEN_S3_ENDPOINT", "http://127.0.0.1:9000",
-                      "QUEEN_S3_PREFIX", &err);
-    s3_endpoint_set_bucket(&cfg.ep, "QUEEN_S3_BUCKET", "lake",
-                           "QUEEN_S3_PREFIX", &err);
-    cfg.ep.path_style = true;
-    strcpy(cfg.region, "us-east-1");
+    lake_config(&cfg, "http://127.0.0.1:9000");
     strcpy(cfg.access_key, "queen");
     strcpy(cfg.secret_key, "queen-secret-key");
     if (tune != NULL) {
@@ -154,13 +166,13 @@ static bool has_header(const struct seen *s, const char *line)
     return strstr(s->headers, line) != NULL;
 }
 
-static int put(struct rig *r, const char *key, const char *body,
-               struct s3_put_result *res, struct err *err)
+/* PUT body at key through r's client, into r->res and r->err. */
+static int rig_put(struct rig *r, const char *key, const char *body)
 {
     struct s3_put p = {key,  body,  strlen(body), "application/x-ndjson",
                        hook, &r->f, NULL};
 
-    return s3_client_put(r->c, &p, res, err);
+    return s3_client_put(r->c, &p, &r->res, &r->err);
 }
 
 #define MD5_HELLO "5d41402abc4b2a76b9719d911017c592" /* md5("hello") */
@@ -171,11 +183,9 @@ TEST(path_style_put_has_the_wire_shape_of_reference_4_9)
 {
     struct answer a[] = {{0, 200, "\"" MD5_HELLO "\"", NULL, -1, -1}};
     struct rig r;
-    struct s3_put_result res;
-    struct err err = {0};
 
     rig_open(&r, a, 1, NULL);
-    EXPECT_EQ_I64(put(&r, "queen/a b=1.jsonl", "hello", &res, &err), 0);
+    EXPECT_EQ_I64(rig_put(&r, "queen/a b=1.jsonl", "hello"), 0);
     EXPECT_EQ_U64(r.f.n_seen, 1);
     EXPECT_STR_EQ(r.f.seen[0].method, "PUT");
     EXPECT_STR_EQ(r.f.seen[0].url,
@@ -194,9 +204,9 @@ TEST(path_style_put_has_the_wire_shape_of_reference_4_9)
                       "x-amz-date, Signature="));
     EXPECT(!has_header(&r.f.seen[0], "queen-secret-key"));
     EXPECT_STR_EQ(r.f.seen[0].body, "hello");
-    EXPECT_STR_EQ(res.etag, MD5_HELLO);
-    EXPECT(!res.is_multipart);
-    EXPECT_EQ_I64(res.st.attempts, 1);
+    EXPECT_STR_EQ(r.res.etag, MD5_HELLO);
+    EXPECT(!r.res.is_multipart);
+    EXPECT_EQ_I64(r.res.st.attempts, 1);
     rig_close(&r);
 }
 
@@ -210,11 +220,9 @@ static void virtual_host(struct s3_config *cfg)
 TEST(virtual_host_put_goes_to_the_bucket_host)
 {
     struct rig r;
-    struct s3_put_result res;
-    struct err err = {0};
 
     rig_open(&r, NULL, 0, virtual_host);
-    EXPECT_EQ_I64(put(&r, "queen/a.jsonl", "hello", &res, &err), 0);
+    EXPECT_EQ_I64(rig_put(&r, "queen/a.jsonl", "hello"), 0);
     EXPECT_STR_EQ(r.f.seen[0].url, "http://lake.s3.test:9000/queen/a.jsonl");
     EXPECT(has_header(&r.f.seen[0], "Host: lake.s3.test:9000\n"));
     rig_close(&r);
@@ -234,27 +242,35 @@ static void sse_aes(struct s3_config *cfg)
     cfg->sse = S3_SSE_AES256;
 }
 
+/* Scripted answers: a 200 with no body, and parts 1 to 3 answered with
+ * the ETags "e1" to "e3". */
+#define OK_200                     \
+    {                              \
+        0, 200, NULL, NULL, -1, -1 \
+    }
+#define THREE_PARTS_OK                                                  \
+    {0, 200, "\"e1\"", NULL, -1, -1}, {0, 200, "\"e2\"", NULL, -1, -1}, \
+    {                                                                   \
+        0, 200, "\"e3\"", NULL, -1, -1                                  \
+    }
+
 TEST(sse_headers_are_sent_exactly_as_configured)
 {
     struct answer up[] = {{0, 200, NULL,
                            "<InitiateMultipartUploadResult><UploadId>up-42"
                            "</UploadId></InitiateMultipartUploadResult>",
                            -1, -1},
-                          {0, 200, "\"e1\"", NULL, -1, -1},
-                          {0, 200, "\"e2\"", NULL, -1, -1},
-                          {0, 200, "\"e3\"", NULL, -1, -1},
+                          THREE_PARTS_OK,
                           {0, 200, NULL, "<ETag>x-3</ETag>", -1, -1}};
     struct rig r;
-    struct s3_put_result res;
-    struct err err = {0};
 
     rig_open(&r, NULL, 0, sse_aes);
-    EXPECT_EQ_I64(put(&r, "k", "hello", &res, &err), 0);
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), 0);
     EXPECT(has_header(&r.f.seen[0], "x-amz-server-side-encryption: AES256\n"));
     EXPECT(!has_header(&r.f.seen[0], "kms-key-id"));
     rig_close(&r);
     rig_open(&r, up, ARRAY_LEN(up), sse_kms);
-    EXPECT_EQ_I64(put(&r, "k", "0123456789", &res, &err), 0);
+    EXPECT_EQ_I64(rig_put(&r, "k", "0123456789"), 0);
     EXPECT(has_header(&r.f.seen[0], "x-amz-server-side-encryption: aws:kms\n"));
     EXPECT(has_header(&r.f.seen[0],
                       "x-amz-server-side-encryption-aws-kms-key-id: key-7\n"));
@@ -268,24 +284,22 @@ TEST(a_wrong_etag_is_an_integrity_failure_and_an_opaque_one_is_not)
         {0, 200, "\"00000000000000000000000000000000\"", NULL, -1, -1}};
     struct answer opaque[] = {{0, 200, "\"kms-opaque-etag\"", NULL, -1, -1}};
     struct rig r;
-    struct s3_put_result res;
-    struct err err = {0};
     static struct answer six[6];
 
     for (int i = 0; i < 6; i++) {
         six[i] = bad[0];
     }
     rig_open(&r, six, 6, NULL);
-    EXPECT_EQ_I64(put(&r, "k", "hello", &res, &err), ERR_CORRUPT);
-    EXPECT_EQ_I64(res.st.kind, S3_FAIL_INTEGRITY);
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), ERR_CORRUPT);
+    EXPECT_EQ_I64(r.res.st.kind, S3_FAIL_INTEGRITY);
     EXPECT_EQ_U64(r.f.n_seen, 6); /* integrity failures are retried */
-    EXPECT(strstr(err.msg, "integrity: k: the service returned ETag "
-                           "00000000000000000000000000000000 for a body "
-                           "whose MD5 is " MD5_HELLO) != NULL);
+    EXPECT(strstr(r.err.msg, "integrity: k: the service returned ETag "
+                             "00000000000000000000000000000000 for a body "
+                             "whose MD5 is " MD5_HELLO) != NULL);
     rig_close(&r);
     rig_open(&r, opaque, 1, NULL);
-    EXPECT_EQ_I64(put(&r, "k", "hello", &res, &err), 0);
-    EXPECT_STR_EQ(res.etag, "kms-opaque-etag");
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), 0);
+    EXPECT_STR_EQ(r.res.etag, "kms-opaque-etag");
     rig_close(&r);
 }
 
@@ -297,6 +311,14 @@ static void small_parts(struct s3_config *cfg)
     cfg->multipart_threshold = 8;
     cfg->part_size = 4;
     cfg->part_concurrency = 1; /* the scripted fake answers in order */
+}
+
+/* Open r with small parts on script a[0..n-1] and PUT the ten bytes
+ * "0123456789" at "k": three parts of 4, 4 and 2 bytes. */
+static int rig_put_parts(struct rig *r, const struct answer *a, size_t n)
+{
+    rig_open(r, a, n, small_parts);
+    return rig_put(r, "k", "0123456789");
 }
 
 #define CREATE_OK(id)                                                          \
@@ -311,19 +333,14 @@ TEST(multipart_sends_parts_completes_and_calls_the_hook_between_parts)
 {
     struct answer a[] = {
         CREATE_OK("up-42"),
-        {0, 200, "\"e1\"", NULL, -1, -1},
-        {0, 200, "\"e2\"", NULL, -1, -1},
-        {0, 200, "\"e3\"", NULL, -1, -1},
+        THREE_PARTS_OK,
         {0, 200, NULL,
          "<CompleteMultipartUploadResult><ETag>&quot;deadbeef-3&quot;</ETag>"
          "</CompleteMultipartUploadResult>",
          -1, -1}};
     struct rig r;
-    struct s3_put_result res;
-    struct err err = {0};
 
-    rig_open(&r, a, ARRAY_LEN(a), small_parts);
-    EXPECT_EQ_I64(put(&r, "k", "0123456789", &res, &err), 0);
+    EXPECT_EQ_I64(rig_put_parts(&r, a, ARRAY_LEN(a)), 0);
     EXPECT_EQ_U64(r.f.n_seen, 5);
     EXPECT_STR_EQ(r.f.seen[0].method, "POST");
     EXPECT_STR_EQ(r.f.seen[0].url, "http://127.0.0.1:9000/lake/k?uploads=");
@@ -345,9 +362,9 @@ TEST(multipart_sends_parts_completes_and_calls_the_hook_between_parts)
                   "<Part><PartNumber>2</PartNumber><ETag>\"e2\"</ETag></Part>"
                   "<Part><PartNumber>3</PartNumber><ETag>\"e3\"</ETag></Part>"
                   "</CompleteMultipartUpload>");
-    EXPECT_STR_EQ(res.etag, "deadbeef-3");
-    EXPECT(res.is_multipart);
-    EXPECT_EQ_I64(res.parts, 3);
+    EXPECT_STR_EQ(r.res.etag, "deadbeef-3");
+    EXPECT(r.res.is_multipart);
+    EXPECT_EQ_I64(r.res.parts, 3);
     EXPECT_EQ_I64(r.f.n_hook, 2);
     EXPECT_EQ_I64(r.f.hook_calls[0], 1);
     EXPECT_EQ_I64(r.f.hook_calls[1], 2);
@@ -357,16 +374,14 @@ TEST(multipart_sends_parts_completes_and_calls_the_hook_between_parts)
 TEST(bad_put_arguments_are_refused_before_any_request)
 {
     struct rig r;
-    struct s3_put_result res;
-    struct err err = {0};
     struct s3_put p = {"k",  "x",  1,   "text/plain\r\nX-Evil: 1",
                        NULL, NULL, NULL};
 
     rig_open(&r, NULL, 0, NULL);
-    EXPECT_EQ_I64(s3_client_put(r.c, &p, &res, &err), ERR_INVALID);
+    EXPECT_EQ_I64(s3_client_put(r.c, &p, &r.res, &r.err), ERR_INVALID);
     p.content_type = "text/plain";
     p.key = "";
-    EXPECT_EQ_I64(s3_client_put(r.c, &p, &res, &err), ERR_INVALID);
+    EXPECT_EQ_I64(s3_client_put(r.c, &p, &r.res, &r.err), ERR_INVALID);
     EXPECT_EQ_U64(r.f.n_seen, 0);
     rig_close(&r);
 }
@@ -374,11 +389,9 @@ TEST(bad_put_arguments_are_refused_before_any_request)
 TEST(a_body_at_the_threshold_is_a_single_put)
 {
     struct rig r;
-    struct s3_put_result res;
-    struct err err = {0};
 
     rig_open(&r, NULL, 0, small_parts);
-    EXPECT_EQ_I64(put(&r, "k", "01234567", &res, &err), 0);
+    EXPECT_EQ_I64(rig_put(&r, "k", "01234567"), 0);
     EXPECT_EQ_U64(r.f.n_seen, 1);
     EXPECT_STR_EQ(r.f.seen[0].method, "PUT");
     rig_close(&r);
@@ -387,18 +400,13 @@ TEST(a_body_at_the_threshold_is_a_single_put)
 static void complete_answer_fails(const char *complete_body, const char *want)
 {
     struct answer a[] = {CREATE_OK("up-1"),
-                         {0, 200, "\"e1\"", NULL, -1, -1},
-                         {0, 200, "\"e2\"", NULL, -1, -1},
-                         {0, 200, "\"e3\"", NULL, -1, -1},
+                         THREE_PARTS_OK,
                          {0, 200, NULL, complete_body, -1, -1},
                          {0, 204, NULL, NULL, -1, -1}};
     struct rig r;
-    struct s3_put_result res;
-    struct err err = {0};
 
-    rig_open(&r, a, ARRAY_LEN(a), small_parts);
-    EXPECT(put(&r, "k", "0123456789", &res, &err) != 0);
-    EXPECT(strstr(err.msg, want) != NULL);
+    EXPECT(rig_put_parts(&r, a, ARRAY_LEN(a)) != 0);
+    EXPECT(strstr(r.err.msg, want) != NULL);
     EXPECT_EQ_U64(r.f.n_seen, 6); /* not retried, then aborted */
     EXPECT_STR_EQ(r.f.seen[5].method, "DELETE");
     EXPECT_STR_EQ(r.f.seen[5].url, "http://127.0.0.1:9000/lake/k?uploadId="
@@ -435,17 +443,14 @@ TEST(a_403_on_part_1_is_not_retried_and_the_upload_is_aborted)
          -1},
         {0, 204, NULL, NULL, -1, -1}};
     struct rig r;
-    struct s3_put_result res;
-    struct err err = {0};
 
-    rig_open(&r, a, ARRAY_LEN(a), small_parts);
-    EXPECT_EQ_I64(put(&r, "k", "0123456789", &res, &err), ERR_REMOTE);
-    EXPECT_EQ_I64(res.st.status, 403);
-    EXPECT(!res.st.is_retriable);
-    EXPECT_STR_EQ(res.st.code, "AccessDenied");
+    EXPECT_EQ_I64(rig_put_parts(&r, a, ARRAY_LEN(a)), ERR_REMOTE);
+    EXPECT_EQ_I64(r.res.st.status, 403);
+    EXPECT(!r.res.st.is_retriable);
+    EXPECT_STR_EQ(r.res.st.code, "AccessDenied");
     EXPECT_EQ_U64(r.f.n_seen, 3);
     EXPECT_STR_EQ(r.f.seen[2].method, "DELETE");
-    EXPECT(strstr(err.msg, "status 403: AccessDenied") != NULL);
+    EXPECT(strstr(r.err.msg, "status 403: AccessDenied") != NULL);
     rig_close(&r);
 }
 
@@ -454,16 +459,11 @@ TEST(truncated_create_answer_is_retried_as_a_body_failure)
     struct answer a[] = {
         {0, 200, NULL, "<InitiateMultipartUploadResult><UploadId>up-", -1, -1},
         CREATE_OK("up-2"),
-        {0, 200, "\"e1\"", NULL, -1, -1},
-        {0, 200, "\"e2\"", NULL, -1, -1},
-        {0, 200, "\"e3\"", NULL, -1, -1},
+        THREE_PARTS_OK,
         {0, 200, NULL, "<ETag>\"z-3\"</ETag>", -1, -1}};
     struct rig r;
-    struct s3_put_result res;
-    struct err err = {0};
 
-    rig_open(&r, a, ARRAY_LEN(a), small_parts);
-    EXPECT_EQ_I64(put(&r, "k", "0123456789", &res, &err), 0);
+    EXPECT_EQ_I64(rig_put_parts(&r, a, ARRAY_LEN(a)), 0);
     EXPECT_EQ_U64(r.f.n_seen, 6);
     EXPECT(strstr(r.f.seen[2].url, "uploadId=up-2") != NULL);
     EXPECT_EQ_U64(
@@ -474,17 +474,12 @@ TEST(truncated_create_answer_is_retried_as_a_body_failure)
 TEST(a_part_answer_without_etag_is_retried)
 {
     struct answer a[] = {CREATE_OK("up-3"),
-                         {0, 200, NULL, NULL, -1, -1},
-                         {0, 200, "\"e1\"", NULL, -1, -1},
-                         {0, 200, "\"e2\"", NULL, -1, -1},
-                         {0, 200, "\"e3\"", NULL, -1, -1},
+                         OK_200,
+                         THREE_PARTS_OK,
                          {0, 200, NULL, "<ETag>\"z-3\"</ETag>", -1, -1}};
     struct rig r;
-    struct s3_put_result res;
-    struct err err = {0};
 
-    rig_open(&r, a, ARRAY_LEN(a), small_parts);
-    EXPECT_EQ_I64(put(&r, "k", "0123456789", &res, &err), 0);
+    EXPECT_EQ_I64(rig_put_parts(&r, a, ARRAY_LEN(a)), 0);
     EXPECT_EQ_U64(r.f.n_seen, 6);
     EXPECT_STR_EQ(r.f.seen[2].body, "0123");
     rig_close(&r);
@@ -498,21 +493,19 @@ TEST(a_503_then_500_then_200_takes_three_requests)
     struct answer a[] = {
         {0, 503, NULL, "<Error><Code>SlowDown</Code></Error>", 1000, -1},
         {0, 500, NULL, "<Error><Code>InternalError</Code></Error>", -1, -1},
-        {0, 200, NULL, NULL, -1, -1}};
+        OK_200};
     struct rig r;
-    struct s3_put_result res;
-    struct err err = {0};
     struct buf text;
 
     rig_open(&r, a, ARRAY_LEN(a), NULL);
-    EXPECT_EQ_I64(put(&r, "k", "hello", &res, &err), 0);
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), 0);
     EXPECT_EQ_U64(r.f.n_seen, 3);
     EXPECT_EQ_U64(r.f.n_waits, 2);
     EXPECT_EQ_U64(r.f.waits[0], 1000); /* Retry-After 1 s beats 100 ms */
     EXPECT_EQ_U64(r.f.waits[1], 200);  /* attempt 2: step 2 s, u = 0 */
     buf_init(&text, 4096);
-    EXPECT_EQ_I64(s3_metrics_render(s3_client_metrics(r.c), NULL, &text, &err),
-                  0);
+    EXPECT_EQ_I64(
+        s3_metrics_render(s3_client_metrics(r.c), NULL, &text, &r.err), 0);
     EXPECT_STR_EQ(text.data, "queen_s3_s3_requests_total{op=\"put\",code="
                              "\"200\"} 1\n"
                              "queen_s3_s3_requests_total{op=\"put\",code="
@@ -530,13 +523,11 @@ TEST(a_403_takes_one_request)
                           "<Message>bad</Message></Error>",
                           -1, -1}};
     struct rig r;
-    struct s3_put_result res;
-    struct err err = {0};
 
     rig_open(&r, a, 1, NULL);
-    EXPECT_EQ_I64(put(&r, "k", "hello", &res, &err), ERR_REMOTE);
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), ERR_REMOTE);
     EXPECT_EQ_U64(r.f.n_seen, 1);
-    EXPECT_STR_EQ(err.msg, "status 403: SignatureDoesNotMatch: bad");
+    EXPECT_STR_EQ(r.err.msg, "status 403: SignatureDoesNotMatch: bad");
     rig_close(&r);
 }
 
@@ -550,30 +541,25 @@ TEST(max_attempts_3_makes_3_requests_and_returns_the_last_503)
     struct answer a[] = {{0, 503, NULL, "busy 1", -1, -1},
                          {0, 503, NULL, "busy 2", -1, -1},
                          {0, 503, NULL, "busy 3", -1, -1},
-                         {0, 200, NULL, NULL, -1, -1}};
+                         OK_200};
     struct rig r;
-    struct s3_put_result res;
-    struct err err = {0};
 
     rig_open(&r, a, ARRAY_LEN(a), three_attempts);
-    EXPECT_EQ_I64(put(&r, "k", "hello", &res, &err), ERR_REMOTE);
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), ERR_REMOTE);
     EXPECT_EQ_U64(r.f.n_seen, 3);
-    EXPECT_STR_EQ(err.msg, "status 503: busy 3");
-    EXPECT(res.st.is_retriable);
-    EXPECT_EQ_I64(res.st.attempts, 3);
+    EXPECT_STR_EQ(r.err.msg, "status 503: busy 3");
+    EXPECT(r.res.st.is_retriable);
+    EXPECT_EQ_I64(r.res.st.attempts, 3);
     rig_close(&r);
 }
 
 TEST(a_429_with_retry_after_waits_at_least_that_long)
 {
-    struct answer a[] = {{0, 429, NULL, NULL, 1000, -1},
-                         {0, 200, NULL, NULL, -1, -1}};
+    struct answer a[] = {{0, 429, NULL, NULL, 1000, -1}, OK_200};
     struct rig r;
-    struct s3_put_result res;
-    struct err err = {0};
 
     rig_open(&r, a, ARRAY_LEN(a), NULL);
-    EXPECT_EQ_I64(put(&r, "k", "hello", &res, &err), 0);
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), 0);
     EXPECT_EQ_U64(r.f.n_waits, 1);
     EXPECT(r.f.waits[0] >= 900);
     rig_close(&r);
@@ -583,19 +569,17 @@ TEST(transport_failures_count_as_code_0_and_are_retried_six_times)
 {
     static struct answer a[6];
     struct rig r;
-    struct s3_put_result res;
-    struct err err = {0};
 
     for (int i = 0; i < 6; i++) {
         a[i] = (struct answer){
             i % 2 ? ERR_TIMEOUT : ERR_IO, 0, NULL, NULL, -1, -1};
     }
     rig_open(&r, a, 6, NULL);
-    EXPECT_EQ_I64(put(&r, "k", "hello", &res, &err), ERR_TIMEOUT);
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), ERR_TIMEOUT);
     EXPECT_EQ_U64(r.f.n_seen, 6);
-    EXPECT_EQ_I64(res.st.kind, S3_FAIL_TRANSPORT);
-    EXPECT_EQ_I64(res.st.status, 0);
-    EXPECT(strncmp(err.msg, "transport: ", 11) == 0);
+    EXPECT_EQ_I64(r.res.st.kind, S3_FAIL_TRANSPORT);
+    EXPECT_EQ_I64(r.res.st.status, 0);
+    EXPECT(strncmp(r.err.msg, "transport: ", 11) == 0);
     EXPECT_EQ_U64(s3_metrics_get(s3_client_metrics(r.c), S3_OP_PUT, 0), 6);
     EXPECT_EQ_U64(r.f.n_waits, 5);
     EXPECT_EQ_U64(r.f.waits[4], 1600); /* attempt 5: step 16 s, u = 0 */
@@ -612,20 +596,17 @@ TEST(head_get_delete_404_are_absent_without_retry)
         {0, 404, NULL, "<Error><Code>NoSuchKey</Code></Error>", -1, -1},
         {0, 404, NULL, NULL, -1, -1}};
     struct rig r;
-    struct s3_object_info info;
-    struct s3_status st;
     struct buf body;
-    struct err err = {0};
 
     rig_open(&r, a, ARRAY_LEN(a), NULL);
     buf_init(&body, 1024);
-    EXPECT_EQ_I64(s3_client_head(r.c, "k", &info, &st, &err), 0);
-    EXPECT(!info.found);
+    EXPECT_EQ_I64(s3_client_head(r.c, "k", &r.info, &r.st, &r.err), 0);
+    EXPECT(!r.info.found);
     EXPECT_STR_EQ(r.f.seen[0].method, "HEAD");
-    EXPECT_EQ_I64(s3_client_get(r.c, "k", &body, &info, &st, &err), 0);
-    EXPECT(!info.found);
+    EXPECT_EQ_I64(s3_client_get(r.c, "k", &body, &r.info, &r.st, &r.err), 0);
+    EXPECT(!r.info.found);
     EXPECT_EQ_U64(body.len, 0);
-    EXPECT_EQ_I64(s3_client_delete(r.c, "k", &st, &err), 0);
+    EXPECT_EQ_I64(s3_client_delete(r.c, "k", &r.st, &r.err), 0);
     EXPECT_STR_EQ(r.f.seen[2].method, "DELETE");
     EXPECT_EQ_U64(r.f.n_seen, 3);
     EXPECT_EQ_U64(s3_metrics_get(s3_client_metrics(r.c), S3_OP_HEAD, 404), 1);
@@ -638,21 +619,18 @@ TEST(head_and_get_strip_quotes_and_report_size)
     struct answer a[] = {{0, 200, "\"abc\"", NULL, -1, 5},
                          {0, 200, "\"def\"", "hello", -1, 5}};
     struct rig r;
-    struct s3_object_info info;
-    struct s3_status st;
     struct buf body;
-    struct err err = {0};
 
     rig_open(&r, a, ARRAY_LEN(a), NULL);
     buf_init(&body, 1024);
-    EXPECT_EQ_I64(s3_client_head(r.c, "k", &info, &st, &err), 0);
-    EXPECT(info.found);
-    EXPECT_EQ_U64(info.size, 5);
-    EXPECT_STR_EQ(info.etag, "abc");
-    EXPECT_EQ_I64(s3_client_get(r.c, "k", &body, &info, &st, &err), 0);
+    EXPECT_EQ_I64(s3_client_head(r.c, "k", &r.info, &r.st, &r.err), 0);
+    EXPECT(r.info.found);
+    EXPECT_EQ_U64(r.info.size, 5);
+    EXPECT_STR_EQ(r.info.etag, "abc");
+    EXPECT_EQ_I64(s3_client_get(r.c, "k", &body, &r.info, &r.st, &r.err), 0);
     EXPECT_STR_EQ(body.data, "hello");
-    EXPECT_EQ_U64(info.size, 5);
-    EXPECT_STR_EQ(info.etag, "def");
+    EXPECT_EQ_U64(r.info.size, 5);
+    EXPECT_STR_EQ(r.info.etag, "def");
     buf_free(&body);
     rig_close(&r);
 }
@@ -661,14 +639,11 @@ TEST(get_over_the_callers_cap_is_too_big_and_not_retried)
 {
     struct answer a[] = {{0, 200, "\"x\"", "0123456789", -1, 10}};
     struct rig r;
-    struct s3_object_info info;
-    struct s3_status st;
     struct buf body;
-    struct err err = {0};
 
     rig_open(&r, a, 1, NULL);
     buf_init(&body, 4);
-    EXPECT_EQ_I64(s3_client_get(r.c, "k", &body, &info, &st, &err),
+    EXPECT_EQ_I64(s3_client_get(r.c, "k", &body, &r.info, &r.st, &r.err),
                   ERR_TOO_BIG);
     EXPECT_EQ_U64(r.f.n_seen, 1);
     buf_free(&body);
@@ -692,12 +667,10 @@ TEST(list_pages_with_start_after_and_decodes_entities)
     struct rig r;
     struct s3xml_list page;
     struct s3xml_list page2;
-    struct s3_status st;
-    struct err err = {0};
     struct s3_list_req q = {"queen/_queen/orders/checkpoint/", NULL, 2};
 
     rig_open(&r, a, ARRAY_LEN(a), NULL);
-    EXPECT_EQ_I64(s3_client_list_page(r.c, &q, &page, &st, &err), 0);
+    EXPECT_EQ_I64(s3_client_list_page(r.c, &q, &page, &r.st, &r.err), 0);
     EXPECT_STR_EQ(r.f.seen[0].url,
                   "http://127.0.0.1:9000/lake?list-type=2&max-keys=2&prefix="
                   "queen%2F_queen%2Forders%2Fcheckpoint%2F");
@@ -705,7 +678,7 @@ TEST(list_pages_with_start_after_and_decodes_entities)
     EXPECT_STR_EQ(page.keys[0], "queen/_queen/orders/checkpoint/a&b");
     EXPECT(page.is_truncated);
     q.start_after = page.n_keys == 2 ? page.keys[1] : "";
-    EXPECT_EQ_I64(s3_client_list_page(r.c, &q, &page2, &st, &err), 0);
+    EXPECT_EQ_I64(s3_client_list_page(r.c, &q, &page2, &r.st, &r.err), 0);
     EXPECT_STR_EQ(r.f.seen[1].url,
                   "http://127.0.0.1:9000/lake?list-type=2&max-keys=2&prefix="
                   "queen%2F_queen%2Forders%2Fcheckpoint%2F&start-after=queen"
@@ -732,11 +705,9 @@ TEST(list_all_follows_pages_and_virtual_host_lists_slash)
          -1, -1}};
     struct rig r;
     struct s3xml_list all;
-    struct s3_status st;
-    struct err err = {0};
 
     rig_open(&r, a, ARRAY_LEN(a), virtual_host);
-    EXPECT_EQ_I64(s3_client_list_all(r.c, "p/", 100, &all, &st, &err), 0);
+    EXPECT_EQ_I64(s3_client_list_all(r.c, "p/", 100, &all, &r.st, &r.err), 0);
     EXPECT_EQ_U64(all.n_keys, 2);
     EXPECT_EQ_U64(r.f.n_seen, 3); /* the truncated answer was retried */
     EXPECT_STR_EQ(r.f.seen[0].url, "http://lake.s3.test:9000/?list-type=2&"
@@ -957,15 +928,10 @@ TEST(one_client_serves_several_threads_and_counts_every_request)
     int calls = 0;
     struct s3_transport t = {ok_perform, &calls};
     struct s3_config cfg;
-    struct err err = {0};
     pthread_t th[4];
     struct s3_client *c;
 
-    s3_config_defaults(&cfg);
-    s3_endpoint_parse(&cfg.ep, "e", "http://127.0.0.1:9", "p", &err);
-    s3_endpoint_set_bucket(&cfg.ep, "b", "lake", "p", &err);
-    cfg.ep.path_style = true;
-    strcpy(cfg.region, "us-east-1");
+    lake_config(&cfg, "http://127.0.0.1:9");
     c = s3_client_new(&cfg, &t, NULL);
     for (int i = 0; i < 4; i++) {
         pthread_create(&th[i], NULL, put_loop, c);
@@ -1038,14 +1004,9 @@ static int mp_perform(void *arg, const struct s3_http_request *req,
 static struct s3_client *mp_client(struct mp_fake *f, struct s3_transport *t)
 {
     struct s3_config cfg;
-    struct err err = {0};
 
     *t = (struct s3_transport){mp_perform, f};
-    s3_config_defaults(&cfg);
-    s3_endpoint_parse(&cfg.ep, "e", "http://127.0.0.1:9", "p", &err);
-    s3_endpoint_set_bucket(&cfg.ep, "b", "lake", "p", &err);
-    cfg.ep.path_style = true;
-    strcpy(cfg.region, "us-east-1");
+    lake_config(&cfg, "http://127.0.0.1:9");
     cfg.multipart_threshold = 8;
     cfg.part_size = 4;
     cfg.part_concurrency = 3;
@@ -1102,13 +1063,11 @@ TEST(a_failed_concurrent_part_stops_the_rest_and_aborts)
 TEST(an_empty_object_is_one_put_with_the_empty_digests)
 {
     struct rig r;
-    struct s3_put_result res;
-    struct err err = {0};
     struct s3_put p = {"empty", NULL, 0,   "application/x-ndjson",
                        NULL,    NULL, NULL};
 
     rig_open(&r, NULL, 0, small_parts);
-    EXPECT_EQ_I64(s3_client_put(r.c, &p, &res, &err), 0);
+    EXPECT_EQ_I64(s3_client_put(r.c, &p, &r.res, &r.err), 0);
     EXPECT_EQ_U64(r.f.n_seen, 1);
     EXPECT(has_header(&r.f.seen[0],
                       "x-amz-content-sha256: " SIGV4_EMPTY_SHA256 "\n"));
