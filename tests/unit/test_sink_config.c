@@ -42,7 +42,22 @@ static int load(struct table *t, struct sink_config *c,
     return sink_config_load(c, n, &env, err);
 }
 
-/* Load BASE plus one variable and return the error message ("" if ok). */
+/* Load t, which must succeed; a failure names the table's first variable
+ * and the error. */
+static void load_ok(struct table *t, struct sink_config *c,
+                    struct sink_node_config *n)
+{
+    struct err err = {0};
+    int rc = load(t, c, n, &err);
+
+    if (rc != 0) {
+        HARNESS_FAIL("load with %s=%s: rc %d: %s", t->kv[0], t->kv[1], rc,
+                     err.msg);
+    }
+}
+
+/* Load BASE plus name=value: refused with want, as the fatal line and as
+ * the error, and with no queues. A failure names the variable. */
 static void refuse(const char *name, const char *value, const char *want)
 {
     struct table t = {{name, value, BASE, NULL}};
@@ -52,11 +67,21 @@ static void refuse(const char *name, const char *value, const char *want)
     int rc = load(&t, &c, &n, &err);
     char full[SINK_FATAL_MAX];
 
-    EXPECT_EQ_I64(rc, ERR_INVALID);
+    if (rc != ERR_INVALID) {
+        HARNESS_FAIL("%s=%.60s: rc %d, want ERR_INVALID", name, value, rc);
+    }
     snprintf(full, sizeof(full), "QUEEN_S3_EMBEDDED=true: %s", want);
-    EXPECT_STR_EQ(n.fatal, full);
-    EXPECT(strncmp(err.msg, want, sizeof(err.msg) - 1) == 0);
-    EXPECT(c.queues == NULL);
+    if (strcmp(n.fatal, full) != 0) {
+        HARNESS_FAIL("%s=%.60s: fatal \"%s\" != \"%s\"", name, value, n.fatal,
+                     full);
+    }
+    if (strncmp(err.msg, want, sizeof(err.msg) - 1) != 0) {
+        HARNESS_FAIL("%s=%.60s: error \"%s\" does not start \"%s\"", name,
+                     value, err.msg, want);
+    }
+    if (c.queues != NULL) {
+        HARNESS_FAIL("%s=%.60s: queues are set", name, value);
+    }
 }
 
 TEST(defaults)
@@ -64,9 +89,8 @@ TEST(defaults)
     struct table t = {{BASE, NULL}};
     struct sink_config c;
     struct sink_node_config n;
-    struct err err;
 
-    EXPECT_EQ_I64(load(&t, &c, &n, &err), 0);
+    load_ok(&t, &c, &n);
     EXPECT(c.is_set);
     EXPECT_STR_EQ(c.sink, "default");
     EXPECT_EQ_U64(c.n_queues, 1);
@@ -99,9 +123,8 @@ TEST(no_tenant_variable_means_no_env_sink)
         {"QUEEN_S3_LISTEN", ":1", "QUEEN_S3_THREADS", " 3 ", NULL}};
     struct sink_config c;
     struct sink_node_config n;
-    struct err err;
 
-    EXPECT_EQ_I64(load(&t, &c, &n, &err), 0);
+    load_ok(&t, &c, &n);
     EXPECT(!c.is_set);
     EXPECT_EQ_U64(n.threads, 3);
     EXPECT_STR_EQ(n.ignored, "QUEEN_S3_LISTEN");
@@ -156,9 +179,8 @@ TEST(aliases_and_case)
                        NULL}};
     struct sink_config c;
     struct sink_node_config n;
-    struct err err;
 
-    EXPECT_EQ_I64(load(&t, &c, &n, &err), 0);
+    load_ok(&t, &c, &n);
     EXPECT(c.format == SINK_FORMAT_JSONL && c.compression == JSONL_GZIP);
     EXPECT(c.parquet_codec == PARQUET_SNAPPY);
     EXPECT(c.layout == LAYOUT_PER_PARTITION && c.align == LAYOUT_ALIGN_DAY);
@@ -176,15 +198,14 @@ TEST(queue_lists)
     struct table all = {{"QUEEN_S3_QUEUES", "*", BASE, NULL}};
     struct sink_config c;
     struct sink_node_config n;
-    struct err err;
 
-    EXPECT_EQ_I64(load(&t, &c, &n, &err), 0);
+    load_ok(&t, &c, &n);
     EXPECT_EQ_U64(c.n_queues, 3);
     EXPECT_STR_EQ(c.queues[0], "a");
     EXPECT_STR_EQ(c.queues[1], "b");
     EXPECT_STR_EQ(c.queues[2], "c");
     sink_config_free(&c);
-    EXPECT_EQ_I64(load(&all, &c, &n, &err), 0);
+    load_ok(&all, &c, &n);
     EXPECT(c.all_queues && c.n_queues == 0);
     sink_config_free(&c);
     refuse("QUEEN_S3_QUEUES", "a,*",
@@ -338,13 +359,12 @@ TEST(instance_rule)
     struct table h = {{"HOSTNAME", " box7 ", "QUEEN_RAFT_NODE_ID", "2", NULL}};
     struct sink_config c;
     struct sink_node_config n;
-    struct err err;
 
-    EXPECT_EQ_I64(load(&a, &c, &n, &err), 0);
+    load_ok(&a, &c, &n);
     EXPECT_STR_EQ(n.instance, "eu1/node-3");
-    EXPECT_EQ_I64(load(&b, &c, &n, &err), 0);
+    load_ok(&b, &c, &n);
     EXPECT_STR_EQ(n.instance, "eu1/node-3");
-    EXPECT_EQ_I64(load(&h, &c, &n, &err), 0);
+    load_ok(&h, &c, &n);
     EXPECT_STR_EQ(n.instance, "node-2@box7");
 }
 
@@ -423,6 +443,22 @@ TEST(the_instance_limit_is_what_a_presence_row_holds)
     EXPECT(presence_row_put(1) != 0);
 }
 
+/* QUEEN_S3_INSTANCE=inst, 414 bytes once escaped with its suffix, is
+ * refused with the reference's message. */
+static void refuse_instance_of_414(const char *inst)
+{
+    char want[SINK_FATAL_MAX];
+
+    snprintf(want, sizeof(want),
+             "QUEEN_S3_INSTANCE=%s is too long: with /node-1 appended it is "
+             "414 bytes once escaped in its presence key "
+             "s3:{sink}:node={instance}, and at most 413 fit beside a "
+             "64-character sink name in a KV key. Use at most 404 characters "
+             "of [A-Za-z0-9._-] (any other byte counts three)",
+             inst);
+    refuse("QUEEN_S3_INSTANCE", inst, want);
+}
+
 /* "/node-1" escapes to "%2Fnode-1" (9 bytes): 404 plain bytes fit. */
 TEST(an_instance_too_long_for_its_presence_key_stops_the_boot)
 {
@@ -438,34 +474,18 @@ TEST(an_instance_too_long_for_its_presence_key_stops_the_boot)
         {"QUEEN_S3_INSTANCE", name_of(wide, 133, '@', "aaaaa"), BASE, NULL}};
     struct sink_config c;
     struct sink_node_config n;
-    struct err err;
-    char want[SINK_FATAL_MAX];
 
-    EXPECT_EQ_I64(load(&a, &c, &n, &err), 0);
+    load_ok(&a, &c, &n);
     EXPECT_EQ_U64(strlen(n.instance), 411);
     EXPECT(strcmp(n.instance + 404, "/node-1") == 0);
     sink_config_free(&c);
-    EXPECT_EQ_I64(load(&b, &c, &n, &err), 0); /* the suffix is not doubled */
+    load_ok(&b, &c, &n); /* the suffix is not doubled */
     EXPECT_STR_EQ(n.instance, own);
     sink_config_free(&c);
-    EXPECT_EQ_I64(load(&w, &c, &n, &err), 0); /* 3 x 133 + 5 + 9 = 413 */
+    load_ok(&w, &c, &n); /* 3 x 133 + 5 + 9 = 413 */
     sink_config_free(&c);
-    snprintf(want, sizeof(want),
-             "QUEEN_S3_INSTANCE=%s is too long: with /node-1 appended it is "
-             "414 bytes once escaped in its presence key "
-             "s3:{sink}:node={instance}, and at most 413 fit beside a "
-             "64-character sink name in a KV key. Use at most 404 characters "
-             "of [A-Za-z0-9._-] (any other byte counts three)",
-             name_of(over, 405, 'a', ""));
-    refuse("QUEEN_S3_INSTANCE", over, want);
-    snprintf(want, sizeof(want),
-             "QUEEN_S3_INSTANCE=%s is too long: with /node-1 appended it is "
-             "414 bytes once escaped in its presence key "
-             "s3:{sink}:node={instance}, and at most 413 fit beside a "
-             "64-character sink name in a KV key. Use at most 404 characters "
-             "of [A-Za-z0-9._-] (any other byte counts three)",
-             name_of(wide, 133, '@', "aaaaaa"));
-    refuse("QUEEN_S3_INSTANCE", wide, want);
+    refuse_instance_of_414(name_of(over, 405, 'a', ""));
+    refuse_instance_of_414(name_of(wide, 133, '@', "aaaaaa"));
 }
 
 TEST(a_very_long_instance_is_shown_cut_and_the_secret_never)
@@ -497,7 +517,7 @@ TEST(boot_line_hides_the_secret)
     struct err err;
     struct buf b;
 
-    EXPECT_EQ_I64(load(&t, &c, &n, &err), 0);
+    load_ok(&t, &c, &n);
     buf_init(&b, BUF_UNLIMITED);
     EXPECT_EQ_I64(sink_config_boot_line(&c, &n, "default", &b, &err), 0);
     EXPECT_STR_EQ(
@@ -521,10 +541,9 @@ TEST(ignored_warning)
         {"QUEEN_S3_LISTEN", "0.0.0.0:1", "QUEEN_S3_LOG_FORMAT", "json", NULL}};
     struct sink_config c;
     struct sink_node_config n;
-    struct err err;
     struct buf b;
 
-    EXPECT_EQ_I64(load(&t, &c, &n, &err), 0);
+    load_ok(&t, &c, &n);
     buf_init(&b, BUF_UNLIMITED);
     sink_config_ignored_warning(&n, &b);
     EXPECT(b.len > 0);
@@ -543,19 +562,41 @@ static void doc_refuse(const char *doc, const char *secret, const char *want)
     struct sink_config c;
     struct buf msg;
     struct err err = {0};
+    const char *got;
+    int rc;
 
     buf_init(&msg, BUF_UNLIMITED);
-    int rc = sink_config_from_doc(&c, "acme", (struct slice){doc, strlen(doc)},
-                                  secret, &msg, &err);
+    rc = sink_config_from_doc(&c, "acme", (struct slice){doc, strlen(doc)},
+                              secret, &msg, &err);
+    got = msg.data != NULL ? msg.data : "";
 
-    EXPECT_EQ_I64(rc, ERR_INVALID);
+    if (rc != ERR_INVALID) {
+        HARNESS_FAIL("%s: rc %d, want ERR_INVALID", doc, rc);
+    }
     if (rc == 0) {
         sink_config_free(&c);
     }
-    EXPECT_STR_EQ(msg.data != NULL ? msg.data : "", want);
-    EXPECT(strncmp(err.msg, want, sizeof(err.msg) - 1) == 0);
-    EXPECT(strstr(msg.data != NULL ? msg.data : "", "QUEEN_S3_QUEUES") == NULL);
+    if (strcmp(got, want) != 0) {
+        HARNESS_FAIL("%s: message \"%s\" != \"%s\"", doc, got, want);
+    }
+    if (strncmp(err.msg, want, sizeof(err.msg) - 1) != 0) {
+        HARNESS_FAIL("%s: error \"%s\" does not start \"%s\"", doc, err.msg,
+                     want);
+    }
+    if (strstr(got, "QUEEN_S3_QUEUES") != NULL) {
+        HARNESS_FAIL("%s: the message names QUEEN_S3_QUEUES", doc);
+    }
     buf_free(&msg);
+}
+
+/* The document {"queues":"a",DOC_BASE<extra>} with secret "s" is refused
+ * with want. */
+static void doc_refuse_with(const char *extra, const char *want)
+{
+    char doc[512];
+
+    snprintf(doc, sizeof(doc), "{\"queues\":\"a\"," DOC_BASE "%s}", extra);
+    doc_refuse(doc, "s", want);
 }
 
 TEST(doc_loads_with_types_and_lists)
@@ -613,34 +654,38 @@ TEST(doc_refusals)
     doc_refuse("{\"queues\":[\"a\",\"*\"]," DOC_BASE "}", "s",
                "queues lists `*` among queue names: every queue of the tenant "
                "is the string \"*\" on its own");
-    doc_refuse("{\"queues\":\"a\"," DOC_BASE ",\"targetMb\":1.5}", "s",
-               "targetMb=1.5 is not a whole number. It is the uncompressed "
-               "buffered bytes a window closes at, in 1..=5120");
-    doc_refuse("{\"queues\":\"a\"," DOC_BASE ",\"targetMb\":true}", "s",
-               "targetMb=true is not a whole number");
-    doc_refuse("{\"queues\":\"a\"," DOC_BASE ",\"targetMb\":-1}", "s",
-               "targetMb=-1 is not a whole number. It is the uncompressed "
-               "buffered bytes a window closes at, in 1..=5120");
-    doc_refuse("{\"queues\":\"a\"," DOC_BASE ",\"pathStyle\":1}", "s",
-               "pathStyle=1 is not a boolean: it is true or false");
-    doc_refuse("{\"queues\":\"a\"," DOC_BASE ",\"pathStyle\":\"maybe\"}", "s",
-               "pathStyle=maybe is not a boolean. It is `true` or `false`");
-    doc_refuse("{\"queues\":\"a\"," DOC_BASE ",\"layout\":5}", "s",
-               "layout=5 is not a string");
+    doc_refuse_with(
+        ",\"targetMb\":1.5",
+        "targetMb=1.5 is not a whole number. It is the uncompressed "
+        "buffered bytes a window closes at, in 1..=5120");
+    doc_refuse_with(",\"targetMb\":true",
+                    "targetMb=true is not a whole number");
+    doc_refuse_with(",\"targetMb\":-1",
+                    "targetMb=-1 is not a whole number. It is the uncompressed "
+                    "buffered bytes a window closes at, in 1..=5120");
+    doc_refuse_with(",\"pathStyle\":1",
+                    "pathStyle=1 is not a boolean: it is true or false");
+    doc_refuse_with(
+        ",\"pathStyle\":\"maybe\"",
+        "pathStyle=maybe is not a boolean. It is `true` or `false`");
+    doc_refuse_with(",\"layout\":5", "layout=5 is not a string");
     doc_refuse("{\"queues\":\"a\"," DOC_BASE "}", "  ",
                "the secret key is not set: it is the S3 secret access key "
                "that goes with accessKey");
-    doc_refuse("{\"queues\":\"a\"," DOC_BASE ",\"prefix\":\"a/..\"}", "s",
-               "prefix=a/.. has an empty or relative segment (\"..\"). It is "
-               "a plain path, e.g. `queen` or `lake/queen`");
-    doc_refuse("{\"queues\":\"a\"," DOC_BASE ",\"sseKmsKeyId\":\"k\"}", "s",
-               "sseKmsKeyId is set but sse=off \u2014 the key id would be "
-               "ignored and every object encrypted with the bucket's own key. "
-               "Set sse=aws:kms, or unset the key id");
-    doc_refuse("{\"queues\":\"a\"," DOC_BASE ",\"compression\":\"lz4\"}", "s",
-               "compression=lz4 is not a codec. It is `zstd`, `gzip` or "
-               "`none`, and it applies to `jsonl` objects \u2014 a Parquet "
-               "file's codec is parquetCodec");
+    doc_refuse_with(
+        ",\"prefix\":\"a/..\"",
+        "prefix=a/.. has an empty or relative segment (\"..\"). It is "
+        "a plain path, e.g. `queen` or `lake/queen`");
+    doc_refuse_with(
+        ",\"sseKmsKeyId\":\"k\"",
+        "sseKmsKeyId is set but sse=off \u2014 the key id would be "
+        "ignored and every object encrypted with the bucket's own key. "
+        "Set sse=aws:kms, or unset the key id");
+    doc_refuse_with(
+        ",\"compression\":\"lz4\"",
+        "compression=lz4 is not a codec. It is `zstd`, `gzip` or "
+        "`none`, and it applies to `jsonl` objects \u2014 a Parquet "
+        "file's codec is parquetCodec");
 }
 
 TEST(doc_empty_tenant)
