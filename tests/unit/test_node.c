@@ -125,12 +125,30 @@ static int propose_pushes(struct ctx *c, int first, int count)
     return refused;
 }
 
+/* Start c's node and wait until it leads. */
+static void start_leader(struct ctx *c, unsigned snapshot_threshold)
+{
+    start(c, snapshot_threshold);
+    EXPECT(run_until(c, is_leader, 5));
+}
+
+/* Fetch orders/Default from offset 0 up to max_bytes out of c's store; the
+ * call must succeed. */
+static void fetch_orders(struct ctx *c, uint64_t max_bytes,
+                         struct store_fetch_answer *a)
+{
+    struct store_fetch_req r = {SLICE_LIT("orders"), SLICE_LIT("Default"), 0,
+                                max_bytes};
+    struct err err = {0};
+
+    EXPECT_EQ_I64(store_fetch(c->n.store, STORE_DEFAULT_TENANT, &r, 1, a, &err),
+                  0);
+}
+
 TEST(single_voter_proposes_closes_restarts_and_reads_the_same_state)
 {
     struct ctx c;
     struct store_fetch_answer a;
-    struct store_fetch_req r = {SLICE_LIT("orders"), SLICE_LIT("Default"), 0,
-                                8 << 20};
     struct err err = {0};
     struct buf b;
 
@@ -157,10 +175,8 @@ TEST(single_voter_proposes_closes_restarts_and_reads_the_same_state)
     EXPECT(node_commit_index(c.n.node) >= node_applied_index(c.n.node));
     stop(&c);
 
-    start(&c, 0);
-    EXPECT(run_until(&c, is_leader, 5));
-    EXPECT_EQ_I64(store_fetch(c.n.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
-                  0);
+    start_leader(&c, 0);
+    fetch_orders(&c, 8 << 20, &a);
     EXPECT_EQ_U64(a.entries[0].n_records, 1000);
     EXPECT_EQ_I64(a.entries[0].records[999].ts, c.stamps[9]);
     store_fetch_answer_free(&a);
@@ -181,13 +197,9 @@ TEST(restart_after_snapshots_skips_what_the_store_holds)
 {
     struct ctx c;
     struct store_fetch_answer a;
-    struct store_fetch_req r = {SLICE_LIT("orders"), SLICE_LIT("Default"), 0,
-                                8 << 20};
-    struct err err = {0};
 
     setup(&c);
-    start(&c, 4); /* a snapshot every 4 entries */
-    EXPECT(run_until(&c, is_leader, 5));
+    start_leader(&c, 4); /* a snapshot every 4 entries */
     want = 1;
     for (int k = 0; k < 12; k++) {
         c.done = 0;
@@ -195,10 +207,8 @@ TEST(restart_after_snapshots_skips_what_the_store_holds)
         EXPECT(run_until(&c, got_all, 10));
     }
     stop(&c);
-    start(&c, 4);
-    EXPECT(run_until(&c, is_leader, 5));
-    EXPECT_EQ_I64(store_fetch(c.n.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
-                  0);
+    start_leader(&c, 4);
+    fetch_orders(&c, 8 << 20, &a);
     EXPECT_EQ_U64(a.entries[0].n_records, 1200);
     EXPECT_EQ_I64(a.entries[0].high_watermark, 1200);
     store_fetch_answer_free(&a);
@@ -238,8 +248,7 @@ TEST(proposals_from_another_thread_call_back_on_the_loop)
     pthread_t th;
 
     setup(&c);
-    start(&c, 0);
-    EXPECT(run_until(&c, is_leader, 5));
+    start_leader(&c, 0);
     want = 20;
     pthread_create(&th, NULL, proposer, &t);
     EXPECT(run_until(&c, got_all, 10));
@@ -259,8 +268,7 @@ TEST(a_bad_command_is_refused_before_raft)
     char junk[40] = {0};
 
     setup(&c);
-    start(&c, 0);
-    EXPECT(run_until(&c, is_leader, 5));
+    start_leader(&c, 0);
     EXPECT_EQ_I64(node_propose(c.n.node, CMD_PUSH, junk, sizeof(junk),
                                on_applied, &c, &err),
                   ERR_INVALID);
@@ -269,23 +277,33 @@ TEST(a_bad_command_is_refused_before_raft)
     teardown(&c);
 }
 
+/* Open c's store and start a node in dir at address, which is to fail:
+ * returns node_start()'s code, its message in err. */
+static int start_refused(struct ctx *c, const char *dir, const char *address,
+                         struct err *err)
+{
+    struct node_config cfg;
+    struct node *n = NULL;
+
+    node_store_dir(c->n.dir, c->n.store_dir, sizeof(c->n.store_dir));
+    mkdir(c->n.store_dir, 0755);
+    EXPECT_EQ_I64(
+        store_open(&c->n.store, c->n.store_dir, (uint64_t)1 << 30, err), 0);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.dir = dir;
+    cfg.id = 1;
+    cfg.raft_address = address;
+    return node_start(&n, &c->n.loop, &cfg, c->n.store, err);
+}
+
 TEST(start_with_an_unusable_address_fails_cleanly)
 {
     struct ctx c;
-    struct node_config cfg;
     struct err err = {0};
-    struct node *n = NULL;
 
     setup(&c);
-    node_store_dir(c.n.dir, c.n.store_dir, sizeof(c.n.store_dir));
-    mkdir(c.n.store_dir, 0755);
-    EXPECT_EQ_I64(
-        store_open(&c.n.store, c.n.store_dir, (uint64_t)1 << 30, &err), 0);
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.dir = c.n.dir;
-    cfg.id = 1;
-    cfg.raft_address = "192.0.2.1:1"; /* TEST-NET: not ours to bind */
-    EXPECT_EQ_I64(node_start(&n, &c.n.loop, &cfg, c.n.store, &err), ERR_IO);
+    /* TEST-NET: not ours to bind */
+    EXPECT_EQ_I64(start_refused(&c, c.n.dir, "192.0.2.1:1", &err), ERR_IO);
     EXPECT(strstr(err.msg, "raft_start") != NULL);
     /* The failed node frees itself on the loop. */
     for (int i = 0; i < 3000 && uv_loop_alive(&c.n.loop); i++) {
@@ -300,20 +318,11 @@ TEST(start_with_an_unusable_address_fails_cleanly)
 TEST(start_in_a_missing_directory_fails)
 {
     struct ctx c;
-    struct node_config cfg;
     struct err err = {0};
-    struct node *n = NULL;
 
     setup(&c);
-    node_store_dir(c.n.dir, c.n.store_dir, sizeof(c.n.store_dir));
-    mkdir(c.n.store_dir, 0755);
-    EXPECT_EQ_I64(
-        store_open(&c.n.store, c.n.store_dir, (uint64_t)1 << 30, &err), 0);
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.dir = "/nonexistent/queen";
-    cfg.id = 1;
-    cfg.raft_address = c.n.address;
-    EXPECT_EQ_I64(node_start(&n, &c.n.loop, &cfg, c.n.store, &err), ERR_IO);
+    EXPECT_EQ_I64(start_refused(&c, "/nonexistent/queen", c.n.address, &err),
+                  ERR_IO);
     EXPECT(strstr(err.msg, "mkdir") != NULL);
     store_close(c.n.store);
     teardown(&c);
@@ -504,6 +513,25 @@ static void cluster_teardown(struct cluster *c)
     }
 }
 
+/* Set up and start three voters; returns the index of the leader once
+ * there is one (-1: none in 10 s). */
+static int cluster_up(struct cluster *c, unsigned snapshot_threshold)
+{
+    cluster_setup(c, snapshot_threshold);
+    EXPECT(cluster_run(c, has_leader, 10));
+    return cluster_leader(c);
+}
+
+/* Propose n pushes (first, first + 1, ...) on leader and wait for their n
+ * answers; returns whether they came within 10 s. */
+static bool cluster_push_wait(struct cluster *c, int leader, int first, int n)
+{
+    c->done = 0;
+    cluster_want = n;
+    cluster_propose(c, leader, first, n);
+    return cluster_run(c, cluster_done, 10);
+}
+
 TEST(three_voters_replicate_refuse_on_followers_and_catch_up_a_restart)
 {
     struct cluster c;
@@ -512,18 +540,14 @@ TEST(three_voters_replicate_refuse_on_followers_and_catch_up_a_restart)
     int leader;
     int follower;
 
-    cluster_setup(&c, 0);
-    EXPECT(cluster_run(&c, has_leader, 10));
-    leader = cluster_leader(&c);
+    leader = cluster_up(&c, 0);
     follower = (leader + 1) % 3;
     make_push(&b, "f", 1);
     EXPECT_EQ_I64(node_propose(c.node[follower], CMD_PUSH, b.data, b.len,
                                cluster_applied, &c, &err),
                   ERR_NOT_LEADER);
     buf_free(&b);
-    cluster_want = 5;
-    cluster_propose(&c, leader, 0, 5);
-    EXPECT(cluster_run(&c, cluster_done, 10));
+    EXPECT(cluster_push_wait(&c, leader, 0, 5));
     EXPECT_EQ_I64(c.failed, 0);
     EXPECT(cluster_run(&c, all_applied, 10));
     for (int i = 0; i < 3; i++) {
@@ -532,10 +556,7 @@ TEST(three_voters_replicate_refuse_on_followers_and_catch_up_a_restart)
     /* Restart a follower while the others move on: it catches up from its
      * own store plus the entries it missed. */
     cluster_stop(&c, follower);
-    c.done = 0;
-    cluster_want = 3;
-    cluster_propose(&c, leader, 5, 3);
-    EXPECT(cluster_run(&c, cluster_done, 10));
+    EXPECT(cluster_push_wait(&c, leader, 5, 3));
     cluster_start(&c, follower);
     EXPECT(cluster_run(&c, all_applied, 10));
     EXPECT_EQ_U64(cluster_hwm(&c, follower), 80);
@@ -550,31 +571,21 @@ TEST(a_follower_far_behind_is_restored_from_a_snapshot)
     int leader;
     int follower;
 
-    cluster_setup(&c, 4); /* snapshot every 4 entries, keep 2 */
-    EXPECT(cluster_run(&c, has_leader, 10));
-    leader = cluster_leader(&c);
+    leader = cluster_up(&c, 4); /* snapshot every 4 entries, keep 2 */
     follower = (leader + 1) % 3;
-    cluster_want = 2;
-    cluster_propose(&c, leader, 0, 2);
-    EXPECT(cluster_run(&c, cluster_done, 10));
+    EXPECT(cluster_push_wait(&c, leader, 0, 2));
     EXPECT(cluster_run(&c, all_applied, 10));
     cluster_stop(&c, follower);
     /* One at a time, so the leader snapshots and drops its log. */
     for (int k = 2; k < 14; k++) {
-        c.done = 0;
-        cluster_want = 1;
-        cluster_propose(&c, leader, k, 1);
-        EXPECT(cluster_run(&c, cluster_done, 10));
+        EXPECT(cluster_push_wait(&c, leader, k, 1));
     }
     EXPECT_EQ_I64(c.failed, 0);
     cluster_start(&c, follower);
     EXPECT(cluster_run(&c, all_applied, 15));
     EXPECT_EQ_U64(cluster_hwm(&c, follower), 140);
     /* And it keeps following after the restore. */
-    c.done = 0;
-    cluster_want = 1;
-    cluster_propose(&c, leader, 14, 1);
-    EXPECT(cluster_run(&c, cluster_done, 10));
+    EXPECT(cluster_push_wait(&c, leader, 14, 1));
     EXPECT(cluster_run(&c, all_applied, 10));
     EXPECT_EQ_U64(cluster_hwm(&c, follower), 150);
     cluster_teardown(&c);
@@ -584,13 +595,9 @@ TEST(close_with_proposals_in_flight_answers_every_one)
 {
     struct ctx c;
     struct store_fetch_answer a;
-    struct store_fetch_req r = {SLICE_LIT("orders"), SLICE_LIT("Default"), 0,
-                                1};
-    struct err err = {0};
 
     setup(&c);
-    start(&c, 0);
-    EXPECT(run_until(&c, is_leader, 5));
+    start_leader(&c, 0);
     want = 20;
     EXPECT_EQ_I64(propose_pushes(&c, 0, 20), 0);
     /* No loop turn in between: the writes are still in flight. */
@@ -599,9 +606,8 @@ TEST(close_with_proposals_in_flight_answers_every_one)
     EXPECT_EQ_I64(c.done, 20);
     store_close(c.n.store);
     /* Whatever was acknowledged is there after a restart. */
-    start(&c, 0);
-    EXPECT(run_until(&c, is_leader, 5));
-    EXPECT(store_fetch(c.n.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err) == 0);
+    start_leader(&c, 0);
+    fetch_orders(&c, 1, &a);
     EXPECT(a.entries[0].high_watermark >= (int64_t)(20 - c.failed) * 100);
     store_fetch_answer_free(&a);
     stop(&c);
@@ -624,12 +630,8 @@ TEST(a_new_leader_stamps_above_everything_before_it)
     int next;
     int64_t before;
 
-    cluster_setup(&c, 0);
-    EXPECT(cluster_run(&c, has_leader, 10));
-    leader = cluster_leader(&c);
-    cluster_want = 5;
-    cluster_propose(&c, leader, 0, 5);
-    EXPECT(cluster_run(&c, cluster_done, 10));
+    leader = cluster_up(&c, 0);
+    EXPECT(cluster_push_wait(&c, leader, 0, 5));
     before = c.max_stamp;
     cluster_stop(&c, leader);
     EXPECT(cluster_run(&c, other_leader, 15));
@@ -637,18 +639,12 @@ TEST(a_new_leader_stamps_above_everything_before_it)
     EXPECT(next != leader);
     /* The new leader applied the old term's entries before it was ready. */
     EXPECT(node_safe_time(c.node[next]) >= before);
-    c.done = 0;
-    cluster_want = 3;
-    cluster_propose(&c, next, 5, 3);
-    EXPECT(cluster_run(&c, cluster_done, 10));
+    EXPECT(cluster_push_wait(&c, next, 5, 3));
     EXPECT_EQ_I64(c.failed, 0);
     EXPECT(c.stamps_increase);
     EXPECT(c.max_stamp > before);
     /* Items of the old term are duplicates on the new leader too. */
-    c.done = 0;
-    cluster_want = 1;
-    cluster_propose(&c, next, 0, 1);
-    EXPECT(cluster_run(&c, cluster_done, 10));
+    EXPECT(cluster_push_wait(&c, next, 0, 1));
     EXPECT_EQ_U64(cluster_hwm(&c, next), 80);
     cluster_teardown(&c);
 }
@@ -657,14 +653,11 @@ TEST(a_restart_replays_nothing_twice)
 {
     struct ctx c;
     struct store_fetch_answer a;
-    struct store_fetch_req r = {SLICE_LIT("orders"), SLICE_LIT("Default"), 0,
-                                1};
     struct err err = {0};
 
     setup(&c);
     for (int round = 0; round < 3; round++) {
-        start(&c, round == 1 ? 3 : 0); /* round 1 also snapshots */
-        EXPECT(run_until(&c, is_leader, 5));
+        start_leader(&c, round == 1 ? 3 : 0); /* round 1 also snapshots */
         c.done = 0;
         want = 4;
         for (int k = 0; k < 4; k++) {
@@ -680,10 +673,8 @@ TEST(a_restart_replays_nothing_twice)
         EXPECT_EQ_I64(c.failed, 0);
         stop(&c);
     }
-    start(&c, 0);
-    EXPECT(run_until(&c, is_leader, 5));
-    EXPECT_EQ_I64(store_fetch(c.n.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
-                  0);
+    start_leader(&c, 0);
+    fetch_orders(&c, 1, &a);
     EXPECT_EQ_I64(a.entries[0].high_watermark, 120);
     store_fetch_answer_free(&a);
     stop(&c);
@@ -695,8 +686,7 @@ TEST(an_entry_the_store_cannot_commit_is_retried_not_skipped)
     struct ctx c;
 
     setup(&c);
-    start(&c, 0);
-    EXPECT(run_until(&c, is_leader, 5));
+    start_leader(&c, 0);
     c.n.store->fail_commits = 3; /* MDB_MAP_FULL three times */
     want = 2;
     EXPECT_EQ_I64(propose_pushes(&c, 0, 2), 0);
@@ -715,8 +705,7 @@ TEST(a_barrier_moves_safe_time_after_everything_before_it)
     int64_t before;
 
     setup(&c);
-    start(&c, 0);
-    EXPECT(run_until(&c, is_leader, 5));
+    start_leader(&c, 0);
     want = 3;
     EXPECT_EQ_I64(propose_pushes(&c, 0, 2), 0);
     EXPECT_EQ_I64(node_barrier(c.n.node, on_applied, &c, &err), 0);
@@ -767,8 +756,7 @@ TEST(an_entry_is_committed_before_it_applies_and_the_hook_may_propose)
     uint64_t before;
 
     setup(&c);
-    start(&c, 0);
-    EXPECT(run_until(&c, is_leader, 5));
+    start_leader(&c, 0);
     before = node_applied_index(c.n.node);
     node_on_commit(c.n.node, on_commit, &h);
     want = 2;
@@ -796,13 +784,10 @@ TEST(snapshots_between_deferred_applies_keep_every_answer_in_order)
 {
     struct ctx c;
     struct err err = {0};
-    struct store_fetch_req r = {SLICE_LIT("orders"), SLICE_LIT("Default"), 0,
-                                8 << 20};
     struct store_fetch_answer a;
 
     setup(&c);
-    start(&c, 2); /* a snapshot (and a drain) every other entry */
-    EXPECT(run_until(&c, is_leader, 5));
+    start_leader(&c, 2); /* a snapshot (and a drain) every other entry */
     want = 13;
     EXPECT_EQ_I64(propose_pushes(&c, 0, 12), 0);
     EXPECT_EQ_I64(node_barrier(c.n.node, on_applied, &c, &err), 0);
@@ -814,10 +799,8 @@ TEST(snapshots_between_deferred_applies_keep_every_answer_in_order)
     }
     EXPECT_EQ_I64(node_safe_time(c.n.node), c.stamps[12]);
     stop(&c);
-    start(&c, 0);
-    EXPECT(run_until(&c, is_leader, 5));
-    EXPECT_EQ_I64(store_fetch(c.n.store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
-                  0);
+    start_leader(&c, 0);
+    fetch_orders(&c, 8 << 20, &a);
     EXPECT_EQ_I64(a.entries[0].high_watermark, 1200);
     store_fetch_answer_free(&a);
     stop(&c);
