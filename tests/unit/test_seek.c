@@ -50,9 +50,10 @@ static void sim_answer(struct sim_log *l, int64_t off, uint32_t max_bytes,
     }
 }
 
-/* Runs a seek to the end; returns the state, the answer and the probes. */
-static enum seek_state run(struct sim_log *l, int64_t t, uint32_t recs,
-                           int64_t *found, uint32_t *probes)
+/* Runs a seek to the end, begun with log start `from` (the log may have
+ * moved since); returns the state, the answer and the probes. */
+static enum seek_state run_from(struct sim_log *l, int64_t from, int64_t t,
+                                uint32_t recs, int64_t *found, uint32_t *probes)
 {
     struct seek s;
     struct err err;
@@ -61,7 +62,7 @@ static enum seek_state run(struct sim_log *l, int64_t t, uint32_t recs,
     int64_t off = -1;
     uint32_t mb = 0;
 
-    seek_init(&s, SLICE_LIT("p"), t, l->log_start, l->head - 1, recs);
+    seek_init(&s, SLICE_LIT("p"), t, from, l->head - 1, recs);
     while ((st = seek_next(&s, &off, &mb, &err)) == SEEK_PROBE) {
         sim_answer(l, off, mb, &a);
         seek_on_answer(&s, &a);
@@ -69,6 +70,28 @@ static enum seek_state run(struct sim_log *l, int64_t t, uint32_t recs,
     *found = off;
     *probes = s.probes;
     return st;
+}
+
+static enum seek_state run(struct sim_log *l, int64_t t, uint32_t recs,
+                           int64_t *found, uint32_t *probes)
+{
+    return run_from(l, l->log_start, t, recs, found, probes);
+}
+
+/* A seek for t with one-record probes finds offset want; returns the
+ * probes it took. A failure names t. */
+static uint32_t expect_found(struct sim_log *l, int64_t t, int64_t want)
+{
+    int64_t found = -1;
+    uint32_t probes = 0;
+    enum seek_state st = run(l, t, 1, &found, &probes);
+
+    if (st != SEEK_FOUND || found != want) {
+        HARNESS_FAIL("seek t=%" PRId64 ": state %d offset %" PRId64
+                     ", want found %" PRId64,
+                     t, (int)st, found, want);
+    }
+    return probes;
 }
 
 /* The first offset with ts >= t, by a linear scan (the oracle). */
@@ -82,26 +105,30 @@ static int64_t oracle(const struct sim_log *l, int64_t t)
     return l->head;
 }
 
-static struct sim_log million(void)
+/* Offsets 0..head-1, per_seg records a second from T0. */
+static struct sim_log sim_log_of(int64_t head, int64_t per_seg)
 {
     struct sim_log l;
 
     memset(&l, 0, sizeof(l));
-    l.head = 1000000;
-    l.per_seg = 100;
+    l.head = head;
+    l.per_seg = per_seg;
     return l;
+}
+
+static struct sim_log million(void)
+{
+    return sim_log_of(1000000, 100);
 }
 
 TEST(exact_offsets_at_many_targets_within_the_probe_budget)
 {
     struct sim_log l = million();
     uint32_t worst = 0;
-    int64_t found;
-    uint32_t probes;
 
     for (int64_t t = T0 - SEC; t < T0 + 10001 * SEC; t += 997 * SEC / 10) {
-        EXPECT(run(&l, t, 1, &found, &probes) == SEEK_FOUND);
-        EXPECT_EQ_I64(found, oracle(&l, t));
+        uint32_t probes = expect_found(&l, t, oracle(&l, t));
+
         worst = probes > worst ? probes : worst;
     }
     EXPECT(worst <= 42);
@@ -110,48 +137,32 @@ TEST(exact_offsets_at_many_targets_within_the_probe_budget)
 TEST(half_a_second_past_a_segment_lands_on_the_next_segment)
 {
     struct sim_log l = million();
-    int64_t found;
-    uint32_t probes;
 
-    EXPECT(run(&l, T0 + 700 * SEC + SEC / 2, 1, &found, &probes) == SEEK_FOUND);
-    EXPECT_EQ_I64(found, 70100);
-    EXPECT(run(&l, T0 + 700 * SEC, 1, &found, &probes) == SEEK_FOUND);
-    EXPECT_EQ_I64(found, 70000);
+    expect_found(&l, T0 + 700 * SEC + SEC / 2, 70100);
+    expect_found(&l, T0 + 700 * SEC, 70000);
 }
 
 TEST(below_everything_answers_the_log_start_within_22_probes)
 {
     struct sim_log l = million();
-    int64_t found;
-    uint32_t probes;
 
-    EXPECT(run(&l, T0 - 5 * SEC, 1, &found, &probes) == SEEK_FOUND);
-    EXPECT_EQ_I64(found, 0);
-    EXPECT(probes <= 22);
+    EXPECT(expect_found(&l, T0 - 5 * SEC, 0) <= 22);
 }
 
 TEST(above_everything_answers_the_head_in_exactly_one_probe)
 {
     struct sim_log l = million();
-    int64_t found;
-    uint32_t probes;
 
-    EXPECT(run(&l, T0 + 20000 * SEC, 1, &found, &probes) == SEEK_FOUND);
-    EXPECT_EQ_I64(found, 1000000);
-    EXPECT_EQ_U64(probes, 1);
+    EXPECT_EQ_U64(expect_found(&l, T0 + 20000 * SEC, 1000000), 1);
 }
 
 TEST(a_raised_log_start_bounds_the_answer)
 {
     struct sim_log l = million();
-    int64_t found;
-    uint32_t probes;
 
     l.log_start = 500000;
-    EXPECT(run(&l, T0, 1, &found, &probes) == SEEK_FOUND);
-    EXPECT_EQ_I64(found, 500000);
-    EXPECT(run(&l, T0 + 7000 * SEC, 1, &found, &probes) == SEEK_FOUND);
-    EXPECT_EQ_I64(found, 700000);
+    expect_found(&l, T0, 500000);
+    expect_found(&l, T0 + 7000 * SEC, 700000);
 }
 
 TEST(multi_record_probes_agree_and_take_no_more_probes)
@@ -176,67 +187,40 @@ TEST(multi_record_probes_agree_and_take_no_more_probes)
 
 TEST(empty_and_never_written_partitions_answer_without_a_probe)
 {
-    struct sim_log l;
-    int64_t found;
-    uint32_t probes;
+    struct sim_log l = sim_log_of(0, 1);
 
-    memset(&l, 0, sizeof(l));
-    l.per_seg = 1;
-    EXPECT(run(&l, T0, 1, &found, &probes) == SEEK_FOUND);
-    EXPECT_EQ_I64(found, 0);
-    EXPECT_EQ_U64(probes, 0);
+    EXPECT_EQ_U64(expect_found(&l, T0, 0), 0);
     l.log_start = 1; /* one record, retained away */
     l.head = 1;
-    EXPECT(run(&l, T0, 1, &found, &probes) == SEEK_FOUND);
-    EXPECT_EQ_I64(found, 1);
-    EXPECT_EQ_U64(probes, 0);
+    EXPECT_EQ_U64(expect_found(&l, T0, 1), 0);
 }
 
 TEST(minus_infinity_answers_the_log_start_without_a_probe)
 {
     struct sim_log l = million();
-    int64_t found;
-    uint32_t probes;
 
     l.log_start = 77;
-    EXPECT(run(&l, INT64_MIN, 1, &found, &probes) == SEEK_FOUND);
-    EXPECT_EQ_I64(found, 77);
-    EXPECT_EQ_U64(probes, 0);
+    EXPECT_EQ_U64(expect_found(&l, INT64_MIN, 77), 0);
 }
 
 TEST(a_single_record_partition_is_exact_both_ways)
 {
-    struct sim_log l;
-    int64_t found;
-    uint32_t probes;
+    struct sim_log l = sim_log_of(1, 1);
 
-    memset(&l, 0, sizeof(l));
-    l.head = 1;
-    l.per_seg = 1;
-    EXPECT(run(&l, T0, 1, &found, &probes) == SEEK_FOUND);
-    EXPECT_EQ_I64(found, 0);
-    EXPECT(run(&l, T0 + 1, 1, &found, &probes) == SEEK_FOUND);
-    EXPECT_EQ_I64(found, 1);
+    expect_found(&l, T0, 0);
+    expect_found(&l, T0 + 1, 1);
 }
 
 TEST(every_offset_of_a_200_record_partition_is_reachable)
 {
-    struct sim_log l;
-    int64_t found;
-    uint32_t probes;
+    struct sim_log l = sim_log_of(200, 1);
 
-    memset(&l, 0, sizeof(l));
-    l.head = 200;
-    l.per_seg = 1;
     for (int64_t o = 0; o < 200; o++) {
         int64_t t = T0 + o * SEC;
 
-        EXPECT(run(&l, t, 1, &found, &probes) == SEEK_FOUND);
-        EXPECT_EQ_I64(found, o);
-        EXPECT(run(&l, t - 1, 1, &found, &probes) == SEEK_FOUND);
-        EXPECT_EQ_I64(found, o);
-        EXPECT(run(&l, t + 1, 1, &found, &probes) == SEEK_FOUND);
-        EXPECT_EQ_I64(found, o + 1);
+        expect_found(&l, t, o);
+        expect_found(&l, t - 1, o);
+        expect_found(&l, t + 1, o + 1);
     }
 }
 
@@ -277,21 +261,12 @@ TEST(a_log_that_never_answers_fails_at_the_probe_budget)
 TEST(retention_moving_the_log_start_during_the_seek_is_followed)
 {
     struct sim_log l = million();
-    struct seek s;
-    struct seek_answer a;
-    struct err err;
-    int64_t off = 0;
-    uint32_t mb = 0;
-    enum seek_state st;
+    int64_t found;
+    uint32_t probes;
 
-    seek_init(&s, SLICE_LIT("p"), T0 - SEC, 0, l.head - 1, 1);
-    l.log_start = 600000; /* trimmed after the seek started */
-    while ((st = seek_next(&s, &off, &mb, &err)) == SEEK_PROBE) {
-        sim_answer(&l, off, mb, &a);
-        seek_on_answer(&s, &a);
-    }
-    EXPECT(st == SEEK_FOUND);
-    EXPECT_EQ_I64(off, 600000);
+    l.log_start = 600000; /* trimmed after the seek started at 0 */
+    EXPECT(run_from(&l, 0, T0 - SEC, 1, &found, &probes) == SEEK_FOUND);
+    EXPECT_EQ_I64(found, 600000);
 }
 
 TEST(another_fetch_error_fails_the_seek_with_its_text)
