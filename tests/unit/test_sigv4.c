@@ -26,6 +26,28 @@ static void sign_ok(const struct sigv4_request *r, const struct sigv4_key *k,
     }
 }
 
+/* Sign r with k: the request URI and the signature must be uri and sig. */
+static void expect_signed(const struct sigv4_request *r,
+                          const struct sigv4_key *k, const char *uri,
+                          const char *sig)
+{
+    struct sigv4_out o;
+
+    sign_ok(r, k, &o);
+    EXPECT_STR_EQ(o.uri.data, uri);
+    EXPECT_STR_EQ(o.signature, sig);
+    sigv4_out_free(&o);
+}
+
+/* The signed headers of a request with no body, to host at date. */
+#define EMPTY_BODY_HEADERS(host, date)                 \
+    {                                                  \
+        {"host", host}, {"x-amz-date", date},          \
+        {                                              \
+            "x-amz-content-sha256", SIGV4_EMPTY_SHA256 \
+        }                                              \
+    }
+
 TEST(aws_get_object_example)
 {
     struct sigv4_kv h[] = {{"Host", HOST_EX},
@@ -84,33 +106,23 @@ TEST(aws_put_object_example)
 TEST(aws_get_bucket_list_example)
 {
     struct sigv4_kv q[] = {{"prefix", "J"}, {"max-keys", "2"}};
-    struct sigv4_kv h[] = {{"host", HOST_EX},
-                           {"x-amz-date", "20130524T000000Z"},
-                           {"x-amz-content-sha256", SIGV4_EMPTY_SHA256}};
+    struct sigv4_kv h[] = EMPTY_BODY_HEADERS(HOST_EX, "20130524T000000Z");
     struct sigv4_request r = {"GET", "/", q, ARRAY_LEN(q), h, ARRAY_LEN(h)};
-    struct sigv4_out o;
 
-    sign_ok(&r, &aws_key, &o);
-    EXPECT_STR_EQ(o.uri.data, "/?max-keys=2&prefix=J");
-    EXPECT_STR_EQ(o.signature, "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db"
-                               "6670ed5711ef69dc6f7");
-    sigv4_out_free(&o);
+    expect_signed(&r, &aws_key, "/?max-keys=2&prefix=J",
+                  "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db"
+                  "6670ed5711ef69dc6f7");
 }
 
 TEST(aws_get_bucket_lifecycle_example_signs_empty_value)
 {
     struct sigv4_kv q[] = {{"lifecycle", ""}};
-    struct sigv4_kv h[] = {{"host", HOST_EX},
-                           {"x-amz-date", "20130524T000000Z"},
-                           {"x-amz-content-sha256", SIGV4_EMPTY_SHA256}};
+    struct sigv4_kv h[] = EMPTY_BODY_HEADERS(HOST_EX, "20130524T000000Z");
     struct sigv4_request r = {"GET", "", q, 1, h, ARRAY_LEN(h)};
-    struct sigv4_out o;
 
-    sign_ok(&r, &aws_key, &o);
-    EXPECT_STR_EQ(o.uri.data, "/?lifecycle=");
-    EXPECT_STR_EQ(o.signature, "fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f9"
-                               "1ac7a200a0136783543");
-    sigv4_out_free(&o);
+    expect_signed(&r, &aws_key, "/?lifecycle=",
+                  "fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f9"
+                  "1ac7a200a0136783543");
 }
 
 TEST(put_of_key_with_equals_percent_plus_space_and_unicode)
@@ -128,14 +140,12 @@ TEST(put_of_key_with_equals_percent_plus_space_and_unicode)
                               0,
                               h,
                               ARRAY_LEN(h)};
-    struct sigv4_out o;
 
-    sign_ok(&r, &queen_key, &o);
-    EXPECT_STR_EQ(o.uri.data, "/lake/tenant%3Da/100%25%2B%20x%20%C3%A9%20"
-                              "%E6%97%A5%E6%9C%AC.jsonl");
-    EXPECT_STR_EQ(o.signature, "1d3ff7c944638f336ea25e5af04e9c6007bbfe2b888b9"
-                               "2daff6d227c1c1ecd20");
-    sigv4_out_free(&o);
+    expect_signed(&r, &queen_key,
+                  "/lake/tenant%3Da/100%25%2B%20x%20%C3%A9%20"
+                  "%E6%97%A5%E6%9C%AC.jsonl",
+                  "1d3ff7c944638f336ea25e5af04e9c6007bbfe2b888b9"
+                  "2daff6d227c1c1ecd20");
 }
 
 TEST(list_query_values_are_encoded_with_slash_and_sorted)
@@ -145,35 +155,27 @@ TEST(list_query_values_are_encoded_with_slash_and_sorted)
         {"prefix", "q=1/ \xc3\xa9+%\xe6\x97\xa5\xe6\x9c\xac/"},
         {"max-keys", "1000"},
         {"start-after", "a b"}};
-    struct sigv4_kv h[] = {{"host", "127.0.0.1:9000"},
-                           {"x-amz-date", "20261129T120000Z"},
-                           {"x-amz-content-sha256", SIGV4_EMPTY_SHA256}};
+    struct sigv4_kv h[] =
+        EMPTY_BODY_HEADERS("127.0.0.1:9000", "20261129T120000Z");
     struct sigv4_request r = {"GET", "/lake", q, ARRAY_LEN(q), h, ARRAY_LEN(h)};
-    struct sigv4_out o;
 
-    sign_ok(&r, &queen_key, &o);
-    EXPECT_STR_EQ(o.uri.data,
+    expect_signed(&r, &queen_key,
                   "/lake?list-type=2&max-keys=1000&prefix=q%3D1%2F%20%C3%A9"
-                  "%2B%25%E6%97%A5%E6%9C%AC%2F&start-after=a%20b");
-    EXPECT_STR_EQ(o.signature, "e12e92e56d51ede39eed5bcc07e7c62b594cdff61dc73"
-                               "d1711aa05e6b05f5de5");
-    sigv4_out_free(&o);
+                  "%2B%25%E6%97%A5%E6%9C%AC%2F&start-after=a%20b",
+                  "e12e92e56d51ede39eed5bcc07e7c62b594cdff61dc73"
+                  "d1711aa05e6b05f5de5");
 }
 
 TEST(create_multipart_signs_uploads_with_an_equals_sign)
 {
     struct sigv4_kv q[] = {{"uploads", ""}};
-    struct sigv4_kv h[] = {{"host", "127.0.0.1:9000"},
-                           {"x-amz-date", "20261129T120000Z"},
-                           {"x-amz-content-sha256", SIGV4_EMPTY_SHA256}};
+    struct sigv4_kv h[] =
+        EMPTY_BODY_HEADERS("127.0.0.1:9000", "20261129T120000Z");
     struct sigv4_request r = {"POST", "/lake/k", q, 1, h, ARRAY_LEN(h)};
-    struct sigv4_out o;
 
-    sign_ok(&r, &queen_key, &o);
-    EXPECT_STR_EQ(o.uri.data, "/lake/k?uploads=");
-    EXPECT_STR_EQ(o.signature, "9bc0569bd76105e342163358e0b91d53552df2a3f685d"
-                               "84243cfd63cfc27c270");
-    sigv4_out_free(&o);
+    expect_signed(&r, &queen_key, "/lake/k?uploads=",
+                  "9bc0569bd76105e342163358e0b91d53552df2a3f685d"
+                  "84243cfd63cfc27c270");
 }
 
 TEST(header_values_are_trimmed_and_duplicates_joined_in_order)
@@ -250,9 +252,7 @@ TEST(amz_date_formats_unix_seconds)
 TEST(empty_query_names_and_values_sign_without_touching_null)
 {
     struct sigv4_kv q[] = {{"", ""}, {"", ""}};
-    struct sigv4_kv h[] = {{"host", "h"},
-                           {"x-amz-date", "20261129T120000Z"},
-                           {"x-amz-content-sha256", SIGV4_EMPTY_SHA256}};
+    struct sigv4_kv h[] = EMPTY_BODY_HEADERS("h", "20261129T120000Z");
     struct sigv4_request r = {"GET", "/k", q, 2, h, ARRAY_LEN(h)};
     struct sigv4_out o;
 
