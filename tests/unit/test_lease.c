@@ -66,12 +66,17 @@ struct rig {
     struct sink_broker b;
 };
 
+static void rig_open(struct rig *r)
+{
+    fake_init(&r->f, "orders");
+    fake_broker_seam(&r->f, &r->b);
+}
+
 /* node-1's lease (seed 1) on a fresh rig; clock c, or the real one when
  * NULL. Free with lease_free. */
 static struct lease *rig_lease(struct rig *r, struct fake_clock *c)
 {
-    fake_init(&r->f, "orders");
-    fake_broker_seam(&r->f, &r->b);
+    rig_open(r);
     return make(&r->b, "node-1", 1, c);
 }
 
@@ -83,6 +88,29 @@ static int rig_acquire(struct lease *l)
     char who[64];
 
     return lease_acquire(l, 1, &taken, who, sizeof(who), &err);
+}
+
+/* rig_lease(), acquired at 1 ms. */
+static struct lease *rig_held(struct rig *r, struct fake_clock *c)
+{
+    struct lease *l = rig_lease(r, c);
+
+    EXPECT_EQ_I64(rig_acquire(l), 0);
+    return l;
+}
+
+/* Acquire l at now, which must not fail; returns whether l took the lease,
+ * with the holder's name in who[size]. */
+static bool acquired(struct lease *l, int64_t now, char *who, size_t size)
+{
+    struct err err = {0};
+    bool taken = false;
+    int rc = lease_acquire(l, now, &taken, who, size, &err);
+
+    if (rc != 0) {
+        HARNESS_FAIL("acquire at %" PRId64 ": rc %d: %s", now, rc, err.msg);
+    }
+    return taken;
 }
 
 /* The orders lease row now names instance and incarnation (since 5 ms). */
@@ -108,12 +136,10 @@ TEST(ttl_and_refresh_interval)
 
 TEST(key_and_incarnation)
 {
-    struct fake_broker f;
-    struct sink_broker b;
+    struct rig r;
 
-    fake_init(&f, "orders");
-    fake_broker_seam(&f, &b);
-    struct lease *l = make(&b, "node-1", 0xa0, NULL);
+    rig_open(&r);
+    struct lease *l = make(&r.b, "node-1", 0xa0, NULL);
     EXPECT_STR_EQ(lease_key(l), "s3:default:orders:lease");
     EXPECT_STR_EQ(lease_incarnation(l), "a0a1a2a3a4a5a6a7");
     EXPECT_EQ_U64(lease_version(l), 0);
@@ -122,26 +148,21 @@ TEST(key_and_incarnation)
 
 TEST(acquire_takes_a_free_lease_and_others_see_the_holder)
 {
-    struct fake_broker f;
-    struct sink_broker b;
+    struct rig r;
     struct err err;
-    bool taken;
     char who[64];
     enum lease_holder_kind kind;
 
-    fake_init(&f, "orders");
-    fake_broker_seam(&f, &b);
-    struct lease *a = make(&b, "node-1", 1, NULL);
-    struct lease *o = make(&b, "node-2", 2, NULL);
+    rig_open(&r);
+    struct lease *a = make(&r.b, "node-1", 1, NULL);
+    struct lease *o = make(&r.b, "node-2", 2, NULL);
     EXPECT_EQ_I64(lease_holder(a, &kind, who, sizeof(who), &err), 0);
     EXPECT_EQ_I64(kind, LEASE_FREE);
-    EXPECT_EQ_I64(lease_acquire(a, 1000, &taken, who, sizeof(who), &err), 0);
-    EXPECT(taken);
+    EXPECT(acquired(a, 1000, who, sizeof(who)));
     EXPECT(lease_version(a) != 0);
-    struct fake_row *row = fake_row_must(&f, "s3:default:orders:lease");
+    struct fake_row *row = fake_row_must(&r.f, "s3:default:orders:lease");
     EXPECT_EQ_I64(row->ttl, 30);
-    EXPECT_EQ_I64(lease_acquire(o, 2000, &taken, who, sizeof(who), &err), 0);
-    EXPECT(!taken);
+    EXPECT(!acquired(o, 2000, who, sizeof(who)));
     EXPECT_STR_EQ(who, "node-1");
     EXPECT_EQ_I64(lease_holder(o, &kind, who, sizeof(who), &err), 0);
     EXPECT_EQ_I64(kind, LEASE_OTHER);
@@ -153,20 +174,15 @@ TEST(acquire_takes_a_free_lease_and_others_see_the_holder)
 
 TEST(same_instance_other_incarnation_is_taken_over)
 {
-    struct fake_broker f;
-    struct sink_broker b;
+    struct rig r;
     struct err err;
-    bool taken;
     char who[64];
 
-    fake_init(&f, "orders");
-    fake_broker_seam(&f, &b);
-    struct lease *old = make(&b, "node-1", 1, NULL);
-    EXPECT_EQ_I64(lease_acquire(old, 1, &taken, who, sizeof(who), &err), 0);
-    EXPECT(taken);
-    struct lease *l = make(&b, "node-1", 9, NULL);
-    EXPECT_EQ_I64(lease_acquire(l, 2, &taken, who, sizeof(who), &err), 0);
-    EXPECT(taken);
+    rig_open(&r);
+    struct lease *old = make(&r.b, "node-1", 1, NULL);
+    EXPECT(acquired(old, 1, who, sizeof(who)));
+    struct lease *l = make(&r.b, "node-1", 9, NULL);
+    EXPECT(acquired(l, 2, who, sizeof(who)));
     EXPECT(lease_version(l) > lease_version(old));
     /* the old life's fence now loses, and the loss is sticky */
     EXPECT_EQ_I64(lease_refresh(old, &err), ERR_PRECONDITION);
@@ -179,18 +195,13 @@ TEST(same_instance_other_incarnation_is_taken_over)
 
 TEST(unparsable_row_is_held_by_unknown)
 {
-    struct fake_broker f;
-    struct sink_broker b;
-    struct err err;
-    bool taken;
+    struct rig r;
     char who[64];
 
-    fake_init(&f, "orders");
-    fake_broker_seam(&f, &b);
-    fake_row_set(&f, "s3:default:orders:lease", "[1,2]");
-    struct lease *l = make(&b, "node-1", 1, NULL);
-    EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
-    EXPECT(!taken);
+    rig_open(&r);
+    fake_row_set(&r.f, "s3:default:orders:lease", "[1,2]");
+    struct lease *l = make(&r.b, "node-1", 1, NULL);
+    EXPECT(!acquired(l, 1, who, sizeof(who)));
     EXPECT_STR_EQ(who, "unknown");
     lease_free(l);
 }
@@ -202,8 +213,7 @@ TEST(fenced_batch_puts_the_fence_first_and_rolls_back_when_lost)
     struct kv_op op;
     struct kv_answer a;
 
-    struct lease *l = rig_lease(&r, NULL);
-    EXPECT_EQ_I64(rig_acquire(l), 0);
+    struct lease *l = rig_held(&r, NULL);
     uint64_t none = 0;
     lease_put_op(&op, "s3:default:orders:committed", SLICE_LIT("{\"k\":1}"), 0,
                  &none, true);
@@ -230,18 +240,14 @@ TEST(fenced_batch_puts_the_fence_first_and_rolls_back_when_lost)
 TEST(release_deletes_only_our_row)
 {
     struct rig r;
-    struct err err;
-    bool taken;
-    char who[64];
     struct fake_clock c = {0};
 
-    struct lease *l = rig_lease(&r, &c);
-    EXPECT_EQ_I64(rig_acquire(l), 0);
+    struct lease *l = rig_held(&r, &c);
     EXPECT_EQ_I64(lease_release(l), 0);
     EXPECT(fake_row_get(&r.f, "s3:default:orders:lease") == NULL);
     EXPECT_EQ_U64(lease_version(l), 0);
     /* a row of another incarnation stays */
-    EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
+    EXPECT_EQ_I64(rig_acquire(l), 0);
     set_holder(&r.f, "node-1", "ffffffffffffffff");
     EXPECT_EQ_I64(lease_release(l), 0);
     EXPECT(fake_row_get(&r.f, "s3:default:orders:lease") != NULL);
@@ -253,8 +259,7 @@ TEST(release_retries_four_failures_then_succeeds_in_six_calls)
     struct rig r;
     struct fake_clock c = {0};
 
-    struct lease *l = rig_lease(&r, &c);
-    EXPECT_EQ_I64(rig_acquire(l), 0);
+    struct lease *l = rig_held(&r, &c);
     r.f.kv_calls = 0;
     r.f.fail_next = 4;
     EXPECT_EQ_I64(lease_release(l), 0);
@@ -269,8 +274,7 @@ TEST(release_gives_up_after_ten_seconds_when_the_broker_never_answers)
     struct rig r;
     struct fake_clock c = {0};
 
-    struct lease *l = rig_lease(&r, &c);
-    EXPECT_EQ_I64(rig_acquire(l), 0);
+    struct lease *l = rig_held(&r, &c);
     r.f.kv_never = true;
     EXPECT_EQ_I64(lease_release(l), ERR_TIMEOUT);
     EXPECT(c.now >= 9000 && c.now <= 10000);
@@ -283,8 +287,7 @@ TEST(refresh_keeps_the_lease_through_a_busy_broker_and_loses_it_to_another)
     struct rig r;
     struct err err;
 
-    struct lease *l = rig_lease(&r, NULL);
-    EXPECT_EQ_I64(rig_acquire(l), 0);
+    struct lease *l = rig_held(&r, NULL);
     for (int i = 0; i < 5; i++) {
         EXPECT_EQ_I64(lease_refresh(l, &err), 0);
     }
@@ -309,8 +312,7 @@ TEST(a_refresh_that_landed_although_its_call_failed_keeps_the_lease)
     struct kv_op op;
     struct kv_answer a;
 
-    struct lease *l = rig_lease(&r, NULL);
-    EXPECT_EQ_I64(rig_acquire(l), 0);
+    struct lease *l = rig_held(&r, NULL);
     r.f.land_then_fail = 1;
     EXPECT_EQ_I64(lease_refresh(l, &err), ERR_TIMEOUT);
     EXPECT(!lease_lost(l));
@@ -349,8 +351,7 @@ TEST(a_row_of_another_incarnation_is_never_adopted_by_the_fence)
     struct rig r;
     struct err err;
 
-    struct lease *l = rig_lease(&r, NULL);
-    EXPECT_EQ_I64(rig_acquire(l), 0);
+    struct lease *l = rig_held(&r, NULL);
     set_holder(&r.f, "node-1", "ffffffffffffffff");
     EXPECT_EQ_I64(lease_refresh(l, &err), ERR_PRECONDITION);
     EXPECT(lease_lost(l));
@@ -365,27 +366,22 @@ TEST(a_row_of_another_incarnation_is_never_adopted_by_the_fence)
  * from the row. */
 TEST(a_long_instance_name_still_reads_its_own_row_as_mine)
 {
-    struct fake_broker f;
-    struct sink_broker b;
+    struct rig r;
     struct err err;
-    bool taken;
     char who[600];
     char inst[301];
     enum lease_holder_kind kind;
 
     memset(inst, 'n', 300);
     inst[300] = '\0';
-    fake_init(&f, "orders");
-    fake_broker_seam(&f, &b);
-    struct lease *l = make(&b, inst, 1, NULL);
-    EXPECT_EQ_I64(lease_acquire(l, 1, &taken, who, sizeof(who), &err), 0);
-    EXPECT(taken);
+    rig_open(&r);
+    struct lease *l = make(&r.b, inst, 1, NULL);
+    EXPECT(acquired(l, 1, who, sizeof(who)));
     EXPECT_EQ_I64(lease_holder(l, &kind, who, sizeof(who), &err), 0);
     EXPECT_EQ_I64(kind, LEASE_MINE);
     /* A later life of the same instance takes the row over at once. */
-    struct lease *again = make(&b, inst, 9, NULL);
-    EXPECT_EQ_I64(lease_acquire(again, 2, &taken, who, sizeof(who), &err), 0);
-    EXPECT(taken);
+    struct lease *again = make(&r.b, inst, 9, NULL);
+    EXPECT(acquired(again, 2, who, sizeof(who)));
     lease_free(again);
     lease_free(l);
 }
