@@ -20,21 +20,30 @@ static struct slice sl(const char *s)
     return r;
 }
 
+/* The data key of window w of queue q must be want. */
+static void expect_data_key(const struct layout_queue *q,
+                            const struct layout_window *w, const char *want)
+{
+    struct buf b;
+    struct err err;
+
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(layout_data_key(&b, q, w, &err), 0);
+    EXPECT_STR_EQ(b.data, want);
+    buf_free(&b);
+}
+
 TEST(merged_key_reference_vector)
 {
     struct layout_queue q = lq("queen", T1, "orders");
     struct layout_window w = {LAYOUT_ALIGN_HOUR, 1842,
                               1788516000000000,  1788516300000000,
                               1788516000000000,  "jsonl.zst"};
-    struct buf b;
-    struct err err;
 
-    buf_init(&b, BUF_UNLIMITED);
-    EXPECT_EQ_I64(layout_data_key(&b, &q, &w, &err), 0);
-    EXPECT_STR_EQ(b.data, "queen/tenant=" T1 "/queue=orders/dt=2026-09-04/"
-                          "hour=10/w-0000001842-1788516000000000-"
-                          "1788516300000000.jsonl.zst");
-    buf_free(&b);
+    expect_data_key(&q, &w,
+                    "queen/tenant=" T1 "/queue=orders/dt=2026-09-04/"
+                    "hour=10/w-0000001842-1788516000000000-"
+                    "1788516300000000.jsonl.zst");
 }
 
 TEST(seed_run_key_under_earliest)
@@ -42,16 +51,12 @@ TEST(seed_run_key_under_earliest)
     struct layout_queue q = lq("queen", T1, "orders");
     struct layout_window w = {LAYOUT_ALIGN_HOUR, 1, 1791007200000000,
                               1791009458377855,  0, "jsonl.zst"};
-    struct buf b;
-    struct err err;
 
     w.bucket_ts = layout_bucket_ts(w.t_start, true, 1791009457000000, w.t_end);
-    buf_init(&b, BUF_UNLIMITED);
-    EXPECT_EQ_I64(layout_data_key(&b, &q, &w, &err), 0);
-    EXPECT_STR_EQ(b.data, "queen/tenant=" T1 "/queue=orders/dt=2026-10-03/"
-                          "hour=06/w-0000000001-1791007200000000-"
-                          "1791009458377855.jsonl.zst");
-    buf_free(&b);
+    expect_data_key(&q, &w,
+                    "queen/tenant=" T1 "/queue=orders/dt=2026-10-03/"
+                    "hour=06/w-0000000001-1791007200000000-"
+                    "1791009458377855.jsonl.zst");
 }
 
 TEST(per_partition_suffix_vector)
@@ -80,20 +85,15 @@ TEST(alignment_day_and_none)
     struct layout_window w = {LAYOUT_ALIGN_DAY, 2,
                               1788516000000000, 1788516300000000,
                               1788516000000000, "jsonl"};
-    struct buf b;
-    struct err err;
 
-    buf_init(&b, BUF_UNLIMITED);
-    EXPECT_EQ_I64(layout_data_key(&b, &q, &w, &err), 0);
-    EXPECT_STR_EQ(b.data, "queen/tenant=t/queue=q/dt=2026-09-04/w-0000000002-"
-                          "1788516000000000-1788516300000000.jsonl");
-    buf_reset(&b);
+    expect_data_key(&q, &w,
+                    "queen/tenant=t/queue=q/dt=2026-09-04/w-0000000002-"
+                    "1788516000000000-1788516300000000.jsonl");
     w.align = LAYOUT_ALIGN_NONE;
-    EXPECT_EQ_I64(layout_data_key(&b, &q, &w, &err), 0);
-    EXPECT_STR_EQ(b.data, "queen/tenant=t/queue=q/dt=2026-09-04/hour=10/"
-                          "w-0000000002-1788516000000000-1788516300000000."
-                          "jsonl");
-    buf_free(&b);
+    expect_data_key(&q, &w,
+                    "queen/tenant=t/queue=q/dt=2026-09-04/hour=10/"
+                    "w-0000000002-1788516000000000-1788516300000000."
+                    "jsonl");
 }
 
 TEST(padding_clamps_negatives_and_min)
@@ -237,29 +237,30 @@ TEST(key_parsing_of_checkpoint_and_manifest_k)
 
 TEST(kv_key_vectors)
 {
+    static const struct {
+        const char *sink;
+        const char *queue;
+        enum layout_kv kind;
+        const char *want;
+    } keys[] = {
+        {"default", "orders", LAYOUT_KV_LEASE, "s3:default:orders:lease"},
+        {"sink-2", "a/b", LAYOUT_KV_INTENT, "s3:sink-2:a%2Fb:intent"},
+        {"default", "a b", LAYOUT_KV_COMMITTED, "s3:default:a%20b:committed"},
+        {"default", "a:b", LAYOUT_KV_LEASE, "s3:default:a%3Ab:lease"},
+        {"default", "a b/\xc3\xbc:c", LAYOUT_KV_COMMITTED,
+         "s3:default:a%20b%2F%C3%BC%3Ac:committed"},
+        {"lake-eu.1", "Orders_2026.v-1", LAYOUT_KV_COMMITTED,
+         "s3:lake-eu.1:Orders_2026.v-1:committed"},
+    };
     struct buf b;
     struct err err;
 
     buf_init(&b, BUF_UNLIMITED);
-    layout_kv_key(&b, "default", sl("orders"), LAYOUT_KV_LEASE, &err);
-    EXPECT_STR_EQ(b.data, "s3:default:orders:lease");
-    buf_reset(&b);
-    layout_kv_key(&b, "sink-2", sl("a/b"), LAYOUT_KV_INTENT, &err);
-    EXPECT_STR_EQ(b.data, "s3:sink-2:a%2Fb:intent");
-    buf_reset(&b);
-    layout_kv_key(&b, "default", sl("a b"), LAYOUT_KV_COMMITTED, &err);
-    EXPECT_STR_EQ(b.data, "s3:default:a%20b:committed");
-    buf_reset(&b);
-    layout_kv_key(&b, "default", sl("a:b"), LAYOUT_KV_LEASE, &err);
-    EXPECT_STR_EQ(b.data, "s3:default:a%3Ab:lease");
-    buf_reset(&b);
-    layout_kv_key(&b, "default", sl("a b/\xc3\xbc:c"), LAYOUT_KV_COMMITTED,
-                  &err);
-    EXPECT_STR_EQ(b.data, "s3:default:a%20b%2F%C3%BC%3Ac:committed");
-    buf_reset(&b);
-    layout_kv_key(&b, "lake-eu.1", sl("Orders_2026.v-1"), LAYOUT_KV_COMMITTED,
-                  &err);
-    EXPECT_STR_EQ(b.data, "s3:lake-eu.1:Orders_2026.v-1:committed");
+    for (size_t i = 0; i < ARRAY_LEN(keys); i++) {
+        buf_reset(&b);
+        layout_kv_key(&b, keys[i].sink, sl(keys[i].queue), keys[i].kind, &err);
+        EXPECT_STR_EQ(b.data, keys[i].want);
+    }
     buf_reset(&b);
     layout_presence_key(&b, "default", sl("node-1@host"), &err);
     EXPECT_STR_EQ(b.data, "s3:default:node=node-1%40host");
