@@ -233,8 +233,10 @@ TEST(configure_codec_round_trip)
 
 /* ---- over a real store -------------------------------------------------- */
 
-static struct store_partition_info part_of(struct env *e, const char *q,
-                                           const char *p)
+/* Partition p of tenant t's queue q, as the changed listing shows it
+ * (zeroes when it is not listed); its name points at p. */
+static struct store_partition_info tenant_part(struct env *e, const uint8_t *t,
+                                               const char *q, const char *p)
 {
     struct store_changed_req r = {sl(q), INT64_MIN, {"", 0}, 1000};
     struct store_changed_answer a;
@@ -242,8 +244,7 @@ static struct store_partition_info part_of(struct env *e, const char *q,
     struct err err = {0};
 
     memset(&out, 0, sizeof(out));
-    EXPECT_EQ_I64(
-        store_changed(e->store, STORE_DEFAULT_TENANT, &r, 1, &a, &err), 0);
+    EXPECT_EQ_I64(store_changed(e->store, t, &r, 1, &a, &err), 0);
     for (size_t i = 0; i < a.entries[0].n_partitions; i++) {
         const struct store_partition_info *pi = &a.entries[0].partitions[i];
 
@@ -255,6 +256,12 @@ static struct store_partition_info part_of(struct env *e, const char *q,
     }
     store_changed_answer_free(&a);
     return out;
+}
+
+static struct store_partition_info part_of(struct env *e, const char *q,
+                                           const char *p)
+{
+    return tenant_part(e, STORE_DEFAULT_TENANT, q, p);
 }
 
 static uint64_t queue_id(struct env *e, const char *q)
@@ -513,22 +520,11 @@ static void tkv_put(struct env *e, const uint8_t *t, const char *key,
     kv_answer_free(&a);
 }
 
+/* Partition "p" (the one tpush() writes) of tenant t's queue q. */
 static struct store_partition_info tpart(struct env *e, const uint8_t *t,
                                          const char *q)
 {
-    struct store_changed_req r = {sl(q), INT64_MIN, {"", 0}, 1000};
-    struct store_changed_answer a;
-    struct store_partition_info out;
-    struct err err = {0};
-
-    memset(&out, 0, sizeof(out));
-    EXPECT_EQ_I64(store_changed(e->store, t, &r, 1, &a, &err), 0);
-    if (a.entries[0].n_partitions == 1) {
-        out = a.entries[0].partitions[0];
-        out.name = sl("p");
-    }
-    store_changed_answer_free(&a);
-    return out;
+    return tenant_part(e, t, q, "p");
 }
 
 /* The commands a plan hands over, kept for inspection and apply. */
@@ -582,6 +578,17 @@ static void apply_proposed(struct env *e, const struct proposed *pr,
             apply_raw(e, pr->cmds[i].data, pr->cmds[i].len, stamp);
 
         EXPECT(res != NULL && res->code == 0);
+    }
+}
+
+/* A store whose fsm applies CMD_CONFIGURE and, when with_trims, the
+ * CMD_RETENTION a plan proposes. */
+static void planner_env_open(struct env *e, bool with_trims)
+{
+    env_open(e);
+    fsm_set_handler(e->fsm, CMD_CONFIGURE, api_configure_apply, NULL);
+    if (with_trims) {
+        fsm_set_handler(e->fsm, CMD_RETENTION, retention_apply, NULL);
     }
 }
 
@@ -666,9 +673,7 @@ TEST(plan_trims_each_tenant_by_its_own_options)
     struct proposed pr = {0};
     struct cmd_header h;
 
-    env_open(&e);
-    fsm_set_handler(e.fsm, CMD_CONFIGURE, api_configure_apply, NULL);
-    fsm_set_handler(e.fsm, CMD_RETENTION, retention_apply, NULL);
+    planner_env_open(&e, true);
     store_queue_options_configured(&o);
     o.retention_enabled = true;
     o.retention_seconds = 3600;
@@ -707,9 +712,7 @@ TEST(plan_reads_each_tenants_own_hold_row)
     const char *b_row = "{\"tEnd\":\"2025-10-09T08:54:20.001Z\"}";
     const char *far = "{\"tEnd\":\"2030-01-01T00:00:00.000Z\"}";
 
-    env_open(&e);
-    fsm_set_handler(e.fsm, CMD_CONFIGURE, api_configure_apply, NULL);
-    fsm_set_handler(e.fsm, CMD_RETENTION, retention_apply, NULL);
+    planner_env_open(&e, true);
     o.retention_enabled = true;
     o.retention_seconds = 5;
     tconfigure(&e, STORE_DEFAULT_TENANT, "h", &o);
@@ -743,8 +746,7 @@ TEST(plan_budget_resumes_after_the_tenant_it_ran_out_in)
     struct cmd_header h;
     const uint8_t *order[] = {TA, TB, TC, TA};
 
-    env_open(&e);
-    fsm_set_handler(e.fsm, CMD_CONFIGURE, api_configure_apply, NULL);
+    planner_env_open(&e, false);
     store_queue_options_configured(&o);
     o.max_wait_time_seconds = 10;
     tconfigure(&e, TA, "q", &o);
