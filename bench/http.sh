@@ -16,10 +16,16 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 echo_bin="$root/$build/tools/http_echo"
 secs=${BENCH_SECONDS:-10}
 tmp=$(mktemp -d /tmp/queen-bench-http.XXXXXX)
-epid=""; npid=""
+pids=() # every server started, stopped on exit
+# Each step may fail (a server already gone; wait answers 143 for a killed
+# one) without set -e cutting the cleanup short, which used to leave the
+# second server running and $tmp behind.
 cleanup() {
-  [ -n "$epid" ] && kill "$epid" 2>/dev/null && wait "$epid" 2>/dev/null
-  [ -n "$npid" ] && kill "$npid" 2>/dev/null && wait "$npid" 2>/dev/null
+  local p
+  for p in "${pids[@]}"; do
+    kill "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -37,7 +43,7 @@ wait_http() { # url
 
 eport=$(free_port)
 "$echo_bin" --port "$eport" >/dev/null 2>"$tmp/echo.err" &
-epid=$!
+pids+=($!)
 nport=$(free_port)
 node -e '
 const http = require("http");
@@ -52,9 +58,10 @@ http.createServer((req, res) => {
   });
 }).listen(Number(process.argv[1]), "127.0.0.1");
 ' "$nport" &
-npid=$!
-wait_http "http://127.0.0.1:$eport/echo"
-wait_http "http://127.0.0.1:$nport/echo"
+pids+=($!)
+for port in "$eport" "$nport"; do
+  wait_http "http://127.0.0.1:$port/echo"
+done
 
 rate() { # port lua -> req/s
   wrk -t 2 -c 64 -d "${secs}s" -s "$2" "http://127.0.0.1:$1/echo" |
