@@ -78,6 +78,23 @@ static void fetch(struct env *e, const struct store_fetch_req *r, size_t n,
                   0);
 }
 
+/* Open e with records 0..n-1 in q/p (fill()) and fetch r[0..nr-1]. */
+static void open_fill_fetch(struct env *e, int n,
+                            const struct store_fetch_req *r, size_t nr,
+                            struct store_fetch_answer *a)
+{
+    env_open(e);
+    fill(e, "q", "p", n);
+    fetch(e, r, nr, a);
+}
+
+/* Free a, then close and remove e. */
+static void fetch_done(struct env *e, struct store_fetch_answer *a)
+{
+    store_fetch_answer_free(a);
+    env_close(e);
+}
+
 /* What one fetch entry must say; a field of ANY is not checked. */
 #define ANY (-1)
 struct want {
@@ -117,9 +134,7 @@ TEST(fetch_unknown_queue_and_unwritten_partition)
         req("nope", "Default", 0, 100), req("q", "never", 0, 100),
         req("q", "never", 3, 100), req("q", "p", 0, 100)};
 
-    env_open(&e);
-    fill(&e, "q", "p", 2);
-    fetch(&e, r, 4, &a);
+    open_fill_fetch(&e, 2, r, 4, &a);
     expect_entry(&a, 0,
                  (struct want){STORE_UNKNOWN_TOPIC_OR_PARTITION, ANY, 0, 0});
     EXPECT_STR_EQ(store_entry_error_name(a.entries[0].error),
@@ -128,8 +143,7 @@ TEST(fetch_unknown_queue_and_unwritten_partition)
     expect_entry(&a, 2,
                  (struct want){STORE_OFFSET_OUT_OF_RANGE, ANY, ANY, ANY});
     expect_entry(&a, 3, (struct want){ANY, 2, ANY, ANY});
-    store_fetch_answer_free(&a);
-    env_close(&e);
+    fetch_done(&e, &a);
 }
 
 TEST(fetch_another_tenant_sees_nothing)
@@ -144,8 +158,7 @@ TEST(fetch_another_tenant_sees_nothing)
     fill(&e, "q", "p", 1);
     EXPECT_EQ_I64(store_fetch(e.store, other, &r, 1, &a, &err), 0);
     EXPECT_EQ_I64(a.entries[0].error, STORE_UNKNOWN_TOPIC_OR_PARTITION);
-    store_fetch_answer_free(&a);
-    env_close(&e);
+    fetch_done(&e, &a);
 }
 
 TEST(fetch_bounds_and_end_of_log)
@@ -155,16 +168,13 @@ TEST(fetch_bounds_and_end_of_log)
     struct store_fetch_req r[3] = {req("q", "p", 5, 100), req("q", "p", 6, 100),
                                    req("q", "p", 4, 100)};
 
-    env_open(&e);
-    fill(&e, "q", "p", 5);
-    fetch(&e, r, 3, &a);
+    open_fill_fetch(&e, 5, r, 3, &a);
     /* at the high watermark, then past it */
     expect_entry(&a, 0, (struct want){STORE_ENTRY_OK, 0, 5, ANY});
     expect_entry(&a, 1, (struct want){STORE_OFFSET_OUT_OF_RANGE, ANY, 5, 0});
     expect_entry(&a, 2, (struct want){ANY, 1, ANY, ANY});
     EXPECT_EQ_I64(a.entries[2].records[0].offset, 4);
-    store_fetch_answer_free(&a);
-    env_close(&e);
+    fetch_done(&e, &a);
 }
 
 TEST(fetch_below_log_start_is_out_of_range)
@@ -188,8 +198,7 @@ TEST(fetch_below_log_start_is_out_of_range)
     EXPECT_EQ_I64(store_wcommit(e.store, txn, 100, 0, &err), 0);
     fetch(&e, &r, 1, &a);
     expect_entry(&a, 0, (struct want){STORE_OFFSET_OUT_OF_RANGE, ANY, 4, 2});
-    store_fetch_answer_free(&a);
-    env_close(&e);
+    fetch_done(&e, &a);
 }
 
 TEST(fetch_first_record_always_then_weight_up_to_max_bytes)
@@ -200,16 +209,13 @@ TEST(fetch_first_record_always_then_weight_up_to_max_bytes)
     struct store_fetch_req r[4] = {req("q", "p", 3, 1), req("q", "p", 0, 6),
                                    req("q", "p", 0, 5), req("q", "p", 0, 100)};
 
-    env_open(&e);
-    fill(&e, "q", "p", 5);
-    fetch(&e, r, 4, &a);
+    open_fill_fetch(&e, 5, r, 4, &a);
     EXPECT_EQ_U64(a.entries[0].n_records, 1); /* 4 bytes over a max of 1 */
     EXPECT_EQ_U64(a.entries[0].records[0].payload.len, 4);
     EXPECT_EQ_U64(a.entries[1].n_records, 3); /* 1+2+3 == 6 */
     EXPECT_EQ_U64(a.entries[2].n_records, 2); /* 1+2 <= 5 < 1+2+3 */
     EXPECT_EQ_U64(a.entries[3].n_records, 5);
-    store_fetch_answer_free(&a);
-    env_close(&e);
+    fetch_done(&e, &a);
 }
 
 TEST(fetch_empty_payload_weighs_one)
@@ -227,8 +233,7 @@ TEST(fetch_empty_payload_weighs_one)
     }
     fetch(&e, &r, 1, &a);
     EXPECT_EQ_U64(a.entries[0].n_records, 3);
-    store_fetch_answer_free(&a);
-    env_close(&e);
+    fetch_done(&e, &a);
 }
 
 TEST(fetch_caps_at_10000_records_per_entry)
@@ -243,8 +248,7 @@ TEST(fetch_caps_at_10000_records_per_entry)
     EXPECT_EQ_U64(a.entries[0].n_records, STORE_FETCH_MAX_RECORDS);
     EXPECT_EQ_I64(a.entries[0].high_watermark, 11000);
     EXPECT_EQ_I64(a.entries[0].records[9999].offset, 9999);
-    store_fetch_answer_free(&a);
-    env_close(&e);
+    fetch_done(&e, &a);
 }
 
 TEST(fetch_steps_over_a_gap_silently)
@@ -270,8 +274,7 @@ TEST(fetch_steps_over_a_gap_silently)
     expect_entry(&a, 0, (struct want){STORE_ENTRY_OK, 2, ANY, ANY});
     EXPECT_EQ_I64(a.entries[0].records[0].offset, 2);
     EXPECT_EQ_I64(a.entries[0].records[1].offset, 4);
-    store_fetch_answer_free(&a);
-    env_close(&e);
+    fetch_done(&e, &a);
 }
 
 TEST(fetch_entries_do_not_mix_records)
@@ -291,8 +294,7 @@ TEST(fetch_entries_do_not_mix_records)
                   a.entries[1].records[1].txn.len, "b-1", 3);
     EXPECT_MEM_EQ(a.entries[0].records[2].txn.ptr,
                   a.entries[0].records[2].txn.len, "a-2", 3);
-    store_fetch_answer_free(&a);
-    env_close(&e);
+    fetch_done(&e, &a);
 }
 
 /* ---- partitions changed ------------------------------------------------ */
@@ -637,6 +639,5 @@ TEST(trimming_moves_log_start_and_deletes_below_it)
     r.offset = 3;
     fetch(&e, &r, 1, &a);
     EXPECT_EQ_I64(a.entries[0].error, STORE_OFFSET_OUT_OF_RANGE);
-    store_fetch_answer_free(&a);
-    env_close(&e);
+    fetch_done(&e, &a);
 }
