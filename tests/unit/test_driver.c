@@ -1313,3 +1313,23 @@ TEST(overlap_a_drain_during_the_upload_commits_that_window_only)
     EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000002-"), 0);
     rig_close(r);
 }
+
+TEST(overlap_a_window_worth_finishing_is_committed_before_the_exit)
+{
+    struct rig *r = rig_open();
+
+    r->cfg.overlap_upload = true;
+    fake_push(&r->f, "a", at("2026-09-04T10:10:00.000000Z"));
+    r->f.safe_time = at("2026-09-04T10:50:00.000000Z");
+    r->cfg.max_window_ms = 3600000;
+    new_driver(r);
+    run_until(r, -1, 5);
+    EXPECT_EQ_I64(committed_k(r), 0);
+    driver_request_drain(r->d, false);
+    run_until(r, -1, 50);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_DRAINED);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000001-"), 1);
+    EXPECT(fake_row_get(&r->f, "s3:default:orders:committed") != NULL);
+    rig_close(r);
+}
