@@ -18,14 +18,27 @@ static struct slice sl(const char *s)
     return r;
 }
 
+/* Apply batch b at stamp in one write transaction, unvalidated; the
+ * answer is the caller's to free. */
+static void kv_write(struct env *e, const struct kv_batch *b, int64_t stamp,
+                     struct kv_answer *a)
+{
+    MDB_txn *txn;
+    struct err err = {0};
+
+    EXPECT_EQ_I64(store_wbegin(e->store, &txn, &err), 0);
+    EXPECT_EQ_I64(store_kv_apply(e->store, txn, b, stamp, a, &err), 0);
+    EXPECT_EQ_I64(store_wcommit(e->store, txn, ++e->index, stamp, &err), 0);
+}
+
 /* Apply ops at stamp as one entry (as the fsm would); returns the status
  * of the answer, which the caller frees. */
 static int kv_apply(struct env *e, int64_t stamp, const struct kv_op *ops,
                     size_t n, struct kv_answer *a)
 {
-    MDB_txn *txn;
     struct err err = {0};
     char reason[40];
+    struct kv_batch b = {STORE_DEFAULT_TENANT, ops, n};
 
     if (kv_validate(ops, n, true, reason, &err) != 0) {
         memset(a, 0, sizeof(*a));
@@ -33,11 +46,7 @@ static int kv_apply(struct env *e, int64_t stamp, const struct kv_op *ops,
         snprintf(a->reason_id, sizeof(a->reason_id), "%s", reason);
         return err.code;
     }
-    struct kv_batch b = {STORE_DEFAULT_TENANT, ops, n};
-
-    EXPECT_EQ_I64(store_wbegin(e->store, &txn, &err), 0);
-    EXPECT_EQ_I64(store_kv_apply(e->store, txn, &b, stamp, a, &err), 0);
-    EXPECT_EQ_I64(store_wcommit(e->store, txn, ++e->index, stamp, &err), 0);
+    kv_write(e, &b, stamp, a);
     return a->status;
 }
 
@@ -101,6 +110,29 @@ static uint64_t put_at(struct env *e, int64_t stamp, struct kv_op o)
 
     kv_answer_free(&a);
     return v;
+}
+
+/* Apply o at stamp, which must apply; returns the version it wrote. */
+static uint64_t put_won(struct env *e, int64_t stamp, struct kv_op o)
+{
+    struct kv_answer a;
+    struct kv_result r = put1(e, stamp, o, &a);
+
+    if (!r.applied) {
+        HARNESS_FAIL("put at %" PRId64 " lost with reason %d", stamp,
+                     (int)r.reason);
+    }
+    kv_answer_free(&a);
+    return r.version;
+}
+
+/* A put-if-absent of key. */
+static struct kv_op op_if_absent(const char *key, const char *value)
+{
+    struct kv_op o = op_put(key, value);
+
+    o.op = KV_PUT_IF_ABSENT;
+    return o;
 }
 
 /* Apply o at stamp and expect it not to apply, for reason. */
@@ -202,12 +234,9 @@ TEST(rows_of_one_tenant_are_invisible_to_another)
     struct kv_answer a;
     struct kv_answer g;
     struct err err = {0};
-    MDB_txn *txn;
 
     env_open(&e);
-    EXPECT_EQ_I64(store_wbegin(e.store, &txn, &err), 0);
-    EXPECT_EQ_I64(store_kv_apply(e.store, txn, &ba, T0, &a, &err), 0);
-    EXPECT_EQ_I64(store_wcommit(e.store, txn, ++e.index, T0, &err), 0);
+    kv_write(&e, &ba, T0, &a);
     EXPECT(a.results[0].applied);
     EXPECT(!get1(&e, T0 + 1, "k", &g).found); /* the default tenant */
     kv_answer_free(&g);
@@ -223,14 +252,12 @@ TEST(put_if_absent_loses_to_a_live_row_with_exists)
 {
     struct env e = {0};
     struct kv_answer a;
-    struct kv_op o = op_put("k", "2");
     struct kv_result r;
     uint64_t v1;
 
     env_open(&e);
     v1 = put_at(&e, T0, op_put("k", "1"));
-    o.op = KV_PUT_IF_ABSENT;
-    put_lost_to(&e, T0 + 1, o, KV_REASON_EXISTS, v1, "1");
+    put_lost_to(&e, T0 + 1, op_if_absent("k", "2"), KV_REASON_EXISTS, v1, "1");
     r = get1(&e, T0 + 2, "k", &a);
     EXPECT_MEM_EQ(r.value.ptr, r.value.len, "1", 1);
     kv_answer_free(&a);
@@ -241,15 +268,12 @@ TEST(put_if_absent_wins_over_an_expired_unswept_row)
 {
     struct env e = {0};
     struct kv_answer a;
-    struct kv_op o = op_put("k", "2");
     struct kv_result r;
 
     env_open(&e);
     put_at(&e, T0, op_ttl("k", "1", 5));
-    o.op = KV_PUT_IF_ABSENT;
-    r = put1(&e, T0 + 5 * S, o, &a); /* expired at exactly its stamp */
-    EXPECT(r.applied);
-    kv_answer_free(&a);
+    /* expired at exactly its stamp */
+    put_won(&e, T0 + 5 * S, op_if_absent("k", "2"));
     r = get1(&e, T0 + 100 * S, "k", &a);
     EXPECT(r.found);
     EXPECT_MEM_EQ(r.value.ptr, r.value.len, "2", 1);
@@ -275,27 +299,18 @@ static uint32_t sweep(struct env *e, int64_t stamp, uint32_t max)
 TEST(put_if_absent_wins_over_a_swept_row)
 {
     struct env e = {0};
-    struct kv_answer a;
-    struct kv_op o = op_put("k", "2");
-    struct kv_result r;
 
     env_open(&e);
     put_at(&e, T0, op_ttl("k", "1", 1));
     EXPECT_EQ_U64(sweep(&e, T0 + 2 * S, 512), 1);
-    o.op = KV_PUT_IF_ABSENT;
-    r = put1(&e, T0 + 3 * S, o, &a);
-    EXPECT(r.applied);
-    EXPECT(r.version > 1);
-    kv_answer_free(&a);
+    EXPECT(put_won(&e, T0 + 3 * S, op_if_absent("k", "2")) > 1);
     env_close(&e);
 }
 
 TEST(expect_applies_with_the_right_version_and_loses_with_a_stale_one)
 {
     struct env e = {0};
-    struct kv_answer a;
     struct kv_op o = op_put("k", "2");
-    struct kv_result r;
     uint64_t v1;
     uint64_t v2;
 
@@ -303,11 +318,8 @@ TEST(expect_applies_with_the_right_version_and_loses_with_a_stale_one)
     v1 = put_at(&e, T0, op_put("k", "1"));
     o.has_expect = true;
     o.expect = v1;
-    r = put1(&e, T0 + 1, o, &a);
-    EXPECT(r.applied);
-    v2 = r.version;
+    v2 = put_won(&e, T0 + 1, o);
     EXPECT(v2 != v1);
-    kv_answer_free(&a);
     o.value = sl("3");
     /* v1 is stale now */
     put_lost_to(&e, T0 + 2, o, KV_REASON_VERSION, v2, "2");
@@ -410,7 +422,6 @@ TEST(a_ttl_row_expires_at_its_stamp_not_earlier_and_is_swept)
 TEST(a_ttl_row_with_the_longest_key_applies_and_is_swept)
 {
     struct env e = {0};
-    struct kv_answer a;
     char key[512];
     size_t n = 511 - 17 - strlen("queen-s3"); /* the longest store key */
     struct kv_op o;
@@ -419,11 +430,9 @@ TEST(a_ttl_row_with_the_longest_key_applies_and_is_swept)
     key[n] = '\0';
     env_open(&e);
     o = op_ttl(key, "1", 10);
-    EXPECT(put1(&e, T0, o, &a).applied);
-    kv_answer_free(&a);
+    put_won(&e, T0, o);
     o.ttl_seconds = 20; /* moves the index row */
-    EXPECT(put1(&e, T0 + S, o, &a).applied);
-    kv_answer_free(&a);
+    put_won(&e, T0 + S, o);
     EXPECT_EQ_I64(oldest_expiry(&e), T0 + 21 * S);
     EXPECT(found_at(&e, T0 + 15 * S, key));
     EXPECT_EQ_U64(sweep(&e, T0 + 20 * S, 512), 0);
@@ -590,10 +599,7 @@ TEST(delete_rules_for_live_expired_and_absent_rows)
     EXPECT_EQ_U64(sweep(&e, T0 + 10 * S, 512), 0); /* already gone */
     del.has_expect = true;
     del.expect = 0;
-    r = put1(&e, T0 + 11 * S, del, &a);
-    EXPECT(r.applied);
-    EXPECT_EQ_U64(r.version, 0);
-    kv_answer_free(&a);
+    EXPECT_EQ_U64(put_won(&e, T0 + 11 * S, del), 0);
     env_close(&e);
 }
 
