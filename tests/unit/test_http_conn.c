@@ -176,6 +176,18 @@ static void expect_closed_after(struct fx *f, int nreq, const char *status)
     EXPECT(f->t.is_closed);
 }
 
+/* Under cfg, req is refused before the handler sees it: the answer starts
+ * with status and the connection closes. */
+static void expect_refused_whole(const struct http_config *cfg, const char *req,
+                                 const char *status)
+{
+    struct fx f;
+
+    fx_open(&f, cfg, true, req);
+    expect_closed_after(&f, 0, status);
+    teardown(&f.t);
+}
+
 /* After `end` (peer EOF or shutdown) with one request unanswered, the
  * connection stays open until that answer goes out, then closes; want, if
  * not NULL, is a further text the answer must hold. */
@@ -335,13 +347,11 @@ TEST(body_at_the_limit_is_accepted)
 TEST(chunked_body_over_the_limit_is_413)
 {
     struct http_config cfg = {.max_body_bytes = 10};
-    struct fx f;
 
-    fx_open(&f, &cfg, true,
-            "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-            "6\r\nhello \r\n5\r\nworld\r\n0\r\n\r\n");
-    expect_closed_after(&f, 0, "HTTP/1.1 413 ");
-    teardown(&f.t);
+    expect_refused_whole(&cfg,
+                         "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+                         "\r\n6\r\nhello \r\n5\r\nworld\r\n0\r\n\r\n",
+                         "HTTP/1.1 413 ");
 }
 
 TEST(malformed_request_is_400_and_closes)
@@ -375,14 +385,13 @@ TEST(error_waits_behind_an_unanswered_request)
 TEST(head_over_the_limit_is_431)
 {
     struct http_config cfg = {.max_header_bytes = 64};
-    struct fx f;
 
-    fx_open(&f, &cfg, true,
-            "GET /p HTTP/1.1\r\nX-Long: "
-            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
-            "\r\n\r\n");
-    expect_closed_after(&f, 0, "HTTP/1.1 431 ");
-    teardown(&f.t);
+    expect_refused_whole(
+        &cfg,
+        "GET /p HTTP/1.1\r\nX-Long: "
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+        "\r\n\r\n",
+        "HTTP/1.1 431 ");
 }
 
 TEST(expect_100_continue_is_answered_first)
