@@ -29,9 +29,11 @@ conns=16
 batch=100
 tmp=$(mktemp -d /tmp/queen-bench-push.XXXXXX)
 qpid=""; rpid=""
+# Every step runs whatever the one before returned: under set -e, the wait
+# on a killed server (143) would otherwise end the cleanup there.
 cleanup() {
-  [ -n "$qpid" ] && kill "$qpid" 2>/dev/null && wait "$qpid" 2>/dev/null
-  [ -n "$rpid" ] && kill "$rpid" 2>/dev/null && wait "$rpid" 2>/dev/null
+  if [ -n "$qpid" ]; then kill "$qpid" 2>/dev/null || true; wait "$qpid" 2>/dev/null || true; fi
+  if [ -n "$rpid" ]; then kill "$rpid" 2>/dev/null || true; wait "$rpid" 2>/dev/null || true; fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT
