@@ -42,10 +42,6 @@ struct ts_cache {
     char text[32];
 };
 
-/* Input per zstd job: the least that keeps the worker's buffers (a few
- * jobs in flight plus the 2 MiB level-3 window) near 6 MiB. */
-#define JSONL_ZSTD_JOB ((size_t)1024 * 1024)
-
 struct jsonl_cctx {
     ZSTD_CCtx *zc;
 };
@@ -115,12 +111,6 @@ static ZSTD_CCtx *zstd_new(void)
     ASSERT(zc != NULL);
     ASSERT(
         !ZSTD_isError(ZSTD_CCtx_setParameter(zc, ZSTD_c_compressionLevel, 3)));
-    /* A libzstd built without threads refuses: it then compresses inline,
-     * in another (equally valid, equally deterministic) frame layout. */
-    if (!ZSTD_isError(ZSTD_CCtx_setParameter(zc, ZSTD_c_nbWorkers, 1))) {
-        ASSERT(!ZSTD_isError(
-            ZSTD_CCtx_setParameter(zc, ZSTD_c_jobSize, (int)JSONL_ZSTD_JOB)));
-    }
     return zc;
 }
 

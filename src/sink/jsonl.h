@@ -11,8 +11,7 @@
  *
  * Compression is streamed: lines gather in a 1 MiB staging buffer that is
  * fed to the compressor, so a 128 MiB window never exists twice in plain
- * text. zstd: one frame, level 3, compressed in 1 MiB jobs on one worker
- * thread (see jsonl_cctx_new). gzip: deflate level 6 with a header whose
+ * text. zstd: one frame, level 3. gzip: deflate level 6 with a header whose
  * MTIME is 0 and OS byte 255, no name or comment (deterministic). none: the
  * lines themselves. */
 #ifndef QUEEN_SINK_JSONL_H
@@ -48,12 +47,10 @@ struct jsonl_writer;
 /* Returns an owned writer; free with jsonl_writer_free. max_bytes caps the
  * stored (compressed) body; 0 = no cap. */
 struct jsonl_writer *jsonl_writer_new(enum jsonl_codec c, size_t max_bytes);
-/* A zstd context that outlives writers, so its tables and its worker stay
- * warm from window to window. Level 3, one worker thread that compresses
- * while the caller formats the next lines (as `zstd -T1` does), jobs of
- * JSONL_ZSTD_JOB bytes: the frame is a function of the lines alone (not of
- * timing), and still one zstd frame. Returns owned; free with
- * jsonl_cctx_free. */
+/* A zstd context (level 3) that outlives writers, so its tables stay warm
+ * from window to window instead of being allocated and faulted in for each
+ * one; the frame is the one a fresh context writes. Returns owned; free
+ * with jsonl_cctx_free. */
 struct jsonl_cctx;
 struct jsonl_cctx *jsonl_cctx_new(void);
 void jsonl_cctx_free(struct jsonl_cctx *z);

@@ -521,7 +521,7 @@ TEST(a_shared_zstd_context_writes_the_bytes_of_a_fresh_one)
     struct buf plain;
     struct err err;
 
-    /* 40,000 lines (~3 MiB): several compression jobs, one frame */
+    /* 40,000 lines (~3 MiB): several staging flushes, one frame */
     write_corpus_with(NULL, 40000, &fresh);
     for (int round = 0; round < 3; round++) {
         write_corpus_with(z, 40000, &shared);
