@@ -4,7 +4,7 @@
  * of each proposal is memory the process has never touched, and on this VM
  * the first touch of a 4 KiB page costs ~3 µs: ~640 µs for a 200 KB entry
  * of 800 pushed records, more CPU than everything else the entry costs but
- * the LMDB apply. The arena cuts pages from 64 MiB chunks that ask the kernel
+ * the LMDB apply. The arena cuts pages from 16 MiB chunks that ask the kernel
  * for transparent huge pages (one fault per 2 MiB instead of 512), keeps
  * emptied chunks (already faulted in) for reuse once a snapshot frees the
  * entries, and can fault the next chunk in ahead, on a thread of its own
@@ -16,9 +16,9 @@
  *   (1) A chunk is unmapped or reused only when every block cut from it was
  *       freed and it is not the chunk being cut.
  *   (2) Thread-safe (one mutex): libraft may free from its thread pool.
- *   (3) At most ARENA_SPARES (8, 512 MiB) emptied chunks are kept; the
+ *   (3) At most ARENA_SPARES (28, 448 MiB) emptied chunks are kept; the
  *       prefaulter adds one only when none is left (so a process that
- *       proposes holds one 64 MiB chunk ahead). */
+ *       proposes holds one 16 MiB chunk ahead). */
 #ifndef QUEEN_RAFT_ARENA_H
 #define QUEEN_RAFT_ARENA_H
 
@@ -31,8 +31,8 @@
 void arena_install(void);
 
 /* A block of n bytes (16-byte aligned) to hand to raft_apply; free with
- * raft_free. Blocks over 16 MiB come from libc. Returns NULL when memory is
- * exhausted. */
+ * raft_free. Blocks over 4 MiB (a quarter chunk) come from libc. Returns NULL
+ * when memory is exhausted. */
 void *arena_alloc(size_t n);
 
 /* Start (the first time) or resume the prefaulter thread when on; pause it

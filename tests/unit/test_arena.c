@@ -1,6 +1,6 @@
 /* Tests of the entry arena (raft/arena.h): blocks handed to libraft are
  * freed through raft_free/raft_realloc like libc blocks, emptied chunks are
- * kept (eight) or unmapped, the prefaulter readies the next chunk, and libc
+ * kept (28) or unmapped, the prefaulter readies the next chunk, and libc
  * blocks pass through untouched. */
 #include "raft/arena.h"
 
@@ -12,8 +12,11 @@
 
 #include "harness.h"
 
-#define MIB   ((size_t)1 << 20)
-#define CHUNK (64 * MIB + 2 * MIB) /* mapped per chunk */
+#define MIB    ((size_t)1 << 20)
+#define CHUNK  (16 * MIB + 2 * MIB) /* mapped per chunk */
+#define SPARES 28                   /* emptied chunks kept */
+#define BLOCK  (3 * MIB)            /* five a chunk, under a quarter chunk */
+#define PER    5
 
 TEST(blocks_are_aligned_writable_and_freed_by_raft_free)
 {
@@ -62,9 +65,9 @@ TEST(libc_blocks_and_huge_blocks_pass_through)
 
     arena_install();
     p = raft_malloc(64);
-    q = arena_alloc(20 * MIB); /* over a quarter chunk: libc */
+    q = arena_alloc(5 * MIB); /* over a quarter chunk: libc */
     EXPECT(p != NULL && q != NULL);
-    memset(q, 1, 20 * MIB);
+    memset(q, 1, 5 * MIB);
     raft_free(p);
     raft_free(q);
     p = raft_aligned_alloc(4096, 8192);
@@ -80,9 +83,9 @@ static size_t mapped(void)
     return st.mapped;
 }
 
-TEST(emptied_chunks_are_kept_eight_deep_and_reused)
+TEST(emptied_chunks_are_kept_28_deep_and_reused)
 {
-    enum { N = 44 };
+    enum { CHUNKS = SPARES + 3, N = CHUNKS * PER };
     void *b[N];
     size_t peak;
     size_t kept;
@@ -90,34 +93,35 @@ TEST(emptied_chunks_are_kept_eight_deep_and_reused)
 
     arena_install();
     arena_prefault(false);
-    for (int i = 0; i < N; i++) { /* 44 x 15 MiB, 4 a chunk: 11 chunks */
-        b[i] = arena_alloc(15 * MIB);
+    for (int i = 0; i < N; i++) { /* five blocks a chunk: 31 chunks */
+        b[i] = arena_alloc(BLOCK);
         EXPECT(b[i] != NULL);
     }
     peak = mapped();
-    EXPECT(peak >= 11 * CHUNK);
+    EXPECT(peak >= CHUNKS * CHUNK);
     for (int i = 0; i < N; i++) { /* oldest first, as raft frees them */
         raft_free(b[i]);
     }
-    /* The chunk being cut and eight spares stay; the rest is unmapped. */
+    /* The chunk being cut and 28 spares stay; the rest is unmapped. */
     arena_get_stats(&st);
-    EXPECT_EQ_I64(st.spares, 8);
+    EXPECT_EQ_I64(st.spares, SPARES);
     kept = mapped();
     EXPECT(kept < peak);
-    EXPECT(kept <= 9 * CHUNK + (peak - 11 * CHUNK));
-    for (int i = 0; i < 32; i++) { /* eight chunks' worth: the spares */
-        b[i] = arena_alloc(15 * MIB);
+    EXPECT(kept <= (SPARES + 1) * CHUNK + (peak - CHUNKS * CHUNK));
+    for (int i = 0; i < SPARES * PER; i++) { /* the spares' worth */
+        b[i] = arena_alloc(BLOCK);
     }
     EXPECT_EQ_U64(mapped(), kept);
-    for (int i = 0; i < 32; i++) {
+    for (int i = 0; i < SPARES * PER; i++) {
         raft_free(b[i]);
     }
 }
 
 TEST(the_prefaulter_readies_a_spare_when_the_last_is_taken)
 {
+    enum { MAX = (SPARES + 2) * PER };
     struct arena_stats st;
-    void *b[40];
+    void *b[MAX];
     int n = 0;
     double end;
 
@@ -125,12 +129,12 @@ TEST(the_prefaulter_readies_a_spare_when_the_last_is_taken)
     arena_prefault(false);
     arena_get_stats(&st);
     /* Take every spare, then one more chunk. */
-    while (n < 40 && st.spares > 0) {
-        b[n++] = arena_alloc(15 * MIB);
+    while (n < MAX && st.spares > 0) {
+        b[n++] = arena_alloc(BLOCK);
         arena_get_stats(&st);
     }
-    for (int k = 0; k < 4 && n < 40; k++) {
-        b[n++] = arena_alloc(15 * MIB);
+    for (int k = 0; k < PER && n < MAX; k++) {
+        b[n++] = arena_alloc(BLOCK);
     }
     arena_get_stats(&st);
     EXPECT_EQ_I64(st.spares, 0);
