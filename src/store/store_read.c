@@ -12,7 +12,9 @@
  * up to FETCH_SPARE_MAX bytes per thread, and the thread's next fetch
  * starts in it. A sink thread reads megabytes per call, and on a VM the
  * first touch of a fresh page costs several times the copy into it. The
- * spare goes when its thread exits. */
+ * spare keeps resident only the pages its last answer used (spare_trim):
+ * a thread reading small answers does not pin a large reserve. The spare
+ * goes when its thread exits. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,7 @@
 
 #define FETCH_RESERVE_MAX ((size_t)16 * 1024 * 1024)
 #define HUGE_PAGE         ((size_t)2 * 1024 * 1024)
+#define PAGE              ((size_t)4096)
 #define FETCH_SPARE_MIN   ((size_t)256 * 1024)
 #define FETCH_SPARE_MAX   ((size_t)32 * 1024 * 1024)
 
@@ -62,6 +65,25 @@ static void spare_take(struct buf *a)
     free(b);
 }
 
+/* Give the pages of a's allocation past what this answer used (rounded up
+ * to a huge page) back to the kernel: the reserve is sized for what the
+ * entries may return, and one large answer would otherwise keep megabytes
+ * resident in an idle spare. The next answer that needs them faults them
+ * in again, so a thread reading large answers keeps its pages. */
+static void spare_trim(struct buf *a)
+{
+    size_t at = (uintptr_t)a->data % HUGE_PAGE;
+    size_t page_at = (uintptr_t)a->data % PAGE;
+    /* Offsets from data: the first huge page boundary at or past len, the
+     * last page boundary at or below cap. */
+    size_t lo = (a->len + at + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE - at;
+    size_t hi = (a->cap + page_at) / PAGE * PAGE - page_at;
+
+    if (hi > lo) {
+        (void)madvise(a->data + lo, hi - lo, MADV_DONTNEED); /* advice only */
+    }
+}
+
 /* Keep a's allocation as the thread's spare; false when it is not wanted
  * (too small, too large, or a spare is kept already). */
 static bool spare_keep(struct buf *a)
@@ -75,6 +97,7 @@ static bool spare_keep(struct buf *a)
     if (pthread_getspecific(spare_key) != NULL) {
         return false;
     }
+    spare_trim(a);
     b = xmalloc(sizeof(*b));
     *b = *a;
     b->len = 0;
