@@ -30,10 +30,13 @@
  * does not see): a busy queue refills from it, an idle one lets go. Once
  * the memory budget closes a window (engine_force_close), the list is
  * emptied and stays empty until a window closes by the other rules: under
- * pressure the node's memory is the budget's weight, not spares. Slabs are
- * mapped and unmapped directly, so a freed slab leaves the process's RSS
- * (malloc would keep it in an arena). After a commit, a partition's record
- * array and the plan array shrink when far larger than what is left.
+ * pressure the node's memory is the budget's weight, not spares; and a
+ * commit under the budget moves the records it leaves behind out of slabs
+ * it emptied in part (compact_slabs), so holes do not add to the weight
+ * either. Slabs are mapped and unmapped directly, so a freed slab leaves
+ * the process's RSS (malloc would keep it in an arena). After a commit, a
+ * partition's record array and the plan array shrink when far larger than
+ * what is left.
  *
  * Partition lookup is a small open-addressing hash on the name, so merging
  * an answer costs O(1) per partition named. The per-call walks (frontier,
@@ -75,7 +78,8 @@ struct slab {
     struct slab *next; /* in the free list */
     size_t used;
     size_t cap;
-    size_t live; /* records pointing into data */
+    size_t live;       /* records pointing into data */
+    size_t live_bytes; /* their bytes: used - live_bytes are holes */
     char *data;
     bool is_mapped; /* data is slab_map()'s, else malloc's */
 };
@@ -204,9 +208,10 @@ struct engine {
     struct slab *slab;  /* being filled; NULL before the first record */
     struct slab *spare; /* empty slabs, ENGINE_SLAB each */
     size_t n_spare;
-    size_t max_spare;   /* slabs the last window took, >= ENGINE_SPARE_MIN */
-    size_t slabs_taken; /* since the last commit */
-    bool is_tight;      /* the budget closed the window: keep no spares */
+    size_t max_spare;    /* slabs the last window took, >= ENGINE_SPARE_MIN */
+    size_t slabs_taken;  /* since the last commit */
+    bool is_tight;       /* the budget closed the window: keep no spares */
+    uint64_t slab_bytes; /* of every slab held: filling, full, spare */
 
     /* The closing window. */
     struct engine_plan plan;
@@ -463,10 +468,11 @@ static char *slab_map(void)
     return at;
 }
 
-static struct slab *slab_new(size_t cap)
+static struct slab *slab_new(struct engine *e, size_t cap)
 {
     struct slab *s = xcalloc(1, sizeof(*s));
 
+    e->slab_bytes += cap;
     s->cap = cap;
     s->data = cap == ENGINE_SLAB ? slab_map() : NULL;
     s->is_mapped = s->data != NULL;
@@ -476,8 +482,9 @@ static struct slab *slab_new(size_t cap)
     return s;
 }
 
-static void slab_free(struct slab *s)
+static void slab_free(struct engine *e, struct slab *s)
 {
+    e->slab_bytes -= s->cap;
     if (s->is_mapped) {
         (void)munmap(s->data, s->cap);
     } else {
@@ -494,7 +501,7 @@ static void slab_release(struct engine *e, struct slab *s)
         e->n_spare++;
         return;
     }
-    slab_free(s);
+    slab_free(e, s);
 }
 
 /* Room for n bytes: the current slab's tail, a spare, or a new slab. */
@@ -503,7 +510,7 @@ static struct slab *slab_for(struct engine *e, size_t n)
     struct slab *s = e->slab;
 
     if (n > ENGINE_SLAB / 4) {
-        return slab_new(n);
+        return slab_new(e, n);
     }
     if (s != NULL && s->cap - s->used >= n) {
         return s;
@@ -518,20 +525,22 @@ static struct slab *slab_for(struct engine *e, size_t n)
         e->spare = s->next;
         e->n_spare--;
     } else {
-        s = slab_new(ENGINE_SLAB);
+        s = slab_new(e, ENGINE_SLAB);
     }
     s->next = NULL;
     s->used = 0;
     s->live = 0;
+    s->live_bytes = 0;
     e->slab = s;
     return s;
 }
 
-/* A record left: its slab goes when it was the last one, unless it is the
- * slab being filled. */
-static void slab_unref(struct engine *e, struct slab *s)
+/* A record of n bytes left: its slab goes when it was the last one, unless
+ * it is the slab being filled. */
+static void slab_unref(struct engine *e, struct slab *s, size_t n)
 {
-    ASSERT(s->live > 0);
+    ASSERT(s->live > 0 && s->live_bytes >= n);
+    s->live_bytes -= n;
     if (--s->live == 0 && s != e->slab) {
         slab_release(e, s);
     }
@@ -543,7 +552,7 @@ static void spares_free(struct engine *e, size_t keep)
         struct slab *s = e->spare;
         e->spare = s->next;
         e->n_spare--;
-        slab_free(s);
+        slab_free(e, s);
     }
 }
 
@@ -563,7 +572,9 @@ static void slab_trim(struct engine *e, bool was_forced)
 static void free_part(struct engine *e, struct part *p)
 {
     for (size_t i = 0; i < p->n_recs; i++) {
-        slab_unref(e, p->recs[i].slab);
+        const struct brec *b = &p->recs[i];
+
+        slab_unref(e, b->slab, (size_t)b->txn_len + b->payload_len);
     }
     free(p->recs);
     free(p->name);
@@ -621,12 +632,12 @@ void engine_free(struct engine *e)
         free_part(e, e->parts[i]);
     }
     if (e->slab != NULL) {
-        slab_free(e->slab);
+        slab_free(e, e->slab);
     }
     while (e->spare != NULL) {
         struct slab *s = e->spare;
         e->spare = s->next;
-        slab_free(s);
+        slab_free(e, s);
     }
     for (size_t i = 0; i < e->n_restored; i++) {
         free(e->restored[i].name);
@@ -1418,6 +1429,7 @@ static void buffer_record(struct engine *e, struct part *p,
     }
     s->used += n;
     s->live++;
+    s->live_bytes += n;
     p->buffered += b->weight;
     e->total_buffered += b->weight;
 }
@@ -1992,7 +2004,7 @@ static void drop_committed(struct engine *e, int64_t t_end)
             if (b->ts < t_end) {
                 p->buffered -= b->weight;
                 e->total_buffered -= b->weight;
-                slab_unref(e, b->slab);
+                slab_unref(e, b->slab, (size_t)b->txn_len + b->payload_len);
             } else {
                 p->recs[kept++] = *b;
             }
@@ -2000,6 +2012,55 @@ static void drop_committed(struct engine *e, int64_t t_end)
         p->n_recs = kept;
         shrink_recs(p);
         touch(e, p);
+    }
+}
+
+/* A slab records move out of in compact_slabs(): full (not the one being
+ * filled) and at least an eighth holes. */
+static bool is_holey(const struct engine *e, const struct slab *s)
+{
+    return s != e->slab && s->cap == ENGINE_SLAB &&
+           s->used - s->live_bytes >= ENGINE_SLAB / 8;
+}
+
+static void move_record(struct engine *e, struct brec *b)
+{
+    size_t n = (size_t)b->txn_len + b->payload_len;
+    struct slab *from = b->slab;
+    struct slab *to = slab_for(e, n);
+    char *at = to->data + to->used;
+
+    if (n > 0) {
+        memcpy(at, b->data, n);
+    }
+    to->used += n;
+    to->live++;
+    to->live_bytes += n;
+    b->data = at;
+    b->slab = to;
+    slab_unref(e, from, n);
+}
+
+/* Under the budget, the records a commit left behind move out of the slabs
+ * it emptied in part (a forced close cuts through the slabs of its last
+ * seconds), so the node holds about the budget's weight, not holes: each
+ * hole would stay until the next commit, the moment the budget peaks. No
+ * plan or action points at record bytes between a commit and the next
+ * close, so the records may move. */
+static void compact_slabs(struct engine *e)
+{
+    if (!e->is_tight) {
+        return;
+    }
+    for (size_t i = 0; i < e->n_active; i++) {
+        struct part *p = e->active[i];
+
+        for (size_t j = 0; j < p->n_recs; j++) {
+            if (is_holey(e, p->recs[j].slab)) {
+                move_record(e, &p->recs[j]);
+                e->stats.records_compacted++;
+            }
+        }
     }
 }
 
@@ -2058,6 +2119,7 @@ void engine_on_committed(struct engine *e)
     e->is_t_prev_known = true;
     slab_trim(e, e->is_plan_forced);
     drop_committed(e, e->plan.t_end);
+    compact_slabs(e);
     shrink_plan(e);
     free_plan(e);
     free_redo(e);
@@ -2329,6 +2391,11 @@ uint64_t engine_buffered_bytes(const struct engine *e)
 size_t engine_spare_slabs(const struct engine *e)
 {
     return e->n_spare;
+}
+
+uint64_t engine_slab_bytes(const struct engine *e)
+{
+    return e->slab_bytes;
 }
 
 size_t engine_tracked_partitions(const struct engine *e)

@@ -378,6 +378,7 @@ struct engine_stats {
     uint64_t full_sweeps;
     uint64_t partitions_pruned;
     uint64_t incarnations;
+    uint64_t records_compacted; /* moved out of slabs a commit left holey */
 };
 
 enum engine_state engine_state(const struct engine *e);
@@ -398,6 +399,9 @@ uint64_t engine_buffered_bytes(const struct engine *e);
 /* Empty record slabs kept for reuse (memory beyond the weight): none from
  * engine_force_close() until a window commits without a force. */
 size_t engine_spare_slabs(const struct engine *e);
+/* Bytes of every record slab held (filling, full, spare): the buffered
+ * records' bytes plus holes and spares. */
+uint64_t engine_slab_bytes(const struct engine *e);
 size_t engine_tracked_partitions(const struct engine *e);
 /* Partitions counted by the last full sweep (queen_s3_discovery_partitions). */
 uint64_t engine_discovery_partitions(const struct engine *e);
