@@ -120,7 +120,12 @@ def test_a_lease_taken_over_stops_the_queue_and_leaves_the_row_alone(
     assert node.stop() == 0
     log = node.stderr()
     assert "did not stop inside its grace" not in log, log[-3000:]
-    assert log.count("this node owns the queue") == 1, log[-3000:]
+    # No claim after the takeover. (Before it there may be two: a queue task
+    # that started before the first push created the queue claims again
+    # when it looks for the queue 5 s later.)
+    fenced = min(i for i in (log.find("lease lost: another instance"),
+                             log.find("queue fenced")) if i >= 0)
+    assert "this node owns the queue" not in log[fenced:], log[-3000:]
     again = broker_factory(env=sink_env(bucket, QUEEN_S3_EMBEDDED="false"),
                            data_dir=node.data_dir)
     row = kv_get(again, "s3:default:orders:lease")
