@@ -17,7 +17,10 @@ Prints both peaks, the largest object in the bucket (one window's object),
 and the goal RSS(sink) <= 64 MB + RSS(no sink) + one window's object, met
 or not, on VmHWM and on anonymous memory (RssFile is LMDB's map: the pages
 of the log a reader touched, which the kernel can drop; the sink reads the
-whole log, the no-sink broker barely reads it).  Never a test: it prints.
+whole log, the no-sink broker barely reads it); then, from time-paired
+samples, the sink's RssAnon over the no-sink broker's, with and without its
+buffered weight of the moment (the metric, read once a second).  Never a
+test: it prints.
 Usage: /usr/bin/python3 bench/sink_mem.py [build-dir]"""
 import os
 import subprocess
@@ -156,18 +159,21 @@ def describe(name, ph):
               ph["samples"], ph["cpu"] / max(1, r["acked"]) * 1e6))
 
 
-def paired(on, off):
+def paired(on, off, less_buffered=False):
     """RssAnon(sink) - RssAnon(no sink) at the same time since the
     traffic began (the same records pushed): the sink's share with the
     broker's own saw-tooth (the raft log in memory, each snapshot's copy
-    of the store) mostly taken out.  Returns (median, max) in bytes."""
+    of the store) mostly taken out; with less_buffered, also less the
+    sink's buffered weight of that moment (what the sink holds beyond its
+    budget: the plan, the encoder, read buffers, holes).  Returns (median,
+    max) in bytes."""
     if not on or not off:
         return 0, 0
     diffs, j = [], 0
-    for t, _, anon, _ in on:
+    for t, _, anon, buffered in on:
         while j + 1 < len(off) and abs(off[j + 1][0] - t) <= abs(off[j][0] - t):
             j += 1
-        diffs.append(anon - off[j][2])
+        diffs.append(anon - off[j][2] - (buffered if less_buffered else 0))
     diffs.sort()
     return diffs[len(diffs) // 2], diffs[-1]
 
@@ -229,6 +235,10 @@ def main():
         print("RssAnon(sink) - RssAnon(no sink) at the same point of the "
               "traffic: median %.1f MB, max %.1f MB" % (mb(med_d),
                                                         mb(max_d)))
+        med_x, max_x = paired(on["timeline"], off["timeline"], True)
+        print("the same less the sink's buffered weight (its memory beyond "
+              "the budget): median %.1f MB, max %.1f MB" % (mb(med_x),
+                                                          mb(max_x)))
         if os.environ.get("BENCH_MEM_VERBOSE"):
             timeline(on["timeline"], off["timeline"])
         print("load average after: %s (2 cores, shared machine)" %
