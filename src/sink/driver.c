@@ -414,6 +414,9 @@ static struct engine *make_engine(const struct driver_config *c,
     ec.fetch_concurrency = c->fetch_concurrency < 1 ? 1 : c->fetch_concurrency;
     ec.discovery_interval_ms = c->discovery_interval_ms;
     ec.prune_after_windows = 60;
+    if (c->max_buffer_bytes > 0) {
+        ec.max_buffer_bytes = c->max_buffer_bytes;
+    }
     ec.format = format_name(c);
     ec.layout = c->per_partition ? "per-partition" : "merged";
     if (codec_strings(c, &ec.compression, &ec.writer, &ext, err) != 0) {

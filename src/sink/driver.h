@@ -102,6 +102,11 @@ struct driver_config {
     uint32_t fetch_concurrency;
     uint32_t discovery_interval_ms;
     uint64_t object_max_bytes; /* cap of one object body */
+    /* No fetch past this buffered weight but for the partitions holding the
+     * close back (engine.h); 0 = the engine's default. The host passes the
+     * node's memory budget: one queue alone never buffers much past it
+     * between two budget checks. */
+    uint64_t max_buffer_bytes;
     enum driver_crash crash_at;
     bool crash_returns; /* unit tests: stop Crashed instead of abort() */
     int kv_timeout_ms;  /* 0 = KV_CALL_TIMEOUT_MS */

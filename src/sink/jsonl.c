@@ -31,7 +31,7 @@
 #include "base/json.h"
 #include "base/xalloc.h"
 
-#define JSONL_STAGE ((size_t)1024 * 1024)
+#define JSONL_STAGE ((size_t)256 * 1024)
 #define JSONL_CHUNK ((size_t)128 * 1024)
 #define JSONL_HUGE  ((size_t)2 * 1024 * 1024)
 

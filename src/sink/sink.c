@@ -986,6 +986,7 @@ static void task_driver_config(struct sink *s, struct task *t)
     d->discovery_interval_ms = (uint32_t)n->discovery_interval_ms;
     d->crash_at = (enum driver_crash)n->crash_at;
     d->overlap_upload = true; /* the next window reads while one goes up */
+    d->max_buffer_bytes = n->memory_bytes;
 }
 
 /* Under s->mu: held >= share. */
