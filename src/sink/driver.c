@@ -109,6 +109,12 @@ struct sampler {
  * pointer as written, not the engine's belief. */
 enum bg_state { BG_NONE, BG_PUTTING, BG_RETRY, BG_COMMIT };
 
+/* QUEEN_S3_CRASH_AT as the point and its mode (abort, or return). */
+struct crash_point {
+    enum driver_crash at;
+    bool returns;
+};
+
 /* An encoded document and its key. */
 struct doc_out {
     struct buf body;
@@ -136,8 +142,7 @@ struct bg {
     bool is_manifest_landed;
     struct doc_out manifest;
     const char *ctype;
-    enum driver_crash crash_at; /* copies for the thread: d->cfg is not */
-    bool crash_returns;
+    struct crash_point crash; /* a copy for the thread: d->cfg is not */
     int64_t k;
     bool has_commit; /* the engine asked for the commit: commit, wall */
     struct engine_commit commit;
@@ -336,26 +341,41 @@ static void retry_later(struct driver *d, int64_t now, int64_t retry_after)
 
 /* A crash point: false when it did not fire. In return mode the driver
  * stops Crashed; otherwise the process aborts. */
-static bool crash(struct driver *d, enum driver_crash at)
+static struct crash_point crash_point_of(const struct driver *d)
 {
-    if (d->cfg.crash_at != at || at == DRIVER_CRASH_NEVER) {
+    return (struct crash_point){d->cfg.crash_at, d->cfg.crash_returns};
+}
+
+/* Whether point `at` fires: the process aborts, or (return mode) true. */
+static bool crash_fires(struct crash_point c, enum driver_crash at)
+{
+    if (c.at != at || at == DRIVER_CRASH_NEVER) {
         return false;
     }
-    if (!d->cfg.crash_returns) {
+    if (!c.returns) {
         log_error("sink", "QUEEN_S3_CRASH_AT fired: aborting");
         abort();
+    }
+    return true;
+}
+
+static bool crash(struct driver *d, enum driver_crash at)
+{
+    if (!crash_fires(crash_point_of(d), at)) {
+        return false;
     }
     stop(d, DRIVER_CRASHED, driver_crash_name(at));
     set_error(d, "crash point %s", driver_crash_name(at));
     return true;
 }
 
+/* The multipart hook; arg is a const struct crash_point. */
 static void between_parts(void *arg, int part_done)
 {
-    struct driver *d = arg;
+    const struct crash_point *c = arg;
 
     UNUSED(part_done);
-    if (d->cfg.crash_at == DRIVER_CRASH_MID_UPLOAD && !d->cfg.crash_returns) {
+    if (c->at == DRIVER_CRASH_MID_UPLOAD && !c->returns) {
         log_error("sink", "QUEEN_S3_CRASH_AT=mid_upload: aborting between "
                           "multipart parts");
         abort();
@@ -1268,8 +1288,9 @@ static int put_object(struct driver *d, const char *key, const struct buf *b,
                       const char *sha256_hex, const char *content_type,
                       int64_t now)
 {
+    struct crash_point cp = crash_point_of(d);
     struct s3_put p = {key,           b->data, b->len,    content_type,
-                       between_parts, d,       sha256_hex};
+                       between_parts, &cp,     sha256_hex};
     struct s3_put_result r;
     struct err err;
     char why[512];
@@ -1419,34 +1440,6 @@ static void use_intent_settings(struct driver *d)
 
 /* ---- the uploader thread (overlap_upload) ------------------------------ */
 
-/* The mid_upload crash point after the first object: aborts, or (return
- * mode) tells the ticking thread to stop. true when the pass ends here. */
-static bool bg_mid_upload(struct bg *g)
-{
-    if (g->crash_at != DRIVER_CRASH_MID_UPLOAD) {
-        return false;
-    }
-    if (!g->crash_returns) {
-        log_error("sink", "QUEEN_S3_CRASH_AT fired: aborting");
-        abort();
-    }
-    g->hit_mid_upload = true;
-    return true;
-}
-
-/* between_parts() for the thread, over g's copies. */
-static void bg_between_parts(void *arg, int part_done)
-{
-    struct bg *g = arg;
-
-    UNUSED(part_done);
-    if (g->crash_at == DRIVER_CRASH_MID_UPLOAD && !g->crash_returns) {
-        log_error("sink", "QUEEN_S3_CRASH_AT=mid_upload: aborting between "
-                          "multipart parts");
-        abort();
-    }
-}
-
 /* One pass: the objects not stored yet in order, then the manifest. The
  * thread touches only g's objects and the S3 client. */
 static void *bg_main(void *arg)
@@ -1461,13 +1454,14 @@ static void *bg_main(void *arg)
     memset(&r, 0, sizeof(r));
     while (rc == 0 && g->landed < g->n) {
         struct object *x = &g->o[g->landed];
-        struct s3_put p = {x->key.data, x->body.data,     x->body.len,
-                           g->ctype,    bg_between_parts, g,
-                           x->sha256};
+        struct s3_put p = {x->key.data,   x->body.data, x->body.len, g->ctype,
+                           between_parts, &g->crash,    x->sha256};
         key = x->key.data;
         memset(&r, 0, sizeof(r));
         rc = s3_client_put(d->s3, &p, &r, &err);
-        if (rc == 0 && ++g->landed == 1 && bg_mid_upload(g)) {
+        if (rc == 0 && ++g->landed == 1 &&
+            crash_fires(g->crash, DRIVER_CRASH_MID_UPLOAD)) {
+            g->hit_mid_upload = true; /* return mode: stop the pass here */
             break;
         }
     }
@@ -1476,8 +1470,8 @@ static void *bg_main(void *arg)
                            g->manifest.body.data,
                            g->manifest.body.len,
                            "application/json",
-                           bg_between_parts,
-                           g,
+                           between_parts,
+                           &g->crash,
                            NULL};
         key = g->manifest.key.data;
         memset(&r, 0, sizeof(r));
@@ -1569,8 +1563,7 @@ static int bg_begin(struct driver *d, const struct engine_plan *p,
     g->landed = 0;
     g->is_manifest_landed = false;
     g->ctype = ctype;
-    g->crash_at = d->cfg.crash_at;
-    g->crash_returns = d->cfg.crash_returns;
+    g->crash = crash_point_of(d);
     g->k = p->k;
     g->has_commit = false;
     g->retry_at = 0;
