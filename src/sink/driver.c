@@ -52,6 +52,8 @@
 #define DRIVER_AGED_US         ((int64_t)10 * 1000 * 1000)
 #define DRIVER_CHECKPOINT_LIST ((size_t)1000 * 1000)
 #define DRIVER_FETCH_SLICE     ((uint64_t)8 * 1024 * 1024) /* per store read */
+#define DRIVER_LINE_EXTRA      100 /* a JSONL line beyond txn, partition, payload \
+                                    */
 
 enum pending_kind {
     PENDING_NONE,
@@ -149,6 +151,15 @@ struct bg {
     int64_t commit_wall_ms;
 };
 
+/* The next window's objects, built while the window before it is going up
+ * (see prebuild). */
+struct prebuilt {
+    struct object *o; /* NULL: none */
+    size_t n;
+    int64_t k;    /* the window they are of */
+    bool is_done; /* a build of window k was tried (it may have failed) */
+};
+
 struct driver {
     struct driver_config cfg;
     struct sampler samplers[SAMPLE_KINDS];
@@ -169,6 +180,7 @@ struct driver {
     char redo_comp[32];             /* the redo's compression, as a string */
     struct buf redo_arena;
     struct buf spare_body; /* the last window's body buffer, for the next */
+    struct prebuilt pre;
     struct jsonl_cctx *zc; /* zstd context kept warm across windows */
     enum driver_stop stop;
     char why[256];
@@ -198,6 +210,7 @@ struct driver {
 };
 
 static void bg_clear(struct driver *d);
+static void drop_prebuilt(struct driver *d);
 static const char *bg_state_name(const struct driver *d);
 
 /* ---- small helpers --------------------------------------------------- */
@@ -492,6 +505,7 @@ void driver_free(struct driver *d)
         return;
     }
     bg_clear(d);
+    drop_prebuilt(d);
     engine_free(d->e);
     buf_free(&d->bg.manifest.body);
     buf_free(&d->bg.manifest.key);
@@ -1171,6 +1185,20 @@ struct object {
     int64_t last;
 };
 
+/* About what the JSONL lines of v[0..n) take before compression: the
+ * record weight of reference 3.6 (64 + txn + partition + payload) plus the
+ * rest of a line (id, stamp, field names). Compressed, the body is smaller. */
+static size_t body_bound(const struct sink_record *v, size_t n)
+{
+    size_t bytes = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        bytes += DRIVER_LINE_EXTRA + v[i].txn.len + v[i].partition.len +
+                 (v[i].payload.len > 0 ? v[i].payload.len : 4);
+    }
+    return bytes;
+}
+
 static int build_body(struct driver *d, const struct sink_record *v, size_t n,
                       struct buf *out, struct err *err)
 {
@@ -1199,6 +1227,7 @@ static int build_body(struct driver *d, const struct sink_record *v, size_t n,
     }
     struct jsonl_writer *w = jsonl_writer_new_with(c, d->cfg.object_max_bytes,
                                                    &d->spare_body, d->zc);
+    rc = jsonl_writer_expect(w, body_bound(v, n), err);
     for (size_t i = 0; rc == 0 && i < n; i++) {
         rc = jsonl_writer_add(w, &v[i], err);
     }
@@ -1281,6 +1310,13 @@ static void free_objects(struct driver *d, struct object *o, size_t n)
         buf_free(&o[i].key);
     }
     free(o);
+}
+
+static void drop_prebuilt(struct driver *d)
+{
+    free_objects(d, d->pre.o, d->pre.n);
+    d->pre.o = NULL;
+    d->pre.n = 0;
 }
 
 /* PUT one body. 0; 1 retry later; -1 stopped. */
@@ -1609,8 +1645,17 @@ static int upload_objects(struct driver *d, int64_t now)
     const char *ctype = d->cfg.format == DRIVER_FORMAT_PARQUET
                             ? PARQUET_CONTENT_TYPE
                             : JSONL_CONTENT_TYPE;
-    int rc = build_objects(d, p, &o, &n, &err);
+    int rc = 0;
 
+    if (d->pre.o != NULL && d->pre.k == p->k) {
+        o = d->pre.o; /* built while the window before went up */
+        n = d->pre.n;
+        d->pre.o = NULL;
+        d->pre.n = 0;
+    } else {
+        drop_prebuilt(d);
+        rc = build_objects(d, p, &o, &n, &err);
+    }
     if (rc != 0) {
         stop(d, DRIVER_FAILED, err.msg);
         set_error(d, "%s", err.msg);
@@ -1912,12 +1957,39 @@ static void take_closing(struct driver *d, const struct engine_action *a)
     }
 }
 
+/* The next window's intent waits for the window going up (never two in
+ * flight), but its objects need not: they are bytes in memory until their
+ * PUTs, which still follow the intent (3.8), and a window's bytes depend on
+ * its records alone. So they are built meanwhile, once per window; a build
+ * that failed is left for upload_objects to repeat and report. Not for a
+ * redo, whose settings are its intent's (use_intent_settings). */
+static void prebuild(struct driver *d)
+{
+    const struct engine_plan *p = d->pend.intent.plan;
+    struct err err;
+
+    if (d->pend.kind != PENDING_INTENT || d->bg.state == BG_NONE ||
+        d->is_redo || p == NULL || p->k != d->pend.intent.k ||
+        (d->pre.is_done && d->pre.k == p->k)) {
+        return;
+    }
+    drop_prebuilt(d);
+    d->pre.k = p->k;
+    d->pre.is_done = true;
+    if (build_objects(d, p, &d->pre.o, &d->pre.n, &err) != 0) {
+        drop_prebuilt(d);
+        return;
+    }
+    d->ctr.windows_prebuilt++;
+}
+
 static int run_pending(struct driver *d, int64_t now)
 {
     d->did_work = true;
     if (d->bg.state != BG_NONE && d->pend.kind != PENDING_COMMIT) {
         /* Never two windows in flight: the next intent waits until the
          * window going up is committed. */
+        prebuild(d);
         int rc = bg_poll(d, now, true);
         if (rc != 0) {
             return rc;

@@ -187,6 +187,7 @@ struct driver_counters {
     uint64_t fetch_error;
     uint64_t commit_precondition_lost;
     uint64_t checkpoints_written;
+    uint64_t windows_prebuilt; /* built while the window before went up */
 };
 
 struct driver_status {

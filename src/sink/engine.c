@@ -26,7 +26,8 @@
  * copy into a warm slab costs far less than a malloc per record, and fresh
  * pages are what a fetch-heavy sink pays most for (first touches fault).
  * The free list keeps as many slabs as the last window took (at least
- * ENGINE_SPARE_MIN, at most ENGINE_SPARE_MAX, memory the budget's weight
+ * ENGINE_SPARE_MIN; at most a target window's worth up to half the read
+ * cap, or ENGINE_SPARE_MAX when that is more: memory the budget's weight
  * does not see): a busy queue refills from it, an idle one lets go. Once
  * the memory budget closes a window (engine_force_close), the list is
  * emptied and stays empty until a window closes by the other rules: under
@@ -69,7 +70,7 @@
 #define ENGINE_NULL_PAYLOAD 4      /* weight of a null payload ("null") */
 #define ENGINE_SLAB         ((size_t)2 * 1024 * 1024) /* one huge page */
 #define ENGINE_SPARE_MIN    4  /* empty slabs kept for reuse, at least */
-#define ENGINE_SPARE_MAX    32 /* and at most (64 MiB beyond the weight) */
+#define ENGINE_SPARE_MAX    32 /* at most, unless a window takes more */
 #define ENGINE_SHRINK_MIN   32 /* arrays of up to this many are kept */
 
 /* Record bytes of many records; freed when the last of them leaves. A
@@ -570,12 +571,25 @@ static void spares_free(struct engine *e, size_t keep)
     }
 }
 
+/* Spares kept at most: a target window's worth of slabs up to half the
+ * read cap, or ENGINE_SPARE_MAX when that is more. */
+static size_t spare_cap(const struct engine *e)
+{
+    uint64_t bytes = e->cfg.target_bytes;
+
+    if (bytes > e->cfg.max_buffer_bytes / 2) {
+        bytes = e->cfg.max_buffer_bytes / 2;
+    }
+    size_t n = (size_t)(bytes / ENGINE_SLAB);
+    return n > ENGINE_SPARE_MAX ? n : ENGINE_SPARE_MAX;
+}
+
 /* After a commit: keep as many spares as the window took, none while the
  * budget closes the windows. */
 static void slab_trim(struct engine *e, bool was_forced)
 {
-    size_t n =
-        e->slabs_taken < ENGINE_SPARE_MAX ? e->slabs_taken : ENGINE_SPARE_MAX;
+    size_t cap = spare_cap(e);
+    size_t n = e->slabs_taken < cap ? e->slabs_taken : cap;
 
     e->is_tight = was_forced || e->is_forced;
     e->max_spare = n > ENGINE_SPARE_MIN ? n : ENGINE_SPARE_MIN;
@@ -2244,6 +2258,7 @@ static void emit_closing(struct engine *e)
         a->u.intent.compression = str_slice(e->compression);
         a->u.intent.layout = str_slice(e->layout);
         a->u.intent.writer = str_slice(e->writer);
+        a->u.intent.plan = &e->plan;
     } else if (e->state == ENGINE_UPLOAD) {
         a = add_action(e, ENGINE_ACT_UPLOAD);
         a->u.upload = &e->plan;

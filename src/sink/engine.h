@@ -195,6 +195,7 @@ struct engine_intent_action {
     struct slice compression;
     struct slice layout;
     struct slice writer;
+    const struct engine_plan *plan; /* the window's, as its Upload carries */
 };
 
 struct engine_lost_range {

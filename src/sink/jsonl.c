@@ -357,6 +357,23 @@ static void jsonl_hint_huge(const struct buf *b, size_t old_cap)
 #endif
 }
 
+int jsonl_writer_expect(struct jsonl_writer *w, size_t bytes, struct err *err)
+{
+    size_t before = w->out.cap;
+
+    if (w->out.max != BUF_UNLIMITED && bytes > w->out.max) {
+        bytes = w->out.max;
+    }
+    if (bytes <= before || bytes <= w->out.len) {
+        return 0;
+    }
+    if (buf_reserve(&w->out, bytes - w->out.len, err) != 0) {
+        return err->code;
+    }
+    jsonl_hint_huge(&w->out, before);
+    return 0;
+}
+
 /* Room at the end of the body for compressor output: at most JSONL_CHUNK,
  * never past the body's cap. Returns the room, 0 with err set when full. */
 static size_t jsonl_room(struct jsonl_writer *w, struct err *err)

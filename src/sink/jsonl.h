@@ -77,6 +77,11 @@ uint64_t jsonl_writer_records(const struct jsonl_writer *w);
  * ERR_TOO_BIG (max_bytes, or out's own cap). */
 int jsonl_writer_finish(struct jsonl_writer *w, struct buf *out,
                         struct err *err);
+/* The body will take about `bytes` (capped at the writer's max): room for
+ * them now, so it never moves while it is written (growing copies what is
+ * written so far). Address space only: pages are touched as they are
+ * written. 0, or ERR_* with err set. */
+int jsonl_writer_expect(struct jsonl_writer *w, size_t bytes, struct err *err);
 void jsonl_writer_free(struct jsonl_writer *w);
 
 /* Append one record's line (with its LF) to b: the plain text the writer

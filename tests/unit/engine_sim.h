@@ -30,13 +30,30 @@
 #define SIM_MIN (60 * SIM_SEC)
 #define SIM_H   (3600 * SIM_SEC)
 
+#define SIM_LONG_MAX 4096 /* longest payload; over 95 bytes, all 'x' */
+
 struct sim_rec {
     int64_t ts;
     bool is_gone; /* vanished without moving logStart (an offset jump) */
     char txn[32];
-    char payload[96];
+    char payload[96]; /* short payloads: '"' 'x'... '"' */
     size_t payload_len;
 };
+
+/* The bytes of r's payload: its own when short, else a shared run of 'x'
+ * (many records of kilobytes without as many kilobytes of sim). */
+SIM_API const char *sim_payload(const struct sim_rec *r)
+{
+    static char x[SIM_LONG_MAX];
+
+    if (r->payload_len < sizeof(r->payload)) {
+        return r->payload;
+    }
+    if (x[0] != 'x') {
+        memset(x, 'x', sizeof(x));
+    }
+    return x;
+}
 
 struct sim_part {
     char name[64];
@@ -353,11 +370,12 @@ SIM_API void sim_push(struct sim *s, const char *name, int n, int64_t ts,
         r->ts = ts;
         snprintf(r->txn, sizeof(r->txn), "t%zu-%zu", (size_t)(p - s->parts),
                  p->n);
-        r->payload_len = payload_len < sizeof(r->payload) - 1
-                             ? payload_len
-                             : sizeof(r->payload) - 1;
-        memset(r->payload, 'x', r->payload_len);
-        if (r->payload_len >= 2) {
+        r->payload_len =
+            payload_len < SIM_LONG_MAX ? payload_len : SIM_LONG_MAX;
+        if (r->payload_len < sizeof(r->payload)) { /* else sim_payload() */
+            memset(r->payload, 'x', r->payload_len);
+        }
+        if (r->payload_len >= 2 && r->payload_len < sizeof(r->payload)) {
             r->payload[0] = '"';
             r->payload[r->payload_len - 1] = '"';
         }
@@ -512,7 +530,7 @@ SIM_API void sim_fetch_entry(struct sim *s, const struct engine_fetch_entry *en,
         fr->offset = o;
         fr->ts = sr->ts;
         fr->txn = (struct slice){sr->txn, strlen(sr->txn)};
-        fr->payload = (struct slice){sr->payload, sr->payload_len};
+        fr->payload = (struct slice){sim_payload(sr), sr->payload_len};
         fb->n_recs++;
         r->n++;
         if (fb->n_recs == 20000) {

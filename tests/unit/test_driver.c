@@ -1230,18 +1230,21 @@ static void probe_commit(void *arg, int64_t k, uint64_t records, uint64_t bytes,
     char m[64];
     char cp[64];
     char next[32];
+    char next_w[64];
     struct fake_row *in = fake_row_get(&p->r->f, "s3:default:orders:intent");
 
     UNUSED(records);
     UNUSED(bytes);
     UNUSED(lost);
     snprintf(w, sizeof(w), "/w-%010" PRId64 "-", k);
+    snprintf(next_w, sizeof(next_w), "/w-%010" PRId64 "-", k + 1);
     snprintf(m, sizeof(m), "/windows/%010" PRId64 ".json", k);
     snprintf(cp, sizeof(cp), "/checkpoint/%010" PRId64 ".json.zst", k);
     snprintf(next, sizeof(next), "\"k\":%" PRId64 ",", k + 1);
     p->n++;
     p->bad += count_keys(&p->r->k, w) != 1 || count_keys(&p->r->k, m) != 1 ||
-              count_keys(&p->r->k, cp) != 0 || in == NULL ||
+              count_keys(&p->r->k, cp) != 0 ||
+              count_keys(&p->r->k, next_w) != 0 || in == NULL ||
               strstr(in->value, next) != NULL;
 }
 
@@ -1262,6 +1265,40 @@ TEST(overlap_keeps_objects_then_commit_then_checkpoint_then_next_intent)
     EXPECT_EQ_I64(probe.bad, 0);
     EXPECT_EQ_U64(count_keys(&r->k, "/checkpoint/0000000001.json.zst"), 1);
     EXPECT_EQ_U64(count_keys(&r->k, "/checkpoint/0000000002.json.zst"), 1);
+    rig_close(r);
+}
+
+/* Window 2 closes while window 1 waits in upload: its objects are built
+ * then, yet reach the bucket only after its intent (which follows window 1's
+ * commit), and the bucket ends byte for byte as in a synchronous run. */
+TEST(overlap_builds_the_next_window_while_the_one_before_goes_up)
+{
+    struct buf want;
+    struct buf got;
+    struct rig *r = rig_open();
+    struct commit_probe probe = {r, 0, 0};
+    struct driver_status st;
+
+    buf_init(&want, BUF_UNLIMITED);
+    buf_init(&got, BUF_UNLIMITED);
+    control_run(&want);
+    r->cfg.overlap_upload = true;
+    r->cfg.on_commit = probe_commit;
+    r->cfg.on_commit_arg = &probe;
+    seed_two_hours(&r->f);
+    r->k.fail_puts = 7; /* past the client's attempts: window 1 waits */
+    new_driver(r);
+    run_until(r, 2, 400);
+    driver_status(r->d, &st);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_RUNNING);
+    EXPECT_EQ_I64(st.committed_k, 2);
+    EXPECT_EQ_U64(st.counters.windows_prebuilt, 1);
+    EXPECT_EQ_I64(probe.n, 2);
+    EXPECT_EQ_I64(probe.bad, 0);
+    fingerprint(&r->k, &got);
+    EXPECT_STR_EQ(got.data, want.data);
+    buf_free(&want);
+    buf_free(&got);
     rig_close(r);
 }
 

@@ -552,3 +552,49 @@ TEST(a_shared_zstd_context_writes_the_bytes_of_a_fresh_one)
     buf_free(&fresh);
     jsonl_cctx_free(z);
 }
+
+/* Room asked up front changes no byte (the body is written into it) and
+ * never goes past the writer's cap. */
+TEST(expected_room_changes_no_byte_and_stays_under_the_cap)
+{
+    struct jsonl_cctx *z = jsonl_cctx_new();
+    struct buf want;
+    struct buf got;
+    struct buf spare;
+    struct err err;
+
+    write_corpus_with(z, 40000, &want);
+    buf_init(&spare, BUF_UNLIMITED);
+    struct jsonl_writer *w = jsonl_writer_new_with(JSONL_ZSTD, 0, &spare, z);
+    EXPECT_EQ_I64(jsonl_writer_expect(w, 4u * 1024 * 1024, &err), 0);
+    for (size_t i = 0; i < 40000; i++) {
+        char txn[32];
+        snprintf(txn, sizeof(txn), "txn-%zu", i);
+        struct sink_record r =
+            rec("p", (int64_t)i, txn, 1788516000000000 + (int64_t)i * 1000,
+                payloads[i % 4]);
+        EXPECT_EQ_I64(jsonl_writer_add(w, &r, &err), 0);
+    }
+    buf_init(&got, BUF_UNLIMITED);
+    EXPECT_EQ_I64(jsonl_writer_finish(w, &got, &err), 0);
+    EXPECT_MEM_EQ(got.data, got.len, want.data, want.len);
+    EXPECT(got.cap >= 4u * 1024 * 1024); /* the body that was asked for */
+    jsonl_writer_free(w);
+    buf_free(&got);
+    buf_free(&want);
+
+    /* capped at the writer's max; and under what is there, nothing moves */
+    struct jsonl_writer *c = jsonl_writer_new(JSONL_NONE, 150);
+    struct sink_record r = rec("p", 0, "", 0, "[1,2,3]");
+    EXPECT_EQ_I64(jsonl_writer_expect(c, 1u << 30, &err), 0);
+    EXPECT_EQ_I64(jsonl_writer_add(c, &r, &err), 0);
+    EXPECT_EQ_I64(jsonl_writer_expect(c, 1, &err), 0);
+    buf_init(&got, 150);
+    EXPECT_EQ_I64(jsonl_writer_finish(c, &got, &err), 0);
+    EXPECT(got.cap <= 256);
+    EXPECT(got.len > 0 && got.data[got.len - 1] == '\n');
+    jsonl_writer_free(c);
+    buf_free(&got);
+    buf_free(&spare);
+    jsonl_cctx_free(z);
+}
