@@ -1,29 +1,42 @@
-"""bench/sink helper: the embedded sink's throughput beside `zstd -3`.
+"""bench/sink helper: the embedded sink's throughput beside `zstd -3` on one
+core, as the median of several rounds.
 
-A queue `bench.sink` is pre-loaded with N records (BENCH_SINK_RECORDS,
+A queue `bench.sink` is pre-loaded once with N records (BENCH_SINK_RECORDS,
 default 1,000,000) of ~500-byte JSON over 64 partitions, pushed with the
-sink off in batches of 1000.  The node then boots with the sink on
+sink off in batches of 1000; the node is stopped and its data directory
+copied aside (pristine).  Then each of BENCH_SINK_ROUNDS rounds (default 3)
+replaces the node's data directory with a fresh copy of the pristine one,
+gives the sink a prefix of its own (QUEEN_S3_PREFIX=queen-r<i>, so that no
+round sees another's objects) and boots the node with the sink on
 (QUEEN_S3_START=earliest, default window settings, zstd) against the test
-bucket (tests/bucket: s3rver behind our proxy), and the time from the
-sink's start to the commit pointer announcing every record is measured.
-The lake's objects are decompressed into the JSONL they hold (the tail
-window under target MB closes only by age, so it is left out: the time and
-bytes are those up to the last commit seen); the peer is
-`zstd -3 -T1` compressing those same bytes on one core in the same run.
-Prints MB/s of uncompressed JSONL per sink thread, the peer's MB/s, the
-ratio (goal >= 0.5), the bucket's share of the time (sum of `ms` in the
-proxy's request log), the CPU-seconds of the sink (the queen-s3 threads,
-zstd's worker among them, plus the helper threads that exited meanwhile:
-one uploader per window) and of the whole process per record, and the load
-average.  The time runs from the sink's start to its last commit, both read
-from the node's info log (the broker's own boot, which replays its log,
-comes before and is printed apart).  With BENCH_SINK_PERF=FILE the sink phase runs under `perf record`
-into FILE; with BENCH_SINK_STDERR=FILE the node's log is copied to FILE.
+bucket (tests/bucket: s3rver behind our proxy).  A round measures the time
+from the sink's start to the commit pointer announcing every record, both
+read from the node's info log (the broker's own boot, which replays its
+log, comes before and is printed apart), or up to the last commit when
+none came for QUIET_S: the tail window under target MB closes only by age,
+so it is left out, its time and its bytes.  The round's lake objects are
+decompressed into the JSONL they hold, and the peers compress those same
+bytes in the same round: `zstd -3 --single-thread --no-asyncio` (one core:
+one thread does the I/O and the compression; the goal's peer) and `zstd -3
+-T1` (for reference: zstd 1.5's CLI overlaps file I/O on extra threads, so
+its CPU exceeds its wall time).  Per round it prints MB/s of uncompressed
+JSONL per sink thread, the peers' MB/s and the ratios to both, the bucket's
+share of the time (sum of `ms` in the proxy's request log, this round's
+lines only), and the CPU-seconds per record of the sink (the queen-s3
+threads, zstd's worker among them, plus the helper threads that exited
+meanwhile: one uploader per window) and of the whole process.  The summary
+prints medians (and ranges) over the rounds: sink MB/s, each peer's MB/s,
+the per-round ratios to each peer (the goal: sink / zstd on one core >=
+0.5), the CPU ratio and the bucket's share; then the load average.  With
+BENCH_SINK_PERF=FILE the first round's sink phase runs under `perf record`
+into FILE; with BENCH_SINK_STDERR=FILE the first round's node log is copied
+to FILE.
 Never a test: it only prints.
 Usage: /usr/bin/python3 bench/sink_run.py [build-dir]"""
 import hashlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -38,6 +51,20 @@ from sinkenv import PREFIX, TENANT, kv_get  # noqa: E402
 QUEUE = "bench.sink"
 PARTS = 64
 BATCH = 1000
+# A full window here commits every 1-2 s; 10 s without a commit means only
+# the tail window is left, which closes by age alone (300 s later).
+QUIET_S = 10.0
+# Before the first commit: the sink's start plus a whole window on a busy
+# machine.
+FIRST_S = 60.0
+# (name, flags) of the peers, run on the same bytes in each round.  The
+# goal's peer is the first: zstd on one core.  `--single-thread` alone is
+# not (zstd 1.5.4 keeps its asynchronous I/O: 3 threads, CPU above wall);
+# with `--no-asyncio` it runs 1 thread.  `-T1` is the figure printed
+# before, for reference: its CLI overlaps file I/O on extra threads (4).
+PEERS = (("zstd -3 --single-thread --no-asyncio",
+          ["--single-thread", "--no-asyncio"]),
+         ("zstd -3 -T1", ["-T1"]))
 
 
 def payload(n):
@@ -119,16 +146,18 @@ def sink_cpu(at_start, now):
     return now[0] + now[1] - at_start[1], now[2]
 
 
-def watch(node, total, quiet=45.0):
+def watch(node, total, quiet=QUIET_S):
     """Poll /status until every record is committed, or until no commit
-    for `quiet` s: the tail window (under target MB) only closes by age,
-    maxWindowMs (300 s) of log clock later, and is not counted.  Returns
-    (records committed, monotonic times of the first and last commits,
-    CPU seconds (sink, whole process) at the last commit)."""
+    for `quiet` s (FIRST_S before the first one): the tail window (under
+    target MB) only closes by age, maxWindowMs (300 s) of log clock later,
+    and is not counted.  Returns (records committed, monotonic times of the
+    first and last commits, CPU seconds (sink, whole process) at the last
+    commit)."""
     seen, last, first = 0, time.monotonic(), None
     at_start = cpu_seconds(node.proc.pid)
     cpu = (0.0, 0.0)
-    while seen < total and time.monotonic() - last < quiet:
+    while seen < total and \
+            time.monotonic() - last < (quiet if seen else FIRST_S):
         rows = node.get("/status").json()["s3"]["sinks"][0]["queues"]
         n = sum(q["records"] for q in rows if q["name"] == QUEUE)
         if n != seen:
@@ -137,7 +166,10 @@ def watch(node, total, quiet=45.0):
             cpu = sink_cpu(at_start, cpu_seconds(node.proc.pid))
         time.sleep(0.1)
     if seen == 0:
-        raise SystemExit("bench/sink: nothing was committed")
+        raise SystemExit("bench/sink: nothing was committed in %.0f s: "
+                         "records too few to close a window by size close "
+                         "only by age, 300 s later; raise BENCH_SINK_RECORDS"
+                         " (300000 commits one window)" % FIRST_S)
     return seen, first, last, cpu
 
 
@@ -166,92 +198,178 @@ def lake_jsonl(b, keys):
     return b"".join(out)
 
 
+def zstd_peer(flags, path):
+    """(wall s, CPU s) of `zstd -3 <flags>` compressing the file `path`."""
+    z0, c0 = time.monotonic(), os.times()
+    subprocess.run(["zstd", "-3", *flags, "-q", "-f", "-o", path + ".zst",
+                    path], check=True)
+    secs, c1 = time.monotonic() - z0, os.times()
+    return secs, (c1.children_user + c1.children_system -
+                  c0.children_user - c0.children_system)
+
+
+def run_peers(data, path, order):
+    """{peer name: (wall s, CPU s)} of each of PEERS on the bytes `data`,
+    written to `path` (removed again); `order` alternates which goes
+    first from round to round."""
+    with open(path, "wb") as f:
+        f.write(data)
+    out = {}
+    for name, flags in (PEERS if order % 2 else PEERS[::-1]):
+        out[name] = zstd_peer(flags, path)
+    os.remove(path)
+    os.remove(path + ".zst")
+    return out
+
+
+def fresh_data_dir(node, pristine):
+    """Replace the node's data directory with a copy of `pristine`."""
+    subprocess.run(["rm", "-rf", node.data_dir], check=True)
+    subprocess.run(["cp", "-a", pristine, node.data_dir], check=True)
+
+
+def sink_phase(node, b, total, prefix, first):
+    """Boot the node with the sink on under `prefix`, wait for the commits
+    (watch()) and stop it.  Returns the round's raw figures: the lake's
+    data keys, the bucket's request ms of this round, the node's log and
+    watch()'s figures.  BENCH_SINK_PERF / BENCH_SINK_STDERR apply when
+    `first`."""
+    node.extra_env["QUEEN_S3_PREFIX"] = prefix
+    n0 = len(b.log_lines())  # the bucket's log spans every round
+    t0 = time.monotonic()
+    node.start(timeout=300)  # the boot replays the preloaded log
+    r = {"ready": time.monotonic() - t0,
+         "threads": node.get("/status").json()["s3"].get("threads") or 1}
+    perf = None
+    if first and os.environ.get("BENCH_SINK_PERF"):
+        perf = subprocess.Popen(
+            ["perf", "record", "--call-graph", "dwarf", "-F", "250",
+             "-q", "-o", os.environ["BENCH_SINK_PERF"], "-p",
+             str(node.proc.pid)], stdout=subprocess.DEVNULL)
+    r["committed"], _, last, r["cpu"] = watch(node, total)
+    r["from_proc"] = last - t0
+    if perf is not None:
+        perf.send_signal(2)
+        perf.wait()
+    r["keys"] = lake.bucket_reader(b).list_keys(
+        lake.queue_root(prefix, TENANT, QUEUE) + "/")
+    r["ms"] = sum(x.get("ms") or 0 for x in b.log_lines()[n0:])
+    r["log"] = node.stderr()
+    node.stop()  # its drain may commit the tail window: not counted
+    if first and os.environ.get("BENCH_SINK_STDERR"):
+        subprocess.run(["cp", node.stderr_path,
+                        os.environ["BENCH_SINK_STDERR"]], check=True)
+    return r
+
+
+def run_round(run, node, pristine, i, total):
+    """Round `i` (from 1) on a fresh copy of the pristine data dir; prints
+    its lines and returns its figures (see print_round())."""
+    b = run.bucket
+    fresh_data_dir(node, pristine)
+    r = sink_phase(node, b, total, "%s-r%d" % (PREFIX, i), i == 1)
+    start, commits = sink_stamps(r["log"])
+    data = lake_jsonl(b, r["keys"])
+    r.update(mb=len(data) / 1e6, elapsed=commits[-1] - start,
+             commits=[c - start for c in commits],
+             peers=run_peers(data, os.path.join(run.tmp, "lake.jsonl"), i))
+    r["ours"] = r["mb"] / r["elapsed"] / r["threads"]
+    r["ratio"] = {name: r["ours"] / (r["mb"] / secs)
+                  for name, (secs, _) in r["peers"].items()}
+    r["share"] = r["ms"] / 1000 / r["elapsed"]
+    r["load"] = os.getloadavg()
+    print_round(i, total, r)
+    return r
+
+
+def print_round(i, total, r):
+    one, ref = (r["peers"][name] for name, _ in PEERS)
+    cpu, n = r["cpu"], r["committed"]
+    print("round %d: sink %.1f MB/s per thread (%.1f MB of JSONL, %d of %d "
+          "records, %.2f s from the sink's start to the last commit, %d "
+          "thread(s)); zstd one core %.1f MB/s (CPU %.2f s), -T1 %.1f MB/s "
+          "(CPU %.2f s); ratio %.2f / %.2f; bucket %.0f%% of the time"
+          % (i, r["ours"], r["mb"], n, total, r["elapsed"], r["threads"],
+             r["mb"] / one[0], one[1], r["mb"] / ref[0], ref[1],
+             r["ratio"][PEERS[0][0]], r["ratio"][PEERS[1][0]],
+             100 * r["share"]))
+    print("  commits at %s s after the sink's start; process start to last "
+          "commit %.2f s (boot to /health %.2f s); CPU: sink %.2f us/record, "
+          "whole process %.2f us/record; load %.2f"
+          % (", ".join("%.2f" % c for c in r["commits"]), r["from_proc"],
+             r["ready"], cpu[0] / n * 1e6, cpu[1] / n * 1e6, r["load"][0]))
+
+
+def med(rounds, f, fmt="%.2f"):
+    """'median (min-max)' of f(round) over the rounds, each in `fmt`."""
+    xs = [f(r) for r in rounds]
+    return "%s (%s-%s)" % tuple(fmt % x for x in
+                                (statistics.median(xs), min(xs), max(xs)))
+
+
+def if_none_were(r, peer):
+    """The ratio to `peer` had the sink never waited on the bucket (None
+    when the bucket's summed request time reaches the sink's time)."""
+    rest = r["elapsed"] - r["ms"] / 1000
+    if rest <= 0:
+        return None
+    return r["mb"] / rest / r["threads"] / (r["mb"] / r["peers"][peer][0])
+
+
+def print_summary(rounds):
+    one, ref = (name for name, _ in PEERS)
+    mbps = (lambda name: lambda r: r["mb"] / r["peers"][name][0])
+    print("summary of %d round(s): medians (min-max)" % len(rounds))
+    print("sink: %s MB/s of JSONL per sink thread; sink CPU %s us/record"
+          % (med(rounds, lambda r: r["ours"], "%.1f"),
+             med(rounds, lambda r: r["cpu"][0] / r["committed"] * 1e6)))
+    print("%s (one core; the goal's peer): %s MB/s"
+          % (one, med(rounds, mbps(one), "%.1f")))
+    print("%s (for reference: zstd 1.5 overlaps file I/O on extra threads, "
+          "so this is more than one core): %s MB/s"
+          % (ref, med(rounds, mbps(ref), "%.1f")))
+    print("ratio sink/zstd (one core): %s (goal >= 0.5; median of the "
+          "per-round ratios)" % med(rounds, lambda r: r["ratio"][one]))
+    print("ratio sink/zstd -T1: %s" % med(rounds, lambda r: r["ratio"][ref]))
+    print("  per CPU-second (zstd one core's CPU / the sink threads' CPU, "
+          "which the machine's other load does not move): ratio %s" %
+          med(rounds, lambda r: r["peers"][one][1] / r["cpu"][0]
+              if r["cpu"][0] else 0))
+    nones = [x for x in (if_none_were(r, one) for r in rounds) if x]
+    print("test bucket time (sum of request ms): %s %% of the sink's time "
+          "(a window's PUTs run beside the next window's reads, so only "
+          "part of it is waited for; if none were: ratio to one core %s)"
+          % (med(rounds, lambda r: 100 * r["share"], "%.0f"),
+             "%.2f" % statistics.median(nones) if nones else "n/a"))
+    print("load average: %.2f %.2f %.2f" % os.getloadavg())
+
+
 def main():
     total = int(os.environ.get("BENCH_SINK_RECORDS", "1000000"))
+    rounds = int(os.environ.get("BENCH_SINK_ROUNDS", "3"))
+    if rounds < 1:
+        raise SystemExit("bench/sink: BENCH_SINK_ROUNDS must be >= 1")
     with BenchRun("queen-bench-sink.") as run:
-        tmp, b = run.tmp, run.bucket
         # default window settings
-        env = bench_env(b, QUEEN_S3_QUEUES=QUEUE, QUEEN_S3_EMBEDDED="false",
-                        QUEEN_LOG_LEVEL="warn")
+        env = bench_env(run.bucket, QUEEN_S3_QUEUES=QUEUE,
+                        QUEEN_S3_EMBEDDED="false", QUEEN_LOG_LEVEL="warn")
         node = run.start_node(env)
         t0 = time.monotonic()
         preload(node, total)
         print("preload: %d records of ~500 B over %d partitions in %.1f s"
               % (total, PARTS, time.monotonic() - t0))
         assert node.stop() == 0
+        pristine = os.path.join(run.tmp, "pristine")
+        subprocess.run(["cp", "-a", node.data_dir, pristine], check=True)
         node.extra_env["QUEEN_S3_EMBEDDED"] = "true"
         node.extra_env["QUEEN_LOG_LEVEL"] = "info"  # the sink's own stamps
-        t0 = time.monotonic()
-        node.start(timeout=300)  # the boot replays the preloaded log
-        ready = time.monotonic() - t0
-        st = node.get("/status").json()["s3"]
-        threads = st.get("threads") or 1
-        perf = None
-        if os.environ.get("BENCH_SINK_PERF"):
-            perf = subprocess.Popen(
-                ["perf", "record", "--call-graph", "dwarf", "-F", "250",
-                 "-q", "-o", os.environ["BENCH_SINK_PERF"], "-p",
-                 str(node.proc.pid)], stdout=subprocess.DEVNULL)
-
-        committed, _, last, cpu = watch(node, total)
-        if perf is not None:
-            perf.send_signal(2)
-            perf.wait()
-        keys = lake.bucket_reader(b).list_keys(
-            lake.queue_root(PREFIX, TENANT, QUEUE) + "/")
-        lines = b.log_lines()
-        ms = sum(x.get("ms") or 0 for x in lines)
-        log = node.stderr()
-        node.stop()  # its drain may commit the tail window: not counted
-        if os.environ.get("BENCH_SINK_STDERR"):
-            subprocess.run(["cp", node.stderr_path,
-                            os.environ["BENCH_SINK_STDERR"]], check=True)
-        run.node = None
-        start, commits = sink_stamps(log)
-        elapsed = commits[-1] - start
-        data = lake_jsonl(b, keys)
-        path = os.path.join(tmp, "lake.jsonl")
-        with open(path, "wb") as f:
-            f.write(data)
-        z0, c0 = time.monotonic(), os.times()
-        subprocess.run(["zstd", "-3", "-T1", "-q", "-f", "-o",
-                        path + ".zst", path], check=True)
-        zsecs, c1 = time.monotonic() - z0, os.times()
-        zcpu = (c1.children_user + c1.children_system -
-                c0.children_user - c0.children_system)
-        mb = len(data) / 1e6
-        ours = mb / elapsed / threads
-        peer = mb / zsecs
-        print("sink: %.1f MB of JSONL (%d of %d records; the rest is the "
-              "tail window, closed only by age) from the sink's start to "
-              "the last commit in %.2f s with %d sink thread(s): %.1f MB/s "
-              "per thread" % (mb, committed, total, elapsed, threads, ours))
-        print("  (from the process start: %.2f s, of which the broker's "
-              "boot to /health answering %.2f s; windows committed at %s s "
-              "after the sink's start)" %
-              (last - t0, ready,
-               ", ".join("%.2f" % (c - start) for c in commits)))
-        print("  (CPU at the last commit: the sink (queen-s3 threads and "
-              "its helper threads that exited) %.2f s = %.2f us/record, "
-              "whole process %.2f s = %.2f us/record)" %
-              (cpu[0], cpu[0] / committed * 1e6, cpu[1],
-               cpu[1] / committed * 1e6))
-        print("zstd -3 -T1 on the same bytes: %.2f s, %.1f MB/s (CPU %.2f s)"
-              % (zsecs, peer, zcpu))
-        print("ratio sink/zstd: %.2f (goal >= 0.5)" % (ours / peer))
-        print("  per CPU-second (sink threads' CPU / zstd's CPU, which the "
-              "machine's other load does not move): %.1f vs %.1f MB/s, "
-              "ratio %.2f" % (mb / cpu[0] if cpu[0] else 0,
-                              mb / zcpu if zcpu else 0,
-                              zcpu / cpu[0] if cpu[0] else 0))
-        print("test bucket time (sum of request ms): %.2f s = %.0f%% of "
-              "the sink's time (a window's PUTs run beside the next "
-              "window's reads, so only part of it is waited for; if none "
-              "were: %.1f MB/s per thread, ratio %.2f)" %
-              (ms / 1000, 100 * ms / 1000 / elapsed,
-               mb / (elapsed - ms / 1000) / threads,
-               mb / (elapsed - ms / 1000) / threads / peer))
-        print("load average: %.2f %.2f %.2f" % os.getloadavg())
+        print("%d round(s), each on a fresh copy of the preloaded data dir "
+              "under its own prefix; ratios are against `%s` (one core) / "
+              "`%s`; BENCH_SINK_PERF and BENCH_SINK_STDERR apply to round 1"
+              % (rounds, PEERS[0][0], PEERS[1][0]))
+        results = [run_round(run, node, pristine, i, total)
+                   for i in range(1, rounds + 1)]
+        print_summary(results)
 
 
 if __name__ == "__main__":
