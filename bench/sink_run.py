@@ -14,12 +14,13 @@ from the sink's start to the commit pointer announcing every record, both
 read from the node's info log (the broker's own boot, which replays its
 log, comes before and is printed apart), or up to the last commit when
 none came for QUIET_S: the tail window under target MB closes only by age,
-so it is left out, its time and its bytes.  The round's lake objects are
-decompressed into the JSONL they hold, and the peers compress those same
-bytes in the same round: `zstd -3 --single-thread --no-asyncio` (one core:
-one thread does the I/O and the compression; the goal's peer) and `zstd -3
--T1` (for reference: zstd 1.5's CLI overlaps file I/O on extra threads, so
-its CPU exceeds its wall time).  Per round it prints MB/s of uncompressed
+so it is left out, its time and its bytes.  The objects of the windows the
+round committed are decompressed into the JSONL they hold (a window still
+in upload is left out too), and the peers compress those same bytes in the
+same round: `zstd -3 --single-thread --no-asyncio` (one core: one thread
+does the I/O and the compression; the goal's peer) and `zstd -3 -T1` (for
+reference: zstd 1.5's CLI overlaps file I/O on extra threads, so its CPU
+exceeds its wall time).  Per round it prints MB/s of uncompressed
 JSONL per sink thread, the peers' MB/s and the ratios to both, the bucket's
 share of the time (sum of `ms` in the proxy's request log, this round's
 lines only), and the CPU-seconds per record of the sink (the queen-s3
@@ -187,6 +188,15 @@ def sink_stamps(log):
     return start, commits
 
 
+def committed_keys(keys, log):
+    """The data keys of the windows the node's log says were committed
+    (a window in upload has its objects in the bucket before its commit,
+    and is not counted)."""
+    ks = commit_times(log, QUEUE)
+    return [key for key in keys
+            if int(key.rsplit("/", 1)[1].split("-")[1]) in ks]
+
+
 def lake_jsonl(b, keys):
     """The uncompressed JSONL bytes of the queue's data objects `keys`."""
     reader = lake.bucket_reader(b)
@@ -251,10 +261,11 @@ def sink_phase(node, b, total, prefix, first):
     if perf is not None:
         perf.send_signal(2)
         perf.wait()
-    r["keys"] = lake.bucket_reader(b).list_keys(
+    keys = lake.bucket_reader(b).list_keys(
         lake.queue_root(prefix, TENANT, QUEUE) + "/")
     r["ms"] = sum(x.get("ms") or 0 for x in b.log_lines()[n0:])
     r["log"] = node.stderr()
+    r["keys"] = committed_keys(keys, r["log"])
     node.stop()  # its drain may commit the tail window: not counted
     if first and os.environ.get("BENCH_SINK_STDERR"):
         subprocess.run(["cp", node.stderr_path,
