@@ -233,9 +233,12 @@ def run_peers(data, path, order):
 
 
 def fresh_data_dir(node, pristine):
-    """Replace the node's data directory with a copy of `pristine`."""
+    """Replace the node's data directory with a copy of `pristine`, on
+    disk before the round starts (else the copy's writeback, a gigabyte,
+    runs beside the sink)."""
     subprocess.run(["rm", "-rf", node.data_dir], check=True)
     subprocess.run(["cp", "-a", pristine, node.data_dir], check=True)
+    os.sync()
 
 
 def sink_phase(node, b, total, prefix, first):
