@@ -52,8 +52,9 @@
 #define DRIVER_AGED_US         ((int64_t)10 * 1000 * 1000)
 #define DRIVER_CHECKPOINT_LIST ((size_t)1000 * 1000)
 #define DRIVER_FETCH_SLICE     ((uint64_t)8 * 1024 * 1024) /* per store read */
-#define DRIVER_LINE_EXTRA      100 /* a JSONL line beyond txn, partition, payload \
-                                    */
+#define DRIVER_LINE_EXTRA                              \
+    100 /* a JSONL line beyond txn, partition, payload \
+         */
 
 enum pending_kind {
     PENDING_NONE,
@@ -1563,6 +1564,21 @@ static bool bg_join(struct bg *g, bool wait)
     return done;
 }
 
+/* A window committed under memory pressure (engine_is_tight): the buffers
+ * kept warm for the next window (the spare body, the zstd context) go back
+ * too, as the engine's spare slabs and plan array do; the next window
+ * starts them afresh. */
+static void drop_warm_if_tight(struct driver *d)
+{
+    if (!engine_is_tight(d->e)) {
+        return;
+    }
+    buf_free(&d->spare_body);
+    buf_init(&d->spare_body, BUF_UNLIMITED);
+    jsonl_cctx_free(d->zc);
+    d->zc = NULL;
+}
+
 /* Drop the window going up (stopped, or committed). */
 static void bg_clear(struct driver *d)
 {
@@ -1785,6 +1801,7 @@ static int do_commit(struct driver *d, int64_t now)
                           d->pend.commit_wall_ms, now, true);
     if (rc == 0) {
         d->pend.kind = PENDING_NONE;
+        drop_warm_if_tight(d);
     }
     return rc;
 }
@@ -1855,6 +1872,7 @@ static int bg_poll(struct driver *d, int64_t now, bool wait)
         g->retry_at = d->next_at;
     } else if (rc == 0) {
         bg_clear(d);
+        drop_warm_if_tight(d);
     }
     return rc;
 }
@@ -1962,15 +1980,16 @@ static void take_closing(struct driver *d, const struct engine_action *a)
  * PUTs, which still follow the intent (3.8), and a window's bytes depend on
  * its records alone. So they are built meanwhile, once per window; a build
  * that failed is left for upload_objects to repeat and report. Not for a
- * redo, whose settings are its intent's (use_intent_settings). */
+ * redo, whose settings are its intent's (use_intent_settings), nor under
+ * memory pressure (engine_is_tight), where one object at a time is all. */
 static void prebuild(struct driver *d)
 {
     const struct engine_plan *p = d->pend.intent.plan;
     struct err err;
 
     if (d->pend.kind != PENDING_INTENT || d->bg.state == BG_NONE ||
-        d->is_redo || p == NULL || p->k != d->pend.intent.k ||
-        (d->pre.is_done && d->pre.k == p->k)) {
+        d->is_redo || engine_is_tight(d->e) || p == NULL ||
+        p->k != d->pend.intent.k || (d->pre.is_done && d->pre.k == p->k)) {
         return;
     }
     drop_prebuilt(d);

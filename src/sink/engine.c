@@ -2009,8 +2009,8 @@ static void shrink_recs(struct part *p)
  * window used (the next window allocates what it needs). */
 static void shrink_plan(struct engine *e)
 {
-    if (e->cap_plan_recs > 2 * (e->plan.n_records + 1) &&
-        e->cap_plan_recs > ENGINE_SHRINK_MIN) {
+    if (e->is_tight || (e->cap_plan_recs > 2 * (e->plan.n_records + 1) &&
+                        e->cap_plan_recs > ENGINE_SHRINK_MIN)) {
         free(e->plan_recs);
         e->plan_recs = NULL;
         e->cap_plan_recs = 0;
@@ -2415,6 +2415,11 @@ bool engine_lag(const struct engine *e, int64_t *lag_us)
 uint64_t engine_buffered_bytes(const struct engine *e)
 {
     return e->total_buffered;
+}
+
+bool engine_is_tight(const struct engine *e)
+{
+    return e->is_tight;
 }
 
 size_t engine_spare_slabs(const struct engine *e)

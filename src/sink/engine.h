@@ -400,6 +400,10 @@ uint64_t engine_buffered_bytes(const struct engine *e);
 /* Empty record slabs kept for reuse (memory beyond the weight): none from
  * engine_force_close() until a window commits without a force. */
 size_t engine_spare_slabs(const struct engine *e);
+/* The memory budget closed the last window (or forces this one): keep
+ * nothing warm between windows (no spare slabs, no plan array; the driver
+ * drops its own buffers too) until a window commits without a force. */
+bool engine_is_tight(const struct engine *e);
 /* Bytes of every record slab held (filling, full, spare): the buffered
  * records' bytes plus holes and spares. */
 uint64_t engine_slab_bytes(const struct engine *e);

@@ -1194,13 +1194,16 @@ TEST(spare_slabs_are_kept_after_an_age_close_and_dropped_under_the_budget)
     s.idle_advance_us = 100 * SIM_MS;
     EXPECT(sim_run_until_commits(&s, 1, 4000));
     EXPECT(engine_spare_slabs(s.e) >= 2);
+    EXPECT(!engine_is_tight(s.e));
     c.max_window_us = 600 * SIM_SEC;
     sim_push(&s, "a", 60000, sim_safe(&s) + 100 * SIM_MS, 95);
     sim_run(&s, 200);
     engine_force_close(s.e);
     EXPECT_EQ_U64(engine_spare_slabs(s.e), 0);
+    EXPECT(engine_is_tight(s.e));
     EXPECT(sim_run_until_commits(&s, 2, 4000));
     EXPECT_EQ_U64(engine_spare_slabs(s.e), 0);
+    EXPECT(engine_is_tight(s.e)); /* the driver drops its buffers too */
     EXPECT_EQ_I64(s.violations, 0);
     EXPECT_EQ_U64(engine_buffered_bytes(s.e), 0);
     sim_free(&s);
