@@ -23,6 +23,7 @@
 #include "sink/driver.h"
 
 #include <inttypes.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -1577,6 +1578,10 @@ static void drop_warm_if_tight(struct driver *d)
     buf_init(&d->spare_body, BUF_UNLIMITED);
     jsonl_cctx_free(d->zc);
     d->zc = NULL;
+    /* What was freed (these, the plan array, record arrays shrunk at the
+     * commit) may sit in a malloc arena below the mmap threshold, which
+     * glibc raises to the largest block freed: give its pages back. */
+    (void)malloc_trim(0);
 }
 
 /* Drop the window going up (stopped, or committed). */
