@@ -53,9 +53,8 @@
 #define DRIVER_AGED_US         ((int64_t)10 * 1000 * 1000)
 #define DRIVER_CHECKPOINT_LIST ((size_t)1000 * 1000)
 #define DRIVER_FETCH_SLICE     ((uint64_t)8 * 1024 * 1024) /* per store read */
-#define DRIVER_LINE_EXTRA                              \
-    100 /* a JSONL line beyond txn, partition, payload \
-         */
+#define DRIVER_LINE_EXTRA      100  /* a JSONL line past its txn, payload */
+#define DRIVER_PLAN_PIECE      4096 /* records read from a plan at a time */
 
 enum pending_kind {
     PENDING_NONE,
@@ -449,6 +448,7 @@ static struct engine *make_engine(const struct driver_config *c,
     ec.fetch_concurrency = c->fetch_concurrency < 1 ? 1 : c->fetch_concurrency;
     ec.discovery_interval_ms = c->discovery_interval_ms;
     ec.prune_after_windows = 60;
+    ec.lazy_plan = true; /* build_objects reads the plan a piece at a time */
     if (c->max_buffer_bytes > 0) {
         ec.max_buffer_bytes = c->max_buffer_bytes;
     }
@@ -1187,25 +1187,18 @@ struct object {
     int64_t last;
 };
 
-/* About what the JSONL lines of v[0..n) take before compression: the
- * record weight of reference 3.6 (64 + txn + partition + payload) plus the
- * rest of a line (id, stamp, field names). Compressed, the body is smaller. */
-static size_t body_bound(const struct sink_record *v, size_t n)
+/* A body being written: JSONL or Parquet. */
+struct body {
+    struct jsonl_writer *j;
+    struct parquet_writer *q;
+};
+
+/* Start a body. expect: about what its JSONL lines take before compression
+ * (0: unknown), so the body is reserved once (jsonl_writer_expect). */
+static int body_open(struct driver *d, struct body *b, size_t expect,
+                     struct err *err)
 {
-    size_t bytes = 0;
-
-    for (size_t i = 0; i < n; i++) {
-        bytes += DRIVER_LINE_EXTRA + v[i].txn.len + v[i].partition.len +
-                 (v[i].payload.len > 0 ? v[i].payload.len : 4);
-    }
-    return bytes;
-}
-
-static int build_body(struct driver *d, const struct sink_record *v, size_t n,
-                      struct buf *out, struct err *err)
-{
-    int rc = 0;
-
+    memset(b, 0, sizeof(*b));
     if (d->cfg.format == DRIVER_FORMAT_PARQUET) {
         struct parquet_opts o = {
             .codec = strcmp(d->cfg.compression, "snappy") == 0 ? PARQUET_SNAPPY
@@ -1214,32 +1207,86 @@ static int build_body(struct driver *d, const struct sink_record *v, size_t n,
             .tenant = d->cfg.tenant_text,
             .max_bytes = d->cfg.object_max_bytes,
         };
-        struct parquet_writer *w = parquet_writer_new(&o);
-        for (size_t i = 0; rc == 0 && i < n; i++) {
-            rc = parquet_writer_add(w, &v[i], err);
-        }
-        rc = rc != 0 ? rc : parquet_writer_finish(w, out, err);
-        parquet_writer_free(w);
-        return rc;
+        b->q = parquet_writer_new(&o);
+        return 0;
     }
     enum jsonl_codec c = JSONL_ZSTD;
     jsonl_codec_parse(d->cfg.compression, &c, err);
     if (c == JSONL_ZSTD && d->zc == NULL) {
         d->zc = jsonl_cctx_new();
     }
-    struct jsonl_writer *w = jsonl_writer_new_with(c, d->cfg.object_max_bytes,
-                                                   &d->spare_body, d->zc);
-    rc = jsonl_writer_expect(w, body_bound(v, n), err);
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        rc = jsonl_writer_add(w, &v[i], err);
+    b->j = jsonl_writer_new_with(c, d->cfg.object_max_bytes, &d->spare_body,
+                                 d->zc);
+    return expect > 0 ? jsonl_writer_expect(b->j, expect, err) : 0;
+}
+
+static int body_add(struct body *b, const struct sink_record *r,
+                    struct err *err)
+{
+    return b->q != NULL ? parquet_writer_add(b->q, r, err)
+                        : jsonl_writer_add(b->j, r, err);
+}
+
+/* Finish the body into out (rc: what came before) and drop the writer. */
+static int body_close(struct body *b, int rc, struct buf *out, struct err *err)
+{
+    if (b->q != NULL) {
+        rc = rc != 0 ? rc : parquet_writer_finish(b->q, out, err);
+        parquet_writer_free(b->q);
+    } else if (b->j != NULL) {
+        rc = rc != 0 ? rc : jsonl_writer_finish(b->j, out, err);
+        jsonl_writer_free(b->j);
     }
-    rc = rc != 0 ? rc : jsonl_writer_finish(w, out, err);
-    jsonl_writer_free(w);
+    memset(b, 0, sizeof(*b));
     return rc;
 }
 
+/* The body of x is complete: finish it, name it, hash it. */
+static int object_close(struct driver *d, struct object *x, struct body *b,
+                        int rc, const struct layout_window *w, struct err *err)
+{
+    rc = body_close(b, rc, &x->body, err);
+    if (rc == 0 && x->has_partition) {
+        int64_t fl[2] = {x->first, x->last};
+        rc = layout_part_key(&x->key, &d->lq, w, x->partition, fl, err);
+    } else if (rc == 0) {
+        rc = layout_data_key(&x->key, &d->lq, w, err);
+    }
+    if (rc == 0) {
+        uint8_t h[32];
+        sha256(x->body.data, x->body.len, h);
+        hex_lower(h, sizeof(h), x->sha256);
+    }
+    return rc;
+}
+
+/* Start the next object of *o (n of them, room for cap) with record r. */
+static struct object *object_open(struct driver *d, struct object **o,
+                                  size_t *n, size_t *cap,
+                                  const struct sink_record *r)
+{
+    if (*n == *cap) {
+        *cap = *cap < 4 ? 4 : *cap + *cap / 2;
+        *o = xrealloc(*o, (*cap + 1) * sizeof(**o));
+    }
+    struct object *x = &(*o)[(*n)++];
+    memset(x, 0, sizeof(*x));
+    buf_init(&x->body, BUF_UNLIMITED);
+    buf_init(&x->key, DRIVER_KEY_MAX);
+    x->has_partition = d->cfg.per_partition;
+    if (x->has_partition) {
+        x->partition = r->partition;
+        x->first = r->offset;
+    }
+    return x;
+}
+
 /* Build every object of plan p (4.2): one merged object, or one per run of
- * equal partition names. */
+ * equal partition names. The records come from the engine a piece at a
+ * time (engine_plan_read), not as one array of the whole window. A merged
+ * body is reserved at its JSONL size up front: the records' weight (64 +
+ * txn + partition + payload, reference 3.6) less 64, plus the rest of a
+ * line; compressed, the body is smaller. */
 static int build_objects(struct driver *d, const struct engine_plan *p,
                          struct object **out, size_t *n_out, struct err *err)
 {
@@ -1248,49 +1295,47 @@ static int build_objects(struct driver *d, const struct engine_plan *p,
     const char *ext = "";
     struct layout_window w = {
         (enum layout_align)d->cfg.align, p->k, p->t_start, p->t_end, 0, NULL};
+    struct engine_plan_cursor c = {0, 0, 0};
+    struct sink_record *v = xmalloc(DRIVER_PLAN_PIECE * sizeof(*v));
+    struct object *o = xcalloc(1, sizeof(*o));
+    struct object *x = NULL;
+    struct body b = {NULL, NULL};
     size_t n = 0;
+    size_t cap = 0;
+    size_t got;
+    size_t expect = d->cfg.per_partition
+                        ? 0
+                        : (size_t)p->bytes_estimate +
+                              p->n_records * (DRIVER_LINE_EXTRA - 64);
     int rc = codec_strings(&d->cfg, &comp, &writer, &ext, err);
 
     w.ext = ext;
     w.bucket_ts =
         layout_bucket_ts(p->t_start, p->n_records > 0, p->min_ts, p->t_end);
-    size_t n_objects = p->n_records > 0;
-    for (size_t i = 1; d->cfg.per_partition && i < p->n_records; i++) {
-        n_objects +=
-            !same_slice(p->records[i].partition, p->records[i - 1].partition);
+    while (rc == 0 &&
+           (got = engine_plan_read(d->e, &c, v, DRIVER_PLAN_PIECE)) > 0) {
+        for (size_t i = 0; rc == 0 && i < got; i++) {
+            if (x != NULL && d->cfg.per_partition &&
+                !same_slice(v[i].partition, x->partition)) {
+                rc = object_close(d, x, &b, rc, &w, err);
+                x = NULL;
+            }
+            if (rc == 0 && x == NULL) {
+                x = object_open(d, &o, &n, &cap, &v[i]);
+                rc = body_open(d, &b, expect, err);
+            }
+            rc = rc != 0 ? rc : body_add(&b, &v[i], err);
+            if (rc != 0) {
+                break;
+            }
+            x->records++;
+            x->last = x->has_partition ? v[i].offset : 0;
+        }
     }
-    struct object *o = xcalloc(n_objects + 1, sizeof(*o));
-    for (size_t i = 0; rc == 0 && i < p->n_records;) {
-        size_t j = i + 1;
-        while (d->cfg.per_partition && j < p->n_records &&
-               same_slice(p->records[j].partition, p->records[i].partition)) {
-            j++;
-        }
-        if (!d->cfg.per_partition) {
-            j = p->n_records;
-        }
-        struct object *x = &o[n++];
-        buf_init(&x->body, BUF_UNLIMITED);
-        buf_init(&x->key, DRIVER_KEY_MAX);
-        x->records = j - i;
-        rc = build_body(d, p->records + i, j - i, &x->body, err);
-        if (rc == 0 && d->cfg.per_partition) {
-            int64_t fl[2] = {p->records[i].offset, p->records[j - 1].offset};
-            x->has_partition = true;
-            x->partition = p->records[i].partition;
-            x->first = fl[0];
-            x->last = fl[1];
-            rc = layout_part_key(&x->key, &d->lq, &w, x->partition, fl, err);
-        } else if (rc == 0) {
-            rc = layout_data_key(&x->key, &d->lq, &w, err);
-        }
-        if (rc == 0) {
-            uint8_t h[32];
-            sha256(x->body.data, x->body.len, h);
-            hex_lower(h, sizeof(h), x->sha256);
-        }
-        i = j;
+    if (x != NULL) {
+        rc = object_close(d, x, &b, rc, &w, err);
     }
+    free(v);
     *out = o;
     *n_out = n;
     return rc;

@@ -218,6 +218,8 @@ struct engine {
     struct engine_plan plan;
     struct sink_record *plan_recs;
     size_t cap_plan_recs; /* kept across plans: no fresh pages per window */
+    struct part **plan_parts; /* lazy_plan: the plan's partitions, by name */
+    size_t plan_np;
     struct engine_lost_range *plan_lost;
     struct lost *plan_lost_owned;
     size_t plan_n_lost;
@@ -627,6 +629,9 @@ static void free_plan(struct engine *e)
     e->plan_lost_owned = NULL;
     e->plan_n_lost = 0;
     e->manifest_key = NULL;
+    free(e->plan_parts);
+    e->plan_parts = NULL;
+    e->plan_np = 0;
     memset(&e->plan, 0, sizeof(e->plan));
 }
 
@@ -1672,7 +1677,18 @@ static void plan_take_lost(struct engine *e)
     e->cap_lost = 0;
 }
 
-/* Append p's records of [t_start, t_end) to the plan; returns the count. */
+static void plan_record(const struct part *p, const struct brec *b,
+                        struct sink_record *r)
+{
+    r->partition = (struct slice){p->name, p->name_len};
+    r->offset = b->offset;
+    r->txn = (struct slice){b->data, b->txn_len};
+    r->ts = b->ts;
+    r->payload = (struct slice){b->data + b->txn_len, b->payload_len};
+}
+
+/* Count p's records of [t_start, t_end) into the plan's figures and, unless
+ * lazy, append them to its array; returns the count. */
 static size_t plan_add_part(struct engine *e, struct part *p, int64_t t_start,
                             int64_t t_end, size_t at)
 {
@@ -1681,16 +1697,13 @@ static size_t plan_add_part(struct engine *e, struct part *p, int64_t t_start,
 
     for (size_t j = 0; j < p->n_recs; j++) {
         const struct brec *b = &p->recs[j];
-        struct sink_record *r = &e->plan_recs[at + n];
 
         if (b->ts < t_start || b->ts >= t_end) {
             continue; /* (1) */
         }
-        r->partition = (struct slice){p->name, p->name_len};
-        r->offset = b->offset;
-        r->txn = (struct slice){b->data, b->txn_len};
-        r->ts = b->ts;
-        r->payload = (struct slice){b->data + b->txn_len, b->payload_len};
+        if (!e->cfg.lazy_plan) {
+            plan_record(p, b, &e->plan_recs[at + n]);
+        }
         pl->min_ts = min64(pl->min_ts, b->ts);
         pl->max_ts = max64(pl->max_ts, b->ts);
         pl->bytes_estimate += b->weight;
@@ -1711,20 +1724,27 @@ static void build_plan(struct engine *e, int64_t k, int64_t t_start,
 
     free_plan(e);
     np = plan_parts(e, t_start, t_end, &v, &n_rec);
-    grow((void **)&e->plan_recs, &e->cap_plan_recs, n_rec + 1,
-         sizeof(*e->plan_recs));
+    if (!e->cfg.lazy_plan) {
+        grow((void **)&e->plan_recs, &e->cap_plan_recs, n_rec + 1,
+             sizeof(*e->plan_recs));
+    }
     pl->min_ts = INT64_MAX;
     pl->max_ts = ENGINE_MIN;
     for (size_t i = 0; i < np; i++) {
         at += plan_add_part(e, v[i], t_start, t_end, at);
     }
     ASSERT(at == n_rec);
-    free(v);
+    if (e->cfg.lazy_plan) {
+        e->plan_parts = v; /* engine_plan_read() walks them */
+        e->plan_np = np;
+    } else {
+        free(v);
+    }
     plan_take_lost(e);
     pl->k = k;
     pl->t_start = t_start;
     pl->t_end = t_end;
-    pl->records = e->plan_recs;
+    pl->records = e->cfg.lazy_plan ? NULL : e->plan_recs;
     pl->n_records = at;
     pl->lost = e->plan_lost;
     pl->n_lost = e->plan_n_lost;
@@ -2415,6 +2435,32 @@ bool engine_lag(const struct engine *e, int64_t *lag_us)
 uint64_t engine_buffered_bytes(const struct engine *e)
 {
     return e->total_buffered;
+}
+
+size_t engine_plan_read(const struct engine *e, struct engine_plan_cursor *c,
+                        struct sink_record *out, size_t max)
+{
+    const struct engine_plan *pl = &e->plan;
+    size_t n = 0;
+
+    if (pl->records != NULL) {
+        n = pl->n_records - c->done < max ? pl->n_records - c->done : max;
+        memcpy(out, pl->records + c->done, n * sizeof(*out));
+    }
+    while (pl->records == NULL && n < max && c->part < e->plan_np) {
+        const struct part *p = e->plan_parts[c->part];
+        if (c->rec >= p->n_recs) {
+            c->part++;
+            c->rec = 0;
+            continue;
+        }
+        const struct brec *b = &p->recs[c->rec++];
+        if (b->ts >= pl->t_start && b->ts < pl->t_end) {
+            plan_record(p, b, &out[n++]);
+        }
+    }
+    c->done += n;
+    return n;
 }
 
 bool engine_is_tight(const struct engine *e)

@@ -86,6 +86,10 @@ struct engine_config {
     int64_t drain_min_lag_us;  /* or from this lag with anything buffered */
     uint32_t max_partitions;   /* cap on tracked partitions */
     uint64_t max_buffer_bytes; /* no fetch is scheduled past this weight */
+    /* The plan holds no record array (engine_plan.records is NULL): its
+     * records are read with engine_plan_read(), 64 bytes a record less at
+     * each close. */
+    bool lazy_plan;
     /* Copied into intents (reference 4.5). */
     const char *format;
     const char *compression;
@@ -210,7 +214,7 @@ struct engine_plan {
     int64_t k;
     int64_t t_start;
     int64_t t_end;
-    const struct sink_record *records;
+    const struct sink_record *records; /* NULL with lazy_plan */
     size_t n_records;
     const struct engine_lost_range *lost;
     size_t n_lost;
@@ -254,6 +258,21 @@ struct engine_actions {
     const struct engine_action *v;
     size_t n;
 };
+
+/* Where engine_plan_read() goes on from: all zero at the plan's start. */
+struct engine_plan_cursor {
+    size_t part;
+    size_t rec;
+    size_t done;
+};
+
+/* Copy up to max records of the plan of the window closing (the one an
+ * Intent or Upload names), in plan order, from c on into out, and move c
+ * past them. Returns how many; 0 at the end. With or without lazy_plan;
+ * valid while the plan is (until engine_on_committed()). The slices point
+ * into engine memory, valid as long. */
+size_t engine_plan_read(const struct engine *e, struct engine_plan_cursor *c,
+                        struct sink_record *out, size_t max);
 
 /* What to do now. Fills out with engine-owned actions valid until the next
  * call; out->n == 0 means wait for an answer already asked for (or the

@@ -153,6 +153,9 @@ struct sim {
     unsigned rng;
     /* Called with every plan at upload time, while it is valid. */
     void (*on_plan)(struct sim *s, const struct engine_plan *pl);
+    struct sink_record *plan_buf; /* each upload's records, read back */
+    size_t plan_buf_cap;
+    uint64_t plan_hash; /* FNV-1a over every uploaded record, in order */
     int plan_hook_failures;
     struct engine_action pending[64]; /* random mode: answers held back */
     size_t n_pending;
@@ -239,6 +242,7 @@ SIM_API void sim_free(struct sim *s)
     free(s->ht);
     free(s->last_plan);
     free(s->last_plan_names);
+    free(s->plan_buf);
     engine_free(s->e);
 }
 
@@ -700,8 +704,68 @@ SIM_API void sim_copy_plan(struct sim *s, const struct engine_plan *pl)
     s->last_plan_t_end = pl->t_end;
 }
 
-SIM_API void sim_on_upload(struct sim *s, const struct engine_plan *pl)
+static uint64_t sim_fnv(uint64_t h, const void *p, size_t n)
 {
+    const unsigned char *b = p;
+
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ b[i]) * 1099511628211ULL;
+    }
+    return h;
+}
+
+/* The plan's records as engine_plan_read() gives them (in odd-sized
+ * pieces, so its cursor crosses partitions mid-piece), checked against the
+ * plan's own array when it has one (not lazy) and its count, and hashed
+ * into plan_hash. */
+SIM_API const struct sink_record *sim_plan_records(struct sim *s,
+                                                   const struct engine_plan *pl)
+{
+    struct engine_plan_cursor c = {0, 0, 0};
+    size_t n = 0;
+    size_t got;
+
+    if (s->plan_buf_cap < pl->n_records + 8) {
+        s->plan_buf_cap = pl->n_records + 8;
+        s->plan_buf =
+            xrealloc(s->plan_buf, s->plan_buf_cap * sizeof(*s->plan_buf));
+    }
+    while ((got = engine_plan_read(s->e, &c, s->plan_buf + n,
+                                   n + 7 <= pl->n_records ? 7 : 8)) > 0) {
+        n += got;
+        if (n > pl->n_records) {
+            break;
+        }
+    }
+    if (n != pl->n_records) {
+        s->violations++;
+        return s->plan_buf;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const struct sink_record *r = &s->plan_buf[i];
+        if (pl->records != NULL &&
+            (r->offset != pl->records[i].offset ||
+             r->ts != pl->records[i].ts ||
+             r->partition.ptr != pl->records[i].partition.ptr ||
+             r->payload.ptr != pl->records[i].payload.ptr)) {
+            s->violations++;
+        }
+        s->plan_hash = sim_fnv(s->plan_hash, r->partition.ptr,
+                               r->partition.len);
+        s->plan_hash = sim_fnv(s->plan_hash, &r->offset, sizeof(r->offset));
+        s->plan_hash = sim_fnv(s->plan_hash, &r->ts, sizeof(r->ts));
+        s->plan_hash = sim_fnv(s->plan_hash, r->txn.ptr, r->txn.len);
+        s->plan_hash = sim_fnv(s->plan_hash, r->payload.ptr, r->payload.len);
+    }
+    return s->plan_buf;
+}
+
+SIM_API void sim_on_upload(struct sim *s, const struct engine_plan *given)
+{
+    struct engine_plan copy = *given;
+    const struct engine_plan *pl = &copy;
+
+    copy.records = sim_plan_records(s, given);
     struct sim_window *w = &s->windows[s->n_windows];
     uint64_t lost = 0;
 
