@@ -1181,18 +1181,29 @@ TEST(rule11_the_plan_is_independent_of_fetch_arrival_order)
 /* ---- force close, lag -----------------------------------------------------
  */
 
+/* A sim of one queue read from its latest offsets that closes by age only
+ * (max_window_us), past its first discovery; max_buffer_bytes 0: default. */
+static void latest_by_age(struct sim *s, struct engine_config *c,
+                          int64_t max_window_us, uint64_t max_buffer_bytes)
+{
+    sim_test_config(c);
+    c->start = ENGINE_START_LATEST;
+    c->target_bytes = 1000000000000ULL;
+    c->max_window_us = max_window_us;
+    if (max_buffer_bytes > 0) {
+        c->max_buffer_bytes = max_buffer_bytes;
+    }
+    sim_init(s, c);
+    sim_advance(s, SIM_T0);
+    sim_run(s, 5);
+}
+
 TEST(force_close_ends_a_window_early_but_never_illegally)
 {
     struct engine_config c;
     struct sim s;
 
-    sim_test_config(&c);
-    c.start = ENGINE_START_LATEST;
-    c.target_bytes = 1000000000000ULL;
-    c.max_window_us = 600 * SIM_SEC;
-    sim_init(&s, &c);
-    sim_advance(&s, SIM_T0);
-    sim_run(&s, 5);
+    latest_by_age(&s, &c, 600 * SIM_SEC, 0);
     for (int i = 0; i < 10; i++) {
         sim_push(&s, i % 2 ? "a" : "b", 3, sim_safe(&s) + 100 * SIM_MS, 10);
     }
@@ -1214,13 +1225,7 @@ TEST(spare_slabs_are_kept_after_an_age_close_and_dropped_under_the_budget)
     struct engine_config c;
     struct sim s;
 
-    sim_test_config(&c);
-    c.start = ENGINE_START_LATEST;
-    c.target_bytes = 1000000000000ULL;
-    c.max_window_us = 2 * SIM_SEC;
-    sim_init(&s, &c);
-    sim_advance(&s, SIM_T0);
-    sim_run(&s, 5);
+    latest_by_age(&s, &c, 2 * SIM_SEC, 0);
     sim_push(&s, "a", 60000, sim_safe(&s) + 100 * SIM_MS, 95);
     s.idle_advance_us = 100 * SIM_MS;
     EXPECT(sim_run_until_commits(&s, 1, 4000));
@@ -1241,25 +1246,17 @@ TEST(spare_slabs_are_kept_after_an_age_close_and_dropped_under_the_budget)
 }
 
 /* A window of about 40 slabs (60,000 records of 1400 B) leaves them all as
- * spares for the next one
- * (ENGINE_SPARE_MAX, 32, is only the floor), so a busy queue refills warm
- * memory; but never more spares than half the read cap (or the floor). */
+ * spares for the next one (ENGINE_SPARE_MAX, 32, is only the floor), so a
+ * busy queue refills warm memory; but never more spares than half the read
+ * cap (or the floor). */
 TEST(a_big_window_keeps_its_slabs_as_spares_up_to_half_the_read_cap)
 {
     for (int capped = 0; capped < 2; capped++) {
         struct engine_config c;
         struct sim s;
 
-        sim_test_config(&c);
-        c.start = ENGINE_START_LATEST;
-        c.target_bytes = 1000000000000ULL;
-        c.max_window_us = 2 * SIM_SEC;
-        if (capped) {
-            c.max_buffer_bytes = 40ULL << 20; /* half: 10 slabs, floor 32 */
-        }
-        sim_init(&s, &c);
-        sim_advance(&s, SIM_T0);
-        sim_run(&s, 5);
+        /* capped: half the read cap is 10 slabs, under the floor of 32 */
+        latest_by_age(&s, &c, 2 * SIM_SEC, capped ? 40ULL << 20 : 0);
         sim_push(&s, "a", 60000, sim_safe(&s) + 100 * SIM_MS, 1400);
         s.idle_advance_us = 100 * SIM_MS;
         EXPECT(sim_run_until_commits(&s, 1, 4000));

@@ -491,8 +491,10 @@ TEST(order_error_quotes_control_bytes_escaped)
     jsonl_writer_free(w);
 }
 
-/* The corpus through a writer on context z (NULL: its own). */
-static void write_corpus_with(struct jsonl_cctx *z, size_t n, struct buf *out)
+/* The corpus through a writer on context z (NULL: its own), with room
+ * for expect bytes asked up front (0: none). */
+static void write_corpus_expecting(struct jsonl_cctx *z, size_t n,
+                                   size_t expect, struct buf *out)
 {
     struct buf spare;
     struct err err;
@@ -500,6 +502,9 @@ static void write_corpus_with(struct jsonl_cctx *z, size_t n, struct buf *out)
 
     buf_init(&spare, BUF_UNLIMITED);
     struct jsonl_writer *w = jsonl_writer_new_with(JSONL_ZSTD, 0, &spare, z);
+    if (expect > 0) {
+        EXPECT_EQ_I64(jsonl_writer_expect(w, expect, &err), 0);
+    }
     for (size_t i = 0; i < n; i++) {
         snprintf(txn, sizeof(txn), "txn-%zu", i);
         struct sink_record r =
@@ -511,6 +516,11 @@ static void write_corpus_with(struct jsonl_cctx *z, size_t n, struct buf *out)
     EXPECT_EQ_I64(jsonl_writer_finish(w, out, &err), 0);
     jsonl_writer_free(w);
     buf_free(&spare);
+}
+
+static void write_corpus_with(struct jsonl_cctx *z, size_t n, struct buf *out)
+{
+    write_corpus_expecting(z, n, 0, out);
 }
 
 TEST(a_shared_zstd_context_writes_the_bytes_of_a_fresh_one)
@@ -560,26 +570,12 @@ TEST(expected_room_changes_no_byte_and_stays_under_the_cap)
     struct jsonl_cctx *z = jsonl_cctx_new();
     struct buf want;
     struct buf got;
-    struct buf spare;
     struct err err;
 
     write_corpus_with(z, 40000, &want);
-    buf_init(&spare, BUF_UNLIMITED);
-    struct jsonl_writer *w = jsonl_writer_new_with(JSONL_ZSTD, 0, &spare, z);
-    EXPECT_EQ_I64(jsonl_writer_expect(w, 4u * 1024 * 1024, &err), 0);
-    for (size_t i = 0; i < 40000; i++) {
-        char txn[32];
-        snprintf(txn, sizeof(txn), "txn-%zu", i);
-        struct sink_record r =
-            rec("p", (int64_t)i, txn, 1788516000000000 + (int64_t)i * 1000,
-                payloads[i % 4]);
-        EXPECT_EQ_I64(jsonl_writer_add(w, &r, &err), 0);
-    }
-    buf_init(&got, BUF_UNLIMITED);
-    EXPECT_EQ_I64(jsonl_writer_finish(w, &got, &err), 0);
+    write_corpus_expecting(z, 40000, 4u * 1024 * 1024, &got);
     EXPECT_MEM_EQ(got.data, got.len, want.data, want.len);
     EXPECT(got.cap >= 4u * 1024 * 1024); /* the body that was asked for */
-    jsonl_writer_free(w);
     buf_free(&got);
     buf_free(&want);
 
@@ -595,6 +591,5 @@ TEST(expected_room_changes_no_byte_and_stays_under_the_cap)
     EXPECT(got.len > 0 && got.data[got.len - 1] == '\n');
     jsonl_writer_free(c);
     buf_free(&got);
-    buf_free(&spare);
     jsonl_cctx_free(z);
 }
