@@ -1345,7 +1345,7 @@ static int build_objects(struct driver *d, const struct engine_plan *p,
  * touched before costs a fraction of first touches. */
 static void free_objects(struct driver *d, struct object *o, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; o != NULL && i < n; i++) {
         if (o[i].body.cap > d->spare_body.cap) {
             struct buf b = d->spare_body;
             d->spare_body = o[i].body;
