@@ -217,7 +217,7 @@ struct engine {
     /* The closing window. */
     struct engine_plan plan;
     struct sink_record *plan_recs;
-    size_t cap_plan_recs; /* kept across plans: no fresh pages per window */
+    size_t cap_plan_recs;     /* kept across plans: no fresh pages per window */
     struct part **plan_parts; /* lazy_plan: the plan's partitions, by name */
     size_t plan_np;
     struct engine_lost_range *plan_lost;
