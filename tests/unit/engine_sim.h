@@ -744,14 +744,13 @@ SIM_API const struct sink_record *sim_plan_records(struct sim *s,
     for (size_t i = 0; i < n; i++) {
         const struct sink_record *r = &s->plan_buf[i];
         if (pl->records != NULL &&
-            (r->offset != pl->records[i].offset ||
-             r->ts != pl->records[i].ts ||
+            (r->offset != pl->records[i].offset || r->ts != pl->records[i].ts ||
              r->partition.ptr != pl->records[i].partition.ptr ||
              r->payload.ptr != pl->records[i].payload.ptr)) {
             s->violations++;
         }
-        s->plan_hash = sim_fnv(s->plan_hash, r->partition.ptr,
-                               r->partition.len);
+        s->plan_hash =
+            sim_fnv(s->plan_hash, r->partition.ptr, r->partition.len);
         s->plan_hash = sim_fnv(s->plan_hash, &r->offset, sizeof(r->offset));
         s->plan_hash = sim_fnv(s->plan_hash, &r->ts, sizeof(r->ts));
         s->plan_hash = sim_fnv(s->plan_hash, r->txn.ptr, r->txn.len);
