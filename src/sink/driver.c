@@ -1273,11 +1273,9 @@ static struct object *object_open(struct driver *d, struct object **o,
     memset(x, 0, sizeof(*x));
     buf_init(&x->body, BUF_UNLIMITED);
     buf_init(&x->key, DRIVER_KEY_MAX);
-    x->has_partition = d->cfg.per_partition;
-    if (x->has_partition) {
-        x->partition = r->partition;
-        x->first = r->offset;
-    }
+    x->has_partition = d->cfg.per_partition; /* names it in the manifest */
+    x->partition = r->partition;
+    x->first = r->offset;
     return x;
 }
 
@@ -1329,7 +1327,7 @@ static int build_objects(struct driver *d, const struct engine_plan *p,
                 break;
             }
             x->records++;
-            x->last = x->has_partition ? v[i].offset : 0;
+            x->last = v[i].offset;
         }
     }
     if (x != NULL) {
@@ -2039,7 +2037,7 @@ static void prebuild(struct driver *d)
 
     if (d->pend.kind != PENDING_INTENT || d->bg.state == BG_NONE ||
         d->is_redo || engine_is_tight(d->e) || p == NULL ||
-        p->k != d->pend.intent.k || (d->pre.is_done && d->pre.k == p->k)) {
+        (d->pre.is_done && d->pre.k == p->k)) {
         return;
     }
     drop_prebuilt(d);

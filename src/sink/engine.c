@@ -1624,6 +1624,12 @@ void engine_on_fetch_failed(struct engine *e, uint64_t call_id)
 
 /* ---- The plan (3.6.9 "Build plan") --------------------------------------- */
 
+/* Whether b belongs to the window [t_start, t_end): rule (1). */
+static bool in_window(const struct brec *b, int64_t t_start, int64_t t_end)
+{
+    return b->ts >= t_start && b->ts < t_end;
+}
+
 static int part_name_cmp(const void *a, const void *b)
 {
     const struct part *x = *(struct part *const *)a;
@@ -1645,7 +1651,7 @@ static size_t plan_parts(struct engine *e, int64_t t_start, int64_t t_end,
         size_t k = 0;
 
         for (size_t j = 0; j < p->n_recs; j++) {
-            k += p->recs[j].ts >= t_start && p->recs[j].ts < t_end;
+            k += in_window(&p->recs[j], t_start, t_end);
         }
         if (k > 0) {
             grow((void **)&v, &cap, n + 1, sizeof(struct part *));
@@ -1698,8 +1704,8 @@ static size_t plan_add_part(struct engine *e, struct part *p, int64_t t_start,
     for (size_t j = 0; j < p->n_recs; j++) {
         const struct brec *b = &p->recs[j];
 
-        if (b->ts < t_start || b->ts >= t_end) {
-            continue; /* (1) */
+        if (!in_window(b, t_start, t_end)) {
+            continue;
         }
         if (!e->cfg.lazy_plan) {
             plan_record(p, b, &e->plan_recs[at + n]);
@@ -2443,20 +2449,22 @@ size_t engine_plan_read(const struct engine *e, struct engine_plan_cursor *c,
     const struct engine_plan *pl = &e->plan;
     size_t n = 0;
 
-    if (pl->records != NULL) {
+    if (pl->records != NULL) { /* not lazy: the array */
         n = pl->n_records - c->done < max ? pl->n_records - c->done : max;
         memcpy(out, pl->records + c->done, n * sizeof(*out));
+        c->done += n;
+        return n;
     }
-    while (pl->records == NULL && n < max && c->part < e->plan_np) {
+    for (; n < max && c->part < e->plan_np; c->part++, c->rec = 0) {
         const struct part *p = e->plan_parts[c->part];
-        if (c->rec >= p->n_recs) {
-            c->part++;
-            c->rec = 0;
-            continue;
+        while (n < max && c->rec < p->n_recs) {
+            const struct brec *b = &p->recs[c->rec++];
+            if (in_window(b, pl->t_start, pl->t_end)) {
+                plan_record(p, b, &out[n++]);
+            }
         }
-        const struct brec *b = &p->recs[c->rec++];
-        if (b->ts >= pl->t_start && b->ts < pl->t_end) {
-            plan_record(p, b, &out[n++]);
+        if (c->rec < p->n_recs) {
+            break; /* out is full: go on in this partition next time */
         }
     }
     c->done += n;
