@@ -13,6 +13,25 @@
 # tests/unit/test_X.c becomes build/tests/test_X, tests/fuzz/fuzz_X.c becomes
 # a libFuzzer target and a replay binary.
 
+# Two passes. A user's first `make` (any goal but the ones below) runs
+# scripts/setup.sh and then this Makefile again with QUEEN_SETUP_DONE=1: the
+# second pass is the only one that asks pkg-config or names an installed
+# file, so nothing is evaluated before the packages it depends on are there.
+NO_SETUP_GOALS := setup clean format
+ifeq ($(QUEEN_SETUP_DONE)$(filter-out $(NO_SETUP_GOALS),$(or $(MAKECMDGOALS),all)),)
+# Only goals that need nothing installed: fall through to the rules below.
+QUEEN_SETUP_DONE := 1
+endif
+ifeq ($(QUEEN_SETUP_DONE),)
+.DEFAULT_GOAL := all
+.PHONY: setup-then-make $(or $(MAKECMDGOALS),all)
+setup-then-make:
+	@scripts/setup.sh
+	@$(MAKE) --no-print-directory QUEEN_SETUP_DONE=1 $(MAKECMDGOALS)
+$(or $(MAKECMDGOALS),all): setup-then-make
+	@:
+else
+
 CC       ?= gcc
 SANITIZE ?=
 ifeq ($(SANITIZE),)
@@ -65,7 +84,7 @@ TOOL_BIN  := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tools/%)
 FUZZ_SECONDS ?= 20
 PY        := /usr/bin/python3
 
-.PHONY: all test unit replay integration check demo fuzz lint format bench clean setup tools
+.PHONY: all test unit replay integration check demo fuzz lint format bench clean setup tools stress-unit
 
 all: $(BUILD)/queen tools
 
@@ -129,7 +148,8 @@ setup:
 
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-check: setup
+check:
+	rm -f build/results/summary
 	$(MAKE) -j$(JOBS) all $(UNIT_BIN) $(REPLAY_BIN)
 	$(MAKE) unit replay
 	$(MAKE) integration
@@ -137,8 +157,12 @@ check: setup
 	$(MAKE) SANITIZE=address,undefined unit replay
 	@tests/summary.sh
 
-demo: setup all
+demo: all
 	@scripts/demo.sh $(BUILD)
+
+# Not part of check: 20 unit runs and 2 integration runs under CPU load.
+stress-unit: all $(UNIT_BIN)
+	@scripts/stress-unit.sh $(BUILD) $(UNIT_BIN)
 
 fuzz: $(FUZZ_BIN)
 	@for f in $(FUZZ_NAMES); do \
@@ -165,3 +189,5 @@ clean:
 	rm -rf build
 
 -include $(OBJ:.o=.d) $(UNIT_BIN:%=%.d) $(REPLAY_BIN:%=%.d) $(TOOL_BIN:%=%.d)
+
+endif

@@ -10,12 +10,20 @@ APT_PKGS=(
   libcurl4-openssl-dev libssl-dev libzstd-dev zlib1g-dev libsnappy-dev
   zstd curl
   python3 python3-boto3 python3-botocore python3-zstandard python3-pandas python3-pytest
-  redis-server wrk hyperfine
+  redis-server wrk hyperfine stress-ng
 )
 APT_NORECOMMENDS=(prometheus)
 # Node.js: this image ships nodesource's nodejs (npm bundled); Debian's npm
 # package conflicts with it, so Debian's nodejs+npm only where node is absent.
 command -v node >/dev/null 2>&1 || APT_PKGS+=(nodejs npm)
+NPM_MODS=(s3rver @duckdb/node-api hyparquet hyparquet-compressors)
+
+# `setup.sh --list`: the Debian packages it installs, one a line (what
+# scripts/fresh-machine.sh purges).
+if [ "${1:-}" = "--list" ]; then
+  printf '%s\n' "${APT_PKGS[@]}" "${APT_NORECOMMENDS[@]}"
+  exit 0
+fi
 
 missing=()
 for p in "${APT_PKGS[@]}" "${APT_NORECOMMENDS[@]}"; do
@@ -47,7 +55,7 @@ fi
 # npm packages live in tests/node_modules (not committed).
 here="$(cd "$(dirname "$0")/.." && pwd)"
 need_npm=0
-for m in s3rver @duckdb/node-api hyparquet hyparquet-compressors; do
+for m in "${NPM_MODS[@]}"; do
   [ -d "$here/tests/node_modules/$m" ] || need_npm=1
 done
 if [ "$need_npm" -eq 1 ]; then
