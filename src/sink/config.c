@@ -715,6 +715,19 @@ static int parse_knobs(struct ld *l, struct sink_node_config *n)
     return 0;
 }
 
+/* QUEEN_TEST_MODE=true: the node runs under a test, which may arm a crash
+ * point. A crash point left set in production would crash-loop the node. */
+static bool test_mode(const struct ld *l)
+{
+    char raw[VAL_MAX];
+
+    if (!envv(l, "QUEEN_TEST_MODE", raw, sizeof(raw))) {
+        return false;
+    }
+    lower(raw);
+    return strcmp(raw, "true") == 0;
+}
+
 static int parse_crash(struct ld *l, struct sink_node_config *n)
 {
     char raw[VAL_MAX];
@@ -730,7 +743,14 @@ static int parse_crash(struct ld *l, struct sink_node_config *n)
     for (size_t i = 0; i < ARRAY_LEN(crash_names); i++) {
         if (strcmp(raw, crash_names[i]) == 0) {
             n->crash_at = (int)i;
-            return 0;
+            return test_mode(l) ? 0
+                                : fail(l,
+                                       "QUEEN_S3_CRASH_AT=%s aborts this "
+                                       "node at every commit; it is for the "
+                                       "crash tests only and needs "
+                                       "QUEEN_TEST_MODE=true beside it. "
+                                       "Unset it anywhere that is not a test",
+                                       raw);
         }
     }
     return fail(l,

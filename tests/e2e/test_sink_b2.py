@@ -74,6 +74,7 @@ def test_crash_between_multipart_parts_then_redo(sink_node, bucket):
     assert before
 
     node.extra_env["QUEEN_S3_CRASH_AT"] = "mid_upload"  # (2) armed
+    node.extra_env["QUEEN_TEST_MODE"] = "true"
     node.extra_env["QUEEN_S3_MAX_WINDOW_MS"] = "600000"
     node.start()
     for _ in range(34):

@@ -137,6 +137,7 @@ def crash_bucket(tmp_path_factory):
 def crash(node, p, point):
     """Boot armed at point and push until the node aborts there."""
     node.extra_env["QUEEN_S3_CRASH_AT"] = point
+    node.extra_env["QUEEN_TEST_MODE"] = "true"
     node.start()
 
     def died():

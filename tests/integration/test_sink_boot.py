@@ -104,6 +104,10 @@ CASES = (
          "fault point. It is `after_intent`, `mid_upload`, `after_upload`, "
          "`before_commit` or `after_commit` \u2014 the crash matrix of the "
          "test plan. Unset it anywhere that is not a test"),
+        ("QUEEN_S3_CRASH_AT", "mid_upload", "QUEEN_S3_CRASH_AT=mid_upload "
+         "aborts this node at every commit; it is for the crash tests only "
+         "and needs QUEEN_TEST_MODE=true beside it. Unset it anywhere that "
+         "is not a test"),
         ("QUEEN_S3_SINK", "a/b", "QUEEN_S3_SINK=a/b is not a sink name. It "
          "is 1..=64 characters of [A-Za-z0-9._-]: the name scopes the sink's"
          " KV documents (lease, intent, commit pointer) and anything else "

@@ -171,6 +171,8 @@ TEST(aliases_and_case)
                        "Yes",
                        "QUEEN_S3_CRASH_AT",
                        "MID_UPLOAD",
+                       "QUEEN_TEST_MODE",
+                       "True",
                        "QUEEN_S3_PREFIX",
                        "/lake/queen/",
                        "QUEEN_S3_ENDPOINT",
@@ -280,6 +282,10 @@ TEST(enum_refusals_print_lowercased)
            "`after_intent`, `mid_upload`, `after_upload`, `before_commit` or "
            "`after_commit` — the crash matrix of the test plan. Unset it "
            "anywhere that is not a test");
+    refuse("QUEEN_S3_CRASH_AT", "after_commit",
+           "QUEEN_S3_CRASH_AT=after_commit aborts this node at every commit; "
+           "it is for the crash tests only and needs QUEEN_TEST_MODE=true "
+           "beside it. Unset it anywhere that is not a test");
     refuse("QUEEN_S3_SSE_KMS_KEY_ID", "k1",
            "QUEEN_S3_SSE_KMS_KEY_ID is set but QUEEN_S3_SSE=off — the key id "
            "would be ignored and every object encrypted with the bucket's "
