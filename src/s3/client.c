@@ -5,9 +5,21 @@
  * query, extra signed headers, body and its hash, and an optional check of
  * a 2xx answer) and handed to run(), the one retry loop: sign with the
  * clock's time, perform, count (op, status), classify, and either return or
- * wait and go again. A check failure inside the loop (a PUT ETag that is not
- * the body's MD5, an UploadId or part ETag missing from a truncated answer)
- * is retried like any other retriable outcome (reference 3.9).
+ * wait and go again. A check failure inside the loop (an UploadId or part
+ * ETag missing from a truncated answer) is retried like any other retriable
+ * outcome (reference 3.9).
+ *
+ * Integrity rests on what the service checks before it stores a byte: the
+ * signed x-amz-content-sha256 of every request and the Content-MD5 of a
+ * single PUT. A single PUT's ETag is not compared with the body's MD5: under
+ * SSE-KMS or SSE-C (asked for, or the bucket's default) AWS answers an
+ * opaque 32-hex ETag that is no MD5, and a check would retry it forever.
+ *
+ * A CompleteMultipartUpload whose answer was lost after the service acted
+ * on it is retried and then answers 404 NoSuchUpload. On that answer to a
+ * retry the client HEADs the key and takes the object as completed when its
+ * size is the body's and its ETag is the multipart ETag of our parts
+ * (md5 of the part MD5s, "-N"; only "-N" where the part ETags are opaque).
  *
  * Multipart upload as a drawing (invariant (3) of client.h):
  *
@@ -407,23 +419,6 @@ static bool is_md5_shaped(const char *e)
     return true;
 }
 
-/* A single PUT's answer: an MD5-shaped ETag must be the body's MD5. */
-static enum s3_fail check_put(struct call *k, struct err *err)
-{
-    const char *md5_hex = k->check_arg;
-    char etag[256];
-
-    strip_quotes(k->ans.etag, etag, sizeof(etag));
-    if (is_md5_shaped(etag) && strcasecmp(etag, md5_hex) != 0) {
-        err_set(err, ERR_CORRUPT,
-                "integrity: %.100s: the service returned ETag %s for a body "
-                "whose MD5 is %s",
-                k->key, etag, md5_hex);
-        return S3_FAIL_INTEGRITY;
-    }
-    return S3_FAIL_NONE;
-}
-
 static int single_put(struct s3_client *c, const struct s3_put *p,
                       struct s3_put_result *r, struct err *err)
 {
@@ -431,7 +426,6 @@ static int single_put(struct s3_client *c, const struct s3_put *p,
     struct buf md5_b64;
     struct buf answer;
     uint8_t d[32];
-    char md5_hex[33];
     int rc;
 
     call_init(&k, S3_OP_PUT, "PUT", p->key, c->cfg.max_attempts);
@@ -442,7 +436,6 @@ static int single_put(struct s3_client *c, const struct s3_put *p,
         hex_lower(d, 32, k.body_sha256);
     }
     md5(p->body, p->len, d);
-    hex_lower(d, 16, md5_hex);
     buf_init(&md5_b64, 64);
     buf_init(&answer, S3_MAX_ANSWER);
     (void)base64_encode(d, 16, &md5_b64, err);
@@ -451,8 +444,6 @@ static int single_put(struct s3_client *c, const struct s3_put *p,
     add_sse(c, &k);
     k.body = p->body;
     k.body_len = p->len;
-    k.check = check_put;
-    k.check_arg = md5_hex;
     k.answer = &answer;
     rc = run(c, &k, &r->st, err);
     if (rc == 0) {
@@ -701,6 +692,72 @@ static int check_final_etag(const struct upload *u, const char *etag,
                    u->p->key, etag, u->n_parts);
 }
 
+/* The multipart ETag S3 gives parts with these ETags: hex(md5(the parts'
+ * binary MD5s)) "-N", into out; false when a part ETag is not an MD5. */
+static bool multipart_etag(const struct upload *u, char *out, size_t cap)
+{
+    uint8_t *all = xmalloc((size_t)u->n_parts * 16);
+    uint8_t d[16];
+    char hex[33];
+
+    for (int i = 0; i < u->n_parts; i++) {
+        if (!is_md5_shaped(u->etags[i])) {
+            free(all);
+            return false;
+        }
+        for (int j = 0; j < 16; j++) {
+            unsigned v = 0;
+            sscanf(u->etags[i] + 2 * j, "%2x", &v);
+            all[i * 16 + j] = (uint8_t)v;
+        }
+    }
+    md5(all, (size_t)u->n_parts * 16, d);
+    free(all);
+    hex_lower(d, 16, hex);
+    snprintf(out, cap, "%s-%d", hex, u->n_parts);
+    return true;
+}
+
+/* After a retried Complete answered 404 NoSuchUpload: did an earlier attempt
+ * complete it? HEAD the key; 0 with r->etag set when the object there has
+ * our size and our multipart ETag, else the 404's error stays. */
+static int complete_landed(struct s3_client *c, const struct upload *u,
+                           struct s3_put_result *r, struct err *err)
+{
+    struct s3_object_info info;
+    struct s3_status st;
+    struct err e2 = {0};
+    char want[64];
+    char suffix[16];
+    bool exact = multipart_etag(u, want, sizeof(want));
+    size_t n;
+
+    if (s3_client_head(c, u->p->key, &info, &st, &e2) != 0 || !info.found ||
+        info.size != (uint64_t)u->p->len) {
+        return err->code;
+    }
+    snprintf(suffix, sizeof(suffix), "-%d", u->n_parts);
+    n = strlen(info.etag);
+    if (exact ? strcasecmp(info.etag, want) != 0
+              : n <= strlen(suffix) ||
+                    strcmp(info.etag + n - strlen(suffix), suffix) != 0) {
+        return err->code;
+    }
+    log_info("s3",
+             "CompleteMultipartUpload %s: the retry found no upload and the "
+             "object complete (%zu bytes, ETag %s): an earlier attempt's "
+             "answer was lost",
+             u->p->key, u->p->len, info.etag);
+    snprintf(r->etag, sizeof(r->etag), "%s", info.etag);
+    r->st.kind = S3_FAIL_NONE;
+    r->st.is_retriable = false;
+    r->st.status = 200;
+    r->st.code[0] = '\0';
+    err->code = 0;
+    err->msg[0] = '\0';
+    return 0;
+}
+
 static int complete_upload(struct s3_client *c, struct upload *u,
                            struct s3_put_result *r, struct err *err)
 {
@@ -728,6 +785,13 @@ static int complete_upload(struct s3_client *c, struct upload *u,
     k.answer = &u->answer;
     if (rc == 0) {
         rc = run(c, &k, &r->st, err);
+        if (rc != 0 && r->st.status == 404 && r->st.attempts > 1 &&
+            strcmp(r->st.code, "NoSuchUpload") == 0) {
+            buf_free(&x);
+            buf_free(&v);
+            buf_free(&msg);
+            return complete_landed(c, u, r, err);
+        }
     }
     if (rc == 0 && s3xml_error(u->answer.data, u->answer.len, &v, &msg)) {
         /* A 200 carrying an error document: not a success, not retried. */

@@ -241,12 +241,14 @@ class TestBucket:
                 method, path, e.read().decode(errors="replace"))) from None
 
     def fault(self, kind, count=1, method=None, prefix=None,
-              retry_after=None, ms=None):
+              retry_after=None, ms=None, query=None):
         """Add a fault; returns it (with its id).  count < 0 never runs
-        out; "down" and "down503" last until clear_faults()."""
+        out; "down" and "down503" last until clear_faults().  query names
+        a query parameter the request must carry (e.g. "uploadId")."""
         return self._control("POST", "/faults", {
             "kind": kind, "count": count, "method": method,
-            "prefix": prefix, "retry_after": retry_after, "ms": ms})
+            "prefix": prefix, "retry_after": retry_after, "ms": ms,
+            "query": query})
 
     def clear_faults(self):
         self._control("DELETE", "/faults")

@@ -26,10 +26,15 @@ byte order) and reports CommonPrefixes wrongly.  The proxy therefore:
       multipart ETag md5(part MD5s)-N;
   (4) forwards everything else to s3rver unchanged (same path and query,
       without the Authorization header, so s3rver sees an anonymous call);
-  (5) injects faults by method and key prefix (down, down503, 503 SlowDown
-      with Retry-After, 500 InternalError, PUTs held for a time or until
-      released) and counts what fired;
-  (6) logs one JSON line per request (never a secret).
+  (5) injects faults by method, key prefix and query parameter (down,
+      down503, 503 SlowDown with Retry-After, 500 InternalError, PUTs held
+      for a time or until released, "drop": the request is carried out and
+      its answer never sent, the connection closed instead, "opaque_etag":
+      a PUT's answer carries a random 32-hex ETag that is no MD5, as AWS
+      answers under SSE-KMS) and counts what fired;
+  (6) logs one JSON line per request (never a secret), with the
+      encryption the request asked for (x-amz-server-side-encryption and
+      its KMS key id).
 
 It listens on 127.0.0.1 only.  It dies with its parent: when the process that
 started it goes away, it stops s3rver and exits, so nothing leaks.
@@ -74,7 +79,8 @@ HEX64_RE = re.compile(r"^[0-9a-fA-F]{64}$")
 UPLOAD_ID_RE = re.compile(r"^[0-9a-zA-Z_-]{1,128}$")
 LIST_PARAMS = {"list-type", "prefix", "delimiter", "max-keys", "start-after",
                "continuation-token", "encoding-type", "fetch-owner", "marker"}
-FAULT_KINDS = ("down", "down503", "503", "500", "hold")
+FAULT_KINDS = ("down", "down503", "503", "500", "hold", "drop",
+               "opaque_etag")
 
 
 class S3Fail(Exception):
@@ -351,6 +357,7 @@ class Faults:
         with self.lock:
             f = {"id": self.next_id, "kind": kind, "remaining": count,
                  "method": spec.get("method"), "prefix": spec.get("prefix"),
+                 "query": spec.get("query"),
                  "retry_after": spec.get("retry_after"),
                  "ms": spec.get("ms"), "fired": 0}
             self.next_id += 1
@@ -365,14 +372,18 @@ class Faults:
         with self.lock:
             return any(f["kind"] == kind for f in self.items)
 
-    def take(self, kinds, method, key):
-        """The first live fault of one of kinds matching the request, with
-        its count decremented, or None."""
+    def take(self, kinds, method, key, query=None):
+        """The first live fault of one of kinds matching the request (its
+        method, key prefix and, where the fault names one, a query
+        parameter the request carries), with its count decremented, or
+        None."""
         with self.lock:
             for f in self.items:
                 if f["kind"] not in kinds or f["remaining"] == 0:
                     continue
                 if f["method"] and f["method"].upper() != method:
+                    continue
+                if f["query"] and f["query"] not in (query or {}):
                     continue
                 if f["prefix"] is not None and not key.startswith(f["prefix"]):
                     continue
@@ -481,7 +492,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         self.t0 = time.monotonic()
         self.req = req = Request(self.command, self.path)
+        # What the client asked of encryption, logged per request (no
+        # secret: a mode and a key id).
+        req.sse = self.headers.get("x-amz-server-side-encryption")
+        req.sse_kms_key_id = self.headers.get(
+            "x-amz-server-side-encryption-aws-kms-key-id")
         self.status, self.code, self.sent, self.fault = 0, None, 0, None
+        self.drop, self.etag = False, None
         self.n_in, self.logged = 0, False
         with app.faults.lock:
             app.faults.inflight += 1
@@ -595,6 +612,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         headers = self.lower_headers()
         app.verifier.verify(req.method, req.raw_path, req.raw_query, headers)
         check_digests(headers, body)
+        f = app.faults.take(("drop", "opaque_etag"), req.method, key,
+                            req.query)
+        if f is not None:
+            self.fault = f["kind"]
+            self.drop = f["kind"] == "drop"
+            if f["kind"] == "opaque_etag":
+                self.etag = '"%s"' % os.urandom(16).hex()
         app.route(self, req, headers, body)
 
     # -- answers --
@@ -606,7 +630,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
         extra["Content-Type"] = "application/xml"
         self.answer(err.status, body, extra)
 
+    def dropped(self, status):
+        """Under a "drop" fault: the request was carried out; log it, send
+        nothing and close the connection, as a lost answer looks."""
+        if not self.drop:
+            return False
+        self.status = status
+        self.log_once(0)
+        self.close_connection = True
+        return True
+
     def answer(self, status, body=b"", headers=None, length=None):
+        if self.dropped(status):
+            return
         self.status = status
         self.send_response(status)
         for name, value in (headers or {}).items():
@@ -631,8 +667,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.code = m.group(1).decode() if m else None
         if rewrite is not None and data is not None:
             data = rewrite(data)
+        if self.dropped(resp.status):
+            if data is None:
+                while resp.read(1 << 20):
+                    pass
+            return
         self.send_response(resp.status)
         for name, value in resp.getheaders():
+            if name.lower() == "etag" and self.etag is not None:
+                value = self.etag
             if name.lower() not in HOP_HEADERS:
                 self.send_header(name, value)
         if data is not None:
@@ -714,7 +757,9 @@ class App:
             if req.key is not None else None,
             "query": req.raw_query, "status": status, "bytes": n_in,
             "bytes_out": n_out, "ms": round(ms, 3), "fault": fault,
-            "code": code}, ensure_ascii=False)
+            "code": code, "sse": getattr(req, "sse", None),
+            "sse_kms_key_id": getattr(req, "sse_kms_key_id", None)},
+            ensure_ascii=False)
         with self.log_lock:
             self.log_file.write(line + "\n")
             self.log_file.flush()

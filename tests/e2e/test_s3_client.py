@@ -239,3 +239,43 @@ def test_sse_headers_are_signed_and_accepted(bucket, tmp_path):
     out = s3tool(bucket, "put", "sse.txt", src, QUEEN_S3_SSE="AES256")
     assert out["ok"], out
     assert bucket.read_object("lake", "sse.txt") == data
+
+
+def test_an_opaque_hex_etag_under_sse_kms_is_a_success(bucket, tmp_path):
+    """AWS answers SSE-KMS PUTs with a 32-hex ETag that is no MD5 of the
+    body; the service checked the Content-MD5, so the PUT succeeded."""
+    data = b"kms encrypted\n" * 100
+    src = write(tmp_path, "f", data)
+    bucket.fault("opaque_etag", count=1, method="PUT", prefix="kms")
+    out = s3tool(bucket, "put", "kms.txt", src, QUEEN_S3_SSE="aws:kms",
+                 QUEEN_S3_SSE_KMS_KEY_ID="key-1")
+    assert out["ok"], out
+    assert counters(out) == {("put", 200): 1}
+    assert len(out["etag"]) == 32
+    assert out["etag"] != hashlib.md5(data).hexdigest()
+    assert bucket.stats()["faults"]["opaque_etag"] == 1
+    assert bucket.read_object("lake", "kms.txt") == data
+
+
+def test_a_completion_whose_answer_was_lost_is_found_by_head(bucket,
+                                                             tmp_path):
+    """The first CompleteMultipartUpload is carried out and its answer
+    dropped; the retry answers 404 NoSuchUpload, and the client finds the
+    object complete (our size and multipart ETag) instead of failing."""
+    data = os.urandom(2 * 16 * MIB + 777)
+    src = write(tmp_path, "big", data)
+    bucket.fault("drop", count=1, method="POST", prefix="lost",
+                 query="uploadId")
+    out = s3tool(bucket, "multipart-put", "lost/complete.bin", src)
+    assert out["ok"], out
+    assert out["parts"] == 3 and out["etag"].endswith("-3")
+    c = counters(out)
+    assert c[("multipart_complete", 0)] == 1
+    assert c[("multipart_complete", 404)] == 1
+    assert c[("head", 200)] == 1
+    assert ("multipart_abort", 204) not in c
+    assert bucket.stats()["faults"]["drop"] == 1
+    head = bucket.boto3().head_object(Bucket="lake", Key="lost/complete.bin")
+    assert head["ETag"].strip('"') == out["etag"]
+    assert bucket.read_object("lake", "lost/complete.bin") == data
+    assert bucket.uploads("lake") == []
