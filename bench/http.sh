@@ -7,7 +7,7 @@
 # connections, BENCH_SECONDS each, default 10) posts two bodies: 25 bytes
 # (per-request overhead) and 20 KiB (about a 100-record push). Prints req/s
 # for each and the ratio queen/node. wrk shares the machine's cores with the
-# server, as in notes/dependencies.md section 3.
+# server, as in docs/design/dependencies.md §3.
 #
 # Usage: bench/http.sh [build-dir]
 set -euo pipefail

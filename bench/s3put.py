@@ -11,7 +11,7 @@ keeps 2 parts of one upload in flight, its default part_concurrency).
   order: each set is split in two halves run ours, curl, curl, ours, after
         a few untimed warm-up PUTs.
   peer: the curl command, one process per request, `curl --aws-sigv4` with
-        the header fixes of notes/dependencies.md section 4 (an explicit
+        the header fixes of docs/design/dependencies.md §4 (an explicit
         x-amz-content-sha256 computed here inside the timed loop, an explicit
         Content-Type, a sorted and encoded query, `uploads=`); its multipart
         is create / parts / complete driven from here, the parts pre-split

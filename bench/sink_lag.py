@@ -41,7 +41,7 @@ BATCH = 100
 PERIOD = 0.010  # one push of BATCH every PERIOD: 10,000 records/s
 CONNS = 2
 MAX_WINDOW_MS = 10000
-DEFAULT_GUARD_MS = 5000  # QUEEN_S3_SAFE_GUARD_MS default (reference 5.4)
+DEFAULT_GUARD_MS = 5000  # QUEEN_S3_SAFE_GUARD_MS default (docs/design/config.md §4)
 TICK = os.sysconf("SC_CLK_TCK")
 
 

@@ -1,7 +1,7 @@
 /* The HTTP API routes: the shared pieces (the route table, answers and the
- * mapping from ERR_* to a status and the reference's envelope). The route
- * families are in push.c, fetch.c, changed.c, queues.c, health.c, status.c
- * and metrics.c. */
+ * mapping from ERR_* to a status and the envelope of docs/design/http-api.md
+ * §1). The route families are in push.c, fetch.c, changed.c, queues.c,
+ * health.c, status.c and metrics.c. */
 #include "api/api.h"
 
 #include <string.h>
@@ -119,8 +119,8 @@ void api_respond_json(struct api *a, struct http_req *req, int status,
     http_respond_json(req, status, body);
 }
 
-/* Reference 1.1: 503 with Retry-After: 1, plus "leader" when a leader's
- * address is known (its raft address: the forwarder maps it). */
+/* docs/design/http-api.md §1: 503 with Retry-After: 1, plus "leader" when a
+ * leader's address is known (its raft address: the forwarder maps it). */
 static void api_respond_not_leader(struct api *a, struct http_req *req,
                                    const struct err *err)
 {
@@ -153,7 +153,8 @@ static void api_respond_not_leader(struct api *a, struct http_req *req,
                       "Retry-After: 1\r\n");
 }
 
-/* Reference 1.1: retryable conditions answer 503 with Retry-After: 1. */
+/* docs/design/http-api.md §1: retryable conditions answer 503 with Retry-After:
+ * 1. */
 void api_respond_err(struct api *a, struct http_req *req, const struct err *err)
 {
     UNUSED(a);

@@ -1,4 +1,4 @@
-/* The HTTP API routes (reference section 1): thin JSON wrappers over the
+/* The HTTP API routes (docs/design/http-api.md): thin JSON wrappers over the
  * store's plain C reads (store_fetch, store_changed, store_list_queues) and
  * the raft node's proposals. The sink calls the same store functions
  * in-process, so what a client and the sink see cannot drift apart.
@@ -41,7 +41,7 @@ struct node;
 struct metrics;
 
 #define API_VERSION            "0.1.0"
-#define API_MAX_ENTRIES        1024 /* fetch and changed (reference 1.3/1.4) */
+#define API_MAX_ENTRIES        1024 /* docs/design/http-api.md §3, §4 */
 #define API_FETCH_MAX_BYTES    ((uint64_t)8 << 20)
 #define API_FETCH_DEF_BYTES    ((uint64_t)1 << 20)
 #define API_FETCH_MAX_WAIT_MS  30000
@@ -65,7 +65,7 @@ struct api_range {
 bool api_json_int(const struct json_doc *d, int obj, const char *key,
                   const struct api_range *r, int64_t *out);
 
-/* ---- push (reference 1.2) ---------------------------------------------- */
+/* ---- push (docs/design/http-api.md §2) ----------------------------------- */
 
 /* Mint one message id (16 bytes). The receiver uses a UUIDv7 generator;
  * tests pass a counter. */
@@ -100,7 +100,7 @@ uint64_t api_push_queued_bytes(const struct api_push *p,
                                const struct fsm_result *res);
 void api_push_free(struct api_push *p);
 
-/* ---- fetch (reference 1.3) --------------------------------------------- */
+/* ---- fetch (docs/design/http-api.md §3) ---------------------------------- */
 
 struct api_fetch {
     struct json_doc doc;
@@ -130,7 +130,7 @@ bool api_fetch_is_ready(const struct api_fetch *f,
                         const struct store_fetch_answer *ans);
 void api_fetch_free(struct api_fetch *f);
 
-/* ---- partitions changed (reference 1.4) -------------------------------- */
+/* ---- partitions changed (docs/design/http-api.md §4) --------------------- */
 
 struct api_changed {
     struct json_doc doc;
@@ -148,13 +148,13 @@ int api_changed_render(const struct api_changed *c,
                        struct err *err);
 void api_changed_free(struct api_changed *c);
 
-/* ---- queues (reference 1.8) ---- */
+/* ---- queues (docs/design/http-api.md §8) ---- */
 
 /* {"queues":[{"name":…,"partitions":n},…]} in the list's order. */
 int api_queues_render(const struct store_queue_list *l, struct buf *out,
                       struct err *err);
 
-/* ---- configure (reference 1.5) ------------------------------------------ */
+/* ---- configure (docs/design/http-api.md §5) ------------------------------ */
 
 struct api_configure {
     struct json_doc doc;
@@ -174,10 +174,11 @@ int api_configure_parse(struct api_configure *c, const char *body, size_t len,
 /* Apply the request's options onto o (the starting configuration: the
  * stored one for merge, the configured defaults for replace or a new
  * queue). A stored hold ceiling of 0 reads as 604800. Returns 0, or
- * ERR_INVALID with the reference's message and o unchanged. */
+ * ERR_INVALID with the message of docs/design/http-api.md §5 and o unchanged.
+ * */
 int api_configure_merge(const struct api_configure *c,
                         struct store_queue_options *o, struct err *err);
-/* The 200 answer of reference 1.5. Appends to out. */
+/* The 200 answer of docs/design/http-api.md §5. Appends to out. */
 int api_configure_render(struct slice queue, const uint8_t uuid[16],
                          const struct store_queue_options *o, struct buf *out,
                          struct err *err);

@@ -1,11 +1,12 @@
-/* POST /api/v1/partitions/changed (reference 1.4): one page of a queue's
- * partitions in creation order, with this node's safeTime.
+/* POST /api/v1/partitions/changed (docs/design/http-api.md §4): one page of a
+ * queue's partitions in creation order, with this node's safeTime.
  *
  * store_changed() reads safeTime and the listing in one read transaction (the
  * sink calls it in-process too); the cursor ("p|<pid>") and BAD_CURSOR are
  * the store's. This file parses the entries (since, after, limit) and
  * renders the answer. A non-string `after` is passed on as its JSON text,
- * so it fails as BAD_CURSOR, as the reference's broker does. */
+ * so it fails as BAD_CURSOR, as docs/design/http-api.md §4 says the broker
+ * does. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
-/* POST /api/v1/configure (reference 1.5): set a queue's options, creating
- * the queue when it does not exist.
+/* POST /api/v1/configure (docs/design/http-api.md §5): set a queue's options,
+ * creating the queue when it does not exist.
  *
  * The handler runs a read barrier (linearizable: every earlier configure
  * has applied), reads the queue's current options, merges the request onto
@@ -13,7 +13,8 @@
  *   integers: JSON integers that fit an i32, else "{k} must be an integer";
  *   booleans: JSON booleans, else "{k} must be a boolean";
  *   strings:  JSON strings of at most 64 bytes, else "{k} must be a string
- *             of at most 64 bytes" (the reference does not word this one);
+ *             of at most 64 bytes" (docs/design/http-api.md §5 does not word
+ *             this one);
  *   null:     the option's configured default;
  *   minPopWaitTime is clamped to 0..60000 and dedupWindowSeconds floored at
  *   0; retentionSinkHold must match [A-Za-z0-9._-]{0,64} and
@@ -50,7 +51,8 @@ struct conf_opt {
         k, kind, offsetof(struct store_queue_options, f) \
     }
 
-/* In the reference's typing order (the first bad option is reported). */
+/* In the typing order of docs/design/http-api.md §5 (the first bad option is
+ * reported). */
 static const struct conf_opt conf_opts[] = {
     OPT("priority", CONF_INT, priority),
     OPT("leaseTime", CONF_INT, lease_time),
@@ -262,8 +264,8 @@ int api_configure_merge(const struct api_configure *c,
     return 0;
 }
 
-/* The answer's option keys, in the reference's order; maxQueueSize repeats
- * maxSize. */
+/* The answer's option keys, in the order of docs/design/http-api.md §5;
+ * maxQueueSize repeats maxSize. */
 static const char *const conf_answer_order[] = {
     "priority",
     "leaseTime",

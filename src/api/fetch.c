@@ -1,4 +1,5 @@
-/* POST /api/v1/fetch (reference 1.3): reads by offset, with the long poll.
+/* POST /api/v1/fetch (docs/design/http-api.md §3): reads by offset, with the
+ * long poll.
  *
  * The reads are store_fetch() (the same call the sink makes in-process); this
  * file parses the body into store requests, renders the answer, and runs the

@@ -1,5 +1,5 @@
-/* GET /health (reference 1.8): 200 "healthy" while this node has a leader
- * (itself included) and has applied what it knows is committed, else 503
+/* GET /health (docs/design/http-api.md §8): 200 "healthy" while this node has a
+ * leader (itself included) and has applied what it knows is committed, else 503
  * "settling". It never looks at the sink. The raft block carries role,
  * applied and commit (test/s3sink/run.py reads them). */
 #include "api/api.h"

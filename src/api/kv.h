@@ -1,5 +1,5 @@
-/* The KV routes (reference 1.7): POST /api/v1/kv and the single-op sugar
- * GET | PUT | DELETE /api/v1/kv/:ns/ *key. A pure part parses a body into
+/* The KV routes (docs/design/http-api.md §7): POST /api/v1/kv and the single-op
+ * sugar GET | PUT | DELETE /api/v1/kv/:ns/ *key. A pure part parses a body into
  * struct kv_op (store/kv.h) and renders a struct kv_answer as JSON (unit
  * tested and fuzzed); the handlers validate with kv_validate() (the HTTP
  * edge's ceilings on), answer reads-only calls from a read transaction and

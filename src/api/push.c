@@ -1,5 +1,5 @@
-/* POST /api/v1/push (reference 1.2): parse the items, mint message ids,
- * propose one PUSH command, answer 201 with one element per item when it
+/* POST /api/v1/push (docs/design/http-api.md §2): parse the items, mint message
+ * ids, propose one PUSH command, answer 201 with one element per item when it
  * applies.
  *
  * The body is scanned once with tok_depth 3 (body object, items array, item
@@ -245,8 +245,9 @@ static int push_int(struct buf *out, const char *prefix, int64_t v,
     return buf_append(out, d + n, sizeof(d) - n, err);
 }
 
-/* One element of the 201 array, keys in the reference's order. The queue
- * name is escaped once per run of equal names (most pushes name one). */
+/* One element of the 201 array, keys in the order of docs/design/http-api.md
+ * §2. The queue name is escaped once per run of equal names (most pushes name
+ * one). */
 static int push_render_item(const struct api_push *p, size_t i,
                             const struct fsm_item_result *r, struct buf *out,
                             struct buf *queue_json, struct err *err)
@@ -339,7 +340,7 @@ void api_push_free(struct api_push *p)
  * in that node's queue; when an entry is committed (node_on_commit, before
  * it applies), the queue becomes ONE entry (one command, one stamp, one
  * transaction) that libraft writes while the committed one applies and is
- * answered. What stays true (reference 1.2, 2.2):
+ * answered. What stays true (docs/design/http-api.md §2, §12):
  *   (1) a request's items are contiguous in one entry, so they share one
  *       stamp; a request proposed later lies in a later entry, so its stamp
  *       is greater (requests coalesced together were concurrent: neither
@@ -410,8 +411,8 @@ static struct push_queue *push_queue_of(struct node *node)
     return q;
 }
 
-/* The receiver's UUIDv7 minting (reference 2.3): one generator on the loop
- * thread, the wall clock, and random bytes drawn once per request (one
+/* The receiver's UUIDv7 minting (docs/design/http-api.md §13): one generator on
+ * the loop thread, the wall clock, and random bytes drawn once per request (one
  * getrandom call for every id of the request). */
 struct push_minter {
     struct api *a;

@@ -1,6 +1,6 @@
-/* GET /api/v1/resources/queues (reference 1.8): every queue of the tenant
- * in name order, {"queues":[{"name":…,"partitions":n},…]}. The sink lists
- * queues with store_list_queues() directly; this is its HTTP face. The
+/* GET /api/v1/resources/queues (docs/design/http-api.md §8): every queue of the
+ * tenant in name order, {"queues":[{"name":…,"partitions":n},…]}. The sink
+ * lists queues with store_list_queues() directly; this is its HTTP face. The
  * `stats` query parameter is accepted and ignored. */
 #include <string.h>
 

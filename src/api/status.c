@@ -1,6 +1,6 @@
-/* GET /status (reference 1.8): {"status":"ok","engine":"raft",…}. When the
- * embedded sink runs, its hook (api->status_extra) appends the "s3" member;
- * without the sink the block is absent. */
+/* GET /status (docs/design/http-api.md §8): {"status":"ok","engine":"raft",…}.
+ * When the embedded sink runs, its hook (api->status_extra) appends the "s3"
+ * member; without the sink the block is absent. */
 #include "api/api.h"
 #include "http/server.h"
 #include "raft/node.h"

@@ -1,7 +1,7 @@
-/* The tenant of an HTTP call (reference 1.1): with QUEEN_TENANCY_HEADER=true
- * it is the x-queen-tenant header, a UUID in canonical text form; a missing
- * header, or the setting off, means the default tenant
- * 00000000-0000-0000-0000-000000000001 (STORE_DEFAULT_TENANT).
+/* The tenant of an HTTP call (docs/design/http-api.md §1): with
+ * QUEEN_TENANCY_HEADER=true it is the x-queen-tenant header, a UUID in
+ * canonical text form; a missing header, or the setting off, means the default
+ * tenant 00000000-0000-0000-0000-000000000001 (STORE_DEFAULT_TENANT).
  *
  *   (1) Every route that reads or writes a tenant's data asks api_tenant()
  *       once, before it reads or proposes anything, so a malformed header

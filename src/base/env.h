@@ -1,6 +1,7 @@
-/* Environment values as the settings read them (reference 5.1): a blank
- * value (empty or only whitespace) counts as unset, and values are trimmed.
- * Pure: the caller passes the raw value (from getenv or a test's table). */
+/* Environment values as the settings read them (docs/design/config.md §1): a
+ * blank value (empty or only whitespace) counts as unset, and values are
+ * trimmed. Pure: the caller passes the raw value (from getenv or a test's
+ * table). */
 #ifndef QUEEN_BASE_ENV_H
 #define QUEEN_BASE_ENV_H
 

@@ -1,4 +1,4 @@
-/* Timestamp text forms and microsecond arithmetic (reference 4.10).
+/* Timestamp text forms and microsecond arithmetic (docs/design/formats.md §10).
  *
  * Calendar conversion uses the days-from-civil arithmetic of the proleptic
  * Gregorian calendar in 400-year eras (146097 days each), shifted so that

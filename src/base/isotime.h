@@ -1,4 +1,4 @@
-/* Timestamp text forms and microsecond arithmetic (reference 4.10).
+/* Timestamp text forms and microsecond arithmetic (docs/design/formats.md §10).
  *
  * ISO-us = "YYYY-MM-DDTHH:MM:SS.ffffffZ": always six fraction digits and a
  * literal Z, UTC, proleptic Gregorian calendar. Every function here is pure;

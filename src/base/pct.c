@@ -1,4 +1,4 @@
-/* Percent-encoding of names (reference 4.1). */
+/* Percent-encoding of names (docs/design/formats.md §1). */
 #include "base/pct.h"
 
 static const char pct_hex[] = "0123456789ABCDEF";

@@ -1,5 +1,5 @@
-/* Percent-encoding of names (reference 4.1): tenant, queue, partition and
- * instance names inside object keys and KV keys.
+/* Percent-encoding of names (docs/design/formats.md §1): tenant, queue,
+ * partition and instance names inside object keys and KV keys.
  *   (1) Every byte outside A-Z a-z 0-9 . _ - is written as '%' and two
  *       uppercase hex digits; the others are written as they are. So a
  *       name's escape never contains '/', '=' or ':'.

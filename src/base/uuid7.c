@@ -1,5 +1,6 @@
-/* UUIDv7-like message ids (reference 2.3). The pure maker takes the clock and
- * the random bytes as arguments; uuid7_next is the thin shell around it. */
+/* UUIDv7-like message ids (docs/design/http-api.md §13). The pure maker takes
+ * the clock and the random bytes as arguments; uuid7_next is the thin shell
+ * around it. */
 #include "base/uuid7.h"
 
 #include <errno.h>

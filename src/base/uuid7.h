@@ -1,4 +1,4 @@
-/* UUIDv7-like message ids (reference 2.3).
+/* UUIDv7-like message ids (docs/design/http-api.md §13).
  *
  * OFFSET SIZE DESCRIPTION
  *      0    6 Unix time in milliseconds, big-endian (48 bits)

@@ -91,8 +91,8 @@ static void broker_on_node_closed(void *arg)
     log_info("broker", "stopped");
 }
 
-/* Reference 3.1: after the listener drained, wait what is left of the
- * sink's grace (raft stays up: the drain's commits are KV writes). */
+/* docs/design/protocol.md §1: after the listener drained, wait what is left of
+ * the sink's grace (raft stays up: the drain's commits are KV writes). */
 static void broker_on_sink_wait(uv_timer_t *t)
 {
     struct broker *b = t->data;
@@ -129,7 +129,8 @@ static void broker_on_signal(uv_signal_t *h, int signum)
     }
     log_info("broker", "signal %d: stopping", signum);
     b->state = BROKER_DRAINING_HTTP;
-    sink_host_stop(b->sink); /* 3.1: before the listener's drain */
+    /* The sink drains before the listener (docs/design/protocol.md §1). */
+    sink_host_stop(b->sink);
     http_server_stop_accepting(b->http);
     api_stop(&b->api);
     http_server_close(b->http, broker_on_http_closed, b);
@@ -174,8 +175,8 @@ static void broker_on_swept(void *arg, int status, const struct fsm_result *res,
     }
 }
 
-/* Reference 1.7: the leader sweeps expired KV rows in steps of at most
- * KV_SWEEP_MAX, as commands, so every node removes the same rows. */
+/* docs/design/http-api.md §7: the leader sweeps expired KV rows in steps of at
+ * most KV_SWEEP_MAX, as commands, so every node removes the same rows. */
 static void broker_on_kv_sweep(uv_timer_t *t)
 {
     struct broker *b = t->data;

@@ -1,5 +1,5 @@
-/* Retention (reference 1.6): the leader plans trims periodically and
- * proposes them as CMD_RETENTION commands; every node applies them the same
+/* Retention (docs/design/http-api.md §6): the leader plans trims periodically
+ * and proposes them as CMD_RETENTION commands; every node applies them the same
  * way, moving a partition's logStart forward by whole appends.
  *
  * The planner reads the store from the loop thread with ordinary read

@@ -1,5 +1,5 @@
-/* Retention (reference 1.6): the leader plans trims periodically and
- * proposes them as CMD_RETENTION commands; every node applies them the same
+/* Retention (docs/design/http-api.md §6): the leader plans trims periodically
+ * and proposes them as CMD_RETENTION commands; every node applies them the same
  * way, moving a partition's logStart forward by whole appends.
  *
  *   leader timer (retention_start) --each pass--> retention_plan: for every
@@ -18,7 +18,8 @@
  *       maxWaitTimeSeconds' cutoff is not ("ignores the hold").
  *   (3) completedRetentionSeconds removes nothing until consumer groups
  *       exist (no group = the rule removes nothing); it is planned and
- *       floored like the reference says so the cutoff is there when they do.
+ *       floored as docs/design/http-api.md §6 says so the cutoff is there when
+ *       they do.
  *   (4) Apply is deterministic: it reads only the command and the store, and
  *       skips an item whose partition is gone or has another id.
  *   (5) At most one pass's commands are in flight; a pass visits at most
@@ -74,7 +75,8 @@ struct retention_cutoffs {
 int64_t retention_sink_floor(const struct store_queue_options *o,
                              int64_t now_us, struct slice committed);
 
-/* Fill c for a queue at now_us with sink floor floor_us (reference 1.6). */
+/* Fill c for a queue at now_us with sink floor floor_us
+ * (docs/design/http-api.md §6). */
 void retention_queue_cutoffs(const struct store_queue_options *o,
                              int64_t now_us, int64_t floor_us,
                              struct retention_cutoffs *c);

@@ -1,6 +1,6 @@
 /* Response helpers: reason phrases, the response head, and the JSON error
- * envelope `{"error":"<message>","code":"<code>"}` (reference 1.1) that every
- * handler answers failures with. */
+ * envelope `{"error":"<message>","code":"<code>"}` (docs/design/http-api.md §1)
+ * that every handler answers failures with. */
 #ifndef QUEEN_HTTP_RESP_H
 #define QUEEN_HTTP_RESP_H
 

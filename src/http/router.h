@@ -19,7 +19,7 @@
  *       Allow header.
  *   (3) When no pattern matches: 404
  *       {"code":"no_such_route","error":"not found","path":<raw path>}
- *       (reference 1.1).
+ *       (docs/design/http-api.md §1).
  *   (4) Every answer is counted once under its route's pattern and status;
  *       (2) and (3) are counted under route "unmatched".
  * Loop thread only; the table must not change while requests run. */

@@ -85,7 +85,7 @@
 #define CMD_VERSION        1
 #define CMD_HEADER_LEN     32
 #define CMD_PAD_MAX        7
-#define CMD_NAME_MAX       447 /* reference 1.1: 511 - 64 bytes of key */
+#define CMD_NAME_MAX       447 /* 511 - 64 B: docs/design/http-api.md §1 */
 #define CMD_TXN_MAX        4096
 #define CMD_TXN_IS_ID      0xFFFFu /* txn length: "the message id's text" */
 #define CMD_PUSH_MAX_ITEMS 100000

@@ -2,7 +2,7 @@
  * node loop, the fsm over the store, proposals with stamps, and a clean
  * close.
  *
- * libraft 0.15 traps this file handles (notes/dependencies.md §1):
+ * libraft 0.15 traps this file handles (docs/design/dependencies.md §1):
  *   - raft_close() with disk writes in flight aborts inside libraft: close
  *     runs a barrier first (when leader), then waits CLOSE_DELAY_MS on a
  *     timer, and only then calls raft_close();

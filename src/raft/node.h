@@ -5,7 +5,8 @@
  * Directories: cfg->dir/raft holds libraft's log and snapshots, cfg->dir/store
  * the LMDB environment (the caller opens the store on it: node_store_dir()).
  *
- * Stamps (DESIGN §2, reference 2.2): node_propose() writes into each command
+ * Stamps (docs/architecture.md §1, docs/design/http-api.md §12): node_propose()
+ * writes into each command
  *   stamp = max(wall clock µs, last stamp proposed + 1, greatest applied
  *           stamp + 1)
  * so stamps strictly increase in log order. A node that becomes leader first

@@ -7,7 +7,7 @@
  * clock's time, perform, count (op, status), classify, and either return or
  * wait and go again. A check failure inside the loop (an UploadId or part
  * ETag missing from a truncated answer) is retried like any other retriable
- * outcome (reference 3.9).
+ * outcome (docs/design/protocol.md §7).
  *
  * Integrity rests on what the service checks before it stores a byte: the
  * signed x-amz-content-sha256 of every request and the Content-MD5 of a
@@ -612,7 +612,8 @@ static int upload_parts(struct s3_client *c, struct upload *u,
     int started = 0;
 
     /* Part 1 goes up alone, so the hook before part 2 always finds exactly
-     * one part stored (the mid_upload crash point, reference 3.8.5). */
+     * one part stored (the mid_upload crash point, docs/design/protocol.md
+     * §6.5). */
     if (upload_part(c, u, 0, st, err) != 0) {
         pthread_mutex_destroy(&pp.mu);
         return err->code;

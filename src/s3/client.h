@@ -1,6 +1,7 @@
 /* The S3 client: PutObject (single or multipart), GetObject, HeadObject,
  * ListObjectsV2 and DeleteObject over a transport seam, with our own SigV4,
- * per-request retries and per-(op, status) counters (reference 3.9, 4.9).
+ * per-request retries and per-(op, status) counters (docs/design/protocol.md §7
+ * and docs/design/formats.md §9).
  *   (1) Every attempt is signed afresh with the clock's time and counted in
  *       the metrics as (op, HTTP status), 0 when no answer came.
  *   (2) Retriable outcomes (retry.h) are tried up to max_attempts times,

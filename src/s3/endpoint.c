@@ -3,7 +3,7 @@
  * The endpoint is scheme://host[:port] and nothing else: a path would move
  * every object under a prefix the layout does not know about, so it is
  * refused with a pointer to the prefix setting. IPv6 literals are not
- * specially handled (reference 4.9). */
+ * specially handled (docs/design/formats.md §9). */
 #include "s3/endpoint.h"
 
 #include <ctype.h>

@@ -1,6 +1,7 @@
 /* Where requests go: the endpoint (scheme://host[:port]), the bucket and the
- * addressing style, with the reference's refusal messages (reference 4.9,
- * 5.5). Pure apart from s3_endpoint_from_env, which reads the environment.
+ * addressing style, with the refusal messages of docs/design/formats.md §9 and
+ * docs/design/config.md §5. Pure apart from s3_endpoint_from_env, which reads
+ * the environment.
  *   path style:    Host host[:port],          object /<bucket>/<key>,
  *                  bucket path /<bucket>
  *   virtual host:  Host <bucket>.host[:port], object /<key>, bucket path /
@@ -27,12 +28,12 @@ struct s3_endpoint {
 /* Parse raw (trimmed) into ep's scheme, host and port. name is the setting's
  * name in messages ("QUEEN_S3_ENDPOINT" or "endpoint"), prefix_name the
  * prefix setting's ("QUEEN_S3_PREFIX" or "prefix"). Returns 0 or
- * ERR_INVALID with the reference's sentence. */
+ * ERR_INVALID with the sentence of docs/design/config.md §5. */
 int s3_endpoint_parse(struct s3_endpoint *ep, const char *name, const char *raw,
                       const char *prefix_name, struct err *err);
 
 /* Validate and set the bucket: one name, no slash, no space, not empty.
- * Returns 0 or ERR_INVALID with the reference's sentence. */
+ * Returns 0 or ERR_INVALID with the sentence of docs/design/config.md §5. */
 int s3_endpoint_set_bucket(struct s3_endpoint *ep, const char *name,
                            const char *bucket, const char *prefix_name,
                            struct err *err);

@@ -1,7 +1,7 @@
 /* Request counters of one S3 client by (operation, HTTP status), status 0
  * for transport failures: the samples of queen_s3_s3_requests_total
- * (reference 6.2). Every attempt counts, retries included. Thread-safe: the
- * sink's threads share one client. */
+ * (docs/design/observability.md §2). Every attempt counts, retries included.
+ * Thread-safe: the sink's threads share one client. */
 #ifndef QUEEN_S3_METRICS_H
 #define QUEEN_S3_METRICS_H
 

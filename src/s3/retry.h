@@ -1,5 +1,6 @@
-/* When an S3 request is tried again, and how long to wait first (reference
- * 3.9). Pure: the random draw is an argument u in [0, 1).
+/* When an S3 request is tried again, and how long to wait first
+ * (docs/design/protocol.md §7). Pure: the random draw is an argument u in [0,
+ * 1).
  *   (1) Retriable outcomes: a transport failure (status 0), a body or
  *       integrity failure, and HTTP 408, 429 and >= 500. Every other status
  *       (403, 400, 404 on PUT, a 200 carrying an error document) is final.

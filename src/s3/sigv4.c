@@ -1,10 +1,11 @@
-/* AWS Signature Version 4 for S3 (reference 4.9). Pure: no clock, no I/O.
+/* AWS Signature Version 4 for S3 (docs/design/formats.md §9). Pure: no clock,
+ * no I/O.
  *
  * The signer builds the canonical request from a request described by raw
  * (unencoded) parts, so the one place that encodes a key is here, and the
  * caller sends the exact bytes that were signed (sigv4_out.uri). libcurl's
  * own CURLOPT_AWS_SIGV4 is never used: curl 7.88 signs the query as
- * written and omits x-amz-content-sha256 (notes/dependencies.md section 4).
+ * written and omits x-amz-content-sha256 (docs/design/dependencies.md §4).
  *
  *   canonical request = method LF uri LF query LF
  *                       (name ':' value LF)* LF signed-list LF payload-hash

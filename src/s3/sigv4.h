@@ -1,5 +1,5 @@
-/* AWS Signature Version 4 for S3 (reference 4.9). Pure: no clock, no I/O; the
- * request time arrives as the x-amz-date header the caller built.
+/* AWS Signature Version 4 for S3 (docs/design/formats.md §9). Pure: no clock,
+ * no I/O; the request time arrives as the x-amz-date header the caller built.
  *   (1) The path is URI-encoded exactly once: unreserved A-Za-z0-9-._~ and
  *       '/' are kept, every other byte becomes %XX (uppercase); no
  *       normalisation; an empty path is "/".

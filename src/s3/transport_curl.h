@@ -1,7 +1,7 @@
 /* The libcurl transport behind the S3 client's seam. libcurl is a plain
  * HTTP transport here: the client signs, and curl sends exactly the URL and
  * headers it is given (never CURLOPT_AWS_SIGV4, never an empty "Header:"
- * removal; notes/dependencies.md section 4 and appendix B).
+ * removal; docs/design/dependencies.md §4).
  *   (1) Thread-safe: each perform takes an easy handle from a small locked
  *       pool (keeping its connections alive) and gives it back after.
  *   (2) Bodies are read from the caller's memory, never copied whole. */

@@ -1,6 +1,6 @@
-/* S3 answer documents: a small tag scan over the XML S3 returns (reference
- * 4.9). Pure. It finds the text of named elements; it is not an XML parser
- * and accepts any bytes without crashing (fuzz_s3xml).
+/* S3 answer documents: a small tag scan over the XML S3 returns
+ * (docs/design/formats.md §9). Pure. It finds the text of named elements; it is
+ * not an XML parser and accepts any bytes without crashing (fuzz_s3xml).
  *   (1) <Tag> matches only that exact name (<Key> never matches <KeyCount>);
  *       attributes are skipped and <Tag/> is an empty value.
  *   (2) Entities &quot; &amp; &lt; &gt; &apos; &#NN; &#xHH; are decoded once

@@ -1,5 +1,5 @@
-/* The node-wide memory budget (reference 3.10): one per node, shared by
- * every queue of every sink.
+/* The node-wide memory budget (docs/design/window.md §12): one per node, shared
+ * by every queue of every sink.
  *
  * The table is small (one row per running queue) and every report scans it
  * under the mutex to find the largest holder, which keeps the "over" rule

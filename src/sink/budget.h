@@ -1,5 +1,5 @@
-/* The node-wide memory budget (reference 3.10): one per node, shared by
- * every queue of every sink. Thread-safe (a mutex), pure (no clock).
+/* The node-wide memory budget (docs/design/window.md §12): one per node, shared
+ * by every queue of every sink. Thread-safe (a mutex), pure (no clock).
  *   (1) limit = max(1, bytes given at creation).
  *   (2) A report sets the queue's weight and answers "over" iff the total
  *       > limit, this queue's bytes > 0 and no queue holds more than it

@@ -1,12 +1,13 @@
 /* Sink configuration: the environment sink's settings and the node-wide
- * knobs (reference 3.1, 5.1-5.6).
+ * knobs (docs/design/protocol.md §1 and docs/design/config.md §1-§6).
  *
  * Every value goes through envv(): blank counts as unset and values are
- * trimmed. The first error wins; fail() formats the reference's template
- * into a local buffer, copies it whole into n->fatal behind
- * "QUEEN_S3_EMBEDDED=true: " and as much as fits into err->msg. Enumerated
- * values are matched against alias tables after lowercasing, and their
- * refusals print the lowercased value, as 5.1 says. */
+ * trimmed. The first error wins; fail() formats the template of
+ * docs/design/config.md §5 into a local buffer, copies it whole into n->fatal
+ * behind "QUEEN_S3_EMBEDDED=true: " and as much as fits into err->msg.
+ * Enumerated values are matched against alias tables after lowercasing, and
+ * their refusals print the lowercased value, as docs/design/config.md §1 says.
+ * */
 #include "sink/config.h"
 
 #include <ctype.h>
@@ -27,7 +28,7 @@
 #define PFX     "QUEEN_S3_PREFIX"
 
 /* The names one sink's settings go by in messages: environment variables,
- * or a tenant document's fields (reference 5.5: {X} is either). */
+ * or a tenant document's fields (docs/design/config.md §5: {X} is either). */
 struct names {
     const char *queues, *partitions, *endpoint, *region, *bucket, *prefix;
     const char *access_key, *secret, *secret_what, *path_style, *sse, *kms;
@@ -791,7 +792,8 @@ static int instance_too_long(struct ld *l, const char *inst, const char *suffix,
                 (size_t)SINK_INSTANCE_ESC_MAX - esc_len(suffix));
 }
 
-/* 3.1: QUEEN_S3_INSTANCE + "/node-<id>", else "node-<id>@<host>". */
+/* docs/design/protocol.md §1: QUEEN_S3_INSTANCE + "/node-<id>", else
+ * "node-<id>@<host>". */
 static int build_instance(struct ld *l, struct sink_node_config *n)
 {
     char suffix[48];
@@ -1010,7 +1012,7 @@ int sink_config_boot_line(const struct sink_config *c,
     return 0;
 }
 
-/* ---- a control-plane tenant's document (5.5) ---------------------------- */
+/* ---- a control-plane tenant's document (docs/design/config.md §5) -------- */
 
 static const struct names doc_names = {
     "queues",

@@ -1,13 +1,15 @@
 /* Sink configuration: the environment sink's settings and the node-wide
- * knobs (reference 3.1, 5.1-5.6). Pure: the environment is read through a
- * getenv-like seam and the core count and system hostname are arguments, so
- * unit tests pass a table.
+ * knobs (docs/design/protocol.md §1 and docs/design/config.md §1-§6). Pure: the
+ * environment is read through a getenv-like seam and the core count and system
+ * hostname are arguments, so unit tests pass a table.
  *   (1) A loaded config is complete: every field holds the variable's value
  *       or its default; sizes are in bytes (MiB x 1,048,576) beside the MiB
  *       figure the boot line prints.
- *   (2) The first error wins, in the parse order of 5.3 (after the preflight
- *       of 3.1 and the node knobs of 5.4); the message is the reference's
- *       template word for word. A failed load leaves nothing to free.
+ *   (2) The first error wins, in the parse order of docs/design/config.md §3
+ *       (after the preflight of docs/design/protocol.md §1 and the node knobs
+ *       of docs/design/config.md §4); the message is the template of
+ *       docs/design/config.md §5 word for word. A failed load leaves nothing to
+ *       free.
  *   (3) The secret key is kept in secret_key and never printed: the boot
  *       line shows sse=aws:kms(...<last 4 chars of the key id>) at most.
  *
@@ -35,20 +37,20 @@
 #define SINK_FATAL_MAX 1536
 #define SINK_MIB       ((uint64_t)1048576)
 /* The longest escaped instance name (with its /node-<id>) a presence key
- * s3:{sink}:node={esc(instance)} (reference 3.4, namespace "queen-s3", a TTL
- * row) holds for every sink. The store's key is 16-byte tenant + 1 +
- * namespace + key within LMDB's 511 bytes (a TTL row's expiry index hashes
- * a key too long for it, store/schema.h kv_expiry): the key is at most
- * 511 - 17 - 8 = 486 bytes, less "s3:" (3), a 64-byte sink name and
+ * s3:{sink}:node={esc(instance)} (docs/design/protocol.md §4, namespace
+ * "queen-s3", a TTL row) holds for every sink. The store's key is 16-byte
+ * tenant + 1 + namespace + key within LMDB's 511 bytes (a TTL row's expiry
+ * index hashes a key too long for it, store/schema.h kv_expiry): the key is at
+ * most 511 - 17 - 8 = 486 bytes, less "s3:" (3), a 64-byte sink name and
  * ":node=" (6): 413. */
 #define SINK_INSTANCE_ESC_MAX (511 - 17 - 8 - 3 - SINK_NAME_MAX - 6)
 
 enum sink_format { SINK_FORMAT_JSONL, SINK_FORMAT_PARQUET };
 enum sink_sse { SINK_SSE_OFF, SINK_SSE_AES256, SINK_SSE_KMS };
 
-/* One tenant's sink (5.3). From the environment it is the default tenant's
- * sink; is_set is false when no per-tenant variable is set at all (then
- * there is no environment sink, which is not an error). */
+/* One tenant's sink (docs/design/config.md §3). From the environment it is the
+ * default tenant's sink; is_set is false when no per-tenant variable is set at
+ * all (then there is no environment sink, which is not an error). */
 struct sink_config {
     bool is_set;
     char sink[SINK_NAME_MAX + 1]; /* QUEEN_S3_SINK, "default" */
@@ -75,7 +77,8 @@ struct sink_config {
     uint64_t max_window_ms;            /* 300000, 100..=86400000 */
 };
 
-/* Node-wide settings (3.1, 5.2, 5.4): environment only. */
+/* Node-wide settings (docs/design/protocol.md §1 and docs/design/config.md
+ * §2, §4): environment only. */
 struct sink_node_config {
     uint32_t threads;               /* QUEEN_S3_THREADS or clamp(cores/4,1,2) */
     uint64_t shutdown_grace_ms;     /* 30000, 100..=3600000 */
@@ -109,8 +112,9 @@ struct sink_env {
 };
 
 /* Fill c and n from env. Returns 0, or ERR_INVALID with err->msg the
- * reference's message (cut to fit) and n->fatal the whole prefixed line.
- * On success free c with sink_config_free(); on failure nothing is held. */
+ * message of docs/design/config.md §5 (cut to fit) and n->fatal the whole
+ * prefixed line. On success free c with sink_config_free(); on failure nothing
+ * is held. */
 int sink_config_load(struct sink_config *c, struct sink_node_config *n,
                      const struct sink_env *env, struct err *err);
 
@@ -121,12 +125,13 @@ int sink_config_load(struct sink_config *c, struct sink_node_config *n,
 int sink_config_from_env(struct sink_config *c, struct sink_node_config *n,
                          struct err *err);
 
-/* A control-plane tenant's sink from its JSON document (reference 5.5):
- * the fields of 5.3 under their document names, typed as 5.5 says, with the
- * secret key passed beside the document (never inside it). Node-wide
- * fields, secretKey and unknown fields are refused. Returns 0, or
- * ERR_INVALID with err->msg the message (cut to fit) and, when msg is not
- * NULL, the whole message appended to msg. Free c with sink_config_free(). */
+/* A control-plane tenant's sink from its JSON document (docs/design/config.md
+ * §5): the fields of docs/design/config.md §3 under their document names,
+ * typed as docs/design/config.md §5 says, with the secret key passed beside the
+ * document (never inside it). Node-wide fields, secretKey and unknown fields
+ * are refused. Returns 0, or ERR_INVALID with err->msg the message (cut to fit)
+ * and, when msg is not NULL, the whole message appended to msg. Free c with
+ * sink_config_free(). */
 int sink_config_from_doc(struct sink_config *c, const char *tenant,
                          struct slice doc, const char *secret, struct buf *msg,
                          struct err *err);
@@ -137,7 +142,8 @@ void sink_config_free(struct sink_config *c);
 void sink_config_ignored_warning(const struct sink_node_config *n,
                                  struct buf *out);
 
-/* Append the boot line of 5.6 (never the secret). tenant as printed. */
+/* Append the boot line of docs/design/config.md §6 (never the secret). tenant
+ * as printed. */
 int sink_config_boot_line(const struct sink_config *c,
                           const struct sink_node_config *n, const char *tenant,
                           struct buf *out, struct err *err);
@@ -148,7 +154,8 @@ const char *sink_sse_name(enum sink_sse s);
 /* The compression column: the JSONL codec, or the Parquet codec. */
 const char *sink_config_compression_name(const struct sink_config *c);
 
-/* Parse a boolean of 5.1 (true|1|yes|on, false|0|no|off; any case). */
+/* Parse a boolean of docs/design/config.md §1 (true|1|yes|on, false|0|no|off;
+ * any case). */
 bool sink_parse_bool(const char *s, bool *out);
 
 #endif

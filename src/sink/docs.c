@@ -1,4 +1,4 @@
-/* Documents the sink writes and reads back (reference 4.3-4.5).
+/* Documents the sink writes and reads back (docs/design/formats.md §3-§5).
  *
  * Encoding goes through the JSON writer (base/json.h), so key order is the
  * order of the calls below and nothing is pretty-printed. Decoding parses

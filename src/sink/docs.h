@@ -1,13 +1,13 @@
-/* Documents the sink writes and reads back (reference 4.3-4.5): the window
- * manifest, the checkpoint object, and the KV intent, committed, lease and
- * presence documents. Pure: encode to a buffer, decode from bytes.
+/* Documents the sink writes and reads back (docs/design/formats.md §3-§5): the
+ * window manifest, the checkpoint object, and the KV intent, committed, lease
+ * and presence documents. Pure: encode to a buffer, decode from bytes.
  *
- * Encoders write compact JSON with keys in the reference's order. Decoders
- * treat their input as untrusted (it comes from the bucket or the KV store):
- * any malformed input is an error, never a crash, and they are tolerant
- * where the reference says so (manifest tenant "" and lost [] when absent;
- * checkpoint positions with a null id or extra elements; committed tEnd as
- * an ISO-us string or integer us).
+ * Encoders write compact JSON with keys in the order of docs/design/formats.md.
+ * Decoders treat their input as untrusted (it comes from the bucket or the KV
+ * store): any malformed input is an error, never a crash, and they are tolerant
+ * where docs/design/formats.md says so (manifest tenant "" and lost [] when
+ * absent; checkpoint positions with a null id or extra elements; committed tEnd
+ * as an ISO-us string or integer us).
  *
  * Decoded strings and arrays live in a caller's arena: pass an empty buffer
  * (buf_init, any max >= the input size); on success the slices and arrays of
@@ -23,7 +23,7 @@
 #include "base/common.h"
 #include "base/err.h"
 
-/* ---- manifest (4.3) ---------------------------------------------------- */
+/* ---- manifest (docs/design/formats.md §3) -------------------------------- */
 
 struct docs_object {
     struct slice key;
@@ -72,7 +72,7 @@ int docs_manifest_encode(struct buf *out, const struct docs_manifest *m,
 int docs_manifest_decode(const char *p, size_t n, struct docs_manifest *m,
                          struct buf *arena, struct err *err);
 
-/* ---- checkpoint (4.4) --------------------------------------------------- */
+/* ---- checkpoint (docs/design/formats.md §4) ------------------------------ */
 
 #define DOCS_CHECKPOINT_MAX_DECODED ((size_t)512 * 1024 * 1024)
 
@@ -95,17 +95,18 @@ struct docs_checkpoint {
 int docs_checkpoint_encode(struct buf *out, const struct docs_checkpoint *cp,
                            struct err *err);
 /* Whether window k writes a checkpoint: every != 0 and k % every == 0
- * (reference 3.8.4; every 20 over k = 1..41 gives 20 and 40; 0 disables). */
+ * (docs/design/protocol.md §6.4; every 20 over k = 1..41 gives 20 and 40; 0
+ * disables). */
 bool docs_checkpoint_due(int64_t k, int64_t every);
 
 /* Positions come back sorted as stored. Errors are ERR_CORRUPT with the
- * reference's texts: "checkpoint: not a zstd frame: ...", "checkpoint: zstd
- * decode: ...", "checkpoint: decodes to more than 536870912 bytes;
- * refusing", "checkpoint: bad JSON: ...". */
+ * texts of docs/design/formats.md §4: "checkpoint: not a zstd frame: ...",
+ * "checkpoint: zstd decode: ...", "checkpoint: decodes to more than 536870912
+ * bytes; refusing", "checkpoint: bad JSON: ...". */
 int docs_checkpoint_decode(const void *p, size_t n, struct docs_checkpoint *cp,
                            struct buf *arena, struct err *err);
 
-/* ---- KV documents (4.5) ------------------------------------------------- */
+/* ---- KV documents (docs/design/formats.md §5) ---------------------------- */
 
 struct docs_intent {
     int64_t k;
@@ -147,8 +148,8 @@ int docs_lease_decode(const char *p, size_t n, struct docs_lease *l,
                       struct buf *arena, struct err *err);
 
 /* Whether a decoded manifest is the upload of this intent for this queue
- * (reference 3.5: k, bounds, format, compression, layout, writer, sink,
- * tenant, queue all equal). */
+ * (docs/design/protocol.md §5: k, bounds, format, compression, layout, writer,
+ * sink, tenant, queue all equal). */
 bool docs_manifest_matches(const struct docs_manifest *m,
                            const struct docs_intent *in, struct slice sink,
                            struct slice tenant, struct slice queue);

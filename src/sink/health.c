@@ -1,5 +1,5 @@
-/* The health verdict (reference 3.12): is any watched queue's lake staler
- * than the limit?
+/* The health verdict (docs/design/window.md §13): is any watched queue's lake
+ * staler than the limit?
  *
  * A small array of watched queues under one mutex; the sink watches a few
  * hundred queues at most, so a verdict is a linear pass. Clock values are the

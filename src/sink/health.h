@@ -1,5 +1,5 @@
-/* The health verdict (reference 3.12): is any watched queue's lake staler
- * than the limit? Pure and thread-safe: time is an argument (a monotonic
+/* The health verdict (docs/design/window.md §13): is any watched queue's lake
+ * staler than the limit? Pure and thread-safe: time is an argument (a monotonic
  * millisecond clock), a mutex guards the table.
  *   (1) limit_ms = max(3 x maxWindowMs, 30000).
  *   (2) lag_ms(now) = last reported lag + (now - at); with no report yet,

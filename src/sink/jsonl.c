@@ -1,4 +1,5 @@
-/* The JSONL writer: a window's records as one object body (reference 4.6).
+/* The JSONL writer: a window's records as one object body
+ * (docs/design/formats.md §6).
  *
  * Records arrive in (partition, offset) order and are formatted one line at
  * a time. For `none` a line goes straight into the body. For zstd and gzip

@@ -1,6 +1,6 @@
 /* The JSONL writer: a window's records as one object body, one line per
- * record (reference 4.6). Pure: no I/O, no clock; the bytes are a function of
- * the records and the codec only (same records, same bytes).
+ * record (docs/design/formats.md §6). Pure: no I/O, no clock; the bytes are a
+ * function of the records and the codec only (same records, same bytes).
  *
  * A line is exactly
  *   {"partition":<str>,"offset":<int>,"transactionId":<str>,
@@ -32,8 +32,8 @@ enum jsonl_codec {
 };
 
 /* "zstd", "gzip" or "none" (also accepted: "" and "plain" for none).
- * "snappy" is refused with the reference's text; anything else with
- * `jsonl: unknown compression "<name>"`. */
+ * "snappy" is refused with the text of docs/design/formats.md §6; anything else
+ * with `jsonl: unknown compression "<name>"`. */
 int jsonl_codec_parse(const char *name, enum jsonl_codec *out, struct err *err);
 /* "zstd", "gzip", "none": the manifest's and intent's compression. */
 const char *jsonl_codec_name(enum jsonl_codec c);

@@ -1,5 +1,6 @@
 /* Layout: every name the sink writes, in the bucket and in the KV store
- * (reference 4.1, 4.2, 3.3, 3.4). Pure string building; no I/O.
+ * (docs/design/formats.md §1, §2 and docs/design/protocol.md §3, §4). Pure
+ * string building; no I/O.
  *
  * Bucket keys (esc = pct_escape; the prefix and the sink name are never
  * escaped, they are validated by the config):

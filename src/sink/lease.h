@@ -1,5 +1,5 @@
-/* The lease of one queue (reference 3.3): a KV row in namespace queen-s3,
- * key s3:<sink>:<esc queue>:lease, value {"instance","incarnation",
+/* The lease of one queue (docs/design/protocol.md §3): a KV row in namespace
+ * queen-s3, key s3:<sink>:<esc queue>:lease, value {"instance","incarnation",
  * "sinceMs"} with a TTL of max(1, ttl_ms / 1000) seconds.
  *   (1) The handle holds the version of the row it last wrote (0 = not
  *       held) and a sticky lost flag: once lost, never held again.

@@ -1,5 +1,5 @@
-/* Sink observability (reference 6.2): the queen_s3_* registry, its text
- * exposition, and the log Sampler.
+/* Sink observability (docs/design/observability.md §2): the queen_s3_*
+ * registry, its text exposition, and the log Sampler.
  *
  * A series is (family, label text) with a value, or bucket counts for the
  * two histograms. The label text is built once when the series is created

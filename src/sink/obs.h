@@ -1,9 +1,9 @@
-/* Sink observability (reference 6.2): a thread-safe registry of the fifteen
- * queen_s3_* families and their Prometheus text exposition, plus the log
- * Sampler that rate-limits repeated log lines.
+/* Sink observability (docs/design/observability.md §2): a thread-safe registry
+ * of the fifteen queen_s3_* families and their Prometheus text exposition, plus
+ * the log Sampler that rate-limits repeated log lines.
  *   (1) Every family is declared (# HELP, # TYPE) in the fixed order of
- *       6.2 even with no samples; within a family series are sorted by
- *       their label text.
+ *       docs/design/observability.md §2 even with no samples; within a family
+ *       series are sorted by their label text.
  *   (2) Series of a non-default tenant carry tenant="<id>" as the first
  *       label; safe_lag_seconds and buffer_bytes never carry a tenant.
  *   (3) Per-queue gauges (lag, discovery partitions, checkpoint age) are

@@ -1,5 +1,5 @@
-/* Placement (reference 3.4): how the nodes of a cluster share the queues of
- * a sink without talking to each other.
+/* Placement (docs/design/protocol.md §4): how the nodes of a cluster share the
+ * queues of a sink without talking to each other.
  *
  * There is no coordinator. Each node counts the presence rows, computes its
  * fair share and behaves: a node at or above its share waits a TTL longer

@@ -1,6 +1,6 @@
-/* Placement (reference 3.4): how the nodes of a cluster share the queues of
- * a sink without talking to each other. Every node writes a presence row
- * (s3:<sink>:node=<esc instance>, TTL) and counts the rows: N nodes. A node
+/* Placement (docs/design/protocol.md §4): how the nodes of a cluster share the
+ * queues of a sink without talking to each other. Every node writes a presence
+ * row (s3:<sink>:node=<esc instance>, TTL) and counts the rows: N nodes. A node
  * aims at fair_share = ceil(Q / N) of the Q queues; it paces its claims, and
  * when it has held more than its share for a full TTL it gives back the
  * queue with the least buffered bytes (ties by name), one at a time.
@@ -59,9 +59,9 @@ int64_t placement_claim_sleep_ms(int64_t due, int64_t now, int64_t ttl_ms);
  * ttl / 3) + jitter. */
 int64_t placement_held_wait_ms(int64_t ttl_ms, bool at_or_above,
                                int64_t jitter_ms);
-/* Delay before retrying a failed claim (3.9): not retriable -> ttl;
- * retry_after_ms >= 0 -> min(it, ttl); else min(1 s << (failures - 1)
- * (shift <= 16) + jitter, ttl). */
+/* Delay before retrying a failed claim (docs/design/protocol.md §7): not
+ * retriable -> ttl; retry_after_ms >= 0 -> min(it, ttl); else min(1 s <<
+ * (failures - 1) (shift <= 16) + jitter, ttl). */
 int64_t placement_claim_retry_ms(int failures, bool is_retriable,
                                  int64_t retry_after_ms, int64_t jitter_ms,
                                  int64_t ttl_ms);

@@ -5,8 +5,8 @@
  * Galloping backwards from the head (probes at head-1, head-2, head-4, ...,
  * clamped to the log start) until a record older than T is seen, then
  * bisection between the last older and the first newer record. Stamps are
- * non-decreasing with the offset inside a partition (reference 2.2), which is
- * what makes both phases sound.
+ * non-decreasing with the offset inside a partition (docs/design/http-api.md
+ * §12), which is what makes both phases sound.
  *
  * Invariants, with head = last_offset + 1:
  *   (1) lo <= answer <= hi, where every existing offset below lo has ts < T

@@ -1,10 +1,11 @@
-/* The `s3` block of GET /status (reference 6.1) rendered from plain
- * structs.
+/* The `s3` block of GET /status (docs/design/observability.md §1) rendered from
+ * plain structs.
  *
  * The renderer sorts pointers to the caller's rows (queues by name, sinks
- * by tenant) and writes each key in the reference's order with the JSON
- * writer, so the seed's jq projections find every field where they look.
- * Secrets cannot appear: no struct here has a field for one. */
+ * by tenant) and writes each key in the order of docs/design/observability.md
+ * §1 with the JSON writer, so the jq projections of docs/s3-sink.md find every
+ * field where they look. Secrets cannot appear: no struct here has a field for
+ * one. */
 #include "sink/status.h"
 
 #include <stdlib.h>

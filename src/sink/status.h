@@ -1,7 +1,7 @@
-/* The `s3` block of GET /status (reference 6.1) rendered from plain
- * structs. Pure: the host fills the structs from its sinks, drivers, health
- * and budget under its own locks, then renders; nothing here reads a clock
- * or holds a secret (there is no field for one).
+/* The `s3` block of GET /status (docs/design/observability.md §1) rendered from
+ * plain structs. Pure: the host fills the structs from its sinks, drivers,
+ * health and budget under its own locks, then renders; nothing here reads a
+ * clock or holds a secret (there is no field for one).
  *   (1) Keys come in a fixed order: node keys, then each sink's host keys,
  *       then its own keys; rows sorted by queue name, sinks by tenant (byte
  *       order).

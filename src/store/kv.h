@@ -1,8 +1,9 @@
-/* The KV rows in LMDB (reference 1.7, 4.5; DESIGN §2 and §4): the types of
- * a KV batch and its answer, validation, the CMD_KV body codec, the apply of
- * a batch inside the fsm's write transaction, reads in a read transaction,
- * and the bounded expiry sweep. Pure of clocks: "now" is always an argument
- * (the command's stamp when applying).
+/* The KV rows in LMDB (docs/design/http-api.md §7 and docs/design/formats.md
+ * §5; docs/architecture.md §1 and §5): the types of a KV batch and its answer,
+ * validation, the CMD_KV body codec, the apply of a batch inside the fsm's
+ * write transaction, reads in a read transaction, and the bounded expiry sweep.
+ * Pure of clocks: "now" is always an argument (the command's stamp when
+ * applying).
  *
  * Invariants:
  *   (1) Versions come from one store-wide counter in meta ("kv_version"),

@@ -34,8 +34,8 @@ struct store;
 extern const uint8_t STORE_DEFAULT_TENANT[16];
 
 #define STORE_MAP_SIZE_DEFAULT  ((uint64_t)64 << 30) /* 64 GiB, sparse */
-#define STORE_FETCH_MAX_RECORDS 10000 /* per entry (reference 1.3) */
-#define STORE_CHANGED_LIMIT_MAX 1000  /* reference 1.4 */
+#define STORE_FETCH_MAX_RECORDS 10000 /* docs/design/http-api.md §3 */
+#define STORE_CHANGED_LIMIT_MAX 1000  /* docs/design/http-api.md §4 */
 #define STORE_ANSWER_MAX        ((size_t)512 * 1024 * 1024) /* arena cap */
 
 /* Open (creating the directory's files) the environment in dir, which must
@@ -103,13 +103,14 @@ void store_options_set_ints(struct store_queue_options *o,
 uint8_t store_options_flags(const struct store_queue_options *o);
 void store_options_set_flags(struct store_queue_options *o, uint8_t f);
 
-/* Defaults of a queue created implicitly by a push (reference 1.2: lease
- * 60 s, retention off, hold empty, hold ceiling stored as 0, dedup 3600). */
+/* Defaults of a queue created implicitly by a push (docs/design/http-api.md §2:
+ * lease 60 s, retention off, hold empty, hold ceiling stored as 0, dedup 3600).
+ * */
 void store_queue_options_implicit(struct store_queue_options *o);
-/* Defaults of a configured queue (reference 1.5). */
+/* Defaults of a configured queue (docs/design/http-api.md §5). */
 void store_queue_options_configured(struct store_queue_options *o);
 
-/* ---- fetch (reference 1.3) ---------------------------------------------- */
+/* ---- fetch (docs/design/http-api.md §3) ---------------------------------- */
 
 struct store_fetch_req {
     struct slice queue;     /* borrowed */
@@ -142,15 +143,15 @@ struct store_fetch_answer {
 
 /* Read every entry of one fetch in one read transaction. Borrows reqs;
  * fills ans (owned by the caller: free with store_fetch_answer_free(), also
- * after a failure). Per-entry rules are reference 1.3's; a call error
- * (ERR_IO, ERR_TOO_BIG past STORE_ANSWER_MAX) fails the whole call. Any
- * thread. */
+ * after a failure). The per-entry rules are those of docs/design/http-api.md
+ * §3; a call error (ERR_IO, ERR_TOO_BIG past STORE_ANSWER_MAX) fails the whole
+ * call. Any thread. */
 int store_fetch(struct store *s, const uint8_t tenant[16],
                 const struct store_fetch_req *reqs, size_t n,
                 struct store_fetch_answer *ans, struct err *err);
 void store_fetch_answer_free(struct store_fetch_answer *ans);
 
-/* ---- partitions changed (reference 1.4) -------------------------------- */
+/* ---- partitions changed (docs/design/http-api.md §4) --------------------- */
 
 struct store_changed_req {
     struct slice queue; /* borrowed */
@@ -179,7 +180,8 @@ struct store_changed_entry {
 };
 
 struct store_changed_answer {
-    int64_t safe_time; /* read first, in the same transaction (2.1) */
+    /* Read first, in the same transaction (docs/design/http-api.md §11). */
+    int64_t safe_time;
     size_t n_entries;
     struct store_changed_entry *entries;
     struct buf arena;
@@ -232,8 +234,8 @@ int store_stale_boundary(struct store *s, uint64_t pid, int64_t cutoff,
 /* ---- meta -----------------------------------------------------------------
  */
 
-/* This node's safeTime (reference 2.1): the greatest applied stamp, µs; 0
- * before the first stamped entry. Any thread. */
+/* This node's safeTime (docs/design/http-api.md §11): the greatest applied
+ * stamp, µs; 0 before the first stamped entry. Any thread. */
 int store_safe_time(struct store *s, int64_t *out, struct err *err);
 
 struct store_stats {

@@ -1,7 +1,8 @@
-/* The store's reads: fetch by offset (reference 1.3), partitions changed
- * (reference 1.4), queue listing, safeTime and stats. Plain C answers, no
- * JSON: the HTTP handlers and the sink threads call the same functions, so
- * what a client sees and what the sink sees cannot drift apart.
+/* The store's reads: fetch by offset (docs/design/http-api.md §3), partitions
+ * changed (docs/design/http-api.md §4), queue listing, safeTime and stats.
+ * Plain C answers, no JSON: the HTTP handlers and the sink threads call the
+ * same functions, so what a client sees and what the sink sees cannot drift
+ * apart.
  *
  * Each call runs in one read transaction under swap_lock (shared) and copies
  * what it returns into the answer's arena before the transaction ends. The

@@ -7,7 +7,7 @@ needs and nothing else:
   client --SigV4--> data port (this proxy) --anonymous--> s3rver (child)
   test   ---------> control port (faults, stats, uploads; JSON)
 
-Why a proxy: s3rver 3.7.1 (notes/dependencies.md section 5) accepts any
+Why a proxy: s3rver 3.7.1 (docs/design/dependencies.md §5) accepts any
 signature, any Content-MD5 and any x-amz-content-sha256, has no
 AbortMultipartUpload, ListParts or ListMultipartUploads, answers a multipart
 completion with a plain MD5 ETag, lists keys in directory-walk order (not
@@ -107,7 +107,7 @@ def error_body(err, resource):
 
 
 # ---------------------------------------------------------------------------
-# s3rver's directory (layout in notes/dependencies.md section 5)
+# s3rver's directory (layout in docs/design/dependencies.md §5)
 
 def key_is_storable(key):
     """A key s3rver can hold as a file: no empty, '.' or '..' segment, no

@@ -1,4 +1,5 @@
-"""The test bucket itself (reference 7.9 `s3` scenario, as far as it applies
+"""The test bucket itself (docs/design/scenarios.md §9 `s3` scenario, as far as
+it applies
 to s3rver behind our proxy): signatures, digests, keys, listing, multipart,
 abort, faults, the request log and process hygiene."""
 

@@ -1,4 +1,5 @@
-"""Real readers read a lake written by the sink (issue 6, reference 7.11).
+"""Real readers read a lake written by the sink (issue 6,
+docs/design/scenarios.md §11).
 
 A real build/queen with QUEEN_S3_EMBEDDED=true writes the queue `orders`
 into the test bucket in each of JSONL zstd, JSONL gzip, JSONL none, Parquet

@@ -3,7 +3,8 @@ embedded S3 sink, pointed at the test bucket (tests/bucket, the `bucket`
 fixture of tests/conftest.py).
 
 `sink_node(env=None, data_dir=None, start=True)` makes a broker (the
-integration suite's Broker class) with the sink settings of reference 7.9
+integration suite's Broker class) with the sink settings of
+docs/design/scenarios.md §9
 adapted to one node: JSONL, align none, max window 1000 ms, discovery
 100 ms, guard 0, lease TTL 3000 ms, grace 10000 ms, checkpoint every 2,
 start earliest; `env` overrides any of them.

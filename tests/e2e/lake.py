@@ -2,15 +2,18 @@
 
 It reads only the bucket's files (s3rver's directory, a plain directory or
 boto3) and never trusts what the sink says about itself.  verify_queue()
-checks, for one queue, every rule of reference 7.9 `verify_queue`:
+checks, for one queue, every rule of docs/design/scenarios.md §9
+`verify_queue`:
 
   (1) manifests windows/<k:010>.json numbered 1..n with no gap, compact JSON
-      with the keys in the order of reference 4.3, naming the sink, tenant,
+      with the keys in the order of docs/design/formats.md §3, naming the sink,
+      tenant,
       queue and k; format, compression, layout and writer as expected; lost
       ranges as expected (none unless the test says which); tStart < tEnd
       and tStart(k) = tEnd(k-1) (windows tile);
   (2) each manifest's objects at the keys derived from (prefix, tenant,
-      queue, k, tStart, tEnd, align, layout) (reference 4.2), with bytes,
+      queue, k, tStart, tEnd, align, layout) (docs/design/formats.md §2), with
+      bytes,
       sha256, records, partitions, minTs and maxTs matching the objects;
   (3) each object decoded per its extension (.jsonl.zst, .jsonl.gz, .jsonl)
       ends with LF, one line per record, each line's envelope byte-exact
@@ -30,7 +33,8 @@ checks, for one queue, every rule of reference 7.9 `verify_queue`:
 
 Parquet objects are read with DuckDB (npm @duckdb/node-api, one node process
 per verification), never with our own decoder: rule (3) becomes the schema,
-codec and footer of reference 4.7, and a payload is compared verbatim (in
+codec and footer of docs/design/formats.md §7, and a payload is compared
+verbatim (in
 Parquet raw LF/CR stay; an empty payload is NULL).
 
 A failure raises LakeError(reason); the reason names the rule's words
@@ -71,7 +75,8 @@ EXTENSIONS = {("jsonl", "zstd"): "jsonl.zst", ("jsonl", "gzip"): "jsonl.gz",
               ("jsonl", "none"): "jsonl", ("parquet", "zstd"): "parquet",
               ("parquet", "snappy"): "parquet"}
 # The writer strings our sink writes (src/sink/jsonl.h, src/sink/parquet.h).
-# The Parquet tag is ours, "q1", not parquet-rs's "59": reference 9.4 allows a
+# The Parquet tag is ours, "q1", not parquet-rs's "59": docs/design/formats.md
+# §8 allows a
 # re-implementation its own, and a redo compares the whole string.
 WRITER_FORMATS = {("jsonl", "zstd"): "jsonl+zstd", ("jsonl", "gzip"):
                   "jsonl+gzip", ("jsonl", "none"): "jsonl",
@@ -177,10 +182,11 @@ class Boto3Reader:
 
 
 # ---------------------------------------------------------------------------
-# Names, keys and stamps (reference 4.1, 4.2, 4.10)
+# Names, keys and stamps (docs/design/formats.md §1, §2, §10)
 
 def esc(name):
-    """Reference 4.1: every byte outside A-Z a-z 0-9 . _ - as %XX."""
+    """docs/design/formats.md §1: every byte outside A-Z a-z 0-9 . _ - as
+    %XX."""
     return "".join(chr(c) if c in SAFE else "%%%02X" % c
                    for c in name.encode("utf-8"))
 
@@ -225,7 +231,7 @@ def checkpoint_key(prefix, tenant, queue, k):
 def data_key(prefix, tenant, queue, k, t_start, t_end, *, fmt="jsonl",
              compression="zstd", align="hour", partition=None, first=None,
              last=None):
-    """Reference 4.2; dt/hour from max(tStart, 0)."""
+    """docs/design/formats.md §2; dt/hour from max(tStart, 0)."""
     stamp = iso_us(max(t_start, 0))
     parts = [queue_root(prefix, tenant, queue), "dt=" + stamp[:10]]
     if align in ("hour", "none"):
@@ -242,7 +248,7 @@ def data_key(prefix, tenant, queue, k, t_start, t_end, *, fmt="jsonl",
 # Encoding (make_lake) and decoding
 
 def jsonl_line(partition, offset, txn, ts_us, payload):
-    """One record as the sink writes it (reference 4.6)."""
+    """One record as the sink writes it (docs/design/formats.md §6)."""
     if payload is None or payload == b"":
         payload = b"null"
     payload = payload.replace(b"\n", b" ").replace(b"\r", b" ")
@@ -764,7 +770,7 @@ def wait_queue(reader, prefix, tenant, queue, acked, timeout, settle=3.0,
 
 
 # ---------------------------------------------------------------------------
-# Parquet through DuckDB (reference 4.7)
+# Parquet through DuckDB (docs/design/formats.md §7)
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DUCKDB_DUMP = r"""
@@ -914,7 +920,7 @@ def parquet_with_tool(records, queue, tenant, codec):
 
 
 # ---------------------------------------------------------------------------
-# Building the acked list from pushes (reference 1.2)
+# Building the acked list from pushes (docs/design/http-api.md §2)
 
 def push_body(items):
     """POST /api/v1/push body for items [{"queue", "partition"?,

@@ -1,4 +1,5 @@
-"""Helpers of the sink's end-to-end tests: the sink settings of reference 7.9
+"""Helpers of the sink's end-to-end tests: the sink settings of
+docs/design/scenarios.md §9
 adapted to one node, and reads of KV rows and /status rows over HTTP. A
 module of its own (not conftest) so tests import it by a name no other
 directory uses."""

@@ -1,7 +1,7 @@
-"""The lake verifier's self-test (reference 7.9 `self` scenario): a good
-hand-made lake is accepted, and each of nine damages is refused with its own
-reason.  Also pins the formats the verifier derives (reference 4.1, 4.2,
-4.6) to the reference's test vectors."""
+"""The lake verifier's self-test (the `self` check of
+docs/design/scenarios.md §9): a good hand-made lake is accepted, and each of
+nine damages is refused with its own reason.  Also pins the formats the
+verifier derives (docs/design/formats.md §1, §2, §6) to their test vectors."""
 
 import copy
 import hashlib

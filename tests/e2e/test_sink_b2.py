@@ -1,4 +1,5 @@
-"""Scenario b2 (reference 7.9): the node aborts between two parts of a
+"""Scenario b2 (docs/design/scenarios.md §9): the node aborts between two parts
+of a
 multipart data object (QUEEN_S3_CRASH_AT=mid_upload with a 20 MB window
 over a 5 MB multipart threshold).  The bucket then holds exactly one
 stranded upload with one 16 MiB part and no object; the unarmed restart

@@ -1,4 +1,5 @@
-"""Scenario a, one queue (reference 7.9): a single node mirrors the queue
+"""Scenario a, one queue (docs/design/scenarios.md §9): a single node mirrors
+the queue
 `orders` into the test bucket in JSONL (zstd), exactly once, and what
 /status, /metrics/prometheus and the KV commit pointer say agrees with the
 lake the verifier reads from s3rver's files."""
@@ -129,7 +130,7 @@ def test_per_partition_layout_aligned_by_day(sink_node, bucket):
 
 def test_memory_budget_closes_the_window_early(sink_node, bucket):
     # Neither size (128 MB) nor age (10 min) can close a window here: only
-    # the node's 1 MiB budget can (reference 3.10).
+    # the node's 1 MiB budget can (docs/design/window.md §12).
     node = sink_node({"QUEEN_S3_MEMORY_MB": "1",
                       "QUEEN_S3_MAX_WINDOW_MS": "600000"})
     reader = lake.bucket_reader(bucket)
@@ -146,7 +147,8 @@ def test_memory_budget_closes_the_window_early(sink_node, bucket):
     assert "memory budget reached: closing this queue's window early" in \
         node.stderr()
     # What is left after the last forced close may weigh less than the
-    # budget and then waits for its age, as the reference says. A restart
+    # budget and then waits for its age, as docs/design/window.md §9 says. A
+    # restart
     # with the default age limit commits it: every record exactly once.
     assert node.stop() == 0
     node = sink_node(data_dir=node.data_dir)

@@ -1,4 +1,5 @@
-"""The sink's boot (reference 3.1, 3.2, 7.9): a bad setting stops the boot
+"""The sink's boot (docs/design/protocol.md §1, §2 and docs/design/scenarios.md
+§9): a bad setting stops the boot
 with one FATAL line and exit 2; without QUEEN_S3_EMBEDDED there is no `s3`
 block; a named queue that does not exist yet shows `missing` until its
 first push, then ships; scenario e: names that need escaping and payloads

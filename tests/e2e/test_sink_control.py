@@ -1,4 +1,5 @@
-"""The sink's control plane on one node (reference 3.1, 3.4, 6.1): a boot
+"""The sink's control plane on one node (docs/design/protocol.md §1, §4 and
+docs/design/observability.md §1): a boot
 whose HTTP listener cannot bind stops with one FATAL line and starts no
 sink thread (so it claims nothing), the status block shows the host's
 phase, the run's restart keys and the trivial placement of one node, a

@@ -1,4 +1,5 @@
-"""Scenario b (reference 7.9) for every object format the sink writes: the
+"""Scenario b (docs/design/scenarios.md §9) for every object format the sink
+writes: the
 node aborts at each crash point of the commit sequence (QUEEN_S3_CRASH_AT),
 the KV pointers and the bucket show exactly what that point leaves behind,
 and the next run redoes or commits the window so the lake is complete,

@@ -1,4 +1,5 @@
-"""Scenario c (reference 3.11, 7.9): SIGTERM drains the sink before the
+"""Scenario c (docs/design/protocol.md §8 and docs/design/scenarios.md §9):
+SIGTERM drains the sink before the
 broker's listener drains. Three cases (put delay, grace, lease TTL):
 filling (no delay): every queue drains at once and gives its lease back;
 upload (a data PUT held 2.5 s): the window in flight is finished, not

@@ -1,4 +1,5 @@
-"""Scenario g (reference 7.9): bucket faults. A bucket that does not answer
+"""Scenario g (docs/design/scenarios.md §9): bucket faults. A bucket that does
+not answer
 yet shows in /status and holds everything back (no lease before the bucket
 answers); once it answers the lake completes. Injected 503 SlowDown and 500
 InternalError on PUTs are retried: the lake stays exact and the S3 request
@@ -69,7 +70,7 @@ def test_bucket_down_then_faults(broker_factory, tmp_path):
         later.stop()
 
 
-F_SECONDS = 40  # reference 7.9 scenario f: --f-seconds 40
+F_SECONDS = 40  # docs/design/scenarios.md §9 scenario f: --f-seconds 40
 F_SLICE = 10
 
 
@@ -135,7 +136,8 @@ def test_short_ttl_never_fences_itself(sink_node, bucket):
 
 
 def test_a_put_held_past_the_ttl_does_not_fence(sink_node, bucket):
-    """The lease is refreshed beside the queue's task (reference 3.3: a
+    """The lease is refreshed beside the queue's task (docs/design/protocol.md
+    §3: a
     background refresher), so a data PUT the bucket holds for three TTLs
     delays the window but neither loses the lease nor fences the commit."""
     node = sink_node({"QUEEN_S3_LEASE_TTL_MS": "1000"})

@@ -1,4 +1,5 @@
-"""Scenario a (reference 7.9, scaled down) with QUEEN_S3_FORMAT=parquet: a
+"""Scenario a (docs/design/scenarios.md §9, scaled down) with
+QUEEN_S3_FORMAT=parquet: a
 node mirrors a queue into Parquet objects exactly once, with either codec.
 The lake is read through DuckDB by lake.verify_queue(fmt="parquet").
 Both codecs share one test bucket, a queue each.  Scenario b with Parquet

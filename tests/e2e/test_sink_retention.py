@@ -1,7 +1,9 @@
-"""Retention shorter than the lag of a running sink (issue 5, reference 1.6
-and 3.6.8).  The sink runs all along; the bucket makes it lag: a `hold`
+"""Retention shorter than the lag of a running sink (issue 5,
+docs/design/http-api.md §6 and docs/design/window.md §8).  The sink runs all
+along; the bucket makes it lag: a `hold`
 fault keeps its data PUTs (one per queue) until the test releases them, and
-a queue driver reads nothing while its upload is in flight (reference 3.7:
+a queue driver reads nothing while its upload is in flight
+(docs/design/window.md §11:
 the tick's actions run in order, fetches after the upload).
 
 Two queues on one node, pushed the same records at the same moments:

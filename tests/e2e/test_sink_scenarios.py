@@ -1,4 +1,5 @@
-"""Scenario a of reference 7.9 on one node, scaled down: three queues with
+"""Scenario a of docs/design/scenarios.md §9 on one node, scaled down: three
+queues with
 300/60/20 partitions (names with non-ASCII, quote, backslash, colon,
 percent, emoji, CJK), several rounds of pushes while the sink runs, every
 fifth item without a transactionId, payloads that a JSON re-encoder would

@@ -1,4 +1,5 @@
-"""POST /api/v1/partitions/changed (reference 1.4): creation order, cursors,
+"""POST /api/v1/partitions/changed (docs/design/http-api.md §4): creation
+order, cursors,
 BAD_CURSOR, since, limit, safeTime."""
 import re
 

@@ -1,4 +1,5 @@
-"""POST /api/v1/configure (reference 1.5): defaults, typing, clamps,
+"""POST /api/v1/configure (docs/design/http-api.md §5): defaults, typing,
+clamps,
 refusals, null restores, merge/replace and the answer's shape."""
 import pytest
 

@@ -1,4 +1,5 @@
-"""POST /api/v1/fetch (reference 1.3): bounds, errors, limits, long poll."""
+"""POST /api/v1/fetch (docs/design/http-api.md §3): bounds, errors, limits,
+long poll."""
 import threading
 import time
 

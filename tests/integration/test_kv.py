@@ -1,4 +1,5 @@
-"""The KV routes of reference 1.7 against the real binary: POST /api/v1/kv
+"""The KV routes of docs/design/http-api.md §7 against the real binary: POST
+/api/v1/kv
 and the single-op routes, the envelopes and statuses, versions across a
 restart and kill -9, safeTime moved by KV writes, and the leader's sweep."""
 import http.client

@@ -1,4 +1,5 @@
-"""POST /api/v1/push (reference 1.2): the 201 array and its key order, ids,
+"""POST /api/v1/push (docs/design/http-api.md §2): the 201 array and its key
+order, ids,
 defaults, dedup, byte-exact payloads, refusals that store nothing, stamps."""
 import http.client
 import json

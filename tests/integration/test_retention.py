@@ -1,4 +1,4 @@
-"""Retention (reference 1.6): the leader trims whole appends by
+"""Retention (docs/design/http-api.md §6): the leader trims whole appends by
 retentionSeconds and maxWaitTimeSeconds; the retention sink hold keeps what
 the sink has not committed, up to its ceiling."""
 import time

@@ -1,4 +1,4 @@
-"""Retention across tenants (reference 1.1, 1.6): with
+"""Retention across tenants (docs/design/http-api.md §1, §6): with
 QUEEN_TENANCY_HEADER=true the leader plans every tenant's queues, each by
 its own options, and reads each queue's retention sink hold row from the
 queue's own tenant (KV namespace queen-s3 of that tenant)."""

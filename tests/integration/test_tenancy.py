@@ -1,4 +1,5 @@
-"""Tenancy (reference 1.1): with QUEEN_TENANCY_HEADER=true the tenant of a
+"""Tenancy (docs/design/http-api.md §1): with QUEEN_TENANCY_HEADER=true the
+tenant of a
 call is its x-queen-tenant header (a missing header is the default tenant),
 and every route sees only that tenant's queues, records and KV rows; with
 the setting off the header is ignored; a malformed header answers 400 and

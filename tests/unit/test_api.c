@@ -1,6 +1,7 @@
 /* Unit tests for the pure parts of src/api: the push, fetch and changed body
- * parsers, their renderers (exact bytes and key orders of reference 1.2-1.4)
- * and the metrics registry's exposition. No loop, no store, no raft. */
+ * parsers, their renderers (exact bytes and key orders of
+ * docs/design/http-api.md §2-§4) and the metrics registry's exposition. No
+ * loop, no store, no raft. */
 #include "api/api.h"
 #include "api/metrics.h"
 #include "api/tenant.h"

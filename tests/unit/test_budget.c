@@ -1,4 +1,5 @@
-/* sink/budget: the "over" rule of reference 3.10 and its test vector. */
+/* sink/budget: the "over" rule of docs/design/window.md §12 and its test
+ * vector. */
 #include "sink/budget.h"
 
 #include <pthread.h>

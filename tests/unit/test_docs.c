@@ -1,5 +1,5 @@
-/* Tests of the manifest, checkpoint and KV documents (reference 4.3-4.5;
- * 7.8 engine_checkpoint). */
+/* Tests of the manifest, checkpoint and KV documents (docs/design/formats.md
+ * §3-§5; docs/design/scenarios.md §8, checkpoint). */
 #include "sink/docs.h"
 
 #include <zstd.h>

@@ -1,6 +1,6 @@
-/* Tests of the queue driver (reference 7.3-7.5) over the fake broker (KV
- * semantics, partitions, safeTime) and the real S3 client over an in-memory
- * bucket. Crash points run in return mode. */
+/* Tests of the queue driver (docs/design/scenarios.md §3-§5) over the fake
+ * broker (KV semantics, partitions, safeTime) and the real S3 client over an
+ * in-memory bucket. Crash points run in return mode. */
 #include "sink/driver.h"
 
 #include <signal.h>

@@ -1,8 +1,9 @@
-/* Tests of the window engine, one per rule of reference 7.2, over the
- * simulated broker of engine_sim.h with the 7.1 test config (target 100000 B,
- * max window 2 s, align none, guard 10 ms, earliest, checkpoint every 2, 8
- * entries per call, concurrency 2, discovery limit 4, full sweep every 4,
- * prune after 3, discovery interval 100 ms) unless a test says otherwise. */
+/* Tests of the window engine, one per rule of docs/design/scenarios.md §2,
+ * over the simulated broker of engine_sim.h with the test config of
+ * docs/design/scenarios.md §1 (target 100000 B, max window 2 s, align none,
+ * guard 10 ms, earliest, checkpoint every 2, 8 entries per call, concurrency 2,
+ * discovery limit 4, full sweep every 4, prune after 3, discovery interval 100
+ * ms) unless a test says otherwise. */
 #include "harness.h"
 
 #include "engine_sim.h"

@@ -1,4 +1,5 @@
-/* sink/health: the verdict of reference 3.12 and its test vectors. */
+/* sink/health: the verdict of docs/design/window.md §13 and its test vectors.
+ * */
 #include "sink/health.h"
 
 #include "harness.h"

@@ -1,4 +1,5 @@
-/* Tests of the timestamp forms and micro arithmetic (reference 4.10). */
+/* Tests of the timestamp forms and micro arithmetic (docs/design/formats.md
+ * §10). */
 #include "base/isotime.h"
 
 #include "base/common.h"

@@ -1,4 +1,5 @@
-/* Tests of the JSONL writer (reference 4.6, 4.8; 7.8 engine_jsonl). */
+/* Tests of the JSONL writer (docs/design/formats.md §6, §8 and
+ * docs/design/scenarios.md §8 engine_jsonl). */
 #include "sink/jsonl.h"
 
 #include <zlib.h>

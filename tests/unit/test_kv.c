@@ -1,7 +1,7 @@
 /* Unit tests of the KV rows (store/kv.h) and the CMD_KV apply handler
  * (broker/kv.h) over a real LMDB store in a mkdtemp directory: one test per
- * rule of reference 1.7. Batches are applied as the fsm does, inside one
- * write transaction at the command's stamp. */
+ * rule of docs/design/http-api.md §7. Batches are applied as the fsm does,
+ * inside one write transaction at the command's stamp. */
 #include "harness.h"
 
 #include "broker/kv.h"

@@ -1,4 +1,5 @@
-/* Tests of object and KV key layout (reference 4.1, 4.2, 3.3, 3.4). */
+/* Tests of object and KV key layout (docs/design/formats.md §1, §2 and
+ * docs/design/protocol.md §3, §4). */
 #include "sink/layout.h"
 
 #include "base/isotime.h"

@@ -1,4 +1,5 @@
-/* Tests of the lease (reference 3.3) over the fake broker's KV semantics. */
+/* Tests of the lease (docs/design/protocol.md §3) over the fake broker's KV
+ * semantics. */
 #include "sink/lease.h"
 
 #include <pthread.h>

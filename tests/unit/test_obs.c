@@ -1,6 +1,6 @@
-/* sink/obs: the fifteen families of reference 6.2 in order, tenant labels,
- * histograms, number rendering, label escaping, gauge removal, the S3
- * counters, the Sampler's vector, and promtool's verdict on the text. */
+/* sink/obs: the fifteen families of docs/design/observability.md §2 in order,
+ * tenant labels, histograms, number rendering, label escaping, gauge removal,
+ * the S3 counters, the Sampler's vector, and promtool's verdict on the text. */
 #include "sink/obs.h"
 
 #include <stdlib.h>

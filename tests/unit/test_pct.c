@@ -1,4 +1,5 @@
-/* Tests of the name percent-encoding (reference 4.1, 3.3). */
+/* Tests of the name percent-encoding (docs/design/formats.md §1 and
+ * docs/design/protocol.md §3). */
 #include "base/pct.h"
 
 #include "harness.h"

@@ -1,4 +1,5 @@
-/* Tests of placement's pure parts (reference 3.4, 3.9 claim retry). */
+/* Tests of placement's pure parts (docs/design/protocol.md §4, §7 claim retry).
+ * */
 #include "sink/placement.h"
 
 #include "driver_fake.h"

@@ -1,5 +1,5 @@
-/* Tests of the S3 client over a scripted fake transport (the cases of the
- * reference's infra_s3_client.rs that apply), plus the pure pieces it
+/* Tests of the S3 client over a scripted fake transport (the cases of
+ * docs/design/scenarios.md §8 that apply), plus the pure pieces it
  * stands on: retry decisions, endpoint refusals and the counter table.
  * No network: the fake answers from a script and records every request;
  * the fake clock records every wait instead of sleeping. */

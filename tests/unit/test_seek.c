@@ -1,7 +1,8 @@
-/* Tests of the galloping/bisecting seek (reference 3.6.4, 7.8 engine_seek).
- * The log is simulated: segments of records sharing one stamp, one segment
- * per second, answered with the broker's fetch rules (OFFSET_OUT_OF_RANGE
- * outside [logStart, head], empty at the head, the first record always). */
+/* Tests of the galloping/bisecting seek (docs/design/window.md §4 and
+ * docs/design/scenarios.md §8 engine_seek). The log is simulated: segments of
+ * records sharing one stamp, one segment per second, answered with the broker's
+ * fetch rules (OFFSET_OUT_OF_RANGE outside [logStart, head], empty at the head,
+ * the first record always). */
 #include "harness.h"
 
 #include "sink/seek.h"

@@ -1,5 +1,5 @@
-/* Tests of the sink's pool and task loop (reference 3.2, 3.11) over the
- * fake broker and the in-memory bucket of driver_fake.h, each wrapped in a
+/* Tests of the sink's pool and task loop (docs/design/protocol.md §2, §8) over
+ * the fake broker and the in-memory bucket of driver_fake.h, each wrapped in a
  * mutex because the sink calls them from its threads. Waits poll a real
  * condition with a deadline. */
 #include "sink/sink.h"
@@ -771,8 +771,9 @@ TEST(a_long_upload_does_not_hold_up_the_lease_refresh)
 }
 
 /* The refresher finds the lease taken while the queue waits out a 30 s
- * Retry-After: the queue stops Fenced at once (3.3: the driver checks the
- * lost flag at every tick; the refresher makes that tick come now). */
+ * Retry-After: the queue stops Fenced at once (docs/design/protocol.md §3: the
+ * driver checks the lost flag at every tick; the refresher makes that tick come
+ * now). */
 TEST(a_lease_lost_in_a_put_backoff_stops_the_queue_at_once)
 {
     struct rig *r = rig_new(false);

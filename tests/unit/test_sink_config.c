@@ -1,6 +1,7 @@
 /* sink/config: every setting parsed from a table of variables, defaults,
- * aliases, each validation message of reference 5.5 word for word, the
- * instance rule of 3.1 and the boot line of 5.6. */
+ * aliases, each validation message of docs/design/config.md §5 word for word,
+ * the instance rule of docs/design/protocol.md §1 and the boot line of
+ * docs/design/config.md §6. */
 #include "sink/config.h"
 
 #include <ftw.h>
@@ -396,9 +397,10 @@ static const char *name_of(char *out, size_t k, char ch, const char *tail)
     return out;
 }
 
-/* Write reference 3.4's presence row (a TTL put) for the longest sink name
- * and an escaped instance of SINK_INSTANCE_ESC_MAX + extra bytes into a real
- * store, as the fsm would; 0 when both the validation and the apply took it. */
+/* Write docs/design/protocol.md §4's presence row (a TTL put) for the longest
+ * sink name and an escaped instance of SINK_INSTANCE_ESC_MAX + extra bytes into
+ * a real store, as the fsm would; 0 when both the validation and the apply took
+ * it. */
 static int presence_row_put(size_t extra)
 {
     char dir[] = "/tmp/queen-instkey-XXXXXX";
@@ -450,7 +452,7 @@ TEST(the_instance_limit_is_what_a_presence_row_holds)
 }
 
 /* QUEEN_S3_INSTANCE=inst, 414 bytes once escaped with its suffix, is
- * refused with the reference's message. */
+ * refused with the message of docs/design/config.md §5. */
 static void refuse_instance_of_414(const char *inst)
 {
     char want[SINK_FATAL_MAX];
@@ -557,7 +559,7 @@ TEST(ignored_warning)
     buf_free(&b);
 }
 
-/* ---- tenant documents (5.5) ---- */
+/* ---- tenant documents (docs/design/config.md §5) ---- */
 
 #define DOC_BASE                                                \
     "\"endpoint\":\"http://gw:7070\",\"region\":\"us-east-1\"," \
@@ -706,7 +708,8 @@ TEST(doc_empty_tenant)
                            "broker tenant its sink runs for");
 }
 
-/* ---- base/env: the trimming every setting goes through (5.1) ---- */
+/* ---- base/env: the trimming every setting goes through
+ * (docs/design/config.md §1) ---- */
 
 TEST(env_trim_trims_and_treats_blank_as_unset)
 {

@@ -1,5 +1,6 @@
-/* sink/status: the `s3` block of reference 6.1 from plain structs: key
- * order, nulls, sorting, the ok rule and the crate's test vector. */
+/* sink/status: the `s3` block of docs/design/observability.md §1 from plain
+ * structs: key order, nulls, sorting, the ok rule and the crate's test vector.
+ * */
 #include "sink/status.h"
 
 #include "harness.h"

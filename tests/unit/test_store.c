@@ -1,5 +1,5 @@
 /* Unit tests of the store's reads (store/store.h) against a real LMDB in a
- * mkdtemp directory: every rule of reference 1.3 (fetch) and 1.4
+ * mkdtemp directory: every rule of docs/design/http-api.md §3 (fetch) and 1.4
  * (partitions changed), queue listing and stats. Data goes in through the
  * real fsm. */
 #include "harness.h"

@@ -1,4 +1,5 @@
-/* Tests of the UUIDv7-like id layout and sequence rule (reference 2.3). */
+/* Tests of the UUIDv7-like id layout and sequence rule (docs/design/http-api.md
+ * §13). */
 #include "base/uuid7.h"
 
 #include <pthread.h>
