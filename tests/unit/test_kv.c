@@ -1305,3 +1305,142 @@ TEST(writes_apply_in_the_order_given_not_sorted_by_key)
     kv_answer_free(&a);
     env_close(&e);
 }
+
+/* ---- the sink's namespace is read-only over HTTP (issue 13, item 9) ------ */
+
+/* Parse body in mode (ns and key from the path for PUT/DELETE) as the
+ * routes do, validate it at the HTTP edge, then apply the reserved-namespace
+ * rule; returns its code, with the reason in reason[40]. */
+static int route_check(int mode, const char *body, const char *ns,
+                       const char *key, char *reason)
+{
+    struct api_kv k;
+    struct err err = {0};
+    int rc;
+
+    rc = api_kv_parse(&k, mode, sl(body), sl(ns), sl(key), &err);
+    if (rc == 0) {
+        rc = kv_validate(k.ops, k.n, true, reason, &err);
+    }
+    if (rc == 0) {
+        rc = api_kv_check_reserved(k.ops, k.n, reason, &err);
+    }
+    if (rc == 0) {
+        reason[0] = '\0';
+    }
+    api_kv_free(&k);
+    return rc;
+}
+
+TEST(every_http_write_into_the_sinks_namespace_is_refused_403)
+{
+    static const struct {
+        int mode;
+        const char *body;
+        const char *ns; /* of the path */
+    } writes[] = {
+        {API_KV_BATCH,
+         "[{\"op\":\"put\",\"ns\":\"queen-s3\",\"key\":\"s3:default:orders:"
+         "committed\",\"value\":{\"k\":999},\"forever\":true}]",
+         ""},
+        {API_KV_BATCH,
+         "{\"operations\":[{\"op\":\"putIfAbsent\",\"namespace\":\"queen-s3\","
+         "\"key\":\"s3:default:orders:lease\",\"value\":1,\"ttlSeconds\":30}]}",
+         ""},
+        {API_KV_BATCH,
+         "[{\"op\":\"delete\",\"ns\":\"queen-s3\",\"key\":\"s3:default:orders:"
+         "intent\"}]",
+         ""},
+        {API_KV_BATCH,
+         "[{\"op\":\"incr\",\"ns\":\"queen-s3\",\"key\":\"n\",\"forever\":"
+         "true}]",
+         ""},
+        /* one reserved op in a mixed batch refuses it whole */
+        {API_KV_BATCH,
+         "[{\"op\":\"put\",\"ns\":\"app\",\"key\":\"a\",\"value\":1,"
+         "\"forever\":true},{\"op\":\"get\",\"ns\":\"queen-s3\",\"key\":\"x\"},"
+         "{\"op\":\"put\",\"ns\":\"queen-s3\",\"key\":\"s3:default:orders:"
+         "committed\",\"value\":{\"k\":999},\"forever\":true,\"expect\":3,"
+         "\"required\":true}]",
+         ""},
+        {API_KV_PUT, "{\"value\":{\"k\":999},\"forever\":true}", "queen-s3"},
+        {API_KV_DELETE, "", "queen-s3"},
+        {API_KV_DELETE, "{\"expect\":4}", "queen-s3"},
+    };
+    char reason[40];
+
+    for (size_t i = 0; i < ARRAY_LEN(writes); i++) {
+        int rc = route_check(writes[i].mode, writes[i].body, writes[i].ns,
+                             "s3:default:orders:committed", reason);
+
+        if (rc != ERR_FORBIDDEN || strcmp(reason, "kv_reserved_namespace")) {
+            HARNESS_FAIL("write %zu: rc %d reason '%s', want ERR_FORBIDDEN "
+                         "kv_reserved_namespace",
+                         i, rc, reason);
+        }
+    }
+    EXPECT_EQ_I64(err_http_status(ERR_FORBIDDEN), 403);
+}
+
+TEST(reads_of_the_sinks_namespace_and_writes_elsewhere_pass)
+{
+    static const struct {
+        int mode;
+        const char *body;
+        const char *ns;
+    } calls[] = {
+        {API_KV_BATCH,
+         "[{\"op\":\"get\",\"ns\":\"queen-s3\",\"key\":\"s3:default:orders:"
+         "committed\"},{\"op\":\"getMany\",\"ns\":\"queen-s3\",\"keys\":"
+         "[\"a\",\"b\"]},{\"op\":\"getPrefix\",\"ns\":\"queen-s3\","
+         "\"prefix\":\"s3:\"}]",
+         ""},
+        /* near misses of the name are ordinary namespaces */
+        {API_KV_BATCH,
+         "[{\"op\":\"put\",\"ns\":\"queen-s3x\",\"key\":\"k\",\"value\":1,"
+         "\"forever\":true},{\"op\":\"put\",\"ns\":\"queen-s\",\"key\":\"k\","
+         "\"value\":1,\"forever\":true},{\"op\":\"delete\",\"ns\":\"app\","
+         "\"key\":\"k\"}]",
+         ""},
+        {API_KV_PUT, "{\"value\":1,\"forever\":true}", "app"},
+        {API_KV_DELETE, "", "queen-s3x"},
+    };
+    char reason[40];
+
+    for (size_t i = 0; i < ARRAY_LEN(calls); i++) {
+        int rc =
+            route_check(calls[i].mode, calls[i].body, calls[i].ns, "k", reason);
+
+        if (rc != 0) {
+            HARNESS_FAIL("call %zu: rc %d reason '%s', want 0", i, rc, reason);
+        }
+    }
+}
+
+/* The in-process path (the sink's kv_call_batch) validates without the
+ * HTTP rule and writes the namespace. */
+TEST(the_sink_in_process_still_writes_its_namespace)
+{
+    struct env e = {0};
+    struct kv_op o = op_put("s3:default:orders:committed", "{\"k\":1}");
+    char reason[40];
+    struct err err = {0};
+
+    env_open(&e);
+    EXPECT_EQ_I64(kv_validate(&o, 1, false, reason, &err), 0);
+    EXPECT(put_won(&e, T0, o) > 0);
+    env_close(&e);
+}
+
+TEST(the_403_body_names_the_reason_in_the_kv_envelope)
+{
+    struct buf b;
+    struct err err = {0};
+
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(
+        api_kv_render_error(403, "kv_reserved_namespace", "d", &b, &err), 0);
+    EXPECT_STR_EQ(b.data, "{\"error\":\"kv_forbidden\",\"reason\":"
+                          "\"kv_reserved_namespace\",\"detail\":\"d\"}");
+    buf_free(&b);
+}
