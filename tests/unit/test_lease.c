@@ -590,3 +590,76 @@ TEST(a_stale_pointer_batch_on_the_real_store_marks_the_lease_lost)
     lease_free(l);
     env_close(&e);
 }
+
+/* The value and version of key in the leases' tenant, through the seam. */
+static uint64_t store_seam_get(struct sink_broker *b, const char *key,
+                               char *value, size_t cap)
+{
+    struct kv_op get = {.op = KV_GET, .ns = SLICE_LIT(LEASE_NS)};
+    struct kv_answer a;
+    struct err err = {0};
+
+    get.key = (struct slice){key, strlen(key)};
+    EXPECT_EQ_I64(b->kv(b->arg, seam_tenant, &get, 1, 0, &a, &err), 0);
+    uint64_t v = a.results[0].version;
+    snprintf(value, cap, "%.*s", (int)a.results[0].value.len,
+             a.results[0].value.ptr);
+    kv_answer_free(&a);
+    return v;
+}
+
+/* node-1's pointer batch landed although its call failed (a leader change):
+ * the lease row and the pointer both moved one version past what the handle
+ * knows. The retried batch loses its fence first, to a row carrying this
+ * handle's own incarnation, so fence_adopt takes the row's version (and the
+ * resend then loses at the pointer, index 1, without marking the lease
+ * lost). With the pointer CAS deciding first, the fence was never looked
+ * at and the handle kept its stale version. */
+TEST(a_pointer_batch_that_landed_is_adopted_by_the_fence_on_the_real_store)
+{
+    struct env e = {0};
+    struct sink_broker b;
+    struct kv_op op;
+    struct kv_op batch[2];
+    struct kv_answer a;
+    struct err err = {0};
+    char who[64];
+    char doc[256];
+    const char *lk = "s3:default:orders:lease";
+    const char *ck = "s3:default:orders:committed";
+
+    env_open(&e);
+    memset(&b, 0, sizeof(b));
+    b.kv = store_seam_kv;
+    b.arg = &e;
+    struct lease *l = make(&b, "node-1", 1, NULL);
+    EXPECT(acquired(l, 1, who, sizeof(who)));
+    uint64_t none = 0;
+    lease_put_op(&op, ck, SLICE_LIT("{\"k\":1}"), 0, &none, true);
+    EXPECT_EQ_I64(lease_fenced(l, &op, 1, &a, &err), 0);
+    uint64_t v1 = a.results[1].version;
+    kv_answer_free(&a);
+
+    /* the batch for window 2 lands, but its caller never hears of it */
+    uint64_t held = lease_version(l);
+    EXPECT_EQ_U64(store_seam_get(&b, lk, doc, sizeof(doc)), held);
+    lease_put_op(&batch[0], lk, (struct slice){doc, strlen(doc)},
+                 lease_ttl_seconds(30000), &held, true);
+    lease_put_op(&batch[1], ck, SLICE_LIT("{\"k\":2}"), 0, &v1, true);
+    EXPECT_EQ_I64(b.kv(b.arg, seam_tenant, batch, 2, 0, &a, &err), 0);
+    EXPECT_EQ_I64(a.status, 0);
+    kv_answer_free(&a);
+    uint64_t landed = store_seam_get(&b, lk, doc, sizeof(doc));
+
+    /* the retry, as sent without reading back first */
+    lease_put_op(&op, ck, SLICE_LIT("{\"k\":2}"), 0, &v1, true);
+    EXPECT_EQ_I64(lease_fenced(l, &op, 1, &a, &err), ERR_PRECONDITION);
+    EXPECT_EQ_U64(a.failed_index, 1);
+    kv_answer_free(&a);
+    EXPECT(!lease_lost(l));
+    EXPECT_EQ_U64(lease_version(l), landed);
+    EXPECT_EQ_I64(lease_refresh(l, &err), 0);
+    EXPECT(!lease_lost(l));
+    lease_free(l);
+    env_close(&e);
+}
