@@ -98,6 +98,12 @@ def test_every_write_route_is_refused_403_for_every_tenant(seeded):
         refused(b, t, "PUT", path, {"value": FORGED, "forever": True,
                                     "expect": ptr_version, "required": True})
         refused(b, t, "DELETE", path, None)
+        # the path's namespace is percent-decoded before the check
+        refused(b, t, "PUT", "/api/v1/kv/queen%%2Ds3/%s" % PTR,
+                {"value": FORGED, "forever": True})
+        refused(b, t, "POST", "/api/v1/kv",
+                b'[{"op":"put","ns":"queen\\u002ds3","key":"%s",'
+                b'"value":1,"forever":true}]' % PTR.encode())
         refused(b, t, "DELETE", path, {"expect": ptr_version})
         # the other namespace's half of the mixed batch was not written
         got = kv(b, t, [{"op": "get", "ns": "app", "key": "mixed"}])

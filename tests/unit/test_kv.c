@@ -1363,6 +1363,11 @@ TEST(every_http_write_into_the_sinks_namespace_is_refused_403)
          "committed\",\"value\":{\"k\":999},\"forever\":true,\"expect\":3,"
          "\"required\":true}]",
          ""},
+        /* the name spelled with a JSON escape is the same name */
+        {API_KV_BATCH,
+         "[{\"op\":\"put\",\"ns\":\"queen\\u002ds3\",\"key\":\"k\","
+         "\"value\":1,\"forever\":true}]",
+         ""},
         {API_KV_PUT, "{\"value\":{\"k\":999},\"forever\":true}", "queen-s3"},
         {API_KV_DELETE, "", "queen-s3"},
         {API_KV_DELETE, "{\"expect\":4}", "queen-s3"},
