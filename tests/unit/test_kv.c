@@ -1449,3 +1449,14 @@ TEST(the_403_body_names_the_reason_in_the_kv_envelope)
                           "\"kv_reserved_namespace\",\"detail\":\"d\"}");
     buf_free(&b);
 }
+
+#include "broker/retention.h"
+#include "sink/lease.h"
+
+/* The namespace the HTTP rule guards is the one the sink writes and the
+ * retention hold reads. */
+TEST(the_guarded_namespace_is_the_sinks_and_the_holds)
+{
+    EXPECT_STR_EQ(API_KV_RESERVED_NS, LEASE_NS);
+    EXPECT_STR_EQ(API_KV_RESERVED_NS, RETENTION_SINK_NS);
+}
