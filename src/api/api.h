@@ -208,7 +208,8 @@ struct api {
     struct api_waiter *waiters; /* doubly linked */
     size_t n_waiting;
     bool is_stopping;
-    bool is_tenancy_header; /* QUEEN_TENANCY_HEADER (api/tenant.h) */
+    bool is_tenancy_header;   /* QUEEN_TENANCY_HEADER (api/tenant.h) */
+    bool is_sink_kv_writable; /* QUEEN_KV_UNSAFE_SINK_WRITES (api/kv.h (2)) */
     api_extra_fn status_extra;
     void *status_extra_arg;
     api_extra_fn metrics_extra;

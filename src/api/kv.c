@@ -3,8 +3,16 @@
  * The status describes the call, not the predicate: a missing key, a lost
  * putIfAbsent, a delete that found nothing all answer 200 with explicit
  * fields; a lost required write answers 200 with the kv_precondition body;
- * only a refused call (400/413), an unavailable node (503) or a failure
- * (500) answers otherwise. */
+ * only a refused call (400/413), a write into the sink's namespace (403),
+ * an unavailable node (503) or a failure (500) answers otherwise.
+ *
+ * The sink's namespace (api/kv.h (2)): the sink's rows are the truth the
+ * sink restores from and the retention hold trims by. A forged
+ * s3:<sink>:<queue>:committed would fence the sink, which would restore
+ * from the forged pointer and treat everything below it as committed. The
+ * sink writes them in-process (kv_call_batch), never through these routes,
+ * so the routes refuse every write there, whatever the tenant; the check
+ * runs after validation and before anything is proposed. */
 #include "api/kv.h"
 
 #include <inttypes.h>
@@ -334,6 +342,28 @@ int api_kv_parse(struct api_kv *k, int mode, struct slice body, struct slice ns,
                                 : kv_parse_single(k, mode, err);
 }
 
+int api_kv_check_reserved(const struct kv_op *ops, size_t n, char *reason,
+                          struct err *err)
+{
+    struct slice ns = SLICE_LIT(API_KV_RESERVED_NS);
+
+    reason[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        const struct kv_op *o = &ops[i];
+
+        if (o->op >= KV_PUT && o->ns.len == ns.len &&
+            memcmp(o->ns.ptr, ns.ptr, ns.len) == 0) {
+            snprintf(reason, 40, "kv_reserved_namespace");
+            return err_set(err, ERR_FORBIDDEN,
+                           "operation %zu (%s): namespace '%s' is the S3 "
+                           "sink's and read-only over HTTP; only the sink "
+                           "inside the broker writes it",
+                           i, kv_op_name(o->op), API_KV_RESERVED_NS);
+        }
+    }
+    return 0;
+}
+
 void api_kv_free(struct api_kv *k)
 {
     json_doc_free(&k->doc);
@@ -517,6 +547,7 @@ int api_kv_render_error(int status, const char *reason, const char *detail,
     const char *code = status == 413   ? "payload_too_large"
                        : status == 503 ? "kv_unavailable"
                        : status == 400 ? "kv_bad_request"
+                       : status == 403 ? "kv_forbidden"
                                        : "kv_internal";
 
     jw_init(&w, out);
@@ -579,6 +610,9 @@ static void kv_respond_status(struct http_req *req, int code,
         return;
     case ERR_TOO_BIG:
         kv_respond_error(req, 413, reason, msg);
+        return;
+    case ERR_FORBIDDEN:
+        kv_respond_error(req, 403, reason, msg);
         return;
     case ERR_NOT_LEADER:
         kv_respond_error(req, 503, "kv_not_leader", msg);
@@ -652,7 +686,9 @@ static void kv_run(struct http_req *req, const uint8_t tenant[16],
     c->req = req;
     c->is_single = is_single;
     c->is_get = is_get;
-    if (kv_validate(k->ops, k->n, true, reason, &err) != 0) {
+    if (kv_validate(k->ops, k->n, true, reason, &err) != 0 ||
+        (!kv_routes_ctx->a->is_sink_kv_writable &&
+         api_kv_check_reserved(k->ops, k->n, reason, &err) != 0)) {
         kv_respond_status(req, err.code, reason, err.msg);
         free(c);
         return;

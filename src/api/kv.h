@@ -6,8 +6,15 @@
  * submit the rest through the in-process interface (broker/kv.h), so HTTP
  * and the sink share one path.
  *
- * Invariant: a refused call changes nothing (api.h (1)): the whole body is
- * parsed and validated before anything is proposed. */
+ * Invariants:
+ *   (1) A refused call changes nothing (api.h (1)): the whole body is
+ *       parsed and validated before anything is proposed.
+ *   (2) No HTTP call writes namespace queen-s3 (API_KV_RESERVED_NS), for
+ *       any tenant: a call with one write there (put, putIfAbsent, delete,
+ *       incr) is refused whole, 403 kv_reserved_namespace, so no client can
+ *       move a sink's lease, intent or commit pointer (and with it the
+ *       retention hold's floor). Reads of it still answer. Only
+ *       QUEEN_KV_UNSAFE_SINK_WRITES=true (tests, repairs) lifts it. */
 #ifndef QUEEN_API_KV_H
 #define QUEEN_API_KV_H
 
@@ -24,6 +31,11 @@ struct router;
 struct kv_service;
 
 #define API_KV_PRECONDITION_MAX 4096 /* characters of the detail */
+
+/* The namespace of the S3 sink's rows (leases, intents, commit pointers,
+ * presence rows; reference 4.5): only the sink inside the broker writes it,
+ * through the in-process call (broker/kv.h). Over HTTP it is read-only. */
+#define API_KV_RESERVED_NS "queen-s3"
 
 /* Which body the parser reads. */
 enum api_kv_mode {
@@ -50,13 +62,21 @@ int api_kv_parse(struct api_kv *k, int mode, struct slice body, struct slice ns,
                  struct slice key, struct err *err);
 void api_kv_free(struct api_kv *k);
 
+/* Refuse ops with a write in API_KV_RESERVED_NS, (2). Returns 0, or
+ * ERR_FORBIDDEN with reason (cap 40) "kv_reserved_namespace" and err->msg
+ * naming the first such op. Pure. */
+int api_kv_check_reserved(const struct kv_op *ops, size_t n, char *reason,
+                          struct err *err);
+
 /* Render an answer with status 0: {"results":[...]} (single false) or the
  * one element (single true). ERR_PRECONDITION renders the precondition
  * body. Appends to out. */
 int api_kv_render(const struct kv_answer *a, bool single, struct buf *out,
                   struct err *err);
 
-/* The error envelope {"error":…,"reason":…,"detail":…} for a status. */
+/* The error envelope {"error":…,"reason":…,"detail":…} for a status
+ * (error: 400 kv_bad_request, 403 kv_forbidden, 413 payload_too_large, 503
+ * kv_unavailable, else kv_internal). */
 int api_kv_render_error(int status, const char *reason, const char *detail,
                         struct buf *out, struct err *err);
 

@@ -211,6 +211,14 @@ static int broker_open_http(struct broker *b, struct err *err)
     b->router = router_new();
     api_init(&b->api, &b->loop, b->store, b->node);
     b->api.is_tenancy_header = b->cfg->tenancy_header;
+    b->api.is_sink_kv_writable = b->cfg->kv_unsafe_sink_writes;
+    if (b->cfg->kv_unsafe_sink_writes) {
+        log_warn("broker",
+                 "QUEEN_KV_UNSAFE_SINK_WRITES is on: HTTP clients may write "
+                 "the S3 sink's KV namespace %s (leases, intents, commit "
+                 "pointers); for tests and repairs only",
+                 API_KV_RESERVED_NS);
+    }
     if (api_routes(&b->api, b->router, err) != 0 ||
         api_kv_routes(&b->api, b->kv, b->router, err) != 0 ||
         sink_host_boot(&b->sink, b->store, b->kv, &b->api, err) != 0) {

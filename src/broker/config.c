@@ -73,6 +73,10 @@ static const struct cfg_row cfg_rows[] = {
         false,
         "take each call's tenant from the x-queen-tenant header (only behind "
         "a trusted proxy)"),
+    ROW("QUEEN_KV_UNSAFE_SINK_WRITES", CFG_BOOL, "false",
+        OFF(kv_unsafe_sink_writes), 0, 0, false,
+        "let HTTP clients write the S3 sink's KV namespace queen-s3 (its "
+        "leases and commit pointers): tests and repairs only"),
 };
 
 bool config_parse_u64(const char *s, uint64_t *out)

@@ -27,6 +27,7 @@ struct config {
     uint64_t max_body_bytes;           /* QUEEN_MAX_BODY_BYTES */
     int log_level;                     /* QUEEN_LOG_LEVEL, enum log_level */
     bool tenancy_header;               /* QUEEN_TENANCY_HEADER */
+    bool kv_unsafe_sink_writes;        /* QUEEN_KV_UNSAFE_SINK_WRITES */
 };
 
 /* Returns the variable's value or NULL when unset. Borrowed. */

@@ -590,30 +590,10 @@ static int kv_apply_get_prefix(struct kv_ctx *c, size_t i, struct err *err)
 
 /* ---- the batch ---- */
 
+/* Phase 1 (getMany, getPrefix) answers after every write of the call. */
 static int kv_phase(int op)
 {
     return op == KV_GET_MANY || op == KV_GET_PREFIX;
-}
-
-static int kv_cmp_order(const void *a, const void *b, void *arg)
-{
-    const struct kv_op *ops = ((const struct kv_ctx *)arg)->ops;
-    size_t ia = *(const size_t *)a;
-    size_t ib = *(const size_t *)b;
-    const struct kv_op *x = &ops[ia];
-    const struct kv_op *y = &ops[ib];
-    struct slice kx = x->op == KV_GET_PREFIX ? x->prefix : x->key;
-    struct slice ky = y->op == KV_GET_PREFIX ? y->prefix : y->key;
-    int c;
-
-    if (kv_phase(x->op) != kv_phase(y->op)) {
-        return kv_phase(x->op) - kv_phase(y->op);
-    }
-    c = kv_cmp_slice(&x->ns, &y->ns);
-    if (c == 0) {
-        c = kv_cmp_slice(&kx, &ky);
-    }
-    return c != 0 ? c : (ia > ib) - (ia < ib);
 }
 
 static int kv_run_op(struct kv_ctx *c, size_t i, struct err *err)
@@ -649,19 +629,19 @@ static int kv_run_op(struct kv_ctx *c, size_t i, struct err *err)
     }
 }
 
+/* Run the ops in the order given, phase 0 then phase 1 (store/kv.h), up to
+ * the first loss or refusal: that op is the batch's failedIndex. */
 static int kv_run(struct kv_ctx *c, size_t n, struct err *err)
 {
-    size_t *order = xcalloc(n + 1, sizeof(*order));
     int rc = 0;
 
-    for (size_t i = 0; i < n; i++) {
-        order[i] = i;
+    for (int phase = 0; phase <= 1; phase++) {
+        for (size_t i = 0; i < n && rc == 0 && !c->is_lost; i++) {
+            if (kv_phase(c->ops[i].op) == phase) {
+                rc = kv_run_op(c, i, err);
+            }
+        }
     }
-    qsort_r(order, n, sizeof(*order), kv_cmp_order, c);
-    for (size_t j = 0; j < n && rc == 0 && !c->is_lost; j++) {
-        rc = kv_run_op(c, order[j], err);
-    }
-    free(order);
     return rc;
 }
 

@@ -15,9 +15,15 @@
  *   (4) A batch whose required write loses changes nothing (a nested
  *       transaction is aborted); the entry still moves applied.
  *
- * Apply order: ops run sorted by (phase, namespace bytes, key-or-prefix
- * bytes, input index); phase 1 holds getMany and getPrefix, which therefore
- * see every write of their call.
+ * Apply order: ops run in the order given (phase 0: every op but getMany
+ * and getPrefix), then getMany and getPrefix in the order given (phase 1),
+ * which therefore see every write of their call. The first required write
+ * that loses, in that order, is the answer's failed_index, and nothing
+ * after it runs. The order given travels in the CMD_KV body, so every node
+ * applies the same ops in the same order. (Reference 1.7 sorts phase 0 by
+ * namespace and key; we do not: the sink's fence is op 0 of its pointer
+ * batches and must decide them, sink/lease.h (2), although its ":lease"
+ * key sorts after ":committed" and ":intent".)
  *
  * Threading: store_kv_apply and store_kv_sweep run on the loop thread inside
  * the fsm's write txn; store_kv_read from any thread. */

@@ -100,7 +100,10 @@ def test_a_lease_taken_over_stops_the_queue_and_leaves_the_row_alone(
     row, marks the lease lost and the queue stops Fenced at once; the node
     then reports the other owner, writes nothing more for the queue, and
     at SIGTERM leaves the other node's row where it is."""
-    node = broker_factory(env=sink_env(bucket))
+    # The other instance's row is written over HTTP, which only the test
+    # and repair switch allows (the namespace is the sink's).
+    node = broker_factory(env=sink_env(bucket,
+                                       QUEEN_KV_UNSAFE_SINK_WRITES="true"))
     node.push([{"queue": "orders", "partition": "p", "payload": {"a": 1}}])
     wait_until(lambda: (sink_row(node, "orders") or {}).get("k", 0) >= 1,
                30, "the sink to commit window 1 of orders")

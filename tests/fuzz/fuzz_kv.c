@@ -2,8 +2,9 @@
  * single-key PUT/DELETE bodies) and the CMD_KV body codec. Any bytes must
  * parse or be refused with a reason and no crash; a batch that parses and
  * validates must encode to a CMD_KV body that decodes back to the same ops,
- * and any CMD_KV body bytes must decode or be refused. The first byte picks
- * the mode. */
+ * and any CMD_KV body bytes must decode or be refused; a write into the
+ * sink's namespace is refused 403 with its reason. The first byte picks the
+ * mode. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                      &err) == 0) {
         if (kv_validate(k.ops, k.n, true, reason, &err) == 0) {
             round_trip(k.ops, k.n);
+            if (api_kv_check_reserved(k.ops, k.n, reason, &err) != 0 &&
+                (err.code != ERR_FORBIDDEN ||
+                 strcmp(reason, "kv_reserved_namespace") != 0)) {
+                abort(); /* the sink's namespace: 403 with its reason */
+            }
         } else if (reason[0] == '\0') {
             abort(); /* every refusal names its reason */
         }

@@ -3,9 +3,18 @@ retentionSeconds and maxWaitTimeSeconds; the retention sink hold keeps what
 the sink has not committed, up to its ceiling."""
 import time
 
+import pytest
+
 from queenproc import wait_until
 from retention_helpers import (DEADLINE, configure, iso, log_start,
                                parse_iso, watch)
+
+
+@pytest.fixture
+def broker(broker_factory):
+    """The hold tests write the sink's commit pointer over HTTP, which only
+    the test and repair switch allows (namespace queen-s3 is the sink's)."""
+    return broker_factory(env={"QUEEN_KV_UNSAFE_SINK_WRITES": "true"})
 
 
 def push(broker, queue, n):

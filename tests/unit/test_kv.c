@@ -1205,3 +1205,258 @@ TEST(the_parser_reads_both_body_forms_and_counts_forever_false_as_absent)
         api_kv_free(&k);
     }
 }
+
+/* ---- apply order: the order given (issue 13, item 6) --------------------- */
+
+/* A put of key expecting version v (0: none), required. */
+static struct kv_op op_cas(const char *key, const char *value, uint64_t v)
+{
+    struct kv_op o = op_put(key, value);
+
+    o.has_expect = true;
+    o.expect = v;
+    o.required = true;
+    return o;
+}
+
+/* A stale node's pointer batch: its fence (the lease rewrite, index 0)
+ * and its pointer CAS both lost to the node that took the queue over. The
+ * lease key sorts after the pointer's, but the fence decides: failedIndex
+ * is 0 and names the lease row's winner, so the stale node marks its lease
+ * lost (sink/lease.h (2)). */
+TEST(a_stale_fence_at_index_0_fails_the_batch_at_index_0)
+{
+    struct env e = {0};
+    struct kv_answer a;
+    const char *lk = "s3:default:orders:lease";
+    const char *ck = "s3:default:orders:committed";
+    uint64_t vl;
+    uint64_t vc;
+    uint64_t vl2;
+    uint64_t vc2;
+
+    env_open(&e);
+    vl = put_won(&e, T0, op_put(lk, "{\"instance\":\"node-1\"}"));
+    vc = put_won(&e, T0 + 1, op_put(ck, "{\"k\":1}"));
+    /* node-2 takes the lease over and commits window 2 */
+    vl2 = put_won(&e, T0 + 2, op_cas(lk, "{\"instance\":\"node-2\"}", vl));
+    vc2 = put_won(&e, T0 + 3, op_cas(ck, "{\"k\":2}", vc));
+    struct kv_op stale[2] = {op_cas(lk, "{\"instance\":\"node-1\"}", vl),
+                             op_cas(ck, "{\"k\":2,\"forged\":1}", vc)};
+    EXPECT_EQ_I64(kv_apply(&e, T0 + 4, stale, 2, &a), ERR_PRECONDITION);
+    EXPECT_EQ_U64(a.failed_index, 0);
+    EXPECT_EQ_I64(a.kv_reason, KV_REASON_VERSION);
+    EXPECT_EQ_U64(a.version, vl2);
+    EXPECT_MEM_EQ(a.value.ptr, a.value.len, "{\"instance\":\"node-2\"}", 21);
+    kv_answer_free(&a);
+    EXPECT_EQ_U64(get1(&e, T0 + 5, ck, &a).version, vc2);
+    EXPECT_MEM_EQ(a.results[0].value.ptr, a.results[0].value.len, "{\"k\":2}",
+                  7);
+    kv_answer_free(&a);
+    env_close(&e);
+}
+
+/* Writes apply in the order given, whatever their keys: versions are
+ * issued in that order, the first refusal in that order is the answer,
+ * and (unvalidated, as the fsm may replay any logged batch) a CAS after a
+ * put of the same key expects the put's version. getMany and getPrefix
+ * still answer after every write of the call. */
+TEST(writes_apply_in_the_order_given_not_sorted_by_key)
+{
+    struct env e = {0};
+    struct kv_answer a;
+    struct kv_op ops[3] = {op_put("s3:default:orders:lease", "1"),
+                           op_put("s3:default:orders:committed", "2"),
+                           op_put("s3:default:orders:intent", "3")};
+    uint64_t v0;
+
+    env_open(&e);
+    v0 = put_won(&e, T0, op_put("w:first", "0"));
+    EXPECT_EQ_I64(kv_apply(&e, T0 + 1, ops, 3, &a), 0);
+    for (size_t i = 0; i < 3; i++) {
+        EXPECT(a.results[i].applied);
+        EXPECT_EQ_U64(a.results[i].version, v0 + 1 + i);
+    }
+    kv_answer_free(&a);
+
+    /* the same key twice: the CAS sees the put before it */
+    struct kv_op same[2] = {op_put("w:x", "\"a\""),
+                            op_cas("w:x", "\"b\"", v0 + 4)};
+    struct kv_batch b = {STORE_DEFAULT_TENANT, same, 2};
+    kv_write(&e, &b, T0 + 2, &a);
+    EXPECT_EQ_I64(a.status, 0);
+    EXPECT_EQ_U64(a.results[0].version, v0 + 4);
+    EXPECT_EQ_U64(a.results[1].version, v0 + 5);
+    kv_answer_free(&a);
+    struct kv_result r = get1(&e, T0 + 3, "w:x", &a);
+    EXPECT_MEM_EQ(r.value.ptr, r.value.len, "\"b\"", 3);
+    kv_answer_free(&a);
+
+    /* the first refusal in the order given answers: an incr of a
+     * non-integer at index 0 before a lost required put of a key that
+     * sorts first */
+    put_won(&e, T0 + 4, op_put("z:text", "\"x\""));
+    struct kv_op inc = op_put("z:text", "0");
+    inc.op = KV_INCR;
+    inc.value = (struct slice){NULL, 0};
+    struct kv_op two[2] = {inc, op_cas("a:missing", "1", 99)};
+    EXPECT_EQ_I64(kv_apply(&e, T0 + 5, two, 2, &a), ERR_INVALID);
+    EXPECT_STR_EQ(a.reason_id, "kv_not_a_number");
+    kv_answer_free(&a);
+    env_close(&e);
+}
+
+/* ---- the sink's namespace is read-only over HTTP (issue 13, item 9) ------ */
+
+/* Parse body in mode (ns and key from the path for PUT/DELETE) as the
+ * routes do, validate it at the HTTP edge, then apply the reserved-namespace
+ * rule; returns its code, with the reason in reason[40]. */
+static int route_check(int mode, const char *body, const char *ns,
+                       const char *key, char *reason)
+{
+    struct api_kv k;
+    struct err err = {0};
+    int rc;
+
+    rc = api_kv_parse(&k, mode, sl(body), sl(ns), sl(key), &err);
+    if (rc == 0) {
+        rc = kv_validate(k.ops, k.n, true, reason, &err);
+    }
+    if (rc == 0) {
+        rc = api_kv_check_reserved(k.ops, k.n, reason, &err);
+    }
+    if (rc == 0) {
+        reason[0] = '\0';
+    }
+    api_kv_free(&k);
+    return rc;
+}
+
+TEST(every_http_write_into_the_sinks_namespace_is_refused_403)
+{
+    static const struct {
+        int mode;
+        const char *body;
+        const char *ns; /* of the path */
+    } writes[] = {
+        {API_KV_BATCH,
+         "[{\"op\":\"put\",\"ns\":\"queen-s3\",\"key\":\"s3:default:orders:"
+         "committed\",\"value\":{\"k\":999},\"forever\":true}]",
+         ""},
+        {API_KV_BATCH,
+         "{\"operations\":[{\"op\":\"putIfAbsent\",\"namespace\":\"queen-s3\","
+         "\"key\":\"s3:default:orders:lease\",\"value\":1,\"ttlSeconds\":30}]}",
+         ""},
+        {API_KV_BATCH,
+         "[{\"op\":\"delete\",\"ns\":\"queen-s3\",\"key\":\"s3:default:orders:"
+         "intent\"}]",
+         ""},
+        {API_KV_BATCH,
+         "[{\"op\":\"incr\",\"ns\":\"queen-s3\",\"key\":\"n\",\"forever\":"
+         "true}]",
+         ""},
+        /* one reserved op in a mixed batch refuses it whole */
+        {API_KV_BATCH,
+         "[{\"op\":\"put\",\"ns\":\"app\",\"key\":\"a\",\"value\":1,"
+         "\"forever\":true},{\"op\":\"get\",\"ns\":\"queen-s3\",\"key\":\"x\"},"
+         "{\"op\":\"put\",\"ns\":\"queen-s3\",\"key\":\"s3:default:orders:"
+         "committed\",\"value\":{\"k\":999},\"forever\":true,\"expect\":3,"
+         "\"required\":true}]",
+         ""},
+        /* the name spelled with a JSON escape is the same name */
+        {API_KV_BATCH,
+         "[{\"op\":\"put\",\"ns\":\"queen\\u002ds3\",\"key\":\"k\","
+         "\"value\":1,\"forever\":true}]",
+         ""},
+        {API_KV_PUT, "{\"value\":{\"k\":999},\"forever\":true}", "queen-s3"},
+        {API_KV_DELETE, "", "queen-s3"},
+        {API_KV_DELETE, "{\"expect\":4}", "queen-s3"},
+    };
+    char reason[40];
+
+    for (size_t i = 0; i < ARRAY_LEN(writes); i++) {
+        int rc = route_check(writes[i].mode, writes[i].body, writes[i].ns,
+                             "s3:default:orders:committed", reason);
+
+        if (rc != ERR_FORBIDDEN || strcmp(reason, "kv_reserved_namespace")) {
+            HARNESS_FAIL("write %zu: rc %d reason '%s', want ERR_FORBIDDEN "
+                         "kv_reserved_namespace",
+                         i, rc, reason);
+        }
+    }
+    EXPECT_EQ_I64(err_http_status(ERR_FORBIDDEN), 403);
+}
+
+TEST(reads_of_the_sinks_namespace_and_writes_elsewhere_pass)
+{
+    static const struct {
+        int mode;
+        const char *body;
+        const char *ns;
+    } calls[] = {
+        {API_KV_BATCH,
+         "[{\"op\":\"get\",\"ns\":\"queen-s3\",\"key\":\"s3:default:orders:"
+         "committed\"},{\"op\":\"getMany\",\"ns\":\"queen-s3\",\"keys\":"
+         "[\"a\",\"b\"]},{\"op\":\"getPrefix\",\"ns\":\"queen-s3\","
+         "\"prefix\":\"s3:\"}]",
+         ""},
+        /* near misses of the name are ordinary namespaces */
+        {API_KV_BATCH,
+         "[{\"op\":\"put\",\"ns\":\"queen-s3x\",\"key\":\"k\",\"value\":1,"
+         "\"forever\":true},{\"op\":\"put\",\"ns\":\"queen-s\",\"key\":\"k\","
+         "\"value\":1,\"forever\":true},{\"op\":\"delete\",\"ns\":\"app\","
+         "\"key\":\"k\"}]",
+         ""},
+        {API_KV_PUT, "{\"value\":1,\"forever\":true}", "app"},
+        {API_KV_DELETE, "", "queen-s3x"},
+    };
+    char reason[40];
+
+    for (size_t i = 0; i < ARRAY_LEN(calls); i++) {
+        int rc =
+            route_check(calls[i].mode, calls[i].body, calls[i].ns, "k", reason);
+
+        if (rc != 0) {
+            HARNESS_FAIL("call %zu: rc %d reason '%s', want 0", i, rc, reason);
+        }
+    }
+}
+
+/* The in-process path (the sink's kv_call_batch) validates without the
+ * HTTP rule and writes the namespace. */
+TEST(the_sink_in_process_still_writes_its_namespace)
+{
+    struct env e = {0};
+    struct kv_op o = op_put("s3:default:orders:committed", "{\"k\":1}");
+    char reason[40];
+    struct err err = {0};
+
+    env_open(&e);
+    EXPECT_EQ_I64(kv_validate(&o, 1, false, reason, &err), 0);
+    EXPECT(put_won(&e, T0, o) > 0);
+    env_close(&e);
+}
+
+TEST(the_403_body_names_the_reason_in_the_kv_envelope)
+{
+    struct buf b;
+    struct err err = {0};
+
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(
+        api_kv_render_error(403, "kv_reserved_namespace", "d", &b, &err), 0);
+    EXPECT_STR_EQ(b.data, "{\"error\":\"kv_forbidden\",\"reason\":"
+                          "\"kv_reserved_namespace\",\"detail\":\"d\"}");
+    buf_free(&b);
+}
+
+#include "broker/retention.h"
+#include "sink/lease.h"
+
+/* The namespace the HTTP rule guards is the one the sink writes and the
+ * retention hold reads. */
+TEST(the_guarded_namespace_is_the_sinks_and_the_holds)
+{
+    EXPECT_STR_EQ(API_KV_RESERVED_NS, LEASE_NS);
+    EXPECT_STR_EQ(API_KV_RESERVED_NS, RETENTION_SINK_NS);
+}

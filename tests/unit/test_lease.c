@@ -7,6 +7,9 @@
 
 #include "driver_fake.h"
 #include "harness.h"
+#include "push_helpers.h"
+#include "store/kv.h"
+#include "store/store_impl.h"
 
 struct fake_clock {
     int64_t now;
@@ -476,4 +479,188 @@ TEST(the_lost_flag_answers_while_a_heartbeat_is_in_flight)
     lease_free(k.l);
     pthread_cond_destroy(&k.cv);
     pthread_mutex_destroy(&k.mu);
+}
+
+/* ---- the fence over the real store's apply (issue 13, item 6) ------------ */
+
+/* The seam's kv over a real LMDB store: reads from a read txn, writes
+ * applied as the fsm applies a CMD_KV entry (store_kv_apply at the wall
+ * clock as the stamp, in one write txn). */
+static int store_seam_kv(void *arg, const uint8_t tenant[16],
+                         const struct kv_op *ops, size_t n, int timeout_ms,
+                         struct kv_answer *out, struct err *err)
+{
+    struct env *e = arg;
+    struct kv_batch b = {tenant, ops, n};
+    struct timespec ts;
+    char reason[40];
+    MDB_txn *txn;
+    int rc;
+
+    UNUSED(timeout_ms);
+    memset(out, 0, sizeof(*out));
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    if (kv_validate(ops, n, false, reason, err) != 0) {
+        return err->code;
+    }
+    if (!kv_has_write(ops, n)) {
+        return store_kv_read(e->store, &b, now, out, err);
+    }
+    if (store_wbegin(e->store, &txn, err) != 0) {
+        return err->code;
+    }
+    rc = store_kv_apply(e->store, txn, &b, now, out, err);
+    if (rc != 0) {
+        store_wabort(e->store, txn);
+        kv_answer_free(out);
+        return rc;
+    }
+    if (store_wcommit(e->store, txn, ++e->index, now, err) != 0) {
+        kv_answer_free(out);
+        return err->code;
+    }
+    return 0;
+}
+
+/* The tenant of the leases make() builds (cfg.tenant all zero). */
+static const uint8_t seam_tenant[16];
+
+/* One unconditional forever put of key=value through the seam, in the
+ * leases' tenant. */
+static void store_seam_put(struct sink_broker *b, const char *key,
+                           const char *value)
+{
+    struct kv_op op;
+    struct kv_answer a;
+    struct err err = {0};
+
+    lease_put_op(&op, key, (struct slice){value, strlen(value)}, 0, NULL,
+                 false);
+    EXPECT_EQ_I64(b->kv(b->arg, seam_tenant, &op, 1, 0, &a, &err), 0);
+    EXPECT(a.status == 0 && a.results[0].applied);
+    kv_answer_free(&a);
+}
+
+/* node-1 committed window 1, then node-2 took the queue over (the row
+ * expired while node-1 was paused) and committed window 2. node-1's next
+ * pointer batch [fence, committed CAS] loses both ops; on the real store
+ * the fence at index 0 must be the one that answers, so node-1 learns its
+ * lease is lost (it stops Fenced and never writes the queue again) and the
+ * pointer stays node-2's. */
+TEST(a_stale_pointer_batch_on_the_real_store_marks_the_lease_lost)
+{
+    struct env e = {0};
+    struct sink_broker b;
+    struct kv_op op;
+    struct kv_answer a;
+    struct err err = {0};
+    char who[64];
+    const char *ck = "s3:default:orders:committed";
+
+    env_open(&e);
+    memset(&b, 0, sizeof(b));
+    b.kv = store_seam_kv;
+    b.arg = &e;
+    struct lease *l = make(&b, "node-1", 1, NULL);
+    EXPECT(acquired(l, 1, who, sizeof(who)));
+    uint64_t none = 0;
+    lease_put_op(&op, ck, SLICE_LIT("{\"k\":1}"), 0, &none, true);
+    EXPECT_EQ_I64(lease_fenced(l, &op, 1, &a, &err), 0);
+    uint64_t v1 = a.results[1].version;
+    kv_answer_free(&a);
+    store_seam_put(&b, "s3:default:orders:lease",
+                   "{\"instance\":\"node-2\",\"incarnation\":"
+                   "\"00000000000000aa\",\"sinceMs\":5}");
+    store_seam_put(&b, ck, "{\"k\":2}");
+
+    lease_put_op(&op, ck, SLICE_LIT("{\"k\":2,\"by\":\"node-1\"}"), 0, &v1,
+                 true);
+    EXPECT_EQ_I64(lease_fenced(l, &op, 1, &a, &err), ERR_PRECONDITION);
+    EXPECT_EQ_U64(a.failed_index, 0);
+    kv_answer_free(&a);
+    EXPECT(lease_lost(l));
+    EXPECT_EQ_I64(lease_refresh(l, &err), ERR_PRECONDITION);
+
+    struct kv_op get = {.op = KV_GET, .ns = SLICE_LIT(LEASE_NS)};
+    get.key = (struct slice){ck, strlen(ck)};
+    EXPECT_EQ_I64(b.kv(b.arg, seam_tenant, &get, 1, 0, &a, &err), 0);
+    EXPECT_MEM_EQ(a.results[0].value.ptr, a.results[0].value.len, "{\"k\":2}",
+                  7);
+    kv_answer_free(&a);
+    lease_free(l);
+    env_close(&e);
+}
+
+/* The value and version of key in the leases' tenant, through the seam. */
+static uint64_t store_seam_get(struct sink_broker *b, const char *key,
+                               char *value, size_t cap)
+{
+    struct kv_op get = {.op = KV_GET, .ns = SLICE_LIT(LEASE_NS)};
+    struct kv_answer a;
+    struct err err = {0};
+
+    get.key = (struct slice){key, strlen(key)};
+    EXPECT_EQ_I64(b->kv(b->arg, seam_tenant, &get, 1, 0, &a, &err), 0);
+    uint64_t v = a.results[0].version;
+    snprintf(value, cap, "%.*s", (int)a.results[0].value.len,
+             a.results[0].value.ptr);
+    kv_answer_free(&a);
+    return v;
+}
+
+/* node-1's pointer batch landed although its call failed (a leader change):
+ * the lease row and the pointer both moved one version past what the handle
+ * knows. The retried batch loses its fence first, to a row carrying this
+ * handle's own incarnation, so fence_adopt takes the row's version (and the
+ * resend then loses at the pointer, index 1, without marking the lease
+ * lost). With the pointer CAS deciding first, the fence was never looked
+ * at and the handle kept its stale version. */
+TEST(a_pointer_batch_that_landed_is_adopted_by_the_fence_on_the_real_store)
+{
+    struct env e = {0};
+    struct sink_broker b;
+    struct kv_op op;
+    struct kv_op batch[2];
+    struct kv_answer a;
+    struct err err = {0};
+    char who[64];
+    char doc[256];
+    const char *lk = "s3:default:orders:lease";
+    const char *ck = "s3:default:orders:committed";
+
+    env_open(&e);
+    memset(&b, 0, sizeof(b));
+    b.kv = store_seam_kv;
+    b.arg = &e;
+    struct lease *l = make(&b, "node-1", 1, NULL);
+    EXPECT(acquired(l, 1, who, sizeof(who)));
+    uint64_t none = 0;
+    lease_put_op(&op, ck, SLICE_LIT("{\"k\":1}"), 0, &none, true);
+    EXPECT_EQ_I64(lease_fenced(l, &op, 1, &a, &err), 0);
+    uint64_t v1 = a.results[1].version;
+    kv_answer_free(&a);
+
+    /* the batch for window 2 lands, but its caller never hears of it */
+    uint64_t held = lease_version(l);
+    EXPECT_EQ_U64(store_seam_get(&b, lk, doc, sizeof(doc)), held);
+    lease_put_op(&batch[0], lk, (struct slice){doc, strlen(doc)},
+                 lease_ttl_seconds(30000), &held, true);
+    lease_put_op(&batch[1], ck, SLICE_LIT("{\"k\":2}"), 0, &v1, true);
+    EXPECT_EQ_I64(b.kv(b.arg, seam_tenant, batch, 2, 0, &a, &err), 0);
+    EXPECT_EQ_I64(a.status, 0);
+    kv_answer_free(&a);
+    uint64_t landed = store_seam_get(&b, lk, doc, sizeof(doc));
+
+    /* the retry, as sent without reading back first */
+    lease_put_op(&op, ck, SLICE_LIT("{\"k\":2}"), 0, &v1, true);
+    EXPECT_EQ_I64(lease_fenced(l, &op, 1, &a, &err), ERR_PRECONDITION);
+    EXPECT_EQ_U64(a.failed_index, 1);
+    kv_answer_free(&a);
+    EXPECT(!lease_lost(l));
+    EXPECT_EQ_U64(lease_version(l), landed);
+    EXPECT_EQ_I64(lease_refresh(l, &err), 0);
+    EXPECT(!lease_lost(l));
+    lease_free(l);
+    env_close(&e);
 }
