@@ -239,6 +239,13 @@ def test_sse_headers_are_signed_and_accepted(bucket, tmp_path):
     out = s3tool(bucket, "put", "sse.txt", src, QUEEN_S3_SSE="AES256")
     assert out["ok"], out
     assert bucket.read_object("lake", "sse.txt") == data
+    # the header reached the wire, signed (the proxy verified the
+    # signature over it), as the proxy's log of what it received shows
+    puts = [ln for ln in bucket.log_lines()
+            if ln["method"] == "PUT" and ln["key"] == "sse.txt"]
+    assert len(puts) == 1 and puts[0]["status"] == 200, puts
+    assert puts[0]["sse"] == "AES256", puts
+    assert puts[0]["sse_kms_key_id"] is None, puts
 
 
 def test_an_opaque_hex_etag_under_sse_kms_is_a_success(bucket, tmp_path):

@@ -216,9 +216,24 @@ def test_ignored_variables_warn_once_and_boot(tmp_path):
 
 
 def test_embedded_off_ignores_the_sink_settings(tmp_path):
+    """With the sink off, even a setting the sink would refuse boots the
+    broker, and nothing of the sink runs: no s3 block in /status, no
+    queen_s3_* family in the metrics, no line of the sink's modules."""
     b = Broker(str(tmp_path / "d"), env={"QUEEN_S3_EMBEDDED": "false",
                                          "QUEEN_S3_FORMAT": "csv"})
     try:
         b.start()
+        status = b.get("/status").json()
+        assert "s3" not in status, status
+        metrics = b.get("/metrics/prometheus").body.decode()
+        assert "queen_s3_" not in metrics
+        r = b.post("/api/v1/push", {"items": [
+            {"queue": "orders", "partition": "p", "payload": {"n": 1}}]})
+        assert r.status == 201, r
+        assert b.fetch_one("orders", "p")["records"][0]["payload"] == \
+            {"n": 1}
+        log = b.stderr()
+        assert " queen-s3: " not in log and " sink: " not in log, log
+        assert "QUEEN_S3_FORMAT" not in log, log
     finally:
-        b.stop()
+        assert b.stop() == 0
