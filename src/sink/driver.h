@@ -28,7 +28,6 @@
 
 #include "base/common.h"
 #include "base/err.h"
-#include "broker/kv.h"
 #include "store/kv.h"
 #include "store/store.h"
 
