@@ -27,7 +27,7 @@
 #include "sink/engine.h"
 #include "sink/jsonl.h"
 #include "sink/layout.h"
-#include "sink/parquet.h"
+#include "parquet/parquet.h"
 
 #define SINK_VERSION   "2.0.0"
 #define SINK_NAME_MAX  64

@@ -37,13 +37,13 @@
 #include "base/log.h"
 #include "base/sha256.h"
 #include "base/xalloc.h"
+#include "parquet/parquet.h"
 #include "s3/client.h"
 #include "sink/docs.h"
 #include "sink/engine.h"
 #include "sink/jsonl.h"
 #include "sink/layout.h"
 #include "sink/lease.h"
-#include "sink/parquet.h"
 #include "sink/seek.h"
 
 #define DRIVER_ROUNDS_PER_TICK 64
@@ -1223,8 +1223,12 @@ static int body_open(struct driver *d, struct body *b, size_t expect,
 static int body_add(struct body *b, const struct sink_record *r,
                     struct err *err)
 {
-    return b->q != NULL ? parquet_writer_add(b->q, r, err)
-                        : jsonl_writer_add(b->j, r, err);
+    if (b->q != NULL) { /* src/parquet/ has its own record type */
+        struct parquet_record pr = {r->partition, r->offset, r->txn, r->ts,
+                                    r->payload};
+        return parquet_writer_add(b->q, &pr, err);
+    }
+    return jsonl_writer_add(b->j, r, err);
 }
 
 /* Finish the body into out (rc: what came before) and drop the writer. */
