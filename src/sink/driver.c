@@ -329,7 +329,6 @@ static struct engine *make_engine(const struct driver_config *c,
     ec.fetch_concurrency = c->fetch_concurrency < 1 ? 1 : c->fetch_concurrency;
     ec.discovery_interval_ms = c->discovery_interval_ms;
     ec.prune_after_windows = 60;
-    ec.lazy_plan = true; /* upload_build reads the plan a piece at a time */
     if (c->max_buffer_bytes > 0) {
         ec.max_buffer_bytes = c->max_buffer_bytes;
     }

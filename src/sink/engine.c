@@ -36,8 +36,9 @@
  * it emptied in part (compact_slabs), so holes do not add to the weight
  * either. Slabs are mapped and unmapped directly, so a freed slab leaves
  * the process's RSS (malloc would keep it in an arena). After a commit, a
- * partition's record array and the plan array shrink when far larger than
- * what is left.
+ * partition's record array shrinks when far larger than what is left. The
+ * plan holds no record array: engine_plan_read() reads the window's records
+ * out of the partitions a piece at a time.
  *
  * Partition lookup is a small open-addressing hash on the name
  * (base/hashtab.h), so merging an answer costs O(1) per partition named. The
@@ -201,9 +202,7 @@ struct engine {
 
     /* The closing window. */
     struct engine_plan plan;
-    struct sink_record *plan_recs;
-    size_t cap_plan_recs;     /* kept across plans: no fresh pages per window */
-    struct part **plan_parts; /* lazy_plan: the plan's partitions, by name */
+    struct part **plan_parts; /* the plan's partitions, by name */
     size_t plan_np;
     struct engine_lost_range *plan_lost;
     struct lost *plan_lost_owned;
@@ -542,7 +541,6 @@ void engine_free(struct engine *e)
     free_calls(e);
     free_lost(e->lost, e->n_lost);
     free_plan(e);
-    free(e->plan_recs);
     free_redo(e);
     free(e->pos);
     free(e->acts);
@@ -1519,10 +1517,10 @@ static void plan_record(const struct part *p, const struct brec *b,
     r->payload = (struct slice){b->data + b->txn_len, b->payload_len};
 }
 
-/* Count p's records of [t_start, t_end) into the plan's figures and, unless
- * lazy, append them to its array; returns the count. */
-static size_t plan_add_part(struct engine *e, struct part *p, int64_t t_start,
-                            int64_t t_end, size_t at)
+/* Count p's records of [t_start, t_end) into the plan's figures; returns
+ * the count. */
+static size_t plan_add_part(struct engine *e, const struct part *p,
+                            int64_t t_start, int64_t t_end)
 {
     struct engine_plan *pl = &e->plan;
     size_t n = 0;
@@ -1532,9 +1530,6 @@ static size_t plan_add_part(struct engine *e, struct part *p, int64_t t_start,
 
         if (!in_window(b, t_start, t_end)) {
             continue;
-        }
-        if (!e->cfg.lazy_plan) {
-            plan_record(p, b, &e->plan_recs[at + n]);
         }
         pl->min_ts = min64(pl->min_ts, b->ts);
         pl->max_ts = max64(pl->max_ts, b->ts);
@@ -1556,27 +1551,18 @@ static void build_plan(struct engine *e, int64_t k, int64_t t_start,
 
     free_plan(e);
     np = plan_parts(e, t_start, t_end, &v, &n_rec);
-    if (!e->cfg.lazy_plan) {
-        grow((void **)&e->plan_recs, &e->cap_plan_recs, n_rec + 1,
-             sizeof(*e->plan_recs));
-    }
     pl->min_ts = INT64_MAX;
     pl->max_ts = ENGINE_MIN;
     for (size_t i = 0; i < np; i++) {
-        at += plan_add_part(e, v[i], t_start, t_end, at);
+        at += plan_add_part(e, v[i], t_start, t_end);
     }
     ASSERT(at == n_rec);
-    if (e->cfg.lazy_plan) {
-        e->plan_parts = v; /* engine_plan_read() walks them */
-        e->plan_np = np;
-    } else {
-        free(v);
-    }
+    e->plan_parts = v; /* engine_plan_read() walks them */
+    e->plan_np = np;
     plan_take_lost(e);
     pl->k = k;
     pl->t_start = t_start;
     pl->t_end = t_end;
-    pl->records = e->cfg.lazy_plan ? NULL : e->plan_recs;
     pl->n_records = at;
     pl->lost = e->plan_lost;
     pl->n_lost = e->plan_n_lost;
@@ -1857,18 +1843,6 @@ static void shrink_recs(struct part *p)
     p->cap_recs = want;
 }
 
-/* The plan array goes when it was more than twice what the committed
- * window used (the next window allocates what it needs). */
-static void shrink_plan(struct engine *e)
-{
-    if (e->slabs.is_tight || (e->cap_plan_recs > 2 * (e->plan.n_records + 1) &&
-                              e->cap_plan_recs > ENGINE_SHRINK_MIN)) {
-        free(e->plan_recs);
-        e->plan_recs = NULL;
-        e->cap_plan_recs = 0;
-    }
-}
-
 /* Forget the records of the committed window. */
 static void drop_committed(struct engine *e, int64_t t_end)
 {
@@ -1986,7 +1960,6 @@ void engine_on_committed(struct engine *e)
     trim_slabs(e, e->is_plan_forced);
     drop_committed(e, e->plan.t_end);
     compact_slabs(e);
-    shrink_plan(e);
     free_plan(e);
     free_redo(e);
     e->stats.windows_committed++;
@@ -2261,12 +2234,6 @@ size_t engine_plan_read(const struct engine *e, struct engine_plan_cursor *c,
     const struct engine_plan *pl = &e->plan;
     size_t n = 0;
 
-    if (pl->records != NULL) { /* not lazy: the array */
-        n = pl->n_records - c->done < max ? pl->n_records - c->done : max;
-        memcpy(out, pl->records + c->done, n * sizeof(*out));
-        c->done += n;
-        return n;
-    }
     for (; n < max && c->part < e->plan_np; c->part++, c->rec = 0) {
         const struct part *p = e->plan_parts[c->part];
         while (n < max && c->rec < p->n_recs) {
