@@ -108,13 +108,6 @@ static int host_list_queues(void *arg, const uint8_t tenant[16],
     return store_list_queues(h->store, tenant, out, err);
 }
 
-static int host_safe_time(void *arg, int64_t *out, struct err *err)
-{
-    struct sink_host *h = arg;
-
-    return store_safe_time(h->store, out, err);
-}
-
 /* ---- hooks --------------------------------------------------------------- */
 
 static int host_status(void *arg, struct buf *out, struct err *err)
@@ -258,8 +251,8 @@ int sink_host_boot(struct sink_host **out, struct store *store,
     h->store = store;
     h->kv = *kv;
     uuid7_format(STORE_DEFAULT_TENANT, h->tenant_text);
-    h->broker = (struct sink_broker){host_changed,     host_fetch,     host_kv,
-                                     host_list_queues, host_safe_time, h};
+    h->broker = (struct sink_broker){host_changed, host_fetch, host_kv,
+                                     host_list_queues, h};
     host_boot_logs(h);
     memset(&p, 0, sizeof(p));
     p.cfg = &h->cfg;
