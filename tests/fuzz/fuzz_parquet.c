@@ -19,8 +19,8 @@
 #include "base/buf.h"
 #include "base/xalloc.h"
 #include "parquet/parquet.h"
-#include "parquet_read.h"
 #include "parquet/thrift.h"
+#include "parquet_read.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -124,7 +124,8 @@ static bool same(struct slice a, struct slice b)
 }
 
 static void write_mem(const struct parquet_opts *o,
-                      const struct parquet_record *rs, size_t n, struct buf *out)
+                      const struct parquet_record *rs, size_t n,
+                      struct buf *out)
 {
     struct parquet_writer *w = parquet_writer_new(o);
     struct err e = {0};

@@ -154,8 +154,9 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int write_all(const struct parquet_opts *o, const struct parquet_record *rs,
-                     size_t n, const char *path, bool timed)
+static int write_all(const struct parquet_opts *o,
+                     const struct parquet_record *rs, size_t n,
+                     const char *path, bool timed)
 {
     struct err e;
     struct buf out;
