@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/parquet: our Parquet writer (src/sink/parquet.c) alone beside
+# bench/parquet: our Parquet writer (src/parquet/parquet.c) alone beside
 # DuckDB's writer (SET threads=1, COPY ... TO (FORMAT parquet, COMPRESSION c))
 # on the same rows, in the same run: 1,000,000 records, 64 partitions,
 # ~500-byte JSON payloads (tests/tools/parquet_tool gen). Our figure is the

@@ -204,9 +204,18 @@ static void broker_on_kv_sweep(uv_timer_t *t)
     buf_free(&cmd);
 }
 
+/* The sink's KV call (sink/host.h): kv_call_batch() on this node. */
+static int broker_sink_kv(void *arg, const struct kv_batch *batch,
+                          int timeout_ms, struct kv_answer *out,
+                          struct err *err)
+{
+    return kv_call_batch(arg, batch, timeout_ms, out, err);
+}
+
 static int broker_open_http(struct broker *b, struct err *err)
 {
     struct http_config hc;
+    struct sink_host_kv sink_kv = {broker_sink_kv, b->kv};
 
     b->router = router_new();
     api_init(&b->api, &b->loop, b->store, b->node);
@@ -221,7 +230,7 @@ static int broker_open_http(struct broker *b, struct err *err)
     }
     if (api_routes(&b->api, b->router, err) != 0 ||
         api_kv_routes(&b->api, b->kv, b->router, err) != 0 ||
-        sink_host_boot(&b->sink, b->store, b->kv, &b->api, err) != 0) {
+        sink_host_boot(&b->sink, b->store, &sink_kv, &b->api, err) != 0) {
         return err->code;
     }
     memset(&hc, 0, sizeof(hc));

@@ -26,10 +26,10 @@
 
 #include "base/buf.h"
 #include "base/err.h"
+#include "parquet/parquet.h"
 #include "sink/engine.h"
 #include "sink/jsonl.h"
 #include "sink/layout.h"
-#include "sink/parquet.h"
 
 #define SINK_VERSION   "2.0.0"
 #define SINK_NAME_MAX  64

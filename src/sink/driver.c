@@ -19,11 +19,15 @@
  *
  * The closing actions (WriteIntent, Upload, Commit) are emitted once by the
  * engine; the driver keeps a copy of the one in flight and repeats it after
- * a backoff until it succeeds or the queue stops. */
+ * a backoff until it succeeds or the queue stops.
+ *
+ * What a window's objects are, how the next window's are built ahead, and
+ * the uploader thread that puts them while the engine reads on
+ * (overlap_upload) live in upload.c; upload.h says what crosses threads.
+ * The driver decides when, and it alone writes the pointers. */
 #include "sink/driver.h"
 
 #include <inttypes.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -35,16 +39,16 @@
 #include "base/buf.h"
 #include "base/isotime.h"
 #include "base/log.h"
-#include "base/sha256.h"
 #include "base/xalloc.h"
+#include "parquet/parquet.h"
 #include "s3/client.h"
 #include "sink/docs.h"
 #include "sink/engine.h"
 #include "sink/jsonl.h"
 #include "sink/layout.h"
 #include "sink/lease.h"
-#include "sink/parquet.h"
 #include "sink/seek.h"
+#include "sink/upload.h"
 
 #define DRIVER_ROUNDS_PER_TICK 64
 #define DRIVER_ERROR_DELAY_MS  500
@@ -53,8 +57,6 @@
 #define DRIVER_AGED_US         ((int64_t)10 * 1000 * 1000)
 #define DRIVER_CHECKPOINT_LIST ((size_t)1000 * 1000)
 #define DRIVER_FETCH_SLICE     ((uint64_t)8 * 1024 * 1024) /* per store read */
-#define DRIVER_LINE_EXTRA      100  /* a JSONL line past its txn, payload */
-#define DRIVER_PLAN_PIECE      4096 /* records read from a plan at a time */
 
 enum pending_kind {
     PENDING_NONE,
@@ -96,71 +98,6 @@ struct sampler {
     uint64_t suppressed;
 };
 
-/* The window whose objects go up on the uploader thread while the engine
- * reads the next one (overlap_upload):
- *
- *   NONE --upload_objects(): built, thread started--> PUTTING
- *   PUTTING --bg_poll(): landed--------------------> COMMIT
- *   PUTTING --bg_poll(): retriable failure---------> RETRY
- *   RETRY --bg_poll(): backoff over, thread again--> PUTTING
- *   COMMIT --bg_poll(): commit pointer written-----> NONE
- *
- * The engine was told the window committed when it asked for the commit
- * (do_commit), so it reads the next window meanwhile; the driver itself
- * holds every write that must follow the commit (the next intent, a
- * checkpoint) until bg_poll() wrote the pointer, and its status reports the
- * pointer as written, not the engine's belief. */
-enum bg_state { BG_NONE, BG_PUTTING, BG_RETRY, BG_COMMIT };
-
-/* QUEEN_S3_CRASH_AT as the point and its mode (abort, or return). */
-struct crash_point {
-    enum driver_crash at;
-    bool returns;
-};
-
-/* An encoded document and its key. */
-struct doc_out {
-    struct buf body;
-    struct buf key;
-};
-
-struct object;
-
-struct bg {
-    enum bg_state state;
-    pthread_t th;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool is_done; /* the thread ended its pass (under mu) */
-    bool has_th;  /* th is to be joined */
-    int rc;       /* the pass: 0 every object and the manifest landed */
-    bool is_retriable;
-    bool hit_mid_upload; /* return mode: stopped at the crash point */
-    int64_t retry_after_ms;
-    int64_t retry_at;
-    char why[512];
-    struct object *o;
-    size_t n;
-    size_t landed; /* objects stored, in order */
-    bool is_manifest_landed;
-    struct doc_out manifest;
-    const char *ctype;
-    struct crash_point crash; /* a copy for the thread: d->cfg is not */
-    int64_t k;
-    bool has_commit; /* the engine asked for the commit: commit, wall */
-    struct engine_commit commit;
-    int64_t commit_wall_ms;
-};
-
-/* The next window's objects, built while the window before it is going up
- * (see prebuild). */
-struct prebuilt {
-    struct object *o; /* NULL: none */
-    size_t n;
-    int64_t k;    /* the window they are of */
-    bool is_done; /* a build of window k was tried (it may have failed) */
-};
-
 struct driver {
     struct driver_config cfg;
     struct sampler samplers[SAMPLE_KINDS];
@@ -180,9 +117,6 @@ struct driver {
     struct docs_intent redo_intent; /* slices into redo_arena */
     char redo_comp[32];             /* the redo's compression, as a string */
     struct buf redo_arena;
-    struct buf spare_body; /* the last window's body buffer, for the next */
-    struct prebuilt pre;
-    struct jsonl_cctx *zc; /* zstd context kept warm across windows */
     enum driver_stop stop;
     char why[256];
     bool is_stop_logged;
@@ -207,11 +141,10 @@ struct driver {
     char last_error[256];
     pthread_mutex_t mu;
     struct driver_status st; /* published at the end of every tick */
-    struct bg bg;
+    /* The window's objects, the prebuild and the uploader thread. */
+    struct upload up;
 };
 
-static void bg_clear(struct driver *d);
-static void drop_prebuilt(struct driver *d);
 static const char *bg_state_name(const struct driver *d);
 
 /* ---- small helpers --------------------------------------------------- */
@@ -355,27 +288,14 @@ static void retry_later(struct driver *d, int64_t now, int64_t retry_after)
 
 /* A crash point: false when it did not fire. In return mode the driver
  * stops Crashed; otherwise the process aborts. */
-static struct crash_point crash_point_of(const struct driver *d)
+static struct upload_crash crash_point_of(const struct driver *d)
 {
-    return (struct crash_point){d->cfg.crash_at, d->cfg.crash_returns};
-}
-
-/* Whether point `at` fires: the process aborts, or (return mode) true. */
-static bool crash_fires(struct crash_point c, enum driver_crash at)
-{
-    if (c.at != at || at == DRIVER_CRASH_NEVER) {
-        return false;
-    }
-    if (!c.returns) {
-        log_error("sink", "QUEEN_S3_CRASH_AT fired: aborting");
-        abort();
-    }
-    return true;
+    return (struct upload_crash){d->cfg.crash_at, d->cfg.crash_returns};
 }
 
 static bool crash(struct driver *d, enum driver_crash at)
 {
-    if (!crash_fires(crash_point_of(d), at)) {
+    if (!upload_crash_fires(crash_point_of(d), at)) {
         return false;
     }
     stop(d, DRIVER_CRASHED, driver_crash_name(at));
@@ -383,50 +303,11 @@ static bool crash(struct driver *d, enum driver_crash at)
     return true;
 }
 
-/* The multipart hook; arg is a const struct crash_point. */
-static void between_parts(void *arg, int part_done)
-{
-    const struct crash_point *c = arg;
-
-    UNUSED(part_done);
-    if (c->at == DRIVER_CRASH_MID_UPLOAD && !c->returns) {
-        log_error("sink", "QUEEN_S3_CRASH_AT=mid_upload: aborting between "
-                          "multipart parts");
-        abort();
-    }
-}
-
 /* ---- construction ---------------------------------------------------- */
 
 static const char *format_name(const struct driver_config *c)
 {
     return c->format == DRIVER_FORMAT_PARQUET ? "parquet" : "jsonl";
-}
-
-/* The codec names, the writer string and the object extension. */
-static int codec_strings(const struct driver_config *c, const char **comp,
-                         const char **writer, const char **ext, struct err *err)
-{
-    if (c->format == DRIVER_FORMAT_JSONL) {
-        enum jsonl_codec jc;
-        if (jsonl_codec_parse(c->compression, &jc, err) != 0) {
-            return err->code;
-        }
-        *comp = jsonl_codec_name(jc);
-        *writer = jsonl_writer_string(jc);
-        *ext = jsonl_extension(jc);
-        return 0;
-    }
-    bool is_snappy = strcmp(c->compression, "snappy") == 0;
-    if (!is_snappy && strcmp(c->compression, "zstd") != 0) {
-        return err_set(err, ERR_INVALID, "parquet: unknown compression \"%s\"",
-                       c->compression);
-    }
-    enum parquet_codec pc = is_snappy ? PARQUET_SNAPPY : PARQUET_ZSTD;
-    *comp = parquet_codec_name(pc);
-    *writer = parquet_writer_string(pc);
-    *ext = "parquet";
-    return 0;
 }
 
 static struct engine *make_engine(const struct driver_config *c,
@@ -448,13 +329,12 @@ static struct engine *make_engine(const struct driver_config *c,
     ec.fetch_concurrency = c->fetch_concurrency < 1 ? 1 : c->fetch_concurrency;
     ec.discovery_interval_ms = c->discovery_interval_ms;
     ec.prune_after_windows = 60;
-    ec.lazy_plan = true; /* build_objects reads the plan a piece at a time */
     if (c->max_buffer_bytes > 0) {
         ec.max_buffer_bytes = c->max_buffer_bytes;
     }
     ec.format = format_name(c);
     ec.layout = c->per_partition ? "per-partition" : "merged";
-    if (codec_strings(c, &ec.compression, &ec.writer, &ext, err) != 0) {
+    if (upload_codec_strings(c, &ec.compression, &ec.writer, &ext, err) != 0) {
         return NULL;
     }
     return engine_new(&ec, err);
@@ -490,12 +370,8 @@ struct driver *driver_new(const struct driver_config *cfg,
     buf_free(&k);
     buf_init(&d->pend.manifest_key, DRIVER_KEY_MAX);
     buf_init(&d->redo_arena, BUF_UNLIMITED);
-    buf_init(&d->spare_body, BUF_UNLIMITED);
     pthread_mutex_init(&d->mu, NULL);
-    pthread_mutex_init(&d->bg.mu, NULL);
-    pthread_cond_init(&d->bg.cv, NULL);
-    buf_init(&d->bg.manifest.body, BUF_UNLIMITED);
-    buf_init(&d->bg.manifest.key, DRIVER_KEY_MAX);
+    upload_init(&d->up, &d->cfg, &d->lq, d->e, d->s3);
     d->retry_after_ms = -1;
     snprintf(d->st.state, sizeof(d->st.state), "restoring");
     return d;
@@ -506,17 +382,10 @@ void driver_free(struct driver *d)
     if (d == NULL) {
         return;
     }
-    bg_clear(d);
-    drop_prebuilt(d);
+    upload_free(&d->up);
     engine_free(d->e);
-    buf_free(&d->bg.manifest.body);
-    buf_free(&d->bg.manifest.key);
-    pthread_mutex_destroy(&d->bg.mu);
-    pthread_cond_destroy(&d->bg.cv);
     buf_free(&d->pend.manifest_key);
     buf_free(&d->redo_arena);
-    buf_free(&d->spare_body);
-    jsonl_cctx_free(d->zc);
     free(d->lost);
     pthread_mutex_destroy(&d->mu);
     free(d);
@@ -534,12 +403,6 @@ void driver_force_close(struct driver *d)
 }
 
 /* ---- start (3.5) ------------------------------------------------------- */
-
-/* Whether an S3 failure is worth another try. */
-static bool s3_retriable(const struct s3_status *st, int rc)
-{
-    return st->is_retriable || rc == ERR_IO || rc == ERR_TIMEOUT;
-}
 
 struct restore_docs {
     struct buf arena_i;
@@ -1175,203 +1038,15 @@ static int do_intent(struct driver *d, int64_t now)
     return crash(d, DRIVER_CRASH_AFTER_INTENT) ? -1 : 0;
 }
 
-/* One object of a window. */
-struct object {
-    struct buf body;
-    struct buf key;
-    char sha256[65]; /* of body, lowercase hex: the PUT and the manifest */
-    uint64_t records;
-    bool has_partition;
-    struct slice partition;
-    int64_t first;
-    int64_t last;
-};
-
-/* A body being written: JSONL or Parquet. */
-struct body {
-    struct jsonl_writer *j;
-    struct parquet_writer *q;
-};
-
-/* Start a body. expect: about what its JSONL lines take before compression
- * (0: unknown), so the body is reserved once (jsonl_writer_expect). */
-static int body_open(struct driver *d, struct body *b, size_t expect,
-                     struct err *err)
-{
-    memset(b, 0, sizeof(*b));
-    if (d->cfg.format == DRIVER_FORMAT_PARQUET) {
-        struct parquet_opts o = {
-            .codec = strcmp(d->cfg.compression, "snappy") == 0 ? PARQUET_SNAPPY
-                                                               : PARQUET_ZSTD,
-            .queue = d->cfg.queue,
-            .tenant = d->cfg.tenant_text,
-            .max_bytes = d->cfg.object_max_bytes,
-        };
-        b->q = parquet_writer_new(&o);
-        return 0;
-    }
-    enum jsonl_codec c = JSONL_ZSTD;
-    jsonl_codec_parse(d->cfg.compression, &c, err);
-    if (c == JSONL_ZSTD && d->zc == NULL) {
-        d->zc = jsonl_cctx_new();
-    }
-    b->j = jsonl_writer_new_with(c, d->cfg.object_max_bytes, &d->spare_body,
-                                 d->zc);
-    return expect > 0 ? jsonl_writer_expect(b->j, expect, err) : 0;
-}
-
-static int body_add(struct body *b, const struct sink_record *r,
-                    struct err *err)
-{
-    return b->q != NULL ? parquet_writer_add(b->q, r, err)
-                        : jsonl_writer_add(b->j, r, err);
-}
-
-/* Finish the body into out (rc: what came before) and drop the writer. */
-static int body_close(struct body *b, int rc, struct buf *out, struct err *err)
-{
-    if (b->q != NULL) {
-        rc = rc != 0 ? rc : parquet_writer_finish(b->q, out, err);
-        parquet_writer_free(b->q);
-    } else if (b->j != NULL) {
-        rc = rc != 0 ? rc : jsonl_writer_finish(b->j, out, err);
-        jsonl_writer_free(b->j);
-    }
-    memset(b, 0, sizeof(*b));
-    return rc;
-}
-
-/* The body of x is complete: finish it, name it, hash it. */
-static int object_close(struct driver *d, struct object *x, struct body *b,
-                        int rc, const struct layout_window *w, struct err *err)
-{
-    rc = body_close(b, rc, &x->body, err);
-    if (rc == 0 && x->has_partition) {
-        int64_t fl[2] = {x->first, x->last};
-        rc = layout_part_key(&x->key, &d->lq, w, x->partition, fl, err);
-    } else if (rc == 0) {
-        rc = layout_data_key(&x->key, &d->lq, w, err);
-    }
-    if (rc == 0) {
-        uint8_t h[32];
-        sha256(x->body.data, x->body.len, h);
-        hex_lower(h, sizeof(h), x->sha256);
-    }
-    return rc;
-}
-
-/* Start the next object of *o (n of them, room for cap) with record r. */
-static struct object *object_open(struct driver *d, struct object **o,
-                                  size_t *n, size_t *cap,
-                                  const struct sink_record *r)
-{
-    if (*n == *cap) {
-        *cap = *cap < 4 ? 4 : *cap + *cap / 2;
-        *o = xrealloc(*o, (*cap + 1) * sizeof(**o));
-    }
-    struct object *x = &(*o)[(*n)++];
-    memset(x, 0, sizeof(*x));
-    buf_init(&x->body, BUF_UNLIMITED);
-    buf_init(&x->key, DRIVER_KEY_MAX);
-    x->has_partition = d->cfg.per_partition; /* names it in the manifest */
-    x->partition = r->partition;
-    x->first = r->offset;
-    return x;
-}
-
-/* Build every object of plan p (4.2): one merged object, or one per run of
- * equal partition names. The records come from the engine a piece at a
- * time (engine_plan_read), not as one array of the whole window. A merged
- * body is reserved at its JSONL size up front: the records' weight (64 +
- * txn + partition + payload, reference 3.6) less 64, plus the rest of a
- * line; compressed, the body is smaller. */
-static int build_objects(struct driver *d, const struct engine_plan *p,
-                         struct object **out, size_t *n_out, struct err *err)
-{
-    const char *comp = "";
-    const char *writer = "";
-    const char *ext = "";
-    struct layout_window w = {
-        (enum layout_align)d->cfg.align, p->k, p->t_start, p->t_end, 0, NULL};
-    struct engine_plan_cursor c = {0, 0, 0};
-    struct sink_record *v = xmalloc(DRIVER_PLAN_PIECE * sizeof(*v));
-    struct object *o = xcalloc(1, sizeof(*o));
-    struct object *x = NULL;
-    struct body b = {NULL, NULL};
-    size_t n = 0;
-    size_t cap = 0;
-    size_t got;
-    size_t expect = d->cfg.per_partition
-                        ? 0
-                        : (size_t)p->bytes_estimate +
-                              p->n_records * (DRIVER_LINE_EXTRA - 64);
-    int rc = codec_strings(&d->cfg, &comp, &writer, &ext, err);
-
-    w.ext = ext;
-    w.bucket_ts =
-        layout_bucket_ts(p->t_start, p->n_records > 0, p->min_ts, p->t_end);
-    while (rc == 0 &&
-           (got = engine_plan_read(d->e, &c, v, DRIVER_PLAN_PIECE)) > 0) {
-        for (size_t i = 0; rc == 0 && i < got; i++) {
-            if (x != NULL && d->cfg.per_partition &&
-                !same_slice(v[i].partition, x->partition)) {
-                rc = object_close(d, x, &b, rc, &w, err);
-                x = NULL;
-            }
-            if (rc == 0 && x == NULL) {
-                x = object_open(d, &o, &n, &cap, &v[i]);
-                rc = body_open(d, &b, expect, err);
-            }
-            rc = rc != 0 ? rc : body_add(&b, &v[i], err);
-            if (rc != 0) {
-                break;
-            }
-            x->records++;
-            x->last = v[i].offset;
-        }
-    }
-    if (x != NULL) {
-        rc = object_close(d, x, &b, rc, &w, err);
-    }
-    free(v);
-    *out = o;
-    *n_out = n;
-    return rc;
-}
-
-/* The largest body stays as the next window's spare: writing into pages
- * touched before costs a fraction of first touches. */
-static void free_objects(struct driver *d, struct object *o, size_t n)
-{
-    for (size_t i = 0; o != NULL && i < n; i++) {
-        if (o[i].body.cap > d->spare_body.cap) {
-            struct buf b = d->spare_body;
-            d->spare_body = o[i].body;
-            d->spare_body.max = BUF_UNLIMITED;
-            buf_reset(&d->spare_body);
-            o[i].body = b;
-        }
-        buf_free(&o[i].body);
-        buf_free(&o[i].key);
-    }
-    free(o);
-}
-
-static void drop_prebuilt(struct driver *d)
-{
-    free_objects(d, d->pre.o, d->pre.n);
-    d->pre.o = NULL;
-    d->pre.n = 0;
-}
-
 /* PUT one body. 0; 1 retry later; -1 stopped. */
 static int put_object(struct driver *d, const char *key, const struct buf *b,
                       const char *sha256_hex, const char *content_type,
                       int64_t now)
 {
-    struct crash_point cp = crash_point_of(d);
-    struct s3_put p = {key,           b->data, b->len,    content_type,
-                       between_parts, &cp,     sha256_hex};
+    struct upload_crash cp = crash_point_of(d);
+    struct s3_put p = {
+        key, b->data,   b->len, content_type, upload_between_parts,
+        &cp, sha256_hex};
     struct s3_put_result r;
     struct err err;
     char why[512];
@@ -1383,7 +1058,7 @@ static int put_object(struct driver *d, const char *key, const struct buf *b,
     }
     snprintf(why, sizeof(why), "PUT %s: %s", key, err.msg);
     fail_sampled(d, SAMPLE_PUT, "%s", why);
-    if (s3_retriable(&r.st, rc)) {
+    if (upload_s3_retriable(&r.st, rc)) {
         retry_later(d, now, r.st.retry_after_ms);
         return 1;
     }
@@ -1394,8 +1069,8 @@ static int put_object(struct driver *d, const char *key, const struct buf *b,
 /* The manifest of plan p over its objects o[0..n): its body and key. Sets
  * last_records and last_bytes. Returns 0, or ERR_* with err set. */
 static int manifest_encode(struct driver *d, const struct engine_plan *p,
-                           const struct object *o, size_t n,
-                           struct doc_out *out, struct err *err)
+                           const struct upload_object *o, size_t n,
+                           struct upload_doc *out, struct err *err)
 {
     struct docs_object *v = xcalloc(n + 1, sizeof(*v));
     struct docs_lost *l = xcalloc(p->n_lost + 1, sizeof(*l));
@@ -1418,7 +1093,7 @@ static int manifest_encode(struct driver *d, const struct engine_plan *p,
     const char *comp = "";
     const char *writer = "";
     const char *ext = "";
-    codec_strings(&d->cfg, &comp, &writer, &ext, err);
+    upload_codec_strings(&d->cfg, &comp, &writer, &ext, err);
     m.sink = cstr(d->cfg.sink);
     m.tenant = cstr(d->cfg.tenant_text);
     m.queue = cstr(d->cfg.queue);
@@ -1448,9 +1123,9 @@ static int manifest_encode(struct driver *d, const struct engine_plan *p,
 }
 
 static int put_manifest(struct driver *d, const struct engine_plan *p,
-                        const struct object *o, size_t n, int64_t now)
+                        const struct upload_object *o, size_t n, int64_t now)
 {
-    struct doc_out m;
+    struct upload_doc m;
     struct err err;
     int rc;
 
@@ -1506,7 +1181,7 @@ static void use_intent_settings(struct driver *d)
                                                        : DRIVER_FORMAT_JSONL;
     c.compression = d->redo_comp;
     c.per_partition = same_slice(in->layout, cstr("per-partition"));
-    if (codec_strings(&c, &comp, &writer, &ext, &err) != 0) {
+    if (upload_codec_strings(&c, &comp, &writer, &ext, &err) != 0) {
         return;
     }
     if (c.format != d->cfg.format || c.per_partition != d->cfg.per_partition ||
@@ -1519,94 +1194,7 @@ static void use_intent_settings(struct driver *d)
     d->cfg = c;
 }
 
-/* ---- the uploader thread (overlap_upload) ------------------------------ */
-
-/* One pass: the objects not stored yet in order, then the manifest. The
- * thread touches only g's objects and the S3 client. */
-static void *bg_main(void *arg)
-{
-    struct driver *d = arg;
-    struct bg *g = &d->bg;
-    struct s3_put_result r;
-    struct err err = {0};
-    const char *key = "";
-    int rc = 0;
-
-    memset(&r, 0, sizeof(r));
-    while (rc == 0 && g->landed < g->n) {
-        struct object *x = &g->o[g->landed];
-        struct s3_put p = {x->key.data,   x->body.data, x->body.len, g->ctype,
-                           between_parts, &g->crash,    x->sha256};
-        key = x->key.data;
-        memset(&r, 0, sizeof(r));
-        rc = s3_client_put(d->s3, &p, &r, &err);
-        if (rc == 0 && ++g->landed == 1 &&
-            crash_fires(g->crash, DRIVER_CRASH_MID_UPLOAD)) {
-            g->hit_mid_upload = true; /* return mode: stop the pass here */
-            break;
-        }
-    }
-    if (rc == 0 && !g->hit_mid_upload && !g->is_manifest_landed) {
-        struct s3_put p = {g->manifest.key.data,
-                           g->manifest.body.data,
-                           g->manifest.body.len,
-                           "application/json",
-                           between_parts,
-                           &g->crash,
-                           NULL};
-        key = g->manifest.key.data;
-        memset(&r, 0, sizeof(r));
-        rc = s3_client_put(d->s3, &p, &r, &err);
-        g->is_manifest_landed = rc == 0;
-    }
-    pthread_mutex_lock(&g->mu);
-    g->rc = rc;
-    if (rc != 0) {
-        g->is_retriable = s3_retriable(&r.st, rc);
-        g->retry_after_ms = r.st.retry_after_ms;
-        snprintf(g->why, sizeof(g->why), "PUT %s: %s", key, err.msg);
-    }
-    g->is_done = true;
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
-    return NULL;
-}
-
-static void bg_launch(struct driver *d)
-{
-    struct bg *g = &d->bg;
-
-    g->is_done = false;
-    g->rc = 0;
-    g->is_retriable = false;
-    g->hit_mid_upload = false;
-    g->retry_after_ms = -1;
-    g->why[0] = '\0';
-    g->state = BG_PUTTING;
-    g->has_th = pthread_create(&g->th, NULL, bg_main, d) == 0;
-    if (!g->has_th) {
-        bg_main(d); /* no thread to be had: put inline */
-    }
-}
-
-/* Wait for the pass (when wait, or when it is over) and join. true when
- * the pass is over. */
-static bool bg_join(struct bg *g, bool wait)
-{
-    bool done;
-
-    pthread_mutex_lock(&g->mu);
-    while (wait && !g->is_done) {
-        pthread_cond_wait(&g->cv, &g->mu);
-    }
-    done = g->is_done;
-    pthread_mutex_unlock(&g->mu);
-    if (done && g->has_th) {
-        pthread_join(g->th, NULL);
-        g->has_th = false;
-    }
-    return done;
-}
+/* ---- uploads (the objects and the thread are upload.c) ----------------- */
 
 /* A window committed under memory pressure (engine_is_tight): the buffers
  * kept warm for the next window (the spare body, the zstd context) go back
@@ -1614,61 +1202,29 @@ static bool bg_join(struct bg *g, bool wait)
  * starts them afresh. */
 static void drop_warm_if_tight(struct driver *d)
 {
-    if (!engine_is_tight(d->e)) {
-        return;
+    if (engine_is_tight(d->e)) {
+        upload_drop_warm(&d->up);
     }
-    buf_free(&d->spare_body);
-    buf_init(&d->spare_body, BUF_UNLIMITED);
-    jsonl_cctx_free(d->zc);
-    d->zc = NULL;
-    /* What was freed (these, the plan array, record arrays shrunk at the
-     * commit) may sit in a malloc arena below the mmap threshold, which
-     * glibc raises to the largest block freed: give its pages back. */
-    (void)malloc_trim(0);
-}
-
-/* Drop the window going up (stopped, or committed). */
-static void bg_clear(struct driver *d)
-{
-    struct bg *g = &d->bg;
-
-    if (g->state == BG_PUTTING) {
-        bg_join(g, true);
-    }
-    free_objects(d, g->o, g->n);
-    g->o = NULL;
-    g->n = 0;
-    g->has_commit = false;
-    g->state = BG_NONE;
 }
 
 /* The objects of plan p are built: encode the manifest, start the thread,
  * and tell the engine they landed so it asks for the commit (do_commit
  * holds it). Takes o. 0; -1 stopped. */
 static int bg_begin(struct driver *d, const struct engine_plan *p,
-                    struct object *o, size_t n, const char *ctype)
+                    struct upload_object *o, size_t n, const char *ctype)
 {
-    struct bg *g = &d->bg;
+    struct upload *g = &d->up;
     struct err err;
 
     buf_reset(&g->manifest.body);
     buf_reset(&g->manifest.key);
     if (manifest_encode(d, p, o, n, &g->manifest, &err) != 0) {
         stop(d, DRIVER_FAILED, err.msg);
-        free_objects(d, o, n);
+        upload_free_objects(g, o, n);
         return -1;
     }
-    g->o = o;
-    g->n = n;
-    g->landed = 0;
-    g->is_manifest_landed = false;
-    g->ctype = ctype;
-    g->crash = crash_point_of(d);
-    g->k = p->k;
-    g->has_commit = false;
-    g->retry_at = 0;
     keep_lost(d, p);
-    bg_launch(d);
+    upload_begin(g, o, n, ctype, crash_point_of(d), p->k);
     d->attempt = 0;
     d->pend.kind = PENDING_NONE;
     engine_on_uploaded(d->e, d->last_records, d->last_bytes);
@@ -1703,7 +1259,7 @@ static int do_upload(struct driver *d, int64_t now)
 static int upload_objects(struct driver *d, int64_t now)
 {
     const struct engine_plan *p = d->pend.plan;
-    struct object *o = NULL;
+    struct upload_object *o = NULL;
     size_t n = 0;
     struct err err;
     const char *ctype = d->cfg.format == DRIVER_FORMAT_PARQUET
@@ -1711,19 +1267,13 @@ static int upload_objects(struct driver *d, int64_t now)
                             : JSONL_CONTENT_TYPE;
     int rc = 0;
 
-    if (d->pre.o != NULL && d->pre.k == p->k) {
-        o = d->pre.o; /* built while the window before went up */
-        n = d->pre.n;
-        d->pre.o = NULL;
-        d->pre.n = 0;
-    } else {
-        drop_prebuilt(d);
-        rc = build_objects(d, p, &o, &n, &err);
+    if (!upload_take_prebuilt(&d->up, p->k, &o, &n)) {
+        rc = upload_build(&d->up, p, &o, &n, &err);
     }
     if (rc != 0) {
         stop(d, DRIVER_FAILED, err.msg);
         set_error(d, "%s", err.msg);
-        free_objects(d, o, n);
+        upload_free_objects(&d->up, o, n);
         return -1;
     }
     if (d->cfg.overlap_upload) {
@@ -1738,7 +1288,7 @@ static int upload_objects(struct driver *d, int64_t now)
     if (rc == 0) {
         rc = put_manifest(d, p, o, n, now);
     }
-    free_objects(d, o, n);
+    upload_free_objects(&d->up, o, n);
     if (rc != 0 || crash(d, DRIVER_CRASH_AFTER_UPLOAD)) {
         return rc != 0 ? rc : -1;
     }
@@ -1832,9 +1382,9 @@ static int commit_write(struct driver *d, const struct engine_commit *c,
 
 static int do_commit(struct driver *d, int64_t now)
 {
-    struct bg *g = &d->bg;
+    struct upload *g = &d->up;
 
-    if (g->state != BG_NONE) {
+    if (g->state != UPLOAD_NONE) {
         /* Overlap: the pointer waits for the objects (bg_poll); the engine
          * reads the next window meanwhile. */
         g->commit = d->pend.commit;
@@ -1858,7 +1408,7 @@ static int do_commit(struct driver *d, int64_t now)
  * stopped. */
 static int bg_outcome(struct driver *d, int64_t now)
 {
-    struct bg *g = &d->bg;
+    struct upload *g = &d->up;
 
     if (g->hit_mid_upload) {
         crash(d, DRIVER_CRASH_MID_UPLOAD);
@@ -1872,7 +1422,7 @@ static int bg_outcome(struct driver *d, int64_t now)
         }
         retry_later(d, now, g->retry_after_ms);
         g->retry_at = d->next_at;
-        g->state = BG_RETRY;
+        g->state = UPLOAD_RETRY;
         return 1;
     }
     if (crash(d, DRIVER_CRASH_AFTER_UPLOAD)) {
@@ -1880,29 +1430,30 @@ static int bg_outcome(struct driver *d, int64_t now)
     }
     d->attempt = 0;
     g->retry_at = 0;
-    g->state = BG_COMMIT;
+    g->state = UPLOAD_COMMIT;
     return 0;
 }
 
-/* Move the window going up along (see struct bg); with wait, block until
+/* Move the window going up along (enum upload_state); with wait, block until
  * its pass is over and commit it. 0 go on (with wait: the window is
  * committed); 1 wait until next_at; -1 stopped. */
 static int bg_poll(struct driver *d, int64_t now, bool wait)
 {
-    struct bg *g = &d->bg;
+    struct upload *g = &d->up;
 
-    if ((g->state == BG_RETRY || g->state == BG_COMMIT) && now < g->retry_at) {
+    if ((g->state == UPLOAD_RETRY || g->state == UPLOAD_COMMIT) &&
+        now < g->retry_at) {
         if (wait) {
             d->next_at = g->retry_at;
             return 1;
         }
         return 0;
     }
-    if (g->state == BG_RETRY) {
-        bg_launch(d);
+    if (g->state == UPLOAD_RETRY) {
+        upload_launch(g);
     }
-    if (g->state == BG_PUTTING) {
-        if (!bg_join(g, wait)) {
+    if (g->state == UPLOAD_PUTTING) {
+        if (!upload_join(g, wait)) {
             return 0;
         }
         int rc = bg_outcome(d, now);
@@ -1910,7 +1461,7 @@ static int bg_poll(struct driver *d, int64_t now, bool wait)
             return rc;
         }
     }
-    if (g->state != BG_COMMIT || !g->has_commit) {
+    if (g->state != UPLOAD_COMMIT || !g->has_commit) {
         return 0;
     }
     d->did_work = true;
@@ -1919,7 +1470,7 @@ static int bg_poll(struct driver *d, int64_t now, bool wait)
     if (rc == 1) {
         g->retry_at = d->next_at;
     } else if (rc == 0) {
-        bg_clear(d);
+        upload_clear(g);
         drop_warm_if_tight(d);
     }
     return rc;
@@ -1929,7 +1480,7 @@ static int bg_poll(struct driver *d, int64_t now, bool wait)
  * up instead, if any. 0 go on; 1 wait; -1 stopped. */
 static int wait_until(struct driver *d, int64_t now, int64_t at)
 {
-    if (d->bg.state != BG_NONE) {
+    if (d->up.state != UPLOAD_NONE) {
         int rc = bg_poll(d, now, true);
         if (rc == 1 && at < d->next_at) {
             d->next_at = at;
@@ -1963,7 +1514,7 @@ static void do_checkpoint(struct driver *d,
                            NULL,     NULL,      NULL};
         memset(&r, 0, sizeof(r));
         rc = s3_client_put(d->s3, &p, &r, &err);
-        if (rc == 0 || !s3_retriable(&r.st, rc)) {
+        if (rc == 0 || !upload_s3_retriable(&r.st, rc)) {
             break;
         }
         rc = attempt < 2 ? 0 : rc; /* the client already waited between */
@@ -2033,27 +1584,20 @@ static void take_closing(struct driver *d, const struct engine_action *a)
 static void prebuild(struct driver *d)
 {
     const struct engine_plan *p = d->pend.intent.plan;
-    struct err err;
 
-    if (d->pend.kind != PENDING_INTENT || d->bg.state == BG_NONE ||
-        d->is_redo || engine_is_tight(d->e) || p == NULL ||
-        (d->pre.is_done && d->pre.k == p->k)) {
+    if (d->pend.kind != PENDING_INTENT || d->up.state == UPLOAD_NONE ||
+        d->is_redo || engine_is_tight(d->e) || p == NULL) {
         return;
     }
-    drop_prebuilt(d);
-    d->pre.k = p->k;
-    d->pre.is_done = true;
-    if (build_objects(d, p, &d->pre.o, &d->pre.n, &err) != 0) {
-        drop_prebuilt(d);
-        return;
+    if (upload_prebuild(&d->up, p)) {
+        d->ctr.windows_prebuilt++;
     }
-    d->ctr.windows_prebuilt++;
 }
 
 static int run_pending(struct driver *d, int64_t now)
 {
     d->did_work = true;
-    if (d->bg.state != BG_NONE && d->pend.kind != PENDING_COMMIT) {
+    if (d->up.state != UPLOAD_NONE && d->pend.kind != PENDING_COMMIT) {
         /* Never two windows in flight: the next intent waits until the
          * window going up is committed. */
         prebuild(d);
@@ -2061,7 +1605,7 @@ static int run_pending(struct driver *d, int64_t now)
         if (rc != 0) {
             return rc;
         }
-        if (d->bg.state != BG_NONE) {
+        if (d->up.state != UPLOAD_NONE) {
             d->next_at = now + 10;
             return 1;
         }
@@ -2085,12 +1629,12 @@ static int checkpoint_after_commit(struct driver *d,
                                    const struct engine_checkpoint_action *a,
                                    int64_t now)
 {
-    int rc = d->bg.state != BG_NONE ? bg_poll(d, now, true) : 0;
+    int rc = d->up.state != UPLOAD_NONE ? bg_poll(d, now, true) : 0;
 
     if (rc < 0) {
         return rc;
     }
-    if (d->bg.state != BG_NONE) {
+    if (d->up.state != UPLOAD_NONE) {
         log_warn("sink",
                  "checkpoint not written; the next restart re-reads "
                  "more, and nothing else queue=%s k=%" PRId64
@@ -2144,7 +1688,7 @@ static int run_round(struct driver *d, int64_t now)
     bool is_closing_only =
         d->is_draining && engine_committed_k(d->e) > d->drain_from_k;
 
-    if (d->bg.state != BG_NONE) {
+    if (d->up.state != UPLOAD_NONE) {
         /* A drain waits for the window going up (run_pending makes a
          * closing action wait too). */
         int rc = bg_poll(d, now, d->is_draining);
@@ -2184,7 +1728,7 @@ static void begin_drain(struct driver *d)
     bool has_lag = engine_lag(d->e, &lag);
     uint64_t buffered = engine_buffered_bytes(d->e);
     enum engine_state s = engine_state(d->e);
-    bool in_bg = d->bg.state != BG_NONE;
+    bool in_bg = d->up.state != UPLOAD_NONE;
     bool in_flight = s == ENGINE_INTENT || s == ENGINE_UPLOAD ||
                      s == ENGINE_COMMIT || d->pend.kind != PENDING_NONE ||
                      in_bg;
@@ -2204,7 +1748,7 @@ static void begin_drain(struct driver *d)
     }
     bool closing = worth || in_flight;
     d->is_draining = true;
-    d->drain_from_k = in_bg ? d->bg.k - 1 : engine_committed_k(d->e);
+    d->drain_from_k = in_bg ? d->up.k - 1 : engine_committed_k(d->e);
     log_info("sink",
              "%s: stopping the reads queue=%s buffered=%" PRIu64
              " aged=%s closing=%s state=%s",
@@ -2228,7 +1772,7 @@ static void log_stop(struct driver *d)
 /* The state a window going up shows in status. */
 static const char *bg_state_name(const struct driver *d)
 {
-    return d->bg.state == BG_COMMIT ? "commit" : "upload";
+    return d->up.state == UPLOAD_COMMIT ? "commit" : "upload";
 }
 
 static const char *status_state(const struct driver *d)
@@ -2245,7 +1789,7 @@ static const char *status_state(const struct driver *d)
     if (d->is_draining) {
         return "draining";
     }
-    if (d->bg.state != BG_NONE) {
+    if (d->up.state != UPLOAD_NONE) {
         return bg_state_name(d);
     }
     return engine_state_name(engine_state(d->e));
@@ -2261,9 +1805,9 @@ static void publish(struct driver *d)
     s.committed_k = engine_committed_k(d->e);
     s.k = engine_closing_k(d->e) != 0 ? engine_closing_k(d->e)
                                       : s.committed_k + 1;
-    if (d->bg.state != BG_NONE) { /* the pointer, not the engine's belief */
-        s.committed_k = d->bg.k - 1;
-        s.k = d->bg.k;
+    if (d->up.state != UPLOAD_NONE) { /* the pointer, not the engine's belief */
+        s.committed_k = d->up.k - 1;
+        s.k = d->up.k;
     }
     s.has_t_end = d->has_t_end;
     s.t_end = d->last_t_end;
@@ -2336,7 +1880,7 @@ static void run_rounds(struct driver *d, int64_t now)
             return;
         }
         if (d->is_draining && d->pend.kind == PENDING_NONE &&
-            d->bg.state == BG_NONE &&
+            d->up.state == UPLOAD_NONE &&
             (!d->did_work || engine_committed_k(d->e) > d->drain_from_k) &&
             engine_state(d->e) == ENGINE_FILLING) {
             if (!d->did_work || rc == 1) {
@@ -2374,8 +1918,8 @@ int driver_tick(struct driver *d, int64_t now_ms, int64_t wall_ms,
     if (d->stop == DRIVER_RUNNING && check_running(d)) {
         run_rounds(d, now_ms);
     }
-    if (d->stop != DRIVER_RUNNING && d->bg.state == BG_PUTTING) {
-        bg_join(&d->bg, true); /* no PUT of ours outlives the stop */
+    if (d->stop != DRIVER_RUNNING && d->up.state == UPLOAD_PUTTING) {
+        upload_join(&d->up, true); /* no PUT of ours outlives the stop */
     }
     if (d->stop != DRIVER_RUNNING && !d->is_stop_logged) {
         d->is_stop_logged = true;

@@ -28,7 +28,6 @@
 
 #include "base/common.h"
 #include "base/err.h"
-#include "broker/kv.h"
 #include "store/kv.h"
 #include "store/store.h"
 
@@ -54,7 +53,6 @@ struct sink_broker {
               size_t n, int timeout_ms, struct kv_answer *out, struct err *err);
     int (*list_queues)(void *arg, const uint8_t tenant[16],
                        struct store_queue_list *out, struct err *err);
-    int (*safe_time)(void *arg, int64_t *out, struct err *err);
     void *arg;
 };
 

@@ -19,13 +19,13 @@
  *   - offsets that disappear before we read them become lost ranges that
  *     travel in the next closing window's manifest (5).
  *
- * Record bytes live in slabs of ENGINE_SLAB bytes, filled front to back in
- * arrival order; a slab goes back to a short free list when the last record
- * in it is committed. Records arrive in stamp order within a partition and
- * windows are cut by stamp, so a slab's records mostly leave together. One
- * copy into a warm slab costs far less than a malloc per record, and fresh
- * pages are what a fetch-heavy sink pays most for (first touches fault).
- * The free list keeps as many slabs as the last window took (at least
+ * Record bytes live in slabs of SLAB_SIZE bytes (base/slab.h), filled front
+ * to back in arrival order; a slab goes back to a short free list when the
+ * last record in it is committed. Records arrive in stamp order within a
+ * partition and windows are cut by stamp, so a slab's records mostly leave
+ * together. One copy into a warm slab costs far less than a malloc per record,
+ * and fresh pages are what a fetch-heavy sink pays most for (first touches
+ * fault). The free list keeps as many slabs as the last window took (at least
  * ENGINE_SPARE_MIN; at most a target window's worth up to half the read
  * cap, or ENGINE_SPARE_MAX when that is more: memory the budget's weight
  * does not see): a busy queue refills from it, an idle one lets go. Once
@@ -36,16 +36,18 @@
  * it emptied in part (compact_slabs), so holes do not add to the weight
  * either. Slabs are mapped and unmapped directly, so a freed slab leaves
  * the process's RSS (malloc would keep it in an arena). After a commit, a
- * partition's record array and the plan array shrink when far larger than
- * what is left.
+ * partition's record array shrinks when far larger than what is left. The
+ * plan holds no record array: engine_plan_read() reads the window's records
+ * out of the partitions a piece at a time.
  *
- * Partition lookup is a small open-addressing hash on the name, so merging
- * an answer costs O(1) per partition named. The per-call walks (frontier,
- * fetch candidates, seeks, the close rules) go over the active set only:
- * partitions with unread data, a seek, or buffered records. A commit walks
- * every partition once to prune; only the plan and the checkpoint sort. Memory
- * held for a cold partition is its `struct part` alone, so what is buffered
- * does not grow with the number of partitions (reference 3.6.6).
+ * Partition lookup is a small open-addressing hash on the name
+ * (base/hashtab.h), so merging an answer costs O(1) per partition named. The
+ * per-call walks (frontier, fetch candidates, seeks, the close rules) go over
+ * the active set only: partitions with unread data, a seek, or buffered
+ * records. A commit walks every partition once to prune; only the plan and the
+ * checkpoint sort. Memory held for a cold partition is its `struct part` alone,
+ * so what is buffered does not grow with the number of partitions
+ * (reference 3.6.6).
  *
  * A caught-up partition (read past the lastOffset a discovery page reported)
  * does not hold a close back: every record it gains later is stamped above
@@ -59,31 +61,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
+#include "base/hashtab.h"
 #include "base/isotime.h"
+#include "base/slab.h"
 #include "base/xalloc.h"
 
 #define ENGINE_MAX_CURSOR   1024
 #define ENGINE_MAX_CLOSE    100000 /* try_close iterations per call */
 #define ENGINE_RECORD_BASE  64     /* weight of a record beyond its bytes */
 #define ENGINE_NULL_PAYLOAD 4      /* weight of a null payload ("null") */
-#define ENGINE_SLAB         ((size_t)2 * 1024 * 1024) /* one huge page */
-#define ENGINE_SPARE_MIN    4  /* empty slabs kept for reuse, at least */
-#define ENGINE_SPARE_MAX    32 /* at most, unless a window takes more */
-#define ENGINE_SHRINK_MIN   32 /* arrays of up to this many are kept */
-
-/* Record bytes of many records; freed when the last of them leaves. A
- * record over a quarter of ENGINE_SLAB gets a slab of its own. */
-struct slab {
-    struct slab *next; /* in the free list */
-    size_t used;
-    size_t cap;
-    size_t live;       /* records pointing into data */
-    size_t live_bytes; /* their bytes: used - live_bytes are holes */
-    char *data;
-    bool is_mapped; /* data is slab_map()'s, else malloc's */
-};
+#define ENGINE_SPARE_MIN    4      /* empty slabs kept for reuse, at least */
+#define ENGINE_SPARE_MAX    32     /* at most, unless a window takes more */
+#define ENGINE_SHRINK_MIN   32     /* arrays of up to this many are kept */
 
 /* A buffered record: its txn bytes, then its payload bytes, in a slab.
  * 48 bytes: the weight of a record fits 32 bits (a record is bounded by the
@@ -189,12 +179,11 @@ struct engine {
     struct part **parts;
     size_t n_parts;
     size_t cap_parts;
-    struct part **table;  /* open addressing, power-of-two size */
+    struct hashtab table; /* the parts by name (base/hashtab.h) */
     struct part **active; /* unread, seeking or holding records */
     size_t n_active;
     size_t cap_active;
     uint64_t next_serial;
-    size_t table_cap;
 
     struct fetch_call *calls; /* fetch_concurrency slots */
     size_t n_calls_out;
@@ -206,19 +195,14 @@ struct engine {
     size_t n_lost;
     size_t cap_lost;
 
-    struct slab *slab;  /* being filled; NULL before the first record */
-    struct slab *spare; /* empty slabs, ENGINE_SLAB each */
-    size_t n_spare;
-    size_t max_spare;    /* slabs the last window took, >= ENGINE_SPARE_MIN */
-    size_t slabs_taken;  /* since the last commit */
-    bool is_tight;       /* the budget closed the window: keep no spares */
-    uint64_t slab_bytes; /* of every slab held: filling, full, spare */
+    /* Record bytes (base/slab.h). A round is a window: slabs.taken counts
+     * since the last commit; slabs.is_tight: the budget closed the window,
+     * keep no spares. */
+    struct slab_pool slabs;
 
     /* The closing window. */
     struct engine_plan plan;
-    struct sink_record *plan_recs;
-    size_t cap_plan_recs;     /* kept across plans: no fresh pages per window */
-    struct part **plan_parts; /* lazy_plan: the plan's partitions, by name */
+    struct part **plan_parts; /* the plan's partitions, by name */
     size_t plan_np;
     struct engine_lost_range *plan_lost;
     struct lost *plan_lost_owned;
@@ -454,124 +438,11 @@ struct engine *engine_new(const struct engine_config *cfg, struct err *err)
     e->calls = xcalloc(cfg->fetch_concurrency, sizeof(*e->calls));
     e->seeks = xcalloc(cfg->fetch_concurrency, sizeof(*e->seeks));
     e->next_call_id = 1;
-    e->max_spare = ENGINE_SPARE_MIN;
+    slab_pool_init(&e->slabs, ENGINE_SPARE_MIN);
     return e;
 }
 
-/* ---- Slabs --------------------------------------------------------------- */
-
-/* A slab of ENGINE_SLAB bytes is mapped aligned to its size (twice the
- * size mapped, the rest unmapped) and asks for a huge page: filling fresh
- * memory then faults once per 2 MiB, not per 4 KiB, and those faults are
- * most of what fresh memory costs. Unmapping gives it back at once. */
-static char *slab_map(void)
-{
-    size_t len = 2 * ENGINE_SLAB;
-    char *m = mmap(NULL, len, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-    if (m == MAP_FAILED) {
-        return NULL;
-    }
-    size_t head = (ENGINE_SLAB - (uintptr_t)m % ENGINE_SLAB) % ENGINE_SLAB;
-    char *at = m + head;
-    if (head > 0) {
-        (void)munmap(m, head);
-    }
-    (void)munmap(at + ENGINE_SLAB, len - head - ENGINE_SLAB);
-#ifdef MADV_HUGEPAGE
-    (void)madvise(at, ENGINE_SLAB, MADV_HUGEPAGE); /* a hint only */
-#endif
-    return at;
-}
-
-static struct slab *slab_new(struct engine *e, size_t cap)
-{
-    struct slab *s = xcalloc(1, sizeof(*s));
-
-    e->slab_bytes += cap;
-    s->cap = cap;
-    s->data = cap == ENGINE_SLAB ? slab_map() : NULL;
-    s->is_mapped = s->data != NULL;
-    if (s->data == NULL) {
-        s->data = xmalloc(cap);
-    }
-    return s;
-}
-
-static void slab_free(struct engine *e, struct slab *s)
-{
-    e->slab_bytes -= s->cap;
-    if (s->is_mapped) {
-        (void)munmap(s->data, s->cap);
-    } else {
-        free(s->data);
-    }
-    free(s);
-}
-
-static void slab_release(struct engine *e, struct slab *s)
-{
-    if (s->cap == ENGINE_SLAB && !e->is_tight && e->n_spare < e->max_spare) {
-        s->next = e->spare;
-        e->spare = s;
-        e->n_spare++;
-        return;
-    }
-    slab_free(e, s);
-}
-
-/* Room for n bytes: the current slab's tail, a spare, or a new slab. */
-static struct slab *slab_for(struct engine *e, size_t n)
-{
-    struct slab *s = e->slab;
-
-    if (n > ENGINE_SLAB / 4) {
-        return slab_new(e, n);
-    }
-    if (s != NULL && s->cap - s->used >= n) {
-        return s;
-    }
-    if (s != NULL && s->live == 0) {
-        s->used = 0; /* every record in it left: start over */
-        return s;
-    }
-    e->slabs_taken++;
-    if (e->spare != NULL) {
-        s = e->spare;
-        e->spare = s->next;
-        e->n_spare--;
-    } else {
-        s = slab_new(e, ENGINE_SLAB);
-    }
-    s->next = NULL;
-    s->used = 0;
-    s->live = 0;
-    s->live_bytes = 0;
-    e->slab = s;
-    return s;
-}
-
-/* A record of n bytes left: its slab goes when it was the last one, unless
- * it is the slab being filled. */
-static void slab_unref(struct engine *e, struct slab *s, size_t n)
-{
-    ASSERT(s->live > 0 && s->live_bytes >= n);
-    s->live_bytes -= n;
-    if (--s->live == 0 && s != e->slab) {
-        slab_release(e, s);
-    }
-}
-
-static void spares_free(struct engine *e, size_t keep)
-{
-    while (e->n_spare > keep) {
-        struct slab *s = e->spare;
-        e->spare = s->next;
-        e->n_spare--;
-        slab_free(e, s);
-    }
-}
+/* ---- Slabs (the pool is base/slab.h) ----------------------------------- */
 
 /* Spares kept at most: a target window's worth of slabs up to half the
  * read cap, or ENGINE_SPARE_MAX when that is more. */
@@ -582,21 +453,15 @@ static size_t spare_cap(const struct engine *e)
     if (bytes > e->cfg.max_buffer_bytes / 2) {
         bytes = e->cfg.max_buffer_bytes / 2;
     }
-    size_t n = (size_t)(bytes / ENGINE_SLAB);
+    size_t n = (size_t)(bytes / SLAB_SIZE);
     return n > ENGINE_SPARE_MAX ? n : ENGINE_SPARE_MAX;
 }
 
 /* After a commit: keep as many spares as the window took, none while the
  * budget closes the windows. */
-static void slab_trim(struct engine *e, bool was_forced)
+static void trim_slabs(struct engine *e, bool was_forced)
 {
-    size_t cap = spare_cap(e);
-    size_t n = e->slabs_taken < cap ? e->slabs_taken : cap;
-
-    e->is_tight = was_forced || e->is_forced;
-    e->max_spare = n > ENGINE_SPARE_MIN ? n : ENGINE_SPARE_MIN;
-    e->slabs_taken = 0;
-    spares_free(e, e->is_tight ? 0 : e->max_spare);
+    slab_trim(&e->slabs, spare_cap(e), was_forced || e->is_forced);
 }
 
 static void free_part(struct engine *e, struct part *p)
@@ -604,7 +469,7 @@ static void free_part(struct engine *e, struct part *p)
     for (size_t i = 0; i < p->n_recs; i++) {
         const struct brec *b = &p->recs[i];
 
-        slab_unref(e, b->slab, (size_t)b->txn_len + b->payload_len);
+        slab_unref(&e->slabs, b->slab, (size_t)b->txn_len + b->payload_len);
     }
     free(p->recs);
     free(p->name);
@@ -664,26 +529,18 @@ void engine_free(struct engine *e)
     for (size_t i = 0; i < e->n_parts; i++) {
         free_part(e, e->parts[i]);
     }
-    if (e->slab != NULL) {
-        slab_free(e, e->slab);
-    }
-    while (e->spare != NULL) {
-        struct slab *s = e->spare;
-        e->spare = s->next;
-        slab_free(e, s);
-    }
+    slab_pool_free(&e->slabs);
     for (size_t i = 0; i < e->n_restored; i++) {
         free(e->restored[i].name);
         free(e->restored[i].id);
     }
     free(e->restored);
     free(e->parts);
-    free(e->table);
+    hashtab_free(&e->table);
     free(e->active);
     free_calls(e);
     free_lost(e->lost, e->n_lost);
     free_plan(e);
-    free(e->plan_recs);
     free_redo(e);
     free(e->pos);
     free(e->acts);
@@ -698,55 +555,30 @@ void engine_free(struct engine *e)
 
 /* ---- Partition table ----------------------------------------------------- */
 
-static uint64_t hash_name(const char *p, size_t n)
-{
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)p[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
-}
-
 static void table_insert(struct engine *e, struct part *p)
 {
-    size_t mask = e->table_cap - 1;
-    size_t i = (size_t)hash_name(p->name, p->name_len) & mask;
-
-    while (e->table[i] != NULL) {
-        i = (i + 1) & mask;
-    }
-    e->table[i] = p;
+    hashtab_insert(&e->table, hashtab_hash(p->name, p->name_len), p);
 }
 
 static void table_rebuild(struct engine *e, size_t cap)
 {
-    free(e->table);
-    e->table_cap = cap;
-    e->table = xcalloc(cap, sizeof(struct part *));
+    hashtab_reset(&e->table, cap);
     for (size_t i = 0; i < e->n_parts; i++) {
         table_insert(e, e->parts[i]);
     }
 }
 
+static bool part_is_named(const void *item, const void *key)
+{
+    const struct part *p = item;
+
+    return slice_eq(p->name, p->name_len, *(const struct slice *)key);
+}
+
 static struct part *find_part(const struct engine *e, struct slice name)
 {
-    size_t mask;
-    size_t i;
-
-    if (e->table_cap == 0) {
-        return NULL;
-    }
-    mask = e->table_cap - 1;
-    i = (size_t)hash_name(name.ptr, name.len) & mask;
-    while (e->table[i] != NULL) {
-        if (slice_eq(e->table[i]->name, e->table[i]->name_len, name)) {
-            return e->table[i];
-        }
-        i = (i + 1) & mask;
-    }
-    return NULL;
+    return hashtab_find(&e->table, hashtab_hash(name.ptr, name.len),
+                        part_is_named, &name);
 }
 
 static struct part *add_part(struct engine *e, struct slice name)
@@ -761,8 +593,8 @@ static struct part *add_part(struct engine *e, struct slice name)
     grow((void **)&e->parts, &e->cap_parts, e->n_parts + 1,
          sizeof(struct part *));
     e->parts[e->n_parts++] = p;
-    if (e->n_parts * 2 > e->table_cap) {
-        table_rebuild(e, e->table_cap == 0 ? 64 : e->table_cap * 2);
+    if (e->n_parts * 2 > e->table.cap) {
+        table_rebuild(e, e->table.cap == 0 ? 64 : e->table.cap * 2);
     } else {
         table_insert(e, p);
     }
@@ -1443,7 +1275,7 @@ static void buffer_record(struct engine *e, struct part *p,
     ASSERT(r->txn.len <= UINT32_MAX && r->payload.len <= UINT32_MAX);
     grow_recs(p);
     b = &p->recs[p->n_recs++];
-    s = slab_for(e, n);
+    s = slab_for(&e->slabs, n);
     b->offset = r->offset;
     b->ts = r->ts;
     b->gen = p->gen;
@@ -1453,16 +1285,8 @@ static void buffer_record(struct engine *e, struct part *p,
     ASSERT(w <= UINT32_MAX);
     b->weight = (uint32_t)w;
     b->slab = s;
-    b->data = s->data + s->used;
-    if (r->txn.len > 0) {
-        memcpy(b->data, r->txn.ptr, r->txn.len);
-    }
-    if (r->payload.len > 0) {
-        memcpy(b->data + r->txn.len, r->payload.ptr, r->payload.len);
-    }
-    s->used += n;
-    s->live++;
-    s->live_bytes += n;
+    b->data =
+        slab_put(s, r->txn.ptr, r->txn.len, r->payload.ptr, r->payload.len);
     p->buffered += b->weight;
     e->total_buffered += b->weight;
 }
@@ -1693,10 +1517,10 @@ static void plan_record(const struct part *p, const struct brec *b,
     r->payload = (struct slice){b->data + b->txn_len, b->payload_len};
 }
 
-/* Count p's records of [t_start, t_end) into the plan's figures and, unless
- * lazy, append them to its array; returns the count. */
-static size_t plan_add_part(struct engine *e, struct part *p, int64_t t_start,
-                            int64_t t_end, size_t at)
+/* Count p's records of [t_start, t_end) into the plan's figures; returns
+ * the count. */
+static size_t plan_add_part(struct engine *e, const struct part *p,
+                            int64_t t_start, int64_t t_end)
 {
     struct engine_plan *pl = &e->plan;
     size_t n = 0;
@@ -1706,9 +1530,6 @@ static size_t plan_add_part(struct engine *e, struct part *p, int64_t t_start,
 
         if (!in_window(b, t_start, t_end)) {
             continue;
-        }
-        if (!e->cfg.lazy_plan) {
-            plan_record(p, b, &e->plan_recs[at + n]);
         }
         pl->min_ts = min64(pl->min_ts, b->ts);
         pl->max_ts = max64(pl->max_ts, b->ts);
@@ -1730,27 +1551,18 @@ static void build_plan(struct engine *e, int64_t k, int64_t t_start,
 
     free_plan(e);
     np = plan_parts(e, t_start, t_end, &v, &n_rec);
-    if (!e->cfg.lazy_plan) {
-        grow((void **)&e->plan_recs, &e->cap_plan_recs, n_rec + 1,
-             sizeof(*e->plan_recs));
-    }
     pl->min_ts = INT64_MAX;
     pl->max_ts = ENGINE_MIN;
     for (size_t i = 0; i < np; i++) {
-        at += plan_add_part(e, v[i], t_start, t_end, at);
+        at += plan_add_part(e, v[i], t_start, t_end);
     }
     ASSERT(at == n_rec);
-    if (e->cfg.lazy_plan) {
-        e->plan_parts = v; /* engine_plan_read() walks them */
-        e->plan_np = np;
-    } else {
-        free(v);
-    }
+    e->plan_parts = v; /* engine_plan_read() walks them */
+    e->plan_np = np;
     plan_take_lost(e);
     pl->k = k;
     pl->t_start = t_start;
     pl->t_end = t_end;
-    pl->records = e->cfg.lazy_plan ? NULL : e->plan_recs;
     pl->n_records = at;
     pl->lost = e->plan_lost;
     pl->n_lost = e->plan_n_lost;
@@ -1944,8 +1756,8 @@ static bool try_close(struct engine *e)
 void engine_force_close(struct engine *e)
 {
     e->is_forced = true;
-    e->is_tight = true;
-    spares_free(e, 0);
+    e->slabs.is_tight = true;
+    slab_spares_free(&e->slabs, 0);
 }
 
 bool engine_begin_drain(struct engine *e)
@@ -2031,18 +1843,6 @@ static void shrink_recs(struct part *p)
     p->cap_recs = want;
 }
 
-/* The plan array goes when it was more than twice what the committed
- * window used (the next window allocates what it needs). */
-static void shrink_plan(struct engine *e)
-{
-    if (e->is_tight || (e->cap_plan_recs > 2 * (e->plan.n_records + 1) &&
-                        e->cap_plan_recs > ENGINE_SHRINK_MIN)) {
-        free(e->plan_recs);
-        e->plan_recs = NULL;
-        e->cap_plan_recs = 0;
-    }
-}
-
 /* Forget the records of the committed window. */
 static void drop_committed(struct engine *e, int64_t t_end)
 {
@@ -2058,7 +1858,8 @@ static void drop_committed(struct engine *e, int64_t t_end)
             if (b->ts < t_end) {
                 p->buffered -= b->weight;
                 e->total_buffered -= b->weight;
-                slab_unref(e, b->slab, (size_t)b->txn_len + b->payload_len);
+                slab_unref(&e->slabs, b->slab,
+                           (size_t)b->txn_len + b->payload_len);
             } else {
                 p->recs[kept++] = *b;
             }
@@ -2069,30 +1870,15 @@ static void drop_committed(struct engine *e, int64_t t_end)
     }
 }
 
-/* A slab records move out of in compact_slabs(): full (not the one being
- * filled) and at least an eighth holes. */
-static bool is_holey(const struct engine *e, const struct slab *s)
-{
-    return s != e->slab && s->cap == ENGINE_SLAB &&
-           s->used - s->live_bytes >= ENGINE_SLAB / 8;
-}
-
 static void move_record(struct engine *e, struct brec *b)
 {
     size_t n = (size_t)b->txn_len + b->payload_len;
     struct slab *from = b->slab;
-    struct slab *to = slab_for(e, n);
-    char *at = to->data + to->used;
+    struct slab *to = slab_for(&e->slabs, n);
 
-    if (n > 0) {
-        memcpy(at, b->data, n);
-    }
-    to->used += n;
-    to->live++;
-    to->live_bytes += n;
-    b->data = at;
+    b->data = slab_put(to, b->data, n, NULL, 0);
     b->slab = to;
-    slab_unref(e, from, n);
+    slab_unref(&e->slabs, from, n);
 }
 
 /* Under the budget, the records a commit left behind move out of the slabs
@@ -2103,14 +1889,14 @@ static void move_record(struct engine *e, struct brec *b)
  * close, so the records may move. */
 static void compact_slabs(struct engine *e)
 {
-    if (!e->is_tight) {
+    if (!e->slabs.is_tight) {
         return;
     }
     for (size_t i = 0; i < e->n_active; i++) {
         struct part *p = e->active[i];
 
         for (size_t j = 0; j < p->n_recs; j++) {
-            if (is_holey(e, p->recs[j].slab)) {
+            if (slab_is_holey(&e->slabs, p->recs[j].slab)) {
                 move_record(e, &p->recs[j]);
                 e->stats.records_compacted++;
             }
@@ -2155,7 +1941,7 @@ static void prune(struct engine *e)
     }
     if (kept != e->n_parts) {
         e->n_parts = kept;
-        table_rebuild(e, e->table_cap);
+        table_rebuild(e, e->table.cap);
     }
 }
 
@@ -2171,10 +1957,9 @@ void engine_on_committed(struct engine *e)
     e->t_prev = e->plan.t_end;
     e->t_filter = e->plan.t_end;
     e->is_t_prev_known = true;
-    slab_trim(e, e->is_plan_forced);
+    trim_slabs(e, e->is_plan_forced);
     drop_committed(e, e->plan.t_end);
     compact_slabs(e);
-    shrink_plan(e);
     free_plan(e);
     free_redo(e);
     e->stats.windows_committed++;
@@ -2449,12 +2234,6 @@ size_t engine_plan_read(const struct engine *e, struct engine_plan_cursor *c,
     const struct engine_plan *pl = &e->plan;
     size_t n = 0;
 
-    if (pl->records != NULL) { /* not lazy: the array */
-        n = pl->n_records - c->done < max ? pl->n_records - c->done : max;
-        memcpy(out, pl->records + c->done, n * sizeof(*out));
-        c->done += n;
-        return n;
-    }
     for (; n < max && c->part < e->plan_np; c->part++, c->rec = 0) {
         const struct part *p = e->plan_parts[c->part];
         while (n < max && c->rec < p->n_recs) {
@@ -2473,17 +2252,17 @@ size_t engine_plan_read(const struct engine *e, struct engine_plan_cursor *c,
 
 bool engine_is_tight(const struct engine *e)
 {
-    return e->is_tight;
+    return e->slabs.is_tight;
 }
 
 size_t engine_spare_slabs(const struct engine *e)
 {
-    return e->n_spare;
+    return e->slabs.n_spare;
 }
 
 uint64_t engine_slab_bytes(const struct engine *e)
 {
-    return e->slab_bytes;
+    return e->slabs.bytes;
 }
 
 size_t engine_tracked_partitions(const struct engine *e)

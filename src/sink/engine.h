@@ -86,10 +86,6 @@ struct engine_config {
     int64_t drain_min_lag_us;  /* or from this lag with anything buffered */
     uint32_t max_partitions;   /* cap on tracked partitions */
     uint64_t max_buffer_bytes; /* no fetch is scheduled past this weight */
-    /* The plan holds no record array (engine_plan.records is NULL): its
-     * records are read with engine_plan_read(), 64 bytes a record less at
-     * each close. */
-    bool lazy_plan;
     /* Copied into intents (reference 4.5). */
     const char *format;
     const char *compression;
@@ -214,7 +210,11 @@ struct engine_plan {
     int64_t k;
     int64_t t_start;
     int64_t t_end;
-    const struct sink_record *records; /* NULL with lazy_plan */
+    /* NULL from the engine, which holds no record array (64 bytes a record
+     * less at each close): read the records with engine_plan_read(). A
+     * copy of the plan may point it at its records read into an array (the
+     * tests' simulator does). */
+    const struct sink_record *records;
     size_t n_records;
     const struct engine_lost_range *lost;
     size_t n_lost;
@@ -268,9 +268,9 @@ struct engine_plan_cursor {
 
 /* Copy up to max records of the plan of the window closing (the one an
  * Intent or Upload names), in plan order, from c on into out, and move c
- * past them. Returns how many; 0 at the end. With or without lazy_plan;
- * valid while the plan is (until engine_on_committed()). The slices point
- * into engine memory, valid as long. */
+ * past them. Returns how many; 0 at the end. Valid while the plan is
+ * (until engine_on_committed()). The slices point into engine memory, valid
+ * as long. */
 size_t engine_plan_read(const struct engine *e, struct engine_plan_cursor *c,
                         struct sink_record *out, size_t max);
 
@@ -420,7 +420,7 @@ uint64_t engine_buffered_bytes(const struct engine *e);
  * engine_force_close() until a window commits without a force. */
 size_t engine_spare_slabs(const struct engine *e);
 /* The memory budget closed the last window (or forces this one): keep
- * nothing warm between windows (no spare slabs, no plan array; the driver
+ * nothing warm between windows (no spare slabs; the driver
  * drops its own buffers too) until a window commits without a force. */
 bool engine_is_tight(const struct engine *e);
 /* Bytes of every record slab held (filling, full, spare): the buffered

@@ -1,9 +1,10 @@
 /* The broker glue of the embedded S3 sink (see host.h).
  *
  * The in-process seam is thin on purpose: the store's reads are plain C
- * calls safe from any thread, and kv_call_batch() blocks the sink's thread
- * until the batch is applied on the loop, so the sink sees the same answers the
- * HTTP routes give without any JSON. */
+ * calls safe from any thread, and the broker's KV call (struct sink_host_kv:
+ * kv_call_batch(), passed in at boot) blocks the sink's thread until the
+ * batch is applied on the loop, so the sink sees the same answers the HTTP
+ * routes give without any JSON. */
 #include "sink/host.h"
 
 #include <stdatomic.h>
@@ -17,16 +18,16 @@
 #include "base/log.h"
 #include "base/uuid7.h"
 #include "base/xalloc.h"
-#include "broker/kv.h"
 #include "s3/client.h"
 #include "s3/transport_curl.h"
 #include "sink/config.h"
 #include "sink/sink.h"
+#include "store/kv.h"
 #include "store/store.h"
 
 struct sink_host {
     struct store *store;
-    struct kv_service *kv;
+    struct sink_host_kv kv;
     struct sink_config cfg;
     struct sink_node_config node;
     char tenant_text[37];
@@ -96,7 +97,7 @@ static int host_kv(void *arg, const uint8_t tenant[16], const struct kv_op *ops,
         return err_set(err, ERR_BUSY,
                        "the broker is shutting down: its grace is used up");
     }
-    return kv_call_batch(h->kv, &b, timeout_ms, out, err);
+    return h->kv.call_batch(h->kv.arg, &b, timeout_ms, out, err);
 }
 
 static int host_list_queues(void *arg, const uint8_t tenant[16],
@@ -105,13 +106,6 @@ static int host_list_queues(void *arg, const uint8_t tenant[16],
     struct sink_host *h = arg;
 
     return store_list_queues(h->store, tenant, out, err);
-}
-
-static int host_safe_time(void *arg, int64_t *out, struct err *err)
-{
-    struct sink_host *h = arg;
-
-    return store_safe_time(h->store, out, err);
 }
 
 /* ---- hooks --------------------------------------------------------------- */
@@ -234,7 +228,8 @@ static void host_on_start(uv_timer_t *t)
 }
 
 int sink_host_boot(struct sink_host **out, struct store *store,
-                   struct kv_service *kv, struct api *api, struct err *err)
+                   const struct sink_host_kv *kv, struct api *api,
+                   struct err *err)
 {
     struct sink_host *h;
     struct sink_params p;
@@ -254,10 +249,10 @@ int sink_host_boot(struct sink_host **out, struct store *store,
     }
     log_info("queen-s3", "starting the S3 sink in-process");
     h->store = store;
-    h->kv = kv;
+    h->kv = *kv;
     uuid7_format(STORE_DEFAULT_TENANT, h->tenant_text);
-    h->broker = (struct sink_broker){host_changed,     host_fetch,     host_kv,
-                                     host_list_queues, host_safe_time, h};
+    h->broker = (struct sink_broker){host_changed, host_fetch, host_kv,
+                                     host_list_queues, h};
     host_boot_logs(h);
     memset(&p, 0, sizeof(p));
     p.cfg = &h->cfg;

@@ -1,7 +1,7 @@
 """Real readers read the Parquet files our writer makes (issue 6 acceptance).
 
 Records go to build/tools/parquet_tool as length-prefixed binary (see the
-tool's header), the tool writes a .parquet with src/sink/parquet.c, and
+tool's header), the tool writes a .parquet with src/parquet/parquet.c, and
 tests/compat/read_parquet.mjs reads it with DuckDB (@duckdb/node-api) and
 hyparquet (+ hyparquet-compressors). Every record must come back exactly:
 bytes of partition, transaction_id and payload (42.00, 100-digit integers and

@@ -74,7 +74,7 @@ OBJECT_KEYS = ["key", "bytes", "records", "sha256", "partition",
 EXTENSIONS = {("jsonl", "zstd"): "jsonl.zst", ("jsonl", "gzip"): "jsonl.gz",
               ("jsonl", "none"): "jsonl", ("parquet", "zstd"): "parquet",
               ("parquet", "snappy"): "parquet"}
-# The writer strings our sink writes (src/sink/jsonl.h, src/sink/parquet.h).
+# The writer strings our sink writes (src/sink/jsonl.h, src/parquet/parquet.h).
 # The Parquet tag is ours, "q1", not parquet-rs's "59": docs/design/formats.md
 # §8 allows a
 # re-implementation its own, and a redo compares the whole string.

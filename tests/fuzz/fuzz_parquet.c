@@ -1,5 +1,5 @@
 /* Round trip: records made from the fuzz bytes -> our Parquet file -> decoded
- * back by src/sink/parquet_read.c -> the same records, and the same bytes
+ * back by tests/parquet_read.c -> the same records, and the same bytes
  * when written twice. The raw input also goes through the Thrift decoder,
  * which must refuse garbage without crashing.
  *
@@ -18,9 +18,9 @@
 
 #include "base/buf.h"
 #include "base/xalloc.h"
-#include "sink/parquet.h"
-#include "sink/parquet_read.h"
-#include "sink/thrift.h"
+#include "parquet/parquet.h"
+#include "parquet/thrift.h"
+#include "parquet_read.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -124,7 +124,8 @@ static bool same(struct slice a, struct slice b)
 }
 
 static void write_mem(const struct parquet_opts *o,
-                      const struct sink_record *rs, size_t n, struct buf *out)
+                      const struct parquet_record *rs, size_t n,
+                      struct buf *out)
 {
     struct parquet_writer *w = parquet_writer_new(o);
     struct err e = {0};
@@ -138,7 +139,7 @@ static void write_mem(const struct parquet_opts *o,
 }
 
 static void round_trip(const struct parquet_opts *o,
-                       const struct sink_record *rs, size_t n)
+                       const struct parquet_record *rs, size_t n)
 {
     struct buf a;
     struct buf b;
@@ -151,8 +152,8 @@ static void round_trip(const struct parquet_opts *o,
     ASSERT(parquet_file_read(a.data, a.len, &f, &e) == 0);
     ASSERT(f.nrecs == n);
     for (size_t i = 0; i < n; i++) {
-        const struct sink_record *x = &rs[i];
-        const struct sink_record *y = &f.recs[i];
+        const struct parquet_record *x = &rs[i];
+        const struct parquet_record *y = &f.recs[i];
         ASSERT(same(x->partition, y->partition) && x->offset == y->offset &&
                same(x->txn, y->txn) && x->ts == y->ts &&
                same(x->payload, y->payload));
@@ -169,7 +170,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t used = 0;
     struct buf arena;
     struct rec *rs;
-    struct sink_record *recs;
+    struct parquet_record *recs;
     uint8_t h = size > 0 ? data[0] : 0;
     struct parquet_opts o = {.codec =
                                  (h & 1) != 0 ? PARQUET_SNAPPY : PARQUET_ZSTD,

@@ -1,4 +1,4 @@
-/* parquet_tool: drives src/sink/parquet.c for the Python/Node tests and the
+/* parquet_tool: drives src/parquet/parquet.c for the Python/Node tests and the
  * benchmark.
  *
  *   parquet_tool write [options] IN OUT   records of IN -> OUT (.parquet)
@@ -25,7 +25,7 @@
 
 #include "base/buf.h"
 #include "base/xalloc.h"
-#include "sink/parquet.h"
+#include "parquet/parquet.h"
 
 struct input {
     char *data;
@@ -100,16 +100,16 @@ static bool take_i64(const struct input *in, size_t *pos, int64_t *v)
 }
 
 /* Parses every record of in (slices borrow from it). */
-static int parse_records(const struct input *in, struct sink_record **out,
+static int parse_records(const struct input *in, struct parquet_record **out,
                          size_t *n)
 {
     size_t pos = 0;
     size_t cap = 0;
-    struct sink_record *rs = NULL;
+    struct parquet_record *rs = NULL;
 
     *n = 0;
     while (pos < in->len) {
-        struct sink_record r;
+        struct parquet_record r;
         if (!take_slice(in, &pos, &r.partition) ||
             !take_i64(in, &pos, &r.offset) || !take_slice(in, &pos, &r.txn) ||
             !take_i64(in, &pos, &r.ts) || !take_slice(in, &pos, &r.payload)) {
@@ -154,8 +154,9 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int write_all(const struct parquet_opts *o, const struct sink_record *rs,
-                     size_t n, const char *path, bool timed)
+static int write_all(const struct parquet_opts *o,
+                     const struct parquet_record *rs, size_t n,
+                     const char *path, bool timed)
 {
     struct err e;
     struct buf out;
@@ -289,7 +290,7 @@ static int cmd_write(int argc, char **argv)
     bool timed = false;
     int i = 2;
     struct input in;
-    struct sink_record *rs;
+    struct parquet_record *rs;
     size_t n;
     int rc;
 

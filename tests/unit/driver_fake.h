@@ -352,15 +352,6 @@ static inline int fake_kv(void *arg, const uint8_t tenant[16],
     return 0;
 }
 
-static inline int fake_safe_time(void *arg, int64_t *out, struct err *err)
-{
-    struct fake_broker *f = arg;
-
-    UNUSED(err);
-    *out = f->safe_time;
-    return 0;
-}
-
 /* ---- records ------------------------------------------------------------ */
 
 static inline struct fake_part *fake_part(struct fake_broker *f,
@@ -543,7 +534,6 @@ static inline void fake_broker_seam(struct fake_broker *f,
     b->changed = fake_changed;
     b->fetch = fake_fetch;
     b->kv = fake_kv;
-    b->safe_time = fake_safe_time;
     b->arg = f;
 }
 

@@ -155,6 +155,13 @@ struct sim {
     void (*on_plan)(struct sim *s, const struct engine_plan *pl);
     struct sink_record *plan_buf; /* each upload's records, read back */
     size_t plan_buf_cap;
+    /* The eager reference (what the engine's plan array held before the
+     * engine read plans only lazily): each upload's records read in one
+     * call into an array, which the piecewise read must equal record for
+     * record, pointers included. On unless a test turns it off. */
+    bool eager_plan;
+    struct sink_record *eager_buf;
+    size_t eager_buf_cap;
     uint64_t plan_hash; /* FNV-1a over every uploaded record, in order */
     int plan_hook_failures;
     struct engine_action pending[64]; /* random mode: answers held back */
@@ -194,6 +201,7 @@ SIM_API void sim_init(struct sim *s, const struct engine_config *cfg)
     s->next_seq = 1;
     s->rng = 1;
     s->expect_from = INT64_MIN;
+    s->eager_plan = true;
     s->e = engine_new(cfg, &err);
     if (s->e == NULL) {
         fprintf(stderr, "engine_new: %s\n", err.msg);
@@ -243,6 +251,7 @@ SIM_API void sim_free(struct sim *s)
     free(s->last_plan);
     free(s->last_plan_names);
     free(s->plan_buf);
+    free(s->eager_buf);
     engine_free(s->e);
 }
 
@@ -714,14 +723,37 @@ static uint64_t sim_fnv(uint64_t h, const void *p, size_t n)
     return h;
 }
 
+/* The eager reference: the whole plan in one engine_plan_read() call, as
+ * the engine's own plan array once held it. NULL unless eager_plan. */
+static const struct sink_record *sim_eager_records(struct sim *s,
+                                                   const struct engine_plan *pl)
+{
+    struct engine_plan_cursor c = {0, 0, 0};
+
+    if (!s->eager_plan) {
+        return NULL;
+    }
+    if (s->eager_buf_cap < pl->n_records + 1) {
+        s->eager_buf_cap = pl->n_records + 1;
+        s->eager_buf =
+            xrealloc(s->eager_buf, s->eager_buf_cap * sizeof(*s->eager_buf));
+    }
+    if (engine_plan_read(s->e, &c, s->eager_buf, pl->n_records) !=
+        pl->n_records) {
+        s->violations++;
+    }
+    return s->eager_buf;
+}
+
 /* The plan's records as engine_plan_read() gives them (in odd-sized
  * pieces, so its cursor crosses partitions mid-piece), checked against the
- * plan's own array when it has one (not lazy) and its count, and hashed
+ * eager reference (unless turned off) and the plan's count, and hashed
  * into plan_hash. */
 SIM_API const struct sink_record *sim_plan_records(struct sim *s,
                                                    const struct engine_plan *pl)
 {
     struct engine_plan_cursor c = {0, 0, 0};
+    const struct sink_record *eager = sim_eager_records(s, pl);
     size_t n = 0;
     size_t got;
 
@@ -743,10 +775,10 @@ SIM_API const struct sink_record *sim_plan_records(struct sim *s,
     }
     for (size_t i = 0; i < n; i++) {
         const struct sink_record *r = &s->plan_buf[i];
-        if (pl->records != NULL &&
-            (r->offset != pl->records[i].offset || r->ts != pl->records[i].ts ||
-             r->partition.ptr != pl->records[i].partition.ptr ||
-             r->payload.ptr != pl->records[i].payload.ptr)) {
+        if (eager != NULL &&
+            (r->offset != eager[i].offset || r->ts != eager[i].ts ||
+             r->partition.ptr != eager[i].partition.ptr ||
+             r->payload.ptr != eager[i].payload.ptr)) {
             s->violations++;
         }
         s->plan_hash =

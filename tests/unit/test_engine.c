@@ -204,8 +204,8 @@ TEST(rule1_a_lazy_plan_reads_the_records_of_the_array)
             struct sim s;
 
             sim_test_config(&c);
-            c.lazy_plan = lazy == 1;
             sim_init(&s, &c);
+            s.eager_plan = lazy == 0;
             random_run(seed * 7919u, &s);
             EXPECT_EQ_I64(s.violations, 0);
             EXPECT(s.n_windows >= 2);

@@ -1,17 +1,17 @@
-/* Tests for src/sink/parquet.c: the footer decoded with our own Thrift
+/* Tests for src/parquet/parquet.c: the footer decoded with our own Thrift
  * reader (schema, row groups, column chunk metadata, statistics, key-value
- * metadata), every record decoded back by src/sink/parquet_read.c,
+ * metadata), every record decoded back by tests/parquet_read.c,
  * determinism, row-group boundaries and the refusals. DuckDB and hyparquet
  * read the same files in tests/compat/. */
-#include "sink/parquet.h"
+#include "parquet/parquet.h"
 
 #include "base/xalloc.h"
 #include "harness.h"
-#include "sink/parquet_read.h"
+#include "parquet_read.h"
 
 /* A set of records whose slices point into one arena. */
 struct corpus {
-    struct sink_record *r;
+    struct parquet_record *r;
     size_t n;
     size_t cap;
     char **owned;
@@ -37,7 +37,7 @@ static const char *keep(struct corpus *c, const char *s, size_t n)
 static void add(struct corpus *c, const char *part, int64_t off,
                 const char *txn, int64_t ts, const char *payload, size_t plen)
 {
-    struct sink_record *r;
+    struct parquet_record *r;
 
     if (c->n == c->cap) {
         c->cap = c->cap == 0 ? 64 : c->cap * 2;
@@ -111,8 +111,8 @@ static void expect_records(const struct corpus *c, const struct buf *out,
     EXPECT_EQ_I64(parquet_file_read(out->data, out->len, f, &e), 0);
     EXPECT_EQ_U64(f->nrecs, c->n);
     for (size_t i = 0; i < c->n && i < f->nrecs; i++) {
-        const struct sink_record *a = &c->r[i];
-        const struct sink_record *b = &f->recs[i];
+        const struct parquet_record *a = &c->r[i];
+        const struct parquet_record *b = &f->recs[i];
         if (!slice_eq(a->partition, b->partition) || a->offset != b->offset ||
             !slice_eq(a->txn, b->txn) || a->ts != b->ts ||
             !slice_eq(a->payload, b->payload)) {
@@ -548,7 +548,7 @@ TEST(a_dictionary_over_a_page_falls_back_to_plain)
 }
 
 static struct buf bytes_with(const struct corpus *c, size_t bad_after,
-                             const struct sink_record *bad, int want_rc)
+                             const struct parquet_record *bad, int want_rc)
 {
     struct parquet_opts o = {.codec = PARQUET_SNAPPY};
     struct parquet_writer *w = parquet_writer_new(&o);
@@ -685,7 +685,7 @@ TEST(a_hundred_thousand_small_records_compress_below_half)
                      "\"customer\":{\"id\":%d,\"name\":\"customer %d\"},"
                      "\"items\":[%d,%d,%d],\"note\":\"order %d of day\"}",
                      i % 5000, i % 977, i % 977, i, i * 3, i * 7, i);
-        struct sink_record r = {
+        struct parquet_record r = {
             {"cust-000042", 11}, i, {pl, 20}, i, {pl, (size_t)n}};
         EXPECT_EQ_I64(parquet_writer_add(w, &r, &e), 0);
     }

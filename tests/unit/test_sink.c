@@ -101,16 +101,6 @@ static int locked_kv(void *arg, const uint8_t t[16], const struct kv_op *ops,
     return rc;
 }
 
-static int locked_safe_time(void *arg, int64_t *out, struct err *err)
-{
-    struct rig *r = arg;
-
-    pthread_mutex_lock(&r->mu);
-    int rc = r->inner.safe_time(r->inner.arg, out, err);
-    pthread_mutex_unlock(&r->mu);
-    return rc;
-}
-
 static void pause_ms(long ms);
 
 static int locked_perform(void *arg, const struct s3_http_request *req,
@@ -181,8 +171,8 @@ static struct rig *rig_new(bool bucket_down)
     r->bucket_down = bucket_down;
     fake_init(&r->f, "orders");
     fake_broker_seam(&r->f, &r->inner);
-    r->b = (struct sink_broker){locked_changed, locked_fetch,     locked_kv,
-                                NULL,           locked_safe_time, r};
+    r->b =
+        (struct sink_broker){locked_changed, locked_fetch, locked_kv, NULL, r};
     fake_s3_open(&r->s3, &r->k);
     s3_client_free(r->s3.c);
     r->s3.t = (struct s3_transport){locked_perform, r};

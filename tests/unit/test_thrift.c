@@ -1,7 +1,7 @@
-/* Tests for src/sink/thrift.c: the compact-protocol bytes the writer emits
+/* Tests for src/parquet/thrift.c: the compact-protocol bytes the writer emits
  * (hand-computed from the Thrift compact protocol spec) and the decoder
  * reading them back. */
-#include "sink/thrift.h"
+#include "parquet/thrift.h"
 
 #include "harness.h"
 

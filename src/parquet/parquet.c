@@ -62,7 +62,7 @@
  *   (2) No row group is empty; each has at most row_group_records rows.
  *   (3) Every page holds >= 1 value, so page sizes stay below
  *       page_bytes + PARQUET_VALUE_MAX + headers < 2^31 (Thrift i32). */
-#include "sink/parquet.h"
+#include "parquet/parquet.h"
 
 #include <inttypes.h>
 #include <snappy-c.h>
@@ -72,7 +72,7 @@
 #include <zstd.h>
 
 #include "base/xalloc.h"
-#include "sink/thrift.h"
+#include "parquet/thrift.h"
 
 enum { COL_PARTITION, COL_OFFSET, COL_TXN, COL_TS, COL_PAYLOAD, NCOLS };
 
@@ -1088,7 +1088,7 @@ void parquet_writer_free(struct parquet_writer *w)
 
 /* Checks a record before anything changes: sizes, UTF-8, order (1). */
 static int check_record(const struct parquet_writer *w,
-                        const struct sink_record *r, struct err *err)
+                        const struct parquet_record *r, struct err *err)
 {
     if (r->partition.len > PARQUET_VALUE_MAX ||
         r->txn.len > PARQUET_VALUE_MAX || r->payload.len > PARQUET_VALUE_MAX) {
@@ -1144,7 +1144,7 @@ static void put_plain(struct buf *b, struct slice s)
     b->data[b->len] = '\0';
 }
 
-int parquet_writer_add(struct parquet_writer *w, const struct sink_record *r,
+int parquet_writer_add(struct parquet_writer *w, const struct parquet_record *r,
                        struct err *err)
 {
     ASSERT(!w->finished);

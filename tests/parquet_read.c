@@ -1,9 +1,9 @@
-/* A minimal reader of the Parquet files src/sink/parquet.c writes: the footer
- * as a Thrift tree and every record decoded back. Tests, the fuzz target and
- * tools use it to prove what the writer wrote; the broker never reads
+/* A minimal reader of the Parquet files src/parquet/parquet.c writes: the
+ * footer as a Thrift tree and every record decoded back. Tests, the fuzz target
+ * and tools use it to prove what the writer wrote; the broker never reads
  * Parquet. It is written for clarity, not speed (bits are read one by one),
  * and checks every length against the bytes that remain. */
-#include "sink/parquet_read.h"
+#include "parquet_read.h"
 
 #include <snappy-c.h>
 #include <stdbool.h>
@@ -276,7 +276,7 @@ static bool next_bytes(struct chunk *k, int enc, struct cur *c,
     return true;
 }
 
-static struct sink_record *row(struct chunk *k, size_t i)
+static struct parquet_record *row(struct chunk *k, size_t i)
 {
     return &k->f->recs[k->row0 + k->done + i];
 }
@@ -319,7 +319,7 @@ static int read_bytes_page(struct chunk *k, struct cur c, size_t n, int enc)
         return bad(k->err, "unsupported byte-array encoding");
     }
     for (size_t i = 0; i < n && rc == 0; i++) {
-        struct sink_record *r = row(k, i);
+        struct parquet_record *r = row(k, i);
         struct slice *dst = k->col == COL_PARTITION ? &r->partition
                             : k->col == COL_TXN     ? &r->txn
                                                     : &r->payload;

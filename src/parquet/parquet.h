@@ -24,14 +24,14 @@
  *
  * Memory: the writer copies the records of the open row group (one copy of
  * the column data) and keeps the compressed file built so far. */
-#ifndef QUEEN_SINK_PARQUET_H
-#define QUEEN_SINK_PARQUET_H
+#ifndef QUEEN_PARQUET_PARQUET_H
+#define QUEEN_PARQUET_PARQUET_H
 
 #include <stdint.h>
 
 #include "base/buf.h"
+#include "base/common.h"
 #include "base/err.h"
-#include "sink/record.h"
 
 #define PARQUET_EXTENSION      "parquet"
 #define PARQUET_CONTENT_TYPE   "application/vnd.apache.parquet"
@@ -56,6 +56,17 @@ struct parquet_opts {
     size_t max_bytes; /* cap on the file; 0 = none (ERR_TOO_BIG past it) */
 };
 
+/* One record to write. Its own type, not the sink's: the writer knows
+ * nothing of the sink (src/parquet/ stands alone, as src/s3/ does). Every
+ * field is borrowed. */
+struct parquet_record {
+    struct slice partition; /* partition name, UTF-8 */
+    int64_t offset;         /* offset in its partition, from 0 */
+    struct slice txn;       /* transactionId, "" when none */
+    int64_t ts;             /* stamp of the push, µs since the epoch (UTC) */
+    struct slice payload;   /* the stored JSON text; len 0 = empty (null) */
+};
+
 struct parquet_writer;
 
 /* Returns an owned writer; free with parquet_writer_free. */
@@ -67,7 +78,7 @@ struct parquet_writer *parquet_writer_new(const struct parquet_opts *o);
  * (the writer is unchanged); ERR_TOO_BIG for a field over PARQUET_VALUE_MAX
  * (unchanged) or a file over max_bytes (the writer is then failed: later
  * calls return the same error, and it can only be freed). */
-int parquet_writer_add(struct parquet_writer *w, const struct sink_record *r,
+int parquet_writer_add(struct parquet_writer *w, const struct parquet_record *r,
                        struct err *err);
 /* Sum of record weights added so far (reference 3.6.7): 64 + len(txn) +
  * len(partition) + (payload length, or 4 when null). */

@@ -1,6 +1,6 @@
 /* The Thrift compact protocol, as much of it as a Parquet file needs: a
- * writer for the footer and page headers that src/sink/parquet.c emits, and a
- * small tree decoder that tests, the fuzz target and tools use to read those
+ * writer for the footer and page headers that src/parquet/parquet.c emits, and
+ * a small tree decoder that tests, the fuzz target and tools use to read those
  * bytes back. Pure: no I/O.
  *
  * Writer errors are sticky (as stdio's ferror): the first failed append (the
@@ -20,8 +20,8 @@
  *   struct       fields in any order, then a stop byte 0x00
  *   list/set     one byte (size << 4 | elem type) when size < 15, else
  *                0xF0 | elem type followed by the size as a varint */
-#ifndef QUEEN_SINK_THRIFT_H
-#define QUEEN_SINK_THRIFT_H
+#ifndef QUEEN_PARQUET_THRIFT_H
+#define QUEEN_PARQUET_THRIFT_H
 
 #include <stdbool.h>
 #include <stddef.h>

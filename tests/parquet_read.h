@@ -1,23 +1,23 @@
-/* A minimal reader of the Parquet files src/sink/parquet.c writes: the footer
- * as a Thrift tree and every record decoded back. It exists for the unit
+/* A minimal reader of the Parquet files src/parquet/parquet.c writes: the
+ * footer as a Thrift tree and every record decoded back. It exists for the unit
  * tests, the round-trip fuzz target and tools; the broker never reads
  * Parquet. It understands exactly what our writer emits (data page v1, the
  * five-column schema, PLAIN / dictionary / DELTA_BINARY_PACKED values,
  * RLE/bit-packed levels, zstd / snappy / uncompressed pages) and refuses
  * anything else with ERR_CORRUPT. Pure: no I/O. */
-#ifndef QUEEN_SINK_PARQUET_READ_H
-#define QUEEN_SINK_PARQUET_READ_H
+#ifndef QUEEN_TESTS_PARQUET_READ_H
+#define QUEEN_TESTS_PARQUET_READ_H
 
 #include <stddef.h>
 
 #include "base/err.h"
-#include "sink/record.h"
-#include "sink/thrift.h"
+#include "parquet/parquet.h"
+#include "parquet/thrift.h"
 
 struct parquet_file {
     struct thrift_tree meta; /* FileMetaData; meta.nodes[0] is the root */
     size_t footer_len;
-    struct sink_record *recs; /* every row, in file order */
+    struct parquet_record *recs; /* every row, in file order */
     size_t nrecs;
     char **pages; /* decompressed pages the records' slices point into */
     size_t *page_lens;

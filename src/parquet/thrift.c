@@ -1,12 +1,12 @@
 /* The Thrift compact protocol, as much of it as a Parquet file needs: a
- * writer for the footer and page headers that src/sink/parquet.c emits, and a
- * small tree decoder that tests, the fuzz target and tools use to read those
+ * writer for the footer and page headers that src/parquet/parquet.c emits, and
+ * a small tree decoder that tests, the fuzz target and tools use to read those
  * bytes back. Pure: no I/O.
  *
  * The decoder is deliberately plain: it builds every node of one struct into
  * one array, children linked by index, so a caller frees one allocation and
  * navigates with thrift_get(). It recurses, bounded by THRIFT_MAX_DEPTH. */
-#include "sink/thrift.h"
+#include "parquet/thrift.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,0 +1,174 @@
+/* Slabs (see slab.h). */
+#include "base/slab.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "base/common.h"
+#include "base/xalloc.h"
+
+void slab_pool_init(struct slab_pool *p, size_t min_spare)
+{
+    memset(p, 0, sizeof(*p));
+    p->min_spare = min_spare;
+    p->max_spare = min_spare;
+}
+
+/* A slab of SLAB_SIZE bytes is mapped aligned to its size (twice the size
+ * mapped, the rest unmapped) and asks for a huge page: filling fresh memory
+ * then faults once per 2 MiB, not per 4 KiB, and those faults are most of
+ * what fresh memory costs. Unmapping gives it back at once. */
+static char *slab_map(void)
+{
+    size_t len = 2 * SLAB_SIZE;
+    char *m = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+    if (m == MAP_FAILED) {
+        return NULL;
+    }
+    size_t head = (SLAB_SIZE - (uintptr_t)m % SLAB_SIZE) % SLAB_SIZE;
+    char *at = m + head;
+    if (head > 0) {
+        (void)munmap(m, head);
+    }
+    (void)munmap(at + SLAB_SIZE, len - head - SLAB_SIZE);
+#ifdef MADV_HUGEPAGE
+    (void)madvise(at, SLAB_SIZE, MADV_HUGEPAGE); /* a hint only */
+#endif
+    return at;
+}
+
+static struct slab *slab_new(struct slab_pool *p, size_t cap)
+{
+    struct slab *s = xcalloc(1, sizeof(*s));
+
+    p->bytes += cap;
+    s->cap = cap;
+    s->data = cap == SLAB_SIZE ? slab_map() : NULL;
+    s->is_mapped = s->data != NULL;
+    if (s->data == NULL) {
+        s->data = xmalloc(cap);
+    }
+    return s;
+}
+
+static void slab_free(struct slab_pool *p, struct slab *s)
+{
+    p->bytes -= s->cap;
+    if (s->is_mapped) {
+        (void)munmap(s->data, s->cap);
+    } else {
+        free(s->data);
+    }
+    free(s);
+}
+
+static void slab_release(struct slab_pool *p, struct slab *s)
+{
+    if (s->cap == SLAB_SIZE && !p->is_tight && p->n_spare < p->max_spare) {
+        s->next = p->spare;
+        p->spare = s;
+        p->n_spare++;
+        return;
+    }
+    slab_free(p, s);
+}
+
+void slab_pool_free(struct slab_pool *p)
+{
+    if (p->cur != NULL) {
+        slab_free(p, p->cur);
+        p->cur = NULL;
+    }
+    while (p->spare != NULL) {
+        struct slab *s = p->spare;
+        p->spare = s->next;
+        slab_free(p, s);
+    }
+    p->n_spare = 0;
+}
+
+struct slab *slab_for(struct slab_pool *p, size_t n)
+{
+    struct slab *s = p->cur;
+
+    if (n > SLAB_SIZE / 4) {
+        return slab_new(p, n);
+    }
+    if (s != NULL && s->cap - s->used >= n) {
+        return s;
+    }
+    if (s != NULL && s->live == 0) {
+        s->used = 0; /* every string in it left: start over */
+        return s;
+    }
+    p->taken++;
+    if (p->spare != NULL) {
+        s = p->spare;
+        p->spare = s->next;
+        p->n_spare--;
+    } else {
+        s = slab_new(p, SLAB_SIZE);
+    }
+    s->next = NULL;
+    s->used = 0;
+    s->live = 0;
+    s->live_bytes = 0;
+    p->cur = s;
+    return s;
+}
+
+char *slab_put(struct slab *s, const void *a, size_t na, const void *b,
+               size_t nb)
+{
+    char *at = s->data + s->used;
+
+    ASSERT(s->cap - s->used >= na + nb);
+    if (na > 0) {
+        memcpy(at, a, na);
+    }
+    if (nb > 0) {
+        memcpy(at + na, b, nb);
+    }
+    s->used += na + nb;
+    s->live++;
+    s->live_bytes += na + nb;
+    return at;
+}
+
+void slab_unref(struct slab_pool *p, struct slab *s, size_t n)
+{
+    ASSERT(s->live > 0 && s->live_bytes >= n);
+    s->live_bytes -= n;
+    if (--s->live == 0 && s != p->cur) {
+        slab_release(p, s);
+    }
+}
+
+void slab_spares_free(struct slab_pool *p, size_t keep)
+{
+    while (p->n_spare > keep) {
+        struct slab *s = p->spare;
+        p->spare = s->next;
+        p->n_spare--;
+        slab_free(p, s);
+    }
+}
+
+void slab_trim(struct slab_pool *p, size_t cap, bool is_tight)
+{
+    size_t n = p->taken < cap ? p->taken : cap;
+
+    p->is_tight = is_tight;
+    p->max_spare = n > p->min_spare ? n : p->min_spare;
+    p->taken = 0;
+    slab_spares_free(p, p->is_tight ? 0 : p->max_spare);
+}
+
+bool slab_is_holey(const struct slab_pool *p, const struct slab *s)
+{
+    return s != p->cur && s->cap == SLAB_SIZE &&
+           s->used - s->live_bytes >= SLAB_SIZE / 8;
+}

@@ -1,0 +1,79 @@
+/* Slabs: many small byte strings (records) copied front to back into big
+ * blocks, each block freed when the last string in it leaves. One copy
+ * into a warm slab costs far less than a malloc per string, and fresh pages
+ * are what a fetch-heavy reader pays most for (first touches fault).
+ *
+ * A pool fills one slab at a time (`cur`). A string over a quarter of
+ * SLAB_SIZE gets a slab of its own (malloc'd, never kept). A SLAB_SIZE slab
+ * is mapped aligned to its size and asks for a huge page, so filling it
+ * faults once per 2 MiB, not per 4 KiB; unmapping gives it back to the
+ * system at once (malloc would keep it in an arena). A slab that empties
+ * goes to a short free list of spares, kept up to max_spare; slab_trim()
+ * sets that bound from what the last round took.
+ *
+ * The pool does the counting only: the caller copies the bytes to
+ * s->data + s->used and adds to used, live and live_bytes (slab_put()), and
+ * calls slab_unref() for each string that leaves.
+ *
+ * Ownership: the pool owns every slab it handed out and its spares;
+ * slab_pool_free() frees them all (strings still pointing in included). Not
+ * thread-safe: one owner. */
+#ifndef QUEEN_BASE_SLAB_H
+#define QUEEN_BASE_SLAB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SLAB_SIZE ((size_t)2 * 1024 * 1024) /* one huge page */
+
+/* Bytes of many strings; freed when the last of them leaves. */
+struct slab {
+    struct slab *next; /* in the free list */
+    size_t used;
+    size_t cap;
+    size_t live;       /* strings pointing into data */
+    size_t live_bytes; /* their bytes: used - live_bytes are holes */
+    char *data;
+    bool is_mapped; /* data is mmap'd, else malloc's */
+};
+
+struct slab_pool {
+    struct slab *cur;   /* being filled; NULL before the first string */
+    struct slab *spare; /* empty slabs, SLAB_SIZE each */
+    size_t n_spare;
+    size_t min_spare; /* max_spare never goes below this */
+    size_t max_spare; /* slabs the last round took, >= min_spare */
+    size_t taken;     /* slabs taken since the last slab_trim() */
+    bool is_tight;    /* keep no spares until the next slab_trim() */
+    uint64_t bytes;   /* of every slab held: filling, full, spare */
+};
+
+/* An empty pool that keeps at least min_spare spares. */
+void slab_pool_init(struct slab_pool *p, size_t min_spare);
+/* Free every slab. The pool is then empty and may be reused. */
+void slab_pool_free(struct slab_pool *p);
+
+/* A slab with room for n bytes at data + used: the current slab's tail, a
+ * spare, a new SLAB_SIZE slab, or (n > SLAB_SIZE / 4) one of its own. The
+ * caller then calls slab_put(). */
+struct slab *slab_for(struct slab_pool *p, size_t n);
+/* Copy n bytes (a, then b) to the end of s (from slab_for(p, na + nb));
+ * returns where they start. Either part may be empty. */
+char *slab_put(struct slab *s, const void *a, size_t na, const void *b,
+               size_t nb);
+/* A string of n bytes in s left: s goes (to the spares or freed) when it
+ * was the last one, unless it is the slab being filled. */
+void slab_unref(struct slab_pool *p, struct slab *s, size_t n);
+/* Keep at most keep spares (free the rest). */
+void slab_spares_free(struct slab_pool *p, size_t keep);
+/* The end of a round: keep as many spares as the round took, at most cap
+ * and at least min_spare, or none when is_tight (which stays set until the
+ * next trim); start counting the next round. */
+void slab_trim(struct slab_pool *p, size_t cap, bool is_tight);
+/* Whether the strings in s should move out (slab_for() elsewhere, copy,
+ * slab_unref()): a full SLAB_SIZE slab, not the one being filled, at least
+ * an eighth holes. */
+bool slab_is_holey(const struct slab_pool *p, const struct slab *s);
+
+#endif
