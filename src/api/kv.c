@@ -1,4 +1,5 @@
-/* The KV routes (api/kv.h, reference 1.7): parse, validate, run, render.
+/* The KV routes (api/kv.h, docs/design/http-api.md §7): parse, validate, run,
+ * render.
  *
  * The status describes the call, not the predicate: a missing key, a lost
  * putIfAbsent, a delete that found nothing all answer 200 with explicit

@@ -33,8 +33,9 @@ struct kv_service;
 #define API_KV_PRECONDITION_MAX 4096 /* characters of the detail */
 
 /* The namespace of the S3 sink's rows (leases, intents, commit pointers,
- * presence rows; reference 4.5): only the sink inside the broker writes it,
- * through the in-process call (broker/kv.h). Over HTTP it is read-only. */
+ * presence rows; docs/design/formats.md §5): only the sink inside the broker
+ * writes it, through the in-process call (broker/kv.h). Over HTTP it is
+ * read-only. */
 #define API_KV_RESERVED_NS "queen-s3"
 
 /* Which body the parser reads. */

@@ -1,6 +1,6 @@
-/* The in-process KV interface (reference 1.7, "in-process use"): the sink
- * submits a batch of KV operations with the same semantics as
- * POST /api/v1/kv, without JSON, from any thread, and is called back with the
+/* The in-process KV interface (docs/design/http-api.md §7, "in-process use"):
+ * the sink submits a batch of KV operations with the same semantics as POST
+ * /api/v1/kv, without JSON, from any thread, and is called back with the
  * results once the batch is applied.
  *
  *   sink thread --kv_submit()--> copy of the batch --node_propose_async()-->
@@ -11,8 +11,8 @@
  * from one read transaction without a raft entry, at the wall clock;
  * kv_submit() always goes through the log (its callback runs on the loop). A
  * batch with a write becomes one CMD_KV command: versions, verdicts and expiry
- * are decided at apply time from the command's stamp (DESIGN §2), and the write
- * moves safeTime.
+ * are decided at apply time from the command's stamp (docs/architecture.md §1),
+ * and the write moves safeTime.
  *
  * Validation is the HTTP route's (namespace, key, expiry declaration,
  * expect, duplicate keys, sizes) minus the HTTP edge's op and key ceilings

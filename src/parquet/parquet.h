@@ -2,7 +2,7 @@
  * Pure: no I/O, no clock. The bytes are a function of the records and the
  * options only (same records, same bytes), which exactly-once needs.
  *
- * Schema (reference 4.7), message `queen_record`:
+ * Schema (docs/design/formats.md §7), message `queen_record`:
  *   partition      REQUIRED BYTE_ARRAY STRING       dictionary encoded
  *   offset         REQUIRED INT64                   DELTA_BINARY_PACKED
  *   transaction_id REQUIRED BYTE_ARRAY STRING       PLAIN
@@ -16,11 +16,11 @@
  * queen.envelope=1, then, when the file has records, queen.queue and
  * queen.tenant (each only when set).
  *
- * Writer string: reference 4.8 has the Rust writer say `parquet/59 <codec>`
- * (its parquet-rs major version); our bytes differ from parquet-rs's, and 9.4
- * lets a re-implementation name its own writer, so ours is
- * `queen-s3/2.0.0 parquet/q1 <codec>`. Bump `q1` whenever the bytes for the
- * same records change: a redo compares writer strings.
+ * Writer string: docs/design/formats.md §8 has the Rust writer say `parquet/59
+ * <codec>` (its parquet-rs major version); our bytes differ from parquet-rs's,
+ * and docs/design/formats.md §8 lets a re-implementation name its own writer,
+ * so ours is `queen-s3/2.0.0 parquet/q1 <codec>`. Bump `q1` whenever the bytes
+ * for the same records change: a redo compares writer strings.
  *
  * Memory: the writer copies the records of the open row group (one copy of
  * the column data) and keeps the compressed file built so far. */
@@ -80,8 +80,8 @@ struct parquet_writer *parquet_writer_new(const struct parquet_opts *o);
  * calls return the same error, and it can only be freed). */
 int parquet_writer_add(struct parquet_writer *w, const struct parquet_record *r,
                        struct err *err);
-/* Sum of record weights added so far (reference 3.6.7): 64 + len(txn) +
- * len(partition) + (payload length, or 4 when null). */
+/* Sum of record weights added so far (docs/design/window.md §7): 64 + len(txn)
+ * + len(partition) + (payload length, or 4 when null). */
 uint64_t parquet_writer_bytes_so_far(const struct parquet_writer *w);
 uint64_t parquet_writer_records(const struct parquet_writer *w);
 /* Close the file and append it to out (when out is empty the bytes move

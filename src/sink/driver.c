@@ -1,5 +1,5 @@
 /* The queue driver: one queue's life inside the sink as a step machine
- * (reference 3.5, 3.7, 3.8, 3.9, 3.11).
+ * (docs/design/protocol.md §5, §6, §7, §8 and docs/design/window.md §11).
  *
  * The window engine decides what to do; the driver does it. A tick restores
  * once (the intent and committed pointers with their versions, the latest
@@ -81,7 +81,8 @@ struct lost_copy {
     int64_t to;
 };
 
-/* One line per 5 s per kind of failure, with the count suppressed (3.7). */
+/* One line per 5 s per kind of failure, with the count suppressed
+ * (docs/design/window.md §11). */
 enum sample_kind {
     SAMPLE_PUT,
     SAMPLE_KV,
@@ -258,8 +259,8 @@ static void stop(struct driver *d, enum driver_stop s, const char *why)
     d->why[n] = '\0';
 }
 
-/* 3.9: min(1 s * 2^(n-1), 60 s) times a jitter in [0.75, 1.25), or the
- * Retry-After exactly. */
+/* docs/design/protocol.md §7: min(1 s * 2^(n-1), 60 s) times a jitter in
+ * [0.75, 1.25), or the Retry-After exactly. */
 static int64_t backoff_ms(struct driver *d)
 {
     int n = d->attempt < 1 ? 1 : d->attempt;
@@ -402,7 +403,7 @@ void driver_force_close(struct driver *d)
     atomic_store(&d->force_close, true);
 }
 
-/* ---- start (3.5) ------------------------------------------------------- */
+/* ---- start (docs/design/protocol.md §5) --------------------------------- */
 
 struct restore_docs {
     struct buf arena_i;
@@ -456,8 +457,8 @@ static int read_pointers(struct driver *d, struct restore_docs *r,
     return 0;
 }
 
-/* The latest checkpoint with k <= committed_k (3.8.6); false when none is
- * usable. The positions point into arena. */
+/* The latest checkpoint with k <= committed_k (docs/design/protocol.md §6.6);
+ * false when none is usable. The positions point into arena. */
 static bool load_checkpoint(struct driver *d, int64_t committed_k,
                             struct docs_checkpoint *cp, struct buf *arena)
 {
@@ -510,8 +511,9 @@ out_free:
     return ok;
 }
 
-/* The redo's manifest, when its upload already finished (3.5). Returns 0
- * (committed from it or not), or the GET's error when it may be retried. */
+/* The redo's manifest, when its upload already finished
+ * (docs/design/protocol.md §5). Returns 0 (committed from it or not), or the
+ * GET's error when it may be retried. */
 static int check_redo_manifest(struct driver *d, const struct docs_intent *in,
                                bool *taken, struct err *err)
 {
@@ -933,11 +935,11 @@ static void do_seek(struct driver *d, const struct engine_seek *a)
     }
 }
 
-/* ---- the commit sequence (3.8) --------------------------------------- */
+/* ---- the commit sequence (docs/design/protocol.md §6) ------------------- */
 
 /* A fenced write of one pointer; *version gets the row's new version.
  * Returns 0; or stops the driver (Fenced / Failed) and returns -1; or asks
- * for a retry and returns 1 (kv_retry of 3.9). */
+ * for a retry and returns 1 (kv_retry of docs/design/protocol.md §7). */
 /* After a failed call the batch may still have landed (a timeout across a
  * leader change): read the lease and the pointer back. Adopts our lease
  * row's version; true when the pointer already holds doc (*version set). */
@@ -1535,7 +1537,7 @@ static void do_checkpoint(struct driver *d,
     free(v);
 }
 
-/* ---- the tick (3.7) ----------------------------------------------------- */
+/* ---- the tick (docs/design/window.md §11) ------------------------------- */
 
 static void copy_str(char *dst, size_t cap, struct slice s, struct slice *out)
 {
@@ -1576,11 +1578,12 @@ static void take_closing(struct driver *d, const struct engine_action *a)
 
 /* The next window's intent waits for the window going up (never two in
  * flight), but its objects need not: they are bytes in memory until their
- * PUTs, which still follow the intent (3.8), and a window's bytes depend on
- * its records alone. So they are built meanwhile, once per window; a build
- * that failed is left for upload_objects to repeat and report. Not for a
- * redo, whose settings are its intent's (use_intent_settings), nor under
- * memory pressure (engine_is_tight), where one object at a time is all. */
+ * PUTs, which still follow the intent (docs/design/protocol.md §6), and a
+ * window's bytes depend on its records alone. So they are built meanwhile, once
+ * per window; a build that failed is left for upload_objects to repeat and
+ * report. Not for a redo, whose settings are its intent's
+ * (use_intent_settings), nor under memory pressure (engine_is_tight), where one
+ * object at a time is all. */
 static void prebuild(struct driver *d)
 {
     const struct engine_plan *p = d->pend.intent.plan;
@@ -1622,9 +1625,10 @@ static int run_pending(struct driver *d, int64_t now)
     }
 }
 
-/* A checkpoint follows its commit (3.8): with a window still going up,
- * that window is committed first, or the checkpoint is skipped (it is an
- * optimisation: the next restart reads more). 0; 1 wait; -1 stopped. */
+/* A checkpoint follows its commit (docs/design/protocol.md §6): with a window
+ * still going up, that window is committed first, or the checkpoint is skipped
+ * (it is an optimisation: the next restart reads more). 0; 1 wait; -1 stopped.
+ */
 static int checkpoint_after_commit(struct driver *d,
                                    const struct engine_checkpoint_action *a,
                                    int64_t now)
@@ -1840,7 +1844,8 @@ void driver_status(struct driver *d, struct driver_status *out)
     pthread_mutex_unlock(&d->mu);
 }
 
-/* The checks at the top of every tick (3.7). false when stopped. */
+/* The checks at the top of every tick (docs/design/window.md §11). false when
+ * stopped. */
 static bool check_running(struct driver *d)
 {
     char why[300];

@@ -1,9 +1,10 @@
 /* The queue driver: one queue's life inside the sink as a step machine
- * (reference 3.5, 3.7, 3.8, 3.9, 3.11). The host calls driver_tick() on one
- * of its threads; a tick restores once, then executes the window engine's
- * actions through two seams: struct sink_broker (reads and KV of the broker
- * this sink lives in) and the S3 client. The driver never sleeps: a tick says
- * when it wants to run again, or that the queue stopped and why.
+ * (docs/design/protocol.md §5, §6, §7, §8 and docs/design/window.md §11). The
+ * host calls driver_tick() on one of its threads; a tick restores once, then
+ * executes the window engine's actions through two seams: struct sink_broker
+ * (reads and KV of the broker this sink lives in) and the S3 client. The driver
+ * never sleeps: a tick says when it wants to run again, or that the queue
+ * stopped and why.
  *
  *   NEW --driver_tick: start()--> RUNNING --engine actions--> RUNNING
  *   RUNNING --lease lost / precondition at the fence--> STOPPED Fenced
@@ -60,7 +61,7 @@ struct sink_broker {
  * i/o). */
 bool sink_broker_kv_retriable(int code);
 
-/* ---- crash points (3.8.5) ---------------------------------------------- */
+/* ---- crash points (docs/design/protocol.md §6.5) ------------------------ */
 
 enum driver_crash {
     DRIVER_CRASH_NEVER = 0,
@@ -167,8 +168,9 @@ void driver_free(struct driver *d);
 int driver_tick(struct driver *d, int64_t now_ms, int64_t wall_ms,
                 struct driver_next *next);
 
-/* Ask for a drain (SIGTERM or give-back; 3.11). Any thread. giving_back
- * selects the log wording "giving the queue back" over "shutting down". */
+/* Ask for a drain (SIGTERM or give-back; docs/design/protocol.md §8). Any
+ * thread. giving_back selects the log wording "giving the queue back" over
+ * "shutting down". */
 void driver_request_drain(struct driver *d, bool giving_back);
 
 /* The memory budget said this queue is over and the largest: close early. */

@@ -6,9 +6,9 @@
  * but not yet committed (each one allocation, so plans can point into them
  * while later answers grow the partition's array). Discovery passes (pages
  * of partitions/changed) tell it which partitions moved and give it the
- * node's safeTime; fetches read them; the close rules of reference 3.6.9 cut
- * a window [t_prev, T_k) when every partition has been read past T_k and the
- * last complete pass proves no record can still arrive below it.
+ * node's safeTime; fetches read them; the close rules of docs/design/window.md
+ * §9 cut a window [t_prev, T_k) when every partition has been read past T_k and
+ * the last complete pass proves no record can still arrive below it.
  *
  * Why a record can never ship twice or go missing:
  *   - a window's end is capped by the complete pass's safeTime minus the
@@ -47,7 +47,7 @@
  * records. A commit walks every partition once to prune; only the plan and the
  * checkpoint sort. Memory held for a cold partition is its `struct part` alone,
  * so what is buffered does not grow with the number of partitions
- * (reference 3.6.6).
+ * (docs/design/window.md §6).
  *
  * A caught-up partition (read past the lastOffset a discovery page reported)
  * does not hold a close back: every record it gains later is stamped above
@@ -359,7 +359,8 @@ static void fail_engine(struct engine *e)
 
 /* ---- Config -------------------------------------------------------------- */
 
-/* The product's defaults (reference 5.3, 3.6.2). */
+/* The product's defaults (docs/design/config.md §3 and docs/design/window.md
+ * §2). */
 void engine_config_defaults(struct engine_config *c)
 {
     memset(c, 0, sizeof(*c));
@@ -710,7 +711,7 @@ int engine_restore(struct engine *e, const struct engine_committed *committed,
     return 0;
 }
 
-/* ---- Discovery (3.6.3) and positioning (3.6.4) -------------------------- */
+/* ---- Discovery (docs/design/window.md §3) and positioning (§4) ---------- */
 
 static struct restored *find_restored(struct engine *e, struct slice name)
 {
@@ -936,7 +937,7 @@ void engine_on_discovery_failed(struct engine *e)
     }
 }
 
-/* ---- Frontier (3.6.5) ---------------------------------------------------- */
+/* ---- Frontier (docs/design/window.md §5) -------------------------------- */
 
 static bool has_unread(const struct part *p)
 {
@@ -1031,7 +1032,8 @@ static bool align_cap(const struct engine *e, int64_t *cap)
     return true;
 }
 
-/* Partitions at or above this frontier are not fetched (3.6.6). */
+/* Partitions at or above this frontier are not fetched (docs/design/window.md
+ * §6). */
 static int64_t fetch_ceiling(const struct engine *e)
 {
     int64_t base;
@@ -1051,7 +1053,7 @@ static int64_t fetch_ceiling(const struct engine *e)
     return sat_add(base, horizon);
 }
 
-/* ---- Fetch scheduling (3.6.6) -------------------------------------------- */
+/* ---- Fetch scheduling (docs/design/window.md §6) ------------------------ */
 
 struct candidate {
     int64_t frontier;
@@ -1255,7 +1257,7 @@ void engine_on_seek_result(struct engine *e, uint64_t seek_id, bool is_found,
     }
 }
 
-/* ---- Merging a fetch answer (3.6.7) -------------------------------------- */
+/* ---- Merging a fetch answer (docs/design/window.md §7) ------------------ */
 
 static uint64_t record_weight(const struct part *p,
                               const struct engine_fetched_record *r)
@@ -1446,7 +1448,7 @@ void engine_on_fetch_failed(struct engine *e, uint64_t call_id)
     }
 }
 
-/* ---- The plan (3.6.9 "Build plan") --------------------------------------- */
+/* ---- The plan (docs/design/window.md §9, the plan) ---------------------- */
 
 /* Whether b belongs to the window [t_start, t_end): rule (1). */
 static bool in_window(const struct brec *b, int64_t t_start, int64_t t_end)
@@ -1573,7 +1575,7 @@ static void build_plan(struct engine *e, int64_t k, int64_t t_start,
     }
 }
 
-/* ---- Close rules (3.6.9) ------------------------------------------------- */
+/* ---- Close rules (docs/design/window.md §9) ----------------------------- */
 
 struct stamp_weight {
     int64_t ts;
@@ -1774,7 +1776,7 @@ bool engine_begin_drain(struct engine *e)
     return is_worth;
 }
 
-/* ---- Commit sequence (3.8) ----------------------------------------------- */
+/* ---- Commit sequence (docs/design/protocol.md §6) ----------------------- */
 
 void engine_on_intent_written(struct engine *e)
 {
@@ -1975,7 +1977,7 @@ void engine_on_committed(struct engine *e)
     update_completeness(e);
 }
 
-/* ---- Positions (3.6.10) -------------------------------------------------- */
+/* ---- Positions (docs/design/window.md §10) ------------------------------ */
 
 static int position_cmp(const void *a, const void *b)
 {
@@ -2011,7 +2013,7 @@ void engine_positions(struct engine *e, const struct engine_position **v,
     *n = e->n_pos;
 }
 
-/* ---- Completeness (3.6.10) ----------------------------------------------- */
+/* ---- Completeness (docs/design/window.md §10) --------------------------- */
 
 static void update_completeness(struct engine *e)
 {
@@ -2139,7 +2141,8 @@ void engine_next_actions(struct engine *e, struct engine_actions *out)
     } else if (e->state != ENGINE_FAILED) {
         emit_closing(e);
     }
-    if (e->n_tail > 0) { /* seeks and fetches go last (3.7) */
+    if (e->n_tail >
+        0) { /* seeks and fetches go last (docs/design/window.md §11) */
         grow((void **)&e->acts, &e->cap_acts, e->n_acts + e->n_tail,
              sizeof(*e->acts));
         memcpy(e->acts + e->n_acts, e->tail, e->n_tail * sizeof(*e->tail));

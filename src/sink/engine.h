@@ -3,7 +3,7 @@
  * to force a close are arguments. The driver (the I/O shell) asks for actions
  * with engine_next_actions(), executes them, and feeds every answer back.
  *
- * Invariants (reference 3.6, 0.3):
+ * Invariants (docs/design/window.md and docs/design/README.md §2):
  *   (1) Window k holds exactly the records with tStart <= ts < tEnd, k starts
  *       at committed_k + 1, and tStart(k) == tEnd(k-1): windows tile.
  *   (2) tEnd <= complete_pass_safe - guard, where complete_pass_safe is the
@@ -36,20 +36,21 @@
  * answer; a Seek's partition until its result; a plan until
  * engine_on_committed() or engine_free().
  *
- * Driver contract (reference 3.7): execute the actions of one call (Discover,
- * WriteIntent, Upload, Commit, Checkpoint, Idle, then Seeks and Fetches
- * concurrently), feed every answer back through the engine_on_*() calls,
- * and call engine_next_actions() again after each answer or sleep. Time only
- * enters through the safeTime of discovery pages: the engine never waits.
+ * Driver contract (docs/design/window.md §11): execute the actions of one call
+ * (Discover, WriteIntent, Upload, Commit, Checkpoint, Idle, then Seeks and
+ * Fetches concurrently), feed every answer back through the engine_on_*()
+ * calls, and call engine_next_actions() again after each answer or sleep. Time
+ * only enters through the safeTime of discovery pages: the engine never waits.
  *
  * Costs: each call walks the active partitions (unread, seeking or holding
  * records), not the cold ones; a commit walks all of them once (pruning),
  * and the plan and the checkpoint sort by name. Memory is the buffered
  * records plus about 200 bytes per tracked partition (max_partitions).
  *
- * One deliberate reading of the reference: the age of the first `earliest`
- * window is measured from its tStart (the align floor of its first record),
- * not from t_prev = MIN, so a fresh queue does not close a window at once. */
+ * One deliberate reading of docs/design/window.md §9: the age of the first
+ * `earliest` window is measured from its tStart (the align floor of its first
+ * record), not from t_prev = MIN, so a fresh queue does not close a window at
+ * once. */
 #ifndef QUEEN_SINK_ENGINE_H
 #define QUEEN_SINK_ENGINE_H
 
@@ -86,14 +87,15 @@ struct engine_config {
     int64_t drain_min_lag_us;  /* or from this lag with anything buffered */
     uint32_t max_partitions;   /* cap on tracked partitions */
     uint64_t max_buffer_bytes; /* no fetch is scheduled past this weight */
-    /* Copied into intents (reference 4.5). */
+    /* Copied into intents (docs/design/formats.md §5). */
     const char *format;
     const char *compression;
     const char *layout;
     const char *writer;
 };
 
-/* The product's values (reference 3.6.2); queue and strings left NULL. */
+/* The product's values (docs/design/window.md §2); queue and strings left NULL.
+ */
 void engine_config_defaults(struct engine_config *c);
 
 struct engine;
@@ -103,7 +105,7 @@ struct engine;
 struct engine *engine_new(const struct engine_config *cfg, struct err *err);
 void engine_free(struct engine *e);
 
-/* ---- Restore (reference 3.5, 3.6.1) -------------------------------------- */
+/* ---- Restore (docs/design/protocol.md §5 and docs/design/window.md §1) -- */
 
 struct engine_committed {
     int64_t k;
@@ -253,7 +255,8 @@ struct engine_action {
     } u;
 };
 
-/* Actions of one call, in the driver's order of execution (3.7). */
+/* Actions of one call, in the driver's order of execution
+ * (docs/design/window.md §11). */
 struct engine_actions {
     const struct engine_action *v;
     size_t n;
@@ -363,8 +366,9 @@ void engine_on_intent_written(struct engine *e);
 void engine_on_uploaded(struct engine *e, uint64_t records, uint64_t bytes);
 void engine_on_committed(struct engine *e);
 
-/* The redo's manifest exists and matches the intent (3.5): commit it without
- * a read. Ignored (returns false) unless a redo of window k is pending. */
+/* The redo's manifest exists and matches the intent (docs/design/protocol.md
+ * §5): commit it without a read. Ignored (returns false) unless a redo of
+ * window k is pending. */
 bool engine_on_manifest_found(struct engine *e, int64_t k,
                               struct slice manifest_key, uint64_t records,
                               uint64_t bytes);
@@ -434,8 +438,8 @@ const struct engine_stats *engine_stats(const struct engine *e);
 bool engine_partition_position(const struct engine *e, struct slice name,
                                int64_t *offset, struct slice *id);
 
-/* Checkpoint positions now (3.6.10), sorted by name; valid until the next
- * call into the engine. */
+/* Checkpoint positions now (docs/design/window.md §10), sorted by name; valid
+ * until the next call into the engine. */
 void engine_positions(struct engine *e, const struct engine_position **v,
                       size_t *n);
 

@@ -1,6 +1,6 @@
-/* The broker glue of the embedded S3 sink (reference 3.1): reads the sink
- * config at boot when QUEEN_S3_EMBEDDED=true, builds the S3 client and the
- * in-process struct sink_broker (store reads and the broker's blocking KV
+/* The broker glue of the embedded S3 sink (docs/design/protocol.md §1): reads
+ * the sink config at boot when QUEEN_S3_EMBEDDED=true, builds the S3 client and
+ * the in-process struct sink_broker (store reads and the broker's blocking KV
  * call, struct sink_host_kv, on this node),
  * starts the default tenant's sink, serves the "s3" member of /status and
  * the sink's families of /metrics/prometheus, and drains the sink at

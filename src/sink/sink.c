@@ -1,5 +1,5 @@
-/* One tenant's S3 sink (reference 3.2, 3.4, 3.11): a pool of threads named
- * queen-s3 that runs, from one run queue ordered by next-run time, the
+/* One tenant's S3 sink (docs/design/protocol.md §2, §4, §8): a pool of threads
+ * named queen-s3 that runs, from one run queue ordered by next-run time, the
  * control task and one task per queue.
  *
  * The pool: every task has a due time on CLOCK_MONOTONIC and a running
@@ -13,10 +13,10 @@
  * last snapshot, counters of finished runs) is copied under s->mu after each
  * step; readers never touch a driver.
  *
- * Placement (3.4): the control task beats (presence row, N nodes) and
- * then runs placement_decide(); a give-back asks one queue's driver to
- * drain exactly as on SIGTERM and its task then claims again after the
- * 2-TTL cooldown. A free queue is claimed when placement_claim_due() says
+ * Placement (docs/design/protocol.md §4): the control task beats (presence row,
+ * N nodes) and then runs placement_decide(); a give-back asks one queue's
+ * driver to drain exactly as on SIGTERM and its task then claims again after
+ * the 2-TTL cooldown. A free queue is claimed when placement_claim_due() says
  * so: the node's load (queues owned or being claimed) paces the claims, and
  * a node at or above its share waits a TTL longer.
  *
@@ -30,10 +30,10 @@
  * due at once, or right after the step it is running, and the same poke
  * starts a give-back's drain.
  *
- * The run and its restart ladder (3.1): if the control task fails (the
- * presence key cannot be built, or the run_check seam says so), the run
- * ends: every queue drains and releases its lease, the presence row goes,
- * and the run starts again after 1 s, doubling up to 30 s; a run that was
+ * The run and its restart ladder (docs/design/protocol.md §1): if the control
+ * task fails (the presence key cannot be built, or the run_check seam says so),
+ * the run ends: every queue drains and releases its lease, the presence row
+ * goes, and the run starts again after 1 s, doubling up to 30 s; a run that was
  * healthy for an hour resets the ladder.
  *   STARTING --first control step----------------> RUNNING
  *   RUNNING --control task fails-----------------> ENDING (queues drain)
@@ -619,8 +619,9 @@ static uint32_t sink_share(const struct sink *s)
     return placement_fair_share((uint32_t)s->n_queues, s->nodes);
 }
 
-/* The beat (3.4): put the presence row, count the rows. Returns the delay
- * to the next beat: the period, or min(1 s << (failures - 1), period). */
+/* The beat (docs/design/protocol.md §4): put the presence row, count the rows.
+ * Returns the delay to the next beat: the period, or min(1 s << (failures - 1),
+ * period). */
 static int64_t sink_beat(struct sink *s, int64_t now)
 {
     int64_t period = placement_period_ms(ttl_ms(s));
@@ -743,7 +744,7 @@ static bool sink_queues_ended(struct sink *s)
     return ended;
 }
 
-/* Every queue ended: the presence row goes (3.4). */
+/* Every queue ended: the presence row goes (docs/design/protocol.md §4). */
 static void sink_presence_delete(struct sink *s)
 {
     if (s->has_set && s->presence_key[0] != '\0') {
@@ -1021,8 +1022,9 @@ static int64_t task_held(struct sink *s, struct task *t, const char *other,
                                         jitter_ms(PLACEMENT_JITTER_MS));
 }
 
-/* wait_turn (3.4) for a free queue: reserve a load slot; keep it and return
- * true when the claim is due, else give it back and set *due. */
+/* wait_turn (docs/design/protocol.md §4) for a free queue: reserve a load slot;
+ * keep it and return true when the claim is due, else give it back and set
+ * *due. */
 static bool task_turn(struct sink *s, struct task *t, int64_t now, int64_t *due)
 {
     struct placement_claim c;
@@ -1052,7 +1054,8 @@ static void task_load(struct sink *s, int delta)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* A failed holder read or claim: warn, retry later (3.9). */
+/* A failed holder read or claim: warn, retry later (docs/design/protocol.md
+ * §7). */
 static int64_t task_claim_failed(struct sink *s, struct task *t, int64_t now,
                                  int rc, const struct err *err)
 {
@@ -1173,7 +1176,8 @@ static void task_publish(struct sink *s, struct task *t)
 
     driver_status(t->drv, &st);
     task_report(s, t, &st);
-    /* 3.10: over the node's budget and the largest: close early. */
+    /* docs/design/window.md §12: over the node's budget and the largest: close
+     * early. */
     if (budget_report(s->budget, t->name, st.buffered_bytes)) {
         driver_force_close(t->drv);
     }
@@ -1190,8 +1194,8 @@ static void task_publish(struct sink *s, struct task *t)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* The stop's log line and row error (3.11); "queue drained" is the
- * driver's own line. */
+/* The stop's log line and row error (docs/design/protocol.md §8); "queue
+ * drained" is the driver's own line. */
 static void task_log_stop(struct sink *s, struct task *t,
                           const struct driver_next *nx)
 {
@@ -1239,8 +1243,8 @@ static void task_fold(struct task *t)
 }
 
 /* The queue no longer runs here: its row, gauges, load slot and, with the
- * last one, safe_lag_seconds (6.2); a give-back in flight learns the lease
- * is back. */
+ * last one, safe_lag_seconds (docs/design/observability.md §2); a give-back in
+ * flight learns the lease is back. */
 static void task_unown(struct sink *s, struct task *t, const char *state,
                        int64_t now)
 {
@@ -1288,7 +1292,8 @@ static int64_t task_stopped(struct sink *s, struct task *t, int64_t now,
     lease_release(t->lease);
     task_unown(s, t, gave_back ? "released" : driver_stop_name(nx->stop), now);
     budget_forget(s->budget, t->name);
-    if (nx->stop != DRIVER_FAILED) { /* 3.11: a failed queue stays watched */
+    if (nx->stop != DRIVER_FAILED) { /* docs/design/protocol.md §8: a failed
+                                        queue stays watched */
         health_forget(s->health, t->name);
     }
     driver_free(t->drv);
@@ -1374,7 +1379,8 @@ static int64_t sink_step(struct sink *s, struct task *t, int64_t now)
     return next;
 }
 
-/* ---- status (6.1) and metrics (6.2) ------------------------------------- */
+/* ---- -- status (docs/design/observability.md §1) and metrics
+ * (docs/design/observability.md §2) */
 
 static int64_t or_none(bool has, int64_t v)
 {

@@ -1,5 +1,5 @@
-/* One tenant's S3 sink (reference 3.2, 3.4, 3.11): a pool of threads named
- * queen-s3 that runs, from one run queue ordered by next-run time, the
+/* One tenant's S3 sink (docs/design/protocol.md §2, §4, §8): a pool of threads
+ * named queen-s3 that runs, from one run queue ordered by next-run time, the
  * control task (bucket probe, queue set, presence beats, the stop) and one
  * task per queue (claim the lease, run the queue driver, retry by stop
  * reason). A task never runs on two threads at once; a step may block (S3
@@ -19,12 +19,12 @@
  *   BACKOFF --elapsed------------------------------> PROBE (a new run)
  *   RUN --sink_stop() and every queue task ended---> STOPPED (presence row
  *        deleted, "every queue drained; the sink has stopped")
- * A free queue is claimed when placement says it is due (3.4); a queue the
- * control task gives back drains, then claims again after 2 TTLs (even when
- * its release did not land and the row is still this instance's). Leases
- * are refreshed by a thread of their own (queen-s3-main); a lease it finds
- * lost makes its queue run at once, so the driver stops Fenced without
- * waiting out a backoff.
+ * A free queue is claimed when placement says it is due
+ * (docs/design/protocol.md §4); a queue the control task gives back drains,
+ * then claims again after 2 TTLs (even when its release did not land and the
+ * row is still this instance's). Leases are refreshed by a thread of their own
+ * (queen-s3-main); a lease it finds lost makes its queue run at once, so the
+ * driver stops Fenced without waiting out a backoff.
  *
  * Threading: sink_stop(), sink_stopped(), sink_status_render() and
  * sink_metrics() may be called from any thread. */
@@ -62,10 +62,10 @@ struct sink_params {
 #define SINK_LADDER_MAX_MS  30000   /* the ladder's top */
 #define SINK_HEALTHY_RUN_MS 3600000 /* a run this long resets the ladder */
 
-/* The restart ladder (3.1), pure: the backoff before the next run after a
- * run of run_ms ended unasked. *ladder_ms holds the next backoff (start at
- * 0 or SINK_LADDER_MIN_MS): 1 s, 2 s, 4 s ... up to 30 s; a run of at least
- * an hour starts it again at 1 s. */
+/* The restart ladder (docs/design/protocol.md §1), pure: the backoff before the
+ * next run after a run of run_ms ended unasked. *ladder_ms holds the next
+ * backoff (start at 0 or SINK_LADDER_MIN_MS): 1 s, 2 s, 4 s ... up to 30 s; a
+ * run of at least an hour starts it again at 1 s. */
 int64_t sink_restart_backoff(int64_t *ladder_ms, int64_t run_ms);
 
 /* Returns owned (free with sink_free() once stopped, or never when
@@ -73,25 +73,26 @@ int64_t sink_restart_backoff(int64_t *ladder_ms, int64_t run_ms);
 struct sink *sink_new(const struct sink_params *p);
 /* Start the pool's threads. 0 or ERR_IO (pthread_create). */
 int sink_start(struct sink *s, struct err *err);
-/* Begin the drain (3.11): no new claims, every owned queue finishes the
- * window in flight, leases and the presence row are released. Any thread;
- * does not block. */
+/* Begin the drain (docs/design/protocol.md §8): no new claims, every owned
+ * queue finishes the window in flight, leases and the presence row are
+ * released. Any thread; does not block. */
 void sink_stop(struct sink *s);
 /* True once every task ended after sink_stop(). */
 bool sink_stopped(struct sink *s);
 /* Join the threads and free. Only when sink_stopped() or never started. */
 void sink_free(struct sink *s);
 
-/* Render the s3 block (6.1) with this sink as its one entry: the caller
- * fills node's threads and ss's tenant, source and cluster; the sink fills
- * the run's host keys (phase, error, restarts, lastExit, uptimeMs,
- * backoffMs), node->phase when the caller left it NULL (starting until
- * the control task first ran, then running, stopped once stopped), its own
- * keys and rows under its lock, and renders into out. */
+/* Render the s3 block (docs/design/observability.md §1) with this sink as its
+ * one entry: the caller fills node's threads and ss's tenant, source and
+ * cluster; the sink fills the run's host keys (phase, error, restarts,
+ * lastExit, uptimeMs, backoffMs), node->phase when the caller left it NULL
+ * (starting until the control task first ran, then running, stopped once
+ * stopped), its own keys and rows under its lock, and renders into out. */
 int sink_status_render(struct sink *s, struct status_node *node,
                        struct status_sink *ss, struct buf *out,
                        struct err *err);
-/* The sink's Prometheus families (6.2), appended to out. */
+/* The sink's Prometheus families (docs/design/observability.md §2), appended to
+ * out. */
 int sink_metrics(struct sink *s, struct buf *out, struct err *err);
 
 #endif

@@ -104,7 +104,7 @@ int upload_codec_strings(const struct driver_config *c, const char **comp,
     return 0;
 }
 
-/* ---- building a window's objects (4.2) ----------------------------------- */
+/* ---- building a window's objects (docs/design/formats.md §2) ------------ */
 
 static bool same_slice(struct slice a, struct slice b)
 {
@@ -212,8 +212,8 @@ static struct upload_object *object_open(struct upload *u,
 /* The records come from the engine a piece at a time (engine_plan_read),
  * not as one array of the whole window. A merged body is reserved at its
  * JSONL size up front: the records' weight (64 + txn + partition + payload,
- * reference 3.6) less 64, plus the rest of a line; compressed, the body is
- * smaller. */
+ * docs/design/window.md) less 64, plus the rest of a line; compressed, the body
+ * is smaller. */
 int upload_build(struct upload *u, const struct engine_plan *p,
                  struct upload_object **out, size_t *n_out, struct err *err)
 {

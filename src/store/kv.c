@@ -254,7 +254,8 @@ static void kv_set_row(struct kv_ctx *c, struct kv_result *r,
     r->version = row->is_live ? row->version : 0;
 }
 
-/* A losing write: the live row's value and version (reference 1.7). */
+/* A losing write: the live row's value and version (docs/design/http-api.md
+ * §7). */
 static void kv_lose(struct kv_ctx *c, size_t i, int reason,
                     const struct kv_row_state *row)
 {

@@ -20,10 +20,10 @@
  * which therefore see every write of their call. The first required write
  * that loses, in that order, is the answer's failed_index, and nothing
  * after it runs. The order given travels in the CMD_KV body, so every node
- * applies the same ops in the same order. (Reference 1.7 sorts phase 0 by
- * namespace and key; we do not: the sink's fence is op 0 of its pointer
- * batches and must decide them, sink/lease.h (2), although its ":lease"
- * key sorts after ":committed" and ":intent".)
+ * applies the same ops in the same order. (The original design sorted phase
+ * 0 by namespace and key, docs/design/http-api.md §7; we do not: the sink's
+ * fence is op 0 of its pointer batches and must decide them, sink/lease.h
+ * (2), although its ":lease" key sorts after ":committed" and ":intent".)
  *
  * Threading: store_kv_apply and store_kv_sweep run on the loop thread inside
  * the fsm's write txn; store_kv_read from any thread. */

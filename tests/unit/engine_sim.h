@@ -1,10 +1,10 @@
-/* A simulated broker for the window engine's tests (reference 7.1): push
- * records with stamps, advance safeTime, and answer the engine's actions with
- * the broker's semantics (reference 1.3, 1.4): creation-order paging with
- * `p|<seq>` cursors, the since filter, logStart/highWatermark,
- * OFFSET_OUT_OF_RANGE, the first record always delivered, maxBytes,
- * retention trims, offsets that vanish inside a read, and partitions deleted
- * and created again (a new id, offsets from 0).
+/* A simulated broker for the window engine's tests (docs/design/scenarios.md
+ * §1): push records with stamps, advance safeTime, and answer the engine's
+ * actions with the broker's semantics (docs/design/http-api.md §3, §4):
+ * creation-order paging with `p|<seq>` cursors, the since filter,
+ * logStart/highWatermark, OFFSET_OUT_OF_RANGE, the first record always
+ * delivered, maxBytes, retention trims, offsets that vanish inside a read, and
+ * partitions deleted and created again (a new id, offsets from 0).
  *
  * It also keeps the books for the "exactly once" checker: every committed
  * plan's records, the windows' bounds, and safeTime at each close. */
@@ -261,7 +261,8 @@ SIM_API unsigned sim_rand(struct sim *s)
     return (s->rng >> 16) & 0x7fff;
 }
 
-/* safeTime = max(clock, greatest stamp + 1), 0 initially (reference 2.1). */
+/* safeTime = max(clock, greatest stamp + 1), 0 initially
+ * (docs/design/http-api.md §11). */
 SIM_API int64_t sim_safe(const struct sim *s)
 {
     int64_t m = s->max_stamp == INT64_MIN ? 0 : s->max_stamp + 1;
