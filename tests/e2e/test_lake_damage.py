@@ -78,7 +78,7 @@ def to_window_start(t_start):
 
 
 @pytest.fixture(scope="module")
-def real_lake(tmp_path_factory, request):
+def real_lake(tmp_path_factory):
     """One broker and bucket for the module: a lake of three rounds."""
     from bucket import TestBucket
     from queenproc import Broker

@@ -12,7 +12,6 @@ _count and _sum with the counters of windows, records and bytes."""
 import json
 import shutil
 import subprocess
-import time
 
 import pytest
 

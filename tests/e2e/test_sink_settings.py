@@ -22,7 +22,6 @@ accepts it:
 The retry cases read the log's own stamps (each line starts with ISO-µs)
 and the test bucket's request log, so they measure what the sink did, not
 when the test happened to look."""
-import datetime
 import json
 import os
 
@@ -275,7 +274,7 @@ def test_align_hour_keys_and_windows_inside_one_hour(sink_node, bucket):
     assert sink_status(node)["sinks"][0]["align"] == "hour"
 
 
-# -- QUEEN_S3_THREADS ----------------------------------------------------------
+# -- QUEEN_S3_THREADS --------------------------------------------------------
 
 def thread_names(node):
     task = "/proc/%d/task" % node.proc.pid
@@ -305,7 +304,7 @@ def test_threads_default_and_set(sink_node, bucket, threads):
     assert names.count("queen-s3-main") == 1, names
 
 
-# -- the bucket probe ----------------------------------------------------------
+# -- the bucket probe --------------------------------------------------------
 
 def test_the_bucket_probe_backs_off_from_1_s_to_60_s_and_logs_every_30_s(
         sink_node, bucket):
@@ -352,7 +351,7 @@ def test_the_bucket_probe_backs_off_from_1_s_to_60_s_and_logs_every_30_s(
     assert sink_status(node)["sinks"][0]["bucket"]["reachable"] is True
 
 
-# -- a failed queue: again in 60 s ---------------------------------------------
+# -- a failed queue: again in 60 s -------------------------------------------
 
 def test_a_failed_queue_is_tried_again_after_60_s(sink_node, bucket):
     """A data PUT refused 403 (not retriable) stops the queue "failed"; the
@@ -377,7 +376,7 @@ def test_a_failed_queue_is_tried_again_after_60_s(sink_node, bucket):
     assert 59.9 <= again[0] - t_fail <= 63, (t_fail, again)
 
 
-# -- a fenced queue: claim again after one TTL ---------------------------------
+# -- a fenced queue: claim again after one TTL -------------------------------
 
 def test_a_fenced_queue_is_claimed_again_after_one_ttl(sink_node, bucket):
     """Another instance's lease row (staged over HTTP, with the unsafe
@@ -406,7 +405,7 @@ def test_a_fenced_queue_is_claimed_again_after_one_ttl(sink_node, bucket):
     assert ttl - 0.05 <= again[0] - t_fenced <= ttl + 2.5, (t_fenced, again)
 
 
-# -- given back: `released`, not claimed again for 2 TTLs ----------------------
+# -- given back: `released`, not claimed again for 2 TTLs --------------------
 
 def test_a_queue_given_back_shows_released_and_waits_two_ttls(
         sink_node, bucket):
