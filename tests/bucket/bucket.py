@@ -187,6 +187,13 @@ class TestBucket:
         return "http://127.0.0.1:%d" % self.ready["port"]
 
     @property
+    def vhost_endpoint(self):
+        """The proxy for virtual-host clients: a request to
+        <bucket>.localhost:<port> is the bucket's (curl resolves any
+        *.localhost itself; glibc does not, so Python clients cannot)."""
+        return "http://localhost:%d" % self.ready["port"]
+
+    @property
     def s3rver_endpoint(self):
         return "http://127.0.0.1:%d" % self.ready["s3rver_port"]
 

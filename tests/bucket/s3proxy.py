@@ -28,7 +28,8 @@ byte order) and reports CommonPrefixes wrongly.  The proxy therefore:
       without the Authorization header, so s3rver sees an anonymous call);
   (5) injects faults by method, key prefix and query parameter (down,
       down503, 503 SlowDown with Retry-After, 500 InternalError, PUTs held
-      for a time or until released, "drop": the request is carried out and
+      for a time or until released, 403 AccessDenied (a refusal no client
+      retries), "drop": the request is carried out and
       its answer never sent, the connection closed instead, "opaque_etag":
       a PUT's answer carries a random 32-hex ETag that is no MD5, as AWS
       answers under SSE-KMS) and counts what fired;
@@ -79,7 +80,7 @@ HEX64_RE = re.compile(r"^[0-9a-fA-F]{64}$")
 UPLOAD_ID_RE = re.compile(r"^[0-9a-zA-Z_-]{1,128}$")
 LIST_PARAMS = {"list-type", "prefix", "delimiter", "max-keys", "start-after",
                "continuation-token", "encoding-type", "fetch-owner", "marker"}
-FAULT_KINDS = ("down", "down503", "503", "500", "hold", "drop",
+FAULT_KINDS = ("down", "down503", "503", "500", "403", "hold", "drop",
                "opaque_etag")
 
 
@@ -438,15 +439,37 @@ class Faults:
 # ---------------------------------------------------------------------------
 # The data port
 
-class Request:
-    """One parsed S3 request: bucket and key decoded from the raw path."""
+def vhost_bucket(host):
+    """The bucket of a virtual-hosted request, or None: a Host of the form
+    <bucket>.localhost[:port] (curl resolves every *.localhost name to the
+    loopback address itself, so virtual-host addressing works against
+    http://localhost:<port> without any DNS)."""
+    if not host:
+        return None
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    name = name.lower()
+    if name.endswith(".localhost") and len(name) > len(".localhost"):
+        return name[:-len(".localhost")]
+    return None
 
-    def __init__(self, method, target):
+
+class Request:
+    """One parsed S3 request: bucket and key decoded from the raw path, or
+    (virtual-host style, Host <bucket>.localhost) the bucket from the Host
+    and the key from the whole path.  raw_path is what the client signed;
+    upstream_path is the path-style path s3rver is asked."""
+
+    def __init__(self, method, target, host=None):
         self.method = method
         raw_path, _, self.raw_query = target.partition("?")
         self.raw_path = raw_path or "/"
+        self.upstream_path = self.raw_path
         rest = self.raw_path[1:]
         bucket, sep, key = rest.partition("/")
+        self.vhost = vhost_bucket(host)
+        if self.vhost is not None:
+            bucket, key = urllib.parse.quote(self.vhost, safe=""), rest
+            self.upstream_path = "/" + bucket + self.raw_path
         self.bucket = urllib.parse.unquote(bucket)
         # "/bucket/" is the bucket itself, as on AWS
         self.key = urllib.parse.unquote(key, errors="surrogateescape") \
@@ -491,7 +514,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             return
         self.t0 = time.monotonic()
-        self.req = req = Request(self.command, self.path)
+        self.req = req = Request(self.command, self.path,
+                                 self.headers.get("Host"))
         # What the client asked of encryption, logged per request (no
         # secret: a mode and a key id).
         req.sse = self.headers.get("x-amz-server-side-encryption")
@@ -595,13 +619,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
             app.faults.count_down("down503")
             raise S3Fail(503, "ServiceUnavailable",
                          "The test bucket is down (fault down503).")
-        f = app.faults.take(("503", "500"), req.method, key)
+        f = app.faults.take(("503", "500", "403"), req.method, key)
         if f is not None:
             self.fault = f["kind"]
             if f["kind"] == "503":
                 ra = f["retry_after"] if f["retry_after"] is not None else 1
                 raise S3Fail(503, "SlowDown", "Please reduce your request "
                              "rate.", headers={"Retry-After": str(ra)})
+            if f["kind"] == "403":  # not retriable: the caller gives up
+                raise S3Fail(403, "AccessDenied", "Access Denied (fault "
+                             "403).")
             raise S3Fail(500, "InternalError", "We encountered an internal "
                          "error. Please try again.")
         f = app.faults.take(("hold",), req.method, key) \
@@ -757,7 +784,8 @@ class App:
             if req.key is not None else None,
             "query": req.raw_query, "status": status, "bytes": n_in,
             "bytes_out": n_out, "ms": round(ms, 3), "fault": fault,
-            "code": code, "sse": getattr(req, "sse", None),
+            "code": code, "vhost": req.vhost is not None,
+            "sse": getattr(req, "sse", None),
             "sse_kms_key_id": getattr(req, "sse_kms_key_id", None)},
             ensure_ascii=False)
         with self.log_lock:
@@ -828,7 +856,8 @@ class App:
         out["Host"] = self.upstream
         if body or req.method in ("PUT", "POST"):
             out["Content-Length"] = str(len(body))
-        target = req.raw_path + ("?" + req.raw_query if req.raw_query else "")
+        target = req.upstream_path + ("?" + req.raw_query
+                                      if req.raw_query else "")
         resp = self.upstream_call(req.method, target, out, body)
         try:
             h.relay(resp, req, rewrite)

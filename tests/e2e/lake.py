@@ -29,7 +29,17 @@ checks, for one queue, every rule of docs/design/scenarios.md §9
       answers), except inside expected lost ranges; ts non-decreasing with
       offset;
   (7) no orphan data objects: every object under the queue's data prefix is
-      named by a manifest; checkpoints decode and match their window.
+      named by a manifest; checkpoints decode and match their window: the
+      same k and tEnd, positions [partition, offset(, id)] sorted by name,
+      each partition's offset splitting the lake's records into those of
+      windows <= k (below it) and those of later windows (at or above it),
+      every partition with a record in windows <= k named; with
+      checkpoint_every=N, a checkpoint exists for every k <= n with k % N
+      == 0 and for no other k;
+  (8) with broker= (or log=), each record's ts, transactionId and payload
+      equal the broker's own log read back with POST /api/v1/fetch (the
+      truth for (partition, offset)): a stamp moved by 1 µs is refused.
+      Records below a partition's logStartOffset (trimmed) are not checked.
 
 Parquet objects are read with DuckDB (npm @duckdb/node-api, one node process
 per verification), never with our own decoder: rule (3) becomes the schema,
@@ -40,7 +50,8 @@ Parquet raw LF/CR stay; an empty payload is NULL).
 A failure raises LakeError(reason); the reason names the rule's words
 ("differs from what was pushed", "transactionId", "twice", "not in the
 lake", "not sorted", "outside the window", "do not tile", "no manifest
-names it", "sha256 differs") so a test can tell which rule broke.
+names it", "sha256 differs", "the broker's log says", "has no checkpoint",
+"positions do not match") so a test can tell which rule broke.
 
 make_lake() is the mirror image: it writes a lake by the same rules, for the
 self-test and for reader-compatibility tests.
@@ -331,10 +342,27 @@ def make_lake(put, prefix, tenant, queue, windows, *, fmt="jsonl",
         put(manifest_key(prefix, tenant, queue, k), compact(m))
         if checkpoint_every and k % checkpoint_every == 0:
             put(checkpoint_key(prefix, tenant, queue, k),
-                compress(compact({"k": k, "tEnd": t_end, "positions": []}),
+                compress(compact({"k": k, "tEnd": t_end,
+                                  "positions": positions_after(windows, k)}),
                          "zstd"))
         out.append(m)
     return out
+
+
+def positions_after(windows, k):
+    """A checkpoint's positions after window k (as the sink's engine keeps
+    them): per partition of the lake, the first offset not in windows
+    1..k, sorted by the name's bytes."""
+    upto, later = {}, {}
+    for i, (_, _, records) in enumerate(windows, 1):
+        for r in records:
+            if i <= k:
+                upto[r[0]] = max(upto.get(r[0], -1), r[1])
+            else:
+                later[r[0]] = min(later.get(r[0], r[1]), r[1])
+    names = set(upto) | set(later)
+    return [[p, upto[p] + 1 if p in upto else later[p]]
+            for p in sorted(names, key=lambda x: x.encode("utf-8"))]
 
 
 def _runs_by_partition(records):
@@ -357,10 +385,15 @@ def compact(obj):
 
 def verify_queue(reader, prefix, tenant, queue, acked, *, fmt="jsonl",
                  compression="zstd", layout="merged", align="hour",
-                 sink="default", expect_lost=None):
-    """Check the lake of one queue (rules (1)-(7) above) against the acked
-    records [(partition, offset, transactionId, payload bytes)].  Returns a
-    summary dict; raises LakeError with the first broken rule."""
+                 sink="default", expect_lost=None, broker=None, log=None,
+                 checkpoint_every=None):
+    """Check the lake of one queue (rules (1)-(8) above) against the acked
+    records [(partition, offset, transactionId, payload bytes)].  broker is
+    a running broker (anything with request(method, path, body=)) whose log
+    holds the queue: its records are the truth for each lake record's ts,
+    transactionId and payload (rule (8)); log is that truth given directly
+    (a BrokerLog).  checkpoint_every=N requires the checkpoints of rule (7).
+    Returns a summary dict; raises LakeError with the first broken rule."""
     if (fmt, compression) not in EXTENSIONS:
         raise ValueError("no %s object is compressed with %s"
                          % (fmt, compression))
@@ -369,9 +402,13 @@ def verify_queue(reader, prefix, tenant, queue, acked, *, fmt="jsonl",
     manifests = _read_manifests(reader, prefix, tenant, queue)
     opts = dict(fmt=fmt, compression=compression, layout=layout,
                 align=align, sink=sink, tenant=tenant, queue=queue)
+    if broker is not None and log is None:
+        log = broker_log(broker, queue, sorted({a[0] for a in acked}),
+                         fmt=fmt)
+    opts["log"] = log
     if fmt == "parquet":
         opts["parquet"] = _parquet_read_all(reader, manifests)
-    seen = {}  # (partition, offset) -> (ts, where)
+    seen = {}  # (partition, offset) -> (ts, where, k)
     named = set()
     lost = []
     prev = None
@@ -395,12 +432,14 @@ def verify_queue(reader, prefix, tenant, queue, acked, *, fmt="jsonl",
     per_partition = _check_offsets(seen, expect_lost)
     _check_orphans(reader, prefix, tenant, queue, named)
     checkpoints = _check_checkpoints(reader, prefix, tenant, queue,
-                                     dict(manifests))
+                                     dict(manifests), seen, checkpoint_every)
     return {"manifests": len(manifests), "objects": len(named),
             "records": len(seen), "partitions": per_partition,
             "bytes": sum(m["bytes"] for _, m in manifests),
             "tEnd": prev["tEnd"] if prev else None, "lost": lost,
-            "checkpoints": checkpoints}
+            "checkpoints": checkpoints,
+            "stamps_checked": sum(1 for x in seen if log is not None and
+                                  x in log.records)}
 
 
 def _lost_tuple(x):
@@ -528,10 +567,14 @@ def _check_objects(reader, prefix, tenant, queue, k, m, opts, seen, want):
     for obj in m["objects"]:
         lines = _check_object(reader, k, m, obj, opts, per_partition,
                               (prefix, tenant, queue))
+        if per_partition and obj.get("partition") in partitions:
+            raise LakeError("manifest %d: more than one object for partition "
+                            "%r in one window" % (k, obj["partition"]))
         totals["records"] += obj["records"]
         totals["bytes"] += obj["bytes"]
         for p, o, txn, ts, payload in lines:
-            _check_record(k, obj["key"], p, o, txn, ts, payload, seen, want)
+            _check_record(k, obj["key"], p, o, txn, ts, payload, seen, want,
+                          opts["log"])
             partitions.add(p)
             stamps.append(ts)
     for name in ("records", "bytes"):
@@ -659,11 +702,11 @@ def _parse_line(line, where):
     return (p, o, txn, ts, payload)
 
 
-def _check_record(k, key, p, o, txn, ts, payload, seen, want):
+def _check_record(k, key, p, o, txn, ts, payload, seen, want, log=None):
     if (p, o) in seen:
         raise LakeError("record %r/%d is in the lake twice (%s and %s)"
                         % (p, o, seen[(p, o)][1], key))
-    seen[(p, o)] = (ts, key)
+    seen[(p, o)] = (ts, key, k)
     if (p, o) not in want:
         raise LakeError("%s: record %r/%d was never acknowledged"
                         % (key, p, o))
@@ -675,11 +718,13 @@ def _check_record(k, key, p, o, txn, ts, payload, seen, want):
         raise LakeError("%s: record %r/%d payload differs from what was "
                         "pushed: %r, expected %r" % (key, p, o, payload[:200],
                                                      want_payload[:200]))
+    if log is not None:
+        _check_against_log(key, p, o, txn, ts, payload, log)
 
 
 def _check_offsets(seen, lost):
     by = {}
-    for (p, o), (ts, _) in seen.items():
+    for (p, o), (ts, _, _) in seen.items():
         by.setdefault(p, []).append((o, ts))
     counts = {}
     for p, recs in by.items():
@@ -703,9 +748,13 @@ def _check_orphans(reader, prefix, tenant, queue, named):
             raise LakeError("%s: data object, but no manifest names it" % key)
 
 
-def _check_checkpoints(reader, prefix, tenant, queue, manifests):
+def _check_checkpoints(reader, prefix, tenant, queue, manifests, seen,
+                       every=None):
     root = sidecar_root(prefix, tenant, queue) + "/"
     out = []
+    by_partition = {}
+    for (p, o), (_, _, k) in seen.items():
+        by_partition.setdefault(p, []).append((o, k))
     for key in reader.list_keys(root):
         rest = key[len(root):]
         if rest.startswith("windows/"):
@@ -717,6 +766,9 @@ def _check_checkpoints(reader, prefix, tenant, queue, manifests):
         if k not in manifests:
             raise LakeError("%s: checkpoint of window %d, which has no "
                             "manifest" % (key, k))
+        if every and k % every != 0:
+            raise LakeError("%s: checkpoint of window %d, but checkpoints "
+                            "are due every %d windows" % (key, k, every))
         try:
             doc = json.loads(decompress(reader.read(key) or b"", "zstd", key))
         except ValueError:
@@ -726,8 +778,126 @@ def _check_checkpoints(reader, prefix, tenant, queue, manifests):
                 not isinstance(doc.get("positions"), list):
             raise LakeError("%s: checkpoint does not match window %d's "
                             "manifest (k, tEnd, positions)" % (key, k))
+        _check_positions(key, k, doc["positions"], by_partition)
         out.append(k)
+    if every:
+        for k in sorted(manifests):
+            if k % every == 0 and k not in out:
+                raise LakeError("window %d has no checkpoint (due every %d "
+                                "windows): %s is missing" % (
+                                    k, every, checkpoint_key(
+                                        prefix, tenant, queue, k)))
     return out
+
+
+def _check_positions(key, k, positions, by_partition):
+    """Rule (7): a checkpoint's positions against the lake's records."""
+    names = []
+    at = {}
+    for pos in positions:
+        if not (isinstance(pos, list) and 2 <= len(pos) <= 3 and
+                isinstance(pos[0], str) and _is_int(pos[1]) and
+                pos[1] >= 0 and (len(pos) == 2 or pos[2] is None or
+                                 isinstance(pos[2], str))):
+            raise LakeError("%s: position %r is not [partition, offset(, "
+                            "id)]" % (key, pos))
+        names.append(pos[0].encode("utf-8"))
+        at[pos[0]] = pos[1]
+    if names != sorted(names) or len(set(names)) != len(names):
+        raise LakeError("%s: positions are not sorted by partition, once "
+                        "each" % key)
+    for p, recs in by_partition.items():
+        if p not in at:
+            if any(rk <= k for _, rk in recs):
+                raise LakeError("%s: positions do not match the manifests: "
+                                "%r has records in windows <= %d but no "
+                                "position" % (key, p, k))
+            continue
+        for o, rk in recs:
+            if (o < at[p]) != (rk <= k):
+                raise LakeError("%s: positions do not match the manifests: "
+                                "%r is at offset %d, but offset %d is in "
+                                "window %d" % (key, p, at[p], o, rk))
+
+
+class BrokerLog:
+    """The broker's log of one queue: records {(partition, offset): (ts µs,
+    transactionId, payload as the lake must hold it)} and starts
+    {partition: logStartOffset} (records below it were trimmed)."""
+
+    def __init__(self, records, starts=None):
+        self.records = records
+        self.starts = starts or {}
+
+
+def _lake_payload(payload, fmt):
+    if isinstance(payload, str):
+        payload = payload.encode("utf-8")
+    if fmt == "parquet":
+        return payload or None
+    if payload is None or payload == b"":
+        return b"null"
+    return payload.replace(b"\n", b" ").replace(b"\r", b" ")
+
+
+def broker_log(broker, queue, partitions, fmt="jsonl", batch=50,
+               max_bytes=4 << 20):
+    """Read every record of queue's partitions back from the broker with
+    POST /api/v1/fetch (payloads kept byte for byte): a BrokerLog."""
+    import rawjson  # tests/integration: the payloads' exact bytes
+    records, starts = {}, {}
+    todo = {p: 0 for p in partitions}
+    while todo:
+        names = sorted(todo)[:batch]
+        body = {"entries": [{"queue": queue, "partition": p,
+                             "offset": todo[p], "maxBytes": max_bytes}
+                            for p in names]}
+        r = broker.request("POST", "/api/v1/fetch", body=body, timeout=60)
+        if r.status != 200:
+            raise LakeError("the broker's fetch answered %d: %r"
+                            % (r.status, r.body[:300]))
+        root = rawjson.parse(r.body)
+        for p, e in zip(names, root["entries"].value):
+            start = e["logStartOffset"].value
+            hw = e["highWatermark"].value
+            starts[p] = start
+            recs = e["records"].value
+            if "error" in e.value and not recs:
+                if todo[p] < start:
+                    todo[p] = start
+                    continue
+                raise LakeError("the broker's fetch of %r/%d: %s"
+                                % (p, todo[p], e["error"].value))
+            for rec in recs:
+                o = rec["offset"].value
+                ts = parse_iso_us(rec["ts"].value)
+                records[(p, o)] = (ts, rec["transactionId"].value,
+                                   _lake_payload(rec["payload"].raw, fmt))
+                todo[p] = o + 1
+            if not recs or todo[p] >= hw:
+                del todo[p]
+    return BrokerLog(records, starts)
+
+
+def _check_against_log(key, p, o, txn, ts, payload, log):
+    if (p, o) not in log.records:
+        if o < log.starts.get(p, 0):
+            return  # trimmed by retention: nothing left to compare
+        raise LakeError("%s: record %r/%d is not in the broker's log"
+                        % (key, p, o))
+    want_ts, want_txn, want_payload = log.records[(p, o)]
+    if ts != want_ts:
+        raise LakeError("%s: record %r/%d has ts %s, the broker's log says "
+                        "%s" % (key, p, o, iso_us(ts), iso_us(want_ts)))
+    if txn != want_txn:
+        raise LakeError("%s: record %r/%d has transactionId %r, the broker's "
+                        "log says %r" % (key, p, o, txn, want_txn))
+    if payload != want_payload and not (payload is None and
+                                        want_payload == b"null"):
+        # (an empty payload and a JSON null both fetch as null)
+        raise LakeError("%s: record %r/%d payload %r, the broker's log says "
+                        "%r" % (key, p, o, (payload or b"")[:200],
+                                (want_payload or b"")[:200]))
 
 
 def count_records(reader, prefix, tenant, queue):

@@ -1,7 +1,13 @@
 """The lake verifier's self-test (the `self` check of
-docs/design/scenarios.md §9): a good hand-made lake is accepted, and each of
-nine damages is refused with its own reason.  Also pins the formats the
-verifier derives (docs/design/formats.md §1, §2, §6) to their test vectors."""
+docs/design/scenarios.md §9): a good
+hand-made lake is accepted, and each damage is refused with its own reason:
+records (payload, transactionId, duplicates, order, window, tiling), stamps
+checked against the broker's log (every ts of a window set to its start, one
+ts moved by 5 µs or 1 µs), records moved or copied across windows,
+per-partition objects, Parquet rows, and checkpoints (missing, due at the
+wrong k, garbage, positions that do not match the manifests).  Also pins the
+formats the verifier derives (docs/design/formats.md §1, §2, §6) to their
+test vectors."""
 
 import copy
 import hashlib
@@ -58,6 +64,14 @@ def build_records():
     return windows, acked
 
 
+def truth(windows, fmt="jsonl"):
+    """The broker's log of an undamaged lake: what broker_log() would read
+    back with POST /api/v1/fetch."""
+    return lake.BrokerLog({(p, o): (ts, txn, lake._lake_payload(v, fmt))
+                           for _, _, recs in windows
+                           for p, o, txn, ts, v in recs})
+
+
 def write(tmp_path, windows, name="lake", **kw):
     r = PlainDirReader(str(tmp_path / name))
     opts = dict(OPTS, **GOOD)
@@ -68,7 +82,12 @@ def write(tmp_path, windows, name="lake", **kw):
 
 
 def verify(reader, acked, **kw):
-    opts = dict(OPTS)
+    """verify_queue with every rule on: the good lake's broker log (pass
+    log=None to leave rule (8) out) and a checkpoint due every 2 windows."""
+    kw.pop("writer", None)  # a make_lake option, for symmetry in the tests
+    opts = dict(OPTS, checkpoint_every=2)
+    if "log" not in kw:
+        opts["log"] = truth(build_records()[0], kw.get("fmt", "jsonl"))
     opts.update(kw)
     return verify_queue(reader, PREFIX, TENANT, QUEUE, acked, **opts)
 
@@ -110,6 +129,7 @@ def test_good_lake_is_accepted(tmp_path):
     assert s["records"] == len(acked) == 3 * 3 * len(PARTITIONS)
     assert s["partitions"] == {p: 9 for p in PARTITIONS}
     assert s["checkpoints"] == [2] and s["tEnd"] == BOUNDS[-1][1]
+    assert s["stamps_checked"] == len(acked)
 
 
 def test_good_lake_with_defaults_and_per_partition_layout(tmp_path):
@@ -172,6 +192,46 @@ def damage_tiling(w):
     w[1] = (w[1][0] + 1, w[1][1], w[1][2])
 
 
+def damage_stamps_to_window_start(w):
+    # every ts of window 2 set to its start: sorted, inside the window,
+    # non-decreasing with offset, minTs/maxTs consistent; only the
+    # broker's log can tell.
+    t_start = w[1][0]
+    w[1] = (w[1][0], w[1][1], [(p, o, x, t_start, v)
+                               for p, o, x, _, v in w[1][2]])
+
+
+def damage_stamp_plus_5us(w):
+    p, o, txn, ts, payload = w[1][2][4]
+    w[1][2][4] = (p, o, txn, ts + 5, payload)
+
+
+def damage_stamp_minus_1us(w):
+    p, o, txn, ts, payload = w[2][2][-1]
+    w[2][2][-1] = (p, o, txn, ts - 1, payload)
+
+
+def damage_moved_to_next_window(w):
+    # the last record of window 1 travels to window 2 with its own stamp
+    rec = w[0][2].pop()
+    w[1][2].append(rec)
+    w[1][2].sort(key=lambda r: (r[0].encode(), r[1]))
+
+
+def damage_moved_and_restamped(w):
+    # the same move, its ts set to window 2's start so that every rule but
+    # the broker's stamps holds
+    p, o, txn, _, v = w[0][2].pop()
+    w[1][2].append((p, o, txn, w[1][0], v))
+    w[1][2].sort(key=lambda r: (r[0].encode(), r[1]))
+
+
+def damage_copied_to_a_later_window(w):
+    p, o, txn, _, v = w[0][2][0]
+    w[2][2].insert(0, (p, o, txn, w[2][0], v))
+    w[2][2].sort(key=lambda r: (r[0].encode(), r[1]))
+
+
 DAMAGES = [
     (damage_payload, "differs from what was pushed"),
     (damage_txn, "transactionId"),
@@ -180,7 +240,16 @@ DAMAGES = [
     (damage_order, "not sorted"),
     (damage_ts, "outside the window"),
     (damage_tiling, "do not tile"),
+    (damage_stamps_to_window_start, "the broker's log says"),
+    (damage_stamp_plus_5us, "the broker's log says"),
+    (damage_stamp_minus_1us, "the broker's log says"),
+    (damage_moved_to_next_window, "outside the window"),
+    (damage_moved_and_restamped, "the broker's log says"),
+    (damage_copied_to_a_later_window, "twice"),
 ]
+# What the verifier without the broker's log (rule (8)) cannot see.
+STAMP_ONLY = {damage_stamps_to_window_start, damage_stamp_plus_5us,
+              damage_stamp_minus_1us, damage_moved_and_restamped}
 
 
 @pytest.mark.parametrize("damage,reason", DAMAGES,
@@ -189,9 +258,180 @@ def test_damaged_records_are_refused(tmp_path, damage, reason):
     windows, acked = build_records()
     w = copy.deepcopy(windows)
     damage(w)
+    r = write(tmp_path, w)
     with pytest.raises(LakeError) as e:
-        verify(write(tmp_path, w), acked)
-    assert reason in e.value.reason
+        verify(r, acked)
+    assert reason in e.value.reason, e.value.reason
+    if damage in STAMP_ONLY:  # the hole rule (8) closes
+        verify(r, acked, log=None)
+
+
+@pytest.mark.parametrize("layout", ["merged", "per-partition"])
+def test_a_stamp_is_checked_in_every_layout_and_format(tmp_path, layout):
+    windows, acked = build_records()
+    w = copy.deepcopy(windows)
+    damage_stamp_plus_5us(w)
+    kw = dict(layout=layout, compression="none",
+              writer="queen-s3/2.0.0 jsonl")
+    with pytest.raises(LakeError, match="has ts .*, the broker's log says"):
+        verify(write(tmp_path, w, **kw), acked, **kw)
+    verify(write(tmp_path, windows, name="good", **kw), acked, **kw)
+
+
+def test_the_broker_log_truth_checks_transaction_ids_and_payloads(tmp_path):
+    windows, acked = build_records()
+    r = write(tmp_path, windows)
+    log = truth(windows)
+    p, o, _, ts, v = windows[1][2][4]
+    bad = lake.BrokerLog(dict(log.records))
+    bad.records[(p, o)] = (ts, "minted-by-someone-else", v)
+    with pytest.raises(LakeError, match="transactionId .* the broker's log"):
+        verify(r, acked, log=bad)
+    bad.records[(p, o)] = (ts, windows[1][2][4][2], b'"other"')
+    with pytest.raises(LakeError, match="payload .* the broker's log says"):
+        verify(r, acked, log=bad)
+    del bad.records[(p, o)]
+    with pytest.raises(LakeError, match="is not in the broker's log"):
+        verify(r, acked, log=bad)
+    # below the partition's logStartOffset a record was trimmed: unchecked
+    bad.starts[p] = o + 1
+    verify(r, acked, log=bad)
+
+
+# -- per-partition objects
+
+PP = dict(layout="per-partition", compression="none",
+          writer="queen-s3/2.0.0 jsonl")
+
+
+def test_per_partition_two_objects_for_one_partition_are_refused(tmp_path):
+    windows, acked = build_records()
+    w = copy.deepcopy(windows)
+    recs = w[1][2]
+    # p's last record of window 2 after another partition's: make_lake
+    # writes p twice in that window, each object sorted and complete.
+    i = max(i for i, r in enumerate(recs) if r[0] == PARTITIONS[0])
+    recs.append(recs.pop(i))
+    with pytest.raises(LakeError, match="more than one object for partition"):
+        verify(write(tmp_path, w, **PP), acked, **PP)
+
+
+def test_per_partition_damages_are_refused(tmp_path):
+    windows, acked = build_records()
+    w = copy.deepcopy(windows)
+    # a record of one partition's object dropped: a gap in the lake
+    del w[1][2][1]
+    with pytest.raises(LakeError, match="not in the lake"):
+        verify(write(tmp_path, w, name="gap", **PP), acked, **PP)
+    # an object's manifest entry naming other offsets than it holds
+    r = write(tmp_path, windows, name="entry", **PP)
+    mkey = lake.manifest_key(PREFIX, TENANT, QUEUE, 2)
+    m = json.loads(r.read(mkey))
+    m["objects"][0]["lastOffset"] += 1
+    r.put(mkey, lake.compact(m))
+    with pytest.raises(LakeError, match="is not the derived key"):
+        verify(r, acked, **PP)
+    # an object swapped for another partition's
+    r = write(tmp_path, windows, name="swap", **PP)
+    m = json.loads(r.read(mkey))
+    a, b = m["objects"][0]["key"], m["objects"][1]["key"]
+    body_a, body_b = r.read(a), r.read(b)
+    r.put(a, body_b)
+    r.put(b, body_a)
+    with pytest.raises(LakeError, match="bytes, the manifest says|sha256"):
+        verify(r, acked, **PP)
+
+
+# -- checkpoints
+
+def checkpoint_path(r, k):
+    return os.path.join(r.root, *lake.checkpoint_key(PREFIX, TENANT, QUEUE,
+                                                     k).split("/"))
+
+
+def put_checkpoint(r, k, doc):
+    r.put(lake.checkpoint_key(PREFIX, TENANT, QUEUE, k),
+          lake.compress(lake.compact(doc), "zstd"))
+
+
+def test_checkpoint_positions_follow_the_manifests(tmp_path):
+    windows, _ = build_records()
+    pos = dict((p, o) for p, o in lake.positions_after(windows, 2))
+    # each partition has offsets 0..2 in window 1 and 3..5 in window 2
+    assert pos == {p: 6 for p in PARTITIONS}
+
+
+def test_missing_checkpoint_is_refused(tmp_path):
+    windows, acked = build_records()
+    r = write(tmp_path, windows)
+    os.unlink(checkpoint_path(r, 2))
+    with pytest.raises(LakeError, match="window 2 has no checkpoint"):
+        verify(r, acked)
+    verify(r, acked, checkpoint_every=None)  # only the setting requires it
+
+
+def test_checkpoint_at_a_k_not_due_is_refused(tmp_path):
+    windows, acked = build_records()
+    r = write(tmp_path, windows)
+    put_checkpoint(r, 1, {"k": 1, "tEnd": BOUNDS[0][1],
+                          "positions": lake.positions_after(windows, 1)})
+    with pytest.raises(LakeError, match="due every 2 windows"):
+        verify(r, acked)
+    # every window: k=1 is due, and so is k=3, which is missing
+    with pytest.raises(LakeError, match="window 3 has no checkpoint"):
+        verify(r, acked, checkpoint_every=1)
+
+
+def _with_checkpoint(tmp_path, name, mutate):
+    windows, acked = build_records()
+    r = write(tmp_path, windows, name=name)
+    doc = {"k": 2, "tEnd": BOUNDS[1][1],
+           "positions": lake.positions_after(windows, 2)}
+    mutate(doc)
+    put_checkpoint(r, 2, doc)
+    return r, acked
+
+
+CHECKPOINT_DAMAGES = [
+    ("offset_plus_one",
+     lambda d: d["positions"][0].__setitem__(1, d["positions"][0][1] + 1),
+     "positions do not match the manifests"),
+    ("offset_minus_one",
+     lambda d: d["positions"][3].__setitem__(1, d["positions"][3][1] - 1),
+     "positions do not match the manifests"),
+    ("partition_missing", lambda d: d["positions"].pop(2),
+     "positions do not match the manifests"),
+    ("positions_empty", lambda d: d.__setitem__("positions", []),
+     "positions do not match the manifests"),
+    ("unsorted", lambda d: d["positions"].reverse(), "not sorted"),
+    ("garbage_position", lambda d: d["positions"].append(["x", "y"]),
+     "is not [partition, offset"),
+    ("wrong_tEnd", lambda d: d.__setitem__("tEnd", BOUNDS[2][1]),
+     "does not match window 2"),
+    ("wrong_k", lambda d: d.__setitem__("k", 3), "does not match window 2"),
+]
+
+
+@pytest.mark.parametrize("name,mutate,reason", CHECKPOINT_DAMAGES,
+                         ids=[c[0] for c in CHECKPOINT_DAMAGES])
+def test_damaged_checkpoint_is_refused(tmp_path, name, mutate, reason):
+    r, acked = _with_checkpoint(tmp_path, name, mutate)
+    with pytest.raises(LakeError) as e:
+        verify(r, acked)
+    assert reason in e.value.reason, e.value.reason
+
+
+def test_checkpoint_that_is_not_zstd_json_is_refused(tmp_path):
+    windows, acked = build_records()
+    r = write(tmp_path, windows)
+    with open(checkpoint_path(r, 2), "wb") as f:
+        f.write(b'{"k":2}')  # plain JSON, not a zstd frame
+    with pytest.raises(LakeError, match="does not decode as zstd"):
+        verify(r, acked)
+    r.put(lake.checkpoint_key(PREFIX, TENANT, QUEUE, 2),
+          lake.compress(b"garbage{", "zstd"))
+    with pytest.raises(LakeError, match="checkpoint is not JSON"):
+        verify(r, acked)
 
 
 def test_orphan_object_is_refused(tmp_path):
@@ -269,6 +509,39 @@ def test_parquet_lake_is_read_with_duckdb(tmp_path, codec):
               writer=writer)
     with pytest.raises(LakeError, match="differs from what was pushed"):
         verify(r, acked, fmt="parquet", compression=codec)
+
+
+@needs_parquet_tool
+def test_parquet_row_damages_are_refused(tmp_path):
+    """Damaged Parquet rows, read through DuckDB: a stamp moved by 5 µs,
+    a payload changed, a row's transaction_id changed, a row repeated in a
+    later window, every stamp of a window set to its start."""
+    windows, acked = build_records()
+    kw = dict(fmt="parquet", compression="zstd",
+              writer="queen-s3/2.0.0 parquet/q1 zstd")
+    vkw = dict(fmt="parquet", compression="zstd")
+
+    def damaged(name, fn):
+        w = copy.deepcopy(windows)
+        fn(w)
+        return write(tmp_path, w, name=name, **kw)
+
+    r = damaged("ts", damage_stamp_plus_5us)
+    with pytest.raises(LakeError, match="the broker's log says"):
+        verify(r, acked, **vkw)
+    verify(r, acked, log=None, **vkw)  # only the broker's stamps tell
+    r = damaged("payload", damage_payload)
+    with pytest.raises(LakeError, match="differs from what was pushed"):
+        verify(r, acked, **vkw)
+    r = damaged("txn", damage_txn)
+    with pytest.raises(LakeError, match="transactionId"):
+        verify(r, acked, **vkw)
+    r = damaged("dup", damage_copied_to_a_later_window)
+    with pytest.raises(LakeError, match="twice"):
+        verify(r, acked, **vkw)
+    r = damaged("start", damage_stamps_to_window_start)
+    with pytest.raises(LakeError, match="the broker's log says"):
+        verify(r, acked, **vkw)
 
 
 DUCKDB_COPY = r"""

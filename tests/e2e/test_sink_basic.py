@@ -39,7 +39,8 @@ def test_one_queue_is_mirrored_exactly_once(sink_node, bucket):
         acked += push(node, items(r))
     reader = lake.bucket_reader(bucket)
     got = lake.wait_queue(reader, PREFIX, TENANT, "orders", acked,
-                          timeout=60, compression="zstd", align="none")
+                          timeout=60, compression="zstd", align="none",
+                          broker=node, checkpoint_every=2)
     assert got["records"] == len(acked) == 120
     assert got["partitions"] == {"cust-0": 40, "cust-1": 40, "cust-2": 40}
 
@@ -77,7 +78,8 @@ def test_sigterm_drains_and_releases_the_lease(sink_node, bucket):
     acked = push(node, items(0))
     reader = lake.bucket_reader(bucket)
     lake.wait_queue(reader, PREFIX, TENANT, "orders", acked, timeout=60,
-                    compression="zstd", align="none")
+                    compression="zstd", align="none", broker=node,
+                    checkpoint_every=2)
     acked += push(node, items(1))
     node.signal(15)
     assert node.wait_exit(25) == 0
@@ -97,7 +99,8 @@ def test_sigterm_drains_and_releases_the_lease(sink_node, bucket):
     node.extra_env["QUEEN_S3_EMBEDDED"] = "true"
     node.start()
     lake.wait_queue(reader, PREFIX, TENANT, "orders", acked, timeout=60,
-                    compression="zstd", align="none")
+                    compression="zstd", align="none", broker=node,
+                    checkpoint_every=2)
 
 
 def test_star_takes_queues_created_later(sink_node, bucket):
@@ -111,7 +114,8 @@ def test_star_takes_queues_created_later(sink_node, bucket):
     reader = lake.bucket_reader(bucket)
     for q, recs in acked.items():
         lake.wait_queue(reader, PREFIX, TENANT, q, recs, timeout=60,
-                        compression="zstd", align="none")
+                        compression="zstd", align="none", broker=node,
+                        checkpoint_every=2)
     names = [r["name"] for r in
              node.get("/status").json()["s3"]["sinks"][0]["queues"]]
     assert names == ["s.one", "s.two"]
@@ -124,7 +128,8 @@ def test_per_partition_layout_aligned_by_day(sink_node, bucket):
     acked = push(node, items(0)) + push(node, items(1))
     got = lake.wait_queue(lake.bucket_reader(bucket), PREFIX, TENANT,
                           "orders", acked, timeout=60, compression="gzip",
-                          layout="per-partition", align="day")
+                          layout="per-partition", align="day",
+                          broker=node, checkpoint_every=2)
     assert got["objects"] >= 3  # one object per partition and window
 
 
@@ -153,4 +158,5 @@ def test_memory_budget_closes_the_window_early(sink_node, bucket):
     assert node.stop() == 0
     node = sink_node(data_dir=node.data_dir)
     lake.wait_queue(reader, PREFIX, TENANT, "orders", acked, timeout=60,
-                    compression="zstd", align="none")
+                    compression="zstd", align="none", broker=node,
+                    checkpoint_every=2)

@@ -166,7 +166,8 @@ def test_crash_point_then_redo(broker_factory, crash_bucket, fmt, point):
     for _ in range(spec["rounds"]):  # (1) an honest run
         assert p.push(node, p.batch(10))
         lake.wait_queue(reader, PREFIX, TENANT, queue, p.records(),
-                        timeout=spec["timeout"], **verify)
+                        timeout=spec["timeout"], broker=node,
+                        checkpoint_every=2, **verify)
     assert node.stop() == 0
 
     crash(node, p, point)  # (2) armed
@@ -196,8 +197,12 @@ def test_crash_point_then_redo(broker_factory, crash_bucket, fmt, point):
     if left:
         assert p.push(node, left)
     assert p.push(node, p.batch(10))
+    # Stamps against the broker's log; the checkpoints present must match
+    # the manifests, but the one due at the crashed window may be missing
+    # (test_sink_settings.py's xfail test_a_checkpoint_due_at_a_crashed_window
+    # _is_written), so checkpoint_every is not required after the redo.
     lake.wait_queue(reader, PREFIX, TENANT, queue, p.records(),
-                    timeout=spec["redo_timeout"], **verify)
+                    timeout=spec["redo_timeout"], broker=node, **verify)
     after = snapshot(reader, queue)
     for key, digest in before.items():
         assert after.get(key) == digest, "%s changed or vanished" % key

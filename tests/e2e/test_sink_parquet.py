@@ -49,8 +49,10 @@ def test_parquet_queue_is_mirrored_exactly_once(broker_factory, shared_bucket,
         acked += lake.acked_from_push(items, resp.json())
     reader = lake.bucket_reader(shared_bucket)
     got = lake.wait_queue(reader, PREFIX, TENANT, queue, acked, timeout=90,
-                          fmt="parquet", compression=codec, align="none")
+                          fmt="parquet", compression=codec, align="none",
+                          broker=node, checkpoint_every=2)
     assert got["records"] == len(acked) == 60
+    assert got["stamps_checked"] == 60
     assert got["partitions"] == {"cust-0": 21, "cust-1": 21, "cust-2": 18}
     ptr = kv_get(node, "s3:default:%s:committed" % queue)
     assert ptr["found"] is True

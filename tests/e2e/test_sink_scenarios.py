@@ -81,7 +81,8 @@ def test_three_queues_many_partitions_exactly_once(sink_node, bucket):
     for q, n in QUEUES.items():
         assert len(acked[q]) == 4 * n
         got = lake.wait_queue(reader, PREFIX, TENANT, q, acked[q],
-                              timeout=90, compression="zstd", align="none")
+                              timeout=90, compression="zstd", align="none",
+                              broker=node, checkpoint_every=2)
         assert got["records"] == 4 * n
         assert got["manifests"] >= 2
         assert got["partitions"] == {p: 4 for p in partitions(q)}
@@ -170,7 +171,8 @@ def test_retention_overrun_is_lost_unless_held(sink_node, bucket):
     acked = {q: push(node, batch(q, 0)) for q in qs}
     for q in qs:
         lake.wait_queue(reader, PREFIX, TENANT, q, acked[q], timeout=60,
-                        compression="zstd", align="none")
+                        compression="zstd", align="none", broker=node,
+                        checkpoint_every=1)
     node.stop()
 
     # The sink is off while retention (1 s) runs: r.lost has no hold.
@@ -193,7 +195,8 @@ def test_retention_overrun_is_lost_unless_held(sink_node, bucket):
     node.start()
     lake.wait_queue(reader, PREFIX, TENANT, "r.held",
                     acked["r.held"] + later["r.held"], timeout=60,
-                    compression="zstd", align="none")
+                    compression="zstd", align="none", broker=node,
+                    checkpoint_every=1)
     last = push(node, batch("r.lost", 20))
     wait_until(lambda: node.metric("queen_s3_records_lost_total",
                                    'queue="r.lost"') == 10, 60,
@@ -202,7 +205,8 @@ def test_retention_overrun_is_lost_unless_held(sink_node, bucket):
             {"partition": "p-1", "from": 5, "to": 9}]
     lake.wait_queue(reader, PREFIX, TENANT, "r.lost",
                     acked["r.lost"] + later["r.lost"] + last, timeout=30,
-                    compression="zstd", align="none", expect_lost=lost)
+                    compression="zstd", align="none", expect_lost=lost,
+                    broker=node, checkpoint_every=1)
     assert node.metric("queen_s3_records_lost_total",
                        'queue="r.held"') in (0, None)
     assert sink_row(node, "r.held")["recordsLost"] == 0
