@@ -136,6 +136,7 @@ struct driver {
     size_t n_lost;
     uint64_t last_records;
     uint64_t last_bytes;
+    struct driver_window_size recent[DRIVER_RECENT_WINDOWS];
     int64_t last_t_end;
     bool has_t_end;
     struct driver_counters ctr;
@@ -1366,6 +1367,8 @@ static int commit_write(struct driver *d, const struct engine_commit *c,
     if (tell_engine) {
         engine_on_committed(d->e);
     }
+    d->recent[d->ctr.windows_committed % DRIVER_RECENT_WINDOWS] =
+        (struct driver_window_size){c->records, c->bytes};
     d->ctr.windows_committed++;
     d->ctr.records += c->records;
     if (d->cfg.format == DRIVER_FORMAT_PARQUET) {
@@ -1830,6 +1833,7 @@ static void publish(struct driver *d)
     s.checkpoint_age = s.checkpoint_age < 0 ? 0 : s.checkpoint_age;
     s.last_window_records = d->last_records;
     s.last_window_bytes = d->last_bytes;
+    memcpy(s.recent, d->recent, sizeof(s.recent));
     s.counters = d->ctr;
     snprintf(s.last_error, sizeof(s.last_error), "%s", d->last_error);
     pthread_mutex_lock(&d->mu);

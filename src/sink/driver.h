@@ -190,6 +190,18 @@ struct driver_counters {
     uint64_t windows_prebuilt; /* built while the window before went up */
 };
 
+/* The sizes of the last DRIVER_RECENT_WINDOWS windows committed: window
+ * number i of this driver (counters.windows_committed before it, from 0) is
+ * at [i % DRIVER_RECENT_WINDOWS], so a report that last saw n windows
+ * observes [n, windows_committed) each with its own size. A tick commits at
+ * most a few dozen windows, far fewer. */
+#define DRIVER_RECENT_WINDOWS 128
+
+struct driver_window_size {
+    uint64_t records;
+    uint64_t bytes;
+};
+
 struct driver_status {
     int64_t k; /* the window being closed, else committed_k + 1 */
     int64_t committed_k;
@@ -203,6 +215,7 @@ struct driver_status {
     int64_t checkpoint_age;        /* committed_k - last checkpoint k */
     uint64_t last_window_records;
     uint64_t last_window_bytes;
+    struct driver_window_size recent[DRIVER_RECENT_WINDOWS];
     struct driver_counters counters;
     bool has_t_end;
     bool has_complete_through;

@@ -1527,10 +1527,15 @@ static void task_report(struct sink *s, struct task *t,
     obs_counter_add(
         o, OBS_COMMIT_PRECONDITION_LOST, NULL, NULL, NULL,
         (double)(c->commit_precondition_lost - r->commit_precondition_lost));
-    for (uint64_t i = r->windows_committed; i < c->windows_committed; i++) {
-        obs_observe(o, OBS_WINDOW_RECORDS, NULL,
-                    (double)st->last_window_records);
-        obs_observe(o, OBS_WINDOW_BYTES, NULL, (double)st->last_window_bytes);
+    uint64_t from = r->windows_committed;
+    if (c->windows_committed - from > DRIVER_RECENT_WINDOWS) {
+        from = c->windows_committed - DRIVER_RECENT_WINDOWS;
+    }
+    for (uint64_t i = from; i < c->windows_committed; i++) {
+        const struct driver_window_size *w =
+            &st->recent[i % DRIVER_RECENT_WINDOWS];
+        obs_observe(o, OBS_WINDOW_RECORDS, NULL, (double)w->records);
+        obs_observe(o, OBS_WINDOW_BYTES, NULL, (double)w->bytes);
     }
     *r = *c;
     health_report(s->health, q, st->has_lag, st->lag_us, mono_ms());

@@ -283,15 +283,8 @@ def test_live_sink_metrics_pass_promtool_after_faults_and_a_fence(
     assert node.stop() == 0
 
 
-# BUG (src/sink/sink.c task_report, around lines 1523-1527): every window
-# committed since the last report is observed with the size of the LAST
-# one (st->last_window_records / last_window_bytes), so a tick that commits
-# several windows (a backlog: the driver runs up to 64 rounds per tick)
-# counts the last window's size N times. Remove the xfail once the driver
-# reports each committed window's own size (see the report of issue 18).
-@pytest.mark.xfail(strict=True, reason="sink.c task_report observes the last "
-                   "window's records/bytes once per window committed since "
-                   "the last report (issue 18 item 5)")
+# A tick can commit several windows from a backlog (up to 64 rounds): each
+# must be observed with its own size, not the last one's (issue 18 item 5).
 def test_window_histograms_count_each_window_with_its_own_size(
         sink_node, bucket):
     """About 3.3 MB of records pushed while the sink is off, then the sink
