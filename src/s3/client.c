@@ -961,6 +961,97 @@ int s3_client_delete(struct s3_client *c, const char *key, struct s3_status *st,
     return rc;
 }
 
+/* ---- stranded multipart uploads ----------------------------------------- */
+
+static enum s3_fail check_uploads(struct call *k, struct err *err)
+{
+    const char *end = "</ListMultipartUploadsResult>";
+
+    if (k->answer->data == NULL ||
+        memmem(k->answer->data, k->answer->len, end, strlen(end)) == NULL) {
+        err_set(err, ERR_CORRUPT,
+                "body: ListMultipartUploads answer is truncated");
+        return S3_FAIL_BODY;
+    }
+    return S3_FAIL_NONE;
+}
+
+/* DELETE key?uploadId=id, once; 404 (gone already) counts as done. */
+static int abort_one(struct s3_client *c, const char *key, const char *id,
+                     struct err *err)
+{
+    struct call k;
+    struct sigv4_kv q[] = {{"uploadId", id}};
+    struct s3_status st;
+    struct buf answer;
+    int rc;
+
+    call_init(&k, S3_OP_MULTIPART_ABORT, "DELETE", key, c->cfg.max_attempts);
+    buf_init(&answer, S3_MAX_ANSWER);
+    k.query = q;
+    k.n_query = 1;
+    k.absent_ok = true;
+    k.answer = &answer;
+    rc = run(c, &k, &st, err);
+    buf_free(&answer);
+    return rc;
+}
+
+int s3_client_abort_uploads(struct s3_client *c, const char *key,
+                            int *n_aborted, struct err *err)
+{
+    struct call k;
+    struct sigv4_kv q[] = {{"prefix", key}, {"uploads", ""}};
+    struct s3_status st;
+    struct buf answer;
+    struct buf v;
+    struct buf id;
+    const char *open = "<Upload>";
+    const char *close = "</Upload>";
+    int rc;
+
+    *n_aborted = 0;
+    call_init(&k, S3_OP_LIST, "GET", NULL, c->cfg.max_attempts);
+    buf_init(&answer, S3_MAX_LIST_ANSWER);
+    buf_init(&v, S3XML_MAX_VALUE * 4);
+    buf_init(&id, S3XML_MAX_VALUE * 4);
+    k.query = q;
+    k.n_query = 2;
+    k.check = check_uploads;
+    k.answer = &answer;
+    rc = run(c, &k, &st, err);
+    for (size_t pos = 0; rc == 0 && answer.data != NULL;) {
+        const char *a =
+            memmem(answer.data + pos, answer.len - pos, open, strlen(open));
+        const char *b = a == NULL
+                            ? NULL
+                            : memmem(a, answer.len - (size_t)(a - answer.data),
+                                     close, strlen(close));
+        struct err e2 = {0};
+
+        if (b == NULL) {
+            break;
+        }
+        pos = (size_t)(b - answer.data) + strlen(close);
+        if (s3xml_find(a, (size_t)(b - a), "Key", &v, &e2) != 0 ||
+            v.data == NULL || strcmp(v.data, key) != 0 ||
+            s3xml_find(a, (size_t)(b - a), "UploadId", &id, &e2) != 0 ||
+            id.len == 0) {
+            continue;
+        }
+        if (abort_one(c, key, id.data, &e2) == 0) {
+            (*n_aborted)++;
+        } else {
+            log_warn("s3", "AbortMultipartUpload key=%s upload=%s: %s", key,
+                     id.data, e2.msg);
+        }
+    }
+    buf_free(&answer);
+    buf_free(&v);
+    buf_free(&id);
+    return rc;
+}
+
 /* ---- LIST ------------------------------------------------------------- */
 
 static enum s3_fail check_list(struct call *k, struct err *err)

@@ -168,6 +168,15 @@ int s3_client_get(struct s3_client *c, const char *key, struct buf *body,
 int s3_client_delete(struct s3_client *c, const char *key, struct s3_status *st,
                      struct err *err);
 
+/* Abort every multipart upload in progress whose key is exactly key: one
+ * ListMultipartUploads (GET ?uploads&prefix=key), then one
+ * AbortMultipartUpload per upload found. A crashed attempt leaves its
+ * upload behind, and the redo that writes the same key completes another,
+ * so without this the parts would stay billed forever. *n_aborted counts
+ * the aborts that succeeded. Returns 0, or the list's error. */
+int s3_client_abort_uploads(struct s3_client *c, const char *key,
+                            int *n_aborted, struct err *err);
+
 struct s3_list_req {
     const char *prefix;
     const char *start_after; /* NULL or "" for the first page */

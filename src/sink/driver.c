@@ -1227,6 +1227,7 @@ static int bg_begin(struct driver *d, const struct engine_plan *p,
         return -1;
     }
     keep_lost(d, p);
+    g->is_redo = d->is_redo && p->k == d->redo_intent.k;
     upload_begin(g, o, n, ctype, crash_point_of(d), p->k);
     d->attempt = 0;
     d->pend.kind = PENDING_NONE;
@@ -1284,6 +1285,9 @@ static int upload_objects(struct driver *d, int64_t now)
     }
     for (size_t i = 0; rc == 0 && i < n; i++) {
         rc = put_object(d, o[i].key.data, &o[i].body, o[i].sha256, ctype, now);
+        if (rc == 0 && d->is_redo && p->k == d->redo_intent.k) {
+            upload_abort_stranded(d->s3, o[i].key.data);
+        }
         if (rc == 0 && i == 0 && crash(d, DRIVER_CRASH_MID_UPLOAD)) {
             rc = -1;
         }

@@ -322,6 +322,24 @@ bool upload_prebuild(struct upload *u, const struct engine_plan *p)
     return true;
 }
 
+void upload_abort_stranded(struct s3_client *s3, const char *key)
+{
+    struct err err = {0};
+    int n = 0;
+
+    if (s3_client_abort_uploads(s3, key, &n, &err) != 0) {
+        log_warn("sink",
+                 "could not list the multipart uploads a crash may have left "
+                 "key=%s: %s",
+                 key, err.msg);
+    } else if (n > 0) {
+        log_info("sink",
+                 "aborted %d multipart upload(s) a crashed attempt left "
+                 "key=%s",
+                 n, key);
+    }
+}
+
 /* ---- the uploader thread (overlap_upload) -------------------------------- */
 
 /* One pass: the objects not stored yet in order, then the manifest. The
@@ -343,6 +361,9 @@ static void *upload_main(void *arg)
         key = x->key.data;
         memset(&r, 0, sizeof(r));
         rc = s3_client_put(u->s3, &p, &r, &err);
+        if (rc == 0 && u->is_redo) {
+            upload_abort_stranded(u->s3, key);
+        }
         if (rc == 0 && ++u->landed == 1 &&
             upload_crash_fires(u->crash, DRIVER_CRASH_MID_UPLOAD)) {
             u->hit_mid_upload = true; /* return mode: stop the pass here */

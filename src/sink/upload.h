@@ -8,7 +8,8 @@
  * owns struct upload and everything in it, with one exception: from
  * upload_launch() until upload_join() returns true, the uploader thread
  * runs a pass over the window's objects and
- *   - reads o[0..n), manifest, ctype and crash, which the driver does not
+ *   - reads o[0..n), manifest, ctype, crash and is_redo, which the driver
+ *     does not
  *     touch meanwhile (it reads the next window into the engine, and may
  *     build the next window's objects into pre: other memory);
  *   - writes landed and is_manifest_landed (the driver reads them only
@@ -52,6 +53,10 @@ struct upload_crash {
     enum driver_crash at;
     bool returns;
 };
+
+/* After a redo's object landed at key: abort the multipart uploads a
+ * crashed attempt left under that key (best effort, logged). */
+void upload_abort_stranded(struct s3_client *s3, const char *key);
 
 /* Whether an S3 failure is worth another try. */
 bool upload_s3_retriable(const struct s3_status *st, int rc);
@@ -137,6 +142,7 @@ struct upload {
     struct upload_doc manifest;
     const char *ctype;
     struct upload_crash crash; /* a copy for the thread: cfg is not */
+    bool is_redo; /* the window redoes an intent: abort stranded uploads */
     int64_t k;
     bool has_commit; /* the engine asked for the commit: commit, wall */
     struct engine_commit commit;

@@ -4,12 +4,11 @@ multipart data object (QUEEN_S3_CRASH_AT=mid_upload with a 20 MB window
 over a 5 MB multipart threshold).  The bucket then holds exactly one
 stranded upload with one 16 MiB part and no object; the unarmed restart
 redoes the window with the same bytes, completed as a multipart object, and
-leaves every object that existed before the crash unchanged; and (xfail
-until the sink aborts it) no multipart upload is left in the bucket."""
+leaves every object that existed before the crash unchanged; and no
+multipart upload is left in the bucket."""
 import hashlib
 import os
 
-import pytest
 
 import lake
 from sinkenv import PREFIX, TENANT, wait_until
@@ -131,14 +130,9 @@ def test_crash_between_multipart_parts_then_redo(sink_node, bucket):
     crash_between_parts_then_redo(sink_node, bucket)
 
 
-# BUG: the redo uploads the window again under a new multipart upload and
-# never aborts the one the crash stranded (its 16 MiB part stays billed on a
-# real bucket until a lifecycle rule removes it). The fix (ListMultipart-
-# Uploads under the redone window's keys, then AbortMultipartUpload of every
-# upload but the one completed) is described in the report of issue 18;
-# drop the xfail then.
-@pytest.mark.xfail(strict=True, reason="the redo leaves the stranded "
-                   "multipart upload in the bucket (issue 18)")
+# The redo uploads the window again under a new multipart upload; the one
+# the crash stranded (its 16 MiB part billed on a real bucket until a
+# lifecycle rule removes it) must be aborted once the redo's object landed.
 def test_no_stranded_upload_is_left_after_the_redo(sink_node, bucket):
     up = crash_between_parts_then_redo(sink_node, bucket)
     try:
