@@ -962,18 +962,26 @@ static void task_set_state(struct sink *s, struct task *t, const char *state,
     pthread_mutex_unlock(&s->mu);
 }
 
-static void task_driver_config(struct sink *s, struct task *t)
+/* A uniform draw in [0, 1) for the driver's backoff jitter: random() is
+ * thread-safe in glibc, and sink_new seeded it. */
+static double unit_random(void *arg)
 {
-    const struct sink_config *c = s->p.cfg;
-    const struct sink_node_config *n = s->p.node;
-    struct driver_config *d = &t->dc;
+    UNUSED(arg);
+    return (double)random() / ((double)RAND_MAX + 1.0);
+}
+
+void sink_driver_config(const struct sink_params *p, const char *queue,
+                        struct driver_config *d)
+{
+    const struct sink_config *c = p->cfg;
+    const struct sink_node_config *n = p->node;
 
     driver_config_defaults(d);
     d->sink = c->sink;
     d->prefix = c->prefix;
-    memcpy(d->tenant, s->p.tenant, 16);
-    d->tenant_text = s->p.tenant_text;
-    d->queue = t->name;
+    memcpy(d->tenant, p->tenant, 16);
+    d->tenant_text = p->tenant_text;
+    d->queue = queue;
     d->format = c->format == SINK_FORMAT_PARQUET ? DRIVER_FORMAT_PARQUET
                                                  : DRIVER_FORMAT_JSONL;
     d->compression = sink_config_compression_name(c);
@@ -989,6 +997,8 @@ static void task_driver_config(struct sink *s, struct task *t)
     d->crash_at = (enum driver_crash)n->crash_at;
     d->overlap_upload = true; /* the next window reads while one goes up */
     d->max_buffer_bytes = n->memory_bytes;
+    d->random = unit_random; /* nodes that failed together retry apart */
+    d->random_arg = NULL;
 }
 
 /* Under s->mu: held >= share. */
@@ -1090,7 +1100,7 @@ static int64_t task_own(struct sink *s, struct task *t, int64_t now)
 {
     struct err err = {0};
 
-    task_driver_config(s, t);
+    sink_driver_config(&s->p, t->name, &t->dc);
     t->drv = driver_new(&t->dc, s->p.broker, s->p.s3, t->lease, &err);
     if (t->drv == NULL) {
         log_error("queen-s3", "queue=%s: %s", t->name, err.msg);

@@ -68,6 +68,13 @@ struct sink_params {
  * run of at least an hour starts it again at 1 s. */
 int64_t sink_restart_backoff(int64_t *ladder_ms, int64_t run_ms);
 
+/* The driver configuration a queue of the sink with parameters p runs
+ * with (borrows p and queue, which d points into): the settings, the upload
+ * overlapped with the next window's reads, and a real random source for the
+ * backoff's jitter. Pure but for that source. */
+void sink_driver_config(const struct sink_params *p, const char *queue,
+                        struct driver_config *d);
+
 /* Returns owned (free with sink_free() once stopped, or never when
  * sink_wait() timed out: threads may still use it). */
 struct sink *sink_new(const struct sink_params *p);

@@ -873,3 +873,33 @@ TEST(the_restart_ladder_doubles_to_30_s_and_resets_after_a_healthy_hour)
     EXPECT_EQ_I64(sink_restart_backoff(&ladder, 3600000), 1000);
     EXPECT_EQ_I64(sink_restart_backoff(&ladder, 10), 2000);
 }
+
+/* Production's driver configuration: the settings of the sink, the upload
+ * overlapped with the reads, and a real jitter source, so nodes that failed
+ * together do not retry in step (issue 13 item 13). */
+TEST(the_driver_of_a_queue_gets_the_settings_and_a_jitter_source)
+{
+    struct rig *r = rig_new(false);
+    struct sink_params p;
+    struct driver_config d;
+    double v[64];
+    bool differ = false;
+
+    r->node.checkpoint_every = 7;
+    r->node.fetch_concurrency = 3;
+    rig_params(r, &r->node, &p);
+    sink_driver_config(&p, "orders", &d);
+    EXPECT_STR_EQ(d.queue, "orders");
+    EXPECT_STR_EQ(d.prefix, "queen");
+    EXPECT_EQ_U64(d.checkpoint_every, 7);
+    EXPECT_EQ_U64(d.fetch_concurrency, 3);
+    EXPECT(d.overlap_upload);
+    ASSERT(d.random != NULL);
+    for (int i = 0; i < 64; i++) {
+        v[i] = d.random(d.random_arg);
+        EXPECT(v[i] >= 0.0 && v[i] < 1.0);
+        differ = differ || (i > 0 && v[i] != v[0]);
+    }
+    EXPECT(differ);
+    rig_close(r);
+}
