@@ -7,20 +7,21 @@
 #include "base/common.h"
 
 /* X(name, http status, text) */
-#define ERR_TABLE(X)                           \
-    X(ERR_OK, 200, "ok")                       \
-    X(ERR_INVALID, 400, "invalid argument")    \
-    X(ERR_NOT_FOUND, 404, "not found")         \
-    X(ERR_CONFLICT, 409, "conflict")           \
-    X(ERR_TOO_BIG, 413, "too big")             \
-    X(ERR_NOT_LEADER, 421, "not the leader")   \
-    X(ERR_BUSY, 503, "busy")                   \
-    X(ERR_TIMEOUT, 504, "timed out")           \
-    X(ERR_IO, 500, "i/o error")                \
-    X(ERR_REMOTE, 502, "remote service error") \
-    X(ERR_FULL, 507, "storage full")           \
-    X(ERR_CORRUPT, 500, "corrupt data")        \
-    X(ERR_PRECONDITION, 409, "precondition failed")
+#define ERR_TABLE(X)                                \
+    X(ERR_OK, 200, "ok")                            \
+    X(ERR_INVALID, 400, "invalid argument")         \
+    X(ERR_NOT_FOUND, 404, "not found")              \
+    X(ERR_CONFLICT, 409, "conflict")                \
+    X(ERR_TOO_BIG, 413, "too big")                  \
+    X(ERR_NOT_LEADER, 421, "not the leader")        \
+    X(ERR_BUSY, 503, "busy")                        \
+    X(ERR_TIMEOUT, 504, "timed out")                \
+    X(ERR_IO, 500, "i/o error")                     \
+    X(ERR_REMOTE, 502, "remote service error")      \
+    X(ERR_FULL, 507, "storage full")                \
+    X(ERR_CORRUPT, 500, "corrupt data")             \
+    X(ERR_PRECONDITION, 409, "precondition failed") \
+    X(ERR_LIMIT, 429, "too many requests")
 
 enum err_code {
 #define ERR_ENUM(name, status, text) name,
