@@ -5,15 +5,22 @@
  * long poll.
  *
  * Long poll: with maxWaitMs > 0 and minBytes > 0, a fetch whose first read
- * is not ready (no entry error, weight < minBytes) becomes a waiter. A waiter
- * is re-read when a push applies (api_wake), when its slice timer fires (at
- * most API_LONG_POLL_SLICE_MS, so appends this node did not propose are seen
- * too), and at its deadline, where it answers whatever it has. api_stop()
- * answers every waiter at once (api.h (3)).
+ * is not ready (no entry error, weight < minBytes) becomes a waiter, parked
+ * in the registry (api/longpoll.h) under every partition it names, within
+ * the bounds per connection (429) and per node (503). A parked waiter keeps
+ * its entries (api_fetch_compact) but not the request body. It is re-read
+ * only when an apply changed a partition it names (api_changed, from the
+ * fsm's change hook: appends proposed by any node); its slice timer (every
+ * API_LONG_POLL_SLICE_MS) reads nothing: it answers at the deadline, with
+ * whatever the partitions hold, or when the peer went away (EOF or reset),
+ * which frees the bounds within a slice. api_stop() answers every waiter at
+ * once (api.h (3)).
  *
- *   READ --not ready, time left--> WAITING  fetch_wait()
- *   WAITING --wake / slice--> READ           fetch_waiter_reread()
- *   READ --ready, or deadline, or stop--> ANSWERED  fetch_answer() */
+ *   READ --not ready, time left, within bounds--> PARKED   api_handle_fetch
+ *   READ --not ready, past a bound--> 429 / 503             api_handle_fetch
+ *   PARKED --a partition it names changed--> READ           fetch_on_wake
+ *   PARKED --deadline, peer gone, stop--> READ and ANSWERED fetch_on_timer
+ *   READ --ready--> ANSWERED                                fetch_try */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,6 +33,8 @@
 #include "base/isotime.h"
 #include "base/xalloc.h"
 #include "http/server.h"
+#include "raft/fsm.h"
+#include "raft/node.h"
 
 #define FETCH_DEFAULT_PARTITION "Default"
 
@@ -174,6 +183,34 @@ int api_fetch_parse(struct api_fetch *f, const char *body, size_t len,
     return 0;
 }
 
+void api_fetch_compact(struct api_fetch *f)
+{
+    struct buf arena;
+    struct err err;
+    size_t need = 1;
+
+    for (size_t i = 0; i < f->n; i++) {
+        need += f->reqs[i].queue.len + f->reqs[i].partition.len;
+    }
+    buf_init(&arena, BUF_UNLIMITED);
+    ASSERT(buf_reserve(&arena, need, &err) == 0); /* never moves after */
+    for (size_t i = 0; i < f->n; i++) {
+        struct store_fetch_req *r = &f->reqs[i];
+        size_t at = arena.len;
+
+        ASSERT(buf_append(&arena, r->queue.ptr, r->queue.len, &err) == 0);
+        r->queue.ptr = arena.data + at;
+        at = arena.len;
+        ASSERT(buf_append(&arena, r->partition.ptr, r->partition.len, &err) ==
+               0);
+        r->partition.ptr = arena.data + at;
+    }
+    json_doc_free(&f->doc);
+    memset(&f->doc, 0, sizeof(f->doc));
+    buf_free(&f->arena);
+    f->arena = arena;
+}
+
 void api_fetch_free(struct api_fetch *f)
 {
     json_doc_free(&f->doc);
@@ -274,6 +311,7 @@ bool api_fetch_is_ready(const struct api_fetch *f,
 /* ---- the handler and its waiters ---- */
 
 struct api_waiter {
+    struct longpoll_waiter lp; /* its place in a->lp */
     struct api *a;
     struct http_req *req;
     struct api_fetch f;
@@ -300,6 +338,7 @@ static void fetch_unlink(struct api_waiter *w)
     if (!w->is_waiting) {
         return;
     }
+    longpoll_unpark(&a->lp, &w->lp);
     if (w->prev != NULL) {
         w->prev->next = w->next;
     } else {
@@ -309,7 +348,13 @@ static void fetch_unlink(struct api_waiter *w)
         w->next->prev = w->prev;
     }
     w->is_waiting = false;
-    a->n_waiting--;
+}
+
+static void fetch_done(struct api_waiter *w)
+{
+    fetch_unlink(w);
+    uv_timer_stop(&w->timer);
+    uv_close((uv_handle_t *)&w->timer, fetch_waiter_free);
 }
 
 /* Read once; answer when ready, at the deadline, or when forced. Returns
@@ -326,7 +371,8 @@ static bool fetch_try(struct api_waiter *w, bool is_forced)
     if (store_fetch(a->store, w->tenant, w->f.reqs, w->f.n, &ans, &err) != 0) {
         store_fetch_answer_free(&ans);
         api_respond_err(a, w->req, &err);
-        goto out_answered;
+        fetch_done(w);
+        return true;
     }
     if (!is_forced && !is_late && w->f.max_wait_ms > 0 && w->f.min_bytes > 0 &&
         !a->is_stopping && !api_fetch_is_ready(&w->f, &ans)) {
@@ -341,22 +387,22 @@ static bool fetch_try(struct api_waiter *w, bool is_forced)
         api_respond_json(a, w->req, 200, &out);
     }
     store_fetch_answer_free(&ans);
-out_answered:
-    fetch_unlink(w);
-    uv_timer_stop(&w->timer);
-    uv_close((uv_handle_t *)&w->timer, fetch_waiter_free);
+    fetch_done(w);
     return true;
 }
 
 static void fetch_arm(struct api_waiter *w);
 
+/* The slice: no read unless the deadline passed or the peer went away. */
 static void fetch_on_timer(uv_timer_t *t)
 {
     struct api_waiter *w = container_of(t, struct api_waiter, timer);
 
-    if (!fetch_try(w, false)) {
-        fetch_arm(w);
+    if (uv_now(w->a->loop) >= w->deadline_ms || http_req_is_abandoned(w->req)) {
+        fetch_try(w, true);
+        return;
     }
+    fetch_arm(w);
 }
 
 /* Wake at the deadline or after one slice, whichever is first. */
@@ -368,6 +414,32 @@ static void fetch_arm(struct api_waiter *w)
     uv_timer_start(
         &w->timer, fetch_on_timer,
         left < API_LONG_POLL_SLICE_MS ? left : API_LONG_POLL_SLICE_MS, 0);
+}
+
+/* Park w (its first read was not ready): within the bounds, keep only its
+ * entries and wait; past one, answer 429 / 503. */
+static void fetch_park(struct api_waiter *w)
+{
+    struct api *a = w->a;
+    struct buf body;
+    struct err err;
+
+    if (longpoll_park(&a->lp, &w->lp, http_req_conn_id(w->req), w->tenant,
+                      w->f.reqs, w->f.n, &err) != 0) {
+        api_respond_err(a, w->req, &err);
+        fetch_done(w);
+        return;
+    }
+    api_fetch_compact(&w->f);
+    http_req_take_body(w->req, &body);
+    buf_free(&body);
+    w->next = a->waiters;
+    if (a->waiters != NULL) {
+        a->waiters->prev = w;
+    }
+    a->waiters = w;
+    w->is_waiting = true;
+    fetch_arm(w);
 }
 
 void api_handle_fetch(struct http_req *req, void *arg)
@@ -395,34 +467,64 @@ void api_handle_fetch(struct http_req *req, void *arg)
     }
     uv_timer_init(a->loop, &w->timer);
     w->deadline_ms = uv_now(a->loop) + (uint64_t)w->f.max_wait_ms;
-    if (fetch_try(w, false)) {
-        return;
+    if (!fetch_try(w, false)) {
+        fetch_park(w);
     }
-    w->next = a->waiters;
-    if (a->waiters != NULL) {
-        a->waiters->prev = w;
-    }
-    a->waiters = w;
-    w->is_waiting = true;
-    a->n_waiting++;
-    fetch_arm(w);
 }
 
-void api_wake(struct api *a)
+/* Re-read up to API_WAKE_BATCH pending waiters; come back next turn for
+ * the rest, so a burst of wakes never holds the loop for long. */
+static void fetch_on_wake(uv_timer_t *t)
 {
-    struct api_waiter *w = a->waiters;
+    struct api *a = container_of(t, struct api, wake_timer);
+    struct longpoll_waiter *lw;
 
-    while (w != NULL) {
-        struct api_waiter *next = w->next;
-        fetch_try(w, false);
-        w = next;
+    for (size_t i = 0; i < API_WAKE_BATCH; i++) {
+        if ((lw = longpoll_next_pending(&a->lp)) == NULL) {
+            return;
+        }
+        a->n_rereads++;
+        fetch_try(container_of(lw, struct api_waiter, lp), false);
+    }
+    if (a->lp.pend_head != NULL) {
+        uv_timer_start(&a->wake_timer, fetch_on_wake, 0, 0);
+    }
+}
+
+void api_changed(void *arg, const uint8_t *tenant, const struct slice *queue,
+                 const struct slice *partition)
+{
+    struct api *a = arg;
+    size_t n;
+
+    if (a->is_stopping || a->lp.n_parked == 0) {
+        return;
+    }
+    n = queue != NULL ? longpoll_touch(&a->lp, tenant, *queue, *partition)
+                      : longpoll_touch_all(&a->lp, tenant);
+    if (n == 0 || a->loop == NULL) {
+        return;
+    }
+    if (!a->has_wake_timer) {
+        uv_timer_init(a->loop, &a->wake_timer);
+        a->has_wake_timer = true;
+    }
+    if (!uv_is_active((uv_handle_t *)&a->wake_timer)) {
+        uv_timer_start(&a->wake_timer, fetch_on_wake, 0, 0);
     }
 }
 
 void api_stop(struct api *a)
 {
     a->is_stopping = true;
+    if (a->node != NULL) {
+        fsm_on_change(node_fsm(a->node), NULL, NULL);
+    }
     while (a->waiters != NULL) {
         fetch_try(a->waiters, true);
+    }
+    if (a->has_wake_timer) {
+        uv_close((uv_handle_t *)&a->wake_timer, NULL);
+        a->has_wake_timer = false;
     }
 }
