@@ -210,6 +210,8 @@ static int broker_open_http(struct broker *b, struct err *err)
     b->router = router_new();
     api_init(&b->api, &b->loop, b->store, b->node);
     b->api.is_tenancy_header = b->cfg->tenancy_header;
+    api_long_poll_limits(&b->api, (size_t)b->cfg->max_long_polls_per_conn,
+                         (size_t)b->cfg->max_long_polls);
     if (api_routes(&b->api, b->router, err) != 0 ||
         api_kv_routes(&b->api, b->kv, b->router, err) != 0 ||
         sink_host_boot(&b->sink, b->store, b->kv, &b->api, err) != 0) {
