@@ -244,11 +244,12 @@ void api_stop(struct api *a);
 void api_free(struct api *a);
 
 /* The fsm change hook (fsm_change_fn; arg is the struct api): the waiters
- * naming (tenant, queue, partition), or every waiter of tenant when queue
- * is NULL (of every tenant when tenant is NULL too), are re-read on the
- * loop's next turn, at most API_WAKE_BATCH a turn. */
+ * naming (tenant, queue, partition) that the appended weight may satisfy
+ * (api/longpoll.h (4)), or every waiter of tenant when queue is NULL (of
+ * every tenant when tenant is NULL too), are re-read on the loop's next
+ * turn, at most API_WAKE_BATCH a turn. */
 void api_changed(void *arg, const uint8_t *tenant, const struct slice *queue,
-                 const struct slice *partition);
+                 const struct slice *partition, uint64_t weight);
 
 /* Route handlers (http_handler_fn); arg is the struct api. */
 void api_handle_push(struct http_req *req, void *arg);

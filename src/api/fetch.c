@@ -358,8 +358,10 @@ static void fetch_done(struct api_waiter *w)
 }
 
 /* Read once; answer when ready, at the deadline, or when forced. Returns
- * true when answered (the waiter is then being freed). */
-static bool fetch_try(struct api_waiter *w, bool is_forced)
+ * true when answered (the waiter is then being freed); false with the read
+ * in *keep when given (the caller frees it), else freed here. */
+static bool fetch_try(struct api_waiter *w, bool is_forced,
+                      struct store_fetch_answer *keep)
 {
     struct api *a = w->a;
     struct store_fetch_answer ans;
@@ -376,7 +378,11 @@ static bool fetch_try(struct api_waiter *w, bool is_forced)
     }
     if (!is_forced && !is_late && w->f.max_wait_ms > 0 && w->f.min_bytes > 0 &&
         !a->is_stopping && !api_fetch_is_ready(&w->f, &ans)) {
-        store_fetch_answer_free(&ans);
+        if (keep != NULL) {
+            *keep = ans;
+        } else {
+            store_fetch_answer_free(&ans);
+        }
         return false;
     }
     buf_init(&out, BUF_UNLIMITED);
@@ -399,7 +405,7 @@ static void fetch_on_timer(uv_timer_t *t)
     struct api_waiter *w = container_of(t, struct api_waiter, timer);
 
     if (uv_now(w->a->loop) >= w->deadline_ms || http_req_is_abandoned(w->req)) {
-        fetch_try(w, true);
+        fetch_try(w, true, NULL);
         return;
     }
     fetch_arm(w);
@@ -416,20 +422,22 @@ static void fetch_arm(struct api_waiter *w)
         left < API_LONG_POLL_SLICE_MS ? left : API_LONG_POLL_SLICE_MS, 0);
 }
 
-/* Park w (its first read was not ready): within the bounds, keep only its
- * entries and wait; past one, answer 429 / 503. */
-static void fetch_park(struct api_waiter *w)
+/* Park w (its first read, ans, was not ready): within the bounds, keep
+ * only its entries and wait; past one, answer 429 / 503. */
+static void fetch_park(struct api_waiter *w,
+                       const struct store_fetch_answer *ans)
 {
     struct api *a = w->a;
     struct buf body;
     struct err err;
 
     if (longpoll_park(&a->lp, &w->lp, http_req_conn_id(w->req), w->tenant,
-                      w->f.reqs, w->f.n, &err) != 0) {
+                      w->f.reqs, w->f.n, w->f.min_bytes, &err) != 0) {
         api_respond_err(a, w->req, &err);
         fetch_done(w);
         return;
     }
+    longpoll_seen(&w->lp, ans);
     api_fetch_compact(&w->f);
     http_req_take_body(w->req, &body);
     buf_free(&body);
@@ -446,6 +454,7 @@ void api_handle_fetch(struct http_req *req, void *arg)
 {
     struct api *a = arg;
     struct api_waiter *w = xcalloc(1, sizeof(*w));
+    struct store_fetch_answer ans;
     const char *code;
     struct err err;
 
@@ -467,8 +476,9 @@ void api_handle_fetch(struct http_req *req, void *arg)
     }
     uv_timer_init(a->loop, &w->timer);
     w->deadline_ms = uv_now(a->loop) + (uint64_t)w->f.max_wait_ms;
-    if (!fetch_try(w, false)) {
-        fetch_park(w);
+    if (!fetch_try(w, false, &ans)) {
+        fetch_park(w, &ans);
+        store_fetch_answer_free(&ans);
     }
 }
 
@@ -478,13 +488,17 @@ static void fetch_on_wake(uv_timer_t *t)
 {
     struct api *a = container_of(t, struct api, wake_timer);
     struct longpoll_waiter *lw;
+    struct store_fetch_answer ans;
 
     for (size_t i = 0; i < API_WAKE_BATCH; i++) {
         if ((lw = longpoll_next_pending(&a->lp)) == NULL) {
             return;
         }
         a->n_rereads++;
-        fetch_try(container_of(lw, struct api_waiter, lp), false);
+        if (!fetch_try(container_of(lw, struct api_waiter, lp), false, &ans)) {
+            longpoll_seen(lw, &ans);
+            store_fetch_answer_free(&ans);
+        }
     }
     if (a->lp.pend_head != NULL) {
         uv_timer_start(&a->wake_timer, fetch_on_wake, 0, 0);
@@ -492,7 +506,7 @@ static void fetch_on_wake(uv_timer_t *t)
 }
 
 void api_changed(void *arg, const uint8_t *tenant, const struct slice *queue,
-                 const struct slice *partition)
+                 const struct slice *partition, uint64_t weight)
 {
     struct api *a = arg;
     size_t n;
@@ -500,8 +514,9 @@ void api_changed(void *arg, const uint8_t *tenant, const struct slice *queue,
     if (a->is_stopping || a->lp.n_parked == 0) {
         return;
     }
-    n = queue != NULL ? longpoll_touch(&a->lp, tenant, *queue, *partition)
-                      : longpoll_touch_all(&a->lp, tenant);
+    n = queue != NULL
+            ? longpoll_touch(&a->lp, tenant, *queue, *partition, weight)
+            : longpoll_touch_all(&a->lp, tenant);
     if (n == 0 || a->loop == NULL) {
         return;
     }
@@ -521,7 +536,7 @@ void api_stop(struct api *a)
         fsm_on_change(node_fsm(a->node), NULL, NULL);
     }
     while (a->waiters != NULL) {
-        fetch_try(a->waiters, true);
+        fetch_try(a->waiters, true, NULL);
     }
     if (a->has_wake_timer) {
         uv_close((uv_handle_t *)&a->wake_timer, NULL);

@@ -259,7 +259,8 @@ struct longpoll_waiter *longpoll_next_pending(struct longpoll *lp)
 
 int longpoll_park(struct longpoll *lp, struct longpoll_waiter *w,
                   const void *conn, const uint8_t tenant[16],
-                  const struct store_fetch_req *reqs, size_t n, struct err *err)
+                  const struct store_fetch_req *reqs, size_t n,
+                  uint64_t min_bytes, struct err *err)
 {
     struct longpoll_conn **slot = lp_conn_slot(lp, conn);
     struct longpoll_conn *c = *slot;
@@ -294,6 +295,7 @@ int longpoll_park(struct longpoll *lp, struct longpoll_waiter *w,
     memset(w, 0, sizeof(*w));
     w->conn = c;
     w->is_parked = true;
+    w->min_bytes = min_bytes;
     w->n_links = n;
     w->links = n > 0 ? xcalloc(n, sizeof(*w->links)) : NULL;
     for (size_t i = 0; i < n; i++) {
@@ -351,8 +353,26 @@ void longpoll_unpark(struct longpoll *lp, struct longpoll_waiter *w)
     lp->n_parked--;
 }
 
+void longpoll_seen(struct longpoll_waiter *w,
+                   const struct store_fetch_answer *ans)
+{
+    w->weight = 0;
+    for (size_t i = 0; i < ans->n_entries && i < w->n_links; i++) {
+        const struct store_fetch_entry *e = &ans->entries[i];
+
+        for (size_t k = 0; k < e->n_records; k++) {
+            size_t len = e->records[k].payload.len;
+            w->weight += len > 1 ? len : 1;
+        }
+        w->links[i].is_capped =
+            e->n_records > 0 &&
+            e->records[e->n_records - 1].offset + 1 < e->high_watermark;
+    }
+}
+
 size_t longpoll_touch(struct longpoll *lp, const uint8_t tenant[16],
-                      struct slice queue, struct slice partition)
+                      struct slice queue, struct slice partition,
+                      uint64_t weight)
 {
     uint64_t hash = lp_part_hash(tenant, queue, partition);
     struct longpoll_part *p = lp_part_find(lp, hash, tenant, queue, partition);
@@ -360,7 +380,15 @@ size_t longpoll_touch(struct longpoll *lp, const uint8_t tenant[16],
 
     for (struct longpoll_link *l = p != NULL ? p->links : NULL; l != NULL;
          l = l->next) {
-        n += lp_make_pending(lp, l->w);
+        struct longpoll_waiter *w = l->w;
+
+        if (!l->is_capped) {
+            w->weight = w->weight > UINT64_MAX - weight ? UINT64_MAX
+                                                        : w->weight + weight;
+        }
+        if (w->weight >= w->min_bytes) {
+            n += lp_make_pending(lp, w);
+        }
     }
     return n;
 }

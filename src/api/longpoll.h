@@ -17,6 +17,16 @@
  *   (2) A waiter is pending at most once (a push touching five partitions it
  *       names re-reads it once), and unpark removes it from the pending
  *       list, so a popped waiter is always parked.
+ *   (4) A touch makes a waiter pending only when a re-read could answer it:
+ *       its estimate (the weight of its last read, plus the weight appended
+ *       since to the partitions of its entries that were not capped) has
+ *       reached its minBytes. The estimate never falls short of what a
+ *       re-read would weigh (an appended record lies past every parked
+ *       entry's offset; an entry whose read stopped before the high
+ *       watermark, at maxBytes or the record cap, reads the same records
+ *       however many are appended), so no waiter misses its wake-up; a
+ *       waiter that can never be satisfied costs a step per append, not a
+ *       store read.
  *   (3) n_parked <= limits.per_node and, per connection, the parked count
  *       <= limits.per_conn: park refuses past either bound and changes
  *       nothing then.
@@ -49,6 +59,7 @@ struct longpoll_link {
     struct longpoll_part *part;
     struct longpoll_link *prev;
     struct longpoll_link *next;
+    bool is_capped; /* its last read stopped before the high watermark */
 };
 
 /* Embedded in the caller's waiter; zeroed before longpoll_park. */
@@ -58,6 +69,8 @@ struct longpoll_waiter {
     size_t n_links;
     struct longpoll_waiter *pend_prev; /* (2) */
     struct longpoll_waiter *pend_next;
+    uint64_t min_bytes; /* the fetch's minBytes */
+    uint64_t weight;    /* the estimate of (4) */
     bool is_parked;
     bool is_pending;
 };
@@ -84,26 +97,35 @@ void longpoll_init(struct longpoll *lp, const struct longpoll_limits *lim);
 void longpoll_free(struct longpoll *lp);
 
 /* Park w (zeroed) for connection conn (an identity only, never
- * dereferenced) on the n partitions reqs names, of tenant. Borrows tenant
- * and reqs for the call (the keys are copied). Returns 0; or, changing
- * nothing (3): ERR_LIMIT when conn already has per_conn parked waiters
- * (answer 429), ERR_BUSY when the node has per_node (answer 503); err->msg
- * names the bound and its setting. */
+ * dereferenced) on the n partitions reqs names, of tenant, waiting for
+ * min_bytes. Borrows tenant and reqs for the call (the keys are copied).
+ * Then call longpoll_seen with the read that was not ready. Returns 0; or,
+ * changing nothing (3): ERR_LIMIT when conn already has per_conn parked
+ * waiters (answer 429), ERR_BUSY when the node has per_node (answer 503);
+ * err->msg names the bound and its setting. */
 int longpoll_park(struct longpoll *lp, struct longpoll_waiter *w,
                   const void *conn, const uint8_t tenant[16],
                   const struct store_fetch_req *reqs, size_t n,
-                  struct err *err);
+                  uint64_t min_bytes, struct err *err);
+/* A read of parked w (ans: one entry per link, in request order, none in
+ * error) was not ready: restart the estimate of (4) from it. Borrows ans. */
+void longpoll_seen(struct longpoll_waiter *w,
+                   const struct store_fetch_answer *ans);
 /* Remove w from the index, the pending list and its connection's count.
  * Does nothing when w is not parked. */
 void longpoll_unpark(struct longpoll *lp, struct longpoll_waiter *w);
 
-/* (tenant, queue, partition) changed: every waiter naming it becomes
- * pending (once, (2)). Returns how many became pending by this call. */
+/* Records of weight (sum of max(1, payload length)) were appended to
+ * (tenant, queue, partition): every waiter naming it adds weight to its
+ * estimate (for each entry that is not capped) and becomes pending (once,
+ * (2)) when the estimate reached its min_bytes (4). Returns how many
+ * became pending by this call. */
 size_t longpoll_touch(struct longpoll *lp, const uint8_t tenant[16],
-                      struct slice queue, struct slice partition);
+                      struct slice queue, struct slice partition,
+                      uint64_t weight);
 /* Something changed that has no partition name (a retention trim of
  * tenant, or a snapshot restore: tenant NULL): every parked waiter (of
- * tenant) becomes pending. Returns how many did. */
+ * tenant) becomes pending, whatever its estimate. Returns how many did. */
 size_t longpoll_touch_all(struct longpoll *lp, const uint8_t *tenant);
 /* Pop the oldest pending waiter (still parked), or NULL. */
 struct longpoll_waiter *longpoll_next_pending(struct longpoll *lp);

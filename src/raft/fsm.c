@@ -44,6 +44,7 @@ struct touched {
     struct store_wpart part;
     int32_t dedup_window_seconds;
     int64_t first_new; /* first offset appended by this command, -1 none */
+    uint64_t weight;   /* of the records appended: sum of max(1, payload) */
 };
 
 struct fsm {
@@ -155,6 +156,7 @@ static struct touched *touch(struct fsm *f, struct store_w *w,
     t->name = it->partition;
     t->dedup_window_seconds = q.dedup_window_seconds;
     t->first_new = -1;
+    t->weight = 0;
     f->n_touched++;
     return t;
 }
@@ -222,6 +224,7 @@ static int push_item(struct fsm *f, struct store_w *w, uint32_t i,
     if (t->first_new < 0) {
         t->first_new = r->offset;
     }
+    t->weight += it->payload.len > 1 ? it->payload.len : 1;
     t->part.last_offset = r->offset;
     t->part.last_write_at = w->stamp;
     if (it->txn.len == 0) {
@@ -336,14 +339,15 @@ static void fsm_notify(struct fsm *f, const void *p, size_t len)
         return;
     }
     if (h.type == CMD_RETENTION) {
-        f->on_change(f->on_change_arg, h.tenant, NULL, NULL);
+        f->on_change(f->on_change_arg, h.tenant, NULL, NULL, 0);
         return;
     }
     for (size_t i = 0; i < f->n_touched; i++) {
         const struct touched *t = &f->touched[i];
 
         if (t->first_new >= 0) {
-            f->on_change(f->on_change_arg, h.tenant, &t->queue, &t->name);
+            f->on_change(f->on_change_arg, h.tenant, &t->queue, &t->name,
+                         t->weight);
         }
     }
 }
@@ -438,7 +442,7 @@ static int fsm_raft_restore(struct raft_fsm *rf, struct raft_buffer *buf)
     }
     raft_free(buf->base); /* ours on success */
     if (f->on_change != NULL) {
-        f->on_change(f->on_change_arg, NULL, NULL, NULL);
+        f->on_change(f->on_change_arg, NULL, NULL, NULL, 0);
     }
     return 0;
 }

@@ -63,34 +63,34 @@ TEST(touch_wakes_only_the_waiters_of_that_partition)
     memset(&w1, 0, sizeof(w1));
     memset(&w2, 0, sizeof(w2));
     memset(&w3, 0, sizeof(w3));
-    EXPECT_EQ_I64(longpoll_park(&lp, &w1, "c1", tenant_a, r1, 2, &err), 0);
-    EXPECT_EQ_I64(longpoll_park(&lp, &w2, "c1", tenant_a, r2, 1, &err), 0);
-    EXPECT_EQ_I64(longpoll_park(&lp, &w3, "c2", tenant_a, r3, 3, &err), 0);
+    EXPECT_EQ_I64(longpoll_park(&lp, &w1, "c1", tenant_a, r1, 2, 1, &err), 0);
+    EXPECT_EQ_I64(longpoll_park(&lp, &w2, "c1", tenant_a, r2, 1, 1, &err), 0);
+    EXPECT_EQ_I64(longpoll_park(&lp, &w3, "c2", tenant_a, r3, 3, 1, &err), 0);
     EXPECT_EQ_U64(lp.n_parked, 3);
     EXPECT_EQ_U64(lp.n_parts, 3); /* A, B, C */
     EXPECT_EQ_U64(longpoll_conn_parked(&lp, "c1"), 2);
 
     /* Another partition, another queue, another tenant: nobody. */
-    EXPECT_EQ_U64(longpoll_touch(&lp, tenant_a, sl("q"), sl("D")), 0);
-    EXPECT_EQ_U64(longpoll_touch(&lp, tenant_a, sl("q2"), sl("A")), 0);
-    EXPECT_EQ_U64(longpoll_touch(&lp, tenant_b, sl("q"), sl("A")), 0);
+    EXPECT_EQ_U64(longpoll_touch(&lp, tenant_a, sl("q"), sl("D"), 1), 0);
+    EXPECT_EQ_U64(longpoll_touch(&lp, tenant_a, sl("q2"), sl("A"), 1), 0);
+    EXPECT_EQ_U64(longpoll_touch(&lp, tenant_b, sl("q"), sl("A"), 1), 0);
     EXPECT(longpoll_next_pending(&lp) == NULL);
 
     /* A: w1 and w3 (once, though it names A twice), in touch order. */
-    EXPECT_EQ_U64(longpoll_touch(&lp, tenant_a, sl("q"), sl("A")), 2);
-    EXPECT_EQ_U64(longpoll_touch(&lp, tenant_a, sl("q"), sl("A")), 0);
-    EXPECT_EQ_U64(longpoll_touch(&lp, tenant_a, sl("q"), sl("B")), 1);
+    EXPECT_EQ_U64(longpoll_touch(&lp, tenant_a, sl("q"), sl("A"), 1), 2);
+    EXPECT_EQ_U64(longpoll_touch(&lp, tenant_a, sl("q"), sl("A"), 1), 0);
+    EXPECT_EQ_U64(longpoll_touch(&lp, tenant_a, sl("q"), sl("B"), 1), 1);
     EXPECT_EQ_U64(drain(&lp, got, 4), 3);
     EXPECT(got[2] == &w2);
     EXPECT((got[0] == &w1 && got[1] == &w3) ||
            (got[0] == &w3 && got[1] == &w1));
 
     /* An unparked waiter leaves the pending list and the index. */
-    EXPECT_EQ_U64(longpoll_touch(&lp, tenant_a, sl("q"), sl("C")), 1);
+    EXPECT_EQ_U64(longpoll_touch(&lp, tenant_a, sl("q"), sl("C"), 1), 1);
     longpoll_unpark(&lp, &w1);
     EXPECT(longpoll_next_pending(&lp) == NULL);
     EXPECT_EQ_U64(lp.n_parts, 2); /* C went with its last waiter */
-    EXPECT_EQ_U64(longpoll_touch(&lp, tenant_a, sl("q"), sl("C")), 0);
+    EXPECT_EQ_U64(longpoll_touch(&lp, tenant_a, sl("q"), sl("C"), 1), 0);
     longpoll_unpark(&lp, &w1); /* twice: nothing */
 
     /* touch_all: of one tenant, or of every tenant. */
@@ -107,6 +107,76 @@ TEST(touch_wakes_only_the_waiters_of_that_partition)
     longpoll_free(&lp);
 }
 
+/* A fetch answer of one entry: n records of len bytes from offset, the
+ * partition's high watermark hwm. */
+struct one_answer {
+    struct store_record recs[4];
+    struct store_fetch_entry e;
+    struct store_fetch_answer ans;
+};
+
+static void answer_of(struct one_answer *o, int64_t offset, size_t n,
+                      size_t len, int64_t hwm)
+{
+    memset(o, 0, sizeof(*o));
+    for (size_t i = 0; i < n; i++) {
+        o->recs[i].offset = offset + (int64_t)i;
+        o->recs[i].payload = (struct slice){"xxxxxxxxxxxxxxxx", len};
+    }
+    o->e.n_records = n;
+    o->e.records = n > 0 ? o->recs : NULL;
+    o->e.high_watermark = hwm;
+    o->ans.n_entries = 1;
+    o->ans.entries = &o->e;
+}
+
+TEST(a_touch_wakes_only_when_the_appended_weight_can_satisfy)
+{
+    struct longpoll_limits lim = {0, 0};
+    struct longpoll lp;
+    struct longpoll_waiter w;
+    struct store_fetch_req r = req_of("q", "A");
+    struct one_answer o;
+    struct err err;
+
+    longpoll_init(&lp, &lim);
+    memset(&w, 0, sizeof(w));
+    /* minBytes 100; the first read had 2 records of 10 B. */
+    EXPECT_EQ_I64(longpoll_park(&lp, &w, "c", tenant_a, &r, 1, 100, &err), 0);
+    answer_of(&o, 0, 2, 10, 2);
+    longpoll_seen(&w, &o.ans);
+    EXPECT_EQ_U64(w.weight, 20);
+    EXPECT_EQ_U64(longpoll_touch(&lp, tenant_a, sl("q"), sl("A"), 50), 0);
+    EXPECT_EQ_U64(longpoll_touch(&lp, tenant_a, sl("q"), sl("A"), 29), 0);
+    EXPECT_EQ_U64(longpoll_touch(&lp, tenant_a, sl("q"), sl("A"), 1), 1);
+    EXPECT(longpoll_next_pending(&lp) == &w);
+
+    /* The re-read stopped at maxBytes before the high watermark: appends
+     * cannot change what it reads, so they wake it no more. */
+    answer_of(&o, 0, 3, 16, 9);
+    longpoll_seen(&w, &o.ans);
+    EXPECT(w.links[0].is_capped);
+    EXPECT_EQ_U64(w.weight, 48);
+    EXPECT_EQ_U64(longpoll_touch(&lp, tenant_a, sl("q"), sl("A"), 1000), 0);
+    EXPECT_EQ_U64(w.weight, 48);
+    /* A retention trim or a restore re-reads it all the same. */
+    EXPECT_EQ_U64(longpoll_touch_all(&lp, tenant_a), 1);
+    EXPECT(longpoll_next_pending(&lp) == &w);
+
+    /* Empty reads (offset at the high watermark) are not capped; a huge
+     * weight saturates. */
+    answer_of(&o, 9, 0, 0, 9);
+    longpoll_seen(&w, &o.ans);
+    EXPECT(!w.links[0].is_capped);
+    EXPECT_EQ_U64(w.weight, 0);
+    EXPECT_EQ_U64(
+        longpoll_touch(&lp, tenant_a, sl("q"), sl("A"), UINT64_MAX - 1), 1);
+    EXPECT_EQ_U64(longpoll_touch(&lp, tenant_a, sl("q"), sl("A"), 5), 0);
+    EXPECT_EQ_U64(w.weight, UINT64_MAX);
+    longpoll_unpark(&lp, &w);
+    longpoll_free(&lp);
+}
+
 TEST(bounds_per_connection_and_per_node_refuse_and_free_up)
 {
     struct longpoll_limits lim = {2, 3};
@@ -117,15 +187,15 @@ TEST(bounds_per_connection_and_per_node_refuse_and_free_up)
 
     longpoll_init(&lp, &lim);
     memset(w, 0, sizeof(w));
-    EXPECT_EQ_I64(longpoll_park(&lp, &w[0], "c1", tenant_a, &r, 1, &err), 0);
-    EXPECT_EQ_I64(longpoll_park(&lp, &w[1], "c1", tenant_a, &r, 1, &err), 0);
-    EXPECT_EQ_I64(longpoll_park(&lp, &w[2], "c1", tenant_a, &r, 1, &err),
+    EXPECT_EQ_I64(longpoll_park(&lp, &w[0], "c1", tenant_a, &r, 1, 1, &err), 0);
+    EXPECT_EQ_I64(longpoll_park(&lp, &w[1], "c1", tenant_a, &r, 1, 1, &err), 0);
+    EXPECT_EQ_I64(longpoll_park(&lp, &w[2], "c1", tenant_a, &r, 1, 1, &err),
                   ERR_LIMIT);
     EXPECT_STR_EQ(err.msg, "too many long polls on this connection: 2 are "
                            "waiting (QUEEN_MAX_LONG_POLLS_PER_CONN=2)");
     EXPECT(!w[2].is_parked);
-    EXPECT_EQ_I64(longpoll_park(&lp, &w[2], "c2", tenant_a, &r, 1, &err), 0);
-    EXPECT_EQ_I64(longpoll_park(&lp, &w[3], "c3", tenant_a, &r, 1, &err),
+    EXPECT_EQ_I64(longpoll_park(&lp, &w[2], "c2", tenant_a, &r, 1, 1, &err), 0);
+    EXPECT_EQ_I64(longpoll_park(&lp, &w[3], "c3", tenant_a, &r, 1, 1, &err),
                   ERR_BUSY);
     EXPECT_STR_EQ(err.msg, "too many long polls on this node: 3 are waiting "
                            "(QUEEN_MAX_LONG_POLLS=3)");
@@ -136,7 +206,7 @@ TEST(bounds_per_connection_and_per_node_refuse_and_free_up)
     /* An answered waiter frees both bounds. */
     longpoll_unpark(&lp, &w[0]);
     EXPECT_EQ_U64(longpoll_conn_parked(&lp, "c1"), 1);
-    EXPECT_EQ_I64(longpoll_park(&lp, &w[3], "c1", tenant_a, &r, 1, &err), 0);
+    EXPECT_EQ_I64(longpoll_park(&lp, &w[3], "c1", tenant_a, &r, 1, 1, &err), 0);
     longpoll_unpark(&lp, &w[1]);
     longpoll_unpark(&lp, &w[2]);
     longpoll_unpark(&lp, &w[3]);
@@ -159,12 +229,14 @@ TEST(the_index_grows_and_shrinks)
         snprintf(names[i], sizeof(names[i]), "p%zu", i);
         r = req_of("q", names[i]);
         EXPECT_EQ_I64(
-            longpoll_park(&lp, &w[i], &names[i / 2], tenant_a, &r, 1, &err), 0);
+            longpoll_park(&lp, &w[i], &names[i / 2], tenant_a, &r, 1, 1, &err),
+            0);
     }
     EXPECT_EQ_U64(lp.n_parts, 3000);
     EXPECT_EQ_U64(lp.n_conns, 1500);
     for (size_t i = 0; i < 3000; i += 7) {
-        EXPECT_EQ_U64(longpoll_touch(&lp, tenant_a, sl("q"), sl(names[i])), 1);
+        EXPECT_EQ_U64(longpoll_touch(&lp, tenant_a, sl("q"), sl(names[i]), 1),
+                      1);
         EXPECT(longpoll_next_pending(&lp) == &w[i]);
     }
     for (size_t i = 0; i < 3000; i++) {
@@ -381,7 +453,7 @@ TEST(fetch_waiters_wake_on_their_partition_and_are_bounded)
     EXPECT_EQ_U64(longpoll_conn_parked(&a.lp, t[2].c), 0);
 
     /* A retention-like change with no partition re-reads every waiter. */
-    api_changed(&a, STORE_DEFAULT_TENANT, NULL, NULL);
+    api_changed(&a, STORE_DEFAULT_TENANT, NULL, NULL, 0);
     uv_run(&loop, UV_RUN_NOWAIT);
     EXPECT_EQ_U64(a.n_rereads, 4);
     EXPECT_EQ_U64(a.lp.n_parked, 1);
