@@ -12,14 +12,15 @@
  * only when an apply changed a partition it names (api_changed, from the
  * fsm's change hook: appends proposed by any node); its slice timer (every
  * API_LONG_POLL_SLICE_MS) reads nothing: it answers at the deadline, with
- * whatever the partitions hold, or when the peer went away (EOF or reset),
- * which frees the bounds within a slice. api_stop() answers every waiter at
- * once (api.h (3)).
+ * whatever the partitions hold, or, with a 503 and no read, when the peer
+ * went away (EOF or reset), which frees the bounds within a slice. api_stop()
+ * answers every waiter at once (api.h (3)).
  *
  *   READ --not ready, time left, within bounds--> PARKED   api_handle_fetch
  *   READ --not ready, past a bound--> 429 / 503             api_handle_fetch
  *   PARKED --a partition it names changed--> READ           fetch_on_wake
- *   PARKED --deadline, peer gone, stop--> READ and ANSWERED fetch_on_timer
+ *   PARKED --deadline, stop--> READ and ANSWERED           fetch_on_timer
+ *   PARKED --peer gone (EOF, closing)--> 503, no read        fetch_on_timer
  *   READ --ready--> ANSWERED                                fetch_try */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -32,6 +33,7 @@
 #include "api/tenant.h"
 #include "base/isotime.h"
 #include "base/xalloc.h"
+#include "http/resp.h"
 #include "http/server.h"
 #include "raft/fsm.h"
 #include "raft/node.h"
@@ -399,12 +401,22 @@ static bool fetch_try(struct api_waiter *w, bool is_forced,
 
 static void fetch_arm(struct api_waiter *w);
 
-/* The slice: no read unless the deadline passed or the peer went away. */
+/* The slice: no read unless the deadline passed. A waiter whose peer went
+ * away answers 503 without a read: the answer is dropped (or read by a
+ * half-closed peer, which may retry), so reading up to maxBytes per entry
+ * for it would only cost memory and time. */
 static void fetch_on_timer(uv_timer_t *t)
 {
     struct api_waiter *w = container_of(t, struct api_waiter, timer);
 
-    if (uv_now(w->a->loop) >= w->deadline_ms || http_req_is_abandoned(w->req)) {
+    if (http_req_is_abandoned(w->req)) {
+        http_respond_error_ex(w->req, 503, "retry",
+                              "the client went away during the long poll",
+                              "Retry-After: 1\r\n");
+        fetch_done(w);
+        return;
+    }
+    if (uv_now(w->a->loop) >= w->deadline_ms) {
         fetch_try(w, true, NULL);
         return;
     }
