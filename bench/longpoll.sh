@@ -15,7 +15,8 @@
 #   other  each waiter names one of 1000 partitions of another queue
 #          (minBytes 1): a push must not touch them at all;
 #   same   each waiter names one of the pushed partitions p0..p3 at offset
-#          0 with minBytes 2^62, so it is never satisfied: every append
+#          0 (maxBytes 1, so an answer stays small) with minBytes 2^62, so
+#          it is never satisfied: every append
 #          walks the 2,500 waiters of its partition (one addition each to
 #          their estimate of what a re-read would weigh; no store read,
 #          since the estimate stays under minBytes: api/longpoll.h (4)).
@@ -91,7 +92,8 @@ def req(i):
         e = {"queue": "idle", "partition": "i%d" % (i % 1000), "offset": 0}
         body = {"entries": [e], "maxWaitMs": 30000, "minBytes": 1}
     else:
-        e = {"queue": "bench", "partition": "p%d" % (i % 4), "offset": 0}
+        e = {"queue": "bench", "partition": "p%d" % (i % 4), "offset": 0,
+             "maxBytes": 1}
         body = {"entries": [e], "maxWaitMs": 30000, "minBytes": 1 << 62}
     data = json.dumps(body).encode()
     return (b"POST /api/v1/fetch HTTP/1.1\r\nHost: b\r\n"
@@ -140,7 +142,14 @@ round_of() {
     "http://127.0.0.1:$qport/api/v1/push" >"$tmp/wrk$r$mode.txt"
   qcpu=$(( $(cpu "$qpid") - qcpu0 ))
   w1=$(waiting "$qport")
-  if [ -n "$ppid_" ]; then kill "$ppid_"; wait "$ppid_" 2>/dev/null || true; ppid_=""; fi
+  if [ -n "$ppid_" ]; then
+    # The parker's connections close: its waiters answer within a slice.
+    kill "$ppid_"; wait "$ppid_" 2>/dev/null || true; ppid_=""
+    for _ in $(seq 1 100); do
+      [ "$(waiting "$qport")" = 0 ] && break
+      sleep 0.1
+    done
+  fi
   kill -TERM "$qpid"; wait "$qpid" || true; qpid=""
   rm -rf "$tmp/q$r$mode"
   qreqs=$(awk '/requests in/ {print $1}' "$tmp/wrk$r$mode.txt")
