@@ -33,7 +33,6 @@
 #include "api/tenant.h"
 #include "base/isotime.h"
 #include "base/xalloc.h"
-#include "http/resp.h"
 #include "http/server.h"
 #include "raft/fsm.h"
 #include "raft/node.h"
@@ -408,11 +407,11 @@ static void fetch_arm(struct api_waiter *w);
 static void fetch_on_timer(uv_timer_t *t)
 {
     struct api_waiter *w = container_of(t, struct api_waiter, timer);
+    struct err err;
 
     if (http_req_is_abandoned(w->req)) {
-        http_respond_error_ex(w->req, 503, "retry",
-                              "the client went away during the long poll",
-                              "Retry-After: 1\r\n");
+        err_set(&err, ERR_BUSY, "the client went away during the long poll");
+        api_respond_err(w->a, w->req, &err); /* 503 retry */
         fetch_done(w);
         return;
     }
