@@ -439,11 +439,12 @@ static void fetch_park(struct api_waiter *w,
                        const struct store_fetch_answer *ans)
 {
     struct api *a = w->a;
+    struct longpoll_want want = {w->tenant, w->f.reqs, w->f.n, w->f.min_bytes};
     struct buf body;
     struct err err;
 
-    if (longpoll_park(&a->lp, &w->lp, http_req_conn_id(w->req), w->tenant,
-                      w->f.reqs, w->f.n, w->f.min_bytes, &err) != 0) {
+    if (longpoll_park(&a->lp, &w->lp, http_req_conn_id(w->req), &want, &err) !=
+        0) {
         api_respond_err(a, w->req, &err);
         fetch_done(w);
         return;

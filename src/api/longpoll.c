@@ -62,9 +62,9 @@ void longpoll_init(struct longpoll *lp, const struct longpoll_limits *lim)
         lp->lim.per_node = LONGPOLL_DEF_PER_NODE;
     }
     lp->n_part_buckets = LONGPOLL_MIN_BUCKETS;
-    lp->parts = xcalloc(lp->n_part_buckets, sizeof(*lp->parts));
+    lp->parts = xcalloc(lp->n_part_buckets, sizeof(struct longpoll_part *));
     lp->n_conn_buckets = LONGPOLL_MIN_BUCKETS;
-    lp->conns = xcalloc(lp->n_conn_buckets, sizeof(*lp->conns));
+    lp->conns = xcalloc(lp->n_conn_buckets, sizeof(struct longpoll_conn *));
 }
 
 void longpoll_free(struct longpoll *lp)
@@ -103,7 +103,7 @@ lp_part_find(const struct longpoll *lp, uint64_t hash, const uint8_t tenant[16],
 static void lp_parts_grow(struct longpoll *lp)
 {
     size_t n = lp->n_part_buckets * 2;
-    struct longpoll_part **b = xcalloc(n, sizeof(*b));
+    struct longpoll_part **b = xcalloc(n, sizeof(struct longpoll_part *));
 
     for (size_t i = 0; i < lp->n_part_buckets; i++) {
         struct longpoll_part *p = lp->parts[i];
@@ -182,7 +182,7 @@ static struct longpoll_conn **lp_conn_slot(const struct longpoll *lp,
 static void lp_conns_grow(struct longpoll *lp)
 {
     size_t n = lp->n_conn_buckets * 2;
-    struct longpoll_conn **b = xcalloc(n, sizeof(*b));
+    struct longpoll_conn **b = xcalloc(n, sizeof(struct longpoll_conn *));
 
     for (size_t i = 0; i < lp->n_conn_buckets; i++) {
         struct longpoll_conn *c = lp->conns[i];
@@ -257,28 +257,29 @@ struct longpoll_waiter *longpoll_next_pending(struct longpoll *lp)
 
 /* ---- park, unpark, touch ---- */
 
-int longpoll_park(struct longpoll *lp, struct longpoll_waiter *w,
-                  const void *conn, const uint8_t tenant[16],
-                  const struct store_fetch_req *reqs, size_t n,
-                  uint64_t min_bytes, struct err *err)
+/* Count one more waiter for conn, within the bounds (3). Returns its
+ * connection's count, or NULL with err set and nothing changed. */
+static struct longpoll_conn *lp_conn_take(struct longpoll *lp, const void *conn,
+                                          struct err *err)
 {
     struct longpoll_conn **slot = lp_conn_slot(lp, conn);
     struct longpoll_conn *c = *slot;
 
-    ASSERT(!w->is_parked);
     if (c != NULL && c->n_parked >= lp->lim.per_conn) {
         lp->n_refused_conn++;
-        return err_set(err, ERR_LIMIT,
-                       "too many long polls on this connection: %zu are "
-                       "waiting (QUEEN_MAX_LONG_POLLS_PER_CONN=%zu)",
-                       c->n_parked, lp->lim.per_conn);
+        err_set(err, ERR_LIMIT,
+                "too many long polls on this connection: %zu are "
+                "waiting (QUEEN_MAX_LONG_POLLS_PER_CONN=%zu)",
+                c->n_parked, lp->lim.per_conn);
+        return NULL;
     }
     if (lp->n_parked >= lp->lim.per_node) {
         lp->n_refused_node++;
-        return err_set(err, ERR_BUSY,
-                       "too many long polls on this node: %zu are waiting "
-                       "(QUEEN_MAX_LONG_POLLS=%zu)",
-                       lp->n_parked, lp->lim.per_node);
+        err_set(err, ERR_BUSY,
+                "too many long polls on this node: %zu are waiting "
+                "(QUEEN_MAX_LONG_POLLS=%zu)",
+                lp->n_parked, lp->lim.per_node);
+        return NULL;
     }
     if (c == NULL) {
         if (lp->n_conns >= lp->n_conn_buckets) {
@@ -292,16 +293,29 @@ int longpoll_park(struct longpoll *lp, struct longpoll_waiter *w,
     }
     c->n_parked++;
     lp->n_parked++;
+    return c;
+}
+
+int longpoll_park(struct longpoll *lp, struct longpoll_waiter *w,
+                  const void *conn, const struct longpoll_want *want,
+                  struct err *err)
+{
+    struct longpoll_conn *c;
+
+    ASSERT(!w->is_parked);
+    if ((c = lp_conn_take(lp, conn, err)) == NULL) {
+        return err->code;
+    }
     memset(w, 0, sizeof(*w));
     w->conn = c;
     w->is_parked = true;
-    w->min_bytes = min_bytes;
-    w->n_links = n;
-    w->links = n > 0 ? xcalloc(n, sizeof(*w->links)) : NULL;
-    for (size_t i = 0; i < n; i++) {
+    w->min_bytes = want->min_bytes;
+    w->n_links = want->n;
+    w->links = want->n > 0 ? xcalloc(want->n, sizeof(*w->links)) : NULL;
+    for (size_t i = 0; i < want->n; i++) {
         struct longpoll_link *l = &w->links[i];
-        struct longpoll_part *p =
-            lp_part_get(lp, tenant, reqs[i].queue, reqs[i].partition);
+        struct longpoll_part *p = lp_part_get(
+            lp, want->tenant, want->reqs[i].queue, want->reqs[i].partition);
 
         l->w = w;
         l->part = p;

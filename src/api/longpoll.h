@@ -96,17 +96,24 @@ void longpoll_init(struct longpoll *lp, const struct longpoll_limits *lim);
 /* Frees the index; every waiter must have been unparked. */
 void longpoll_free(struct longpoll *lp);
 
+/* What a waiter waits for: the n entries reqs names, of tenant, to weigh
+ * min_bytes. Borrowed for the call (the keys are copied). */
+struct longpoll_want {
+    const uint8_t *tenant; /* 16 bytes */
+    const struct store_fetch_req *reqs;
+    size_t n;
+    uint64_t min_bytes;
+};
+
 /* Park w (zeroed) for connection conn (an identity only, never
- * dereferenced) on the n partitions reqs names, of tenant, waiting for
- * min_bytes. Borrows tenant and reqs for the call (the keys are copied).
- * Then call longpoll_seen with the read that was not ready. Returns 0; or,
- * changing nothing (3): ERR_LIMIT when conn already has per_conn parked
- * waiters (answer 429), ERR_BUSY when the node has per_node (answer 503);
- * err->msg names the bound and its setting. */
+ * dereferenced), waiting for want. Then call longpoll_seen with the read
+ * that was not ready. Returns 0; or, changing nothing (3): ERR_LIMIT when
+ * conn already has per_conn parked waiters (answer 429), ERR_BUSY when
+ * the node has per_node (answer 503); err->msg names the bound and its
+ * setting. */
 int longpoll_park(struct longpoll *lp, struct longpoll_waiter *w,
-                  const void *conn, const uint8_t tenant[16],
-                  const struct store_fetch_req *reqs, size_t n,
-                  uint64_t min_bytes, struct err *err);
+                  const void *conn, const struct longpoll_want *want,
+                  struct err *err);
 /* A read of parked w (ans: one entry per link, in request order, none in
  * error) was not ready: restart the estimate of (4) from it. Borrows ans. */
 void longpoll_seen(struct longpoll_waiter *w,

@@ -63,9 +63,18 @@ TEST(touch_wakes_only_the_waiters_of_that_partition)
     memset(&w1, 0, sizeof(w1));
     memset(&w2, 0, sizeof(w2));
     memset(&w3, 0, sizeof(w3));
-    EXPECT_EQ_I64(longpoll_park(&lp, &w1, "c1", tenant_a, r1, 2, 1, &err), 0);
-    EXPECT_EQ_I64(longpoll_park(&lp, &w2, "c1", tenant_a, r2, 1, 1, &err), 0);
-    EXPECT_EQ_I64(longpoll_park(&lp, &w3, "c2", tenant_a, r3, 3, 1, &err), 0);
+    EXPECT_EQ_I64(longpoll_park(&lp, &w1, "c1",
+                                &(struct longpoll_want){tenant_a, r1, 2, 1},
+                                &err),
+                  0);
+    EXPECT_EQ_I64(longpoll_park(&lp, &w2, "c1",
+                                &(struct longpoll_want){tenant_a, r2, 1, 1},
+                                &err),
+                  0);
+    EXPECT_EQ_I64(longpoll_park(&lp, &w3, "c2",
+                                &(struct longpoll_want){tenant_a, r3, 3, 1},
+                                &err),
+                  0);
     EXPECT_EQ_U64(lp.n_parked, 3);
     EXPECT_EQ_U64(lp.n_parts, 3); /* A, B, C */
     EXPECT_EQ_U64(longpoll_conn_parked(&lp, "c1"), 2);
@@ -142,7 +151,10 @@ TEST(a_touch_wakes_only_when_the_appended_weight_can_satisfy)
     longpoll_init(&lp, &lim);
     memset(&w, 0, sizeof(w));
     /* minBytes 100; the first read had 2 records of 10 B. */
-    EXPECT_EQ_I64(longpoll_park(&lp, &w, "c", tenant_a, &r, 1, 100, &err), 0);
+    EXPECT_EQ_I64(longpoll_park(&lp, &w, "c",
+                                &(struct longpoll_want){tenant_a, &r, 1, 100},
+                                &err),
+                  0);
     answer_of(&o, 0, 2, 10, 2);
     longpoll_seen(&w, &o.ans);
     EXPECT_EQ_U64(w.weight, 20);
@@ -187,15 +199,28 @@ TEST(bounds_per_connection_and_per_node_refuse_and_free_up)
 
     longpoll_init(&lp, &lim);
     memset(w, 0, sizeof(w));
-    EXPECT_EQ_I64(longpoll_park(&lp, &w[0], "c1", tenant_a, &r, 1, 1, &err), 0);
-    EXPECT_EQ_I64(longpoll_park(&lp, &w[1], "c1", tenant_a, &r, 1, 1, &err), 0);
-    EXPECT_EQ_I64(longpoll_park(&lp, &w[2], "c1", tenant_a, &r, 1, 1, &err),
+    EXPECT_EQ_I64(longpoll_park(&lp, &w[0], "c1",
+                                &(struct longpoll_want){tenant_a, &r, 1, 1},
+                                &err),
+                  0);
+    EXPECT_EQ_I64(longpoll_park(&lp, &w[1], "c1",
+                                &(struct longpoll_want){tenant_a, &r, 1, 1},
+                                &err),
+                  0);
+    EXPECT_EQ_I64(longpoll_park(&lp, &w[2], "c1",
+                                &(struct longpoll_want){tenant_a, &r, 1, 1},
+                                &err),
                   ERR_LIMIT);
     EXPECT_STR_EQ(err.msg, "too many long polls on this connection: 2 are "
                            "waiting (QUEEN_MAX_LONG_POLLS_PER_CONN=2)");
     EXPECT(!w[2].is_parked);
-    EXPECT_EQ_I64(longpoll_park(&lp, &w[2], "c2", tenant_a, &r, 1, 1, &err), 0);
-    EXPECT_EQ_I64(longpoll_park(&lp, &w[3], "c3", tenant_a, &r, 1, 1, &err),
+    EXPECT_EQ_I64(longpoll_park(&lp, &w[2], "c2",
+                                &(struct longpoll_want){tenant_a, &r, 1, 1},
+                                &err),
+                  0);
+    EXPECT_EQ_I64(longpoll_park(&lp, &w[3], "c3",
+                                &(struct longpoll_want){tenant_a, &r, 1, 1},
+                                &err),
                   ERR_BUSY);
     EXPECT_STR_EQ(err.msg, "too many long polls on this node: 3 are waiting "
                            "(QUEEN_MAX_LONG_POLLS=3)");
@@ -206,7 +231,10 @@ TEST(bounds_per_connection_and_per_node_refuse_and_free_up)
     /* An answered waiter frees both bounds. */
     longpoll_unpark(&lp, &w[0]);
     EXPECT_EQ_U64(longpoll_conn_parked(&lp, "c1"), 1);
-    EXPECT_EQ_I64(longpoll_park(&lp, &w[3], "c1", tenant_a, &r, 1, 1, &err), 0);
+    EXPECT_EQ_I64(longpoll_park(&lp, &w[3], "c1",
+                                &(struct longpoll_want){tenant_a, &r, 1, 1},
+                                &err),
+                  0);
     longpoll_unpark(&lp, &w[1]);
     longpoll_unpark(&lp, &w[2]);
     longpoll_unpark(&lp, &w[3]);
@@ -228,9 +256,10 @@ TEST(the_index_grows_and_shrinks)
     for (size_t i = 0; i < 3000; i++) {
         snprintf(names[i], sizeof(names[i]), "p%zu", i);
         r = req_of("q", names[i]);
-        EXPECT_EQ_I64(
-            longpoll_park(&lp, &w[i], &names[i / 2], tenant_a, &r, 1, 1, &err),
-            0);
+        EXPECT_EQ_I64(longpoll_park(&lp, &w[i], &names[i / 2],
+                                    &(struct longpoll_want){tenant_a, &r, 1, 1},
+                                    &err),
+                      0);
     }
     EXPECT_EQ_U64(lp.n_parts, 3000);
     EXPECT_EQ_U64(lp.n_conns, 1500);
