@@ -11,6 +11,7 @@
 #include "http/resp.h"
 #include "http/router.h"
 #include "http/server.h"
+#include "raft/fsm.h"
 #include "raft/node.h"
 
 void api_init(struct api *a, uv_loop_t *loop, struct store *store,
@@ -22,11 +23,31 @@ void api_init(struct api *a, uv_loop_t *loop, struct store *store,
     a->node = node;
     a->metrics = metrics_new();
     a->gen = (struct uuid7_gen)UUID7_GEN_INIT;
+    api_long_poll_limits(a, 0, 0);
+    if (node != NULL) {
+        fsm_on_change(node_fsm(node), api_changed, a);
+    }
+}
+
+void api_long_poll_limits(struct api *a, size_t per_conn, size_t per_node)
+{
+    struct longpoll_limits lim = {per_conn, per_node};
+
+    ASSERT(a->lp.n_parked == 0);
+    if (a->lp.parts != NULL) {
+        longpoll_free(&a->lp);
+    }
+    longpoll_init(&a->lp, &lim);
 }
 
 void api_free(struct api *a)
 {
     ASSERT(a->waiters == NULL); /* (3): api_stop() answered them */
+    if (a->has_wake_timer) {
+        uv_close((uv_handle_t *)&a->wake_timer, NULL);
+        a->has_wake_timer = false;
+    }
+    longpoll_free(&a->lp);
     metrics_free(a->metrics);
     a->metrics = NULL;
 }
@@ -175,6 +196,10 @@ void api_respond_err(struct api *a, struct http_req *req, const struct err *err)
         return;
     case ERR_FULL:
         http_respond_error(req, 507, "storage_full", err->msg);
+        return;
+    case ERR_LIMIT:
+        http_respond_error_ex(req, 429, "too_many_requests", err->msg,
+                              "Retry-After: 1\r\n");
         return;
     default:
         log_error("api", "%s %s: %s", req->method_name,

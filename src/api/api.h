@@ -14,8 +14,13 @@
  *       full before any command is proposed.
  *   (2) Payloads are the producer's bytes: the push parser hands the JSON
  *       span to the command, fetch splices the stored bytes back verbatim.
- *   (3) Every long-poll waiter is answered exactly once: by a wake after an
- *       apply, by its deadline, or by api_stop() at shutdown.
+ *   (3) Every long-poll waiter is answered exactly once: by a re-read after
+ *       an apply changed a partition it names, by its deadline, when its
+ *       peer went away, or by api_stop() at shutdown.
+ *   (4) Long polls cannot starve the loop: a change re-reads only the
+ *       waiters of the changed partitions (api/longpoll.h), their number is
+ *       bounded per connection (429) and per node (503), and a parked fetch
+ *       keeps its entries only, not the request body.
  *
  * Threading: everything runs on the node loop thread. */
 #ifndef QUEEN_API_API_H
@@ -26,6 +31,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "api/longpoll.h"
 #include "base/buf.h"
 #include "base/err.h"
 #include "base/json.h"
@@ -45,7 +51,8 @@ struct metrics;
 #define API_FETCH_MAX_BYTES    ((uint64_t)8 << 20)
 #define API_FETCH_DEF_BYTES    ((uint64_t)1 << 20)
 #define API_FETCH_MAX_WAIT_MS  30000
-#define API_LONG_POLL_SLICE_MS 1000 /* re-read at least this often */
+#define API_LONG_POLL_SLICE_MS 1000 /* check deadline and peer this often */
+#define API_WAKE_BATCH         256  /* re-reads per loop turn */
 /* Token caps of the body scans (20 bytes a token): bodies are scanned to
  * depth 3 only (payloads are spans), so these bound memory, not payloads. */
 #define API_PUSH_MAX_TOKENS 4000000
@@ -128,6 +135,10 @@ uint64_t api_fetch_weight(const struct store_fetch_answer *ans);
  * min_bytes. */
 bool api_fetch_is_ready(const struct api_fetch *f,
                         const struct store_fetch_answer *ans);
+/* Keep only what a re-read and the answer need: copy the entries' names
+ * into a new arena sized for them, and free the token array and the old
+ * arena, so f no longer borrows the body (which the caller may free). */
+void api_fetch_compact(struct api_fetch *f);
 void api_fetch_free(struct api_fetch *f);
 
 /* ---- partitions changed (docs/design/http-api.md §4) --------------------- */
@@ -205,8 +216,11 @@ struct api {
     struct router *router;      /* for its metrics; may be NULL */
     struct metrics *metrics;
     struct uuid7_gen gen;
-    struct api_waiter *waiters; /* doubly linked */
-    size_t n_waiting;
+    struct api_waiter *waiters; /* doubly linked: every parked fetch */
+    struct longpoll lp;         /* their index and bounds (api/longpoll.h) */
+    uv_timer_t wake_timer;      /* drains lp's pending waiters */
+    bool has_wake_timer;
+    uint64_t n_rereads; /* re-reads of parked waiters after a change */
     bool is_stopping;
     bool is_tenancy_header;   /* QUEEN_TENANCY_HEADER (api/tenant.h) */
     bool is_sink_kv_writable; /* QUEEN_KV_UNSAFE_SINK_WRITES (api/kv.h (2)) */
@@ -216,15 +230,28 @@ struct api {
     void *metrics_extra_arg;
 };
 
-/* Borrows loop, store and node (they outlive a). */
+/* Borrows loop, store and node (they outlive a). With a node, registers
+ * api_changed as its fsm's change hook (raft/fsm.h), so an append applied
+ * on this node, proposed here or not, wakes the waiters of its partitions.
+ * The long-poll bounds take their defaults (api_long_poll_limits). */
 void api_init(struct api *a, uv_loop_t *loop, struct store *store,
               struct node *node);
+/* Set the long-poll bounds (QUEEN_MAX_LONG_POLLS_PER_CONN,
+ * QUEEN_MAX_LONG_POLLS; 0 = default); before the first fetch. */
+void api_long_poll_limits(struct api *a, size_t per_conn, size_t per_node);
 /* Answer every waiter now and refuse new long polls (SIGTERM). */
 void api_stop(struct api *a);
+/* Unregisters the hook and closes the wake timer: run the loop once after
+ * it before freeing a. */
 void api_free(struct api *a);
 
-/* Re-read every long-poll waiter: records may have arrived. */
-void api_wake(struct api *a);
+/* The fsm change hook (fsm_change_fn; arg is the struct api): the waiters
+ * naming (tenant, queue, partition) that the appended weight may satisfy
+ * (api/longpoll.h (4)), or every waiter of tenant when queue is NULL (of
+ * every tenant when tenant is NULL too), are re-read on the loop's next
+ * turn, at most API_WAKE_BATCH a turn. */
+void api_changed(void *arg, const uint8_t *tenant, const struct slice *queue,
+                 const struct slice *partition, uint64_t weight);
 
 /* Route handlers (http_handler_fn); arg is the struct api. */
 void api_handle_push(struct http_req *req, void *arg);

@@ -6,15 +6,23 @@
  * long poll.
  *
  * Long poll: with maxWaitMs > 0 and minBytes > 0, a fetch whose first read
- * is not ready (no entry error, weight < minBytes) becomes a waiter. A waiter
- * is re-read when a push applies (api_wake), when its slice timer fires (at
- * most API_LONG_POLL_SLICE_MS, so appends this node did not propose are seen
- * too), and at its deadline, where it answers whatever it has. api_stop()
+ * is not ready (no entry error, weight < minBytes) becomes a waiter, parked
+ * in the registry (api/longpoll.h) under every partition it names, within
+ * the bounds per connection (429) and per node (503). A parked waiter keeps
+ * its entries (api_fetch_compact) but not the request body. It is re-read
+ * only when an apply changed a partition it names (api_changed, from the
+ * fsm's change hook: appends proposed by any node); its slice timer (every
+ * API_LONG_POLL_SLICE_MS) reads nothing: it answers at the deadline, with
+ * whatever the partitions hold, or, with a 503 and no read, when the peer
+ * went away (EOF or reset), which frees the bounds within a slice. api_stop()
  * answers every waiter at once (api.h (3)).
  *
- *   READ --not ready, time left--> WAITING  fetch_wait()
- *   WAITING --wake / slice--> READ           fetch_waiter_reread()
- *   READ --ready, or deadline, or stop--> ANSWERED  fetch_answer() */
+ *   READ --not ready, time left, within bounds--> PARKED   api_handle_fetch
+ *   READ --not ready, past a bound--> 429 / 503             api_handle_fetch
+ *   PARKED --a partition it names changed--> READ           fetch_on_wake
+ *   PARKED --deadline, stop--> READ and ANSWERED           fetch_on_timer
+ *   PARKED --peer gone (EOF, closing)--> 503, no read        fetch_on_timer
+ *   READ --ready--> ANSWERED                                fetch_try */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -27,6 +35,8 @@
 #include "base/isotime.h"
 #include "base/xalloc.h"
 #include "http/server.h"
+#include "raft/fsm.h"
+#include "raft/node.h"
 
 #define FETCH_DEFAULT_PARTITION "Default"
 
@@ -175,6 +185,34 @@ int api_fetch_parse(struct api_fetch *f, const char *body, size_t len,
     return 0;
 }
 
+void api_fetch_compact(struct api_fetch *f)
+{
+    struct buf arena;
+    struct err err;
+    size_t need = 1;
+
+    for (size_t i = 0; i < f->n; i++) {
+        need += f->reqs[i].queue.len + f->reqs[i].partition.len;
+    }
+    buf_init(&arena, BUF_UNLIMITED);
+    ASSERT(buf_reserve(&arena, need, &err) == 0); /* never moves after */
+    for (size_t i = 0; i < f->n; i++) {
+        struct store_fetch_req *r = &f->reqs[i];
+        size_t at = arena.len;
+
+        ASSERT(buf_append(&arena, r->queue.ptr, r->queue.len, &err) == 0);
+        r->queue.ptr = arena.data + at;
+        at = arena.len;
+        ASSERT(buf_append(&arena, r->partition.ptr, r->partition.len, &err) ==
+               0);
+        r->partition.ptr = arena.data + at;
+    }
+    json_doc_free(&f->doc);
+    memset(&f->doc, 0, sizeof(f->doc));
+    buf_free(&f->arena);
+    f->arena = arena;
+}
+
 void api_fetch_free(struct api_fetch *f)
 {
     json_doc_free(&f->doc);
@@ -275,6 +313,7 @@ bool api_fetch_is_ready(const struct api_fetch *f,
 /* ---- the handler and its waiters ---- */
 
 struct api_waiter {
+    struct longpoll_waiter lp; /* its place in a->lp */
     struct api *a;
     struct http_req *req;
     struct api_fetch f;
@@ -301,6 +340,7 @@ static void fetch_unlink(struct api_waiter *w)
     if (!w->is_waiting) {
         return;
     }
+    longpoll_unpark(&a->lp, &w->lp);
     if (w->prev != NULL) {
         w->prev->next = w->next;
     } else {
@@ -310,12 +350,20 @@ static void fetch_unlink(struct api_waiter *w)
         w->next->prev = w->prev;
     }
     w->is_waiting = false;
-    a->n_waiting--;
+}
+
+static void fetch_done(struct api_waiter *w)
+{
+    fetch_unlink(w);
+    uv_timer_stop(&w->timer);
+    uv_close((uv_handle_t *)&w->timer, fetch_waiter_free);
 }
 
 /* Read once; answer when ready, at the deadline, or when forced. Returns
- * true when answered (the waiter is then being freed). */
-static bool fetch_try(struct api_waiter *w, bool is_forced)
+ * true when answered (the waiter is then being freed); false with the read
+ * in *keep when given (the caller frees it), else freed here. */
+static bool fetch_try(struct api_waiter *w, bool is_forced,
+                      struct store_fetch_answer *keep)
 {
     struct api *a = w->a;
     struct store_fetch_answer ans;
@@ -327,11 +375,16 @@ static bool fetch_try(struct api_waiter *w, bool is_forced)
     if (store_fetch(a->store, w->tenant, w->f.reqs, w->f.n, &ans, &err) != 0) {
         store_fetch_answer_free(&ans);
         api_respond_err(a, w->req, &err);
-        goto out_answered;
+        fetch_done(w);
+        return true;
     }
     if (!is_forced && !is_late && w->f.max_wait_ms > 0 && w->f.min_bytes > 0 &&
         !a->is_stopping && !api_fetch_is_ready(&w->f, &ans)) {
-        store_fetch_answer_free(&ans);
+        if (keep != NULL) {
+            *keep = ans;
+        } else {
+            store_fetch_answer_free(&ans);
+        }
         return false;
     }
     buf_init(&out, BUF_UNLIMITED);
@@ -342,22 +395,32 @@ static bool fetch_try(struct api_waiter *w, bool is_forced)
         api_respond_json(a, w->req, 200, &out);
     }
     store_fetch_answer_free(&ans);
-out_answered:
-    fetch_unlink(w);
-    uv_timer_stop(&w->timer);
-    uv_close((uv_handle_t *)&w->timer, fetch_waiter_free);
+    fetch_done(w);
     return true;
 }
 
 static void fetch_arm(struct api_waiter *w);
 
+/* The slice: no read unless the deadline passed. A waiter whose peer went
+ * away answers 503 without a read: the answer is dropped (or read by a
+ * half-closed peer, which may retry), so reading up to maxBytes per entry
+ * for it would only cost memory and time. */
 static void fetch_on_timer(uv_timer_t *t)
 {
     struct api_waiter *w = container_of(t, struct api_waiter, timer);
+    struct err err;
 
-    if (!fetch_try(w, false)) {
-        fetch_arm(w);
+    if (http_req_is_abandoned(w->req)) {
+        err_set(&err, ERR_BUSY, "the client went away during the long poll");
+        api_respond_err(w->a, w->req, &err); /* 503 retry */
+        fetch_done(w);
+        return;
     }
+    if (uv_now(w->a->loop) >= w->deadline_ms) {
+        fetch_try(w, true, NULL);
+        return;
+    }
+    fetch_arm(w);
 }
 
 /* Wake at the deadline or after one slice, whichever is first. */
@@ -371,10 +434,40 @@ static void fetch_arm(struct api_waiter *w)
         left < API_LONG_POLL_SLICE_MS ? left : API_LONG_POLL_SLICE_MS, 0);
 }
 
+/* Park w (its first read, ans, was not ready): within the bounds, keep
+ * only its entries and wait; past one, answer 429 / 503. */
+static void fetch_park(struct api_waiter *w,
+                       const struct store_fetch_answer *ans)
+{
+    struct api *a = w->a;
+    struct longpoll_want want = {w->tenant, w->f.reqs, w->f.n, w->f.min_bytes};
+    struct buf body;
+    struct err err;
+
+    if (longpoll_park(&a->lp, &w->lp, http_req_conn_id(w->req), &want, &err) !=
+        0) {
+        api_respond_err(a, w->req, &err);
+        fetch_done(w);
+        return;
+    }
+    longpoll_seen(&w->lp, ans);
+    api_fetch_compact(&w->f);
+    http_req_take_body(w->req, &body);
+    buf_free(&body);
+    w->next = a->waiters;
+    if (a->waiters != NULL) {
+        a->waiters->prev = w;
+    }
+    a->waiters = w;
+    w->is_waiting = true;
+    fetch_arm(w);
+}
+
 void api_handle_fetch(struct http_req *req, void *arg)
 {
     struct api *a = arg;
     struct api_waiter *w = xcalloc(1, sizeof(*w));
+    struct store_fetch_answer ans;
     const char *code;
     struct err err;
 
@@ -396,34 +489,70 @@ void api_handle_fetch(struct http_req *req, void *arg)
     }
     uv_timer_init(a->loop, &w->timer);
     w->deadline_ms = uv_now(a->loop) + (uint64_t)w->f.max_wait_ms;
-    if (fetch_try(w, false)) {
-        return;
+    if (!fetch_try(w, false, &ans)) {
+        fetch_park(w, &ans);
+        store_fetch_answer_free(&ans);
     }
-    w->next = a->waiters;
-    if (a->waiters != NULL) {
-        a->waiters->prev = w;
-    }
-    a->waiters = w;
-    w->is_waiting = true;
-    a->n_waiting++;
-    fetch_arm(w);
 }
 
-void api_wake(struct api *a)
+/* Re-read up to API_WAKE_BATCH pending waiters; come back next turn for
+ * the rest, so a burst of wakes never holds the loop for long. */
+static void fetch_on_wake(uv_timer_t *t)
 {
-    struct api_waiter *w = a->waiters;
+    struct api *a = container_of(t, struct api, wake_timer);
+    struct longpoll_waiter *lw;
+    struct store_fetch_answer ans;
 
-    while (w != NULL) {
-        struct api_waiter *next = w->next;
-        fetch_try(w, false);
-        w = next;
+    for (size_t i = 0; i < API_WAKE_BATCH; i++) {
+        if ((lw = longpoll_next_pending(&a->lp)) == NULL) {
+            return;
+        }
+        a->n_rereads++;
+        if (!fetch_try(container_of(lw, struct api_waiter, lp), false, &ans)) {
+            longpoll_seen(lw, &ans);
+            store_fetch_answer_free(&ans);
+        }
+    }
+    if (a->lp.pend_head != NULL) {
+        uv_timer_start(&a->wake_timer, fetch_on_wake, 0, 0);
+    }
+}
+
+void api_changed(void *arg, const uint8_t *tenant, const struct slice *queue,
+                 const struct slice *partition, uint64_t weight)
+{
+    struct api *a = arg;
+    size_t n;
+
+    if (a->is_stopping || a->lp.n_parked == 0) {
+        return;
+    }
+    n = queue != NULL
+            ? longpoll_touch(&a->lp, tenant, *queue, *partition, weight)
+            : longpoll_touch_all(&a->lp, tenant);
+    if (n == 0 || a->loop == NULL) {
+        return;
+    }
+    if (!a->has_wake_timer) {
+        uv_timer_init(a->loop, &a->wake_timer);
+        a->has_wake_timer = true;
+    }
+    if (!uv_is_active((uv_handle_t *)&a->wake_timer)) {
+        uv_timer_start(&a->wake_timer, fetch_on_wake, 0, 0);
     }
 }
 
 void api_stop(struct api *a)
 {
     a->is_stopping = true;
+    if (a->node != NULL) {
+        fsm_on_change(node_fsm(a->node), NULL, NULL);
+    }
     while (a->waiters != NULL) {
-        fetch_try(a->waiters, true);
+        fetch_try(a->waiters, true, NULL);
+    }
+    if (a->has_wake_timer) {
+        uv_close((uv_handle_t *)&a->wake_timer, NULL);
+        a->has_wake_timer = false;
     }
 }

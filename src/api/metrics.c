@@ -57,6 +57,12 @@ struct metrics *metrics_new(void)
         metrics_family(m, "queen_store_queues", METRIC_GAUGE, "queues stored");
     m->fetch_waiting = metrics_family(m, "queen_fetch_waiting", METRIC_GAUGE,
                                       "long-poll fetches waiting for records");
+    m->fetch_rereads = metrics_family(
+        m, "queen_fetch_long_poll_rereads_total", METRIC_COUNTER,
+        "re-reads of waiting long polls after a partition they name changed");
+    m->fetch_refused = metrics_family(
+        m, "queen_fetch_long_poll_refused_total", METRIC_COUNTER,
+        "long polls refused by a bound (reason: connection 429, node 503)");
     return m;
 }
 
@@ -248,7 +254,12 @@ static void metrics_refresh(struct api *a)
         metrics_set(m, m->raft_is_leader, NULL,
                     node_role(a->node) == NODE_LEADER ? 1 : 0);
     }
-    metrics_set(m, m->fetch_waiting, NULL, (double)a->n_waiting);
+    metrics_set(m, m->fetch_waiting, NULL, (double)a->lp.n_parked);
+    metrics_set(m, m->fetch_rereads, NULL, (double)a->n_rereads);
+    metrics_set(m, m->fetch_refused, "reason=\"connection\"",
+                (double)a->lp.n_refused_conn);
+    metrics_set(m, m->fetch_refused, "reason=\"node\"",
+                (double)a->lp.n_refused_node);
     if (a->store != NULL && store_stats(a->store, &st, &err) == 0) {
         metrics_set(m, m->safe_time, NULL, (double)st.safe_time / 1e6);
         metrics_set(m, m->store_size, NULL, (double)st.used_bytes);

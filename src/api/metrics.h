@@ -49,7 +49,7 @@ struct metrics {
     int push_requests, push_records, push_duplicates, push_bytes;
     int raft_applied, raft_commit, raft_is_leader, safe_time;
     int store_size, store_records, store_partitions, store_queues;
-    int fetch_waiting;
+    int fetch_waiting, fetch_rereads, fetch_refused;
 };
 
 /* Returns owned, with the broker's families registered; free with

@@ -514,7 +514,8 @@ static void push_applied(void *arg, int status, const struct fsm_result *res,
         push_answer(op, status, status == 0 ? &view : NULL, perr);
         op = next;
     }
-    api_wake(a);
+    /* The waiters of the partitions this entry appended to were woken by
+     * the fsm's change hook (api_changed), on every node. */
     push_committed(q);
 }
 

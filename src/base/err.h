@@ -21,7 +21,8 @@
     X(ERR_FULL, 507, "storage full")                \
     X(ERR_CORRUPT, 500, "corrupt data")             \
     X(ERR_PRECONDITION, 409, "precondition failed") \
-    X(ERR_FORBIDDEN, 403, "forbidden")
+    X(ERR_FORBIDDEN, 403, "forbidden")              \
+    X(ERR_LIMIT, 429, "too many requests")
 
 enum err_code {
 #define ERR_ENUM(name, status, text) name,

@@ -228,6 +228,8 @@ static int broker_open_http(struct broker *b, struct err *err)
                  "pointers); for tests and repairs only",
                  API_KV_RESERVED_NS);
     }
+    api_long_poll_limits(&b->api, (size_t)b->cfg->max_long_polls_per_conn,
+                         (size_t)b->cfg->max_long_polls);
     if (api_routes(&b->api, b->router, err) != 0 ||
         api_kv_routes(&b->api, b->kv, b->router, err) != 0 ||
         sink_host_boot(&b->sink, b->store, &sink_kv, &b->api, err) != 0) {

@@ -67,6 +67,12 @@ static const struct cfg_row cfg_rows[] = {
         "raft address ip:port (default 127.0.0.1 on QUEEN_PORT+1000)"),
     ROW("QUEEN_MAX_BODY_BYTES", CFG_SIZE, "64MiB", OFF(max_body_bytes), KIB,
         GIB, false, "largest HTTP request body accepted (413 above it)"),
+    ROW("QUEEN_MAX_LONG_POLLS", CFG_U64, "10000", OFF(max_long_polls), 1,
+        1000000, false,
+        "long-poll fetches parked on this node at once (503 past it)"),
+    ROW("QUEEN_MAX_LONG_POLLS_PER_CONN", CFG_U64, "16",
+        OFF(max_long_polls_per_conn), 1, 256, false,
+        "long-poll fetches parked on one connection at once (429 past it)"),
     ROW("QUEEN_LOG_LEVEL", CFG_LOGLEVEL, "info", OFF(log_level), 0, 0, false,
         "error, warn, info or debug"),
     ROW("QUEEN_TENANCY_HEADER", CFG_BOOL, "false", OFF(tenancy_header), 0, 0,
@@ -377,7 +383,7 @@ void config_help(FILE *f)
 {
     for (size_t i = 0; i < ARRAY_LEN(cfg_rows); i++) {
         const struct cfg_row *r = &cfg_rows[i];
-        fprintf(f, "%-22s default %-14s %s\n", r->name,
+        fprintf(f, "%-29s default %-14s %s\n", r->name,
                 r->def[0] != '\0' ? r->def : "(derived)", r->help);
     }
 }

@@ -25,6 +25,8 @@ struct config {
     uint64_t node_id;                  /* QUEEN_RAFT_NODE_ID, >= 1 */
     char raft_listen[CONFIG_ADDR_MAX]; /* QUEEN_RAFT_LISTEN, "host:port" */
     uint64_t max_body_bytes;           /* QUEEN_MAX_BODY_BYTES */
+    uint64_t max_long_polls;           /* QUEEN_MAX_LONG_POLLS */
+    uint64_t max_long_polls_per_conn;  /* QUEEN_MAX_LONG_POLLS_PER_CONN */
     int log_level;                     /* QUEEN_LOG_LEVEL, enum log_level */
     bool tenancy_header;               /* QUEEN_TENANCY_HEADER */
     bool kv_unsafe_sink_writes;        /* QUEEN_KV_UNSAFE_SINK_WRITES */

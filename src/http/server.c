@@ -220,6 +220,16 @@ int http_req_query(const struct http_req *req, const char *name,
     return err_set(err, ERR_NOT_FOUND, "no query parameter %s", name);
 }
 
+const void *http_req_conn_id(const struct http_req *req)
+{
+    return req->conn;
+}
+
+bool http_req_is_abandoned(const struct http_req *req)
+{
+    return req->conn->has_peer_eof || req->conn->is_closing;
+}
+
 void http_req_take_body(struct http_req *req, struct buf *out)
 {
     *out = req->body_buf;

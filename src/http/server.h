@@ -146,6 +146,12 @@ bool http_req_param_slice(const struct http_req *req, const char *name,
  * ERR_TOO_BIG from out's cap. */
 int http_req_query(const struct http_req *req, const char *name,
                    struct buf *out, struct err *err);
+/* The identity of req's connection (for counting per connection; never
+ * dereference it). Stable while req is unanswered (rule 3). */
+const void *http_req_conn_id(const struct http_req *req);
+/* Whether req's answer can no longer matter: the peer sent EOF or the
+ * connection is closing (a half-closed peer still reads the answer). */
+bool http_req_is_abandoned(const struct http_req *req);
 /* Take the body without a copy: out receives the buffer (free with
  * buf_free), req->body becomes empty. */
 void http_req_take_body(struct http_req *req, struct buf *out);

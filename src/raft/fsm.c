@@ -44,6 +44,7 @@ struct touched {
     struct store_wpart part;
     int32_t dedup_window_seconds;
     int64_t first_new; /* first offset appended by this command, -1 none */
+    uint64_t weight;   /* of the records appended: sum of max(1, payload) */
 };
 
 struct fsm {
@@ -59,6 +60,8 @@ struct fsm {
     fsm_apply_fn handlers[CMD_TYPE_COUNT];
     void *handler_args[CMD_TYPE_COUNT];
     struct raft *raft; /* for the index of the entry being applied */
+    fsm_change_fn on_change;
+    void *on_change_arg;
 };
 
 static uint64_t hash_bytes(uint64_t h, const char *p, size_t n)
@@ -153,6 +156,7 @@ static struct touched *touch(struct fsm *f, struct store_w *w,
     t->name = it->partition;
     t->dedup_window_seconds = q.dedup_window_seconds;
     t->first_new = -1;
+    t->weight = 0;
     f->n_touched++;
     return t;
 }
@@ -220,6 +224,7 @@ static int push_item(struct fsm *f, struct store_w *w, uint32_t i,
     if (t->first_new < 0) {
         t->first_new = r->offset;
     }
+    t->weight += it->payload.len > 1 ? it->payload.len : 1;
     t->part.last_offset = r->offset;
     t->part.last_write_at = w->stamp;
     if (it->txn.len == 0) {
@@ -320,6 +325,33 @@ static int apply_cmd(struct fsm *f, MDB_txn *txn, const void *p, size_t len,
     }
 }
 
+/* The change hook, after the entry committed: the partitions the push
+ * appended to (touched, with first_new set), or the tenant of a retention
+ * entry. p is the entry (the touched slices point into it). */
+static void fsm_notify(struct fsm *f, const void *p, size_t len)
+{
+    struct cmd_header h;
+    struct err err;
+
+    if (f->on_change == NULL ||
+        (f->result.type != CMD_PUSH && f->result.type != CMD_RETENTION) ||
+        f->result.code != 0 || cmd_decode_header(p, len, &h, &err) != 0) {
+        return;
+    }
+    if (h.type == CMD_RETENTION) {
+        f->on_change(f->on_change_arg, h.tenant, NULL, NULL, 0);
+        return;
+    }
+    for (size_t i = 0; i < f->n_touched; i++) {
+        const struct touched *t = &f->touched[i];
+
+        if (t->first_new >= 0) {
+            f->on_change(f->on_change_arg, h.tenant, &t->queue, &t->name,
+                         t->weight);
+        }
+    }
+}
+
 int fsm_apply_entry(struct fsm *f, uint64_t index, const void *p, size_t len,
                     const struct fsm_result **res, struct err *err)
 {
@@ -346,6 +378,7 @@ int fsm_apply_entry(struct fsm *f, uint64_t index, const void *p, size_t len,
         goto out_restore;
     }
     *res = &f->result;
+    fsm_notify(f, p, len);
     return 0;
 out_restore:
     /* The counters moved for rows that were rolled back. */
@@ -408,6 +441,9 @@ static int fsm_raft_restore(struct raft_fsm *rf, struct raft_buffer *buf)
         return RAFT_IOERR;
     }
     raft_free(buf->base); /* ours on success */
+    if (f->on_change != NULL) {
+        f->on_change(f->on_change_arg, NULL, NULL, NULL, 0);
+    }
     return 0;
 }
 
@@ -446,6 +482,12 @@ void fsm_set_handler(struct fsm *f, int type, fsm_apply_fn fn, void *arg)
         f->handlers[type] = fn;
         f->handler_args[type] = arg;
     }
+}
+
+void fsm_on_change(struct fsm *f, fsm_change_fn fn, void *arg)
+{
+    f->on_change = fn;
+    f->on_change_arg = arg;
 }
 
 void fsm_attach_raft(struct fsm *f, struct raft *r)

@@ -90,6 +90,19 @@ typedef int (*fsm_apply_fn)(void *arg, struct store *s, MDB_txn *txn,
                             struct err *err);
 void fsm_set_handler(struct fsm *f, int type, fsm_apply_fn fn, void *arg);
 
+/* Change hook (the long poll's wake-ups): called on the loop thread after an
+ * entry's write transaction committed, once per partition a CMD_PUSH
+ * appended records to (tenant, queue and partition borrowed for the call;
+ * weight: the records' sum of max(1, payload length), the weight a fetch
+ * counts for minBytes), and once with queue and partition NULL and weight
+ * 0 for a change the hook cannot name by partition: a CMD_RETENTION entry
+ * (tenant set) or a snapshot restore (tenant NULL too). fn must not apply
+ * entries. One hook per fsm; fn NULL removes it. */
+typedef void (*fsm_change_fn)(void *arg, const uint8_t *tenant,
+                              const struct slice *queue,
+                              const struct slice *partition, uint64_t weight);
+void fsm_on_change(struct fsm *f, fsm_change_fn fn, void *arg);
+
 /* Node only: the raft instance whose last_applied names the entry being
  * applied (libraft's apply does not pass the index). */
 void fsm_attach_raft(struct fsm *f, struct raft *r);

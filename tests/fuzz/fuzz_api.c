@@ -91,7 +91,18 @@ static void fuzz_fetch(const char *body, size_t len)
         }
         buf_init(&out, BUF_UNLIMITED);
         if (api_fetch_render(&f, &ans, &out, &err) == 0) {
+            struct buf again;
+
             check_json(&out);
+            /* A parked waiter's compacted fetch renders the same bytes. */
+            api_fetch_compact(&f);
+            buf_init(&again, BUF_UNLIMITED);
+            if (api_fetch_render(&f, &ans, &again, &err) != 0 ||
+                again.len != out.len ||
+                memcmp(again.data, out.data, out.len) != 0) {
+                abort();
+            }
+            buf_free(&again);
         }
         buf_free(&out);
         free(e);

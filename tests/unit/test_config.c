@@ -55,6 +55,8 @@ TEST(empty_environment_gives_the_documented_defaults)
     EXPECT_EQ_U64(c.max_body_bytes, 64 * 1024 * 1024);
     EXPECT_EQ_I64(c.log_level, LOG_INFO);
     EXPECT(!c.tenancy_header);
+    EXPECT_EQ_U64(c.max_long_polls, 10000);
+    EXPECT_EQ_U64(c.max_long_polls_per_conn, 16);
 }
 
 TEST(set_values_replace_defaults_and_raft_port_follows_http_port)
@@ -69,7 +71,11 @@ TEST(set_values_replace_defaults_and_raft_port_follows_http_port)
     env_set(&e, "QUEEN_RAFT_NODE_ID", "3");
     env_set(&e, "QUEEN_MAX_BODY_BYTES", "2MiB");
     env_set(&e, "QUEEN_LOG_LEVEL", "debug");
+    env_set(&e, "QUEEN_MAX_LONG_POLLS", "500");
+    env_set(&e, "QUEEN_MAX_LONG_POLLS_PER_CONN", "4");
     EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), 0);
+    EXPECT_EQ_U64(c.max_long_polls, 500);
+    EXPECT_EQ_U64(c.max_long_polls_per_conn, 4);
     EXPECT_EQ_I64(c.port, 7000);
     EXPECT_STR_EQ(c.bind_addr, "::1");
     EXPECT_STR_EQ(c.raft_dir, "/tmp/q");
@@ -119,6 +125,10 @@ TEST(bad_values_name_the_variable_and_the_value)
         {"QUEEN_MAX_BODY_BYTES", "10",
          "QUEEN_MAX_BODY_BYTES=10: out of range 1024..1073741824"},
         {"QUEEN_RAFT_DIR", "", "QUEEN_RAFT_DIR=: must be 1 to 4095 bytes long"},
+        {"QUEEN_MAX_LONG_POLLS", "0",
+         "QUEEN_MAX_LONG_POLLS=0: out of range 1..1000000"},
+        {"QUEEN_MAX_LONG_POLLS_PER_CONN", "257",
+         "QUEEN_MAX_LONG_POLLS_PER_CONN=257: out of range 1..256"},
         {"QUEEN_LOG_LEVEL", "loud",
          "QUEEN_LOG_LEVEL=loud: not one of error, warn, info, debug"},
         {"QUEEN_TENANCY_HEADER", "maybe",
