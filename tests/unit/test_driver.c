@@ -108,6 +108,7 @@ static struct rig *rig_open(void)
     r->cfg.guard_ms = 0;
     r->cfg.checkpoint_every = 0;
     r->cfg.crash_returns = true;
+    r->cfg.overlap_upload = true; /* the mode production runs */
     new_lease(r);
     return r;
 }
@@ -1181,6 +1182,13 @@ static void overlap(struct driver_config *c)
     c->overlap_upload = true;
 }
 
+/* The synchronous upload: every test runs the overlapped one, the mode
+ * production runs (rig_open); this one is the reference it is held to. */
+static void synchronous(struct driver_config *c)
+{
+    c->overlap_upload = false;
+}
+
 TEST(overlap_writes_the_bytes_of_the_synchronous_upload)
 {
     struct buf sync_fp;
@@ -1188,6 +1196,7 @@ TEST(overlap_writes_the_bytes_of_the_synchronous_upload)
 
     buf_init(&sync_fp, BUF_UNLIMITED);
     buf_init(&overlap_fp, BUF_UNLIMITED);
+    tune = synchronous;
     control_run(&sync_fp);
     tune = overlap;
     control_run(&overlap_fp);
