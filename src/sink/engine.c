@@ -111,13 +111,23 @@ struct part {
     int64_t last_write_at;
     bool has_read; /* something of this incarnation was read */
     int64_t last_read_ts;
-    bool is_seek_pending; /* position is provisional until a seek */
-    bool is_seeking;      /* a Seek action is out */
-    bool is_fetching;     /* an entry of an outstanding call */
-    int64_t last_seen_k;  /* committed_k when discovery last named it */
-    size_t active_at;     /* index in engine.active, SIZE_MAX if idle */
-    uint64_t serial;      /* creation order, for stable scheduling */
-    struct brec *recs;    /* ascending (gen, offset) */
+    /* Loss (engine.h (5)): a stamp at or below every record from position
+     * on (MIN: unknown); the start of a skipped range not judged yet, which
+     * ends at position - 1 (-1: none); the lastOffset last_write_at was
+     * reported with (the stamps up to it are at most last_write_at); the
+     * least `from` of this incarnation's lost ranges not in a plan yet. */
+    int64_t floor_ts;
+    int64_t gap_from;
+    int64_t lw_last_offset;
+    int64_t lost_floor;
+    uint64_t last_seen_pass; /* complete passes when discovery named it */
+    bool is_seek_pending;    /* position is provisional until a seek */
+    bool is_seeking;         /* a Seek action is out */
+    bool is_fetching;        /* an entry of an outstanding call */
+    int64_t last_seen_k;     /* committed_k when discovery last named it */
+    size_t active_at;        /* index in engine.active, SIZE_MAX if idle */
+    uint64_t serial;         /* creation order, for stable scheduling */
+    struct brec *recs;       /* ascending (gen, offset) */
     size_t n_recs;
     size_t cap_recs;
     uint64_t buffered;
@@ -137,6 +147,7 @@ struct seek_slot {
     uint64_t id;
     struct part *part;
     uint32_t gen;
+    int64_t t; /* what it looks for: records from its answer on are >= t */
 };
 
 struct lost {
@@ -144,6 +155,7 @@ struct lost {
     size_t len;
     int64_t from;
     int64_t to;
+    uint32_t gen;
 };
 
 struct restored {
@@ -205,6 +217,17 @@ struct engine {
     struct lost *lost;
     size_t n_lost;
     size_t cap_lost;
+    /* Lost ranges found since engine_found_lost() last handed them out,
+     * and the batch it handed out (freed at its next call). */
+    struct lost *found;
+    size_t n_found;
+    size_t cap_found;
+    struct lost *found_out;
+    size_t n_found_out;
+    struct engine_lost_range *found_view;
+    int64_t cp_floor;  /* floor_ts of a restored position (MIN: unknown) */
+    int64_t committed_t_end; /* the commit pointer's tEnd (0: none) */
+    int64_t page_safe; /* safeTime of the discovery page being merged */
 
     struct slab *slab;  /* being filled; NULL before the first record */
     struct slab *spare; /* empty slabs, ENGINE_SLAB each */
@@ -261,6 +284,7 @@ struct engine {
     bool is_plan_forced; /* the closing window was closed by force */
     bool is_draining;
     bool is_checkpoint_pending;
+    bool is_loss_checkpoint_due; /* a loss was found: keep its positions */
 };
 
 /* ---- Small helpers ------------------------------------------------------- */
@@ -448,6 +472,7 @@ struct engine *engine_new(const struct engine_config *cfg, struct err *err)
     e->is_t_prev_known = cfg->start == ENGINE_START_EARLIEST;
     e->t_prev = ENGINE_MIN;
     e->t_filter = ENGINE_MIN;
+    e->cp_floor = ENGINE_MIN;
     e->safe_time = ENGINE_MIN;
     e->complete_pass_safe = ENGINE_MIN;
     e->complete_through = ENGINE_MIN;
@@ -682,6 +707,9 @@ void engine_free(struct engine *e)
     free(e->active);
     free_calls(e);
     free_lost(e->lost, e->n_lost);
+    free_lost(e->found, e->n_found);
+    free_lost(e->found_out, e->n_found_out);
+    free(e->found_view);
     free_plan(e);
     free(e->plan_recs);
     free_redo(e);
@@ -756,6 +784,10 @@ static struct part *add_part(struct engine *e, struct slice name)
     p->name = dup_slice(name);
     p->name_len = name.len;
     p->last_offset = -1;
+    p->floor_ts = ENGINE_MIN;
+    p->gap_from = -1;
+    p->lw_last_offset = -1;
+    p->lost_floor = INT64_MAX;
     p->active_at = SIZE_MAX;
     p->serial = e->next_serial++;
     grow((void **)&e->parts, &e->cap_parts, e->n_parts + 1,
@@ -778,22 +810,97 @@ static void set_part_id(struct part *p, struct slice id)
 
 /* ---- Lost ranges (engine.h (5)) ----------------------------------------- */
 
-static void add_lost(struct engine *e, const struct part *p, int64_t from,
-                     int64_t to)
+static void push_lost(struct lost **v, size_t *n, size_t *cap,
+                      const struct part *p, int64_t from, int64_t to)
 {
     struct lost *l;
 
-    from = max64(from, 0);
-    if (to < from) {
-        return;
-    }
-    grow((void **)&e->lost, &e->cap_lost, e->n_lost + 1, sizeof(*e->lost));
-    l = &e->lost[e->n_lost++];
+    grow((void **)v, cap, *n + 1, sizeof(**v));
+    l = &(*v)[(*n)++];
     l->partition = xstrndup(p->name, p->name_len);
     l->len = p->name_len;
     l->from = from;
     l->to = to;
+    l->gen = p->gen;
+}
+
+/* [from, to] of p is lost: it travels in the next window that closes, is
+ * counted now and handed to engine_found_lost(), and the positions stop
+ * before it until that window is planned (a restart finds it again). */
+static void add_lost(struct engine *e, struct part *p, int64_t from, int64_t to)
+{
+    from = max64(from, 0);
+    if (to < from) {
+        return;
+    }
+    push_lost(&e->lost, &e->n_lost, &e->cap_lost, p, from, to);
+    push_lost(&e->found, &e->n_found, &e->cap_found, p, from, to);
+    p->lost_floor = min64(p->lost_floor, from);
     e->stats.records_lost += (uint64_t)(to - from + 1);
+    e->is_loss_checkpoint_due = true;
+}
+
+/* Judge p's skipped range [gap_from, position - 1] by what is known of its
+ * stamps (engine.h (5)): not lost when every record in it is proved below
+ * t_filter (the partition's last write, reported with a lastOffset at or
+ * past the range, is below it); lost when nothing is left to read after
+ * it; else it waits for the first record read after it. */
+static void settle_gap(struct engine *e, struct part *p)
+{
+    int64_t to = p->position - 1;
+
+    if (p->gap_from < 0) {
+        return;
+    }
+    if (p->last_write_at < e->t_filter && to <= p->lw_last_offset) {
+        p->gap_from = -1; /* committed, or below the horizon: not lost */
+    } else if (p->position > p->last_offset) {
+        add_lost(e, p, p->gap_from, to);
+        p->gap_from = -1;
+    }
+}
+
+/* Every skip of offsets never read goes through here: p moves to `to` and
+ * the offsets passed over are judged. Lost at once when a stamp at or
+ * above t_filter is known to bound them from below (floor_ts: the last
+ * record read, the seek's target, the safeTime that saw p caught up, or a
+ * checkpoint written at the commit pointer); else settle_gap(). */
+static void skip_to(struct engine *e, struct part *p, int64_t to)
+{
+    int64_t from = p->gap_from >= 0 ? p->gap_from : p->position;
+
+    if (to <= p->position) {
+        return;
+    }
+    p->position = to;
+    if (p->floor_ts >= e->t_filter) {
+        add_lost(e, p, from, to - 1);
+        p->gap_from = -1;
+        return;
+    }
+    p->gap_from = from;
+    settle_gap(e, p);
+}
+
+void engine_found_lost(struct engine *e, const struct engine_lost_range **v,
+                       size_t *n)
+{
+    free_lost(e->found_out, e->n_found_out);
+    free(e->found_view);
+    e->found_out = e->found;
+    e->n_found_out = e->n_found;
+    e->found = NULL;
+    e->n_found = 0;
+    e->cap_found = 0;
+    e->found_view = xcalloc(e->n_found_out + 1, sizeof(*e->found_view));
+    for (size_t i = 0; i < e->n_found_out; i++) {
+        const struct lost *l = &e->found_out[i];
+
+        e->found_view[i] =
+            (struct engine_lost_range){{l->partition, l->len}, l->from, l->to};
+    }
+    *v = e->found_view;
+    *n = e->n_found_out;
 }
 
 /* ---- Restore ------------------------------------------------------------- */
@@ -854,6 +961,7 @@ int engine_restore(struct engine *e, const struct engine_committed *committed,
     e->has_started = true;
     e->committed_k = committed != NULL && committed->k > 0 ? committed->k : 0;
     if (committed != NULL && e->committed_k > 0) {
+        e->committed_t_end = committed->t_end;
         e->t_prev = committed->t_end;
         e->t_filter = committed->t_end;
         e->is_t_prev_known = true;
@@ -871,6 +979,9 @@ int engine_restore(struct engine *e, const struct engine_committed *committed,
     }
     if (cp != NULL && cp->k <= e->committed_k) {
         restore_checkpoint(e, cp);
+        /* Written at the commit pointer, its positions are exact: every
+         * record from one on is stamped at or above the commit's tEnd. */
+        e->cp_floor = cp->k == e->committed_k ? e->t_filter : ENGINE_MIN;
     }
     if (e->is_t_prev_known && e->t_prev != ENGINE_MIN) {
         e->complete_through = e->t_prev;
@@ -916,13 +1027,11 @@ static void position_new(struct engine *e, struct part *p,
     if (r != NULL && same_incarnation(r->id, r->id_len, in->id)) {
         r->is_used = true;
         p->position = r->offset;
+        p->floor_ts = e->cp_floor;
         if (in->id.len == 0 && r->id != NULL) {
             set_part_id(p, (struct slice){r->id, r->id_len});
         }
-        if (p->position < in->log_start) {
-            add_lost(e, p, p->position, in->log_start - 1);
-            p->position = in->log_start;
-        }
+        skip_to(e, p, in->log_start);
         return;
     }
     if (e->cfg.start == ENGINE_START_EARLIEST) {
@@ -942,10 +1051,20 @@ static void position_new(struct engine *e, struct part *p,
 static void new_incarnation(struct engine *e, struct part *p,
                             const struct engine_partition_info *in)
 {
-    if (p->position <= p->last_offset && !p->is_seek_pending &&
-        !p->is_seeking) {
-        add_lost(e, p, p->position, p->last_offset);
+    /* What the old incarnation held unread is lost, judged as a skip to
+     * its end; with a seek pending, from where the seek started (the
+     * records below its answer, if any, were below the window's start, and
+     * the last write tells when none was above it). */
+    if (p->is_seek_pending || p->is_seeking) {
+        p->floor_ts = ENGINE_MIN;
     }
+    skip_to(e, p, p->last_offset + 1);
+    if (p->gap_from >= 0) {
+        add_lost(e, p, p->gap_from, p->last_offset); /* nothing follows */
+    }
+    p->gap_from = -1;
+    p->floor_ts = ENGINE_MIN;
+    p->lost_floor = INT64_MAX;
     p->gen++;
     e->stats.incarnations++;
     set_part_id(p, in->id);
@@ -968,14 +1087,17 @@ static void update_part(struct engine *e, struct part *p,
     }
     p->last_offset = max64(p->last_offset, in->last_offset);
     p->last_write_at = in->last_write_at;
+    p->lw_last_offset = in->last_offset;
     p->log_start = max64(p->log_start, in->log_start);
-    if (p->log_start > p->position && !p->is_seek_pending && !p->is_seeking) {
-        add_lost(e, p, p->position, p->log_start - 1);
-        p->position = p->log_start;
+    if (p->is_seek_pending || p->is_seeking) {
+        return; /* the seek's answer is judged against logStart */
     }
+    skip_to(e, p, p->log_start);
+    settle_gap(e, p);
 }
 
 static void touch(struct engine *e, struct part *p);
+static bool has_unread(const struct part *p);
 
 static int observe(struct engine *e, const struct engine_partition_info *in,
                    struct err *err)
@@ -993,11 +1115,18 @@ static int observe(struct engine *e, const struct engine_partition_info *in,
         p->last_offset = in->last_offset;
         p->log_start = in->log_start;
         p->last_write_at = in->last_write_at;
+        p->lw_last_offset = in->last_offset;
         position_new(e, p, in);
     } else {
         update_part(e, p, in);
     }
+    if (!has_unread(p) && !p->is_seek_pending && !p->is_seeking) {
+        /* caught up: what it gains later is stamped at or above the page's
+         * safeTime */
+        p->floor_ts = max64(p->floor_ts, e->page_safe);
+    }
     p->last_seen_k = e->committed_k;
+    p->last_seen_pass = e->stats.discoveries;
     touch(e, p);
     return 0;
 }
@@ -1058,6 +1187,7 @@ static int on_page(struct engine *e, const struct engine_discovery_page *p,
                        p->next.len);
     }
     e->safe_time = max64(e->safe_time, p->safe_time);
+    e->page_safe = p->safe_time;
     e->pass_min_safe = min64(e->pass_min_safe, p->safe_time);
     if (!e->is_t_prev_known) { /* latest: T_0 = the first safeTime seen */
         e->is_t_prev_known = true;
@@ -1386,6 +1516,7 @@ static void schedule_seeks(struct engine *e)
         s->id = e->next_call_id++;
         s->part = p;
         s->gen = p->gen;
+        s->t = e->t_prev;
         p->is_seeking = true;
         e->n_seeks_out++;
         e->stats.seeks_issued++;
@@ -1416,7 +1547,15 @@ void engine_on_seek_result(struct engine *e, uint64_t seek_id, bool is_found,
         }
         p->is_seeking = false;
         p->is_seek_pending = false;
-        p->position = is_found ? max64(offset, p->log_start) : p->log_start;
+        if (is_found) {
+            /* From its answer on every record is stamped >= t: an answer a
+             * trim passed since is a lost range, not a silent clamp. */
+            p->position = offset;
+            p->floor_ts = max64(p->floor_ts, s->t);
+            skip_to(e, p, p->log_start);
+        } else {
+            p->position = p->log_start;
+        }
         touch(e, p);
         update_completeness(e);
         return;
@@ -1473,19 +1612,24 @@ static void merge_records(struct engine *e, struct part *p,
     for (size_t i = 0; i < r->n; i++) {
         const struct engine_fetched_record *rec = &r->records[i];
 
+        int64_t from = p->gap_from >= 0 ? p->gap_from : p->position;
+
         if (rec->offset < p->position) {
             continue; /* already seen */
         }
+        p->gap_from = -1;
         if (rec->ts < e->t_filter) {
-            e->stats.records_dropped++; /* (4) */
+            /* (4); a skipped range before it was stamped below it too */
+            e->stats.records_dropped++;
         } else {
-            if (rec->offset > p->position) { /* an offset jump */
-                add_lost(e, p, p->position, rec->offset - 1);
+            if (rec->offset > from) { /* an offset jump, or a skip */
+                add_lost(e, p, from, rec->offset - 1);
             }
             buffer_record(e, p, rec);
         }
         p->position = rec->offset + 1;
         p->last_read_ts = rec->ts;
+        p->floor_ts = rec->ts;
         p->has_read = true;
     }
 }
@@ -1501,8 +1645,7 @@ static void merge_entry(struct engine *e, struct part *p,
         return;
     case ENGINE_ANSWER_OFFSET_OUT_OF_RANGE:
         if (p->log_start > p->position) {
-            add_lost(e, p, p->position, p->log_start - 1);
-            p->position = p->log_start;
+            skip_to(e, p, p->log_start);
         } else if (p->position > r->high_watermark) {
             p->position = r->high_watermark; /* from a node that was ahead */
         }
@@ -1514,6 +1657,7 @@ static void merge_entry(struct engine *e, struct part *p,
         break;
     }
     merge_records(e, p, r);
+    settle_gap(e, p);
 }
 
 static struct fetch_call *find_call(struct engine *e, uint64_t id)
@@ -1668,6 +1812,14 @@ static size_t plan_parts(struct engine *e, int64_t t_start, int64_t t_end,
 
 static void plan_take_lost(struct engine *e)
 {
+    for (size_t i = 0; i < e->n_lost; i++) { /* planned: positions move on */
+        struct part *p =
+            find_part(e, (struct slice){e->lost[i].partition, e->lost[i].len});
+
+        if (p != NULL) {
+            p->lost_floor = INT64_MAX;
+        }
+    }
     e->plan_lost_owned = e->lost;
     e->plan_n_lost = e->n_lost;
     e->plan_lost =
@@ -1880,12 +2032,18 @@ static enum close_step close_step(struct engine *e,
     bool is_size = false;
     bool is_aligned;
     bool is_aged;
+    bool has_lost = e->n_lost > 0;
 
     if (t_start == ENGINE_MIN) { /* first window under earliest */
-        if (!has_min) {
+        if (has_min) {
+            t_start = unit == 0 ? min_ts : isotime_floor(min_ts, unit);
+        } else if (has_lost && cap != ENGINE_MIN && cap != INT64_MAX) {
+            /* lost ranges alone: a window that ends where it may */
+            t_start = unit == 0 ? sat_sub(cap, e->cfg.max_window_us)
+                                : isotime_floor(sat_sub(cap, 1), unit);
+        } else {
             return CLOSE_STOP;
         }
-        t_start = unit == 0 ? min_ts : isotime_floor(min_ts, unit);
     }
     cap = has_ac ? min64(cap, ac) : cap;
     if (cap <= t_start) {
@@ -1902,13 +2060,16 @@ static enum close_step close_step(struct engine *e,
     if (!is_size && !is_aligned && !is_aged && !e->is_forced) {
         return CLOSE_STOP;
     }
-    if (!has_min || min_ts >= t_end) {
+    if ((!has_min || min_ts >= t_end) && !has_lost) {
         if (is_aligned && !is_size) { /* (6): step over an empty stretch */
             skip_empty(e, b, t_end, has_min);
             return CLOSE_SKIPPED;
         }
         return CLOSE_STOP; /* (6) */
     }
+    /* (5), (6): a window of lost ranges alone closes as one with records
+     * would, so a loss reaches the bucket within one max window age even
+     * when no record follows it. */
     close_window(e, e->committed_k + 1, t_start, t_end, ENGINE_INTENT);
     return CLOSE_CLOSED;
 }
@@ -1953,7 +2114,7 @@ bool engine_begin_drain(struct engine *e)
     int64_t lag = 0;
     bool is_aged = engine_lag(e, &lag) && lag >= e->cfg.drain_min_lag_us;
     bool is_worth = e->total_buffered >= e->cfg.drain_min_bytes ||
-                    (is_aged && e->total_buffered > 0);
+                    (is_aged && e->total_buffered > 0) || e->n_lost > 0;
 
     e->is_draining = true;
     if (is_worth) {
@@ -2131,8 +2292,14 @@ static bool is_seek_slot_of(const struct engine *e, const struct part *p)
 /* Partitions discovery stopped naming, idle and empty, are forgotten. */
 static bool is_prunable(const struct engine *e, const struct part *p)
 {
-    bool is_stale =
-        e->committed_k - p->last_seen_k >= (int64_t)e->cfg.prune_after_windows;
+    /* Windows alone do not make it stale, a complete pass that did not
+     * name it must too: a size-close backfill commits many windows without
+     * a pass, and a partition forgotten then would restart at its log
+     * start, blind to what a trim took meanwhile (the pass that named it
+     * ends with discoveries = last_seen_pass + 1). */
+    bool is_stale = e->committed_k - p->last_seen_k >=
+                        (int64_t)e->cfg.prune_after_windows &&
+                    e->stats.discoveries - p->last_seen_pass >= 2;
 
     return is_stale && !is_active(p) && !p->is_fetching &&
            !is_seek_slot_of(e, p);
@@ -2163,11 +2330,13 @@ void engine_on_committed(struct engine *e)
 {
     int64_t k = e->plan.k;
     uint32_t every = e->cfg.checkpoint_every;
+    bool had_lost = e->plan.n_lost > 0;
 
     if (e->state != ENGINE_COMMIT) {
         return;
     }
     e->committed_k = k;
+    e->committed_t_end = e->plan.t_end;
     e->t_prev = e->plan.t_end;
     e->t_filter = e->plan.t_end;
     e->is_t_prev_known = true;
@@ -2181,7 +2350,9 @@ void engine_on_committed(struct engine *e)
     e->state = ENGINE_FILLING;
     e->has_discovered_this_window = false;
     prune(e);
-    if (every != 0 && k % every == 0 && e->has_discovered) {
+    /* A window that carried lost ranges is checkpointed whatever the
+     * cadence: a restart then starts past them (never reported twice). */
+    if (e->has_discovered && ((every != 0 && k % every == 0) || had_lost)) {
         e->is_checkpoint_pending = true;
         e->checkpoint_k = k;
         e->checkpoint_t_end = e->t_prev;
@@ -2217,6 +2388,11 @@ void engine_positions(struct engine *e, const struct engine_position **v,
                 ps->offset = p->recs[j].offset;
                 break;
             }
+        }
+        /* never past a loss not yet in a plan: a restart finds it again */
+        ps->offset = min64(ps->offset, p->lost_floor);
+        if (p->gap_from >= 0) {
+            ps->offset = min64(ps->offset, p->gap_from);
         }
     }
     if (e->n_pos > 1) {
@@ -2313,6 +2489,16 @@ static void fill_actions(struct engine *e)
 {
     bool is_quiet;
 
+    if (e->is_loss_checkpoint_due && e->has_discovered) {
+        /* A loss was found: checkpoint the positions now (they stop before
+         * it; exact for the commit pointer), so a restart before its window
+         * commits finds it again, judged as precisely as now. */
+        e->is_loss_checkpoint_due = false;
+        e->is_checkpoint_pending = true;
+        e->checkpoint_k = e->committed_k;
+        e->checkpoint_t_end = e->committed_t_end;
+        e->last_checkpoint_k = e->committed_k;
+    }
     if (e->is_checkpoint_pending) {
         emit_checkpoint(e);
     }
