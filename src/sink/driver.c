@@ -740,7 +740,9 @@ static int restore_engine(struct driver *d, struct restore_docs *r,
                                     s[1], s[2],       s[3]};
     }
     buf_init(&arena, BUF_UNLIMITED);
-    bool has_cp = c.k > 0 && load_checkpoint(d, c.k, &cp, &arena);
+    /* Also at k 0: a loss found before the first commit is checkpointed
+     * at k 0 (engine.h (5)). */
+    bool has_cp = load_checkpoint(d, c.k, &cp, &arena);
     if (has_cp) {
         /* docs_position and engine_position have the same fields */
         pos = xcalloc(cp.n + 1, sizeof(*pos));
@@ -1749,22 +1751,34 @@ static int upload_objects(struct driver *d, int64_t now)
     return 0;
 }
 
+/* Lost ranges are logged and counted when the engine finds them (engine.h
+ * (5)), not when their window commits: a loss is never silent, even while
+ * no window carries it yet. */
+static void note_found_lost(struct driver *d)
+{
+    const struct engine_lost_range *v;
+    size_t n;
+
+    engine_found_lost(d->e, &v, &n);
+    for (size_t i = 0; i < n; i++) {
+        d->ctr.records_lost += (uint64_t)(v[i].to - v[i].from + 1);
+        log_warn("sink",
+                 "records went away before the sink read them "
+                 "queue=%s partition=%.*s from=%" PRId64 " to=%" PRId64,
+                 d->cfg.queue, (int)v[i].partition.len, v[i].partition.ptr,
+                 v[i].from, v[i].to);
+    }
+}
+
 static void log_committed(struct driver *d, const struct engine_commit *c)
 {
     char t_end[32];
     uint64_t lost = 0;
     int64_t lag = 0;
 
-    for (size_t i = 0; i < d->n_lost; i++) {
-        uint64_t n = (uint64_t)(d->lost[i].to - d->lost[i].from + 1);
-        lost += n;
-        log_warn("sink",
-                 "records went away before the sink read them "
-                 "queue=%s partition=%s from=%" PRId64 " to=%" PRId64,
-                 d->cfg.queue, d->lost[i].partition, d->lost[i].from,
-                 d->lost[i].to);
+    for (size_t i = 0; i < d->n_lost; i++) { /* logged when found */
+        lost += (uint64_t)(d->lost[i].to - d->lost[i].from + 1);
     }
-    d->ctr.records_lost += lost;
     d->n_lost = 0;
     if (d->cfg.on_commit != NULL) {
         d->cfg.on_commit(d->cfg.on_commit_arg, c->k, c->records, c->bytes,
@@ -2332,6 +2346,7 @@ static void run_rounds(struct driver *d, int64_t now)
     for (int i = 0; i < DRIVER_ROUNDS_PER_TICK; i++) {
         d->did_work = false;
         int rc = run_round(d, now);
+        note_found_lost(d);
         if (rc < 0 || !check_running(d)) {
             return;
         }
