@@ -17,7 +17,10 @@
  *   - after a commit, t_filter = tEnd and anything read again below it is
  *     dropped on arrival (4);
  *   - offsets that disappear before we read them become lost ranges that
- *     travel in the next closing window's manifest (5).
+ *     travel in the next closing window's manifest (5), judged by the
+ *     stamps around them against t_filter (skip_to, settle_gap; the rule
+ *     is engine.h's), and a window of lost ranges alone closes when no
+ *     record follows them.
  *
  * Record bytes live in slabs of ENGINE_SLAB bytes, filled front to back in
  * arrival order; a slab goes back to a short free list when the last record
