@@ -228,9 +228,9 @@ struct engine {
     struct lost *found_out;
     size_t n_found_out;
     struct engine_lost_range *found_view;
-    int64_t cp_floor;  /* floor_ts of a restored position (MIN: unknown) */
+    int64_t cp_floor; /* floor_ts of a restored position (MIN: unknown) */
     int64_t committed_t_end; /* the commit pointer's tEnd (0: none) */
-    int64_t page_safe; /* safeTime of the discovery page being merged */
+    int64_t page_safe;       /* safeTime of the discovery page being merged */
 
     struct slab *slab;  /* being filled; NULL before the first record */
     struct slab *spare; /* empty slabs, ENGINE_SLAB each */
@@ -2488,6 +2488,21 @@ static void emit_checkpoint(struct engine *e)
     e->is_checkpoint_pending = false;
 }
 
+/* A drain leaves nothing to close: checkpoint the positions at the commit
+ * pointer (unless that k has one), so the next owner starts from exact
+ * positions and judges a trim made meanwhile precisely (engine.h (5)). */
+static void drain_checkpoint(struct engine *e)
+{
+    if (!e->has_discovered || e->last_checkpoint_k == e->committed_k ||
+        e->has_redo) {
+        return;
+    }
+    e->checkpoint_k = e->committed_k;
+    e->checkpoint_t_end = e->committed_t_end;
+    e->last_checkpoint_k = e->committed_k;
+    emit_checkpoint(e);
+}
+
 static void fill_actions(struct engine *e)
 {
     bool is_quiet;
@@ -2510,6 +2525,7 @@ static void fill_actions(struct engine *e)
         return;
     }
     if (e->is_draining) {
+        drain_checkpoint(e);
         return;
     }
     if (!e->is_page_out && !e->is_pass_active &&

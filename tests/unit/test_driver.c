@@ -1483,3 +1483,45 @@ TEST(loss_a_window_of_lost_ranges_alone_is_redone_after_a_crash)
     }
     rig_close(r);
 }
+
+/* Item 1: the sink stops (SIGTERM) with window 1 committed; while it is
+ * down, records arrive and retention trims them; nothing follows. The
+ * drain checkpointed the positions at the commit pointer, so the next run
+ * finds exactly the trimmed range and carries it to the bucket. */
+TEST(loss_while_the_sink_is_down_is_found_after_a_graceful_restart)
+{
+    struct rig *r = rig_open();
+    struct driver_status st;
+    struct fake_object *m;
+
+    for (int i = 0; i < 3; i++) {
+        fake_push(&r->f, "a", at("2026-09-04T10:05:00.000000Z") + i);
+    }
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    driver_request_drain(r->d, false);
+    run_until(r, -1, 200);
+    EXPECT(r->next.stop == DRIVER_DRAINED);
+    EXPECT_EQ_U64(count_keys(&r->k, "/checkpoint/0000000001.json.zst"), 1);
+    for (int i = 0; i < 3; i++) { /* while it is down */
+        fake_push(&r->f, "a", at("2026-09-04T11:01:00.000000Z") + i);
+    }
+    fake_part(&r->f, "a")->log_start = 6;
+    r->f.safe_time = at("2026-09-04T11:06:00.000000Z");
+    new_lease(r);
+    new_driver(r);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.records_lost, 3);
+    m = manifest_of(r, 2);
+    EXPECT(m != NULL);
+    if (m != NULL) {
+        EXPECT(strstr(m->body.data, "\"objects\":[]") != NULL);
+        EXPECT(strstr(m->body.data, "\"lost\":[{\"partition\":\"a\","
+                                    "\"from\":3,\"to\":5}]") != NULL);
+    }
+    rig_close(r);
+}
