@@ -123,6 +123,7 @@ struct part {
     int64_t gap_from;
     int64_t lw_last_offset;
     int64_t lost_floor;
+    int64_t seen_safe;       /* safeTime of the page that last named it */
     uint64_t last_seen_pass; /* complete passes when discovery named it */
     bool is_seek_pending;    /* position is provisional until a seek */
     bool is_seeking;         /* a Seek action is out */
@@ -1066,17 +1067,23 @@ static void new_incarnation(struct engine *e, struct part *p,
         add_lost(e, p, p->gap_from, p->last_offset); /* nothing follows */
     }
     p->gap_from = -1;
-    p->floor_ts = ENGINE_MIN;
     p->lost_floor = INT64_MAX;
     p->gen++;
     e->stats.incarnations++;
     set_part_id(p, in->id);
-    p->position = in->log_start;
     p->log_start = in->log_start;
     p->last_offset = in->last_offset;
+    p->last_write_at = in->last_write_at;
+    p->lw_last_offset = in->last_offset;
     p->has_read = false;
     p->is_seek_pending = false;
     p->is_seeking = false; /* its answer is stale now */
+    /* The new one's offsets start at 0, and it was created after the page
+     * that last named the old one: what a trim took of it before this page
+     * is a skip like any other. */
+    p->position = 0;
+    p->floor_ts = p->seen_safe;
+    skip_to(e, p, in->log_start);
 }
 
 static void update_part(struct engine *e, struct part *p,
@@ -1130,6 +1137,7 @@ static int observe(struct engine *e, const struct engine_partition_info *in,
     }
     p->last_seen_k = e->committed_k;
     p->last_seen_pass = e->stats.discoveries;
+    p->seen_safe = e->page_safe;
     touch(e, p);
     return 0;
 }
@@ -1557,7 +1565,7 @@ void engine_on_seek_result(struct engine *e, uint64_t seek_id, bool is_found,
             p->floor_ts = max64(p->floor_ts, s->t);
             skip_to(e, p, p->log_start);
         } else {
-            p->position = p->log_start;
+            skip_to(e, p, p->log_start); /* from where it would have begun */
         }
         touch(e, p);
         update_completeness(e);
@@ -2333,7 +2341,8 @@ void engine_on_committed(struct engine *e)
 {
     int64_t k = e->plan.k;
     uint32_t every = e->cfg.checkpoint_every;
-    bool had_lost = e->plan.n_lost > 0;
+    /* a redo committed from its manifest may carry lost ranges too */
+    bool had_lost = e->plan.n_lost > 0 || e->manifest_key != NULL;
 
     if (e->state != ENGINE_COMMIT) {
         return;

@@ -2374,3 +2374,23 @@ TEST(loss_a_backfill_does_not_prune_a_partition_a_trim_then_empties)
     EXPECT(sim_exactly_once(&s));
     sim_free(&s);
 }
+
+/* Item 12: a new incarnation whose head a trim took before discovery saw it
+ * skips offsets never read: a lost range too. */
+TEST(loss_a_new_incarnation_seen_after_a_trim_records_its_head)
+{
+    struct engine_config c;
+    struct err err;
+    struct engine *e;
+    struct engine_partition_info in = pinfo("p", "A", -1, 0, SIM_T0);
+
+    sim_test_config(&c);
+    e = engine_new(&c, &err);
+    pass(e, SIM_T0 + SIM_SEC, &in, 1); /* empty, caught up */
+    in = pinfo("p", "B", 9, 5, SIM_T0 + 2 * SIM_SEC); /* 0..4 trimmed */
+    pass(e, SIM_T0 + 3 * SIM_SEC, &in, 1);
+    EXPECT_EQ_U64(engine_stats(e)->incarnations, 1);
+    EXPECT_EQ_I64(position_of(e, "p"), 5);
+    EXPECT_EQ_U64(engine_stats(e)->records_lost, 5);
+    engine_free(e);
+}
