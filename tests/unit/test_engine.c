@@ -2386,7 +2386,7 @@ TEST(loss_a_new_incarnation_seen_after_a_trim_records_its_head)
 
     sim_test_config(&c);
     e = engine_new(&c, &err);
-    pass(e, SIM_T0 + SIM_SEC, &in, 1); /* empty, caught up */
+    pass(e, SIM_T0 + SIM_SEC, &in, 1);                /* empty, caught up */
     in = pinfo("p", "B", 9, 5, SIM_T0 + 2 * SIM_SEC); /* 0..4 trimmed */
     pass(e, SIM_T0 + 3 * SIM_SEC, &in, 1);
     EXPECT_EQ_U64(engine_stats(e)->incarnations, 1);
