@@ -647,6 +647,52 @@ out_free:
     return ok;
 }
 
+/* Tell the engine the lost ranges manifest m names (committed): a restart
+ * that finds them again from older positions does not report them twice. */
+static void known_lost(struct driver *d, const struct docs_manifest *m)
+{
+    struct engine_lost_range *v = xcalloc(m->n_lost + 1, sizeof(*v));
+
+    for (size_t i = 0; i < m->n_lost; i++) {
+        v[i] = (struct engine_lost_range){m->lost[i].partition, m->lost[i].from,
+                                          m->lost[i].to};
+    }
+    engine_restore_lost(d->e, v, m->n_lost);
+    free(v);
+}
+
+/* The manifest of the commit pointer's window k when no checkpoint follows
+ * it (a crash right after the commit, or its checkpoint failed): its lost
+ * ranges are committed. Best effort: a failed read is logged. */
+static void load_committed_lost(struct driver *d, int64_t k)
+{
+    struct buf key;
+    struct buf body;
+    struct buf arena;
+    struct s3_object_info info;
+    struct s3_status st;
+    struct docs_manifest m;
+    struct err err;
+
+    buf_init(&key, DRIVER_KEY_MAX);
+    buf_init(&body, (size_t)64 << 20);
+    buf_init(&arena, BUF_UNLIMITED);
+    if (layout_manifest_key(&key, &d->lq, k, &err) != 0 ||
+        s3_client_get(d->s3, key.data, &body, &info, &st, &err) != 0 ||
+        (info.found &&
+         docs_manifest_decode(body.data, body.len, &m, &arena, &err) != 0)) {
+        log_warn("sink",
+                 "cannot read the last window's manifest; a loss it names "
+                 "may be reported again queue=%s k=%" PRId64 " error=%s",
+                 d->cfg.queue, k, err.msg);
+    } else if (info.found) {
+        known_lost(d, &m);
+    }
+    buf_free(&arena);
+    buf_free(&body);
+    buf_free(&key);
+}
+
 /* The redo's manifest, when its upload already finished (3.5). Returns 0
  * (committed from it or not), or the GET's error when it may be retried. */
 static int check_redo_manifest(struct driver *d, const struct docs_intent *in,
@@ -690,6 +736,7 @@ static int check_redo_manifest(struct driver *d, const struct docs_intent *in,
                  "the redo's upload finished: committing it from its "
                  "manifest queue=%s k=%" PRId64,
                  d->cfg.queue, in->k);
+        known_lost(d, &m);
         d->last_records = m.records;
         d->last_bytes = m.bytes;
         free(d->lost);
@@ -755,6 +802,9 @@ static int restore_engine(struct driver *d, struct restore_docs *r,
     }
     rc = engine_restore(d->e, r->has_committed ? &c : NULL,
                         d->is_redo ? &in : NULL, has_cp ? &ecp : NULL, err);
+    if (rc == 0 && c.k > (has_cp ? cp.k : 0)) {
+        load_committed_lost(d, c.k);
+    }
     free(pos);
     buf_free(&arena);
     log_info("sink", "queue restored queue=%s committed_k=%" PRId64 " redo=%s",

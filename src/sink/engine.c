@@ -228,6 +228,9 @@ struct engine {
     size_t cap_found;
     struct lost *found_out;
     size_t n_found_out;
+    struct lost *known; /* named by a committed manifest (restore) */
+    size_t n_known;
+    size_t cap_known;
     struct engine_lost_range *found_view;
     int64_t cp_floor; /* floor_ts of a restored position (MIN: unknown) */
     int64_t committed_t_end; /* the commit pointer's tEnd (0: none) */
@@ -713,6 +716,7 @@ void engine_free(struct engine *e)
     free_lost(e->lost, e->n_lost);
     free_lost(e->found, e->n_found);
     free_lost(e->found_out, e->n_found_out);
+    free_lost(e->known, e->n_known);
     free(e->found_view);
     free_plan(e);
     free(e->plan_recs);
@@ -837,6 +841,17 @@ static void add_lost(struct engine *e, struct part *p, int64_t from, int64_t to)
     if (to < from) {
         return;
     }
+    for (size_t i = 0; p->gen == 0 && i < e->n_known; i++) {
+        const struct lost *k = &e->known[i];
+
+        if (k->len == p->name_len &&
+            memcmp(k->partition, p->name, k->len) == 0 && k->from <= to &&
+            k->to >= from) { /* committed already: once */
+            add_lost(e, p, from, k->from - 1);
+            add_lost(e, p, k->to + 1, to);
+            return;
+        }
+    }
     push_lost(&e->lost, &e->n_lost, &e->cap_lost, p, from, to);
     push_lost(&e->found, &e->n_found, &e->cap_found, p, from, to);
     p->lost_floor = min64(p->lost_floor, from);
@@ -884,6 +899,23 @@ static void skip_to(struct engine *e, struct part *p, int64_t to)
     }
     p->gap_from = from;
     settle_gap(e, p);
+}
+
+void engine_restore_lost(struct engine *e, const struct engine_lost_range *v,
+                         size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct lost *l;
+
+        grow((void **)&e->known, &e->cap_known, e->n_known + 1,
+             sizeof(*e->known));
+        l = &e->known[e->n_known++];
+        l->partition = dup_slice(v[i].partition);
+        l->len = v[i].partition.len;
+        l->from = v[i].from;
+        l->to = v[i].to;
+        l->gen = 0;
+    }
 }
 
 void engine_found_lost(struct engine *e, const struct engine_lost_range **v,

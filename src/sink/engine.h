@@ -405,6 +405,13 @@ bool engine_on_manifest_found(struct engine *e, int64_t k,
                               struct slice manifest_key, uint64_t records,
                               uint64_t bytes);
 
+/* Lost ranges a committed manifest names (the commit pointer's window when
+ * no checkpoint follows it, or a redo committed from its manifest): found
+ * again from older positions after a restart, they are not reported twice
+ * (for the partition's first incarnation of this run). Copies. */
+void engine_restore_lost(struct engine *e, const struct engine_lost_range *v,
+                         size_t n);
+
 /* Lost ranges found since the last call (engine.h (5)), in the order found,
  * each handed out once: the driver logs and counts them when found. Valid
  * until the next call of this function or engine_free(). They also travel

@@ -1525,3 +1525,74 @@ TEST(loss_while_the_sink_is_down_is_found_after_a_graceful_restart)
     }
     rig_close(r);
 }
+
+/* Item 1: a crash before the commit of a window of lost ranges alone: the
+ * restart commits it from its manifest (no object to find), and the run
+ * after does not report the loss again. */
+TEST(loss_a_window_of_lost_ranges_alone_commits_from_its_manifest)
+{
+    struct rig *r = trimmed_after_window_1();
+    struct driver_status st;
+    struct fake_object *m;
+
+    run_until(r, 2, 50); /* found */
+    r->cfg.crash_at = DRIVER_CRASH_BEFORE_COMMIT;
+    new_lease(r);
+    new_driver(r);
+    r->f.safe_time = at("2026-09-04T11:06:00.000000Z");
+    run_until(r, 2, 200);
+    EXPECT(r->next.stop == DRIVER_CRASHED);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    EXPECT(manifest_of(r, 2) != NULL);
+    r->cfg.crash_at = DRIVER_CRASH_NEVER;
+    new_lease(r);
+    new_driver(r);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    m = manifest_of(r, 2);
+    EXPECT(m != NULL && strstr(m->body.data, "\"objects\":[]") != NULL);
+    new_lease(r);
+    new_driver(r);
+    fake_push(&r->f, "a", at("2026-09-04T12:10:00.000000Z"));
+    r->f.safe_time = at("2026-09-04T13:00:00.000001Z");
+    run_until(r, 3, 200);
+    EXPECT_EQ_I64(committed_k(r), 3);
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.records_lost, 0);
+    m = manifest_of(r, 3);
+    EXPECT(m != NULL && strstr(m->body.data, "\"lost\":[]") != NULL);
+    rig_close(r);
+}
+
+/* Item 1: a crash right after the commit of a window of lost ranges, before
+ * its checkpoint: the restart reads that window's manifest and does not
+ * report its lost ranges again. */
+TEST(loss_committed_just_before_a_crash_is_not_reported_again)
+{
+    struct rig *r = trimmed_after_window_1();
+    struct driver_status st;
+    struct fake_object *m;
+
+    run_until(r, 2, 50); /* found */
+    r->cfg.crash_at = DRIVER_CRASH_AFTER_COMMIT;
+    new_lease(r);
+    new_driver(r);
+    r->f.safe_time = at("2026-09-04T11:06:00.000000Z");
+    run_until(r, 2, 200);
+    EXPECT(r->next.stop == DRIVER_CRASHED);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    EXPECT_EQ_U64(count_keys(&r->k, "/checkpoint/0000000002.json.zst"), 0);
+    r->cfg.crash_at = DRIVER_CRASH_NEVER;
+    new_lease(r);
+    new_driver(r);
+    fake_push(&r->f, "a", at("2026-09-04T12:10:00.000000Z"));
+    r->f.safe_time = at("2026-09-04T13:00:00.000001Z");
+    run_until(r, 3, 200);
+    EXPECT_EQ_I64(committed_k(r), 3);
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.records_lost, 0);
+    m = manifest_of(r, 3);
+    EXPECT(m != NULL && strstr(m->body.data, "\"lost\":[]") != NULL);
+    EXPECT_EQ_U64(st.last_window_records, 1);
+    rig_close(r);
+}
