@@ -53,7 +53,10 @@
  * back to its start, and finding one asks for a checkpoint at the commit
  * pointer at once; so a restart or a takeover before its window commits
  * finds the same range again with L = T (reported once, by that window),
- * and one after the commit starts past it (never twice).
+ * and one after the commit starts past it, or is told the committed ranges
+ * (engine_restore_lost()) when no checkpoint followed (never twice). A
+ * drain checkpoints too, so a trim made while the queue was not running is
+ * judged from exact positions.
  *
  * States (reported in status as filling/intent/upload/commit/failed):
  *
