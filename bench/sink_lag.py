@@ -317,7 +317,7 @@ def report_lag(b, node, total, guard_ms):
             to_put.append(min(s for s, _ in data) - m["tEnd"] / 1e6)
             put_s.append(puts[mkey][1] - min(s for s, _ in data))
             to_ptr.append(c - puts[mkey][1])
-        if os.environ.get("BENCH_LAG_VERBOSE"):
+        if os.environ.get("BENCH_LAG_VERBOSE") and stamps:  # lost only
             print("  k=%d records=%d span %.2f s  oldest lag %.2f s  "
                   "newest lag %.2f s  tEnd->commit %.2f s" % (
                       k, len(stamps), (m["tEnd"] - m["tStart"]) / 1e6,

@@ -512,6 +512,52 @@ out_free:
     return ok;
 }
 
+/* Tell the engine the lost ranges manifest m names (committed): a restart
+ * that finds them again from older positions does not report them twice. */
+static void known_lost(struct driver *d, const struct docs_manifest *m)
+{
+    struct engine_lost_range *v = xcalloc(m->n_lost + 1, sizeof(*v));
+
+    for (size_t i = 0; i < m->n_lost; i++) {
+        v[i] = (struct engine_lost_range){m->lost[i].partition, m->lost[i].from,
+                                          m->lost[i].to};
+    }
+    engine_restore_lost(d->e, v, m->n_lost);
+    free(v);
+}
+
+/* The manifest of the commit pointer's window k when no checkpoint follows
+ * it (a crash right after the commit, or its checkpoint failed): its lost
+ * ranges are committed. Best effort: a failed read is logged. */
+static void load_committed_lost(struct driver *d, int64_t k)
+{
+    struct buf key;
+    struct buf body;
+    struct buf arena;
+    struct s3_object_info info;
+    struct s3_status st;
+    struct docs_manifest m;
+    struct err err;
+
+    buf_init(&key, DRIVER_KEY_MAX);
+    buf_init(&body, (size_t)64 << 20);
+    buf_init(&arena, BUF_UNLIMITED);
+    if (layout_manifest_key(&key, &d->lq, k, &err) != 0 ||
+        s3_client_get(d->s3, key.data, &body, &info, &st, &err) != 0 ||
+        (info.found &&
+         docs_manifest_decode(body.data, body.len, &m, &arena, &err) != 0)) {
+        log_warn("sink",
+                 "cannot read the last window's manifest; a loss it names "
+                 "may be reported again queue=%s k=%" PRId64 " error=%s",
+                 d->cfg.queue, k, err.msg);
+    } else if (info.found) {
+        known_lost(d, &m);
+    }
+    buf_free(&arena);
+    buf_free(&body);
+    buf_free(&key);
+}
+
 /* The redo's manifest, when its upload already finished
  * (docs/design/protocol.md §5). Returns 0 (committed from it or not), or the
  * GET's error when it may be retried. */
@@ -556,6 +602,7 @@ static int check_redo_manifest(struct driver *d, const struct docs_intent *in,
                  "the redo's upload finished: committing it from its "
                  "manifest queue=%s k=%" PRId64,
                  d->cfg.queue, in->k);
+        known_lost(d, &m);
         d->last_records = m.records;
         d->last_bytes = m.bytes;
         free(d->lost);
@@ -606,7 +653,9 @@ static int restore_engine(struct driver *d, struct restore_docs *r,
                                     s[1], s[2],       s[3]};
     }
     buf_init(&arena, BUF_UNLIMITED);
-    bool has_cp = c.k > 0 && load_checkpoint(d, c.k, &cp, &arena);
+    /* Also at k 0: a loss found before the first commit is checkpointed
+     * at k 0 (engine.h (5)). */
+    bool has_cp = load_checkpoint(d, c.k, &cp, &arena);
     if (has_cp) {
         /* docs_position and engine_position have the same fields */
         pos = xcalloc(cp.n + 1, sizeof(*pos));
@@ -619,6 +668,9 @@ static int restore_engine(struct driver *d, struct restore_docs *r,
     }
     rc = engine_restore(d->e, r->has_committed ? &c : NULL,
                         d->is_redo ? &in : NULL, has_cp ? &ecp : NULL, err);
+    if (rc == 0 && c.k > (has_cp ? cp.k : 0)) {
+        load_committed_lost(d, c.k);
+    }
     free(pos);
     buf_free(&arena);
     log_info("sink", "queue restored queue=%s committed_k=%" PRId64 " redo=%s",
@@ -1306,22 +1358,34 @@ static int upload_objects(struct driver *d, int64_t now)
     return 0;
 }
 
+/* Lost ranges are logged and counted when the engine finds them (engine.h
+ * (5)), not when their window commits: a loss is never silent, even while
+ * no window carries it yet. */
+static void note_found_lost(struct driver *d)
+{
+    const struct engine_lost_range *v;
+    size_t n;
+
+    engine_found_lost(d->e, &v, &n);
+    for (size_t i = 0; i < n; i++) {
+        d->ctr.records_lost += (uint64_t)(v[i].to - v[i].from + 1);
+        log_warn("sink",
+                 "records went away before the sink read them "
+                 "queue=%s partition=%.*s from=%" PRId64 " to=%" PRId64,
+                 d->cfg.queue, (int)v[i].partition.len, v[i].partition.ptr,
+                 v[i].from, v[i].to);
+    }
+}
+
 static void log_committed(struct driver *d, const struct engine_commit *c)
 {
     char t_end[32];
     uint64_t lost = 0;
     int64_t lag = 0;
 
-    for (size_t i = 0; i < d->n_lost; i++) {
-        uint64_t n = (uint64_t)(d->lost[i].to - d->lost[i].from + 1);
-        lost += n;
-        log_warn("sink",
-                 "records went away before the sink read them "
-                 "queue=%s partition=%s from=%" PRId64 " to=%" PRId64,
-                 d->cfg.queue, d->lost[i].partition, d->lost[i].from,
-                 d->lost[i].to);
+    for (size_t i = 0; i < d->n_lost; i++) { /* logged when found */
+        lost += (uint64_t)(d->lost[i].to - d->lost[i].from + 1);
     }
-    d->ctr.records_lost += lost;
     d->n_lost = 0;
     if (d->cfg.on_commit != NULL) {
         d->cfg.on_commit(d->cfg.on_commit_arg, c->k, c->records, c->bytes,
@@ -1889,6 +1953,7 @@ static void run_rounds(struct driver *d, int64_t now)
     for (int i = 0; i < DRIVER_ROUNDS_PER_TICK; i++) {
         d->did_work = false;
         int rc = run_round(d, now);
+        note_found_lost(d);
         if (rc < 0 || !check_running(d)) {
             return;
         }

@@ -17,7 +17,10 @@
  *   - after a commit, t_filter = tEnd and anything read again below it is
  *     dropped on arrival (4);
  *   - offsets that disappear before we read them become lost ranges that
- *     travel in the next closing window's manifest (5).
+ *     travel in the next closing window's manifest (5), judged by the
+ *     stamps around them against t_filter (skip_to, settle_gap; the rule
+ *     is engine.h's), and a window of lost ranges alone closes when no
+ *     record follows them.
  *
  * Record bytes live in slabs of SLAB_SIZE bytes (base/slab.h), filled front
  * to back in arrival order; a slab goes back to a short free list when the
@@ -101,13 +104,24 @@ struct part {
     int64_t last_write_at;
     bool has_read; /* something of this incarnation was read */
     int64_t last_read_ts;
-    bool is_seek_pending; /* position is provisional until a seek */
-    bool is_seeking;      /* a Seek action is out */
-    bool is_fetching;     /* an entry of an outstanding call */
-    int64_t last_seen_k;  /* committed_k when discovery last named it */
-    size_t active_at;     /* index in engine.active, SIZE_MAX if idle */
-    uint64_t serial;      /* creation order, for stable scheduling */
-    struct brec *recs;    /* ascending (gen, offset) */
+    /* Loss (engine.h (5)): a stamp at or below every record from position
+     * on (MIN: unknown); the start of a skipped range not judged yet, which
+     * ends at position - 1 (-1: none); the lastOffset last_write_at was
+     * reported with (the stamps up to it are at most last_write_at); the
+     * least `from` of this incarnation's lost ranges not in a plan yet. */
+    int64_t floor_ts;
+    int64_t gap_from;
+    int64_t lw_last_offset;
+    int64_t lost_floor;
+    int64_t seen_safe;       /* safeTime of the page that last named it */
+    uint64_t last_seen_pass; /* complete passes when discovery named it */
+    bool is_seek_pending;    /* position is provisional until a seek */
+    bool is_seeking;         /* a Seek action is out */
+    bool is_fetching;        /* an entry of an outstanding call */
+    int64_t last_seen_k;     /* committed_k when discovery last named it */
+    size_t active_at;        /* index in engine.active, SIZE_MAX if idle */
+    uint64_t serial;         /* creation order, for stable scheduling */
+    struct brec *recs;       /* ascending (gen, offset) */
     size_t n_recs;
     size_t cap_recs;
     uint64_t buffered;
@@ -127,6 +141,7 @@ struct seek_slot {
     uint64_t id;
     struct part *part;
     uint32_t gen;
+    int64_t t; /* what it looks for: records from its answer on are >= t */
 };
 
 struct lost {
@@ -134,6 +149,7 @@ struct lost {
     size_t len;
     int64_t from;
     int64_t to;
+    uint32_t gen;
 };
 
 struct restored {
@@ -194,6 +210,20 @@ struct engine {
     struct lost *lost;
     size_t n_lost;
     size_t cap_lost;
+    /* Lost ranges found since engine_found_lost() last handed them out,
+     * and the batch it handed out (freed at its next call). */
+    struct lost *found;
+    size_t n_found;
+    size_t cap_found;
+    struct lost *found_out;
+    size_t n_found_out;
+    struct lost *known; /* named by a committed manifest (restore) */
+    size_t n_known;
+    size_t cap_known;
+    struct engine_lost_range *found_view;
+    int64_t cp_floor; /* floor_ts of a restored position (MIN: unknown) */
+    int64_t committed_t_end; /* the commit pointer's tEnd (0: none) */
+    int64_t page_safe;       /* safeTime of the discovery page being merged */
 
     /* Record bytes (base/slab.h). A round is a window: slabs.taken counts
      * since the last commit; slabs.is_tight: the budget closed the window,
@@ -245,6 +275,7 @@ struct engine {
     bool is_plan_forced; /* the closing window was closed by force */
     bool is_draining;
     bool is_checkpoint_pending;
+    bool is_loss_checkpoint_due; /* a loss was found: keep its positions */
 };
 
 /* ---- Small helpers ------------------------------------------------------- */
@@ -433,6 +464,7 @@ struct engine *engine_new(const struct engine_config *cfg, struct err *err)
     e->is_t_prev_known = cfg->start == ENGINE_START_EARLIEST;
     e->t_prev = ENGINE_MIN;
     e->t_filter = ENGINE_MIN;
+    e->cp_floor = ENGINE_MIN;
     e->safe_time = ENGINE_MIN;
     e->complete_pass_safe = ENGINE_MIN;
     e->complete_through = ENGINE_MIN;
@@ -541,6 +573,10 @@ void engine_free(struct engine *e)
     free(e->active);
     free_calls(e);
     free_lost(e->lost, e->n_lost);
+    free_lost(e->found, e->n_found);
+    free_lost(e->found_out, e->n_found_out);
+    free_lost(e->known, e->n_known);
+    free(e->found_view);
     free_plan(e);
     free_redo(e);
     free(e->pos);
@@ -589,6 +625,10 @@ static struct part *add_part(struct engine *e, struct slice name)
     p->name = dup_slice(name);
     p->name_len = name.len;
     p->last_offset = -1;
+    p->floor_ts = ENGINE_MIN;
+    p->gap_from = -1;
+    p->lw_last_offset = -1;
+    p->lost_floor = INT64_MAX;
     p->active_at = SIZE_MAX;
     p->serial = e->next_serial++;
     grow((void **)&e->parts, &e->cap_parts, e->n_parts + 1,
@@ -611,22 +651,125 @@ static void set_part_id(struct part *p, struct slice id)
 
 /* ---- Lost ranges (engine.h (5)) ----------------------------------------- */
 
-static void add_lost(struct engine *e, const struct part *p, int64_t from,
-                     int64_t to)
+static void push_lost(struct lost **v, size_t *n, size_t *cap,
+                      const struct part *p, int64_t from, int64_t to)
 {
     struct lost *l;
 
-    from = max64(from, 0);
-    if (to < from) {
-        return;
-    }
-    grow((void **)&e->lost, &e->cap_lost, e->n_lost + 1, sizeof(*e->lost));
-    l = &e->lost[e->n_lost++];
+    grow((void **)v, cap, *n + 1, sizeof(**v));
+    l = &(*v)[(*n)++];
     l->partition = xstrndup(p->name, p->name_len);
     l->len = p->name_len;
     l->from = from;
     l->to = to;
+    l->gen = p->gen;
+}
+
+/* [from, to] of p is lost: it travels in the next window that closes, is
+ * counted now and handed to engine_found_lost(), and the positions stop
+ * before it until that window is planned (a restart finds it again). */
+static void add_lost(struct engine *e, struct part *p, int64_t from, int64_t to)
+{
+    from = max64(from, 0);
+    if (to < from) {
+        return;
+    }
+    for (size_t i = 0; p->gen == 0 && i < e->n_known; i++) {
+        const struct lost *k = &e->known[i];
+
+        if (k->len == p->name_len &&
+            memcmp(k->partition, p->name, k->len) == 0 && k->from <= to &&
+            k->to >= from) { /* committed already: once */
+            add_lost(e, p, from, k->from - 1);
+            add_lost(e, p, k->to + 1, to);
+            return;
+        }
+    }
+    push_lost(&e->lost, &e->n_lost, &e->cap_lost, p, from, to);
+    push_lost(&e->found, &e->n_found, &e->cap_found, p, from, to);
+    p->lost_floor = min64(p->lost_floor, from);
     e->stats.records_lost += (uint64_t)(to - from + 1);
+    e->is_loss_checkpoint_due = true;
+}
+
+/* Judge p's skipped range [gap_from, position - 1] by what is known of its
+ * stamps (engine.h (5)): not lost when every record in it is proved below
+ * t_filter (the partition's last write, reported with a lastOffset at or
+ * past the range, is below it); lost when nothing is left to read after
+ * it; else it waits for the first record read after it. */
+static void settle_gap(struct engine *e, struct part *p)
+{
+    int64_t to = p->position - 1;
+
+    if (p->gap_from < 0) {
+        return;
+    }
+    if (p->last_write_at < e->t_filter && to <= p->lw_last_offset) {
+        p->gap_from = -1; /* committed, or below the horizon: not lost */
+    } else if (p->position > p->last_offset) {
+        add_lost(e, p, p->gap_from, to);
+        p->gap_from = -1;
+    }
+}
+
+/* Every skip of offsets never read goes through here: p moves to `to` and
+ * the offsets passed over are judged. Lost at once when a stamp at or
+ * above t_filter is known to bound them from below (floor_ts: the last
+ * record read, the seek's target, the safeTime that saw p caught up, or a
+ * checkpoint written at the commit pointer); else settle_gap(). */
+static void skip_to(struct engine *e, struct part *p, int64_t to)
+{
+    int64_t from = p->gap_from >= 0 ? p->gap_from : p->position;
+
+    if (to <= p->position) {
+        return;
+    }
+    p->position = to;
+    if (p->floor_ts >= e->t_filter) {
+        add_lost(e, p, from, to - 1);
+        p->gap_from = -1;
+        return;
+    }
+    p->gap_from = from;
+    settle_gap(e, p);
+}
+
+void engine_restore_lost(struct engine *e, const struct engine_lost_range *v,
+                         size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct lost *l;
+
+        grow((void **)&e->known, &e->cap_known, e->n_known + 1,
+             sizeof(*e->known));
+        l = &e->known[e->n_known++];
+        l->partition = dup_slice(v[i].partition);
+        l->len = v[i].partition.len;
+        l->from = v[i].from;
+        l->to = v[i].to;
+        l->gen = 0;
+    }
+}
+
+void engine_found_lost(struct engine *e, const struct engine_lost_range **v,
+                       size_t *n)
+{
+    free_lost(e->found_out, e->n_found_out);
+    free(e->found_view);
+    e->found_out = e->found;
+    e->n_found_out = e->n_found;
+    e->found = NULL;
+    e->n_found = 0;
+    e->cap_found = 0;
+    e->found_view = xcalloc(e->n_found_out + 1, sizeof(*e->found_view));
+    for (size_t i = 0; i < e->n_found_out; i++) {
+        const struct lost *l = &e->found_out[i];
+
+        e->found_view[i] =
+            (struct engine_lost_range){{l->partition, l->len}, l->from, l->to};
+    }
+    *v = e->found_view;
+    *n = e->n_found_out;
 }
 
 /* ---- Restore ------------------------------------------------------------- */
@@ -687,6 +830,7 @@ int engine_restore(struct engine *e, const struct engine_committed *committed,
     e->has_started = true;
     e->committed_k = committed != NULL && committed->k > 0 ? committed->k : 0;
     if (committed != NULL && e->committed_k > 0) {
+        e->committed_t_end = committed->t_end;
         e->t_prev = committed->t_end;
         e->t_filter = committed->t_end;
         e->is_t_prev_known = true;
@@ -704,6 +848,9 @@ int engine_restore(struct engine *e, const struct engine_committed *committed,
     }
     if (cp != NULL && cp->k <= e->committed_k) {
         restore_checkpoint(e, cp);
+        /* Written at the commit pointer, its positions are exact: every
+         * record from one on is stamped at or above the commit's tEnd. */
+        e->cp_floor = cp->k == e->committed_k ? e->t_filter : ENGINE_MIN;
     }
     if (e->is_t_prev_known && e->t_prev != ENGINE_MIN) {
         e->complete_through = e->t_prev;
@@ -749,13 +896,11 @@ static void position_new(struct engine *e, struct part *p,
     if (r != NULL && same_incarnation(r->id, r->id_len, in->id)) {
         r->is_used = true;
         p->position = r->offset;
+        p->floor_ts = e->cp_floor;
         if (in->id.len == 0 && r->id != NULL) {
             set_part_id(p, (struct slice){r->id, r->id_len});
         }
-        if (p->position < in->log_start) {
-            add_lost(e, p, p->position, in->log_start - 1);
-            p->position = in->log_start;
-        }
+        skip_to(e, p, in->log_start);
         return;
     }
     if (e->cfg.start == ENGINE_START_EARLIEST) {
@@ -775,19 +920,35 @@ static void position_new(struct engine *e, struct part *p,
 static void new_incarnation(struct engine *e, struct part *p,
                             const struct engine_partition_info *in)
 {
-    if (p->position <= p->last_offset && !p->is_seek_pending &&
-        !p->is_seeking) {
-        add_lost(e, p, p->position, p->last_offset);
+    /* What the old incarnation held unread is lost, judged as a skip to
+     * its end; with a seek pending, from where the seek started (the
+     * records below its answer, if any, were below the window's start, and
+     * the last write tells when none was above it). */
+    if (p->is_seek_pending || p->is_seeking) {
+        p->floor_ts = ENGINE_MIN;
     }
+    skip_to(e, p, p->last_offset + 1);
+    if (p->gap_from >= 0) {
+        add_lost(e, p, p->gap_from, p->last_offset); /* nothing follows */
+    }
+    p->gap_from = -1;
+    p->lost_floor = INT64_MAX;
     p->gen++;
     e->stats.incarnations++;
     set_part_id(p, in->id);
-    p->position = in->log_start;
     p->log_start = in->log_start;
     p->last_offset = in->last_offset;
+    p->last_write_at = in->last_write_at;
+    p->lw_last_offset = in->last_offset;
     p->has_read = false;
     p->is_seek_pending = false;
     p->is_seeking = false; /* its answer is stale now */
+    /* The new one's offsets start at 0, and it was created after the page
+     * that last named the old one: what a trim took of it before this page
+     * is a skip like any other. */
+    p->position = 0;
+    p->floor_ts = p->seen_safe;
+    skip_to(e, p, in->log_start);
 }
 
 static void update_part(struct engine *e, struct part *p,
@@ -801,14 +962,17 @@ static void update_part(struct engine *e, struct part *p,
     }
     p->last_offset = max64(p->last_offset, in->last_offset);
     p->last_write_at = in->last_write_at;
+    p->lw_last_offset = in->last_offset;
     p->log_start = max64(p->log_start, in->log_start);
-    if (p->log_start > p->position && !p->is_seek_pending && !p->is_seeking) {
-        add_lost(e, p, p->position, p->log_start - 1);
-        p->position = p->log_start;
+    if (p->is_seek_pending || p->is_seeking) {
+        return; /* the seek's answer is judged against logStart */
     }
+    skip_to(e, p, p->log_start);
+    settle_gap(e, p);
 }
 
 static void touch(struct engine *e, struct part *p);
+static bool has_unread(const struct part *p);
 
 static int observe(struct engine *e, const struct engine_partition_info *in,
                    struct err *err)
@@ -826,11 +990,19 @@ static int observe(struct engine *e, const struct engine_partition_info *in,
         p->last_offset = in->last_offset;
         p->log_start = in->log_start;
         p->last_write_at = in->last_write_at;
+        p->lw_last_offset = in->last_offset;
         position_new(e, p, in);
     } else {
         update_part(e, p, in);
     }
+    if (!has_unread(p) && !p->is_seek_pending && !p->is_seeking) {
+        /* caught up: what it gains later is stamped at or above the page's
+         * safeTime */
+        p->floor_ts = max64(p->floor_ts, e->page_safe);
+    }
     p->last_seen_k = e->committed_k;
+    p->last_seen_pass = e->stats.discoveries;
+    p->seen_safe = e->page_safe;
     touch(e, p);
     return 0;
 }
@@ -891,6 +1063,7 @@ static int on_page(struct engine *e, const struct engine_discovery_page *p,
                        p->next.len);
     }
     e->safe_time = max64(e->safe_time, p->safe_time);
+    e->page_safe = p->safe_time;
     e->pass_min_safe = min64(e->pass_min_safe, p->safe_time);
     if (!e->is_t_prev_known) { /* latest: T_0 = the first safeTime seen */
         e->is_t_prev_known = true;
@@ -1220,6 +1393,7 @@ static void schedule_seeks(struct engine *e)
         s->id = e->next_call_id++;
         s->part = p;
         s->gen = p->gen;
+        s->t = e->t_prev;
         p->is_seeking = true;
         e->n_seeks_out++;
         e->stats.seeks_issued++;
@@ -1250,7 +1424,15 @@ void engine_on_seek_result(struct engine *e, uint64_t seek_id, bool is_found,
         }
         p->is_seeking = false;
         p->is_seek_pending = false;
-        p->position = is_found ? max64(offset, p->log_start) : p->log_start;
+        if (is_found) {
+            /* From its answer on every record is stamped >= t: an answer a
+             * trim passed since is a lost range, not a silent clamp. */
+            p->position = offset;
+            p->floor_ts = max64(p->floor_ts, s->t);
+            skip_to(e, p, p->log_start);
+        } else {
+            skip_to(e, p, p->log_start); /* from where it would have begun */
+        }
         touch(e, p);
         update_completeness(e);
         return;
@@ -1299,19 +1481,24 @@ static void merge_records(struct engine *e, struct part *p,
     for (size_t i = 0; i < r->n; i++) {
         const struct engine_fetched_record *rec = &r->records[i];
 
+        int64_t from = p->gap_from >= 0 ? p->gap_from : p->position;
+
         if (rec->offset < p->position) {
             continue; /* already seen */
         }
+        p->gap_from = -1;
         if (rec->ts < e->t_filter) {
-            e->stats.records_dropped++; /* (4) */
+            /* (4); a skipped range before it was stamped below it too */
+            e->stats.records_dropped++;
         } else {
-            if (rec->offset > p->position) { /* an offset jump */
-                add_lost(e, p, p->position, rec->offset - 1);
+            if (rec->offset > from) { /* an offset jump, or a skip */
+                add_lost(e, p, from, rec->offset - 1);
             }
             buffer_record(e, p, rec);
         }
         p->position = rec->offset + 1;
         p->last_read_ts = rec->ts;
+        p->floor_ts = rec->ts;
         p->has_read = true;
     }
 }
@@ -1327,8 +1514,7 @@ static void merge_entry(struct engine *e, struct part *p,
         return;
     case ENGINE_ANSWER_OFFSET_OUT_OF_RANGE:
         if (p->log_start > p->position) {
-            add_lost(e, p, p->position, p->log_start - 1);
-            p->position = p->log_start;
+            skip_to(e, p, p->log_start);
         } else if (p->position > r->high_watermark) {
             p->position = r->high_watermark; /* from a node that was ahead */
         }
@@ -1340,6 +1526,7 @@ static void merge_entry(struct engine *e, struct part *p,
         break;
     }
     merge_records(e, p, r);
+    settle_gap(e, p);
 }
 
 static struct fetch_call *find_call(struct engine *e, uint64_t id)
@@ -1494,6 +1681,14 @@ static size_t plan_parts(struct engine *e, int64_t t_start, int64_t t_end,
 
 static void plan_take_lost(struct engine *e)
 {
+    for (size_t i = 0; i < e->n_lost; i++) { /* planned: positions move on */
+        struct part *p =
+            find_part(e, (struct slice){e->lost[i].partition, e->lost[i].len});
+
+        if (p != NULL) {
+            p->lost_floor = INT64_MAX;
+        }
+    }
     e->plan_lost_owned = e->lost;
     e->plan_n_lost = e->n_lost;
     e->plan_lost =
@@ -1694,12 +1889,18 @@ static enum close_step close_step(struct engine *e,
     bool is_size = false;
     bool is_aligned;
     bool is_aged;
+    bool has_lost = e->n_lost > 0;
 
     if (t_start == ENGINE_MIN) { /* first window under earliest */
-        if (!has_min) {
+        if (has_min) {
+            t_start = unit == 0 ? min_ts : isotime_floor(min_ts, unit);
+        } else if (has_lost && cap != ENGINE_MIN && cap != INT64_MAX) {
+            /* lost ranges alone: a window that ends where it may */
+            t_start = unit == 0 ? sat_sub(cap, e->cfg.max_window_us)
+                                : isotime_floor(sat_sub(cap, 1), unit);
+        } else {
             return CLOSE_STOP;
         }
-        t_start = unit == 0 ? min_ts : isotime_floor(min_ts, unit);
     }
     cap = has_ac ? min64(cap, ac) : cap;
     if (cap <= t_start) {
@@ -1716,13 +1917,16 @@ static enum close_step close_step(struct engine *e,
     if (!is_size && !is_aligned && !is_aged && !e->is_forced) {
         return CLOSE_STOP;
     }
-    if (!has_min || min_ts >= t_end) {
+    if ((!has_min || min_ts >= t_end) && !has_lost) {
         if (is_aligned && !is_size) { /* (6): step over an empty stretch */
             skip_empty(e, b, t_end, has_min);
             return CLOSE_SKIPPED;
         }
         return CLOSE_STOP; /* (6) */
     }
+    /* (5), (6): a window of lost ranges alone closes as one with records
+     * would, so a loss reaches the bucket within one max window age even
+     * when no record follows it. */
     close_window(e, e->committed_k + 1, t_start, t_end, ENGINE_INTENT);
     return CLOSE_CLOSED;
 }
@@ -1767,7 +1971,7 @@ bool engine_begin_drain(struct engine *e)
     int64_t lag = 0;
     bool is_aged = engine_lag(e, &lag) && lag >= e->cfg.drain_min_lag_us;
     bool is_worth = e->total_buffered >= e->cfg.drain_min_bytes ||
-                    (is_aged && e->total_buffered > 0);
+                    (is_aged && e->total_buffered > 0) || e->n_lost > 0;
 
     e->is_draining = true;
     if (is_worth) {
@@ -1919,8 +2123,14 @@ static bool is_seek_slot_of(const struct engine *e, const struct part *p)
 /* Partitions discovery stopped naming, idle and empty, are forgotten. */
 static bool is_prunable(const struct engine *e, const struct part *p)
 {
-    bool is_stale =
-        e->committed_k - p->last_seen_k >= (int64_t)e->cfg.prune_after_windows;
+    /* Windows alone do not make it stale, a complete pass that did not
+     * name it must too: a size-close backfill commits many windows without
+     * a pass, and a partition forgotten then would restart at its log
+     * start, blind to what a trim took meanwhile (the pass that named it
+     * ends with discoveries = last_seen_pass + 1). */
+    bool is_stale = e->committed_k - p->last_seen_k >=
+                        (int64_t)e->cfg.prune_after_windows &&
+                    e->stats.discoveries - p->last_seen_pass >= 2;
 
     return is_stale && !is_active(p) && !p->is_fetching &&
            !is_seek_slot_of(e, p);
@@ -1951,11 +2161,14 @@ void engine_on_committed(struct engine *e)
 {
     int64_t k = e->plan.k;
     uint32_t every = e->cfg.checkpoint_every;
+    /* a redo committed from its manifest may carry lost ranges too */
+    bool had_lost = e->plan.n_lost > 0 || e->manifest_key != NULL;
 
     if (e->state != ENGINE_COMMIT) {
         return;
     }
     e->committed_k = k;
+    e->committed_t_end = e->plan.t_end;
     e->t_prev = e->plan.t_end;
     e->t_filter = e->plan.t_end;
     e->is_t_prev_known = true;
@@ -1968,7 +2181,9 @@ void engine_on_committed(struct engine *e)
     e->state = ENGINE_FILLING;
     e->has_discovered_this_window = false;
     prune(e);
-    if (every != 0 && k % every == 0 && e->has_discovered) {
+    /* A window that carried lost ranges is checkpointed whatever the
+     * cadence: a restart then starts past them (never reported twice). */
+    if (e->has_discovered && ((every != 0 && k % every == 0) || had_lost)) {
         e->is_checkpoint_pending = true;
         e->checkpoint_k = k;
         e->checkpoint_t_end = e->t_prev;
@@ -2004,6 +2219,11 @@ void engine_positions(struct engine *e, const struct engine_position **v,
                 ps->offset = p->recs[j].offset;
                 break;
             }
+        }
+        /* never past a loss not yet in a plan: a restart finds it again */
+        ps->offset = min64(ps->offset, p->lost_floor);
+        if (p->gap_from >= 0) {
+            ps->offset = min64(ps->offset, p->gap_from);
         }
     }
     if (e->n_pos > 1) {
@@ -2096,10 +2316,35 @@ static void emit_checkpoint(struct engine *e)
     e->is_checkpoint_pending = false;
 }
 
+/* A drain leaves nothing to close: checkpoint the positions at the commit
+ * pointer (unless that k has one), so the next owner starts from exact
+ * positions and judges a trim made meanwhile precisely (engine.h (5)). */
+static void drain_checkpoint(struct engine *e)
+{
+    if (!e->has_discovered || e->last_checkpoint_k == e->committed_k ||
+        e->has_redo) {
+        return;
+    }
+    e->checkpoint_k = e->committed_k;
+    e->checkpoint_t_end = e->committed_t_end;
+    e->last_checkpoint_k = e->committed_k;
+    emit_checkpoint(e);
+}
+
 static void fill_actions(struct engine *e)
 {
     bool is_quiet;
 
+    if (e->is_loss_checkpoint_due && e->has_discovered) {
+        /* A loss was found: checkpoint the positions now (they stop before
+         * it; exact for the commit pointer), so a restart before its window
+         * commits finds it again, judged as precisely as now. */
+        e->is_loss_checkpoint_due = false;
+        e->is_checkpoint_pending = true;
+        e->checkpoint_k = e->committed_k;
+        e->checkpoint_t_end = e->committed_t_end;
+        e->last_checkpoint_k = e->committed_k;
+    }
     if (e->is_checkpoint_pending) {
         emit_checkpoint(e);
     }
@@ -2108,6 +2353,7 @@ static void fill_actions(struct engine *e)
         return;
     }
     if (e->is_draining) {
+        drain_checkpoint(e);
         return;
     }
     if (!e->is_page_out && !e->is_pass_active &&

@@ -14,10 +14,49 @@
  *   (4) Records below t_filter (the end of the last committed window) are
  *       dropped on arrival: nothing ships twice.
  *   (5) Records that went away before they were read (retention, offset
- *       jumps, dead incarnations) become lost ranges in the next window that
- *       closes; never silence.
- *   (6) An empty window is never emitted; empty aligned stretches are stepped
- *       over.
+ *       jumps, dead incarnations, a seek answer a trim passed) become lost
+ *       ranges in the next window that closes; never silence. A range is
+ *       counted and handed to engine_found_lost() when it is found, and a
+ *       window of lost ranges alone closes by the rules a window of records
+ *       does (age, alignment, force, drain), so a loss no record follows
+ *       still reaches a manifest within one max window age.
+ *   (6) A window with neither records nor lost ranges is never emitted
+ *       (a redo rebuilds its intent's bounds, whatever they now hold); empty
+ *       aligned stretches are stepped over.
+ *
+ * Loss, precisely (engine.h (5), issue 13). A record is lost only when its
+ * stamp is at or above T = t_filter, the end of the last committed window
+ * (or of the last stretch stepped over): every record below T is in a
+ * committed window or in a committed lost range, because no window closes
+ * past a partition's unread offsets (3). Offsets skipped without being read
+ * (a logStart above the read position, an offset jump, a dead incarnation's
+ * unread tail, a seek answer below logStart) form one range [a, b] per skip,
+ * and the engine knows stamps around it only:
+ *   - a floor L <= every stamp from a on: the last record read (stamps never
+ *     fall along a partition's offsets), the seek's target for its answer,
+ *     the safeTime of the page that saw the partition caught up (what it
+ *     gains later is stamped above it), or T itself for a position from a
+ *     checkpoint written at the commit pointer (the positions of any moment
+ *     of FILLING are exact: the first unread or uncommitted offset);
+ *   - a ceiling H >= every stamp up to b: the partition's lastWriteAt when it
+ *     was reported with a lastOffset >= b, and the first record read after b.
+ * L >= T: all of [a, b] is lost, at once. H < T: none of it (all committed
+ * or below the horizon), silently correct. Otherwise the range waits for the
+ * first record read after it (its stamp is H: lost if >= T); with nothing
+ * left to read it is lost (never silent). Only a restart from a checkpoint
+ * older than the commit pointer (no loss was found since it, or its write
+ * failed) can leave a range that holds committed records below T and
+ * records trimmed at or above T with no proof either way; it is then
+ * reported whole.
+ *
+ * A lost range not yet in a plan holds the positions (engine_positions())
+ * back to its start, and finding one asks for a checkpoint at the commit
+ * pointer at once; so a restart or a takeover before its window commits
+ * finds the same range again with L = T (reported once, by that window),
+ * and one after the commit starts past it, or is told the committed ranges
+ * (engine_restore_lost()) when no checkpoint followed (never twice). A
+ * drain checkpoints too, so a trim made while the queue was not running is
+ * judged from exact positions.
  *
  * States (reported in status as filling/intent/upload/commit/failed):
  *
@@ -373,11 +412,25 @@ bool engine_on_manifest_found(struct engine *e, int64_t k,
                               struct slice manifest_key, uint64_t records,
                               uint64_t bytes);
 
+/* Lost ranges a committed manifest names (the commit pointer's window when
+ * no checkpoint follows it, or a redo committed from its manifest): found
+ * again from older positions after a restart, they are not reported twice
+ * (for the partition's first incarnation of this run). Copies. */
+void engine_restore_lost(struct engine *e, const struct engine_lost_range *v,
+                         size_t n);
+
+/* Lost ranges found since the last call (engine.h (5)), in the order found,
+ * each handed out once: the driver logs and counts them when found. Valid
+ * until the next call of this function or engine_free(). They also travel
+ * in the next window's plan. */
+void engine_found_lost(struct engine *e, const struct engine_lost_range **v,
+                       size_t *n);
+
 /* Close at the largest legal tEnd at the next chance (memory budget). */
 void engine_force_close(struct engine *e);
 /* Stop reading; returns true when the buffered window is worth finishing
- * (>= drain_min_bytes, or lag >= drain_min_lag_us with anything buffered),
- * in which case a close is forced. */
+ * (>= drain_min_bytes, or lag >= drain_min_lag_us with anything buffered,
+ * or lost ranges not in a window yet), in which case a close is forced. */
 bool engine_begin_drain(struct engine *e);
 
 /* ---- Status -------------------------------------------------------------- */

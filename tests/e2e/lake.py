@@ -12,9 +12,11 @@ checks, for one queue, every rule of docs/design/scenarios.md §9
       ranges as expected (none unless the test says which); tStart < tEnd
       and tStart(k) = tEnd(k-1) (windows tile);
   (2) each manifest's objects at the keys derived from (prefix, tenant,
-      queue, k, tStart, tEnd, align, layout) (docs/design/formats.md §2), with
-      bytes,
-      sha256, records, partitions, minTs and maxTs matching the objects;
+      queue, k, tStart, tEnd, align, layout) (docs/design/formats.md §2), with bytes,
+      sha256, records, partitions, minTs and maxTs matching the objects; a
+      window with no record names no object (records, bytes and partitions
+      0, no minTs/maxTs): a window of lost ranges alone, which carries a
+      loss no record followed to the bucket (docs/s3-sink.md);
   (3) each object decoded per its extension (.jsonl.zst, .jsonl.gz, .jsonl)
       ends with LF, one line per record, each line's envelope byte-exact
       (keys partition, offset, transactionId, ts, payload; the head rebuilt
@@ -33,7 +35,8 @@ checks, for one queue, every rule of docs/design/scenarios.md §9
       same k and tEnd, positions [partition, offset(, id)] sorted by name,
       each partition's offset splitting the lake's records into those of
       windows <= k (below it) and those of later windows (at or above it),
-      every partition with a record in windows <= k named; with
+      every partition with a record in windows <= k named (k 0:
+      positions kept before the first window, when a loss came first); with
       checkpoint_every=N, a checkpoint exists for every k <= n with k % N
       == 0 and for no other k;
   (8) with broker= (or log=), each record's ts, transactionId and payload
@@ -307,8 +310,8 @@ def make_lake(put, prefix, tenant, queue, windows, *, fmt="jsonl",
     committed_at = committed_at or "2026-10-02T00:00:00.000000Z"
     out = []
     for k, (t_start, t_end, records) in enumerate(windows, 1):
-        groups = [(None, records)] if layout == "merged" else \
-            _runs_by_partition(records)
+        groups = [] if not records else [(None, records)] \
+            if layout == "merged" else _runs_by_partition(records)
         objects = []
         for part, recs in groups:
             if fmt == "parquet":
@@ -549,8 +552,10 @@ def _check_manifest(m, k, tenant, queue, opts):
         raise LakeError("manifest %d: committedAt %r is not ISO-µs" % (k, c))
     if not isinstance(m["lost"], list) or not isinstance(m["objects"], list):
         raise LakeError("manifest %d: lost and objects must be arrays" % k)
-    if not m["objects"]:
-        raise LakeError("manifest %d names no object" % k)
+    if not m["objects"] and (m["records"], m["bytes"], m["partitions"]) != \
+            (0, 0, 0):
+        raise LakeError("manifest %d names no object but holds records"
+                        % k)
     if (("minTs" in m) != (m["records"] > 0)) or \
             (("maxTs" in m) != (m["records"] > 0)):
         raise LakeError("manifest %d: minTs/maxTs present iff records > 0"
@@ -559,7 +564,8 @@ def _check_manifest(m, k, tenant, queue, opts):
 
 def _check_objects(reader, prefix, tenant, queue, k, m, opts, seen, want):
     per_partition = opts["layout"] == "per-partition"
-    if not per_partition and len(m["objects"]) != 1:
+    if not per_partition and len(m["objects"]) != 1 and \
+            (m["objects"] or m["records"]):
         raise LakeError("manifest %d: a merged window names exactly one "
                         "object, not %d" % (k, len(m["objects"])))
     totals = {"records": 0, "bytes": 0}
@@ -763,7 +769,7 @@ def _check_checkpoints(reader, prefix, tenant, queue, manifests, seen,
         if not m:
             raise LakeError("%s: neither a manifest nor a checkpoint" % key)
         k = int(m.group(1))
-        if k not in manifests:
+        if k not in manifests and k != 0:
             raise LakeError("%s: checkpoint of window %d, which has no "
                             "manifest" % (key, k))
         if every and k % every != 0:
@@ -773,8 +779,9 @@ def _check_checkpoints(reader, prefix, tenant, queue, manifests, seen,
             doc = json.loads(decompress(reader.read(key) or b"", "zstd", key))
         except ValueError:
             raise LakeError("%s: checkpoint is not JSON" % key) from None
+        t_end = manifests[k]["tEnd"] if k != 0 else doc.get("tEnd")
         if not isinstance(doc, dict) or doc.get("k") != k or \
-                doc.get("tEnd") != manifests[k]["tEnd"] or \
+                not _is_int(doc.get("tEnd")) or doc.get("tEnd") != t_end or \
                 not isinstance(doc.get("positions"), list):
             raise LakeError("%s: checkpoint does not match window %d's "
                             "manifest (k, tEnd, positions)" % (key, k))

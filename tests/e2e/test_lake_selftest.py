@@ -597,3 +597,34 @@ def test_push_helpers_splice_payloads_and_keep_queued_answers():
                "offset": 0}]
     assert lake.acked_from_push(items, answer) == [
         ("p é", 0, "m0", b"42.00"), ("Default", 0, "t-1", b'{"a":\n1}')]
+
+
+def test_a_window_of_lost_ranges_alone_is_accepted(tmp_path):
+    """Issue 13: a loss no record follows travels in a window with no
+    object (records, bytes and partitions 0, no minTs/maxTs)."""
+    windows, acked = build_records()
+    w = copy.deepcopy(windows)
+    p = PARTITIONS[0]
+    gone = [r for r in w[2][2] if r[0] == p]  # offsets 6..8 of p
+    w.append((w[2][1], w[2][1] + SEC, []))
+    w[2] = (w[2][0], w[2][1], [r for r in w[2][2] if r[0] != p])
+    lost = [{"partition": p, "from": gone[0][1], "to": gone[-1][1]}]
+    r = write(tmp_path, w, lost={4: lost})
+    m = json.loads(r.read(lake.manifest_key(PREFIX, TENANT, QUEUE, 4)))
+    assert m["objects"] == [] and m["records"] == 0 and "minTs" not in m
+    got = verify(r, acked, expect_lost=lost)
+    assert got["manifests"] == 4 and got["lost"] == [
+        (p, gone[0][1], gone[-1][1])]
+    with pytest.raises(LakeError, match="lost ranges"):
+        verify(r, acked)
+
+
+def test_a_window_with_records_and_no_object_is_refused(tmp_path):
+    windows, acked = build_records()
+    r = write(tmp_path, windows)
+    key = lake.manifest_key(PREFIX, TENANT, QUEUE, 3)
+    m = json.loads(r.read(key))
+    m["objects"] = []
+    r.put(key, lake.compact(m))
+    with pytest.raises(LakeError, match="names no object but holds records"):
+        verify(r, acked)

@@ -802,7 +802,8 @@ SIM_API void sim_on_upload(struct sim *s, const struct engine_plan *given)
     uint64_t lost = 0;
 
     s->uploads++;
-    if (pl->t_end > sim_safe(s) - s->cfg.guard_us || pl->n_records == 0) {
+    if (pl->t_end > sim_safe(s) - s->cfg.guard_us ||
+        (pl->n_records == 0 && pl->n_lost == 0)) {
         s->violations++; /* engine.h (2), (6) */
     }
     for (size_t i = 0; i < pl->n_records; i++) {

@@ -585,3 +585,40 @@ TEST(checkpoint_cadence_every_20_over_41_windows)
     EXPECT_EQ_I64(due[1], 40);
     EXPECT(docs_checkpoint_due(5, 1));
 }
+
+/* Issue 13: a window of lost ranges alone (no object, no record) round-trips
+ * and still matches its intent, so its redo commits from it. */
+TEST(a_manifest_of_lost_ranges_alone_round_trips_and_matches_its_intent)
+{
+    struct docs_object o[2];
+    struct docs_lost l[1];
+    struct docs_manifest m = sample_manifest(o, l);
+    struct docs_manifest r;
+    struct docs_intent in;
+    struct buf b;
+    struct buf arena;
+    struct err err;
+
+    m.n_objects = 0;
+    m.records = 0;
+    m.bytes = 0;
+    m.partitions = 0;
+    m.has_ts = false;
+    buf_init(&b, BUF_UNLIMITED);
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_manifest_encode(&b, &m, &err), 0);
+    EXPECT(strstr(b.data, "\"objects\":[],\"records\":0,\"bytes\":0,"
+                          "\"partitions\":0,\"lost\":[{\"partition\":\"p\","
+                          "\"from\":1,\"to\":2}]") != NULL);
+    EXPECT_EQ_I64(docs_manifest_decode(b.data, b.len, &r, &arena, &err), 0);
+    EXPECT_EQ_U64(r.n_objects, 0);
+    EXPECT_EQ_U64(r.records, 0);
+    EXPECT(!r.has_ts);
+    EXPECT_EQ_U64(r.n_lost, 1);
+    in = (struct docs_intent){m.k,           m.t_start, m.t_end, m.format,
+                              m.compression, m.layout,  m.writer};
+    EXPECT(
+        docs_manifest_matches(&r, &in, sl("default"), sl("t"), sl("orders")));
+    buf_free(&b);
+    buf_free(&arena);
+}

@@ -1358,3 +1358,250 @@ TEST(overlap_a_window_worth_finishing_is_committed_before_the_exit)
 {
     worth_finishing_case(true);
 }
+
+/* ---- issue 13: loss bookkeeping ----------------------------------------- */
+
+static struct fake_object *manifest_of(struct rig *r, int64_t k)
+{
+    char want[64];
+
+    snprintf(want, sizeof(want), "windows/%010" PRId64 ".json", k);
+    for (size_t i = 0; i < r->k.n; i++) {
+        if (strstr(r->k.objs[i].key, want) != NULL) {
+            return &r->k.objs[i];
+        }
+    }
+    return NULL;
+}
+
+/* Window 1 commits a's 0..2; then a's 3..5 arrive and are trimmed before
+ * the driver reads them, and nothing follows. safeTime 11:02: not a window
+ * yet. */
+static struct rig *trimmed_after_window_1(void)
+{
+    struct rig *r = rig_open();
+
+    for (int i = 0; i < 3; i++) {
+        fake_push(&r->f, "a", at("2026-09-04T10:05:00.000000Z") + i);
+    }
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    for (int i = 0; i < 3; i++) {
+        fake_push(&r->f, "a", at("2026-09-04T11:01:00.000000Z") + i);
+    }
+    fake_part(&r->f, "a")->log_start = 6;
+    r->f.safe_time = at("2026-09-04T11:02:00.000000Z");
+    return r;
+}
+
+/* Item 1: counted when found, and in the bucket within one max window age
+ * in a window of its own (a manifest with no objects). */
+TEST(loss_with_no_record_after_it_is_counted_at_once_and_gets_a_window)
+{
+    struct rig *r = trimmed_after_window_1();
+    struct driver_status st;
+    struct fake_object *m;
+
+    run_until(r, 2, 50);
+    driver_status(r->d, &st);
+    EXPECT_EQ_I64(st.committed_k, 1);
+    EXPECT_EQ_U64(st.counters.records_lost, 3);         /* found: counted */
+    r->f.safe_time = at("2026-09-04T11:06:00.000000Z"); /* past 5 min */
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.records_lost, 3); /* not twice */
+    EXPECT_EQ_U64(st.last_window_records, 0);
+    m = manifest_of(r, 2);
+    EXPECT(m != NULL);
+    if (m != NULL) {
+        EXPECT(strstr(m->body.data, "\"objects\":[]") != NULL);
+        EXPECT(strstr(m->body.data, "\"records\":0,") != NULL);
+        EXPECT(strstr(m->body.data, "\"lost\":[{\"partition\":\"a\","
+                                    "\"from\":3,\"to\":5}]") != NULL);
+    }
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000002-"), 0);
+    rig_close(r);
+}
+
+/* Item 1: a loss found and then a restart before its window: the next run
+ * finds it again from the positions kept when it was found, and it lands
+ * once. */
+TEST(loss_found_before_a_restart_lands_once_after_it)
+{
+    struct rig *r = trimmed_after_window_1();
+    struct driver_status st;
+    struct fake_object *m;
+
+    run_until(r, 2, 50);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    new_lease(r); /* the process restarts: nothing of memory is left */
+    new_driver(r);
+    r->f.safe_time = at("2026-09-04T11:06:00.000000Z");
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.records_lost, 3);
+    m = manifest_of(r, 2);
+    EXPECT(m != NULL);
+    if (m != NULL) {
+        EXPECT(strstr(m->body.data, "\"lost\":[{\"partition\":\"a\","
+                                    "\"from\":3,\"to\":5}]") != NULL);
+    }
+    /* and a restart after that window does not report it again */
+    new_lease(r);
+    new_driver(r);
+    fake_push(&r->f, "a", at("2026-09-04T12:10:00.000000Z"));
+    r->f.safe_time = at("2026-09-04T13:00:00.000001Z");
+    run_until(r, 3, 200);
+    EXPECT_EQ_I64(committed_k(r), 3);
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.records_lost, 0);
+    m = manifest_of(r, 3);
+    EXPECT(m != NULL && strstr(m->body.data, "\"lost\":[]") != NULL);
+    rig_close(r);
+}
+
+/* Item 1: a crash after the intent of the lost ranges' window: the redo
+ * carries them, once. */
+TEST(loss_a_window_of_lost_ranges_alone_is_redone_after_a_crash)
+{
+    struct rig *r = trimmed_after_window_1();
+    struct fake_object *m;
+
+    run_until(r, 2, 50); /* found */
+    r->cfg.crash_at = DRIVER_CRASH_AFTER_INTENT;
+    new_lease(r);
+    new_driver(r);
+    r->f.safe_time = at("2026-09-04T11:06:00.000000Z");
+    run_until(r, 2, 200);
+    EXPECT(r->next.stop == DRIVER_CRASHED);
+    r->cfg.crash_at = DRIVER_CRASH_NEVER;
+    new_lease(r);
+    new_driver(r);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    m = manifest_of(r, 2);
+    EXPECT(m != NULL);
+    if (m != NULL) {
+        EXPECT(strstr(m->body.data, "\"objects\":[]") != NULL);
+        EXPECT(strstr(m->body.data, "\"lost\":[{\"partition\":\"a\","
+                                    "\"from\":3,\"to\":5}]") != NULL);
+    }
+    rig_close(r);
+}
+
+/* Item 1: the sink stops (SIGTERM) with window 1 committed; while it is
+ * down, records arrive and retention trims them; nothing follows. The
+ * drain checkpointed the positions at the commit pointer, so the next run
+ * finds exactly the trimmed range and carries it to the bucket. */
+TEST(loss_while_the_sink_is_down_is_found_after_a_graceful_restart)
+{
+    struct rig *r = rig_open();
+    struct driver_status st;
+    struct fake_object *m;
+
+    for (int i = 0; i < 3; i++) {
+        fake_push(&r->f, "a", at("2026-09-04T10:05:00.000000Z") + i);
+    }
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    driver_request_drain(r->d, false);
+    run_until(r, -1, 200);
+    EXPECT(r->next.stop == DRIVER_DRAINED);
+    EXPECT_EQ_U64(count_keys(&r->k, "/checkpoint/0000000001.json.zst"), 1);
+    for (int i = 0; i < 3; i++) { /* while it is down */
+        fake_push(&r->f, "a", at("2026-09-04T11:01:00.000000Z") + i);
+    }
+    fake_part(&r->f, "a")->log_start = 6;
+    r->f.safe_time = at("2026-09-04T11:06:00.000000Z");
+    new_lease(r);
+    new_driver(r);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.records_lost, 3);
+    m = manifest_of(r, 2);
+    EXPECT(m != NULL);
+    if (m != NULL) {
+        EXPECT(strstr(m->body.data, "\"objects\":[]") != NULL);
+        EXPECT(strstr(m->body.data, "\"lost\":[{\"partition\":\"a\","
+                                    "\"from\":3,\"to\":5}]") != NULL);
+    }
+    rig_close(r);
+}
+
+/* Item 1: a crash before the commit of a window of lost ranges alone: the
+ * restart commits it from its manifest (no object to find), and the run
+ * after does not report the loss again. */
+TEST(loss_a_window_of_lost_ranges_alone_commits_from_its_manifest)
+{
+    struct rig *r = trimmed_after_window_1();
+    struct driver_status st;
+    struct fake_object *m;
+
+    run_until(r, 2, 50); /* found */
+    r->cfg.crash_at = DRIVER_CRASH_BEFORE_COMMIT;
+    new_lease(r);
+    new_driver(r);
+    r->f.safe_time = at("2026-09-04T11:06:00.000000Z");
+    run_until(r, 2, 200);
+    EXPECT(r->next.stop == DRIVER_CRASHED);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    EXPECT(manifest_of(r, 2) != NULL);
+    r->cfg.crash_at = DRIVER_CRASH_NEVER;
+    new_lease(r);
+    new_driver(r);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    m = manifest_of(r, 2);
+    EXPECT(m != NULL && strstr(m->body.data, "\"objects\":[]") != NULL);
+    new_lease(r);
+    new_driver(r);
+    fake_push(&r->f, "a", at("2026-09-04T12:10:00.000000Z"));
+    r->f.safe_time = at("2026-09-04T13:00:00.000001Z");
+    run_until(r, 3, 200);
+    EXPECT_EQ_I64(committed_k(r), 3);
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.records_lost, 0);
+    m = manifest_of(r, 3);
+    EXPECT(m != NULL && strstr(m->body.data, "\"lost\":[]") != NULL);
+    rig_close(r);
+}
+
+/* Item 1: a crash right after the commit of a window of lost ranges, before
+ * its checkpoint: the restart reads that window's manifest and does not
+ * report its lost ranges again. */
+TEST(loss_committed_just_before_a_crash_is_not_reported_again)
+{
+    struct rig *r = trimmed_after_window_1();
+    struct driver_status st;
+    struct fake_object *m;
+
+    run_until(r, 2, 50); /* found */
+    r->cfg.crash_at = DRIVER_CRASH_AFTER_COMMIT;
+    new_lease(r);
+    new_driver(r);
+    r->f.safe_time = at("2026-09-04T11:06:00.000000Z");
+    run_until(r, 2, 200);
+    EXPECT(r->next.stop == DRIVER_CRASHED);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    EXPECT_EQ_U64(count_keys(&r->k, "/checkpoint/0000000002.json.zst"), 0);
+    r->cfg.crash_at = DRIVER_CRASH_NEVER;
+    new_lease(r);
+    new_driver(r);
+    fake_push(&r->f, "a", at("2026-09-04T12:10:00.000000Z"));
+    r->f.safe_time = at("2026-09-04T13:00:00.000001Z");
+    run_until(r, 3, 200);
+    EXPECT_EQ_I64(committed_k(r), 3);
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.records_lost, 0);
+    m = manifest_of(r, 3);
+    EXPECT(m != NULL && strstr(m->body.data, "\"lost\":[]") != NULL);
+    EXPECT_EQ_U64(st.last_window_records, 1);
+    rig_close(r);
+}

@@ -2158,3 +2158,240 @@ TEST(a_long_quiet_spell_is_stepped_over_in_one_go)
     EXPECT(sim_exactly_once(&s));
     sim_free(&s);
 }
+
+/* ---- issue 13: loss bookkeeping ----------------------------------------- */
+
+/* Ask for actions until a Discover is among them (it is then out). */
+static void until_discover(struct engine *e, struct acts *a)
+{
+    for (int i = 0; i < 10; i++) {
+        next(e, a);
+        if (find_kind(a, ENGINE_ACT_DISCOVER) != NULL) {
+            return;
+        }
+    }
+    HARNESS_FAIL("no discovery asked for");
+}
+
+/* Lost records across the committed windows (each reported once). */
+static uint64_t committed_lost(const struct sim *s)
+{
+    uint64_t n = 0;
+
+    for (size_t i = 0; i < s->n_windows; i++) {
+        n += s->windows[i].lost_records;
+    }
+    return n;
+}
+
+/* Item 1: a trim that no record follows still reaches a manifest, in a
+ * window of lost ranges alone, within one max window age. */
+TEST(loss_a_trim_no_record_follows_closes_a_window_of_its_own)
+{
+    struct engine_config c;
+    struct sim s;
+
+    sim_test_config(&c);
+    sim_init(&s, &c);
+    sim_push(&s, "p", 10, SIM_T0, 10);
+    sim_advance(&s, SIM_T0 + 5 * SIM_SEC);
+    EXPECT(sim_run_until_commits(&s, 1, 500));
+    sim_push(&s, "p", 10, sim_safe(&s), 10); /* 10..19, never read */
+    sim_trim(&s, "p", 20);
+    s.idle_advance_us = 100 * SIM_MS;
+    EXPECT(sim_run_until_commits(&s, 2, 2000));
+    EXPECT_EQ_U64(s.n_windows, 2);
+    EXPECT_EQ_U64(s.windows[1].n_records, 0);
+    EXPECT_EQ_U64(s.windows[1].lost_records, 10);
+    EXPECT_EQ_U64(s.last_lost_n, 1);
+    EXPECT_EQ_I64(s.last_lost[0].from, 10);
+    EXPECT_EQ_I64(s.last_lost[0].to, 19);
+    /* within one max window age of the window before */
+    EXPECT(s.windows[1].t_end - s.windows[0].t_end <=
+           c.max_window_us + 2 * SIM_SEC);
+    EXPECT_EQ_U64(engine_stats(s.e)->records_lost, 10);
+    EXPECT_EQ_I64(s.violations, 0);
+    sim_free(&s);
+}
+
+/* Item 2: a checkpoint older than the commit pointer, then a trim of what
+ * the windows since committed: nothing is lost. */
+TEST(loss_a_trim_below_the_commit_is_not_lost_from_an_old_checkpoint)
+{
+    struct engine_config c;
+    struct sim s;
+    struct engine_committed com = {35, SIM_T0 + 5 * SIM_SEC};
+    struct engine_position pos = {SLICE_LIT("p"), 0, {NULL, 0}};
+    struct engine_checkpoint cp = {20, &pos, 1};
+
+    sim_test_config(&c);
+    sim_init(&s, &c);
+    sim_push(&s, "p", 50, SIM_T0, 10);              /* 0..49, committed */
+    sim_push(&s, "p", 5, SIM_T0 + SIM_SEC, 10);     /* 50..54, committed */
+    sim_push(&s, "p", 5, SIM_T0 + 6 * SIM_SEC, 10); /* 55..59 */
+    pos.id = (struct slice){s.parts[0].id, strlen(s.parts[0].id)};
+    sim_trim(&s, "p", 50);
+    sim_restart(&s, &com, NULL, &cp);
+    s.expect_from = com.t_end;
+    sim_advance(&s, SIM_T0 + 20 * SIM_SEC);
+    EXPECT(sim_run_until_commits(&s, 1, 500));
+    EXPECT_EQ_U64(engine_stats(s.e)->records_lost, 0);
+    EXPECT_EQ_U64(s.last_lost_n, 0);
+    EXPECT_EQ_U64(s.last_plan_n, 5); /* 55..59 */
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
+
+/* Item 2, the partition's last write below the commit: the whole trimmed
+ * range was committed, whatever the checkpoint says. */
+TEST(loss_a_partition_written_last_below_the_commit_loses_nothing)
+{
+    struct engine_config c;
+    struct err err;
+    struct engine *e;
+    struct acts a;
+    struct engine_committed com = {35, SIM_T0 + 10 * SIM_SEC};
+    struct engine_position pos = {SLICE_LIT("p"), 0, SLICE_LIT("A")};
+    struct engine_checkpoint cp = {20, &pos, 1};
+    struct engine_partition_info in =
+        pinfo("p", "A", 49, 50, SIM_T0 + 5 * SIM_SEC);
+
+    sim_test_config(&c);
+    e = engine_new(&c, &err);
+    EXPECT(engine_restore(e, &com, NULL, &cp, &err) == 0);
+    next(e, &a);
+    page1(e, SIM_T0 + 20 * SIM_SEC, &in, 1);
+    EXPECT_EQ_I64(position_of(e, "p"), 50);
+    EXPECT_EQ_U64(engine_stats(e)->records_lost, 0);
+    engine_free(e);
+}
+
+/* Item 12: a seek answer below a log start that moved while the seek was
+ * out is a lost range (it was clamped away). */
+TEST(loss_a_seek_result_clamped_to_the_log_start_records_the_gap)
+{
+    struct engine_config c;
+    struct err err;
+    struct engine *e;
+    struct acts a;
+    struct engine_discovery_page pg;
+    struct engine_partition_info q =
+        pinfo("q", "Q", -1, 0, SIM_T0 - 10 * SIM_SEC);
+    struct engine_partition_info in;
+    const struct engine_action *sk;
+
+    sim_test_config(&c);
+    c.start = ENGINE_START_LATEST;
+    c.discovery_limit = 1;
+    e = engine_new(&c, &err);
+    next(e, &a);
+    page1(e, SIM_T0, &q, 1); /* T0 = the first safeTime */
+    in = pinfo("p", "A", 99, 0, SIM_T0 + SIM_SEC);
+    until_discover(e, &a);
+    memset(&pg, 0, sizeof(pg));
+    pg.safe_time = SIM_T0 + 2 * SIM_SEC;
+    pg.partitions = &in;
+    pg.n = 1;
+    pg.has_next = true;
+    pg.next = SLICE_LIT("p|2");
+    EXPECT(engine_on_discovery_page(e, &pg, &err) == 0);
+    next(e, &a);
+    sk = find_kind(&a, ENGINE_ACT_SEEK);
+    EXPECT(sk != NULL && find_kind(&a, ENGINE_ACT_DISCOVER) != NULL);
+    uint64_t seek_id = sk != NULL ? sk->u.seek.seek_id : 0;
+    in = pinfo("p", "A", 99, 60, SIM_T0 + SIM_SEC); /* trimmed meanwhile */
+    pg.has_next = false;
+    EXPECT(engine_on_discovery_page(e, &pg, &err) == 0);
+    engine_on_seek_result(e, seek_id, true, 40); /* 40.. stamped >= T0 */
+    EXPECT_EQ_I64(position_of(e, "p"), 60);
+    EXPECT_EQ_U64(engine_stats(e)->records_lost, 20); /* 40..59 */
+    engine_free(e);
+}
+
+/* Item 12: a partition that dies while its seek is pending loses what it
+ * held above the window's start, and says so. */
+TEST(loss_a_new_incarnation_while_a_seek_is_pending_records_the_old_one)
+{
+    struct engine_config c;
+    struct err err;
+    struct engine *e;
+    struct acts a;
+    struct engine_discovery_page pg;
+    struct engine_partition_info q =
+        pinfo("q", "Q", -1, 0, SIM_T0 - 10 * SIM_SEC);
+    struct engine_partition_info in;
+
+    sim_test_config(&c);
+    c.start = ENGINE_START_LATEST;
+    e = engine_new(&c, &err);
+    next(e, &a);
+    page1(e, SIM_T0, &q, 1); /* T0 */
+    until_discover(e, &a);
+    /* p appears with 0..9, all written after T0: a seek is pending */
+    in = pinfo("p", "A", 9, 0, SIM_T0 + SIM_SEC);
+    memset(&pg, 0, sizeof(pg));
+    pg.safe_time = SIM_T0 + 2 * SIM_SEC;
+    pg.partitions = &in;
+    pg.n = 1;
+    pg.has_next = true;
+    pg.next = SLICE_LIT("p|2");
+    EXPECT(engine_on_discovery_page(e, &pg, &err) == 0);
+    next(e, &a); /* the seek goes out, and the next page is asked for */
+    EXPECT(find_kind(&a, ENGINE_ACT_SEEK) != NULL);
+    /* before the seek answers, the partition is deleted and created again */
+    in = pinfo("p", "B", 2, 0, SIM_T0 + 2 * SIM_SEC);
+    pg.has_next = false;
+    pg.safe_time = SIM_T0 + 3 * SIM_SEC;
+    EXPECT(engine_on_discovery_page(e, &pg, &err) == 0);
+    EXPECT_EQ_U64(engine_stats(e)->incarnations, 1);
+    EXPECT_EQ_U64(engine_stats(e)->records_lost, 10); /* A's 0..9 */
+    engine_free(e);
+}
+
+/* Item 12: a size-close backfill commits window after window without a
+ * discovery pass; a caught-up partition is not pruned meanwhile, so what a
+ * trim takes from it later is found, not restarted at the log start. */
+TEST(loss_a_backfill_does_not_prune_a_partition_a_trim_then_empties)
+{
+    struct engine_config c;
+    struct sim s;
+
+    sim_test_config(&c);
+    c.target_bytes = 2000;
+    c.prune_after_windows = 3;
+    sim_init(&s, &c);
+    sim_push(&s, "q", 1, SIM_T0, 10);
+    for (int i = 0; i < 200; i++) {
+        sim_push(&s, "p", 1, SIM_T0 + i * SIM_MS, 10);
+    }
+    sim_advance(&s, SIM_T0 + SIM_SEC);
+    EXPECT(sim_run_until_commits(&s, 1, 500));
+    sim_push(&s, "q", 5, sim_safe(&s), 10); /* 1..5, never read */
+    sim_trim(&s, "q", 6);
+    EXPECT(sim_run_until_commits(&s, 6, 500));
+    sim_finish(&s, sim_safe(&s) + 10 * SIM_SEC);
+    EXPECT_EQ_U64(engine_stats(s.e)->records_lost, 5);
+    EXPECT_EQ_U64(committed_lost(&s), 5);
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
+
+/* Item 12: a new incarnation whose head a trim took before discovery saw it
+ * skips offsets never read: a lost range too. */
+TEST(loss_a_new_incarnation_seen_after_a_trim_records_its_head)
+{
+    struct engine_config c;
+    struct err err;
+    struct engine *e;
+    struct engine_partition_info in = pinfo("p", "A", -1, 0, SIM_T0);
+
+    sim_test_config(&c);
+    e = engine_new(&c, &err);
+    pass(e, SIM_T0 + SIM_SEC, &in, 1);                /* empty, caught up */
+    in = pinfo("p", "B", 9, 5, SIM_T0 + 2 * SIM_SEC); /* 0..4 trimmed */
+    pass(e, SIM_T0 + 3 * SIM_SEC, &in, 1);
+    EXPECT_EQ_U64(engine_stats(e)->incarnations, 1);
+    EXPECT_EQ_I64(position_of(e, "p"), 5);
+    EXPECT_EQ_U64(engine_stats(e)->records_lost, 5);
+    engine_free(e);
+}
