@@ -227,7 +227,7 @@ class Broker:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(15)
+                self.proc.wait(60)  # a loaded machine drains slowly
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
