@@ -515,7 +515,7 @@ static void cluster_teardown(struct cluster *c)
 }
 
 /* Set up and start three voters; returns the index of the leader once
- * there is one (-1: none in 10 s). */
+ * there is one (-1: none in HARNESS_WAIT_S). */
 static int cluster_up(struct cluster *c, unsigned snapshot_threshold)
 {
     cluster_setup(c, snapshot_threshold);
@@ -524,7 +524,7 @@ static int cluster_up(struct cluster *c, unsigned snapshot_threshold)
 }
 
 /* Propose n pushes (first, first + 1, ...) on leader and wait for their n
- * answers; returns whether they came within 10 s. */
+ * answers; returns whether they came within HARNESS_WAIT_S. */
 static bool cluster_push_wait(struct cluster *c, int leader, int first, int n)
 {
     c->done = 0;
