@@ -105,7 +105,13 @@ def test_the_longest_instance_writes_its_presence_row(sink_node):
                    "the presence row of the longest instance name")
     except AssertionError as e:
         raise AssertionError("%s\n%s" % (e, node.stderr()[-4000:]))
-    assert "cannot write this node's presence row" not in node.stderr()
+    # The row was never refused. A loaded machine may start the sink before
+    # the raft leader is ready: that write is retried ("leader not ready")
+    # and is no refusal of the key.
+    refused = [ln for ln in node.stderr().splitlines()
+               if "cannot write this node's presence row" in ln and
+               not ln.endswith("error=leader not ready")]
+    assert refused == [], refused
 
 
 def test_an_instance_one_byte_too_long_is_fatal(sink_node):
