@@ -21,6 +21,16 @@ from bucket import TestBucket  # noqa: E402
 from queenproc import Broker  # noqa: E402
 
 
+def pytest_configure(config):
+    # An assert that fails in a thread other than the test's own is only a
+    # PytestUnhandledThreadExceptionWarning to pytest ("1 passed, 1
+    # warning"): make it fail the test. Tests still collect their threads'
+    # results and assert in the test's own thread.
+    config.addinivalue_line(
+        "filterwarnings",
+        "error::pytest.PytestUnhandledThreadExceptionWarning")
+
+
 @pytest.fixture
 def bucket(tmp_path):
     b = TestBucket(buckets=["lake"], workdir=str(tmp_path / "bucket"))

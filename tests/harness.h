@@ -10,6 +10,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* How long a test waits for something another thread, process or timer is
+ * to do: generous for a loaded 2-core machine (make stress-unit), where a
+ * thing that takes milliseconds when idle can take seconds. Tests poll the
+ * real condition up to this deadline; they never sleep and then assert. */
+#define HARNESS_WAIT_MS 60000
+#define HARNESS_WAIT_S  60
+
+/* CLOCK_MONOTONIC in milliseconds, for deadlines. */
+static inline int64_t harness_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 struct harness_test {
     const char *name;

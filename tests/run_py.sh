@@ -18,14 +18,16 @@ for d in tests/bucket tests/integration tests/e2e tests/compat; do
 done
 mkdir -p build/results
 if [ "${#dirs[@]}" -eq 0 ]; then
-  echo "integration: no suites"; echo "py 0 0" >> build/results/summary; exit 0
+  echo "integration: no suites"; echo "py 0 0 0" >> build/results/summary; exit 0
 fi
 out=build/results/pytest.log
 /usr/bin/python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} "${dirs[@]}" 2>&1 | tee "$out"
 rc=${PIPESTATUS[0]}
-line=$(grep -E '^=* ?[0-9]+ (passed|failed)' "$out" | tail -1)
-p=$(printf '%s' "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
-f=$(printf '%s' "$line" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+' || echo 0)
-e=$(printf '%s' "$line" | grep -oE '[0-9]+ error' | grep -oE '[0-9]+' || echo 0)
-echo "py ${p:-0} $(( ${f:-0} + ${e:-0} ))" >> build/results/summary
+# pytest's closing line, e.g. "3 failed, 120 passed, 2 skipped, 1 error in
+# 80.1s" (counts in any order, each optional).
+line=$(grep -E '^=* ?[0-9]+ (passed|failed|skipped|errors?|deselected|xfailed|xpassed|warnings?)' "$out" | tail -1)
+count() { printf '%s' "$line" | grep -oE "[0-9]+ $1" | grep -oE '[0-9]+' | head -1; }
+p=$(count passed); f=$(count failed); e=$(count 'errors?'); s=$(count skipped)
+if [ -z "$line" ] && [ "$rc" -ne 0 ]; then f=1; fi  # no closing line: a failure
+echo "py ${p:-0} $(( ${f:-0} + ${e:-0} )) ${s:-0}" >> build/results/summary
 exit $rc

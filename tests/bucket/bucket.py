@@ -99,7 +99,7 @@ class TestBucket:
 
     # -- life cycle --
 
-    def start(self, timeout=30.0):
+    def start(self, timeout=60.0):
         if self.workdir is None:
             self.workdir = tempfile.mkdtemp(prefix="queen-bucket-")
         os.makedirs(self.workdir, exist_ok=True)

@@ -919,12 +919,13 @@ def count_records(reader, prefix, tenant, queue):
     return n
 
 
-def wait_queue(reader, prefix, tenant, queue, acked, timeout, settle=3.0,
+def wait_queue(reader, prefix, tenant, queue, acked, timeout, settle=30.0,
                **kw):
     """Wait until the manifests announce every acked record, then verify.
     Fails at once when they announce more records than were acked.  Once the
     count is reached, a failed verification is retried for `settle` seconds
-    (a checkpoint may still be being written) before its error is raised."""
+    (a checkpoint may still be being written, slowly on a loaded machine)
+    before its error is raised."""
     deadline = time.monotonic() + timeout
     lost = [_lost_tuple(x) for x in kw.get("expect_lost") or []]
     n = sum(1 for p, o, _, _ in acked if not _in_lost(lost, p, o))

@@ -10,6 +10,7 @@ formats the verifier derives (docs/design/formats.md §1, §2, §6) to their
 test vectors."""
 
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -486,9 +487,15 @@ def test_lake_in_the_test_bucket_through_disk_and_boto3(bucket):
                         acked[:-1], 5, **OPTS)
 
 
-needs_parquet_tool = pytest.mark.skipif(
-    lake.find_tool("parquet_tool") is None,
-    reason="build/tools/parquet_tool is not built (make tools)")
+def needs_parquet_tool(test):
+    """The test fails, it is not skipped, without build/tools/parquet_tool:
+    `make tools` (and every make target that runs these suites) builds it."""
+    @functools.wraps(test)
+    def run(*args, **kw):
+        if lake.find_tool("parquet_tool") is None:
+            pytest.fail("build/tools/parquet_tool is not built (make tools)")
+        return test(*args, **kw)
+    return run
 
 
 @needs_parquet_tool

@@ -13,7 +13,7 @@ from sinkenv import PREFIX, TENANT, kv_get, sink_row, wait_until
 def boot_fails(sink_node, env):
     node = sink_node(env, start=False)
     node.start(wait=False)
-    rc = node.wait_exit(20)
+    rc = node.wait_exit(60)
     log = node.stderr()
     node._reap()
     return rc, log
@@ -46,7 +46,7 @@ def test_sink_off_has_no_s3_block(sink_node):
 def test_missing_queue_ships_once_created(sink_node, bucket):
     node = sink_node({"QUEEN_S3_QUEUES": "later"})
     wait_until(lambda: (sink_row(node, "later") or {}).get("state") ==
-               "missing", 30, "the row of `later` to say missing")
+               "missing", 60, "the row of `later` to say missing")
     assert ("the queue does not exist; looking again until it does"
             in node.stderr())
     items = [{"queue": "later", "partition": "p", "payload": b'{"a":1}'}]
@@ -102,11 +102,17 @@ def test_the_longest_instance_writes_its_presence_row(sink_node):
                       "QUEEN_S3_SINK": LONG_SINK})
     key = "s3:%s:node=%s%%2Fnode-1" % (LONG_SINK, "a" * 404)
     try:
-        wait_until(lambda: kv_get(node, key)["found"], 30,
+        wait_until(lambda: kv_get(node, key)["found"], 60,
                    "the presence row of the longest instance name")
     except AssertionError as e:
         raise AssertionError("%s\n%s" % (e, node.stderr()[-4000:]))
-    assert "cannot write this node's presence row" not in node.stderr()
+    # The row was never refused. A loaded machine may start the sink before
+    # the raft leader is ready: that write is retried ("leader not ready")
+    # and is no refusal of the key.
+    refused = [ln for ln in node.stderr().splitlines()
+               if "cannot write this node's presence row" in ln and
+               not ln.endswith("error=leader not ready")]
+    assert refused == [], refused
 
 
 def test_an_instance_one_byte_too_long_is_fatal(sink_node):

@@ -79,7 +79,7 @@ class Pusher:
     def push(self, node, items):
         try:
             r = node.request("POST", "/api/v1/push",
-                             body=lake.push_body(items), timeout=10)
+                             body=lake.push_body(items), timeout=60)
         except OSError:
             self.leftover += items
             return False

@@ -3,8 +3,9 @@ SIGTERM drains the sink before the
 broker's listener drains. Three cases (put delay, grace, lease TTL):
 filling (no delay): every queue drains at once and gives its lease back;
 upload (a data PUT held 2.5 s): the window in flight is finished, not
-dropped; cut (a PUT held 12 s, grace 4 s): the broker warns and exits 0 at
-the grace, and the next run redoes the open window from its intent."""
+dropped; cut (a PUT held 120 s, released once the broker is gone; grace
+4 s): the broker warns and exits 0 at the grace, and the next run redoes
+the open window from its intent."""
 import hashlib
 import json
 import re
@@ -20,8 +21,12 @@ QUEUES = ["dq0", "dq1"]
 CASES = {  # label: (put delay ms, grace ms, ttl ms)
     "filling": (0, 10000, 60000),
     "upload": (2500, 10000, 60000),
-    "cut": (12000, 4000, 3000),
+    "cut": (120000, 4000, 3000),
 }
+# How long past its grace a broker may take to exit: the grace is the
+# behaviour (and the log says whether it was kept); the rest is a loaded
+# machine's time to close, far below the cut case's 120 s hold.
+EXIT_SLACK_S = 60
 
 
 class Load:
@@ -82,6 +87,7 @@ def test_sigterm_drain(sink_node, bucket, case):
     wait_until(three_windows, 60, "3 windows per queue", interval=0.3)
 
     if delay:
+        t_fault = time.monotonic()  # the hold starts after this
         bucket.fault("hold", count=1, method="PUT", ms=delay,
                      prefix=PREFIX + "/tenant=")
 
@@ -89,14 +95,14 @@ def test_sigterm_drain(sink_node, bucket, case):
             load.push(5)
             load.nudge()
             return bucket.stats()["held"] >= 1
-        wait_until(held, 30, "a data PUT held", interval=0.3)
+        wait_until(held, 60, "a data PUT held", interval=0.3)
     else:
         load.push(5)
     before = {k: hashlib.sha256(reader.read(k)).hexdigest()
               for k in reader.list_keys("")}
     t0 = time.monotonic()
     node.signal(15)
-    assert node.wait_exit(grace / 1000 + 25) == 0
+    assert node.wait_exit(grace / 1000 + EXIT_SLACK_S + 30) == 0
     took = time.monotonic() - t0
     log = node.stderr()
     node._reap()
@@ -104,16 +110,21 @@ def test_sigterm_drain(sink_node, bucket, case):
     drained = set(re.findall(r"queue drained queue=(\S+)", log))
     if case == "cut":
         assert "did not stop inside its grace window" in log
-        assert grace / 1000 - 0.5 <= took <= grace / 1000 + 10
+        # at the grace: not before it, and not when the held PUT ends
+        assert grace / 1000 - 0.5 <= took <= grace / 1000 + EXIT_SLACK_S
     else:
         assert "did not stop inside its grace window" not in log
         assert drained == set(QUEUES), log
-        assert took <= grace / 1000 + 10
+        assert took <= grace / 1000 + EXIT_SLACK_S
     if case == "upload":
         stop_at = log.index("stopping: no new reads")
         assert "window committed" in log[stop_at:], log
-        assert took >= delay / 1000 - 1
+        # It waited for the held PUT: the hold began after t_fault (from
+        # the signal, a slow look for the hold would shorten what is left).
+        assert t0 + took - t_fault >= delay / 1000 - 0.5
 
+    if case == "cut":
+        bucket.release_held()  # the PUT the broker left behind lands now
     bucket.clear_faults()
     node.extra_env["QUEEN_S3_EMBEDDED"] = "false"
     node.start()
@@ -136,7 +147,7 @@ def test_sigterm_drain(sink_node, bucket, case):
                     len(load.acked[q]))
         wait_until(done, 60 + 2 * ttl / 1000, "the lake of %s" % q,
                    interval=0.3)
-        lake.wait_queue(reader, PREFIX, TENANT, q, load.acked[q], timeout=10,
+        lake.wait_queue(reader, PREFIX, TENANT, q, load.acked[q], timeout=60,
                         compression="gzip", align="none")
     after = {k: hashlib.sha256(reader.read(k)).hexdigest()
              for k in reader.list_keys("")}

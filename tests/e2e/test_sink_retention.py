@@ -72,12 +72,12 @@ def test_retention_overruns_a_lagging_sink_unless_held(sink_node, bucket):
     bucket.fault("hold", count=2, method="PUT", prefix=PREFIX + "/tenant=",
                  ms=100000)
     read = {q: push(node, q, 10) for q in (HELD, LOST)}
-    wait_until(lambda: bucket.stats()["held"] == 2, 30,
+    wait_until(lambda: bucket.stats()["held"] == 2, 60,
                "a data PUT of each queue to be held")
     # Pushed while both drivers are stuck in their upload: unread.
     unread = {q: push(node, q, 20) for q in (HELD, LOST)}
     end = {p["partition"]: p["to"] + 1 for p in ranges(unread[LOST])}
-    wait_until(lambda: log_starts(node, LOST) == end, 30,
+    wait_until(lambda: log_starts(node, LOST) == end, 60,
                "retention to trim %s past what the sink has not read" % LOST)
     assert bucket.stats()["held"] == 2, "the sink was not stuck all along"
     # The hold keeps everything the sink has not committed (offsets 5..14
@@ -106,7 +106,7 @@ def test_retention_overruns_a_lagging_sink_unless_held(sink_node, bucket):
     assert node.metric("queen_s3_records_lost_total",
                        'queue="%s"' % HELD) in (0, None)
     wait_until(lambda: (sink_row(node, LOST) or {}).get("recordsLost") == 10,
-               30, "the /status row of %s to count the lost records" % LOST)
+               60, "the /status row of %s to count the lost records" % LOST)
     assert sink_row(node, HELD)["recordsLost"] == 0
     log = node.stderr()
     for x in lost:

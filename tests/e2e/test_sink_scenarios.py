@@ -90,7 +90,7 @@ def test_three_queues_many_partitions_exactly_once(sink_node, bucket):
         row = wait_until(lambda q=q: (lambda x: x if x and x["records"] ==
                                       len(acked[q]) else None)(
                                           sink_row(node, q)),
-                         30, "the /status row of %s to count it all" % q)
+                         60, "the /status row of %s to count it all" % q)
         assert row["recordsLost"] == 0
         assert row["windowsCommitted"] == got["manifests"]
         assert node.metric("queen_s3_records_written_total",
@@ -136,7 +136,7 @@ def test_start_latest_skips_what_came_before(sink_node, bucket):
     node.extra_env["QUEEN_S3_EMBEDDED"] = "true"
     node.start()
     wait_until(lambda: (lambda x: x and x["state"] == "filling" and
-                        x["safeTime"])(sink_row(node, q)), 30,
+                        x["safeTime"])(sink_row(node, q)), 60,
                "the sink to see %s" % q)
     after = []
     for r in range(2):
@@ -153,7 +153,7 @@ def test_start_latest_skips_what_came_before(sink_node, bucket):
         set((p, o) for p, o, _, _ in before)
     row = wait_until(lambda: (lambda x: x if x and x["records"] ==
                               len(after) else None)(sink_row(node, q)),
-                     30, "the /status row to count the records after")
+                     60, "the /status row to count the records after")
     assert row["recordsLost"] == 0
 
 
@@ -183,7 +183,7 @@ def test_retention_overrun_is_lost_unless_held(sink_node, bucket):
               retentionSinkHold="default", retentionSinkHoldMaxSeconds=60)
     later = {q: push(node, batch(q, 10)) for q in qs}
     wait_until(lambda: log_starts(node, "r.lost") == {"p-0": 10, "p-1": 10},
-               30, "retention to trim r.lost")
+               60, "retention to trim r.lost")
     # The hold keeps what the sink has not committed (offsets 5..9).
     assert all(v <= 5 for v in log_starts(node, "r.held").values())
     # Retention off again, so that the records the lost ranges travel with
@@ -204,7 +204,7 @@ def test_retention_overrun_is_lost_unless_held(sink_node, bucket):
     lost = [{"partition": "p-0", "from": 5, "to": 9},
             {"partition": "p-1", "from": 5, "to": 9}]
     lake.wait_queue(reader, PREFIX, TENANT, "r.lost",
-                    acked["r.lost"] + later["r.lost"] + last, timeout=30,
+                    acked["r.lost"] + later["r.lost"] + last, timeout=60,
                     compression="zstd", align="none", expect_lost=lost,
                     broker=node, checkpoint_every=1)
     assert node.metric("queen_s3_records_lost_total",

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 
@@ -42,6 +43,37 @@ def wait_until(cond, timeout, what, interval=0.02):
             raise AssertionError("timed out after %.1fs waiting for %s" %
                                  (timeout, what))
         time.sleep(interval)
+
+
+class Background:
+    """fn(*args, **kw) in a thread of its own, started at once. result()
+    joins it and returns fn's value, or raises what fn raised, in the
+    caller's thread: a test asserts there, where pytest sees a failure
+    (in the worker it would only be a warning)."""
+
+    def __init__(self, fn, *args, **kw):
+        self._value = None
+        self._error = None
+        self._thread = threading.Thread(target=self._run,
+                                        args=(fn, args, kw), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn, args, kw):
+        try:
+            self._value = fn(*args, **kw)
+        except BaseException as e:  # noqa: BLE001 -- re-raised in result()
+            self._error = e
+
+    def done(self):
+        return not self._thread.is_alive()
+
+    def result(self, timeout=60):
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise AssertionError("still running after %.0fs" % timeout)
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 class Response:
@@ -84,7 +116,7 @@ class Broker:
         env.update(self.extra_env)
         return env
 
-    def start(self, wait=True, timeout=20):
+    def start(self, wait=True, timeout=60):
         assert self.proc is None
         self.starts += 1
         self.stderr_path = os.path.join(
@@ -99,13 +131,13 @@ class Broker:
             self.wait_healthy(timeout)
         return self
 
-    def wait_healthy(self, timeout=20):
+    def wait_healthy(self, timeout=60):
         def healthy():
             if self.proc.poll() is not None:
                 raise AssertionError("queen exited with %d during boot:\n%s" %
                                      (self.proc.returncode, self.stderr()))
             try:
-                return self.get("/health", timeout=1).status == 200
+                return self.get("/health", timeout=5).status == 200
             except OSError:
                 return False
         wait_until(healthy, timeout, "/health to answer 200")
@@ -172,7 +204,7 @@ class Broker:
     def signal(self, sig):
         self.proc.send_signal(sig)
 
-    def wait_exit(self, timeout=20):
+    def wait_exit(self, timeout=60):
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -195,7 +227,7 @@ class Broker:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(15)
+                self.proc.wait(60)  # a loaded machine drains slowly
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)

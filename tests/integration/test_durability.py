@@ -5,6 +5,7 @@ import http.client
 import json
 import signal
 import threading
+import time
 
 import rawjson
 from queenproc import wait_until
@@ -18,10 +19,58 @@ def payload_text(client, seq, i):
             (client, seq, i)).encode()
 
 
-def pusher(port, client, stop, answered, lock):
+class Pushers:
+    """Four clients pushing until stop; what they were answered goes to
+    `answered`, anything wrong to `problems`, which the test asserts is
+    empty in its own thread (an assert in a worker thread would only be a
+    warning to pytest). `ending` is set just before the broker is killed or
+    signalled: from then on a push may fail or be refused (503) without
+    being a problem."""
+
+    def __init__(self, port, n=4):
+        self.stop = threading.Event()
+        self.ending = threading.Event()
+        self.lock = threading.Lock()
+        self.answered = []
+        self.problems = []
+        self.threads = [threading.Thread(target=self._run,
+                                         args=(port, c))
+                        for c in range(n)]
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+
+    def count(self):
+        with self.lock:
+            return len(self.answered)
+
+    def finish(self):
+        """Stop the clients, wait for them; (answered, problems)."""
+        self.stop.set()
+        for t in self.threads:
+            t.join(120)
+        with self.lock:
+            alive = [t.name for t in self.threads if t.is_alive()]
+            problems = list(self.problems)
+            if alive:
+                problems.append("clients still running: %s" % alive)
+            return list(self.answered), problems
+
+    def _run(self, port, client):
+        try:
+            pusher(port, client, self)
+        except Exception as e:  # noqa: BLE001 -- reported to the test
+            with self.lock:
+                self.problems.append("client %d: %r" % (client, e))
+
+
+def pusher(port, client, ps):
     seq = 0
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    while not stop.is_set():
+    retry = False
+    # A generous timeout: a loaded machine can take seconds to answer.
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    while not ps.stop.is_set():
         items = []
         for i in range(5):
             txn = "c%d-s%d-i%d" % (client, seq, i)
@@ -36,18 +85,39 @@ def pusher(port, client, stop, answered, lock):
                          headers={"content-type": "application/json"})
             r = conn.getresponse()
             data = r.read()
-        except (OSError, http.client.HTTPException):
-            return  # the broker died: this push may or may not be stored
-        if r.status != 201:
+        except (OSError, http.client.HTTPException) as e:
+            if ps.ending.is_set():
+                return  # the broker died: this push may or may not be stored
+            with ps.lock:
+                ps.problems.append("client %d: push failed: %r" % (client, e))
+            return
+        if r.status == 503 and not ps.ending.is_set():
+            # Reference 1.1: retryable (no leader yet, busy, a commit that
+            # timed out on a loaded machine). A client retries the same
+            # transactionIds after Retry-After; a retry of a push that was
+            # stored answers duplicate with the original offset.
+            retry = True
+            time.sleep(float(r.getheader("Retry-After") or 1))
             continue
+        if r.status != 201:
+            if not ps.ending.is_set():
+                with ps.lock:
+                    ps.problems.append("client %d: push answered %d: %r" %
+                                       (client, r.status, data[:300]))
+            return  # after the kill or signal: refused, may not be stored
         out = json.loads(data)
-        with lock:
+        with ps.lock:
             for (txn, part, pl), e in zip(items, out):
-                assert e["status"] == "queued", e
-                answered.append({"txn": txn, "partition": part,
-                                 "payload": pl, "offset": e["offset"],
-                                 "message_id": e["message_id"]})
+                ok = ("queued", "duplicate") if retry else ("queued",)
+                if e["status"] not in ok:
+                    ps.problems.append("client %d: %s answered %r" %
+                                       (client, txn, e))
+                    continue
+                ps.answered.append({"txn": txn, "partition": part,
+                                    "payload": pl, "offset": e["offset"],
+                                    "message_id": e["message_id"]})
         seq += 1
+        retry = False
 
 
 def read_all(broker, partition):
@@ -70,24 +140,18 @@ def read_all(broker, partition):
 
 
 def test_kill_9_under_four_clients_loses_no_answered_push(broker):
-    stop = threading.Event()
-    lock = threading.Lock()
-    answered = []
-    threads = [threading.Thread(target=pusher,
-                                args=(broker.port, c, stop, answered, lock))
-               for c in range(4)]
-    for t in threads:
-        t.start()
-    wait_until(lambda: len(answered) >= 2000, 60, "2000 answered records")
+    ps = Pushers(broker.port)
+    ps.start()
+    wait_until(lambda: ps.count() >= 2000 or ps.problems, 120,
+               "2000 answered records")
     # What a reader saw before the crash must not change after it.
     seen_before = {p: read_all(broker, p) for p in PARTITIONS}
-    wait_until(lambda: len(answered) >= 3000, 60, "3000 answered records")
+    wait_until(lambda: ps.count() >= 3000 or ps.problems, 120,
+               "3000 answered records")
+    ps.ending.set()
     broker.kill9()
-    stop.set()
-    for t in threads:
-        t.join(20)
-    with lock:
-        answered = list(answered)
+    answered, problems = ps.finish()
+    assert problems == []
 
     broker.start()
     after = {p: read_all(broker, p) for p in PARTITIONS}
@@ -116,20 +180,15 @@ def test_kill_9_under_four_clients_loses_no_answered_push(broker):
 
 def test_sigterm_under_four_clients_exits_0_and_keeps_answered_pushes(
         broker):
-    stop = threading.Event()
-    lock = threading.Lock()
-    answered = []
-    threads = [threading.Thread(target=pusher,
-                                args=(broker.port, c, stop, answered, lock))
-               for c in range(4)]
-    for t in threads:
-        t.start()
-    wait_until(lambda: len(answered) >= 1000, 60, "1000 answered records")
+    ps = Pushers(broker.port)
+    ps.start()
+    wait_until(lambda: ps.count() >= 1000 or ps.problems, 120,
+               "1000 answered records")
+    ps.ending.set()
     broker.signal(signal.SIGTERM)
-    assert broker.wait_exit(30) == 0, broker.stderr()
-    stop.set()
-    for t in threads:
-        t.join(20)
+    assert broker.wait_exit(60) == 0, broker.stderr()
+    answered, problems = ps.finish()
+    assert problems == []
     err = broker.stderr()
     assert "Assertion" not in err and " ERROR " not in err, err
     broker._reap()
@@ -137,7 +196,6 @@ def test_sigterm_under_four_clients_exits_0_and_keeps_answered_pushes(
     after = {p: read_all(broker, p) for p in PARTITIONS}
     for p in PARTITIONS:
         assert [r["offset"] for r in after[p]] == list(range(len(after[p])))
-    with lock:
-        for a in answered:
-            rec = after[a["partition"]][a["offset"]]
-            assert (rec["txn"], rec["payload"]) == (a["txn"], a["payload"])
+    for a in answered:
+        rec = after[a["partition"]][a["offset"]]
+        assert (rec["txn"], rec["payload"]) == (a["txn"], a["payload"])

@@ -19,7 +19,9 @@ ROOT = os.environ.get("QUEEN_ROOT", os.path.join(os.path.dirname(__file__), ".."
 TOOLS = os.environ.get("QUEEN_TOOLS", os.path.join(ROOT, "build", "tools"))
 ECHO = os.path.join(TOOLS, "http_echo")
 MAX_BODY = 16 * 1024 * 1024
-DEADLINE = 10.0
+# How long a test waits for the server (socket timeouts, exits, polls):
+# generous, for a loaded machine.
+DEADLINE = 60.0
 
 
 class Echo:
@@ -258,11 +260,12 @@ def test_sigterm_answers_the_request_in_flight_then_exits_0():
     try:
         slow = e.connect()
         idle = e.connect()
-        slow.sendall(get("/delay/700"))
+        # 3 s: still in flight when the signal comes on a loaded machine
+        slow.sendall(get("/delay/3000"))
         wait_inflight(e, 1)
         e.proc.send_signal(signal.SIGTERM)
         status, headers, body = Reader(slow).response()
-        assert (status, body) == (200, b"delay 700")
+        assert (status, body) == (200, b"delay 3000")
         assert headers["connection"] == "close"
         assert Reader(idle).at_eof()
         assert e.proc.wait(timeout=DEADLINE) == 0
@@ -335,15 +338,17 @@ def test_sigterm_writes_every_pipelined_answer_then_exits_0():
     e = Echo()
     try:
         s = e.connect()
-        s.sendall(get("/delay/400") + get("/delay/100") + get("/delay/300"))
+        # seconds long: all three still in flight when the signal comes on a
+        # loaded machine
+        s.sendall(get("/delay/3000") + get("/delay/1000") + get("/delay/2000"))
         wait_inflight(e, 3)
         e.proc.send_signal(signal.SIGTERM)
         rd = Reader(s)
         got = [rd.response() for _ in range(3)]
         assert [(st, b) for st, _, b in got] == [
-            (200, b"delay 400"),
-            (200, b"delay 100"),
-            (200, b"delay 300"),
+            (200, b"delay 3000"),
+            (200, b"delay 1000"),
+            (200, b"delay 2000"),
         ]
         assert "connection" not in got[0][1]
         assert got[2][1]["connection"] == "close"

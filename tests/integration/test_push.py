@@ -266,7 +266,7 @@ def test_unknown_fields_and_trace_id_are_ignored(broker):
 
 
 def test_keep_alive_connection_serves_many_pushes_in_order(broker):
-    conn = http.client.HTTPConnection("127.0.0.1", broker.port, timeout=10)
+    conn = http.client.HTTPConnection("127.0.0.1", broker.port, timeout=60)
     try:
         for i in range(20):
             conn.request("POST", "/api/v1/push", body=(

@@ -26,7 +26,7 @@ def push_many(broker, queue, txn_of=None):
                 if txn_of is not None:
                     for i, it in enumerate(items):
                         it["transactionId"] = txn_of(c, r, i)
-                barrier.wait(timeout=30)
+                barrier.wait(timeout=60)
                 answers[(c, r)] = broker.push(items)
         except Exception as e:  # reported below, with the thread's cause
             errors.append(repr(e))

@@ -42,9 +42,15 @@ def test_retention_seconds_trims_whole_appends(broker):
     assert (e["logStartOffset"], e["highWatermark"]) == (2, 2)
     assert broker.fetch_one(q, offset=2)["records"] == []
 
-    # two appends 2 s apart: the older goes first, as a whole
+    # two appends SPACING s apart: the older goes first, as a whole. With
+    # retentionSeconds = 2 * SPACING both are kept for SPACING s, then only
+    # the newer for SPACING s: long enough for a loaded machine to look
+    # (with 2 s and 2 s apart, as before, the newer one could go before
+    # the test saw logStart 5).
+    spacing = 4
+    configure(broker, q, retentionEnabled=True, retentionSeconds=2 * spacing)
     assert push(broker, q, 3) == [2, 3, 4]
-    time.sleep(2.0)  # spacing of the second append (setup, not a wait)
+    time.sleep(spacing)  # spacing of the second append (setup, not a wait)
     assert push(broker, q, 1) == [5]
     seen = watch(broker, q, 5, {2, 5, 6})
     e = broker.fetch_one(q, offset=5)

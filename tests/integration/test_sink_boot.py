@@ -161,7 +161,7 @@ def base_env(tmp_path, extra):
 
 def boot_refused(tmp_path, env, message):
     p = subprocess.run([queen_bin()], env=env, capture_output=True,
-                       timeout=20)
+                       timeout=60)
     assert p.returncode == 2, p
     lines = p.stderr.decode().splitlines()
     fatal = [ln for ln in lines if " ERROR " in ln]

@@ -4,11 +4,10 @@ call is its x-queen-tenant header (a missing header is the default tenant),
 and every route sees only that tenant's queues, records and KV rows; with
 the setting off the header is ignored; a malformed header answers 400 and
 stores nothing."""
-import threading
 
 import pytest
 
-from queenproc import wait_until
+from queenproc import Background, wait_until
 
 A = "0a0a0a0a-0000-4000-8000-00000000000a"
 B = "0B0B0B0B-0000-4000-8000-00000000000B"  # either case is canonical
@@ -110,22 +109,15 @@ def test_dedup_is_per_tenant(tenancy):
 def test_concurrent_pushes_of_two_tenants_never_share_an_entry(tenancy):
     """Group commit coalesces concurrent pushes: each tenant's records must
     still land in its own queue."""
-    errors = []
-
     def run(tenant, tag):
-        try:
-            for i in range(40):
-                push(tenancy, tenant, [{"queue": "g", "payload": [tag, i]}])
-        except AssertionError as e:  # surfaced below
-            errors.append(e)
+        for i in range(40):
+            push(tenancy, tenant, [{"queue": "g", "payload": [tag, i]}])
 
-    threads = [threading.Thread(target=run, args=(t, tag))
+    # Each client's failure is raised here, in the test's thread.
+    clients = [Background(run, t, tag)
                for t, tag in ((A, "a"), (B, "b"), (None, "d"))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors, errors
+    for c in clients:
+        c.result(120)
     for tenant, tag in ((A, "a"), (B, "b"), (None, "d")):
         e = fetch(tenancy, tenant, "g")
         assert payloads(e) == [[tag, i] for i in range(40)], tenant
@@ -134,20 +126,12 @@ def test_concurrent_pushes_of_two_tenants_never_share_an_entry(tenancy):
 def test_long_poll_wakes_only_for_its_own_tenant(tenancy):
     push(tenancy, A, [{"queue": "w", "payload": 0}])
     push(tenancy, B, [{"queue": "w", "payload": "b0"}])
-    got = {}
-
-    def poll():
-        got["a"] = fetch(tenancy, A, "w", offset=1, maxWaitMs=20000)
-
-    t = threading.Thread(target=poll)
-    t.start()
-    wait_until(lambda: tenancy.metric("queen_fetch_waiting") == 1, 10,
+    poll = Background(fetch, tenancy, A, "w", offset=1, maxWaitMs=20000)
+    wait_until(lambda: tenancy.metric("queen_fetch_waiting") == 1, 60,
                "the long poll to wait")
     push(tenancy, B, [{"queue": "w", "payload": "b1"}])
     push(tenancy, A, [{"queue": "w", "payload": 1}])
-    t.join(30)
-    assert not t.is_alive()
-    assert payloads(got["a"]) == [1]
+    assert payloads(poll.result(60)) == [1]
 
 
 def test_configure_is_per_tenant(tenancy):

@@ -139,7 +139,7 @@ TEST(the_prefaulter_readies_a_spare_when_the_last_is_taken)
     arena_get_stats(&st);
     EXPECT_EQ_I64(st.spares, 0);
     arena_prefault(true);
-    end = (double)time(NULL) + 10;
+    end = (double)time(NULL) + HARNESS_WAIT_S;
     while (st.spares == 0 && (double)time(NULL) < end) {
         usleep(1000);
         arena_get_stats(&st);

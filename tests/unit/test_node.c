@@ -68,7 +68,7 @@ static void start(struct ctx *c, unsigned snapshot_threshold)
 
 static void stop(struct ctx *c)
 {
-    EXPECT(nh_stop(&c->n, 10));
+    EXPECT(nh_stop(&c->n, HARNESS_WAIT_S));
 }
 
 static void make_push(struct buf *b, const char *txn, int n)
@@ -129,7 +129,7 @@ static int propose_pushes(struct ctx *c, int first, int count)
 static void start_leader(struct ctx *c, unsigned snapshot_threshold)
 {
     start(c, snapshot_threshold);
-    EXPECT(run_until(c, is_leader, 5));
+    EXPECT(run_until(c, is_leader, HARNESS_WAIT_S));
 }
 
 /* Fetch orders/Default from offset 0 up to max_bytes out of c's store; the
@@ -160,10 +160,10 @@ TEST(single_voter_proposes_closes_restarts_and_reads_the_same_state)
         node_propose(c.n.node, CMD_PUSH, b.data, b.len, on_applied, &c, &err),
         ERR_NOT_LEADER);
     buf_free(&b);
-    EXPECT(run_until(&c, is_leader, 5));
+    EXPECT(run_until(&c, is_leader, HARNESS_WAIT_S));
     want = 10;
     EXPECT_EQ_I64(propose_pushes(&c, 0, 10), 0);
-    EXPECT(run_until(&c, got_all, 10));
+    EXPECT(run_until(&c, got_all, HARNESS_WAIT_S));
     EXPECT_EQ_I64(c.failed, 0);
     for (int k = 0; k < 10; k++) {
         EXPECT_EQ_I64(c.offsets[k], k * 100);
@@ -185,7 +185,7 @@ TEST(single_voter_proposes_closes_restarts_and_reads_the_same_state)
     /* t0 was pushed before the restart: all of it is a duplicate now. */
     EXPECT_EQ_I64(propose_pushes(&c, 0, 1), 0);
     EXPECT_EQ_I64(propose_pushes(&c, 10, 1), 0);
-    EXPECT(run_until(&c, got_all, 10));
+    EXPECT(run_until(&c, got_all, HARNESS_WAIT_S));
     EXPECT_EQ_I64(c.offsets[0], 0);
     EXPECT_EQ_I64(c.offsets[1], 1000);
     EXPECT(c.stamps[0] > node_safe_time(c.n.node) - 1000000);
@@ -204,7 +204,7 @@ TEST(restart_after_snapshots_skips_what_the_store_holds)
     for (int k = 0; k < 12; k++) {
         c.done = 0;
         EXPECT_EQ_I64(propose_pushes(&c, k, 1), 0);
-        EXPECT(run_until(&c, got_all, 10));
+        EXPECT(run_until(&c, got_all, HARNESS_WAIT_S));
     }
     stop(&c);
     start_leader(&c, 4);
@@ -251,7 +251,7 @@ TEST(proposals_from_another_thread_call_back_on_the_loop)
     start_leader(&c, 0);
     want = 20;
     pthread_create(&th, NULL, proposer, &t);
-    EXPECT(run_until(&c, got_all, 10));
+    EXPECT(run_until(&c, got_all, HARNESS_WAIT_S));
     pthread_join(th, NULL);
     EXPECT_EQ_I64(t.refused, 0);
     EXPECT_EQ_I64(c.failed, 0);
@@ -306,7 +306,8 @@ TEST(start_with_an_unusable_address_fails_cleanly)
     EXPECT_EQ_I64(start_refused(&c, c.n.dir, "192.0.2.1:1", &err), ERR_IO);
     EXPECT(strstr(err.msg, "raft_start") != NULL);
     /* The failed node frees itself on the loop. */
-    for (int i = 0; i < 3000 && uv_loop_alive(&c.n.loop); i++) {
+    for (double end = nh_now_s() + HARNESS_WAIT_S;
+         uv_loop_alive(&c.n.loop) && nh_now_s() < end;) {
         uv_run(&c.n.loop, UV_RUN_NOWAIT);
         usleep(1000);
     }
@@ -455,7 +456,7 @@ static void cluster_stop(struct cluster *c, int i)
     int before = c->closed;
 
     node_close(c->node[i], cluster_closed, c);
-    for (double end = nh_now_s() + 10;
+    for (double end = nh_now_s() + HARNESS_WAIT_S;
          c->closed == before && nh_now_s() < end;) {
         uv_run(&c->loop, UV_RUN_NOWAIT);
         usleep(500);
@@ -514,22 +515,22 @@ static void cluster_teardown(struct cluster *c)
 }
 
 /* Set up and start three voters; returns the index of the leader once
- * there is one (-1: none in 10 s). */
+ * there is one (-1: none in HARNESS_WAIT_S). */
 static int cluster_up(struct cluster *c, unsigned snapshot_threshold)
 {
     cluster_setup(c, snapshot_threshold);
-    EXPECT(cluster_run(c, has_leader, 10));
+    EXPECT(cluster_run(c, has_leader, HARNESS_WAIT_S));
     return cluster_leader(c);
 }
 
 /* Propose n pushes (first, first + 1, ...) on leader and wait for their n
- * answers; returns whether they came within 10 s. */
+ * answers; returns whether they came within HARNESS_WAIT_S. */
 static bool cluster_push_wait(struct cluster *c, int leader, int first, int n)
 {
     c->done = 0;
     cluster_want = n;
     cluster_propose(c, leader, first, n);
-    return cluster_run(c, cluster_done, 10);
+    return cluster_run(c, cluster_done, HARNESS_WAIT_S);
 }
 
 TEST(three_voters_replicate_refuse_on_followers_and_catch_up_a_restart)
@@ -549,7 +550,7 @@ TEST(three_voters_replicate_refuse_on_followers_and_catch_up_a_restart)
     buf_free(&b);
     EXPECT(cluster_push_wait(&c, leader, 0, 5));
     EXPECT_EQ_I64(c.failed, 0);
-    EXPECT(cluster_run(&c, all_applied, 10));
+    EXPECT(cluster_run(&c, all_applied, HARNESS_WAIT_S));
     for (int i = 0; i < 3; i++) {
         EXPECT_EQ_U64(cluster_hwm(&c, i), 50);
     }
@@ -558,7 +559,7 @@ TEST(three_voters_replicate_refuse_on_followers_and_catch_up_a_restart)
     cluster_stop(&c, follower);
     EXPECT(cluster_push_wait(&c, leader, 5, 3));
     cluster_start(&c, follower);
-    EXPECT(cluster_run(&c, all_applied, 10));
+    EXPECT(cluster_run(&c, all_applied, HARNESS_WAIT_S));
     EXPECT_EQ_U64(cluster_hwm(&c, follower), 80);
     EXPECT_EQ_I64(node_safe_time(c.node[follower]),
                   node_safe_time(c.node[leader]));
@@ -574,7 +575,7 @@ TEST(a_follower_far_behind_is_restored_from_a_snapshot)
     leader = cluster_up(&c, 4); /* snapshot every 4 entries, keep 2 */
     follower = (leader + 1) % 3;
     EXPECT(cluster_push_wait(&c, leader, 0, 2));
-    EXPECT(cluster_run(&c, all_applied, 10));
+    EXPECT(cluster_run(&c, all_applied, HARNESS_WAIT_S));
     cluster_stop(&c, follower);
     /* One at a time, so the leader snapshots and drops its log. */
     for (int k = 2; k < 14; k++) {
@@ -582,11 +583,11 @@ TEST(a_follower_far_behind_is_restored_from_a_snapshot)
     }
     EXPECT_EQ_I64(c.failed, 0);
     cluster_start(&c, follower);
-    EXPECT(cluster_run(&c, all_applied, 15));
+    EXPECT(cluster_run(&c, all_applied, HARNESS_WAIT_S));
     EXPECT_EQ_U64(cluster_hwm(&c, follower), 140);
     /* And it keeps following after the restore. */
     EXPECT(cluster_push_wait(&c, leader, 14, 1));
-    EXPECT(cluster_run(&c, all_applied, 10));
+    EXPECT(cluster_run(&c, all_applied, HARNESS_WAIT_S));
     EXPECT_EQ_U64(cluster_hwm(&c, follower), 150);
     cluster_teardown(&c);
 }
@@ -602,7 +603,7 @@ TEST(close_with_proposals_in_flight_answers_every_one)
     EXPECT_EQ_I64(propose_pushes(&c, 0, 20), 0);
     /* No loop turn in between: the writes are still in flight. */
     node_close(c.n.node, nh_on_closed, &c.n);
-    EXPECT(run_until(&c, nh_is_closed, 10));
+    EXPECT(run_until(&c, nh_is_closed, HARNESS_WAIT_S));
     EXPECT_EQ_I64(c.done, 20);
     store_close(c.n.store);
     /* Whatever was acknowledged is there after a restart. */
@@ -634,7 +635,7 @@ TEST(a_new_leader_stamps_above_everything_before_it)
     EXPECT(cluster_push_wait(&c, leader, 0, 5));
     before = c.max_stamp;
     cluster_stop(&c, leader);
-    EXPECT(cluster_run(&c, other_leader, 15));
+    EXPECT(cluster_run(&c, other_leader, HARNESS_WAIT_S));
     next = cluster_leader(&c);
     EXPECT(next != leader);
     /* The new leader applied the old term's entries before it was ready. */
@@ -669,7 +670,7 @@ TEST(a_restart_replays_nothing_twice)
                           0);
             buf_free(&b);
         }
-        EXPECT(run_until(&c, got_all, 10));
+        EXPECT(run_until(&c, got_all, HARNESS_WAIT_S));
         EXPECT_EQ_I64(c.failed, 0);
         stop(&c);
     }
@@ -690,7 +691,7 @@ TEST(an_entry_the_store_cannot_commit_is_retried_not_skipped)
     c.n.store->fail_commits = 3; /* MDB_MAP_FULL three times */
     want = 2;
     EXPECT_EQ_I64(propose_pushes(&c, 0, 2), 0);
-    EXPECT(run_until(&c, got_all, 10));
+    EXPECT(run_until(&c, got_all, HARNESS_WAIT_S));
     EXPECT_EQ_I64(c.failed, 0);
     EXPECT_EQ_I64(c.offsets[0], 0);
     EXPECT_EQ_I64(c.offsets[1], 100);
@@ -709,7 +710,7 @@ TEST(a_barrier_moves_safe_time_after_everything_before_it)
     want = 3;
     EXPECT_EQ_I64(propose_pushes(&c, 0, 2), 0);
     EXPECT_EQ_I64(node_barrier(c.n.node, on_applied, &c, &err), 0);
-    EXPECT(run_until(&c, got_all, 10));
+    EXPECT(run_until(&c, got_all, HARNESS_WAIT_S));
     EXPECT_EQ_I64(c.failed, 0);
     /* Callbacks come in log order; the barrier's stamp is the greatest. */
     EXPECT(c.stamps[2] > c.stamps[1]);
@@ -762,7 +763,7 @@ TEST(an_entry_is_committed_before_it_applies_and_the_hook_may_propose)
     want = 2;
     EXPECT_EQ_I64(propose_pushes(&c, 0, 1), 0);
     EXPECT_EQ_I64(node_uncommitted(c.n.node), 1);
-    EXPECT(run_until(&c, got_all, 10));
+    EXPECT(run_until(&c, got_all, HARNESS_WAIT_S));
     EXPECT_EQ_I64(c.failed, 0);
     EXPECT_EQ_I64(h.calls, 2);
     /* Committed, not yet applied nor answered, when the hook ran. */
@@ -791,7 +792,7 @@ TEST(snapshots_between_deferred_applies_keep_every_answer_in_order)
     want = 13;
     EXPECT_EQ_I64(propose_pushes(&c, 0, 12), 0);
     EXPECT_EQ_I64(node_barrier(c.n.node, on_applied, &c, &err), 0);
-    EXPECT(run_until(&c, got_all, 20));
+    EXPECT(run_until(&c, got_all, HARNESS_WAIT_S));
     EXPECT_EQ_I64(c.failed, 0);
     for (int k = 0; k < 12; k++) {
         EXPECT_EQ_I64(c.offsets[k], 100 * k);

@@ -466,7 +466,7 @@ static void n_start(struct nctx *c, unsigned threshold)
 
 static void n_stop(struct nctx *c)
 {
-    EXPECT(nh_stop(&c->n, 30));
+    EXPECT(nh_stop(&c->n, HARNESS_WAIT_S));
 }
 
 #define N_ITEMS   100
@@ -526,7 +526,7 @@ TEST(a_node_applies_during_snapshots_and_a_lost_store_comes_back)
     memset(&c, 0, sizeof(c));
     nh_setup(&c.n, "/tmp/queen-snap-XXXXXX");
     n_start(&c, 64);
-    EXPECT(n_run_until(&c, n_is_leader, 5));
+    EXPECT(n_run_until(&c, n_is_leader, HARNESS_WAIT_S));
     snapshot_stats_get(&s0);
     /* Keep 8 pushes in flight until a snapshot finalizes after entries were
      * applied during its dump (each ~64 entries x 400 KB of store). */
@@ -537,7 +537,7 @@ TEST(a_node_applies_during_snapshots_and_a_lost_store_comes_back)
             n_propose(&c, k++);
         }
         n_want = k;
-        EXPECT(n_run_until(&c, n_got_all, 30));
+        EXPECT(n_run_until(&c, n_got_all, HARNESS_WAIT_S));
         snapshot_stats_get(&s1);
     }
     EXPECT_EQ_I64(c.failed, 0);
@@ -552,7 +552,7 @@ TEST(a_node_applies_during_snapshots_and_a_lost_store_comes_back)
     snprintf(path, sizeof(path), "%s/lock.mdb", c.n.store_dir);
     unlink(path);
     n_start(&c, 64);
-    EXPECT(n_run_until(&c, n_is_leader, 30));
+    EXPECT(n_run_until(&c, n_is_leader, HARNESS_WAIT_S));
     expect_records(&c, (int64_t)k * N_ITEMS);
     n_stop(&c);
     uv_run(&c.n.loop, UV_RUN_NOWAIT);

@@ -38,21 +38,27 @@ static void fill(struct env *e, const char *q, const char *p, int n)
 
 /* nbatch pushes to q/p at T0, T0 + 1, ... of per records each: transaction
  * id "<batch>-<i>", payload "1". */
-static void push_batches(struct env *e, const char *q, const char *p,
-                         int nbatch, int per)
+static void push_batch(struct env *e, const char *q, const char *p, int k,
+                       int per)
 {
     struct pitem *items = calloc((size_t)per, sizeof(*items));
     char(*txns)[32] = calloc((size_t)per, sizeof(*txns));
 
-    for (int k = 0; k < nbatch; k++) {
-        for (int i = 0; i < per; i++) {
-            snprintf(txns[i], sizeof(txns[i]), "%d-%d", k, i);
-            items[i] = (struct pitem){q, p, txns[i], "1"};
-        }
-        env_push(e, T0 + k, items, (size_t)per);
+    for (int i = 0; i < per; i++) {
+        snprintf(txns[i], sizeof(txns[i]), "%d-%d", k, i);
+        items[i] = (struct pitem){q, p, txns[i], "1"};
     }
+    env_push(e, T0 + k, items, (size_t)per);
     free(txns);
     free(items);
+}
+
+static void push_batches(struct env *e, const char *q, const char *p,
+                         int nbatch, int per)
+{
+    for (int k = 0; k < nbatch; k++) {
+        push_batch(e, q, p, k, per);
+    }
 }
 
 /* One push of one record to each partition parts[i] of q, at T0 + i with
@@ -528,7 +534,7 @@ struct reader {
     _Atomic int stop;
     int errors;
     int regressions;
-    long reads;
+    _Atomic long reads;
 };
 
 static void *read_loop(void *p)
@@ -566,12 +572,24 @@ TEST(reads_from_another_thread_see_whole_appends_only)
     env_open(&e);
     r.store = e.store;
     pthread_create(&th, NULL, read_loop, &r);
-    push_batches(&e, "q", "p", 200, 10);
+    /* At least 200 batches, and on until the reader has done 20 reads
+     * while the appends went on (a deadline, and 100000 batches at most):
+     * on a loaded machine the reader thread may not be scheduled before
+     * 200 batches are in. */
+    long before = r.reads;
+    int k = 0;
+    for (int64_t end = harness_now_ms() + HARNESS_WAIT_MS;
+         (k < 200 || r.reads - before < 20) && k < 100000 &&
+         harness_now_ms() < end;
+         k++) {
+        push_batch(&e, "q", "p", k, 10);
+    }
+    long during = r.reads - before;
     r.stop = 1;
     pthread_join(th, NULL);
     EXPECT_EQ_I64(r.errors, 0);
     EXPECT_EQ_I64(r.regressions, 0);
-    EXPECT(r.reads > 0);
+    EXPECT(during >= 20);
     env_close(&e);
 }
 
