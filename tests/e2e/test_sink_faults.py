@@ -86,7 +86,7 @@ def lease_doc(node, queue="orders"):
 def test_short_ttl_never_fences_itself(sink_node, bucket):
     """Scenario f: a short TTL against 100 ms windows and 10 ms discovery,
     with pushes for 40 s.  The TTL is 5 s (refresh every 1.7 s), 50 windows
-    long: reference 7.9 runs it with 1 s, but under make stress-unit a
+    long: docs/design/scenarios.md §9 runs it with 1 s, but under make stress-unit a
     refresh (a raft commit through the loaded broker) took over a second
     and the row lapsed, a deadline the test cannot hold the machine to.
     The node must never fence its own queue: no fenced stop, no lost lease,

@@ -92,7 +92,7 @@ def pusher(port, client, ps):
                 ps.problems.append("client %d: push failed: %r" % (client, e))
             return
         if r.status == 503 and not ps.ending.is_set():
-            # Reference 1.1: retryable (no leader yet, busy, a commit that
+            # docs/design/http-api.md §1: retryable (no leader yet, busy, a commit that
             # timed out on a loaded machine). A client retries the same
             # transactionIds after Retry-After; a retry of a push that was
             # stored answers duplicate with the original offset.
