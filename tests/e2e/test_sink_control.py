@@ -98,21 +98,28 @@ def test_a_single_node_claims_300_queues_within_half_a_ttl(
 
 def test_a_lease_taken_over_stops_the_queue_and_leaves_the_row_alone(
         broker_factory, bucket):
-    """3.3: the refresher (every TTL/3 = 1 s here) finds another instance's
-    row, marks the lease lost and the queue stops Fenced at once; the node
-    then reports the other owner, writes nothing more for the queue, and
-    at SIGTERM leaves the other node's row where it is."""
+    """docs/design/protocol.md §3: the refresher (every TTL/3 = 1 s here)
+    finds another instance's row, marks the lease lost and the queue stops
+    Fenced at once; the node then reports the other owner, writes nothing
+    more for the queue, and at SIGTERM leaves the other node's row where it
+    is. A second queue, still owned, proves the point: once it has committed
+    a record pushed after the takeover, a window of the taken queue would
+    have closed too, had the fence been ignored. And once the row is gone,
+    the queue's next owner commits the record the fenced node held back."""
     # The other instance's row is written over HTTP, which only the test
     # and repair switch allows (the namespace is the sink's).
-    node = broker_factory(env=sink_env(bucket,
-                                       QUEEN_KV_UNSAFE_SINK_WRITES="true"))
-    node.push([{"queue": "orders", "partition": "p", "payload": {"a": 1}}])
-    wait_until(lambda: (sink_row(node, "orders") or {}).get("k", 0) >= 1,
-               60, "the sink to commit window 1 of orders")
+    env = sink_env(bucket, QUEEN_S3_QUEUES="orders,ctl",
+                   QUEEN_KV_UNSAFE_SINK_WRITES="true")
+    node = broker_factory(env=env)
+    node.push([{"queue": "orders", "partition": "p", "payload": {"a": 1}},
+               {"queue": "ctl", "partition": "p", "payload": {"c": 1}}])
+    for q in ("orders", "ctl"):
+        wait_until(lambda: (sink_row(node, q) or {}).get("records", 0) >= 1,
+                   60, "the sink to commit the first record of %s" % q)
     other = {"instance": "node-9@elsewhere",
              "incarnation": "00000000000000aa", "sinceMs": 1}
     r = node.request("PUT", "/api/v1/kv/queen-s3/s3:default:orders:lease",
-                     body={"value": other, "ttlSeconds": 60})
+                     body={"value": other, "ttlSeconds": 600})
     assert r.status == 200, r
     wait_until(lambda: (sink_row(node, "orders") or {}).get("heldBy")
                == "node-9@elsewhere", 60, "the sink to see the other owner")
@@ -122,7 +129,15 @@ def test_a_lease_taken_over_stops_the_queue_and_leaves_the_row_alone(
     log = node.stderr()
     assert ("lease lost: another instance owns this queue" in log
             or "queue fenced" in log), log[-3000:]
-    node.push([{"queue": "orders", "partition": "p", "payload": {"a": 2}}])
+    node.push([{"queue": "orders", "partition": "p", "payload": {"a": 2}},
+               {"queue": "ctl", "partition": "p", "payload": {"c": 2}}])
+    # The same windows rules close ctl's window and would close orders'.
+    wait_until(lambda: (sink_row(node, "ctl") or {}).get("records", 0) >= 2,
+               60, "ctl to commit the record pushed after the takeover")
+    assert kv_get(node, "s3:default:orders:committed")["value"]["k"] == k
+    manifests = [key for key in bucket.list_keys("lake")
+                 if "/queue=orders/windows/" in key]
+    assert len(manifests) == k, manifests
     assert node.stop() == 0
     log = node.stderr()
     assert "did not stop inside its grace" not in log, log[-3000:]
@@ -131,11 +146,24 @@ def test_a_lease_taken_over_stops_the_queue_and_leaves_the_row_alone(
     # when it looks for the queue 5 s later.)
     fenced = min(i for i in (log.find("lease lost: another instance"),
                              log.find("queue fenced")) if i >= 0)
-    assert "this node owns the queue" not in log[fenced:], log[-3000:]
-    again = broker_factory(env=sink_env(bucket, QUEEN_S3_EMBEDDED="false"),
+    assert "this node owns the queue queue=orders" not in log[fenced:], \
+        log[-3000:]
+    again = broker_factory(env=sink_env(bucket, QUEEN_S3_EMBEDDED="false",
+                                        QUEEN_KV_UNSAFE_SINK_WRITES="true"),
                            data_dir=node.data_dir)
     row = kv_get(again, "s3:default:orders:lease")
     assert row["found"] is True and \
         row["value"]["instance"] == "node-9@elsewhere", row
     # Nothing committed after the takeover: the pointer stayed at k.
     assert kv_get(again, "s3:default:orders:committed")["value"]["k"] == k
+    # The other owner goes away; the next owner commits what was held back.
+    r = again.request("DELETE", "/api/v1/kv/queen-s3/s3:default:orders:lease")
+    assert r.status == 200, r
+    assert again.stop() == 0
+    owner = broker_factory(env=env, data_dir=node.data_dir)
+    wait_until(lambda: kv_get(owner, "s3:default:orders:committed")
+               ["value"]["k"] > k, 60,
+               "the next owner to commit the record held back")
+    row = wait_until(lambda: (lambda q: q if q and q["ownedHere"] else None)(
+        sink_row(owner, "orders")), 60, "the next owner's status row")
+    assert row["heldBy"] is None, row
