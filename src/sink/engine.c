@@ -275,6 +275,11 @@ struct engine {
     bool is_plan_forced; /* the closing window was closed by force */
     bool is_draining;
     bool is_checkpoint_pending;
+    /* A checkpoint is due at checkpoint_k, but its positions are not exact
+     * yet: the window committed (or was found committed) before this run
+     * discovered and read past its tEnd. fill_actions makes it pending
+     * once every partition is read past checkpoint_t_end. */
+    bool is_checkpoint_deferred;
     bool is_loss_checkpoint_due; /* a loss was found: keep its positions */
 };
 
@@ -851,6 +856,15 @@ int engine_restore(struct engine *e, const struct engine_committed *committed,
         /* Written at the commit pointer, its positions are exact: every
          * record from one on is stamped at or above the commit's tEnd. */
         e->cp_floor = cp->k == e->committed_k ? e->t_filter : ENGINE_MIN;
+    }
+    /* The commit pointer's window was due a checkpoint that a crash right
+     * after the commit never wrote: write it once the positions are exact. */
+    if (e->committed_k > 0 && e->cfg.checkpoint_every != 0 &&
+        e->committed_k % e->cfg.checkpoint_every == 0 &&
+        (cp == NULL || cp->k < e->committed_k)) {
+        e->is_checkpoint_deferred = true;
+        e->checkpoint_k = e->committed_k;
+        e->checkpoint_t_end = e->committed_t_end;
     }
     if (e->is_t_prev_known && e->t_prev != ENGINE_MIN) {
         e->complete_through = e->t_prev;
@@ -2182,9 +2196,14 @@ void engine_on_committed(struct engine *e)
     e->has_discovered_this_window = false;
     prune(e);
     /* A window that carried lost ranges is checkpointed whatever the
-     * cadence: a restart then starts past them (never reported twice). */
-    if (e->has_discovered && ((every != 0 && k % every == 0) || had_lost)) {
-        e->is_checkpoint_pending = true;
+     * cadence: a restart then starts past them (never reported twice). A
+     * window committed before this run discovered anything (a redo taken
+     * from its manifest) gets its checkpoint once the positions are exact;
+     * one still waiting for that when a later window commits is dropped. */
+    e->is_checkpoint_deferred = false;
+    if ((every != 0 && k % every == 0) || had_lost) {
+        e->is_checkpoint_pending = e->has_discovered;
+        e->is_checkpoint_deferred = !e->has_discovered;
         e->checkpoint_k = k;
         e->checkpoint_t_end = e->t_prev;
         e->last_checkpoint_k = k;
@@ -2344,6 +2363,15 @@ static void fill_actions(struct engine *e)
         e->checkpoint_k = e->committed_k;
         e->checkpoint_t_end = e->committed_t_end;
         e->last_checkpoint_k = e->committed_k;
+    }
+    if (e->is_checkpoint_deferred && e->has_discovered &&
+        e->has_complete_pass && e->checkpoint_k == e->committed_k &&
+        min_frontier(e) >= e->checkpoint_t_end) {
+        /* every partition is read past the window's end: the positions
+         * split the lake at it exactly, as right after a commit */
+        e->is_checkpoint_deferred = false;
+        e->is_checkpoint_pending = true;
+        e->last_checkpoint_k = e->checkpoint_k;
     }
     if (e->is_checkpoint_pending) {
         emit_checkpoint(e);

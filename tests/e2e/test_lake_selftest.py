@@ -4,8 +4,8 @@ hand-made lake is accepted, and each damage is refused with its own reason:
 records (payload, transactionId, duplicates, order, window, tiling), stamps
 checked against the broker's log (every ts of a window set to its start, one
 ts moved by 5 µs or 1 µs), records moved or copied across windows,
-per-partition objects, Parquet rows, and checkpoints (missing, due at the
-wrong k, garbage, positions that do not match the manifests).  Also pins the
+per-partition objects, Parquet rows, and checkpoints (missing, off the
+cadence but inexact, garbage, positions that do not match the manifests).  Also pins the
 formats the verifier derives (docs/design/formats.md §1, §2, §6) to their
 test vectors."""
 
@@ -371,16 +371,21 @@ def test_missing_checkpoint_is_refused(tmp_path):
     verify(r, acked, checkpoint_every=None)  # only the setting requires it
 
 
-def test_checkpoint_at_a_k_not_due_is_refused(tmp_path):
+def test_checkpoint_at_a_k_not_due_must_be_exact(tmp_path):
+    """A drain or a loss writes a checkpoint off the cadence: accepted when
+    its positions split the lake at its window, refused when they do not."""
     windows, acked = build_records()
     r = write(tmp_path, windows)
     put_checkpoint(r, 1, {"k": 1, "tEnd": BOUNDS[0][1],
                           "positions": lake.positions_after(windows, 1)})
-    with pytest.raises(LakeError, match="due every 2 windows"):
-        verify(r, acked)
+    verify(r, acked)
     # every window: k=1 is due, and so is k=3, which is missing
     with pytest.raises(LakeError, match="window 3 has no checkpoint"):
         verify(r, acked, checkpoint_every=1)
+    put_checkpoint(r, 1, {"k": 1, "tEnd": BOUNDS[0][1],
+                          "positions": lake.positions_after(windows, 2)})
+    with pytest.raises(LakeError, match="positions do not match"):
+        verify(r, acked)
 
 
 def _with_checkpoint(tmp_path, name, mutate):

@@ -197,12 +197,12 @@ def test_crash_point_then_redo(broker_factory, crash_bucket, fmt, point):
     if left:
         assert p.push(node, left)
     assert p.push(node, p.batch(10))
-    # Stamps against the broker's log; the checkpoints present must match
-    # the manifests, but the one due at the crashed window may be missing
-    # (test_sink_settings.py's xfail test_a_checkpoint_due_at_a_crashed_window
-    # _is_written), so checkpoint_every is not required after the redo.
+    # Stamps against the broker's log, and every due checkpoint, the one
+    # due at the crashed window included (written once the restarted run
+    # has read past that window's end).
     lake.wait_queue(reader, PREFIX, TENANT, queue, p.records(),
-                    timeout=spec["redo_timeout"], broker=node, **verify)
+                    timeout=spec["redo_timeout"], settle=30, broker=node,
+                    checkpoint_every=2, **verify)
     after = snapshot(reader, queue)
     for key, digest in before.items():
         assert after.get(key) == digest, "%s changed or vanished" % key

@@ -210,15 +210,11 @@ def test_checkpoint_every_three_windows(sink_node, bucket):
     assert age == n % 3
 
 
-# BUG: a checkpoint due at window k is never written when the node crashed
-# after k's objects were uploaded (after_upload, before_commit: the restart
-# commits k from its manifest before any discovery, and
-# engine_on_committed() sets the checkpoint only when has_discovered) or
-# after k's commit (after_commit: nothing is pending after the restore).
-# The fix is described in the report of issue 18; drop the xfail then.
-@pytest.mark.xfail(strict=True, reason="src/sink/engine.c skips the "
-                   "checkpoint due at a window committed at restart or "
-                   "crashed after its commit (issue 18)")
+# A checkpoint due at window k is written also when the node crashed after
+# k's objects went up (after_upload, before_commit: the restart commits k
+# from its manifest before any discovery) or after k's commit (after_commit:
+# the restore finds the pointer at a due k without its checkpoint), once the
+# positions are exact.
 @pytest.mark.parametrize("point", ["after_upload", "after_commit"])
 def test_a_checkpoint_due_at_a_crashed_window_is_written(sink_node, bucket,
                                                          point):
