@@ -526,6 +526,32 @@ static void known_lost(struct driver *d, const struct docs_manifest *m)
     free(v);
 }
 
+/* GET and decode the manifest of window k: key gets its key, m points
+ * into body and arena. Returns 0 with *ok when it is there and decodes, 0
+ * without *ok when it is absent or does not decode, or the GET's error. */
+static int get_manifest(struct driver *d, int64_t k, struct buf *key,
+                        struct buf *body, struct buf *arena,
+                        struct docs_manifest *m, bool *ok, struct err *err)
+{
+    struct s3_object_info info;
+    struct s3_status st;
+    struct err e2;
+    int rc;
+
+    *ok = false;
+    if (layout_manifest_key(key, &d->lq, k, err) != 0) {
+        return err->code;
+    }
+    rc = s3_client_get(d->s3, key->data, body, &info, &st, err);
+    if (rc != 0) {
+        err_wrap(err, "GET %s", key->data);
+        return rc;
+    }
+    *ok = info.found &&
+          docs_manifest_decode(body->data, body->len, m, arena, &e2) == 0;
+    return 0;
+}
+
 /* The manifest of the commit pointer's window k when no checkpoint follows
  * it (a crash right after the commit, or its checkpoint failed): its lost
  * ranges are committed. Best effort: a failed read is logged. */
@@ -534,23 +560,21 @@ static void load_committed_lost(struct driver *d, int64_t k)
     struct buf key;
     struct buf body;
     struct buf arena;
-    struct s3_object_info info;
-    struct s3_status st;
     struct docs_manifest m;
-    struct err err;
+    struct err err = {0};
+    bool ok = false;
+    int rc;
 
     buf_init(&key, DRIVER_KEY_MAX);
     buf_init(&body, (size_t)64 << 20);
     buf_init(&arena, BUF_UNLIMITED);
-    if (layout_manifest_key(&key, &d->lq, k, &err) != 0 ||
-        s3_client_get(d->s3, key.data, &body, &info, &st, &err) != 0 ||
-        (info.found &&
-         docs_manifest_decode(body.data, body.len, &m, &arena, &err) != 0)) {
+    rc = get_manifest(d, k, &key, &body, &arena, &m, &ok, &err);
+    if (rc != 0 || !ok) {
         log_warn("sink",
                  "cannot read the last window's manifest; a loss it names "
                  "may be reported again queue=%s k=%" PRId64 " error=%s",
-                 d->cfg.queue, k, err.msg);
-    } else if (info.found) {
+                 d->cfg.queue, k, rc != 0 ? err.msg : "absent or undecodable");
+    } else {
         known_lost(d, &m);
     }
     buf_free(&arena);
@@ -567,26 +591,15 @@ static int check_redo_manifest(struct driver *d, const struct docs_intent *in,
     struct buf key;
     struct buf body;
     struct buf arena;
-    struct s3_object_info info;
-    struct s3_status st;
     struct docs_manifest m;
-    struct err e2;
-    int rc = 0;
+    bool ok = false;
+    int rc;
 
     buf_init(&key, DRIVER_KEY_MAX);
     buf_init(&body, (size_t)64 << 20);
     buf_init(&arena, BUF_UNLIMITED);
-    if (layout_manifest_key(&key, &d->lq, in->k, err) != 0) {
-        rc = err->code;
-        goto out_free;
-    }
-    rc = s3_client_get(d->s3, key.data, &body, &info, &st, err);
-    if (rc != 0) {
-        err_wrap(err, "GET %s", key.data);
-        goto out_free;
-    }
-    if (!info.found ||
-        docs_manifest_decode(body.data, body.len, &m, &arena, &e2) != 0 ||
+    rc = get_manifest(d, in->k, &key, &body, &arena, &m, &ok, err);
+    if (rc != 0 || !ok ||
         !docs_manifest_matches(&m, in, cstr(d->cfg.sink),
                                cstr(d->cfg.tenant_text), cstr(d->cfg.queue))) {
         goto out_free;
