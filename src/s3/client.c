@@ -891,7 +891,7 @@ int s3_client_put(struct s3_client *c, const struct s3_put *p,
     return single_put(c, p, r, err);
 }
 
-/* ---- HEAD, GET, DELETE ------------------------------------------------ */
+/* ---- HEAD, GET -------------------------------------------------------- */
 
 static void fill_info(const struct call *k, struct s3_object_info *info)
 {
@@ -942,22 +942,6 @@ int s3_client_get(struct s3_client *c, const char *key, struct buf *body,
     if (rc != 0 || !info->found) {
         buf_reset(body); /* it may hold an error document */
     }
-    return rc;
-}
-
-int s3_client_delete(struct s3_client *c, const char *key, struct s3_status *st,
-                     struct err *err)
-{
-    struct call k;
-    struct buf answer;
-    int rc;
-
-    call_init(&k, S3_OP_DELETE, "DELETE", key, c->cfg.max_attempts);
-    buf_init(&answer, S3_MAX_ANSWER);
-    k.absent_ok = true;
-    k.answer = &answer;
-    rc = run(c, &k, st, err);
-    buf_free(&answer);
     return rc;
 }
 

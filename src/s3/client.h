@@ -164,9 +164,6 @@ int s3_client_head(struct s3_client *c, const char *key,
 int s3_client_get(struct s3_client *c, const char *key, struct buf *body,
                   struct s3_object_info *info, struct s3_status *st,
                   struct err *err);
-/* DELETE key; 404 counts as done. */
-int s3_client_delete(struct s3_client *c, const char *key, struct s3_status *st,
-                     struct err *err);
 
 /* Abort every multipart upload in progress whose key is exactly key: one
  * ListMultipartUploads (GET ?uploads&prefix=key), then one

@@ -11,7 +11,7 @@
  *   s3tool put KEY FILE [CONTENT_TYPE]     s3tool get KEY OUTFILE
  *   s3tool multipart-put KEY FILE          s3tool head KEY
  *   s3tool list PREFIX [START_AFTER [MAX]] s3tool list-all PREFIX
- *   s3tool delete KEY                      s3tool put-many PREFIX FILE...
+ *   s3tool put-many PREFIX FILE...
  */
 #include <errno.h>
 #include <pthread.h>
@@ -312,20 +312,6 @@ static int cmd_get_head(struct tool *t, struct jw *w, struct buf *b, int argc,
     return emit(t, w, b, &st, rc, &err);
 }
 
-static int cmd_delete(struct tool *t, struct jw *w, struct buf *b, int argc,
-                      char **argv)
-{
-    struct s3_status st;
-    struct err err = {0};
-    int rc;
-
-    if (argc < 3) {
-        return 2;
-    }
-    rc = s3_client_delete(t->c, argv[2], &st, &err);
-    return emit(t, w, b, &st, rc, &err);
-}
-
 static int cmd_list(struct tool *t, struct jw *w, struct buf *b, int argc,
                     char **argv)
 {
@@ -411,7 +397,7 @@ int main(int argc, char **argv)
     int rc = 2;
 
     if (argc < 2) {
-        fprintf(stderr, "usage: s3tool put|multipart-put|get|head|delete|"
+        fprintf(stderr, "usage: s3tool put|multipart-put|get|head|"
                         "list|list-all|put-many ...\n");
         return 2;
     }
@@ -429,8 +415,6 @@ int main(int argc, char **argv)
         rc = cmd_put(&t, &w, &b, argc, argv);
     } else if (strcmp(argv[1], "get") == 0 || strcmp(argv[1], "head") == 0) {
         rc = cmd_get_head(&t, &w, &b, argc, argv);
-    } else if (strcmp(argv[1], "delete") == 0) {
-        rc = cmd_delete(&t, &w, &b, argc, argv);
     } else if (strncmp(argv[1], "list", 4) == 0) {
         rc = cmd_list(&t, &w, &b, argc, argv);
     } else if (strcmp(argv[1], "put-many") == 0) {
