@@ -162,6 +162,7 @@ check:
 	$(MAKE) integration
 	$(MAKE) -j$(JOBS) SANITIZE=address,undefined $(subst build/,build/san/,$(UNIT_BIN) $(REPLAY_BIN))
 	$(MAKE) SANITIZE=address,undefined unit replay
+	@$(PY) scripts/check_doc_links.py
 	@tests/summary.sh
 
 demo: all
