@@ -125,6 +125,28 @@ static int dd_reserve(struct dd *x, size_t n, size_t arrays)
     return 0;
 }
 
+/* ---- positions (manifest and checkpoint) ---- */
+
+/* "positions": [[name, offset(, id)], ...] in the order given. */
+static void docs_write_positions(struct jw *w, const struct docs_position *v,
+                                 size_t n)
+{
+    jw_key(w, "positions");
+    jw_arr_begin(w);
+    for (size_t i = 0; i < n; i++) {
+        jw_arr_begin(w);
+        jw_str(w, v[i].name.ptr, v[i].name.len);
+        jw_i64(w, v[i].offset);
+        if (v[i].id.len > 0) {
+            jw_str(w, v[i].id.ptr, v[i].id.len);
+        }
+        jw_arr_end(w);
+    }
+    jw_arr_end(w);
+}
+
+static int docs_read_position(struct dd *x, int e, struct docs_position *pos);
+
 /* ---- manifest ---- */
 
 static void docs_write_object(struct jw *w, const struct docs_object *o)
@@ -215,6 +237,9 @@ int docs_manifest_encode(struct buf *out, const struct docs_manifest *m,
     jw_slice(&w, "writer", m->writer);
     jw_key(&w, "committedAt");
     jw_cstr(&w, iso);
+    if (m->has_positions) {
+        docs_write_positions(&w, m->positions, m->n_positions);
+    }
     jw_obj_end(&w);
     return jw_finish(&w, err);
 }
@@ -260,16 +285,24 @@ static int docs_read_lost(struct dd *x, int i, struct docs_lost *l)
     return 0;
 }
 
-/* objects (required) and lost (optional) arrays. */
+/* objects (required), lost and positions (optional) arrays. */
 static int docs_read_arrays(struct dd *x, struct docs_manifest *m, int oa,
-                            int la)
+                            int la, int pa)
 {
     struct docs_object *objs;
     struct docs_lost *lost;
+    struct docs_position *pos;
     size_t i = 0;
 
     objs = dd_array(x, m->n_objects, sizeof(*objs));
     lost = dd_array(x, m->n_lost, sizeof(*lost));
+    pos = dd_array(x, m->n_positions, sizeof(*pos));
+    for (int e = json_child(x->d, pa); e >= 0; e = json_next(x->d, e)) {
+        if (docs_read_position(x, e, &pos[i++]) != 0) {
+            return x->err->code;
+        }
+    }
+    i = 0;
     for (int e = json_child(x->d, oa); e >= 0; e = json_next(x->d, e)) {
         if (docs_read_object(x, e, &objs[i++]) != 0) {
             return x->err->code;
@@ -283,6 +316,7 @@ static int docs_read_arrays(struct dd *x, struct docs_manifest *m, int oa,
     }
     m->objects = objs;
     m->lost = lost;
+    m->positions = pos;
     return 0;
 }
 
@@ -333,6 +367,7 @@ int docs_manifest_decode(const char *p, size_t n, struct docs_manifest *m,
     struct dd x = {.d = &d, .arena = arena, .what = "manifest"};
     int oa;
     int la;
+    int pa;
     int rc;
 
     memset(m, 0, sizeof(*m));
@@ -342,21 +377,31 @@ int docs_manifest_decode(const char *p, size_t n, struct docs_manifest *m,
     }
     oa = json_obj_get(&d, 0, "objects");
     la = json_obj_get(&d, 0, "lost");
-    if (json_type(&d, oa) != JSON_ARRAY ||
-        (la >= 0 && json_type(&d, la) != JSON_ARRAY)) {
-        rc = dd_bad(&x, json_type(&d, oa) != JSON_ARRAY ? "objects" : "lost");
+    pa = json_obj_get(&d, 0, "positions");
+    if (json_type(&d, oa) != JSON_ARRAY) {
+        rc = dd_bad(&x, "objects");
+        goto out_free;
+    }
+    if ((la >= 0 && json_type(&d, la) != JSON_ARRAY) ||
+        (pa >= 0 && json_type(&d, pa) != JSON_ARRAY)) {
+        rc = dd_bad(&x, la >= 0 && json_type(&d, la) != JSON_ARRAY
+                            ? "lost"
+                            : "positions");
         goto out_free;
     }
     m->n_objects = d.toks[oa].count;
     m->n_lost = la >= 0 ? d.toks[la].count : 0;
+    m->has_positions = pa >= 0;
+    m->n_positions = pa >= 0 ? d.toks[pa].count : 0;
     rc = dd_reserve(&x, n,
                     m->n_objects * sizeof(struct docs_object) +
-                        m->n_lost * sizeof(struct docs_lost) + 16);
+                        m->n_lost * sizeof(struct docs_lost) +
+                        m->n_positions * sizeof(struct docs_position) + 24);
     if (rc == 0) {
         rc = docs_read_manifest_scalars(&x, m);
     }
     if (rc == 0) {
-        rc = docs_read_arrays(&x, m, oa, la);
+        rc = docs_read_arrays(&x, m, oa, la, pa);
     }
 out_free:
     json_doc_free(&d);
@@ -424,18 +469,7 @@ static int docs_checkpoint_json(struct buf *js,
     jw_i64(&w, cp->k);
     jw_key(&w, "tEnd");
     jw_i64(&w, cp->t_end);
-    jw_key(&w, "positions");
-    jw_arr_begin(&w);
-    for (size_t i = 0; i < cp->n; i++) {
-        jw_arr_begin(&w);
-        jw_str(&w, v[i].name.ptr, v[i].name.len);
-        jw_i64(&w, v[i].offset);
-        if (v[i].id.len > 0) {
-            jw_str(&w, v[i].id.ptr, v[i].id.len);
-        }
-        jw_arr_end(&w);
-    }
-    jw_arr_end(&w);
+    docs_write_positions(&w, v, cp->n);
     jw_obj_end(&w);
     free(v);
     return jw_finish(&w, err);

@@ -42,6 +42,8 @@ struct docs_lost {
     int64_t to;   /* inclusive */
 };
 
+struct docs_position; /* below */
+
 struct docs_manifest {
     struct slice sink;
     struct slice tenant;
@@ -64,6 +66,14 @@ struct docs_manifest {
     size_t n_lost;
     struct slice writer;
     int64_t committed_at_ms; /* wall clock; rendered ISO-us (ends 000Z) */
+    /* Where each partition the window touched (records or lost ranges)
+     * starts after it, as in a checkpoint (docs/design/formats.md §3):
+     * the last checkpoint plus the positions of the manifests after it
+     * are the exact positions at the commit pointer. Absent in manifests
+     * written before it existed (has_positions false). */
+    bool has_positions;
+    const struct docs_position *positions;
+    size_t n_positions;
 };
 
 int docs_manifest_encode(struct buf *out, const struct docs_manifest *m,

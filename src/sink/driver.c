@@ -56,7 +56,10 @@
 #define DRIVER_KEY_MAX         2048
 #define DRIVER_AGED_US         ((int64_t)10 * 1000 * 1000)
 #define DRIVER_CHECKPOINT_LIST ((size_t)1000 * 1000)
-#define DRIVER_FETCH_SLICE     ((uint64_t)8 * 1024 * 1024) /* per store read */
+/* At most this many manifests are read at a start to make the positions
+ * exact at the commit pointer (engine.h (5)). */
+#define DRIVER_REBUILD_MAX_WINDOWS 10000
+#define DRIVER_FETCH_SLICE         ((uint64_t)8 * 1024 * 1024) /* per store read */
 
 enum pending_kind {
     PENDING_NONE,
@@ -458,30 +461,41 @@ static int read_pointers(struct driver *d, struct restore_docs *r,
     return 0;
 }
 
-/* The latest checkpoint with k <= committed_k (docs/design/protocol.md §6.6);
- * false when none is usable. The positions point into arena. */
-static bool load_checkpoint(struct driver *d, int64_t committed_k,
-                            struct docs_checkpoint *cp, struct buf *arena)
+/* The latest checkpoint with k <= committed_k (docs/design/protocol.md §6.6)
+ * into cp (positions in arena), *found false when there is none or it does
+ * not decode. Returns 0, or the LIST's or GET's retriable error: the start
+ * is retried rather than run from older positions than the bucket holds. */
+static int load_checkpoint(struct driver *d, int64_t committed_k,
+                           struct docs_checkpoint *cp, struct buf *arena,
+                           bool *found, struct err *err)
 {
     struct buf prefix;
     struct buf body;
     struct s3xml_list all;
     struct s3_status st;
     struct s3_object_info info;
-    struct err err;
     int64_t best = -1;
     size_t best_i = 0;
-    bool ok = false;
+    int rc;
 
+    *found = false;
     buf_init(&prefix, DRIVER_KEY_MAX);
     memset(&all, 0, sizeof(all));
-    if (layout_checkpoint_prefix(&prefix, &d->lq, &err) != 0 ||
-        s3_client_list_all(d->s3, prefix.data, DRIVER_CHECKPOINT_LIST, &all,
-                           &st, &err) != 0) {
-        log_warn("sink",
-                 "cannot list checkpoints; starting from the commit "
-                 "pointer alone queue=%s error=%s",
-                 d->cfg.queue, err.msg);
+    memset(&st, 0, sizeof(st));
+    rc = layout_checkpoint_prefix(&prefix, &d->lq, err);
+    if (rc == 0) {
+        rc = s3_client_list_all(d->s3, prefix.data, DRIVER_CHECKPOINT_LIST,
+                                &all, &st, err);
+    }
+    if (rc != 0) {
+        err_wrap(err, "LIST %s", prefix.data);
+        if (!upload_s3_retriable(&st, rc)) {
+            log_warn("sink",
+                     "cannot list checkpoints; starting from the commit "
+                     "pointer and the manifests queue=%s error=%s",
+                     d->cfg.queue, err->msg);
+            rc = 0;
+        }
         goto out_free;
     }
     for (size_t i = 0; i < all.n_keys; i++) {
@@ -496,20 +510,25 @@ static bool load_checkpoint(struct driver *d, int64_t committed_k,
         goto out_free;
     }
     buf_init(&body, DOCS_CHECKPOINT_MAX_DECODED);
-    if (s3_client_get(d->s3, all.keys[best_i], &body, &info, &st, &err) == 0 &&
-        info.found &&
-        docs_checkpoint_decode(body.data, body.len, cp, arena, &err) == 0) {
-        ok = true;
+    memset(&info, 0, sizeof(info));
+    rc = s3_client_get(d->s3, all.keys[best_i], &body, &info, &st, err);
+    if (rc != 0 && upload_s3_retriable(&st, rc)) {
+        err_wrap(err, "GET %s", all.keys[best_i]);
+    } else if (rc == 0 && info.found &&
+               docs_checkpoint_decode(body.data, body.len, cp, arena, err) ==
+                   0) {
+        *found = true;
     } else {
         log_warn("sink", "checkpoint unreadable queue=%s key=%s error=%s",
                  d->cfg.queue, all.keys[best_i],
-                 info.found ? err.msg : "not found");
+                 rc == 0 && !info.found ? "not found" : err->msg);
+        rc = 0;
     }
     buf_free(&body);
 out_free:
     s3xml_list_free(&all);
     buf_free(&prefix);
-    return ok;
+    return rc;
 }
 
 /* Tell the engine the lost ranges manifest m names (committed): a restart
@@ -635,15 +654,228 @@ out_free:
     return rc;
 }
 
+/* The positions at the commit pointer (engine.h (5)): those of the last
+ * checkpoint, each overridden by the manifests after it in k order, and
+ * the lost ranges those manifests name. Owned copies. */
+struct rebuilt {
+    struct rebuilt_pos *v;
+    size_t n;
+    size_t cap;
+    struct engine_lost_range *lost; /* partition names in lost_names */
+    char **lost_names;
+    size_t n_lost;
+    size_t cap_lost;
+};
+
+struct rebuilt_pos {
+    char *name;
+    size_t name_len;
+    char *id;
+    size_t id_len;
+    int64_t offset;
+    size_t seq; /* later wins */
+};
+
+static void rebuilt_add(struct rebuilt *r, struct slice name, int64_t offset,
+                        struct slice id)
+{
+    if (r->n == r->cap) {
+        r->cap = r->cap == 0 ? 64 : r->cap * 2;
+        r->v = xrealloc(r->v, r->cap * sizeof(*r->v));
+    }
+    r->v[r->n] = (struct rebuilt_pos){xstrndup(name.ptr, name.len),
+                                      name.len,
+                                      xstrndup(id.ptr, id.len),
+                                      id.len,
+                                      offset,
+                                      r->n};
+    r->n++;
+}
+
+static void rebuilt_add_lost(struct rebuilt *r, const struct docs_manifest *m)
+{
+    for (size_t i = 0; i < m->n_lost; i++) {
+        if (r->n_lost == r->cap_lost) {
+            r->cap_lost = r->cap_lost == 0 ? 16 : r->cap_lost * 2;
+            r->lost = xrealloc(r->lost, r->cap_lost * sizeof(*r->lost));
+            r->lost_names =
+                xrealloc(r->lost_names, r->cap_lost * sizeof(*r->lost_names));
+        }
+        const struct docs_lost *l = &m->lost[i];
+        char *name = xstrndup(l->partition.ptr, l->partition.len);
+        r->lost_names[r->n_lost] = name;
+        r->lost[r->n_lost++] = (struct engine_lost_range){
+            {name, l->partition.len}, l->from, l->to};
+    }
+}
+
+static void rebuilt_free(struct rebuilt *r)
+{
+    for (size_t i = 0; i < r->n; i++) {
+        free(r->v[i].name);
+        free(r->v[i].id);
+    }
+    for (size_t i = 0; i < r->n_lost; i++) {
+        free(r->lost_names[i]);
+    }
+    free(r->v);
+    free(r->lost);
+    free(r->lost_names);
+    memset(r, 0, sizeof(*r));
+}
+
+static int rebuilt_cmp(const void *a, const void *b)
+{
+    const struct rebuilt_pos *x = a;
+    const struct rebuilt_pos *y = b;
+    size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
+    int c = n == 0 ? 0 : memcmp(x->name, y->name, n);
+
+    if (c != 0) {
+        return c;
+    }
+    if (x->name_len != y->name_len) {
+        return x->name_len < y->name_len ? -1 : 1;
+    }
+    return x->seq < y->seq ? -1 : (x->seq > y->seq ? 1 : 0);
+}
+
+/* The latest position per name, as engine positions into r (valid while
+ * r is). Returns an owned array of *n. */
+static struct engine_position *rebuilt_positions(struct rebuilt *r, size_t *n)
+{
+    struct engine_position *v = xcalloc(r->n + 1, sizeof(*v));
+
+    if (r->n > 1) {
+        qsort(r->v, r->n, sizeof(*r->v), rebuilt_cmp);
+    }
+    *n = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        const struct rebuilt_pos *x = &r->v[i];
+        const struct rebuilt_pos *y = i + 1 < r->n ? &r->v[i + 1] : NULL;
+        if (y != NULL && x->name_len == y->name_len &&
+            memcmp(x->name, y->name, x->name_len) == 0) {
+            continue; /* a later manifest moved it */
+        }
+        v[(*n)++] = (struct engine_position){
+            {x->name, x->name_len}, x->offset, {x->id, x->id_len}};
+    }
+    return v;
+}
+
+/* Apply the positions of the manifests of windows from..to (committed) to
+ * r. Returns 0 with *ok when every one was read and carries positions; 0
+ * without *ok when one is absent, undecodable or older than positions in
+ * manifests (the start then goes on from the checkpoint alone); or the
+ * GET's error, which the start retries. */
+static int read_manifest_positions(struct driver *d, int64_t from, int64_t to,
+                                   struct rebuilt *r, bool *ok, struct err *err)
+{
+    struct buf key;
+    struct buf body;
+    struct buf arena;
+    struct docs_manifest m;
+    int rc = 0;
+
+    *ok = true;
+    buf_init(&key, DRIVER_KEY_MAX);
+    buf_init(&body, BUF_UNLIMITED);
+    buf_init(&arena, BUF_UNLIMITED);
+    for (int64_t k = from; k <= to && *ok; k++) {
+        bool got = false;
+        buf_reset(&key);
+        buf_reset(&body);
+        buf_reset(&arena);
+        rc = get_manifest(d, k, &key, &body, &arena, &m, &got, err);
+        if (rc != 0) {
+            break;
+        }
+        if (!got || !m.has_positions || m.k != k) {
+            log_warn("sink",
+                     "a committed window's manifest is absent, undecodable "
+                     "or has no positions; restarting from the last "
+                     "checkpoint alone, which may report committed records "
+                     "lost queue=%s k=%" PRId64,
+                     d->cfg.queue, k);
+            *ok = false;
+            break;
+        }
+        for (size_t i = 0; i < m.n_positions; i++) {
+            rebuilt_add(r, m.positions[i].name, m.positions[i].offset,
+                        m.positions[i].id);
+        }
+        rebuilt_add_lost(r, &m);
+    }
+    buf_free(&arena);
+    buf_free(&body);
+    buf_free(&key);
+    return rc;
+}
+
+/* Read what the start needs from the bucket: the checkpoint, and the
+ * manifests after it up to the commit pointer. Returns 0, or a retriable
+ * error of the bucket (nothing given to the engine yet). */
+static int read_restore_positions(struct driver *d, int64_t committed_k,
+                                  struct rebuilt *r, int64_t *exact_k,
+                                  int64_t *written_k, struct err *err)
+{
+    struct docs_checkpoint cp;
+    struct buf arena;
+    bool has_cp = false;
+    bool ok = false;
+    int rc;
+
+    buf_init(&arena, BUF_UNLIMITED);
+    /* Also at k 0: a loss found before the first commit is checkpointed
+     * at k 0 (engine.h (5)). */
+    rc = load_checkpoint(d, committed_k, &cp, &arena, &has_cp, err);
+    *exact_k = -1; /* no positions at all */
+    *written_k = has_cp ? cp.k : 0;
+    if (rc == 0 && has_cp) {
+        for (size_t i = 0; i < cp.n; i++) {
+            rebuilt_add(r, cp.positions[i].name, cp.positions[i].offset,
+                        cp.positions[i].id);
+        }
+        *exact_k = cp.k;
+    }
+    buf_free(&arena);
+    if (rc != 0 || *written_k >= committed_k) {
+        return rc;
+    }
+    if (committed_k - *written_k > DRIVER_REBUILD_MAX_WINDOWS) {
+        log_warn("sink",
+                 "more than %d windows since the last checkpoint; restarting "
+                 "from it alone, which may report committed records lost "
+                 "queue=%s checkpoint_k=%" PRId64 " committed_k=%" PRId64,
+                 DRIVER_REBUILD_MAX_WINDOWS, d->cfg.queue, *written_k,
+                 committed_k);
+        return 0;
+    }
+    size_t n_cp = r->n;
+    rc = read_manifest_positions(d, *written_k + 1, committed_k, r, &ok, err);
+    if (rc == 0 && ok) {
+        *exact_k = committed_k;
+    } else {
+        /* back to the checkpoint's positions alone */
+        for (size_t i = n_cp; i < r->n; i++) {
+            free(r->v[i].name);
+            free(r->v[i].id);
+        }
+        r->n = n_cp;
+    }
+    return rc;
+}
+
+/* Hand the restored documents and positions (read_restore_positions())
+ * to the engine. Returns 0, or the engine's refusal. */
 static int restore_engine(struct driver *d, struct restore_docs *r,
-                          struct err *err)
+                          struct rebuilt *rb, int64_t exact_k,
+                          int64_t written_k, struct err *err)
 {
     struct engine_committed c = {0, 0};
     struct engine_intent in;
-    struct docs_checkpoint cp;
     struct engine_checkpoint ecp;
     struct engine_position *pos = NULL;
-    struct buf arena;
     char s[4][128];
     int rc;
 
@@ -665,29 +897,29 @@ static int restore_engine(struct driver *d, struct restore_docs *r,
         in = (struct engine_intent){x->k, x->t_start, x->t_end, s[0],
                                     s[1], s[2],       s[3]};
     }
-    buf_init(&arena, BUF_UNLIMITED);
-    /* Also at k 0: a loss found before the first commit is checkpointed
-     * at k 0 (engine.h (5)). */
-    bool has_cp = load_checkpoint(d, c.k, &cp, &arena);
-    if (has_cp) {
-        /* docs_position and engine_position have the same fields */
-        pos = xcalloc(cp.n + 1, sizeof(*pos));
-        for (size_t i = 0; i < cp.n; i++) {
-            pos[i] = (struct engine_position){cp.positions[i].name,
-                                              cp.positions[i].offset,
-                                              cp.positions[i].id};
-        }
-        ecp = (struct engine_checkpoint){cp.k, pos, cp.n};
+    if (exact_k >= 0) {
+        size_t n = 0;
+        pos = rebuilt_positions(rb, &n);
+        ecp = (struct engine_checkpoint){exact_k, pos, n, exact_k != written_k,
+                                         written_k};
     }
     rc = engine_restore(d->e, r->has_committed ? &c : NULL,
-                        d->is_redo ? &in : NULL, has_cp ? &ecp : NULL, err);
-    if (rc == 0 && c.k > (has_cp ? cp.k : 0)) {
-        load_committed_lost(d, c.k);
+                        d->is_redo ? &in : NULL, exact_k >= 0 ? &ecp : NULL,
+                        err);
+    if (rc == 0) {
+        /* Committed ranges found again from older positions are not
+         * reported twice. */
+        engine_restore_lost(d->e, rb->lost, rb->n_lost);
+        if (c.k > (exact_k >= 0 ? exact_k : 0)) {
+            load_committed_lost(d, c.k);
+        }
     }
     free(pos);
-    buf_free(&arena);
-    log_info("sink", "queue restored queue=%s committed_k=%" PRId64 " redo=%s",
-             d->cfg.queue, c.k, d->is_redo ? "true" : "false");
+    log_info("sink",
+             "queue restored queue=%s committed_k=%" PRId64
+             " redo=%s checkpoint_k=%" PRId64 " exact_positions=%s",
+             d->cfg.queue, c.k, d->is_redo ? "true" : "false", written_k,
+             exact_k == c.k ? "true" : "false");
     return rc;
 }
 
@@ -702,10 +934,20 @@ static int start(struct driver *d, struct err *err)
         memset(&r, 0, sizeof(r));
         buf_init(&r.arena_i, BUF_UNLIMITED);
         buf_init(&r.arena_c, BUF_UNLIMITED);
+        struct rebuilt rb;
+        int64_t exact_k = -1;
+        int64_t written_k = 0;
+        memset(&rb, 0, sizeof(rb));
         rc = read_pointers(d, &r, err);
         if (rc != 0) {
             err_wrap(err, "kv restore");
-        } else if (restore_engine(d, &r, err) != 0) {
+        } else {
+            rc = read_restore_positions(d, r.has_committed ? r.committed.k : 0,
+                                        &rb, &exact_k, &written_k, err);
+        }
+        if (rc != 0) {
+            /* retried: nothing was given to the engine */
+        } else if (restore_engine(d, &r, &rb, exact_k, written_k, err) != 0) {
             rc = err->code;
             stop(d, DRIVER_FAILED, err->msg);
         } else {
@@ -714,6 +956,7 @@ static int start(struct driver *d, struct err *err)
             d->redo_arena = r.arena_i; /* the intent's slices live here */
             buf_init(&r.arena_i, BUF_UNLIMITED);
         }
+        rebuilt_free(&rb);
         buf_free(&r.arena_i);
         buf_free(&r.arena_c);
         if (rc != 0) {
@@ -1181,7 +1424,16 @@ static int manifest_encode(struct driver *d, const struct engine_plan *p,
     m.n_lost = p->n_lost;
     m.writer = cstr(writer);
     m.committed_at_ms = d->wall_ms;
+    struct docs_position *pos = xcalloc(p->n_positions + 1, sizeof(*pos));
+    for (size_t i = 0; i < p->n_positions; i++) {
+        pos[i] = (struct docs_position){
+            p->positions[i].name, p->positions[i].offset, p->positions[i].id};
+    }
+    m.has_positions = true;
+    m.positions = pos;
+    m.n_positions = p->n_positions;
     rc = docs_manifest_encode(&out->body, &m, err);
+    free(pos);
     rc = rc != 0 ? rc : layout_manifest_key(&out->key, &d->lq, p->k, err);
     d->last_records = m.records;
     d->last_bytes = m.bytes;

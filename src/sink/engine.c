@@ -237,6 +237,8 @@ struct engine {
     struct engine_lost_range *plan_lost;
     struct lost *plan_lost_owned;
     size_t plan_n_lost;
+    struct engine_position *plan_pos; /* names point into the parts */
+    size_t plan_n_pos;
     struct engine_commit commit;
     char *manifest_key;
 
@@ -535,6 +537,9 @@ static void free_plan(struct engine *e)
     free(e->plan_parts);
     e->plan_parts = NULL;
     e->plan_np = 0;
+    free(e->plan_pos);
+    e->plan_pos = NULL;
+    e->plan_n_pos = 0;
     memset(&e->plan, 0, sizeof(e->plan));
 }
 
@@ -853,15 +858,19 @@ int engine_restore(struct engine *e, const struct engine_committed *committed,
     }
     if (cp != NULL && cp->k <= e->committed_k) {
         restore_checkpoint(e, cp);
-        /* Written at the commit pointer, its positions are exact: every
-         * record from one on is stamped at or above the commit's tEnd. */
+        /* Exact at the commit pointer (written there, or rebuilt from the
+         * manifests after an older one): every record from a position on
+         * is stamped at or above the commit's tEnd. */
         e->cp_floor = cp->k == e->committed_k ? e->t_filter : ENGINE_MIN;
+        if (cp->is_rebuilt) {
+            e->last_checkpoint_k = cp->written_k;
+        }
     }
     /* The commit pointer's window was due a checkpoint that a crash right
      * after the commit never wrote: write it once the positions are exact. */
     if (e->committed_k > 0 && e->cfg.checkpoint_every != 0 &&
         e->committed_k % e->cfg.checkpoint_every == 0 &&
-        (cp == NULL || cp->k < e->committed_k)) {
+        (cp == NULL || cp->k < e->committed_k || cp->is_rebuilt)) {
         e->is_checkpoint_deferred = true;
         e->checkpoint_k = e->committed_k;
         e->checkpoint_t_end = e->committed_t_end;
@@ -1657,6 +1666,38 @@ static bool in_window(const struct brec *b, int64_t t_start, int64_t t_end)
     return b->ts >= t_start && b->ts < t_end;
 }
 
+/* Where p starts once the records of [t_start, t_end) are committed: its
+ * first record of this incarnation outside them, else its read position;
+ * never past a loss not yet in a plan (a restart finds it again). */
+static void part_position(const struct part *p, int64_t t_start, int64_t t_end,
+                          struct engine_position *ps)
+{
+    ps->name = (struct slice){p->name, p->name_len};
+    ps->id = (struct slice){p->id == NULL ? "" : p->id, p->id_len};
+    ps->offset = p->position;
+    for (size_t j = 0; j < p->n_recs; j++) {
+        const struct brec *b = &p->recs[j];
+
+        /* never an older incarnation */
+        if (b->gen == p->gen && !in_window(b, t_start, t_end)) {
+            ps->offset = b->offset;
+            break;
+        }
+    }
+    ps->offset = min64(ps->offset, p->lost_floor);
+    if (p->gap_from >= 0) {
+        ps->offset = min64(ps->offset, p->gap_from);
+    }
+}
+
+static int position_cmp(const void *a, const void *b)
+{
+    const struct engine_position *x = a;
+    const struct engine_position *y = b;
+
+    return name_cmp(x->name.ptr, x->name.len, y->name.ptr, y->name.len);
+}
+
 static int part_name_cmp(const void *a, const void *b)
 {
     const struct part *x = *(struct part *const *)a;
@@ -1750,6 +1791,46 @@ static size_t plan_add_part(struct engine *e, const struct part *p,
     return n;
 }
 
+/* The positions after the window of every partition it touches (records
+ * or lost ranges), sorted by name, for its manifest: the last checkpoint
+ * and the manifests after it give exact positions at the commit pointer
+ * (engine.h (5)). Runs after plan_take_lost(): the planned ranges no
+ * longer hold the positions back. */
+static void plan_positions(struct engine *e, int64_t t_start, int64_t t_end)
+{
+    size_t n = e->plan_np + e->plan_n_lost;
+    struct engine_position *v = xcalloc(n + 1, sizeof(*v));
+    size_t at = 0;
+
+    for (size_t i = 0; i < e->plan_np; i++) {
+        part_position(e->plan_parts[i], t_start, t_end, &v[at++]);
+    }
+    for (size_t i = 0; i < e->plan_n_lost; i++) {
+        const struct engine_lost_range *l = &e->plan_lost[i];
+        const struct part *p = find_part(e, l->partition);
+
+        if (p != NULL) {
+            part_position(p, t_start, t_end, &v[at++]);
+        } else { /* not tracked any more: past the range */
+            v[at++] =
+                (struct engine_position){l->partition, l->to + 1, {"", 0}};
+        }
+    }
+    if (at > 1) {
+        qsort(v, at, sizeof(*v), position_cmp);
+    }
+    n = 0;
+    for (size_t i = 0; i < at; i++) { /* one per name */
+        if (n > 0 &&
+            slice_eq(v[n - 1].name.ptr, v[n - 1].name.len, v[i].name)) {
+            continue;
+        }
+        v[n++] = v[i];
+    }
+    e->plan_pos = v;
+    e->plan_n_pos = n;
+}
+
 /* Records of [t_start, t_end) in (partition, incarnation, offset) order. */
 static void build_plan(struct engine *e, int64_t k, int64_t t_start,
                        int64_t t_end)
@@ -1771,12 +1852,15 @@ static void build_plan(struct engine *e, int64_t k, int64_t t_start,
     e->plan_parts = v; /* engine_plan_read() walks them */
     e->plan_np = np;
     plan_take_lost(e);
+    plan_positions(e, t_start, t_end);
     pl->k = k;
     pl->t_start = t_start;
     pl->t_end = t_end;
     pl->n_records = at;
     pl->lost = e->plan_lost;
     pl->n_lost = e->plan_n_lost;
+    pl->positions = e->plan_pos;
+    pl->n_positions = e->plan_n_pos;
     pl->partitions = np;
     if (at == 0) {
         pl->min_ts = ENGINE_MIN;
@@ -2213,14 +2297,6 @@ void engine_on_committed(struct engine *e)
 
 /* ---- Positions (docs/design/window.md §10) ------------------------------ */
 
-static int position_cmp(const void *a, const void *b)
-{
-    const struct engine_position *x = a;
-    const struct engine_position *y = b;
-
-    return name_cmp(x->name.ptr, x->name.len, y->name.ptr, y->name.len);
-}
-
 void engine_positions(struct engine *e, const struct engine_position **v,
                       size_t *n)
 {
@@ -2230,20 +2306,7 @@ void engine_positions(struct engine *e, const struct engine_position **v,
         const struct part *p = e->parts[i];
         struct engine_position *ps = &e->pos[e->n_pos++];
 
-        ps->name = (struct slice){p->name, p->name_len};
-        ps->id = (struct slice){p->id == NULL ? "" : p->id, p->id_len};
-        ps->offset = p->position;
-        for (size_t j = 0; j < p->n_recs; j++) {
-            if (p->recs[j].gen == p->gen) { /* never an older incarnation */
-                ps->offset = p->recs[j].offset;
-                break;
-            }
-        }
-        /* never past a loss not yet in a plan: a restart finds it again */
-        ps->offset = min64(ps->offset, p->lost_floor);
-        if (p->gap_from >= 0) {
-            ps->offset = min64(ps->offset, p->gap_from);
-        }
+        part_position(p, ENGINE_MIN, ENGINE_MIN, ps);
     }
     if (e->n_pos > 1) {
         qsort(e->pos, e->n_pos, sizeof(*e->pos), position_cmp);

@@ -43,9 +43,12 @@
  * L >= T: all of [a, b] is lost, at once. H < T: none of it (all committed
  * or below the horizon), silently correct. Otherwise the range waits for the
  * first record read after it (its stamp is H: lost if >= T); with nothing
- * left to read it is lost (never silent). Only a restart from a checkpoint
- * older than the commit pointer (no loss was found since it, or its write
- * failed) can leave a range that holds committed records below T and
+ * left to read it is lost (never silent). Each plan carries the positions
+ * after it of the partitions it touches (its manifest's `positions`), so
+ * the driver restores positions exact at the commit pointer from the last
+ * checkpoint and the manifests after it (engine_checkpoint.is_rebuilt).
+ * Only when one of those manifests is gone can a restart from an older
+ * checkpoint leave a range that holds committed records below T and
  * records trimmed at or above T with no proof either way; it is then
  * reported whole.
  *
@@ -169,9 +172,14 @@ struct engine_position {
 };
 
 struct engine_checkpoint {
-    int64_t k;
+    int64_t k; /* the commit the positions are exact at */
     const struct engine_position *positions; /* any order */
     size_t n;
+    /* The positions are the checkpoint object of written_k (0: none)
+     * plus the positions of the manifests after it up to k (engine.h
+     * (5)); no checkpoint object of k exists. */
+    bool is_rebuilt;
+    int64_t written_k;
 };
 
 /* Once, before the first engine_next_actions(); any argument may be NULL.
@@ -259,6 +267,12 @@ struct engine_plan {
     size_t n_records;
     const struct engine_lost_range *lost;
     size_t n_lost;
+    /* Where each partition the window touches (records or lost ranges)
+     * starts once it commits, sorted by name: its manifest carries them, so
+     * the last checkpoint plus the manifests after it are the exact
+     * positions at the commit pointer. */
+    const struct engine_position *positions;
+    size_t n_positions;
     size_t partitions; /* distinct partitions with >= 1 record */
     int64_t min_ts;
     int64_t max_ts;

@@ -82,7 +82,7 @@ HEAD_RE = re.compile(
 MANIFEST_KEYS = ["sink", "tenant", "queue", "k", "tStart", "tEnd", "format",
                  "compression", "layout", "objects", "records", "bytes",
                  "partitions", "minTs", "maxTs", "lost", "writer",
-                 "committedAt"]
+                 "committedAt", "positions"]
 OBJECT_KEYS = ["key", "bytes", "records", "sha256", "partition",
                "firstOffset", "lastOffset"]
 EXTENSIONS = {("jsonl", "zstd"): "jsonl.zst", ("jsonl", "gzip"): "jsonl.gz",
@@ -524,7 +524,7 @@ def _check_manifest(m, k, tenant, queue, opts):
     keys = list(m)
     order = [x for x in MANIFEST_KEYS if x in m]
     missing = [x for x in MANIFEST_KEYS if x not in m and
-               x not in ("minTs", "maxTs")]
+               x not in ("minTs", "maxTs", "positions")]
     if missing or keys != order:
         raise LakeError("manifest %d: keys %s, expected the order %s"
                         % (k, keys, MANIFEST_KEYS))
@@ -560,6 +560,35 @@ def _check_manifest(m, k, tenant, queue, opts):
             (("maxTs" in m) != (m["records"] > 0)):
         raise LakeError("manifest %d: minTs/maxTs present iff records > 0"
                         % k)
+    _check_manifest_positions(m, k)
+
+
+def _check_manifest_positions(m, k):
+    """The optional trailing `positions`: [name, offset(, id)] per partition
+    the window touched, sorted by name bytes, one each, every partition with
+    a lost range named, and for a partition with records in the window's
+    objects an offset above them (checked in _check_objects)."""
+    if "positions" not in m:
+        return
+    v = m["positions"]
+    if not isinstance(v, list):
+        raise LakeError("manifest %d: positions is not an array" % k)
+    names = []
+    for x in v:
+        if not (isinstance(x, list) and len(x) in (2, 3) and
+                isinstance(x[0], str) and _is_int(x[1]) and
+                (len(x) == 2 or isinstance(x[2], str))):
+            raise LakeError("manifest %d: position %r is not [name, offset"
+                            "(, id)]" % (k, x))
+        names.append(x[0].encode())
+    if names != sorted(set(names)):
+        raise LakeError("manifest %d: positions are not sorted by name, one "
+                        "per partition" % k)
+    for lost in m["lost"]:
+        if isinstance(lost, dict) and \
+                lost.get("partition", "").encode() not in names:
+            raise LakeError("manifest %d: lost partition %r has no position"
+                            % (k, lost.get("partition")))
 
 
 def _check_objects(reader, prefix, tenant, queue, k, m, opts, seen, want):
@@ -569,7 +598,7 @@ def _check_objects(reader, prefix, tenant, queue, k, m, opts, seen, want):
         raise LakeError("manifest %d: a merged window names exactly one "
                         "object, not %d" % (k, len(m["objects"])))
     totals = {"records": 0, "bytes": 0}
-    partitions, stamps = set(), []
+    partitions, stamps, top = set(), [], {}
     for obj in m["objects"]:
         lines = _check_object(reader, k, m, obj, opts, per_partition,
                               (prefix, tenant, queue))
@@ -583,6 +612,7 @@ def _check_objects(reader, prefix, tenant, queue, k, m, opts, seen, want):
                           opts["log"])
             partitions.add(p)
             stamps.append(ts)
+            top[p] = max(top.get(p, -1), o)
     for name in ("records", "bytes"):
         if m[name] != totals[name]:
             raise LakeError("manifest %d: %s %d is not the sum over its "
@@ -590,6 +620,13 @@ def _check_objects(reader, prefix, tenant, queue, k, m, opts, seen, want):
     if m["partitions"] != len(partitions):
         raise LakeError("manifest %d: partitions %d, the objects hold %d"
                         % (k, m["partitions"], len(partitions)))
+    if "positions" in m:
+        at = {x[0]: x[1] for x in m["positions"]}
+        for p in partitions:
+            if p not in at or at[p] <= top[p]:
+                raise LakeError("manifest %d: partition %r goes on at %r, "
+                                "not above its records (up to %d)"
+                                % (k, p, at.get(p), top[p]))
     if stamps and (m["minTs"], m["maxTs"]) != (min(stamps), max(stamps)):
         raise LakeError("manifest %d: minTs/maxTs %d/%d, the objects hold "
                         "%d/%d" % (k, m["minTs"], m["maxTs"], min(stamps),

@@ -622,3 +622,57 @@ TEST(a_manifest_of_lost_ranges_alone_round_trips_and_matches_its_intent)
     buf_free(&b);
     buf_free(&arena);
 }
+
+/* Issue 13 item 2: the positions after a window travel last in its
+ * manifest and decode back; a manifest without them decodes with
+ * has_positions false. */
+TEST(manifest_positions_are_last_and_round_trip)
+{
+    struct docs_object o[2];
+    struct docs_lost l[1];
+    struct docs_manifest m = sample_manifest(o, l);
+    struct docs_position pos[2] = {
+        {{"a\"b", 3}, 7, {"", 0}},
+        {{"c", 1}, 12, {"0190a3b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b", 36}}};
+    struct docs_manifest r;
+    struct buf b;
+    struct buf arena;
+    struct err err;
+
+    m.has_positions = true;
+    m.positions = pos;
+    m.n_positions = 2;
+    buf_init(&b, BUF_UNLIMITED);
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_manifest_encode(&b, &m, &err), 0);
+    EXPECT(strstr(b.data,
+                  "\"committedAt\":\"2026-10-03T06:37:44.741000Z\","
+                  "\"positions\":[[\"a\\\"b\",7],[\"c\",12,"
+                  "\"0190a3b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b\"]]}") != NULL);
+    EXPECT_EQ_I64(docs_manifest_decode(b.data, b.len, &r, &arena, &err), 0);
+    EXPECT(r.has_positions);
+    EXPECT_EQ_U64(r.n_positions, 2);
+    if (r.n_positions == 2) {
+        EXPECT(sl_is(r.positions[0].name, "a\"b"));
+        EXPECT_EQ_I64(r.positions[0].offset, 7);
+        EXPECT_EQ_U64(r.positions[0].id.len, 0);
+        EXPECT(
+            sl_is(r.positions[1].id, "0190a3b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b"));
+    }
+    EXPECT_EQ_U64(r.n_lost, 1); /* the other arrays are intact */
+    EXPECT_EQ_U64(r.n_objects, 2);
+    m.has_positions = false;
+    buf_reset(&b);
+    buf_reset(&arena);
+    EXPECT_EQ_I64(docs_manifest_encode(&b, &m, &err), 0);
+    EXPECT(strstr(b.data, "positions") == NULL);
+    EXPECT_EQ_I64(docs_manifest_decode(b.data, b.len, &r, &arena, &err), 0);
+    EXPECT(!r.has_positions);
+    EXPECT_EQ_I64(
+        docs_manifest_decode("{\"sink\":\"s\",\"queue\":\"q\",\"k\":1,"
+                             "\"objects\":[],\"positions\":{}}",
+                             58, &r, &arena, &err),
+        ERR_CORRUPT);
+    buf_free(&arena);
+    buf_free(&b);
+}

@@ -1620,3 +1620,95 @@ TEST(loss_committed_just_before_a_crash_is_not_reported_again)
     EXPECT_EQ_U64(st.last_window_records, 1);
     rig_close(r);
 }
+
+/* Item 2: windows 1..3 of a, a checkpoint at 2 (every 2) and none at 3;
+ * then the process dies, a's 9..11 arrive and retention trims 0..11 before
+ * the next run reads. Only 9..11 were never committed: the checkpoint plus
+ * manifest 3's positions put a at 9 exactly, so 6..8 (window 3's) are not
+ * reported lost. */
+static void committed_records_are_never_reported_lost(bool with_checkpoint)
+{
+    struct rig *r = rig_open();
+    struct driver_status st;
+    struct fake_object *m;
+    const char *hours[3] = {"2026-09-04T10:05:00.000000Z",
+                            "2026-09-04T11:05:00.000000Z",
+                            "2026-09-04T12:05:00.000000Z"};
+
+    r->cfg.checkpoint_every = with_checkpoint ? 2 : 0;
+    new_driver(r);
+    for (int w = 0; w < 3; w++) {
+        for (int i = 0; i < 3; i++) {
+            fake_push(&r->f, "a", at(hours[w]) + i);
+        }
+        r->f.safe_time = at(hours[w]) + 55 * 60 * (int64_t)1000000;
+        run_until(r, w + 1, 200);
+        EXPECT_EQ_I64(committed_k(r), w + 1);
+    }
+    EXPECT_EQ_U64(count_keys(&r->k, "/checkpoint/0000000002.json.zst"),
+                  with_checkpoint ? 1 : 0);
+    EXPECT_EQ_U64(count_keys(&r->k, "/checkpoint/0000000003.json.zst"), 0);
+    m = manifest_of(r, 3);
+    EXPECT(m != NULL &&
+           strstr(m->body.data, "\"positions\":[[\"a\",9,") != NULL);
+    for (int i = 0; i < 3; i++) { /* while it is down */
+        fake_push(&r->f, "a", at("2026-09-04T13:01:00.000000Z") + i);
+    }
+    fake_part(&r->f, "a")->log_start = 12;
+    r->f.safe_time = at("2026-09-04T13:06:00.000000Z");
+    new_lease(r); /* kill -9: no drain, no checkpoint */
+    new_driver(r);
+    run_until(r, 4, 200);
+    EXPECT_EQ_I64(committed_k(r), 4);
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.records_lost, 3);
+    m = manifest_of(r, 4);
+    EXPECT(m != NULL);
+    if (m != NULL) {
+        EXPECT(strstr(m->body.data, "\"objects\":[]") != NULL);
+        EXPECT(strstr(m->body.data, "\"lost\":[{\"partition\":\"a\","
+                                    "\"from\":9,\"to\":11}]") != NULL);
+    }
+    rig_close(r);
+}
+
+TEST(loss_a_checkpoint_older_than_the_pointer_reports_only_the_uncommitted)
+{
+    committed_records_are_never_reported_lost(true);
+}
+
+TEST(loss_no_checkpoint_at_all_still_reports_the_uncommitted_exactly)
+{
+    committed_records_are_never_reported_lost(false);
+}
+
+/* Item 2: a manifest of the stretch is missing (deleted by hand): the
+ * start says so and goes on from the checkpoint alone, never stuck. */
+TEST(loss_a_missing_manifest_falls_back_to_the_checkpoint)
+{
+    struct rig *r = rig_open();
+    struct fake_object *m;
+
+    r->cfg.checkpoint_every = 2;
+    new_driver(r);
+    for (int w = 0; w < 3; w++) {
+        fake_push(&r->f, "a",
+                  at("2026-09-04T10:05:00.000000Z") +
+                      w * 3600 * (int64_t)1000000);
+        r->f.safe_time =
+            at("2026-09-04T10:59:00.000000Z") + w * 3600 * (int64_t)1000000;
+        run_until(r, w + 1, 200);
+    }
+    EXPECT_EQ_I64(committed_k(r), 3);
+    m = manifest_of(r, 3);
+    ASSERT(m != NULL);
+    m->key[0] = '#'; /* no longer found under its key */
+    fake_push(&r->f, "a", at("2026-09-04T13:05:00.000000Z"));
+    r->f.safe_time = at("2026-09-04T13:59:00.000000Z");
+    new_lease(r);
+    new_driver(r);
+    run_until(r, 4, 200);
+    EXPECT_EQ_I64(committed_k(r), 4);
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000004-"), 1);
+    rig_close(r);
+}

@@ -700,7 +700,7 @@ static void checkpoint_case(enum engine_start start)
     struct acts a;
     struct engine_committed com = {2, SIM_T0};
     struct engine_position pos = {SLICE_LIT("p"), 314, SLICE_LIT("A")};
-    struct engine_checkpoint cp = {2, &pos, 1};
+    struct engine_checkpoint cp = {2, &pos, 1, false, 0};
     struct engine_partition_info in = pinfo("p", "A", 400, 0, SIM_T0);
 
     sim_test_config(&c);
@@ -1692,7 +1692,7 @@ static void cp_case(int64_t offset, const char *cp_id, const char *page_id,
     struct engine_committed com = {1, SIM_T0};
     struct engine_position pos = {
         SLICE_LIT("p"), offset, {cp_id, strlen(cp_id)}};
-    struct engine_checkpoint cp = {1, &pos, 1};
+    struct engine_checkpoint cp = {1, &pos, 1, false, 0};
     struct engine_partition_info in = pinfo("p", page_id, 400, 120, SIM_T0);
 
     sim_test_config(&c);
@@ -1940,7 +1940,7 @@ TEST(rule12_a_redo_found_uploaded_is_committed_from_its_manifest_without_a_read)
         2,        SIM_T0 + 10 * SIM_SEC, SIM_T0 + 20 * SIM_SEC, "jsonl", "zstd",
         "merged", "queen-s3/test jsonl"};
     struct engine_position pos = {SLICE_LIT("p"), 7, SLICE_LIT("A")};
-    struct engine_checkpoint cp = {1, &pos, 1};
+    struct engine_checkpoint cp = {1, &pos, 1, false, 0};
     struct engine_partition_info pi = pinfo("p", "A", 100, 0, SIM_T0);
 
     sim_test_config(&c);
@@ -2222,7 +2222,7 @@ TEST(loss_a_trim_below_the_commit_is_not_lost_from_an_old_checkpoint)
     struct sim s;
     struct engine_committed com = {35, SIM_T0 + 5 * SIM_SEC};
     struct engine_position pos = {SLICE_LIT("p"), 0, {NULL, 0}};
-    struct engine_checkpoint cp = {20, &pos, 1};
+    struct engine_checkpoint cp = {20, &pos, 1, false, 0};
 
     sim_test_config(&c);
     sim_init(&s, &c);
@@ -2252,7 +2252,7 @@ TEST(loss_a_partition_written_last_below_the_commit_loses_nothing)
     struct acts a;
     struct engine_committed com = {35, SIM_T0 + 10 * SIM_SEC};
     struct engine_position pos = {SLICE_LIT("p"), 0, SLICE_LIT("A")};
-    struct engine_checkpoint cp = {20, &pos, 1};
+    struct engine_checkpoint cp = {20, &pos, 1, false, 0};
     struct engine_partition_info in =
         pinfo("p", "A", 49, 50, SIM_T0 + 5 * SIM_SEC);
 
