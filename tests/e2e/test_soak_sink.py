@@ -22,15 +22,8 @@ the chaos runs, so records retention trims later still have a known text.
 The seed is QUEEN_SOAK_SEED (random when unset; printed either way), the
 chaos lasts QUEEN_SOAK_SECONDS (60). Re-run a failure with its seed.
 
-Not part of `make check` yet: `make soak` runs it SOAK_RUNS times. Some
-seeds (101, for one) end in a record that is both committed and inside a
-lost range: a crash, then a trim before the restarted sink reads, with the
-latest checkpoint older than the commit pointer and records of one
-partition on both sides of the pointer's tEnd. The restart cannot tell the
-committed part of the trimmed range from the lost part and names all of it
-lost (loud, not silent, but wrong). It needs exact positions at every
-commit (issue 13 item 2 is open for it); the file is named so that pytest
-does not collect it with the suites until then."""
+It runs in `make check` once, with a random seed (about 70 s); `make soak`
+runs it SOAK_RUNS times, each with its own seed."""
 import os
 import random
 import threading
