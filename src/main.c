@@ -9,10 +9,19 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h> /* environ */
 
+#include "base/common.h"
 #include "base/log.h"
 #include "broker/broker.h"
 #include "broker/config.h"
+#include "broker/envcheck.h"
+
+static void boot_warn(void *ctx, const char *msg)
+{
+    UNUSED(ctx);
+    log_warn("boot", "%s", msg);
+}
 
 int main(int argc, char **argv)
 {
@@ -33,6 +42,11 @@ int main(int argc, char **argv)
         return 2;
     }
     log_set_level(cfg.log_level);
+    if (envcheck_run((const char *const *)environ, boot_warn, NULL, &err) !=
+        0) {
+        log_error("boot", "FATAL: %s", err.msg);
+        return 2;
+    }
     if (broker_run(&cfg, &err) != 0) {
         log_error("boot", "FATAL: %s", err.msg);
         return 1;

@@ -106,7 +106,7 @@ class Broker:
 
     def environment(self):
         env = {k: v for k, v in os.environ.items()
-               if not k.startswith("QUEEN_") or k in ("QUEEN_ROOT",)}
+               if not k.startswith("QUEEN_")}
         env.update({
             "QUEEN_PORT": str(self.port),
             "QUEEN_BIND_ADDR": "127.0.0.1",

@@ -1,0 +1,33 @@
+/* Which QUEEN_* variables this build reads, and what it says about the
+ * others (issue 14, issue 19 item 5). A setting the broker does not read is
+ * never ignored in silence:
+ *   (1) a name this build reads (the broker's table, the sink's) is fine;
+ *   (2) a name of the product this build does not implement is refused when
+ *       ignoring it would be unsafe (QUEEN_RAFT_PEERS: nodes meant to be one
+ *       cluster would each become a cluster of their own and write the same
+ *       queues; QUEEN_ENCRYPTION_KEY: queues meant to be encrypted would be
+ *       stored in clear), and named in a warning otherwise;
+ *   (3) any other QUEEN_* name is named in a warning, with the closest name
+ *       this build reads when one is within two edits (a typo).
+ * Pure: the environment comes as an envp array and warnings go to a
+ * callback. Values never appear in a message (they may be secrets). */
+#ifndef QUEEN_BROKER_ENVCHECK_H
+#define QUEEN_BROKER_ENVCHECK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/err.h"
+
+typedef void (*envcheck_warn_fn)(void *ctx, const char *msg);
+
+/* Walk envp (NAME=value strings, NULL-terminated). Calls warn once per
+ * variable of (2) or (3) it tolerates. Returns 0, or ERR_INVALID with err
+ * naming the first variable of (2) it refuses. */
+int envcheck_run(const char *const *envp, envcheck_warn_fn warn, void *ctx,
+                 struct err *err);
+
+/* Whether this build reads the variable name (len bytes). */
+bool envcheck_is_known(const char *name, size_t len);
+
+#endif

@@ -1,0 +1,91 @@
+"""No QUEEN_* setting is ignored in silence (issue 14, issue 19 item 5): a
+typo boots with a warning naming the setting it misses, a setting of the
+product this build does not implement is refused where ignoring it is
+unsafe, and the list of names the broker reads stays in step with the
+sources."""
+import os
+import re
+import subprocess
+
+from queenproc import Broker, free_port, queen_bin
+
+ROOT = os.environ.get("QUEEN_ROOT") or os.path.join(
+    os.path.dirname(__file__), "..", "..")
+FATAL = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z ERROR boot: FATAL: "
+
+
+def _env(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
+    env.update({"QUEEN_PORT": str(free_port()), "QUEEN_BIND_ADDR": "127.0.0.1",
+                "QUEEN_RAFT_DIR": str(tmp_path / "d"),
+                "QUEEN_RAFT_LISTEN": "127.0.0.1:%d" % free_port()})
+    return env
+
+
+def test_peers_stop_the_boot_before_anything_is_written(tmp_path):
+    env = _env(tmp_path)
+    env["QUEEN_RAFT_PEERS"] = ("1=127.0.0.1:7001/127.0.0.1:6001,"
+                               "2=127.0.0.1:7002/127.0.0.1:6002")
+    p = subprocess.run([queen_bin()], env=env, capture_output=True,
+                       timeout=60)
+    assert p.returncode == 2, p
+    fatal = [ln for ln in p.stderr.decode().splitlines() if " ERROR " in ln]
+    assert len(fatal) == 1, p.stderr
+    assert re.match(FATAL + re.escape("QUEEN_RAFT_PEERS is set, but this "
+                                      "build runs a single node"), fatal[0])
+    assert "7001" not in p.stderr.decode()
+    assert not (tmp_path / "d").exists()
+
+
+def test_an_encryption_key_is_refused_and_never_printed(tmp_path):
+    env = _env(tmp_path)
+    env["QUEEN_ENCRYPTION_KEY"] = "ab" * 32
+    p = subprocess.run([queen_bin()], env=env, capture_output=True,
+                       timeout=60)
+    assert p.returncode == 2, p
+    assert "QUEEN_ENCRYPTION_KEY is set" in p.stderr.decode()
+    assert "ab" * 32 not in p.stderr.decode()
+
+
+def test_a_typo_boots_with_one_warning_naming_the_setting(tmp_path):
+    b = Broker(str(tmp_path / "d"), env={"QUEEN_S3_EMBEDED": "true",
+                                         "QUEEN_S3_FORMATT": "parquet"})
+    try:
+        b.start()
+        warns = [ln for ln in b.stderr().splitlines() if " WARN boot: " in ln]
+        assert len(warns) == 2, b.stderr()
+        assert any("QUEEN_S3_EMBEDED is not a setting of queen and is "
+                   "ignored; did you mean QUEEN_S3_EMBEDDED?" in w
+                   for w in warns), warns
+        assert any("did you mean QUEEN_S3_FORMAT?" in w for w in warns)
+        assert "parquet" not in "\n".join(warns)
+    finally:
+        b.stop()
+
+
+def test_a_clean_environment_boots_without_a_boot_warning(tmp_path):
+    b = Broker(str(tmp_path / "d"))
+    try:
+        b.start()
+        assert " WARN boot: " not in b.stderr(), b.stderr()
+    finally:
+        b.stop()
+
+
+def test_the_known_list_is_every_name_the_sources_read():
+    src = os.path.join(ROOT, "src")
+    read = set()
+    for d, _, files in os.walk(src):
+        for f in files:
+            if f.endswith((".c", ".h")) and f != "envcheck.c":
+                with open(os.path.join(d, f), encoding="utf-8") as fh:
+                    read |= set(re.findall(r'"(QUEEN_[A-Z0-9_]+)"', fh.read()))
+    with open(os.path.join(src, "broker", "envcheck.c"),
+              encoding="utf-8") as fh:
+        text = fh.read()
+    block = text[text.index("known[] = {"):text.index("};", text.index(
+        "known[] = {"))]
+    known = set(re.findall(r'"(QUEEN_[A-Z0-9_]+)"', block))
+    assert read, "no QUEEN_ name found in the sources"
+    assert read <= known, sorted(read - known)
+    assert known <= read, sorted(known - read)

@@ -1,0 +1,104 @@
+/* broker/envcheck: unknown and unsupported QUEEN_* variables are named at
+ * boot, never ignored in silence (issue 14, issue 19 item 5). */
+#include <string.h>
+
+#include "broker/envcheck.h"
+#include "harness.h"
+
+struct seen {
+    char msgs[8][512];
+    int n;
+};
+
+static void collect(void *ctx, const char *msg)
+{
+    struct seen *s = ctx;
+
+    if (s->n < 8) {
+        snprintf(s->msgs[s->n], sizeof(s->msgs[0]), "%s", msg);
+    }
+    s->n++;
+}
+
+TEST(known_and_foreign_variables_pass_in_silence)
+{
+    const char *env[] = {"PATH=/bin",
+                         "QUEEN_PORT=1",
+                         "QUEEN_S3_EMBEDDED=true",
+                         "QUEEN_S3_SECRET_KEY=s3cr3t",
+                         "QUEENX=1",
+                         "HOME=/",
+                         NULL};
+    struct seen s = {0};
+    struct err err;
+
+    EXPECT_EQ_I64(envcheck_run(env, collect, &s, &err), 0);
+    EXPECT_EQ_I64(s.n, 0);
+}
+
+TEST(a_typo_is_named_with_the_setting_it_misses)
+{
+    const char *env[] = {"QUEEN_S3_EMBEDED=true", "QUEEN_S3_FORMATT=parquet",
+                         "QUEEN_LOGLEVEL=debug", NULL};
+    struct seen s = {0};
+    struct err err;
+
+    EXPECT_EQ_I64(envcheck_run(env, collect, &s, &err), 0);
+    EXPECT_EQ_I64(s.n, 3);
+    EXPECT(strstr(s.msgs[0], "QUEEN_S3_EMBEDED is not a setting") != NULL);
+    EXPECT(strstr(s.msgs[0], "did you mean QUEEN_S3_EMBEDDED?") != NULL);
+    EXPECT(strstr(s.msgs[1], "did you mean QUEEN_S3_FORMAT?") != NULL);
+    EXPECT(strstr(s.msgs[2], "did you mean QUEEN_LOG_LEVEL?") != NULL);
+    EXPECT(strstr(s.msgs[1], "parquet") == NULL); /* never the value */
+}
+
+TEST(an_unknown_name_far_from_every_setting_is_named_without_a_guess)
+{
+    const char *env[] = {"QUEEN_SOMETHING_ELSE_ENTIRELY=1", NULL};
+    struct seen s = {0};
+    struct err err;
+
+    EXPECT_EQ_I64(envcheck_run(env, collect, &s, &err), 0);
+    EXPECT_EQ_I64(s.n, 1);
+    EXPECT(strstr(s.msgs[0], "QUEEN_SOMETHING_ELSE_ENTIRELY is not a") != NULL);
+    EXPECT(strstr(s.msgs[0], "did you mean") == NULL);
+}
+
+TEST(peers_and_an_encryption_key_are_refused_naming_the_variable)
+{
+    const char *peers[] = {"QUEEN_PORT=1",
+                           "QUEEN_RAFT_PEERS=1=127.0.0.1:1/127.0.0.1:2", NULL};
+    const char *key[] = {"QUEEN_ENCRYPTION_KEY=00112233", NULL};
+    struct seen s = {0};
+    struct err err;
+
+    EXPECT_EQ_I64(envcheck_run(peers, collect, &s, &err), ERR_INVALID);
+    EXPECT(strncmp(err.msg, "QUEEN_RAFT_PEERS is set, but this build runs",
+                   44) == 0);
+    EXPECT(strstr(err.msg, "127.0.0.1") == NULL);
+    EXPECT_EQ_I64(envcheck_run(key, collect, &s, &err), ERR_INVALID);
+    EXPECT(strstr(err.msg, "QUEEN_ENCRYPTION_KEY is set") != NULL);
+    EXPECT(strstr(err.msg, "00112233") == NULL);
+    EXPECT_EQ_I64(s.n, 0);
+}
+
+TEST(other_settings_of_the_product_not_built_here_warn)
+{
+    const char *env[] = {"QUEEN_PROXY_EMBEDDED=true", "QUEEN_RAFT_TOKEN=t0k",
+                         NULL};
+    struct seen s = {0};
+    struct err err;
+
+    EXPECT_EQ_I64(envcheck_run(env, collect, &s, &err), 0);
+    EXPECT_EQ_I64(s.n, 2);
+    EXPECT(strstr(s.msgs[0], "QUEEN_PROXY_EMBEDDED is not supported by this "
+                             "build and is ignored") != NULL);
+    EXPECT(strstr(s.msgs[1], "t0k") == NULL);
+}
+
+TEST(every_known_name_is_known_and_prefixes_are_not)
+{
+    EXPECT(envcheck_is_known("QUEEN_S3_THREADS", 16));
+    EXPECT(!envcheck_is_known("QUEEN_S3_THREAD", 15));
+    EXPECT(!envcheck_is_known("QUEEN_S3_THREADSX", 17));
+}
