@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "sink/config.h"
 
 #define ENVCHECK_NAME_MAX 128
 #define ENVCHECK_TYPO     2 /* edits */
@@ -24,6 +25,7 @@ static const char *const known[] = {
     "QUEEN_TENANCY_HEADER",
     "QUEEN_KV_UNSAFE_SINK_WRITES",
     "QUEEN_TEST_MODE",
+    "QUEEN_STRICT_CONFIG",
     "QUEEN_S3_EMBEDDED",
     "QUEEN_S3_QUEUES",
     "QUEEN_S3_PARTITIONS",
@@ -148,15 +150,78 @@ static const char *closest(const char *name, size_t len)
     return best;
 }
 
+static bool env_bool(const char *const *envp, const char *name)
+{
+    size_t n = strlen(name);
+    bool on = false;
+
+    for (size_t i = 0; envp != NULL && envp[i] != NULL; i++) {
+        if (strncmp(envp[i], name, n) == 0 && envp[i][n] == '=') {
+            char t[64];
+            const char *v = envp[i] + n + 1;
+            v += strspn(v, " \t");
+            snprintf(t, sizeof(t), "%s", v);
+            t[strcspn(t, " \t\r\n")] = '\0';
+            return sink_parse_bool(t, &on) && on;
+        }
+    }
+    return false;
+}
+
+/* One complaint: a warning, or with QUEEN_STRICT_CONFIG=true the refusal. */
+static int complain(bool strict, const char *msg, envcheck_warn_fn warn,
+                    void *ctx, struct err *err)
+{
+    if (strict) {
+        return err_set(err, ERR_INVALID, "%s (QUEEN_STRICT_CONFIG=true)", msg);
+    }
+    warn(ctx, msg);
+    return 0;
+}
+
+/* The sink's own settings while QUEEN_S3_EMBEDDED is not true: one line
+ * naming them (as many as fit). */
+static int sink_off_settings(const char *const *envp, bool strict,
+                             envcheck_warn_fn warn, void *ctx, struct err *err)
+{
+    char msg[512];
+    size_t at;
+    size_t n = 0;
+
+    at = (size_t)snprintf(msg, sizeof(msg),
+                          "QUEEN_S3_EMBEDDED is not true: the S3 sink is off "
+                          "and ignores");
+    for (size_t i = 0; envp != NULL && envp[i] != NULL; i++) {
+        const char *eq = strchr(envp[i], '=');
+        size_t len = eq == NULL ? strlen(envp[i]) : (size_t)(eq - envp[i]);
+
+        if (len <= 9 || memcmp(envp[i], "QUEEN_S3_", 9) != 0 ||
+            name_is("QUEEN_S3_EMBEDDED", envp[i], len) ||
+            !envcheck_is_known(envp[i], len)) {
+            continue;
+        }
+        if (at + len + 8 < sizeof(msg)) {
+            at += (size_t)snprintf(msg + at, sizeof(msg) - at, "%s %.*s",
+                                   n == 0 ? "" : ",", (int)len, envp[i]);
+        } else if (at + 6 < sizeof(msg)) {
+            at += (size_t)snprintf(msg + at, sizeof(msg) - at, ", ...");
+        }
+        n++;
+    }
+    return n == 0 ? 0 : complain(strict, msg, warn, ctx, err);
+}
+
 int envcheck_run(const char *const *envp, envcheck_warn_fn warn, void *ctx,
                  struct err *err)
 {
+    bool strict = env_bool(envp, "QUEEN_STRICT_CONFIG");
     char msg[512];
 
     for (size_t i = 0; envp != NULL && envp[i] != NULL; i++) {
         const char *v = envp[i];
         const char *eq = strchr(v, '=');
         size_t len = eq == NULL ? strlen(v) : (size_t)(eq - v);
+        int shown = (int)(len > 120 ? 120 : len);
         const struct unsupported *u = NULL;
         const char *near;
 
@@ -175,20 +240,23 @@ int envcheck_run(const char *const *envp, envcheck_warn_fn warn, void *ctx,
         }
         if (u != NULL) {
             snprintf(msg, sizeof(msg),
-                     "%s is not supported by this build and is ignored (%s)",
-                     u->name, u->why);
+                     "%s: not supported by this build, ignored (%s)", u->name,
+                     u->why);
         } else if ((near = closest(v, len)) != NULL) {
-            snprintf(msg, sizeof(msg),
-                     "%.*s is not a setting of queen and is ignored; did you "
-                     "mean %s?",
-                     (int)(len > 120 ? 120 : len), v, near);
+            snprintf(msg, sizeof(msg), "%.*s: unknown; did you mean %s?", shown,
+                     v, near);
         } else {
             snprintf(msg, sizeof(msg),
-                     "%.*s is not a setting of queen and is ignored "
-                     "(build/queen --help-config lists the broker's)",
-                     (int)(len > 120 ? 120 : len), v);
+                     "%.*s: unknown (build/queen --help-config lists the "
+                     "broker's settings, docs/s3-sink.md the sink's)",
+                     shown, v);
         }
-        warn(ctx, msg);
+        if (complain(strict, msg, warn, ctx, err) != 0) {
+            return err->code;
+        }
+    }
+    if (!env_bool(envp, "QUEEN_S3_EMBEDDED")) {
+        return sink_off_settings(envp, strict, warn, ctx, err);
     }
     return 0;
 }

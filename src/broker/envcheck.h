@@ -8,7 +8,12 @@
  *       queues; QUEEN_ENCRYPTION_KEY: queues meant to be encrypted would be
  *       stored in clear), and named in a warning otherwise;
  *   (3) any other QUEEN_* name is named in a warning, with the closest name
- *       this build reads when one is within two edits (a typo).
+ *       this build reads when one is within two edits (a typo):
+ *       "QUEEN_S3_EMBEDED: unknown; did you mean QUEEN_S3_EMBEDDED?";
+ *   (4) the sink's QUEEN_S3_* settings while QUEEN_S3_EMBEDDED is not true
+ *       get one warning naming them;
+ *   (5) QUEEN_STRICT_CONFIG=true turns the warnings of (2)-(4) into
+ *       refusals.
  * Pure: the environment comes as an envp array and warnings go to a
  * callback. Values never appear in a message (they may be secrets). */
 #ifndef QUEEN_BROKER_ENVCHECK_H
@@ -22,8 +27,8 @@
 typedef void (*envcheck_warn_fn)(void *ctx, const char *msg);
 
 /* Walk envp (NAME=value strings, NULL-terminated). Calls warn once per
- * variable of (2) or (3) it tolerates. Returns 0, or ERR_INVALID with err
- * naming the first variable of (2) it refuses. */
+ * variable of (2) or (3) it tolerates and once for (4). Returns 0, or
+ * ERR_INVALID with err naming the first variable it refuses. */
 int envcheck_run(const char *const *envp, envcheck_warn_fn warn, void *ctx,
                  struct err *err);
 

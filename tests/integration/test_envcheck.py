@@ -53,10 +53,9 @@ def test_a_typo_boots_with_one_warning_naming_the_setting(tmp_path):
     try:
         b.start()
         warns = [ln for ln in b.stderr().splitlines() if " WARN boot: " in ln]
-        assert len(warns) == 2, b.stderr()
-        assert any("QUEEN_S3_EMBEDED is not a setting of queen and is "
-                   "ignored; did you mean QUEEN_S3_EMBEDDED?" in w
-                   for w in warns), warns
+        assert len(warns) == 2, b.stderr()  # the sink is off: no third
+        assert any(w.endswith("WARN boot: QUEEN_S3_EMBEDED: unknown; did you "
+                              "mean QUEEN_S3_EMBEDDED?") for w in warns), warns
         assert any("did you mean QUEEN_S3_FORMAT?" in w for w in warns)
         assert "parquet" not in "\n".join(warns)
     finally:
@@ -83,9 +82,40 @@ def test_the_known_list_is_every_name_the_sources_read():
     with open(os.path.join(src, "broker", "envcheck.c"),
               encoding="utf-8") as fh:
         text = fh.read()
-    block = text[text.index("known[] = {"):text.index("};", text.index(
-        "known[] = {"))]
-    known = set(re.findall(r'"(QUEEN_[A-Z0-9_]+)"', block))
+    a = text.index("known[] = {")
+    b = text.index("};", a)
+    known = set(re.findall(r'"(QUEEN_[A-Z0-9_]+)"', text[a:b]))
+    u = text.index("unsupported[] = {")
+    rest = text[:a] + text[b:u] + text[text.index("};", u):]
+    read |= set(re.findall(r'"(QUEEN_[A-Z0-9_]+)"', rest))
+    read = {x for x in read if not x.endswith("_")}  # prefixes
     assert read, "no QUEEN_ name found in the sources"
     assert read <= known, sorted(read - known)
     assert known <= read, sorted(known - read)
+
+
+def test_strict_config_refuses_a_typo(tmp_path):
+    env = _env(tmp_path)
+    env.update({"QUEEN_STRICT_CONFIG": "true", "QUEEN_S3_FORMATT": "parquet"})
+    p = subprocess.run([queen_bin()], env=env, capture_output=True,
+                       timeout=60)
+    assert p.returncode == 2, p
+    fatal = [ln for ln in p.stderr.decode().splitlines() if " ERROR " in ln]
+    assert len(fatal) == 1, p.stderr
+    assert re.match(FATAL + re.escape(
+        "QUEEN_S3_FORMATT: unknown; did you mean QUEEN_S3_FORMAT? "
+        "(QUEEN_STRICT_CONFIG=true)"), fatal[0]), fatal[0]
+
+
+def test_sink_settings_with_the_sink_off_warn_once(tmp_path):
+    b = Broker(str(tmp_path / "d"), env={"QUEEN_S3_BUCKET": "lake",
+                                         "QUEEN_S3_QUEUES": "orders"})
+    try:
+        b.start()
+        warns = [ln for ln in b.stderr().splitlines() if " WARN boot: " in ln]
+        assert len(warns) == 1, b.stderr()
+        assert "the S3 sink is off and ignores" in warns[0]
+        assert "QUEEN_S3_BUCKET" in warns[0] and "lake" not in \
+            warns[0].split("ignores")[1].replace("QUEEN_S3_", "")
+    finally:
+        b.stop()

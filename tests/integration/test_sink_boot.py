@@ -234,6 +234,11 @@ def test_embedded_off_ignores_the_sink_settings(tmp_path):
             {"n": 1}
         log = b.stderr()
         assert " queen-s3: " not in log and " sink: " not in log, log
-        assert "QUEEN_S3_FORMAT" not in log, log
+        # named once, at boot, as a setting the sink (off) ignores
+        named = [ln for ln in log.splitlines() if "QUEEN_S3_FORMAT" in ln]
+        assert len(named) == 1 and " WARN boot: QUEEN_S3_EMBEDDED is not " \
+            "true: the S3 sink is off and ignores QUEEN_S3_FORMAT" in \
+            named[0], log
+        assert "csv" not in log, log
     finally:
         assert b.stop() == 0

@@ -45,8 +45,8 @@ TEST(a_typo_is_named_with_the_setting_it_misses)
 
     EXPECT_EQ_I64(envcheck_run(env, collect, &s, &err), 0);
     EXPECT_EQ_I64(s.n, 3);
-    EXPECT(strstr(s.msgs[0], "QUEEN_S3_EMBEDED is not a setting") != NULL);
-    EXPECT(strstr(s.msgs[0], "did you mean QUEEN_S3_EMBEDDED?") != NULL);
+    EXPECT_STR_EQ(s.msgs[0],
+                  "QUEEN_S3_EMBEDED: unknown; did you mean QUEEN_S3_EMBEDDED?");
     EXPECT(strstr(s.msgs[1], "did you mean QUEEN_S3_FORMAT?") != NULL);
     EXPECT(strstr(s.msgs[2], "did you mean QUEEN_LOG_LEVEL?") != NULL);
     EXPECT(strstr(s.msgs[1], "parquet") == NULL); /* never the value */
@@ -60,7 +60,8 @@ TEST(an_unknown_name_far_from_every_setting_is_named_without_a_guess)
 
     EXPECT_EQ_I64(envcheck_run(env, collect, &s, &err), 0);
     EXPECT_EQ_I64(s.n, 1);
-    EXPECT(strstr(s.msgs[0], "QUEEN_SOMETHING_ELSE_ENTIRELY is not a") != NULL);
+    EXPECT(strncmp(s.msgs[0], "QUEEN_SOMETHING_ELSE_ENTIRELY: unknown (", 40) ==
+           0);
     EXPECT(strstr(s.msgs[0], "did you mean") == NULL);
 }
 
@@ -91,8 +92,8 @@ TEST(other_settings_of_the_product_not_built_here_warn)
 
     EXPECT_EQ_I64(envcheck_run(env, collect, &s, &err), 0);
     EXPECT_EQ_I64(s.n, 2);
-    EXPECT(strstr(s.msgs[0], "QUEEN_PROXY_EMBEDDED is not supported by this "
-                             "build and is ignored") != NULL);
+    EXPECT(strstr(s.msgs[0], "QUEEN_PROXY_EMBEDDED: not supported by this "
+                             "build, ignored") != NULL);
     EXPECT(strstr(s.msgs[1], "t0k") == NULL);
 }
 
@@ -101,4 +102,42 @@ TEST(every_known_name_is_known_and_prefixes_are_not)
     EXPECT(envcheck_is_known("QUEEN_S3_THREADS", 16));
     EXPECT(!envcheck_is_known("QUEEN_S3_THREAD", 15));
     EXPECT(!envcheck_is_known("QUEEN_S3_THREADSX", 17));
+}
+
+TEST(the_sink_settings_while_the_sink_is_off_get_one_warning)
+{
+    const char *env[] = {"QUEEN_S3_BUCKET=lake", "QUEEN_PORT=1",
+                         "QUEEN_S3_QUEUES=orders", "QUEEN_S3_EMBEDDED=false",
+                         NULL};
+    const char *none[] = {"QUEEN_S3_EMBEDDED=false", NULL};
+    struct seen s = {0};
+    struct err err;
+
+    EXPECT_EQ_I64(envcheck_run(env, collect, &s, &err), 0);
+    EXPECT_EQ_I64(s.n, 1);
+    EXPECT_STR_EQ(s.msgs[0], "QUEEN_S3_EMBEDDED is not true: the S3 sink is "
+                             "off and ignores QUEEN_S3_BUCKET, "
+                             "QUEEN_S3_QUEUES");
+    s.n = 0;
+    EXPECT_EQ_I64(envcheck_run(none, collect, &s, &err), 0);
+    EXPECT_EQ_I64(s.n, 0);
+}
+
+TEST(strict_config_refuses_what_would_only_warn)
+{
+    const char *typo[] = {"QUEEN_STRICT_CONFIG=true", "QUEEN_S3_EMBEDED=1",
+                          NULL};
+    const char *off[] = {"QUEEN_S3_BUCKET=lake", "QUEEN_STRICT_CONFIG=on",
+                         NULL};
+    const char *clean[] = {"QUEEN_STRICT_CONFIG=true", "QUEEN_PORT=1", NULL};
+    struct seen s = {0};
+    struct err err;
+
+    EXPECT_EQ_I64(envcheck_run(typo, collect, &s, &err), ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, "QUEEN_S3_EMBEDED: unknown; did you mean "
+                           "QUEEN_S3_EMBEDDED? (QUEEN_STRICT_CONFIG=true)");
+    EXPECT_EQ_I64(envcheck_run(off, collect, &s, &err), ERR_INVALID);
+    EXPECT(strstr(err.msg, "ignores QUEEN_S3_BUCKET") != NULL);
+    EXPECT_EQ_I64(envcheck_run(clean, collect, &s, &err), 0);
+    EXPECT_EQ_I64(s.n, 0);
 }
