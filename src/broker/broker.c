@@ -18,6 +18,7 @@
 #include "api/api.h"
 #include "api/kv.h"
 #include "base/log.h"
+#include "broker/dirlock.h"
 #include "broker/kv.h"
 #include "broker/retention.h"
 #include "http/router.h"
@@ -51,6 +52,7 @@ struct broker {
     uv_signal_t sigterm;
     uv_signal_t sigint;
     enum broker_state state;
+    int dir_lock; /* broker/dirlock.h; -1 until taken */
 };
 
 /* mkdir -p for the data directory. */
@@ -141,7 +143,8 @@ static int broker_open_node(struct broker *b, struct err *err)
     char dir[CONFIG_PATH_MAX + 16];
     struct node_config nc;
 
-    if (broker_mkdirs(b->cfg->raft_dir, err) != 0) {
+    if (broker_mkdirs(b->cfg->raft_dir, err) != 0 ||
+        dirlock_take(b->cfg->raft_dir, &b->dir_lock, err) != 0) {
         return err->code;
     }
     node_store_dir(b->cfg->raft_dir, dir, sizeof(dir));
@@ -278,6 +281,7 @@ int broker_run(const struct config *cfg, struct err *err)
 
     memset(&b, 0, sizeof(b));
     b.cfg = cfg;
+    b.dir_lock = -1;
     signal(SIGPIPE, SIG_IGN);
     uv_loop_init(&b.loop);
     rc = broker_open_node(&b, err);
@@ -312,6 +316,7 @@ out_close:
     if (sink_host_free(b.sink)) {
         kv_service_free(b.kv);
         store_close(b.store);
+        dirlock_release(b.dir_lock); /* else the exit drops it */
     }
     uv_loop_close(&b.loop);
     return rc;

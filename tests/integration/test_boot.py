@@ -154,3 +154,52 @@ def test_port_in_use_fails_the_boot_with_one_error_line(broker, tmp_path):
     assert re.search(r" ERROR boot: .*127\.0\.0\.1:%d.*in use" % broker.port,
                      errors[0]), errors[0]
     assert broker.get("/health").status == 200
+
+
+def test_a_second_broker_on_one_data_dir_is_refused_naming_the_holder(
+        tmp_path):
+    """Issue 19 item 1: two brokers on one data directory corrupted its raft
+    log; the second now stops at boot with one line naming the directory
+    and the PID that holds it, and the first goes on untouched."""
+    first = Broker(str(tmp_path / "d"))
+    first.start()
+    try:
+        r = first.post("/api/v1/push", {"items": [
+            {"queue": "q", "partition": "p", "payload": {"n": 1}}]})
+        assert r.status == 201, r
+        second = Broker(str(tmp_path / "d"))
+        env = second.environment()
+        p = subprocess.run([queen_bin()], env=env, capture_output=True,
+                           timeout=60)
+        assert p.returncode != 0, p
+        fatal = [ln for ln in p.stderr.decode().splitlines()
+                 if " ERROR " in ln]
+        assert len(fatal) == 1, p.stderr
+        assert re.match(FATAL + re.escape(
+            "QUEEN_RAFT_DIR=%s: in use by another queen process (pid %d)"
+            % (str(tmp_path / "d"), first.proc.pid)), fatal[0]), fatal[0]
+        r = first.post("/api/v1/push", {"items": [
+            {"queue": "q", "partition": "p", "payload": {"n": 2}}]})
+        assert r.status == 201, r
+    finally:
+        assert first.stop() == 0
+    # the lock went with the process: a restart on the directory works and
+    # finds both records
+    again = Broker(str(tmp_path / "d"))
+    again.start()
+    try:
+        recs = again.fetch_one("q", "p")["records"]
+        assert [x["payload"] for x in recs] == [{"n": 1}, {"n": 2}], recs
+    finally:
+        assert again.stop() == 0
+
+
+def test_the_lock_of_a_killed_broker_does_not_block_its_restart(tmp_path):
+    b = Broker(str(tmp_path / "d"))
+    b.start()
+    b.kill9()
+    b.start()
+    try:
+        assert b.get("/health").status == 200
+    finally:
+        assert b.stop() == 0
