@@ -504,20 +504,44 @@ static bool sink_probe(struct sink *s, int64_t now)
 
     snprintf(key, sizeof(key), "%s/", c->prefix);
     rc = s3_client_head(s->p.s3, key, &info, &st, &err);
+    /* A HEAD of a key answers 404 alike for a missing key and a missing
+     * bucket: one LIST of one key tells them apart (NoSuchBucket is
+     * certain, so it is named; any other LIST answer leaves the verdict to
+     * the HEAD). */
+    bool no_bucket = false;
+    if (rc == 0 && !info.found) {
+        struct s3_list_req q = {key, NULL, 1};
+        struct s3xml_list page;
+        struct s3_status ls;
+        struct err le = {0};
+        memset(&page, 0, sizeof(page));
+        memset(&ls, 0, sizeof(ls));
+        no_bucket = s3_client_list_page(s->p.s3, &q, &page, &ls, &le) != 0 &&
+                    strcmp(ls.code, "NoSuchBucket") == 0;
+        s3xml_list_free(&page);
+    }
     pthread_mutex_lock(&s->mu);
     s->has_probed = true;
     s->checked_at_us = wall_us() / 1000 * 1000;
-    if (rc == 0) {
+    if (rc == 0 && !no_bucket) {
         sink_probe_ok(s);
         return true;
     }
     s->is_reachable = false;
-    snprintf(s->bucket_error, sizeof(s->bucket_error),
-             "cannot reach the bucket %s at %s (%s). "
-             "QUEEN_S3_ACCESS_KEY/_SECRET_KEY must be allowed s3:PutObject, "
-             "s3:GetObject and s3:ListBucket on %s/*, and "
-             "QUEEN_S3_PATH_STYLE=true is what most gateways need",
-             c->bucket, c->endpoint, err.msg, c->prefix);
+    if (no_bucket) {
+        snprintf(s->bucket_error, sizeof(s->bucket_error),
+                 "QUEEN_S3_BUCKET=%s: no such bucket at %s (NoSuchBucket); "
+                 "no queue starts until it exists. Create it, or name one "
+                 "that does",
+                 c->bucket, c->endpoint);
+    } else {
+        snprintf(s->bucket_error, sizeof(s->bucket_error),
+                 "cannot reach the bucket %s at %s (%s). "
+                 "QUEEN_S3_ACCESS_KEY/_SECRET_KEY must be allowed "
+                 "s3:PutObject, s3:GetObject and s3:ListBucket on %s/*, and "
+                 "QUEEN_S3_PATH_STYLE=true is what most gateways need",
+                 c->bucket, c->endpoint, err.msg, c->prefix);
+    }
     if (s->probe_logged_ms == 0 ||
         now - s->probe_logged_ms >= SINK_LOG_EVERY_MS) {
         s->probe_logged_ms = now;
