@@ -55,6 +55,9 @@ struct sink_broker {
     int (*list_queues)(void *arg, const uint8_t tenant[16],
                        struct store_queue_list *out, struct err *err);
     void *arg;
+    /* This node's safeTime now (µs), for the lag at scrape time; NULL: the
+     * lag is the one the queue's last step saw. */
+    int (*safe_time)(void *arg, int64_t *out_us);
 };
 
 /* Whether a KV call error is worth retrying (not leader, busy, timeout,

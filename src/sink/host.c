@@ -108,6 +108,14 @@ static int host_list_queues(void *arg, const uint8_t tenant[16],
     return store_list_queues(h->store, tenant, out, err);
 }
 
+static int host_safe_time(void *arg, int64_t *out_us)
+{
+    struct sink_host *h = arg;
+    struct err err;
+
+    return store_safe_time(h->store, out_us, &err);
+}
+
 /* ---- hooks --------------------------------------------------------------- */
 
 static int host_status(void *arg, struct buf *out, struct err *err)
@@ -251,8 +259,8 @@ int sink_host_boot(struct sink_host **out, struct store *store,
     h->store = store;
     h->kv = *kv;
     uuid7_format(STORE_DEFAULT_TENANT, h->tenant_text);
-    h->broker = (struct sink_broker){host_changed, host_fetch, host_kv,
-                                     host_list_queues, h};
+    h->broker = (struct sink_broker){
+        host_changed, host_fetch, host_kv, host_list_queues, h, host_safe_time};
     host_boot_logs(h);
     memset(&p, 0, sizeof(p));
     p.cfg = &h->cfg;

@@ -104,6 +104,10 @@ struct task {
     char held_by[SINK_STR_MAX];
     bool has_snap;
     struct driver_status snap;
+    /* completeThrough of the last step that knew it: the lag is computed
+     * from it at scrape time (and kept for a failed queue). */
+    bool has_lag_base;
+    int64_t lag_base_ct;
     struct driver_counters base;     /* runs that ended */
     struct driver_counters reported; /* this run's, as told to obs */
     int64_t last_k;                  /* of the last run, for the row */
@@ -1218,6 +1222,10 @@ static void task_publish(struct sink *s, struct task *t)
     pthread_mutex_lock(&s->mu);
     t->snap = st;
     t->has_snap = true;
+    if (st.has_lag && st.has_complete_through) {
+        t->has_lag_base = true;
+        t->lag_base_ct = st.complete_through;
+    }
     snprintf(t->row_state, sizeof(t->row_state), "%s", st.state);
     t->owned_here = true;
     t->held_by[0] = '\0';
@@ -1285,6 +1293,8 @@ static void task_unown(struct sink *s, struct task *t, const char *state,
     pthread_mutex_lock(&s->mu);
     task_fold(t);
     t->has_snap = false;
+    /* a failed queue keeps its lag, growing (docs/design/protocol.md §8) */
+    t->has_lag_base = t->has_lag_base && strcmp(state, "failed") == 0;
     t->owned_here = false;
     snprintf(t->row_state, sizeof(t->row_state), "%s", state);
     ASSERT(s->n_owned > 0 && s->load > 0);
@@ -1421,9 +1431,34 @@ static int64_t or_none(bool has, int64_t v)
     return has ? v : STATUS_NONE;
 }
 
-/* Under s->mu: one row, its strings borrowed from t. */
-static void sink_row(const struct task *t, struct status_queue *q)
+/* This node's safeTime now, or none (no seam, or it failed). */
+static bool sink_safe_now(const struct sink *s, int64_t *now_us)
 {
+    const struct sink_broker *b = s->p.broker;
+
+    return b->safe_time != NULL && b->safe_time(b->arg, now_us) == 0;
+}
+
+/* Under s->mu: t's lag at this moment (the page's safeTime minus
+ * completeThrough, with safeTime read now), or the one its last step saw
+ * when safeTime cannot be read. */
+static bool task_lag(const struct task *t, bool has_safe, int64_t safe_us,
+                     int64_t *lag_us)
+{
+    if (t->has_lag_base && has_safe) {
+        *lag_us = safe_us > t->lag_base_ct ? safe_us - t->lag_base_ct : 0;
+        return true;
+    }
+    *lag_us = t->snap.lag_us;
+    return t->has_snap && t->snap.has_lag;
+}
+
+/* Under s->mu: one row, its strings borrowed from t. */
+static void sink_row(const struct task *t, bool has_safe, int64_t safe_us,
+                     struct status_queue *q)
+{
+    int64_t lag_us = 0;
+
     const struct driver_status *st = &t->snap;
     const struct driver_counters *b = &t->base;
     bool snap = t->has_snap;
@@ -1438,8 +1473,8 @@ static void sink_row(const struct task *t, struct status_queue *q)
     q->complete_through_us =
         or_none(snap && st->has_complete_through, st->complete_through);
     q->safe_time_us = or_none(snap && st->has_safe_time, st->safe_time);
-    q->has_lag = snap && st->has_lag;
-    q->lag_seconds = (double)st->lag_us / 1e6;
+    q->has_lag = task_lag(t, has_safe, safe_us, &lag_us);
+    q->lag_seconds = (double)lag_us / 1e6;
     q->redo = snap && st->redo;
     q->buffered_bytes = snap ? st->buffered_bytes : 0;
     q->partitions = snap ? st->partitions : 0;
@@ -1507,6 +1542,9 @@ int sink_status_render(struct sink *s, struct status_node *node,
                        struct status_sink *ss, struct buf *out, struct err *err)
 {
     int rc;
+    int64_t safe_us = 0;
+    bool has_safe = sink_safe_now(s, &safe_us);
+    int64_t now = mono_ms();
 
     pthread_mutex_lock(&s->mu);
     struct status_queue *rows = xcalloc(s->n_queues + 1, sizeof(*rows));
@@ -1516,10 +1554,14 @@ int sink_status_render(struct sink *s, struct status_node *node,
     sink_run_keys(s, node, ss);
     ss->buffered_bytes = budget_total(s->budget);
     for (size_t i = 0; i < s->n_queues; i++) {
-        sink_row(s->queues[i], &rows[i]);
+        sink_row(s->queues[i], has_safe, safe_us, &rows[i]);
         held += rows[i].owned_here ? 1 : 0;
+        if (s->queues[i]->has_lag_base && has_safe) { /* health follows */
+            int64_t lag_us = (int64_t)(rows[i].lag_seconds * 1e6);
+            health_report(s->health, s->queues[i]->name, true, lag_us, now);
+        }
     }
-    health_check(s->health, mono_ms(), &ss->health);
+    health_check(s->health, now, &ss->health);
     ss->placement = (struct status_placement){
         s->nodes, s->n_queues,
         placement_fair_share((uint32_t)s->n_queues, s->nodes), held,
@@ -1588,7 +1630,20 @@ static void task_report(struct sink *s, struct task *t,
 
 int sink_metrics(struct sink *s, struct buf *out, struct err *err)
 {
+    int64_t safe_us = 0;
+    bool has_safe = sink_safe_now(s, &safe_us);
+
     obs_gauge_set(s->obs, OBS_BUFFER_BYTES, NULL, NULL,
                   (double)budget_total(s->budget));
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < s->n_queues; i++) { /* the lag at scrape time */
+        const struct task *t = s->queues[i];
+        int64_t lag_us;
+        if (t->has_lag_base && task_lag(t, has_safe, safe_us, &lag_us)) {
+            obs_gauge_set(s->obs, OBS_LAG_SECONDS, NULL, t->name,
+                          (double)lag_us / 1e6);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
     return obs_render(s->obs, out, err);
 }

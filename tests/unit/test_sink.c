@@ -181,8 +181,8 @@ static struct rig *rig_new(bool bucket_down)
     r->bucket_down = bucket_down;
     fake_init(&r->f, "orders");
     fake_broker_seam(&r->f, &r->inner);
-    r->b =
-        (struct sink_broker){locked_changed, locked_fetch, locked_kv, NULL, r};
+    r->b = (struct sink_broker){
+        locked_changed, locked_fetch, locked_kv, NULL, r, NULL};
     fake_s3_open(&r->s3, &r->k);
     s3_client_free(r->s3.c);
     r->s3.t = (struct s3_transport){locked_perform, r};
