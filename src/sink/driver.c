@@ -374,6 +374,8 @@ struct driver *driver_new(const struct driver_config *cfg,
     buf_init(&d->redo_arena, BUF_UNLIMITED);
     pthread_mutex_init(&d->mu, NULL);
     upload_init(&d->up, &d->cfg, &d->lq, d->e, d->s3);
+    d->up.may_send = lease_may_send; /* lease.h (4), on the uploader too */
+    d->up.gate_arg = lease;
     d->retry_after_ms = -1;
     snprintf(d->st.state, sizeof(d->st.state), "restoring");
     return d;
@@ -1106,6 +1108,20 @@ static int do_intent(struct driver *d, int64_t now)
     return crash(d, DRIVER_CRASH_AFTER_INTENT) ? -1 : 0;
 }
 
+/* A PUT failed after the lease was lost: refused by the lease's age check
+ * (lease.h (4)), or lost meanwhile. Stop Fenced: the queue is another
+ * node's, or will be after the TTL. */
+static bool stop_if_lease_lost(struct driver *d, const char *why)
+{
+    if (!lease_lost(d->lease)) {
+        return false;
+    }
+    log_warn("sink", "giving the queue up: %s queue=%s", why, d->cfg.queue);
+    stop(d, DRIVER_FENCED, why);
+    set_error(d, "%s", why);
+    return true;
+}
+
 /* PUT one body. 0; 1 retry later; -1 stopped. */
 static int put_object(struct driver *d, const char *key, const struct buf *b,
                       const char *sha256_hex, const char *content_type,
@@ -1113,8 +1129,8 @@ static int put_object(struct driver *d, const char *key, const struct buf *b,
 {
     struct upload_crash cp = crash_point_of(d);
     struct s3_put p = {
-        key, b->data,   b->len, content_type, upload_between_parts,
-        &cp, sha256_hex};
+        key, b->data,    b->len,         content_type, upload_between_parts,
+        &cp, sha256_hex, lease_may_send, d->lease};
     struct s3_put_result r;
     struct err err;
     char why[512];
@@ -1125,6 +1141,9 @@ static int put_object(struct driver *d, const char *key, const struct buf *b,
         return 0;
     }
     snprintf(why, sizeof(why), "PUT %s: %s", key, err.msg);
+    if (stop_if_lease_lost(d, why)) {
+        return -1;
+    }
     fail_sampled(d, SAMPLE_PUT, "%s", why);
     if (upload_s3_retriable(&r.st, rc)) {
         retry_later(d, now, r.st.retry_after_ms);
@@ -1501,6 +1520,9 @@ static int bg_outcome(struct driver *d, int64_t now)
         return -1;
     }
     if (g->rc != 0) {
+        if (stop_if_lease_lost(d, g->why)) {
+            return -1;
+        }
         fail_sampled(d, SAMPLE_PUT, "%s", g->why);
         if (!g->is_retriable) {
             stop(d, DRIVER_FAILED, g->why);
@@ -1597,7 +1619,8 @@ static void do_checkpoint(struct driver *d,
     rc = rc != 0 ? rc : layout_checkpoint_key(&key, &d->lq, a->k, &err);
     for (int attempt = 0; rc == 0 && attempt < 3; attempt++) {
         struct s3_put p = {key.data, body.data, body.len, "application/zstd",
-                           NULL,     NULL,      NULL};
+                           NULL,     NULL,      NULL,     lease_may_send,
+                           d->lease};
         memset(&r, 0, sizeof(r));
         rc = s3_client_put(d->s3, &p, &r, &err);
         if (rc == 0 || !upload_s3_retriable(&r.st, rc)) {

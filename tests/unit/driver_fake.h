@@ -549,6 +549,11 @@ struct fake_object {
 struct fake_bucket {
     struct fake_object objs[FAKE_MAX_OBJECTS];
     size_t n;
+    int writes; /* PUT and POST requests, answered or failed */
+    /* Called at every PUT and POST before it is answered (NULL = none):
+     * a test's clock and KV outage. From whichever thread sends. */
+    void (*on_write)(void *arg);
+    void *on_write_arg;
     int puts;                /* PUT requests answered 200 */
     int fail_puts;           /* the next N PUTs answer fail_status */
     int fail_status;         /* 503 by default */
@@ -662,6 +667,12 @@ static inline int bucket_perform(void *arg, const struct s3_http_request *req,
         return 0;
     }
     struct fake_object *o = bucket_find(k, key);
+    if (strcmp(req->method, "PUT") == 0 || strcmp(req->method, "POST") == 0) {
+        k->writes++;
+        if (k->on_write != NULL) {
+            k->on_write(k->on_write_arg);
+        }
+    }
     if (strcmp(req->method, "PUT") == 0) {
         if (k->fail_puts > 0) {
             k->fail_puts--;

@@ -4,6 +4,7 @@
 #include "sink/driver.h"
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,7 +27,23 @@ struct rig {
     struct driver_next next;
     int64_t now;
     uint8_t seed;
+    bool test_clock; /* the lease reads test_mono, not CLOCK_MONOTONIC */
 };
+
+/* The lease's clock when a rig asks for it; tests move it. */
+static _Atomic int64_t test_mono;
+
+static int64_t test_mono_now(void *arg)
+{
+    UNUSED(arg);
+    return atomic_load(&test_mono);
+}
+
+static void test_mono_sleep(void *arg, int64_t ms)
+{
+    UNUSED(arg);
+    atomic_fetch_add(&test_mono, ms);
+}
 
 static uint8_t rnd;
 
@@ -75,6 +92,9 @@ static void new_lease(struct rig *r)
     lc.instance = "node-1";
     lc.ttl_ms = 30000;
     lc.random_bytes = seeded_random;
+    if (r->test_clock) {
+        lc.clock = (struct lease_clock){test_mono_now, test_mono_sleep, NULL};
+    }
     rnd = ++r->seed;
     lease_free(r->lease);
     r->lease = lease_new(&lc, &r->b, &err);
@@ -1619,4 +1639,129 @@ TEST(loss_committed_just_before_a_crash_is_not_reported_again)
     EXPECT(m != NULL && strstr(m->body.data, "\"lost\":[]") != NULL);
     EXPECT_EQ_U64(st.last_window_records, 1);
     rig_close(r);
+}
+
+/* ---- issue 13 item 13c: no PUT from a lease past TTL - margin ----------- */
+
+/* Every PUT or POST takes 5 s of the lease's clock; from the first one the
+ * KV store is out of reach (no renewal lands) unless renew is set, where
+ * each one renews the lease first, as the host's refresher would. */
+struct slow_bucket {
+    struct rig *r;
+    bool renew;
+    int64_t first; /* the clock at the first write, -1 before */
+    int64_t last;  /* the clock at the last write */
+};
+
+static void slow_write(void *arg)
+{
+    struct slow_bucket *sb = arg;
+    struct err err;
+
+    if (sb->renew) {
+        EXPECT_EQ_I64(lease_refresh(sb->r->lease, &err), 0);
+    } else {
+        sb->r->f.kv_never = true;
+    }
+    sb->last = atomic_load(&test_mono);
+    if (sb->first < 0) {
+        sb->first = sb->last;
+    }
+    atomic_fetch_add(&test_mono, 5000);
+}
+
+static struct rig *slow_upload_rig(bool overlap, struct slow_bucket *sb)
+{
+    struct rig *r = xcalloc(1, sizeof(*r));
+
+    atomic_store(&test_mono, 1000000);
+    r->test_clock = true;
+    fake_init(&r->f, "orders");
+    fake_broker_seam(&r->f, &r->b);
+    fake_s3_open(&r->s3, &r->k);
+    driver_config_defaults(&r->cfg);
+    memcpy(r->cfg.tenant, STORE_DEFAULT_TENANT, 16);
+    r->cfg.tenant_text = "00000000-0000-0000-0000-000000000001";
+    r->cfg.queue = "orders";
+    r->cfg.guard_ms = 0;
+    r->cfg.checkpoint_every = 0;
+    r->cfg.crash_returns = true;
+    r->cfg.overlap_upload = overlap;
+    new_lease(r);
+    *sb = (struct slow_bucket){r, false, -1, -1};
+    r->k.on_write = slow_write;
+    r->k.on_write_arg = sb;
+    /* a long upload: its PUTs answer 503 (each attempt is a write) */
+    r->k.fail_puts = 1000;
+    seed_two_hours(&r->f);
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    return r;
+}
+
+static void stale_lease_case(bool overlap)
+{
+    struct slow_bucket sb;
+    struct rig *r = slow_upload_rig(overlap, &sb);
+    struct driver_status st;
+
+    /* TTL 30 s, margin 6 s: the intent's fence was the last renewal, sent
+     * at the clock of the first write; PUTs at +0, 5, 10, 15, 20 s only */
+    EXPECT_EQ_I64(lease_margin_ms(30000), 6000);
+    new_driver(r);
+    run_until(r, 1, 400);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_FENCED);
+    EXPECT(strstr(r->next.why, "lease expired here") != NULL);
+    EXPECT_EQ_I64(r->k.writes, 5);
+    EXPECT(sb.first >= 0 && sb.last - sb.first < 30000 - 6000);
+    EXPECT(lease_lost(r->lease));
+    driver_status(r->d, &st);
+    EXPECT_STR_EQ(st.state, "fenced");
+    EXPECT(strstr(st.last_error, "lease expired here") != NULL);
+    EXPECT_EQ_I64(pointer_k(r), 0);
+    EXPECT_EQ_U64(r->k.n, 0);
+    /* stopped: further ticks send nothing */
+    run_until(r, 1, 20);
+    EXPECT_EQ_I64(r->k.writes, 5);
+    /* the queue is taken over (a new claim; here this node's, with a new
+     * incarnation): window 1 lands once, whole */
+    r->k.on_write = NULL;
+    r->k.fail_puts = 0;
+    r->f.kv_never = false;
+    new_lease(r);
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_RUNNING);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.records, 6);
+    EXPECT_EQ_U64(count_keys(&r->k, "/windows/"), 1);
+    rig_close(r);
+}
+
+TEST(a_lease_past_its_ttl_less_the_margin_sends_no_put_and_fences)
+{
+    stale_lease_case(true); /* the uploader thread's PUTs */
+    stale_lease_case(false);
+}
+
+static void renewed_lease_case(bool overlap)
+{
+    struct slow_bucket sb;
+    struct rig *r = slow_upload_rig(overlap, &sb);
+
+    sb.renew = true;
+    r->k.fail_puts = 12; /* 60 s of failing PUTs, then they land */
+    new_driver(r);
+    run_until(r, 1, 400);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_RUNNING);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    EXPECT(sb.last - sb.first > 30000);
+    EXPECT(!lease_lost(r->lease));
+    rig_close(r);
+}
+
+TEST(a_lease_renewed_all_along_a_long_upload_never_stops_it)
+{
+    renewed_lease_case(true);
+    renewed_lease_case(false);
 }
