@@ -568,7 +568,7 @@ static void load_committed_lost(struct driver *d, int64_t k)
     int rc;
 
     buf_init(&key, DRIVER_KEY_MAX);
-    buf_init(&body, (size_t)64 << 20);
+    buf_init(&body, BUF_UNLIMITED); /* the manifest's size, whatever it is */
     buf_init(&arena, BUF_UNLIMITED);
     rc = get_manifest(d, k, &key, &body, &arena, &m, &ok, &err);
     if (rc != 0 || !ok) {
@@ -598,7 +598,7 @@ static int check_redo_manifest(struct driver *d, const struct docs_intent *in,
     int rc;
 
     buf_init(&key, DRIVER_KEY_MAX);
-    buf_init(&body, (size_t)64 << 20);
+    buf_init(&body, BUF_UNLIMITED); /* the manifest's size, whatever it is */
     buf_init(&arena, BUF_UNLIMITED);
     rc = get_manifest(d, in->k, &key, &body, &arena, &m, &ok, err);
     if (rc != 0 || !ok ||

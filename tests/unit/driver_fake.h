@@ -544,6 +544,7 @@ static inline void fake_broker_seam(struct fake_broker *f,
 struct fake_object {
     char key[1024];
     struct buf body;
+    int gets; /* GET requests answered with this object */
 };
 
 struct fake_bucket {
@@ -656,7 +657,6 @@ static inline int bucket_perform(void *arg, const struct s3_http_request *req,
     const char *query;
     struct err e;
 
-    UNUSED(err);
     buf_reset(ans->body);
     ans->etag[0] = '\0';
     ans->content_length = -1;
@@ -709,7 +709,13 @@ static inline int bucket_perform(void *arg, const struct s3_http_request *req,
     ans->content_length = (int64_t)o->body.len;
     snprintf(ans->etag, sizeof(ans->etag), "\"x\"");
     if (!req->is_head) {
-        buf_append(ans->body, o->body.data, o->body.len, &e);
+        o->gets++;
+        if (buf_append(ans->body, o->body.data, o->body.len, &e) != 0) {
+            /* as the curl transport: an answer over the caller's cap */
+            return err_set(err, ERR_TOO_BIG,
+                           "GET answer body is over its cap of %zu bytes",
+                           ans->body->max);
+        }
     }
     return 0;
 }

@@ -12,6 +12,7 @@
 #include "base/sha256.h"
 #include "driver_fake.h"
 #include "harness.h"
+#include "sink/docs.h"
 #include "sink/engine.h"
 #include "sink/layout.h"
 #include "sink/lease.h"
@@ -1639,6 +1640,83 @@ TEST(loss_committed_just_before_a_crash_is_not_reported_again)
     EXPECT(m != NULL && strstr(m->body.data, "\"lost\":[]") != NULL);
     EXPECT_EQ_U64(st.last_window_records, 1);
     rig_close(r);
+}
+
+/* ---- issue 13 item 5: no fixed cap on the sink's own documents ---------- */
+
+/* Window 1's manifest again with lost ranges enough to pass 64 MiB (a
+ * window of ~300k partitions writes as much): the same window, its intent
+ * still matches. */
+static void grow_manifest_past_64_mib(struct rig *r)
+{
+    struct fake_object *o = manifest_of(r, 1);
+    struct docs_manifest m;
+    struct buf arena;
+    struct buf out;
+    struct err e;
+    size_t n = 300000;
+    char(*names)[201] = xcalloc(n, sizeof(*names));
+    struct docs_lost *lost = xcalloc(n, sizeof(*lost));
+
+    ASSERT(o != NULL);
+    buf_init(&arena, BUF_UNLIMITED);
+    buf_init(&out, BUF_UNLIMITED);
+    ASSERT(docs_manifest_decode(o->body.data, o->body.len, &m, &arena, &e) ==
+           0);
+    for (size_t i = 0; i < n; i++) {
+        int w = snprintf(names[i], sizeof(names[i]), "lost-%07zu-", i);
+        memset(names[i] + w, 'x', sizeof(names[i]) - 1 - (size_t)w);
+        lost[i] = (struct docs_lost){{names[i], sizeof(names[i]) - 1}, 0, 0};
+    }
+    m.lost = lost;
+    m.n_lost = n;
+    ASSERT(docs_manifest_encode(&out, &m, &e) == 0);
+    ASSERT(out.len > ((size_t)64 << 20));
+    buf_free(&o->body);
+    o->body = out;
+    o->gets = 0;
+    buf_free(&arena);
+    free(lost);
+    free(names);
+}
+
+static void big_manifest_case(bool overlap)
+{
+    struct rig *r = rig_open();
+    struct driver_status st;
+
+    r->cfg.overlap_upload = overlap;
+    seed_two_hours(&r->f);
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    r->cfg.crash_at = DRIVER_CRASH_AFTER_UPLOAD;
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_CRASHED);
+    grow_manifest_past_64_mib(r);
+    r->cfg.crash_at = DRIVER_CRASH_NEVER;
+    new_lease(r);
+    new_driver(r);
+    int puts = r->k.puts;
+    run_until(r, 1, 20);
+    driver_status(r->d, &st);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_RUNNING);
+    EXPECT_EQ_I64(st.committed_k, 1);
+    EXPECT_EQ_U64(st.counters.records, 6);
+    EXPECT_STR_EQ(st.last_error, "");
+    /* committed from the manifest: read once, nothing of it put again */
+    struct fake_object *o = manifest_of(r, 1);
+    EXPECT(o != NULL && o->gets == 1);
+    EXPECT(r->k.puts < 64);
+    for (int i = puts; i < r->k.puts; i++) { /* its checkpoint may go up */
+        EXPECT(strstr(r->k.put_keys[i], "/checkpoint/") != NULL);
+    }
+    rig_close(r);
+}
+
+TEST(a_redo_whose_manifest_is_past_64_mib_commits_from_it_reading_it_once)
+{
+    big_manifest_case(true);
+    big_manifest_case(false);
 }
 
 /* ---- issue 13 item 13c: no PUT from a lease past TTL - margin ----------- */
