@@ -38,6 +38,7 @@
 
 #include "base/buf.h"
 #include "base/isotime.h"
+#include "base/json.h"
 #include "base/log.h"
 #include "base/xalloc.h"
 #include "parquet/parquet.h"
@@ -1083,6 +1084,78 @@ static int fenced_put(struct driver *d, const char *what, const char *key,
     return -1;
 }
 
+/* The sink's documents have no size cap of their own (issue 13 item 5):
+ * they follow the window. Where a store has a real limit, the queue fails
+ * at once with a message naming it and the settings that keep a window
+ * within it: no retry can pass it. ERR_TOO_BIG. */
+static int over_limit(struct err *err, int64_t k, const char *what, size_t len,
+                      size_t limit, const char *limit_name)
+{
+    return err_set(err, ERR_TOO_BIG,
+                   "window %" PRId64 ": %s %zu bytes, over %s of %zu; "
+                   "set QUEEN_S3_LAYOUT=merged or a lower "
+                   "QUEEN_S3_MAX_WINDOW_MS / QUEEN_S3_TARGET_MB",
+                   k, what, len, limit_name, limit);
+}
+
+/* Stop Failed on a document that cannot be written (status lastError). */
+static void fail_doc(struct driver *d, const struct err *err)
+{
+    log_error("sink", "queue failed queue=%s error=%s", d->cfg.queue, err->msg);
+    stop(d, DRIVER_FAILED, err->msg);
+    set_error(d, "%s", err->msg);
+}
+
+/* A KV pointer document of window k (encoded without a cap): the KV store
+ * takes values up to KV_VALUE_MAX. */
+static int kv_doc_fits(int64_t k, const char *what, const struct buf *doc,
+                       struct err *err)
+{
+    if (doc->len <= KV_VALUE_MAX) {
+        return 0;
+    }
+    return over_limit(err, k, what, doc->len, KV_VALUE_MAX,
+                      "the KV value limit");
+}
+
+/* The longest manifest the sink writes: what it can read back. */
+static size_t manifest_max(const struct driver *d)
+{
+    uint64_t m = d->cfg.manifest_max_bytes;
+
+    return m != 0 && m < JSON_TEXT_MAX ? (size_t)m : JSON_TEXT_MAX;
+}
+
+/* Bytes a manifest takes at least per per-partition object (its sha256 and
+ * the names of its fields; the key comes on top) and per lost range. */
+#define DRIVER_MANIFEST_OBJECT_MIN 160
+#define DRIVER_MANIFEST_LOST_MIN   30
+
+/* Before the intent pins the window's settings (a redo keeps them): a
+ * window whose manifest cannot fit whatever its keys fails here, where
+ * the settings named still apply to it. The manifest itself is measured
+ * when encoded (manifest_encode). */
+static int manifest_floor_fits(const struct driver *d,
+                               const struct engine_plan *p, struct err *err)
+{
+    size_t floor = 0;
+
+    if (p == NULL) {
+        return 0;
+    }
+    if (d->cfg.per_partition) {
+        floor += p->partitions * DRIVER_MANIFEST_OBJECT_MIN;
+    }
+    for (size_t i = 0; i < p->n_lost; i++) {
+        floor += p->lost[i].partition.len + DRIVER_MANIFEST_LOST_MIN;
+    }
+    if (floor <= manifest_max(d)) {
+        return 0;
+    }
+    return over_limit(err, p->k, "its manifest takes at least", floor,
+                      manifest_max(d), "what the sink can read back");
+}
+
 static int do_intent(struct driver *d, int64_t now)
 {
     const struct engine_intent_action *a = &d->pend.intent;
@@ -1091,9 +1164,11 @@ static int do_intent(struct driver *d, int64_t now)
     struct buf doc;
     struct err err;
 
-    buf_init(&doc, KV_VALUE_MAX);
-    if (docs_intent_encode(&doc, &in, &err) != 0) {
-        stop(d, DRIVER_FAILED, err.msg);
+    buf_init(&doc, BUF_UNLIMITED);
+    if (manifest_floor_fits(d, a->plan, &err) != 0 ||
+        docs_intent_encode(&doc, &in, &err) != 0 ||
+        kv_doc_fits(a->k, "its intent takes", &doc, &err) != 0) {
+        fail_doc(d, &err);
         buf_free(&doc);
         return -1;
     }
@@ -1201,31 +1276,16 @@ static int manifest_encode(struct driver *d, const struct engine_plan *p,
     m.writer = cstr(writer);
     m.committed_at_ms = d->wall_ms;
     rc = docs_manifest_encode(&out->body, &m, err);
+    size_t max = manifest_max(d);
+    if (rc == 0 && out->body.len > max) {
+        rc = over_limit(err, p->k, "its manifest takes", out->body.len, max,
+                        "what the sink can read back");
+    }
     rc = rc != 0 ? rc : layout_manifest_key(&out->key, &d->lq, p->k, err);
     d->last_records = m.records;
     d->last_bytes = m.bytes;
     free(l);
     free(v);
-    return rc;
-}
-
-static int put_manifest(struct driver *d, const struct engine_plan *p,
-                        const struct upload_object *o, size_t n, int64_t now)
-{
-    struct upload_doc m;
-    struct err err;
-    int rc;
-
-    buf_init(&m.body, BUF_UNLIMITED);
-    buf_init(&m.key, DRIVER_KEY_MAX);
-    if (manifest_encode(d, p, o, n, &m, &err) != 0) {
-        stop(d, DRIVER_FAILED, err.msg);
-        rc = -1;
-    } else {
-        rc = put_object(d, m.key.data, &m.body, NULL, "application/json", now);
-    }
-    buf_free(&m.key);
-    buf_free(&m.body);
     return rc;
 }
 
@@ -1306,7 +1366,7 @@ static int bg_begin(struct driver *d, const struct engine_plan *p,
     buf_reset(&g->manifest.body);
     buf_reset(&g->manifest.key);
     if (manifest_encode(d, p, o, n, &g->manifest, &err) != 0) {
-        stop(d, DRIVER_FAILED, err.msg);
+        fail_doc(d, &err);
         upload_free_objects(g, o, n);
         return -1;
     }
@@ -1367,6 +1427,15 @@ static int upload_objects(struct driver *d, int64_t now)
     if (d->cfg.overlap_upload) {
         return bg_begin(d, p, o, n, ctype);
     }
+    /* The manifest first: one past its limit fails the queue before any
+     * PUT of the window. */
+    struct upload_doc m;
+    buf_init(&m.body, BUF_UNLIMITED);
+    buf_init(&m.key, DRIVER_KEY_MAX);
+    if (manifest_encode(d, p, o, n, &m, &err) != 0) {
+        fail_doc(d, &err);
+        rc = -1;
+    }
     for (size_t i = 0; rc == 0 && i < n; i++) {
         rc = put_object(d, o[i].key.data, &o[i].body, o[i].sha256, ctype, now);
         if (rc == 0 && d->is_redo && p->k == d->redo_intent.k) {
@@ -1377,8 +1446,10 @@ static int upload_objects(struct driver *d, int64_t now)
         }
     }
     if (rc == 0) {
-        rc = put_manifest(d, p, o, n, now);
+        rc = put_object(d, m.key.data, &m.body, NULL, "application/json", now);
     }
+    buf_free(&m.key);
+    buf_free(&m.body);
     upload_free_objects(&d->up, o, n);
     if (rc != 0 || crash(d, DRIVER_CRASH_AFTER_UPLOAD)) {
         return rc != 0 ? rc : -1;
@@ -1451,9 +1522,10 @@ static int commit_write(struct driver *d, const struct engine_commit *c,
     }
     struct docs_committed cd = {c->k,       c->t_end, buf_slice(mkey),
                                 c->records, c->bytes, wall_ms};
-    buf_init(&doc, KV_VALUE_MAX);
-    if (docs_committed_encode(&doc, &cd, &err) != 0) {
-        stop(d, DRIVER_FAILED, err.msg);
+    buf_init(&doc, BUF_UNLIMITED);
+    if (docs_committed_encode(&doc, &cd, &err) != 0 ||
+        kv_doc_fits(c->k, "its commit pointer takes", &doc, &err) != 0) {
+        fail_doc(d, &err);
         buf_free(&doc);
         return -1;
     }

@@ -1719,6 +1719,80 @@ TEST(a_redo_whose_manifest_is_past_64_mib_commits_from_it_reading_it_once)
     big_manifest_case(false);
 }
 
+/* The one real limit of a manifest, what the sink can read back (2 GiB,
+ * lowered here): the queue fails at once, naming it and the settings that
+ * avoid it, before any PUT of the window; nothing is retried. */
+static void manifest_limit_case(bool overlap)
+{
+    struct rig *r = rig_open();
+    struct driver_status st;
+
+    r->cfg.overlap_upload = overlap;
+    r->cfg.per_partition = true;
+    r->cfg.manifest_max_bytes = 600;
+    seed_two_hours(&r->f);
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_FAILED);
+    EXPECT(strstr(r->next.why, "window 1: its manifest takes ") != NULL);
+    EXPECT(strstr(r->next.why, "what the sink can read back of 600") != NULL);
+    EXPECT(strstr(r->next.why, "QUEEN_S3_LAYOUT=merged") != NULL);
+    EXPECT(strstr(r->next.why, "QUEEN_S3_MAX_WINDOW_MS") != NULL);
+    driver_status(r->d, &st);
+    EXPECT_STR_EQ(st.state, "failed");
+    EXPECT_STR_EQ(st.last_error, r->next.why);
+    EXPECT_EQ_I64(r->k.writes, 0);
+    EXPECT_EQ_I64(pointer_k(r), 0);
+    /* stopped: further ticks send and read nothing */
+    run_until(r, 1, 20);
+    EXPECT_EQ_I64(r->k.writes, 0);
+    /* the same window under the limit commits */
+    r->cfg.manifest_max_bytes = 0;
+    new_lease(r);
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    rig_close(r);
+}
+
+TEST(a_manifest_past_what_the_sink_can_read_fails_the_queue_naming_it)
+{
+    manifest_limit_case(true);
+    manifest_limit_case(false);
+}
+
+/* A window whose manifest cannot fit whatever its keys (one object per
+ * partition, here 2 x at least 160 bytes) fails before its intent pins
+ * the layout, so the setting the message names takes it. */
+TEST(a_manifest_that_cannot_fit_fails_before_the_intent_and_merged_takes_it)
+{
+    struct rig *r = rig_open();
+
+    r->cfg.per_partition = true;
+    r->cfg.manifest_max_bytes = 300;
+    seed_two_hours(&r->f);
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_FAILED);
+    EXPECT(strstr(r->next.why, "window 1: its manifest takes at least 320 "
+                               "bytes, over what the sink can read back of "
+                               "300; set QUEEN_S3_LAYOUT=merged") != NULL);
+    EXPECT(fake_row_get(&r->f, "s3:default:orders:intent") == NULL);
+    EXPECT_EQ_I64(r->k.writes, 0);
+    r->cfg.per_partition = false;    /* QUEEN_S3_LAYOUT=merged */
+    r->cfg.manifest_max_bytes = 700; /* per-partition takes 1052 */
+    new_lease(r);
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_RUNNING);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    struct fake_object *m = manifest_of(r, 1);
+    EXPECT(m != NULL && m->body.len <= 700);
+    rig_close(r);
+}
+
 /* ---- issue 13 item 13c: no PUT from a lease past TTL - margin ----------- */
 
 /* Every PUT or POST takes 5 s of the lease's clock; from the first one the
