@@ -1644,32 +1644,35 @@ TEST(loss_committed_just_before_a_crash_is_not_reported_again)
 
 /* ---- issue 13 item 5: no fixed cap on the sink's own documents ---------- */
 
-/* Window 1's manifest again with lost ranges enough to pass 64 MiB (a
- * window of ~300k partitions writes as much): the same window, its intent
- * still matches. */
-static void grow_manifest_past_64_mib(struct rig *r)
+/* Window k's manifest again with lost ranges enough to pass 64 MiB (a
+ * window of ~300k partitions writes as much), its own lost ranges first:
+ * the same window, its intent still matches. */
+static void grow_manifest_past_64_mib(struct rig *r, int64_t k)
 {
-    struct fake_object *o = manifest_of(r, 1);
+    struct fake_object *o = manifest_of(r, k);
     struct docs_manifest m;
     struct buf arena;
     struct buf out;
     struct err e;
     size_t n = 300000;
     char(*names)[201] = xcalloc(n, sizeof(*names));
-    struct docs_lost *lost = xcalloc(n, sizeof(*lost));
+    struct docs_lost *lost;
 
     ASSERT(o != NULL);
     buf_init(&arena, BUF_UNLIMITED);
     buf_init(&out, BUF_UNLIMITED);
     ASSERT(docs_manifest_decode(o->body.data, o->body.len, &m, &arena, &e) ==
            0);
+    lost = xcalloc(m.n_lost + n, sizeof(*lost));
+    memcpy(lost, m.lost, m.n_lost * sizeof(*lost));
     for (size_t i = 0; i < n; i++) {
         int w = snprintf(names[i], sizeof(names[i]), "lost-%07zu-", i);
         memset(names[i] + w, 'x', sizeof(names[i]) - 1 - (size_t)w);
-        lost[i] = (struct docs_lost){{names[i], sizeof(names[i]) - 1}, 0, 0};
+        lost[m.n_lost + i] =
+            (struct docs_lost){{names[i], sizeof(names[i]) - 1}, 0, 0};
     }
     m.lost = lost;
-    m.n_lost = n;
+    m.n_lost += n;
     ASSERT(docs_manifest_encode(&out, &m, &e) == 0);
     ASSERT(out.len > ((size_t)64 << 20));
     buf_free(&o->body);
@@ -1692,7 +1695,7 @@ static void big_manifest_case(bool overlap)
     new_driver(r);
     run_until(r, 1, 200);
     EXPECT_EQ_I64(r->next.stop, DRIVER_CRASHED);
-    grow_manifest_past_64_mib(r);
+    grow_manifest_past_64_mib(r, 1);
     r->cfg.crash_at = DRIVER_CRASH_NEVER;
     new_lease(r);
     new_driver(r);
@@ -1717,6 +1720,39 @@ TEST(a_redo_whose_manifest_is_past_64_mib_commits_from_it_reading_it_once)
 {
     big_manifest_case(true);
     big_manifest_case(false);
+}
+
+/* load_committed_lost: the last committed window's manifest, past 64 MiB,
+ * is still read at a restart with no checkpoint after it, so the loss it
+ * names is not reported again. */
+TEST(a_committed_manifest_past_64_mib_still_keeps_its_loss_from_a_recount)
+{
+    struct rig *r = trimmed_after_window_1();
+    struct driver_status st;
+
+    run_until(r, 2, 50); /* found */
+    r->cfg.crash_at = DRIVER_CRASH_AFTER_COMMIT;
+    new_lease(r);
+    new_driver(r);
+    r->f.safe_time = at("2026-09-04T11:06:00.000000Z");
+    run_until(r, 2, 200);
+    EXPECT(r->next.stop == DRIVER_CRASHED);
+    EXPECT_EQ_I64(pointer_k(r), 2);
+    grow_manifest_past_64_mib(r, 2);
+    r->cfg.crash_at = DRIVER_CRASH_NEVER;
+    new_lease(r);
+    new_driver(r);
+    fake_push(&r->f, "a", at("2026-09-04T12:10:00.000000Z"));
+    r->f.safe_time = at("2026-09-04T13:00:00.000001Z");
+    run_until(r, 3, 200);
+    EXPECT_EQ_I64(committed_k(r), 3);
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.records_lost, 0);
+    struct fake_object *m = manifest_of(r, 2);
+    EXPECT(m != NULL && m->gets == 1);
+    m = manifest_of(r, 3);
+    EXPECT(m != NULL && strstr(m->body.data, "\"lost\":[]") != NULL);
+    rig_close(r);
 }
 
 /* The one real limit of a manifest, what the sink can read back (2 GiB,
