@@ -1098,10 +1098,10 @@ static int over_limit(struct err *err, int64_t k, const char *what, size_t len,
                    k, what, len, limit_name, limit);
 }
 
-/* Stop Failed on a document that cannot be written (status lastError). */
+/* Stop Failed on a document that cannot be written (status lastError;
+ * the host logs the stop with its reason). */
 static void fail_doc(struct driver *d, const struct err *err)
 {
-    log_error("sink", "queue failed queue=%s error=%s", d->cfg.queue, err->msg);
     stop(d, DRIVER_FAILED, err->msg);
     set_error(d, "%s", err->msg);
 }
@@ -1184,14 +1184,14 @@ static int do_intent(struct driver *d, int64_t now)
 }
 
 /* A PUT failed after the lease was lost: refused by the lease's age check
- * (lease.h (4)), or lost meanwhile. Stop Fenced: the queue is another
- * node's, or will be after the TTL. */
+ * (lease.h (4)), or lost meanwhile. Stop Fenced (the host logs "queue
+ * fenced" with why): the queue is another node's, or will be after the
+ * TTL. */
 static bool stop_if_lease_lost(struct driver *d, const char *why)
 {
     if (!lease_lost(d->lease)) {
         return false;
     }
-    log_warn("sink", "giving the queue up: %s queue=%s", why, d->cfg.queue);
     stop(d, DRIVER_FENCED, why);
     set_error(d, "%s", why);
     return true;
