@@ -8,8 +8,10 @@
  *
  *   NEW --driver_tick: start()--> RUNNING --engine actions--> RUNNING
  *   RUNNING --lease lost / precondition at the fence--> STOPPED Fenced
+ *   RUNNING --a PUT refused by the lease age check---> STOPPED Fenced
  *   RUNNING --engine failed (queue gone)-------------> STOPPED Missing
  *   RUNNING --non-retriable S3 or KV error-----------> STOPPED Failed
+ *   RUNNING --a document past a real size limit------> STOPPED Failed
  *   RUNNING --crash point in return mode-------------> STOPPED Crashed
  *   RUNNING --driver_request_drain()-----------------> DRAINING
  *   DRAINING --the (at most one) window committed----> STOPPED Drained
