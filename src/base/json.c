@@ -519,7 +519,7 @@ static int jp_start(struct jp *p, struct err *err)
     struct jp_frame local[JSON_MAX_DEPTH_DEFAULT];
     int rc;
 
-    if (p->n >= INT32_MAX) {
+    if (p->n > JSON_TEXT_MAX) {
         return err_set(err, ERR_TOO_BIG,
                        "JSON text of %zu bytes is 2 GiB or more", p->n);
     }

@@ -68,6 +68,9 @@ struct json_limits {
 };
 
 #define JSON_MAX_DEPTH_DEFAULT 128
+/* The longest text json_parse() and json_validate() read: token offsets are
+ * 32-bit. */
+#define JSON_TEXT_MAX ((size_t)INT32_MAX - 1)
 #define JSON_LIMITS_DEFAULT \
     ((struct json_limits){JSON_MAX_DEPTH_DEFAULT, JSON_MAX_DEPTH_DEFAULT, 0})
 

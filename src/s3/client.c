@@ -79,6 +79,7 @@ struct call {
     void *check_arg;
     struct buf *answer; /* where the answer body goes */
     struct s3_http_answer ans;
+    const struct s3_put *gate; /* asked before every attempt; NULL = none */
 };
 
 /* ---- the real clock -------------------------------------------------- */
@@ -352,6 +353,13 @@ static int run(struct s3_client *c, struct call *k, struct s3_status *st,
         where[i] = b[i].data;
     }
     for (int a = 1;; a++) {
+        if (k->gate != NULL && k->gate->may_send != NULL &&
+            k->gate->may_send(k->gate->gate_arg, err) != 0) {
+            st->kind = S3_FAIL_TRANSPORT; /* nothing sent: status 0 */
+            st->is_retriable = false;
+            rc = err->code;
+            break;
+        }
         enum s3_fail kind = attempt(c, k, where, st, err);
 
         st->kind = kind;
@@ -445,6 +453,7 @@ static int single_put(struct s3_client *c, const struct s3_put *p,
     k.body = p->body;
     k.body_len = p->len;
     k.answer = &answer;
+    k.gate = p;
     rc = run(c, &k, &r->st, err);
     if (rc == 0) {
         strip_quotes(k.ans.etag, r->etag, sizeof(r->etag));
@@ -500,6 +509,7 @@ static int create_upload(struct s3_client *c, struct upload *u,
     k.check = check_create;
     k.check_arg = u;
     k.answer = &u->answer;
+    k.gate = u->p;
     return run(c, &k, st, err);
 }
 
@@ -546,6 +556,7 @@ static int upload_part(struct s3_client *c, struct upload *u, int i,
     k.check_arg = &pc;
     buf_init(&answer, S3_MAX_ANSWER);
     k.answer = &answer;
+    k.gate = u->p;
     rc = run(c, &k, st, err);
     buf_free(&answer);
     if (rc != 0) {
@@ -784,6 +795,7 @@ static int complete_upload(struct s3_client *c, struct upload *u,
     sha256(x.data, x.len, d);
     hex_lower(d, 32, k.body_sha256);
     k.answer = &u->answer;
+    k.gate = u->p;
     if (rc == 0) {
         rc = run(c, &k, &r->st, err);
         if (rc != 0 && r->st.status == 404 && r->st.attempts > 1 &&

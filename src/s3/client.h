@@ -135,6 +135,14 @@ struct s3_put {
      * already (the manifest needs it too), or NULL: a single PUT then skips
      * its own pass over the body. Borrowed. */
     const char *sha256_hex;
+    /* Asked right before every request of this upload is sent (each attempt
+     * of the single PUT, of CreateMultipartUpload, of every part and of the
+     * Complete), from whichever thread sends it: nonzero (with err set)
+     * stops the upload there, nothing more of it is sent, and that error is
+     * returned, never retried. The sink's lease age check (lease.h). NULL =
+     * always send. */
+    int (*may_send)(void *arg, struct err *err);
+    void *gate_arg;
 };
 
 struct s3_put_result {

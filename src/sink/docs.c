@@ -485,6 +485,13 @@ int docs_checkpoint_encode(struct buf *out, const struct docs_checkpoint *cp,
 
     buf_init(&js, BUF_UNLIMITED);
     rc = docs_checkpoint_json(&js, cp, err);
+    if (rc == 0 && js.len > DOCS_CHECKPOINT_MAX_DECODED) {
+        /* the decoder would refuse it: not written, an older one serves */
+        rc = err_set(err, ERR_TOO_BIG,
+                     "checkpoint: %zu bytes of JSON, over the %zu a "
+                     "checkpoint may decode to",
+                     js.len, DOCS_CHECKPOINT_MAX_DECODED);
+    }
     if (rc != 0) {
         goto out_free;
     }

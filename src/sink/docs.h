@@ -101,7 +101,9 @@ struct docs_checkpoint {
 
 /* One zstd frame (level 3) of {"k":K,"tEnd":T,"positions":[[name,offset
  * (,id)],...]} with positions sorted by name bytes (then offset, then id),
- * so the bytes are a function of the set of positions only. */
+ * so the bytes are a function of the set of positions only. ERR_TOO_BIG,
+ * nothing written, when the JSON passes DOCS_CHECKPOINT_MAX_DECODED (the
+ * decoder would refuse it; ~13 million positions). */
 int docs_checkpoint_encode(struct buf *out, const struct docs_checkpoint *cp,
                            struct err *err);
 /* Whether window k writes a checkpoint: every != 0 and k % every == 0

@@ -38,6 +38,7 @@
 
 #include "base/buf.h"
 #include "base/isotime.h"
+#include "base/json.h"
 #include "base/log.h"
 #include "base/xalloc.h"
 #include "parquet/parquet.h"
@@ -377,6 +378,8 @@ struct driver *driver_new(const struct driver_config *cfg,
     buf_init(&d->redo_arena, BUF_UNLIMITED);
     pthread_mutex_init(&d->mu, NULL);
     upload_init(&d->up, &d->cfg, &d->lq, d->e, d->s3);
+    d->up.may_send = lease_may_send; /* lease.h (4), on the uploader too */
+    d->up.gate_arg = lease;
     d->retry_after_ms = -1;
     snprintf(d->st.state, sizeof(d->st.state), "restoring");
     return d;
@@ -585,7 +588,7 @@ static void load_committed_lost(struct driver *d, int64_t k)
     int rc;
 
     buf_init(&key, DRIVER_KEY_MAX);
-    buf_init(&body, (size_t)64 << 20);
+    buf_init(&body, BUF_UNLIMITED); /* the manifest's size, whatever it is */
     buf_init(&arena, BUF_UNLIMITED);
     rc = get_manifest(d, k, &key, &body, &arena, &m, &ok, &err);
     if (rc != 0 || !ok) {
@@ -615,7 +618,7 @@ static int check_redo_manifest(struct driver *d, const struct docs_intent *in,
     int rc;
 
     buf_init(&key, DRIVER_KEY_MAX);
-    buf_init(&body, (size_t)64 << 20);
+    buf_init(&body, BUF_UNLIMITED); /* the manifest's size, whatever it is */
     buf_init(&arena, BUF_UNLIMITED);
     rc = get_manifest(d, in->k, &key, &body, &arena, &m, &ok, err);
     if (rc != 0 || !ok ||
@@ -1324,6 +1327,78 @@ static int fenced_put(struct driver *d, const char *what, const char *key,
     return -1;
 }
 
+/* The sink's documents have no size cap of their own (issue 13 item 5):
+ * they follow the window. Where a store has a real limit, the queue fails
+ * at once with a message naming it and the settings that keep a window
+ * within it: no retry can pass it. ERR_TOO_BIG. */
+static int over_limit(struct err *err, int64_t k, const char *what, size_t len,
+                      size_t limit, const char *limit_name)
+{
+    return err_set(err, ERR_TOO_BIG,
+                   "window %" PRId64 ": %s %zu bytes, over %s of %zu; "
+                   "set QUEEN_S3_LAYOUT=merged or a lower "
+                   "QUEEN_S3_MAX_WINDOW_MS / QUEEN_S3_TARGET_MB",
+                   k, what, len, limit_name, limit);
+}
+
+/* Stop Failed on a document that cannot be written (status lastError;
+ * the host logs the stop with its reason). */
+static void fail_doc(struct driver *d, const struct err *err)
+{
+    stop(d, DRIVER_FAILED, err->msg);
+    set_error(d, "%s", err->msg);
+}
+
+/* A KV pointer document of window k (encoded without a cap): the KV store
+ * takes values up to KV_VALUE_MAX. */
+static int kv_doc_fits(int64_t k, const char *what, const struct buf *doc,
+                       struct err *err)
+{
+    if (doc->len <= KV_VALUE_MAX) {
+        return 0;
+    }
+    return over_limit(err, k, what, doc->len, KV_VALUE_MAX,
+                      "the KV value limit");
+}
+
+/* The longest manifest the sink writes: what it can read back. */
+static size_t manifest_max(const struct driver *d)
+{
+    uint64_t m = d->cfg.manifest_max_bytes;
+
+    return m != 0 && m < JSON_TEXT_MAX ? (size_t)m : JSON_TEXT_MAX;
+}
+
+/* Bytes a manifest takes at least per per-partition object (its sha256 and
+ * the names of its fields; the key comes on top) and per lost range. */
+#define DRIVER_MANIFEST_OBJECT_MIN 160
+#define DRIVER_MANIFEST_LOST_MIN   30
+
+/* Before the intent pins the window's settings (a redo keeps them): a
+ * window whose manifest cannot fit whatever its keys fails here, where
+ * the settings named still apply to it. The manifest itself is measured
+ * when encoded (manifest_encode). */
+static int manifest_floor_fits(const struct driver *d,
+                               const struct engine_plan *p, struct err *err)
+{
+    size_t floor = 0;
+
+    if (p == NULL) {
+        return 0;
+    }
+    if (d->cfg.per_partition) {
+        floor += p->partitions * DRIVER_MANIFEST_OBJECT_MIN;
+    }
+    for (size_t i = 0; i < p->n_lost; i++) {
+        floor += p->lost[i].partition.len + DRIVER_MANIFEST_LOST_MIN;
+    }
+    if (floor <= manifest_max(d)) {
+        return 0;
+    }
+    return over_limit(err, p->k, "its manifest takes at least", floor,
+                      manifest_max(d), "what the sink can read back");
+}
+
 static int do_intent(struct driver *d, int64_t now)
 {
     const struct engine_intent_action *a = &d->pend.intent;
@@ -1332,9 +1407,11 @@ static int do_intent(struct driver *d, int64_t now)
     struct buf doc;
     struct err err;
 
-    buf_init(&doc, KV_VALUE_MAX);
-    if (docs_intent_encode(&doc, &in, &err) != 0) {
-        stop(d, DRIVER_FAILED, err.msg);
+    buf_init(&doc, BUF_UNLIMITED);
+    if (manifest_floor_fits(d, a->plan, &err) != 0 ||
+        docs_intent_encode(&doc, &in, &err) != 0 ||
+        kv_doc_fits(a->k, "its intent takes", &doc, &err) != 0) {
+        fail_doc(d, &err);
         buf_free(&doc);
         return -1;
     }
@@ -1349,6 +1426,20 @@ static int do_intent(struct driver *d, int64_t now)
     return crash(d, DRIVER_CRASH_AFTER_INTENT) ? -1 : 0;
 }
 
+/* A PUT failed after the lease was lost: refused by the lease's age check
+ * (lease.h (4)), or lost meanwhile. Stop Fenced (the host logs "queue
+ * fenced" with why): the queue is another node's, or will be after the
+ * TTL. */
+static bool stop_if_lease_lost(struct driver *d, const char *why)
+{
+    if (!lease_lost(d->lease)) {
+        return false;
+    }
+    stop(d, DRIVER_FENCED, why);
+    set_error(d, "%s", why);
+    return true;
+}
+
 /* PUT one body. 0; 1 retry later; -1 stopped. */
 static int put_object(struct driver *d, const char *key, const struct buf *b,
                       const char *sha256_hex, const char *content_type,
@@ -1356,8 +1447,8 @@ static int put_object(struct driver *d, const char *key, const struct buf *b,
 {
     struct upload_crash cp = crash_point_of(d);
     struct s3_put p = {
-        key, b->data,   b->len, content_type, upload_between_parts,
-        &cp, sha256_hex};
+        key, b->data,    b->len,         content_type, upload_between_parts,
+        &cp, sha256_hex, lease_may_send, d->lease};
     struct s3_put_result r;
     struct err err;
     char why[512];
@@ -1368,6 +1459,9 @@ static int put_object(struct driver *d, const char *key, const struct buf *b,
         return 0;
     }
     snprintf(why, sizeof(why), "PUT %s: %s", key, err.msg);
+    if (stop_if_lease_lost(d, why)) {
+        return -1;
+    }
     fail_sampled(d, SAMPLE_PUT, "%s", why);
     if (upload_s3_retriable(&r.st, rc)) {
         retry_later(d, now, r.st.retry_after_ms);
@@ -1434,31 +1528,16 @@ static int manifest_encode(struct driver *d, const struct engine_plan *p,
     m.n_positions = p->n_positions;
     rc = docs_manifest_encode(&out->body, &m, err);
     free(pos);
+    size_t max = manifest_max(d);
+    if (rc == 0 && out->body.len > max) {
+        rc = over_limit(err, p->k, "its manifest takes", out->body.len, max,
+                        "what the sink can read back");
+    }
     rc = rc != 0 ? rc : layout_manifest_key(&out->key, &d->lq, p->k, err);
     d->last_records = m.records;
     d->last_bytes = m.bytes;
     free(l);
     free(v);
-    return rc;
-}
-
-static int put_manifest(struct driver *d, const struct engine_plan *p,
-                        const struct upload_object *o, size_t n, int64_t now)
-{
-    struct upload_doc m;
-    struct err err;
-    int rc;
-
-    buf_init(&m.body, BUF_UNLIMITED);
-    buf_init(&m.key, DRIVER_KEY_MAX);
-    if (manifest_encode(d, p, o, n, &m, &err) != 0) {
-        stop(d, DRIVER_FAILED, err.msg);
-        rc = -1;
-    } else {
-        rc = put_object(d, m.key.data, &m.body, NULL, "application/json", now);
-    }
-    buf_free(&m.key);
-    buf_free(&m.body);
     return rc;
 }
 
@@ -1539,7 +1618,7 @@ static int bg_begin(struct driver *d, const struct engine_plan *p,
     buf_reset(&g->manifest.body);
     buf_reset(&g->manifest.key);
     if (manifest_encode(d, p, o, n, &g->manifest, &err) != 0) {
-        stop(d, DRIVER_FAILED, err.msg);
+        fail_doc(d, &err);
         upload_free_objects(g, o, n);
         return -1;
     }
@@ -1600,6 +1679,15 @@ static int upload_objects(struct driver *d, int64_t now)
     if (d->cfg.overlap_upload) {
         return bg_begin(d, p, o, n, ctype);
     }
+    /* The manifest first: one past its limit fails the queue before any
+     * PUT of the window. */
+    struct upload_doc m;
+    buf_init(&m.body, BUF_UNLIMITED);
+    buf_init(&m.key, DRIVER_KEY_MAX);
+    if (manifest_encode(d, p, o, n, &m, &err) != 0) {
+        fail_doc(d, &err);
+        rc = -1;
+    }
     for (size_t i = 0; rc == 0 && i < n; i++) {
         rc = put_object(d, o[i].key.data, &o[i].body, o[i].sha256, ctype, now);
         if (rc == 0 && d->is_redo && p->k == d->redo_intent.k) {
@@ -1610,8 +1698,10 @@ static int upload_objects(struct driver *d, int64_t now)
         }
     }
     if (rc == 0) {
-        rc = put_manifest(d, p, o, n, now);
+        rc = put_object(d, m.key.data, &m.body, NULL, "application/json", now);
     }
+    buf_free(&m.key);
+    buf_free(&m.body);
     upload_free_objects(&d->up, o, n);
     if (rc != 0 || crash(d, DRIVER_CRASH_AFTER_UPLOAD)) {
         return rc != 0 ? rc : -1;
@@ -1684,9 +1774,10 @@ static int commit_write(struct driver *d, const struct engine_commit *c,
     }
     struct docs_committed cd = {c->k,       c->t_end, buf_slice(mkey),
                                 c->records, c->bytes, wall_ms};
-    buf_init(&doc, KV_VALUE_MAX);
-    if (docs_committed_encode(&doc, &cd, &err) != 0) {
-        stop(d, DRIVER_FAILED, err.msg);
+    buf_init(&doc, BUF_UNLIMITED);
+    if (docs_committed_encode(&doc, &cd, &err) != 0 ||
+        kv_doc_fits(c->k, "its commit pointer takes", &doc, &err) != 0) {
+        fail_doc(d, &err);
         buf_free(&doc);
         return -1;
     }
@@ -1753,6 +1844,9 @@ static int bg_outcome(struct driver *d, int64_t now)
         return -1;
     }
     if (g->rc != 0) {
+        if (stop_if_lease_lost(d, g->why)) {
+            return -1;
+        }
         fail_sampled(d, SAMPLE_PUT, "%s", g->why);
         if (!g->is_retriable) {
             stop(d, DRIVER_FAILED, g->why);
@@ -1849,7 +1943,8 @@ static void do_checkpoint(struct driver *d,
     rc = rc != 0 ? rc : layout_checkpoint_key(&key, &d->lq, a->k, &err);
     for (int attempt = 0; rc == 0 && attempt < 3; attempt++) {
         struct s3_put p = {key.data, body.data, body.len, "application/zstd",
-                           NULL,     NULL,      NULL};
+                           NULL,     NULL,      NULL,     lease_may_send,
+                           d->lease};
         memset(&r, 0, sizeof(r));
         rc = s3_client_put(d->s3, &p, &r, &err);
         if (rc == 0 || !upload_s3_retriable(&r.st, rc)) {

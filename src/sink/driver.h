@@ -8,8 +8,10 @@
  *
  *   NEW --driver_tick: start()--> RUNNING --engine actions--> RUNNING
  *   RUNNING --lease lost / precondition at the fence--> STOPPED Fenced
+ *   RUNNING --a PUT refused by the lease age check---> STOPPED Fenced
  *   RUNNING --engine failed (queue gone)-------------> STOPPED Missing
  *   RUNNING --non-retriable S3 or KV error-----------> STOPPED Failed
+ *   RUNNING --a document past a real size limit------> STOPPED Failed
  *   RUNNING --crash point in return mode-------------> STOPPED Crashed
  *   RUNNING --driver_request_drain()-----------------> DRAINING
  *   DRAINING --the (at most one) window committed----> STOPPED Drained
@@ -104,6 +106,9 @@ struct driver_config {
     uint32_t fetch_concurrency;
     uint32_t discovery_interval_ms;
     uint64_t object_max_bytes; /* cap of one object body */
+    /* The longest manifest the sink writes: 0 = what the sink can read
+     * back (JSON_TEXT_MAX); tests set less. Past it the queue fails. */
+    uint64_t manifest_max_bytes;
     /* No fetch past this buffered weight but for the partitions holding the
      * close back (engine.h); 0 = the engine's default. The host passes the
      * node's memory budget: one queue alone never buffers much past it

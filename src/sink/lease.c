@@ -46,6 +46,9 @@ struct lease {
     atomic_bool is_lost;
     int64_t since_ms;
     struct buf doc; /* the value of the last fence/acquire */
+    /* (4) When the last renewal that landed (acquire, takeover, fence) was
+     * sent, on l->clock; read without mu by every PUT's age check. */
+    _Atomic int64_t renewed_ms;
 };
 
 bool sink_broker_kv_retriable(int code)
@@ -59,6 +62,14 @@ int64_t lease_ttl_seconds(int64_t ttl_ms)
     int64_t s = ttl_ms / 1000;
 
     return s < 1 ? 1 : s;
+}
+
+int64_t lease_margin_ms(int64_t ttl_ms)
+{
+    int64_t ttl = lease_ttl_seconds(ttl_ms) * 1000;
+    int64_t m = ttl / 5 > 1000 ? ttl / 5 : 1000;
+
+    return m > ttl / 2 ? ttl / 2 : m;
 }
 
 int64_t lease_refresh_interval_ms(int64_t ttl_ms)
@@ -154,6 +165,7 @@ struct lease *lease_new(const struct lease_config *cfg,
     lease_new_incarnation(cfg->random_bytes, cfg->random_arg, l->incarnation);
     pthread_mutex_init(&l->mu, NULL);
     atomic_init(&l->is_lost, false);
+    atomic_init(&l->renewed_ms, INT64_MIN / 2);
     buf_init(&l->doc, 4096);
     return l;
 }
@@ -312,12 +324,14 @@ static int takeover(struct lease *l, const struct kv_result *r, bool *taken,
     }
     lease_put_op(&op, l->key, buf_slice(&l->doc), l->ttl_s, &r->version, true);
     memset(&a, 0, sizeof(a));
+    int64_t sent = clock_now(&l->clock);
     if (l->b->kv(l->b->arg, l->tenant, &op, 1, 0, &a, err) != 0) {
         return err->code;
     }
     if (a.status == 0 && a.n_results == 1 && a.results[0].applied &&
         a.results[0].version != 0) {
         l->version = a.results[0].version;
+        atomic_store(&l->renewed_ms, sent);
         *taken = true;
     } else if (a.status == ERR_PRECONDITION) {
         if (!a.has_value || !parse_doc(a.value, inst, sizeof(inst), inc)) {
@@ -352,6 +366,7 @@ int lease_acquire(struct lease *l, int64_t wall_ms, bool *taken, char *holder,
     lease_put_op(&op, l->key, buf_slice(&l->doc), l->ttl_s, NULL, false);
     op.op = KV_PUT_IF_ABSENT;
     memset(&a, 0, sizeof(a));
+    int64_t sent = clock_now(&l->clock);
     rc = l->b->kv(l->b->arg, l->tenant, &op, 1, 0, &a, err);
     if (rc != 0) {
         goto out_unlock;
@@ -361,6 +376,7 @@ int lease_acquire(struct lease *l, int64_t wall_ms, bool *taken, char *holder,
                      "lease putIfAbsent: %s", a.msg);
     } else if (a.results[0].applied) {
         l->version = a.results[0].version;
+        atomic_store(&l->renewed_ms, sent);
         *taken = true;
     } else {
         rc = takeover(l, &a.results[0], taken, holder, cap, err);
@@ -448,9 +464,11 @@ int lease_fenced(struct lease *l, const struct kv_op *ops, size_t n,
     }
     /* At most one resend: the batch rolled back as a whole, and the row
      * carried our incarnation at a version we now know. */
+    int64_t sent = 0;
     for (int tries = 0;; tries++) {
         lease_put_op(&batch[0], l->key, buf_slice(&l->doc), l->ttl_s,
                      &l->version, true);
+        sent = clock_now(&l->clock);
         rc = l->b->kv(l->b->arg, l->tenant, batch, n + 1, 0, out, err);
         if (rc != 0 || tries > 0 || !fence_adopt(l, out)) {
             break;
@@ -459,6 +477,9 @@ int lease_fenced(struct lease *l, const struct kv_op *ops, size_t n,
     }
     if (rc == 0) {
         rc = fence_outcome(l, out, err);
+        if (rc == 0) {
+            atomic_store(&l->renewed_ms, sent);
+        }
         if (rc != 0 && rc != ERR_PRECONDITION) {
             kv_answer_free(out); /* a call error leaves *out empty */
         }
@@ -467,6 +488,34 @@ out_unlock:
     pthread_mutex_unlock(&l->mu);
     free(batch);
     return rc;
+}
+
+int lease_check_age(struct lease *l, struct err *err)
+{
+    int64_t ttl = l->ttl_s * 1000;
+    int64_t margin = lease_margin_ms(ttl);
+    int64_t age = clock_now(&l->clock) - atomic_load(&l->renewed_ms);
+
+    if (atomic_load(&l->is_lost)) {
+        return err_set(err, ERR_PRECONDITION, "the lease is not held");
+    }
+    if (age < ttl - margin) {
+        return 0;
+    }
+    /* (4) Sticky as any loss; set without mu, which a renewal stuck in a
+     * KV call may hold for its whole timeout. */
+    atomic_store(&l->is_lost, true);
+    return err_set(err, ERR_PRECONDITION,
+                   "lease expired here: last renewed %" PRId64
+                   " ms ago, at or past its TTL of %" PRId64
+                   " ms less a margin of %" PRId64
+                   " ms; giving the queue up before this PUT",
+                   age, ttl, margin);
+}
+
+int lease_may_send(void *arg, struct err *err)
+{
+    return lease_check_age(arg, err);
 }
 
 int lease_refresh(struct lease *l, struct err *err)

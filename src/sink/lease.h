@@ -12,10 +12,20 @@
  *       ours landed after its caller gave up) adopts that row's version and
  *       resends once: only this handle writes its incarnation, and only at
  *       a version it wrote, so nobody came in between. Any other row loses.
+ *   (4) The fence keeps pointers safe; the age check keeps objects from a
+ *       stale owner out of the bucket. The handle remembers when its last
+ *       renewal that landed was sent (acquire, takeover, fence or heartbeat;
+ *       sent, not answered: the row's TTL runs from a moment after that).
+ *       Every PUT of a window's objects, parts, Complete, manifest and
+ *       checkpoint first asks lease_check_age(): a lease renewed TTL -
+ *       margin ago or longer is lost here and then (sticky, as a lost
+ *       fence), the PUT is not sent and the driver stops Fenced, so this
+ *       node never writes while another may already own the queue.
  *
  *   FREE --lease_acquire: putIfAbsent applied--------------> HELD
  *   FREE --lease_acquire: our instance, another incarnation-> HELD (takeover)
  *   HELD --lease_fenced / lease_refresh: fence lost---------> LOST (sticky)
+ *   HELD --lease_check_age: renewed >= TTL - margin ago------> LOST (sticky)
  *   HELD --lease_release: delete if ours--------------------> FREE
  *
  * Thread-safe: the driver's thread and the host's refresher may share one
@@ -60,6 +70,10 @@ struct lease_config {
 int64_t lease_ttl_seconds(int64_t ttl_ms);
 /* Refresh interval: max(100, ttl_seconds * 1000 / 3) ms. */
 int64_t lease_refresh_interval_ms(int64_t ttl_ms);
+/* The margin a PUT keeps below the TTL (invariant 4): max(1 s, TTL / 5),
+ * but at most TTL / 2; TTL = ttl_seconds * 1000 ms. 30 s -> 6 s (a PUT
+ * needs a renewal younger than 24 s), 3 s -> 1 s, 1 s -> 500 ms. */
+int64_t lease_margin_ms(int64_t ttl_ms);
 
 struct lease;
 
@@ -105,6 +119,15 @@ int lease_acquire(struct lease *l, int64_t wall_ms, bool *taken, char *holder,
  * lost or not held (nothing sent). */
 int lease_fenced(struct lease *l, const struct kv_op *ops, size_t n,
                  struct kv_answer *out, struct err *err);
+
+/* Invariant 4, before every PUT: 0 when the last renewal that landed was
+ * sent less than TTL - margin ago on the handle's clock; otherwise the
+ * lease is marked lost and ERR_PRECONDITION names the age, the TTL and the
+ * margin. ERR_PRECONDITION also when already lost. Never waits: any
+ * thread, while a fence is in flight. */
+int lease_check_age(struct lease *l, struct err *err);
+/* lease_check_age() as the S3 client's may_send gate (arg: the lease). */
+int lease_may_send(void *arg, struct err *err);
 
 /* Send [fence] alone (the refresher's heartbeat). 0; a retriable call
  * error (the caller warns "lease refresh failed; retrying on the next

@@ -357,7 +357,7 @@ static void *upload_main(void *arg)
         struct upload_object *x = &u->o[u->landed];
         struct s3_put p = {x->key.data, x->body.data,         x->body.len,
                            u->ctype,    upload_between_parts, &u->crash,
-                           x->sha256};
+                           x->sha256,   u->may_send,          u->gate_arg};
         key = x->key.data;
         memset(&r, 0, sizeof(r));
         rc = s3_client_put(u->s3, &p, &r, &err);
@@ -377,7 +377,9 @@ static void *upload_main(void *arg)
                            "application/json",
                            upload_between_parts,
                            &u->crash,
-                           NULL};
+                           NULL,
+                           u->may_send,
+                           u->gate_arg};
         key = u->manifest.key.data;
         memset(&r, 0, sizeof(r));
         rc = s3_client_put(u->s3, &p, &r, &err);

@@ -20,9 +20,11 @@
  *     the driver's thread may call at the same time (a checkpoint).
  * upload_join() takes mu to read is_done, then joins the thread, so after
  * it returned true every field is the driver's again. Nothing else is
- * shared: the uploader never touches the engine, the KV seam, the lease or
- * the driver's counters; pre, spare_body, zc, state, k, retry_at and the
- * commit held for the window are the driver's thread's alone.
+ * shared: the uploader never touches the engine, the KV seam or the
+ * driver's counters, and of the lease it only asks the age before every
+ * PUT (may_send: lease_check_age(), lock-free, lease.h (4)); pre, spare_body,
+ * zc, state, k, retry_at and the commit held for the window are the driver's
+ * thread's alone.
  *
  * Ownership: the upload owns the window's objects from upload_begin() to
  * upload_clear(), the prebuilt objects, the warm body buffer and the zstd
@@ -142,6 +144,10 @@ struct upload {
     struct upload_doc manifest;
     const char *ctype;
     struct upload_crash crash; /* a copy for the thread: cfg is not */
+    /* Asked before every request of every PUT of the pass (struct
+     * s3_put): the driver sets the lease's age check. NULL = none. */
+    int (*may_send)(void *arg, struct err *err);
+    void *gate_arg;
     bool is_redo; /* the window redoes an intent: abort stranded uploads */
     int64_t k;
     bool has_commit; /* the engine asked for the commit: commit, wall */

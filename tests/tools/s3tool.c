@@ -247,8 +247,9 @@ static int cmd_put(struct tool *t, struct jw *w, struct buf *b, int argc,
         t->c = s3_client_new(&t->cfg, &t->t, &t->clock);
     }
     struct s3_put p = {
-        argv[2], body, len, argc > 4 ? argv[4] : "application/octet-stream",
-        NULL,    NULL, NULL};
+        argv[2], body, len,  argc > 4 ? argv[4] : "application/octet-stream",
+        NULL,    NULL, NULL, NULL,
+        NULL};
     t0 = now_ms();
     rc = s3_client_put(t->c, &p, &r, &err);
     jw_key(w, "elapsed_ms");
@@ -368,8 +369,9 @@ static int cmd_put_many(struct tool *t, struct jw *w, struct buf *b, int argc,
         }
         snprintf(key, sizeof(key), "%s%s", argv[2],
                  base != NULL ? base + 1 : argv[i]);
-        struct s3_put p = {key,  body, len, "application/octet-stream",
-                           NULL, NULL, NULL};
+        struct s3_put p = {key,  body, len,  "application/octet-stream",
+                           NULL, NULL, NULL, NULL,
+                           NULL};
         t0 = now_ms(); /* reading the file is not timed */
         rc = s3_client_put(t->c, &p, &r, &err);
         ms += now_ms() - t0;

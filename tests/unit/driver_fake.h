@@ -544,11 +544,17 @@ static inline void fake_broker_seam(struct fake_broker *f,
 struct fake_object {
     char key[1024];
     struct buf body;
+    int gets; /* GET requests answered with this object */
 };
 
 struct fake_bucket {
     struct fake_object objs[FAKE_MAX_OBJECTS];
     size_t n;
+    int writes; /* PUT and POST requests, answered or failed */
+    /* Called at every PUT and POST before it is answered (NULL = none):
+     * a test's clock and KV outage. From whichever thread sends. */
+    void (*on_write)(void *arg);
+    void *on_write_arg;
     int puts;                /* PUT requests answered 200 */
     int fail_puts;           /* the next N PUTs answer fail_status */
     int fail_status;         /* 503 by default */
@@ -651,7 +657,6 @@ static inline int bucket_perform(void *arg, const struct s3_http_request *req,
     const char *query;
     struct err e;
 
-    UNUSED(err);
     buf_reset(ans->body);
     ans->etag[0] = '\0';
     ans->content_length = -1;
@@ -662,6 +667,12 @@ static inline int bucket_perform(void *arg, const struct s3_http_request *req,
         return 0;
     }
     struct fake_object *o = bucket_find(k, key);
+    if (strcmp(req->method, "PUT") == 0 || strcmp(req->method, "POST") == 0) {
+        k->writes++;
+        if (k->on_write != NULL) {
+            k->on_write(k->on_write_arg);
+        }
+    }
     if (strcmp(req->method, "PUT") == 0) {
         if (k->fail_puts > 0) {
             k->fail_puts--;
@@ -698,7 +709,13 @@ static inline int bucket_perform(void *arg, const struct s3_http_request *req,
     ans->content_length = (int64_t)o->body.len;
     snprintf(ans->etag, sizeof(ans->etag), "\"x\"");
     if (!req->is_head) {
-        buf_append(ans->body, o->body.data, o->body.len, &e);
+        o->gets++;
+        if (buf_append(ans->body, o->body.data, o->body.len, &e) != 0) {
+            /* as the curl transport: an answer over the caller's cap */
+            return err_set(err, ERR_TOO_BIG,
+                           "GET answer body is over its cap of %zu bytes",
+                           ans->body->max);
+        }
     }
     return 0;
 }

@@ -4,6 +4,7 @@
 #include "sink/driver.h"
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include "base/sha256.h"
 #include "driver_fake.h"
 #include "harness.h"
+#include "sink/docs.h"
 #include "sink/engine.h"
 #include "sink/layout.h"
 #include "sink/lease.h"
@@ -26,7 +28,23 @@ struct rig {
     struct driver_next next;
     int64_t now;
     uint8_t seed;
+    bool test_clock; /* the lease reads test_mono, not CLOCK_MONOTONIC */
 };
+
+/* The lease's clock when a rig asks for it; tests move it. */
+static _Atomic int64_t test_mono;
+
+static int64_t test_mono_now(void *arg)
+{
+    UNUSED(arg);
+    return atomic_load(&test_mono);
+}
+
+static void test_mono_sleep(void *arg, int64_t ms)
+{
+    UNUSED(arg);
+    atomic_fetch_add(&test_mono, ms);
+}
 
 static uint8_t rnd;
 
@@ -75,6 +93,9 @@ static void new_lease(struct rig *r)
     lc.instance = "node-1";
     lc.ttl_ms = 30000;
     lc.random_bytes = seeded_random;
+    if (r->test_clock) {
+        lc.clock = (struct lease_clock){test_mono_now, test_mono_sleep, NULL};
+    }
     rnd = ++r->seed;
     lease_free(r->lease);
     r->lease = lease_new(&lc, &r->b, &err);
@@ -1711,4 +1732,316 @@ TEST(loss_a_missing_manifest_falls_back_to_the_checkpoint)
     EXPECT_EQ_I64(committed_k(r), 4);
     EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000004-"), 1);
     rig_close(r);
+}
+
+/* ---- issue 13 item 5: no fixed cap on the sink's own documents ---------- */
+
+/* Window k's manifest again with lost ranges enough to pass 64 MiB (a
+ * window of ~300k partitions writes as much), its own lost ranges first:
+ * the same window, its intent still matches. */
+static void grow_manifest_past_64_mib(struct rig *r, int64_t k)
+{
+    struct fake_object *o = manifest_of(r, k);
+    struct docs_manifest m;
+    struct buf arena;
+    struct buf out;
+    struct err e;
+    size_t n = 300000;
+    char(*names)[201] = xcalloc(n, sizeof(*names));
+    struct docs_lost *lost;
+
+    ASSERT(o != NULL);
+    buf_init(&arena, BUF_UNLIMITED);
+    buf_init(&out, BUF_UNLIMITED);
+    ASSERT(docs_manifest_decode(o->body.data, o->body.len, &m, &arena, &e) ==
+           0);
+    lost = xcalloc(m.n_lost + n, sizeof(*lost));
+    memcpy(lost, m.lost, m.n_lost * sizeof(*lost));
+    for (size_t i = 0; i < n; i++) {
+        int w = snprintf(names[i], sizeof(names[i]), "lost-%07zu-", i);
+        memset(names[i] + w, 'x', sizeof(names[i]) - 1 - (size_t)w);
+        lost[m.n_lost + i] =
+            (struct docs_lost){{names[i], sizeof(names[i]) - 1}, 0, 0};
+    }
+    m.lost = lost;
+    m.n_lost += n;
+    ASSERT(docs_manifest_encode(&out, &m, &e) == 0);
+    ASSERT(out.len > ((size_t)64 << 20));
+    buf_free(&o->body);
+    o->body = out;
+    o->gets = 0;
+    buf_free(&arena);
+    free(lost);
+    free(names);
+}
+
+static void big_manifest_case(bool overlap)
+{
+    struct rig *r = rig_open();
+    struct driver_status st;
+
+    r->cfg.overlap_upload = overlap;
+    seed_two_hours(&r->f);
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    r->cfg.crash_at = DRIVER_CRASH_AFTER_UPLOAD;
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_CRASHED);
+    grow_manifest_past_64_mib(r, 1);
+    r->cfg.crash_at = DRIVER_CRASH_NEVER;
+    new_lease(r);
+    new_driver(r);
+    int puts = r->k.puts;
+    run_until(r, 1, 20);
+    driver_status(r->d, &st);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_RUNNING);
+    EXPECT_EQ_I64(st.committed_k, 1);
+    EXPECT_EQ_U64(st.counters.records, 6);
+    EXPECT_STR_EQ(st.last_error, "");
+    /* committed from the manifest: read once, nothing of it put again */
+    struct fake_object *o = manifest_of(r, 1);
+    EXPECT(o != NULL && o->gets == 1);
+    EXPECT(r->k.puts < 64);
+    for (int i = puts; i < r->k.puts; i++) { /* its checkpoint may go up */
+        EXPECT(strstr(r->k.put_keys[i], "/checkpoint/") != NULL);
+    }
+    rig_close(r);
+}
+
+TEST(a_redo_whose_manifest_is_past_64_mib_commits_from_it_reading_it_once)
+{
+    big_manifest_case(true);
+    big_manifest_case(false);
+}
+
+/* load_committed_lost: the last committed window's manifest, past 64 MiB,
+ * is still read at a restart with no checkpoint after it, so the loss it
+ * names is not reported again. */
+TEST(a_committed_manifest_past_64_mib_still_keeps_its_loss_from_a_recount)
+{
+    struct rig *r = trimmed_after_window_1();
+    struct driver_status st;
+
+    run_until(r, 2, 50); /* found */
+    r->cfg.crash_at = DRIVER_CRASH_AFTER_COMMIT;
+    new_lease(r);
+    new_driver(r);
+    r->f.safe_time = at("2026-09-04T11:06:00.000000Z");
+    run_until(r, 2, 200);
+    EXPECT(r->next.stop == DRIVER_CRASHED);
+    EXPECT_EQ_I64(pointer_k(r), 2);
+    grow_manifest_past_64_mib(r, 2);
+    r->cfg.crash_at = DRIVER_CRASH_NEVER;
+    new_lease(r);
+    new_driver(r);
+    fake_push(&r->f, "a", at("2026-09-04T12:10:00.000000Z"));
+    r->f.safe_time = at("2026-09-04T13:00:00.000001Z");
+    run_until(r, 3, 200);
+    EXPECT_EQ_I64(committed_k(r), 3);
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.records_lost, 0);
+    struct fake_object *m = manifest_of(r, 2);
+    EXPECT(m != NULL && m->gets == 1);
+    m = manifest_of(r, 3);
+    EXPECT(m != NULL && strstr(m->body.data, "\"lost\":[]") != NULL);
+    rig_close(r);
+}
+
+/* The one real limit of a manifest, what the sink can read back (2 GiB,
+ * lowered here): the queue fails at once, naming it and the settings that
+ * avoid it, before any PUT of the window; nothing is retried. */
+static void manifest_limit_case(bool overlap)
+{
+    struct rig *r = rig_open();
+    struct driver_status st;
+
+    r->cfg.overlap_upload = overlap;
+    r->cfg.per_partition = true;
+    r->cfg.manifest_max_bytes = 600;
+    seed_two_hours(&r->f);
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_FAILED);
+    EXPECT(strstr(r->next.why, "window 1: its manifest takes ") != NULL);
+    EXPECT(strstr(r->next.why, "what the sink can read back of 600") != NULL);
+    EXPECT(strstr(r->next.why, "QUEEN_S3_LAYOUT=merged") != NULL);
+    EXPECT(strstr(r->next.why, "QUEEN_S3_MAX_WINDOW_MS") != NULL);
+    driver_status(r->d, &st);
+    EXPECT_STR_EQ(st.state, "failed");
+    EXPECT_STR_EQ(st.last_error, r->next.why);
+    EXPECT_EQ_I64(r->k.writes, 0);
+    EXPECT_EQ_I64(pointer_k(r), 0);
+    /* stopped: further ticks send and read nothing */
+    run_until(r, 1, 20);
+    EXPECT_EQ_I64(r->k.writes, 0);
+    /* the same window under the limit commits */
+    r->cfg.manifest_max_bytes = 0;
+    new_lease(r);
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    rig_close(r);
+}
+
+TEST(a_manifest_past_what_the_sink_can_read_fails_the_queue_naming_it)
+{
+    manifest_limit_case(true);
+    manifest_limit_case(false);
+}
+
+/* A window whose manifest cannot fit whatever its keys (one object per
+ * partition, here 2 x at least 160 bytes) fails before its intent pins
+ * the layout, so the setting the message names takes it. */
+TEST(a_manifest_that_cannot_fit_fails_before_the_intent_and_merged_takes_it)
+{
+    struct rig *r = rig_open();
+
+    r->cfg.per_partition = true;
+    r->cfg.manifest_max_bytes = 300;
+    seed_two_hours(&r->f);
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_FAILED);
+    EXPECT(strstr(r->next.why, "window 1: its manifest takes at least 320 "
+                               "bytes, over what the sink can read back of "
+                               "300; set QUEEN_S3_LAYOUT=merged") != NULL);
+    EXPECT(fake_row_get(&r->f, "s3:default:orders:intent") == NULL);
+    EXPECT_EQ_I64(r->k.writes, 0);
+    r->cfg.per_partition = false;    /* QUEEN_S3_LAYOUT=merged */
+    r->cfg.manifest_max_bytes = 700; /* per-partition takes 1052 */
+    new_lease(r);
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_RUNNING);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    struct fake_object *m = manifest_of(r, 1);
+    EXPECT(m != NULL && m->body.len <= 700);
+    rig_close(r);
+}
+
+/* ---- issue 13 item 13c: no PUT from a lease past TTL - margin ----------- */
+
+/* Every PUT or POST takes 5 s of the lease's clock; from the first one the
+ * KV store is out of reach (no renewal lands) unless renew is set, where
+ * each one renews the lease first, as the host's refresher would. */
+struct slow_bucket {
+    struct rig *r;
+    bool renew;
+    int64_t first; /* the clock at the first write, -1 before */
+    int64_t last;  /* the clock at the last write */
+};
+
+static void slow_write(void *arg)
+{
+    struct slow_bucket *sb = arg;
+    struct err err;
+
+    if (sb->renew) {
+        EXPECT_EQ_I64(lease_refresh(sb->r->lease, &err), 0);
+    } else {
+        sb->r->f.kv_never = true;
+    }
+    sb->last = atomic_load(&test_mono);
+    if (sb->first < 0) {
+        sb->first = sb->last;
+    }
+    atomic_fetch_add(&test_mono, 5000);
+}
+
+static struct rig *slow_upload_rig(bool overlap, struct slow_bucket *sb)
+{
+    struct rig *r = xcalloc(1, sizeof(*r));
+
+    atomic_store(&test_mono, 1000000);
+    r->test_clock = true;
+    fake_init(&r->f, "orders");
+    fake_broker_seam(&r->f, &r->b);
+    fake_s3_open(&r->s3, &r->k);
+    driver_config_defaults(&r->cfg);
+    memcpy(r->cfg.tenant, STORE_DEFAULT_TENANT, 16);
+    r->cfg.tenant_text = "00000000-0000-0000-0000-000000000001";
+    r->cfg.queue = "orders";
+    r->cfg.guard_ms = 0;
+    r->cfg.checkpoint_every = 0;
+    r->cfg.crash_returns = true;
+    r->cfg.overlap_upload = overlap;
+    new_lease(r);
+    *sb = (struct slow_bucket){r, false, -1, -1};
+    r->k.on_write = slow_write;
+    r->k.on_write_arg = sb;
+    /* a long upload: its PUTs answer 503 (each attempt is a write) */
+    r->k.fail_puts = 1000;
+    seed_two_hours(&r->f);
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    return r;
+}
+
+static void stale_lease_case(bool overlap)
+{
+    struct slow_bucket sb;
+    struct rig *r = slow_upload_rig(overlap, &sb);
+    struct driver_status st;
+
+    /* TTL 30 s, margin 6 s: the intent's fence was the last renewal, sent
+     * at the clock of the first write; PUTs at +0, 5, 10, 15, 20 s only */
+    EXPECT_EQ_I64(lease_margin_ms(30000), 6000);
+    new_driver(r);
+    run_until(r, 1, 400);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_FENCED);
+    EXPECT(strstr(r->next.why, "lease expired here") != NULL);
+    EXPECT_EQ_I64(r->k.writes, 5);
+    EXPECT(sb.first >= 0 && sb.last - sb.first < 30000 - 6000);
+    EXPECT(lease_lost(r->lease));
+    driver_status(r->d, &st);
+    EXPECT_STR_EQ(st.state, "fenced");
+    EXPECT(strstr(st.last_error, "lease expired here") != NULL);
+    EXPECT_EQ_I64(pointer_k(r), 0);
+    EXPECT_EQ_U64(r->k.n, 0);
+    /* stopped: further ticks send nothing */
+    run_until(r, 1, 20);
+    EXPECT_EQ_I64(r->k.writes, 5);
+    /* the queue is taken over (a new claim; here this node's, with a new
+     * incarnation): window 1 lands once, whole */
+    r->k.on_write = NULL;
+    r->k.fail_puts = 0;
+    r->f.kv_never = false;
+    new_lease(r);
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_RUNNING);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.records, 6);
+    EXPECT_EQ_U64(count_keys(&r->k, "/windows/"), 1);
+    rig_close(r);
+}
+
+TEST(a_lease_past_its_ttl_less_the_margin_sends_no_put_and_fences)
+{
+    stale_lease_case(true); /* the uploader thread's PUTs */
+    stale_lease_case(false);
+}
+
+static void renewed_lease_case(bool overlap)
+{
+    struct slow_bucket sb;
+    struct rig *r = slow_upload_rig(overlap, &sb);
+
+    sb.renew = true;
+    r->k.fail_puts = 12; /* 60 s of failing PUTs, then they land */
+    new_driver(r);
+    run_until(r, 1, 400);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_RUNNING);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    EXPECT(sb.last - sb.first > 30000);
+    EXPECT(!lease_lost(r->lease));
+    rig_close(r);
+}
+
+TEST(a_lease_renewed_all_along_a_long_upload_never_stops_it)
+{
+    renewed_lease_case(true);
+    renewed_lease_case(false);
 }

@@ -666,3 +666,36 @@ TEST(a_pointer_batch_that_landed_is_adopted_by_the_fence_on_the_real_store)
     lease_free(l);
     env_close(&e);
 }
+
+/* lease.h (4): a PUT needs a renewal that landed less than TTL - margin
+ * ago; a failed renewal does not count; past the mark the lease is lost. */
+TEST(the_age_check_counts_from_the_last_renewal_that_landed)
+{
+    struct rig r;
+    struct fake_clock c = {0};
+    struct err err;
+
+    EXPECT_EQ_I64(lease_margin_ms(30000), 6000);
+    EXPECT_EQ_I64(lease_margin_ms(3000), 1000);
+    EXPECT_EQ_I64(lease_margin_ms(1000), 500);
+    EXPECT_EQ_I64(lease_margin_ms(600000), 120000);
+    c.now = 5000;
+    struct lease *l = rig_held(&r, &c);
+    c.now += 23999;
+    EXPECT_EQ_I64(lease_check_age(l, &err), 0);
+    EXPECT_EQ_I64(lease_refresh(l, &err), 0); /* sent at 28999 */
+    c.now += 10000;
+    r.f.fail_next = 1;
+    EXPECT_EQ_I64(lease_refresh(l, &err), ERR_BUSY); /* does not count */
+    c.now = 28999 + 23999;
+    EXPECT_EQ_I64(lease_check_age(l, &err), 0);
+    EXPECT(!lease_lost(l));
+    c.now++;
+    EXPECT_EQ_I64(lease_check_age(l, &err), ERR_PRECONDITION);
+    EXPECT(strstr(err.msg, "last renewed 24000 ms ago") != NULL);
+    EXPECT(lease_lost(l));
+    /* sticky: a renewal cannot bring it back */
+    EXPECT_EQ_I64(lease_refresh(l, &err), ERR_PRECONDITION);
+    EXPECT_EQ_I64(lease_check_age(l, &err), ERR_PRECONDITION);
+    lease_free(l);
+}

@@ -170,7 +170,8 @@ static bool has_header(const struct seen *s, const char *line)
 static int rig_put(struct rig *r, const char *key, const char *body)
 {
     struct s3_put p = {key,  body,  strlen(body), "application/x-ndjson",
-                       hook, &r->f, NULL};
+                       hook, &r->f, NULL,         NULL,
+                       NULL};
 
     return s3_client_put(r->c, &p, &r->res, &r->err);
 }
@@ -374,7 +375,7 @@ TEST(multipart_sends_parts_completes_and_calls_the_hook_between_parts)
 TEST(bad_put_arguments_are_refused_before_any_request)
 {
     struct rig r;
-    struct s3_put p = {"k",  "x",  1,   "text/plain\r\nX-Evil: 1",
+    struct s3_put p = {"k",  "x",  1,   "text/plain\r\nX-Evil: 1", NULL, NULL,
                        NULL, NULL, NULL};
 
     rig_open(&r, NULL, 0, NULL);
@@ -1025,7 +1026,8 @@ static void *put_loop(void *arg)
     struct s3_client *c = arg;
 
     for (int i = 0; i < 50; i++) {
-        struct s3_put p = {"k", "hello", 5, "text/plain", NULL, NULL, NULL};
+        struct s3_put p = {"k",  "hello", 5,    "text/plain", NULL,
+                           NULL, NULL,    NULL, NULL};
         struct s3_put_result r;
         struct err err = {0};
 
@@ -1132,8 +1134,8 @@ TEST(concurrent_parts_complete_in_part_order)
     struct s3_transport t;
     struct s3_client *c = mp_client(&f, &t);
     char body[40];
-    struct s3_put p = {"k",     body, sizeof(body), "text/plain",
-                       mp_hook, &f,   NULL};
+    struct s3_put p = {"k", body, sizeof(body), "text/plain", mp_hook,
+                       &f,  NULL, NULL,         NULL};
     struct s3_put_result r;
     struct err err = {0};
 
@@ -1160,7 +1162,8 @@ TEST(a_failed_concurrent_part_stops_the_rest_and_aborts)
     struct s3_transport t;
     struct s3_client *c = mp_client(&f, &t);
     char body[40];
-    struct s3_put p = {"k", body, sizeof(body), "text/plain", NULL, NULL, NULL};
+    struct s3_put p = {"k",  body, sizeof(body), "text/plain", NULL,
+                       NULL, NULL, NULL,         NULL};
     struct s3_put_result r;
     struct err err = {0};
 
@@ -1176,7 +1179,7 @@ TEST(a_failed_concurrent_part_stops_the_rest_and_aborts)
 TEST(an_empty_object_is_one_put_with_the_empty_digests)
 {
     struct rig r;
-    struct s3_put p = {"empty", NULL, 0,   "application/x-ndjson",
+    struct s3_put p = {"empty", NULL, 0,   "application/x-ndjson", NULL, NULL,
                        NULL,    NULL, NULL};
 
     rig_open(&r, NULL, 0, small_parts);
@@ -1186,5 +1189,59 @@ TEST(an_empty_object_is_one_put_with_the_empty_digests)
                       "x-amz-content-sha256: " SIGV4_EMPTY_SHA256 "\n"));
     EXPECT(has_header(&r.f.seen[0], "content-md5: 1B2M2Y8AsgTpgAmY7PhCfg==\n"));
     EXPECT_EQ_U64(r.f.seen[0].body_len, 0);
+    rig_close(&r);
+}
+
+/* may_send lets the first `allow` requests out, then refuses. */
+struct gate {
+    int calls;
+    int allow;
+};
+
+static int gate_fn(void *arg, struct err *err)
+{
+    struct gate *g = arg;
+
+    if (++g->calls <= g->allow) {
+        return 0;
+    }
+    return err_set(err, ERR_PRECONDITION, "gate closed at request %d",
+                   g->calls);
+}
+
+TEST(a_closed_gate_stops_a_multipart_upload_before_its_next_request)
+{
+    struct answer a[] = {CREATE_OK("up-7"), THREE_PARTS_OK};
+    struct gate g = {0, 3}; /* create, part 1, part 2 */
+    struct rig r;
+    struct s3_put p = {"k",  "0123456789", 10,   "application/x-ndjson",
+                       NULL, NULL,         NULL, gate_fn,
+                       &g};
+
+    rig_open(&r, a, ARRAY_LEN(a), small_parts);
+    EXPECT_EQ_I64(s3_client_put(r.c, &p, &r.res, &r.err), ERR_PRECONDITION);
+    EXPECT(strstr(r.err.msg, "gate closed at request 4") != NULL);
+    EXPECT(!r.res.st.is_retriable);
+    EXPECT_EQ_I64(g.calls, 4);
+    /* part 3 and the Complete never went out; the upload was aborted */
+    EXPECT_EQ_U64(r.f.n_seen, 4);
+    EXPECT_STR_EQ(r.f.seen[2].body, "4567");
+    EXPECT_STR_EQ(r.f.seen[3].method, "DELETE");
+    rig_close(&r);
+}
+
+TEST(a_closed_gate_sends_no_put_and_is_not_retried)
+{
+    struct answer a[] = {{0, 503, NULL, "", -1, -1},
+                         {0, 200, NULL, "", -1, -1}};
+    struct gate g = {0, 1};
+    struct rig r;
+    struct s3_put p = {"k",  "x",     1, "text/plain", NULL, NULL,
+                       NULL, gate_fn, &g};
+
+    rig_open(&r, a, ARRAY_LEN(a), NULL);
+    EXPECT_EQ_I64(s3_client_put(r.c, &p, &r.res, &r.err), ERR_PRECONDITION);
+    EXPECT_EQ_U64(r.f.n_seen, 1); /* the 503's retry was asked first */
+    EXPECT_EQ_I64(g.calls, 2);
     rig_close(&r);
 }
