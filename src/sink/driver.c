@@ -39,6 +39,7 @@
 #include "base/buf.h"
 #include "base/isotime.h"
 #include "base/log.h"
+#include "base/sha256.h"
 #include "base/xalloc.h"
 #include "parquet/parquet.h"
 #include "s3/client.h"
@@ -118,6 +119,11 @@ struct driver {
     struct docs_intent redo_intent; /* slices into redo_arena */
     char redo_comp[32];             /* the redo's compression, as a string */
     struct buf redo_arena;
+    /* A redo runs with its intent's settings from the restore until it
+     * commits (pin_redo, unpin_redo); the configured ones are kept here. */
+    bool is_pinned;
+    struct driver_config unpinned;
+    char redo_prefix[512];
     enum driver_stop stop;
     char why[256];
     bool is_stop_logged;
@@ -148,6 +154,7 @@ struct driver {
 };
 
 static const char *bg_state_name(const struct driver *d);
+static void pin_redo(struct driver *d);
 
 /* ---- small helpers --------------------------------------------------- */
 
@@ -713,6 +720,9 @@ static int start(struct driver *d, struct err *err)
             d->redo_intent = r.intent;
             d->redo_arena = r.arena_i; /* the intent's slices live here */
             buf_init(&r.arena_i, BUF_UNLIMITED);
+            if (d->is_redo) {
+                pin_redo(d);
+            }
         }
         buf_free(&r.arena_i);
         buf_free(&r.arena_c);
@@ -1081,22 +1091,84 @@ static int fenced_put(struct driver *d, const char *what, const char *key,
     return -1;
 }
 
+/* Per-partition: the first and last offset of each partition's records in
+ * plan p, the offsets its object's key names (upload.c object_open). Returns
+ * how many; *out is owned, its names point into the engine's plan. */
+static size_t plan_parts(struct driver *d, const struct engine_plan *p,
+                         struct docs_intent_part **out)
+{
+    struct engine_plan_cursor c = {0, 0, 0};
+    struct sink_record *v = xmalloc(1024 * sizeof(*v));
+    struct docs_intent_part *parts = NULL;
+    size_t n = 0;
+    size_t cap = 0;
+    size_t got;
+
+    while (p != NULL && (got = engine_plan_read(d->e, &c, v, 1024)) > 0) {
+        for (size_t i = 0; i < got; i++) {
+            if (n > 0 && same_slice(parts[n - 1].partition, v[i].partition)) {
+                parts[n - 1].last = v[i].offset;
+                continue;
+            }
+            if (n == cap) {
+                cap = cap < 16 ? 16 : cap * 2;
+                parts = xrealloc(parts, cap * sizeof(*parts));
+            }
+            parts[n++] = (struct docs_intent_part){v[i].partition, v[i].offset,
+                                                   v[i].offset};
+        }
+    }
+    free(v);
+    *out = parts;
+    return n;
+}
+
 static int do_intent(struct driver *d, int64_t now)
 {
     const struct engine_intent_action *a = &d->pend.intent;
-    struct docs_intent in = {a->k,           a->t_start, a->t_end, a->format,
-                             a->compression, a->layout,  a->writer};
+    struct docs_intent in;
+    struct docs_intent_part *parts = NULL;
     struct buf doc;
     struct err err;
+    int rc;
 
+    memset(&in, 0, sizeof(in));
+    in.k = a->k;
+    in.t_start = a->t_start;
+    in.t_end = a->t_end;
+    in.format = a->format;
+    in.compression = a->compression;
+    in.layout = a->layout;
+    in.writer = a->writer;
+    in.has_align = true;
+    in.align = cstr(layout_align_name((enum layout_align)d->cfg.align));
+    in.has_prefix = true;
+    in.prefix = cstr(d->cfg.prefix);
+    if (same_slice(a->layout, cstr("per-partition"))) {
+        in.has_parts = true;
+        in.n_parts = plan_parts(d, a->plan, &parts);
+        in.parts = parts;
+    }
     buf_init(&doc, KV_VALUE_MAX);
-    if (docs_intent_encode(&doc, &in, &err) != 0) {
+    rc = docs_intent_encode(&doc, &in, &err);
+    free(parts);
+    if (rc == ERR_TOO_BIG) {
+        /* A real limit (docs/s3-sink.md): the pinned offsets of every
+         * partition must fit the KV value. */
+        snprintf(err.msg, sizeof(err.msg),
+                 "window k=%" PRId64 ": the intent pinning %zu partitions' "
+                 "keys is over the KV value limit (%d bytes); lower "
+                 "QUEEN_S3_TARGET_MB or QUEEN_S3_MAX_WINDOW_MS, or set "
+                 "QUEEN_S3_LAYOUT=merged",
+                 a->k, in.n_parts, KV_VALUE_MAX);
+    }
+    if (rc != 0) {
         stop(d, DRIVER_FAILED, err.msg);
         buf_free(&doc);
         return -1;
     }
-    int rc = fenced_put(d, "intent", d->intent_key, &d->intent_version,
-                        buf_slice(&doc), now);
+    rc = fenced_put(d, "intent", d->intent_key, &d->intent_version,
+                    buf_slice(&doc), now);
     buf_free(&doc);
     if (rc != 0) {
         return rc;
@@ -1224,24 +1296,73 @@ static void keep_lost(struct driver *d, const struct engine_plan *p)
     }
 }
 
-/* A redo is rebuilt with the settings its intent names (same bytes, same
- * keys), also when this sink's settings changed since. Overrides d->cfg;
- * the caller restores it. */
-static void use_intent_settings(struct driver *d)
+/* A prefix as the config leaves it (config.c parse_prefix): non-empty, no
+ * outer slash, no empty or relative segment. */
+static bool prefix_ok(struct slice p, size_t cap)
+{
+    if (p.len == 0 || p.len >= cap || memchr(p.ptr, '\0', p.len) != NULL) {
+        return false;
+    }
+    for (size_t i = 0; i <= p.len;) {
+        const char *seg = p.ptr + i;
+        const char *slash = memchr(seg, '/', p.len - i);
+        size_t len = slash != NULL ? (size_t)(slash - seg) : p.len - i;
+        if (len == 0 || (len == 1 && seg[0] == '.') ||
+            (len == 2 && seg[0] == '.' && seg[1] == '.')) {
+            return false;
+        }
+        i += len + 1;
+    }
+    return true;
+}
+
+/* Append " NAME intent (now current)" to the list of what differs. */
+static void note_pin(char *out, size_t cap, const char *name,
+                     const char *intent, const char *now)
+{
+    size_t n = strlen(out);
+
+    if (strcmp(intent, now) != 0 && n < cap) {
+        snprintf(out + n, cap - n, "%s%s=%s (now %s)", n > 0 ? " " : "", name,
+                 intent, now);
+    }
+}
+
+/* A redo rebuilds the window its intent names with the intent's settings
+ * (same keys, same bytes), also when this sink's settings changed since:
+ * format, compression, layout, align, prefix, and per-partition the offsets
+ * each object's key names. One line names what differs; the configured
+ * settings come back when the redo commits (unpin_redo), so they take effect
+ * from the next window. A field an older intent lacks keeps this sink's
+ * value; an intent this sink cannot read keeps them all (logged). */
+static void pin_redo(struct driver *d)
 {
     const struct docs_intent *in = &d->redo_intent;
     struct driver_config c = d->cfg;
     const char *comp = "";
     const char *writer = "";
     const char *ext = "";
+    char align[8];
+    char diff[1024] = "";
+    enum layout_align al = (enum layout_align)d->cfg.align;
     struct err err;
 
+    snprintf(align, sizeof(align), "%.*s",
+             (int)(in->align.len < 7 ? in->align.len : 7), in->align.ptr);
     if (in->compression.len >= sizeof(d->redo_comp) ||
         (!same_slice(in->format, cstr("jsonl")) &&
          !same_slice(in->format, cstr("parquet"))) ||
         (!same_slice(in->layout, cstr("merged")) &&
-         !same_slice(in->layout, cstr("per-partition")))) {
-        return; /* not ours to read: keep this sink's settings */
+         !same_slice(in->layout, cstr("per-partition"))) ||
+        (in->has_align &&
+         (in->align.len > 6 || !layout_align_parse(align, &al))) ||
+        (in->has_prefix && !prefix_ok(in->prefix, sizeof(d->redo_prefix)))) {
+        log_warn("sink",
+                 "the redo's intent names settings this sink cannot read; "
+                 "rebuilding window k=%" PRId64 " with the current ones "
+                 "queue=%s",
+                 in->k, d->cfg.queue);
+        return;
     }
     memcpy(d->redo_comp, in->compression.ptr, in->compression.len);
     d->redo_comp[in->compression.len] = '\0';
@@ -1249,17 +1370,62 @@ static void use_intent_settings(struct driver *d)
                                                        : DRIVER_FORMAT_JSONL;
     c.compression = d->redo_comp;
     c.per_partition = same_slice(in->layout, cstr("per-partition"));
+    c.align = (int)al;
+    if (in->has_prefix) {
+        memcpy(d->redo_prefix, in->prefix.ptr, in->prefix.len);
+        d->redo_prefix[in->prefix.len] = '\0';
+        c.prefix = d->redo_prefix;
+    }
     if (upload_codec_strings(&c, &comp, &writer, &ext, &err) != 0) {
+        log_warn("sink",
+                 "the redo's intent names settings this sink cannot read; "
+                 "rebuilding window k=%" PRId64 " with the current ones "
+                 "queue=%s error=%s",
+                 in->k, d->cfg.queue, err.msg);
         return;
     }
-    if (c.format != d->cfg.format || c.per_partition != d->cfg.per_partition ||
-        strcmp(c.compression, d->cfg.compression) != 0) {
+    note_pin(diff, sizeof(diff), "format", format_name(&c),
+             format_name(&d->cfg));
+    note_pin(diff, sizeof(diff), "compression", c.compression,
+             d->cfg.compression);
+    note_pin(diff, sizeof(diff), "layout",
+             c.per_partition ? "per-partition" : "merged",
+             d->cfg.per_partition ? "per-partition" : "merged");
+    note_pin(diff, sizeof(diff), "align", layout_align_name(al),
+             layout_align_name((enum layout_align)d->cfg.align));
+    note_pin(diff, sizeof(diff), "prefix", c.prefix, d->cfg.prefix);
+    if (diff[0] != '\0') {
         log_warn("sink",
                  "the redo's intent names other settings; rebuilding window "
-                 "k=%" PRId64 " with them queue=%s format=%s compression=%s",
-                 in->k, d->cfg.queue, format_name(&c), d->redo_comp);
+                 "k=%" PRId64 " with the intent's, the current ones apply "
+                 "from the next window queue=%s %s",
+                 in->k, d->cfg.queue, diff);
     }
+    d->unpinned = d->cfg;
     d->cfg = c;
+    d->lq.prefix = d->cfg.prefix;
+    if (in->has_parts && c.per_partition) {
+        d->up.pins = in->parts;
+        d->up.n_pins = in->n_parts;
+    }
+    d->is_pinned = true;
+}
+
+/* The redo committed: the configured settings apply from the next window. */
+static void unpin_redo(struct driver *d)
+{
+    if (!d->is_pinned) {
+        return;
+    }
+    d->cfg.format = d->unpinned.format;
+    d->cfg.compression = d->unpinned.compression;
+    d->cfg.per_partition = d->unpinned.per_partition;
+    d->cfg.align = d->unpinned.align;
+    d->cfg.prefix = d->unpinned.prefix;
+    d->lq.prefix = d->cfg.prefix;
+    d->up.pins = NULL;
+    d->up.n_pins = 0;
+    d->is_pinned = false;
 }
 
 /* ---- uploads (the objects and the thread are upload.c) ----------------- */
@@ -1304,7 +1470,6 @@ static int upload_objects(struct driver *d, int64_t now);
 
 static int do_upload(struct driver *d, int64_t now)
 {
-    struct driver_config saved = d->cfg;
     struct err err;
 
     if (d->is_redo && d->pend.plan->k == d->redo_intent.k) {
@@ -1318,11 +1483,90 @@ static int do_upload(struct driver *d, int64_t now)
             d->pend.kind = PENDING_NONE;
             return 0;
         }
-        use_intent_settings(d);
     }
-    int rc = upload_objects(d, now);
-    d->cfg = saved;
-    return rc;
+    return upload_objects(d, now);
+}
+
+/* Whether object o, as this node built it, may go up under its key for the
+ * redo of an intent that names another writer (other library versions,
+ * docs/design/formats.md §8): only when no object is there yet, or the one
+ * there holds these very bytes. A redo never overwrites different bytes
+ * under a key. 0 go on; 1 retry later (the read failed); -1 stopped. */
+static int redo_key_free(struct driver *d, const struct upload_object *o,
+                         int64_t now)
+{
+    struct s3_object_info info;
+    struct s3_status st;
+    struct err err;
+    struct buf body;
+    char why[512];
+    bool same = false;
+    int rc;
+
+    memset(&info, 0, sizeof(info));
+    memset(&st, 0, sizeof(st));
+    rc = s3_client_head(d->s3, o->key.data, &info, &st, &err);
+    if (rc == 0 && info.found && info.size == o->body.len) {
+        buf_init(&body, o->body.len + 1);
+        rc = s3_client_get(d->s3, o->key.data, &body, &info, &st, &err);
+        if (rc == 0 && info.found) {
+            uint8_t h[32];
+            char hex[65];
+            sha256(body.data, body.len, h);
+            hex_lower(h, sizeof(h), hex);
+            same = strcmp(hex, o->sha256) == 0;
+        }
+        buf_free(&body);
+    }
+    if (rc != 0) {
+        fail_sampled(d, SAMPLE_PUT, "HEAD/GET %s: %s", o->key.data, err.msg);
+        retry_later(d, now, st.retry_after_ms);
+        return 1;
+    }
+    if (!info.found || same) {
+        return 0;
+    }
+    snprintf(why, sizeof(why),
+             "window k=%" PRId64 ": %s holds other bytes than this node "
+             "builds; the intent's writer is \"%.*s\". Finish the window "
+             "with that writer's libraries",
+             d->redo_intent.k, o->key.data, (int)d->redo_intent.writer.len,
+             d->redo_intent.writer.ptr);
+    log_error("sink", "a redo never overwrites different bytes queue=%s %s",
+              d->cfg.queue, why);
+    stop(d, DRIVER_FAILED, why);
+    set_error(d, "%s", why);
+    return -1;
+}
+
+/* The redo of an intent another writer wrote (its manifest is not there):
+ * every key must be free for this node's bytes (redo_key_free). */
+static int redo_keys_free(struct driver *d, const struct engine_plan *p,
+                          const struct upload_object *o, size_t n, int64_t now)
+{
+    const char *comp = "";
+    const char *writer = "";
+    const char *ext = "";
+    struct err err;
+
+    if (!d->is_redo || p->k != d->redo_intent.k ||
+        upload_codec_strings(&d->cfg, &comp, &writer, &ext, &err) != 0 ||
+        same_slice(d->redo_intent.writer, cstr(writer))) {
+        return 0;
+    }
+    log_warn("sink",
+             "the redo's intent names another writer; its keys take this "
+             "node's bytes only where they are free queue=%s k=%" PRId64
+             " intent_writer=\"%.*s\" writer=\"%s\"",
+             d->cfg.queue, p->k, (int)d->redo_intent.writer.len,
+             d->redo_intent.writer.ptr, writer);
+    for (size_t i = 0; i < n; i++) {
+        int rc = redo_key_free(d, &o[i], now);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    return 0;
 }
 
 static int upload_objects(struct driver *d, int64_t now)
@@ -1344,6 +1588,11 @@ static int upload_objects(struct driver *d, int64_t now)
         set_error(d, "%s", err.msg);
         upload_free_objects(&d->up, o, n);
         return -1;
+    }
+    rc = redo_keys_free(d, p, o, n, now);
+    if (rc != 0) {
+        upload_free_objects(&d->up, o, n);
+        return rc;
     }
     if (d->cfg.overlap_upload) {
         return bg_begin(d, p, o, n, ctype);
@@ -1457,6 +1706,7 @@ static int commit_write(struct driver *d, const struct engine_commit *c,
     } else {
         d->ctr.bytes_jsonl += c->bytes;
     }
+    unpin_redo(d);
     d->last_records = c->records;
     d->last_bytes = c->bytes;
     d->last_t_end = c->t_end;
@@ -1666,7 +1916,7 @@ static void take_closing(struct driver *d, const struct engine_action *a)
  * window's bytes depend on its records alone. So they are built meanwhile, once
  * per window; a build that failed is left for upload_objects to repeat and
  * report. Not for a redo, whose settings are its intent's
- * (use_intent_settings), nor under memory pressure (engine_is_tight), where one
+ * (pin_redo), nor under memory pressure (engine_is_tight), where one
  * object at a time is all. */
 static void prebuild(struct driver *d)
 {

@@ -169,6 +169,36 @@ static int body_close(struct body *b, int rc, struct buf *out, struct err *err)
     return rc;
 }
 
+/* Partition name order (plan order): bytes, then length. */
+static int name_cmp(struct slice a, struct slice b)
+{
+    size_t n = a.len < b.len ? a.len : b.len;
+    int c = n == 0 ? 0 : memcmp(a.ptr, b.ptr, n);
+
+    return c != 0 ? c : a.len == b.len ? 0 : a.len < b.len ? -1 : 1;
+}
+
+static const struct docs_intent_part *find_pin(const struct upload *u,
+                                               struct slice partition)
+{
+    size_t lo = 0;
+    size_t hi = u->n_pins;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = name_cmp(u->pins[mid].partition, partition);
+        if (c == 0) {
+            return &u->pins[mid];
+        }
+        if (c < 0) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return NULL;
+}
+
 /* The body of x is complete: finish it, name it, hash it. */
 static int object_close(struct upload *u, struct upload_object *x,
                         struct body *b, int rc, const struct layout_window *w,
@@ -176,6 +206,12 @@ static int object_close(struct upload *u, struct upload_object *x,
 {
     rc = body_close(b, rc, &x->body, err);
     if (rc == 0 && x->has_partition) {
+        const struct docs_intent_part *pin =
+            u->pins != NULL ? find_pin(u, x->partition) : NULL;
+        if (pin != NULL) { /* a redo: the key its first attempt wrote */
+            x->first = pin->first;
+            x->last = pin->last;
+        }
         int64_t fl[2] = {x->first, x->last};
         rc = layout_part_key(&x->key, u->lq, w, x->partition, fl, err);
     } else if (rc == 0) {
@@ -207,6 +243,46 @@ static struct upload_object *object_open(struct upload *u,
     x->partition = r->partition;
     x->first = r->offset;
     return x;
+}
+
+static int object_cmp(const void *a, const void *b)
+{
+    const struct upload_object *x = a;
+    const struct upload_object *y = b;
+
+    return name_cmp(x->partition, y->partition);
+}
+
+/* A redo with pinned offsets (object_close keyed the objects with them):
+ * an object of no record for each partition of the intent that has no
+ * record left, and the objects back in partition order. */
+static int apply_pins(struct upload *u, struct upload_object **o, size_t *n,
+                      size_t *cap, const struct layout_window *w,
+                      struct err *err)
+{
+    size_t had = *n;
+    size_t j = 0;
+    int rc = 0;
+
+    for (size_t i = 0; rc == 0 && i < u->n_pins; i++) {
+        const struct docs_intent_part *p = &u->pins[i];
+        while (j < had && name_cmp((*o)[j].partition, p->partition) < 0) {
+            j++; /* both in partition order: one walk */
+        }
+        if (j < had && name_cmp((*o)[j].partition, p->partition) == 0) {
+            continue;
+        }
+        struct sink_record r = {.partition = p->partition, .offset = p->first};
+        struct body b;
+        struct upload_object *x = object_open(u, o, n, cap, &r);
+        x->last = p->last;
+        rc = body_open(u, &b, 0, err);
+        rc = object_close(u, x, &b, rc, w, err);
+    }
+    if (*n > had) {
+        qsort(*o, *n, sizeof(**o), object_cmp);
+    }
+    return rc;
 }
 
 /* The records come from the engine a piece at a time (engine_plan_read),
@@ -261,6 +337,9 @@ int upload_build(struct upload *u, const struct engine_plan *p,
     }
     if (x != NULL) {
         rc = object_close(u, x, &b, rc, &w, err);
+    }
+    if (rc == 0 && u->pins != NULL && u->cfg->per_partition) {
+        rc = apply_pins(u, &o, &n, &cap, &w, err);
     }
     free(v);
     *out = o;

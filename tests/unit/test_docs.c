@@ -182,8 +182,13 @@ TEST(manifest_matches_intent_on_every_field)
     struct docs_object o[2];
     struct docs_lost l[1];
     struct docs_manifest m = sample_manifest(o, l);
-    struct docs_intent in = {
-        1, m.t_start, m.t_end, m.format, m.compression, m.layout, m.writer};
+    struct docs_intent in = {.k = 1,
+                             .t_start = m.t_start,
+                             .t_end = m.t_end,
+                             .format = m.format,
+                             .compression = m.compression,
+                             .layout = m.layout,
+                             .writer = m.writer};
 
     EXPECT(
         docs_manifest_matches(&m, &in, sl("default"), sl("t"), sl("orders")));
@@ -419,13 +424,13 @@ TEST(checkpoint_over_the_decoded_cap_is_refused)
 
 TEST(intent_round_trips)
 {
-    struct docs_intent in = {3,
-                             1788516000000000,
-                             1788516300000000,
-                             sl("jsonl"),
-                             sl("zstd"),
-                             sl("merged"),
-                             sl("queen-s3/2.0.0 jsonl+zstd")};
+    struct docs_intent in = {.k = 3,
+                             .t_start = 1788516000000000,
+                             .t_end = 1788516300000000,
+                             .format = sl("jsonl"),
+                             .compression = sl("zstd"),
+                             .layout = sl("merged"),
+                             .writer = sl("queen-s3/2.0.0 jsonl+zstd")};
     struct docs_intent r;
     struct buf b;
     struct buf arena;
@@ -615,8 +620,13 @@ TEST(a_manifest_of_lost_ranges_alone_round_trips_and_matches_its_intent)
     EXPECT_EQ_U64(r.records, 0);
     EXPECT(!r.has_ts);
     EXPECT_EQ_U64(r.n_lost, 1);
-    in = (struct docs_intent){m.k,           m.t_start, m.t_end, m.format,
-                              m.compression, m.layout,  m.writer};
+    in = (struct docs_intent){.k = m.k,
+                              .t_start = m.t_start,
+                              .t_end = m.t_end,
+                              .format = m.format,
+                              .compression = m.compression,
+                              .layout = m.layout,
+                              .writer = m.writer};
     EXPECT(
         docs_manifest_matches(&r, &in, sl("default"), sl("t"), sl("orders")));
     buf_free(&b);
