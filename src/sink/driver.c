@@ -124,6 +124,11 @@ struct driver {
     bool is_pinned;
     struct driver_config unpinned;
     char redo_prefix[512];
+    /* Lost ranges the redo's pinned offsets reveal that the engine did not
+     * find (it knew no position below them): they join the window's. */
+    struct engine_lost_range *pin_lost;
+    size_t n_pin_lost;
+    bool is_pin_lost_counted;
     enum driver_stop stop;
     char why[256];
     bool is_stop_logged;
@@ -396,6 +401,7 @@ void driver_free(struct driver *d)
     buf_free(&d->pend.manifest_key);
     buf_free(&d->redo_arena);
     free(d->lost);
+    free(d->pin_lost);
     pthread_mutex_destroy(&d->mu);
     free(d);
 }
@@ -1213,7 +1219,7 @@ static int manifest_encode(struct driver *d, const struct engine_plan *p,
                            struct upload_doc *out, struct err *err)
 {
     struct docs_object *v = xcalloc(n + 1, sizeof(*v));
-    struct docs_lost *l = xcalloc(p->n_lost + 1, sizeof(*l));
+    struct docs_lost *l = xcalloc(p->n_lost + d->n_pin_lost + 1, sizeof(*l));
     struct docs_manifest m;
     int rc;
 
@@ -1229,6 +1235,10 @@ static int manifest_encode(struct driver *d, const struct engine_plan *p,
     for (size_t i = 0; i < p->n_lost; i++) {
         l[i] = (struct docs_lost){p->lost[i].partition, p->lost[i].from,
                                   p->lost[i].to};
+    }
+    for (size_t i = 0; i < d->n_pin_lost; i++) {
+        const struct engine_lost_range *x = &d->pin_lost[i];
+        l[p->n_lost + i] = (struct docs_lost){x->partition, x->from, x->to};
     }
     const char *comp = "";
     const char *writer = "";
@@ -1250,7 +1260,7 @@ static int manifest_encode(struct driver *d, const struct engine_plan *p,
     m.min_ts = p->min_ts;
     m.max_ts = p->max_ts;
     m.lost = l;
-    m.n_lost = p->n_lost;
+    m.n_lost = p->n_lost + d->n_pin_lost;
     m.writer = cstr(writer);
     m.committed_at_ms = d->wall_ms;
     rc = docs_manifest_encode(&out->body, &m, err);
@@ -1286,14 +1296,94 @@ static int put_manifest(struct driver *d, const struct engine_plan *p,
 static void keep_lost(struct driver *d, const struct engine_plan *p)
 {
     free(d->lost);
-    d->lost = xcalloc(p->n_lost + 1, sizeof(*d->lost));
-    d->n_lost = p->n_lost;
-    for (size_t i = 0; i < p->n_lost; i++) {
+    d->lost = xcalloc(p->n_lost + d->n_pin_lost + 1, sizeof(*d->lost));
+    d->n_lost = p->n_lost + d->n_pin_lost;
+    for (size_t i = 0; i < d->n_lost; i++) {
+        const struct engine_lost_range *x =
+            i < p->n_lost ? &p->lost[i] : &d->pin_lost[i - p->n_lost];
         snprintf(d->lost[i].partition, sizeof(d->lost[i].partition), "%.*s",
-                 (int)p->lost[i].partition.len, p->lost[i].partition.ptr);
-        d->lost[i].from = p->lost[i].from;
-        d->lost[i].to = p->lost[i].to;
+                 (int)x->partition.len, x->partition.ptr);
+        d->lost[i].from = x->from;
+        d->lost[i].to = x->to;
     }
+}
+
+static void add_pin_lost(struct driver *d, size_t *cap, struct slice part,
+                         int64_t from, int64_t to)
+{
+    if (d->n_pin_lost == *cap) {
+        *cap = *cap < 8 ? 8 : *cap * 2;
+        d->pin_lost = xrealloc(d->pin_lost, *cap * sizeof(*d->pin_lost));
+    }
+    d->pin_lost[d->n_pin_lost++] = (struct engine_lost_range){part, from, to};
+}
+
+/* The first offset from cur on that no lost range of p in partition part
+ * covers. */
+static int64_t past_covered(const struct engine_plan *p, struct slice part,
+                            int64_t cur)
+{
+    bool moved = true;
+
+    while (moved) {
+        moved = false;
+        for (size_t i = 0; i < p->n_lost; i++) {
+            const struct engine_lost_range *y = &p->lost[i];
+            if (same_slice(y->partition, part) && y->from <= cur &&
+                cur <= y->to) {
+                cur = y->to + 1;
+                moved = true;
+            }
+        }
+    }
+    return cur;
+}
+
+/* The start of the first lost range of p in partition part above cur, or
+ * limit. */
+static int64_t next_covered(const struct engine_plan *p, struct slice part,
+                            int64_t cur, int64_t limit)
+{
+    for (size_t i = 0; i < p->n_lost; i++) {
+        const struct engine_lost_range *y = &p->lost[i];
+        if (same_slice(y->partition, part) && y->from > cur &&
+            y->from < limit) {
+            limit = y->from;
+        }
+    }
+    return limit;
+}
+
+/* The redo's build found offsets its intent pinned gone (upload.h
+ * pin_gaps): what of them the plan's lost ranges do not name already is
+ * lost too (the engine knew no position below them, e.g. before the first
+ * checkpoint), logged and counted once, and goes into the window's
+ * manifest. */
+static void note_pin_gaps(struct driver *d, const struct engine_plan *p)
+{
+    size_t cap = 0;
+
+    d->n_pin_lost = 0;
+    for (size_t g = 0; g < d->up.n_pin_gaps; g++) {
+        const struct engine_lost_range *x = &d->up.pin_gaps[g];
+        int64_t cur = past_covered(p, x->partition, x->from);
+        while (cur <= x->to) {
+            int64_t next = next_covered(p, x->partition, cur, x->to + 1);
+            add_pin_lost(d, &cap, x->partition, cur, next - 1);
+            cur = past_covered(p, x->partition, next);
+        }
+    }
+    for (size_t i = 0; !d->is_pin_lost_counted && i < d->n_pin_lost; i++) {
+        const struct engine_lost_range *v = &d->pin_lost[i];
+        d->ctr.records_lost += (uint64_t)(v->to - v->from + 1);
+        log_warn("sink",
+                 "records of a redo's window went away before it read them "
+                 "again queue=%s k=%" PRId64 " partition=%.*s from=%" PRId64
+                 " to=%" PRId64,
+                 d->cfg.queue, p->k, (int)v->partition.len, v->partition.ptr,
+                 v->from, v->to);
+    }
+    d->is_pin_lost_counted = true;
 }
 
 /* A prefix as the config leaves it (config.c parse_prefix): non-empty, no
@@ -1425,6 +1515,8 @@ static void unpin_redo(struct driver *d)
     d->lq.prefix = d->cfg.prefix;
     d->up.pins = NULL;
     d->up.n_pins = 0;
+    d->n_pin_lost = 0;
+    d->is_pin_lost_counted = false;
     d->is_pinned = false;
 }
 
@@ -1527,11 +1619,11 @@ static int redo_key_free(struct driver *d, const struct upload_object *o,
         return 0;
     }
     snprintf(why, sizeof(why),
-             "window k=%" PRId64 ": %s holds other bytes than this node "
-             "builds; the intent's writer is \"%.*s\". Finish the window "
-             "with that writer's libraries",
-             d->redo_intent.k, o->key.data, (int)d->redo_intent.writer.len,
-             d->redo_intent.writer.ptr);
+             "window k=%" PRId64 " of writer \"%.*s\": this node's bytes "
+             "differ from the object under %s; finish the window with that "
+             "writer's libraries",
+             d->redo_intent.k, (int)d->redo_intent.writer.len,
+             d->redo_intent.writer.ptr, o->key.data);
     log_error("sink", "a redo never overwrites different bytes queue=%s %s",
               d->cfg.queue, why);
     stop(d, DRIVER_FAILED, why);
@@ -1588,6 +1680,9 @@ static int upload_objects(struct driver *d, int64_t now)
         set_error(d, "%s", err.msg);
         upload_free_objects(&d->up, o, n);
         return -1;
+    }
+    if (d->is_pinned) {
+        note_pin_gaps(d, p);
     }
     rc = redo_keys_free(d, p, o, n, now);
     if (rc != 0) {

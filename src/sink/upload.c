@@ -44,6 +44,8 @@ void upload_free(struct upload *u)
     buf_free(&u->spare_body);
     jsonl_cctx_free(u->zc);
     u->zc = NULL;
+    free(u->pin_gaps);
+    u->pin_gaps = NULL;
 }
 
 bool upload_s3_retriable(const struct s3_status *st, int rc)
@@ -199,6 +201,37 @@ static const struct docs_intent_part *find_pin(const struct upload *u,
     return NULL;
 }
 
+static void add_gap(struct upload *u, struct slice partition, int64_t from,
+                    int64_t to)
+{
+    if (u->n_pin_gaps == u->cap_pin_gaps) {
+        u->cap_pin_gaps = u->cap_pin_gaps < 8 ? 8 : u->cap_pin_gaps * 2;
+        u->pin_gaps =
+            xrealloc(u->pin_gaps, u->cap_pin_gaps * sizeof(*u->pin_gaps));
+    }
+    u->pin_gaps[u->n_pin_gaps++] =
+        (struct engine_lost_range){partition, from, to};
+}
+
+/* The offsets pin names that object x (its records as read now) lacks: the
+ * records a trim took between the first attempt and the redo. A window's
+ * records of one partition are consecutive offsets, so what is gone is a
+ * head and a tail, or everything when x holds no record. */
+static void pin_gaps(struct upload *u, const struct docs_intent_part *pin,
+                     const struct upload_object *x)
+{
+    if (x->records == 0) {
+        add_gap(u, pin->partition, pin->first, pin->last);
+        return;
+    }
+    if (x->first > pin->first) {
+        add_gap(u, pin->partition, pin->first, x->first - 1);
+    }
+    if (x->last < pin->last) {
+        add_gap(u, pin->partition, x->last + 1, pin->last);
+    }
+}
+
 /* The body of x is complete: finish it, name it, hash it. */
 static int object_close(struct upload *u, struct upload_object *x,
                         struct body *b, int rc, const struct layout_window *w,
@@ -209,6 +242,7 @@ static int object_close(struct upload *u, struct upload_object *x,
         const struct docs_intent_part *pin =
             u->pins != NULL ? find_pin(u, x->partition) : NULL;
         if (pin != NULL) { /* a redo: the key its first attempt wrote */
+            pin_gaps(u, pin, x);
             x->first = pin->first;
             x->last = pin->last;
         }
@@ -312,6 +346,7 @@ int upload_build(struct upload *u, const struct engine_plan *p,
                               p->n_records * (UPLOAD_LINE_EXTRA - 64);
     int rc = upload_codec_strings(u->cfg, &comp, &writer, &ext, err);
 
+    u->n_pin_gaps = 0;
     w.ext = ext;
     w.bucket_ts =
         layout_bucket_ts(p->t_start, p->n_records > 0, p->min_ts, p->t_end);

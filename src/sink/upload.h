@@ -130,6 +130,12 @@ struct upload {
      * keys come from the records. */
     const struct docs_intent_part *pins;
     size_t n_pins;
+    /* What the last build found missing of the offsets pins name (records
+     * a trim took since the first attempt), in partition order; the
+     * partitions point into pins. */
+    struct engine_lost_range *pin_gaps;
+    size_t n_pin_gaps;
+    size_t cap_pin_gaps;
 
     /* The window going up. */
     enum upload_state state;

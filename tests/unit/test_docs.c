@@ -453,6 +453,100 @@ TEST(intent_round_trips)
     buf_free(&arena);
 }
 
+/* Issue 13 item 3: every input of the keys is in the intent. */
+TEST(intent_pins_align_prefix_and_per_partition_offsets)
+{
+    struct docs_intent_part parts[2] = {{sl("a"), 0, 2}, {sl("b\"/c"), 7, 9}};
+    struct docs_intent in = {.k = 3,
+                             .t_start = 10,
+                             .t_end = 20,
+                             .format = sl("jsonl"),
+                             .compression = sl("zstd"),
+                             .layout = sl("per-partition"),
+                             .writer = sl("w"),
+                             .has_align = true,
+                             .align = sl("day"),
+                             .has_prefix = true,
+                             .prefix = sl("lake/q"),
+                             .has_parts = true,
+                             .parts = parts,
+                             .n_parts = 2};
+    struct docs_intent r;
+    struct buf b;
+    struct buf arena;
+    struct err err;
+
+    buf_init(&b, BUF_UNLIMITED);
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_intent_encode(&b, &in, &err), 0);
+    EXPECT_STR_EQ(b.data, "{\"k\":3,\"tStart\":10,\"tEnd\":20,\"format\":"
+                          "\"jsonl\",\"compression\":\"zstd\",\"layout\":"
+                          "\"per-partition\",\"writer\":\"w\",\"align\":"
+                          "\"day\",\"prefix\":\"lake/q\",\"parts\":[[\"a\","
+                          "0,2],[\"b\\\"/c\",7,9]]}");
+    EXPECT_EQ_I64(docs_intent_decode(b.data, b.len, &r, &arena, &err), 0);
+    EXPECT(r.has_align && sl_is(r.align, "day"));
+    EXPECT(r.has_prefix && sl_is(r.prefix, "lake/q"));
+    EXPECT(r.has_parts);
+    EXPECT_EQ_U64(r.n_parts, 2);
+    if (r.n_parts == 2) {
+        EXPECT(sl_is(r.parts[0].partition, "a") && r.parts[0].first == 0 &&
+               r.parts[0].last == 2);
+        EXPECT(sl_is(r.parts[1].partition, "b\"/c") && r.parts[1].first == 7 &&
+               r.parts[1].last == 9);
+    }
+    buf_free(&b);
+    buf_free(&arena);
+}
+
+/* An intent written before the pins: readable, every pin absent (the redo
+ * then keeps this sink's settings, as it always did). */
+TEST(an_intent_without_pins_reads_as_before)
+{
+    static const char old[] =
+        "{\"k\":3,\"tStart\":10,\"tEnd\":20,\"format\":\"jsonl\","
+        "\"compression\":\"zstd\",\"layout\":\"merged\",\"writer\":"
+        "\"queen-s3/2.0.0 jsonl+zstd\"}";
+    struct docs_intent r;
+    struct buf arena;
+    struct err err;
+
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_intent_decode(old, strlen(old), &r, &arena, &err), 0);
+    EXPECT(r.k == 3 && !r.has_align && !r.has_prefix && !r.has_parts);
+    EXPECT_EQ_U64(r.n_parts, 0);
+    buf_free(&arena);
+}
+
+TEST(an_intent_with_bad_pins_is_corrupt)
+{
+    static const char *const bad[] = {
+        "\"align\":1}",
+        "\"prefix\":null}",
+        "\"parts\":{}}",
+        "\"parts\":[[\"a\",0]]}",
+        "\"parts\":[[\"a\",3,2]]}",
+        "\"parts\":[[1,0,2]]}",
+        "\"parts\":[[\"a\",0,2,4]]}",
+    };
+    struct docs_intent r;
+    struct buf arena;
+    struct err err;
+    char doc[256];
+
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        snprintf(doc, sizeof(doc),
+                 "{\"k\":3,\"tStart\":10,\"tEnd\":20,\"format\":\"jsonl\","
+                 "\"compression\":\"zstd\",\"layout\":\"merged\","
+                 "\"writer\":\"w\",%s",
+                 bad[i]);
+        buf_init(&arena, BUF_UNLIMITED);
+        EXPECT_EQ_I64(docs_intent_decode(doc, strlen(doc), &r, &arena, &err),
+                      ERR_CORRUPT);
+        buf_free(&arena);
+    }
+}
+
 TEST(committed_round_trips_with_an_iso_t_end)
 {
     struct docs_committed c = {7,
