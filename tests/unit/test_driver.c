@@ -1857,6 +1857,7 @@ static void replace_all(char *s, size_t cap, const char *from, const char *to)
         ASSERT((size_t)(p - s) + nt + rest + 1 <= cap);
         memmove(p + nt, p + nf, rest + 1);
         memcpy(p, to, nt);
+        s = p + nt; /* `to` may hold `from` */
     }
 }
 
