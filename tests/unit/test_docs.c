@@ -4,7 +4,9 @@
 
 #include <zstd.h>
 
+#include "base/xalloc.h"
 #include "harness.h"
+#include "store/kv.h"
 
 static struct slice sl(const char *s)
 {
@@ -545,6 +547,41 @@ TEST(an_intent_with_bad_pins_is_corrupt)
                       ERR_CORRUPT);
         buf_free(&arena);
     }
+}
+
+/* The pinned offsets of many partitions outgrow a KV value: the encoder
+ * says so (the driver then fails the queue naming the settings, formats.md
+ * §5) rather than cut the document. */
+TEST(an_intent_over_the_kv_value_limit_is_too_big)
+{
+    enum { N = 2000 };
+    static char part_names[N][24];
+    struct docs_intent_part *parts = xcalloc(N, sizeof(*parts));
+    struct docs_intent in = {.k = 1,
+                             .format = sl("jsonl"),
+                             .compression = sl("zstd"),
+                             .layout = sl("per-partition"),
+                             .writer = sl("w"),
+                             .has_parts = true,
+                             .parts = parts,
+                             .n_parts = N};
+    struct buf b;
+    struct err err;
+
+    for (size_t i = 0; i < N; i++) {
+        snprintf(part_names[i], sizeof(part_names[i]), "customer-%06zu", i);
+        parts[i] =
+            (struct docs_intent_part){sl(part_names[i]), 1000000, 2000000};
+    }
+    buf_init(&b, KV_VALUE_MAX);
+    EXPECT_EQ_I64(docs_intent_encode(&b, &in, &err), ERR_TOO_BIG);
+    buf_free(&b);
+    buf_init(&b, BUF_UNLIMITED);
+    in.n_parts = 100;
+    EXPECT_EQ_I64(docs_intent_encode(&b, &in, &err), 0);
+    EXPECT(b.len < KV_VALUE_MAX);
+    buf_free(&b);
+    free(parts);
 }
 
 TEST(committed_round_trips_with_an_iso_t_end)
