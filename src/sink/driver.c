@@ -1406,6 +1406,22 @@ static bool prefix_ok(struct slice p, size_t cap)
     return true;
 }
 
+/* The intent's parts in strict partition order (as a plan writes them),
+ * which the redo's build relies on (upload.h pins). */
+static bool parts_sorted(const struct docs_intent *in)
+{
+    for (size_t i = 1; i < in->n_parts; i++) {
+        struct slice a = in->parts[i - 1].partition;
+        struct slice b = in->parts[i].partition;
+        size_t n = a.len < b.len ? a.len : b.len;
+        int c = n == 0 ? 0 : memcmp(a.ptr, b.ptr, n);
+        if (c > 0 || (c == 0 && a.len >= b.len)) {
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Append " NAME intent (now current)" to the list of what differs. */
 static void note_pin(char *out, size_t cap, const char *name,
                      const char *intent, const char *now)
@@ -1437,16 +1453,19 @@ static void pin_redo(struct driver *d)
     enum layout_align al = (enum layout_align)d->cfg.align;
     struct err err;
 
-    snprintf(align, sizeof(align), "%.*s",
-             (int)(in->align.len < 7 ? in->align.len : 7), in->align.ptr);
+    align[0] = '\0';
+    if (in->has_align && in->align.len < sizeof(align)) {
+        memcpy(align, in->align.ptr, in->align.len);
+        align[in->align.len] = '\0';
+    }
     if (in->compression.len >= sizeof(d->redo_comp) ||
         (!same_slice(in->format, cstr("jsonl")) &&
          !same_slice(in->format, cstr("parquet"))) ||
         (!same_slice(in->layout, cstr("merged")) &&
          !same_slice(in->layout, cstr("per-partition"))) ||
-        (in->has_align &&
-         (in->align.len > 6 || !layout_align_parse(align, &al))) ||
-        (in->has_prefix && !prefix_ok(in->prefix, sizeof(d->redo_prefix)))) {
+        (in->has_align && !layout_align_parse(align, &al)) ||
+        (in->has_prefix && !prefix_ok(in->prefix, sizeof(d->redo_prefix))) ||
+        !parts_sorted(in)) {
         log_warn("sink",
                  "the redo's intent names settings this sink cannot read; "
                  "rebuilding window k=%" PRId64 " with the current ones "

@@ -1694,11 +1694,24 @@ static void prefix_lake(struct driver_config *c)
     c->prefix = "lake/new";
 }
 
-TEST(a_redo_keeps_the_prefix_of_its_intent)
+static void prefix_lake_synchronous(struct driver_config *c)
 {
-    struct rig *r =
-        redo_after_change(DRIVER_CRASH_MID_UPLOAD, NULL, prefix_lake);
+    prefix_lake(c);
+    c->overlap_upload = false;
+}
 
+static void prefix_case(void (*now)(struct driver_config *))
+{
+    struct rig *r = redo_after_change(DRIVER_CRASH_MID_UPLOAD, NULL, now);
+    struct fake_row *c;
+
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z"); /* window 1 only */
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    /* the pointer names the manifest where the redo put it */
+    c = fake_row_must(&r->f, "s3:default:orders:committed");
+    EXPECT(strstr(c->value, "\"queen/_queen/") != NULL);
+    r->f.safe_time = at("2026-09-04T12:00:00.000001Z");
     run_until(r, 2, 200);
     EXPECT_EQ_I64(committed_k(r), 2);
     expect_window_keys(r, 1, "queen/tenant=", NULL);
@@ -1710,7 +1723,21 @@ TEST(a_redo_keeps_the_prefix_of_its_intent)
     EXPECT(bucket_find(&r->k, "lake/new/_queen/tenant=00000000-0000-0000-"
                               "0000-000000000001/queue=orders/windows/"
                               "0000000002.json") != NULL);
+    c = fake_row_must(&r->f, "s3:default:orders:committed");
+    EXPECT(strstr(c->value, "\"lake/new/_queen/") != NULL);
     rig_close(r);
+}
+
+TEST(a_redo_keeps_the_prefix_of_its_intent)
+{
+    prefix_case(prefix_lake);
+}
+
+/* The synchronous upload names the manifest at the commit: still the
+ * intent's prefix for the redo. */
+TEST(a_redo_keeps_the_prefix_of_its_intent_synchronously)
+{
+    prefix_case(prefix_lake_synchronous);
 }
 
 TEST(a_redo_keeps_the_layout_of_its_intent)
