@@ -9,13 +9,18 @@
  * every action is answered inside the round that asked for it.
  *
  * Exactly once rests on three rules kept here:
- *   (1) The intent (k, tStart, tEnd) is written through the fence before any
- *       object of window k, so a restart rebuilds the identical window.
+ *   (1) The intent (k, tStart, tEnd, and every input of the keys and bytes:
+ *       format, compression, layout, writer, align, prefix, per-partition
+ *       offsets) is written through the fence before any object of window
+ *       k, so a restart rebuilds the identical window under the same keys
+ *       (pin_redo), whatever the settings became.
  *   (2) The commit pointer moves only through the fence, after the objects
  *       and the manifest landed.
  *   (3) A redo whose manifest matches its intent is committed from the
  *       manifest without a PUT; otherwise it is rebuilt with the same bytes
- *       under the same keys.
+ *       under the same keys. A redo of another writer's intent (other codec
+ *       library versions) never overwrites other bytes under a key
+ *       (redo_keys_free).
  *
  * The closing actions (WriteIntent, Upload, Commit) are emitted once by the
  * engine; the driver keeps a copy of the one in flight and repeats it after
