@@ -136,6 +136,11 @@ struct docs_intent {
     bool has_parts;                       /* per-partition layout only */
     const struct docs_intent_part *parts; /* sorted as the plan is */
     size_t n_parts;
+    /* Instead of parts, when they outgrow the KV value: the bucket key of
+     * a parts document (docs_parts_encode) and its SHA-256 (hex). */
+    bool has_parts_key;
+    struct slice parts_key;
+    struct slice parts_sha256;
 };
 
 struct docs_committed {
@@ -158,6 +163,13 @@ int docs_intent_encode(struct buf *out, const struct docs_intent *in,
                        struct err *err);
 int docs_intent_decode(const char *p, size_t n, struct docs_intent *in,
                        struct buf *arena, struct err *err);
+/* The parts document: {"k":K,"parts":[[partition,first,last],...]} with the
+ * parts of in (k and parts only). Decode fills k, has_parts, parts and
+ * n_parts of *in and leaves the rest alone. */
+int docs_parts_encode(struct buf *out, const struct docs_intent *in,
+                      struct err *err);
+int docs_parts_decode(const char *p, size_t n, struct docs_intent *in,
+                      struct buf *arena, struct err *err);
 int docs_committed_encode(struct buf *out, const struct docs_committed *c,
                           struct err *err);
 int docs_committed_decode(const char *p, size_t n, struct docs_committed *c,

@@ -127,6 +127,8 @@ struct driver {
     /* A redo runs with its intent's settings from the restore until it
      * commits (pin_redo, unpin_redo); the configured ones are kept here. */
     bool is_pinned;
+    bool is_pin_done;       /* the redo's parts loaded and pin_redo ran */
+    struct buf parts_arena; /* the redo's parts when read from the bucket */
     struct driver_config unpinned;
     char redo_prefix[512];
     /* Lost ranges the redo's pinned offsets reveal that the engine did not
@@ -389,6 +391,7 @@ struct driver *driver_new(const struct driver_config *cfg,
     buf_free(&k);
     buf_init(&d->pend.manifest_key, DRIVER_KEY_MAX);
     buf_init(&d->redo_arena, BUF_UNLIMITED);
+    buf_init(&d->parts_arena, BUF_UNLIMITED);
     pthread_mutex_init(&d->mu, NULL);
     upload_init(&d->up, &d->cfg, &d->lq, d->e, d->s3);
     d->retry_after_ms = -1;
@@ -405,6 +408,7 @@ void driver_free(struct driver *d)
     engine_free(d->e);
     buf_free(&d->pend.manifest_key);
     buf_free(&d->redo_arena);
+    buf_free(&d->parts_arena);
     free(d->lost);
     free(d->pin_lost);
     pthread_mutex_destroy(&d->mu);
@@ -709,6 +713,63 @@ static int restore_engine(struct driver *d, struct restore_docs *r,
     return rc;
 }
 
+/* The redo's per-partition offsets when its intent keeps them in the bucket
+ * (partsKey): GET, check the digest, decode. 0, also when they are absent
+ * or do not match (logged: the redo keys its objects from the records, as
+ * for an intent without offsets); or the GET's error, to retry. */
+static int load_parts(struct driver *d, struct err *err)
+{
+    struct docs_intent *in = &d->redo_intent;
+    struct s3_object_info info;
+    struct s3_status st;
+    struct buf body;
+    struct docs_intent got;
+    struct err e2;
+    const char *why = NULL;
+    int rc;
+
+    if (!in->has_parts_key) {
+        return 0;
+    }
+    buf_init(&body, DOCS_CHECKPOINT_MAX_DECODED);
+    rc = s3_client_get(d->s3, in->parts_key.ptr, &body, &info, &st, err);
+    if (rc != 0) {
+        err_wrap(err, "GET %s", in->parts_key.ptr);
+        buf_free(&body);
+        return rc;
+    }
+    uint8_t h[32];
+    char hex[65] = "";
+    if (info.found) {
+        sha256(body.data, body.len, h);
+        hex_lower(h, sizeof(h), hex);
+    }
+    memset(&got, 0, sizeof(got));
+    buf_reset(&d->parts_arena);
+    if (!info.found) {
+        why = "absent";
+    } else if (!same_slice(cstr(hex), in->parts_sha256)) {
+        why = "its sha256 differs from the intent's";
+    } else if (docs_parts_decode(body.data, body.len, &got, &d->parts_arena,
+                                 &e2) != 0 ||
+               got.k != in->k) {
+        why = "undecodable or of another window";
+    }
+    if (why != NULL) {
+        log_error("sink",
+                  "the redo's per-partition offsets are unreadable; its "
+                  "objects are keyed from the records queue=%s k=%" PRId64
+                  " key=%s error=%s",
+                  d->cfg.queue, in->k, in->parts_key.ptr, why);
+    } else {
+        in->has_parts = true;
+        in->parts = got.parts;
+        in->n_parts = got.n_parts;
+    }
+    buf_free(&body);
+    return 0;
+}
+
 /* Restore once, then check the redo's manifest. 0 when done; otherwise the
  * error (the caller retries the part that is left). */
 static int start(struct driver *d, struct err *err)
@@ -731,15 +792,20 @@ static int start(struct driver *d, struct err *err)
             d->redo_intent = r.intent;
             d->redo_arena = r.arena_i; /* the intent's slices live here */
             buf_init(&r.arena_i, BUF_UNLIMITED);
-            if (d->is_redo) {
-                pin_redo(d);
-            }
         }
         buf_free(&r.arena_i);
         buf_free(&r.arena_c);
         if (rc != 0) {
             return rc;
         }
+    }
+    if (d->is_redo && !d->is_pin_done) {
+        rc = load_parts(d, err);
+        if (rc != 0) {
+            return rc;
+        }
+        pin_redo(d);
+        d->is_pin_done = true;
     }
     if (d->is_redo) {
         bool taken = false;
@@ -1134,14 +1200,50 @@ static size_t plan_parts(struct driver *d, const struct engine_plan *p,
     return n;
 }
 
+static int put_object(struct driver *d, const char *key, const struct buf *b,
+                      const char *sha256_hex, const char *content_type,
+                      int64_t now);
+
+/* Window in.k's per-partition offsets as a bucket object (formats.md §5),
+ * keyed by their digest: key and sha get them. 0; 1 retry later; -1
+ * stopped. */
+static int put_parts(struct driver *d, const struct docs_intent *in,
+                     struct buf *key, char sha[65], int64_t now)
+{
+    struct buf body;
+    struct err err;
+    uint8_t h[32];
+    int rc;
+
+    buf_init(&body, BUF_UNLIMITED);
+    rc = docs_parts_encode(&body, in, &err);
+    if (rc == 0) {
+        sha256(body.data, body.len, h);
+        hex_lower(h, sizeof(h), sha);
+        rc = layout_parts_key(key, &d->lq, in->k, sha, &err);
+    }
+    if (rc != 0) {
+        stop(d, DRIVER_FAILED, err.msg);
+        buf_free(&body);
+        return -1;
+    }
+    rc = put_object(d, key->data, &body, sha, "application/json", now);
+    buf_free(&body);
+    return rc;
+}
+
 static int do_intent(struct driver *d, int64_t now)
 {
     const struct engine_intent_action *a = &d->pend.intent;
     struct docs_intent in;
     struct docs_intent_part *parts = NULL;
     struct buf doc;
+    struct buf key;
+    char sha[65] = "";
     struct err err;
     int rc;
+
+    buf_init(&key, DRIVER_KEY_MAX);
 
     memset(&in, 0, sizeof(in));
     in.k = a->k;
@@ -1160,18 +1262,35 @@ static int do_intent(struct driver *d, int64_t now)
         in.n_parts = plan_parts(d, a->plan, &parts);
         in.parts = parts;
     }
-    buf_init(&doc, KV_VALUE_MAX);
+    buf_init(&doc, d->cfg.intent_max_bytes > 0 &&
+                           d->cfg.intent_max_bytes < KV_VALUE_MAX
+                       ? d->cfg.intent_max_bytes
+                       : KV_VALUE_MAX);
     rc = docs_intent_encode(&doc, &in, &err);
+    if (rc == ERR_TOO_BIG && in.has_parts) {
+        /* The offsets go to the bucket first, the intent names them. */
+        rc = put_parts(d, &in, &key, sha, now);
+        if (rc != 0) {
+            free(parts);
+            buf_free(&key);
+            buf_free(&doc);
+            return rc;
+        }
+        in.has_parts = false;
+        in.has_parts_key = true;
+        in.parts_key = buf_slice(&key);
+        in.parts_sha256 = cstr(sha);
+        buf_free(&doc);
+        buf_init(&doc, KV_VALUE_MAX);
+        rc = docs_intent_encode(&doc, &in, &err);
+    }
     free(parts);
-    if (rc == ERR_TOO_BIG) {
-        /* A real limit (docs/s3-sink.md): the pinned offsets of every
-         * partition must fit the KV value. */
+    buf_free(&key);
+    if (rc == ERR_TOO_BIG) { /* with the offsets in the bucket: not reached */
         snprintf(err.msg, sizeof(err.msg),
-                 "window k=%" PRId64 ": the intent pinning %zu partitions' "
-                 "keys is over the KV value limit (%d bytes); lower "
-                 "QUEEN_S3_TARGET_MB or QUEEN_S3_MAX_WINDOW_MS, or set "
-                 "QUEEN_S3_LAYOUT=merged",
-                 a->k, in.n_parts, KV_VALUE_MAX);
+                 "window k=%" PRId64 ": the intent is over the KV value "
+                 "limit (%d bytes)",
+                 a->k, KV_VALUE_MAX);
     }
     if (rc != 0) {
         stop(d, DRIVER_FAILED, err.msg);

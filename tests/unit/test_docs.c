@@ -501,6 +501,55 @@ TEST(intent_pins_align_prefix_and_per_partition_offsets)
     buf_free(&arena);
 }
 
+/* Offsets too many for a KV value live in the bucket: the intent names the
+ * object and its digest, the parts document round-trips. */
+TEST(intent_names_parts_kept_in_the_bucket)
+{
+    static const char sha[] =
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    struct docs_intent_part parts[1] = {{sl("a"), 4, 9}};
+    struct docs_intent in = {.k = 5,
+                             .format = sl("jsonl"),
+                             .compression = sl("zstd"),
+                             .layout = sl("per-partition"),
+                             .writer = sl("w"),
+                             .has_parts_key = true,
+                             .parts_key = sl("q/_queen/intents/x.json"),
+                             .parts_sha256 = sl(sha)};
+    struct docs_intent r;
+    struct buf b;
+    struct buf arena;
+    struct err err;
+
+    buf_init(&b, BUF_UNLIMITED);
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_intent_encode(&b, &in, &err), 0);
+    EXPECT(strstr(b.data, "\"partsKey\":\"q/_queen/intents/x.json\","
+                          "\"partsSha256\":\"0123") != NULL);
+    EXPECT_EQ_I64(docs_intent_decode(b.data, b.len, &r, &arena, &err), 0);
+    EXPECT(r.has_parts_key && !r.has_parts &&
+           sl_is(r.parts_key, "q/_queen/intents/x.json") &&
+           sl_is(r.parts_sha256, sha));
+    buf_free(&arena);
+    buf_reset(&b);
+    in.parts = parts;
+    in.n_parts = 1;
+    EXPECT_EQ_I64(docs_parts_encode(&b, &in, &err), 0);
+    EXPECT_STR_EQ(b.data, "{\"k\":5,\"parts\":[[\"a\",4,9]]}");
+    memset(&r, 0, sizeof(r));
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_parts_decode(b.data, b.len, &r, &arena, &err), 0);
+    EXPECT(r.k == 5 && r.has_parts && r.n_parts == 1 &&
+           sl_is(r.parts[0].partition, "a") && r.parts[0].first == 4 &&
+           r.parts[0].last == 9);
+    buf_free(&arena);
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_parts_decode("{\"k\":5}", 7, &r, &arena, &err),
+                  ERR_CORRUPT);
+    buf_free(&arena);
+    buf_free(&b);
+}
+
 /* An intent written before the pins: readable, every pin absent (the redo
  * then keeps this sink's settings, as it always did). */
 TEST(an_intent_without_pins_reads_as_before)
@@ -530,6 +579,8 @@ TEST(an_intent_with_bad_pins_is_corrupt)
         "\"parts\":[[\"a\",3,2]]}",
         "\"parts\":[[1,0,2]]}",
         "\"parts\":[[\"a\",0,2,4]]}",
+        "\"partsKey\":\"k\"}",
+        "\"partsKey\":\"k\",\"partsSha256\":\"00\"}",
     };
     struct docs_intent r;
     struct buf arena;
@@ -550,8 +601,8 @@ TEST(an_intent_with_bad_pins_is_corrupt)
 }
 
 /* The pinned offsets of many partitions outgrow a KV value: the encoder
- * says so (the driver then fails the queue naming the settings, formats.md
- * §5) rather than cut the document. */
+ * says so rather than cut the document (the driver then keeps them in the
+ * bucket, formats.md §5). */
 TEST(an_intent_over_the_kv_value_limit_is_too_big)
 {
     enum { N = 2000 };

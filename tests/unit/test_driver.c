@@ -1776,12 +1776,13 @@ TEST(a_redo_keeps_the_format_and_codec_of_its_intent)
  * trimmed. The redo writes a's and b's keys exactly as the first attempt
  * named them (b's object holds no record), and the gone records are lost
  * ranges of window 2. */
-TEST(a_per_partition_redo_after_a_trim_writes_the_keys_of_its_intent)
+static void per_partition_trim_case(size_t intent_max_bytes)
 {
     struct rig *r = rig_open();
     struct fake_object *m;
 
     r->cfg.per_partition = true;
+    r->cfg.intent_max_bytes = intent_max_bytes;
     r->cfg.checkpoint_every = 1;
     seed_two_hours(&r->f);
     r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
@@ -1795,6 +1796,17 @@ TEST(a_per_partition_redo_after_a_trim_writes_the_keys_of_its_intent)
     run_until(r, 2, 200);
     EXPECT_EQ_I64(r->next.stop, DRIVER_CRASHED);
     EXPECT_EQ_U64(count_keys(&r->k, "-p-a-000000000003-000000000005."), 1);
+    struct fake_row *in = fake_row_must(&r->f, "s3:default:orders:intent");
+    if (intent_max_bytes > 0) { /* the offsets went to the bucket */
+        EXPECT(strstr(in->value, "\"parts\":") == NULL);
+        EXPECT(strstr(in->value, "\"partsKey\":\"queen/_queen/tenant=") !=
+               NULL);
+        EXPECT_EQ_U64(count_keys(&r->k, "/intents/0000000002-"), 1);
+    } else {
+        EXPECT(strstr(in->value, "\"parts\":[[\"a\",3,5],[\"b\",3,5]]") !=
+               NULL);
+        EXPECT_EQ_U64(count_keys(&r->k, "/intents/"), 0);
+    }
     fake_part(&r->f, "a")->log_start = 4;
     fake_part(&r->f, "b")->log_start = 6;
     r->cfg.crash_at = DRIVER_CRASH_NEVER;
@@ -1821,6 +1833,18 @@ TEST(a_per_partition_redo_after_a_trim_writes_the_keys_of_its_intent)
                       "{\"partition\":\"b\",\"from\":3,\"to\":5}") != NULL);
     }
     rig_close(r);
+}
+
+TEST(a_per_partition_redo_after_a_trim_writes_the_keys_of_its_intent)
+{
+    per_partition_trim_case(0);
+}
+
+/* The same when the offsets outgrow the KV value: they are in the bucket,
+ * named by the intent, and the redo reads them there. */
+TEST(a_per_partition_redo_reads_offsets_kept_in_the_bucket)
+{
+    per_partition_trim_case(200);
 }
 
 TEST(a_per_partition_intent_names_each_partition_s_offsets)
