@@ -65,8 +65,10 @@
 #include "parquet/parquet.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <snappy-c.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
@@ -1225,8 +1227,23 @@ const char *parquet_codec_name(enum parquet_codec c)
     return c == PARQUET_ZSTD ? "zstd" : "snappy";
 }
 
+#ifndef QUEEN_SNAPPY_VERSION
+#define QUEEN_SNAPPY_VERSION "unknown"
+#endif
+
+static char writer_zstd[96];
+static pthread_once_t writer_once = PTHREAD_ONCE_INIT;
+
+static void writer_string_init(void)
+{
+    snprintf(writer_zstd, sizeof(writer_zstd),
+             "queen-s3/2.0.0 parquet/q1 zstd libzstd/%s", ZSTD_versionString());
+}
+
 const char *parquet_writer_string(enum parquet_codec c)
 {
-    return c == PARQUET_ZSTD ? "queen-s3/2.0.0 parquet/q1 zstd"
-                             : "queen-s3/2.0.0 parquet/q1 snappy";
+    pthread_once(&writer_once, writer_string_init);
+    return c == PARQUET_ZSTD ? writer_zstd
+                             : "queen-s3/2.0.0 parquet/q1 snappy "
+                               "snappy/" QUEEN_SNAPPY_VERSION;
 }

@@ -19,8 +19,11 @@
  * Writer string: docs/design/formats.md §8 has the Rust writer say `parquet/59
  * <codec>` (its parquet-rs major version); our bytes differ from parquet-rs's,
  * and docs/design/formats.md §8 lets a re-implementation name its own writer,
- * so ours is `queen-s3/2.0.0 parquet/q1 <codec>`. Bump `q1` whenever the bytes
- * for the same records change: a redo compares writer strings.
+ * so ours is `queen-s3/2.0.0 parquet/q1 <codec> <library>/<version>`: the
+ * codec library's version (libzstd as this process runs it; snappy as built,
+ * the library reports none), since its bytes may change with it. Bump `q1`
+ * whenever our own bytes for the same records change: a redo compares
+ * writer strings.
  *
  * Memory: the writer copies the records of the open row group (one copy of
  * the column data) and keeps the compressed file built so far. */
@@ -93,7 +96,8 @@ void parquet_writer_free(struct parquet_writer *w);
 
 /* "zstd" or "snappy". */
 const char *parquet_codec_name(enum parquet_codec c);
-/* The manifest's writer string: "queen-s3/2.0.0 parquet/q1 zstd". */
+/* The manifest's writer string: "queen-s3/2.0.0 parquet/q1 zstd
+ * libzstd/1.5.4". */
 const char *parquet_writer_string(enum parquet_codec c);
 
 #endif

@@ -657,6 +657,20 @@ int docs_checkpoint_decode(const void *p, size_t n, struct docs_checkpoint *cp,
 
 /* ---- KV documents ---- */
 
+static void docs_write_parts(struct jw *w, const struct docs_intent *in)
+{
+    jw_key(w, "parts");
+    jw_arr_begin(w);
+    for (size_t i = 0; i < in->n_parts; i++) {
+        jw_arr_begin(w);
+        jw_str(w, in->parts[i].partition.ptr, in->parts[i].partition.len);
+        jw_i64(w, in->parts[i].first);
+        jw_i64(w, in->parts[i].last);
+        jw_arr_end(w);
+    }
+    jw_arr_end(w);
+}
+
 int docs_intent_encode(struct buf *out, const struct docs_intent *in,
                        struct err *err)
 {
@@ -674,8 +688,94 @@ int docs_intent_encode(struct buf *out, const struct docs_intent *in,
     jw_slice(&w, "compression", in->compression);
     jw_slice(&w, "layout", in->layout);
     jw_slice(&w, "writer", in->writer);
+    if (in->has_align) {
+        jw_slice(&w, "align", in->align);
+    }
+    if (in->has_prefix) {
+        jw_slice(&w, "prefix", in->prefix);
+    }
+    if (in->has_parts) {
+        docs_write_parts(&w, in);
+    } else if (in->has_parts_key) {
+        jw_slice(&w, "partsKey", in->parts_key);
+        jw_slice(&w, "partsSha256", in->parts_sha256);
+    }
     jw_obj_end(&w);
     return jw_finish(&w, err);
+}
+
+int docs_parts_encode(struct buf *out, const struct docs_intent *in,
+                      struct err *err)
+{
+    struct jw w;
+
+    jw_init(&w, out);
+    jw_obj_begin(&w);
+    jw_key(&w, "k");
+    jw_i64(&w, in->k);
+    docs_write_parts(&w, in);
+    jw_obj_end(&w);
+    return jw_finish(&w, err);
+}
+
+/* One [partition, first, last] of an intent's parts. */
+static int docs_read_part(struct dd *x, int e, struct docs_intent_part *p)
+{
+    int a = json_child(x->d, e);
+    int b = a >= 0 ? json_next(x->d, a) : -1;
+    int c = b >= 0 ? json_next(x->d, b) : -1;
+
+    if (json_type(x->d, e) != JSON_ARRAY || x->d->toks[e].count != 3 ||
+        json_type(x->d, a) != JSON_STRING ||
+        !json_get_i64(x->d, b, &p->first) || !json_get_i64(x->d, c, &p->last) ||
+        p->first > p->last) {
+        return dd_bad(x, "parts");
+    }
+    return dd_copy_str(x, a, &p->partition);
+}
+
+/* The optional fields: a key that is absent leaves has_* false; one that is
+ * there must be well formed. */
+static int docs_read_intent_parts(struct dd *x, int pa, struct docs_intent *in);
+
+static int docs_read_intent_pins(struct dd *x, struct docs_intent *in)
+{
+    int pa = json_obj_get(x->d, 0, "parts");
+
+    in->has_align = json_obj_get(x->d, 0, "align") >= 0;
+    in->has_prefix = json_obj_get(x->d, 0, "prefix") >= 0;
+    in->has_parts_key = json_obj_get(x->d, 0, "partsKey") >= 0;
+    if ((in->has_align && dd_str(x, 0, "align", &in->align) != 0) ||
+        (in->has_prefix && dd_str(x, 0, "prefix", &in->prefix) != 0)) {
+        return x->err->code;
+    }
+    if (in->has_parts_key &&
+        (pa >= 0 || dd_str(x, 0, "partsKey", &in->parts_key) != 0 ||
+         dd_str(x, 0, "partsSha256", &in->parts_sha256) != 0 ||
+         in->parts_sha256.len != 64)) {
+        return dd_bad(x, "partsKey");
+    }
+    return pa < 0 ? 0 : docs_read_intent_parts(x, pa, in);
+}
+
+static int docs_read_intent_parts(struct dd *x, int pa, struct docs_intent *in)
+{
+    struct docs_intent_part *v;
+    size_t i = 0;
+
+    if (json_type(x->d, pa) != JSON_ARRAY) {
+        return dd_bad(x, "parts");
+    }
+    in->has_parts = true;
+    in->n_parts = x->d->toks[pa].count;
+    v = dd_array(x, in->n_parts, sizeof(*v));
+    for (int e = json_child(x->d, pa); e >= 0; e = json_next(x->d, e)) {
+        if (docs_read_part(x, e, &v[i++]) != 0) {
+            return x->err->code;
+        }
+    }
+    in->parts = v;
+    return 0;
 }
 
 int docs_intent_decode(const char *p, size_t n, struct docs_intent *in,
@@ -690,15 +790,43 @@ int docs_intent_decode(const char *p, size_t n, struct docs_intent *in,
     if (dd_open(&x, &d, p, n) != 0) {
         return err->code;
     }
-    rc = dd_reserve(&x, n, 0);
+    int pa = json_obj_get(&d, 0, "parts");
+    size_t np = json_type(&d, pa) == JSON_ARRAY ? d.toks[pa].count : 0;
+    rc = dd_reserve(&x, n, np * sizeof(struct docs_intent_part) + 16);
     if (rc == 0 && (dd_i64(&x, 0, "k", &in->k) != 0 ||
                     dd_i64(&x, 0, "tStart", &in->t_start) != 0 ||
                     dd_i64(&x, 0, "tEnd", &in->t_end) != 0 ||
                     dd_str(&x, 0, "format", &in->format) != 0 ||
                     dd_str(&x, 0, "compression", &in->compression) != 0 ||
                     dd_str(&x, 0, "layout", &in->layout) != 0 ||
-                    dd_str(&x, 0, "writer", &in->writer) != 0)) {
+                    dd_str(&x, 0, "writer", &in->writer) != 0 ||
+                    docs_read_intent_pins(&x, in) != 0)) {
         rc = err->code;
+    }
+    json_doc_free(&d);
+    return rc;
+}
+
+int docs_parts_decode(const char *p, size_t n, struct docs_intent *in,
+                      struct buf *arena, struct err *err)
+{
+    struct json_doc d;
+    struct dd x = {.d = &d, .arena = arena, .what = "intent parts"};
+    int rc;
+
+    x.err = err;
+    if (dd_open(&x, &d, p, n) != 0) {
+        return err->code;
+    }
+    int pa = json_obj_get(&d, 0, "parts");
+    size_t np = json_type(&d, pa) == JSON_ARRAY ? d.toks[pa].count : 0;
+    rc = dd_reserve(&x, n, np * sizeof(struct docs_intent_part) + 16);
+    if (rc == 0 && dd_i64(&x, 0, "k", &in->k) != 0) {
+        rc = err->code;
+    } else if (rc == 0 && json_type(&d, pa) != JSON_ARRAY) {
+        rc = dd_bad(&x, "parts");
+    } else if (rc == 0) {
+        rc = docs_read_intent_parts(&x, pa, in);
     }
     json_doc_free(&d);
     return rc;

@@ -120,6 +120,19 @@ int docs_checkpoint_decode(const void *p, size_t n, struct docs_checkpoint *cp,
 
 /* ---- KV documents (docs/design/formats.md §5) ---------------------------- */
 
+/* The offsets a per-partition object's key names (docs/design/formats.md
+ * §5): the first and last offset of the partition's records in the window
+ * when its intent was written. */
+struct docs_intent_part {
+    struct slice partition;
+    int64_t first;
+    int64_t last;
+};
+
+/* Every input of a window's keys and bytes, so a redo rebuilds the window
+ * its intent names whatever the settings are now. align, prefix and parts
+ * are absent from intents written before they were pinned: has_* false
+ * then means "this sink's current value" (what such a redo always used). */
 struct docs_intent {
     int64_t k;
     int64_t t_start;
@@ -128,6 +141,18 @@ struct docs_intent {
     struct slice compression;
     struct slice layout;
     struct slice writer;
+    bool has_align;
+    struct slice align; /* "hour" | "day" | "none" */
+    bool has_prefix;
+    struct slice prefix;
+    bool has_parts;                       /* per-partition layout only */
+    const struct docs_intent_part *parts; /* sorted as the plan is */
+    size_t n_parts;
+    /* Instead of parts, when they outgrow the KV value: the bucket key of
+     * a parts document (docs_parts_encode) and its SHA-256 (hex). */
+    bool has_parts_key;
+    struct slice parts_key;
+    struct slice parts_sha256;
 };
 
 struct docs_committed {
@@ -150,6 +175,13 @@ int docs_intent_encode(struct buf *out, const struct docs_intent *in,
                        struct err *err);
 int docs_intent_decode(const char *p, size_t n, struct docs_intent *in,
                        struct buf *arena, struct err *err);
+/* The parts document: {"k":K,"parts":[[partition,first,last],...]} with the
+ * parts of in (k and parts only). Decode fills k, has_parts, parts and
+ * n_parts of *in and leaves the rest alone. */
+int docs_parts_encode(struct buf *out, const struct docs_intent *in,
+                      struct err *err);
+int docs_parts_decode(const char *p, size_t n, struct docs_intent *in,
+                      struct buf *arena, struct err *err);
 int docs_committed_encode(struct buf *out, const struct docs_committed *c,
                           struct err *err);
 int docs_committed_decode(const char *p, size_t n, struct docs_committed *c,

@@ -9,13 +9,18 @@
  * every action is answered inside the round that asked for it.
  *
  * Exactly once rests on three rules kept here:
- *   (1) The intent (k, tStart, tEnd) is written through the fence before any
- *       object of window k, so a restart rebuilds the identical window.
+ *   (1) The intent (k, tStart, tEnd, and every input of the keys and bytes:
+ *       format, compression, layout, writer, align, prefix, per-partition
+ *       offsets) is written through the fence before any object of window
+ *       k, so a restart rebuilds the identical window under the same keys
+ *       (pin_redo), whatever the settings became.
  *   (2) The commit pointer moves only through the fence, after the objects
  *       and the manifest landed.
  *   (3) A redo whose manifest matches its intent is committed from the
  *       manifest without a PUT; otherwise it is rebuilt with the same bytes
- *       under the same keys.
+ *       under the same keys. A redo of another writer's intent (other codec
+ *       library versions) never overwrites other bytes under a key
+ *       (redo_keys_free).
  *
  * The closing actions (WriteIntent, Upload, Commit) are emitted once by the
  * engine; the driver keeps a copy of the one in flight and repeats it after
@@ -40,6 +45,7 @@
 #include "base/isotime.h"
 #include "base/json.h"
 #include "base/log.h"
+#include "base/sha256.h"
 #include "base/xalloc.h"
 #include "parquet/parquet.h"
 #include "s3/client.h"
@@ -122,6 +128,18 @@ struct driver {
     struct docs_intent redo_intent; /* slices into redo_arena */
     char redo_comp[32];             /* the redo's compression, as a string */
     struct buf redo_arena;
+    /* A redo runs with its intent's settings from the restore until it
+     * commits (pin_redo, unpin_redo); the configured ones are kept here. */
+    bool is_pinned;
+    bool is_pin_done;       /* the redo's parts loaded and pin_redo ran */
+    struct buf parts_arena; /* the redo's parts when read from the bucket */
+    struct driver_config unpinned;
+    char redo_prefix[512];
+    /* Lost ranges the redo's pinned offsets reveal that the engine did not
+     * find (it knew no position below them): they join the window's. */
+    struct engine_lost_range *pin_lost;
+    size_t n_pin_lost;
+    bool is_pin_lost_counted;
     enum driver_stop stop;
     char why[256];
     bool is_stop_logged;
@@ -152,6 +170,7 @@ struct driver {
 };
 
 static const char *bg_state_name(const struct driver *d);
+static void pin_redo(struct driver *d);
 
 /* ---- small helpers --------------------------------------------------- */
 
@@ -376,6 +395,7 @@ struct driver *driver_new(const struct driver_config *cfg,
     buf_free(&k);
     buf_init(&d->pend.manifest_key, DRIVER_KEY_MAX);
     buf_init(&d->redo_arena, BUF_UNLIMITED);
+    buf_init(&d->parts_arena, BUF_UNLIMITED);
     pthread_mutex_init(&d->mu, NULL);
     upload_init(&d->up, &d->cfg, &d->lq, d->e, d->s3);
     d->up.may_send = lease_may_send; /* lease.h (4), on the uploader too */
@@ -394,7 +414,9 @@ void driver_free(struct driver *d)
     engine_free(d->e);
     buf_free(&d->pend.manifest_key);
     buf_free(&d->redo_arena);
+    buf_free(&d->parts_arena);
     free(d->lost);
+    free(d->pin_lost);
     pthread_mutex_destroy(&d->mu);
     free(d);
 }
@@ -926,6 +948,63 @@ static int restore_engine(struct driver *d, struct restore_docs *r,
     return rc;
 }
 
+/* The redo's per-partition offsets when its intent keeps them in the bucket
+ * (partsKey): GET, check the digest, decode. 0, also when they are absent
+ * or do not match (logged: the redo keys its objects from the records, as
+ * for an intent without offsets); or the GET's error, to retry. */
+static int load_parts(struct driver *d, struct err *err)
+{
+    struct docs_intent *in = &d->redo_intent;
+    struct s3_object_info info;
+    struct s3_status st;
+    struct buf body;
+    struct docs_intent got;
+    struct err e2;
+    const char *why = NULL;
+    int rc;
+
+    if (!in->has_parts_key) {
+        return 0;
+    }
+    buf_init(&body, DOCS_CHECKPOINT_MAX_DECODED);
+    rc = s3_client_get(d->s3, in->parts_key.ptr, &body, &info, &st, err);
+    if (rc != 0) {
+        err_wrap(err, "GET %s", in->parts_key.ptr);
+        buf_free(&body);
+        return rc;
+    }
+    uint8_t h[32];
+    char hex[65] = "";
+    if (info.found) {
+        sha256(body.data, body.len, h);
+        hex_lower(h, sizeof(h), hex);
+    }
+    memset(&got, 0, sizeof(got));
+    buf_reset(&d->parts_arena);
+    if (!info.found) {
+        why = "absent";
+    } else if (!same_slice(cstr(hex), in->parts_sha256)) {
+        why = "its sha256 differs from the intent's";
+    } else if (docs_parts_decode(body.data, body.len, &got, &d->parts_arena,
+                                 &e2) != 0 ||
+               got.k != in->k) {
+        why = "undecodable or of another window";
+    }
+    if (why != NULL) {
+        log_error("sink",
+                  "the redo's per-partition offsets are unreadable; its "
+                  "objects are keyed from the records queue=%s k=%" PRId64
+                  " key=%s error=%s",
+                  d->cfg.queue, in->k, in->parts_key.ptr, why);
+    } else {
+        in->has_parts = true;
+        in->parts = got.parts;
+        in->n_parts = got.n_parts;
+    }
+    buf_free(&body);
+    return 0;
+}
+
 /* Restore once, then check the redo's manifest. 0 when done; otherwise the
  * error (the caller retries the part that is left). */
 static int start(struct driver *d, struct err *err)
@@ -965,6 +1044,14 @@ static int start(struct driver *d, struct err *err)
         if (rc != 0) {
             return rc;
         }
+    }
+    if (d->is_redo && !d->is_pin_done) {
+        rc = load_parts(d, err);
+        if (rc != 0) {
+            return rc;
+        }
+        pin_redo(d);
+        d->is_pin_done = true;
     }
     if (d->is_redo) {
         bool taken = false;
@@ -1399,24 +1486,141 @@ static int manifest_floor_fits(const struct driver *d,
                       manifest_max(d), "what the sink can read back");
 }
 
+/* Per-partition: the first and last offset of each partition's records in
+ * plan p, the offsets its object's key names (upload.c object_open). Returns
+ * how many; *out is owned, its names point into the engine's plan. */
+static size_t plan_parts(struct driver *d, const struct engine_plan *p,
+                         struct docs_intent_part **out)
+{
+    struct engine_plan_cursor c = {0, 0, 0};
+    struct sink_record *v = xmalloc(1024 * sizeof(*v));
+    struct docs_intent_part *parts = NULL;
+    size_t n = 0;
+    size_t cap = 0;
+    size_t got;
+
+    while (p != NULL && (got = engine_plan_read(d->e, &c, v, 1024)) > 0) {
+        for (size_t i = 0; i < got; i++) {
+            if (n > 0 && same_slice(parts[n - 1].partition, v[i].partition)) {
+                parts[n - 1].last = v[i].offset;
+                continue;
+            }
+            if (n == cap) {
+                cap = cap < 16 ? 16 : cap * 2;
+                parts = xrealloc(parts, cap * sizeof(*parts));
+            }
+            parts[n++] = (struct docs_intent_part){v[i].partition, v[i].offset,
+                                                   v[i].offset};
+        }
+    }
+    free(v);
+    *out = parts;
+    return n;
+}
+
+static int put_object(struct driver *d, const char *key, const struct buf *b,
+                      const char *sha256_hex, const char *content_type,
+                      int64_t now);
+
+/* Window in.k's per-partition offsets as a bucket object (formats.md §5),
+ * keyed by their digest: key and sha get them. 0; 1 retry later; -1
+ * stopped. */
+static int put_parts(struct driver *d, const struct docs_intent *in,
+                     struct buf *key, char sha[65], int64_t now)
+{
+    struct buf body;
+    struct err err;
+    uint8_t h[32];
+    int rc;
+
+    buf_init(&body, BUF_UNLIMITED);
+    rc = docs_parts_encode(&body, in, &err);
+    if (rc == 0) {
+        sha256(body.data, body.len, h);
+        hex_lower(h, sizeof(h), sha);
+        rc = layout_parts_key(key, &d->lq, in->k, sha, &err);
+    }
+    if (rc != 0) {
+        stop(d, DRIVER_FAILED, err.msg);
+        buf_free(&body);
+        return -1;
+    }
+    rc = put_object(d, key->data, &body, sha, "application/json", now);
+    buf_free(&body);
+    return rc;
+}
+
 static int do_intent(struct driver *d, int64_t now)
 {
     const struct engine_intent_action *a = &d->pend.intent;
-    struct docs_intent in = {a->k,           a->t_start, a->t_end, a->format,
-                             a->compression, a->layout,  a->writer};
+    struct docs_intent in;
+    struct docs_intent_part *parts = NULL;
     struct buf doc;
+    struct buf key;
+    char sha[65] = "";
     struct err err;
+    int rc;
 
-    buf_init(&doc, BUF_UNLIMITED);
-    if (manifest_floor_fits(d, a->plan, &err) != 0 ||
-        docs_intent_encode(&doc, &in, &err) != 0 ||
-        kv_doc_fits(a->k, "its intent takes", &doc, &err) != 0) {
+    if (manifest_floor_fits(d, a->plan, &err) != 0) {
+        fail_doc(d, &err);
+        return -1;
+    }
+    buf_init(&key, DRIVER_KEY_MAX);
+
+    memset(&in, 0, sizeof(in));
+    in.k = a->k;
+    in.t_start = a->t_start;
+    in.t_end = a->t_end;
+    in.format = a->format;
+    in.compression = a->compression;
+    in.layout = a->layout;
+    in.writer = a->writer;
+    in.has_align = true;
+    in.align = cstr(layout_align_name((enum layout_align)d->cfg.align));
+    in.has_prefix = true;
+    in.prefix = cstr(d->cfg.prefix);
+    if (same_slice(a->layout, cstr("per-partition"))) {
+        in.has_parts = true;
+        in.n_parts = plan_parts(d, a->plan, &parts);
+        in.parts = parts;
+    }
+    buf_init(&doc, d->cfg.intent_max_bytes > 0 &&
+                           d->cfg.intent_max_bytes < KV_VALUE_MAX
+                       ? d->cfg.intent_max_bytes
+                       : KV_VALUE_MAX);
+    rc = docs_intent_encode(&doc, &in, &err);
+    if (rc == ERR_TOO_BIG && in.has_parts) {
+        /* The offsets go to the bucket first, the intent names them. */
+        rc = put_parts(d, &in, &key, sha, now);
+        if (rc != 0) {
+            free(parts);
+            buf_free(&key);
+            buf_free(&doc);
+            return rc;
+        }
+        in.has_parts = false;
+        in.has_parts_key = true;
+        in.parts_key = buf_slice(&key);
+        in.parts_sha256 = cstr(sha);
+        buf_free(&doc);
+        buf_init(&doc, KV_VALUE_MAX);
+        rc = docs_intent_encode(&doc, &in, &err);
+    }
+    free(parts);
+    buf_free(&key);
+    if (rc == ERR_TOO_BIG) { /* with the offsets in the bucket: not reached */
+        snprintf(err.msg, sizeof(err.msg),
+                 "window k=%" PRId64 ": the intent is over the KV value "
+                 "limit (%d bytes)",
+                 a->k, KV_VALUE_MAX);
+    }
+    if (rc != 0) {
         fail_doc(d, &err);
         buf_free(&doc);
         return -1;
     }
-    int rc = fenced_put(d, "intent", d->intent_key, &d->intent_version,
-                        buf_slice(&doc), now);
+    rc = fenced_put(d, "intent", d->intent_key, &d->intent_version,
+                    buf_slice(&doc), now);
     buf_free(&doc);
     if (rc != 0) {
         return rc;
@@ -1478,7 +1682,7 @@ static int manifest_encode(struct driver *d, const struct engine_plan *p,
                            struct upload_doc *out, struct err *err)
 {
     struct docs_object *v = xcalloc(n + 1, sizeof(*v));
-    struct docs_lost *l = xcalloc(p->n_lost + 1, sizeof(*l));
+    struct docs_lost *l = xcalloc(p->n_lost + d->n_pin_lost + 1, sizeof(*l));
     struct docs_manifest m;
     int rc;
 
@@ -1494,6 +1698,10 @@ static int manifest_encode(struct driver *d, const struct engine_plan *p,
     for (size_t i = 0; i < p->n_lost; i++) {
         l[i] = (struct docs_lost){p->lost[i].partition, p->lost[i].from,
                                   p->lost[i].to};
+    }
+    for (size_t i = 0; i < d->n_pin_lost; i++) {
+        const struct engine_lost_range *x = &d->pin_lost[i];
+        l[p->n_lost + i] = (struct docs_lost){x->partition, x->from, x->to};
     }
     const char *comp = "";
     const char *writer = "";
@@ -1515,7 +1723,7 @@ static int manifest_encode(struct driver *d, const struct engine_plan *p,
     m.min_ts = p->min_ts;
     m.max_ts = p->max_ts;
     m.lost = l;
-    m.n_lost = p->n_lost;
+    m.n_lost = p->n_lost + d->n_pin_lost;
     m.writer = cstr(writer);
     m.committed_at_ms = d->wall_ms;
     struct docs_position *pos = xcalloc(p->n_positions + 1, sizeof(*pos));
@@ -1545,34 +1753,182 @@ static int manifest_encode(struct driver *d, const struct engine_plan *p,
 static void keep_lost(struct driver *d, const struct engine_plan *p)
 {
     free(d->lost);
-    d->lost = xcalloc(p->n_lost + 1, sizeof(*d->lost));
-    d->n_lost = p->n_lost;
-    for (size_t i = 0; i < p->n_lost; i++) {
+    d->lost = xcalloc(p->n_lost + d->n_pin_lost + 1, sizeof(*d->lost));
+    d->n_lost = p->n_lost + d->n_pin_lost;
+    for (size_t i = 0; i < d->n_lost; i++) {
+        const struct engine_lost_range *x =
+            i < p->n_lost ? &p->lost[i] : &d->pin_lost[i - p->n_lost];
         snprintf(d->lost[i].partition, sizeof(d->lost[i].partition), "%.*s",
-                 (int)p->lost[i].partition.len, p->lost[i].partition.ptr);
-        d->lost[i].from = p->lost[i].from;
-        d->lost[i].to = p->lost[i].to;
+                 (int)x->partition.len, x->partition.ptr);
+        d->lost[i].from = x->from;
+        d->lost[i].to = x->to;
     }
 }
 
-/* A redo is rebuilt with the settings its intent names (same bytes, same
- * keys), also when this sink's settings changed since. Overrides d->cfg;
- * the caller restores it. */
-static void use_intent_settings(struct driver *d)
+static void add_pin_lost(struct driver *d, size_t *cap, struct slice part,
+                         int64_t from, int64_t to)
+{
+    if (d->n_pin_lost == *cap) {
+        *cap = *cap < 8 ? 8 : *cap * 2;
+        d->pin_lost = xrealloc(d->pin_lost, *cap * sizeof(*d->pin_lost));
+    }
+    d->pin_lost[d->n_pin_lost++] = (struct engine_lost_range){part, from, to};
+}
+
+/* The first offset from cur on that no lost range of p in partition part
+ * covers. */
+static int64_t past_covered(const struct engine_plan *p, struct slice part,
+                            int64_t cur)
+{
+    bool moved = true;
+
+    while (moved) {
+        moved = false;
+        for (size_t i = 0; i < p->n_lost; i++) {
+            const struct engine_lost_range *y = &p->lost[i];
+            if (same_slice(y->partition, part) && y->from <= cur &&
+                cur <= y->to) {
+                cur = y->to + 1;
+                moved = true;
+            }
+        }
+    }
+    return cur;
+}
+
+/* The start of the first lost range of p in partition part above cur, or
+ * limit. */
+static int64_t next_covered(const struct engine_plan *p, struct slice part,
+                            int64_t cur, int64_t limit)
+{
+    for (size_t i = 0; i < p->n_lost; i++) {
+        const struct engine_lost_range *y = &p->lost[i];
+        if (same_slice(y->partition, part) && y->from > cur &&
+            y->from < limit) {
+            limit = y->from;
+        }
+    }
+    return limit;
+}
+
+/* The redo's build found offsets its intent pinned gone (upload.h
+ * pin_gaps): what of them the plan's lost ranges do not name already is
+ * lost too (the engine knew no position below them, e.g. before the first
+ * checkpoint), logged and counted once, and goes into the window's
+ * manifest. */
+static void note_pin_gaps(struct driver *d, const struct engine_plan *p)
+{
+    size_t cap = 0;
+
+    d->n_pin_lost = 0;
+    for (size_t g = 0; g < d->up.n_pin_gaps; g++) {
+        const struct engine_lost_range *x = &d->up.pin_gaps[g];
+        int64_t cur = past_covered(p, x->partition, x->from);
+        while (cur <= x->to) {
+            int64_t next = next_covered(p, x->partition, cur, x->to + 1);
+            add_pin_lost(d, &cap, x->partition, cur, next - 1);
+            cur = past_covered(p, x->partition, next);
+        }
+    }
+    for (size_t i = 0; !d->is_pin_lost_counted && i < d->n_pin_lost; i++) {
+        const struct engine_lost_range *v = &d->pin_lost[i];
+        d->ctr.records_lost += (uint64_t)(v->to - v->from + 1);
+        log_warn("sink",
+                 "records of a redo's window went away before it read them "
+                 "again queue=%s k=%" PRId64 " partition=%.*s from=%" PRId64
+                 " to=%" PRId64,
+                 d->cfg.queue, p->k, (int)v->partition.len, v->partition.ptr,
+                 v->from, v->to);
+    }
+    d->is_pin_lost_counted = true;
+}
+
+/* A prefix as the config leaves it (config.c parse_prefix): non-empty, no
+ * outer slash, no empty or relative segment. */
+static bool prefix_ok(struct slice p, size_t cap)
+{
+    if (p.len == 0 || p.len >= cap || memchr(p.ptr, '\0', p.len) != NULL) {
+        return false;
+    }
+    for (size_t i = 0; i <= p.len;) {
+        const char *seg = p.ptr + i;
+        const char *slash = memchr(seg, '/', p.len - i);
+        size_t len = slash != NULL ? (size_t)(slash - seg) : p.len - i;
+        if (len == 0 || (len == 1 && seg[0] == '.') ||
+            (len == 2 && seg[0] == '.' && seg[1] == '.')) {
+            return false;
+        }
+        i += len + 1;
+    }
+    return true;
+}
+
+/* The intent's parts in strict partition order (as a plan writes them),
+ * which the redo's build relies on (upload.h pins). */
+static bool parts_sorted(const struct docs_intent *in)
+{
+    for (size_t i = 1; i < in->n_parts; i++) {
+        struct slice a = in->parts[i - 1].partition;
+        struct slice b = in->parts[i].partition;
+        size_t n = a.len < b.len ? a.len : b.len;
+        int c = n == 0 ? 0 : memcmp(a.ptr, b.ptr, n);
+        if (c > 0 || (c == 0 && a.len >= b.len)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Append " NAME intent (now current)" to the list of what differs. */
+static void note_pin(char *out, size_t cap, const char *name,
+                     const char *intent, const char *now)
+{
+    size_t n = strlen(out);
+
+    if (strcmp(intent, now) != 0 && n < cap) {
+        snprintf(out + n, cap - n, "%s%s=%s (now %s)", n > 0 ? " " : "", name,
+                 intent, now);
+    }
+}
+
+/* A redo rebuilds the window its intent names with the intent's settings
+ * (same keys, same bytes), also when this sink's settings changed since:
+ * format, compression, layout, align, prefix, and per-partition the offsets
+ * each object's key names. One line names what differs; the configured
+ * settings come back when the redo commits (unpin_redo), so they take effect
+ * from the next window. A field an older intent lacks keeps this sink's
+ * value; an intent this sink cannot read keeps them all (logged). */
+static void pin_redo(struct driver *d)
 {
     const struct docs_intent *in = &d->redo_intent;
     struct driver_config c = d->cfg;
     const char *comp = "";
     const char *writer = "";
     const char *ext = "";
+    char align[8];
+    char diff[1024] = "";
+    enum layout_align al = (enum layout_align)d->cfg.align;
     struct err err;
 
+    align[0] = '\0';
+    if (in->has_align && in->align.len < sizeof(align)) {
+        memcpy(align, in->align.ptr, in->align.len);
+        align[in->align.len] = '\0';
+    }
     if (in->compression.len >= sizeof(d->redo_comp) ||
         (!same_slice(in->format, cstr("jsonl")) &&
          !same_slice(in->format, cstr("parquet"))) ||
         (!same_slice(in->layout, cstr("merged")) &&
-         !same_slice(in->layout, cstr("per-partition")))) {
-        return; /* not ours to read: keep this sink's settings */
+         !same_slice(in->layout, cstr("per-partition"))) ||
+        (in->has_align && !layout_align_parse(align, &al)) ||
+        (in->has_prefix && !prefix_ok(in->prefix, sizeof(d->redo_prefix))) ||
+        !parts_sorted(in)) {
+        log_warn("sink",
+                 "the redo's intent names settings this sink cannot read; "
+                 "rebuilding window k=%" PRId64 " with the current ones "
+                 "queue=%s",
+                 in->k, d->cfg.queue);
+        return;
     }
     memcpy(d->redo_comp, in->compression.ptr, in->compression.len);
     d->redo_comp[in->compression.len] = '\0';
@@ -1580,17 +1936,64 @@ static void use_intent_settings(struct driver *d)
                                                        : DRIVER_FORMAT_JSONL;
     c.compression = d->redo_comp;
     c.per_partition = same_slice(in->layout, cstr("per-partition"));
+    c.align = (int)al;
+    if (in->has_prefix) {
+        memcpy(d->redo_prefix, in->prefix.ptr, in->prefix.len);
+        d->redo_prefix[in->prefix.len] = '\0';
+        c.prefix = d->redo_prefix;
+    }
     if (upload_codec_strings(&c, &comp, &writer, &ext, &err) != 0) {
+        log_warn("sink",
+                 "the redo's intent names settings this sink cannot read; "
+                 "rebuilding window k=%" PRId64 " with the current ones "
+                 "queue=%s error=%s",
+                 in->k, d->cfg.queue, err.msg);
         return;
     }
-    if (c.format != d->cfg.format || c.per_partition != d->cfg.per_partition ||
-        strcmp(c.compression, d->cfg.compression) != 0) {
+    note_pin(diff, sizeof(diff), "format", format_name(&c),
+             format_name(&d->cfg));
+    note_pin(diff, sizeof(diff), "compression", c.compression,
+             d->cfg.compression);
+    note_pin(diff, sizeof(diff), "layout",
+             c.per_partition ? "per-partition" : "merged",
+             d->cfg.per_partition ? "per-partition" : "merged");
+    note_pin(diff, sizeof(diff), "align", layout_align_name(al),
+             layout_align_name((enum layout_align)d->cfg.align));
+    note_pin(diff, sizeof(diff), "prefix", c.prefix, d->cfg.prefix);
+    if (diff[0] != '\0') {
         log_warn("sink",
                  "the redo's intent names other settings; rebuilding window "
-                 "k=%" PRId64 " with them queue=%s format=%s compression=%s",
-                 in->k, d->cfg.queue, format_name(&c), d->redo_comp);
+                 "k=%" PRId64 " with the intent's, the current ones apply "
+                 "from the next window queue=%s %s",
+                 in->k, d->cfg.queue, diff);
     }
+    d->unpinned = d->cfg;
     d->cfg = c;
+    d->lq.prefix = d->cfg.prefix;
+    if (in->has_parts && c.per_partition) {
+        d->up.pins = in->parts;
+        d->up.n_pins = in->n_parts;
+    }
+    d->is_pinned = true;
+}
+
+/* The redo committed: the configured settings apply from the next window. */
+static void unpin_redo(struct driver *d)
+{
+    if (!d->is_pinned) {
+        return;
+    }
+    d->cfg.format = d->unpinned.format;
+    d->cfg.compression = d->unpinned.compression;
+    d->cfg.per_partition = d->unpinned.per_partition;
+    d->cfg.align = d->unpinned.align;
+    d->cfg.prefix = d->unpinned.prefix;
+    d->lq.prefix = d->cfg.prefix;
+    d->up.pins = NULL;
+    d->up.n_pins = 0;
+    d->n_pin_lost = 0;
+    d->is_pin_lost_counted = false;
+    d->is_pinned = false;
 }
 
 /* ---- uploads (the objects and the thread are upload.c) ----------------- */
@@ -1635,7 +2038,6 @@ static int upload_objects(struct driver *d, int64_t now);
 
 static int do_upload(struct driver *d, int64_t now)
 {
-    struct driver_config saved = d->cfg;
     struct err err;
 
     if (d->is_redo && d->pend.plan->k == d->redo_intent.k) {
@@ -1649,11 +2051,90 @@ static int do_upload(struct driver *d, int64_t now)
             d->pend.kind = PENDING_NONE;
             return 0;
         }
-        use_intent_settings(d);
     }
-    int rc = upload_objects(d, now);
-    d->cfg = saved;
-    return rc;
+    return upload_objects(d, now);
+}
+
+/* Whether object o, as this node built it, may go up under its key for the
+ * redo of an intent that names another writer (other library versions,
+ * docs/design/formats.md §8): only when no object is there yet, or the one
+ * there holds these very bytes. A redo never overwrites different bytes
+ * under a key. 0 go on; 1 retry later (the read failed); -1 stopped. */
+static int redo_key_free(struct driver *d, const struct upload_object *o,
+                         int64_t now)
+{
+    struct s3_object_info info;
+    struct s3_status st;
+    struct err err;
+    struct buf body;
+    char why[512];
+    bool same = false;
+    int rc;
+
+    memset(&info, 0, sizeof(info));
+    memset(&st, 0, sizeof(st));
+    rc = s3_client_head(d->s3, o->key.data, &info, &st, &err);
+    if (rc == 0 && info.found && info.size == o->body.len) {
+        buf_init(&body, o->body.len + 1);
+        rc = s3_client_get(d->s3, o->key.data, &body, &info, &st, &err);
+        if (rc == 0 && info.found) {
+            uint8_t h[32];
+            char hex[65];
+            sha256(body.data, body.len, h);
+            hex_lower(h, sizeof(h), hex);
+            same = strcmp(hex, o->sha256) == 0;
+        }
+        buf_free(&body);
+    }
+    if (rc != 0) {
+        fail_sampled(d, SAMPLE_PUT, "HEAD/GET %s: %s", o->key.data, err.msg);
+        retry_later(d, now, st.retry_after_ms);
+        return 1;
+    }
+    if (!info.found || same) {
+        return 0;
+    }
+    snprintf(why, sizeof(why),
+             "window k=%" PRId64 " of writer \"%.*s\": this node's bytes "
+             "differ from the object under %s; finish the window with that "
+             "writer's libraries",
+             d->redo_intent.k, (int)d->redo_intent.writer.len,
+             d->redo_intent.writer.ptr, o->key.data);
+    log_error("sink", "a redo never overwrites different bytes queue=%s %s",
+              d->cfg.queue, why);
+    stop(d, DRIVER_FAILED, why);
+    set_error(d, "%s", why);
+    return -1;
+}
+
+/* The redo of an intent another writer wrote (its manifest is not there):
+ * every key must be free for this node's bytes (redo_key_free). */
+static int redo_keys_free(struct driver *d, const struct engine_plan *p,
+                          const struct upload_object *o, size_t n, int64_t now)
+{
+    const char *comp = "";
+    const char *writer = "";
+    const char *ext = "";
+    struct err err;
+
+    if (!d->is_redo || p->k != d->redo_intent.k ||
+        upload_codec_strings(&d->cfg, &comp, &writer, &ext, &err) != 0 ||
+        same_slice(d->redo_intent.writer, cstr(writer))) {
+        return 0;
+    }
+    log_warn("sink",
+             "the redo's intent names another writer; its keys take this "
+             "node's bytes only where they are free queue=%s k=%" PRId64
+             " intent_writer=\"%.*s\" writer=\"%s\"",
+             d->cfg.queue, p->k, (int)d->redo_intent.writer.len,
+             d->redo_intent.writer.ptr, writer);
+    for (size_t i = 0; i < n; i++) {
+        int rc = redo_key_free(d, &o[i], now);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    return 0;
 }
 
 static int upload_objects(struct driver *d, int64_t now)
@@ -1675,6 +2156,14 @@ static int upload_objects(struct driver *d, int64_t now)
         set_error(d, "%s", err.msg);
         upload_free_objects(&d->up, o, n);
         return -1;
+    }
+    if (d->is_pinned) {
+        note_pin_gaps(d, p);
+    }
+    rc = redo_keys_free(d, p, o, n, now);
+    if (rc != 0) {
+        upload_free_objects(&d->up, o, n);
+        return rc;
     }
     if (d->cfg.overlap_upload) {
         return bg_begin(d, p, o, n, ctype);
@@ -1800,6 +2289,7 @@ static int commit_write(struct driver *d, const struct engine_commit *c,
     } else {
         d->ctr.bytes_jsonl += c->bytes;
     }
+    unpin_redo(d);
     d->last_records = c->records;
     d->last_bytes = c->bytes;
     d->last_t_end = c->t_end;
@@ -2013,7 +2503,7 @@ static void take_closing(struct driver *d, const struct engine_action *a)
  * window's bytes depend on its records alone. So they are built meanwhile, once
  * per window; a build that failed is left for upload_objects to repeat and
  * report. Not for a redo, whose settings are its intent's
- * (use_intent_settings), nor under memory pressure (engine_is_tight), where one
+ * (pin_redo), nor under memory pressure (engine_is_tight), where one
  * object at a time is all. */
 static void prebuild(struct driver *d)
 {

@@ -117,6 +117,10 @@ struct driver_config {
     enum driver_crash crash_at;
     bool crash_returns; /* unit tests: stop Crashed instead of abort() */
     int kv_timeout_ms;  /* 0 = KV_CALL_TIMEOUT_MS */
+    /* The largest intent that keeps its per-partition offsets in KV; past
+     * it they go to the bucket (docs/design/formats.md §5). 0 =
+     * KV_VALUE_MAX; unit tests lower it. */
+    size_t intent_max_bytes;
     /* Put a window's objects and manifest up on an uploader thread while
      * the engine reads the next window; the commit pointer still moves only
      * after they landed, and nothing else is written before it (the order

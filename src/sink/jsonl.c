@@ -18,6 +18,7 @@
  *        9    1 OS 255 (unknown) */
 #include "sink/jsonl.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,10 +99,25 @@ const char *jsonl_extension(enum jsonl_codec c)
                              : "jsonl";
 }
 
+static char writer_zstd[96];
+static char writer_gzip[96];
+static pthread_once_t writer_once = PTHREAD_ONCE_INIT;
+
+/* The versions are those of the libraries this process runs with, asked
+ * once: the bytes are theirs. */
+static void writer_strings_init(void)
+{
+    snprintf(writer_zstd, sizeof(writer_zstd),
+             "queen-s3/2.0.0 jsonl+zstd libzstd/%s", ZSTD_versionString());
+    snprintf(writer_gzip, sizeof(writer_gzip),
+             "queen-s3/2.0.0 jsonl+gzip zlib/%s", zlibVersion());
+}
+
 const char *jsonl_writer_string(enum jsonl_codec c)
 {
-    return c == JSONL_ZSTD   ? "queen-s3/2.0.0 jsonl+zstd"
-           : c == JSONL_GZIP ? "queen-s3/2.0.0 jsonl+gzip"
+    pthread_once(&writer_once, writer_strings_init);
+    return c == JSONL_ZSTD   ? writer_zstd
+           : c == JSONL_GZIP ? writer_gzip
                              : "queen-s3/2.0.0 jsonl";
 }
 

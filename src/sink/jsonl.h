@@ -39,7 +39,9 @@ int jsonl_codec_parse(const char *name, enum jsonl_codec *out, struct err *err);
 const char *jsonl_codec_name(enum jsonl_codec c);
 /* "jsonl.zst", "jsonl.gz", "jsonl". */
 const char *jsonl_extension(enum jsonl_codec c);
-/* "queen-s3/2.0.0 jsonl+zstd", "... jsonl+gzip", "... jsonl". */
+/* "queen-s3/2.0.0 jsonl+zstd libzstd/<v>", "... jsonl+gzip zlib/<v>", "...
+ * jsonl": the codec library's version as this process runs it, because its
+ * bytes may differ from another version's (docs/design/formats.md §8). */
 const char *jsonl_writer_string(enum jsonl_codec c);
 
 struct jsonl_writer;

@@ -186,6 +186,15 @@ int layout_manifest_key(struct buf *out, const struct layout_queue *q,
     return layout_sidecar(out, q, "windows", &k, ".json", err);
 }
 
+int layout_parts_key(struct buf *out, const struct layout_queue *q, int64_t k,
+                     const char *sha256_hex, struct err *err)
+{
+    char suffix[32];
+
+    snprintf(suffix, sizeof(suffix), "-%.16s.json", sha256_hex);
+    return layout_sidecar(out, q, "intents", &k, suffix, err);
+}
+
 int layout_checkpoint_key(struct buf *out, const struct layout_queue *q,
                           int64_t k, struct err *err)
 {

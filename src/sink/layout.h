@@ -12,6 +12,7 @@
  * part>-<first:12>-<last:12>.<ext> sidecar root:
  * <prefix>/_queen/tenant=<esc>/queue=<esc> manifest: <root>/windows/<k:10>.json
  *   checkpoint:   <root>/checkpoint/<k:10>.json.zst
+ *   intent parts: <root>/intents/<k:10>-<sha16>.json
  * dt and hour come from bucket_ts (layout_bucket_ts): align hour writes both,
  * day only dt, none both. Numbers are zero-padded to their width and clamp
  * negatives to 0 (so MIN pads to 0000000000000000 and its dt/hour is
@@ -98,6 +99,12 @@ int layout_manifest_key(struct buf *out, const struct layout_queue *q,
                         int64_t k, struct err *err);
 int layout_checkpoint_key(struct buf *out, const struct layout_queue *q,
                           int64_t k, struct err *err);
+/* <root>/intents/<k:10>-<first 16 hex of sha256_hex>.json: the per-partition
+ * offsets of window k's intent when they outgrow the KV value
+ * (docs/design/formats.md §5); named by their digest, so two writers of one
+ * k never overwrite each other's. */
+int layout_parts_key(struct buf *out, const struct layout_queue *q, int64_t k,
+                     const char *sha256_hex, struct err *err);
 /* "<root>/checkpoint/": the LIST prefix for checkpoints. */
 int layout_checkpoint_prefix(struct buf *out, const struct layout_queue *q,
                              struct err *err);

@@ -44,6 +44,8 @@ void upload_free(struct upload *u)
     buf_free(&u->spare_body);
     jsonl_cctx_free(u->zc);
     u->zc = NULL;
+    free(u->pin_gaps);
+    u->pin_gaps = NULL;
 }
 
 bool upload_s3_retriable(const struct s3_status *st, int rc)
@@ -169,6 +171,67 @@ static int body_close(struct body *b, int rc, struct buf *out, struct err *err)
     return rc;
 }
 
+/* Partition name order (plan order): bytes, then length. */
+static int name_cmp(struct slice a, struct slice b)
+{
+    size_t n = a.len < b.len ? a.len : b.len;
+    int c = n == 0 ? 0 : memcmp(a.ptr, b.ptr, n);
+
+    return c != 0 ? c : a.len == b.len ? 0 : a.len < b.len ? -1 : 1;
+}
+
+static const struct docs_intent_part *find_pin(const struct upload *u,
+                                               struct slice partition)
+{
+    size_t lo = 0;
+    size_t hi = u->n_pins;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = name_cmp(u->pins[mid].partition, partition);
+        if (c == 0) {
+            return &u->pins[mid];
+        }
+        if (c < 0) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return NULL;
+}
+
+static void add_gap(struct upload *u, struct slice partition, int64_t from,
+                    int64_t to)
+{
+    if (u->n_pin_gaps == u->cap_pin_gaps) {
+        u->cap_pin_gaps = u->cap_pin_gaps < 8 ? 8 : u->cap_pin_gaps * 2;
+        u->pin_gaps =
+            xrealloc(u->pin_gaps, u->cap_pin_gaps * sizeof(*u->pin_gaps));
+    }
+    u->pin_gaps[u->n_pin_gaps++] =
+        (struct engine_lost_range){partition, from, to};
+}
+
+/* The offsets pin names that object x (its records as read now) lacks: the
+ * records a trim took between the first attempt and the redo. A window's
+ * records of one partition are consecutive offsets, so what is gone is a
+ * head and a tail, or everything when x holds no record. */
+static void pin_gaps(struct upload *u, const struct docs_intent_part *pin,
+                     const struct upload_object *x)
+{
+    if (x->records == 0) {
+        add_gap(u, pin->partition, pin->first, pin->last);
+        return;
+    }
+    if (x->first > pin->first) {
+        add_gap(u, pin->partition, pin->first, x->first - 1);
+    }
+    if (x->last < pin->last) {
+        add_gap(u, pin->partition, x->last + 1, pin->last);
+    }
+}
+
 /* The body of x is complete: finish it, name it, hash it. */
 static int object_close(struct upload *u, struct upload_object *x,
                         struct body *b, int rc, const struct layout_window *w,
@@ -176,6 +239,13 @@ static int object_close(struct upload *u, struct upload_object *x,
 {
     rc = body_close(b, rc, &x->body, err);
     if (rc == 0 && x->has_partition) {
+        const struct docs_intent_part *pin =
+            u->pins != NULL ? find_pin(u, x->partition) : NULL;
+        if (pin != NULL) { /* a redo: the key its first attempt wrote */
+            pin_gaps(u, pin, x);
+            x->first = pin->first;
+            x->last = pin->last;
+        }
         int64_t fl[2] = {x->first, x->last};
         rc = layout_part_key(&x->key, u->lq, w, x->partition, fl, err);
     } else if (rc == 0) {
@@ -209,6 +279,46 @@ static struct upload_object *object_open(struct upload *u,
     return x;
 }
 
+static int object_cmp(const void *a, const void *b)
+{
+    const struct upload_object *x = a;
+    const struct upload_object *y = b;
+
+    return name_cmp(x->partition, y->partition);
+}
+
+/* A redo with pinned offsets (object_close keyed the objects with them):
+ * an object of no record for each partition of the intent that has no
+ * record left, and the objects back in partition order. */
+static int apply_pins(struct upload *u, struct upload_object **o, size_t *n,
+                      size_t *cap, const struct layout_window *w,
+                      struct err *err)
+{
+    size_t had = *n;
+    size_t j = 0;
+    int rc = 0;
+
+    for (size_t i = 0; rc == 0 && i < u->n_pins; i++) {
+        const struct docs_intent_part *p = &u->pins[i];
+        while (j < had && name_cmp((*o)[j].partition, p->partition) < 0) {
+            j++; /* both in partition order: one walk */
+        }
+        if (j < had && name_cmp((*o)[j].partition, p->partition) == 0) {
+            continue;
+        }
+        struct sink_record r = {.partition = p->partition, .offset = p->first};
+        struct body b;
+        struct upload_object *x = object_open(u, o, n, cap, &r);
+        x->last = p->last;
+        rc = body_open(u, &b, 0, err);
+        rc = object_close(u, x, &b, rc, w, err);
+    }
+    if (*n > had) {
+        qsort(*o, *n, sizeof(**o), object_cmp);
+    }
+    return rc;
+}
+
 /* The records come from the engine a piece at a time (engine_plan_read),
  * not as one array of the whole window. A merged body is reserved at its
  * JSONL size up front: the records' weight (64 + txn + partition + payload,
@@ -236,6 +346,7 @@ int upload_build(struct upload *u, const struct engine_plan *p,
                               p->n_records * (UPLOAD_LINE_EXTRA - 64);
     int rc = upload_codec_strings(u->cfg, &comp, &writer, &ext, err);
 
+    u->n_pin_gaps = 0;
     w.ext = ext;
     w.bucket_ts =
         layout_bucket_ts(p->t_start, p->n_records > 0, p->min_ts, p->t_end);
@@ -261,6 +372,9 @@ int upload_build(struct upload *u, const struct engine_plan *p,
     }
     if (x != NULL) {
         rc = object_close(u, x, &b, rc, &w, err);
+    }
+    if (rc == 0 && u->pins != NULL && u->cfg->per_partition) {
+        rc = apply_pins(u, &o, &n, &cap, &w, err);
     }
     free(v);
     *out = o;

@@ -29,8 +29,8 @@
  * Ownership: the upload owns the window's objects from upload_begin() to
  * upload_clear(), the prebuilt objects, the warm body buffer and the zstd
  * context. It borrows cfg, lq, the engine and the S3 client from the
- * driver, which outlives it (cfg is the driver's own copy: a redo swaps in
- * its intent's settings there for the length of one build). */
+ * driver, which outlives it (cfg and lq are the driver's own copies: a redo
+ * swaps in its intent's settings there until it commits). */
 #ifndef QUEEN_SINK_UPLOAD_H
 #define QUEEN_SINK_UPLOAD_H
 
@@ -42,6 +42,7 @@
 #include "base/buf.h"
 #include "base/common.h"
 #include "base/err.h"
+#include "sink/docs.h"
 #include "sink/driver.h"
 #include "sink/engine.h"
 #include "sink/layout.h"
@@ -123,6 +124,20 @@ struct upload {
     struct buf spare_body; /* the last window's body buffer, for the next */
     struct jsonl_cctx *zc; /* zstd context */
     struct upload_prebuilt pre;
+    /* A redo's per-partition offsets (its intent's parts, sorted by name
+     * bytes), set by the driver for the redo's build: an object of a
+     * partition named here is keyed with them, and a partition named here
+     * with no record left (a trim since) gets an object of no record under
+     * its key, so the redo writes every key the first attempt did. NULL:
+     * keys come from the records. */
+    const struct docs_intent_part *pins;
+    size_t n_pins;
+    /* What the last build found missing of the offsets pins name (records
+     * a trim took since the first attempt), in partition order; the
+     * partitions point into pins. */
+    struct engine_lost_range *pin_gaps;
+    size_t n_pin_gaps;
+    size_t cap_pin_gaps;
 
     /* The window going up. */
     enum upload_state state;

@@ -396,6 +396,8 @@ def verify_queue(reader, prefix, tenant, queue, acked, *, fmt="jsonl",
     holds the queue: its records are the truth for each lake record's ts,
     transactionId and payload (rule (8)); log is that truth given directly
     (a BrokerLog).  checkpoint_every=N requires the checkpoints of rule (7).
+    align is "hour", "day" or "none", or a function of k giving it (a redo
+    keeps its intent's align while later windows take a new one).
     Returns a summary dict; raises LakeError with the first broken rule."""
     if (fmt, compression) not in EXTENSIONS:
         raise ValueError("no %s object is compressed with %s"
@@ -543,10 +545,15 @@ def _check_manifest(m, k, tenant, queue, opts):
                         % (k, m["tStart"], m["tEnd"]))
     desc = WRITER_FORMATS[(opts["fmt"], opts["compression"])]
     w = m["writer"]
+    # The codec library's version may follow (docs/design/formats.md §8):
+    # `queen-s3/2.0.0 jsonl+zstd libzstd/1.5.4`.
+    rest = w.split(" ", 1)[1] if isinstance(w, str) and " " in w else ""
     if not (isinstance(w, str) and re.match(r"^queen-s3/\S+ ", w) and
-            w.split(" ", 1)[1] == desc):
+            (rest == desc or (rest.startswith(desc + " ") and all(
+                re.match(r"^[a-z0-9]+/\S+$", t)
+                for t in rest[len(desc) + 1:].split(" "))))):
         raise LakeError("manifest %d: writer %r is not 'queen-s3/<version> "
-                        "%s'" % (k, w, desc))
+                        "%s[ <library>/<version>]'" % (k, w, desc))
     c = m["committedAt"]
     if not isinstance(c, str) or parse_iso_us(c) is None:
         raise LakeError("manifest %d: committedAt %r is not ISO-µs" % (k, c))
@@ -645,9 +652,10 @@ def _check_object(reader, k, m, obj, opts, per_partition, where):
                             k, "" if per_partition else "not ",
                             opts["layout"]))
     prefix, tenant, queue = where
+    align = opts["align"](k) if callable(opts["align"]) else opts["align"]
     key = data_key(prefix, tenant, queue, k, m["tStart"], m["tEnd"],
                    fmt=opts["fmt"], compression=opts["compression"],
-                   align=opts["align"], partition=obj.get("partition"),
+                   align=align, partition=obj.get("partition"),
                    first=obj.get("firstOffset"), last=obj.get("lastOffset"))
     if obj["key"] != key:
         raise LakeError("manifest %d: object key %s is not the derived key %s"
@@ -664,18 +672,56 @@ def _check_object(reader, k, m, obj, opts, per_partition, where):
     if opts["fmt"] == "parquet":
         lines = _parquet_lines(opts["parquet"].get(key), key, m, opts)
     else:
-        lines = _parse_lines(decompress(data, opts["compression"], key),
-                             key, m["tStart"], m["tEnd"])
+        text = decompress(data, opts["compression"], key)
+        lines = [] if text == b"" and obj["records"] == 0 else \
+            _parse_lines(text, key, m["tStart"], m["tEnd"])
     if len(lines) != obj["records"]:
         raise LakeError("%s: %d lines, the manifest says %d records"
                         % (key, len(lines), obj["records"]))
-    if per_partition and lines and (
-            {x[0] for x in lines} != {obj["partition"]} or
-            (lines[0][1], lines[-1][1]) != (obj["firstOffset"],
-                                            obj["lastOffset"])):
+    if per_partition:
+        _check_part_offsets(k, m, obj, key, lines)
+    return lines
+
+
+def _check_part_offsets(k, m, obj, key, lines):
+    """A per-partition object holds its partition's offsets firstOffset..
+    lastOffset (the ones its key names), but for those a trim took before a
+    redo read them again: the manifest names those lost, and the object may
+    then hold no record at all (docs/design/formats.md §5)."""
+    first, last = obj["firstOffset"], obj["lastOffset"]
+    if {x[0] for x in lines} - {obj["partition"]}:
         raise LakeError("%s: holds other partitions or offsets than its "
                         "manifest entry" % key)
-    return lines
+    offs = [x[1] for x in lines]
+    if offs != sorted(offs):  # offsets restart (a new incarnation)
+        if (offs[0], offs[-1]) != (first, last):
+            raise LakeError("%s: holds other partitions or offsets than its "
+                            "manifest entry" % key)
+        return
+    lost = [_lost_tuple(x) for x in m["lost"]]
+    lo, hi = (offs[0], offs[-1]) if offs else (last + 1, last)
+    if lo < first or hi > last:
+        raise LakeError("%s: holds other partitions or offsets than its "
+                        "manifest entry" % key)
+    # a head or tail the object lacks (a trim before a redo) is lost here;
+    # a gap inside is rule (5)'s
+    for a, b in ((first, lo - 1), (hi + 1, last)):
+        if a <= b and not any(lp == obj["partition"] and x <= a and b <= y
+                              for lp, x, y in _merged(lost)):
+            raise LakeError("%s: holds other partitions or offsets than its "
+                            "manifest entry (offsets %d..%d neither in it "
+                            "nor lost in window %d)" % (key, a, b, k))
+
+
+def _merged(lost):
+    """Lost ranges with adjacent or overlapping ones of a partition joined."""
+    out = []
+    for p, a, b in sorted(lost):
+        if out and out[-1][0] == p and a <= out[-1][2] + 1:
+            out[-1] = (p, out[-1][1], max(out[-1][2], b))
+        else:
+            out.append((p, a, b))
+    return out
 
 
 def _parse_lines(text, key, t_start, t_end):

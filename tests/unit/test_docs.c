@@ -4,7 +4,9 @@
 
 #include <zstd.h>
 
+#include "base/xalloc.h"
 #include "harness.h"
+#include "store/kv.h"
 
 static struct slice sl(const char *s)
 {
@@ -182,8 +184,13 @@ TEST(manifest_matches_intent_on_every_field)
     struct docs_object o[2];
     struct docs_lost l[1];
     struct docs_manifest m = sample_manifest(o, l);
-    struct docs_intent in = {
-        1, m.t_start, m.t_end, m.format, m.compression, m.layout, m.writer};
+    struct docs_intent in = {.k = 1,
+                             .t_start = m.t_start,
+                             .t_end = m.t_end,
+                             .format = m.format,
+                             .compression = m.compression,
+                             .layout = m.layout,
+                             .writer = m.writer};
 
     EXPECT(
         docs_manifest_matches(&m, &in, sl("default"), sl("t"), sl("orders")));
@@ -419,13 +426,13 @@ TEST(checkpoint_over_the_decoded_cap_is_refused)
 
 TEST(intent_round_trips)
 {
-    struct docs_intent in = {3,
-                             1788516000000000,
-                             1788516300000000,
-                             sl("jsonl"),
-                             sl("zstd"),
-                             sl("merged"),
-                             sl("queen-s3/2.0.0 jsonl+zstd")};
+    struct docs_intent in = {.k = 3,
+                             .t_start = 1788516000000000,
+                             .t_end = 1788516300000000,
+                             .format = sl("jsonl"),
+                             .compression = sl("zstd"),
+                             .layout = sl("merged"),
+                             .writer = sl("queen-s3/2.0.0 jsonl+zstd")};
     struct docs_intent r;
     struct buf b;
     struct buf arena;
@@ -446,6 +453,186 @@ TEST(intent_round_trips)
                   ERR_CORRUPT);
     buf_free(&b);
     buf_free(&arena);
+}
+
+/* Issue 13 item 3: every input of the keys is in the intent. */
+TEST(intent_pins_align_prefix_and_per_partition_offsets)
+{
+    struct docs_intent_part parts[2] = {{sl("a"), 0, 2}, {sl("b\"/c"), 7, 9}};
+    struct docs_intent in = {.k = 3,
+                             .t_start = 10,
+                             .t_end = 20,
+                             .format = sl("jsonl"),
+                             .compression = sl("zstd"),
+                             .layout = sl("per-partition"),
+                             .writer = sl("w"),
+                             .has_align = true,
+                             .align = sl("day"),
+                             .has_prefix = true,
+                             .prefix = sl("lake/q"),
+                             .has_parts = true,
+                             .parts = parts,
+                             .n_parts = 2};
+    struct docs_intent r;
+    struct buf b;
+    struct buf arena;
+    struct err err;
+
+    buf_init(&b, BUF_UNLIMITED);
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_intent_encode(&b, &in, &err), 0);
+    EXPECT_STR_EQ(b.data, "{\"k\":3,\"tStart\":10,\"tEnd\":20,\"format\":"
+                          "\"jsonl\",\"compression\":\"zstd\",\"layout\":"
+                          "\"per-partition\",\"writer\":\"w\",\"align\":"
+                          "\"day\",\"prefix\":\"lake/q\",\"parts\":[[\"a\","
+                          "0,2],[\"b\\\"/c\",7,9]]}");
+    EXPECT_EQ_I64(docs_intent_decode(b.data, b.len, &r, &arena, &err), 0);
+    EXPECT(r.has_align && sl_is(r.align, "day"));
+    EXPECT(r.has_prefix && sl_is(r.prefix, "lake/q"));
+    EXPECT(r.has_parts);
+    EXPECT_EQ_U64(r.n_parts, 2);
+    if (r.n_parts == 2) {
+        EXPECT(sl_is(r.parts[0].partition, "a") && r.parts[0].first == 0 &&
+               r.parts[0].last == 2);
+        EXPECT(sl_is(r.parts[1].partition, "b\"/c") && r.parts[1].first == 7 &&
+               r.parts[1].last == 9);
+    }
+    buf_free(&b);
+    buf_free(&arena);
+}
+
+/* Offsets too many for a KV value live in the bucket: the intent names the
+ * object and its digest, the parts document round-trips. */
+TEST(intent_names_parts_kept_in_the_bucket)
+{
+    static const char sha[] =
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    struct docs_intent_part parts[1] = {{sl("a"), 4, 9}};
+    struct docs_intent in = {.k = 5,
+                             .format = sl("jsonl"),
+                             .compression = sl("zstd"),
+                             .layout = sl("per-partition"),
+                             .writer = sl("w"),
+                             .has_parts_key = true,
+                             .parts_key = sl("q/_queen/intents/x.json"),
+                             .parts_sha256 = sl(sha)};
+    struct docs_intent r;
+    struct buf b;
+    struct buf arena;
+    struct err err;
+
+    buf_init(&b, BUF_UNLIMITED);
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_intent_encode(&b, &in, &err), 0);
+    EXPECT(strstr(b.data, "\"partsKey\":\"q/_queen/intents/x.json\","
+                          "\"partsSha256\":\"0123") != NULL);
+    EXPECT_EQ_I64(docs_intent_decode(b.data, b.len, &r, &arena, &err), 0);
+    EXPECT(r.has_parts_key && !r.has_parts &&
+           sl_is(r.parts_key, "q/_queen/intents/x.json") &&
+           sl_is(r.parts_sha256, sha));
+    buf_free(&arena);
+    buf_reset(&b);
+    in.parts = parts;
+    in.n_parts = 1;
+    EXPECT_EQ_I64(docs_parts_encode(&b, &in, &err), 0);
+    EXPECT_STR_EQ(b.data, "{\"k\":5,\"parts\":[[\"a\",4,9]]}");
+    memset(&r, 0, sizeof(r));
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_parts_decode(b.data, b.len, &r, &arena, &err), 0);
+    EXPECT(r.k == 5 && r.has_parts && r.n_parts == 1 &&
+           sl_is(r.parts[0].partition, "a") && r.parts[0].first == 4 &&
+           r.parts[0].last == 9);
+    buf_free(&arena);
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_parts_decode("{\"k\":5}", 7, &r, &arena, &err),
+                  ERR_CORRUPT);
+    buf_free(&arena);
+    buf_free(&b);
+}
+
+/* An intent written before the pins: readable, every pin absent (the redo
+ * then keeps this sink's settings, as it always did). */
+TEST(an_intent_without_pins_reads_as_before)
+{
+    static const char old[] =
+        "{\"k\":3,\"tStart\":10,\"tEnd\":20,\"format\":\"jsonl\","
+        "\"compression\":\"zstd\",\"layout\":\"merged\",\"writer\":"
+        "\"queen-s3/2.0.0 jsonl+zstd\"}";
+    struct docs_intent r;
+    struct buf arena;
+    struct err err;
+
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_intent_decode(old, strlen(old), &r, &arena, &err), 0);
+    EXPECT(r.k == 3 && !r.has_align && !r.has_prefix && !r.has_parts);
+    EXPECT_EQ_U64(r.n_parts, 0);
+    buf_free(&arena);
+}
+
+TEST(an_intent_with_bad_pins_is_corrupt)
+{
+    static const char *const bad[] = {
+        "\"align\":1}",
+        "\"prefix\":null}",
+        "\"parts\":{}}",
+        "\"parts\":[[\"a\",0]]}",
+        "\"parts\":[[\"a\",3,2]]}",
+        "\"parts\":[[1,0,2]]}",
+        "\"parts\":[[\"a\",0,2,4]]}",
+        "\"partsKey\":\"k\"}",
+        "\"partsKey\":\"k\",\"partsSha256\":\"00\"}",
+    };
+    struct docs_intent r;
+    struct buf arena;
+    struct err err;
+    char doc[256];
+
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        snprintf(doc, sizeof(doc),
+                 "{\"k\":3,\"tStart\":10,\"tEnd\":20,\"format\":\"jsonl\","
+                 "\"compression\":\"zstd\",\"layout\":\"merged\","
+                 "\"writer\":\"w\",%s",
+                 bad[i]);
+        buf_init(&arena, BUF_UNLIMITED);
+        EXPECT_EQ_I64(docs_intent_decode(doc, strlen(doc), &r, &arena, &err),
+                      ERR_CORRUPT);
+        buf_free(&arena);
+    }
+}
+
+/* The pinned offsets of many partitions outgrow a KV value: the encoder
+ * says so rather than cut the document (the driver then keeps them in the
+ * bucket, formats.md §5). */
+TEST(an_intent_over_the_kv_value_limit_is_too_big)
+{
+    enum { N = 2000 };
+    static char part_names[N][24];
+    struct docs_intent_part *parts = xcalloc(N, sizeof(*parts));
+    struct docs_intent in = {.k = 1,
+                             .format = sl("jsonl"),
+                             .compression = sl("zstd"),
+                             .layout = sl("per-partition"),
+                             .writer = sl("w"),
+                             .has_parts = true,
+                             .parts = parts,
+                             .n_parts = N};
+    struct buf b;
+    struct err err;
+
+    for (size_t i = 0; i < N; i++) {
+        snprintf(part_names[i], sizeof(part_names[i]), "customer-%06zu", i);
+        parts[i] =
+            (struct docs_intent_part){sl(part_names[i]), 1000000, 2000000};
+    }
+    buf_init(&b, KV_VALUE_MAX);
+    EXPECT_EQ_I64(docs_intent_encode(&b, &in, &err), ERR_TOO_BIG);
+    buf_free(&b);
+    buf_init(&b, BUF_UNLIMITED);
+    in.n_parts = 100;
+    EXPECT_EQ_I64(docs_intent_encode(&b, &in, &err), 0);
+    EXPECT(b.len < KV_VALUE_MAX);
+    buf_free(&b);
+    free(parts);
 }
 
 TEST(committed_round_trips_with_an_iso_t_end)
@@ -615,8 +802,13 @@ TEST(a_manifest_of_lost_ranges_alone_round_trips_and_matches_its_intent)
     EXPECT_EQ_U64(r.records, 0);
     EXPECT(!r.has_ts);
     EXPECT_EQ_U64(r.n_lost, 1);
-    in = (struct docs_intent){m.k,           m.t_start, m.t_end, m.format,
-                              m.compression, m.layout,  m.writer};
+    in = (struct docs_intent){.k = m.k,
+                              .t_start = m.t_start,
+                              .t_end = m.t_end,
+                              .format = m.format,
+                              .compression = m.compression,
+                              .layout = m.layout,
+                              .writer = m.writer};
     EXPECT(
         docs_manifest_matches(&r, &in, sl("default"), sl("t"), sl("orders")));
     buf_free(&b);

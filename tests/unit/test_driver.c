@@ -14,6 +14,7 @@
 #include "harness.h"
 #include "sink/docs.h"
 #include "sink/engine.h"
+#include "sink/jsonl.h"
 #include "sink/layout.h"
 #include "sink/lease.h"
 
@@ -1046,8 +1047,10 @@ TEST(two_aligned_hours_become_two_windows_a_reader_can_glob)
     }
     EXPECT(strstr(m->body.data, "\"records\":6") != NULL);
     EXPECT(strstr(m->body.data, "\"partitions\":2") != NULL);
-    EXPECT(strstr(m->body.data, "\"writer\":\"queen-s3/2.0.0 jsonl+zstd\"") !=
-           NULL);
+    char want_writer[128];
+    snprintf(want_writer, sizeof(want_writer), "\"writer\":\"%s\"",
+             jsonl_writer_string(JSONL_ZSTD));
+    EXPECT(strstr(m->body.data, want_writer) != NULL);
     EXPECT(strstr(m->body.data, "\"sink\":\"default\"") != NULL);
     struct fake_row *c = fake_row_must(&r->f, "s3:default:orders:committed");
     EXPECT(strstr(c->value, "\"k\":2") != NULL);
@@ -1910,14 +1913,14 @@ TEST(a_manifest_that_cannot_fit_fails_before_the_intent_and_merged_takes_it)
     EXPECT(fake_row_get(&r->f, "s3:default:orders:intent") == NULL);
     EXPECT_EQ_I64(r->k.writes, 0);
     r->cfg.per_partition = false;    /* QUEEN_S3_LAYOUT=merged */
-    r->cfg.manifest_max_bytes = 700; /* per-partition takes 1052 */
+    r->cfg.manifest_max_bytes = 800; /* per-partition takes over 1052 */
     new_lease(r);
     new_driver(r);
     run_until(r, 1, 200);
     EXPECT_EQ_I64(r->next.stop, DRIVER_RUNNING);
     EXPECT_EQ_I64(committed_k(r), 1);
     struct fake_object *m = manifest_of(r, 1);
-    EXPECT(m != NULL && m->body.len <= 700);
+    EXPECT(m != NULL && m->body.len <= 800);
     rig_close(r);
 }
 
@@ -2044,4 +2047,396 @@ TEST(a_lease_renewed_all_along_a_long_upload_never_stops_it)
 {
     renewed_lease_case(true);
     renewed_lease_case(false);
+}
+
+/* ---- issue 13 item 3: a redo writes the keys its intent pins ------------ */
+
+/* Crash in window 1 at `point` with the rig's settings, change them with
+ * `now`, restart, and run until window 2 commits. */
+static struct rig *redo_after_change(enum driver_crash point,
+                                     void (*before)(struct driver_config *),
+                                     void (*now)(struct driver_config *))
+{
+    struct rig *r = rig_open();
+
+    if (before != NULL) {
+        before(&r->cfg);
+    }
+    seed_two_hours(&r->f);
+    r->cfg.crash_at = point;
+    new_driver(r);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_CRASHED);
+    r->cfg.crash_at = DRIVER_CRASH_NEVER;
+    now(&r->cfg);
+    new_lease(r);
+    new_driver(r);
+    return r;
+}
+
+static void align_day(struct driver_config *c)
+{
+    c->align = LAYOUT_ALIGN_DAY;
+}
+
+/* Every key of window k in the bucket names `want` and none `other`. */
+static void expect_window_keys(struct rig *r, int64_t k, const char *want,
+                               const char *other)
+{
+    char w[32];
+    size_t n = 0;
+
+    snprintf(w, sizeof(w), "/w-%010" PRId64 "-", k);
+    for (size_t i = 0; i < r->k.n; i++) {
+        const char *key = r->k.objs[i].key;
+        if (strstr(key, w) != NULL) {
+            n++;
+            EXPECT(strstr(key, want) != NULL);
+            EXPECT(other == NULL || strstr(key, other) == NULL);
+        }
+    }
+    EXPECT(n > 0);
+}
+
+TEST(a_redo_keeps_the_align_of_its_intent)
+{
+    struct rig *r = redo_after_change(DRIVER_CRASH_MID_UPLOAD, NULL, align_day);
+
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    /* window 1 only where its first attempt put it: dt=/hour=10/ */
+    expect_window_keys(r, 1, "/dt=2026-09-04/hour=10/w-", NULL);
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000001-"), 1);
+    /* the new align from the next window on */
+    expect_window_keys(r, 2, "/dt=2026-09-04/w-", "/hour=");
+    struct fake_row *in = fake_row_must(&r->f, "s3:default:orders:intent");
+    EXPECT(strstr(in->value, "\"align\":\"day\"") != NULL);
+    rig_close(r);
+}
+
+static void prefix_lake(struct driver_config *c)
+{
+    c->prefix = "lake/new";
+}
+
+static void prefix_lake_synchronous(struct driver_config *c)
+{
+    prefix_lake(c);
+    c->overlap_upload = false;
+}
+
+static void prefix_case(void (*now)(struct driver_config *))
+{
+    struct rig *r = redo_after_change(DRIVER_CRASH_MID_UPLOAD, NULL, now);
+    struct fake_row *c;
+
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z"); /* window 1 only */
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    /* the pointer names the manifest where the redo put it */
+    c = fake_row_must(&r->f, "s3:default:orders:committed");
+    EXPECT(strstr(c->value, "\"queen/_queen/") != NULL);
+    r->f.safe_time = at("2026-09-04T12:00:00.000001Z");
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    expect_window_keys(r, 1, "queen/tenant=", NULL);
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000001-"), 1);
+    EXPECT(bucket_find(&r->k, "queen/_queen/tenant=00000000-0000-0000-0000-"
+                              "000000000001/queue=orders/windows/"
+                              "0000000001.json") != NULL);
+    expect_window_keys(r, 2, "lake/new/tenant=", NULL);
+    EXPECT(bucket_find(&r->k, "lake/new/_queen/tenant=00000000-0000-0000-"
+                              "0000-000000000001/queue=orders/windows/"
+                              "0000000002.json") != NULL);
+    c = fake_row_must(&r->f, "s3:default:orders:committed");
+    EXPECT(strstr(c->value, "\"lake/new/_queen/") != NULL);
+    rig_close(r);
+}
+
+TEST(a_redo_keeps_the_prefix_of_its_intent)
+{
+    prefix_case(prefix_lake);
+}
+
+/* The synchronous upload names the manifest at the commit: still the
+ * intent's prefix for the redo. */
+TEST(a_redo_keeps_the_prefix_of_its_intent_synchronously)
+{
+    prefix_case(prefix_lake_synchronous);
+}
+
+TEST(a_redo_keeps_the_layout_of_its_intent)
+{
+    struct rig *r =
+        redo_after_change(DRIVER_CRASH_MID_UPLOAD, NULL, per_partition);
+
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000001-"), 1);
+    expect_window_keys(r, 1, "/w-", "-p-"); /* merged, as its intent said */
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000002-"), 2); /* a's and b's */
+    rig_close(r);
+}
+
+static void parquet_snappy_now(struct driver_config *c)
+{
+    snappy_parquet(c);
+}
+
+TEST(a_redo_keeps_the_format_and_codec_of_its_intent)
+{
+    struct rig *r =
+        redo_after_change(DRIVER_CRASH_MID_UPLOAD, NULL, parquet_snappy_now);
+
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000001-"), 1);
+    EXPECT_EQ_U64(count_keys(&r->k, "1788519600000000.jsonl.zst"), 1);
+    EXPECT_EQ_U64(count_keys(&r->k, "1788523200000000.parquet"), 1);
+    rig_close(r);
+}
+
+/* Window 2 of a per-partition queue (a 3..5, b 3..5) crashes mid-upload
+ * with a's object up; then a's 3 and all of b's window-2 records are
+ * trimmed. The redo writes a's and b's keys exactly as the first attempt
+ * named them (b's object holds no record), and the gone records are lost
+ * ranges of window 2. */
+static void per_partition_trim_case(size_t intent_max_bytes)
+{
+    struct rig *r = rig_open();
+    struct fake_object *m;
+
+    r->cfg.per_partition = true;
+    r->cfg.intent_max_bytes = intent_max_bytes;
+    r->cfg.checkpoint_every = 1;
+    seed_two_hours(&r->f);
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    r->f.safe_time = at("2026-09-04T12:00:00.000001Z");
+    r->cfg.crash_at = DRIVER_CRASH_MID_UPLOAD;
+    new_lease(r);
+    new_driver(r);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_CRASHED);
+    EXPECT_EQ_U64(count_keys(&r->k, "-p-a-000000000003-000000000005."), 1);
+    struct fake_row *in = fake_row_must(&r->f, "s3:default:orders:intent");
+    if (intent_max_bytes > 0) { /* the offsets went to the bucket */
+        EXPECT(strstr(in->value, "\"parts\":") == NULL);
+        EXPECT(strstr(in->value, "\"partsKey\":\"queen/_queen/tenant=") !=
+               NULL);
+        EXPECT_EQ_U64(count_keys(&r->k, "/intents/0000000002-"), 1);
+    } else {
+        EXPECT(strstr(in->value, "\"parts\":[[\"a\",3,5],[\"b\",3,5]]") !=
+               NULL);
+        EXPECT_EQ_U64(count_keys(&r->k, "/intents/"), 0);
+    }
+    fake_part(&r->f, "a")->log_start = 4;
+    fake_part(&r->f, "b")->log_start = 6;
+    r->cfg.crash_at = DRIVER_CRASH_NEVER;
+    new_lease(r);
+    new_driver(r);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    /* the same keys, and no other object of window 2 */
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000002-"), 2);
+    EXPECT_EQ_U64(count_keys(&r->k, "-p-a-000000000003-000000000005."), 1);
+    EXPECT_EQ_U64(count_keys(&r->k, "-p-b-000000000003-000000000005."), 1);
+    m = manifest_of(r, 2);
+    EXPECT(m != NULL);
+    if (m != NULL) {
+        EXPECT(strstr(m->body.data, "\"records\":2,") != NULL);
+        EXPECT(strstr(m->body.data, "\"partitions\":1,") != NULL);
+        EXPECT(strstr(m->body.data,
+                      "-p-b-000000000003-000000000005.jsonl.zst\",\"bytes\":"
+                      "9,\"records\":0,") != NULL);
+        const char *a3 = "{\"partition\":\"a\",\"from\":3,\"to\":3}";
+        const char *at3 = strstr(m->body.data, a3);
+        EXPECT(at3 != NULL && strstr(at3 + 1, a3) == NULL); /* once */
+        EXPECT(strstr(m->body.data,
+                      "{\"partition\":\"b\",\"from\":3,\"to\":5}") != NULL);
+    }
+    rig_close(r);
+}
+
+TEST(a_per_partition_redo_after_a_trim_writes_the_keys_of_its_intent)
+{
+    per_partition_trim_case(0);
+}
+
+/* The same when the offsets outgrow the KV value: they are in the bucket,
+ * named by the intent, and the redo reads them there. */
+TEST(a_per_partition_redo_reads_offsets_kept_in_the_bucket)
+{
+    per_partition_trim_case(200);
+}
+
+TEST(a_per_partition_intent_names_each_partition_s_offsets)
+{
+    struct rig *r = rig_open();
+
+    r->cfg.per_partition = true;
+    seed_two_hours(&r->f);
+    r->cfg.crash_at = DRIVER_CRASH_AFTER_INTENT;
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_CRASHED);
+    struct fake_row *in = fake_row_must(&r->f, "s3:default:orders:intent");
+    EXPECT(strstr(in->value, "\"align\":\"hour\",\"prefix\":\"queen\","
+                             "\"parts\":[[\"a\",0,2],[\"b\",0,2]]}") != NULL);
+    rig_close(r);
+}
+
+/* The same in the first window, before any checkpoint: the engine knows no
+ * position below the log start, the intent's offsets do. */
+TEST(a_first_window_redo_after_a_trim_records_what_its_intent_held)
+{
+    struct rig *r = redo_after_change(DRIVER_CRASH_MID_UPLOAD, per_partition,
+                                      per_partition);
+    struct fake_object *m;
+    struct driver_status st;
+
+    fake_part(&r->f, "a")->log_start = 1;
+    fake_part(&r->f, "b")->log_start = 3;
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000001-"), 2);
+    EXPECT_EQ_U64(count_keys(&r->k, "-p-a-000000000000-000000000002."), 1);
+    EXPECT_EQ_U64(count_keys(&r->k, "-p-b-000000000000-000000000002."), 1);
+    m = manifest_of(r, 1);
+    EXPECT(m != NULL);
+    if (m != NULL) {
+        EXPECT(strstr(m->body.data,
+                      "{\"partition\":\"a\",\"from\":0,\"to\":0}") != NULL);
+        EXPECT(strstr(m->body.data,
+                      "{\"partition\":\"b\",\"from\":0,\"to\":2}") != NULL);
+    }
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.records_lost, 4);
+    rig_close(r);
+}
+
+/* ---- issue 13 item 13b: a redo of another writer's intent --------------- */
+
+#define OTHER_WRITER "queen-s3/2.0.0 jsonl+zstd libzstd/0.0.1"
+
+/* Replace every `from` in s (NUL-terminated, room for cap) with `to`. */
+static void replace_all(char *s, size_t cap, const char *from, const char *to)
+{
+    char *p;
+    size_t nf = strlen(from);
+    size_t nt = strlen(to);
+
+    while ((p = strstr(s, from)) != NULL) {
+        size_t rest = strlen(p + nf);
+        ASSERT((size_t)(p - s) + nt + rest + 1 <= cap);
+        memmove(p + nt, p + nf, rest + 1);
+        memcpy(p, to, nt);
+        s = p + nt; /* `to` may hold `from` */
+    }
+}
+
+/* Crash at point; then the intent (and the manifest, if any) say another
+ * library version wrote them, as after an upgrade of the node. */
+static struct rig *crash_then_other_writer(enum driver_crash point)
+{
+    struct rig *r = rig_open();
+    struct fake_row *in;
+    struct fake_object *m;
+    struct err err;
+
+    seed_two_hours(&r->f);
+    r->cfg.crash_at = point;
+    new_driver(r);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_CRASHED);
+    r->cfg.crash_at = DRIVER_CRASH_NEVER;
+    in = fake_row_must(&r->f, "s3:default:orders:intent");
+    replace_all(in->value, sizeof(in->value), jsonl_writer_string(JSONL_ZSTD),
+                OTHER_WRITER);
+    m = manifest_of(r, 1);
+    if (m != NULL) {
+        char *t = xmalloc(m->body.len + 64);
+        memcpy(t, m->body.data, m->body.len);
+        t[m->body.len] = '\0';
+        replace_all(t, m->body.len + 64, jsonl_writer_string(JSONL_ZSTD),
+                    OTHER_WRITER);
+        buf_reset(&m->body);
+        EXPECT_EQ_I64(buf_append(&m->body, t, strlen(t), &err), 0);
+        free(t);
+    }
+    new_lease(r);
+    new_driver(r);
+    return r;
+}
+
+static struct fake_object *data_object_of_window_1(struct rig *r)
+{
+    for (size_t i = 0; i < r->k.n; i++) {
+        if (strstr(r->k.objs[i].key, "/w-0000000001-") != NULL) {
+            return &r->k.objs[i];
+        }
+    }
+    return NULL;
+}
+
+/* The manifest of the other writer's upload is there: committed from it,
+ * nothing PUT again. */
+TEST(a_redo_of_another_writer_commits_from_its_manifest)
+{
+    struct rig *r = crash_then_other_writer(DRIVER_CRASH_AFTER_UPLOAD);
+    int puts = r->k.puts;
+
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    for (int i = puts; i < r->k.puts && i < 64; i++) {
+        EXPECT(strstr(r->k.put_keys[i], "w-0000000001-") == NULL);
+        EXPECT(strstr(r->k.put_keys[i], "windows/0000000001.json") == NULL);
+    }
+    struct fake_object *m = manifest_of(r, 1);
+    EXPECT(m != NULL && strstr(m->body.data, OTHER_WRITER) != NULL);
+    rig_close(r);
+}
+
+/* No manifest, and the other writer's object holds other bytes than this
+ * node builds: the queue stops rather than overwrite them. */
+TEST(a_redo_of_another_writer_never_overwrites_other_bytes)
+{
+    struct rig *r = crash_then_other_writer(DRIVER_CRASH_MID_UPLOAD);
+    struct fake_object *o = data_object_of_window_1(r);
+    uint8_t before[32];
+    uint8_t after[32];
+
+    ASSERT(o != NULL && o->body.len > 20);
+    o->body.data[o->body.len - 5] ^= 0x5a; /* the other version's bytes */
+    sha256(o->body.data, o->body.len, before);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_FAILED);
+    EXPECT(strstr(r->next.why, "bytes differ") != NULL);
+    EXPECT(strstr(r->next.why, OTHER_WRITER) != NULL);
+    EXPECT_EQ_I64(pointer_k(r), 0);
+    o = data_object_of_window_1(r);
+    ASSERT(o != NULL);
+    sha256(o->body.data, o->body.len, after);
+    EXPECT(memcmp(before, after, 32) == 0);
+    EXPECT(manifest_of(r, 1) == NULL);
+    rig_close(r);
+}
+
+/* No manifest, and the object there holds this node's very bytes (the
+ * versions differ, their output does not), or no object yet: rebuilt. */
+TEST(a_redo_of_another_writer_rebuilds_where_the_keys_are_free)
+{
+    struct rig *r = crash_then_other_writer(DRIVER_CRASH_MID_UPLOAD);
+
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000001-"), 1);
+    rig_close(r);
+    r = crash_then_other_writer(DRIVER_CRASH_AFTER_INTENT);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000001-"), 1);
+    rig_close(r);
 }

@@ -132,6 +132,14 @@ TEST(sidecar_keys)
     EXPECT_STR_EQ(b.data, "queen/_queen/tenant=" T1 "/queue=orders/checkpoint/"
                           "0000000040.json.zst");
     buf_reset(&b);
+    EXPECT_EQ_I64(layout_parts_key(&b, &q, 7,
+                                   "0123456789abcdef0123456789abcdef0123456789"
+                                   "abcdef0123456789abcdef",
+                                   &err),
+                  0);
+    EXPECT_STR_EQ(b.data, "queen/_queen/tenant=" T1 "/queue=orders/intents/"
+                          "0000000007-0123456789abcdef.json");
+    buf_reset(&b);
     EXPECT_EQ_I64(layout_sidecar_root(&b, &q, &err), 0);
     EXPECT_STR_EQ(b.data, "queen/_queen/tenant=" T1 "/queue=orders");
     buf_reset(&b);
