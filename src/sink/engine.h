@@ -484,6 +484,14 @@ bool engine_is_tight(const struct engine *e);
  * records' bytes plus holes and spares. */
 uint64_t engine_slab_bytes(const struct engine *e);
 size_t engine_tracked_partitions(const struct engine *e);
+/* Pruned partitions whose position is kept (16 bytes each). */
+size_t engine_dormant_partitions(const struct engine *e);
+/* Bytes the partitions cost besides their records: the tracked ones'
+ * structs, names and ids, the lookup arrays, the dormant table and the
+ * checkpoint's positions until the first full sweep. Counted against
+ * max_buffer_bytes with the buffered weight (fetches are scheduled within
+ * what is left) and reported to the node's budget by the driver. */
+uint64_t engine_tracked_bytes(const struct engine *e);
 /* Partitions counted by the last full sweep (queen_s3_discovery_partitions). */
 uint64_t engine_discovery_partitions(const struct engine *e);
 const struct engine_stats *engine_stats(const struct engine *e);
