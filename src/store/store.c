@@ -115,16 +115,64 @@ static int meta_put_u64(MDB_txn *txn, MDB_dbi dbi, const char *name, uint64_t v)
     return mdb_put(txn, dbi, &k, &d, 0);
 }
 
+/* The parts_by_write key of a partition (schema.h). */
+static void by_write_key(uint8_t kb[24], uint64_t queue_id, int64_t lwa,
+                         uint64_t pid)
+{
+    be64_put(kb, queue_id);
+    be64_put(kb + 8, (uint64_t)lwa ^ (1ULL << 63));
+    be64_put(kb + 16, pid);
+}
+
+static int by_write_put(MDB_txn *txn, MDB_dbi dbi, uint64_t queue_id,
+                        int64_t lwa, uint64_t pid, const void *name,
+                        size_t name_len)
+{
+    uint8_t kb[24];
+    MDB_val k = {24, kb};
+    MDB_val d = {name_len, (void *)(uintptr_t)name};
+
+    by_write_key(kb, queue_id, lwa, pid);
+    return mdb_put(txn, dbi, &k, &d, 0);
+}
+
+/* Fill parts_by_write from every partition row (a store of an older build). */
+static int by_write_build(struct store *s, MDB_txn *txn)
+{
+    MDB_cursor *c;
+    MDB_val k;
+    MDB_val d;
+    int rc = mdb_cursor_open(txn, s->partitions, &c);
+
+    if (rc != 0) {
+        return rc;
+    }
+    rc = mdb_cursor_get(c, &k, &d, MDB_FIRST);
+    while (rc == 0) {
+        const uint8_t *v = d.mv_data;
+
+        if (k.mv_size > 8 && d.mv_size == SCHEMA_PART_VALUE_LEN) {
+            rc = by_write_put(txn, s->parts_by_write, be64_get(k.mv_data),
+                              (int64_t)be64_get(v + 40), be64_get(v),
+                              (const uint8_t *)k.mv_data + 8, k.mv_size - 8);
+        }
+        rc = rc != 0 ? rc : mdb_cursor_get(c, &k, &d, MDB_NEXT);
+    }
+    mdb_cursor_close(c);
+    return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
 /* Open every named database and load meta into the cache. */
 static int open_dbs(struct store *s, struct err *err)
 {
     static const char *const names[] = {
-        "meta",    "queues", "partitions", "parts_by_id", "records",
-        "appends", "dedup",  "dedup_exp",  "kv",          "kv_expiry"};
-    MDB_dbi *dbis[] = {&s->meta,        &s->queues,    &s->partitions,
-                       &s->parts_by_id, &s->records,   &s->appends,
-                       &s->dedup,       &s->dedup_exp, &s->kv,
-                       &s->kv_expiry};
+        "meta",    "queues",    "partitions",    "parts_by_id",
+        "records", "appends",   "dedup",         "dedup_exp",
+        "kv",      "kv_expiry", "parts_by_write"};
+    MDB_dbi *dbis[] = {&s->meta,        &s->queues,        &s->partitions,
+                       &s->parts_by_id, &s->records,       &s->appends,
+                       &s->dedup,       &s->dedup_exp,     &s->kv,
+                       &s->kv_expiry,   &s->parts_by_write};
     MDB_txn *txn;
     uint64_t v = 0;
     int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
@@ -146,6 +194,10 @@ static int open_dbs(struct store *s, struct err *err)
         mdb_txn_abort(txn);
         return err_set(err, ERR_CORRUPT, "store schema %" PRIu64 " is not %d",
                        v, SCHEMA_VERSION);
+    }
+    if (rc == 0 && meta_get_u64(txn, s->meta, "by_write", &v) != 0) {
+        rc = by_write_build(s, txn);
+        rc = rc != 0 ? rc : meta_put_u64(txn, s->meta, "by_write", 1);
     }
     v = 0;
     meta_get_u64(txn, s->meta, "applied", &v);
@@ -599,6 +651,29 @@ int store_wpart_put(struct store_w *w, struct slice name,
     int rc;
 
     part_key(kb, p->queue_id, name, &k);
+    /* parts_by_write follows the row's lastWriteAt, in this transaction */
+    rc = mdb_get(w->txn, w->s->partitions, &k, &d);
+    if (rc == 0 && d.mv_size == SCHEMA_PART_VALUE_LEN &&
+        (int64_t)be64_get((const uint8_t *)d.mv_data + 40) !=
+            p->last_write_at) {
+        uint8_t ob[24];
+        MDB_val ok = {24, ob};
+
+        by_write_key(ob, p->queue_id,
+                     (int64_t)be64_get((const uint8_t *)d.mv_data + 40), p->id);
+        rc = mdb_del(w->txn, w->s->parts_by_write, &ok, NULL);
+        rc = rc == 0 ? by_write_put(w->txn, w->s->parts_by_write, p->queue_id,
+                                    p->last_write_at, p->id, name.ptr, name.len)
+                     : rc;
+    } else if (rc == MDB_NOTFOUND) {
+        rc = by_write_put(w->txn, w->s->parts_by_write, p->queue_id,
+                          p->last_write_at, p->id, name.ptr, name.len);
+    } /* else lastWriteAt unchanged: the index row stands */
+    if (rc != 0) {
+        return err_set(err, mdb_code(rc), "put parts_by_write: %s",
+                       mdb_strerror(rc));
+    }
+    d = (MDB_val){sizeof(v), v};
     be64_put(v, p->id);
     memcpy(v + 8, p->uuid, 16);
     be64_put(v + 24, (uint64_t)p->log_start);
