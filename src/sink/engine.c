@@ -528,7 +528,7 @@ static void trim_slabs(struct engine *e, bool was_forced)
  * the struct, its name and id, malloc's share of each. */
 static uint64_t part_bytes(const struct part *p)
 {
-    uint64_t n = sizeof(*p) + p->name_len + 1 + 2 * ENGINE_ALLOC_EXTRA;
+    uint64_t n = sizeof(*p) + p->name_len + 1 + 2ULL * ENGINE_ALLOC_EXTRA;
 
     return p->id == NULL ? n : n + p->id_len + 1 + ENGINE_ALLOC_EXTRA;
 }
@@ -745,7 +745,10 @@ static struct dormant *dormant_find(const struct engine *e, uint64_t key)
 
 static void dormant_place(struct engine *e, uint64_t key, int64_t position)
 {
-    size_t i = key % e->cap_dormant;
+    size_t i;
+
+    ASSERT(e->cap_dormant > e->n_dormant);
+    i = key % e->cap_dormant;
 
     while (e->dormant[i].key != 0) {
         i = (i + 1) % e->cap_dormant;
@@ -970,7 +973,7 @@ static void restore_checkpoint(struct engine *e,
         r->id_len = src->id.len;
         r->offset = src->offset;
         e->restored_bytes += sizeof(*r) + src->name.len + src->id.len + 2 +
-                             2 * ENGINE_ALLOC_EXTRA;
+                             2ULL * ENGINE_ALLOC_EXTRA;
     }
     qsort(e->restored, e->n_restored, sizeof(*e->restored), restored_cmp);
     e->last_checkpoint_k = cp->k;

@@ -124,16 +124,20 @@ static void by_write_key(uint8_t kb[24], uint64_t queue_id, int64_t lwa,
     be64_put(kb + 16, pid);
 }
 
-static int by_write_put(MDB_txn *txn, MDB_dbi dbi, uint64_t queue_id,
-                        int64_t lwa, uint64_t pid, const void *name,
-                        size_t name_len)
+static int by_write_put(struct store *s, MDB_txn *txn, uint64_t queue_id,
+                        int64_t lwa, uint64_t pid, struct slice name)
 {
     uint8_t kb[24];
     MDB_val k = {24, kb};
-    MDB_val d = {name_len, (void *)(uintptr_t)name};
+    MDB_val d = {name.len, NULL};
+    int rc;
 
     by_write_key(kb, queue_id, lwa, pid);
-    return mdb_put(txn, dbi, &k, &d, 0);
+    rc = mdb_put(txn, s->parts_by_write, &k, &d, MDB_RESERVE);
+    if (rc == 0) {
+        memcpy(d.mv_data, name.ptr, name.len);
+    }
+    return rc;
 }
 
 /* Fill parts_by_write from every partition row (a store of an older build). */
@@ -152,9 +156,10 @@ static int by_write_build(struct store *s, MDB_txn *txn)
         const uint8_t *v = d.mv_data;
 
         if (k.mv_size > 8 && d.mv_size == SCHEMA_PART_VALUE_LEN) {
-            rc = by_write_put(txn, s->parts_by_write, be64_get(k.mv_data),
-                              (int64_t)be64_get(v + 40), be64_get(v),
-                              (const uint8_t *)k.mv_data + 8, k.mv_size - 8);
+            struct slice name = {(const char *)k.mv_data + 8, k.mv_size - 8};
+
+            rc = by_write_put(s, txn, be64_get(k.mv_data),
+                              (int64_t)be64_get(v + 40), be64_get(v), name);
         }
         rc = rc != 0 ? rc : mdb_cursor_get(c, &k, &d, MDB_NEXT);
     }
@@ -641,6 +646,39 @@ static void part_key(uint8_t *kb, uint64_t queue_id, struct slice name,
     k->mv_data = kb;
 }
 
+/* parts_by_write follows the row's lastWriteAt, in the transaction that
+ * writes the row (k: the row's key; p: what it becomes). */
+static int by_write_move(struct store_w *w, MDB_val *k,
+                         const struct store_wpart *p, struct slice name,
+                         struct err *err)
+{
+    MDB_val d;
+    int rc = mdb_get(w->txn, w->s->partitions, k, &d);
+
+    if (rc == 0 && d.mv_size == SCHEMA_PART_VALUE_LEN) {
+        int64_t old = (int64_t)be64_get((const uint8_t *)d.mv_data + 40);
+        uint8_t ob[24];
+        MDB_val ok = {24, ob};
+
+        if (old == p->last_write_at) {
+            return 0; /* the index row stands */
+        }
+        by_write_key(ob, p->queue_id, old, p->id);
+        rc = mdb_del(w->txn, w->s->parts_by_write, &ok, NULL);
+    } else if (rc == MDB_NOTFOUND) {
+        rc = 0; /* a new row */
+    }
+    if (rc == 0) {
+        rc = by_write_put(w->s, w->txn, p->queue_id, p->last_write_at, p->id,
+                          name);
+    }
+    if (rc != 0) {
+        return err_set(err, mdb_code(rc), "put parts_by_write: %s",
+                       mdb_strerror(rc));
+    }
+    return 0;
+}
+
 int store_wpart_put(struct store_w *w, struct slice name,
                     const struct store_wpart *p, struct err *err)
 {
@@ -651,29 +689,9 @@ int store_wpart_put(struct store_w *w, struct slice name,
     int rc;
 
     part_key(kb, p->queue_id, name, &k);
-    /* parts_by_write follows the row's lastWriteAt, in this transaction */
-    rc = mdb_get(w->txn, w->s->partitions, &k, &d);
-    if (rc == 0 && d.mv_size == SCHEMA_PART_VALUE_LEN &&
-        (int64_t)be64_get((const uint8_t *)d.mv_data + 40) !=
-            p->last_write_at) {
-        uint8_t ob[24];
-        MDB_val ok = {24, ob};
-
-        by_write_key(ob, p->queue_id,
-                     (int64_t)be64_get((const uint8_t *)d.mv_data + 40), p->id);
-        rc = mdb_del(w->txn, w->s->parts_by_write, &ok, NULL);
-        rc = rc == 0 ? by_write_put(w->txn, w->s->parts_by_write, p->queue_id,
-                                    p->last_write_at, p->id, name.ptr, name.len)
-                     : rc;
-    } else if (rc == MDB_NOTFOUND) {
-        rc = by_write_put(w->txn, w->s->parts_by_write, p->queue_id,
-                          p->last_write_at, p->id, name.ptr, name.len);
-    } /* else lastWriteAt unchanged: the index row stands */
-    if (rc != 0) {
-        return err_set(err, mdb_code(rc), "put parts_by_write: %s",
-                       mdb_strerror(rc));
+    if (by_write_move(w, &k, p, name, err) != 0) {
+        return err->code;
     }
-    d = (MDB_val){sizeof(v), v};
     be64_put(v, p->id);
     memcpy(v + 8, p->uuid, 16);
     be64_put(v + 24, (uint64_t)p->log_start);
