@@ -826,6 +826,23 @@ static void dormant_unmark(struct engine *e)
     }
 }
 
+/* A full sweep ended: drop the entries it did not name, and give back the
+ * room growth left (a table sized for n holds n + n/3 + 16 slots); no
+ * copy when there is neither. */
+static void dormant_sweep(struct engine *e)
+{
+    size_t unnamed = 0;
+    size_t fit = e->n_dormant + e->n_dormant / 3 + 16;
+
+    for (size_t i = 0; i < e->cap_dormant; i++) {
+        unnamed += e->dormant[i].key != 0 &&
+                   (e->dormant[i].position & ENGINE_DORMANT_MARK) == 0;
+    }
+    if (unnamed > 0 || e->cap_dormant > fit + fit / 2) {
+        dormant_rebuild(e, e->n_dormant - unnamed, true);
+    }
+}
+
 /* ---- Lost ranges (engine.h (5)) ----------------------------------------- */
 
 static void push_lost(struct lost **v, size_t *n, size_t *cap,
@@ -1286,7 +1303,7 @@ static void complete_pass(struct engine *e)
         /* every partition of the queue was named: what a checkpoint held
          * is used, and a dormant entry no page named is gone */
         free_restored(e);
-        dormant_rebuild(e, e->n_dormant, true);
+        dormant_sweep(e);
     }
 }
 

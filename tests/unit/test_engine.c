@@ -2617,3 +2617,24 @@ TEST(budget_a_full_budget_still_reads_one_record_at_a_time)
     EXPECT(sim_exactly_once(&s));
     sim_free(&s);
 }
+
+/* A full sweep that no longer names a pruned partition (deleted) drops
+ * its kept position; the others stay. */
+TEST(prune_a_full_sweep_drops_the_position_of_a_deleted_partition)
+{
+    struct engine_config c;
+    struct sim s;
+    uint64_t sweeps;
+
+    idle_then_busy(&s, &c, 70);
+    EXPECT_EQ_U64(engine_dormant_partitions(s.e), 200);
+    sim_delete(&s, "idle010");
+    sim_delete(&s, "idle011");
+    sweeps = engine_stats(s.e)->full_sweeps;
+    sim_finish(&s, sim_safe(&s) + 10 * SIM_SEC);
+    EXPECT(engine_stats(s.e)->full_sweeps > sweeps);
+    EXPECT_EQ_U64(engine_dormant_partitions(s.e), 198);
+    EXPECT_EQ_U64(engine_tracked_partitions(s.e), 1);
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
