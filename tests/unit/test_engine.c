@@ -2564,7 +2564,7 @@ TEST(prune_the_restored_checkpoint_is_freed_after_the_first_full_sweep)
     struct engine_committed cm = {4, SIM_T0};
     static struct engine_position pos[5000];
     static char names[5000][16];
-    struct engine_checkpoint cp = {4, pos, 5000};
+    struct engine_checkpoint cp = {.k = 4, .positions = pos, .n = 5000};
     uint64_t before;
 
     sim_test_config(&c);
