@@ -2745,6 +2745,7 @@ static void publish(struct driver *d)
     s.has_lag = engine_lag(d->e, &s.lag_us);
     s.redo = d->is_redo;
     s.buffered_bytes = engine_buffered_bytes(d->e);
+    s.partition_bytes = engine_tracked_bytes(d->e);
     s.partitions = engine_tracked_partitions(d->e);
     s.discovery_partitions = engine_discovery_partitions(d->e);
     s.checkpoint_age = s.committed_k - engine_last_checkpoint_k(d->e);

@@ -109,10 +109,10 @@ struct driver_config {
     /* The longest manifest the sink writes: 0 = what the sink can read
      * back (JSON_TEXT_MAX); tests set less. Past it the queue fails. */
     uint64_t manifest_max_bytes;
-    /* No fetch past this buffered weight but for the partitions holding the
-     * close back (engine.h); 0 = the engine's default. The host passes the
-     * node's memory budget: one queue alone never buffers much past it
-     * between two budget checks. */
+    /* The engine's budget (engine.h): fetches ask for no more than what the
+     * buffered weight, the partitions' bytes and the asks out leave of it,
+     * and past it one record at a time; 0 = the engine's default. The host
+     * passes the node's memory budget. */
     uint64_t max_buffer_bytes;
     enum driver_crash crash_at;
     bool crash_returns; /* unit tests: stop Crashed instead of abort() */
@@ -222,6 +222,9 @@ struct driver_status {
     int64_t safe_time;        /* us (has_safe_time) */
     int64_t lag_us;           /* (has_lag) */
     uint64_t buffered_bytes;
+    /* What the partitions cost besides their records (engine_tracked_bytes):
+     * counted against the node's budget with buffered_bytes. */
+    uint64_t partition_bytes;
     uint64_t partitions;           /* tracked */
     uint64_t discovery_partitions; /* last full sweep */
     int64_t checkpoint_age;        /* committed_k - last checkpoint k */

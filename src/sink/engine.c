@@ -77,6 +77,8 @@
 #define ENGINE_SPARE_MIN    4      /* empty slabs kept for reuse, at least */
 #define ENGINE_SPARE_MAX    32     /* at most, unless a window takes more */
 #define ENGINE_SHRINK_MIN   32     /* arrays of up to this many are kept */
+#define ENGINE_ALLOC_EXTRA  16     /* malloc's own bytes per allocation */
+#define ENGINE_DORMANT_MARK (1LL << 62) /* named by the full sweep running */
 
 /* A buffered record: its txn bytes, then its payload bytes, in a slab.
  * 48 bytes: the weight of a record fits 32 bits (a record is bounded by the
@@ -133,6 +135,7 @@ struct fetch_call {
     size_t n;
     struct part **parts;
     uint32_t *gens;
+    uint32_t *asks; /* max_bytes of each entry not merged yet, else 0 */
     struct engine_fetch_entry *entries;
 };
 
@@ -150,6 +153,13 @@ struct lost {
     int64_t from;
     int64_t to;
     uint32_t gen;
+};
+
+/* A pruned partition: the key of its name and id, and where it is read
+ * from when it moves again. 16 bytes, against ~400 for a tracked one. */
+struct dormant {
+    uint64_t key; /* 0 = a free slot */
+    int64_t position;
 };
 
 struct restored {
@@ -178,8 +188,16 @@ struct engine {
     struct engine_intent redo; /* strings point at redo_strings */
     char *redo_strings[4];     /* format, compression, layout, writer */
 
-    struct restored *restored; /* from a checkpoint, sorted by nothing */
+    struct restored *restored; /* from a checkpoint, sorted by name */
     size_t n_restored;
+    uint64_t restored_bytes;
+
+    /* Pruned partitions (prune() and observe()): key -> position. */
+    struct dormant *dormant; /* cap_dormant slots, key 0 = free */
+    size_t n_dormant;
+    size_t cap_dormant;
+    /* Bytes of the tracked partitions' structs and strings (engine.h). */
+    uint64_t parts_bytes;
 
     /* Discovery. */
     int64_t pass_since;
@@ -203,6 +221,10 @@ struct engine {
 
     struct fetch_call *calls; /* fetch_concurrency slots */
     size_t n_calls_out;
+    /* maxBytes of the entries out and not merged yet: what may still
+     * arrive, counted against the budget with what is buffered. */
+    uint64_t asked_bytes;
+    uint64_t max_record_bytes; /* the largest record read, broker's weight */
     uint64_t next_call_id;
     struct seek_slot *seeks; /* fetch_concurrency slots */
     size_t n_seeks_out;
@@ -504,8 +526,18 @@ static void trim_slabs(struct engine *e, bool was_forced)
     slab_trim(&e->slabs, spare_cap(e), was_forced || e->is_forced);
 }
 
+/* What a tracked partition costs besides its records (engine_tracked_bytes):
+ * the struct, its name and id, malloc's share of each. */
+static uint64_t part_bytes(const struct part *p)
+{
+    uint64_t n = sizeof(*p) + p->name_len + 1 + 2ULL * ENGINE_ALLOC_EXTRA;
+
+    return p->id == NULL ? n : n + p->id_len + 1 + ENGINE_ALLOC_EXTRA;
+}
+
 static void free_part(struct engine *e, struct part *p)
 {
+    e->parts_bytes -= part_bytes(p);
     for (size_t i = 0; i < p->n_recs; i++) {
         const struct brec *b = &p->recs[i];
 
@@ -558,10 +590,23 @@ static void free_calls(struct engine *e)
     for (size_t i = 0; i < e->cfg.fetch_concurrency; i++) {
         free(e->calls[i].parts);
         free(e->calls[i].gens);
+        free(e->calls[i].asks);
         free(e->calls[i].entries);
     }
     free(e->calls);
     free(e->seeks);
+}
+
+static void free_restored(struct engine *e)
+{
+    for (size_t i = 0; i < e->n_restored; i++) {
+        free(e->restored[i].name);
+        free(e->restored[i].id);
+    }
+    free(e->restored);
+    e->restored = NULL;
+    e->n_restored = 0;
+    e->restored_bytes = 0;
 }
 
 void engine_free(struct engine *e)
@@ -573,11 +618,8 @@ void engine_free(struct engine *e)
         free_part(e, e->parts[i]);
     }
     slab_pool_free(&e->slabs);
-    for (size_t i = 0; i < e->n_restored; i++) {
-        free(e->restored[i].name);
-        free(e->restored[i].id);
-    }
-    free(e->restored);
+    free_restored(e);
+    free(e->dormant);
     free(e->parts);
     hashtab_free(&e->table);
     free(e->active);
@@ -641,6 +683,7 @@ static struct part *add_part(struct engine *e, struct slice name)
     p->lost_floor = INT64_MAX;
     p->active_at = SIZE_MAX;
     p->serial = e->next_serial++;
+    e->parts_bytes += part_bytes(p);
     grow((void **)&e->parts, &e->cap_parts, e->n_parts + 1,
          sizeof(struct part *));
     e->parts[e->n_parts++] = p;
@@ -652,11 +695,157 @@ static struct part *add_part(struct engine *e, struct slice name)
     return p;
 }
 
-static void set_part_id(struct part *p, struct slice id)
+static void set_part_id(struct engine *e, struct part *p, struct slice id)
 {
+    e->parts_bytes -= part_bytes(p);
     free(p->id);
     p->id = id.len == 0 ? NULL : dup_slice(id);
     p->id_len = id.len;
+    e->parts_bytes += part_bytes(p);
+}
+
+/* ---- Pruned partitions --------------------------------------------------
+ *
+ * A partition is pruned (prune()) only when caught up, with nothing buffered,
+ * out, pending or lost, so its whole state is its position: every record
+ * below it is committed or dropped, every one from it on is unread. That
+ * position goes into a small open-addressing table keyed by a 64-bit hash of
+ * (name, id), 16 bytes a partition. A page that names it with nothing to
+ * read (lastOffset below the position, logStart at or below it) leaves it
+ * there; one that shows a record or a trim past it brings it back as a
+ * tracked partition at that exact position, the offsets a trim took judged
+ * as any skip (skip_to()). A full sweep that does not name a dormant entry
+ * (the partition was deleted, or created again under a new id) drops it.
+ * Two partitions of one queue whose keys collide are ~n^2 / 2^65 likely
+ * (about 3e-8 at a million partitions): the second is then never pruned,
+ * and a new partition whose key collides with a dormant one's would take
+ * its position. */
+
+static uint64_t dormant_key(struct slice name, const char *id, size_t id_len)
+{
+    uint64_t h = hashtab_hash(name.ptr, name.len);
+    uint64_t g = hashtab_hash(id == NULL ? "" : id, id_len);
+
+    h ^= (g + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+    h ^= h >> 31; /* splitmix64's finish */
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 27;
+    return h == 0 ? 1 : h;
+}
+
+static struct dormant *dormant_find(const struct engine *e, uint64_t key)
+{
+    if (e->cap_dormant == 0) {
+        return NULL;
+    }
+    for (size_t i = key % e->cap_dormant;; i = (i + 1) % e->cap_dormant) {
+        if (e->dormant[i].key == key) {
+            return &e->dormant[i];
+        }
+        if (e->dormant[i].key == 0) {
+            return NULL;
+        }
+    }
+}
+
+static void dormant_place(struct engine *e, uint64_t key, int64_t position)
+{
+    size_t i;
+
+    ASSERT(e->cap_dormant > e->n_dormant);
+    i = key % e->cap_dormant;
+
+    while (e->dormant[i].key != 0) {
+        i = (i + 1) % e->cap_dormant;
+    }
+    e->dormant[i].key = key;
+    e->dormant[i].position = position;
+}
+
+/* Rebuild with room for `want` entries at most 3/4 full; entries without
+ * the mark are dropped when drop_unmarked. */
+static void dormant_rebuild(struct engine *e, size_t want, bool drop_unmarked)
+{
+    struct dormant *old = e->dormant;
+    size_t old_cap = e->cap_dormant;
+    size_t cap = want == 0 ? 0 : want + want / 3 + 16;
+
+    e->dormant = cap == 0 ? NULL : xcalloc(cap, sizeof(*e->dormant));
+    e->cap_dormant = cap;
+    e->n_dormant = 0;
+    for (size_t i = 0; i < old_cap; i++) {
+        if (old[i].key == 0 ||
+            (drop_unmarked && (old[i].position & ENGINE_DORMANT_MARK) == 0)) {
+            continue;
+        }
+        dormant_place(e, old[i].key, old[i].position);
+        e->n_dormant++;
+    }
+    free(old);
+}
+
+/* false when the key is taken (a collision: the partition stays tracked). */
+static bool dormant_add(struct engine *e, uint64_t key, int64_t position)
+{
+    if (dormant_find(e, key) != NULL) {
+        return false;
+    }
+    if ((e->n_dormant + 1) * 4 > e->cap_dormant * 3) {
+        dormant_rebuild(e, (e->n_dormant + 1) * 2, false);
+    }
+    dormant_place(e, key, position);
+    e->n_dormant++;
+    return true;
+}
+
+/* Remove d, shifting back the run after it (linear probing). */
+static void dormant_remove(struct engine *e, struct dormant *d)
+{
+    size_t i = (size_t)(d - e->dormant);
+    size_t j = i;
+
+    e->dormant[i].key = 0;
+    e->n_dormant--;
+    for (;;) {
+        size_t home;
+
+        j = (j + 1) % e->cap_dormant;
+        if (e->dormant[j].key == 0) {
+            return;
+        }
+        home = e->dormant[j].key % e->cap_dormant;
+        /* j's entry may move to i when i lies cyclically in [home, j) */
+        if ((i <= j) ? (home <= i || home > j) : (home <= i && home > j)) {
+            e->dormant[i] = e->dormant[j];
+            e->dormant[j].key = 0;
+            i = j;
+        }
+    }
+}
+
+/* A full sweep starts: no dormant entry is named yet. */
+static void dormant_unmark(struct engine *e)
+{
+    for (size_t i = 0; i < e->cap_dormant; i++) {
+        e->dormant[i].position &= ~ENGINE_DORMANT_MARK;
+    }
+}
+
+/* A full sweep ended: drop the entries it did not name, and give back the
+ * room growth left (a table sized for n holds n + n/3 + 16 slots); no
+ * copy when there is neither. */
+static void dormant_sweep(struct engine *e)
+{
+    size_t unnamed = 0;
+    size_t fit = e->n_dormant + e->n_dormant / 3 + 16;
+
+    for (size_t i = 0; i < e->cap_dormant; i++) {
+        unnamed += e->dormant[i].key != 0 &&
+                   (e->dormant[i].position & ENGINE_DORMANT_MARK) == 0;
+    }
+    if (unnamed > 0 || e->cap_dormant > fit + fit / 2) {
+        dormant_rebuild(e, e->n_dormant - unnamed, true);
+    }
 }
 
 /* ---- Lost ranges (engine.h (5)) ----------------------------------------- */
@@ -805,6 +994,8 @@ static void restore_checkpoint(struct engine *e,
         r->id = src->id.len == 0 ? NULL : dup_slice(src->id);
         r->id_len = src->id.len;
         r->offset = src->offset;
+        e->restored_bytes += sizeof(*r) + src->name.len + src->id.len + 2 +
+                             2ULL * ENGINE_ALLOC_EXTRA;
     }
     qsort(e->restored, e->n_restored, sizeof(*e->restored), restored_cmp);
     e->last_checkpoint_k = cp->k;
@@ -921,7 +1112,7 @@ static void position_new(struct engine *e, struct part *p,
         p->position = r->offset;
         p->floor_ts = e->cp_floor;
         if (in->id.len == 0 && r->id != NULL) {
-            set_part_id(p, (struct slice){r->id, r->id_len});
+            set_part_id(e, p, (struct slice){r->id, r->id_len});
         }
         skip_to(e, p, in->log_start);
         return;
@@ -958,7 +1149,7 @@ static void new_incarnation(struct engine *e, struct part *p,
     p->lost_floor = INT64_MAX;
     p->gen++;
     e->stats.incarnations++;
-    set_part_id(p, in->id);
+    set_part_id(e, p, in->id);
     p->log_start = in->log_start;
     p->last_offset = in->last_offset;
     p->last_write_at = in->last_write_at;
@@ -981,7 +1172,7 @@ static void update_part(struct engine *e, struct part *p,
         !slice_eq(p->id, p->id_len, in->id)) {
         new_incarnation(e, p, in);
     } else if (p->id == NULL && in->id.len != 0) {
-        set_part_id(p, in->id);
+        set_part_id(e, p, in->id);
     }
     p->last_offset = max64(p->last_offset, in->last_offset);
     p->last_write_at = in->last_write_at;
@@ -997,34 +1188,87 @@ static void update_part(struct engine *e, struct part *p,
 static void touch(struct engine *e, struct part *p);
 static bool has_unread(const struct part *p);
 
+/* A partition the engine does not track: *out stays NULL when it stays
+ * untracked, a dormant entry with nothing to read, or one nothing above the
+ * commit was ever written to (it goes dormant at its head: every record of
+ * it is stamped below t_filter, committed or never ours). */
+static int observe_untracked(struct engine *e,
+                             const struct engine_partition_info *in,
+                             struct part **out, struct err *err)
+{
+    uint64_t key = dormant_key(in->name, in->id.ptr, in->id.len);
+    struct dormant *d = in->id.len > 0 ? dormant_find(e, key) : NULL;
+    int64_t pos = d == NULL ? 0 : d->position & ~ENGINE_DORMANT_MARK;
+    struct part *p;
+
+    *out = NULL;
+    if (d != NULL && in->last_offset < pos && in->log_start <= pos) {
+        d->position |= e->is_pass_full ? ENGINE_DORMANT_MARK : 0;
+        return 0; /* still caught up: nothing to read, nothing trimmed */
+    }
+    if (d == NULL && in->id.len > 0 && e->t_filter != ENGINE_MIN &&
+        e->is_t_prev_known &&
+        sat_add(in->last_write_at, ISOTIME_US_S) < e->t_filter &&
+        find_restored(e, in->name) == NULL &&
+        dormant_add(e, key, (in->last_offset + 1) | ENGINE_DORMANT_MARK)) {
+        return 0;
+    }
+    if (e->n_parts >= e->cfg.max_partitions) {
+        return err_set(err, ERR_TOO_BIG,
+                       "engine: queue \"%s\" has more than %u partitions",
+                       e->queue, e->cfg.max_partitions);
+    }
+    p = add_part(e, in->name);
+    set_part_id(e, p, in->id);
+    p->last_offset = in->last_offset;
+    p->log_start = in->log_start;
+    p->last_write_at = in->last_write_at;
+    p->lw_last_offset = in->last_offset;
+    if (d != NULL) {
+        /* moved again: on from its exact position, a trim judged as any
+         * skip (what it skips is stamped above what was committed when it
+         * was pruned; settle_gap() knows the rest) */
+        dormant_remove(e, d);
+        p->position = pos;
+        skip_to(e, p, in->log_start);
+    } else {
+        position_new(e, p, in);
+    }
+    *out = p;
+    return 0;
+}
+
 static int observe(struct engine *e, const struct engine_partition_info *in,
                    struct err *err)
 {
     struct part *p = find_part(e, in->name);
+    bool is_moved = true;
 
     if (p == NULL) {
-        if (e->n_parts >= e->cfg.max_partitions) {
-            return err_set(err, ERR_TOO_BIG,
-                           "engine: queue \"%s\" has more than %u partitions",
-                           e->queue, e->cfg.max_partitions);
+        if (observe_untracked(e, in, &p, err) != 0) {
+            return err->code;
         }
-        p = add_part(e, in->name);
-        set_part_id(p, in->id);
-        p->last_offset = in->last_offset;
-        p->log_start = in->log_start;
-        p->last_write_at = in->last_write_at;
-        p->lw_last_offset = in->last_offset;
-        position_new(e, p, in);
+        if (p == NULL) {
+            return 0;
+        }
     } else {
+        int64_t last = p->last_offset;
+        int64_t start = p->log_start;
+        uint32_t gen = p->gen;
+
         update_part(e, p, in);
+        is_moved =
+            p->last_offset != last || p->log_start != start || p->gen != gen;
     }
     if (!has_unread(p) && !p->is_seek_pending && !p->is_seeking) {
         /* caught up: what it gains later is stamped at or above the page's
          * safeTime */
         p->floor_ts = max64(p->floor_ts, e->page_safe);
     }
-    p->last_seen_k = e->committed_k;
-    p->last_seen_pass = e->stats.discoveries;
+    if (is_moved) { /* a page that only names it does not keep it */
+        p->last_seen_k = e->committed_k;
+        p->last_seen_pass = e->stats.discoveries;
+    }
     p->seen_safe = e->page_safe;
     touch(e, p);
     return 0;
@@ -1049,6 +1293,9 @@ static void start_pass(struct engine *e)
         is_full ? ENGINE_MIN : sat_sub(e->t_prev, e->cfg.discovery_slack_us);
     e->has_discovered_this_window = true;
     e->is_idle_armed = false;
+    if (is_full) {
+        dormant_unmark(e);
+    }
     restart_pass(e);
 }
 
@@ -1062,6 +1309,10 @@ static void complete_pass(struct engine *e)
     if (e->is_pass_full) {
         e->stats.full_sweeps++;
         e->discovery_partitions = e->pass_count;
+        /* every partition of the queue was named: what a checkpoint held
+         * is used, and a dormant entry no page named is gone */
+        free_restored(e);
+        dormant_sweep(e);
     }
 }
 
@@ -1289,38 +1540,58 @@ static struct fetch_call *free_call_slot(struct engine *e)
     return NULL;
 }
 
-static void emit_call(struct engine *e, const struct candidate *c, size_t n)
+/* One call of n candidates: each entry asks min(max_bytes_per_entry,
+ * share) and takes it off *left (the budget not spoken for yet), the
+ * last one what is left when that is less; 1 byte for the one entry a
+ * full budget still lets out. Returns the entries emitted (fewer than n
+ * once the budget runs out). */
+static size_t emit_call(struct engine *e, const struct candidate *c, size_t n,
+                        uint64_t share, uint64_t *left)
 {
     struct fetch_call *call = free_call_slot(e);
     struct engine_action *a;
+    size_t k = 0;
 
     if (call == NULL) {
-        return; /* cannot happen: the caller counted free slots */
+        return 0; /* cannot happen: the caller counted free slots */
     }
-    call->is_used = true;
-    call->id = e->next_call_id++;
-    call->n = n;
     call->parts = xrealloc(call->parts, n * sizeof(struct part *));
     call->gens = xrealloc(call->gens, n * sizeof(*call->gens));
+    call->asks = xrealloc(call->asks, n * sizeof(*call->asks));
     call->entries = xrealloc(call->entries, n * sizeof(*call->entries));
-    for (size_t i = 0; i < n; i++) {
-        struct part *p = c[i].part;
-        struct engine_fetch_entry *en = &call->entries[i];
+    for (; k < n && (*left > 0 || k == 0); k++) {
+        struct part *p = c[k].part;
+        struct engine_fetch_entry *en = &call->entries[k];
+        uint64_t ask = e->cfg.max_bytes_per_entry < share
+                           ? e->cfg.max_bytes_per_entry
+                           : share;
 
+        if (*left == 0) {
+            ask = 1; /* the one entry that keeps a full budget moving */
+        } else {
+            ask = ask < *left ? ask : *left;
+            *left -= ask;
+        }
         p->is_fetching = true;
-        call->parts[i] = p;
-        call->gens[i] = p->gen;
+        call->parts[k] = p;
+        call->gens[k] = p->gen;
+        call->asks[k] = (uint32_t)ask;
+        e->asked_bytes += ask;
         en->queue = str_slice(e->queue);
         en->partition = (struct slice){p->name, p->name_len};
         en->offset = p->position;
-        en->max_bytes = e->cfg.max_bytes_per_entry;
+        en->max_bytes = (uint32_t)ask;
     }
+    call->is_used = true;
+    call->id = e->next_call_id++;
+    call->n = k;
     e->n_calls_out++;
     a = push_action(&e->tail, &e->n_tail, &e->cap_tail);
     a->kind = ENGINE_ACT_FETCH;
     a->u.fetch.call_id = call->id;
     a->u.fetch.entries = call->entries;
-    a->u.fetch.n = n;
+    a->u.fetch.n = k;
+    return k;
 }
 
 static size_t gather_candidates(struct engine *e, struct candidate **out)
@@ -1352,38 +1623,69 @@ static size_t gather_candidates(struct engine *e, struct candidate **out)
     return n;
 }
 
-/* Lowest frontier first, at most (free calls) x (entries per call). */
+/* What the budget has left for new asks: max_buffer_bytes less the
+ * buffered weight, the tracked partitions' bytes and the maxBytes of the
+ * entries still out (issue 13 item 7). */
+static uint64_t budget_left(const struct engine *e)
+{
+    uint64_t used = e->total_buffered + engine_tracked_bytes(e);
+
+    used =
+        used > UINT64_MAX - e->asked_bytes ? UINT64_MAX : used + e->asked_bytes;
+    return used < e->cfg.max_buffer_bytes ? e->cfg.max_buffer_bytes - used : 0;
+}
+
+/* Lowest frontier first, at most (free calls) x (entries per call), and
+ * never more maxBytes out than the budget has left (issue 13 item 7): what
+ * is left is shared evenly among every partition waiting for a read, each
+ * share at least the largest record read so far (so the budget goes to a
+ * little of every partition, not all of the first ones, and the frontiers
+ * that hold the close back move), and as many entries go out as shares
+ * fit (a record's worth each until the first complete pass has named
+ * them all). A broker answers an entry's
+ * first record whatever its size, so what a round brings in stays within
+ * the budget but for a record larger than every one read before. With
+ * nothing left and nothing out, one entry of the partition holding the
+ * close back asks for 1 byte (one record): a close can still free memory,
+ * and a record larger than what is left is still read. */
 static void schedule_fetches(struct engine *e)
 {
     size_t slots = e->cfg.fetch_concurrency - e->n_calls_out;
     size_t per = e->cfg.fetch_entries_per_call;
+    uint64_t left = budget_left(e);
+    uint64_t floor = e->max_record_bytes > 0 ? e->max_record_bytes : 1;
+    uint64_t share;
     struct candidate *c;
     size_t n;
     size_t done = 0;
 
-    if (slots == 0) {
+    if (slots == 0 || (left == 0 && e->n_calls_out > 0)) {
         return;
     }
     n = gather_candidates(e, &c);
     if (n > 0) {
         qsort(c, n, sizeof(*c), candidate_cmp);
     }
-    if (e->total_buffered >= e->cfg.max_buffer_bytes) {
-        /* Over the hard cap only the partitions holding the close back
-         * are read, so a close can still free memory. */
-        size_t m = 0;
-
-        while (m < n && c[m].frontier == c[0].frontier) {
-            m++;
-        }
-        n = m;
+    /* the share of every candidate, not of this round's: the partitions
+     * a round leaves out get theirs in the next ones */
+    share = n > 0 && left / n > floor ? left / n : floor;
+    if (!e->has_complete_pass) {
+        /* the partitions waiting are not all known yet: the first pages'
+         * would take the whole budget; a record each until they are */
+        share = floor;
+    }
+    n = n < slots * per ? n : slots * per;
+    if (left / share < n) {
+        n = left / share > 0 ? (size_t)(left / share) : (n > 0 ? 1 : 0);
     }
     while (done < n && slots > 0) {
         size_t take = n - done < per ? n - done : per;
 
-        emit_call(e, c + done, take);
-        done += take;
+        done += emit_call(e, c + done, take, share, &left);
         slots--;
+        if (left == 0) {
+            break;
+        }
     }
     free(c);
 }
@@ -1509,6 +1811,9 @@ static void merge_records(struct engine *e, struct part *p,
         if (rec->offset < p->position) {
             continue; /* already seen */
         }
+        if (rec->payload.len > e->max_record_bytes) {
+            e->max_record_bytes = rec->payload.len;
+        }
         p->gap_from = -1;
         if (rec->ts < e->t_filter) {
             /* (4); a skipped range before it was stamped below it too */
@@ -1548,6 +1853,10 @@ static void merge_entry(struct engine *e, struct part *p,
     case ENGINE_ANSWER_OK:
         break;
     }
+    if (r->n > 0) { /* read something: not idle */
+        p->last_seen_k = e->committed_k;
+        p->last_seen_pass = e->stats.discoveries;
+    }
     merge_records(e, p, r);
     settle_gap(e, p);
 }
@@ -1562,10 +1871,19 @@ static struct fetch_call *find_call(struct engine *e, uint64_t id)
     return NULL;
 }
 
+/* Entry i's answer is merged (its weight is buffered) or will never come:
+ * its ask leaves the budget's count. */
+static void release_ask(struct engine *e, struct fetch_call *call, size_t i)
+{
+    e->asked_bytes -= call->asks[i];
+    call->asks[i] = 0;
+}
+
 static void release_call(struct engine *e, struct fetch_call *call)
 {
     for (size_t i = 0; i < call->n; i++) {
         call->parts[i]->is_fetching = false;
+        release_ask(e, call, i);
     }
     call->is_used = false;
     e->n_calls_out--;
@@ -1579,6 +1897,7 @@ static int merge_part(struct engine *e, struct fetch_call *call, size_t from,
     for (size_t i = 0; i < n && e->state != ENGINE_FAILED; i++) {
         struct part *p = call->parts[from + i];
 
+        release_ask(e, call, from + i);
         if (p->gen != call->gens[from + i]) {
             continue; /* an answer for an older incarnation */
         }
@@ -2218,20 +2537,24 @@ static bool is_seek_slot_of(const struct engine *e, const struct part *p)
     return false;
 }
 
-/* Partitions discovery stopped naming, idle and empty, are forgotten. */
+/* Partitions nothing moved in for prune_after_windows windows and two
+ * passes (a page that names one without a change does not count), idle and
+ * empty, caught up with no loss pending, are pruned: their position goes
+ * dormant (see "Pruned partitions"). */
 static bool is_prunable(const struct engine *e, const struct part *p)
 {
-    /* Windows alone do not make it stale, a complete pass that did not
-     * name it must too: a size-close backfill commits many windows without
-     * a pass, and a partition forgotten then would restart at its log
-     * start, blind to what a trim took meanwhile (the pass that named it
-     * ends with discoveries = last_seen_pass + 1). */
+    /* Windows alone do not make it stale, passes must too: a size-close
+     * backfill commits many windows without a pass (the pass that moved
+     * it ends with discoveries = last_seen_pass + 1). */
     bool is_stale = e->committed_k - p->last_seen_k >=
                         (int64_t)e->cfg.prune_after_windows &&
                     e->stats.discoveries - p->last_seen_pass >= 2;
 
+    /* A later incarnation comes back as the first: with ranges a manifest
+     * named for the first (engine_restore_lost()), it stays. */
     return is_stale && !is_active(p) && !p->is_fetching &&
-           !is_seek_slot_of(e, p);
+           !is_seek_slot_of(e, p) && p->id != NULL && p->gap_from < 0 &&
+           p->lost_floor == INT64_MAX && (p->gen == 0 || e->n_known == 0);
 }
 
 static void prune(struct engine *e)
@@ -2241,7 +2564,11 @@ static void prune(struct engine *e)
     for (size_t i = 0; i < e->n_parts; i++) {
         struct part *p = e->parts[i];
 
-        if (!is_prunable(e, p)) {
+        if (!is_prunable(e, p) ||
+            !dormant_add(e,
+                         dormant_key((struct slice){p->name, p->name_len},
+                                     p->id, p->id_len),
+                         p->position | ENGINE_DORMANT_MARK)) {
             e->parts[kept++] = p;
             continue;
         }
@@ -2608,6 +2935,18 @@ uint64_t engine_slab_bytes(const struct engine *e)
 size_t engine_tracked_partitions(const struct engine *e)
 {
     return e->n_parts;
+}
+
+size_t engine_dormant_partitions(const struct engine *e)
+{
+    return e->n_dormant;
+}
+
+uint64_t engine_tracked_bytes(const struct engine *e)
+{
+    return e->parts_bytes + e->restored_bytes +
+           (e->cap_parts + e->table.cap + e->cap_active) * sizeof(void *) +
+           e->cap_dormant * sizeof(struct dormant);
 }
 
 uint64_t engine_discovery_partitions(const struct engine *e)

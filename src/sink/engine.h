@@ -87,7 +87,10 @@
  * Costs: each call walks the active partitions (unread, seeking or holding
  * records), not the cold ones; a commit walks all of them once (pruning),
  * and the plan and the checkpoint sort by name. Memory is the buffered
- * records plus about 200 bytes per tracked partition (max_partitions).
+ * records plus about 300 bytes per tracked partition (max_partitions) and
+ * 16 per pruned one (engine_tracked_bytes()), all within max_buffer_bytes:
+ * fetches ask for no more than what the records, the partitions and the
+ * asks out leave of it (docs/design/window.md §6).
  *
  * One deliberate reading of docs/design/window.md §9: the age of the first
  * `earliest` window is measured from its tStart (the align floor of its first
@@ -128,7 +131,7 @@ struct engine_config {
     uint64_t drain_min_bytes;  /* a drain closes from this many bytes */
     int64_t drain_min_lag_us;  /* or from this lag with anything buffered */
     uint32_t max_partitions;   /* cap on tracked partitions */
-    uint64_t max_buffer_bytes; /* no fetch is scheduled past this weight */
+    uint64_t max_buffer_bytes; /* fetches ask within what is left of it */
     /* Copied into intents (docs/design/formats.md §5). */
     const char *format;
     const char *compression;
@@ -498,6 +501,14 @@ bool engine_is_tight(const struct engine *e);
  * records' bytes plus holes and spares. */
 uint64_t engine_slab_bytes(const struct engine *e);
 size_t engine_tracked_partitions(const struct engine *e);
+/* Pruned partitions whose position is kept (16 bytes each). */
+size_t engine_dormant_partitions(const struct engine *e);
+/* Bytes the partitions cost besides their records: the tracked ones'
+ * structs, names and ids, the lookup arrays, the dormant table and the
+ * checkpoint's positions until the first full sweep. Counted against
+ * max_buffer_bytes with the buffered weight (fetches are scheduled within
+ * what is left) and reported to the node's budget by the driver. */
+uint64_t engine_tracked_bytes(const struct engine *e);
 /* Partitions counted by the last full sweep (queen_s3_discovery_partitions). */
 uint64_t engine_discovery_partitions(const struct engine *e);
 const struct engine_stats *engine_stats(const struct engine *e);

@@ -1215,8 +1215,11 @@ static void task_publish(struct sink *s, struct task *t)
     driver_status(t->drv, &st);
     task_report(s, t, &st);
     /* docs/design/window.md §12: over the node's budget and the largest: close
-     * early. */
-    if (budget_report(s->budget, t->name, st.buffered_bytes)) {
+     * early. The partitions' own bytes count too (issue 13 item 8); a close
+     * frees records only, so a queue with none buffered is not asked. */
+    if (budget_report(s->budget, t->name,
+                      st.buffered_bytes + st.partition_bytes) &&
+        st.buffered_bytes > 0) {
         driver_force_close(t->drv);
     }
     pthread_mutex_lock(&s->mu);

@@ -10,6 +10,7 @@
  *   "schema"       4  u32 SCHEMA_VERSION
  *   "next_queue"   8  u64 next queue id (first 1)
  *   "next_part"    8  u64 next partition id (first 1)
+ *   "by_write"     8  u64 1 once parts_by_write holds every partition
  *
  * queues: key
  * OFFSET SIZE DESCRIPTION
@@ -46,6 +47,13 @@
  *     48    8 createdAt (i64 µs)
  *
  * parts_by_id: key = queue id (8) + partition id (8); value = partition name
+ *
+ * parts_by_write: key = queue id (8) + lastWriteAt (8, the i64 with its sign
+ *   bit flipped, so byte order is numeric order) + partition id (8); value =
+ *   partition name. One row per partition, moved in the write transaction
+ *   that changes its lastWriteAt, so partitions/changed with a `since` reads
+ *   the rows at or above it only. Built from partitions when a store opens
+ *   without meta "by_write" (a store or snapshot of an older build).
  *
  * records: key = partition id (8) + offset (8); value
  *      0    8 ts (i64 µs, the stamp of the push)

@@ -115,16 +115,69 @@ static int meta_put_u64(MDB_txn *txn, MDB_dbi dbi, const char *name, uint64_t v)
     return mdb_put(txn, dbi, &k, &d, 0);
 }
 
+/* The parts_by_write key of a partition (schema.h). */
+static void by_write_key(uint8_t kb[24], uint64_t queue_id, int64_t lwa,
+                         uint64_t pid)
+{
+    be64_put(kb, queue_id);
+    be64_put(kb + 8, (uint64_t)lwa ^ (1ULL << 63));
+    be64_put(kb + 16, pid);
+}
+
+static int by_write_put(struct store *s, MDB_txn *txn, uint64_t queue_id,
+                        int64_t lwa, uint64_t pid, struct slice name)
+{
+    uint8_t kb[24];
+    MDB_val k = {24, kb};
+    MDB_val d = {name.len, NULL};
+    int rc;
+
+    by_write_key(kb, queue_id, lwa, pid);
+    rc = mdb_put(txn, s->parts_by_write, &k, &d, MDB_RESERVE);
+    if (rc == 0) {
+        memcpy(d.mv_data, name.ptr, name.len);
+    }
+    return rc;
+}
+
+/* Fill parts_by_write from every partition row (a store of an older build). */
+static int by_write_build(struct store *s, MDB_txn *txn)
+{
+    MDB_cursor *c;
+    MDB_val k;
+    MDB_val d;
+    int rc = mdb_cursor_open(txn, s->partitions, &c);
+
+    if (rc != 0) {
+        return rc;
+    }
+    rc = mdb_cursor_get(c, &k, &d, MDB_FIRST);
+    while (rc == 0) {
+        const uint8_t *v = d.mv_data;
+
+        if (k.mv_size > 8 && d.mv_size == SCHEMA_PART_VALUE_LEN) {
+            struct slice name = {(const char *)k.mv_data + 8, k.mv_size - 8};
+
+            rc = by_write_put(s, txn, be64_get(k.mv_data),
+                              (int64_t)be64_get(v + 40), be64_get(v), name);
+        }
+        rc = rc != 0 ? rc : mdb_cursor_get(c, &k, &d, MDB_NEXT);
+    }
+    mdb_cursor_close(c);
+    return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
 /* Open every named database and load meta into the cache. */
 static int open_dbs(struct store *s, struct err *err)
 {
     static const char *const names[] = {
-        "meta",    "queues", "partitions", "parts_by_id", "records",
-        "appends", "dedup",  "dedup_exp",  "kv",          "kv_expiry"};
-    MDB_dbi *dbis[] = {&s->meta,        &s->queues,    &s->partitions,
-                       &s->parts_by_id, &s->records,   &s->appends,
-                       &s->dedup,       &s->dedup_exp, &s->kv,
-                       &s->kv_expiry};
+        "meta",    "queues",    "partitions",    "parts_by_id",
+        "records", "appends",   "dedup",         "dedup_exp",
+        "kv",      "kv_expiry", "parts_by_write"};
+    MDB_dbi *dbis[] = {&s->meta,        &s->queues,        &s->partitions,
+                       &s->parts_by_id, &s->records,       &s->appends,
+                       &s->dedup,       &s->dedup_exp,     &s->kv,
+                       &s->kv_expiry,   &s->parts_by_write};
     MDB_txn *txn;
     uint64_t v = 0;
     int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
@@ -146,6 +199,10 @@ static int open_dbs(struct store *s, struct err *err)
         mdb_txn_abort(txn);
         return err_set(err, ERR_CORRUPT, "store schema %" PRIu64 " is not %d",
                        v, SCHEMA_VERSION);
+    }
+    if (rc == 0 && meta_get_u64(txn, s->meta, "by_write", &v) != 0) {
+        rc = by_write_build(s, txn);
+        rc = rc != 0 ? rc : meta_put_u64(txn, s->meta, "by_write", 1);
     }
     v = 0;
     meta_get_u64(txn, s->meta, "applied", &v);
@@ -589,6 +646,39 @@ static void part_key(uint8_t *kb, uint64_t queue_id, struct slice name,
     k->mv_data = kb;
 }
 
+/* parts_by_write follows the row's lastWriteAt, in the transaction that
+ * writes the row (k: the row's key; p: what it becomes). */
+static int by_write_move(struct store_w *w, MDB_val *k,
+                         const struct store_wpart *p, struct slice name,
+                         struct err *err)
+{
+    MDB_val d;
+    int rc = mdb_get(w->txn, w->s->partitions, k, &d);
+
+    if (rc == 0 && d.mv_size == SCHEMA_PART_VALUE_LEN) {
+        int64_t old = (int64_t)be64_get((const uint8_t *)d.mv_data + 40);
+        uint8_t ob[24];
+        MDB_val ok = {24, ob};
+
+        if (old == p->last_write_at) {
+            return 0; /* the index row stands */
+        }
+        by_write_key(ob, p->queue_id, old, p->id);
+        rc = mdb_del(w->txn, w->s->parts_by_write, &ok, NULL);
+    } else if (rc == MDB_NOTFOUND) {
+        rc = 0; /* a new row */
+    }
+    if (rc == 0) {
+        rc = by_write_put(w->s, w->txn, p->queue_id, p->last_write_at, p->id,
+                          name);
+    }
+    if (rc != 0) {
+        return err_set(err, mdb_code(rc), "put parts_by_write: %s",
+                       mdb_strerror(rc));
+    }
+    return 0;
+}
+
 int store_wpart_put(struct store_w *w, struct slice name,
                     const struct store_wpart *p, struct err *err)
 {
@@ -599,6 +689,9 @@ int store_wpart_put(struct store_w *w, struct slice name,
     int rc;
 
     part_key(kb, p->queue_id, name, &k);
+    if (by_write_move(w, &k, p, name, err) != 0) {
+        return err->code;
+    }
     be64_put(v, p->id);
     memcpy(v + 8, p->uuid, 16);
     be64_put(v + 24, (uint64_t)p->log_start);

@@ -247,6 +247,9 @@ struct store_stats {
     uint64_t n_partitions;
     uint64_t n_records; /* stored (retained) records */
     uint64_t n_dedup_rows;
+    /* Partition index rows partitions/changed has read since the open: a
+     * `since` page reads the rows at or above it only. */
+    uint64_t changed_rows_read;
 };
 
 int store_stats(struct store *s, struct store_stats *out, struct err *err);

@@ -19,7 +19,7 @@
 struct store {
     MDB_env *env;
     MDB_dbi meta, queues, partitions, parts_by_id, records, appends, dedup,
-        dedup_exp, kv, kv_expiry;
+        dedup_exp, kv, kv_expiry, parts_by_write;
     char *dir;
     uint64_t map_size;
     /* Readers hold it shared for one read txn; a snapshot restore holds it
@@ -27,6 +27,8 @@ struct store {
     pthread_rwlock_t swap_lock;
     _Atomic uint64_t applied; /* meta "applied" as last committed */
     _Atomic int64_t safe_time;
+    /* Index rows partitions/changed has stepped over (store_stats()). */
+    _Atomic uint64_t changed_rows;
     /* Loop thread only: the meta counters as of the open write txn. */
     uint64_t next_queue;
     uint64_t next_part;

@@ -607,6 +607,7 @@ static int changed_walk(struct rd *r, uint64_t qid, uint64_t after,
            be64_get(k.mv_data) == qid) {
         int added = changed_one(r, qid, &d, q, err);
 
+        atomic_fetch_add(&r->s->changed_rows, 1);
         if (added < 0) {
             mdb_cursor_close(c);
             return -added;
@@ -621,6 +622,93 @@ static int changed_walk(struct rd *r, uint64_t qid, uint64_t after,
     if (rc != 0 && rc != MDB_NOTFOUND) {
         return err_set(err, ERR_IO, "walk partitions: %s", mdb_strerror(rc));
     }
+    e->has_next = e->n_partitions >= limit;
+    return 0;
+}
+
+struct changed_hit {
+    uint64_t pid;
+    MDB_val name; /* into the read txn's pages */
+};
+
+static int hit_cmp(const void *a, const void *b)
+{
+    const struct changed_hit *x = a;
+    const struct changed_hit *y = b;
+
+    return x->pid < y->pid ? -1 : (x->pid > y->pid ? 1 : 0);
+}
+
+/* A page with a `since`: the parts_by_write rows at or above it (so the
+ * cost follows what changed, not the queue's size), those past the cursor
+ * taken in creation order as changed_walk() would. */
+static int changed_since(struct rd *r, uint64_t qid, uint64_t after,
+                         const struct store_changed_req *q,
+                         struct store_changed_entry *e, struct err *err)
+{
+    size_t limit = q->limit <= 0 || q->limit > STORE_CHANGED_LIMIT_MAX
+                       ? STORE_CHANGED_LIMIT_MAX
+                       : (size_t)q->limit;
+    uint8_t kb[24];
+    MDB_val k = {24, kb};
+    MDB_val d;
+    MDB_cursor *c;
+    struct changed_hit *v = NULL;
+    size_t n = 0;
+    size_t cap = 0;
+    uint64_t steps = 0;
+    int rc;
+
+    if (after == UINT64_MAX) {
+        return 0;
+    }
+    rc = mdb_cursor_open(r->txn, r->s->parts_by_write, &c);
+    if (rc != 0) {
+        return err_set(err, ERR_IO, "cursor parts_by_write: %s",
+                       mdb_strerror(rc));
+    }
+    be64_put(kb, qid);
+    be64_put(kb + 8, (uint64_t)q->since ^ (1ULL << 63));
+    be64_put(kb + 16, 0);
+    rc = mdb_cursor_get(c, &k, &d, MDB_SET_RANGE);
+    while (rc == 0 && k.mv_size == 24 && be64_get(k.mv_data) == qid) {
+        uint64_t pid = be64_get((const uint8_t *)k.mv_data + 16);
+
+        steps++;
+        if (pid > after) {
+            if (n == cap) {
+                cap = cap == 0 ? 64 : cap * 2;
+                v = xrealloc(v, cap * sizeof(*v));
+            }
+            v[n].pid = pid;
+            v[n].name = d;
+            n++;
+        }
+        rc = mdb_cursor_get(c, &k, &d, MDB_NEXT);
+    }
+    mdb_cursor_close(c);
+    atomic_fetch_add(&r->s->changed_rows, steps);
+    if (rc != 0 && rc != MDB_NOTFOUND) {
+        free(v);
+        return err_set(err, ERR_IO, "walk parts_by_write: %s",
+                       mdb_strerror(rc));
+    }
+    if (n > 1) {
+        qsort(v, n, sizeof(*v), hit_cmp);
+    }
+    for (size_t i = 0; i < n && e->n_partitions < limit; i++) {
+        int added = changed_one(r, qid, &v[i].name, q, err);
+
+        if (added < 0) {
+            free(v);
+            return -added;
+        }
+        if (added == 1) {
+            e->n_partitions++;
+            e->next_pid = v[i].pid;
+        }
+    }
+    free(v);
     e->has_next = e->n_partitions >= limit;
     return 0;
 }
@@ -643,6 +731,9 @@ static int changed_entry(struct rd *r, const struct store_changed_req *q,
     if (!parse_cursor(q->after, &after)) {
         e->error = STORE_BAD_CURSOR;
         return 0;
+    }
+    if (q->since != INT64_MIN) {
+        return changed_since(r, be64_get(qd.mv_data), after, q, e, err);
     }
     return changed_walk(r, be64_get(qd.mv_data), after, q, e, err);
 }
@@ -880,6 +971,7 @@ int store_stats(struct store *s, struct store_stats *out, struct err *err)
     if (rc == 0 && (rc = mdb_stat(txn, s->dedup, &st)) == 0) {
         out->n_dedup_rows = st.ms_entries;
     }
+    out->changed_rows_read = atomic_load(&s->changed_rows);
     read_end(s, txn);
     if (rc != 0) {
         return err_set(err, ERR_IO, "store stats: %s", mdb_strerror(rc));

@@ -2440,3 +2440,26 @@ TEST(a_redo_of_another_writer_rebuilds_where_the_keys_are_free)
     EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000001-"), 1);
     rig_close(r);
 }
+
+/* Issue 13 item 8: the status the host reports to the node's budget
+ * carries what the partitions cost besides their records (a struct, a name
+ * and an id each), next to the buffered weight. */
+TEST(the_status_carries_the_partitions_bytes_for_the_budget)
+{
+    struct rig *r = rig_open();
+    struct driver_status st;
+    char name[16];
+
+    for (int i = 0; i < FAKE_MAX_PARTS; i++) {
+        snprintf(name, sizeof(name), "p%03d", i);
+        fake_push(&r->f, name, at("2026-09-04T10:05:00.000000Z") + i);
+    }
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    new_driver(r);
+    run_until(r, 1, 400);
+    driver_status(r->d, &st);
+    EXPECT_EQ_I64(st.committed_k, 1);
+    EXPECT_EQ_U64(st.partitions, FAKE_MAX_PARTS);
+    EXPECT(st.partition_bytes >= (uint64_t)FAKE_MAX_PARTS * 200);
+    rig_close(r);
+}

@@ -475,10 +475,11 @@ TEST(rule4_memory_is_independent_of_partition_cardinality)
     EXPECT_EQ_U64(small.peak_buffered, big.peak_buffered);
     EXPECT_EQ_U64(engine_stats(small.e)->seeks_issued, 0);
     EXPECT_EQ_U64(engine_stats(big.e)->seeks_issued, 0);
-    /* unseen for prune_after windows, the cold ones are forgotten */
+    /* last written below the start, the cold ones are never tracked: only
+     * their position is kept (dormant) */
     EXPECT_EQ_U64(engine_tracked_partitions(small.e),
                   engine_tracked_partitions(big.e));
-    EXPECT(engine_stats(big.e)->partitions_pruned >= 100000 - 2000);
+    EXPECT(engine_dormant_partitions(big.e) >= 100000 - 2000);
     /* the window's content (300 records) plus at most 4 calls' worth */
     EXPECT(small.peak_buffered <= 2000 * (64 + 7 + 11 + 30));
     EXPECT(small.n_windows >= 2); /* the target cut the hot burst */
@@ -637,9 +638,18 @@ TEST(rule6_latest_positions_a_long_idle_partition_at_the_head_with_no_seek)
     sim_push(&s, "p", 42, SIM_T0 - 60 * SIM_SEC, 10);
     sim_advance(&s, SIM_T0);
     sim_run(&s, 30);
-    EXPECT_EQ_I64(position_of(s.e, "p"), 42);
+    /* not even tracked: its head is kept dormant (16 bytes) */
+    EXPECT_EQ_I64(position_of(s.e, "p"), -2);
+    EXPECT_EQ_U64(engine_dormant_partitions(s.e), 1);
     EXPECT_EQ_U64(engine_stats(s.e)->seeks_issued, 0);
     EXPECT_EQ_U64(s.fetch_calls, 0);
+    /* written again, it is read from that head */
+    s.expect_from = sim_safe(&s);
+    sim_push(&s, "p", 2, sim_safe(&s), 10);
+    sim_finish(&s, sim_safe(&s) + 10 * SIM_SEC);
+    EXPECT_EQ_I64(position_of(s.e, "p"), 44);
+    EXPECT_EQ_U64(engine_stats(s.e)->seeks_issued, 0);
+    EXPECT(sim_exactly_once(&s));
     sim_free(&s);
 }
 
@@ -1121,8 +1131,8 @@ TEST(rule10_a_partition_discovery_stops_naming_is_pruned)
     c.prune_after_windows = 2;
     c.full_sweep_every = 100000;
     sim_init(&s, &c);
-    sim_push(&s, "busy", 1, SIM_T0 - 10 * SIM_SEC, 10);
-    sim_push(&s, "gone", 1, SIM_T0 - 10 * SIM_SEC, 10);
+    sim_push(&s, "busy", 1, SIM_T0 - 500 * SIM_MS, 10);
+    sim_push(&s, "gone", 1, SIM_T0 - 500 * SIM_MS, 10);
     sim_advance(&s, SIM_T0);
     sim_run(&s, 10);
     EXPECT_EQ_U64(engine_tracked_partitions(s.e), 2);
@@ -1260,7 +1270,8 @@ TEST(a_big_window_keeps_its_slabs_as_spares_up_to_half_the_read_cap)
         latest_by_age(&s, &c, 2 * SIM_SEC, capped ? 40ULL << 20 : 0);
         sim_push(&s, "a", 60000, sim_safe(&s) + 100 * SIM_MS, 1400);
         s.idle_advance_us = 100 * SIM_MS;
-        EXPECT(sim_run_until_commits(&s, 1, 4000));
+        /* past the budget, one record a call (issue 13 item 7) */
+        EXPECT(sim_run_until_commits(&s, 1, 200000));
         EXPECT_EQ_I64(s.violations, 0);
         if (capped) {
             EXPECT_EQ_U64(engine_spare_slabs(s.e), 32);
@@ -1572,7 +1583,8 @@ TEST(rule9_a_redo_under_start_latest_seeks_its_way_back_to_the_same_set)
     for (size_t i = 0; i < after.n; i++) {
         EXPECT(strcmp(after.names[i], "quiet") != 0);
     }
-    EXPECT_EQ_I64(position_of(s.e, "quiet"), 5);
+    EXPECT_EQ_I64(position_of(s.e, "quiet"), -2); /* dormant at its head */
+    EXPECT_EQ_U64(engine_dormant_partitions(s.e), 1);
     sim_free(&s);
 }
 
@@ -2394,4 +2406,235 @@ TEST(loss_a_new_incarnation_seen_after_a_trim_records_its_head)
     EXPECT_EQ_I64(position_of(e, "p"), 5);
     EXPECT_EQ_U64(engine_stats(e)->records_lost, 5);
     engine_free(e);
+}
+
+/* ---- issue 13 item 7: the budget holds within a round ------------------ */
+
+static uint64_t held_asks(const struct sim *s, size_t from)
+{
+    uint64_t n = 0;
+
+    for (size_t i = from; i < s->n_held; i++) {
+        for (size_t j = 0; j < s->held[i].n; j++) {
+            n += s->held[i].entries[j].max_bytes;
+        }
+    }
+    return n;
+}
+
+/* A 448 KiB budget, 300 partitions with 20 KB each: one round could ask
+ * for 2 calls x 8 entries x 1 MiB. What a round asks never passes what is left
+ * of the budget (buffered weight, tracked partitions, asks still out), but
+ * for the one 1-byte entry that keeps a full budget moving; and the windows
+ * still come out exact. */
+TEST(budget_a_round_asks_no_more_than_the_budget_has_left)
+{
+    struct engine_config c;
+    struct sim s;
+    char name[16];
+
+    sim_test_config(&c);
+    c.max_buffer_bytes = 448 << 10;
+    c.discovery_limit = 1000;
+    sim_init(&s, &c);
+    for (int j = 0; j < 20; j++) {
+        for (int i = 0; i < 300; i++) {
+            snprintf(name, sizeof(name), "p%03d", i);
+            sim_push(&s, name, 1, SIM_T0 + j * 100 * SIM_MS + i * 10, 1000);
+        }
+    }
+    sim_advance(&s, SIM_T0 + 30 * SIM_SEC);
+    s.idle_advance_us = 100 * SIM_MS;
+    s.is_holding_fetches = true;
+    for (int t = 0; t < 20000 && s.commits < 20; t++) {
+        size_t before = s.n_held;
+        uint64_t used = engine_buffered_bytes(s.e) + engine_tracked_bytes(s.e) +
+                        held_asks(&s, 0);
+        uint64_t left =
+            used < c.max_buffer_bytes ? c.max_buffer_bytes - used : 0;
+        uint64_t asked;
+
+        sim_tick(&s);
+        asked = held_asks(&s, before);
+        if (asked > left) {
+            /* only the lone entry of a full budget with nothing out */
+            EXPECT(left == 0 && before == 0 && asked == 1 && s.n_held == 1 &&
+                   s.held[0].n == 1);
+        }
+        if (s.n_held > 0) {
+            sim_release_fetch(&s, sim_rand(&s) % s.n_held);
+        }
+    }
+    while (s.n_held > 0) {
+        sim_release_fetch(&s, 0);
+    }
+    s.is_holding_fetches = false;
+    sim_finish(&s, SIM_T0 + 60 * SIM_SEC);
+    EXPECT(s.commits >= 20);
+    EXPECT(s.peak_buffered <= c.max_buffer_bytes + (c.max_buffer_bytes / 4));
+    EXPECT_EQ_I64(s.violations, 0);
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
+
+/* ---- issue 13 item 8: per-partition state is bounded and counted ------- */
+
+/* Earliest, the default sweep and prune cadence (a full sweep every 30
+ * passes, pruned after 60 windows): 200 partitions written once, then one
+ * busy partition closes a window at a time. */
+static void idle_then_busy(struct sim *s, struct engine_config *c, int windows)
+{
+    char name[16];
+
+    sim_test_config(c);
+    c->full_sweep_every = 30;
+    c->prune_after_windows = 60;
+    c->discovery_limit = 1000;
+    sim_init(s, c);
+    for (int i = 0; i < 200; i++) {
+        snprintf(name, sizeof(name), "idle%03d", i);
+        sim_push(s, name, 3, SIM_T0, 10);
+    }
+    sim_push(s, "busy", 1, SIM_T0, 10);
+    sim_advance(s, SIM_T0 + 3 * SIM_SEC);
+    for (int w = 1; w <= windows; w++) {
+        sim_push(s, "busy", 1, sim_safe(s) + SIM_MS, 10);
+        sim_advance(s, sim_safe(s) + 3 * SIM_SEC);
+        if (!sim_run_until_commits(s, (uint64_t)w, 500)) {
+            HARNESS_FAIL("window %d did not commit", w);
+            return;
+        }
+    }
+}
+
+TEST(prune_idle_partitions_go_under_the_default_cadence_with_full_sweeps)
+{
+    struct engine_config c;
+    struct sim s;
+    uint64_t bytes_all;
+
+    idle_then_busy(&s, &c, 10);
+    EXPECT_EQ_U64(engine_tracked_partitions(s.e), 201);
+    bytes_all = engine_tracked_bytes(s.e);
+    EXPECT(bytes_all >= 201 * 200); /* the structs are counted */
+    sim_free(&s);
+
+    idle_then_busy(&s, &c, 70);
+    EXPECT(engine_stats(s.e)->full_sweeps >= 2); /* sweeps named them */
+    EXPECT_EQ_U64(engine_stats(s.e)->partitions_pruned, 200);
+    EXPECT_EQ_U64(engine_tracked_partitions(s.e), 1);
+    EXPECT_EQ_U64(engine_dormant_partitions(s.e), 200);
+    EXPECT(engine_tracked_bytes(s.e) < bytes_all / 4);
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
+
+/* A pruned partition written again is read from its exact position: no
+ * record twice, none missed; one a trim empties before discovery sees it
+ * records exactly the offsets it never read as lost. */
+TEST(prune_a_pruned_partition_resumes_at_its_exact_position)
+{
+    struct engine_config c;
+    struct sim s;
+    uint64_t fetched;
+
+    idle_then_busy(&s, &c, 70);
+    EXPECT_EQ_U64(engine_tracked_partitions(s.e), 1);
+    fetched = s.fetch_calls;
+    sim_push(&s, "idle007", 4, sim_safe(&s) + SIM_MS, 10); /* 3..6 */
+    sim_push(&s, "idle008", 5, sim_safe(&s) + SIM_MS, 10); /* 3..7 */
+    sim_trim(&s, "idle008", 6);                            /* 3..5 gone */
+    sim_finish(&s, sim_safe(&s) + 10 * SIM_SEC);
+    EXPECT_EQ_I64(position_of(s.e, "idle007"), 7);
+    EXPECT_EQ_I64(position_of(s.e, "idle008"), 8);
+    EXPECT_EQ_U64(engine_stats(s.e)->records_lost, 3);
+    EXPECT_EQ_U64(committed_lost(&s), 3);
+    EXPECT_EQ_U64(engine_stats(s.e)->seeks_issued, 0);
+    EXPECT(s.fetch_calls > fetched);
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
+
+/* The checkpoint's positions are let go once the first full sweep has
+ * placed every partition it names. */
+TEST(prune_the_restored_checkpoint_is_freed_after_the_first_full_sweep)
+{
+    struct engine_config c;
+    struct sim s;
+    struct engine_committed cm = {4, SIM_T0};
+    static struct engine_position pos[5000];
+    static char names[5000][16];
+    struct engine_checkpoint cp = {.k = 4, .positions = pos, .n = 5000};
+    uint64_t before;
+
+    sim_test_config(&c);
+    c.discovery_limit = 1000;
+    sim_init(&s, &c);
+    for (int i = 0; i < 5000; i++) { /* partitions deleted since */
+        snprintf(names[i], sizeof(names[i]), "gone%04d", i);
+        pos[i].name = (struct slice){names[i], strlen(names[i])};
+        pos[i].offset = 7;
+        pos[i].id = (struct slice){"", 0};
+    }
+    sim_push(&s, "p", 2, SIM_T0 + SIM_SEC, 10);
+    sim_restart(&s, &cm, NULL, &cp);
+    before = engine_tracked_bytes(s.e);
+    EXPECT(before >= 5000 * 40);
+    sim_advance(&s, SIM_T0 + 5 * SIM_SEC);
+    sim_run(&s, 20);
+    EXPECT(engine_stats(s.e)->full_sweeps >= 1);
+    EXPECT(engine_tracked_bytes(s.e) < before / 4);
+    sim_free(&s);
+}
+
+/* A budget the tracked partitions alone fill: one entry of one byte at a
+ * time (one record, whatever its size), and every record still ships. */
+TEST(budget_a_full_budget_still_reads_one_record_at_a_time)
+{
+    struct engine_config c;
+    struct sim s;
+
+    sim_test_config(&c);
+    c.max_buffer_bytes = 1;
+    sim_init(&s, &c);
+    for (int i = 0; i < 5; i++) {
+        sim_push(&s, "a", 1, SIM_T0 + i * SIM_MS, 3000);
+        sim_push(&s, "b", 1, SIM_T0 + i * SIM_MS, 10);
+    }
+    sim_advance(&s, SIM_T0 + 30 * SIM_SEC);
+    s.is_holding_fetches = true;
+    for (int t = 0; t < 400; t++) {
+        sim_tick(&s);
+        EXPECT(s.n_held <= 1);
+        if (s.n_held == 1) {
+            EXPECT_EQ_U64(s.held[0].n, 1);
+            EXPECT_EQ_U64(s.held[0].entries[0].max_bytes, 1);
+            sim_release_fetch(&s, 0);
+        }
+    }
+    s.is_holding_fetches = false;
+    sim_finish(&s, SIM_T0 + 60 * SIM_SEC);
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
+
+/* A full sweep that no longer names a pruned partition (deleted) drops
+ * its kept position; the others stay. */
+TEST(prune_a_full_sweep_drops_the_position_of_a_deleted_partition)
+{
+    struct engine_config c;
+    struct sim s;
+    uint64_t sweeps;
+
+    idle_then_busy(&s, &c, 70);
+    EXPECT_EQ_U64(engine_dormant_partitions(s.e), 200);
+    sim_delete(&s, "idle010");
+    sim_delete(&s, "idle011");
+    sweeps = engine_stats(s.e)->full_sweeps;
+    sim_finish(&s, sim_safe(&s) + 10 * SIM_SEC);
+    EXPECT(engine_stats(s.e)->full_sweeps > sweeps);
+    EXPECT_EQ_U64(engine_dormant_partitions(s.e), 198);
+    EXPECT_EQ_U64(engine_tracked_partitions(s.e), 1);
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
 }
