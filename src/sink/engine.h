@@ -501,7 +501,8 @@ bool engine_is_tight(const struct engine *e);
  * records' bytes plus holes and spares. */
 uint64_t engine_slab_bytes(const struct engine *e);
 size_t engine_tracked_partitions(const struct engine *e);
-/* Pruned partitions whose position is kept (16 bytes each). */
+/* Pruned partitions whose position is kept (24 bytes plus name and id
+ * each; checkpoints carry them). */
 size_t engine_dormant_partitions(const struct engine *e);
 /* Bytes the partitions cost besides their records: the tracked ones'
  * structs, names and ids, the lookup arrays, the dormant table and the

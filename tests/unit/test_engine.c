@@ -1144,10 +1144,14 @@ TEST(rule10_a_partition_discovery_stops_naming_is_pruned)
     }
     EXPECT_EQ_U64(engine_tracked_partitions(s.e), 1);
     EXPECT_EQ_U64(engine_stats(s.e)->partitions_pruned, 1);
+    /* the pruned one keeps its exact position in the checkpoint until a
+     * full sweep drops it (none runs here) */
     engine_positions(s.e, &v, &n);
-    EXPECT_EQ_U64(n, 1);
-    EXPECT(n == 1 && v[0].name.len == 4 &&
+    EXPECT_EQ_U64(n, 2);
+    EXPECT(n == 2 && v[0].name.len == 4 &&
            memcmp(v[0].name.ptr, "busy", 4) == 0);
+    EXPECT(n == 2 && v[1].name.len == 4 &&
+           memcmp(v[1].name.ptr, "gone", 4) == 0 && v[1].offset == 1);
     sim_free(&s);
 }
 
@@ -2482,6 +2486,14 @@ TEST(budget_a_round_asks_no_more_than_the_budget_has_left)
 /* Earliest, the default sweep and prune cadence (a full sweep every 30
  * passes, pruned after 60 windows): 200 partitions written once, then one
  * busy partition closes a window at a time. */
+static bool name_less(struct slice a, struct slice b)
+{
+    size_t m = a.len < b.len ? a.len : b.len;
+    int c = m == 0 ? 0 : memcmp(a.ptr, b.ptr, m);
+
+    return c < 0 || (c == 0 && a.len < b.len);
+}
+
 static void idle_then_busy(struct sim *s, struct engine_config *c, int windows)
 {
     char name[16];
@@ -2524,8 +2536,36 @@ TEST(prune_idle_partitions_go_under_the_default_cadence_with_full_sweeps)
     EXPECT_EQ_U64(engine_stats(s.e)->partitions_pruned, 200);
     EXPECT_EQ_U64(engine_tracked_partitions(s.e), 1);
     EXPECT_EQ_U64(engine_dormant_partitions(s.e), 200);
-    EXPECT(engine_tracked_bytes(s.e) < bytes_all / 4);
+    /* a dormant entry keeps its name and id for the checkpoints */
+    EXPECT(engine_tracked_bytes(s.e) < bytes_all / 2);
     EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
+
+/* Issue 13 items 1 and 8: a pruned partition stays in the checkpoint's
+ * positions, exact, with its id: a restart from that checkpoint knows where
+ * it goes on, so a trim made while no sink ran is judged, not silent. */
+TEST(prune_pruned_partitions_stay_in_the_checkpoint_positions)
+{
+    struct engine_config c;
+    struct sim s;
+    const struct engine_position *v;
+    size_t n;
+    size_t idle = 0;
+
+    idle_then_busy(&s, &c, 70);
+    EXPECT_EQ_U64(engine_dormant_partitions(s.e), 200);
+    engine_positions(s.e, &v, &n);
+    EXPECT_EQ_U64(n, 201);
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].name.len == 7 && memcmp(v[i].name.ptr, "idle", 4) == 0) {
+            idle++;
+            EXPECT_EQ_I64(v[i].offset, 3); /* its three records committed */
+            EXPECT_EQ_U64(v[i].id.len, 36);
+        }
+        EXPECT(i == 0 || name_less(v[i - 1].name, v[i].name));
+    }
+    EXPECT_EQ_U64(idle, 200);
     sim_free(&s);
 }
 
