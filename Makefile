@@ -54,7 +54,7 @@ WARN := -std=c17 -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes \
         -Wmissing-prototypes -Wformat=2 -Wundef -Wvla -Wcast-qual \
         -Wwrite-strings -Wimplicit-fallthrough -Wnull-dereference -Werror
 DEFS    := -D_GNU_SOURCE
-# snappy's version for the Parquet writer string (src/parquet/parquet.h):
+# snappy's version for the intent's libraries (src/parquet/parquet.h):
 # the library has no call that reports it, only its C++ header.
 SNAPPY_H       ?= /usr/include/snappy-stubs-public.h
 SNAPPY_VERSION := $(shell sed -n 's/^\#define SNAPPY_\(MAJOR\|MINOR\|PATCHLEVEL\) \([0-9]*\)$$/\2/p' $(SNAPPY_H) 2>/dev/null | paste -sd. -)

@@ -1231,19 +1231,23 @@ const char *parquet_codec_name(enum parquet_codec c)
 #define QUEEN_SNAPPY_VERSION "unknown"
 #endif
 
-static char writer_zstd[96];
-static pthread_once_t writer_once = PTHREAD_ONCE_INIT;
-
-static void writer_string_init(void)
-{
-    snprintf(writer_zstd, sizeof(writer_zstd),
-             "queen-s3/2.0.0 parquet/q1 zstd libzstd/%s", ZSTD_versionString());
-}
-
 const char *parquet_writer_string(enum parquet_codec c)
 {
-    pthread_once(&writer_once, writer_string_init);
-    return c == PARQUET_ZSTD ? writer_zstd
-                             : "queen-s3/2.0.0 parquet/q1 snappy "
-                               "snappy/" QUEEN_SNAPPY_VERSION;
+    return c == PARQUET_ZSTD ? "queen-s3/2.0.0 parquet/q1 zstd"
+                             : "queen-s3/2.0.0 parquet/q1 snappy";
+}
+
+static char library_zstd[64];
+static pthread_once_t library_once = PTHREAD_ONCE_INIT;
+
+static void library_init(void)
+{
+    snprintf(library_zstd, sizeof(library_zstd), "libzstd/%s",
+             ZSTD_versionString());
+}
+
+const char *parquet_codec_library(enum parquet_codec c)
+{
+    pthread_once(&library_once, library_init);
+    return c == PARQUET_ZSTD ? library_zstd : "snappy/" QUEEN_SNAPPY_VERSION;
 }

@@ -96,8 +96,12 @@ void parquet_writer_free(struct parquet_writer *w);
 
 /* "zstd" or "snappy". */
 const char *parquet_codec_name(enum parquet_codec c);
-/* The manifest's writer string: "queen-s3/2.0.0 parquet/q1 zstd
- * libzstd/1.5.4". */
+/* The manifest's and intent's writer string: "queen-s3/2.0.0 parquet/q1
+ * zstd" or "queen-s3/2.0.0 parquet/q1 snappy". */
 const char *parquet_writer_string(enum parquet_codec c);
+/* The codec library and its version, which the intent records: libzstd's
+ * as this process runs it ("libzstd/1.5.4"), snappy's as the broker was
+ * built against ("snappy/1.1.9"; the library has no call that reports it). */
+const char *parquet_codec_library(enum parquet_codec c);
 
 #endif

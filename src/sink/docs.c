@@ -702,6 +702,9 @@ int docs_intent_encode(struct buf *out, const struct docs_intent *in,
     if (in->has_prefix) {
         jw_slice(&w, "prefix", in->prefix);
     }
+    if (in->has_libraries) {
+        jw_slice(&w, "libraries", in->libraries);
+    }
     if (in->has_parts) {
         docs_write_parts(&w, in);
     } else if (in->has_parts_key) {
@@ -752,9 +755,11 @@ static int docs_read_intent_pins(struct dd *x, struct docs_intent *in)
 
     in->has_align = json_obj_get(x->d, 0, "align") >= 0;
     in->has_prefix = json_obj_get(x->d, 0, "prefix") >= 0;
+    in->has_libraries = json_obj_get(x->d, 0, "libraries") >= 0;
     in->has_parts_key = json_obj_get(x->d, 0, "partsKey") >= 0;
     if ((in->has_align && dd_str(x, 0, "align", &in->align) != 0) ||
-        (in->has_prefix && dd_str(x, 0, "prefix", &in->prefix) != 0)) {
+        (in->has_prefix && dd_str(x, 0, "prefix", &in->prefix) != 0) ||
+        (in->has_libraries && dd_str(x, 0, "libraries", &in->libraries) != 0)) {
         return x->err->code;
     }
     if (in->has_parts_key &&

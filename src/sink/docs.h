@@ -130,9 +130,10 @@ struct docs_intent_part {
 };
 
 /* Every input of a window's keys and bytes, so a redo rebuilds the window
- * its intent names whatever the settings are now. align, prefix and parts
- * are absent from intents written before they were pinned: has_* false
- * then means "this sink's current value" (what such a redo always used). */
+ * its intent names whatever the settings are now. align, prefix, libraries
+ * and parts are absent from intents written before they were pinned: has_*
+ * false then means "this sink's current value" (what such a redo always
+ * used), except libraries, whose absence means another writer's bytes. */
 struct docs_intent {
     int64_t k;
     int64_t t_start;
@@ -145,6 +146,12 @@ struct docs_intent {
     struct slice align; /* "hour" | "day" | "none" */
     bool has_prefix;
     struct slice prefix;
+    /* The codec library and its version that made the bytes
+     * ("libzstd/1.5.4"; "" for uncompressed JSONL): a redo rebuilds with
+     * its own, so it treats the intent as its own only when they are equal
+     * (docs/design/protocol.md §5). Absent from older intents. */
+    bool has_libraries;
+    struct slice libraries;
     bool has_parts;                       /* per-partition layout only */
     const struct docs_intent_part *parts; /* sorted as the plan is */
     size_t n_parts;

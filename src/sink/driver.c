@@ -10,17 +10,17 @@
  *
  * Exactly once rests on three rules kept here:
  *   (1) The intent (k, tStart, tEnd, and every input of the keys and bytes:
- *       format, compression, layout, writer, align, prefix, per-partition
- *       offsets) is written through the fence before any object of window
- *       k, so a restart rebuilds the identical window under the same keys
- *       (pin_redo), whatever the settings became.
+ *       format, compression, layout, writer, align, prefix, libraries,
+ *       per-partition offsets) is written through the fence before any
+ *       object of window k, so a restart rebuilds the identical window
+ *       under the same keys (pin_redo), whatever the settings became.
  *   (2) The commit pointer moves only through the fence, after the objects
  *       and the manifest landed.
  *   (3) A redo whose manifest matches its intent is committed from the
  *       manifest without a PUT; otherwise it is rebuilt with the same bytes
- *       under the same keys. A redo of another writer's intent (other codec
- *       library versions) never overwrites other bytes under a key
- *       (redo_keys_free).
+ *       under the same keys. A redo of an intent this node did not write
+ *       (another writer string, or other or no codec library versions)
+ *       never overwrites other bytes under a key (redo_keys_free).
  *
  * The closing actions (WriteIntent, Upload, Commit) are emitted once by the
  * engine; the driver keeps a copy of the one in flight and repeats it after
@@ -1550,6 +1550,24 @@ static int put_parts(struct driver *d, const struct docs_intent *in,
     return rc;
 }
 
+/* This node's codec library for the format and compression intent a names
+ * (the libraries field, docs/design/formats.md §5). */
+static const char *intent_libraries(const struct driver *d,
+                                    const struct engine_intent_action *a)
+{
+    struct driver_config c = d->cfg;
+    char comp[32];
+    size_t n = a->compression.len < sizeof(comp) - 1 ? a->compression.len
+                                                     : sizeof(comp) - 1;
+
+    memcpy(comp, a->compression.ptr, n);
+    comp[n] = '\0';
+    c.format = same_slice(a->format, cstr("parquet")) ? DRIVER_FORMAT_PARQUET
+                                                      : DRIVER_FORMAT_JSONL;
+    c.compression = comp;
+    return upload_codec_library(&c);
+}
+
 static int do_intent(struct driver *d, int64_t now)
 {
     const struct engine_intent_action *a = &d->pend.intent;
@@ -1579,6 +1597,8 @@ static int do_intent(struct driver *d, int64_t now)
     in.align = cstr(layout_align_name((enum layout_align)d->cfg.align));
     in.has_prefix = true;
     in.prefix = cstr(d->cfg.prefix);
+    in.has_libraries = true;
+    in.libraries = cstr(intent_libraries(d, a));
     if (same_slice(a->layout, cstr("per-partition"))) {
         in.has_parts = true;
         in.n_parts = plan_parts(d, a->plan, &parts);
@@ -2055,14 +2075,24 @@ static int do_upload(struct driver *d, int64_t now)
     return upload_objects(d, now);
 }
 
+/* The libraries an intent names, for a log line: "unknown" when it names
+ * none (an older node wrote it). */
+static struct slice intent_libs_named(const struct docs_intent *in)
+{
+    return in->has_libraries ? in->libraries : cstr("unknown");
+}
+
 /* Whether object o, as this node built it, may go up under its key for the
- * redo of an intent that names another writer (other library versions,
+ * redo of an intent this node did not write (another writer string, other
+ * codec library versions, or no libraries: an older node;
  * docs/design/formats.md §8): only when no object is there yet, or the one
  * there holds these very bytes. A redo never overwrites different bytes
  * under a key. 0 go on; 1 retry later (the read failed); -1 stopped. */
 static int redo_key_free(struct driver *d, const struct upload_object *o,
                          int64_t now)
 {
+    const struct docs_intent *in = &d->redo_intent;
+    struct slice libs = intent_libs_named(in);
     struct s3_object_info info;
     struct s3_status st;
     struct err err;
@@ -2095,11 +2125,11 @@ static int redo_key_free(struct driver *d, const struct upload_object *o,
         return 0;
     }
     snprintf(why, sizeof(why),
-             "window k=%" PRId64 " of writer \"%.*s\": this node's bytes "
-             "differ from the object under %s; finish the window with that "
-             "writer's libraries",
-             d->redo_intent.k, (int)d->redo_intent.writer.len,
-             d->redo_intent.writer.ptr, o->key.data);
+             "window k=%" PRId64 " of writer \"%.*s\" libraries \"%.*s\": "
+             "this node's bytes (libraries \"%s\") differ from the object "
+             "under %s; finish the window with that writer's libraries",
+             in->k, (int)in->writer.len, in->writer.ptr, (int)libs.len,
+             libs.ptr, upload_codec_library(&d->cfg), o->key.data);
     log_error("sink", "a redo never overwrites different bytes queue=%s %s",
               d->cfg.queue, why);
     stop(d, DRIVER_FAILED, why);
@@ -2107,27 +2137,34 @@ static int redo_key_free(struct driver *d, const struct upload_object *o,
     return -1;
 }
 
-/* The redo of an intent another writer wrote (its manifest is not there):
- * every key must be free for this node's bytes (redo_key_free). */
+/* The redo of an intent whose manifest is not there: the intent is this
+ * node's own only when its writer string and its libraries are both this
+ * node's; otherwise every key must be free for this node's bytes
+ * (redo_key_free). */
 static int redo_keys_free(struct driver *d, const struct engine_plan *p,
                           const struct upload_object *o, size_t n, int64_t now)
 {
+    const struct docs_intent *in = &d->redo_intent;
+    struct slice in_libs = intent_libs_named(in);
     const char *comp = "";
     const char *writer = "";
     const char *ext = "";
+    const char *libs = upload_codec_library(&d->cfg);
     struct err err;
 
-    if (!d->is_redo || p->k != d->redo_intent.k ||
+    if (!d->is_redo || p->k != in->k ||
         upload_codec_strings(&d->cfg, &comp, &writer, &ext, &err) != 0 ||
-        same_slice(d->redo_intent.writer, cstr(writer))) {
+        (same_slice(in->writer, cstr(writer)) && in->has_libraries &&
+         same_slice(in->libraries, cstr(libs)))) {
         return 0;
     }
     log_warn("sink",
-             "the redo's intent names another writer; its keys take this "
-             "node's bytes only where they are free queue=%s k=%" PRId64
-             " intent_writer=\"%.*s\" writer=\"%s\"",
-             d->cfg.queue, p->k, (int)d->redo_intent.writer.len,
-             d->redo_intent.writer.ptr, writer);
+             "the redo's intent names another writer or other libraries; "
+             "its keys take this node's bytes only where they are free "
+             "queue=%s k=%" PRId64 " intent_writer=\"%.*s\" writer=\"%s\" "
+             "intent_libraries=\"%.*s\" libraries=\"%s\"",
+             d->cfg.queue, p->k, (int)in->writer.len, in->writer.ptr, writer,
+             (int)in_libs.len, in_libs.ptr, libs);
     for (size_t i = 0; i < n; i++) {
         int rc = redo_key_free(d, &o[i], now);
         if (rc != 0) {

@@ -99,26 +99,30 @@ const char *jsonl_extension(enum jsonl_codec c)
                              : "jsonl";
 }
 
-static char writer_zstd[96];
-static char writer_gzip[96];
-static pthread_once_t writer_once = PTHREAD_ONCE_INIT;
+const char *jsonl_writer_string(enum jsonl_codec c)
+{
+    return c == JSONL_ZSTD   ? "queen-s3/2.0.0 jsonl+zstd"
+           : c == JSONL_GZIP ? "queen-s3/2.0.0 jsonl+gzip"
+                             : "queen-s3/2.0.0 jsonl";
+}
+
+static char library_zstd[64];
+static char library_gzip[64];
+static pthread_once_t library_once = PTHREAD_ONCE_INIT;
 
 /* The versions are those of the libraries this process runs with, asked
  * once: the bytes are theirs. */
-static void writer_strings_init(void)
+static void libraries_init(void)
 {
-    snprintf(writer_zstd, sizeof(writer_zstd),
-             "queen-s3/2.0.0 jsonl+zstd libzstd/%s", ZSTD_versionString());
-    snprintf(writer_gzip, sizeof(writer_gzip),
-             "queen-s3/2.0.0 jsonl+gzip zlib/%s", zlibVersion());
+    snprintf(library_zstd, sizeof(library_zstd), "libzstd/%s",
+             ZSTD_versionString());
+    snprintf(library_gzip, sizeof(library_gzip), "zlib/%s", zlibVersion());
 }
 
-const char *jsonl_writer_string(enum jsonl_codec c)
+const char *jsonl_codec_library(enum jsonl_codec c)
 {
-    pthread_once(&writer_once, writer_strings_init);
-    return c == JSONL_ZSTD   ? writer_zstd
-           : c == JSONL_GZIP ? writer_gzip
-                             : "queen-s3/2.0.0 jsonl";
+    pthread_once(&library_once, libraries_init);
+    return c == JSONL_ZSTD ? library_zstd : c == JSONL_GZIP ? library_gzip : "";
 }
 
 static ZSTD_CCtx *zstd_new(void)

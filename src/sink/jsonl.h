@@ -39,10 +39,13 @@ int jsonl_codec_parse(const char *name, enum jsonl_codec *out, struct err *err);
 const char *jsonl_codec_name(enum jsonl_codec c);
 /* "jsonl.zst", "jsonl.gz", "jsonl". */
 const char *jsonl_extension(enum jsonl_codec c);
-/* "queen-s3/2.0.0 jsonl+zstd libzstd/<v>", "... jsonl+gzip zlib/<v>", "...
- * jsonl": the codec library's version as this process runs it, because its
- * bytes may differ from another version's (docs/design/formats.md §8). */
+/* The manifest's and intent's writer string: "queen-s3/2.0.0 jsonl+zstd",
+ * "queen-s3/2.0.0 jsonl+gzip" or "queen-s3/2.0.0 jsonl". */
 const char *jsonl_writer_string(enum jsonl_codec c);
+/* The codec library and its version as this process runs it, which the
+ * intent records because another version's bytes may differ
+ * (docs/design/formats.md §8): "libzstd/1.5.4", "zlib/1.2.13", "" for none. */
+const char *jsonl_codec_library(enum jsonl_codec c);
 
 struct jsonl_writer;
 

@@ -106,6 +106,24 @@ int upload_codec_strings(const struct driver_config *c, const char **comp,
     return 0;
 }
 
+const char *upload_codec_library(const struct driver_config *c)
+{
+    struct err err;
+
+    if (c->format == DRIVER_FORMAT_JSONL) {
+        enum jsonl_codec jc;
+        return jsonl_codec_parse(c->compression, &jc, &err) == 0
+                   ? jsonl_codec_library(jc)
+                   : "";
+    }
+    if (strcmp(c->compression, "snappy") == 0) {
+        return parquet_codec_library(PARQUET_SNAPPY);
+    }
+    return strcmp(c->compression, "zstd") == 0
+               ? parquet_codec_library(PARQUET_ZSTD)
+               : "";
+}
+
 /* ---- building a window's objects (docs/design/formats.md §2) ------------ */
 
 static bool same_slice(struct slice a, struct slice b)

@@ -182,6 +182,10 @@ void upload_free(struct upload *u);
 int upload_codec_strings(const struct driver_config *c, const char **comp,
                          const char **writer, const char **ext,
                          struct err *err);
+/* The codec library and its version for c's format and compression, which
+ * the intent records ("libzstd/1.5.4", "zlib/1.2.13", "snappy/1.1.9"; ""
+ * for uncompressed JSONL or a compression this sink does not know). */
+const char *upload_codec_library(const struct driver_config *c);
 
 /* Build every object of plan p (4.2) with *u->cfg: one merged object, or
  * one per run of equal partition names. *out is owned (free with

@@ -545,15 +545,12 @@ def _check_manifest(m, k, tenant, queue, opts):
                         % (k, m["tStart"], m["tEnd"]))
     desc = WRITER_FORMATS[(opts["fmt"], opts["compression"])]
     w = m["writer"]
-    # The codec library's version may follow (docs/design/formats.md §8):
-    # `queen-s3/2.0.0 jsonl+zstd libzstd/1.5.4`.
-    rest = w.split(" ", 1)[1] if isinstance(w, str) and " " in w else ""
+    # Exactly the product page's form: the codec library's version is in
+    # the intent, never in the writer string (docs/design/formats.md §8).
     if not (isinstance(w, str) and re.match(r"^queen-s3/\S+ ", w) and
-            (rest == desc or (rest.startswith(desc + " ") and all(
-                re.match(r"^[a-z0-9]+/\S+$", t)
-                for t in rest[len(desc) + 1:].split(" "))))):
+            w.split(" ", 1)[1] == desc):
         raise LakeError("manifest %d: writer %r is not 'queen-s3/<version> "
-                        "%s[ <library>/<version>]'" % (k, w, desc))
+                        "%s'" % (k, w, desc))
     c = m["committedAt"]
     if not isinstance(c, str) or parse_iso_us(c) is None:
         raise LakeError("manifest %d: committedAt %r is not ISO-µs" % (k, c))

@@ -141,6 +141,11 @@ def test_good_lake_with_defaults_and_per_partition_layout(tmp_path):
     with pytest.raises(LakeError, match="writer"):
         verify(write(tmp_path, windows, name="w", writer="x/1 jsonl+gzip"),
                acked)
+    with pytest.raises(LakeError, match="writer"):  # the page's form only
+        verify(write(tmp_path, windows, name="wl", compression="zstd",
+                     align="hour",
+                     writer="queen-s3/2.0.0 jsonl+zstd libzstd/1.5.4"),
+               acked, compression="zstd", align="hour")
     with pytest.raises(LakeError, match="compression"):
         verify(r, acked, align="hour")  # a zstd lake is not a gzip one
     r = write(tmp_path, windows, name="pp", layout="per-partition",

@@ -556,6 +556,7 @@ struct fake_bucket {
     void (*on_write)(void *arg);
     void *on_write_arg;
     int puts;                /* PUT requests answered 200 */
+    int heads;               /* HEAD requests answered */
     int fail_puts;           /* the next N PUTs answer fail_status */
     int fail_status;         /* 503 by default */
     char put_keys[64][1024]; /* the keys PUT, in order (first 64) */
@@ -696,6 +697,9 @@ static inline int bucket_perform(void *arg, const struct s3_http_request *req,
         snprintf(ans->etag, sizeof(ans->etag), "\"e%d\"", k->puts);
         ans->status = 200;
         return 0;
+    }
+    if (req->is_head) {
+        k->heads++;
     }
     if (o == NULL) {
         ans->status = 404;

@@ -470,6 +470,8 @@ TEST(intent_pins_align_prefix_and_per_partition_offsets)
                              .align = sl("day"),
                              .has_prefix = true,
                              .prefix = sl("lake/q"),
+                             .has_libraries = true,
+                             .libraries = sl("libzstd/1.5.4"),
                              .has_parts = true,
                              .parts = parts,
                              .n_parts = 2};
@@ -484,11 +486,13 @@ TEST(intent_pins_align_prefix_and_per_partition_offsets)
     EXPECT_STR_EQ(b.data, "{\"k\":3,\"tStart\":10,\"tEnd\":20,\"format\":"
                           "\"jsonl\",\"compression\":\"zstd\",\"layout\":"
                           "\"per-partition\",\"writer\":\"w\",\"align\":"
-                          "\"day\",\"prefix\":\"lake/q\",\"parts\":[[\"a\","
-                          "0,2],[\"b\\\"/c\",7,9]]}");
+                          "\"day\",\"prefix\":\"lake/q\",\"libraries\":"
+                          "\"libzstd/1.5.4\",\"parts\":[[\"a\",0,2],"
+                          "[\"b\\\"/c\",7,9]]}");
     EXPECT_EQ_I64(docs_intent_decode(b.data, b.len, &r, &arena, &err), 0);
     EXPECT(r.has_align && sl_is(r.align, "day"));
     EXPECT(r.has_prefix && sl_is(r.prefix, "lake/q"));
+    EXPECT(r.has_libraries && sl_is(r.libraries, "libzstd/1.5.4"));
     EXPECT(r.has_parts);
     EXPECT_EQ_U64(r.n_parts, 2);
     if (r.n_parts == 2) {
@@ -550,6 +554,56 @@ TEST(intent_names_parts_kept_in_the_bucket)
     buf_free(&b);
 }
 
+/* Issue 13 item 13b: the intent names the codec library that made its
+ * bytes, the empty string for uncompressed JSONL; an intent without it
+ * (an older node's) reads with has_libraries false. */
+TEST(intent_libraries_round_trip)
+{
+    static const char *const libs[] = {"libzstd/1.5.4", "zlib/1.2.13",
+                                       "snappy/1.1.9", ""};
+    struct docs_intent in = {.k = 4,
+                             .format = sl("jsonl"),
+                             .compression = sl("zstd"),
+                             .layout = sl("merged"),
+                             .writer = sl("queen-s3/2.0.0 jsonl+zstd"),
+                             .has_align = true,
+                             .align = sl("hour"),
+                             .has_prefix = true,
+                             .prefix = sl("")};
+    struct docs_intent r;
+    struct buf b;
+    struct buf arena;
+    struct err err;
+    char want[96];
+
+    for (size_t i = 0; i < ARRAY_LEN(libs); i++) {
+        in.has_libraries = true;
+        in.libraries = sl(libs[i]);
+        buf_init(&b, BUF_UNLIMITED);
+        buf_init(&arena, BUF_UNLIMITED);
+        EXPECT_EQ_I64(docs_intent_encode(&b, &in, &err), 0);
+        snprintf(want, sizeof(want), ",\"prefix\":\"\",\"libraries\":\"%s\"}",
+                 libs[i]);
+        EXPECT(strstr(b.data, want) != NULL);
+        EXPECT(strstr(b.data, "\"writer\":\"queen-s3/2.0.0 jsonl+zstd\",") !=
+               NULL);
+        EXPECT_EQ_I64(docs_intent_decode(b.data, b.len, &r, &arena, &err), 0);
+        EXPECT(r.has_libraries && sl_is(r.libraries, libs[i]));
+        EXPECT(sl_is(r.writer, "queen-s3/2.0.0 jsonl+zstd"));
+        buf_free(&arena);
+        buf_free(&b);
+    }
+    in.has_libraries = false;
+    buf_init(&b, BUF_UNLIMITED);
+    buf_init(&arena, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_intent_encode(&b, &in, &err), 0);
+    EXPECT(strstr(b.data, "libraries") == NULL);
+    EXPECT_EQ_I64(docs_intent_decode(b.data, b.len, &r, &arena, &err), 0);
+    EXPECT(!r.has_libraries && r.libraries.len == 0);
+    buf_free(&arena);
+    buf_free(&b);
+}
+
 /* An intent written before the pins: readable, every pin absent (the redo
  * then keeps this sink's settings, as it always did). */
 TEST(an_intent_without_pins_reads_as_before)
@@ -564,7 +618,8 @@ TEST(an_intent_without_pins_reads_as_before)
 
     buf_init(&arena, BUF_UNLIMITED);
     EXPECT_EQ_I64(docs_intent_decode(old, strlen(old), &r, &arena, &err), 0);
-    EXPECT(r.k == 3 && !r.has_align && !r.has_prefix && !r.has_parts);
+    EXPECT(r.k == 3 && !r.has_align && !r.has_prefix && !r.has_parts &&
+           !r.has_libraries);
     EXPECT_EQ_U64(r.n_parts, 0);
     buf_free(&arena);
 }
@@ -572,15 +627,11 @@ TEST(an_intent_without_pins_reads_as_before)
 TEST(an_intent_with_bad_pins_is_corrupt)
 {
     static const char *const bad[] = {
-        "\"align\":1}",
-        "\"prefix\":null}",
-        "\"parts\":{}}",
-        "\"parts\":[[\"a\",0]]}",
-        "\"parts\":[[\"a\",3,2]]}",
-        "\"parts\":[[1,0,2]]}",
-        "\"parts\":[[\"a\",0,2,4]]}",
-        "\"partsKey\":\"k\"}",
-        "\"partsKey\":\"k\",\"partsSha256\":\"00\"}",
+        "\"align\":1}",           "\"prefix\":null}",
+        "\"libraries\":[]}",      "\"parts\":{}}",
+        "\"parts\":[[\"a\",0]]}", "\"parts\":[[\"a\",3,2]]}",
+        "\"parts\":[[1,0,2]]}",   "\"parts\":[[\"a\",0,2,4]]}",
+        "\"partsKey\":\"k\"}",    "\"partsKey\":\"k\",\"partsSha256\":\"00\"}",
     };
     struct docs_intent r;
     struct buf arena;

@@ -7,6 +7,8 @@
 #include <stdatomic.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
 
 #include "base/isotime.h"
 #include "base/sha256.h"
@@ -1047,10 +1049,8 @@ TEST(two_aligned_hours_become_two_windows_a_reader_can_glob)
     }
     EXPECT(strstr(m->body.data, "\"records\":6") != NULL);
     EXPECT(strstr(m->body.data, "\"partitions\":2") != NULL);
-    char want_writer[128];
-    snprintf(want_writer, sizeof(want_writer), "\"writer\":\"%s\"",
-             jsonl_writer_string(JSONL_ZSTD));
-    EXPECT(strstr(m->body.data, want_writer) != NULL);
+    EXPECT(strstr(m->body.data, "\"writer\":\"queen-s3/2.0.0 jsonl+zstd\"") !=
+           NULL);
     EXPECT(strstr(m->body.data, "\"sink\":\"default\"") != NULL);
     struct fake_row *c = fake_row_must(&r->f, "s3:default:orders:committed");
     EXPECT(strstr(c->value, "\"k\":2") != NULL);
@@ -2283,9 +2283,63 @@ TEST(a_per_partition_intent_names_each_partition_s_offsets)
     run_until(r, 1, 200);
     EXPECT_EQ_I64(r->next.stop, DRIVER_CRASHED);
     struct fake_row *in = fake_row_must(&r->f, "s3:default:orders:intent");
-    EXPECT(strstr(in->value, "\"align\":\"hour\",\"prefix\":\"queen\","
-                             "\"parts\":[[\"a\",0,2],[\"b\",0,2]]}") != NULL);
+    char want[256];
+    snprintf(want, sizeof(want),
+             "\"align\":\"hour\",\"prefix\":\"queen\",\"libraries\":\"%s\","
+             "\"parts\":[[\"a\",0,2],[\"b\",0,2]]}",
+             jsonl_codec_library(JSONL_ZSTD));
+    EXPECT(strstr(in->value, want) != NULL);
     rig_close(r);
+}
+
+/* Issue 13 item 13b: the intent names the writer string of the product
+ * page and, apart, the codec library (and version) that makes the bytes. */
+static void intent_names_its_libraries(void (*set)(struct driver_config *),
+                                       const char *writer,
+                                       const char *libraries)
+{
+    struct rig *r = rig_open();
+    char want[256];
+
+    if (set != NULL) {
+        set(&r->cfg);
+    }
+    seed_two_hours(&r->f);
+    r->cfg.crash_at = DRIVER_CRASH_AFTER_INTENT;
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_CRASHED);
+    struct fake_row *in = fake_row_must(&r->f, "s3:default:orders:intent");
+    snprintf(want, sizeof(want), "\"writer\":\"%s\",", writer);
+    EXPECT(strstr(in->value, want) != NULL);
+    snprintf(want, sizeof(want), ",\"libraries\":\"%s\"", libraries);
+    EXPECT(strstr(in->value, want) != NULL);
+    rig_close(r);
+}
+
+static void gzip_jsonl(struct driver_config *c)
+{
+    c->compression = "gzip";
+}
+
+static void plain_jsonl(struct driver_config *c)
+{
+    c->compression = "none";
+}
+
+TEST(an_intent_names_the_codec_library_apart_from_the_writer_string)
+{
+    char want[64];
+
+    snprintf(want, sizeof(want), "libzstd/%s", ZSTD_versionString());
+    intent_names_its_libraries(NULL, "queen-s3/2.0.0 jsonl+zstd", want);
+    intent_names_its_libraries(parquet, "queen-s3/2.0.0 parquet/q1 zstd", want);
+    snprintf(want, sizeof(want), "zlib/%s", zlibVersion());
+    intent_names_its_libraries(gzip_jsonl, "queen-s3/2.0.0 jsonl+gzip", want);
+    intent_names_its_libraries(plain_jsonl, "queen-s3/2.0.0 jsonl", "");
+    intent_names_its_libraries(snappy_parquet,
+                               "queen-s3/2.0.0 parquet/q1 snappy",
+                               "snappy/" QUEEN_SNAPPY_VERSION);
 }
 
 /* The same in the first window, before any checkpoint: the engine knows no
@@ -2319,7 +2373,10 @@ TEST(a_first_window_redo_after_a_trim_records_what_its_intent_held)
 
 /* ---- issue 13 item 13b: a redo of another writer's intent --------------- */
 
-#define OTHER_WRITER "queen-s3/2.0.0 jsonl+zstd libzstd/0.0.1"
+/* Another writer string in the page's form, as a later release might
+ * write; and a library version this process does not run. */
+#define OTHER_WRITER    "queen-s3/2.1.0 jsonl+zstd"
+#define OTHER_LIBRARIES "libzstd/0.0.1"
 
 /* Replace every `from` in s (NUL-terminated, room for cap) with `to`. */
 static void replace_all(char *s, size_t cap, const char *from, const char *to)
@@ -2337,14 +2394,24 @@ static void replace_all(char *s, size_t cap, const char *from, const char *to)
     }
 }
 
+/* The intent's "libraries" field as this process writes it for zstd. */
+static void libraries_field(char *out, size_t cap, const char *libraries)
+{
+    snprintf(out, cap, "\"libraries\":\"%s\"", libraries);
+}
+
 /* Crash at point; then the intent (and the manifest, if any) say another
- * library version wrote them, as after an upgrade of the node. */
-static struct rig *crash_then_other_writer(enum driver_crash point)
+ * writer wrote them (writer: its writer string, NULL = this node's), with
+ * other libraries (libraries: the intent's value, NULL = this node's, ""
+ * = the field removed, as an older node wrote it). */
+static struct rig *crash_then_other(enum driver_crash point, const char *writer,
+                                    const char *libraries)
 {
     struct rig *r = rig_open();
     struct fake_row *in;
     struct fake_object *m;
     struct err err;
+    char ours[128];
 
     seed_two_hours(&r->f);
     r->cfg.crash_at = point;
@@ -2353,15 +2420,28 @@ static struct rig *crash_then_other_writer(enum driver_crash point)
     EXPECT_EQ_I64(r->next.stop, DRIVER_CRASHED);
     r->cfg.crash_at = DRIVER_CRASH_NEVER;
     in = fake_row_must(&r->f, "s3:default:orders:intent");
-    replace_all(in->value, sizeof(in->value), jsonl_writer_string(JSONL_ZSTD),
-                OTHER_WRITER);
-    m = manifest_of(r, 1);
+    libraries_field(ours, sizeof(ours), jsonl_codec_library(JSONL_ZSTD));
+    ASSERT(strstr(in->value, ours) != NULL);
+    if (libraries != NULL && libraries[0] == '\0') {
+        char field[160];
+        snprintf(field, sizeof(field), ",%s", ours);
+        replace_all(in->value, sizeof(in->value), field, "");
+    } else if (libraries != NULL) {
+        char theirs[128];
+        libraries_field(theirs, sizeof(theirs), libraries);
+        replace_all(in->value, sizeof(in->value), ours, theirs);
+    }
+    m = writer != NULL ? manifest_of(r, 1) : NULL;
+    if (writer != NULL) {
+        replace_all(in->value, sizeof(in->value),
+                    jsonl_writer_string(JSONL_ZSTD), writer);
+    }
     if (m != NULL) {
         char *t = xmalloc(m->body.len + 64);
         memcpy(t, m->body.data, m->body.len);
         t[m->body.len] = '\0';
         replace_all(t, m->body.len + 64, jsonl_writer_string(JSONL_ZSTD),
-                    OTHER_WRITER);
+                    writer);
         buf_reset(&m->body);
         EXPECT_EQ_I64(buf_append(&m->body, t, strlen(t), &err), 0);
         free(t);
@@ -2385,7 +2465,8 @@ static struct fake_object *data_object_of_window_1(struct rig *r)
  * nothing PUT again. */
 TEST(a_redo_of_another_writer_commits_from_its_manifest)
 {
-    struct rig *r = crash_then_other_writer(DRIVER_CRASH_AFTER_UPLOAD);
+    struct rig *r =
+        crash_then_other(DRIVER_CRASH_AFTER_UPLOAD, OTHER_WRITER, NULL);
     int puts = r->k.puts;
 
     run_until(r, 2, 200);
@@ -2403,7 +2484,8 @@ TEST(a_redo_of_another_writer_commits_from_its_manifest)
  * node builds: the queue stops rather than overwrite them. */
 TEST(a_redo_of_another_writer_never_overwrites_other_bytes)
 {
-    struct rig *r = crash_then_other_writer(DRIVER_CRASH_MID_UPLOAD);
+    struct rig *r =
+        crash_then_other(DRIVER_CRASH_MID_UPLOAD, OTHER_WRITER, NULL);
     struct fake_object *o = data_object_of_window_1(r);
     uint8_t before[32];
     uint8_t after[32];
@@ -2413,7 +2495,7 @@ TEST(a_redo_of_another_writer_never_overwrites_other_bytes)
     sha256(o->body.data, o->body.len, before);
     run_until(r, 1, 200);
     EXPECT_EQ_I64(r->next.stop, DRIVER_FAILED);
-    EXPECT(strstr(r->next.why, "bytes differ") != NULL);
+    EXPECT(strstr(r->next.why, ") differ from the object") != NULL);
     EXPECT(strstr(r->next.why, OTHER_WRITER) != NULL);
     EXPECT_EQ_I64(pointer_k(r), 0);
     o = data_object_of_window_1(r);
@@ -2428,13 +2510,14 @@ TEST(a_redo_of_another_writer_never_overwrites_other_bytes)
  * versions differ, their output does not), or no object yet: rebuilt. */
 TEST(a_redo_of_another_writer_rebuilds_where_the_keys_are_free)
 {
-    struct rig *r = crash_then_other_writer(DRIVER_CRASH_MID_UPLOAD);
+    struct rig *r =
+        crash_then_other(DRIVER_CRASH_MID_UPLOAD, OTHER_WRITER, NULL);
 
     run_until(r, 2, 200);
     EXPECT_EQ_I64(committed_k(r), 2);
     EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000001-"), 1);
     rig_close(r);
-    r = crash_then_other_writer(DRIVER_CRASH_AFTER_INTENT);
+    r = crash_then_other(DRIVER_CRASH_AFTER_INTENT, OTHER_WRITER, NULL);
     run_until(r, 2, 200);
     EXPECT_EQ_I64(committed_k(r), 2);
     EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000001-"), 1);
@@ -2461,5 +2544,84 @@ TEST(the_status_carries_the_partitions_bytes_for_the_budget)
     EXPECT_EQ_I64(st.committed_k, 1);
     EXPECT_EQ_U64(st.partitions, FAKE_MAX_PARTS);
     EXPECT(st.partition_bytes >= (uint64_t)FAKE_MAX_PARTS * 200);
+    rig_close(r);
+}
+
+/* The redo of an intent with this node's writer string but other libraries
+ * (libraries: their value, "" = none, an older node) whose manifest is not
+ * there, over an object of other bytes: the queue stops naming both
+ * libraries, the object keeps its bytes. */
+static void other_libraries_never_overwrite(const char *libraries,
+                                            const char *named)
+{
+    struct rig *r = crash_then_other(DRIVER_CRASH_MID_UPLOAD, NULL, libraries);
+    struct fake_object *o = data_object_of_window_1(r);
+    int heads = r->k.heads;
+    uint8_t before[32];
+    uint8_t after[32];
+
+    ASSERT(o != NULL && o->body.len > 20);
+    o->body.data[o->body.len - 5] ^= 0x5a; /* the other version's bytes */
+    sha256(o->body.data, o->body.len, before);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_FAILED);
+    EXPECT(strstr(r->next.why, ") differ from the object") != NULL);
+    EXPECT(strstr(r->next.why, named) != NULL);
+    EXPECT(strstr(r->next.why, jsonl_codec_library(JSONL_ZSTD)) != NULL);
+    EXPECT(r->k.heads > heads);
+    EXPECT_EQ_I64(pointer_k(r), 0);
+    o = data_object_of_window_1(r);
+    ASSERT(o != NULL);
+    sha256(o->body.data, o->body.len, after);
+    EXPECT(memcmp(before, after, 32) == 0);
+    EXPECT(manifest_of(r, 1) == NULL);
+    rig_close(r);
+}
+
+TEST(a_redo_of_an_intent_with_other_libraries_never_overwrites_other_bytes)
+{
+    other_libraries_never_overwrite(OTHER_LIBRARIES, OTHER_LIBRARIES);
+}
+
+TEST(a_redo_of_an_intent_without_libraries_never_overwrites_other_bytes)
+{
+    other_libraries_never_overwrite("", "libraries \"unknown\"");
+}
+
+/* Other libraries, but the object there holds this node's very bytes: each
+ * key is checked, then the window is rebuilt and committed. */
+TEST(a_redo_of_an_intent_with_other_libraries_rebuilds_where_the_keys_are_free)
+{
+    struct rig *r =
+        crash_then_other(DRIVER_CRASH_MID_UPLOAD, NULL, OTHER_LIBRARIES);
+    int heads = r->k.heads;
+
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    EXPECT(r->k.heads > heads);
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000001-"), 1);
+    rig_close(r);
+}
+
+/* Writer string and libraries both this node's: a plain redo, no key is
+ * checked; the window is rebuilt under its keys and committed. */
+TEST(a_redo_of_its_own_intent_checks_no_key)
+{
+    struct rig *r = crash_then_other(DRIVER_CRASH_MID_UPLOAD, NULL, NULL);
+    struct fake_object *o = data_object_of_window_1(r);
+    int heads = r->k.heads;
+    uint8_t before[32];
+    uint8_t after[32];
+
+    ASSERT(o != NULL && o->body.len > 20);
+    o->body.data[o->body.len - 5] ^= 0x5a;
+    sha256(o->body.data, o->body.len, before);
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    EXPECT_EQ_I64(r->k.heads, heads);
+    o = data_object_of_window_1(r);
+    ASSERT(o != NULL);
+    sha256(o->body.data, o->body.len, after);
+    EXPECT(memcmp(before, after, 32) != 0);
     rig_close(r);
 }
