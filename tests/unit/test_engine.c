@@ -369,7 +369,7 @@ TEST(rule3_records_below_t_prev_are_dropped_on_arrival)
     struct sim s;
     struct engine_committed com;
     struct engine_position pos;
-    struct engine_checkpoint cp;
+    struct engine_checkpoint cp = {0};
 
     sim_test_config(&c);
     sim_init(&s, &c);
