@@ -2641,12 +2641,20 @@ static int run_action(struct driver *d, const struct engine_action *a,
     }
 }
 
+static bool is_closing_action(const struct engine_action *a)
+{
+    return a->kind == ENGINE_ACT_WRITE_INTENT || a->kind == ENGINE_ACT_UPLOAD ||
+           a->kind == ENGINE_ACT_COMMIT;
+}
+
 /* One round of actions. 0 go on; 1 wait (next_at set); -1 stopped. */
 static int run_round(struct driver *d, int64_t now)
 {
     struct engine_actions acts;
     int64_t idle_ms = -1;
+    int64_t wait_at = now;
     bool failed = false;
+    bool waiting = false;
     bool is_closing_only =
         d->is_draining && engine_committed_k(d->e) > d->drain_from_k;
 
@@ -2670,10 +2678,26 @@ static int run_round(struct driver *d, int64_t now)
         if (is_closing_only && a->kind != ENGINE_ACT_CHECKPOINT) {
             continue; /* one window per drain at most */
         }
-        int rc = run_action(d, a, now, &idle_ms, &failed);
-        if (rc != 0) {
+        /* Every action of the round is answered, even after one asked to
+         * wait: the engine hands out each read (a discovery page, a fetch,
+         * a seek) and each closing action once, and waits for its answer. A
+         * read left unrun after a checkpoint waited on the window going up
+         * kept the queue from reading ever after. A closing action after a
+         * wait is only taken (run_pending runs it in a later round). */
+        int rc = waiting && is_closing_action(a)
+                     ? (take_closing(d, a), 0)
+                     : run_action(d, a, now, &idle_ms, &failed);
+        if (rc < 0) {
             return rc;
         }
+        if (rc == 1 && !waiting) {
+            waiting = true;
+            wait_at = d->next_at;
+        }
+    }
+    if (waiting) {
+        d->next_at = wait_at;
+        return 1;
     }
     if (failed) {
         return wait_until(d, now, now + DRIVER_ERROR_DELAY_MS);

@@ -1350,6 +1350,30 @@ TEST(overlap_builds_the_next_window_while_the_one_before_goes_up)
     rig_close(r);
 }
 
+/* A window's commit in overlap makes its checkpoint due while the window's
+ * objects still fail to go up: the checkpoint waits for them (a retry
+ * later), and the reads the engine asked for in the same round must still
+ * be run, or the engine waits for their answers forever and the queue stops
+ * reading once the bucket is back. */
+TEST(overlap_a_checkpoint_waiting_for_a_failed_upload_loses_no_read)
+{
+    struct rig *r = rig_open();
+
+    r->cfg.checkpoint_every = 1;
+    seed_two_hours(&r->f);
+    r->k.fail_puts = 18; /* three passes of the client's 6 attempts */
+    new_driver(r);
+    run_until(r, 2, 400);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_RUNNING);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    fake_push(&r->f, "a", at("2026-09-04T12:05:00.000000Z"));
+    r->f.safe_time = at("2026-09-04T13:00:00.000001Z");
+    run_until(r, 3, 400);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_RUNNING);
+    EXPECT_EQ_I64(committed_k(r), 3);
+    rig_close(r);
+}
+
 TEST(overlap_transport_failures_only_cost_time)
 {
     transport_failures_case(true);

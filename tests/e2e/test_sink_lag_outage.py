@@ -1,0 +1,83 @@
+"""Issue 19 item 3: the lag is the truth at scrape time. While the bucket
+is cut off nothing commits, and queen_s3_lag_seconds and the status row's
+lagSeconds keep growing with the time that passes (the node's safeTime, read
+when asked, minus the end of what is committed), and the health verdict
+follows them; when the bucket comes back the lag falls again."""
+import threading
+import time
+
+import lake
+from sinkenv import sink_row, wait_until
+
+
+def test_lag_grows_through_a_bucket_outage(sink_node, bucket):
+    node = sink_node()
+    stop = threading.Event()
+
+    errors = []
+
+    def pusher():
+        i = 0
+        while not stop.is_set():
+            items = [{"queue": "orders", "partition": "p",
+                      "payload": b'{"i":%d}' % i}]
+            try:
+                r = node.request("POST", "/api/v1/push",
+                                 body=lake.push_body(items))
+                if r.status != 201:
+                    errors.append(r.status)
+            except Exception as e:  # noqa: BLE001  (reported below)
+                errors.append(repr(e))
+            i += 1
+            stop.wait(0.2)
+    t = threading.Thread(target=pusher)
+    t.start()
+    try:
+        wait_until(lambda: (sink_row(node, "orders") or {}).get(
+            "windowsCommitted", 0) >= 1, 60, "a first window")
+        bucket.fault("down503", count=-1)
+        k0 = sink_row(node, "orders")["k"]
+        time.sleep(3)  # let a window that was in flight fail its PUTs
+        row = sink_row(node, "orders")
+        lag0, t0 = row["lagSeconds"], time.monotonic()
+        assert row["k"] <= k0 + 1, row
+        samples = []
+        deadline = t0 + 40
+        while time.monotonic() < deadline:
+            row = sink_row(node, "orders")
+            m = node.metric("queen_s3_lag_seconds", 'queue="orders"')
+            samples.append((time.monotonic() - t0, row["lagSeconds"], m))
+            time.sleep(1)
+        k1 = sink_row(node, "orders")["k"]
+        assert k1 == row["k"], "a window committed while the bucket was down"
+        for elapsed, lag, metric in samples[5:]:
+            assert abs(lag - lag0 - elapsed) <= 2.0, (elapsed, lag, lag0,
+                                                       samples)
+            assert metric is not None and abs(metric - lag) <= 2.0, \
+                (elapsed, lag, metric)
+        health = node.get("/status").json()["s3"]["sinks"][0]["health"]
+        assert health["ok"] is False and health["queue"] == "orders", health
+    finally:
+        bucket.clear_faults()
+    try:
+        # the driver's backoff reaches 60 s during the outage
+        try:
+            wait_until(lambda: sink_row(node, "orders")["lagSeconds"] < 10,
+                       90, "the lag to fall once the bucket is back")
+        except AssertionError:
+            import subprocess
+            bt = subprocess.run(["gdb", "-p", str(node.proc.pid), "-batch",
+                                 "-ex", "thread apply all bt"],
+                                capture_output=True, timeout=120)
+            with open("/tmp/lagbt.log", "wb") as f:
+                f.write(bt.stdout)
+            with open("/tmp/lagtest.log", "w") as f:
+                f.write(node.stderr())
+                f.write("\nERRORS %r\nROW %r\n" % (errors[:5],
+                                                     sink_row(node, "orders")))
+            raise
+        wait_until(lambda: node.get("/status").json()["s3"]["sinks"][0][
+            "health"]["ok"] is True, 60, "health back to ok")
+    finally:
+        stop.set()
+        t.join(10)
