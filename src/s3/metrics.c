@@ -4,6 +4,7 @@
  * small array scanned under a mutex; rendering sorts a copy. */
 #include "s3/metrics.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,8 @@ void s3_metrics_init(struct s3_metrics *m)
     m->rows = NULL;
     m->n_rows = 0;
     m->cap = 0;
+    m->write_streak = 0;
+    m->write_streak_code = 0;
 }
 
 void s3_metrics_free(struct s3_metrics *m)
@@ -42,6 +45,13 @@ void s3_metrics_free(struct s3_metrics *m)
     m->rows = NULL;
     m->n_rows = 0;
     m->cap = 0;
+}
+
+/* The requests that carry the sink's data: what a streak counts. */
+static bool is_write(enum s3_op op)
+{
+    return op == S3_OP_PUT || op == S3_OP_MULTIPART_CREATE ||
+           op == S3_OP_MULTIPART_PART || op == S3_OP_MULTIPART_COMPLETE;
 }
 
 void s3_metrics_add(struct s3_metrics *m, enum s3_op op, int code)
@@ -66,7 +76,26 @@ void s3_metrics_add(struct s3_metrics *m, enum s3_op op, int code)
         m->n_rows++;
     }
     m->rows[i].count++;
+    if (is_write(op)) {
+        if (code >= 200 && code < 300) {
+            m->write_streak = 0;
+        } else if (code == 0 || code >= 400) {
+            m->write_streak += m->write_streak < UINT32_MAX;
+            m->write_streak_code = code;
+        }
+    }
     pthread_mutex_unlock(&m->mu);
+}
+
+uint32_t s3_metrics_write_streak(struct s3_metrics *m, int *last_code)
+{
+    uint32_t n;
+
+    pthread_mutex_lock(&m->mu);
+    n = m->write_streak;
+    *last_code = m->write_streak_code;
+    pthread_mutex_unlock(&m->mu);
+    return n;
 }
 
 uint64_t s3_metrics_get(struct s3_metrics *m, enum s3_op op, int code)

@@ -41,12 +41,21 @@ struct s3_metrics {
     struct s3_metric_row *rows; /* owned; unsorted */
     size_t n_rows;
     size_t cap;
+    /* Writes (PUT and the multipart steps) that failed in a row since the
+     * last one that succeeded, and the last one's code (0: no answer). */
+    uint32_t write_streak;
+    int write_streak_code;
 };
 
 void s3_metrics_init(struct s3_metrics *m);
 void s3_metrics_free(struct s3_metrics *m);
 void s3_metrics_add(struct s3_metrics *m, enum s3_op op, int code);
 uint64_t s3_metrics_get(struct s3_metrics *m, enum s3_op op, int code);
+/* How many writes failed in a row since the last that succeeded (a
+ * transport failure or an answer of 400 or above); *last_code gets the
+ * last one's status (0: no answer). The status's bucket.reachable turns
+ * false on a streak (docs/s3-sink.md). */
+uint32_t s3_metrics_write_streak(struct s3_metrics *m, int *last_code);
 /* Sum over every row of op (every op when op == S3_OP_COUNT). */
 uint64_t s3_metrics_total(struct s3_metrics *m, enum s3_op op);
 

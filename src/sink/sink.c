@@ -68,6 +68,8 @@
 #define SINK_PROBE_MAX_MS      60000
 #define SINK_LOG_EVERY_MS      30000
 #define SINK_STOP_POLL_MS      50
+/* Writes failed in a row that make bucket.reachable false (status). */
+#define SINK_WRITE_FAILS_DOWN 3
 
 enum qstate { Q_CLAIM, Q_OWNED, Q_ENDED };
 enum run_state { RUN_STARTING, RUN_RUNNING, RUN_ENDING, RUN_BACKOFF };
@@ -133,6 +135,10 @@ struct sink {
     bool has_probed;
     bool is_reachable;
     char bucket_error[2048];
+    /* The bucket.error of a streak of failed writes (sink_write_streak()),
+     * and whether the control task logged it. */
+    char write_error[2048];
+    bool is_write_down;
     int64_t checked_at_us;
     int64_t probe_wait_ms;
     int64_t probe_logged_ms;
@@ -494,6 +500,47 @@ static void sink_probe_ok(struct sink *s)
     pthread_mutex_unlock(&s->mu);
     if (was_down) {
         log_info("queen-s3", "the bucket answers; starting the queues");
+    }
+}
+
+/* Under s->mu: true when the last SINK_WRITE_FAILS_DOWN or more writes
+ * failed in a row (the probe alone would keep saying reachable through an
+ * outage that began after it), with s->write_error saying so. */
+static bool sink_write_streak(struct sink *s)
+{
+    const struct sink_config *c = s->p.cfg;
+    int code = 0;
+    uint32_t n = s3_metrics_write_streak(s3_client_metrics(s->p.s3), &code);
+    char last[32];
+
+    if (n < SINK_WRITE_FAILS_DOWN) {
+        return false;
+    }
+    if (code == 0) {
+        snprintf(last, sizeof(last), "no answer");
+    } else {
+        snprintf(last, sizeof(last), "status %d", code);
+    }
+    snprintf(s->write_error, sizeof(s->write_error),
+             "the last %" PRIu32 " writes to the bucket %s at %s failed "
+             "(the last: %s); the queues retry with backoff",
+             n, c->bucket, c->endpoint, last);
+    return true;
+}
+
+/* The control task logs a streak of failed writes once when it begins and
+ * once when a write succeeds again. */
+static void sink_watch_writes(struct sink *s)
+{
+    pthread_mutex_lock(&s->mu);
+    bool down = sink_write_streak(s);
+    bool was = s->is_write_down;
+    s->is_write_down = down;
+    pthread_mutex_unlock(&s->mu);
+    if (down && !was) {
+        log_error("queen-s3", "%s", s->write_error);
+    } else if (!down && was) {
+        log_info("queen-s3", "writes to the bucket succeed again");
     }
 }
 
@@ -905,6 +952,7 @@ static int sink_control_run(struct sink *s, int64_t now, int64_t *next,
     if (!sink_control_probe(s, now, next)) {
         return 0;
     }
+    sink_watch_writes(s);
     if (!s->has_set) {
         if (sink_presence_init(s, err) != 0) {
             return err->code;
@@ -1504,6 +1552,10 @@ static void sink_keys(struct sink *s, struct status_sink *ss)
     ss->running = s->is_started && !s->is_stopped && s->run != RUN_BACKOFF;
     ss->bucket.reachable = !s->has_probed ? -1 : s->is_reachable ? 1 : 0;
     ss->bucket.error = s->bucket_error[0] != '\0' ? s->bucket_error : NULL;
+    if (ss->bucket.reachable == 1 && sink_write_streak(s)) {
+        ss->bucket.reachable = 0;
+        ss->bucket.error = s->write_error;
+    }
     ss->bucket.checked_at_ms =
         s->has_probed ? s->checked_at_us / 1000 : STATUS_NONE;
     ss->bucket.name = c->bucket;

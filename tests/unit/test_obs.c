@@ -258,3 +258,25 @@ TEST(promtool_accepts_the_text)
     obs_free(o);
     s3_metrics_free(&m);
 }
+
+TEST(s3_write_streak_counts_failed_writes_until_one_succeeds)
+{
+    struct s3_metrics m;
+    int code = -1;
+
+    s3_metrics_init(&m);
+    EXPECT(s3_metrics_write_streak(&m, &code) == 0);
+    s3_metrics_add(&m, S3_OP_PUT, 503);
+    s3_metrics_add(&m, S3_OP_MULTIPART_PART, 0);
+    s3_metrics_add(&m, S3_OP_GET, 200); /* a read does not end it */
+    s3_metrics_add(&m, S3_OP_HEAD, 404);
+    s3_metrics_add(&m, S3_OP_PUT, 403);
+    EXPECT(s3_metrics_write_streak(&m, &code) == 3);
+    EXPECT(code == 403);
+    s3_metrics_add(&m, S3_OP_MULTIPART_COMPLETE, 200);
+    EXPECT(s3_metrics_write_streak(&m, &code) == 0);
+    s3_metrics_add(&m, S3_OP_PUT, 0);
+    EXPECT(s3_metrics_write_streak(&m, &code) == 1);
+    EXPECT(code == 0);
+    s3_metrics_free(&m);
+}
