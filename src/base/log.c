@@ -146,7 +146,7 @@ static size_t escape_one(const unsigned char *p, size_t left, char *t,
 
     *used = n == 0 ? 1 : n;
     if (n == 0) {
-        memcpy(t, "\xEF\xBF\xBD", 3); /* U+FFFD */
+        memcpy(t, "\xEF\xBF\xBD", 4); /* U+FFFD, with its NUL */
         return 3;
     }
     if (n > 1) {
@@ -216,7 +216,10 @@ static void clean_key(const char *key, bool is_user, char *out)
         char c = *p;
         bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
                   (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
-        out[n++] = ok ? c : '_';
+        if (!ok) {
+            c = '_';
+        }
+        out[n++] = c;
     }
     if (n == 0) {
         out[n++] = '_';
@@ -250,34 +253,42 @@ static void put_field(struct w *w, const char *key, const char *value,
     put_value(w, value != NULL ? value : "");
 }
 
-size_t log_render(char *out, size_t cap, int format, const char *ts, int level,
-                  const char *module, const char *msg,
-                  const struct log_field *f)
+/* The end of a line, written into the reserve: the truncated mark of a cut
+ * line, the brace, the newline. Returns the line's length. */
+static size_t close_line(struct w *w)
+{
+    if (w->is_full) {
+        const char *t = w->is_json ? ",\"truncated\":true" : " truncated=true";
+        for (; *t != '\0'; t++) {
+            w->p[w->n++] = *t;
+        }
+    }
+    if (w->is_json) {
+        w->p[w->n++] = '}';
+    }
+    w->p[w->n++] = '\n';
+    return w->n;
+}
+
+size_t log_render(char *out, size_t cap, int format, const struct log_event *e)
 {
     struct w w = {out, 0, cap - LOG_RESERVE, format == LOG_FORMAT_JSON, false};
-    int lv = level < 0 ? 0 : level > LOG_DEBUG ? LOG_DEBUG : level;
+    int lv = e->level < 0 ? 0 : e->level > LOG_DEBUG ? LOG_DEBUG : e->level;
 
     ASSERT(cap >= 64);
+    out[0] = '\0'; /* written through w below */
     if (w.is_json) {
         puts_(&w, "{");
     }
-    put_field(&w, "ts", ts, false);
+    put_field(&w, "ts", e->ts, false);
     put_field(&w, "level", level_names[lv], false);
-    put_field(&w, "area", module, false);
-    put_field(&w, "msg", msg, false);
-    for (; f != NULL && f->key != NULL; f++) {
+    put_field(&w, "area", e->module, false);
+    put_field(&w, "msg", e->msg, false);
+    for (const struct log_field *f = e->fields; f != NULL && f->key != NULL;
+         f++) {
         put_field(&w, f->key, f->value, true);
     }
-    if (w.is_full) {
-        const char *t = w.is_json ? ",\"truncated\":true" : " truncated=true";
-        memcpy(out + w.n, t, strlen(t));
-        w.n += strlen(t);
-    }
-    if (w.is_json) {
-        out[w.n++] = '}';
-    }
-    out[w.n++] = '\n';
-    return w.n;
+    return close_line(&w);
 }
 
 /* ---- the entry points ---------------------------------------------------- */
@@ -295,8 +306,8 @@ static void log_emit(int level, const char *module, const char *msg,
     snprintf(ts, sizeof(ts), "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ",
              tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
              tm.tm_min, tm.tm_sec, (long)tv.tv_usec);
-    size_t n =
-        log_render(line, sizeof(line), log_format, ts, level, module, msg, f);
+    struct log_event e = {ts, level, module, msg, f};
+    size_t n = log_render(line, sizeof(line), log_format, &e);
     if (write(STDERR_FILENO, line, n) < 0) {
         /* nothing better to do with a failed log write */
     }

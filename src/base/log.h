@@ -51,12 +51,19 @@ void log_write(int level, const char *module, const char *fmt, ...)
 void log_fields(int level, const char *module, const char *msg,
                 const struct log_field *f);
 
-/* Render one line into out (cap bytes, at least 64) with the given time text;
- * returns its length, newline included, no NUL. Pure: the unit tests call
- * it. */
-size_t log_render(char *out, size_t cap, int format, const char *ts, int level,
-                  const char *module, const char *msg,
-                  const struct log_field *f);
+/* One event: its time text, level, module, message and fields (ending with
+ * {NULL, NULL}; NULL for none), all borrowed. */
+struct log_event {
+    const char *ts;
+    int level;
+    const char *module;
+    const char *msg;
+    const struct log_field *fields;
+};
+
+/* Render one line into out (cap bytes, at least 64); returns its length,
+ * newline included, no NUL. Pure: the unit tests call it. */
+size_t log_render(char *out, size_t cap, int format, const struct log_event *e);
 
 /* Value helpers for fields: each formats into the buffer it is given and
  * returns it. The LOG_* macros below give them a compound literal that lives

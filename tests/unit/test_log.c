@@ -85,18 +85,17 @@ TEST(a_line_too_long_is_cut_closed_and_marked)
 {
     static char big[LOG_LINE_MAX * 2];
     const struct log_field f[] = {{"v", big}, {"after", "x"}, {NULL, NULL}};
+    struct log_event e = {TS, LOG_WARN, "s", "m", f};
     size_t n;
 
     memset(big, '"', sizeof(big) - 1);
-    n = log_render(line, sizeof(line), LOG_FORMAT_LOGFMT, TS, LOG_WARN, "s",
-                   "m", f);
+    n = log_render(line, sizeof(line), LOG_FORMAT_LOGFMT, &e);
     EXPECT(n <= sizeof(line));
     line[n] = '\0';
     EXPECT(strstr(line, "after=") == NULL);
     EXPECT_STR_EQ(line + n - strlen("\\\"\" truncated=true\n"),
                   "\\\"\" truncated=true\n");
-    n = log_render(line, sizeof(line), LOG_FORMAT_JSON, TS, LOG_WARN, "s", "m",
-                   f);
+    n = log_render(line, sizeof(line), LOG_FORMAT_JSON, &e);
     EXPECT(n <= sizeof(line));
     line[n] = '\0';
     EXPECT_STR_EQ(line + n - strlen("\\\"\",\"truncated\":true}\n"),
