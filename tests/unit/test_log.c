@@ -13,8 +13,8 @@ static char line[LOG_LINE_MAX];
 static const char *render(int format, const char *msg,
                           const struct log_field *f)
 {
-    size_t n =
-        log_render(line, sizeof(line), format, TS, LOG_INFO, "sink", msg, f);
+    struct log_event e = {TS, LOG_INFO, "sink", msg, f};
+    size_t n = log_render(line, sizeof(line), format, &e);
     line[n] = '\0';
     return line;
 }
