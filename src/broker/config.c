@@ -27,6 +27,7 @@ enum cfg_type {
     CFG_IP,       /* IPv4 or IPv6 literal */
     CFG_HOSTPORT, /* "ip:port" or "[ip6]:port"; empty = derived */
     CFG_LOGLEVEL, /* error | warn | info | debug */
+    CFG_LOGFMT,   /* logfmt | json */
     CFG_BOOL,     /* true|1|yes|on or false|0|no|off, any case */
 };
 
@@ -75,6 +76,9 @@ static const struct cfg_row cfg_rows[] = {
         "long-poll fetches parked on one connection at once (429 past it)"),
     ROW("QUEEN_LOG_LEVEL", CFG_LOGLEVEL, "info", OFF(log_level), 0, 0, false,
         "error, warn, info or debug"),
+    ROW("QUEEN_LOG_FORMAT", CFG_LOGFMT, "logfmt", OFF(log_format), 0, 0, false,
+        "logfmt (key=value, quoted where needed) or json (one object a "
+        "line)"),
     ROW("QUEEN_TENANCY_HEADER", CFG_BOOL, "false", OFF(tenancy_header), 0, 0,
         false,
         "take each call's tenant from the x-queen-tenant header (only behind "
@@ -276,6 +280,13 @@ static int cfg_apply(const struct cfg_row *r, struct config *c, const char *v,
         }
         *(int *)field = port;
         return 0;
+    case CFG_LOGFMT:
+        port = log_parse_format(v);
+        if (port < 0) {
+            return err_set(err, ERR_INVALID, "not one of logfmt, json");
+        }
+        *(int *)field = port;
+        return 0;
     case CFG_BOOL:
         if (!sink_parse_bool(v, (bool *)field)) {
             return err_set(err, ERR_INVALID,
@@ -373,9 +384,17 @@ static int sink_preflight(struct err *err)
 
 int config_load_env(struct config *c, struct err *err)
 {
+    const char *f = getenv("QUEEN_LOG_FORMAT");
+
+    /* A valid format applies before any other setting is read, so a refusal
+     * of one of them is already in it; an invalid one is refused below. */
+    if (f != NULL && log_parse_format(f) >= 0) {
+        log_set_format(log_parse_format(f));
+    }
     if (config_load(c, env_get, NULL, err) != 0) {
         return err->code;
     }
+    log_set_format(c->log_format);
     return sink_preflight(err);
 }
 

@@ -28,6 +28,7 @@ struct config {
     uint64_t max_long_polls;           /* QUEEN_MAX_LONG_POLLS */
     uint64_t max_long_polls_per_conn;  /* QUEEN_MAX_LONG_POLLS_PER_CONN */
     int log_level;                     /* QUEEN_LOG_LEVEL, enum log_level */
+    int log_format;                    /* QUEEN_LOG_FORMAT, enum log_format */
     bool tenancy_header;               /* QUEEN_TENANCY_HEADER */
     bool kv_unsafe_sink_writes;        /* QUEEN_KV_UNSAFE_SINK_WRITES */
 };

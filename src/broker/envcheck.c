@@ -22,6 +22,7 @@ static const char *const known[] = {
     "QUEEN_MAX_LONG_POLLS",
     "QUEEN_MAX_LONG_POLLS_PER_CONN",
     "QUEEN_LOG_LEVEL",
+    "QUEEN_LOG_FORMAT",
     "QUEEN_TENANCY_HEADER",
     "QUEEN_KV_UNSAFE_SINK_WRITES",
     "QUEEN_TEST_MODE",

@@ -267,8 +267,9 @@ static void fail_sampled(struct driver *d, enum sample_kind kind,
         s->suppressed++;
         return;
     }
-    log_warn("sink", "%s failed queue=%s error=%s suppressed=%" PRIu64,
-             names[kind], d->cfg.queue, d->last_error, s->suppressed);
+    log_warn_kv("sink", LOG_FMT("%s failed", names[kind]),
+                {"queue", d->cfg.queue}, {"error", d->last_error},
+                {"suppressed", LOG_U64(s->suppressed)});
     s->has_logged = true;
     s->last_ms = d->now_ms;
     s->suppressed = 0;
@@ -515,10 +516,10 @@ static int load_checkpoint(struct driver *d, int64_t committed_k,
     if (rc != 0) {
         err_wrap(err, "LIST %s", prefix.data);
         if (!upload_s3_retriable(&st, rc)) {
-            log_warn("sink",
-                     "cannot list checkpoints; starting from the commit "
-                     "pointer and the manifests queue=%s error=%s",
-                     d->cfg.queue, err->msg);
+            log_warn_kv("sink",
+                        "cannot list checkpoints; starting from the commit "
+                        "pointer and the manifests",
+                        {"queue", d->cfg.queue}, {"error", err->msg});
             rc = 0;
         }
         goto out_free;
@@ -544,9 +545,9 @@ static int load_checkpoint(struct driver *d, int64_t committed_k,
                    0) {
         *found = true;
     } else {
-        log_warn("sink", "checkpoint unreadable queue=%s key=%s error=%s",
-                 d->cfg.queue, all.keys[best_i],
-                 rc == 0 && !info.found ? "not found" : err->msg);
+        log_warn_kv("sink", "checkpoint unreadable", {"queue", d->cfg.queue},
+                    {"key", all.keys[best_i]},
+                    {"error", rc == 0 && !info.found ? "not found" : err->msg});
         rc = 0;
     }
     buf_free(&body);
@@ -614,10 +615,11 @@ static void load_committed_lost(struct driver *d, int64_t k)
     buf_init(&arena, BUF_UNLIMITED);
     rc = get_manifest(d, k, &key, &body, &arena, &m, &ok, &err);
     if (rc != 0 || !ok) {
-        log_warn("sink",
-                 "cannot read the last window's manifest; a loss it names "
-                 "may be reported again queue=%s k=%" PRId64 " error=%s",
-                 d->cfg.queue, k, rc != 0 ? err.msg : "absent or undecodable");
+        log_warn_kv("sink",
+                    "cannot read the last window's manifest; a loss it names "
+                    "may be reported again",
+                    {"queue", d->cfg.queue}, {"k", LOG_I64(k)},
+                    {"error", rc != 0 ? err.msg : "absent or undecodable"});
     } else {
         known_lost(d, &m);
     }
@@ -655,10 +657,10 @@ static int check_redo_manifest(struct driver *d, const struct docs_intent *in,
                  : engine_on_manifest_found(d->e, in->k, buf_slice(&key),
                                             m.records, m.bytes);
     if (*taken) {
-        log_info("sink",
-                 "the redo's upload finished: committing it from its "
-                 "manifest queue=%s k=%" PRId64,
-                 d->cfg.queue, in->k);
+        log_info_kv("sink",
+                    "the redo's upload finished: committing it from its "
+                    "manifest",
+                    {"queue", d->cfg.queue}, {"k", LOG_I64(in->k)});
         known_lost(d, &m);
         d->last_records = m.records;
         d->last_bytes = m.bytes;
@@ -816,12 +818,12 @@ static int read_manifest_positions(struct driver *d, int64_t from, int64_t to,
             break;
         }
         if (!got || !m.has_positions || m.k != k) {
-            log_warn("sink",
-                     "a committed window's manifest is absent, undecodable "
-                     "or has no positions; restarting from the last "
-                     "checkpoint alone, which may report committed records "
-                     "lost queue=%s k=%" PRId64,
-                     d->cfg.queue, k);
+            log_warn_kv("sink",
+                        "a committed window's manifest is absent, "
+                        "undecodable or has no positions; restarting from "
+                        "the last checkpoint alone, which may report "
+                        "committed records lost",
+                        {"queue", d->cfg.queue}, {"k", LOG_I64(k)});
             *ok = false;
             break;
         }
@@ -868,12 +870,14 @@ static int read_restore_positions(struct driver *d, int64_t committed_k,
         return rc;
     }
     if (committed_k - *written_k > DRIVER_REBUILD_MAX_WINDOWS) {
-        log_warn("sink",
-                 "more than %d windows since the last checkpoint; restarting "
-                 "from it alone, which may report committed records lost "
-                 "queue=%s checkpoint_k=%" PRId64 " committed_k=%" PRId64,
-                 DRIVER_REBUILD_MAX_WINDOWS, d->cfg.queue, *written_k,
-                 committed_k);
+        log_warn_kv("sink",
+                    LOG_FMT("more than %d windows since the last checkpoint; "
+                            "restarting from it alone, which may report "
+                            "committed records lost",
+                            DRIVER_REBUILD_MAX_WINDOWS),
+                    {"queue", d->cfg.queue},
+                    {"checkpoint_k", LOG_I64(*written_k)},
+                    {"committed_k", LOG_I64(committed_k)});
         return 0;
     }
     size_t n_cp = r->n;
@@ -940,11 +944,11 @@ static int restore_engine(struct driver *d, struct restore_docs *r,
         }
     }
     free(pos);
-    log_info("sink",
-             "queue restored queue=%s committed_k=%" PRId64
-             " redo=%s checkpoint_k=%" PRId64 " exact_positions=%s",
-             d->cfg.queue, c.k, d->is_redo ? "true" : "false", written_k,
-             exact_k == c.k ? "true" : "false");
+    log_at_kv(d->cfg.is_quiet_restore ? LOG_DEBUG : LOG_INFO, "sink",
+              "queue restored", {"queue", d->cfg.queue},
+              {"committed_k", LOG_I64(c.k)}, {"redo", LOG_BOOL(d->is_redo)},
+              {"checkpoint_k", LOG_I64(written_k)},
+              {"exact_positions", LOG_BOOL(exact_k == c.k)});
     return rc;
 }
 
@@ -991,11 +995,11 @@ static int load_parts(struct driver *d, struct err *err)
         why = "undecodable or of another window";
     }
     if (why != NULL) {
-        log_error("sink",
-                  "the redo's per-partition offsets are unreadable; its "
-                  "objects are keyed from the records queue=%s k=%" PRId64
-                  " key=%s error=%s",
-                  d->cfg.queue, in->k, in->parts_key.ptr, why);
+        log_error_kv("sink",
+                     "the redo's per-partition offsets are unreadable; its "
+                     "objects are keyed from the records",
+                     {"queue", d->cfg.queue}, {"k", LOG_I64(in->k)},
+                     {"key", in->parts_key.ptr}, {"error", why});
     } else {
         in->has_parts = true;
         in->parts = got.parts;
@@ -1853,12 +1857,13 @@ static void note_pin_gaps(struct driver *d, const struct engine_plan *p)
     for (size_t i = 0; !d->is_pin_lost_counted && i < d->n_pin_lost; i++) {
         const struct engine_lost_range *v = &d->pin_lost[i];
         d->ctr.records_lost += (uint64_t)(v->to - v->from + 1);
-        log_warn("sink",
-                 "records of a redo's window went away before it read them "
-                 "again queue=%s k=%" PRId64 " partition=%.*s from=%" PRId64
-                 " to=%" PRId64,
-                 d->cfg.queue, p->k, (int)v->partition.len, v->partition.ptr,
-                 v->from, v->to);
+        log_warn_kv("sink",
+                    "records of a redo's window went away before it read "
+                    "them again",
+                    {"queue", d->cfg.queue}, {"k", LOG_I64(p->k)},
+                    {"partition",
+                     LOG_FMT("%.*s", (int)v->partition.len, v->partition.ptr)},
+                    {"from", LOG_I64(v->from)}, {"to", LOG_I64(v->to)});
     }
     d->is_pin_lost_counted = true;
 }
@@ -1943,11 +1948,10 @@ static void pin_redo(struct driver *d)
         (in->has_align && !layout_align_parse(align, &al)) ||
         (in->has_prefix && !prefix_ok(in->prefix, sizeof(d->redo_prefix))) ||
         !parts_sorted(in)) {
-        log_warn("sink",
-                 "the redo's intent names settings this sink cannot read; "
-                 "rebuilding window k=%" PRId64 " with the current ones "
-                 "queue=%s",
-                 in->k, d->cfg.queue);
+        log_warn_kv("sink",
+                    "the redo's intent names settings this sink cannot read; "
+                    "rebuilding its window with the current ones",
+                    {"queue", d->cfg.queue}, {"k", LOG_I64(in->k)});
         return;
     }
     memcpy(d->redo_comp, in->compression.ptr, in->compression.len);
@@ -1963,11 +1967,11 @@ static void pin_redo(struct driver *d)
         c.prefix = d->redo_prefix;
     }
     if (upload_codec_strings(&c, &comp, &writer, &ext, &err) != 0) {
-        log_warn("sink",
-                 "the redo's intent names settings this sink cannot read; "
-                 "rebuilding window k=%" PRId64 " with the current ones "
-                 "queue=%s error=%s",
-                 in->k, d->cfg.queue, err.msg);
+        log_warn_kv("sink",
+                    "the redo's intent names settings this sink cannot read; "
+                    "rebuilding its window with the current ones",
+                    {"queue", d->cfg.queue}, {"k", LOG_I64(in->k)},
+                    {"error", err.msg});
         return;
     }
     note_pin(diff, sizeof(diff), "format", format_name(&c),
@@ -1981,11 +1985,12 @@ static void pin_redo(struct driver *d)
              layout_align_name((enum layout_align)d->cfg.align));
     note_pin(diff, sizeof(diff), "prefix", c.prefix, d->cfg.prefix);
     if (diff[0] != '\0') {
-        log_warn("sink",
-                 "the redo's intent names other settings; rebuilding window "
-                 "k=%" PRId64 " with the intent's, the current ones apply "
-                 "from the next window queue=%s %s",
-                 in->k, d->cfg.queue, diff);
+        log_warn_kv("sink",
+                    "the redo's intent names other settings; rebuilding its "
+                    "window with the intent's, the current ones apply from "
+                    "the next window",
+                    {"queue", d->cfg.queue}, {"k", LOG_I64(in->k)},
+                    {"settings", diff});
     }
     d->unpinned = d->cfg;
     d->cfg = c;
@@ -2130,8 +2135,8 @@ static int redo_key_free(struct driver *d, const struct upload_object *o,
              "under %s; finish the window with that writer's libraries",
              in->k, (int)in->writer.len, in->writer.ptr, (int)libs.len,
              libs.ptr, upload_codec_library(&d->cfg), o->key.data);
-    log_error("sink", "a redo never overwrites different bytes queue=%s %s",
-              d->cfg.queue, why);
+    log_error_kv("sink", "a redo never overwrites different bytes",
+                 {"queue", d->cfg.queue}, {"why", why});
     stop(d, DRIVER_FAILED, why);
     set_error(d, "%s", why);
     return -1;
@@ -2158,13 +2163,15 @@ static int redo_keys_free(struct driver *d, const struct engine_plan *p,
          same_slice(in->libraries, cstr(libs)))) {
         return 0;
     }
-    log_warn("sink",
-             "the redo's intent names another writer or other libraries; "
-             "its keys take this node's bytes only where they are free "
-             "queue=%s k=%" PRId64 " intent_writer=\"%.*s\" writer=\"%s\" "
-             "intent_libraries=\"%.*s\" libraries=\"%s\"",
-             d->cfg.queue, p->k, (int)in->writer.len, in->writer.ptr, writer,
-             (int)in_libs.len, in_libs.ptr, libs);
+    log_warn_kv(
+        "sink",
+        "the redo's intent names another writer or other libraries; "
+        "its keys take this node's bytes only where they are free",
+        {"queue", d->cfg.queue}, {"k", LOG_I64(p->k)},
+        {"intent_writer", LOG_FMT("%.*s", (int)in->writer.len, in->writer.ptr)},
+        {"writer", writer},
+        {"intent_libraries", LOG_FMT("%.*s", (int)in_libs.len, in_libs.ptr)},
+        {"libraries", libs});
     for (size_t i = 0; i < n; i++) {
         int rc = redo_key_free(d, &o[i], now);
         if (rc != 0) {
@@ -2250,11 +2257,11 @@ static void note_found_lost(struct driver *d)
     engine_found_lost(d->e, &v, &n);
     for (size_t i = 0; i < n; i++) {
         d->ctr.records_lost += (uint64_t)(v[i].to - v[i].from + 1);
-        log_warn("sink",
-                 "records went away before the sink read them "
-                 "queue=%s partition=%.*s from=%" PRId64 " to=%" PRId64,
-                 d->cfg.queue, (int)v[i].partition.len, v[i].partition.ptr,
-                 v[i].from, v[i].to);
+        log_warn_kv("sink", "records went away before the sink read them",
+                    {"queue", d->cfg.queue},
+                    {"partition", LOG_FMT("%.*s", (int)v[i].partition.len,
+                                          v[i].partition.ptr)},
+                    {"from", LOG_I64(v[i].from)}, {"to", LOG_I64(v[i].to)});
     }
 }
 
@@ -2274,11 +2281,11 @@ static void log_committed(struct driver *d, const struct engine_commit *c)
     }
     engine_lag(d->e, &lag);
     isotime_format_us(c->t_end, t_end);
-    log_info("sink",
-             "window committed queue=%s k=%" PRId64 " records=%" PRIu64
-             " bytes=%" PRIu64 " t_end=%s lag_seconds=%.3f lost=%" PRIu64,
-             d->cfg.queue, c->k, c->records, c->bytes, t_end, (double)lag / 1e6,
-             lost);
+    log_info_kv("sink", "window committed", {"queue", d->cfg.queue},
+                {"k", LOG_I64(c->k)}, {"records", LOG_U64(c->records)},
+                {"bytes", LOG_U64(c->bytes)}, {"t_end", t_end},
+                {"lag_seconds", LOG_FMT("%.3f", (double)lag / 1e6)},
+                {"lost", LOG_U64(lost)});
 }
 
 /* Write the commit pointer of c (its manifest key in mkey, made when
@@ -2483,10 +2490,11 @@ static void do_checkpoint(struct driver *d,
         }
     }
     if (rc != 0) {
-        log_warn("sink",
-                 "checkpoint not written; the next restart re-reads "
-                 "more, and nothing else queue=%s k=%" PRId64 " error=%s",
-                 d->cfg.queue, a->k, err.msg);
+        log_warn_kv("sink",
+                    "checkpoint not written; the next restart re-reads more, "
+                    "and nothing else",
+                    {"queue", d->cfg.queue}, {"k", LOG_I64(a->k)},
+                    {"error", err.msg});
     } else {
         d->ctr.checkpoints_written++;
     }
@@ -2597,11 +2605,11 @@ static int checkpoint_after_commit(struct driver *d,
         return rc;
     }
     if (d->up.state != UPLOAD_NONE) {
-        log_warn("sink",
-                 "checkpoint not written; the next restart re-reads "
-                 "more, and nothing else queue=%s k=%" PRId64
-                 " error=the commit before it is not written yet",
-                 d->cfg.queue, a->k);
+        log_warn_kv("sink",
+                    "checkpoint not written; the next restart re-reads more, "
+                    "and nothing else",
+                    {"queue", d->cfg.queue}, {"k", LOG_I64(a->k)},
+                    {"error", "the commit before it is not written yet"});
         return rc;
     }
     do_checkpoint(d, a);
@@ -2735,14 +2743,13 @@ static void begin_drain(struct driver *d)
     bool closing = worth || in_flight;
     d->is_draining = true;
     d->drain_from_k = in_bg ? d->up.k - 1 : engine_committed_k(d->e);
-    log_info("sink",
-             "%s: stopping the reads queue=%s buffered=%" PRIu64
-             " aged=%s closing=%s state=%s",
-             atomic_load(&d->giving_back) ? "giving the queue back"
-                                          : "shutting down",
-             d->cfg.queue, buffered, aged ? "true" : "false",
-             closing ? "true" : "false",
-             in_bg ? bg_state_name(d) : engine_state_name(s));
+    log_info_kv("sink",
+                atomic_load(&d->giving_back)
+                    ? "giving the queue back: stopping the reads"
+                    : "shutting down: stopping the reads",
+                {"queue", d->cfg.queue}, {"buffered", LOG_U64(buffered)},
+                {"aged", LOG_BOOL(aged)}, {"closing", LOG_BOOL(closing)},
+                {"state", in_bg ? bg_state_name(d) : engine_state_name(s)});
 }
 
 /* The driver logs "queue drained" (its e2e line); the host logs the other
@@ -2751,7 +2758,7 @@ static void begin_drain(struct driver *d)
 static void log_stop(struct driver *d)
 {
     if (d->stop == DRIVER_DRAINED) {
-        log_info("sink", "queue drained queue=%s", d->cfg.queue);
+        log_info_kv("sink", "queue drained", {"queue", d->cfg.queue});
     }
 }
 
@@ -2846,10 +2853,9 @@ static bool check_running(struct driver *d)
         return false;
     }
     if (atomic_exchange(&d->force_close, false)) {
-        log_info("sink",
-                 "memory budget reached: closing this queue's window "
-                 "early queue=%s",
-                 d->cfg.queue);
+        log_info_kv("sink",
+                    "memory budget reached: closing this queue's window early",
+                    {"queue", d->cfg.queue});
         engine_force_close(d->e);
     }
     if (atomic_load(&d->drain_requested) && !d->is_draining) {

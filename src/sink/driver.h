@@ -127,6 +127,9 @@ struct driver_config {
      * of KV and bucket writes is the same as without). false: every PUT
      * inside the tick (unit tests' default). */
     bool overlap_upload;
+    /* The queue was missing at the last look: "queue restored" logs at
+     * debug, so a queue that never appears is not logged every retry. */
+    bool is_quiet_restore;
     /* Called after every committed window (metrics histograms); NULL =
      * none. Runs on the ticking thread. */
     void (*on_commit)(void *arg, int64_t k, uint64_t records, uint64_t bytes,

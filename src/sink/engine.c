@@ -419,8 +419,8 @@ static void grow_recs(struct part *p)
 static void fail_engine(struct engine *e)
 {
     e->state = ENGINE_FAILED;
-    snprintf(e->failure, sizeof(e->failure),
-             "queue \"%s\": UNKNOWN_TOPIC_OR_PARTITION", e->queue);
+    snprintf(e->failure, sizeof(e->failure), "queue \"%s\" does not exist",
+             e->queue);
 }
 
 /* ---- Config -------------------------------------------------------------- */

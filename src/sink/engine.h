@@ -477,7 +477,8 @@ struct engine_stats {
 
 enum engine_state engine_state(const struct engine *e);
 const char *engine_state_name(enum engine_state s); /* "filling", ... */
-/* Why the engine failed: `queue "name": UNKNOWN_TOPIC_OR_PARTITION`. */
+/* Why the engine failed: `queue "name" does not exist` (the broker's
+ * UNKNOWN_TOPIC_OR_PARTITION entry error, in plain words). */
 const char *engine_failure(const struct engine *e);
 /* The window in INTENT/UPLOAD/COMMIT, else 0. */
 int64_t engine_closing_k(const struct engine *e);

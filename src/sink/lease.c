@@ -575,10 +575,10 @@ static int delete_round(const struct sink_broker *b, const uint8_t tenant[16],
 
 static void log_gave_up(const char *what, const char *key, const char *msg)
 {
-    log_warn("queen-s3",
-             "could not give the %s back; it expires after its TTL key=%s "
-             "error=%s",
-             what, key, msg);
+    log_warn_kv(
+        "queen-s3",
+        LOG_FMT("could not give the %s back; it expires after its TTL", what),
+        {"key", key}, {"error", msg});
 }
 
 int lease_delete_if_ours(const struct sink_broker *b, const uint8_t tenant[16],
@@ -597,9 +597,9 @@ int lease_delete_if_ours(const struct sink_broker *b, const uint8_t tenant[16],
             log_gave_up(what, key, err.msg);
             return ERR_TIMEOUT;
         }
-        log_debug("queen-s3",
-                  "giving a %s back failed; retrying key=%s error=%s", what,
-                  key, err.msg);
+        log_debug_kv("queen-s3",
+                     LOG_FMT("giving a %s back failed; retrying", what),
+                     {"key", key}, {"error", err.msg});
         clock_sleep(c, step);
         step =
             step * 2 > LEASE_RELEASE_MAX_MS ? LEASE_RELEASE_MAX_MS : step * 2;

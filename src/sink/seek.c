@@ -157,7 +157,8 @@ void seek_on_answer(struct seek *s, const struct seek_answer *a)
 {
     switch (a->error) {
     case SEEK_ANSWER_UNKNOWN:
-        seek_fail(s, "partition is unknown: ", SLICE_LIT("UNKNOWN_TOPIC"));
+        seek_fail(s, "the queue or the partition does not exist",
+                  SLICE_LIT(""));
         return;
     case SEEK_ANSWER_OTHER:
         seek_fail(s, "fetch error ", a->error_text);

@@ -62,7 +62,9 @@
 #include "sink/placement.h"
 #include "sink/status.h"
 
-#define SINK_MISSING_RETRY_MS  5000
+#define SINK_MISSING_RETRY_MS 5000
+/* A queue that stays missing is logged again at most this often. */
+#define SINK_MISSING_LOG_MS    600000
 #define SINK_TERMINAL_RETRY_MS 60000
 #define SINK_PROBE_MIN_MS      1000
 #define SINK_PROBE_MAX_MS      60000
@@ -93,7 +95,12 @@ struct task {
     bool has_gave_back;  /* cooldown: not reclaimed before 2 TTLs */
     int64_t gave_back_at_ms;
     int claim_failures;
-    bool missing_logged;
+    /* The last run found the queue missing: the next claims and restores
+     * log at debug, and the missing line repeats only every
+     * SINK_MISSING_LOG_MS (missing_logged_ms, mono) with the looks since. */
+    bool is_missing;
+    int64_t missing_logged_ms;
+    uint64_t missing_looks;
     /* under s->mu: the refresher's share of the lease */
     bool is_refreshable;
     bool is_refreshing;
@@ -305,15 +312,12 @@ static void refresh_one(const struct task *t, struct lease *l)
         return;
     }
     if (lease_lost(l)) {
-        log_error("queen-s3",
-                  "lease lost: another instance owns this queue queue=%s "
-                  "error=%s",
-                  t->name, err.msg);
+        log_error_kv("queen-s3", "lease lost: another instance owns this queue",
+                     {"queue", t->name}, {"error", err.msg});
     } else {
-        log_warn("queen-s3",
-                 "lease refresh failed; retrying on the next tick queue=%s "
-                 "error=%s",
-                 t->name, err.msg);
+        log_warn_kv("queen-s3",
+                    "lease refresh failed; retrying on the next tick",
+                    {"queue", t->name}, {"error", err.msg});
     }
 }
 
@@ -596,7 +600,8 @@ static bool sink_probe(struct sink *s, int64_t now)
     if (s->probe_logged_ms == 0 ||
         now - s->probe_logged_ms >= SINK_LOG_EVERY_MS) {
         s->probe_logged_ms = now;
-        log_error("queen-s3", "%s; retrying", s->bucket_error);
+        log_error_kv("queen-s3", "the bucket does not answer; retrying",
+                     {"error", s->bucket_error});
     }
     pthread_mutex_unlock(&s->mu);
     return false;
@@ -622,7 +627,7 @@ static void sink_add_queue(struct sink *s, const char *name, size_t len)
     t->start_ms = mono_ms();
     t->jitter_ms = jitter_ms(PLACEMENT_JITTER_MS);
     t->due_ms = t->start_ms + t->jitter_ms;
-    log_info("queen-s3", "starting a queue task queue=%s", t->name);
+    log_info_kv("queen-s3", "starting a queue task", {"queue", t->name});
     pthread_mutex_lock(&s->mu);
     s->queues = xrealloc(s->queues, (s->n_queues + 1) * sizeof(struct task *));
     s->queues[s->n_queues++] = t;
@@ -645,10 +650,10 @@ static void sink_list_queues(struct sink *s)
     memset(&l, 0, sizeof(l));
     if (s->p.broker->list_queues(s->p.broker->arg, s->p.tenant, &l, &err) !=
         0) {
-        log_warn("queen-s3",
-                 "cannot list the queues; keeping the set this "
-                 "node already has error=%s",
-                 err.msg);
+        log_warn_kv("queen-s3",
+                    "cannot list the queues; keeping the set this node "
+                    "already has",
+                    {"error", err.msg});
         return;
     }
     for (size_t i = 0; i < l.n; i++) {
@@ -718,9 +723,9 @@ static int64_t sink_beat(struct sink *s, int64_t now)
     if (s->beat_logged_ms == 0 ||
         now - s->beat_logged_ms >= SINK_LOG_EVERY_MS) {
         s->beat_logged_ms = now;
-        log_warn("queen-s3",
-                 "cannot write this node's presence row; retrying error=%s",
-                 err.msg);
+        log_warn_kv("queen-s3",
+                    "cannot write this node's presence row; retrying",
+                    {"error", err.msg});
     }
     int shift = s->beat_failures > 16 ? 15 : s->beat_failures - 1;
     int64_t wait = (int64_t)1000 << shift;
@@ -789,19 +794,19 @@ static void sink_decide(struct sink *s, int64_t now)
     queues = s->n_queues;
     pthread_mutex_unlock(&s->mu);
     if (v == PLACEMENT_GIVE_BACK) {
-        log_info("queen-s3",
-                 "this node holds more than its share: giving one queue back "
-                 "queue=%s held=%" PRIu32 " share=%" PRIu32 " nodes=%" PRIu32
-                 " queues=%zu",
-                 name, held, share, nodes, queues);
+        log_info_kv("queen-s3",
+                    "this node holds more than its share: giving one queue "
+                    "back",
+                    {"queue", name}, {"held", LOG_U64(held)},
+                    {"share", LOG_U64(share)}, {"nodes", LOG_U64(nodes)},
+                    {"queues", LOG_U64(queues)});
     } else if (v == PLACEMENT_TAKEN_OVER) {
-        log_info("queen-s3",
-                 "the queue given back is held by another node queue=%s", name);
+        log_info_kv("queen-s3", "the queue given back is held by another node",
+                    {"queue", name});
     } else if (v == PLACEMENT_NOBODY_TOOK) {
-        log_info("queen-s3",
-                 "no node took the queue given back within a TTL; moving on "
-                 "queue=%s",
-                 name);
+        log_info_kv("queen-s3",
+                    "no node took the queue given back within a TTL; moving on",
+                    {"queue", name});
     }
 }
 
@@ -884,10 +889,8 @@ static int64_t sink_run_ending(struct sink *s, int64_t now)
     snprintf(s->last_exit, sizeof(s->last_exit),
              "the sink returned without being stopped");
     pthread_mutex_unlock(&s->mu);
-    log_error("queen-s3",
-              "an in-process S3 sink stopped; restarting it backoff_ms=%" PRId64
-              " error=%s",
-              wait, s->run_error);
+    log_error_kv("queen-s3", "an in-process S3 sink stopped; restarting it",
+                 {"backoff_ms", LOG_I64(wait)}, {"error", s->run_error});
     return now + wait;
 }
 
@@ -1005,8 +1008,8 @@ static int64_t sink_control_step(struct sink *s, int64_t now)
         pthread_mutex_unlock(&s->mu);
     }
     if (sink_control_run(s, now, &next, &err) != 0) {
-        log_error("queen-s3", "the sink's control task failed error=%s",
-                  err.msg);
+        log_error_kv("queen-s3", "the sink's control task failed",
+                     {"error", err.msg});
         return sink_run_failed(s, now, err.msg);
     }
     return next;
@@ -1092,10 +1095,10 @@ static int64_t task_held(struct sink *s, struct task *t, const char *other,
     snprintf(t->holder, sizeof(t->holder), "%s", other);
     pthread_mutex_unlock(&s->mu);
     if (is_new) { /* logged when the owner changes, not at every look */
-        log_info("queen-s3",
-                 "another node owns this queue; claiming again after the "
-                 "lease TTL queue=%s heldBy=%s",
-                 t->name, other);
+        log_info_kv("queen-s3",
+                    "another node owns this queue; claiming again after the "
+                    "lease TTL",
+                    {"queue", t->name}, {"held_by", other});
     }
     task_set_state(s, t, "held", other);
     health_forget(s->health, t->name);
@@ -1148,9 +1151,8 @@ static int64_t task_claim_failed(struct sink *s, struct task *t, int64_t now,
     char msg[300];
 
     t->claim_failures++;
-    log_warn("queen-s3",
-             "cannot claim the queue lease; retrying queue=%s error=%s",
-             t->name, err->msg);
+    log_warn_kv("queen-s3", "cannot claim the queue lease; retrying",
+                {"queue", t->name}, {"error", err->msg});
     snprintf(msg, sizeof(msg), "lease claim: %s", err->msg);
     task_error(s, t, msg);
     return now + placement_claim_retry_ms(
@@ -1177,9 +1179,11 @@ static int64_t task_own(struct sink *s, struct task *t, int64_t now)
     struct err err = {0};
 
     sink_driver_config(&s->p, t->name, &t->dc);
+    t->dc.is_quiet_restore = t->is_missing;
     t->drv = driver_new(&t->dc, s->p.broker, s->p.s3, t->lease, &err);
     if (t->drv == NULL) {
-        log_error("queen-s3", "queue=%s: %s", t->name, err.msg);
+        log_error_kv("queen-s3", "cannot start the queue", {"queue", t->name},
+                     {"error", err.msg});
         task_error(s, t, err.msg);
         lease_release(t->lease);
         lease_free(t->lease);
@@ -1187,8 +1191,15 @@ static int64_t task_own(struct sink *s, struct task *t, int64_t now)
         task_load(s, -1);
         return now + SINK_TERMINAL_RETRY_MS;
     }
-    log_info("queen-s3", "this node owns the queue queue=%s instance=%s",
-             t->name, s->p.node->instance);
+    /* Not "owns the queue" before the queue is known to exist: a queue
+     * that was missing at the last look is taken quietly (log.h). */
+    if (t->is_missing) {
+        log_debug_kv("queen-s3", "took the lease of a queue missing so far",
+                     {"queue", t->name}, {"instance", s->p.node->instance});
+    } else {
+        log_info_kv("queen-s3", "took the queue lease; starting it",
+                    {"queue", t->name}, {"instance", s->p.node->instance});
+    }
     t->state = Q_OWNED;
     health_watch(s->health, t->name, now);
     t->is_drain_asked = false;
@@ -1216,7 +1227,8 @@ static int64_t task_claim(struct sink *s, struct task *t, int64_t now)
         t->lease = task_lease(s, t, &err);
     }
     if (t->lease == NULL) {
-        log_error("queen-s3", "queue=%s: %s", t->name, err.msg);
+        log_error_kv("queen-s3", "cannot start the queue", {"queue", t->name},
+                     {"error", err.msg});
         task_error(s, t, err.msg);
         return now + SINK_TERMINAL_RETRY_MS;
     }
@@ -1262,6 +1274,12 @@ static void task_publish(struct sink *s, struct task *t)
 
     driver_status(t->drv, &st);
     task_report(s, t, &st);
+    if (t->is_missing && st.has_complete_through) {
+        log_info_kv("queen-s3", "the queue exists now; running it",
+                    {"queue", t->name});
+        t->is_missing = false;
+        t->missing_looks = 0;
+    }
     /* docs/design/window.md §12: over the node's budget and the largest: close
      * early. The partitions' own bytes count too (issue 13 item 8); a close
      * frees records only, so a queue with none buffered is not asked. */
@@ -1287,29 +1305,46 @@ static void task_publish(struct sink *s, struct task *t)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* A missing queue: logged at its first look, then at most every
+ * SINK_MISSING_LOG_MS with the looks in between (docs/design/protocol.md
+ * §8). */
+static void task_log_missing(struct task *t, int64_t now)
+{
+    t->missing_looks++;
+    if (t->is_missing && now - t->missing_logged_ms < SINK_MISSING_LOG_MS) {
+        return;
+    }
+    log_info_kv("queen-s3",
+                "the queue does not exist; looking again until it "
+                "does",
+                {"queue", t->name},
+                {"retry_in_s", LOG_I64(SINK_MISSING_RETRY_MS / 1000)},
+                {"looks", LOG_U64(t->missing_looks)});
+    t->is_missing = true;
+    t->missing_logged_ms = now;
+    t->missing_looks = 0;
+}
+
 /* The stop's log line and row error (docs/design/protocol.md §8); "queue
  * drained" is the driver's own line. */
 static void task_log_stop(struct sink *s, struct task *t,
-                          const struct driver_next *nx)
+                          const struct driver_next *nx, int64_t now)
 {
     if (nx->stop == DRIVER_CRASHED) {
-        log_error("queen-s3", "crash point fired queue=%s at=%s", t->name,
-                  nx->why);
+        log_error_kv("queen-s3", "crash point fired", {"queue", t->name},
+                     {"at", nx->why});
         task_error(s, t, "crash point fired");
     } else if (nx->stop == DRIVER_FENCED) {
-        log_warn("queen-s3", "queue fenced queue=%s why=%s", t->name, nx->why);
+        log_warn_kv("queen-s3", "queue fenced", {"queue", t->name},
+                    {"why", nx->why});
         task_error(s, t, nx->why);
-    } else if (nx->stop == DRIVER_MISSING && !t->missing_logged) {
-        log_info("queen-s3",
-                 "the queue does not exist; looking again until it does "
-                 "queue=%s why=%s retry_in_s=5",
-                 t->name, nx->why);
-        t->missing_logged = true;
+    } else if (nx->stop == DRIVER_MISSING) {
+        task_log_missing(t, now);
     } else if (nx->stop == DRIVER_FAILED) {
-        log_error("queen-s3",
-                  "queue stopped; it will be tried again in case the cause "
-                  "was fixed queue=%s why=%s",
-                  t->name, nx->why);
+        log_error_kv("queen-s3",
+                     "queue stopped; it will be tried again in case the cause "
+                     "was fixed",
+                     {"queue", t->name}, {"why", nx->why});
         task_error(s, t, nx->why);
     }
 }
@@ -1366,10 +1401,10 @@ static void task_unown(struct sink *s, struct task *t, const char *state,
 static int64_t task_gave_back(struct sink *s, struct task *t, int64_t now)
 {
     obs_counter_add(s->obs, OBS_QUEUES_GIVEN_BACK, NULL, NULL, NULL, 1);
-    log_info("queen-s3",
-             "gave the queue back so a node below its fair share can take it "
-             "queue=%s",
-             t->name);
+    log_info_kv("queen-s3",
+                "gave the queue back so a node below its fair share can take "
+                "it",
+                {"queue", t->name});
     t->has_gave_back = true;
     t->gave_back_at_ms = now;
     return now + placement_claim_sleep_ms(now + 2 * ttl_ms(s), now, ttl_ms(s));
@@ -1396,7 +1431,7 @@ static int64_t task_stopped(struct sink *s, struct task *t, int64_t now,
     lease_free(t->lease);
     t->lease = NULL;
     t->state = Q_CLAIM;
-    task_log_stop(s, t, nx);
+    task_log_stop(s, t, nx, now);
     switch (nx->stop) {
     case DRIVER_DRAINED:
         if (gave_back) {

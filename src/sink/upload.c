@@ -460,15 +460,14 @@ void upload_abort_stranded(struct s3_client *s3, const char *key)
     int n = 0;
 
     if (s3_client_abort_uploads(s3, key, &n, &err) != 0) {
-        log_warn("sink",
-                 "could not list the multipart uploads a crash may have left "
-                 "key=%s: %s",
-                 key, err.msg);
+        log_warn_kv("sink",
+                    "could not list the multipart uploads a crash may have "
+                    "left",
+                    {"key", key}, {"error", err.msg});
     } else if (n > 0) {
-        log_info("sink",
-                 "aborted %d multipart upload(s) a crashed attempt left "
-                 "key=%s",
-                 n, key);
+        log_info_kv("sink",
+                    "aborted the multipart uploads a crashed attempt left",
+                    {"key", key}, {"uploads", LOG_I64(n)});
     }
 }
 

@@ -3,6 +3,7 @@ the queue
 `orders` into the test bucket in JSONL (zstd), exactly once, and what
 /status, /metrics/prometheus and the KV commit pointer say agrees with the
 lake the verifier reads from s3rver's files."""
+import loglines
 import json
 
 import lake
@@ -85,7 +86,7 @@ def test_sigterm_drains_and_releases_the_lease(sink_node, bucket):
     assert node.wait_exit(60) == 0
     log = node.stderr()
     assert "stopping: no new reads, the window in flight is finished" in log
-    assert "queue drained queue=orders" in log
+    assert loglines.records(log, msg="queue drained", queue="orders")
     assert "every queue drained; the sink has stopped" in log
     node._reap()
 

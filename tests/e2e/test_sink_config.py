@@ -4,6 +4,7 @@ with one FATAL line and exit 2; without QUEEN_S3_EMBEDDED there is no `s3`
 block; a named queue that does not exist yet shows `missing` until its
 first push, then ships; scenario e: names that need escaping and payloads
 with raw line breaks."""
+import loglines
 import json
 
 import lake
@@ -22,10 +23,11 @@ def boot_fails(sink_node, env):
 def test_bad_threads_is_fatal(sink_node):
     rc, log = boot_fails(sink_node, {"QUEEN_S3_THREADS": "0"})
     assert rc == 2, log
-    fatal = [x for x in log.splitlines() if "FATAL" in x]
+    fatal = [r for r in loglines.parse(log) if "FATAL" in r["msg"]]
     assert len(fatal) == 1, log
-    assert fatal[0].endswith(
-        "ERROR boot: FATAL: QUEEN_S3_EMBEDDED=true: QUEEN_S3_THREADS=0 is "
+    assert fatal[0]["level"] == "error" and fatal[0]["area"] == "boot"
+    assert fatal[0]["msg"] == (
+        "FATAL: QUEEN_S3_EMBEDDED=true: QUEEN_S3_THREADS=0 is "
         "not an integer in 1..=64"), fatal
 
 
@@ -109,9 +111,9 @@ def test_the_longest_instance_writes_its_presence_row(sink_node):
     # The row was never refused. A loaded machine may start the sink before
     # the raft leader is ready: that write is retried ("leader not ready")
     # and is no refusal of the key.
-    refused = [ln for ln in node.stderr().splitlines()
-               if "cannot write this node's presence row" in ln and
-               not ln.endswith("error=leader not ready")]
+    refused = [r for r in loglines.parse(node.stderr())
+               if "cannot write this node's presence row" in r["msg"] and
+               r.get("error") != "leader not ready"]
     assert refused == [], refused
 
 
@@ -119,10 +121,10 @@ def test_an_instance_one_byte_too_long_is_fatal(sink_node):
     rc, log = boot_fails(sink_node, {"QUEEN_S3_INSTANCE": "a" * 405,
                                      "QUEEN_S3_SINK": LONG_SINK})
     assert rc == 2, log
-    fatal = [x for x in log.splitlines() if "FATAL" in x]
+    fatal = [r for r in loglines.parse(log) if "FATAL" in r["msg"]]
     assert len(fatal) == 1, log
-    assert fatal[0].endswith(
-        "ERROR boot: FATAL: QUEEN_S3_EMBEDDED=true: QUEEN_S3_INSTANCE=" +
+    assert fatal[0]["level"] == "error" and fatal[0]["msg"] == (
+        "FATAL: QUEEN_S3_EMBEDDED=true: QUEEN_S3_INSTANCE=" +
         "a" * 405 + " is too long: with /node-1 appended it is 414 bytes "
         "once escaped in its presence key s3:{sink}:node={instance}, and at "
         "most 413 fit beside a 64-character sink name in a KV key. Use at "

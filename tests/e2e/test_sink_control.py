@@ -6,6 +6,7 @@ phase, the run's restart keys and the trivial placement of one node, a
 lone node claims 300 queues within half a TTL (not one a second) and
 drains them inside the grace, and a lease another instance takes over
 stops the queue without touching that instance's row."""
+import loglines
 import re
 import socket
 import time
@@ -27,10 +28,11 @@ def test_a_taken_http_port_with_the_sink_on_fails_the_boot_cleanly(
     finally:
         taken.close()
     assert rc == 1, log
-    errors = [ln for ln in log.splitlines() if " ERROR " in ln]
+    errors = [r for r in loglines.parse(log) if r["level"] == "error"]
     assert len(errors) == 1, log
-    assert re.search(r" ERROR boot: FATAL: .*127\.0\.0\.1:%d.*in use"
-                     % node.port, errors[0]), errors[0]
+    assert errors[0]["area"] == "boot", errors
+    assert re.search(r"^FATAL: .*127\.0\.0\.1:%d.*in use"
+                     % node.port, errors[0]["msg"]), errors[0]
     # The sink never ran: no queue task, no claim, no thread left behind.
     assert "starting the S3 sink in-process" in log
     assert "starting a queue task" not in log, log
@@ -152,8 +154,9 @@ def test_a_lease_taken_over_stops_the_queue_and_leaves_the_row_alone(
     # when it looks for the queue 5 s later.)
     fenced = min(i for i in (log.find("lease lost: another instance"),
                              log.find("queue fenced")) if i >= 0)
-    assert "this node owns the queue queue=orders" not in log[fenced:], \
-        log[-3000:]
+    assert loglines.records(log[fenced:].split("\n", 1)[1],
+                            msg="took the queue lease*",
+                            queue="orders") == [], log[-3000:]
     again = broker_factory(env=sink_env(bucket, QUEEN_S3_EMBEDDED="false",
                                         QUEEN_KV_UNSAFE_SINK_WRITES="true"),
                            data_dir=node.data_dir)

@@ -12,6 +12,7 @@ does Parquet, its codec alternating between zstd and snappy (both at
 mid_upload), so both codecs are crashed and redone without running ten
 Parquet cases.  The cases share
 one test bucket (a queue each), which saves starting s3rver for each."""
+import loglines
 import hashlib
 import json
 
@@ -207,8 +208,8 @@ def test_crash_point_then_redo(broker_factory, crash_bucket, fmt, point):
     for key, digest in before.items():
         assert after.get(key) == digest, "%s changed or vanished" % key
     log = node.stderr()
-    restored = "queue restored queue=%s committed_k=%d redo=%s" % (
-        queue, ck, "false" if point == "after_commit" else "true")
-    assert restored in log, log
+    assert loglines.records(
+        log, msg="queue restored", queue=queue, committed_k=str(ck),
+        redo="false" if point == "after_commit" else "true"), log
     from_manifest = "committing it from its manifest" in log
     assert from_manifest == (point in ("after_upload", "before_commit"))

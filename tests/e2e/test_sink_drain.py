@@ -6,9 +6,9 @@ upload (a data PUT held 2.5 s): the window in flight is finished, not
 dropped; cut (a PUT held 120 s, released once the broker is gone; grace
 4 s): the broker warns and exits 0 at the grace, and the next run redoes
 the open window from its intent."""
+import loglines
 import hashlib
 import json
-import re
 import threading
 import time
 
@@ -107,7 +107,8 @@ def test_sigterm_drain(sink_node, bucket, case):
     log = node.stderr()
     node._reap()
     assert "stopping: no new reads, the window in flight is finished" in log
-    drained = set(re.findall(r"queue drained queue=(\S+)", log))
+    drained = {r["queue"] for r in loglines.records(log,
+                                                     msg="queue drained")}
     if case == "cut":
         assert "did not stop inside its grace window" in log
         # at the grace: not before it, and not when the held PUT ends

@@ -12,6 +12,7 @@ age. A restart afterwards does not report it again.
 
 ls.clean runs beside it with no retention: queen_s3_records_lost_total is
 there for it too, at 0."""
+import loglines
 import json
 
 import lake
@@ -98,10 +99,11 @@ def test_a_loss_no_record_follows_lands_in_a_window_of_its_own(sink_node,
                30, "the /status row to count the lost records")
     log = node.stderr()
     for x in lost:
-        line = ("records went away before the sink read them queue=%s "
-                "partition=%s from=%d to=%d" % (LOST, x["partition"],
-                                                 x["from"], x["to"]))
-        assert log.count(line) == 1, log
+        lines = loglines.records(
+            log, msg="records went away before the sink read them",
+            queue=LOST, partition=x["partition"], **{"from": str(x["from"]),
+                                                     "to": str(x["to"])})
+        assert len(lines) == 1, log
     assert lost_metric(node, CLEAN) == 0
     assert sink_row(node, CLEAN)["recordsLost"] == 0
 

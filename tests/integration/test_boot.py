@@ -7,9 +7,10 @@ import subprocess
 
 import pytest
 
+import loglines
 from queenproc import Background, Broker, free_port, queen_bin, wait_until
 
-FATAL = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z ERROR boot: FATAL: "
+FATAL = r"^FATAL: "
 
 
 @pytest.mark.parametrize("var,value,why", [
@@ -34,7 +35,8 @@ def test_bad_value_stops_the_boot_with_one_fatal_line(tmp_path, var, value,
                        timeout=60)
     assert p.returncode == 2, p
     lines = p.stderr.decode().splitlines()
-    fatal = [ln for ln in lines if " ERROR " in ln]
+    fatal = [r["msg"] for r in loglines.parse(p.stderr.decode())
+             if r["level"] == "error"]
     assert len(fatal) == 1, lines
     assert re.match(FATAL + re.escape("%s=%s: %s" % (var, value, why)),
                     fatal[0]), fatal[0]
@@ -128,7 +130,8 @@ def test_sigterm_answers_the_in_flight_request_and_exits_0(broker):
     assert r.status == 200, r
     assert r.json()["entries"][0]["records"] == []
     err = broker.stderr()
-    assert "Assertion" not in err and "ERROR" not in err, err
+    assert "Assertion" not in err and \
+        not [r for r in loglines.parse(err) if r["level"] == "error"], err
 
 
 def test_restart_keeps_the_log(broker):
@@ -149,9 +152,10 @@ def test_port_in_use_fails_the_boot_with_one_error_line(broker, tmp_path):
     p = subprocess.run([queen_bin()], env=env, capture_output=True,
                        timeout=60)
     assert p.returncode == 1, p
-    errors = [ln for ln in p.stderr.decode().splitlines() if " ERROR " in ln]
+    errors = [r["msg"] for r in loglines.parse(p.stderr.decode())
+              if r["level"] == "error"]
     assert len(errors) == 1, errors
-    assert re.search(r" ERROR boot: .*127\.0\.0\.1:%d.*in use" % broker.port,
+    assert re.search(r"^FATAL: .*127\.0\.0\.1:%d.*in use" % broker.port,
                      errors[0]), errors[0]
     assert broker.get("/health").status == 200
 
@@ -172,8 +176,8 @@ def test_a_second_broker_on_one_data_dir_is_refused_naming_the_holder(
         p = subprocess.run([queen_bin()], env=env, capture_output=True,
                            timeout=60)
         assert p.returncode != 0, p
-        fatal = [ln for ln in p.stderr.decode().splitlines()
-                 if " ERROR " in ln]
+        fatal = [r["msg"] for r in loglines.parse(p.stderr.decode())
+                 if r["level"] == "error"]
         assert len(fatal) == 1, p.stderr
         assert re.match(FATAL + re.escape(
             "QUEEN_RAFT_DIR=%s: in use by another queen process (pid %d)"

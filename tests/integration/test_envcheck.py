@@ -7,11 +7,22 @@ import os
 import re
 import subprocess
 
+import loglines
 from queenproc import Broker, free_port, queen_bin
 
 ROOT = os.environ.get("QUEEN_ROOT") or os.path.join(
     os.path.dirname(__file__), "..", "..")
-FATAL = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z ERROR boot: FATAL: "
+FATAL = r"^FATAL: "
+
+
+def errors(text):
+    """The messages of the error lines of a log (every line must parse)."""
+    return [r["msg"] for r in loglines.parse(text) if r["level"] == "error"]
+
+
+def boot_warnings(text):
+    return [r["msg"] for r in loglines.parse(text)
+            if r["level"] == "warn" and r["area"] == "boot"]
 
 
 def _env(tmp_path):
@@ -29,7 +40,7 @@ def test_peers_stop_the_boot_before_anything_is_written(tmp_path):
     p = subprocess.run([queen_bin()], env=env, capture_output=True,
                        timeout=60)
     assert p.returncode == 2, p
-    fatal = [ln for ln in p.stderr.decode().splitlines() if " ERROR " in ln]
+    fatal = errors(p.stderr.decode())
     assert len(fatal) == 1, p.stderr
     assert re.match(FATAL + re.escape("QUEEN_RAFT_PEERS is set, but this "
                                       "build runs a single node"), fatal[0])
@@ -52,10 +63,10 @@ def test_a_typo_boots_with_one_warning_naming_the_setting(tmp_path):
                                          "QUEEN_S3_FORMATT": "parquet"})
     try:
         b.start()
-        warns = [ln for ln in b.stderr().splitlines() if " WARN boot: " in ln]
+        warns = boot_warnings(b.stderr())
         assert len(warns) == 2, b.stderr()  # the sink is off: no third
-        assert any(w.endswith("WARN boot: QUEEN_S3_EMBEDED: unknown; did you "
-                              "mean QUEEN_S3_EMBEDDED?") for w in warns), warns
+        assert "QUEEN_S3_EMBEDED: unknown; did you mean QUEEN_S3_EMBEDDED?" \
+            in warns, warns
         assert any("did you mean QUEEN_S3_FORMAT?" in w for w in warns)
         assert "parquet" not in "\n".join(warns)
     finally:
@@ -66,7 +77,7 @@ def test_a_clean_environment_boots_without_a_boot_warning(tmp_path):
     b = Broker(str(tmp_path / "d"))
     try:
         b.start()
-        assert " WARN boot: " not in b.stderr(), b.stderr()
+        assert boot_warnings(b.stderr()) == [], b.stderr()
     finally:
         b.stop()
 
@@ -100,7 +111,7 @@ def test_strict_config_refuses_a_typo(tmp_path):
     p = subprocess.run([queen_bin()], env=env, capture_output=True,
                        timeout=60)
     assert p.returncode == 2, p
-    fatal = [ln for ln in p.stderr.decode().splitlines() if " ERROR " in ln]
+    fatal = errors(p.stderr.decode())
     assert len(fatal) == 1, p.stderr
     assert re.match(FATAL + re.escape(
         "QUEEN_S3_FORMATT: unknown; did you mean QUEEN_S3_FORMAT? "
@@ -112,7 +123,7 @@ def test_sink_settings_with_the_sink_off_warn_once(tmp_path):
                                          "QUEEN_S3_QUEUES": "orders"})
     try:
         b.start()
-        warns = [ln for ln in b.stderr().splitlines() if " WARN boot: " in ln]
+        warns = boot_warnings(b.stderr())
         assert len(warns) == 1, b.stderr()
         assert "the S3 sink is off and ignores" in warns[0]
         assert "QUEEN_S3_BUCKET" in warns[0] and "lake" not in \

@@ -1,7 +1,7 @@
 """The embedded sink's settings at boot (docs/design/protocol.md §1 and
 docs/design/config.md §1-§5): with
 QUEEN_S3_EMBEDDED=true every refused value stops the broker with exit 2 and
-the one line `ERROR boot: FATAL: QUEEN_S3_EMBEDDED=true: <message>`, word for
+the one line `level=error area=boot msg="FATAL: QUEEN_S3_EMBEDDED=true: <message>"`, word for
 word; ignored leftovers (QUEEN_S3_LISTEN, QUEEN_S3_LOG_FORMAT) give one
 warning and the broker boots."""
 import os
@@ -10,10 +10,10 @@ import subprocess
 
 import pytest
 
+import loglines
 from queenproc import Broker, free_port, queen_bin
 
-FATAL = (r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z ERROR boot: FATAL: "
-         r"QUEEN_S3_EMBEDDED=true: ")
+FATAL = r"^FATAL: QUEEN_S3_EMBEDDED=true: "
 
 GOOD = {
     "QUEEN_S3_QUEUES": "orders",
@@ -164,7 +164,8 @@ def boot_refused(tmp_path, env, message):
                        timeout=60)
     assert p.returncode == 2, p
     lines = p.stderr.decode().splitlines()
-    fatal = [ln for ln in lines if " ERROR " in ln]
+    fatal = [r["msg"] for r in loglines.parse(p.stderr.decode())
+             if r["level"] == "error"]
     assert len(fatal) == 1, lines
     assert re.match(FATAL + re.escape(message) + "$", fatal[0]), fatal[0]
     assert "boot-test-secret" not in p.stderr.decode()
@@ -206,8 +207,8 @@ def test_ignored_variables_warn_once_and_boot(tmp_path):
     b = Broker(str(tmp_path / "d"), env=extra)
     try:
         b.start()
-        warns = [ln for ln in b.stderr().splitlines() if " WARN " in ln and
-                 "QUEEN_S3_LISTEN" in ln]
+        warns = [r["msg"] for r in loglines.parse(b.stderr())
+                 if r["level"] == "warn" and "QUEEN_S3_LISTEN" in r["msg"]]
         assert len(warns) == 1, b.stderr()
         assert "QUEEN_S3_LOG_FORMAT" in warns[0]
         assert "boot-test-secret" not in b.stderr()
@@ -233,12 +234,14 @@ def test_embedded_off_ignores_the_sink_settings(tmp_path):
         assert b.fetch_one("orders", "p")["records"][0]["payload"] == \
             {"n": 1}
         log = b.stderr()
-        assert " queen-s3: " not in log and " sink: " not in log, log
+        rs = loglines.parse(log)
+        assert [r for r in rs if r["area"] in ("queen-s3", "sink")] == [], log
         # named once, at boot, as a setting the sink (off) ignores
-        named = [ln for ln in log.splitlines() if "QUEEN_S3_FORMAT" in ln]
-        assert len(named) == 1 and " WARN boot: QUEEN_S3_EMBEDDED is not " \
+        named = [r for r in rs if "QUEEN_S3_FORMAT" in r["msg"]]
+        assert len(named) == 1 and named[0]["level"] == "warn" and \
+            named[0]["area"] == "boot" and "QUEEN_S3_EMBEDDED is not " \
             "true: the S3 sink is off and ignores QUEEN_S3_FORMAT" in \
-            named[0], log
+            named[0]["msg"], log
         assert "csv" not in log, log
     finally:
         assert b.stop() == 0

@@ -1,0 +1,83 @@
+"""Issue 19 item 8: logs people can parse. A broker with the sink on, one
+queue that gets records and one named in QUEEN_S3_QUEUES that never exists,
+runs at debug level; then every line of its log must parse strictly, as
+logfmt by default and as one JSON object per line with
+QUEEN_LOG_FORMAT=json, with ts, level, area and msg first. The missing
+queue is logged once (the retries every 5 s are debug lines) and is never
+said to be owned; no Kafka error name and no secret is in the log."""
+import os
+import re
+import subprocess
+
+import loglines
+from sinkenv import wait_until
+
+import queenproc as it
+
+KAFKA_NAMES = re.compile(r"UNKNOWN_TOPIC|OFFSET_OUT_OF_RANGE|NOT_LEADER_FOR|"
+                         r"LEADER_NOT_AVAILABLE|TOPIC_OR_PARTITION")
+OWN = re.compile(r"\bown(s|ed|er|ing)?\b", re.IGNORECASE)
+
+
+def mentions(r, queue):
+    return r.get("queue") == queue or queue in r["msg"]
+
+
+def run_and_check(sink_node, fmt):
+    env = {"QUEEN_S3_QUEUES": "orders,nosuch", "QUEEN_LOG_LEVEL": "debug"}
+    if fmt == "json":
+        env["QUEEN_LOG_FORMAT"] = "json"
+    node = sink_node(env=env)
+    items = [{"queue": "orders", "partition": "p one", "payload": {"n": i}}
+             for i in range(3)]
+    node.push(items)
+
+    def progress():
+        rs = loglines.parse(node.stderr(), fmt)
+        committed = [r for r in rs if r["msg"] == "window committed" and
+                     r.get("queue") == "orders"]
+        # the retries of the missing queue, each a debug claim and restore
+        retries = [r for r in rs if r["level"] == "debug" and
+                   mentions(r, "nosuch")]
+        return committed and len(retries) >= 4
+    wait_until(progress, 90, "a committed window and two retries of nosuch")
+    node.stop()
+    log = node.stderr()
+    rs = loglines.parse(log, fmt)
+    missing = [r for r in rs if r["level"] != "debug" and
+               mentions(r, "nosuch") and "does not exist" in r["msg"]]
+    assert len(missing) == 1, missing
+    assert missing[0]["level"] == "info", missing
+    owned = [r for r in rs if mentions(r, "nosuch") and OWN.search(r["msg"])]
+    assert owned == [], owned
+    assert not KAFKA_NAMES.search(log), KAFKA_NAMES.search(log)
+    assert "queen-secret-key" not in log
+    return rs
+
+
+def test_every_line_is_logfmt_and_a_missing_queue_is_logged_once(sink_node):
+    rs = run_and_check(sink_node, "logfmt")
+    assert {r["level"] for r in rs} >= {"info", "debug"}
+
+
+def test_json_lines_have_stable_field_names(sink_node):
+    rs = run_and_check(sink_node, "json")
+    committed = [r for r in rs if r["msg"] == "window committed"]
+    assert committed and set(committed[0]) >= {
+        "ts", "level", "area", "msg", "queue", "k", "records", "bytes",
+        "t_end", "lag_seconds", "lost"}, committed
+
+
+def test_an_unknown_log_format_is_refused_at_boot(tmp_path):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("QUEEN_")}
+    env.update({"QUEEN_LOG_FORMAT": "xml", "QUEEN_PORT": str(it.free_port()),
+                "QUEEN_RAFT_DIR": str(tmp_path / "d")})
+    p = subprocess.run([it.queen_bin()], env=env, capture_output=True,
+                       timeout=30)
+    assert p.returncode == 2, p
+    rs = loglines.parse(p.stderr.decode())
+    fatal = [r for r in rs if r["level"] == "error"]
+    assert len(fatal) == 1, rs
+    assert fatal[0]["msg"] == ("FATAL: QUEEN_LOG_FORMAT=xml: not one of "
+                               "logfmt, json"), fatal

@@ -1,0 +1,113 @@
+/* Tests of the log line renderer (src/base/log.h (1)-(3)): logfmt quoting,
+ * JSON escaping, keys, and cut lines. */
+#include "harness.h"
+
+#include <string.h>
+
+#include "base/log.h"
+
+#define TS "2026-12-01T10:00:00.000001Z"
+
+static char line[LOG_LINE_MAX];
+
+static const char *render(int format, const char *msg,
+                          const struct log_field *f)
+{
+    struct log_event e = {TS, LOG_INFO, "sink", msg, f};
+    size_t n = log_render(line, sizeof(line), format, &e);
+    line[n] = '\0';
+    return line;
+}
+
+TEST(logfmt_quotes_a_value_with_a_space_a_quote_an_equals_or_nothing)
+{
+    const struct log_field f[] = {
+        {"queue", "orders"}, {"why", "queue \"orders\" does not exist"},
+        {"retry_in_s", "5"}, {"empty", ""},
+        {"null", NULL},      {"eq", "a=b"},
+        {"bs", "c:\\tmp"},   {NULL, NULL},
+    };
+
+    EXPECT_STR_EQ(render(LOG_FORMAT_LOGFMT, "the queue does not exist", f),
+                  "ts=" TS " level=info area=sink msg=\"the queue does not "
+                  "exist\" queue=orders why=\"queue \\\"orders\\\" does not "
+                  "exist\" retry_in_s=5 empty=\"\" null=\"\" eq=\"a=b\" "
+                  "bs=\"c:\\\\tmp\"\n");
+}
+
+TEST(logfmt_escapes_control_bytes_inside_quotes)
+{
+    const struct log_field f[] = {{"v", "a\nb\tc\rd\x01"
+                                        "e\x7f"},
+                                  {NULL, NULL}};
+
+    EXPECT_STR_EQ(render(LOG_FORMAT_LOGFMT, "m", f),
+                  "ts=" TS " level=info area=sink msg=m "
+                  "v=\"a\\nb\\tc\\rd\\u0001e\\u007f\"\n");
+}
+
+TEST(json_is_one_object_with_ts_level_area_msg_first_and_escaped_strings)
+{
+    const struct log_field f[] = {
+        {"queue", "orders"},
+        {"why", "say \"hi\"\n\\"},
+        {"k", LOG_I64(-42)},
+        {NULL, NULL},
+    };
+
+    EXPECT_STR_EQ(render(LOG_FORMAT_JSON, "window committed", f),
+                  "{\"ts\":\"" TS "\",\"level\":\"info\",\"area\":\"sink\","
+                  "\"msg\":\"window committed\",\"queue\":\"orders\","
+                  "\"why\":\"say \\\"hi\\\"\\n\\\\\",\"k\":\"-42\"}\n");
+}
+
+TEST(bytes_that_are_not_utf8_become_the_replacement_character)
+{
+    const struct log_field f[] = {{"v", "\xc3\xa9\xff\xc3"}, {NULL, NULL}};
+
+    /* é passes; 0xff and a cut sequence become U+FFFD */
+    EXPECT_STR_EQ(render(LOG_FORMAT_JSON, "m", f),
+                  "{\"ts\":\"" TS "\",\"level\":\"info\",\"area\":\"sink\","
+                  "\"msg\":\"m\",\"v\":\"\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd\"}"
+                  "\n");
+}
+
+TEST(a_key_is_cleaned_and_never_repeats_a_head_field)
+{
+    const struct log_field f[] = {
+        {"msg", "x"}, {"a b=c", "y"}, {"", "z"}, {NULL, NULL}};
+
+    EXPECT_STR_EQ(render(LOG_FORMAT_LOGFMT, "m", f),
+                  "ts=" TS " level=info area=sink msg=m _msg=x a_b_c=y _=z\n");
+}
+
+TEST(a_line_too_long_is_cut_closed_and_marked)
+{
+    static char big[LOG_LINE_MAX * 2];
+    const struct log_field f[] = {{"v", big}, {"after", "x"}, {NULL, NULL}};
+    struct log_event e = {TS, LOG_WARN, "s", "m", f};
+    size_t n;
+
+    memset(big, '"', sizeof(big) - 1);
+    n = log_render(line, sizeof(line), LOG_FORMAT_LOGFMT, &e);
+    EXPECT(n <= sizeof(line));
+    line[n] = '\0';
+    EXPECT(strstr(line, "after=") == NULL);
+    EXPECT_STR_EQ(line + n - strlen("\\\"\" truncated=true\n"),
+                  "\\\"\" truncated=true\n");
+    n = log_render(line, sizeof(line), LOG_FORMAT_JSON, &e);
+    EXPECT(n <= sizeof(line));
+    line[n] = '\0';
+    EXPECT_STR_EQ(line + n - strlen("\\\"\",\"truncated\":true}\n"),
+                  "\\\"\",\"truncated\":true}\n");
+}
+
+TEST(the_format_setting_takes_logfmt_or_json_only)
+{
+    EXPECT_EQ_I64(log_parse_format("logfmt"), LOG_FORMAT_LOGFMT);
+    EXPECT_EQ_I64(log_parse_format("JSON"), LOG_FORMAT_JSON);
+    EXPECT_EQ_I64(log_parse_format("text"), -1);
+    EXPECT_EQ_I64(log_parse_format(""), -1);
+    EXPECT_STR_EQ(LOG_FMT("%d-%s", 7, "x"), "7-x");
+    EXPECT_STR_EQ(LOG_U64(UINT64_MAX), "18446744073709551615");
+}
