@@ -173,15 +173,17 @@ check:
 demo: all
 	@scripts/demo.sh $(BUILD)
 
-# Not part of check: SOAK_RUNS (10) runs of the randomized sink soak
-# (tests/e2e/soak_sink.py), each with its own seed; a failure names its seed.
+# SOAK_RUNS (10) runs of the randomized sink soak
+# (tests/e2e/test_soak_sink.py), each with its own seed; a failure names its
+# seed and keeps the node's logs in build/soak-SEED-logs.
 SOAK_RUNS ?= 10
 soak: all
 	@fails=0; for i in $$(seq 1 $(SOAK_RUNS)); do \
 	  seed=$${QUEEN_SOAK_SEED:-$$(od -An -N3 -tu4 /dev/urandom | tr -d ' ')}; \
 	  QUEEN_ROOT=$$PWD QUEEN_BIN=$$PWD/$(BUILD)/queen QUEEN_TOOLS=$$PWD/$(BUILD)/tools \
-	  QUEEN_SOAK_SEED=$$seed $(PY) -m pytest -q -s -p no:cacheprovider tests/e2e/soak_sink.py \
-	    > $(BUILD)/soak-$$seed.log 2>&1 && r=ok || { r=FAIL; fails=$$((fails+1)); }; \
+	  QUEEN_TEST_KEEP_LOGS=$$PWD/$(BUILD)/soak-$$seed-logs \
+	  QUEEN_SOAK_SEED=$$seed $(PY) -m pytest -q -s -p no:cacheprovider tests/e2e/test_soak_sink.py \
+	    > $(BUILD)/soak-$$seed.log 2>&1 && { r=ok; rm -rf $(BUILD)/soak-$$seed-logs; } || { r=FAIL; fails=$$((fails+1)); }; \
 	  echo "soak: run $$i seed $$seed: $$r ($$(grep -E '^soak: (lake|[0-9]+ kills)' $(BUILD)/soak-$$seed.log | tr '\n' ' '))"; \
 	done; echo "$$(( $(SOAK_RUNS) - fails )) passed, $$fails failed"; [ $$fails -eq 0 ]
 

@@ -62,6 +62,13 @@ def broker_factory():
             b.proc.kill()
             b.proc.wait(10)
             b._reap()
+    keep = os.environ.get("QUEEN_TEST_KEEP_LOGS")
+    if keep:  # the brokers' logs, for a run that is investigated
+        import glob
+        import shutil
+        os.makedirs(keep, exist_ok=True)
+        for f in glob.glob(os.path.join(tmp.name, "queen-stderr-*.log")):
+            shutil.copy(f, keep)
     tmp.cleanup()
 
 

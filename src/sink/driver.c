@@ -131,7 +131,10 @@ struct driver {
     /* A redo runs with its intent's settings from the restore until it
      * commits (pin_redo, unpin_redo); the configured ones are kept here. */
     bool is_pinned;
-    bool is_pin_done;       /* the redo's parts loaded and pin_redo ran */
+    bool is_pin_done; /* the redo's parts loaded and pin_redo ran */
+    /* The start took its positions from the redo's manifest, which then
+     * must be committed from (read_redo_positions()). */
+    bool is_redo_manifest_applied;
     struct buf parts_arena; /* the redo's parts when read from the bucket */
     struct driver_config unpinned;
     char redo_prefix[512];
@@ -675,6 +678,15 @@ static int check_redo_manifest(struct driver *d, const struct docs_intent *in,
         }
     }
 out_free:
+    if (rc == 0 && !*taken && d->is_redo_manifest_applied) {
+        /* the engine starts after that window: a redo would miss it */
+        rc = err_set(err, ERR_INVALID,
+                     "the manifest of window %" PRId64 " was there when the "
+                     "queue started and is gone or changed now; the queue "
+                     "stops rather than write that window again",
+                     in->k);
+        stop(d, DRIVER_FAILED, err->msg);
+    }
     buf_free(&arena);
     buf_free(&body);
     buf_free(&key);
@@ -895,6 +907,42 @@ static int read_restore_positions(struct driver *d, int64_t committed_k,
     return rc;
 }
 
+/* A redo whose upload finished before the crash is committed from its
+ * manifest at the start, so the positions the engine starts from are that
+ * manifest's, not the commit pointer's: else what the window holds and a
+ * trim took since would be found again and reported lost (engine.h (5)).
+ * Only on positions exact at the pointer; the manifest must match the
+ * intent, as check_redo_manifest() asks. Returns 0, or the GET's error. */
+static int read_redo_positions(struct driver *d, const struct restore_docs *r,
+                               struct rebuilt *rb, struct err *err)
+{
+    struct buf key;
+    struct buf body;
+    struct buf arena;
+    struct docs_manifest m;
+    bool ok = false;
+    int rc;
+
+    buf_init(&key, DRIVER_KEY_MAX);
+    buf_init(&body, BUF_UNLIMITED);
+    buf_init(&arena, BUF_UNLIMITED);
+    rc = get_manifest(d, r->intent.k, &key, &body, &arena, &m, &ok, err);
+    if (rc == 0 && ok && m.has_positions && m.k == r->intent.k &&
+        docs_manifest_matches(&m, &r->intent, cstr(d->cfg.sink),
+                              cstr(d->cfg.tenant_text), cstr(d->cfg.queue))) {
+        for (size_t i = 0; i < m.n_positions; i++) {
+            rebuilt_add(rb, m.positions[i].name, m.positions[i].offset,
+                        m.positions[i].id);
+        }
+        rebuilt_add_lost(rb, &m);
+        d->is_redo_manifest_applied = true;
+    }
+    buf_free(&arena);
+    buf_free(&body);
+    buf_free(&key);
+    return rc;
+}
+
 /* Hand the restored documents and positions (read_restore_positions())
  * to the engine. Returns 0, or the engine's refusal. */
 static int restore_engine(struct driver *d, struct restore_docs *r,
@@ -1028,8 +1076,12 @@ static int start(struct driver *d, struct err *err)
         if (rc != 0) {
             err_wrap(err, "kv restore");
         } else {
-            rc = read_restore_positions(d, r.has_committed ? r.committed.k : 0,
-                                        &rb, &exact_k, &written_k, err);
+            int64_t ck = r.has_committed ? r.committed.k : 0;
+            rc = read_restore_positions(d, ck, &rb, &exact_k, &written_k, err);
+            if (rc == 0 && exact_k == ck && r.has_intent &&
+                r.intent.k == ck + 1) {
+                rc = read_redo_positions(d, &r, &rb, err);
+            }
         }
         if (rc != 0) {
             /* retried: nothing was given to the engine */

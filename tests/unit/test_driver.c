@@ -1730,6 +1730,52 @@ TEST(loss_no_checkpoint_at_all_still_reports_the_uncommitted_exactly)
     committed_records_are_never_reported_lost(false);
 }
 
+/* Item 2: a crash after the upload leaves window 4's manifest; a trim
+ * while the node is down takes window 4's records. The start commits window
+ * 4 from its manifest, so it starts from that manifest's positions: the
+ * trimmed records are in the lake, not lost (found by the soak). */
+TEST(loss_a_redo_committed_from_its_manifest_reports_nothing_lost)
+{
+    struct rig *r = rig_open();
+    struct driver_status st;
+    struct fake_object *m;
+
+    r->cfg.checkpoint_every = 2;
+    new_driver(r);
+    for (int w = 0; w < 4; w++) {
+        for (int i = 0; i < 3; i++) {
+            fake_push(&r->f, "a",
+                      at("2026-09-04T10:05:00.000000Z") +
+                          w * 3600 * (int64_t)1000000 + i);
+        }
+        r->f.safe_time =
+            at("2026-09-04T10:59:00.000000Z") + w * 3600 * (int64_t)1000000;
+        if (w == 3) {
+            r->cfg.crash_at = DRIVER_CRASH_AFTER_UPLOAD;
+            new_driver(r);
+        }
+        run_until(r, w + 1, 200);
+    }
+    EXPECT_EQ_I64(r->next.stop, DRIVER_CRASHED);
+    EXPECT_EQ_I64(committed_k(r), 3);
+    EXPECT(manifest_of(r, 4) != NULL);
+    /* while it is down: one record after window 4, and a trim of window
+     * 4's records */
+    fake_push(&r->f, "a", at("2026-09-04T14:05:00.000000Z"));
+    fake_part(&r->f, "a")->log_start = 12;
+    r->f.safe_time = at("2026-09-04T14:59:00.000000Z");
+    r->cfg.crash_at = DRIVER_CRASH_NEVER;
+    new_lease(r);
+    new_driver(r);
+    run_until(r, 5, 200);
+    EXPECT_EQ_I64(committed_k(r), 5);
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.records_lost, 0);
+    m = manifest_of(r, 5);
+    EXPECT(m != NULL && strstr(m->body.data, "\"lost\":[]") != NULL);
+    rig_close(r);
+}
+
 /* Item 2: a manifest of the stretch is missing (deleted by hand): the
  * start says so and goes on from the checkpoint alone, never stuck. */
 TEST(loss_a_missing_manifest_falls_back_to_the_checkpoint)
