@@ -229,7 +229,7 @@ install: $(BUILD)/queen
 	  $(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/queen
 	$(INSTALL) -m 0755 $(BUILD)/queen $(DESTDIR)$(BINDIR)/queen
 	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
-	  packaging/queen.service > $(DESTDIR)$(UNITDIR)/queen.service
+	  -e 's|@DOCDIR@|$(DOCDIR)|g' packaging/queen.service > $(DESTDIR)$(UNITDIR)/queen.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/queen.service
 	$(INSTALL) -m 0644 packaging/queen.sysusers $(DESTDIR)$(SYSUSERSDIR)/queen.conf
 	$(INSTALL) -m 0644 LICENSE README.md docs/operations.md $(DESTDIR)$(DOCDIR)/

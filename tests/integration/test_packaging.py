@@ -242,8 +242,14 @@ def test_make_install_places_the_files(tmp_path):
     text = unit.read_text()
     assert "ExecStart=/usr/bin/queen\n" in text, text
     assert (dest / "usr" / "share" / "doc" / "queen" / "LICENSE").is_file()
+    assert "Documentation=file:///usr/share/doc/queen/operations.md\n" in text
+    assert (dest / "usr" / "share" / "doc" / "queen" /
+            "operations.md").is_file()
+    assert "u queen " in (dest / "usr" / "lib" / "sysusers.d" /
+                          "queen.conf").read_text()
     assert (dest / "etc" / "queen" / "queen.env").is_file()
     assert "EnvironmentFile=-/etc/queen/queen.env\n" in text, text
+    assert "@" not in text, text  # every placeholder filled in
     # The test drivers of tests/tools are not part of the product.
     assert not (dest / "usr" / "bin" / "s3tool").exists()
     # Nothing lands outside DESTDIR: every file is under it by construction,
@@ -295,7 +301,8 @@ def test_systemd_analyze_verifies_the_unit(tmp_path):
     # The unit as installed, its ExecStart pointing at this build.
     unit = tmp_path / "queen.service"
     unit.write_text(_unit_text().replace("@BINDIR@/queen", queen_bin())
-                    .replace("@SYSCONFDIR@", str(tmp_path)))
+                    .replace("@SYSCONFDIR@", str(tmp_path))
+                    .replace("@DOCDIR@", str(tmp_path)))
     (tmp_path / "queen").mkdir()
     (tmp_path / "queen" / "queen.env").write_text("")
     p = subprocess.run([sa, "verify", "--man=no", str(unit)],
