@@ -8,6 +8,9 @@
 #   make fuzz       libFuzzer targets, FUZZ_SECONDS each
 #   make lint       clang-format check, clang-tidy, cppcheck
 #   make bench      benchmarks in bench/, each beside its peer
+#   make install    build/queen, its systemd unit and sysusers file, a
+#                   settings file (kept if present) and the docs, under
+#                   DESTDIR + PREFIX (default /usr/local)
 #
 # New .c files are found by wildcard: src/**/X.c joins libqueen.a,
 # tests/unit/test_X.c becomes build/tests/test_X, tests/fuzz/fuzz_X.c becomes
@@ -93,7 +96,7 @@ PQREAD_OBJ:= $(PQREAD_SRC:%.c=$(BUILD)/obj/%.o)
 FUZZ_SECONDS ?= 20
 PY        := /usr/bin/python3
 
-.PHONY: all test unit replay integration check demo fuzz lint format bench clean setup tools stress-unit soak
+.PHONY: all test unit replay integration check demo fuzz lint format bench clean setup tools stress-unit soak install
 
 all: $(BUILD)/queen tools
 
@@ -211,6 +214,29 @@ format:
 
 bench: all
 	@scripts/bench.sh $(BUILD)
+
+# Install: PREFIX for the files of the package, SYSCONFDIR (/etc) for the
+# settings file the unit reads, DESTDIR in front of every path (a staging
+# root). The test drivers of tests/tools are not part of the product.
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+SYSCONFDIR ?= /etc
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR?= $(PREFIX)/lib/sysusers.d
+DOCDIR     ?= $(PREFIX)/share/doc/queen
+INSTALL    ?= install
+
+install: $(BUILD)/queen
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
+	  $(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/queen
+	$(INSTALL) -m 0755 $(BUILD)/queen $(DESTDIR)$(BINDIR)/queen
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+	  -e 's|@DOCDIR@|$(DOCDIR)|g' packaging/queen.service > $(DESTDIR)$(UNITDIR)/queen.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/queen.service
+	$(INSTALL) -m 0644 packaging/queen.sysusers $(DESTDIR)$(SYSUSERSDIR)/queen.conf
+	$(INSTALL) -m 0644 LICENSE README.md docs/operations.md $(DESTDIR)$(DOCDIR)/
+	[ -e $(DESTDIR)$(SYSCONFDIR)/queen/queen.env ] || \
+	  $(INSTALL) -m 0640 packaging/queen.env $(DESTDIR)$(SYSCONFDIR)/queen/queen.env
 
 clean:
 	rm -rf build

@@ -1,6 +1,9 @@
 /* queen: the broker's entry point. Boot reads the environment, opens the
  * store and the raft log, and runs the node loop until SIGTERM.
  *
+ * `queen --version`, `--help` and `--help-config` print and exit 0; any other
+ * argument prints the usage on stderr and exits 2.
+ *
  * Exit codes: 0 after a clean shutdown, 2 for a bad setting (one line
  * "ERROR boot: FATAL: <VAR>=<value>: <why>"), 1 when the boot fails later
  * (a port in use, an unwritable directory; one line "ERROR boot: FATAL:
@@ -13,6 +16,7 @@
 
 #include "base/common.h"
 #include "base/log.h"
+#include "base/version.h"
 #include "broker/broker.h"
 #include "broker/config.h"
 #include "broker/envcheck.h"
@@ -23,18 +27,54 @@ static void boot_warn(void *ctx, const char *msg)
     log_warn("boot", "%s", msg);
 }
 
+static void usage(FILE *f, const char *argv0)
+{
+    fprintf(f,
+            "usage: %s [--version | --help | --help-config]\n"
+            "\n"
+            "queen %s: a message broker with an embedded S3 sink. With no\n"
+            "argument it runs the broker until SIGTERM; every setting is a\n"
+            "QUEEN_* environment variable.\n"
+            "\n"
+            "  --version      print the version and exit\n"
+            "  --help, -h     print this text and exit\n"
+            "  --help-config  list every QUEEN_* variable with its default\n"
+            "                 and exit\n",
+            argv0, QUEEN_VERSION);
+}
+
+/* Flags: one at most. Returns the exit code, or -1 to run the broker. */
+static int flags(int argc, char **argv)
+{
+    const char *a = argc == 2 ? argv[1] : NULL;
+
+    if (argc == 1) {
+        return -1;
+    }
+    if (a != NULL && strcmp(a, "--version") == 0) {
+        printf("queen %s\n", QUEEN_VERSION);
+        return 0;
+    }
+    if (a != NULL && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)) {
+        usage(stdout, argv[0]);
+        return 0;
+    }
+    if (a != NULL && strcmp(a, "--help-config") == 0) {
+        config_help(stdout);
+        return 0;
+    }
+    usage(stderr, argv[0]);
+    return 2;
+}
+
 int main(int argc, char **argv)
 {
     struct config cfg;
     struct err err;
+    int rc = flags(argc, argv);
 
-    if (argc == 2 && strcmp(argv[1], "--help-config") == 0) {
-        config_help(stdout);
-        return 0;
-    }
-    if (argc > 1) {
-        fprintf(stderr, "usage: %s [--help-config]\n", argv[0]);
-        return 2;
+    if (rc >= 0) {
+        return fflush(stdout) == 0 ? rc : 1;
     }
     signal(SIGPIPE, SIG_IGN);
     if (config_load_env(&cfg, &err) != 0) {

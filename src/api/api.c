@@ -99,6 +99,7 @@ int api_routes(struct api *a, struct router *r, struct err *err)
         {HTTP_METHOD_GET, "/health", api_handle_health},
         {HTTP_METHOD_GET, "/status", api_handle_status},
         {HTTP_METHOD_GET, "/metrics/prometheus", api_handle_metrics},
+        {HTTP_METHOD_GET, "/metrics", api_handle_metrics},
     };
 
     a->router = r;

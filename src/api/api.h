@@ -36,6 +36,7 @@
 #include "base/err.h"
 #include "base/json.h"
 #include "base/uuid7.h"
+#include "base/version.h"
 #include "raft/cmd.h"
 #include "raft/fsm.h"
 #include "store/store.h"
@@ -46,7 +47,7 @@ struct router;
 struct node;
 struct metrics;
 
-#define API_VERSION            "0.1.0"
+#define API_VERSION            QUEEN_VERSION /* base/version.h */
 #define API_MAX_ENTRIES        1024 /* docs/design/http-api.md §3, §4 */
 #define API_FETCH_MAX_BYTES    ((uint64_t)8 << 20)
 #define API_FETCH_DEF_BYTES    ((uint64_t)1 << 20)

@@ -4,8 +4,10 @@
  * series (routes x statuses), so a linear search is cheaper than a hash and
  * the memory is bounded by construction. The exposition groups each
  * family's samples under one HELP and one TYPE line, which is what promtool
- * checks. Also here: the /metrics/prometheus handler, which refreshes the
- * gauges (raft indexes, store size) before rendering. */
+ * checks. Also here: the handler of /metrics and /metrics/prometheus (one
+ * text on both paths), which refreshes the gauges (raft indexes, store
+ * size) before rendering and adds queen_build_info and the process_*
+ * families read from /proc/self (base/procstat.h). */
 #include "api/metrics.h"
 
 #include <inttypes.h>
@@ -15,6 +17,7 @@
 #include <string.h>
 
 #include "api/api.h"
+#include "base/version.h"
 #include "base/xalloc.h"
 #include "http/resp.h"
 #include "http/router.h"
@@ -188,7 +191,13 @@ static int metrics_value(struct buf *out, double v, struct err *err)
     if (v == floor(v) && fabs(v) < 9007199254740992.0) {
         return buf_printf(out, err, " %" PRId64 "\n", (int64_t)v);
     }
-    return buf_printf(out, err, " %.17g\n", v);
+    /* The shortest of 15 or 17 digits that reads back as v. */
+    char t[40];
+    snprintf(t, sizeof(t), "%.15g", v);
+    if (strtod(t, NULL) != v) {
+        snprintf(t, sizeof(t), "%.17g", v);
+    }
+    return buf_printf(out, err, " %s\n", t);
 }
 
 static int metrics_render_family(const struct metrics *m, int f,
@@ -238,7 +247,58 @@ int metrics_render(const struct metrics *m, struct buf *out, struct err *err)
     return 0;
 }
 
-/* ---- GET /metrics/prometheus ---- */
+/* ---- queen_build_info and process_* ---- */
+
+static int metrics_one(struct buf *out, const char *name, const char *type,
+                       const char *help, double v, struct err *err)
+{
+    if (buf_printf(out, err, "# HELP %s %s\n# TYPE %s %s\n%s", name, help, name,
+                   type, name) != 0) {
+        return err->code;
+    }
+    return metrics_value(out, v, err);
+}
+
+int metrics_render_build(struct buf *out, struct err *err)
+{
+    char ver[64];
+
+    metrics_label_escape(QUEEN_VERSION, ver, sizeof(ver));
+    return buf_printf(out, err,
+                      "# HELP queen_build_info always 1; the labels name "
+                      "the build\n"
+                      "# TYPE queen_build_info gauge\n"
+                      "queen_build_info{version=\"%s\"} 1\n",
+                      ver);
+}
+
+int metrics_render_process(const struct procstat *p, struct buf *out,
+                           struct err *err)
+{
+    if (metrics_one(out, "process_cpu_seconds_total", "counter",
+                    "user and system CPU time spent, in seconds",
+                    p->cpu_seconds, err) != 0 ||
+        metrics_one(out, "process_resident_memory_bytes", "gauge",
+                    "resident memory size, in bytes", (double)p->resident_bytes,
+                    err) != 0 ||
+        metrics_one(out, "process_virtual_memory_bytes", "gauge",
+                    "virtual memory size, in bytes", (double)p->virtual_bytes,
+                    err) != 0 ||
+        metrics_one(out, "process_open_fds", "gauge", "open file descriptors",
+                    (double)p->open_fds, err) != 0 ||
+        metrics_one(out, "process_max_fds", "gauge",
+                    "the limit on open file descriptors (RLIMIT_NOFILE)",
+                    (double)p->max_fds, err) != 0 ||
+        metrics_one(out, "process_start_time_seconds", "gauge",
+                    "start time of the process since the Unix epoch, in "
+                    "seconds",
+                    p->start_time_seconds, err) != 0) {
+        return err->code;
+    }
+    return 0;
+}
+
+/* ---- GET /metrics and GET /metrics/prometheus ---- */
 
 static void metrics_refresh(struct api *a)
 {
@@ -272,8 +332,10 @@ static void metrics_refresh(struct api *a)
 void api_handle_metrics(struct http_req *req, void *arg)
 {
     struct api *a = arg;
+    struct procstat ps;
     struct buf out;
     struct err err;
+    struct err perr;
     int rc;
 
     metrics_refresh(a);
@@ -284,6 +346,14 @@ void api_handle_metrics(struct http_req *req, void *arg)
     }
     if (rc == 0 && a->server != NULL) {
         rc = http_server_metrics(a->server, &out, &err);
+    }
+    if (rc == 0) {
+        rc = metrics_render_build(&out, &err);
+    }
+    /* No /proc (another OS, a sandbox): the scrape goes on without the
+     * process families rather than with figures that are not true. */
+    if (rc == 0 && procstat_read(&ps, &perr) == 0) {
+        rc = metrics_render_process(&ps, &out, &err);
     }
     if (rc == 0 && a->metrics_extra != NULL) {
         rc = a->metrics_extra(a->metrics_extra_arg, &out, &err);

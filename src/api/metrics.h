@@ -20,6 +20,7 @@
 
 #include "base/buf.h"
 #include "base/err.h"
+#include "base/procstat.h"
 
 #define METRICS_MAX_FAMILIES 64
 #define METRICS_MAX_SAMPLES  512
@@ -78,5 +79,15 @@ bool metrics_label_escape(const char *v, char *out, size_t n);
 /* Append the exposition of every family with samples (and counters without
  * samples as 0) to out. */
 int metrics_render(const struct metrics *m, struct buf *out, struct err *err);
+
+/* Append queen_build_info{version="<QUEEN_VERSION>"} 1 (base/version.h). */
+int metrics_render_build(struct buf *out, struct err *err);
+
+/* Append Prometheus's standard process families from p:
+ * process_cpu_seconds_total, process_resident_memory_bytes,
+ * process_virtual_memory_bytes, process_open_fds, process_max_fds,
+ * process_start_time_seconds. */
+int metrics_render_process(const struct procstat *p, struct buf *out,
+                           struct err *err);
 
 #endif

@@ -398,11 +398,38 @@ int config_load_env(struct config *c, struct err *err)
     return sink_preflight(err);
 }
 
+/* Variables the table above does not parse: read by envcheck.c. */
+static const struct {
+    const char *name;
+    const char *def;
+    const char *help;
+} other_rows[] = {
+    {"QUEEN_STRICT_CONFIG", "false",
+     "refuse to boot on an unknown QUEEN_* variable, or on QUEEN_S3_* "
+     "settings while the sink is off, instead of warning"},
+};
+
+static void help_row(FILE *f, const char *name, const char *def,
+                     const char *help)
+{
+    fprintf(f, "%-31s default %-14s %s\n", name,
+            def[0] != '\0' ? def : "(derived)", help);
+}
+
 void config_help(FILE *f)
 {
+    const struct sink_config_var *v;
+
+    fprintf(f, "# the broker\n");
     for (size_t i = 0; i < ARRAY_LEN(cfg_rows); i++) {
-        const struct cfg_row *r = &cfg_rows[i];
-        fprintf(f, "%-29s default %-14s %s\n", r->name,
-                r->def[0] != '\0' ? r->def : "(derived)", r->help);
+        help_row(f, cfg_rows[i].name, cfg_rows[i].def, cfg_rows[i].help);
+    }
+    for (size_t i = 0; i < ARRAY_LEN(other_rows); i++) {
+        help_row(f, other_rows[i].name, other_rows[i].def, other_rows[i].help);
+    }
+    fprintf(f, "\n# the embedded S3 sink (read when QUEEN_S3_EMBEDDED=true; "
+               "docs/s3-sink.md)\n");
+    for (size_t i = 0; (v = sink_config_var(i)) != NULL; i++) {
+        help_row(f, v->name, v->def, v->help);
     }
 }

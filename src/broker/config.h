@@ -44,7 +44,8 @@ int config_load(struct config *c, config_getenv_fn get, void *ctx,
 /* config_load over the process environment. */
 int config_load_env(struct config *c, struct err *err);
 
-/* Print one line per setting (name, default, help) to f. */
+/* Print one line per setting (name, default, help) to f: the broker's table,
+ * the variables envcheck reads, then the sink's (sink_config_var()). */
 void config_help(FILE *f);
 
 /* Parse a byte size: digits with an optional binary suffix K, KiB, M, MiB,

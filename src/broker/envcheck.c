@@ -248,8 +248,8 @@ int envcheck_run(const char *const *envp, envcheck_warn_fn warn, void *ctx,
                      v, near);
         } else {
             snprintf(msg, sizeof(msg),
-                     "%.*s: unknown (build/queen --help-config lists the "
-                     "broker's settings, docs/s3-sink.md the sink's)",
+                     "%.*s: unknown (queen --help-config lists every "
+                     "setting)",
                      shown, v);
         }
         if (complain(strict, msg, warn, ctx, err) != 0) {

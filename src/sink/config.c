@@ -22,6 +22,7 @@
 #include "base/env.h"
 #include "base/json.h"
 #include "base/pct.h"
+#include "base/version.h"
 #include "base/xalloc.h"
 
 #define VAL_MAX 4096
@@ -906,6 +907,84 @@ int sink_config_from_env(struct sink_config *c, struct sink_node_config *n,
     return sink_config_load(c, n, &env, err);
 }
 
+/* --help-config's rows. The defaults are those of the parsers above
+ * (tests/unit/test_sink_config.c loads each and compares). */
+static const struct sink_config_var vars[] = {
+    {"QUEEN_S3_EMBEDDED", "false",
+     "run the S3 sink inside this broker (true checks every QUEEN_S3_* "
+     "setting at boot)"},
+    {"QUEEN_S3_QUEUES", "(unset)",
+     "queues the environment's sink writes: a,b or * for every queue; "
+     "turns that sink on"},
+    {"QUEEN_S3_PARTITIONS", "(unset)",
+     "refused: the sink discovers the partitions of its queues itself"},
+    {"QUEEN_S3_ENDPOINT", "(required)",
+     "S3 API base URL, scheme://host[:port], no path"},
+    {"QUEEN_S3_REGION", "(required)",
+     "region the SigV4 signature is scoped to (e.g. us-east-1)"},
+    {"QUEEN_S3_BUCKET", "(required)", "destination bucket"},
+    {PFX, "queen", "root of every object key inside the bucket"},
+    {"QUEEN_S3_ACCESS_KEY", "(required)", "S3 access key id"},
+    {"QUEEN_S3_SECRET_KEY", "(required)",
+     "S3 secret access key (never logged or shown)"},
+    {"QUEEN_S3_PATH_STYLE", "false",
+     "path-style addressing (endpoint/bucket/key): most gateways and IP "
+     "endpoints need true"},
+    {"QUEEN_S3_SSE", "(unset)",
+     "server-side encryption: AES256 or aws:kms; unset sends no header"},
+    {"QUEEN_S3_SSE_KMS_KEY_ID", "(unset)",
+     "KMS key id, with QUEEN_S3_SSE=aws:kms only"},
+    {"QUEEN_S3_FORMAT", "jsonl", "object format: jsonl or parquet"},
+    {"QUEEN_S3_COMPRESSION", "zstd", "JSONL codec: zstd, gzip or none"},
+    {"QUEEN_S3_PARQUET_CODEC", "zstd", "Parquet codec: zstd or snappy"},
+    {"QUEEN_S3_LAYOUT", "merged",
+     "merged (one object per window) or per-partition"},
+    {"QUEEN_S3_ALIGN", "hour",
+     "Hive bucket a window may not straddle: hour, day or none"},
+    {"QUEEN_S3_START", "latest",
+     "where a queue with no commit starts: latest or earliest"},
+    {"QUEEN_S3_TARGET_MB", "128",
+     "uncompressed MiB a window closes at (1..5120)"},
+    {"QUEEN_S3_MAX_WINDOW_MS", "300000",
+     "longest a window stays open, ms (100..86400000)"},
+    {"QUEEN_S3_SINK", "default",
+     "sink name scoping its KV documents ([A-Za-z0-9._-], 1..64)"},
+    {"QUEEN_S3_THREADS", "(derived)",
+     "sink threads (1..64; default cores/4 clamped to 1..2)"},
+    {"QUEEN_S3_SHUTDOWN_GRACE_MS", "30000",
+     "how long SIGTERM waits for the sink to drain, ms (100..3600000)"},
+    {"QUEEN_S3_CHECKPOINT_EVERY", "20",
+     "windows between position checkpoints (1..100000)"},
+    {"QUEEN_S3_MEMORY_MB", "512",
+     "buffer budget of every sink on this node, MiB (1..1048576)"},
+    {"QUEEN_S3_FETCH_CONCURRENCY", "4",
+     "fetch calls in flight per queue (1..256)"},
+    {"QUEEN_S3_DISCOVERY_INTERVAL_MS", "2000",
+     "how often an idle queue looks for moved partitions, ms (10..3600000)"},
+    {"QUEEN_S3_SAFE_GUARD_MS", "5000",
+     "margin below safeTime a window may close at, ms (0..3600000)"},
+    {"QUEEN_S3_LEASE_TTL_MS", "30000",
+     "queue lease lifetime without a refresh, ms (1000..3600000)"},
+    {"QUEEN_S3_MULTIPART_THRESHOLD_MB", "64",
+     "objects above this go up as multipart uploads, MiB (5..5120)"},
+    {"QUEEN_S3_INSTANCE", "(derived)",
+     "this node's name in leases (default node-<id>@<hostname>)"},
+    {"QUEEN_S3_CRASH_AT", "off",
+     "crash point for the crash tests; needs QUEEN_TEST_MODE=true"},
+    {"QUEEN_TEST_MODE", "false",
+     "allow test-only settings such as QUEEN_S3_CRASH_AT; never in "
+     "production"},
+    {"QUEEN_S3_LISTEN", "(ignored)",
+     "left over from the standalone sink: warned about and ignored"},
+    {"QUEEN_S3_LOG_FORMAT", "(ignored)",
+     "left over from the standalone sink: warned about and ignored"},
+};
+
+const struct sink_config_var *sink_config_var(size_t i)
+{
+    return i < ARRAY_LEN(vars) ? &vars[i] : NULL;
+}
+
 void sink_config_free(struct sink_config *c)
 {
     for (size_t i = 0; i < c->n_queues; i++) {
@@ -979,8 +1058,10 @@ int sink_config_boot_line(const struct sink_config *c,
                           const struct sink_node_config *n, const char *tenant,
                           struct buf *out, struct err *err)
 {
+    /* The product's version (base/version.h), not SINK_VERSION: a log line
+     * shows one version for the whole binary. */
     buf_printf(out, err, "queen-s3 %s tenant=%s sink=%s instance=%s queues=",
-               SINK_VERSION, tenant, c->sink, n->instance);
+               QUEEN_VERSION, tenant, c->sink, n->instance);
     boot_queues(c, out, err);
     buf_printf(out, err,
                " partitions=discovery s3=%s bucket=%s prefix=%s region=%s "

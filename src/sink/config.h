@@ -31,6 +31,9 @@
 #include "sink/jsonl.h"
 #include "sink/layout.h"
 
+/* The lake format's version, fixed by the reference: writer strings
+ * ("queen-s3/2.0.0 jsonl+zstd") and the status block's s3 "version". Not the
+ * product's version (base/version.h), which the boot line shows. */
 #define SINK_VERSION   "2.0.0"
 #define SINK_NAME_MAX  64
 #define SINK_STR_MAX   512
@@ -153,6 +156,20 @@ const char *sink_format_name(enum sink_format f);
 const char *sink_sse_name(enum sink_sse s);
 /* The compression column: the JSONL codec, or the Parquet codec. */
 const char *sink_config_compression_name(const struct sink_config *c);
+
+/* One environment variable of the sink for `queen --help-config`: its
+ * name, its default as text (a value the variable accepts, or "(required)",
+ * "(unset)", "(derived)", "(ignored)") and one line on what it does. A
+ * unit test loads each concrete default and checks it changes nothing. */
+struct sink_config_var {
+    const char *name;
+    const char *def;
+    const char *help;
+};
+
+/* The i-th variable the sink reads (the environment sink's, then the
+ * node-wide ones), or NULL past the last. Borrowed, static. */
+const struct sink_config_var *sink_config_var(size_t i);
 
 /* Parse a boolean of docs/design/config.md §1 (true|1|yes|on, false|0|no|off;
  * any case). */

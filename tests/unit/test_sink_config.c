@@ -5,9 +5,11 @@
 #include "sink/config.h"
 
 #include <ftw.h>
+#include <inttypes.h>
 #include <stdlib.h>
 
 #include "base/env.h"
+#include "base/version.h"
 #include "harness.h"
 #include "sink/lease.h"
 #include "store/kv.h"
@@ -116,6 +118,58 @@ TEST(defaults)
     EXPECT_EQ_I64(n.crash_at, 0);
     EXPECT_STR_EQ(n.ignored, "");
     sink_config_free(&c);
+}
+
+/* What a load shows of its settings: the boot line and the node fields it
+ * does not print. */
+static void fingerprint(struct table *t, struct buf *out)
+{
+    struct sink_config c;
+    struct sink_node_config n;
+    struct err err;
+
+    load_ok(t, &c, &n);
+    EXPECT_EQ_I64(sink_config_boot_line(&c, &n, "default", out, &err), 0);
+    buf_printf(out, &err, " threads=%u grace=%" PRIu64 " ignored=%s set=%d",
+               n.threads, n.shutdown_grace_ms, n.ignored, (int)c.is_set);
+    sink_config_free(&c);
+}
+
+/* --help-config's sink rows (sink_config_var()) show the parsers' own
+ * defaults: setting a variable to the default it shows changes nothing. */
+TEST(help_defaults_are_the_parsers_defaults)
+{
+    const struct sink_config_var *v;
+    struct table base = {{BASE, NULL}};
+    struct buf want;
+    size_t n_checked = 0;
+
+    buf_init(&want, BUF_UNLIMITED);
+    fingerprint(&base, &want);
+    for (size_t i = 0; (v = sink_config_var(i)) != NULL; i++) {
+        struct table t = {{v->name, v->def, BASE, NULL}};
+        struct buf got;
+
+        EXPECT(strncmp(v->name, "QUEEN_", 6) == 0);
+        EXPECT(v->help != NULL && strlen(v->help) >= 10);
+        if (v->def[0] == '(') {
+            EXPECT(strcmp(v->def, "(required)") == 0 ||
+                   strcmp(v->def, "(unset)") == 0 ||
+                   strcmp(v->def, "(derived)") == 0 ||
+                   strcmp(v->def, "(ignored)") == 0);
+            continue;
+        }
+        buf_init(&got, BUF_UNLIMITED);
+        fingerprint(&t, &got);
+        if (strcmp(got.data, want.data) != 0) {
+            HARNESS_FAIL("%s=%s changes the load:\n  %s\n  %s", v->name, v->def,
+                         got.data, want.data);
+        }
+        buf_free(&got);
+        n_checked++;
+    }
+    EXPECT(n_checked >= 20);
+    buf_free(&want);
 }
 
 TEST(no_tenant_variable_means_no_env_sink)
@@ -530,7 +584,8 @@ TEST(boot_line_hides_the_secret)
     EXPECT_EQ_I64(sink_config_boot_line(&c, &n, "default", &b, &err), 0);
     EXPECT_STR_EQ(
         b.data,
-        "queen-s3 2.0.0 tenant=default sink=default instance=node-1@sys "
+        "queen-s3 " QUEEN_VERSION
+        " tenant=default sink=default instance=node-1@sys "
         "queues=a,b partitions=discovery s3=http://127.0.0.1:7070 "
         "bucket=lake prefix=queen region=us-east-1 addressing=path-style "
         "sse=aws:kms(\u2026wxyz) format=jsonl compression=zstd layout=merged "
