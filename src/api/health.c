@@ -1,7 +1,8 @@
 /* GET /health (docs/design/http-api.md §8): 200 "healthy" while this node has a
  * leader (itself included) and has applied what it knows is committed, else 503
- * "settling". It never looks at the sink. The raft block carries role,
- * applied and commit (test/s3sink/run.py reads them). */
+ * "settling"; 503 "unhealthy" with a "reason" while the store or the raft log
+ * cannot write (node_storage_error). It never looks at the sink. The raft
+ * block carries role, applied and commit (test/s3sink/run.py reads them). */
 #include "api/api.h"
 #include "http/server.h"
 #include "raft/node.h"
@@ -17,6 +18,7 @@ void api_handle_health(struct http_req *req, void *arg)
     uint64_t commit = node_commit_index(a->node);
     uint64_t leader_id = 0;
     const char *leader_addr = NULL;
+    const char *storage = node_storage_error(a->node);
     bool is_ready;
     struct buf out;
     struct jw w;
@@ -31,7 +33,14 @@ void api_handle_health(struct http_req *req, void *arg)
     jw_init(&w, &out);
     jw_obj_begin(&w);
     jw_key(&w, "status");
-    jw_cstr(&w, is_ready ? "healthy" : "settling");
+    if (storage != NULL) {
+        is_ready = false;
+        jw_cstr(&w, "unhealthy");
+        jw_key(&w, "reason");
+        jw_cstr(&w, storage);
+    } else {
+        jw_cstr(&w, is_ready ? "healthy" : "settling");
+    }
     jw_key(&w, "engine");
     jw_cstr(&w, "raft");
     jw_key(&w, "version");

@@ -549,6 +549,7 @@ int api_kv_render_error(int status, const char *reason, const char *detail,
                        : status == 503 ? "kv_unavailable"
                        : status == 400 ? "kv_bad_request"
                        : status == 403 ? "kv_forbidden"
+                       : status == 507 ? "kv_storage_full"
                                        : "kv_internal";
 
     jw_init(&w, out);
@@ -622,10 +623,13 @@ static void kv_respond_status(struct http_req *req, int code,
     case ERR_TIMEOUT:
         kv_respond_error(req, 503, "kv_busy", msg);
         return;
+    case ERR_FULL: /* the node logged it once (raft/node.h) */
+        kv_respond_error(req, 507, NULL, msg);
+        return;
     default:
         log_error("kv", "%s %s: %s", req->method_name,
                   req->route != NULL ? req->route : "?", msg);
-        kv_respond_error(req, code == ERR_FULL ? 507 : 500, "kv_internal", msg);
+        kv_respond_error(req, 500, "kv_internal", msg);
         return;
     }
 }

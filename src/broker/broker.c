@@ -161,6 +161,7 @@ static int broker_open_node(struct broker *b, struct err *err)
     nc.dir = b->cfg->raft_dir;
     nc.id = b->cfg->node_id;
     nc.raft_address = b->cfg->raft_listen;
+    nc.segment_bytes = (size_t)b->cfg->raft_segment_mb << 20;
     if (node_start(&b->node, &b->loop, &nc, b->store, err) != 0) {
         return err->code;
     }

@@ -66,6 +66,10 @@ static const struct cfg_row cfg_rows[] = {
         "this node's raft id"),
     ROW("QUEEN_RAFT_LISTEN", CFG_HOSTPORT, "", OFF(raft_listen), 0, 0, false,
         "raft address ip:port (default 127.0.0.1 on QUEEN_PORT+1000)"),
+    ROW("QUEEN_RAFT_SEGMENT_MB", CFG_U64, "64", OFF(raft_segment_mb), 1, 1024,
+        false,
+        "raft log segment size in MiB; three are preallocated, so the data "
+        "directory needs 3 x this plus 16 MiB free to boot"),
     ROW("QUEEN_MAX_BODY_BYTES", CFG_SIZE, "64MiB", OFF(max_body_bytes), KIB,
         GIB, false, "largest HTTP request body accepted (413 above it)"),
     ROW("QUEEN_MAX_LONG_POLLS", CFG_U64, "10000", OFF(max_long_polls), 1,

@@ -24,6 +24,7 @@ struct config {
     char raft_dir[CONFIG_PATH_MAX];    /* QUEEN_RAFT_DIR */
     uint64_t node_id;                  /* QUEEN_RAFT_NODE_ID, >= 1 */
     char raft_listen[CONFIG_ADDR_MAX]; /* QUEEN_RAFT_LISTEN, "host:port" */
+    uint64_t raft_segment_mb;          /* QUEEN_RAFT_SEGMENT_MB */
     uint64_t max_body_bytes;           /* QUEEN_MAX_BODY_BYTES */
     uint64_t max_long_polls;           /* QUEEN_MAX_LONG_POLLS */
     uint64_t max_long_polls_per_conn;  /* QUEEN_MAX_LONG_POLLS_PER_CONN */

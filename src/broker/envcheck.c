@@ -18,6 +18,7 @@ static const char *const known[] = {
     "QUEEN_RAFT_DIR",
     "QUEEN_RAFT_NODE_ID",
     "QUEEN_RAFT_LISTEN",
+    "QUEEN_RAFT_SEGMENT_MB",
     "QUEEN_MAX_BODY_BYTES",
     "QUEEN_MAX_LONG_POLLS",
     "QUEEN_MAX_LONG_POLLS_PER_CONN",

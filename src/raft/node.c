@@ -22,15 +22,18 @@
  * earlier terms (it has applied them all by then). */
 #include "raft/node.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <raft/uv.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #include "base/log.h"
@@ -54,6 +57,11 @@
 #define SYNC_TICKS         10
 #define RETRY_TICKS        100 /* a stalled apply is retried about once a second */
 #define RAFT_SEGMENT_BYTES ((size_t)64 << 20)
+/* libraft keeps the segment being written and a pool of two prepared ones,
+ * each of the full segment size (fallocate). */
+#define RAFT_SEGMENTS_LIVE 3
+/* What the store needs on disk besides the log to boot and take writes. */
+#define STORE_BOOT_BYTES ((uint64_t)16 << 20)
 /* Default snapshot spacing in BYTES of log (libraft counts entries and keeps
  * every entry since the last snapshot in memory): 32768 entries of a
  * 100-record push (~13 KB) as measured, and 4096 trailing. Group commit
@@ -132,8 +140,16 @@ struct node {
     struct deferred *d_head;
     struct deferred *d_tail;
     unsigned check_gen;
-    bool is_stalled;        /* (D3) */
-    unsigned n_uncommitted; /* our proposals not yet at apply_cb */
+    bool is_stalled; /* (D3) */
+    /* (D4) storage failure: why, where it came from, since when. */
+    int storage_code;     /* 0 = none, else ERR_FULL or ERR_BUSY */
+    bool is_storage_raft; /* the raft log failed (else the store) */
+    char storage_reason[256];
+    char storage_logged[256]; /* the last reason logged at ERROR */
+    int64_t storage_since_us;
+    size_t segment_bytes;
+    atomic_bool is_sync_failed; /* the last store sync failed (worker) */
+    unsigned n_uncommitted;     /* our proposals not yet at apply_cb */
     node_commit_fn commit_fn;
     void *commit_arg;
     int (*fsm_apply)(struct raft_fsm *fsm, const struct raft_buffer *buf,
@@ -247,6 +263,104 @@ static int deferred_run(struct node *n, bool is_all);
 static void deferred_retry(struct node *n);
 static void deferred_abandon(struct node *n);
 
+/* ---- storage failure -----------------------------------------------------
+ *
+ *   (D4) When the store cannot commit an entry (ENOSPC, EIO, its map full) or
+ *        libraft cannot write its log, the node logs the reason at ERROR once
+ *        (again only when the reason changes), answers within a tick every
+ *        proposal whose entry waits behind the stalled one (the entry is in
+ *        the log and is stored once the store recovers, but it is not
+ *        acknowledged), and refuses new proposals at once: ERR_FULL when
+ *        space ran out, ERR_BUSY for any other storage error. Writes are
+ *        taken again when the stalled entry applies (the store; retried
+ *        each second, (D3)) or when the raft directory has a segment's
+ *        worth of free space (the log). Nothing is skipped. */
+
+static bool is_store_failing(const struct node *n)
+{
+    return n->storage_code != 0 && !n->is_storage_raft;
+}
+
+static void storage_answer_parked(struct node *n);
+
+static void storage_fail(struct node *n, const struct err *e, bool is_raft)
+{
+    if (strcmp(e->msg, n->storage_logged) != 0) {
+        log_error("node",
+                  "%s; writes are refused until it recovers (retried every "
+                  "second)",
+                  e->msg);
+        snprintf(n->storage_logged, sizeof(n->storage_logged), "%s", e->msg);
+    } else {
+        log_debug("node", "still failing: %s", e->msg);
+    }
+    if (n->storage_code == 0) {
+        n->storage_since_us = wall_us();
+    }
+    n->storage_code = e->code == ERR_FULL ? ERR_FULL : ERR_BUSY;
+    n->is_storage_raft = is_raft;
+    snprintf(n->storage_reason, sizeof(n->storage_reason), "%s", e->msg);
+}
+
+static void storage_clear(struct node *n, const char *how)
+{
+    log_info("node", "storage recovered after %.1f s: %s",
+             (double)(wall_us() - n->storage_since_us) / 1e6, how);
+    n->storage_code = 0;
+    n->storage_reason[0] = '\0';
+    n->storage_logged[0] = '\0';
+}
+
+/* The refusal of a proposal while storage fails (D4). */
+static int storage_refusal(const struct node *n, struct err *err)
+{
+    return err_set(err, n->storage_code,
+                   "insufficient storage, nothing written: %s",
+                   n->storage_reason);
+}
+
+const char *node_storage_error(const struct node *n)
+{
+    return n->storage_code != 0 ? n->storage_reason : NULL;
+}
+
+/* A failed raft write: RAFT_IOERR / RAFT_NOSPACE with libraft's message
+ * (it names the file), told as ENOSPC when the raft directory is out of
+ * space. Fills err; returns true when it is a storage failure. */
+static bool raft_storage_error(struct node *n, int status, struct err *err)
+{
+    const char *msg = raft_errmsg(&n->raft);
+    struct statvfs vfs;
+    bool is_full = status == RAFT_NOSPACE;
+
+    if (status != RAFT_IOERR && status != RAFT_NOSPACE) {
+        return false;
+    }
+    if (statvfs(n->raft_dir, &vfs) == 0 &&
+        (uint64_t)vfs.f_bavail * vfs.f_frsize < n->segment_bytes) {
+        is_full = true;
+    }
+    err_set(err, is_full ? ERR_FULL : ERR_IO, "raft log %s: %s%s", n->raft_dir,
+            msg[0] != '\0' ? msg : raft_strerror(status),
+            is_full && strstr(msg, strerror(ENOSPC)) == NULL
+                ? " (No space left on device)"
+                : "");
+    return true;
+}
+
+/* Each second while the log failed: take writes again once a segment fits. */
+static void storage_probe_raft(struct node *n)
+{
+    struct statvfs vfs;
+
+    if (n->storage_code == 0 || !n->is_storage_raft ||
+        statvfs(n->raft_dir, &vfs) != 0 ||
+        (uint64_t)vfs.f_bavail * vfs.f_frsize < n->segment_bytes) {
+        return;
+    }
+    storage_clear(n, "the raft directory has room for a segment again");
+}
+
 /* ---- leadership ----------------------------------------------------------
  */
 
@@ -288,9 +402,16 @@ static void sync_work_cb(uv_work_t *w)
 {
     struct node *n = w->data;
     struct err err = {0};
+    bool is_failed = store_sync(n->store, &err) != 0;
 
-    if (store_sync(n->store, &err) != 0) {
-        log_warn("node", "store sync: %s", err.msg);
+    /* Logged when it starts and stops failing, not every 100 ms. */
+    if (atomic_exchange(&n->is_sync_failed, is_failed) == is_failed) {
+        return;
+    }
+    if (is_failed) {
+        log_error("node", "store sync: %s", err.msg);
+    } else {
+        log_info("node", "store sync works again");
     }
 }
 
@@ -337,9 +458,13 @@ static void tick_cb(uv_timer_t *t)
     struct node *n = container_of(t, struct node, tick);
 
     check_leadership(n);
+    if (is_store_failing(n)) {
+        storage_answer_parked(n);
+    }
     if (++n->ticks % RETRY_TICKS == 0) {
         retry_stalled_apply(n);
         deferred_retry(n);
+        storage_probe_raft(n);
     }
     if (n->ticks % SYNC_TICKS == 0 && !n->sync_pending) {
         n->sync_work.data = n;
@@ -379,6 +504,11 @@ static void proposal_finish(struct proposal *p, int status,
     } else {
         if (status == 0) {
             err_set(&err, ERR_IO, "entry was applied before this proposal");
+        } else if (raft_storage_error(p->node, status, &err)) {
+            storage_fail(p->node, &err, true);
+            err_set(&err, p->node->storage_code,
+                    "insufficient storage, not written: %s",
+                    p->node->storage_reason);
         } else {
             raft_err(status, &err, "apply");
         }
@@ -399,6 +529,9 @@ static void apply_cb(struct raft_apply *req, int status, void *result)
     if (status == 0 && result != NULL && result == (void *)n->d_tail) {
         ASSERT(n->d_tail->index == req->index); /* (D1) */
         n->d_tail->prop = p;
+        if (is_store_failing(n)) {
+            storage_answer_parked(n); /* (D4) */
+        }
     } else {
         proposal_finish(p, status, result);
     }
@@ -463,12 +596,40 @@ static int deferred_apply(struct node *n, struct deferred *d,
                           const struct fsm_result **res, struct err *err)
 {
     if (fsm_apply_entry(n->fsm, d->index, d->base, d->len, res, err) != 0) {
-        log_error("node", "%s", err->msg);
+        storage_fail(n, err, false); /* (D4) */
         return err->code;
+    }
+    if (is_store_failing(n)) {
+        char how[64];
+
+        snprintf(how, sizeof(how), "entry %" PRIu64 " applied", d->index);
+        storage_clear(n, how);
     }
     d->base = NULL;
     d->has_res = *res != NULL;
     return 0;
+}
+
+/* (D4): answer the proposals parked on entries that wait behind the stalled
+ * one; their entries stay queued and apply once the store recovers. */
+static void storage_answer_parked(struct node *n)
+{
+    for (struct deferred *d = n->d_head; d != NULL; d = d->next) {
+        struct proposal *p = d->prop;
+        struct err err;
+
+        if (p == NULL || d->is_applied) {
+            continue;
+        }
+        d->prop = NULL;
+        err_set(&err, n->storage_code,
+                "insufficient storage, entry %" PRIu64
+                " logged but not acknowledged (stored once storage "
+                "recovers): %s",
+                d->index, n->storage_reason);
+        p->cb(p->arg, err.code, NULL, &err);
+        free(p);
+    }
 }
 
 static void deferred_free(struct deferred *d)
@@ -674,6 +835,9 @@ static int check_proposal(struct node *n, int type, const void *cmd, size_t len,
 
     if (n->closing) {
         return err_set(err, ERR_BUSY, "node is closing");
+    }
+    if (n->storage_code != 0) {
+        return storage_refusal(n, err); /* (D4) */
     }
     if (cmd_decode_header(cmd, len, &h, err) != 0) {
         return err_set(err, ERR_INVALID, "not a command: %s", err->msg);
@@ -887,7 +1051,60 @@ static void tune(struct node *n, const struct node_config *cfg)
     raft_uv_set_connect_retry_delay(&n->io, 100);
     /* libraft prepares each segment file (fallocate + fsync) on the disk the
      * log's writes wait for: at 8 MiB that was every ~40 pushed entries. */
-    raft_uv_set_segment_size(&n->io, RAFT_SEGMENT_BYTES);
+    n->segment_bytes =
+        cfg->segment_bytes != 0 ? cfg->segment_bytes : RAFT_SEGMENT_BYTES;
+    raft_uv_set_segment_size(&n->io, n->segment_bytes);
+}
+
+/* Bytes of the open segments left in dir (libraft turns them into closed
+ * segments at start and cuts off their unused tail). */
+static uint64_t open_segment_bytes(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    uint64_t sum = 0;
+
+    if (d == NULL) {
+        return 0;
+    }
+    while ((e = readdir(d)) != NULL) {
+        struct stat st;
+
+        if (strncmp(e->d_name, "open-", 5) == 0 &&
+            fstatat(dirfd(d), e->d_name, &st, 0) == 0) {
+            sum += (uint64_t)st.st_blocks * 512;
+        }
+    }
+    closedir(d);
+    return sum;
+}
+
+/* A data directory too small for the preallocated segments never becomes
+ * leader and says nothing (libraft's segment preparation fails in its thread
+ * pool): refuse it at boot with what is needed. */
+static int check_space(struct node *n, const char *dir, struct err *err)
+{
+    uint64_t need =
+        RAFT_SEGMENTS_LIVE * (uint64_t)n->segment_bytes + STORE_BOOT_BYTES;
+    uint64_t have;
+    struct statvfs vfs;
+
+    if (statvfs(n->raft_dir, &vfs) != 0) {
+        return err_set(err, ERR_IO, "statvfs %s: %s", n->raft_dir,
+                       strerror(errno));
+    }
+    have =
+        (uint64_t)vfs.f_bavail * vfs.f_frsize + open_segment_bytes(n->raft_dir);
+    if (have >= need) {
+        return 0;
+    }
+    return err_set(
+        err, ERR_FULL,
+        "QUEEN_RAFT_DIR=%s: %" PRIu64 " MiB free, %" PRIu64
+        " MiB needed: the raft log preallocates %d segments of "
+        "%zu MiB (QUEEN_RAFT_SEGMENT_MB) and the store needs %" PRIu64 " MiB",
+        dir, have >> 20, (need + (1 << 20) - 1) >> 20, RAFT_SEGMENTS_LIVE,
+        n->segment_bytes >> 20, STORE_BOOT_BYTES >> 20);
 }
 
 static int init_io(struct node *n, const struct node_config *cfg,
@@ -1014,7 +1231,8 @@ int node_start(struct node **out, uv_loop_t *loop,
     }
     fsm_attach_raft(n->fsm, &n->raft);
     tune(n, cfg);
-    if (bootstrap(n, cfg, err) != 0) {
+    /* Before bootstrap: on a full disk its first write would fail first. */
+    if (check_space(n, cfg->dir, err) != 0 || bootstrap(n, cfg, err) != 0) {
         fail_start(n, true);
         return err->code;
     }

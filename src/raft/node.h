@@ -56,6 +56,9 @@ struct node_config {
      * throughput. */
     unsigned snapshot_threshold; /* 0 = ~448 MiB of log, 1024..32768 */
     unsigned snapshot_trailing;  /* 0 = ~56 MiB of log, 128..4096 */
+    /* Size of one raft log segment file; libraft preallocates it whole
+     * (fallocate) and keeps three: the one being written and two ready. */
+    size_t segment_bytes; /* 0 = 64 MiB */
     /* Apply handlers of the reserved command types (fsm_set_handler()),
      * registered before raft replays anything; NULL = unsupported. */
     fsm_apply_fn handlers[CMD_TYPE_COUNT];
@@ -77,7 +80,11 @@ struct node;
  * result for the entry (borrowed: valid only during the call; copy what you
  * need). status != 0: res is NULL and err says why (ERR_NOT_LEADER when
  * leadership was lost before the entry applied, ERR_BUSY when the node
- * closes, ERR_IO on a raft I/O failure). */
+ * closes, ERR_IO on a raft I/O failure; ERR_FULL, or ERR_BUSY for an I/O
+ * error, when storage failed (node.c (D4)): "not written" when libraft
+ * could not append the entry, "logged but not acknowledged" when it waits
+ * behind an entry the store cannot commit, and then applies once storage
+ * recovers). */
 typedef void (*node_applied_fn)(void *arg, int status,
                                 const struct fsm_result *res,
                                 const struct err *err);
@@ -87,7 +94,9 @@ typedef void (*node_commit_fn)(void *arg);
 /* Make the raft dir (cfg->dir/raft; the caller creates cfg->dir and opens
  * the store in node_store_dir()), bootstrap on first start (an existing dir
  * is fine), start raft on loop. Borrows loop, cfg (copied) and store (must
- * outlive the node). Returns owned; release with node_close(). Ignores
+ * outlive the node). Returns owned; release with node_close(). ERR_FULL
+ * when the raft dir's file system cannot hold the three preallocated
+ * segments plus 16 MiB (the message says how much it needs). Ignores
  * SIGPIPE process-wide (libraft writes to sockets whose peer went away). */
 int node_start(struct node **out, uv_loop_t *loop,
                const struct node_config *cfg, struct store *store,
@@ -101,7 +110,9 @@ void node_store_dir(const char *dir, char *out, size_t n);
  * the stamp into it. Loop thread only. Returns 0 and later calls cb exactly
  * once; or returns ERR_NOT_LEADER (not the leader, or leader not ready),
  * ERR_BUSY (closing), ERR_INVALID (not a command), ERR_FULL (the store is
- * within 64 MiB of its map size), ERR_IO; cb is then never called. */
+ * within 64 MiB of its map size, or storage failed: node_storage_error()),
+ * ERR_BUSY (storage failed with an I/O error other than space), ERR_IO; cb
+ * is then never called. */
 int node_propose(struct node *n, int type, const void *cmd, size_t len,
                  node_applied_fn cb, void *arg, struct err *err);
 
@@ -130,6 +141,11 @@ void node_on_commit(struct node *n, node_commit_fn fn, void *arg);
  * node_propose(). */
 int node_barrier(struct node *n, node_applied_fn cb, void *arg,
                  struct err *err);
+
+/* Why writes are refused, when the store or the raft log failed to write
+ * (ENOSPC, EIO; names the file and the errno's text), else NULL. Borrowed
+ * until the next loop iteration. Loop thread. */
+const char *node_storage_error(const struct node *n);
 
 int node_role(const struct node *n);  /* enum node_role */
 const char *node_role_name(int role); /* "leader", "follower", ... */

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "base/sha256.h"
@@ -305,7 +306,8 @@ int store_sync(struct store *s, struct err *err)
     pthread_rwlock_unlock(&s->swap_lock);
 
     if (rc != 0) {
-        return err_set(err, ERR_IO, "mdb_env_sync: %s", mdb_strerror(rc));
+        return err_set(err, ERR_IO, "sync %s/data.mdb: %s", s->dir,
+                       mdb_strerror(rc));
     }
     return 0;
 }
@@ -328,6 +330,27 @@ void store_wabort(struct store *s, MDB_txn *txn)
 {
     UNUSED(s);
     mdb_txn_abort(txn);
+}
+
+/* A failed commit as the operator needs it: the file and the errno's text.
+ * LMDB reports a short write (what a full file system gives) as EIO, so an
+ * EIO on a file system with less than a MiB left for us is told as
+ * ENOSPC. */
+static int commit_error(struct store *s, int rc, uint64_t applied,
+                        struct err *err)
+{
+    struct statvfs vfs;
+    int code = mdb_code(rc);
+
+    if (rc == EIO && statvfs(s->dir, &vfs) == 0 &&
+        (uint64_t)vfs.f_bavail * vfs.f_frsize < ((uint64_t)1 << 20)) {
+        rc = ENOSPC;
+    }
+    if (rc == ENOSPC || rc == EDQUOT) {
+        code = ERR_FULL;
+    }
+    return err_set(err, code, "commit entry %" PRIu64 " to %s/data.mdb: %s",
+                   applied, s->dir, mdb_strerror(rc));
 }
 
 int store_wcommit(struct store *s, MDB_txn *txn, uint64_t applied,
@@ -362,8 +385,7 @@ int store_wcommit(struct store *s, MDB_txn *txn, uint64_t applied,
         rc = mdb_txn_commit(txn);
     }
     if (rc != 0) {
-        return err_set(err, mdb_code(rc), "commit entry %" PRIu64 ": %s",
-                       applied, mdb_strerror(rc));
+        return commit_error(s, rc, applied, err);
     }
     atomic_store(&s->applied, applied);
     atomic_store(&s->safe_time, safe);

@@ -6,8 +6,8 @@
 #include "harness.h"
 
 struct fake_env {
-    const char *names[8];
-    const char *values[8];
+    const char *names[16];
+    const char *values[16];
     int n;
 };
 
@@ -57,6 +57,7 @@ TEST(empty_environment_gives_the_documented_defaults)
     EXPECT(!c.tenancy_header);
     EXPECT_EQ_U64(c.max_long_polls, 10000);
     EXPECT_EQ_U64(c.max_long_polls_per_conn, 16);
+    EXPECT_EQ_U64(c.raft_segment_mb, 64);
 }
 
 TEST(set_values_replace_defaults_and_raft_port_follows_http_port)
@@ -73,7 +74,9 @@ TEST(set_values_replace_defaults_and_raft_port_follows_http_port)
     env_set(&e, "QUEEN_LOG_LEVEL", "debug");
     env_set(&e, "QUEEN_MAX_LONG_POLLS", "500");
     env_set(&e, "QUEEN_MAX_LONG_POLLS_PER_CONN", "4");
+    env_set(&e, "QUEEN_RAFT_SEGMENT_MB", "8");
     EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), 0);
+    EXPECT_EQ_U64(c.raft_segment_mb, 8);
     EXPECT_EQ_U64(c.max_long_polls, 500);
     EXPECT_EQ_U64(c.max_long_polls_per_conn, 4);
     EXPECT_EQ_I64(c.port, 7000);
@@ -129,6 +132,12 @@ TEST(bad_values_name_the_variable_and_the_value)
          "QUEEN_MAX_LONG_POLLS=0: out of range 1..1000000"},
         {"QUEEN_MAX_LONG_POLLS_PER_CONN", "257",
          "QUEEN_MAX_LONG_POLLS_PER_CONN=257: out of range 1..256"},
+        {"QUEEN_RAFT_SEGMENT_MB", "0",
+         "QUEEN_RAFT_SEGMENT_MB=0: out of range 1..1024"},
+        {"QUEEN_RAFT_SEGMENT_MB", "1025",
+         "QUEEN_RAFT_SEGMENT_MB=1025: out of range 1..1024"},
+        {"QUEEN_RAFT_SEGMENT_MB", "8MiB",
+         "QUEEN_RAFT_SEGMENT_MB=8MiB: not a decimal integer"},
         {"QUEEN_LOG_LEVEL", "loud",
          "QUEEN_LOG_LEVEL=loud: not one of error, warn, info, debug"},
         {"QUEEN_TENANCY_HEADER", "maybe",

@@ -682,9 +682,20 @@ TEST(a_restart_replays_nothing_twice)
     teardown(&c);
 }
 
-TEST(an_entry_the_store_cannot_commit_is_retried_not_skipped)
+static bool store_recovered(void *arg)
+{
+    struct ctx *c = arg;
+
+    return node_storage_error(c->n.node) == NULL;
+}
+
+/* node.c (D4): a store that cannot commit answers the proposals waiting on
+ * it at once and refuses new ones; the entries stay in the log, are retried
+ * and apply once each, in order, when the store recovers. */
+TEST(an_entry_the_store_cannot_commit_is_answered_at_once_and_retried)
 {
     struct ctx c;
+    struct store_fetch_answer a;
 
     setup(&c);
     start_leader(&c, 0);
@@ -692,9 +703,19 @@ TEST(an_entry_the_store_cannot_commit_is_retried_not_skipped)
     want = 2;
     EXPECT_EQ_I64(propose_pushes(&c, 0, 2), 0);
     EXPECT(run_until(&c, got_all, HARNESS_WAIT_S));
-    EXPECT_EQ_I64(c.failed, 0);
-    EXPECT_EQ_I64(c.offsets[0], 0);
-    EXPECT_EQ_I64(c.offsets[1], 100);
+    EXPECT_EQ_I64(c.failed, 2);
+    EXPECT(node_storage_error(c.n.node) != NULL);
+    EXPECT_EQ_I64(propose_pushes(&c, 2, 1), 1); /* refused at once */
+    EXPECT_EQ_I64(c.done, 2);
+    EXPECT(run_until(&c, store_recovered, HARNESS_WAIT_S));
+    fetch_orders(&c, 1, &a);
+    EXPECT_EQ_I64(a.entries[0].high_watermark, 200);
+    store_fetch_answer_free(&a);
+    want = 3;
+    EXPECT_EQ_I64(propose_pushes(&c, 3, 1), 0);
+    EXPECT(run_until(&c, got_all, HARNESS_WAIT_S));
+    EXPECT_EQ_I64(c.failed, 2);
+    EXPECT_EQ_I64(c.offsets[2], 200);
     stop(&c);
     teardown(&c);
 }

@@ -1,0 +1,321 @@
+"""A full disk is an answer, not a hang (issue 19 item 2).
+
+Each test mounts a tmpfs of a fixed size as the broker's data directory,
+places a ballast file next to it, and pushes until the file system is full.
+Every refused write must be answered within a second (507, or 503 for an
+I/O error), /health must say why, the log must name the file and the
+errno's text once, SIGTERM must finish within its grace, and once the
+ballast is removed the node takes writes again without a restart. Every
+acknowledged record is read back: present, in order, exactly once.
+A directory too small for the preallocated raft segments refuses to boot
+with a line saying how much is needed.
+
+Mounting needs root: the tests skip, saying so, only when they are not root
+and the mount fails.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from queenproc import Background, Broker, queen_bin, wait_until
+
+NOSPACE = "No space left on device"
+ANSWER_S = 1.0  # a refusal must come back within this
+SEGMENT_MB = 8  # keeps the boot need small: 3 x 8 MiB + 16 MiB
+ITEMS = 20
+PAD = "p" * 2000
+
+
+@pytest.fixture
+def brokers():
+    """Makes Brokers and kills whatever is left of them at teardown, before
+    the file systems under them are unmounted."""
+    made = []
+
+    def make(data_dir, env=None):
+        b = Broker(data_dir, env=env)
+        made.append(b)
+        return b
+
+    yield make
+    for b in made:
+        if b.proc is not None:
+            b.proc.kill()
+            b.proc.wait(10)
+            b._reap()
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A mounted tmpfs of the given size in MiB; unmounted at teardown."""
+    mounts = []
+
+    def mount(size_mb, at=None):
+        mnt = at or tmp_path / ("fs-%d" % len(mounts))
+        os.makedirs(mnt, exist_ok=True)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o",
+                            "size=%dm" % size_mb, "tmpfs", str(mnt)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            if os.geteuid() != 0:
+                pytest.skip("mounting a fixed-size tmpfs needs root "
+                            "(uid %d): %s" % (os.geteuid(), r.stderr.strip()))
+            raise AssertionError("mount tmpfs as root failed: %s" % r.stderr)
+        mounts.append(mnt)
+        return str(mnt)
+
+    yield mount
+    for mnt in reversed(mounts):
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def ballast(path, mb):
+    with open(path, "wb") as f:
+        chunk = b"\0" * (1 << 20)
+        for _ in range(mb):
+            f.write(chunk)
+
+
+def timed(broker, method, path, body):
+    """(status, parsed body or text, seconds); the client waits 10 s."""
+    t0 = time.monotonic()
+    r = broker.request(method, path, body=body, timeout=10)
+    dt = time.monotonic() - t0
+    try:
+        parsed = r.json()
+    except ValueError:
+        parsed = r.body.decode("utf-8", "replace")
+    return r.status, parsed, dt
+
+
+def push_body(first):
+    return {"items": [{"queue": "full", "payload": {"seq": first + i,
+                                                    "pad": PAD}}
+                      for i in range(ITEMS)]}
+
+
+class Pusher:
+    """Pushes numbered records one request at a time and keeps the verdict
+    of each request: acknowledged seqs in order, refusals with their text."""
+
+    def __init__(self, broker):
+        self.broker = broker
+        self.next = 0
+        self.acked = []      # seqs, in acknowledgement order
+        self.refused = []    # (status, body, seconds, seqs)
+
+    def push(self):
+        seqs = list(range(self.next, self.next + ITEMS))
+        status, body, dt = timed(self.broker, "POST", "/api/v1/push",
+                                 push_body(self.next))
+        self.next += ITEMS
+        if status == 201:
+            assert [it["status"] for it in body] == ["queued"] * ITEMS, body
+            self.acked.extend(seqs)
+        else:
+            self.refused.append((status, body, dt, seqs))
+        return status, body, dt
+
+    def until_refused(self, timeout=120):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status, body, dt = self.push()
+            if status != 201:
+                return status, body, dt
+        raise AssertionError("pushes were never refused; acked %d records" %
+                             len(self.acked))
+
+
+def assert_refusal(status, body, dt):
+    assert status in (503, 507), (status, body)
+    assert dt < ANSWER_S, "refusal took %.2f s: %r" % (dt, body)
+    assert isinstance(body, dict) and body.get("code") in (
+        "storage_full", "retry"), body
+    assert NOSPACE in body["error"], body
+
+
+def read_back(broker):
+    """Every record of queue "full" in offset order: [(offset, seq)]."""
+    out = []
+    offset = 0
+    while True:
+        e = broker.fetch_one("full", offset=offset, maxBytes=4 << 20)
+        recs = e["records"]
+        if not recs:
+            return out
+        for r in recs:
+            out.append((r["offset"], r["payload"]["seq"]))
+        offset = recs[-1]["offset"] + 1
+
+
+def assert_acked_kept(pusher, records):
+    """Acknowledged seqs present exactly once, in acknowledgement order. A
+    refused request's records may appear only when its answer said its
+    entry is logged (stored once storage recovers), and then all of them,
+    once."""
+    seqs = [s for _, s in records]
+    assert len(seqs) == len(set(seqs)), "a record is stored twice"
+    offsets = [o for o, _ in records]
+    assert offsets == list(range(len(offsets))), "offsets have gaps"
+    acked = set(pusher.acked)
+    assert [s for s in seqs if s in acked] == pusher.acked
+    stored = set(seqs)
+    for status, body, _, batch in pusher.refused:
+        present = [s for s in batch if s in stored]
+        logged = isinstance(body, dict) and "logged but not acknowledged" in \
+            body.get("error", "")
+        assert present in ([], batch if logged else []), (body, present)
+
+
+def nospace_errors(broker):
+    return [ln for ln in broker.stderr().splitlines()
+            if " ERROR " in ln and NOSPACE in ln]
+
+
+def test_full_disk_answers_at_once_and_recovers_without_restart(small_fs,
+                                                             brokers):
+    fs = small_fs(120)
+    ballast_path = os.path.join(fs, "ballast")
+    ballast(ballast_path, 40)
+    data = os.path.join(fs, "data")
+    os.makedirs(data)
+    b = brokers(data, env={"QUEEN_RAFT_SEGMENT_MB": str(SEGMENT_MB)})
+    b.start()
+    try:
+        p = Pusher(b)
+        assert_refusal(*p.until_refused())
+        assert len(p.acked) > 0
+        # It stays an answer: more pushes and a KV write, each at once.
+        for _ in range(5):
+            status, body, dt = p.push()
+            assert_refusal(status, body, dt)
+        status, body, dt = timed(b, "POST", "/api/v1/kv",
+                                 [{"op": "put", "ns": "app", "key": "k",
+                                   "value": "v", "forever": True}])
+        assert status == 507 and dt < ANSWER_S, (status, body, dt)
+        assert body["error"] == "kv_storage_full", body
+        # Health says why.
+        h = b.get("/health")
+        assert h.status == 503, h
+        assert h.json()["status"] == "unhealthy", h
+        assert NOSPACE in h.json()["reason"], h
+        # The log names the file and the errno text, once, though the node
+        # retries every second.
+        lines = nospace_errors(b)
+        assert len(lines) >= 1, b.stderr()
+        assert data in lines[0], lines[0]
+        t_fail = time.monotonic()
+        wait_until(lambda: time.monotonic() - t_fail > 3.5, 10,
+                   "3 retry rounds")
+        assert nospace_errors(b) == lines, b.stderr()
+        assert not re.search(r"Input/output error", b.stderr())
+
+        # Space returns: writes are taken again, no restart.
+        os.remove(ballast_path)
+        wait_until(lambda: b.get("/health").status == 200, 30,
+                   "/health to turn healthy after the ballast went")
+        for _ in range(5):
+            status, body, _ = p.push()
+            assert status == 201, body
+        status, body, _ = timed(b, "POST", "/api/v1/kv",
+                                [{"op": "put", "ns": "app", "key": "k",
+                                  "value": "v", "forever": True}])
+        assert status == 200, body
+        assert_acked_kept(p, read_back(b))
+    finally:
+        b.stop()
+
+
+def test_a_full_raft_log_file_system_answers_and_recovers(small_fs, brokers):
+    """The raft log on a file system of its own (the store elsewhere): the
+    failure is libraft's (a segment it cannot allocate), the refused entry
+    is not written, and growing the file system brings writes back."""
+    data = os.path.join(small_fs(200), "data")
+    raft_dir = os.path.join(data, "raft")
+    small_fs(44, at=raft_dir)
+    b = brokers(data, env={"QUEEN_RAFT_SEGMENT_MB": str(SEGMENT_MB)})
+    b.start()
+    try:
+        p = Pusher(b)
+        status, body, dt = p.until_refused()
+        assert_refusal(status, body, dt)
+        assert raft_dir in body["error"], body
+        for _ in range(3):
+            assert_refusal(*p.push())
+        h = b.get("/health")
+        assert h.status == 503 and NOSPACE in h.json()["reason"], h
+        lines = nospace_errors(b)
+        assert len(lines) == 1 and raft_dir in lines[0], b.stderr()
+        r = subprocess.run(["mount", "-o", "remount,size=120m", raft_dir],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        wait_until(lambda: b.get("/health").status == 200, 30,
+                   "/health to turn healthy after the file system grew")
+        for _ in range(5):
+            status, body, _ = p.push()
+            assert status == 201, body
+        assert_acked_kept(p, read_back(b))
+    finally:
+        b.stop()
+
+
+def test_sigterm_on_a_full_disk_exits_within_its_grace(small_fs, brokers):
+    fs = small_fs(120)
+    ballast_path = os.path.join(fs, "ballast")
+    ballast(ballast_path, 40)
+    data = os.path.join(fs, "data")
+    os.makedirs(data)
+    b = brokers(data, env={"QUEEN_RAFT_SEGMENT_MB": str(SEGMENT_MB)})
+    b.start()
+    p = Pusher(b)
+    assert_refusal(*p.until_refused())
+    # A push in flight while the signal lands is answered, not left hanging.
+    inflight = Background(timed, b, "POST", "/api/v1/push", push_body(10**9))
+    t0 = time.monotonic()
+    b.signal(signal.SIGTERM)
+    rc = b.wait_exit(timeout=30)
+    took = time.monotonic() - t0
+    assert rc == 0, b.stderr()
+    assert took < 5, "SIGTERM took %.1f s" % took
+    try:
+        status, body, _ = inflight.result(timeout=15)
+        assert status in (503, 507), (status, body)
+    except OSError:
+        pass  # refused at connect or closed by the stop: an error, not a hang
+    b._reap()
+    # Restart with space back: every acknowledged record is there.
+    os.remove(ballast_path)
+    b.start()
+    try:
+        assert_acked_kept(p, read_back(b))
+    finally:
+        b.stop()
+
+
+def test_a_data_dir_too_small_for_the_raft_segments_refuses_to_boot(
+        small_fs, brokers):
+    fs = small_fs(48)
+    b = brokers(os.path.join(fs, "data"))
+    p = subprocess.run([queen_bin()], env=b.environment(),
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0, p
+    lines = [ln for ln in p.stderr.splitlines() if "FATAL" in ln]
+    assert len(lines) == 1, p.stderr
+    assert re.search(r"QUEEN_RAFT_DIR=%s: \d+ MiB free, 208 MiB needed: "
+                     r"the raft log preallocates 3 segments of 64 MiB "
+                     r"\(QUEEN_RAFT_SEGMENT_MB\)" % re.escape(
+                         os.path.join(fs, "data")), lines[0]), lines[0]
+    # The same directory boots with segments that fit.
+    b2 = brokers(os.path.join(fs, "data"),
+                 env={"QUEEN_RAFT_SEGMENT_MB": str(SEGMENT_MB)})
+    b2.start()
+    try:
+        status, body, _ = timed(b2, "POST", "/api/v1/push", push_body(0))
+        assert status == 201, body
+    finally:
+        b2.stop()
