@@ -1101,23 +1101,20 @@ static void sock_read_tls(struct http_conn *c, const char *p, size_t n)
     struct buf *plain = &c->srv->plain;
     struct buf wire;
     struct err err;
-    bool is_eof = false;
     int rc;
 
     buf_init(&wire, BUF_UNLIMITED);
     buf_reset(plain);
-    rc = tls_conn_feed(c->tls, p, n, plain, &wire, &is_eof, &err);
+    rc = tls_conn_feed(c->tls, p, n, plain, &wire, &err);
     sock_tls_send(c, NULL, &wire);
     if (rc != 0) {
         log_debug("http", "%s", err.msg);
         http_conn_abort(c);
         return;
     }
+    /* A close_notify needs nothing here: the FIN after it is the EOF. */
     if (plain->len > 0) {
         http_conn_feed(c, plain->data, plain->len);
-    }
-    if (is_eof && !c->is_closing) {
-        http_conn_peer_gone(c);
     }
 }
 

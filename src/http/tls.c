@@ -48,7 +48,9 @@ static const char *tls_reason(char *b, size_t cap, const char *fallback)
     return b;
 }
 
-/* (3) An encrypted key fails to load instead of asking a terminal. */
+/* (3) An encrypted key fails to load instead of asking a terminal. The
+ * signature is OpenSSL's pem_password_cb. */
+/* NOLINTNEXTLINE(readability-non-const-parameter) */
 static int tls_no_passphrase(char *buf, int size, int rwflag, void *arg)
 {
     UNUSED(buf);
@@ -189,13 +191,11 @@ static int tls_drain(struct tls_conn *t, struct buf *wire, struct err *err)
 }
 
 int tls_conn_feed(struct tls_conn *t, const char *in, size_t n,
-                  struct buf *plain, struct buf *wire, bool *is_eof,
-                  struct err *err)
+                  struct buf *plain, struct buf *wire, struct err *err)
 {
     char why[256];
     int rc = 0;
 
-    *is_eof = false;
     ERR_clear_error();
     if (n > 0 && BIO_write(t->in, in, (int)n) != (int)n) {
         return err_set(err, ERR_INVALID, "tls: buffering input failed");
@@ -215,9 +215,8 @@ int tls_conn_feed(struct tls_conn *t, const char *in, size_t n,
             continue;
         }
         e = SSL_get_error(t->ssl, 0);
-        if (e == SSL_ERROR_ZERO_RETURN) {
-            *is_eof = true;
-        } else if (e != SSL_ERROR_WANT_READ) {
+        /* ZERO_RETURN: close_notify, the peer's FIN follows */
+        if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_ZERO_RETURN) {
             t->is_failed = true;
             rc = err_set(err, ERR_INVALID, "tls: %s",
                          tls_reason(why, sizeof(why), "connection failed"));

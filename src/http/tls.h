@@ -47,12 +47,11 @@ struct tls_conn *tls_conn_new(struct tls_ctx *ctx);
 void tls_conn_free(struct tls_conn *t);
 
 /* Ciphertext from the peer (n bytes, borrowed). Appends the plaintext it
- * completes to plain and what TLS must send to wire (1). Sets *is_eof when
- * the peer sent close_notify. Returns 0, or ERR_INVALID (handshake failure,
- * bad record) with the library's reason (2). */
+ * completes to plain and what TLS must send to wire (1). Returns 0, or
+ * ERR_INVALID (handshake failure, bad record) with the library's reason
+ * (2). */
 int tls_conn_feed(struct tls_conn *t, const char *in, size_t n,
-                  struct buf *plain, struct buf *wire, bool *is_eof,
-                  struct err *err);
+                  struct buf *plain, struct buf *wire, struct err *err);
 
 /* Encrypt nbufs buffers of plaintext, in order, into wire (1). Returns 0,
  * or ERR_INVALID before the handshake finished or on a library failure
