@@ -17,9 +17,18 @@
 # records/s; the load generators share the same 2 cores) and the load
 # average.
 #
-# Usage: bench/push.sh [build-dir]   (make bench runs it via scripts/bench.sh)
-# QUEEN_BIN overrides the binary (to compare two builds with one script).
+# With --tls (bench/push_tls.sh) the peer is queen itself over plain HTTP:
+# each round runs queen plain, then queen over HTTPS (QUEEN_TLS_CERT/KEY, a
+# self-signed RSA-2048 certificate made here; wrk keeps its 16 TLS
+# connections open, so this is the cost of encryption, not of handshakes),
+# and the summary prints the ratio https/plain. Redis is not run then.
+#
+# Usage: bench/push.sh [--tls] [build-dir]   (make bench runs both via
+# scripts/bench.sh). QUEEN_BIN overrides the binary (to compare two builds
+# with one script).
 set -euo pipefail
+tls=0
+if [ "${1:-}" = "--tls" ]; then tls=1; shift; fi
 build=${1:-build}
 root="$(cd "$(dirname "$0")/.." && pwd)"
 queen="${QUEEN_BIN:-$root/$build/queen}"
@@ -43,7 +52,7 @@ free_port() {
 }
 wait_http() { # url
   for _ in $(seq 1 200); do
-    curl -sf "$1" >/dev/null 2>&1 && return 0
+    curl -sfk "$1" >/dev/null 2>&1 && return 0
     sleep 0.05
   done
   echo "bench/push: $1 did not answer" >&2; return 1
@@ -69,22 +78,35 @@ with open(out, "w") as f:
     f.write("wrk.body = %s\n" % json.dumps(body))
 PY
 
-# One queen round: a fresh data dir; appends "rate p50 p99 cpu_us load" to
-# $tmp/queen.rounds, and the number of records stored to $tmp/qstored.
+if [ "$tls" = 1 ]; then
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tmp/tls.key" \
+    -out "$tmp/tls.crt" -days 2 -subj /CN=127.0.0.1 2>/dev/null
+fi
+
+# One queen round: a fresh data dir; appends "rate p50 p99 cpu_us load
+# records" to $tmp/queen.rounds ($tmp/queen-https.rounds over TLS). $2 is
+# the scheme, http (default) or https.
 queen_round() {
-  local r=$1 qport rport qcpu0 qcpu qreqs qreq qp50 qp99 qbad
+  local r=$1 scheme=${2:-http} qport rport qcpu0 qcpu qreqs qreq qp50 qp99 qbad
+  local out="$tmp/queen.rounds" tag="$r"
+  local tlsenv=()
+  if [ "$scheme" = https ]; then
+    out="$tmp/queen-https.rounds"; tag="$r-https"
+    tlsenv=(QUEEN_TLS_CERT="$tmp/tls.crt" QUEEN_TLS_KEY="$tmp/tls.key")
+  fi
   qport=$(free_port); rport=$(free_port)
-  QUEEN_PORT=$qport QUEEN_BIND_ADDR=127.0.0.1 QUEEN_RAFT_DIR="$tmp/queen$r" \
-    QUEEN_RAFT_LISTEN=127.0.0.1:$rport QUEEN_LOG_LEVEL=warn \
-    "$queen" 2>"$tmp/queen$r.log" &
+  env QUEEN_PORT=$qport QUEEN_BIND_ADDR=127.0.0.1 QUEEN_RAFT_DIR="$tmp/queen$tag" \
+    QUEEN_RAFT_LISTEN=127.0.0.1:$rport QUEEN_LOG_LEVEL=warn "${tlsenv[@]}" \
+    "$queen" 2>"$tmp/queen$tag.log" &
   qpid=$!
-  wait_http "http://127.0.0.1:$qport/health"
+  wait_http "$scheme://127.0.0.1:$qport/health"
   qcpu0=$(cpu "$qpid")
   wrk -t2 -c$conns -d${secs}s --latency -s "$tmp/push.lua" \
-    "http://127.0.0.1:$qport/api/v1/push" >"$tmp/wrk$r.txt"
+    "$scheme://127.0.0.1:$qport/api/v1/push" >"$tmp/wrk$tag.txt"
   qcpu=$(( $(cpu "$qpid") - qcpu0 ))
   kill -TERM "$qpid"; wait "$qpid" || true; qpid=""
-  rm -rf "$tmp/queen$r"
+  rm -rf "$tmp/queen$tag"
+  r=$tag
   qreqs=$(awk '/requests in/ {print $1}' "$tmp/wrk$r.txt")
   qreq=$(awk '/^Requests\/sec:/ {print $2}' "$tmp/wrk$r.txt")
   qp50=$(awk '$1=="50%" {print $2}' "$tmp/wrk$r.txt")
@@ -92,7 +114,7 @@ queen_round() {
   qbad=$(awk '/Non-2xx/ {print $5}' "$tmp/wrk$r.txt"); qbad=${qbad:-0}
   [ "$qbad" = 0 ] || echo "bench/push: queen round $r: $qbad non-2xx answers" >&2
   /usr/bin/python3 - "$qreq" "$qreqs" "$qcpu" "$qp50" "$qp99" "$(load)" \
-    "$batch" "$hz" >>"$tmp/queen.rounds" <<'PY'
+    "$batch" "$hz" >>"$out" <<'PY'
 import sys
 req, reqs, cpu, p50, p99, load, batch, hz = sys.argv[1:]
 ms = lambda s: float(s[:-2]) if s.endswith("ms") else float(s[:-2]) / 1000 if s.endswith("us") else float(s[:-1]) * 1000
@@ -125,6 +147,31 @@ redis_round() {
   /usr/bin/python3 -c "print($rrate, $rp50, $rp99, $rcpu / $hz * 1e6 / $n, '$(load)', $n)" \
     >>"$tmp/redis.rounds"
 }
+
+if [ "$tls" = 1 ]; then
+  for r in $(seq 1 "$runs"); do
+    queen_round "$r" http
+    queen_round "$r" https
+  done
+  echo "bench/push --tls: ${plen}-byte JSON payloads, $batch per request, $conns keep-alive connections, ${secs}s, $runs rounds"
+  /usr/bin/python3 - "$tmp/queen.rounds" "$tmp/queen-https.rounds" "$batch" <<'PY'
+import statistics, sys
+def rows(path):
+    return [[float(x) for x in line.split()] for line in open(path)]
+p, t, batch = rows(sys.argv[1]), rows(sys.argv[2]), int(sys.argv[3])
+for i, (a, b) in enumerate(zip(p, t), 1):
+    print("  round %d  http %8.0f records/s p99 %7.2fms %5.2f CPU-us/record (load %.2f)"
+          "  https %8.0f records/s p99 %7.2fms %5.2f CPU-us/record (load %.2f)  ratio %.2f"
+          % (i, a[0], a[2], a[3], a[4], b[0], b[2], b[3], b[4], b[0] / a[0]))
+med = lambda rs, k: statistics.median(x[k] for x in rs)
+for name, rs in (("http ", p), ("https", t)):
+    print("  %s  %10.0f records/s  p50 %.2fms  p99 %.2fms (request of %d)  %.2f CPU-us/record  (medians)"
+          % (name, med(rs, 0), med(rs, 1), med(rs, 2), batch, med(rs, 3)))
+print("  ratio  https/http = %.2f records/s, %.2f CPU-us/record"
+      % (med(t, 0) / med(p, 0), med(t, 3) / med(p, 3)))
+PY
+  exit 0
+fi
 
 for r in $(seq 1 "$runs"); do
   queen_round "$r"

@@ -6,14 +6,14 @@
 # Exits 0 only if both pass. Not part of `make check`: it uninstalls things.
 #
 # Kept, although setup.sh lists them: the packages the machine's own tools
-# stand on (the compilers, python3, curl, nodejs), which a fresh Debian 12
+# stand on (the compilers, python3, curl, openssl, nodejs), which a fresh Debian 12
 # image of this kind already ships. Purging them would take apt's and the
 # shell's own tools with them; setup.sh installs them when they are missing.
 # Usage: scripts/fresh-machine.sh [clone-dir]   (default /tmp/queen-fresh)
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 dest=${1:-/tmp/queen-fresh}
-KEEP=" build-essential pkg-config clang clang-format clang-tidy cppcheck python3 curl zstd libssl-dev zlib1g-dev nodejs npm "
+KEEP=" build-essential pkg-config clang clang-format clang-tidy cppcheck python3 curl openssl zstd libssl-dev zlib1g-dev nodejs npm "
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive

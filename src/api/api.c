@@ -198,6 +198,9 @@ void api_respond_err(struct api *a, struct http_req *req, const struct err *err)
     case ERR_FULL:
         http_respond_error(req, 507, "storage_full", err->msg);
         return;
+    case ERR_FORBIDDEN:
+        http_respond_error(req, 403, "forbidden", err->msg);
+        return;
     case ERR_LIMIT:
         http_respond_error_ex(req, 429, "too_many_requests", err->msg,
                               "Retry-After: 1\r\n");

@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "api/api.h"
+#include "api/auth.h"
+#include "base/uuid7.h"
 #include "http/server.h"
 #include "store/store.h"
 
@@ -85,9 +87,41 @@ int api_tenant_of(bool is_header_on, const char *value, uint8_t out[16],
                    quote, value[n] != '\0' ? "..." : "");
 }
 
+int api_tenant_bound(const uint8_t bound[16], const char *value,
+                     uint8_t out[16], struct err *err)
+{
+    uint8_t t[16];
+    char want[37];
+    char got[37];
+
+    if (value == NULL) {
+        memcpy(out, bound, 16);
+        return 0;
+    }
+    if (api_tenant_of(true, value, t, err) != 0) {
+        return err->code;
+    }
+    if (memcmp(t, bound, 16) != 0) {
+        uuid7_format(bound, want);
+        uuid7_format(t, got);
+        return err_set(err, ERR_FORBIDDEN,
+                       "this token acts for tenant %s only; the "
+                       "%s header names %s",
+                       want, API_TENANT_HEADER, got);
+    }
+    memcpy(out, t, 16);
+    return 0;
+}
+
 int api_tenant(const struct http_req *req, const struct api *a, uint8_t out[16],
                struct err *err)
 {
+    const struct auth_entry *e = req->principal;
+
+    if (e != NULL && e->is_bound) {
+        return api_tenant_bound(
+            e->tenant, http_req_header(req, API_TENANT_HEADER), out, err);
+    }
     if (!a->is_tenancy_header) {
         return api_tenant_of(false, NULL, out, err);
     }

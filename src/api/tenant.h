@@ -8,7 +8,11 @@
  *       changes nothing (api.h (1)).
  *   (2) With the setting off the header is never looked at: a client cannot
  *       pick a tenant unless the operator put a trusted proxy in front and
- *       said so.
+ *       said so. The exception is (3).
+ *   (3) A call let in by a token bound to a tenant (api/auth.h) acts for
+ *       that tenant only, whatever the setting: without the header it is
+ *       the token's tenant; a header naming another tenant answers 403
+ *       (ERR_FORBIDDEN) and changes nothing.
  *
  * Pure except api_tenant(), which only reads the request's header. */
 #ifndef QUEEN_API_TENANT_H
@@ -34,7 +38,14 @@ bool api_tenant_parse(const char *s, uint8_t out[16]);
 int api_tenant_of(bool is_header_on, const char *value, uint8_t out[16],
                   struct err *err);
 
-/* api_tenant_of() for req under a's setting. Borrows both. */
+/* (3) The tenant for a header value (NULL when absent) under a token bound
+ * to bound. Returns 0; ERR_INVALID as api_tenant_of() for a malformed
+ * header; ERR_FORBIDDEN when the header names another tenant. */
+int api_tenant_bound(const uint8_t bound[16], const char *value,
+                     uint8_t out[16], struct err *err);
+
+/* The tenant of req: api_tenant_bound() when its token is bound to one,
+ * else api_tenant_of() under a's setting. Borrows both. */
 int api_tenant(const struct http_req *req, const struct api *a, uint8_t out[16],
                struct err *err);
 

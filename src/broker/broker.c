@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "api/api.h"
+#include "api/auth.h"
 #include "api/kv.h"
 #include "base/log.h"
 #include "broker/dirlock.h"
@@ -23,6 +24,7 @@
 #include "broker/retention.h"
 #include "http/router.h"
 #include "http/server.h"
+#include "http/tls.h"
 #include "raft/node.h"
 #include "sink/host.h"
 #include "store/kv.h"
@@ -42,6 +44,8 @@ struct broker {
     struct node *node;
     struct router *router;
     struct http_server *http;
+    struct tls_ctx *tls; /* QUEEN_TLS_CERT/KEY; NULL for plain HTTP */
+    struct auth auth;    /* QUEEN_AUTH_TOKENS; n == 0 without */
     struct api api;
     struct kv_service *kv;
     uv_timer_t kv_sweep; /* the leader's KV expiry sweep */
@@ -234,6 +238,13 @@ static int broker_open_http(struct broker *b, struct err *err)
     }
     api_long_poll_limits(&b->api, (size_t)b->cfg->max_long_polls_per_conn,
                          (size_t)b->cfg->max_long_polls);
+    if (config_open_tls(b->cfg, &b->tls, err) != 0 ||
+        config_open_auth(b->cfg, &b->auth, err) != 0) {
+        return err->code;
+    }
+    if (b->auth.n > 0) {
+        router_set_guard(b->router, api_auth_guard, &b->auth);
+    }
     if (api_routes(&b->api, b->router, err) != 0 ||
         api_kv_routes(&b->api, b->kv, b->router, err) != 0 ||
         sink_host_boot(&b->sink, b->store, &sink_kv, &b->api, err) != 0) {
@@ -241,6 +252,7 @@ static int broker_open_http(struct broker *b, struct err *err)
     }
     memset(&hc, 0, sizeof(hc));
     hc.bind_addr = b->cfg->bind_addr;
+    hc.tls = b->tls;
     hc.port = b->cfg->port;
     hc.max_body_bytes = (size_t)b->cfg->max_body_bytes;
     if (http_server_start(&b->http, &b->loop, &hc, router_dispatch, b->router,
@@ -299,11 +311,12 @@ int broker_run(const struct config *cfg, struct err *err)
     uv_timer_start(&b.kv_sweep, broker_on_kv_sweep, 1000, 1000);
     b.retention = retention_start(&b.loop, b.store, b.node, 0);
     log_info("broker",
-             "queen %s listening on %s:%d, raft %s, data %s, body limit %zu, "
-             "tenancy header %s",
+             "queen %s listening on %s:%d over %s, raft %s, data %s, body "
+             "limit %zu, tenancy header %s, bearer tokens %zu",
              API_VERSION, cfg->bind_addr, http_server_port(b.http),
-             cfg->raft_listen, cfg->raft_dir, (size_t)cfg->max_body_bytes,
-             cfg->tenancy_header ? "on" : "off");
+             b.tls != NULL ? "https" : "http", cfg->raft_listen, cfg->raft_dir,
+             (size_t)cfg->max_body_bytes, cfg->tenancy_header ? "on" : "off",
+             b.auth.n);
     uv_run(&b.loop, UV_RUN_DEFAULT);
     ASSERT(b.state == BROKER_DONE);
 out_close:
@@ -312,6 +325,8 @@ out_close:
         router_free(b.router);
     }
     api_kv_routes_free();
+    auth_free(&b.auth);
+    tls_ctx_free(b.tls); /* the server, its only user, is gone */
     /* A sink past its grace may still be inside a store read or kv_call_batch:
      * leave what it borrows to the process exit. */
     if (sink_host_free(b.sink)) {

@@ -16,7 +16,9 @@
 #include <string.h>
 #include <strings.h>
 
+#include "api/auth.h"
 #include "base/log.h"
+#include "http/tls.h"
 #include "sink/config.h"
 
 enum cfg_type {
@@ -24,6 +26,7 @@ enum cfg_type {
     CFG_U64,      /* decimal integer in [min, max] */
     CFG_SIZE,     /* byte size with optional suffix, in [min, max] */
     CFG_PATH,     /* non-empty string */
+    CFG_FILE,     /* a path, or empty for none */
     CFG_IP,       /* IPv4 or IPv6 literal */
     CFG_HOSTPORT, /* "ip:port" or "[ip6]:port"; empty = derived */
     CFG_LOGLEVEL, /* error | warn | info | debug */
@@ -91,6 +94,17 @@ static const struct cfg_row cfg_rows[] = {
         OFF(kv_unsafe_sink_writes), 0, 0, false,
         "let HTTP clients write the S3 sink's KV namespace queen-s3 (its "
         "leases and commit pointers): tests and repairs only"),
+    ROW("QUEEN_TLS_CERT", CFG_FILE, "", OFF(tls_cert), 0, CONFIG_PATH_MAX - 1,
+        false,
+        "PEM certificate chain: serve HTTPS (with QUEEN_TLS_KEY; unset: "
+        "plain HTTP)"),
+    ROW("QUEEN_TLS_KEY", CFG_FILE, "", OFF(tls_key), 0, CONFIG_PATH_MAX - 1,
+        false, "PEM private key of QUEEN_TLS_CERT, unencrypted"),
+    ROW("QUEEN_AUTH_TOKENS", CFG_FILE, "", OFF(auth_tokens), 0,
+        CONFIG_PATH_MAX - 1, false,
+        "file of bearer tokens, one a line, each optionally followed by the "
+        "tenant UUID it acts for; every route but /health then needs one "
+        "(unset: no authentication)"),
 };
 
 bool config_parse_u64(const char *s, uint64_t *out)
@@ -259,6 +273,12 @@ static int cfg_apply(const struct cfg_row *r, struct config *c, const char *v,
         return set_number(r, field, v, err);
     case CFG_PATH:
         return set_str(r, field, CONFIG_PATH_MAX, v, err);
+    case CFG_FILE:
+        if (*v == '\0') {
+            *field = '\0';
+            return 0;
+        }
+        return set_str(r, field, CONFIG_PATH_MAX, v, err);
     case CFG_IP:
         if (!is_ip_literal(v)) {
             return err_set(err, ERR_INVALID,
@@ -305,6 +325,15 @@ static int cfg_apply(const struct cfg_row *r, struct config *c, const char *v,
 /* Cross-field rules. */
 static int config_validate(struct config *c, struct err *err)
 {
+    if ((c->tls_cert[0] == '\0') != (c->tls_key[0] == '\0')) {
+        return err_set(
+            err, ERR_INVALID,
+            "%s=%.120s: QUEEN_TLS_CERT and QUEEN_TLS_KEY go "
+            "together; set %s too, or neither",
+            c->tls_cert[0] != '\0' ? "QUEEN_TLS_CERT" : "QUEEN_TLS_KEY",
+            c->tls_cert[0] != '\0' ? c->tls_cert : c->tls_key,
+            c->tls_cert[0] != '\0' ? "QUEEN_TLS_KEY" : "QUEEN_TLS_CERT");
+    }
     if (c->raft_listen[0] == '\0') {
         if (c->port + 1000 > 65535) {
             return err_set(err, ERR_INVALID,
@@ -386,6 +415,53 @@ static int sink_preflight(struct err *err)
     return 0;
 }
 
+int config_open_tls(const struct config *c, struct tls_ctx **out,
+                    struct err *err)
+{
+    enum tls_file bad;
+
+    *out = NULL;
+    if (c->tls_cert[0] == '\0') {
+        return 0;
+    }
+    if (tls_ctx_new(out, c->tls_cert, c->tls_key, &bad, err) != 0) {
+        return bad == TLS_FILE_CERT
+                   ? err_wrap(err, "QUEEN_TLS_CERT=%.120s", c->tls_cert)
+                   : err_wrap(err, "QUEEN_TLS_KEY=%.120s", c->tls_key);
+    }
+    return 0;
+}
+
+int config_open_auth(const struct config *c, struct auth *out, struct err *err)
+{
+    memset(out, 0, sizeof(*out));
+    if (c->auth_tokens[0] == '\0') {
+        return 0;
+    }
+    if (auth_load_file(out, c->auth_tokens, err) != 0) {
+        return err_wrap(err, "QUEEN_AUTH_TOKENS=%.120s", c->auth_tokens);
+    }
+    return 0;
+}
+
+/* The files are read as the broker will read them, then let go: the
+ * broker opens them again after the boot checks. */
+static int files_preflight(const struct config *c, struct err *err)
+{
+    struct tls_ctx *tls;
+    struct auth auth;
+
+    if (config_open_tls(c, &tls, err) != 0) {
+        return ERR_INVALID;
+    }
+    tls_ctx_free(tls);
+    if (config_open_auth(c, &auth, err) != 0) {
+        return ERR_INVALID;
+    }
+    auth_free(&auth);
+    return 0;
+}
+
 int config_load_env(struct config *c, struct err *err)
 {
     const char *f = getenv("QUEEN_LOG_FORMAT");
@@ -395,7 +471,8 @@ int config_load_env(struct config *c, struct err *err)
     if (f != NULL && log_parse_format(f) >= 0) {
         log_set_format(log_parse_format(f));
     }
-    if (config_load(c, env_get, NULL, err) != 0) {
+    if (config_load(c, env_get, NULL, err) != 0 ||
+        files_preflight(c, err) != 0) {
         return err->code;
     }
     log_set_format(c->log_format);

@@ -32,7 +32,13 @@ struct config {
     int log_format;                    /* QUEEN_LOG_FORMAT, enum log_format */
     bool tenancy_header;               /* QUEEN_TENANCY_HEADER */
     bool kv_unsafe_sink_writes;        /* QUEEN_KV_UNSAFE_SINK_WRITES */
+    char tls_cert[CONFIG_PATH_MAX];    /* QUEEN_TLS_CERT, "" = plain HTTP */
+    char tls_key[CONFIG_PATH_MAX];     /* QUEEN_TLS_KEY, set with tls_cert */
+    char auth_tokens[CONFIG_PATH_MAX]; /* QUEEN_AUTH_TOKENS, "" = no auth */
 };
+
+struct tls_ctx;
+struct auth;
 
 /* Returns the variable's value or NULL when unset. Borrowed. */
 typedef const char *(*config_getenv_fn)(void *ctx, const char *name);
@@ -42,8 +48,21 @@ typedef const char *(*config_getenv_fn)(void *ctx, const char *name);
 int config_load(struct config *c, config_getenv_fn get, void *ctx,
                 struct err *err);
 
-/* config_load over the process environment. */
+/* config_load over the process environment, then the files the settings
+ * name are read as the broker will read them (config_open_tls,
+ * config_open_auth), so a bad file is a bad setting (2). */
 int config_load_env(struct config *c, struct err *err);
+
+/* The TLS context of QUEEN_TLS_CERT and QUEEN_TLS_KEY: *out is NULL when
+ * they are unset. Returns 0, or the error of http/tls.h tls_ctx_new() with
+ * err->msg "QUEEN_TLS_<CERT|KEY>=<path>: <why>". */
+int config_open_tls(const struct config *c, struct tls_ctx **out,
+                    struct err *err);
+
+/* The token table of QUEEN_AUTH_TOKENS (api/auth.h); out->n is 0 when it is
+ * unset. Returns 0, or the error of auth_load_file() with err->msg
+ * "QUEEN_AUTH_TOKENS=<path>: <why>" (never a token). */
+int config_open_auth(const struct config *c, struct auth *out, struct err *err);
 
 /* Print one line per setting (name, default, help) to f: the broker's table,
  * the variables envcheck reads, then the sink's (sink_config_var()). */

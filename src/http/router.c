@@ -51,6 +51,8 @@ struct router {
     struct route_pattern **pats;
     size_t npats;
     struct route_pattern unmatched;
+    router_guard_fn guard; /* (5) */
+    void *guard_arg;
 };
 
 static const char *const router_method_names[] = {
@@ -296,6 +298,18 @@ static bool route_method_ok(const struct route *rt, enum http_method m)
            (rt->method == HTTP_METHOD_GET && m == HTTP_METHOD_HEAD);
 }
 
+void router_set_guard(struct router *r, router_guard_fn guard, void *arg)
+{
+    r->guard = guard;
+    r->guard_arg = arg;
+}
+
+/* (5) */
+static bool router_let_in(struct router *r, struct http_req *req)
+{
+    return r->guard == NULL || r->guard(req, r->guard_arg);
+}
+
 void router_dispatch(struct http_req *req, void *router)
 {
     struct router *r = router;
@@ -316,12 +330,17 @@ void router_dispatch(struct http_req *req, void *router)
         req->route = rt->pat->pattern;
         req->on_status = route_count;
         req->on_status_arg = rt->pat;
-        rt->fn(req, rt->arg);
+        if (router_let_in(r, req)) {
+            rt->fn(req, rt->arg);
+        }
         return;
     }
     req->route = NULL;
     req->on_status = route_count;
     req->on_status_arg = &r->unmatched;
+    if (!router_let_in(r, req)) {
+        return;
+    }
     if (is_path_known) {
         router_not_allowed(r, req);
     } else {

@@ -22,6 +22,9 @@
  *       (docs/design/http-api.md §1).
  *   (4) Every answer is counted once under its route's pattern and status;
  *       (2) and (3) are counted under route "unmatched".
+ *   (5) With a guard set, no handler runs and no 404 or 405 is answered
+ *       unless the guard let the request through; the guard's own answer
+ *       is counted like the handler's would have been.
  * Loop thread only; the table must not change while requests run. */
 #ifndef QUEEN_HTTP_ROUTER_H
 #define QUEEN_HTTP_ROUTER_H
@@ -43,6 +46,14 @@ void router_free(struct router *r);
  * parameter name, more than HTTP_MAX_PARAMS parameters). */
 int router_add(struct router *r, enum http_method method, const char *pattern,
                http_handler_fn fn, void *arg, struct err *err);
+
+/* Called before a request's handler, or before its 404 or 405 answer, with
+ * req->route set (NULL when no route matched). Returns true to go on;
+ * false after answering req itself. */
+typedef bool (*router_guard_fn)(struct http_req *req, void *arg);
+
+/* Put guard in front of every request (NULL: none); arg is borrowed. */
+void router_set_guard(struct router *r, router_guard_fn guard, void *arg);
 
 /* An http_handler_fn: pass it to http_server_start with the router as arg. */
 void router_dispatch(struct http_req *req, void *router);

@@ -30,7 +30,13 @@
  *       the connection under our feet.
  *   (4) Bodies declared with Content-Length are read by libuv straight into
  *       the request's body buffer (see conn_direct_target), so a large push
- *       is never copied between buffers. */
+ *       is never copied between buffers. Not over TLS: there libuv reads
+ *       ciphertext, and the plaintext is copied out of OpenSSL.
+ *   (5) Over TLS (cfg.tls) the socket layer alone changes: what libuv reads
+ *       goes through tls_conn_feed() before http_conn_feed(), and each
+ *       io.write is encrypted whole into one uv_write (http/tls.h). Every
+ *       record is queued on the socket the moment OpenSSL makes it, so the
+ *       handshake, session tickets and answers leave in order. */
 #include "http/server.h"
 
 #include <inttypes.h>
@@ -46,6 +52,7 @@
 #include "base/pct.h"
 #include "base/xalloc.h"
 #include "http/resp.h"
+#include "http/tls.h"
 
 #define CONN_INLINE_BODY    16384 /* answers up to this size are copied */
 #define CONN_DIRECT_MIN     16384 /* body left before reading directly */
@@ -69,6 +76,7 @@ struct http_conn {
     uv_timer_t timer;           /* socket layer: idle timeout, then linger */
     int nhandles;               /* socket layer: open uv handles */
     struct http_server *srv;    /* socket layer only */
+    struct tls_conn *tls;       /* socket layer (5): NULL for plain HTTP */
     struct http_conn *prev;
     struct http_conn *next;
     struct http_config cfg;
@@ -949,6 +957,7 @@ struct http_server {
     bool is_closing;
     http_close_fn close_cb;
     void *close_arg;
+    struct buf plain; /* (5) shared like rbuf: decrypted bytes of one read */
     char rbuf[SERVER_READ_BUFSIZE]; /* shared: read_cb consumes it at once */
 };
 
@@ -973,6 +982,7 @@ static void server_maybe_done(struct http_server *srv)
     if (srv->close_cb != NULL) {
         srv->close_cb(srv->close_arg);
     }
+    buf_free(&srv->plain);
     free(srv);
 }
 
@@ -1025,9 +1035,86 @@ static void sock_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     struct http_conn *c = container_of(h, struct http_conn, tcp);
 
     UNUSED(suggested);
-    if (!conn_direct_target(c, buf)) {
+    if (c->tls != NULL || !conn_direct_target(c, buf)) {
         buf->base = c->srv->rbuf;
         buf->len = sizeof(c->srv->rbuf);
+    }
+}
+
+/* (5) One uv_write of TLS records: an encrypted answer (token is its
+ * struct http_write) or what the handshake made (token NULL). */
+struct sock_tls_write {
+    uv_write_t uvw;
+    struct http_conn *conn;
+    void *token;
+    struct buf wire;
+};
+
+static void sock_on_tls_write(uv_write_t *req, int status)
+{
+    struct sock_tls_write *w = container_of(req, struct sock_tls_write, uvw);
+    struct http_conn *c = w->conn;
+    void *token = w->token;
+
+    buf_free(&w->wire);
+    free(w);
+    if (token == NULL) {
+        return;
+    }
+    if (!c->is_lingering && !uv_is_closing((uv_handle_t *)&c->timer)) {
+        uv_timer_again(&c->timer);
+    }
+    http_conn_write_done(c, token, status);
+}
+
+/* Queue wire (taken) on the socket; with a token, report it done. */
+static void sock_tls_send(struct http_conn *c, void *token, struct buf *wire)
+{
+    struct sock_tls_write *w;
+    uv_buf_t b;
+    int rc;
+
+    if (wire->len == 0) {
+        buf_free(wire);
+        if (token != NULL) {
+            http_conn_write_done(c, token, 0);
+        }
+        return;
+    }
+    w = xcalloc(1, sizeof(*w));
+    w->conn = c;
+    w->token = token;
+    w->wire = *wire;
+    b = uv_buf_init(w->wire.data, (unsigned)w->wire.len);
+    rc = uv_write(&w->uvw, (uv_stream_t *)&c->tcp, &b, 1, sock_on_tls_write);
+    if (rc < 0) {
+        buf_free(&w->wire);
+        free(w);
+        if (token != NULL) {
+            http_conn_write_done(c, token, rc);
+        }
+    }
+}
+
+static void sock_read_tls(struct http_conn *c, const char *p, size_t n)
+{
+    struct buf *plain = &c->srv->plain;
+    struct buf wire;
+    struct err err;
+    int rc;
+
+    buf_init(&wire, BUF_UNLIMITED);
+    buf_reset(plain);
+    rc = tls_conn_feed(c->tls, p, n, plain, &wire, &err);
+    sock_tls_send(c, NULL, &wire);
+    if (rc != 0) {
+        log_debug("http", "%s", err.msg);
+        http_conn_abort(c);
+        return;
+    }
+    /* A close_notify needs nothing here: the FIN after it is the EOF. */
+    if (plain->len > 0) {
+        http_conn_feed(c, plain->data, plain->len);
     }
 }
 
@@ -1036,8 +1123,13 @@ static void sock_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     struct http_conn *c = container_of(s, struct http_conn, tcp);
 
     if (nread > 0) {
-        if (!c->is_lingering) {
-            uv_timer_again(&c->timer);
+        if (c->is_lingering) {
+            return;
+        }
+        uv_timer_again(&c->timer);
+        if (c->tls != NULL) {
+            sock_read_tls(c, buf->base, (size_t)nread);
+        } else {
             http_conn_feed(c, buf->base, (size_t)nread);
         }
         return;
@@ -1065,6 +1157,29 @@ static void sock_on_write(uv_write_t *req, int status)
     http_conn_write_done(c, w, status);
 }
 
+/* (5) Encrypt one io.write whole: one buffer, one uv_write. */
+static void sock_write_tls(struct http_conn *c, void *token,
+                           const uv_buf_t *bufs, unsigned nbufs)
+{
+    struct buf wire;
+    struct err err;
+    size_t total = 0;
+
+    for (unsigned i = 0; i < nbufs; i++) {
+        total += bufs[i].len;
+    }
+    buf_init(&wire, BUF_UNLIMITED);
+    /* the records' headers, IVs and tags: under 64 bytes a record */
+    if (buf_reserve(&wire, total + (total / 16384 + 1) * 64, &err) != 0 ||
+        tls_conn_encrypt(c->tls, bufs, nbufs, &wire, &err) != 0) {
+        log_debug("http", "%s", err.msg);
+        buf_free(&wire);
+        http_conn_write_done(c, token, UV_EPROTO);
+        return;
+    }
+    sock_tls_send(c, token, &wire);
+}
+
 static void sock_write(struct http_conn *c, void *token, const uv_buf_t *bufs,
                        unsigned nbufs, void *arg)
 {
@@ -1072,6 +1187,10 @@ static void sock_write(struct http_conn *c, void *token, const uv_buf_t *bufs,
     int rc;
 
     UNUSED(arg);
+    if (c->tls != NULL) {
+        sock_write_tls(c, w, bufs, nbufs);
+        return;
+    }
     rc = uv_write(&w->uvw, (uv_stream_t *)&c->tcp, bufs, nbufs, sock_on_write);
     if (rc < 0) {
         http_conn_write_done(c, w, rc);
@@ -1096,6 +1215,13 @@ static void sock_close(struct http_conn *c, void *arg)
     struct http_server *srv = arg;
     uv_stream_t *s = (uv_stream_t *)&c->tcp;
 
+    if (c->tls != NULL && !uv_is_closing((uv_handle_t *)s)) {
+        struct buf wire;
+
+        buf_init(&wire, BUF_UNLIMITED);
+        tls_conn_close_notify(c->tls, &wire);
+        sock_tls_send(c, NULL, &wire);
+    }
     if (c->fail_status != 0 && !c->has_peer_eof && !srv->is_closing &&
         uv_shutdown(&c->shutdown_req, s, sock_on_shutdown) == 0) {
         c->is_lingering = true;
@@ -1123,6 +1249,8 @@ static void sock_release(struct http_conn *c, void *arg)
 {
     struct http_server *srv = arg;
 
+    tls_conn_free(c->tls);
+    c->tls = NULL;
     if (c->prev != NULL) {
         c->prev->next = c->next;
     } else {
@@ -1165,6 +1293,9 @@ static void server_on_connection(uv_stream_t *listener, int status)
         return;
     }
     srv->accepted_total++;
+    if (srv->cfg.tls != NULL) {
+        c->tls = tls_conn_new(srv->cfg.tls);
+    }
     uv_timer_start(&c->timer, sock_timer_expired, srv->cfg.idle_timeout_ms,
                    srv->cfg.idle_timeout_ms);
     uv_tcp_nodelay(&c->tcp, 1);
@@ -1223,6 +1354,7 @@ int http_server_start(struct http_server **out, uv_loop_t *loop,
     config_defaults(&srv->cfg);
     srv->handler = handler;
     srv->handler_arg = arg;
+    buf_init(&srv->plain, BUF_UNLIMITED);
     uv_tcp_init(loop, &srv->listener);
     if (server_bind(srv, err) != 0) {
         uv_close((uv_handle_t *)&srv->listener, server_free_cb);

@@ -62,8 +62,12 @@ enum http_method {
 #define HTTP_MAX_HEADERS              64
 #define HTTP_MAX_PARAMS               8
 
+struct tls_ctx;
+
 struct http_config {
     const char *bind_addr;    /* NULL = "0.0.0.0" */
+    struct tls_ctx *tls;      /* borrowed (http/tls.h), outlives the server;
+                                 NULL = plain HTTP */
     int port;                 /* 0 = any free port (see http_server_port) */
     size_t max_body_bytes;    /* 0 = HTTP_DEFAULT_MAX_BODY_BYTES */
     size_t max_header_bytes;  /* request line + headers; 0 = default */
@@ -107,6 +111,8 @@ struct http_req {
     int http_minor;          /* 1 for HTTP/1.1, 0 for HTTP/1.0 */
     void *user;              /* free for the handler */
     const char *route;       /* pattern the router matched, or NULL */
+    const void *principal;   /* who the router's guard let in (the
+                                api/auth.h entry), or NULL */
 
     /* Internal to server.c and router.c. */
     struct http_conn *conn;

@@ -228,3 +228,30 @@ TEST(hostport_accepts_ip_literals_only)
     EXPECT(!config_parse_hostport("[::1]80", host, sizeof(host), &port));
     EXPECT(!config_parse_hostport(":80", host, sizeof(host), &port));
 }
+
+TEST(tls_cert_and_key_go_together_and_empty_means_unset)
+{
+    struct fake_env e = {.n = 0};
+    struct config c;
+    struct err err;
+
+    EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), 0);
+    EXPECT_STR_EQ(c.tls_cert, "");
+    EXPECT_STR_EQ(c.tls_key, "");
+    EXPECT_STR_EQ(c.auth_tokens, "");
+    EXPECT_EQ_I64(load_one("QUEEN_TLS_CERT", "/etc/q/cert.pem", &c, &err),
+                  ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, "QUEEN_TLS_CERT=/etc/q/cert.pem: QUEEN_TLS_CERT "
+                           "and QUEEN_TLS_KEY go together; set QUEEN_TLS_KEY "
+                           "too, or neither");
+    EXPECT_EQ_I64(load_one("QUEEN_TLS_KEY", "/etc/q/key.pem", &c, &err),
+                  ERR_INVALID);
+    EXPECT(strncmp(err.msg, "QUEEN_TLS_KEY=/etc/q/key.pem: ", 30) == 0);
+    env_set(&e, "QUEEN_TLS_CERT", "/etc/q/cert.pem");
+    env_set(&e, "QUEEN_TLS_KEY", "/etc/q/key.pem");
+    env_set(&e, "QUEEN_AUTH_TOKENS", "");
+    EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), 0);
+    EXPECT_STR_EQ(c.tls_cert, "/etc/q/cert.pem");
+    EXPECT_STR_EQ(c.tls_key, "/etc/q/key.pem");
+    EXPECT_STR_EQ(c.auth_tokens, "");
+}

@@ -266,3 +266,46 @@ TEST(bad_patterns_are_refused)
                   0);
     router_free(r);
 }
+
+/* Lets in /health and requests carrying "x-pass: 1"; answers 401 else. */
+static bool guard_pass_header(struct http_req *req, void *arg)
+{
+    const char *v = http_req_header(req, "x-pass");
+
+    (*(int *)arg)++;
+    if ((req->route != NULL && strcmp(req->route, "/health") == 0) ||
+        (v != NULL && strcmp(v, "1") == 0)) {
+        req->principal = arg;
+        return true;
+    }
+    http_respond_error(req, 401, "unauthorized", "no");
+    return false;
+}
+
+TEST(a_guard_stands_before_every_handler_404_and_405_and_is_counted)
+{
+    struct rt_fix f;
+    int calls = 0;
+
+    fix_setup(&f);
+    router_set_guard(f.r, guard_pass_header, &calls);
+    ask(&f, "POST /api/v1/push HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+    EXPECT(status_is(&f, "HTTP/1.1 401 "));
+    ask(&f, "GET /api/v1/nope HTTP/1.1\r\n\r\n");
+    EXPECT(status_is(&f, "HTTP/1.1 401 "));
+    ask(&f, "DELETE /api/v1/kv/n/k HTTP/1.1\r\n\r\n");
+    EXPECT(status_is(&f, "HTTP/1.1 401 "));
+    EXPECT_STR_EQ(ask(&f, "GET /health HTTP/1.1\r\n\r\n"),
+                  "health ns=(none) key=(none)");
+    EXPECT_STR_EQ(ask(&f, "POST /api/v1/push HTTP/1.1\r\nx-pass: 1\r\n"
+                          "Content-Length: 0\r\n\r\n"),
+                  "push ns=(none) key=(none)");
+    ask(&f, "GET /api/v1/nope HTTP/1.1\r\nx-pass: 1\r\n\r\n");
+    EXPECT(status_is(&f, "HTTP/1.1 404 "));
+    EXPECT_EQ_I64(calls, 6);
+    EXPECT_EQ_U64(router_count(f.r, "/api/v1/push", 401), 1);
+    EXPECT_EQ_U64(router_count(f.r, "/api/v1/push", 200), 1);
+    EXPECT_EQ_U64(router_count(f.r, "unmatched", 401), 2);
+    EXPECT_EQ_U64(router_count(f.r, "unmatched", 404), 1);
+    fix_teardown(&f);
+}
