@@ -634,47 +634,75 @@ static void load_committed_lost(struct driver *d, int64_t k)
 /* The redo's manifest, when its upload already finished
  * (docs/design/protocol.md §5). Returns 0 (committed from it or not), or the
  * GET's error when it may be retried. */
-static int check_redo_manifest(struct driver *d, const struct docs_intent *in,
-                               bool *taken, struct err *err)
-{
+/* A manifest read with its buffers: m points into body and arena. */
+struct got_manifest {
     struct buf key;
     struct buf body;
     struct buf arena;
     struct docs_manifest m;
+};
+
+static void got_manifest_free(struct got_manifest *g)
+{
+    buf_free(&g->arena);
+    buf_free(&g->body);
+    buf_free(&g->key);
+}
+
+/* GET the manifest of the intent's window into g (got_manifest_free() it):
+ * *match when it is there, decodes and is the intent's (a redo may be
+ * committed from it). Returns 0, or the GET's error. */
+static int get_redo_manifest(struct driver *d, const struct docs_intent *in,
+                             struct got_manifest *g, bool *match,
+                             struct err *err)
+{
     bool ok = false;
     int rc;
 
-    buf_init(&key, DRIVER_KEY_MAX);
-    buf_init(&body, BUF_UNLIMITED); /* the manifest's size, whatever it is */
-    buf_init(&arena, BUF_UNLIMITED);
-    rc = get_manifest(d, in->k, &key, &body, &arena, &m, &ok, err);
-    if (rc != 0 || !ok ||
-        !docs_manifest_matches(&m, in, cstr(d->cfg.sink),
-                               cstr(d->cfg.tenant_text), cstr(d->cfg.queue))) {
+    buf_init(&g->key, DRIVER_KEY_MAX);
+    buf_init(&g->body, BUF_UNLIMITED); /* the manifest's size, whatever */
+    buf_init(&g->arena, BUF_UNLIMITED);
+    rc = get_manifest(d, in->k, &g->key, &g->body, &g->arena, &g->m, &ok, err);
+    *match =
+        rc == 0 && ok &&
+        docs_manifest_matches(&g->m, in, cstr(d->cfg.sink),
+                              cstr(d->cfg.tenant_text), cstr(d->cfg.queue));
+    return rc;
+}
+
+static int check_redo_manifest(struct driver *d, const struct docs_intent *in,
+                               bool *taken, struct err *err)
+{
+    struct got_manifest g;
+    bool match = false;
+    int rc = get_redo_manifest(d, in, &g, &match, err);
+    const struct docs_manifest *m = &g.m;
+
+    if (!match) {
         goto out_free;
     }
     /* At start the engine commits it at once; a manifest that landed
      * while the redo read stands in for the upload. */
     *taken = d->has_started
-                 ? (engine_on_uploaded(d->e, m.records, m.bytes), true)
-                 : engine_on_manifest_found(d->e, in->k, buf_slice(&key),
-                                            m.records, m.bytes);
+                 ? (engine_on_uploaded(d->e, m->records, m->bytes), true)
+                 : engine_on_manifest_found(d->e, in->k, buf_slice(&g.key),
+                                            m->records, m->bytes);
     if (*taken) {
         log_info_kv("sink",
                     "the redo's upload finished: committing it from its "
                     "manifest",
                     {"queue", d->cfg.queue}, {"k", LOG_I64(in->k)});
-        known_lost(d, &m);
-        d->last_records = m.records;
-        d->last_bytes = m.bytes;
+        known_lost(d, m);
+        d->last_records = m->records;
+        d->last_bytes = m->bytes;
         free(d->lost);
-        d->lost = xcalloc(m.n_lost + 1, sizeof(*d->lost));
-        d->n_lost = m.n_lost;
-        for (size_t i = 0; i < m.n_lost; i++) {
+        d->lost = xcalloc(m->n_lost + 1, sizeof(*d->lost));
+        d->n_lost = m->n_lost;
+        for (size_t i = 0; i < m->n_lost; i++) {
             snprintf(d->lost[i].partition, sizeof(d->lost[i].partition), "%.*s",
-                     (int)m.lost[i].partition.len, m.lost[i].partition.ptr);
-            d->lost[i].from = m.lost[i].from;
-            d->lost[i].to = m.lost[i].to;
+                     (int)m->lost[i].partition.len, m->lost[i].partition.ptr);
+            d->lost[i].from = m->lost[i].from;
+            d->lost[i].to = m->lost[i].to;
         }
     }
 out_free:
@@ -687,9 +715,7 @@ out_free:
                      in->k);
         stop(d, DRIVER_FAILED, err->msg);
     }
-    buf_free(&arena);
-    buf_free(&body);
-    buf_free(&key);
+    got_manifest_free(&g);
     return rc;
 }
 
@@ -916,30 +942,20 @@ static int read_restore_positions(struct driver *d, int64_t committed_k,
 static int read_redo_positions(struct driver *d, const struct restore_docs *r,
                                struct rebuilt *rb, struct err *err)
 {
-    struct buf key;
-    struct buf body;
-    struct buf arena;
-    struct docs_manifest m;
-    bool ok = false;
-    int rc;
+    struct got_manifest g;
+    bool match = false;
+    int rc = get_redo_manifest(d, &r->intent, &g, &match, err);
+    const struct docs_manifest *m = &g.m;
 
-    buf_init(&key, DRIVER_KEY_MAX);
-    buf_init(&body, BUF_UNLIMITED);
-    buf_init(&arena, BUF_UNLIMITED);
-    rc = get_manifest(d, r->intent.k, &key, &body, &arena, &m, &ok, err);
-    if (rc == 0 && ok && m.has_positions && m.k == r->intent.k &&
-        docs_manifest_matches(&m, &r->intent, cstr(d->cfg.sink),
-                              cstr(d->cfg.tenant_text), cstr(d->cfg.queue))) {
-        for (size_t i = 0; i < m.n_positions; i++) {
-            rebuilt_add(rb, m.positions[i].name, m.positions[i].offset,
-                        m.positions[i].id);
+    if (match && m->has_positions && m->k == r->intent.k) {
+        for (size_t i = 0; i < m->n_positions; i++) {
+            rebuilt_add(rb, m->positions[i].name, m->positions[i].offset,
+                        m->positions[i].id);
         }
-        rebuilt_add_lost(rb, &m);
+        rebuilt_add_lost(rb, m);
         d->is_redo_manifest_applied = true;
     }
-    buf_free(&arena);
-    buf_free(&body);
-    buf_free(&key);
+    got_manifest_free(&g);
     return rc;
 }
 
