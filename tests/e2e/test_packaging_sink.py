@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+import loglines
 from sinkenv import it, sink_row, wait_until
 
 SEMVER = r"\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?"
@@ -33,10 +34,12 @@ def test_one_version_in_the_log_and_metrics_with_the_sink(sink_node):
         "windowsCommitted", 0) >= 1 or None, 60, "a window of orders",
         interval=0.2)
     log = node.stderr()
-    boot = [ln for ln in log.splitlines() if " sink=default instance=" in ln]
+    boot = [ln for ln in loglines.parse(log)
+            if " sink=default instance=" in ln["msg"]]
     assert len(boot) == 1, log
-    assert re.search(r"INFO queen-s3: queen-s3 %s tenant=\S+ sink=default " %
-                     re.escape(ver), boot[0]), boot[0]
+    assert boot[0]["level"] == "info" and boot[0]["area"] == "queen-s3", boot
+    assert re.match(r"queen-s3 %s tenant=\S+ sink=default " % re.escape(ver),
+                    boot[0]["msg"]), boot[0]
     assert set(re.findall(r"\bqueen(?:-s3)? (%s)\b" % SEMVER, log)) == \
         {ver}, log
 

@@ -22,6 +22,7 @@ import time
 
 import pytest
 
+import loglines
 from queenproc import Background, Broker, queen_bin, wait_until
 
 NOSPACE = "No space left on device"
@@ -173,8 +174,8 @@ def assert_acked_kept(pusher, records):
 
 
 def nospace_errors(broker):
-    return [ln for ln in broker.stderr().splitlines()
-            if " ERROR " in ln and NOSPACE in ln]
+    return [ln["msg"] for ln in loglines.parse(broker.stderr())
+            if ln["level"] == "error" and NOSPACE in ln["msg"]]
 
 
 def test_full_disk_answers_at_once_and_recovers_without_restart(small_fs,
@@ -304,7 +305,8 @@ def test_a_data_dir_too_small_for_the_raft_segments_refuses_to_boot(
     p = subprocess.run([queen_bin()], env=b.environment(),
                        capture_output=True, text=True, timeout=30)
     assert p.returncode != 0, p
-    lines = [ln for ln in p.stderr.splitlines() if "FATAL" in ln]
+    lines = [ln["msg"] for ln in loglines.parse(p.stderr)
+             if ln["msg"].startswith("FATAL")]
     assert len(lines) == 1, p.stderr
     assert re.search(r"QUEEN_RAFT_DIR=%s: \d+ MiB free, 208 MiB needed: "
                      r"the raft log preallocates 3 segments of 64 MiB "

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
+import loglines
 from queenproc import Broker, queen_bin, queen_root
 
 SEMVER = r"\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?"
-LOG_LINE = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z "
 
 
 def _run(*args, env=None):
@@ -64,8 +64,9 @@ def test_the_boot_log_shows_the_same_version(tmp_path):
         text = b.stderr()
     finally:
         b.stop()
-    assert re.search(LOG_LINE + r"INFO broker: queen %s listening" %
-                     re.escape(ver), text, re.M), text
+    assert any(ln["level"] == "info" and ln["area"] == "broker" and
+               ln["msg"].startswith("queen %s listening" % ver)
+               for ln in loglines.parse(text)), text
     # No other product version anywhere in the log.
     others = set(re.findall(r"\bqueen(?:-s3)?[ /](%s)" % SEMVER, text))
     assert others == {ver}, others

@@ -12,9 +12,10 @@ import subprocess
 
 import pytest
 
+import loglines
 from queenproc import Broker, free_port, queen_bin, wait_until
 
-FATAL = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z ERROR boot: FATAL: "
+FATAL = r"^FATAL: "
 TENANT_A = "0000000a-0000-4000-8000-00000000000a"
 TENANT_B = "0000000b-0000-4000-8000-00000000000b"
 TOK_A = "alice-Zq3v8WnY2kR7pL4x"      # bound to TENANT_A
@@ -258,7 +259,8 @@ def _refused(tmp_path, env, want):
                        timeout=60)
     err = p.stderr.decode()
     assert p.returncode == 2, err
-    fatal = [ln for ln in err.splitlines() if " ERROR " in ln]
+    fatal = [ln["msg"] for ln in loglines.parse(err)
+             if ln["level"] == "error" and ln["area"] == "boot"]
     assert len(fatal) == 1, err
     assert re.match(FATAL + re.escape(want), fatal[0]), fatal[0]
     assert not (tmp_path / "d").exists()
