@@ -250,22 +250,101 @@ static const char *key_or_bucket(const struct s3_client *c,
     return k->key != NULL ? k->key : c->cfg.ep.bucket;
 }
 
-/* Turn a non-2xx answer into a status failure with the S3 code. */
+/* The reason phrase of the statuses an S3 service or a proxy in front of it
+ * answers, "" for another. */
+static const char *status_reason(int status)
+{
+    static const struct {
+        int status;
+        const char *text;
+    } reasons[] = {{400, "Bad Request"},
+                   {401, "Unauthorized"},
+                   {403, "Forbidden"},
+                   {404, "Not Found"},
+                   {405, "Method Not Allowed"},
+                   {408, "Request Timeout"},
+                   {409, "Conflict"},
+                   {411, "Length Required"},
+                   {412, "Precondition Failed"},
+                   {413, "Content Too Large"},
+                   {416, "Range Not Satisfiable"},
+                   {429, "Too Many Requests"},
+                   {500, "Internal Server Error"},
+                   {501, "Not Implemented"},
+                   {502, "Bad Gateway"},
+                   {503, "Service Unavailable"},
+                   {504, "Gateway Timeout"}};
+
+    for (size_t i = 0; i < ARRAY_LEN(reasons); i++) {
+        if (reasons[i].status == status) {
+            return reasons[i].text;
+        }
+    }
+    return "";
+}
+
+/* The first S3_BODY_QUOTE bytes of an answer body that is no S3 error
+ * document (a proxy's HTML page, plain text), fit for one log line:
+ * control bytes become spaces, surrounding blanks go, and a cut never
+ * splits a UTF-8 sequence. */
+#define S3_BODY_QUOTE 200
+
+static void quote_body(const char *b, size_t n, char out[S3_BODY_QUOTE + 1])
+{
+    size_t o = 0;
+
+    while (n > 0 && (unsigned char)*b <= ' ') {
+        b++;
+        n--;
+    }
+    for (size_t i = 0; i < n && o < S3_BODY_QUOTE; i++) {
+        unsigned char ch = (unsigned char)b[i];
+        char c = b[i];
+        if (ch < 0x20 || ch == 0x7f) {
+            c = ' ';
+        }
+        out[o++] = c;
+    }
+    if (o == S3_BODY_QUOTE && o < n) {
+        /* back off a sequence the cut split (continuation bytes 10xxxxxx) */
+        size_t j = o;
+        while (j > 0 && ((unsigned char)out[j - 1] & 0xC0) == 0x80) {
+            j--;
+        }
+        if (j > 0 && ((unsigned char)out[j - 1] & 0x80) != 0) {
+            o = j - 1;
+        }
+    }
+    while (o > 0 && out[o - 1] == ' ') {
+        o--;
+    }
+    out[o] = '\0';
+}
+
+/* Turn a non-2xx answer into a status failure with the S3 code; without
+ * one (a HEAD has no body; a proxy answers HTML), the status's reason
+ * phrase and what the body said. */
 static enum s3_fail status_failure(struct call *k, struct s3_status *st,
                                    struct err *err)
 {
     struct buf code;
     struct buf msg;
     const char *b = k->answer->data == NULL ? "" : k->answer->data;
+    const char *reason = status_reason(k->ans.status);
+    char quoted[S3_BODY_QUOTE + 1];
 
     buf_init(&code, 256);
     buf_init(&msg, 1024);
     if (s3xml_error(b, k->answer->len, &code, &msg) && code.len > 0) {
         snprintf(st->code, sizeof(st->code), "%s", code.data);
-        err_set(err, ERR_REMOTE, "status %d: %s: %.180s", k->ans.status,
-                code.data, msg.data == NULL ? "" : msg.data);
+        bool has_msg = msg.data != NULL && msg.data[0] != '\0';
+        err_set(err, ERR_REMOTE, "status %d: %s%s%.180s", k->ans.status,
+                code.data, has_msg ? ": " : "", has_msg ? msg.data : "");
     } else {
-        err_set(err, ERR_REMOTE, "status %d: %.200s", k->ans.status, b);
+        quote_body(b, k->answer->len, quoted);
+        err_set(err, ERR_REMOTE, "status %d%s%s%s%s", k->ans.status,
+                reason[0] != '\0' ? " " : "", reason,
+                quoted[0] != '\0' ? ": " : "", quoted);
     }
     buf_free(&code);
     buf_free(&msg);
@@ -285,12 +364,14 @@ static enum s3_fail attempt(struct s3_client *c, struct call *k,
     k->ans.etag[0] = '\0';
     k->ans.content_length = -1;
     k->ans.retry_after_ms = -1;
+    k->ans.is_unresolved = false;
     rc = send_once(c, k, where[0], where[1], where[2], err);
     s3_metrics_add(&c->metrics, k->op, rc == 0 ? k->ans.status : 0);
     st->attempts++;
     st->status = rc == 0 ? k->ans.status : 0;
     st->retry_after_ms = k->ans.retry_after_ms;
     st->code[0] = '\0';
+    st->is_unresolved = rc != 0 && k->ans.is_unresolved;
     if (rc == ERR_TOO_BIG || rc == ERR_INVALID) {
         return S3_FAIL_BODY; /* not retried: see run() */
     }

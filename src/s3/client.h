@@ -56,6 +56,8 @@ struct s3_http_answer {
     char etag[256];         /* ETag header as sent, "" when absent */
     int64_t content_length; /* -1 when absent */
     int64_t retry_after_ms; /* Retry-After in ms, -1 when absent */
+    bool is_unresolved;     /* a transport failure: the host name did not
+                               resolve (DNS), so nothing was sent */
 };
 
 /* Perform req. Returns 0 when an HTTP answer arrived (any status), else
@@ -107,6 +109,7 @@ struct s3_status {
     int64_t retry_after_ms; /* from the last answer, -1 when none */
     int attempts;           /* attempts of that request */
     char code[64];          /* S3 <Code> of an error answer, or "" */
+    bool is_unresolved;     /* the last attempt's host name did not resolve */
 };
 
 struct s3_client;

@@ -213,6 +213,7 @@ static int finish(CURL *h, CURLcode rc, const char *errbuf,
                        errbuf[0] != '\0' ? errbuf : "timed out");
     }
     if (rc != CURLE_OK) {
+        x->ans->is_unresolved = rc == CURLE_COULDNT_RESOLVE_HOST;
         return err_set(err, ERR_IO, "%s: %s", curl_easy_strerror(rc),
                        errbuf[0] != '\0' ? errbuf : "no detail");
     }

@@ -497,6 +497,36 @@ static void sink_probe_ok(struct sink *s)
     }
 }
 
+/* Under s->mu: the probe's error, with the hint that fits its cause only:
+ * the path style for a virtual-host name that did not resolve, the key's
+ * permissions for a refusal, none for a refused connection or a timeout. */
+static void sink_probe_error(struct sink *s, const struct s3_status *st,
+                             const char *e)
+{
+    const struct sink_config *c = s->p.cfg;
+    int n = snprintf(s->bucket_error, sizeof(s->bucket_error),
+                     "cannot reach the bucket %s at %s (%s)", c->bucket,
+                     c->endpoint, e);
+    size_t used = n < 0 ? 0 : (size_t)n;
+
+    if (used >= sizeof(s->bucket_error)) {
+        return;
+    }
+    if (st->is_unresolved && !c->path_style) {
+        snprintf(s->bucket_error + used, sizeof(s->bucket_error) - used,
+                 ". The bucket goes in the host name (virtual-host style), "
+                 "and %s.<host of QUEEN_S3_ENDPOINT> did not resolve: "
+                 "QUEEN_S3_PATH_STYLE=true puts it in the path instead, as "
+                 "most self-hosted gateways want",
+                 c->bucket);
+    } else if (st->status == 401 || st->status == 403) {
+        snprintf(s->bucket_error + used, sizeof(s->bucket_error) - used,
+                 ". QUEEN_S3_ACCESS_KEY/_SECRET_KEY must be allowed "
+                 "s3:PutObject, s3:GetObject and s3:ListBucket on %s/*",
+                 c->prefix);
+    }
+}
+
 static bool sink_probe(struct sink *s, int64_t now)
 {
     const struct sink_config *c = s->p.cfg;
@@ -539,15 +569,10 @@ static bool sink_probe(struct sink *s, int64_t now)
                  "that does",
                  c->bucket, c->endpoint);
     } else {
-        snprintf(s->bucket_error, sizeof(s->bucket_error),
-                 "cannot reach the bucket %s at %s (%s). "
-                 "QUEEN_S3_ACCESS_KEY/_SECRET_KEY must be allowed "
-                 "s3:PutObject, s3:GetObject and s3:ListBucket on %s/*, and "
-                 "QUEEN_S3_PATH_STYLE=true is what most gateways need",
-                 c->bucket, c->endpoint, err.msg, c->prefix);
+        sink_probe_error(s, &st, err.msg);
     }
-    if (s->probe_logged_ms == 0 ||
-        now - s->probe_logged_ms >= SINK_LOG_EVERY_MS) {
+    if (!s->is_stopping && (s->probe_logged_ms == 0 ||
+                            now - s->probe_logged_ms >= SINK_LOG_EVERY_MS)) {
         s->probe_logged_ms = now;
         log_error("queen-s3", "%s; retrying", s->bucket_error);
     }

@@ -648,6 +648,53 @@ TEST(a_403_takes_one_request)
     rig_close(&r);
 }
 
+TEST(a_403_without_a_code_names_the_status_text_not_an_empty_code)
+{
+    struct answer a[] = {{0, 403, NULL, NULL, -1, -1}};
+    struct rig r;
+
+    rig_open(&r, a, 1, NULL);
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), ERR_REMOTE);
+    EXPECT_STR_EQ(r.err.msg, "status 403 Forbidden");
+    EXPECT_STR_EQ(r.res.st.code, "");
+    rig_close(&r);
+}
+
+TEST(a_body_that_is_no_error_document_is_quoted_on_one_line)
+{
+    struct answer a[] = {
+        {0, 403, NULL,
+         "\r\n<html>\r\n<body>Denied by\tthe proxy</body>\n</html>\n", -1, -1}};
+    struct rig r;
+
+    rig_open(&r, a, 1, NULL);
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), ERR_REMOTE);
+    EXPECT_STR_EQ(r.err.msg, "status 403 Forbidden: <html>  <body>Denied by "
+                             "the proxy</body> </html>");
+    rig_close(&r);
+}
+
+TEST(a_long_body_is_cut_at_200_bytes_on_a_character_boundary)
+{
+    char body[400];
+    char want[300];
+    struct answer a[] = {{0, 418, NULL, body, -1, -1}};
+    struct rig r;
+
+    /* 199 ASCII bytes, then 2-byte characters: byte 200 starts one */
+    memset(body, 'x', 199);
+    for (int i = 199; i < 399; i += 2) {
+        body[i] = (char)0xC3;
+        body[i + 1] = (char)0xA9;
+    }
+    body[399] = '\0';
+    snprintf(want, sizeof(want), "status 418: %.199s", body);
+    rig_open(&r, a, 1, NULL);
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), ERR_REMOTE);
+    EXPECT_STR_EQ(r.err.msg, want);
+    rig_close(&r);
+}
+
 static void three_attempts(struct s3_config *cfg)
 {
     cfg->max_attempts = 3;
@@ -664,7 +711,7 @@ TEST(max_attempts_3_makes_3_requests_and_returns_the_last_503)
     rig_open(&r, a, ARRAY_LEN(a), three_attempts);
     EXPECT_EQ_I64(rig_put(&r, "k", "hello"), ERR_REMOTE);
     EXPECT_EQ_U64(r.f.n_seen, 3);
-    EXPECT_STR_EQ(r.err.msg, "status 503: busy 3");
+    EXPECT_STR_EQ(r.err.msg, "status 503 Service Unavailable: busy 3");
     EXPECT(r.res.st.is_retriable);
     EXPECT_EQ_I64(r.res.st.attempts, 3);
     rig_close(&r);
