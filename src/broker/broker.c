@@ -108,7 +108,8 @@ static void broker_on_sink_wait(uv_timer_t *t)
         return;
     }
     uv_timer_stop(t);
-    if (!sink_host_stopped(b->sink)) {
+    /* every queue that did not drain is named, then the one warning */
+    if (sink_host_undrained(b->sink) > 0 || !sink_host_stopped(b->sink)) {
         log_warn("shutdown",
                  "the in-process S3 sink did not stop inside its grace "
                  "window; the next owner of its queues redoes the open "

@@ -28,6 +28,7 @@ struct seen {
     char headers[4096]; /* "name: value\n" lines */
     char body[1024];
     size_t body_len;
+    long timeout_ms;
 };
 
 #define MAX_SEEN 64
@@ -42,6 +43,7 @@ struct fake {
     size_t n_waits;
     int hook_calls[8];
     int n_hook;
+    int64_t mono_ms; /* the fake monotonic clock, moved by the waits */
 };
 
 static int fake_perform(void *arg, const struct s3_http_request *req,
@@ -65,6 +67,7 @@ static int fake_perform(void *arg, const struct s3_http_request *req,
                                 "%s\n", req->headers[i]);
     }
     s->body_len = req->body_len;
+    s->timeout_ms = req->timeout_ms;
     snprintf(s->body, sizeof(s->body), "%.*s", (int)req->body_len,
              req->body == NULL ? "" : (const char *)req->body);
     buf_reset(ans->body);
@@ -94,6 +97,14 @@ static void fake_sleep(void *arg, uint64_t ms)
     if (f->n_waits < MAX_SEEN) {
         f->waits[f->n_waits++] = ms;
     }
+    f->mono_ms += (int64_t)ms;
+}
+
+static int64_t fake_mono(void *arg)
+{
+    struct fake *f = arg;
+
+    return f->mono_ms;
 }
 
 static double fake_random(void *arg)
@@ -146,7 +157,9 @@ static void rig_open(struct rig *r, const struct answer *script, size_t n,
     r->f.script = script;
     r->f.n_script = n;
     r->t = (struct s3_transport){fake_perform, &r->f};
-    r->clock = (struct s3_clock){fake_now, fake_sleep, fake_random, &r->f};
+    r->clock =
+        (struct s3_clock){fake_now, fake_sleep, fake_random, &r->f, fake_mono};
+    r->f.mono_ms = 5000000;
     lake_config(&cfg, "http://127.0.0.1:9000");
     strcpy(cfg.access_key, "queen");
     strcpy(cfg.secret_key, "queen-secret-key");
@@ -714,6 +727,50 @@ TEST(max_attempts_3_makes_3_requests_and_returns_the_last_503)
     EXPECT_STR_EQ(r.err.msg, "status 503 Service Unavailable: busy 3");
     EXPECT(r.res.st.is_retriable);
     EXPECT_EQ_I64(r.res.st.attempts, 3);
+    rig_close(&r);
+}
+
+TEST(a_stopped_client_returns_a_retriable_failure_without_retrying_it)
+{
+    struct answer a[] = {{0, 503, NULL, "busy", -1, -1}, OK_200};
+    struct rig r;
+
+    rig_open(&r, a, ARRAY_LEN(a), NULL);
+    s3_client_stop(r.c, r.f.mono_ms + 7000);
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), ERR_REMOTE);
+    EXPECT_EQ_U64(r.f.n_seen, 1);
+    EXPECT_EQ_U64(r.f.n_waits, 0);
+    EXPECT(r.res.st.is_retriable); /* the caller's loop decides */
+    /* sent while stopping: done by the deadline */
+    EXPECT_EQ_I64(r.f.seen[0].timeout_ms, 7000);
+    rig_close(&r);
+}
+
+TEST(past_the_stop_deadline_nothing_is_sent)
+{
+    struct answer a[] = {OK_200};
+    struct rig r;
+
+    rig_open(&r, a, ARRAY_LEN(a), NULL);
+    s3_client_stop(r.c, r.f.mono_ms);
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), ERR_TIMEOUT);
+    EXPECT_EQ_U64(r.f.n_seen, 0);
+    EXPECT(r.res.st.is_retriable);
+    EXPECT_EQ_I64(r.res.st.status, 0);
+    EXPECT_STR_EQ(r.err.msg, "PUT k: not sent: the process is stopping and "
+                             "its shutdown grace is used up");
+    rig_close(&r);
+}
+
+TEST(a_client_not_stopped_keeps_its_timeouts_and_retries)
+{
+    struct answer a[] = {{0, 503, NULL, "busy", -1, -1}, OK_200};
+    struct rig r;
+
+    rig_open(&r, a, ARRAY_LEN(a), NULL);
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 2);
+    EXPECT_EQ_I64(r.f.seen[0].timeout_ms, S3_REQUEST_TIMEOUT_MS);
     rig_close(&r);
 }
 
