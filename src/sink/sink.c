@@ -68,11 +68,11 @@
 #define SINK_PROBE_MAX_MS      60000
 #define SINK_LOG_EVERY_MS      30000
 #define SINK_STOP_POLL_MS      50
-/* The S3 deadline comes this long before the grace ends (a fifth of a
+/* The S3 deadline comes this long before the grace ends (a third of a
  * short grace), so a transfer cut at it (curl looks about once a second)
  * and the queues it leaves undrained are logged before the broker goes on
  * to close raft. */
-#define SINK_STOP_MARGIN_MS 1000
+#define SINK_STOP_MARGIN_MS 1500
 
 enum qstate { Q_CLAIM, Q_OWNED, Q_ENDED };
 enum run_state { RUN_STARTING, RUN_RUNNING, RUN_ENDING, RUN_BACKOFF };
@@ -441,7 +441,7 @@ void sink_stop(struct sink *s)
         int64_t now = mono_ms();
         int64_t grace = (int64_t)s->p.node->shutdown_grace_ms;
         int64_t margin =
-            grace / 5 < SINK_STOP_MARGIN_MS ? grace / 5 : SINK_STOP_MARGIN_MS;
+            grace / 3 < SINK_STOP_MARGIN_MS ? grace / 3 : SINK_STOP_MARGIN_MS;
         s->stop_deadline_ms = now + grace - margin;
         s3_client_stop(s->p.s3, s->stop_deadline_ms);
         s->control.due_ms = now;

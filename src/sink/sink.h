@@ -88,7 +88,7 @@ int sink_start(struct sink *s, struct err *err);
 /* Begin the drain (docs/design/protocol.md §8): no new claims, every owned
  * queue finishes the window in flight, leases and the presence row are
  * released. The drain is bounded: from QUEEN_S3_SHUTDOWN_GRACE_MS minus a
- * margin (1 s, or a fifth of a shorter grace) on, the S3 client sends
+ * margin (1.5 s, or a third of a shorter grace) on, the S3 client sends
  * nothing (s3_client_stop) and a queue still draining is cut, logged "queue
  * not drained", its lease left to expire. Any thread; does not block. */
 void sink_stop(struct sink *s);
