@@ -8,11 +8,16 @@
  * barrier and delay before closing raft. */
 #include "broker/broker.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "api/api.h"
@@ -107,7 +112,8 @@ static void broker_on_sink_wait(uv_timer_t *t)
         return;
     }
     uv_timer_stop(t);
-    if (!sink_host_stopped(b->sink)) {
+    /* every queue that did not drain is named, then the one warning */
+    if (sink_host_undrained(b->sink) > 0 || !sink_host_stopped(b->sink)) {
         log_warn("shutdown",
                  "the in-process S3 sink did not stop inside its grace "
                  "window; the next owner of its queues redoes the open "
@@ -142,6 +148,71 @@ static void broker_on_signal(uv_signal_t *h, int signum)
     http_server_close(b->http, broker_on_http_closed, b);
 }
 
+/* Can this process listen on QUEEN_RAFT_LISTEN? 0, or the errno of the
+ * socket, bind (with SO_REUSEADDR, as libuv binds) or listen that failed. */
+static int broker_try_listen(const char *hostport)
+{
+    char host[CONFIG_ADDR_MAX];
+    int port = 0;
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int fd;
+    int one = 1;
+    int e = 0;
+
+    memset(&ss, 0, sizeof(ss));
+    if (!config_parse_hostport(hostport, host, sizeof(host), &port)) {
+        return 0;
+    }
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)port);
+        len = sizeof(*v4);
+    } else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)port);
+        len = sizeof(*v6);
+    } else {
+        return 0;
+    }
+    fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return errno;
+    }
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        bind(fd, (const struct sockaddr *)&ss, len) != 0 ||
+        listen(fd, 1) != 0) {
+        e = errno;
+    }
+    close(fd);
+    return e;
+}
+
+/* libraft reports a raft address it cannot listen on as a bare "I/O
+ * error": after raft_start failed (no listener of its own is open then),
+ * try the same listen to name the setting, the address and the cause. */
+static void broker_explain_raft_start(const struct config *cfg, struct err *err)
+{
+    const char *set = getenv("QUEEN_RAFT_LISTEN");
+    int e;
+
+    if (strncmp(err->msg, "raft_start:", 11) != 0) {
+        return;
+    }
+    e = broker_try_listen(cfg->raft_listen);
+    if (e == 0) {
+        return;
+    }
+    err_set(err, ERR_IO, "raft: cannot listen on %s (QUEEN_RAFT_LISTEN%s): %s",
+            cfg->raft_listen,
+            set != NULL && set[0] != '\0'
+                ? ""
+                : " unset: 127.0.0.1 on QUEEN_PORT+1000",
+            strerror(e));
+}
+
 static int broker_open_node(struct broker *b, struct err *err)
 {
     char dir[CONFIG_PATH_MAX + 16];
@@ -167,6 +238,7 @@ static int broker_open_node(struct broker *b, struct err *err)
     nc.raft_address = b->cfg->raft_listen;
     nc.segment_bytes = (size_t)b->cfg->raft_segment_mb << 20;
     if (node_start(&b->node, &b->loop, &nc, b->store, err) != 0) {
+        broker_explain_raft_start(b->cfg, err);
         return err->code;
     }
     kv_service_attach(b->kv, b->node);
@@ -257,6 +329,11 @@ static int broker_open_http(struct broker *b, struct err *err)
     hc.max_body_bytes = (size_t)b->cfg->max_body_bytes;
     if (http_server_start(&b->http, &b->loop, &hc, router_dispatch, b->router,
                           err) != 0) {
+        /* a listen that failed: name the settings behind the address */
+        if (err->code == ERR_IO) {
+            err_wrap(err, "QUEEN_BIND_ADDR=%s QUEEN_PORT=%d", hc.bind_addr,
+                     hc.port);
+        }
         return err->code;
     }
     b->api.server = b->http;

@@ -37,6 +37,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +55,13 @@ struct s3_client {
     struct s3_config cfg;
     struct s3_transport t;
     struct s3_clock clock;
+    bool is_real_clock; /* waits end early at a stop */
     struct s3_metrics metrics;
+    /* invariant (5): set once by s3_client_stop; waits sleep on cv */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    _Atomic bool is_stopping;
+    _Atomic int64_t deadline_ms;
 };
 
 struct call;
@@ -105,8 +112,17 @@ static double real_random(void *arg)
     return (double)arc4random() / 4294967296.0;
 }
 
+static int64_t real_mono_ms(void *arg)
+{
+    struct timespec ts;
+
+    UNUSED(arg);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static const struct s3_clock real_clock = {real_now_s, real_sleep_ms,
-                                           real_random, NULL};
+                                           real_random, NULL, real_mono_ms};
 
 void s3_config_defaults(struct s3_config *cfg)
 {
@@ -140,8 +156,55 @@ struct s3_client *s3_client_new(const struct s3_config *cfg,
     }
     c->t = *t;
     c->clock = clock != NULL ? *clock : real_clock;
+    if (c->clock.mono_ms == NULL) {
+        c->clock.mono_ms = real_mono_ms;
+    }
+    c->is_real_clock = clock == NULL;
     s3_metrics_init(&c->metrics);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&c->mu, NULL);
     return c;
+}
+
+void s3_client_stop(struct s3_client *c, int64_t deadline_ms)
+{
+    pthread_mutex_lock(&c->mu);
+    if (!atomic_load(&c->is_stopping)) {
+        atomic_store(&c->deadline_ms, deadline_ms);
+        atomic_store(&c->is_stopping, true);
+    }
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Invariant (5): past the stop's deadline. */
+static bool client_is_cut(void *arg)
+{
+    struct s3_client *c = arg;
+
+    return atomic_load(&c->is_stopping) &&
+           c->clock.mono_ms(c->clock.arg) >= atomic_load(&c->deadline_ms);
+}
+
+/* Wait ms before a retry; the real clock's wait ends at a stop. */
+static void client_wait(struct s3_client *c, uint64_t ms)
+{
+    if (!c->is_real_clock) {
+        c->clock.sleep_ms(c->clock.arg, ms);
+        return;
+    }
+    int64_t until = real_mono_ms(NULL) + (int64_t)ms;
+    struct timespec ts = {(time_t)(until / 1000),
+                          (long)(until % 1000) * 1000000L};
+    pthread_mutex_lock(&c->mu);
+    while (!atomic_load(&c->is_stopping) && real_mono_ms(NULL) < until) {
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
+    pthread_mutex_unlock(&c->mu);
 }
 
 void s3_client_free(struct s3_client *c)
@@ -150,6 +213,8 @@ void s3_client_free(struct s3_client *c)
         return;
     }
     s3_metrics_free(&c->metrics);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
     memset(c->cfg.secret_key, 0, sizeof(c->cfg.secret_key));
     free(c);
 }
@@ -178,6 +243,24 @@ static void add_extra(struct call *k, const char *name, const char *value)
     k->extra[k->n_extra].name = name;
     k->extra[k->n_extra].value = value;
     k->n_extra++;
+}
+
+/* Invariant (5): a request sent while stopping ends by the deadline. */
+static void client_cap_timeouts(struct s3_client *c,
+                                struct s3_http_request *req)
+{
+    if (!atomic_load(&c->is_stopping)) {
+        return;
+    }
+    int64_t left =
+        atomic_load(&c->deadline_ms) - c->clock.mono_ms(c->clock.arg);
+    left = left < 1 ? 1 : left;
+    if (req->timeout_ms <= 0 || req->timeout_ms > left) {
+        req->timeout_ms = (long)left;
+    }
+    if (req->connect_timeout_ms <= 0 || req->connect_timeout_ms > left) {
+        req->connect_timeout_ms = (long)left;
+    }
 }
 
 /* Sign and send once. Fills k->ans; returns the transport's code. */
@@ -235,7 +318,10 @@ static int send_once(struct s3_client *c, struct call *k, const char *path,
                                       k->body_len,
                                       k->is_head,
                                       c->cfg.connect_timeout_ms,
-                                      c->cfg.request_timeout_ms};
+                                      c->cfg.request_timeout_ms,
+                                      client_is_cut,
+                                      c};
+        client_cap_timeouts(c, &req);
         rc = c->t.perform(c->t.arg, &req, &k->ans, err);
     }
     sigv4_out_free(&o);
@@ -250,22 +336,101 @@ static const char *key_or_bucket(const struct s3_client *c,
     return k->key != NULL ? k->key : c->cfg.ep.bucket;
 }
 
-/* Turn a non-2xx answer into a status failure with the S3 code. */
+/* The reason phrase of the statuses an S3 service or a proxy in front of it
+ * answers, "" for another. */
+static const char *status_reason(int status)
+{
+    static const struct {
+        int status;
+        const char *text;
+    } reasons[] = {{400, "Bad Request"},
+                   {401, "Unauthorized"},
+                   {403, "Forbidden"},
+                   {404, "Not Found"},
+                   {405, "Method Not Allowed"},
+                   {408, "Request Timeout"},
+                   {409, "Conflict"},
+                   {411, "Length Required"},
+                   {412, "Precondition Failed"},
+                   {413, "Content Too Large"},
+                   {416, "Range Not Satisfiable"},
+                   {429, "Too Many Requests"},
+                   {500, "Internal Server Error"},
+                   {501, "Not Implemented"},
+                   {502, "Bad Gateway"},
+                   {503, "Service Unavailable"},
+                   {504, "Gateway Timeout"}};
+
+    for (size_t i = 0; i < ARRAY_LEN(reasons); i++) {
+        if (reasons[i].status == status) {
+            return reasons[i].text;
+        }
+    }
+    return "";
+}
+
+/* The first S3_BODY_QUOTE bytes of an answer body that is no S3 error
+ * document (a proxy's HTML page, plain text), fit for one log line:
+ * control bytes become spaces, surrounding blanks go, and a cut never
+ * splits a UTF-8 sequence. */
+#define S3_BODY_QUOTE 200
+
+static void quote_body(const char *b, size_t n, char out[S3_BODY_QUOTE + 1])
+{
+    size_t o = 0;
+
+    while (n > 0 && (unsigned char)*b <= ' ') {
+        b++;
+        n--;
+    }
+    for (size_t i = 0; i < n && o < S3_BODY_QUOTE; i++) {
+        unsigned char ch = (unsigned char)b[i];
+        char c = b[i];
+        if (ch < 0x20 || ch == 0x7f) {
+            c = ' ';
+        }
+        out[o++] = c;
+    }
+    if (o == S3_BODY_QUOTE && o < n) {
+        /* back off a sequence the cut split (continuation bytes 10xxxxxx) */
+        size_t j = o;
+        while (j > 0 && ((unsigned char)out[j - 1] & 0xC0) == 0x80) {
+            j--;
+        }
+        if (j > 0 && ((unsigned char)out[j - 1] & 0x80) != 0) {
+            o = j - 1;
+        }
+    }
+    while (o > 0 && out[o - 1] == ' ') {
+        o--;
+    }
+    out[o] = '\0';
+}
+
+/* Turn a non-2xx answer into a status failure with the S3 code; without
+ * one (a HEAD has no body; a proxy answers HTML), the status's reason
+ * phrase and what the body said. */
 static enum s3_fail status_failure(struct call *k, struct s3_status *st,
                                    struct err *err)
 {
     struct buf code;
     struct buf msg;
     const char *b = k->answer->data == NULL ? "" : k->answer->data;
+    const char *reason = status_reason(k->ans.status);
+    char quoted[S3_BODY_QUOTE + 1];
 
     buf_init(&code, 256);
     buf_init(&msg, 1024);
     if (s3xml_error(b, k->answer->len, &code, &msg) && code.len > 0) {
         snprintf(st->code, sizeof(st->code), "%s", code.data);
-        err_set(err, ERR_REMOTE, "status %d: %s: %.180s", k->ans.status,
-                code.data, msg.data == NULL ? "" : msg.data);
+        bool has_msg = msg.data != NULL && msg.data[0] != '\0';
+        err_set(err, ERR_REMOTE, "status %d: %s%s%.180s", k->ans.status,
+                code.data, has_msg ? ": " : "", has_msg ? msg.data : "");
     } else {
-        err_set(err, ERR_REMOTE, "status %d: %.200s", k->ans.status, b);
+        quote_body(b, k->answer->len, quoted);
+        err_set(err, ERR_REMOTE, "status %d%s%s%s%s", k->ans.status,
+                reason[0] != '\0' ? " " : "", reason,
+                quoted[0] != '\0' ? ": " : "", quoted);
     }
     buf_free(&code);
     buf_free(&msg);
@@ -285,12 +450,14 @@ static enum s3_fail attempt(struct s3_client *c, struct call *k,
     k->ans.etag[0] = '\0';
     k->ans.content_length = -1;
     k->ans.retry_after_ms = -1;
+    k->ans.is_unresolved = false;
     rc = send_once(c, k, where[0], where[1], where[2], err);
     s3_metrics_add(&c->metrics, k->op, rc == 0 ? k->ans.status : 0);
     st->attempts++;
     st->status = rc == 0 ? k->ans.status : 0;
     st->retry_after_ms = k->ans.retry_after_ms;
     st->code[0] = '\0';
+    st->is_unresolved = rc != 0 && k->ans.is_unresolved;
     if (rc == ERR_TOO_BIG || rc == ERR_INVALID) {
         return S3_FAIL_BODY; /* not retried: see run() */
     }
@@ -360,6 +527,16 @@ static int run(struct s3_client *c, struct call *k, struct s3_status *st,
             rc = err->code;
             break;
         }
+        if (client_is_cut(c)) { /* invariant (5) */
+            st->kind = S3_FAIL_TRANSPORT;
+            st->status = 0;
+            st->is_retriable = true;
+            rc = err_set(err, ERR_TIMEOUT,
+                         "%s %s: not sent: the process is stopping and its "
+                         "shutdown grace is used up",
+                         k->method, key_or_bucket(c, k));
+            break;
+        }
         enum s3_fail kind = attempt(c, k, where, st, err);
 
         st->kind = kind;
@@ -368,14 +545,19 @@ static int run(struct s3_client *c, struct call *k, struct s3_status *st,
         }
         st->is_retriable = s3_retry_is_retriable(kind, st->status) &&
                            err->code != ERR_TOO_BIG && err->code != ERR_INVALID;
-        if (!st->is_retriable || a >= k->max_attempts) {
+        if (!st->is_retriable || a >= k->max_attempts ||
+            atomic_load(&c->is_stopping)) {
             rc = err->code;
             break;
         }
         uint64_t wait = s3_retry_wait_ms(a, st->retry_after_ms,
                                          c->clock.random(c->clock.arg));
         log_retry(k, key_or_bucket(c, k), a, err, wait);
-        c->clock.sleep_ms(c->clock.arg, wait);
+        client_wait(c, wait);
+        if (atomic_load(&c->is_stopping)) {
+            rc = err->code; /* the stop came during the wait */
+            break;
+        }
     }
 out_free:
     for (int i = 0; i < 3; i++) {

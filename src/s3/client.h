@@ -12,6 +12,12 @@
  *       effort) and returns the first error.
  *   (4) A body is hashed once per request (SHA-256, and MD5 for a single
  *       PUT) and is never copied: the transport sends the caller's bytes.
+ *   (5) After s3_client_stop() no call waits for a retry of its own: a
+ *       retriable failure returns at once to the caller, whose loop knows
+ *       what is worth finishing, and a wait between attempts in progress
+ *       ends at once. From the stop's deadline on, no request is sent
+ *       (ERR_TIMEOUT, retriable, nothing sent), and a transfer still
+ *       running is cut (the transport asks is_cut while it waits).
  * Thread-safe: one client may serve many threads at once (the transport
  * must be thread-safe too; transport_curl is). */
 #ifndef QUEEN_S3_CLIENT_H
@@ -48,6 +54,10 @@ struct s3_http_request {
     bool is_head; /* no answer body will come */
     long connect_timeout_ms;
     long timeout_ms;
+    /* Asked while the transfer runs (about once a second, and on every
+     * progress): true cuts it (ERR_TIMEOUT). NULL = never cut. */
+    bool (*is_cut)(void *arg);
+    void *cut_arg;
 };
 
 struct s3_http_answer {
@@ -56,6 +66,8 @@ struct s3_http_answer {
     char etag[256];         /* ETag header as sent, "" when absent */
     int64_t content_length; /* -1 when absent */
     int64_t retry_after_ms; /* Retry-After in ms, -1 when absent */
+    bool is_unresolved;     /* a transport failure: the host name did not
+                               resolve (DNS), so nothing was sent */
 };
 
 /* Perform req. Returns 0 when an HTTP answer arrived (any status), else
@@ -70,12 +82,16 @@ struct s3_transport {
 };
 
 /* The clock seam: wall time for x-amz-date, sleeping between attempts and
- * the jitter draw. NULL to s3_client_new means the real ones. */
+ * the jitter draw. NULL to s3_client_new means the real ones, whose wait
+ * before a retry ends early at s3_client_stop(). */
 struct s3_clock {
     int64_t (*now_s)(void *arg);              /* Unix seconds */
     void (*sleep_ms)(void *arg, uint64_t ms); /* wait before a retry */
     double (*random)(void *arg);              /* uniform in [0, 1) */
     void *arg;
+    /* CLOCK_MONOTONIC in ms, the clock of s3_client_stop's deadline; NULL:
+     * the real one. */
+    int64_t (*mono_ms)(void *arg);
 };
 
 enum s3_sse { S3_SSE_NONE = 0, S3_SSE_AES256, S3_SSE_KMS };
@@ -107,6 +123,7 @@ struct s3_status {
     int64_t retry_after_ms; /* from the last answer, -1 when none */
     int attempts;           /* attempts of that request */
     char code[64];          /* S3 <Code> of an error answer, or "" */
+    bool is_unresolved;     /* the last attempt's host name did not resolve */
 };
 
 struct s3_client;
@@ -117,6 +134,10 @@ struct s3_client *s3_client_new(const struct s3_config *cfg,
                                 const struct s3_transport *t,
                                 const struct s3_clock *clock);
 void s3_client_free(struct s3_client *c);
+/* The process is stopping (invariant (5)): from now on no call retries by
+ * itself, and from deadline_ms (the clock's mono_ms) on nothing is sent and
+ * transfers in flight are cut. Any thread; the first call's deadline holds. */
+void s3_client_stop(struct s3_client *c, int64_t deadline_ms);
 /* The client's counters (owned by the client). */
 struct s3_metrics *s3_client_metrics(struct s3_client *c);
 

@@ -96,7 +96,27 @@ struct xfer {
     size_t off;
     struct s3_http_answer *ans;
     bool too_big;
+    const struct s3_http_request *req;
+    bool is_cut;
 };
+
+/* curl asks this about once a second even while nothing moves, so a
+ * request the client cuts (client.h invariant (5)) ends within that. */
+static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow,
+                       curl_off_t ultotal, curl_off_t ulnow)
+{
+    struct xfer *x = arg;
+
+    UNUSED(dltotal);
+    UNUSED(dlnow);
+    UNUSED(ultotal);
+    UNUSED(ulnow);
+    if (x->req->is_cut != NULL && x->req->is_cut(x->req->cut_arg)) {
+        x->is_cut = true;
+        return 1; /* CURLE_ABORTED_BY_CALLBACK */
+    }
+    return 0;
+}
 
 static size_t on_read(char *p, size_t size, size_t n, void *arg)
 {
@@ -208,11 +228,18 @@ static int finish(CURL *h, CURLcode rc, const char *errbuf,
                        "%s answer body is over its cap of %zu bytes",
                        req->method, x->ans->body->max);
     }
+    if (x->is_cut) {
+        return err_set(err, ERR_TIMEOUT,
+                       "%s cut: the process is stopping and its shutdown "
+                       "grace is used up",
+                       req->method);
+    }
     if (rc == CURLE_OPERATION_TIMEDOUT) {
         return err_set(err, ERR_TIMEOUT, "%s: %s", curl_easy_strerror(rc),
                        errbuf[0] != '\0' ? errbuf : "timed out");
     }
     if (rc != CURLE_OK) {
+        x->ans->is_unresolved = rc == CURLE_COULDNT_RESOLVE_HOST;
         return err_set(err, ERR_IO, "%s: %s", curl_easy_strerror(rc),
                        errbuf[0] != '\0' ? errbuf : "no detail");
     }
@@ -225,7 +252,7 @@ static int curl_perform(void *arg, const struct s3_http_request *req,
                         struct s3_http_answer *ans, struct err *err)
 {
     struct s3_curl *tc = arg;
-    struct xfer x = {req->body, req->body_len, 0, ans, false};
+    struct xfer x = {req->body, req->body_len, 0, ans, false, req, false};
     struct curl_slist *hl = NULL;
     char errbuf[CURL_ERROR_SIZE] = "";
     CURL *h = take(tc);
@@ -254,6 +281,9 @@ static int curl_perform(void *arg, const struct s3_http_request *req,
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &x);
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L * 1024L);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, &x);
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
     set_method(h, req, &x);
     rc = curl_easy_perform(h);
     ret = finish(h, rc, errbuf, req, &x, err);

@@ -10,6 +10,7 @@
  * */
 #include "sink/config.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -605,6 +606,47 @@ static int parse_sizes(struct ld *l, struct sink_config *c)
     return 0;
 }
 
+/* Is the host of endpoint (scheme://host[:port], already checked) an IPv4
+ * or a bracketed IPv6 literal? */
+static bool endpoint_is_ip(const char *endpoint)
+{
+    const char *h = strstr(endpoint, "://");
+    char host[SINK_STR_MAX];
+    unsigned char addr[16];
+    size_t n;
+
+    if (h == NULL) {
+        return false;
+    }
+    h += 3;
+    if (*h == '[') {
+        return true; /* only an IPv6 literal is written in brackets */
+    }
+    n = strcspn(h, ":/");
+    if (n >= sizeof(host)) {
+        return false;
+    }
+    memcpy(host, h, n);
+    host[n] = '\0';
+    return inet_pton(AF_INET, host, addr) == 1;
+}
+
+/* Virtual-host addressing puts the bucket in front of the endpoint's host
+ * ("lake.127.0.0.1"), a name no resolver knows when that host is an IP
+ * address: certain to fail, so refused at boot rather than retried. */
+static int check_addressing(struct ld *l, const struct sink_config *c)
+{
+    if (c->path_style || !endpoint_is_ip(c->endpoint)) {
+        return 0;
+    }
+    return fail(l,
+                "%s=%s is an IP address, and with %s=false (the default) "
+                "the bucket goes in the host name (%s.<address>), which "
+                "cannot resolve. Set %s=true to put the bucket in the path",
+                l->nm->endpoint, c->endpoint, l->nm->path_style, c->bucket,
+                l->nm->path_style);
+}
+
 static int parse_s3(struct ld *l, struct sink_config *c)
 {
     if (parse_endpoint(l, c) != 0 ||
@@ -618,7 +660,8 @@ static int parse_s3(struct ld *l, struct sink_config *c)
                  sizeof(c->access_key)) != 0 ||
         required(l, l->nm->secret, l->nm->secret_what, c->secret_key,
                  sizeof(c->secret_key)) != 0 ||
-        boolv(l, l->nm->path_style, false, &c->path_style) != 0) {
+        boolv(l, l->nm->path_style, false, &c->path_style) != 0 ||
+        check_addressing(l, c) != 0) {
         return l->err->code;
     }
     return 0;

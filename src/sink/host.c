@@ -309,6 +309,11 @@ int64_t sink_host_grace_left_ms(struct sink_host *h)
     return left > 0 ? left : 0;
 }
 
+size_t sink_host_undrained(struct sink_host *h)
+{
+    return h == NULL || !h->is_started ? 0 : sink_undrained(h->sink);
+}
+
 bool sink_host_free(struct sink_host *h)
 {
     if (h == NULL) {

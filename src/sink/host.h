@@ -11,7 +11,9 @@
  *   STARTING --the boot failed (api->server NULL)---> never started;
  *        sink_host_free() frees it at once
  *   RUNNING --sink_host_stop (SIGTERM)--> STOPPING --sink stopped--> STOPPED
- *   STOPPING --grace left reaches 0-----> the broker warns and goes on;
+ *   STOPPING --grace left reaches 0-----> the broker names the queues not
+ *        drained, warns and goes on (the sink cut them a margin before,
+ *        sending nothing to S3 from then on: sink.h);
  *        from 200 ms before that the KV seam refuses calls (ERR_BUSY), so
  *        no sink thread submits to the raft node the broker then frees
  *
@@ -21,6 +23,7 @@
 #define QUEEN_SINK_HOST_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/err.h"
@@ -61,6 +64,9 @@ bool sink_host_stopped(struct sink_host *h);
 /* Milliseconds left of QUEEN_S3_SHUTDOWN_GRACE_MS since the first stop;
  * 0 when used up. */
 int64_t sink_host_grace_left_ms(struct sink_host *h);
+/* After the stop: how many queues did not drain (sink_undrained(): those
+ * still running are logged "queue not drained" now). 0 for NULL. */
+size_t sink_host_undrained(struct sink_host *h);
 /* Free when the sink stopped and return true; otherwise leave it (its
  * threads may still run) and return false: the caller must not free what
  * the sink borrows (store, KV service). NULL is true. */

@@ -72,6 +72,11 @@
 #define SINK_STOP_POLL_MS      50
 /* Writes failed in a row that make bucket.reachable false (status). */
 #define SINK_WRITE_FAILS_DOWN 3
+/* The S3 deadline comes this long before the grace ends (a third of a
+ * short grace), so a transfer cut at it (curl looks about once a second)
+ * and the queues it leaves undrained are logged before the broker goes on
+ * to close raft. */
+#define SINK_STOP_MARGIN_MS 1500
 
 enum qstate { Q_CLAIM, Q_OWNED, Q_ENDED };
 enum run_state { RUN_STARTING, RUN_RUNNING, RUN_ENDING, RUN_BACKOFF };
@@ -91,6 +96,7 @@ struct task {
     int64_t start_ms;  /* the task's creation: claim pacing */
     int64_t jitter_ms; /* fixed per task, in [0, 200) */
     bool is_drain_asked;
+    bool is_cut_logged;  /* under s->mu: named as not drained */
     bool is_giving_back; /* this run drains for a give-back */
     bool has_gave_back;  /* cooldown: not reclaimed before 2 TTLs */
     int64_t gave_back_at_ms;
@@ -135,6 +141,10 @@ struct sink {
     bool is_stopping;
     bool is_stopped;
     bool is_exiting;
+    /* under s->mu: set by sink_stop (CLOCK_MONOTONIC ms); past it the S3
+     * client sends nothing and a queue still draining is cut */
+    int64_t stop_deadline_ms;
+    size_t n_cut; /* queues cut at the deadline */
     struct task control;
     struct task **queues; /* by queue name order of creation */
     size_t n_queues;
@@ -439,6 +449,11 @@ void sink_stop(struct sink *s)
         log_info("queen-s3",
                  "stopping: no new reads, the window in flight is finished");
         int64_t now = mono_ms();
+        int64_t grace = (int64_t)s->p.node->shutdown_grace_ms;
+        int64_t margin =
+            grace / 3 < SINK_STOP_MARGIN_MS ? grace / 3 : SINK_STOP_MARGIN_MS;
+        s->stop_deadline_ms = now + grace - margin;
+        s3_client_stop(s->p.s3, s->stop_deadline_ms);
         s->control.due_ms = now;
         for (size_t i = 0; i < s->n_queues; i++) {
             s->queues[i]->due_ms = now;
@@ -548,6 +563,36 @@ static void sink_watch_writes(struct sink *s)
     }
 }
 
+/* Under s->mu: the probe's error, with the hint that fits its cause only:
+ * the path style for a virtual-host name that did not resolve, the key's
+ * permissions for a refusal, none for a refused connection or a timeout. */
+static void sink_probe_error(struct sink *s, const struct s3_status *st,
+                             const char *e)
+{
+    const struct sink_config *c = s->p.cfg;
+    int n = snprintf(s->bucket_error, sizeof(s->bucket_error),
+                     "cannot reach the bucket %s at %s (%s)", c->bucket,
+                     c->endpoint, e);
+    size_t used = n < 0 ? 0 : (size_t)n;
+
+    if (used >= sizeof(s->bucket_error)) {
+        return;
+    }
+    if (st->is_unresolved && !c->path_style) {
+        snprintf(s->bucket_error + used, sizeof(s->bucket_error) - used,
+                 ". The bucket goes in the host name (virtual-host style), "
+                 "and %s.<host of QUEEN_S3_ENDPOINT> did not resolve: "
+                 "QUEEN_S3_PATH_STYLE=true puts it in the path instead, as "
+                 "most self-hosted gateways want",
+                 c->bucket);
+    } else if (st->status == 401 || st->status == 403) {
+        snprintf(s->bucket_error + used, sizeof(s->bucket_error) - used,
+                 ". QUEEN_S3_ACCESS_KEY/_SECRET_KEY must be allowed "
+                 "s3:PutObject, s3:GetObject and s3:ListBucket on %s/*",
+                 c->prefix);
+    }
+}
+
 static bool sink_probe(struct sink *s, int64_t now)
 {
     const struct sink_config *c = s->p.cfg;
@@ -590,15 +635,10 @@ static bool sink_probe(struct sink *s, int64_t now)
                  "that does",
                  c->bucket, c->endpoint);
     } else {
-        snprintf(s->bucket_error, sizeof(s->bucket_error),
-                 "cannot reach the bucket %s at %s (%s). "
-                 "QUEEN_S3_ACCESS_KEY/_SECRET_KEY must be allowed "
-                 "s3:PutObject, s3:GetObject and s3:ListBucket on %s/*, and "
-                 "QUEEN_S3_PATH_STYLE=true is what most gateways need",
-                 c->bucket, c->endpoint, err.msg, c->prefix);
+        sink_probe_error(s, &st, err.msg);
     }
-    if (s->probe_logged_ms == 0 ||
-        now - s->probe_logged_ms >= SINK_LOG_EVERY_MS) {
+    if (!s->is_stopping && (s->probe_logged_ms == 0 ||
+                            now - s->probe_logged_ms >= SINK_LOG_EVERY_MS)) {
         s->probe_logged_ms = now;
         log_error_kv("queen-s3", "the bucket does not answer; retrying",
                      {"error", s->bucket_error});
@@ -838,8 +878,22 @@ static int64_t sink_control_stop(struct sink *s, int64_t now)
     if (!sink_queues_ended(s)) {
         return now + SINK_STOP_POLL_MS;
     }
-    sink_presence_delete(s);
-    log_info("queen-s3", "every queue drained; the sink has stopped");
+    pthread_mutex_lock(&s->mu);
+    size_t n_cut = s->n_cut;
+    bool is_late = now >= s->stop_deadline_ms;
+    pthread_mutex_unlock(&s->mu);
+    if (is_late) {
+        /* past the deadline the KV seam is about to close: the row
+         * expires with its TTL, as the cut queues' leases do */
+        log_warn("queen-s3",
+                 "the sink has stopped; %zu queues were not drained, and "
+                 "their leases and this node's presence row expire after "
+                 "their TTL",
+                 n_cut);
+    } else {
+        sink_presence_delete(s);
+        log_info("queen-s3", "every queue drained; the sink has stopped");
+    }
     pthread_mutex_lock(&s->mu);
     s->control.is_done = true;
     s->is_stopped = true;
@@ -1464,6 +1518,73 @@ static bool sink_winding_down(struct sink *s)
     return v;
 }
 
+/* Under s->mu: name t as not drained, once. */
+static void task_log_cut(struct task *t, const char *state, int64_t k)
+{
+    if (t->is_cut_logged) {
+        return;
+    }
+    t->is_cut_logged = true;
+    log_warn("queen-s3",
+             "queue not drained: the shutdown grace is used up; the next "
+             "owner redoes its open window from the intent after the lease "
+             "TTL queue=%s state=%s k=%" PRId64,
+             t->name, state, k);
+}
+
+/* Past the stop's deadline with the queue still draining: give up the
+ * window in flight. Whatever it reached is safe (docs/design/protocol.md
+ * §6.5: the intent makes the next owner redo it) and nothing more of it is
+ * written: the S3 client sends nothing now, and the lease is not released
+ * (the broker is about to close the KV seam) but left to expire. */
+static int64_t task_cut(struct sink *s, struct task *t, int64_t now)
+{
+    struct driver_status st;
+
+    driver_status(t->drv, &st);
+    refresh_unshare(s, t);
+    pthread_mutex_lock(&s->mu);
+    task_log_cut(t, st.state, st.k);
+    s->n_cut++;
+    pthread_mutex_unlock(&s->mu);
+    task_unown(s, t, "cut", now);
+    budget_forget(s->budget, t->name);
+    health_forget(s->health, t->name);
+    driver_free(t->drv); /* joins an upload thread: cut by the client too */
+    t->drv = NULL;
+    lease_free(t->lease);
+    t->lease = NULL;
+    t->state = Q_ENDED;
+    return now;
+}
+
+static bool sink_past_deadline(struct sink *s)
+{
+    pthread_mutex_lock(&s->mu);
+    bool v = s->is_stopping && mono_ms() >= s->stop_deadline_ms;
+    pthread_mutex_unlock(&s->mu);
+    return v;
+}
+
+size_t sink_undrained(struct sink *s)
+{
+    size_t n;
+
+    pthread_mutex_lock(&s->mu);
+    n = s->n_cut;
+    for (size_t i = 0; i < s->n_queues; i++) {
+        struct task *t = s->queues[i];
+
+        if (t->owned_here && !t->is_done) {
+            task_log_cut(t, t->row_state,
+                         t->has_snap ? t->snap.k : t->last_k + 1);
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
 static int64_t task_step(struct sink *s, struct task *t, int64_t now)
 {
     struct driver_next nx;
@@ -1472,6 +1593,9 @@ static int64_t task_step(struct sink *s, struct task *t, int64_t now)
     bool down = s->is_stopping || s->run == RUN_ENDING;
     bool give_back = t->is_give_back_asked;
     pthread_mutex_unlock(&s->mu);
+    if (t->state == Q_OWNED && sink_past_deadline(s)) {
+        return task_cut(s, t, now);
+    }
     if (t->state != Q_OWNED) {
         if (down) {
             t->state = Q_ENDED;
@@ -1489,6 +1613,9 @@ static int64_t task_step(struct sink *s, struct task *t, int64_t now)
     task_publish(s, t);
     if (nx.stop != DRIVER_RUNNING) {
         return task_stopped(s, t, mono_ms(), &nx, sink_winding_down(s));
+    }
+    if (sink_past_deadline(s)) {
+        return task_cut(s, t, mono_ms());
     }
     return nx.at_ms;
 }

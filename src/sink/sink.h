@@ -10,6 +10,8 @@
  *   CLAIMING --held by another instance------------> HELD, claim again later
  *   OWNED --driver stops Fenced / Missing / Failed--> WAIT (TTL / 5 s / 60 s)
  *   OWNED --driver stops Drained / Crashed---------> ENDED
+ *   OWNED --the stop's deadline passed: task_cut---> ENDED ("queue not
+ *        drained", lease left to its TTL)
  *   any but OWNED --sink_stop()--------------------> ENDED
  * Control task:
  *   PROBE --HEAD <prefix>/ answered (404 too)------> RUN (presence beat,
@@ -18,7 +20,9 @@
  *   ENDING --every queue task ended----------------> BACKOFF 1 s .. 30 s
  *   BACKOFF --elapsed------------------------------> PROBE (a new run)
  *   RUN --sink_stop() and every queue task ended---> STOPPED (presence row
- *        deleted, "every queue drained; the sink has stopped")
+ *        deleted, "every queue drained; the sink has stopped"; past the
+ *        deadline the row is left to its TTL and the line counts the
+ *        queues not drained)
  * A free queue is claimed when placement says it is due
  * (docs/design/protocol.md §4); a queue the control task gives back drains,
  * then claims again after 2 TTLs (even when its release did not land and the
@@ -26,12 +30,13 @@
  * (queen-s3-main); a lease it finds lost makes its queue run at once, so the
  * driver stops Fenced without waiting out a backoff.
  *
- * Threading: sink_stop(), sink_stopped(), sink_status_render() and
- * sink_metrics() may be called from any thread. */
+ * Threading: sink_stop(), sink_stopped(), sink_undrained(),
+ * sink_status_render() and sink_metrics() may be called from any thread. */
 #ifndef QUEEN_SINK_SINK_H
 #define QUEEN_SINK_SINK_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/buf.h"
@@ -82,10 +87,17 @@ struct sink *sink_new(const struct sink_params *p);
 int sink_start(struct sink *s, struct err *err);
 /* Begin the drain (docs/design/protocol.md §8): no new claims, every owned
  * queue finishes the window in flight, leases and the presence row are
- * released. Any thread; does not block. */
+ * released. The drain is bounded: from QUEEN_S3_SHUTDOWN_GRACE_MS minus a
+ * margin (1.5 s, or a third of a shorter grace) on, the S3 client sends
+ * nothing (s3_client_stop) and a queue still draining is cut, logged "queue
+ * not drained", its lease left to expire. Any thread; does not block. */
 void sink_stop(struct sink *s);
 /* True once every task ended after sink_stop(). */
 bool sink_stopped(struct sink *s);
+/* After sink_stop(): how many queues did not drain, those cut at the
+ * deadline and those still owned and running; each still running is
+ * logged "queue not drained" here, once. Any thread. */
+size_t sink_undrained(struct sink *s);
 /* Join the threads and free. Only when sink_stopped() or never started. */
 void sink_free(struct sink *s);
 

@@ -157,6 +157,38 @@ def test_port_in_use_fails_the_boot_with_one_error_line(broker, tmp_path):
     assert len(errors) == 1, errors
     assert re.search(r"^FATAL: .*127\.0\.0\.1:%d.*in use" % broker.port,
                      errors[0]), errors[0]
+    # issue 19 item 7: the line names the settings behind the address
+    assert "QUEEN_BIND_ADDR=127.0.0.1 QUEEN_PORT=%d: " % broker.port \
+        in errors[0], errors[0]
+    assert broker.get("/health").status == 200
+
+
+@pytest.mark.parametrize("listen_set", [True, False], ids=["set", "derived"])
+def test_raft_port_in_use_names_queen_raft_listen_and_the_cause(
+        broker, tmp_path, listen_set):
+    """Issue 19 item 7: a raft port in use said only `raft_start: I/O
+    error: `; the line now names the setting, the address and the errno
+    text, also when the address is the default QUEEN_PORT+1000."""
+    env = broker.environment()
+    env["QUEEN_RAFT_DIR"] = str(tmp_path / "second")
+    if listen_set:
+        env["QUEEN_PORT"] = str(free_port())
+        want = "raft: cannot listen on 127.0.0.1:%d (QUEEN_RAFT_LISTEN): " \
+            "Address already in use" % broker.raft_port
+    else:
+        if broker.raft_port <= 1000:
+            pytest.skip("no QUEEN_PORT puts the raft port here")
+        del env["QUEEN_RAFT_LISTEN"]
+        env["QUEEN_PORT"] = str(broker.raft_port - 1000)
+        want = "raft: cannot listen on 127.0.0.1:%d (QUEEN_RAFT_LISTEN " \
+            "unset: 127.0.0.1 on QUEEN_PORT+1000): Address already in use" \
+            % broker.raft_port
+    p = subprocess.run([queen_bin()], env=env, capture_output=True,
+                       timeout=60)
+    assert p.returncode == 1, p
+    errors = [ln for ln in p.stderr.decode().splitlines() if " ERROR " in ln]
+    assert len(errors) == 1, errors
+    assert re.match(FATAL + re.escape(want) + "$", errors[0]), errors[0]
     assert broker.get("/health").status == 200
 
 

@@ -18,6 +18,7 @@ FATAL = r"^FATAL: QUEEN_S3_EMBEDDED=true: "
 GOOD = {
     "QUEEN_S3_QUEUES": "orders",
     "QUEEN_S3_ENDPOINT": "http://127.0.0.1:9",
+    "QUEEN_S3_PATH_STYLE": "true",
     "QUEEN_S3_REGION": "us-east-1",
     "QUEEN_S3_BUCKET": "lake",
     "QUEEN_S3_ACCESS_KEY": "AKID",
@@ -186,6 +187,30 @@ def test_missing_required_variable(tmp_path, var, what):
     del extra[var]
     boot_refused(tmp_path, base_env(tmp_path, extra),
                  "%s is not set: it is %s" % (var, what))
+
+
+IP_ENDPOINTS = ["http://127.0.0.1:9", "http://10.1.2.3", "https://[::1]:9000"]
+
+
+@pytest.mark.parametrize("endpoint", IP_ENDPOINTS)
+@pytest.mark.parametrize("path_style", ["false", None], ids=["false", "unset"])
+def test_an_ip_endpoint_without_path_style_is_refused_with_the_hint(
+        tmp_path, endpoint, path_style):
+    """Issue 19 item 4: with the path style off against an IP endpoint the
+    sink tried `lake.127.0.0.1` for 25 s while status said ok; the boot now
+    refuses it, naming both settings and the fix."""
+    extra = dict(GOOD)
+    extra["QUEEN_S3_ENDPOINT"] = endpoint
+    if path_style is None:
+        del extra["QUEEN_S3_PATH_STYLE"]
+    else:
+        extra["QUEEN_S3_PATH_STYLE"] = path_style
+    boot_refused(tmp_path, base_env(tmp_path, extra),
+                 "QUEEN_S3_ENDPOINT=%s is an IP address, and with "
+                 "QUEEN_S3_PATH_STYLE=false (the default) the bucket goes in "
+                 "the host name (lake.<address>), which cannot resolve. Set "
+                 "QUEEN_S3_PATH_STYLE=true to put the bucket in the path"
+                 % endpoint)
 
 
 def test_sink_variables_without_queues(tmp_path):

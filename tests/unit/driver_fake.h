@@ -765,8 +765,8 @@ static inline void fake_s3_open(struct fake_s3 *s, struct fake_bucket *k)
     memset(s, 0, sizeof(*s));
     s->bucket = k;
     s->t = (struct s3_transport){bucket_perform, k};
-    s->clock =
-        (struct s3_clock){bucket_now_s, bucket_sleep, bucket_random, NULL};
+    s->clock = (struct s3_clock){bucket_now_s, bucket_sleep, bucket_random,
+                                 NULL, NULL};
     s3_config_defaults(&cfg);
     s3_endpoint_parse(&cfg.ep, "QUEEN_S3_ENDPOINT", "http://127.0.0.1:9000",
                       "QUEEN_S3_PREFIX", &err);

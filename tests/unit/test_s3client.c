@@ -28,6 +28,7 @@ struct seen {
     char headers[4096]; /* "name: value\n" lines */
     char body[1024];
     size_t body_len;
+    long timeout_ms;
 };
 
 #define MAX_SEEN 64
@@ -42,6 +43,7 @@ struct fake {
     size_t n_waits;
     int hook_calls[8];
     int n_hook;
+    int64_t mono_ms; /* the fake monotonic clock, moved by the waits */
 };
 
 static int fake_perform(void *arg, const struct s3_http_request *req,
@@ -65,6 +67,7 @@ static int fake_perform(void *arg, const struct s3_http_request *req,
                                 "%s\n", req->headers[i]);
     }
     s->body_len = req->body_len;
+    s->timeout_ms = req->timeout_ms;
     snprintf(s->body, sizeof(s->body), "%.*s", (int)req->body_len,
              req->body == NULL ? "" : (const char *)req->body);
     buf_reset(ans->body);
@@ -94,6 +97,14 @@ static void fake_sleep(void *arg, uint64_t ms)
     if (f->n_waits < MAX_SEEN) {
         f->waits[f->n_waits++] = ms;
     }
+    f->mono_ms += (int64_t)ms;
+}
+
+static int64_t fake_mono(void *arg)
+{
+    struct fake *f = arg;
+
+    return f->mono_ms;
 }
 
 static double fake_random(void *arg)
@@ -146,7 +157,9 @@ static void rig_open(struct rig *r, const struct answer *script, size_t n,
     r->f.script = script;
     r->f.n_script = n;
     r->t = (struct s3_transport){fake_perform, &r->f};
-    r->clock = (struct s3_clock){fake_now, fake_sleep, fake_random, &r->f};
+    r->clock =
+        (struct s3_clock){fake_now, fake_sleep, fake_random, &r->f, fake_mono};
+    r->f.mono_ms = 5000000;
     lake_config(&cfg, "http://127.0.0.1:9000");
     strcpy(cfg.access_key, "queen");
     strcpy(cfg.secret_key, "queen-secret-key");
@@ -648,6 +661,53 @@ TEST(a_403_takes_one_request)
     rig_close(&r);
 }
 
+TEST(a_403_without_a_code_names_the_status_text_not_an_empty_code)
+{
+    struct answer a[] = {{0, 403, NULL, NULL, -1, -1}};
+    struct rig r;
+
+    rig_open(&r, a, 1, NULL);
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), ERR_REMOTE);
+    EXPECT_STR_EQ(r.err.msg, "status 403 Forbidden");
+    EXPECT_STR_EQ(r.res.st.code, "");
+    rig_close(&r);
+}
+
+TEST(a_body_that_is_no_error_document_is_quoted_on_one_line)
+{
+    struct answer a[] = {
+        {0, 403, NULL,
+         "\r\n<html>\r\n<body>Denied by\tthe proxy</body>\n</html>\n", -1, -1}};
+    struct rig r;
+
+    rig_open(&r, a, 1, NULL);
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), ERR_REMOTE);
+    EXPECT_STR_EQ(r.err.msg, "status 403 Forbidden: <html>  <body>Denied by "
+                             "the proxy</body> </html>");
+    rig_close(&r);
+}
+
+TEST(a_long_body_is_cut_at_200_bytes_on_a_character_boundary)
+{
+    char body[400];
+    char want[300];
+    struct answer a[] = {{0, 418, NULL, body, -1, -1}};
+    struct rig r;
+
+    /* 199 ASCII bytes, then 2-byte characters: byte 200 starts one */
+    memset(body, 'x', 199);
+    for (int i = 199; i < 399; i += 2) {
+        body[i] = (char)0xC3;
+        body[i + 1] = (char)0xA9;
+    }
+    body[399] = '\0';
+    snprintf(want, sizeof(want), "status 418: %.199s", body);
+    rig_open(&r, a, 1, NULL);
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), ERR_REMOTE);
+    EXPECT_STR_EQ(r.err.msg, want);
+    rig_close(&r);
+}
+
 static void three_attempts(struct s3_config *cfg)
 {
     cfg->max_attempts = 3;
@@ -664,9 +724,53 @@ TEST(max_attempts_3_makes_3_requests_and_returns_the_last_503)
     rig_open(&r, a, ARRAY_LEN(a), three_attempts);
     EXPECT_EQ_I64(rig_put(&r, "k", "hello"), ERR_REMOTE);
     EXPECT_EQ_U64(r.f.n_seen, 3);
-    EXPECT_STR_EQ(r.err.msg, "status 503: busy 3");
+    EXPECT_STR_EQ(r.err.msg, "status 503 Service Unavailable: busy 3");
     EXPECT(r.res.st.is_retriable);
     EXPECT_EQ_I64(r.res.st.attempts, 3);
+    rig_close(&r);
+}
+
+TEST(a_stopped_client_returns_a_retriable_failure_without_retrying_it)
+{
+    struct answer a[] = {{0, 503, NULL, "busy", -1, -1}, OK_200};
+    struct rig r;
+
+    rig_open(&r, a, ARRAY_LEN(a), NULL);
+    s3_client_stop(r.c, r.f.mono_ms + 7000);
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), ERR_REMOTE);
+    EXPECT_EQ_U64(r.f.n_seen, 1);
+    EXPECT_EQ_U64(r.f.n_waits, 0);
+    EXPECT(r.res.st.is_retriable); /* the caller's loop decides */
+    /* sent while stopping: done by the deadline */
+    EXPECT_EQ_I64(r.f.seen[0].timeout_ms, 7000);
+    rig_close(&r);
+}
+
+TEST(past_the_stop_deadline_nothing_is_sent)
+{
+    struct answer a[] = {OK_200};
+    struct rig r;
+
+    rig_open(&r, a, ARRAY_LEN(a), NULL);
+    s3_client_stop(r.c, r.f.mono_ms);
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), ERR_TIMEOUT);
+    EXPECT_EQ_U64(r.f.n_seen, 0);
+    EXPECT(r.res.st.is_retriable);
+    EXPECT_EQ_I64(r.res.st.status, 0);
+    EXPECT_STR_EQ(r.err.msg, "PUT k: not sent: the process is stopping and "
+                             "its shutdown grace is used up");
+    rig_close(&r);
+}
+
+TEST(a_client_not_stopped_keeps_its_timeouts_and_retries)
+{
+    struct answer a[] = {{0, 503, NULL, "busy", -1, -1}, OK_200};
+    struct rig r;
+
+    rig_open(&r, a, ARRAY_LEN(a), NULL);
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 2);
+    EXPECT_EQ_I64(r.f.seen[0].timeout_ms, S3_REQUEST_TIMEOUT_MS);
     rig_close(&r);
 }
 

@@ -31,9 +31,9 @@ static const char *table_get(void *ctx, const char *name)
     return NULL;
 }
 
-#define BASE                                                                   \
-    "QUEEN_S3_QUEUES", "orders", "QUEEN_S3_ENDPOINT", "http://127.0.0.1:7070", \
-        "QUEEN_S3_REGION", "us-east-1", "QUEEN_S3_BUCKET", "lake",             \
+#define BASE                                                            \
+    "QUEEN_S3_QUEUES", "orders", "QUEEN_S3_ENDPOINT", "http://gw:7070", \
+        "QUEEN_S3_REGION", "us-east-1", "QUEEN_S3_BUCKET", "lake",      \
         "QUEEN_S3_ACCESS_KEY", "AKID", "QUEEN_S3_SECRET_KEY", "sekrit-value"
 
 static int load(struct table *t, struct sink_config *c,
@@ -347,6 +347,45 @@ TEST(enum_refusals_print_lowercased)
            "own key. Set QUEEN_S3_SSE=aws:kms, or unset the key id");
 }
 
+static void refuse_ip(const char *endpoint)
+{
+    char want[SINK_FATAL_MAX];
+
+    snprintf(want, sizeof(want),
+             "QUEEN_S3_ENDPOINT=%s is an IP address, and with "
+             "QUEEN_S3_PATH_STYLE=false (the default) the bucket goes in the "
+             "host name (lake.<address>), which cannot resolve. Set "
+             "QUEEN_S3_PATH_STYLE=true to put the bucket in the path",
+             endpoint);
+    refuse("QUEEN_S3_ENDPOINT", endpoint, want);
+}
+
+TEST(an_ip_endpoint_without_path_style_is_refused_with_the_hint)
+{
+    struct table t4 = {{"QUEEN_S3_ENDPOINT", "http://10.0.0.7:9000",
+                        "QUEEN_S3_PATH_STYLE", "true", BASE, NULL}};
+    struct table t6 = {{"QUEEN_S3_ENDPOINT", "http://[fd00::7]:9000",
+                        "QUEEN_S3_PATH_STYLE", "yes", BASE, NULL}};
+    struct table named = {
+        {"QUEEN_S3_ENDPOINT", "http://10-0-0-7.example:9000", BASE, NULL}};
+    struct sink_config c;
+    struct sink_node_config n;
+
+    refuse_ip("http://127.0.0.1:9000");
+    refuse_ip("http://10.0.0.7");
+    refuse_ip("https://[::1]:9000");
+    refuse_ip("http://[fd00::7]");
+    load_ok(&t4, &c, &n);
+    EXPECT(c.path_style);
+    sink_config_free(&c);
+    load_ok(&t6, &c, &n);
+    EXPECT(c.path_style);
+    sink_config_free(&c);
+    load_ok(&named, &c, &n); /* a name may resolve with the bucket in front */
+    EXPECT(!c.path_style);
+    sink_config_free(&c);
+}
+
 TEST(names_and_paths)
 {
     refuse("QUEEN_S3_BUCKET", "lake/x",
@@ -586,7 +625,7 @@ TEST(boot_line_hides_the_secret)
         b.data,
         "queen-s3 " QUEEN_VERSION
         " tenant=default sink=default instance=node-1@sys "
-        "queues=a,b partitions=discovery s3=http://127.0.0.1:7070 "
+        "queues=a,b partitions=discovery s3=http://gw:7070 "
         "bucket=lake prefix=queen region=us-east-1 addressing=path-style "
         "sse=aws:kms(\u2026wxyz) format=jsonl compression=zstd layout=merged "
         "align=hour target_mb=128 max_window_ms=300000 start=latest "
