@@ -676,6 +676,13 @@ int docs_checkpoint_encode_stream(struct buf *out, int64_t k, int64_t t_end,
      * whole JSON writes it: the same frame while the JSON fits zstd's
      * window (2 MiB at level 3); past it the blocks may differ by a few
      * bytes (the stream's window wraps), the JSON they decode to not. */
+    /* The frame's room at once: grown by doubling, its old copies could
+     * stay in the allocator's heap; one mapping of the bound costs only
+     * the pages the frame touches. */
+    rc = buf_reserve(out, ZSTD_compressBound(len), err);
+    if (rc != 0) {
+        return rc;
+    }
     docs_pass_init(&p, out);
     p.cc = ZSTD_createCCtx();
     ASSERT(p.cc != NULL);
