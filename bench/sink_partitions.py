@@ -12,7 +12,11 @@ Two phases, each on a fresh data dir:
      QUEEN_S3_MAX_WINDOW_MS=BENCH_PARTS_WINDOW_MS (10000), the rest at its
      defaults), and takes BENCH_PARTS_RATE records/s (2000) for
      BENCH_PARTS_SECONDS (60) over 1,000 of the partitions, spread over the
-     whole range, then BENCH_PARTS_SETTLE (15) s of quiet.
+     whole range, then BENCH_PARTS_SETTLE (15) s of quiet. A checkpoint
+     (all 1,000,000 positions) comes every 20 windows, the product's
+     default, so none in a default run's 8 windows but the drain's after
+     the sampling: BENCH_PARTS_CHECKPOINT_EVERY=2 sets
+     QUEEN_S3_CHECKPOINT_EVERY to measure them.
 A sampler reads /proc/<pid>/status every 250 ms from the second boot on.
 Prints the load time, both phases' peak RssAnon and VmHWM, the sink's
 status (tracked partitions, those the last full sweep counted) and its
@@ -98,6 +102,9 @@ def node_env(b, with_sink, memory_mb, window_ms):
                    QUEEN_S3_EMBEDDED="true" if with_sink else "false")
     for k in TEST_ONLY:
         env.pop(k)
+    every = os.environ.get("BENCH_PARTS_CHECKPOINT_EVERY")
+    if every:
+        env["QUEEN_S3_CHECKPOINT_EVERY"] = every
     return env
 
 

@@ -451,73 +451,255 @@ static int docs_pos_cmp(const void *a, const void *b)
     return (x->id.len > y->id.len) - (x->id.len < y->id.len);
 }
 
-static int docs_checkpoint_json(struct buf *js,
-                                const struct docs_checkpoint *cp,
-                                struct err *err)
-{
-    /* Positions already in order (the engine's are) are written as they
-     * are; others are sorted in a copy (the caller's are borrowed and
-     * const). A million positions are 40 MB: no copy when none is due. */
-    const struct docs_position *v = cp->positions;
-    struct docs_position *sorted = NULL;
-    struct jw w;
+/* Positions given as one array: the source docs_checkpoint_encode()
+ * streams from. */
+struct docs_array_source {
+    const struct docs_position *v;
+    size_t n;
+    size_t at;
+};
 
-    for (size_t i = 1; i < cp->n; i++) {
-        if (docs_pos_cmp(&v[i - 1], &v[i]) > 0) {
-            sorted = xmalloc(cp->n * sizeof(*sorted));
-            memcpy(sorted, cp->positions, cp->n * sizeof(*sorted));
-            qsort(sorted, cp->n, sizeof(*sorted), docs_pos_cmp);
-            v = sorted;
-            break;
-        }
-    }
-    jw_init(&w, js);
-    jw_obj_begin(&w);
-    jw_key(&w, "k");
-    jw_i64(&w, cp->k);
-    jw_key(&w, "tEnd");
-    jw_i64(&w, cp->t_end);
-    docs_write_positions(&w, v, cp->n);
-    jw_obj_end(&w);
-    free(sorted);
-    return jw_finish(&w, err);
+static void docs_array_rewind(void *ctx)
+{
+    ((struct docs_array_source *)ctx)->at = 0;
+}
+
+static size_t docs_array_read(void *ctx, struct docs_position *out, size_t max)
+{
+    struct docs_array_source *a = ctx;
+    size_t n = a->n - a->at < max ? a->n - a->at : max;
+
+    memcpy(out, a->v + a->at, n * sizeof(*out));
+    a->at += n;
+    return n;
 }
 
 int docs_checkpoint_encode(struct buf *out, const struct docs_checkpoint *cp,
                            struct err *err)
 {
-    struct buf js;
-    size_t bound;
-    size_t z;
+    /* Positions already in order (the engine's are) are streamed as they
+     * are; others are sorted in a copy (the caller's are borrowed and
+     * const). */
+    struct docs_array_source a = {cp->positions, cp->n, 0};
+    struct docs_position_source src = {&a, docs_array_rewind, docs_array_read};
+    struct docs_position *sorted = NULL;
     int rc;
 
-    buf_init(&js, BUF_UNLIMITED);
-    rc = docs_checkpoint_json(&js, cp, err);
-    if (rc == 0 && js.len > DOCS_CHECKPOINT_MAX_DECODED) {
+    for (size_t i = 1; i < cp->n; i++) {
+        if (docs_pos_cmp(&cp->positions[i - 1], &cp->positions[i]) > 0) {
+            sorted = xmalloc(cp->n * sizeof(*sorted));
+            memcpy(sorted, cp->positions, cp->n * sizeof(*sorted));
+            qsort(sorted, cp->n, sizeof(*sorted), docs_pos_cmp);
+            a.v = sorted;
+            break;
+        }
+    }
+    rc = docs_checkpoint_encode_stream(out, cp->k, cp->t_end, &src, err);
+    free(sorted);
+    return rc;
+}
+
+/* ---- the streaming encoder ---- */
+
+#define DOCS_STREAM_BATCH 256 /* positions read at a time */
+#define DOCS_STREAM_CHUNK \
+    ((size_t)64 * 1024) /* JSON bytes handed on at a time */
+
+/* One pass over the source: JSON made a chunk at a time and handed to
+ * zstd (cc), or only counted (cc NULL). */
+struct docs_pass {
+    ZSTD_CCtx *cc;
+    struct buf *out;
+    struct buf js;
+    struct jw w;
+    uint64_t json_len;
+    uint64_t json_hash; /* FNV-1a of the JSON: the two reads must agree */
+    struct docs_position last; /* the previous position, copied */
+    struct buf last_bytes;     /* its name and id */
+    bool has_last;
+};
+
+/* Hand js to zstd (end: finish the frame) or count it; js is emptied. */
+static int docs_pass_flush(struct docs_pass *p, bool end, struct err *err)
+{
+    ZSTD_inBuffer in = {p->js.data, p->js.len, 0};
+    ZSTD_EndDirective mode = end ? ZSTD_e_end : ZSTD_e_continue;
+    size_t left = 1;
+
+    p->json_len += p->js.len;
+    for (size_t i = 0; i < p->js.len; i++) {
+        p->json_hash =
+            (p->json_hash ^ (unsigned char)p->js.data[i]) * 0x100000001b3ULL;
+    }
+    while (p->cc != NULL && (in.pos < in.size || (end && left != 0))) {
+        size_t room = ZSTD_CStreamOutSize();
+        ZSTD_outBuffer o;
+        int rc = buf_reserve(p->out, room, err);
+
+        if (rc != 0) {
+            return rc;
+        }
+        o = (ZSTD_outBuffer){p->out->data + p->out->len, room, 0};
+        left = ZSTD_compressStream2(p->cc, &o, &in, mode);
+        if (ZSTD_isError(left)) {
+            return err_set(err, ERR_INVALID, "checkpoint: zstd: %s",
+                           ZSTD_getErrorName(left));
+        }
+        p->out->len += o.pos;
+        p->out->data[p->out->len] = '\0';
+    }
+    buf_reset(&p->js);
+    return 0;
+}
+
+/* Remember pos to check the next one's order against (the source's
+ * slices may not outlive its next read). */
+static void docs_pass_keep(struct docs_pass *p, const struct docs_position *pos)
+{
+    struct err e2;
+
+    buf_reset(&p->last_bytes);
+    buf_append(&p->last_bytes, pos->name.ptr, pos->name.len, &e2);
+    buf_append(&p->last_bytes, pos->id.ptr, pos->id.len, &e2);
+    p->last.name = (struct slice){p->last_bytes.data, pos->name.len};
+    p->last.id =
+        (struct slice){p->last_bytes.data + pos->name.len, pos->id.len};
+    p->last.offset = pos->offset;
+    p->has_last = true;
+}
+
+static int docs_pass_positions(struct docs_pass *p,
+                               const struct docs_position_source *src,
+                               struct err *err)
+{
+    struct docs_position v[DOCS_STREAM_BATCH];
+    size_t n;
+    int rc = 0;
+
+    src->rewind(src->ctx);
+    while (rc == 0 && (n = src->read(src->ctx, v, ARRAY_LEN(v))) > 0) {
+        for (size_t i = 0; i < n; i++) {
+            const struct docs_position *prev =
+                i > 0 ? &v[i - 1] : (p->has_last ? &p->last : NULL);
+            if (prev != NULL && docs_pos_cmp(prev, &v[i]) > 0) {
+                return err_set(err, ERR_INVALID,
+                               "checkpoint: positions out of order at "
+                               "\"%.*s\"",
+                               (int)(v[i].name.len > 200 ? 200 : v[i].name.len),
+                               v[i].name.ptr);
+            }
+            jw_arr_begin(&p->w);
+            jw_str(&p->w, v[i].name.ptr, v[i].name.len);
+            jw_i64(&p->w, v[i].offset);
+            if (v[i].id.len > 0) {
+                jw_str(&p->w, v[i].id.ptr, v[i].id.len);
+            }
+            jw_arr_end(&p->w);
+        }
+        docs_pass_keep(p, &v[n - 1]);
+        if (p->js.len >= DOCS_STREAM_CHUNK) {
+            rc = docs_pass_flush(p, false, err);
+        }
+    }
+    return rc;
+}
+
+/* One pass: the whole object, compressed into p->out or only counted. */
+static int docs_pass_run(struct docs_pass *p, int64_t k, int64_t t_end,
+                         const struct docs_position_source *src,
+                         struct err *err)
+{
+    int rc;
+
+    jw_init(&p->w, &p->js);
+    jw_obj_begin(&p->w);
+    jw_key(&p->w, "k");
+    jw_i64(&p->w, k);
+    jw_key(&p->w, "tEnd");
+    jw_i64(&p->w, t_end);
+    jw_key(&p->w, "positions");
+    jw_arr_begin(&p->w);
+    rc = docs_pass_positions(p, src, err);
+    if (rc != 0) {
+        return rc;
+    }
+    jw_arr_end(&p->w);
+    jw_obj_end(&p->w);
+    rc = jw_finish(&p->w, err);
+    return rc != 0 ? rc : docs_pass_flush(p, true, err);
+}
+
+static void docs_pass_init(struct docs_pass *p, struct buf *out)
+{
+    memset(p, 0, sizeof(*p));
+    p->out = out;
+    p->json_hash = 0xcbf29ce484222325ULL;
+    buf_init(&p->js, BUF_UNLIMITED);
+    buf_init(&p->last_bytes, BUF_UNLIMITED);
+}
+
+static void docs_pass_free(struct docs_pass *p)
+{
+    buf_free(&p->js);
+    buf_free(&p->last_bytes);
+    if (p->cc != NULL) {
+        ZSTD_freeCCtx(p->cc);
+    }
+}
+
+int docs_checkpoint_encode_stream(struct buf *out, int64_t k, int64_t t_end,
+                                  const struct docs_position_source *src,
+                                  struct err *err)
+{
+    struct docs_pass p;
+    size_t at = out->len;
+    uint64_t len;
+    uint64_t hash;
+    int rc;
+
+    docs_pass_init(&p, out);
+    rc = docs_pass_run(&p, k, t_end, src, err);
+    len = p.json_len;
+    hash = p.json_hash;
+    docs_pass_free(&p);
+    if (rc == 0 && len > DOCS_CHECKPOINT_MAX_DECODED) {
         /* the decoder would refuse it: not written, an older one serves */
         rc = err_set(err, ERR_TOO_BIG,
-                     "checkpoint: %zu bytes of JSON, over the %zu a "
+                     "checkpoint: %llu bytes of JSON, over the %zu a "
                      "checkpoint may decode to",
-                     js.len, DOCS_CHECKPOINT_MAX_DECODED);
+                     (unsigned long long)len, DOCS_CHECKPOINT_MAX_DECODED);
     }
     if (rc != 0) {
-        goto out_free;
+        return rc;
     }
-    bound = ZSTD_compressBound(js.len);
-    rc = buf_reserve(out, bound, err);
+    /* The size in the frame header, as a one-shot compression of the
+     * whole JSON writes it: the same frame while the JSON fits zstd's
+     * window (2 MiB at level 3); past it the blocks may differ by a few
+     * bytes (the stream's window wraps), the JSON they decode to not. */
+    /* The frame's room at once: grown by doubling, its old copies could
+     * stay in the allocator's heap; one mapping of the bound costs only
+     * the pages the frame touches. */
+    rc = buf_reserve(out, ZSTD_compressBound(len), err);
     if (rc != 0) {
-        goto out_free;
+        return rc;
     }
-    z = ZSTD_compress(out->data + out->len, bound, js.data, js.len, 3);
-    if (ZSTD_isError(z)) {
-        rc = err_set(err, ERR_INVALID, "checkpoint: zstd: %s",
-                     ZSTD_getErrorName(z));
-        goto out_free;
+    docs_pass_init(&p, out);
+    p.cc = ZSTD_createCCtx();
+    ASSERT(p.cc != NULL);
+    ZSTD_CCtx_setParameter(p.cc, ZSTD_c_compressionLevel, 3);
+    ZSTD_CCtx_setPledgedSrcSize(p.cc, len);
+    rc = docs_pass_run(&p, k, t_end, src, err);
+    if (rc == 0 && (p.json_len != len || p.json_hash != hash)) {
+        rc = err_set(err, ERR_INVALID,
+                     "checkpoint: the positions changed between two reads");
     }
-    out->len += z;
-    out->data[out->len] = '\0';
-out_free:
-    buf_free(&js);
+    docs_pass_free(&p);
+    if (rc != 0) {
+        out->len = at; /* nothing written */
+        if (out->data != NULL) {
+            out->data[at] = '\0';
+        }
+    }
     return rc;
 }
 

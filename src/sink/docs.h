@@ -101,11 +101,37 @@ struct docs_checkpoint {
 
 /* One zstd frame (level 3) of {"k":K,"tEnd":T,"positions":[[name,offset
  * (,id)],...]} with positions sorted by name bytes (then offset, then id),
- * so the bytes are a function of the set of positions only. ERR_TOO_BIG,
- * nothing written, when the JSON passes DOCS_CHECKPOINT_MAX_DECODED (the
- * decoder would refuse it; ~13 million positions). */
+ * so the bytes are a function of the set of positions only (sorted in a
+ * copy when they come out of order, then docs_checkpoint_encode_stream()).
+ * ERR_TOO_BIG, nothing written, when the JSON passes
+ * DOCS_CHECKPOINT_MAX_DECODED (the decoder would refuse it; ~13 million
+ * positions). */
 int docs_checkpoint_encode(struct buf *out, const struct docs_checkpoint *cp,
                            struct err *err);
+/* Where docs_checkpoint_encode_stream() reads positions from: read()
+ * copies up to max positions into out, going on from where its last call
+ * left off (from the first after rewind()), and returns how many, 0 at the
+ * end; the slices in out stay valid until its next call. */
+struct docs_position_source {
+    void *ctx;
+    void (*rewind)(void *ctx);
+    size_t (*read)(void *ctx, struct docs_position *out, size_t max);
+};
+
+/* A checkpoint object of positions a source gives in checkpoint order
+ * (name bytes, then offset, then id): one zstd frame (level 3, the
+ * content size in its header) of the same JSON docs_checkpoint_encode()
+ * writes. Reads the source twice (to size the JSON, then to compress it)
+ * and holds a 64 KiB piece of JSON at a time, never all of it: a million
+ * positions are ~50 MB of JSON. The bytes are a function of the positions
+ * only, and those of a one-shot ZSTD_compress() of the JSON while it fits
+ * zstd's 2 MiB window. Appends to out; on an error
+ * nothing is appended: ERR_INVALID for positions out of order or a source
+ * that gave other bytes the second time, ERR_TOO_BIG as
+ * docs_checkpoint_encode(). */
+int docs_checkpoint_encode_stream(struct buf *out, int64_t k, int64_t t_end,
+                                  const struct docs_position_source *src,
+                                  struct err *err);
 /* Whether window k writes a checkpoint: every != 0 and k % every == 0
  * (docs/design/protocol.md §6.4; every 20 over k = 1..41 gives 20 and 40; 0
  * disables). */

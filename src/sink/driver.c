@@ -2525,23 +2525,48 @@ static int wait_until(struct driver *d, int64_t now, int64_t at)
     return 1;
 }
 
+/* The engine's checkpoint positions as a docs source (read a batch at a
+ * time: the positions are never one array). */
+struct cp_source {
+    struct engine *e;
+    struct engine_positions_cursor c;
+    struct engine_position v[256];
+};
+
+static void cp_source_rewind(void *ctx)
+{
+    struct cp_source *s = ctx;
+
+    memset(&s->c, 0, sizeof(s->c));
+}
+
+static size_t cp_source_read(void *ctx, struct docs_position *out, size_t max)
+{
+    struct cp_source *s = ctx;
+    size_t n = engine_positions_read(
+        s->e, &s->c, s->v, max < ARRAY_LEN(s->v) ? max : ARRAY_LEN(s->v));
+
+    for (size_t i = 0; i < n; i++) {
+        out[i] =
+            (struct docs_position){s->v[i].name, s->v[i].offset, s->v[i].id};
+    }
+    return n;
+}
+
 static void do_checkpoint(struct driver *d,
                           const struct engine_checkpoint_action *a)
 {
-    struct docs_position *v = xcalloc(a->n + 1, sizeof(*v));
+    struct cp_source *cs = xcalloc(1, sizeof(*cs));
+    struct docs_position_source src = {cs, cp_source_rewind, cp_source_read};
     struct buf body;
     struct buf key;
     struct err err;
     struct s3_put_result r;
 
-    for (size_t i = 0; i < a->n; i++) {
-        v[i] = (struct docs_position){
-            a->positions[i].name, a->positions[i].offset, a->positions[i].id};
-    }
-    struct docs_checkpoint cp = {a->k, a->t_end, v, a->n};
+    cs->e = d->e;
     buf_init(&body, BUF_UNLIMITED);
     buf_init(&key, DRIVER_KEY_MAX);
-    int rc = docs_checkpoint_encode(&body, &cp, &err);
+    int rc = docs_checkpoint_encode_stream(&body, a->k, a->t_end, &src, &err);
     rc = rc != 0 ? rc : layout_checkpoint_key(&key, &d->lq, a->k, &err);
     for (int attempt = 0; rc == 0 && attempt < 3; attempt++) {
         struct s3_put p = {key.data, body.data, body.len, "application/zstd",
@@ -2568,7 +2593,7 @@ static void do_checkpoint(struct driver *d,
     }
     buf_free(&key);
     buf_free(&body);
-    free(v);
+    free(cs);
 }
 
 /* ---- the tick (docs/design/window.md §11) ------------------------------- */

@@ -69,6 +69,7 @@
 #include "base/isotime.h"
 #include "base/slab.h"
 #include "base/xalloc.h"
+#include "sink/dormant.h"
 
 #define ENGINE_MAX_CURSOR   1024
 #define ENGINE_MAX_CLOSE    100000 /* try_close iterations per call */
@@ -78,7 +79,6 @@
 #define ENGINE_SPARE_MAX    32     /* at most, unless a window takes more */
 #define ENGINE_SHRINK_MIN   32     /* arrays of up to this many are kept */
 #define ENGINE_ALLOC_EXTRA  16     /* malloc's own bytes per allocation */
-#define ENGINE_DORMANT_MARK (1LL << 62) /* named by the full sweep running */
 
 /* A buffered record: its txn bytes, then its payload bytes, in a slab.
  * 48 bytes: the weight of a record fits 32 bits (a record is bounded by the
@@ -155,16 +155,6 @@ struct lost {
     uint32_t gen;
 };
 
-/* A pruned partition: the key of its name and id, where it is read from
- * when it moves again, and where its name and id are in the names arena
- * (checkpoints carry it, so a restart knows its exact position too). 24
- * bytes plus its name and id, against ~400 for a tracked one. */
-struct dormant {
-    uint64_t key; /* 0 = a free slot */
-    int64_t position;
-    uint64_t name_at; /* in dnames: name_len (2), id_len (1), name, id */
-};
-
 struct restored {
     char *name;
     size_t name_len;
@@ -195,13 +185,9 @@ struct engine {
     size_t n_restored;
     uint64_t restored_bytes;
 
-    /* Pruned partitions (prune() and observe()): key -> position. */
-    struct dormant *dormant; /* cap_dormant slots, key 0 = free */
-    size_t n_dormant;
-    size_t cap_dormant;
-    char *dnames; /* the dormant entries' names and ids (struct dormant) */
-    size_t n_dnames;
-    size_t cap_dnames;
+    /* Pruned partitions (prune() and observe()): name, id -> position
+     * (sink/dormant.h). */
+    struct dormant dormant;
     /* Bytes of the tracked partitions' structs and strings (engine.h). */
     uint64_t parts_bytes;
 
@@ -273,9 +259,16 @@ struct engine {
     int64_t checkpoint_k;
     int64_t checkpoint_t_end;
 
-    struct engine_position *pos;
-    size_t n_pos;
-    size_t cap_pos;
+    /* The positions a Checkpoint action (or engine_positions_snapshot())
+     * took: the tracked partitions and the dormant entries, each sorted,
+     * merged as they are read (engine_positions_read()). */
+    bool has_snap;
+    struct engine_position *snap_parts; /* at the snapshot's moment */
+    size_t n_snap_parts;
+    uint32_t *snap_dormant; /* dormant references (sink/dormant.h) */
+    size_t n_snap_dormant;
+    char *snap_ids; /* dormant UUIDs rendered for one read */
+    size_t cap_snap_ids;
 
     struct engine_action *acts;
     size_t n_acts;
@@ -603,6 +596,8 @@ static void free_calls(struct engine *e)
     free(e->seeks);
 }
 
+static void free_snapshot(struct engine *e);
+
 static void free_restored(struct engine *e)
 {
     for (size_t i = 0; i < e->n_restored; i++) {
@@ -625,8 +620,8 @@ void engine_free(struct engine *e)
     }
     slab_pool_free(&e->slabs);
     free_restored(e);
-    free(e->dormant);
-    free(e->dnames);
+    dormant_free(&e->dormant);
+    free_snapshot(e);
     free(e->parts);
     hashtab_free(&e->table);
     free(e->active);
@@ -638,7 +633,6 @@ void engine_free(struct engine *e)
     free(e->found_view);
     free_plan(e);
     free_redo(e);
-    free(e->pos);
     free(e->acts);
     free(e->tail);
     free(e->queue);
@@ -716,190 +710,13 @@ static void set_part_id(struct engine *e, struct part *p, struct slice id)
  * A partition is pruned (prune()) only when caught up, with nothing buffered,
  * out, pending or lost, so its whole state is its position: every record
  * below it is committed or dropped, every one from it on is unread. That
- * position goes into a small open-addressing table keyed by a 64-bit hash of
- * (name, id), 16 bytes a partition. A page that names it with nothing to
+ * position goes into a packed table keyed by (name, id) (sink/dormant.h,
+ * ~30 bytes and the name a partition). A page that names it with nothing to
  * read (lastOffset below the position, logStart at or below it) leaves it
  * there; one that shows a record or a trim past it brings it back as a
  * tracked partition at that exact position, the offsets a trim took judged
  * as any skip (skip_to()). A full sweep that does not name a dormant entry
- * (the partition was deleted, or created again under a new id) drops it.
- * Two partitions of one queue whose keys collide are ~n^2 / 2^65 likely
- * (about 3e-8 at a million partitions): the second is then never pruned,
- * and a new partition whose key collides with a dormant one's would take
- * its position. */
-
-static uint64_t dormant_key(struct slice name, const char *id, size_t id_len)
-{
-    uint64_t h = hashtab_hash(name.ptr, name.len);
-    uint64_t g = hashtab_hash(id == NULL ? "" : id, id_len);
-
-    h ^= (g + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
-    h ^= h >> 31; /* splitmix64's finish */
-    h *= 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 27;
-    return h == 0 ? 1 : h;
-}
-
-static struct dormant *dormant_find(const struct engine *e, uint64_t key)
-{
-    if (e->cap_dormant == 0) {
-        return NULL;
-    }
-    for (size_t i = key % e->cap_dormant;; i = (i + 1) % e->cap_dormant) {
-        if (e->dormant[i].key == key) {
-            return &e->dormant[i];
-        }
-        if (e->dormant[i].key == 0) {
-            return NULL;
-        }
-    }
-}
-
-static void dormant_place(struct engine *e, uint64_t key, int64_t position,
-                          uint64_t name_at)
-{
-    size_t i;
-
-    ASSERT(e->cap_dormant > e->n_dormant);
-    i = key % e->cap_dormant;
-
-    while (e->dormant[i].key != 0) {
-        i = (i + 1) % e->cap_dormant;
-    }
-    e->dormant[i].key = key;
-    e->dormant[i].position = position;
-    e->dormant[i].name_at = name_at;
-}
-
-/* Append name and id to dnames (names are at most 65535 bytes, ids 255);
- * returns where. */
-static uint64_t dnames_put(char **v, size_t *n, size_t *cap, struct slice name,
-                           struct slice id)
-{
-    size_t nl = name.len > 0xffff ? 0xffff : name.len;
-    size_t il = id.len > 0xff ? 0xff : id.len;
-    uint64_t at = *n;
-
-    grow((void **)v, cap, *n + 3 + nl + il + 1, 1);
-    (*v)[*n] = (char)(nl >> 8);
-    (*v)[*n + 1] = (char)(nl & 0xff);
-    (*v)[*n + 2] = (char)il;
-    memcpy(*v + *n + 3, name.ptr, nl);
-    if (il > 0) {
-        memcpy(*v + *n + 3 + nl, id.ptr, il);
-    }
-    *n += 3 + nl + il;
-    return at;
-}
-
-static void dnames_get(const char *v, uint64_t at, struct slice *name,
-                       struct slice *id)
-{
-    const unsigned char *u = (const unsigned char *)v + at;
-    size_t nl = ((size_t)u[0] << 8) | u[1];
-
-    *name = (struct slice){v + at + 3, nl};
-    *id = (struct slice){v + at + 3 + nl, u[2]};
-}
-
-/* Rebuild with room for `want` entries at most 3/4 full; entries without
- * the mark are dropped when drop_unmarked. */
-static void dormant_rebuild(struct engine *e, size_t want, bool drop_unmarked)
-{
-    struct dormant *old = e->dormant;
-    size_t old_cap = e->cap_dormant;
-    size_t cap = want == 0 ? 0 : want + want / 3 + 16;
-
-    char *old_names = e->dnames;
-    e->dormant = cap == 0 ? NULL : xcalloc(cap, sizeof(*e->dormant));
-    e->cap_dormant = cap;
-    e->n_dormant = 0;
-    e->dnames = NULL; /* compacted: what removed entries left goes */
-    e->n_dnames = 0;
-    e->cap_dnames = 0;
-    for (size_t i = 0; i < old_cap; i++) {
-        if (old[i].key == 0 ||
-            (drop_unmarked && (old[i].position & ENGINE_DORMANT_MARK) == 0)) {
-            continue;
-        }
-        struct slice name;
-        struct slice id;
-        dnames_get(old_names, old[i].name_at, &name, &id);
-        dormant_place(
-            e, old[i].key, old[i].position,
-            dnames_put(&e->dnames, &e->n_dnames, &e->cap_dnames, name, id));
-        e->n_dormant++;
-    }
-    free(old);
-    free(old_names);
-}
-
-/* false when the key is taken (a collision: the partition stays tracked). */
-static bool dormant_add(struct engine *e, uint64_t key, int64_t position,
-                        struct slice name, struct slice id)
-{
-    if (dormant_find(e, key) != NULL) {
-        return false;
-    }
-    if ((e->n_dormant + 1) * 4 > e->cap_dormant * 3) {
-        dormant_rebuild(e, (e->n_dormant + 1) * 2, false);
-    }
-    dormant_place(
-        e, key, position,
-        dnames_put(&e->dnames, &e->n_dnames, &e->cap_dnames, name, id));
-    e->n_dormant++;
-    return true;
-}
-
-/* Remove d, shifting back the run after it (linear probing). */
-static void dormant_remove(struct engine *e, struct dormant *d)
-{
-    size_t i = (size_t)(d - e->dormant);
-    size_t j = i;
-
-    e->dormant[i].key = 0;
-    e->n_dormant--;
-    for (;;) {
-        size_t home;
-
-        j = (j + 1) % e->cap_dormant;
-        if (e->dormant[j].key == 0) {
-            return;
-        }
-        home = e->dormant[j].key % e->cap_dormant;
-        /* j's entry may move to i when i lies cyclically in [home, j) */
-        if ((i <= j) ? (home <= i || home > j) : (home <= i && home > j)) {
-            e->dormant[i] = e->dormant[j];
-            e->dormant[j].key = 0;
-            i = j;
-        }
-    }
-}
-
-/* A full sweep starts: no dormant entry is named yet. */
-static void dormant_unmark(struct engine *e)
-{
-    for (size_t i = 0; i < e->cap_dormant; i++) {
-        e->dormant[i].position &= ~ENGINE_DORMANT_MARK;
-    }
-}
-
-/* A full sweep ended: drop the entries it did not name, and give back the
- * room growth left (a table sized for n holds n + n/3 + 16 slots); no
- * copy when there is neither. */
-static void dormant_sweep(struct engine *e)
-{
-    size_t unnamed = 0;
-    size_t fit = e->n_dormant + e->n_dormant / 3 + 16;
-
-    for (size_t i = 0; i < e->cap_dormant; i++) {
-        unnamed += e->dormant[i].key != 0 &&
-                   (e->dormant[i].position & ENGINE_DORMANT_MARK) == 0;
-    }
-    if (unnamed > 0 || e->cap_dormant > fit + fit / 2) {
-        dormant_rebuild(e, e->n_dormant - unnamed, true);
-    }
-}
+ * (the partition was deleted, or created again under a new id) drops it. */
 
 /* ---- Lost ranges (engine.h (5)) ----------------------------------------- */
 
@@ -1249,22 +1066,24 @@ static int observe_untracked(struct engine *e,
                              const struct engine_partition_info *in,
                              struct part **out, struct err *err)
 {
-    uint64_t key = dormant_key(in->name, in->id.ptr, in->id.len);
-    struct dormant *d = in->id.len > 0 ? dormant_find(e, key) : NULL;
-    int64_t pos = d == NULL ? 0 : d->position & ~ENGINE_DORMANT_MARK;
+    uint32_t d =
+        in->id.len > 0 ? dormant_find(&e->dormant, in->name, in->id) : 0;
+    int64_t pos = d == 0 ? 0 : dormant_position(&e->dormant, d);
     struct part *p;
 
     *out = NULL;
-    if (d != NULL && in->last_offset < pos && in->log_start <= pos) {
-        d->position |= e->is_pass_full ? ENGINE_DORMANT_MARK : 0;
+    if (d != 0 && in->last_offset < pos && in->log_start <= pos) {
+        if (e->is_pass_full) {
+            dormant_mark(&e->dormant, d);
+        }
         return 0; /* still caught up: nothing to read, nothing trimmed */
     }
-    if (d == NULL && in->id.len > 0 && e->t_filter != ENGINE_MIN &&
+    if (d == 0 && in->id.len > 0 && e->t_filter != ENGINE_MIN &&
         e->is_t_prev_known &&
         sat_add(in->last_write_at, ISOTIME_US_S) < e->t_filter &&
         find_restored(e, in->name) == NULL &&
-        dormant_add(e, key, (in->last_offset + 1) | ENGINE_DORMANT_MARK,
-                    in->name, in->id)) {
+        dormant_add(&e->dormant, in->name, in->id,
+                    max64(in->last_offset + 1, 0))) {
         return 0;
     }
     if (e->n_parts >= e->cfg.max_partitions) {
@@ -1278,11 +1097,11 @@ static int observe_untracked(struct engine *e,
     p->log_start = in->log_start;
     p->last_write_at = in->last_write_at;
     p->lw_last_offset = in->last_offset;
-    if (d != NULL) {
+    if (d != 0) {
         /* moved again: on from its exact position, a trim judged as any
          * skip (what it skips is stamped above what was committed when it
          * was pruned; settle_gap() knows the rest) */
-        dormant_remove(e, d);
+        dormant_remove(&e->dormant, d);
         p->position = pos;
         skip_to(e, p, in->log_start);
     } else {
@@ -1348,7 +1167,7 @@ static void start_pass(struct engine *e)
     e->has_discovered_this_window = true;
     e->is_idle_armed = false;
     if (is_full) {
-        dormant_unmark(e);
+        dormant_unmark_all(&e->dormant);
     }
     restart_pass(e);
 }
@@ -1366,7 +1185,7 @@ static void complete_pass(struct engine *e)
         /* every partition of the queue was named: what a checkpoint held
          * is used, and a dormant entry no page named is gone */
         free_restored(e);
-        dormant_sweep(e);
+        dormant_drop_unmarked(&e->dormant);
     }
 }
 
@@ -1420,6 +1239,7 @@ int engine_on_discovery_page(struct engine *e,
 {
     int rc;
 
+    free_snapshot(e); /* the page may revive or prune: refs move */
     if (!e->is_page_out || e->state == ENGINE_FAILED) {
         return err_set(err, ERR_INVALID,
                        "engine: a discovery page nobody asked for");
@@ -2619,12 +2439,8 @@ static void prune(struct engine *e)
         struct part *p = e->parts[i];
 
         if (!is_prunable(e, p) ||
-            !dormant_add(e,
-                         dormant_key((struct slice){p->name, p->name_len},
-                                     p->id, p->id_len),
-                         p->position | ENGINE_DORMANT_MARK,
-                         (struct slice){p->name, p->name_len},
-                         (struct slice){p->id, p->id_len})) {
+            !dormant_add(&e->dormant, (struct slice){p->name, p->name_len},
+                         (struct slice){p->id, p->id_len}, p->position)) {
             e->parts[kept++] = p;
             continue;
         }
@@ -2648,6 +2464,7 @@ void engine_on_committed(struct engine *e)
     if (e->state != ENGINE_COMMIT) {
         return;
     }
+    free_snapshot(e); /* prune() frees partitions */
     e->committed_k = k;
     e->committed_t_end = e->plan.t_end;
     e->t_prev = e->plan.t_end;
@@ -2680,36 +2497,90 @@ void engine_on_committed(struct engine *e)
 
 /* ---- Positions (docs/design/window.md §10) ------------------------------ */
 
-void engine_positions(struct engine *e, const struct engine_position **v,
-                      size_t *n)
+static void free_snapshot(struct engine *e)
 {
-    grow((void **)&e->pos, &e->cap_pos, e->n_parts + e->n_dormant + 1,
-         sizeof(*e->pos));
-    e->n_pos = 0;
-    for (size_t i = 0; i < e->n_parts; i++) {
-        const struct part *p = e->parts[i];
-        struct engine_position *ps = &e->pos[e->n_pos++];
+    free(e->snap_parts);
+    free(e->snap_dormant);
+    free(e->snap_ids);
+    e->snap_parts = NULL;
+    e->snap_dormant = NULL;
+    e->snap_ids = NULL;
+    e->n_snap_parts = 0;
+    e->n_snap_dormant = 0;
+    e->cap_snap_ids = 0;
+    e->has_snap = false;
+}
 
-        part_position(p, ENGINE_MIN, ENGINE_MIN, ps);
+/* Checkpoint order (docs/design/formats.md §4): name bytes, then offset,
+ * then id. */
+static int checkpoint_cmp(const struct engine_position *x,
+                          const struct engine_position *y)
+{
+    int c = name_cmp(x->name.ptr, x->name.len, y->name.ptr, y->name.len);
+
+    if (c != 0) {
+        return c;
+    }
+    if (x->offset != y->offset) {
+        return x->offset < y->offset ? -1 : 1;
+    }
+    return name_cmp(x->id.ptr, x->id.len, y->id.ptr, y->id.len);
+}
+
+static int checkpoint_qcmp(const void *a, const void *b)
+{
+    return checkpoint_cmp(a, b);
+}
+
+size_t engine_positions_snapshot(struct engine *e)
+{
+    free_snapshot(e);
+    e->has_snap = true;
+    /* The tracked partitions' positions are taken now: the plan a close
+     * makes in the same call moves them on (the lost ranges it takes). */
+    e->snap_parts = xmalloc((e->n_parts + 1) * sizeof(*e->snap_parts));
+    for (size_t i = 0; i < e->n_parts; i++) {
+        part_position(e->parts[i], ENGINE_MIN, ENGINE_MIN, &e->snap_parts[i]);
+    }
+    e->n_snap_parts = e->n_parts;
+    if (e->n_snap_parts > 1) {
+        qsort(e->snap_parts, e->n_snap_parts, sizeof(*e->snap_parts),
+              checkpoint_qcmp);
     }
     /* Pruned partitions too: their positions are exact, and a restart
      * must know them (a trim while it was down is then judged). */
-    for (size_t i = 0; i < e->cap_dormant; i++) {
-        const struct dormant *d = &e->dormant[i];
-        struct engine_position *ps;
+    e->snap_dormant = dormant_sorted(&e->dormant, &e->n_snap_dormant);
+    return e->n_snap_parts + e->n_snap_dormant;
+}
 
-        if (d->key == 0) {
-            continue;
+size_t engine_positions_read(struct engine *e,
+                             struct engine_positions_cursor *c,
+                             struct engine_position *out, size_t max)
+{
+    size_t n = 0;
+
+    ASSERT(e->has_snap); /* read after the snapshot, before any answer */
+    grow((void **)&e->snap_ids, &e->cap_snap_ids, max * DORMANT_ID_TEXT + 1, 1);
+    while (n < max &&
+           (c->part < e->n_snap_parts || c->dormant < e->n_snap_dormant)) {
+        const struct engine_position *tp = &e->snap_parts[c->part];
+        struct engine_position dp;
+        bool has_t = c->part < e->n_snap_parts;
+        bool has_d = c->dormant < e->n_snap_dormant;
+
+        if (has_d) {
+            dormant_get(&e->dormant, e->snap_dormant[c->dormant], &dp.name,
+                        &dp.id, e->snap_ids + n * DORMANT_ID_TEXT, &dp.offset);
         }
-        ps = &e->pos[e->n_pos++];
-        dnames_get(e->dnames, d->name_at, &ps->name, &ps->id);
-        ps->offset = d->position & ~ENGINE_DORMANT_MARK;
+        if (has_t && (!has_d || checkpoint_cmp(tp, &dp) <= 0)) {
+            out[n++] = *tp;
+            c->part++;
+        } else {
+            out[n++] = dp;
+            c->dormant++;
+        }
     }
-    if (e->n_pos > 1) {
-        qsort(e->pos, e->n_pos, sizeof(*e->pos), position_cmp);
-    }
-    *v = e->pos;
-    *n = e->n_pos;
+    return n;
 }
 
 /* ---- Completeness (docs/design/window.md §10) --------------------------- */
@@ -2782,15 +2653,11 @@ static void emit_closing(struct engine *e)
 
 static void emit_checkpoint(struct engine *e)
 {
-    const struct engine_position *v;
-    size_t n;
-    struct engine_action *a;
+    size_t n = engine_positions_snapshot(e);
+    struct engine_action *a = add_action(e, ENGINE_ACT_CHECKPOINT);
 
-    engine_positions(e, &v, &n);
-    a = add_action(e, ENGINE_ACT_CHECKPOINT);
     a->u.checkpoint.k = e->checkpoint_k;
     a->u.checkpoint.t_end = e->checkpoint_t_end;
-    a->u.checkpoint.positions = v;
     a->u.checkpoint.n = n;
     e->is_checkpoint_pending = false;
 }
@@ -2870,6 +2737,7 @@ void engine_next_actions(struct engine *e, struct engine_actions *out)
     e->has_started = true;
     e->n_acts = 0;
     e->n_tail = 0;
+    free_snapshot(e);
     if (e->state == ENGINE_FILLING) {
         fill_actions(e);
     } else if (e->state != ENGINE_FAILED) {
@@ -3009,14 +2877,14 @@ size_t engine_tracked_partitions(const struct engine *e)
 
 size_t engine_dormant_partitions(const struct engine *e)
 {
-    return e->n_dormant;
+    return dormant_count(&e->dormant);
 }
 
 uint64_t engine_tracked_bytes(const struct engine *e)
 {
     return e->parts_bytes + e->restored_bytes +
            (e->cap_parts + e->table.cap + e->cap_active) * sizeof(void *) +
-           e->cap_dormant * sizeof(struct dormant) + e->cap_dnames;
+           dormant_bytes(&e->dormant);
 }
 
 uint64_t engine_discovery_partitions(const struct engine *e)

@@ -74,8 +74,8 @@
  * Ownership: the engine owns every buffered record (copied on arrival). The
  * slices in actions and plans point into engine memory: an action's slices
  * are valid until the next engine_next_actions() (a Checkpoint's positions
- * also until the next engine_positions()); a Fetch call's entries until its
- * answer; a Seek's partition until its result; a plan until
+ * are read with engine_positions_read(), before any answer); a Fetch call's
+ * entries until its answer; a Seek's partition until its result; a plan until
  * engine_on_committed() or engine_free().
  *
  * Driver contract (docs/design/window.md §11): execute the actions of one call
@@ -88,9 +88,11 @@
  * records), not the cold ones; a commit walks all of them once (pruning),
  * and the plan and the checkpoint sort by name. Memory is the buffered
  * records plus about 300 bytes per tracked partition (max_partitions) and
- * 16 per pruned one (engine_tracked_bytes()), all within max_buffer_bytes:
- * fetches ask for no more than what the records, the partitions and the
- * asks out leave of it (docs/design/window.md §6).
+ * ~30 plus its name per pruned one (engine_tracked_bytes()), all within
+ * max_buffer_bytes: fetches ask for no more than what the records, the
+ * partitions and the asks out leave of it (docs/design/window.md §6). A
+ * checkpoint is read from sorted references a batch at a time, never
+ * built as one array of positions.
  *
  * One deliberate reading of docs/design/window.md §9: the age of the first
  * `earliest` window is measured from its tStart (the align floor of its first
@@ -290,10 +292,12 @@ struct engine_commit {
     uint64_t bytes;
 };
 
+/* Its n positions are read with engine_positions_read() (a million
+ * partitions are 40 MB as one array: never built), before any answer is
+ * fed back. */
 struct engine_checkpoint_action {
     int64_t k;
     int64_t t_end;
-    const struct engine_position *positions; /* sorted by name */
     size_t n;
 };
 
@@ -502,8 +506,8 @@ bool engine_is_tight(const struct engine *e);
  * records' bytes plus holes and spares. */
 uint64_t engine_slab_bytes(const struct engine *e);
 size_t engine_tracked_partitions(const struct engine *e);
-/* Pruned partitions whose position is kept (24 bytes plus name and id
- * each; checkpoints carry them). */
+/* Pruned partitions whose position is kept (sink/dormant.h: ~30 bytes
+ * and the name each; checkpoints carry them). */
 size_t engine_dormant_partitions(const struct engine *e);
 /* Bytes the partitions cost besides their records: the tracked ones'
  * structs, names and ids, the lookup arrays, the dormant table and the
@@ -518,9 +522,25 @@ const struct engine_stats *engine_stats(const struct engine *e);
 bool engine_partition_position(const struct engine *e, struct slice name,
                                int64_t *offset, struct slice *id);
 
-/* Checkpoint positions now (docs/design/window.md §10), sorted by name; valid
- * until the next call into the engine. */
-void engine_positions(struct engine *e, const struct engine_position **v,
-                      size_t *n);
+/* Where engine_positions_read() goes on from: all zero at the first. */
+struct engine_positions_cursor {
+    size_t part;
+    size_t dormant;
+};
+
+/* Take the checkpoint positions now (docs/design/window.md §10), as a
+ * Checkpoint action does; returns how many. They are read with
+ * engine_positions_read() until the next engine_next_actions(),
+ * engine_on_discovery_page() or engine_on_committed(). Holds 4 bytes a
+ * dormant partition and a position (40 bytes) a tracked one meanwhile:
+ * the tracked ones' are taken now, the dormant ones' never move. */
+size_t engine_positions_snapshot(struct engine *e);
+/* Copy up to max of the positions taken, in checkpoint order (name bytes,
+ * then offset, then id), from c on into out, and move c past them.
+ * Returns how many; 0 at the end. The slices point into engine memory,
+ * valid until the next call of this function or into the engine. */
+size_t engine_positions_read(struct engine *e,
+                             struct engine_positions_cursor *c,
+                             struct engine_position *out, size_t max);
 
 #endif

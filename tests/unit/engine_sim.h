@@ -147,6 +147,9 @@ struct sim {
     char cp_names[256][64];
     char cp_ids[256][48];
     size_t cp_n;
+    size_t cp_total;             /* positions the last checkpoint had */
+    bool cp_in_order;            /* and whether they came in order */
+    struct engine_position *pos; /* sim_positions()'s */
     uint64_t peak_buffered;
     int violations;      /* invariant breaches seen by the books */
     int64_t expect_from; /* records below this stamp need not ship */
@@ -252,6 +255,7 @@ SIM_API void sim_free(struct sim *s)
     free(s->last_plan_names);
     free(s->plan_buf);
     free(s->eager_buf);
+    free(s->pos);
     engine_free(s->e);
 }
 
@@ -884,17 +888,51 @@ SIM_API void sim_on_checkpoint(struct sim *s,
         s->checkpoint_ks[s->checkpoints] = c->k;
     }
     s->checkpoints++;
-    s->cp_n = c->n < 256 ? c->n : 256;
-    for (size_t i = 0; i < s->cp_n; i++) {
-        s->cp_pos[i] = c->positions[i];
-        snprintf(s->cp_names[i], 64, "%.*s", (int)c->positions[i].name.len,
-                 c->positions[i].name.ptr);
-        snprintf(s->cp_ids[i], 48, "%.*s", (int)c->positions[i].id.len,
-                 c->positions[i].id.ptr);
-        s->cp_pos[i].name =
-            (struct slice){s->cp_names[i], strlen(s->cp_names[i])};
-        s->cp_pos[i].id = (struct slice){s->cp_ids[i], strlen(s->cp_ids[i])};
+    s->cp_n = 0;
+    s->cp_total = 0;
+    s->cp_in_order = true;
+    /* read a few at a time, as the driver does */
+    struct engine_positions_cursor cur = {0, 0};
+    struct engine_position v[7];
+    size_t n;
+    char last[64] = "";
+    while ((n = engine_positions_read(s->e, &cur, v, 7)) > 0) {
+        for (size_t i = 0; i < n; i++, s->cp_total++) {
+            char name[64];
+            snprintf(name, sizeof(name), "%.*s", (int)v[i].name.len,
+                     v[i].name.ptr);
+            s->cp_in_order &= s->cp_total == 0 || strcmp(last, name) <= 0;
+            memcpy(last, name, sizeof(last));
+            if (s->cp_n == 256) {
+                continue;
+            }
+            size_t j = s->cp_n++;
+            s->cp_pos[j] = v[i];
+            memcpy(s->cp_names[j], name, sizeof(name));
+            snprintf(s->cp_ids[j], 48, "%.*s", (int)v[i].id.len, v[i].id.ptr);
+            s->cp_pos[j].name =
+                (struct slice){s->cp_names[j], strlen(s->cp_names[j])};
+            s->cp_pos[j].id =
+                (struct slice){s->cp_ids[j], strlen(s->cp_ids[j])};
+        }
     }
+    if (s->cp_total != c->n) {
+        s->violations++;
+    }
+}
+
+/* The checkpoint positions now, all of them, in order (engine memory:
+ * valid until the next call into the engine). */
+SIM_API void sim_positions(struct sim *s, const struct engine_position **v,
+                           size_t *n)
+{
+    struct engine_positions_cursor cur = {0, 0};
+    size_t total = engine_positions_snapshot(s->e);
+
+    free(s->pos);
+    s->pos = calloc(total + 1, sizeof(*s->pos));
+    *n = engine_positions_read(s->e, &cur, s->pos, total + 1);
+    *v = s->pos;
 }
 
 /* ---- Driving ------------------------------------------------------------- */

@@ -919,3 +919,217 @@ TEST(manifest_positions_are_last_and_round_trip)
     buf_free(&arena);
     buf_free(&b);
 }
+
+/* ---- the streaming checkpoint encoder (issue 13 item 8) ---- */
+
+/* The checkpoint as the encoder before streaming made it: the whole JSON
+ * (written here by hand, escapes included) compressed in one call at
+ * level 3. */
+static void reference_checkpoint(struct buf *out, int64_t k, int64_t t_end,
+                                 const struct docs_position *v, size_t n)
+{
+    struct buf js;
+    struct err err;
+
+    buf_init(&js, BUF_UNLIMITED);
+    buf_printf(&js, &err, "{\"k\":%lld,\"tEnd\":%lld,\"positions\":[",
+               (long long)k, (long long)t_end);
+    for (size_t i = 0; i < n; i++) {
+        const struct slice f[2] = {v[i].name, v[i].id};
+        buf_append_str(&js, i == 0 ? "[" : ",[", &err);
+        for (int j = 0; j < 2; j++) {
+            if (j == 1 && f[j].len == 0) {
+                break;
+            }
+            buf_append_str(&js, j == 0 ? "\"" : ",\"", &err);
+            for (size_t c = 0; c < f[j].len; c++) {
+                unsigned char ch = (unsigned char)f[j].ptr[c];
+                if (ch == '"' || ch == '\\') {
+                    buf_printf(&js, &err, "\\%c", ch);
+                } else if (ch == '\n') {
+                    buf_append_str(&js, "\\n", &err);
+                } else if (ch == '\t') {
+                    buf_append_str(&js, "\\t", &err);
+                } else if (ch < 0x20) {
+                    buf_printf(&js, &err, "\\u%04x", ch);
+                } else {
+                    buf_append_byte(&js, (char)ch, &err);
+                }
+            }
+            buf_append_str(&js, "\"", &err);
+            if (j == 0) {
+                buf_printf(&js, &err, ",%lld", (long long)v[i].offset);
+            }
+        }
+        buf_append_str(&js, "]", &err);
+    }
+    buf_append_str(&js, "]}", &err);
+    size_t bound = ZSTD_compressBound(js.len);
+    buf_reserve(out, bound, &err);
+    size_t z = ZSTD_compress(out->data, bound, js.data, js.len, 3);
+    ASSERT(!ZSTD_isError(z));
+    out->len = z;
+    buf_free(&js);
+}
+
+/* An array source that hands out a few positions at a time, and can
+ * change one between its two reads. */
+struct test_source {
+    struct docs_position *v;
+    size_t n;
+    size_t at;
+    size_t batch;
+    int rewinds;
+    bool change_on_second;
+};
+
+static void test_rewind(void *ctx)
+{
+    struct test_source *s = ctx;
+
+    s->at = 0;
+    s->rewinds++;
+    if (s->change_on_second && s->rewinds == 2) {
+        s->v[s->n / 2].offset += 1000;
+    }
+}
+
+static size_t test_read(void *ctx, struct docs_position *out, size_t max)
+{
+    struct test_source *s = ctx;
+    size_t n = s->n - s->at;
+
+    n = n < max ? n : max;
+    n = n < s->batch ? n : s->batch;
+    memcpy(out, s->v + s->at, n * sizeof(*out));
+    s->at += n;
+    return n;
+}
+
+/* Names of 20 to 60 bytes, some needing escapes, ids mostly UUIDs: 30,000
+ * of them are ~2 MB of JSON, many 64 KiB pieces and 128 KiB zstd blocks. */
+static struct docs_position *many_positions(size_t n, char **store)
+{
+    struct docs_position *v = xcalloc(n, sizeof(*v));
+    char *p = *store = xmalloc(n * 128);
+
+    for (size_t i = 0; i < n; i++) {
+        int nl = snprintf(p, 64, "part-%06zu%s%.*s", i,
+                          i % 97 == 0 ? "\"q\\\n\x01" : "", (int)(i % 41),
+                          "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG");
+        v[i].name = (struct slice){p, (size_t)nl};
+        p += 64;
+        int il = i % 13 == 0 ? 0
+                             : snprintf(p, 64, "%08zx-0000-4000-8000-%012zx",
+                                        i * 2654435761u & 0xffffffffu, i);
+        v[i].id = (struct slice){p, (size_t)il};
+        p += 64;
+        v[i].offset = (int64_t)(i * 7 % 1000003);
+    }
+    return v;
+}
+
+/* While the JSON fits zstd's window (2 MiB at level 3; 20,000 of these
+ * positions are ~1.5 MiB), the bytes are the one-shot encoder's. */
+TEST(a_streamed_checkpoint_is_byte_identical_to_the_one_shot_encoder)
+{
+    const size_t sizes[] = {0, 1, 3, 20000};
+    char *store;
+    struct docs_position *v = many_positions(20000, &store);
+    struct err err;
+
+    for (size_t s = 0; s < ARRAY_LEN(sizes); s++) {
+        struct test_source ts = {v, sizes[s], 0, 5 + s * 100, 0, false};
+        struct docs_position_source src = {&ts, test_rewind, test_read};
+        struct docs_checkpoint cp = {77, 1788516300000000, v, sizes[s]};
+        struct buf want;
+        struct buf got;
+        struct buf arr;
+
+        buf_init(&want, BUF_UNLIMITED);
+        buf_init(&got, BUF_UNLIMITED);
+        buf_init(&arr, BUF_UNLIMITED);
+        reference_checkpoint(&want, 77, 1788516300000000, v, sizes[s]);
+        EXPECT_EQ_I64(docs_checkpoint_encode_stream(&got, 77, 1788516300000000,
+                                                    &src, &err),
+                      0);
+        EXPECT_EQ_I64(docs_checkpoint_encode(&arr, &cp, &err), 0);
+        EXPECT_MEM_EQ(got.data, got.len, want.data, want.len);
+        EXPECT_MEM_EQ(arr.data, arr.len, want.data, want.len);
+        buf_free(&want);
+        buf_free(&got);
+        buf_free(&arr);
+    }
+    free(v);
+    free(store);
+}
+
+/* Past the window: the same JSON, and the same bytes whatever the batches
+ * the source hands out. */
+TEST(a_large_streamed_checkpoint_decodes_to_the_one_shot_json)
+{
+    const size_t n = 60000;
+    char *store;
+    struct docs_position *v = many_positions(n, &store);
+    struct test_source a = {v, n, 0, 1, 0, false};
+    struct test_source b = {v, n, 0, 1000, 0, false};
+    struct docs_position_source sa = {&a, test_rewind, test_read};
+    struct docs_position_source sb = {&b, test_rewind, test_read};
+    struct buf want;
+    struct buf got;
+    struct buf got2;
+    char *wj = xmalloc(8 << 20);
+    char *gj = xmalloc(8 << 20);
+    struct err err;
+
+    buf_init(&want, BUF_UNLIMITED);
+    buf_init(&got, BUF_UNLIMITED);
+    buf_init(&got2, BUF_UNLIMITED);
+    reference_checkpoint(&want, 5, 6, v, n);
+    EXPECT_EQ_I64(docs_checkpoint_encode_stream(&got, 5, 6, &sa, &err), 0);
+    EXPECT_EQ_I64(docs_checkpoint_encode_stream(&got2, 5, 6, &sb, &err), 0);
+    EXPECT_MEM_EQ(got.data, got.len, got2.data, got2.len);
+    size_t wn = ZSTD_decompress(wj, 8 << 20, want.data, want.len);
+    size_t gn = ZSTD_decompress(gj, 8 << 20, got.data, got.len);
+    EXPECT(!ZSTD_isError(wn) && !ZSTD_isError(gn) && wn > (3u << 20));
+    EXPECT_MEM_EQ(gj, gn, wj, wn);
+    EXPECT_EQ_U64(ZSTD_getFrameContentSize(got.data, got.len), wn);
+    free(wj);
+    free(gj);
+    buf_free(&want);
+    buf_free(&got);
+    buf_free(&got2);
+    free(v);
+    free(store);
+}
+
+TEST(a_streamed_checkpoint_refuses_positions_out_of_order_and_writes_nothing)
+{
+    char *store;
+    struct docs_position *v = many_positions(3000, &store);
+    struct test_source ts = {v, 3000, 0, 64, 0, false};
+    struct docs_position_source src = {&ts, test_rewind, test_read};
+    struct docs_position t;
+    struct buf got;
+    struct err err;
+
+    buf_init(&got, BUF_UNLIMITED);
+    buf_append_str(&got, "kept", &err);
+    t = v[2000]; /* across a read's batch edge */
+    v[2000] = v[1999];
+    v[1999] = t;
+    EXPECT_EQ_I64(docs_checkpoint_encode_stream(&got, 1, 2, &src, &err),
+                  ERR_INVALID);
+    EXPECT(strstr(err.msg, "out of order") != NULL);
+    EXPECT_MEM_EQ(got.data, got.len, "kept", 4);
+    v[1999] = v[2000];
+    v[2000] = t;
+    ts.change_on_second = true; /* the source moved between the reads */
+    ts.rewinds = 0;
+    EXPECT_EQ_I64(docs_checkpoint_encode_stream(&got, 1, 2, &src, &err),
+                  ERR_INVALID);
+    EXPECT_MEM_EQ(got.data, got.len, "kept", 4);
+    buf_free(&got);
+    free(v);
+    free(store);
+}

@@ -1145,7 +1145,7 @@ TEST(rule10_a_partition_discovery_stops_naming_is_pruned)
     EXPECT_EQ_U64(engine_stats(s.e)->partitions_pruned, 1);
     /* the pruned one keeps its exact position in the checkpoint until a
      * full sweep drops it (none runs here) */
-    engine_positions(s.e, &v, &n);
+    sim_positions(&s, &v, &n);
     EXPECT_EQ_U64(n, 2);
     EXPECT(n == 2 && v[0].name.len == 4 &&
            memcmp(v[0].name.ptr, "busy", 4) == 0);
@@ -1869,7 +1869,7 @@ TEST(
     s.idle_advance_us = 10 * SIM_MS;
     sim_run(&s, 20);
     EXPECT(id_of(s.e, "p", s.parts[1].id));
-    engine_positions(s.e, &v, &n);
+    sim_positions(&s, &v, &n);
     EXPECT_EQ_U64(n, 1);
     EXPECT(n == 1 && v[0].offset == 0);
     engine_force_close(s.e);
@@ -2554,7 +2554,7 @@ TEST(prune_pruned_partitions_stay_in_the_checkpoint_positions)
 
     idle_then_busy(&s, &c, 70);
     EXPECT_EQ_U64(engine_dormant_partitions(s.e), 200);
-    engine_positions(s.e, &v, &n);
+    sim_positions(&s, &v, &n);
     EXPECT_EQ_U64(n, 201);
     for (size_t i = 0; i < n; i++) {
         if (v[i].name.len == 7 && memcmp(v[i].name.ptr, "idle", 4) == 0) {
@@ -2566,6 +2566,36 @@ TEST(prune_pruned_partitions_stay_in_the_checkpoint_positions)
     }
     EXPECT_EQ_U64(idle, 200);
     sim_free(&s);
+}
+
+/* Issue 13 item 8: a dormant partition costs its name and tens of bytes
+ * in the budget (sink/dormant.h), and every Checkpoint lists each
+ * partition once, tracked and dormant merged in name order. */
+TEST(
+    prune_a_dormant_partition_costs_tens_of_bytes_and_every_checkpoint_lists_it)
+{
+    static struct sim small;
+    static struct sim big;
+    uint64_t extra;
+    size_t dormant;
+
+    cold_then_hot(5000, &small);
+    cold_then_hot(100000, &big);
+    dormant =
+        engine_dormant_partitions(big.e) - engine_dormant_partitions(small.e);
+    EXPECT(dormant >= 95000);
+    extra = engine_tracked_bytes(big.e) - engine_tracked_bytes(small.e);
+    /* "cold-%06zu" (11 bytes) and a UUID: 31 bytes and 4-8 of index */
+    EXPECT(extra < dormant * 44);
+    printf("  %zu more dormant partitions: %.1f bytes each\n", dormant,
+           (double)extra / (double)dormant);
+    EXPECT(big.checkpoints >= 1);
+    EXPECT_EQ_I64(big.violations, 0); /* each read all it announced */
+    EXPECT_EQ_U64(big.cp_total, engine_tracked_partitions(big.e) +
+                                    engine_dormant_partitions(big.e));
+    EXPECT(big.cp_in_order);
+    sim_free(&small);
+    sim_free(&big);
 }
 
 /* A pruned partition written again is read from its exact position: no
