@@ -6,15 +6,16 @@ upload (a data PUT held 2.5 s): the window in flight is finished, not
 dropped; cut (a PUT held 120 s, released once the broker is gone; grace
 4 s): the broker warns and exits 0 at the grace, and the next run redoes
 the open window from its intent."""
-import loglines
 import hashlib
 import json
+import re
 import threading
 import time
 
 import pytest
 
 import lake
+import loglines
 from sinkenv import PREFIX, TENANT, kv_get, wait_until
 
 QUEUES = ["dq0", "dq1"]

@@ -186,7 +186,8 @@ def test_raft_port_in_use_names_queen_raft_listen_and_the_cause(
     p = subprocess.run([queen_bin()], env=env, capture_output=True,
                        timeout=60)
     assert p.returncode == 1, p
-    errors = [ln for ln in p.stderr.decode().splitlines() if " ERROR " in ln]
+    errors = [r["msg"] for r in loglines.parse(p.stderr.decode())
+              if r["level"] == "error"]
     assert len(errors) == 1, errors
     assert re.match(FATAL + re.escape(want) + "$", errors[0]), errors[0]
     assert broker.get("/health").status == 200
