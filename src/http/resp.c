@@ -41,6 +41,7 @@ static const struct resp_reason_row resp_reasons[] = {
     {413, "Payload Too Large"},
     {414, "URI Too Long"},
     {415, "Unsupported Media Type"},
+    {416, "Range Not Satisfiable"},
     {417, "Expectation Failed"},
     {421, "Misdirected Request"},
     {422, "Unprocessable Entity"},

@@ -47,6 +47,7 @@
 #include "base/log.h"
 #include "base/sha256.h"
 #include "base/xalloc.h"
+#include "http/resp.h"
 #include "s3/sigv4.h"
 
 #define S3_MAX_LIST_ANSWER (8u << 20)
@@ -336,37 +337,13 @@ static const char *key_or_bucket(const struct s3_client *c,
     return k->key != NULL ? k->key : c->cfg.ep.bucket;
 }
 
-/* The reason phrase of the statuses an S3 service or a proxy in front of it
- * answers, "" for another. */
+/* The reason phrase of a status (http/resp.h's table), "" for one it does
+ * not name. */
 static const char *status_reason(int status)
 {
-    static const struct {
-        int status;
-        const char *text;
-    } reasons[] = {{400, "Bad Request"},
-                   {401, "Unauthorized"},
-                   {403, "Forbidden"},
-                   {404, "Not Found"},
-                   {405, "Method Not Allowed"},
-                   {408, "Request Timeout"},
-                   {409, "Conflict"},
-                   {411, "Length Required"},
-                   {412, "Precondition Failed"},
-                   {413, "Content Too Large"},
-                   {416, "Range Not Satisfiable"},
-                   {429, "Too Many Requests"},
-                   {500, "Internal Server Error"},
-                   {501, "Not Implemented"},
-                   {502, "Bad Gateway"},
-                   {503, "Service Unavailable"},
-                   {504, "Gateway Timeout"}};
+    const char *r = resp_reason(status);
 
-    for (size_t i = 0; i < ARRAY_LEN(reasons); i++) {
-        if (reasons[i].status == status) {
-            return reasons[i].text;
-        }
-    }
-    return "";
+    return strcmp(r, "Unknown") == 0 ? "" : r;
 }
 
 /* The first S3_BODY_QUOTE bytes of an answer body that is no S3 error
