@@ -141,8 +141,18 @@ void api_respond_json(struct api *a, struct http_req *req, int status,
     http_respond_json(req, status, body);
 }
 
-/* docs/design/http-api.md §1: 503 with Retry-After: 1, plus "leader" when a
- * leader's address is known (its raft address: the forwarder maps it). */
+const char *api_peer_http(const struct api *a, uint64_t id)
+{
+    for (size_t i = 0; a != NULL && i < a->n_peers; i++) {
+        if (a->peers[i].id == id) {
+            return a->peers[i].http;
+        }
+    }
+    return NULL;
+}
+
+/* docs/design/http-api.md §1: 503 with Retry-After: 1, plus "leader" (its
+ * HTTP address, where a client can retry) when a leader is known. */
 static void api_respond_not_leader(struct api *a, struct http_req *req,
                                    const struct err *err)
 {
@@ -156,6 +166,7 @@ static void api_respond_not_leader(struct api *a, struct http_req *req,
 
     if (a != NULL && a->node != NULL) {
         node_leader(a->node, &id, &addr);
+        addr = api_peer_http(a, id);
     }
     buf_init(&b, BUF_UNLIMITED);
     jw_init(&w, &b);

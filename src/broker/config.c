@@ -341,8 +341,7 @@ static int peer_clash(const struct config_peer *out, int n, struct err *err)
     return 0;
 }
 
-int config_parse_peers(const char *s, struct config_peer *out,
-                       struct err *err)
+int config_parse_peers(const char *s, struct config_peer *out, struct err *err)
 {
     int n = 0;
     const char *e = s;
@@ -490,7 +489,8 @@ static int config_validate_peers(struct config *c, const char *raw,
     if (c->raft_listen[0] != '\0') {
         ASSERT(config_parse_hostport(c->raft_listen, lhost, sizeof(lhost),
                                      &lport));
-        if (lport != port || (strcmp(lhost, host) != 0 && !is_wildcard(lhost))) {
+        if (lport != port ||
+            (strcmp(lhost, host) != 0 && !is_wildcard(lhost))) {
             return err_set(err, ERR_INVALID,
                            "QUEEN_RAFT_LISTEN=%s: this node's raft address in "
                            "QUEEN_RAFT_PEERS is %s; listen on it, or on "

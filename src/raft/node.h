@@ -156,6 +156,24 @@ const char *node_role_name(int role); /* "leader", "follower", ... */
 /* The leader's id and raft address as libraft knows it (0/NULL if none). */
 void node_leader(const struct node *n, uint64_t *id, const char **address);
 uint64_t node_applied_index(const struct node *n);
+uint64_t node_term(const struct node *n);
+
+/* One member of the raft configuration as this node knows it. */
+struct node_member {
+    uint64_t id;
+    const char *raft_address; /* borrowed until the configuration changes */
+    bool is_voter;
+};
+
+/* Copy up to cap members of the current configuration into out; returns
+ * how many there are. Loop thread. */
+size_t node_members(const struct node *n, struct node_member *out,
+                    size_t cap);
+
+/* Writes this follower sent to the leader, and writes the leader
+ * proposed for its followers (node.c "Forwarded proposals"). */
+void node_forward_counts(const struct node *n, uint64_t *forwarded,
+                         uint64_t *served);
 uint64_t node_commit_index(const struct node *n);
 int64_t node_safe_time(const struct node *n);
 struct fsm *node_fsm(struct node *n);
