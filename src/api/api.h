@@ -243,8 +243,21 @@ struct api {
     struct api_peer peers[API_MAX_PEERS];
 };
 
-/* The HTTP address of raft member id (QUEEN_RAFT_PEERS), or NULL. */
+/* The HTTP address of raft member id (QUEEN_RAFT_PEERS, or a member added
+ * through this node), or NULL. */
 const char *api_peer_http(const struct api *a, uint64_t id);
+/* Remember (or update) member id's addresses; ignored past API_MAX_PEERS. */
+void api_peer_remember(struct api *a, uint64_t id, const char *raft,
+                       const char *http);
+
+/* ---- cluster membership (api/cluster.c) ---------------------------------- */
+
+/* Write the "cluster" value: term, leaderId and the members as this node
+ * knows them. */
+void api_cluster_block(const struct api *a, struct jw *w);
+void api_handle_members(struct http_req *req, void *arg);
+void api_handle_member_add(struct http_req *req, void *arg);
+void api_handle_member_remove(struct http_req *req, void *arg);
 
 /* Borrows loop, store and node (they outlive a). With a node, registers
  * api_changed as its fsm's change hook (raft/fsm.h), so an append applied

@@ -23,6 +23,7 @@
 #include "api/api.h"
 #include "api/auth.h"
 #include "api/kv.h"
+#include "base/env.h"
 #include "base/log.h"
 #include "broker/dirlock.h"
 #include "broker/kv.h"
@@ -161,7 +162,7 @@ static int broker_try_listen(const char *hostport)
     int e = 0;
 
     memset(&ss, 0, sizeof(ss));
-    if (!config_parse_hostport(hostport, host, sizeof(host), &port)) {
+    if (!env_parse_hostport(hostport, host, sizeof(host), &port)) {
         return 0;
     }
     struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;

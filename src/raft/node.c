@@ -1491,6 +1491,144 @@ static void fwd_close_all(struct node *n)
     }
 }
 
+/* ---- membership --------------------------------------------------------
+ */
+
+struct member_change {
+    struct raft_change req;
+    struct node *node;
+    uint64_t id;
+    bool is_add; /* an add: the promotion to voter comes next */
+    node_change_fn cb;
+    void *arg;
+};
+
+static int change_err(int rv, struct err *err, const char *what)
+{
+    if (rv == RAFT_CANTCHANGE) {
+        return err_set(err, ERR_BUSY, "%s: a membership change is in progress",
+                       what);
+    }
+    if (rv == RAFT_NOTLEADER || rv == RAFT_LEADERSHIPLOST) {
+        return err_set(err, ERR_NOT_LEADER, "%s: %s", what, raft_strerror(rv));
+    }
+    if (rv == RAFT_BADID || rv == RAFT_DUPLICATEID ||
+        rv == RAFT_DUPLICATEADDRESS || rv == RAFT_BADROLE) {
+        return err_set(err, ERR_INVALID, "%s: %s", what, raft_strerror(rv));
+    }
+    return raft_err(rv, err, what);
+}
+
+static void member_changed(struct raft_change *req, int status)
+{
+    struct member_change *m = req->data;
+    struct node *n = m->node;
+    struct err err = {0};
+    int rv;
+
+    if (status == 0 && m->is_add && !n->closing) {
+        m->is_add = false; /* now promote the caught-up spare */
+        rv = raft_assign(&n->raft, &m->req, m->id, RAFT_VOTER, member_changed);
+        if (rv == 0) {
+            return;
+        }
+        status = rv;
+    }
+    if (status != 0) {
+        change_err(status, &err, "membership");
+        m->cb(m->arg, err.code, &err);
+    } else {
+        log_info_kv("node", "membership changed", {"member", LOG_U64(m->id)});
+        m->cb(m->arg, 0, NULL);
+    }
+    free(m);
+}
+
+static int member_check(struct node *n, uint64_t id, struct err *err)
+{
+    if (n->closing) {
+        return err_set(err, ERR_BUSY, "node is closing");
+    }
+    check_leadership(n);
+    if (raft_state(&n->raft) != RAFT_LEADER ||
+        n->ready_term != n->raft.current_term) {
+        return err_set(err, ERR_NOT_LEADER,
+                       "membership changes run on the leader");
+    }
+    if (id == 0) {
+        return err_set(err, ERR_INVALID, "member id 0: ids are >= 1");
+    }
+    return 0;
+}
+
+int node_member_add(struct node *n, uint64_t id, const char *raft_address,
+                    node_change_fn cb, void *arg, struct err *err)
+{
+    struct member_change *m;
+    int rv;
+
+    if (member_check(n, id, err) != 0) {
+        return err->code;
+    }
+    for (unsigned i = 0; i < n->raft.configuration.n; i++) {
+        if (n->raft.configuration.servers[i].id == id) {
+            return err_set(err, ERR_INVALID,
+                           "id %" PRIu64 " is a member already", id);
+        }
+    }
+    m = xcalloc(1, sizeof(*m));
+    m->req.data = m;
+    m->node = n;
+    m->id = id;
+    m->is_add = true;
+    m->cb = cb;
+    m->arg = arg;
+    rv = raft_add(&n->raft, &m->req, id, raft_address, member_changed);
+    if (rv != 0) {
+        free(m);
+        return change_err(rv, err, "add");
+    }
+    return 0;
+}
+
+int node_member_remove(struct node *n, uint64_t id, node_change_fn cb,
+                       void *arg, struct err *err)
+{
+    struct member_change *m;
+    unsigned voters = 0;
+    bool is_member = false;
+    int rv;
+
+    if (member_check(n, id, err) != 0) {
+        return err->code;
+    }
+    for (unsigned i = 0; i < n->raft.configuration.n; i++) {
+        const struct raft_server *sv = &n->raft.configuration.servers[i];
+
+        voters += sv->role == RAFT_VOTER;
+        is_member |= sv->id == id;
+    }
+    if (!is_member) {
+        return err_set(err, ERR_INVALID, "id %" PRIu64 " is not a member", id);
+    }
+    if (voters <= 1) {
+        return err_set(err, ERR_INVALID, "id %" PRIu64 " is the last voter",
+                       id);
+    }
+    m = xcalloc(1, sizeof(*m));
+    m->req.data = m;
+    m->node = n;
+    m->id = id;
+    m->cb = cb;
+    m->arg = arg;
+    rv = raft_remove(&n->raft, &m->req, id, member_changed);
+    if (rv != 0) {
+        free(m);
+        return change_err(rv, err, "remove");
+    }
+    return 0;
+}
+
 /* ---- proposals from other threads ----------------------------------------
  */
 

@@ -1,6 +1,7 @@
 /* Unit tests for src/broker/config: defaults, each setting's parser, the
  * "<VAR>=<value>: why" refusal, and the derived raft address. */
 #include "broker/config.h"
+#include "base/env.h"
 
 #include "base/log.h"
 #include "harness.h"
@@ -217,16 +218,16 @@ TEST(hostport_accepts_ip_literals_only)
     char host[64];
     int port = 0;
 
-    EXPECT(config_parse_hostport("10.0.0.1:7001", host, sizeof(host), &port));
+    EXPECT(env_parse_hostport("10.0.0.1:7001", host, sizeof(host), &port));
     EXPECT_STR_EQ(host, "10.0.0.1");
     EXPECT_EQ_I64(port, 7001);
-    EXPECT(config_parse_hostport("[::1]:80", host, sizeof(host), &port));
+    EXPECT(env_parse_hostport("[::1]:80", host, sizeof(host), &port));
     EXPECT_STR_EQ(host, "::1");
-    EXPECT(!config_parse_hostport("example.com:80", host, sizeof(host), &port));
-    EXPECT(!config_parse_hostport("1.2.3.4:0", host, sizeof(host), &port));
-    EXPECT(!config_parse_hostport("1.2.3.4:", host, sizeof(host), &port));
-    EXPECT(!config_parse_hostport("[::1]80", host, sizeof(host), &port));
-    EXPECT(!config_parse_hostport(":80", host, sizeof(host), &port));
+    EXPECT(!env_parse_hostport("example.com:80", host, sizeof(host), &port));
+    EXPECT(!env_parse_hostport("1.2.3.4:0", host, sizeof(host), &port));
+    EXPECT(!env_parse_hostport("1.2.3.4:", host, sizeof(host), &port));
+    EXPECT(!env_parse_hostport("[::1]80", host, sizeof(host), &port));
+    EXPECT(!env_parse_hostport(":80", host, sizeof(host), &port));
 }
 
 TEST(tls_cert_and_key_go_together_and_empty_means_unset)
