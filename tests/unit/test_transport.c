@@ -357,6 +357,22 @@ static bool raw_wait_closed(uv_loop_t *loop, int fd)
     return false;
 }
 
+/* A hello as a dialer with token would send it. */
+static size_t make_hello(const char *token, const uint8_t *ns, uint8_t kind,
+                         uint64_t id, const char *address, const uint8_t *nc,
+                         uint8_t *out)
+{
+    struct rtransport_hello h;
+
+    memset(&h, 0, sizeof(h));
+    h.kind = kind;
+    h.id = id;
+    memcpy(h.nonce, nc, RTRANSPORT_NONCE_LEN);
+    h.address_len = strlen(address);
+    memcpy(h.address, address, h.address_len);
+    return rtransport_hello_encode(token, ns, &h, out);
+}
+
 struct refused_wait {
     struct side *s;
     uint64_t want;
@@ -415,8 +431,8 @@ TEST(rogue_clients_are_refused_and_the_listener_keeps_serving)
     fd = raw_connect(&srv);
     EXPECT(raw_read(&loop, fd, chal, sizeof(chal)));
     EXPECT(rtransport_challenge_parse(chal, nonce) == RTRANSPORT_R_OK);
-    n = rtransport_hello_encode(TOKEN, nonce, RTRANSPORT_KIND_FORWARD, 5,
-                                "127.0.0.1:9", nonce, hello);
+    n = make_hello(TOKEN, nonce, RTRANSPORT_KIND_FORWARD, 5, "127.0.0.1:9",
+                   nonce, hello);
     raw_send(fd, hello, n / 2);
     close(fd);
     w.want = 2;
@@ -428,13 +444,9 @@ TEST(rogue_clients_are_refused_and_the_listener_keeps_serving)
     fd = raw_connect(&srv);
     EXPECT(raw_read(&loop, fd, chal, sizeof(chal)));
     EXPECT(rtransport_challenge_parse(chal, nonce) == RTRANSPORT_R_OK);
-    memset(long_address, 'a', sizeof(long_address) - 1);
-    long_address[sizeof(long_address) - 1] = '\0';
-    EXPECT_EQ_U64(
-        rtransport_hello_encode(TOKEN, nonce, 2, 5, long_address, nonce, hello),
-        0);
+    memset(long_address, 'a', RTRANSPORT_ADDRESS_MAX);
     long_address[RTRANSPORT_ADDRESS_MAX] = '\0';
-    n = rtransport_hello_encode(TOKEN, nonce, 2, 5, long_address, nonce, hello);
+    n = make_hello(TOKEN, nonce, 2, 5, long_address, nonce, hello);
     EXPECT_EQ_U64(n, RTRANSPORT_HELLO_MAX);
     memset(hello + RTRANSPORT_HELLO_FIXED, 'b', 200);
     memset(hello + RTRANSPORT_HELLO_MAX, 'b', 200);
@@ -444,6 +456,7 @@ TEST(rogue_clients_are_refused_and_the_listener_keeps_serving)
     w.want = 3;
     EXPECT(run_until(&loop, refused_reached, &w));
     long_address[RTRANSPORT_ADDRESS_MAX] = 'a';
+    long_address[RTRANSPORT_ADDRESS_MAX + 1] = '\0';
     EXPECT_EQ_I64(cli.t.init(&cli.t, 2, long_address), RAFT_INVALID);
     good_dial_works(&loop, &srv, &cli);
 
@@ -486,8 +499,8 @@ TEST(a_replayed_hello_is_refused)
     fd = raw_connect(&srv);
     EXPECT(raw_read(&loop, fd, chal, sizeof(chal)));
     EXPECT(rtransport_challenge_parse(chal, ns) == RTRANSPORT_R_OK);
-    n = rtransport_hello_encode(TOKEN, ns, RTRANSPORT_KIND_FORWARD, 7,
-                                "127.0.0.1:1", nc, hello);
+    n = make_hello(TOKEN, ns, RTRANSPORT_KIND_FORWARD, 7, "127.0.0.1:1", nc,
+                   hello);
     raw_send(fd, hello, n);
     EXPECT(raw_read(&loop, fd, verdict, sizeof(verdict)));
     EXPECT_EQ_I64(rtransport_verdict_check(TOKEN, nc, hello + 48, verdict), 0);
