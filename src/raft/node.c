@@ -344,6 +344,7 @@ static uint64_t fwd_hold_bound(const struct node *n);
 static void fwd_deliver(struct node *n, uint64_t index,
                         const struct fsm_result *res);
 static void fwd_tick(struct node *n);
+static void fwd_connect(struct node *n);
 static int forward_propose(struct node *n, int type, const void *cmd,
                            size_t len, node_applied_fn cb, void *arg,
                            struct err *err);
@@ -1140,8 +1141,14 @@ static void fwd_finish(struct node *n, struct fwd_wait *w, int code,
     }
 }
 
-/* Answer every waiter matching pred with code and msg. */
-static void fwd_fail(struct node *n, bool only_unanswered, int code,
+enum fwd_which {
+    FWD_ALL,        /* every waiter */
+    FWD_UNANSWERED, /* those without an index */
+    FWD_SENT,       /* those sent and without an index */
+};
+
+/* Answer every waiter of the kind with code and msg. */
+static void fwd_fail(struct node *n, enum fwd_which which, int code,
                      const char *msg)
 {
     struct fwd_wait *w = n->fw_head;
@@ -1149,7 +1156,8 @@ static void fwd_fail(struct node *n, bool only_unanswered, int code,
     while (w != NULL) {
         struct fwd_wait *next = w->next;
 
-        if (!only_unanswered || w->index == 0) {
+        if (which == FWD_ALL ||
+            (w->index == 0 && (which == FWD_UNANSWERED || w->is_sent))) {
             fwd_finish(n, w, code, NULL, msg);
         }
         w = next;
@@ -1258,7 +1266,10 @@ static void fwd_client_closed(void *arg, struct fwd_conn *c, int status)
     snprintf(msg, sizeof(msg),
              "the connection to the leader closed before it answered (%s)",
              status != 0 ? uv_strerror(status) : "closed");
-    fwd_fail(n, true, ERR_NOT_LEADER, msg);
+    fwd_fail(n, FWD_SENT, ERR_NOT_LEADER, msg);
+    if (n->fw_head != NULL && !n->closing) {
+        fwd_connect(n); /* the writes not sent yet go to the new leader */
+    }
 }
 
 static void fwd_dialed(void *arg, uv_stream_t *stream, int status)
@@ -1274,11 +1285,41 @@ static void fwd_dialed(void *arg, uv_stream_t *stream, int status)
         n->fw_leader = 0;
         snprintf(msg, sizeof(msg), "cannot reach the leader: %s",
                  status != 0 ? rtransport_strerror(status) : "node is closing");
-        fwd_fail(n, true, ERR_NOT_LEADER, msg);
+        fwd_fail(n, FWD_UNANSWERED, ERR_NOT_LEADER, msg);
         return;
     }
     n->fw_conn = fwd_conn_new(stream, fwd_client_frame, fwd_client_closed, n);
     fwd_send_pending(n);
+}
+
+/* Start dialling leader lid at laddr. Returns 0, or the dial's error. */
+static int fwd_dial(struct node *n, uint64_t lid, const char *laddr,
+                    struct err *err)
+{
+    if (rtransport_dial(&n->transport, laddr, RTRANSPORT_KIND_FORWARD,
+                        fwd_dialed, n, err) != 0) {
+        return err_set(err, ERR_NOT_LEADER, "cannot reach the leader: %s",
+                       err->msg);
+    }
+    n->fw_leader = lid;
+    n->is_fw_dialing = true;
+    return 0;
+}
+
+/* From a callback: dial the leader this node knows for the waiters not
+ * sent yet; without one, they fail (F2). */
+static void fwd_connect(struct node *n)
+{
+    struct err err = {0};
+    raft_id lid = 0;
+    const char *laddr = NULL;
+
+    raft_leader(&n->raft, &lid, &laddr);
+    if (lid == 0 || laddr == NULL || lid == n->id) {
+        fwd_fail(n, FWD_UNANSWERED, ERR_NOT_LEADER, "no leader");
+    } else if (fwd_dial(n, lid, laddr, &err) != 0) {
+        fwd_fail(n, FWD_UNANSWERED, ERR_NOT_LEADER, err.msg);
+    }
 }
 
 /* Close the connection to a leader that is no longer the leader (its
@@ -1312,6 +1353,12 @@ static int forward_propose(struct node *n, int type, const void *cmd,
         return err_set(err, ERR_BUSY, "%u forwarded writes in flight", n->fw_n);
     }
     fwd_check_leader(n, lid);
+    /* Dial before the waiter exists: a refusal is this call's error, and
+     * cb is never called before node_propose() returns. */
+    if (n->fw_conn == NULL && !n->is_fw_dialing &&
+        fwd_dial(n, lid, laddr, err) != 0) {
+        return err->code;
+    }
     w = xcalloc(1, sizeof(*w));
     w->id = ++n->fw_next_id;
     w->hold = n->raft.commit_index;
@@ -1331,19 +1378,7 @@ static int forward_propose(struct node *n, int type, const void *cmd,
     n->n_uncommitted++;
     if (n->fw_conn != NULL && n->fw_leader == lid) {
         fwd_send_pending(n);
-    } else if (!n->is_fw_dialing && n->fw_conn == NULL) {
-        struct err derr = {0};
-
-        n->fw_leader = lid;
-        n->is_fw_dialing = true;
-        if (rtransport_dial(&n->transport, laddr, RTRANSPORT_KIND_FORWARD,
-                            fwd_dialed, n, &derr) != 0) {
-            n->is_fw_dialing = false;
-            n->fw_leader = 0;
-            fwd_fail(n, true, ERR_NOT_LEADER, derr.msg);
-            return 0; /* cb was called */
-        }
-    }
+    } /* else: the dial's or the closing connection's callback sends it */
     return 0;
 }
 
@@ -1488,7 +1523,7 @@ static void fwd_accept(void *arg, uint64_t peer_id, uv_stream_t *stream)
 /* At close: fail what waits and close every forward connection. */
 static void fwd_close_all(struct node *n)
 {
-    fwd_fail(n, false, ERR_BUSY, "node is closing");
+    fwd_fail(n, FWD_ALL, ERR_BUSY, "node is closing");
     if (n->fw_conn != NULL) {
         fwd_conn_close(n->fw_conn);
     }
