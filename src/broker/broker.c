@@ -235,7 +235,14 @@ static int broker_open_node(struct broker *b, struct err *err)
     nc.handlers[CMD_RETENTION] = retention_apply;
     nc.dir = b->cfg->raft_dir;
     nc.id = b->cfg->node_id;
-    nc.raft_address = b->cfg->raft_listen;
+    nc.raft_address = b->cfg->raft_advertise;
+    nc.listen_address = b->cfg->raft_listen;
+    nc.token = b->cfg->raft_token;
+    for (size_t i = 0; i < b->cfg->n_peers; i++) {
+        nc.peers[i].id = b->cfg->peers[i].id;
+        nc.peers[i].raft_address = b->cfg->peers[i].raft;
+    }
+    nc.n_peers = b->cfg->n_peers;
     nc.segment_bytes = (size_t)b->cfg->raft_segment_mb << 20;
     if (node_start(&b->node, &b->loop, &nc, b->store, err) != 0) {
         broker_explain_raft_start(b->cfg, err);

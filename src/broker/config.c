@@ -32,6 +32,8 @@ enum cfg_type {
     CFG_LOGLEVEL, /* error | warn | info | debug */
     CFG_LOGFMT,   /* logfmt | json */
     CFG_BOOL,     /* true|1|yes|on or false|0|no|off, any case */
+    CFG_PEERS,    /* QUEEN_RAFT_PEERS (config_parse_peers); empty = none */
+    CFG_SECRET,   /* a string up to max bytes; empty = none; never echoed */
 };
 
 struct cfg_row {
@@ -69,6 +71,14 @@ static const struct cfg_row cfg_rows[] = {
         "this node's raft id"),
     ROW("QUEEN_RAFT_LISTEN", CFG_HOSTPORT, "", OFF(raft_listen), 0, 0, false,
         "raft address ip:port (default 127.0.0.1 on QUEEN_PORT+1000)"),
+    ROW("QUEEN_RAFT_PEERS", CFG_PEERS, "", OFF(n_peers), 0, 0, false,
+        "every voter of the cluster, this node included, the same list on "
+        "each node: {id}={raft ip:port}/{http ip:port},... (unset: a single "
+        "node)"),
+    ROW("QUEEN_RAFT_TOKEN", CFG_SECRET, "", OFF(raft_token), 0,
+        CONFIG_TOKEN_MAX, true,
+        "shared secret the raft peers prove to each other (16 to 256 bytes; "
+        "required with more than one peer)"),
     ROW("QUEEN_RAFT_SEGMENT_MB", CFG_U64, "64", OFF(raft_segment_mb), 1, 1024,
         false,
         "raft log segment size in MiB; three are preallocated, so the data "
@@ -258,6 +268,116 @@ static int set_number(const struct cfg_row *r, void *field, const char *v,
     return 0;
 }
 
+/* One "{id}={raft}/{http}" entry of len bytes at e into *p. */
+static int parse_peer(const char *e, size_t len, struct config_peer *p,
+                      struct err *err)
+{
+    char tmp[2 * CONFIG_ADDR_MAX + 32];
+    char host[CONFIG_ADDR_MAX];
+    char *eq;
+    char *slash;
+    int port;
+
+    if (len >= sizeof(tmp)) {
+        return err_set(err, ERR_INVALID, "entry '%.40s...' is too long", e);
+    }
+    memcpy(tmp, e, len);
+    tmp[len] = '\0';
+    eq = strchr(tmp, '=');
+    slash = eq != NULL ? strchr(eq, '/') : NULL;
+    if (eq == NULL || slash == NULL) {
+        return err_set(err, ERR_INVALID,
+                       "entry '%s' is not {id}={raft ip:port}/{http ip:port}",
+                       tmp);
+    }
+    *eq = '\0';
+    *slash = '\0';
+    if (!config_parse_u64(tmp, &p->id) || p->id == 0) {
+        return err_set(err, ERR_INVALID,
+                       "entry '%s=%s/%s': the id must be an integer >= 1", tmp,
+                       eq + 1, slash + 1);
+    }
+    if (!config_parse_hostport(eq + 1, host, sizeof(host), &port)) {
+        return err_set(err, ERR_INVALID,
+                       "entry for id %" PRIu64
+                       ": raft address '%s' is not ip:port",
+                       p->id, eq + 1);
+    }
+    if (!config_parse_hostport(slash + 1, host, sizeof(host), &port)) {
+        return err_set(err, ERR_INVALID,
+                       "entry for id %" PRIu64
+                       ": http address '%s' is not ip:port",
+                       p->id, slash + 1);
+    }
+    snprintf(p->raft, sizeof(p->raft), "%s", eq + 1);
+    snprintf(p->http, sizeof(p->http), "%s", slash + 1);
+    return 0;
+}
+
+/* 0, or ERR_INVALID when entry n clashes with itself or an earlier one. */
+static int peer_clash(const struct config_peer *out, int n, struct err *err)
+{
+    const struct config_peer *p = &out[n];
+
+    if (strcmp(p->raft, p->http) == 0) {
+        return err_set(err, ERR_INVALID,
+                       "id %" PRIu64 " has the same raft and http address",
+                       p->id);
+    }
+    for (int i = 0; i < n; i++) {
+        const struct config_peer *q = &out[i];
+
+        if (q->id == p->id) {
+            return err_set(err, ERR_INVALID, "id %" PRIu64 " is listed twice",
+                           p->id);
+        }
+        if (strcmp(q->raft, p->raft) == 0 || strcmp(q->http, p->http) == 0 ||
+            strcmp(q->raft, p->http) == 0 || strcmp(q->http, p->raft) == 0) {
+            return err_set(err, ERR_INVALID,
+                           "ids %" PRIu64 " and %" PRIu64 " share an address",
+                           q->id, p->id);
+        }
+    }
+    return 0;
+}
+
+int config_parse_peers(const char *s, struct config_peer *out,
+                       struct err *err)
+{
+    int n = 0;
+    const char *e = s;
+
+    for (;;) {
+        const char *end = strchr(e, ',');
+        size_t len = end != NULL ? (size_t)(end - e) : strlen(e);
+
+        while (len > 0 && (*e == ' ' || *e == '\t')) {
+            e++;
+            len--;
+        }
+        while (len > 0 && (e[len - 1] == ' ' || e[len - 1] == '\t')) {
+            len--;
+        }
+        if (len == 0) {
+            err_set(err, ERR_INVALID, "entry %d is empty", n + 1);
+            return -1;
+        }
+        if (n == CONFIG_MAX_PEERS) {
+            err_set(err, ERR_INVALID, "more than %d peers", CONFIG_MAX_PEERS);
+            return -1;
+        }
+        if (parse_peer(e, len, &out[n], err) != 0 ||
+            peer_clash(out, n, err) != 0) {
+            return -1;
+        }
+        n++;
+        if (end == NULL) {
+            return n;
+        }
+        e = end + 1;
+    }
+}
+
 /* Parse v into the row's field; on failure err->msg says why (no name). */
 static int cfg_apply(const struct cfg_row *r, struct config *c, const char *v,
                      struct err *err)
@@ -311,6 +431,22 @@ static int cfg_apply(const struct cfg_row *r, struct config *c, const char *v,
         }
         *(int *)field = port;
         return 0;
+    case CFG_PEERS: {
+        int n = *v == '\0' ? 0 : config_parse_peers(v, c->peers, err);
+
+        if (n < 0) {
+            return ERR_INVALID;
+        }
+        c->n_peers = (size_t)n;
+        return 0;
+    }
+    case CFG_SECRET:
+        if (strlen(v) > r->max) {
+            return err_set(err, ERR_INVALID, "longer than %" PRIu64 " bytes",
+                           r->max);
+        }
+        snprintf(field, (size_t)r->max + 1, "%s", v);
+        return 0;
     case CFG_BOOL:
         if (!sink_parse_bool(v, (bool *)field)) {
             return err_set(err, ERR_INVALID,
@@ -322,9 +458,78 @@ static int cfg_apply(const struct cfg_row *r, struct config *c, const char *v,
     return err_set(err, ERR_INVALID, "unknown setting type");
 }
 
-/* Cross-field rules. */
-static int config_validate(struct config *c, struct err *err)
+static bool is_wildcard(const char *host)
 {
+    return strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
+}
+
+/* QUEEN_RAFT_PEERS against this node: its id is listed, QUEEN_RAFT_LISTEN
+ * (when set) binds the listed raft port, QUEEN_PORT is the listed http
+ * port, and a cluster has a token. Fills raft_advertise. */
+static int config_validate_peers(struct config *c, const char *raw,
+                                 struct err *err)
+{
+    const struct config_peer *self = NULL;
+    char host[CONFIG_ADDR_MAX];
+    char lhost[CONFIG_ADDR_MAX];
+    int port;
+    int lport;
+
+    for (size_t i = 0; i < c->n_peers; i++) {
+        if (c->peers[i].id == c->node_id) {
+            self = &c->peers[i];
+        }
+    }
+    if (self == NULL) {
+        return err_set(err, ERR_INVALID,
+                       "QUEEN_RAFT_PEERS=%.200s: this node's id %" PRIu64
+                       " (QUEEN_RAFT_NODE_ID) is not in the list",
+                       raw, c->node_id);
+    }
+    ASSERT(config_parse_hostport(self->raft, host, sizeof(host), &port));
+    if (c->raft_listen[0] != '\0') {
+        ASSERT(config_parse_hostport(c->raft_listen, lhost, sizeof(lhost),
+                                     &lport));
+        if (lport != port || (strcmp(lhost, host) != 0 && !is_wildcard(lhost))) {
+            return err_set(err, ERR_INVALID,
+                           "QUEEN_RAFT_LISTEN=%s: this node's raft address in "
+                           "QUEEN_RAFT_PEERS is %s; listen on it, or on "
+                           "0.0.0.0 or [::] with its port",
+                           c->raft_listen, self->raft);
+        }
+    } else {
+        snprintf(c->raft_listen, sizeof(c->raft_listen), "%s", self->raft);
+    }
+    snprintf(c->raft_advertise, sizeof(c->raft_advertise), "%s", self->raft);
+    ASSERT(config_parse_hostport(self->http, host, sizeof(host), &port));
+    if (port != c->port) {
+        return err_set(err, ERR_INVALID,
+                       "QUEEN_PORT=%d: this node's http address in "
+                       "QUEEN_RAFT_PEERS is %s, on another port",
+                       c->port, self->http);
+    }
+    if (c->n_peers > 1 && strlen(c->raft_token) < CONFIG_TOKEN_MIN) {
+        return err_set(err, ERR_INVALID,
+                       "QUEEN_RAFT_TOKEN=%s: a cluster of %zu peers needs a "
+                       "shared token of at least %d bytes on every node",
+                       c->raft_token[0] != '\0' ? "<redacted>" : "(unset)",
+                       c->n_peers, CONFIG_TOKEN_MIN);
+    }
+    return 0;
+}
+
+/* Cross-field rules. */
+static int config_validate(struct config *c, const char *peers_raw,
+                           struct err *err)
+{
+    if (c->raft_token[0] != '\0' && strlen(c->raft_token) < CONFIG_TOKEN_MIN) {
+        return err_set(err, ERR_INVALID,
+                       "QUEEN_RAFT_TOKEN=<redacted>: shorter than %d bytes",
+                       CONFIG_TOKEN_MIN);
+    }
+    if (c->n_peers > 0 && config_validate_peers(c, peers_raw, err) != 0) {
+        return err->code;
+    }
     if ((c->tls_cert[0] == '\0') != (c->tls_key[0] == '\0')) {
         return err_set(
             err, ERR_INVALID,
@@ -343,6 +548,10 @@ static int config_validate(struct config *c, struct err *err)
         }
         snprintf(c->raft_listen, sizeof(c->raft_listen), "127.0.0.1:%d",
                  c->port + 1000);
+    }
+    if (c->raft_advertise[0] == '\0') {
+        snprintf(c->raft_advertise, sizeof(c->raft_advertise), "%s",
+                 c->raft_listen);
     }
     return 0;
 }
@@ -366,7 +575,8 @@ int config_load(struct config *c, config_getenv_fn get, void *ctx,
                             r->is_secret ? "<redacted>" : v);
         }
     }
-    if (config_validate(&tmp, err) != 0) {
+    const char *peers_raw = get(ctx, "QUEEN_RAFT_PEERS");
+    if (config_validate(&tmp, peers_raw != NULL ? peers_raw : "", err) != 0) {
         return err->code;
     }
     *c = tmp;

@@ -15,8 +15,18 @@
 
 #include "base/err.h"
 
-#define CONFIG_ADDR_MAX 256
-#define CONFIG_PATH_MAX 4096
+#define CONFIG_ADDR_MAX  256
+#define CONFIG_PATH_MAX  4096
+#define CONFIG_MAX_PEERS 9 /* raft/node.h NODE_MAX_PEERS */
+#define CONFIG_TOKEN_MIN 16
+#define CONFIG_TOKEN_MAX 256
+
+/* One member of QUEEN_RAFT_PEERS: "{id}={raft ip:port}/{http ip:port}". */
+struct config_peer {
+    uint64_t id;
+    char raft[CONFIG_ADDR_MAX]; /* as written, "ip:port" or "[ip6]:port" */
+    char http[CONFIG_ADDR_MAX];
+};
 
 struct config {
     int port;                          /* QUEEN_PORT, HTTP listen port */
@@ -24,7 +34,15 @@ struct config {
     char raft_dir[CONFIG_PATH_MAX];    /* QUEEN_RAFT_DIR */
     uint64_t node_id;                  /* QUEEN_RAFT_NODE_ID, >= 1 */
     char raft_listen[CONFIG_ADDR_MAX]; /* QUEEN_RAFT_LISTEN, "host:port" */
+    /* This node's raft address as its peers dial it: its QUEEN_RAFT_PEERS
+     * entry, else raft_listen. */
+    char raft_advertise[CONFIG_ADDR_MAX];
     uint64_t raft_segment_mb;          /* QUEEN_RAFT_SEGMENT_MB */
+    /* QUEEN_RAFT_PEERS: every voter of the cluster, this node included;
+     * n_peers 0 = a single node (the list was unset). */
+    size_t n_peers;
+    struct config_peer peers[CONFIG_MAX_PEERS];
+    char raft_token[CONFIG_TOKEN_MAX + 1]; /* QUEEN_RAFT_TOKEN, secret */
     uint64_t max_body_bytes;           /* QUEEN_MAX_BODY_BYTES */
     uint64_t max_long_polls;           /* QUEEN_MAX_LONG_POLLS */
     uint64_t max_long_polls_per_conn;  /* QUEEN_MAX_LONG_POLLS_PER_CONN */
@@ -75,6 +93,15 @@ bool config_parse_size(const char *s, uint64_t *out);
 
 /* Parse a decimal unsigned integer with no sign, spaces or suffix. */
 bool config_parse_u64(const char *s, uint64_t *out);
+
+/* Parse a QUEEN_RAFT_PEERS value into out[] (at most CONFIG_MAX_PEERS):
+ * comma-separated "{id}={raft ip:port}/{http ip:port}", spaces around
+ * entries ignored. Returns the count, or -1 with err->msg saying what is
+ * wrong (which entry, and why: malformed, id 0, duplicate id or address,
+ * too many). Checks the list alone; config_load() then checks it against
+ * this node's id, QUEEN_RAFT_LISTEN, QUEEN_PORT and QUEEN_RAFT_TOKEN. */
+int config_parse_peers(const char *s, struct config_peer *out,
+                       struct err *err);
 
 /* Split "host:port" or "[v6]:port"; host must be an IP literal. Writes the
  * host without brackets. */

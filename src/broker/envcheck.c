@@ -18,6 +18,8 @@ static const char *const known[] = {
     "QUEEN_RAFT_DIR",
     "QUEEN_RAFT_NODE_ID",
     "QUEEN_RAFT_LISTEN",
+    "QUEEN_RAFT_PEERS",
+    "QUEEN_RAFT_TOKEN",
     "QUEEN_RAFT_SEGMENT_MB",
     "QUEEN_MAX_BODY_BYTES",
     "QUEEN_MAX_LONG_POLLS",
@@ -75,14 +77,9 @@ struct unsupported {
 };
 
 static const struct unsupported unsupported[] = {
-    {"QUEEN_RAFT_PEERS", true,
-     "this build runs a single node and cannot join a cluster; nodes started "
-     "with one peers list would each become a cluster of their own and "
-     "write the same queues twice. Unset it to run one node"},
     {"QUEEN_ENCRYPTION_KEY", true,
      "payload encryption at rest is not built; queues would be stored in "
      "clear. Unset it to store payloads unencrypted"},
-    {"QUEEN_RAFT_TOKEN", false, "raft peers are not built"},
     {"QUEEN_RAFT_CLIENT_OFFLOAD", false, "not built"},
     {"QUEEN_RAFT_ENTRY_MAX_BYTES", false, "not built"},
     {"QUEEN_RAFT_REPLICATOR", false, "not built"},

@@ -1122,6 +1122,15 @@ static int init_io(struct node *n, const struct node_config *cfg,
     if (rv != 0) {
         return err_set(err, ERR_IO, "raft_uv_tcp_init: %s", raft_strerror(rv));
     }
+    if (cfg->listen_address != NULL &&
+        strcmp(cfg->listen_address, cfg->raft_address) != 0) {
+        rv = raft_uv_tcp_set_bind_address(&n->transport, cfg->listen_address);
+        if (rv != 0) {
+            raft_uv_tcp_close(&n->transport);
+            return err_set(err, ERR_IO, "raft: cannot bind %s: %s",
+                           cfg->listen_address, raft_strerror(rv));
+        }
+    }
     rv = raft_uv_init(&n->io, n->loop, n->raft_dir, &n->transport);
     if (rv != 0) {
         raft_uv_tcp_close(&n->transport);

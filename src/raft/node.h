@@ -44,7 +44,11 @@ struct node_peer {
 struct node_config {
     const char *dir;          /* QUEEN_RAFT_DIR; raft/ and store/ inside */
     uint64_t id;              /* this node's id, >= 1 */
-    const char *raft_address; /* this node's listen address host:port */
+    const char *raft_address;   /* this node's address as peers dial it */
+    const char *listen_address; /* where to bind; NULL = raft_address */
+    /* The shared secret raft peers prove (raft/transport.h); NULL or "" =
+     * no peer can connect (a single node needs none). */
+    const char *token;
     size_t n_peers;           /* voters including this node; 0 = only self */
     struct node_peer peers[NODE_MAX_PEERS];
     unsigned election_timeout_ms;  /* 0 = 1000 */

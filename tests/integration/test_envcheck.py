@@ -7,6 +7,8 @@ import os
 import re
 import subprocess
 
+import pytest
+
 import loglines
 from queenproc import Broker, free_port, queen_bin
 
@@ -33,19 +35,67 @@ def _env(tmp_path):
     return env
 
 
-def test_peers_stop_the_boot_before_anything_is_written(tmp_path):
+TOKEN = "0123456789abcdef-cluster"
+
+
+@pytest.mark.parametrize("peers,token,why", [
+    ("2=127.0.0.1:7002/127.0.0.1:6002,3=127.0.0.1:7003/127.0.0.1:6003",
+     TOKEN, "this node's id 1 (QUEEN_RAFT_NODE_ID) is not in the list"),
+    ("1=127.0.0.1:7001/127.0.0.1:{port},1=127.0.0.1:7002/127.0.0.1:6002",
+     TOKEN, "id 1 is listed twice"),
+    ("1=127.0.0.1:7001/127.0.0.1:{port},2=127.0.0.1:7001/127.0.0.1:6002",
+     TOKEN, "ids 1 and 2 share an address"),
+    ("1=127.0.0.1:7001/127.0.0.1:{port},2=127.0.0.1:7002",
+     TOKEN, "entry '2=127.0.0.1:7002' is not {id}={raft ip:port}/"),
+    ("1=127.0.0.1:7001/127.0.0.1:{port},0=127.0.0.1:7002/127.0.0.1:6002",
+     TOKEN, "the id must be an integer >= 1"),
+    ("1=127.0.0.1:99999/127.0.0.1:{port}",
+     TOKEN, "raft address '127.0.0.1:99999' is not ip:port"),
+    ("1=127.0.0.1:7001/127.0.0.1:{port},,2=127.0.0.1:7002/127.0.0.1:6002",
+     TOKEN, "entry 2 is empty"),
+    (",".join("%d=127.0.0.1:%d/127.0.0.1:%d" % (i, 7000 + i, 6000 + i)
+              for i in range(2, 12)).replace("2=127.0.0.1:7002/127.0.0.1:6002",
+                                             "1=127.0.0.1:7001/127.0.0.1:{port}"),
+     TOKEN, "more than 9 peers"),
+    ("1=127.0.0.1:7001/127.0.0.1:6999,2=127.0.0.1:7002/127.0.0.1:6002",
+     TOKEN, "this node's http address in QUEEN_RAFT_PEERS is 127.0.0.1:6999"),
+    ("1=127.0.0.1:7001/127.0.0.1:{port},2=127.0.0.1:7002/127.0.0.1:6002",
+     None, "a cluster of 2 peers needs a shared token"),
+    ("1=127.0.0.1:7001/127.0.0.1:{port},2=127.0.0.1:7002/127.0.0.1:6002",
+     "tiny-tok", "QUEEN_RAFT_TOKEN=<redacted>: shorter than 16 bytes"),
+])
+def test_a_bad_peers_list_stops_the_boot_with_one_line(tmp_path, peers, token,
+                                                       why):
     env = _env(tmp_path)
-    env["QUEEN_RAFT_PEERS"] = ("1=127.0.0.1:7001/127.0.0.1:6001,"
-                               "2=127.0.0.1:7002/127.0.0.1:6002")
+    del env["QUEEN_RAFT_LISTEN"]
+    env["QUEEN_RAFT_PEERS"] = peers.replace("{port}", env["QUEEN_PORT"])
+    if token is not None:
+        env["QUEEN_RAFT_TOKEN"] = token
     p = subprocess.run([queen_bin()], env=env, capture_output=True,
                        timeout=60)
     assert p.returncode == 2, p
     fatal = errors(p.stderr.decode())
     assert len(fatal) == 1, p.stderr
-    assert re.match(FATAL + re.escape("QUEEN_RAFT_PEERS is set, but this "
-                                      "build runs a single node"), fatal[0])
-    assert "7001" not in p.stderr.decode()
+    assert why in fatal[0], fatal[0]
+    if token is not None:
+        assert token not in p.stderr.decode()
     assert not (tmp_path / "d").exists()
+
+
+def test_a_listen_address_off_the_peers_entry_is_refused(tmp_path):
+    env = _env(tmp_path)
+    env["QUEEN_RAFT_LISTEN"] = "127.0.0.1:7005"
+    env["QUEEN_RAFT_TOKEN"] = TOKEN
+    env["QUEEN_RAFT_PEERS"] = ("1=127.0.0.1:7001/127.0.0.1:%s,"
+                               "2=127.0.0.1:7002/127.0.0.1:6002"
+                               % env["QUEEN_PORT"])
+    p = subprocess.run([queen_bin()], env=env, capture_output=True,
+                       timeout=60)
+    assert p.returncode == 2, p
+    fatal = errors(p.stderr.decode())
+    assert len(fatal) == 1 and "QUEEN_RAFT_LISTEN=127.0.0.1:7005: this " \
+        "node's raft address in QUEEN_RAFT_PEERS is 127.0.0.1:7001" in fatal[0]
+    assert TOKEN not in p.stderr.decode()
 
 
 def test_an_encryption_key_is_refused_and_never_printed(tmp_path):
