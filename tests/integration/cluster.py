@@ -216,10 +216,11 @@ class Cluster:
 
     def wait_converged(self, timeout=30, min_applied=None):
         """Every live node has one leader and the same applied index,
-        at least min_applied (default: the highest commit index any node
-        reports now). Returns that index."""
+        at least min_applied (default: the highest applied index any node
+        reports now, so every node has what any node applied). Returns
+        that index."""
         if min_applied is None:
-            min_applied = max([r.get("commit", 0)
+            min_applied = max([r.get("applied", 0)
                                for r in self.views().values()] or [0])
 
         def same():
