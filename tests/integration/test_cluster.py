@@ -10,6 +10,8 @@ Every wait is a deadline on a real condition (queenproc.wait_until); the
 "never" checks (no term change while a rogue runs) poll the condition for
 the whole span they speak about."""
 
+import hashlib
+import hmac
 import os
 import re
 import shutil
@@ -294,6 +296,43 @@ def _request_vote(term, candidate):
         "<QQQQQ", term, candidate, 1 << 40, term - 1, 1)
 
 
+def _recv_exact(sock, n, timeout):
+    """n bytes from sock, or what came before it closed or the deadline."""
+    sock.settimeout(timeout)
+    out = b""
+    try:
+        while len(out) < n:
+            b = sock.recv(n - len(out))
+            if not b:
+                break
+            out += b
+    except OSError:
+        pass
+    return out
+
+
+def _wrong_proof_hello(sock, claimed_id, addr, token):
+    """Speak the transport's handshake (src/raft/transport.h) as a peer
+    that knows the protocol but not the token: read the challenge, answer
+    a raft hello proved with token. Returns the verdict's status byte, or
+    None when the node closed without one."""
+    ch = _recv_exact(sock, 40, 5)
+    assert len(ch) == 40 and ch[:4] == b"QNRT" and ch[5] == 1, \
+        "no challenge from the raft port: %r" % ch
+    nonce_s = ch[8:40]
+    a = addr.encode()
+    head = b"QNRT" + bytes([1, 2, 1, len(a)]) + struct.pack(
+        ">Q", claimed_id) + os.urandom(32)
+    proof = hmac.new(token.encode(), b"queen raft dial v1" + nonce_s +
+                     head + a, hashlib.sha256).digest()
+    try:
+        sock.sendall(head + proof + a)
+    except OSError:
+        return None
+    v = _recv_exact(sock, 40, 5)
+    return v[6] if len(v) == 40 else None
+
+
 def _closed_by_peer(sock, timeout):
     """True once the other end closes (or resets) the connection."""
     sock.settimeout(0.2)
@@ -310,8 +349,13 @@ def _closed_by_peer(sock, timeout):
 
 
 def _raft_warns(node):
+    return _raft_warn_lines(node.logs())
+
+
+def _raft_warn_lines(text):
+    """The warn lines of a log that speak of raft."""
     out = []
-    for r in loglines.parse(node.logs()):
+    for r in loglines.parse(text):
         text = (r["area"] + " " + r["msg"]).lower()
         if r["level"] == "warn" and "raft" in text:
             out.append(r)
@@ -342,6 +386,20 @@ def test_rogue_raw_tcp_on_the_raft_port_is_refused(shared):
         assert _closed_by_peer(s, 10), \
             "an unauthenticated handshake kept open by %d" % v.id
         s.close()
+        # The node's own handshake, proved with the wrong token: refused
+        # (a verdict other than 0, or a close), and then closed even if
+        # the rogue goes on with a vote request.
+        s = raw_connect(v.raft_addr)
+        verdict = _wrong_proof_hello(s, other.id, other.raft_addr,
+                                     WRONG_TOKEN)
+        assert verdict != 0, "a wrong token accepted by %d" % v.id
+        try:
+            s.sendall(_request_vote(term + 2000, other.id))
+        except OSError:
+            pass
+        assert _closed_by_peer(s, 10), \
+            "a connection with a bad proof kept open by %d" % v.id
+        s.close()
     for v in victims:
         wait_until(lambda: len(_raft_warns(v)) >= before[v.id] + 2, 10,
                    "two warn lines about refused raft connections on %d"
@@ -353,6 +411,8 @@ def test_rogue_raw_tcp_on_the_raft_port_is_refused(shared):
             assert r is not None and r["leaderId"] == lid and \
                 r["term"] == term, (node.id, r)
         time.sleep(0.1)
+    for node in c.nodes.values():
+        assert WRONG_TOKEN not in node.logs() and TOKEN not in node.logs()
     push_ok(c, c[lid], items("after-rogue", ["r1"]))
 
 
@@ -371,8 +431,13 @@ def test_wrong_token_node_never_joins(make_cluster):
     os.makedirs(rogue_dir)
     rogue = Broker(rogue_dir, env=c.env_of(3, token=WRONG_TOKEN),
                    port=c[3].port, raft_port=c[3].raft_port)
+    before = len(_raft_warns(c[1])) + len(_raft_warns(c[2]))
     rogue.start(wait=False)
     try:
+        # It does try: a refused raft connection is logged on one side.
+        wait_until(lambda: len(_raft_warns(c[1])) + len(_raft_warns(c[2]))
+                   > before or _raft_warn_lines(rogue.stderr()), 15,
+                   "a warn line about the rogue's refused raft connection")
         seen_503 = False
         deadline = time.monotonic() + 8
         n = 1
