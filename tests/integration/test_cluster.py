@@ -183,9 +183,12 @@ def test_lone_node_settles_and_never_leads(make_cluster):
         assert body["raft"]["role"] != "leader", body
         assert body["raft"]["leader"] is None, body
         time.sleep(0.1)
+    t0 = time.monotonic()
     r = node.post("/api/v1/push", {"items": items("lone", ["x"])},
-                  timeout=20)
-    assert r.status == 503, r
+                  timeout=30)
+    assert time.monotonic() - t0 <= 15
+    assert r.status == 503 and r.json()["code"] == "no_leader", r
+    check_503(c, r)
 
 
 # --------------------------------------------------------------------------
@@ -218,6 +221,11 @@ def test_push_on_a_follower_is_forwarded_and_read_on_that_node(shared):
         assert r.status == 201, r
         assert [(a["status"], a["offset"]) for a in r.json()] == \
             [("duplicate", 0), ("duplicate", 1)], r
+    # A refusal is the leader's too, word for word.
+    bad = [n.post("/api/v1/push", {"items": "x"}) for n in
+           [c[lid]] + c.followers()]
+    assert all(b.status == 400 and b.json() == bad[0].json() for b in bad), \
+        bad
     c.wait_converged()
     for f in c.followers():
         q = "fwd-%d" % f.id
@@ -276,7 +284,7 @@ def test_configure_on_a_follower_is_forwarded_and_read_on_that_node(shared):
     r = lead.post("/api/v1/configure", {"queue": "cfg-f", "options": {}})
     assert r.status == 200 and r.json()["options"]["retentionSeconds"] == 77
     r = f.post("/api/v1/configure", {"queue": "", "options": {}})
-    assert r.status == 400, r
+    assert r.status == 400 and r.json()["code"] == "bad_request", r
 
 
 # --------------------------------------------------------------------------
