@@ -9,3 +9,10 @@ directory). Only the standard library is used (http.client, no requests).
 
 # The broker fixtures (broker, broker_factory) live in tests/conftest.py so
 # every suite shares them; the helpers are in queenproc.py.
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "membership: runtime cluster membership (issue 14 item 1); "
+        "deselect with -m 'not membership' where it is not built")

@@ -1,0 +1,873 @@
+"""Three build/queen processes as one raft cluster (issue 14 items 1 and 2):
+boot from empty directories, /health and /status, writes sent to a
+follower forwarded to the leader and read back on the node asked, 503
+no_leader without a majority, restart and wipe of a node, kill -9 of the
+leader (alone and under a push load), bad peers lists, rogue raft peers,
+and runtime membership (marked `membership`: deselect it with
+-m "not membership" while it is not built).
+
+Every wait is a deadline on a real condition (queenproc.wait_until); the
+"never" checks (no term change while a rogue runs) poll the condition for
+the whole span they speak about."""
+
+import hashlib
+import hmac
+import os
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+
+import pytest
+
+import loglines
+from cluster import TOKEN, Cluster, Node, raw_connect
+from queenproc import Broker, free_port, queen_bin, wait_until
+
+WRONG_TOKEN = "not-the-cluster-token-9876543210"
+
+
+@pytest.fixture
+def make_cluster(request):
+    """Clusters in a temporary directory, every process killed at the end;
+    the logs copied to $QUEEN_TEST_KEEP_LOGS/<test>/ when that is set."""
+    tmp = tempfile.TemporaryDirectory(prefix="queen-cluster-")
+    made = []
+
+    def make(n=3, **kw):
+        c = Cluster(os.path.join(tmp.name, "c%d" % len(made)), n=n, **kw)
+        made.append(c)
+        return c
+
+    make.tmp = tmp.name
+    yield make
+    for c in made:
+        c.close()
+    _keep_logs(tmp.name, request.node.name)
+    tmp.cleanup()
+
+
+@pytest.fixture(scope="module")
+def shared():
+    """One cluster for the tests that only write through it (booted once
+    to keep the file's runtime down)."""
+    tmp = tempfile.TemporaryDirectory(prefix="queen-cluster-")
+    c = Cluster(os.path.join(tmp.name, "shared"))
+    try:
+        c.start(timeout=30)
+        yield c
+    finally:
+        c.close()
+        _keep_logs(tmp.name, "shared")
+        tmp.cleanup()
+
+
+def _keep_logs(root, name):
+    keep = os.environ.get("QUEEN_TEST_KEEP_LOGS")
+    if not keep:
+        return
+    dest = os.path.join(keep, re.sub(r"[^A-Za-z0-9_.-]", "_", name))
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            if f.startswith("queen-stderr-"):
+                rel = os.path.relpath(dirpath, root).replace(os.sep, "-")
+                os.makedirs(dest, exist_ok=True)
+                shutil.copy(os.path.join(dirpath, f),
+                            os.path.join(dest, "%s-%s" % (rel, f)))
+
+
+def header(r, name):
+    for k, v in r.headers.items():
+        if k.lower() == name.lower():
+            return v
+    return None
+
+
+def items(queue, txns, partition="Default"):
+    return [{"queue": queue, "partition": partition, "transactionId": t,
+             "payload": {"t": t}} for t in txns]
+
+
+def check_503(c, r):
+    """A 503 of a write: Retry-After 1, the reference's envelope, and a
+    leader hint, when there is one, that is a member's HTTP address (what
+    a client can send the write to)."""
+    assert header(r, "Retry-After") == "1", r.headers
+    body = r.json()
+    assert isinstance(body.get("error"), str) and body.get("code"), body
+    if "leader" in body:
+        assert body["leader"] in [n.http_addr for n in c.nodes.values()], \
+            (body, [n.http_addr for n in c.nodes.values()])
+
+
+def push_ok(c, node, its, timeout=30):
+    """Push through node, retrying 503s and refused connections until a
+    201 (same transactionIds, so a retry is deduplicated); the answer."""
+    def once():
+        try:
+            r = node.post("/api/v1/push", {"items": its}, timeout=20)
+        except OSError:
+            return None
+        if r.status == 503:
+            check_503(c, r)
+            return None
+        assert r.status == 201, (node.id, r)
+        return r.json()
+    return wait_until(once, timeout, "a push through node %d" % node.id,
+                      interval=0.1)
+
+
+def wait_settling(node, timeout=15):
+    """node's /health answers 503 settling (no leader known)."""
+    def settling():
+        if node.proc is not None and node.proc.poll() is not None:
+            raise AssertionError("node %d exited with %d:\n%s" % (
+                node.id, node.proc.returncode, node.logs()[-4000:]))
+        h = node.health()
+        return h is not None and h[0] == 503 and \
+            h[1].get("status") == "settling"
+    wait_until(settling, timeout, "node %d to report settling" % node.id)
+
+
+# --------------------------------------------------------------------------
+# Boot, /health, /status
+
+
+def test_three_nodes_elect_one_leader_health_and_status(shared):
+    c = shared
+    lid = c.leader(timeout=30)
+    terms = set()
+    for node in c.nodes.values():
+        status, body = node.health()
+        assert status == 200, (node.id, body)
+        assert body["status"] == "healthy"
+        r = body["raft"]
+        assert r["role"] == ("leader" if node.id == lid else "follower"), r
+        assert r["leaderId"] == lid, r
+        assert r["leader"] == c[lid].http_addr, r
+        for k in ("term", "applied", "commit"):
+            assert isinstance(r[k], int) and r[k] >= 0, (k, r)
+        assert r["term"] >= 1
+        terms.add(r["term"])
+    assert len(terms) == 1, terms
+    for node in c.nodes.values():
+        r = node.get("/status")
+        assert r.status == 200, r
+        members = sorted(r.json()["cluster"]["members"],
+                         key=lambda m: m["id"])
+        assert [m["id"] for m in members] == [1, 2, 3]
+        for m in members:
+            want = {"id": m["id"], "raft": c[m["id"]].raft_addr,
+                    "http": c[m["id"]].http_addr, "role": "voter",
+                    "self": m["id"] == node.id, "leader": m["id"] == lid}
+            assert {k: m.get(k) for k in want} == want, (node.id, m)
+        assert TOKEN not in r.body.decode()
+        assert TOKEN not in node.logs()
+
+
+def test_lone_node_settles_and_never_leads(make_cluster):
+    """One node of three, alone: 503 settling with no leader, and it never
+    makes itself leader of a cluster of its own (the bug of issue 14)."""
+    c = make_cluster()
+    node = c.start_node(1)
+    wait_settling(node, timeout=30)
+    deadline = time.monotonic() + 4  # four election timeouts
+    while time.monotonic() < deadline:
+        c.check_alive()
+        status, body = node.health()
+        assert status == 503 and body["status"] == "settling", body
+        assert body["raft"]["role"] != "leader", body
+        assert body["raft"]["leader"] is None, body
+        time.sleep(0.1)
+    t0 = time.monotonic()
+    r = node.post("/api/v1/push", {"items": items("lone", ["x"])},
+                  timeout=30)
+    assert time.monotonic() - t0 <= 15
+    assert r.status == 503 and r.json()["code"] == "no_leader", r
+    check_503(c, r)
+
+
+# --------------------------------------------------------------------------
+# Every node serves every route
+
+
+def test_push_on_a_follower_is_forwarded_and_read_on_that_node(shared):
+    c = shared
+    lid = c.leader()
+    for f in c.followers():
+        q = "fwd-%d" % f.id
+        txns = ["%s-%d" % (q, i) for i in range(5)]
+        r = f.post("/api/v1/push", {"items": items(q, txns)})
+        assert r.status == 201, r
+        ans = r.json()
+        assert [a["status"] for a in ans] == ["queued"] * 5, ans
+        assert [a["offset"] for a in ans] == list(range(5)), ans
+        assert [a["transaction_id"] for a in ans] == txns
+        # Read-your-write on the node asked, with no wait.
+        got = Cluster.records(f, q)
+        assert got == [(i, t, {"t": t}) for i, t in enumerate(txns)], got
+        ch = f.changed([{"queue": q, "since": None}])
+        parts = ch["entries"][0]["partitions"]
+        assert [(p["name"], p["lastOffset"]) for p in parts] == \
+            [("Default", 4)], ch
+        # The same transactionIds through the other follower: duplicates
+        # with the original offsets (the dedup state is the cluster's).
+        other = [n for n in c.followers() if n.id != f.id][0]
+        r = other.post("/api/v1/push", {"items": items(q, txns[:2])})
+        assert r.status == 201, r
+        assert [(a["status"], a["offset"]) for a in r.json()] == \
+            [("duplicate", 0), ("duplicate", 1)], r
+    # A refusal is the leader's too, word for word.
+    bad = [n.post("/api/v1/push", {"items": "x"}) for n in
+           [c[lid]] + c.followers()]
+    assert all(b.status == 400 and b.json() == bad[0].json() for b in bad), \
+        bad
+    c.wait_converged()
+    for f in c.followers():
+        q = "fwd-%d" % f.id
+        logs = c.all_records(q)
+        assert len(logs[lid]) == 5
+        assert all(v == logs[lid] for v in logs.values()), logs
+
+
+def test_kv_writes_on_a_follower_are_forwarded_and_read_on_that_node(shared):
+    c = shared
+    f = c.followers()[0]
+    r = f.post("/api/v1/kv", {"operations": [
+        {"op": "put", "ns": "cl", "key": "a", "value": {"v": 1},
+         "forever": True},
+        {"op": "incr", "ns": "cl", "key": "n", "forever": True}]})
+    assert r.status == 200, r
+    res = r.json()["results"]
+    assert res[0]["applied"] is True and res[0]["version"] > 0, res
+    g = f.get("/api/v1/kv/cl/a")
+    assert g.status == 200, g
+    assert g.json()["found"] is True and g.json()["value"] == {"v": 1}, g
+    assert g.json()["version"] == res[0]["version"]
+
+    r = f.request("PUT", "/api/v1/kv/cl/b", body={"value": "two",
+                                                  "forever": True})
+    assert r.status == 200, r
+    assert r.json()["applied"] is True, r
+    g = f.get("/api/v1/kv/cl/b")
+    assert g.json().get("value") == "two", g
+    # A conditional write through the other follower sees the cluster's
+    # version of the key.
+    other = [n for n in c.followers() if n.id != f.id][0]
+    r = other.request("PUT", "/api/v1/kv/cl/b",
+                      body={"value": "three", "forever": True,
+                            "expect": g.json()["version"]})
+    assert r.status == 200 and r.json()["applied"] is True, r
+    assert other.get("/api/v1/kv/cl/b").json()["value"] == "three"
+    c.wait_converged()
+    for node in c.nodes.values():
+        assert node.get("/api/v1/kv/cl/b").json()["value"] == "three"
+
+
+def test_configure_on_a_follower_is_forwarded_and_read_on_that_node(shared):
+    c = shared
+    f = c.followers()[0]
+    r = f.post("/api/v1/configure", {"queue": "cfg-f",
+                                     "options": {"retentionSeconds": 77}})
+    assert r.status == 200, r
+    assert r.json()["configured"] is True
+    assert r.json()["options"]["retentionSeconds"] == 77
+    names = [q["name"] for q in
+             f.get("/api/v1/resources/queues").json()["queues"]]
+    assert "cfg-f" in names, names
+    # A merge of nothing through the leader answers the stored options.
+    lead = c.leader_node()
+    r = lead.post("/api/v1/configure", {"queue": "cfg-f", "options": {}})
+    assert r.status == 200 and r.json()["options"]["retentionSeconds"] == 77
+    r = f.post("/api/v1/configure", {"queue": "", "options": {}})
+    assert r.status == 400 and r.json()["code"] == "bad_request", r
+
+
+# --------------------------------------------------------------------------
+# Rogue raft peers
+
+
+def _handshake(claimed_id, addr):
+    """libraft's TCP handshake (protocol 1, server id, padded address)."""
+    a = addr.encode() + b"\0"
+    pad = (len(a) + 7) // 8 * 8
+    return struct.pack("<QQQ", 1, claimed_id, pad) + a.ljust(pad, b"\0")
+
+
+def _request_vote(term, candidate):
+    """A RequestVote with disrupt_leader set and a log far ahead."""
+    return struct.pack("<QQ", 3, 40) + struct.pack(
+        "<QQQQQ", term, candidate, 1 << 40, term - 1, 1)
+
+
+def _recv_exact(sock, n, timeout):
+    """n bytes from sock, or what came before it closed or the deadline."""
+    sock.settimeout(timeout)
+    out = b""
+    try:
+        while len(out) < n:
+            b = sock.recv(n - len(out))
+            if not b:
+                break
+            out += b
+    except OSError:
+        pass
+    return out
+
+
+def _wrong_proof_hello(sock, claimed_id, addr, token):
+    """Speak the transport's handshake (src/raft/transport.h) as a peer
+    that knows the protocol but not the token: read the challenge, answer
+    a raft hello proved with token. Returns the verdict's status byte, or
+    None when the node closed without one."""
+    ch = _recv_exact(sock, 40, 5)
+    assert len(ch) == 40 and ch[:4] == b"QNRT" and ch[5] == 1, \
+        "no challenge from the raft port: %r" % ch
+    nonce_s = ch[8:40]
+    a = addr.encode()
+    head = b"QNRT" + bytes([1, 2, 1, len(a)]) + struct.pack(
+        ">Q", claimed_id) + os.urandom(32)
+    proof = hmac.new(token.encode(), b"queen raft dial v1" + nonce_s +
+                     head + a, hashlib.sha256).digest()
+    try:
+        sock.sendall(head + proof + a)
+    except OSError:
+        return None
+    v = _recv_exact(sock, 40, 5)
+    return v[6] if len(v) == 40 else None
+
+
+def _closed_by_peer(sock, timeout):
+    """True once the other end closes (or resets) the connection."""
+    sock.settimeout(0.2)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if sock.recv(4096) == b"":
+                return True
+        except socket.timeout:
+            continue
+        except OSError:
+            return True
+    return False
+
+
+def _raft_warns(node):
+    return _raft_warn_lines(node.logs())
+
+
+def _raft_warn_lines(text):
+    """The warn lines of a log that speak of raft."""
+    out = []
+    for r in loglines.parse(text):
+        text = (r["area"] + " " + r["msg"]).lower()
+        if r["level"] == "warn" and "raft" in text:
+            out.append(r)
+    return out
+
+
+def test_rogue_raw_tcp_on_the_raft_port_is_refused(shared):
+    c = shared
+    lid = c.leader()
+    term = c[lid].raft()["term"]
+    before = {n.id: len(_raft_warns(n)) for n in c.nodes.values()}
+    victims = [c[lid]] + c.followers()[:1]
+    for v in victims:
+        s = raw_connect(v.raft_addr)
+        s.sendall(os.urandom(256))
+        assert _closed_by_peer(s, 10), "garbage kept open by %d" % v.id
+        s.close()
+        # A well-formed libraft handshake claiming to be another member,
+        # then a vote request 1000 terms ahead that would depose the
+        # leader if it were let through.
+        other = [n for n in c.nodes.values() if n.id != v.id][0]
+        s = raw_connect(v.raft_addr)
+        try:
+            s.sendall(_handshake(other.id, other.raft_addr) +
+                      _request_vote(term + 1000, other.id))
+        except OSError:
+            pass
+        assert _closed_by_peer(s, 10), \
+            "an unauthenticated handshake kept open by %d" % v.id
+        s.close()
+        # The node's own handshake, proved with the wrong token: refused
+        # (a verdict other than 0, or a close), and then closed even if
+        # the rogue goes on with a vote request.
+        s = raw_connect(v.raft_addr)
+        verdict = _wrong_proof_hello(s, other.id, other.raft_addr,
+                                     WRONG_TOKEN)
+        assert verdict != 0, "a wrong token accepted by %d" % v.id
+        try:
+            s.sendall(_request_vote(term + 2000, other.id))
+        except OSError:
+            pass
+        assert _closed_by_peer(s, 10), \
+            "a connection with a bad proof kept open by %d" % v.id
+        s.close()
+    for v in victims:
+        wait_until(lambda: len(_raft_warns(v)) >= before[v.id] + 2, 10,
+                   "two warn lines about refused raft connections on %d"
+                   % v.id)
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        for node in c.nodes.values():
+            r = node.raft()
+            assert r is not None and r["leaderId"] == lid and \
+                r["term"] == term, (node.id, r)
+        time.sleep(0.1)
+    for node in c.nodes.values():
+        assert WRONG_TOKEN not in node.logs() and TOKEN not in node.logs()
+    push_ok(c, c[lid], items("after-rogue", ["r1"]))
+
+
+def test_wrong_token_node_never_joins(make_cluster):
+    """A process with the right peers list and node 3's addresses but the
+    wrong token, while the real node 3 is down: the cluster's leader and
+    term do not move, the rogue never knows a leader, and nothing written
+    to the cluster reaches it."""
+    c = make_cluster()
+    c.start()
+    c.kill9(3)
+    lid = c.leader(timeout=15, nodes=[c[1], c[2]])
+    term = c[lid].raft()["term"]
+    push_ok(c, c[lid], items("guarded", ["g0"]))
+    rogue_dir = os.path.join(c.root, "rogue", "data")
+    os.makedirs(rogue_dir)
+    rogue = Broker(rogue_dir, env=c.env_of(3, token=WRONG_TOKEN),
+                   port=c[3].port, raft_port=c[3].raft_port)
+    before = len(_raft_warns(c[1])) + len(_raft_warns(c[2]))
+    rogue.start(wait=False)
+    try:
+        # It does try: a refused raft connection is logged on one side.
+        wait_until(lambda: len(_raft_warns(c[1])) + len(_raft_warns(c[2]))
+                   > before or _raft_warn_lines(rogue.stderr()), 15,
+                   "a warn line about the rogue's refused raft connection")
+        seen_503 = False
+        deadline = time.monotonic() + 8
+        n = 1
+        while time.monotonic() < deadline:
+            assert rogue.proc.poll() is None, rogue.stderr()
+            for node in (c[1], c[2]):
+                r = node.raft()
+                assert r is not None and r["leaderId"] == lid and \
+                    r["term"] == term, (node.id, r)
+            try:
+                h = rogue.get("/health", timeout=5)
+                assert h.status != 200, h
+                if h.status == 503:
+                    assert h.json()["status"] == "settling", h
+                    seen_503 = True
+            except OSError:
+                pass
+            push_ok(c, c[lid], items("guarded", ["g%d" % n]))
+            n += 1
+            time.sleep(0.2)
+        assert seen_503, "the rogue never answered /health"
+        assert Cluster.records(rogue, "guarded") == []
+        assert len(Cluster.records(c[lid], "guarded")) == n
+    finally:
+        if rogue.proc is not None:
+            rogue.kill9()
+    # The real node 3 comes back and gets everything.
+    c.start_node(3)
+    c.wait_converged(timeout=30)
+    logs = c.all_records("guarded")
+    assert len(logs[3]) == n and logs[3] == logs[lid]
+
+
+# --------------------------------------------------------------------------
+# Bad peers lists
+
+
+def _peers_case(case):
+    """(environment additions, fragments of which the FATAL line must name
+    one) for one bad configuration of node 2."""
+    r = [free_port() for _ in range(12)]
+    h = [free_port() for _ in range(12)]
+
+    def entry(i, k=None):
+        k = i if k is None else k
+        return "%d=127.0.0.1:%d/127.0.0.1:%d" % (i, r[k], h[k])
+    good = [entry(1), entry(2), entry(3)]
+    listen = "127.0.0.1:%d" % r[2]
+    env = {"QUEEN_RAFT_NODE_ID": "2", "QUEEN_RAFT_LISTEN": listen,
+           "QUEEN_PORT": str(h[2]), "QUEEN_RAFT_TOKEN": TOKEN}
+    if case == "own_id_missing":
+        env["QUEEN_RAFT_NODE_ID"] = "4"
+        peers, want, names = good, ["4"], ["QUEEN_RAFT_PEERS"]
+    elif case == "duplicate_id":
+        peers = good + ["2=127.0.0.1:%d/127.0.0.1:%d" % (r[9], h[9])]
+        want, names = ["2"], ["QUEEN_RAFT_PEERS"]
+    elif case == "duplicate_raft_address":
+        peers = good + ["4=127.0.0.1:%d/127.0.0.1:%d" % (r[1], h[9])]
+        want, names = ["127.0.0.1:%d" % r[1], "4"], ["QUEEN_RAFT_PEERS"]
+    elif case == "duplicate_http_address":
+        peers = good + ["4=127.0.0.1:%d/127.0.0.1:%d" % (r[9], h[3])]
+        want, names = ["127.0.0.1:%d" % h[3], "4"], ["QUEEN_RAFT_PEERS"]
+    elif case == "no_equals":
+        bad = "127.0.0.1:%d/127.0.0.1:%d" % (r[3], h[3])
+        peers, want = good[:2] + [bad], [bad]
+        names = ["QUEEN_RAFT_PEERS"]
+    elif case == "no_slash":
+        bad = "3=127.0.0.1:%d" % r[3]
+        peers, want = good[:2] + [bad], [bad]
+        names = ["QUEEN_RAFT_PEERS"]
+    elif case == "bad_port":
+        bad = "3=127.0.0.1:99999/127.0.0.1:%d" % h[3]
+        peers, want = good[:2] + [bad], ["99999", bad]
+        names = ["QUEEN_RAFT_PEERS"]
+    elif case == "id_zero":
+        bad = "0=127.0.0.1:%d/127.0.0.1:%d" % (r[9], h[9])
+        peers, want = good + [bad], [bad, "0="]
+        names = ["QUEEN_RAFT_PEERS"]
+    elif case == "ten_entries":
+        peers, want = [entry(i) for i in range(1, 11)], ["10", "9"]
+        names = ["QUEEN_RAFT_PEERS"]
+    elif case == "listen_differs":
+        env["QUEEN_RAFT_LISTEN"] = "127.0.0.1:%d" % r[11]
+        peers, want = good, ["127.0.0.1:%d" % r[2]]
+        names = ["QUEEN_RAFT_LISTEN"]
+    elif case == "no_token":
+        del env["QUEEN_RAFT_TOKEN"]
+        peers, want = good, ["token"]
+        names = ["QUEEN_RAFT_TOKEN"]
+    else:
+        raise ValueError(case)
+    env["QUEEN_RAFT_PEERS"] = ",".join(peers)
+    return env, want, names
+
+
+@pytest.mark.parametrize("case", [
+    "own_id_missing", "duplicate_id", "duplicate_raft_address",
+    "duplicate_http_address", "no_equals", "no_slash", "bad_port", "id_zero",
+    "ten_entries", "listen_differs", "no_token"])
+def test_bad_peers_list_stops_the_boot_with_one_line(tmp_path, case):
+    extra, want, names = _peers_case(case)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
+    env.update({"QUEEN_BIND_ADDR": "127.0.0.1",
+                "QUEEN_RAFT_DIR": str(tmp_path / "d"),
+                "QUEEN_RAFT_SEGMENT_MB": "8"})
+    env.update(extra)
+    p = subprocess.run([queen_bin()], env=env, capture_output=True,
+                       timeout=30)
+    err = p.stderr.decode()
+    assert p.returncode != 0, err
+    fatal = [r["msg"] for r in loglines.parse(err)
+             if r["msg"].startswith("FATAL")]
+    assert len(fatal) == 1, err
+    for name in names:
+        assert name in fatal[0], fatal[0]
+    # The line names the offending part, not only the setting: look for
+    # it in what follows the echoed value.
+    reason = fatal[0]
+    for name in names:
+        head = "FATAL: %s=" % name
+        if reason.startswith(head):
+            value = env.get(name, "")
+            tail = reason[len(head):]
+            reason = tail[len(os.path.commonprefix([tail, value])):]
+            break
+    assert any(w in reason for w in want), (want, reason, fatal[0])
+    assert TOKEN not in err
+
+
+# --------------------------------------------------------------------------
+# No leader
+
+
+def test_no_majority_answers_503_no_leader_and_reads_stay_local(
+        make_cluster):
+    c = make_cluster()
+    lid = c.start()
+    push_ok(c, c[lid], items("nl", ["a0", "a1"]))
+    kv = c[lid].request("PUT", "/api/v1/kv/nl/k", body={"value": 1,
+                                                        "forever": True})
+    assert kv.status == 200, kv
+    c.wait_converged()
+    # The leader loses both followers: the push it gets now cannot be
+    # committed on a majority and must not be answered 201.
+    for f in c.followers():
+        c.kill9(f.id)
+    lead = c[lid]
+    t0 = time.monotonic()
+    r = lead.post("/api/v1/push", {"items": items("nl", ["lost"])},
+                  timeout=30)
+    assert time.monotonic() - t0 <= 15, "answered after %.1fs" % (
+        time.monotonic() - t0)
+    assert r.status == 503, r
+    check_503(c, r)
+    assert r.json()["code"] in ("no_leader", "timeout"), r
+    wait_settling(lead)
+    for path, body in (("/api/v1/push", {"items": items("nl", ["b0"])}),
+                       ("/api/v1/configure", {"queue": "nl2"})):
+        t0 = time.monotonic()
+        r = lead.post(path, body, timeout=30)
+        assert time.monotonic() - t0 <= 15
+        assert r.status == 503, (path, r)
+        check_503(c, r)
+        b = r.json()
+        assert b["code"] == "no_leader" and isinstance(b["error"], str), b
+    r = lead.request("PUT", "/api/v1/kv/nl/k", body={"value": 2,
+                                                     "forever": True},
+                     timeout=30)
+    assert r.status == 503 and header(r, "Retry-After") == "1", r
+    # Reads are this node's own state: answered without a leader.
+    got = Cluster.records(lead, "nl")
+    assert [t for _, t, _ in got] == ["a0", "a1"], got
+    g = lead.get("/api/v1/kv/nl/k")
+    assert g.status == 200 and g.json()["value"] == 1, g
+    st = lead.get("/status")
+    assert st.status == 200, st
+    # The followers come back: a leader again, and writes succeed.
+    for f in c.nodes.values():
+        if not f.alive():
+            c.start_node(f.id)
+    lid = c.leader(timeout=30)
+    push_ok(c, c[lid], items("nl", ["c0"]))
+    c.wait_converged()
+    logs = c.all_records("nl")
+    assert all(v == logs[lid] for v in logs.values()), logs
+
+
+# --------------------------------------------------------------------------
+# Restart, wipe, failover
+
+
+def test_restarted_node_rejoins_and_catches_up(make_cluster):
+    c = make_cluster()
+    lid = c.start()
+    f = c.followers()[0]
+    push_ok(c, c[lid], items("rj", ["a%d" % i for i in range(10)]))
+    c.wait_converged()
+    c.kill9(f.id)
+    lid = c.leader(timeout=15)
+    for i in range(20):
+        push_ok(c, c[lid], items("rj", ["b%d-%d" % (i, j)
+                                        for j in range(5)]))
+    c.start_node(f.id)
+    c.wait_converged(timeout=30)
+    logs = c.all_records("rj")
+    assert len(logs[f.id]) == 110
+    assert all(v == logs[lid] for v in logs.values())
+    # It serves writes again, read back at once.
+    push_ok(c, f, items("rj", ["c0"]))
+    assert Cluster.records(f, "rj")[-1][1] == "c0"
+
+
+def _snapshot_knobs():
+    out = subprocess.run([queen_bin(), "--help-config"], capture_output=True,
+                         timeout=30).stdout.decode()
+    return sorted(set(re.findall(r"QUEEN_RAFT_SNAPSHOT_[A-Z_]+", out)))
+
+
+@pytest.mark.parametrize("snapshot", [False, True],
+                         ids=["log", "snapshot"])
+def test_wiped_node_rejoins_under_its_id_and_catches_up(make_cluster,
+                                                        snapshot):
+    env = {}
+    if snapshot:
+        knobs = _snapshot_knobs()
+        if "QUEEN_RAFT_SNAPSHOT_THRESHOLD" not in knobs:
+            pytest.skip("no QUEEN_RAFT_SNAPSHOT_THRESHOLD to force a "
+                        "snapshot (the automatic one needs 32768 entries)")
+        env["QUEEN_RAFT_SNAPSHOT_THRESHOLD"] = "1024"
+        if "QUEEN_RAFT_SNAPSHOT_TRAILING" in knobs:
+            env["QUEEN_RAFT_SNAPSHOT_TRAILING"] = "128"
+    c = make_cluster(env=env)
+    lid = c.start()
+    f = c.followers()[0]
+    push_ok(c, c[lid], items("wp", ["a%d" % i for i in range(10)]))
+    c.wait_converged()
+    c.kill9(f.id)
+    c.wipe(f.id)
+    lid = c.leader(timeout=15)
+    n_pushes = 1300 if snapshot else 20
+    for i in range(n_pushes):
+        push_ok(c, c[lid], items("wp", ["b%d" % i]))
+    c.start_node(f.id)
+    c.wait_converged(timeout=60)
+    logs = c.all_records("wp")
+    assert len(logs[f.id]) == 10 + n_pushes
+    assert all(v == logs[lid] for v in logs.values())
+    r = f.raft()
+    assert r["role"] == "follower" and r["leaderId"] == lid
+    members = f.get("/status").json()["cluster"]["members"]
+    assert sorted(m["id"] for m in members) == [1, 2, 3]
+
+
+def test_leader_kill9_survivors_elect_and_keep_every_push(make_cluster):
+    c = make_cluster()
+    old = c.start()
+    acked = []
+    for i in range(10):
+        node = c[1 + i % 3]
+        txns = ["k%d-%d" % (i, j) for j in range(3)]
+        ans = push_ok(c, node, items("fo", txns))
+        acked += [(a["offset"], a["transaction_id"]) for a in ans]
+    term = c[old].raft()["term"]
+    c.kill9(old)
+    t0 = time.monotonic()
+    # At once, before the followers notice: a write through a follower
+    # that still knows the dead leader answers 201 (through the new one)
+    # or 503 naming the old leader's HTTP address, within the bound.
+    f = [n for n in c.live()][0]
+    r = f.post("/api/v1/push", {"items": items("fo", ["early"])},
+               timeout=30)
+    assert time.monotonic() - t0 <= 15
+    if r.status == 503:
+        check_503(c, r)
+    else:
+        assert r.status == 201, r
+        acked += [(a["offset"], a["transaction_id"]) for a in r.json()]
+    new = c.leader(timeout=10)
+    assert new != old
+    assert c[new].raft()["term"] > term
+    survivor = [n for n in c.live() if n.id != new][0]
+    push_ok(c, survivor, items("fo", ["after"]), timeout=10)
+    assert time.monotonic() - t0 < 15
+    for node in c.live():
+        got = [(o, t) for o, t, _ in Cluster.records(node, "fo")]
+        assert got[:30] == sorted(acked)[:30], (node.id, got)
+        assert got[-1][1] == "after"
+    c.start_node(old)
+    c.wait_converged(timeout=30)
+    logs = c.all_records("fo")
+    assert all(v == logs[new] for v in logs.values())
+    txns = [t for _, t, _ in logs[old]]
+    assert len(set(txns)) == len(txns), txns
+    # "early" is there if it was answered 201; a 503 does not say.
+    assert {t for _, t in acked} | {"after"} <= set(txns)
+    assert set(txns) <= {t for _, t in acked} | {"after", "early"}
+
+
+def test_push_load_through_every_node_survives_leader_kill9_and_restart(
+        make_cluster):
+    """A writer pushes batches with transactionIds to the three nodes in
+    turn, retrying 503s and refused connections; the leader is killed
+    mid-way and restarted. Every push answered 201 is in every node's log
+    exactly once, at the offset it was answered with, and the three logs
+    are identical."""
+    c = make_cluster()
+    c.start()
+    stop = threading.Event()
+    acked = {}  # (partition, txn) -> offset
+    batches = [0]
+    errors = []
+
+    def writer():
+        k = 0
+        n = 0
+        try:
+            while not stop.is_set():
+                part = "p%d" % (n % 2)
+                its = items("load", ["t%d-%d" % (n, j) for j in range(4)],
+                            part)
+                deadline = time.monotonic() + 60
+                while True:
+                    assert time.monotonic() < deadline, "batch %d stuck" % n
+                    node = c[1 + k % 3]
+                    k += 1
+                    try:
+                        r = node.post("/api/v1/push", {"items": its},
+                                      timeout=20)
+                    except OSError:
+                        time.sleep(0.02)
+                        continue
+                    if r.status == 503:
+                        check_503(c, r)
+                        time.sleep(0.02)
+                        continue
+                    assert r.status == 201, (node.id, r)
+                    break
+                for a in r.json():
+                    assert a["status"] in ("queued", "duplicate"), a
+                    acked[(part, a["transaction_id"])] = a["offset"]
+                n += 1
+                batches[0] = n
+        except BaseException as e:  # noqa: BLE001 -- asserted below
+            errors.append(e)
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    try:
+        def progress(more, what, timeout):
+            goal = batches[0] + more
+            wait_until(lambda: errors or batches[0] >= goal, timeout, what)
+            assert not errors, errors
+        progress(60, "60 batches before the kill", 30)
+        old = c.leader()
+        c.kill9(old)
+        t_kill = time.monotonic()
+        progress(1, "a batch after the kill", 20)
+        failover = time.monotonic() - t_kill
+        progress(60, "60 batches on two nodes", 30)
+        c.start_node(old)
+        progress(60, "60 batches after the restart", 30)
+    finally:
+        stop.set()
+        t.join(90)
+    assert not t.is_alive()
+    assert not errors, errors
+    c.wait_converged(timeout=30)
+    for part in ("p0", "p1"):
+        logs = c.all_records("load", part)
+        ref = logs[1]
+        assert all(v == ref for v in logs.values()), "logs differ: %s" % {
+            i: len(v) for i, v in logs.items()}
+        assert [o for o, _, _ in ref] == list(range(len(ref)))
+        txns = [tx for _, tx, _ in ref]
+        assert len(set(txns)) == len(txns), "a push stored twice"
+        want = {tx: o for (p, tx), o in acked.items() if p == part}
+        assert set(txns) == set(want), (
+            "missing %s, never acked %s" % (sorted(set(want) - set(txns)),
+                                            sorted(set(txns) - set(want))))
+        for o, tx, payload in ref:
+            assert want[tx] == o and payload == {"t": tx}
+    assert failover < 15, failover
+
+
+# --------------------------------------------------------------------------
+# Runtime membership (issue 14 item 1, last point)
+
+
+@pytest.mark.membership
+def test_replace_a_dead_node_by_a_new_one(make_cluster):
+    c = make_cluster()
+    lid = c.start()
+    push_ok(c, c[lid], items("mb", ["m0", "m1"]))
+    dead = [f for f in c.followers()][0]
+    c.kill9(dead.id)
+    lid = c.leader(timeout=15)
+    r = c[lid].request("DELETE", "/api/v1/cluster/members/%d" % dead.id)
+    assert r.status in (200, 204), r
+    del c.nodes[dead.id]
+
+    p4, r4 = free_port(), free_port()
+    while r4 == p4:
+        r4 = free_port()
+    new = Node(4, os.path.join(c.root, "node-4"), p4, r4, {})
+    c.nodes[4] = new
+    new.extra_env = c.env_of(4)  # the peers list of the new membership
+    via = [n for n in c.live() if n.id != lid][0]  # a follower forwards it
+    r = via.post("/api/v1/cluster/members",
+                 {"id": 4, "raft": new.raft_addr, "http": new.http_addr})
+    assert r.status in (200, 201), r
+    c.start_node(4)
+    c.wait_converged(timeout=30)
+    ids = sorted(c.nodes)
+    for node in c.live():
+        ms = node.get("/status").json()["cluster"]["members"]
+        assert sorted(m["id"] for m in ms) == ids, (node.id, ms)
+        assert all(m["role"] == "voter" for m in ms), ms
+    push_ok(c, new, items("mb", ["m2"]))
+    assert [t for _, t, _ in Cluster.records(new, "mb")] == ["m0", "m1",
+                                                             "m2"]
+    # Node 4 votes: with the old leader gone, 4 and the other elect.
+    c.kill9(lid)
+    nl = c.leader(timeout=15)
+    push_ok(c, c[nl], items("mb", ["m3"]))
+    assert [t for _, t, _ in Cluster.records(new, "mb")][-1] == "m3"
