@@ -2932,12 +2932,11 @@ void driver_status(struct driver *d, struct driver_status *out)
  * stopped. */
 static bool check_running(struct driver *d)
 {
-    char why[300];
+    char why[800];
 
     if (lease_lost(d->lease)) {
-        snprintf(why, sizeof(why),
-                 "queue \"%s\": the lease is held by another instance",
-                 d->cfg.queue);
+        snprintf(why, sizeof(why), "queue \"%s\": %s", d->cfg.queue,
+                 lease_lost_reason(d->lease));
         stop(d, DRIVER_FENCED, why);
         return false;
     }

@@ -44,6 +44,7 @@ struct lease {
      * asked at every driver tick and must not wait behind a fence whose KV
      * call holds mu (up to the KV timeout). */
     atomic_bool is_lost;
+    atomic_int lost_why; /* enum lease_lost_why, set before is_lost */
     int64_t since_ms;
     struct buf doc; /* the value of the last fence/acquire */
     /* (4) When the last renewal that landed (acquire, takeover, fence) was
@@ -165,6 +166,7 @@ struct lease *lease_new(const struct lease_config *cfg,
     lease_new_incarnation(cfg->random_bytes, cfg->random_arg, l->incarnation);
     pthread_mutex_init(&l->mu, NULL);
     atomic_init(&l->is_lost, false);
+    atomic_init(&l->lost_why, LEASE_LOST_NONE);
     atomic_init(&l->renewed_ms, INT64_MIN / 2);
     buf_init(&l->doc, 4096);
     return l;
@@ -203,6 +205,31 @@ bool lease_lost(struct lease *l)
     return atomic_load(&l->is_lost);
 }
 
+/* Mark l lost for why; the first reason stays. */
+static void lose(struct lease *l, enum lease_lost_why why)
+{
+    int none = LEASE_LOST_NONE;
+
+    atomic_compare_exchange_strong(&l->lost_why, &none, (int)why);
+    atomic_store(&l->is_lost, true);
+}
+
+const char *lease_lost_reason(struct lease *l)
+{
+    switch (atomic_load(&l->lost_why)) {
+    case LEASE_LOST_TAKEN:
+        return "the lease is held by another instance";
+    case LEASE_LOST_AGE:
+        return "the lease was not renewed in time here (the last renewal "
+               "that landed is older than the TTL less its margin), so this "
+               "node gave the queue up; another node takes it over";
+    case LEASE_LOST_REFUSED:
+        return "the broker refused the lease renewal for good";
+    default:
+        return "the lease was given up";
+    }
+}
+
 void lease_adopt_version(struct lease *l, uint64_t v)
 {
     pthread_mutex_lock(&l->mu);
@@ -215,7 +242,7 @@ void lease_adopt_version(struct lease *l, uint64_t v)
 void lease_mark_lost(struct lease *l)
 {
     pthread_mutex_lock(&l->mu);
-    l->is_lost = true;
+    lose(l, LEASE_LOST_REFUSED);
     pthread_mutex_unlock(&l->mu);
 }
 
@@ -419,7 +446,7 @@ static int fence_outcome(struct lease *l, const struct kv_answer *a,
 {
     if (a->status == ERR_PRECONDITION) {
         if (a->failed_index == 0) {
-            l->is_lost = true;
+            lose(l, LEASE_LOST_TAKEN);
         }
         return err_set(err, ERR_PRECONDITION,
                        "precondition lost at op %zu: %s (winner version "
@@ -435,7 +462,7 @@ static int fence_outcome(struct lease *l, const struct kv_answer *a,
     }
     if (a->n_results < 1 || !a->results[0].applied ||
         a->results[0].version == 0) {
-        l->is_lost = true;
+        lose(l, LEASE_LOST_TAKEN);
         return err_set(err, ERR_PRECONDITION,
                        "precondition lost at op 0: the fence was not applied");
     }
@@ -504,7 +531,7 @@ int lease_check_age(struct lease *l, struct err *err)
     }
     /* (4) Sticky as any loss; set without mu, which a renewal stuck in a
      * KV call may hold for its whole timeout. */
-    atomic_store(&l->is_lost, true);
+    lose(l, LEASE_LOST_AGE);
     return err_set(err, ERR_PRECONDITION,
                    "lease expired here: last renewed %" PRId64
                    " ms ago, at or past its TTL of %" PRId64

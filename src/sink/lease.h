@@ -90,6 +90,16 @@ const char *lease_key(const struct lease *l);
 uint64_t lease_version(struct lease *l);
 /* The sticky lost flag; never waits, even while a fence is in flight. */
 bool lease_lost(struct lease *l);
+/* Why the lease was lost (the first reason), as a sentence for the fence
+ * message: another instance holds it, it aged out here (lease_check_age),
+ * or the broker refused its renewal for good. */
+enum lease_lost_why {
+    LEASE_LOST_NONE = 0,
+    LEASE_LOST_TAKEN,
+    LEASE_LOST_AGE,
+    LEASE_LOST_REFUSED
+};
+const char *lease_lost_reason(struct lease *l);
 /* A fenced batch whose call failed may still have landed: adopt version v
  * of a row that carries this handle's incarnation. Ignored once lost. */
 void lease_adopt_version(struct lease *l, uint64_t v);

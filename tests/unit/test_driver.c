@@ -505,17 +505,17 @@ TEST(a_lease_lost_during_a_window_leaves_the_pointer_where_it_was)
     rig_close(r);
 }
 
-TEST(a_driver_whose_lease_was_taken_stops)
+TEST(a_driver_whose_lease_was_lost_stops_and_says_why)
 {
     struct rig *r = rig_open();
 
     seed_two_hours(&r->f);
     new_driver(r);
-    lease_mark_lost(r->lease);
+    lease_mark_lost(r->lease); /* what a renewal refused for good does */
     run_until(r, 2, 10);
     EXPECT_EQ_I64(r->next.stop, DRIVER_FENCED);
-    EXPECT_STR_EQ(r->next.why,
-                  "queue \"orders\": the lease is held by another instance");
+    EXPECT_STR_EQ(r->next.why, "queue \"orders\": the broker refused the "
+                               "lease renewal for good");
     EXPECT_EQ_U64(r->k.n, 0);
     rig_close(r);
 }

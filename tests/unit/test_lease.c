@@ -191,6 +191,8 @@ TEST(same_instance_other_incarnation_is_taken_over)
     /* the old life's fence now loses, and the loss is sticky */
     EXPECT_EQ_I64(lease_refresh(old, &err), ERR_PRECONDITION);
     EXPECT(lease_lost(old));
+    EXPECT_STR_EQ(lease_lost_reason(old),
+                  "the lease is held by another instance");
     EXPECT_EQ_I64(lease_refresh(old, &err), ERR_PRECONDITION);
     EXPECT_EQ_I64(lease_refresh(l, &err), 0);
     lease_free(old);
@@ -694,8 +696,12 @@ TEST(the_age_check_counts_from_the_last_renewal_that_landed)
     EXPECT_EQ_I64(lease_check_age(l, &err), ERR_PRECONDITION);
     EXPECT(strstr(err.msg, "last renewed 24000 ms ago") != NULL);
     EXPECT(lease_lost(l));
+    /* The fence message says this node gave it up, not that another holds
+     * it (nobody may hold it yet). */
+    EXPECT(strstr(lease_lost_reason(l), "not renewed in time here") != NULL);
     /* sticky: a renewal cannot bring it back */
     EXPECT_EQ_I64(lease_refresh(l, &err), ERR_PRECONDITION);
+    EXPECT(strstr(lease_lost_reason(l), "not renewed in time here") != NULL);
     EXPECT_EQ_I64(lease_check_age(l, &err), ERR_PRECONDITION);
     lease_free(l);
 }
