@@ -100,6 +100,10 @@ int api_routes(struct api *a, struct router *r, struct err *err)
         {HTTP_METHOD_GET, "/status", api_handle_status},
         {HTTP_METHOD_GET, "/metrics/prometheus", api_handle_metrics},
         {HTTP_METHOD_GET, "/metrics", api_handle_metrics},
+        {HTTP_METHOD_GET, "/api/v1/cluster/members", api_handle_members},
+        {HTTP_METHOD_POST, "/api/v1/cluster/members", api_handle_member_add},
+        {HTTP_METHOD_DELETE, "/api/v1/cluster/members/:id",
+         api_handle_member_remove},
     };
 
     a->router = r;
@@ -141,8 +145,39 @@ void api_respond_json(struct api *a, struct http_req *req, int status,
     http_respond_json(req, status, body);
 }
 
-/* docs/design/http-api.md §1: 503 with Retry-After: 1, plus "leader" when a
- * leader's address is known (its raft address: the forwarder maps it). */
+const char *api_peer_http(const struct api *a, uint64_t id)
+{
+    for (size_t i = 0; a != NULL && i < a->n_peers; i++) {
+        if (a->peers[i].id == id) {
+            return a->peers[i].http;
+        }
+    }
+    return NULL;
+}
+
+void api_peer_remember(struct api *a, uint64_t id, const char *raft,
+                       const char *http)
+{
+    struct api_peer *p = NULL;
+
+    for (size_t i = 0; i < a->n_peers; i++) {
+        if (a->peers[i].id == id) {
+            p = &a->peers[i];
+        }
+    }
+    if (p == NULL) {
+        if (a->n_peers == API_MAX_PEERS) {
+            return;
+        }
+        p = &a->peers[a->n_peers++];
+    }
+    p->id = id;
+    snprintf(p->raft, sizeof(p->raft), "%s", raft);
+    snprintf(p->http, sizeof(p->http), "%s", http);
+}
+
+/* docs/design/http-api.md §1: 503 with Retry-After: 1, plus "leader" (its
+ * HTTP address, where a client can retry) when a leader is known. */
 static void api_respond_not_leader(struct api *a, struct http_req *req,
                                    const struct err *err)
 {
@@ -156,6 +191,7 @@ static void api_respond_not_leader(struct api *a, struct http_req *req,
 
     if (a != NULL && a->node != NULL) {
         node_leader(a->node, &id, &addr);
+        addr = api_peer_http(a, id);
     }
     buf_init(&b, BUF_UNLIMITED);
     jw_init(&w, &b);

@@ -209,6 +209,15 @@ typedef int (*api_extra_fn)(void *arg, struct buf *out, struct err *err);
 
 struct api_waiter; /* a long-poll fetch (fetch.c) */
 
+/* A cluster member's addresses (QUEEN_RAFT_PEERS), for the leader hint of
+ * a 503 and the members of /status. */
+#define API_MAX_PEERS 9
+struct api_peer {
+    uint64_t id;
+    char raft[256];
+    char http[256];
+};
+
 struct api {
     uv_loop_t *loop;
     struct store *store;
@@ -229,7 +238,26 @@ struct api {
     void *status_extra_arg;
     api_extra_fn metrics_extra;
     void *metrics_extra_arg;
+    uint64_t self_id; /* QUEEN_RAFT_NODE_ID */
+    size_t n_peers;   /* 0: a single node */
+    struct api_peer peers[API_MAX_PEERS];
 };
+
+/* The HTTP address of raft member id (QUEEN_RAFT_PEERS, or a member added
+ * through this node), or NULL. */
+const char *api_peer_http(const struct api *a, uint64_t id);
+/* Remember (or update) member id's addresses; ignored past API_MAX_PEERS. */
+void api_peer_remember(struct api *a, uint64_t id, const char *raft,
+                       const char *http);
+
+/* ---- cluster membership (api/cluster.c) ---------------------------------- */
+
+/* Write the "cluster" value: term, leaderId and the members as this node
+ * knows them. */
+void api_cluster_block(const struct api *a, struct jw *w);
+void api_handle_members(struct http_req *req, void *arg);
+void api_handle_member_add(struct http_req *req, void *arg);
+void api_handle_member_remove(struct http_req *req, void *arg);
 
 /* Borrows loop, store and node (they outlive a). With a node, registers
  * api_changed as its fsm's change hook (raft/fsm.h), so an append applied

@@ -2,7 +2,9 @@
  * leader (itself included) and has applied what it knows is committed, else 503
  * "settling"; 503 "unhealthy" with a "reason" while the store or the raft log
  * cannot write (node_storage_error). It never looks at the sink. The raft
- * block carries role, applied and commit (test/s3sink/run.py reads them). */
+ * block carries role, term, the leader (its id, and its HTTP address when
+ * QUEEN_RAFT_PEERS names it, else null), applied and commit
+ * (test/s3sink/run.py reads them). */
 #include "api/api.h"
 #include "http/server.h"
 #include "raft/node.h"
@@ -49,6 +51,14 @@ void api_handle_health(struct http_req *req, void *arg)
     jw_obj_begin(&w);
     jw_key(&w, "role");
     jw_cstr(&w, node_role_name(role));
+    jw_key(&w, "term");
+    jw_u64(&w, node_term(a->node));
+    jw_key(&w, "leader");
+    if (leader_id != 0 && api_peer_http(a, leader_id) != NULL) {
+        jw_cstr(&w, api_peer_http(a, leader_id));
+    } else {
+        jw_null(&w);
+    }
     jw_key(&w, "applied");
     jw_u64(&w, applied);
     jw_key(&w, "commit");

@@ -47,6 +47,14 @@ struct metrics *metrics_new(void)
     m->raft_is_leader =
         metrics_family(m, "queen_raft_is_leader", METRIC_GAUGE,
                        "1 when this node is the raft leader, else 0");
+    m->raft_term = metrics_family(m, "queen_raft_term", METRIC_GAUGE,
+                                  "this node's raft term");
+    m->raft_forwarded =
+        metrics_family(m, "queen_raft_forwarded_writes_total", METRIC_COUNTER,
+                       "writes this node sent to the leader as a follower");
+    m->raft_forward_served =
+        metrics_family(m, "queen_raft_forward_served_total", METRIC_COUNTER,
+                       "followers' writes this node proposed as the leader");
     m->safe_time =
         metrics_family(m, "queen_safe_time_seconds", METRIC_GAUGE,
                        "this node's safeTime (greatest applied stamp)");
@@ -305,6 +313,8 @@ static void metrics_refresh(struct api *a)
     struct metrics *m = a->metrics;
     struct store_stats st;
     struct err err;
+    uint64_t fwd = 0;
+    uint64_t served = 0;
 
     if (a->node != NULL) {
         metrics_set(m, m->raft_applied, NULL,
@@ -313,6 +323,10 @@ static void metrics_refresh(struct api *a)
                     (double)node_commit_index(a->node));
         metrics_set(m, m->raft_is_leader, NULL,
                     node_role(a->node) == NODE_LEADER ? 1 : 0);
+        metrics_set(m, m->raft_term, NULL, (double)node_term(a->node));
+        node_forward_counts(a->node, &fwd, &served);
+        metrics_set(m, m->raft_forwarded, NULL, (double)fwd);
+        metrics_set(m, m->raft_forward_served, NULL, (double)served);
     }
     metrics_set(m, m->fetch_waiting, NULL, (double)a->lp.n_parked);
     metrics_set(m, m->fetch_rereads, NULL, (double)a->n_rereads);

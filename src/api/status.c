@@ -1,4 +1,6 @@
-/* GET /status (docs/design/http-api.md §8): {"status":"ok","engine":"raft",…}.
+/* GET /status (docs/design/http-api.md §8): {"status":"ok","engine":"raft",…}
+ * with "cluster": this node's view of the raft members (id, raft and http
+ * addresses, voter or not, which one is this node and which the leader).
  * When the embedded sink runs, its hook (api->status_extra) appends the "s3"
  * member; without the sink the block is absent. */
 #include "api/api.h"
@@ -24,6 +26,8 @@ void api_handle_status(struct http_req *req, void *arg)
     jw_cstr(&w, API_VERSION);
     jw_key(&w, "role");
     jw_cstr(&w, node_role_name(node_role(a->node)));
+    jw_key(&w, "cluster");
+    api_cluster_block(a, &w);
     rc = jw_finish(&w, &err);
     /* The writer is done with the object's members; the hook appends its
      * own ",\"s3\":{…}" before the closing brace. */

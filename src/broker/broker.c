@@ -23,6 +23,7 @@
 #include "api/api.h"
 #include "api/auth.h"
 #include "api/kv.h"
+#include "base/env.h"
 #include "base/log.h"
 #include "broker/dirlock.h"
 #include "broker/kv.h"
@@ -161,7 +162,7 @@ static int broker_try_listen(const char *hostport)
     int e = 0;
 
     memset(&ss, 0, sizeof(ss));
-    if (!config_parse_hostport(hostport, host, sizeof(host), &port)) {
+    if (!env_parse_hostport(hostport, host, sizeof(host), &port)) {
         return 0;
     }
     struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
@@ -306,6 +307,14 @@ static int broker_open_http(struct broker *b, struct err *err)
 
     b->router = router_new();
     api_init(&b->api, &b->loop, b->store, b->node);
+    b->api.self_id = b->cfg->node_id;
+    for (size_t i = 0; i < b->cfg->n_peers && i < API_MAX_PEERS; i++) {
+        struct api_peer *p = &b->api.peers[b->api.n_peers++];
+
+        p->id = b->cfg->peers[i].id;
+        snprintf(p->raft, sizeof(p->raft), "%s", b->cfg->peers[i].raft);
+        snprintf(p->http, sizeof(p->http), "%s", b->cfg->peers[i].http);
+    }
     b->api.is_tenancy_header = b->cfg->tenancy_header;
     b->api.is_sink_kv_writable = b->cfg->kv_unsafe_sink_writes;
     if (b->cfg->kv_unsafe_sink_writes) {

@@ -17,6 +17,7 @@
 #include <strings.h>
 
 #include "api/auth.h"
+#include "base/env.h"
 #include "base/log.h"
 #include "http/tls.h"
 #include "sink/config.h"
@@ -117,26 +118,6 @@ static const struct cfg_row cfg_rows[] = {
         "(unset: no authentication)"),
 };
 
-bool config_parse_u64(const char *s, uint64_t *out)
-{
-    uint64_t v = 0;
-
-    if (s == NULL || *s == '\0') {
-        return false;
-    }
-    for (; *s != '\0'; s++) {
-        if (*s < '0' || *s > '9') {
-            return false;
-        }
-        if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10) {
-            return false;
-        }
-        v = v * 10 + (uint64_t)(*s - '0');
-    }
-    *out = v;
-    return true;
-}
-
 static uint64_t size_unit(const char *u)
 {
     static const struct {
@@ -173,56 +154,10 @@ bool config_parse_size(const char *s, uint64_t *out)
     memcpy(digits, s, n);
     digits[n] = '\0';
     mul = size_unit(s + n);
-    if (mul == 0 || !config_parse_u64(digits, &v) || v > UINT64_MAX / mul) {
+    if (mul == 0 || !env_parse_u64(digits, &v) || v > UINT64_MAX / mul) {
         return false;
     }
     *out = v * mul;
-    return true;
-}
-
-static bool is_ip_literal(const char *s)
-{
-    unsigned char tmp[16];
-
-    return inet_pton(AF_INET, s, tmp) == 1 || inet_pton(AF_INET6, s, tmp) == 1;
-}
-
-bool config_parse_hostport(const char *s, char *host, size_t host_cap,
-                           int *port)
-{
-    const char *colon;
-    const char *h = s;
-    size_t hlen;
-    uint64_t p;
-
-    if (s == NULL || *s == '\0') {
-        return false;
-    }
-    if (*s == '[') {
-        const char *close = strchr(s, ']');
-        if (close == NULL || close[1] != ':') {
-            return false;
-        }
-        h = s + 1;
-        hlen = (size_t)(close - h);
-        colon = close + 1;
-    } else {
-        colon = strrchr(s, ':');
-        if (colon == NULL || memchr(s, ':', (size_t)(colon - s)) != NULL) {
-            return false; /* bare IPv6 needs brackets */
-        }
-        hlen = (size_t)(colon - s);
-    }
-    if (hlen == 0 || hlen >= host_cap || !config_parse_u64(colon + 1, &p) ||
-        p < 1 || p > 65535) {
-        return false;
-    }
-    memcpy(host, h, hlen);
-    host[hlen] = '\0';
-    if (!is_ip_literal(host)) {
-        return false;
-    }
-    *port = (int)p;
     return true;
 }
 
@@ -246,8 +181,8 @@ static int set_number(const struct cfg_row *r, void *field, const char *v,
                       struct err *err)
 {
     uint64_t n;
-    bool ok = r->type == CFG_SIZE ? config_parse_size(v, &n)
-                                  : config_parse_u64(v, &n);
+    bool ok =
+        r->type == CFG_SIZE ? config_parse_size(v, &n) : env_parse_u64(v, &n);
 
     if (!ok) {
         return err_set(err, ERR_INVALID,
@@ -292,18 +227,18 @@ static int parse_peer(const char *e, size_t len, struct config_peer *p,
     }
     *eq = '\0';
     *slash = '\0';
-    if (!config_parse_u64(tmp, &p->id) || p->id == 0) {
+    if (!env_parse_u64(tmp, &p->id) || p->id == 0) {
         return err_set(err, ERR_INVALID,
                        "entry '%s=%s/%s': the id must be an integer >= 1", tmp,
                        eq + 1, slash + 1);
     }
-    if (!config_parse_hostport(eq + 1, host, sizeof(host), &port)) {
+    if (!env_parse_hostport(eq + 1, host, sizeof(host), &port)) {
         return err_set(err, ERR_INVALID,
                        "entry for id %" PRIu64
                        ": raft address '%s' is not ip:port",
                        p->id, eq + 1);
     }
-    if (!config_parse_hostport(slash + 1, host, sizeof(host), &port)) {
+    if (!env_parse_hostport(slash + 1, host, sizeof(host), &port)) {
         return err_set(err, ERR_INVALID,
                        "entry for id %" PRIu64
                        ": http address '%s' is not ip:port",
@@ -341,8 +276,7 @@ static int peer_clash(const struct config_peer *out, int n, struct err *err)
     return 0;
 }
 
-int config_parse_peers(const char *s, struct config_peer *out,
-                       struct err *err)
+int config_parse_peers(const char *s, struct config_peer *out, struct err *err)
 {
     int n = 0;
     const char *e = s;
@@ -400,7 +334,7 @@ static int cfg_apply(const struct cfg_row *r, struct config *c, const char *v,
         }
         return set_str(r, field, CONFIG_PATH_MAX, v, err);
     case CFG_IP:
-        if (!is_ip_literal(v)) {
+        if (!env_is_ip_literal(v)) {
             return err_set(err, ERR_INVALID,
                            "not an IPv4 or IPv6 address literal");
         }
@@ -410,7 +344,7 @@ static int cfg_apply(const struct cfg_row *r, struct config *c, const char *v,
             *field = '\0';
             return 0;
         }
-        if (!config_parse_hostport(v, host, sizeof(host), &port)) {
+        if (!env_parse_hostport(v, host, sizeof(host), &port)) {
             return err_set(err, ERR_INVALID,
                            "not ip:port (an IP literal, [ipv6]:port, port "
                            "1..65535)");
@@ -486,11 +420,12 @@ static int config_validate_peers(struct config *c, const char *raw,
                        " (QUEEN_RAFT_NODE_ID) is not in the list",
                        raw, c->node_id);
     }
-    ASSERT(config_parse_hostport(self->raft, host, sizeof(host), &port));
+    ASSERT(env_parse_hostport(self->raft, host, sizeof(host), &port));
     if (c->raft_listen[0] != '\0') {
-        ASSERT(config_parse_hostport(c->raft_listen, lhost, sizeof(lhost),
-                                     &lport));
-        if (lport != port || (strcmp(lhost, host) != 0 && !is_wildcard(lhost))) {
+        ASSERT(
+            env_parse_hostport(c->raft_listen, lhost, sizeof(lhost), &lport));
+        if (lport != port ||
+            (strcmp(lhost, host) != 0 && !is_wildcard(lhost))) {
             return err_set(err, ERR_INVALID,
                            "QUEEN_RAFT_LISTEN=%s: this node's raft address in "
                            "QUEEN_RAFT_PEERS is %s; listen on it, or on "
@@ -501,7 +436,7 @@ static int config_validate_peers(struct config *c, const char *raw,
         snprintf(c->raft_listen, sizeof(c->raft_listen), "%s", self->raft);
     }
     snprintf(c->raft_advertise, sizeof(c->raft_advertise), "%s", self->raft);
-    ASSERT(config_parse_hostport(self->http, host, sizeof(host), &port));
+    ASSERT(env_parse_hostport(self->http, host, sizeof(host), &port));
     if (port != c->port) {
         return err_set(err, ERR_INVALID,
                        "QUEEN_PORT=%d: this node's http address in "

@@ -91,9 +91,6 @@ void config_help(FILE *f);
  * anything else or on overflow. */
 bool config_parse_size(const char *s, uint64_t *out);
 
-/* Parse a decimal unsigned integer with no sign, spaces or suffix. */
-bool config_parse_u64(const char *s, uint64_t *out);
-
 /* Parse a QUEEN_RAFT_PEERS value into out[] (at most CONFIG_MAX_PEERS):
  * comma-separated "{id}={raft ip:port}/{http ip:port}", spaces around
  * entries ignored. Returns the count, or -1 with err->msg saying what is
@@ -103,9 +100,5 @@ bool config_parse_u64(const char *s, uint64_t *out);
 int config_parse_peers(const char *s, struct config_peer *out,
                        struct err *err);
 
-/* Split "host:port" or "[v6]:port"; host must be an IP literal. Writes the
- * host without brackets. */
-bool config_parse_hostport(const char *s, char *host, size_t host_cap,
-                           int *port);
 
 #endif

@@ -40,7 +40,9 @@
 #include "base/xalloc.h"
 #include "raft/arena.h"
 #include "raft/cmd.h"
+#include "raft/forward.h"
 #include "raft/snapshot.h"
+#include "raft/transport.h"
 #include "store/store_impl.h"
 
 #define TICK_MS          10
@@ -54,6 +56,10 @@
 /* Store sync about every 100 ms: a sync flushes every page dirtied since the
  * last one, and the raft log's writes queue behind it on the disk; at 1 s
  * a sync took ~50 ms under pushes (p99 > 100 ms), at 100 ms ~10 ms. */
+/* A forwarded write waits at most this long for the leader's answer, and
+ * then as long again for this node's own apply of the entry. */
+#define FWD_TIMEOUT_MS     10000
+#define FWD_MAX            4096 /* forwarded writes in flight */
 #define SYNC_TICKS         10
 #define RETRY_TICKS        100 /* a stalled apply is retried about once a second */
 #define RAFT_SEGMENT_BYTES ((size_t)64 << 20)
@@ -93,6 +99,34 @@ struct deferred {
     struct fsm_result res; /* the saved result when is_applied (items owned) */
     bool has_res;          /* false: the entry was skipped by fsm (1) */
     struct proposal *prop; /* whose callback gets the result, or NULL */
+};
+
+/* A write this follower forwarded to the leader ("Forwarded proposals"). */
+struct fwd_wait {
+    struct fwd_wait *next;
+    uint64_t id;      /* on the forward channel */
+    uint64_t hold;    /* commit index when created: (F1) */
+    uint64_t index;   /* the entry's index once the leader answered */
+    int64_t deadline; /* ms, monotonic */
+    void *bytes;      /* the command, until sent */
+    size_t len;
+    int type;
+    bool is_sent;
+    node_applied_fn cb;
+    void *arg;
+};
+
+/* A follower's forward connection as the leader serves it. */
+struct fwd_peer {
+    struct fwd_peer *next;
+    struct node *node;
+    struct fwd_conn *conn; /* NULL once closed */
+    unsigned pending;      /* proposals not answered yet */
+};
+
+struct fwd_req {
+    struct fwd_peer *peer;
+    uint64_t id;
 };
 
 struct async_item {
@@ -166,6 +200,20 @@ struct node {
     bool io_closed;
     node_closed_fn closed_cb;
     void *closed_arg;
+    bool has_token; /* peers can connect: forwarding works */
+    /* Forwarded proposals: as the follower that sends them ... */
+    struct fwd_wait *fw_head;
+    struct fwd_wait *fw_tail;
+    unsigned fw_n;
+    uint64_t fw_next_id;
+    struct fwd_conn *fw_conn; /* to fw_leader, once dialled */
+    uint64_t fw_leader;       /* 0 = no connection, none being dialled */
+    bool is_fw_dialing;
+    bool is_fw_held; /* the deferred queue waits for an answer (F1) */
+    /* ... and as the leader that serves them. */
+    struct fwd_peer *fw_peers;
+    uint64_t fw_forwarded; /* counters for /metrics */
+    uint64_t fw_served;
 };
 
 static int64_t wall_us(void)
@@ -243,6 +291,30 @@ uint64_t node_applied_index(const struct node *n)
     return store_applied_index(n->store);
 }
 
+uint64_t node_term(const struct node *n)
+{
+    return n->raft.current_term;
+}
+
+size_t node_members(const struct node *n, struct node_member *out, size_t cap)
+{
+    const struct raft_configuration *c = &n->raft.configuration;
+
+    for (unsigned i = 0; i < c->n && i < cap; i++) {
+        out[i].id = c->servers[i].id;
+        out[i].raft_address = c->servers[i].address;
+        out[i].is_voter = c->servers[i].role == RAFT_VOTER;
+    }
+    return c->n;
+}
+
+void node_forward_counts(const struct node *n, uint64_t *forwarded,
+                         uint64_t *served)
+{
+    *forwarded = n->fw_forwarded;
+    *served = n->fw_served;
+}
+
 uint64_t node_commit_index(const struct node *n)
 {
     return n->raft.commit_index;
@@ -259,6 +331,14 @@ struct fsm *node_fsm(struct node *n)
 }
 
 static int deferred_drain(struct node *n);
+static void deferred_start(struct node *n);
+static uint64_t fwd_hold_bound(const struct node *n);
+static void fwd_deliver(struct node *n, uint64_t index,
+                        const struct fsm_result *res);
+static void fwd_tick(struct node *n);
+static int forward_propose(struct node *n, int type, const void *cmd,
+                           size_t len, node_applied_fn cb, void *arg,
+                           struct err *err);
 static int deferred_run(struct node *n, bool is_all);
 static void deferred_retry(struct node *n);
 static void deferred_abandon(struct node *n);
@@ -458,6 +538,7 @@ static void tick_cb(uv_timer_t *t)
     struct node *n = container_of(t, struct node, tick);
 
     check_leadership(n);
+    fwd_tick(n);
     if (is_store_failing(n)) {
         storage_answer_parked(n);
     }
@@ -657,15 +738,23 @@ static int deferred_run(struct node *n, bool is_all)
     struct err err = {0};
     struct deferred *d;
 
+    n->is_fw_held = false;
     while ((d = n->d_head) != NULL && (is_all || d->gen != n->check_gen)) {
         const struct fsm_result *res = &d->res;
 
+        if (d->index > fwd_hold_bound(n)) {
+            n->is_fw_held = true; /* (F1): an answer restarts the queue */
+            return 0;
+        }
         if (!d->is_applied && deferred_apply(n, d, &res, &err) != 0) {
             return err.code;
         }
         deferred_pop(n);
         if (d->prop != NULL) {
             proposal_finish(d->prop, 0, d->has_res ? res : NULL);
+        }
+        if (n->fw_head != NULL) {
+            fwd_deliver(n, d->index, d->has_res ? res : NULL);
         }
         deferred_free(d);
     }
@@ -707,7 +796,7 @@ static void deferred_check_cb(uv_check_t *h)
     if (deferred_run(n, false) != 0) {
         n->is_stalled = true; /* (D3): the tick retries */
         deferred_stop(n);
-    } else if (n->d_head == NULL) {
+    } else if (n->d_head == NULL || n->is_fw_held) {
         deferred_stop(n);
     }
     n->check_gen++;
@@ -828,8 +917,9 @@ static void snap_tune(struct node *n, size_t len)
     }
 }
 
-static int check_proposal(struct node *n, int type, const void *cmd, size_t len,
-                          struct err *err)
+/* What any node checks before it proposes or forwards a command. */
+static int check_command(struct node *n, int type, const void *cmd, size_t len,
+                         struct err *err)
 {
     struct cmd_header h;
 
@@ -846,6 +936,15 @@ static int check_proposal(struct node *n, int type, const void *cmd, size_t len,
         return err_set(err, ERR_INVALID, "command type %d is not %d", h.type,
                        type);
     }
+    return 0;
+}
+
+static int check_proposal(struct node *n, int type, const void *cmd, size_t len,
+                          struct err *err)
+{
+    if (check_command(n, type, cmd, len, err) != 0) {
+        return err->code;
+    }
     check_leadership(n);
     if (raft_state(&n->raft) != RAFT_LEADER) {
         return err_set(err, ERR_NOT_LEADER, "not the leader");
@@ -861,11 +960,11 @@ static int check_proposal(struct node *n, int type, const void *cmd, size_t len,
     return 0;
 }
 
-/* Seven parameters: the signature was published before the limit was
- * checked and the API handlers call it. */
+/* Propose on this node, which must be the ready leader (F3). Seven
+ * parameters: node_propose()'s. */
 // NOLINTNEXTLINE(readability-function-size)
-int node_propose(struct node *n, int type, const void *cmd, size_t len,
-                 node_applied_fn cb, void *arg, struct err *err)
+static int propose_local(struct node *n, int type, const void *cmd, size_t len,
+                         node_applied_fn cb, void *arg, struct err *err)
 {
     struct raft_buffer buf;
     struct proposal *p;
@@ -901,6 +1000,22 @@ int node_propose(struct node *n, int type, const void *cmd, size_t len,
     return 0;
 }
 
+/* Seven parameters: the signature was published before the limit was
+ * checked and the API handlers call it. */
+// NOLINTNEXTLINE(readability-function-size)
+int node_propose(struct node *n, int type, const void *cmd, size_t len,
+                 node_applied_fn cb, void *arg, struct err *err)
+{
+    check_leadership(n);
+    if (raft_state(&n->raft) == RAFT_FOLLOWER && !n->closing) {
+        if (check_command(n, type, cmd, len, err) != 0) {
+            return err->code;
+        }
+        return forward_propose(n, type, cmd, len, cb, arg, err);
+    }
+    return propose_local(n, type, cmd, len, cb, arg, err);
+}
+
 unsigned node_uncommitted(const struct node *n)
 {
     return n->n_uncommitted;
@@ -919,6 +1034,599 @@ int node_barrier(struct node *n, node_applied_fn cb, void *arg, struct err *err)
     /* The header of an empty NOOP: body length 0, stamp set on propose. */
     memcpy(cmd + 16, STORE_DEFAULT_TENANT, 16);
     return node_propose(n, CMD_NOOP, cmd, sizeof(cmd), cb, arg, err);
+}
+
+/* ---- forwarded proposals -------------------------------------------------
+ *
+ * A follower takes writes too: node_propose() on a follower sends the
+ * command to the leader over the forward channel (raft/forward.h), the
+ * leader proposes it as its own (propose_local: stamped by the leader) and
+ * answers once it applied the entry, with its index. The follower then
+ * answers its caller from its OWN apply of that index, so the caller gets
+ * the same result (apply is deterministic) and reads its write on the node
+ * it asked.
+ *
+ *   (F1) The answer (the index) can arrive after the follower learned that
+ *        the entry committed. So while a forwarded write has no index yet,
+ *        the deferred queue delivers no entry above the commit index the
+ *        follower knew when it sent it (the leader appends the write above
+ *        every committed entry): the entry waits for its waiter, never the
+ *        other way round. The wait is bounded by FWD_TIMEOUT_MS.
+ *   (F2) A forwarded write is answered once: with its entry's result at
+ *        this node's apply; with the leader's refusal; or with a 503-class
+ *        error when the connection to the leader is lost, the leader
+ *        changes, or no answer or apply came in time. Only the first one
+ *        says the write is in the log; the others never claim it is not
+ *        (it may have committed), they ask the caller to retry.
+ *   (F3) The leader never forwards: a forwarded command is proposed
+ *        locally or refused (ERR_NOT_LEADER), so a write travels one hop.
+ */
+
+static void fwd_stream_free(uv_handle_t *h)
+{
+    free(h);
+}
+
+static int64_t mono_ms(void)
+{
+    return (int64_t)(uv_hrtime() / 1000000);
+}
+
+/* (F1): the greatest index the deferred queue may deliver now. */
+static uint64_t fwd_hold_bound(const struct node *n)
+{
+    uint64_t bound = UINT64_MAX;
+
+    for (const struct fwd_wait *w = n->fw_head; w != NULL; w = w->next) {
+        if (w->index == 0 && w->hold < bound) {
+            bound = w->hold;
+        }
+    }
+    return bound;
+}
+
+static void fwd_unlink(struct node *n, struct fwd_wait *w)
+{
+    struct fwd_wait **pp = &n->fw_head;
+    struct fwd_wait *prev = NULL;
+
+    while (*pp != w) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    *pp = w->next;
+    if (n->fw_tail == w) {
+        n->fw_tail = prev;
+    }
+    n->fw_n--;
+}
+
+/* Take w out and answer it (F2): res for a delivered entry, else code/msg.
+ * A waiter without an index still counts as uncommitted for the batching
+ * proposer (node_uncommitted). */
+static void fwd_finish(struct node *n, struct fwd_wait *w, int code,
+                       const struct fsm_result *res, const char *msg)
+{
+    struct err err = {0};
+    bool was_uncommitted = w->index == 0;
+
+    fwd_unlink(n, w);
+    if (was_uncommitted) {
+        ASSERT(n->n_uncommitted > 0);
+        n->n_uncommitted--;
+    }
+    if (code == 0 && res != NULL) {
+        w->cb(w->arg, 0, res, NULL);
+    } else {
+        err_set(&err, code != 0 ? code : ERR_IO, "%s", msg);
+        w->cb(w->arg, err.code, NULL, &err);
+    }
+    free(w->bytes);
+    free(w);
+    if (was_uncommitted && n->commit_fn != NULL && !n->closing) {
+        n->commit_fn(n->commit_arg);
+    }
+    if (n->is_fw_held && n->d_head != NULL) {
+        n->is_fw_held = false;
+        deferred_start(n);
+    }
+}
+
+/* Answer every waiter matching pred with code and msg. */
+static void fwd_fail(struct node *n, bool only_unanswered, int code,
+                     const char *msg)
+{
+    struct fwd_wait *w = n->fw_head;
+
+    while (w != NULL) {
+        struct fwd_wait *next = w->next;
+
+        if (!only_unanswered || w->index == 0) {
+            fwd_finish(n, w, code, NULL, msg);
+        }
+        w = next;
+    }
+}
+
+/* The deferred queue delivers entry index with res (NULL: the store held
+ * it already): answer the waiters of that index, and those of an earlier
+ * index this node never delivered (it restored a snapshot past them). */
+static void fwd_deliver(struct node *n, uint64_t index,
+                        const struct fsm_result *res)
+{
+    struct fwd_wait *w = n->fw_head;
+
+    while (w != NULL) {
+        struct fwd_wait *next = w->next;
+
+        if (w->index == index) {
+            fwd_finish(n, w, res != NULL ? 0 : ERR_BUSY, res,
+                       "the forwarded entry was applied before its answer");
+        } else if (w->index != 0 && w->index < index) {
+            fwd_finish(n, w, ERR_BUSY, NULL,
+                       "the forwarded entry was applied from a snapshot; "
+                       "its result is unknown: retry");
+        }
+        w = next;
+    }
+}
+
+static void fwd_send_pending(struct node *n)
+{
+    for (struct fwd_wait *w = n->fw_head; w != NULL && n->fw_conn != NULL;
+         w = w->next) {
+        struct fwd_frame f = {0};
+        struct err err;
+
+        if (w->is_sent) {
+            continue;
+        }
+        f.op = FWD_OP_PROPOSE;
+        f.id = w->id;
+        f.type = w->type;
+        f.cmd = w->bytes;
+        f.cmd_len = w->len;
+        if (fwd_conn_send(n->fw_conn, &f, &err) != 0) {
+            return; /* the connection closes: its callback fails them */
+        }
+        w->is_sent = true;
+        free(w->bytes);
+        w->bytes = NULL;
+        n->fw_forwarded++;
+    }
+}
+
+static void fwd_client_frame(void *arg, struct fwd_conn *c,
+                             const struct fwd_frame *f)
+{
+    struct node *n = arg;
+    char msg[FWD_MSG_MAX + 1];
+
+    if (f->op != FWD_OP_REPLY) {
+        fwd_conn_close(c);
+        return;
+    }
+    for (struct fwd_wait *w = n->fw_head; w != NULL; w = w->next) {
+        if (w->id != f->id || !w->is_sent || w->index != 0) {
+            continue;
+        }
+        if (f->code != 0 || f->index == 0) {
+            snprintf(msg, sizeof(msg), "leader: %.*s", (int)f->msg_len, f->msg);
+            fwd_finish(n, w, f->code != 0 ? f->code : ERR_IO, NULL, msg);
+            return;
+        }
+        w->index = f->index;
+        w->deadline = mono_ms() + FWD_TIMEOUT_MS;
+        ASSERT(n->n_uncommitted > 0);
+        n->n_uncommitted--;
+        if (n->commit_fn != NULL && !n->closing) {
+            n->commit_fn(n->commit_arg);
+        }
+        if (store_applied_index(n->store) >= w->index &&
+            (n->d_head == NULL || n->d_head->index > w->index)) {
+            fwd_finish(n, w, ERR_BUSY, NULL,
+                       "the forwarded entry was applied before its answer; "
+                       "its result is unknown: retry");
+            return;
+        }
+        if (n->is_fw_held && n->d_head != NULL) {
+            n->is_fw_held = false;
+            deferred_start(n);
+        }
+        return;
+    }
+}
+
+static void fwd_client_closed(void *arg, struct fwd_conn *c, int status)
+{
+    struct node *n = arg;
+    char msg[160];
+
+    if (n->fw_conn != c) {
+        return;
+    }
+    n->fw_conn = NULL;
+    n->fw_leader = 0;
+    snprintf(msg, sizeof(msg),
+             "the connection to the leader closed before it answered (%s)",
+             status != 0 ? uv_strerror(status) : "closed");
+    fwd_fail(n, true, ERR_NOT_LEADER, msg);
+}
+
+static void fwd_dialed(void *arg, uv_stream_t *stream, int status)
+{
+    struct node *n = arg;
+    char msg[200];
+
+    n->is_fw_dialing = false;
+    if (status != 0 || n->closing) {
+        if (stream != NULL) {
+            uv_close((uv_handle_t *)stream, fwd_stream_free);
+        }
+        n->fw_leader = 0;
+        snprintf(msg, sizeof(msg), "cannot reach the leader: %s",
+                 status != 0 ? uv_strerror(status) : "node is closing");
+        fwd_fail(n, true, ERR_NOT_LEADER, msg);
+        return;
+    }
+    n->fw_conn = fwd_conn_new(stream, fwd_client_frame, fwd_client_closed, n);
+    fwd_send_pending(n);
+}
+
+/* Close the connection to a leader that is no longer the leader (its
+ * waiters without an answer fail through the closed callback). */
+static void fwd_check_leader(struct node *n, uint64_t lid)
+{
+    if (n->fw_leader != 0 && n->fw_leader != lid && n->fw_conn != NULL) {
+        fwd_conn_close(n->fw_conn);
+    }
+}
+
+static int forward_propose(struct node *n, int type, const void *cmd,
+                           size_t len, node_applied_fn cb, void *arg,
+                           struct err *err)
+{
+    struct fwd_wait *w;
+    raft_id lid = 0;
+    const char *laddr = NULL;
+
+    raft_leader(&n->raft, &lid, &laddr);
+    if (lid == 0 || laddr == NULL) {
+        return err_set(err, ERR_NOT_LEADER, "no leader");
+    }
+    if (lid == n->id) {
+        return err_set(err, ERR_NOT_LEADER, "leader not ready");
+    }
+    if (!n->has_token) {
+        return err_set(err, ERR_NOT_LEADER, "not the leader");
+    }
+    if (n->fw_n >= FWD_MAX) {
+        return err_set(err, ERR_BUSY, "%u forwarded writes in flight", n->fw_n);
+    }
+    fwd_check_leader(n, lid);
+    w = xcalloc(1, sizeof(*w));
+    w->id = ++n->fw_next_id;
+    w->hold = n->raft.commit_index;
+    w->deadline = mono_ms() + FWD_TIMEOUT_MS;
+    w->bytes = xmemdup(cmd, len);
+    w->len = len;
+    w->type = type;
+    w->cb = cb;
+    w->arg = arg;
+    if (n->fw_tail != NULL) {
+        n->fw_tail->next = w;
+    } else {
+        n->fw_head = w;
+    }
+    n->fw_tail = w;
+    n->fw_n++;
+    n->n_uncommitted++;
+    if (n->fw_conn != NULL && n->fw_leader == lid) {
+        fwd_send_pending(n);
+    } else if (!n->is_fw_dialing && n->fw_conn == NULL) {
+        struct err derr = {0};
+
+        n->fw_leader = lid;
+        n->is_fw_dialing = true;
+        if (rtransport_dial(&n->transport, laddr, RTRANSPORT_KIND_FORWARD,
+                            fwd_dialed, n, &derr) != 0) {
+            n->is_fw_dialing = false;
+            n->fw_leader = 0;
+            fwd_fail(n, true, ERR_NOT_LEADER, derr.msg);
+            return 0; /* cb was called */
+        }
+    }
+    return 0;
+}
+
+/* From the tick: the leader changed, answers or applies that are late. */
+static void fwd_tick(struct node *n)
+{
+    raft_id lid = 0;
+    const char *laddr = NULL;
+    int64_t now = mono_ms();
+    struct fwd_wait *w = n->fw_head;
+
+    if (w == NULL) {
+        return;
+    }
+    raft_leader(&n->raft, &lid, &laddr);
+    fwd_check_leader(n, lid);
+    while (w != NULL) {
+        struct fwd_wait *next = w->next;
+
+        if (now > w->deadline) {
+            fwd_finish(n, w, ERR_TIMEOUT, NULL,
+                       w->index == 0
+                           ? "the leader did not answer a forwarded write in "
+                             "time"
+                           : "a forwarded write committed but did not apply "
+                             "here in time");
+        } else if (w->index != 0 && store_applied_index(n->store) >= w->index &&
+                   (n->d_head == NULL || n->d_head->index > w->index)) {
+            fwd_finish(n, w, ERR_BUSY, NULL,
+                       "the forwarded entry was applied from a snapshot; its "
+                       "result is unknown: retry");
+        }
+        w = next;
+    }
+}
+
+/* ---- the leader's side -------------------------------------------------- */
+
+static void fwd_peer_release(struct fwd_peer *p)
+{
+    struct node *n = p->node;
+
+    if (p->conn != NULL || p->pending > 0) {
+        return;
+    }
+    for (struct fwd_peer **pp = &n->fw_peers; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    }
+    free(p);
+}
+
+static void fwd_reply(struct fwd_peer *p, uint64_t id, int code, uint64_t index,
+                      const char *msg)
+{
+    struct fwd_frame f = {0};
+    struct err err;
+
+    if (p->conn == NULL) {
+        return;
+    }
+    f.op = FWD_OP_REPLY;
+    f.id = id;
+    f.code = code;
+    f.index = index;
+    f.msg = msg;
+    f.msg_len = msg != NULL ? strlen(msg) : 0;
+    (void)fwd_conn_send(p->conn, &f, &err); /* a failure closes it */
+}
+
+static int propose_local(struct node *n, int type, const void *cmd, size_t len,
+                         node_applied_fn cb, void *arg, struct err *err);
+
+static void fwd_served(void *arg, int status, const struct fsm_result *res,
+                       const struct err *err)
+{
+    struct fwd_req *r = arg;
+    struct fwd_peer *p = r->peer;
+
+    if (status == 0) {
+        fwd_reply(p, r->id, 0, res->index, NULL);
+    } else {
+        fwd_reply(p, r->id, status, 0, err->msg);
+    }
+    p->pending--;
+    fwd_peer_release(p);
+    free(r);
+}
+
+static void fwd_server_frame(void *arg, struct fwd_conn *c,
+                             const struct fwd_frame *f)
+{
+    struct fwd_peer *p = arg;
+    struct node *n = p->node;
+    struct fwd_req *r;
+    struct err err = {0};
+
+    if (f->op != FWD_OP_PROPOSE) {
+        fwd_conn_close(c);
+        return;
+    }
+    r = xcalloc(1, sizeof(*r));
+    r->peer = p;
+    r->id = f->id;
+    p->pending++;
+    n->fw_served++;
+    if (propose_local(n, f->type, f->cmd, f->cmd_len, fwd_served, r, &err) !=
+        0) {
+        fwd_served(r, err.code, NULL, &err);
+    }
+}
+
+static void fwd_server_closed(void *arg, struct fwd_conn *c, int status)
+{
+    struct fwd_peer *p = arg;
+
+    UNUSED(c);
+    UNUSED(status);
+    p->conn = NULL;
+    fwd_peer_release(p);
+}
+
+static void fwd_accept(void *arg, uint64_t peer_id, uv_stream_t *stream)
+{
+    struct node *n = arg;
+    struct fwd_peer *p;
+
+    UNUSED(peer_id);
+    if (n->closing) {
+        uv_close((uv_handle_t *)stream, fwd_stream_free);
+        return;
+    }
+    p = xcalloc(1, sizeof(*p));
+    p->node = n;
+    p->next = n->fw_peers;
+    n->fw_peers = p;
+    p->conn = fwd_conn_new(stream, fwd_server_frame, fwd_server_closed, p);
+}
+
+/* At close: fail what waits and close every forward connection. */
+static void fwd_close_all(struct node *n)
+{
+    fwd_fail(n, false, ERR_BUSY, "node is closing");
+    if (n->fw_conn != NULL) {
+        fwd_conn_close(n->fw_conn);
+    }
+    for (struct fwd_peer *p = n->fw_peers; p != NULL; p = p->next) {
+        if (p->conn != NULL) {
+            fwd_conn_close(p->conn);
+        }
+    }
+}
+
+/* ---- membership --------------------------------------------------------
+ */
+
+struct member_change {
+    struct raft_change req;
+    struct node *node;
+    uint64_t id;
+    bool is_add; /* an add: the promotion to voter comes next */
+    node_change_fn cb;
+    void *arg;
+};
+
+static int change_err(int rv, struct err *err, const char *what)
+{
+    if (rv == RAFT_CANTCHANGE) {
+        return err_set(err, ERR_BUSY, "%s: a membership change is in progress",
+                       what);
+    }
+    if (rv == RAFT_NOTLEADER || rv == RAFT_LEADERSHIPLOST) {
+        return err_set(err, ERR_NOT_LEADER, "%s: %s", what, raft_strerror(rv));
+    }
+    if (rv == RAFT_BADID || rv == RAFT_DUPLICATEID ||
+        rv == RAFT_DUPLICATEADDRESS || rv == RAFT_BADROLE) {
+        return err_set(err, ERR_INVALID, "%s: %s", what, raft_strerror(rv));
+    }
+    return raft_err(rv, err, what);
+}
+
+static void member_changed(struct raft_change *req, int status)
+{
+    struct member_change *m = req->data;
+    struct node *n = m->node;
+    struct err err = {0};
+    int rv;
+
+    if (status == 0 && m->is_add && !n->closing) {
+        m->is_add = false; /* now promote the caught-up spare */
+        rv = raft_assign(&n->raft, &m->req, m->id, RAFT_VOTER, member_changed);
+        if (rv == 0) {
+            return;
+        }
+        status = rv;
+    }
+    if (status != 0) {
+        change_err(status, &err, "membership");
+        m->cb(m->arg, err.code, &err);
+    } else {
+        log_info_kv("node", "membership changed", {"member", LOG_U64(m->id)});
+        m->cb(m->arg, 0, NULL);
+    }
+    free(m);
+}
+
+static int member_check(struct node *n, uint64_t id, struct err *err)
+{
+    if (n->closing) {
+        return err_set(err, ERR_BUSY, "node is closing");
+    }
+    check_leadership(n);
+    if (raft_state(&n->raft) != RAFT_LEADER ||
+        n->ready_term != n->raft.current_term) {
+        return err_set(err, ERR_NOT_LEADER,
+                       "membership changes run on the leader");
+    }
+    if (id == 0) {
+        return err_set(err, ERR_INVALID, "member id 0: ids are >= 1");
+    }
+    return 0;
+}
+
+int node_member_add(struct node *n, uint64_t id, const char *raft_address,
+                    node_change_fn cb, void *arg, struct err *err)
+{
+    struct member_change *m;
+    int rv;
+
+    if (member_check(n, id, err) != 0) {
+        return err->code;
+    }
+    for (unsigned i = 0; i < n->raft.configuration.n; i++) {
+        if (n->raft.configuration.servers[i].id == id) {
+            return err_set(err, ERR_INVALID,
+                           "id %" PRIu64 " is a member already", id);
+        }
+    }
+    m = xcalloc(1, sizeof(*m));
+    m->req.data = m;
+    m->node = n;
+    m->id = id;
+    m->is_add = true;
+    m->cb = cb;
+    m->arg = arg;
+    rv = raft_add(&n->raft, &m->req, id, raft_address, member_changed);
+    if (rv != 0) {
+        free(m);
+        return change_err(rv, err, "add");
+    }
+    return 0;
+}
+
+int node_member_remove(struct node *n, uint64_t id, node_change_fn cb,
+                       void *arg, struct err *err)
+{
+    struct member_change *m;
+    unsigned voters = 0;
+    bool is_member = false;
+    int rv;
+
+    if (member_check(n, id, err) != 0) {
+        return err->code;
+    }
+    for (unsigned i = 0; i < n->raft.configuration.n; i++) {
+        const struct raft_server *sv = &n->raft.configuration.servers[i];
+
+        voters += sv->role == RAFT_VOTER;
+        is_member |= sv->id == id;
+    }
+    if (!is_member) {
+        return err_set(err, ERR_INVALID, "id %" PRIu64 " is not a member", id);
+    }
+    if (voters <= 1) {
+        return err_set(err, ERR_INVALID, "id %" PRIu64 " is the last voter",
+                       id);
+    }
+    m = xcalloc(1, sizeof(*m));
+    m->req.data = m;
+    m->node = n;
+    m->id = id;
+    m->cb = cb;
+    m->arg = arg;
+    rv = raft_remove(&n->raft, &m->req, id, member_changed);
+    if (rv != 0) {
+        free(m);
+        return change_err(rv, err, "remove");
+    }
+    return 0;
 }
 
 /* ---- proposals from other threads ----------------------------------------
@@ -1118,22 +1826,20 @@ static int init_io(struct node *n, const struct node_config *cfg,
         return err_set(err, ERR_IO, "mkdir %s: %s", dir, strerror(errno));
     }
     n->raft_dir = xstrdup(dir);
-    rv = raft_uv_tcp_init(&n->transport, n->loop);
-    if (rv != 0) {
-        return err_set(err, ERR_IO, "raft_uv_tcp_init: %s", raft_strerror(rv));
+    struct rtransport_config tc = {
+        .listen_address = cfg->listen_address != NULL ? cfg->listen_address
+                                                      : cfg->raft_address,
+        .token = cfg->token != NULL ? cfg->token : "",
+    };
+    if (rtransport_init(&n->transport, n->loop, &tc, err) != 0) {
+        return err->code;
     }
-    if (cfg->listen_address != NULL &&
-        strcmp(cfg->listen_address, cfg->raft_address) != 0) {
-        rv = raft_uv_tcp_set_bind_address(&n->transport, cfg->listen_address);
-        if (rv != 0) {
-            raft_uv_tcp_close(&n->transport);
-            return err_set(err, ERR_IO, "raft: cannot bind %s: %s",
-                           cfg->listen_address, raft_strerror(rv));
-        }
-    }
+    n->has_token = tc.token[0] != '\0';
+    rtransport_set_channel(&n->transport, RTRANSPORT_KIND_FORWARD, fwd_accept,
+                           n);
     rv = raft_uv_init(&n->io, n->loop, n->raft_dir, &n->transport);
     if (rv != 0) {
-        raft_uv_tcp_close(&n->transport);
+        rtransport_free(&n->transport);
         return err_set(err, ERR_IO, "raft_uv_init %s: %s", dir,
                        raft_strerror(rv));
     }
@@ -1148,6 +1854,12 @@ static int init_io(struct node *n, const struct node_config *cfg,
 
 static void free_node(struct node *n)
 {
+    while (n->fw_peers != NULL) {
+        struct fwd_peer *p = n->fw_peers;
+
+        n->fw_peers = p->next;
+        free(p);
+    }
     fsm_free(n->fsm);
     pthread_mutex_destroy(&n->mu);
     free(n->address);
@@ -1186,7 +1898,7 @@ static void fail_start(struct node *n, bool raft_inited)
         return;
     }
     raft_uv_close(&n->io);
-    raft_uv_tcp_close(&n->transport);
+    rtransport_free(&n->transport);
     uv_close((uv_handle_t *)&n->tick, handle_closed);
     uv_close((uv_handle_t *)&n->close_timer, handle_closed);
     uv_close((uv_handle_t *)&n->async, handle_closed);
@@ -1318,7 +2030,7 @@ static void reap_cb(uv_timer_t *t)
     uv_timer_stop(t);
     deferred_abandon(n);
     raft_uv_close(&n->io);
-    raft_uv_tcp_close(&n->transport);
+    rtransport_free(&n->transport);
     if (store_sync(n->store, &err) != 0) {
         log_warn("node", "store sync at close: %s", err.msg);
     }
@@ -1390,6 +2102,7 @@ void node_close(struct node *n, node_closed_fn cb, void *arg)
     n->closed_arg = arg;
     uv_timer_stop(&n->tick);
     drain_async(n);
+    fwd_close_all(n);
     /* libraft aborts when closed with writes in flight: let a barrier
      * flush them (bounded, in case leadership is gone), then wait. */
     n->close_barrier.data = n;

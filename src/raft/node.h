@@ -156,6 +156,42 @@ const char *node_role_name(int role); /* "leader", "follower", ... */
 /* The leader's id and raft address as libraft knows it (0/NULL if none). */
 void node_leader(const struct node *n, uint64_t *id, const char **address);
 uint64_t node_applied_index(const struct node *n);
+uint64_t node_term(const struct node *n);
+
+/* One member of the raft configuration as this node knows it. */
+struct node_member {
+    uint64_t id;
+    const char *raft_address; /* borrowed until the configuration changes */
+    bool is_voter;
+};
+
+/* Copy up to cap members of the current configuration into out; returns
+ * how many there are. Loop thread. */
+size_t node_members(const struct node *n, struct node_member *out,
+                    size_t cap);
+
+/* Called once per membership change, on the loop thread: status 0 when the
+ * new configuration is committed, else the ERR_* with err. */
+typedef void (*node_change_fn)(void *arg, int status, const struct err *err);
+
+/* Runtime membership (the ready leader only; one change at a time). add:
+ * the server id at raft_address joins as a spare, then is promoted to
+ * voter once it caught up with the log (it must be running: a server that
+ * never answers never gets promoted; the caller bounds the wait). remove:
+ * id leaves the configuration (the leader may remove itself; it steps down
+ * once the change committed). Returns 0 and later calls cb once; or
+ * ERR_NOT_LEADER, ERR_BUSY ("a membership change is in progress", or
+ * closing), ERR_INVALID (id 0, already a member, not a member, the last
+ * voter). */
+int node_member_add(struct node *n, uint64_t id, const char *raft_address,
+                    node_change_fn cb, void *arg, struct err *err);
+int node_member_remove(struct node *n, uint64_t id, node_change_fn cb,
+                       void *arg, struct err *err);
+
+/* Writes this follower sent to the leader, and writes the leader
+ * proposed for its followers (node.c "Forwarded proposals"). */
+void node_forward_counts(const struct node *n, uint64_t *forwarded,
+                         uint64_t *served);
 uint64_t node_commit_index(const struct node *n);
 int64_t node_safe_time(const struct node *n);
 struct fsm *node_fsm(struct node *n);

@@ -163,19 +163,15 @@ int rtransport_challenge_parse(const uint8_t in[RTRANSPORT_CHALLENGE_LEN],
 
 size_t rtransport_hello_encode(const char *token,
                                const uint8_t server_nonce[RTRANSPORT_NONCE_LEN],
-                               uint8_t kind, uint64_t id, const char *address,
-                               const uint8_t client_nonce[RTRANSPORT_NONCE_LEN],
-                               uint8_t *out)
+                               const struct rtransport_hello *h, uint8_t *out)
 {
-    size_t alen = strlen(address);
+    size_t alen = h->address_len;
 
-    if (alen > RTRANSPORT_ADDRESS_MAX) {
-        return 0;
-    }
-    put_header(out, TYPE_HELLO, kind, (uint8_t)alen);
-    put_u64(out + 8, id);
-    memcpy(out + 16, client_nonce, RTRANSPORT_NONCE_LEN);
-    memcpy(out + RTRANSPORT_HELLO_FIXED, address, alen);
+    ASSERT(alen <= RTRANSPORT_ADDRESS_MAX);
+    put_header(out, TYPE_HELLO, h->kind, (uint8_t)alen);
+    put_u64(out + 8, h->id);
+    memcpy(out + 16, h->nonce, RTRANSPORT_NONCE_LEN);
+    memcpy(out + RTRANSPORT_HELLO_FIXED, (const uint8_t *)h->address, alen);
     dial_proof(token, server_nonce, out, out + RTRANSPORT_HELLO_FIXED, alen,
                out + 48);
     return RTRANSPORT_HELLO_FIXED + alen;
@@ -658,6 +654,7 @@ static int hs_read(struct hs *hs, enum phase phase, size_t want)
 static void dialer_challenge(struct hs *hs)
 {
     struct rt *rt = hs->rt;
+    struct rtransport_hello h;
     size_t n;
 
     if (rtransport_challenge_parse(hs->in, hs->server_nonce) !=
@@ -666,9 +663,13 @@ static void dialer_challenge(struct hs *hs)
         return;
     }
     random_bytes(hs->client_nonce, sizeof(hs->client_nonce));
-    n = rtransport_hello_encode(rt->token, hs->server_nonce, hs->kind, rt->id,
-                                rt->address, hs->client_nonce, hs->out);
-    ASSERT(n >= RTRANSPORT_HELLO_FIXED); /* init bounded the address */
+    memset(&h, 0, sizeof(h));
+    h.kind = hs->kind;
+    h.id = rt->id;
+    memcpy(h.nonce, hs->client_nonce, RTRANSPORT_NONCE_LEN);
+    h.address_len = strlen(rt->address); /* init bounded it */
+    memcpy(h.address, rt->address, h.address_len + 1);
+    n = rtransport_hello_encode(rt->token, hs->server_nonce, &h, hs->out);
     memcpy(hs->dial_proof, hs->out + 48, RTRANSPORT_PROOF_LEN);
     if (hs_write(hs, &hs->write_first, hs->out, n) != 0 ||
         hs_read(hs, PH_VERDICT, RTRANSPORT_VERDICT_LEN) != 0) {
@@ -676,24 +677,30 @@ static void dialer_challenge(struct hs *hs)
     }
 }
 
+/* (5) for the dialer: the peer refused our token, or failed to prove its. */
+static void log_dialer(struct rt *rt, int rc, const char *peer)
+{
+    uint64_t suppressed = 0;
+    int slot = rc == RTRANSPORT_EREFUSED ? SLOT_THEY_REFUSED : SLOT_NO_PROOF;
+
+    if (LOG_WARN > log_threshold || !log_allowed(rt, slot, &suppressed)) {
+        return;
+    }
+    log_warn_kv("transport",
+                rc == RTRANSPORT_EREFUSED
+                    ? "raft peer refused our token"
+                    : "raft peer failed to prove the token",
+                {"peer", peer}, {"suppressed", LOG_U64(suppressed)});
+}
+
 static void dialer_verdict(struct hs *hs)
 {
     struct rt *rt = hs->rt;
-    uint64_t suppressed = 0;
     int rc = rtransport_verdict_check(rt->token, hs->client_nonce,
                                       hs->dial_proof, hs->in);
 
     if (rc == RTRANSPORT_EREFUSED || rc == RTRANSPORT_EPEER) {
-        int slot =
-            rc == RTRANSPORT_EREFUSED ? SLOT_THEY_REFUSED : SLOT_NO_PROOF;
-        if (LOG_WARN <= log_threshold && log_allowed(rt, slot, &suppressed)) {
-            log_warn_kv("transport",
-                        rc == RTRANSPORT_EREFUSED
-                            ? "raft peer refused our token"
-                            : "raft peer failed to prove the token",
-                        {"peer", hs->peer},
-                        {"suppressed", LOG_U64(suppressed)});
-        }
+        log_dialer(rt, rc, hs->peer);
     }
     if (rc != 0) {
         hs_close(hs, rc);
@@ -828,25 +835,28 @@ static void on_connect(uv_connect_t *c, int status)
     }
 }
 
-/* Start a dial; on an error the callback never fires. */
-static int dial_start(struct rt *rt, const char *address, uint8_t kind,
-                      struct hs **out, struct err *err)
+/* Start a dial: returns the handshake, or NULL with err set (then no
+ * callback ever fires). */
+static struct hs *dial_start(struct rt *rt, const char *address, uint8_t kind,
+                             struct err *err)
 {
     struct sockaddr_storage a;
     struct hs *hs;
     int rc;
 
     if (rt->is_closing) {
-        return err_set(err, ERR_BUSY, "raft transport: closing");
+        err_set(err, ERR_BUSY, "raft transport: closing");
+        return NULL;
     }
     if (rt->token[0] == '\0') {
-        return err_set(err, ERR_FORBIDDEN, "raft transport: %s",
-                       rtransport_strerror(RTRANSPORT_ENOTOKEN));
+        err_set(err, ERR_FORBIDDEN, "raft transport: %s",
+                rtransport_strerror(RTRANSPORT_ENOTOKEN));
+        return NULL;
     }
     if (!parse_address(address, &a)) {
-        return err_set(err, ERR_INVALID,
-                       "raft transport: address \"%s\" is not ip:port",
-                       address);
+        err_set(err, ERR_INVALID,
+                "raft transport: address \"%s\" is not ip:port", address);
+        return NULL;
     }
     hs = hs_new(rt, true);
     hs->kind = kind;
@@ -857,13 +867,13 @@ static int dial_start(struct rt *rt, const char *address, uint8_t kind,
                         on_connect);
     if (rc != 0) {
         hs_close(hs, rc);
-        return err_set(err, ERR_IO, "raft transport: connect %s: %s", address,
-                       uv_strerror(rc));
+        err_set(err, ERR_IO, "raft transport: connect %s: %s", address,
+                uv_strerror(rc));
+        return NULL;
     }
     uv_timer_start(&hs->timer, on_timeout, rt->timeout_ms, 0);
     hs->has_cb = true;
-    *out = hs;
-    return 0;
+    return hs;
 }
 
 /* ---- struct raft_uv_transport's methods -------------------------------- */
@@ -933,11 +943,12 @@ static int rt_connect(struct raft_uv_transport *t, struct raft_uv_connect *req,
 {
     struct rt *rt = t->impl;
     struct err err = {0};
-    struct hs *hs = NULL;
+    struct hs *hs;
 
     (void)id;
     req->cb = cb;
-    if (dial_start(rt, address, RTRANSPORT_KIND_RAFT, &hs, &err) != 0) {
+    hs = dial_start(rt, address, RTRANSPORT_KIND_RAFT, &err);
+    if (hs == NULL) {
         snprintf(t->errmsg, sizeof(t->errmsg), "%s", err.msg);
         return RAFT_NOCONNECTION;
     }
@@ -1031,16 +1042,15 @@ int rtransport_dial(struct raft_uv_transport *t, const char *address,
                     struct err *err)
 {
     struct rt *rt = t->impl;
-    struct hs *hs = NULL;
-    int rc;
+    struct hs *hs;
 
     if (kind == RTRANSPORT_KIND_RAFT || kind == 0) {
         return err_set(err, ERR_INVALID, "raft transport: cannot dial kind %u",
                        kind);
     }
-    rc = dial_start(rt, address, kind, &hs, err);
-    if (rc != 0) {
-        return rc;
+    hs = dial_start(rt, address, kind, err);
+    if (hs == NULL) {
+        return err->code;
     }
     hs->dial_cb = cb;
     hs->dial_arg = arg;

@@ -106,11 +106,11 @@
 #define RTRANSPORT_VERDICT_BAD_KIND  2
 
 /* Dial statuses of our own, beside libuv's UV_E* (all below any UV_E*). */
-#define RTRANSPORT_EREFUSED -30001 /* the listener refused our token */
-#define RTRANSPORT_EKIND    -30002 /* the listener serves no such kind */
-#define RTRANSPORT_EPROTO   -30003 /* the listener spoke something else */
-#define RTRANSPORT_EPEER    -30004 /* the listener failed to prove the token */
-#define RTRANSPORT_ENOTOKEN -30005 /* our token is "" */
+#define RTRANSPORT_EREFUSED (-30001) /* the listener refused our token */
+#define RTRANSPORT_EKIND    (-30002) /* the listener serves no such kind */
+#define RTRANSPORT_EPROTO   (-30003) /* the listener spoke something else */
+#define RTRANSPORT_EPEER    (-30004) /* the listener failed to prove the token */
+#define RTRANSPORT_ENOTOKEN (-30005) /* our token is "" */
 
 struct rtransport_config {
     /* "ip:port" to bind (an IPv4 literal, or an IPv6 one in brackets); NULL
@@ -203,14 +203,14 @@ void rtransport_challenge_encode(const uint8_t nonce[RTRANSPORT_NONCE_LEN],
 int rtransport_challenge_parse(const uint8_t in[RTRANSPORT_CHALLENGE_LEN],
                                uint8_t nonce[RTRANSPORT_NONCE_LEN]);
 
-/* Write the hello answering server_nonce into out (RTRANSPORT_HELLO_MAX
- * bytes); returns its length, or 0 when address is longer than
- * RTRANSPORT_ADDRESS_MAX. token is NUL-terminated. */
+/* Write the hello answering server_nonce for h's kind, id, nonce and
+ * address (its first address_len bytes, at most RTRANSPORT_ADDRESS_MAX;
+ * h->proof is not read) into out (RTRANSPORT_HELLO_MAX bytes); returns its
+ * length. The dial proof it computed is at out + 48. token is
+ * NUL-terminated. */
 size_t rtransport_hello_encode(const char *token,
                                const uint8_t server_nonce[RTRANSPORT_NONCE_LEN],
-                               uint8_t kind, uint64_t id, const char *address,
-                               const uint8_t client_nonce[RTRANSPORT_NONCE_LEN],
-                               uint8_t *out);
+                               const struct rtransport_hello *h, uint8_t *out);
 /* Check a hello's fixed part; on RTRANSPORT_R_OK *address_len is how many
  * address bytes follow it. */
 int rtransport_hello_head(const uint8_t in[RTRANSPORT_HELLO_FIXED],

@@ -1,6 +1,7 @@
 /* Unit tests for src/broker/config: defaults, each setting's parser, the
  * "<VAR>=<value>: why" refusal, and the derived raft address. */
 #include "broker/config.h"
+#include "base/env.h"
 
 #include "base/log.h"
 #include "harness.h"
@@ -217,16 +218,16 @@ TEST(hostport_accepts_ip_literals_only)
     char host[64];
     int port = 0;
 
-    EXPECT(config_parse_hostport("10.0.0.1:7001", host, sizeof(host), &port));
+    EXPECT(env_parse_hostport("10.0.0.1:7001", host, sizeof(host), &port));
     EXPECT_STR_EQ(host, "10.0.0.1");
     EXPECT_EQ_I64(port, 7001);
-    EXPECT(config_parse_hostport("[::1]:80", host, sizeof(host), &port));
+    EXPECT(env_parse_hostport("[::1]:80", host, sizeof(host), &port));
     EXPECT_STR_EQ(host, "::1");
-    EXPECT(!config_parse_hostport("example.com:80", host, sizeof(host), &port));
-    EXPECT(!config_parse_hostport("1.2.3.4:0", host, sizeof(host), &port));
-    EXPECT(!config_parse_hostport("1.2.3.4:", host, sizeof(host), &port));
-    EXPECT(!config_parse_hostport("[::1]80", host, sizeof(host), &port));
-    EXPECT(!config_parse_hostport(":80", host, sizeof(host), &port));
+    EXPECT(!env_parse_hostport("example.com:80", host, sizeof(host), &port));
+    EXPECT(!env_parse_hostport("1.2.3.4:0", host, sizeof(host), &port));
+    EXPECT(!env_parse_hostport("1.2.3.4:", host, sizeof(host), &port));
+    EXPECT(!env_parse_hostport("[::1]80", host, sizeof(host), &port));
+    EXPECT(!env_parse_hostport(":80", host, sizeof(host), &port));
 }
 
 TEST(tls_cert_and_key_go_together_and_empty_means_unset)
@@ -254,4 +255,140 @@ TEST(tls_cert_and_key_go_together_and_empty_means_unset)
     EXPECT_STR_EQ(c.tls_cert, "/etc/q/cert.pem");
     EXPECT_STR_EQ(c.tls_key, "/etc/q/key.pem");
     EXPECT_STR_EQ(c.auth_tokens, "");
+}
+
+TEST(a_peers_list_is_parsed_and_this_node_found_in_it)
+{
+    struct fake_env e = {.n = 0};
+    struct config c;
+    struct err err;
+
+    env_set(&e, "QUEEN_PORT", "6102");
+    env_set(&e, "QUEEN_RAFT_NODE_ID", "2");
+    env_set(&e, "QUEEN_RAFT_TOKEN", "0123456789abcdef");
+    env_set(&e, "QUEEN_RAFT_PEERS",
+            " 1=10.0.0.1:7101/10.0.0.1:6101 ,2=10.0.0.2:7102/10.0.0.2:6102,"
+            "3=[::1]:7103/[::1]:6103");
+    EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), 0);
+    EXPECT_EQ_U64(c.n_peers, 3);
+    EXPECT_EQ_U64(c.peers[0].id, 1);
+    EXPECT_STR_EQ(c.peers[0].raft, "10.0.0.1:7101");
+    EXPECT_STR_EQ(c.peers[0].http, "10.0.0.1:6101");
+    EXPECT_STR_EQ(c.peers[2].raft, "[::1]:7103");
+    /* Unset QUEEN_RAFT_LISTEN binds this node's listed raft address. */
+    EXPECT_STR_EQ(c.raft_listen, "10.0.0.2:7102");
+    EXPECT_STR_EQ(c.raft_advertise, "10.0.0.2:7102");
+    EXPECT_STR_EQ(c.raft_token, "0123456789abcdef");
+}
+
+TEST(a_wildcard_listen_on_the_listed_port_is_kept_and_advertises_the_list)
+{
+    struct fake_env e = {.n = 0};
+    struct config c;
+    struct err err;
+
+    env_set(&e, "QUEEN_PORT", "6101");
+    env_set(&e, "QUEEN_RAFT_LISTEN", "0.0.0.0:7101");
+    env_set(&e, "QUEEN_RAFT_TOKEN", "0123456789abcdef");
+    env_set(&e, "QUEEN_RAFT_PEERS",
+            "1=10.0.0.1:7101/10.0.0.1:6101,2=10.0.0.2:7102/10.0.0.2:6102");
+    EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), 0);
+    EXPECT_STR_EQ(c.raft_listen, "0.0.0.0:7101");
+    EXPECT_STR_EQ(c.raft_advertise, "10.0.0.1:7101");
+}
+
+TEST(a_single_node_advertises_its_listen_address_and_needs_no_token)
+{
+    struct fake_env e = {.n = 0};
+    struct config c;
+    struct err err;
+
+    env_set(&e, "QUEEN_PORT", "6101");
+    env_set(&e, "QUEEN_RAFT_PEERS", "1=127.0.0.1:7101/127.0.0.1:6101");
+    EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), 0);
+    EXPECT_EQ_U64(c.n_peers, 1);
+    EXPECT_STR_EQ(c.raft_advertise, "127.0.0.1:7101");
+    EXPECT_EQ_I64(load_one("QUEEN_PORT", "6101", &c, &err), 0);
+    EXPECT_EQ_U64(c.n_peers, 0);
+    EXPECT_STR_EQ(c.raft_advertise, c.raft_listen);
+}
+
+TEST(bad_peers_lists_are_refused_with_what_is_wrong)
+{
+    static const struct {
+        const char *peers;
+        const char *why;
+    } cases[] = {
+        {"1=127.0.0.1:7101", "entry '1=127.0.0.1:7101' is not {id}="},
+        {"1-127.0.0.1:7101/127.0.0.1:6101", "is not {id}="},
+        {"x=127.0.0.1:7101/127.0.0.1:6101", "the id must be an integer"},
+        {"0=127.0.0.1:7101/127.0.0.1:6101", "the id must be an integer >= 1"},
+        {"1=localhost:7101/127.0.0.1:6101", "raft address 'localhost:7101'"},
+        {"1=127.0.0.1:7101/127.0.0.1:0", "http address '127.0.0.1:0'"},
+        {"1=127.0.0.1:7101/127.0.0.1:6101,", "entry 2 is empty"},
+        {"1=127.0.0.1:7101/127.0.0.1:7101", "the same raft and http"},
+        {"1=127.0.0.1:7101/127.0.0.1:6101,1=127.0.0.1:7102/127.0.0.1:6102",
+         "id 1 is listed twice"},
+        {"1=127.0.0.1:7101/127.0.0.1:6101,2=127.0.0.1:6101/127.0.0.1:6102",
+         "ids 1 and 2 share an address"},
+        {"2=127.0.0.1:7102/127.0.0.1:6102,3=127.0.0.1:7103/127.0.0.1:6103",
+         "this node's id 1 (QUEEN_RAFT_NODE_ID) is not in the list"},
+        {"1=127.0.0.1:7101/127.0.0.1:6999,2=127.0.0.1:7102/127.0.0.1:6102",
+         "QUEEN_PORT=6101: this node's http address"},
+    };
+
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        struct fake_env e = {.n = 0};
+        struct config c;
+        struct err err;
+
+        env_set(&e, "QUEEN_PORT", "6101");
+        env_set(&e, "QUEEN_RAFT_TOKEN", "0123456789abcdef");
+        env_set(&e, "QUEEN_RAFT_PEERS", cases[i].peers);
+        EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), ERR_INVALID);
+        if (strstr(err.msg, cases[i].why) == NULL) {
+            fprintf(stderr, "case %zu: '%s' lacks '%s'\n", i, err.msg,
+                    cases[i].why);
+            EXPECT(false);
+        }
+        EXPECT(strstr(err.msg, "0123456789abcdef") == NULL);
+    }
+}
+
+TEST(a_cluster_needs_a_token_of_16_bytes_and_it_is_never_echoed)
+{
+    struct fake_env e = {.n = 0};
+    struct config c;
+    struct err err;
+    const char *two =
+        "1=127.0.0.1:7101/127.0.0.1:6101,2=127.0.0.1:7102/127.0.0.1:6102";
+
+    env_set(&e, "QUEEN_PORT", "6101");
+    env_set(&e, "QUEEN_RAFT_PEERS", two);
+    EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), ERR_INVALID);
+    EXPECT(strstr(err.msg, "QUEEN_RAFT_TOKEN=(unset): a cluster of 2 peers") !=
+           NULL);
+    env_set(&e, "QUEEN_RAFT_TOKEN", "sekrit-short");
+    EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), ERR_INVALID);
+    EXPECT(strstr(err.msg, "shorter than 16 bytes") != NULL);
+    EXPECT(strstr(err.msg, "sekrit") == NULL);
+}
+
+TEST(more_than_nine_peers_are_refused)
+{
+    char list[2048] = "";
+    struct config_peer out[CONFIG_MAX_PEERS];
+    struct err err;
+
+    for (int i = 1; i <= 10; i++) {
+        char one[64];
+
+        snprintf(one, sizeof(one), "%s%d=127.0.0.1:%d/127.0.0.1:%d",
+                 i > 1 ? "," : "", i, 7100 + i, 6100 + i);
+        strcat(list, one);
+    }
+    EXPECT_EQ_I64(config_parse_peers(list, out, &err), -1);
+    EXPECT(strstr(err.msg, "more than 9 peers") != NULL);
+    *strrchr(list, ',') = '\0';
+    EXPECT_EQ_I64(config_parse_peers(list, out, &err), 9);
 }

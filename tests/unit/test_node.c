@@ -345,6 +345,9 @@ struct cluster {
     bool stamps_increase;        /* every answer above all earlier ones */
 };
 
+struct forwarded;
+static struct forwarded *cluster_forwarded;
+
 static void cluster_closed(void *arg)
 {
     ((struct cluster *)arg)->closed++;
@@ -382,6 +385,7 @@ static void cluster_start(struct cluster *c, int i)
     cfg.snapshot_threshold = c->snapshot_threshold;
     cfg.snapshot_trailing = c->snapshot_threshold ? 2 : 0;
     cfg.n_peers = 3;
+    cfg.token = "unit-test-cluster-token";
     for (int k = 0; k < 3; k++) {
         cfg.peers[k].id = (uint64_t)k + 1;
         cfg.peers[k].raft_address = c->address[k];
@@ -533,9 +537,43 @@ static bool cluster_push_wait(struct cluster *c, int leader, int first, int n)
     return cluster_run(c, cluster_done, HARNESS_WAIT_S);
 }
 
-TEST(three_voters_replicate_refuse_on_followers_and_catch_up_a_restart)
+/* What a forwarded proposal's callback saw on the follower. */
+struct forwarded {
+    struct cluster *c;
+    int follower;
+    int status;
+    bool is_done;
+    uint64_t index;
+    uint64_t hwm_at_answer; /* the follower's own store when answered */
+    int item_status;
+};
+
+static void forwarded_applied(void *arg, int status,
+                              const struct fsm_result *res,
+                              const struct err *err)
+{
+    struct forwarded *f = arg;
+
+    (void)err;
+    f->status = status;
+    f->is_done = true;
+    if (status == 0) {
+        f->index = res->index;
+        f->item_status = res->n_items == 1 ? res->items[0].status : -1;
+        f->hwm_at_answer = cluster_hwm(f->c, f->follower);
+    }
+}
+
+static bool forwarded_done(void *arg)
+{
+    (void)arg;
+    return cluster_forwarded != NULL && cluster_forwarded->is_done;
+}
+
+TEST(three_voters_replicate_forward_from_followers_and_catch_up_a_restart)
 {
     struct cluster c;
+    struct forwarded fw = {0};
     struct err err = {0};
     struct buf b;
     int leader;
@@ -543,16 +581,27 @@ TEST(three_voters_replicate_refuse_on_followers_and_catch_up_a_restart)
 
     leader = cluster_up(&c, 0);
     follower = (leader + 1) % 3;
+    /* A follower takes a write: the leader proposes it, and the follower
+     * answers from its own apply, so its store holds the record by then. */
+    fw.c = &c;
+    fw.follower = follower;
+    cluster_forwarded = &fw;
     make_push(&b, "f", 1);
     EXPECT_EQ_I64(node_propose(c.node[follower], CMD_PUSH, b.data, b.len,
-                               cluster_applied, &c, &err),
-                  ERR_NOT_LEADER);
+                               forwarded_applied, &fw, &err),
+                  0);
     buf_free(&b);
+    EXPECT(cluster_run(&c, forwarded_done, HARNESS_WAIT_S));
+    cluster_forwarded = NULL;
+    EXPECT_EQ_I64(fw.status, 0);
+    EXPECT(fw.index > 0);
+    EXPECT_EQ_I64(fw.item_status, FSM_ITEM_QUEUED);
+    EXPECT_EQ_U64(fw.hwm_at_answer, 1);
     EXPECT(cluster_push_wait(&c, leader, 0, 5));
     EXPECT_EQ_I64(c.failed, 0);
     EXPECT(cluster_run(&c, all_applied, HARNESS_WAIT_S));
     for (int i = 0; i < 3; i++) {
-        EXPECT_EQ_U64(cluster_hwm(&c, i), 50);
+        EXPECT_EQ_U64(cluster_hwm(&c, i), 51);
     }
     /* Restart a follower while the others move on: it catches up from its
      * own store plus the entries it missed. */
@@ -560,9 +609,45 @@ TEST(three_voters_replicate_refuse_on_followers_and_catch_up_a_restart)
     EXPECT(cluster_push_wait(&c, leader, 5, 3));
     cluster_start(&c, follower);
     EXPECT(cluster_run(&c, all_applied, HARNESS_WAIT_S));
-    EXPECT_EQ_U64(cluster_hwm(&c, follower), 80);
+    EXPECT_EQ_U64(cluster_hwm(&c, follower), 81);
     EXPECT_EQ_I64(node_safe_time(c.node[follower]),
                   node_safe_time(c.node[leader]));
+    cluster_teardown(&c);
+}
+
+TEST(a_write_forwarded_without_a_quorum_is_answered_with_an_error)
+{
+    struct cluster c;
+    struct forwarded fw = {0};
+    struct err err = {0};
+    struct buf b;
+    int leader = cluster_up(&c, 0);
+    int follower = (leader + 1) % 3;
+    int rc;
+
+    EXPECT(cluster_push_wait(&c, leader, 0, 1));
+    EXPECT(cluster_run(&c, all_applied, HARNESS_WAIT_S));
+    /* The follower is left alone: no write can commit anywhere. */
+    cluster_stop(&c, (leader + 2) % 3);
+    cluster_stop(&c, leader);
+    fw.c = &c;
+    fw.follower = follower;
+    cluster_forwarded = &fw;
+    make_push(&b, "dead", 1);
+    /* Refused at once when the follower knows there is no leader, else
+     * answered with an error once the dial or the answer fails (F2): never
+     * left waiting, never a success. */
+    rc = node_propose(c.node[follower], CMD_PUSH, b.data, b.len,
+                      forwarded_applied, &fw, &err);
+    buf_free(&b);
+    if (rc == 0) {
+        EXPECT(cluster_run(&c, forwarded_done, HARNESS_WAIT_S));
+        EXPECT(fw.status != 0);
+    } else {
+        EXPECT_EQ_I64(rc, ERR_NOT_LEADER);
+    }
+    cluster_forwarded = NULL;
+    EXPECT_EQ_U64(cluster_hwm(&c, follower), 10);
     cluster_teardown(&c);
 }
 

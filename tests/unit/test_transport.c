@@ -357,6 +357,22 @@ static bool raw_wait_closed(uv_loop_t *loop, int fd)
     return false;
 }
 
+/* A hello as a dialer with token would send it. */
+static size_t make_hello(const char *token, const uint8_t *ns, uint8_t kind,
+                         uint64_t id, const char *address, const uint8_t *nc,
+                         uint8_t *out)
+{
+    struct rtransport_hello h;
+
+    memset(&h, 0, sizeof(h));
+    h.kind = kind;
+    h.id = id;
+    memcpy(h.nonce, nc, RTRANSPORT_NONCE_LEN);
+    h.address_len = strlen(address);
+    memcpy(h.address, address, h.address_len);
+    return rtransport_hello_encode(token, ns, &h, out);
+}
+
 struct refused_wait {
     struct side *s;
     uint64_t want;
@@ -415,8 +431,8 @@ TEST(rogue_clients_are_refused_and_the_listener_keeps_serving)
     fd = raw_connect(&srv);
     EXPECT(raw_read(&loop, fd, chal, sizeof(chal)));
     EXPECT(rtransport_challenge_parse(chal, nonce) == RTRANSPORT_R_OK);
-    n = rtransport_hello_encode(TOKEN, nonce, RTRANSPORT_KIND_FORWARD, 5,
-                                "127.0.0.1:9", nonce, hello);
+    n = make_hello(TOKEN, nonce, RTRANSPORT_KIND_FORWARD, 5, "127.0.0.1:9",
+                   nonce, hello);
     raw_send(fd, hello, n / 2);
     close(fd);
     w.want = 2;
@@ -428,13 +444,9 @@ TEST(rogue_clients_are_refused_and_the_listener_keeps_serving)
     fd = raw_connect(&srv);
     EXPECT(raw_read(&loop, fd, chal, sizeof(chal)));
     EXPECT(rtransport_challenge_parse(chal, nonce) == RTRANSPORT_R_OK);
-    memset(long_address, 'a', sizeof(long_address) - 1);
-    long_address[sizeof(long_address) - 1] = '\0';
-    EXPECT_EQ_U64(
-        rtransport_hello_encode(TOKEN, nonce, 2, 5, long_address, nonce, hello),
-        0);
+    memset(long_address, 'a', RTRANSPORT_ADDRESS_MAX);
     long_address[RTRANSPORT_ADDRESS_MAX] = '\0';
-    n = rtransport_hello_encode(TOKEN, nonce, 2, 5, long_address, nonce, hello);
+    n = make_hello(TOKEN, nonce, 2, 5, long_address, nonce, hello);
     EXPECT_EQ_U64(n, RTRANSPORT_HELLO_MAX);
     memset(hello + RTRANSPORT_HELLO_FIXED, 'b', 200);
     memset(hello + RTRANSPORT_HELLO_MAX, 'b', 200);
@@ -444,6 +456,7 @@ TEST(rogue_clients_are_refused_and_the_listener_keeps_serving)
     w.want = 3;
     EXPECT(run_until(&loop, refused_reached, &w));
     long_address[RTRANSPORT_ADDRESS_MAX] = 'a';
+    long_address[RTRANSPORT_ADDRESS_MAX + 1] = '\0';
     EXPECT_EQ_I64(cli.t.init(&cli.t, 2, long_address), RAFT_INVALID);
     good_dial_works(&loop, &srv, &cli);
 
@@ -486,8 +499,8 @@ TEST(a_replayed_hello_is_refused)
     fd = raw_connect(&srv);
     EXPECT(raw_read(&loop, fd, chal, sizeof(chal)));
     EXPECT(rtransport_challenge_parse(chal, ns) == RTRANSPORT_R_OK);
-    n = rtransport_hello_encode(TOKEN, ns, RTRANSPORT_KIND_FORWARD, 7,
-                                "127.0.0.1:1", nc, hello);
+    n = make_hello(TOKEN, ns, RTRANSPORT_KIND_FORWARD, 7, "127.0.0.1:1", nc,
+                   hello);
     raw_send(fd, hello, n);
     EXPECT(raw_read(&loop, fd, verdict, sizeof(verdict)));
     EXPECT_EQ_I64(rtransport_verdict_check(TOKEN, nc, hello + 48, verdict), 0);
@@ -751,7 +764,22 @@ struct cluster {
     struct rnode n[N_NODES];
     int leader;
     int want_applied;
+    bool has_voted_for_rogue; /* a voter ever voted for 5 */
+    bool was_rogue_leader;    /* 5 ever became leader */
 };
+
+/* Sampled on every turn of the loop while the test waits. */
+static void watch(struct cluster *c)
+{
+    for (int i = 0; i < 3; i++) {
+        if (c->n[i].raft.voted_for == 5) {
+            c->has_voted_for_rogue = true;
+        }
+    }
+    if (raft_state(&c->n[4].raft) == RAFT_LEADER) {
+        c->was_rogue_leader = true;
+    }
+}
 
 static int find_leader(struct cluster *c)
 {
@@ -767,6 +795,7 @@ static bool has_leader(void *arg)
 {
     struct cluster *c = arg;
 
+    watch(c);
     c->leader = find_leader(c);
     return c->leader >= 0;
 }
@@ -775,6 +804,7 @@ static bool all_applied(void *arg)
 {
     struct cluster *c = arg;
 
+    watch(c);
     for (int i = 0; i < 3; i++) {
         if (c->n[i].applied < c->want_applied) {
             return false;
@@ -794,16 +824,24 @@ static void apply_done(struct raft_apply *req, int status, void *result)
 
 static void propose(struct cluster *c)
 {
-    struct raft_apply *req = malloc(sizeof(*req));
-    struct raft_buffer b = {raft_calloc(1, 8), 8};
-    int rv = raft_apply(&c->n[c->leader].raft, req, &b, 1, apply_done);
+    struct raft_apply *req;
+    struct raft_buffer b;
+    int rv;
 
+    c->want_applied++;
+    if (c->leader < 0) {
+        HARNESS_FAIL("no leader to propose to");
+        return;
+    }
+    req = malloc(sizeof(*req));
+    b.base = raft_calloc(1, 8);
+    b.len = 8;
+    rv = raft_apply(&c->n[c->leader].raft, req, &b, 1, apply_done);
     if (rv != 0) {
         HARNESS_FAIL("raft_apply: %s", raft_strerror(rv));
         raft_free(b.base);
         free(req);
     }
-    c->want_applied++;
 }
 
 static bool rogues_were_refused(void *arg)
@@ -811,6 +849,7 @@ static bool rogues_were_refused(void *arg)
     struct cluster *c = arg;
     uint64_t refused = 0, total = 0;
 
+    watch(c);
     for (int i = 0; i < 3; i++) {
         rtransport_stats(&c->n[i].t, NULL, &refused);
         total += refused;
@@ -862,6 +901,12 @@ TEST(a_raft_cluster_elects_and_replicates_and_peers_without_the_token_cannot)
     }
     raft_configuration_add(&rogue_conf, 5, c->n[4].address, RAFT_VOTER);
 
+    /* The rogues start first: 5 campaigns while the voters have no leader
+     * yet, when a vote request that reached raft would be granted. */
+    rnode_open(&c->n[3], &c->loop, 4, "not-the-token", 1000);
+    rnode_start(&c->n[3], NULL);
+    rnode_open(&c->n[4], &c->loop, 5, "not-the-token", 100);
+    rnode_start(&c->n[4], &rogue_conf);
     for (int i = 0; i < 3; i++) {
         rnode_open(&c->n[i], &c->loop, (uint64_t)(i + 1), TOKEN, 1000);
         rnode_start(&c->n[i], &conf);
@@ -870,23 +915,19 @@ TEST(a_raft_cluster_elects_and_replicates_and_peers_without_the_token_cannot)
     propose(c);
     EXPECT(run_until(&c->loop, all_applied, c));
     leader = c->leader;
-    term = c->n[leader].raft.current_term;
-
-    rnode_open(&c->n[3], &c->loop, 4, "not-the-token", 1000);
-    rnode_start(&c->n[3], NULL);
-    rnode_open(&c->n[4], &c->loop, 5, "not-the-token", 100);
-    rnode_start(&c->n[4], &rogue_conf);
+    term = leader >= 0 ? c->n[leader].raft.current_term : 0;
     EXPECT(run_until(&c->loop, rogues_were_refused, c));
     propose(c);
     EXPECT(run_until(&c->loop, all_applied, c));
 
-    /* Nothing the rogues sent reached raft: no vote asked for moved a term,
-     * and the standby got no entry. */
+    /* Nothing the rogues sent reached raft: no vote was granted to 5, no
+     * term moved after the election, and the standby got no entry. */
     EXPECT_EQ_I64(find_leader(c), leader);
     for (int i = 0; i < 3; i++) {
         EXPECT_EQ_U64(c->n[i].raft.current_term, term);
     }
-    EXPECT(raft_state(&c->n[4].raft) != RAFT_LEADER);
+    EXPECT(!c->has_voted_for_rogue);
+    EXPECT(!c->was_rogue_leader);
     EXPECT_EQ_U64(raft_last_index(&c->n[3].raft), 0);
     EXPECT_EQ_U64(raft_last_index(&c->n[4].raft), 1);
     EXPECT_EQ_I64(c->n[3].applied, 0);
