@@ -852,11 +852,18 @@ def test_replace_a_dead_node_by_a_new_one(make_cluster):
     new = Node(4, os.path.join(c.root, "node-4"), p4, r4, {})
     c.nodes[4] = new
     new.extra_env = c.env_of(4)  # the peers list of the new membership
-    via = [n for n in c.live() if n.id != lid][0]  # a follower forwards it
-    r = via.post("/api/v1/cluster/members",
-                 {"id": 4, "raft": new.raft_addr, "http": new.http_addr})
-    assert r.status in (200, 201), r
+    # docs/operations.md: start the new node, then add it; the add
+    # answers once it caught up (202 joining past 30 s).
     c.start_node(4)
+    via = [n for n in c.live() if n.id not in (lid, 4)][0]
+    body = {"id": 4, "raft": new.raft_addr, "http": new.http_addr}
+    r = via.post("/api/v1/cluster/members", body, timeout=60)
+    if r.status == 503:  # membership runs on the leader: follow the hint
+        check_503(c, r)
+        hinted = [n for n in c.live() if n.http_addr == r.json()["leader"]]
+        assert hinted, r
+        r = hinted[0].post("/api/v1/cluster/members", body, timeout=60)
+    assert r.status in (200, 202), r
     c.wait_converged(timeout=30)
     ids = sorted(c.nodes)
     for node in c.live():
@@ -870,4 +877,6 @@ def test_replace_a_dead_node_by_a_new_one(make_cluster):
     c.kill9(lid)
     nl = c.leader(timeout=15)
     push_ok(c, c[nl], items("mb", ["m3"]))
-    assert [t for _, t, _ in Cluster.records(new, "mb")][-1] == "m3"
+    c.wait_converged()
+    assert [t for _, t, _ in Cluster.records(new, "mb")] == ["m0", "m1",
+                                                             "m2", "m3"]
