@@ -746,8 +746,8 @@ def test_leader_kill9_survivors_elect_and_keep_every_push(make_cluster):
 
 def test_push_load_through_every_node_survives_leader_kill9_and_restart(
         make_cluster):
-    """A writer pushes batches with transactionIds to the three nodes in
-    turn, retrying 503s and refused connections; the leader is killed
+    """Three writers push batches with transactionIds to the three nodes
+    in turn, retrying 503s and refused connections; the leader is killed
     mid-way and restarted. Every push answered 201 is in every node's log
     exactly once, at the offset it was answered with, and the three logs
     are identical."""
@@ -755,20 +755,21 @@ def test_push_load_through_every_node_survives_leader_kill9_and_restart(
     c.start()
     stop = threading.Event()
     acked = {}  # (partition, txn) -> offset
-    batches = [0]
+    done = [0, 0, 0]  # batches answered 201, per writer
     errors = []
 
-    def writer():
-        k = 0
+    def writer(w):
+        k = w
         n = 0
         try:
             while not stop.is_set():
                 part = "p%d" % (n % 2)
-                its = items("load", ["t%d-%d" % (n, j) for j in range(4)],
-                            part)
+                its = items("load", ["w%d-%d-%d" % (w, n, j)
+                                     for j in range(4)], part)
                 deadline = time.monotonic() + 60
                 while True:
-                    assert time.monotonic() < deadline, "batch %d stuck" % n
+                    assert time.monotonic() < deadline, \
+                        "writer %d: batch %d stuck" % (w, n)
                     node = c[1 + k % 3]
                     k += 1
                     try:
@@ -787,30 +788,33 @@ def test_push_load_through_every_node_survives_leader_kill9_and_restart(
                     assert a["status"] in ("queued", "duplicate"), a
                     acked[(part, a["transaction_id"])] = a["offset"]
                 n += 1
-                batches[0] = n
+                done[w] = n
         except BaseException as e:  # noqa: BLE001 -- asserted below
             errors.append(e)
 
-    t = threading.Thread(target=writer, daemon=True)
-    t.start()
+    threads = [threading.Thread(target=writer, args=(w,), daemon=True)
+               for w in range(3)]
+    for t in threads:
+        t.start()
     try:
         def progress(more, what, timeout):
-            goal = batches[0] + more
-            wait_until(lambda: errors or batches[0] >= goal, timeout, what)
+            goal = sum(done) + more
+            wait_until(lambda: errors or sum(done) >= goal, timeout, what)
             assert not errors, errors
-        progress(60, "60 batches before the kill", 30)
+        progress(90, "90 batches before the kill", 30)
         old = c.leader()
         c.kill9(old)
         t_kill = time.monotonic()
         progress(1, "a batch after the kill", 20)
         failover = time.monotonic() - t_kill
-        progress(60, "60 batches on two nodes", 30)
+        progress(90, "90 batches on two nodes", 30)
         c.start_node(old)
-        progress(60, "60 batches after the restart", 30)
+        progress(90, "90 batches after the restart", 30)
     finally:
         stop.set()
-        t.join(90)
-    assert not t.is_alive()
+        for t in threads:
+            t.join(90)
+    assert not any(t.is_alive() for t in threads)
     assert not errors, errors
     c.wait_converged(timeout=30)
     for part in ("p0", "p1"):
