@@ -55,6 +55,10 @@ struct metrics *metrics_new(void)
     m->raft_forward_served =
         metrics_family(m, "queen_raft_forward_served_total", METRIC_COUNTER,
                        "followers' writes this node proposed as the leader");
+    m->raft_refused = metrics_family(
+        m, "queen_raft_connections_refused_total", METRIC_COUNTER,
+        "connections the raft port refused (no proof of "
+        "QUEEN_RAFT_TOKEN, garbage, a stalled handshake)");
     m->safe_time =
         metrics_family(m, "queen_safe_time_seconds", METRIC_GAUGE,
                        "this node's safeTime (greatest applied stamp)");
@@ -327,6 +331,8 @@ static void metrics_refresh(struct api *a)
         node_forward_counts(a->node, &fwd, &served);
         metrics_set(m, m->raft_forwarded, NULL, (double)fwd);
         metrics_set(m, m->raft_forward_served, NULL, (double)served);
+        metrics_set(m, m->raft_refused, NULL,
+                    (double)node_refused_connections(a->node));
     }
     metrics_set(m, m->fetch_waiting, NULL, (double)a->lp.n_parked);
     metrics_set(m, m->fetch_rereads, NULL, (double)a->n_rereads);

@@ -49,7 +49,7 @@ struct metrics {
     /* the broker's families, registered by metrics_new() */
     int push_requests, push_records, push_duplicates, push_bytes;
     int raft_applied, raft_commit, raft_is_leader, safe_time;
-    int raft_term, raft_forwarded, raft_forward_served;
+    int raft_term, raft_forwarded, raft_forward_served, raft_refused;
     int store_size, store_records, store_partitions, store_queues;
     int fetch_waiting, fetch_rereads, fetch_refused;
 };

@@ -315,6 +315,14 @@ void node_forward_counts(const struct node *n, uint64_t *forwarded,
     *served = n->fw_served;
 }
 
+uint64_t node_refused_connections(const struct node *n)
+{
+    uint64_t refused = 0;
+
+    rtransport_stats(&n->transport, NULL, &refused);
+    return refused;
+}
+
 uint64_t node_commit_index(const struct node *n)
 {
     return n->raft.commit_index;
@@ -1265,7 +1273,7 @@ static void fwd_dialed(void *arg, uv_stream_t *stream, int status)
         }
         n->fw_leader = 0;
         snprintf(msg, sizeof(msg), "cannot reach the leader: %s",
-                 status != 0 ? uv_strerror(status) : "node is closing");
+                 status != 0 ? rtransport_strerror(status) : "node is closing");
         fwd_fail(n, true, ERR_NOT_LEADER, msg);
         return;
     }

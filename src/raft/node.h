@@ -192,6 +192,8 @@ int node_member_remove(struct node *n, uint64_t id, node_change_fn cb,
  * proposed for its followers (node.c "Forwarded proposals"). */
 void node_forward_counts(const struct node *n, uint64_t *forwarded,
                          uint64_t *served);
+/* Connections the raft port refused (no token proof, garbage, a stall). */
+uint64_t node_refused_connections(const struct node *n);
 uint64_t node_commit_index(const struct node *n);
 int64_t node_safe_time(const struct node *n);
 struct fsm *node_fsm(struct node *n);
