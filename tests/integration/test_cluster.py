@@ -720,6 +720,7 @@ def test_leader_kill9_survivors_elect_and_keep_every_push(make_cluster):
     assert time.monotonic() - t0 <= 15
     if r.status == 503:
         check_503(c, r)
+        assert r.json().get("leader", c[old].http_addr) == c[old].http_addr
     else:
         assert r.status == 201, r
         acked += [(a["offset"], a["transaction_id"]) for a in r.json()]
