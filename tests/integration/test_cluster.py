@@ -3,8 +3,8 @@ boot from empty directories, /health and /status, writes sent to a
 follower forwarded to the leader and read back on the node asked, 503
 no_leader without a majority, restart and wipe of a node, kill -9 of the
 leader (alone and under a push load), bad peers lists, rogue raft peers,
-and runtime membership (marked `membership`: deselect it with
--m "not membership" while it is not built).
+and runtime membership (marked `membership`, so a build without it can
+deselect it with -m "not membership").
 
 Every wait is a deadline on a real condition (queenproc.wait_until); the
 "never" checks (no term change while a rogue runs) poll the condition for
