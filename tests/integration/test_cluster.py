@@ -12,6 +12,8 @@ the whole span they speak about."""
 
 import hashlib
 import hmac
+import http.client
+import json
 import os
 import re
 import shutil
@@ -664,19 +666,59 @@ def _snapshot_knobs():
     return sorted(set(re.findall(r"QUEEN_RAFT_SNAPSHOT_[A-Z_]+", out)))
 
 
+# With its thresholds left to the node, libraft snapshots after at most
+# 32768 entries (src/raft/node.c SNAP_THRESHOLD_MAX) and keeps at most 4096
+# of them: past this many entries a node with nothing needs a snapshot.
+AUTO_SNAPSHOT_ENTRIES = 32768
+
+
+def _fill_log(c, node, queue, entries):
+    """Push one record a request (one raft entry each) over one kept-alive
+    connection until node's applied index reaches entries; the
+    transactionIds pushed, in order."""
+    conn = http.client.HTTPConnection("127.0.0.1", node.port, timeout=20)
+    txns = []
+    try:
+        while True:
+            for _ in range(500):
+                t = "f%d" % len(txns)
+                conn.request("POST", "/api/v1/push",
+                             body=json.dumps({"items": items(queue, [t])}),
+                             headers={"content-type": "application/json"})
+                r = conn.getresponse()
+                body = r.read()
+                assert r.status == 201, (r.status, body)
+                txns.append(t)
+            if node.raft()["applied"] >= entries:
+                return txns
+    finally:
+        conn.close()
+
+
+def _snapshot_files(node):
+    d = os.path.join(node.data_dir, "raft")
+    return sorted(f for f in os.listdir(d) if f.startswith("snapshot-")
+                  and not f.endswith(".meta")) if os.path.isdir(d) else []
+
+
 @pytest.mark.parametrize("snapshot", [False, True],
                          ids=["log", "snapshot"])
 def test_wiped_node_rejoins_under_its_id_and_catches_up(make_cluster,
                                                         snapshot):
+    """A node whose directory was wiped rejoins under its id and gets
+    everything: from the log when the log still holds it all, from a
+    snapshot once the log was compacted (no setting lowers the snapshot
+    threshold, so that variant fills the log past it)."""
     env = {}
+    entries = 0
     if snapshot:
         knobs = _snapshot_knobs()
-        if "QUEEN_RAFT_SNAPSHOT_THRESHOLD" not in knobs:
-            pytest.skip("no QUEEN_RAFT_SNAPSHOT_THRESHOLD to force a "
-                        "snapshot (the automatic one needs 32768 entries)")
-        env["QUEEN_RAFT_SNAPSHOT_THRESHOLD"] = "1024"
-        if "QUEEN_RAFT_SNAPSHOT_TRAILING" in knobs:
-            env["QUEEN_RAFT_SNAPSHOT_TRAILING"] = "128"
+        entries = AUTO_SNAPSHOT_ENTRIES + 1000
+        if "QUEEN_RAFT_SNAPSHOT_THRESHOLD" in knobs:
+            env["QUEEN_RAFT_SNAPSHOT_THRESHOLD"] = "1024"
+            entries = 1024 + 1000
+            if "QUEEN_RAFT_SNAPSHOT_TRAILING" in knobs:
+                env["QUEEN_RAFT_SNAPSHOT_TRAILING"] = "128"
     c = make_cluster(env=env)
     lid = c.start()
     f = c.followers()[0]
@@ -685,18 +727,29 @@ def test_wiped_node_rejoins_under_its_id_and_catches_up(make_cluster,
     c.kill9(f.id)
     c.wipe(f.id)
     lid = c.leader(timeout=15)
-    n_pushes = 1300 if snapshot else 20
-    for i in range(n_pushes):
+    want = ["a%d" % i for i in range(10)]
+    if snapshot:
+        want += _fill_log(c, c[lid], "wp", entries)
+        assert _snapshot_files(c[lid]), "the leader took no snapshot"
+    for i in range(20):
         push_ok(c, c[lid], items("wp", ["b%d" % i]))
+        want.append("b%d" % i)
     c.start_node(f.id)
     c.wait_converged(timeout=60)
     logs = c.all_records("wp")
-    assert len(logs[f.id]) == 10 + n_pushes
+    assert [t for _, t, _ in logs[f.id]] == want
     assert all(v == logs[lid] for v in logs.values())
+    if snapshot:
+        # The leader's snapshot compacted its log (libraft keeps at most
+        # 4096 entries behind it): the wiped node can only have caught up
+        # by installing that snapshot, and it holds one.
+        assert _snapshot_files(f), "the wiped node installed no snapshot"
     r = f.raft()
     assert r["role"] == "follower" and r["leaderId"] == lid
     members = f.get("/status").json()["cluster"]["members"]
     assert sorted(m["id"] for m in members) == [1, 2, 3]
+    push_ok(c, f, items("wp", ["c0"]))
+    assert Cluster.records(f, "wp")[-1][1] == "c0"
 
 
 def test_leader_kill9_survivors_elect_and_keep_every_push(make_cluster):
