@@ -3,8 +3,8 @@ boot from empty directories, /health and /status, writes sent to a
 follower forwarded to the leader and read back on the node asked, 503
 no_leader without a majority, restart and wipe of a node, kill -9 of the
 leader (alone and under a push load), bad peers lists, rogue raft peers,
-and runtime membership (marked `membership`: deselect it with
--m "not membership" while it is not built).
+and runtime membership (marked `membership`, so a build without it can
+deselect it with -m "not membership").
 
 Every wait is a deadline on a real condition (queenproc.wait_until); the
 "never" checks (no term change while a rogue runs) poll the condition for
@@ -12,6 +12,8 @@ the whole span they speak about."""
 
 import hashlib
 import hmac
+import http.client
+import json
 import os
 import re
 import shutil
@@ -664,19 +666,59 @@ def _snapshot_knobs():
     return sorted(set(re.findall(r"QUEEN_RAFT_SNAPSHOT_[A-Z_]+", out)))
 
 
+# With its thresholds left to the node, libraft snapshots after at most
+# 32768 entries (src/raft/node.c SNAP_THRESHOLD_MAX) and keeps at most 4096
+# of them: past this many entries a node with nothing needs a snapshot.
+AUTO_SNAPSHOT_ENTRIES = 32768
+
+
+def _fill_log(c, node, queue, entries):
+    """Push one record a request (one raft entry each) over one kept-alive
+    connection until node's applied index reaches entries; the
+    transactionIds pushed, in order."""
+    conn = http.client.HTTPConnection("127.0.0.1", node.port, timeout=20)
+    txns = []
+    try:
+        while True:
+            for _ in range(500):
+                t = "f%d" % len(txns)
+                conn.request("POST", "/api/v1/push",
+                             body=json.dumps({"items": items(queue, [t])}),
+                             headers={"content-type": "application/json"})
+                r = conn.getresponse()
+                body = r.read()
+                assert r.status == 201, (r.status, body)
+                txns.append(t)
+            if node.raft()["applied"] >= entries:
+                return txns
+    finally:
+        conn.close()
+
+
+def _snapshot_files(node):
+    d = os.path.join(node.data_dir, "raft")
+    return sorted(f for f in os.listdir(d) if f.startswith("snapshot-")
+                  and not f.endswith(".meta")) if os.path.isdir(d) else []
+
+
 @pytest.mark.parametrize("snapshot", [False, True],
                          ids=["log", "snapshot"])
 def test_wiped_node_rejoins_under_its_id_and_catches_up(make_cluster,
                                                         snapshot):
+    """A node whose directory was wiped rejoins under its id and gets
+    everything: from the log when the log still holds it all, from a
+    snapshot once the log was compacted (no setting lowers the snapshot
+    threshold, so that variant fills the log past it)."""
     env = {}
+    entries = 0
     if snapshot:
         knobs = _snapshot_knobs()
-        if "QUEEN_RAFT_SNAPSHOT_THRESHOLD" not in knobs:
-            pytest.skip("no QUEEN_RAFT_SNAPSHOT_THRESHOLD to force a "
-                        "snapshot (the automatic one needs 32768 entries)")
-        env["QUEEN_RAFT_SNAPSHOT_THRESHOLD"] = "1024"
-        if "QUEEN_RAFT_SNAPSHOT_TRAILING" in knobs:
-            env["QUEEN_RAFT_SNAPSHOT_TRAILING"] = "128"
+        entries = AUTO_SNAPSHOT_ENTRIES + 1000
+        if "QUEEN_RAFT_SNAPSHOT_THRESHOLD" in knobs:
+            env["QUEEN_RAFT_SNAPSHOT_THRESHOLD"] = "1024"
+            entries = 1024 + 1000
+            if "QUEEN_RAFT_SNAPSHOT_TRAILING" in knobs:
+                env["QUEEN_RAFT_SNAPSHOT_TRAILING"] = "128"
     c = make_cluster(env=env)
     lid = c.start()
     f = c.followers()[0]
@@ -685,18 +727,29 @@ def test_wiped_node_rejoins_under_its_id_and_catches_up(make_cluster,
     c.kill9(f.id)
     c.wipe(f.id)
     lid = c.leader(timeout=15)
-    n_pushes = 1300 if snapshot else 20
-    for i in range(n_pushes):
+    want = ["a%d" % i for i in range(10)]
+    if snapshot:
+        want += _fill_log(c, c[lid], "wp", entries)
+        assert _snapshot_files(c[lid]), "the leader took no snapshot"
+    for i in range(20):
         push_ok(c, c[lid], items("wp", ["b%d" % i]))
+        want.append("b%d" % i)
     c.start_node(f.id)
     c.wait_converged(timeout=60)
     logs = c.all_records("wp")
-    assert len(logs[f.id]) == 10 + n_pushes
+    assert [t for _, t, _ in logs[f.id]] == want
     assert all(v == logs[lid] for v in logs.values())
+    if snapshot:
+        # The leader's snapshot compacted its log (libraft keeps at most
+        # 4096 entries behind it): the wiped node can only have caught up
+        # by installing that snapshot, and it holds one.
+        assert _snapshot_files(f), "the wiped node installed no snapshot"
     r = f.raft()
     assert r["role"] == "follower" and r["leaderId"] == lid
     members = f.get("/status").json()["cluster"]["members"]
     assert sorted(m["id"] for m in members) == [1, 2, 3]
+    push_ok(c, f, items("wp", ["c0"]))
+    assert Cluster.records(f, "wp")[-1][1] == "c0"
 
 
 def test_leader_kill9_survivors_elect_and_keep_every_push(make_cluster):
@@ -720,6 +773,7 @@ def test_leader_kill9_survivors_elect_and_keep_every_push(make_cluster):
     assert time.monotonic() - t0 <= 15
     if r.status == 503:
         check_503(c, r)
+        assert r.json().get("leader", c[old].http_addr) == c[old].http_addr
     else:
         assert r.status == 201, r
         acked += [(a["offset"], a["transaction_id"]) for a in r.json()]
@@ -746,8 +800,8 @@ def test_leader_kill9_survivors_elect_and_keep_every_push(make_cluster):
 
 def test_push_load_through_every_node_survives_leader_kill9_and_restart(
         make_cluster):
-    """A writer pushes batches with transactionIds to the three nodes in
-    turn, retrying 503s and refused connections; the leader is killed
+    """Three writers push batches with transactionIds to the three nodes
+    in turn, retrying 503s and refused connections; the leader is killed
     mid-way and restarted. Every push answered 201 is in every node's log
     exactly once, at the offset it was answered with, and the three logs
     are identical."""
@@ -755,20 +809,21 @@ def test_push_load_through_every_node_survives_leader_kill9_and_restart(
     c.start()
     stop = threading.Event()
     acked = {}  # (partition, txn) -> offset
-    batches = [0]
+    done = [0, 0, 0]  # batches answered 201, per writer
     errors = []
 
-    def writer():
-        k = 0
+    def writer(w):
+        k = w
         n = 0
         try:
             while not stop.is_set():
                 part = "p%d" % (n % 2)
-                its = items("load", ["t%d-%d" % (n, j) for j in range(4)],
-                            part)
+                its = items("load", ["w%d-%d-%d" % (w, n, j)
+                                     for j in range(4)], part)
                 deadline = time.monotonic() + 60
                 while True:
-                    assert time.monotonic() < deadline, "batch %d stuck" % n
+                    assert time.monotonic() < deadline, \
+                        "writer %d: batch %d stuck" % (w, n)
                     node = c[1 + k % 3]
                     k += 1
                     try:
@@ -787,30 +842,33 @@ def test_push_load_through_every_node_survives_leader_kill9_and_restart(
                     assert a["status"] in ("queued", "duplicate"), a
                     acked[(part, a["transaction_id"])] = a["offset"]
                 n += 1
-                batches[0] = n
+                done[w] = n
         except BaseException as e:  # noqa: BLE001 -- asserted below
             errors.append(e)
 
-    t = threading.Thread(target=writer, daemon=True)
-    t.start()
+    threads = [threading.Thread(target=writer, args=(w,), daemon=True)
+               for w in range(3)]
+    for t in threads:
+        t.start()
     try:
         def progress(more, what, timeout):
-            goal = batches[0] + more
-            wait_until(lambda: errors or batches[0] >= goal, timeout, what)
+            goal = sum(done) + more
+            wait_until(lambda: errors or sum(done) >= goal, timeout, what)
             assert not errors, errors
-        progress(60, "60 batches before the kill", 30)
+        progress(90, "90 batches before the kill", 30)
         old = c.leader()
         c.kill9(old)
         t_kill = time.monotonic()
         progress(1, "a batch after the kill", 20)
         failover = time.monotonic() - t_kill
-        progress(60, "60 batches on two nodes", 30)
+        progress(90, "90 batches on two nodes", 30)
         c.start_node(old)
-        progress(60, "60 batches after the restart", 30)
+        progress(90, "90 batches after the restart", 30)
     finally:
         stop.set()
-        t.join(90)
-    assert not t.is_alive()
+        for t in threads:
+            t.join(90)
+    assert not any(t.is_alive() for t in threads)
     assert not errors, errors
     c.wait_converged(timeout=30)
     for part in ("p0", "p1"):
@@ -852,11 +910,18 @@ def test_replace_a_dead_node_by_a_new_one(make_cluster):
     new = Node(4, os.path.join(c.root, "node-4"), p4, r4, {})
     c.nodes[4] = new
     new.extra_env = c.env_of(4)  # the peers list of the new membership
-    via = [n for n in c.live() if n.id != lid][0]  # a follower forwards it
-    r = via.post("/api/v1/cluster/members",
-                 {"id": 4, "raft": new.raft_addr, "http": new.http_addr})
-    assert r.status in (200, 201), r
+    # docs/operations.md: start the new node, then add it; the add
+    # answers once it caught up (202 joining past 30 s).
     c.start_node(4)
+    via = [n for n in c.live() if n.id not in (lid, 4)][0]
+    body = {"id": 4, "raft": new.raft_addr, "http": new.http_addr}
+    r = via.post("/api/v1/cluster/members", body, timeout=60)
+    if r.status == 503:  # membership runs on the leader: follow the hint
+        check_503(c, r)
+        hinted = [n for n in c.live() if n.http_addr == r.json()["leader"]]
+        assert hinted, r
+        r = hinted[0].post("/api/v1/cluster/members", body, timeout=60)
+    assert r.status in (200, 202), r
     c.wait_converged(timeout=30)
     ids = sorted(c.nodes)
     for node in c.live():
@@ -870,4 +935,6 @@ def test_replace_a_dead_node_by_a_new_one(make_cluster):
     c.kill9(lid)
     nl = c.leader(timeout=15)
     push_ok(c, c[nl], items("mb", ["m3"]))
-    assert [t for _, t, _ in Cluster.records(new, "mb")][-1] == "m3"
+    c.wait_converged()
+    assert [t for _, t, _ in Cluster.records(new, "mb")] == ["m0", "m1",
+                                                             "m2", "m3"]
