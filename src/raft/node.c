@@ -212,6 +212,9 @@ struct node {
     bool is_fw_held; /* the deferred queue waits for an answer (F1) */
     /* ... and as the leader that serves them. */
     struct fwd_peer *fw_peers;
+    struct raft_barrier fw_nudge; /* (F4) */
+    bool is_fw_nudging;
+    bool is_fw_nudge_due;
     uint64_t fw_forwarded; /* counters for /metrics */
     uint64_t fw_served;
 };
@@ -1069,6 +1072,13 @@ int node_barrier(struct node *n, node_applied_fn cb, void *arg, struct err *err)
  *        (it may have committed), they ask the caller to retry.
  *   (F3) The leader never forwards: a forwarded command is proposed
  *        locally or refused (ERR_NOT_LEADER), so a write travels one hop.
+ *   (F4) A follower learns that an entry committed from the leader's next
+ *        append or heartbeat (libraft sends one per heartbeat timeout when
+ *        idle): a forwarded write alone would wait up to two heartbeats
+ *        for its own apply. So once the leader answered a forwarded write
+ *        it appends a barrier (an entry the fsm never sees), whose append
+ *        carries the new commit index at once; one barrier at a time, and
+ *        one more after it when writes were answered meanwhile.
  */
 
 static void fwd_stream_free(uv_handle_t *h)
@@ -1417,6 +1427,35 @@ static void fwd_tick(struct node *n)
 
 /* ---- the leader's side -------------------------------------------------- */
 
+static void fwd_nudge(struct node *n);
+
+static void fwd_nudge_cb(struct raft_barrier *req, int status)
+{
+    struct node *n = req->data;
+
+    n->is_fw_nudging = false;
+    if (status == 0 && n->is_fw_nudge_due) {
+        fwd_nudge(n);
+    }
+}
+
+/* (F4): tell the followers the commit index now. */
+static void fwd_nudge(struct node *n)
+{
+    if (n->closing || raft_state(&n->raft) != RAFT_LEADER) {
+        return;
+    }
+    if (n->is_fw_nudging) {
+        n->is_fw_nudge_due = true;
+        return;
+    }
+    n->is_fw_nudge_due = false;
+    n->fw_nudge.data = n;
+    if (raft_barrier(&n->raft, &n->fw_nudge, fwd_nudge_cb) == 0) {
+        n->is_fw_nudging = true;
+    }
+}
+
 static void fwd_peer_release(struct fwd_peer *p)
 {
     struct node *n = p->node;
@@ -1462,6 +1501,7 @@ static void fwd_served(void *arg, int status, const struct fsm_result *res,
 
     if (status == 0) {
         fwd_reply(p, r->id, 0, res->index, NULL);
+        fwd_nudge(p->node);
     } else {
         fwd_reply(p, r->id, status, 0, err->msg);
     }
