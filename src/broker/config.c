@@ -80,6 +80,14 @@ static const struct cfg_row cfg_rows[] = {
         CONFIG_TOKEN_MAX, true,
         "shared secret the raft peers prove to each other (16 to 256 bytes; "
         "required with more than one peer)"),
+    ROW("QUEEN_RAFT_SNAPSHOT_THRESHOLD", CFG_U64, "0",
+        OFF(raft_snapshot_threshold), 0, 1048576, false,
+        "raft entries between snapshots (0: follow the mean entry size, "
+        "~448 MiB of log, 1024 to 32768 entries)"),
+    ROW("QUEEN_RAFT_SNAPSHOT_TRAILING", CFG_U64, "0",
+        OFF(raft_snapshot_trailing), 0, 1048576, false,
+        "raft entries kept behind a snapshot for slow followers (0: follow "
+        "the mean entry size, ~56 MiB of log)"),
     ROW("QUEEN_RAFT_SEGMENT_MB", CFG_U64, "64", OFF(raft_segment_mb), 1, 1024,
         false,
         "raft log segment size in MiB; three are preallocated, so the data "
@@ -457,6 +465,12 @@ static int config_validate_peers(struct config *c, const char *raw,
 static int config_validate(struct config *c, const char *peers_raw,
                            struct err *err)
 {
+    if (c->raft_snapshot_threshold != 0 && c->raft_snapshot_threshold < 64) {
+        return err_set(err, ERR_INVALID,
+                       "QUEEN_RAFT_SNAPSHOT_THRESHOLD=%" PRIu64
+                       ": 0 (automatic) or at least 64",
+                       c->raft_snapshot_threshold);
+    }
     if (c->raft_token[0] != '\0' && strlen(c->raft_token) < CONFIG_TOKEN_MIN) {
         return err_set(err, ERR_INVALID,
                        "QUEEN_RAFT_TOKEN=<redacted>: shorter than %d bytes",

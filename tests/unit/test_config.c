@@ -1,7 +1,7 @@
 /* Unit tests for src/broker/config: defaults, each setting's parser, the
  * "<VAR>=<value>: why" refusal, and the derived raft address. */
-#include "broker/config.h"
 #include "base/env.h"
+#include "broker/config.h"
 
 #include "base/log.h"
 #include "harness.h"
@@ -391,4 +391,20 @@ TEST(more_than_nine_peers_are_refused)
     EXPECT(strstr(err.msg, "more than 9 peers") != NULL);
     *strrchr(list, ',') = '\0';
     EXPECT_EQ_I64(config_parse_peers(list, out, &err), 9);
+}
+
+TEST(snapshot_spacing_is_automatic_or_at_least_64_entries)
+{
+    struct config c;
+    struct err err;
+
+    EXPECT_EQ_I64(load_one("QUEEN_PORT", "6101", &c, &err), 0);
+    EXPECT_EQ_U64(c.raft_snapshot_threshold, 0);
+    EXPECT_EQ_I64(load_one("QUEEN_RAFT_SNAPSHOT_THRESHOLD", "1024", &c, &err),
+                  0);
+    EXPECT_EQ_U64(c.raft_snapshot_threshold, 1024);
+    EXPECT_EQ_I64(load_one("QUEEN_RAFT_SNAPSHOT_THRESHOLD", "10", &c, &err),
+                  ERR_INVALID);
+    EXPECT(strstr(err.msg, "QUEEN_RAFT_SNAPSHOT_THRESHOLD=10: 0 (automatic) "
+                           "or at least 64") != NULL);
 }
