@@ -10,7 +10,7 @@ APT_PKGS=(
   libcurl4-openssl-dev libssl-dev libzstd-dev zlib1g-dev libsnappy-dev
   zstd curl openssl
   python3 python3-boto3 python3-botocore python3-zstandard python3-pandas python3-pytest
-  redis-server wrk hyperfine stress-ng
+  redis-server wrk hyperfine stress-ng faketime
 )
 APT_NORECOMMENDS=(prometheus)
 # Node.js: this image ships nodesource's nodejs (npm bundled); Debian's npm
