@@ -76,6 +76,10 @@ void api_cluster_block(const struct api *a, struct jw *w)
         jw_bool(w, m[i].id == a->self_id);
         jw_key(w, "leader");
         jw_bool(w, m[i].id == leader_id);
+        if (m[i].has_progress) {
+            jw_key(w, "matchIndex");
+            jw_u64(w, m[i].match_index);
+        }
         jw_obj_end(w);
     }
     jw_arr_end(w);

@@ -303,10 +303,22 @@ size_t node_members(const struct node *n, struct node_member *out, size_t cap)
 {
     const struct raft_configuration *c = &n->raft.configuration;
 
+    bool is_leader =
+        n->raft.state == RAFT_LEADER && n->raft.leader_state.progress != NULL;
+
     for (unsigned i = 0; i < c->n && i < cap; i++) {
         out[i].id = c->servers[i].id;
         out[i].raft_address = c->servers[i].address;
         out[i].is_voter = c->servers[i].role == RAFT_VOTER;
+        out[i].has_progress = is_leader;
+        if (!is_leader) {
+            continue;
+        }
+        if (c->servers[i].id == n->id) {
+            out[i].match_index = n->raft.last_stored;
+        } else {
+            out[i].match_index = n->raft.leader_state.progress[i].match_index;
+        }
     }
     return c->n;
 }

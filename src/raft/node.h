@@ -163,6 +163,10 @@ struct node_member {
     uint64_t id;
     const char *raft_address; /* borrowed until the configuration changes */
     bool is_voter;
+    /* On the leader only (has_progress): the highest index the member has
+     * stored (replication progress; the leader's own: its last stored). */
+    bool has_progress;
+    uint64_t match_index;
 };
 
 /* Copy up to cap members of the current configuration into out; returns
