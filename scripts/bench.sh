@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark present in bench/ (push, push_tls, longpoll, http, s3put,
-# parquet, sink, sink_lag, sink_mem, sink_partitions, as they appear), each
+# parquet, sink, sink_lag, sink_mem, sink_partitions, sink_takeover, as they
+# appear), each
 # printing its figures beside a peer measured in the same run (sink_lag
 # beside its goal: its peer is the window rule itself; BENCH_LAG_SECONDS=300
 # makes it the longest).
@@ -13,7 +14,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 rc=0
 ran=0
-for name in push push_tls longpoll http s3put parquet sink sink_lag sink_mem sink_partitions; do
+for name in push push_tls longpoll http s3put parquet sink sink_lag sink_mem sink_partitions sink_takeover; do
   for cand in "bench/$name.sh" "bench/$name.py" "bench/$name"; do
     [ -f "$cand" ] || continue
     echo "== bench/$name"
