@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/uuid7.h"
+#include "store/schema.h"
 
 static void put_u16(uint8_t *p, uint16_t v)
 {
@@ -435,24 +436,6 @@ int cmd_configure_decode(struct slice body, struct slice *queue,
 
 /* ---- RETENTION ---------------------------------------------------------- */
 
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--) {
-        p[i] = (uint8_t)v;
-        v >>= 8;
-    }
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-
-    for (int i = 0; i < 8; i++) {
-        v = v << 8 | p[i];
-    }
-    return v;
-}
-
 int cmd_trim_encode(struct buf *out, const uint8_t tenant[16],
                     const struct cmd_trim_item *items, size_t n,
                     struct err *err)
@@ -476,9 +459,9 @@ int cmd_trim_encode(struct buf *out, const uint8_t tenant[16],
         goto out_undo;
     }
     for (size_t i = 0; i < n; i++) {
-        put_u64(h, items[i].queue_id);
-        put_u64(h + 8, items[i].partition_id);
-        put_u64(h + 16, (uint64_t)items[i].log_start);
+        be64_put(h, items[i].queue_id);
+        be64_put(h + 8, items[i].partition_id);
+        be64_put(h + 16, (uint64_t)items[i].log_start);
         put_u16(h + 24, (uint16_t)items[i].partition.len);
         if (buf_append(out, h, sizeof(h), err) != 0 ||
             buf_append(out, items[i].partition.ptr, items[i].partition.len,
@@ -533,9 +516,9 @@ int cmd_trim_next(struct cmd_trim_iter *it, struct cmd_trim_item *item,
     }
     q = it->p + it->pos;
     n = get_u16(q + 24);
-    item->queue_id = get_u64(q);
-    item->partition_id = get_u64(q + 8);
-    item->log_start = (int64_t)get_u64(q + 16);
+    item->queue_id = be64_get(q);
+    item->partition_id = be64_get(q + 8);
+    item->log_start = (int64_t)be64_get(q + 16);
     if (n == 0 || n > CMD_NAME_MAX || it->len - it->pos - 26 < n ||
         item->log_start < 0) {
         return err_set(err, ERR_CORRUPT, "trim item %u is malformed",

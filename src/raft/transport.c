@@ -35,6 +35,7 @@
 #include "base/log.h"
 #include "base/sha256.h"
 #include "base/xalloc.h"
+#include "store/schema.h"
 
 /* ---- the wire format --------------------------------------------------- */
 
@@ -82,24 +83,6 @@ static int check_header(const uint8_t *in, uint8_t type)
         return RTRANSPORT_R_TYPE;
     }
     return RTRANSPORT_R_OK;
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--) {
-        p[i] = (uint8_t)v;
-        v >>= 8;
-    }
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-
-    for (int i = 0; i < 8; i++) {
-        v = (v << 8) | p[i];
-    }
-    return v;
 }
 
 /* HMAC(token, label_dial || Ns || hello[0..48) || address). */
@@ -169,7 +152,7 @@ size_t rtransport_hello_encode(const char *token,
 
     ASSERT(alen <= RTRANSPORT_ADDRESS_MAX);
     put_header(out, TYPE_HELLO, h->kind, (uint8_t)alen);
-    put_u64(out + 8, h->id);
+    be64_put(out + 8, h->id);
     memcpy(out + 16, h->nonce, RTRANSPORT_NONCE_LEN);
     memcpy(out + RTRANSPORT_HELLO_FIXED, (const uint8_t *)h->address, alen);
     dial_proof(token, server_nonce, out, out + RTRANSPORT_HELLO_FIXED, alen,
@@ -215,7 +198,7 @@ int rtransport_hello_verify(const char *token,
         return RTRANSPORT_R_PROOF;
     }
     h->kind = in[6];
-    h->id = get_u64(in + 8);
+    h->id = be64_get(in + 8);
     memcpy(h->nonce, in + 16, RTRANSPORT_NONCE_LEN);
     memcpy(h->proof, in + 48, RTRANSPORT_PROOF_LEN);
     h->address_len = alen;
