@@ -122,14 +122,16 @@ static void jp_link(struct jp *p, int32_t t)
     f->last = t;
 }
 
-/* Length of a valid UTF-8 sequence at s[0..avail), 0 if invalid. */
-static size_t jp_utf8(const unsigned char *s, size_t avail)
+size_t json_utf8_len(const unsigned char *s, size_t avail)
 {
     unsigned char c = s[0];
     unsigned char lo = 0x80;
     unsigned char hi = 0xbf;
     size_t len;
 
+    if (c < 0x80) {
+        return 1;
+    }
     if (c >= 0xc2 && c <= 0xdf) {
         len = 2;
     } else if (c >= 0xe0 && c <= 0xef) {
@@ -243,7 +245,7 @@ static int jp_string(struct jp *p, uint8_t *esc)
         } else if (s[i] < 0x20) {
             return jp_fail(p, "control character in string");
         } else {
-            size_t k = jp_utf8(s + i, p->n - i);
+            size_t k = json_utf8_len(s + i, p->n - i);
             if (k == 0) {
                 return jp_fail(p, "invalid UTF-8 in string");
             }

@@ -121,6 +121,11 @@ bool json_is_null(const struct json_doc *d, int i);
  * bytes raw. Bytes are not UTF-8 checked. */
 int json_escape(struct buf *b, const char *p, size_t n, struct err *err);
 
+/* Length of the valid UTF-8 sequence at s[0..avail) (1 for ASCII), or 0
+ * when it is not one: overlong forms, surrogates, above U+10FFFF or cut
+ * short (RFC 3629). avail >= 1. */
+size_t json_utf8_len(const unsigned char *s, size_t avail);
+
 /* The writer: compact output (no spaces), automatic commas, sticky error.
  * Borrows b, which must outlive the writer. After the first failure every
  * call is a no-op and jw_finish returns that error. */

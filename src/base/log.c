@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/json.h"
+
 #define LOG_KEY_MAX 64
 /* Room kept back for what closes a cut line: a quote, ,"truncated":true, a
  * brace and the newline. */
@@ -87,41 +89,6 @@ static bool puts_(struct w *w, const char *s)
     return put(w, s, strlen(s));
 }
 
-/* Length of the valid UTF-8 sequence at p, or 0. */
-static size_t utf8_len(const unsigned char *p, size_t left)
-{
-    unsigned char c = p[0];
-    size_t n;
-    unsigned char lo = 0x80;
-    unsigned char hi = 0xBF;
-
-    if (c < 0x80) {
-        return 1;
-    }
-    if (c >= 0xC2 && c <= 0xDF) {
-        n = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        lo = c == 0xE0 ? 0xA0 : 0x80;
-        hi = c == 0xED ? 0x9F : 0xBF;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        lo = c == 0xF0 ? 0x90 : 0x80;
-        hi = c == 0xF4 ? 0x8F : 0xBF;
-    } else {
-        return 0;
-    }
-    if (left < n || p[1] < lo || p[1] > hi) {
-        return 0;
-    }
-    for (size_t i = 2; i < n; i++) {
-        if (p[i] < 0x80 || p[i] > 0xBF) {
-            return 0;
-        }
-    }
-    return n;
-}
-
 /* logfmt quotes a value that is empty or holds a space, '"', '=', '\' or a
  * control byte. */
 static bool needs_quotes(const char *s)
@@ -142,7 +109,7 @@ static bool needs_quotes(const char *s)
 static size_t escape_one(const unsigned char *p, size_t left, char *t,
                          size_t *used)
 {
-    size_t n = utf8_len(p, left);
+    size_t n = json_utf8_len(p, left);
 
     *used = n == 0 ? 1 : n;
     if (n == 0) {
