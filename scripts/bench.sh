@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Runs every benchmark present in bench/ (push, push_tls, longpoll, http, s3put,
-# parquet, sink, sink_lag, sink_mem, sink_partitions, as they appear), each
-# printing its figures beside a peer measured in the same run (sink_lag
-# beside its goal: its peer is the window rule itself; BENCH_LAG_SECONDS=300
-# makes it the longest).
+# Runs every benchmark present in bench/ (push, push_tls, cluster, longpoll,
+# http, s3put, parquet, sink, sink_lag, sink_mem, sink_partitions, as they
+# appear), each printing its figures beside a peer measured in the same run
+# (sink_lag beside its goal: its peer is the window rule itself;
+# BENCH_LAG_SECONDS=300 makes it the longest).
 # Usage: scripts/bench.sh [build-dir]. A benchmark is bench/<name>.sh,
 # bench/<name>.py (run with Debian's /usr/bin/python3) or an executable
 # bench/<name>; each gets the build dir as its first argument.
@@ -13,7 +13,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 rc=0
 ran=0
-for name in push push_tls longpoll http s3put parquet sink sink_lag sink_mem sink_partitions; do
+for name in push push_tls cluster longpoll http s3put parquet sink sink_lag sink_mem sink_partitions; do
   for cand in "bench/$name.sh" "bench/$name.py" "bench/$name"; do
     [ -f "$cand" ] || continue
     echo "== bench/$name"
