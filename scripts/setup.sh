@@ -10,13 +10,13 @@ APT_PKGS=(
   libcurl4-openssl-dev libssl-dev libzstd-dev zlib1g-dev libsnappy-dev
   zstd curl openssl
   python3 python3-boto3 python3-botocore python3-zstandard python3-pandas python3-pytest
-  redis-server wrk hyperfine stress-ng faketime
+  redis-server nats-server wrk hyperfine stress-ng faketime
 )
 APT_NORECOMMENDS=(prometheus)
 # Node.js: this image ships nodesource's nodejs (npm bundled); Debian's npm
 # package conflicts with it, so Debian's nodejs+npm only where node is absent.
 command -v node >/dev/null 2>&1 || APT_PKGS+=(nodejs npm)
-NPM_MODS=(s3rver @duckdb/node-api hyparquet hyparquet-compressors)
+NPM_MODS=(s3rver @duckdb/node-api hyparquet hyparquet-compressors nats)
 
 # `setup.sh --list`: the Debian packages it installs, one a line (what
 # scripts/fresh-machine.sh purges).
@@ -45,8 +45,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
   done
   [ "${#rec[@]}" -eq 0 ] || $SUDO apt-get install -y -qq "${rec[@]}" >/dev/null
   [ "${#norec[@]}" -eq 0 ] || $SUDO apt-get install -y -qq --no-install-recommends "${norec[@]}" >/dev/null
-  # Debian starts redis-server and prometheus as services; tests start their own.
-  for svc in redis-server prometheus; do
+  # Debian starts redis-server, nats-server and prometheus as services; tests
+  # and benchmarks start their own.
+  for svc in redis-server nats-server prometheus; do
     (command -v systemctl >/dev/null && $SUDO systemctl stop "$svc" 2>/dev/null) || true
     $SUDO service "$svc" stop >/dev/null 2>&1 || true
   done
