@@ -335,7 +335,7 @@ void api_push_free(struct api_push *p)
 /* ---- the handler ----
  *
  * Group commit. A push entry costs a raft disk write and an LMDB write
- * transaction whatever its size, so while the node has PUSH_IN_FLIGHT
+ * transaction whatever its size, so while the node has push_in_flight()
  * entries not yet committed (being written), the requests that arrive wait
  * in that node's queue; when an entry is committed (node_on_commit, before
  * it applies), the queue becomes ONE entry (one command, one stamp, one
@@ -354,9 +354,16 @@ void api_push_free(struct api_push *p)
  * bodies, all of one tenant (a command has one tenant); a request that
  * would overflow it, or is another tenant's, flushes the queue first. */
 
-#define PUSH_IN_FLIGHT   1
-#define PUSH_BATCH_ITEMS 20000
-#define PUSH_BATCH_BYTES ((size_t)1 << 20)
+/* Entries not yet committed before requests wait: one on a single node,
+ * where a commit is one local fsync and a deeper pipe only makes entries
+ * smaller; more in a cluster, where a commit also waits for a peer's
+ * round trip (or, on a follower, the leader's answer) and one entry in
+ * flight left the disks idle (bench/cluster: +40% records/s and a lower
+ * p99 on 3 nodes at 4). */
+#define PUSH_IN_FLIGHT_ONE     1
+#define PUSH_IN_FLIGHT_CLUSTER 4
+#define PUSH_BATCH_ITEMS       20000
+#define PUSH_BATCH_BYTES       ((size_t)1 << 20)
 
 struct push_op {
     struct api *a;
@@ -382,6 +389,11 @@ struct push_queue {
 
 static struct push_queue *push_queues;
 
+static unsigned push_in_flight(struct node *node)
+{
+    return node_voters(node) > 1 ? PUSH_IN_FLIGHT_CLUSTER : PUSH_IN_FLIGHT_ONE;
+}
+
 static void push_flush(struct push_queue *q);
 
 /* node_on_commit: an entry left the disk; propose what waited for it. */
@@ -389,7 +401,7 @@ static void push_committed(void *arg)
 {
     struct push_queue *q = arg;
 
-    if (node_uncommitted(q->node) < PUSH_IN_FLIGHT) {
+    if (node_uncommitted(q->node) < push_in_flight(q->node)) {
         push_flush(q);
     }
 }
@@ -574,7 +586,7 @@ static void push_flush(struct push_queue *q)
 }
 
 /* Queue op for the node's next push entry; propose at once when fewer than
- * PUSH_IN_FLIGHT entries of the node are not yet committed. */
+ * push_in_flight() entries of the node are not yet committed. */
 static void push_submit(struct api *a, struct push_op *op)
 {
     struct push_queue *q = push_queue_of(a->node);
@@ -596,7 +608,7 @@ static void push_submit(struct api *a, struct push_op *op)
     q->tail = op;
     q->n_items += op->p.n;
     q->n_bytes += op->req->body.len;
-    if (node_uncommitted(q->node) < PUSH_IN_FLIGHT) {
+    if (node_uncommitted(q->node) < push_in_flight(q->node)) {
         push_flush(q);
     }
 }

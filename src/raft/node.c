@@ -299,6 +299,16 @@ uint64_t node_term(const struct node *n)
     return n->raft.current_term;
 }
 
+unsigned node_voters(const struct node *n)
+{
+    unsigned v = 0;
+
+    for (unsigned i = 0; i < n->raft.configuration.n; i++) {
+        v += n->raft.configuration.servers[i].role == RAFT_VOTER;
+    }
+    return v;
+}
+
 size_t node_members(const struct node *n, struct node_member *out, size_t cap)
 {
     const struct raft_configuration *c = &n->raft.configuration;

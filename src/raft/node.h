@@ -169,6 +169,9 @@ struct node_member {
     uint64_t match_index;
 };
 
+/* Voters in the current configuration. Loop thread. */
+unsigned node_voters(const struct node *n);
+
 /* Copy up to cap members of the current configuration into out; returns
  * how many there are. Loop thread. */
 size_t node_members(const struct node *n, struct node_member *out,
