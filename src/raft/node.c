@@ -85,6 +85,8 @@ struct proposal {
     struct node *node;
     node_applied_fn cb;
     void *arg;
+    struct proposal *next_failed; /* (P1) */
+    int failed_status;
 };
 
 /* A committed entry handed to the fsm by libraft, applied later (see
@@ -186,6 +188,9 @@ struct node {
     unsigned n_uncommitted;     /* our proposals not yet at apply_cb */
     node_commit_fn commit_fn;
     void *commit_arg;
+    /* (P1) proposals libraft failed, answered from the tick */
+    struct proposal *failed_head;
+    struct proposal *failed_tail;
     int (*fsm_apply)(struct raft_fsm *fsm, const struct raft_buffer *buf,
                      void **result);
     int (*fsm_snapshot)(struct raft_fsm *fsm, struct raft_buffer *bufs[],
@@ -369,6 +374,7 @@ static uint64_t fwd_hold_bound(const struct node *n);
 static void fwd_deliver(struct node *n, uint64_t index,
                         const struct fsm_result *res);
 static void fwd_tick(struct node *n);
+static void failed_drain(struct node *n);
 static void fwd_connect(struct node *n);
 static int forward_propose(struct node *n, int type, const void *cmd,
                            size_t len, node_applied_fn cb, void *arg,
@@ -571,6 +577,7 @@ static void tick_cb(uv_timer_t *t)
 {
     struct node *n = container_of(t, struct node, tick);
 
+    failed_drain(n); /* (P1) */
     check_leadership(n);
     fwd_tick(n);
     if (is_store_failing(n)) {
@@ -632,6 +639,44 @@ static void proposal_finish(struct proposal *p, int status,
     free(p);
 }
 
+/* (P1) libraft fails the requests in flight from inside its own state
+ * change (convertClear, when a leader steps down), while its leader state
+ * is half torn down: a callback that proposed again there (a push queue
+ * flushing its next batch) made raft_apply replicate through freed
+ * progress and crashed. So a failed proposal is only queued here and
+ * answered from the tick (or at close), outside libraft's stack. */
+static void failed_queue(struct node *n, struct proposal *p, int status)
+{
+    p->failed_status = status;
+    p->next_failed = NULL;
+    if (n->failed_tail != NULL) {
+        n->failed_tail->next_failed = p;
+    } else {
+        n->failed_head = p;
+    }
+    n->failed_tail = p;
+}
+
+/* Answer the queued failures, then let the batching proposer go on. */
+static void failed_drain(struct node *n)
+{
+    struct proposal *p = n->failed_head;
+
+    if (p == NULL) {
+        return;
+    }
+    n->failed_head = n->failed_tail = NULL;
+    while (p != NULL) {
+        struct proposal *next = p->next_failed;
+
+        proposal_finish(p, p->failed_status, NULL);
+        p = next;
+    }
+    if (n->commit_fn != NULL && !n->closing) {
+        n->commit_fn(n->commit_arg);
+    }
+}
+
 /* libraft calls this right after the fsm's apply of the proposal's entry:
  * a deferred entry (the queue's tail) gets the proposal parked on it. */
 static void apply_cb(struct raft_apply *req, int status, void *result)
@@ -641,7 +686,11 @@ static void apply_cb(struct raft_apply *req, int status, void *result)
 
     ASSERT(n->n_uncommitted > 0);
     n->n_uncommitted--;
-    if (status == 0 && result != NULL && result == (void *)n->d_tail) {
+    if (status != 0) {
+        failed_queue(n, p, status); /* (P1) */
+        return;
+    }
+    if (result != NULL && result == (void *)n->d_tail) {
         ASSERT(n->d_tail->index == req->index); /* (D1) */
         n->d_tail->prop = p;
         if (is_store_failing(n)) {
@@ -1997,6 +2046,7 @@ static void fail_start(struct node *n, bool raft_inited)
 {
     n->closing = true;
     drain_async(n);
+    failed_drain(n);
     deferred_abandon(n);
     if (raft_inited) {
         raft_close(&n->raft, raft_closed_cb);
@@ -2133,6 +2183,7 @@ static void reap_cb(uv_timer_t *t)
         return;
     }
     uv_timer_stop(t);
+    failed_drain(n); /* (P1): libraft is closed */
     deferred_abandon(n);
     raft_uv_close(&n->io);
     rtransport_free(&n->transport);

@@ -651,6 +651,78 @@ TEST(a_write_forwarded_without_a_quorum_is_answered_with_an_error)
     cluster_teardown(&c);
 }
 
+static void ignore_applied(void *arg, int status, const struct fsm_result *res,
+                           const struct err *err)
+{
+    (void)arg;
+    (void)status;
+    (void)res;
+    (void)err;
+}
+
+/* A proposal's callback that proposes again when its entry failed (what
+ * the push queue does: it flushes its next batch). */
+struct reproposer {
+    struct node *node;
+    int status;
+    bool is_done;
+    int again_rc;
+};
+
+static void reproposer_cb(void *arg, int status, const struct fsm_result *res,
+                          const struct err *err)
+{
+    struct reproposer *r = arg;
+    struct err e2 = {0};
+    struct buf b;
+
+    (void)res;
+    (void)err;
+    r->status = status;
+    r->is_done = true;
+    make_push(&b, "again", 1);
+    r->again_rc = node_propose(r->node, CMD_PUSH, b.data, b.len, ignore_applied,
+                               NULL, &e2);
+    buf_free(&b);
+}
+
+static struct reproposer *cluster_reproposer;
+
+static bool reproposer_done(void *arg)
+{
+    (void)arg;
+    return cluster_reproposer != NULL && cluster_reproposer->is_done;
+}
+
+/* (P1): a leader that loses its followers steps down and fails what it
+ * had in flight; a callback proposing again then must get a refusal, not
+ * run inside libraft's step-down (it crashed there). */
+TEST(a_proposal_failed_by_a_step_down_may_propose_again_from_its_callback)
+{
+    struct cluster c;
+    struct reproposer r = {0};
+    struct err err = {0};
+    struct buf b;
+    int leader = cluster_up(&c, 0);
+
+    EXPECT(cluster_push_wait(&c, leader, 0, 1));
+    cluster_stop(&c, (leader + 1) % 3);
+    cluster_stop(&c, (leader + 2) % 3);
+    r.node = c.node[leader];
+    cluster_reproposer = &r;
+    make_push(&b, "lonely", 1);
+    EXPECT_EQ_I64(node_propose(c.node[leader], CMD_PUSH, b.data, b.len,
+                               reproposer_cb, &r, &err),
+                  0);
+    buf_free(&b);
+    EXPECT(cluster_run(&c, reproposer_done, HARNESS_WAIT_S));
+    cluster_reproposer = NULL;
+    EXPECT(r.status != 0);
+    EXPECT_EQ_I64(r.again_rc, ERR_NOT_LEADER);
+    EXPECT(node_role(c.node[leader]) != NODE_LEADER);
+    cluster_teardown(&c);
+}
+
 TEST(a_follower_far_behind_is_restored_from_a_snapshot)
 {
     struct cluster c;
