@@ -4,6 +4,9 @@
 #   make test       unit tests, fuzz corpus replay, integration and e2e tests
 #   make check      setup + -Werror build + every test + unit tests under
 #                   ASan/UBSan + fuzz corpus replay (what CI runs)
+#   make check-cluster  the long cluster tests (pytest marker cluster_long:
+#                   network partitions in namespaces; root), which
+#                   `make check` leaves out
 #   make demo       the product page's "Try it" against a local S3 server
 #   make fuzz       libFuzzer targets, FUZZ_SECONDS each
 #   make lint       clang-format check, clang-tidy, cppcheck
@@ -96,7 +99,7 @@ PQREAD_OBJ:= $(PQREAD_SRC:%.c=$(BUILD)/obj/%.o)
 FUZZ_SECONDS ?= 20
 PY        := /usr/bin/python3
 
-.PHONY: all test unit replay integration check demo fuzz lint format bench clean setup tools stress-unit soak install
+.PHONY: all test unit replay integration check check-cluster demo fuzz lint format bench clean setup tools stress-unit soak install
 
 all: $(BUILD)/queen tools
 
@@ -155,6 +158,12 @@ replay: $(REPLAY_BIN)
 
 integration: $(BUILD)/queen tools
 	@tests/run_py.sh $(BUILD)
+
+# Only the tests marked cluster_long (tests/e2e/test_cluster_partitions.py),
+# which `integration` deselects; PYTEST_ARGS still adds to the command line.
+check-cluster: $(BUILD)/queen tools
+	@QUEEN_PY_MARK=cluster_long QUEEN_PY_LOG=build/results/pytest-cluster.log \
+	  tests/run_py.sh $(BUILD)
 
 test: all unit replay integration
 

@@ -11,6 +11,7 @@ APT_PKGS=(
   zstd curl openssl
   python3 python3-boto3 python3-botocore python3-zstandard python3-pandas python3-pytest
   redis-server nats-server wrk hyperfine stress-ng faketime
+  iproute2 iptables
 )
 APT_NORECOMMENDS=(prometheus)
 # Node.js: this image ships nodesource's nodejs (npm bundled); Debian's npm

@@ -29,6 +29,10 @@ def pytest_configure(config):
     config.addinivalue_line(
         "filterwarnings",
         "error::pytest.PytestUnhandledThreadExceptionWarning")
+    # The long cluster tests (network partitions, issue 14 item 5): run by
+    # `make check-cluster`; tests/run_py.sh (make check) deselects them.
+    config.addinivalue_line(
+        "markers", "cluster_long: a long cluster test (make check-cluster)")
 
 
 @pytest.fixture

@@ -2,6 +2,10 @@
 # Runs the Python integration and end-to-end suites (tests/integration,
 # tests/e2e, tests/bucket, tests/compat) with Debian's pytest against the
 # binaries in the build directory given as $1.
+#   QUEEN_PY_MARK  the pytest -m expression (default "not cluster_long": the
+#                  long cluster tests run in `make check-cluster`, which sets
+#                  it to cluster_long); a -m in PYTEST_ARGS wins over it
+#   QUEEN_PY_LOG   where pytest's output is kept (build/results/pytest.log)
 set -u
 build=${1:-build}
 if [ ! -d "$build" ] || [ $# -gt 1 ]; then
@@ -20,8 +24,9 @@ mkdir -p build/results
 if [ "${#dirs[@]}" -eq 0 ]; then
   echo "integration: no suites"; echo "py 0 0 0" >> build/results/summary; exit 0
 fi
-out=build/results/pytest.log
-/usr/bin/python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} "${dirs[@]}" 2>&1 | tee "$out"
+out=${QUEEN_PY_LOG:-build/results/pytest.log}
+mark=${QUEEN_PY_MARK:-not cluster_long}
+/usr/bin/python3 -m pytest -q -p no:cacheprovider -m "$mark" ${PYTEST_ARGS:-} "${dirs[@]}" 2>&1 | tee "$out"
 rc=${PIPESTATUS[0]}
 # pytest's closing line, e.g. "3 failed, 120 passed, 2 skipped, 1 error in
 # 80.1s" (counts in any order, each optional).

@@ -81,8 +81,10 @@ class TestBucket:
 
     def __init__(self, buckets=("lake",), access_key="queen",
                  secret_key="queen-secret-key", region="us-east-1",
-                 port=None, workdir=None, extra_keys=None, keep=None):
+                 port=None, workdir=None, extra_keys=None, keep=None,
+                 host="127.0.0.1"):
         self.buckets = list(buckets)
+        self.host = host
         self.access_key = access_key
         self.secret_key = secret_key
         self.region = region
@@ -112,7 +114,8 @@ class TestBucket:
             os.unlink(ready_file)
         cfg = {"workdir": self.workdir, "data_dir": self.data_dir,
                "s3rver_bin": ensure_s3rver(), "access_keys": self.keys,
-               "region": self.region, "port": self.port, "control_port": 0,
+               "region": self.region, "host": self.host, "port": self.port,
+               "control_port": 0,
                "log": self.log_path, "ready_file": ready_file}
         cfg_path = os.path.join(self.workdir, "proxy.json")
         fd = os.open(cfg_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -184,7 +187,7 @@ class TestBucket:
 
     @property
     def endpoint(self):
-        return "http://127.0.0.1:%d" % self.ready["port"]
+        return "http://%s:%d" % (self.host, self.ready["port"])
 
     @property
     def vhost_endpoint(self):

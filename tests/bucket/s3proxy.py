@@ -37,8 +37,11 @@ byte order) and reports CommonPrefixes wrongly.  The proxy therefore:
       encryption the request asked for (x-amz-server-side-encryption and
       its KMS key id).
 
-It listens on 127.0.0.1 only.  It dies with its parent: when the process that
-started it goes away, it stops s3rver and exits, so nothing leaks.
+It listens on 127.0.0.1 only (the data port on the config's "host" when
+given: the cluster partition tests bind it to an address their network
+namespaces reach; the control port stays on 127.0.0.1).  It dies with its
+parent: when the process that started it goes away, it stops s3rver and
+exits, so nothing leaks.
 """
 
 import argparse
@@ -1087,9 +1090,10 @@ class Server(http.server.ThreadingHTTPServer):
 
 
 class DataPort:
-    def __init__(self, app, port):
+    def __init__(self, app, port, host="127.0.0.1"):
         self.app = app
         self.port = port
+        self.host = host
         self.lock = threading.Lock()
         self.server = None
         self.conns = set()
@@ -1106,7 +1110,7 @@ class DataPort:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                server = Server(("127.0.0.1", self.port), Handler)
+                server = Server((self.host, self.port), Handler)
                 break
             except OSError:
                 if time.monotonic() > deadline:
@@ -1257,7 +1261,8 @@ def main():
         app.upstream = "127.0.0.1:%d" % s3port
         Handler.app = app
         Control.app = app
-        app.port = DataPort(app, cfg.get("port") or 0)
+        app.port = DataPort(app, cfg.get("port") or 0,
+                            cfg.get("host") or "127.0.0.1")
         app.port.up()
         control = Server(("127.0.0.1", cfg.get("control_port") or 0), Control)
         threading.Thread(target=control.serve_forever, args=(0.05,),

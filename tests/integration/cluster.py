@@ -31,20 +31,21 @@ class Node(Broker):
     """One member: a Broker with a raft id and a data directory that
     survives restarts (and can be wiped)."""
 
-    def __init__(self, node_id, root, port, raft_port, env):
+    def __init__(self, node_id, root, port, raft_port, env,
+                 host="127.0.0.1", wrap=None):
         self.id = node_id
         self.root = root
         os.makedirs(root, exist_ok=True)
         super().__init__(os.path.join(root, "data"), env=env, port=port,
-                         raft_port=raft_port)
+                         raft_port=raft_port, host=host, wrap=wrap)
 
     @property
     def http_addr(self):
-        return "127.0.0.1:%d" % self.port
+        return "%s:%d" % (self.host, self.port)
 
     @property
     def raft_addr(self):
-        return "127.0.0.1:%d" % self.raft_port
+        return "%s:%d" % (self.host, self.raft_port)
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
@@ -81,17 +82,22 @@ class Node(Broker):
 class Cluster:
     """n voters named 1..n. env: extra settings for every node;
     node_env: {id: {...}} for one node; token None leaves
-    QUEEN_RAFT_TOKEN unset."""
+    QUEEN_RAFT_TOKEN unset. hosts: {id: address} when the nodes do not
+    all run on 127.0.0.1 (each in a network namespace of its own: every
+    node then has the address to itself and the same two ports), wrap:
+    {id: argv prefix} that starts the node there."""
 
-    def __init__(self, root, n=3, env=None, token=TOKEN, node_env=None):
+    def __init__(self, root, n=3, env=None, token=TOKEN, node_env=None,
+                 hosts=None, wrap=None):
         self.root = str(root)
         self.token = token
-        ports = _free_ports(2 * n)
+        ports = _free_ports(2) * n if hosts else _free_ports(2 * n)
         self.nodes = {}
         for i in range(1, n + 1):
             self.nodes[i] = Node(i, os.path.join(self.root, "node-%d" % i),
                                  ports[2 * (i - 1)], ports[2 * (i - 1) + 1],
-                                 {})
+                                 {}, host=(hosts or {}).get(i, "127.0.0.1"),
+                                 wrap=(wrap or {}).get(i))
         self.base_env = dict(env or {})
         self.node_env = {k: dict(v) for k, v in (node_env or {}).items()}
         for node in self.nodes.values():

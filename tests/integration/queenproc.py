@@ -95,8 +95,16 @@ class Response:
 
 
 class Broker:
-    def __init__(self, data_dir, env=None, port=None, raft_port=None):
+    """One build/queen process. host: the address it binds and the tests
+    talk to (127.0.0.1 unless the test made another one, e.g. in a network
+    namespace); wrap: argv put before the binary (e.g. ["ip", "netns",
+    "exec", NS], which execs it, so the process is queen itself)."""
+
+    def __init__(self, data_dir, env=None, port=None, raft_port=None,
+                 host="127.0.0.1", wrap=None):
         self.data_dir = data_dir
+        self.host = host
+        self.wrap = list(wrap or [])
         self.port = port or free_port()
         self.raft_port = raft_port or free_port()
         self.extra_env = dict(env or {})
@@ -109,9 +117,9 @@ class Broker:
                if not k.startswith("QUEEN_")}
         env.update({
             "QUEEN_PORT": str(self.port),
-            "QUEEN_BIND_ADDR": "127.0.0.1",
+            "QUEEN_BIND_ADDR": self.host,
             "QUEEN_RAFT_DIR": self.data_dir,
-            "QUEEN_RAFT_LISTEN": "127.0.0.1:%d" % self.raft_port,
+            "QUEEN_RAFT_LISTEN": "%s:%d" % (self.host, self.raft_port),
         })
         env.update(self.extra_env)
         return env
@@ -123,7 +131,8 @@ class Broker:
             os.path.dirname(self.data_dir.rstrip("/")),
             "queen-stderr-%d.log" % self.starts)
         self._stderr = open(self.stderr_path, "wb")
-        self.proc = subprocess.Popen([queen_bin()], env=self.environment(),
+        self.proc = subprocess.Popen(self.wrap + [queen_bin()],
+                                     env=self.environment(),
                                      stdin=subprocess.DEVNULL,
                                      stdout=self._stderr,
                                      stderr=self._stderr)
@@ -149,7 +158,7 @@ class Broker:
             return f.read().decode("utf-8", "replace")
 
     def request(self, method, path, body=None, timeout=30, headers=None):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port,
+        conn = http.client.HTTPConnection(self.host, self.port,
                                           timeout=timeout)
         try:
             if body is not None and not isinstance(body, (bytes, bytearray)):
