@@ -373,9 +373,11 @@ def test_isolated_leader_acks_nothing_uncommitted(net_cluster, net_bucket,
                                                   lab):
     c = net_cluster(P2_QUEUES)
     lid = c.start(timeout=60)
-    pushers = [Pusher(c, P2_QUEUES, P2_PARTS, "n%d" % i, target=i,
+    # Two clients per node: a leader that cannot commit has one push entry
+    # in flight and queues the next client's behind it.
+    pushers = [Pusher(c, P2_QUEUES, P2_PARTS, "n%d%s" % (i, x), target=i,
                       give_up=ISOLATION_S + 45)
-               for i in c.nodes]
+               for i in c.nodes for x in "ab"]
     pushers[0].push_once()
     for pu in pushers:
         pu.start()
@@ -404,7 +406,7 @@ def test_isolated_leader_acks_nothing_uncommitted(net_cluster, net_bucket,
     finally:
         for pu in pushers:
             pu.stop()
-    iso = [a for a in pushers[lid - 1].answers
+    iso = [a for pu in pushers if pu.target == lid for a in pu.answers
            if a[1] > t_cut and a[2] < t_heal]
     by_status = collections.Counter(a[3] for a in iso)
     print("the isolated leader's answers while cut: %s" % dict(by_status))
