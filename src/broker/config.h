@@ -37,18 +37,18 @@ struct config {
     /* This node's raft address as its peers dial it: its QUEEN_RAFT_PEERS
      * entry, else raft_listen. */
     char raft_advertise[CONFIG_ADDR_MAX];
-    uint64_t raft_segment_mb;          /* QUEEN_RAFT_SEGMENT_MB */
-    uint64_t raft_snapshot_threshold;  /* 0 = automatic */
-    uint64_t raft_snapshot_trailing;   /* 0 = automatic */
+    uint64_t raft_segment_mb;         /* QUEEN_RAFT_SEGMENT_MB */
+    uint64_t raft_snapshot_threshold; /* 0 = automatic */
+    uint64_t raft_snapshot_trailing;  /* 0 = automatic */
     /* QUEEN_RAFT_PEERS: every voter of the cluster, this node included;
      * n_peers 0 = a single node (the list was unset). */
     size_t n_peers;
     struct config_peer peers[CONFIG_MAX_PEERS];
     char raft_token[CONFIG_TOKEN_MAX + 1]; /* QUEEN_RAFT_TOKEN, secret */
-    uint64_t max_body_bytes;           /* QUEEN_MAX_BODY_BYTES */
-    uint64_t max_long_polls;           /* QUEEN_MAX_LONG_POLLS */
-    uint64_t max_long_polls_per_conn;  /* QUEEN_MAX_LONG_POLLS_PER_CONN */
-    int log_level;                     /* QUEEN_LOG_LEVEL, enum log_level */
+    uint64_t max_body_bytes;               /* QUEEN_MAX_BODY_BYTES */
+    uint64_t max_long_polls;               /* QUEEN_MAX_LONG_POLLS */
+    uint64_t max_long_polls_per_conn;      /* QUEEN_MAX_LONG_POLLS_PER_CONN */
+    int log_level;                         /* QUEEN_LOG_LEVEL, enum log_level */
     int log_format;                    /* QUEEN_LOG_FORMAT, enum log_format */
     bool tenancy_header;               /* QUEEN_TENANCY_HEADER */
     bool kv_unsafe_sink_writes;        /* QUEEN_KV_UNSAFE_SINK_WRITES */
@@ -99,8 +99,6 @@ bool config_parse_size(const char *s, uint64_t *out);
  * wrong (which entry, and why: malformed, id 0, duplicate id or address,
  * too many). Checks the list alone; config_load() then checks it against
  * this node's id, QUEEN_RAFT_LISTEN, QUEEN_PORT and QUEEN_RAFT_TOKEN. */
-int config_parse_peers(const char *s, struct config_peer *out,
-                       struct err *err);
-
+int config_parse_peers(const char *s, struct config_peer *out, struct err *err);
 
 #endif

@@ -1412,6 +1412,8 @@ static void fwd_check_leader(struct node *n, uint64_t lid)
     }
 }
 
+/* node_propose()'s seven parameters. */
+// NOLINTNEXTLINE(readability-function-size)
 static int forward_propose(struct node *n, int type, const void *cmd,
                            size_t len, node_applied_fn cb, void *arg,
                            struct err *err)
@@ -1570,11 +1572,12 @@ static void fwd_served(void *arg, int status, const struct fsm_result *res,
     struct fwd_req *r = arg;
     struct fwd_peer *p = r->peer;
 
-    if (status == 0) {
+    if (status == 0 && res != NULL) {
         fwd_reply(p, r->id, 0, res->index, NULL);
         fwd_nudge(p->node);
     } else {
-        fwd_reply(p, r->id, status, 0, err->msg);
+        fwd_reply(p, r->id, status != 0 ? status : ERR_IO, 0,
+                  err != NULL ? err->msg : "the entry left no result");
     }
     p->pending--;
     fwd_peer_release(p);

@@ -42,14 +42,14 @@ struct node_peer {
 };
 
 struct node_config {
-    const char *dir;          /* QUEEN_RAFT_DIR; raft/ and store/ inside */
-    uint64_t id;              /* this node's id, >= 1 */
+    const char *dir;            /* QUEEN_RAFT_DIR; raft/ and store/ inside */
+    uint64_t id;                /* this node's id, >= 1 */
     const char *raft_address;   /* this node's address as peers dial it */
     const char *listen_address; /* where to bind; NULL = raft_address */
     /* The shared secret raft peers prove (raft/transport.h); NULL or "" =
      * no peer can connect (a single node needs none). */
     const char *token;
-    size_t n_peers;           /* voters including this node; 0 = only self */
+    size_t n_peers; /* voters including this node; 0 = only self */
     struct node_peer peers[NODE_MAX_PEERS];
     unsigned election_timeout_ms;  /* 0 = 1000 */
     unsigned heartbeat_timeout_ms; /* 0 = 100 */
@@ -174,8 +174,7 @@ unsigned node_voters(const struct node *n);
 
 /* Copy up to cap members of the current configuration into out; returns
  * how many there are. Loop thread. */
-size_t node_members(const struct node *n, struct node_member *out,
-                    size_t cap);
+size_t node_members(const struct node *n, struct node_member *out, size_t cap);
 
 /* Called once per membership change, on the loop thread: status 0 when the
  * new configuration is committed, else the ERR_* with err. */
