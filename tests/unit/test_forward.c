@@ -190,8 +190,8 @@ static uv_stream_t *pipe_of(uv_loop_t *loop, int fd)
 TEST(a_connection_delivers_frames_whole_and_in_order_then_closes_once)
 {
     struct pair p = {.is_in_order = true, .big_len = 5 << 20};
-    uint8_t small[8];
-    uint8_t *big = malloc(p.big_len);
+    uint8_t small[8] = {0};
+    uint8_t *big = calloc(1, p.big_len);
     struct err err = {0};
     int fds[2];
     int64_t deadline = harness_now_ms() + HARNESS_WAIT_MS;
@@ -204,10 +204,11 @@ TEST(a_connection_delivers_frames_whole_and_in_order_then_closes_once)
         struct fwd_frame f = {
             .op = FWD_OP_PROPOSE, .id = (uint64_t)i, .type = 1};
         bool is_big = i == PAIR_FRAMES / 2;
+        uint8_t *bytes = is_big ? big : small;
 
-        f.cmd = is_big ? big : small;
         f.cmd_len = is_big ? p.big_len : sizeof(small);
-        memset(is_big ? big : small, i, f.cmd_len);
+        memset(bytes, i, f.cmd_len); /* filled before it is sent */
+        f.cmd = bytes;
         EXPECT_EQ_I64(fwd_conn_send(p.a, &f, &err), 0);
     }
     while (p.closed < 2 && harness_now_ms() < deadline) {
