@@ -29,6 +29,11 @@ def pytest_configure(config):
     config.addinivalue_line(
         "filterwarnings",
         "error::pytest.PytestUnhandledThreadExceptionWarning")
+    # The long cluster tests (minutes each): `make check-cluster` and
+    # `make soak-cluster`, not `make check` (tests/run_py.sh deselects
+    # them).
+    config.addinivalue_line(
+        "markers", "cluster_long: a long cluster test, outside make check")
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the Python integration and end-to-end suites (tests/integration,
 # tests/e2e, tests/bucket, tests/compat) with Debian's pytest against the
-# binaries in the build directory given as $1.
+# binaries in the build directory given as $1. Tests marked cluster_long
+# (minutes each) are left to make check-cluster and make soak-cluster.
 set -u
 build=${1:-build}
 if [ ! -d "$build" ] || [ $# -gt 1 ]; then
@@ -21,7 +22,7 @@ if [ "${#dirs[@]}" -eq 0 ]; then
   echo "integration: no suites"; echo "py 0 0 0" >> build/results/summary; exit 0
 fi
 out=build/results/pytest.log
-/usr/bin/python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} "${dirs[@]}" 2>&1 | tee "$out"
+/usr/bin/python3 -m pytest -q -p no:cacheprovider -m "not cluster_long" ${PYTEST_ARGS:-} "${dirs[@]}" 2>&1 | tee "$out"
 rc=${PIPESTATUS[0]}
 # pytest's closing line, e.g. "3 failed, 120 passed, 2 skipped, 1 error in
 # 80.1s" (counts in any order, each optional).
