@@ -84,6 +84,7 @@ class Soak:
         self.kills = []                      # (kind, node id)
         self.outages = 0
         self.retries = 0
+        self.duplicates = 0  # retried items the first attempt committed
         self.batches = 0
         self.errors = []
         # every thread's own random stream, drawn here so the seed alone
@@ -152,6 +153,7 @@ class Soak:
                     # a duplicate is a retried item whose first attempt
                     # was committed: the answer names that record
                     key = (it["partition"], a["offset"])
+                    self.duplicates += a["status"] == "duplicate"
                     if key in self.acked[queue]:
                         self.errors.append(
                             "%s %r/%d acknowledged twice (%r, then %r)"
@@ -344,10 +346,11 @@ def test_soak_cluster_kill9_loses_nothing(sink_cluster, bucket):
     c.check_alive()
     kinds = [k for k, _ in soak.kills]
     print("soak-cluster: %d kills (%d leader, %d owner, %d follower), %d "
-          "bucket outages, %d batches, %d retries, acked %d + %d"
-          % (len(kinds), kinds.count("leader"), kinds.count("owner"),
-             kinds.count("follower"), soak.outages, soak.batches,
-             soak.retries, len(soak.acked[KEEP]), len(soak.acked[TRIM])))
+          "bucket outages, %d batches, %d retries, %d duplicates, acked %d "
+          "+ %d" % (len(kinds), kinds.count("leader"), kinds.count("owner"),
+                    kinds.count("follower"), soak.outages, soak.batches,
+                    soak.retries, soak.duplicates, len(soak.acked[KEEP]),
+                    len(soak.acked[TRIM])))
     c.leader(120)
     c.wait_converged(120)
 
