@@ -4,10 +4,11 @@ once), every push the cluster acknowledged is in every node's log, the
 three logs are the same, and the lake equals the log exactly once.
 
 Three sink nodes (tests/integration/cluster.py, the settings of
-tests/e2e/test_cluster_sink.py) mirror two queues into one bucket:
-  - soak.keep has no retention: at the end every node's log of every
-    partition is read back (payloads byte for byte) and the three must be
-    identical (offsets, transactionIds, stamps, payload bytes); every
+tests/e2e/test_cluster_sink.py) mirror three queues into one bucket (one
+each, when placement has settled):
+  - soak.keep and soak.keep2 have no retention: at the end every node's
+    log of every partition is read back (payloads byte for byte) and the
+    three must be identical (offsets, transactionIds, stamps, payloads); every
     acknowledged push must be in it with its transactionId and payload;
     and the lake must equal that log exactly (lake.py's verify_queue: every
     record once, byte-exact, the broker's stamp, nothing else, no lost
@@ -32,8 +33,11 @@ The killer, every 3 to 9 s, sends SIGKILL to the leader, the node owning
 most queues in the sink, or a random follower; the victim stays down 0.5 to
 6 s while the others go on, then restarts on its data directory, and the
 next kill waits until the three agree on a leader and the victim has
-applied what was committed when it came back. Now and then the bucket
-answers 503 for a few seconds instead.
+applied what was committed when it came back. Some victims come back with
+one of the sink's five crash points armed (QUEEN_S3_CRASH_AT): once the
+node owns a queue again it aborts inside the commit sequence, and another
+node takes the half-done window over; it then restarts disarmed. Now and
+then the bucket answers 503 for a few seconds instead.
 
 The seed is QUEEN_SOAK_SEED (random when unset; printed either way), the
 chaos lasts QUEEN_SOAK_SECONDS (120). Re-run a failure with its seed.
@@ -59,7 +63,9 @@ from test_cluster_sink import (assert_no_window_twice, busiest, owners,
 pytestmark = pytest.mark.cluster_long
 
 KEEP, TRIM = single.KEEP, single.TRIM
-QUEUES = [KEEP, TRIM]
+KEEP2 = "soak.keep2"
+KEEPS = [KEEP, KEEP2]
+QUEUES = [KEEP, KEEP2, TRIM]
 PARTITIONS = single.PARTITIONS
 PAYLOADS = single.PAYLOADS
 COMPRESSION = "gzip"  # the sink_cluster fixture's
@@ -79,9 +85,10 @@ class Soak:
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.stop = threading.Event()
-        self.acked = {KEEP: {}, TRIM: {}}    # (p, o) -> (txn, payload)
-        self.logged = {KEEP: {}, TRIM: {}}   # (p, o) -> (txn, ts)
-        self.kills = []                      # (kind, node id)
+        self.acked = {q: {} for q in QUEUES}   # (p, o) -> (txn, payload)
+        self.logged = {q: {} for q in QUEUES}  # (p, o) -> (txn, ts)
+        self.kills = []                        # (kind, node id)
+        self.crashes = []                      # (crash point, node id)
         self.outages = 0
         self.retries = 0
         self.duplicates = 0  # retried items the first attempt committed
@@ -127,7 +134,7 @@ class Soak:
         rng = random.Random(self.seeds[home.id])
         n = 0
         while not self.stop.is_set():
-            queue = KEEP if rng.random() < 0.5 else TRIM
+            queue = rng.choice(QUEUES)
             items = []
             for _ in range(rng.randint(1, 12)):
                 n += 1
@@ -235,7 +242,8 @@ class Soak:
             time.sleep(self.rng.uniform(3.0, 9.0))
             if time.monotonic() >= until:
                 break
-            if self.rng.random() < 0.15:
+            r = self.rng.random()
+            if r < 0.15:
                 # the bucket goes away: the sink stops reading, retention
                 # trims soak.trim meanwhile
                 self.outages += 1
@@ -249,7 +257,38 @@ class Soak:
             print("soak-cluster: %.1f s: kill -9 of node %d (%s)"
                   % (time.monotonic() - self.t0, vid, kind))
             time.sleep(self.rng.uniform(0.5, 6.0))
+            if r < 0.35:
+                self.crash_point(vid)
             self.restart(vid)
+
+    def crash_point(self, vid):
+        """Start vid with a crash point of the sink's commit sequence
+        armed: it aborts there once it owns a queue again and commits a
+        window of it (or redoes an intent at boot), and another node takes
+        the queue over from the half-done commit. No other node is killed
+        meanwhile; after 40 s without the crash it is killed anyway. vid
+        is down again on return."""
+        node = self.c[vid]
+        point = self.rng.choice(single.CRASH_POINTS)
+        node.extra_env["QUEEN_S3_CRASH_AT"] = point
+        try:
+            self.c.start_node(vid)
+            end = time.monotonic() + 40
+            while node.proc.poll() is None and time.monotonic() < end:
+                time.sleep(0.1)
+            if node.proc.poll() is None:
+                print("soak-cluster: %.1f s: node %d never reached %s"
+                      % (time.monotonic() - self.t0, vid, point))
+                self.c.kill9(vid)
+            else:
+                node.proc.wait(10)
+                node._reap()
+                self.crashes.append((point, vid))
+                print("soak-cluster: %.1f s: node %d aborted at %s"
+                      % (time.monotonic() - self.t0, vid, point))
+        finally:
+            node.extra_env.pop("QUEEN_S3_CRASH_AT", None)
+        time.sleep(self.rng.uniform(0.0, 2.0))
 
     def restart(self, vid):
         """Start vid again; return once the three agree on a leader and
@@ -321,12 +360,14 @@ def test_soak_cluster_kill9_loses_nothing(sink_cluster, bucket):
     print("\nsoak-cluster: seed %d, %d s of chaos (QUEEN_SOAK_SEED=%d to "
           "re-run)" % (seed, seconds, seed))
     c = sink_cluster(QUEUES, QUEEN_S3_THREADS="2",
+                     QUEEN_TEST_MODE="true",  # crash points may be armed
                      # a small buffer: in a bucket outage the sink stops
                      # reading, and retention trims what it has not read
                      QUEEN_S3_MEMORY_MB="2")
     c.start(timeout=120)
     node = c.leader_node(60)
-    configure(node, KEEP)
+    for q in KEEPS:
+        configure(node, q)
     configure(node, TRIM, retentionEnabled=True, retentionSeconds=2)
     soak = Soak(c, bucket, seed)
     threads = [threading.Thread(target=soak.pusher, args=("n%d" % i, c[i]))
@@ -346,34 +387,40 @@ def test_soak_cluster_kill9_loses_nothing(sink_cluster, bucket):
     c.check_alive()
     kinds = [k for k, _ in soak.kills]
     print("soak-cluster: %d kills (%d leader, %d owner, %d follower), %d "
-          "bucket outages, %d batches, %d retries, %d duplicates, acked %d "
-          "+ %d" % (len(kinds), kinds.count("leader"), kinds.count("owner"),
-                    kinds.count("follower"), soak.outages, soak.batches,
-                    soak.retries, soak.duplicates, len(soak.acked[KEEP]),
-                    len(soak.acked[TRIM])))
+          "crash points fired, %d bucket outages, %d batches, %d retries, "
+          "%d duplicates, acked %d + %d + %d"
+          % (len(kinds), kinds.count("leader"), kinds.count("owner"),
+             kinds.count("follower"), len(soak.crashes), soak.outages,
+             soak.batches, soak.retries, soak.duplicates,
+             len(soak.acked[KEEP]), len(soak.acked[KEEP2]),
+             len(soak.acked[TRIM])))
     c.leader(120)
     c.wait_converged(120)
 
-    # soak.keep: the three logs are one, every acknowledged push is in it,
-    # and the lake equals it exactly once.
-    logs = node_logs(c, KEEP)
-    assert len(logs) == 3, sorted(logs)
-    log = compare_logs(logs, KEEP, whole=True)
-    assert all(s == 0 for s in log.starts.values()), log.starts
-    for (p, o), (txn, payload) in sorted(soak.acked[KEEP].items()):
-        assert (p, o) in log.records, \
-            "soak.keep %r/%d was acknowledged and is not in the log" % (p, o)
-        _, l_txn, l_payload = log.records[(p, o)]
-        assert (l_txn, l_payload) == (txn, lake._lake_payload(payload,
-                                                              "jsonl")), \
-            "soak.keep %r/%d: the log holds %r, the push was acked as %r" % (
-                p, o, (l_txn, l_payload[:80]), (txn, payload[:80]))
-    whole = [(p, o, txn, payload)
-             for (p, o), (_, txn, payload) in log.records.items()]
+    # soak.keep and soak.keep2: the three logs are one, every acknowledged
+    # push is in it, and the lake equals it exactly once.
     reader = lake.bucket_reader(bucket)
-    keep = lake.wait_queue(reader, PREFIX, TENANT, KEEP, whole, 300,
-                           compression=COMPRESSION, align="none", log=log)
-    assert keep["records"] == len(whole) and not keep["lost"], keep
+    keep = {}
+    for q in KEEPS:
+        logs = node_logs(c, q)
+        assert len(logs) == 3, sorted(logs)
+        log = compare_logs(logs, q, whole=True)
+        assert all(s == 0 for s in log.starts.values()), log.starts
+        for (p, o), (txn, payload) in sorted(soak.acked[q].items()):
+            assert (p, o) in log.records, \
+                "%s %r/%d was acknowledged and is not in the log" % (q, p, o)
+            _, l_txn, l_payload = log.records[(p, o)]
+            want = lake._lake_payload(payload, "jsonl")
+            assert (l_txn, l_payload) == (txn, want), \
+                "%s %r/%d: the log holds %r, the push was acked as %r" % (
+                    q, p, o, (l_txn, l_payload[:80]), (txn, payload[:80]))
+        whole = [(p, o, txn, payload)
+                 for (p, o), (_, txn, payload) in log.records.items()]
+        keep[q] = lake.wait_queue(reader, PREFIX, TENANT, q, whole, 300,
+                                  compression=COMPRESSION, align="none",
+                                  log=log)
+        assert keep[q]["records"] == len(whole) and not keep[q]["lost"], \
+            keep[q]
 
     # soak.trim: what the nodes still hold is the same on all three, and
     # every offset given out is in the lake once or in a lost range.
@@ -397,7 +444,8 @@ def test_soak_cluster_kill9_loses_nothing(sink_cluster, bucket):
             "and is not in the log" % (p, o, bounds[p][0])
     assert not soak.errors, soak.errors[:5]
     assert_no_window_twice(c)
-    print("soak-cluster: lake keep %d records; trim %d records, %d lost, %d "
-          "trimmed" % (keep["records"], len(seen),
+    print("soak-cluster: lake keep %d + %d records; trim %d records, %d "
+          "lost, %d trimmed" % (keep[KEEP]["records"],
+                                keep[KEEP2]["records"], len(seen),
                        sum(hi - lo + 1 for _, lo, hi in lost),
                        sum(lo for lo, _ in bounds.values())))
