@@ -20,7 +20,9 @@ each, when placement has settled):
     and where the nodes still hold an offset, they hold the same record.
 
 Three pushers, one per node, send batches with odd partition names and the
-payload corpus of the single-node soak; most items carry a transactionId. A
+payload corpus of the single-node soak; most items carry a transactionId
+(one batch in ten of a queue without retention is read back at once from
+the node that answered it: a client reads its own writes there). A
 push answered 503, or cut off (connection refused or reset, timeout), is
 sent again, the same body, through any live node, until one answers 201: a
 retried item is answered `duplicate` with the first attempt's offset when
@@ -92,6 +94,7 @@ class Soak:
         self.outages = 0
         self.retries = 0
         self.duplicates = 0  # retried items the first attempt committed
+        self.own_reads = 0   # pushes read back at once on the node asked
         self.batches = 0
         self.errors = []
         # every thread's own random stream, drawn here so the seed alone
@@ -103,8 +106,8 @@ class Soak:
 
     def send(self, body, home, rng):
         """POST body to home, then to any live node after a 503 or a cut,
-        until a 201: its Response, or None (and an error) past the
-        deadline or on another answer."""
+        until a 201: (its Response, the node that answered), or None (and
+        an error) past the deadline or on another answer."""
         deadline = time.monotonic() + PUSH_DEADLINE
         node = home
         while True:
@@ -115,7 +118,7 @@ class Soak:
                 except (OSError, http.client.HTTPException):
                     r = None  # the outcome is unknown: send it again
                 if r is not None and r.status == 201:
-                    return r
+                    return r, node
                 if r is not None and r.status != 503:
                     self.errors.append("push to node %d answered %d: %r"
                                        % (node.id, r.status, r))
@@ -143,9 +146,10 @@ class Soak:
                 if rng.random() < 0.8:
                     it["transactionId"] = "%s-%d" % (who, n)
                 items.append(it)
-            r = self.send(lake.push_body(items), home, rng)
-            if r is None:
+            sent = self.send(lake.push_body(items), home, rng)
+            if sent is None:
                 continue
+            r, node = sent
             answer = r.json()
             if len(answer) != len(items):
                 self.errors.append("%d items, %d answers: %r"
@@ -168,7 +172,29 @@ class Soak:
                                                  a["transaction_id"])))
                     self.acked[queue][key] = (a["transaction_id"],
                                               it["payload"])
+            if queue in KEEPS and rng.random() < 0.1:
+                self.read_own_write(node, queue, items[0], answer[0])
             time.sleep(rng.random() * 0.03)
+
+    def read_own_write(self, node, queue, item, a):
+        """The node that answered a push holds the record at once (a
+        follower answers after its own apply)."""
+        p, o = item["partition"], a["offset"]
+        try:
+            r = node.request("POST", "/api/v1/fetch", body={"entries": [
+                {"queue": queue, "partition": p, "offset": o}]}, timeout=20)
+        except (OSError, http.client.HTTPException):
+            return  # the node died meanwhile
+        e = r.json()["entries"][0] if r.status == 200 else None
+        rec = e["records"][0] if e and e.get("records") else None
+        if rec is None or rec["offset"] != o or \
+                rec["transactionId"] != a["transaction_id"]:
+            self.errors.append("node %d answered the push of %s %r/%d but "
+                               "its fetch right after gives %d %r"
+                               % (node.id, queue, p, o, r.status, e))
+        else:
+            with self.lock:
+                self.own_reads += 1
 
     # -- the reader of soak.trim -------------------------------------------
 
@@ -388,10 +414,10 @@ def test_soak_cluster_kill9_loses_nothing(sink_cluster, bucket):
     kinds = [k for k, _ in soak.kills]
     print("soak-cluster: %d kills (%d leader, %d owner, %d follower), %d "
           "crash points fired, %d bucket outages, %d batches, %d retries, "
-          "%d duplicates, acked %d + %d + %d"
+          "%d duplicates, %d own reads, acked %d + %d + %d"
           % (len(kinds), kinds.count("leader"), kinds.count("owner"),
              kinds.count("follower"), len(soak.crashes), soak.outages,
-             soak.batches, soak.retries, soak.duplicates,
+             soak.batches, soak.retries, soak.duplicates, soak.own_reads,
              len(soak.acked[KEEP]), len(soak.acked[KEEP2]),
              len(soak.acked[TRIM])))
     c.leader(120)
