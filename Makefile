@@ -99,7 +99,7 @@ PQREAD_OBJ:= $(PQREAD_SRC:%.c=$(BUILD)/obj/%.o)
 FUZZ_SECONDS ?= 20
 PY        := /usr/bin/python3
 
-.PHONY: all test unit replay integration check check-cluster demo fuzz lint format bench clean setup tools stress-unit soak install
+.PHONY: all test unit replay integration check check-cluster demo fuzz lint format bench clean setup tools stress-unit soak soak-cluster install
 
 all: $(BUILD)/queen tools
 
@@ -197,6 +197,20 @@ soak: all
 	  QUEEN_SOAK_SEED=$$seed $(PY) -m pytest -q -s -p no:cacheprovider tests/e2e/test_soak_sink.py \
 	    > $(BUILD)/soak-$$seed.log 2>&1 && { r=ok; rm -rf $(BUILD)/soak-$$seed-logs; } || { r=FAIL; fails=$$((fails+1)); }; \
 	  echo "soak: run $$i seed $$seed: $$r ($$(grep -E '^soak: (lake|[0-9]+ kills)' $(BUILD)/soak-$$seed.log | tr '\n' ' '))"; \
+	done; echo "$$(( $(SOAK_RUNS) - fails )) passed, $$fails failed"; [ $$fails -eq 0 ]
+
+# SOAK_RUNS (10) runs of the randomized soak on 3 nodes
+# (tests/e2e/test_soak_cluster.py: kill -9 of any node, QUEEN_SOAK_SECONDS
+# each, 120 by default), each with its own seed; a failure names its seed
+# and keeps the nodes' logs in build/soak-cluster-SEED-logs.
+soak-cluster: all
+	@fails=0; for i in $$(seq 1 $(SOAK_RUNS)); do \
+	  seed=$${QUEEN_SOAK_SEED:-$$(od -An -N3 -tu4 /dev/urandom | tr -d ' ')}; \
+	  QUEEN_ROOT=$$PWD QUEEN_BIN=$$PWD/$(BUILD)/queen QUEEN_TOOLS=$$PWD/$(BUILD)/tools \
+	  QUEEN_TEST_KEEP_LOGS=$$PWD/$(BUILD)/soak-cluster-$$seed-logs \
+	  QUEEN_SOAK_SEED=$$seed $(PY) -m pytest -q -s -p no:cacheprovider tests/e2e/test_soak_cluster.py \
+	    > $(BUILD)/soak-cluster-$$seed.log 2>&1 && { r=ok; rm -rf $(BUILD)/soak-cluster-$$seed-logs; } || { r=FAIL; fails=$$((fails+1)); }; \
+	  echo "soak-cluster: run $$i seed $$seed: $$r ($$(grep -E '^soak-cluster: (lake|[0-9]+ kills)' $(BUILD)/soak-cluster-$$seed.log | tr '\n' ' '))"; \
 	done; echo "$$(( $(SOAK_RUNS) - fails )) passed, $$fails failed"; [ $$fails -eq 0 ]
 
 # Not part of check: 20 unit runs and 2 integration runs under CPU load.
