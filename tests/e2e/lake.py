@@ -1205,3 +1205,30 @@ def acked_from_push(items, answer):
             out.append((it.get("partition") or "Default", a["offset"],
                         a["transaction_id"], it["payload"]))
     return out
+
+
+def records_and_lost(reader, prefix, tenant, queue, compression):
+    """Every record line of a queue's lake (merged JSONL, no alignment, the
+    default sink) and every lost range, checking each manifest's shape and
+    the windows' tiling on the way; a record twice fails. Returns
+    ({(partition, offset): (txn, payload, ts, k)}, [lost tuples]). The
+    soaks read the lake through it."""
+    manifests = _read_manifests(reader, prefix, tenant, queue)
+    opts = dict(fmt="jsonl", compression=compression, layout="merged",
+                align="none", sink="default", tenant=tenant, queue=queue)
+    seen, lost, prev = {}, [], None
+    for k, m in manifests:
+        _check_manifest(m, k, tenant, queue, opts)
+        if prev is not None:
+            assert m["tStart"] == prev["tEnd"], \
+                "%s: windows %d and %d do not tile" % (queue, k - 1, k)
+        lost += [_lost_tuple(x) for x in m["lost"]]
+        for obj in m["objects"]:
+            for p, o, txn, ts, payload in _check_object(
+                    reader, k, m, obj, opts, False, (prefix, tenant, queue)):
+                assert (p, o) not in seen, \
+                    "%s: %r/%d is in the lake twice (windows %d and %d)" % (
+                        queue, p, o, seen[(p, o)][3], k)
+                seen[(p, o)] = (txn, payload, ts, k)
+        prev = m
+    return seen, lost

@@ -329,27 +329,8 @@ class Soak:
 
 
 def lake_records(reader, queue):
-    """Every record line of the queue's lake and every lost range (the
-    single-node soak's reading, with this cluster's compression)."""
-    manifests = lake._read_manifests(reader, PREFIX, TENANT, queue)
-    opts = dict(fmt="jsonl", compression=COMPRESSION, layout="merged",
-                align="none", sink="default", tenant=TENANT, queue=queue)
-    seen, lost, prev = {}, [], None
-    for k, m in manifests:
-        lake._check_manifest(m, k, TENANT, queue, opts)
-        if prev is not None:
-            assert m["tStart"] == prev["tEnd"], \
-                "%s: windows %d and %d do not tile" % (queue, k - 1, k)
-        lost += [lake._lost_tuple(x) for x in m["lost"]]
-        for obj in m["objects"]:
-            for p, o, txn, ts, payload in lake._check_object(
-                    reader, k, m, obj, opts, False, (PREFIX, TENANT, queue)):
-                assert (p, o) not in seen, \
-                    "%s: %r/%d is in the lake twice (windows %d and %d)" % (
-                        queue, p, o, seen[(p, o)][3], k)
-                seen[(p, o)] = (txn, payload, ts, k)
-        prev = m
-    return seen, lost
+    """Every record line of the queue's lake and every lost range."""
+    return lake.records_and_lost(reader, PREFIX, TENANT, queue, COMPRESSION)
 
 
 def node_logs(c, queue):
