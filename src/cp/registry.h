@@ -1,0 +1,73 @@
+/* The control plane's rows (docs/design/control-plane.md): tenants and
+ * clusters of an embedded-proxy cell, kept in the replicated KV under the
+ * proxy's own tenant (CP_PROXY_TENANT), so every node reads the same rows
+ * from its own applied state.
+ *
+ *   namespace "px.tenants",  key "#<tenant id>":
+ *     {"id","slug","status","deleting":bool,"created_at_us"}
+ *   namespace "px.clusters", key "#<cluster id>":
+ *     {"id","slug","tenant_id","broker_tenant":"<uuid>","status",
+ *      "deleting":bool,"created_at_us"}
+ *   slug indexes: "px.tenants" key "slug:<slug>" and "px.clusters" key
+ *     "slug:<slug>", each {"id":"<id>"}.
+ *   namespace "px.s3sinks",  key "#<cluster id>" (reference §5.7, written by
+ *     api/cp_s3.c): {"cluster_id","broker_tenant","enabled","config":{..},
+ *     "secret_key_sealed","updated_at_us"}.
+ * status is "active", "push_blocked" or "suspended". Ids are UUID text.
+ *
+ * Reads go to this node's store (store_kv_read), never through raft.
+ * Threading: any thread. */
+#ifndef QUEEN_CP_REGISTRY_H
+#define QUEEN_CP_REGISTRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+struct store;
+
+/* 00000000-0000-0000-0000-00000000fffe */
+extern const uint8_t CP_PROXY_TENANT[16];
+
+#define CP_NS_TENANTS  "px.tenants"
+#define CP_NS_CLUSTERS "px.clusters"
+#define CP_NS_S3SINKS  "px.s3sinks"
+#define CP_SLUG_MAX    64
+#define CP_ID_LEN      36
+
+enum cp_status { CP_ACTIVE = 0, CP_PUSH_BLOCKED = 1, CP_SUSPENDED = 2 };
+
+struct cp_cluster {
+    char id[CP_ID_LEN + 1];
+    char slug[CP_SLUG_MAX + 1];
+    char tenant_id[CP_ID_LEN + 1];
+    char tenant_slug[CP_SLUG_MAX + 1];
+    uint8_t broker_tenant[16];
+    enum cp_status status;        /* the cluster's own */
+    enum cp_status tenant_status; /* its tenant's */
+    bool deleting;                /* the cluster's or its tenant's flag */
+};
+
+/* The worse of the cluster's and its tenant's status. */
+enum cp_status cp_cluster_merged(const struct cp_cluster *c);
+const char *cp_status_name(enum cp_status s);
+
+/* Find a cluster by its id or its slug. 0 with *out filled; ERR_NOT_FOUND
+ * when neither names one; other ERR_* on a store error. */
+int cp_cluster_find(struct store *s, const char *id_or_slug,
+                    struct cp_cluster *out, struct err *err);
+
+/* Every cluster, for the sink manager's 5-s read. *out is malloc'ed (free
+ * it), *n its count. 0 or ERR_*. */
+int cp_cluster_list(struct store *s, struct cp_cluster **out, size_t *n,
+                    struct err *err);
+
+/* The merged status of the cluster whose broker tenant is tenant, for the
+ * data plane's gate on every push and read: CP_ACTIVE when no cluster maps
+ * to it (a tenant the control plane does not know is not gated). Cheap: an
+ * in-memory table, not a store read per call. */
+enum cp_status cp_tenant_gate(const uint8_t tenant[16]);
+
+#endif
