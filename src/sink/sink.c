@@ -89,6 +89,7 @@ struct task {
     bool is_control;
     /* queue tasks only */
     char *name;
+    char *bkey; /* the budget's key: esc(tenant) + "/" + esc(name) */
     enum qstate state;
     struct lease *lease;
     struct driver *drv;
@@ -131,16 +132,33 @@ struct task {
     int64_t last_error_us;
 };
 
-struct sink {
-    struct sink_params p;
+/* The threads, the lock and what is node-wide (see sink.h). Every field
+ * under mu but the thread handles, which only start and free touch. */
+struct sink_pool {
+    const struct sink_node_config *node;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     pthread_t *threads;
     uint32_t n_threads;
+    pthread_t refresher;
+    bool has_refresher;
+    bool is_exiting;
+    struct sink **sinks; /* started and not yet freed */
+    size_t n_sinks;
+    uint32_t load;    /* queues owned or being claimed, every tenant */
+    uint32_t n_owned; /* queues owned: safe_lag_seconds exists iff > 0 */
+    struct obs *obs;
+    struct budget *budget;
+};
+
+struct sink {
+    struct sink_params p;
+    struct sink_pool *pool;
+    bool owns_pool;      /* made by sink_new: freed with the sink */
+    const char *mtenant; /* the metrics' tenant label, NULL for none */
     bool is_started;
     bool is_stopping;
     bool is_stopped;
-    bool is_exiting;
     /* under s->mu: set by sink_stop (CLOCK_MONOTONIC ms); past it the S3
      * client sends nothing and a queue still draining is cut */
     int64_t stop_deadline_ms;
@@ -165,8 +183,7 @@ struct sink {
     int64_t beat_logged_ms;
     uint32_t nodes;
     int beat_failures;
-    uint32_t load;    /* queues owned or being claimed (3.4's load) */
-    uint32_t n_owned; /* queues owned: safe_lag_seconds exists iff > 0 */
+    uint32_t n_owned; /* queues owned by this sink */
     struct placement_state pl;
     /* the run and its restart ladder (under s->mu) */
     enum run_state run;
@@ -178,14 +195,10 @@ struct sink {
     char last_exit[128];
     char run_error[STATUS_ERROR_MAX + 1];
     bool needs_probe;
-    pthread_t refresher;
-    bool has_refresher;
     char presence_key[600];
     char presence_incarnation[17];
     int64_t presence_since_ms;
-    struct obs *obs;
     struct health *health;
-    struct budget *budget; /* one sink per node today: the node's budget */
 };
 
 static int64_t mono_ms(void)
@@ -238,45 +251,62 @@ static struct task *sink_pick(struct sink *s)
     return best;
 }
 
-static void sink_wait_until(struct sink *s, int64_t due_ms)
+/* Under pool->mu: the task due first over every sink of the pool. */
+static struct task *pool_pick(struct sink_pool *pool, struct sink **owner)
+{
+    struct task *best = NULL;
+
+    for (size_t i = 0; i < pool->n_sinks; i++) {
+        struct task *t = sink_pick(pool->sinks[i]);
+
+        if (t != NULL && (best == NULL || t->due_ms < best->due_ms)) {
+            best = t;
+            *owner = pool->sinks[i];
+        }
+    }
+    return best;
+}
+
+static void pool_wait_until(struct sink_pool *pool, int64_t due_ms)
 {
     struct timespec ts;
 
     ts.tv_sec = (time_t)(due_ms / 1000);
     ts.tv_nsec = (long)(due_ms % 1000) * 1000000;
-    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    pthread_cond_timedwait(&pool->cv, &pool->mu, &ts);
 }
 
 static void *sink_thread(void *arg)
 {
-    struct sink *s = arg;
+    struct sink_pool *pool = arg;
 
-    pthread_mutex_lock(&s->mu);
-    while (!s->is_exiting) {
-        struct task *t = sink_pick(s);
+    pthread_mutex_lock(&pool->mu);
+    while (!pool->is_exiting) {
+        struct sink *s = NULL;
+        struct task *t = pool_pick(pool, &s);
         int64_t now = mono_ms();
 
         if (t == NULL) {
-            sink_wait_until(s, now + 1000);
+            pool_wait_until(pool, now + 1000);
             continue;
         }
         if (t->due_ms > now) {
-            sink_wait_until(s, t->due_ms);
+            pool_wait_until(pool, t->due_ms);
             continue;
         }
         t->is_running = true;
         t->is_poked = false;
-        pthread_mutex_unlock(&s->mu);
+        pthread_mutex_unlock(&pool->mu);
         int64_t next = sink_step(s, t, now);
-        pthread_mutex_lock(&s->mu);
+        pthread_mutex_lock(&pool->mu);
         t->is_running = false;
         /* A stop (or the run's end), a lost lease or a give-back that came
          * during the step must not wait out its backoff. */
         bool down = s->is_stopping || s->run == RUN_ENDING || t->is_poked;
         t->due_ms = down && next > now ? now : next;
-        pthread_cond_broadcast(&s->cv);
+        pthread_cond_broadcast(&pool->cv);
     }
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&pool->mu);
     return NULL;
 }
 
@@ -285,18 +315,17 @@ static void sink_poke(struct sink *s, struct task *t, int64_t now)
 {
     t->is_poked = true;
     t->due_ms = t->due_ms > now ? now : t->due_ms;
-    pthread_cond_broadcast(&s->cv);
+    pthread_cond_broadcast(&s->pool->cv);
 }
 
 /* ---- the lease refresher ------------------------------------------------ */
 
 /* Under s->mu: the owned task whose refresh is due first, or NULL; *wake is
- * when to look again. */
+ * when to look again (lowered, never raised). */
 static struct task *refresh_pick(struct sink *s, int64_t now, int64_t *wake)
 {
     struct task *best = NULL;
 
-    *wake = now + 1000;
     for (size_t i = 0; i < s->n_queues; i++) {
         struct task *t = s->queues[i];
 
@@ -333,121 +362,209 @@ static void refresh_one(const struct task *t, struct lease *l)
 
 static void *sink_refresher(void *arg)
 {
-    struct sink *s = arg;
-    int64_t every = lease_refresh_interval_ms(ttl_ms(s));
+    struct sink_pool *pool = arg;
+    int64_t every =
+        lease_refresh_interval_ms((int64_t)pool->node->lease_ttl_ms);
 
-    pthread_mutex_lock(&s->mu);
-    while (!s->is_exiting) {
+    pthread_mutex_lock(&pool->mu);
+    while (!pool->is_exiting) {
         int64_t now = mono_ms();
-        int64_t wake;
-        struct task *t = refresh_pick(s, now, &wake);
+        int64_t wake = now + 1000;
+        struct task *t = NULL;
+        struct sink *s = NULL;
 
+        for (size_t i = 0; i < pool->n_sinks; i++) {
+            struct task *c = refresh_pick(pool->sinks[i], now, &wake);
+
+            if (c != NULL &&
+                (t == NULL || c->refresh_due_ms < t->refresh_due_ms)) {
+                t = c;
+                s = pool->sinks[i];
+            }
+        }
         if (t == NULL) {
-            sink_wait_until(s, wake);
+            pool_wait_until(pool, wake);
             continue;
         }
         t->is_refreshing = true;
         t->refresh_due_ms = now + every;
         struct lease *l = t->lease;
-        pthread_mutex_unlock(&s->mu);
+        pthread_mutex_unlock(&pool->mu);
         refresh_one(t, l);
         /* A lost lease is not refreshed again, and its queue runs at once:
          * the driver stops Fenced at the top of its next tick, which a PUT
          * backoff could otherwise hold off for a minute. */
         bool is_lost = lease_lost(l);
-        pthread_mutex_lock(&s->mu);
+        pthread_mutex_lock(&pool->mu);
         if (is_lost && t->is_refreshable) {
             sink_poke(s, t, mono_ms());
         }
         t->is_refreshable = t->is_refreshable && !is_lost;
         t->is_refreshing = false; /* l may be freed once this is seen */
-        pthread_cond_broadcast(&s->cv);
+        pthread_cond_broadcast(&pool->cv);
     }
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&pool->mu);
     return NULL;
 }
 
 /* The task's lease becomes the refresher's to heartbeat. */
 static void refresh_share(struct sink *s, struct task *t, int64_t now)
 {
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     t->refresh_due_ms = now + lease_refresh_interval_ms(ttl_ms(s));
     t->is_refreshable = true;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    pthread_cond_broadcast(&s->pool->cv);
+    pthread_mutex_unlock(&s->pool->mu);
 }
 
 /* Take the lease back from the refresher: after this it is the task's
  * alone (to release and free). */
 static void refresh_unshare(struct sink *s, struct task *t)
 {
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     t->is_refreshable = false;
     while (t->is_refreshing) {
-        pthread_cond_wait(&s->cv, &s->mu);
+        pthread_cond_wait(&s->pool->cv, &s->pool->mu);
     }
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
+}
+
+struct sink_pool *sink_pool_new(const struct sink_node_config *node)
+{
+    struct sink_pool *pool = xcalloc(1, sizeof(*pool));
+    pthread_condattr_t ca;
+
+    pool->node = node;
+    pthread_mutex_init(&pool->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&pool->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pool->obs = obs_new();
+    pool->budget = budget_new(node->memory_bytes);
+    return pool;
+}
+
+int sink_pool_start(struct sink_pool *pool, struct err *err)
+{
+    uint32_t n = pool->node->threads == 0 ? 1 : pool->node->threads;
+
+    if (pool->threads != NULL) {
+        return 0;
+    }
+    pool->threads = xcalloc(n, sizeof(*pool->threads));
+    for (uint32_t i = 0; i < n; i++) {
+        int rc = pthread_create(&pool->threads[i], NULL, sink_thread, pool);
+
+        if (rc != 0) {
+            return err_set(err, ERR_IO, "pthread_create: %s", strerror(rc));
+        }
+        /* Named by the creator, so the name is there once start returns. */
+        pthread_setname_np(pool->threads[i], "queen-s3");
+        pool->n_threads++;
+    }
+    int rc = pthread_create(&pool->refresher, NULL, sink_refresher, pool);
+    if (rc != 0) {
+        return err_set(err, ERR_IO, "pthread_create: %s", strerror(rc));
+    }
+    pthread_setname_np(pool->refresher, "queen-s3-main");
+    pool->has_refresher = true;
+    return 0;
+}
+
+struct obs *sink_pool_obs(struct sink_pool *pool)
+{
+    return pool->obs;
+}
+
+uint64_t sink_pool_buffered(struct sink_pool *pool)
+{
+    return budget_total(pool->budget);
+}
+
+/* The threads end (each after the step it runs) and are joined. */
+static void pool_join(struct sink_pool *pool)
+{
+    pthread_mutex_lock(&pool->mu);
+    pool->is_exiting = true;
+    pthread_cond_broadcast(&pool->cv);
+    pthread_mutex_unlock(&pool->mu);
+    for (uint32_t i = 0; i < pool->n_threads; i++) {
+        pthread_join(pool->threads[i], NULL);
+    }
+    if (pool->has_refresher) {
+        pthread_join(pool->refresher, NULL);
+    }
+    pool->n_threads = 0;
+    pool->has_refresher = false;
+}
+
+void sink_pool_free(struct sink_pool *pool)
+{
+    if (pool == NULL) {
+        return;
+    }
+    ASSERT(pool->n_sinks == 0);
+    pool_join(pool);
+    free(pool->threads);
+    free(pool->sinks);
+    obs_free(pool->obs);
+    budget_free(pool->budget);
+    pthread_cond_destroy(&pool->cv);
+    pthread_mutex_destroy(&pool->mu);
+    free(pool);
 }
 
 struct sink *sink_new(const struct sink_params *p)
 {
     struct sink *s = xcalloc(1, sizeof(*s));
-    pthread_condattr_t ca;
 
     s->p = *p;
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    s->pool = p->pool;
+    if (s->pool == NULL) {
+        s->pool = sink_pool_new(p->node);
+        s->owns_pool = true;
+    }
+    s->mtenant = p->metrics_tenant;
     s->control.is_control = true;
     s->probe_wait_ms = SINK_PROBE_MIN_MS;
     s->ladder_ms = SINK_LADDER_MIN_MS;
     s->nodes = 1;
-    s->obs = obs_new();
     s->health = health_new(p->cfg->max_window_ms);
-    s->budget = budget_new(p->node->memory_bytes);
-    obs_set_s3(s->obs, NULL, s3_client_metrics(p->s3));
-    obs_counter_add(s->obs, OBS_QUEUES_GIVEN_BACK, NULL, NULL, NULL, 0);
+    obs_set_s3(s->pool->obs, s->mtenant, s3_client_metrics(p->s3));
+    obs_counter_add(s->pool->obs, OBS_QUEUES_GIVEN_BACK, s->mtenant, NULL, NULL,
+                    0);
     srandom((unsigned)wall_us());
     return s;
 }
 
 int sink_start(struct sink *s, struct err *err)
 {
-    uint32_t n = s->p.node->threads == 0 ? 1 : s->p.node->threads;
+    struct sink_pool *pool = s->pool;
 
-    s->threads = xcalloc(n, sizeof(*s->threads));
+    pthread_mutex_lock(&pool->mu);
     s->control.due_ms = mono_ms();
     s->is_started = true;
-    for (uint32_t i = 0; i < n; i++) {
-        int rc = pthread_create(&s->threads[i], NULL, sink_thread, s);
-
-        if (rc != 0) {
-            sink_stop(s);
-            return err_set(err, ERR_IO, "pthread_create: %s", strerror(rc));
-        }
-        /* Named by the creator, so the name is there once start returns. */
-        pthread_setname_np(s->threads[i], "queen-s3");
-        s->n_threads++;
-    }
-    int rc = pthread_create(&s->refresher, NULL, sink_refresher, s);
-    if (rc != 0) {
+    pool->sinks =
+        xrealloc(pool->sinks, (pool->n_sinks + 1) * sizeof(*pool->sinks));
+    pool->sinks[pool->n_sinks++] = s;
+    pthread_cond_broadcast(&pool->cv);
+    pthread_mutex_unlock(&pool->mu);
+    if (s->owns_pool && sink_pool_start(pool, err) != 0) {
         sink_stop(s);
-        return err_set(err, ERR_IO, "pthread_create: %s", strerror(rc));
+        return err->code;
     }
-    pthread_setname_np(s->refresher, "queen-s3-main");
-    s->has_refresher = true;
     return 0;
 }
 
 void sink_stop(struct sink *s)
 {
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     if (!s->is_stopping) {
         s->is_stopping = true;
-        log_info("queen-s3",
-                 "stopping: no new reads, the window in flight is finished");
+        log_info_kv("queen-s3",
+                    "stopping: no new reads, the window in flight is finished",
+                    {"tenant", s->p.tenant_text});
         int64_t now = mono_ms();
         int64_t grace = (int64_t)s->p.node->shutdown_grace_ms;
         int64_t margin =
@@ -458,20 +575,54 @@ void sink_stop(struct sink *s)
         for (size_t i = 0; i < s->n_queues; i++) {
             s->queues[i]->due_ms = now;
         }
-        if (s->n_threads == 0) {
+        if (!s->is_started || s->pool->n_threads == 0) {
             s->is_stopped = true;
         }
     }
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    pthread_cond_broadcast(&s->pool->cv);
+    pthread_mutex_unlock(&s->pool->mu);
 }
 
 bool sink_stopped(struct sink *s)
 {
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     bool stopped = s->is_stopped;
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
     return stopped;
+}
+
+/* Under pool->mu: no thread of the pool is in a step of s or holds one of
+ * its leases. */
+static bool sink_idle(const struct sink *s)
+{
+    if (s->control.is_running) {
+        return false;
+    }
+    for (size_t i = 0; i < s->n_queues; i++) {
+        if (s->queues[i]->is_running || s->queues[i]->is_refreshing) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Take s out of its pool once no thread is in one of its steps. */
+static void sink_leave(struct sink *s)
+{
+    struct sink_pool *pool = s->pool;
+
+    pthread_mutex_lock(&pool->mu);
+    for (size_t i = 0; i < pool->n_sinks; i++) {
+        if (pool->sinks[i] != s) {
+            continue;
+        }
+        while (!pool->is_exiting && !sink_idle(s)) {
+            pthread_cond_wait(&pool->cv, &pool->mu);
+        }
+        pool->sinks[i] = pool->sinks[--pool->n_sinks];
+        break;
+    }
+    pthread_mutex_unlock(&pool->mu);
 }
 
 void sink_free(struct sink *s)
@@ -479,31 +630,28 @@ void sink_free(struct sink *s)
     if (s == NULL) {
         return;
     }
-    pthread_mutex_lock(&s->mu);
-    s->is_exiting = true;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    for (uint32_t i = 0; i < s->n_threads; i++) {
-        pthread_join(s->threads[i], NULL);
+    if (s->owns_pool) {
+        pool_join(s->pool);
     }
-    if (s->has_refresher) {
-        pthread_join(s->refresher, NULL);
-    }
+    sink_leave(s);
     for (size_t i = 0; i < s->n_queues; i++) {
         struct task *t = s->queues[i];
 
         driver_free(t->drv);
         lease_free(t->lease);
         free(t->name);
+        free(t->bkey);
         free(t);
     }
     free(s->queues);
-    free(s->threads);
-    obs_free(s->obs);
     health_free(s->health);
-    budget_free(s->budget);
-    pthread_cond_destroy(&s->cv);
-    pthread_mutex_destroy(&s->mu);
+    if (s->owns_pool) {
+        sink_pool_free(s->pool);
+    } else if (s->mtenant != NULL) {
+        obs_tenant_removed(s->pool->obs, s->mtenant);
+    } else {
+        obs_set_s3(s->pool->obs, NULL, NULL);
+    }
     free(s);
 }
 
@@ -516,7 +664,7 @@ static void sink_probe_ok(struct sink *s)
 
     s->is_reachable = true;
     s->bucket_error[0] = '\0';
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
     if (was_down) {
         log_info("queen-s3", "the bucket answers; starting the queues");
     }
@@ -551,11 +699,11 @@ static bool sink_write_streak(struct sink *s)
  * once when a write succeeds again. */
 static void sink_watch_writes(struct sink *s)
 {
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     bool down = sink_write_streak(s);
     bool was = s->is_write_down;
     s->is_write_down = down;
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
     if (down && !was) {
         log_error("queen-s3", "%s", s->write_error);
     } else if (!down && was) {
@@ -620,7 +768,7 @@ static bool sink_probe(struct sink *s, int64_t now)
                     strcmp(ls.code, "NoSuchBucket") == 0;
         s3xml_list_free(&page);
     }
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     s->has_probed = true;
     s->checked_at_us = wall_us() / 1000 * 1000;
     if (rc == 0 && !no_bucket) {
@@ -643,11 +791,26 @@ static bool sink_probe(struct sink *s, int64_t now)
         log_error_kv("queen-s3", "the bucket does not answer; retrying",
                      {"error", s->bucket_error});
     }
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
     return false;
 }
 
 /* ---- the control task: queue set ---------------------------------------- */
+
+static char *sink_budget_key(const struct sink *s, const char *name)
+{
+    struct buf key;
+    struct err err = {0};
+
+    buf_init(&key, BUF_UNLIMITED);
+    if (budget_key(&key, s->p.tenant_text, name, &err) != 0) {
+        buf_free(&key);
+        return xstrdup(name);
+    }
+    char *out = xstrndup(key.data, key.len);
+    buf_free(&key);
+    return out;
+}
 
 static void sink_add_queue(struct sink *s, const char *name, size_t len)
 {
@@ -661,6 +824,7 @@ static void sink_add_queue(struct sink *s, const char *name, size_t len)
     }
     t = xcalloc(1, sizeof(*t));
     t->name = xstrndup(name, len);
+    t->bkey = sink_budget_key(s, t->name);
     t->state = Q_CLAIM;
     snprintf(t->row_state, sizeof(t->row_state), "claiming");
     t->last_t_end = STATUS_NONE;
@@ -668,11 +832,11 @@ static void sink_add_queue(struct sink *s, const char *name, size_t len)
     t->jitter_ms = jitter_ms(PLACEMENT_JITTER_MS);
     t->due_ms = t->start_ms + t->jitter_ms;
     log_info_kv("queen-s3", "starting a queue task", {"queue", t->name});
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     s->queues = xrealloc(s->queues, (s->n_queues + 1) * sizeof(struct task *));
     s->queues[s->n_queues++] = t;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    pthread_cond_broadcast(&s->pool->cv);
+    pthread_mutex_unlock(&s->pool->mu);
 }
 
 static void sink_list_queues(struct sink *s)
@@ -754,9 +918,9 @@ static int64_t sink_beat(struct sink *s, int64_t now)
     memcpy(pp.tenant, s->p.tenant, 16);
     if (placement_beat(s->p.broker, &pp, &nodes, &err) == 0) {
         s->beat_failures = 0;
-        pthread_mutex_lock(&s->mu);
+        pthread_mutex_lock(&s->pool->mu);
         s->nodes = nodes;
-        pthread_mutex_unlock(&s->mu);
+        pthread_mutex_unlock(&s->pool->mu);
         return period;
     }
     s->beat_failures++;
@@ -825,14 +989,14 @@ static void sink_decide(struct sink *s, int64_t now)
     uint32_t nodes;
     size_t queues;
 
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     enum placement_verdict v = sink_decide_locked(s, now);
     snprintf(name, sizeof(name), "%s", s->pl.giving);
     held = sink_held(s);
     share = sink_share(s);
     nodes = s->nodes;
     queues = s->n_queues;
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
     if (v == PLACEMENT_GIVE_BACK) {
         log_info_kv("queen-s3",
                     "this node holds more than its share: giving one queue "
@@ -856,11 +1020,11 @@ static bool sink_queues_ended(struct sink *s)
 {
     bool ended = true;
 
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     for (size_t i = 0; i < s->n_queues; i++) {
         ended = ended && s->queues[i]->is_done;
     }
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
     return ended;
 }
 
@@ -878,10 +1042,10 @@ static int64_t sink_control_stop(struct sink *s, int64_t now)
     if (!sink_queues_ended(s)) {
         return now + SINK_STOP_POLL_MS;
     }
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     size_t n_cut = s->n_cut;
     bool is_late = now >= s->stop_deadline_ms;
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
     if (is_late) {
         /* past the deadline the KV seam is about to close: the row
          * expires with its TTL, as the cut queues' leases do */
@@ -894,26 +1058,26 @@ static int64_t sink_control_stop(struct sink *s, int64_t now)
         sink_presence_delete(s);
         log_info("queen-s3", "every queue drained; the sink has stopped");
     }
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     s->control.is_done = true;
     s->is_stopped = true;
-    s->is_exiting = true;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    s->pool->is_exiting = s->pool->is_exiting || s->owns_pool;
+    pthread_cond_broadcast(&s->pool->cv);
+    pthread_mutex_unlock(&s->pool->mu);
     return now;
 }
 
 /* The control task failed: the run ends (its queues drain first). */
 static int64_t sink_run_failed(struct sink *s, int64_t now, const char *why)
 {
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     s->run = RUN_ENDING;
     snprintf(s->run_error, sizeof(s->run_error), "%s", why);
     for (size_t i = 0; i < s->n_queues; i++) {
         s->queues[i]->due_ms = now;
     }
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    pthread_cond_broadcast(&s->pool->cv);
+    pthread_mutex_unlock(&s->pool->mu);
     return now;
 }
 
@@ -934,7 +1098,7 @@ static int64_t sink_run_ending(struct sink *s, int64_t now)
         return now + SINK_STOP_POLL_MS;
     }
     sink_presence_delete(s);
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     int64_t wait = sink_restart_backoff(&s->ladder_ms, now - s->run_started_ms);
     s->run = RUN_BACKOFF;
     s->backoff_ms = wait;
@@ -942,7 +1106,7 @@ static int64_t sink_run_ending(struct sink *s, int64_t now)
     s->restarts++;
     snprintf(s->last_exit, sizeof(s->last_exit),
              "the sink returned without being stopped");
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
     log_error_kv("queen-s3", "an in-process S3 sink stopped; restarting it",
                  {"backoff_ms", LOG_I64(wait)}, {"error", s->run_error});
     return now + wait;
@@ -951,7 +1115,7 @@ static int64_t sink_run_ending(struct sink *s, int64_t now)
 /* BACKOFF elapsed: a new run over the same queue tasks. */
 static void sink_run_restart(struct sink *s, int64_t now)
 {
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     for (size_t i = 0; i < s->n_queues; i++) {
         struct task *t = s->queues[i];
 
@@ -966,8 +1130,8 @@ static void sink_run_restart(struct sink *s, int64_t now)
     s->has_set = false;
     s->needs_probe = true;
     s->beat_due_ms = now;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    pthread_cond_broadcast(&s->pool->cv);
+    pthread_mutex_unlock(&s->pool->mu);
 }
 
 /* The bucket probe with its backoff; true once the bucket answered. */
@@ -1040,9 +1204,9 @@ static int64_t sink_control_step(struct sink *s, int64_t now)
 
     /* s->run is written by this task alone; is_stopping by sink_stop(),
      * from any thread, under s->mu. */
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     bool is_stopping = s->is_stopping;
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
     if (is_stopping) {
         return sink_control_stop(s, now);
     }
@@ -1056,10 +1220,10 @@ static int64_t sink_control_step(struct sink *s, int64_t now)
         sink_run_restart(s, now);
     }
     if (s->run == RUN_STARTING) {
-        pthread_mutex_lock(&s->mu);
+        pthread_mutex_lock(&s->pool->mu);
         s->run = RUN_RUNNING;
         s->run_started_ms = now;
-        pthread_mutex_unlock(&s->mu);
+        pthread_mutex_unlock(&s->pool->mu);
     }
     if (sink_control_run(s, now, &next, &err) != 0) {
         log_error_kv("queen-s3", "the sink's control task failed",
@@ -1074,16 +1238,16 @@ static int64_t sink_control_step(struct sink *s, int64_t now)
 
 static void task_error(struct sink *s, struct task *t, const char *msg)
 {
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     snprintf(t->last_error, sizeof(t->last_error), "%s", msg);
     t->last_error_us = wall_us();
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
 }
 
 static void task_set_state(struct sink *s, struct task *t, const char *state,
                            const char *held_by)
 {
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     snprintf(t->row_state, sizeof(t->row_state), "%s", state);
     snprintf(t->held_by, sizeof(t->held_by), "%s",
              held_by == NULL ? "" : held_by);
@@ -1092,7 +1256,7 @@ static void task_set_state(struct sink *s, struct task *t, const char *state,
     if (held_by != NULL) {
         t->has_snap = false; /* held_by clears the run's gauges */
     }
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
 }
 
 /* A uniform draw in [0, 1) for the driver's backoff jitter: random() is
@@ -1144,10 +1308,10 @@ static bool sink_at_or_above(const struct sink *s)
 static int64_t task_held(struct sink *s, struct task *t, const char *other,
                          int64_t now)
 {
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     bool is_new = strcmp(other, t->holder) != 0;
     snprintf(t->holder, sizeof(t->holder), "%s", other);
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
     if (is_new) { /* logged when the owner changes, not at every look */
         log_info_kv("queen-s3",
                     "another node owns this queue; claiming again after the "
@@ -1158,9 +1322,9 @@ static int64_t task_held(struct sink *s, struct task *t, const char *other,
     health_forget(s->health, t->name);
     lease_free(t->lease);
     t->lease = NULL;
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     bool above = sink_at_or_above(s);
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
     return now + placement_held_wait_ms(ttl_ms(s), above,
                                         jitter_ms(PLACEMENT_JITTER_MS));
 }
@@ -1172,29 +1336,29 @@ static bool task_turn(struct sink *s, struct task *t, int64_t now, int64_t *due)
 {
     struct placement_claim c;
 
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     memset(&c, 0, sizeof(c));
     c.task_start_ms = t->start_ms;
     c.jitter_ms = t->jitter_ms;
-    c.before = s->load++;
+    c.before = s->pool->load++;
     c.ttl_ms = ttl_ms(s);
     c.gave_back = t->has_gave_back && now - t->gave_back_at_ms < 2 * ttl_ms(s);
     c.gave_back_at_ms = t->gave_back_at_ms;
     c.at_or_above = sink_at_or_above(s);
     *due = placement_claim_due(&c);
     if (now < *due) {
-        s->load--;
+        s->pool->load--;
     }
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
     return now >= *due;
 }
 
 static void task_load(struct sink *s, int delta)
 {
-    pthread_mutex_lock(&s->mu);
-    ASSERT(delta > 0 || s->load > 0);
-    s->load = (uint32_t)((int64_t)s->load + delta);
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
+    ASSERT(delta > 0 || s->pool->load > 0);
+    s->pool->load = (uint32_t)((int64_t)s->pool->load + delta);
+    pthread_mutex_unlock(&s->pool->mu);
 }
 
 /* A failed holder read or claim: warn, retry later (docs/design/protocol.md
@@ -1258,10 +1422,11 @@ static int64_t task_own(struct sink *s, struct task *t, int64_t now)
     health_watch(s->health, t->name, now);
     t->is_drain_asked = false;
     t->is_giving_back = false;
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     t->is_give_back_asked = false;
     s->n_owned++;
-    pthread_mutex_unlock(&s->mu);
+    s->pool->n_owned++;
+    pthread_mutex_unlock(&s->pool->mu);
     task_set_state(s, t, "restoring", NULL);
     refresh_share(s, t, now);
     return now;
@@ -1294,9 +1459,9 @@ static int64_t task_claim(struct sink *s, struct task *t, int64_t now)
     if (kind == LEASE_OTHER) {
         return task_held(s, t, other, now);
     }
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     t->holder[0] = '\0';
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
     /* Our own row is a restart within the TTL (claim at once), unless
      * this node gave the queue back and its release did not land: then the
      * cooldown holds as for a free row, or the queue would come straight
@@ -1337,12 +1502,12 @@ static void task_publish(struct sink *s, struct task *t)
     /* docs/design/window.md §12: over the node's budget and the largest: close
      * early. The partitions' own bytes count too (issue 13 item 8); a close
      * frees records only, so a queue with none buffered is not asked. */
-    if (budget_report(s->budget, t->name,
+    if (budget_report(s->pool->budget, t->bkey,
                       st.buffered_bytes + st.partition_bytes) &&
         st.buffered_bytes > 0) {
         driver_force_close(t->drv);
     }
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     t->snap = st;
     t->has_snap = true;
     if (st.has_lag && st.has_complete_through) {
@@ -1356,7 +1521,7 @@ static void task_publish(struct sink *s, struct task *t)
         snprintf(t->last_error, sizeof(t->last_error), "%s", st.last_error);
         t->last_error_us = wall_us();
     }
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
 }
 
 /* A missing queue: logged at its first look, then at most every
@@ -1430,31 +1595,33 @@ static void task_fold(struct task *t)
 static void task_unown(struct sink *s, struct task *t, const char *state,
                        int64_t now)
 {
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     task_fold(t);
     t->has_snap = false;
     /* a failed queue keeps its lag, growing (docs/design/protocol.md §8) */
     t->has_lag_base = t->has_lag_base && strcmp(state, "failed") == 0;
     t->owned_here = false;
     snprintf(t->row_state, sizeof(t->row_state), "%s", state);
-    ASSERT(s->n_owned > 0 && s->load > 0);
+    ASSERT(s->n_owned > 0 && s->pool->load > 0);
     s->n_owned--;
-    s->load--;
-    obs_queue_stopped(s->obs, NULL, t->name);
-    if (s->n_owned == 0) {
-        obs_gauge_remove(s->obs, OBS_SAFE_LAG_SECONDS, NULL, NULL);
+    s->pool->n_owned--;
+    s->pool->load--;
+    obs_queue_stopped(s->pool->obs, s->mtenant, t->name);
+    if (s->pool->n_owned == 0) {
+        obs_gauge_remove(s->pool->obs, OBS_SAFE_LAG_SECONDS, NULL, NULL);
     }
     if (s->pl.is_giving && strcmp(s->pl.giving, t->name) == 0) {
         placement_on_released(&s->pl, now);
     }
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
 }
 
 /* A drain asked by a give-back ended: count it, claim again after the
  * cooldown. */
 static int64_t task_gave_back(struct sink *s, struct task *t, int64_t now)
 {
-    obs_counter_add(s->obs, OBS_QUEUES_GIVEN_BACK, NULL, NULL, NULL, 1);
+    obs_counter_add(s->pool->obs, OBS_QUEUES_GIVEN_BACK, s->mtenant, NULL, NULL,
+                    1);
     log_info_kv("queen-s3",
                 "gave the queue back so a node below its fair share can take "
                 "it",
@@ -1475,7 +1642,7 @@ static int64_t task_stopped(struct sink *s, struct task *t, int64_t now,
     refresh_unshare(s, t);
     lease_release(t->lease);
     task_unown(s, t, gave_back ? "released" : driver_stop_name(nx->stop), now);
-    budget_forget(s->budget, t->name);
+    budget_forget(s->pool->budget, t->bkey);
     if (nx->stop != DRIVER_FAILED) { /* docs/design/protocol.md §8: a failed
                                         queue stays watched */
         health_forget(s->health, t->name);
@@ -1512,9 +1679,9 @@ static int64_t task_stopped(struct sink *s, struct task *t, int64_t now,
 /* Stopping, or the run ending: no new claims, owned queues drain. */
 static bool sink_winding_down(struct sink *s)
 {
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     bool v = s->is_stopping || s->run == RUN_ENDING;
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
     return v;
 }
 
@@ -1543,12 +1710,12 @@ static int64_t task_cut(struct sink *s, struct task *t, int64_t now)
 
     driver_status(t->drv, &st);
     refresh_unshare(s, t);
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     task_log_cut(t, st.state, st.k);
     s->n_cut++;
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
     task_unown(s, t, "cut", now);
-    budget_forget(s->budget, t->name);
+    budget_forget(s->pool->budget, t->bkey);
     health_forget(s->health, t->name);
     driver_free(t->drv); /* joins an upload thread: cut by the client too */
     t->drv = NULL;
@@ -1560,9 +1727,9 @@ static int64_t task_cut(struct sink *s, struct task *t, int64_t now)
 
 static bool sink_past_deadline(struct sink *s)
 {
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     bool v = s->is_stopping && mono_ms() >= s->stop_deadline_ms;
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
     return v;
 }
 
@@ -1570,7 +1737,7 @@ size_t sink_undrained(struct sink *s)
 {
     size_t n;
 
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     n = s->n_cut;
     for (size_t i = 0; i < s->n_queues; i++) {
         struct task *t = s->queues[i];
@@ -1581,7 +1748,7 @@ size_t sink_undrained(struct sink *s)
             n++;
         }
     }
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
     return n;
 }
 
@@ -1589,10 +1756,10 @@ static int64_t task_step(struct sink *s, struct task *t, int64_t now)
 {
     struct driver_next nx;
 
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->pool->mu);
     bool down = s->is_stopping || s->run == RUN_ENDING;
     bool give_back = t->is_give_back_asked;
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->pool->mu);
     if (t->state == Q_OWNED && sink_past_deadline(s)) {
         return task_cut(s, t, now);
     }
@@ -1629,9 +1796,9 @@ static int64_t sink_step(struct sink *s, struct task *t, int64_t now)
     }
     next = task_step(s, t, now);
     if (t->state == Q_ENDED) {
-        pthread_mutex_lock(&s->mu);
+        pthread_mutex_lock(&s->pool->mu);
         t->is_done = true;
-        pthread_mutex_unlock(&s->mu);
+        pthread_mutex_unlock(&s->pool->mu);
     }
     return next;
 }
@@ -1755,21 +1922,18 @@ static void sink_run_keys(struct sink *s, struct status_node *node,
     }
 }
 
-int sink_status_render(struct sink *s, struct status_node *node,
-                       struct status_sink *ss, struct buf *out, struct err *err)
+/* Under s->mu: fill ss (host keys from the run, sink keys) and its rows
+ * (n_queues + 1 entries, owned by the caller), node's phase when NULL. */
+static struct status_queue *sink_fill(struct sink *s, struct status_node *node,
+                                      struct status_sink *ss, bool has_safe,
+                                      int64_t safe_us, int64_t now)
 {
-    int rc;
-    int64_t safe_us = 0;
-    bool has_safe = sink_safe_now(s, &safe_us);
-    int64_t now = mono_ms();
-
-    pthread_mutex_lock(&s->mu);
     struct status_queue *rows = xcalloc(s->n_queues + 1, sizeof(*rows));
     uint64_t held = 0;
 
     sink_keys(s, ss);
     sink_run_keys(s, node, ss);
-    ss->buffered_bytes = budget_total(s->budget);
+    ss->buffered_bytes = budget_total(s->pool->budget);
     for (size_t i = 0; i < s->n_queues; i++) {
         sink_row(s->queues[i], has_safe, safe_us, &rows[i]);
         held += rows[i].owned_here ? 1 : 0;
@@ -1785,10 +1949,47 @@ int sink_status_render(struct sink *s, struct status_node *node,
         s->pl.is_giving ? s->pl.giving : NULL};
     ss->queues = rows;
     ss->n_queues = s->n_queues;
+    return rows;
+}
+
+int sink_status_render(struct sink *s, struct status_node *node,
+                       struct status_sink *ss, struct buf *out, struct err *err)
+{
+    return sink_pool_status_render(s->pool, &s, ss, 1, node, out, err);
+}
+
+int sink_pool_status_render(struct sink_pool *pool, struct sink *const *sinks,
+                            struct status_sink *ss, size_t n,
+                            struct status_node *node, struct buf *out,
+                            struct err *err)
+{
+    int rc;
+    int64_t safe_us = 0;
+    bool has_safe = false;
+    int64_t now = mono_ms();
+
+    for (size_t i = 0; i < n && !has_safe; i++) {
+        has_safe = sinks[i] != NULL && sink_safe_now(sinks[i], &safe_us);
+    }
+    struct status_queue **rows = xcalloc(n + 1, sizeof(*rows));
+
+    pthread_mutex_lock(&pool->mu);
+    for (size_t i = 0; i < n; i++) {
+        if (sinks[i] != NULL) {
+            ASSERT(sinks[i]->pool == pool);
+            rows[i] = sink_fill(sinks[i], node, &ss[i], has_safe, safe_us, now);
+        }
+    }
     node->sinks = ss;
-    node->n_sinks = 1;
+    node->n_sinks = n;
     rc = status_render(node, out, err);
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&pool->mu);
+    for (size_t i = 0; i < n; i++) {
+        free(rows[i]);
+        if (sinks[i] != NULL) {
+            ss[i].queues = NULL;
+        }
+    }
     free(rows);
     return rc;
 }
@@ -1802,23 +2003,23 @@ static void task_report(struct sink *s, struct task *t,
     struct driver_counters *r = &t->reported;
     const char *q = t->name;
     const char *fmt = sink_format_name(s->p.cfg->format);
-    struct obs *o = s->obs;
+    struct obs *o = s->pool->obs;
 
-    obs_counter_add(o, OBS_WINDOWS_COMMITTED, NULL, q, NULL,
+    obs_counter_add(o, OBS_WINDOWS_COMMITTED, s->mtenant, q, NULL,
                     (double)(c->windows_committed - r->windows_committed));
-    obs_counter_add(o, OBS_RECORDS_WRITTEN, NULL, q, NULL,
+    obs_counter_add(o, OBS_RECORDS_WRITTEN, s->mtenant, q, NULL,
                     (double)(c->records - r->records));
-    obs_counter_add(o, OBS_BYTES_WRITTEN, NULL, q, fmt,
+    obs_counter_add(o, OBS_BYTES_WRITTEN, s->mtenant, q, fmt,
                     (double)(c->bytes_jsonl + c->bytes_parquet -
                              r->bytes_jsonl - r->bytes_parquet));
-    obs_counter_add(o, OBS_RECORDS_LOST, NULL, q, NULL,
+    obs_counter_add(o, OBS_RECORDS_LOST, s->mtenant, q, NULL,
                     (double)(c->records_lost - r->records_lost));
-    obs_counter_add(o, OBS_FETCH_CALLS, NULL, q, "ok",
+    obs_counter_add(o, OBS_FETCH_CALLS, s->mtenant, q, "ok",
                     (double)(c->fetch_ok - r->fetch_ok));
-    obs_counter_add(o, OBS_FETCH_CALLS, NULL, q, "error",
+    obs_counter_add(o, OBS_FETCH_CALLS, s->mtenant, q, "error",
                     (double)(c->fetch_error - r->fetch_error));
     obs_counter_add(
-        o, OBS_COMMIT_PRECONDITION_LOST, NULL, NULL, NULL,
+        o, OBS_COMMIT_PRECONDITION_LOST, s->mtenant, NULL, NULL,
         (double)(c->commit_precondition_lost - r->commit_precondition_lost));
     uint64_t from = r->windows_committed;
     if (c->windows_committed - from > DRIVER_RECENT_WINDOWS) {
@@ -1827,40 +2028,60 @@ static void task_report(struct sink *s, struct task *t,
     for (uint64_t i = from; i < c->windows_committed; i++) {
         const struct driver_window_size *w =
             &st->recent[i % DRIVER_RECENT_WINDOWS];
-        obs_observe(o, OBS_WINDOW_RECORDS, NULL, (double)w->records);
-        obs_observe(o, OBS_WINDOW_BYTES, NULL, (double)w->bytes);
+        obs_observe(o, OBS_WINDOW_RECORDS, s->mtenant, (double)w->records);
+        obs_observe(o, OBS_WINDOW_BYTES, s->mtenant, (double)w->bytes);
     }
     *r = *c;
     health_report(s->health, q, st->has_lag, st->lag_us, mono_ms());
     if (st->has_lag) {
-        obs_gauge_set(o, OBS_LAG_SECONDS, NULL, q, (double)st->lag_us / 1e6);
+        obs_gauge_set(o, OBS_LAG_SECONDS, s->mtenant, q,
+                      (double)st->lag_us / 1e6);
     }
     if (st->has_safe_time) {
         obs_gauge_set(o, OBS_SAFE_LAG_SECONDS, NULL, NULL,
                       (double)(wall_us() - st->safe_time) / 1e6);
     }
-    obs_gauge_set(o, OBS_DISCOVERY_PARTITIONS, NULL, q,
+    obs_gauge_set(o, OBS_DISCOVERY_PARTITIONS, s->mtenant, q,
                   (double)st->discovery_partitions);
-    obs_gauge_set(o, OBS_CHECKPOINT_AGE_WINDOWS, NULL, q,
+    obs_gauge_set(o, OBS_CHECKPOINT_AGE_WINDOWS, s->mtenant, q,
                   (double)st->checkpoint_age);
+}
+
+/* Under pool->mu: the lag of s's queues at scrape time. */
+static void sink_scrape_lags(struct sink *s, bool has_safe, int64_t safe_us)
+{
+    for (size_t i = 0; i < s->n_queues; i++) {
+        const struct task *t = s->queues[i];
+        int64_t lag_us;
+        if (t->has_lag_base && task_lag(t, has_safe, safe_us, &lag_us)) {
+            obs_gauge_set(s->pool->obs, OBS_LAG_SECONDS, s->mtenant, t->name,
+                          (double)lag_us / 1e6);
+        }
+    }
 }
 
 int sink_metrics(struct sink *s, struct buf *out, struct err *err)
 {
-    int64_t safe_us = 0;
-    bool has_safe = sink_safe_now(s, &safe_us);
+    return sink_pool_metrics(s->pool, &s, 1, out, err);
+}
 
-    obs_gauge_set(s->obs, OBS_BUFFER_BYTES, NULL, NULL,
-                  (double)budget_total(s->budget));
-    pthread_mutex_lock(&s->mu);
-    for (size_t i = 0; i < s->n_queues; i++) { /* the lag at scrape time */
-        const struct task *t = s->queues[i];
-        int64_t lag_us;
-        if (t->has_lag_base && task_lag(t, has_safe, safe_us, &lag_us)) {
-            obs_gauge_set(s->obs, OBS_LAG_SECONDS, NULL, t->name,
-                          (double)lag_us / 1e6);
+int sink_pool_metrics(struct sink_pool *pool, struct sink *const *sinks,
+                      size_t n, struct buf *out, struct err *err)
+{
+    int64_t safe_us = 0;
+    bool has_safe = false;
+
+    for (size_t i = 0; i < n && !has_safe; i++) {
+        has_safe = sinks[i] != NULL && sink_safe_now(sinks[i], &safe_us);
+    }
+    obs_gauge_set(pool->obs, OBS_BUFFER_BYTES, NULL, NULL,
+                  (double)budget_total(pool->budget));
+    pthread_mutex_lock(&pool->mu);
+    for (size_t i = 0; i < n; i++) {
+        if (sinks[i] != NULL) {
+            sink_scrape_lags(sinks[i], has_safe, safe_us);
         }
     }
-    pthread_mutex_unlock(&s->mu);
-    return obs_render(s->obs, out, err);
+    pthread_mutex_unlock(&pool->mu);
+    return obs_render(pool->obs, out, err);
 }

@@ -48,6 +48,8 @@
 
 struct s3_client;
 struct sink;
+struct sink_pool;
+struct obs;
 
 struct sink_params {
     const struct sink_config *cfg;       /* borrowed, outlives the sink */
@@ -56,6 +58,12 @@ struct sink_params {
     const char *tenant_text; /* "00000000-0000-0000-0000-000000000001" */
     const struct sink_broker *broker; /* borrowed */
     struct s3_client *s3;             /* borrowed */
+    /* The node's pool (sink_pool_new), borrowed; NULL: the sink makes its
+     * own, started by sink_start() and freed with it. */
+    struct sink_pool *pool;
+    /* The tenant label of its metrics (borrowed): NULL for the default
+     * tenant's sink, the tenant's id text for a control-plane one. */
+    const char *metrics_tenant;
     /* A seam for unit tests, NULL in the broker: called at every step of
      * the control task; non-zero (with err filled) ends the run as a
      * failing control task does, and the restart ladder takes over. */
@@ -80,6 +88,20 @@ int64_t sink_restart_backoff(int64_t *ladder_ms, int64_t run_ms);
 void sink_driver_config(const struct sink_params *p, const char *queue,
                         struct driver_config *d);
 
+/* The node's pool (docs/design/protocol.md §1): QUEEN_S3_THREADS threads
+ * named queen-s3 and one queen-s3-main lease refresher that run the tasks
+ * of every sink added to it (sink_start), due first first, under one lock;
+ * with them the node-wide parts every tenant sink shares: the memory budget
+ * (keys esc(tenant)/esc(queue)), the metrics registry and the claim load
+ * that paces claims (placement). node is borrowed and outlives the pool.
+ * Free only once every sink of it is freed. */
+struct sink_pool *sink_pool_new(const struct sink_node_config *node);
+/* Start the threads (once; later calls do nothing). 0 or ERR_IO. */
+int sink_pool_start(struct sink_pool *pool, struct err *err);
+void sink_pool_free(struct sink_pool *pool);
+struct obs *sink_pool_obs(struct sink_pool *pool);
+uint64_t sink_pool_buffered(struct sink_pool *pool);
+
 /* Returns owned (free with sink_free() once stopped, or never when
  * sink_wait() timed out: threads may still use it). */
 struct sink *sink_new(const struct sink_params *p);
@@ -98,7 +120,10 @@ bool sink_stopped(struct sink *s);
  * deadline and those still owned and running; each still running is
  * logged "queue not drained" here, once. Any thread. */
 size_t sink_undrained(struct sink *s);
-/* Join the threads and free. Only when sink_stopped() or never started. */
+/* Free: with a pool of its own, join its threads first; in a shared pool,
+ * leave it once no thread runs one of its steps, and drop every metric
+ * series of its tenant label (or its S3 counters, unlabelled). Only when
+ * sink_stopped() or never started. */
 void sink_free(struct sink *s);
 
 /* Render the s3 block (docs/design/observability.md §1) with this sink as its
@@ -110,8 +135,22 @@ void sink_free(struct sink *s);
 int sink_status_render(struct sink *s, struct status_node *node,
                        struct status_sink *ss, struct buf *out,
                        struct err *err);
+/* The block over n entries at once under the pool's one lock: ss[i] has
+ * the host's keys (tenant, source, cluster) filled by the caller; when
+ * sinks[i] is not NULL (a sink of pool) its run's keys and report are
+ * filled as sink_status_render() does, else ss[i] is rendered as the
+ * caller left it (a tenant whose sink could not be built). */
+int sink_pool_status_render(struct sink_pool *pool, struct sink *const *sinks,
+                            struct status_sink *ss, size_t n,
+                            struct status_node *node, struct buf *out,
+                            struct err *err);
+
 /* The sink's Prometheus families (docs/design/observability.md §2), appended to
- * out. */
+ * out: those of its pool's registry, so every sink sharing it. */
 int sink_metrics(struct sink *s, struct buf *out, struct err *err);
+/* The pool's families, with the lag gauges of sinks[0..n) (NULL skipped)
+ * read at scrape time. */
+int sink_pool_metrics(struct sink_pool *pool, struct sink *const *sinks,
+                      size_t n, struct buf *out, struct err *err);
 
 #endif

@@ -199,6 +199,10 @@ void status_render_sink(struct jw *w, const struct status_sink *s)
 {
     jw_obj_begin(w);
     render_host_keys(w, s);
+    if (s->host_only) {
+        jw_obj_end(w);
+        return;
+    }
     jw_key(w, "ok");
     jw_bool(w, status_sink_ok(s));
     str_or_null(w, "sink", s->sink);

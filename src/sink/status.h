@@ -78,6 +78,9 @@ struct status_sink {
     bool has_uptime;       /* only while running */
     uint64_t uptime_ms;
     uint64_t backoff_ms;
+    /* No sink behind the entry (its unit could not be built): the host
+     * keys only. */
+    bool host_only;
     /* sink keys; ok = health.ok && bucket.reachable != 0 */
     const char *sink;
     const char *instance;
