@@ -15,6 +15,8 @@ bytes, so a bench can make any slice of it on its own:
     bench/corpus.py CORPUS N [--out F]   writes N payloads, one per line,
                                          and prints their zstd -3 ratio
     bench/corpus.py --ratios [N]         the ratio of each corpus (N=20000)
+    bench/corpus.py --parquet-in CORPUS N PARTITIONS OUT
+                                         N records as parquet_tool's input
 
 Never a test: the benches only print."""
 import hashlib
@@ -169,7 +171,36 @@ def write(corpus, n, path):
     return os.path.getsize(path)
 
 
+def parquet_input(corpus, n, parts, path):
+    """N records of the corpus as tests/tools/parquet_tool's input (its
+    header says the format): record j in partition cust-<j % parts> at
+    offset j // parts, ts growing with j (8 records per 250 us stamp),
+    sorted by (partition, offset) as a window is. Returns the bytes of
+    payload written."""
+    import struct
+    total = 0
+    with open(path, "wb") as f:
+        for p in range(parts):
+            name = b"cust-%06d" % p
+            for j in range(p, n, parts):
+                ts = 1791007200000000 + (j // 8) * 250
+                txn = b"%016x-%08d" % (ts, j)
+                pl = payload(corpus, j)
+                total += len(pl)
+                f.write(struct.pack("<I", len(name)) + name +
+                        struct.pack("<q", j // parts) +
+                        struct.pack("<I", len(txn)) + txn +
+                        struct.pack("<q", ts) +
+                        struct.pack("<I", len(pl)) + pl)
+    return total
+
+
 def main(argv):
+    if argv and argv[0] == "--parquet-in":
+        corpus_name, n, parts, out = argv[1], int(argv[2]), int(argv[3]), \
+            argv[4]
+        parquet_input(corpus_name, n, parts, out)
+        return 0
     if argv and argv[0] == "--ratios":
         n = int(argv[1]) if len(argv) > 1 else 20000
         with tempfile.TemporaryDirectory() as d:
