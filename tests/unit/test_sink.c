@@ -975,3 +975,105 @@ TEST(the_driver_of_a_queue_gets_the_settings_and_a_jitter_source)
     EXPECT(differ);
     rig_close(r);
 }
+
+/* ---- one pool for every tenant sink of a node -------------------------- */
+
+#define POOL_TENANT "42000000-0000-0000-0000-000000000002"
+
+static size_t count_of(const char *hay, const char *needle)
+{
+    size_t n = 0;
+
+    for (const char *p = strstr(hay, needle); p != NULL;
+         p = strstr(p + 1, needle)) {
+        n++;
+    }
+    return n;
+}
+
+static void pool_metrics_text(struct sink_pool *pool, struct sink *const *s,
+                              size_t n, struct buf *out)
+{
+    struct err err;
+
+    buf_reset(out);
+    ASSERT(sink_pool_metrics(pool, s, n, out, &err) == 0);
+}
+
+/* The default tenant's sink and a control-plane tenant's on one pool: two
+ * threads in all (not two per sink), both ship, the labelled sink's series
+ * carry its tenant first, every family is declared once, and freeing the
+ * labelled sink takes all of its series with it. */
+TEST(tenant_sinks_share_one_pool_and_a_freed_one_leaves_no_series)
+{
+    struct rig *r = rig_new(false);
+    struct sink_config cfg2;
+    struct sink_params p;
+    struct sink *s[2];
+    struct buf b;
+    struct err err;
+
+    rig_push_three(r);
+    cfg2 = r->cfg;
+    strcpy(cfg2.sink, "other"); /* its own lease and presence rows */
+    strcpy(cfg2.prefix, "queen2");
+    struct sink_pool *pool = sink_pool_new(&r->node);
+    rig_params(r, &r->node, &p);
+    p.pool = pool;
+    s[0] = sink_new(&p);
+    rig_params(r, &r->node, &p);
+    p.cfg = &cfg2;
+    p.pool = pool;
+    p.tenant[0] = 0x42;
+    p.tenant[15] = 2;
+    p.tenant_text = POOL_TENANT;
+    p.metrics_tenant = POOL_TENANT;
+    s[1] = sink_new(&p);
+    EXPECT_EQ_I64(sink_pool_start(pool, &err), 0);
+    EXPECT_EQ_I64(sink_start(s[0], &err), 0);
+    EXPECT_EQ_I64(sink_start(s[1], &err), 0);
+    EXPECT_EQ_I64(count_threads_named("queen-s3"), 2);
+    EXPECT_EQ_I64(count_threads_named("queen-s3-main"), 1);
+    bool both = false;
+    for (int64_t end = now_ms() + HARNESS_WAIT_MS; !both && now_ms() < end;
+         pause_ms(20)) {
+        both = sink_has(s[0], "\"windowsCommitted\":2") &&
+               sink_has(s[1], "\"windowsCommitted\":2");
+    }
+    EXPECT(both);
+    buf_init(&b, BUF_UNLIMITED);
+    pool_metrics_text(pool, s, 2, &b);
+    EXPECT(strstr(b.data,
+                  "\nqueen_s3_windows_committed_total{queue=\"orders\"} "
+                  "2\n") != NULL);
+    EXPECT(strstr(b.data,
+                  "\nqueen_s3_windows_committed_total{tenant=\"" POOL_TENANT
+                  "\",queue=\"orders\"} 2\n") != NULL);
+    EXPECT_EQ_U64(count_of(b.data, "# TYPE queen_s3_windows_committed_total "),
+                  1);
+    EXPECT_EQ_U64(count_of(b.data, "# TYPE queen_s3_s3_requests_total "), 1);
+    /* the labelled sink drains and goes: none of its series stay */
+    sink_stop(s[1]);
+    for (int64_t end = now_ms() + HARNESS_WAIT_MS;
+         !sink_stopped(s[1]) && now_ms() < end;) {
+        pause_ms(20);
+    }
+    EXPECT(sink_stopped(s[1]));
+    sink_free(s[1]);
+    pool_metrics_text(pool, s, 1, &b);
+    EXPECT(strstr(b.data, POOL_TENANT) == NULL);
+    EXPECT(strstr(b.data,
+                  "\nqueen_s3_windows_committed_total{queue=\"orders\"} "
+                  "2\n") != NULL);
+    sink_stop(s[0]);
+    for (int64_t end = now_ms() + HARNESS_WAIT_MS;
+         !sink_stopped(s[0]) && now_ms() < end;) {
+        pause_ms(20);
+    }
+    EXPECT(sink_stopped(s[0]));
+    sink_free(s[0]);
+    sink_pool_free(pool);
+    EXPECT_EQ_I64(count_threads_named("queen-s3"), 0);
+    buf_free(&b);
+    rig_close(r);
+}
