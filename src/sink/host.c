@@ -670,6 +670,23 @@ static void host_unit_remove(struct sink_host *h, const struct tunit *u)
     }
 }
 
+/* The boot line of docs/design/config.md §6 for a control-plane sink
+ * (never the secret), with its cluster. */
+static void host_unit_boot_line(const struct sink_host *h,
+                                const struct tunit *u)
+{
+    struct buf line;
+    struct err err = {0};
+
+    buf_init(&line, BUF_UNLIMITED);
+    if (sink_config_boot_line(&u->cfg, &h->node, u->tenant_text, &line, &err) ==
+        0) {
+        log_info_kv("queen-s3", "started the control plane's sink for a tenant",
+                    {"cluster", u->cluster}, {"config", line.data});
+    }
+    buf_free(&line);
+}
+
 /* Start (or retry) the tenant of row r: old is its unit in error, or NULL. */
 static void host_start(struct sink_host *h, const struct host_row *r,
                        struct tunit *old)
@@ -708,8 +725,7 @@ static void host_start(struct sink_host *h, const struct host_row *r,
         log_error("queen-s3", "cannot start a tenant's S3 sink: %s", err.msg);
     }
     if (u->state == UNIT_RUNNING) {
-        log_info_kv("queen-s3", "started the control plane's sink for a tenant",
-                    {"tenant", u->tenant_text}, {"cluster", u->cluster});
+        host_unit_boot_line(h, u);
     }
     h->units = xrealloc(h->units, (h->n_units + 1) * sizeof(*h->units));
     h->units[h->n_units++] = u;
