@@ -36,6 +36,13 @@
 /* One control-plane tenant's unit: its sink and S3 client, or the error
  * that kept it from being built. Allocated one by one: its sink borrows
  * cfg and tenant_text. */
+/* An S3 client and what it runs on. */
+struct host_client {
+    struct s3_curl *curl;
+    struct s3_transport transport;
+    struct s3_client *s3;
+};
+
 struct tunit {
     uint8_t tenant[16];
     char tenant_text[37];
@@ -49,9 +56,7 @@ struct tunit {
     int64_t logged_fingerprint;
     bool has_cfg;
     struct sink_config cfg;
-    struct s3_curl *curl;
-    struct s3_transport transport;
-    struct s3_client *s3;
+    struct host_client c;
     struct sink *sink;
 };
 
@@ -64,9 +69,7 @@ struct sink_host {
     struct sink_broker broker;
     struct sink_pool *pool;
     bool has_env; /* the environment configures the default tenant's sink */
-    struct s3_curl *curl;
-    struct s3_transport transport;
-    struct s3_client *s3;
+    struct host_client c;
     struct sink *sink; /* the environment's, or NULL */
     struct api *api;
     uv_timer_t start_timer; /* starts the sink once the loop runs */
@@ -207,7 +210,7 @@ static int host_status(void *arg, struct buf *out, struct err *err)
     pthread_mutex_lock(&h->mu);
     size_t n = h->n_units + 1;
     struct status_sink *ss = xcalloc(n, sizeof(*ss));
-    struct sink **sinks = xcalloc(n, sizeof(*sinks));
+    struct sink **sinks = xcalloc(n, sizeof(struct sink *));
     size_t k = 0;
 
     memset(&node, 0, sizeof(node));
@@ -227,7 +230,8 @@ static int host_status(void *arg, struct buf *out, struct err *err)
         sinks[k++] =
             h->units[i]->state == UNIT_ERROR ? NULL : h->units[i]->sink;
     }
-    rc = sink_pool_status_render(h->pool, sinks, ss, k, &node, out, err);
+    struct sink_entries e = {sinks, ss, k};
+    rc = sink_pool_status_render(h->pool, &e, &node, out, err);
     pthread_mutex_unlock(&h->mu);
     free(sinks);
     free(ss);
@@ -240,7 +244,7 @@ static int host_metrics(void *arg, struct buf *out, struct err *err)
     int rc;
 
     pthread_mutex_lock(&h->mu);
-    struct sink **sinks = xcalloc(h->n_units + 1, sizeof(*sinks));
+    struct sink **sinks = xcalloc(h->n_units + 1, sizeof(struct sink *));
     size_t k = 0;
 
     if (h->has_env) {
@@ -272,8 +276,7 @@ static void copy_str(char *dst, size_t cap, const char *src)
  * is copied into the client only: the config's copy is zeroed. */
 static int host_s3_client(const struct sink_node_config *node,
                           struct sink_config *c, const char *names[3],
-                          struct s3_curl **curl, struct s3_transport *tr,
-                          struct s3_client **out, struct err *err)
+                          struct host_client *out, struct err *err)
 {
     struct s3_config sc;
 
@@ -293,9 +296,9 @@ static int host_s3_client(const struct sink_node_config *node,
                                          : S3_SSE_NONE;
     copy_str(sc.kms_key_id, sizeof(sc.kms_key_id), c->sse_kms_key_id);
     sc.multipart_threshold = node->multipart_threshold_bytes;
-    *curl = s3_curl_new();
-    *tr = s3_curl_transport(*curl);
-    *out = s3_client_new(&sc, tr, NULL);
+    out->curl = s3_curl_new();
+    out->transport = s3_curl_transport(out->curl);
+    out->s3 = s3_client_new(&sc, &out->transport, NULL);
     explicit_bzero(sc.secret_key, sizeof(sc.secret_key));
     return 0;
 }
@@ -337,6 +340,20 @@ static void host_on_timer_closed(uv_handle_t *t)
 
 static void *host_manager(void *arg);
 
+static void host_manager_start(struct sink_host *h)
+{
+    int rc = pthread_create(&h->manager, NULL, host_manager, h);
+
+    if (rc != 0) {
+        log_error("queen-s3",
+                  "cannot start the control plane's sink manager: %s",
+                  strerror(rc));
+        return;
+    }
+    pthread_setname_np(h->manager, "queen-s3-cp");
+    h->has_manager = true;
+}
+
 /* The first turn of the loop: the broker listens by now (api->server is
  * set), or its boot failed and the loop only runs to close the node; then
  * the sink never starts, so a failed boot leaves no thread and no claim. */
@@ -357,16 +374,7 @@ static void host_on_start(uv_timer_t *t)
         return;
     }
     if (h->has_cp) {
-        int rc = pthread_create(&h->manager, NULL, host_manager, h);
-
-        if (rc != 0) {
-            log_error("queen-s3",
-                      "cannot start the control plane's sink manager: %s",
-                      strerror(rc));
-            return;
-        }
-        pthread_setname_np(h->manager, "queen-s3-cp");
-        h->has_manager = true;
+        host_manager_start(h);
     }
 }
 
@@ -397,8 +405,8 @@ int sink_host_boot(struct sink_host **out, struct store *store,
     }
     h->has_env = h->cfg.is_set;
     h->has_cp = env_true("QUEEN_PROXY_EMBEDDED");
-    if (h->has_env && host_s3_client(&h->node, &h->cfg, names, &h->curl,
-                                     &h->transport, &h->s3, err) != 0) {
+    if (h->has_env &&
+        host_s3_client(&h->node, &h->cfg, names, &h->c, err) != 0) {
         log_error("boot", "FATAL: QUEEN_S3_EMBEDDED=true: %s", err->msg);
         exit(2);
     }
@@ -421,7 +429,7 @@ int sink_host_boot(struct sink_host **out, struct store *store,
         memcpy(p.tenant, STORE_DEFAULT_TENANT, 16);
         p.tenant_text = h->tenant_text;
         p.broker = &h->broker;
-        p.s3 = h->s3;
+        p.s3 = h->c.s3;
         p.pool = h->pool;
         h->sink = sink_new(&p);
     }
@@ -582,8 +590,8 @@ static void tunit_free(struct tunit *u)
         return;
     }
     sink_free(u->sink); /* drops its tenant's series */
-    s3_client_free(u->s3);
-    s3_curl_free(u->curl);
+    s3_client_free(u->c.s3);
+    s3_curl_free(u->c.curl);
     if (u->has_cfg) {
         explicit_bzero(u->cfg.secret_key, sizeof(u->cfg.secret_key));
         sink_config_free(&u->cfg);
@@ -617,8 +625,7 @@ static int host_build(struct sink_host *h, struct tunit *u,
                  msg.len > 0 ? msg.data : err.msg);
     } else {
         u->has_cfg = true;
-        rc = host_s3_client(&h->node, &u->cfg, names, &u->curl, &u->transport,
-                            &u->s3, &err);
+        rc = host_s3_client(&h->node, &u->cfg, names, &u->c, &err);
         if (rc != 0) {
             snprintf(u->error, sizeof(u->error), "%s", err.msg);
         }
@@ -637,7 +644,7 @@ static int host_build(struct sink_host *h, struct tunit *u,
         memcpy(p.tenant, u->tenant, 16);
         p.tenant_text = u->tenant_text;
         p.broker = &h->broker;
-        p.s3 = u->s3;
+        p.s3 = u->c.s3;
         p.pool = h->pool;
         p.metrics_tenant = u->tenant_text;
         u->sink = sink_new(&p);
@@ -663,7 +670,7 @@ static void host_unit_remove(struct sink_host *h, const struct tunit *u)
     for (size_t i = 0; i < h->n_units; i++) {
         if (h->units[i] == u) {
             memmove(&h->units[i], &h->units[i + 1],
-                    (h->n_units - i - 1) * sizeof(*h->units));
+                    (h->n_units - i - 1) * sizeof(struct tunit *));
             h->n_units--;
             return;
         }
@@ -687,6 +694,21 @@ static void host_unit_boot_line(const struct sink_host *h,
     buf_free(&line);
 }
 
+/* The error of u is logged once per row and sentence. */
+static void host_unit_error_log(struct tunit *u)
+{
+    if (u->logged_fingerprint == u->fingerprint &&
+        strcmp(u->logged_error, u->error) == 0) {
+        return;
+    }
+    log_error_kv("queen-s3",
+                 "the control plane's sink for this tenant cannot be started",
+                 {"tenant", u->tenant_text}, {"cluster", u->cluster},
+                 {"error", u->error});
+    memcpy(u->logged_error, u->error, sizeof(u->logged_error));
+    u->logged_fingerprint = u->fingerprint;
+}
+
 /* Start (or retry) the tenant of row r: old is its unit in error, or NULL. */
 static void host_start(struct sink_host *h, const struct host_row *r,
                        struct tunit *old)
@@ -701,16 +723,7 @@ static void host_start(struct sink_host *h, const struct host_row *r,
     }
     if (host_build(h, u, r) != 0) {
         u->state = UNIT_ERROR;
-        if (u->logged_fingerprint != u->fingerprint ||
-            strcmp(u->logged_error, u->error) != 0) {
-            log_error_kv("queen-s3",
-                         "the control plane's sink for this tenant cannot be "
-                         "started",
-                         {"tenant", u->tenant_text}, {"cluster", u->cluster},
-                         {"error", u->error});
-            memcpy(u->logged_error, u->error, sizeof(u->logged_error));
-            u->logged_fingerprint = u->fingerprint;
-        }
+        host_unit_error_log(u);
     }
     pthread_mutex_lock(&h->mu);
     if (h->is_stopping) {
@@ -727,9 +740,9 @@ static void host_start(struct sink_host *h, const struct host_row *r,
     if (u->state == UNIT_RUNNING) {
         host_unit_boot_line(h, u);
     }
-    h->units = xrealloc(h->units, (h->n_units + 1) * sizeof(*h->units));
+    h->units = xrealloc(h->units, (h->n_units + 1) * sizeof(struct tunit *));
     h->units[h->n_units++] = u;
-    qsort(h->units, h->n_units, sizeof(*h->units), by_tenant);
+    qsort(h->units, h->n_units, sizeof(struct tunit *), by_tenant);
     pthread_mutex_unlock(&h->mu);
     tunit_free(old);
 }
@@ -752,14 +765,22 @@ static void host_apply(struct sink_host *h, const struct host_row *rows,
 
     switch (a->kind) {
     case RECONCILE_START:
-        host_start(h, &rows[a->row], u);
+        if (rows != NULL) {
+            host_start(h, &rows[a->row], u);
+        }
         break;
     case RECONCILE_REBUILD:
+        if (u == NULL) {
+            break;
+        }
         host_drain(h, u,
                    "the control plane's sink row changed: draining the "
                    "tenant's sink to rebuild it");
         break;
     case RECONCILE_STOP:
+        if (u == NULL) {
+            break;
+        }
         host_drain(h, u,
                    "the control plane's sink row is gone, disabled or "
                    "suspended: stopping the tenant's sink");
@@ -817,7 +838,7 @@ static void host_round(struct sink_host *h)
     pthread_mutex_lock(&h->mu);
     h->cp_error[0] = '\0';
     size_t n_units = h->n_units;
-    struct tunit **units = xcalloc(n_units + 1, sizeof(*units));
+    struct tunit **units = xcalloc(n_units + 1, sizeof(struct tunit *));
     struct reconcile_unit *ru = xcalloc(n_units + 1, sizeof(*ru));
     for (size_t i = 0; i < n_units; i++) {
         units[i] = h->units[i];
@@ -828,8 +849,8 @@ static void host_round(struct sink_host *h)
     pthread_mutex_unlock(&h->mu);
     struct reconcile_action *acts =
         xcalloc(n_rows + n_units + 1, sizeof(*acts));
-    size_t n_acts =
-        reconcile(rr, n_rows, clusters, n_clusters, ru, n_units, acts);
+    struct reconcile_in in = {rr, n_rows, clusters, n_clusters, ru, n_units};
+    size_t n_acts = reconcile(&in, acts);
     for (size_t i = 0; i < n_acts; i++) {
         host_apply(h, rows, units, &acts[i]);
     }
@@ -992,8 +1013,8 @@ bool sink_host_free(struct sink_host *h)
     free(h->units);
     sink_free(h->sink);
     sink_pool_free(h->pool);
-    s3_client_free(h->s3);
-    s3_curl_free(h->curl);
+    s3_client_free(h->c.s3);
+    s3_curl_free(h->c.curl);
     sink_config_free(&h->cfg);
     obs_sampler_destroy(&h->read_warn);
     pthread_cond_destroy(&h->cv);

@@ -47,43 +47,64 @@ static size_t wanted_row(const uint8_t tenant[16],
     return SIZE_MAX;
 }
 
-size_t reconcile(const struct reconcile_row *rows, size_t n_rows,
-                 const struct cp_cluster *clusters, size_t n_clusters,
-                 const struct reconcile_unit *units, size_t n_units,
-                 struct reconcile_action *out)
+/* The action for unit un (not draining) given its tenant's wanted row r
+ * (SIZE_MAX: none); false when there is nothing to do. */
+static bool unit_action(const struct reconcile_unit *un, size_t u, size_t r,
+                        const struct reconcile_row *rows,
+                        struct reconcile_action *out)
 {
+    if (r == SIZE_MAX) {
+        *out = (struct reconcile_action){
+            un->state == UNIT_ERROR ? RECONCILE_DROP : RECONCILE_STOP, SIZE_MAX,
+            u};
+        return true;
+    }
+    if (un->state == UNIT_ERROR) {
+        *out = (struct reconcile_action){RECONCILE_START, r, u};
+        return true;
+    }
+    if (un->fingerprint != rows[r].updated_at_us) {
+        *out = (struct reconcile_action){RECONCILE_REBUILD, r, u};
+        return true;
+    }
+    return false;
+}
+
+static bool has_unit(const uint8_t tenant[16],
+                     const struct reconcile_unit *units, size_t n_units)
+{
+    for (size_t u = 0; u < n_units; u++) {
+        if (memcmp(units[u].tenant, tenant, 16) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+size_t reconcile(const struct reconcile_in *in, struct reconcile_action *out)
+{
+    const struct reconcile_row *rows = in->rows;
+    size_t n_rows = in->n_rows;
+    const struct reconcile_unit *units = in->units;
+    size_t n_units = in->n_units;
     bool *wanted = xcalloc(n_rows + 1, sizeof(bool));
     size_t n = 0;
 
     for (size_t i = 0; i < n_rows; i++) {
         wanted[i] =
-            reconcile_wanted(&rows[i], clusters, n_clusters) &&
+            reconcile_wanted(&rows[i], in->clusters, in->n_clusters) &&
             wanted_row(rows[i].broker_tenant, rows, i, wanted) == SIZE_MAX;
     }
     for (size_t u = 0; u < n_units; u++) {
-        const struct reconcile_unit *un = &units[u];
-        size_t r = wanted_row(un->tenant, rows, n_rows, wanted);
+        size_t r = wanted_row(units[u].tenant, rows, n_rows, wanted);
 
-        if (un->state == UNIT_DRAINING) {
-            continue;
-        }
-        if (r == SIZE_MAX) {
-            out[n++] = (struct reconcile_action){
-                un->state == UNIT_ERROR ? RECONCILE_DROP : RECONCILE_STOP,
-                SIZE_MAX, u};
-        } else if (un->state == UNIT_ERROR) {
-            out[n++] = (struct reconcile_action){RECONCILE_START, r, u};
-        } else if (un->fingerprint != rows[r].updated_at_us) {
-            out[n++] = (struct reconcile_action){RECONCILE_REBUILD, r, u};
+        if (units[u].state != UNIT_DRAINING &&
+            unit_action(&units[u], u, r, rows, &out[n])) {
+            n++;
         }
     }
     for (size_t r = 0; r < n_rows; r++) {
-        bool has_unit = false;
-
-        for (size_t u = 0; u < n_units && wanted[r] && !has_unit; u++) {
-            has_unit = memcmp(units[u].tenant, rows[r].broker_tenant, 16) == 0;
-        }
-        if (wanted[r] && !has_unit) {
+        if (wanted[r] && !has_unit(rows[r].broker_tenant, units, n_units)) {
             out[n++] = (struct reconcile_action){RECONCILE_START, r, SIZE_MAX};
         }
     }

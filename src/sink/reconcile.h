@@ -65,11 +65,18 @@ struct reconcile_action {
 bool reconcile_wanted(const struct reconcile_row *r, const struct cp_cluster *c,
                       size_t n_c);
 
+/* What one round read, and the units the host holds. */
+struct reconcile_in {
+    const struct reconcile_row *rows;
+    size_t n_rows;
+    const struct cp_cluster *clusters;
+    size_t n_clusters;
+    const struct reconcile_unit *units;
+    size_t n_units;
+};
+
 /* Fill out (capacity n_rows + n_units) with the actions; returns their
  * count. */
-size_t reconcile(const struct reconcile_row *rows, size_t n_rows,
-                 const struct cp_cluster *clusters, size_t n_clusters,
-                 const struct reconcile_unit *units, size_t n_units,
-                 struct reconcile_action *out);
+size_t reconcile(const struct reconcile_in *in, struct reconcile_action *out);
 
 #endif

@@ -546,7 +546,7 @@ int sink_start(struct sink *s, struct err *err)
     s->control.due_ms = mono_ms();
     s->is_started = true;
     pool->sinks =
-        xrealloc(pool->sinks, (pool->n_sinks + 1) * sizeof(*pool->sinks));
+        xrealloc(pool->sinks, (pool->n_sinks + 1) * sizeof(struct sink *));
     pool->sinks[pool->n_sinks++] = s;
     pthread_cond_broadcast(&pool->cv);
     pthread_mutex_unlock(&pool->mu);
@@ -1955,28 +1955,40 @@ static struct status_queue *sink_fill(struct sink *s, struct status_node *node,
 int sink_status_render(struct sink *s, struct status_node *node,
                        struct status_sink *ss, struct buf *out, struct err *err)
 {
-    return sink_pool_status_render(s->pool, &s, ss, 1, node, out, err);
+    struct sink_entries e = {&s, ss, 1};
+
+    return sink_pool_status_render(s->pool, &e, node, out, err);
 }
 
-int sink_pool_status_render(struct sink_pool *pool, struct sink *const *sinks,
-                            struct status_sink *ss, size_t n,
+/* This node's safeTime now, from the first sink that can tell. */
+static bool sinks_safe_now(struct sink *const *sinks, size_t n,
+                           int64_t *safe_us)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (sinks[i] != NULL && sink_safe_now(sinks[i], safe_us)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+int sink_pool_status_render(struct sink_pool *pool,
+                            const struct sink_entries *e,
                             struct status_node *node, struct buf *out,
                             struct err *err)
 {
     int rc;
     int64_t safe_us = 0;
-    bool has_safe = false;
+    struct sink *const *sinks = e->sinks;
+    struct status_sink *ss = e->ss;
+    size_t n = e->n;
+    bool has_safe = sinks_safe_now(sinks, n, &safe_us);
     int64_t now = mono_ms();
-
-    for (size_t i = 0; i < n && !has_safe; i++) {
-        has_safe = sinks[i] != NULL && sink_safe_now(sinks[i], &safe_us);
-    }
-    struct status_queue **rows = xcalloc(n + 1, sizeof(*rows));
+    struct status_queue **rows = xcalloc(n + 1, sizeof(struct status_queue *));
 
     pthread_mutex_lock(&pool->mu);
     for (size_t i = 0; i < n; i++) {
-        if (sinks[i] != NULL) {
-            ASSERT(sinks[i]->pool == pool);
+        if (sinks[i] != NULL && sinks[i]->pool == pool) {
             rows[i] = sink_fill(sinks[i], node, &ss[i], has_safe, safe_us, now);
         }
     }
@@ -2069,11 +2081,8 @@ int sink_pool_metrics(struct sink_pool *pool, struct sink *const *sinks,
                       size_t n, struct buf *out, struct err *err)
 {
     int64_t safe_us = 0;
-    bool has_safe = false;
+    bool has_safe = sinks_safe_now(sinks, n, &safe_us);
 
-    for (size_t i = 0; i < n && !has_safe; i++) {
-        has_safe = sinks[i] != NULL && sink_safe_now(sinks[i], &safe_us);
-    }
     obs_gauge_set(pool->obs, OBS_BUFFER_BYTES, NULL, NULL,
                   (double)budget_total(pool->budget));
     pthread_mutex_lock(&pool->mu);

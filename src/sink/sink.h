@@ -135,13 +135,18 @@ void sink_free(struct sink *s);
 int sink_status_render(struct sink *s, struct status_node *node,
                        struct status_sink *ss, struct buf *out,
                        struct err *err);
-/* The block over n entries at once under the pool's one lock: ss[i] has
+/* The block over e->n entries at once under the pool's one lock: ss[i] has
  * the host's keys (tenant, source, cluster) filled by the caller; when
  * sinks[i] is not NULL (a sink of pool) its run's keys and report are
  * filled as sink_status_render() does, else ss[i] is rendered as the
  * caller left it (a tenant whose sink could not be built). */
-int sink_pool_status_render(struct sink_pool *pool, struct sink *const *sinks,
-                            struct status_sink *ss, size_t n,
+struct sink_entries {
+    struct sink *const *sinks; /* n; NULL: an entry without a sink */
+    struct status_sink *ss;    /* n */
+    size_t n;
+};
+int sink_pool_status_render(struct sink_pool *pool,
+                            const struct sink_entries *e,
                             struct status_node *node, struct buf *out,
                             struct err *err);
 

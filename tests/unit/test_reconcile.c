@@ -8,6 +8,17 @@
 #include "harness.h"
 #include "store/store.h"
 
+static size_t run(const struct reconcile_row *rows, size_t n_rows,
+                  const struct cp_cluster *clusters, size_t n_clusters,
+                  const struct reconcile_unit *units, size_t n_units,
+                  struct reconcile_action *out)
+{
+    struct reconcile_in in = {rows,       n_rows, clusters,
+                              n_clusters, units,  n_units};
+
+    return reconcile(&in, out);
+}
+
 static void tenant(uint8_t out[16], uint8_t last)
 {
     memset(out, 0, 16);
@@ -60,7 +71,7 @@ TEST(a_new_row_starts_and_an_unchanged_one_keeps)
     struct reconcile_unit u[1] = {unit(1, 10, UNIT_RUNNING)};
     struct reconcile_action a[3];
 
-    EXPECT_EQ_U64(reconcile(r, 2, c, 2, u, 1, a), 1);
+    EXPECT_EQ_U64(run(r, 2, c, 2, u, 1, a), 1);
     EXPECT_EQ_I64(a[0].kind, RECONCILE_START);
     EXPECT_EQ_U64(a[0].row, 1);
     EXPECT_EQ_U64(a[0].unit, SIZE_MAX);
@@ -73,14 +84,14 @@ TEST(a_changed_fingerprint_rebuilds_and_a_draining_unit_waits)
     struct reconcile_unit u[1] = {unit(1, 10, UNIT_RUNNING)};
     struct reconcile_action a[2];
 
-    EXPECT_EQ_U64(reconcile(r, 1, c, 1, u, 1, a), 1);
+    EXPECT_EQ_U64(run(r, 1, c, 1, u, 1, a), 1);
     EXPECT_EQ_I64(a[0].kind, RECONCILE_REBUILD);
     EXPECT_EQ_U64(a[0].row, 0);
     EXPECT_EQ_U64(a[0].unit, 0);
     /* the old unit drains: nothing until it is gone, then a start */
     u[0].state = UNIT_DRAINING;
-    EXPECT_EQ_U64(reconcile(r, 1, c, 1, u, 1, a), 0);
-    EXPECT_EQ_U64(reconcile(r, 1, c, 1, u, 0, a), 1);
+    EXPECT_EQ_U64(run(r, 1, c, 1, u, 1, a), 0);
+    EXPECT_EQ_U64(run(r, 1, c, 1, u, 0, a), 1);
     EXPECT_EQ_I64(a[0].kind, RECONCILE_START);
 }
 
@@ -91,16 +102,16 @@ TEST(push_blocked_runs_and_does_not_rebuild_suspended_stops)
     struct reconcile_unit u[1] = {unit(1, 10, UNIT_RUNNING)};
     struct reconcile_action a[2];
 
-    EXPECT_EQ_U64(reconcile(r, 1, c, 1, u, 1, a), 0);
+    EXPECT_EQ_U64(run(r, 1, c, 1, u, 1, a), 0);
     c[0].tenant_status = CP_SUSPENDED; /* the tenant's status counts too */
-    EXPECT_EQ_U64(reconcile(r, 1, c, 1, u, 1, a), 1);
+    EXPECT_EQ_U64(run(r, 1, c, 1, u, 1, a), 1);
     EXPECT_EQ_I64(a[0].kind, RECONCILE_STOP);
     EXPECT_EQ_U64(a[0].unit, 0);
     c[0].tenant_status = CP_ACTIVE;
     c[0].status = CP_SUSPENDED;
-    EXPECT_EQ_U64(reconcile(r, 1, c, 1, u, 1, a), 1);
+    EXPECT_EQ_U64(run(r, 1, c, 1, u, 1, a), 1);
     EXPECT_EQ_I64(a[0].kind, RECONCILE_STOP);
-    EXPECT_EQ_U64(reconcile(r, 1, c, 1, u, 0, a), 0); /* nothing starts */
+    EXPECT_EQ_U64(run(r, 1, c, 1, u, 0, a), 0); /* nothing starts */
 }
 
 TEST(gone_disabled_deleting_or_unknown_cluster_stops)
@@ -110,15 +121,15 @@ TEST(gone_disabled_deleting_or_unknown_cluster_stops)
     struct reconcile_unit u[1] = {unit(1, 10, UNIT_RUNNING)};
     struct reconcile_action a[2];
 
-    EXPECT_EQ_U64(reconcile(r, 1, c, 1, u, 1, a), 1); /* disabled */
+    EXPECT_EQ_U64(run(r, 1, c, 1, u, 1, a), 1); /* disabled */
     EXPECT_EQ_I64(a[0].kind, RECONCILE_STOP);
-    EXPECT_EQ_U64(reconcile(r, 0, c, 1, u, 1, a), 1); /* row gone */
+    EXPECT_EQ_U64(run(r, 0, c, 1, u, 1, a), 1); /* row gone */
     EXPECT_EQ_I64(a[0].kind, RECONCILE_STOP);
     r[0].enabled = true;
     c[0].deleting = true;
-    EXPECT_EQ_U64(reconcile(r, 1, c, 1, u, 1, a), 1);
+    EXPECT_EQ_U64(run(r, 1, c, 1, u, 1, a), 1);
     EXPECT_EQ_I64(a[0].kind, RECONCILE_STOP);
-    EXPECT_EQ_U64(reconcile(r, 1, c, 0, u, 1, a), 1); /* no such cluster */
+    EXPECT_EQ_U64(run(r, 1, c, 0, u, 1, a), 1); /* no such cluster */
     EXPECT_EQ_I64(a[0].kind, RECONCILE_STOP);
 }
 
@@ -129,11 +140,11 @@ TEST(an_error_unit_retries_every_round_and_is_dropped_when_gone)
     struct reconcile_unit u[1] = {unit(1, 10, UNIT_ERROR)};
     struct reconcile_action a[2];
 
-    EXPECT_EQ_U64(reconcile(r, 1, c, 1, u, 1, a), 1);
+    EXPECT_EQ_U64(run(r, 1, c, 1, u, 1, a), 1);
     EXPECT_EQ_I64(a[0].kind, RECONCILE_START);
     EXPECT_EQ_U64(a[0].row, 0);
     EXPECT_EQ_U64(a[0].unit, 0);
-    EXPECT_EQ_U64(reconcile(r, 0, c, 1, u, 1, a), 1);
+    EXPECT_EQ_U64(run(r, 0, c, 1, u, 1, a), 1);
     EXPECT_EQ_I64(a[0].kind, RECONCILE_DROP);
     EXPECT_EQ_U64(a[0].unit, 0);
 }
@@ -151,7 +162,7 @@ TEST(system_tenants_never_run_and_a_tenant_runs_once)
     memcpy(c[2].broker_tenant, STORE_DEFAULT_TENANT, 16);
     memcpy(r[2].broker_tenant, STORE_DEFAULT_TENANT, 16);
     memcpy(r[3].broker_tenant, CP_PROXY_TENANT, 16);
-    EXPECT_EQ_U64(reconcile(r, 4, c, 3, NULL, 0, a), 1);
+    EXPECT_EQ_U64(run(r, 4, c, 3, NULL, 0, a), 1);
     EXPECT_EQ_I64(a[0].kind, RECONCILE_START);
     EXPECT_EQ_U64(a[0].row, 0); /* the first row of tenant 1 wins */
 }
