@@ -98,6 +98,7 @@ struct sink_host {
 #define HOST_CP_POLL_MS   200 /* how often drains are looked at */
 #define HOST_CP_WARN_MS   60000
 #define HOST_CP_PAGE      1000
+#define HOST_SECRET_ROOM  8192 /* a sealed secret is at most 4 KiB */
 #define HOST_SECRET_ERROR                                                   \
     "the S3 secret cannot be opened on this node: QUEEN_ENCRYPTION_KEY is " \
     "unset or differs from the key of the node that sealed it (every node " \
@@ -612,6 +613,9 @@ static int host_build(struct sink_host *h, struct tunit *u,
 
     buf_init(&secret, BUF_UNLIMITED);
     buf_init(&msg, BUF_UNLIMITED);
+    /* room for any secret at once: a buffer that grew would leave copies
+     * of it behind in freed memory */
+    buf_reserve(&secret, HOST_SECRET_ROOM, &err);
     if (!h->has_key || r->secret_sealed == NULL ||
         aead_open(h->key, (const uint8_t *)r->secret_sealed,
                   strlen(r->secret_sealed), &secret, &err) != 0) {
