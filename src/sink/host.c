@@ -833,6 +833,7 @@ static void host_round(struct sink_host *h)
         cp_cluster_list(h->store, &clusters, &n_clusters, &err) != 0) {
         host_read_failed(h, err.msg);
         host_rows_free(rows, n_rows);
+        free(clusters);
         return;
     }
     struct reconcile_row *rr = xcalloc(n_rows + 1, sizeof(*rr));
