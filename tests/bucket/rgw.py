@@ -27,6 +27,7 @@ PIDs); `stop` ends them by those PIDs.
 """
 
 import argparse
+import base64
 import atexit
 import json
 import os
@@ -99,6 +100,9 @@ rgw frontends = beast endpoint=127.0.0.1:{rgw_port}
 rgw dns name = localhost
 rgw enable usage log = false
 rgw thread pool size = 64
+rgw crypt require ssl = false
+rgw crypt s3 kms backend = testing
+rgw crypt s3 kms encryption keys = key-1={kms_key}
 """
 
 
@@ -159,7 +163,9 @@ class Cell:
         with open(self.conf, "w", encoding="utf-8") as f:
             f.write(CONF.format(fsid=fsid, mon_port=self.mon_port, d=d,
                                 rgw_port=self.rgw_port,
-                                mem_bytes=self.mem_bytes))
+                                mem_bytes=self.mem_bytes,
+                                kms_key=base64.b64encode(
+                                    os.urandom(32)).decode()))
         deadline = time.monotonic() + timeout
         try:
             monmap = os.path.join(d, "monmap")
