@@ -91,6 +91,45 @@ def wait_until(pred, timeout, what):
         time.sleep(0.02)
 
 
+class RgwReader:
+    """A lake reader (list_keys, read) over an RGW bucket, for
+    tests/e2e/lake.py.  A listing notes each key's ETag; the next read() of
+    that key GETs it only when that ETag is not the one of the bytes it
+    holds, so polling a lake of a thousand objects costs a LIST, not a
+    thousand GETs (on s3rver the reader opens files instead).  A read not
+    preceded by a listing of its key always GETs."""
+
+    def __init__(self, client, bucket):
+        self.client = client
+        self.bucket = bucket
+        self.listed = {}  # key -> ETag at the last listing
+        self.cache = {}   # key -> (ETag, bytes)
+
+    def list_keys(self, prefix=""):
+        keys = []
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix)
+        for page in pages:
+            for o in page.get("Contents", []):
+                self.listed[o["Key"]] = o["ETag"]
+                keys.append(o["Key"])
+        return sorted(keys, key=lambda k: k.encode())
+
+    def read(self, key):
+        hit = self.cache.get(key)
+        listed = self.listed.pop(key, None)  # good for one read
+        if hit is not None and listed == hit[0]:
+            return hit[1]
+        try:
+            r = self.client.get_object(Bucket=self.bucket, Key=key)
+        except self.client.exceptions.NoSuchKey:
+            self.cache.pop(key, None)
+            return None
+        data = r["Body"].read()
+        self.cache[key] = (r["ETag"], data)
+        return data
+
+
 class TestBucket:
     __test__ = False  # not a pytest test class despite its name
 
@@ -292,6 +331,10 @@ class TestBucket:
                 return f.read()
         except (FileNotFoundError, NotADirectoryError):
             return None
+
+    def reader(self, bucket="lake"):
+        """A lake reader (tests/e2e/lake.py) for an RGW bucket."""
+        return RgwReader(self.direct, bucket)
 
     def list_keys(self, bucket, prefix=""):
         if self.kind == "rgw":
