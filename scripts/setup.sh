@@ -12,6 +12,7 @@ APT_PKGS=(
   python3 python3-boto3 python3-botocore python3-zstandard python3-pandas python3-pytest
   redis-server nats-server wrk hyperfine stress-ng faketime
   iproute2 iptables
+  radosgw ceph-mon ceph-osd ceph-common
 )
 APT_NORECOMMENDS=(prometheus)
 # Node.js: this image ships nodesource's nodejs (npm bundled); Debian's npm
@@ -48,7 +49,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
   [ "${#norec[@]}" -eq 0 ] || $SUDO apt-get install -y -qq --no-install-recommends "${norec[@]}" >/dev/null
   # Debian starts redis-server, nats-server and prometheus as services; tests
   # and benchmarks start their own.
-  for svc in redis-server nats-server prometheus; do
+  # Ceph: tests/bucket/rgw.py starts a private cell of its own; none of its
+  # packaged units run without systemd, stop them where they do.
+  for svc in redis-server nats-server prometheus ceph.target ceph-mon.target ceph-osd.target ceph-radosgw.target; do
     (command -v systemctl >/dev/null && $SUDO systemctl stop "$svc" 2>/dev/null) || true
     $SUDO service "$svc" stop >/dev/null 2>&1 || true
   done

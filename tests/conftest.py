@@ -35,6 +35,15 @@ def pytest_configure(config):
         "markers", "cluster_long: a long cluster test (make check-cluster)")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _rgw_cell():
+    """The Ceph cell of RGW buckets (QUEEN_TEST_BUCKET=rgw) is started by
+    the first one and shared by the session: stop it at the session's end."""
+    yield
+    if "rgw" in sys.modules:
+        sys.modules["rgw"].stop_shared()
+
+
 @pytest.fixture
 def bucket(tmp_path):
     b = TestBucket(buckets=["lake"], workdir=str(tmp_path / "bucket"))

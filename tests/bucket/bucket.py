@@ -8,6 +8,12 @@ proxy (s3proxy.py), for every end-to-end test, `make demo` and benchmarks.
     b.read_object("lake", key)                   # straight from s3rver's files
     b.stop()
 
+Two kinds (`kind=`, by default $QUEEN_TEST_BUCKET or "s3rver"): "s3rver"
+(npm s3rver, its files on disk) and "rgw" (Ceph's RADOS Gateway in a
+loopback cell, rgw.py, started once per process and shared: each bucket is
+an RGW tenant of its own, so buckets of the same name never meet).  Faults,
+checks and the request log are the proxy's, the same for both.
+
 One child process (the proxy, in its own process group, with s3rver as its
 child) is started per bucket.  stop() ends that process group; an atexit
 handler does it too, and the proxy exits by itself when its parent dies, so
@@ -46,6 +52,15 @@ TESTS_DIR = os.path.dirname(HERE)
 S3RVER_BIN = os.path.join(TESTS_DIR, "node_modules", ".bin", "s3rver")
 PYTHON = "/usr/bin/python3"
 _live = set()
+_seq = [0]
+KINDS = ("s3rver", "rgw")
+
+
+def default_kind():
+    kind = os.environ.get("QUEEN_TEST_BUCKET") or "s3rver"
+    if kind not in KINDS:
+        raise ValueError("QUEEN_TEST_BUCKET=%r: one of %s" % (kind, KINDS))
+    return kind
 _install_lock = threading.Lock()
 
 
@@ -76,13 +91,55 @@ def wait_until(pred, timeout, what):
         time.sleep(0.02)
 
 
+class RgwReader:
+    """A lake reader (list_keys, read) over an RGW bucket, for
+    tests/e2e/lake.py.  A listing notes each key's ETag; the next read() of
+    that key GETs it only when that ETag is not the one of the bytes it
+    holds, so polling a lake of a thousand objects costs a LIST, not a
+    thousand GETs (on s3rver the reader opens files instead).  A read not
+    preceded by a listing of its key always GETs."""
+
+    def __init__(self, client, bucket):
+        self.client = client
+        self.bucket = bucket
+        self.listed = {}  # key -> ETag at the last listing
+        self.cache = {}   # key -> (ETag, bytes)
+
+    def list_keys(self, prefix=""):
+        keys = []
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix)
+        for page in pages:
+            for o in page.get("Contents", []):
+                self.listed[o["Key"]] = o["ETag"]
+                keys.append(o["Key"])
+        return sorted(keys, key=lambda k: k.encode())
+
+    def read(self, key):
+        hit = self.cache.get(key)
+        listed = self.listed.pop(key, None)  # good for one read
+        if hit is not None and listed == hit[0]:
+            return hit[1]
+        try:
+            r = self.client.get_object(Bucket=self.bucket, Key=key)
+        except self.client.exceptions.NoSuchKey:
+            self.cache.pop(key, None)
+            return None
+        data = r["Body"].read()
+        self.cache[key] = (r["ETag"], data)
+        return data
+
+
 class TestBucket:
     __test__ = False  # not a pytest test class despite its name
 
     def __init__(self, buckets=("lake",), access_key="queen",
                  secret_key="queen-secret-key", region="us-east-1",
                  port=None, workdir=None, extra_keys=None, keep=None,
-                 host="127.0.0.1"):
+                 host="127.0.0.1", kind=None):
+        self.kind = kind or default_kind()
+        if self.kind not in KINDS:
+            raise ValueError("kind %r: one of %s" % (self.kind, KINDS))
         self.buckets = list(buckets)
         self.host = host
         self.access_key = access_key
@@ -98,6 +155,8 @@ class TestBucket:
         self.workdir = workdir
         self.proc = None
         self.ready = None
+        self.direct = None  # rgw: a boto3 client of RGW itself
+        self.data_dir = None
 
     # -- life cycle --
 
@@ -105,15 +164,20 @@ class TestBucket:
         if self.workdir is None:
             self.workdir = tempfile.mkdtemp(prefix="queen-bucket-")
         os.makedirs(self.workdir, exist_ok=True)
-        self.data_dir = os.path.join(self.workdir, "s3rver")
-        for b in self.buckets:
-            os.makedirs(os.path.join(self.data_dir, b), exist_ok=True)
+        rgw_cfg = None
+        if self.kind == "rgw":
+            rgw_cfg = self._rgw_tenant()
+        else:
+            self.data_dir = os.path.join(self.workdir, "s3rver")
+            for b in self.buckets:
+                os.makedirs(os.path.join(self.data_dir, b), exist_ok=True)
         self.log_path = os.path.join(self.workdir, "requests.jsonl")
         ready_file = os.path.join(self.workdir, "proxy.ready")
         if os.path.exists(ready_file):
             os.unlink(ready_file)
         cfg = {"workdir": self.workdir, "data_dir": self.data_dir,
-               "s3rver_bin": ensure_s3rver(), "access_keys": self.keys,
+               "s3rver_bin": ensure_s3rver() if rgw_cfg is None else None,
+               "rgw": rgw_cfg, "access_keys": self.keys,
                "region": self.region, "host": self.host, "port": self.port,
                "control_port": 0,
                "log": self.log_path, "ready_file": ready_file}
@@ -143,6 +207,42 @@ class TestBucket:
         self.port = self.ready["port"]
         return self
 
+    def _rgw_tenant(self):
+        """A tenant of the shared RGW cell with a user of its own (random
+        key: the proxy signs for it) holding self.buckets, empty."""
+        import rgw
+        cell = rgw.shared()
+        _seq[0] += 1
+        tenant = "tb%d_%d" % (os.getpid(), _seq[0])
+        ak, sk = "ak" + tenant, os.urandom(20).hex()
+        cell.add_user(tenant, "queen", ak, sk)
+        self.direct = cell.client(ak, sk, self.region)
+        for b in self.buckets:
+            self.direct.create_bucket(Bucket=b)
+        self.rgw_endpoint = "http://" + cell.endpoint
+        return {"endpoint": cell.endpoint, "access_key": ak,
+                "secret_key": sk}
+
+    def _rgw_empty(self):
+        """Free the memstore OSD's RAM: delete what the buckets hold."""
+        c = self.direct
+        for b in self.buckets:
+            try:
+                for page in c.get_paginator(
+                        "list_multipart_uploads").paginate(Bucket=b):
+                    for u in page.get("Uploads", []):
+                        c.abort_multipart_upload(Bucket=b, Key=u["Key"],
+                                                 UploadId=u["UploadId"])
+                for page in c.get_paginator("list_objects_v2").paginate(
+                        Bucket=b):
+                    objs = [{"Key": o["Key"]}
+                            for o in page.get("Contents", [])]
+                    if objs:
+                        c.delete_objects(Bucket=b,
+                                         Delete={"Objects": objs})
+            except Exception:  # best effort: the cell goes at exit anyway
+                pass
+
     def _err_tail(self):
         try:
             with open(os.path.join(self.workdir, "proxy.err"), "rb") as f:
@@ -156,6 +256,8 @@ class TestBucket:
         if proc is None:
             return
         self._end(proc)
+        if self.direct is not None and not self.keep:
+            self._rgw_empty()
         if self.own_workdir and not self.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -198,6 +300,10 @@ class TestBucket:
 
     @property
     def s3rver_endpoint(self):
+        """The server behind the proxy (s3rver, or RGW, which wants the
+        RGW user's signature); for debugging only."""
+        if self.kind == "rgw":
+            return self.rgw_endpoint
         return "http://127.0.0.1:%d" % self.ready["s3rver_port"]
 
     @property
@@ -207,9 +313,17 @@ class TestBucket:
     # -- reading the bucket from disk --
 
     def object_path(self, bucket, key):
+        if self.kind == "rgw":
+            raise NotImplementedError("an RGW bucket has no files")
         return s3proxy.object_path(self.data_dir, bucket, key)
 
     def read_object(self, bucket, key):
+        if self.kind == "rgw":  # from RGW itself, not through the proxy
+            try:
+                return self.direct.get_object(Bucket=bucket,
+                                              Key=key)["Body"].read()
+            except self.direct.exceptions.NoSuchKey:
+                return None
         if not s3proxy.key_is_storable(key):
             return None
         try:
@@ -218,7 +332,17 @@ class TestBucket:
         except (FileNotFoundError, NotADirectoryError):
             return None
 
+    def reader(self, bucket="lake"):
+        """A lake reader (tests/e2e/lake.py) for an RGW bucket."""
+        return RgwReader(self.direct, bucket)
+
     def list_keys(self, bucket, prefix=""):
+        if self.kind == "rgw":
+            pages = self.direct.get_paginator("list_objects_v2").paginate(
+                Bucket=bucket, Prefix=prefix)
+            return sorted((o["Key"] for p in pages
+                           for o in p.get("Contents", [])),
+                          key=lambda k: k.encode())
         return s3proxy.walk_keys(self.data_dir, bucket, prefix)
 
     def boto3(self, retries=0, access_key=None, secret_key=None):
@@ -299,13 +423,15 @@ def serve(argv):
     ap.add_argument("--port", type=int, default=None)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--ready-file", required=True)
+    ap.add_argument("--kind", choices=KINDS, default=None)
     a = ap.parse_args(argv)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     b = TestBucket(buckets=[x for x in a.buckets.split(",") if x],
                    access_key=a.access_key, secret_key=a.secret_key,
-                   region=a.region, port=a.port, workdir=a.workdir).start()
+                   region=a.region, port=a.port, workdir=a.workdir,
+                   kind=a.kind).start()
     try:
         line = json.dumps({"endpoint": b.endpoint,
                            "control_endpoint": b.control_endpoint,

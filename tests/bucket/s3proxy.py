@@ -42,6 +42,12 @@ given: the cluster partition tests bind it to an address their network
 namespaces reach; the control port stays on 127.0.0.1).  It dies with its
 parent: when the process that started it goes away, it stops s3rver and
 exits, so nothing leaks.
+
+RGW mode (config "rgw": {endpoint, access_key, secret_key}; tests/bucket/
+rgw.py runs the Ceph cell): no s3rver is started; after (1), (2) and the
+faults of (5), every request goes to RGW as the client sent it (path style),
+its signature replaced by one with the RGW user's key, and RGW answers it
+all itself (listing, multipart, errors); /uploads asks RGW.
 """
 
 import argparse
@@ -771,6 +777,10 @@ class App:
     def __init__(self, cfg):
         self.data_dir = cfg["data_dir"]
         self.upstream = cfg["upstream"]
+        # RGW mode: no s3rver; every request that passes our checks and
+        # faults goes to RGW, signed again with the RGW user's own key
+        self.rgw = cfg.get("rgw")
+        self.signer = None
         self.verifier = Verifier(cfg["access_keys"], cfg["region"])
         self.faults = Faults()
         self.port = None
@@ -796,6 +806,8 @@ class App:
             self.log_file.flush()
 
     def route(self, h, req, headers, body):
+        if self.rgw is not None:
+            return self.forward_rgw(h, req, headers, body)
         q = req.query
         if not req.bucket:
             return self.forward(h, req, headers, body)
@@ -867,6 +879,70 @@ class App:
         finally:
             resp.close()
         return resp.status
+
+    def rgw_headers(self, method, path, raw_query, headers, body):
+        """The client's headers (less its signature, date and hop-by-hop
+        ones) signed again with the RGW user's key: the client signed with
+        the suite's key, which only this proxy knows; RGW knows the
+        user's."""
+        from botocore.auth import S3SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import Credentials
+        out = {name: value for name, value in headers.items()
+               if name not in HOP_HEADERS and name not in
+               ("x-amz-date", "x-amz-content-sha256",
+                "x-amz-security-token", "user-agent")}
+        cpath, cquery = canonical_target(path, raw_query)
+        url = "http://%s%s%s" % (self.upstream, cpath,
+                                 "?" + cquery if cquery else "")
+        areq = AWSRequest(method=method, url=url, headers=out, data=body)
+        S3SigV4Auth(Credentials(self.rgw["access_key"],
+                                self.rgw["secret_key"]), "s3",
+                    "us-east-1").add_auth(areq)
+        signed = dict(areq.headers.items())
+        signed["Host"] = self.upstream
+        if body or method in ("PUT", "POST"):
+            signed["Content-Length"] = str(len(body))
+        return signed
+
+    def forward_rgw(self, h, req, headers, body):
+        path = req.upstream_path  # path style, as the client encoded it
+        out = self.rgw_headers(req.method, path, req.raw_query, headers, body)
+        target = path + ("?" + req.raw_query if req.raw_query else "")
+        resp = self.upstream_call(req.method, target, out, body)
+        try:
+            h.relay(resp, req)
+        finally:
+            resp.close()
+        return resp.status
+
+    def rgw_uploads(self, bucket):
+        """The uploads in progress, with their parts, asked of RGW."""
+        import boto3
+        from botocore.config import Config
+        c = boto3.client("s3", endpoint_url="http://" + self.upstream,
+                         region_name="us-east-1",
+                         aws_access_key_id=self.rgw["access_key"],
+                         aws_secret_access_key=self.rgw["secret_key"],
+                         config=Config(s3={"addressing_style": "path"},
+                                       signature_version="s3v4"))
+        out = []
+        for page in c.get_paginator("list_multipart_uploads").paginate(
+                Bucket=bucket):
+            for u in page.get("Uploads", []):
+                parts = []
+                for pp in c.get_paginator("list_parts").paginate(
+                        Bucket=bucket, Key=u["Key"], UploadId=u["UploadId"]):
+                    parts += [{"partNumber": p["PartNumber"],
+                               "size": p["Size"],
+                               "md5": p["ETag"].strip('"')}
+                              for p in pp.get("Parts", [])]
+                out.append({"key": u["Key"], "uploadId": u["UploadId"],
+                            "parts": parts, "initiated": u["Initiated"]})
+        out.sort(key=lambda u: (utf8(u["key"]), u["initiated"]))
+        for u in out:
+            del u["initiated"]
+        return out
 
     # -- listing --
 
@@ -1173,6 +1249,8 @@ class Control(http.server.BaseHTTPRequestHandler):
             bucket = q.get("bucket", "")
             if not bucket or "/" in bucket or bucket in (".", ".."):
                 return self.reply(400, {"error": "bucket= is required"})
+            if app.rgw is not None:
+                return self.reply(200, app.rgw_uploads(bucket))
             out = [{"key": u["key"], "uploadId": u["uploadId"],
                     "parts": [{k: p[k] for k in ("partNumber", "size", "md5")}
                               for p in u["parts"]]}
@@ -1246,7 +1324,7 @@ def main():
     with open(args.config, encoding="utf-8") as f:
         cfg = json.load(f)
     parent = os.getppid()
-    s3rver = start_s3rver(cfg)
+    s3rver = start_s3rver(cfg) if cfg.get("rgw") is None else None
     stopping = threading.Event()
 
     def stop(*_):
@@ -1257,8 +1335,12 @@ def main():
     try:
         cfg["upstream"] = "127.0.0.1:0"
         app = App(cfg)
-        s3port = s3rver_port(cfg, s3rver)
-        app.upstream = "127.0.0.1:%d" % s3port
+        if s3rver is not None:
+            s3port = s3rver_port(cfg, s3rver)
+            app.upstream = "127.0.0.1:%d" % s3port
+        else:
+            s3port = None
+            app.upstream = cfg["rgw"]["endpoint"]
         Handler.app = app
         Control.app = app
         app.port = DataPort(app, cfg.get("port") or 0,
@@ -1270,15 +1352,18 @@ def main():
         ready = {"port": app.port.port,
                  "control_port": control.server_address[1],
                  "s3rver_port": s3port, "pid": os.getpid(),
-                 "s3rver_pid": s3rver.pid}
+                 "s3rver_pid": s3rver.pid if s3rver else None}
         tmp = cfg["ready_file"] + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(ready, f)
         os.rename(tmp, cfg["ready_file"])
         while not stopping.wait(0.25):
-            if os.getppid() != parent or s3rver.poll() is not None:
+            if os.getppid() != parent or \
+                    (s3rver is not None and s3rver.poll() is not None):
                 break  # orphaned, or s3rver died: stop everything
     finally:
+        if s3rver is None:
+            return 0
         s3rver.terminate()
         try:
             s3rver.wait(5)

@@ -140,7 +140,10 @@ class S3rverDirReader:
 
 
 def bucket_reader(test_bucket, bucket="lake"):
-    """A reader over a running TestBucket's files on disk."""
+    """A reader over a running TestBucket's files on disk (an RGW bucket,
+    which has none: RGW itself, not through the test's proxy)."""
+    if getattr(test_bucket, "kind", "s3rver") == "rgw":
+        return test_bucket.reader(bucket)
     return S3rverDirReader(test_bucket.data_dir, bucket)
 
 

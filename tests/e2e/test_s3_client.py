@@ -137,7 +137,13 @@ def test_multipart_of_three_16_mib_parts_and_a_tail(bucket, tmp_path):
     out = s3tool(bucket, "multipart-put", "lake/big \u00e9=1.bin", src)
     assert out["ok"], out
     assert out["multipart"] and out["parts"] == 4
-    assert out["etag"].endswith("-4")
+    head = bucket.boto3().head_object(Bucket="lake", Key="lake/big \u00e9=1.bin")
+    assert head["ETag"].strip('"').endswith("-4")
+    # RGW 16.2 answers CompleteMultipartUpload with an empty <ETag> (the
+    # object has its "-4" ETag, as HEAD shows); s3rver behind the proxy
+    # answers the multipart ETag
+    assert out["etag"] == ("" if bucket.kind == "rgw" else
+                           head["ETag"].strip('"'))
     assert counters(out) == {("multipart_create", 200): 1,
                              ("multipart_part", 200): 4,
                              ("multipart_complete", 200): 1}
@@ -278,8 +284,15 @@ def test_a_completion_whose_answer_was_lost_is_found_by_head(bucket,
     assert out["parts"] == 3 and out["etag"].endswith("-3")
     c = counters(out)
     assert c[("multipart_complete", 0)] == 1
-    assert c[("multipart_complete", 404)] == 1
-    assert c[("head", 200)] == 1
+    if bucket.kind == "rgw":
+        # RGW 16.2 completes an upload it already completed once more (200
+        # with the object's ETag), where AWS and s3rver answer 404
+        # NoSuchUpload: the client's HEAD fallback is not needed there
+        assert c[("multipart_complete", 200)] == 1
+        assert ("head", 200) not in c
+    else:
+        assert c[("multipart_complete", 404)] == 1
+        assert c[("head", 200)] == 1
     assert ("multipart_abort", 204) not in c
     assert bucket.stats()["faults"]["drop"] == 1
     head = bucket.boto3().head_object(Bucket="lake", Key="lost/complete.bin")
