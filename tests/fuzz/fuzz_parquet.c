@@ -20,7 +20,7 @@
 #include "base/xalloc.h"
 #include "parquet/parquet.h"
 #include "parquet/thrift.h"
-#include "parquet_read.h"
+#include "parquet/read.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
