@@ -1595,9 +1595,6 @@ static void lake_fold_window(struct lake_fold *f, struct lake_window *w,
                              const struct lake_opts *o)
 {
     f->windows++;
-    for (size_t i = 0; i < w->n_violations; i++) {
-        lake_fold_violation(f, "%s", w->violations[i]);
-    }
     if (f->has_prev && w->t_start != f->prev_end && w->t_end != 0) {
         lake_fold_violation(f,
                             "window %" PRId64 ": %s: windows %" PRId64
@@ -1605,6 +1602,9 @@ static void lake_fold_window(struct lake_fold *f, struct lake_window *w,
                             ")=%" PRId64 " but tStart(%" PRId64 ")=%" PRId64,
                             w->k, w->manifest_key, w->k - 1, w->k, w->k - 1,
                             f->prev_end, w->k, w->t_start);
+    }
+    for (size_t i = 0; i < w->n_violations; i++) {
+        lake_fold_violation(f, "%s", w->violations[i]);
     }
     if (w->t_end != 0) {
         if (!f->has_prev) {
@@ -2053,6 +2053,13 @@ static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
     buf_free(&root);
     if (cnt.is_bad) {
         lake_fold_violation(f, "%s", cnt.bad);
+    } else if (cnt.n == 0) {
+        return err_set(err, ERR_NOT_FOUND,
+                       "no manifest for queue %s of tenant %s under prefix "
+                       "%s",
+                       queue, o->tenant, o->prefix) != 0
+                   ? 2
+                   : 2;
     }
     last_k = o->to_k != 0 && o->to_k < cnt.n ? o->to_k : cnt.n;
     if (o->to_k > cnt.n) {
