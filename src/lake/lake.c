@@ -2484,13 +2484,13 @@ static int lake_push_record(void *arg, const struct sink_record *r)
         return 2;
     }
     if ((p->items > 0 && buf_append_byte(&p->body, ',', err) != 0) ||
-        buf_append_str(&p->body, "{\"queue\":\"", err) != 0 ||
+        buf_append_str(&p->body, "{\"queue\":", err) != 0 ||
         json_escape(&p->body, p->as, strlen(p->as), err) != 0 ||
-        buf_append_str(&p->body, "\",\"partition\":\"", err) != 0 ||
+        buf_append_str(&p->body, ",\"partition\":", err) != 0 ||
         json_escape(&p->body, r->partition.ptr, r->partition.len, err) != 0 ||
-        buf_append_str(&p->body, "\",\"transactionId\":\"", err) != 0 ||
+        buf_append_str(&p->body, ",\"transactionId\":", err) != 0 ||
         json_escape(&p->body, r->txn.ptr, r->txn.len, err) != 0 ||
-        buf_append_str(&p->body, "\",\"payload\":", err) != 0 ||
+        buf_append_str(&p->body, ",\"payload\":", err) != 0 ||
         (r->payload.len == 0 ? buf_append_str(&p->body, "null", err)
                              : buf_append(&p->body, r->payload.ptr,
                                           r->payload.len, err)) != 0 ||
