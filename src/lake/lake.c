@@ -25,6 +25,7 @@
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
+#define ZLIB_CONST /* next_in is const */
 #include <zlib.h>
 #include <zstd.h>
 
@@ -116,141 +117,124 @@ static bool lake_int(const char *s, int64_t *out)
 }
 
 /* Returns 0, or 2 after printing why on stderr. */
-static int lake_parse(int argc, char **argv, struct lake_opts *o)
-{
-    const char *endpoint = lake_env("QUEEN_S3_ENDPOINT");
-    const char *bucket = lake_env("QUEEN_S3_BUCKET");
-    const char *region = lake_env("QUEEN_S3_REGION");
-    const char *prefix = lake_env("QUEEN_S3_PREFIX");
-    const char *ak = lake_env("QUEEN_S3_ACCESS_KEY");
-    const char *sk = lake_env("QUEEN_S3_SECRET_KEY");
-    const char *ps = lake_env("QUEEN_S3_PATH_STYLE");
-    bool path_style = false;
-    struct err err;
+/* The bucket settings as written, before they are checked. */
+struct lake_raw {
+    const char *endpoint;
+    const char *bucket;
+    const char *region;
+    const char *prefix;
+    const char *ak;
+    const char *sk;
+    bool path_style;
+};
 
-    memset(o, 0, sizeof(*o));
-    s3_config_defaults(&o->s3);
-    snprintf(o->tenant, sizeof(o->tenant), "%s", LAKE_DEFAULT_TENANT);
-    o->from_k = 1;
-    o->threads = 0;
-    o->batch = LAKE_PUSH_ITEMS;
-    if (ps != NULL &&
-        s3_parse_bool("QUEEN_S3_PATH_STYLE", ps, &path_style, &err) != 0) {
-        fprintf(stderr, "queen lake: %s\n", err.msg);
+/* A number flag: 0, 2 (said why), or 1 (not a number flag). */
+static int lake_flag_number(struct lake_opts *o, const char *name,
+                            const char *v)
+{
+    static const struct {
+        const char *name;
+        int64_t lo;
+        int64_t hi;
+    } t[] = {{"--from-k", 1, INT64_MAX},
+             {"--to-k", 1, INT64_MAX},
+             {"--threads", 1, 256},
+             {"--batch", 1, 10000}};
+    int64_t n = 0;
+
+    for (size_t i = 0; i < ARRAY_LEN(t); i++) {
+        if (strcmp(name, t[i].name) != 0) {
+            continue;
+        }
+        if (!lake_int(v, &n) || n < t[i].lo || n > t[i].hi) {
+            fprintf(stderr,
+                    "queen lake: %s %s is not %" PRId64 "..%" PRId64 "\n", name,
+                    v, t[i].lo, t[i].hi);
+            return 2;
+        }
+        if (i == 0) {
+            o->from_k = n;
+        } else if (i == 1) {
+            o->to_k = n;
+        } else if (i == 2) {
+            o->threads = (int)n;
+        } else {
+            o->batch = (int)n;
+        }
+        return 0;
+    }
+    return 1;
+}
+
+/* A flag with a value: 0, or 2 (said why). */
+static int lake_flag(struct lake_opts *o, struct lake_raw *raw,
+                     const char *name, const char *v)
+{
+    const struct {
+        const char *name;
+        const char **to;
+    } t[] = {{"--endpoint", &raw->endpoint},
+             {"--bucket", &raw->bucket},
+             {"--region", &raw->region},
+             {"--prefix", &raw->prefix},
+             {"--access-key", &raw->ak},
+             {"--secret-key", &raw->sk},
+             {"--broker", &o->broker},
+             {"--token", &o->token},
+             {"--to", &o->to},
+             {"--as", &o->as},
+             {"--state", &o->state}};
+    int rc;
+
+    for (size_t i = 0; i < ARRAY_LEN(t); i++) {
+        if (strcmp(name, t[i].name) == 0) {
+            *t[i].to = v;
+            return 0;
+        }
+    }
+    if (strcmp(name, "--tenant") == 0) {
+        snprintf(o->tenant, sizeof(o->tenant), "%s", v);
+        return 0;
+    }
+    if (strcmp(name, "--queue") == 0) {
+        o->queues = xrealloc(o->queues, (o->n_queues + 1) * sizeof(char *));
+        o->queues[o->n_queues++] = xstrdup(v);
+        return 0;
+    }
+    rc = lake_flag_number(o, name, v);
+    if (rc == 1) {
+        fprintf(stderr, "queen lake: unknown flag %s\n", name);
         return 2;
     }
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = NULL;
-        const char *eq = strchr(a, '=');
-        char name[64];
-        size_t nl = eq != NULL ? (size_t)(eq - a) : strlen(a);
+    return rc;
+}
 
-        if (strncmp(a, "--", 2) != 0 || nl >= sizeof(name)) {
-            fprintf(stderr, "queen lake: unexpected argument %s\n", a);
-            return 2;
-        }
-        memcpy(name, a, nl);
-        name[nl] = '\0';
-        if (strcmp(name, "--path-style") == 0) {
-            path_style = true;
-            continue;
-        }
-        if (strcmp(name, "--json") == 0) {
-            o->is_json = true;
-            continue;
-        }
-        if (strcmp(name, "--help") == 0) {
-            lake_usage(stdout);
-            exit(0);
-        }
-        if (eq != NULL) {
-            v = eq + 1;
-        } else if (i + 1 < argc) {
-            v = argv[++i];
-        } else {
-            fprintf(stderr, "queen lake: %s needs a value\n", name);
-            return 2;
-        }
-        if (strcmp(name, "--endpoint") == 0) {
-            endpoint = v;
-        } else if (strcmp(name, "--bucket") == 0) {
-            bucket = v;
-        } else if (strcmp(name, "--region") == 0) {
-            region = v;
-        } else if (strcmp(name, "--prefix") == 0) {
-            prefix = v;
-        } else if (strcmp(name, "--access-key") == 0) {
-            ak = v;
-        } else if (strcmp(name, "--secret-key") == 0) {
-            sk = v;
-        } else if (strcmp(name, "--tenant") == 0) {
-            snprintf(o->tenant, sizeof(o->tenant), "%s", v);
-        } else if (strcmp(name, "--queue") == 0) {
-            o->queues = xrealloc(o->queues, (o->n_queues + 1) * sizeof(char *));
-            o->queues[o->n_queues++] = xstrdup(v);
-        } else if (strcmp(name, "--from-k") == 0) {
-            if (!lake_int(v, &o->from_k) || o->from_k < 1) {
-                fprintf(stderr, "queen lake: --from-k %s is not a k >= 1\n", v);
-                return 2;
-            }
-        } else if (strcmp(name, "--to-k") == 0) {
-            if (!lake_int(v, &o->to_k) || o->to_k < 1) {
-                fprintf(stderr, "queen lake: --to-k %s is not a k >= 1\n", v);
-                return 2;
-            }
-        } else if (strcmp(name, "--broker") == 0) {
-            o->broker = v;
-        } else if (strcmp(name, "--token") == 0) {
-            o->token = v;
-        } else if (strcmp(name, "--threads") == 0) {
-            int64_t n = 0;
+/* The settings checked into o. 0, or 2 (said why). */
+static int lake_finish(struct lake_opts *o, const struct lake_raw *raw)
+{
+    const char *prefix = raw->prefix != NULL ? raw->prefix : "queen";
+    struct err err;
 
-            if (!lake_int(v, &n) || n < 1 || n > 256) {
-                fprintf(stderr, "queen lake: --threads %s is not 1..256\n", v);
-                return 2;
-            }
-            o->threads = (int)n;
-        } else if (strcmp(name, "--to") == 0) {
-            o->to = v;
-        } else if (strcmp(name, "--as") == 0) {
-            o->as = v;
-        } else if (strcmp(name, "--state") == 0) {
-            o->state = v;
-        } else if (strcmp(name, "--batch") == 0) {
-            int64_t n = 0;
-
-            if (!lake_int(v, &n) || n < 1 || n > 10000) {
-                fprintf(stderr, "queen lake: --batch %s is not 1..10000\n", v);
-                return 2;
-            }
-            o->batch = (int)n;
-        } else {
-            fprintf(stderr, "queen lake: unknown flag %s\n", name);
-            return 2;
-        }
-    }
-    if (endpoint == NULL || bucket == NULL) {
+    if (raw->endpoint == NULL || raw->bucket == NULL) {
         fprintf(stderr, "queen lake: --endpoint and --bucket are required "
                         "(or QUEEN_S3_ENDPOINT, QUEEN_S3_BUCKET)\n");
         return 2;
     }
-    if (s3_endpoint_parse(&o->s3.ep, "--endpoint", endpoint, "--prefix",
+    if (s3_endpoint_parse(&o->s3.ep, "--endpoint", raw->endpoint, "--prefix",
                           &err) != 0 ||
-        s3_endpoint_set_bucket(&o->s3.ep, "--bucket", bucket, "--prefix",
+        s3_endpoint_set_bucket(&o->s3.ep, "--bucket", raw->bucket, "--prefix",
                                &err) != 0) {
         fprintf(stderr, "queen lake: %s\n", err.msg);
         return 2;
     }
-    o->s3.ep.path_style = path_style;
+    o->s3.ep.path_style = raw->path_style;
     snprintf(o->s3.region, sizeof(o->s3.region), "%s",
-             region != NULL ? region : "us-east-1");
+             raw->region != NULL ? raw->region : "us-east-1");
     snprintf(o->s3.access_key, sizeof(o->s3.access_key), "%s",
-             ak != NULL ? ak : "");
+             raw->ak != NULL ? raw->ak : "");
     snprintf(o->s3.secret_key, sizeof(o->s3.secret_key), "%s",
-             sk != NULL ? sk : "");
+             raw->sk != NULL ? raw->sk : "");
     /* The prefix without outer slashes, as the sink keeps it. */
-    prefix = prefix != NULL ? prefix : "queen";
     while (*prefix == '/') {
         prefix++;
     }
@@ -268,6 +252,56 @@ static int lake_parse(int argc, char **argv, struct lake_opts *o)
         o->threads = (int)(n < 1 ? 2 : n > 32 ? 64 : 2 * n);
     }
     return 0;
+}
+
+/* Returns 0, or 2 after printing why on stderr. */
+static int lake_parse(int argc, char **argv, struct lake_opts *o)
+{
+    struct lake_raw raw = {lake_env("QUEEN_S3_ENDPOINT"),
+                           lake_env("QUEEN_S3_BUCKET"),
+                           lake_env("QUEEN_S3_REGION"),
+                           lake_env("QUEEN_S3_PREFIX"),
+                           lake_env("QUEEN_S3_ACCESS_KEY"),
+                           lake_env("QUEEN_S3_SECRET_KEY"),
+                           false};
+    const char *ps = lake_env("QUEEN_S3_PATH_STYLE");
+    struct err err;
+
+    memset(o, 0, sizeof(*o));
+    s3_config_defaults(&o->s3);
+    snprintf(o->tenant, sizeof(o->tenant), "%s", LAKE_DEFAULT_TENANT);
+    o->from_k = 1;
+    o->batch = LAKE_PUSH_ITEMS;
+    if (ps != NULL &&
+        s3_parse_bool("QUEEN_S3_PATH_STYLE", ps, &raw.path_style, &err) != 0) {
+        fprintf(stderr, "queen lake: %s\n", err.msg);
+        return 2;
+    }
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char *eq = strchr(a, '=');
+        char name[64];
+        size_t nl = eq != NULL ? (size_t)(eq - a) : strlen(a);
+
+        if (strncmp(a, "--", 2) != 0 || nl >= sizeof(name)) {
+            fprintf(stderr, "queen lake: unexpected argument %s\n", a);
+            return 2;
+        }
+        memcpy(name, a, nl);
+        name[nl] = '\0';
+        if (strcmp(name, "--path-style") == 0) {
+            raw.path_style = true;
+        } else if (strcmp(name, "--json") == 0) {
+            o->is_json = true;
+        } else if (eq == NULL && i + 1 >= argc) {
+            fprintf(stderr, "queen lake: %s needs a value\n", name);
+            return 2;
+        } else if (lake_flag(o, &raw, name, eq != NULL ? eq + 1 : argv[++i]) !=
+                   0) {
+            return 2;
+        }
+    }
+    return lake_finish(o, &raw);
 }
 
 static void lake_opts_free(struct lake_opts *o)
@@ -412,38 +446,44 @@ enum lake_codec { LAKE_NONE, LAKE_ZSTD, LAKE_GZIP, LAKE_PARQUET };
  * NULL payload has len 0. */
 typedef int (*lake_rec_fn)(void *arg, const struct sink_record *r);
 
-static int lake_lines(const char *p, size_t n, struct buf *carry,
-                      struct buf *scratch, lake_rec_fn fn, void *arg,
-                      uint64_t *line_no, struct err *err)
+/* Splits decoded text into lines and hands each record to fn. */
+struct lake_reader {
+    lake_rec_fn fn;
+    void *arg;
+    struct buf carry;   /* a line cut by the end of a chunk */
+    struct buf scratch; /* lake_line_parse's */
+    uint64_t line_no;
+    uint64_t raw; /* decoded bytes */
+};
+
+static int lake_lines(struct lake_reader *rd, const char *p, size_t n,
+                      struct err *err)
 {
     size_t at = 0;
 
+    rd->raw += n;
     while (at < n) {
         const char *lf = memchr(p + at, '\n', n - at);
-        const char *line;
-        size_t len;
+        struct slice line = {p + at, 0};
         struct sink_record r;
         int rc;
 
         if (lf == NULL) {
-            return buf_append(carry, p + at, n - at, err);
+            return buf_append(&rd->carry, p + at, n - at, err);
         }
-        if (carry->len > 0) {
-            if (buf_append(carry, p + at, (size_t)(lf - (p + at)), err) != 0) {
+        line.len = (size_t)(lf - line.ptr);
+        if (rd->carry.len > 0) {
+            if (buf_append(&rd->carry, line.ptr, line.len, err) != 0) {
                 return err->code;
             }
-            line = carry->data;
-            len = carry->len;
-        } else {
-            line = p + at;
-            len = (size_t)(lf - line);
+            line = buf_slice(&rd->carry);
         }
-        ++*line_no;
-        if (lake_line_parse(line, len, &r, scratch, err) != 0) {
-            return err_wrap(err, "line %" PRIu64, *line_no);
+        ++rd->line_no;
+        if (lake_line_parse(line.ptr, line.len, &r, &rd->scratch, err) != 0) {
+            return err_wrap(err, "line %" PRIu64, rd->line_no);
         }
-        rc = fn(arg, &r);
-        buf_reset(carry);
+        rc = rd->fn(rd->arg, &r);
+        buf_reset(&rd->carry);
         if (rc != 0) {
             return rc;
         }
@@ -455,96 +495,113 @@ static int lake_lines(const char *p, size_t n, struct buf *carry,
 /* Decode body (the stored bytes) record by record. Returns 0, or
  * ERR_CORRUPT with the reason, or what fn returned. *raw counts the
  * decoded bytes. */
-static int lake_decode(enum lake_codec codec, const char *body, size_t n,
-                       lake_rec_fn fn, void *arg, uint64_t *raw,
-                       struct err *err)
+static int lake_decode_parquet(struct lake_reader *rd, const char *body,
+                               size_t n, struct err *err)
 {
-    struct buf carry;
-    struct buf scratch;
-    uint64_t line_no = 0;
+    struct parquet_file f;
+    int rc;
+
+    memset(&f, 0, sizeof(f));
+    rc = parquet_file_read(body, n, &f, err);
+    for (size_t i = 0; rc == 0 && i < f.nrecs; i++) {
+        struct sink_record r = {f.recs[i].partition, f.recs[i].offset,
+                                f.recs[i].txn, f.recs[i].ts, f.recs[i].payload};
+
+        rd->raw += r.partition.len + r.txn.len + r.payload.len + 16;
+        rc = rd->fn(rd->arg, &r);
+    }
+    parquet_file_free(&f);
+    return rc;
+}
+
+static int lake_decode_zstd(struct lake_reader *rd, const char *body, size_t n,
+                            struct err *err)
+{
+    ZSTD_DCtx *z = ZSTD_createDCtx();
+    char *out = xmalloc(LAKE_CHUNK);
+    ZSTD_inBuffer in = {body, n, 0};
+    size_t left = n > 0; /* ZSTD_decompressStream: 0 once a frame ends */
     int rc = 0;
 
+    while (rc == 0 && (in.pos < in.size || left != 0)) {
+        ZSTD_outBuffer o = {out, LAKE_CHUNK, 0};
+
+        left = ZSTD_decompressStream(z, &o, &in);
+        if (ZSTD_isError(left)) {
+            rc = err_set(err, ERR_CORRUPT, "does not decode as zstd: %s",
+                         ZSTD_getErrorName(left));
+            break;
+        }
+        rc = lake_lines(rd, out, o.pos, err);
+        if (rc == 0 && in.pos == in.size && o.pos < o.size && left != 0) {
+            rc =
+                err_set(err, ERR_CORRUPT, "does not decode as zstd: truncated");
+        }
+    }
+    free(out);
+    ZSTD_freeDCtx(z);
+    return rc;
+}
+
+static int lake_decode_gzip(struct lake_reader *rd, const char *body, size_t n,
+                            struct err *err)
+{
+    z_stream z;
+    char *out = xmalloc(LAKE_CHUNK);
+    int zr = Z_OK;
+    int rc = 0;
+
+    memset(&z, 0, sizeof(z));
+    inflateInit2(&z, 16 + MAX_WBITS);
+    z.next_in = (const Bytef *)body;
+    z.avail_in = (uInt)n;
+    while (rc == 0 && zr != Z_STREAM_END) {
+        z.next_out = (Bytef *)out;
+        z.avail_out = (uInt)LAKE_CHUNK;
+        zr = inflate(&z, Z_NO_FLUSH);
+        if (zr != Z_OK && zr != Z_STREAM_END) {
+            rc = err_set(err, ERR_CORRUPT, "does not decode as gzip: %s",
+                         z.msg != NULL ? z.msg : "truncated");
+            break;
+        }
+        rc = lake_lines(rd, out, LAKE_CHUNK - z.avail_out, err);
+    }
+    if (rc == 0 && z.avail_in != 0) {
+        rc = err_set(err, ERR_CORRUPT, "bytes after the gzip member");
+    }
+    inflateEnd(&z);
+    free(out);
+    return rc;
+}
+
+/* Decode body (the stored bytes) record by record into fn(arg, record).
+ * Returns 0, or ERR_CORRUPT with the reason, or what fn returned. *raw
+ * grows by the decoded bytes. */
+static int lake_decode(enum lake_codec codec, struct slice body, lake_rec_fn fn,
+                       void *arg, uint64_t *raw, struct err *err)
+{
+    struct lake_reader rd = {fn, arg, {0}, {0}, 0, 0};
+    const char *p = body.ptr;
+    size_t n = body.len;
+    int rc;
+
+    buf_init(&rd.carry, BUF_UNLIMITED);
+    buf_init(&rd.scratch, BUF_UNLIMITED);
     if (codec == LAKE_PARQUET) {
-        struct parquet_file f;
-
-        memset(&f, 0, sizeof(f));
-        rc = parquet_file_read(body, n, &f, err);
-        for (size_t i = 0; rc == 0 && i < f.nrecs; i++) {
-            struct sink_record r = {f.recs[i].partition, f.recs[i].offset,
-                                    f.recs[i].txn, f.recs[i].ts,
-                                    f.recs[i].payload};
-
-            *raw += r.partition.len + r.txn.len + r.payload.len + 16;
-            rc = fn(arg, &r);
-        }
-        parquet_file_free(&f);
-        return rc;
-    }
-    buf_init(&carry, BUF_UNLIMITED);
-    buf_init(&scratch, BUF_UNLIMITED);
-    if (codec == LAKE_NONE) {
-        *raw += n;
-        rc = lake_lines(body, n, &carry, &scratch, fn, arg, &line_no, err);
+        rc = lake_decode_parquet(&rd, p, n, err);
     } else if (codec == LAKE_ZSTD) {
-        ZSTD_DCtx *z = ZSTD_createDCtx();
-        char *out = xmalloc(LAKE_CHUNK);
-        ZSTD_inBuffer in = {body, n, 0};
-        size_t last = 0;
-
-        while (rc == 0 && (in.pos < in.size || last != 0)) {
-            ZSTD_outBuffer o = {out, LAKE_CHUNK, 0};
-
-            last = ZSTD_decompressStream(z, &o, &in);
-            if (ZSTD_isError(last)) {
-                rc = err_set(err, ERR_CORRUPT, "does not decode as zstd: %s",
-                             ZSTD_getErrorName(last));
-                break;
-            }
-            *raw += o.pos;
-            rc = lake_lines(out, o.pos, &carry, &scratch, fn, arg, &line_no,
-                            err);
-            if (in.pos == in.size && o.pos < o.size && last != 0) {
-                rc = rc != 0 ? rc
-                             : err_set(err, ERR_CORRUPT,
-                                       "does not decode as zstd: truncated");
-                break;
-            }
-        }
-        free(out);
-        ZSTD_freeDCtx(z);
+        rc = lake_decode_zstd(&rd, p, n, err);
+    } else if (codec == LAKE_GZIP) {
+        rc = lake_decode_gzip(&rd, p, n, err);
     } else {
-        z_stream z;
-        char *out = xmalloc(LAKE_CHUNK);
-        int zr = Z_OK;
-
-        memset(&z, 0, sizeof(z));
-        inflateInit2(&z, 16 + MAX_WBITS);
-        z.next_in = (Bytef *)(uintptr_t)body;
-        z.avail_in = (uInt)n;
-        while (rc == 0 && zr != Z_STREAM_END) {
-            z.next_out = (Bytef *)out;
-            z.avail_out = (uInt)LAKE_CHUNK;
-            zr = inflate(&z, Z_NO_FLUSH);
-            if (zr != Z_OK && zr != Z_STREAM_END) {
-                rc = err_set(err, ERR_CORRUPT, "does not decode as gzip: %s",
-                             z.msg != NULL ? z.msg : "truncated");
-                break;
-            }
-            *raw += LAKE_CHUNK - z.avail_out;
-            rc = lake_lines(out, LAKE_CHUNK - z.avail_out, &carry, &scratch, fn,
-                            arg, &line_no, err);
-        }
-        if (rc == 0 && z.avail_in != 0) {
-            rc = err_set(err, ERR_CORRUPT, "bytes after the gzip member");
-        }
-        inflateEnd(&z);
-        free(out);
+        rc = lake_lines(&rd, p, n, err);
     }
-    if (rc == 0 && carry.len > 0) {
+    if (rc == 0 && rd.carry.len > 0) {
         rc = err_set(err, ERR_CORRUPT, "does not end with LF");
     }
-    buf_free(&carry);
-    buf_free(&scratch);
+    *raw += rd.raw;
+    buf_free(&rd.carry);
+    buf_free(&rd.scratch);
     return rc;
 }
 
@@ -852,6 +909,31 @@ static void lake_iso(int64_t us, char out[32])
     isotime_format_us(us, out);
 }
 
+/* The log's payload (its JSON text) as the lake holds it: Parquet verbatim,
+ * NULL for an empty one; JSONL with raw LF and CR as spaces. */
+static bool lake_same_payload(bool is_parquet, struct slice log,
+                              struct slice lake)
+{
+    if (is_parquet) {
+        return lake.len == 0 ? log.len == 4 && memcmp(log.ptr, "null", 4) == 0
+                             : slice_eq(log, lake);
+    }
+    if (log.len != lake.len) {
+        return false;
+    }
+    for (size_t i = 0; i < log.len; i++) {
+        char ch = log.ptr[i];
+
+        if (ch == '\n' || ch == '\r') {
+            ch = ' ';
+        }
+        if (ch != lake.ptr[i]) {
+            return false;
+        }
+    }
+    return true;
+}
+
 static int lake_check_log(struct lake_obj_ctx *c, const struct sink_record *r)
 {
     struct lake_log *l = c->log;
@@ -908,43 +990,22 @@ static int lake_check_log(struct lake_obj_ctx *c, const struct sink_record *r)
         return 1;
     }
     span = json_span(&l->doc, json_obj_get(&l->doc, tok, "payload"));
-    {
-        bool same;
-
-        if (c->is_parquet) {
-            same = r->payload.len == 0
-                       ? span.len == 4 && memcmp(span.ptr, "null", 4) == 0
-                       : slice_eq(span, r->payload);
-        } else {
-            same = span.len == r->payload.len;
-            for (size_t i = 0; same && i < span.len; i++) {
-                char ch = span.ptr[i] == '\n' || span.ptr[i] == '\r'
-                              ? ' '
-                              : span.ptr[i];
-
-                same = ch == r->payload.ptr[i];
-            }
-        }
-        if (!same) {
-            lake_violation(c->w,
-                           "window %" PRId64 ": %s: record %.*s/%" PRId64
-                           " payload differs from the broker's log",
-                           c->w->k, c->key, (int)r->partition.len,
-                           r->partition.ptr, r->offset);
-            return 1;
-        }
+    if (!lake_same_payload(c->is_parquet, span, r->payload)) {
+        lake_violation(c->w,
+                       "window %" PRId64 ": %s: record %.*s/%" PRId64
+                       " payload differs from the broker's log",
+                       c->w->k, c->key, (int)r->partition.len, r->partition.ptr,
+                       r->offset);
+        return 1;
     }
     return 0;
 }
 
-static int lake_on_record(void *arg, const struct sink_record *r)
+/* Order, window and (per-partition) entry of one record in its object. */
+static int lake_rec_checks(struct lake_obj_ctx *c, const struct sink_record *r)
 {
-    struct lake_obj_ctx *c = arg;
     struct lake_window *w = c->w;
-    struct lake_run *run = w->n_runs > 0 ? &w->runs[w->n_runs - 1] : NULL;
-    struct err err;
 
-    c->n++;
     if (c->has_prev) {
         int cmp = slice_cmp(r->partition, buf_slice(&c->prev_p));
 
@@ -981,6 +1042,20 @@ static int lake_on_record(void *arg, const struct sink_record *r)
                        "window %" PRId64 ": %s: holds other partitions or "
                        "offsets than its manifest entry",
                        w->k, c->key);
+        return 1;
+    }
+    return 0;
+}
+
+static int lake_on_record(void *arg, const struct sink_record *r)
+{
+    struct lake_obj_ctx *c = arg;
+    struct lake_window *w = c->w;
+    struct lake_run *run = w->n_runs > 0 ? &w->runs[w->n_runs - 1] : NULL;
+    struct err err;
+
+    c->n++;
+    if (lake_rec_checks(c, r) != 0) {
         return 1;
     }
     if (c->n == 1 || r->ts < c->min_ts) {
@@ -1037,6 +1112,16 @@ struct lake_job {
 };
 
 /* The manifest's own shape (docs/design/formats.md §3). */
+/* "queen-s3/<version> <desc>" (docs/design/formats.md §8). */
+static bool lake_writer_is(struct slice w, const char *desc)
+{
+    const char *sp = memchr(w.ptr, ' ', w.len);
+
+    return w.len >= 9 && memcmp(w.ptr, "queen-s3/", 9) == 0 && sp != NULL &&
+           slice_eq((struct slice){sp + 1, w.len - (size_t)(sp + 1 - w.ptr)},
+                    (struct slice){desc, strlen(desc)});
+}
+
 static bool lake_check_manifest(struct lake_window *w, const struct lake_job *j,
                                 const struct docs_manifest *m,
                                 const struct buf *raw, enum lake_codec *codec,
@@ -1045,7 +1130,6 @@ static bool lake_check_manifest(struct lake_window *w, const struct lake_job *j,
     const char *desc = NULL;
     struct buf again;
     struct err err;
-    const char *sp;
     bool is_ok = true;
 
     if (m->k != w->k || !slice_eq(m->queue, j->lq.queue) ||
@@ -1065,17 +1149,21 @@ static bool lake_check_manifest(struct lake_window *w, const struct lake_job *j,
                        (int)m->compression.len, m->compression.ptr);
         return false;
     }
-    sp = memchr(m->writer.ptr, ' ', m->writer.len);
-    if (m->writer.len < 9 || memcmp(m->writer.ptr, "queen-s3/", 9) != 0 ||
-        sp == NULL ||
-        !slice_eq((struct slice){sp + 1, m->writer.len -
-                                             (size_t)(sp + 1 - m->writer.ptr)},
-                  (struct slice){desc, strlen(desc)})) {
+    if (!lake_writer_is(m->writer, desc)) {
         lake_violation(w,
                        "window %" PRId64 ": %s: writer %.*s is not "
                        "'queen-s3/<version> %s'",
                        w->k, w->manifest_key, (int)m->writer.len, m->writer.ptr,
                        desc);
+        is_ok = false;
+    }
+    if (!slice_eq(m->layout, (struct slice){"merged", 6}) &&
+        !slice_eq(m->layout, (struct slice){"per-partition", 13})) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: layout %.*s is not merged or "
+                       "per-partition",
+                       w->k, w->manifest_key, (int)m->layout.len,
+                       m->layout.ptr);
         is_ok = false;
     }
     if (m->t_start >= m->t_end) {
@@ -1153,225 +1241,268 @@ static bool lake_key_is(const struct lake_job *j, const struct docs_manifest *m,
 }
 
 /* Read and check window w->k. Sets w->is_fatal when it could not. */
-static void lake_read_window(const struct lake_job *j, struct lake_window *w,
-                             struct lake_log *log)
-{
-    struct buf mkey;
-    struct buf raw;
-    struct buf arena;
-    struct buf body;
+/* One window being read by a worker. */
+struct lake_wread {
+    const struct lake_job *j;
+    struct lake_window *w;
+    struct lake_log *log;
     struct docs_manifest m;
+    enum lake_codec codec;
+    const char *ext;
+    bool is_pp;
+    struct buf body; /* the object being read */
+    uint64_t sum_records;
+    uint64_t sum_bytes;
+    uint64_t partitions;
+    int64_t min_ts;
+    int64_t max_ts;
+};
+
+/* GET and decode the manifest into r->m (its slices in arena); keep its
+ * lost ranges and positions. False when the window stops here. */
+static bool lake_read_manifest(struct lake_wread *r, struct buf *raw,
+                               struct buf *arena)
+{
+    struct lake_window *w = r->w;
+    struct buf mkey;
     struct s3_object_info info;
     struct s3_status st;
-    enum lake_codec codec = LAKE_NONE;
-    const char *ext = NULL;
-    uint64_t sum_records = 0;
-    uint64_t sum_bytes = 0;
-    uint64_t partitions = 0;
-    int64_t min_ts = INT64_MAX;
-    int64_t max_ts = INT64_MIN;
+    int rc;
 
     buf_init(&mkey, 4096);
-    buf_init(&raw, (size_t)64 << 20);
-    buf_init(&arena, BUF_UNLIMITED);
-    buf_init(&body, LAKE_MAX_OBJECT);
-    if (layout_manifest_key(&mkey, &j->lq, w->k, &w->err) != 0) {
-        w->is_fatal = true;
-        goto out;
+    rc = layout_manifest_key(&mkey, &r->j->lq, w->k, &w->err);
+    if (rc == 0) {
+        snprintf(w->manifest_key, sizeof(w->manifest_key), "%s", mkey.data);
+        rc = s3_client_get(r->j->b->c, mkey.data, raw, &info, &st, &w->err);
     }
-    snprintf(w->manifest_key, sizeof(w->manifest_key), "%s", mkey.data);
-    if (s3_client_get(j->b->c, mkey.data, &raw, &info, &st, &w->err) != 0) {
+    buf_free(&mkey);
+    if (rc != 0) {
         w->is_fatal = true;
-        goto out;
+        return false;
     }
     if (!info.found) {
         lake_violation(w,
                        "window %" PRId64 ": %s: manifest is not in the "
                        "bucket (it was listed)",
                        w->k, w->manifest_key);
-        goto out;
+        return false;
     }
-    if (docs_manifest_decode(raw.data, raw.len, &m, &arena, &w->err) != 0) {
+    if (docs_manifest_decode(raw->data, raw->len, &r->m, arena, &w->err) != 0) {
         lake_violation(w, "window %" PRId64 ": %s: %s", w->k, w->manifest_key,
                        w->err.msg);
-        goto out;
+        return false;
     }
-    w->t_start = m.t_start;
-    w->t_end = m.t_end;
-    for (size_t i = 0; i < m.n_lost; i++) {
+    w->t_start = r->m.t_start;
+    w->t_end = r->m.t_end;
+    for (size_t i = 0; i < r->m.n_lost; i++) {
+        const struct docs_lost *l = &r->m.lost[i];
+
         w->lost = xrealloc(w->lost, (w->n_lost + 1) * sizeof(*w->lost));
-        w->lost[w->n_lost++] = (struct lake_lost){
-            lake_dup(m.lost[i].partition.ptr, m.lost[i].partition.len),
-            m.lost[i].partition.len, m.lost[i].from, m.lost[i].to, w->k};
+        w->lost[w->n_lost++] =
+            (struct lake_lost){lake_dup(l->partition.ptr, l->partition.len),
+                               l->partition.len, l->from, l->to, w->k};
     }
-    for (size_t i = 0; m.has_positions && i < m.n_positions; i++) {
+    for (size_t i = 0; r->m.has_positions && i < r->m.n_positions; i++) {
+        const struct docs_position *p = &r->m.positions[i];
+
         w->pos = xrealloc(w->pos, (w->n_pos + 1) * sizeof(*w->pos));
         w->pos[w->n_pos++] = (struct lake_pos){
-            lake_dup(m.positions[i].name.ptr, m.positions[i].name.len),
-            m.positions[i].name.len, m.positions[i].offset};
+            lake_dup(p->name.ptr, p->name.len), p->name.len, p->offset};
     }
-    if (!lake_check_manifest(w, j, &m, &raw, &codec, &ext)) {
-        goto out;
-    }
-    if (m.n_objects > 0 &&
-        (m.layout.len == 6 && memcmp(m.layout.ptr, "merged", 6) == 0) &&
-        m.n_objects != 1) {
+    return true;
+}
+
+/* The object entry itself: fields for its layout, one per partition, its
+ * key derived. False (a violation) when not. */
+static bool lake_check_entry(struct lake_wread *r, size_t i)
+{
+    struct lake_window *w = r->w;
+    const struct docs_object *obj = &r->m.objects[i];
+
+    if (obj->has_partition != r->is_pp) {
         lake_violation(w,
-                       "window %" PRId64 ": %s: a merged window names exactly "
-                       "one object, not %zu",
-                       w->k, w->manifest_key, m.n_objects);
-        goto out;
+                       "window %" PRId64 ": %s: partition/firstOffset/"
+                       "lastOffset must %sappear in %.*s objects",
+                       w->k, w->manifest_key, r->is_pp ? "" : "not ",
+                       (int)r->m.layout.len, r->m.layout.ptr);
+        return false;
     }
-    for (size_t i = 0; i < m.n_objects; i++) {
-        const struct docs_object *obj = &m.objects[i];
-        struct lake_obj_ctx c;
-        uint8_t sum[32];
-        char hex[65];
-        struct err err;
-        size_t before = w->n_violations;
-        size_t run0 = w->n_runs;
-        bool is_pp = m.layout.len != 6;
-
-        w->keys = xrealloc(w->keys, (w->n_keys + 1) * sizeof(char *));
-        w->keys[w->n_keys++] = lake_dup(obj->key.ptr, obj->key.len);
-        if (obj->has_partition != is_pp) {
+    for (size_t q = 0; r->is_pp && q < i; q++) {
+        if (slice_eq(r->m.objects[q].partition, obj->partition)) {
             lake_violation(w,
-                           "window %" PRId64 ": %s: partition/firstOffset/"
-                           "lastOffset must %sappear in %.*s objects",
-                           w->k, w->manifest_key, is_pp ? "" : "not ",
-                           (int)m.layout.len, m.layout.ptr);
-            goto out;
-        }
-        for (size_t q = 0; is_pp && q < i; q++) {
-            if (slice_eq(m.objects[q].partition, obj->partition)) {
-                lake_violation(w,
-                               "window %" PRId64 ": %s: more than one object "
-                               "for partition %.*s in one window",
-                               w->k, w->manifest_key, (int)obj->partition.len,
-                               obj->partition.ptr);
-                goto out;
-            }
-        }
-        if (!lake_key_is(j, &m, obj, ext, m.has_ts ? m.min_ts : 0)) {
-            lake_violation(w,
-                           "window %" PRId64 ": %s: object key %s is not the "
-                           "key derived from (tenant, queue, k, bounds)",
-                           w->k, w->manifest_key, w->keys[i]);
-            goto out;
-        }
-        if (s3_client_get(j->b->c, w->keys[i], &body, &info, &st, &w->err) !=
-            0) {
-            w->is_fatal = true;
-            goto out;
-        }
-        if (!info.found) {
-            lake_violation(w,
-                           "window %" PRId64 ": %s: named by the manifest, "
-                           "not in the bucket",
-                           w->k, w->keys[i]);
-            goto out;
-        }
-        if (body.len != obj->bytes) {
-            lake_violation(w,
-                           "window %" PRId64 ": %s: %zu bytes, the manifest "
-                           "says %" PRIu64,
-                           w->k, w->keys[i], body.len, obj->bytes);
-            goto out;
-        }
-        sha256(body.data, body.len, sum);
-        hex_lower(sum, 32, hex);
-        if (memcmp(hex, obj->sha256, 64) != 0) {
-            lake_violation(w,
-                           "window %" PRId64 ": %s: sha256 differs from the "
-                           "manifest's",
-                           w->k, w->keys[i]);
-            goto out;
-        }
-        w->bytes += body.len;
-        memset(&c, 0, sizeof(c));
-        c.w = w;
-        c.m = &m;
-        c.obj = obj;
-        c.key = w->keys[i];
-        c.obj_index = i;
-        c.is_parquet = codec == LAKE_PARQUET;
-        c.log = log;
-        buf_init(&c.prev_p, BUF_UNLIMITED);
-        buf_init(&c.tmp, BUF_UNLIMITED);
-        if (lake_decode(codec, body.data, body.len, lake_on_record, &c, &w->raw,
-                        &err) != 0 &&
-            w->n_violations == before && !w->is_fatal) {
-            lake_violation(w, "window %" PRId64 ": %s: %s", w->k, w->keys[i],
-                           err.msg);
-        }
-        buf_free(&c.prev_p);
-        buf_free(&c.tmp);
-        if (w->n_violations > before || w->is_fatal) {
-            goto out;
-        }
-        if (c.n != obj->records) {
-            lake_violation(w,
-                           "window %" PRId64 ": %s: %" PRIu64
-                           " records, the manifest says %" PRIu64,
-                           w->k, w->keys[i], c.n, obj->records);
-            goto out;
-        }
-        if (is_pp && c.n > 0) {
-            /* A head or tail the object lacks must be lost in the window. */
-            int64_t lo = w->runs[run0].first;
-            int64_t hi = w->runs[w->n_runs - 1].last;
-            if (lo != obj->first_offset || hi != obj->last_offset) {
-                bool covered = true;
-
-                for (int side = 0; side < 2; side++) {
-                    int64_t a = side == 0 ? obj->first_offset : hi + 1;
-                    int64_t b2 = side == 0 ? lo - 1 : obj->last_offset;
-                    bool in = a > b2;
-
-                    for (size_t q = 0; !in && q < m.n_lost; q++) {
-                        in = slice_eq(m.lost[q].partition, obj->partition) &&
-                             m.lost[q].from <= a && b2 <= m.lost[q].to;
-                    }
-                    covered = covered && in;
-                }
-                if (!covered) {
-                    lake_violation(w,
-                                   "window %" PRId64 ": %s: holds other "
-                                   "partitions or offsets than its manifest "
-                                   "entry",
-                                   w->k, w->keys[i]);
-                    goto out;
-                }
-            }
-        }
-        sum_records += obj->records;
-        sum_bytes += obj->bytes;
-        partitions += c.partitions;
-        if (c.n > 0) {
-            min_ts = c.min_ts < min_ts ? c.min_ts : min_ts;
-            max_ts = c.max_ts > max_ts ? c.max_ts : max_ts;
+                           "window %" PRId64 ": %s: more than one object "
+                           "for partition %.*s in one window",
+                           w->k, w->manifest_key, (int)obj->partition.len,
+                           obj->partition.ptr);
+            return false;
         }
     }
-    if (sum_records != m.records || sum_bytes != m.bytes) {
+    if (!lake_key_is(r->j, &r->m, obj, r->ext, r->m.has_ts ? r->m.min_ts : 0)) {
         lake_violation(w,
-                       "window %" PRId64 ": %s: records/bytes %" PRIu64
-                       "/%" PRIu64 " are not the sums over its objects "
-                       "(%" PRIu64 "/%" PRIu64 ")",
-                       w->k, w->manifest_key, m.records, m.bytes, sum_records,
-                       sum_bytes);
-    } else if (partitions != m.partitions) {
+                       "window %" PRId64 ": %s: object key %s is not the "
+                       "key derived from (tenant, queue, k, bounds)",
+                       w->k, w->manifest_key, w->keys[i]);
+        return false;
+    }
+    return true;
+}
+
+/* GET object i and check its bytes and sha256. */
+static bool lake_get_object(struct lake_wread *r, size_t i)
+{
+    struct lake_window *w = r->w;
+    const struct docs_object *obj = &r->m.objects[i];
+    struct s3_object_info info;
+    struct s3_status st;
+    uint8_t sum[32];
+    char hex[65];
+
+    if (s3_client_get(r->j->b->c, w->keys[i], &r->body, &info, &st, &w->err) !=
+        0) {
+        w->is_fatal = true;
+        return false;
+    }
+    if (!info.found) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: named by the manifest, "
+                       "not in the bucket",
+                       w->k, w->keys[i]);
+        return false;
+    }
+    if (r->body.len != obj->bytes) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: %zu bytes, the manifest "
+                       "says %" PRIu64,
+                       w->k, w->keys[i], r->body.len, obj->bytes);
+        return false;
+    }
+    sha256(r->body.data, r->body.len, sum);
+    hex_lower(sum, 32, hex);
+    if (memcmp(hex, obj->sha256, 64) != 0) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: sha256 differs from the "
+                       "manifest's",
+                       w->k, w->keys[i]);
+        return false;
+    }
+    w->bytes += r->body.len;
+    return true;
+}
+
+/* Whether offsets a..b of partition p are lost in this window. */
+static bool lake_window_lost(const struct docs_manifest *m, struct slice p,
+                             int64_t a, int64_t b)
+{
+    for (size_t q = 0; a <= b && q < m->n_lost; q++) {
+        if (slice_eq(m->lost[q].partition, p) && m->lost[q].from <= a &&
+            b <= m->lost[q].to) {
+            return true;
+        }
+    }
+    return a > b;
+}
+
+/* A per-partition object's head or tail it lacks must be lost here. */
+static bool lake_check_edges(struct lake_wread *r, size_t i, size_t run0)
+{
+    const struct docs_object *obj = &r->m.objects[i];
+    int64_t lo = r->w->runs[run0].first;
+    int64_t hi = r->w->runs[r->w->n_runs - 1].last;
+
+    if (lake_window_lost(&r->m, obj->partition, obj->first_offset, lo - 1) &&
+        lake_window_lost(&r->m, obj->partition, hi + 1, obj->last_offset)) {
+        return true;
+    }
+    lake_violation(r->w,
+                   "window %" PRId64 ": %s: holds other partitions or "
+                   "offsets than its manifest entry",
+                   r->w->k, r->w->keys[i]);
+    return false;
+}
+
+/* Read object i of the window; false when the window stops here. */
+static bool lake_read_object(struct lake_wread *r, size_t i)
+{
+    struct lake_window *w = r->w;
+    const struct docs_object *obj = &r->m.objects[i];
+    struct lake_obj_ctx c;
+    struct err err;
+    size_t before = w->n_violations;
+    size_t run0 = w->n_runs;
+
+    w->keys = xrealloc(w->keys, (w->n_keys + 1) * sizeof(char *));
+    w->keys[w->n_keys++] = lake_dup(obj->key.ptr, obj->key.len);
+    if (!lake_check_entry(r, i) || !lake_get_object(r, i)) {
+        return false;
+    }
+    memset(&c, 0, sizeof(c));
+    c.w = w;
+    c.m = &r->m;
+    c.obj = obj;
+    c.key = w->keys[i];
+    c.obj_index = i;
+    c.is_parquet = r->codec == LAKE_PARQUET;
+    c.log = r->log;
+    buf_init(&c.prev_p, BUF_UNLIMITED);
+    buf_init(&c.tmp, BUF_UNLIMITED);
+    if (lake_decode(r->codec, buf_slice(&r->body), lake_on_record, &c, &w->raw,
+                    &err) != 0 &&
+        w->n_violations == before && !w->is_fatal) {
+        lake_violation(w, "window %" PRId64 ": %s: %s", w->k, w->keys[i],
+                       err.msg);
+    }
+    buf_free(&c.prev_p);
+    buf_free(&c.tmp);
+    if (w->n_violations > before || w->is_fatal) {
+        return false;
+    }
+    if (c.n != obj->records) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: %" PRIu64 " records, the "
+                       "manifest says %" PRIu64,
+                       w->k, w->keys[i], c.n, obj->records);
+        return false;
+    }
+    if (r->is_pp && c.n > 0 && !lake_check_edges(r, i, run0)) {
+        return false;
+    }
+    r->sum_records += obj->records;
+    r->sum_bytes += obj->bytes;
+    r->partitions += c.partitions;
+    if (c.n > 0) {
+        r->min_ts = c.min_ts < r->min_ts ? c.min_ts : r->min_ts;
+        r->max_ts = c.max_ts > r->max_ts ? c.max_ts : r->max_ts;
+    }
+    return true;
+}
+
+/* The manifest's sums and positions against what its objects hold. */
+static void lake_check_sums(struct lake_wread *r)
+{
+    struct lake_window *w = r->w;
+    const struct docs_manifest *m = &r->m;
+
+    if (r->sum_records != m->records || r->sum_bytes != m->bytes) {
+        lake_violation(
+            w,
+            "window %" PRId64 ": %s: records/bytes %" PRIu64 "/%" PRIu64
+            " are not the sums over its objects (%" PRIu64 "/%" PRIu64 ")",
+            w->k, w->manifest_key, m->records, m->bytes, r->sum_records,
+            r->sum_bytes);
+    } else if (r->partitions != m->partitions) {
         lake_violation(w,
                        "window %" PRId64 ": %s: partitions %" PRIu64
                        ", the objects hold %" PRIu64,
-                       w->k, w->manifest_key, m.partitions, partitions);
-    } else if (m.records > 0 && (m.min_ts != min_ts || m.max_ts != max_ts)) {
+                       w->k, w->manifest_key, m->partitions, r->partitions);
+    } else if (m->records > 0 &&
+               (m->min_ts != r->min_ts || m->max_ts != r->max_ts)) {
         lake_violation(w,
                        "window %" PRId64 ": %s: minTs/maxTs %" PRId64
                        "/%" PRId64 ", the objects hold %" PRId64 "/%" PRId64,
-                       w->k, w->manifest_key, m.min_ts, m.max_ts, min_ts,
-                       max_ts);
+                       w->k, w->manifest_key, m->min_ts, m->max_ts, r->min_ts,
+                       r->max_ts);
     }
-    for (size_t i = 0; m.has_positions && i < w->n_runs; i++) {
+    for (size_t i = 0; m->has_positions && i < w->n_runs; i++) {
         const struct lake_run *run = &w->runs[i];
         bool above = false;
 
@@ -1383,18 +1514,53 @@ static void lake_read_window(const struct lake_job *j, struct lake_window *w,
         }
         if (!above) {
             lake_violation(w,
-                           "window %" PRId64 ": %s: partition %s goes on at "
-                           "a position not above its records (up to %" PRId64
+                           "window %" PRId64 ": %s: partition %s goes on "
+                           "at a position not above its records (up to %" PRId64
                            ")",
                            w->k, w->manifest_key, run->partition, run->last);
             break;
         }
     }
-out:
-    buf_free(&mkey);
+}
+
+/* Read and check window w->k. Sets w->is_fatal when it could not. */
+static void lake_read_window(const struct lake_job *j, struct lake_window *w,
+                             struct lake_log *log)
+{
+    struct lake_wread r;
+    struct buf raw;
+    struct buf arena;
+    bool is_ok;
+
+    memset(&r, 0, sizeof(r));
+    r.j = j;
+    r.w = w;
+    r.log = log;
+    r.min_ts = INT64_MAX;
+    r.max_ts = INT64_MIN;
+    buf_init(&raw, (size_t)64 << 20);
+    buf_init(&arena, BUF_UNLIMITED);
+    buf_init(&r.body, LAKE_MAX_OBJECT);
+    is_ok = lake_read_manifest(&r, &raw, &arena) &&
+            lake_check_manifest(w, j, &r.m, &raw, &r.codec, &r.ext);
+    r.is_pp = is_ok && !(r.m.layout.len == 6 &&
+                         memcmp(r.m.layout.ptr, "merged", 6) == 0);
+    if (is_ok && !r.is_pp && r.m.n_objects > 1) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: a merged window names "
+                       "exactly one object, not %zu",
+                       w->k, w->manifest_key, r.m.n_objects);
+        is_ok = false;
+    }
+    for (size_t i = 0; is_ok && i < r.m.n_objects; i++) {
+        is_ok = lake_read_object(&r, i);
+    }
+    if (is_ok) {
+        lake_check_sums(&r);
+    }
     buf_free(&raw);
     buf_free(&arena);
-    buf_free(&body);
+    buf_free(&r.body);
 }
 
 /* ---- the pool ----------------------------------------------------------- */
@@ -1474,7 +1640,7 @@ struct lake_part {
 };
 
 struct lake_gap {
-    size_t part; /* index into parts */
+    struct lake_part *part;
     int64_t from;
     int64_t to;
     int64_t k;   /* the window after the gap (or whose position names it) */
@@ -1482,7 +1648,7 @@ struct lake_gap {
 };
 
 struct lake_fold {
-    struct lake_part *parts;
+    struct lake_part **parts; /* owned, each */
     size_t n_parts;
     struct hashtab index; /* -> struct lake_part, rebuilt on growth */
     struct lake_gap *gaps;
@@ -1520,46 +1686,33 @@ static bool lake_part_is(const void *item, const void *key)
     return a->len == b->n && memcmp(a->name, b->p, b->n) == 0;
 }
 
-/* parts[] moves when it grows: the table holds indices + 1. Only the main
- * thread folds. */
-static const struct lake_fold *lake_find_fold;
-
-static bool lake_idx_is(const void *item, const void *key)
-{
-    size_t i = (size_t)(uintptr_t)item - 1;
-
-    return lake_part_is(&lake_find_fold->parts[i], key);
-}
-
-static size_t lake_part_of(struct lake_fold *f, const char *p, size_t n)
+static struct lake_part *lake_part_of(struct lake_fold *f, const char *p,
+                                      size_t n)
 {
     struct lake_part_key key = {p, n};
     uint64_t h = hashtab_hash(p, n);
-    void *hit;
+    struct lake_part *hit = hashtab_find(&f->index, h, lake_part_is, &key);
 
-    lake_find_fold = f;
-    hit = hashtab_find(&f->index, h, lake_idx_is, &key);
     if (hit != NULL) {
-        return (size_t)(uintptr_t)hit - 1;
+        return hit;
     }
-    f->parts = xrealloc(f->parts, (f->n_parts + 1) * sizeof(*f->parts));
-    memset(&f->parts[f->n_parts], 0, sizeof(*f->parts));
-    f->parts[f->n_parts].name = lake_dup(p, n);
-    f->parts[f->n_parts].len = n;
-    f->n_parts++;
+    hit = xcalloc(1, sizeof(*hit));
+    hit->name = lake_dup(p, n);
+    hit->len = n;
+    f->parts =
+        xrealloc(f->parts, (f->n_parts + 1) * sizeof(struct lake_part *));
+    f->parts[f->n_parts++] = hit;
     if (f->index.cap < 2 * f->n_parts + 2) {
-        size_t cap = f->index.cap == 0 ? 64 : f->index.cap * 2;
-
-        hashtab_reset(&f->index, cap);
+        hashtab_reset(&f->index, f->index.cap == 0 ? 64 : f->index.cap * 2);
         for (size_t i = 0; i < f->n_parts; i++) {
             hashtab_insert(&f->index,
-                           hashtab_hash(f->parts[i].name, f->parts[i].len),
-                           (void *)(uintptr_t)(i + 1));
+                           hashtab_hash(f->parts[i]->name, f->parts[i]->len),
+                           f->parts[i]);
         }
     } else {
-        hashtab_insert(&f->index, h, (void *)(uintptr_t)f->n_parts);
+        hashtab_insert(&f->index, h, hit);
     }
-    return f->n_parts - 1;
+    return hit;
 }
 
 static void lake_fold_violation(struct lake_fold *f, const char *fmt, ...)
@@ -1584,11 +1737,46 @@ static void lake_fold_violation(struct lake_fold *f, const char *fmt, ...)
     f->violations[f->n_violations++] = buf_steal(&b, NULL);
 }
 
-static void lake_add_gap(struct lake_fold *f, size_t part, int64_t from,
-                         int64_t to, int64_t k, const char *where)
+static void lake_add_gap(struct lake_fold *f, struct lake_part *part,
+                         int64_t from, int64_t to, int64_t k, const char *where)
 {
     f->gaps = xrealloc(f->gaps, (f->n_gaps + 1) * sizeof(*f->gaps));
     f->gaps[f->n_gaps++] = (struct lake_gap){part, from, to, k, xstrdup(where)};
+}
+
+/* One run of a window into its partition's state, in k order. */
+static void lake_fold_run(struct lake_fold *f, const struct lake_window *w,
+                          const struct lake_run *r, const struct lake_opts *o)
+{
+    struct lake_part *p = lake_part_of(f, r->partition, r->plen);
+
+    if (p->has_records && r->first <= p->top) {
+        lake_fold_violation(f,
+                            "window %" PRId64 ": %s: record %s/%" PRId64
+                            " is in the lake twice (already in window "
+                            "%" PRId64 " or before)",
+                            w->k, w->keys[r->obj], p->name, r->first, p->top_k);
+        return;
+    }
+    if (p->has_records && r->first_ts < p->top_ts) {
+        lake_fold_violation(f,
+                            "window %" PRId64 ": %s: partition %s: ts goes "
+                            "backwards from offset %" PRId64 " to %" PRId64,
+                            w->k, w->keys[r->obj], p->name, p->top, r->first);
+    }
+    if (!p->has_records && r->first > 0 && o->from_k == 1) {
+        lake_add_gap(f, p, 0, r->first - 1, w->k, w->keys[r->obj]);
+    } else if (p->has_records && r->first > p->top + 1) {
+        lake_add_gap(f, p, p->top + 1, r->first - 1, w->k, w->keys[r->obj]);
+    }
+    if (!p->has_records) {
+        p->first = r->first;
+    }
+    p->has_records = true;
+    p->top = r->last;
+    p->top_ts = r->last_ts;
+    p->top_k = w->k;
+    p->records += (uint64_t)(r->last - r->first + 1);
 }
 
 static void lake_fold_window(struct lake_fold *f, struct lake_window *w,
@@ -1635,44 +1823,11 @@ static void lake_fold_window(struct lake_fold *f, struct lake_window *w,
         return; /* its runs are not to be trusted */
     }
     for (size_t i = 0; i < w->n_runs; i++) {
-        const struct lake_run *r = &w->runs[i];
-        size_t pi = lake_part_of(f, r->partition, r->plen);
-        struct lake_part *p = &f->parts[pi];
-
-        if (p->has_records && r->first <= p->top) {
-            lake_fold_violation(f,
-                                "window %" PRId64 ": %s: record %s/%" PRId64
-                                " is in the lake twice (already in window "
-                                "%" PRId64 " or before)",
-                                w->k, w->keys[r->obj], p->name, r->first,
-                                p->top_k);
-            continue;
-        }
-        if (p->has_records && r->first_ts < p->top_ts) {
-            lake_fold_violation(f,
-                                "window %" PRId64 ": %s: partition %s: ts goes "
-                                "backwards from offset %" PRId64 " to %" PRId64,
-                                w->k, w->keys[r->obj], p->name, p->top,
-                                r->first);
-        }
-        if (!p->has_records && r->first > 0 && o->from_k == 1) {
-            lake_add_gap(f, pi, 0, r->first - 1, w->k, w->keys[r->obj]);
-        } else if (p->has_records && r->first > p->top + 1) {
-            lake_add_gap(f, pi, p->top + 1, r->first - 1, w->k,
-                         w->keys[r->obj]);
-        }
-        if (!p->has_records) {
-            p->first = r->first;
-        }
-        p->has_records = true;
-        p->top = r->last;
-        p->top_ts = r->last_ts;
-        p->top_k = w->k;
-        p->records += (uint64_t)(r->last - r->first + 1);
+        lake_fold_run(f, w, &w->runs[i], o);
     }
     for (size_t i = 0; i < w->n_pos; i++) {
-        size_t pi = lake_part_of(f, w->pos[i].partition, w->pos[i].plen);
-        struct lake_part *p = &f->parts[pi];
+        struct lake_part *p =
+            lake_part_of(f, w->pos[i].partition, w->pos[i].plen);
 
         p->has_pos = true;
         p->pos = w->pos[i].offset;
@@ -1707,133 +1862,149 @@ static bool lake_is_lost(const struct lake_fold *f, const struct lake_part *p,
 
 /* The first record of p at or above from with ts in [t0, t1) and offset
  * <= to (to < 0: any), skipping lost offsets: its offset, or -1. */
-static int lake_log_first(struct lake_log *l, const struct lake_fold *f,
-                          const struct lake_part *p, int64_t from, int64_t to,
-                          int64_t t0, int64_t t1, int64_t *found,
-                          struct err *err)
+/* A look into the log for records the lake lacks: the first record of p
+ * in from..to (to < 0: no end) stamped inside [f->t_start, f->t_end) and
+ * not lost, into found (-1: none). */
+struct lake_seek {
+    const struct lake_part *p;
+    int64_t from;
+    int64_t to;
+    int64_t found;
+};
+
+/* One answer of the log against s: true when the look is over. */
+static bool lake_seek_answer(const struct lake_log *l,
+                             const struct lake_fold *f, struct lake_seek *s)
 {
-    struct slice name = {p->name, p->len};
+    for (size_t i = 0; i < l->n; i++) {
+        int64_t o = l->offs[i];
+        int64_t ts = 0;
+        struct slice t =
+            json_span(&l->doc, json_obj_get(&l->doc, l->recs[i], "ts"));
 
-    *found = -1;
+        if ((s->to >= 0 && o > s->to) || t.len < 2 ||
+            !isotime_parse_us(t.ptr + 1, t.len - 2, &ts) || ts >= f->t_end) {
+            return true;
+        }
+        if (ts >= f->t_start && !lake_is_lost(f, s->p, o, o)) {
+            s->found = o;
+            return true;
+        }
+        s->from = o + 1;
+    }
+    return l->n == 0;
+}
+
+static int lake_log_first(struct lake_log *l, const struct lake_fold *f,
+                          struct lake_seek *s, struct err *err)
+{
+    struct slice name = {s->p->name, s->p->len};
+
+    s->found = -1;
     for (;;) {
-        int64_t last = -1;
-
-        if (lake_log_fetch(l, name, from, err) != 0) {
+        if (lake_log_fetch(l, name, s->from, err) != 0) {
             return err->code;
         }
-        if (l->n == 0 && from < l->log_start) {
-            from = l->log_start;
+        if (l->n == 0 && s->from < l->log_start) {
+            s->from = l->log_start;
             continue;
         }
-        for (size_t i = 0; i < l->n; i++) {
-            int64_t o = l->offs[i];
-            int64_t ts = 0;
-            struct slice s =
-                json_span(&l->doc, json_obj_get(&l->doc, l->recs[i], "ts"));
-
-            last = o;
-            if (to >= 0 && o > to) {
-                return 0;
-            }
-            if (s.len >= 2) {
-                (void)isotime_parse_us(s.ptr + 1, s.len - 2, &ts);
-            }
-            if (ts >= t1) {
-                return 0;
-            }
-            if (ts >= t0 && !lake_is_lost(f, p, o, o)) {
-                *found = o;
-                return 0;
-            }
-        }
-        if (last < 0) {
+        if (lake_seek_answer(l, f, s)) {
             return 0;
         }
-        from = last + 1;
     }
 }
 
 /* Every partition of the queue in the broker's log: name, logStart. */
+/* POST /api/v1/partitions/changed for queue from cursor after (NULL: the
+ * start); the answer in h->ans. */
+static int lake_changed_page(struct lake_http *h, const char *queue,
+                             const char *after, struct err *err)
+{
+    struct buf body;
+    struct jw w;
+    long st;
+
+    buf_init(&body, BUF_UNLIMITED);
+    jw_init(&w, &body);
+    jw_obj_begin(&w);
+    jw_key(&w, "entries");
+    jw_arr_begin(&w);
+    jw_obj_begin(&w);
+    jw_key(&w, "queue");
+    jw_cstr(&w, queue);
+    jw_key(&w, "since");
+    jw_null(&w);
+    jw_key(&w, "after");
+    if (after != NULL) {
+        jw_cstr(&w, after);
+    } else {
+        jw_null(&w);
+    }
+    jw_key(&w, "limit");
+    jw_i64(&w, 1000);
+    jw_obj_end(&w);
+    jw_arr_end(&w);
+    jw_obj_end(&w);
+    if (jw_finish(&w, err) != 0) {
+        buf_free(&body);
+        return err->code;
+    }
+    st = lake_http_post(h, "/api/v1/partitions/changed", body.data, body.len,
+                        err);
+    buf_free(&body);
+    if (st != 200) {
+        return st == 0 ? err->code
+                       : err_set(err, ERR_REMOTE,
+                                 "the broker's partitions/changed answered "
+                                 "%ld",
+                                 st);
+    }
+    return 0;
+}
+
+/* Every partition of the queue in the broker's log joins f's states, so
+ * that one the lake lacks is looked at. */
 static int lake_log_partitions(struct lake_http *h, const char *queue,
                                struct lake_fold *f, struct err *err)
 {
     char *after = NULL;
 
     for (;;) {
-        struct buf body;
-        struct jw w;
         struct json_doc d = {0};
-        long st;
+        struct buf name;
         int e;
         int next;
+        int rc = lake_changed_page(h, queue, after, err);
 
-        buf_init(&body, BUF_UNLIMITED);
-        jw_init(&w, &body);
-        jw_obj_begin(&w);
-        jw_key(&w, "entries");
-        jw_arr_begin(&w);
-        jw_obj_begin(&w);
-        jw_key(&w, "queue");
-        jw_cstr(&w, queue);
-        jw_key(&w, "since");
-        jw_null(&w);
-        jw_key(&w, "after");
-        if (after != NULL) {
-            jw_cstr(&w, after);
-        } else {
-            jw_null(&w);
-        }
-        jw_key(&w, "limit");
-        jw_i64(&w, 1000);
-        jw_obj_end(&w);
-        jw_arr_end(&w);
-        jw_obj_end(&w);
-        if (jw_finish(&w, err) != 0) {
-            buf_free(&body);
-            free(after);
-            return err->code;
-        }
-        st = lake_http_post(h, "/api/v1/partitions/changed", body.data,
-                            body.len, err);
-        buf_free(&body);
         free(after);
         after = NULL;
-        if (st != 200) {
-            return st == 0 ? err->code
-                           : err_set(err, ERR_REMOTE,
-                                     "the broker's partitions/changed "
-                                     "answered %ld",
-                                     st);
-        }
-        if (json_parse(&d, h->ans.data, h->ans.len, NULL, err) != 0) {
+        if (rc != 0 ||
+            json_parse(&d, h->ans.data, h->ans.len, NULL, err) != 0) {
             return err->code;
         }
         e = json_child(&d, json_obj_get(&d, 0, "entries"));
         if (e < 0 || json_obj_get(&d, e, "error") >= 0) {
-            /* An unknown queue has no log: nothing to compare. */
-            json_doc_free(&d);
+            json_doc_free(&d); /* an unknown queue: no log to compare */
             return 0;
         }
+        buf_init(&name, BUF_UNLIMITED);
         for (int p = json_child(&d, json_obj_get(&d, e, "partitions")); p >= 0;
              p = json_next(&d, p)) {
-            struct buf name;
-
-            buf_init(&name, BUF_UNLIMITED);
+            buf_reset(&name);
             if (json_get_str(&d, json_obj_get(&d, p, "name"), &name, err) ==
                 0) {
                 (void)lake_part_of(f, name.data != NULL ? name.data : "",
                                    name.len);
             }
-            buf_free(&name);
         }
         next = json_obj_get(&d, e, "next");
         if (next >= 0 && json_type(&d, next) == JSON_STRING) {
-            struct buf nb;
-
-            buf_init(&nb, BUF_UNLIMITED);
-            (void)json_get_str(&d, next, &nb, err);
-            after = buf_steal(&nb, NULL);
+            buf_reset(&name);
+            (void)json_get_str(&d, next, &name, err);
+            after = buf_steal(&name, NULL);
         }
+        buf_free(&name);
         json_doc_free(&d);
         if (after == NULL) {
             return 0;
@@ -1910,8 +2081,8 @@ static int lake_check_orphan(void *arg, const char *key)
     if (k >= 0 && (k < c->o->from_k || k > c->last_k)) {
         return 0; /* outside the range verified */
     }
-    if (bsearch(&h, c->f->named, c->f->n_named, sizeof(uint64_t),
-                lake_u64_cmp) == NULL) {
+    if (c->f->n_named == 0 || bsearch(&h, c->f->named, c->f->n_named,
+                                      sizeof(uint64_t), lake_u64_cmp) == NULL) {
         lake_fold_violation(c->f,
                             "window %" PRId64 ": %s: data object, but no "
                             "manifest names it",
@@ -1922,9 +2093,23 @@ static int lake_check_orphan(void *arg, const char *key)
 
 struct lake_progress {
     bool is_tty;
+    const char *what; /* "verify" | "restore" */
+    int64_t total;    /* windows */
     struct timespec start;
     struct timespec last;
 };
+
+static void lake_progress_init(struct lake_progress *p, const char *what,
+                               int64_t total)
+{
+    memset(p, 0, sizeof(*p));
+    p->is_tty = isatty(2) != 0;
+    p->what = what;
+    p->total = total;
+    clock_gettime(CLOCK_MONOTONIC, &p->start);
+    p->last = p->start;
+    p->last.tv_sec -= 1;
+}
 
 static double lake_since(const struct timespec *a)
 {
@@ -1935,9 +2120,8 @@ static double lake_since(const struct timespec *a)
            (double)(now.tv_nsec - a->tv_nsec) / 1e9;
 }
 
-static void lake_progress_show(struct lake_progress *p, const char *what,
-                               int64_t done, int64_t total, uint64_t records,
-                               uint64_t bytes, bool is_final)
+static void lake_progress_show(struct lake_progress *p, int64_t done,
+                               uint64_t records, uint64_t bytes, bool is_final)
 {
     double t;
 
@@ -1952,7 +2136,7 @@ static void lake_progress_show(struct lake_progress *p, const char *what,
     fprintf(stderr,
             "\r%s %" PRId64 "/%" PRId64 " windows  %" PRIu64
             " records  %.1f MB  %.1f windows/s   ",
-            what, done, total, records, (double)bytes / 1e6,
+            p->what, done, p->total, records, (double)bytes / 1e6,
             t > 0 ? (double)done / t : 0.0);
     if (is_final) {
         fputc('\n', stderr);
@@ -2004,7 +2188,8 @@ static int lake_collect_queue(void *arg, const char *key)
 static void lake_fold_free(struct lake_fold *f)
 {
     for (size_t i = 0; i < f->n_parts; i++) {
-        free(f->parts[i].name);
+        free(f->parts[i]->name);
+        free(f->parts[i]);
     }
     for (size_t i = 0; i < f->n_gaps; i++) {
         free(f->gaps[i].where);
@@ -2024,53 +2209,84 @@ static void lake_fold_free(struct lake_fold *f)
 }
 
 /* Verify one queue into f. Returns 0, or 2 (err) when it could not run. */
-static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
-                             const char *queue, struct lake_fold *f,
-                             struct lake_progress *prog, struct err *err)
+/* The highest k of the queue's manifests, their numbering checked (a
+ * violation in f when broken). Returns 0, or 2 (err). */
+static int lake_count(struct lake_bucket *b, const struct layout_queue *lq,
+                      struct lake_fold *f, int64_t *n, struct err *err)
 {
-    struct lake_job job = {o, b, queue, {o->prefix, {0}, {0}}};
     struct lake_counter cnt;
     struct buf root;
-    struct lake_pool pool;
-    pthread_t *th;
-    int rc = 0;
-    int64_t last_k;
+    int rc;
 
-    job.lq.tenant = (struct slice){o->tenant, strlen(o->tenant)};
-    job.lq.queue = (struct slice){queue, strlen(queue)};
     memset(&cnt, 0, sizeof(cnt));
     buf_init(&root, 4096);
-    if (layout_sidecar_root(&root, &job.lq, err) != 0 ||
-        buf_append_str(&root, "/windows/", err) != 0) {
-        buf_free(&root);
-        return 2;
+    rc = layout_sidecar_root(&root, lq, err);
+    if (rc == 0) {
+        rc = buf_append_str(&root, "/windows/", err);
     }
     cnt.root_len = root.len;
-    if (lake_list(b, root.data, lake_count_manifest, &cnt, err) != 0) {
-        buf_free(&root);
-        return 2;
+    if (rc == 0) {
+        rc = lake_list(b, root.data, lake_count_manifest, &cnt, err);
     }
     buf_free(&root);
+    if (rc != 0) {
+        return 2;
+    }
+    if (cnt.is_bad && f == NULL) {
+        err_set(err, ERR_CORRUPT, "%s", cnt.bad);
+        return 2;
+    }
     if (cnt.is_bad) {
         lake_fold_violation(f, "%s", cnt.bad);
-    } else if (cnt.n == 0) {
-        return err_set(err, ERR_NOT_FOUND,
-                       "no manifest for queue %s of tenant %s under prefix "
-                       "%s",
-                       queue, o->tenant, o->prefix) != 0
-                   ? 2
-                   : 2;
     }
-    last_k = o->to_k != 0 && o->to_k < cnt.n ? o->to_k : cnt.n;
-    if (o->to_k > cnt.n) {
-        lake_fold_violation(f,
-                            "--to-k %" PRId64 " is past the last manifest "
-                            "(k=%" PRId64 ")",
-                            o->to_k, cnt.n);
+    if (cnt.n == 0) {
+        err_set(err, ERR_NOT_FOUND,
+                "no manifest for queue %.*s of tenant %.*s under prefix %s",
+                (int)lq->queue.len, lq->queue.ptr, (int)lq->tenant.len,
+                lq->tenant.ptr, lq->prefix);
+        return 2;
     }
-    f->first_k = o->from_k;
+    *n = cnt.n;
+    return 0;
+}
+
+/* The next window from the pool, in k order (blocks). */
+static void lake_pool_take(struct lake_pool *pool, int64_t k,
+                           struct lake_window *w)
+{
+    struct lake_window *slot = &pool->slots[(size_t)k % pool->ahead];
+
+    pthread_mutex_lock(&pool->mu);
+    while (!(slot->is_done && slot->k == k)) {
+        pthread_cond_wait(&pool->cv, &pool->mu);
+    }
+    *w = *slot;
+    memset(slot, 0, sizeof(*slot));
+    pthread_mutex_unlock(&pool->mu);
+}
+
+static void lake_pool_set(struct lake_pool *pool, int64_t folded,
+                          bool is_stopping)
+{
+    pthread_mutex_lock(&pool->mu);
+    pool->folded = folded;
+    pool->is_stopping = is_stopping;
+    pthread_cond_broadcast(&pool->cv);
+    pthread_mutex_unlock(&pool->mu);
+}
+
+/* Read windows from..last_k with the pool and fold them into f. */
+static int lake_run_pool(const struct lake_job *job, int64_t last_k,
+                         struct lake_fold *f, struct lake_progress *prog,
+                         struct err *err)
+{
+    const struct lake_opts *o = job->o;
+    struct lake_pool pool;
+    pthread_t *th = xcalloc((size_t)o->threads, sizeof(*th));
+    int rc = 0;
+
     memset(&pool, 0, sizeof(pool));
-    pool.job = &job;
+    pool.job = job;
     pthread_mutex_init(&pool.mu, NULL);
     pthread_cond_init(&pool.cv, NULL);
     pool.next_k = o->from_k;
@@ -2078,41 +2294,25 @@ static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
     pool.last_k = last_k;
     pool.ahead = (size_t)o->threads * LAKE_AHEAD_PER_THREAD;
     pool.slots = xcalloc(pool.ahead, sizeof(*pool.slots));
-    th = xcalloc((size_t)o->threads, sizeof(*th));
     for (int i = 0; i < o->threads; i++) {
         pthread_create(&th[i], NULL, lake_worker, &pool);
     }
-    for (int64_t k = o->from_k; k <= last_k; k++) {
+    for (int64_t k = o->from_k; k <= last_k && rc == 0; k++) {
         struct lake_window w;
 
-        pthread_mutex_lock(&pool.mu);
-        while (!(pool.slots[(size_t)k % pool.ahead].is_done &&
-                 pool.slots[(size_t)k % pool.ahead].k == k)) {
-            pthread_cond_wait(&pool.cv, &pool.mu);
-        }
-        w = pool.slots[(size_t)k % pool.ahead];
-        memset(&pool.slots[(size_t)k % pool.ahead], 0, sizeof(w));
-        pthread_mutex_unlock(&pool.mu);
+        lake_pool_take(&pool, k, &w);
         if (w.is_fatal) {
             *err = w.err;
             err_wrap(err, "window %" PRId64, k);
-            lake_window_clear(&w);
             rc = 2;
-            break;
+        } else {
+            lake_fold_window(f, &w, o);
         }
-        lake_fold_window(f, &w, o);
         lake_window_clear(&w);
-        pthread_mutex_lock(&pool.mu);
-        pool.folded = k + 1;
-        pthread_cond_broadcast(&pool.cv);
-        pthread_mutex_unlock(&pool.mu);
-        lake_progress_show(prog, "verify", k - o->from_k + 1,
-                           last_k - o->from_k + 1, f->records, f->raw, false);
+        lake_pool_set(&pool, k + 1, false);
+        lake_progress_show(prog, k - o->from_k + 1, f->records, f->raw, false);
     }
-    pthread_mutex_lock(&pool.mu);
-    pool.is_stopping = true;
-    pthread_cond_broadcast(&pool.cv);
-    pthread_mutex_unlock(&pool.mu);
+    lake_pool_set(&pool, pool.folded, true);
     for (int i = 0; i < o->threads; i++) {
         pthread_join(th[i], NULL);
     }
@@ -2123,117 +2323,163 @@ static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
     free(pool.slots);
     pthread_mutex_destroy(&pool.mu);
     pthread_cond_destroy(&pool.cv);
-    lake_progress_show(prog, "verify", last_k - o->from_k + 1,
-                       last_k - o->from_k + 1, f->records, f->raw, true);
-    if (rc != 0) {
-        return rc;
-    }
-    /* Orphans: every data object of the range must be named. */
-    {
-        struct lake_orphans oc = {f, o, last_k};
-        struct buf data;
+    lake_progress_show(prog, prog->total, f->records, f->raw, true);
+    return rc;
+}
 
+/* Orphans: every data object of the range must be named. */
+static int lake_orphans_check(const struct lake_job *job, int64_t last_k,
+                              struct lake_fold *f, struct err *err)
+{
+    const struct lake_opts *o = job->o;
+    struct lake_orphans oc = {f, o, last_k};
+    struct buf data;
+    int rc;
+
+    if (f->n_named > 0) {
         qsort(f->named, f->n_named, sizeof(uint64_t), lake_u64_cmp);
-        buf_init(&data, 4096);
-        if (buf_printf(&data, err, "%s%s", o->prefix,
-                       o->prefix[0] != '\0' ? "/" : "") != 0 ||
-            buf_append_str(&data, "tenant=", err) != 0 ||
-            pct_escape(&data, o->tenant, strlen(o->tenant), err) != 0 ||
-            buf_append_str(&data, "/queue=", err) != 0 ||
-            pct_escape(&data, queue, strlen(queue), err) != 0 ||
-            buf_append_str(&data, "/", err) != 0 ||
-            lake_list(b, data.data, lake_check_orphan, &oc, err) != 0) {
-            buf_free(&data);
-            return 2;
-        }
-        buf_free(&data);
     }
-    /* The log's partitions, so that one the lake lacks is looked at. */
-    {
-        struct lake_log log;
+    buf_init(&data, 4096);
+    rc = buf_printf(&data, err, "%s%stenant=", o->prefix,
+                    o->prefix[0] != '\0' ? "/" : "");
+    if (rc == 0) {
+        rc = pct_escape(&data, o->tenant, strlen(o->tenant), err);
+    }
+    if (rc == 0) {
+        rc = buf_append_str(&data, "/queue=", err);
+    }
+    if (rc == 0) {
+        rc = pct_escape(&data, job->queue, strlen(job->queue), err);
+    }
+    if (rc == 0) {
+        rc = buf_append_str(&data, "/", err);
+    }
+    if (rc == 0) {
+        rc = lake_list(job->b, data.data, lake_check_orphan, &oc, err);
+    }
+    buf_free(&data);
+    return rc != 0 ? 2 : 0;
+}
 
-        memset(&log, 0, sizeof(log));
-        if (o->broker != NULL) {
-            lake_http_open(&log.http, o->broker, o->token);
-            buf_init(&log.part, BUF_UNLIMITED);
-            log.queue = queue;
-            if (lake_log_partitions(&log.http, queue, f, err) != 0) {
-                rc = 2;
-            }
+/* The gaps: lost, else a violation (with the log: only where the log has
+ * a record in the verified span). */
+static int lake_gaps_check(const struct lake_opts *o, struct lake_log *log,
+                           struct lake_fold *f, struct err *err)
+{
+    for (size_t i = 0; i < f->n_parts; i++) {
+        struct lake_part *p = f->parts[i];
+        int64_t top = p->has_records ? p->top : -1;
+
+        if (p->has_pos && p->pos > top + 1 &&
+            (p->has_records || o->from_k == 1)) {
+            char where[64];
+
+            snprintf(where, sizeof(where), "positions of window %" PRId64,
+                     p->pos_k);
+            lake_add_gap(f, p, top + 1, p->pos - 1, p->pos_k, where);
         }
-        /* Offsets below a manifest's position that the lake lacks. */
-        for (size_t i = 0; rc == 0 && i < f->n_parts; i++) {
-            struct lake_part *p = &f->parts[i];
-            int64_t top = p->has_records ? p->top : -1;
+    }
+    for (size_t i = 0; i < f->n_gaps; i++) {
+        const struct lake_gap *g = &f->gaps[i];
+        struct lake_seek s = {g->part, g->from, g->to, -1};
 
-            if (p->has_pos && p->pos > top + 1 &&
-                (p->has_records || o->from_k == 1)) {
-                char where[64];
-
-                snprintf(where, sizeof(where), "positions of window %" PRId64,
-                         p->pos_k);
-                lake_add_gap(f, i, top + 1, p->pos - 1, p->pos_k, where);
-            }
+        if (lake_is_lost(f, g->part, g->from, g->to)) {
+            continue;
         }
-        for (size_t i = 0; rc == 0 && i < f->n_gaps; i++) {
-            struct lake_gap *g = &f->gaps[i];
-            struct lake_part *p = &f->parts[g->part];
-            int64_t at = -1;
-
-            if (lake_is_lost(f, p, g->from, g->to)) {
-                continue;
-            }
-            if (o->broker != NULL) {
-                if (lake_log_first(&log, f, p, g->from, g->to, f->t_start,
-                                   f->t_end, &at, err) != 0) {
-                    rc = 2;
-                    break;
-                }
-                if (at >= 0) {
-                    lake_fold_violation(f,
-                                        "window %" PRId64 ": %s: record %s/"
-                                        "%" PRId64 " is in the log, not in "
-                                        "the lake",
-                                        g->k, g->where, p->name, at);
-                }
-                continue;
-            }
+        if (o->broker == NULL) {
             lake_fold_violation(f,
                                 "window %" PRId64 ": %s: partition %s: "
-                                "offsets %" PRId64 "..%" PRId64
-                                " are neither in the lake nor lost "
-                                "(offsets not contiguous)",
-                                g->k, g->where, p->name, g->from, g->to);
+                                "offsets %" PRId64 "..%" PRId64 " are "
+                                "neither in the lake nor lost (offsets not "
+                                "contiguous)",
+                                g->k, g->where, g->part->name, g->from, g->to);
+        } else if (lake_log_first(log, f, &s, err) != 0) {
+            return 2;
+        } else if (s.found >= 0) {
+            lake_fold_violation(f,
+                                "window %" PRId64 ": %s: record %s/%" PRId64
+                                " is in the log, not in the lake",
+                                g->k, g->where, g->part->name, s.found);
         }
-        /* The log's records past the lake's last one, below tEnd. */
-        for (size_t i = 0; rc == 0 && o->broker != NULL && i < f->n_parts;
-             i++) {
-            struct lake_part *p = &f->parts[i];
-            int64_t at = -1;
-            int64_t from = p->has_records ? p->top + 1 : 0;
+    }
+    return 0;
+}
 
-            if (p->has_pos && p->pos > from) {
-                from = p->pos; /* the gap below was looked at */
-            }
-            if (lake_log_first(&log, f, p, from, -1, f->t_start, f->t_end, &at,
-                               err) != 0) {
-                rc = 2;
-                break;
-            }
-            if (at >= 0) {
-                lake_fold_violation(f,
-                                    "window %" PRId64 ": %s: record %s/%" PRId64
-                                    " is in the log, not in the lake",
-                                    f->windows > 0 ? f->first_k + f->windows - 1
-                                                   : 0,
-                                    "(after the last window)", p->name, at);
-            }
+/* The log's records past each partition's last one in the lake, stamped
+ * inside the verified span. */
+static int lake_tail_check(struct lake_log *log, struct lake_fold *f,
+                           struct err *err)
+{
+    for (size_t i = 0; i < f->n_parts; i++) {
+        struct lake_part *p = f->parts[i];
+        struct lake_seek s = {p, p->has_records ? p->top + 1 : 0, -1, -1};
+
+        if (p->has_pos && p->pos > s.from) {
+            s.from = p->pos; /* the gap below it was looked at */
         }
-        if (o->broker != NULL) {
-            lake_log_drop(&log);
-            lake_http_close(&log.http);
-            buf_free(&log.part);
+        if (lake_log_first(log, f, &s, err) != 0) {
+            return 2;
         }
+        if (s.found >= 0) {
+            lake_fold_violation(f,
+                                "window %" PRId64 ": (after the last "
+                                "window): record %s/%" PRId64 " is in the "
+                                "log, not in the lake",
+                                f->first_k + f->windows - 1, p->name, s.found);
+        }
+    }
+    return 0;
+}
+
+/* Verify one queue into f. Returns 0, or 2 (err) when it could not run. */
+static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
+                             const char *queue, struct lake_fold *f,
+                             struct lake_progress *prog, struct err *err)
+{
+    struct lake_job job = {o, b, queue, {o->prefix, {0}, {0}}};
+    struct lake_log log;
+    int64_t n = 0;
+    int64_t last_k;
+    int rc;
+
+    job.lq.tenant = (struct slice){o->tenant, strlen(o->tenant)};
+    job.lq.queue = (struct slice){queue, strlen(queue)};
+    if (lake_count(b, &job.lq, f, &n, err) != 0) {
+        return 2;
+    }
+    last_k = o->to_k != 0 && o->to_k < n ? o->to_k : n;
+    if (o->to_k > n) {
+        lake_fold_violation(f,
+                            "--to-k %" PRId64 " is past the last manifest "
+                            "(k=%" PRId64 ")",
+                            o->to_k, n);
+    }
+    f->first_k = o->from_k;
+    prog->what = "verify";
+    prog->total = last_k - o->from_k + 1;
+    rc = lake_run_pool(&job, last_k, f, prog, err);
+    if (rc == 0) {
+        rc = lake_orphans_check(&job, last_k, f, err);
+    }
+    memset(&log, 0, sizeof(log));
+    if (o->broker != NULL) {
+        lake_http_open(&log.http, o->broker, o->token);
+        buf_init(&log.part, BUF_UNLIMITED);
+        log.queue = queue;
+        if (rc == 0 && lake_log_partitions(&log.http, queue, f, err) != 0) {
+            rc = 2;
+        }
+    }
+    if (rc == 0) {
+        rc = lake_gaps_check(o, &log, f, err);
+    }
+    if (rc == 0 && o->broker != NULL) {
+        rc = lake_tail_check(&log, f, err);
+    }
+    if (o->broker != NULL) {
+        lake_log_drop(&log);
+        lake_http_close(&log.http);
+        buf_free(&log.part);
     }
     return rc;
 }
@@ -2351,11 +2597,7 @@ static int lake_verify(const struct lake_opts *o)
     int rc = 0;
     bool is_bad = false;
 
-    memset(&prog, 0, sizeof(prog));
-    prog.is_tty = isatty(2) != 0;
-    clock_gettime(CLOCK_MONOTONIC, &prog.start);
-    prog.last = prog.start;
-    prog.last.tv_sec -= 1;
+    lake_progress_init(&prog, "verify", 0);
     lake_bucket_open(&b, o);
     if (lake_queues(o, &b, &q, &err) != 0) {
         fprintf(stderr, "queen lake verify: listing the queues: %s\n", err.msg);
@@ -2515,16 +2757,20 @@ static int lake_push_record(void *arg, const struct sink_record *r)
 static int64_t lake_state_read(const char *path)
 {
     FILE *f = fopen(path, "r");
-    long long k = 0;
+    char line[64] = {0};
+    int64_t k = 0;
 
     if (f == NULL) {
         return 0;
     }
-    if (fscanf(f, "k %lld", &k) != 1 || k < 0) {
-        k = 0;
+    if (fgets(line, sizeof(line), f) != NULL && strncmp(line, "k ", 2) == 0) {
+        line[strcspn(line, "\n")] = '\0';
+        if (!lake_int(line + 2, &k)) {
+            k = 0;
+        }
     }
     fclose(f);
-    return (int64_t)k;
+    return k;
 }
 
 static int lake_state_write(const char *path, int64_t k, struct err *err)
@@ -2549,151 +2795,149 @@ static int lake_state_write(const char *path, int64_t k, struct err *err)
     return 0;
 }
 
+/* One object: checked against its manifest entry, its records pushed. */
+static int lake_restore_object(const struct lake_job *job,
+                               struct lake_push *push,
+                               const struct docs_object *obj,
+                               enum lake_codec codec, struct buf *body,
+                               struct err *err)
+{
+    char key[4096];
+    uint64_t decoded = 0;
+    uint8_t sum[32];
+    char hex[65];
+    struct s3_object_info info;
+    struct s3_status st;
+
+    snprintf(key, sizeof(key), "%.*s", (int)obj->key.len, obj->key.ptr);
+    if (s3_client_get(job->b->c, key, body, &info, &st, err) != 0) {
+        return 2;
+    }
+    sha256(body->data, body->len, sum);
+    hex_lower(sum, 32, hex);
+    if (!info.found || memcmp(hex, obj->sha256, 64) != 0) {
+        err_set(err, ERR_CORRUPT,
+                "%s: missing or not the manifest's bytes (run verify)", key);
+        return 2;
+    }
+    if (lake_decode(codec, buf_slice(body), lake_push_record, push, &decoded,
+                    err) != 0) {
+        if (push->is_failed) {
+            *err = push->err;
+        }
+        return 2;
+    }
+    return 0;
+}
+
+static void lake_restore_report(const struct lake_opts *o,
+                                const struct lake_push *push, int64_t from,
+                                int64_t last_k)
+{
+    if (o->is_json) {
+        printf("{\"queue\":");
+        lake_json_str(stdout, push->as);
+        printf(",\"fromK\":%" PRId64 ",\"toK\":%" PRId64 ",\"records\":%" PRIu64
+               ",\"queued\":%" PRIu64 ",\"duplicates\":%" PRIu64 "}\n",
+               from, last_k, push->records, push->queued, push->duplicates);
+        return;
+    }
+    printf("restored windows %" PRId64 "..%" PRId64 " of %s into %s: %" PRIu64
+           " records, %" PRIu64 " new, %" PRIu64 " already there\n",
+           from, last_k, o->queues[0], push->as, push->records, push->queued,
+           push->duplicates);
+}
+
+/* Push every record of window k. Returns 0, or 2 (err). */
+static int lake_restore_window(const struct lake_job *job,
+                               struct lake_push *push, int64_t k,
+                               struct err *err)
+{
+    struct buf mkey;
+    struct buf raw;
+    struct buf arena;
+    struct buf body;
+    struct docs_manifest m;
+    struct s3_object_info info;
+    struct s3_status st;
+    enum lake_codec codec = LAKE_NONE;
+    const char *ext;
+    const char *desc;
+    int rc = 0;
+
+    memset(&m, 0, sizeof(m));
+    buf_init(&mkey, 4096);
+    buf_init(&raw, (size_t)64 << 20);
+    buf_init(&arena, BUF_UNLIMITED);
+    buf_init(&body, LAKE_MAX_OBJECT);
+    if (layout_manifest_key(&mkey, &job->lq, k, err) != 0 ||
+        s3_client_get(job->b->c, mkey.data, &raw, &info, &st, err) != 0) {
+        rc = 2;
+    } else if (!info.found ||
+               docs_manifest_decode(raw.data, raw.len, &m, &arena, err) != 0 ||
+               !lake_codec_of(m.format, m.compression, &codec, &ext, &desc)) {
+        err_set(err, ERR_CORRUPT, "%s: not a manifest (run verify)", mkey.data);
+        rc = 2;
+    }
+    for (size_t i = 0; rc == 0 && i < m.n_objects; i++) {
+        rc = lake_restore_object(job, push, &m.objects[i], codec, &body, err);
+    }
+    if (rc == 0 && lake_push_flush(push) != 0) {
+        *err = push->err;
+        rc = 2;
+    }
+    buf_free(&mkey);
+    buf_free(&raw);
+    buf_free(&arena);
+    buf_free(&body);
+    return rc;
+}
+
 static int lake_restore(const struct lake_opts *o)
 {
     struct lake_bucket b;
     struct lake_job job;
-    struct lake_counter cnt;
     struct lake_push push;
     struct lake_progress prog;
-    struct buf root;
     struct err err;
-    const char *queue;
-    int64_t from;
-    int64_t last_k;
-    int rc = 0;
+    int64_t from = o->from_k;
+    int64_t last_k = 0;
+    int rc;
 
     if (o->n_queues != 1 || o->to == NULL) {
         fprintf(stderr, "queen lake restore: --queue Q (one) and --to URL "
                         "are required\n");
         return 2;
     }
-    queue = o->queues[0];
-    memset(&prog, 0, sizeof(prog));
-    prog.is_tty = isatty(2) != 0;
-    clock_gettime(CLOCK_MONOTONIC, &prog.start);
-    prog.last = prog.start;
     lake_bucket_open(&b, o);
-    job = (struct lake_job){o, &b, queue, {o->prefix, {0}, {0}}};
+    job = (struct lake_job){o, &b, o->queues[0], {o->prefix, {0}, {0}}};
     job.lq.tenant = (struct slice){o->tenant, strlen(o->tenant)};
-    job.lq.queue = (struct slice){queue, strlen(queue)};
-    memset(&cnt, 0, sizeof(cnt));
-    buf_init(&root, 4096);
-    if (layout_sidecar_root(&root, &job.lq, &err) != 0 ||
-        buf_append_str(&root, "/windows/", &err) != 0 ||
-        (cnt.root_len = root.len,
-         lake_list(&b, root.data, lake_count_manifest, &cnt, &err)) != 0) {
-        fprintf(stderr, "queen lake restore: %s\n", err.msg);
-        buf_free(&root);
-        lake_bucket_close(&b);
-        return 2;
-    }
-    buf_free(&root);
-    if (cnt.is_bad) {
-        fprintf(stderr, "queen lake restore: %s\n", cnt.bad);
-        lake_bucket_close(&b);
-        return 2;
-    }
-    last_k = o->to_k != 0 && o->to_k < cnt.n ? o->to_k : cnt.n;
-    from = o->from_k;
+    job.lq.queue = (struct slice){job.queue, strlen(job.queue)};
+    rc = lake_count(&b, &job.lq, NULL, &last_k, &err);
+    last_k = o->to_k != 0 && o->to_k < last_k ? o->to_k : last_k;
     if (o->state != NULL && lake_state_read(o->state) + 1 > from) {
         from = lake_state_read(o->state) + 1;
     }
     memset(&push, 0, sizeof(push));
     lake_http_open(&push.http, o->to, o->token);
     buf_init(&push.body, BUF_UNLIMITED);
-    push.as = o->as != NULL ? o->as : queue;
+    push.as = o->as != NULL ? o->as : job.queue;
     push.max_items = (size_t)o->batch;
+    lake_progress_init(&prog, "restore", last_k - from + 1);
     for (int64_t k = from; k <= last_k && rc == 0; k++) {
-        struct buf mkey;
-        struct buf raw;
-        struct buf arena;
-        struct buf body;
-        struct docs_manifest m;
-        struct s3_object_info info;
-        struct s3_status st;
-        enum lake_codec codec = LAKE_NONE;
-        const char *ext;
-        const char *desc;
-
-        memset(&m, 0, sizeof(m));
-        buf_init(&mkey, 4096);
-        buf_init(&raw, (size_t)64 << 20);
-        buf_init(&arena, BUF_UNLIMITED);
-        buf_init(&body, LAKE_MAX_OBJECT);
-        if (layout_manifest_key(&mkey, &job.lq, k, &err) != 0 ||
-            s3_client_get(b.c, mkey.data, &raw, &info, &st, &err) != 0) {
-            rc = 2;
-        } else if (!info.found ||
-                   docs_manifest_decode(raw.data, raw.len, &m, &arena, &err) !=
-                       0 ||
-                   !lake_codec_of(m.format, m.compression, &codec, &ext,
-                                  &desc)) {
-            err_set(&err, ERR_CORRUPT, "%s: not a manifest (run verify)",
-                    mkey.data);
-            rc = 2;
-        }
-        for (size_t i = 0; rc == 0 && i < m.n_objects; i++) {
-            char key[4096];
-            uint64_t decoded = 0;
-            uint8_t sum[32];
-            char hex[65];
-
-            snprintf(key, sizeof(key), "%.*s", (int)m.objects[i].key.len,
-                     m.objects[i].key.ptr);
-            if (s3_client_get(b.c, key, &body, &info, &st, &err) != 0) {
-                rc = 2;
-                break;
-            }
-            sha256(body.data, body.len, sum);
-            hex_lower(sum, 32, hex);
-            if (!info.found || memcmp(hex, m.objects[i].sha256, 64) != 0) {
-                err_set(&err, ERR_CORRUPT,
-                        "%s: missing or not the manifest's bytes (run "
-                        "verify)",
-                        key);
-                rc = 2;
-                break;
-            }
-            if (lake_decode(codec, body.data, body.len, lake_push_record, &push,
-                            &decoded, &err) != 0) {
-                if (push.is_failed) {
-                    err = push.err;
-                }
-                rc = 2;
-            }
-        }
-        if (rc == 0 && lake_push_flush(&push) != 0) {
-            err = push.err;
-            rc = 2;
-        }
+        rc = lake_restore_window(&job, &push, k, &err);
         if (rc == 0 && o->state != NULL &&
             lake_state_write(o->state, k, &err) != 0) {
             rc = 2;
         }
-        buf_free(&mkey);
-        buf_free(&raw);
-        buf_free(&arena);
-        buf_free(&body);
-        lake_progress_show(&prog, "restore", k - from + 1, last_k - from + 1,
-                           push.records, push.bytes, false);
+        lake_progress_show(&prog, k - from + 1, push.records, push.bytes,
+                           false);
     }
-    lake_progress_show(&prog, "restore", last_k - from + 1, last_k - from + 1,
-                       push.records, push.bytes, true);
-    if (rc != 0) {
-        fprintf(stderr, "queen lake restore: %s\n", err.msg);
-    } else if (o->is_json) {
-        printf("{\"queue\":");
-        lake_json_str(stdout, push.as);
-        printf(",\"fromK\":%" PRId64 ",\"toK\":%" PRId64 ",\"records\":%" PRIu64
-               ",\"queued\":%" PRIu64 ",\"duplicates\":%" PRIu64 "}\n",
-               from, last_k, push.records, push.queued, push.duplicates);
+    if (rc == 0) {
+        lake_progress_show(&prog, prog.total, push.records, push.bytes, true);
+        lake_restore_report(o, &push, from, last_k);
     } else {
-        printf("restored windows %" PRId64 "..%" PRId64 " of %s into %s: "
-               "%" PRIu64 " records, %" PRIu64 " new, %" PRIu64
-               " already there\n",
-               from, last_k, queue, push.as, push.records, push.queued,
-               push.duplicates);
+        fprintf(stderr, "queen lake restore: %s\n", err.msg);
     }
     buf_free(&push.body);
     lake_http_close(&push.http);

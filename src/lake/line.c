@@ -37,7 +37,7 @@ static bool line_lit(const char *p, size_t n, size_t *at, const char *lit)
 /* A JSON string starting at p[*at] ('"'): its span, unescaped into out
  * (appended, NUL-terminated). */
 static int line_string(const char *p, size_t n, size_t *at, struct buf *out,
-                       size_t *start, size_t *len, struct err *err)
+                       size_t span[2], struct err *err)
 {
     size_t i = *at + 1;
     struct json_doc d = {0};
@@ -54,9 +54,9 @@ static int line_string(const char *p, size_t n, size_t *at, struct buf *out,
     }
     rc = json_parse(&d, p + *at, i + 1 - *at, NULL, err);
     if (rc == 0) {
-        *start = out->len;
+        span[0] = out->len;
         rc = json_get_str(&d, 0, out, err);
-        *len = out->len - *start;
+        span[1] = out->len - span[0];
         if (rc == 0) {
             rc = buf_append_byte(out, '\0', err);
         }
@@ -73,10 +73,8 @@ int lake_line_parse(const char *p, size_t n, struct sink_record *r,
                     struct buf *scratch, struct err *err)
 {
     size_t at = 0;
-    size_t ps;
-    size_t pl;
-    size_t ts0;
-    size_t tl;
+    size_t ps[2] = {0, 0};
+    size_t tx[2] = {0, 0};
     int64_t off = 0;
     bool is_neg = false;
     size_t digits = 0;
@@ -85,7 +83,7 @@ int lake_line_parse(const char *p, size_t n, struct sink_record *r,
 
     buf_reset(scratch);
     if (!line_lit(p, n, &at, "{\"partition\":") ||
-        line_string(p, n, &at, scratch, &ps, &pl, err) != 0) {
+        line_string(p, n, &at, scratch, ps, err) != 0) {
         return line_bad(err, "no partition");
     }
     if (!line_lit(p, n, &at, ",\"offset\":")) {
@@ -107,7 +105,7 @@ int lake_line_parse(const char *p, size_t n, struct sink_record *r,
         off = -off;
     }
     if (!line_lit(p, n, &at, ",\"transactionId\":") ||
-        line_string(p, n, &at, scratch, &ts0, &tl, err) != 0) {
+        line_string(p, n, &at, scratch, tx, err) != 0) {
         return line_bad(err, "no transactionId");
     }
     if (!line_lit(p, n, &at, ",\"ts\":\"") || n - at < LINE_TS_LEN + 1) {
@@ -123,9 +121,9 @@ int lake_line_parse(const char *p, size_t n, struct sink_record *r,
         p[n - 1] != '}') {
         return line_bad(err, "no payload");
     }
-    r->partition = (struct slice){scratch->data + ps, pl};
+    r->partition = (struct slice){scratch->data + ps[0], ps[1]};
     r->offset = off;
-    r->txn = (struct slice){scratch->data + ts0, tl};
+    r->txn = (struct slice){scratch->data + tx[0], tx[1]};
     r->payload = (struct slice){p + at, n - 1 - at};
     if (memchr(r->payload.ptr, '\n', r->payload.len) != NULL ||
         memchr(r->payload.ptr, '\r', r->payload.len) != NULL ||

@@ -19,8 +19,8 @@
 #include "base/buf.h"
 #include "base/xalloc.h"
 #include "parquet/parquet.h"
-#include "parquet/thrift.h"
 #include "parquet/read.h"
+#include "parquet/thrift.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -35,8 +35,8 @@ TEST(the_format_vector_parses)
 
 TEST(escapes_round_trip_through_the_writer)
 {
-    struct sink_record in = {{"p \"q\"\x01\xc3\xa9/", 10}, 7,
-                             {"t\\\n", 3}, 0, {"", 0}};
+    struct sink_record in = {
+        {"p \"q\"\x01\xc3\xa9/", 10}, 7, {"t\\\n", 3}, 0, {"", 0}};
     struct buf line;
     struct buf scratch;
     struct sink_record r;
@@ -74,7 +74,9 @@ TEST(what_the_writer_would_not_write_is_refused)
         "\"ts\":\"2026-09-04T10:03:41.918Z\",\"payload\":1}",
         "{\"partition\":\"p\",\"offset\":0,\"transactionId\":\"t\","
         "\"ts\":\"2026-09-04T10:03:41.918204Z\",\"payload\":{\"a\":}}",
-        "", "{", "not json at all",
+        "",
+        "{",
+        "not json at all",
     };
     struct buf scratch;
     struct sink_record r;
