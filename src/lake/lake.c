@@ -446,12 +446,40 @@ enum lake_codec { LAKE_NONE, LAKE_ZSTD, LAKE_GZIP, LAKE_PARQUET };
  * NULL payload has len 0. */
 typedef int (*lake_rec_fn)(void *arg, const struct sink_record *r);
 
+/* What a reading thread keeps between objects, so that reading one does
+ * not allocate (and fault in) its buffers afresh. */
+struct lake_mem {
+    struct buf body;    /* the object's stored bytes */
+    struct buf carry;   /* a line cut by the end of a chunk */
+    struct buf scratch; /* lake_line_parse's */
+    char *chunk;        /* LAKE_CHUNK bytes of decoded text */
+    uint64_t raw;       /* decoded bytes so far */
+};
+
+static void lake_mem_init(struct lake_mem *m)
+{
+    buf_init(&m->body, LAKE_MAX_OBJECT);
+    buf_init(&m->carry, BUF_UNLIMITED);
+    buf_init(&m->scratch, BUF_UNLIMITED);
+    m->chunk = xmalloc(LAKE_CHUNK);
+    m->raw = 0;
+}
+
+static void lake_mem_free(struct lake_mem *m)
+{
+    buf_free(&m->body);
+    buf_free(&m->carry);
+    buf_free(&m->scratch);
+    free(m->chunk);
+}
+
 /* Splits decoded text into lines and hands each record to fn. */
 struct lake_reader {
     lake_rec_fn fn;
     void *arg;
-    struct buf carry;   /* a line cut by the end of a chunk */
-    struct buf scratch; /* lake_line_parse's */
+    struct buf *carry;   /* a line cut by the end of a chunk */
+    struct buf *scratch; /* lake_line_parse's */
+    char *chunk;
     uint64_t line_no;
     uint64_t raw; /* decoded bytes */
 };
@@ -469,21 +497,21 @@ static int lake_lines(struct lake_reader *rd, const char *p, size_t n,
         int rc;
 
         if (lf == NULL) {
-            return buf_append(&rd->carry, p + at, n - at, err);
+            return buf_append(rd->carry, p + at, n - at, err);
         }
         line.len = (size_t)(lf - line.ptr);
-        if (rd->carry.len > 0) {
-            if (buf_append(&rd->carry, line.ptr, line.len, err) != 0) {
+        if (rd->carry->len > 0) {
+            if (buf_append(rd->carry, line.ptr, line.len, err) != 0) {
                 return err->code;
             }
-            line = buf_slice(&rd->carry);
+            line = buf_slice(rd->carry);
         }
         ++rd->line_no;
-        if (lake_line_parse(line.ptr, line.len, &r, &rd->scratch, err) != 0) {
+        if (lake_line_parse(line.ptr, line.len, &r, rd->scratch, err) != 0) {
             return err_wrap(err, "line %" PRIu64, rd->line_no);
         }
         rc = rd->fn(rd->arg, &r);
-        buf_reset(&rd->carry);
+        buf_reset(rd->carry);
         if (rc != 0) {
             return rc;
         }
@@ -518,7 +546,7 @@ static int lake_decode_zstd(struct lake_reader *rd, const char *body, size_t n,
                             struct err *err)
 {
     ZSTD_DCtx *z = ZSTD_createDCtx();
-    char *out = xmalloc(LAKE_CHUNK);
+    char *out = rd->chunk;
     ZSTD_inBuffer in = {body, n, 0};
     size_t left = n > 0; /* ZSTD_decompressStream: 0 once a frame ends */
     int rc = 0;
@@ -538,7 +566,6 @@ static int lake_decode_zstd(struct lake_reader *rd, const char *body, size_t n,
                 err_set(err, ERR_CORRUPT, "does not decode as zstd: truncated");
         }
     }
-    free(out);
     ZSTD_freeDCtx(z);
     return rc;
 }
@@ -547,7 +574,7 @@ static int lake_decode_gzip(struct lake_reader *rd, const char *body, size_t n,
                             struct err *err)
 {
     z_stream z;
-    char *out = xmalloc(LAKE_CHUNK);
+    char *out = rd->chunk;
     int zr = Z_OK;
     int rc = 0;
 
@@ -570,7 +597,6 @@ static int lake_decode_gzip(struct lake_reader *rd, const char *body, size_t n,
         rc = err_set(err, ERR_CORRUPT, "bytes after the gzip member");
     }
     inflateEnd(&z);
-    free(out);
     return rc;
 }
 
@@ -578,15 +604,15 @@ static int lake_decode_gzip(struct lake_reader *rd, const char *body, size_t n,
  * Returns 0, or ERR_CORRUPT with the reason, or what fn returned. *raw
  * grows by the decoded bytes. */
 static int lake_decode(enum lake_codec codec, struct slice body, lake_rec_fn fn,
-                       void *arg, uint64_t *raw, struct err *err)
+                       void *arg, struct lake_mem *mem, struct err *err)
 {
-    struct lake_reader rd = {fn, arg, {0}, {0}, 0, 0};
+    struct lake_reader rd = {fn, arg, &mem->carry, &mem->scratch, mem->chunk,
+                             0,  0};
     const char *p = body.ptr;
     size_t n = body.len;
     int rc;
 
-    buf_init(&rd.carry, BUF_UNLIMITED);
-    buf_init(&rd.scratch, BUF_UNLIMITED);
+    buf_reset(&mem->carry);
     if (codec == LAKE_PARQUET) {
         rc = lake_decode_parquet(&rd, p, n, err);
     } else if (codec == LAKE_ZSTD) {
@@ -596,12 +622,10 @@ static int lake_decode(enum lake_codec codec, struct slice body, lake_rec_fn fn,
     } else {
         rc = lake_lines(&rd, p, n, err);
     }
-    if (rc == 0 && rd.carry.len > 0) {
+    if (rc == 0 && mem->carry.len > 0) {
         rc = err_set(err, ERR_CORRUPT, "does not end with LF");
     }
-    *raw += rd.raw;
-    buf_free(&rd.carry);
-    buf_free(&rd.scratch);
+    mem->raw += rd.raw;
     return rc;
 }
 
@@ -1246,11 +1270,11 @@ struct lake_wread {
     const struct lake_job *j;
     struct lake_window *w;
     struct lake_log *log;
+    struct lake_mem *mem;
     struct docs_manifest m;
     enum lake_codec codec;
     const char *ext;
     bool is_pp;
-    struct buf body; /* the object being read */
     uint64_t sum_records;
     uint64_t sum_bytes;
     uint64_t partitions;
@@ -1357,8 +1381,8 @@ static bool lake_get_object(struct lake_wread *r, size_t i)
     uint8_t sum[32];
     char hex[65];
 
-    if (s3_client_get(r->j->b->c, w->keys[i], &r->body, &info, &st, &w->err) !=
-        0) {
+    if (s3_client_get(r->j->b->c, w->keys[i], &r->mem->body, &info, &st,
+                      &w->err) != 0) {
         w->is_fatal = true;
         return false;
     }
@@ -1369,14 +1393,14 @@ static bool lake_get_object(struct lake_wread *r, size_t i)
                        w->k, w->keys[i]);
         return false;
     }
-    if (r->body.len != obj->bytes) {
+    if (r->mem->body.len != obj->bytes) {
         lake_violation(w,
                        "window %" PRId64 ": %s: %zu bytes, the manifest "
                        "says %" PRIu64,
-                       w->k, w->keys[i], r->body.len, obj->bytes);
+                       w->k, w->keys[i], r->mem->body.len, obj->bytes);
         return false;
     }
-    sha256(r->body.data, r->body.len, sum);
+    sha256(r->mem->body.data, r->mem->body.len, sum);
     hex_lower(sum, 32, hex);
     if (memcmp(hex, obj->sha256, 64) != 0) {
         lake_violation(w,
@@ -1385,7 +1409,7 @@ static bool lake_get_object(struct lake_wread *r, size_t i)
                        w->k, w->keys[i]);
         return false;
     }
-    w->bytes += r->body.len;
+    w->bytes += r->mem->body.len;
     return true;
 }
 
@@ -1445,12 +1469,14 @@ static bool lake_read_object(struct lake_wread *r, size_t i)
     c.log = r->log;
     buf_init(&c.prev_p, BUF_UNLIMITED);
     buf_init(&c.tmp, BUF_UNLIMITED);
-    if (lake_decode(r->codec, buf_slice(&r->body), lake_on_record, &c, &w->raw,
-                    &err) != 0 &&
+    r->mem->raw = 0;
+    if (lake_decode(r->codec, buf_slice(&r->mem->body), lake_on_record, &c,
+                    r->mem, &err) != 0 &&
         w->n_violations == before && !w->is_fatal) {
         lake_violation(w, "window %" PRId64 ": %s: %s", w->k, w->keys[i],
                        err.msg);
     }
+    w->raw += r->mem->raw;
     buf_free(&c.prev_p);
     buf_free(&c.tmp);
     if (w->n_violations > before || w->is_fatal) {
@@ -1525,7 +1551,7 @@ static void lake_check_sums(struct lake_wread *r)
 
 /* Read and check window w->k. Sets w->is_fatal when it could not. */
 static void lake_read_window(const struct lake_job *j, struct lake_window *w,
-                             struct lake_log *log)
+                             struct lake_log *log, struct lake_mem *mem)
 {
     struct lake_wread r;
     struct buf raw;
@@ -1540,7 +1566,7 @@ static void lake_read_window(const struct lake_job *j, struct lake_window *w,
     r.max_ts = INT64_MIN;
     buf_init(&raw, (size_t)64 << 20);
     buf_init(&arena, BUF_UNLIMITED);
-    buf_init(&r.body, LAKE_MAX_OBJECT);
+    r.mem = mem;
     is_ok = lake_read_manifest(&r, &raw, &arena) &&
             lake_check_manifest(w, j, &r.m, &raw, &r.codec, &r.ext);
     r.is_pp = is_ok && !(r.m.layout.len == 6 &&
@@ -1560,7 +1586,6 @@ static void lake_read_window(const struct lake_job *j, struct lake_window *w,
     }
     buf_free(&raw);
     buf_free(&arena);
-    buf_free(&r.body);
 }
 
 /* ---- the pool ----------------------------------------------------------- */
@@ -1583,9 +1608,11 @@ static void *lake_worker(void *arg)
 {
     struct lake_pool *p = arg;
     struct lake_log log;
+    struct lake_mem mem;
     bool has_log = p->job->o->broker != NULL;
 
     memset(&log, 0, sizeof(log));
+    lake_mem_init(&mem);
     if (has_log) {
         lake_http_open(&log.http, p->job->o->broker, p->job->o->token);
         buf_init(&log.part, BUF_UNLIMITED);
@@ -1608,7 +1635,7 @@ static void *lake_worker(void *arg)
         pthread_mutex_unlock(&p->mu);
         memset(&w, 0, sizeof(w));
         w.k = k;
-        lake_read_window(p->job, &w, has_log ? &log : NULL);
+        lake_read_window(p->job, &w, has_log ? &log : NULL, &mem);
         w.is_done = true;
         pthread_mutex_lock(&p->mu);
         p->slots[(size_t)k % p->ahead] = w;
@@ -1620,6 +1647,7 @@ static void *lake_worker(void *arg)
         lake_http_close(&log.http);
         buf_free(&log.part);
     }
+    lake_mem_free(&mem);
     return NULL;
 }
 
@@ -2799,28 +2827,27 @@ static int lake_state_write(const char *path, int64_t k, struct err *err)
 static int lake_restore_object(const struct lake_job *job,
                                struct lake_push *push,
                                const struct docs_object *obj,
-                               enum lake_codec codec, struct buf *body,
+                               enum lake_codec codec, struct lake_mem *mem,
                                struct err *err)
 {
     char key[4096];
-    uint64_t decoded = 0;
     uint8_t sum[32];
     char hex[65];
     struct s3_object_info info;
     struct s3_status st;
 
     snprintf(key, sizeof(key), "%.*s", (int)obj->key.len, obj->key.ptr);
-    if (s3_client_get(job->b->c, key, body, &info, &st, err) != 0) {
+    if (s3_client_get(job->b->c, key, &mem->body, &info, &st, err) != 0) {
         return 2;
     }
-    sha256(body->data, body->len, sum);
+    sha256(mem->body.data, mem->body.len, sum);
     hex_lower(sum, 32, hex);
     if (!info.found || memcmp(hex, obj->sha256, 64) != 0) {
         err_set(err, ERR_CORRUPT,
                 "%s: missing or not the manifest's bytes (run verify)", key);
         return 2;
     }
-    if (lake_decode(codec, buf_slice(body), lake_push_record, push, &decoded,
+    if (lake_decode(codec, buf_slice(&mem->body), lake_push_record, push, mem,
                     err) != 0) {
         if (push->is_failed) {
             *err = push->err;
@@ -2851,12 +2878,11 @@ static void lake_restore_report(const struct lake_opts *o,
 /* Push every record of window k. Returns 0, or 2 (err). */
 static int lake_restore_window(const struct lake_job *job,
                                struct lake_push *push, int64_t k,
-                               struct err *err)
+                               struct lake_mem *mem, struct err *err)
 {
     struct buf mkey;
     struct buf raw;
     struct buf arena;
-    struct buf body;
     struct docs_manifest m;
     struct s3_object_info info;
     struct s3_status st;
@@ -2869,7 +2895,6 @@ static int lake_restore_window(const struct lake_job *job,
     buf_init(&mkey, 4096);
     buf_init(&raw, (size_t)64 << 20);
     buf_init(&arena, BUF_UNLIMITED);
-    buf_init(&body, LAKE_MAX_OBJECT);
     if (layout_manifest_key(&mkey, &job->lq, k, err) != 0 ||
         s3_client_get(job->b->c, mkey.data, &raw, &info, &st, err) != 0) {
         rc = 2;
@@ -2880,7 +2905,7 @@ static int lake_restore_window(const struct lake_job *job,
         rc = 2;
     }
     for (size_t i = 0; rc == 0 && i < m.n_objects; i++) {
-        rc = lake_restore_object(job, push, &m.objects[i], codec, &body, err);
+        rc = lake_restore_object(job, push, &m.objects[i], codec, mem, err);
     }
     if (rc == 0 && lake_push_flush(push) != 0) {
         *err = push->err;
@@ -2889,7 +2914,6 @@ static int lake_restore_window(const struct lake_job *job,
     buf_free(&mkey);
     buf_free(&raw);
     buf_free(&arena);
-    buf_free(&body);
     return rc;
 }
 
@@ -2899,6 +2923,7 @@ static int lake_restore(const struct lake_opts *o)
     struct lake_job job;
     struct lake_push push;
     struct lake_progress prog;
+    struct lake_mem mem;
     struct err err;
     int64_t from = o->from_k;
     int64_t last_k = 0;
@@ -2924,8 +2949,9 @@ static int lake_restore(const struct lake_opts *o)
     push.as = o->as != NULL ? o->as : job.queue;
     push.max_items = (size_t)o->batch;
     lake_progress_init(&prog, "restore", last_k - from + 1);
+    lake_mem_init(&mem);
     for (int64_t k = from; k <= last_k && rc == 0; k++) {
-        rc = lake_restore_window(&job, &push, k, &err);
+        rc = lake_restore_window(&job, &push, k, &mem, &err);
         if (rc == 0 && o->state != NULL &&
             lake_state_write(o->state, k, &err) != 0) {
             rc = 2;
@@ -2939,6 +2965,7 @@ static int lake_restore(const struct lake_opts *o)
     } else {
         fprintf(stderr, "queen lake restore: %s\n", err.msg);
     }
+    lake_mem_free(&mem);
     buf_free(&push.body);
     lake_http_close(&push.http);
     lake_bucket_close(&b);
