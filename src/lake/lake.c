@@ -1665,6 +1665,9 @@ struct lake_part {
     int64_t pos;
     int64_t pos_k;
     uint64_t records;
+    bool has_cp;   /* the last checkpoint folded names it */
+    int64_t cp_at; /* its position there (-1: none) */
+    int64_t cp_k;
 };
 
 struct lake_gap {
@@ -1683,6 +1686,9 @@ struct lake_fold {
     size_t n_gaps;
     struct lake_lost *lost;
     size_t n_lost;
+    char cp_root[1024]; /* ".../checkpoint/" */
+    int64_t *cps;       /* k of every checkpoint, ascending */
+    size_t n_cps;
     uint64_t *named; /* FNV of every named key, sorted at the end */
     size_t n_named;
     char **violations;
@@ -1778,6 +1784,17 @@ static void lake_fold_run(struct lake_fold *f, const struct lake_window *w,
 {
     struct lake_part *p = lake_part_of(f, r->partition, r->plen);
 
+    if (p->has_cp && w->k > p->cp_k && r->first < p->cp_at) {
+        lake_fold_violation(f,
+                            "window %" PRId64 ": %s%010" PRId64
+                            ".json.zst: positions do not match the "
+                            "manifests: %s is at offset %" PRId64
+                            ", but offset %" PRId64 " is in window %" PRId64
+                            " (%s)",
+                            p->cp_k, f->cp_root, p->cp_k, p->name, p->cp_at,
+                            r->first, w->k, w->keys[r->obj]);
+        p->has_cp = false;
+    }
     if (p->has_records && r->first <= p->top) {
         lake_fold_violation(f,
                             "window %" PRId64 ": %s: record %s/%" PRId64
@@ -2232,6 +2249,7 @@ static void lake_fold_free(struct lake_fold *f)
     free(f->gaps);
     free(f->lost);
     free(f->named);
+    free(f->cps);
     free(f->violations);
     hashtab_free(&f->index);
 }
@@ -2276,6 +2294,128 @@ static int lake_count(struct lake_bucket *b, const struct layout_queue *lq,
     }
     *n = cnt.n;
     return 0;
+}
+
+/* ---- checkpoints -------------------------------------------------------- */
+
+static int lake_collect_cp(void *arg, const char *key)
+{
+    struct lake_fold *f = arg;
+    int64_t k = 0;
+
+    if (!layout_parse_checkpoint_k(key, strlen(key), &k)) {
+        lake_fold_violation(f,
+                            "window 0: %s: neither a manifest nor a "
+                            "checkpoint",
+                            key);
+        return 0;
+    }
+    f->cps = xrealloc(f->cps, (f->n_cps + 1) * sizeof(int64_t));
+    f->cps[f->n_cps++] = k;
+    return 0;
+}
+
+static bool lake_has_cp(const struct lake_fold *f, int64_t k)
+{
+    for (size_t i = 0; i < f->n_cps; i++) {
+        if (f->cps[i] == k) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The checkpoint's positions against the partitions' states after window
+ * k: each partition with a record in windows <= k is named, above it; the
+ * first record of a later window must be at or above it (lake_fold_run). */
+static void lake_cp_positions(struct lake_fold *f, const char *key, int64_t k,
+                              const struct docs_checkpoint *cp)
+{
+    for (size_t i = 0; i < cp->n; i++) {
+        struct lake_part *p = lake_part_of(f, cp->positions[i].name.ptr,
+                                           cp->positions[i].name.len);
+
+        p->has_cp = true;
+        p->cp_at = cp->positions[i].offset;
+        p->cp_k = k;
+    }
+    for (size_t i = 0; i < f->n_parts; i++) {
+        struct lake_part *p = f->parts[i];
+
+        if (p->has_records &&
+            (!p->has_cp || p->cp_k != k || p->cp_at <= p->top)) {
+            lake_fold_violation(f,
+                                "window %" PRId64 ": %s: positions do not "
+                                "match the manifests: %s has records up to "
+                                "%" PRId64 " in windows <= %" PRId64
+                                " but its position is %" PRId64,
+                                k, key, p->name, p->top, k,
+                                p->has_cp && p->cp_k == k ? p->cp_at : -1);
+        }
+    }
+}
+
+/* Checkpoint k (its window just folded, t_end its tEnd). Returns 0, or 2
+ * (err) when it could not be read. */
+static int lake_fold_checkpoint(const struct lake_job *job, struct lake_fold *f,
+                                int64_t k, int64_t t_end, struct err *err)
+{
+    struct buf key;
+    struct buf body;
+    struct buf arena;
+    struct docs_checkpoint cp;
+    struct s3_object_info info;
+    struct s3_status st;
+    int rc;
+
+    buf_init(&key, 4096);
+    buf_init(&body, (size_t)1 << 30);
+    buf_init(&arena, BUF_UNLIMITED);
+    rc = layout_checkpoint_key(&key, &job->lq, k, err);
+    if (rc == 0) {
+        rc = s3_client_get(job->b->c, key.data, &body, &info, &st, err);
+    }
+    if (rc == 0 && info.found &&
+        docs_checkpoint_decode(body.data, body.len, &cp, &arena, err) != 0) {
+        lake_fold_violation(f, "window %" PRId64 ": %s: %s", k, key.data,
+                            err->msg);
+    } else if (rc == 0 && info.found && (cp.k != k || cp.t_end != t_end)) {
+        lake_fold_violation(f,
+                            "window %" PRId64 ": %s: checkpoint does not "
+                            "match window %" PRId64 "'s manifest (k, tEnd)",
+                            k, key.data, k);
+    } else if (rc == 0 && info.found) {
+        lake_cp_positions(f, key.data, k, &cp);
+    }
+    buf_free(&key);
+    buf_free(&body);
+    buf_free(&arena);
+    return rc != 0 ? 2 : 0;
+}
+
+/* List the queue's checkpoints into f->cps. */
+static int lake_list_cps(const struct lake_job *job, struct lake_fold *f,
+                         int64_t n, struct err *err)
+{
+    struct buf root;
+    int rc;
+
+    buf_init(&root, 4096);
+    rc = layout_checkpoint_prefix(&root, &job->lq, err);
+    if (rc == 0) {
+        snprintf(f->cp_root, sizeof(f->cp_root), "%s", root.data);
+        rc = lake_list(job->b, root.data, lake_collect_cp, f, err);
+    }
+    buf_free(&root);
+    for (size_t i = 0; rc == 0 && i < f->n_cps; i++) {
+        if (f->cps[i] > n) {
+            lake_fold_violation(f,
+                                "window %" PRId64 ": checkpoint of window "
+                                "%" PRId64 ", which has no manifest",
+                                f->cps[i], f->cps[i]);
+        }
+    }
+    return rc != 0 ? 2 : 0;
 }
 
 /* The next window from the pool, in k order (blocks). */
@@ -2335,6 +2475,9 @@ static int lake_run_pool(const struct lake_job *job, int64_t last_k,
             rc = 2;
         } else {
             lake_fold_window(f, &w, o);
+            if (o->from_k == 1 && lake_has_cp(f, k)) {
+                rc = lake_fold_checkpoint(job, f, k, w.t_end, err);
+            }
         }
         lake_window_clear(&w);
         lake_pool_set(&pool, k + 1, false);
@@ -2483,6 +2626,9 @@ static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
                             o->to_k, n);
     }
     f->first_k = o->from_k;
+    if (lake_list_cps(&job, f, n, err) != 0) {
+        return 2;
+    }
     prog->what = "verify";
     prog->total = last_k - o->from_k + 1;
     rc = lake_run_pool(&job, last_k, f, prog, err);

@@ -355,3 +355,27 @@ def test_restore_killed_halfway_then_run_again_is_exact(bucket,
     p = subprocess.run(cmd + ["--json"], env=env, capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0 and json.loads(p.stdout)["records"] == 0
+
+
+def test_a_checkpoint_off_by_one_is_refused_by_both(bucket, broker_factory):
+    node, acked = sink_lake(bucket, broker_factory)
+    reader = lake.bucket_reader(bucket)
+    got = lake.wait_queue(reader, PREFIX, TENANT, "orders", acked, 30,
+                          align="none", checkpoint_every=2)
+    k = got["checkpoints"][0]
+    key = lake.checkpoint_key(PREFIX, TENANT, "orders", k)
+    c = bucket.boto3()
+    doc = json.loads(lake.decompress(reader.read(key), "zstd", key))
+    doc["positions"][0][1] += 1
+    c.put_object(Bucket="lake", Key=key,
+                 Body=lake.compress(lake.compact(doc), "zstd"))
+    with pytest.raises(lake.LakeError, match="positions do not match the "
+                       "manifests") as e:
+        lake.verify_queue(reader, PREFIX, TENANT, "orders", acked,
+                          align="none", checkpoint_every=2)
+    assert key in e.value.reason
+    rc, out = verify_json(bucket, "--queue", "orders")
+    assert rc == 1, out
+    v = out["queues"][0]["violations"]
+    assert len(v) == 1 and v[0].startswith("window %d: %s: positions do not "
+                                           "match the manifests" % (k, key)), v
