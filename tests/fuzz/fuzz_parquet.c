@@ -1,5 +1,5 @@
 /* Round trip: records made from the fuzz bytes -> our Parquet file -> decoded
- * back by tests/parquet_read.c -> the same records, and the same bytes
+ * back by src/parquet/read.c -> the same records, and the same bytes
  * when written twice. The raw input also goes through the Thrift decoder,
  * which must refuse garbage without crashing.
  *
