@@ -92,10 +92,6 @@ REPLAY_BIN:= $(FUZZ_NAMES:%=$(BUILD)/tests/replay_%)
 FUZZ_BIN  := $(FUZZ_NAMES:%=build/fuzz/fuzz_%)
 TOOL_SRC  := $(sort $(wildcard tests/tools/*.c))
 TOOL_BIN  := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tools/%)
-# The reader of our own Parquet files: tests, the fuzz target and the tool
-# only, never libqueen.a (the broker never reads Parquet).
-PQREAD_SRC:= tests/parquet_read.c
-PQREAD_OBJ:= $(PQREAD_SRC:%.c=$(BUILD)/obj/%.o)
 FUZZ_SECONDS ?= 20
 PY        := /usr/bin/python3
 
@@ -141,14 +137,11 @@ $(BUILD)/tools/%: tests/tools/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(filter %.o,$^) $(LIB) $(LDLIBS)
 
-# Objects listed here are linked before libqueen.a.
-$(BUILD)/tests/test_parquet $(BUILD)/tests/replay_parquet: $(PQREAD_OBJ)
-
 # libFuzzer builds: clang, everything compiled again with fuzzer flags.
 FUZZ_CFLAGS := -std=c17 -g -O1 -fsanitize=fuzzer,address,undefined $(DEFS) -Isrc -Itests -I$(LLHTTP_INC) $(PKG_CFLAGS)
-build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(SRC) $(PQREAD_SRC) $(LLHTTP_SRC) $(RAFT_STATIC)
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(SRC) $(LLHTTP_SRC) $(RAFT_STATIC)
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) -w -o $@ $< $(SRC) $(PQREAD_SRC) $(LLHTTP_SRC) $(RAFT_LIBS) $(BASE_LIBS)
+	clang $(FUZZ_CFLAGS) -w -o $@ $< $(SRC) $(LLHTTP_SRC) $(RAFT_LIBS) $(BASE_LIBS)
 
 unit: $(UNIT_BIN)
 	@tests/run_unit.sh $(UNIT_BIN)
@@ -230,7 +223,7 @@ fuzz: $(FUZZ_BIN)
 lint:
 	clang-format --dry-run -Werror $$(find src tests -name '*.[ch]' -not -path '*/node_modules/*')
 	find src -name '*.c' | sort | xargs -I{} -P$$(nproc) clang-tidy --quiet {} -- $(WARN) $(DEFS) -Isrc -Itests -I$(LLHTTP_INC) $(PKG_CFLAGS)
-	cppcheck --std=c11 --enable=warning,performance,portability --inline-suppr --error-exitcode=1 -q -I src -I tests src tests/unit tests/fuzz $(PQREAD_SRC)
+	cppcheck --std=c11 --enable=warning,performance,portability --inline-suppr --error-exitcode=1 -q -I src -I tests src tests/unit tests/fuzz
 
 format:
 	clang-format -i $$(find src tests -name '*.[ch]' -not -path '*/node_modules/*')
@@ -264,6 +257,6 @@ install: $(BUILD)/queen
 clean:
 	rm -rf build
 
--include $(OBJ:.o=.d) $(PQREAD_OBJ:.o=.d) $(UNIT_BIN:%=%.d) $(REPLAY_BIN:%=%.d) $(TOOL_BIN:%=%.d)
+-include $(OBJ:.o=.d) $(UNIT_BIN:%=%.d) $(REPLAY_BIN:%=%.d) $(TOOL_BIN:%=%.d)
 
 endif

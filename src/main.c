@@ -1,8 +1,9 @@
 /* queen: the broker's entry point. Boot reads the environment, opens the
  * store and the raft log, and runs the node loop until SIGTERM.
  *
- * `queen --version`, `--help` and `--help-config` print and exit 0; any other
- * argument prints the usage on stderr and exits 2.
+ * `queen --version`, `--help` and `--help-config` print and exit 0; `queen
+ * lake verify|restore ...` runs the offline lake tools (src/lake/lake.h);
+ * any other argument prints the usage on stderr and exits 2.
  *
  * Exit codes: 0 after a clean shutdown, 2 for a bad setting (one line
  * "ERROR boot: FATAL: <VAR>=<value>: <why>"), 1 when the boot fails later
@@ -20,6 +21,7 @@
 #include "broker/broker.h"
 #include "broker/config.h"
 #include "broker/envcheck.h"
+#include "lake/lake.h"
 
 static void boot_warn(void *ctx, const char *msg)
 {
@@ -31,6 +33,7 @@ static void usage(FILE *f, const char *argv0)
 {
     fprintf(f,
             "usage: %s [--version | --help | --help-config]\n"
+            "       %s lake verify|restore ... (docs/lake.md)\n"
             "\n"
             "queen %s: a message broker with an embedded S3 sink. With no\n"
             "argument it runs the broker until SIGTERM; every setting is a\n"
@@ -40,7 +43,7 @@ static void usage(FILE *f, const char *argv0)
             "  --help, -h     print this text and exit\n"
             "  --help-config  list every QUEEN_* variable with its default\n"
             "                 and exit\n",
-            argv0, QUEEN_VERSION);
+            argv0, argv0, QUEEN_VERSION);
 }
 
 /* Flags: one at most. Returns the exit code, or -1 to run the broker. */
@@ -71,8 +74,12 @@ int main(int argc, char **argv)
 {
     struct config cfg;
     struct err err;
-    int rc = flags(argc, argv);
+    int rc;
 
+    if (argc >= 2 && strcmp(argv[1], "lake") == 0) {
+        return lake_main(argc - 1, argv + 1); /* docs/lake.md */
+    }
+    rc = flags(argc, argv);
     if (rc >= 0) {
         return fflush(stdout) == 0 ? rc : 1;
     }

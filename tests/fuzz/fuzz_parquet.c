@@ -1,5 +1,5 @@
 /* Round trip: records made from the fuzz bytes -> our Parquet file -> decoded
- * back by tests/parquet_read.c -> the same records, and the same bytes
+ * back by src/parquet/read.c -> the same records, and the same bytes
  * when written twice. The raw input also goes through the Thrift decoder,
  * which must refuse garbage without crashing.
  *
@@ -19,8 +19,8 @@
 #include "base/buf.h"
 #include "base/xalloc.h"
 #include "parquet/parquet.h"
+#include "parquet/read.h"
 #include "parquet/thrift.h"
-#include "parquet_read.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,6 +1,6 @@
 /* Tests for src/parquet/parquet.c: the footer decoded with our own Thrift
  * reader (schema, row groups, column chunk metadata, statistics, key-value
- * metadata), every record decoded back by tests/parquet_read.c,
+ * metadata), every record decoded back by src/parquet/read.c,
  * determinism, row-group boundaries and the refusals. DuckDB and hyparquet
  * read the same files in tests/compat/. */
 #include "parquet/parquet.h"
@@ -10,7 +10,7 @@
 
 #include "base/xalloc.h"
 #include "harness.h"
-#include "parquet_read.h"
+#include "parquet/read.h"
 
 /* A set of records whose slices point into one arena. */
 struct corpus {

@@ -1,12 +1,13 @@
 /* A minimal reader of the Parquet files src/parquet/parquet.c writes: the
- * footer as a Thrift tree and every record decoded back. It exists for the unit
- * tests, the round-trip fuzz target and tools; the broker never reads
- * Parquet. It understands exactly what our writer emits (data page v1, the
- * five-column schema, PLAIN / dictionary / DELTA_BINARY_PACKED values,
- * RLE/bit-packed levels, zstd / snappy / uncompressed pages) and refuses
- * anything else with ERR_CORRUPT. Pure: no I/O. */
-#ifndef QUEEN_TESTS_PARQUET_READ_H
-#define QUEEN_TESTS_PARQUET_READ_H
+ * footer as a Thrift tree and every record decoded back. It exists for
+ * `queen lake` (src/lake/), the unit tests, the round-trip fuzz target and
+ * tools; the broker itself never reads Parquet. It understands exactly what our
+ * writer emits (data page v1, the five-column schema, PLAIN / dictionary /
+ * DELTA_BINARY_PACKED values, RLE/bit-packed levels, zstd / snappy /
+ * uncompressed pages) and refuses anything else with ERR_CORRUPT. Pure: no I/O.
+ */
+#ifndef QUEEN_PARQUET_READ_H
+#define QUEEN_PARQUET_READ_H
 
 #include <stddef.h>
 

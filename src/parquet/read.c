@@ -3,7 +3,7 @@
  * and tools use it to prove what the writer wrote; the broker never reads
  * Parquet. It is written for clarity, not speed (bits are read one by one),
  * and checks every length against the bytes that remain. */
-#include "parquet_read.h"
+#include "parquet/read.h"
 
 #include <snappy-c.h>
 #include <stdbool.h>

@@ -1,0 +1,3142 @@
+/* `queen lake verify` and `queen lake restore` (docs/lake.md).
+ *
+ * Both walk a queue's manifests 1..n in the bucket and read the objects
+ * they name. verify checks every rule the lake must keep (docs/lake.md §3)
+ * from the bucket alone, and with --broker compares the records with the
+ * broker's log; restore pushes them back into a broker.
+ *
+ * verify reads windows in parallel: workers each take the next k, read its
+ * manifest and objects (streamed: a JSONL object is decompressed 1 MiB at
+ * a time, never whole) and hand back a small summary: per partition the
+ * runs of offsets the window holds. The main thread folds the summaries in
+ * k order into one state per partition (its first and last offset and
+ * stamp), so memory grows with partitions and workers, not with the lake.
+ * Workers stay at most LAKE_AHEAD windows ahead of the fold. */
+#include "lake/lake.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+#define ZLIB_CONST /* next_in is const */
+#include <zlib.h>
+#include <zstd.h>
+
+#include "base/buf.h"
+#include "base/common.h"
+#include "base/hashtab.h"
+#include "base/isotime.h"
+#include "base/json.h"
+#include "base/pct.h"
+#include "base/sha256.h"
+#include "base/xalloc.h"
+#include "lake/line.h"
+#include "parquet/read.h"
+#include "s3/client.h"
+#include "s3/transport_curl.h"
+#include "sink/docs.h"
+#include "sink/jsonl.h"
+#include "sink/layout.h"
+
+#define LAKE_DEFAULT_TENANT "00000000-0000-0000-0000-000000000001"
+#define LAKE_MAX_OBJECT     ((size_t)4 << 30)
+#define LAKE_CHUNK          ((size_t)1 << 20)
+#define LAKE_MAX_VIOLATIONS 1000 /* kept for the report; all are counted */
+#define LAKE_FETCH_BYTES    (4 << 20)
+#define LAKE_PUSH_ITEMS     1000
+#define LAKE_PUSH_BYTES     ((size_t)4 << 20)
+
+/* ---- options ------------------------------------------------------------ */
+
+struct lake_opts {
+    struct s3_config s3;
+    char prefix[512];
+    char tenant[256];
+    char **queues;
+    size_t n_queues;
+    int64_t from_k;
+    int64_t to_k; /* 0 = the last */
+    const char *broker;
+    const char *token;
+    bool is_json;
+    int threads;
+    /* restore */
+    const char *to;
+    const char *as;
+    const char *state;
+    int batch;
+};
+
+static void lake_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: queen lake verify  [bucket flags] [--queue Q]... "
+            "[--from-k K] [--to-k K]\n"
+            "                          [--broker URL] [--json] "
+            "[--threads N]\n"
+            "       queen lake restore [bucket flags] --queue Q --to URL "
+            "[--as QUEUE]\n"
+            "                          [--state FILE] [--batch N] "
+            "[--from-k K] [--to-k K]\n"
+            "bucket flags: --endpoint URL --bucket B [--region R] "
+            "[--prefix P] [--path-style]\n"
+            "              [--tenant T] [--access-key K] [--secret-key S]\n"
+            "Unset flags fall back to QUEEN_S3_ENDPOINT, QUEEN_S3_BUCKET,\n"
+            "QUEEN_S3_REGION, QUEEN_S3_PREFIX, QUEEN_S3_PATH_STYLE,\n"
+            "QUEEN_S3_ACCESS_KEY and QUEEN_S3_SECRET_KEY. See docs/lake.md.\n"
+            "Exit: 0 exact / done, 1 a violation (verify), 2 could not "
+            "run.\n");
+}
+
+static const char *lake_env(const char *name)
+{
+    const char *v = getenv(name);
+
+    return v != NULL && v[0] != '\0' ? v : NULL;
+}
+
+static bool lake_int(const char *s, int64_t *out)
+{
+    char *end = NULL;
+    long long v;
+
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < 0) {
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* Returns 0, or 2 after printing why on stderr. */
+/* The bucket settings as written, before they are checked. */
+struct lake_raw {
+    const char *endpoint;
+    const char *bucket;
+    const char *region;
+    const char *prefix;
+    const char *ak;
+    const char *sk;
+    bool path_style;
+};
+
+/* A number flag: 0, 2 (said why), or 1 (not a number flag). */
+static int lake_flag_number(struct lake_opts *o, const char *name,
+                            const char *v)
+{
+    static const struct {
+        const char *name;
+        int64_t lo;
+        int64_t hi;
+    } t[] = {{"--from-k", 1, INT64_MAX},
+             {"--to-k", 1, INT64_MAX},
+             {"--threads", 1, 256},
+             {"--batch", 1, 10000}};
+    int64_t n = 0;
+
+    for (size_t i = 0; i < ARRAY_LEN(t); i++) {
+        if (strcmp(name, t[i].name) != 0) {
+            continue;
+        }
+        if (!lake_int(v, &n) || n < t[i].lo || n > t[i].hi) {
+            fprintf(stderr,
+                    "queen lake: %s %s is not %" PRId64 "..%" PRId64 "\n", name,
+                    v, t[i].lo, t[i].hi);
+            return 2;
+        }
+        if (i == 0) {
+            o->from_k = n;
+        } else if (i == 1) {
+            o->to_k = n;
+        } else if (i == 2) {
+            o->threads = (int)n;
+        } else {
+            o->batch = (int)n;
+        }
+        return 0;
+    }
+    return 1;
+}
+
+/* A flag with a value: 0, or 2 (said why). */
+static int lake_flag(struct lake_opts *o, struct lake_raw *raw,
+                     const char *name, const char *v)
+{
+    const struct {
+        const char *name;
+        const char **to;
+    } t[] = {{"--endpoint", &raw->endpoint},
+             {"--bucket", &raw->bucket},
+             {"--region", &raw->region},
+             {"--prefix", &raw->prefix},
+             {"--access-key", &raw->ak},
+             {"--secret-key", &raw->sk},
+             {"--broker", &o->broker},
+             {"--token", &o->token},
+             {"--to", &o->to},
+             {"--as", &o->as},
+             {"--state", &o->state}};
+    int rc;
+
+    for (size_t i = 0; i < ARRAY_LEN(t); i++) {
+        if (strcmp(name, t[i].name) == 0) {
+            *t[i].to = v;
+            return 0;
+        }
+    }
+    if (strcmp(name, "--tenant") == 0) {
+        snprintf(o->tenant, sizeof(o->tenant), "%s", v);
+        return 0;
+    }
+    if (strcmp(name, "--queue") == 0) {
+        o->queues = xrealloc(o->queues, (o->n_queues + 1) * sizeof(char *));
+        o->queues[o->n_queues++] = xstrdup(v);
+        return 0;
+    }
+    rc = lake_flag_number(o, name, v);
+    if (rc == 1) {
+        fprintf(stderr, "queen lake: unknown flag %s\n", name);
+        return 2;
+    }
+    return rc;
+}
+
+/* The settings checked into o. 0, or 2 (said why). */
+static int lake_finish(struct lake_opts *o, const struct lake_raw *raw)
+{
+    const char *prefix = raw->prefix != NULL ? raw->prefix : "queen";
+    struct err err;
+
+    if (raw->endpoint == NULL || raw->bucket == NULL) {
+        fprintf(stderr, "queen lake: --endpoint and --bucket are required "
+                        "(or QUEEN_S3_ENDPOINT, QUEEN_S3_BUCKET)\n");
+        return 2;
+    }
+    if (s3_endpoint_parse(&o->s3.ep, "--endpoint", raw->endpoint, "--prefix",
+                          &err) != 0 ||
+        s3_endpoint_set_bucket(&o->s3.ep, "--bucket", raw->bucket, "--prefix",
+                               &err) != 0) {
+        fprintf(stderr, "queen lake: %s\n", err.msg);
+        return 2;
+    }
+    o->s3.ep.path_style = raw->path_style;
+    snprintf(o->s3.region, sizeof(o->s3.region), "%s",
+             raw->region != NULL ? raw->region : "us-east-1");
+    snprintf(o->s3.access_key, sizeof(o->s3.access_key), "%s",
+             raw->ak != NULL ? raw->ak : "");
+    snprintf(o->s3.secret_key, sizeof(o->s3.secret_key), "%s",
+             raw->sk != NULL ? raw->sk : "");
+    /* The prefix without outer slashes, as the sink keeps it. */
+    while (*prefix == '/') {
+        prefix++;
+    }
+    snprintf(o->prefix, sizeof(o->prefix), "%s", prefix);
+    for (size_t n = strlen(o->prefix); n > 0 && o->prefix[n - 1] == '/';) {
+        o->prefix[--n] = '\0';
+    }
+    if (o->to_k != 0 && o->to_k < o->from_k) {
+        fprintf(stderr, "queen lake: --to-k is below --from-k\n");
+        return 2;
+    }
+    if (o->threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+        o->threads = (int)(n < 1 ? 2 : n > 32 ? 64 : 2 * n);
+    }
+    return 0;
+}
+
+/* Returns 0, or 2 after printing why on stderr. */
+static int lake_parse(int argc, char **argv, struct lake_opts *o)
+{
+    struct lake_raw raw = {lake_env("QUEEN_S3_ENDPOINT"),
+                           lake_env("QUEEN_S3_BUCKET"),
+                           lake_env("QUEEN_S3_REGION"),
+                           lake_env("QUEEN_S3_PREFIX"),
+                           lake_env("QUEEN_S3_ACCESS_KEY"),
+                           lake_env("QUEEN_S3_SECRET_KEY"),
+                           false};
+    const char *ps = lake_env("QUEEN_S3_PATH_STYLE");
+    struct err err;
+
+    memset(o, 0, sizeof(*o));
+    s3_config_defaults(&o->s3);
+    snprintf(o->tenant, sizeof(o->tenant), "%s", LAKE_DEFAULT_TENANT);
+    o->from_k = 1;
+    o->batch = LAKE_PUSH_ITEMS;
+    if (ps != NULL &&
+        s3_parse_bool("QUEEN_S3_PATH_STYLE", ps, &raw.path_style, &err) != 0) {
+        fprintf(stderr, "queen lake: %s\n", err.msg);
+        return 2;
+    }
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char *eq = strchr(a, '=');
+        char name[64];
+        size_t nl = eq != NULL ? (size_t)(eq - a) : strlen(a);
+
+        if (strncmp(a, "--", 2) != 0 || nl >= sizeof(name)) {
+            fprintf(stderr, "queen lake: unexpected argument %s\n", a);
+            return 2;
+        }
+        memcpy(name, a, nl);
+        name[nl] = '\0';
+        if (strcmp(name, "--path-style") == 0) {
+            raw.path_style = true;
+        } else if (strcmp(name, "--json") == 0) {
+            o->is_json = true;
+        } else if (eq == NULL && i + 1 >= argc) {
+            fprintf(stderr, "queen lake: %s needs a value\n", name);
+            return 2;
+        } else if (lake_flag(o, &raw, name, eq != NULL ? eq + 1 : argv[++i]) !=
+                   0) {
+            return 2;
+        }
+    }
+    return lake_finish(o, &raw);
+}
+
+static void lake_opts_free(struct lake_opts *o)
+{
+    for (size_t i = 0; i < o->n_queues; i++) {
+        free(o->queues[i]);
+    }
+    free(o->queues);
+}
+
+/* ---- the bucket --------------------------------------------------------- */
+
+struct lake_bucket {
+    struct s3_curl *curl;
+    struct s3_transport t;
+    struct s3_client *c;
+};
+
+static void lake_bucket_open(struct lake_bucket *b, const struct lake_opts *o)
+{
+    b->curl = s3_curl_new();
+    b->t = s3_curl_transport(b->curl);
+    b->c = s3_client_new(&o->s3, &b->t, NULL);
+}
+
+static void lake_bucket_close(struct lake_bucket *b)
+{
+    s3_client_free(b->c);
+    s3_curl_free(b->curl);
+}
+
+/* Every key under prefix, one page at a time: fn(arg, key) per key, in
+ * order. Returns 0 or the list's error. */
+static int lake_list(struct lake_bucket *b, const char *prefix,
+                     int (*fn)(void *arg, const char *key), void *arg,
+                     struct err *err)
+{
+    char *after = NULL;
+    int rc = 0;
+
+    for (;;) {
+        struct s3xml_list page = {0};
+        struct s3_status st;
+        struct s3_list_req q = {prefix, after, 1000};
+
+        rc = s3_client_list_page(b->c, &q, &page, &st, err);
+        if (rc != 0) {
+            break;
+        }
+        for (size_t i = 0; i < page.n_keys && rc == 0; i++) {
+            rc = fn(arg, page.keys[i]);
+        }
+        free(after);
+        after = page.n_keys > 0 ? xstrdup(page.keys[page.n_keys - 1]) : NULL;
+        if (rc != 0 || !page.is_truncated || page.n_keys == 0) {
+            s3xml_list_free(&page);
+            break;
+        }
+        s3xml_list_free(&page);
+    }
+    free(after);
+    return rc;
+}
+
+/* ---- the broker over HTTP ----------------------------------------------- */
+
+struct lake_http {
+    CURL *h;
+    struct buf ans;
+    const char *base;
+    const char *token;
+};
+
+static size_t lake_http_write(char *p, size_t size, size_t n, void *arg)
+{
+    struct lake_http *c = arg;
+    struct err err;
+
+    return buf_append(&c->ans, p, size * n, &err) == 0 ? size * n : 0;
+}
+
+static void lake_http_open(struct lake_http *c, const char *base,
+                           const char *token)
+{
+    c->h = curl_easy_init();
+    buf_init(&c->ans, (size_t)1 << 30);
+    c->base = base;
+    c->token = token;
+}
+
+static void lake_http_close(struct lake_http *c)
+{
+    if (c->h != NULL) {
+        curl_easy_cleanup(c->h);
+    }
+    buf_free(&c->ans);
+}
+
+/* POST body to base+path; the answer in c->ans. Returns the HTTP status, or
+ * 0 (err set) when no answer came. */
+static long lake_http_post(struct lake_http *c, const char *path,
+                           const char *body, size_t n, struct err *err)
+{
+    char url[2048];
+    char auth[1024];
+    struct curl_slist *hs = NULL;
+    long status = 0;
+    CURLcode rc;
+
+    buf_reset(&c->ans);
+    snprintf(url, sizeof(url), "%s%s", c->base, path);
+    hs = curl_slist_append(hs, "Content-Type: application/json");
+    if (c->token != NULL) {
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", c->token);
+        hs = curl_slist_append(hs, auth);
+    }
+    curl_easy_reset(c->h);
+    curl_easy_setopt(c->h, CURLOPT_URL, url);
+    curl_easy_setopt(c->h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)n);
+    curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, hs);
+    curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, lake_http_write);
+    curl_easy_setopt(c->h, CURLOPT_WRITEDATA, c);
+    curl_easy_setopt(c->h, CURLOPT_TIMEOUT, 120L);
+    curl_easy_setopt(c->h, CURLOPT_CONNECTTIMEOUT, 10L);
+    curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
+    rc = curl_easy_perform(c->h);
+    if (rc == CURLE_OK) {
+        curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &status);
+    } else {
+        err_set(err, ERR_IO, "%s: %s", url, curl_easy_strerror(rc));
+    }
+    curl_slist_free_all(hs);
+    return status;
+}
+
+/* ---- reading one object's records --------------------------------------- */
+
+enum lake_codec { LAKE_NONE, LAKE_ZSTD, LAKE_GZIP, LAKE_PARQUET };
+
+/* Called per record in stored order; nonzero stops the object. A Parquet
+ * NULL payload has len 0. */
+typedef int (*lake_rec_fn)(void *arg, const struct sink_record *r);
+
+/* What a reading thread keeps between objects, so that reading one does
+ * not allocate (and fault in) its buffers afresh. */
+struct lake_mem {
+    struct buf body;    /* the object's stored bytes */
+    struct buf carry;   /* a line cut by the end of a chunk */
+    struct buf scratch; /* lake_line_parse's */
+    char *chunk;        /* LAKE_CHUNK bytes of decoded text */
+    uint64_t raw;       /* decoded bytes so far */
+};
+
+static void lake_mem_init(struct lake_mem *m)
+{
+    buf_init(&m->body, LAKE_MAX_OBJECT);
+    buf_init(&m->carry, BUF_UNLIMITED);
+    buf_init(&m->scratch, BUF_UNLIMITED);
+    m->chunk = xmalloc(LAKE_CHUNK);
+    m->raw = 0;
+}
+
+static void lake_mem_free(struct lake_mem *m)
+{
+    buf_free(&m->body);
+    buf_free(&m->carry);
+    buf_free(&m->scratch);
+    free(m->chunk);
+}
+
+/* Splits decoded text into lines and hands each record to fn. */
+struct lake_reader {
+    lake_rec_fn fn;
+    void *arg;
+    struct buf *carry;   /* a line cut by the end of a chunk */
+    struct buf *scratch; /* lake_line_parse's */
+    char *chunk;
+    uint64_t line_no;
+    uint64_t raw; /* decoded bytes */
+};
+
+static int lake_lines(struct lake_reader *rd, const char *p, size_t n,
+                      struct err *err)
+{
+    size_t at = 0;
+
+    rd->raw += n;
+    while (at < n) {
+        const char *lf = memchr(p + at, '\n', n - at);
+        struct slice line = {p + at, 0};
+        struct sink_record r;
+        int rc;
+
+        if (lf == NULL) {
+            return buf_append(rd->carry, p + at, n - at, err);
+        }
+        line.len = (size_t)(lf - line.ptr);
+        if (rd->carry->len > 0) {
+            if (buf_append(rd->carry, line.ptr, line.len, err) != 0) {
+                return err->code;
+            }
+            line = buf_slice(rd->carry);
+        }
+        ++rd->line_no;
+        if (lake_line_parse(line.ptr, line.len, &r, rd->scratch, err) != 0) {
+            return err_wrap(err, "line %" PRIu64, rd->line_no);
+        }
+        rc = rd->fn(rd->arg, &r);
+        buf_reset(rd->carry);
+        if (rc != 0) {
+            return rc;
+        }
+        at = (size_t)(lf - p) + 1;
+    }
+    return 0;
+}
+
+/* Decode body (the stored bytes) record by record. Returns 0, or
+ * ERR_CORRUPT with the reason, or what fn returned. *raw counts the
+ * decoded bytes. */
+static int lake_decode_parquet(struct lake_reader *rd, const char *body,
+                               size_t n, struct err *err)
+{
+    struct parquet_file f;
+    int rc;
+
+    memset(&f, 0, sizeof(f));
+    rc = parquet_file_read(body, n, &f, err);
+    for (size_t i = 0; rc == 0 && i < f.nrecs; i++) {
+        struct sink_record r = {f.recs[i].partition, f.recs[i].offset,
+                                f.recs[i].txn, f.recs[i].ts, f.recs[i].payload};
+
+        rd->raw += r.partition.len + r.txn.len + r.payload.len + 16;
+        rc = rd->fn(rd->arg, &r);
+    }
+    parquet_file_free(&f);
+    return rc;
+}
+
+static int lake_decode_zstd(struct lake_reader *rd, const char *body, size_t n,
+                            struct err *err)
+{
+    ZSTD_DCtx *z = ZSTD_createDCtx();
+    char *out = rd->chunk;
+    ZSTD_inBuffer in = {body, n, 0};
+    size_t left = n > 0; /* ZSTD_decompressStream: 0 once a frame ends */
+    int rc = 0;
+
+    while (rc == 0 && (in.pos < in.size || left != 0)) {
+        ZSTD_outBuffer o = {out, LAKE_CHUNK, 0};
+
+        left = ZSTD_decompressStream(z, &o, &in);
+        if (ZSTD_isError(left)) {
+            rc = err_set(err, ERR_CORRUPT, "does not decode as zstd: %s",
+                         ZSTD_getErrorName(left));
+            break;
+        }
+        rc = lake_lines(rd, out, o.pos, err);
+        if (rc == 0 && in.pos == in.size && o.pos < o.size && left != 0) {
+            rc =
+                err_set(err, ERR_CORRUPT, "does not decode as zstd: truncated");
+        }
+    }
+    ZSTD_freeDCtx(z);
+    return rc;
+}
+
+static int lake_decode_gzip(struct lake_reader *rd, const char *body, size_t n,
+                            struct err *err)
+{
+    z_stream z;
+    char *out = rd->chunk;
+    int zr = Z_OK;
+    int rc = 0;
+
+    memset(&z, 0, sizeof(z));
+    inflateInit2(&z, 16 + MAX_WBITS);
+    z.next_in = (const Bytef *)body;
+    z.avail_in = (uInt)n;
+    while (rc == 0 && zr != Z_STREAM_END) {
+        z.next_out = (Bytef *)out;
+        z.avail_out = (uInt)LAKE_CHUNK;
+        zr = inflate(&z, Z_NO_FLUSH);
+        if (zr != Z_OK && zr != Z_STREAM_END) {
+            rc = err_set(err, ERR_CORRUPT, "does not decode as gzip: %s",
+                         z.msg != NULL ? z.msg : "truncated");
+            break;
+        }
+        rc = lake_lines(rd, out, LAKE_CHUNK - z.avail_out, err);
+    }
+    if (rc == 0 && z.avail_in != 0) {
+        rc = err_set(err, ERR_CORRUPT, "bytes after the gzip member");
+    }
+    inflateEnd(&z);
+    return rc;
+}
+
+/* Decode body (the stored bytes) record by record into fn(arg, record).
+ * Returns 0, or ERR_CORRUPT with the reason, or what fn returned. *raw
+ * grows by the decoded bytes. */
+static int lake_decode(enum lake_codec codec, struct slice body, lake_rec_fn fn,
+                       void *arg, struct lake_mem *mem, struct err *err)
+{
+    struct lake_reader rd = {fn, arg, &mem->carry, &mem->scratch, mem->chunk,
+                             0,  0};
+    const char *p = body.ptr;
+    size_t n = body.len;
+    int rc;
+
+    buf_reset(&mem->carry);
+    if (codec == LAKE_PARQUET) {
+        rc = lake_decode_parquet(&rd, p, n, err);
+    } else if (codec == LAKE_ZSTD) {
+        rc = lake_decode_zstd(&rd, p, n, err);
+    } else if (codec == LAKE_GZIP) {
+        rc = lake_decode_gzip(&rd, p, n, err);
+    } else {
+        rc = lake_lines(&rd, p, n, err);
+    }
+    if (rc == 0 && mem->carry.len > 0) {
+        rc = err_set(err, ERR_CORRUPT, "does not end with LF");
+    }
+    mem->raw += rd.raw;
+    return rc;
+}
+
+static bool lake_codec_of(struct slice format, struct slice compression,
+                          enum lake_codec *c, const char **ext,
+                          const char **desc)
+{
+    static const struct {
+        const char *f;
+        const char *c;
+        enum lake_codec codec;
+        const char *ext;
+        const char *desc;
+    } t[] = {
+        {"jsonl", "zstd", LAKE_ZSTD, "jsonl.zst", "jsonl+zstd"},
+        {"jsonl", "gzip", LAKE_GZIP, "jsonl.gz", "jsonl+gzip"},
+        {"jsonl", "none", LAKE_NONE, "jsonl", "jsonl"},
+        {"parquet", "zstd", LAKE_PARQUET, "parquet", "parquet/q1 zstd"},
+        {"parquet", "snappy", LAKE_PARQUET, "parquet", "parquet/q1 snappy"},
+    };
+
+    for (size_t i = 0; i < ARRAY_LEN(t); i++) {
+        if (format.len == strlen(t[i].f) &&
+            memcmp(format.ptr, t[i].f, format.len) == 0 &&
+            compression.len == strlen(t[i].c) &&
+            memcmp(compression.ptr, t[i].c, compression.len) == 0) {
+            *c = t[i].codec;
+            *ext = t[i].ext;
+            *desc = t[i].desc;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool slice_eq(struct slice a, struct slice b)
+{
+    return a.len == b.len && (a.len == 0 || memcmp(a.ptr, b.ptr, a.len) == 0);
+}
+
+static int slice_cmp(struct slice a, struct slice b)
+{
+    size_t n = a.len < b.len ? a.len : b.len;
+    int c = n > 0 ? memcmp(a.ptr, b.ptr, n) : 0;
+
+    return c != 0 ? c : a.len < b.len ? -1 : a.len > b.len ? 1 : 0;
+}
+
+/* ---- one window: what a worker hands back ------------------------------- */
+
+/* A run of consecutive offsets of one partition inside one object. */
+struct lake_run {
+    char *partition; /* owned */
+    size_t plen;
+    int64_t first;
+    int64_t last;
+    int64_t first_ts;
+    int64_t last_ts;
+    size_t obj; /* index into the window's keys */
+};
+
+struct lake_pos {
+    char *partition; /* owned */
+    size_t plen;
+    int64_t offset;
+};
+
+struct lake_lost {
+    char *partition; /* owned */
+    size_t plen;
+    int64_t from;
+    int64_t to;
+    int64_t k;
+};
+
+struct lake_window {
+    int64_t k;
+    bool is_done;
+    bool is_fatal; /* could not run: err */
+    struct err err;
+    int64_t t_start;
+    int64_t t_end;
+    char manifest_key[1024];
+    char **keys; /* owned: the objects' keys */
+    size_t n_keys;
+    struct lake_run *runs;
+    size_t n_runs;
+    struct lake_pos *pos;
+    size_t n_pos;
+    struct lake_lost *lost;
+    size_t n_lost;
+    char **violations; /* owned sentences */
+    size_t n_violations;
+    uint64_t records;
+    uint64_t bytes;
+    uint64_t raw;
+    uint64_t stamps_checked;
+};
+
+static void lake_violation(struct lake_window *w, const char *fmt, ...)
+    PRINTF(2, 3);
+
+static void lake_violation(struct lake_window *w, const char *fmt, ...)
+{
+    va_list ap;
+    struct buf b;
+    struct err err;
+
+    buf_init(&b, BUF_UNLIMITED);
+    va_start(ap, fmt);
+    (void)buf_vprintf(&b, &err, fmt, ap);
+    va_end(ap);
+    w->violations =
+        xrealloc(w->violations, (w->n_violations + 1) * sizeof(char *));
+    w->violations[w->n_violations++] = buf_steal(&b, NULL);
+}
+
+static char *lake_dup(const char *p, size_t n)
+{
+    char *s = xmalloc(n + 1);
+
+    if (n > 0) {
+        memcpy(s, p, n);
+    }
+    s[n] = '\0';
+    return s;
+}
+
+static void lake_window_clear(struct lake_window *w)
+{
+    for (size_t i = 0; i < w->n_keys; i++) {
+        free(w->keys[i]);
+    }
+    for (size_t i = 0; i < w->n_runs; i++) {
+        free(w->runs[i].partition);
+    }
+    for (size_t i = 0; i < w->n_pos; i++) {
+        free(w->pos[i].partition);
+    }
+    for (size_t i = 0; i < w->n_lost; i++) {
+        free(w->lost[i].partition);
+    }
+    for (size_t i = 0; i < w->n_violations; i++) {
+        free(w->violations[i]);
+    }
+    free(w->keys);
+    free(w->runs);
+    free(w->pos);
+    free(w->lost);
+    free(w->violations);
+    memset(w, 0, sizeof(*w));
+}
+
+/* ---- the broker's log, as a worker reads it ----------------------------- */
+
+struct lake_log {
+    struct lake_http http;
+    const char *queue;
+    struct buf part;     /* partition of the answer held */
+    struct json_doc doc; /* the answer, over http.ans */
+    int *recs;           /* token of each record, by position */
+    int64_t *offs;
+    size_t n;
+    int64_t log_start;
+    bool is_open;
+};
+
+static void lake_log_drop(struct lake_log *l)
+{
+    json_doc_free(&l->doc);
+    free(l->recs);
+    free(l->offs);
+    l->recs = NULL;
+    l->offs = NULL;
+    l->n = 0;
+}
+
+/* Fetch partition p from offset o. Returns 0 or 2-worthy err. */
+static int lake_log_fetch(struct lake_log *l, struct slice p, int64_t o,
+                          struct err *err)
+{
+    struct buf body;
+    struct jw w;
+    long st;
+    int e;
+    int recs;
+
+    lake_log_drop(l);
+    buf_init(&body, BUF_UNLIMITED);
+    jw_init(&w, &body);
+    jw_obj_begin(&w);
+    jw_key(&w, "entries");
+    jw_arr_begin(&w);
+    jw_obj_begin(&w);
+    jw_key(&w, "queue");
+    jw_cstr(&w, l->queue);
+    jw_key(&w, "partition");
+    jw_str(&w, p.ptr, p.len);
+    jw_key(&w, "offset");
+    jw_i64(&w, o);
+    jw_key(&w, "maxBytes");
+    jw_i64(&w, LAKE_FETCH_BYTES);
+    jw_obj_end(&w);
+    jw_arr_end(&w);
+    jw_obj_end(&w);
+    if (jw_finish(&w, err) != 0) {
+        buf_free(&body);
+        return err->code;
+    }
+    st = lake_http_post(&l->http, "/api/v1/fetch", body.data, body.len, err);
+    buf_free(&body);
+    if (st != 200) {
+        return st == 0
+                   ? err->code
+                   : err_set(err, ERR_REMOTE,
+                             "the broker's fetch answered %ld: %.200s", st,
+                             l->http.ans.data != NULL ? l->http.ans.data : "");
+    }
+    if (json_parse(&l->doc, l->http.ans.data, l->http.ans.len, NULL, err) !=
+        0) {
+        return err_wrap(err, "the broker's fetch answer");
+    }
+    e = json_child(&l->doc, json_obj_get(&l->doc, 0, "entries"));
+    if (e < 0) {
+        return err_set(err, ERR_REMOTE, "the broker's fetch: no entry");
+    }
+    l->log_start = 0;
+    (void)json_get_i64(&l->doc, json_obj_get(&l->doc, e, "logStartOffset"),
+                       &l->log_start);
+    recs = json_obj_get(&l->doc, e, "records");
+    buf_reset(&l->part);
+    if (buf_append(&l->part, p.ptr, p.len, err) != 0) {
+        return err->code;
+    }
+    l->is_open = true;
+    for (int r = json_child(&l->doc, recs); r >= 0; r = json_next(&l->doc, r)) {
+        int64_t off = -1;
+
+        (void)json_get_i64(&l->doc, json_obj_get(&l->doc, r, "offset"), &off);
+        l->recs = xrealloc(l->recs, (l->n + 1) * sizeof(int));
+        l->offs = xrealloc(l->offs, (l->n + 1) * sizeof(int64_t));
+        l->recs[l->n] = r;
+        l->offs[l->n] = off;
+        l->n++;
+    }
+    return 0;
+}
+
+/* The log's record at (p, o): its token, or -1 (not in the log; *trimmed
+ * when it lies below the log's start). Returns 0 or err. */
+static int lake_log_find(struct lake_log *l, struct slice p, int64_t o,
+                         int *tok, bool *trimmed, struct err *err)
+{
+    *tok = -1;
+    *trimmed = false;
+    if (!l->is_open || !slice_eq(buf_slice(&l->part), p) || l->n == 0 ||
+        o < l->offs[0] || o > l->offs[l->n - 1]) {
+        if (lake_log_fetch(l, p, o, err) != 0) {
+            return err->code;
+        }
+    }
+    if (o < l->log_start) {
+        *trimmed = true;
+        return 0;
+    }
+    for (size_t lo = 0, hi = l->n; lo < hi;) {
+        size_t mid = (lo + hi) / 2;
+
+        if (l->offs[mid] == o) {
+            *tok = l->recs[mid];
+            return 0;
+        }
+        if (l->offs[mid] < o) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return 0;
+}
+
+/* ---- the worker's reading of one object --------------------------------- */
+
+struct lake_obj_ctx {
+    struct lake_window *w;
+    const struct docs_manifest *m;
+    const struct docs_object *obj;
+    const char *key;
+    size_t obj_index;
+    bool is_parquet;
+    struct lake_log *log; /* NULL without --broker */
+    struct buf prev_p;
+    bool has_prev;
+    int64_t prev_o;
+    uint64_t n;
+    uint64_t partitions;
+    int64_t min_ts;
+    int64_t max_ts;
+    bool is_bad;
+    struct buf tmp;
+};
+
+static void lake_iso(int64_t us, char out[32])
+{
+    isotime_format_us(us, out);
+}
+
+/* The log's payload (its JSON text) as the lake holds it: Parquet verbatim,
+ * NULL for an empty one; JSONL with raw LF and CR as spaces. */
+static bool lake_same_payload(bool is_parquet, struct slice log,
+                              struct slice lake)
+{
+    if (is_parquet) {
+        return lake.len == 0 ? log.len == 4 && memcmp(log.ptr, "null", 4) == 0
+                             : slice_eq(log, lake);
+    }
+    if (log.len != lake.len) {
+        return false;
+    }
+    for (size_t i = 0; i < log.len; i++) {
+        char ch = log.ptr[i];
+
+        if (ch == '\n' || ch == '\r') {
+            ch = ' ';
+        }
+        if (ch != lake.ptr[i]) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static int lake_check_log(struct lake_obj_ctx *c, const struct sink_record *r)
+{
+    struct lake_log *l = c->log;
+    struct err err;
+    int tok = -1;
+    bool trimmed = false;
+    int64_t ts = 0;
+    struct slice span;
+    int t;
+
+    if (lake_log_find(l, r->partition, r->offset, &tok, &trimmed, &err) != 0) {
+        c->w->is_fatal = true;
+        c->w->err = err;
+        return 1;
+    }
+    if (trimmed) {
+        return 0;
+    }
+    if (tok < 0) {
+        lake_violation(c->w,
+                       "window %" PRId64 ": %s: record %.*s/%" PRId64
+                       " is in the lake, not in the log",
+                       c->w->k, c->key, (int)r->partition.len, r->partition.ptr,
+                       r->offset);
+        return 1;
+    }
+    c->w->stamps_checked++;
+    t = json_obj_get(&l->doc, tok, "ts");
+    span = json_span(&l->doc, t);
+    if (span.len < 2 || !isotime_parse_us(span.ptr + 1, span.len - 2, &ts) ||
+        ts != r->ts) {
+        char a[32];
+        char b[32];
+
+        lake_iso(r->ts, a);
+        lake_iso(ts, b);
+        lake_violation(c->w,
+                       "window %" PRId64 ": %s: record %.*s/%" PRId64
+                       " has ts %s, the broker's log says %s",
+                       c->w->k, c->key, (int)r->partition.len, r->partition.ptr,
+                       r->offset, a, b);
+        return 1;
+    }
+    buf_reset(&c->tmp);
+    if (json_get_str(&l->doc, json_obj_get(&l->doc, tok, "transactionId"),
+                     &c->tmp, &err) != 0 ||
+        !slice_eq(buf_slice(&c->tmp), r->txn)) {
+        lake_violation(c->w,
+                       "window %" PRId64 ": %s: record %.*s/%" PRId64
+                       " has transactionId %.*s, the broker's log says %.*s",
+                       c->w->k, c->key, (int)r->partition.len, r->partition.ptr,
+                       r->offset, (int)r->txn.len, r->txn.ptr, (int)c->tmp.len,
+                       c->tmp.data != NULL ? c->tmp.data : "");
+        return 1;
+    }
+    span = json_span(&l->doc, json_obj_get(&l->doc, tok, "payload"));
+    if (!lake_same_payload(c->is_parquet, span, r->payload)) {
+        lake_violation(c->w,
+                       "window %" PRId64 ": %s: record %.*s/%" PRId64
+                       " payload differs from the broker's log",
+                       c->w->k, c->key, (int)r->partition.len, r->partition.ptr,
+                       r->offset);
+        return 1;
+    }
+    return 0;
+}
+
+/* Order, window and (per-partition) entry of one record in its object. */
+static int lake_rec_checks(struct lake_obj_ctx *c, const struct sink_record *r)
+{
+    struct lake_window *w = c->w;
+
+    if (c->has_prev) {
+        int cmp = slice_cmp(r->partition, buf_slice(&c->prev_p));
+
+        if (cmp < 0 || (cmp == 0 && r->offset <= c->prev_o)) {
+            lake_violation(w,
+                           "window %" PRId64 ": %s record %" PRIu64
+                           ": record %.*s/%" PRId64 " is %s",
+                           w->k, c->key, c->n, (int)r->partition.len,
+                           r->partition.ptr, r->offset,
+                           cmp == 0 && r->offset == c->prev_o
+                               ? "in the lake twice"
+                               : "not sorted after the one before");
+            return 1;
+        }
+    }
+    if (r->ts < c->m->t_start || r->ts >= c->m->t_end) {
+        char a[32];
+        char b[32];
+        char t[32];
+
+        lake_iso(r->ts, t);
+        lake_iso(c->m->t_start, a);
+        lake_iso(c->m->t_end, b);
+        lake_violation(w,
+                       "window %" PRId64 ": %s record %" PRIu64
+                       ": ts %s is outside the window [%s, %s)",
+                       w->k, c->key, c->n, t, a, b);
+        return 1;
+    }
+    if (c->obj->has_partition &&
+        (!slice_eq(r->partition, c->obj->partition) ||
+         r->offset < c->obj->first_offset || r->offset > c->obj->last_offset)) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: holds other partitions or "
+                       "offsets than its manifest entry",
+                       w->k, c->key);
+        return 1;
+    }
+    return 0;
+}
+
+static int lake_on_record(void *arg, const struct sink_record *r)
+{
+    struct lake_obj_ctx *c = arg;
+    struct lake_window *w = c->w;
+    struct lake_run *run = w->n_runs > 0 ? &w->runs[w->n_runs - 1] : NULL;
+    struct err err;
+
+    c->n++;
+    if (lake_rec_checks(c, r) != 0) {
+        return 1;
+    }
+    if (c->n == 1 || r->ts < c->min_ts) {
+        c->min_ts = r->ts;
+    }
+    if (c->n == 1 || r->ts > c->max_ts) {
+        c->max_ts = r->ts;
+    }
+    if (c->log != NULL && lake_check_log(c, r) != 0) {
+        return 1;
+    }
+    if (run != NULL && run->obj == c->obj_index &&
+        slice_eq(r->partition, (struct slice){run->partition, run->plen}) &&
+        r->offset == run->last + 1) {
+        if (r->ts < run->last_ts) {
+            lake_violation(w,
+                           "window %" PRId64 ": %s: partition %.*s: ts goes "
+                           "backwards from offset %" PRId64 " to %" PRId64,
+                           w->k, c->key, (int)r->partition.len,
+                           r->partition.ptr, run->last, r->offset);
+            return 1;
+        }
+        run->last = r->offset;
+        run->last_ts = r->ts;
+    } else {
+        if (!c->has_prev || !slice_eq(r->partition, buf_slice(&c->prev_p))) {
+            c->partitions++;
+        }
+        w->runs = xrealloc(w->runs, (w->n_runs + 1) * sizeof(*w->runs));
+        w->runs[w->n_runs++] =
+            (struct lake_run){lake_dup(r->partition.ptr, r->partition.len),
+                              r->partition.len,
+                              r->offset,
+                              r->offset,
+                              r->ts,
+                              r->ts,
+                              c->obj_index};
+    }
+    buf_reset(&c->prev_p);
+    if (buf_append(&c->prev_p, r->partition.ptr, r->partition.len, &err) != 0) {
+        return 1;
+    }
+    c->prev_o = r->offset;
+    c->has_prev = true;
+    w->records++;
+    return 0;
+}
+
+struct lake_job {
+    const struct lake_opts *o;
+    struct lake_bucket *b;
+    const char *queue;
+    struct layout_queue lq;
+};
+
+/* The manifest's own shape (docs/design/formats.md §3). */
+/* "queen-s3/<version> <desc>" (docs/design/formats.md §8). */
+static bool lake_writer_is(struct slice w, const char *desc)
+{
+    const char *sp = memchr(w.ptr, ' ', w.len);
+
+    return w.len >= 9 && memcmp(w.ptr, "queen-s3/", 9) == 0 && sp != NULL &&
+           slice_eq((struct slice){sp + 1, w.len - (size_t)(sp + 1 - w.ptr)},
+                    (struct slice){desc, strlen(desc)});
+}
+
+static bool lake_check_manifest(struct lake_window *w, const struct lake_job *j,
+                                const struct docs_manifest *m,
+                                const struct buf *raw, enum lake_codec *codec,
+                                const char **ext)
+{
+    const char *desc = NULL;
+    struct buf again;
+    struct err err;
+    bool is_ok = true;
+
+    if (m->k != w->k || !slice_eq(m->queue, j->lq.queue) ||
+        !slice_eq(m->tenant, j->lq.tenant)) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: names tenant %.*s, queue %.*s, "
+                       "k %" PRId64 ", not its own",
+                       w->k, w->manifest_key, (int)m->tenant.len, m->tenant.ptr,
+                       (int)m->queue.len, m->queue.ptr, m->k);
+        return false;
+    }
+    if (!lake_codec_of(m->format, m->compression, codec, ext, &desc)) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: format %.*s with compression "
+                       "%.*s is not one the sink writes",
+                       w->k, w->manifest_key, (int)m->format.len, m->format.ptr,
+                       (int)m->compression.len, m->compression.ptr);
+        return false;
+    }
+    if (!lake_writer_is(m->writer, desc)) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: writer %.*s is not "
+                       "'queen-s3/<version> %s'",
+                       w->k, w->manifest_key, (int)m->writer.len, m->writer.ptr,
+                       desc);
+        is_ok = false;
+    }
+    if (!slice_eq(m->layout, (struct slice){"merged", 6}) &&
+        !slice_eq(m->layout, (struct slice){"per-partition", 13})) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: layout %.*s is not merged or "
+                       "per-partition",
+                       w->k, w->manifest_key, (int)m->layout.len,
+                       m->layout.ptr);
+        is_ok = false;
+    }
+    if (m->t_start >= m->t_end) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: tStart %" PRId64
+                       " is not below tEnd %" PRId64,
+                       w->k, w->manifest_key, m->t_start, m->t_end);
+        is_ok = false;
+    }
+    if (m->n_objects == 0 &&
+        (m->records != 0 || m->bytes != 0 || m->partitions != 0)) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: names no object but holds "
+                       "records",
+                       w->k, w->manifest_key);
+        is_ok = false;
+    }
+    if (m->has_ts != (m->records > 0)) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: minTs/maxTs present iff "
+                       "records > 0",
+                       w->k, w->manifest_key);
+        is_ok = false;
+    }
+    /* Compact JSON with the keys in order: what the sink's encoder makes
+     * of what was read. */
+    buf_init(&again, BUF_UNLIMITED);
+    if (docs_manifest_encode(&again, m, &err) != 0 || again.len != raw->len ||
+        memcmp(again.data, raw->data, raw->len) != 0) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: not compact JSON with the "
+                       "keys in the order of the format",
+                       w->k, w->manifest_key);
+        is_ok = false;
+    }
+    buf_free(&again);
+    return is_ok;
+}
+
+static bool lake_key_is(const struct lake_job *j, const struct docs_manifest *m,
+                        const struct docs_object *obj, const char *ext,
+                        int64_t min_ts)
+{
+    static const enum layout_align aligns[] = {LAYOUT_ALIGN_HOUR,
+                                               LAYOUT_ALIGN_DAY};
+
+    for (size_t i = 0; i < ARRAY_LEN(aligns); i++) {
+        struct layout_window lw = {
+            aligns[i],
+            m->k,
+            m->t_start,
+            m->t_end,
+            layout_bucket_ts(m->t_start, m->records > 0, min_ts, m->t_end),
+            ext};
+        struct buf key;
+        struct err err;
+        int rc;
+        bool same;
+
+        buf_init(&key, 4096);
+        if (obj->has_partition) {
+            int64_t fl[2] = {obj->first_offset, obj->last_offset};
+
+            rc = layout_part_key(&key, &j->lq, &lw, obj->partition, fl, &err);
+        } else {
+            rc = layout_data_key(&key, &j->lq, &lw, &err);
+        }
+        same = rc == 0 && slice_eq(buf_slice(&key), obj->key);
+        buf_free(&key);
+        if (same) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Read and check window w->k. Sets w->is_fatal when it could not. */
+/* One window being read by a worker. */
+struct lake_wread {
+    const struct lake_job *j;
+    struct lake_window *w;
+    struct lake_log *log;
+    struct lake_mem *mem;
+    struct docs_manifest m;
+    enum lake_codec codec;
+    const char *ext;
+    bool is_pp;
+    uint64_t sum_records;
+    uint64_t sum_bytes;
+    uint64_t partitions;
+    int64_t min_ts;
+    int64_t max_ts;
+};
+
+/* GET and decode the manifest into r->m (its slices in arena); keep its
+ * lost ranges and positions. False when the window stops here. */
+static bool lake_read_manifest(struct lake_wread *r, struct buf *raw,
+                               struct buf *arena)
+{
+    struct lake_window *w = r->w;
+    struct buf mkey;
+    struct s3_object_info info;
+    struct s3_status st;
+    int rc;
+
+    buf_init(&mkey, 4096);
+    rc = layout_manifest_key(&mkey, &r->j->lq, w->k, &w->err);
+    if (rc == 0) {
+        snprintf(w->manifest_key, sizeof(w->manifest_key), "%s", mkey.data);
+        rc = s3_client_get(r->j->b->c, mkey.data, raw, &info, &st, &w->err);
+    }
+    buf_free(&mkey);
+    if (rc != 0) {
+        w->is_fatal = true;
+        return false;
+    }
+    if (!info.found) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: manifest is not in the "
+                       "bucket (it was listed)",
+                       w->k, w->manifest_key);
+        return false;
+    }
+    if (docs_manifest_decode(raw->data, raw->len, &r->m, arena, &w->err) != 0) {
+        lake_violation(w, "window %" PRId64 ": %s: %s", w->k, w->manifest_key,
+                       w->err.msg);
+        return false;
+    }
+    w->t_start = r->m.t_start;
+    w->t_end = r->m.t_end;
+    for (size_t i = 0; i < r->m.n_lost; i++) {
+        const struct docs_lost *l = &r->m.lost[i];
+
+        w->lost = xrealloc(w->lost, (w->n_lost + 1) * sizeof(*w->lost));
+        w->lost[w->n_lost++] =
+            (struct lake_lost){lake_dup(l->partition.ptr, l->partition.len),
+                               l->partition.len, l->from, l->to, w->k};
+    }
+    for (size_t i = 0; r->m.has_positions && i < r->m.n_positions; i++) {
+        const struct docs_position *p = &r->m.positions[i];
+
+        w->pos = xrealloc(w->pos, (w->n_pos + 1) * sizeof(*w->pos));
+        w->pos[w->n_pos++] = (struct lake_pos){
+            lake_dup(p->name.ptr, p->name.len), p->name.len, p->offset};
+    }
+    return true;
+}
+
+/* The object entry itself: fields for its layout, one per partition, its
+ * key derived. False (a violation) when not. */
+static bool lake_check_entry(struct lake_wread *r, size_t i)
+{
+    struct lake_window *w = r->w;
+    const struct docs_object *obj = &r->m.objects[i];
+
+    if (obj->has_partition != r->is_pp) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: partition/firstOffset/"
+                       "lastOffset must %sappear in %.*s objects",
+                       w->k, w->manifest_key, r->is_pp ? "" : "not ",
+                       (int)r->m.layout.len, r->m.layout.ptr);
+        return false;
+    }
+    for (size_t q = 0; r->is_pp && q < i; q++) {
+        if (slice_eq(r->m.objects[q].partition, obj->partition)) {
+            lake_violation(w,
+                           "window %" PRId64 ": %s: more than one object "
+                           "for partition %.*s in one window",
+                           w->k, w->manifest_key, (int)obj->partition.len,
+                           obj->partition.ptr);
+            return false;
+        }
+    }
+    if (!lake_key_is(r->j, &r->m, obj, r->ext, r->m.has_ts ? r->m.min_ts : 0)) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: object key %s is not the "
+                       "key derived from (tenant, queue, k, bounds)",
+                       w->k, w->manifest_key, w->keys[i]);
+        return false;
+    }
+    return true;
+}
+
+/* GET object i and check its bytes and sha256. */
+static bool lake_get_object(struct lake_wread *r, size_t i)
+{
+    struct lake_window *w = r->w;
+    const struct docs_object *obj = &r->m.objects[i];
+    struct s3_object_info info;
+    struct s3_status st;
+    uint8_t sum[32];
+    char hex[65];
+
+    if (s3_client_get(r->j->b->c, w->keys[i], &r->mem->body, &info, &st,
+                      &w->err) != 0) {
+        w->is_fatal = true;
+        return false;
+    }
+    if (!info.found) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: named by the manifest, "
+                       "not in the bucket",
+                       w->k, w->keys[i]);
+        return false;
+    }
+    if (r->mem->body.len != obj->bytes) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: %zu bytes, the manifest "
+                       "says %" PRIu64,
+                       w->k, w->keys[i], r->mem->body.len, obj->bytes);
+        return false;
+    }
+    sha256(r->mem->body.data, r->mem->body.len, sum);
+    hex_lower(sum, 32, hex);
+    if (memcmp(hex, obj->sha256, 64) != 0) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: sha256 differs from the "
+                       "manifest's",
+                       w->k, w->keys[i]);
+        return false;
+    }
+    w->bytes += r->mem->body.len;
+    return true;
+}
+
+/* Whether offsets a..b of partition p are lost in this window. */
+static bool lake_window_lost(const struct docs_manifest *m, struct slice p,
+                             int64_t a, int64_t b)
+{
+    for (size_t q = 0; a <= b && q < m->n_lost; q++) {
+        if (slice_eq(m->lost[q].partition, p) && m->lost[q].from <= a &&
+            b <= m->lost[q].to) {
+            return true;
+        }
+    }
+    return a > b;
+}
+
+/* A per-partition object's head or tail it lacks must be lost here. */
+static bool lake_check_edges(struct lake_wread *r, size_t i, size_t run0)
+{
+    const struct docs_object *obj = &r->m.objects[i];
+    int64_t lo = r->w->runs[run0].first;
+    int64_t hi = r->w->runs[r->w->n_runs - 1].last;
+
+    if (lake_window_lost(&r->m, obj->partition, obj->first_offset, lo - 1) &&
+        lake_window_lost(&r->m, obj->partition, hi + 1, obj->last_offset)) {
+        return true;
+    }
+    lake_violation(r->w,
+                   "window %" PRId64 ": %s: holds other partitions or "
+                   "offsets than its manifest entry",
+                   r->w->k, r->w->keys[i]);
+    return false;
+}
+
+/* Read object i of the window; false when the window stops here. */
+static bool lake_read_object(struct lake_wread *r, size_t i)
+{
+    struct lake_window *w = r->w;
+    const struct docs_object *obj = &r->m.objects[i];
+    struct lake_obj_ctx c;
+    struct err err;
+    size_t before = w->n_violations;
+    size_t run0 = w->n_runs;
+
+    w->keys = xrealloc(w->keys, (w->n_keys + 1) * sizeof(char *));
+    w->keys[w->n_keys++] = lake_dup(obj->key.ptr, obj->key.len);
+    if (!lake_check_entry(r, i) || !lake_get_object(r, i)) {
+        return false;
+    }
+    memset(&c, 0, sizeof(c));
+    c.w = w;
+    c.m = &r->m;
+    c.obj = obj;
+    c.key = w->keys[i];
+    c.obj_index = i;
+    c.is_parquet = r->codec == LAKE_PARQUET;
+    c.log = r->log;
+    buf_init(&c.prev_p, BUF_UNLIMITED);
+    buf_init(&c.tmp, BUF_UNLIMITED);
+    r->mem->raw = 0;
+    if (lake_decode(r->codec, buf_slice(&r->mem->body), lake_on_record, &c,
+                    r->mem, &err) != 0 &&
+        w->n_violations == before && !w->is_fatal) {
+        lake_violation(w, "window %" PRId64 ": %s: %s", w->k, w->keys[i],
+                       err.msg);
+    }
+    w->raw += r->mem->raw;
+    buf_free(&c.prev_p);
+    buf_free(&c.tmp);
+    if (w->n_violations > before || w->is_fatal) {
+        return false;
+    }
+    if (c.n != obj->records) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: %" PRIu64 " records, the "
+                       "manifest says %" PRIu64,
+                       w->k, w->keys[i], c.n, obj->records);
+        return false;
+    }
+    if (r->is_pp && c.n > 0 && !lake_check_edges(r, i, run0)) {
+        return false;
+    }
+    r->sum_records += obj->records;
+    r->sum_bytes += obj->bytes;
+    r->partitions += c.partitions;
+    if (c.n > 0) {
+        r->min_ts = c.min_ts < r->min_ts ? c.min_ts : r->min_ts;
+        r->max_ts = c.max_ts > r->max_ts ? c.max_ts : r->max_ts;
+    }
+    return true;
+}
+
+/* The manifest's sums and positions against what its objects hold. */
+static void lake_check_sums(struct lake_wread *r)
+{
+    struct lake_window *w = r->w;
+    const struct docs_manifest *m = &r->m;
+
+    if (r->sum_records != m->records || r->sum_bytes != m->bytes) {
+        lake_violation(
+            w,
+            "window %" PRId64 ": %s: records/bytes %" PRIu64 "/%" PRIu64
+            " are not the sums over its objects (%" PRIu64 "/%" PRIu64 ")",
+            w->k, w->manifest_key, m->records, m->bytes, r->sum_records,
+            r->sum_bytes);
+    } else if (r->partitions != m->partitions) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: partitions %" PRIu64
+                       ", the objects hold %" PRIu64,
+                       w->k, w->manifest_key, m->partitions, r->partitions);
+    } else if (m->records > 0 &&
+               (m->min_ts != r->min_ts || m->max_ts != r->max_ts)) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: minTs/maxTs %" PRId64
+                       "/%" PRId64 ", the objects hold %" PRId64 "/%" PRId64,
+                       w->k, w->manifest_key, m->min_ts, m->max_ts, r->min_ts,
+                       r->max_ts);
+    }
+    for (size_t i = 0; m->has_positions && i < w->n_runs; i++) {
+        const struct lake_run *run = &w->runs[i];
+        bool above = false;
+
+        for (size_t q = 0; q < w->n_pos; q++) {
+            if (w->pos[q].plen == run->plen &&
+                memcmp(w->pos[q].partition, run->partition, run->plen) == 0) {
+                above = w->pos[q].offset > run->last;
+            }
+        }
+        if (!above) {
+            lake_violation(w,
+                           "window %" PRId64 ": %s: partition %s goes on "
+                           "at a position not above its records (up to %" PRId64
+                           ")",
+                           w->k, w->manifest_key, run->partition, run->last);
+            break;
+        }
+    }
+}
+
+/* Read and check window w->k. Sets w->is_fatal when it could not. */
+static void lake_read_window(const struct lake_job *j, struct lake_window *w,
+                             struct lake_log *log, struct lake_mem *mem)
+{
+    struct lake_wread r;
+    struct buf raw;
+    struct buf arena;
+    bool is_ok;
+
+    memset(&r, 0, sizeof(r));
+    r.j = j;
+    r.w = w;
+    r.log = log;
+    r.min_ts = INT64_MAX;
+    r.max_ts = INT64_MIN;
+    buf_init(&raw, (size_t)64 << 20);
+    buf_init(&arena, BUF_UNLIMITED);
+    r.mem = mem;
+    is_ok = lake_read_manifest(&r, &raw, &arena) &&
+            lake_check_manifest(w, j, &r.m, &raw, &r.codec, &r.ext);
+    r.is_pp = is_ok && !(r.m.layout.len == 6 &&
+                         memcmp(r.m.layout.ptr, "merged", 6) == 0);
+    if (is_ok && !r.is_pp && r.m.n_objects > 1) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: a merged window names "
+                       "exactly one object, not %zu",
+                       w->k, w->manifest_key, r.m.n_objects);
+        is_ok = false;
+    }
+    for (size_t i = 0; is_ok && i < r.m.n_objects; i++) {
+        is_ok = lake_read_object(&r, i);
+    }
+    if (is_ok) {
+        lake_check_sums(&r);
+    }
+    buf_free(&raw);
+    buf_free(&arena);
+}
+
+/* ---- the pool ----------------------------------------------------------- */
+
+#define LAKE_AHEAD_PER_THREAD 2
+
+struct lake_pool {
+    const struct lake_job *job;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int64_t next_k; /* next window to hand out */
+    int64_t last_k; /* the last window to read */
+    int64_t folded; /* windows below this are folded */
+    size_t ahead;   /* slots */
+    struct lake_window *slots;
+    bool is_stopping;
+};
+
+static void *lake_worker(void *arg)
+{
+    struct lake_pool *p = arg;
+    struct lake_log log;
+    struct lake_mem mem;
+    bool has_log = p->job->o->broker != NULL;
+
+    memset(&log, 0, sizeof(log));
+    lake_mem_init(&mem);
+    if (has_log) {
+        lake_http_open(&log.http, p->job->o->broker, p->job->o->token);
+        buf_init(&log.part, BUF_UNLIMITED);
+        log.queue = p->job->queue;
+    }
+    for (;;) {
+        int64_t k;
+        struct lake_window w;
+
+        pthread_mutex_lock(&p->mu);
+        while (!p->is_stopping && p->next_k <= p->last_k &&
+               p->next_k >= p->folded + (int64_t)p->ahead) {
+            pthread_cond_wait(&p->cv, &p->mu);
+        }
+        if (p->is_stopping || p->next_k > p->last_k) {
+            pthread_mutex_unlock(&p->mu);
+            break;
+        }
+        k = p->next_k++;
+        pthread_mutex_unlock(&p->mu);
+        memset(&w, 0, sizeof(w));
+        w.k = k;
+        lake_read_window(p->job, &w, has_log ? &log : NULL, &mem);
+        w.is_done = true;
+        pthread_mutex_lock(&p->mu);
+        p->slots[(size_t)k % p->ahead] = w;
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    if (has_log) {
+        lake_log_drop(&log);
+        lake_http_close(&log.http);
+        buf_free(&log.part);
+    }
+    lake_mem_free(&mem);
+    return NULL;
+}
+
+/* ---- the fold: one state per partition ---------------------------------- */
+
+struct lake_part {
+    char *name; /* owned */
+    size_t len;
+    bool has_records;
+    int64_t first;
+    int64_t top;
+    int64_t top_ts;
+    int64_t top_k;
+    bool has_pos;
+    int64_t pos;
+    int64_t pos_k;
+    uint64_t records;
+    bool has_cp;   /* the last checkpoint folded names it */
+    int64_t cp_at; /* its position there (-1: none) */
+    int64_t cp_k;
+};
+
+struct lake_gap {
+    struct lake_part *part;
+    int64_t from;
+    int64_t to;
+    int64_t k;   /* the window after the gap (or whose position names it) */
+    char *where; /* owned: the key or manifest */
+};
+
+struct lake_fold {
+    struct lake_part **parts; /* owned, each */
+    size_t n_parts;
+    struct hashtab index; /* -> struct lake_part, rebuilt on growth */
+    struct lake_gap *gaps;
+    size_t n_gaps;
+    struct lake_lost *lost;
+    size_t n_lost;
+    char cp_root[1024]; /* ".../checkpoint/" */
+    int64_t *cps;       /* k of every checkpoint, ascending */
+    size_t n_cps;
+    uint64_t *named; /* FNV of every named key, sorted at the end */
+    size_t n_named;
+    char **violations;
+    size_t n_violations;
+    uint64_t violation_count;
+    int64_t windows;
+    int64_t first_k;
+    int64_t t_start; /* of the first window read */
+    int64_t t_end;   /* of the last */
+    bool has_prev;
+    int64_t prev_end;
+    uint64_t records;
+    uint64_t objects;
+    uint64_t bytes;
+    uint64_t raw;
+    uint64_t stamps_checked;
+};
+
+struct lake_part_key {
+    const char *p;
+    size_t n;
+};
+
+static bool lake_part_is(const void *item, const void *key)
+{
+    const struct lake_part *a = item;
+    const struct lake_part_key *b = key;
+
+    return a->len == b->n && memcmp(a->name, b->p, b->n) == 0;
+}
+
+static struct lake_part *lake_part_of(struct lake_fold *f, const char *p,
+                                      size_t n)
+{
+    struct lake_part_key key = {p, n};
+    uint64_t h = hashtab_hash(p, n);
+    struct lake_part *hit = hashtab_find(&f->index, h, lake_part_is, &key);
+
+    if (hit != NULL) {
+        return hit;
+    }
+    hit = xcalloc(1, sizeof(*hit));
+    hit->name = lake_dup(p, n);
+    hit->len = n;
+    f->parts =
+        xrealloc(f->parts, (f->n_parts + 1) * sizeof(struct lake_part *));
+    f->parts[f->n_parts++] = hit;
+    if (f->index.cap < 2 * f->n_parts + 2) {
+        hashtab_reset(&f->index, f->index.cap == 0 ? 64 : f->index.cap * 2);
+        for (size_t i = 0; i < f->n_parts; i++) {
+            hashtab_insert(&f->index,
+                           hashtab_hash(f->parts[i]->name, f->parts[i]->len),
+                           f->parts[i]);
+        }
+    } else {
+        hashtab_insert(&f->index, h, hit);
+    }
+    return hit;
+}
+
+static void lake_fold_violation(struct lake_fold *f, const char *fmt, ...)
+    PRINTF(2, 3);
+
+static void lake_fold_violation(struct lake_fold *f, const char *fmt, ...)
+{
+    va_list ap;
+    struct buf b;
+    struct err err;
+
+    f->violation_count++;
+    if (f->n_violations >= LAKE_MAX_VIOLATIONS) {
+        return;
+    }
+    buf_init(&b, BUF_UNLIMITED);
+    va_start(ap, fmt);
+    (void)buf_vprintf(&b, &err, fmt, ap);
+    va_end(ap);
+    f->violations =
+        xrealloc(f->violations, (f->n_violations + 1) * sizeof(char *));
+    f->violations[f->n_violations++] = buf_steal(&b, NULL);
+}
+
+static void lake_add_gap(struct lake_fold *f, struct lake_part *part,
+                         int64_t from, int64_t to, int64_t k, const char *where)
+{
+    f->gaps = xrealloc(f->gaps, (f->n_gaps + 1) * sizeof(*f->gaps));
+    f->gaps[f->n_gaps++] = (struct lake_gap){part, from, to, k, xstrdup(where)};
+}
+
+/* One run of a window into its partition's state, in k order. */
+static void lake_fold_run(struct lake_fold *f, const struct lake_window *w,
+                          const struct lake_run *r, const struct lake_opts *o)
+{
+    struct lake_part *p = lake_part_of(f, r->partition, r->plen);
+
+    if (p->has_cp && w->k > p->cp_k && r->first < p->cp_at) {
+        lake_fold_violation(f,
+                            "window %" PRId64 ": %s%010" PRId64
+                            ".json.zst: positions do not match the "
+                            "manifests: %s is at offset %" PRId64
+                            ", but offset %" PRId64 " is in window %" PRId64
+                            " (%s)",
+                            p->cp_k, f->cp_root, p->cp_k, p->name, p->cp_at,
+                            r->first, w->k, w->keys[r->obj]);
+        p->has_cp = false;
+    }
+    if (p->has_records && r->first <= p->top) {
+        lake_fold_violation(f,
+                            "window %" PRId64 ": %s: record %s/%" PRId64
+                            " is in the lake twice (already in window "
+                            "%" PRId64 " or before)",
+                            w->k, w->keys[r->obj], p->name, r->first, p->top_k);
+        return;
+    }
+    if (p->has_records && r->first_ts < p->top_ts) {
+        lake_fold_violation(f,
+                            "window %" PRId64 ": %s: partition %s: ts goes "
+                            "backwards from offset %" PRId64 " to %" PRId64,
+                            w->k, w->keys[r->obj], p->name, p->top, r->first);
+    }
+    if (!p->has_records && r->first > 0 && o->from_k == 1) {
+        lake_add_gap(f, p, 0, r->first - 1, w->k, w->keys[r->obj]);
+    } else if (p->has_records && r->first > p->top + 1) {
+        lake_add_gap(f, p, p->top + 1, r->first - 1, w->k, w->keys[r->obj]);
+    }
+    if (!p->has_records) {
+        p->first = r->first;
+    }
+    p->has_records = true;
+    p->top = r->last;
+    p->top_ts = r->last_ts;
+    p->top_k = w->k;
+    p->records += (uint64_t)(r->last - r->first + 1);
+}
+
+static void lake_fold_window(struct lake_fold *f, struct lake_window *w,
+                             const struct lake_opts *o)
+{
+    f->windows++;
+    if (f->has_prev && w->t_start != f->prev_end && w->t_end != 0) {
+        lake_fold_violation(f,
+                            "window %" PRId64 ": %s: windows %" PRId64
+                            " and %" PRId64 " do not tile: tEnd(%" PRId64
+                            ")=%" PRId64 " but tStart(%" PRId64 ")=%" PRId64,
+                            w->k, w->manifest_key, w->k - 1, w->k, w->k - 1,
+                            f->prev_end, w->k, w->t_start);
+    }
+    for (size_t i = 0; i < w->n_violations; i++) {
+        lake_fold_violation(f, "%s", w->violations[i]);
+    }
+    if (w->t_end != 0) {
+        if (!f->has_prev) {
+            f->t_start = w->t_start;
+        }
+        f->has_prev = true;
+        f->prev_end = w->t_end;
+        f->t_end = w->t_end;
+    }
+    f->records += w->records;
+    f->bytes += w->bytes;
+    f->raw += w->raw;
+    f->objects += w->n_keys;
+    f->stamps_checked += w->stamps_checked;
+    for (size_t i = 0; i < w->n_keys; i++) {
+        f->named = xrealloc(f->named, (f->n_named + 1) * sizeof(uint64_t));
+        f->named[f->n_named++] = hashtab_hash(w->keys[i], strlen(w->keys[i]));
+    }
+    for (size_t i = 0; i < w->n_lost; i++) {
+        f->lost = xrealloc(f->lost, (f->n_lost + 1) * sizeof(*f->lost));
+        f->lost[f->n_lost] = w->lost[i];
+        w->lost[i].partition = NULL;
+        f->n_lost++;
+        (void)lake_part_of(f, f->lost[f->n_lost - 1].partition,
+                           f->lost[f->n_lost - 1].plen);
+    }
+    if (w->n_violations > 0) {
+        return; /* its runs are not to be trusted */
+    }
+    for (size_t i = 0; i < w->n_runs; i++) {
+        lake_fold_run(f, w, &w->runs[i], o);
+    }
+    for (size_t i = 0; i < w->n_pos; i++) {
+        struct lake_part *p =
+            lake_part_of(f, w->pos[i].partition, w->pos[i].plen);
+
+        p->has_pos = true;
+        p->pos = w->pos[i].offset;
+        p->pos_k = w->k;
+    }
+}
+
+static bool lake_is_lost(const struct lake_fold *f, const struct lake_part *p,
+                         int64_t from, int64_t to)
+{
+    /* Covered by the union of the partition's lost ranges. */
+    int64_t at = from;
+    bool moved = true;
+
+    while (at <= to && moved) {
+        moved = false;
+        for (size_t i = 0; i < f->n_lost; i++) {
+            const struct lake_lost *l = &f->lost[i];
+
+            if (l->plen == p->len &&
+                memcmp(l->partition, p->name, p->len) == 0 && l->from <= at &&
+                at <= l->to) {
+                at = l->to + 1;
+                moved = true;
+            }
+        }
+    }
+    return at > to;
+}
+
+/* ---- the broker's view at the end --------------------------------------- */
+
+/* The first record of p at or above from with ts in [t0, t1) and offset
+ * <= to (to < 0: any), skipping lost offsets: its offset, or -1. */
+/* A look into the log for records the lake lacks: the first record of p
+ * in from..to (to < 0: no end) stamped inside [f->t_start, f->t_end) and
+ * not lost, into found (-1: none). */
+struct lake_seek {
+    const struct lake_part *p;
+    int64_t from;
+    int64_t to;
+    int64_t found;
+};
+
+/* One answer of the log against s: true when the look is over. */
+static bool lake_seek_answer(const struct lake_log *l,
+                             const struct lake_fold *f, struct lake_seek *s)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        int64_t o = l->offs[i];
+        int64_t ts = 0;
+        struct slice t =
+            json_span(&l->doc, json_obj_get(&l->doc, l->recs[i], "ts"));
+
+        if ((s->to >= 0 && o > s->to) || t.len < 2 ||
+            !isotime_parse_us(t.ptr + 1, t.len - 2, &ts) || ts >= f->t_end) {
+            return true;
+        }
+        if (ts >= f->t_start && !lake_is_lost(f, s->p, o, o)) {
+            s->found = o;
+            return true;
+        }
+        s->from = o + 1;
+    }
+    return l->n == 0;
+}
+
+static int lake_log_first(struct lake_log *l, const struct lake_fold *f,
+                          struct lake_seek *s, struct err *err)
+{
+    struct slice name = {s->p->name, s->p->len};
+
+    s->found = -1;
+    for (;;) {
+        if (lake_log_fetch(l, name, s->from, err) != 0) {
+            return err->code;
+        }
+        if (l->n == 0 && s->from < l->log_start) {
+            s->from = l->log_start;
+            continue;
+        }
+        if (lake_seek_answer(l, f, s)) {
+            return 0;
+        }
+    }
+}
+
+/* Every partition of the queue in the broker's log: name, logStart. */
+/* POST /api/v1/partitions/changed for queue from cursor after (NULL: the
+ * start); the answer in h->ans. */
+static int lake_changed_page(struct lake_http *h, const char *queue,
+                             const char *after, struct err *err)
+{
+    struct buf body;
+    struct jw w;
+    long st;
+
+    buf_init(&body, BUF_UNLIMITED);
+    jw_init(&w, &body);
+    jw_obj_begin(&w);
+    jw_key(&w, "entries");
+    jw_arr_begin(&w);
+    jw_obj_begin(&w);
+    jw_key(&w, "queue");
+    jw_cstr(&w, queue);
+    jw_key(&w, "since");
+    jw_null(&w);
+    jw_key(&w, "after");
+    if (after != NULL) {
+        jw_cstr(&w, after);
+    } else {
+        jw_null(&w);
+    }
+    jw_key(&w, "limit");
+    jw_i64(&w, 1000);
+    jw_obj_end(&w);
+    jw_arr_end(&w);
+    jw_obj_end(&w);
+    if (jw_finish(&w, err) != 0) {
+        buf_free(&body);
+        return err->code;
+    }
+    st = lake_http_post(h, "/api/v1/partitions/changed", body.data, body.len,
+                        err);
+    buf_free(&body);
+    if (st != 200) {
+        return st == 0 ? err->code
+                       : err_set(err, ERR_REMOTE,
+                                 "the broker's partitions/changed answered "
+                                 "%ld",
+                                 st);
+    }
+    return 0;
+}
+
+/* Every partition of the queue in the broker's log joins f's states, so
+ * that one the lake lacks is looked at. */
+static int lake_log_partitions(struct lake_http *h, const char *queue,
+                               struct lake_fold *f, struct err *err)
+{
+    char *after = NULL;
+
+    for (;;) {
+        struct json_doc d = {0};
+        struct buf name;
+        int e;
+        int next;
+        int rc = lake_changed_page(h, queue, after, err);
+
+        free(after);
+        after = NULL;
+        if (rc != 0 ||
+            json_parse(&d, h->ans.data, h->ans.len, NULL, err) != 0) {
+            return err->code;
+        }
+        e = json_child(&d, json_obj_get(&d, 0, "entries"));
+        if (e < 0 || json_obj_get(&d, e, "error") >= 0) {
+            json_doc_free(&d); /* an unknown queue: no log to compare */
+            return 0;
+        }
+        buf_init(&name, BUF_UNLIMITED);
+        for (int p = json_child(&d, json_obj_get(&d, e, "partitions")); p >= 0;
+             p = json_next(&d, p)) {
+            buf_reset(&name);
+            if (json_get_str(&d, json_obj_get(&d, p, "name"), &name, err) ==
+                0) {
+                (void)lake_part_of(f, name.data != NULL ? name.data : "",
+                                   name.len);
+            }
+        }
+        next = json_obj_get(&d, e, "next");
+        if (next >= 0 && json_type(&d, next) == JSON_STRING) {
+            buf_reset(&name);
+            (void)json_get_str(&d, next, &name, err);
+            after = buf_steal(&name, NULL);
+        }
+        buf_free(&name);
+        json_doc_free(&d);
+        if (after == NULL) {
+            return 0;
+        }
+    }
+}
+
+/* ---- verify ------------------------------------------------------------- */
+
+struct lake_counter {
+    int64_t n; /* highest k, numbering checked */
+    bool is_bad;
+    char bad[1024];
+    size_t root_len;
+};
+
+static int lake_count_manifest(void *arg, const char *key)
+{
+    struct lake_counter *c = arg;
+    int64_t k = 0;
+    const char *rest = key + c->root_len;
+    size_t n = strlen(rest);
+
+    if (c->is_bad) {
+        return 0;
+    }
+    if (n != 15 || strcmp(rest + 10, ".json") != 0 ||
+        !layout_parse_manifest_k(key, strlen(key), &k)) {
+        c->is_bad = true;
+        snprintf(c->bad, sizeof(c->bad),
+                 "%s: not a manifest name (windows/<k:010>.json)", key);
+        return 0;
+    }
+    if (k != c->n + 1) {
+        c->is_bad = true;
+        snprintf(c->bad, sizeof(c->bad),
+                 "window %" PRId64 ": %s: manifests are not numbered 1..n "
+                 "without a gap: it follows k=%" PRId64,
+                 k, key, c->n);
+        return 0;
+    }
+    c->n = k;
+    return 0;
+}
+
+struct lake_orphans {
+    struct lake_fold *f;
+    const struct lake_opts *o;
+    int64_t last_k;
+};
+
+static int lake_u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a;
+    uint64_t y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+static int lake_check_orphan(void *arg, const char *key)
+{
+    struct lake_orphans *c = arg;
+    uint64_t h = hashtab_hash(key, strlen(key));
+    const char *w = strrchr(key, '/');
+    int64_t k = -1;
+
+    if (w != NULL && strncmp(w, "/w-", 3) == 0) {
+        char digits[11];
+
+        memcpy(digits, w + 3, 10);
+        digits[10] = '\0';
+        (void)lake_int(digits, &k);
+    }
+    if (k >= 0 && (k < c->o->from_k || k > c->last_k)) {
+        return 0; /* outside the range verified */
+    }
+    if (c->f->n_named == 0 || bsearch(&h, c->f->named, c->f->n_named,
+                                      sizeof(uint64_t), lake_u64_cmp) == NULL) {
+        lake_fold_violation(c->f,
+                            "window %" PRId64 ": %s: data object, but no "
+                            "manifest names it",
+                            k, key);
+    }
+    return 0;
+}
+
+struct lake_progress {
+    bool is_tty;
+    const char *what; /* "verify" | "restore" */
+    int64_t total;    /* windows */
+    struct timespec start;
+    struct timespec last;
+};
+
+static void lake_progress_init(struct lake_progress *p, const char *what,
+                               int64_t total)
+{
+    memset(p, 0, sizeof(*p));
+    p->is_tty = isatty(2) != 0;
+    p->what = what;
+    p->total = total;
+    clock_gettime(CLOCK_MONOTONIC, &p->start);
+    p->last = p->start;
+    p->last.tv_sec -= 1;
+}
+
+static double lake_since(const struct timespec *a)
+{
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - a->tv_sec) +
+           (double)(now.tv_nsec - a->tv_nsec) / 1e9;
+}
+
+static void lake_progress_show(struct lake_progress *p, int64_t done,
+                               uint64_t records, uint64_t bytes, bool is_final)
+{
+    double t;
+
+    if (!p->is_tty) {
+        return;
+    }
+    if (!is_final && lake_since(&p->last) < 0.2) {
+        return;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &p->last);
+    t = lake_since(&p->start);
+    fprintf(stderr,
+            "\r%s %" PRId64 "/%" PRId64 " windows  %" PRIu64
+            " records  %.1f MB  %.1f windows/s   ",
+            p->what, done, p->total, records, (double)bytes / 1e6,
+            t > 0 ? (double)done / t : 0.0);
+    if (is_final) {
+        fputc('\n', stderr);
+    }
+}
+
+static void lake_json_str(FILE *out, const char *s)
+{
+    struct buf b;
+    struct err err;
+
+    buf_init(&b, BUF_UNLIMITED);
+    (void)json_escape(&b, s, strlen(s), &err); /* with its quotes */
+    fwrite(b.data != NULL ? b.data : "", 1, b.len, out);
+    buf_free(&b);
+}
+
+struct lake_qlist {
+    char **names;
+    size_t n;
+    size_t root_len;
+};
+
+static int lake_collect_queue(void *arg, const char *key)
+{
+    struct lake_qlist *q = arg;
+    const char *rest = key + q->root_len;
+    const char *slash;
+    struct buf raw;
+    struct err err;
+
+    if (strncmp(rest, "queue=", 6) != 0 ||
+        (slash = strchr(rest + 6, '/')) == NULL) {
+        return 0;
+    }
+    buf_init(&raw, BUF_UNLIMITED);
+    if (pct_unescape(&raw, rest + 6, (size_t)(slash - rest - 6), &err) != 0) {
+        buf_free(&raw);
+        return 0;
+    }
+    if (q->n == 0 || strcmp(q->names[q->n - 1], raw.data) != 0) {
+        q->names = xrealloc(q->names, (q->n + 1) * sizeof(char *));
+        q->names[q->n++] = buf_steal(&raw, NULL);
+    }
+    buf_free(&raw);
+    return 0;
+}
+
+static void lake_fold_free(struct lake_fold *f)
+{
+    for (size_t i = 0; i < f->n_parts; i++) {
+        free(f->parts[i]->name);
+        free(f->parts[i]);
+    }
+    for (size_t i = 0; i < f->n_gaps; i++) {
+        free(f->gaps[i].where);
+    }
+    for (size_t i = 0; i < f->n_lost; i++) {
+        free(f->lost[i].partition);
+    }
+    for (size_t i = 0; i < f->n_violations; i++) {
+        free(f->violations[i]);
+    }
+    free(f->parts);
+    free(f->gaps);
+    free(f->lost);
+    free(f->named);
+    free(f->cps);
+    free(f->violations);
+    hashtab_free(&f->index);
+}
+
+/* Verify one queue into f. Returns 0, or 2 (err) when it could not run. */
+/* The highest k of the queue's manifests, their numbering checked (a
+ * violation in f when broken). Returns 0, or 2 (err). */
+static int lake_count(struct lake_bucket *b, const struct layout_queue *lq,
+                      struct lake_fold *f, int64_t *n, struct err *err)
+{
+    struct lake_counter cnt;
+    struct buf root;
+    int rc;
+
+    memset(&cnt, 0, sizeof(cnt));
+    buf_init(&root, 4096);
+    rc = layout_sidecar_root(&root, lq, err);
+    if (rc == 0) {
+        rc = buf_append_str(&root, "/windows/", err);
+    }
+    cnt.root_len = root.len;
+    if (rc == 0) {
+        rc = lake_list(b, root.data, lake_count_manifest, &cnt, err);
+    }
+    buf_free(&root);
+    if (rc != 0) {
+        return 2;
+    }
+    if (cnt.is_bad && f == NULL) {
+        err_set(err, ERR_CORRUPT, "%s", cnt.bad);
+        return 2;
+    }
+    if (cnt.is_bad) {
+        lake_fold_violation(f, "%s", cnt.bad);
+    }
+    if (cnt.n == 0) {
+        err_set(err, ERR_NOT_FOUND,
+                "no manifest for queue %.*s of tenant %.*s under prefix %s",
+                (int)lq->queue.len, lq->queue.ptr, (int)lq->tenant.len,
+                lq->tenant.ptr, lq->prefix);
+        return 2;
+    }
+    *n = cnt.n;
+    return 0;
+}
+
+/* ---- checkpoints -------------------------------------------------------- */
+
+static int lake_collect_cp(void *arg, const char *key)
+{
+    struct lake_fold *f = arg;
+    int64_t k = 0;
+
+    if (!layout_parse_checkpoint_k(key, strlen(key), &k)) {
+        lake_fold_violation(f,
+                            "window 0: %s: neither a manifest nor a "
+                            "checkpoint",
+                            key);
+        return 0;
+    }
+    f->cps = xrealloc(f->cps, (f->n_cps + 1) * sizeof(int64_t));
+    f->cps[f->n_cps++] = k;
+    return 0;
+}
+
+static bool lake_has_cp(const struct lake_fold *f, int64_t k)
+{
+    for (size_t i = 0; i < f->n_cps; i++) {
+        if (f->cps[i] == k) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The checkpoint's positions against the partitions' states after window
+ * k: each partition with a record in windows <= k is named, above it; the
+ * first record of a later window must be at or above it (lake_fold_run). */
+static void lake_cp_positions(struct lake_fold *f, const char *key, int64_t k,
+                              const struct docs_checkpoint *cp)
+{
+    for (size_t i = 0; i < cp->n; i++) {
+        struct lake_part *p = lake_part_of(f, cp->positions[i].name.ptr,
+                                           cp->positions[i].name.len);
+
+        p->has_cp = true;
+        p->cp_at = cp->positions[i].offset;
+        p->cp_k = k;
+    }
+    for (size_t i = 0; i < f->n_parts; i++) {
+        struct lake_part *p = f->parts[i];
+
+        if (p->has_records &&
+            (!p->has_cp || p->cp_k != k || p->cp_at <= p->top)) {
+            lake_fold_violation(f,
+                                "window %" PRId64 ": %s: positions do not "
+                                "match the manifests: %s has records up to "
+                                "%" PRId64 " in windows <= %" PRId64
+                                " but its position is %" PRId64,
+                                k, key, p->name, p->top, k,
+                                p->has_cp && p->cp_k == k ? p->cp_at : -1);
+        }
+    }
+}
+
+/* Checkpoint k (its window just folded, t_end its tEnd). Returns 0, or 2
+ * (err) when it could not be read. */
+static int lake_fold_checkpoint(const struct lake_job *job, struct lake_fold *f,
+                                int64_t k, int64_t t_end, struct err *err)
+{
+    struct buf key;
+    struct buf body;
+    struct buf arena;
+    struct docs_checkpoint cp;
+    struct s3_object_info info;
+    struct s3_status st;
+    int rc;
+
+    buf_init(&key, 4096);
+    buf_init(&body, (size_t)1 << 30);
+    buf_init(&arena, BUF_UNLIMITED);
+    rc = layout_checkpoint_key(&key, &job->lq, k, err);
+    if (rc == 0) {
+        rc = s3_client_get(job->b->c, key.data, &body, &info, &st, err);
+    }
+    if (rc == 0 && info.found &&
+        docs_checkpoint_decode(body.data, body.len, &cp, &arena, err) != 0) {
+        lake_fold_violation(f, "window %" PRId64 ": %s: %s", k, key.data,
+                            err->msg);
+    } else if (rc == 0 && info.found && (cp.k != k || cp.t_end != t_end)) {
+        lake_fold_violation(f,
+                            "window %" PRId64 ": %s: checkpoint does not "
+                            "match window %" PRId64 "'s manifest (k, tEnd)",
+                            k, key.data, k);
+    } else if (rc == 0 && info.found) {
+        lake_cp_positions(f, key.data, k, &cp);
+    }
+    buf_free(&key);
+    buf_free(&body);
+    buf_free(&arena);
+    return rc != 0 ? 2 : 0;
+}
+
+/* List the queue's checkpoints into f->cps. */
+static int lake_list_cps(const struct lake_job *job, struct lake_fold *f,
+                         int64_t n, struct err *err)
+{
+    struct buf root;
+    int rc;
+
+    buf_init(&root, 4096);
+    rc = layout_checkpoint_prefix(&root, &job->lq, err);
+    if (rc == 0) {
+        snprintf(f->cp_root, sizeof(f->cp_root), "%s", root.data);
+        rc = lake_list(job->b, root.data, lake_collect_cp, f, err);
+    }
+    buf_free(&root);
+    for (size_t i = 0; rc == 0 && i < f->n_cps; i++) {
+        if (f->cps[i] > n) {
+            lake_fold_violation(f,
+                                "window %" PRId64 ": checkpoint of window "
+                                "%" PRId64 ", which has no manifest",
+                                f->cps[i], f->cps[i]);
+        }
+    }
+    return rc != 0 ? 2 : 0;
+}
+
+/* The next window from the pool, in k order (blocks). */
+static void lake_pool_take(struct lake_pool *pool, int64_t k,
+                           struct lake_window *w)
+{
+    struct lake_window *slot = &pool->slots[(size_t)k % pool->ahead];
+
+    pthread_mutex_lock(&pool->mu);
+    while (!(slot->is_done && slot->k == k)) {
+        pthread_cond_wait(&pool->cv, &pool->mu);
+    }
+    *w = *slot;
+    memset(slot, 0, sizeof(*slot));
+    pthread_mutex_unlock(&pool->mu);
+}
+
+static void lake_pool_set(struct lake_pool *pool, int64_t folded,
+                          bool is_stopping)
+{
+    pthread_mutex_lock(&pool->mu);
+    pool->folded = folded;
+    pool->is_stopping = is_stopping;
+    pthread_cond_broadcast(&pool->cv);
+    pthread_mutex_unlock(&pool->mu);
+}
+
+/* Read windows from..last_k with the pool and fold them into f. */
+static int lake_run_pool(const struct lake_job *job, int64_t last_k,
+                         struct lake_fold *f, struct lake_progress *prog,
+                         struct err *err)
+{
+    const struct lake_opts *o = job->o;
+    struct lake_pool pool;
+    pthread_t *th = xcalloc((size_t)o->threads, sizeof(*th));
+    int rc = 0;
+
+    memset(&pool, 0, sizeof(pool));
+    pool.job = job;
+    pthread_mutex_init(&pool.mu, NULL);
+    pthread_cond_init(&pool.cv, NULL);
+    pool.next_k = o->from_k;
+    pool.folded = o->from_k;
+    pool.last_k = last_k;
+    pool.ahead = (size_t)o->threads * LAKE_AHEAD_PER_THREAD;
+    pool.slots = xcalloc(pool.ahead, sizeof(*pool.slots));
+    for (int i = 0; i < o->threads; i++) {
+        pthread_create(&th[i], NULL, lake_worker, &pool);
+    }
+    for (int64_t k = o->from_k; k <= last_k && rc == 0; k++) {
+        struct lake_window w;
+
+        lake_pool_take(&pool, k, &w);
+        if (w.is_fatal) {
+            *err = w.err;
+            err_wrap(err, "window %" PRId64, k);
+            rc = 2;
+        } else {
+            lake_fold_window(f, &w, o);
+            if (o->from_k == 1 && lake_has_cp(f, k)) {
+                rc = lake_fold_checkpoint(job, f, k, w.t_end, err);
+            }
+        }
+        lake_window_clear(&w);
+        lake_pool_set(&pool, k + 1, false);
+        lake_progress_show(prog, k - o->from_k + 1, f->records, f->raw, false);
+    }
+    lake_pool_set(&pool, pool.folded, true);
+    for (int i = 0; i < o->threads; i++) {
+        pthread_join(th[i], NULL);
+    }
+    for (size_t i = 0; i < pool.ahead; i++) {
+        lake_window_clear(&pool.slots[i]);
+    }
+    free(th);
+    free(pool.slots);
+    pthread_mutex_destroy(&pool.mu);
+    pthread_cond_destroy(&pool.cv);
+    lake_progress_show(prog, prog->total, f->records, f->raw, true);
+    return rc;
+}
+
+/* Orphans: every data object of the range must be named. */
+static int lake_orphans_check(const struct lake_job *job, int64_t last_k,
+                              struct lake_fold *f, struct err *err)
+{
+    const struct lake_opts *o = job->o;
+    struct lake_orphans oc = {f, o, last_k};
+    struct buf data;
+    int rc;
+
+    if (f->n_named > 0) {
+        qsort(f->named, f->n_named, sizeof(uint64_t), lake_u64_cmp);
+    }
+    buf_init(&data, 4096);
+    rc = buf_printf(&data, err, "%s%stenant=", o->prefix,
+                    o->prefix[0] != '\0' ? "/" : "");
+    if (rc == 0) {
+        rc = pct_escape(&data, o->tenant, strlen(o->tenant), err);
+    }
+    if (rc == 0) {
+        rc = buf_append_str(&data, "/queue=", err);
+    }
+    if (rc == 0) {
+        rc = pct_escape(&data, job->queue, strlen(job->queue), err);
+    }
+    if (rc == 0) {
+        rc = buf_append_str(&data, "/", err);
+    }
+    if (rc == 0) {
+        rc = lake_list(job->b, data.data, lake_check_orphan, &oc, err);
+    }
+    buf_free(&data);
+    return rc != 0 ? 2 : 0;
+}
+
+/* The gaps: lost, else a violation (with the log: only where the log has
+ * a record in the verified span). */
+static int lake_gaps_check(const struct lake_opts *o, struct lake_log *log,
+                           struct lake_fold *f, struct err *err)
+{
+    for (size_t i = 0; i < f->n_parts; i++) {
+        struct lake_part *p = f->parts[i];
+        int64_t top = p->has_records ? p->top : -1;
+
+        if (p->has_pos && p->pos > top + 1 &&
+            (p->has_records || o->from_k == 1)) {
+            char where[64];
+
+            snprintf(where, sizeof(where), "positions of window %" PRId64,
+                     p->pos_k);
+            lake_add_gap(f, p, top + 1, p->pos - 1, p->pos_k, where);
+        }
+    }
+    for (size_t i = 0; i < f->n_gaps; i++) {
+        const struct lake_gap *g = &f->gaps[i];
+        struct lake_seek s = {g->part, g->from, g->to, -1};
+
+        if (lake_is_lost(f, g->part, g->from, g->to)) {
+            continue;
+        }
+        if (o->broker == NULL) {
+            lake_fold_violation(f,
+                                "window %" PRId64 ": %s: partition %s: "
+                                "offsets %" PRId64 "..%" PRId64 " are "
+                                "neither in the lake nor lost (offsets not "
+                                "contiguous)",
+                                g->k, g->where, g->part->name, g->from, g->to);
+        } else if (lake_log_first(log, f, &s, err) != 0) {
+            return 2;
+        } else if (s.found >= 0) {
+            lake_fold_violation(f,
+                                "window %" PRId64 ": %s: record %s/%" PRId64
+                                " is in the log, not in the lake",
+                                g->k, g->where, g->part->name, s.found);
+        }
+    }
+    return 0;
+}
+
+/* The log's records past each partition's last one in the lake, stamped
+ * inside the verified span. */
+static int lake_tail_check(struct lake_log *log, struct lake_fold *f,
+                           struct err *err)
+{
+    for (size_t i = 0; i < f->n_parts; i++) {
+        struct lake_part *p = f->parts[i];
+        struct lake_seek s = {p, p->has_records ? p->top + 1 : 0, -1, -1};
+
+        if (p->has_pos && p->pos > s.from) {
+            s.from = p->pos; /* the gap below it was looked at */
+        }
+        if (lake_log_first(log, f, &s, err) != 0) {
+            return 2;
+        }
+        if (s.found >= 0) {
+            lake_fold_violation(f,
+                                "window %" PRId64 ": (after the last "
+                                "window): record %s/%" PRId64 " is in the "
+                                "log, not in the lake",
+                                f->first_k + f->windows - 1, p->name, s.found);
+        }
+    }
+    return 0;
+}
+
+/* Verify one queue into f. Returns 0, or 2 (err) when it could not run. */
+static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
+                             const char *queue, struct lake_fold *f,
+                             struct lake_progress *prog, struct err *err)
+{
+    struct lake_job job = {o, b, queue, {o->prefix, {0}, {0}}};
+    struct lake_log log;
+    int64_t n = 0;
+    int64_t last_k;
+    int rc;
+
+    job.lq.tenant = (struct slice){o->tenant, strlen(o->tenant)};
+    job.lq.queue = (struct slice){queue, strlen(queue)};
+    if (lake_count(b, &job.lq, f, &n, err) != 0) {
+        return 2;
+    }
+    last_k = o->to_k != 0 && o->to_k < n ? o->to_k : n;
+    if (o->to_k > n) {
+        lake_fold_violation(f,
+                            "--to-k %" PRId64 " is past the last manifest "
+                            "(k=%" PRId64 ")",
+                            o->to_k, n);
+    }
+    f->first_k = o->from_k;
+    if (lake_list_cps(&job, f, n, err) != 0) {
+        return 2;
+    }
+    prog->what = "verify";
+    prog->total = last_k - o->from_k + 1;
+    rc = lake_run_pool(&job, last_k, f, prog, err);
+    if (rc == 0) {
+        rc = lake_orphans_check(&job, last_k, f, err);
+    }
+    memset(&log, 0, sizeof(log));
+    if (o->broker != NULL) {
+        lake_http_open(&log.http, o->broker, o->token);
+        buf_init(&log.part, BUF_UNLIMITED);
+        log.queue = queue;
+        if (rc == 0 && lake_log_partitions(&log.http, queue, f, err) != 0) {
+            rc = 2;
+        }
+    }
+    if (rc == 0) {
+        rc = lake_gaps_check(o, &log, f, err);
+    }
+    if (rc == 0 && o->broker != NULL) {
+        rc = lake_tail_check(&log, f, err);
+    }
+    if (o->broker != NULL) {
+        lake_log_drop(&log);
+        lake_http_close(&log.http);
+        buf_free(&log.part);
+    }
+    return rc;
+}
+
+static void lake_report(const struct lake_opts *o, const char *queue,
+                        const struct lake_fold *f, FILE *out, bool is_first)
+{
+    char a[32];
+    char b[32];
+
+    if (o->is_json) {
+        fprintf(out, "%s{\"queue\":", is_first ? "" : ",");
+        lake_json_str(out, queue);
+        fprintf(out,
+                ",\"exact\":%s,\"windows\":%" PRId64 ",\"fromK\":%" PRId64
+                ",\"objects\":%" PRIu64 ",\"records\":%" PRIu64
+                ",\"bytes\":%" PRIu64 ",\"decodedBytes\":%" PRIu64
+                ",\"partitions\":%zu,\"tStart\":%" PRId64 ",\"tEnd\":%" PRId64
+                ",\"stampsChecked\":%" PRIu64 ",\"lost\":[",
+                f->violation_count == 0 ? "true" : "false", f->windows,
+                f->first_k, f->objects, f->records, f->bytes, f->raw,
+                f->n_parts, f->t_start, f->t_end, f->stamps_checked);
+        for (size_t i = 0; i < f->n_lost; i++) {
+            fprintf(out, "%s{\"k\":%" PRId64 ",\"partition\":", i ? "," : "",
+                    f->lost[i].k);
+            lake_json_str(out, f->lost[i].partition);
+            fprintf(out, ",\"from\":%" PRId64 ",\"to\":%" PRId64 "}",
+                    f->lost[i].from, f->lost[i].to);
+        }
+        fprintf(out, "],\"violationCount\":%" PRIu64 ",\"violations\":[",
+                f->violation_count);
+        for (size_t i = 0; i < f->n_violations; i++) {
+            if (i > 0) {
+                fputc(',', out);
+            }
+            lake_json_str(out, f->violations[i]);
+        }
+        fprintf(out, "]}");
+        return;
+    }
+    lake_iso(f->t_start, a);
+    lake_iso(f->t_end, b);
+    fprintf(out,
+            "queue %s: %s\n  windows %" PRId64 "..%" PRId64 " [%s, %s)\n"
+            "  %" PRIu64 " objects, %" PRIu64 " records, %.1f MB stored, "
+            "%.1f MB decoded, %zu partitions\n",
+            queue, f->violation_count == 0 ? "exact" : "VIOLATIONS", f->first_k,
+            f->first_k + f->windows - 1, a, b, f->objects, f->records,
+            (double)f->bytes / 1e6, (double)f->raw / 1e6, f->n_parts);
+    if (o->broker != NULL) {
+        fprintf(out, "  %" PRIu64 " records compared with the broker's log\n",
+                f->stamps_checked);
+    }
+    for (size_t i = 0; i < f->n_lost; i++) {
+        fprintf(out,
+                "  lost (window %" PRId64 "): partition %s offsets %" PRId64
+                "..%" PRId64 "\n",
+                f->lost[i].k, f->lost[i].partition, f->lost[i].from,
+                f->lost[i].to);
+    }
+    for (size_t i = 0; i < f->n_violations; i++) {
+        fprintf(out, "  VIOLATION %s\n", f->violations[i]);
+    }
+    if (f->violation_count > f->n_violations) {
+        fprintf(out, "  ... %" PRIu64 " violations in all\n",
+                f->violation_count);
+    }
+}
+
+static int lake_queues(const struct lake_opts *o, struct lake_bucket *b,
+                       struct lake_qlist *q, struct err *err)
+{
+    struct buf root;
+    int rc;
+
+    memset(q, 0, sizeof(*q));
+    if (o->n_queues > 0) {
+        for (size_t i = 0; i < o->n_queues; i++) {
+            q->names = xrealloc(q->names, (q->n + 1) * sizeof(char *));
+            q->names[q->n++] = xstrdup(o->queues[i]);
+        }
+        return 0;
+    }
+    buf_init(&root, 4096);
+    rc = buf_printf(&root, err, "%s%s_queen/tenant=", o->prefix,
+                    o->prefix[0] != '\0' ? "/" : "");
+    if (rc == 0) {
+        rc = pct_escape(&root, o->tenant, strlen(o->tenant), err);
+    }
+    if (rc == 0) {
+        rc = buf_append_str(&root, "/", err);
+    }
+    q->root_len = root.len;
+    if (rc == 0) {
+        rc = lake_list(b, root.data, lake_collect_queue, q, err);
+    }
+    buf_free(&root);
+    return rc;
+}
+
+static void lake_qlist_free(struct lake_qlist *q)
+{
+    for (size_t i = 0; i < q->n; i++) {
+        free(q->names[i]);
+    }
+    free(q->names);
+}
+
+static int lake_verify(const struct lake_opts *o)
+{
+    struct lake_bucket b;
+    struct lake_qlist q;
+    struct lake_progress prog;
+    struct err err;
+    int rc = 0;
+    bool is_bad = false;
+
+    lake_progress_init(&prog, "verify", 0);
+    lake_bucket_open(&b, o);
+    if (lake_queues(o, &b, &q, &err) != 0) {
+        fprintf(stderr, "queen lake verify: listing the queues: %s\n", err.msg);
+        lake_bucket_close(&b);
+        return 2;
+    }
+    if (q.n == 0) {
+        fprintf(stderr,
+                "queen lake verify: no queue of tenant %s under prefix %s\n",
+                o->tenant, o->prefix);
+        lake_bucket_close(&b);
+        return 2;
+    }
+    if (o->is_json) {
+        printf("{\"tenant\":");
+        lake_json_str(stdout, o->tenant);
+        printf(",\"queues\":[");
+    }
+    for (size_t i = 0; i < q.n; i++) {
+        struct lake_fold f;
+
+        memset(&f, 0, sizeof(f));
+        if (lake_verify_queue(o, &b, q.names[i], &f, &prog, &err) != 0) {
+            fprintf(stderr, "queen lake verify: queue %s: %s\n", q.names[i],
+                    err.msg);
+            rc = 2;
+            lake_fold_free(&f);
+            break;
+        }
+        lake_report(o, q.names[i], &f, stdout, i == 0);
+        is_bad = is_bad || f.violation_count > 0;
+        lake_fold_free(&f);
+    }
+    if (o->is_json) {
+        printf("],\"exact\":%s}\n", !is_bad && rc == 0 ? "true" : "false");
+    }
+    lake_qlist_free(&q);
+    lake_bucket_close(&b);
+    if (fflush(stdout) != 0) {
+        return 2;
+    }
+    return rc != 0 ? rc : is_bad ? 1 : 0;
+}
+
+/* ---- restore ------------------------------------------------------------ */
+
+struct lake_push {
+    struct lake_http http;
+    const char *as;
+    struct buf body;
+    size_t items;
+    size_t max_items;
+    uint64_t queued;
+    uint64_t duplicates;
+    uint64_t records;
+    uint64_t bytes;
+    bool is_failed;
+    struct err err;
+};
+
+static int lake_push_flush(struct lake_push *p)
+{
+    struct json_doc d = {0};
+    int attempt = 0;
+    long st = 0;
+
+    if (p->items == 0) {
+        return 0;
+    }
+    if (buf_append_str(&p->body, "]}", &p->err) != 0) {
+        return 2;
+    }
+    for (;;) {
+        st = lake_http_post(&p->http, "/api/v1/push", p->body.data, p->body.len,
+                            &p->err);
+        if (st == 201 || (st >= 400 && st < 500 && st != 429) ||
+            ++attempt >= 30) {
+            break;
+        }
+        {
+            struct timespec ts = {0, 200000000L * (attempt < 5 ? attempt : 5)};
+
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (st != 201) {
+        if (st != 0) {
+            err_set(&p->err, ERR_REMOTE,
+                    "the broker's push answered %ld: %.300s", st,
+                    p->http.ans.data != NULL ? p->http.ans.data : "");
+        }
+        return 2;
+    }
+    if (json_parse(&d, p->http.ans.data, p->http.ans.len, NULL, &p->err) != 0) {
+        return 2;
+    }
+    for (int i = json_child(&d, 0); i >= 0; i = json_next(&d, i)) {
+        int s = json_obj_get(&d, i, "status");
+
+        if (json_str_eq(&d, s, "queued")) {
+            p->queued++;
+        } else if (json_str_eq(&d, s, "duplicate")) {
+            p->duplicates++;
+        } else {
+            struct slice sp = json_span(&d, i);
+
+            err_set(&p->err, ERR_REMOTE, "the broker refused an item: %.*s",
+                    (int)(sp.len > 300 ? 300 : sp.len), sp.ptr);
+            json_doc_free(&d);
+            return 2;
+        }
+    }
+    json_doc_free(&d);
+    buf_reset(&p->body);
+    p->items = 0;
+    return 0;
+}
+
+static int lake_push_record(void *arg, const struct sink_record *r)
+{
+    struct lake_push *p = arg;
+    struct err *err = &p->err;
+
+    if (p->items == 0 && buf_append_str(&p->body, "{\"items\":[", err) != 0) {
+        p->is_failed = true;
+        return 2;
+    }
+    if ((p->items > 0 && buf_append_byte(&p->body, ',', err) != 0) ||
+        buf_append_str(&p->body, "{\"queue\":", err) != 0 ||
+        json_escape(&p->body, p->as, strlen(p->as), err) != 0 ||
+        buf_append_str(&p->body, ",\"partition\":", err) != 0 ||
+        json_escape(&p->body, r->partition.ptr, r->partition.len, err) != 0 ||
+        buf_append_str(&p->body, ",\"transactionId\":", err) != 0 ||
+        json_escape(&p->body, r->txn.ptr, r->txn.len, err) != 0 ||
+        buf_append_str(&p->body, ",\"payload\":", err) != 0 ||
+        (r->payload.len == 0 ? buf_append_str(&p->body, "null", err)
+                             : buf_append(&p->body, r->payload.ptr,
+                                          r->payload.len, err)) != 0 ||
+        buf_append_byte(&p->body, '}', err) != 0) {
+        p->is_failed = true;
+        return 2;
+    }
+    p->items++;
+    p->records++;
+    p->bytes += r->payload.len;
+    if (p->items >= p->max_items || p->body.len >= LAKE_PUSH_BYTES) {
+        if (lake_push_flush(p) != 0) {
+            p->is_failed = true;
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* The state file: one line "k <K>" naming the last window every record of
+ * which the broker acknowledged. */
+static int64_t lake_state_read(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char line[64] = {0};
+    int64_t k = 0;
+
+    if (f == NULL) {
+        return 0;
+    }
+    if (fgets(line, sizeof(line), f) != NULL && strncmp(line, "k ", 2) == 0) {
+        line[strcspn(line, "\n")] = '\0';
+        if (!lake_int(line + 2, &k)) {
+            k = 0;
+        }
+    }
+    fclose(f);
+    return k;
+}
+
+static int lake_state_write(const char *path, int64_t k, struct err *err)
+{
+    char tmp[4096];
+    FILE *f;
+
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    f = fopen(tmp, "w");
+    if (f == NULL) {
+        return err_set(err, ERR_IO, "%s: %s", tmp, strerror(errno));
+    }
+    fprintf(f, "k %" PRId64 "\n", k);
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
+        fclose(f);
+        return err_set(err, ERR_IO, "%s: %s", tmp, strerror(errno));
+    }
+    fclose(f);
+    if (rename(tmp, path) != 0) {
+        return err_set(err, ERR_IO, "%s: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
+/* One object: checked against its manifest entry, its records pushed. */
+static int lake_restore_object(const struct lake_job *job,
+                               struct lake_push *push,
+                               const struct docs_object *obj,
+                               enum lake_codec codec, struct lake_mem *mem,
+                               struct err *err)
+{
+    char key[4096];
+    uint8_t sum[32];
+    char hex[65];
+    struct s3_object_info info;
+    struct s3_status st;
+
+    snprintf(key, sizeof(key), "%.*s", (int)obj->key.len, obj->key.ptr);
+    if (s3_client_get(job->b->c, key, &mem->body, &info, &st, err) != 0) {
+        return 2;
+    }
+    sha256(mem->body.data, mem->body.len, sum);
+    hex_lower(sum, 32, hex);
+    if (!info.found || memcmp(hex, obj->sha256, 64) != 0) {
+        err_set(err, ERR_CORRUPT,
+                "%s: missing or not the manifest's bytes (run verify)", key);
+        return 2;
+    }
+    if (lake_decode(codec, buf_slice(&mem->body), lake_push_record, push, mem,
+                    err) != 0) {
+        if (push->is_failed) {
+            *err = push->err;
+        }
+        return 2;
+    }
+    return 0;
+}
+
+static void lake_restore_report(const struct lake_opts *o,
+                                const struct lake_push *push, int64_t from,
+                                int64_t last_k)
+{
+    if (o->is_json) {
+        printf("{\"queue\":");
+        lake_json_str(stdout, push->as);
+        printf(",\"fromK\":%" PRId64 ",\"toK\":%" PRId64 ",\"records\":%" PRIu64
+               ",\"queued\":%" PRIu64 ",\"duplicates\":%" PRIu64 "}\n",
+               from, last_k, push->records, push->queued, push->duplicates);
+        return;
+    }
+    printf("restored windows %" PRId64 "..%" PRId64 " of %s into %s: %" PRIu64
+           " records, %" PRIu64 " new, %" PRIu64 " already there\n",
+           from, last_k, o->queues[0], push->as, push->records, push->queued,
+           push->duplicates);
+}
+
+/* Push every record of window k. Returns 0, or 2 (err). */
+static int lake_restore_window(const struct lake_job *job,
+                               struct lake_push *push, int64_t k,
+                               struct lake_mem *mem, struct err *err)
+{
+    struct buf mkey;
+    struct buf raw;
+    struct buf arena;
+    struct docs_manifest m;
+    struct s3_object_info info;
+    struct s3_status st;
+    enum lake_codec codec = LAKE_NONE;
+    const char *ext;
+    const char *desc;
+    int rc = 0;
+
+    memset(&m, 0, sizeof(m));
+    buf_init(&mkey, 4096);
+    buf_init(&raw, (size_t)64 << 20);
+    buf_init(&arena, BUF_UNLIMITED);
+    if (layout_manifest_key(&mkey, &job->lq, k, err) != 0 ||
+        s3_client_get(job->b->c, mkey.data, &raw, &info, &st, err) != 0) {
+        rc = 2;
+    } else if (!info.found ||
+               docs_manifest_decode(raw.data, raw.len, &m, &arena, err) != 0 ||
+               !lake_codec_of(m.format, m.compression, &codec, &ext, &desc)) {
+        err_set(err, ERR_CORRUPT, "%s: not a manifest (run verify)", mkey.data);
+        rc = 2;
+    }
+    for (size_t i = 0; rc == 0 && i < m.n_objects; i++) {
+        rc = lake_restore_object(job, push, &m.objects[i], codec, mem, err);
+    }
+    if (rc == 0 && lake_push_flush(push) != 0) {
+        *err = push->err;
+        rc = 2;
+    }
+    buf_free(&mkey);
+    buf_free(&raw);
+    buf_free(&arena);
+    return rc;
+}
+
+static int lake_restore(const struct lake_opts *o)
+{
+    struct lake_bucket b;
+    struct lake_job job;
+    struct lake_push push;
+    struct lake_progress prog;
+    struct lake_mem mem;
+    struct err err;
+    int64_t from = o->from_k;
+    int64_t last_k = 0;
+    int rc;
+
+    if (o->n_queues != 1 || o->to == NULL) {
+        fprintf(stderr, "queen lake restore: --queue Q (one) and --to URL "
+                        "are required\n");
+        return 2;
+    }
+    lake_bucket_open(&b, o);
+    job = (struct lake_job){o, &b, o->queues[0], {o->prefix, {0}, {0}}};
+    job.lq.tenant = (struct slice){o->tenant, strlen(o->tenant)};
+    job.lq.queue = (struct slice){job.queue, strlen(job.queue)};
+    rc = lake_count(&b, &job.lq, NULL, &last_k, &err);
+    last_k = o->to_k != 0 && o->to_k < last_k ? o->to_k : last_k;
+    if (o->state != NULL && lake_state_read(o->state) + 1 > from) {
+        from = lake_state_read(o->state) + 1;
+    }
+    memset(&push, 0, sizeof(push));
+    lake_http_open(&push.http, o->to, o->token);
+    buf_init(&push.body, BUF_UNLIMITED);
+    push.as = o->as != NULL ? o->as : job.queue;
+    push.max_items = (size_t)o->batch;
+    lake_progress_init(&prog, "restore", last_k - from + 1);
+    lake_mem_init(&mem);
+    for (int64_t k = from; k <= last_k && rc == 0; k++) {
+        rc = lake_restore_window(&job, &push, k, &mem, &err);
+        if (rc == 0 && o->state != NULL &&
+            lake_state_write(o->state, k, &err) != 0) {
+            rc = 2;
+        }
+        lake_progress_show(&prog, k - from + 1, push.records, push.bytes,
+                           false);
+    }
+    if (rc == 0) {
+        lake_progress_show(&prog, prog.total, push.records, push.bytes, true);
+        lake_restore_report(o, &push, from, last_k);
+    } else {
+        fprintf(stderr, "queen lake restore: %s\n", err.msg);
+    }
+    lake_mem_free(&mem);
+    buf_free(&push.body);
+    lake_http_close(&push.http);
+    lake_bucket_close(&b);
+    return rc;
+}
+
+int lake_main(int argc, char **argv)
+{
+    struct lake_opts o;
+    int rc;
+
+    if (argc < 2 ||
+        (strcmp(argv[1], "verify") != 0 && strcmp(argv[1], "restore") != 0)) {
+        lake_usage(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout
+                                                               : stderr);
+        return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
+    }
+    rc = lake_parse(argc, argv, &o);
+    if (rc != 0) {
+        lake_opts_free(&o);
+        return rc;
+    }
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    rc = strcmp(argv[1], "verify") == 0 ? lake_verify(&o) : lake_restore(&o);
+    curl_global_cleanup();
+    lake_opts_free(&o);
+    return rc;
+}

@@ -1,0 +1,168 @@
+/* One JSONL line of the lake read back (docs/design/formats.md §6).
+ *
+ * The envelope is scanned by hand (it has a fixed shape), its two strings
+ * are unescaped with the JSON reader, and then the line is rebuilt with the
+ * sink's writer and compared: whatever the writer would not have written is
+ * refused, so the reader never has to know every spelling rule itself. */
+#include "lake/line.h"
+
+#include <string.h>
+
+#include "base/isotime.h"
+#include "base/json.h"
+#include "sink/jsonl.h"
+
+#define LINE_TS_LEN 27 /* 2026-09-04T10:03:41.918204Z */
+
+static int line_bad(struct err *err, const char *what)
+{
+    return err_set(err, ERR_CORRUPT,
+                   "not the envelope "
+                   "{\"partition\",\"offset\",\"transactionId\",\"ts\","
+                   "\"payload\"}: %s",
+                   what);
+}
+
+static bool line_lit(const char *p, size_t n, size_t *at, const char *lit)
+{
+    size_t k = strlen(lit);
+
+    if (n - *at < k || memcmp(p + *at, lit, k) != 0) {
+        return false;
+    }
+    *at += k;
+    return true;
+}
+
+/* A JSON string starting at p[*at] ('"'): its span, unescaped into out
+ * (appended, NUL-terminated). */
+static int line_string(const char *p, size_t n, size_t *at, struct buf *out,
+                       size_t span[2], struct err *err)
+{
+    size_t i = *at + 1;
+    struct json_doc d = {0};
+    int rc;
+
+    if (*at >= n || p[*at] != '"') {
+        return line_bad(err, "a string is expected");
+    }
+    bool is_plain = true; /* printable ASCII, no escape: copied as is */
+
+    while (i < n && p[i] != '"') {
+        unsigned char c = (unsigned char)p[i];
+
+        is_plain = is_plain && c >= 0x20 && c < 0x7f && c != '\\';
+        i += c == '\\' ? 2 : 1;
+    }
+    if (i >= n) {
+        return line_bad(err, "a string does not end");
+    }
+    if (is_plain) {
+        span[0] = out->len;
+        span[1] = i - *at - 1;
+        if (buf_append(out, p + *at + 1, span[1], err) != 0 ||
+            buf_append_byte(out, '\0', err) != 0) {
+            return err->code;
+        }
+        *at = i + 1;
+        return 0;
+    }
+    rc = json_parse(&d, p + *at, i + 1 - *at, NULL, err);
+    if (rc == 0) {
+        span[0] = out->len;
+        rc = json_get_str(&d, 0, out, err);
+        span[1] = out->len - span[0];
+        if (rc == 0) {
+            rc = buf_append_byte(out, '\0', err);
+        }
+    }
+    json_doc_free(&d);
+    if (rc != 0) {
+        return line_bad(err, "bad JSON string");
+    }
+    *at = i + 1;
+    return 0;
+}
+
+int lake_line_parse(const char *p, size_t n, struct sink_record *r,
+                    struct buf *scratch, struct err *err)
+{
+    size_t at = 0;
+    size_t ps[2] = {0, 0};
+    size_t tx[2] = {0, 0};
+    int64_t off = 0;
+    bool is_neg = false;
+    size_t digits = 0;
+    int rc;
+
+    buf_reset(scratch);
+    if (!line_lit(p, n, &at, "{\"partition\":") ||
+        line_string(p, n, &at, scratch, ps, err) != 0) {
+        return line_bad(err, "no partition");
+    }
+    if (!line_lit(p, n, &at, ",\"offset\":")) {
+        return line_bad(err, "no offset");
+    }
+    if (at < n && p[at] == '-') {
+        is_neg = true;
+        at++;
+    }
+    while (at < n && p[at] >= '0' && p[at] <= '9' && digits < 19) {
+        off = off * 10 + (p[at] - '0');
+        at++;
+        digits++;
+    }
+    if (digits == 0) {
+        return line_bad(err, "offset is not an integer");
+    }
+    if (is_neg) {
+        off = -off;
+    }
+    if (!line_lit(p, n, &at, ",\"transactionId\":") ||
+        line_string(p, n, &at, scratch, tx, err) != 0) {
+        return line_bad(err, "no transactionId");
+    }
+    if (!line_lit(p, n, &at, ",\"ts\":\"") || n - at < LINE_TS_LEN + 1) {
+        return line_bad(err, "no ts");
+    }
+    if (!isotime_parse_us(p + at, LINE_TS_LEN, &r->ts) ||
+        p[at + LINE_TS_LEN] != '"') {
+        return err_set(err, ERR_CORRUPT, "ts %.*s is not ISO with 6 digits",
+                       (int)LINE_TS_LEN, p + at);
+    }
+    at += LINE_TS_LEN + 1;
+    if (!line_lit(p, n, &at, ",\"payload\":") || n - at < 2 ||
+        p[n - 1] != '}') {
+        return line_bad(err, "no payload");
+    }
+    if (buf_reserve(scratch, 6 * at + 64, err) != 0) {
+        return err->code;
+    }
+    r->partition = (struct slice){scratch->data + ps[0], ps[1]};
+    r->offset = off;
+    r->txn = (struct slice){scratch->data + tx[0], tx[1]};
+    r->payload = (struct slice){p + at, n - 1 - at};
+    if (memchr(r->payload.ptr, '\n', r->payload.len) != NULL ||
+        memchr(r->payload.ptr, '\r', r->payload.len) != NULL ||
+        json_validate(r->payload.ptr, r->payload.len, JSON_MAX_DEPTH_DEFAULT,
+                      err) != 0) {
+        return err_set(err, ERR_CORRUPT, "payload is not JSON");
+    }
+    /* (1): the writer's bytes for this record must be the line's. The
+     * payload is the line's own (checked above), so only the envelope is
+     * rebuilt, into scratch after the strings (room reserved before the
+     * slices were taken: an escape writes at most 6 bytes per byte); the
+     * writer's line for an empty payload ends "null}\n". */
+    {
+        struct sink_record head = *r;
+        size_t from = scratch->len;
+
+        head.payload = (struct slice){NULL, 0};
+        rc = jsonl_line(scratch, &head, err);
+        if (rc != 0 || scratch->len - from != at + 6 ||
+            memcmp(scratch->data + from, p, at) != 0) {
+            return err_set(err, ERR_CORRUPT, "envelope is not byte-exact");
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,27 @@
+/* One JSONL line of the lake read back (docs/design/formats.md §6): the
+ * envelope {"partition","offset","transactionId","ts","payload"} parsed and
+ * checked byte for byte against what the sink's own writer (jsonl_line)
+ * makes of the parsed record. Pure: no I/O.
+ *   (1) A line is accepted only when jsonl_line() of the record it parses
+ *       to gives back exactly its bytes (plus the LF): keys in order, no
+ *       space, strings escaped as the writer escapes them, ts ISO with 6
+ *       digits, and a payload that is one JSON text with no raw LF or CR.
+ *   (2) The record's slices point into the line (payload) or into scratch
+ *       (partition, transactionId: unescaped); both must outlive it. */
+#ifndef QUEEN_LAKE_LINE_H
+#define QUEEN_LAKE_LINE_H
+
+#include <stddef.h>
+
+#include "base/buf.h"
+#include "base/err.h"
+#include "sink/record.h"
+
+/* Parse line p[0..n) (without its LF) into r. scratch is reset and holds
+ * the unescaped strings afterwards. Returns 0, or ERR_CORRUPT with the
+ * reason ("not the envelope ...", "ts ... is not ISO with 6 digits",
+ * "payload is not JSON", "envelope is not byte-exact"). */
+int lake_line_parse(const char *p, size_t n, struct sink_record *r,
+                    struct buf *scratch, struct err *err);
+
+#endif

@@ -1,0 +1,380 @@
+"""`queen lake verify` and `queen lake restore` (docs/lake.md) against real
+processes: an s3rver bucket behind the signing proxy and real brokers.
+
+- The nine record damages of the verifier's self-test, made to a lake built
+  from a real broker's log: the tool and tests/e2e/lake.py both refuse each,
+  naming the same window and key (or the same record).
+- Lakes the sink wrote, in every format and codec, both layouts and two
+  alignments: the tool finds them exact, from the bucket and with --broker.
+- --broker: a record deleted from an object (manifest rewritten to match)
+  is "in the log, not in the lake"; one added is "in the lake, not in the
+  log".
+- restore into a fresh broker twice, then the lake that broker's sink
+  writes, verified with --broker: exact; a restore killed with kill -9
+  halfway and run again: every record once."""
+import copy
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+import lake
+import test_lake_selftest as st
+from sinkenv import PREFIX, TENANT, sink_env, wait_until
+
+CREDS = {"QUEEN_S3_ACCESS_KEY": "queen",
+         "QUEEN_S3_SECRET_KEY": "queen-secret-key"}
+
+
+def queen_bin():
+    return os.environ.get("QUEEN_BIN") or os.path.join(
+        os.environ.get("QUEEN_ROOT", "."), "build", "queen")
+
+
+def tool(bucket, *args, check=None, timeout=300):
+    """Run `queen lake ...` against bucket; returns the CompletedProcess."""
+    env = dict(os.environ, **CREDS)
+    for k in ("QUEEN_S3_ENDPOINT", "QUEEN_S3_BUCKET", "QUEEN_S3_PREFIX"):
+        env.pop(k, None)
+    cmd = [queen_bin(), "lake", args[0], "--endpoint", bucket.endpoint,
+           "--bucket", "lake", "--path-style", *args[1:]]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    if check is not None:
+        assert p.returncode == check, (p.returncode, p.stdout, p.stderr)
+    return p
+
+
+def verify_json(bucket, *args, check=None):
+    p = tool(bucket, "verify", "--json", *args, check=check)
+    assert p.stdout, p.stderr
+    return p.returncode, json.loads(p.stdout)
+
+
+def url(node):
+    return "http://127.0.0.1:%d" % node.port
+
+
+def push_all(node, items, chunk=200):
+    acked = []
+    for i in range(0, len(items), chunk):
+        part = items[i:i + chunk]
+        r = node.request("POST", "/api/v1/push", body=lake.push_body(part))
+        assert r.status == 201, r
+        acked += lake.acked_from_push(part, r.json())
+    return acked
+
+
+# ---------------------------------------------------------------------------
+# The self-test's damages, on a lake built from a real broker's log
+
+QUEUE = st.QUEUE
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory):
+    """A broker (no sink) holding the self-test's records, pushed one
+    window at a time, and the bucket; the windows rebuilt from the log with
+    the broker's own stamps, so the broker's log is their truth."""
+    from bucket import TestBucket
+    from queenproc import Broker
+    tmp = tmp_path_factory.mktemp("lake-tool")
+    b = TestBucket(buckets=["lake"], workdir=str(tmp / "bucket")).start()
+    node = Broker(str(tmp / "data"))
+    os.makedirs(node.data_dir)
+    node.start()
+    try:
+        shapes, _ = st.build_records()
+        acked, rounds = [], []
+        for _, _, recs in shapes:
+            items = [{"queue": QUEUE, "partition": p, "transactionId": txn,
+                      "payload": v.strip() if v is not None else b"null"}
+                     for p, _, txn, _, v in sorted(recs, key=lambda r: r[1])]
+            got = push_all(node, items)
+            assert len(got) == len(items)
+            acked += got
+            rounds.append({(p, o) for p, o, _, _ in got})
+        log = lake.broker_log(node, QUEUE, st.PARTITIONS)
+        windows = []
+        for i, keys in enumerate(rounds):
+            recs = sorted(((p, o, log.records[(p, o)][1],
+                            log.records[(p, o)][0], log.records[(p, o)][2])
+                           for p, o in keys),
+                          key=lambda r: (r[0].encode(), r[1]))
+            windows.append([min(r[3] for r in recs), None, recs])
+        for i in range(len(windows)):
+            windows[i][1] = windows[i + 1][0] if i + 1 < len(windows) else \
+                max(r[3] for r in windows[i][2]) + 1
+        windows = [tuple(w) for w in windows]
+        yield b, node, windows, acked, log
+    finally:
+        node.stop()
+        b.stop()
+
+
+def put_lake(bucket, prefix, windows, **kw):
+    c = bucket.boto3()
+    opts = dict(compression="gzip", align="none",
+                writer="queen-s3/2.0.0 jsonl+gzip")
+    opts.update(kw)
+    lake.make_lake(lambda k, body: c.put_object(Bucket="lake", Key=k,
+                                                Body=body),
+                   prefix, TENANT, QUEUE, windows, **opts)
+    return lake.Boto3Reader(c, "lake")
+
+
+def first_violation(bucket, prefix, node):
+    rc, out = verify_json(bucket, "--prefix", prefix, "--queue", QUEUE,
+                          "--broker", url(node))
+    assert rc == 1, out
+    (q,) = out["queues"]
+    assert not q["exact"] and q["violations"], out
+    return q["violations"][0]
+
+
+NINE = [st.damage_payload, st.damage_txn, st.damage_duplicate,
+        st.damage_missing, st.damage_order, st.damage_ts, st.damage_tiling,
+        st.damage_moved_to_next_window, st.damage_copied_to_a_later_window]
+
+
+def test_the_nine_damages_are_refused_by_both_verifiers(logged):
+    b, node, windows, acked, log = logged
+    r = put_lake(b, "good", windows)
+    lake.verify_queue(r, "good", TENANT, QUEUE, acked, compression="gzip",
+                      align="none", log=log)
+    rc, out = verify_json(b, "--prefix", "good", "--queue", QUEUE,
+                          "--broker", url(node))
+    assert rc == 0 and out["exact"], out
+    assert out["queues"][0]["records"] == len(acked)
+    assert out["queues"][0]["stampsChecked"] == len(acked)
+    for damage in NINE:
+        w = copy.deepcopy(windows)
+        damage(w)
+        prefix = "d-" + damage.__name__[len("damage_"):]
+        r = put_lake(b, prefix, w)
+        with pytest.raises(lake.LakeError) as e:
+            lake.verify_queue(r, prefix, TENANT, QUEUE, acked,
+                              compression="gzip", align="none", log=log)
+        theirs = e.value.reason
+        ours = first_violation(b, prefix, node)
+        # The window and the key (or the record) the Python verifier
+        # names, the tool names too.
+        keys = [lake.data_key(prefix, TENANT, QUEUE, k, w[k - 1][0],
+                              w[k - 1][1], compression="gzip", align="none")
+                for k in (1, 2, 3)]
+        named = [k for k in (1, 2, 3) if keys[k - 1] in theirs]
+        if damage is st.damage_tiling:
+            assert "windows 1 and 2 do not tile" in theirs, theirs
+            assert ours.startswith("window 2: ") and \
+                "windows 1 and 2 do not tile" in ours, ours
+            continue
+        if damage is st.damage_missing:
+            p, o = windows[2][2][-1][0], windows[2][2][-1][1]
+            rec = "%r/%d" % (p, o)
+            assert rec in theirs and "not in the lake" in theirs, theirs
+            assert ours.startswith("window 3: ") and \
+                "%s/%d is in the log, not in the lake" % (p, o) in ours, ours
+            continue
+        assert named, theirs
+        k = named[-1]  # the window where the damage shows (the later one)
+        assert ours.startswith("window %d: %s" % (k, keys[k - 1])), \
+            (damage.__name__, ours, theirs)
+
+
+def test_records_deleted_and_added_are_found_with_the_broker(logged):
+    b, node, windows, acked, log = logged
+    # A record deleted from the middle of window 2's object: the manifest
+    # matches the object (make_lake writes both).
+    w = copy.deepcopy(windows)
+    gone = w[1][2].pop(4)
+    put_lake(b, "deleted", w)
+    rc, out = verify_json(b, "--prefix", "deleted", "--queue", QUEUE)
+    assert rc == 1, out  # from the bucket alone: offsets not contiguous
+    assert "offsets %d..%d are neither in the lake nor lost" % (
+        gone[1], gone[1]) in out["queues"][0]["violations"][0], out
+    ours = first_violation(b, "deleted", node)
+    assert "record %s/%d is in the log, not in the lake" % gone[:2] in ours, \
+        ours
+    # A record added after the last of its partition, inside window 3.
+    w = copy.deepcopy(windows)
+    p = st.PARTITIONS[0]
+    top = max(r for q, r in log.records if q == p)
+    ts = max(r[3] for r in w[2][2] if r[0] == p)
+    w[2][2].append((p, top + 1, "added-by-hand", ts, b'{"x":1}'))
+    w[2][2].sort(key=lambda r: (r[0].encode(), r[1]))
+    put_lake(b, "added", w)
+    tool(b, "verify", "--prefix", "added", "--queue", QUEUE, check=0)
+    ours = first_violation(b, "added", node)
+    assert ours.startswith("window 3: ") and \
+        "record %s/%d is in the lake, not in the log" % (p, top + 1) in ours, \
+        ours
+
+
+# ---------------------------------------------------------------------------
+# Lakes the sink wrote
+
+SINK_LAKES = [
+    dict(QUEEN_S3_FORMAT="jsonl", QUEEN_S3_COMPRESSION="zstd"),
+    dict(QUEEN_S3_FORMAT="jsonl", QUEEN_S3_COMPRESSION="gzip",
+         QUEEN_S3_LAYOUT="per-partition", QUEEN_S3_ALIGN="hour"),
+    dict(QUEEN_S3_FORMAT="jsonl", QUEEN_S3_COMPRESSION="none",
+         QUEEN_S3_ALIGN="day"),
+    dict(QUEEN_S3_FORMAT="parquet", QUEEN_S3_PARQUET_CODEC="zstd",
+         QUEEN_S3_LAYOUT="per-partition"),
+    dict(QUEEN_S3_FORMAT="parquet", QUEEN_S3_PARQUET_CODEC="snappy",
+         QUEEN_S3_ALIGN="hour"),
+]
+
+
+def sink_lake(bucket, broker_factory, rounds=3, per_round=30, queue="orders",
+              **over):
+    node = broker_factory(env=sink_env(bucket, QUEEN_S3_QUEUES=queue, **over))
+    reader = lake.bucket_reader(bucket)
+    acked = []
+    for r in range(rounds):
+        items = [{"queue": queue, "partition": "p-%d" % (i % 4),
+                  "payload": b'{"r":%d,"i":%d,"s":"\\u00e9\xc3\xa9 %s"}'
+                  % (r, i, b"x" * (i % 7))}
+                 for i in range(per_round)]
+        acked += push_all(node, items)
+        wait_until(lambda: lake.count_records(reader, PREFIX, TENANT, queue)
+                   == len(acked), 60, "round %d in the lake" % r,
+                   interval=0.1)
+    return node, acked
+
+
+@pytest.mark.parametrize("over", SINK_LAKES,
+                         ids=["-".join(v.lower() for v in o.values())
+                              for o in SINK_LAKES])
+def test_lakes_the_sink_wrote_are_exact(bucket, broker_factory, over):
+    node, acked = sink_lake(bucket, broker_factory, **over)
+    rc, out = verify_json(bucket, check=0)  # every queue under the prefix
+    (q,) = out["queues"]
+    assert q["queue"] == "orders" and q["exact"] and q["records"] == \
+        len(acked), out
+    assert q["windows"] >= 3 and q["violations"] == []
+    rc, out = verify_json(bucket, "--queue", "orders", "--broker", url(node),
+                          check=0)
+    assert out["queues"][0]["stampsChecked"] == len(acked)
+    # A window range, and the human summary.
+    p = tool(bucket, "verify", "--queue", "orders", "--from-k", "2",
+             "--to-k", "2", check=0)
+    assert "queue orders: exact" in p.stdout and "windows 2..2" in p.stdout
+
+
+def test_verify_cannot_run_without_a_bucket_or_flags(bucket):
+    p = tool(bucket, "verify", "--queue", "nothing-here")
+    assert p.returncode == 2 and "no manifest" in p.stderr, p
+    p = subprocess.run([queen_bin(), "lake", "verify"], capture_output=True,
+                       text=True, env={"PATH": os.environ.get("PATH", "")})
+    assert p.returncode == 2 and "--endpoint and --bucket" in p.stderr
+    p = subprocess.run([queen_bin(), "lake", "verify", "--endpoint",
+                        "http://127.0.0.1:1", "--bucket", "lake",
+                        "--secret-key", "s3cr3t-never-printed"],
+                       capture_output=True, text=True, timeout=120,
+                       env={"PATH": os.environ.get("PATH", "")})
+    assert p.returncode == 2, p
+    assert "s3cr3t-never-printed" not in p.stdout + p.stderr
+
+
+# ---------------------------------------------------------------------------
+# restore
+
+def log_records(node, queue, partitions):
+    """{(partition, offset): (txn, payload)} of the broker's log."""
+    got = lake.broker_log(node, queue, partitions)
+    return {k: (v[1], v[2]) for k, v in got.records.items()}
+
+
+def test_restore_twice_then_the_new_lake_is_exact(bucket, broker_factory):
+    src, acked = sink_lake(bucket, broker_factory)
+    parts = sorted({a[0] for a in acked})
+    want = log_records(src, "orders", parts)
+    dst = broker_factory(env=sink_env(bucket, QUEEN_S3_PREFIX="restored",
+                                      QUEEN_S3_QUEUES="copy"))
+    p = tool(bucket, "restore", "--queue", "orders", "--as", "copy", "--to",
+             url(dst), "--json", check=0)
+    first = json.loads(p.stdout)
+    assert first["records"] == len(acked) and first["queued"] == len(acked)
+    p = tool(bucket, "restore", "--queue", "orders", "--as", "copy", "--to",
+             url(dst), "--json", check=0)
+    again = json.loads(p.stdout)
+    assert again["queued"] == 0 and again["duplicates"] == len(acked), again
+    assert log_records(dst, "copy", parts) == want
+    reader = lake.bucket_reader(bucket)
+    wait_until(lambda: lake.count_records(reader, "restored", TENANT, "copy")
+               == len(acked), 60, "the restored queue's lake", interval=0.1)
+    rc, out = verify_json(bucket, "--prefix", "restored", "--queue", "copy",
+                          "--broker", url(dst), check=0)
+    assert out["queues"][0]["records"] == len(acked)
+    assert out["queues"][0]["stampsChecked"] == len(acked)
+
+
+def test_restore_killed_halfway_then_run_again_is_exact(bucket,
+                                                        broker_factory,
+                                                        tmp_path):
+    src, acked = sink_lake(bucket, broker_factory, rounds=3, per_round=200)
+    parts = sorted({a[0] for a in acked})
+    want = log_records(src, "orders", parts)
+    dst = broker_factory()
+    state = str(tmp_path / "restore.state")
+    env = dict(os.environ, **CREDS)
+    cmd = [queen_bin(), "lake", "restore", "--endpoint", bucket.endpoint,
+           "--bucket", "lake", "--path-style", "--queue", "orders", "--to",
+           url(dst), "--batch", "1", "--state", state]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+    def pushed():
+        n = 0
+        for p in parts:
+            e = dst.fetch_one("orders", p, 0)
+            n += e.get("highWatermark", 0)
+        return n
+
+    try:
+        wait_until(lambda: pushed() >= 50, 60, "the restore under way",
+                   interval=0.01)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    halfway = pushed()
+    assert 0 < halfway < len(acked), halfway  # killed halfway
+    p = subprocess.run(cmd + ["--json"], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["queued"] < len(acked), out  # it went on, it did not redo
+    assert log_records(dst, "orders", parts) == want  # every record once
+    # Run again: the state file says everything is done.
+    p = subprocess.run(cmd + ["--json"], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0 and json.loads(p.stdout)["records"] == 0
+
+
+def test_a_checkpoint_off_by_one_is_refused_by_both(bucket, broker_factory):
+    node, acked = sink_lake(bucket, broker_factory)
+    reader = lake.bucket_reader(bucket)
+    got = lake.wait_queue(reader, PREFIX, TENANT, "orders", acked, 30,
+                          align="none", checkpoint_every=2)
+    k = got["checkpoints"][0]
+    key = lake.checkpoint_key(PREFIX, TENANT, "orders", k)
+    c = bucket.boto3()
+    doc = json.loads(lake.decompress(reader.read(key), "zstd", key))
+    doc["positions"][0][1] += 1
+    c.put_object(Bucket="lake", Key=key,
+                 Body=lake.compress(lake.compact(doc), "zstd"))
+    with pytest.raises(lake.LakeError, match="positions do not match the "
+                       "manifests") as e:
+        lake.verify_queue(reader, PREFIX, TENANT, "orders", acked,
+                          align="none", checkpoint_every=2)
+    assert key in e.value.reason
+    rc, out = verify_json(bucket, "--queue", "orders")
+    assert rc == 1, out
+    v = out["queues"][0]["violations"]
+    assert len(v) == 1 and v[0].startswith("window %d: %s: positions do not "
+                                           "match the manifests" % (k, key)), v

@@ -1,0 +1,90 @@
+/* lake_line_parse (src/lake/line.h): the sink's own lines are read back,
+ * and anything its writer would not have written is refused. */
+#include <string.h>
+
+#include "harness.h"
+#include "lake/line.h"
+#include "sink/jsonl.h"
+
+static int parse(const char *s, struct sink_record *r, struct buf *scratch,
+                 struct err *err)
+{
+    return lake_line_parse(s, strlen(s), r, scratch, err);
+}
+
+TEST(the_format_vector_parses)
+{
+    const char *s = "{\"partition\":\"cust-0420\",\"offset\":1811,"
+                    "\"transactionId\":\"ord-9f21\",\"ts\":\"2026-09-04T10:"
+                    "03:41.918204Z\",\"payload\":{\"type\":\"paid\","
+                    "\"amount\":1290}}";
+    struct buf scratch;
+    struct sink_record r;
+    struct err err;
+
+    buf_init(&scratch, BUF_UNLIMITED);
+    EXPECT_EQ_I64(parse(s, &r, &scratch, &err), 0);
+    EXPECT_MEM_EQ(r.partition.ptr, r.partition.len, "cust-0420", 9);
+    EXPECT_EQ_I64(r.offset, 1811);
+    EXPECT_MEM_EQ(r.txn.ptr, r.txn.len, "ord-9f21", 8);
+    EXPECT_EQ_I64(r.ts, 1788516221918204LL);
+    EXPECT_MEM_EQ(r.payload.ptr, r.payload.len,
+                  "{\"type\":\"paid\",\"amount\":1290}", 29);
+    buf_free(&scratch);
+}
+
+TEST(escapes_round_trip_through_the_writer)
+{
+    struct sink_record in = {
+        {"p \"q\"\x01\xc3\xa9/", 10}, 7, {"t\\\n", 3}, 0, {"", 0}};
+    struct buf line;
+    struct buf scratch;
+    struct sink_record r;
+    struct err err;
+
+    buf_init(&line, BUF_UNLIMITED);
+    buf_init(&scratch, BUF_UNLIMITED);
+    EXPECT_EQ_I64(jsonl_line(&line, &in, &err), 0);
+    EXPECT_EQ_I64(lake_line_parse(line.data, line.len - 1, &r, &scratch, &err),
+                  0);
+    EXPECT_MEM_EQ(r.partition.ptr, r.partition.len, in.partition.ptr, 10);
+    EXPECT_MEM_EQ(r.txn.ptr, r.txn.len, in.txn.ptr, 3);
+    EXPECT_MEM_EQ(r.payload.ptr, r.payload.len, "null", 4);
+    buf_free(&line);
+    buf_free(&scratch);
+}
+
+TEST(what_the_writer_would_not_write_is_refused)
+{
+    static const char *const bad[] = {
+        /* a space, keys out of order, a key missing */
+        "{\"partition\": \"p\",\"offset\":0,\"transactionId\":\"t\","
+        "\"ts\":\"2026-09-04T10:03:41.918204Z\",\"payload\":1}",
+        "{\"offset\":0,\"partition\":\"p\",\"transactionId\":\"t\","
+        "\"ts\":\"2026-09-04T10:03:41.918204Z\",\"payload\":1}",
+        "{\"partition\":\"p\",\"offset\":0,\"transactionId\":\"t\","
+        "\"ts\":\"2026-09-04T10:03:41.918204Z\"}",
+        /* an escape the writer does not use, a leading zero */
+        "{\"partition\":\"\\u0070\",\"offset\":0,\"transactionId\":\"t\","
+        "\"ts\":\"2026-09-04T10:03:41.918204Z\",\"payload\":1}",
+        "{\"partition\":\"p\",\"offset\":01,\"transactionId\":\"t\","
+        "\"ts\":\"2026-09-04T10:03:41.918204Z\",\"payload\":1}",
+        /* ts with 3 digits, a payload that is not JSON */
+        "{\"partition\":\"p\",\"offset\":0,\"transactionId\":\"t\","
+        "\"ts\":\"2026-09-04T10:03:41.918Z\",\"payload\":1}",
+        "{\"partition\":\"p\",\"offset\":0,\"transactionId\":\"t\","
+        "\"ts\":\"2026-09-04T10:03:41.918204Z\",\"payload\":{\"a\":}}",
+        "",
+        "{",
+        "not json at all",
+    };
+    struct buf scratch;
+    struct sink_record r;
+    struct err err;
+
+    buf_init(&scratch, BUF_UNLIMITED);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        EXPECT_EQ_I64(parse(bad[i], &r, &scratch, &err), ERR_CORRUPT);
+    }
+    buf_free(&scratch);
+}
