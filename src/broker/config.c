@@ -328,6 +328,17 @@ int config_parse_peers(const char *s, struct config_peer *out, struct err *err)
     }
 }
 
+/* QUEEN_ENCRYPTION_KEY (reference §1.10): a bad key disables encryption,
+ * never the boot (config_warn_key says so). */
+static void set_key(struct config *c, const char *v)
+{
+    c->enc_key_set = aead_key_parse(v, c->enc_key);
+    c->enc_key_bad = *v != '\0' && !c->enc_key_set;
+    if (!c->enc_key_set) {
+        memset(c->enc_key, 0, sizeof(c->enc_key));
+    }
+}
+
 /* Parse v into the row's field; on failure err->msg says why (no name). */
 static int cfg_apply(const struct cfg_row *r, struct config *c, const char *v,
                      struct err *err)
@@ -398,12 +409,7 @@ static int cfg_apply(const struct cfg_row *r, struct config *c, const char *v,
         snprintf(field, (size_t)r->max + 1, "%s", v);
         return 0;
     case CFG_KEY:
-        /* Reference §1.10: a bad key disables encryption, never the boot. */
-        c->enc_key_set = aead_key_parse(v, c->enc_key);
-        c->enc_key_bad = *v != '\0' && !c->enc_key_set;
-        if (!c->enc_key_set) {
-            memset(c->enc_key, 0, sizeof(c->enc_key));
-        }
+        set_key(c, v);
         return 0;
     case CFG_BOOL:
         if (!sink_parse_bool(v, (bool *)field)) {

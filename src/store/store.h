@@ -122,6 +122,11 @@ struct store_fetch_req {
     struct slice partition; /* borrowed; the caller defaults it to "Default" */
     int64_t offset;         /* >= 0 (the caller refuses negative offsets) */
     uint64_t max_bytes;     /* the caller clamps it to 1..8 MiB */
+    /* A sealed payload that does not open under the store's key comes back
+     * as stored (false: POST /api/v1/fetch, reference §1.3) or as a JSON
+     * string of its stored bytes (true: the sink, so the lake holds text,
+     * never an envelope object; docs/s3-sink.md). */
+    bool unopened_as_string;
 };
 
 struct store_record {
@@ -132,7 +137,8 @@ struct store_record {
     /* The stored bytes verbatim, or for a sealed payload (an envelope,
      * docs/design/formats.md §11) that opens under the store's key, the
      * plaintext; len 0 = empty (null). An envelope that does not open is
-     * returned as stored (store_fetch says why once a minute). */
+     * returned as stored, or as a JSON string of it when the request asks
+     * (unopened_as_string); store_fetch says why once a minute. */
     struct slice payload;
 };
 

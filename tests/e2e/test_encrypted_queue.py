@@ -202,3 +202,33 @@ def test_a_node_with_another_key_returns_the_envelope_and_warns(
     node.extra_env["QUEEN_ENCRYPTION_KEY"] = KEY
     node.start()
     assert fetched(node, ENC, ["p0", "p1"]) == want
+
+
+def test_a_sink_without_the_key_writes_the_stored_bytes_as_a_json_string(
+        sink_node, bucket):
+    """docs/s3-sink.md: a payload the node cannot decrypt is written to the
+    lake as a JSON string of its stored bytes (fetch answers the envelope
+    object itself)."""
+    node = sink_node({"QUEEN_ENCRYPTION_KEY": KEY,
+                      "QUEEN_S3_QUEUES": "elsewhere",
+                      "QUEEN_S3_COMPRESSION": "none"})
+    configure(node, ENC, encryptionEnabled=True)
+    acked = push(node, ENC, shapes("LOCKED", 0), 0)
+    node.stop()
+    node.extra_env.update({"QUEEN_ENCRYPTION_KEY": OTHER_KEY,
+                           "QUEEN_S3_QUEUES": ENC})
+    node.start()
+    stored = fetched(node, ENC, ["p0", "p1"])
+    assert set(stored) == {(p, o) for p, o, _, _ in acked}
+    reader = lake.bucket_reader(bucket)
+    wait_until(lambda: lake.count_records(reader, PREFIX, TENANT, ENC) ==
+               len(acked), 90, "the lake to hold every record")
+    seen, lost = lake.records_and_lost(reader, PREFIX, TENANT, ENC, "none")
+    assert lost == [] and set(seen) == set(stored)
+    for pos, (_, payload, _, _) in seen.items():
+        text = rawjson.parse(payload).plain()
+        assert isinstance(text, str), payload[:200]
+        assert text.encode() == stored[pos]
+        assert sorted(rawjson.parse(stored[pos]).plain()) == \
+            ["authTag", "encrypted", "iv"]
+    assert OTHER_KEY not in node.stderr() and KEY not in node.stderr()
