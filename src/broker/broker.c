@@ -228,6 +228,9 @@ static int broker_open_node(struct broker *b, struct err *err)
         store_open(&b->store, dir, 0, err) != 0) {
         return err->code;
     }
+    if (b->cfg->enc_key_set) {
+        store_set_seal_key(b->store, b->cfg->enc_key); /* reads open */
+    }
     memset(&nc, 0, sizeof(nc));
     b->kv = kv_service_new(b->store);
     nc.handlers[CMD_KV] = kv_service_apply;
@@ -318,6 +321,8 @@ static int broker_open_http(struct broker *b, struct err *err)
         snprintf(p->http, sizeof(p->http), "%s", b->cfg->peers[i].http);
     }
     b->api.is_tenancy_header = b->cfg->tenancy_header;
+    b->api.has_seal_key = b->cfg->enc_key_set; /* pushes seal */
+    memcpy(b->api.seal_key, b->cfg->enc_key, sizeof(b->api.seal_key));
     b->api.is_sink_kv_writable = b->cfg->kv_unsafe_sink_writes;
     if (b->cfg->kv_unsafe_sink_writes) {
         log_warn("broker",

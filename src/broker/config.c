@@ -17,6 +17,7 @@
 #include <strings.h>
 
 #include "api/auth.h"
+#include "base/aead.h"
 #include "base/env.h"
 #include "base/log.h"
 #include "http/tls.h"
@@ -35,6 +36,8 @@ enum cfg_type {
     CFG_BOOL,     /* true|1|yes|on or false|0|no|off, any case */
     CFG_PEERS,    /* QUEEN_RAFT_PEERS (config_parse_peers); empty = none */
     CFG_SECRET,   /* a string up to max bytes; empty = none; never echoed */
+    CFG_KEY,      /* QUEEN_ENCRYPTION_KEY: 64 hex, else unset with a warning;
+                     never refused, never echoed */
 };
 
 struct cfg_row {
@@ -119,6 +122,11 @@ static const struct cfg_row cfg_rows[] = {
         "plain HTTP)"),
     ROW("QUEEN_TLS_KEY", CFG_FILE, "", OFF(tls_key), 0, CONFIG_PATH_MAX - 1,
         false, "PEM private key of QUEEN_TLS_CERT, unencrypted"),
+    ROW("QUEEN_ENCRYPTION_KEY", CFG_KEY, "", OFF(enc_key_set), 0, 0, true,
+        "64 hex characters (32 bytes): seals the payloads of queues with "
+        "encryptionEnabled and control-plane S3 secrets with AES-256-GCM; the "
+        "same on every node (unset or malformed: a warning, and those queues "
+        "store plaintext)"),
     ROW("QUEEN_AUTH_TOKENS", CFG_FILE, "", OFF(auth_tokens), 0,
         CONFIG_PATH_MAX - 1, false,
         "file of bearer tokens, one a line, each optionally followed by the "
@@ -320,6 +328,17 @@ int config_parse_peers(const char *s, struct config_peer *out, struct err *err)
     }
 }
 
+/* QUEEN_ENCRYPTION_KEY (reference §1.10): a bad key disables encryption,
+ * never the boot (config_warn_key says so). */
+static void set_key(struct config *c, const char *v)
+{
+    c->enc_key_set = aead_key_parse(v, c->enc_key);
+    c->enc_key_bad = *v != '\0' && !c->enc_key_set;
+    if (!c->enc_key_set) {
+        memset(c->enc_key, 0, sizeof(c->enc_key));
+    }
+}
+
 /* Parse v into the row's field; on failure err->msg says why (no name). */
 static int cfg_apply(const struct cfg_row *r, struct config *c, const char *v,
                      struct err *err)
@@ -388,6 +407,9 @@ static int cfg_apply(const struct cfg_row *r, struct config *c, const char *v,
                            r->max);
         }
         snprintf(field, (size_t)r->max + 1, "%s", v);
+        return 0;
+    case CFG_KEY:
+        set_key(c, v);
         return 0;
     case CFG_BOOL:
         if (!sink_parse_bool(v, (bool *)field)) {
@@ -529,6 +551,7 @@ int config_load(struct config *c, config_getenv_fn get, void *ctx,
         return err->code;
     }
     *c = tmp;
+    explicit_bzero(&tmp, sizeof(tmp)); /* the encryption key */
     return 0;
 }
 
@@ -654,6 +677,15 @@ static void help_row(FILE *f, const char *name, const char *def,
 {
     fprintf(f, "%-31s default %-14s %s\n", name,
             def[0] != '\0' ? def : "(derived)", help);
+}
+
+void config_warn_key(const struct config *c)
+{
+    if (c->enc_key_bad) {
+        log_warn("boot", "QUEEN_ENCRYPTION_KEY is not 64 hex characters: "
+                         "payload encryption is disabled and queues with "
+                         "encryptionEnabled store plaintext");
+    }
 }
 
 void config_help(FILE *f)

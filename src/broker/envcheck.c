@@ -33,6 +33,7 @@ static const char *const known[] = {
     "QUEEN_TLS_CERT",
     "QUEEN_TLS_KEY",
     "QUEEN_AUTH_TOKENS",
+    "QUEEN_ENCRYPTION_KEY",
     "QUEEN_TEST_MODE",
     "QUEEN_STRICT_CONFIG",
     "QUEEN_S3_EMBEDDED",
@@ -79,9 +80,6 @@ struct unsupported {
 };
 
 static const struct unsupported unsupported[] = {
-    {"QUEEN_ENCRYPTION_KEY", true,
-     "payload encryption at rest is not built; queues would be stored in "
-     "clear. Unset it to store payloads unencrypted"},
     {"QUEEN_RAFT_CLIENT_OFFLOAD", false, "not built"},
     {"QUEEN_RAFT_ENTRY_MAX_BYTES", false, "not built"},
     {"QUEEN_RAFT_REPLICATOR", false, "not built"},

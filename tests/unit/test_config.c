@@ -408,3 +408,37 @@ TEST(snapshot_spacing_is_automatic_or_at_least_64_entries)
     EXPECT(strstr(err.msg, "QUEEN_RAFT_SNAPSHOT_THRESHOLD=10: 0 (automatic) "
                            "or at least 64") != NULL);
 }
+
+/* Reference §1.10: 64 hex is a key; anything else leaves encryption off and
+ * is never a refusal (the boot warns, config_warn_key). */
+TEST(the_encryption_key_is_64_hex_or_off_never_refused)
+{
+    static const char *const bad[] = {
+        "00",
+        "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1",
+        "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f00",
+        "zz0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f",
+    };
+    struct config c;
+    struct err err;
+
+    EXPECT_EQ_I64(load_one("QUEEN_PORT", "6632", &c, &err), 0);
+    EXPECT(!c.enc_key_set && !c.enc_key_bad);
+    EXPECT_EQ_I64(load_one("QUEEN_ENCRYPTION_KEY", "", &c, &err), 0);
+    EXPECT(!c.enc_key_set && !c.enc_key_bad);
+    EXPECT_EQ_I64(
+        load_one("QUEEN_ENCRYPTION_KEY",
+                 "000102030405060708090A0B0C0D0E0F101112131415161718191a1b1c1d"
+                 "1e1f",
+                 &c, &err),
+        0);
+    EXPECT(c.enc_key_set && !c.enc_key_bad);
+    EXPECT_EQ_U64(c.enc_key[0], 0);
+    EXPECT_EQ_U64(c.enc_key[10], 10);
+    EXPECT_EQ_U64(c.enc_key[31], 31);
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        EXPECT_EQ_I64(load_one("QUEEN_ENCRYPTION_KEY", bad[i], &c, &err), 0);
+        EXPECT(!c.enc_key_set && c.enc_key_bad);
+        EXPECT_EQ_U64(c.enc_key[31], 0);
+    }
+}
