@@ -70,4 +70,32 @@ int cp_cluster_list(struct store *s, struct cp_cluster **out, size_t *n,
  * in-memory table, not a store read per call. */
 enum cp_status cp_tenant_gate(const uint8_t tenant[16]);
 
+/* "active", "push_blocked" or "suspended" (exactly, lower case) into *out.
+ * False on anything else, *out unchanged. */
+bool cp_status_parse(const char *s, enum cp_status *out);
+
+/* Whether s is a slug: 1 to CP_SLUG_MAX of [a-z0-9-]. */
+bool cp_slug_valid(const char *s);
+
+/* ---- the gate table behind cp_tenant_gate() ----
+ *   (1) The table holds only the broker tenants whose merged status is not
+ *       CP_ACTIVE; it is replaced whole under a lock, so a reader sees the
+ *       old table or the new one, never a mix.
+ *   (2) Any write of the proxy tenant's KV rows applied on this node (the
+ *       KV apply handler calls cp_gate_touch()) marks the table stale; the
+ *       next cp_gate_refresh() on the loop reads the rows again. A refresh
+ *       with nothing stale reads nothing. */
+
+/* Mark the table stale when tenant is CP_PROXY_TENANT. Any thread; cheap
+ * (one compare and an atomic store). */
+void cp_gate_touch(const uint8_t tenant[16]);
+
+/* Rebuild the table from this node's store when it is stale or force is
+ * set. 0, or ERR_* from the store (the old table is kept and stays stale,
+ * so the next call tries again). Loop thread. */
+int cp_gate_refresh(struct store *s, bool force, struct err *err);
+
+/* Empty the table and free it (tests, shutdown). */
+void cp_gate_clear(void);
+
 #endif
