@@ -4,7 +4,8 @@
 # BENCH_SINK_ROUNDS rounds (3) on copies of one preload (see
 # bench/sink_run.py). BENCH_SINK_RECORDS sets the record count (1,000,000;
 # 300000 commits one window); BENCH_SINK_PERF / BENCH_SINK_STDERR name files
-# for round 1's perf profile / node log.
+# for round 1's perf profile / node log. BENCH_CORPUS picks the corpora of
+# bench/corpus.py (events,telemetry,entropy by default), each run in turn.
 # Usage: bench/sink.sh [build-dir]   (make bench runs it via scripts/bench.sh;
 # QUEEN_BIN, when set, names the binary to measure instead)
 set -euo pipefail

@@ -1,9 +1,11 @@
 """bench/sink helper: the embedded sink's throughput beside `zstd -3` on one
 core, as the median of several rounds.
 
-A queue `bench.sink` is pre-loaded once with N records (BENCH_SINK_RECORDS,
-default 1,000,000) of ~500-byte JSON over 64 partitions, pushed with the
-sink off in batches of 1000; the node is stopped and its data directory
+Each corpus of bench/corpus.py named in BENCH_CORPUS (a comma list; all
+three by default: events, telemetry, entropy) is run in turn, with its own
+preload and summary.  A queue `bench.sink` is pre-loaded once with N
+records (BENCH_SINK_RECORDS, default 1,000,000) of the corpus over 64
+partitions, pushed with the sink off in batches of 1000; the node is stopped and its data directory
 copied aside (pristine).  Then each of BENCH_SINK_ROUNDS rounds (default 3)
 replaces the node's data directory with a fresh copy of the pristine one,
 gives the sink a prefix of its own (QUEEN_S3_PREFIX=queen-r<i>, so that no
@@ -34,7 +36,6 @@ into FILE; with BENCH_SINK_STDERR=FILE the first round's node log is copied
 to FILE.
 Never a test: it only prints.
 Usage: /usr/bin/python3 bench/sink_run.py [build-dir]"""
-import hashlib
 import json
 import os
 import statistics
@@ -44,6 +45,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import corpus  # noqa: E402
 from sink_common import (BenchRun, bench_env, commit_times,  # noqa: E402
                          iso_s)
 import lake  # noqa: E402  (sink_common put tests/ on sys.path)
@@ -68,19 +70,7 @@ PEERS = (("zstd -3 --single-thread --no-asyncio",
          ("zstd -3 -T1", ["-T1"]))
 
 
-def payload(n):
-    """~500 bytes of JSON whose note is hex of a hash chain (compresses
-    like text, not like a run of one letter)."""
-    head = b'{"order":%d,"status":"paid","total":42.00,"note":"' % n
-    note = b""
-    h = b"%d" % n
-    while len(note) < 500 - len(head) - 2:
-        h = hashlib.sha256(h).digest()
-        note += h.hex().encode()
-    return head + note[:500 - len(head) - 2] + b'"}'
-
-
-def preload(node, total, threads=2):
+def preload(node, total, corpus_name, threads=2):
     """Push `total` records in batches; returns the bytes of payload."""
     lock = threading.Lock()
     state = {"next": 0}
@@ -94,7 +84,8 @@ def preload(node, total, threads=2):
                 state["next"] = min(total, start + BATCH)
                 end = state["next"]
             items = [{"queue": QUEUE, "partition": "p%02d" % (i % PARTS),
-                      "payload": payload(i)} for i in range(start, end)]
+                      "payload": corpus.payload(corpus_name, i)}
+                     for i in range(start, end)]
             r = node.request("POST", "/api/v1/push",
                              body=lake.push_body(items), timeout=120)
             if r.status != 201:
@@ -358,20 +349,18 @@ def print_summary(rounds):
     print("load average: %.2f %.2f %.2f" % os.getloadavg())
 
 
-def main():
-    total = int(os.environ.get("BENCH_SINK_RECORDS", "1000000"))
-    rounds = int(os.environ.get("BENCH_SINK_ROUNDS", "3"))
-    if rounds < 1:
-        raise SystemExit("bench/sink: BENCH_SINK_ROUNDS must be >= 1")
+def run_corpus(corpus_name, total, rounds):
+    """Preload `total` records of the corpus, run the rounds on copies of
+    that preload and print the summary."""
     with BenchRun("queen-bench-sink.") as run:
         # default window settings
         env = bench_env(run.bucket, QUEEN_S3_QUEUES=QUEUE,
                         QUEEN_S3_EMBEDDED="false", QUEEN_LOG_LEVEL="warn")
         node = run.start_node(env)
         t0 = time.monotonic()
-        preload(node, total)
-        print("preload: %d records of ~500 B over %d partitions in %.1f s"
-              % (total, PARTS, time.monotonic() - t0))
+        preload(node, total, corpus_name)
+        print("== corpus %s: preload of %d records over %d partitions in "
+              "%.1f s" % (corpus_name, total, PARTS, time.monotonic() - t0))
         assert node.stop() == 0
         pristine = os.path.join(run.tmp, "pristine")
         subprocess.run(["cp", "-a", node.data_dir, pristine], check=True)
@@ -383,7 +372,23 @@ def main():
               % (rounds, PEERS[0][0], PEERS[1][0]))
         results = [run_round(run, node, pristine, i, total)
                    for i in range(1, rounds + 1)]
+        print("corpus %s:" % corpus_name)
         print_summary(results)
+
+
+def main():
+    total = int(os.environ.get("BENCH_SINK_RECORDS", "1000000"))
+    rounds = int(os.environ.get("BENCH_SINK_ROUNDS", "3"))
+    names = os.environ.get("BENCH_CORPUS", ",".join(corpus.CORPORA))
+    if rounds < 1:
+        raise SystemExit("bench/sink: BENCH_SINK_ROUNDS must be >= 1")
+    for name in names.split(","):
+        if name not in corpus.CORPORA:
+            raise SystemExit("bench/sink: no corpus %r (BENCH_CORPUS is a "
+                             "comma list of %s)" % (name,
+                                                    ", ".join(corpus.CORPORA)))
+    for name in names.split(","):
+        run_corpus(name, total, rounds)
 
 
 if __name__ == "__main__":

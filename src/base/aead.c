@@ -1,0 +1,367 @@
+/* Payload sealing at rest: AES-256-GCM under the cell's key, in the JSON
+ * envelope of docs/design/formats.md "Sealed payloads".
+ *
+ * Each thread keeps one EVP cipher context (a pthread key frees it when the
+ * thread ends), and the cipher is fetched once, so sealing a record costs
+ * the key schedule and the cipher, with no allocation beyond the growth of
+ * the caller's output buffer. Sealing encrypts in chunks of a multiple of 3
+ * bytes and base64-encodes each chunk straight into the output; opening
+ * decodes the ciphertext into the output and decrypts it there in place.
+ *
+ * What it must never do: leave plaintext of an envelope that failed to
+ * verify in the caller's buffer (it is wiped), or accept an envelope whose
+ * tag does not verify. */
+#include "base/aead.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include "base/aead_seam.h"
+#include "base/json.h"
+#include "base/sha256.h"
+
+/* Plaintext bytes per EVP call when sealing: a multiple of 3, so the base64
+ * of consecutive chunks concatenates into the base64 of the whole. */
+#define AEAD_CHUNK 3072
+/* Ciphertext bytes per EVP call when opening (EVP takes an int). */
+#define AEAD_OPEN_STEP ((size_t)1 << 30)
+
+static pthread_once_t aead_once = PTHREAD_ONCE_INIT;
+static pthread_key_t aead_tls;
+static EVP_CIPHER *aead_cipher; /* fetched once, never freed */
+
+static void aead_ctx_free(void *p)
+{
+    EVP_CIPHER_CTX_free(p);
+}
+
+static void aead_init_once(void)
+{
+    ASSERT(pthread_key_create(&aead_tls, aead_ctx_free) == 0);
+    aead_cipher = EVP_CIPHER_fetch(NULL, "AES-256-GCM", NULL);
+}
+
+/* This thread's cipher context, made on first use; NULL when OpenSSL
+ * cannot give one. */
+static EVP_CIPHER_CTX *aead_ctx(void)
+{
+    EVP_CIPHER_CTX *c;
+
+    ASSERT(pthread_once(&aead_once, aead_init_once) == 0);
+    if (aead_cipher == NULL) {
+        return NULL;
+    }
+    c = pthread_getspecific(aead_tls);
+    if (c == NULL) {
+        c = EVP_CIPHER_CTX_new();
+        if (c == NULL || pthread_setspecific(aead_tls, c) != 0) {
+            EVP_CIPHER_CTX_free(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
+static int hex_val(char c)
+{
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+    if (c >= 'A' && c <= 'F') {
+        return c - 'A' + 10;
+    }
+    return -1;
+}
+
+bool aead_key_parse(const char *hex, uint8_t key[AEAD_KEY_LEN])
+{
+    uint8_t k[AEAD_KEY_LEN];
+
+    if (hex == NULL || strlen(hex) != (size_t)2 * AEAD_KEY_LEN) {
+        return false;
+    }
+    for (size_t i = 0; i < AEAD_KEY_LEN; i++) {
+        int hi = hex_val(hex[2 * i]);
+        int lo = hex_val(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0) {
+            OPENSSL_cleanse(k, sizeof(k));
+            return false;
+        }
+        k[i] = (uint8_t)(hi << 4 | lo);
+    }
+    memcpy(key, k, AEAD_KEY_LEN);
+    OPENSSL_cleanse(k, sizeof(k));
+    return true;
+}
+
+/* Put out back to len start (its bytes past start are not the caller's). */
+static void buf_truncate(struct buf *out, size_t start)
+{
+    out->len = start;
+    if (out->data != NULL) {
+        out->data[start] = '\0';
+    }
+}
+
+/* Encrypt pt[0..n) and append its base64 to out (room reserved). */
+static int seal_body(EVP_CIPHER_CTX *c, const uint8_t *pt, size_t n,
+                     struct buf *out, struct err *err)
+{
+    uint8_t chunk[AEAD_CHUNK];
+    int len = 0;
+
+    for (size_t i = 0; i < n; i += AEAD_CHUNK) {
+        size_t m = n - i < AEAD_CHUNK ? n - i : AEAD_CHUNK;
+        if (EVP_EncryptUpdate(c, chunk, &len, pt + i, (int)m) != 1 ||
+            (size_t)len != m) {
+            return err_set(err, ERR_IO, "sealing failed: EVP_EncryptUpdate");
+        }
+        if (base64_encode(chunk, m, out, err) != 0) {
+            return err->code;
+        }
+    }
+    if (EVP_EncryptFinal_ex(c, chunk, &len) != 1 || len != 0) {
+        return err_set(err, ERR_IO, "sealing failed: EVP_EncryptFinal_ex");
+    }
+    return 0;
+}
+
+int aead_seal_with_iv(const uint8_t key[AEAD_KEY_LEN],
+                      const uint8_t iv[AEAD_IV_LEN], const uint8_t *pt,
+                      size_t n, struct buf *out, struct err *err)
+{
+    static const char k_ct[] = "{\"encrypted\":\"";
+    static const char k_iv[] = "\",\"iv\":\"";
+    static const char k_tag[] = "\",\"authTag\":\"";
+    size_t start = out->len;
+    size_t need = sizeof(k_ct) + sizeof(k_iv) + sizeof(k_tag) + (size_t)2 * 24 +
+                  2 + (n + 2) / 3 * 4;
+    EVP_CIPHER_CTX *c = aead_ctx();
+    uint8_t tag[AEAD_TAG_LEN];
+    int rc;
+
+    if (c == NULL) {
+        return err_set(err, ERR_IO, "sealing failed: no cipher context");
+    }
+    if (buf_reserve(out, need, err) != 0) {
+        return err->code;
+    }
+    if (EVP_EncryptInit_ex2(c, aead_cipher, key, iv, NULL) != 1) {
+        return err_set(err, ERR_IO, "sealing failed: EVP_EncryptInit_ex2");
+    }
+    rc = buf_append(out, k_ct, sizeof(k_ct) - 1, err);
+    if (rc == 0) {
+        rc = seal_body(c, pt, n, out, err);
+    }
+    if (rc == 0 &&
+        EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, AEAD_TAG_LEN, tag) != 1) {
+        rc = err_set(err, ERR_IO, "sealing failed: no tag");
+    }
+    if (rc == 0) {
+        rc = buf_append(out, k_iv, sizeof(k_iv) - 1, err);
+    }
+    if (rc == 0) {
+        rc = base64_encode(iv, AEAD_IV_LEN, out, err);
+    }
+    if (rc == 0) {
+        rc = buf_append(out, k_tag, sizeof(k_tag) - 1, err);
+    }
+    if (rc == 0) {
+        rc = base64_encode(tag, AEAD_TAG_LEN, out, err);
+    }
+    if (rc == 0) {
+        rc = buf_append(out, "\"}", 2, err);
+    }
+    if (rc != 0) {
+        buf_truncate(out, start);
+    }
+    return rc;
+}
+
+int aead_seal(const uint8_t key[AEAD_KEY_LEN], const uint8_t *pt, size_t n,
+              struct buf *out, struct err *err)
+{
+    uint8_t iv[AEAD_IV_LEN];
+
+    if (RAND_bytes(iv, sizeof(iv)) != 1) {
+        return err_set(err, ERR_IO, "sealing failed: RAND_bytes");
+    }
+    return aead_seal_with_iv(key, iv, pt, n, out, err);
+}
+
+/* A cheap test every envelope passes: an object ('{' first) that names
+ * authTag, either plainly or through an escape. Most payloads stop here, so
+ * a read that sniffs every record parses only the likely ones. */
+static bool maybe_envelope(const uint8_t *text, size_t n)
+{
+    size_t i = 0;
+
+    while (i < n && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' ||
+                     text[i] == '\r')) {
+        i++;
+    }
+    if (i == n || text[i] != '{') {
+        return false;
+    }
+    return memmem(text + i, n - i, "authTag", 7) != NULL ||
+           memchr(text + i, '\\', n - i) != NULL;
+}
+
+/* Parse text as an envelope: the root an object whose "encrypted", "iv" and
+ * "authTag" are strings. Their token indices go to f[0..3). */
+static bool envelope_parse(struct json_doc *d, const uint8_t *text, size_t n,
+                           int f[3])
+{
+    static const char *const names[3] = {"encrypted", "iv", "authTag"};
+    struct json_limits lim = {JSON_MAX_DEPTH_DEFAULT, 1, 0};
+    struct err err;
+
+    if (!maybe_envelope(text, n) ||
+        json_parse(d, (const char *)text, n, &lim, &err) != 0) {
+        return false;
+    }
+    for (int k = 0; k < 3; k++) {
+        f[k] = json_obj_get(d, 0, names[k]);
+        if (json_type(d, f[k]) != JSON_STRING) {
+            json_doc_free(d);
+            return false;
+        }
+    }
+    return true;
+}
+
+bool aead_is_envelope(const uint8_t *text, size_t n)
+{
+    struct json_doc d;
+    int f[3];
+
+    if (!envelope_parse(&d, text, n, f)) {
+        return false;
+    }
+    json_doc_free(&d);
+    return true;
+}
+
+/* Append the base64-decoded value of string token i to out. */
+static int field_decode(const struct json_doc *d, int i, struct buf *out,
+                        struct err *err)
+{
+    const struct json_tok *t = &d->toks[i];
+    struct buf s;
+    int rc;
+
+    if (!t->has_escapes) {
+        return base64_decode(d->text + t->start + 1, t->len - 2, out, err);
+    }
+    buf_init(&s, t->len);
+    rc = json_get_str(d, i, &s, err);
+    if (rc == 0) {
+        rc = base64_decode(s.data, s.len, out, err);
+    }
+    buf_free(&s);
+    return rc;
+}
+
+/* Decode string token i into exactly len bytes at dst, using out's tail as
+ * scratch (left as it was). */
+static int field_fixed(const struct json_doc *d, int i, uint8_t *dst,
+                       size_t len, struct buf *out, struct err *err)
+{
+    size_t start = out->len;
+    int rc = field_decode(d, i, out, err);
+
+    if (rc == 0 && out->len - start != len) {
+        rc = err_set(err, ERR_INVALID, "%zu bytes, not %zu", out->len - start,
+                     len);
+    }
+    if (rc == 0) {
+        memcpy(dst, out->data + start, len);
+    }
+    buf_truncate(out, start);
+    return rc;
+}
+
+/* Decrypt p[0..m) in place under key and iv and verify tag. */
+static int open_in_place(const uint8_t key[AEAD_KEY_LEN],
+                         const uint8_t iv[AEAD_IV_LEN],
+                         uint8_t tag[AEAD_TAG_LEN], uint8_t *p, size_t m,
+                         struct err *err)
+{
+    EVP_CIPHER_CTX *c = aead_ctx();
+    int len = 0;
+
+    if (c == NULL) {
+        return err_set(err, ERR_IO, "opening failed: no cipher context");
+    }
+    if (EVP_DecryptInit_ex2(c, aead_cipher, key, iv, NULL) != 1) {
+        return err_set(err, ERR_IO, "opening failed: EVP_DecryptInit_ex2");
+    }
+    for (size_t i = 0; i < m; i += AEAD_OPEN_STEP) {
+        size_t k = m - i < AEAD_OPEN_STEP ? m - i : AEAD_OPEN_STEP;
+        if (EVP_DecryptUpdate(c, p + i, &len, p + i, (int)k) != 1 ||
+            (size_t)len != k) {
+            return err_set(err, ERR_IO, "opening failed: EVP_DecryptUpdate");
+        }
+    }
+    if (EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, AEAD_TAG_LEN, tag) != 1) {
+        return err_set(err, ERR_IO, "opening failed: tag not accepted");
+    }
+    if (EVP_DecryptFinal_ex(c, p + m, &len) != 1) {
+        return err_set(err, ERR_FORBIDDEN,
+                       "envelope does not verify: wrong key or altered bytes");
+    }
+    return 0;
+}
+
+int aead_open(const uint8_t key[AEAD_KEY_LEN], const uint8_t *text, size_t n,
+              struct buf *out, struct err *err)
+{
+    struct json_doc d;
+    uint8_t iv[AEAD_IV_LEN];
+    uint8_t tag[AEAD_TAG_LEN];
+    size_t start = out->len;
+    int f[3];
+    int rc;
+
+    if (!envelope_parse(&d, text, n, f)) {
+        return err_set(err, ERR_INVALID,
+                       "not an envelope: a JSON object with string fields "
+                       "encrypted, iv and authTag");
+    }
+    rc = field_fixed(&d, f[1], iv, sizeof(iv), out, err);
+    if (rc == ERR_INVALID) {
+        err_wrap(err, "envelope iv: ");
+    }
+    if (rc == 0) {
+        rc = field_fixed(&d, f[2], tag, sizeof(tag), out, err);
+        if (rc == ERR_INVALID) {
+            err_wrap(err, "envelope authTag: ");
+        }
+    }
+    if (rc == 0) {
+        rc = field_decode(&d, f[0], out, err);
+        if (rc == ERR_INVALID) {
+            err_wrap(err, "envelope encrypted: ");
+        }
+    }
+    json_doc_free(&d);
+    if (rc == 0) {
+        rc = open_in_place(key, iv, tag, (uint8_t *)out->data + start,
+                           out->len - start, err);
+        if (rc != 0) {
+            OPENSSL_cleanse(out->data + start, out->len - start);
+        }
+    }
+    if (rc != 0) {
+        buf_truncate(out, start);
+    }
+    return rc;
+}
