@@ -131,10 +131,8 @@ static bool cp_uuid_parse(const char *s, size_t n, uint8_t out[16])
 
 /* ---- reading rows ---- */
 
-/* One get of ns/key as the proxy tenant. 0 with *found set and, when
- * found, the value copied into val (reset first); or ERR_*. */
-static int cp_get(struct store *s, const char *ns, const char *key, bool *found,
-                  struct buf *val, struct err *err)
+int cp_row_get(struct store *s, const char *ns, const char *key,
+               struct buf *val, uint64_t *version, struct err *err)
 {
     struct kv_op o = {0};
     struct kv_batch b = {CP_PROXY_TENANT, &o, 1};
@@ -145,14 +143,14 @@ static int cp_get(struct store *s, const char *ns, const char *key, bool *found,
     o.ns = (struct slice){ns, strlen(ns)};
     o.key = (struct slice){key, strlen(key)};
     memset(&a, 0, sizeof(a));
-    rc = store_kv_read(s, &b, cp_now_us(), &a, err);
-    *found = false;
+    *version = 0;
     buf_reset(val);
+    rc = store_kv_read(s, &b, cp_now_us(), &a, err);
     if (rc == 0 && a.status != 0) {
         rc = err_set(err, a.status, "%s", a.msg);
     }
     if (rc == 0 && a.results[0].found) {
-        *found = true;
+        *version = a.results[0].version;
         rc = buf_append(val, a.results[0].value.ptr, a.results[0].value.len,
                         err);
     }
@@ -272,12 +270,14 @@ static int cp_find_by_id(struct store *s, const char *id,
 {
     char key[CP_ID_LEN + 2];
     bool found;
+    uint64_t ver;
     struct cp_trow t;
 
     snprintf(key, sizeof(key), "#%s", id);
-    if (cp_get(s, CP_NS_CLUSTERS, key, &found, val, err) != 0) {
+    if (cp_row_get(s, CP_NS_CLUSTERS, key, val, &ver, err) != 0) {
         return err->code;
     }
+    found = ver != 0;
     if (!found) {
         return err_set(err, ERR_NOT_FOUND, "no cluster %s", id);
     }
@@ -285,9 +285,10 @@ static int cp_find_by_id(struct store *s, const char *id,
         return err->code;
     }
     snprintf(key, sizeof(key), "#%s", out->tenant_id);
-    if (cp_get(s, CP_NS_TENANTS, key, &found, val, err) != 0) {
+    if (cp_row_get(s, CP_NS_TENANTS, key, val, &ver, err) != 0) {
         return err->code;
     }
+    found = ver != 0;
     if (!found) {
         cp_join(out, NULL);
         return 0;
@@ -308,6 +309,7 @@ int cp_cluster_find(struct store *s, const char *id_or_slug,
     struct buf val;
     struct json_doc d = {0};
     bool found;
+    uint64_t ver;
     int rc;
 
     buf_init(&val, BUF_UNLIMITED);
@@ -326,7 +328,8 @@ int cp_cluster_find(struct store *s, const char *id_or_slug,
         goto out;
     }
     snprintf(key, sizeof(key), "slug:%s", id_or_slug);
-    rc = cp_get(s, CP_NS_CLUSTERS, key, &found, &val, err);
+    rc = cp_row_get(s, CP_NS_CLUSTERS, key, &val, &ver, err);
+    found = ver != 0;
     if (rc == 0 && !found) {
         rc = err_set(err, ERR_NOT_FOUND, "no cluster %s", id_or_slug);
     }
@@ -346,12 +349,8 @@ out:
     return rc;
 }
 
-/* Call fn for every row of ns whose key starts with '#', in key order, in
- * pages of CP_PAGE. */
-typedef int (*cp_row_fn)(void *arg, struct slice value, struct err *err);
-
-static int cp_scan(struct store *s, const char *ns, cp_row_fn fn, void *arg,
-                   struct err *err)
+int cp_row_scan(struct store *s, const char *ns, cp_row_fn fn, void *arg,
+                struct err *err)
 {
     struct buf after;
     int rc = 0;
@@ -443,10 +442,10 @@ int cp_cluster_list(struct store *s, struct cp_cluster **out, size_t *n,
                     struct err *err)
 {
     struct cp_lists l = {0};
-    int rc = cp_scan(s, CP_NS_TENANTS, cp_add_tenant, &l, err);
+    int rc = cp_row_scan(s, CP_NS_TENANTS, cp_add_tenant, &l, err);
 
     if (rc == 0) {
-        rc = cp_scan(s, CP_NS_CLUSTERS, cp_add_cluster, &l, err);
+        rc = cp_row_scan(s, CP_NS_CLUSTERS, cp_add_cluster, &l, err);
     }
     if (rc != 0) {
         free(l.t);
