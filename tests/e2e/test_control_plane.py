@@ -439,3 +439,63 @@ def test_s3_put_get_delete_with_a_sealed_secret(broker_factory):
              "s3_unset")
     error_of(put_s3(node, "acme-main", S3_BODY), 400, "invalid")
     assert SECRET not in node.stderr()
+
+
+# ---- three nodes -------------------------------------------------------
+
+
+@pytest.fixture
+def cp_cluster():
+    import tempfile
+    from cluster import Cluster
+    tmp = tempfile.TemporaryDirectory(prefix="queen-cp-")
+    made = []
+
+    def make(**env):
+        base = s3_env(**env)
+        base.pop("QUEEN_PROXY_PORT")
+        node_env = {i: {"QUEEN_PROXY_PORT": str(free_port())}
+                    for i in (1, 2, 3)}
+        c = Cluster(os.path.join(tmp.name, "c%d" % len(made)), env=base,
+                    node_env=node_env)
+        made.append(c)
+        c.start()
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+    tmp.cleanup()
+
+
+def test_three_nodes_share_rows_and_gates(cp_cluster):
+    c = cp_cluster()
+    n1, n2, n3 = c[1], c[2], c[3]
+    made = make_cluster(n3, "acme", "acme-main")
+    t = made["broker_tenant_uuid"]
+    wait_until(lambda: cp(n1, "GET", "/api/cp/clusters/acme-main") ==
+               (200, made), 30, "node 1 to read the cluster node 3 made")
+    # The same create on another node answers the same ids.
+    assert cp(n2, "POST", "/api/cp/clusters",
+              {"tenant_slug": "acme", "slug": "acme-main"}) == (200, made)
+    st, put = put_s3(n3, "acme-main", dict(S3_BODY, secretKey=SECRET))
+    assert st == 200, put
+    wait_until(lambda: cp(n1, "GET", "/api/cp/clusters/acme-main/s3") ==
+               (200, put), 30, "node 1 to read the S3 row node 3 wrote")
+    # The gate, set through node 3, holds on every node.
+    for n in (n1, n2, n3):
+        assert push_as(n, t).status == 201
+    set_status(n3, "/api/cp/clusters/acme-main/status", "push_blocked")
+    for n in (n1, n2, n3):
+        wait_push_status(n, t, 403, "node %d to refuse pushes" % n.id)
+        assert fetch_as(n, t).status == 200
+    set_status(n2, "/api/cp/tenants/acme/status", "suspended")
+    for n in (n1, n2, n3):
+        wait_until(lambda: fetch_as(n, t).status == 403, 30,
+                   "node %d to refuse reads" % n.id)
+    set_status(n1, "/api/cp/tenants/acme/status", "active")
+    set_status(n1, "/api/cp/clusters/acme-main/status", "active")
+    for n in (n1, n2, n3):
+        wait_push_status(n, t, 201, "node %d to take pushes" % n.id)
+    for n in (n1, n2, n3):
+        assert SECRET not in n.logs()
