@@ -678,6 +678,16 @@ static void cp_tenant_removed(struct cp_call *c, const struct kv_answer *ans)
     cp_answer(c, 200);
 }
 
+/* The crash test's fault point: the deleting mark applied, nothing
+ * removed yet. */
+static void cp_crash_point(const struct cp_call *c)
+{
+    if (c->cp->is_crash_after_mark) {
+        log_error("cp", "QUEEN_CP_CRASH_AFTER_MARK fired: aborting");
+        abort();
+    }
+}
+
 static void cp_tenant_marked(struct cp_call *c, const struct kv_answer *ans)
 {
     struct cp_cluster *cl = NULL;
@@ -686,6 +696,7 @@ static void cp_tenant_marked(struct cp_call *c, const struct kv_answer *ans)
     size_t n = 0;
 
     UNUSED(ans);
+    cp_crash_point(c);
     if (cp_cluster_list(c->cp->a->store, &cl, &n, &err) != 0) {
         cp_fail_err(c, &err);
         return;
@@ -1020,6 +1031,7 @@ static void cp_cluster_marked(struct cp_call *c, const struct kv_answer *ans)
     struct cp_ops o = {0};
 
     UNUSED(ans);
+    cp_crash_point(c);
     buf_init(&o.keys, BUF_UNLIMITED);
     cp_ops_del(&o, CP_NS_S3SINKS, "#", c->cl.id);
     cp_ops_del(&o, CP_NS_CLUSTERS, "slug:", c->cl.slug);
@@ -1100,6 +1112,7 @@ int cp_api_routes(struct cp_api *c, struct api *a, struct kv_service *kv,
     }
     c->is_tenant_header = cfg->is_tenant_header;
     c->is_s3_embedded = cfg->is_s3_embedded;
+    c->is_crash_after_mark = cfg->is_crash_after_mark;
     c->has_seal_key = cfg->seal_key != NULL;
     if (c->has_seal_key) {
         memcpy(c->seal_key, cfg->seal_key, AEAD_KEY_LEN);

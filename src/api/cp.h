@@ -49,11 +49,12 @@ struct router;
 #define CP_S3_SECRET_MAX 4096  /* bytes of its secretKey */
 
 struct cp_api_config {
-    const char *token;       /* QUEEN_PROXY_CP_TOKEN; "" = every route 404 */
-    bool is_tenant_header;   /* QUEEN_PROXY_TENANT_HEADER */
-    bool is_s3_embedded;     /* this node runs the S3 sink */
-    const uint8_t *seal_key; /* QUEEN_ENCRYPTION_KEY, AEAD_KEY_LEN bytes, or
-                                NULL when the node has none */
+    const char *token;        /* QUEEN_PROXY_CP_TOKEN; "" = every route 404 */
+    bool is_tenant_header;    /* QUEEN_PROXY_TENANT_HEADER */
+    bool is_s3_embedded;      /* this node runs the S3 sink */
+    const uint8_t *seal_key;  /* QUEEN_ENCRYPTION_KEY, AEAD_KEY_LEN bytes, or
+                                 NULL when the node has none */
+    bool is_crash_after_mark; /* QUEEN_CP_CRASH_AFTER_MARK (tests) */
 };
 
 struct cp_api {
@@ -65,6 +66,7 @@ struct cp_api {
     bool is_s3_embedded;
     bool has_seal_key;
     uint8_t seal_key[AEAD_KEY_LEN];
+    bool is_crash_after_mark;
 };
 
 /* Fill c from cfg (copied; the key is copied and wiped by cp_api_free), set

@@ -11,7 +11,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <openssl/crypto.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +24,6 @@
 #include "api/auth.h"
 #include "api/cp.h"
 #include "api/kv.h"
-#include "base/aead.h"
 #include "base/env.h"
 #include "base/log.h"
 #include "broker/dirlock.h"
@@ -391,9 +389,7 @@ static int broker_open_cp(struct broker *b, struct err *err)
 {
     struct http_config hc;
     struct cp_api_config cc;
-    uint8_t key[AEAD_KEY_LEN];
-    const char *kv = getenv("QUEEN_ENCRYPTION_KEY");
-    bool has_key = kv != NULL && aead_key_parse(kv, key);
+    bool has_key = b->cfg->enc_key_set; /* parsed by broker/config.c */
     int rc;
 
     if (b->cfg->proxy_spool_dir[0] != '\0') {
@@ -408,10 +404,10 @@ static int broker_open_cp(struct broker *b, struct err *err)
     cc.token = b->cfg->cp_token;
     cc.is_tenant_header = b->cfg->proxy_tenant_header;
     cc.is_s3_embedded = b->sink != NULL;
-    cc.seal_key = has_key ? key : NULL;
+    cc.seal_key = has_key ? b->cfg->enc_key : NULL;
+    cc.is_crash_after_mark = b->cfg->cp_crash_after_mark;
     b->cp_router = router_new();
     rc = cp_api_routes(&b->cp, &b->api, b->kv, &cc, b->cp_router, err);
-    OPENSSL_cleanse(key, sizeof(key));
     if (rc != 0) {
         return rc;
     }

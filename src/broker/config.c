@@ -135,6 +135,11 @@ static const struct cfg_row cfg_rows[] = {
         0, false,
         "accepted for compatibility; no effect (a KV call's tenant follows "
         "QUEEN_TENANCY_HEADER like every route)"),
+    ROW("QUEEN_CP_CRASH_AFTER_MARK", CFG_BOOL, "false",
+        OFF(cp_crash_after_mark), 0, 0, false,
+        "crash tests only (needs QUEEN_TEST_MODE=true): abort once a "
+        "control-plane DELETE marked its rows deleting, before it removes "
+        "them"),
     ROW("QUEEN_TLS_CERT", CFG_FILE, "", OFF(tls_cert), 0, CONFIG_PATH_MAX - 1,
         false,
         "PEM certificate chain: serve HTTPS (with QUEEN_TLS_KEY; unset: "
@@ -555,6 +560,16 @@ int config_load(struct config *c, config_getenv_fn get, void *ctx,
     const char *peers_raw = get(ctx, "QUEEN_RAFT_PEERS");
     if (config_validate(&tmp, peers_raw != NULL ? peers_raw : "", err) != 0) {
         return err->code;
+    }
+    const char *test_mode = get(ctx, "QUEEN_TEST_MODE");
+    bool is_test = false;
+    if (tmp.cp_crash_after_mark &&
+        (test_mode == NULL || !sink_parse_bool(test_mode, &is_test) ||
+         !is_test)) {
+        return err_set(err, ERR_INVALID,
+                       "QUEEN_CP_CRASH_AFTER_MARK=true aborts this node at "
+                       "every control-plane DELETE; it is for the crash "
+                       "tests only and needs QUEEN_TEST_MODE=true beside it");
     }
     *c = tmp;
     return 0;

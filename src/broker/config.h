@@ -61,9 +61,21 @@ struct config {
     char proxy_spool_dir[CONFIG_PATH_MAX]; /* QUEEN_PROXY_SPOOL_DIR: read,
                                               not used (no proxy data plane) */
     bool kv_trusted_proxy; /* QUEEN_KV_TRUSTED_PROXY: read, no effect */
+    /* QUEEN_CP_CRASH_AFTER_MARK (tests, with QUEEN_TEST_MODE=true only):
+     * abort once a control-plane DELETE's "deleting" mark applied. */
+    bool cp_crash_after_mark;
     char tls_cert[CONFIG_PATH_MAX];    /* QUEEN_TLS_CERT, "" = plain HTTP */
     char tls_key[CONFIG_PATH_MAX];     /* QUEEN_TLS_KEY, set with tls_cert */
     char auth_tokens[CONFIG_PATH_MAX]; /* QUEEN_AUTH_TOKENS, "" = no auth */
+    /* QUEEN_ENCRYPTION_KEY (reference §1.10): enc_key holds the 32 bytes
+     * when enc_key_set; enc_key_bad when it is set but not 64 hex (boot
+     * warns, config_warn_key; encryption is then off). Secret: never
+     * logged, never in /status. Readers: the push path (api->seal_key),
+     * the store's reads (store_set_seal_key) and whoever opens sealed
+     * control-plane secrets. */
+    bool enc_key_set;
+    bool enc_key_bad;
+    uint8_t enc_key[32]; /* AEAD_KEY_LEN */
 };
 
 struct tls_ctx;

@@ -441,6 +441,71 @@ def test_s3_put_get_delete_with_a_sealed_secret(broker_factory):
     assert SECRET not in node.stderr()
 
 
+def crash_on_delete(node, path):
+    """DELETE path on a node armed with QUEEN_CP_CRASH_AFTER_MARK: it aborts
+    once the deleting mark applied; restart it unarmed."""
+    try:
+        cp(node, "DELETE", path)
+    except (OSError, http.client.HTTPException):
+        pass  # the node died under the call
+    assert node.wait_exit(60) != 0
+    assert "QUEEN_CP_CRASH_AFTER_MARK fired" in node.stderr()
+    node._reap()
+    node.extra_env.pop("QUEEN_CP_CRASH_AFTER_MARK")
+    node.start()
+
+
+def test_a_delete_cut_short_leaves_rows_deleting_until_repeated(
+        broker_factory):
+    env = s3_env(QUEEN_ENCRYPTION_KEY=None, QUEEN_TEST_MODE="true",
+                 QUEEN_CP_CRASH_AFTER_MARK="true")
+    node = broker_factory(env=env)
+    make_cluster(node, "acme", "acme-main")
+    make_cluster(node, "globex", "globex-main")
+    full = dict(S3_BODY, secretKey=SECRET)
+
+    crash_on_delete(node, "/api/cp/clusters/acme-main")
+    st, got = cp(node, "GET", "/api/cp/clusters/acme-main")
+    assert st == 200 and got["deleting"] is True, got
+    error_of(put_s3(node, "acme-main", full), 409, "deleting")
+    error_of(cp(node, "PUT", "/api/cp/clusters/acme-main/status",
+                {"status": "active"}), 409, "deleting")
+    error_of(cp(node, "POST", "/api/cp/clusters",
+                {"tenant_slug": "acme", "slug": "acme-main"}), 409,
+             "deleting")
+    error_of(cp(node, "POST", "/api/cp/clusters/acme-main/configure",
+                {"queue": "q"}), 409, "deleting")
+    assert cp(node, "DELETE", "/api/cp/clusters/acme-main") == (
+        200, {"cluster": "acme-main", "removed": True})
+    error_of(cp(node, "GET", "/api/cp/clusters/acme-main"), 404,
+             "cluster_unknown")
+
+    # The same through the tenant: its clusters read as deleting.
+    node.stop()
+    node.extra_env["QUEEN_CP_CRASH_AFTER_MARK"] = "true"
+    node.start()
+    crash_on_delete(node, "/api/cp/tenants/globex")
+    st, got = cp(node, "GET", "/api/cp/clusters/globex-main")
+    assert st == 200 and got["deleting"] is True, got
+    error_of(put_s3(node, "globex-main", full), 409, "deleting")
+    error_of(cp(node, "POST", "/api/cp/clusters",
+                {"tenant_slug": "globex", "slug": "globex-two"}), 409,
+             "deleting")
+    error_of(cp(node, "PUT", "/api/cp/tenants/globex/status",
+                {"status": "active"}), 409, "deleting")
+    assert cp(node, "DELETE", "/api/cp/tenants/globex") == (
+        200, {"tenant": "globex", "removed": True, "clusters": 1})
+    assert cp(node, "GET", "/api/cp/clusters") == (200, {"clusters": []})
+
+
+def test_a_crash_point_needs_test_mode(broker_factory):
+    node = broker_factory(env=cp_env(QUEEN_CP_CRASH_AFTER_MARK="true"),
+                          start=False)
+    node.start(wait=False)
+    assert node.wait_exit(60) == 2
+    assert "QUEEN_TEST_MODE=true" in node.stderr()
+
+
 # ---- three nodes -------------------------------------------------------
 
 
