@@ -326,6 +326,11 @@ static int broker_sink_kv(void *arg, const struct kv_batch *batch,
 
 static int broker_open_cp(struct broker *b, struct err *err);
 
+static void broker_on_listener_gone(void *arg)
+{
+    UNUSED(arg);
+}
+
 static int broker_open_http(struct broker *b, struct err *err)
 {
     struct http_config hc;
@@ -378,8 +383,16 @@ static int broker_open_http(struct broker *b, struct err *err)
         }
         return err->code;
     }
+    if (broker_open_cp(b, err) != 0) {
+        /* The broker's listener is up: close it, or the loop that runs
+         * the node's close would never end; without api.server the sink
+         * starts no thread (sink/host.h). */
+        http_server_close(b->http, broker_on_listener_gone, NULL);
+        b->http = NULL;
+        return err->code;
+    }
     b->api.server = b->http;
-    return broker_open_cp(b, err);
+    return 0;
 }
 
 /* The control plane's listener (docs/design/control-plane.md): the same

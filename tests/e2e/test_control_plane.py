@@ -123,6 +123,21 @@ def test_no_token_answers_404_and_a_wrong_token_401(broker_factory):
     assert TOKEN not in on.stderr()
 
 
+def test_a_taken_control_plane_port_stops_the_boot(broker_factory):
+    import socket
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        node = broker_factory(env=cp_env(QUEEN_PROXY_PORT=port,
+                                         QUEEN_BIND_ADDR="127.0.0.1"),
+                              start=False)
+        node.start(wait=False)
+        assert node.wait_exit(60) != 0
+    assert "QUEEN_PROXY_PORT=%d" % port in node.stderr()
+    assert TOKEN not in node.stderr()
+
+
 # ---- tenants and clusters ---------------------------------------------
 
 
