@@ -307,6 +307,11 @@ void api_handle_health(struct http_req *req, void *arg);
 void api_handle_status(struct http_req *req, void *arg);
 void api_handle_metrics(struct http_req *req, void *arg);
 void api_handle_configure(struct http_req *req, void *arg);
+/* POST /api/v1/configure's work for a tenant already decided (the control
+ * plane's POST /api/cp/clusters/:id/configure): parse req's body, merge,
+ * propose, answer req. Borrows req until it answers. */
+void api_configure_for(struct api *a, struct http_req *req,
+                       const uint8_t tenant[16]);
 
 /* Add every route above to r, with a as their arg. */
 int api_routes(struct api *a, struct router *r, struct err *err);

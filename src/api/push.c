@@ -722,13 +722,14 @@ void api_handle_push(struct http_req *req, void *arg)
 {
     struct api *a = arg;
     struct push_op *op = xcalloc(1, sizeof(*op));
+    const char *code;
     struct err err;
     struct buf out;
 
     op->a = a;
     op->req = req;
-    if (api_tenant(req, a, op->tenant, &err) != 0) {
-        api_respond_err(a, req, &err);
+    if (api_tenant_gated(req, a, API_GATE_PUSH, op->tenant, &code, &err) != 0) {
+        api_respond_tenant(a, req, code, &err);
         free(op);
         return;
     }

@@ -116,6 +116,33 @@ static const struct cfg_row cfg_rows[] = {
         OFF(kv_unsafe_sink_writes), 0, 0, false,
         "let HTTP clients write the S3 sink's KV namespace queen-s3 (its "
         "leases and commit pointers): tests and repairs only"),
+    ROW("QUEEN_PROXY_EMBEDDED", CFG_BOOL, "false", OFF(proxy_embedded), 0, 0,
+        false,
+        "serve the control plane (/api/cp/...) on QUEEN_PROXY_PORT; the "
+        "proxy's client data plane is not built"),
+    ROW("QUEEN_PROXY_PORT", CFG_PORT, "6711", OFF(proxy_port), 1, 65535, false,
+        "control-plane listen port (on QUEEN_BIND_ADDR)"),
+    ROW("QUEEN_PROXY_CP_TOKEN", CFG_SECRET, "", OFF(cp_token), 0,
+        CONFIG_TOKEN_MAX, true,
+        "the control plane's token, sent as x-queen-cp-token (unset: every "
+        "control-plane route answers 404)"),
+    ROW("QUEEN_PROXY_TENANT_HEADER", CFG_BOOL, "true", OFF(proxy_tenant_header),
+        0, 0, false,
+        "clusters reach the broker under their own tenant (false: the "
+        "per-cluster S3 routes answer 409 system_tenant)"),
+    ROW("QUEEN_PROXY_SPOOL_DIR", CFG_FILE, "", OFF(proxy_spool_dir), 0,
+        CONFIG_PATH_MAX - 1, false,
+        "the proxy's spool directory: accepted and unused (the proxy's "
+        "client data plane is not built; a warning says so)"),
+    ROW("QUEEN_KV_TRUSTED_PROXY", CFG_BOOL, "false", OFF(kv_trusted_proxy), 0,
+        0, false,
+        "accepted for compatibility; no effect (a KV call's tenant follows "
+        "QUEEN_TENANCY_HEADER like every route)"),
+    ROW("QUEEN_CP_CRASH_AFTER_MARK", CFG_BOOL, "false",
+        OFF(cp_crash_after_mark), 0, 0, false,
+        "crash tests only (needs QUEEN_TEST_MODE=true): abort once a "
+        "control-plane DELETE marked its rows deleting, before it removes "
+        "them"),
     ROW("QUEEN_TLS_CERT", CFG_FILE, "", OFF(tls_cert), 0, CONFIG_PATH_MAX - 1,
         false,
         "PEM certificate chain: serve HTTPS (with QUEEN_TLS_KEY; unset: "
@@ -510,6 +537,12 @@ static int config_validate(struct config *c, const char *peers_raw,
             c->tls_cert[0] != '\0' ? c->tls_cert : c->tls_key,
             c->tls_cert[0] != '\0' ? "QUEEN_TLS_KEY" : "QUEEN_TLS_CERT");
     }
+    if (c->proxy_embedded && c->proxy_port == c->port) {
+        return err_set(err, ERR_INVALID,
+                       "QUEEN_PROXY_PORT=%d: it is QUEEN_PORT too; the "
+                       "control plane needs a port of its own",
+                       c->proxy_port);
+    }
     if (c->raft_listen[0] == '\0') {
         if (c->port + 1000 > 65535) {
             return err_set(err, ERR_INVALID,
@@ -549,6 +582,16 @@ int config_load(struct config *c, config_getenv_fn get, void *ctx,
     const char *peers_raw = get(ctx, "QUEEN_RAFT_PEERS");
     if (config_validate(&tmp, peers_raw != NULL ? peers_raw : "", err) != 0) {
         return err->code;
+    }
+    const char *test_mode = get(ctx, "QUEEN_TEST_MODE");
+    bool is_test = false;
+    if (tmp.cp_crash_after_mark &&
+        (test_mode == NULL || !sink_parse_bool(test_mode, &is_test) ||
+         !is_test)) {
+        return err_set(err, ERR_INVALID,
+                       "QUEEN_CP_CRASH_AFTER_MARK=true aborts this node at "
+                       "every control-plane DELETE; it is for the crash "
+                       "tests only and needs QUEEN_TEST_MODE=true beside it");
     }
     *c = tmp;
     explicit_bzero(&tmp, sizeof(tmp)); /* the encryption key */

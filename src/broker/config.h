@@ -49,9 +49,21 @@ struct config {
     uint64_t max_long_polls;               /* QUEEN_MAX_LONG_POLLS */
     uint64_t max_long_polls_per_conn;      /* QUEEN_MAX_LONG_POLLS_PER_CONN */
     int log_level;                         /* QUEEN_LOG_LEVEL, enum log_level */
-    int log_format;                    /* QUEEN_LOG_FORMAT, enum log_format */
-    bool tenancy_header;               /* QUEEN_TENANCY_HEADER */
-    bool kv_unsafe_sink_writes;        /* QUEEN_KV_UNSAFE_SINK_WRITES */
+    int log_format;             /* QUEEN_LOG_FORMAT, enum log_format */
+    bool tenancy_header;        /* QUEEN_TENANCY_HEADER */
+    bool kv_unsafe_sink_writes; /* QUEEN_KV_UNSAFE_SINK_WRITES */
+    /* The embedded control plane (docs/design/control-plane.md). */
+    bool proxy_embedded;                   /* QUEEN_PROXY_EMBEDDED */
+    int proxy_port;                        /* QUEEN_PROXY_PORT */
+    char cp_token[CONFIG_TOKEN_MAX + 1];   /* QUEEN_PROXY_CP_TOKEN, secret;
+                                              "" = every cp route 404 */
+    bool proxy_tenant_header;              /* QUEEN_PROXY_TENANT_HEADER */
+    char proxy_spool_dir[CONFIG_PATH_MAX]; /* QUEEN_PROXY_SPOOL_DIR: read,
+                                              not used (no proxy data plane) */
+    bool kv_trusted_proxy; /* QUEEN_KV_TRUSTED_PROXY: read, no effect */
+    /* QUEEN_CP_CRASH_AFTER_MARK (tests, with QUEEN_TEST_MODE=true only):
+     * abort once a control-plane DELETE's "deleting" mark applied. */
+    bool cp_crash_after_mark;
     char tls_cert[CONFIG_PATH_MAX];    /* QUEEN_TLS_CERT, "" = plain HTTP */
     char tls_key[CONFIG_PATH_MAX];     /* QUEEN_TLS_KEY, set with tls_cert */
     char auth_tokens[CONFIG_PATH_MAX]; /* QUEEN_AUTH_TOKENS, "" = no auth */

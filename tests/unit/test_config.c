@@ -184,6 +184,58 @@ TEST(tenancy_header_reads_every_boolean_spelling)
     }
 }
 
+TEST(control_plane_settings_default_parse_and_refuse)
+{
+    struct fake_env e = {.n = 0};
+    struct config c;
+    struct err err;
+
+    EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), 0);
+    EXPECT(!c.proxy_embedded);
+    EXPECT_EQ_I64(c.proxy_port, 6711);
+    EXPECT_STR_EQ(c.cp_token, "");
+    EXPECT(c.proxy_tenant_header);
+    EXPECT_STR_EQ(c.proxy_spool_dir, "");
+    EXPECT(!c.kv_trusted_proxy);
+
+    env_set(&e, "QUEEN_PROXY_EMBEDDED", "true");
+    env_set(&e, "QUEEN_PROXY_PORT", "7711");
+    env_set(&e, "QUEEN_PROXY_CP_TOKEN", "cp-secret-token");
+    env_set(&e, "QUEEN_PROXY_TENANT_HEADER", "off");
+    env_set(&e, "QUEEN_KV_TRUSTED_PROXY", "1");
+    EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), 0);
+    EXPECT(c.proxy_embedded);
+    EXPECT_EQ_I64(c.proxy_port, 7711);
+    EXPECT_STR_EQ(c.cp_token, "cp-secret-token");
+    EXPECT(!c.proxy_tenant_header);
+    EXPECT(c.kv_trusted_proxy);
+
+    EXPECT_EQ_I64(load_one("QUEEN_PROXY_EMBEDDED", "maybe", &c, &err),
+                  ERR_INVALID);
+    EXPECT(strstr(err.msg, "QUEEN_PROXY_EMBEDDED=maybe: not a boolean") ==
+           err.msg);
+    EXPECT_EQ_I64(load_one("QUEEN_PROXY_PORT", "0", &c, &err), ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, "QUEEN_PROXY_PORT=0: out of range 1..65535");
+    /* A token over the cap is refused without being echoed. */
+    {
+        char big[CONFIG_TOKEN_MAX + 8];
+
+        memset(big, 'k', sizeof(big) - 1);
+        big[sizeof(big) - 1] = '\0';
+        EXPECT_EQ_I64(load_one("QUEEN_PROXY_CP_TOKEN", big, &c, &err),
+                      ERR_INVALID);
+        EXPECT(strstr(err.msg, "QUEEN_PROXY_CP_TOKEN=<redacted>") == err.msg);
+        EXPECT(strstr(err.msg, "kkkk") == NULL);
+    }
+    /* The control plane cannot share the broker's port. */
+    e.n = 0;
+    env_set(&e, "QUEEN_PROXY_EMBEDDED", "true");
+    env_set(&e, "QUEEN_PROXY_PORT", "6632");
+    EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), ERR_INVALID);
+    EXPECT(strstr(err.msg, "QUEEN_PROXY_PORT=6632: it is QUEEN_PORT too") ==
+           err.msg);
+}
+
 TEST(http_port_too_high_for_the_derived_raft_port_is_refused)
 {
     struct config c;
