@@ -23,12 +23,20 @@
 # connections open, so this is the cost of encryption, not of handshakes),
 # and the summary prints the ratio https/plain. Redis is not run then.
 #
-# Usage: bench/push.sh [--tls] [build-dir]   (make bench runs both via
-# scripts/bench.sh). QUEEN_BIN overrides the binary (to compare two builds
+# With --encrypted (bench/push_enc.sh) the peer is queen itself too: every
+# round pushes for BENCH_SECONDS to a plain queue and to a queue with
+# encryptionEnabled, each on a fresh broker with QUEEN_ENCRYPTION_KEY (each payload sealed with AES-256-GCM before it is
+# proposed, docs/design/formats.md §11); payloads are 500-byte JSON, and
+# the summary prints the ratio encrypted/plain (issue 15's goal: >= 0.8).
+#
+# Usage: bench/push.sh [--tls|--encrypted] [build-dir]   (make bench runs
+# each via scripts/bench.sh). QUEEN_BIN overrides the binary (to compare two builds
 # with one script).
 set -euo pipefail
 tls=0
+enc=0
 if [ "${1:-}" = "--tls" ]; then tls=1; shift; fi
+if [ "${1:-}" = "--encrypted" ]; then enc=1; shift; fi
 build=${1:-build}
 root="$(cd "$(dirname "$0")/.." && pwd)"
 queen="${QUEEN_BIN:-$root/$build/queen}"
@@ -61,15 +69,28 @@ cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime+stime, clock ticks
 hz=$(getconf CLK_TCK)
 load() { cut -d' ' -f1 /proc/loadavg; }
 
-# One 200-byte JSON payload, and a push body of $batch items.
-payload=$(/usr/bin/python3 -c '
+# One JSON payload (200 bytes; 500 with --encrypted, an order-like
+# document), and a push body of $batch items.
+psize=200
+if [ "$enc" = 1 ]; then psize=500; fi
+payload=$(/usr/bin/python3 - "$psize" <<'PY'
+import sys
+size = int(sys.argv[1])
 head = "{\"order\":123456,\"status\":\"paid\",\"total\":42.00,\"note\":\""
-print(head + "x" * (200 - len(head) - 2) + "\"}")')
+if size > 200:
+    head = ('{"order":123456,"customer":{"id":"c-20931","name":"Ana Lima",'
+            '"email":"ana@example.com"},"items":[{"sku":"A-1","qty":2,'
+            '"price":9.95},{"sku":"B-7","qty":1,"price":22.10}],'
+            '"status":"paid","total":42.00,"note":"')
+print(head + "x" * (size - len(head) - 2) + "\"}")
+PY
+)
 plen=${#payload}
-/usr/bin/python3 - "$payload" "$batch" "$tmp/push.lua" <<'PY'
+mkqueue_lua() { # queue out
+/usr/bin/python3 - "$payload" "$batch" "$2" "$1" <<'PY'
 import json, sys
-payload, batch, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-items = ",".join('{"queue":"bench","partition":"p%d","payload":%s}' % (i % 4, payload)
+payload, batch, out, queue = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+items = ",".join('{"queue":"%s","partition":"p%d","payload":%s}' % (queue, i % 4, payload)
                  for i in range(batch))
 body = '{"items":[%s]}' % items
 with open(out, "w") as f:
@@ -77,6 +98,9 @@ with open(out, "w") as f:
     f.write('wrk.headers["Content-Type"] = "application/json"\n')
     f.write("wrk.body = %s\n" % json.dumps(body))
 PY
+}
+mkqueue_lua bench "$tmp/push.lua"
+mkqueue_lua sealed "$tmp/push-enc.lua"
 
 if [ "$tls" = 1 ]; then
   openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tmp/tls.key" \
@@ -106,21 +130,67 @@ queen_round() {
   qcpu=$(( $(cpu "$qpid") - qcpu0 ))
   kill -TERM "$qpid"; wait "$qpid" || true; qpid=""
   rm -rf "$tmp/queen$tag"
-  r=$tag
-  qreqs=$(awk '/requests in/ {print $1}' "$tmp/wrk$r.txt")
-  qreq=$(awk '/^Requests\/sec:/ {print $2}' "$tmp/wrk$r.txt")
-  qp50=$(awk '$1=="50%" {print $2}' "$tmp/wrk$r.txt")
-  qp99=$(awk '$1=="99%" {print $2}' "$tmp/wrk$r.txt")
-  qbad=$(awk '/Non-2xx/ {print $5}' "$tmp/wrk$r.txt"); qbad=${qbad:-0}
+  wrk_row "$tmp/wrk$tag.txt" "$qcpu" "$tag" >>"$out"
+}
+
+# Print "rate p50 p99 cpu_us load records" of one wrk output ($1) and the
+# server's CPU ticks over it ($2); $3 names the round in warnings.
+wrk_row() {
+  local f=$1 qcpu=$2 r=$3 qreqs qreq qp50 qp99 qbad
+  qreqs=$(awk '/requests in/ {print $1}' "$f")
+  qreq=$(awk '/^Requests\/sec:/ {print $2}' "$f")
+  qp50=$(awk '$1=="50%" {print $2}' "$f")
+  qp99=$(awk '$1=="99%" {print $2}' "$f")
+  qbad=$(awk '/Non-2xx/ {print $5}' "$f"); qbad=${qbad:-0}
   [ "$qbad" = 0 ] || echo "bench/push: queen round $r: $qbad non-2xx answers" >&2
   /usr/bin/python3 - "$qreq" "$qreqs" "$qcpu" "$qp50" "$qp99" "$(load)" \
-    "$batch" "$hz" >>"$out" <<'PY'
+    "$batch" "$hz" <<'PY'
 import sys
 req, reqs, cpu, p50, p99, load, batch, hz = sys.argv[1:]
 ms = lambda s: float(s[:-2]) if s.endswith("ms") else float(s[:-2]) / 1000 if s.endswith("us") else float(s[:-1]) * 1000
 recs = int(reqs) * int(batch)
 print(float(req) * int(batch), ms(p50), ms(p99), int(cpu) / int(hz) * 1e6 / max(recs, 1), load, recs)
 PY
+}
+
+# One --encrypted round: the plain queue "bench", then the queue "sealed"
+# (encryptionEnabled), each on a broker of its own with the same key and a
+# fresh data directory (a second run on the same store would pay for the
+# first one's snapshot); the order alternates between rounds. Appends to
+# $tmp/queen.rounds and $tmp/queen-enc.rounds.
+enc_round() {
+  local r=$1 q order
+  order="plain enc"
+  if [ $((r % 2)) = 0 ]; then order="enc plain"; fi
+  for q in $order; do
+    enc_phase "$r" "$q"
+  done
+}
+
+enc_phase() {
+  local r=$1 q=$2 qport rport c0 name=bench flag=false lua="$tmp/push.lua" out="$tmp/queen.rounds"
+  if [ "$q" = enc ]; then
+    name=sealed; flag=true; lua="$tmp/push-enc.lua"; out="$tmp/queen-enc.rounds"
+  fi
+  qport=$(free_port); rport=$(free_port)
+  env QUEEN_PORT=$qport QUEEN_BIND_ADDR=127.0.0.1 QUEEN_RAFT_DIR="$tmp/queen$r$q" \
+    QUEEN_RAFT_LISTEN=127.0.0.1:$rport QUEEN_LOG_LEVEL=warn \
+    QUEEN_ENCRYPTION_KEY="$(openssl rand -hex 32)" \
+    "$queen" 2>"$tmp/queen$r$q.log" &
+  qpid=$!
+  wait_http "http://127.0.0.1:$qport/health"
+  curl -sf -XPOST -H 'Content-Type: application/json' \
+    -d "{\"queue\":\"$name\",\"options\":{\"encryptionEnabled\":$flag}}" \
+    "http://127.0.0.1:$qport/api/v1/configure" >/dev/null
+  c0=$(cpu "$qpid")
+  wrk -t2 -c$conns -d${secs}s --latency -s "$lua" \
+    "http://127.0.0.1:$qport/api/v1/push" >"$tmp/wrk$r-$q.txt"
+  wrk_row "$tmp/wrk$r-$q.txt" $(( $(cpu "$qpid") - c0 )) "$r-$q" >>"$out"
+  if grep -q "stored plaintext" "$tmp/queen$r$q.log"; then
+    echo "bench/push: round $r stored plaintext:" >&2; cat "$tmp/queen$r$q.log" >&2
+  fi
+  kill -TERM "$qpid"; wait "$qpid" || true; qpid=""
+  rm -rf "$tmp/queen$r$q"
 }
 
 # One redis round, as many XADDs as queen stored in its round (at least 1M).
@@ -169,6 +239,31 @@ for name, rs in (("http ", p), ("https", t)):
           % (name, med(rs, 0), med(rs, 1), med(rs, 2), batch, med(rs, 3)))
 print("  ratio  https/http = %.2f records/s, %.2f CPU-us/record"
       % (med(t, 0) / med(p, 0), med(t, 3) / med(p, 3)))
+PY
+  exit 0
+fi
+
+if [ "$enc" = 1 ]; then
+  for r in $(seq 1 "$runs"); do
+    enc_round "$r"
+  done
+  echo "bench/push --encrypted: ${plen}-byte JSON payloads, $batch per request, $conns keep-alive connections, ${secs}s per queue, $runs rounds"
+  /usr/bin/python3 - "$tmp/queen.rounds" "$tmp/queen-enc.rounds" "$batch" <<'PY'
+import statistics, sys
+def rows(path):
+    return [[float(x) for x in line.split()] for line in open(path)]
+p, e, batch = rows(sys.argv[1]), rows(sys.argv[2]), int(sys.argv[3])
+for i, (a, b) in enumerate(zip(p, e), 1):
+    print("  round %d  plain %8.0f records/s p99 %7.2fms %5.2f CPU-us/record (load %.2f)"
+          "  encrypted %8.0f records/s p99 %7.2fms %5.2f CPU-us/record (load %.2f)  ratio %.2f"
+          % (i, a[0], a[2], a[3], a[4], b[0], b[2], b[3], b[4], b[0] / a[0]))
+med = lambda rs, k: statistics.median(x[k] for x in rs)
+for name, rs in (("plain    ", p), ("encrypted", e)):
+    print("  %s  %10.0f records/s  p50 %.2fms  p99 %.2fms (request of %d)  %.2f CPU-us/record  (medians)"
+          % (name, med(rs, 0), med(rs, 1), med(rs, 2), batch, med(rs, 3)))
+ratio = med(e, 0) / med(p, 0)
+print("  ratio  encrypted/plain = %.2f records/s, %.2f CPU-us/record   (goal: >= 0.80: %s)"
+      % (ratio, med(e, 3) / med(p, 3), "met" if ratio >= 0.8 else "NOT met"))
 PY
   exit 0
 fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs every benchmark present in bench/ (push, push_tls, cluster, longpoll,
-# http, s3put, parquet, sink, sink_lag, sink_mem, sink_partitions,
-# sink_takeover, verify, restore, as they appear), each printing its figures beside a peer
+# Runs every benchmark present in bench/ (push, push_tls, push_enc, cluster,
+# longpoll, http, s3put, parquet, sink, sink_lag, sink_mem, sink_partitions,
+# sink_takeover, verify, restore, cp_tenants, as they appear), each printing
+# its figures beside a peer
 # measured in the same run (sink_lag and sink_takeover beside their goals:
 # their peer is the rule itself; BENCH_LAG_SECONDS=300 makes sink_lag the
 # longest).
@@ -14,7 +15,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 rc=0
 ran=0
-for name in push push_tls cluster longpoll http s3put parquet sink sink_lag sink_mem sink_partitions sink_takeover verify restore; do
+for name in push push_tls push_enc cluster longpoll http s3put parquet sink sink_lag sink_mem sink_partitions sink_takeover verify restore cp_tenants; do
   for cand in "bench/$name.sh" "bench/$name.py" "bench/$name"; do
     [ -f "$cand" ] || continue
     echo "== bench/$name"

@@ -89,6 +89,7 @@ int main(int argc, char **argv)
         return 2;
     }
     log_set_level(cfg.log_level);
+    config_warn_key(&cfg);
     if (envcheck_run((const char *const *)environ, boot_warn, NULL, &err) !=
         0) {
         log_error("boot", "FATAL: %s", err.msg);

@@ -86,6 +86,7 @@ struct api_push {
     bool *has_txn;               /* per item: the producer gave one */
     char (*id_text)[37];         /* per item: the minted id, formatted */
     struct buf arena;            /* unescaped names; never reallocated */
+    struct buf sealed; /* sealed payloads (api_push_seal); never moves */
 };
 
 /* Parse a push body (borrowed; must outlive p) into items, check names, and
@@ -99,6 +100,14 @@ int api_push_parse(struct api_push *p, const char *body, size_t len,
 /* Give every item a message id, and the id's text as txn where the producer
  * gave none. */
 void api_push_mint(struct api_push *p, api_mint_fn mint, void *ctx);
+/* Reference §1.10: seal the payload of every item i with seal[i] under key
+ * (base/aead.h), before anything is proposed, so the raft log, snapshots
+ * and LMDB hold only the envelope. A sealed item's payload then points into
+ * p->sealed, reserved in one piece first so it never moves. Returns how
+ * many items could not be sealed: those keep their plaintext (a push never
+ * fails for this). */
+size_t api_push_seal(struct api_push *p, const bool *seal,
+                     const uint8_t key[32]);
 /* Render the 201 array for the applied command's result (res->n_items ==
  * p->n). Appends to out. */
 int api_push_render(const struct api_push *p, const struct fsm_result *res,
@@ -238,8 +247,15 @@ struct api {
     void *status_extra_arg;
     api_extra_fn metrics_extra;
     void *metrics_extra_arg;
-    uint64_t self_id; /* QUEEN_RAFT_NODE_ID */
-    size_t n_peers;   /* 0: a single node */
+    /* QUEEN_ENCRYPTION_KEY (broker/config.h): pushes to a queue with
+     * encryptionEnabled are sealed with it; without it they are stored
+     * plaintext with a warning at most once a minute. Secret. */
+    bool has_seal_key;
+    uint8_t seal_key[32];
+    int64_t seal_warned_ms;  /* monotonic ms of the last such warning */
+    uint64_t seal_plaintext; /* records stored plaintext since then */
+    uint64_t self_id;        /* QUEEN_RAFT_NODE_ID */
+    size_t n_peers;          /* 0: a single node */
     struct api_peer peers[API_MAX_PEERS];
 };
 
@@ -291,6 +307,11 @@ void api_handle_health(struct http_req *req, void *arg);
 void api_handle_status(struct http_req *req, void *arg);
 void api_handle_metrics(struct http_req *req, void *arg);
 void api_handle_configure(struct http_req *req, void *arg);
+/* POST /api/v1/configure's work for a tenant already decided (the control
+ * plane's POST /api/cp/clusters/:id/configure): parse req's body, merge,
+ * propose, answer req. Borrows req until it answers. */
+void api_configure_for(struct api *a, struct http_req *req,
+                       const uint8_t tenant[16]);
 
 /* Add every route above to r, with a as their arg. */
 int api_routes(struct api *a, struct router *r, struct err *err);

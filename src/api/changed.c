@@ -239,8 +239,8 @@ void api_handle_changed(struct http_req *req, void *arg)
     struct buf out;
     uint8_t tenant[16];
 
-    if (api_tenant(req, a, tenant, &err) != 0) {
-        api_respond_err(a, req, &err);
+    if (api_tenant_gated(req, a, API_GATE_READ, tenant, &code, &err) != 0) {
+        api_respond_tenant(a, req, code, &err);
         return;
     }
     if (api_changed_parse(&c, req->body.ptr, req->body.len, &code, &err) != 0) {

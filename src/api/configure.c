@@ -464,17 +464,27 @@ static void configure_read(void *arg, int status, const struct fsm_result *res,
 void api_handle_configure(struct http_req *req, void *arg)
 {
     struct api *a = arg;
+    const char *code = NULL;
+    struct err err;
+    uint8_t tenant[16];
+
+    if (api_tenant_gated(req, a, API_GATE_READ, tenant, &code, &err) != 0) {
+        api_respond_tenant(a, req, code, &err);
+        return;
+    }
+    api_configure_for(a, req, tenant);
+}
+
+void api_configure_for(struct api *a, struct http_req *req,
+                       const uint8_t tenant[16])
+{
     struct configure_op *op = xcalloc(1, sizeof(*op));
     const char *code = NULL;
     struct err err;
 
     op->a = a;
     op->req = req;
-    if (api_tenant(req, a, op->tenant, &err) != 0) {
-        api_respond_err(a, req, &err);
-        free(op);
-        return;
-    }
+    memcpy(op->tenant, tenant, 16);
     if (api_configure_parse(&op->c, req->body.ptr, req->body.len, &code,
                             &err) != 0) {
         api_respond_error(a, req, err.code == ERR_TOO_BIG ? 413 : 400, code,

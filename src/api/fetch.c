@@ -473,8 +473,8 @@ void api_handle_fetch(struct http_req *req, void *arg)
 
     w->a = a;
     w->req = req;
-    if (api_tenant(req, a, w->tenant, &err) != 0) {
-        api_respond_err(a, req, &err);
+    if (api_tenant_gated(req, a, API_GATE_READ, w->tenant, &code, &err) != 0) {
+        api_respond_tenant(a, req, code, &err);
         free(w);
         return;
     }

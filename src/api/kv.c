@@ -720,11 +720,14 @@ static void kv_handle_batch(struct http_req *req, void *arg)
     struct api_kv k;
     struct err err = {0};
     struct slice none = {"", 0};
+    const char *code;
     uint8_t tenant[16];
 
     UNUSED(arg);
-    if (api_tenant(req, kv_routes_ctx->a, tenant, &err) != 0) {
-        kv_respond_status(req, err.code, "kv_bad_tenant", err.msg);
+    if (api_tenant_gated(req, kv_routes_ctx->a, API_GATE_READ, tenant, &code,
+                         &err) != 0) {
+        kv_respond_status(req, err.code, code != NULL ? code : "kv_bad_tenant",
+                          err.msg);
         return;
     }
     if (api_kv_parse(&k, API_KV_BATCH, req->body, none, none, &err) != 0) {
@@ -744,11 +747,14 @@ static void kv_handle_key(struct http_req *req, void *arg)
     bool is_get =
         req->method == HTTP_METHOD_GET || req->method == HTTP_METHOD_HEAD;
     int mode = req->method == HTTP_METHOD_PUT ? API_KV_PUT : API_KV_DELETE;
+    const char *code;
     uint8_t tenant[16];
 
     UNUSED(arg);
-    if (api_tenant(req, kv_routes_ctx->a, tenant, &err) != 0) {
-        kv_respond_status(req, err.code, "kv_bad_tenant", err.msg);
+    if (api_tenant_gated(req, kv_routes_ctx->a, API_GATE_READ, tenant, &code,
+                         &err) != 0) {
+        kv_respond_status(req, err.code, code != NULL ? code : "kv_bad_tenant",
+                          err.msg);
         return;
     }
     if (req->query.len > 0 || req->url.ptr[req->path.len] == '?') {

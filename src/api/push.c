@@ -17,6 +17,7 @@
 #include "api/api.h"
 #include "api/metrics.h"
 #include "api/tenant.h"
+#include "base/aead.h"
 #include "base/log.h"
 #include "base/xalloc.h"
 #include "http/server.h"
@@ -322,6 +323,39 @@ uint64_t api_push_queued_bytes(const struct api_push *p,
     return n;
 }
 
+size_t api_push_seal(struct api_push *p, const bool *seal,
+                     const uint8_t key[32])
+{
+    size_t need = 0;
+    size_t failed = 0;
+    struct err err;
+
+    for (size_t i = 0; i < p->n; i++) {
+        need += seal[i] ? (p->items[i].payload.len + 2) / 3 * 4 + 96 : 0;
+    }
+    buf_free(&p->sealed);
+    buf_init(&p->sealed, need); /* the reserve is the cap: it never moves */
+    if (need == 0 || buf_reserve(&p->sealed, need, &err) != 0) {
+        return 0;
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        struct slice *pl = &p->items[i].payload;
+        size_t at = p->sealed.len;
+
+        if (!seal[i]) {
+            continue;
+        }
+        if (aead_seal(key, (const uint8_t *)pl->ptr, pl->len, &p->sealed,
+                      &err) != 0) {
+            failed++;
+            continue;
+        }
+        pl->ptr = p->sealed.data + at;
+        pl->len = p->sealed.len - at;
+    }
+    return failed;
+}
+
 void api_push_free(struct api_push *p)
 {
     json_doc_free(&p->doc);
@@ -329,6 +363,7 @@ void api_push_free(struct api_push *p)
     free(p->has_txn);
     free(p->id_text);
     buf_free(&p->arena);
+    buf_free(&p->sealed);
     memset(p, 0, sizeof(*p));
 }
 
@@ -592,10 +627,10 @@ static void push_submit(struct api *a, struct push_op *op)
     struct push_queue *q = push_queue_of(a->node);
 
     node_on_commit(q->node, push_committed, q); /* (a node may be new) */
-    if (q->head != NULL &&
-        (memcmp(q->head->tenant, op->tenant, 16) != 0 ||
-         q->n_items + op->p.n > PUSH_BATCH_ITEMS ||
-         q->n_bytes + op->req->body.len > PUSH_BATCH_BYTES)) {
+    if (q->head != NULL && (memcmp(q->head->tenant, op->tenant, 16) != 0 ||
+                            q->n_items + op->p.n > PUSH_BATCH_ITEMS ||
+                            q->n_bytes + op->req->body.len + op->p.sealed.len >
+                                PUSH_BATCH_BYTES)) {
         push_flush(q);
     }
     op->base = q->n_items;
@@ -607,23 +642,94 @@ static void push_submit(struct api *a, struct push_op *op)
     }
     q->tail = op;
     q->n_items += op->p.n;
-    q->n_bytes += op->req->body.len;
+    q->n_bytes += op->req->body.len + op->p.sealed.len;
     if (node_uncommitted(q->node) < push_in_flight(q->node)) {
         push_flush(q);
     }
+}
+
+#define PUSH_SEAL_WARN_MS 60000
+
+/* The records of one request stored plaintext although their queue has
+ * encryptionEnabled: warn at most once a minute, counting the rest. */
+static void push_seal_warn(struct api *a, const char *msg, struct slice queue,
+                           size_t n)
+{
+    struct timespec ts;
+    int64_t now;
+
+    ASSERT(clock_gettime(CLOCK_MONOTONIC, &ts) == 0);
+    now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    a->seal_plaintext += n;
+    if (a->seal_warned_ms != 0 && now - a->seal_warned_ms < PUSH_SEAL_WARN_MS) {
+        return;
+    }
+    log_warn_kv("api", msg,
+                {"queue", LOG_FMT("%.*s", (int)queue.len, queue.ptr)},
+                {"records", LOG_U64(a->seal_plaintext)});
+    a->seal_warned_ms = now;
+    a->seal_plaintext = 0;
+}
+
+/* Reference §1.10, push step 7: seal the payloads of the items whose queue
+ * has encryptionEnabled, on the node that received the push and before
+ * anything is proposed (a follower forwards the sealed command). The flag
+ * is read from this node's applied state, once per run of items naming the
+ * same queue. */
+static void push_seal(struct api *a, struct push_op *op)
+{
+    struct api_push *p = &op->p;
+    struct slice last = {NULL, 0};
+    struct slice named = {NULL, 0}; /* the first encrypted queue */
+    bool is_enc = false;
+    bool *seal = NULL;
+    size_t n = 0;
+    size_t failed;
+
+    for (size_t i = 0; i < p->n; i++) {
+        struct slice q = p->items[i].queue;
+        if (last.ptr == NULL || q.len != last.len ||
+            memcmp(q.ptr, last.ptr, q.len) != 0) {
+            struct store_queue_info info;
+            struct err err;
+            last = q;
+            is_enc =
+                store_get_queue(a->store, op->tenant, q, &info, &err) == 0 &&
+                info.options.encryption_enabled;
+        }
+        if (is_enc) {
+            named = named.ptr != NULL ? named : q;
+            seal = seal != NULL ? seal : xcalloc(p->n, sizeof(*seal));
+            seal[i] = true;
+            n++;
+        }
+    }
+    if (n == 0) {
+        return;
+    }
+    if (!a->has_seal_key) {
+        push_seal_warn(a,
+                       "queue has encryptionEnabled but QUEEN_ENCRYPTION_KEY "
+                       "is not set; stored plaintext",
+                       named, n);
+    } else if ((failed = api_push_seal(p, seal, a->seal_key)) > 0) {
+        push_seal_warn(a, "encryption failed; stored plaintext", named, failed);
+    }
+    free(seal);
 }
 
 void api_handle_push(struct http_req *req, void *arg)
 {
     struct api *a = arg;
     struct push_op *op = xcalloc(1, sizeof(*op));
+    const char *code;
     struct err err;
     struct buf out;
 
     op->a = a;
     op->req = req;
-    if (api_tenant(req, a, op->tenant, &err) != 0) {
-        api_respond_err(a, req, &err);
+    if (api_tenant_gated(req, a, API_GATE_PUSH, op->tenant, &code, &err) != 0) {
+        api_respond_tenant(a, req, code, &err);
         free(op);
         return;
     }
@@ -641,6 +747,7 @@ void api_handle_push(struct http_req *req, void *arg)
         goto out_free;
     }
     push_mint_all(a, &op->p);
+    push_seal(a, op);
     push_submit(a, op);
     return; /* push_applied (or a refusal) answers and frees */
 out_free:

@@ -38,8 +38,10 @@ void api_handle_queues(struct http_req *req, void *arg)
     struct err err;
     uint8_t tenant[16];
 
-    if (api_tenant(req, a, tenant, &err) != 0) {
-        api_respond_err(a, req, &err);
+    const char *code;
+
+    if (api_tenant_gated(req, a, API_GATE_READ, tenant, &code, &err) != 0) {
+        api_respond_tenant(a, req, code, &err);
         return;
     }
     memset(&l, 0, sizeof(l));

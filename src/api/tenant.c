@@ -11,6 +11,7 @@
 #include "api/api.h"
 #include "api/auth.h"
 #include "base/uuid7.h"
+#include "cp/registry.h"
 #include "http/server.h"
 #include "store/store.h"
 
@@ -127,4 +128,56 @@ int api_tenant(const struct http_req *req, const struct api *a, uint8_t out[16],
     }
     return api_tenant_of(true, http_req_header(req, API_TENANT_HEADER), out,
                          err);
+}
+
+int api_tenant_gate_check(const uint8_t t[16], int st, enum api_gate g,
+                          const char **code, struct err *err)
+{
+    char id[37];
+
+    uuid7_format(t, id);
+    if (memcmp(t, CP_PROXY_TENANT, 16) == 0) {
+        *code = "control_plane_tenant";
+        return err_set(err, ERR_FORBIDDEN,
+                       "tenant %s holds the control plane's rows; no call "
+                       "acts for it",
+                       id);
+    }
+    if (st == CP_SUSPENDED) {
+        *code = "tenant_suspended";
+        return err_set(err, ERR_FORBIDDEN,
+                       "tenant %s is suspended: its pushes and reads are "
+                       "refused until the control plane sets it active",
+                       id);
+    }
+    if (st == CP_PUSH_BLOCKED && g == API_GATE_PUSH) {
+        *code = "tenant_push_blocked";
+        return err_set(err, ERR_FORBIDDEN,
+                       "tenant %s is push_blocked: its pushes are refused "
+                       "(reads still answer) until the control plane sets "
+                       "it active",
+                       id);
+    }
+    return 0;
+}
+
+int api_tenant_gated(const struct http_req *req, const struct api *a,
+                     enum api_gate g, uint8_t out[16], const char **code,
+                     struct err *err)
+{
+    *code = NULL;
+    if (api_tenant(req, a, out, err) != 0) {
+        return err->code;
+    }
+    return api_tenant_gate_check(out, (int)cp_tenant_gate(out), g, code, err);
+}
+
+void api_respond_tenant(struct api *a, struct http_req *req, const char *code,
+                        const struct err *err)
+{
+    if (code != NULL) {
+        api_respond_error(a, req, 403, code, err->msg);
+        return;
+    }
+    api_respond_err(a, req, err);
 }

@@ -49,4 +49,32 @@ int api_tenant_bound(const uint8_t bound[16], const char *value,
 int api_tenant(const struct http_req *req, const struct api *a, uint8_t out[16],
                struct err *err);
 
+/* ---- the control plane's gate (docs/design/control-plane.md §4) ----
+ *   (4) No call acts for CP_PROXY_TENANT, the control plane's own rows
+ *       (cp/registry.h): 403 control_plane_tenant, whatever the route.
+ *   (5) A tenant whose cluster's merged status is suspended gets 403
+ *       tenant_suspended on every data route; push_blocked gets 403
+ *       tenant_push_blocked on pushes only and keeps its reads, configure
+ *       and KV. The gate is asked once per call, before anything is read
+ *       or proposed (1); a long poll already parked is not re-gated. */
+
+enum api_gate { API_GATE_READ = 0, API_GATE_PUSH = 1 };
+
+/* Pure: whether a call of kind g for tenant t, whose merged status is st,
+ * may go on. 0, or ERR_FORBIDDEN with *code set and err->msg naming the
+ * tenant and the status. */
+int api_tenant_gate_check(const uint8_t t[16], int st, enum api_gate g,
+                          const char **code, struct err *err);
+
+/* api_tenant(), then the gate for g (cp_tenant_gate()). 0; the errors of
+ * api_tenant() with *code NULL; or api_tenant_gate_check()'s refusal. */
+int api_tenant_gated(const struct http_req *req, const struct api *a,
+                     enum api_gate g, uint8_t out[16], const char **code,
+                     struct err *err);
+
+/* Answer an api_tenant_gated() failure: 403 with code when code is set,
+ * else as api_respond_err(). */
+void api_respond_tenant(struct api *a, struct http_req *req, const char *code,
+                        const struct err *err);
+
 #endif

@@ -1,10 +1,12 @@
 /* Payload sealing at rest: AES-256-GCM under the cell's key, in the JSON
  * envelope of docs/design/formats.md "Sealed payloads".
  *
- * Each thread keeps one EVP cipher context (a pthread key frees it when the
- * thread ends), and the cipher is fetched once, so sealing a record costs
- * the key schedule and the cipher, with no allocation beyond the growth of
- * the caller's output buffer. Sealing encrypts in chunks of a multiple of 3
+ * Each thread keeps an EVP cipher context per direction, keyed once with
+ * the key it was last given, and a pool of RAND_bytes output the IVs come
+ * from (refilled every 64 seals, and after a fork); a pthread key frees it
+ * all when the thread ends. So sealing a record costs the nonce setup, the
+ * cipher and the base64, with no allocation beyond the growth of the
+ * caller's output buffer. Sealing encrypts in chunks of a multiple of 3
  * bytes and base64-encodes each chunk straight into the output; opening
  * decodes the ciphertext into the output and decrypts it there in place.
  *
@@ -15,6 +17,8 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/crypto.h>
@@ -24,6 +28,7 @@
 #include "base/aead_seam.h"
 #include "base/json.h"
 #include "base/sha256.h"
+#include "base/xalloc.h"
 
 /* Plaintext bytes per EVP call when sealing: a multiple of 3, so the base64
  * of consecutive chunks concatenates into the base64 of the whole. */
@@ -31,40 +36,117 @@
 /* Ciphertext bytes per EVP call when opening (EVP takes an int). */
 #define AEAD_OPEN_STEP ((size_t)1 << 30)
 
+/* Random bytes drawn per RAND_bytes call for IVs: one call per 64 seals. */
+#define AEAD_POOL 1024
+
+/* One thread's state: a context per direction, each keeping the key it was
+ * last given (so a record costs the IV setup, not a key schedule), and a
+ * pool of random bytes the IVs are taken from. */
+struct aead_thread {
+    EVP_CIPHER_CTX *ctx[2]; /* 1 = encrypt, 0 = decrypt */
+    uint8_t key[2][AEAD_KEY_LEN];
+    bool has_key[2];
+    uint8_t pool[AEAD_POOL];
+    size_t pool_used;   /* bytes of pool already handed out */
+    unsigned pool_fork; /* aead_forks when the pool was drawn */
+};
+
 static pthread_once_t aead_once = PTHREAD_ONCE_INIT;
 static pthread_key_t aead_tls;
 static EVP_CIPHER *aead_cipher; /* fetched once, never freed */
+/* Forks seen: a child must not reuse its parent's pooled IV bytes. */
+static _Atomic unsigned aead_forks;
 
-static void aead_ctx_free(void *p)
+static void aead_thread_free(void *p)
 {
-    EVP_CIPHER_CTX_free(p);
+    struct aead_thread *t = p;
+
+    EVP_CIPHER_CTX_free(t->ctx[0]);
+    EVP_CIPHER_CTX_free(t->ctx[1]);
+    OPENSSL_cleanse(t, sizeof(*t));
+    free(t);
+}
+
+static void aead_on_fork(void)
+{
+    aead_forks++;
 }
 
 static void aead_init_once(void)
 {
-    ASSERT(pthread_key_create(&aead_tls, aead_ctx_free) == 0);
+    ASSERT(pthread_key_create(&aead_tls, aead_thread_free) == 0);
+    ASSERT(pthread_atfork(NULL, NULL, aead_on_fork) == 0);
     aead_cipher = EVP_CIPHER_fetch(NULL, "AES-256-GCM", NULL);
 }
 
-/* This thread's cipher context, made on first use; NULL when OpenSSL
- * cannot give one. */
-static EVP_CIPHER_CTX *aead_ctx(void)
+/* This thread's state, made on first use; NULL when OpenSSL cannot give a
+ * cipher. */
+static struct aead_thread *aead_thread(void)
 {
-    EVP_CIPHER_CTX *c;
+    struct aead_thread *t;
 
     ASSERT(pthread_once(&aead_once, aead_init_once) == 0);
     if (aead_cipher == NULL) {
         return NULL;
     }
-    c = pthread_getspecific(aead_tls);
-    if (c == NULL) {
-        c = EVP_CIPHER_CTX_new();
-        if (c == NULL || pthread_setspecific(aead_tls, c) != 0) {
-            EVP_CIPHER_CTX_free(c);
+    t = pthread_getspecific(aead_tls);
+    if (t == NULL) {
+        t = xcalloc(1, sizeof(*t));
+        t->pool_used = AEAD_POOL;
+        t->ctx[0] = EVP_CIPHER_CTX_new();
+        t->ctx[1] = EVP_CIPHER_CTX_new();
+        if (t->ctx[0] == NULL || t->ctx[1] == NULL ||
+            pthread_setspecific(aead_tls, t) != 0) {
+            aead_thread_free(t);
             return NULL;
         }
     }
-    return c;
+    return t;
+}
+
+/* The thread's context for direction enc (1 encrypt, 0 decrypt), keyed
+ * with key and set to the nonce iv[0..12). NULL when OpenSSL fails. */
+static EVP_CIPHER_CTX *aead_ctx(int enc, const uint8_t key[AEAD_KEY_LEN],
+                                const uint8_t iv[AEAD_IV_LEN])
+{
+    struct aead_thread *t = aead_thread();
+    EVP_CIPHER_CTX *c;
+
+    if (t == NULL) {
+        return NULL;
+    }
+    c = t->ctx[enc];
+    if (!t->has_key[enc] ||
+        CRYPTO_memcmp(t->key[enc], key, AEAD_KEY_LEN) != 0) {
+        t->has_key[enc] = false;
+        if (EVP_CipherInit_ex2(c, aead_cipher, key, NULL, enc, NULL) != 1) {
+            return NULL;
+        }
+        memcpy(t->key[enc], key, AEAD_KEY_LEN);
+        t->has_key[enc] = true;
+    }
+    return EVP_CipherInit_ex2(c, NULL, NULL, iv, enc, NULL) == 1 ? c : NULL;
+}
+
+/* A fresh IV from the thread's pool of RAND_bytes output. */
+static bool aead_iv(uint8_t iv[AEAD_IV_LEN])
+{
+    struct aead_thread *t = aead_thread();
+
+    if (t == NULL) {
+        return false;
+    }
+    if (t->pool_used + AEAD_IV_LEN > AEAD_POOL || t->pool_fork != aead_forks) {
+        if (RAND_bytes(t->pool, AEAD_POOL) != 1) {
+            return false;
+        }
+        t->pool_used = 0;
+        t->pool_fork = aead_forks;
+    }
+    memcpy(iv, t->pool + t->pool_used, AEAD_IV_LEN);
+    OPENSSL_cleanse(t->pool + t->pool_used, AEAD_IV_LEN);
+    t->pool_used += AEAD_IV_LEN;
+    return true;
 }
 
 static int hex_val(char c)
@@ -144,18 +226,16 @@ int aead_seal_with_iv(const uint8_t key[AEAD_KEY_LEN],
     size_t start = out->len;
     size_t need = sizeof(k_ct) + sizeof(k_iv) + sizeof(k_tag) + (size_t)2 * 24 +
                   2 + (n + 2) / 3 * 4;
-    EVP_CIPHER_CTX *c = aead_ctx();
+    EVP_CIPHER_CTX *c;
     uint8_t tag[AEAD_TAG_LEN];
     int rc;
 
-    if (c == NULL) {
-        return err_set(err, ERR_IO, "sealing failed: no cipher context");
-    }
     if (buf_reserve(out, need, err) != 0) {
         return err->code;
     }
-    if (EVP_EncryptInit_ex2(c, aead_cipher, key, iv, NULL) != 1) {
-        return err_set(err, ERR_IO, "sealing failed: EVP_EncryptInit_ex2");
+    c = aead_ctx(1, key, iv);
+    if (c == NULL) {
+        return err_set(err, ERR_IO, "sealing failed: EVP_CipherInit_ex2");
     }
     rc = buf_append(out, k_ct, sizeof(k_ct) - 1, err);
     if (rc == 0) {
@@ -191,7 +271,7 @@ int aead_seal(const uint8_t key[AEAD_KEY_LEN], const uint8_t *pt, size_t n,
 {
     uint8_t iv[AEAD_IV_LEN];
 
-    if (RAND_bytes(iv, sizeof(iv)) != 1) {
+    if (!aead_iv(iv)) {
         return err_set(err, ERR_IO, "sealing failed: RAND_bytes");
     }
     return aead_seal_with_iv(key, iv, pt, n, out, err);
@@ -295,14 +375,11 @@ static int open_in_place(const uint8_t key[AEAD_KEY_LEN],
                          uint8_t tag[AEAD_TAG_LEN], uint8_t *p, size_t m,
                          struct err *err)
 {
-    EVP_CIPHER_CTX *c = aead_ctx();
+    EVP_CIPHER_CTX *c = aead_ctx(0, key, iv);
     int len = 0;
 
     if (c == NULL) {
-        return err_set(err, ERR_IO, "opening failed: no cipher context");
-    }
-    if (EVP_DecryptInit_ex2(c, aead_cipher, key, iv, NULL) != 1) {
-        return err_set(err, ERR_IO, "opening failed: EVP_DecryptInit_ex2");
+        return err_set(err, ERR_IO, "opening failed: EVP_CipherInit_ex2");
     }
     for (size_t i = 0; i < m; i += AEAD_OPEN_STEP) {
         size_t k = m - i < AEAD_OPEN_STEP ? m - i : AEAD_OPEN_STEP;

@@ -112,15 +112,20 @@ int base64_encode(const uint8_t *p, size_t n, struct buf *b, struct err *err)
     return 0;
 }
 
+/* The value of one base64 character, or -1 (ranges, not a search: sealed
+ * payloads decode their whole ciphertext through here). */
 static int b64_val(char c)
 {
-    const char *hit;
-
-    if (c == '\0') {
-        return -1;
+    if (c >= 'A' && c <= 'Z') {
+        return c - 'A';
     }
-    hit = strchr(b64_alpha, c);
-    return hit == NULL ? -1 : (int)(hit - b64_alpha);
+    if (c >= 'a' && c <= 'z') {
+        return c - 'a' + 26;
+    }
+    if (c >= '0' && c <= '9') {
+        return c - '0' + 52;
+    }
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
 }
 
 /* Decode one 4-character group; pad = number of '=' (0..2, only allowed in

@@ -22,12 +22,14 @@
 
 #include "api/api.h"
 #include "api/auth.h"
+#include "api/cp.h"
 #include "api/kv.h"
 #include "base/env.h"
 #include "base/log.h"
 #include "broker/dirlock.h"
 #include "broker/kv.h"
 #include "broker/retention.h"
+#include "cp/registry.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "http/tls.h"
@@ -50,8 +52,16 @@ struct broker {
     struct node *node;
     struct router *router;
     struct http_server *http;
-    struct tls_ctx *tls; /* QUEEN_TLS_CERT/KEY; NULL for plain HTTP */
-    struct auth auth;    /* QUEEN_AUTH_TOKENS; n == 0 without */
+    /* The control plane (api/cp.h): its own router and listener on
+     * QUEEN_PROXY_PORT when QUEEN_PROXY_EMBEDDED=true, else NULL. */
+    struct router *cp_router;
+    struct http_server *cp_http;
+    struct cp_api cp;
+    uv_timer_t cp_gate;       /* refreshes cp/registry.h's gate table */
+    uint64_t cp_gate_full_ms; /* loop time of its last forced re-read */
+    int n_http_open;          /* listeners not yet closed at shutdown */
+    struct tls_ctx *tls;      /* QUEEN_TLS_CERT/KEY; NULL for plain HTTP */
+    struct auth auth;         /* QUEEN_AUTH_TOKENS; n == 0 without */
     struct api api;
     struct kv_service *kv;
     uv_timer_t kv_sweep; /* the leader's KV expiry sweep */
@@ -95,6 +105,7 @@ static void broker_on_node_closed(void *arg)
     b->node = NULL;
     b->state = BROKER_DONE;
     uv_close((uv_handle_t *)&b->kv_sweep, NULL);
+    uv_close((uv_handle_t *)&b->cp_gate, NULL);
     retention_close(b->retention);
     b->retention = NULL;
     uv_close((uv_handle_t *)&b->sink_wait, NULL);
@@ -129,7 +140,11 @@ static void broker_on_http_closed(void *arg)
 {
     struct broker *b = arg;
 
+    if (--b->n_http_open > 0) {
+        return; /* the other listener still drains */
+    }
     b->http = NULL;
+    b->cp_http = NULL;
     uv_timer_start(&b->sink_wait, broker_on_sink_wait, 0, 20);
 }
 
@@ -145,7 +160,14 @@ static void broker_on_signal(uv_signal_t *h, int signum)
     /* The sink drains before the listener (docs/design/protocol.md §1). */
     sink_host_stop(b->sink);
     http_server_stop_accepting(b->http);
+    if (b->cp_http != NULL) {
+        http_server_stop_accepting(b->cp_http);
+    }
     api_stop(&b->api);
+    b->n_http_open = b->cp_http != NULL ? 2 : 1;
+    if (b->cp_http != NULL) {
+        http_server_close(b->cp_http, broker_on_http_closed, b);
+    }
     http_server_close(b->http, broker_on_http_closed, b);
 }
 
@@ -228,6 +250,9 @@ static int broker_open_node(struct broker *b, struct err *err)
         store_open(&b->store, dir, 0, err) != 0) {
         return err->code;
     }
+    if (b->cfg->enc_key_set) {
+        store_set_seal_key(b->store, b->cfg->enc_key); /* reads open */
+    }
     memset(&nc, 0, sizeof(nc));
     b->kv = kv_service_new(b->store);
     nc.handlers[CMD_KV] = kv_service_apply;
@@ -302,6 +327,13 @@ static int broker_sink_kv(void *arg, const struct kv_batch *batch,
     return kv_call_batch(arg, batch, timeout_ms, out, err);
 }
 
+static int broker_open_cp(struct broker *b, struct err *err);
+
+static void broker_on_listener_gone(void *arg)
+{
+    UNUSED(arg);
+}
+
 static int broker_open_http(struct broker *b, struct err *err)
 {
     struct http_config hc;
@@ -318,6 +350,8 @@ static int broker_open_http(struct broker *b, struct err *err)
         snprintf(p->http, sizeof(p->http), "%s", b->cfg->peers[i].http);
     }
     b->api.is_tenancy_header = b->cfg->tenancy_header;
+    b->api.has_seal_key = b->cfg->enc_key_set; /* pushes seal */
+    memcpy(b->api.seal_key, b->cfg->enc_key, sizeof(b->api.seal_key));
     b->api.is_sink_kv_writable = b->cfg->kv_unsafe_sink_writes;
     if (b->cfg->kv_unsafe_sink_writes) {
         log_warn("broker",
@@ -354,8 +388,86 @@ static int broker_open_http(struct broker *b, struct err *err)
         }
         return err->code;
     }
+    if (broker_open_cp(b, err) != 0) {
+        /* The broker's listener is up: close it, or the loop that runs
+         * the node's close would never end; without api.server the sink
+         * starts no thread (sink/host.h). */
+        http_server_close(b->http, broker_on_listener_gone, NULL);
+        b->http = NULL;
+        return err->code;
+    }
     b->api.server = b->http;
     return 0;
+}
+
+/* The control plane's listener (docs/design/control-plane.md): the same
+ * bind address, loop and server code, its own router with only /api/cp
+ * routes behind the token guard. */
+static int broker_open_cp(struct broker *b, struct err *err)
+{
+    struct http_config hc;
+    struct cp_api_config cc;
+    bool has_key = b->cfg->enc_key_set; /* parsed by broker/config.c */
+    int rc;
+
+    if (b->cfg->proxy_spool_dir[0] != '\0') {
+        log_warn("broker",
+                 "QUEEN_PROXY_SPOOL_DIR is set but unused: the proxy's "
+                 "client data plane is not built, only its control plane");
+    }
+    if (!b->cfg->proxy_embedded) {
+        return 0;
+    }
+    memset(&cc, 0, sizeof(cc));
+    cc.token = b->cfg->cp_token;
+    cc.is_tenant_header = b->cfg->proxy_tenant_header;
+    cc.is_s3_embedded = b->sink != NULL;
+    cc.seal_key = has_key ? b->cfg->enc_key : NULL;
+    cc.is_crash_after_mark = b->cfg->cp_crash_after_mark;
+    b->cp_router = router_new();
+    rc = cp_api_routes(&b->cp, &b->api, b->kv, &cc, b->cp_router, err);
+    if (rc != 0) {
+        return rc;
+    }
+    memset(&hc, 0, sizeof(hc));
+    hc.bind_addr = b->cfg->bind_addr;
+    hc.tls = b->tls;
+    hc.port = b->cfg->proxy_port;
+    hc.max_body_bytes = (size_t)b->cfg->max_body_bytes;
+    if (http_server_start(&b->cp_http, &b->loop, &hc, router_dispatch,
+                          b->cp_router, err) != 0) {
+        if (err->code == ERR_IO) {
+            err_wrap(err, "QUEEN_BIND_ADDR=%s QUEEN_PROXY_PORT=%d",
+                     hc.bind_addr, hc.port);
+        }
+        return err->code;
+    }
+    log_info("broker",
+             "control plane listening on %s:%d, token %s, tenant header %s, "
+             "S3 secrets %s",
+             hc.bind_addr, http_server_port(b->cp_http),
+             b->cfg->cp_token[0] != '\0' ? "set" : "unset (every route 404)",
+             b->cfg->proxy_tenant_header ? "on" : "off",
+             has_key ? "sealed with QUEEN_ENCRYPTION_KEY"
+                     : "refused (no QUEEN_ENCRYPTION_KEY)");
+    return 0;
+}
+
+/* cp/registry.h (2): re-read the gate table when a proxy-tenant batch was
+ * applied; every 10 s regardless, for rows a snapshot install replaced. */
+static void broker_on_cp_gate(uv_timer_t *t)
+{
+    struct broker *b = t->data;
+    struct err err;
+    uint64_t now = uv_now(t->loop);
+    bool force = now - b->cp_gate_full_ms >= 10000;
+
+    if (force) {
+        b->cp_gate_full_ms = now;
+    }
+    if (cp_gate_refresh(b->store, force, &err) != 0) {
+        log_warn("broker", "control plane gate: %s", err.msg);
+    }
 }
 
 static void broker_signals(struct broker *b)
@@ -404,6 +516,9 @@ int broker_run(const struct config *cfg, struct err *err)
     uv_timer_init(&b.loop, &b.kv_sweep);
     b.kv_sweep.data = &b;
     uv_timer_start(&b.kv_sweep, broker_on_kv_sweep, 1000, 1000);
+    uv_timer_init(&b.loop, &b.cp_gate);
+    b.cp_gate.data = &b;
+    uv_timer_start(&b.cp_gate, broker_on_cp_gate, 0, CP_GATE_REFRESH_MS);
     b.retention = retention_start(&b.loop, b.store, b.node, 0);
     log_info("broker",
              "queen %s listening on %s:%d over %s, raft %s, data %s, body "
@@ -419,6 +534,11 @@ out_close:
         api_free(&b.api);
         router_free(b.router);
     }
+    if (b.cp_router != NULL) {
+        cp_api_free(&b.cp);
+        router_free(b.cp_router);
+    }
+    cp_gate_clear();
     api_kv_routes_free();
     auth_free(&b.auth);
     tls_ctx_free(b.tls); /* the server, its only user, is gone */

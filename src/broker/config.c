@@ -17,6 +17,7 @@
 #include <strings.h>
 
 #include "api/auth.h"
+#include "base/aead.h"
 #include "base/env.h"
 #include "base/log.h"
 #include "http/tls.h"
@@ -35,6 +36,8 @@ enum cfg_type {
     CFG_BOOL,     /* true|1|yes|on or false|0|no|off, any case */
     CFG_PEERS,    /* QUEEN_RAFT_PEERS (config_parse_peers); empty = none */
     CFG_SECRET,   /* a string up to max bytes; empty = none; never echoed */
+    CFG_KEY,      /* QUEEN_ENCRYPTION_KEY: 64 hex, else unset with a warning;
+                     never refused, never echoed */
 };
 
 struct cfg_row {
@@ -113,12 +116,44 @@ static const struct cfg_row cfg_rows[] = {
         OFF(kv_unsafe_sink_writes), 0, 0, false,
         "let HTTP clients write the S3 sink's KV namespace queen-s3 (its "
         "leases and commit pointers): tests and repairs only"),
+    ROW("QUEEN_PROXY_EMBEDDED", CFG_BOOL, "false", OFF(proxy_embedded), 0, 0,
+        false,
+        "serve the control plane (/api/cp/...) on QUEEN_PROXY_PORT; the "
+        "proxy's client data plane is not built"),
+    ROW("QUEEN_PROXY_PORT", CFG_PORT, "6711", OFF(proxy_port), 1, 65535, false,
+        "control-plane listen port (on QUEEN_BIND_ADDR)"),
+    ROW("QUEEN_PROXY_CP_TOKEN", CFG_SECRET, "", OFF(cp_token), 0,
+        CONFIG_TOKEN_MAX, true,
+        "the control plane's token, sent as x-queen-cp-token (unset: every "
+        "control-plane route answers 404)"),
+    ROW("QUEEN_PROXY_TENANT_HEADER", CFG_BOOL, "true", OFF(proxy_tenant_header),
+        0, 0, false,
+        "clusters reach the broker under their own tenant (false: the "
+        "per-cluster S3 routes answer 409 system_tenant)"),
+    ROW("QUEEN_PROXY_SPOOL_DIR", CFG_FILE, "", OFF(proxy_spool_dir), 0,
+        CONFIG_PATH_MAX - 1, false,
+        "the proxy's spool directory: accepted and unused (the proxy's "
+        "client data plane is not built; a warning says so)"),
+    ROW("QUEEN_KV_TRUSTED_PROXY", CFG_BOOL, "false", OFF(kv_trusted_proxy), 0,
+        0, false,
+        "accepted for compatibility; no effect (a KV call's tenant follows "
+        "QUEEN_TENANCY_HEADER like every route)"),
+    ROW("QUEEN_CP_CRASH_AFTER_MARK", CFG_BOOL, "false",
+        OFF(cp_crash_after_mark), 0, 0, false,
+        "crash tests only (needs QUEEN_TEST_MODE=true): abort once a "
+        "control-plane DELETE marked its rows deleting, before it removes "
+        "them"),
     ROW("QUEEN_TLS_CERT", CFG_FILE, "", OFF(tls_cert), 0, CONFIG_PATH_MAX - 1,
         false,
         "PEM certificate chain: serve HTTPS (with QUEEN_TLS_KEY; unset: "
         "plain HTTP)"),
     ROW("QUEEN_TLS_KEY", CFG_FILE, "", OFF(tls_key), 0, CONFIG_PATH_MAX - 1,
         false, "PEM private key of QUEEN_TLS_CERT, unencrypted"),
+    ROW("QUEEN_ENCRYPTION_KEY", CFG_KEY, "", OFF(enc_key_set), 0, 0, true,
+        "64 hex characters (32 bytes): seals the payloads of queues with "
+        "encryptionEnabled and control-plane S3 secrets with AES-256-GCM; the "
+        "same on every node (unset or malformed: a warning, and those queues "
+        "store plaintext)"),
     ROW("QUEEN_AUTH_TOKENS", CFG_FILE, "", OFF(auth_tokens), 0,
         CONFIG_PATH_MAX - 1, false,
         "file of bearer tokens, one a line, each optionally followed by the "
@@ -320,6 +355,17 @@ int config_parse_peers(const char *s, struct config_peer *out, struct err *err)
     }
 }
 
+/* QUEEN_ENCRYPTION_KEY (reference §1.10): a bad key disables encryption,
+ * never the boot (config_warn_key says so). */
+static void set_key(struct config *c, const char *v)
+{
+    c->enc_key_set = aead_key_parse(v, c->enc_key);
+    c->enc_key_bad = *v != '\0' && !c->enc_key_set;
+    if (!c->enc_key_set) {
+        memset(c->enc_key, 0, sizeof(c->enc_key));
+    }
+}
+
 /* Parse v into the row's field; on failure err->msg says why (no name). */
 static int cfg_apply(const struct cfg_row *r, struct config *c, const char *v,
                      struct err *err)
@@ -388,6 +434,9 @@ static int cfg_apply(const struct cfg_row *r, struct config *c, const char *v,
                            r->max);
         }
         snprintf(field, (size_t)r->max + 1, "%s", v);
+        return 0;
+    case CFG_KEY:
+        set_key(c, v);
         return 0;
     case CFG_BOOL:
         if (!sink_parse_bool(v, (bool *)field)) {
@@ -488,6 +537,12 @@ static int config_validate(struct config *c, const char *peers_raw,
             c->tls_cert[0] != '\0' ? c->tls_cert : c->tls_key,
             c->tls_cert[0] != '\0' ? "QUEEN_TLS_KEY" : "QUEEN_TLS_CERT");
     }
+    if (c->proxy_embedded && c->proxy_port == c->port) {
+        return err_set(err, ERR_INVALID,
+                       "QUEEN_PROXY_PORT=%d: it is QUEEN_PORT too; the "
+                       "control plane needs a port of its own",
+                       c->proxy_port);
+    }
     if (c->raft_listen[0] == '\0') {
         if (c->port + 1000 > 65535) {
             return err_set(err, ERR_INVALID,
@@ -528,7 +583,18 @@ int config_load(struct config *c, config_getenv_fn get, void *ctx,
     if (config_validate(&tmp, peers_raw != NULL ? peers_raw : "", err) != 0) {
         return err->code;
     }
+    const char *test_mode = get(ctx, "QUEEN_TEST_MODE");
+    bool is_test = false;
+    if (tmp.cp_crash_after_mark &&
+        (test_mode == NULL || !sink_parse_bool(test_mode, &is_test) ||
+         !is_test)) {
+        return err_set(err, ERR_INVALID,
+                       "QUEEN_CP_CRASH_AFTER_MARK=true aborts this node at "
+                       "every control-plane DELETE; it is for the crash "
+                       "tests only and needs QUEEN_TEST_MODE=true beside it");
+    }
     *c = tmp;
+    explicit_bzero(&tmp, sizeof(tmp)); /* the encryption key */
     return 0;
 }
 
@@ -654,6 +720,15 @@ static void help_row(FILE *f, const char *name, const char *def,
 {
     fprintf(f, "%-31s default %-14s %s\n", name,
             def[0] != '\0' ? def : "(derived)", help);
+}
+
+void config_warn_key(const struct config *c)
+{
+    if (c->enc_key_bad) {
+        log_warn("boot", "QUEEN_ENCRYPTION_KEY is not 64 hex characters: "
+                         "payload encryption is disabled and queues with "
+                         "encryptionEnabled store plaintext");
+    }
 }
 
 void config_help(FILE *f)

@@ -49,12 +49,33 @@ struct config {
     uint64_t max_long_polls;               /* QUEEN_MAX_LONG_POLLS */
     uint64_t max_long_polls_per_conn;      /* QUEEN_MAX_LONG_POLLS_PER_CONN */
     int log_level;                         /* QUEEN_LOG_LEVEL, enum log_level */
-    int log_format;                    /* QUEEN_LOG_FORMAT, enum log_format */
-    bool tenancy_header;               /* QUEEN_TENANCY_HEADER */
-    bool kv_unsafe_sink_writes;        /* QUEEN_KV_UNSAFE_SINK_WRITES */
+    int log_format;             /* QUEEN_LOG_FORMAT, enum log_format */
+    bool tenancy_header;        /* QUEEN_TENANCY_HEADER */
+    bool kv_unsafe_sink_writes; /* QUEEN_KV_UNSAFE_SINK_WRITES */
+    /* The embedded control plane (docs/design/control-plane.md). */
+    bool proxy_embedded;                   /* QUEEN_PROXY_EMBEDDED */
+    int proxy_port;                        /* QUEEN_PROXY_PORT */
+    char cp_token[CONFIG_TOKEN_MAX + 1];   /* QUEEN_PROXY_CP_TOKEN, secret;
+                                              "" = every cp route 404 */
+    bool proxy_tenant_header;              /* QUEEN_PROXY_TENANT_HEADER */
+    char proxy_spool_dir[CONFIG_PATH_MAX]; /* QUEEN_PROXY_SPOOL_DIR: read,
+                                              not used (no proxy data plane) */
+    bool kv_trusted_proxy; /* QUEEN_KV_TRUSTED_PROXY: read, no effect */
+    /* QUEEN_CP_CRASH_AFTER_MARK (tests, with QUEEN_TEST_MODE=true only):
+     * abort once a control-plane DELETE's "deleting" mark applied. */
+    bool cp_crash_after_mark;
     char tls_cert[CONFIG_PATH_MAX];    /* QUEEN_TLS_CERT, "" = plain HTTP */
     char tls_key[CONFIG_PATH_MAX];     /* QUEEN_TLS_KEY, set with tls_cert */
     char auth_tokens[CONFIG_PATH_MAX]; /* QUEEN_AUTH_TOKENS, "" = no auth */
+    /* QUEEN_ENCRYPTION_KEY (reference §1.10): enc_key holds the 32 bytes
+     * when enc_key_set; enc_key_bad when it is set but not 64 hex (boot
+     * warns, config_warn_key; encryption is then off). Secret: never
+     * logged, never in /status. Readers: the push path (api->seal_key),
+     * the store's reads (store_set_seal_key) and whoever opens sealed
+     * control-plane secrets. */
+    bool enc_key_set;
+    bool enc_key_bad;
+    uint8_t enc_key[32]; /* AEAD_KEY_LEN */
 };
 
 struct tls_ctx;
@@ -83,6 +104,10 @@ int config_open_tls(const struct config *c, struct tls_ctx **out,
  * unset. Returns 0, or the error of auth_load_file() with err->msg
  * "QUEEN_AUTH_TOKENS=<path>: <why>" (never a token). */
 int config_open_auth(const struct config *c, struct auth *out, struct err *err);
+
+/* The one boot warning of a QUEEN_ENCRYPTION_KEY that is set but is not 64
+ * hex characters: names the variable, never its value. Nothing otherwise. */
+void config_warn_key(const struct config *c);
 
 /* Print one line per setting (name, default, help) to f: the broker's table,
  * the variables envcheck reads, then the sink's (sink_config_var()). */

@@ -30,9 +30,17 @@ static const char *const known[] = {
     "QUEEN_LOG_FORMAT",
     "QUEEN_TENANCY_HEADER",
     "QUEEN_KV_UNSAFE_SINK_WRITES",
+    "QUEEN_PROXY_EMBEDDED",
+    "QUEEN_PROXY_PORT",
+    "QUEEN_PROXY_CP_TOKEN",
+    "QUEEN_PROXY_TENANT_HEADER",
+    "QUEEN_PROXY_SPOOL_DIR",
+    "QUEEN_KV_TRUSTED_PROXY",
+    "QUEEN_CP_CRASH_AFTER_MARK",
     "QUEEN_TLS_CERT",
     "QUEEN_TLS_KEY",
     "QUEEN_AUTH_TOKENS",
+    "QUEEN_ENCRYPTION_KEY",
     "QUEEN_TEST_MODE",
     "QUEEN_STRICT_CONFIG",
     "QUEEN_S3_EMBEDDED",
@@ -79,21 +87,12 @@ struct unsupported {
 };
 
 static const struct unsupported unsupported[] = {
-    {"QUEEN_ENCRYPTION_KEY", true,
-     "payload encryption at rest is not built; queues would be stored in "
-     "clear. Unset it to store payloads unencrypted"},
     {"QUEEN_RAFT_CLIENT_OFFLOAD", false, "not built"},
     {"QUEEN_RAFT_ENTRY_MAX_BYTES", false, "not built"},
     {"QUEEN_RAFT_REPLICATOR", false, "not built"},
-    {"QUEEN_PROXY_EMBEDDED", false, "the control plane is not built"},
-    {"QUEEN_PROXY_PORT", false, "the control plane is not built"},
-    {"QUEEN_PROXY_CP_TOKEN", false, "the control plane is not built"},
-    {"QUEEN_PROXY_SPOOL_DIR", false, "the control plane is not built"},
-    {"QUEEN_PROXY_TENANT_HEADER", false, "the control plane is not built"},
     {"QUEEN_KV_MAX_KEYS_PER_CALL", false, "the limit is fixed"},
     {"QUEEN_KV_MAX_OPS_PER_CALL", false, "the limit is fixed"},
     {"QUEEN_KV_MAX_VALUE_BYTES", false, "the limit is fixed"},
-    {"QUEEN_KV_TRUSTED_PROXY", false, "not built"},
 };
 
 static bool name_is(const char *a, const char *name, size_t len)

@@ -5,8 +5,7 @@
  *   (2) a name of the product this build does not implement is refused when
  *       ignoring it would be unsafe (QUEEN_RAFT_PEERS: nodes meant to be one
  *       cluster would each become a cluster of their own and write the same
- *       queues; QUEEN_ENCRYPTION_KEY: queues meant to be encrypted would be
- *       stored in clear), and named in a warning otherwise;
+ *       queues), and named in a warning otherwise;
  *   (3) any other QUEEN_* name is named in a warning, with the closest name
  *       this build reads when one is within two edits (a typo):
  *       "QUEEN_S3_EMBEDED: unknown; did you mean QUEEN_S3_EMBEDDED?";

@@ -30,6 +30,7 @@
 
 #include "base/log.h"
 #include "base/xalloc.h"
+#include "cp/registry.h"
 #include "raft/cmd.h"
 #include "raft/node.h"
 
@@ -149,6 +150,7 @@ int kv_service_apply(void *arg, struct store *s, MDB_txn *txn,
     } else {
         struct kv_batch b = {h->tenant, c.ops, c.n};
 
+        cp_gate_touch(h->tenant); /* cp/registry.h (2) */
         rc = store_kv_apply(s, txn, &b, h->stamp, &svc->last, err);
         svc->has_last = rc == 0;
         svc->last_index = res->index;

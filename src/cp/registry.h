@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/buf.h"
 #include "base/err.h"
 
 struct store;
@@ -36,6 +37,8 @@ extern const uint8_t CP_PROXY_TENANT[16];
 #define CP_NS_S3SINKS  "px.s3sinks"
 #define CP_SLUG_MAX    64
 #define CP_ID_LEN      36
+/* How often the loop re-reads the gate table when it is stale. */
+#define CP_GATE_REFRESH_MS 200
 
 enum cp_status { CP_ACTIVE = 0, CP_PUSH_BLOCKED = 1, CP_SUSPENDED = 2 };
 
@@ -69,5 +72,47 @@ int cp_cluster_list(struct store *s, struct cp_cluster **out, size_t *n,
  * to it (a tenant the control plane does not know is not gated). Cheap: an
  * in-memory table, not a store read per call. */
 enum cp_status cp_tenant_gate(const uint8_t tenant[16]);
+
+/* "active", "push_blocked" or "suspended" (exactly, lower case) into *out.
+ * False on anything else, *out unchanged. */
+bool cp_status_parse(const char *s, enum cp_status *out);
+
+/* Whether s is a slug: 1 to CP_SLUG_MAX of [a-z0-9-]. */
+bool cp_slug_valid(const char *s);
+
+/* ---- raw rows (for the cp routes, api/cp.c) ---- */
+
+/* Read row ns/key of the proxy tenant. 0 with *version its version (> 0)
+ * and val (reset first) its value, or *version 0 when there is no such
+ * row; or ERR_* from the store. */
+int cp_row_get(struct store *s, const char *ns, const char *key,
+               struct buf *val, uint64_t *version, struct err *err);
+
+/* Call fn(arg, value) for every row of ns whose key starts with '#', in key
+ * order, reading pages of 1000. Stops at fn's first non-zero return. */
+typedef int (*cp_row_fn)(void *arg, struct slice value, struct err *err);
+int cp_row_scan(struct store *s, const char *ns, cp_row_fn fn, void *arg,
+                struct err *err);
+
+/* ---- the gate table behind cp_tenant_gate() ----
+ *   (1) The table holds only the broker tenants whose merged status is not
+ *       CP_ACTIVE; it is replaced whole under a lock, so a reader sees the
+ *       old table or the new one, never a mix.
+ *   (2) Any write of the proxy tenant's KV rows applied on this node (the
+ *       KV apply handler calls cp_gate_touch()) marks the table stale; the
+ *       next cp_gate_refresh() on the loop reads the rows again. A refresh
+ *       with nothing stale reads nothing. */
+
+/* Mark the table stale when tenant is CP_PROXY_TENANT. Any thread; cheap
+ * (one compare and an atomic store). */
+void cp_gate_touch(const uint8_t tenant[16]);
+
+/* Rebuild the table from this node's store when it is stale or force is
+ * set. 0, or ERR_* from the store (the old table is kept and stays stale,
+ * so the next call tries again). Loop thread. */
+int cp_gate_refresh(struct store *s, bool force, struct err *err);
+
+/* Empty the table and free it (tests, shutdown). */
+void cp_gate_clear(void);
 
 #endif

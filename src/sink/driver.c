@@ -1254,9 +1254,11 @@ static int fetch_slice(struct driver *d, const struct engine_fetch *a,
     int rc;
 
     for (size_t i = from; i < to; i++) {
+        /* A payload this node cannot decrypt goes to the lake as a JSON
+         * string of its stored bytes (docs/s3-sink.md). */
         reqs[i - from] = (struct store_fetch_req){
             cstr(d->cfg.queue), a->entries[i].partition, a->entries[i].offset,
-            a->entries[i].max_bytes};
+            a->entries[i].max_bytes, true};
     }
     memset(ans, 0, sizeof(*ans));
     rc = d->b->fetch(d->b->arg, d->cfg.tenant, reqs, to - from, ans, err);
@@ -1343,7 +1345,7 @@ static bool seek_probe(struct driver *d, struct slice partition, int64_t offset,
                        uint32_t max_bytes, struct seek *s)
 {
     struct store_fetch_req req = {cstr(d->cfg.queue), partition, offset,
-                                  max_bytes};
+                                  max_bytes, true};
     struct store_fetch_answer ans;
     struct seek_probe_record *v;
     struct err err;

@@ -282,8 +282,15 @@ void store_close(struct store *s)
     }
     mdb_env_close(s->env);
     pthread_rwlock_destroy(&s->swap_lock);
+    explicit_bzero(s->seal_key, sizeof(s->seal_key));
     free(s->dir);
     free(s);
+}
+
+void store_set_seal_key(struct store *s, const uint8_t key[32])
+{
+    memcpy(s->seal_key, key, sizeof(s->seal_key));
+    s->has_seal_key = true;
 }
 
 bool store_is_full(struct store *s, uint64_t reserve)

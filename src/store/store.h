@@ -45,6 +45,11 @@ int store_open(struct store **out, const char *dir, uint64_t map_size,
                struct err *err);
 /* Close the environment. No reader or writer may be active. NULL is fine. */
 void store_close(struct store *s);
+
+/* The key store_fetch opens sealed payloads with (base/aead.h, reference
+ * §1.10). Borrows nothing (the 32 bytes are copied). Call once, before the
+ * first read and before any other thread uses s. */
+void store_set_seal_key(struct store *s, const uint8_t key[32]);
 /* The directory the store was opened on (borrowed, lives as long as s). */
 const char *store_dir(const struct store *s);
 
@@ -117,14 +122,24 @@ struct store_fetch_req {
     struct slice partition; /* borrowed; the caller defaults it to "Default" */
     int64_t offset;         /* >= 0 (the caller refuses negative offsets) */
     uint64_t max_bytes;     /* the caller clamps it to 1..8 MiB */
+    /* A sealed payload that does not open under the store's key comes back
+     * as stored (false: POST /api/v1/fetch, reference §1.3) or as a JSON
+     * string of its stored bytes (true: the sink, so the lake holds text,
+     * never an envelope object; docs/s3-sink.md). */
+    bool unopened_as_string;
 };
 
 struct store_record {
     int64_t offset;
     int64_t ts; /* stamp of the push that stored it, µs */
     uint8_t message_id[16];
-    struct slice txn;     /* "" when none */
-    struct slice payload; /* stored bytes verbatim; len 0 = empty (null) */
+    struct slice txn; /* "" when none */
+    /* The stored bytes verbatim, or for a sealed payload (an envelope,
+     * docs/design/formats.md §11) that opens under the store's key, the
+     * plaintext; len 0 = empty (null). An envelope that does not open is
+     * returned as stored, or as a JSON string of it when the request asks
+     * (unopened_as_string); store_fetch says why once a minute. */
+    struct slice payload;
 };
 
 struct store_fetch_entry {

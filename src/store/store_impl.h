@@ -35,6 +35,10 @@ struct store {
     int64_t last_clock;
     /* Test seam: fail the next n commits with MDB_MAP_FULL. */
     int fail_commits;
+    /* QUEEN_ENCRYPTION_KEY, set once before the first read
+     * (store_set_seal_key); store_fetch opens envelopes with it. */
+    bool has_seal_key;
+    uint8_t seal_key[32];
 };
 
 /* A queue as the writer sees it. */

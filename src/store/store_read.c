@@ -15,12 +15,23 @@
  * first touch of a fresh page costs several times the copy into it. The
  * spare keeps resident only the pages its last answer used (spare_trim):
  * a thread reading small answers does not pin a large reserve. The spare
- * goes when its thread exits. */
+ * goes when its thread exits.
+ *
+ * Sealed payloads (reference §1.10) are opened here, in the one read both
+ * POST /api/v1/fetch and the sink use, so neither ever sees an envelope it
+ * could read in clear: with the store's key set, a payload that is an
+ * envelope is decrypted into the arena. One that does not open (another
+ * key, altered bytes) is returned as stored and logged once a minute; the
+ * read does not fail, so one bad record cannot stop a queue's reader. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
+#include "base/aead.h"
+#include "base/json.h"
+#include "base/log.h"
 #include "base/xalloc.h"
 #include "store/schema.h"
 #include "store/store.h"
@@ -309,20 +320,80 @@ static size_t record_txn_len(const MDB_val *d)
     return tl > d->mv_size - SCHEMA_RECORD_FIXED ? SIZE_MAX : tl;
 }
 
-static int add_record(struct build *b, const MDB_val *k, const MDB_val *d,
-                      size_t tl, struct err *err)
+#define SEAL_WARN_EVERY_MS 60000
+
+static _Atomic int64_t seal_warned_ms = INT64_MIN / 2;
+static _Atomic uint64_t seal_unopened;
+
+/* A sealed payload did not open: warn at most once a minute, with how many
+ * did not since the last warning. Any thread. */
+static void seal_warn(const struct err *why)
+{
+    struct timespec ts;
+    int64_t now;
+    int64_t last = atomic_load(&seal_warned_ms);
+    uint64_t n;
+
+    atomic_fetch_add(&seal_unopened, 1);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    if (now - last < SEAL_WARN_EVERY_MS ||
+        !atomic_compare_exchange_strong(&seal_warned_ms, &last, now)) {
+        return;
+    }
+    n = atomic_exchange(&seal_unopened, 0);
+    log_warn_kv("store",
+                "sealed payload does not open with this node's "
+                "QUEEN_ENCRYPTION_KEY; returned as stored",
+                {"why", why->msg}, {"records", LOG_U64(n)});
+}
+
+/* The payload p[0..n) as field 1 of the last item: its plaintext when it
+ * is an envelope that opens under the store's key; an envelope that does
+ * not, as stored or as a JSON string (q->unopened_as_string); anything
+ * else, its bytes. *len is what the arena got. */
+static int add_payload(struct rd *r, const struct store_fetch_req *q,
+                       const uint8_t *p, size_t n, size_t *len, struct err *err)
+{
+    struct build *b = &r->b;
+    const struct store *s = r->s;
+    size_t at = b->arena->len;
+    int rc;
+
+    if (!aead_is_envelope(p, n)) {
+        *len = n;
+        return build_bytes(b, 1, p, n, err);
+    }
+    b->offs[2 * (b->n_items - 1) + 1] = at;
+    rc = s->has_seal_key ? aead_open(s->seal_key, p, n, b->arena, err)
+                         : err_set(err, ERR_FORBIDDEN, "no key on this node");
+    if (rc == ERR_FORBIDDEN || rc == ERR_IO) {
+        seal_warn(err);
+        rc = q->unopened_as_string
+                 ? json_escape(b->arena, (const char *)p, n, err)
+                 : buf_append(b->arena, p, n, err);
+    } else if (rc == ERR_INVALID) { /* shaped like one, but not an envelope */
+        rc = buf_append(b->arena, p, n, err);
+    }
+    *len = b->arena->len - at;
+    return rc;
+}
+
+static int add_record(struct rd *r, const struct store_fetch_req *q,
+                      const MDB_val *k, const MDB_val *d, size_t tl,
+                      struct err *err)
 {
     const uint8_t *v = d->mv_data;
-    struct store_record *r = build_item(b);
+    struct store_record *rec = build_item(&r->b);
 
-    r->offset = (int64_t)be64_get((const uint8_t *)k->mv_data + 8);
-    r->ts = (int64_t)be64_get(v);
-    memcpy(r->message_id, v + 8, 16);
-    r->txn.len = tl;
-    r->payload.len = d->mv_size - SCHEMA_RECORD_FIXED - tl;
-    if (build_bytes(b, 0, v + SCHEMA_RECORD_FIXED, tl, err) != 0 ||
-        build_bytes(b, 1, v + SCHEMA_RECORD_FIXED + tl, r->payload.len, err) !=
-            0) {
+    rec->offset = (int64_t)be64_get((const uint8_t *)k->mv_data + 8);
+    rec->ts = (int64_t)be64_get(v);
+    memcpy(rec->message_id, v + 8, 16);
+    rec->txn.len = tl;
+    if (build_bytes(&r->b, 0, v + SCHEMA_RECORD_FIXED, tl, err) != 0 ||
+        add_payload(r, q, v + SCHEMA_RECORD_FIXED + tl,
+                    d->mv_size - SCHEMA_RECORD_FIXED - tl, &rec->payload.len,
+                    err) != 0) {
         return err->code;
     }
     return 0;
@@ -366,7 +437,7 @@ static int walk_records(struct rd *r, uint64_t pid,
             break;
         }
         weight += w;
-        if (add_record(&r->b, &k, &d, tl, err) != 0) {
+        if (add_record(r, q, &k, &d, tl, err) != 0) {
             mdb_cursor_close(c);
             return err->code;
         }

@@ -136,7 +136,7 @@ static void stop(struct run *r)
 static bool verify(struct run *r)
 {
     struct store_fetch_req q = {SLICE_LIT("smoke"), SLICE_LIT("Default"), 0,
-                                8 << 20};
+                                8 << 20, false};
     struct store_fetch_answer a;
     struct err err = {0};
     int64_t expect = 0;

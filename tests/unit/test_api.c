@@ -5,6 +5,7 @@
 #include "api/api.h"
 #include "api/metrics.h"
 #include "api/tenant.h"
+#include "base/aead.h"
 #include "harness.h"
 
 static void counter_mint(void *ctx, uint8_t id[16])
@@ -481,4 +482,40 @@ TEST(tenant_of_refuses_a_malformed_header_with_a_printable_quote)
                                        strlen("...\" is not a UUID "
                                               "(8-4-4-4-12 hex digits)"));
     EXPECT_MEM_EQ(out, 16, keep, 16);
+}
+
+/* Reference §1.10: the flagged items' payloads become envelopes that open
+ * to the exact bytes pushed; the others stay slices of the body. */
+TEST(push_seal_replaces_only_the_flagged_payloads)
+{
+    static const char body[] =
+        "{\"items\":[{\"queue\":\"v\",\"payload\":{\"a\": 42.00}},"
+        "{\"queue\":\"p\",\"payload\":\"caf\xc3\xa9\"},"
+        "{\"queue\":\"v\",\"payload\":[1,\n2]}]}";
+    static const char *const want[] = {"{\"a\": 42.00}", "\"caf\xc3\xa9\"",
+                                       "[1,\n2]"};
+    const bool seal[3] = {true, false, true};
+    uint8_t key[AEAD_KEY_LEN] = {7};
+    struct api_push p;
+    struct buf out;
+    struct err err;
+
+    EXPECT_EQ_I64(api_push_parse(&p, body, strlen(body), &err), 0);
+    EXPECT_EQ_U64(api_push_seal(&p, seal, key), 0);
+    buf_init(&out, BUF_UNLIMITED);
+    for (size_t i = 0; i < 3; i++) {
+        struct slice pl = p.items[i].payload;
+        EXPECT(aead_is_envelope((const uint8_t *)pl.ptr, pl.len) == seal[i]);
+        if (!seal[i]) {
+            EXPECT(pl.ptr >= body && pl.ptr < body + sizeof(body));
+            EXPECT_MEM_EQ(pl.ptr, pl.len, want[i], strlen(want[i]));
+            continue;
+        }
+        buf_reset(&out);
+        EXPECT_EQ_I64(
+            aead_open(key, (const uint8_t *)pl.ptr, pl.len, &out, &err), 0);
+        EXPECT_MEM_EQ(out.data, out.len, want[i], strlen(want[i]));
+    }
+    buf_free(&out);
+    api_push_free(&p);
 }

@@ -184,6 +184,58 @@ TEST(tenancy_header_reads_every_boolean_spelling)
     }
 }
 
+TEST(control_plane_settings_default_parse_and_refuse)
+{
+    struct fake_env e = {.n = 0};
+    struct config c;
+    struct err err;
+
+    EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), 0);
+    EXPECT(!c.proxy_embedded);
+    EXPECT_EQ_I64(c.proxy_port, 6711);
+    EXPECT_STR_EQ(c.cp_token, "");
+    EXPECT(c.proxy_tenant_header);
+    EXPECT_STR_EQ(c.proxy_spool_dir, "");
+    EXPECT(!c.kv_trusted_proxy);
+
+    env_set(&e, "QUEEN_PROXY_EMBEDDED", "true");
+    env_set(&e, "QUEEN_PROXY_PORT", "7711");
+    env_set(&e, "QUEEN_PROXY_CP_TOKEN", "cp-secret-token");
+    env_set(&e, "QUEEN_PROXY_TENANT_HEADER", "off");
+    env_set(&e, "QUEEN_KV_TRUSTED_PROXY", "1");
+    EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), 0);
+    EXPECT(c.proxy_embedded);
+    EXPECT_EQ_I64(c.proxy_port, 7711);
+    EXPECT_STR_EQ(c.cp_token, "cp-secret-token");
+    EXPECT(!c.proxy_tenant_header);
+    EXPECT(c.kv_trusted_proxy);
+
+    EXPECT_EQ_I64(load_one("QUEEN_PROXY_EMBEDDED", "maybe", &c, &err),
+                  ERR_INVALID);
+    EXPECT(strstr(err.msg, "QUEEN_PROXY_EMBEDDED=maybe: not a boolean") ==
+           err.msg);
+    EXPECT_EQ_I64(load_one("QUEEN_PROXY_PORT", "0", &c, &err), ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, "QUEEN_PROXY_PORT=0: out of range 1..65535");
+    /* A token over the cap is refused without being echoed. */
+    {
+        char big[CONFIG_TOKEN_MAX + 8];
+
+        memset(big, 'k', sizeof(big) - 1);
+        big[sizeof(big) - 1] = '\0';
+        EXPECT_EQ_I64(load_one("QUEEN_PROXY_CP_TOKEN", big, &c, &err),
+                      ERR_INVALID);
+        EXPECT(strstr(err.msg, "QUEEN_PROXY_CP_TOKEN=<redacted>") == err.msg);
+        EXPECT(strstr(err.msg, "kkkk") == NULL);
+    }
+    /* The control plane cannot share the broker's port. */
+    e.n = 0;
+    env_set(&e, "QUEEN_PROXY_EMBEDDED", "true");
+    env_set(&e, "QUEEN_PROXY_PORT", "6632");
+    EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), ERR_INVALID);
+    EXPECT(strstr(err.msg, "QUEEN_PROXY_PORT=6632: it is QUEEN_PORT too") ==
+           err.msg);
+}
+
 TEST(http_port_too_high_for_the_derived_raft_port_is_refused)
 {
     struct config c;
@@ -407,4 +459,38 @@ TEST(snapshot_spacing_is_automatic_or_at_least_64_entries)
                   ERR_INVALID);
     EXPECT(strstr(err.msg, "QUEEN_RAFT_SNAPSHOT_THRESHOLD=10: 0 (automatic) "
                            "or at least 64") != NULL);
+}
+
+/* Reference §1.10: 64 hex is a key; anything else leaves encryption off and
+ * is never a refusal (the boot warns, config_warn_key). */
+TEST(the_encryption_key_is_64_hex_or_off_never_refused)
+{
+    static const char *const bad[] = {
+        "00",
+        "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1",
+        "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f00",
+        "zz0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f",
+    };
+    struct config c;
+    struct err err;
+
+    EXPECT_EQ_I64(load_one("QUEEN_PORT", "6632", &c, &err), 0);
+    EXPECT(!c.enc_key_set && !c.enc_key_bad);
+    EXPECT_EQ_I64(load_one("QUEEN_ENCRYPTION_KEY", "", &c, &err), 0);
+    EXPECT(!c.enc_key_set && !c.enc_key_bad);
+    EXPECT_EQ_I64(
+        load_one("QUEEN_ENCRYPTION_KEY",
+                 "000102030405060708090A0B0C0D0E0F101112131415161718191a1b1c1d"
+                 "1e1f",
+                 &c, &err),
+        0);
+    EXPECT(c.enc_key_set && !c.enc_key_bad);
+    EXPECT_EQ_U64(c.enc_key[0], 0);
+    EXPECT_EQ_U64(c.enc_key[10], 10);
+    EXPECT_EQ_U64(c.enc_key[31], 31);
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        EXPECT_EQ_I64(load_one("QUEEN_ENCRYPTION_KEY", bad[i], &c, &err), 0);
+        EXPECT(!c.enc_key_set && c.enc_key_bad);
+        EXPECT_EQ_U64(c.enc_key[31], 0);
+    }
 }

@@ -12,7 +12,8 @@ static struct store_fetch_entry fetch1(struct env *e, const char *q,
                                        const char *p, int64_t off,
                                        struct store_fetch_answer *a)
 {
-    struct store_fetch_req r = {{q, strlen(q)}, {p, strlen(p)}, off, 1 << 20};
+    struct store_fetch_req r = {
+        {q, strlen(q)}, {p, strlen(p)}, off, 1 << 20, false};
     struct err err = {0};
 
     EXPECT_EQ_I64(store_fetch(e->store, STORE_DEFAULT_TENANT, &r, 1, a, &err),

@@ -138,7 +138,7 @@ static void fetch_orders(struct ctx *c, uint64_t max_bytes,
                          struct store_fetch_answer *a)
 {
     struct store_fetch_req r = {SLICE_LIT("orders"), SLICE_LIT("Default"), 0,
-                                max_bytes};
+                                max_bytes, false};
     struct err err = {0};
 
     EXPECT_EQ_I64(store_fetch(c->n.store, STORE_DEFAULT_TENANT, &r, 1, a, &err),
@@ -442,8 +442,8 @@ static bool all_applied(void *arg)
 
 static uint64_t cluster_hwm(struct cluster *c, int i)
 {
-    struct store_fetch_req r = {SLICE_LIT("orders"), SLICE_LIT("Default"), 0,
-                                1};
+    struct store_fetch_req r = {SLICE_LIT("orders"), SLICE_LIT("Default"), 0, 1,
+                                false};
     struct store_fetch_answer a;
     struct err err = {0};
     uint64_t hwm = 0;

@@ -343,7 +343,7 @@ TEST(trim_apply_moves_log_start_and_reads_follow)
 {
     struct env e = {0};
     struct store_partition_info p;
-    struct store_fetch_req fr = {sl("q"), sl("p"), 0, 1 << 20};
+    struct store_fetch_req fr = {sl("q"), sl("p"), 0, 1 << 20, false};
     struct store_fetch_answer fa;
     struct err err = {0};
     const struct fsm_result *res;

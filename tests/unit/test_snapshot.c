@@ -503,7 +503,7 @@ static void expect_records(struct nctx *c, int64_t n)
 {
     struct store_fetch_answer a;
     struct store_fetch_req r = {SLICE_LIT("big"), SLICE_LIT("Default"), n - 1,
-                                1 << 20};
+                                1 << 20, false};
     struct err err = {0};
 
     EXPECT_EQ_I64(

@@ -17,7 +17,8 @@
 static struct store_fetch_req req(const char *q, const char *p, int64_t off,
                                   uint64_t max)
 {
-    struct store_fetch_req r = {{q, strlen(q)}, {p, strlen(p)}, off, max};
+    struct store_fetch_req r = {
+        {q, strlen(q)}, {p, strlen(p)}, off, max, false};
 
     return r;
 }
