@@ -10,6 +10,7 @@
 
 #include "api/api.h"
 #include "api/auth.h"
+#include "base/sha256.h"
 #include "base/uuid7.h"
 #include "cp/registry.h"
 #include "http/server.h"
@@ -17,20 +18,6 @@
 
 #define TENANT_TEXT_LEN 36
 #define TENANT_QUOTE    64
-
-static int tenant_hexval(char c)
-{
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
-}
 
 bool api_tenant_parse(const char *s, uint8_t out[16])
 {
@@ -47,8 +34,8 @@ bool api_tenant_parse(const char *s, uint8_t out[16])
             }
             continue;
         }
-        int hi = tenant_hexval(s[i]);
-        int lo = tenant_hexval(s[i + 1]);
+        int hi = hex_digit(s[i]);
+        int lo = hex_digit(s[i + 1]);
         if (hi < 0 || lo < 0) {
             return false;
         }

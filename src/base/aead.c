@@ -149,20 +149,6 @@ static bool aead_iv(uint8_t iv[AEAD_IV_LEN])
     return true;
 }
 
-static int hex_val(char c)
-{
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
-}
-
 bool aead_key_parse(const char *hex, uint8_t key[AEAD_KEY_LEN])
 {
     uint8_t k[AEAD_KEY_LEN];
@@ -171,8 +157,8 @@ bool aead_key_parse(const char *hex, uint8_t key[AEAD_KEY_LEN])
         return false;
     }
     for (size_t i = 0; i < AEAD_KEY_LEN; i++) {
-        int hi = hex_val(hex[2 * i]);
-        int lo = hex_val(hex[2 * i + 1]);
+        int hi = hex_digit(hex[2 * i]);
+        int lo = hex_digit(hex[2 * i + 1]);
         if (hi < 0 || lo < 0) {
             OPENSSL_cleanse(k, sizeof(k));
             return false;

@@ -1,6 +1,8 @@
 /* Percent-encoding of names (docs/design/formats.md §1). */
 #include "base/pct.h"
 
+#include "base/sha256.h"
+
 static const char pct_hex[] = "0123456789ABCDEF";
 
 bool pct_is_plain(unsigned char c)
@@ -38,20 +40,6 @@ int pct_escape(struct buf *b, const char *p, size_t n, struct err *err)
     return 0;
 }
 
-static int pct_hexval(char c)
-{
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    return -1;
-}
-
 int pct_unescape(struct buf *b, const char *p, size_t n, struct err *err)
 {
     size_t len = 0;
@@ -66,8 +54,8 @@ int pct_unescape(struct buf *b, const char *p, size_t n, struct err *err)
         int hi = -1;
         int lo = -1;
         if (p[i] == '%' && i + 2 < n) {
-            hi = pct_hexval(p[i + 1]);
-            lo = pct_hexval(p[i + 2]);
+            hi = hex_digit(p[i + 1]);
+            lo = hex_digit(p[i + 2]);
         }
         if (hi >= 0 && lo >= 0) {
             o[len++] = (char)(hi << 4 | lo);

@@ -32,6 +32,8 @@ void md5(const void *p, size_t n, uint8_t out[16]);
 
 /* Write 2n lowercase hex digits and a NUL: out has room for 2n + 1. */
 void hex_lower(const uint8_t *p, size_t n, char *out);
+/* The value of one hex digit (either case), or -1. */
+int hex_digit(char c);
 
 /* Append the standard base64 (A-Z a-z 0-9 + /, '=' padding) of p to b. */
 int base64_encode(const uint8_t *p, size_t n, struct buf *b, struct err *err);
