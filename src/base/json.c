@@ -58,14 +58,20 @@ static const uint8_t jp_str_stop[256] = {
     1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
 };
 
+#define JP_ONES ((uint64_t)0x0101010101010101)
+
 static int jp_fail(struct jp *p, const char *reason)
 {
     return err_set(p->err, ERR_INVALID, "invalid JSON at byte %zu: %s", p->pos,
                    reason);
 }
 
-static void jp_skip_ws(struct jp *p)
+static inline void jp_skip_ws(struct jp *p)
 {
+    /* compact JSON has none: one compare decides the common case */
+    if (p->pos < p->n && (unsigned char)p->s[p->pos] > ' ') {
+        return;
+    }
     while (p->pos < p->n) {
         char c = p->s[p->pos];
         if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
@@ -224,6 +230,23 @@ static int jp_string(struct jp *p, uint8_t *esc)
 
     *esc = 0;
     for (;;) {
+        /* 8 bytes at a time while none is a stop byte (a byte >= 0x80,
+         * < 0x20, '"' or '\\'); the table decides the rest. */
+        while (i + 8 <= p->n) {
+            uint64_t v;
+            uint64_t q;
+            uint64_t b;
+
+            memcpy(&v, s + i, 8);
+            q = v ^ JP_ONES * '"';
+            b = v ^ JP_ONES * '\\';
+            if (((v | ((v - JP_ONES * 0x20) & ~v) | ((q - JP_ONES) & ~q) |
+                  ((b - JP_ONES) & ~b)) &
+                 JP_ONES * 0x80) != 0) {
+                break;
+            }
+            i += 8;
+        }
         while (i < p->n && !jp_str_stop[s[i]]) {
             i++;
         }

@@ -48,6 +48,9 @@
 #define LAKE_DEFAULT_TENANT "00000000-0000-0000-0000-000000000001"
 #define LAKE_MAX_OBJECT     ((size_t)4 << 30)
 #define LAKE_CHUNK          ((size_t)1 << 20)
+/* A zstd object decoding to at most this is decoded in one call (a
+ * thread holds one such buffer); larger ones stream LAKE_CHUNK at a time. */
+#define LAKE_WHOLE_MAX      ((size_t)32 << 20)
 #define LAKE_MAX_VIOLATIONS 1000 /* kept for the report; all are counted */
 #define LAKE_FETCH_BYTES    (4 << 20)
 #define LAKE_PUSH_ITEMS     1000
@@ -452,8 +455,11 @@ struct lake_mem {
     struct buf body;    /* the object's stored bytes */
     struct buf carry;   /* a line cut by the end of a chunk */
     struct buf scratch; /* lake_line_parse's */
+    struct buf whole;   /* a zstd object decoded in one call */
     char *chunk;        /* LAKE_CHUNK bytes of decoded text */
-    uint64_t raw;       /* decoded bytes so far */
+    ZSTD_DCtx *zstd;    /* one per thread: its window is allocated once */
+    struct lake_line_memo memo;
+    uint64_t raw; /* decoded bytes so far */
 };
 
 static void lake_mem_init(struct lake_mem *m)
@@ -461,7 +467,13 @@ static void lake_mem_init(struct lake_mem *m)
     buf_init(&m->body, LAKE_MAX_OBJECT);
     buf_init(&m->carry, BUF_UNLIMITED);
     buf_init(&m->scratch, BUF_UNLIMITED);
+    buf_init(&m->whole, LAKE_WHOLE_MAX);
     m->chunk = xmalloc(LAKE_CHUNK);
+    m->zstd = ZSTD_createDCtx();
+    if (m->zstd == NULL) {
+        abort(); /* out of memory, as xmalloc */
+    }
+    memset(&m->memo, 0, sizeof(m->memo));
     m->raw = 0;
 }
 
@@ -470,7 +482,9 @@ static void lake_mem_free(struct lake_mem *m)
     buf_free(&m->body);
     buf_free(&m->carry);
     buf_free(&m->scratch);
+    buf_free(&m->whole);
     free(m->chunk);
+    ZSTD_freeDCtx(m->zstd);
 }
 
 /* Splits decoded text into lines and hands each record to fn. */
@@ -479,6 +493,7 @@ struct lake_reader {
     void *arg;
     struct buf *carry;   /* a line cut by the end of a chunk */
     struct buf *scratch; /* lake_line_parse's */
+    struct lake_mem *mem;
     char *chunk;
     uint64_t line_no;
     uint64_t raw; /* decoded bytes */
@@ -507,7 +522,8 @@ static int lake_lines(struct lake_reader *rd, const char *p, size_t n,
             line = buf_slice(rd->carry);
         }
         ++rd->line_no;
-        if (lake_line_parse(line.ptr, line.len, &r, rd->scratch, err) != 0) {
+        if (lake_line_read(line.ptr, line.len, &r, rd->scratch, &rd->mem->memo,
+                           err) != 0) {
             return err_wrap(err, "line %" PRIu64, rd->line_no);
         }
         rc = rd->fn(rd->arg, &r);
@@ -542,15 +558,56 @@ static int lake_decode_parquet(struct lake_reader *rd, const char *body,
     return rc;
 }
 
+/* A body whose frames all tell their decoded size, small enough: decoded
+ * in one call straight into mem->whole (no copy out of zstd's window).
+ * Returns 1 when it did not apply or failed (the caller streams it again,
+ * which names the damage as it always did), else what the lines gave. */
+static int lake_zstd_whole(struct lake_reader *rd, const char *body, size_t n,
+                           struct err *err)
+{
+    struct buf *w = &rd->mem->whole;
+    unsigned long long size = 0;
+    size_t got;
+
+    for (size_t at = 0; at < n;) {
+        unsigned long long one = ZSTD_getFrameContentSize(body + at, n - at);
+        size_t len = ZSTD_findFrameCompressedSize(body + at, n - at);
+
+        if (one == ZSTD_CONTENTSIZE_ERROR || one == ZSTD_CONTENTSIZE_UNKNOWN ||
+            ZSTD_isError(len) || one > LAKE_WHOLE_MAX - size) {
+            return 1;
+        }
+        size += one;
+        at += len;
+    }
+    if (size == 0) {
+        return 1;
+    }
+    buf_reset(w);
+    if (buf_reserve(w, (size_t)size, err) != 0) {
+        return 1;
+    }
+    got = ZSTD_decompressDCtx(rd->mem->zstd, w->data, (size_t)size, body, n);
+    if (ZSTD_isError(got) || got != size) {
+        return 1;
+    }
+    return lake_lines(rd, w->data, got, err);
+}
+
 static int lake_decode_zstd(struct lake_reader *rd, const char *body, size_t n,
                             struct err *err)
 {
-    ZSTD_DCtx *z = ZSTD_createDCtx();
+    ZSTD_DCtx *z = rd->mem->zstd;
     char *out = rd->chunk;
     ZSTD_inBuffer in = {body, n, 0};
     size_t left = n > 0; /* ZSTD_decompressStream: 0 once a frame ends */
-    int rc = 0;
+    int rc = lake_zstd_whole(rd, body, n, err);
 
+    if (rc != 1) {
+        return rc;
+    }
+    rc = 0;
+    ZSTD_DCtx_reset(z, ZSTD_reset_session_only);
     while (rc == 0 && (in.pos < in.size || left != 0)) {
         ZSTD_outBuffer o = {out, LAKE_CHUNK, 0};
 
@@ -566,7 +623,6 @@ static int lake_decode_zstd(struct lake_reader *rd, const char *body, size_t n,
                 err_set(err, ERR_CORRUPT, "does not decode as zstd: truncated");
         }
     }
-    ZSTD_freeDCtx(z);
     return rc;
 }
 
@@ -606,8 +662,8 @@ static int lake_decode_gzip(struct lake_reader *rd, const char *body, size_t n,
 static int lake_decode(enum lake_codec codec, struct slice body, lake_rec_fn fn,
                        void *arg, struct lake_mem *mem, struct err *err)
 {
-    struct lake_reader rd = {fn, arg, &mem->carry, &mem->scratch, mem->chunk,
-                             0,  0};
+    struct lake_reader rd = {fn,  arg,        &mem->carry, &mem->scratch,
+                             mem, mem->chunk, 0,           0};
     const char *p = body.ptr;
     size_t n = body.len;
     int rc;

@@ -37,7 +37,7 @@ static bool line_lit(const char *p, size_t n, size_t *at, const char *lit)
 /* A JSON string starting at p[*at] ('"'): its span, unescaped into out
  * (appended, NUL-terminated). */
 static int line_string(const char *p, size_t n, size_t *at, struct buf *out,
-                       size_t span[2], struct err *err)
+                       size_t span[2], bool *plain, struct err *err)
 {
     size_t i = *at + 1;
     struct json_doc d = {0};
@@ -57,6 +57,7 @@ static int line_string(const char *p, size_t n, size_t *at, struct buf *out,
     if (i >= n) {
         return line_bad(err, "a string does not end");
     }
+    *plain = is_plain;
     if (is_plain) {
         span[0] = out->len;
         span[1] = i - *at - 1;
@@ -84,20 +85,71 @@ static int line_string(const char *p, size_t n, size_t *at, struct buf *out,
     return 0;
 }
 
+/* ts at p (LINE_TS_LEN bytes and the closing quote) into *ts; *exact when
+ * the writer spells *ts with these very bytes (proven through the memo or
+ * by formatting it). false when it is not ISO with 6 digits at all. */
+static bool line_ts(const char *p, int64_t *ts, struct lake_line_memo *memo,
+                    bool *exact)
+{
+    char again[32];
+    int64_t us = 0;
+
+    *exact = false;
+    if (p[LINE_TS_LEN] != '"') {
+        return false;
+    }
+    if (memo != NULL && memo->is_set && memcmp(p, memo->sec, 20) == 0 &&
+        p[LINE_TS_LEN - 1] == 'Z') {
+        bool is_digits = true;
+
+        for (size_t i = 20; i < LINE_TS_LEN - 1; i++) {
+            is_digits = is_digits && p[i] >= '0' && p[i] <= '9';
+            us = us * 10 + (p[i] - '0');
+        }
+        if (is_digits) {
+            *ts = memo->sec_us + us;
+            *exact = true;
+            return true;
+        }
+    }
+    if (!isotime_parse_us(p, LINE_TS_LEN, ts)) {
+        return false;
+    }
+    isotime_format_us(*ts, again);
+    *exact = memcmp(again, p, LINE_TS_LEN) == 0 && again[LINE_TS_LEN] == '\0';
+    if (*exact && memo != NULL && *ts >= 0) {
+        memcpy(memo->sec, p, 20);
+        memo->sec_us = *ts - *ts % 1000000;
+        memo->is_set = true;
+    }
+    return true;
+}
+
 int lake_line_parse(const char *p, size_t n, struct sink_record *r,
                     struct buf *scratch, struct err *err)
+{
+    return lake_line_read(p, n, r, scratch, NULL, err);
+}
+
+int lake_line_read(const char *p, size_t n, struct sink_record *r,
+                   struct buf *scratch, struct lake_line_memo *memo,
+                   struct err *err)
 {
     size_t at = 0;
     size_t ps[2] = {0, 0};
     size_t tx[2] = {0, 0};
     int64_t off = 0;
     bool is_neg = false;
+    bool p_plain = false;
+    bool t_plain = false;
+    bool ts_exact = false;
     size_t digits = 0;
+    size_t first = 0;
     int rc;
 
     buf_reset(scratch);
     if (!line_lit(p, n, &at, "{\"partition\":") ||
-        line_string(p, n, &at, scratch, ps, err) != 0) {
+        line_string(p, n, &at, scratch, ps, &p_plain, err) != 0) {
         return line_bad(err, "no partition");
     }
     if (!line_lit(p, n, &at, ",\"offset\":")) {
@@ -107,6 +159,7 @@ int lake_line_parse(const char *p, size_t n, struct sink_record *r,
         is_neg = true;
         at++;
     }
+    first = at;
     while (at < n && p[at] >= '0' && p[at] <= '9' && digits < 19) {
         off = off * 10 + (p[at] - '0');
         at++;
@@ -119,14 +172,13 @@ int lake_line_parse(const char *p, size_t n, struct sink_record *r,
         off = -off;
     }
     if (!line_lit(p, n, &at, ",\"transactionId\":") ||
-        line_string(p, n, &at, scratch, tx, err) != 0) {
+        line_string(p, n, &at, scratch, tx, &t_plain, err) != 0) {
         return line_bad(err, "no transactionId");
     }
     if (!line_lit(p, n, &at, ",\"ts\":\"") || n - at < LINE_TS_LEN + 1) {
         return line_bad(err, "no ts");
     }
-    if (!isotime_parse_us(p + at, LINE_TS_LEN, &r->ts) ||
-        p[at + LINE_TS_LEN] != '"') {
+    if (!line_ts(p + at, &r->ts, memo, &ts_exact)) {
         return err_set(err, ERR_CORRUPT, "ts %.*s is not ISO with 6 digits",
                        (int)LINE_TS_LEN, p + at);
     }
@@ -147,6 +199,14 @@ int lake_line_parse(const char *p, size_t n, struct sink_record *r,
         json_validate(r->payload.ptr, r->payload.len, JSON_MAX_DEPTH_DEFAULT,
                       err) != 0) {
         return err_set(err, ERR_CORRUPT, "payload is not JSON");
+    }
+    /* (1) in place: printable ASCII without '\\' is what the writer copies
+     * as is; an offset of under 19 digits with no leading zero and no
+     * "-0" is what it prints; ts was proven above. The keys and
+     * punctuation were matched literally on the way. */
+    if (p_plain && t_plain && ts_exact && digits < 19 &&
+        (p[first] != '0' || (digits == 1 && !is_neg))) {
+        return 0;
     }
     /* (1): the writer's bytes for this record must be the line's. The
      * payload is the line's own (checked above), so only the envelope is

@@ -116,6 +116,39 @@ TEST(nul_bytes_outside_and_inside_strings_are_rejected)
     EXPECT(json_validate("\"a\\u0000b\"", 10, 8, &err) == 0);
 }
 
+/* A stop byte anywhere in a long string (the scan takes 8 bytes at a
+ * time) is found: at every position, each kind of byte is judged as in a
+ * short string. */
+TEST(a_stop_byte_at_any_position_of_a_long_string_is_seen)
+{
+    static const struct {
+        const char *put;
+        size_t n;
+        bool is_ok;
+    } kinds[] = {
+        {"\x01", 1, false}, {"\x1f", 1, false},    {"\"", 1, false},
+        {"\\", 1, false},   {"\x80", 1, false},    {"\xff", 1, false},
+        {"\\n", 2, true},   {"\xc3\xa9", 2, true}, {"\x7f", 1, true},
+        {" ", 1, true},     {"~", 1, true},
+    };
+    struct err err;
+    char s[64];
+
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        for (size_t at = 1; at < 40; at++) {
+            size_t n = 0;
+
+            memset(s, 'a', sizeof(s));
+            s[n++] = '"';
+            n = at;
+            memcpy(s + n, kinds[k].put, kinds[k].n);
+            n += kinds[k].n + 20;
+            s[n++] = '"';
+            EXPECT((json_validate(s, n, 8, &err) == 0) == kinds[k].is_ok);
+        }
+    }
+}
+
 TEST(error_names_the_byte_offset)
 {
     struct json_doc d;
