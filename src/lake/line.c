@@ -47,12 +47,26 @@ static int line_string(const char *p, size_t n, size_t *at, struct buf *out,
         return line_bad(err, "a string is expected");
     }
     bool is_plain = true; /* printable ASCII, no escape: copied as is */
+    const char *q = *at + 1 < n ? memchr(p + *at + 1, '"', n - *at - 1) : NULL;
+    unsigned bad = 0;
 
-    while (i < n && p[i] != '"') {
-        unsigned char c = (unsigned char)p[i];
+    /* the common string: up to the next quote, no byte outside printable
+     * ASCII and no backslash (one branch-free pass) */
+    for (const char *c = p + i; q != NULL && c < q; c++) {
+        unsigned char b = (unsigned char)*c;
 
-        is_plain = is_plain && c >= 0x20 && c < 0x7f && c != '\\';
-        i += c == '\\' ? 2 : 1;
+        bad |=
+            (unsigned)(b < 0x20) | (unsigned)(b > 0x7e) | (unsigned)(b == '\\');
+    }
+    if (q != NULL && bad == 0) {
+        i = (size_t)(q - p);
+    } else {
+        while (i < n && p[i] != '"') {
+            unsigned char c = (unsigned char)p[i];
+
+            is_plain = is_plain && c >= 0x20 && c < 0x7f && c != '\\';
+            i += c == '\\' ? 2 : 1;
+        }
     }
     if (i >= n) {
         return line_bad(err, "a string does not end");
