@@ -598,16 +598,144 @@ void json_doc_free(struct json_doc *doc)
     doc->cap = 0;
 }
 
+/* ---- validation only ---- */
+
+/* A key, the ':' and the whitespace after it (jp_key without tokens). */
+static int jv_key(struct jp *p)
+{
+    uint8_t esc = 0;
+
+    if (p->pos >= p->n || p->s[p->pos] != '"') {
+        return jp_fail(p, "expected a string key");
+    }
+    if (jp_string(p, &esc) != 0) {
+        return p->err->code;
+    }
+    jp_skip_ws(p);
+    if (p->pos >= p->n || p->s[p->pos] != ':') {
+        return jp_fail(p, "expected ':' after a key");
+    }
+    p->pos++;
+    return 0;
+}
+
+/* A scalar at p->pos starting with c (jp_scalar without tokens). */
+static int jv_scalar(struct jp *p, char c)
+{
+    uint8_t esc = 0;
+
+    if (c == '"') {
+        return jp_string(p, &esc);
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        return jp_number(p);
+    }
+    if (c == 't') {
+        return jp_literal(p, "true", 4);
+    }
+    if (c == 'f') {
+        return jp_literal(p, "false", 5);
+    }
+    if (c == 'n') {
+        return jp_literal(p, "null", 4);
+    }
+    return jp_fail(p, "unexpected character");
+}
+
+/* jp_run for json_validate: the same grammar, limits and errors, with a
+ * stack of container kinds (is_obj, max_depth entries) instead of frames
+ * and tokens. */
+static int jv_run(struct jp *p, uint8_t *is_obj)
+{
+    int depth = 0;
+
+    for (;;) {
+        char c;
+
+        jp_skip_ws(p);
+        if (p->pos >= p->n) {
+            return jp_fail(p, "unexpected end of text");
+        }
+        c = p->s[p->pos];
+        if (c == '{' || c == '[') {
+            if (depth >= p->max_depth) {
+                return jp_fail(p, "nested too deeply");
+            }
+            is_obj[depth++] = c == '{';
+            p->pos++;
+            jp_skip_ws(p);
+            if (p->pos >= p->n) {
+                return jp_fail(p, "unexpected end of text");
+            }
+            if (p->s[p->pos] != (c == '{' ? '}' : ']')) {
+                if (c == '{' && jv_key(p) != 0) {
+                    return p->err->code;
+                }
+                continue; /* the first member's value */
+            }
+            p->pos++;
+            depth--;
+        } else if (jv_scalar(p, c) != 0) {
+            return p->err->code;
+        }
+        for (;;) { /* after a value: closes, then a comma or the end */
+            bool o;
+
+            jp_skip_ws(p);
+            if (depth == 0) {
+                return p->pos == p->n
+                           ? 0
+                           : jp_fail(p, "trailing characters after the value");
+            }
+            if (p->pos >= p->n) {
+                return jp_fail(p, "unexpected end of text");
+            }
+            c = p->s[p->pos];
+            o = is_obj[depth - 1] != 0;
+            if (c == (o ? '}' : ']')) {
+                p->pos++;
+                depth--;
+                continue;
+            }
+            if (c != ',') {
+                return jp_fail(p, o ? "expected ',' or '}'"
+                                    : "expected ',' or ']'");
+            }
+            p->pos++;
+            jp_skip_ws(p);
+            if (o && jv_key(p) != 0) {
+                return p->err->code;
+            }
+            break;
+        }
+    }
+}
+
 int json_validate(const char *text, size_t len, int max_depth, struct err *err)
 {
     struct jp p = {.s = text,
                    .n = len,
                    .doc = NULL,
-                   .max_depth = max_depth,
+                   .max_depth = max_depth < 1 ? 1 : max_depth,
                    .tok_depth = -1,
-                   .max_tokens = 0};
+                   .max_tokens = 0,
+                   .err = err};
+    uint8_t local[JSON_MAX_DEPTH_DEFAULT];
+    uint8_t *is_obj = local;
+    int rc;
 
-    return jp_start(&p, err);
+    if (len > JSON_TEXT_MAX) {
+        return err_set(err, ERR_TOO_BIG,
+                       "JSON text of %zu bytes is 2 GiB or more", len);
+    }
+    if (p.max_depth > (int)sizeof(local)) {
+        is_obj = xmalloc((size_t)p.max_depth);
+    }
+    rc = jv_run(&p, is_obj);
+    if (is_obj != local) {
+        free(is_obj);
+    }
+    return rc;
 }
 
 /* ---- navigation ---- */
