@@ -87,7 +87,7 @@ static void lake_usage(FILE *f)
             "       queen lake restore [bucket flags] --queue Q --to URL "
             "[--as QUEUE]\n"
             "                          [--state FILE] [--batch N] "
-            "[--from-k K] [--to-k K]\n"
+            "[--from-k K] [--to-k K] [--threads N]\n"
             "bucket flags: --endpoint URL --bucket B [--region R] "
             "[--prefix P] [--path-style]\n"
             "              [--tenant T] [--access-key K] [--secret-key S]\n"
