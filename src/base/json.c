@@ -642,6 +642,29 @@ static int jv_scalar(struct jp *p, char c)
     return jp_fail(p, "unexpected character");
 }
 
+/* A container opens at p->pos (c): 1 when a value must follow, 0 when it
+ * closed at once, -1 on error (jp_open and jp_first_member). */
+static int jv_open(struct jp *p, uint8_t *is_obj, int *depth, char c)
+{
+    if (*depth >= p->max_depth) {
+        jp_fail(p, "nested too deeply");
+        return -1;
+    }
+    is_obj[(*depth)++] = c == '{';
+    p->pos++;
+    jp_skip_ws(p);
+    if (p->pos >= p->n) {
+        jp_fail(p, "unexpected end of text");
+        return -1;
+    }
+    if (p->s[p->pos] != (c == '{' ? '}' : ']')) {
+        return c == '{' && jv_key(p) != 0 ? -1 : 1;
+    }
+    p->pos++;
+    (*depth)--;
+    return 0;
+}
+
 /* jp_run for json_validate: the same grammar, limits and errors, with a
  * stack of container kinds (is_obj, max_depth entries) instead of frames
  * and tokens. */
@@ -658,23 +681,14 @@ static int jv_run(struct jp *p, uint8_t *is_obj)
         }
         c = p->s[p->pos];
         if (c == '{' || c == '[') {
-            if (depth >= p->max_depth) {
-                return jp_fail(p, "nested too deeply");
+            int rc = jv_open(p, is_obj, &depth, c);
+
+            if (rc < 0) {
+                return p->err->code;
             }
-            is_obj[depth++] = c == '{';
-            p->pos++;
-            jp_skip_ws(p);
-            if (p->pos >= p->n) {
-                return jp_fail(p, "unexpected end of text");
-            }
-            if (p->s[p->pos] != (c == '{' ? '}' : ']')) {
-                if (c == '{' && jv_key(p) != 0) {
-                    return p->err->code;
-                }
+            if (rc == 1) {
                 continue; /* the first member's value */
             }
-            p->pos++;
-            depth--;
         } else if (jv_scalar(p, c) != 0) {
             return p->err->code;
         }
