@@ -1,26 +1,30 @@
 #!/usr/bin/env python3
-"""bench/restore: `queen lake restore` beside a bare pusher of the same
-batches, in the same run.
+"""bench/restore: `queen lake restore` beside bench/push's load and a
+bare pusher of the same batches, in the same run.
 
 A JSONL zstd lake of BENCH_RECORDS (200,000) records, 16 partitions,
-~200-byte JSON payloads, is written into the test bucket (tests/bucket)
-with tests/e2e/lake.py's make_lake. BENCH_RUNS (3) interleaved rounds, each
-into a fresh single-node broker (raft log and LMDB in a temp dir, no sink):
+~200-byte JSON payloads, is written into the test bucket (tests/bucket;
+BENCH_BUCKET=rgw for Ceph RGW behind the proxy) with tests/e2e/lake.py's
+make_lake. BENCH_RUNS (3) interleaved rounds, each peer into a fresh
+single-node broker (raft log and LMDB in a temp dir, no sink):
 
-- queen: `queen lake restore --batch 1000` (LIST, GET and sha256 of every
-  object, decoding, push bodies, POST /api/v1/push one batch at a time on
-  one keep-alive connection, the answers checked);
-- bare: the same 1000-item push bodies, built beforehand, POSTed by Python's
+- queen: `queen lake restore --batch 1000 --threads C` (LIST, GET and
+  sha256 of every object, decoding, push bodies, POST /api/v1/push on C
+  keep-alive connections, partitions sharded over them, BENCH_CONNS,
+  default 4);
+- push: bench/push.sh's queen round, the issue's peer: wrk with 16
+  connections POSTing 100 items of a 200-byte payload per request for
+  BENCH_SECONDS (10);
+- bare: the same 1000-item push bodies as the lake's, POSTed by Python's
   http.client on one keep-alive connection, nothing read from the bucket.
 
-Both are bound by the broker's push path on one connection; the ratio
-says what reading and checking the lake costs on top. bench/push measures
-the broker with 16 connections (wrk); restore uses one, so compare with
-that figure knowing the connection count differs.
+The summary prints records/s of each and the ratios restore/push (the
+issue's goal: at least 0.8) and restore/bare.
 
 Usage: bench/restore.py [build-dir]
 """
 import http.client
+import json
 import os
 import shutil
 import statistics
@@ -77,14 +81,39 @@ def bare_push(b, bodies):
     return time.monotonic() - t
 
 
+PAYLOAD = ('{"order":123456,"status":"paid","total":42.00,"note":"'
+           + "x" * 144 + '"}')
+
+
+def wrk_push(b, tmp, secs):
+    """bench/push.sh's queen round against broker b: records/s."""
+    items = ",".join('{"queue":"bench","partition":"p%d","payload":%s}'
+                     % (i % 4, PAYLOAD) for i in range(100))
+    lua = os.path.join(tmp, "push.lua")
+    with open(lua, "w") as f:
+        f.write('wrk.method = "POST"\n')
+        f.write('wrk.headers["Content-Type"] = "application/json"\n')
+        f.write("wrk.body = %s\n" % json.dumps('{"items":[%s]}' % items))
+    out = subprocess.run(["wrk", "-t2", "-c16", "-d%ds" % secs, "-s", lua,
+                          "http://127.0.0.1:%d/api/v1/push" % b.port],
+                         check=True, capture_output=True, text=True).stdout
+    assert "Non-2xx" not in out, out
+    rps = [ln.split()[1] for ln in out.splitlines()
+           if ln.startswith("Requests/sec:")]
+    return float(rps[0]) * 100
+
+
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
     qbin = os.environ.get("QUEEN_BIN") or os.path.join(ROOT, build, "queen")
     os.environ.setdefault("QUEEN_BIN", qbin)
     n = int(os.environ.get("BENCH_RECORDS", "200000"))
     runs = int(os.environ.get("BENCH_RUNS", "3"))
+    conns = int(os.environ.get("BENCH_CONNS", "4"))
+    secs = int(os.environ.get("BENCH_SECONDS", "10"))
     tmp = tempfile.mkdtemp(prefix="queen-bench-restore-")
-    bucket = TestBucket(buckets=["lake"], workdir=os.path.join(tmp, "b"))
+    bucket = TestBucket(buckets=["lake"], workdir=os.path.join(tmp, "b"),
+                        kind=os.environ.get("BENCH_BUCKET", "s3rver"))
     bucket.start()
     try:
         windows = make_windows(n)
@@ -100,7 +129,7 @@ def main():
                   for i in range(0, len(items), 1000)]
         env = dict(os.environ, QUEEN_S3_ACCESS_KEY="queen",
                    QUEEN_S3_SECRET_KEY="queen-secret-key")
-        q, bare = [], []
+        q, bare, push = [], [], []
         for r in range(runs):
             b = broker(tmp, "q%d" % r)
             try:
@@ -109,9 +138,15 @@ def main():
                                 bucket.endpoint, "--bucket", "lake",
                                 "--path-style", "--queue", QUEUE, "--to",
                                 "http://127.0.0.1:%d" % b.port, "--batch",
-                                "1000"], env=env, check=True,
+                                "1000", "--threads", str(conns)], env=env,
+                               check=True,
                                stdout=subprocess.DEVNULL)
                 q.append(time.monotonic() - t)
+            finally:
+                b.stop()
+            b = broker(tmp, "w%d" % r)
+            try:
+                push.append(wrk_push(b, tmp, secs))
             finally:
                 b.stop()
             b = broker(tmp, "b%d" % r)
@@ -119,15 +154,20 @@ def main():
                 bare.append(bare_push(b, bodies))
             finally:
                 b.stop()
-            print("round %d: queen lake restore %.2fs, bare pusher %.2fs"
-                  % (r + 1, q[-1], bare[-1]))
+            print("round %d: queen lake restore %.2fs (%.0f/s), bench/push "
+                  "%.0f/s, bare pusher %.2fs" % (r + 1, q[-1], n / q[-1],
+                                                  push[-1], bare[-1]))
         mq, mb = statistics.median(q), statistics.median(bare)
-        print("%-22s %12s" % ("", "records/s"))
-        print("%-22s %12.0f" % ("queen lake restore", n / mq))
-        print("%-22s %12.0f" % ("bare pusher", n / mb))
-        print("ratio restore/bare %.2f (goal >= 0.8 of bench/push; one "
-              "connection each), %d records, median of %d"
-              % (mb / mq, n, runs))
+        mp = statistics.median(push)
+        print("%-34s %12s" % ("", "records/s"))
+        print("%-34s %12.0f" % ("queen lake restore (%d conns)" % conns,
+                                 n / mq))
+        print("%-34s %12.0f" % ("bench/push (wrk, 16 conns, 100/req)", mp))
+        print("%-34s %12.0f" % ("bare pusher (1 conn, 1000/req)", n / mb))
+        print("ratio restore/push %.2f (goal >= 0.8), restore/bare %.2f; "
+              "%d records, median of %d; bucket %s; load average %s"
+              % (n / mq / mp, mb / mq, n, runs, bucket.kind,
+                 " ".join(open("/proc/loadavg").read().split()[:3])))
     finally:
         bucket.stop()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -58,14 +58,20 @@ static const uint8_t jp_str_stop[256] = {
     1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
 };
 
+#define JP_ONES ((uint64_t)0x0101010101010101)
+
 static int jp_fail(struct jp *p, const char *reason)
 {
     return err_set(p->err, ERR_INVALID, "invalid JSON at byte %zu: %s", p->pos,
                    reason);
 }
 
-static void jp_skip_ws(struct jp *p)
+static inline void jp_skip_ws(struct jp *p)
 {
+    /* compact JSON has none: one compare decides the common case */
+    if (p->pos < p->n && (unsigned char)p->s[p->pos] > ' ') {
+        return;
+    }
     while (p->pos < p->n) {
         char c = p->s[p->pos];
         if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
@@ -224,6 +230,23 @@ static int jp_string(struct jp *p, uint8_t *esc)
 
     *esc = 0;
     for (;;) {
+        /* 8 bytes at a time while none is a stop byte (a byte >= 0x80,
+         * < 0x20, '"' or '\\'); the table decides the rest. */
+        while (i + 8 <= p->n) {
+            uint64_t v;
+            uint64_t q;
+            uint64_t b;
+
+            memcpy(&v, s + i, 8);
+            q = v ^ JP_ONES * '"';
+            b = v ^ JP_ONES * '\\';
+            if (((v | ((v - JP_ONES * 0x20) & ~v) | ((q - JP_ONES) & ~q) |
+                  ((b - JP_ONES) & ~b)) &
+                 JP_ONES * 0x80) != 0) {
+                break;
+            }
+            i += 8;
+        }
         while (i < p->n && !jp_str_stop[s[i]]) {
             i++;
         }
@@ -575,16 +598,158 @@ void json_doc_free(struct json_doc *doc)
     doc->cap = 0;
 }
 
+/* ---- validation only ---- */
+
+/* A key, the ':' and the whitespace after it (jp_key without tokens). */
+static int jv_key(struct jp *p)
+{
+    uint8_t esc = 0;
+
+    if (p->pos >= p->n || p->s[p->pos] != '"') {
+        return jp_fail(p, "expected a string key");
+    }
+    if (jp_string(p, &esc) != 0) {
+        return p->err->code;
+    }
+    jp_skip_ws(p);
+    if (p->pos >= p->n || p->s[p->pos] != ':') {
+        return jp_fail(p, "expected ':' after a key");
+    }
+    p->pos++;
+    return 0;
+}
+
+/* A scalar at p->pos starting with c (jp_scalar without tokens). */
+static int jv_scalar(struct jp *p, char c)
+{
+    uint8_t esc = 0;
+
+    if (c == '"') {
+        return jp_string(p, &esc);
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        return jp_number(p);
+    }
+    if (c == 't') {
+        return jp_literal(p, "true", 4);
+    }
+    if (c == 'f') {
+        return jp_literal(p, "false", 5);
+    }
+    if (c == 'n') {
+        return jp_literal(p, "null", 4);
+    }
+    return jp_fail(p, "unexpected character");
+}
+
+/* A container opens at p->pos (c): 1 when a value must follow, 0 when it
+ * closed at once, -1 on error (jp_open and jp_first_member). */
+static int jv_open(struct jp *p, uint8_t *is_obj, int *depth, char c)
+{
+    if (*depth >= p->max_depth) {
+        jp_fail(p, "nested too deeply");
+        return -1;
+    }
+    is_obj[(*depth)++] = c == '{';
+    p->pos++;
+    jp_skip_ws(p);
+    if (p->pos >= p->n) {
+        jp_fail(p, "unexpected end of text");
+        return -1;
+    }
+    if (p->s[p->pos] != (c == '{' ? '}' : ']')) {
+        return c == '{' && jv_key(p) != 0 ? -1 : 1;
+    }
+    p->pos++;
+    (*depth)--;
+    return 0;
+}
+
+/* jp_run for json_validate: the same grammar, limits and errors, with a
+ * stack of container kinds (is_obj, max_depth entries) instead of frames
+ * and tokens. */
+static int jv_run(struct jp *p, uint8_t *is_obj)
+{
+    int depth = 0;
+
+    for (;;) {
+        char c;
+
+        jp_skip_ws(p);
+        if (p->pos >= p->n) {
+            return jp_fail(p, "unexpected end of text");
+        }
+        c = p->s[p->pos];
+        if (c == '{' || c == '[') {
+            int rc = jv_open(p, is_obj, &depth, c);
+
+            if (rc < 0) {
+                return p->err->code;
+            }
+            if (rc == 1) {
+                continue; /* the first member's value */
+            }
+        } else if (jv_scalar(p, c) != 0) {
+            return p->err->code;
+        }
+        for (;;) { /* after a value: closes, then a comma or the end */
+            bool o;
+
+            jp_skip_ws(p);
+            if (depth == 0) {
+                return p->pos == p->n
+                           ? 0
+                           : jp_fail(p, "trailing characters after the value");
+            }
+            if (p->pos >= p->n) {
+                return jp_fail(p, "unexpected end of text");
+            }
+            c = p->s[p->pos];
+            o = is_obj[depth - 1] != 0;
+            if (c == (o ? '}' : ']')) {
+                p->pos++;
+                depth--;
+                continue;
+            }
+            if (c != ',') {
+                return jp_fail(p, o ? "expected ',' or '}'"
+                                    : "expected ',' or ']'");
+            }
+            p->pos++;
+            jp_skip_ws(p);
+            if (o && jv_key(p) != 0) {
+                return p->err->code;
+            }
+            break;
+        }
+    }
+}
+
 int json_validate(const char *text, size_t len, int max_depth, struct err *err)
 {
     struct jp p = {.s = text,
                    .n = len,
                    .doc = NULL,
-                   .max_depth = max_depth,
+                   .max_depth = max_depth < 1 ? 1 : max_depth,
                    .tok_depth = -1,
-                   .max_tokens = 0};
+                   .max_tokens = 0,
+                   .err = err};
+    uint8_t local[JSON_MAX_DEPTH_DEFAULT];
+    uint8_t *is_obj = local;
+    int rc;
 
-    return jp_start(&p, err);
+    if (len > JSON_TEXT_MAX) {
+        return err_set(err, ERR_TOO_BIG,
+                       "JSON text of %zu bytes is 2 GiB or more", len);
+    }
+    if (p.max_depth > (int)sizeof(local)) {
+        is_obj = xmalloc((size_t)p.max_depth);
+    }
+    rc = jv_run(&p, is_obj);
+    if (is_obj != local) {
+        free(is_obj);
+    }
+    return rc;
 }
 
 /* ---- navigation ---- */

@@ -48,6 +48,9 @@
 #define LAKE_DEFAULT_TENANT "00000000-0000-0000-0000-000000000001"
 #define LAKE_MAX_OBJECT     ((size_t)4 << 30)
 #define LAKE_CHUNK          ((size_t)1 << 20)
+/* A zstd object decoding to at most this is decoded in one call (a
+ * thread holds one such buffer); larger ones stream LAKE_CHUNK at a time. */
+#define LAKE_WHOLE_MAX      ((size_t)32 << 20)
 #define LAKE_MAX_VIOLATIONS 1000 /* kept for the report; all are counted */
 #define LAKE_FETCH_BYTES    (4 << 20)
 #define LAKE_PUSH_ITEMS     1000
@@ -84,7 +87,7 @@ static void lake_usage(FILE *f)
             "       queen lake restore [bucket flags] --queue Q --to URL "
             "[--as QUEUE]\n"
             "                          [--state FILE] [--batch N] "
-            "[--from-k K] [--to-k K]\n"
+            "[--from-k K] [--to-k K] [--threads N]\n"
             "bucket flags: --endpoint URL --bucket B [--region R] "
             "[--prefix P] [--path-style]\n"
             "              [--tenant T] [--access-key K] [--secret-key S]\n"
@@ -452,8 +455,11 @@ struct lake_mem {
     struct buf body;    /* the object's stored bytes */
     struct buf carry;   /* a line cut by the end of a chunk */
     struct buf scratch; /* lake_line_parse's */
+    struct buf whole;   /* a zstd object decoded in one call */
     char *chunk;        /* LAKE_CHUNK bytes of decoded text */
-    uint64_t raw;       /* decoded bytes so far */
+    ZSTD_DCtx *zstd;    /* one per thread: its window is allocated once */
+    struct lake_line_memo memo;
+    uint64_t raw; /* decoded bytes so far */
 };
 
 static void lake_mem_init(struct lake_mem *m)
@@ -461,7 +467,13 @@ static void lake_mem_init(struct lake_mem *m)
     buf_init(&m->body, LAKE_MAX_OBJECT);
     buf_init(&m->carry, BUF_UNLIMITED);
     buf_init(&m->scratch, BUF_UNLIMITED);
+    buf_init(&m->whole, LAKE_WHOLE_MAX);
     m->chunk = xmalloc(LAKE_CHUNK);
+    m->zstd = ZSTD_createDCtx();
+    if (m->zstd == NULL) {
+        abort(); /* out of memory, as xmalloc */
+    }
+    memset(&m->memo, 0, sizeof(m->memo));
     m->raw = 0;
 }
 
@@ -470,7 +482,9 @@ static void lake_mem_free(struct lake_mem *m)
     buf_free(&m->body);
     buf_free(&m->carry);
     buf_free(&m->scratch);
+    buf_free(&m->whole);
     free(m->chunk);
+    ZSTD_freeDCtx(m->zstd);
 }
 
 /* Splits decoded text into lines and hands each record to fn. */
@@ -479,6 +493,7 @@ struct lake_reader {
     void *arg;
     struct buf *carry;   /* a line cut by the end of a chunk */
     struct buf *scratch; /* lake_line_parse's */
+    struct lake_mem *mem;
     char *chunk;
     uint64_t line_no;
     uint64_t raw; /* decoded bytes */
@@ -507,7 +522,8 @@ static int lake_lines(struct lake_reader *rd, const char *p, size_t n,
             line = buf_slice(rd->carry);
         }
         ++rd->line_no;
-        if (lake_line_parse(line.ptr, line.len, &r, rd->scratch, err) != 0) {
+        if (lake_line_read(line.ptr, line.len, &r, rd->scratch, &rd->mem->memo,
+                           err) != 0) {
             return err_wrap(err, "line %" PRIu64, rd->line_no);
         }
         rc = rd->fn(rd->arg, &r);
@@ -542,15 +558,56 @@ static int lake_decode_parquet(struct lake_reader *rd, const char *body,
     return rc;
 }
 
+/* A body whose frames all tell their decoded size, small enough: decoded
+ * in one call straight into mem->whole (no copy out of zstd's window).
+ * Returns 1 when it did not apply or failed (the caller streams it again,
+ * which names the damage as it always did), else what the lines gave. */
+static int lake_zstd_whole(struct lake_reader *rd, const char *body, size_t n,
+                           struct err *err)
+{
+    struct buf *w = &rd->mem->whole;
+    unsigned long long size = 0;
+    size_t got;
+
+    for (size_t at = 0; at < n;) {
+        unsigned long long one = ZSTD_getFrameContentSize(body + at, n - at);
+        size_t len = ZSTD_findFrameCompressedSize(body + at, n - at);
+
+        if (one == ZSTD_CONTENTSIZE_ERROR || one == ZSTD_CONTENTSIZE_UNKNOWN ||
+            ZSTD_isError(len) || one > LAKE_WHOLE_MAX - size) {
+            return 1;
+        }
+        size += one;
+        at += len;
+    }
+    if (size == 0) {
+        return 1;
+    }
+    buf_reset(w);
+    if (buf_reserve(w, (size_t)size, err) != 0) {
+        return 1;
+    }
+    got = ZSTD_decompressDCtx(rd->mem->zstd, w->data, (size_t)size, body, n);
+    if (ZSTD_isError(got) || got != size) {
+        return 1;
+    }
+    return lake_lines(rd, w->data, got, err);
+}
+
 static int lake_decode_zstd(struct lake_reader *rd, const char *body, size_t n,
                             struct err *err)
 {
-    ZSTD_DCtx *z = ZSTD_createDCtx();
+    ZSTD_DCtx *z = rd->mem->zstd;
     char *out = rd->chunk;
     ZSTD_inBuffer in = {body, n, 0};
     size_t left = n > 0; /* ZSTD_decompressStream: 0 once a frame ends */
-    int rc = 0;
+    int rc = lake_zstd_whole(rd, body, n, err);
 
+    if (rc != 1) {
+        return rc;
+    }
+    rc = 0;
+    ZSTD_DCtx_reset(z, ZSTD_reset_session_only);
     while (rc == 0 && (in.pos < in.size || left != 0)) {
         ZSTD_outBuffer o = {out, LAKE_CHUNK, 0};
 
@@ -566,7 +623,6 @@ static int lake_decode_zstd(struct lake_reader *rd, const char *body, size_t n,
                 err_set(err, ERR_CORRUPT, "does not decode as zstd: truncated");
         }
     }
-    ZSTD_freeDCtx(z);
     return rc;
 }
 
@@ -606,8 +662,8 @@ static int lake_decode_gzip(struct lake_reader *rd, const char *body, size_t n,
 static int lake_decode(enum lake_codec codec, struct slice body, lake_rec_fn fn,
                        void *arg, struct lake_mem *mem, struct err *err)
 {
-    struct lake_reader rd = {fn, arg, &mem->carry, &mem->scratch, mem->chunk,
-                             0,  0};
+    struct lake_reader rd = {fn,  arg,        &mem->carry, &mem->scratch,
+                             mem, mem->chunk, 0,           0};
     const char *p = body.ptr;
     size_t n = body.len;
     int rc;
@@ -2890,40 +2946,218 @@ static int lake_push_flush(struct lake_push *p)
     return 0;
 }
 
-static int lake_push_record(void *arg, const struct sink_record *r)
+/* One push item for r at the end of body (opening the batch when it has
+ * none yet). */
+static int lake_push_item(struct buf *body, size_t items, const char *as,
+                          const struct sink_record *r, struct err *err)
 {
-    struct lake_push *p = arg;
-    struct err *err = &p->err;
-
-    if (p->items == 0 && buf_append_str(&p->body, "{\"items\":[", err) != 0) {
-        p->is_failed = true;
+    if (items == 0 && buf_append_str(body, "{\"items\":[", err) != 0) {
         return 2;
     }
-    if ((p->items > 0 && buf_append_byte(&p->body, ',', err) != 0) ||
-        buf_append_str(&p->body, "{\"queue\":", err) != 0 ||
-        json_escape(&p->body, p->as, strlen(p->as), err) != 0 ||
-        buf_append_str(&p->body, ",\"partition\":", err) != 0 ||
-        json_escape(&p->body, r->partition.ptr, r->partition.len, err) != 0 ||
-        buf_append_str(&p->body, ",\"transactionId\":", err) != 0 ||
-        json_escape(&p->body, r->txn.ptr, r->txn.len, err) != 0 ||
-        buf_append_str(&p->body, ",\"payload\":", err) != 0 ||
-        (r->payload.len == 0 ? buf_append_str(&p->body, "null", err)
-                             : buf_append(&p->body, r->payload.ptr,
-                                          r->payload.len, err)) != 0 ||
-        buf_append_byte(&p->body, '}', err) != 0) {
-        p->is_failed = true;
+    if ((items > 0 && buf_append_byte(body, ',', err) != 0) ||
+        buf_append_str(body, "{\"queue\":", err) != 0 ||
+        json_escape(body, as, strlen(as), err) != 0 ||
+        buf_append_str(body, ",\"partition\":", err) != 0 ||
+        json_escape(body, r->partition.ptr, r->partition.len, err) != 0 ||
+        buf_append_str(body, ",\"transactionId\":", err) != 0 ||
+        json_escape(body, r->txn.ptr, r->txn.len, err) != 0 ||
+        buf_append_str(body, ",\"payload\":", err) != 0 ||
+        (r->payload.len == 0
+             ? buf_append_str(body, "null", err)
+             : buf_append(body, r->payload.ptr, r->payload.len, err)) != 0 ||
+        buf_append_byte(body, '}', err) != 0) {
         return 2;
-    }
-    p->items++;
-    p->records++;
-    p->bytes += r->payload.len;
-    if (p->items >= p->max_items || p->body.len >= LAKE_PUSH_BYTES) {
-        if (lake_push_flush(p) != 0) {
-            p->is_failed = true;
-            return 2;
-        }
     }
     return 0;
+}
+
+/* Restore pushes on several connections at once, each owned by a thread
+ * (a shard). A partition always goes to the same shard, whose batches
+ * leave one at a time in the order they were filled, so each partition
+ * reaches the broker in offset order; a batch sent again after a crash is
+ * answered "duplicate" item by item (the transactionId). Each shard has one
+ * batch in flight and one filling: the reader waits when both are busy. */
+struct lake_shard {
+    struct lake_push push; /* the thread's: its connection, the batch in
+                              flight (push.body), its counts */
+    struct buf fill;       /* the batch being filled by the reader */
+    size_t fill_items;
+    bool is_full; /* push.body holds a batch to send */
+    bool is_stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t th;
+};
+
+struct lake_pusher {
+    struct lake_shard *s;
+    int n;
+    const char *as;
+    size_t max_items;
+    uint64_t records;
+    uint64_t bytes;
+    bool is_failed;
+    struct err err;
+};
+
+static void *lake_shard_main(void *arg)
+{
+    struct lake_shard *s = arg;
+
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->is_full && !s->is_stop) {
+            pthread_cond_wait(&s->cv, &s->mu);
+        }
+        if (!s->is_full) {
+            break;
+        }
+        pthread_mutex_unlock(&s->mu);
+        int rc = lake_push_flush(&s->push);
+        pthread_mutex_lock(&s->mu);
+        s->push.is_failed = s->push.is_failed || rc != 0;
+        s->is_full = false;
+        pthread_cond_broadcast(&s->cv);
+        if (s->push.is_failed) {
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* A shard's failure, as the restore's (nonzero when it failed). */
+static int lake_shard_failed(struct lake_pusher *P, struct lake_shard *s)
+{
+    if (!s->push.is_failed) {
+        return 0;
+    }
+    P->is_failed = true;
+    P->err = s->push.err;
+    return 2;
+}
+
+/* The filled batch goes to the shard's thread once its last one is sent. */
+static int lake_shard_hand(struct lake_pusher *P, struct lake_shard *s)
+{
+    struct buf t;
+    int rc;
+
+    if (s->fill_items == 0) {
+        return 0;
+    }
+    pthread_mutex_lock(&s->mu);
+    while (s->is_full && !s->push.is_failed) {
+        pthread_cond_wait(&s->cv, &s->mu);
+    }
+    rc = lake_shard_failed(P, s);
+    if (rc == 0) {
+        t = s->push.body;
+        s->push.body = s->fill;
+        s->fill = t;
+        buf_reset(&s->fill);
+        s->push.items = s->fill_items;
+        s->fill_items = 0;
+        s->is_full = true;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* Every batch filled so far is acknowledged (or one failed: nonzero). */
+static int lake_pusher_drain(struct lake_pusher *P)
+{
+    int rc = 0;
+
+    for (int i = 0; i < P->n && rc == 0; i++) {
+        rc = lake_shard_hand(P, &P->s[i]);
+    }
+    for (int i = 0; i < P->n && rc == 0; i++) {
+        struct lake_shard *s = &P->s[i];
+
+        pthread_mutex_lock(&s->mu);
+        while (s->is_full && !s->push.is_failed) {
+            pthread_cond_wait(&s->cv, &s->mu);
+        }
+        rc = lake_shard_failed(P, s);
+        pthread_mutex_unlock(&s->mu);
+    }
+    return rc;
+}
+
+static int lake_push_record(void *arg, const struct sink_record *r)
+{
+    struct lake_pusher *P = arg;
+    uint32_t h = 2166136261u; /* FNV-1a of the partition */
+    struct lake_shard *s;
+
+    for (size_t i = 0; i < r->partition.len; i++) {
+        h = (h ^ (uint8_t)r->partition.ptr[i]) * 16777619u;
+    }
+    s = &P->s[h % (uint32_t)P->n];
+    if (lake_push_item(&s->fill, s->fill_items, P->as, r, &P->err) != 0) {
+        P->is_failed = true;
+        return 2;
+    }
+    s->fill_items++;
+    P->records++;
+    P->bytes += r->payload.len;
+    if (s->fill_items >= P->max_items || s->fill.len >= LAKE_PUSH_BYTES) {
+        return lake_shard_hand(P, s);
+    }
+    return 0;
+}
+
+static void lake_pusher_open(struct lake_pusher *P, const struct lake_opts *o,
+                             const char *as, int n)
+{
+    memset(P, 0, sizeof(*P));
+    P->n = n;
+    P->as = as;
+    P->max_items = (size_t)o->batch;
+    P->s = xcalloc((size_t)n, sizeof(*P->s));
+    for (int i = 0; i < n; i++) {
+        struct lake_shard *s = &P->s[i];
+
+        lake_http_open(&s->push.http, o->to, o->token);
+        buf_init(&s->push.body, BUF_UNLIMITED);
+        buf_init(&s->fill, BUF_UNLIMITED);
+        s->push.as = as;
+        s->push.max_items = P->max_items;
+        pthread_mutex_init(&s->mu, NULL);
+        pthread_cond_init(&s->cv, NULL);
+        if (pthread_create(&s->th, NULL, lake_shard_main, s) != 0) {
+            abort();
+        }
+    }
+}
+
+/* Stops the threads; *sum gets the counts of every shard. */
+static void lake_pusher_close(struct lake_pusher *P, struct lake_push *sum)
+{
+    memset(sum, 0, sizeof(*sum));
+    sum->as = P->as;
+    sum->records = P->records;
+    sum->bytes = P->bytes;
+    for (int i = 0; i < P->n; i++) {
+        struct lake_shard *s = &P->s[i];
+
+        pthread_mutex_lock(&s->mu);
+        s->is_stop = true;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->th, NULL);
+        sum->queued += s->push.queued;
+        sum->duplicates += s->push.duplicates;
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+        buf_free(&s->push.body);
+        buf_free(&s->fill);
+        lake_http_close(&s->push.http);
+    }
+    free(P->s);
+    P->s = NULL;
 }
 
 /* The state file: one line "k <K>" naming the last window every record of
@@ -2971,7 +3205,7 @@ static int lake_state_write(const char *path, int64_t k, struct err *err)
 
 /* One object: checked against its manifest entry, its records pushed. */
 static int lake_restore_object(const struct lake_job *job,
-                               struct lake_push *push,
+                               struct lake_pusher *push,
                                const struct docs_object *obj,
                                enum lake_codec codec, struct lake_mem *mem,
                                struct err *err)
@@ -3023,7 +3257,7 @@ static void lake_restore_report(const struct lake_opts *o,
 
 /* Push every record of window k. Returns 0, or 2 (err). */
 static int lake_restore_window(const struct lake_job *job,
-                               struct lake_push *push, int64_t k,
+                               struct lake_pusher *push, int64_t k,
                                struct lake_mem *mem, struct err *err)
 {
     struct buf mkey;
@@ -3053,7 +3287,7 @@ static int lake_restore_window(const struct lake_job *job,
     for (size_t i = 0; rc == 0 && i < m.n_objects; i++) {
         rc = lake_restore_object(job, push, &m.objects[i], codec, mem, err);
     }
-    if (rc == 0 && lake_push_flush(push) != 0) {
+    if (rc == 0 && lake_pusher_drain(push) != 0) {
         *err = push->err;
         rc = 2;
     }
@@ -3068,6 +3302,7 @@ static int lake_restore(const struct lake_opts *o)
     struct lake_bucket b;
     struct lake_job job;
     struct lake_push push;
+    struct lake_pusher pusher;
     struct lake_progress prog;
     struct lake_mem mem;
     struct err err;
@@ -3089,22 +3324,22 @@ static int lake_restore(const struct lake_opts *o)
     if (o->state != NULL && lake_state_read(o->state) + 1 > from) {
         from = lake_state_read(o->state) + 1;
     }
-    memset(&push, 0, sizeof(push));
-    lake_http_open(&push.http, o->to, o->token);
-    buf_init(&push.body, BUF_UNLIMITED);
-    push.as = o->as != NULL ? o->as : job.queue;
-    push.max_items = (size_t)o->batch;
+    lake_pusher_open(&pusher, o, o->as != NULL ? o->as : job.queue, o->threads);
     lake_progress_init(&prog, "restore", last_k - from + 1);
     lake_mem_init(&mem);
     for (int64_t k = from; k <= last_k && rc == 0; k++) {
-        rc = lake_restore_window(&job, &push, k, &mem, &err);
+        rc = lake_restore_window(&job, &pusher, k, &mem, &err);
         if (rc == 0 && o->state != NULL &&
             lake_state_write(o->state, k, &err) != 0) {
             rc = 2;
         }
-        lake_progress_show(&prog, k - from + 1, push.records, push.bytes,
+        lake_progress_show(&prog, k - from + 1, pusher.records, pusher.bytes,
                            false);
     }
+    /* after a failure the batches still filling are dropped (their window
+     * is not in the state file: a rerun sends them); the ones in flight
+     * finish */
+    lake_pusher_close(&pusher, &push);
     if (rc == 0) {
         lake_progress_show(&prog, prog.total, push.records, push.bytes, true);
         lake_restore_report(o, &push, from, last_k);
@@ -3112,8 +3347,6 @@ static int lake_restore(const struct lake_opts *o)
         fprintf(stderr, "queen lake restore: %s\n", err.msg);
     }
     lake_mem_free(&mem);
-    buf_free(&push.body);
-    lake_http_close(&push.http);
     lake_bucket_close(&b);
     return rc;
 }

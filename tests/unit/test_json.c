@@ -116,6 +116,91 @@ TEST(nul_bytes_outside_and_inside_strings_are_rejected)
     EXPECT(json_validate("\"a\\u0000b\"", 10, 8, &err) == 0);
 }
 
+/* A stop byte anywhere in a long string (the scan takes 8 bytes at a
+ * time) is found: at every position, each kind of byte is judged as in a
+ * short string. */
+TEST(a_stop_byte_at_any_position_of_a_long_string_is_seen)
+{
+    static const struct {
+        const char *put;
+        size_t n;
+        bool is_ok;
+    } kinds[] = {
+        {"\x01", 1, false}, {"\x1f", 1, false},    {"\"", 1, false},
+        {"\\", 1, false},   {"\x80", 1, false},    {"\xff", 1, false},
+        {"\\n", 2, true},   {"\xc3\xa9", 2, true}, {"\x7f", 1, true},
+        {" ", 1, true},     {"~", 1, true},
+    };
+    struct err err;
+    char s[64];
+
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        for (size_t at = 1; at < 40; at++) {
+            size_t n = 0;
+
+            memset(s, 'a', sizeof(s));
+            s[n++] = '"';
+            n = at;
+            memcpy(s + n, kinds[k].put, kinds[k].n);
+            n += kinds[k].n + 20;
+            s[n++] = '"';
+            EXPECT((json_validate(s, n, 8, &err) == 0) == kinds[k].is_ok);
+        }
+    }
+}
+
+/* json_validate has a loop of its own (no tokens): on every prefix of
+ * some documents, and on each of them with any byte replaced by one of a
+ * few structural ones, it accepts exactly what json_parse accepts, and
+ * fails at the same byte. */
+TEST(validate_answers_as_parse_on_prefixes_and_mutations)
+{
+    static const char *const seeds[] = {
+        "{\"a\":[1,-2.5e+3,true,false,null,{\"b\":\"c\\u00e9\\n\"}],"
+        "\"d\":{},\"e\":[],\"f\":\"\xc3\xa9\"}",
+        " [ {\"k\" : [ [ ] , { } ] } , \"\\ud83d\\ude00\" , 0 ] ",
+        "\"just a string\"",
+        "[[[[{\"x\":[[1]]}]]]]",
+    };
+    static const char subs[] = "{}[]\":,0 \\tn-";
+    char buf[256];
+    struct err e1;
+    struct err e2;
+
+    for (size_t k = 0; k < sizeof(seeds) / sizeof(seeds[0]); k++) {
+        size_t len = strlen(seeds[k]);
+
+        for (size_t cut = 0; cut <= len; cut++) {
+            for (size_t at = 0; at <= cut; at++) {
+                for (size_t m = 0; m <= sizeof(subs) - 1; m++) {
+                    struct json_doc d;
+                    struct json_limits lim = JSON_LIMITS_DEFAULT;
+                    int a;
+                    int b;
+
+                    if ((at == cut) != (m == 0)) {
+                        continue; /* m == 0: the prefix unchanged */
+                    }
+                    memcpy(buf, seeds[k], cut);
+                    if (m > 0) {
+                        buf[at] = subs[m - 1];
+                    }
+                    lim.max_depth = 5;
+                    a = json_validate(buf, cut, 5, &e1);
+                    b = json_parse(&d, buf, cut, &lim, &e2);
+                    if (b == 0) {
+                        json_doc_free(&d);
+                    }
+                    EXPECT_EQ_I64(a, b);
+                    if (a != 0 && b != 0) {
+                        EXPECT_STR_EQ(e1.msg, e2.msg);
+                    }
+                }
+            }
+        }
+    }
+}
+
 TEST(error_names_the_byte_offset)
 {
     struct json_doc d;

@@ -88,3 +88,73 @@ TEST(what_the_writer_would_not_write_is_refused)
     }
     buf_free(&scratch);
 }
+
+/* With a memo warmed by a good line of the same second, what the in-place
+ * check accepts and refuses is what the rebuild does. */
+TEST(a_warm_memo_answers_as_the_rebuild)
+{
+    static const char *const lines[] = {
+        "{\"partition\":\"p\",\"offset\":0,\"transactionId\":\"t\","
+        "\"ts\":\"2026-09-04T10:03:41.000007Z\",\"payload\":1}",
+        "{\"partition\":\"p\",\"offset\":-12,\"transactionId\":\"t\","
+        "\"ts\":\"2026-09-04T10:03:41.999999Z\",\"payload\":[]}",
+        "{\"partition\":\"p\",\"offset\":-0,\"transactionId\":\"t\","
+        "\"ts\":\"2026-09-04T10:03:41.918204Z\",\"payload\":1}",
+        "{\"partition\":\"p\",\"offset\":-01,\"transactionId\":\"t\","
+        "\"ts\":\"2026-09-04T10:03:41.918204Z\",\"payload\":1}",
+        "{\"partition\":\"p\",\"offset\":00,\"transactionId\":\"t\","
+        "\"ts\":\"2026-09-04T10:03:41.918204Z\",\"payload\":1}",
+        "{\"partition\":\"p\",\"offset\":9223372036854775807,"
+        "\"transactionId\":\"t\","
+        "\"ts\":\"2026-09-04T10:03:41.918204Z\",\"payload\":1}",
+        "{\"partition\":\"p\",\"offset\":1,\"transactionId\":\"t\","
+        "\"ts\":\"2026-09-04T10:03:41.91820aZ\",\"payload\":1}",
+        "{\"partition\":\"p\",\"offset\":1,\"transactionId\":\"t\","
+        "\"ts\":\"2026-09-04T10:03:41.918204z\",\"payload\":1}",
+        "{\"partition\":\"p\",\"offset\":1,\"transactionId\":\"t\","
+        "\"ts\":\"2026-09-04T10:03:41.918204+\",\"payload\":1}",
+        "{\"partition\":\"p\x7f\",\"offset\":1,\"transactionId\":\"t\","
+        "\"ts\":\"2026-09-04T10:03:41.918204Z\",\"payload\":1}",
+        "{\"partition\":\"p\",\"offset\":1,\"transactionId\":\"\\/t\","
+        "\"ts\":\"2026-09-04T10:03:41.918204Z\",\"payload\":1}",
+        "{\"partition\":\"p\",\"offset\":1,\"transactionId\":\"t\","
+        "\"ts\":\"2026-09-04T10:03:42.918204Z\",\"payload\":1}",
+        "{\"partition\":\"p\",\"offset\":1,\"transactionId\":\"t\","
+        "\"ts\":\"2026-02-30T10:03:41.918204Z\",\"payload\":1}",
+        "{\"partition\":\"p\",\"offset\":1,\"transactionId\":\"t\","
+        "\"ts\":\"2026-09-04T10:03:41.918204Z\",\"payload\":{\"a\":}}",
+    };
+    const char *warm = "{\"partition\":\"w\",\"offset\":5,\"transactionId\":"
+                       "\"x\",\"ts\":\"2026-09-04T10:03:41.500000Z\","
+                       "\"payload\":null}";
+    struct buf scratch;
+    struct sink_record r;
+    struct sink_record cold;
+    struct lake_line_memo memo;
+    struct err err;
+
+    buf_init(&scratch, BUF_UNLIMITED);
+    for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+        int want = parse(lines[i], &cold, &scratch, &err);
+        int64_t cold_ts = cold.ts;
+        int64_t cold_off = cold.offset;
+
+        memset(&memo, 0, sizeof(memo));
+        EXPECT_EQ_I64(
+            lake_line_read(warm, strlen(warm), &r, &scratch, &memo, &err), 0);
+        EXPECT_EQ_I64(memo.is_set, 1);
+        EXPECT_EQ_I64(lake_line_read(lines[i], strlen(lines[i]), &r, &scratch,
+                                     &memo, &err),
+                      want);
+        if (want == 0) {
+            EXPECT_EQ_I64(r.ts, cold_ts);
+            EXPECT_EQ_I64(r.offset, cold_off);
+        }
+    }
+    EXPECT_EQ_I64(parse(lines[0], &r, &scratch, &err), 0);
+    EXPECT_EQ_I64(parse(lines[1], &r, &scratch, &err), 0);
+    EXPECT_EQ_I64(r.offset, -12);
+    EXPECT_EQ_I64(parse(lines[2], &r, &scratch, &err), ERR_CORRUPT);
+    EXPECT_EQ_I64(parse(lines[6], &r, &scratch, &err), ERR_CORRUPT);
+    buf_free(&scratch);
+}
