@@ -1,5 +1,5 @@
-/* A cluster's own bucket (api/cp.h, reference §5.7): PUT, GET and DELETE
- * /api/cp/clusters/:id/s3 over the px.s3sinks row of the cluster.
+/* A cluster's own bucket (api/cp.h, docs/design/control-plane.md §5): PUT, GET
+ * and DELETE /api/cp/clusters/:id/s3 over the px.s3sinks row of the cluster.
  *
  * A PUT is checked in this order, each refusal changing nothing: the node
  * runs the sink (404 s3_unavailable), the cluster exists (404

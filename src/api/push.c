@@ -671,7 +671,7 @@ static void push_seal_warn(struct api *a, const char *msg, struct slice queue,
     a->seal_plaintext = 0;
 }
 
-/* Reference §1.10, push step 7: seal the payloads of the items whose queue
+/* docs/design/formats.md §11: seal the payloads of the items whose queue
  * has encryptionEnabled, on the node that received the push and before
  * anything is proposed (a follower forwards the sealed command). The flag
  * is read from this node's applied state, once per run of items naming the

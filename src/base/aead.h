@@ -1,8 +1,9 @@
 /* Payload sealing at rest (docs/design/formats.md, "Sealed payloads";
- * reference §1.10): AES-256-GCM under the cell's QUEEN_ENCRYPTION_KEY, in
- * the envelope {"encrypted":<b64 ct>,"iv":<b64 iv>,"authTag":<b64 tag>}
- * (standard base64 with padding). The IV is 16 random bytes, stored whole;
- * only its first 12 are the GCM nonce. The tag is 16 bytes.
+ * docs/design/formats.md §11): AES-256-GCM under the cell's
+ * QUEEN_ENCRYPTION_KEY, in the envelope {"encrypted":<b64 ct>,"iv":<b64
+ * iv>,"authTag":<b64 tag>} (standard base64 with padding). The IV is 16 random
+ * bytes, stored whole; only its first 12 are the GCM nonce. The tag is 16
+ * bytes.
  *
  * Used for encrypted queues' payloads and for control-plane S3 secrets.
  * Pure but for the random IV (OpenSSL's RAND_bytes); any thread. */
@@ -28,7 +29,8 @@ int aead_seal(const uint8_t key[AEAD_KEY_LEN], const uint8_t *pt, size_t n,
               struct buf *out, struct err *err);
 
 /* True when text[0..n) is a JSON object whose members include the string
- * fields "encrypted", "iv" and "authTag" (the sniff of reference §1.10). */
+ * fields "encrypted", "iv" and "authTag" (the sniff of docs/design/formats.md
+ * §11). */
 bool aead_is_envelope(const uint8_t *text, size_t n);
 
 /* Append the plaintext of the envelope text[0..n) to out. 0; ERR_INVALID

@@ -355,8 +355,8 @@ int config_parse_peers(const char *s, struct config_peer *out, struct err *err)
     }
 }
 
-/* QUEEN_ENCRYPTION_KEY (reference §1.10): a bad key disables encryption,
- * never the boot (config_warn_key says so). */
+/* QUEEN_ENCRYPTION_KEY (docs/design/formats.md §11): a bad key disables
+ * encryption, never the boot (config_warn_key says so). */
 static void set_key(struct config *c, const char *v)
 {
     c->enc_key_set = aead_key_parse(v, c->enc_key);

@@ -67,8 +67,8 @@ struct config {
     char tls_cert[CONFIG_PATH_MAX];    /* QUEEN_TLS_CERT, "" = plain HTTP */
     char tls_key[CONFIG_PATH_MAX];     /* QUEEN_TLS_KEY, set with tls_cert */
     char auth_tokens[CONFIG_PATH_MAX]; /* QUEEN_AUTH_TOKENS, "" = no auth */
-    /* QUEEN_ENCRYPTION_KEY (reference §1.10): enc_key holds the 32 bytes
-     * when enc_key_set; enc_key_bad when it is set but not 64 hex (boot
+    /* QUEEN_ENCRYPTION_KEY (docs/design/formats.md §11): enc_key holds the 32
+     * bytes when enc_key_set; enc_key_bad when it is set but not 64 hex (boot
      * warns, config_warn_key; encryption is then off). Secret: never
      * logged, never in /status. Readers: the push path (api->seal_key),
      * the store's reads (store_set_seal_key) and whoever opens sealed

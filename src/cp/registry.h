@@ -10,8 +10,9 @@
  *      "deleting":bool,"created_at_us"}
  *   slug indexes: "px.tenants" key "slug:<slug>" and "px.clusters" key
  *     "slug:<slug>", each {"id":"<id>"}.
- *   namespace "px.s3sinks",  key "#<cluster id>" (reference §5.7, written by
- *     api/cp_s3.c): {"cluster_id","broker_tenant","enabled","config":{..},
+ *   namespace "px.s3sinks",  key "#<cluster id>" (docs/design/control-plane.md
+ * §5, written by api/cp_s3.c):
+ * {"cluster_id","broker_tenant","enabled","config":{..},
  *     "secret_key_sealed","updated_at_us"}.
  * status is "active", "push_blocked" or "suspended". Ids are UUID text.
  *

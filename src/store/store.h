@@ -123,8 +123,8 @@ struct store_fetch_req {
     int64_t offset;         /* >= 0 (the caller refuses negative offsets) */
     uint64_t max_bytes;     /* the caller clamps it to 1..8 MiB */
     /* A sealed payload that does not open under the store's key comes back
-     * as stored (false: POST /api/v1/fetch, reference §1.3) or as a JSON
-     * string of its stored bytes (true: the sink, so the lake holds text,
+     * as stored (false: POST /api/v1/fetch, docs/design/http-api.md §3) or as a
+     * JSON string of its stored bytes (true: the sink, so the lake holds text,
      * never an envelope object; docs/s3-sink.md). */
     bool unopened_as_string;
 };

@@ -17,8 +17,8 @@
  * a thread reading small answers does not pin a large reserve. The spare
  * goes when its thread exits.
  *
- * Sealed payloads (reference §1.10) are opened here, in the one read both
- * POST /api/v1/fetch and the sink use, so neither ever sees an envelope it
+ * Sealed payloads (docs/design/formats.md §11) are opened here, in the one read
+ * both POST /api/v1/fetch and the sink use, so neither ever sees an envelope it
  * could read in clear: with the store's key set, a payload that is an
  * envelope is decrypted into the arena. One that does not open (another
  * key, altered bytes) is returned as stored and logged once a minute; the

@@ -1,7 +1,7 @@
 """The embedded control plane (docs/design/control-plane.md) against real
 queen processes: its token, tenants and clusters, a cluster's queue
 configuration, the data plane's gates, the proxy tenant out of every
-client's reach, every answer of the per-cluster S3 routes (reference §5.7
+client's reach, every answer of the per-cluster S3 routes (docs/design/control-plane.md §5
 and the table of docs/s3-sink.md), and on three nodes a write through one
 node read and gated on another.
 

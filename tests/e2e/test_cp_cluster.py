@@ -1,4 +1,4 @@
-"""Scenario i (reference 7.9 i; docs/tenants.md): control-plane tenants on
+"""Scenario i (docs/tenants.md): control-plane tenants on
 a 3-node cell. tenanta/ta-main and tenantb/tb-main mirror their queues
 (ia.q0..2 + i.shared, ib.q0..2 + i.shared) into tenant-a-lake and
 tenant-b-lake. A PUT through node 3 starts the sinks on every node; each

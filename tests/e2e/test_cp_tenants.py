@@ -1,4 +1,4 @@
-"""Scenario h (reference 7.9 h; docs/tenants.md): control-plane tenants on
+"""Scenario h (docs/tenants.md): control-plane tenants on
 one node. The environment's sink mirrors the default tenant into env-lake;
 clusters acme-main, globex-main and initech-main each mirror their own
 broker tenant through the control plane, acme and globex into their own

@@ -1,4 +1,4 @@
-"""Encrypted queues (issue 15 item 4, reference §1.10): a queue configured
+"""Encrypted queues (issue 15 item 4, docs/design/formats.md §11): a queue configured
 with encryptionEnabled stores its payloads sealed under
 QUEEN_ENCRYPTION_KEY. No byte of the data directory (raft segments,
 snapshots, LMDB) holds them in clear, while POST /api/v1/fetch and the

@@ -99,7 +99,7 @@ def test_a_listen_address_off_the_peers_entry_is_refused(tmp_path):
 
 
 def test_an_encryption_key_is_read_and_a_bad_one_warns_unprinted(tmp_path):
-    """Reference §1.10: 64 hex is the key (no word at boot); anything else
+    """docs/design/formats.md §11: 64 hex is the key (no word at boot); anything else
     boots with one warning naming the variable, never its value."""
     for value, warned in (("ab" * 32, False), ("ab" * 31 + "zz", True),
                           ("ab" * 33, True)):

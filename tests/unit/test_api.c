@@ -484,8 +484,8 @@ TEST(tenant_of_refuses_a_malformed_header_with_a_printable_quote)
     EXPECT_MEM_EQ(out, 16, keep, 16);
 }
 
-/* Reference §1.10: the flagged items' payloads become envelopes that open
- * to the exact bytes pushed; the others stay slices of the body. */
+/* docs/design/formats.md §11: the flagged items' payloads become envelopes that
+ * open to the exact bytes pushed; the others stay slices of the body. */
 TEST(push_seal_replaces_only_the_flagged_payloads)
 {
     static const char body[] =

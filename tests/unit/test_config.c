@@ -461,8 +461,8 @@ TEST(snapshot_spacing_is_automatic_or_at_least_64_entries)
                            "or at least 64") != NULL);
 }
 
-/* Reference §1.10: 64 hex is a key; anything else leaves encryption off and
- * is never a refusal (the boot warns, config_warn_key). */
+/* docs/design/formats.md §11: 64 hex is a key; anything else leaves encryption
+ * off and is never a refusal (the boot warns, config_warn_key). */
 TEST(the_encryption_key_is_64_hex_or_off_never_refused)
 {
     static const char *const bad[] = {
