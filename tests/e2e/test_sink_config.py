@@ -49,8 +49,10 @@ def test_missing_queue_ships_once_created(sink_node, bucket):
     node = sink_node({"QUEEN_S3_QUEUES": "later"})
     wait_until(lambda: (sink_row(node, "later") or {}).get("state") ==
                "missing", 60, "the row of `later` to say missing")
-    assert ("the queue does not exist; looking again until it does"
-            in node.stderr())
+    # The row and the log line are written by different steps of one look:
+    # wait for the line too rather than read the log at the row's moment.
+    wait_until(lambda: "the queue does not exist; looking again until it "
+               "does" in node.stderr(), 30, "the missing-queue log line")
     items = [{"queue": "later", "partition": "p", "payload": b'{"a":1}'}]
     r = node.request("POST", "/api/v1/push", body=lake.push_body(items))
     assert r.status == 201, r
