@@ -457,9 +457,7 @@ static void cp_answer_cluster(struct cp_call *c, int status,
     cp_answer(c, status);
 }
 
-/* Find the cluster of the route's :id (by id or slug) into c->cl. False
- * after answering (404 cluster_unknown, or a store error). */
-static bool cp_find_param(struct cp_call *c, const char *param)
+bool cp_call_cluster(struct cp_call *c, const char *param)
 {
     const char *v = http_req_param(c->req, param);
     struct err err;
@@ -926,7 +924,7 @@ static void cp_handle_cluster_get(struct http_req *req, void *arg)
 {
     struct cp_call *c = cp_call_new(arg, req, NULL);
 
-    if (cp_find_param(c, "id")) {
+    if (cp_call_cluster(c, "id")) {
         cp_answer_cluster(c, 200, &c->cl);
     }
 }
@@ -991,7 +989,7 @@ static void cp_run_cluster_status(struct cp_call *c)
 {
     enum cp_status st = CP_ACTIVE;
 
-    if (!cp_body_status(c, &st) || !cp_find_param(c, "id")) {
+    if (!cp_body_status(c, &st) || !cp_call_cluster(c, "id")) {
         return;
     }
     if (c->cl.deleting) {
@@ -1044,7 +1042,7 @@ static void cp_cluster_marked(struct cp_call *c, const struct kv_answer *ans)
 
 static void cp_run_cluster_delete(struct cp_call *c)
 {
-    if (cp_find_param(c, "id")) {
+    if (cp_call_cluster(c, "id")) {
         cp_cluster_rewrite(c, NULL, cp_cluster_marked);
     }
 }
@@ -1062,7 +1060,7 @@ static void cp_handle_cluster_configure(struct http_req *req, void *arg)
     struct api *a = c->cp->a;
     uint8_t tenant[16];
 
-    if (!cp_find_param(c, "id")) {
+    if (!cp_call_cluster(c, "id")) {
         return;
     }
     if (c->cl.deleting) {
