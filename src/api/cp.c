@@ -1062,11 +1062,7 @@ int cp_api_routes(struct cp_api *c, struct api *a, struct kv_service *kv,
                   const struct cp_api_config *cfg, struct router *r,
                   struct err *err)
 {
-    static const struct {
-        enum http_method method;
-        const char *pattern;
-        http_handler_fn fn;
-    } routes[] = {
+    static const struct router_route routes[] = {
         {HTTP_METHOD_GET, "/api/cp/tenants", cp_handle_tenant_list},
         {HTTP_METHOD_POST, "/api/cp/tenants", cp_handle_tenant_create},
         {HTTP_METHOD_PUT, "/api/cp/tenants/:slug/status",
@@ -1100,13 +1096,7 @@ int cp_api_routes(struct cp_api *c, struct api *a, struct kv_service *kv,
         memcpy(c->seal_key, cfg->seal_key, AEAD_KEY_LEN);
     }
     router_set_guard(r, cp_guard, c);
-    for (size_t i = 0; i < ARRAY_LEN(routes); i++) {
-        if (router_add(r, routes[i].method, routes[i].pattern, routes[i].fn, c,
-                       err) != 0) {
-            return err_wrap(err, "route %s", routes[i].pattern);
-        }
-    }
-    return 0;
+    return router_add_table(r, routes, ARRAY_LEN(routes), c, err);
 }
 
 void cp_api_free(struct cp_api *c)
