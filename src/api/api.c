@@ -86,11 +86,7 @@ bool api_json_int(const struct json_doc *d, int obj, const char *key,
 
 int api_routes(struct api *a, struct router *r, struct err *err)
 {
-    static const struct {
-        enum http_method method;
-        const char *pattern;
-        http_handler_fn fn;
-    } routes[] = {
+    static const struct router_route routes[] = {
         {HTTP_METHOD_POST, "/api/v1/push", api_handle_push},
         {HTTP_METHOD_POST, "/api/v1/fetch", api_handle_fetch},
         {HTTP_METHOD_POST, "/api/v1/partitions/changed", api_handle_changed},
@@ -107,13 +103,7 @@ int api_routes(struct api *a, struct router *r, struct err *err)
     };
 
     a->router = r;
-    for (size_t i = 0; i < ARRAY_LEN(routes); i++) {
-        if (router_add(r, routes[i].method, routes[i].pattern, routes[i].fn, a,
-                       err) != 0) {
-            return err_wrap(err, "route %s", routes[i].pattern);
-        }
-    }
-    return 0;
+    return router_add_table(r, routes, ARRAY_LEN(routes), a, err);
 }
 
 void api_respond_error(struct api *a, struct http_req *req, int status,

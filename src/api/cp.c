@@ -457,9 +457,7 @@ static void cp_answer_cluster(struct cp_call *c, int status,
     cp_answer(c, status);
 }
 
-/* Find the cluster of the route's :id (by id or slug) into c->cl. False
- * after answering (404 cluster_unknown, or a store error). */
-static bool cp_find_param(struct cp_call *c, const char *param)
+bool cp_call_cluster(struct cp_call *c, const char *param)
 {
     const char *v = http_req_param(c->req, param);
     struct err err;
@@ -572,34 +570,35 @@ static void cp_tenant_status_done(struct cp_call *c,
     cp_answer(c, 200);
 }
 
-static void cp_run_tenant_status(struct cp_call *c)
+/* Rewrite the row of the tenant found by slug with status st (or with
+ * deleting set when st is NULL), then done. A status change of a tenant
+ * being deleted answers 409; a repeated mark goes through, so a second
+ * DELETE finishes the first. The 404 names the route's :slug as sent. */
+static void cp_tenant_rewrite(struct cp_call *c, const char *slug,
+                              const char *st, cp_done_fn done)
 {
-    const char *slug = http_req_param(c->req, "slug");
-    enum cp_status st = CP_ACTIVE;
+    const char *sent = http_req_param(c->req, "slug");
     struct buf row;
     struct err err;
     uint64_t version;
     char rkey[CP_ID_LEN + 2];
     int rc;
 
-    if (!cp_body_status(c, &st)) {
-        return;
-    }
     buf_init(&row, BUF_UNLIMITED);
     rc = cp_tenant_find(c->cp->a->store, slug, c->id, &row, &version, &err);
-    if (rc == 0 && cp_row_deleting(&row)) {
+    if (rc == 0 && st != NULL && cp_row_deleting(&row)) {
         buf_free(&row);
-        cp_fail(c, 409, "deleting", "tenant %s is being deleted", slug);
+        cp_fail(c, 409, "deleting", "tenant %s is being deleted", sent);
         return;
     }
     if (rc == 0) {
         buf_reset(&c->out);
-        rc = cp_row_patch((struct slice){row.data, row.len}, cp_status_name(st),
-                          false, &c->out, &err);
+        rc = cp_row_patch((struct slice){row.data, row.len}, st, st == NULL,
+                          &c->out, &err);
     }
     buf_free(&row);
     if (rc == ERR_NOT_FOUND) {
-        cp_fail(c, 404, "tenant_unknown", "no tenant has the slug %s", slug);
+        cp_fail(c, 404, "tenant_unknown", "no tenant has the slug %s", sent);
         return;
     }
     if (rc != 0) {
@@ -611,7 +610,17 @@ static void cp_run_tenant_status(struct cp_call *c)
         struct kv_op op =
             cp_op_rewrite(CP_NS_TENANTS, rkey, c->out.data, version);
 
-        cp_submit(c, &op, 1, cp_tenant_status_done);
+        cp_submit(c, &op, 1, done);
+    }
+}
+
+static void cp_run_tenant_status(struct cp_call *c)
+{
+    enum cp_status st = CP_ACTIVE;
+
+    if (cp_body_status(c, &st)) {
+        cp_tenant_rewrite(c, http_req_param(c->req, "slug"), cp_status_name(st),
+                          cp_tenant_status_done);
     }
 }
 
@@ -723,36 +732,9 @@ static void cp_tenant_marked(struct cp_call *c, const struct kv_answer *ans)
 static void cp_run_tenant_delete(struct cp_call *c)
 {
     const char *slug = http_req_param(c->req, "slug");
-    struct buf row;
-    struct err err;
-    uint64_t version;
-    char rkey[CP_ID_LEN + 2];
-    int rc;
 
     snprintf(c->slug, sizeof(c->slug), "%.64s", slug != NULL ? slug : "");
-    buf_init(&row, BUF_UNLIMITED);
-    rc = cp_tenant_find(c->cp->a->store, c->slug, c->id, &row, &version, &err);
-    if (rc == 0) {
-        buf_reset(&c->out);
-        rc = cp_row_patch((struct slice){row.data, row.len}, NULL, true,
-                          &c->out, &err);
-    }
-    buf_free(&row);
-    if (rc == ERR_NOT_FOUND) {
-        cp_fail(c, 404, "tenant_unknown", "no tenant has the slug %s", slug);
-        return;
-    }
-    if (rc != 0) {
-        cp_fail_err(c, &err);
-        return;
-    }
-    snprintf(rkey, sizeof(rkey), "#%s", c->id);
-    {
-        struct kv_op op =
-            cp_op_rewrite(CP_NS_TENANTS, rkey, c->out.data, version);
-
-        cp_submit(c, &op, 1, cp_tenant_marked);
-    }
+    cp_tenant_rewrite(c, c->slug, NULL, cp_tenant_marked);
 }
 
 static void cp_handle_tenant_delete(struct http_req *req, void *arg)
@@ -926,7 +908,7 @@ static void cp_handle_cluster_get(struct http_req *req, void *arg)
 {
     struct cp_call *c = cp_call_new(arg, req, NULL);
 
-    if (cp_find_param(c, "id")) {
+    if (cp_call_cluster(c, "id")) {
         cp_answer_cluster(c, 200, &c->cl);
     }
 }
@@ -991,7 +973,7 @@ static void cp_run_cluster_status(struct cp_call *c)
 {
     enum cp_status st = CP_ACTIVE;
 
-    if (!cp_body_status(c, &st) || !cp_find_param(c, "id")) {
+    if (!cp_body_status(c, &st) || !cp_call_cluster(c, "id")) {
         return;
     }
     if (c->cl.deleting) {
@@ -1044,7 +1026,7 @@ static void cp_cluster_marked(struct cp_call *c, const struct kv_answer *ans)
 
 static void cp_run_cluster_delete(struct cp_call *c)
 {
-    if (cp_find_param(c, "id")) {
+    if (cp_call_cluster(c, "id")) {
         cp_cluster_rewrite(c, NULL, cp_cluster_marked);
     }
 }
@@ -1062,7 +1044,7 @@ static void cp_handle_cluster_configure(struct http_req *req, void *arg)
     struct api *a = c->cp->a;
     uint8_t tenant[16];
 
-    if (!cp_find_param(c, "id")) {
+    if (!cp_call_cluster(c, "id")) {
         return;
     }
     if (c->cl.deleting) {
@@ -1080,11 +1062,7 @@ int cp_api_routes(struct cp_api *c, struct api *a, struct kv_service *kv,
                   const struct cp_api_config *cfg, struct router *r,
                   struct err *err)
 {
-    static const struct {
-        enum http_method method;
-        const char *pattern;
-        http_handler_fn fn;
-    } routes[] = {
+    static const struct router_route routes[] = {
         {HTTP_METHOD_GET, "/api/cp/tenants", cp_handle_tenant_list},
         {HTTP_METHOD_POST, "/api/cp/tenants", cp_handle_tenant_create},
         {HTTP_METHOD_PUT, "/api/cp/tenants/:slug/status",
@@ -1118,13 +1096,7 @@ int cp_api_routes(struct cp_api *c, struct api *a, struct kv_service *kv,
         memcpy(c->seal_key, cfg->seal_key, AEAD_KEY_LEN);
     }
     router_set_guard(r, cp_guard, c);
-    for (size_t i = 0; i < ARRAY_LEN(routes); i++) {
-        if (router_add(r, routes[i].method, routes[i].pattern, routes[i].fn, c,
-                       err) != 0) {
-            return err_wrap(err, "route %s", routes[i].pattern);
-        }
-    }
-    return 0;
+    return router_add_table(r, routes, ARRAY_LEN(routes), c, err);
 }
 
 void cp_api_free(struct cp_api *c)

@@ -130,6 +130,10 @@ void cp_fail(struct cp_call *c, int status, const char *code, const char *fmt,
 void cp_fail_err(struct cp_call *c, const struct err *err);
 /* Answer 200/201 with c->out as the body and free c. */
 void cp_answer(struct cp_call *c, int status);
+/* Find the cluster named by the route parameter param (its id or its
+ * slug) into c->cl. False after answering (404 cluster_unknown, or a store
+ * error) and freeing c. */
+bool cp_call_cluster(struct cp_call *c, const char *param);
 
 /* KV ops of the proxy tenant's rows (every write is forever). */
 struct kv_op cp_op_put(const char *ns, const char *key, const char *value);

@@ -182,27 +182,13 @@ static void cp_s3_render(struct cp_call *c, const char *config, size_t len,
  * exists. False after answering. */
 static bool cp_s3_cluster(struct cp_call *c)
 {
-    const char *v = http_req_param(c->req, "id");
-    struct err err;
-    int rc;
-
     if (!c->cp->is_s3_embedded) {
         cp_fail(c, 404, "s3_unavailable",
                 "this node does not run the S3 sink (QUEEN_S3_EMBEDDED is not "
                 "true); ask a node that does");
         return false;
     }
-    rc = cp_cluster_find(c->cp->a->store, v != NULL ? v : "", &c->cl, &err);
-    if (rc == ERR_NOT_FOUND) {
-        cp_fail(c, 404, "cluster_unknown", "no cluster has the slug %s",
-                v != NULL ? v : "");
-        return false;
-    }
-    if (rc != 0) {
-        cp_fail_err(c, &err);
-        return false;
-    }
-    return true;
+    return cp_call_cluster(c, "id");
 }
 
 /* ---- PUT ---- */

@@ -783,11 +783,7 @@ static void kv_handle_key(struct http_req *req, void *arg)
 int api_kv_routes(struct api *a, struct kv_service *kv, struct router *r,
                   struct err *err)
 {
-    static const struct {
-        enum http_method method;
-        const char *pattern;
-        http_handler_fn fn;
-    } routes[] = {
+    static const struct router_route routes[] = {
         {HTTP_METHOD_POST, "/api/v1/kv", kv_handle_batch},
         {HTTP_METHOD_GET, "/api/v1/kv/:ns/*key", kv_handle_key},
         {HTTP_METHOD_PUT, "/api/v1/kv/:ns/*key", kv_handle_key},
@@ -798,13 +794,7 @@ int api_kv_routes(struct api *a, struct kv_service *kv, struct router *r,
     kv_routes_ctx = xcalloc(1, sizeof(*kv_routes_ctx));
     kv_routes_ctx->a = a;
     kv_routes_ctx->kv = kv;
-    for (size_t i = 0; i < ARRAY_LEN(routes); i++) {
-        if (router_add(r, routes[i].method, routes[i].pattern, routes[i].fn,
-                       kv_routes_ctx, err) != 0) {
-            return err_wrap(err, "route %s", routes[i].pattern);
-        }
-    }
-    return 0;
+    return router_add_table(r, routes, ARRAY_LEN(routes), kv_routes_ctx, err);
 }
 
 void api_kv_routes_free(void)

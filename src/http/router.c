@@ -167,6 +167,18 @@ int router_add(struct router *r, enum http_method method, const char *pattern,
     return 0;
 }
 
+int router_add_table(struct router *r, const struct router_route *routes,
+                     size_t n, void *arg, struct err *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (router_add(r, routes[i].method, routes[i].pattern, routes[i].fn,
+                       arg, err) != 0) {
+            return err_wrap(err, "route %s", routes[i].pattern);
+        }
+    }
+    return 0;
+}
+
 /* Whether path matches rt; vals receives the raw parameter values. */
 static bool route_match(const struct route *rt, struct slice path,
                         struct slice *vals)

@@ -47,6 +47,19 @@ void router_free(struct router *r);
 int router_add(struct router *r, enum http_method method, const char *pattern,
                http_handler_fn fn, void *arg, struct err *err);
 
+/* One row of a module's route table. */
+struct router_route {
+    enum http_method method;
+    const char *pattern;
+    http_handler_fn fn;
+};
+
+/* Add routes[0..n) in order, each with arg (borrowed), as router_add does.
+ * Returns 0, or router_add's ERR_INVALID with the route's pattern in front;
+ * the routes before the refused one stay added. */
+int router_add_table(struct router *r, const struct router_route *routes,
+                     size_t n, void *arg, struct err *err);
+
 /* Called before a request's handler, or before its 404 or 405 answer, with
  * req->route set (NULL when no route matched). Returns true to go on;
  * false after answering req itself. */

@@ -77,76 +77,108 @@ TEST(a_new_row_starts_and_an_unchanged_one_keeps)
     EXPECT_EQ_U64(a[0].unit, SIZE_MAX);
 }
 
+/* One round over cluster c1 of tenant 1, its s3 row and the tenant's unit
+ * (fingerprint 10), and what it must give: no action (n_actions 0) or one. */
+struct round {
+    const char *what;
+    enum cp_status status;
+    enum cp_status tenant_status;
+    bool is_deleting;
+    bool is_enabled;
+    int64_t row_fp;
+    enum reconcile_unit_state unit_state;
+    bool has_row, has_cluster, has_unit; /* false: that part is gone */
+    size_t n_actions;
+    enum reconcile_kind kind;
+    size_t row; /* the action's indexes: 0 or SIZE_MAX */
+    size_t unit;
+};
+
+#define ALL true, true, true
+
+static void check_rounds(const struct round *rounds, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct round *t = &rounds[i];
+        struct cp_cluster c = cluster("c1", 1, t->status, t->tenant_status);
+        struct reconcile_row r = row("c1", 1, t->is_enabled, t->row_fp);
+        struct reconcile_unit u = unit(1, 10, t->unit_state);
+        struct reconcile_action a[2];
+        int before = harness_failed_now;
+        size_t got;
+
+        c.deleting = t->is_deleting;
+        got = run(&r, t->has_row, &c, t->has_cluster, &u, t->has_unit, a);
+        EXPECT_EQ_U64(got, t->n_actions);
+        if (got == 1 && t->n_actions == 1) {
+            EXPECT_EQ_I64(a[0].kind, t->kind);
+            EXPECT_EQ_U64(a[0].row, t->row);
+            EXPECT_EQ_U64(a[0].unit, t->unit);
+        }
+        if (harness_failed_now != before) {
+            fprintf(stderr, "  in round %zu: %s\n", i, t->what);
+        }
+    }
+}
+
 TEST(a_changed_fingerprint_rebuilds_and_a_draining_unit_waits)
 {
-    struct cp_cluster c[1] = {cluster("c1", 1, CP_ACTIVE, CP_ACTIVE)};
-    struct reconcile_row r[1] = {row("c1", 1, true, 11)};
-    struct reconcile_unit u[1] = {unit(1, 10, UNIT_RUNNING)};
-    struct reconcile_action a[2];
+    static const struct round rounds[] = {
+        {"fingerprint 11 over a unit at 10", CP_ACTIVE, CP_ACTIVE, false, true,
+         11, UNIT_RUNNING, ALL, 1, RECONCILE_REBUILD, 0, 0},
+        /* the old unit drains: nothing until it is gone, then a start */
+        {"the unit drains", CP_ACTIVE, CP_ACTIVE, false, true, 11,
+         UNIT_DRAINING, ALL, 0, 0, 0, 0},
+        {"the drained unit is gone", CP_ACTIVE, CP_ACTIVE, false, true, 11,
+         UNIT_DRAINING, true, true, false, 1, RECONCILE_START, 0, SIZE_MAX},
+    };
 
-    EXPECT_EQ_U64(run(r, 1, c, 1, u, 1, a), 1);
-    EXPECT_EQ_I64(a[0].kind, RECONCILE_REBUILD);
-    EXPECT_EQ_U64(a[0].row, 0);
-    EXPECT_EQ_U64(a[0].unit, 0);
-    /* the old unit drains: nothing until it is gone, then a start */
-    u[0].state = UNIT_DRAINING;
-    EXPECT_EQ_U64(run(r, 1, c, 1, u, 1, a), 0);
-    EXPECT_EQ_U64(run(r, 1, c, 1, u, 0, a), 1);
-    EXPECT_EQ_I64(a[0].kind, RECONCILE_START);
+    check_rounds(rounds, ARRAY_LEN(rounds));
 }
 
 TEST(push_blocked_runs_and_does_not_rebuild_suspended_stops)
 {
-    struct cp_cluster c[1] = {cluster("c1", 1, CP_PUSH_BLOCKED, CP_ACTIVE)};
-    struct reconcile_row r[1] = {row("c1", 1, true, 10)};
-    struct reconcile_unit u[1] = {unit(1, 10, UNIT_RUNNING)};
-    struct reconcile_action a[2];
+    static const struct round rounds[] = {
+        {"cluster push_blocked", CP_PUSH_BLOCKED, CP_ACTIVE, false, true, 10,
+         UNIT_RUNNING, ALL, 0, 0, 0, 0},
+        /* the tenant's status counts too */
+        {"tenant suspended", CP_PUSH_BLOCKED, CP_SUSPENDED, false, true, 10,
+         UNIT_RUNNING, ALL, 1, RECONCILE_STOP, SIZE_MAX, 0},
+        {"cluster suspended", CP_SUSPENDED, CP_ACTIVE, false, true, 10,
+         UNIT_RUNNING, ALL, 1, RECONCILE_STOP, SIZE_MAX, 0},
+        {"cluster suspended, no unit: nothing starts", CP_SUSPENDED, CP_ACTIVE,
+         false, true, 10, UNIT_RUNNING, true, true, false, 0, 0, 0, 0},
+    };
 
-    EXPECT_EQ_U64(run(r, 1, c, 1, u, 1, a), 0);
-    c[0].tenant_status = CP_SUSPENDED; /* the tenant's status counts too */
-    EXPECT_EQ_U64(run(r, 1, c, 1, u, 1, a), 1);
-    EXPECT_EQ_I64(a[0].kind, RECONCILE_STOP);
-    EXPECT_EQ_U64(a[0].unit, 0);
-    c[0].tenant_status = CP_ACTIVE;
-    c[0].status = CP_SUSPENDED;
-    EXPECT_EQ_U64(run(r, 1, c, 1, u, 1, a), 1);
-    EXPECT_EQ_I64(a[0].kind, RECONCILE_STOP);
-    EXPECT_EQ_U64(run(r, 1, c, 1, u, 0, a), 0); /* nothing starts */
+    check_rounds(rounds, ARRAY_LEN(rounds));
 }
 
 TEST(gone_disabled_deleting_or_unknown_cluster_stops)
 {
-    struct cp_cluster c[1] = {cluster("c1", 1, CP_ACTIVE, CP_ACTIVE)};
-    struct reconcile_row r[1] = {row("c1", 1, false, 10)};
-    struct reconcile_unit u[1] = {unit(1, 10, UNIT_RUNNING)};
-    struct reconcile_action a[2];
+    static const struct round rounds[] = {
+        {"row disabled", CP_ACTIVE, CP_ACTIVE, false, false, 10, UNIT_RUNNING,
+         ALL, 1, RECONCILE_STOP, SIZE_MAX, 0},
+        {"row gone", CP_ACTIVE, CP_ACTIVE, false, false, 10, UNIT_RUNNING,
+         false, true, true, 1, RECONCILE_STOP, SIZE_MAX, 0},
+        {"cluster deleting", CP_ACTIVE, CP_ACTIVE, true, true, 10, UNIT_RUNNING,
+         ALL, 1, RECONCILE_STOP, SIZE_MAX, 0},
+        {"no such cluster", CP_ACTIVE, CP_ACTIVE, true, true, 10, UNIT_RUNNING,
+         true, false, true, 1, RECONCILE_STOP, SIZE_MAX, 0},
+    };
 
-    EXPECT_EQ_U64(run(r, 1, c, 1, u, 1, a), 1); /* disabled */
-    EXPECT_EQ_I64(a[0].kind, RECONCILE_STOP);
-    EXPECT_EQ_U64(run(r, 0, c, 1, u, 1, a), 1); /* row gone */
-    EXPECT_EQ_I64(a[0].kind, RECONCILE_STOP);
-    r[0].enabled = true;
-    c[0].deleting = true;
-    EXPECT_EQ_U64(run(r, 1, c, 1, u, 1, a), 1);
-    EXPECT_EQ_I64(a[0].kind, RECONCILE_STOP);
-    EXPECT_EQ_U64(run(r, 1, c, 0, u, 1, a), 1); /* no such cluster */
-    EXPECT_EQ_I64(a[0].kind, RECONCILE_STOP);
+    check_rounds(rounds, ARRAY_LEN(rounds));
 }
 
 TEST(an_error_unit_retries_every_round_and_is_dropped_when_gone)
 {
-    struct cp_cluster c[1] = {cluster("c1", 1, CP_ACTIVE, CP_ACTIVE)};
-    struct reconcile_row r[1] = {row("c1", 1, true, 10)};
-    struct reconcile_unit u[1] = {unit(1, 10, UNIT_ERROR)};
-    struct reconcile_action a[2];
+    static const struct round rounds[] = {
+        {"unit in error, row wanted", CP_ACTIVE, CP_ACTIVE, false, true, 10,
+         UNIT_ERROR, ALL, 1, RECONCILE_START, 0, 0},
+        {"unit in error, row gone", CP_ACTIVE, CP_ACTIVE, false, true, 10,
+         UNIT_ERROR, false, true, true, 1, RECONCILE_DROP, SIZE_MAX, 0},
+    };
 
-    EXPECT_EQ_U64(run(r, 1, c, 1, u, 1, a), 1);
-    EXPECT_EQ_I64(a[0].kind, RECONCILE_START);
-    EXPECT_EQ_U64(a[0].row, 0);
-    EXPECT_EQ_U64(a[0].unit, 0);
-    EXPECT_EQ_U64(run(r, 0, c, 1, u, 1, a), 1);
-    EXPECT_EQ_I64(a[0].kind, RECONCILE_DROP);
-    EXPECT_EQ_U64(a[0].unit, 0);
+    check_rounds(rounds, ARRAY_LEN(rounds));
 }
 
 TEST(system_tenants_never_run_and_a_tenant_runs_once)

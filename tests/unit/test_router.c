@@ -267,6 +267,27 @@ TEST(bad_patterns_are_refused)
     router_free(r);
 }
 
+TEST(a_table_adds_its_routes_in_order_and_stops_at_a_bad_one)
+{
+    static const struct router_route table[] = {
+        {HTTP_METHOD_GET, "/t/:ns", h_tag},
+        {HTTP_METHOD_GET, "nope", h_tag},
+        {HTTP_METHOD_GET, "/after", h_tag},
+    };
+    struct rt_fix f;
+    struct err err;
+
+    fix_setup(&f);
+    EXPECT_EQ_I64(router_add_table(f.r, table, 1, TAG("tab"), &err), 0);
+    EXPECT_STR_EQ(ask(&f, "GET /t/x HTTP/1.1\r\n\r\n"), "tab ns=x key=(none)");
+    EXPECT_EQ_I64(router_add_table(f.r, table + 1, 2, TAG("tab"), &err),
+                  ERR_INVALID);
+    EXPECT(strncmp(err.msg, "route nope: ", 12) == 0);
+    EXPECT(strstr(ask(&f, "GET /after HTTP/1.1\r\n\r\n"), "no_such_route") !=
+           NULL);
+    fix_teardown(&f);
+}
+
 /* Lets in /health and requests carrying "x-pass: 1"; answers 401 else. */
 static bool guard_pass_header(struct http_req *req, void *arg)
 {
