@@ -23,6 +23,7 @@
 #include "http/router.h"
 #include "http/server.h"
 #include "raft/node.h"
+#include "raft/snapshot.h"
 
 struct metrics *metrics_new(void)
 {
@@ -59,6 +60,20 @@ struct metrics *metrics_new(void)
         m, "queen_raft_connections_refused_total", METRIC_COUNTER,
         "connections the raft port refused (no proof of "
         "QUEEN_RAFT_TOKEN, garbage, a stalled handshake)");
+    m->snap_begun =
+        metrics_family(m, "queen_raft_snapshots_begun_total", METRIC_COUNTER,
+                       "raft snapshots this process began");
+    m->snap_taken =
+        metrics_family(m, "queen_raft_snapshots_total", METRIC_COUNTER,
+                       "raft snapshots this process took and stored");
+    m->snap_open = metrics_family(m, "queen_raft_snapshots_open", METRIC_GAUGE,
+                                  "raft snapshots begun and not finished yet");
+    m->snap_seconds = metrics_family(
+        m, "queen_raft_snapshot_seconds_total", METRIC_COUNTER,
+        "wall time snapshots took, from the state pinned to the file stored");
+    m->snap_bytes =
+        metrics_family(m, "queen_raft_snapshot_last_bytes", METRIC_GAUGE,
+                       "size of the last raft snapshot taken");
     m->safe_time =
         metrics_family(m, "queen_safe_time_seconds", METRIC_GAUGE,
                        "this node's safeTime (greatest applied stamp)");
@@ -316,6 +331,7 @@ static void metrics_refresh(struct api *a)
 {
     struct metrics *m = a->metrics;
     struct store_stats st;
+    struct snapshot_stats ss;
     struct err err;
     uint64_t fwd = 0;
     uint64_t served = 0;
@@ -333,6 +349,12 @@ static void metrics_refresh(struct api *a)
         metrics_set(m, m->raft_forward_served, NULL, (double)served);
         metrics_set(m, m->raft_refused, NULL,
                     (double)node_refused_connections(a->node));
+        snapshot_stats_get(&ss);
+        metrics_set(m, m->snap_begun, NULL, (double)ss.begun);
+        metrics_set(m, m->snap_taken, NULL, (double)ss.taken);
+        metrics_set(m, m->snap_open, NULL, (double)snapshot_open_count());
+        metrics_set(m, m->snap_seconds, NULL, (double)ss.busy_us / 1e6);
+        metrics_set(m, m->snap_bytes, NULL, (double)ss.last_bytes);
     }
     metrics_set(m, m->fetch_waiting, NULL, (double)a->lp.n_parked);
     metrics_set(m, m->fetch_rereads, NULL, (double)a->n_rereads);

@@ -50,6 +50,7 @@ struct metrics {
     int push_requests, push_records, push_duplicates, push_bytes;
     int raft_applied, raft_commit, raft_is_leader, safe_time;
     int raft_term, raft_forwarded, raft_forward_served, raft_refused;
+    int snap_begun, snap_taken, snap_open, snap_seconds, snap_bytes;
     int store_size, store_records, store_partitions, store_queues;
     int fetch_waiting, fetch_rereads, fetch_refused;
 };
