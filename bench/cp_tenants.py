@@ -11,14 +11,13 @@ of none.
 How the comparison stays fair on a shared machine: each side is a fresh
 node measured by bench/push.py's measure() (wrk in slices back to back,
 each slice marked SNAP when a raft snapshot was open during it); the
-rounds alternate which side goes first (none, 100, 100, none, ...), so
+rounds alternate which side goes first (100, none, none, 100, ...), so
 neither always runs on the warmer or the busier machine; before pushing,
 each node idles IDLE_S seconds and its CPU then is printed (what the
 tenants cost with no load at all). The summary prints the medians over
 the rounds and over the slices without a snapshot on either side, and
-the ratio of each: a snapshot (a dump of the whole store, seconds long)
-halves the rate of the slices it falls in, so where it falls decided the
-old single ratio (0.83 one run, 1.08 the next).
+the ratio of each (a snapshot halves the rate of the slices it falls in on
+this machine).
 
 Usage: /usr/bin/python3 bench/cp_tenants.py [build-dir]
   BENCH_SECONDS (20), BENCH_SLICES (4), BENCH_RUNS (4), BENCH_TENANTS (100).
@@ -57,7 +56,26 @@ def setup_tenants(node, bucket, n):
                120, "%d control-plane sinks running" % n, interval=0.5)
 
 
-def one_round(run, tenants, secs, slices, script, tag):
+def applied_index(node):
+    for line in node.get("/metrics").body.decode().splitlines():
+        if line.startswith("queen_raft_applied_index "):
+            return int(float(line.split()[1]))
+    raise SystemExit("bench/cp_tenants: no queen_raft_applied_index")
+
+
+def pad_to(node, index):
+    """KV puts (one raft entry each) until the node applied index."""
+    i = 0
+    while applied_index(node) < index:
+        a = node.post("/api/v1/kv", [{"op": "put", "ns": "bench-pad",
+                                      "key": "k%d" % i, "value": i,
+                                      "forever": True}])
+        if a.status != 200:
+            raise SystemExit("bench/cp_tenants: KV put answered %r" % a)
+        i += 1
+
+
+def one_round(run, tenants, secs, slices, script, tag, start_index):
     port = free_port()
     env = bench_env(run.bucket, QUEEN_S3_QUEUES="bench.sunk",
                     QUEEN_LOG_LEVEL="warn")
@@ -67,6 +85,9 @@ def one_round(run, tenants, secs, slices, script, tag):
     try:
         if tenants:
             setup_tenants(node, run.bucket, tenants)
+        else:
+            pad_to(node, start_index)
+        start = applied_index(node)
         c0 = push.cpu_ticks(node.proc.pid)
         time.sleep(IDLE_S)
         idle = (push.cpu_ticks(node.proc.pid) - c0) / push.HZ / IDLE_S
@@ -76,6 +97,7 @@ def one_round(run, tenants, secs, slices, script, tag):
         node.stop()
         subprocess.run(["rm", "-rf", node.data_dir])
     rnd["idle"] = idle
+    rnd["start"] = start
     return rnd, sl
 
 
@@ -89,21 +111,25 @@ def main():
         script = push.wrk_script(os.path.join(run.tmp, "push.lua"),
                                  push.corpus_payloads("events"))
         rounds = {k: [] for k in names}
+        start_index = 0
         slc = {k: [] for k in names}
         print("bench/cp_tenants: events, %d per request, %d connections, "
               "%ds in %d slices per side, %d rounds, order alternating"
               % (push.BATCH, push.CONNS, secs, slices, runs))
         for r in range(1, runs + 1):
-            order = names if r % 2 else names[::-1]
+            order = names[::-1] if r % 2 else names
             for side in order:
                 rnd, sl = one_round(run, 0 if side == "none" else n, secs,
                                     slices, script, "%s-%d" % (
-                                        side.split()[0], r))
+                                        side.split()[0], r), start_index)
+                if side != "none":
+                    start_index = rnd["start"]
                 for k, x in enumerate(sl, 1):
                     print("    slice %d.%d %-11s %s"
                           % (r, k, side, push.fmt(x)))
-                print("  round %d  %-11s %s  idle %.3f cores"
-                      % (r, side, push.fmt(rnd), rnd["idle"]))
+                print("  round %d  %-11s %s  idle %.3f cores, from raft "
+                      "index %d" % (r, side, push.fmt(rnd), rnd["idle"],
+                                    rnd["start"]))
                 rounds[side].append(rnd)
                 slc[side] += sl
         a, b = (rounds[k] for k in names)
