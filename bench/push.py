@@ -11,7 +11,8 @@ latency, the server's CPU-us per record (utime+stime, less sensitive to a
 busy machine than records/s; the load generators share the same cores),
 and is marked SNAP when the broker had a raft snapshot open during it
 (queen_raft_snapshots_begun_total moved, or queen_raft_snapshots_open was
-non-zero, before/after the slice; with the snapshot's seconds). The round's
+non-zero, before/after the slice; with the seconds, begin to end, of the
+snapshots that ended in it). The round's
 line merges its slices' latency histograms (wrk hands each one over).
 Redis 7 peer: redis-server with AOF (appendfsync everysec), redis-benchmark
 with 16 connections pipelining XADD 100 commands at a time of one payload
@@ -215,7 +216,9 @@ def fmt(r):
          % (r["rate"], r["p50"], r["p99"], r["p999"], r["cpu_us"],
             r["load"]))
     if r.get("snap"):
-        s += "  SNAP x%d %.1fs" % (r["snap"], r["snap_s"])
+        s += "  SNAP x%d" % r["snap"]
+        if r["snap_s"] > 0:
+            s += " (%.1fs of snapshots ended in it)" % r["snap_s"]
     return s
 
 
