@@ -5,45 +5,36 @@ of ~600-byte events JSON per request, bench/corpus.py) on one node of a
 cell, beside the same load on a node that has 100 control-plane clusters,
 each with its own sink (a PUT /api/cp/clusters/:slug/s3 row) mirroring a
 queue of its own into the test bucket. Both nodes run the embedded sink
-and the control plane; only the rows differ. The rounds interleave (none,
-100, none, 100, ...) and the summary prints the medians of records/s and
-of the server's CPU-us per record, and their ratio. Goal: 100 tenants
-within 5% of none.
+and the control plane; only the rows differ. Goal: 100 tenants within 5%
+of none.
+
+How the comparison stays fair on a shared machine: each side is a fresh
+node measured by bench/push.py's measure() (wrk in slices back to back,
+each slice marked SNAP when a raft snapshot was open during it); the
+rounds alternate which side goes first (100, none, none, 100, ...), so
+neither always runs on the warmer or the busier machine; before pushing,
+each node idles IDLE_S seconds and its CPU then is printed (what the
+tenants cost with no load at all). The summary prints the medians over
+the rounds and over the slices without a snapshot on either side, and
+the ratio of each (a snapshot halves the rate of the slices it falls in on
+this machine).
 
 Usage: /usr/bin/python3 bench/cp_tenants.py [build-dir]
-  BENCH_SECONDS (15), BENCH_RUNS (3), BENCH_TENANTS (100).
+  BENCH_SECONDS (20), BENCH_SLICES (4), BENCH_RUNS (4), BENCH_TENANTS (100).
 Never a test: it only prints."""
-import json
 import os
 import statistics
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import corpus  # noqa: E402
+import push  # noqa: E402
 from sink_common import BenchRun, bench_env  # noqa: E402
 import cpcell  # noqa: E402  (sink_common put tests/e2e on sys.path)
 from queenproc import Broker, free_port, wait_until  # noqa: E402
 
-CONNS = 16
-BATCH = 100
-
-
-def wrk_script(path):
-    items = ",".join('{"queue":"bench","partition":"p%d","payload":%s}'
-                     % (i % 4, corpus.payload("events", i).decode())
-                     for i in range(BATCH))
-    body = '{"items":[%s]}' % items
-    with open(path, "w") as f:
-        f.write('wrk.method = "POST"\n')
-        f.write('wrk.headers["Content-Type"] = "application/json"\n')
-        f.write("wrk.body = %s\n" % json.dumps(body))
-
-
-def cpu_ticks(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
+IDLE_S = 3
 
 
 def setup_tenants(node, bucket, n):
@@ -65,7 +56,26 @@ def setup_tenants(node, bucket, n):
                120, "%d control-plane sinks running" % n, interval=0.5)
 
 
-def one_round(run, tenants, secs, script, tag):
+def applied_index(node):
+    for line in node.get("/metrics").body.decode().splitlines():
+        if line.startswith("queen_raft_applied_index "):
+            return int(float(line.split()[1]))
+    raise SystemExit("bench/cp_tenants: no queen_raft_applied_index")
+
+
+def pad_to(node, index):
+    """KV puts (one raft entry each) until the node applied index."""
+    i = 0
+    while applied_index(node) < index:
+        a = node.post("/api/v1/kv", [{"op": "put", "ns": "bench-pad",
+                                      "key": "k%d" % i, "value": i,
+                                      "forever": True}])
+        if a.status != 200:
+            raise SystemExit("bench/cp_tenants: KV put answered %r" % a)
+        i += 1
+
+
+def one_round(run, tenants, secs, slices, script, tag, start_index):
     port = free_port()
     env = bench_env(run.bucket, QUEEN_S3_QUEUES="bench.sunk",
                     QUEEN_LOG_LEVEL="warn")
@@ -75,57 +85,78 @@ def one_round(run, tenants, secs, script, tag):
     try:
         if tenants:
             setup_tenants(node, run.bucket, tenants)
-        c0 = cpu_ticks(node.proc.pid)
-        out = subprocess.run(
-            ["wrk", "-t2", "-c%d" % CONNS, "-d%ds" % secs, "--latency", "-s",
-             script, "http://127.0.0.1:%d/api/v1/push" % node.port],
-            check=True, stdout=subprocess.PIPE, text=True).stdout
-        c1 = cpu_ticks(node.proc.pid)
+        else:
+            pad_to(node, start_index)
+        start = applied_index(node)
+        c0 = push.cpu_ticks(node.proc.pid)
+        time.sleep(IDLE_S)
+        idle = (push.cpu_ticks(node.proc.pid) - c0) / push.HZ / IDLE_S
+        rnd, sl = push.measure(node.proc.pid, node.port, script, secs,
+                               slices, tag=tag)
     finally:
         node.stop()
         subprocess.run(["rm", "-rf", node.data_dir])
-    reqs = int(next(ln.split()[0] for ln in out.splitlines()
-                    if "requests in" in ln))
-    rate = float(next(ln.split()[1] for ln in out.splitlines()
-                      if ln.startswith("Requests/sec:")))
-    if "Non-2xx" in out:
-        print("  warning: non-2xx answers in round %s" % tag)
-    recs = reqs * BATCH
-    hz = os.sysconf("SC_CLK_TCK")
-    return {"rate": rate * BATCH,
-            "cpu_us": (c1 - c0) / hz * 1e6 / max(1, recs),
-            "load": os.getloadavg()[0]}
+    rnd["idle"] = idle
+    rnd["start"] = start
+    return rnd, sl
 
 
 def main():
-    secs = int(os.environ.get("BENCH_SECONDS", "15"))
-    runs = int(os.environ.get("BENCH_RUNS", "3"))
+    secs = int(os.environ.get("BENCH_SECONDS", "20"))
+    slices = int(os.environ.get("BENCH_SLICES", "4"))
+    runs = int(os.environ.get("BENCH_RUNS", "4"))
     n = int(os.environ.get("BENCH_TENANTS", "100"))
+    names = ("none", "%d tenants" % n)
     with BenchRun("queen-bench-cp.") as run:
-        script = os.path.join(run.tmp, "push.lua")
-        wrk_script(script)
-        none, many = [], []
+        script = push.wrk_script(os.path.join(run.tmp, "push.lua"),
+                                 push.corpus_payloads("events"))
+        rounds = {k: [] for k in names}
+        start_index = 0
+        slc = {k: [] for k in names}
+        print("bench/cp_tenants: events, %d per request, %d connections, "
+              "%ds in %d slices per side, %d rounds, order alternating"
+              % (push.BATCH, push.CONNS, secs, slices, runs))
         for r in range(1, runs + 1):
-            a = one_round(run, 0, secs, script, "none-%d" % r)
-            b = one_round(run, n, secs, script, "cp-%d" % r)
-            none.append(a)
-            many.append(b)
-            print("round %d: none %.0f records/s %.2f CPU-us/record (load "
-                  "%.2f)  %d tenants %.0f records/s %.2f CPU-us/record "
-                  "(load %.2f)  ratio %.3f"
-                  % (r, a["rate"], a["cpu_us"], a["load"], n, b["rate"],
-                     b["cpu_us"], b["load"], b["rate"] / a["rate"]))
-        med = lambda rs, k: statistics.median(x[k] for x in rs)  # noqa: E731
-        print("medians: none %.0f records/s %.2f CPU-us/record; %d tenants "
-              "%.0f records/s %.2f CPU-us/record"
-              % (med(none, "rate"), med(none, "cpu_us"), n,
-                 med(many, "rate"), med(many, "cpu_us")))
-        ratio = med(many, "rate") / med(none, "rate")
-        print("ratio %d tenants / none: records/s %.3f, CPU-us/record %.3f "
-              "(goal: records/s >= 0.95: %s)"
-              % (n, ratio, med(many, "cpu_us") / med(none, "cpu_us"),
-                 "met" if ratio >= 0.95 else "NOT met"))
-        print("load average: %.2f %.2f %.2f" % os.getloadavg())
+            order = names[::-1] if r % 2 else names
+            for side in order:
+                rnd, sl = one_round(run, 0 if side == "none" else n, secs,
+                                    slices, script, "%s-%d" % (
+                                        side.split()[0], r), start_index)
+                if side != "none":
+                    start_index = rnd["start"]
+                for k, x in enumerate(sl, 1):
+                    print("    slice %d.%d %-11s %s"
+                          % (r, k, side, push.fmt(x)))
+                print("  round %d  %-11s %s  idle %.3f cores, from raft "
+                      "index %d" % (r, side, push.fmt(rnd), rnd["idle"],
+                                    rnd["start"]))
+                rounds[side].append(rnd)
+                slc[side] += sl
+        a, b = (rounds[k] for k in names)
+        for k in names:
+            push.summarize(k, rounds[k], slc[k])
+        med = push.med
+        print("  idle      none %.3f cores, %s %.3f cores (medians)"
+              % (statistics.median(x["idle"] for x in a), names[1],
+                 statistics.median(x["idle"] for x in b)))
+
+        def ratio(what, xa, xb):
+            if not xa or not xb:
+                print("  ratio     %s: no slices on one side" % what)
+                return
+            q = med(xb, "rate") / med(xa, "rate")
+            print("  ratio     %s / none, %s: records/s %.3f, CPU-us/record "
+                  "%.3f (goal: records/s >= 0.95: %s)"
+                  % (names[1], what, q, med(xb, "cpu_us") / med(xa, "cpu_us"),
+                     "met" if q >= 0.95 else "NOT met"))
+        ratio("rounds", a, b)
+        ratio("slices without a snapshot",
+              [x for x in slc[names[0]] if not x.get("snap")],
+              [x for x in slc[names[1]] if not x.get("snap")])
+        ratio("slices with a snapshot",
+              [x for x in slc[names[0]] if x.get("snap")],
+              [x for x in slc[names[1]] if x.get("snap")])
+        print("  load      average: %.2f %.2f %.2f" % os.getloadavg())
 
 
 if __name__ == "__main__":

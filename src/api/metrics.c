@@ -23,6 +23,25 @@
 #include "http/router.h"
 #include "http/server.h"
 #include "raft/node.h"
+#include "raft/snapshot.h"
+
+/* By enum metrics_snap. */
+static const struct {
+    const char *name;
+    int type;
+    const char *help;
+} snap_families[METRICS_SNAP_N] = {
+    {"queen_raft_snapshots_begun_total", METRIC_COUNTER,
+     "raft snapshots this process began"},
+    {"queen_raft_snapshots_total", METRIC_COUNTER,
+     "raft snapshots this process took and stored"},
+    {"queen_raft_snapshots_open", METRIC_GAUGE,
+     "raft snapshots begun and not finished yet"},
+    {"queen_raft_snapshot_seconds_total", METRIC_COUNTER,
+     "wall time snapshots took, from the state pinned to the file stored"},
+    {"queen_raft_snapshot_last_bytes", METRIC_GAUGE,
+     "size of the last raft snapshot taken"},
+};
 
 struct metrics *metrics_new(void)
 {
@@ -59,6 +78,11 @@ struct metrics *metrics_new(void)
         m, "queen_raft_connections_refused_total", METRIC_COUNTER,
         "connections the raft port refused (no proof of "
         "QUEEN_RAFT_TOKEN, garbage, a stalled handshake)");
+    for (int i = 0; i < METRICS_SNAP_N; i++) {
+        m->snap[i] =
+            metrics_family(m, snap_families[i].name, snap_families[i].type,
+                           snap_families[i].help);
+    }
     m->safe_time =
         metrics_family(m, "queen_safe_time_seconds", METRIC_GAUGE,
                        "this node's safeTime (greatest applied stamp)");
@@ -316,6 +340,8 @@ static void metrics_refresh(struct api *a)
 {
     struct metrics *m = a->metrics;
     struct store_stats st;
+    struct snapshot_stats ss;
+    double snap[METRICS_SNAP_N];
     struct err err;
     uint64_t fwd = 0;
     uint64_t served = 0;
@@ -333,6 +359,15 @@ static void metrics_refresh(struct api *a)
         metrics_set(m, m->raft_forward_served, NULL, (double)served);
         metrics_set(m, m->raft_refused, NULL,
                     (double)node_refused_connections(a->node));
+        snapshot_stats_get(&ss);
+        snap[METRICS_SNAP_BEGUN] = (double)ss.begun;
+        snap[METRICS_SNAP_TAKEN] = (double)ss.taken;
+        snap[METRICS_SNAP_OPEN] = (double)snapshot_open_count();
+        snap[METRICS_SNAP_SECONDS] = (double)ss.busy_us / 1e6;
+        snap[METRICS_SNAP_BYTES] = (double)ss.last_bytes;
+        for (int i = 0; i < METRICS_SNAP_N; i++) {
+            metrics_set(m, m->snap[i], NULL, snap[i]);
+        }
     }
     metrics_set(m, m->fetch_waiting, NULL, (double)a->lp.n_parked);
     metrics_set(m, m->fetch_rereads, NULL, (double)a->n_rereads);

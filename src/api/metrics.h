@@ -40,6 +40,17 @@ struct metric_family {
     int type;         /* enum metric_type */
 };
 
+/* The raft snapshot families (raft/snapshot.h's counters), in the order of
+ * metrics.c's table. */
+enum metrics_snap {
+    METRICS_SNAP_BEGUN,
+    METRICS_SNAP_TAKEN,
+    METRICS_SNAP_OPEN,
+    METRICS_SNAP_SECONDS,
+    METRICS_SNAP_BYTES,
+    METRICS_SNAP_N
+};
+
 struct metrics {
     struct metric_family families[METRICS_MAX_FAMILIES];
     size_t n_families;
@@ -50,6 +61,7 @@ struct metrics {
     int push_requests, push_records, push_duplicates, push_bytes;
     int raft_applied, raft_commit, raft_is_leader, safe_time;
     int raft_term, raft_forwarded, raft_forward_served, raft_refused;
+    int snap[METRICS_SNAP_N]; /* by enum metrics_snap */
     int store_size, store_records, store_partitions, store_queues;
     int fetch_waiting, fetch_rereads, fetch_refused;
 };

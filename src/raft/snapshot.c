@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -45,6 +46,7 @@ struct snap {
     struct raft_buffer buf; /* handed to libraft */
     struct store *store;
     struct store_snap *sn;
+    uint64_t begun_us; /* CLOCK_MONOTONIC at begin */
     int dump_rc;
     uint8_t *dump_p; /* what the dump wrote, before libraft gets it */
     size_t dump_len;
@@ -55,11 +57,13 @@ struct snap {
  * loop's when both run on one core. */
 #define SNAP_DUMP_NICE 5
 
+static _Atomic uint64_t stat_begun;
 static _Atomic uint64_t stat_taken;
 static _Atomic uint64_t stat_failed;
 static _Atomic uint64_t stat_overlapped;
 static _Atomic uint64_t stat_last_index;
 static _Atomic uint64_t stat_last_bytes;
+static _Atomic uint64_t stat_busy_us;
 static _Atomic unsigned open_count;
 
 unsigned snapshot_open_count(void)
@@ -69,11 +73,21 @@ unsigned snapshot_open_count(void)
 
 void snapshot_stats_get(struct snapshot_stats *out)
 {
+    out->begun = atomic_load(&stat_begun);
     out->taken = atomic_load(&stat_taken);
     out->failed = atomic_load(&stat_failed);
     out->overlapped = atomic_load(&stat_overlapped);
     out->last_index = atomic_load(&stat_last_index);
     out->last_bytes = atomic_load(&stat_last_bytes);
+    out->busy_us = atomic_load(&stat_busy_us);
+}
+
+static uint64_t mono_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
 int snapshot_begin(struct store *s, struct raft_buffer *bufs[],
@@ -90,6 +104,8 @@ int snapshot_begin(struct store *s, struct raft_buffer *bufs[],
         return RAFT_IOERR;
     }
     sp->dump_rc = -1; /* not run yet */
+    sp->begun_us = mono_us();
+    atomic_fetch_add(&stat_begun, 1);
     atomic_fetch_add(&open_count, 1);
     *bufs = &sp->buf;
     *n_bufs = 1;
@@ -145,6 +161,7 @@ int snapshot_raft_finalize(struct raft_fsm *rf, struct raft_buffer *bufs[],
     (void)rf;
     ASSERT(*n_bufs == 1);
     store_snap_end(sp->sn);
+    atomic_fetch_add(&stat_busy_us, mono_us() - sp->begun_us);
     if (sp->dump_rc == 0) {
         atomic_fetch_add(&stat_taken, 1);
         atomic_fetch_add(&stat_overlapped, applied > index ? 1 : 0);

@@ -168,6 +168,10 @@ TEST(async_snapshot_holds_the_state_of_the_snapshot_call)
     EXPECT_EQ_U64(a.rfsm.version, 3);
     EXPECT_EQ_I64(a.rfsm.snapshot(&a.rfsm, &c.bufs, &c.n), 0);
     EXPECT_EQ_U64(c.n, 1);
+    /* Begun and open from here (bench/push marks its slices by these). */
+    snapshot_stats_get(&after);
+    EXPECT_EQ_U64(after.begun, before.begun + 1);
+    EXPECT(snapshot_open_count() >= 1);
     /* The writer goes on before the async part runs. */
     fill(&a, 300, 200);
     EXPECT(store_applied_index(a.store) > index);
@@ -185,6 +189,9 @@ TEST(async_snapshot_holds_the_state_of_the_snapshot_call)
     EXPECT_EQ_I64(a.rfsm.snapshot_finalize(&a.rfsm, &c.bufs, &c.n), 0);
     snapshot_stats_get(&after);
     EXPECT_EQ_U64(after.taken, before.taken + 1);
+    EXPECT_EQ_U64(after.begun, before.begun + 1);
+    /* Its wall time, begin to finalize, counted (two fills ran in it). */
+    EXPECT(after.busy_us > before.busy_us);
     EXPECT_EQ_U64(after.overlapped, before.overlapped + 1);
     EXPECT_EQ_U64(after.last_index, index);
     /* The restored store takes new entries where the snapshot left off. */
@@ -215,6 +222,7 @@ TEST(finalize_without_the_async_part_releases_everything)
     snapshot_stats_get(&after);
     EXPECT_EQ_U64(after.failed, before.failed + 1);
     EXPECT_EQ_U64(after.taken, before.taken);
+    EXPECT_EQ_U64(after.begun, before.begun + 1);
     EXPECT_EQ_I64(pthread_rwlock_trywrlock(&a.store->swap_lock), 0);
     pthread_rwlock_unlock(&a.store->swap_lock);
     env_close(&a);
