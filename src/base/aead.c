@@ -129,17 +129,17 @@ static EVP_CIPHER_CTX *aead_ctx(int enc, const uint8_t key[AEAD_KEY_LEN],
     return EVP_CipherInit_ex2(c, NULL, NULL, iv, enc, NULL) == 1 ? c : NULL;
 }
 
-/* A fresh IV from the thread's pool of RAND_bytes output. */
-static bool aead_iv(uint8_t iv[AEAD_IV_LEN])
+/* A fresh IV from the thread's pool of RAND_bytes output. 0, or ERR_IO. */
+static int aead_iv(uint8_t iv[AEAD_IV_LEN], struct err *err)
 {
     struct aead_thread *t = aead_thread();
 
     if (t == NULL) {
-        return false;
+        return err_set(err, ERR_IO, "sealing failed: no cipher context");
     }
     if (t->pool_used + AEAD_IV_LEN > AEAD_POOL || t->pool_fork != aead_forks) {
         if (RAND_bytes(t->pool, AEAD_POOL) != 1) {
-            return false;
+            return err_set(err, ERR_IO, "sealing failed: RAND_bytes");
         }
         t->pool_used = 0;
         t->pool_fork = aead_forks;
@@ -147,7 +147,7 @@ static bool aead_iv(uint8_t iv[AEAD_IV_LEN])
     memcpy(iv, t->pool + t->pool_used, AEAD_IV_LEN);
     OPENSSL_cleanse(t->pool + t->pool_used, AEAD_IV_LEN);
     t->pool_used += AEAD_IV_LEN;
-    return true;
+    return 0;
 }
 
 bool aead_key_parse(const char *hex, uint8_t key[AEAD_KEY_LEN])
@@ -235,10 +235,8 @@ int aead_seal_raw(const uint8_t key[AEAD_KEY_LEN], const uint8_t *pt, size_t n,
 {
     uint8_t iv[AEAD_IV_LEN];
 
-    if (!aead_iv(iv)) {
-        return err_set(err, ERR_IO, "sealing failed: RAND_bytes");
-    }
-    return seal_raw_with_iv(key, iv, pt, n, out, err);
+    return aead_iv(iv, err) != 0 ? err->code
+                                 : seal_raw_with_iv(key, iv, pt, n, out, err);
 }
 
 int aead_envelope(const uint8_t *s, size_t n, struct buf *out, struct err *err)
@@ -302,10 +300,8 @@ int aead_seal(const uint8_t key[AEAD_KEY_LEN], const uint8_t *pt, size_t n,
 {
     uint8_t iv[AEAD_IV_LEN];
 
-    if (!aead_iv(iv)) {
-        return err_set(err, ERR_IO, "sealing failed: RAND_bytes");
-    }
-    return aead_seal_with_iv(key, iv, pt, n, out, err);
+    return aead_iv(iv, err) != 0 ? err->code
+                                 : aead_seal_with_iv(key, iv, pt, n, out, err);
 }
 
 /* A cheap test every envelope passes: an object ('{' first) that names
