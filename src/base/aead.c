@@ -397,12 +397,12 @@ static int field_fixed(const struct json_doc *d, int i, uint8_t *dst,
 }
 
 /* Decrypt in[0..m) into out[0..m) (the same bytes, or apart) under key
- * and iv and verify tag. */
+ * and the iv of ivtag[0..16), and verify the tag ivtag[16..32). */
 static int open_into(const uint8_t key[AEAD_KEY_LEN],
-                     const uint8_t iv[AEAD_IV_LEN], const uint8_t *tag,
+                     const uint8_t ivtag[AEAD_SEALED_OVERHEAD],
                      const uint8_t *in, uint8_t *out, size_t m, struct err *err)
 {
-    EVP_CIPHER_CTX *c = aead_ctx(0, key, iv);
+    EVP_CIPHER_CTX *c = aead_ctx(0, key, ivtag);
     uint8_t t[AEAD_TAG_LEN];
     int len = 0;
 
@@ -416,7 +416,7 @@ static int open_into(const uint8_t key[AEAD_KEY_LEN],
             return err_set(err, ERR_IO, "opening failed: EVP_DecryptUpdate");
         }
     }
-    memcpy(t, tag, AEAD_TAG_LEN);
+    memcpy(t, ivtag + AEAD_IV_LEN, AEAD_TAG_LEN);
     if (EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, AEAD_TAG_LEN, t) != 1) {
         return err_set(err, ERR_IO, "opening failed: tag not accepted");
     }
@@ -440,7 +440,7 @@ int aead_open_raw(const uint8_t key[AEAD_KEY_LEN], const uint8_t *s, size_t n,
     if (buf_reserve(out, m, err) != 0) {
         return err->code;
     }
-    rc = open_into(key, s, s + AEAD_IV_LEN, s + AEAD_SEALED_OVERHEAD,
+    rc = open_into(key, s, s + AEAD_SEALED_OVERHEAD,
                    (uint8_t *)out->data + start, m, err);
     if (rc != 0) {
         OPENSSL_cleanse(out->data + start, m);
@@ -456,8 +456,7 @@ int aead_open(const uint8_t key[AEAD_KEY_LEN], const uint8_t *text, size_t n,
               struct buf *out, struct err *err)
 {
     struct json_doc d;
-    uint8_t iv[AEAD_IV_LEN];
-    uint8_t tag[AEAD_TAG_LEN];
+    uint8_t ivtag[AEAD_SEALED_OVERHEAD]; /* as in the binary form */
     size_t start = out->len;
     int f[3];
     int rc;
@@ -467,12 +466,12 @@ int aead_open(const uint8_t key[AEAD_KEY_LEN], const uint8_t *text, size_t n,
                        "not an envelope: a JSON object with string fields "
                        "encrypted, iv and authTag");
     }
-    rc = field_fixed(&d, f[1], iv, sizeof(iv), out, err);
+    rc = field_fixed(&d, f[1], ivtag, AEAD_IV_LEN, out, err);
     if (rc == ERR_INVALID) {
         err_wrap(err, "envelope iv: ");
     }
     if (rc == 0) {
-        rc = field_fixed(&d, f[2], tag, sizeof(tag), out, err);
+        rc = field_fixed(&d, f[2], ivtag + AEAD_IV_LEN, AEAD_TAG_LEN, out, err);
         if (rc == ERR_INVALID) {
             err_wrap(err, "envelope authTag: ");
         }
@@ -486,7 +485,7 @@ int aead_open(const uint8_t key[AEAD_KEY_LEN], const uint8_t *text, size_t n,
     json_doc_free(&d);
     if (rc == 0) {
         uint8_t *p = (uint8_t *)out->data + start;
-        rc = open_into(key, iv, tag, p, p, out->len - start, err);
+        rc = open_into(key, ivtag, p, p, out->len - start, err);
         if (rc != 0) {
             OPENSSL_cleanse(out->data + start, out->len - start);
         }

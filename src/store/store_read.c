@@ -380,20 +380,23 @@ static int add_unopened_raw(struct build *b, const struct store_fetch_req *q,
     return rc;
 }
 
-/* The payload p[0..n) (record flags `flags`) as field 1 of the last item:
+/* The payload of record row d (txn length tl) as field 1 of the last item:
  * its plaintext when it is sealed, in the binary form or (rows of older
  * builds) as an envelope, and opens under the store's key; sealed but not
  * opening, its envelope as it is or as a JSON string
  * (q->unopened_as_string); anything else, its bytes. *len is what the arena
  * got. */
 static int add_payload(struct rd *r, const struct store_fetch_req *q,
-                       uint8_t flags, const uint8_t *p, size_t n, size_t *len,
+                       const MDB_val *d, size_t tl, size_t *len,
                        struct err *err)
 {
     struct build *b = &r->b;
     const struct store *s = r->s;
+    const uint8_t *v = d->mv_data;
+    const uint8_t *p = v + SCHEMA_RECORD_FIXED + tl;
+    size_t n = d->mv_size - SCHEMA_RECORD_FIXED - tl;
     size_t at = b->arena->len;
-    bool raw = (flags & SCHEMA_RECORD_SEALED) != 0;
+    bool raw = (v[24] & SCHEMA_RECORD_SEALED) != 0;
     int rc;
 
     if (!raw && !aead_is_envelope(p, n)) {
@@ -431,9 +434,7 @@ static int add_record(struct rd *r, const struct store_fetch_req *q,
     memcpy(rec->message_id, v + 8, 16);
     rec->txn.len = tl;
     if (build_bytes(&r->b, 0, v + SCHEMA_RECORD_FIXED, tl, err) != 0 ||
-        add_payload(r, q, v[24], v + SCHEMA_RECORD_FIXED + tl,
-                    d->mv_size - SCHEMA_RECORD_FIXED - tl, &rec->payload.len,
-                    err) != 0) {
+        add_payload(r, q, d, tl, &rec->payload.len, err) != 0) {
         return err->code;
     }
     return 0;
