@@ -93,13 +93,15 @@ TEST(aead_seal_appends_and_two_seals_differ)
 }
 
 /* NIST GCM specification, test case 15: AES-256, 96-bit IV, no AAD. */
+/* The key and plaintext of the GCM specification's test case 15. */
+static const char case15_key[] =
+    "feffe9928665731c6d6a8f9467308308feffe9928665731c6d6a8f9467308308";
+static const char case15_pt[] =
+    "d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a72"
+    "1c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b391aafd255";
+
 TEST(aead_known_answer_gcm_spec_case_15)
 {
-    static const char k[] =
-        "feffe9928665731c6d6a8f9467308308feffe9928665731c6d6a8f9467308308";
-    static const char p[] =
-        "d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a72"
-        "1c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b391aafd255";
     static const char c[] =
         "522dc1f099567d07f47f37a32a84427d643a8cdcbfe5c0c97598a2bd2555d1aa"
         "8cb08e48590dbb3da7b08b1056828838c5f61e6393ba7a0abcc9f662898015ad";
@@ -116,8 +118,8 @@ TEST(aead_known_answer_gcm_spec_case_15)
     struct buf back;
     struct err err;
 
-    EXPECT(aead_key_parse(k, key));
-    unhex(p, pt, sizeof(pt));
+    EXPECT(aead_key_parse(case15_key, key));
+    unhex(case15_pt, pt, sizeof(pt));
     unhex(c, ct, sizeof(ct));
     unhex(t, tag, sizeof(tag));
     buf_init(&want, BUF_UNLIMITED);
@@ -146,11 +148,6 @@ TEST(aead_known_answer_gcm_spec_case_15)
  * it. */
 TEST(aead_binary_form_is_the_envelope_without_base64)
 {
-    static const char k[] =
-        "feffe9928665731c6d6a8f9467308308feffe9928665731c6d6a8f9467308308";
-    static const char p[] =
-        "d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a72"
-        "1c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b391aafd255";
     static const char raw_hex[] =
         "cafebabefacedbaddecaf88801020304" /* iv, nonce + 4 stored bytes */
         "b094dac5d93471bdec1a502270e3cc6c" /* tag */
@@ -165,8 +162,8 @@ TEST(aead_binary_form_is_the_envelope_without_base64)
     struct buf back;
     struct err err;
 
-    EXPECT(aead_key_parse(k, key));
-    unhex(p, pt, sizeof(pt));
+    EXPECT(aead_key_parse(case15_key, key));
+    unhex(case15_pt, pt, sizeof(pt));
     unhex(raw_hex, raw, sizeof(raw));
     buf_init(&env, BUF_UNLIMITED);
     buf_init(&want, BUF_UNLIMITED);
