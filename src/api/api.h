@@ -101,9 +101,10 @@ int api_push_parse(struct api_push *p, const char *body, size_t len,
  * gave none. */
 void api_push_mint(struct api_push *p, api_mint_fn mint, void *ctx);
 /* docs/design/formats.md §11: seal the payload of every item i with seal[i]
- * under key (base/aead.h), before anything is proposed, so the raft log,
- * snapshots and LMDB hold only the envelope. A sealed item's payload then
- * points into p->sealed, reserved in one piece first so it never moves. Returns
+ * under key (base/aead.h's binary form), before anything is proposed, so
+ * the raft log, snapshots and LMDB hold only ciphertext. A sealed item's
+ * payload then points into p->sealed, reserved in one piece first so it
+ * never moves, and its `sealed` is set. Returns
  * how many items could not be sealed: those keep their plaintext (a push never
  * fails for this). */
 size_t api_push_seal(struct api_push *p, const bool *seal,

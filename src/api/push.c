@@ -331,7 +331,7 @@ size_t api_push_seal(struct api_push *p, const bool *seal,
     struct err err;
 
     for (size_t i = 0; i < p->n; i++) {
-        need += seal[i] ? (p->items[i].payload.len + 2) / 3 * 4 + 96 : 0;
+        need += seal[i] ? p->items[i].payload.len + AEAD_SEALED_OVERHEAD : 0;
     }
     buf_free(&p->sealed);
     buf_init(&p->sealed, need); /* the reserve is the cap: it never moves */
@@ -345,13 +345,14 @@ size_t api_push_seal(struct api_push *p, const bool *seal,
         if (!seal[i]) {
             continue;
         }
-        if (aead_seal(key, (const uint8_t *)pl->ptr, pl->len, &p->sealed,
-                      &err) != 0) {
+        if (aead_seal_raw(key, (const uint8_t *)pl->ptr, pl->len, &p->sealed,
+                          &err) != 0) {
             failed++;
             continue;
         }
         pl->ptr = p->sealed.data + at;
         pl->len = p->sealed.len - at;
+        p->items[i].sealed = true;
     }
     return failed;
 }

@@ -1,18 +1,19 @@
-/* Payload sealing at rest: AES-256-GCM under the cell's key, in the JSON
- * envelope of docs/design/formats.md "Sealed payloads".
+/* Payload sealing at rest: AES-256-GCM under the cell's key, in the binary
+ * form or the JSON envelope of docs/design/formats.md §11.
  *
  * Each thread keeps an EVP cipher context per direction, keyed once with
  * the key it was last given, and a pool of RAND_bytes output the IVs come
  * from (refilled every 64 seals, and after a fork); a pthread key frees it
- * all when the thread ends. So sealing a record costs the nonce setup, the
- * cipher and the base64, with no allocation beyond the growth of the
- * caller's output buffer. Sealing encrypts in chunks of a multiple of 3
- * bytes and base64-encodes each chunk straight into the output; opening
- * decodes the ciphertext into the output and decrypts it there in place.
+ * all when the thread ends. So sealing a record in the binary form costs
+ * the nonce setup and the cipher, straight into the caller's output buffer,
+ * with no allocation beyond its growth. The envelope is the binary form
+ * base64-encoded (aead_envelope); opening an envelope decodes the
+ * ciphertext into the output and decrypts it there in place, opening the
+ * binary form decrypts from the stored bytes into the output.
  *
- * What it must never do: leave plaintext of an envelope that failed to
- * verify in the caller's buffer (it is wiped), or accept an envelope whose
- * tag does not verify. */
+ * What it must never do: leave plaintext of a seal that failed to verify in
+ * the caller's buffer (it is wiped), or accept one whose tag does not
+ * verify. */
 #include "base/aead.h"
 
 #include <limits.h>
@@ -30,11 +31,11 @@
 #include "base/sha256.h"
 #include "base/xalloc.h"
 
-/* Plaintext bytes per EVP call when sealing: a multiple of 3, so the base64
- * of consecutive chunks concatenates into the base64 of the whole. */
-#define AEAD_CHUNK 3072
-/* Ciphertext bytes per EVP call when opening (EVP takes an int). */
-#define AEAD_OPEN_STEP ((size_t)1 << 30)
+/* Bytes per EVP call (EVP takes an int). */
+#define AEAD_STEP ((size_t)1 << 30)
+/* Envelope bytes besides the base64 of the ciphertext: the member names and
+ * punctuation (37) and the base64 of the IV and the tag (24 each). */
+#define AEAD_ENVELOPE_FIXED (37 + 24 + 24)
 
 /* Random bytes drawn per RAND_bytes call for IVs: one call per 64 seals. */
 #define AEAD_POOL 1024
@@ -128,17 +129,17 @@ static EVP_CIPHER_CTX *aead_ctx(int enc, const uint8_t key[AEAD_KEY_LEN],
     return EVP_CipherInit_ex2(c, NULL, NULL, iv, enc, NULL) == 1 ? c : NULL;
 }
 
-/* A fresh IV from the thread's pool of RAND_bytes output. */
-static bool aead_iv(uint8_t iv[AEAD_IV_LEN])
+/* A fresh IV from the thread's pool of RAND_bytes output. 0, or ERR_IO. */
+static int aead_iv(uint8_t iv[AEAD_IV_LEN], struct err *err)
 {
     struct aead_thread *t = aead_thread();
 
     if (t == NULL) {
-        return false;
+        return err_set(err, ERR_IO, "sealing failed: no cipher context");
     }
     if (t->pool_used + AEAD_IV_LEN > AEAD_POOL || t->pool_fork != aead_forks) {
         if (RAND_bytes(t->pool, AEAD_POOL) != 1) {
-            return false;
+            return err_set(err, ERR_IO, "sealing failed: RAND_bytes");
         }
         t->pool_used = 0;
         t->pool_fork = aead_forks;
@@ -146,7 +147,7 @@ static bool aead_iv(uint8_t iv[AEAD_IV_LEN])
     memcpy(iv, t->pool + t->pool_used, AEAD_IV_LEN);
     OPENSSL_cleanse(t->pool + t->pool_used, AEAD_IV_LEN);
     t->pool_used += AEAD_IV_LEN;
-    return true;
+    return 0;
 }
 
 bool aead_key_parse(const char *hex, uint8_t key[AEAD_KEY_LEN])
@@ -179,69 +180,95 @@ static void buf_truncate(struct buf *out, size_t start)
     }
 }
 
-/* Encrypt pt[0..n) and append its base64 to out (room reserved). */
-static int seal_body(EVP_CIPHER_CTX *c, const uint8_t *pt, size_t n,
-                     struct buf *out, struct err *err)
+/* Write the sealed form of pt[0..n) under key and iv at dst: iv, tag,
+ * ciphertext (n + AEAD_SEALED_OVERHEAD bytes). */
+static int seal_into(const uint8_t key[AEAD_KEY_LEN],
+                     const uint8_t iv[AEAD_IV_LEN], const uint8_t *pt, size_t n,
+                     uint8_t *dst, struct err *err)
 {
-    uint8_t chunk[AEAD_CHUNK];
+    EVP_CIPHER_CTX *c = aead_ctx(1, key, iv);
+    uint8_t *ct = dst + AEAD_SEALED_OVERHEAD;
     int len = 0;
 
-    for (size_t i = 0; i < n; i += AEAD_CHUNK) {
-        size_t m = n - i < AEAD_CHUNK ? n - i : AEAD_CHUNK;
-        if (EVP_EncryptUpdate(c, chunk, &len, pt + i, (int)m) != 1 ||
+    if (c == NULL) {
+        return err_set(err, ERR_IO, "sealing failed: EVP_CipherInit_ex2");
+    }
+    memcpy(dst, iv, AEAD_IV_LEN);
+    for (size_t i = 0; i < n; i += AEAD_STEP) {
+        size_t m = n - i < AEAD_STEP ? n - i : AEAD_STEP;
+        if (EVP_EncryptUpdate(c, ct + i, &len, pt + i, (int)m) != 1 ||
             (size_t)len != m) {
             return err_set(err, ERR_IO, "sealing failed: EVP_EncryptUpdate");
         }
-        if (base64_encode(chunk, m, out, err) != 0) {
-            return err->code;
-        }
     }
-    if (EVP_EncryptFinal_ex(c, chunk, &len) != 1 || len != 0) {
+    if (EVP_EncryptFinal_ex(c, ct + n, &len) != 1 || len != 0) {
         return err_set(err, ERR_IO, "sealing failed: EVP_EncryptFinal_ex");
+    }
+    if (EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, AEAD_TAG_LEN,
+                            dst + AEAD_IV_LEN) != 1) {
+        return err_set(err, ERR_IO, "sealing failed: no tag");
     }
     return 0;
 }
 
-int aead_seal_with_iv(const uint8_t key[AEAD_KEY_LEN],
-                      const uint8_t iv[AEAD_IV_LEN], const uint8_t *pt,
-                      size_t n, struct buf *out, struct err *err)
+/* aead_seal_raw under a given iv. */
+static int seal_raw_with_iv(const uint8_t key[AEAD_KEY_LEN],
+                            const uint8_t iv[AEAD_IV_LEN], const uint8_t *pt,
+                            size_t n, struct buf *out, struct err *err)
+{
+    size_t start = out->len;
+
+    if (buf_reserve(out, n + AEAD_SEALED_OVERHEAD, err) != 0) {
+        return err->code;
+    }
+    if (seal_into(key, iv, pt, n, (uint8_t *)out->data + start, err) != 0) {
+        buf_truncate(out, start);
+        return err->code;
+    }
+    out->len = start + n + AEAD_SEALED_OVERHEAD;
+    out->data[out->len] = '\0';
+    return 0;
+}
+
+int aead_seal_raw(const uint8_t key[AEAD_KEY_LEN], const uint8_t *pt, size_t n,
+                  struct buf *out, struct err *err)
+{
+    uint8_t iv[AEAD_IV_LEN];
+
+    return aead_iv(iv, err) != 0 ? err->code
+                                 : seal_raw_with_iv(key, iv, pt, n, out, err);
+}
+
+int aead_envelope(const uint8_t *s, size_t n, struct buf *out, struct err *err)
 {
     static const char k_ct[] = "{\"encrypted\":\"";
     static const char k_iv[] = "\",\"iv\":\"";
     static const char k_tag[] = "\",\"authTag\":\"";
     size_t start = out->len;
-    size_t need = sizeof(k_ct) + sizeof(k_iv) + sizeof(k_tag) + (size_t)2 * 24 +
-                  2 + (n + 2) / 3 * 4;
-    EVP_CIPHER_CTX *c;
-    uint8_t tag[AEAD_TAG_LEN];
+    size_t ct = n - AEAD_SEALED_OVERHEAD;
     int rc;
 
-    if (buf_reserve(out, need, err) != 0) {
-        return err->code;
+    if (n < AEAD_SEALED_OVERHEAD) {
+        return err_set(err, ERR_INVALID, "sealed payload of %zu B is short", n);
     }
-    c = aead_ctx(1, key, iv);
-    if (c == NULL) {
-        return err_set(err, ERR_IO, "sealing failed: EVP_CipherInit_ex2");
-    }
-    rc = buf_append(out, k_ct, sizeof(k_ct) - 1, err);
+    rc = buf_reserve(out, AEAD_ENVELOPE_FIXED + (ct + 2) / 3 * 4, err);
     if (rc == 0) {
-        rc = seal_body(c, pt, n, out, err);
+        rc = buf_append(out, k_ct, sizeof(k_ct) - 1, err);
     }
-    if (rc == 0 &&
-        EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, AEAD_TAG_LEN, tag) != 1) {
-        rc = err_set(err, ERR_IO, "sealing failed: no tag");
+    if (rc == 0) {
+        rc = base64_encode(s + AEAD_SEALED_OVERHEAD, ct, out, err);
     }
     if (rc == 0) {
         rc = buf_append(out, k_iv, sizeof(k_iv) - 1, err);
     }
     if (rc == 0) {
-        rc = base64_encode(iv, AEAD_IV_LEN, out, err);
+        rc = base64_encode(s, AEAD_IV_LEN, out, err);
     }
     if (rc == 0) {
         rc = buf_append(out, k_tag, sizeof(k_tag) - 1, err);
     }
     if (rc == 0) {
-        rc = base64_encode(tag, AEAD_TAG_LEN, out, err);
+        rc = base64_encode(s + AEAD_IV_LEN, AEAD_TAG_LEN, out, err);
     }
     if (rc == 0) {
         rc = buf_append(out, "\"}", 2, err);
@@ -252,15 +279,29 @@ int aead_seal_with_iv(const uint8_t key[AEAD_KEY_LEN],
     return rc;
 }
 
+int aead_seal_with_iv(const uint8_t key[AEAD_KEY_LEN],
+                      const uint8_t iv[AEAD_IV_LEN], const uint8_t *pt,
+                      size_t n, struct buf *out, struct err *err)
+{
+    struct buf raw;
+    int rc;
+
+    buf_init(&raw, BUF_UNLIMITED);
+    rc = seal_raw_with_iv(key, iv, pt, n, &raw, err);
+    if (rc == 0) {
+        rc = aead_envelope((const uint8_t *)raw.data, raw.len, out, err);
+    }
+    buf_free(&raw);
+    return rc;
+}
+
 int aead_seal(const uint8_t key[AEAD_KEY_LEN], const uint8_t *pt, size_t n,
               struct buf *out, struct err *err)
 {
     uint8_t iv[AEAD_IV_LEN];
 
-    if (!aead_iv(iv)) {
-        return err_set(err, ERR_IO, "sealing failed: RAND_bytes");
-    }
-    return aead_seal_with_iv(key, iv, pt, n, out, err);
+    return aead_iv(iv, err) != 0 ? err->code
+                                 : aead_seal_with_iv(key, iv, pt, n, out, err);
 }
 
 /* A cheap test every envelope passes: an object ('{' first) that names
@@ -355,32 +396,59 @@ static int field_fixed(const struct json_doc *d, int i, uint8_t *dst,
     return rc;
 }
 
-/* Decrypt p[0..m) in place under key and iv and verify tag. */
-static int open_in_place(const uint8_t key[AEAD_KEY_LEN],
-                         const uint8_t iv[AEAD_IV_LEN],
-                         uint8_t tag[AEAD_TAG_LEN], uint8_t *p, size_t m,
-                         struct err *err)
+/* Decrypt in[0..m) into out[0..m) (the same bytes, or apart) under key
+ * and the iv of ivtag[0..16), and verify the tag ivtag[16..32). */
+static int open_into(const uint8_t key[AEAD_KEY_LEN],
+                     const uint8_t ivtag[AEAD_SEALED_OVERHEAD],
+                     const uint8_t *in, uint8_t *out, size_t m, struct err *err)
 {
-    EVP_CIPHER_CTX *c = aead_ctx(0, key, iv);
+    EVP_CIPHER_CTX *c = aead_ctx(0, key, ivtag);
+    uint8_t t[AEAD_TAG_LEN];
     int len = 0;
 
     if (c == NULL) {
         return err_set(err, ERR_IO, "opening failed: EVP_CipherInit_ex2");
     }
-    for (size_t i = 0; i < m; i += AEAD_OPEN_STEP) {
-        size_t k = m - i < AEAD_OPEN_STEP ? m - i : AEAD_OPEN_STEP;
-        if (EVP_DecryptUpdate(c, p + i, &len, p + i, (int)k) != 1 ||
+    for (size_t i = 0; i < m; i += AEAD_STEP) {
+        size_t k = m - i < AEAD_STEP ? m - i : AEAD_STEP;
+        if (EVP_DecryptUpdate(c, out + i, &len, in + i, (int)k) != 1 ||
             (size_t)len != k) {
             return err_set(err, ERR_IO, "opening failed: EVP_DecryptUpdate");
         }
     }
-    if (EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, AEAD_TAG_LEN, tag) != 1) {
+    memcpy(t, ivtag + AEAD_IV_LEN, AEAD_TAG_LEN);
+    if (EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, AEAD_TAG_LEN, t) != 1) {
         return err_set(err, ERR_IO, "opening failed: tag not accepted");
     }
-    if (EVP_DecryptFinal_ex(c, p + m, &len) != 1) {
+    if (EVP_DecryptFinal_ex(c, out + m, &len) != 1) {
         return err_set(err, ERR_FORBIDDEN,
                        "envelope does not verify: wrong key or altered bytes");
     }
+    return 0;
+}
+
+int aead_open_raw(const uint8_t key[AEAD_KEY_LEN], const uint8_t *s, size_t n,
+                  struct buf *out, struct err *err)
+{
+    size_t start = out->len;
+    size_t m = n - AEAD_SEALED_OVERHEAD;
+    int rc;
+
+    if (n < AEAD_SEALED_OVERHEAD) {
+        return err_set(err, ERR_INVALID, "sealed payload of %zu B is short", n);
+    }
+    if (buf_reserve(out, m, err) != 0) {
+        return err->code;
+    }
+    rc = open_into(key, s, s + AEAD_SEALED_OVERHEAD,
+                   (uint8_t *)out->data + start, m, err);
+    if (rc != 0) {
+        OPENSSL_cleanse(out->data + start, m);
+        buf_truncate(out, start);
+        return rc;
+    }
+    out->len = start + m;
+    out->data[out->len] = '\0';
     return 0;
 }
 
@@ -388,8 +456,7 @@ int aead_open(const uint8_t key[AEAD_KEY_LEN], const uint8_t *text, size_t n,
               struct buf *out, struct err *err)
 {
     struct json_doc d;
-    uint8_t iv[AEAD_IV_LEN];
-    uint8_t tag[AEAD_TAG_LEN];
+    uint8_t ivtag[AEAD_SEALED_OVERHEAD]; /* as in the binary form */
     size_t start = out->len;
     int f[3];
     int rc;
@@ -399,12 +466,12 @@ int aead_open(const uint8_t key[AEAD_KEY_LEN], const uint8_t *text, size_t n,
                        "not an envelope: a JSON object with string fields "
                        "encrypted, iv and authTag");
     }
-    rc = field_fixed(&d, f[1], iv, sizeof(iv), out, err);
+    rc = field_fixed(&d, f[1], ivtag, AEAD_IV_LEN, out, err);
     if (rc == ERR_INVALID) {
         err_wrap(err, "envelope iv: ");
     }
     if (rc == 0) {
-        rc = field_fixed(&d, f[2], tag, sizeof(tag), out, err);
+        rc = field_fixed(&d, f[2], ivtag + AEAD_IV_LEN, AEAD_TAG_LEN, out, err);
         if (rc == ERR_INVALID) {
             err_wrap(err, "envelope authTag: ");
         }
@@ -417,8 +484,8 @@ int aead_open(const uint8_t key[AEAD_KEY_LEN], const uint8_t *text, size_t n,
     }
     json_doc_free(&d);
     if (rc == 0) {
-        rc = open_in_place(key, iv, tag, (uint8_t *)out->data + start,
-                           out->len - start, err);
+        uint8_t *p = (uint8_t *)out->data + start;
+        rc = open_into(key, ivtag, p, p, out->len - start, err);
         if (rc != 0) {
             OPENSSL_cleanse(out->data + start, out->len - start);
         }

@@ -8,6 +8,7 @@
 
 #include <string.h>
 
+#include "base/aead.h"
 #include "base/uuid7.h"
 #include "store/schema.h"
 
@@ -105,6 +106,11 @@ static int check_item(const struct cmd_push_item *it, size_t i, struct err *err)
     if (it->payload.len > CMD_BODY_MAX) {
         return err_set(err, ERR_TOO_BIG, "item %zu: payload too big", i);
     }
+    if (it->sealed && it->payload.len < AEAD_SEALED_OVERHEAD) {
+        return err_set(err, ERR_INVALID,
+                       "item %zu: sealed payload of %zu B is short", i,
+                       it->payload.len);
+    }
     return 0;
 }
 
@@ -131,7 +137,8 @@ static void write_item(uint8_t *p, const struct cmd_push_item *it)
         put_u16(p - 2, (uint16_t)CMD_TXN_IS_ID);
     }
     memcpy(p, it->message_id, 16);
-    put_u32(p + 16, (uint32_t)it->payload.len);
+    put_u32(p + 16,
+            (uint32_t)it->payload.len | (it->sealed ? CMD_PAYLOAD_SEALED : 0));
     if (it->payload.len > 0) {
         memcpy(p + 20, it->payload.ptr, it->payload.len);
     }
@@ -305,10 +312,17 @@ int cmd_push_next(struct cmd_push_iter *it, struct cmd_push_item *item,
         item->txn.len = 36;
     }
     n = get_u32(it->p + it->pos + 16);
+    item->sealed = (n & CMD_PAYLOAD_SEALED) != 0;
+    n &= ~(size_t)CMD_PAYLOAD_SEALED;
     it->pos += 20;
     if (it->len - it->pos < n) {
         return err_set(err, ERR_CORRUPT,
                        "push item %u: payload of %zu B overruns the body",
+                       it->index, n);
+    }
+    if (item->sealed && n < AEAD_SEALED_OVERHEAD) {
+        return err_set(err, ERR_CORRUPT,
+                       "push item %u: sealed payload of %zu B is short",
                        it->index, n);
     }
     item->payload.ptr = (const char *)it->p + it->pos;

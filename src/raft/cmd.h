@@ -33,8 +33,14 @@
  *                default, 36 B that the entry need not carry), no bytes
  *             t  transaction id bytes
  *            16  message id (UUIDv7 bytes)
- *             4  payload length (u32, 0 = empty/null)
- *             .  payload bytes, the producer's JSON text verbatim
+ *             4  payload length (u32, 0 = empty/null), with bit 31
+ *                (CMD_PAYLOAD_SEALED) set when the payload is sealed
+ *             .  payload bytes: the producer's JSON text verbatim, or
+ *                when sealed the binary form of base/aead.h (iv || tag
+ *                || ciphertext, at least 32 bytes; docs/design/formats.md
+ *                §11). Entries of builds before that form hold an
+ *                encrypted queue's payloads as the JSON envelope, bit 31
+ *                clear; they are applied as they are.
  * The body must end exactly after the last item.
  *
  * NOOP body (CMD_NOOP): empty. Moves safeTime on an idle node.
@@ -89,7 +95,9 @@
 #define CMD_TXN_MAX        4096
 #define CMD_TXN_IS_ID      0xFFFFu /* txn length: "the message id's text" */
 #define CMD_PUSH_MAX_ITEMS 100000
-#define CMD_BODY_MAX       ((size_t)64 * 1024 * 1024) /* one entry */
+#define CMD_PAYLOAD_SEALED \
+    0x80000000u /* payload length: the bytes are sealed */
+#define CMD_BODY_MAX ((size_t)64 * 1024 * 1024) /* one entry */
 
 enum cmd_type {
     CMD_NOOP = 0,
@@ -115,6 +123,8 @@ struct cmd_push_item {
     struct slice txn;
     uint8_t message_id[16];
     struct slice payload;
+    /* The payload is the binary sealed form (base/aead.h), not plaintext. */
+    bool sealed;
     /* Encoding: txn is the message id's text, so the entry says so instead
      * of carrying it. Decoding: set when the entry said so; txn then points
      * at txn_text, inside this item (do not copy a decoded item by value). */

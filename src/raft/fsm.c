@@ -215,8 +215,8 @@ static int push_item(struct fsm *f, struct store_w *w, uint32_t i,
     r->status = FSM_ITEM_QUEUED;
     r->offset = t->part.last_offset + 1;
     memcpy(r->message_id, it->message_id, 16);
-    rec =
-        (struct store_wrecord){r->offset, it->message_id, it->txn, it->payload};
+    rec = (struct store_wrecord){r->offset, it->message_id, it->txn,
+                                 it->payload, it->sealed};
     if (store_wrecord_put(w, t->part.id, &rec,
                           t->part.id + 1 == f->store->next_part, err) != 0) {
         return err->code;

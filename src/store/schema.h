@@ -58,7 +58,11 @@
  * records: key = partition id (8) + offset (8); value
  *      0    8 ts (i64 µs, the stamp of the push)
  *      8   16 message id
- *     24    1 flags (0; reserved: 1 = encrypted envelope)
+ *     24    1 flags: SCHEMA_RECORD_SEALED (1) = the payload is sealed in
+ *             base/aead.h's binary form (iv || tag || ciphertext); other
+ *             bits 0. Builds before it stored an encrypted queue's
+ *             payloads as the JSON envelope with flags 0, and such rows
+ *             are still read (docs/design/formats.md §11).
  *     25    2 txn length t (u16)
  *     27    t txn bytes
  *   27+t    . payload bytes verbatim (may be empty)
@@ -114,6 +118,7 @@
 #define SCHEMA_OPTIONS_VERSION 1
 #define SCHEMA_PART_VALUE_LEN  56
 #define SCHEMA_RECORD_FIXED    27
+#define SCHEMA_RECORD_SEALED   1 /* record flags: payload in binary form */
 #define SCHEMA_APPEND_LEN      16
 #define SCHEMA_DEDUP_VALUE_LEN 40
 #define SCHEMA_HASH_LEN        16

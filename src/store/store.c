@@ -831,7 +831,7 @@ int store_wrecord_put(struct store_w *w, uint64_t pid,
     v = d.mv_data;
     be64_put(v, (uint64_t)w->stamp);
     memcpy(v + 8, r->message_id, 16);
-    v[24] = 0;
+    v[24] = r->sealed ? SCHEMA_RECORD_SEALED : 0;
     v[25] = (uint8_t)(r->txn.len >> 8);
     v[26] = (uint8_t)r->txn.len;
     if (r->txn.len > 0) {

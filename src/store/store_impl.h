@@ -82,6 +82,7 @@ struct store_wrecord {
     const uint8_t *message_id; /* 16 bytes */
     struct slice txn;
     struct slice payload;
+    bool sealed; /* payload is base/aead.h's binary form: flags bit 1 */
 };
 
 int store_wbegin(struct store *s, MDB_txn **txn, struct err *err);

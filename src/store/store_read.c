@@ -18,11 +18,13 @@
  * goes when its thread exits.
  *
  * Sealed payloads (docs/design/formats.md §11) are opened here, in the one read
- * both POST /api/v1/fetch and the sink use, so neither ever sees an envelope it
- * could read in clear: with the store's key set, a payload that is an
- * envelope is decrypted into the arena. One that does not open (another
- * key, altered bytes) is returned as stored and logged once a minute; the
- * read does not fail, so one bad record cannot stop a queue's reader. */
+ * both POST /api/v1/fetch and the sink use, so neither ever sees a sealed
+ * payload it could read in clear: with the store's key set, a row flagged
+ * sealed (binary form), or an unflagged payload that is an envelope (rows of
+ * older builds), is decrypted into the arena. One that does not open
+ * (another key, altered bytes) is returned as its envelope (built from the
+ * binary form, or as stored) and logged once a minute; the read does not
+ * fail, so one bad record cannot stop a queue's reader. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -348,32 +350,73 @@ static void seal_warn(const struct err *why)
                 {"why", why->msg}, {"records", LOG_U64(n)});
 }
 
-/* The payload p[0..n) as field 1 of the last item: its plaintext when it
- * is an envelope that opens under the store's key; an envelope that does
- * not, as stored or as a JSON string (q->unopened_as_string); anything
- * else, its bytes. *len is what the arena got. */
+/* The envelope e[0..n) that did not open, into the arena: as it is, or as
+ * a JSON string of it (q->unopened_as_string). */
+static int add_unopened(struct build *b, const struct store_fetch_req *q,
+                        const uint8_t *e, size_t n, struct err *err)
+{
+    return q->unopened_as_string
+               ? json_escape(b->arena, (const char *)e, n, err)
+               : buf_append(b->arena, e, n, err);
+}
+
+/* A payload sealed in the binary form that did not open: its envelope
+ * (aead_envelope), the same text a build that stored envelopes returned. */
+static int add_unopened_raw(struct build *b, const struct store_fetch_req *q,
+                            const uint8_t *p, size_t n, struct err *err)
+{
+    struct buf env;
+    int rc;
+
+    if (!q->unopened_as_string) {
+        return aead_envelope(p, n, b->arena, err);
+    }
+    buf_init(&env, BUF_UNLIMITED);
+    rc = aead_envelope(p, n, &env, err);
+    if (rc == 0) {
+        rc = add_unopened(b, q, (const uint8_t *)env.data, env.len, err);
+    }
+    buf_free(&env);
+    return rc;
+}
+
+/* The payload of record row d (txn length tl) as field 1 of the last item:
+ * its plaintext when it is sealed, in the binary form or (rows of older
+ * builds) as an envelope, and opens under the store's key; sealed but not
+ * opening, its envelope as it is or as a JSON string
+ * (q->unopened_as_string); anything else, its bytes. *len is what the arena
+ * got. */
 static int add_payload(struct rd *r, const struct store_fetch_req *q,
-                       const uint8_t *p, size_t n, size_t *len, struct err *err)
+                       const MDB_val *d, size_t tl, size_t *len,
+                       struct err *err)
 {
     struct build *b = &r->b;
     const struct store *s = r->s;
+    const uint8_t *v = d->mv_data;
+    const uint8_t *p = v + SCHEMA_RECORD_FIXED + tl;
+    size_t n = d->mv_size - SCHEMA_RECORD_FIXED - tl;
     size_t at = b->arena->len;
+    bool raw = (v[24] & SCHEMA_RECORD_SEALED) != 0;
     int rc;
 
-    if (!aead_is_envelope(p, n)) {
+    if (!raw && !aead_is_envelope(p, n)) {
         *len = n;
         return build_bytes(b, 1, p, n, err);
     }
     b->offs[2 * (b->n_items - 1) + 1] = at;
-    rc = s->has_seal_key ? aead_open(s->seal_key, p, n, b->arena, err)
-                         : err_set(err, ERR_FORBIDDEN, "no key on this node");
+    if (!s->has_seal_key) {
+        rc = err_set(err, ERR_FORBIDDEN, "no key on this node");
+    } else {
+        rc = raw ? aead_open_raw(s->seal_key, p, n, b->arena, err)
+                 : aead_open(s->seal_key, p, n, b->arena, err);
+    }
     if (rc == ERR_FORBIDDEN || rc == ERR_IO) {
         seal_warn(err);
-        rc = q->unopened_as_string
-                 ? json_escape(b->arena, (const char *)p, n, err)
-                 : buf_append(b->arena, p, n, err);
+        rc = raw ? add_unopened_raw(b, q, p, n, err)
+                 : add_unopened(b, q, p, n, err);
     } else if (rc == ERR_INVALID) { /* shaped like one, but not an envelope */
-        rc = buf_append(b->arena, p, n, err);
+        rc = raw ? err_set(err, ERR_CORRUPT, "sealed record of %zu B", n)
+                 : buf_append(b->arena, p, n, err);
     }
     *len = b->arena->len - at;
     return rc;
@@ -391,9 +434,7 @@ static int add_record(struct rd *r, const struct store_fetch_req *q,
     memcpy(rec->message_id, v + 8, 16);
     rec->txn.len = tl;
     if (build_bytes(&r->b, 0, v + SCHEMA_RECORD_FIXED, tl, err) != 0 ||
-        add_payload(r, q, v + SCHEMA_RECORD_FIXED + tl,
-                    d->mv_size - SCHEMA_RECORD_FIXED - tl, &rec->payload.len,
-                    err) != 0) {
+        add_payload(r, q, d, tl, &rec->payload.len, err) != 0) {
         return err->code;
     }
     return 0;

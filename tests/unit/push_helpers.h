@@ -71,26 +71,16 @@ struct pitem {
     const char *payload;
 };
 
-/* Apply one push of n items at stamp; returns the fsm result (borrowed). */
+/* Apply one push command of the n items ci at stamp; returns the fsm result
+ * (borrowed). */
 static inline const struct fsm_result *
-env_push(struct env *e, int64_t stamp, const struct pitem *items, size_t n)
+env_push_cmd(struct env *e, int64_t stamp, const struct cmd_push_item *ci,
+             size_t n)
 {
-    struct cmd_push_item *ci = calloc(n, sizeof(*ci));
     const struct fsm_result *res = NULL;
     struct err err = {0};
     struct buf b;
 
-    for (size_t i = 0; i < n; i++) {
-        ci[i].queue = (struct slice){items[i].queue, strlen(items[i].queue)};
-        ci[i].partition =
-            (struct slice){items[i].partition, strlen(items[i].partition)};
-        ci[i].txn = (struct slice){items[i].txn, strlen(items[i].txn)};
-        ci[i].payload =
-            (struct slice){items[i].payload, strlen(items[i].payload)};
-        memset(ci[i].message_id, 0, 16);
-        memcpy(ci[i].message_id, &stamp, sizeof(stamp));
-        ci[i].message_id[15] = (uint8_t)i;
-    }
     buf_init(&b, BUF_UNLIMITED);
     if (cmd_push_encode(&b, STORE_DEFAULT_TENANT, ci, n, &err) != 0) {
         fprintf(stderr, "encode: %s\n", err.msg);
@@ -103,6 +93,28 @@ env_push(struct env *e, int64_t stamp, const struct pitem *items, size_t n)
         res = NULL;
     }
     buf_free(&b);
+    return res;
+}
+
+/* Apply one push of n items at stamp; returns the fsm result (borrowed). */
+static inline const struct fsm_result *
+env_push(struct env *e, int64_t stamp, const struct pitem *items, size_t n)
+{
+    struct cmd_push_item *ci = calloc(n, sizeof(*ci));
+    const struct fsm_result *res;
+
+    for (size_t i = 0; i < n; i++) {
+        ci[i].queue = (struct slice){items[i].queue, strlen(items[i].queue)};
+        ci[i].partition =
+            (struct slice){items[i].partition, strlen(items[i].partition)};
+        ci[i].txn = (struct slice){items[i].txn, strlen(items[i].txn)};
+        ci[i].payload =
+            (struct slice){items[i].payload, strlen(items[i].payload)};
+        memset(ci[i].message_id, 0, 16);
+        memcpy(ci[i].message_id, &stamp, sizeof(stamp));
+        ci[i].message_id[15] = (uint8_t)i;
+    }
+    res = env_push_cmd(e, stamp, ci, n);
     free(ci);
     return res;
 }

@@ -93,13 +93,15 @@ TEST(aead_seal_appends_and_two_seals_differ)
 }
 
 /* NIST GCM specification, test case 15: AES-256, 96-bit IV, no AAD. */
+/* The key and plaintext of the GCM specification's test case 15. */
+static const char case15_key[] =
+    "feffe9928665731c6d6a8f9467308308feffe9928665731c6d6a8f9467308308";
+static const char case15_pt[] =
+    "d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a72"
+    "1c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b391aafd255";
+
 TEST(aead_known_answer_gcm_spec_case_15)
 {
-    static const char k[] =
-        "feffe9928665731c6d6a8f9467308308feffe9928665731c6d6a8f9467308308";
-    static const char p[] =
-        "d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a72"
-        "1c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b391aafd255";
     static const char c[] =
         "522dc1f099567d07f47f37a32a84427d643a8cdcbfe5c0c97598a2bd2555d1aa"
         "8cb08e48590dbb3da7b08b1056828838c5f61e6393ba7a0abcc9f662898015ad";
@@ -116,8 +118,8 @@ TEST(aead_known_answer_gcm_spec_case_15)
     struct buf back;
     struct err err;
 
-    EXPECT(aead_key_parse(k, key));
-    unhex(p, pt, sizeof(pt));
+    EXPECT(aead_key_parse(case15_key, key));
+    unhex(case15_pt, pt, sizeof(pt));
     unhex(c, ct, sizeof(ct));
     unhex(t, tag, sizeof(tag));
     buf_init(&want, BUF_UNLIMITED);
@@ -138,6 +140,95 @@ TEST(aead_known_answer_gcm_spec_case_15)
     buf_free(&want);
     buf_free(&got);
     buf_free(&back);
+}
+
+/* The binary form of the GCM case 15 vector (iv || tag || ciphertext) is
+ * what the envelope carries, without base64: aead_envelope turns it into
+ * exactly the envelope aead_seal_with_iv writes, and aead_open_raw opens
+ * it. */
+TEST(aead_binary_form_is_the_envelope_without_base64)
+{
+    static const char raw_hex[] =
+        "cafebabefacedbaddecaf88801020304" /* iv, nonce + 4 stored bytes */
+        "b094dac5d93471bdec1a502270e3cc6c" /* tag */
+        "522dc1f099567d07f47f37a32a84427d643a8cdcbfe5c0c97598a2bd2555d1aa"
+        "8cb08e48590dbb3da7b08b1056828838c5f61e6393ba7a0abcc9f662898015ad";
+    uint8_t key[AEAD_KEY_LEN];
+    uint8_t other[AEAD_KEY_LEN] = {1};
+    uint8_t pt[64];
+    uint8_t raw[96];
+    struct buf env;
+    struct buf want;
+    struct buf back;
+    struct err err;
+
+    EXPECT(aead_key_parse(case15_key, key));
+    unhex(case15_pt, pt, sizeof(pt));
+    unhex(raw_hex, raw, sizeof(raw));
+    buf_init(&env, BUF_UNLIMITED);
+    buf_init(&want, BUF_UNLIMITED);
+    buf_init(&back, BUF_UNLIMITED);
+    EXPECT(aead_seal_with_iv(key, raw, pt, sizeof(pt), &want, &err) == 0);
+    EXPECT(aead_envelope(raw, sizeof(raw), &env, &err) == 0);
+    EXPECT_STR_EQ(env.data, want.data);
+    EXPECT(aead_open_raw(key, raw, sizeof(raw), &back, &err) == 0);
+    EXPECT_MEM_EQ(back.data, back.len, pt, sizeof(pt));
+    /* A wrong key or any altered byte of nonce, tag or ciphertext: no
+     * plaintext, the output as it was. */
+    buf_reset(&back);
+    EXPECT(aead_open_raw(other, raw, sizeof(raw), &back, &err) ==
+           ERR_FORBIDDEN);
+    EXPECT_EQ_U64(back.len, 0);
+    for (size_t i = 0; i < sizeof(raw); i++) {
+        if (i >= AEAD_NONCE_LEN && i < AEAD_IV_LEN) {
+            continue; /* the IV's last 4 bytes are covered by nothing */
+        }
+        raw[i] ^= 0x40;
+        EXPECT(aead_open_raw(key, raw, sizeof(raw), &back, &err) ==
+               ERR_FORBIDDEN);
+        EXPECT_EQ_U64(back.len, 0);
+        raw[i] ^= 0x40;
+    }
+    /* Shorter than iv and tag: not a sealed payload. */
+    EXPECT(aead_open_raw(key, raw, 31, &back, &err) == ERR_INVALID);
+    EXPECT(aead_envelope(raw, 31, &env, &err) == ERR_INVALID);
+    EXPECT_STR_EQ(env.data, want.data);
+    buf_free(&env);
+    buf_free(&want);
+    buf_free(&back);
+}
+
+/* aead_seal_raw: 32 bytes over the plaintext, no plaintext in it, a fresh
+ * IV each time, appended after what out held, and it opens. */
+TEST(aead_seal_raw_round_trips)
+{
+    static const char *const texts[] = {"", "x", "{\"order\":123456}"};
+    uint8_t key[AEAD_KEY_LEN];
+    struct buf a;
+    struct buf b;
+    struct buf back;
+    struct err err;
+
+    test_key(key);
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+        size_t n = strlen(texts[i]);
+        buf_init(&a, BUF_UNLIMITED);
+        buf_init(&b, BUF_UNLIMITED);
+        buf_init(&back, BUF_UNLIMITED);
+        EXPECT(buf_append_str(&a, "head", &err) == 0);
+        EXPECT(aead_seal_raw(key, (const uint8_t *)texts[i], n, &a, &err) == 0);
+        EXPECT(aead_seal_raw(key, (const uint8_t *)texts[i], n, &b, &err) == 0);
+        EXPECT_EQ_U64(a.len, 4 + n + AEAD_SEALED_OVERHEAD);
+        EXPECT(memcmp(a.data, "head", 4) == 0);
+        EXPECT(memcmp(a.data + 4, b.data, AEAD_IV_LEN) != 0);
+        EXPECT(n < 2 || memmem(a.data, a.len, texts[i], n) == NULL);
+        EXPECT(aead_open_raw(key, (const uint8_t *)a.data + 4, a.len - 4, &back,
+                             &err) == 0);
+        EXPECT_MEM_EQ(back.data, back.len, texts[i], n);
+        buf_free(&a);
+        buf_free(&b);
+        buf_free(&back);
+    }
 }
 
 /* Replace the value of member name in env with the base64 of bytes whose

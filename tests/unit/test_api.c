@@ -484,8 +484,10 @@ TEST(tenant_of_refuses_a_malformed_header_with_a_printable_quote)
     EXPECT_MEM_EQ(out, 16, keep, 16);
 }
 
-/* docs/design/formats.md §11: the flagged items' payloads become envelopes that
- * open to the exact bytes pushed; the others stay slices of the body. */
+/* docs/design/formats.md §11: the flagged items' payloads become the binary
+ * sealed form (iv || tag || ciphertext, 32 bytes over the plaintext, no
+ * JSON) and are marked sealed for the command; they open to the exact
+ * bytes pushed. The others stay unmarked slices of the body. */
 TEST(push_seal_replaces_only_the_flagged_payloads)
 {
     static const char body[] =
@@ -505,15 +507,18 @@ TEST(push_seal_replaces_only_the_flagged_payloads)
     buf_init(&out, BUF_UNLIMITED);
     for (size_t i = 0; i < 3; i++) {
         struct slice pl = p.items[i].payload;
-        EXPECT(aead_is_envelope((const uint8_t *)pl.ptr, pl.len) == seal[i]);
+        EXPECT(p.items[i].sealed == seal[i]);
+        EXPECT(!aead_is_envelope((const uint8_t *)pl.ptr, pl.len));
         if (!seal[i]) {
             EXPECT(pl.ptr >= body && pl.ptr < body + sizeof(body));
             EXPECT_MEM_EQ(pl.ptr, pl.len, want[i], strlen(want[i]));
             continue;
         }
+        EXPECT_EQ_U64(pl.len, strlen(want[i]) + AEAD_SEALED_OVERHEAD);
+        EXPECT(memmem(pl.ptr, pl.len, want[i], strlen(want[i])) == NULL);
         buf_reset(&out);
         EXPECT_EQ_I64(
-            aead_open(key, (const uint8_t *)pl.ptr, pl.len, &out, &err), 0);
+            aead_open_raw(key, (const uint8_t *)pl.ptr, pl.len, &out, &err), 0);
         EXPECT_MEM_EQ(out.data, out.len, want[i], strlen(want[i]));
     }
     buf_free(&out);

@@ -66,6 +66,54 @@ TEST(push_round_trips_every_field)
     buf_free(&b);
 }
 
+/* docs/design/formats.md §11: a sealed payload (binary form) is marked by
+ * bit 31 of its length and decodes marked, the payload unchanged; an
+ * unmarked one (plaintext, or an envelope written by older builds) decodes
+ * unmarked. A sealed payload shorter than iv and tag is refused by the
+ * encoder and, when an entry says so, by the decoder. */
+TEST(push_sealed_payload_is_marked_in_its_length)
+{
+    static const char sealed[] = "0123456789abcdef0123456789abcdefCT";
+    struct cmd_push_item items[2] = {
+        item("q", "p", "t1", sealed, 1),
+        item("q", "p", "t2", "{\"encrypted\":\"\"}", 2),
+    };
+    struct buf b;
+    struct cmd_header h;
+    struct cmd_push_iter it;
+    struct cmd_push_item got;
+    struct err err = {0};
+    size_t at;
+
+    items[0].sealed = true;
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(cmd_push_encode(&b, STORE_DEFAULT_TENANT, items, 2, &err), 0);
+    EXPECT_EQ_I64(cmd_decode_header(b.data, b.len, &h, &err), 0);
+    EXPECT_EQ_I64(cmd_push_iter_init(&it, h.body, &err), 0);
+    EXPECT_EQ_I64(cmd_push_next(&it, &got, &err), 1);
+    EXPECT(got.sealed);
+    EXPECT_MEM_EQ(got.payload.ptr, got.payload.len, sealed, strlen(sealed));
+    EXPECT_EQ_I64(cmd_push_next(&it, &got, &err), 1);
+    EXPECT(!got.sealed);
+    EXPECT_EQ_U64(got.payload.len, 16);
+    EXPECT_EQ_I64(cmd_push_next(&it, &got, &err), 0);
+    /* The length word of item 0: body count (4), q, p, t1, id (16). */
+    at = CMD_HEADER_LEN + 4 + 3 + 3 + 4 + 16;
+    EXPECT_EQ_U64((uint8_t)b.data[at], 0x80);
+    EXPECT_EQ_U64((uint8_t)b.data[at + 3], strlen(sealed));
+    /* Marked but 31 bytes: corrupt. */
+    b.data[at + 3] = 31;
+    EXPECT_EQ_I64(cmd_decode_header(b.data, b.len, &h, &err), 0);
+    EXPECT_EQ_I64(cmd_push_iter_init(&it, h.body, &err), 0);
+    EXPECT_EQ_I64(cmd_push_next(&it, &got, &err), ERR_CORRUPT);
+    buf_reset(&b);
+    items[0].payload.len = 31;
+    EXPECT_EQ_I64(cmd_push_encode(&b, STORE_DEFAULT_TENANT, items, 2, &err),
+                  ERR_INVALID);
+    EXPECT_EQ_U64(b.len, 0);
+    buf_free(&b);
+}
+
 /* A defaulted transaction id (the message id's text) is marked, not
  * carried: 36 B less per item, and it decodes to the same text as the
  * older entries that carried it (those still decode). */

@@ -472,8 +472,10 @@ static const struct fsm_result *apply_raw(struct env *e, const char *cmd,
 /* One push of one record to tenant t's queue q, partition "p". */
 static void tpush(struct env *e, const uint8_t *t, int64_t stamp, const char *q)
 {
-    struct cmd_push_item it = {sl(q),   sl("p"), {"", 0}, {0},
-                               sl("1"), false,   {0}};
+    struct cmd_push_item it = {.queue = sl(q),
+                               .partition = sl("p"),
+                               .txn = {"", 0},
+                               .payload = sl("1")};
     struct err err = {0};
     struct buf b;
 

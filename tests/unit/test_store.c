@@ -8,6 +8,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "base/aead.h"
+#include "base/json.h"
 #include "push_helpers.h"
 #include "store/schema.h"
 #include "store/store_impl.h"
@@ -223,6 +225,93 @@ TEST(fetch_first_record_always_then_weight_up_to_max_bytes)
     EXPECT_EQ_U64(a.entries[2].n_records, 2); /* 1+2 <= 5 < 1+2+3 */
     EXPECT_EQ_U64(a.entries[3].n_records, 5);
     fetch_done(&e, &a);
+}
+
+/* docs/design/formats.md §11: the three ways a payload can be stored read
+ * back the same way. Record 0 is sealed in the binary form (flags bit 1),
+ * record 1 is an envelope written as plain bytes (what builds before the
+ * binary form stored; their log entries apply the same way), record 2 is
+ * plaintext that is no envelope. With the key both sealed ones open to
+ * the bytes pushed; with another key each comes back as its envelope: the
+ * binary one as the envelope of its bytes, which opens under the right
+ * key, the old one as stored; as JSON strings for the sink. */
+TEST(fetch_opens_binary_and_envelope_sealed_payloads)
+{
+    static const char pt0[] = "{\"order\":1,\"note\":\"binary\"}";
+    static const char pt1[] = "{\"order\":2,\"note\":\"envelope\"}";
+    uint8_t key[32] = {9};
+    uint8_t other[32] = {10};
+    struct env e = {0};
+    struct cmd_push_item ci[3];
+    struct store_fetch_answer a;
+    struct store_fetch_req r = req("q", "p", 0, 1 << 20);
+    struct buf raw;
+    struct buf env;
+    struct buf want;
+    struct buf back;
+    struct err err;
+    const struct store_record *rec;
+
+    buf_init(&raw, BUF_UNLIMITED);
+    buf_init(&env, BUF_UNLIMITED);
+    buf_init(&want, BUF_UNLIMITED);
+    buf_init(&back, BUF_UNLIMITED);
+    EXPECT_EQ_I64(
+        aead_seal_raw(key, (const uint8_t *)pt0, strlen(pt0), &raw, &err), 0);
+    EXPECT_EQ_I64(aead_seal(key, (const uint8_t *)pt1, strlen(pt1), &env, &err),
+                  0);
+    memset(ci, 0, sizeof(ci));
+    for (int i = 0; i < 3; i++) {
+        ci[i].queue = (struct slice){"q", 1};
+        ci[i].partition = (struct slice){"p", 1};
+        ci[i].txn = (struct slice){i == 0 ? "t0" : i == 1 ? "t1" : "t2", 2};
+        ci[i].message_id[0] = (uint8_t)(i + 1);
+    }
+    ci[0].payload = (struct slice){raw.data, raw.len};
+    ci[0].sealed = true;
+    ci[1].payload = (struct slice){env.data, env.len};
+    ci[2].payload = (struct slice){"[1,2]", 5};
+    env_open(&e);
+    EXPECT(env_push_cmd(&e, T0, ci, 3) != NULL);
+
+    store_set_seal_key(e.store, key);
+    fetch(&e, &r, 1, &a);
+    EXPECT_EQ_U64(a.entries[0].n_records, 3);
+    rec = a.entries[0].records;
+    EXPECT_MEM_EQ(rec[0].payload.ptr, rec[0].payload.len, pt0, strlen(pt0));
+    EXPECT_MEM_EQ(rec[1].payload.ptr, rec[1].payload.len, pt1, strlen(pt1));
+    EXPECT_MEM_EQ(rec[2].payload.ptr, rec[2].payload.len, "[1,2]", 5);
+    store_fetch_answer_free(&a);
+
+    store_set_seal_key(e.store, other);
+    fetch(&e, &r, 1, &a);
+    rec = a.entries[0].records;
+    EXPECT_EQ_I64(
+        aead_envelope((const uint8_t *)raw.data, raw.len, &want, &err), 0);
+    EXPECT_MEM_EQ(rec[0].payload.ptr, rec[0].payload.len, want.data, want.len);
+    EXPECT_EQ_I64(aead_open(key, (const uint8_t *)rec[0].payload.ptr,
+                            rec[0].payload.len, &back, &err),
+                  0);
+    EXPECT_MEM_EQ(back.data, back.len, pt0, strlen(pt0));
+    EXPECT_MEM_EQ(rec[1].payload.ptr, rec[1].payload.len, env.data, env.len);
+    EXPECT_MEM_EQ(rec[2].payload.ptr, rec[2].payload.len, "[1,2]", 5);
+    store_fetch_answer_free(&a);
+
+    r.unopened_as_string = true;
+    fetch(&e, &r, 1, &a);
+    rec = a.entries[0].records;
+    buf_reset(&back);
+    EXPECT_EQ_I64(json_escape(&back, want.data, want.len, &err), 0);
+    EXPECT_MEM_EQ(rec[0].payload.ptr, rec[0].payload.len, back.data, back.len);
+    buf_reset(&back);
+    EXPECT_EQ_I64(json_escape(&back, env.data, env.len, &err), 0);
+    EXPECT_MEM_EQ(rec[1].payload.ptr, rec[1].payload.len, back.data, back.len);
+    EXPECT_MEM_EQ(rec[2].payload.ptr, rec[2].payload.len, "[1,2]", 5);
+    fetch_done(&e, &a);
+    buf_free(&raw);
+    buf_free(&env);
+    buf_free(&want);
+    buf_free(&back);
 }
 
 TEST(fetch_empty_payload_weighs_one)
