@@ -37,6 +37,7 @@ struct jp {
     int max_depth;
     int tok_depth;
     size_t max_tokens;
+    bool is_line; /* a raw LF or CR is not whitespace: one line's text */
     struct jp_frame *frames;
     int nframes;
     struct err *err;
@@ -60,6 +61,32 @@ static const uint8_t jp_str_stop[256] = {
 
 #define JP_ONES ((uint64_t)0x0101010101010101)
 
+/* The high bit of each of the 8 bytes of v (loaded from memory in order)
+ * that may be a stop byte. A borrow can flag a byte above the first true
+ * stop byte, never one below it, so the lowest flag is exact. */
+static inline uint64_t jp_stop_mask(uint64_t v)
+{
+    uint64_t q = v ^ JP_ONES * '"';
+    uint64_t b = v ^ JP_ONES * '\\';
+
+    return (v | ((v - JP_ONES * 0x20) & ~v) | ((q - JP_ONES) & ~q) |
+            ((b - JP_ONES) & ~b)) &
+           JP_ONES * 0x80;
+}
+
+/* How many bytes of the word precede its lowest flagged byte (m != 0);
+ * on a big-endian machine none are skipped, and the table loop after it
+ * goes on byte by byte. */
+static inline size_t jp_first_flag(uint64_t m)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    return (size_t)__builtin_ctzll(m) / 8;
+#else
+    (void)m;
+    return 0;
+#endif
+}
+
 static int jp_fail(struct jp *p, const char *reason)
 {
     return err_set(p->err, ERR_INVALID, "invalid JSON at byte %zu: %s", p->pos,
@@ -74,7 +101,7 @@ static inline void jp_skip_ws(struct jp *p)
     }
     while (p->pos < p->n) {
         char c = p->s[p->pos];
-        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+        if (c != ' ' && c != '\t' && ((c != '\n' && c != '\r') || p->is_line)) {
             return;
         }
         p->pos++;
@@ -230,19 +257,16 @@ static int jp_string(struct jp *p, uint8_t *esc)
 
     *esc = 0;
     for (;;) {
-        /* 8 bytes at a time while none is a stop byte (a byte >= 0x80,
+        /* 8 bytes at a time up to the first stop byte (a byte >= 0x80,
          * < 0x20, '"' or '\\'); the table decides the rest. */
         while (i + 8 <= p->n) {
             uint64_t v;
-            uint64_t q;
-            uint64_t b;
+            uint64_t m;
 
             memcpy(&v, s + i, 8);
-            q = v ^ JP_ONES * '"';
-            b = v ^ JP_ONES * '\\';
-            if (((v | ((v - JP_ONES * 0x20) & ~v) | ((q - JP_ONES) & ~q) |
-                  ((b - JP_ONES) & ~b)) &
-                 JP_ONES * 0x80) != 0) {
+            m = jp_stop_mask(v);
+            if (m != 0) {
+                i += jp_first_flag(m);
                 break;
             }
             i += 8;
@@ -725,7 +749,8 @@ static int jv_run(struct jp *p, uint8_t *is_obj)
     }
 }
 
-int json_validate(const char *text, size_t len, int max_depth, struct err *err)
+static int jv_text(const char *text, size_t len, int max_depth, bool is_line,
+                   struct err *err)
 {
     struct jp p = {.s = text,
                    .n = len,
@@ -733,6 +758,7 @@ int json_validate(const char *text, size_t len, int max_depth, struct err *err)
                    .max_depth = max_depth < 1 ? 1 : max_depth,
                    .tok_depth = -1,
                    .max_tokens = 0,
+                   .is_line = is_line,
                    .err = err};
     uint8_t local[JSON_MAX_DEPTH_DEFAULT];
     uint8_t *is_obj = local;
@@ -750,6 +776,17 @@ int json_validate(const char *text, size_t len, int max_depth, struct err *err)
         free(is_obj);
     }
     return rc;
+}
+
+int json_validate(const char *text, size_t len, int max_depth, struct err *err)
+{
+    return jv_text(text, len, max_depth, false, err);
+}
+
+int json_validate_line(const char *text, size_t len, int max_depth,
+                       struct err *err)
+{
+    return jv_text(text, len, max_depth, true, err);
 }
 
 /* ---- navigation ---- */
