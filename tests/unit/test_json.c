@@ -139,7 +139,7 @@ TEST(validate_line_refuses_a_raw_lf_or_cr_between_tokens)
     EXPECT(json_validate_line("[1,]", 4, 8, &err) != 0);
 }
 
-/* A stop byte anywhere in a long string (the scan takes 8 bytes at a
+/* A stop byte anywhere in a long string (the scan takes 8 or 16 bytes at a
  * time) is found: at every position, each kind of byte is judged as in a
  * short string. */
 TEST(a_stop_byte_at_any_position_of_a_long_string_is_seen)
