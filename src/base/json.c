@@ -112,6 +112,24 @@ static inline size_t jp_run_len(const unsigned char *s)
 }
 #endif
 
+/* The index of the first stop byte of s[i..n), or n: JP_STEP bytes at a
+ * time, then the table decides the rest. */
+static inline size_t jp_stop_at(const unsigned char *s, size_t i, size_t n)
+{
+    while (i + JP_STEP <= n) {
+        size_t k = jp_run_len(s + i);
+
+        i += k;
+        if (k < JP_STEP) {
+            break;
+        }
+    }
+    while (i < n && !jp_str_stop[s[i]]) {
+        i++;
+    }
+    return i;
+}
+
 static int jp_fail(struct jp *p, const char *reason)
 {
     return err_set(p->err, ERR_INVALID, "invalid JSON at byte %zu: %s", p->pos,
@@ -282,19 +300,7 @@ static int jp_string(struct jp *p, uint8_t *esc)
 
     *esc = 0;
     for (;;) {
-        /* JP_STEP bytes at a time up to the first stop byte; the table
-         * decides the rest. */
-        while (i + JP_STEP <= p->n) {
-            size_t k = jp_run_len(s + i);
-
-            i += k;
-            if (k < JP_STEP) {
-                break;
-            }
-        }
-        while (i < p->n && !jp_str_stop[s[i]]) {
-            i++;
-        }
+        i = jp_stop_at(s, i, p->n);
         if (i >= p->n) {
             p->pos = i;
             return jp_fail(p, "unterminated string");
@@ -675,20 +681,9 @@ static inline size_t jv_ws(const struct jp *p, const unsigned char *s, size_t i)
  * an error (p->err set by jp_string). */
 static inline size_t jv_string(struct jp *p, const unsigned char *s, size_t i)
 {
-    size_t at = i + 1;
+    size_t at = jp_stop_at(s, i + 1, p->n);
     uint8_t esc = 0;
 
-    while (at + JP_STEP <= p->n) {
-        size_t k = jp_run_len(s + at);
-
-        at += k;
-        if (k < JP_STEP) {
-            break;
-        }
-    }
-    while (at < p->n && !jp_str_stop[s[at]]) {
-        at++;
-    }
     if (at < p->n && s[at] == '"') {
         return at + 1;
     }
