@@ -23,7 +23,9 @@ The summary prints the bucket, the median of each figure, and both ratios
 (goal: at least 0.8 on the wall, with RSS under 256 MB).
 
 Usage: bench/verify.py [build-dir]   BENCH_MB (default 256) sets the lake's
-decoded size; the issue's figure is BENCH_MB=1024.
+decoded size; the issue's figure is BENCH_MB=1024. BENCH_BEFORE=path/queen
+adds a second build (the one before a change) to every round, run right
+after the first on the same lake, so both meet the same load.
 """
 import json
 import os
@@ -149,6 +151,7 @@ def main():
     total = int(os.environ.get("BENCH_MB", "256")) << 20
     runs = int(os.environ.get("BENCH_RUNS", "3"))
     kind = os.environ.get("BENCH_BUCKET", "rgw")
+    before = os.environ.get("BENCH_BEFORE")
     cores = os.cpu_count() or 2
     with tempfile.TemporaryDirectory(prefix="queen-bench-verify-") as tmp:
         b = TestBucket(buckets=["lake"], workdir=os.path.join(tmp, "b"),
@@ -172,11 +175,18 @@ def main():
                                                    len(files), stored / 1e6,
                                                    where))
             q, qc, z1, z1c, zn, rss, dec = [], [], [], [], [], [], 0
+            bq, bqc = [], []
             for r in range(runs):
                 secs, cpu, dec, mb = run_verify(qbin, target)
                 q.append(secs)
                 qc.append(cpu)
                 rss.append(mb)
+                if before:
+                    bs, bc, _, _ = run_verify(before, target)
+                    bq.append(bs)
+                    bqc.append(bc)
+                    print("round %d: before %.2fs (CPU %.2fs)"
+                          % (r + 1, bs, bc))
                 w1, c1 = run_zstd(files, 1)
                 z1.append(w1)
                 z1c.append(c1)
@@ -192,6 +202,11 @@ def main():
             print("%-22s %10.1f %12.1f %9.0fM" % (
                 "queen lake verify", mbs / mq, mbs / mqc,
                 statistics.median(rss)))
+            if before:
+                mb_, mbc = statistics.median(bq), statistics.median(bqc)
+                print("%-22s %10.1f %12.1f   ratio %.2f wall, %.2f CPU" % (
+                    "  the build before", mbs / mb_, mbs / mbc, mn / mb_,
+                    m1c / mbc))
             print("%-22s %10.1f %12.1f" % ("zstd -d (1 process)", mbs / m1,
                                            mbs / m1c))
             print("%-22s %10.1f" % ("zstd -d (x%d)" % cores, mbs / mn))

@@ -19,6 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "base/xalloc.h"
 
@@ -37,6 +40,7 @@ struct jp {
     int max_depth;
     int tok_depth;
     size_t max_tokens;
+    bool is_line; /* a raw LF or CR is not whitespace: one line's text */
     struct jp_frame *frames;
     int nframes;
     struct err *err;
@@ -58,7 +62,73 @@ static const uint8_t jp_str_stop[256] = {
     1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
 };
 
+/* jp_run_len(s): how many of the JP_STEP bytes at s come before the first
+ * stop byte (a byte >= 0x80, < 0x20, '"' or '\\'); JP_STEP when there is
+ * none. Fewer may be counted (down to 0), never more: the table loop after
+ * it goes on byte by byte. */
+#if defined(__SSE2__)
+#define JP_STEP 16
+
+static inline size_t jp_run_len(const unsigned char *s)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)s);
+    /* signed: bytes >= 0x80 are negative, so below 0x20 as well */
+    __m128i m =
+        _mm_or_si128(_mm_cmplt_epi8(v, _mm_set1_epi8(0x20)),
+                     _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
+                                  _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))));
+    unsigned bits = (unsigned)_mm_movemask_epi8(m);
+
+    return bits == 0 ? JP_STEP : (size_t)__builtin_ctz(bits);
+}
+#else
+#define JP_STEP 8
 #define JP_ONES ((uint64_t)0x0101010101010101)
+
+/* The high bit of each byte that may be a stop byte. A borrow can flag a
+ * byte above the first true stop byte, never one below it, so on a
+ * little-endian machine the lowest flag is exact. */
+static inline size_t jp_run_len(const unsigned char *s)
+{
+    uint64_t v;
+    uint64_t q;
+    uint64_t b;
+    uint64_t m;
+
+    memcpy(&v, s, 8);
+    q = v ^ JP_ONES * '"';
+    b = v ^ JP_ONES * '\\';
+    m = (v | ((v - JP_ONES * 0x20) & ~v) | ((q - JP_ONES) & ~q) |
+         ((b - JP_ONES) & ~b)) &
+        JP_ONES * 0x80;
+    if (m == 0) {
+        return JP_STEP;
+    }
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    return (size_t)__builtin_ctzll(m) / 8;
+#else
+    return 0;
+#endif
+}
+#endif
+
+/* The index of the first stop byte of s[i..n), or n: JP_STEP bytes at a
+ * time, then the table decides the rest. */
+static inline size_t jp_stop_at(const unsigned char *s, size_t i, size_t n)
+{
+    while (i + JP_STEP <= n) {
+        size_t k = jp_run_len(s + i);
+
+        i += k;
+        if (k < JP_STEP) {
+            break;
+        }
+    }
+    while (i < n && !jp_str_stop[s[i]]) {
+        i++;
+    }
+    return i;
+}
 
 static int jp_fail(struct jp *p, const char *reason)
 {
@@ -74,7 +144,7 @@ static inline void jp_skip_ws(struct jp *p)
     }
     while (p->pos < p->n) {
         char c = p->s[p->pos];
-        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+        if (c != ' ' && c != '\t' && ((c != '\n' && c != '\r') || p->is_line)) {
             return;
         }
         p->pos++;
@@ -230,26 +300,7 @@ static int jp_string(struct jp *p, uint8_t *esc)
 
     *esc = 0;
     for (;;) {
-        /* 8 bytes at a time while none is a stop byte (a byte >= 0x80,
-         * < 0x20, '"' or '\\'); the table decides the rest. */
-        while (i + 8 <= p->n) {
-            uint64_t v;
-            uint64_t q;
-            uint64_t b;
-
-            memcpy(&v, s + i, 8);
-            q = v ^ JP_ONES * '"';
-            b = v ^ JP_ONES * '\\';
-            if (((v | ((v - JP_ONES * 0x20) & ~v) | ((q - JP_ONES) & ~q) |
-                  ((b - JP_ONES) & ~b)) &
-                 JP_ONES * 0x80) != 0) {
-                break;
-            }
-            i += 8;
-        }
-        while (i < p->n && !jp_str_stop[s[i]]) {
-            i++;
-        }
+        i = jp_stop_at(s, i, p->n);
         if (i >= p->n) {
             p->pos = i;
             return jp_fail(p, "unterminated string");
@@ -598,25 +649,66 @@ void json_doc_free(struct json_doc *doc)
     doc->cap = 0;
 }
 
-/* ---- validation only ---- */
+/* ---- validation only ----
+ *
+ * The loop keeps its place in locals (the text, its length, the index)
+ * and scans the common string (printable ASCII up to the quote) itself;
+ * anything else in a string, and every number and literal, goes through
+ * the shared jp_ functions from p->pos, so the rules and the messages are
+ * json_parse's. */
 
-/* A key, the ':' and the whitespace after it (jp_key without tokens). */
-static int jv_key(struct jp *p)
+static int jv_fail(struct jp *p, size_t at, const char *reason)
 {
+    p->pos = at;
+    return jp_fail(p, reason);
+}
+
+/* The index of the first byte at or after i that is not whitespace (a raw
+ * LF or CR is not, on one line). */
+static inline size_t jv_ws(const struct jp *p, const unsigned char *s, size_t i)
+{
+    if (i < p->n && s[i] > ' ') {
+        return i;
+    }
+    while (i < p->n && (s[i] == ' ' || s[i] == '\t' ||
+                        ((s[i] == '\n' || s[i] == '\r') && !p->is_line))) {
+        i++;
+    }
+    return i;
+}
+
+/* The string opening at s[i]: the index past its closing quote, or 0 on
+ * an error (p->err set by jp_string). */
+static inline size_t jv_string(struct jp *p, const unsigned char *s, size_t i)
+{
+    size_t at = jp_stop_at(s, i + 1, p->n);
     uint8_t esc = 0;
 
-    if (p->pos >= p->n || p->s[p->pos] != '"') {
-        return jp_fail(p, "expected a string key");
+    if (at < p->n && s[at] == '"') {
+        return at + 1;
     }
-    if (jp_string(p, &esc) != 0) {
-        return p->err->code;
+    p->pos = i; /* an escape, UTF-8, a control or the end: the full rules */
+    return jp_string(p, &esc) == 0 ? p->pos : 0;
+}
+
+/* A key at s[i], the whitespace and the ':' after it: the index past the
+ * ':', or 0 on an error. */
+static size_t jv_key(struct jp *p, const unsigned char *s, size_t i)
+{
+    if (i >= p->n || s[i] != '"') {
+        jv_fail(p, i, "expected a string key");
+        return 0;
     }
-    jp_skip_ws(p);
-    if (p->pos >= p->n || p->s[p->pos] != ':') {
-        return jp_fail(p, "expected ':' after a key");
+    i = jv_string(p, s, i);
+    if (i == 0) {
+        return 0;
     }
-    p->pos++;
-    return 0;
+    i = jv_ws(p, s, i);
+    if (i >= p->n || s[i] != ':') {
+        jv_fail(p, i, "expected ':' after a key");
+        return 0;
+    }
+    return i + 1;
 }
 
 /* A scalar at p->pos starting with c (jp_scalar without tokens). */
@@ -642,27 +734,36 @@ static int jv_scalar(struct jp *p, char c)
     return jp_fail(p, "unexpected character");
 }
 
-/* A container opens at p->pos (c): 1 when a value must follow, 0 when it
- * closed at once, -1 on error (jp_open and jp_first_member). */
-static int jv_open(struct jp *p, uint8_t *is_obj, int *depth, char c)
+/* A value starts at s[i] (c, not whitespace): a container opens (its
+ * kind pushed on is_obj, and closed at once when empty) or a scalar is
+ * read. The index after what was read, or 0 on an error. */
+static size_t jv_value(struct jp *p, const unsigned char *s, size_t i,
+                       uint8_t *is_obj, int *depth)
 {
+    unsigned char c = s[i];
+
+    if (c == '"') {
+        return jv_string(p, s, i);
+    }
+    if (c != '{' && c != '[') {
+        p->pos = i;
+        return jv_scalar(p, (char)c) == 0 ? p->pos : 0;
+    }
     if (*depth >= p->max_depth) {
-        jp_fail(p, "nested too deeply");
-        return -1;
+        jv_fail(p, i, "nested too deeply");
+        return 0;
     }
     is_obj[(*depth)++] = c == '{';
-    p->pos++;
-    jp_skip_ws(p);
-    if (p->pos >= p->n) {
-        jp_fail(p, "unexpected end of text");
-        return -1;
+    i = jv_ws(p, s, i + 1);
+    if (i >= p->n) {
+        jv_fail(p, i, "unexpected end of text");
+        return 0;
     }
-    if (p->s[p->pos] != (c == '{' ? '}' : ']')) {
-        return c == '{' && jv_key(p) != 0 ? -1 : 1;
+    if (s[i] == (c == '{' ? '}' : ']')) {
+        (*depth)--;
+        return i + 1;
     }
-    p->pos++;
-    (*depth)--;
-    return 0;
+    return c == '{' ? jv_key(p, s, i) : i; /* the first member's value */
 }
 
 /* jp_run for json_validate: the same grammar, limits and errors, with a
@@ -670,54 +771,49 @@ static int jv_open(struct jp *p, uint8_t *is_obj, int *depth, char c)
  * and tokens. */
 static int jv_run(struct jp *p, uint8_t *is_obj)
 {
+    const unsigned char *s = (const unsigned char *)p->s;
+    size_t i = p->pos;
     int depth = 0;
 
     for (;;) {
-        char c;
+        int was = depth;
 
-        jp_skip_ws(p);
-        if (p->pos >= p->n) {
-            return jp_fail(p, "unexpected end of text");
+        i = jv_ws(p, s, i);
+        if (i >= p->n) {
+            return jv_fail(p, i, "unexpected end of text");
         }
-        c = p->s[p->pos];
-        if (c == '{' || c == '[') {
-            int rc = jv_open(p, is_obj, &depth, c);
-
-            if (rc < 0) {
-                return p->err->code;
-            }
-            if (rc == 1) {
-                continue; /* the first member's value */
-            }
-        } else if (jv_scalar(p, c) != 0) {
+        i = jv_value(p, s, i, is_obj, &depth);
+        if (i == 0) {
             return p->err->code;
+        }
+        if (depth > was) {
+            continue; /* a container opened: its first member's value */
         }
         for (;;) { /* after a value: closes, then a comma or the end */
             bool o;
 
-            jp_skip_ws(p);
+            i = jv_ws(p, s, i);
             if (depth == 0) {
-                return p->pos == p->n
-                           ? 0
-                           : jp_fail(p, "trailing characters after the value");
+                return i == p->n ? 0
+                                 : jv_fail(p, i,
+                                           "trailing characters after the "
+                                           "value");
             }
-            if (p->pos >= p->n) {
-                return jp_fail(p, "unexpected end of text");
+            if (i >= p->n) {
+                return jv_fail(p, i, "unexpected end of text");
             }
-            c = p->s[p->pos];
             o = is_obj[depth - 1] != 0;
-            if (c == (o ? '}' : ']')) {
-                p->pos++;
+            if (s[i] == (o ? '}' : ']')) {
+                i++;
                 depth--;
                 continue;
             }
-            if (c != ',') {
-                return jp_fail(p, o ? "expected ',' or '}'"
-                                    : "expected ',' or ']'");
+            if (s[i] != ',') {
+                return jv_fail(
+                    p, i, o ? "expected ',' or '}'" : "expected ',' or ']'");
             }
-            p->pos++;
-            jp_skip_ws(p);
-            if (o && jv_key(p) != 0) {
+            i = jv_ws(p, s, i + 1);
+            if (o && (i = jv_key(p, s, i)) == 0) {
                 return p->err->code;
             }
             break;
@@ -725,7 +821,8 @@ static int jv_run(struct jp *p, uint8_t *is_obj)
     }
 }
 
-int json_validate(const char *text, size_t len, int max_depth, struct err *err)
+static int jv_text(const char *text, size_t len, int max_depth, bool is_line,
+                   struct err *err)
 {
     struct jp p = {.s = text,
                    .n = len,
@@ -733,6 +830,7 @@ int json_validate(const char *text, size_t len, int max_depth, struct err *err)
                    .max_depth = max_depth < 1 ? 1 : max_depth,
                    .tok_depth = -1,
                    .max_tokens = 0,
+                   .is_line = is_line,
                    .err = err};
     uint8_t local[JSON_MAX_DEPTH_DEFAULT];
     uint8_t *is_obj = local;
@@ -750,6 +848,17 @@ int json_validate(const char *text, size_t len, int max_depth, struct err *err)
         free(is_obj);
     }
     return rc;
+}
+
+int json_validate(const char *text, size_t len, int max_depth, struct err *err)
+{
+    return jv_text(text, len, max_depth, false, err);
+}
+
+int json_validate_line(const char *text, size_t len, int max_depth,
+                       struct err *err)
+{
+    return jv_text(text, len, max_depth, true, err);
 }
 
 /* ---- navigation ---- */

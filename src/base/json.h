@@ -93,6 +93,12 @@ void json_doc_free(struct json_doc *doc);
  * span). Same rules and messages as json_parse. */
 int json_validate(const char *text, size_t len, int max_depth, struct err *err);
 
+/* json_validate for a text that must fit on one line: a raw LF or CR is
+ * refused everywhere (inside a string it is a control character anyway;
+ * here it is not whitespace either), in the same single pass. */
+int json_validate_line(const char *text, size_t len, int max_depth,
+                       struct err *err);
+
 /* Navigation. Indices are token indices; -1 = none. Only tokenized values
  * are reachable: children of a value deeper than tok_depth are not. */
 int json_obj_get(const struct json_doc *d, int obj, const char *key);

@@ -19,6 +19,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -810,28 +811,33 @@ static char *lake_dup(const char *p, size_t n)
     return s;
 }
 
+/* Frees the owned pointer at byte offset off inside each of the n items
+ * (size bytes each) of the array v, then v: the arrays of windows and of
+ * the fold whose items own one string (off 0 and size sizeof(char *) for
+ * an array of strings). */
+static void lake_free_items(void *v, size_t n, size_t size, size_t off)
+{
+    const char *p = v;
+
+    for (size_t i = 0; i < n; i++) {
+        void *owned;
+
+        memcpy(&owned, p + i * size + off, sizeof(owned));
+        free(owned);
+    }
+    free(v);
+}
+
 static void lake_window_clear(struct lake_window *w)
 {
-    for (size_t i = 0; i < w->n_keys; i++) {
-        free(w->keys[i]);
-    }
-    for (size_t i = 0; i < w->n_runs; i++) {
-        free(w->runs[i].partition);
-    }
-    for (size_t i = 0; i < w->n_pos; i++) {
-        free(w->pos[i].partition);
-    }
-    for (size_t i = 0; i < w->n_lost; i++) {
-        free(w->lost[i].partition);
-    }
-    for (size_t i = 0; i < w->n_violations; i++) {
-        free(w->violations[i]);
-    }
-    free(w->keys);
-    free(w->runs);
-    free(w->pos);
-    free(w->lost);
-    free(w->violations);
+    lake_free_items(w->keys, w->n_keys, sizeof(*w->keys), 0);
+    lake_free_items(w->runs, w->n_runs, sizeof(*w->runs),
+                    offsetof(struct lake_run, partition));
+    lake_free_items(w->pos, w->n_pos, sizeof(*w->pos),
+                    offsetof(struct lake_pos, partition));
+    lake_free_items(w->lost, w->n_lost, sizeof(*w->lost),
+                    offsetof(struct lake_lost, partition));
+    lake_free_items(w->violations, w->n_violations, sizeof(*w->violations), 0);
     memset(w, 0, sizeof(*w));
 }
 
@@ -2292,21 +2298,14 @@ static void lake_fold_free(struct lake_fold *f)
         free(f->parts[i]->name);
         free(f->parts[i]);
     }
-    for (size_t i = 0; i < f->n_gaps; i++) {
-        free(f->gaps[i].where);
-    }
-    for (size_t i = 0; i < f->n_lost; i++) {
-        free(f->lost[i].partition);
-    }
-    for (size_t i = 0; i < f->n_violations; i++) {
-        free(f->violations[i]);
-    }
     free(f->parts);
-    free(f->gaps);
-    free(f->lost);
+    lake_free_items(f->gaps, f->n_gaps, sizeof(*f->gaps),
+                    offsetof(struct lake_gap, where));
+    lake_free_items(f->lost, f->n_lost, sizeof(*f->lost),
+                    offsetof(struct lake_lost, partition));
+    lake_free_items(f->violations, f->n_violations, sizeof(*f->violations), 0);
     free(f->named);
     free(f->cps);
-    free(f->violations);
     hashtab_free(&f->index);
 }
 

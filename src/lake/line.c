@@ -228,10 +228,8 @@ int lake_line_read(const char *p, size_t n, struct sink_record *r,
     r->offset = off;
     r->txn = (struct slice){scratch->data + tx.at, tx.len};
     r->payload = (struct slice){p + at, n - 1 - at};
-    if (memchr(r->payload.ptr, '\n', r->payload.len) != NULL ||
-        memchr(r->payload.ptr, '\r', r->payload.len) != NULL ||
-        json_validate(r->payload.ptr, r->payload.len, JSON_MAX_DEPTH_DEFAULT,
-                      err) != 0) {
+    if (json_validate_line(r->payload.ptr, r->payload.len,
+                           JSON_MAX_DEPTH_DEFAULT, err) != 0) {
         return err_set(err, ERR_CORRUPT, "payload is not JSON");
     }
     /* (1) in place: printable ASCII without '\\' is what the writer copies

@@ -1,7 +1,8 @@
 /* Fuzz target for the JSON scanner: arbitrary bytes must never crash or
  * leak; json_validate and json_parse (with full and shallow tokens) must
- * agree; every token's span lies inside the input and starts with the byte
- * its type implies; unescaped strings and escaped output stay valid JSON. */
+ * agree, and json_validate_line with them when there is no raw LF or CR; every
+ * token's span lies inside the input and starts with the byte its type implies;
+ * unescaped strings and escaped output stay valid JSON. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +54,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int p = json_parse(&d, s, size, &full, &err);
 
     ASSERT((v == 0) == (p == 0));
+    /* on one line: the same verdict, and no raw LF or CR at all */
+    ASSERT((json_validate_line(s, size, 64, &err) == 0) ==
+           (v == 0 && memchr(s, '\n', size) == NULL &&
+            memchr(s, '\r', size) == NULL));
     if (p == 0) {
         check_tokens(&d, size);
         json_doc_free(&d);

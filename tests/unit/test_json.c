@@ -116,7 +116,30 @@ TEST(nul_bytes_outside_and_inside_strings_are_rejected)
     EXPECT(json_validate("\"a\\u0000b\"", 10, 8, &err) == 0);
 }
 
-/* A stop byte anywhere in a long string (the scan takes 8 bytes at a
+/* json_validate_line: a raw LF or CR is whitespace to json_validate but
+ * refused on one line; the rest of the grammar is the same. */
+TEST(validate_line_refuses_a_raw_lf_or_cr_between_tokens)
+{
+    static const char *const cut[] = {"[1,\n2]", "{\"a\":\r1}", "\n1", "1\r",
+                                      "[\r\n]"};
+    static const char *const ok[] = {"[1,\t2]", "{ \"a\" : 1 }", "\"\\n\\r\"",
+                                     " 1 "};
+    struct err err;
+
+    for (size_t i = 0; i < ARRAY_LEN(cut); i++) {
+        const char *s = cut[i];
+
+        EXPECT_EQ_I64(json_validate(s, strlen(s), 8, &err), 0);
+        EXPECT(json_validate_line(s, strlen(s), 8, &err) != 0);
+    }
+    for (size_t i = 0; i < ARRAY_LEN(ok); i++) {
+        EXPECT_EQ_I64(json_validate_line(ok[i], strlen(ok[i]), 8, &err), 0);
+    }
+    EXPECT(json_validate_line("[\"a\nb\"]", 7, 8, &err) != 0);
+    EXPECT(json_validate_line("[1,]", 4, 8, &err) != 0);
+}
+
+/* A stop byte anywhere in a long string (the scan takes 8 or 16 bytes at a
  * time) is found: at every position, each kind of byte is judged as in a
  * short string. */
 TEST(a_stop_byte_at_any_position_of_a_long_string_is_seen)

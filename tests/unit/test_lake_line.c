@@ -1,5 +1,6 @@
 /* lake_line_parse (src/lake/line.h): the sink's own lines are read back,
  * and anything its writer would not have written is refused. */
+#include <stdio.h>
 #include <string.h>
 
 #include "harness.h"
@@ -86,6 +87,41 @@ TEST(what_the_writer_would_not_write_is_refused)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         EXPECT_EQ_I64(parse(bad[i], &r, &scratch, &err), ERR_CORRUPT);
     }
+    buf_free(&scratch);
+}
+
+/* The payload is one JSON text on the line: a raw LF or CR in it is
+ * refused even where JSON would take it as whitespace (the writer makes
+ * them spaces), with or without a memo. */
+TEST(a_raw_lf_or_cr_in_the_payload_is_refused)
+{
+    static const char *const ws[] = {"\r", "\n", "\r\n"};
+    char line[256];
+    struct buf scratch;
+    struct sink_record r;
+    struct lake_line_memo memo;
+    struct err err;
+
+    buf_init(&scratch, BUF_UNLIMITED);
+    memset(&memo, 0, sizeof(memo));
+    for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++) {
+        int n = snprintf(line, sizeof(line),
+                         "{\"partition\":\"p\",\"offset\":1,\"transactionId\""
+                         ":\"t\",\"ts\":\"2026-09-04T10:03:41.918204Z\","
+                         "\"payload\":[1,%s2]}",
+                         ws[i]);
+
+        EXPECT_EQ_I64(
+            lake_line_read(line, (size_t)n, &r, &scratch, &memo, &err),
+            ERR_CORRUPT);
+        EXPECT_EQ_I64(lake_line_parse(line, (size_t)n, &r, &scratch, &err),
+                      ERR_CORRUPT);
+    }
+    EXPECT_EQ_I64(parse("{\"partition\":\"p\",\"offset\":1,\"transactionId\""
+                        ":\"t\",\"ts\":\"2026-09-04T10:03:41.918204Z\","
+                        "\"payload\":[1,\t 2]}",
+                        &r, &scratch, &err),
+                  0);
     buf_free(&scratch);
 }
 
