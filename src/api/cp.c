@@ -708,24 +708,34 @@ static void cp_ops_fix(struct cp_ops *o)
     }
 }
 
-static void cp_tenant_removed(struct cp_call *c, const struct kv_answer *ans)
+/* The last batch of a DELETE applied: answer 200 {kind: slug, "removed":
+ * true}, with "clusters": c->n_removed when has_clusters (a tenant's). */
+static void cp_answer_removed(struct cp_call *c, const char *kind,
+                              const char *slug, bool has_clusters)
 {
     struct jw w;
     struct err err;
 
-    UNUSED(ans);
     buf_reset(&c->out);
     jw_init(&w, &c->out);
     jw_obj_begin(&w);
-    jw_key(&w, "tenant");
-    jw_cstr(&w, c->slug);
+    jw_key(&w, kind);
+    jw_cstr(&w, slug);
     jw_key(&w, "removed");
     jw_bool(&w, true);
-    jw_key(&w, "clusters");
-    jw_u64(&w, c->n_removed);
+    if (has_clusters) {
+        jw_key(&w, "clusters");
+        jw_u64(&w, c->n_removed);
+    }
     jw_obj_end(&w);
     ASSERT(jw_finish(&w, &err) == 0);
     cp_answer(c, 200);
+}
+
+static void cp_tenant_removed(struct cp_call *c, const struct kv_answer *ans)
+{
+    UNUSED(ans);
+    cp_answer_removed(c, "tenant", c->slug, true);
 }
 
 /* The crash test's fault point: the deleting mark applied, nothing
@@ -1032,20 +1042,8 @@ static void cp_handle_cluster_status(struct http_req *req, void *arg)
 
 static void cp_cluster_removed(struct cp_call *c, const struct kv_answer *ans)
 {
-    struct jw w;
-    struct err err;
-
     UNUSED(ans);
-    buf_reset(&c->out);
-    jw_init(&w, &c->out);
-    jw_obj_begin(&w);
-    jw_key(&w, "cluster");
-    jw_cstr(&w, c->cl.slug);
-    jw_key(&w, "removed");
-    jw_bool(&w, true);
-    jw_obj_end(&w);
-    ASSERT(jw_finish(&w, &err) == 0);
-    cp_answer(c, 200);
+    cp_answer_removed(c, "cluster", c->cl.slug, false);
 }
 
 static void cp_cluster_marked(struct cp_call *c, const struct kv_answer *ans)
