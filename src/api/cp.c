@@ -239,14 +239,48 @@ static bool cp_body_str(const struct json_doc *d, const char *key, char *out,
     return is_ok;
 }
 
+/* Answer 400: what (a body member, a part of the path) is no slug. */
+static void cp_fail_slug(struct cp_call *c, const char *what)
+{
+    cp_fail(c, 400, "invalid",
+            "%s must be a slug: 1 to %d characters of a-z, 0-9 and '-'", what,
+            CP_SLUG_MAX);
+}
+
 /* A slug member: false after answering 400. */
 static bool cp_body_slug(struct cp_call *c, const struct json_doc *d,
                          const char *key, char *out)
 {
     if (!cp_body_str(d, key, out, CP_SLUG_MAX + 1) || !cp_slug_valid(out)) {
-        cp_fail(c, 400, "invalid",
-                "%s must be a slug: 1 to %d characters of a-z, 0-9 and '-'",
-                key, CP_SLUG_MAX);
+        cp_fail_slug(c, key);
+        return false;
+    }
+    return true;
+}
+
+/* The route parameter name, whole, into out[cap]: false when the route has
+ * none, when it holds a NUL (decoded from %00) or when it does not fit. A
+ * parameter is never cut: a cut one could name another row. */
+static bool cp_param(const struct cp_call *c, const char *name, char *out,
+                     size_t cap)
+{
+    struct slice v;
+
+    if (!http_req_param_slice(c->req, name, &v) || v.len >= cap ||
+        (v.len > 0 && memchr(v.ptr, '\0', v.len) != NULL)) {
+        return false;
+    }
+    memcpy(out, v.len > 0 ? v.ptr : "", v.len);
+    out[v.len] = '\0';
+    return true;
+}
+
+/* The tenant route's :slug into c->slug: false after answering 400. */
+static bool cp_param_slug(struct cp_call *c)
+{
+    if (!cp_param(c, "slug", c->slug, sizeof(c->slug)) ||
+        !cp_slug_valid(c->slug)) {
+        cp_fail_slug(c, "the tenant in the path");
         return false;
     }
     return true;
@@ -367,8 +401,8 @@ static int cp_row_patch(struct slice raw, const char *status, bool set_deleting,
     return jw_finish(&w, err);
 }
 
-/* The tenant row of slug: 0 with id, raw row and version; ERR_NOT_FOUND;
- * or a store error. */
+/* The tenant row of slug (a valid one: the caller checked it): 0 with id,
+ * raw row and version; ERR_NOT_FOUND; or a store error. */
 static int cp_tenant_find(struct store *s, const char *slug, char id[37],
                           struct buf *row, uint64_t *version, struct err *err)
 {
@@ -377,6 +411,7 @@ static int cp_tenant_find(struct store *s, const char *slug, char id[37],
     struct json_doc d = {0};
     int rc;
 
+    ASSERT(cp_slug_valid(slug));
     snprintf(key, sizeof(key), "slug:%s", slug);
     rc = cp_row_get(s, CP_NS_TENANTS, key, row, version, err);
     found = *version != 0;
@@ -459,14 +494,22 @@ static void cp_answer_cluster(struct cp_call *c, int status,
 
 bool cp_call_cluster(struct cp_call *c, const char *param)
 {
-    const char *v = http_req_param(c->req, param);
+    char v[CP_SLUG_MAX + 1]; /* a slug, or an id (CP_ID_LEN is shorter) */
     struct err err;
     int rc;
 
-    rc = cp_cluster_find(c->cp->a->store, v != NULL ? v : "", &c->cl, &err);
+    if (!cp_param(c, param, v, sizeof(v)) ||
+        !(cp_slug_valid(v) || cp_id_valid(v))) {
+        cp_fail(c, 400, "invalid",
+                "the cluster in the path must be its id or its slug (1 to %d "
+                "characters of a-z, 0-9 and '-')",
+                CP_SLUG_MAX);
+        return false;
+    }
+    rc = cp_cluster_find(c->cp->a->store, v, &c->cl, &err);
     if (rc == ERR_NOT_FOUND) {
         cp_fail(c, 404, "cluster_unknown", "no cluster has the id or slug %s",
-                v != NULL ? v : "");
+                v);
         return false;
     }
     if (rc != 0) {
@@ -570,14 +613,13 @@ static void cp_tenant_status_done(struct cp_call *c,
     cp_answer(c, 200);
 }
 
-/* Rewrite the row of the tenant found by slug with status st (or with
- * deleting set when st is NULL), then done. A status change of a tenant
- * being deleted answers 409; a repeated mark goes through, so a second
- * DELETE finishes the first. The 404 names the route's :slug as sent. */
-static void cp_tenant_rewrite(struct cp_call *c, const char *slug,
-                              const char *st, cp_done_fn done)
+/* Rewrite the row of the tenant c->slug (the route's :slug, checked whole)
+ * with status st (or with deleting set when st is NULL), then done. A
+ * status change of a tenant being deleted answers 409; a repeated mark goes
+ * through, so a second DELETE finishes the first. */
+static void cp_tenant_rewrite(struct cp_call *c, const char *st,
+                              cp_done_fn done)
 {
-    const char *sent = http_req_param(c->req, "slug");
     struct buf row;
     struct err err;
     uint64_t version;
@@ -585,10 +627,10 @@ static void cp_tenant_rewrite(struct cp_call *c, const char *slug,
     int rc;
 
     buf_init(&row, BUF_UNLIMITED);
-    rc = cp_tenant_find(c->cp->a->store, slug, c->id, &row, &version, &err);
+    rc = cp_tenant_find(c->cp->a->store, c->slug, c->id, &row, &version, &err);
     if (rc == 0 && st != NULL && cp_row_deleting(&row)) {
         buf_free(&row);
-        cp_fail(c, 409, "deleting", "tenant %s is being deleted", sent);
+        cp_fail(c, 409, "deleting", "tenant %s is being deleted", c->slug);
         return;
     }
     if (rc == 0) {
@@ -598,7 +640,7 @@ static void cp_tenant_rewrite(struct cp_call *c, const char *slug,
     }
     buf_free(&row);
     if (rc == ERR_NOT_FOUND) {
-        cp_fail(c, 404, "tenant_unknown", "no tenant has the slug %s", sent);
+        cp_fail(c, 404, "tenant_unknown", "no tenant has the slug %s", c->slug);
         return;
     }
     if (rc != 0) {
@@ -618,9 +660,8 @@ static void cp_run_tenant_status(struct cp_call *c)
 {
     enum cp_status st = CP_ACTIVE;
 
-    if (cp_body_status(c, &st)) {
-        cp_tenant_rewrite(c, http_req_param(c->req, "slug"), cp_status_name(st),
-                          cp_tenant_status_done);
+    if (cp_param_slug(c) && cp_body_status(c, &st)) {
+        cp_tenant_rewrite(c, cp_status_name(st), cp_tenant_status_done);
     }
 }
 
@@ -667,24 +708,34 @@ static void cp_ops_fix(struct cp_ops *o)
     }
 }
 
-static void cp_tenant_removed(struct cp_call *c, const struct kv_answer *ans)
+/* The last batch of a DELETE applied: answer 200 {kind: slug, "removed":
+ * true}, with "clusters": c->n_removed when has_clusters (a tenant's). */
+static void cp_answer_removed(struct cp_call *c, const char *kind,
+                              const char *slug, bool has_clusters)
 {
     struct jw w;
     struct err err;
 
-    UNUSED(ans);
     buf_reset(&c->out);
     jw_init(&w, &c->out);
     jw_obj_begin(&w);
-    jw_key(&w, "tenant");
-    jw_cstr(&w, c->slug);
+    jw_key(&w, kind);
+    jw_cstr(&w, slug);
     jw_key(&w, "removed");
     jw_bool(&w, true);
-    jw_key(&w, "clusters");
-    jw_u64(&w, c->n_removed);
+    if (has_clusters) {
+        jw_key(&w, "clusters");
+        jw_u64(&w, c->n_removed);
+    }
     jw_obj_end(&w);
     ASSERT(jw_finish(&w, &err) == 0);
     cp_answer(c, 200);
+}
+
+static void cp_tenant_removed(struct cp_call *c, const struct kv_answer *ans)
+{
+    UNUSED(ans);
+    cp_answer_removed(c, "tenant", c->slug, true);
 }
 
 /* The crash test's fault point: the deleting mark applied, nothing
@@ -731,10 +782,9 @@ static void cp_tenant_marked(struct cp_call *c, const struct kv_answer *ans)
 
 static void cp_run_tenant_delete(struct cp_call *c)
 {
-    const char *slug = http_req_param(c->req, "slug");
-
-    snprintf(c->slug, sizeof(c->slug), "%.64s", slug != NULL ? slug : "");
-    cp_tenant_rewrite(c, c->slug, NULL, cp_tenant_marked);
+    if (cp_param_slug(c)) {
+        cp_tenant_rewrite(c, NULL, cp_tenant_marked);
+    }
 }
 
 static void cp_handle_tenant_delete(struct http_req *req, void *arg)
@@ -992,20 +1042,8 @@ static void cp_handle_cluster_status(struct http_req *req, void *arg)
 
 static void cp_cluster_removed(struct cp_call *c, const struct kv_answer *ans)
 {
-    struct jw w;
-    struct err err;
-
     UNUSED(ans);
-    buf_reset(&c->out);
-    jw_init(&w, &c->out);
-    jw_obj_begin(&w);
-    jw_key(&w, "cluster");
-    jw_cstr(&w, c->cl.slug);
-    jw_key(&w, "removed");
-    jw_bool(&w, true);
-    jw_obj_end(&w);
-    ASSERT(jw_finish(&w, &err) == 0);
-    cp_answer(c, 200);
+    cp_answer_removed(c, "cluster", c->cl.slug, false);
 }
 
 static void cp_cluster_marked(struct cp_call *c, const struct kv_answer *ans)

@@ -131,8 +131,9 @@ void cp_fail_err(struct cp_call *c, const struct err *err);
 /* Answer 200/201 with c->out as the body and free c. */
 void cp_answer(struct cp_call *c, int status);
 /* Find the cluster named by the route parameter param (its id or its
- * slug) into c->cl. False after answering (404 cluster_unknown, or a store
- * error) and freeing c. */
+ * slug, checked whole before any lookup: never cut) into c->cl. False
+ * after answering (400 invalid when it is neither, 404 cluster_unknown, or
+ * a store error) and freeing c. */
 bool cp_call_cluster(struct cp_call *c, const char *param);
 
 /* KV ops of the proxy tenant's rows (every write is forever). */

@@ -129,6 +129,13 @@ static bool cp_uuid_parse(const char *s, size_t n, uint8_t out[16])
     return true;
 }
 
+bool cp_id_valid(const char *s)
+{
+    uint8_t raw[16];
+
+    return cp_uuid_parse(s, strlen(s), raw);
+}
+
 /* ---- reading rows ---- */
 
 int cp_row_get(struct store *s, const char *ns, const char *key,

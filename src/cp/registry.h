@@ -80,6 +80,9 @@ bool cp_status_parse(const char *s, enum cp_status *out);
 
 /* Whether s is a slug: 1 to CP_SLUG_MAX of [a-z0-9-]. */
 bool cp_slug_valid(const char *s);
+/* Whether s is an id: a UUID's 8-4-4-4-12 hex text (either case), what
+ * cp_cluster_find takes besides a slug. */
+bool cp_id_valid(const char *s);
 
 /* ---- raw rows (for the cp routes, api/cp.c) ---- */
 

@@ -218,6 +218,57 @@ def test_clusters_and_tenants_are_created_once_and_found(broker_factory):
         "globex"
 
 
+def test_a_path_name_past_its_limit_is_refused_not_cut(broker_factory):
+    """A :slug or :id of the path that is no slug (too long, a byte
+    outside a-z0-9-, a decoded NUL) answers 400 like the same slug in a
+    create's body; it never reaches, and so never changes, the tenant or
+    cluster whose slug it starts with."""
+    node = broker_factory(env=s3_env())
+    t64 = "t" * 63 + "1"
+    c64 = "c" * 63 + "1"
+    c = make_cluster(node, t64, c64)
+    st, s3 = put_s3(node, c64, dict(S3_BODY, secretKey=SECRET))
+    assert st == 200, s3
+    st, tenants = cp(node, "GET", "/api/cp/tenants")
+    assert st == 200 and [t["slug"] for t in tenants["tenants"]] == [t64]
+    active = {"status": "active"}
+    blocked = {"status": "suspended"}
+    for bad in (t64 + "x", t64 + "-" * 40, t64 + "%00", t64 + "%00x",
+                t64[:10] + "%00" + t64[10:]):
+        for method, path, body in (
+                ("DELETE", "/api/cp/tenants/%s", None),
+                ("PUT", "/api/cp/tenants/%s/status", blocked)):
+            msg = error_of(cp(node, method, path % bad, body), 400,
+                           "invalid")
+            assert "slug" in msg, (method, path, msg)
+    for bad in (c64 + "x", c64 + "-" * 40, c64 + "%00", c64 + "%00x",
+                c["id"] + "%00", c["id"].upper() + "%00x", "Acme"):
+        for method, path, body in (
+                ("GET", "/api/cp/clusters/%s", None),
+                ("DELETE", "/api/cp/clusters/%s", None),
+                ("PUT", "/api/cp/clusters/%s/status", blocked),
+                ("POST", "/api/cp/clusters/%s/configure", {"queue": "q"}),
+                ("PUT", "/api/cp/clusters/%s/s3",
+                 dict(S3_BODY, bucket="other")),
+                ("GET", "/api/cp/clusters/%s/s3", None),
+                ("DELETE", "/api/cp/clusters/%s/s3", None)):
+            msg = error_of(cp(node, method, path % bad, body), 400,
+                           "invalid")
+            assert "slug" in msg, (method, path, msg)
+    # Nothing changed: the same tenant, cluster and sink rows.
+    assert cp(node, "GET", "/api/cp/tenants") == (200, tenants)
+    assert cp(node, "GET", "/api/cp/clusters/" + c64) == (200, c)
+    assert cp(node, "GET", "/api/cp/clusters/" + c["id"].upper()) == (200, c)
+    assert cp(node, "GET", "/api/cp/clusters/%s/s3" % c64) == (200, s3)
+    # A name within the rules still answers 404 when nobody has it.
+    error_of(cp(node, "DELETE", "/api/cp/tenants/" + t64[:63]), 404,
+             "tenant_unknown")
+    error_of(cp(node, "PUT", "/api/cp/tenants/%s/status" % t64[:63],
+                active), 404, "tenant_unknown")
+    error_of(cp(node, "GET", "/api/cp/clusters/" + c64[:63]), 404,
+             "cluster_unknown")
+
+
 def test_configure_lands_in_the_clusters_broker_tenant(broker_factory):
     node = broker_factory(env=cp_env())
     c = make_cluster(node, "acme", "acme-main")

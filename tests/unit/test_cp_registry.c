@@ -108,6 +108,13 @@ TEST(status_names_and_slugs)
                          "aaaaaaaaaaa")); /* 64 */
     EXPECT(!cp_slug_valid("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
                           "aaaaaaaaaaaaa")); /* 65 */
+    EXPECT(cp_id_valid(CL_1));
+    EXPECT(cp_id_valid("0190CCCC-0000-7000-8000-00000000000A"));
+    EXPECT(!cp_id_valid(CL_1 "0"));
+    EXPECT(!cp_id_valid("0190cccc-0000-7000-8000-00000000000"));
+    EXPECT(!cp_id_valid("0190cccc00000-7000-8000-000000000001"));
+    EXPECT(!cp_id_valid("0190cccg-0000-7000-8000-000000000001"));
+    EXPECT(!cp_id_valid(""));
 }
 
 TEST(merged_status_is_the_worse_of_the_two)
