@@ -64,7 +64,9 @@ struct jsonl_writer {
     int64_t last_ts;
     uint64_t records;
     uint64_t plain_bytes;
-    struct ts_cache ts; /* the stamp text of the last line's second */
+    struct ts_cache ts;      /* the stamp text of the last line's second */
+    uint64_t (*clock)(void); /* NULL: compression is not timed */
+    uint64_t *clock_ns;
 };
 
 int jsonl_codec_parse(const char *name, enum jsonl_codec *out, struct err *err)
@@ -479,14 +481,26 @@ static int jsonl_gzip(struct jsonl_writer *w, const char *p, size_t n, bool end,
     return 0;
 }
 
+void jsonl_writer_time(struct jsonl_writer *w, uint64_t (*clock)(void),
+                       uint64_t *ns)
+{
+    w->clock = clock;
+    w->clock_ns = ns;
+}
+
 static int jsonl_flush_stage(struct jsonl_writer *w, bool end, struct err *err)
 {
+    uint64_t t0 = w->clock != NULL ? w->clock() : 0;
     int rc;
 
     if (w->codec == JSONL_ZSTD) {
         rc = jsonl_zstd(w, w->stage.data, w->stage.len, end, err);
     } else {
         rc = jsonl_gzip(w, w->stage.data, w->stage.len, end, err);
+    }
+    if (w->clock != NULL) {
+        uint64_t t1 = w->clock();
+        *w->clock_ns += t1 > t0 ? t1 - t0 : 0;
     }
     buf_reset(&w->stage);
     if (rc != 0) {
