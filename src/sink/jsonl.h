@@ -9,7 +9,7 @@
  * text verbatim except that every raw CR and LF byte becomes one space, and
  * `null` for an empty payload.
  *
- * Compression is streamed: lines gather in a 1 MiB staging buffer that is
+ * Compression is streamed: lines gather in a 256 KiB staging buffer that is
  * fed to the compressor, so a 128 MiB window never exists twice in plain
  * text. zstd: one frame, level 3. gzip: deflate level 6 with a header whose
  * MTIME is 0 and OS byte 255, no name or comment (deterministic). none: the
