@@ -145,6 +145,22 @@ def settle_lake(node, reader, queue, n):
         "%d records of %s in the lake" % (n, queue), interval=0.3)
 
 
+def backlog_then_sink(node, batches):
+    """Push each batch of items with the sink off (the node runs with
+    QUEEN_S3_EMBEDDED=false), then restart the node with the sink on, so it
+    catches up from a backlog. Returns the acked records."""
+    acked = []
+    for items in batches:
+        resp = node.request("POST", "/api/v1/push",
+                            body=lake.push_body(items), timeout=120)
+        assert resp.status == 201, resp
+        acked += lake.acked_from_push(items, resp.json())
+    node.extra_env["QUEEN_S3_EMBEDDED"] = "true"
+    assert node.stop() == 0
+    node.start()
+    return acked
+
+
 def committed(node, queue):
     return (sink_row(node, queue) or {}).get("windowsCommitted", 0)
 
@@ -298,19 +314,10 @@ def test_window_histograms_count_each_window_with_its_own_size(
     (= records_written_total and bytes_written_total)."""
     node = sink_node({"QUEEN_S3_EMBEDDED": "false", "QUEEN_S3_TARGET_MB": "1",
                       "QUEEN_S3_COMPRESSION": "none"})
-    acked = []
-    for r in range(8):
-        items = [{"queue": "orders", "partition": "p-%d" % (i % 3),
-                  "payload": b'"%s"' % (b"%02d" % (r * 10 + i) *
-                                            (12000 + 2500 * r))}
-                 for i in range(10)]
-        resp = node.request("POST", "/api/v1/push",
-                            body=lake.push_body(items))
-        assert resp.status == 201, resp
-        acked += lake.acked_from_push(items, resp.json())
-    node.extra_env["QUEEN_S3_EMBEDDED"] = "true"
-    assert node.stop() == 0
-    node.start()
+    acked = backlog_then_sink(node, (
+        [{"queue": "orders", "partition": "p-%d" % (i % 3),
+          "payload": b'"%s"' % (b"%02d" % (r * 10 + i) * (12000 + 2500 * r))}
+         for i in range(10)] for r in range(8)))
     reader = lake.bucket_reader(bucket)
     got = lake.wait_queue(reader, PREFIX, TENANT, "orders", acked,
                           timeout=90, compression="none", align="none",
@@ -372,21 +379,13 @@ def test_stage_cpu_counters_move_and_add_up_to_the_sink_threads(
     their CPU (in /proc's ticks, give or take), and all stages together stay
     within the process's CPU."""
     node = sink_node({"QUEEN_S3_EMBEDDED": "false", "QUEEN_S3_TARGET_MB": "1"})
-    acked = []
-    for r in range(8):
-        items = [{"queue": "orders", "partition": "p-%d" % (i % 4),
-                  "payload": json.dumps({
-                      "event": "view", "round": r, "i": i,
-                      "sku": "sku-%06d" % (i * 7919 % 100000),
-                      "note": "x%d" % (i * 31 % 997) * 40}).encode()}
-                 for i in range(4000)]
-        resp = node.request("POST", "/api/v1/push",
-                            body=lake.push_body(items), timeout=120)
-        assert resp.status == 201, resp
-        acked += lake.acked_from_push(items, resp.json())
-    node.extra_env["QUEEN_S3_EMBEDDED"] = "true"
-    assert node.stop() == 0
-    node.start()
+    acked = backlog_then_sink(node, (
+        [{"queue": "orders", "partition": "p-%d" % (i % 4),
+          "payload": json.dumps({
+              "event": "view", "round": r, "i": i,
+              "sku": "sku-%06d" % (i * 7919 % 100000),
+              "note": "x%d" % (i * 31 % 997) * 40}).encode()}
+         for i in range(4000)] for r in range(8)))
     reader = lake.bucket_reader(bucket)
     lake.wait_queue(reader, PREFIX, TENANT, "orders", acked, timeout=120,
                     compression="zstd", align="none", broker=node)
