@@ -4,7 +4,6 @@ environment with the sink's default window settings, the run's temp dir,
 test bucket and node with their cleanup, and the broker's log stamps.
 Never a test: the benches only print."""
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -14,6 +13,7 @@ sys.path[:0] = [os.path.join(ROOT, "tests", "integration"),
                 os.path.join(ROOT, "tests", "bucket"),
                 os.path.join(ROOT, "tests", "e2e")]
 import lake  # noqa: E402
+import loglines  # noqa: E402
 from bucket import TestBucket  # noqa: E402
 from queenproc import Broker  # noqa: E402
 from sinkenv import sink_env  # noqa: E402
@@ -23,8 +23,18 @@ TEST_ONLY = ("QUEEN_S3_ALIGN", "QUEEN_S3_DISCOVERY_INTERVAL_MS",
              "QUEEN_S3_SAFE_GUARD_MS", "QUEEN_S3_LEASE_TTL_MS",
              "QUEEN_S3_SHUTDOWN_GRACE_MS", "QUEEN_S3_CHECKPOINT_EVERY")
 
-COMMIT_RE = re.compile(r"^(\S+) INFO sink: window committed queue=(\S+) "
-                       r"k=(\d+) records=(\d+)")
+
+
+def log_lines(stderr_text):
+    """The broker's log lines (logfmt, src/base/log.h) as dicts; a line
+    that is not logfmt (none should be) is skipped."""
+    out = []
+    for line in stderr_text.splitlines():
+        try:
+            out.append(loglines.parse_logfmt(line))
+        except (ValueError, KeyError, IndexError):
+            continue
+    return out
 
 
 def bench_env(bucket, **over):
@@ -73,8 +83,7 @@ def iso_s(text):
 def commit_times(stderr_text, queue):
     """k -> wall seconds of the broker's "window committed" line."""
     out = {}
-    for line in stderr_text.splitlines():
-        m = COMMIT_RE.match(line)
-        if m and m.group(2) == queue:
-            out[int(m.group(3))] = iso_s(m.group(1))
+    for r in log_lines(stderr_text):
+        if r.get("msg") == "window committed" and r.get("queue") == queue:
+            out[int(r["k"])] = iso_s(r["ts"])
     return out

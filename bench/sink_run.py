@@ -30,7 +30,18 @@ threads, zstd's worker among them, plus the helper threads that exited
 meanwhile: one uploader per window) and of the whole process.  The summary
 prints medians (and ranges) over the rounds: sink MB/s, each peer's MB/s,
 the per-round ratios to each peer (the goal: sink / zstd on one core >=
-0.5), the CPU ratio and the bucket's share; then the load average.  With
+0.8), the CPU ratio and the bucket's share; then the load average.
+Per round and as medians it also prints where the sink's CPU went, from
+the sink's own counters (queen_s3_stage_cpu_seconds_total of /metrics,
+docs/design/observability.md §2) between the sink's start and its last
+commit: CPU-us per record and share of each stage (read, merge, format,
+compress, sha256, upload, rest), beside zstd one core's CPU-us per record
+over the same bytes, and what every stage but compress costs as a
+multiple of that floor (the goal: at most 0.25).  Reads run ahead of the
+commits (into the tail window, which is not counted), so read and merge
+are per record read (/status s3.stages.recordsRead), the others per
+record committed (a window built ahead while the one before goes up
+makes those a little high).  With
 BENCH_SINK_PERF=FILE the first round's sink phase runs under `perf record`
 into FILE; with BENCH_SINK_STDERR=FILE the first round's node log is copied
 to FILE.
@@ -47,7 +58,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import corpus  # noqa: E402
 from sink_common import (BenchRun, bench_env, commit_times,  # noqa: E402
-                         iso_s)
+                         iso_s, log_lines)
 import lake  # noqa: E402  (sink_common put tests/ on sys.path)
 from sinkenv import PREFIX, TENANT, kv_get  # noqa: E402
 
@@ -138,16 +149,37 @@ def sink_cpu(at_start, now):
     return now[0] + now[1] - at_start[1], now[2]
 
 
+STAGES = ("read", "merge", "format", "compress", "sha256", "upload", "rest")
+STAGE_FAMILY = "queen_s3_stage_cpu_seconds_total"
+
+
+# Stages whose work runs ahead of the commits, with the reads: their cost
+# per record is over the records read, the others' over those committed.
+READ_AHEAD = ("read", "merge")
+
+
+def stage_seconds(node):
+    """({stage: CPU-s}, records read) of the sink's own counters (/status
+    s3.stages, the same as queen_s3_stage_cpu_seconds_total of /metrics)."""
+    st = node.get("/status").json()["s3"].get("stages")
+    if st is None or set(st["cpuNs"]) != set(STAGES):
+        raise SystemExit("bench/sink: /status lacks the stage counters")
+    return {k: v / 1e9 for k, v in st["cpuNs"].items()}, st["recordsRead"]
+
+
 def watch(node, total, quiet=QUIET_S):
     """Poll /status until every record is committed, or until no commit
     for `quiet` s (FIRST_S before the first one): the tail window (under
     target MB) only closes by age, maxWindowMs (300 s) of log clock later,
     and is not counted.  Returns (records committed, monotonic times of the
     first and last commits, CPU seconds (sink, whole process) at the last
-    commit)."""
+    commit, the sink's stage CPU-s from the start to the last commit)."""
     seen, last, first = 0, time.monotonic(), None
     at_start = cpu_seconds(node.proc.pid)
+    st0, read0 = stage_seconds(node)
     cpu = (0.0, 0.0)
+    stages = {k: 0.0 for k in STAGES}
+    read = 0
     while seen < total and \
             time.monotonic() - last < (quiet if seen else FIRST_S):
         rows = node.get("/status").json()["s3"]["sinks"][0]["queues"]
@@ -156,22 +188,25 @@ def watch(node, total, quiet=QUIET_S):
             seen, last = n, time.monotonic()
             first = first or last
             cpu = sink_cpu(at_start, cpu_seconds(node.proc.pid))
+            st, n_read = stage_seconds(node)
+            stages = {k: st[k] - st0[k] for k in STAGES}
+            read = n_read - read0
         time.sleep(0.1)
     if seen == 0:
         raise SystemExit("bench/sink: nothing was committed in %.0f s: "
                          "records too few to close a window by size close "
                          "only by age, 300 s later; raise BENCH_SINK_RECORDS"
                          " (300000 commits one window)" % FIRST_S)
-    return seen, first, last, cpu
+    return seen, first, last, cpu, (stages, read)
 
 
 def sink_stamps(log):
     """From the node's info log: the wall time the sink started and those
     of every `window committed` line of the queue."""
     start = None
-    for line in log.splitlines():
-        if "starting the S3 sink in-process" in line:
-            start = iso_s(line.split(" ", 1)[0])
+    for r in log_lines(log):
+        if r.get("msg") == "starting the S3 sink in-process":
+            start = iso_s(r["ts"])
             break
     commits = sorted(commit_times(log, QUEUE).values())
     if start is None or not commits:
@@ -250,7 +285,8 @@ def sink_phase(node, b, total, prefix, first):
             ["perf", "record", "--call-graph", "dwarf", "-F", "250",
              "-q", "-o", os.environ["BENCH_SINK_PERF"], "-p",
              str(node.proc.pid)], stdout=subprocess.DEVNULL)
-    r["committed"], _, last, r["cpu"] = watch(node, total)
+    r["committed"], _, last, r["cpu"], (r["stages"], r["read"]) = \
+        watch(node, total)
     r["from_proc"] = last - t0
     if perf is not None:
         perf.send_signal(2)
@@ -303,6 +339,40 @@ def print_round(i, total, r):
           "whole process %.2f us/record; load %.2f"
           % (", ".join("%.2f" % c for c in r["commits"]), r["from_proc"],
              r["ready"], cpu[0] / n * 1e6, cpu[1] / n * 1e6, r["load"][0]))
+    print("  " + stage_line(r))
+
+
+def stage_us(r, k):
+    """CPU-us per record of stage k: over the records read for READ_AHEAD,
+    else over those committed."""
+    n = r["read"] if k in READ_AHEAD else r["committed"]
+    return r["stages"][k] / max(n, 1) * 1e6
+
+
+def stages_us(r):
+    """The sum of every stage per record (stage_us)."""
+    return sum(stage_us(r, k) for k in STAGES)
+
+
+def stage_line(r):
+    """The sink's stage counters per record, each with its share, beside
+    zstd one core's CPU per record over the same bytes."""
+    total = stages_us(r) or 1e-9
+    other = total - stage_us(r, "compress")
+    return ("stages, CPU-us/record (share): %s; sum %.2f us/record (%d "
+            "records read, %d committed); zstd one core %.2f us/record; "
+            "every stage but compress %.2f us/record = %.2f x zstd one core"
+            % (", ".join("%s %.2f (%.0f%%)" % (k, stage_us(r, k),
+                                                100 * stage_us(r, k) / total)
+                         for k in STAGES),
+               total, r["read"], r["committed"], zstd_us(r), other,
+               other / zstd_us(r)))
+
+
+def zstd_us(r):
+    """CPU-us per committed record of zstd -3 on one core over the
+    round's bytes (the goal's floor)."""
+    return r["peers"][PEERS[0][0]][1] / r["committed"] * 1e6
 
 
 def med(rounds, f, fmt="%.2f"):
@@ -333,13 +403,24 @@ def print_summary(rounds):
     print("%s (for reference: zstd 1.5 overlaps file I/O on extra threads, "
           "so this is more than one core): %s MB/s"
           % (ref, med(rounds, mbps(ref), "%.1f")))
-    print("ratio sink/zstd (one core): %s (goal >= 0.5; median of the "
+    print("ratio sink/zstd (one core): %s (goal >= 0.8; median of the "
           "per-round ratios)" % med(rounds, lambda r: r["ratio"][one]))
     print("ratio sink/zstd -T1: %s" % med(rounds, lambda r: r["ratio"][ref]))
     print("  per CPU-second (zstd one core's CPU / the sink threads' CPU, "
           "which the machine's other load does not move): ratio %s" %
           med(rounds, lambda r: r["peers"][one][1] / r["cpu"][0]
               if r["cpu"][0] else 0))
+    print("stages, median CPU-us/record (share of the sink's stage sum): " +
+          ", ".join("%s %s (%s%%)" % (
+              k, med(rounds, lambda r, k=k: stage_us(r, k)),
+              med(rounds, lambda r, k=k: 100 * stage_us(r, k) /
+                  (stages_us(r) or 1e-9), "%.0f"))
+              for k in STAGES))
+    other = (lambda r: stages_us(r) - stage_us(r, "compress"))
+    print("  beside zstd -3 one core: %s CPU-us/record; the sink's stages "
+          "other than compress: %s us/record, %s x that floor (goal <= 0.25)"
+          % (med(rounds, zstd_us), med(rounds, other),
+             med(rounds, lambda r: other(r) / zstd_us(r))))
     nones = [x for x in (if_none_were(r, one) for r in rounds) if x]
     print("test bucket time (sum of request ms): %s %% of the sink's time "
           "(a window's PUTs run beside the next window's reads, so only "

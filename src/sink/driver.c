@@ -1318,9 +1318,16 @@ static bool do_fetch(struct driver *d, const struct engine_fetch *a)
                                           DRIVER_FETCH_SLICE)) {
             asked += a->entries[j++].max_bytes;
         }
+        uint64_t t0 = stages_begin(d->cfg.stages);
         rc = fetch_slice(d, a, i, j, &ans, &err);
+        stages_end(d->cfg.stages, STAGES_READ, t0);
         if (rc == 0) {
+            for (size_t k = 0; k < ans.n_entries; k++) {
+                stages_add_read(d->cfg.stages, ans.entries[k].n_records);
+            }
+            t0 = stages_begin(d->cfg.stages);
             rc = merge_slice(d, a, i, &ans, &err);
+            stages_end(d->cfg.stages, STAGES_MERGE, t0);
             store_fetch_answer_free(&ans);
             if (rc != 0) {
                 break; /* the engine released the call */
@@ -1752,7 +1759,9 @@ static int put_object(struct driver *d, const char *key, const struct buf *b,
     char why[512];
 
     memset(&r, 0, sizeof(r));
+    uint64_t t0 = stages_begin(d->cfg.stages);
     int rc = s3_client_put(d->s3, &p, &r, &err);
+    stages_end(d->cfg.stages, STAGES_UPLOAD, t0);
     if (rc == 0) {
         return 0;
     }
@@ -2772,7 +2781,9 @@ static int run_round(struct driver *d, int64_t now)
     if (d->pend.kind != PENDING_NONE) {
         return run_pending(d, now);
     }
+    uint64_t t0 = stages_begin(d->cfg.stages);
     engine_next_actions(d->e, &acts);
+    stages_end(d->cfg.stages, STAGES_MERGE, t0);
     if (acts.n == 0) {
         return wait_until(d, now, now + (d->is_draining ? 0 : 10));
     }

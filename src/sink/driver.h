@@ -31,6 +31,7 @@
 
 #include "base/common.h"
 #include "base/err.h"
+#include "sink/stages.h"
 #include "store/kv.h"
 #include "store/store.h"
 
@@ -138,6 +139,9 @@ struct driver_config {
     /* Uniform in [0, 1) for the backoff jitter; NULL = 0.5. */
     double (*random)(void *arg);
     void *random_arg;
+    /* The node's per-stage CPU counters (stages.h), which the driver's
+     * reads, merges, builds and PUTs add to, borrowed; NULL = none. */
+    struct stages *stages;
 };
 
 /* Defaults: sink "default", prefix "queen", jsonl zstd merged, align hour,

@@ -220,6 +220,7 @@ static int host_status(void *arg, struct buf *out, struct err *err)
                  : h->has_env     ? NULL /* the environment sink's */
                                   : "running";
     node.threads = h->node.threads;
+    node.stages = obs_stages(sink_pool_obs(h->pool));
     node.control_plane_error = h->cp_error[0] != '\0' ? h->cp_error : NULL;
     if (h->has_env) {
         ss[k].tenant = h->tenant_text;

@@ -60,11 +60,14 @@ struct jsonl_writer {
     bool broken;   /* an error left the body unusable */
     bool finished; /* finish ran */
     struct buf last_part;
+    struct buf head; /* last_part's line head (part_head) */
     int64_t last_offset;
     int64_t last_ts;
     uint64_t records;
     uint64_t plain_bytes;
-    struct ts_cache ts; /* the stamp text of the last line's second */
+    struct ts_cache ts;      /* the stamp text of the last line's second */
+    uint64_t (*clock)(void); /* NULL: compression is not timed */
+    uint64_t *clock_ns;
 };
 
 int jsonl_codec_parse(const char *name, enum jsonl_codec *out, struct err *err)
@@ -161,6 +164,7 @@ static struct jsonl_writer *writer_new(enum jsonl_codec c, size_t max_bytes,
     buf_init(&w->out, max_bytes == 0 ? BUF_UNLIMITED : max_bytes);
     buf_init(&w->stage, BUF_UNLIMITED);
     buf_init(&w->last_part, BUF_UNLIMITED);
+    buf_init(&w->head, BUF_UNLIMITED);
     if (c == JSONL_ZSTD && z != NULL) {
         w->zc = z->zc;
         ASSERT(!ZSTD_isError(ZSTD_CCtx_reset(w->zc, ZSTD_reset_session_only)));
@@ -212,6 +216,7 @@ void jsonl_writer_free(struct jsonl_writer *w)
     buf_free(&w->out);
     buf_free(&w->stage);
     buf_free(&w->last_part);
+    buf_free(&w->head);
     free(w);
 }
 
@@ -318,36 +323,89 @@ static int jsonl_payload(struct buf *b, struct slice p, struct err *err)
     return 0;
 }
 
-/* One line, with the stamp cache c. */
-static int line_into(struct buf *b, const struct sink_record *r,
-                     struct ts_cache *c, struct err *err)
+/* What every line of one partition starts with, escaped once per
+ * partition rather than once per record: {"partition":<name>,"offset": */
+static int part_head(struct buf *h, struct slice partition, struct err *err)
 {
     static const char k_offset[] = ",\"offset\":";
-    static const char k_txn[] = ",\"transactionId\":";
-    size_t mark = b->len;
-    char mid[96];
-    size_t n = sizeof(k_offset) - 1;
 
-    memcpy(mid, k_offset, n);
-    n += line_i64(mid + n, r->offset);
-    memcpy(mid + n, k_txn, sizeof(k_txn) - 1);
-    n += sizeof(k_txn) - 1;
-    char tail[64] = ",\"ts\":\"";
-    size_t t = 7;
-    line_ts(c, r->ts, tail + t);
-    t += strlen(tail + t);
-    memcpy(tail + t, "\",\"payload\":", 12);
-    t += 12;
-    if (buf_append(b, "{\"partition\":", 13, err) != 0 ||
-        line_string(b, r->partition, err) != 0 ||
-        buf_append(b, mid, n, err) != 0 || line_string(b, r->txn, err) != 0 ||
-        buf_append(b, tail, t, err) != 0 ||
-        jsonl_payload(b, r->payload, err) != 0 ||
-        buf_append(b, "}\n", 2, err) != 0) {
+    buf_reset(h);
+    if (buf_append(h, "{\"partition\":", 13, err) != 0 ||
+        line_string(h, partition, err) != 0 ||
+        buf_append(h, k_offset, sizeof(k_offset) - 1, err) != 0) {
+        return err->code;
+    }
+    return 0;
+}
+
+/* The bytes a line may take at most past its head: the offset, the txn
+ * escaped at worst (6 bytes a byte), the stamp, the payload. */
+static size_t line_room(const struct sink_record *r)
+{
+    return 96 + 6 * r->txn.len + (r->payload.len < 4 ? 4 : r->payload.len);
+}
+
+/* One line after its partition's head, with the stamp cache c, written in
+ * place into the room line_room() reserved at b's end. */
+static int line_write(struct buf *b, struct slice head,
+                      const struct sink_record *r, struct ts_cache *c,
+                      struct err *err)
+{
+    static const char k_txn[] = ",\"transactionId\":";
+    static const char k_ts[] = ",\"ts\":\"";
+    static const char k_payload[] = "\",\"payload\":";
+    char *o = b->data + b->len;
+
+    memcpy(o, head.ptr, head.len);
+    o += head.len;
+    o += line_i64(o, r->offset);
+    memcpy(o, k_txn, sizeof(k_txn) - 1);
+    b->len = (size_t)(o + sizeof(k_txn) - 1 - b->data);
+    /* the txn stays within the room; the stamp's room is checked anyway
+     * (a check, no move), so no escape can make the writes below overrun */
+    if (line_string(b, r->txn, err) != 0 || buf_reserve(b, 64, err) != 0) {
+        return err->code;
+    }
+    o = b->data + b->len;
+    memcpy(o, k_ts, sizeof(k_ts) - 1);
+    o += sizeof(k_ts) - 1;
+    line_ts(c, r->ts, o);
+    o += strlen(o);
+    memcpy(o, k_payload, sizeof(k_payload) - 1);
+    b->len = (size_t)(o + sizeof(k_payload) - 1 - b->data);
+    if (jsonl_payload(b, r->payload, err) != 0) {
+        return err->code;
+    }
+    return buf_append(b, "}\n", 2, err);
+}
+
+/* One line: reserved once, at its worst case, and written in place. Near
+ * b's cap, where that room may not be had although the line fits, the
+ * line is written into a buffer of its own and appended. On an error b is
+ * as it was. */
+static int line_into(struct buf *b, struct slice head,
+                     const struct sink_record *r, struct ts_cache *c,
+                     struct err *err)
+{
+    size_t mark = b->len;
+    size_t room = head.len + line_room(r);
+    int rc;
+
+    if (b->max != BUF_UNLIMITED && (room > b->max || b->len > b->max - room)) {
+        struct buf t;
+        buf_init(&t, BUF_UNLIMITED);
+        rc = buf_reserve(&t, room, err);
+        rc = rc != 0 ? rc : line_write(&t, head, r, c, err);
+        rc = rc != 0 ? rc : buf_append(b, t.data, t.len, err);
+        buf_free(&t);
+        return rc;
+    }
+    if (buf_reserve(b, room, err) != 0) {
+        return err->code;
+    }
+    if (line_write(b, head, r, c, err) != 0) {
         b->len = mark;
-        if (b->data != NULL) {
-            b->data[mark] = '\0';
-        }
+        b->data[mark] = '\0';
         return err->code;
     }
     return 0;
@@ -356,8 +414,14 @@ static int line_into(struct buf *b, const struct sink_record *r,
 int jsonl_line(struct buf *b, const struct sink_record *r, struct err *err)
 {
     struct ts_cache c = {0, {0}};
+    struct buf h;
+    int rc;
 
-    return line_into(b, r, &c, err);
+    buf_init(&h, BUF_UNLIMITED);
+    rc = part_head(&h, r->partition, err);
+    rc = rc != 0 ? rc : line_into(b, buf_slice(&h), r, &c, err);
+    buf_free(&h);
+    return rc;
 }
 
 /* The body grew: ask for huge pages over its new part, so filling it
@@ -387,6 +451,17 @@ int jsonl_writer_expect(struct jsonl_writer *w, size_t bytes, struct err *err)
     }
     if (bytes <= before || bytes <= w->out.len) {
         return 0;
+    }
+    if (w->out.len == 0 && w->out.data != NULL) {
+        /* Nothing is written yet: growing in place would copy the old
+         * allocation's whole capacity into the new one, faulting in every
+         * page it copies to (a quarter of the sink's CPU on a busy queue),
+         * to keep bytes nobody reads. A fresh allocation is touched only
+         * where the body is written. */
+        size_t max = w->out.max;
+        buf_free(&w->out);
+        buf_init(&w->out, max);
+        before = 0;
     }
     if (buf_reserve(&w->out, bytes - w->out.len, err) != 0) {
         return err->code;
@@ -479,14 +554,26 @@ static int jsonl_gzip(struct jsonl_writer *w, const char *p, size_t n, bool end,
     return 0;
 }
 
+void jsonl_writer_time(struct jsonl_writer *w, uint64_t (*clock)(void),
+                       uint64_t *ns)
+{
+    w->clock = clock;
+    w->clock_ns = ns;
+}
+
 static int jsonl_flush_stage(struct jsonl_writer *w, bool end, struct err *err)
 {
+    uint64_t t0 = w->clock != NULL ? w->clock() : 0;
     int rc;
 
     if (w->codec == JSONL_ZSTD) {
         rc = jsonl_zstd(w, w->stage.data, w->stage.len, end, err);
     } else {
         rc = jsonl_gzip(w, w->stage.data, w->stage.len, end, err);
+    }
+    if (w->clock != NULL) {
+        uint64_t t1 = w->clock();
+        *w->clock_ns += t1 > t0 ? t1 - t0 : 0;
     }
     buf_reset(&w->stage);
     if (rc != 0) {
@@ -546,7 +633,18 @@ int jsonl_writer_add(struct jsonl_writer *w, const struct sink_record *r,
     if (jsonl_check_order(w, r, err) != 0) {
         return err->code;
     }
-    if (line_into(dst, r, &w->ts, err) != 0) {
+    if (w->records == 0 || w->last_part.len != r->partition.len ||
+        (r->partition.len > 0 &&
+         memcmp(w->last_part.data, r->partition.ptr, r->partition.len) != 0)) {
+        buf_reset(&w->last_part);
+        if (buf_append(&w->last_part, r->partition.ptr, r->partition.len,
+                       err) != 0 ||
+            part_head(&w->head, r->partition, err) != 0) {
+            w->broken = true;
+            return err->code;
+        }
+    }
+    if (line_into(dst, buf_slice(&w->head), r, &w->ts, err) != 0) {
         w->broken = true;
         return err->code;
     }
@@ -554,12 +652,6 @@ int jsonl_writer_add(struct jsonl_writer *w, const struct sink_record *r,
     w->records++;
     w->last_offset = r->offset;
     w->last_ts = r->ts;
-    if (w->last_part.len != r->partition.len ||
-        (r->partition.len > 0 &&
-         memcmp(w->last_part.data, r->partition.ptr, r->partition.len) != 0)) {
-        buf_reset(&w->last_part);
-        buf_append(&w->last_part, r->partition.ptr, r->partition.len, err);
-    }
     if (w->codec != JSONL_NONE && w->stage.len >= JSONL_STAGE) {
         return jsonl_flush_stage(w, false, err);
     }

@@ -9,7 +9,7 @@
  * text verbatim except that every raw CR and LF byte becomes one space, and
  * `null` for an empty payload.
  *
- * Compression is streamed: lines gather in a 1 MiB staging buffer that is
+ * Compression is streamed: lines gather in a 256 KiB staging buffer that is
  * fed to the compressor, so a 128 MiB window never exists twice in plain
  * text. zstd: one frame, level 3. gzip: deflate level 6 with a header whose
  * MTIME is 0 and OS byte 255, no name or comment (deterministic). none: the
@@ -88,6 +88,12 @@ int jsonl_writer_finish(struct jsonl_writer *w, struct buf *out,
  * written. 0, or ERR_* with err set. */
 int jsonl_writer_expect(struct jsonl_writer *w, size_t bytes, struct err *err);
 void jsonl_writer_free(struct jsonl_writer *w);
+/* Time the compressor: from now on the writer reads clock() before and
+ * after each compressor call and adds the difference to *ns (borrowed; it
+ * must outlive the writer). The clock is the caller's (the sink passes its
+ * thread CPU clock, sink/stages.h); the bytes do not depend on it. */
+void jsonl_writer_time(struct jsonl_writer *w, uint64_t (*clock)(void),
+                       uint64_t *ns);
 
 /* Append one record's line (with its LF) to b: the plain text the writer
  * compresses. */

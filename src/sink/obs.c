@@ -68,6 +68,9 @@ static const struct fam fams[OBS_FAMILY_COUNT] = {
     {"queen_s3_queues_given_back_total", COUNTER, true, false, NULL, NULL,
      "Queues this node gave back so a node below its fair share could take "
      "them"},
+    {"queen_s3_stage_cpu_seconds_total", COUNTER, false, false, "stage", NULL,
+     "Thread CPU seconds the sink spent per stage of a record's way to the "
+     "lake"},
 };
 
 struct series {
@@ -92,7 +95,13 @@ struct obs {
     size_t n, cap;
     struct s3src *s3;
     size_t n_s3;
+    struct stages stages; /* atomic: read without mu */
 };
+
+struct stages *obs_stages(struct obs *o)
+{
+    return &o->stages;
+}
 
 const char *obs_family_name(enum obs_family f)
 {
@@ -228,7 +237,7 @@ void obs_counter_add(struct obs *o, enum obs_family f, const char *tenant,
                      const char *queue, const char *extra, double v)
 {
     ASSERT((size_t)f < OBS_FAMILY_COUNT && fams[f].kind == COUNTER &&
-           f != OBS_S3_REQUESTS);
+           f != OBS_S3_REQUESTS && f != OBS_STAGE_CPU_SECONDS);
     pthread_mutex_lock(&o->mu);
     lookup(o, f, tenant, queue, extra, true)->value += v;
     pthread_mutex_unlock(&o->mu);
@@ -415,6 +424,19 @@ static int render_s3(struct obs *o, struct buf *out, struct err *err)
     return 0;
 }
 
+static void render_stages(const struct obs *o, struct buf *out)
+{
+    const struct fam *m = &fams[OBS_STAGE_CPU_SECONDS];
+
+    for (int i = 0; i < STAGES_COUNT; i++) {
+        char labels[64];
+        snprintf(labels, sizeof(labels), "stage=\"%s\"",
+                 stages_name((enum stages_stage)i));
+        sample(out, m->name, "", labels, NULL,
+               (double)stages_ns(&o->stages, (enum stages_stage)i) / 1e9);
+    }
+}
+
 static void render_family(struct obs *o, enum obs_family f, struct sref *tmp,
                           struct buf *out)
 {
@@ -452,6 +474,8 @@ int obs_render(struct obs *o, struct buf *out, struct err *err)
                         m->help, m->name, kinds[m->kind]);
         if (rc == 0 && f == OBS_S3_REQUESTS) {
             rc = render_s3(o, out, err);
+        } else if (rc == 0 && f == OBS_STAGE_CPU_SECONDS) {
+            render_stages(o, out);
         } else if (rc == 0) {
             render_family(o, (enum obs_family)f, tmp, out);
         }

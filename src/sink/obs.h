@@ -1,5 +1,5 @@
 /* Sink observability (docs/design/observability.md §2): a thread-safe registry
- * of the fifteen queen_s3_* families and their Prometheus text exposition, plus
+ * of the sixteen queen_s3_* families and their Prometheus text exposition, plus
  * the log Sampler that rate-limits repeated log lines.
  *   (1) Every family is declared (# HELP, # TYPE) in the fixed order of
  *       docs/design/observability.md §2 even with no samples; within a family
@@ -11,6 +11,8 @@
  *       removes all of its series.
  *   (4) The S3 request family is rendered from each tenant's
  *       struct s3_metrics (s3/metrics.h), which the registry borrows.
+ *   (5) The stage CPU family is rendered from the registry's own
+ *       struct stages (sink/stages.h), one sample per stage, always all.
  * Tenant NULL or "" means the default tenant. Time is never read here. */
 #ifndef QUEEN_SINK_OBS_H
 #define QUEEN_SINK_OBS_H
@@ -22,6 +24,7 @@
 #include "base/buf.h"
 #include "base/err.h"
 #include "s3/metrics.h"
+#include "sink/stages.h"
 
 enum obs_family {
     OBS_LAG_SECONDS = 0,          /* gauge: tenant?, queue */
@@ -39,6 +42,7 @@ enum obs_family {
     OBS_COMMIT_PRECONDITION_LOST, /* counter: tenant? */
     OBS_CHECKPOINT_AGE_WINDOWS,   /* gauge: tenant?, queue */
     OBS_QUEUES_GIVEN_BACK,        /* counter: tenant? */
+    OBS_STAGE_CPU_SECONDS,        /* counter: stage; from struct stages */
     OBS_FAMILY_COUNT
 };
 
@@ -75,6 +79,10 @@ void obs_tenant_removed(struct obs *o, const char *tenant);
 /* Borrow tenant's S3 request counters until replaced by NULL or
  * obs_tenant_removed(); they are rendered as family 12. */
 void obs_set_s3(struct obs *o, const char *tenant, struct s3_metrics *m);
+
+/* The node's per-stage CPU counters, which the sink threads add to; they
+ * live as long as o (5). */
+struct stages *obs_stages(struct obs *o);
 
 /* Append the exposition of every family to out. */
 int obs_render(struct obs *o, struct buf *out, struct err *err);

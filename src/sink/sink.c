@@ -297,7 +297,10 @@ static void *sink_thread(void *arg)
         t->is_running = true;
         t->is_poked = false;
         pthread_mutex_unlock(&pool->mu);
+        struct stages_frame f;
+        stages_frame_begin(obs_stages(pool->obs), &f);
         int64_t next = sink_step(s, t, now);
+        stages_frame_end(obs_stages(pool->obs), &f, STAGES_REST);
         pthread_mutex_lock(&pool->mu);
         t->is_running = false;
         /* A stop (or the run's end), a lost lease or a give-back that came
@@ -1398,6 +1401,7 @@ static int64_t task_own(struct sink *s, struct task *t, int64_t now)
 
     sink_driver_config(&s->p, t->name, &t->dc);
     t->dc.is_quiet_restore = t->is_missing;
+    t->dc.stages = obs_stages(s->pool->obs);
     t->drv = driver_new(&t->dc, s->p.broker, s->p.s3, t->lease, &err);
     if (t->drv == NULL) {
         log_error_kv("queen-s3", "cannot start the queue", {"queue", t->name},

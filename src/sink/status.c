@@ -235,6 +235,22 @@ static int by_tenant(const void *a, const void *b)
                   y->s->tenant != NULL ? y->s->tenant : "");
 }
 
+/* "stages": {"cpuNs": {"read": n, ...}, "recordsRead": n}. */
+static void render_stages(struct jw *w, const struct stages *s)
+{
+    jw_key(w, "stages");
+    jw_obj_begin(w);
+    jw_key(w, "cpuNs");
+    jw_obj_begin(w);
+    for (int i = 0; i < STAGES_COUNT; i++) {
+        u64_key(w, stages_name((enum stages_stage)i),
+                stages_ns(s, (enum stages_stage)i));
+    }
+    jw_obj_end(w);
+    u64_key(w, "recordsRead", stages_records_read(s));
+    jw_obj_end(w);
+}
+
 int status_render(const struct status_node *n, struct buf *out, struct err *err)
 {
     struct sref *order = xcalloc(n->n_sinks + 1, sizeof(struct sref));
@@ -253,6 +269,9 @@ int status_render(const struct status_node *n, struct buf *out, struct err *err)
     jw_obj_begin(&w);
     str_or_null(&w, "error", n->control_plane_error);
     jw_obj_end(&w);
+    if (n->stages != NULL) {
+        render_stages(&w, n->stages);
+    }
     jw_key(&w, "sinks");
     jw_arr_begin(&w);
     for (size_t i = 0; i < n->n_sinks; i++) {

@@ -18,6 +18,7 @@
 #include "base/err.h"
 #include "base/json.h"
 #include "sink/health.h"
+#include "sink/stages.h"
 
 #define STATUS_NONE      INT64_MIN /* a time that renders as null */
 #define STATUS_ERROR_MAX 512       /* a host error is cut to this */
@@ -102,6 +103,7 @@ struct status_node {
     const char *phase; /* starting, running, stopped */
     uint32_t threads;
     const char *control_plane_error; /* or NULL */
+    const struct stages *stages;     /* the node's stage counters, or NULL */
     const struct status_sink *sinks; /* any order; rendered by tenant */
     size_t n_sinks;
 };

@@ -161,6 +161,9 @@ static int body_open(struct upload *u, struct body *b, size_t expect,
     }
     b->j = jsonl_writer_new_with(c, u->cfg->object_max_bytes, &u->spare_body,
                                  u->zc);
+    if (u->cfg->stages != NULL) {
+        jsonl_writer_time(b->j, stages_clock, &u->compress_ns);
+    }
     return expect > 0 ? jsonl_writer_expect(b->j, expect, err) : 0;
 }
 
@@ -271,8 +274,10 @@ static int object_close(struct upload *u, struct upload_object *x,
     }
     if (rc == 0) {
         uint8_t h[32];
+        uint64_t t0 = stages_begin(u->cfg->stages);
         sha256(x->body.data, x->body.len, h);
         hex_lower(h, sizeof(h), x->sha256);
+        stages_end(u->cfg->stages, STAGES_SHA256, t0);
     }
     return rc;
 }
@@ -337,6 +342,17 @@ static int apply_pins(struct upload *u, struct upload_object **o, size_t *n,
     return rc;
 }
 
+/* The next piece of the plan, counted as the merge stage. */
+static size_t plan_read(struct upload *u, struct engine_plan_cursor *c,
+                        struct sink_record *v)
+{
+    uint64_t t0 = stages_begin(u->cfg->stages);
+    size_t got = engine_plan_read(u->e, c, v, UPLOAD_PLAN_PIECE);
+
+    stages_end(u->cfg->stages, STAGES_MERGE, t0);
+    return got;
+}
+
 /* The records come from the engine a piece at a time (engine_plan_read),
  * not as one array of the whole window. A merged body is reserved at its
  * JSONL size up front: the records' weight (64 + txn + partition + payload,
@@ -362,14 +378,16 @@ int upload_build(struct upload *u, const struct engine_plan *p,
                         ? 0
                         : (size_t)p->bytes_estimate +
                               p->n_records * (UPLOAD_LINE_EXTRA - 64);
+    struct stages_frame f;
     int rc = upload_codec_strings(u->cfg, &comp, &writer, &ext, err);
 
+    stages_frame_begin(u->cfg->stages, &f);
+    u->compress_ns = 0;
     u->n_pin_gaps = 0;
     w.ext = ext;
     w.bucket_ts =
         layout_bucket_ts(p->t_start, p->n_records > 0, p->min_ts, p->t_end);
-    while (rc == 0 &&
-           (got = engine_plan_read(u->e, &c, v, UPLOAD_PLAN_PIECE)) > 0) {
+    while (rc == 0 && (got = plan_read(u, &c, v)) > 0) {
         for (size_t i = 0; rc == 0 && i < got; i++) {
             if (x != NULL && u->cfg->per_partition &&
                 !same_slice(v[i].partition, x->partition)) {
@@ -397,6 +415,8 @@ int upload_build(struct upload *u, const struct engine_plan *p,
     free(v);
     *out = o;
     *n_out = n;
+    stages_add(u->cfg->stages, STAGES_COMPRESS, u->compress_ns);
+    stages_frame_end(u->cfg->stages, &f, STAGES_FORMAT);
     return rc;
 }
 
@@ -482,7 +502,9 @@ static void *upload_main(void *arg)
     struct err err = {0};
     const char *key = "";
     int rc = 0;
+    struct stages_frame f;
 
+    stages_frame_begin(u->cfg->stages, &f);
     memset(&r, 0, sizeof(r));
     while (rc == 0 && u->landed < u->n) {
         struct upload_object *x = &u->o[u->landed];
@@ -516,6 +538,7 @@ static void *upload_main(void *arg)
         rc = s3_client_put(u->s3, &p, &r, &err);
         u->is_manifest_landed = rc == 0;
     }
+    stages_frame_end(u->cfg->stages, &f, STAGES_UPLOAD);
     pthread_mutex_lock(&u->mu);
     u->rc = rc;
     if (rc != 0) {

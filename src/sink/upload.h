@@ -123,6 +123,7 @@ struct upload {
     /* Kept warm across windows; the driver's thread only. */
     struct buf spare_body; /* the last window's body buffer, for the next */
     struct jsonl_cctx *zc; /* zstd context */
+    uint64_t compress_ns;  /* the build's compression CPU (stages.h) */
     struct upload_prebuilt pre;
     /* A redo's per-partition offsets (its intent's parts, sorted by name
      * bytes), set by the driver for the redo's build: an object of a

@@ -10,6 +10,7 @@ size: the second test commits windows of different sizes from a backlog
 (the sink was off while they were pushed) and compares the histograms'
 _count and _sum with the counters of windows, records and bytes."""
 import json
+import os
 import shutil
 import subprocess
 
@@ -34,7 +35,9 @@ FAMILIES = {  # name: (type, label names of each sample, without le)
     "queen_s3_commit_precondition_lost_total": ("counter", ()),
     "queen_s3_checkpoint_age_windows": ("gauge", ("queue",)),
     "queen_s3_queues_given_back_total": ("counter", ()),
+    "queen_s3_stage_cpu_seconds_total": ("counter", ("stage",)),
 }
+STAGES = ("read", "merge", "format", "compress", "sha256", "upload", "rest")
 OTHER = {"instance": "node-9@elsewhere", "incarnation": "00000000000000aa",
          "sinceMs": 1}
 
@@ -140,6 +143,22 @@ def settle_lake(node, reader, queue, n):
     wait_until(lambda: nudge(node) and lake.count_records(
         reader, PREFIX, TENANT, queue) >= n, 90,
         "%d records of %s in the lake" % (n, queue), interval=0.3)
+
+
+def backlog_then_sink(node, batches):
+    """Push each batch of items with the sink off (the node runs with
+    QUEEN_S3_EMBEDDED=false), then restart the node with the sink on, so it
+    catches up from a backlog. Returns the acked records."""
+    acked = []
+    for items in batches:
+        resp = node.request("POST", "/api/v1/push",
+                            body=lake.push_body(items), timeout=120)
+        assert resp.status == 201, resp
+        acked += lake.acked_from_push(items, resp.json())
+    node.extra_env["QUEEN_S3_EMBEDDED"] = "true"
+    assert node.stop() == 0
+    node.start()
+    return acked
 
 
 def committed(node, queue):
@@ -295,19 +314,10 @@ def test_window_histograms_count_each_window_with_its_own_size(
     (= records_written_total and bytes_written_total)."""
     node = sink_node({"QUEEN_S3_EMBEDDED": "false", "QUEEN_S3_TARGET_MB": "1",
                       "QUEEN_S3_COMPRESSION": "none"})
-    acked = []
-    for r in range(8):
-        items = [{"queue": "orders", "partition": "p-%d" % (i % 3),
-                  "payload": b'"%s"' % (b"%02d" % (r * 10 + i) *
-                                            (12000 + 2500 * r))}
-                 for i in range(10)]
-        resp = node.request("POST", "/api/v1/push",
-                            body=lake.push_body(items))
-        assert resp.status == 201, resp
-        acked += lake.acked_from_push(items, resp.json())
-    node.extra_env["QUEEN_S3_EMBEDDED"] = "true"
-    assert node.stop() == 0
-    node.start()
+    acked = backlog_then_sink(node, (
+        [{"queue": "orders", "partition": "p-%d" % (i % 3),
+          "payload": b'"%s"' % (b"%02d" % (r * 10 + i) * (12000 + 2500 * r))}
+         for i in range(10)] for r in range(8)))
     reader = lake.bucket_reader(bucket)
     got = lake.wait_queue(reader, PREFIX, TENANT, "orders", acked,
                           timeout=90, compression="none", align="none",
@@ -332,3 +342,72 @@ def test_window_histograms_count_each_window_with_its_own_size(
     assert byte_sum == sum(b for _, b in sizes) == s.get(
         "queen_s3_bytes_written_total", queue="orders", format="jsonl"), \
         (byte_sum, sizes)
+
+
+def thread_cpu(pid):
+    """{thread name: CPU seconds} of the process's live threads, summed by
+    name (utime + stime of /proc/<pid>/task/*/stat)."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                st = f.read()
+        except OSError:
+            continue
+        name = st[st.index("(") + 1:st.rindex(")")]
+        f = st[st.rindex(")") + 2:].split()
+        out[name] = out.get(name, 0.0) + \
+            (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def process_cpu(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        st = f.read()
+    f = st[st.rindex(")") + 2:].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_stage_cpu_counters_move_and_add_up_to_the_sink_threads(
+        sink_node, bucket):
+    """queen_s3_stage_cpu_seconds_total (docs/design/observability.md §2,
+    family 16): after a backlog of about 12 MB of JSON goes to the lake in
+    windows of 1 MiB, zstd, every stage a record passes through has counted
+    CPU, and the stages add up to what the sink's threads spent: the pool
+    threads (queen-s3) run every step inside a frame whose rest is counted,
+    so the stages but upload (the uploader threads, which exited) come to
+    their CPU (in /proc's ticks, give or take), and all stages together stay
+    within the process's CPU."""
+    node = sink_node({"QUEEN_S3_EMBEDDED": "false", "QUEEN_S3_TARGET_MB": "1"})
+    acked = backlog_then_sink(node, (
+        [{"queue": "orders", "partition": "p-%d" % (i % 4),
+          "payload": json.dumps({
+              "event": "view", "round": r, "i": i,
+              "sku": "sku-%06d" % (i * 7919 % 100000),
+              "note": "x%d" % (i * 31 % 997) * 40}).encode()}
+         for i in range(4000)] for r in range(8)))
+    reader = lake.bucket_reader(bucket)
+    lake.wait_queue(reader, PREFIX, TENANT, "orders", acked, timeout=120,
+                    compression="zstd", align="none", broker=node)
+    s = wait_until(lambda: (lambda x: x if x.get(
+        "queen_s3_records_written_total", queue="orders") == len(acked)
+        else None)(Scrape(scrape(node))), 30, "every record counted")
+    threads = thread_cpu(node.proc.pid)
+    whole = process_cpu(node.proc.pid)
+    s = Scrape(scrape(node))  # after /proc: counters only grow
+    check_promtool(s.text.encode())
+    got = {ls["stage"]: v
+           for ls, v in s.series("queen_s3_stage_cpu_seconds_total")}
+    assert sorted(got) == sorted(STAGES), got
+    for stage in STAGES:
+        if stage != "rest":
+            assert got[stage] > 0, (stage, got)
+    pool = threads.get("queen-s3", 0.0)
+    in_pool = sum(got.values()) - got["upload"]
+    assert pool > 0.05, threads
+    assert in_pool >= 0.8 * pool - 0.05, (got, threads)
+    assert sum(got.values()) <= whole + 0.05, (got, whole)
+    # Compression is the largest single stage of a zstd window here, and
+    # the digest one pass over the compressed bytes costs far less.
+    assert got["compress"] > got["sha256"], got
+    assert node.stop() == 0

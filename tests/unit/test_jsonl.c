@@ -463,6 +463,30 @@ TEST(cap_on_the_body_is_too_big)
     buf_free(&out);
 }
 
+/* The writer reserves a line's worst case before writing it; near the cap
+ * a line that fits must still go in, to the byte. */
+TEST(a_body_of_exactly_the_cap_fits)
+{
+    struct sink_record r = rec("p\"1", 0, "t\"x", 0, "[1,2,3]");
+    struct sink_record r2 = rec("p\"1", 1, "t\\y", 5, "{\"a\":\"b\"}");
+    struct buf want;
+    struct buf out;
+    struct err err;
+
+    buf_init(&want, BUF_UNLIMITED);
+    EXPECT_EQ_I64(jsonl_line(&want, &r, &err), 0);
+    EXPECT_EQ_I64(jsonl_line(&want, &r2, &err), 0);
+    struct jsonl_writer *w = jsonl_writer_new(JSONL_NONE, want.len);
+    EXPECT_EQ_I64(jsonl_writer_add(w, &r, &err), 0);
+    EXPECT_EQ_I64(jsonl_writer_add(w, &r2, &err), 0);
+    buf_init(&out, BUF_UNLIMITED);
+    EXPECT_EQ_I64(jsonl_writer_finish(w, &out, &err), 0);
+    EXPECT_MEM_EQ(out.data, out.len, want.data, want.len);
+    jsonl_writer_free(w);
+    buf_free(&out);
+    buf_free(&want);
+}
+
 TEST(finish_appends_when_the_output_is_not_empty)
 {
     struct jsonl_writer *w = jsonl_writer_new(JSONL_NONE, 0);

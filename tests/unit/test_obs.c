@@ -1,4 +1,4 @@
-/* sink/obs: the fifteen families of docs/design/observability.md §2 in order,
+/* sink/obs: the sixteen families of docs/design/observability.md §2 in order,
  * tenant labels, histograms, number rendering, label escaping, gauge removal,
  * the S3 counters, the Sampler's vector, and promtool's verdict on the text. */
 #include "sink/obs.h"
@@ -242,6 +242,7 @@ TEST(promtool_accepts_the_text)
     obs_observe(o, OBS_WINDOW_RECORDS, NULL, 30);
     obs_observe(o, OBS_WINDOW_BYTES, "ac\"me", 811);
     obs_counter_add(o, OBS_COMMIT_PRECONDITION_LOST, NULL, NULL, NULL, 1);
+    stages_add(obs_stages(o), STAGES_UPLOAD, 2500);
     t = render(o);
     fd = mkstemp(path);
     EXPECT(fd >= 0);
@@ -257,6 +258,33 @@ TEST(promtool_accepts_the_text)
     free(t);
     obs_free(o);
     s3_metrics_free(&m);
+}
+
+TEST(stage_counters_render_every_stage_in_seconds)
+{
+    struct obs *o = obs_new();
+    char *t;
+
+    stages_add(obs_stages(o), STAGES_COMPRESS, 1500000000);
+    stages_add(obs_stages(o), STAGES_COMPRESS, 250000000);
+    stages_add(obs_stages(o), STAGES_SHA256, 125000);
+    t = render(o);
+    EXPECT(has_line(t, "# TYPE queen_s3_stage_cpu_seconds_total counter"));
+    EXPECT(has_line(t, "queen_s3_stage_cpu_seconds_total{stage=\"compress\"} "
+                       "1.75"));
+    EXPECT(has_line(t, "queen_s3_stage_cpu_seconds_total{stage=\"sha256\"} "
+                       "0.000125"));
+    /* A stage that counted nothing is still there, at 0. */
+    static const char *const zero[] = {"read", "merge", "format", "upload",
+                                       "rest"};
+    for (size_t i = 0; i < sizeof(zero) / sizeof(zero[0]); i++) {
+        char line[128];
+        snprintf(line, sizeof(line),
+                 "queen_s3_stage_cpu_seconds_total{stage=\"%s\"} 0", zero[i]);
+        EXPECT(has_line(t, line));
+    }
+    free(t);
+    obs_free(o);
 }
 
 TEST(s3_write_streak_counts_failed_writes_until_one_succeeds)
