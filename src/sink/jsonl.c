@@ -362,8 +362,11 @@ static int line_write(struct buf *b, struct slice head,
     memcpy(o, k_txn, sizeof(k_txn) - 1);
     b->len = (size_t)(o + sizeof(k_txn) - 1 - b->data);
     /* the txn stays within the room; the stamp's room is checked anyway
-     * (a check, no move), so no escape can make the writes below overrun */
-    if (line_string(b, r->txn, err) != 0 || buf_reserve(b, 64, err) != 0) {
+     * (a check, no move), so no escape can make the writes below overrun:
+     * 46 bytes (key 7, stamp 27 and its NUL, payload key 12), 48 asked,
+     * which the room still holds after a 20-digit offset and the txn (it
+     * leaves 57) */
+    if (line_string(b, r->txn, err) != 0 || buf_reserve(b, 48, err) != 0) {
         return err->code;
     }
     o = b->data + b->len;
