@@ -411,7 +411,10 @@ static int cp_tenant_find(struct store *s, const char *slug, char id[37],
     struct json_doc d = {0};
     int rc;
 
-    ASSERT(cp_slug_valid(slug));
+    *version = 0;
+    if (!cp_slug_valid(slug)) { /* callers check; a bad one is still no key */
+        return err_set(err, ERR_INVALID, "invalid tenant slug");
+    }
     snprintf(key, sizeof(key), "slug:%s", slug);
     rc = cp_row_get(s, CP_NS_TENANTS, key, row, version, err);
     found = *version != 0;
