@@ -98,6 +98,9 @@
 #define CMD_PAYLOAD_SEALED \
     0x80000000u /* payload length: the bytes are sealed */
 #define CMD_BODY_MAX ((size_t)64 * 1024 * 1024) /* one entry */
+/* No payload length can reach the mark, so no older entry carries it. */
+_Static_assert(CMD_BODY_MAX < CMD_PAYLOAD_SEALED,
+               "a payload length must never reach the sealed mark");
 
 enum cmd_type {
     CMD_NOOP = 0,
