@@ -32,6 +32,7 @@
 #include "base/log.h"
 #include "base/xalloc.h"
 #include "raft/snapshot.h"
+#include "store/format.h"
 #include "store/schema.h"
 #include "store/store_impl.h"
 
@@ -62,6 +63,9 @@ struct fsm {
     struct raft *raft; /* for the index of the entry being applied */
     fsm_change_fn on_change;
     void *on_change_arg;
+    /* The push entry being applied was applied at store/format.h level 2
+     * or above: its unsealed records are flagged plain. */
+    bool mark_plain;
 };
 
 static uint64_t hash_bytes(uint64_t h, const char *p, size_t n)
@@ -215,8 +219,9 @@ static int push_item(struct fsm *f, struct store_w *w, uint32_t i,
     r->status = FSM_ITEM_QUEUED;
     r->offset = t->part.last_offset + 1;
     memcpy(r->message_id, it->message_id, 16);
-    rec = (struct store_wrecord){r->offset, it->message_id, it->txn,
-                                 it->payload, it->sealed};
+    rec = (struct store_wrecord){r->offset,  it->message_id,
+                                 it->txn,    it->payload,
+                                 it->sealed, !it->sealed && f->mark_plain};
     if (store_wrecord_put(w, t->part.id, &rec,
                           t->part.id + 1 == f->store->next_part, err) != 0) {
         return err->code;
@@ -261,6 +266,7 @@ static int apply_push(struct fsm *f, MDB_txn *txn, const struct cmd_header *h,
     struct store_w w = {f->store, txn, h->tenant, h->stamp};
     struct cmd_push_iter it;
     uint32_t n;
+    int level;
     int rc;
 
     if (cmd_push_validate(h->body, &n, err) != 0) {
@@ -268,6 +274,11 @@ static int apply_push(struct fsm *f, MDB_txn *txn, const struct cmd_header *h,
         snprintf(f->result.msg, sizeof(f->result.msg), "%.159s", err->msg);
         return 0; /* (3): a no-op every node agrees on */
     }
+    /* store/format.h (2): read in this txn, so every node marks alike */
+    if (store_format_read(f->store, txn, &level, err) != 0) {
+        return err->code;
+    }
+    f->mark_plain = level >= STORE_FORMAT_SEALED_BINARY;
     ensure_capacity(f, n);
     cmd_push_iter_init(&it, h->body, err);
     for (uint32_t i = 0; i < n; i++) {

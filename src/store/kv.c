@@ -821,3 +821,35 @@ int store_kv_last_version(struct store *s, uint64_t *out, struct err *err)
     pthread_rwlock_unlock(&s->swap_lock);
     return rc;
 }
+
+int store_kv_get_int(struct store *s, MDB_txn *txn, const uint8_t *tenant,
+                     struct slice ns, struct slice key, int64_t now,
+                     int64_t *out, struct err *err)
+{
+    uint8_t kb[KV_STORE_KEY];
+    struct kv_ctx c = {s,    txn,  tenant, now, 0, false, KV_READ_BUDGET,
+                       NULL, NULL, false};
+    struct kv_row_state r;
+    bool own = txn == NULL;
+    int rc = 0;
+
+    *out = 0;
+    if (own) {
+        pthread_rwlock_rdlock(&s->swap_lock);
+        rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &c.txn);
+        if (rc != 0) {
+            pthread_rwlock_unlock(&s->swap_lock);
+            return err_set(err, ERR_IO, "mdb_txn_begin read: %s",
+                           mdb_strerror(rc));
+        }
+    }
+    rc = kv_row_get(&c, kb, kv_key(kb, tenant, ns, key), &r, err);
+    if (rc == 0 && r.exists && r.is_live && !kv_int_value(r.value, out)) {
+        *out = 0;
+    }
+    if (own) {
+        mdb_txn_abort(c.txn);
+        pthread_rwlock_unlock(&s->swap_lock);
+    }
+    return rc;
+}

@@ -59,10 +59,13 @@
  *      0    8 ts (i64 µs, the stamp of the push)
  *      8   16 message id
  *     24    1 flags: SCHEMA_RECORD_SEALED (1) = the payload is sealed in
- *             base/aead.h's binary form (iv || tag || ciphertext); other
- *             bits 0. Builds before it stored an encrypted queue's
- *             payloads as the JSON envelope with flags 0, and such rows
- *             are still read (docs/design/formats.md §11).
+ *             base/aead.h's binary form (iv || tag || ciphertext);
+ *             SCHEMA_RECORD_PLAIN (2) = the payload is the producer's bytes,
+ *             never an envelope (every unsealed row applied once the
+ *             cluster's format is 2, store/format.h); other bits 0. Rows
+ *             with neither bit were applied before: an encrypted queue's
+ *             payload there may be the JSON envelope, and such rows are
+ *             still read (docs/design/formats.md §11).
  *     25    2 txn length t (u16)
  *     27    t txn bytes
  *   27+t    . payload bytes verbatim (may be empty)
@@ -119,6 +122,7 @@
 #define SCHEMA_PART_VALUE_LEN  56
 #define SCHEMA_RECORD_FIXED    27
 #define SCHEMA_RECORD_SEALED   1 /* record flags: payload in binary form */
+#define SCHEMA_RECORD_PLAIN    2 /* record flags: never an envelope */
 #define SCHEMA_APPEND_LEN      16
 #define SCHEMA_DEDUP_VALUE_LEN 40
 #define SCHEMA_HASH_LEN        16

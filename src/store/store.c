@@ -34,6 +34,7 @@
 
 #include "base/sha256.h"
 #include "base/xalloc.h"
+#include "store/format.h"
 #include "store/schema.h"
 #include "store/store_impl.h"
 #include "store/store_snapshot.h"
@@ -261,6 +262,7 @@ int store_open(struct store **out, const char *dir, uint64_t map_size,
                struct err *err)
 {
     struct store *s = xcalloc(1, sizeof(*s));
+    int level;
 
     s->dir = xstrdup(dir);
     s->map_size = map_size != 0 ? map_size : STORE_MAP_SIZE_DEFAULT;
@@ -269,6 +271,10 @@ int store_open(struct store **out, const char *dir, uint64_t map_size,
         pthread_rwlock_destroy(&s->swap_lock);
         free(s->dir);
         free(s);
+        return err->code;
+    }
+    if (store_format_read(s, NULL, &level, err) != 0) {
+        store_close(s);
         return err->code;
     }
     *out = s;
@@ -831,7 +837,9 @@ int store_wrecord_put(struct store_w *w, uint64_t pid,
     v = d.mv_data;
     be64_put(v, (uint64_t)w->stamp);
     memcpy(v + 8, r->message_id, 16);
-    v[24] = r->sealed ? SCHEMA_RECORD_SEALED : 0;
+    v[24] = r->sealed  ? SCHEMA_RECORD_SEALED
+            : r->plain ? SCHEMA_RECORD_PLAIN
+                       : 0;
     v[25] = (uint8_t)(r->txn.len >> 8);
     v[26] = (uint8_t)r->txn.len;
     if (r->txn.len > 0) {

@@ -123,9 +123,9 @@ struct store_fetch_req {
     int64_t offset;         /* >= 0 (the caller refuses negative offsets) */
     uint64_t max_bytes;     /* the caller clamps it to 1..8 MiB */
     /* A sealed payload that does not open under the store's key comes back
-     * as stored (false: POST /api/v1/fetch, docs/design/http-api.md §3) or as a
-     * JSON string of its stored bytes (true: the sink, so the lake holds text,
-     * never an envelope object; docs/s3-sink.md). */
+     * as its envelope (false: POST /api/v1/fetch, docs/design/http-api.md
+     * §3) or as a JSON string of the envelope's text (true: the sink, so
+     * the lake holds text, never an envelope object; docs/s3-sink.md). */
     bool unopened_as_string;
 };
 
@@ -134,10 +134,11 @@ struct store_record {
     int64_t ts; /* stamp of the push that stored it, µs */
     uint8_t message_id[16];
     struct slice txn; /* "" when none */
-    /* The stored bytes verbatim, or for a sealed payload (an envelope,
-     * docs/design/formats.md §11) that opens under the store's key, the
-     * plaintext; len 0 = empty (null). An envelope that does not open is
-     * returned as stored, or as a JSON string of it when the request asks
+    /* The stored bytes verbatim, or for a sealed payload (the binary form,
+     * or an envelope in rows of older builds, docs/design/formats.md §11)
+     * that opens under the store's key, the plaintext; len 0 = empty
+     * (null). A sealed payload that does not open is returned as its
+     * envelope, or as a JSON string of the envelope when the request asks
      * (unopened_as_string); store_fetch says why once a minute. */
     struct slice payload;
 };

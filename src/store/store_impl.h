@@ -29,6 +29,8 @@ struct store {
     _Atomic int64_t safe_time;
     /* Index rows partitions/changed has stepped over (store_stats()). */
     _Atomic uint64_t changed_rows;
+    /* store/format.h: the cluster's level as last read; only rises. */
+    _Atomic int format;
     /* Loop thread only: the meta counters as of the open write txn. */
     uint64_t next_queue;
     uint64_t next_part;
@@ -83,6 +85,9 @@ struct store_wrecord {
     struct slice txn;
     struct slice payload;
     bool sealed; /* payload is base/aead.h's binary form: flags bit 1 */
+    /* not sealed, applied at store/format.h level 2 or above: flags bit 2,
+     * so no read takes it for an envelope */
+    bool plain;
 };
 
 int store_wbegin(struct store *s, MDB_txn **txn, struct err *err);

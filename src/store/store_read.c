@@ -34,6 +34,7 @@
 #include "base/aead.h"
 #include "base/json.h"
 #include "base/log.h"
+#include "base/sha256.h"
 #include "base/xalloc.h"
 #include "store/schema.h"
 #include "store/store.h"
@@ -346,7 +347,7 @@ static void seal_warn(const struct err *why)
     n = atomic_exchange(&seal_unopened, 0);
     log_warn_kv("store",
                 "sealed payload does not open with this node's "
-                "QUEEN_ENCRYPTION_KEY; returned as stored",
+                "QUEEN_ENCRYPTION_KEY; returned as its envelope",
                 {"why", why->msg}, {"records", LOG_U64(n)});
 }
 
@@ -380,12 +381,32 @@ static int add_unopened_raw(struct build *b, const struct store_fetch_req *q,
     return rc;
 }
 
+/* A row flagged sealed whose bytes are too short to be the binary form (a
+ * damaged store: the encoder and the decoder refuse such payloads): its
+ * bytes as a JSON string of their base64, so the read goes on and the
+ * damage is visible, with a warning. */
+static int add_damaged(struct build *b, const uint8_t *p, size_t n,
+                       struct err *err)
+{
+    if (buf_append_byte(b->arena, '"', err) != 0 ||
+        base64_encode(p, n, b->arena, err) != 0 ||
+        buf_append_byte(b->arena, '"', err) != 0) {
+        return err->code;
+    }
+    log_warn_kv("store",
+                "a record flagged sealed is too short to be sealed; "
+                "returned as a JSON string of its base64",
+                {"bytes", LOG_U64(n)});
+    return 0;
+}
+
 /* The payload of record row d (txn length tl) as field 1 of the last item:
  * its plaintext when it is sealed, in the binary form or (rows of older
  * builds) as an envelope, and opens under the store's key; sealed but not
  * opening, its envelope as it is or as a JSON string
- * (q->unopened_as_string); anything else, its bytes. *len is what the arena
- * got. */
+ * (q->unopened_as_string); anything else, its bytes. A row flagged plain
+ * (store/format.h level 2) is never taken for an envelope. *len is what
+ * the arena got. */
 static int add_payload(struct rd *r, const struct store_fetch_req *q,
                        const MDB_val *d, size_t tl, size_t *len,
                        struct err *err)
@@ -397,14 +418,17 @@ static int add_payload(struct rd *r, const struct store_fetch_req *q,
     size_t n = d->mv_size - SCHEMA_RECORD_FIXED - tl;
     size_t at = b->arena->len;
     bool raw = (v[24] & SCHEMA_RECORD_SEALED) != 0;
+    bool plain = (v[24] & SCHEMA_RECORD_PLAIN) != 0;
     int rc;
 
-    if (!raw && !aead_is_envelope(p, n)) {
+    if (!raw && (plain || !aead_is_envelope(p, n))) {
         *len = n;
         return build_bytes(b, 1, p, n, err);
     }
     b->offs[2 * (b->n_items - 1) + 1] = at;
-    if (!s->has_seal_key) {
+    if (raw && n < AEAD_SEALED_OVERHEAD) {
+        rc = add_damaged(b, p, n, err);
+    } else if (!s->has_seal_key) {
         rc = err_set(err, ERR_FORBIDDEN, "no key on this node");
     } else {
         rc = raw ? aead_open_raw(s->seal_key, p, n, b->arena, err)
@@ -415,8 +439,7 @@ static int add_payload(struct rd *r, const struct store_fetch_req *q,
         rc = raw ? add_unopened_raw(b, q, p, n, err)
                  : add_unopened(b, q, p, n, err);
     } else if (rc == ERR_INVALID) { /* shaped like one, but not an envelope */
-        rc = raw ? err_set(err, ERR_CORRUPT, "sealed record of %zu B", n)
-                 : buf_append(b->arena, p, n, err);
+        rc = buf_append(b->arena, p, n, err);
     }
     *len = b->arena->len - at;
     return rc;

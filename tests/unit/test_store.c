@@ -11,6 +11,8 @@
 #include "base/aead.h"
 #include "base/json.h"
 #include "push_helpers.h"
+#include "store/format.h"
+#include "store/kv.h"
 #include "store/schema.h"
 #include "store/store_impl.h"
 
@@ -312,6 +314,139 @@ TEST(fetch_opens_binary_and_envelope_sealed_payloads)
     buf_free(&env);
     buf_free(&want);
     buf_free(&back);
+}
+
+/* Write the cluster's storage format row (store/format.h) as the upgrade
+ * gate's CMD_KV entry would. */
+static void put_format(struct env *e, const char *level)
+{
+    struct kv_op o = {0};
+    struct kv_batch b = {STORE_DEFAULT_TENANT, &o, 1};
+    struct kv_answer a;
+    MDB_txn *txn;
+    struct err err = {0};
+
+    o.op = KV_PUT;
+    o.ns = (struct slice){STORE_FORMAT_NS, strlen(STORE_FORMAT_NS)};
+    o.key = (struct slice){STORE_FORMAT_KEY, strlen(STORE_FORMAT_KEY)};
+    o.value = (struct slice){level, strlen(level)};
+    o.forever = true;
+    EXPECT_EQ_I64(store_wbegin(e->store, &txn, &err), 0);
+    EXPECT_EQ_I64(store_kv_apply(e->store, txn, &b, T0, &a, &err), 0);
+    EXPECT_EQ_I64(store_wcommit(e->store, txn, ++e->index, T0, &err), 0);
+    EXPECT_EQ_I64(a.status, 0);
+    kv_answer_free(&a);
+}
+
+/* store/format.h (2) and schema.h's SCHEMA_RECORD_PLAIN: a producer's
+ * payload that is shaped like an envelope (say, another tenant's, copied)
+ * opens under the cell's key while the cluster's format is below 2 (rows
+ * of older builds hold real envelopes); once the fsm applied the format
+ * row, such a payload is stored flagged plain and every read returns it as
+ * pushed, never its plaintext. The level is read from the store, also by a
+ * reopened store. */
+TEST(a_payload_pushed_after_the_format_rises_is_never_opened)
+{
+    static const char pt[] = "{\"secret\":\"of another tenant\"}";
+    uint8_t key[32] = {11};
+    struct env e = {0};
+    struct cmd_push_item ci = {0};
+    struct store_fetch_answer a;
+    struct store_fetch_req r = req("q", "p", 0, 1 << 20);
+    struct buf env;
+    struct err err;
+    const struct store_record *rec;
+    int level = -1;
+
+    buf_init(&env, BUF_UNLIMITED);
+    EXPECT_EQ_I64(aead_seal(key, (const uint8_t *)pt, strlen(pt), &env, &err),
+                  0);
+    ci.queue = (struct slice){"q", 1};
+    ci.partition = (struct slice){"p", 1};
+    ci.payload = (struct slice){env.data, env.len};
+    env_open(&e);
+    store_set_seal_key(e.store, key);
+    EXPECT_EQ_I64(store_format(e.store), 0);
+    ci.txn = (struct slice){"t0", 2};
+    ci.message_id[0] = 1;
+    EXPECT(env_push_cmd(&e, T0, &ci, 1) != NULL);
+    put_format(&e, "2");
+    EXPECT_EQ_I64(store_format(e.store), 0); /* not read yet */
+    ci.txn = (struct slice){"t1", 2};
+    ci.message_id[0] = 2;
+    EXPECT(env_push_cmd(&e, T0 + 1, &ci, 1) != NULL);
+    EXPECT_EQ_I64(store_format(e.store), STORE_FORMAT_SEALED_BINARY);
+    EXPECT_EQ_I64(store_format_read(e.store, NULL, &level, &err), 0);
+    EXPECT_EQ_I64(level, STORE_FORMAT_SEALED_BINARY);
+
+    fetch(&e, &r, 1, &a);
+    EXPECT_EQ_U64(a.entries[0].n_records, 2);
+    rec = a.entries[0].records;
+    EXPECT_MEM_EQ(rec[0].payload.ptr, rec[0].payload.len, pt, strlen(pt));
+    EXPECT_MEM_EQ(rec[1].payload.ptr, rec[1].payload.len, env.data, env.len);
+    fetch_done(&e, &a);
+    buf_free(&env);
+}
+
+/* A row flagged sealed but too short to be the binary form (a damaged
+ * store: nothing writes one) does not fail the read, which would stop a
+ * sink for good: it comes back as a JSON string of its bytes' base64, and
+ * the record after it reads as usual. */
+TEST(a_damaged_sealed_row_reads_as_a_string_and_the_read_goes_on)
+{
+    uint8_t key[32] = {12};
+    struct env e = {0};
+    struct cmd_push_item ci[2];
+    struct store_fetch_answer a;
+    struct store_fetch_req r = req("q", "p", 0, 1 << 20);
+    struct buf raw;
+    struct err err;
+    MDB_txn *txn;
+    MDB_cursor *c;
+    MDB_val k;
+    MDB_val d;
+    uint8_t cut[64];
+    size_t keep;
+
+    buf_init(&raw, BUF_UNLIMITED);
+    EXPECT_EQ_I64(
+        aead_seal_raw(key, (const uint8_t *)"{\"a\":1}", 7, &raw, &err), 0);
+    memset(ci, 0, sizeof(ci));
+    for (int i = 0; i < 2; i++) {
+        ci[i].queue = (struct slice){"q", 1};
+        ci[i].partition = (struct slice){"p", 1};
+        ci[i].txn = (struct slice){i == 0 ? "t0" : "t1", 2};
+        ci[i].message_id[0] = (uint8_t)(i + 1);
+    }
+    ci[0].payload = (struct slice){raw.data, raw.len};
+    ci[0].sealed = true;
+    ci[1].payload = (struct slice){"[7]", 3};
+    env_open(&e);
+    store_set_seal_key(e.store, key);
+    EXPECT(env_push_cmd(&e, T0, ci, 2) != NULL);
+    /* cut record 0 to 5 bytes of payload, its flags kept */
+    EXPECT_EQ_I64(store_wbegin(e.store, &txn, &err), 0);
+    EXPECT_EQ_I64(mdb_cursor_open(txn, e.store->records, &c), 0);
+    EXPECT_EQ_I64(mdb_cursor_get(c, &k, &d, MDB_FIRST), 0);
+    keep = SCHEMA_RECORD_FIXED + 2 + 5; /* txn "t0" */
+    EXPECT(d.mv_size > keep && keep <= sizeof(cut));
+    memcpy(cut, d.mv_data, keep);
+    EXPECT_EQ_I64(cut[24], SCHEMA_RECORD_SEALED);
+    d = (MDB_val){keep, cut};
+    EXPECT_EQ_I64(mdb_cursor_put(c, &k, &d, MDB_CURRENT), 0);
+    mdb_cursor_close(c);
+    EXPECT_EQ_I64(store_wcommit(e.store, txn, ++e.index, T0 + 1, &err), 0);
+
+    fetch(&e, &r, 1, &a);
+    EXPECT_EQ_U64(a.entries[0].n_records, 2);
+    /* a JSON string of the base64 of 5 bytes: 8 characters and quotes */
+    EXPECT_EQ_U64(a.entries[0].records[0].payload.len, 2 + 8);
+    EXPECT(a.entries[0].records[0].payload.ptr[0] == '"');
+    EXPECT(a.entries[0].records[0].payload.ptr[9] == '"');
+    EXPECT_MEM_EQ(a.entries[0].records[1].payload.ptr,
+                  a.entries[0].records[1].payload.len, "[7]", 3);
+    fetch_done(&e, &a);
+    buf_free(&raw);
 }
 
 TEST(fetch_empty_payload_weighs_one)

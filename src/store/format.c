@@ -1,0 +1,33 @@
+/* The cluster's storage format: the "format" KV row and its cached level
+ * (store/format.h). */
+#include "store/format.h"
+
+#include <stdatomic.h>
+
+#include "store/kv.h"
+#include "store/store_impl.h"
+
+int store_format(const struct store *s)
+{
+    return atomic_load(&s->format);
+}
+
+int store_format_read(struct store *s, MDB_txn *txn, int *level,
+                      struct err *err)
+{
+    int64_t v = 0;
+    int seen;
+
+    *level = 0;
+    if (store_kv_get_int(s, txn, STORE_DEFAULT_TENANT,
+                         SLICE_LIT(STORE_FORMAT_NS),
+                         SLICE_LIT(STORE_FORMAT_KEY), 0, &v, err) != 0) {
+        return err->code;
+    }
+    *level = v > 0 && v <= STORE_FORMAT_BUILD * 16 ? (int)v : 0;
+    seen = atomic_load(&s->format);
+    while (*level > seen &&
+           !atomic_compare_exchange_weak(&s->format, &seen, *level)) {
+    }
+    return 0;
+}
