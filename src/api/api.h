@@ -101,14 +101,15 @@ int api_push_parse(struct api_push *p, const char *body, size_t len,
  * gave none. */
 void api_push_mint(struct api_push *p, api_mint_fn mint, void *ctx);
 /* docs/design/formats.md §11: seal the payload of every item i with seal[i]
- * under key (base/aead.h's binary form), before anything is proposed, so
- * the raft log, snapshots and LMDB hold only ciphertext. A sealed item's
- * payload then points into p->sealed, reserved in one piece first so it
- * never moves, and its `sealed` is set. Returns
- * how many items could not be sealed: those keep their plaintext (a push never
- * fails for this). */
+ * under key, before anything is proposed, so the raft log, snapshots and
+ * LMDB hold only ciphertext: in base/aead.h's binary form (and its
+ * `sealed` set) when binary, which a node asks for once the cluster's
+ * format allows it (store/format.h), else as the JSON envelope every build
+ * reads. A sealed item's payload then points into p->sealed, reserved in
+ * one piece first so it never moves. Returns how many items could not be
+ * sealed: those keep their plaintext (a push never fails for this). */
 size_t api_push_seal(struct api_push *p, const bool *seal,
-                     const uint8_t key[32]);
+                     const uint8_t key[32], bool binary);
 /* Render the 201 array for the applied command's result (res->n_items ==
  * p->n). Appends to out. */
 int api_push_render(const struct api_push *p, const struct fsm_result *res,

@@ -24,6 +24,7 @@
 #include "base/xalloc.h"
 #include "http/server.h"
 #include "raft/node.h"
+#include "store/format.h"
 
 #define API_MEMBER_WAIT_MS 30000
 
@@ -54,6 +55,10 @@ void api_cluster_block(const struct api *a, struct jw *w)
     jw_u64(w, node_term(a->node));
     jw_key(w, "leaderId");
     jw_u64(w, leader_id);
+    /* store/format.h: the level every voter runs; this build's once the
+     * rolling-upgrade gate raised it */
+    jw_key(w, "storageFormat");
+    jw_u64(w, (uint64_t)store_format(a->store));
     jw_key(w, "members");
     jw_arr_begin(w);
     for (size_t i = 0; i < n && i < API_MAX_PEERS; i++) {

@@ -22,6 +22,7 @@
 #include "base/xalloc.h"
 #include "http/server.h"
 #include "raft/node.h"
+#include "store/format.h"
 
 #define PUSH_DEFAULT_PARTITION "Default"
 
@@ -323,15 +324,23 @@ uint64_t api_push_queued_bytes(const struct api_push *p,
     return n;
 }
 
+/* The bytes item payload n takes sealed: the binary form, or the envelope
+ * (base64 of the ciphertext, of a 16-byte iv and tag, and its 37 bytes of
+ * JSON; 96 covers the last two). */
+static size_t push_sealed_len(size_t n, bool binary)
+{
+    return binary ? n + AEAD_SEALED_OVERHEAD : 4 * ((n + 2) / 3) + 96;
+}
+
 size_t api_push_seal(struct api_push *p, const bool *seal,
-                     const uint8_t key[32])
+                     const uint8_t key[32], bool binary)
 {
     size_t need = 0;
     size_t failed = 0;
     struct err err;
 
     for (size_t i = 0; i < p->n; i++) {
-        need += seal[i] ? p->items[i].payload.len + AEAD_SEALED_OVERHEAD : 0;
+        need += seal[i] ? push_sealed_len(p->items[i].payload.len, binary) : 0;
     }
     buf_free(&p->sealed);
     buf_init(&p->sealed, need); /* the reserve is the cap: it never moves */
@@ -341,18 +350,22 @@ size_t api_push_seal(struct api_push *p, const bool *seal,
     for (size_t i = 0; i < p->n; i++) {
         struct slice *pl = &p->items[i].payload;
         size_t at = p->sealed.len;
+        int rc;
 
         if (!seal[i]) {
             continue;
         }
-        if (aead_seal_raw(key, (const uint8_t *)pl->ptr, pl->len, &p->sealed,
-                          &err) != 0) {
+        rc = binary ? aead_seal_raw(key, (const uint8_t *)pl->ptr, pl->len,
+                                    &p->sealed, &err)
+                    : aead_seal(key, (const uint8_t *)pl->ptr, pl->len,
+                                &p->sealed, &err);
+        if (rc != 0) {
             failed++;
             continue;
         }
         pl->ptr = p->sealed.data + at;
         pl->len = p->sealed.len - at;
-        p->items[i].sealed = true;
+        p->items[i].sealed = binary;
     }
     return failed;
 }
@@ -713,7 +726,9 @@ static void push_seal(struct api *a, struct push_op *op)
                        "queue has encryptionEnabled but QUEEN_ENCRYPTION_KEY "
                        "is not set; stored plaintext",
                        named, n);
-    } else if ((failed = api_push_seal(p, seal, a->seal_key)) > 0) {
+    } else if ((failed = api_push_seal(p, seal, a->seal_key,
+                                       store_format(a->store) >=
+                                           STORE_FORMAT_SEALED_BINARY)) > 0) {
         push_seal_warn(a, "encryption failed; stored plaintext", named, failed);
     }
     free(seal);

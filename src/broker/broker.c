@@ -29,6 +29,7 @@
 #include "broker/dirlock.h"
 #include "broker/kv.h"
 #include "broker/retention.h"
+#include "broker/upgrade.h"
 #include "cp/registry.h"
 #include "http/router.h"
 #include "http/server.h"
@@ -65,6 +66,7 @@ struct broker {
     struct api api;
     struct kv_service *kv;
     uv_timer_t kv_sweep; /* the leader's KV expiry sweep */
+    struct upgrade *upgrade; /* broker/upgrade.h: the storage format gate */
     /* the leader's retention passes (broker/retention.h) */
     struct retention *retention;
     struct sink_host *sink; /* NULL unless QUEEN_S3_EMBEDDED=true */
@@ -108,6 +110,8 @@ static void broker_on_node_closed(void *arg)
     uv_close((uv_handle_t *)&b->cp_gate, NULL);
     retention_close(b->retention);
     b->retention = NULL;
+    upgrade_close(b->upgrade);
+    b->upgrade = NULL;
     uv_close((uv_handle_t *)&b->sink_wait, NULL);
     uv_close((uv_handle_t *)&b->sigterm, NULL);
     uv_close((uv_handle_t *)&b->sigint, NULL);
@@ -520,6 +524,7 @@ int broker_run(const struct config *cfg, struct err *err)
     b.cp_gate.data = &b;
     uv_timer_start(&b.cp_gate, broker_on_cp_gate, 0, CP_GATE_REFRESH_MS);
     b.retention = retention_start(&b.loop, b.store, b.node, 0);
+    b.upgrade = upgrade_start(&b.loop, b.store, b.node, b.kv, cfg->node_id);
     log_info("broker",
              "queen %s listening on %s:%d over %s, raft %s, data %s, body "
              "limit %zu, tenancy header %s, bearer tokens %zu",

@@ -234,11 +234,22 @@ def test_a_sink_without_the_key_writes_the_stored_bytes_as_a_json_string(
     assert OTHER_KEY not in node.stderr() and KEY not in node.stderr()
 
 
+def storage_format(node):
+    r = node.get("/api/v1/cluster/members")
+    assert r.status == 200, r
+    return r.json()["storageFormat"]
+
+
 def test_three_nodes_seal_once_and_every_copy_opens(tmp_path):
     """The seal is made once, by the node that takes the push, and the
     sealed bytes are what raft replicates: every node's copy (a follower's,
     and one rebuilt from a snapshot after its data directory is wiped)
-    fetches byte-exact plaintext, and no node's data directory holds it."""
+    fetches byte-exact plaintext, and no node's data directory holds it.
+    The binary sealed form is written only once the rolling-upgrade gate
+    raised the cluster's storage format to 2 (store/format.h), which it
+    does by itself when every voter runs this build; from then on no log
+    entry or row holds an envelope, and no client can write the gate's
+    namespace."""
     from cluster import Cluster
 
     c = Cluster(str(tmp_path / "c"), env={
@@ -247,6 +258,14 @@ def test_three_nodes_seal_once_and_every_copy_opens(tmp_path):
     try:
         c.start()
         entry, other = c.followers()
+        for node in c.live():
+            wait_until(lambda: storage_format(node) == 2, 30,
+                       "storage format 2 on node %s" % node.id)
+        r = entry.post("/api/v1/kv", [{"op": "put", "ns": "queen-cluster",
+                                       "key": "format", "value": 1,
+                                       "forever": True}])
+        assert r.status == 403, r
+        assert r.json()["reason"] == "kv_reserved_namespace", r.json()
         configure(entry, ENC, encryptionEnabled=True)
         configure(entry, PLAIN)
         pushed = {ENC: {}, PLAIN: {}}
@@ -286,6 +305,9 @@ def test_three_nodes_seal_once_and_every_copy_opens(tmp_path):
             assert found_in(everything, sealed) == set(), node.id
             # The search can fail: the plain queue is in clear there.
             assert found_in(everything, clear) == set(clear), node.id
+            # Sealed in the binary form: no envelope anywhere.
+            assert found_in(everything, [b"authTag"]) == set(), node.id
+            assert storage_format(node) == 2, node.id
             assert KEY.encode() not in node.stderr().encode()
     finally:
         c.close()
