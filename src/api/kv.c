@@ -32,6 +32,7 @@
 #include "http/resp.h"
 #include "http/router.h"
 #include "http/server.h"
+#include "store/format.h"
 
 #define API_KV_MAX_TOKENS ((size_t)4 << 20)
 
@@ -343,23 +344,38 @@ int api_kv_parse(struct api_kv *k, int mode, struct slice body, struct slice ns,
                                 : kv_parse_single(k, mode, err);
 }
 
-int api_kv_check_reserved(const struct kv_op *ops, size_t n, char *reason,
-                          struct err *err)
+static bool kv_ns_is(struct slice ns, const char *name)
 {
-    struct slice ns = SLICE_LIT(API_KV_RESERVED_NS);
+    size_t n = strlen(name);
 
+    return ns.len == n && memcmp(ns.ptr, name, n) == 0;
+}
+
+int api_kv_check_reserved(const struct kv_op *ops, size_t n, bool sink_open,
+                          char *reason, struct err *err)
+{
     reason[0] = '\0';
     for (size_t i = 0; i < n; i++) {
         const struct kv_op *o = &ops[i];
 
-        if (o->op >= KV_PUT && o->ns.len == ns.len &&
-            memcmp(o->ns.ptr, ns.ptr, ns.len) == 0) {
+        if (o->op < KV_PUT) {
+            continue;
+        }
+        if (!sink_open && kv_ns_is(o->ns, API_KV_RESERVED_NS)) {
             snprintf(reason, 40, "kv_reserved_namespace");
             return err_set(err, ERR_FORBIDDEN,
                            "operation %zu (%s): namespace '%s' is the S3 "
                            "sink's and read-only over HTTP; only the sink "
                            "inside the broker writes it",
                            i, kv_op_name(o->op), API_KV_RESERVED_NS);
+        }
+        if (kv_ns_is(o->ns, STORE_FORMAT_NS)) {
+            snprintf(reason, 40, "kv_reserved_namespace");
+            return err_set(err, ERR_FORBIDDEN,
+                           "operation %zu (%s): namespace '%s' holds the "
+                           "cluster's storage format and is read-only over "
+                           "HTTP; only the broker writes it",
+                           i, kv_op_name(o->op), STORE_FORMAT_NS);
         }
     }
     return 0;
@@ -692,8 +708,9 @@ static void kv_run(struct http_req *req, const uint8_t tenant[16],
     c->is_single = is_single;
     c->is_get = is_get;
     if (kv_validate(k->ops, k->n, true, reason, &err) != 0 ||
-        (!kv_routes_ctx->a->is_sink_kv_writable &&
-         api_kv_check_reserved(k->ops, k->n, reason, &err) != 0)) {
+        api_kv_check_reserved(k->ops, k->n,
+                              kv_routes_ctx->a->is_sink_kv_writable, reason,
+                              &err) != 0) {
         kv_respond_status(req, err.code, reason, err.msg);
         free(c);
         return;

@@ -14,7 +14,10 @@
  *       incr) is refused whole, 403 kv_reserved_namespace, so no client can
  *       move a sink's lease, intent or commit pointer (and with it the
  *       retention hold's floor). Reads of it still answer. Only
- *       QUEEN_KV_UNSAFE_SINK_WRITES=true (tests, repairs) lifts it. */
+ *       QUEEN_KV_UNSAFE_SINK_WRITES=true (tests, repairs) lifts it.
+ *   (3) No HTTP call writes namespace queen-cluster (store/format.h), for
+ *       any tenant, switch or not: the cluster's storage format must only
+ *       rise when every voter runs a build of it (broker/upgrade.h). */
 #ifndef QUEEN_API_KV_H
 #define QUEEN_API_KV_H
 
@@ -63,11 +66,12 @@ int api_kv_parse(struct api_kv *k, int mode, struct slice body, struct slice ns,
                  struct slice key, struct err *err);
 void api_kv_free(struct api_kv *k);
 
-/* Refuse ops with a write in API_KV_RESERVED_NS, (2). Returns 0, or
- * ERR_FORBIDDEN with reason (cap 40) "kv_reserved_namespace" and err->msg
- * naming the first such op. Pure. */
-int api_kv_check_reserved(const struct kv_op *ops, size_t n, char *reason,
-                          struct err *err);
+/* Refuse ops with a write in API_KV_RESERVED_NS, (2), unless sink_open
+ * (QUEEN_KV_UNSAFE_SINK_WRITES), or in store/format.h's STORE_FORMAT_NS,
+ * always (3). Returns 0, or ERR_FORBIDDEN with reason (cap 40)
+ * "kv_reserved_namespace" and err->msg naming the first such op. Pure. */
+int api_kv_check_reserved(const struct kv_op *ops, size_t n, bool sink_open,
+                          char *reason, struct err *err);
 
 /* Render an answer with status 0: {"results":[...]} (single false) or the
  * one element (single true). ERR_PRECONDITION renders the precondition

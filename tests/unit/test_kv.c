@@ -1311,8 +1311,8 @@ TEST(writes_apply_in_the_order_given_not_sorted_by_key)
 /* Parse body in mode (ns and key from the path for PUT/DELETE) as the
  * routes do, validate it at the HTTP edge, then apply the reserved-namespace
  * rule; returns its code, with the reason in reason[40]. */
-static int route_check(int mode, const char *body, const char *ns,
-                       const char *key, char *reason)
+static int route_check_open(int mode, const char *body, const char *ns,
+                            const char *key, bool sink_open, char *reason)
 {
     struct api_kv k;
     struct err err = {0};
@@ -1323,13 +1323,53 @@ static int route_check(int mode, const char *body, const char *ns,
         rc = kv_validate(k.ops, k.n, true, reason, &err);
     }
     if (rc == 0) {
-        rc = api_kv_check_reserved(k.ops, k.n, reason, &err);
+        rc = api_kv_check_reserved(k.ops, k.n, sink_open, reason, &err);
     }
     if (rc == 0) {
         reason[0] = '\0';
     }
     api_kv_free(&k);
     return rc;
+}
+
+static int route_check(int mode, const char *body, const char *ns,
+                       const char *key, char *reason)
+{
+    return route_check_open(mode, body, ns, key, false, reason);
+}
+
+/* api/kv.h (3): the storage format's namespace is refused to every HTTP
+ * write, also with QUEEN_KV_UNSAFE_SINK_WRITES, which opens the sink's. */
+TEST(http_writes_to_the_format_namespace_are_refused_even_when_open)
+{
+    static const char *const bodies[] = {
+        "[{\"op\":\"put\",\"ns\":\"queen-cluster\",\"key\":\"format\","
+        "\"value\":2,\"forever\":true}]",
+        "[{\"op\":\"delete\",\"ns\":\"queen-cluster\",\"key\":\"node:1\"}]",
+        "[{\"op\":\"incr\",\"ns\":\"queen\\u002dcluster\",\"key\":\"format\","
+        "\"forever\":true}]",
+    };
+    char reason[40];
+
+    for (int open = 0; open < 2; open++) {
+        for (size_t i = 0; i < ARRAY_LEN(bodies); i++) {
+            int rc = route_check_open(API_KV_BATCH, bodies[i], "", "",
+                                      open == 1, reason);
+            if (rc != ERR_FORBIDDEN ||
+                strcmp(reason, "kv_reserved_namespace") != 0) {
+                HARNESS_FAIL("body %zu open %d: rc %d reason '%s'", i, open, rc,
+                             reason);
+            }
+        }
+    }
+    EXPECT_EQ_I64(route_check_open(API_KV_PUT, "{\"value\":1,\"forever\":true}",
+                                   "queen-s3", "k", true, reason),
+                  0);
+    EXPECT_EQ_I64(route_check_open(API_KV_BATCH,
+                                   "[{\"op\":\"get\",\"ns\":\"queen-"
+                                   "cluster\",\"key\":\"format\"}]",
+                                   "", "", false, reason),
+                  0);
 }
 
 TEST(every_http_write_into_the_sinks_namespace_is_refused_403)
