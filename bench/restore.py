@@ -19,7 +19,10 @@ single-node broker (raft log and LMDB in a temp dir, no sink):
   http.client on one keep-alive connection, nothing read from the bucket.
 
 The summary prints records/s of each and the ratios restore/push (the
-issue's goal: at least 0.8) and restore/bare.
+issue's goal: at least 0.8) and restore/bare. With BENCH_BEFORE=<an older
+queen binary> each round also runs that binary's restore (same flags,
+into a fresh broker of this build) right after this one's, so a change is
+measured against its before in the same rounds.
 
 Usage: bench/restore.py [build-dir]
 """
@@ -129,21 +132,28 @@ def main():
                   for i in range(0, len(items), 1000)]
         env = dict(os.environ, QUEEN_S3_ACCESS_KEY="queen",
                    QUEEN_S3_SECRET_KEY="queen-secret-key")
-        q, bare, push = [], [], []
-        for r in range(runs):
-            b = broker(tmp, "q%d" % r)
+        before = os.environ.get("BENCH_BEFORE")
+
+        def restore(binary, name):
+            b = broker(tmp, name)
             try:
                 t = time.monotonic()
-                subprocess.run([qbin, "lake", "restore", "--endpoint",
+                subprocess.run([binary, "lake", "restore", "--endpoint",
                                 bucket.endpoint, "--bucket", "lake",
                                 "--path-style", "--queue", QUEUE, "--to",
                                 "http://127.0.0.1:%d" % b.port, "--batch",
                                 "1000", "--threads", str(conns)], env=env,
                                check=True,
                                stdout=subprocess.DEVNULL)
-                q.append(time.monotonic() - t)
+                return time.monotonic() - t
             finally:
                 b.stop()
+
+        q, bare, push, old = [], [], [], []
+        for r in range(runs):
+            q.append(restore(qbin, "q%d" % r))
+            if before:
+                old.append(restore(before, "o%d" % r))
             b = broker(tmp, "w%d" % r)
             try:
                 push.append(wrk_push(b, tmp, secs))
@@ -155,8 +165,10 @@ def main():
             finally:
                 b.stop()
             print("round %d: queen lake restore %.2fs (%.0f/s), bench/push "
-                  "%.0f/s, bare pusher %.2fs" % (r + 1, q[-1], n / q[-1],
-                                                  push[-1], bare[-1]))
+                  "%.0f/s, bare pusher %.2fs%s"
+                  % (r + 1, q[-1], n / q[-1], push[-1], bare[-1],
+                     ", before %.2fs (%.0f/s)" % (old[-1], n / old[-1])
+                     if before else ""))
         mq, mb = statistics.median(q), statistics.median(bare)
         mp = statistics.median(push)
         print("%-34s %12s" % ("", "records/s"))
@@ -164,6 +176,11 @@ def main():
                                  n / mq))
         print("%-34s %12.0f" % ("bench/push (wrk, 16 conns, 100/req)", mp))
         print("%-34s %12.0f" % ("bare pusher (1 conn, 1000/req)", n / mb))
+        if before:
+            mo = statistics.median(old)
+            print("%-34s %12.0f" % ("restore before (%d conns)" % conns,
+                                     n / mo))
+            print("ratio before/push %.2f" % (n / mo / mp))
         print("ratio restore/push %.2f (goal >= 0.8), restore/bare %.2f; "
               "%d records, median of %d; bucket %s; load average %s"
               % (n / mq / mp, mb / mq, n, runs, bucket.kind,
