@@ -8,18 +8,22 @@ BENCH_BUCKET=rgw for Ceph RGW behind the proxy) with tests/e2e/lake.py's
 make_lake. BENCH_RUNS (3) interleaved rounds, each peer into a fresh
 single-node broker (raft log and LMDB in a temp dir, no sink):
 
-- queen: `queen lake restore --batch 1000 --threads C` (LIST, GET and
-  sha256 of every object, decoding, push bodies, POST /api/v1/push on C
-  keep-alive connections, partitions sharded over them, BENCH_CONNS,
-  default 4);
+- queen: `queen lake restore --threads C` (LIST, GET and sha256 of every
+  object, decoding, push bodies, POST /api/v1/push on C keep-alive
+  connections, partitions sharded over them, BENCH_CONNS, default 4;
+  `--batch BENCH_BATCH` when that is set, else the tool's default);
 - push: bench/push.sh's queen round, the issue's peer: wrk with 16
   connections POSTing 100 items of a 200-byte payload per request for
   BENCH_SECONDS (10);
-- bare: the same 1000-item push bodies as the lake's, POSTed by Python's
-  http.client on one keep-alive connection, nothing read from the bucket.
+- bare: push bodies of the lake's records, BENCH_BATCH items each
+  (default 2000, restore's default batch), POSTed by Python's http.client
+  on one keep-alive connection, nothing read from the bucket.
 
 The summary prints records/s of each and the ratios restore/push (the
-issue's goal: at least 0.8) and restore/bare.
+issue's goal: at least 0.8) and restore/bare. With BENCH_BEFORE=<an older
+queen binary> each round also runs that binary's restore (same flags,
+into a fresh broker of this build) right after this one's, so a change is
+measured against its before in the same rounds.
 
 Usage: bench/restore.py [build-dir]
 """
@@ -110,6 +114,9 @@ def main():
     n = int(os.environ.get("BENCH_RECORDS", "200000"))
     runs = int(os.environ.get("BENCH_RUNS", "3"))
     conns = int(os.environ.get("BENCH_CONNS", "4"))
+    batch_flag = (["--batch", os.environ["BENCH_BATCH"]]
+                  if os.environ.get("BENCH_BATCH") else [])
+    batch = int(os.environ.get("BENCH_BATCH") or "2000")
     secs = int(os.environ.get("BENCH_SECONDS", "10"))
     tmp = tempfile.mkdtemp(prefix="queen-bench-restore-")
     bucket = TestBucket(buckets=["lake"], workdir=os.path.join(tmp, "b"),
@@ -125,25 +132,32 @@ def main():
         items = [{"queue": QUEUE, "partition": p, "transactionId": x,
                   "payload": v} for _, _, recs in windows
                  for p, _, x, _, v in recs]
-        bodies = [lake.push_body(items[i:i + 1000])
-                  for i in range(0, len(items), 1000)]
+        bodies = [lake.push_body(items[i:i + batch])
+                  for i in range(0, len(items), batch)]
         env = dict(os.environ, QUEEN_S3_ACCESS_KEY="queen",
                    QUEEN_S3_SECRET_KEY="queen-secret-key")
-        q, bare, push = [], [], []
-        for r in range(runs):
-            b = broker(tmp, "q%d" % r)
+        before = os.environ.get("BENCH_BEFORE")
+
+        def restore(binary, name):
+            b = broker(tmp, name)
             try:
                 t = time.monotonic()
-                subprocess.run([qbin, "lake", "restore", "--endpoint",
+                subprocess.run([binary, "lake", "restore", "--endpoint",
                                 bucket.endpoint, "--bucket", "lake",
                                 "--path-style", "--queue", QUEUE, "--to",
-                                "http://127.0.0.1:%d" % b.port, "--batch",
-                                "1000", "--threads", str(conns)], env=env,
+                                "http://127.0.0.1:%d" % b.port, "--threads",
+                                str(conns)] + batch_flag, env=env,
                                check=True,
                                stdout=subprocess.DEVNULL)
-                q.append(time.monotonic() - t)
+                return time.monotonic() - t
             finally:
                 b.stop()
+
+        q, bare, push, old = [], [], [], []
+        for r in range(runs):
+            q.append(restore(qbin, "q%d" % r))
+            if before:
+                old.append(restore(before, "o%d" % r))
             b = broker(tmp, "w%d" % r)
             try:
                 push.append(wrk_push(b, tmp, secs))
@@ -155,15 +169,23 @@ def main():
             finally:
                 b.stop()
             print("round %d: queen lake restore %.2fs (%.0f/s), bench/push "
-                  "%.0f/s, bare pusher %.2fs" % (r + 1, q[-1], n / q[-1],
-                                                  push[-1], bare[-1]))
+                  "%.0f/s, bare pusher %.2fs%s"
+                  % (r + 1, q[-1], n / q[-1], push[-1], bare[-1],
+                     ", before %.2fs (%.0f/s)" % (old[-1], n / old[-1])
+                     if before else ""))
         mq, mb = statistics.median(q), statistics.median(bare)
         mp = statistics.median(push)
         print("%-34s %12s" % ("", "records/s"))
         print("%-34s %12.0f" % ("queen lake restore (%d conns)" % conns,
                                  n / mq))
         print("%-34s %12.0f" % ("bench/push (wrk, 16 conns, 100/req)", mp))
-        print("%-34s %12.0f" % ("bare pusher (1 conn, 1000/req)", n / mb))
+        print("%-34s %12.0f" % ("bare pusher (1 conn, %d/req)" % batch,
+                                 n / mb))
+        if before:
+            mo = statistics.median(old)
+            print("%-34s %12.0f" % ("restore before (%d conns)" % conns,
+                                     n / mo))
+            print("ratio before/push %.2f" % (n / mo / mp))
         print("ratio restore/push %.2f (goal >= 0.8), restore/bare %.2f; "
               "%d records, median of %d; bucket %s; load average %s"
               % (n / mq / mp, mb / mq, n, runs, bucket.kind,
