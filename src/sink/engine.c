@@ -2161,38 +2161,97 @@ static int64_t least_stamp_reaching(struct stamp_weight *v, size_t n,
     return best;
 }
 
+#define SIZE_BUCKETS 4096 /* stamp buckets of size_point's first cut */
+
 /* The first record stamp t at which the weight of the records below t
  * reaches the target; cap when no stamp does (they all share the last one).
  * That is the least stamp t above the least one with weight(< t) >= target
- * (target_bytes >= 1, so the least stamp never qualifies itself). */
+ * (target_bytes >= 1, so the least stamp never qualifies itself).
+ *
+ * Hundreds of thousands of records may be buffered below cap, so no sort:
+ * the records' stamps go into SIZE_BUCKETS equal ranges, with their weight
+ * and least stamp; the bucket where the running weight reaches the target
+ * holds t, or else t is the least stamp of the next bucket that has any.
+ * Only that bucket's records are copied out, for least_stamp_reaching(). */
 static int64_t size_point(const struct engine *e, int64_t cap)
 {
+    uint64_t *w = xcalloc(SIZE_BUCKETS, sizeof(*w));
+    int64_t *least = xmalloc(SIZE_BUCKETS * sizeof(*least));
+    size_t *count = xcalloc(SIZE_BUCKETS, sizeof(*count));
     struct stamp_weight *v;
+    int64_t lo = INT64_MAX;
+    int64_t hi = INT64_MIN;
+    uint64_t width;
+    uint64_t below = 0;
+    size_t j = 0;
     size_t n = 0;
-    int64_t t;
+    int64_t next = cap;
+    int64_t t = cap;
 
     for (size_t i = 0; i < e->n_active; i++) {
         const struct part *p = e->active[i];
 
-        for (size_t j = 0; j < p->n_recs; j++) {
-            n += p->recs[j].ts < cap;
+        for (size_t k = 0; k < p->n_recs; k++) {
+            int64_t ts = p->recs[k].ts;
+            if (ts < cap) {
+                lo = ts < lo ? ts : lo;
+                hi = ts > hi ? ts : hi;
+            }
         }
     }
-    v = xmalloc((n > 0 ? n : 1) * sizeof(*v));
-    n = 0;
+    if (lo > hi) { /* nothing below cap */
+        goto done;
+    }
+    width = ((uint64_t)hi - (uint64_t)lo) / SIZE_BUCKETS + 1;
+    for (size_t i = 0; i < SIZE_BUCKETS; i++) {
+        least[i] = INT64_MAX;
+    }
     for (size_t i = 0; i < e->n_active; i++) {
         const struct part *p = e->active[i];
 
-        for (size_t j = 0; j < p->n_recs; j++) {
-            if (p->recs[j].ts < cap) {
-                v[n].ts = p->recs[j].ts;
-                v[n].weight = p->recs[j].weight;
+        for (size_t k = 0; k < p->n_recs; k++) {
+            int64_t ts = p->recs[k].ts;
+            if (ts < cap) {
+                size_t b = (size_t)(((uint64_t)ts - (uint64_t)lo) / width);
+                w[b] += p->recs[k].weight;
+                least[b] = ts < least[b] ? ts : least[b];
+                count[b]++;
+            }
+        }
+    }
+    while (j < SIZE_BUCKETS && below + w[j] < e->cfg.target_bytes) {
+        below += w[j++];
+    }
+    if (j == SIZE_BUCKETS) { /* the whole weight is under the target */
+        goto done;
+    }
+    for (size_t b = j + 1; b < SIZE_BUCKETS; b++) {
+        if (count[b] > 0) {
+            next = least[b];
+            break;
+        }
+    }
+    v = xmalloc(count[j] * sizeof(*v));
+    for (size_t i = 0; i < e->n_active; i++) {
+        const struct part *p = e->active[i];
+
+        for (size_t k = 0; k < p->n_recs; k++) {
+            int64_t ts = p->recs[k].ts;
+            if (ts < cap &&
+                ((uint64_t)ts - (uint64_t)lo) / width == (uint64_t)j) {
+                v[n].ts = ts;
+                v[n].weight = p->recs[k].weight;
                 n++;
             }
         }
     }
-    t = least_stamp_reaching(v, n, e->cfg.target_bytes, cap);
+    /* below < target: no stamp of an earlier bucket reaches it */
+    t = least_stamp_reaching(v, n, e->cfg.target_bytes - below, next);
     free(v);
+done:
+    free(w);
+    free(least);
+    free(count);
     return t;
 }
 

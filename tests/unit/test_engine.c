@@ -338,7 +338,7 @@ static uint64_t sim_weight(const char *name, const struct sim_rec *r)
 
 /* A size close cuts at the least record stamp below which the window
  * reaches the target: stamps shared across partitions, in no order between
- * them, weights of every size. Each window but the last holds at least the
+ * them, weights of every size, a long gap in the middle. Each window but the last holds at least the
  * target, and less without the records of its last stamp. */
 TEST(rule2_size_closes_at_the_least_stamp_reaching_the_target)
 {
@@ -360,6 +360,11 @@ TEST(rule2_size_closes_at_the_least_stamp_reaching_the_target)
         x ^= x << 17;
         part = (int)(x % 7);
         snprintf(name, sizeof(name), "p%d", part);
+        if (i == 350) { /* a gap: buckets of size_point hold many stamps */
+            for (int k = 0; k < 7; k++) {
+                at[k] += 600 * SIM_SEC;
+            }
+        }
         /* each partition's stamps ascend, by 0 to 3 steps of 10 ms */
         at[part] += (int64_t)((x >> 8) % 4) * 10 * SIM_MS;
         sim_push(&s, name, 1 + (int)((x >> 16) % 3), SIM_T0 + at[part],
