@@ -48,9 +48,10 @@
  * per-call walks (frontier, fetch candidates, seeks, the close rules) go over
  * the active set only: partitions with unread data, a seek, or buffered
  * records. A commit walks every partition once to prune; only the plan and the
- * checkpoint sort. Memory held for a cold partition is its `struct part` alone,
- * so what is buffered does not grow with the number of partitions
- * (docs/design/window.md §6).
+ * checkpoint sort (partitions, not records: a size close finds its stamp in
+ * linear time, size_point). Memory held for a cold partition is its `struct
+ * part` alone, so what is buffered does not grow with the number of
+ * partitions (docs/design/window.md §6).
  *
  * A caught-up partition (read past the lastOffset a discovery page reported)
  * does not hold a close back: every record it gains later is stamped above
