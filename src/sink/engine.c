@@ -48,9 +48,10 @@
  * per-call walks (frontier, fetch candidates, seeks, the close rules) go over
  * the active set only: partitions with unread data, a seek, or buffered
  * records. A commit walks every partition once to prune; only the plan and the
- * checkpoint sort. Memory held for a cold partition is its `struct part` alone,
- * so what is buffered does not grow with the number of partitions
- * (docs/design/window.md §6).
+ * checkpoint sort (partitions, not records: a size close finds its stamp in
+ * linear time, size_point). Memory held for a cold partition is its `struct
+ * part` alone, so what is buffered does not grow with the number of
+ * partitions (docs/design/window.md §6).
  *
  * A caught-up partition (read past the lastOffset a discovery page reported)
  * does not hold a close back: every record it gains later is stamped above
@@ -2068,17 +2069,6 @@ struct stamp_weight {
     uint64_t weight;
 };
 
-static int stamp_weight_cmp(const void *a, const void *b)
-{
-    const struct stamp_weight *x = a;
-    const struct stamp_weight *y = b;
-
-    if (x->ts != y->ts) {
-        return x->ts < y->ts ? -1 : 1;
-    }
-    return x->weight < y->weight ? -1 : (x->weight > y->weight ? 1 : 0);
-}
-
 static uint64_t weight_below(const struct engine *e, int64_t cap)
 {
     uint64_t w = 0;
@@ -2093,39 +2083,176 @@ static uint64_t weight_below(const struct engine *e, int64_t cap)
     return w;
 }
 
+static int64_t median3(int64_t a, int64_t b, int64_t c)
+{
+    if (a > b) {
+        int64_t t = a;
+        a = b;
+        b = t;
+    }
+    return c <= a ? a : (c >= b ? b : c);
+}
+
+/* Split v[0..n) around the stamp pivot: below it first, then equal, then
+ * above; *lo and *eq count the first two groups, *w_lo and *w_eq their
+ * weights. */
+static void split3(struct stamp_weight *v, size_t n, int64_t pivot,
+                   size_t *lo, size_t *eq, uint64_t *w_lo, uint64_t *w_eq)
+{
+    size_t a = 0; /* v[0..a) below */
+    size_t b = 0; /* v[a..b) equal */
+    size_t c = n; /* v[c..n) above; v[b..c) not looked at */
+
+    *w_lo = 0;
+    *w_eq = 0;
+    while (b < c) {
+        struct stamp_weight x = v[b];
+        if (x.ts < pivot) {
+            *w_lo += x.weight;
+            v[b++] = v[a];
+            v[a++] = x;
+        } else if (x.ts == pivot) {
+            *w_eq += x.weight;
+            b++;
+        } else {
+            v[b] = v[--c];
+            v[c] = x;
+        }
+    }
+    *lo = a;
+    *eq = b - a;
+}
+
+/* The least stamp s of v[0..n) with weight(stamps < s) >= target, or none
+ * (returns none): a selection, not a sort. Each round splits the stamps
+ * still in question around a pivot (the median of three) and keeps the
+ * side where s lies: below the pivot when the weight below it reaches the
+ * target already (the pivot is then the answer unless a smaller stamp
+ * is), above it otherwise, less what the pivot and below it weigh. Linear
+ * on average; v is reordered. */
+static int64_t least_stamp_reaching(struct stamp_weight *v, size_t n,
+                                    uint64_t target, int64_t none)
+{
+    int64_t best = none;
+
+    while (n > 0) {
+        size_t lo;
+        size_t eq;
+        uint64_t w_lo;
+        uint64_t w_eq;
+
+        if (target == 0) { /* every stamp here reaches: the least */
+            int64_t m = v[0].ts;
+            for (size_t i = 1; i < n; i++) {
+                m = v[i].ts < m ? v[i].ts : m;
+            }
+            return m;
+        }
+        split3(v, n, median3(v[0].ts, v[n / 2].ts, v[n - 1].ts), &lo, &eq,
+               &w_lo, &w_eq);
+        if (w_lo >= target) {
+            best = v[lo].ts; /* the pivot */
+            n = lo;
+        } else {
+            target -= w_lo + w_eq < target ? w_lo + w_eq : target;
+            v += lo + eq;
+            n -= lo + eq;
+        }
+    }
+    return best;
+}
+
+#define SIZE_BUCKETS 4096 /* stamp buckets of size_point's first cut */
+
 /* The first record stamp t at which the weight of the records below t
- * reaches the target; cap when no stamp does (they all share the last one). */
+ * reaches the target; cap when no stamp does (they all share the last one).
+ * That is the least stamp t above the least one with weight(< t) >= target
+ * (target_bytes >= 1, so the least stamp never qualifies itself).
+ *
+ * Hundreds of thousands of records may be buffered below cap, so no sort:
+ * the records' stamps go into SIZE_BUCKETS equal ranges, with their weight
+ * and least stamp; the bucket where the running weight reaches the target
+ * holds t, or else t is the least stamp of the next bucket that has any.
+ * Only that bucket's records are copied out, for least_stamp_reaching(). */
 static int64_t size_point(const struct engine *e, int64_t cap)
 {
-    struct stamp_weight *v = NULL;
+    uint64_t *w = xcalloc(SIZE_BUCKETS, sizeof(*w));
+    int64_t *least = xmalloc(SIZE_BUCKETS * sizeof(*least));
+    size_t *count = xcalloc(SIZE_BUCKETS, sizeof(*count));
+    struct stamp_weight *v;
+    int64_t lo = INT64_MAX;
+    int64_t hi = INT64_MIN;
+    uint64_t width;
+    uint64_t below = 0;
+    size_t j = 0;
     size_t n = 0;
-    size_t vcap = 0;
-    uint64_t acc = 0;
+    int64_t next = cap;
     int64_t t = cap;
 
     for (size_t i = 0; i < e->n_active; i++) {
         const struct part *p = e->active[i];
 
-        for (size_t j = 0; j < p->n_recs; j++) {
-            if (p->recs[j].ts < cap) {
-                grow((void **)&v, &vcap, n + 1, sizeof(*v));
-                v[n].ts = p->recs[j].ts;
-                v[n].weight = p->recs[j].weight;
+        for (size_t k = 0; k < p->n_recs; k++) {
+            int64_t ts = p->recs[k].ts;
+            if (ts < cap) {
+                lo = ts < lo ? ts : lo;
+                hi = ts > hi ? ts : hi;
+            }
+        }
+    }
+    if (lo > hi) { /* nothing below cap */
+        goto done;
+    }
+    width = ((uint64_t)hi - (uint64_t)lo) / SIZE_BUCKETS + 1;
+    for (size_t i = 0; i < SIZE_BUCKETS; i++) {
+        least[i] = INT64_MAX;
+    }
+    for (size_t i = 0; i < e->n_active; i++) {
+        const struct part *p = e->active[i];
+
+        for (size_t k = 0; k < p->n_recs; k++) {
+            int64_t ts = p->recs[k].ts;
+            if (ts < cap) {
+                size_t b = (size_t)(((uint64_t)ts - (uint64_t)lo) / width);
+                w[b] += p->recs[k].weight;
+                least[b] = ts < least[b] ? ts : least[b];
+                count[b]++;
+            }
+        }
+    }
+    while (j < SIZE_BUCKETS && below + w[j] < e->cfg.target_bytes) {
+        below += w[j++];
+    }
+    if (j == SIZE_BUCKETS) { /* the whole weight is under the target */
+        goto done;
+    }
+    for (size_t b = j + 1; b < SIZE_BUCKETS; b++) {
+        if (count[b] > 0) {
+            next = least[b];
+            break;
+        }
+    }
+    v = xmalloc(count[j] * sizeof(*v));
+    for (size_t i = 0; i < e->n_active; i++) {
+        const struct part *p = e->active[i];
+
+        for (size_t k = 0; k < p->n_recs; k++) {
+            int64_t ts = p->recs[k].ts;
+            if (ts < cap &&
+                ((uint64_t)ts - (uint64_t)lo) / width == (uint64_t)j) {
+                v[n].ts = ts;
+                v[n].weight = p->recs[k].weight;
                 n++;
             }
         }
     }
-    if (n > 1) {
-        qsort(v, n, sizeof(*v), stamp_weight_cmp);
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (i > 0 && v[i].ts != v[i - 1].ts && acc >= e->cfg.target_bytes) {
-            t = v[i].ts;
-            break;
-        }
-        acc += v[i].weight;
-    }
+    /* below < target: no stamp of an earlier bucket reaches it */
+    t = least_stamp_reaching(v, n, e->cfg.target_bytes - below, next);
     free(v);
+done:
+    free(w);
+    free(least);
+    free(count);
     return t;
 }
 

@@ -15,7 +15,9 @@
  * first touch of a fresh page costs several times the copy into it. The
  * spare keeps resident only the pages its last answer used (spare_trim):
  * a thread reading small answers does not pin a large reserve. The spare
- * goes when its thread exits.
+ * goes when its thread exits. The arrays an answer's items are built in
+ * before they move into the arena are kept per thread the same way
+ * (struct build_spare).
  *
  * Sealed payloads (docs/design/formats.md §11) are opened here, in the one read
  * both POST /api/v1/fetch and the sink use, so neither ever sees a sealed
@@ -163,24 +165,81 @@ struct build {
     size_t item_size;
     size_t n_items;
     size_t cap_items;
-    size_t *offs;  /* 2 per item */
-    size_t *first; /* per entry */
+    size_t items_bytes; /* allocated: cap_items * item_size or more */
+    size_t *offs;       /* 2 per item */
+    size_t offs_len;    /* allocated entries: 2 * cap_items or more */
+    size_t *first;      /* per entry */
 };
+
+/* The item and offset arrays of the thread's last build, kept for its next
+ * one (at most BUILD_SPARE_MAX bytes of items): a sink thread builds
+ * thousands of records per read, and on a VM fresh pages for them cost
+ * more than the copying does. Gone when the thread exits. */
+#define BUILD_SPARE_MAX ((size_t)4 * 1024 * 1024)
+
+struct build_spare {
+    char *items;
+    size_t items_bytes;
+    size_t *offs;
+    size_t offs_len;
+};
+
+static pthread_key_t build_key;
+static pthread_once_t build_once = PTHREAD_ONCE_INIT;
+
+static void build_spare_destroy(void *p)
+{
+    struct build_spare *sp = p;
+
+    free(sp->items);
+    free(sp->offs);
+    free(sp);
+}
+
+static void build_key_init(void)
+{
+    ASSERT(pthread_key_create(&build_key, build_spare_destroy) == 0);
+}
 
 static void build_init(struct build *b, struct buf *arena, size_t item_size,
                        size_t n_entries)
 {
+    struct build_spare *sp;
+
     memset(b, 0, sizeof(*b));
     b->arena = arena;
     b->item_size = item_size;
     b->first = xcalloc(n_entries > 0 ? n_entries : 1, sizeof(*b->first));
+    pthread_once(&build_once, build_key_init);
+    sp = pthread_getspecific(build_key);
+    if (sp != NULL) {
+        ASSERT(pthread_setspecific(build_key, NULL) == 0);
+        b->items = sp->items;
+        b->items_bytes = sp->items_bytes;
+        b->offs = sp->offs;
+        b->offs_len = sp->offs_len;
+        b->cap_items = b->items_bytes / item_size;
+        if (b->cap_items > b->offs_len / 2) {
+            b->cap_items = b->offs_len / 2;
+        }
+        free(sp);
+    }
 }
 
 static void build_free(struct build *b)
 {
-    free(b->items);
-    free(b->offs);
+    struct build_spare *sp;
+
     free(b->first);
+    if (b->items_bytes > BUILD_SPARE_MAX ||
+        pthread_getspecific(build_key) != NULL) {
+        free(b->items);
+        free(b->offs);
+        return;
+    }
+    sp = xmalloc(sizeof(*sp));
+    *sp = (struct build_spare){b->items, b->items_bytes, b->offs, b->offs_len};
+    ASSERT(pthread_setspecific(build_key, sp) == 0);
 }
 
 /* A new zeroed item; its arena offsets are filled by build_bytes(). */
@@ -190,8 +249,10 @@ static void *build_item(struct build *b)
 
     if (b->n_items == b->cap_items) {
         b->cap_items = b->cap_items ? b->cap_items * 2 : 64;
-        b->items = xrealloc(b->items, b->cap_items * b->item_size);
-        b->offs = xrealloc(b->offs, b->cap_items * 2 * sizeof(*b->offs));
+        b->items_bytes = b->cap_items * b->item_size;
+        b->offs_len = b->cap_items * 2;
+        b->items = xrealloc(b->items, b->items_bytes);
+        b->offs = xrealloc(b->offs, b->offs_len * sizeof(*b->offs));
     }
     it = b->items + b->n_items * b->item_size;
     memset(it, 0, b->item_size);
@@ -1027,6 +1088,7 @@ int store_list_queues(struct store *s, const uint8_t tenant[16],
         out->queues[i].name = arena_slice(&r.b, i, 0, out->queues[i].name.len);
     }
     r.b.items = NULL;
+    r.b.items_bytes = 0;
     build_free(&r.b);
     return rc;
 }

@@ -395,6 +395,48 @@ TEST(aead_open_accepts_any_member_order)
     buf_free(&out);
 }
 
+/* The sniff finds the authTag member wherever it falls among other 'T's,
+ * and a near miss ("authtag", "authTa" cut short) is not an envelope. */
+TEST(aead_sniff_finds_auth_tag_among_other_ts)
+{
+    static const char *const yes[] = {
+        "{\"encrypted\":\"\",\"iv\":\"\",\"authTag\":\"\"}",
+        "{\"authTag\":\"\",\"iv\":\"\",\"encrypted\":\"\"}",
+        " \t{\"T\":\"TTauthTa\",\"authTag\":\"T\",\"iv\":\"T\","
+        "\"encrypted\":\"T\"}",
+        "{\"authTauthTag\":0,\"encrypted\":\"\",\"iv\":\"\",\"authTag\":\"\"}",
+        /* through an escape: no plain "authTag" at all */
+        "{\"encrypted\":\"\",\"iv\":\"\",\"auth\\u0054ag\":\"\"}",
+    };
+    static const char *const no[] = {
+        "{\"encrypted\":\"\",\"iv\":\"\",\"authtag\":\"\"}",
+        "{\"encrypted\":\"\",\"iv\":\"\",\"authTa\":\"\",\"Tag\":\"\"}",
+        "{\"encrypted\":\"\",\"iv\":\"\",\"authTag\":1}",
+        "[\"authTag\"]",
+        "authTag",
+        "{authTag",
+        "TTTTTTTTTTTTTTTTTTTT",
+    };
+    char buf[256];
+
+    for (size_t i = 0; i < ARRAY_LEN(yes); i++) {
+        EXPECT(aead_is_envelope((const uint8_t *)yes[i], strlen(yes[i])));
+    }
+    for (size_t i = 0; i < ARRAY_LEN(no); i++) {
+        EXPECT(!aead_is_envelope((const uint8_t *)no[i], strlen(no[i])));
+    }
+    /* authTag at every offset after a run of 'T's */
+    for (int k = 0; k < 40; k++) {
+        int n = snprintf(buf, sizeof(buf),
+                         "{\"%.*s\":0,\"iv\":\"\",\"encrypted\":\"\","
+                         "\"authTag\":\"\"}",
+                         k, "TTTTTTTTTTTTTTTTTTTTTTTTTTTTTTTTTTTTTTTT");
+        EXPECT(aead_is_envelope((const uint8_t *)buf, (size_t)n));
+        buf[n - 6] = 'G'; /* "authTaG" */
+        EXPECT(!aead_is_envelope((const uint8_t *)buf, (size_t)n));
+    }
+}
+
 TEST(aead_key_parse_takes_exactly_64_hex)
 {
     uint8_t key[AEAD_KEY_LEN];

@@ -328,6 +328,80 @@ TEST(rule2_size_closes_at_a_record_timestamp_boundary)
     sim_free(&s);
 }
 
+/* The weight the engine gives a record of partition name (engine.c's
+ * record_weight). */
+static uint64_t sim_weight(const char *name, const struct sim_rec *r)
+{
+    return 64 + strlen(r->txn) + strlen(name) +
+           (r->payload_len == 0 ? 4 : r->payload_len);
+}
+
+/* A size close cuts at the least record stamp below which the window
+ * reaches the target: stamps shared across partitions, in no order between
+ * them, weights of every size, a long gap in the middle. Each window but the last holds at least the
+ * target, and less without the records of its last stamp. */
+TEST(rule2_size_closes_at_the_least_stamp_reaching_the_target)
+{
+    struct engine_config c;
+    struct sim s;
+    uint64_t x = 0x9e3779b97f4a7c15ULL;
+    int64_t at[7] = {0};
+
+    sim_test_config(&c);
+    c.target_bytes = 3000;
+    c.max_window_us = 3600 * SIM_SEC;
+    sim_init(&s, &c);
+    for (int i = 0; i < 700; i++) {
+        char name[8];
+        int part;
+
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        part = (int)(x % 7);
+        snprintf(name, sizeof(name), "p%d", part);
+        if (i == 350) { /* a gap: buckets of size_point hold many stamps */
+            for (int k = 0; k < 7; k++) {
+                at[k] += 600 * SIM_SEC;
+            }
+        }
+        /* each partition's stamps ascend, by 0 to 3 steps of 10 ms */
+        at[part] += (int64_t)((x >> 8) % 4) * 10 * SIM_MS;
+        sim_push(&s, name, 1 + (int)((x >> 16) % 3), SIM_T0 + at[part],
+                 (size_t)((x >> 24) % 200));
+    }
+    sim_finish(&s, SIM_T0 + 7200 * SIM_SEC);
+    EXPECT(s.n_windows >= 10);
+    for (size_t w = 0; w + 1 < s.n_windows; w++) {
+        const struct sim_window *win = &s.windows[w];
+        uint64_t all = 0;
+        uint64_t at_last = 0;
+        int64_t last = INT64_MIN;
+
+        for (size_t i = 0; i < s.n_parts; i++) {
+            for (size_t o = 0; o < s.parts[i].n; o++) {
+                const struct sim_rec *r = &s.parts[i].recs[o];
+                uint64_t wt = sim_weight(s.parts[i].name, r);
+
+                if (r->ts < win->t_start || r->ts >= win->t_end) {
+                    continue;
+                }
+                all += wt;
+                if (r->ts > last) {
+                    last = r->ts;
+                    at_last = 0;
+                }
+                at_last += r->ts == last ? wt : 0;
+            }
+        }
+        EXPECT_EQ_U64(all, win->bytes);
+        EXPECT(all >= c.target_bytes);
+        EXPECT(all - at_last < c.target_bytes);
+    }
+    EXPECT(sim_exactly_once(&s));
+    sim_free(&s);
+}
+
 TEST(rule2_age_closes_a_window_that_is_far_under_target)
 {
     struct engine_config c;
