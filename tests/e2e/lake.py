@@ -112,6 +112,9 @@ class LakeError(AssertionError):
 # ---------------------------------------------------------------------------
 # Readers: list_keys(prefix) -> sorted keys, read(key) -> bytes | None
 
+METADATA_SUFFIX = "._S3rver_metadata.json"
+
+
 class S3rverDirReader:
     """The files of one bucket in s3rver's directory (TestBucket.data_dir)."""
 
@@ -125,11 +128,21 @@ class S3rverDirReader:
         self.data_dir = data_dir
         self.bucket = bucket
 
+    def _complete(self, key):
+        """s3rver streams an object's file first and writes its metadata
+        file last, and lists only objects that have one; a key whose
+        metadata is not there yet is a PUT in progress (its file may be
+        empty or short), not an object."""
+        return os.path.exists(self._s3proxy.object_path(
+            self.data_dir, self.bucket, key, suffix=METADATA_SUFFIX))
+
     def list_keys(self, prefix=""):
-        return self._s3proxy.walk_keys(self.data_dir, self.bucket, prefix)
+        return [k for k in self._s3proxy.walk_keys(self.data_dir, self.bucket,
+                                                   prefix)
+                if self._complete(k)]
 
     def read(self, key):
-        if not self._s3proxy.key_is_storable(key):
+        if not self._s3proxy.key_is_storable(key) or not self._complete(key):
             return None
         try:
             with open(self._s3proxy.object_path(self.data_dir, self.bucket,

@@ -24,13 +24,23 @@ class Scratch(lake.S3rverDirReader):
         shutil.copytree(bucket.data_dir, dst)
         super().__init__(dst, "lake")
 
+    def _meta(self, key):
+        return self._s3proxy.object_path(self.data_dir, self.bucket, key,
+                                         suffix=lake.METADATA_SUFFIX)
+
     def put(self, key, data):
-        with open(self._s3proxy.object_path(self.data_dir, self.bucket, key),
-                  "wb") as f:
+        path = self._s3proxy.object_path(self.data_dir, self.bucket, key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
             f.write(data)
+        if not os.path.exists(self._meta(key)):  # as s3rver: written last
+            with open(self._meta(key), "w", encoding="utf-8") as f:
+                f.write("{}")
 
     def delete(self, key):
         os.unlink(self._s3proxy.object_path(self.data_dir, self.bucket, key))
+        if os.path.exists(self._meta(key)):
+            os.unlink(self._meta(key))
 
 
 def rewrite_window(r, k, change):
