@@ -344,12 +344,21 @@ int api_kv_parse(struct api_kv *k, int mode, struct slice body, struct slice ns,
                                 : kv_parse_single(k, mode, err);
 }
 
-static bool kv_ns_is(struct slice ns, const char *name)
-{
-    size_t n = strlen(name);
-
-    return ns.len == n && memcmp(ns.ptr, name, n) == 0;
-}
+/* The namespaces HTTP may read but not write, api/kv.h (2) and (3). */
+static const struct {
+    const char *ns;
+    const char *why; /* completes "namespace '<ns>' " */
+    bool opens;      /* QUEEN_KV_UNSAFE_SINK_WRITES lifts it */
+} kv_reserved[] = {
+    {API_KV_RESERVED_NS,
+     "is the S3 sink's and read-only over HTTP; only the sink inside the "
+     "broker writes it",
+     true},
+    {STORE_FORMAT_NS,
+     "holds the cluster's storage format and is read-only over HTTP; only "
+     "the broker writes it",
+     false},
+};
 
 int api_kv_check_reserved(const struct kv_op *ops, size_t n, bool sink_open,
                           char *reason, struct err *err)
@@ -358,24 +367,18 @@ int api_kv_check_reserved(const struct kv_op *ops, size_t n, bool sink_open,
     for (size_t i = 0; i < n; i++) {
         const struct kv_op *o = &ops[i];
 
-        if (o->op < KV_PUT) {
-            continue;
-        }
-        if (!sink_open && kv_ns_is(o->ns, API_KV_RESERVED_NS)) {
+        for (size_t r = 0; o->op >= KV_PUT && r < ARRAY_LEN(kv_reserved); r++) {
+            const char *ns = kv_reserved[r].ns;
+
+            if ((sink_open && kv_reserved[r].opens) ||
+                o->ns.len != strlen(ns) ||
+                memcmp(o->ns.ptr, ns, o->ns.len) != 0) {
+                continue;
+            }
             snprintf(reason, 40, "kv_reserved_namespace");
             return err_set(err, ERR_FORBIDDEN,
-                           "operation %zu (%s): namespace '%s' is the S3 "
-                           "sink's and read-only over HTTP; only the sink "
-                           "inside the broker writes it",
-                           i, kv_op_name(o->op), API_KV_RESERVED_NS);
-        }
-        if (kv_ns_is(o->ns, STORE_FORMAT_NS)) {
-            snprintf(reason, 40, "kv_reserved_namespace");
-            return err_set(err, ERR_FORBIDDEN,
-                           "operation %zu (%s): namespace '%s' holds the "
-                           "cluster's storage format and is read-only over "
-                           "HTTP; only the broker writes it",
-                           i, kv_op_name(o->op), STORE_FORMAT_NS);
+                           "operation %zu (%s): namespace '%s' %s", i,
+                           kv_op_name(o->op), ns, kv_reserved[r].why);
         }
     }
     return 0;

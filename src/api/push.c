@@ -324,12 +324,10 @@ uint64_t api_push_queued_bytes(const struct api_push *p,
     return n;
 }
 
-/* The bytes item payload n takes sealed: the binary form, or the envelope
- * (base64 of the ciphertext, of a 16-byte iv and tag, and its 37 bytes of
- * JSON; 96 covers the last two). */
+/* The bytes a payload of n takes sealed in the form asked for. */
 static size_t push_sealed_len(size_t n, bool binary)
 {
-    return binary ? n + AEAD_SEALED_OVERHEAD : 4 * ((n + 2) / 3) + 96;
+    return binary ? n + AEAD_SEALED_OVERHEAD : aead_envelope_len(n);
 }
 
 size_t api_push_seal(struct api_push *p, const bool *seal,

@@ -239,6 +239,11 @@ int aead_seal_raw(const uint8_t key[AEAD_KEY_LEN], const uint8_t *pt, size_t n,
                                  : seal_raw_with_iv(key, iv, pt, n, out, err);
 }
 
+size_t aead_envelope_len(size_t n)
+{
+    return AEAD_ENVELOPE_FIXED + (n + 2) / 3 * 4;
+}
+
 int aead_envelope(const uint8_t *s, size_t n, struct buf *out, struct err *err)
 {
     static const char k_ct[] = "{\"encrypted\":\"";
@@ -251,7 +256,7 @@ int aead_envelope(const uint8_t *s, size_t n, struct buf *out, struct err *err)
     if (n < AEAD_SEALED_OVERHEAD) {
         return err_set(err, ERR_INVALID, "sealed payload of %zu B is short", n);
     }
-    rc = buf_reserve(out, AEAD_ENVELOPE_FIXED + (ct + 2) / 3 * 4, err);
+    rc = buf_reserve(out, aead_envelope_len(ct), err);
     if (rc == 0) {
         rc = buf_append(out, k_ct, sizeof(k_ct) - 1, err);
     }

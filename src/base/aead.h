@@ -45,6 +45,9 @@ int aead_seal_raw(const uint8_t key[AEAD_KEY_LEN], const uint8_t *pt, size_t n,
 int aead_open_raw(const uint8_t key[AEAD_KEY_LEN], const uint8_t *s, size_t n,
                   struct buf *out, struct err *err);
 
+/* The length of the envelope sealing n bytes of plaintext. */
+size_t aead_envelope_len(size_t n);
+
 /* Append the envelope of the binary form s[0..n) to out: byte for byte the
  * text aead_seal writes for the same IV, ciphertext and tag. 0; ERR_INVALID
  * when n < AEAD_SEALED_OVERHEAD. out unchanged on error. */

@@ -12,7 +12,7 @@
 #include "broker/kv.h"
 #include "raft/node.h"
 #include "store/format.h"
-#include "store/kv.h"
+#include "store/kv.h" /* struct kv_op */
 
 /* Voters read per tick; a configuration has at most a handful. */
 #define UPGRADE_VOTERS_MAX 16
@@ -52,19 +52,16 @@ static void upgrade_node_key(char *out, size_t n, uint64_t id)
     snprintf(out, n, STORE_FORMAT_NODE_PREFIX "%" PRIu64, id);
 }
 
-/* The row of key as a level (0 absent or not one). */
+/* The row of key as a level (0 absent, not one, or unreadable). */
 static int upgrade_row(struct upgrade *u, const char *key)
 {
-    int64_t v = 0;
+    int level;
     struct err err;
 
-    if (store_kv_get_int(u->store, NULL, STORE_DEFAULT_TENANT,
-                         SLICE_LIT(STORE_FORMAT_NS),
-                         (struct slice){key, strlen(key)}, 0, &v, &err) != 0) {
+    if (store_format_row(u->store, NULL, key, &level, &err) != 0) {
         log_debug("upgrade", "read %s: %s", key, err.msg);
-        return 0;
     }
-    return v > 0 && v < 1000 ? (int)v : 0;
+    return level;
 }
 
 static void upgrade_on_done(void *arg, const struct kv_answer *ans)

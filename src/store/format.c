@@ -2,7 +2,9 @@
  * (store/format.h). */
 #include "store/format.h"
 
+#include <limits.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include "store/kv.h"
 #include "store/store_impl.h"
@@ -12,19 +14,29 @@ int store_format(const struct store *s)
     return atomic_load(&s->format);
 }
 
-int store_format_read(struct store *s, MDB_txn *txn, int *level,
-                      struct err *err)
+int store_format_row(struct store *s, MDB_txn *txn, const char *key, int *level,
+                     struct err *err)
 {
     int64_t v = 0;
-    int seen;
 
     *level = 0;
     if (store_kv_get_int(s, txn, STORE_DEFAULT_TENANT,
                          SLICE_LIT(STORE_FORMAT_NS),
-                         SLICE_LIT(STORE_FORMAT_KEY), 0, &v, err) != 0) {
+                         (struct slice){key, strlen(key)}, 0, &v, err) != 0) {
         return err->code;
     }
-    *level = v > 0 && v <= STORE_FORMAT_BUILD * 16 ? (int)v : 0;
+    *level = v > 0 && v <= INT_MAX ? (int)v : 0;
+    return 0;
+}
+
+int store_format_read(struct store *s, MDB_txn *txn, int *level,
+                      struct err *err)
+{
+    int seen;
+
+    if (store_format_row(s, txn, STORE_FORMAT_KEY, level, err) != 0) {
+        return err->code;
+    }
     seen = atomic_load(&s->format);
     while (*level > seen &&
            !atomic_compare_exchange_weak(&s->format, &seen, *level)) {

@@ -55,8 +55,14 @@ enum store_format_level {
  * store_open reads it once). */
 int store_format(const struct store *s);
 
-/* Read the "format" row in txn (NULL: a read txn of its own) into *level
- * (0 when absent), and raise store_format() to it. 0 or ERR_IO. */
+/* The level in row key of STORE_FORMAT_NS (a node's row or "format"), read
+ * in txn (NULL: a read txn of its own) into *level: 0 when absent or not a
+ * positive int. 0 or ERR_IO. */
+int store_format_row(struct store *s, MDB_txn *txn, const char *key, int *level,
+                     struct err *err);
+
+/* Read the "format" row (store_format_row) and raise store_format() to
+ * it. */
 int store_format_read(struct store *s, MDB_txn *txn, int *level,
                       struct err *err);
 
