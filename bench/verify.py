@@ -211,10 +211,11 @@ def main():
                                            mbs / m1c))
             print("%-22s %10.1f" % ("zstd -d (x%d)" % cores, mbs / mn))
             print("ratio queen/zstd: %.2f wall (zstd on all %d cores; goal "
-                  ">= 0.8), %.2f CPU (MB per CPU-second); %.0f MB decoded, "
+                  ">= 0.8), %.2f wall against one zstd -d process, %.2f "
+                  "CPU (MB per CPU-second); %.0f MB decoded, "
                   "median of %d; bucket: %s; zstd reads the same objects "
                   "from local files; load average %s"
-                  % (mn / mq, cores, m1c / mqc, mbs, runs, where,
+                  % (mn / mq, cores, m1 / mq, m1c / mqc, mbs, runs, where,
                      " ".join(open("/proc/loadavg").read().split()[:3])))
         finally:
             b.stop()
