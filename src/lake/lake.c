@@ -60,8 +60,8 @@
 /* --batch's default: 2000 records measured faster than 1000 (fewer requests
  * for the broker to parse, answer and commit; bench/restore, docs/lake.md
  * section 4); 4000 was no faster. */
-#define LAKE_PUSH_ITEMS     2000
-#define LAKE_PUSH_BYTES     ((size_t)4 << 20)
+#define LAKE_PUSH_ITEMS 2000
+#define LAKE_PUSH_BYTES ((size_t)4 << 20)
 
 /* ---- options ------------------------------------------------------------ */
 
@@ -606,8 +606,8 @@ static char *lake_whole(struct lake_mem *m)
             return NULL;
         }
         m->whole_map = p;
-        m->whole = (char *)(((uintptr_t)p + LAKE_HUGE - 1) &
-                            ~(uintptr_t)(LAKE_HUGE - 1));
+        m->whole =
+            (char *)p + (LAKE_HUGE - (uintptr_t)p % LAKE_HUGE) % LAKE_HUGE;
         (void)madvise(m->whole, LAKE_WHOLE_MAX, MADV_HUGEPAGE); /* a hint */
     }
     return m->whole;
@@ -3154,7 +3154,7 @@ struct lake_shard {
     uint64_t filled; /* records put in fills (reader only) */
     uint64_t handed; /* records handed to the thread (reader only) */
     uint64_t acked;  /* records the broker acknowledged (under mu) */
-    bool is_full; /* push.body holds a batch to send */
+    bool is_full;    /* push.body holds a batch to send */
     bool is_stop;
     pthread_mutex_t mu;
     pthread_cond_t cv;
