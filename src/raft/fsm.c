@@ -222,8 +222,7 @@ static int push_item(struct fsm *f, struct store_w *w, uint32_t i,
     rec = (struct store_wrecord){r->offset,  it->message_id,
                                  it->txn,    it->payload,
                                  it->sealed, !it->sealed && f->mark_plain};
-    if (store_wrecord_put(w, t->part.id, &rec,
-                          t->part.id + 1 == f->store->next_part, err) != 0) {
+    if (store_wrecord_put(w, t->part.id, &rec, err) != 0) {
         return err->code;
     }
     if (t->first_new < 0) {
@@ -263,7 +262,8 @@ static int push_finish(struct fsm *f, struct store_w *w, struct err *err)
 static int apply_push(struct fsm *f, MDB_txn *txn, const struct cmd_header *h,
                       struct err *err)
 {
-    struct store_w w = {f->store, txn, h->tenant, h->stamp};
+    struct store_w w = {
+        .s = f->store, .txn = txn, .tenant = h->tenant, .stamp = h->stamp};
     struct cmd_push_iter it;
     uint32_t n;
     int level;
