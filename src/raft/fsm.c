@@ -68,12 +68,25 @@ struct fsm {
     bool mark_plain;
 };
 
+/* Eight bytes a step (byte order does not matter: the table is in memory
+ * only and equality decides). The shift folds the high bits, which the
+ * multiply fills, back into the low ones the slot mask keeps. */
 static uint64_t hash_bytes(uint64_t h, const char *p, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        h = (h ^ (unsigned char)p[i]) * 0x100000001b3ULL;
+    size_t i = 0;
+    uint64_t v;
+
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&v, p + i, 8);
+        h = (h ^ v) * 0x9e3779b97f4a7c15ULL;
+        h ^= h >> 32;
     }
-    return (h ^ n) * 0x9e3779b97f4a7c15ULL;
+    v = 0;
+    if (n > i) {
+        memcpy(&v, p + i, n - i);
+    }
+    h = (h ^ v ^ (uint64_t)n << 56) * 0x9e3779b97f4a7c15ULL;
+    return h ^ h >> 29;
 }
 
 static bool slice_eq(struct slice a, struct slice b)
