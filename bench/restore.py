@@ -20,7 +20,9 @@ single-node broker (raft log and LMDB in a temp dir, no sink):
   on one keep-alive connection, nothing read from the bucket.
 
 The summary prints records/s of each and the ratios restore/push (the
-issue's goal: at least 0.8) and restore/bare. With BENCH_BEFORE=<an older
+issue's goal: at least 0.8) and restore/bare, and the broker's CPU time
+per record (utime + stime of its process over the restore, or over the
+wrk run), which a loaded machine moves less than records/s. With BENCH_BEFORE=<an older
 queen binary> each round also runs that binary's restore (same flags,
 into a fresh broker of this build) right after this one's, so a change is
 measured against its before in the same rounds.
@@ -65,6 +67,16 @@ def make_windows(n):
     return windows
 
 
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_us(b):
+    """The broker's CPU time so far (utime + stime of every thread), µs."""
+    with open("/proc/%d/stat" % b.proc.pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1e6 / HZ
+
+
 def broker(tmp, name):
     d = os.path.join(tmp, name)
     os.makedirs(d)
@@ -98,13 +110,15 @@ def wrk_push(b, tmp, secs):
         f.write('wrk.method = "POST"\n')
         f.write('wrk.headers["Content-Type"] = "application/json"\n')
         f.write("wrk.body = %s\n" % json.dumps('{"items":[%s]}' % items))
+    c0 = cpu_us(b)
     out = subprocess.run(["wrk", "-t2", "-c16", "-d%ds" % secs, "-s", lua,
                           "http://127.0.0.1:%d/api/v1/push" % b.port],
                          check=True, capture_output=True, text=True).stdout
+    c1 = cpu_us(b)
     assert "Non-2xx" not in out, out
     rps = [ln.split()[1] for ln in out.splitlines()
            if ln.startswith("Requests/sec:")]
-    return float(rps[0]) * 100
+    return float(rps[0]) * 100, (c1 - c0) / (float(rps[0]) * 100 * secs)
 
 
 def main():
@@ -141,6 +155,7 @@ def main():
         def restore(binary, name):
             b = broker(tmp, name)
             try:
+                c0 = cpu_us(b)
                 t = time.monotonic()
                 subprocess.run([binary, "lake", "restore", "--endpoint",
                                 bucket.endpoint, "--bucket", "lake",
@@ -149,18 +164,26 @@ def main():
                                 str(conns)] + batch_flag, env=env,
                                check=True,
                                stdout=subprocess.DEVNULL)
-                return time.monotonic() - t
+                el = time.monotonic() - t
+                return el, (cpu_us(b) - c0) / n
             finally:
                 b.stop()
 
         q, bare, push, old = [], [], [], []
+        cq, cp, co = [], [], []  # broker CPU-us per record
         for r in range(runs):
-            q.append(restore(qbin, "q%d" % r))
+            el, c = restore(qbin, "q%d" % r)
+            q.append(el)
+            cq.append(c)
             if before:
-                old.append(restore(before, "o%d" % r))
+                el, c = restore(before, "o%d" % r)
+                old.append(el)
+                co.append(c)
             b = broker(tmp, "w%d" % r)
             try:
-                push.append(wrk_push(b, tmp, secs))
+                rate, c = wrk_push(b, tmp, secs)
+                push.append(rate)
+                cp.append(c)
             finally:
                 b.stop()
             b = broker(tmp, "b%d" % r)
@@ -168,23 +191,26 @@ def main():
                 bare.append(bare_push(b, bodies))
             finally:
                 b.stop()
-            print("round %d: queen lake restore %.2fs (%.0f/s), bench/push "
-                  "%.0f/s, bare pusher %.2fs%s"
-                  % (r + 1, q[-1], n / q[-1], push[-1], bare[-1],
-                     ", before %.2fs (%.0f/s)" % (old[-1], n / old[-1])
-                     if before else ""))
+            print("round %d: queen lake restore %.2fs (%.0f/s, %.2f "
+                  "CPU-us/rec), bench/push %.0f/s (%.2f CPU-us/rec), bare "
+                  "pusher %.2fs%s"
+                  % (r + 1, q[-1], n / q[-1], cq[-1], push[-1], cp[-1],
+                     bare[-1],
+                     ", before %.2fs (%.0f/s, %.2f CPU-us/rec)"
+                     % (old[-1], n / old[-1], co[-1]) if before else ""))
         mq, mb = statistics.median(q), statistics.median(bare)
         mp = statistics.median(push)
-        print("%-34s %12s" % ("", "records/s"))
-        print("%-34s %12.0f" % ("queen lake restore (%d conns)" % conns,
-                                 n / mq))
-        print("%-34s %12.0f" % ("bench/push (wrk, 16 conns, 100/req)", mp))
+        print("%-34s %12s %16s" % ("", "records/s", "broker CPU-us/rec"))
+        print("%-34s %12.0f %16.2f" % ("queen lake restore (%d conns)" % conns,
+                                        n / mq, statistics.median(cq)))
+        print("%-34s %12.0f %16.2f" % ("bench/push (wrk, 16 conns, 100/req)",
+                                        mp, statistics.median(cp)))
         print("%-34s %12.0f" % ("bare pusher (1 conn, %d/req)" % batch,
                                  n / mb))
         if before:
             mo = statistics.median(old)
-            print("%-34s %12.0f" % ("restore before (%d conns)" % conns,
-                                     n / mo))
+            print("%-34s %12.0f %16.2f" % ("restore before (%d conns)" % conns,
+                                            n / mo, statistics.median(co)))
             print("ratio before/push %.2f" % (n / mo / mp))
         print("ratio restore/push %.2f (goal >= 0.8), restore/bare %.2f; "
               "%d records, median of %d; bucket %s; load average %s"

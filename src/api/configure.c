@@ -355,7 +355,8 @@ int api_configure_apply(void *arg, struct store *s, MDB_txn *txn,
                         const struct cmd_header *h, struct fsm_result *res,
                         struct err *err)
 {
-    struct store_w w = {s, txn, h->tenant, h->stamp};
+    struct store_w w = {
+        .s = s, .txn = txn, .tenant = h->tenant, .stamp = h->stamp};
     struct store_queue_options o;
     struct store_wqueue q;
     struct slice name;

@@ -138,7 +138,8 @@ int retention_apply(void *arg, struct store *s, MDB_txn *txn,
                     const struct cmd_header *h, struct fsm_result *res,
                     struct err *err)
 {
-    struct store_w w = {s, txn, h->tenant, h->stamp};
+    struct store_w w = {
+        .s = s, .txn = txn, .tenant = h->tenant, .stamp = h->stamp};
     struct cmd_trim_iter it;
     struct cmd_trim_item item;
     struct store_wpart p;

@@ -68,12 +68,25 @@ struct fsm {
     bool mark_plain;
 };
 
+/* Eight bytes a step (byte order does not matter: the table is in memory
+ * only and equality decides). The shift folds the high bits, which the
+ * multiply fills, back into the low ones the slot mask keeps. */
 static uint64_t hash_bytes(uint64_t h, const char *p, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        h = (h ^ (unsigned char)p[i]) * 0x100000001b3ULL;
+    size_t i = 0;
+    uint64_t v;
+
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&v, p + i, 8);
+        h = (h ^ v) * 0x9e3779b97f4a7c15ULL;
+        h ^= h >> 32;
     }
-    return (h ^ n) * 0x9e3779b97f4a7c15ULL;
+    v = 0;
+    if (n > i) {
+        memcpy(&v, p + i, n - i);
+    }
+    h = (h ^ v ^ (uint64_t)n << 56) * 0x9e3779b97f4a7c15ULL;
+    return h ^ h >> 29;
 }
 
 static bool slice_eq(struct slice a, struct slice b)
@@ -222,8 +235,7 @@ static int push_item(struct fsm *f, struct store_w *w, uint32_t i,
     rec = (struct store_wrecord){r->offset,  it->message_id,
                                  it->txn,    it->payload,
                                  it->sealed, !it->sealed && f->mark_plain};
-    if (store_wrecord_put(w, t->part.id, &rec,
-                          t->part.id + 1 == f->store->next_part, err) != 0) {
+    if (store_wrecord_put(w, t->part.id, &rec, err) != 0) {
         return err->code;
     }
     if (t->first_new < 0) {
@@ -263,7 +275,8 @@ static int push_finish(struct fsm *f, struct store_w *w, struct err *err)
 static int apply_push(struct fsm *f, MDB_txn *txn, const struct cmd_header *h,
                       struct err *err)
 {
-    struct store_w w = {f->store, txn, h->tenant, h->stamp};
+    struct store_w w = {
+        .s = f->store, .txn = txn, .tenant = h->tenant, .stamp = h->stamp};
     struct cmd_push_iter it;
     uint32_t n;
     int level;

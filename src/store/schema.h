@@ -128,6 +128,7 @@
 #define SCHEMA_HASH_LEN        16
 #define SCHEMA_DEDUP_RAW_MAX   400
 #define SCHEMA_DEDUP_KEY_MAX   (9 + SCHEMA_DEDUP_RAW_MAX)
+#define SCHEMA_KEY_MAX         511 /* LMDB's default MDB_MAXKEYSIZE */
 
 static inline void be64_put(uint8_t *p, uint64_t v)
 {

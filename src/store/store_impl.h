@@ -69,13 +69,30 @@ struct store_dedup_row {
     uint8_t message_id[16];
 };
 
+/* One database's cursor for the length of one entry's write (store.c,
+ * "Per-entry cursors"). max: a key at or above every key of the database
+ * while has_max; set from MDB_LAST when the cursor opens, raised by every
+ * insert through it. It only chooses MDB_APPEND (which LMDB checks), never
+ * a lookup's answer. */
+struct store_wcursor {
+    MDB_cursor *c; /* NULL until first use; LMDB frees it at the txn's end */
+    bool has_max;  /* false: the database was empty when the cursor opened */
+    size_t max_len;
+    uint8_t max[SCHEMA_KEY_MAX];
+};
+
 /* One entry's write: the store, its write transaction, and the tenant and
- * stamp of the command being applied. */
+ * stamp of the command being applied. Build it with designated initializers
+ * ({.s, .txn, .tenant, .stamp}: the cursors start zeroed) and drop it with
+ * the transaction: its cursors belong to the transaction, which closes them
+ * at commit or abort. Every write of records, dedup and dedup_exp in the
+ * transaction goes through the functions below, which use the cursors. */
 struct store_w {
     struct store *s;
     MDB_txn *txn;
     const uint8_t *tenant; /* 16 bytes */
     int64_t stamp;
+    struct store_wcursor records, dedup, dedup_exp;
 };
 
 /* A record to append. Borrowed slices. */
@@ -130,11 +147,9 @@ int store_wpart_put(struct store_w *w, struct slice name,
  * below the current logStart changes nothing. */
 int store_wtrim(struct store_w *w, struct slice name, struct store_wpart *p,
                 int64_t new_log_start, struct err *err);
-/* Put a record of partition pid with ts = w->stamp. use_append: pid is the
- * greatest partition id, so MDB_APPEND applies. */
+/* Put a record of partition pid with ts = w->stamp. */
 int store_wrecord_put(struct store_w *w, uint64_t pid,
-                      const struct store_wrecord *r, bool use_append,
-                      struct err *err);
+                      const struct store_wrecord *r, struct err *err);
 /* The append row [base, end] of pid, stamped w->stamp. */
 int store_wappend_put(struct store_w *w, uint64_t pid, int64_t base,
                       int64_t end, struct err *err);

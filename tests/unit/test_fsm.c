@@ -124,6 +124,81 @@ TEST(expired_dedup_rows_are_swept)
     env_close(&e);
 }
 
+/* Transaction ids that fall between stored ones (restore's shape: several
+ * partitions' ids interleaved), over enough rows for a tree of many pages:
+ * the entry's cursors look up and insert far from the last key, and the
+ * verdicts stay exact, then the sweep empties the table through them. */
+#define OOO_N 4000
+TEST(dedup_is_exact_for_txns_out_of_order_over_many_pages)
+{
+    static char txn[OOO_N][16];
+    static char part[16][16];
+    static struct pitem it[OOO_N];
+    static int64_t off1[OOO_N];
+    int64_t next[16] = {0};
+    struct env e = {0};
+    struct store_stats st;
+    struct err err = {0};
+    const struct fsm_result *r;
+    size_t late = 0;
+
+    env_open(&e);
+    for (int i = 0; i < OOO_N; i++) {
+        snprintf(txn[i], sizeof(txn[i]), "txn-%06d", i);
+    }
+    for (int p = 0; p < 16; p++) {
+        snprintf(part[p], sizeof(part[p]), "p%02d", p);
+    }
+    /* Entry 1: the even ids, scrambled. */
+    for (int k = 0; k < OOO_N / 2; k++) {
+        int i = 2 * ((k * 997) % (OOO_N / 2));
+        it[k] = (struct pitem){"q", part[i % 16], txn[i], "{}"};
+    }
+    r = env_push(&e, T0, it, OOO_N / 2);
+    EXPECT(r != NULL);
+    for (int k = 0; k < OOO_N / 2; k++) {
+        int i = 2 * ((k * 997) % (OOO_N / 2));
+        EXPECT_EQ_I64(r->items[k].status, FSM_ITEM_QUEUED);
+        EXPECT_EQ_I64(r->items[k].offset, next[i % 16]);
+        off1[i] = next[i % 16]++;
+    }
+    /* Entry 2: every id, descending, so no key is past the one before. */
+    for (int k = 0; k < OOO_N; k++) {
+        int i = OOO_N - 1 - k;
+        it[k] = (struct pitem){"q", part[i % 16], txn[i], "{}"};
+    }
+    r = env_push(&e, T0 + 1, it, OOO_N);
+    EXPECT(r != NULL);
+    for (int k = 0; k < OOO_N; k++) {
+        int i = OOO_N - 1 - k;
+        if (i % 2 == 0) {
+            EXPECT_EQ_I64(r->items[k].status, FSM_ITEM_DUPLICATE);
+            EXPECT_EQ_I64(r->items[k].offset, off1[i]);
+        } else {
+            EXPECT_EQ_I64(r->items[k].status, FSM_ITEM_QUEUED);
+            EXPECT_EQ_I64(r->items[k].offset, next[i % 16]++);
+        }
+    }
+    EXPECT_EQ_I64(store_stats(e.store, &st, &err), 0);
+    EXPECT_EQ_U64(st.n_dedup_rows, OOO_N);
+    EXPECT_EQ_U64(st.n_records, OOO_N);
+    /* Past the window: each entry sweeps 64 expired rows, oldest first. */
+    do {
+        r = env_push1(&e, T0 + 3601 * S + (int64_t)late, "q", "p00",
+                      late % 2 ? "late-odd" : "late-even", "{}");
+        late++;
+        EXPECT_EQ_I64(store_stats(e.store, &st, &err), 0);
+    } while (st.n_dedup_rows > 2 && late < OOO_N / 64 + 2);
+    EXPECT_EQ_U64(st.n_dedup_rows, 2);
+    EXPECT_EQ_U64(late, (OOO_N + 63) / 64);
+    /* An expired id is new again; a live one is still a duplicate. */
+    r = env_push1(&e, T0 + 3602 * S, "q", "p01", txn[7], "{}");
+    EXPECT_EQ_I64(r->items[0].status, FSM_ITEM_QUEUED);
+    r = env_push1(&e, T0 + 3602 * S + 1, "q", "p00", "late-even", "{}");
+    EXPECT_EQ_I64(r->items[0].status, FSM_ITEM_DUPLICATE);
+    env_close(&e);
+}
+
 TEST(reapplying_an_applied_index_is_a_noop)
 {
     struct env e = {0};
@@ -297,7 +372,10 @@ TEST(configured_options_persist_and_govern_dedup)
     o.retention_enabled = true;
     snprintf(o.retention_sink_hold, sizeof(o.retention_sink_hold), "lake");
     EXPECT_EQ_I64(store_wbegin(e.store, &txn, &err), 0);
-    w = (struct store_w){e.store, txn, STORE_DEFAULT_TENANT, T0 + 1};
+    w = (struct store_w){.s = e.store,
+                         .txn = txn,
+                         .tenant = STORE_DEFAULT_TENANT,
+                         .stamp = T0 + 1};
     EXPECT_EQ_I64(store_wqueue_put_options(&w, SLICE_LIT("q"), &o, &q, &err),
                   0);
     EXPECT(!q.created);

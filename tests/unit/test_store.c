@@ -202,7 +202,8 @@ TEST(fetch_below_log_start_is_out_of_range)
     fill(&e, "q", "p", 4);
     /* Move logStart to 2 the way retention will: rewrite the row. */
     store_wbegin(e.store, &txn, &err);
-    w = (struct store_w){e.store, txn, STORE_DEFAULT_TENANT, T0};
+    w = (struct store_w){
+        .s = e.store, .txn = txn, .tenant = STORE_DEFAULT_TENANT, .stamp = T0};
     store_wpart_get(&w, SLICE_LIT("q"), 1, SLICE_LIT("p"), &p, &err);
     p.log_start = 2;
     store_wpart_put(&w, SLICE_LIT("p"), &p, &err);
@@ -867,7 +868,10 @@ TEST(trimming_moves_log_start_and_deletes_below_it)
     env_open(&e);
     fill(&e, "q", "p", 6); /* six appends of one record: 0..5 */
     EXPECT_EQ_I64(store_wbegin(e.store, &txn, &err), 0);
-    w = (struct store_w){e.store, txn, STORE_DEFAULT_TENANT, T0 + 100};
+    w = (struct store_w){.s = e.store,
+                         .txn = txn,
+                         .tenant = STORE_DEFAULT_TENANT,
+                         .stamp = T0 + 100};
     EXPECT_EQ_I64(store_wpart_find(&w, 1, SLICE_LIT("p"), &p, &err), 0);
     EXPECT_EQ_I64(store_wtrim(&w, SLICE_LIT("p"), &p, 7, &err), ERR_INVALID);
     EXPECT_EQ_I64(store_wtrim(&w, SLICE_LIT("p"), &p, 4, &err), 0);
