@@ -807,9 +807,12 @@ static int lake_decode(enum lake_codec codec, struct slice body, lake_rec_fn fn,
     return rc;
 }
 
+/* desc: what the sink writes now; older: what an earlier version of it
+ * wrote for the same format (its objects stay valid), or NULL. Parquet's
+ * q1 had 1 MiB zstd pages and 20,000-row pages; q2 is the current writer. */
 static bool lake_codec_of(struct slice format, struct slice compression,
                           enum lake_codec *c, const char **ext,
-                          const char **desc)
+                          const char **desc, const char **older)
 {
     static const struct {
         const char *f;
@@ -817,12 +820,15 @@ static bool lake_codec_of(struct slice format, struct slice compression,
         enum lake_codec codec;
         const char *ext;
         const char *desc;
+        const char *older;
     } t[] = {
-        {"jsonl", "zstd", LAKE_ZSTD, "jsonl.zst", "jsonl+zstd"},
-        {"jsonl", "gzip", LAKE_GZIP, "jsonl.gz", "jsonl+gzip"},
-        {"jsonl", "none", LAKE_NONE, "jsonl", "jsonl"},
-        {"parquet", "zstd", LAKE_PARQUET, "parquet", "parquet/q1 zstd"},
-        {"parquet", "snappy", LAKE_PARQUET, "parquet", "parquet/q1 snappy"},
+        {"jsonl", "zstd", LAKE_ZSTD, "jsonl.zst", "jsonl+zstd", NULL},
+        {"jsonl", "gzip", LAKE_GZIP, "jsonl.gz", "jsonl+gzip", NULL},
+        {"jsonl", "none", LAKE_NONE, "jsonl", "jsonl", NULL},
+        {"parquet", "zstd", LAKE_PARQUET, "parquet", "parquet/q2 zstd",
+         "parquet/q1 zstd"},
+        {"parquet", "snappy", LAKE_PARQUET, "parquet", "parquet/q2 snappy",
+         "parquet/q1 snappy"},
     };
 
     for (size_t i = 0; i < ARRAY_LEN(t); i++) {
@@ -833,6 +839,7 @@ static bool lake_codec_of(struct slice format, struct slice compression,
             *c = t[i].codec;
             *ext = t[i].ext;
             *desc = t[i].desc;
+            *older = t[i].older;
             return true;
         }
     }
@@ -1335,6 +1342,7 @@ static bool lake_check_manifest(struct lake_window *w, const struct lake_job *j,
                                 const char **ext)
 {
     const char *desc = NULL;
+    const char *older = NULL;
     struct buf again;
     struct err err;
     bool is_ok = true;
@@ -1348,7 +1356,7 @@ static bool lake_check_manifest(struct lake_window *w, const struct lake_job *j,
                        (int)m->queue.len, m->queue.ptr, m->k);
         return false;
     }
-    if (!lake_codec_of(m->format, m->compression, codec, ext, &desc)) {
+    if (!lake_codec_of(m->format, m->compression, codec, ext, &desc, &older)) {
         lake_violation(w,
                        "window %" PRId64 ": %s: format %.*s with compression "
                        "%.*s is not one the sink writes",
@@ -1356,7 +1364,8 @@ static bool lake_check_manifest(struct lake_window *w, const struct lake_job *j,
                        (int)m->compression.len, m->compression.ptr);
         return false;
     }
-    if (!lake_writer_is(m->writer, desc)) {
+    if (!lake_writer_is(m->writer, desc) &&
+        (older == NULL || !lake_writer_is(m->writer, older))) {
         lake_violation(w,
                        "window %" PRId64 ": %s: writer %.*s is not "
                        "'queen-s3/<version> %s'",
@@ -3463,6 +3472,7 @@ static int lake_restore_window(const struct lake_job *job,
     enum lake_codec codec = LAKE_NONE;
     const char *ext;
     const char *desc;
+    const char *older;
     int rc = 0;
 
     memset(&m, 0, sizeof(m));
@@ -3474,7 +3484,8 @@ static int lake_restore_window(const struct lake_job *job,
         rc = 2;
     } else if (!info.found ||
                docs_manifest_decode(raw.data, raw.len, &m, &arena, err) != 0 ||
-               !lake_codec_of(m.format, m.compression, &codec, &ext, &desc)) {
+               !lake_codec_of(m.format, m.compression, &codec, &ext, &desc,
+                              &older)) {
         err_set(err, ERR_CORRUPT, "%s: not a manifest (run verify)", mkey.data);
         rc = 2;
     }

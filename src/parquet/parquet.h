@@ -10,7 +10,8 @@
  *   payload        OPTIONAL BYTE_ARRAY STRING       PLAIN; NULL iff empty
  * The payload is the stored JSON text verbatim, raw line breaks included.
  * Row groups close every row_group_records records (no empty trailing
- * group); data pages hold up to page_bytes of values or 20,000 rows; every
+ * group); data pages hold up to page_bytes of values (4 MiB under zstd,
+ * 1 MiB under snappy) or 2^20 rows; every
  * column chunk carries min/max statistics (byte arrays cut to 64 bytes) and
  * a null count. Footer: created_by `queen-s3`, key-value metadata
  * queen.envelope=1, then, when the file has records, queen.queue and
@@ -19,11 +20,13 @@
  * Writer string: docs/design/formats.md §8 has the Rust writer say `parquet/59
  * <codec>` (its parquet-rs major version); our bytes differ from parquet-rs's,
  * and docs/design/formats.md §8 lets a re-implementation name its own writer,
- * so ours is `queen-s3/2.0.0 parquet/q1 <codec> <library>/<version>`: the
- * codec library's version (libzstd as this process runs it; snappy as built,
- * the library reports none), since its bytes may change with it. Bump `q1`
- * whenever our own bytes for the same records change: a redo compares
- * writer strings.
+ * so ours is `queen-s3/2.0.0 parquet/q2 <codec>`; the codec library's
+ * version (libzstd as this process runs it; snappy as built, the library
+ * reports none), whose bytes may change with it, goes beside it in the
+ * intent (parquet_codec_library). Bump `q2` whenever our own bytes for the
+ * same records change: a redo compares writer strings. (q1 cut pages at
+ * 1 MiB under both codecs and at 20,000 rows; `queen lake` still accepts
+ * its objects.)
  *
  * Memory: the writer copies the records of the open row group (one copy of
  * the column data) and keeps the compressed file built so far. */
@@ -40,20 +43,21 @@
 #define PARQUET_CONTENT_TYPE   "application/vnd.apache.parquet"
 #define PARQUET_CREATED_BY     "queen-s3"
 #define PARQUET_ROW_GROUP_DEF  100000
-#define PARQUET_PAGE_BYTES_DEF ((size_t)1 << 20)
-#define PARQUET_PAGE_ROWS      20000
+#define PARQUET_PAGE_BYTES_ZSTD   ((size_t)4 << 20)
+#define PARQUET_PAGE_BYTES_SNAPPY ((size_t)1 << 20)
+#define PARQUET_PAGE_ROWS         ((size_t)1 << 20)
 #define PARQUET_STATS_MAX      64 /* statistics values are cut to this */
 #define PARQUET_VALUE_MAX      ((size_t)256 << 20) /* one field's cap */
 
 enum parquet_codec {
-    PARQUET_ZSTD,   /* level 3 */
-    PARQUET_SNAPPY, /* 1 MiB pages as Parquet readers expect */
+    PARQUET_ZSTD,   /* level 3, 4 MiB pages */
+    PARQUET_SNAPPY, /* 1 MiB pages */
 };
 
 struct parquet_opts {
     enum parquet_codec codec;
     uint32_t row_group_records; /* 0 = PARQUET_ROW_GROUP_DEF */
-    size_t page_bytes;          /* 0 = PARQUET_PAGE_BYTES_DEF */
+    size_t page_bytes;          /* 0 = PARQUET_PAGE_BYTES_<codec> */
     const char *queue;          /* copied; NULL = no queen.queue pair */
     const char *tenant;         /* copied; NULL = no queen.tenant pair */
     size_t max_bytes; /* cap on the file; 0 = none (ERR_TOO_BIG past it) */
@@ -96,8 +100,8 @@ void parquet_writer_free(struct parquet_writer *w);
 
 /* "zstd" or "snappy". */
 const char *parquet_codec_name(enum parquet_codec c);
-/* The manifest's and intent's writer string: "queen-s3/2.0.0 parquet/q1
- * zstd" or "queen-s3/2.0.0 parquet/q1 snappy". */
+/* The manifest's and intent's writer string: "queen-s3/2.0.0 parquet/q2
+ * zstd" or "queen-s3/2.0.0 parquet/q2 snappy". */
 const char *parquet_writer_string(enum parquet_codec c);
 /* The codec library and its version, which the intent records: libzstd's
  * as this process runs it ("libzstd/1.5.4"), snappy's as the broker was

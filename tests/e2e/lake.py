@@ -89,13 +89,17 @@ EXTENSIONS = {("jsonl", "zstd"): "jsonl.zst", ("jsonl", "gzip"): "jsonl.gz",
               ("jsonl", "none"): "jsonl", ("parquet", "zstd"): "parquet",
               ("parquet", "snappy"): "parquet"}
 # The writer strings our sink writes (src/sink/jsonl.h, src/parquet/parquet.h).
-# The Parquet tag is ours, "q1", not parquet-rs's "59": docs/design/formats.md
+# The Parquet tag is ours, "q2", not parquet-rs's "59": docs/design/formats.md
 # §8 allows a
 # re-implementation its own, and a redo compares the whole string.
 WRITER_FORMATS = {("jsonl", "zstd"): "jsonl+zstd", ("jsonl", "gzip"):
                   "jsonl+gzip", ("jsonl", "none"): "jsonl",
-                  ("parquet", "zstd"): "parquet/q1 zstd",
-                  ("parquet", "snappy"): "parquet/q1 snappy"}
+                  ("parquet", "zstd"): "parquet/q2 zstd",
+                  ("parquet", "snappy"): "parquet/q2 snappy"}
+# What earlier versions of the sink wrote for the same format: their objects
+# stay valid (src/lake/lake.c, lake_codec_of). q1 had 1 MiB zstd pages.
+OLDER_WRITER_FORMATS = {("parquet", "zstd"): "parquet/q1 zstd",
+                        ("parquet", "snappy"): "parquet/q1 snappy"}
 HOUR_US = 3600 * 10**6
 SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
                  b"0123456789._-")
@@ -560,11 +564,12 @@ def _check_manifest(m, k, tenant, queue, opts):
         raise LakeError("manifest %d: tStart %d is not below tEnd %d"
                         % (k, m["tStart"], m["tEnd"]))
     desc = WRITER_FORMATS[(opts["fmt"], opts["compression"])]
+    older = OLDER_WRITER_FORMATS.get((opts["fmt"], opts["compression"]))
     w = m["writer"]
     # Exactly the product page's form: the codec library's version is in
     # the intent, never in the writer string (docs/design/formats.md §8).
     if not (isinstance(w, str) and re.match(r"^queen-s3/\S+ ", w) and
-            w.split(" ", 1)[1] == desc):
+            w.split(" ", 1)[1] in (desc, older)):
         raise LakeError("manifest %d: writer %r is not 'queen-s3/<version> "
                         "%s'" % (k, w, desc))
     c = m["committedAt"]

@@ -512,7 +512,7 @@ def needs_parquet_tool(test):
 @pytest.mark.parametrize("codec", ["zstd", "snappy"])
 def test_parquet_lake_is_read_with_duckdb(tmp_path, codec):
     windows, acked = build_records()
-    writer = "queen-s3/2.0.0 parquet/q1 " + codec
+    writer = "queen-s3/2.0.0 parquet/q2 " + codec
     r = write(tmp_path, windows, fmt="parquet", compression=codec,
               writer=writer)
     s = verify(r, acked, fmt="parquet", compression=codec)
@@ -535,7 +535,7 @@ def test_parquet_row_damages_are_refused(tmp_path):
     later window, every stamp of a window set to its start."""
     windows, acked = build_records()
     kw = dict(fmt="parquet", compression="zstd",
-              writer="queen-s3/2.0.0 parquet/q1 zstd")
+              writer="queen-s3/2.0.0 parquet/q2 zstd")
     vkw = dict(fmt="parquet", compression="zstd")
 
     def damaged(name, fn):
@@ -578,7 +578,7 @@ const { DuckDBInstance } = require('@duckdb/node-api');
 def test_parquet_written_by_someone_else_is_refused(tmp_path):
     windows, acked = build_records()
     r = write(tmp_path, windows, fmt="parquet", compression="zstd",
-              writer="queen-s3/2.0.0 parquet/q1 zstd")
+              writer="queen-s3/2.0.0 parquet/q2 zstd")
     src, dst = tmp_path / "rows.jsonl", tmp_path / "duck.parquet"
     with open(src, "w", encoding="utf-8") as f:
         for p, o, x, t, v in windows[0][2]:

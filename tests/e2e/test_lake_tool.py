@@ -183,6 +183,30 @@ def test_the_nine_damages_are_refused_by_both_verifiers(logged):
             (damage.__name__, ours, theirs)
 
 
+def test_parquet_windows_of_the_earlier_writer_tag_stay_valid(logged):
+    """Manifests that name parquet/q1 (the writer before 4 MiB zstd pages)
+    are exact to both verifiers; a tag neither wrote is refused by both.
+    From the bucket alone: the broker's log holds payloads in their fetched
+    form, and Parquet keeps the pushed bytes."""
+    b, node, windows, acked, log = logged
+    pushed = {(p, o): v for p, o, _, v in acked}
+    windows = [(t0, t1, [(p, o, x, t, pushed[(p, o)]) for p, o, x, t, _ in rs])
+               for t0, t1, rs in windows]
+    kw = dict(fmt="parquet", compression="zstd", align="none")
+    for tag, ok in (("q1", True), ("q2", True), ("q0", False)):
+        r = put_lake(b, tag, windows,
+                     writer="queen-s3/2.0.0 parquet/%s zstd" % tag, **kw)
+        rc, out = verify_json(b, "--prefix", tag, "--queue", QUEUE)
+        if ok:
+            lake.verify_queue(r, tag, TENANT, QUEUE, acked, **kw)
+            assert rc == 0 and out["exact"], out
+            continue
+        with pytest.raises(lake.LakeError, match="writer"):
+            lake.verify_queue(r, tag, TENANT, QUEUE, acked, **kw)
+        (q,) = out["queues"]
+        assert rc == 1 and "parquet/q0 zstd" in q["violations"][0], out
+
+
 def test_records_deleted_and_added_are_found_with_the_broker(logged):
     b, node, windows, acked, log = logged
     # A record deleted from the middle of window 2's object: the manifest

@@ -2403,12 +2403,12 @@ TEST(an_intent_names_the_codec_library_apart_from_the_writer_string)
 
     snprintf(want, sizeof(want), "libzstd/%s", ZSTD_versionString());
     intent_names_its_libraries(NULL, "queen-s3/2.0.0 jsonl+zstd", want);
-    intent_names_its_libraries(parquet, "queen-s3/2.0.0 parquet/q1 zstd", want);
+    intent_names_its_libraries(parquet, "queen-s3/2.0.0 parquet/q2 zstd", want);
     snprintf(want, sizeof(want), "zlib/%s", zlibVersion());
     intent_names_its_libraries(gzip_jsonl, "queen-s3/2.0.0 jsonl+gzip", want);
     intent_names_its_libraries(plain_jsonl, "queen-s3/2.0.0 jsonl", "");
     intent_names_its_libraries(snappy_parquet,
-                               "queen-s3/2.0.0 parquet/q1 snappy",
+                               "queen-s3/2.0.0 parquet/q2 snappy",
                                "snappy/" QUEEN_SNAPPY_VERSION);
 }
 

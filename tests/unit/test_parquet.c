@@ -479,6 +479,36 @@ TEST(codecs_differ_only_in_compressed_pages)
     corpus_free(&c);
 }
 
+/* Default page sizes: under zstd a page holds up to 4 MiB of values and
+ * many more than 20,000 rows (one frame sees repeats far apart), under
+ * snappy 1 MiB. 60,000 records in one partition: about 0.8 MB of
+ * transaction ids and 1.7 MB of payloads. zstd: dictionary + index page,
+ * then one page each for offset, transaction_id, ts and payload (6);
+ * snappy: the payload needs two (7). */
+TEST(default_pages_are_4_MiB_under_zstd_and_1_MiB_under_snappy)
+{
+    struct corpus c = {0};
+    struct parquet_opts o = {.codec = PARQUET_ZSTD};
+    struct buf a;
+    struct buf b;
+    struct parquet_file fa;
+    struct parquet_file fb;
+
+    make(&c, 60000, 1);
+    write_file(&c, &o, &a);
+    o.codec = PARQUET_SNAPPY;
+    write_file(&c, &o, &b);
+    expect_records(&c, &a, &fa);
+    expect_records(&c, &b, &fb);
+    EXPECT_EQ_U64(fa.npages, 6);
+    EXPECT_EQ_U64(fb.npages, 7);
+    parquet_file_free(&fa);
+    parquet_file_free(&fb);
+    buf_free(&a);
+    buf_free(&b);
+    corpus_free(&c);
+}
+
 TEST(awkward_payloads_and_names_round_trip_verbatim)
 {
     struct corpus c = {0};
@@ -644,9 +674,9 @@ TEST(writer_strings_and_names)
 {
     char want[128];
     EXPECT_STR_EQ(parquet_writer_string(PARQUET_ZSTD),
-                  "queen-s3/2.0.0 parquet/q1 zstd");
+                  "queen-s3/2.0.0 parquet/q2 zstd");
     EXPECT_STR_EQ(parquet_writer_string(PARQUET_SNAPPY),
-                  "queen-s3/2.0.0 parquet/q1 snappy");
+                  "queen-s3/2.0.0 parquet/q2 snappy");
     snprintf(want, sizeof(want), "libzstd/%s", ZSTD_versionString());
     EXPECT_STR_EQ(parquet_codec_library(PARQUET_ZSTD), want);
     EXPECT_STR_EQ(parquet_codec_library(PARQUET_SNAPPY),
