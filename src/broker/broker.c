@@ -65,7 +65,7 @@ struct broker {
     struct auth auth;         /* QUEEN_AUTH_TOKENS; n == 0 without */
     struct api api;
     struct kv_service *kv;
-    uv_timer_t kv_sweep; /* the leader's KV expiry sweep */
+    uv_timer_t kv_sweep;     /* the leader's KV expiry sweep */
     struct upgrade *upgrade; /* broker/upgrade.h: the storage format gate */
     /* the leader's retention passes (broker/retention.h) */
     struct retention *retention;

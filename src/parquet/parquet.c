@@ -710,8 +710,8 @@ static int write_partition_col(struct parquet_writer *w, struct chunk_meta *cm,
  * values, already compressed and written), so the values themselves are
  * not copied again; otherwise the values follow the levels in w->page.
  * Advances *pos past the values. */
-static struct slice payload_page(struct parquet_writer *w, size_t r0,
-                                 size_t r1, size_t *pos)
+static struct slice payload_page(struct parquet_writer *w, size_t r0, size_t r1,
+                                 size_t *pos)
 {
     size_t lenpos;
     size_t start = *pos;

@@ -39,15 +39,15 @@
 #include "base/common.h"
 #include "base/err.h"
 
-#define PARQUET_EXTENSION      "parquet"
-#define PARQUET_CONTENT_TYPE   "application/vnd.apache.parquet"
-#define PARQUET_CREATED_BY     "queen-s3"
-#define PARQUET_ROW_GROUP_DEF  100000
+#define PARQUET_EXTENSION         "parquet"
+#define PARQUET_CONTENT_TYPE      "application/vnd.apache.parquet"
+#define PARQUET_CREATED_BY        "queen-s3"
+#define PARQUET_ROW_GROUP_DEF     100000
 #define PARQUET_PAGE_BYTES_ZSTD   ((size_t)4 << 20)
 #define PARQUET_PAGE_BYTES_SNAPPY ((size_t)1 << 20)
 #define PARQUET_PAGE_ROWS         ((size_t)1 << 20)
-#define PARQUET_STATS_MAX      64 /* statistics values are cut to this */
-#define PARQUET_VALUE_MAX      ((size_t)256 << 20) /* one field's cap */
+#define PARQUET_STATS_MAX         64 /* statistics values are cut to this */
+#define PARQUET_VALUE_MAX         ((size_t)256 << 20) /* one field's cap */
 
 enum parquet_codec {
     PARQUET_ZSTD,   /* level 3, 4 MiB pages */

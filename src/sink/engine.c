@@ -2096,8 +2096,8 @@ static int64_t median3(int64_t a, int64_t b, int64_t c)
 /* Split v[0..n) around the stamp pivot: below it first, then equal, then
  * above; *lo and *eq count the first two groups, *w_lo and *w_eq their
  * weights. */
-static void split3(struct stamp_weight *v, size_t n, int64_t pivot,
-                   size_t *lo, size_t *eq, uint64_t *w_lo, uint64_t *w_eq)
+static void split3(struct stamp_weight *v, size_t n, int64_t pivot, size_t *lo,
+                   size_t *eq, uint64_t *w_lo, uint64_t *w_eq)
 {
     size_t a = 0; /* v[0..a) below */
     size_t b = 0; /* v[a..b) equal */

@@ -338,8 +338,9 @@ static uint64_t sim_weight(const char *name, const struct sim_rec *r)
 
 /* A size close cuts at the least record stamp below which the window
  * reaches the target: stamps shared across partitions, in no order between
- * them, weights of every size, a long gap in the middle. Each window but the last holds at least the
- * target, and less without the records of its last stamp. */
+ * them, weights of every size, a long gap in the middle. Each window but the
+ * last holds at least the target, and less without the records of its last
+ * stamp. */
 TEST(rule2_size_closes_at_the_least_stamp_reaching_the_target)
 {
     struct engine_config c;
