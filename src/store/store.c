@@ -1030,10 +1030,10 @@ int store_wdedup_get(struct store_w *w, struct store_dedup_key *key,
     MDB_val k = {key->len, key->bytes};
     MDB_val d;
     const uint8_t *v;
-    int rc;
+    int rc = wcursor(w, w->s->dedup, &w->dedup, err);
 
-    if (wcursor(w, w->s->dedup, &w->dedup, err) != 0) {
-        return err->code;
+    if (rc != 0) {
+        return rc;
     }
     rc = mdb_cursor_get(w->dedup.c, &k, &d, MDB_SET);
     if (rc == MDB_NOTFOUND) {
