@@ -75,7 +75,7 @@ RAFT_A      := $(shell pkg-config --variable=libdir raft 2>/dev/null)/libraft.a
 RAFT_STATIC := $(BUILD)/libraft-crc.a
 RAFT_LIBS   := $(RAFT_STATIC) -l:liblz4.so.1 $(shell pkg-config --libs libuv 2>/dev/null)
 BASE_LIBS   := -llmdb -lcurl -lssl -lcrypto -lzstd -lz -lsnappy -lpthread -lm
-RAFT_CRC_OBJ:= $(BUILD)/obj/src/raft/raft_crc.o
+RAFT_CRC_OBJ:= $(BUILD)/obj/src/raft/raft_crc.o $(BUILD)/obj/src/base/crc_fold.o
 LDLIBS  += $(RAFT_CRC_OBJ) $(RAFT_LIBS) $(BASE_LIBS)
 
 SRC       := $(filter-out src/main.c,$(shell find src -name '*.c' 2>/dev/null | sort))
@@ -106,7 +106,8 @@ $(BUILD)/queen: src/main.c $(LIB)
 	$(CC) $(CFLAGS) -o $@ src/main.c $(LIB) $(LDLIBS)
 
 # raft_crc.o is linked as an object (LDLIBS), never from the archive: nothing
-# of ours calls it, so an archive member would never be pulled in.
+# of ours calls it, so an archive member would never be pulled in; crc_fold.o,
+# which it calls, goes with it.
 $(LIB): $(OBJ) $(LLHTTP_OBJ) $(RAFT_STATIC)
 	@mkdir -p $(dir $@)
 	rm -f $@

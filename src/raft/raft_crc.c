@@ -3,6 +3,8 @@
 
 #include <pthread.h>
 
+#include "base/crc_fold.h"
+
 #define CRC_POLY 0x04C11DB7u
 
 /* crc_tab[k][b]: the register after byte b followed by k zero bytes, from
@@ -33,12 +35,9 @@ static uint32_t load_be32(const uint8_t *p)
            (uint32_t)p[3];
 }
 
-uint32_t raft_crc32(const void *buf, size_t n, uint32_t init)
+/* The table code: the register after p[0..n) from crc. */
+static uint32_t crc_sliced(const uint8_t *p, size_t n, uint32_t crc)
 {
-    const uint8_t *p = buf;
-    uint32_t crc = init;
-
-    (void)pthread_once(&crc_once, crc_build);
     for (; n >= 8; n -= 8, p += 8) {
         uint32_t hi = crc ^ load_be32(p);
         crc = crc_tab[7][hi >> 24] ^ crc_tab[6][(hi >> 16) & 0xff] ^
@@ -50,6 +49,20 @@ uint32_t raft_crc32(const void *buf, size_t n, uint32_t init)
         crc = (crc << 8) ^ crc_tab[0][(crc >> 24) ^ *p];
     }
     return crc;
+}
+
+uint32_t raft_crc32(const void *buf, size_t n, uint32_t init)
+{
+    const uint8_t *p = buf;
+    uint8_t v[16];
+    size_t m;
+
+    (void)pthread_once(&crc_once, crc_build);
+    m = crc_fold(CRC_MSB_FIRST, init, p, n, v);
+    if (m == 0) {
+        return crc_sliced(p, n, init);
+    }
+    return crc_sliced(p + m, n - m, crc_sliced(v, 16, 0));
 }
 
 uint32_t byteCrc32(const void *buf, size_t size, uint32_t init)

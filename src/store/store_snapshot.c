@@ -33,15 +33,16 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
+#include "base/crc_fold.h"
 #include "base/xalloc.h"
 #include "store/store_impl.h"
 
-#define SNAP_HEAD_LEN  20
-#define SNAP_NAME_MAX  63
-#define SNAP_KEY_MAX   511
-#define SNAP_TXN_BYTES ((size_t)64 << 20) /* per load write txn */
+#define SNAP_HEAD_LEN    20
+#define SNAP_NAME_MAX    63
+#define SNAP_KEY_MAX     511
+#define SNAP_TXN_BYTES   ((size_t)64 << 20) /* per load write txn */
+#define SNAP_STAGE_BYTES ((size_t)1 << 20)  /* per write of a dump */
 
 struct snap_db {
     char name[SNAP_NAME_MAX + 1];
@@ -57,29 +58,23 @@ struct store_snap {
     unsigned n_dbs;
 };
 
-/* A growing output buffer. */
+/* Where the dump's bytes go: a staging buffer handed to `write` whenever it
+ * fills (a value larger than it goes straight through), with the running
+ * checksum of every byte written. */
 struct snap_out {
-    store_snap_realloc_fn grow;
-    uint8_t *p;
-    size_t len;
-    size_t cap;
+    store_snap_write_fn write;
+    void *ctx;
+    uint8_t stage[SNAP_STAGE_BYTES];
+    size_t len;     /* bytes in stage */
+    uint64_t total; /* bytes handed to write */
+    uint32_t crc;
+    bool failed;
 };
 
 uint32_t store_snap_crc(const void *p, size_t len)
 {
-    const uint8_t *b = p;
-    uLong crc = crc32(0L, Z_NULL, 0);
-    size_t n = len - 4;
-
     ASSERT(len >= 4);
-    while (n > 0) {
-        uInt chunk = n > (1u << 30) ? (1u << 30) : (uInt)n;
-
-        crc = crc32(crc, b, chunk);
-        b += chunk;
-        n -= chunk;
-    }
-    return (uint32_t)crc;
+    return crc_zlib(0, p, len - 4);
 }
 
 /* ---- take ---------------------------------------------------------------
@@ -176,69 +171,108 @@ void store_snap_end(struct store_snap *sn)
     free(sn);
 }
 
-/* Room for n more bytes; false when the heap says no. */
-static bool out_reserve(struct snap_out *o, size_t n)
+/* Hand the stage to write; false once write has said no. */
+static bool out_flush(struct snap_out *o)
 {
-    size_t cap = o->cap != 0 ? o->cap : (size_t)1 << 20;
-    uint8_t *p;
-
-    if (o->len + n <= o->cap) {
-        return true;
+    if (o->failed || o->len == 0) {
+        return !o->failed;
     }
-    while (cap < o->len + n) {
-        cap *= 2;
-    }
-    p = o->grow(o->p, cap);
-    if (p == NULL) {
-        return false;
-    }
-    o->p = p;
-    o->cap = cap;
-    return true;
-}
-
-static void out_u32(struct snap_out *o, uint32_t v)
-{
-    be32_put(o->p + o->len, v);
-    o->len += 4;
+    o->crc = crc_zlib(o->crc, o->stage, o->len);
+    o->failed = o->write(o->ctx, o->stage, o->len) != 0;
+    o->total += o->len;
+    o->len = 0;
+    return !o->failed;
 }
 
 static void out_bytes(struct snap_out *o, const void *p, size_t n)
 {
-    memcpy(o->p + o->len, p, n);
+    if (o->len + n > sizeof(o->stage) && !out_flush(o)) {
+        return;
+    }
+    if (n > sizeof(o->stage)) {
+        o->crc = crc_zlib(o->crc, p, n);
+        o->failed = o->write(o->ctx, p, n) != 0;
+        o->total += n;
+        return;
+    }
+    memcpy(o->stage + o->len, p, n);
     o->len += n;
 }
 
-/* One database: its header, then every pair in cursor order. */
+static void out_u32(struct snap_out *o, uint32_t v)
+{
+    uint8_t b[4];
+
+    be32_put(b, v);
+    out_bytes(o, b, 4);
+}
+
+static void out_u64(struct snap_out *o, uint64_t v)
+{
+    uint8_t b[8];
+
+    be64_put(b, v);
+    out_bytes(o, b, 8);
+}
+
+/* The number of pairs of a database and, when bytes is not NULL, what
+ * their lengths add up to (a walk of the cursor that copies nothing). */
+static int db_measure(struct store_snap *sn, const struct snap_db *db,
+                      uint64_t *pairs, uint64_t *bytes, struct err *err)
+{
+    MDB_stat st;
+    MDB_cursor *c;
+    MDB_val k;
+    MDB_val d;
+    int rc = mdb_stat(sn->txn, db->dbi, &st);
+
+    if (rc != 0) {
+        return err_set(err, ERR_IO, "snapshot: stat %s: %s", db->name,
+                       mdb_strerror(rc));
+    }
+    *pairs = st.ms_entries;
+    if (bytes == NULL) {
+        return 0;
+    }
+    *bytes = 0;
+    rc = mdb_cursor_open(sn->txn, db->dbi, &c);
+    while (rc == 0 && (rc = mdb_cursor_get(c, &k, &d, MDB_NEXT)) == 0) {
+        *bytes += 8 + k.mv_size + d.mv_size;
+    }
+    if (rc == MDB_NOTFOUND) {
+        mdb_cursor_close(c);
+        return 0;
+    }
+    return err_set(err, ERR_IO, "snapshot: measure %s: %s", db->name,
+                   mdb_strerror(rc));
+}
+
+/* One database: its header (with the pair count LMDB keeps), then every
+ * pair in cursor order; a walk that finds another count fails. */
 static int dump_db(struct store_snap *sn, const struct snap_db *db,
                    struct snap_out *o, struct err *err)
 {
     size_t nl = strlen(db->name);
-    size_t count_at;
+    uint64_t pairs = 0;
     uint64_t count = 0;
     MDB_cursor *c;
     MDB_val k;
     MDB_val d;
-    int rc = mdb_cursor_open(sn->txn, db->dbi, &c);
+    int rc;
 
+    if (db_measure(sn, db, &pairs, NULL, err) != 0) {
+        return err->code;
+    }
+    rc = mdb_cursor_open(sn->txn, db->dbi, &c);
     if (rc != 0) {
         return err_set(err, ERR_IO, "snapshot: cursor on %s: %s", db->name,
                        mdb_strerror(rc));
     }
-    if (!out_reserve(o, 1 + nl + 4 + 8)) {
-        mdb_cursor_close(c);
-        return err_set(err, ERR_IO, "snapshot: out of memory");
-    }
-    o->p[o->len++] = (uint8_t)nl;
+    out_bytes(o, (uint8_t[]){(uint8_t)nl}, 1);
     out_bytes(o, db->name, nl);
     out_u32(o, db->flags);
-    count_at = o->len;
-    o->len += 8;
-    while ((rc = mdb_cursor_get(c, &k, &d, MDB_NEXT)) == 0) {
-        if (!out_reserve(o, 8 + k.mv_size + d.mv_size)) {
-            mdb_cursor_close(c);
-            return err_set(err, ERR_IO, "snapshot: out of memory");
-        }
+    out_u64(o, pairs);
+    while (!o->failed && (rc = mdb_cursor_get(c, &k, &d, MDB_NEXT)) == 0) {
         out_u32(o, (uint32_t)k.mv_size);
         out_bytes(o, k.mv_data, k.mv_size);
         out_u32(o, (uint32_t)d.mv_size);
@@ -246,40 +280,105 @@ static int dump_db(struct store_snap *sn, const struct snap_db *db,
         count++;
     }
     mdb_cursor_close(c);
+    if (o->failed) {
+        return err_set(err, ERR_IO, "snapshot: the dump's writer failed");
+    }
     if (rc != MDB_NOTFOUND) {
         return err_set(err, ERR_IO, "snapshot: read %s: %s", db->name,
                        mdb_strerror(rc));
     }
-    be64_put(o->p + count_at, count);
+    if (count != pairs) {
+        return err_set(err, ERR_IO,
+                       "snapshot: %s holds %" PRIu64 " pairs, not %" PRIu64,
+                       db->name, count, pairs);
+    }
+    return 0;
+}
+
+int store_snap_size(struct store_snap *sn, size_t *len, struct err *err)
+{
+    uint64_t total = SNAP_HEAD_LEN + 4;
+
+    for (unsigned i = 0; i < sn->n_dbs; i++) {
+        uint64_t pairs = 0;
+        uint64_t bytes = 0;
+
+        if (db_measure(sn, &sn->dbs[i], &pairs, &bytes, err) != 0) {
+            return err->code;
+        }
+        total += 1 + strlen(sn->dbs[i].name) + 4 + 8 + bytes;
+    }
+    *len = (size_t)total;
+    return 0;
+}
+
+int store_snap_stream(struct store_snap *sn, store_snap_write_fn write,
+                      void *ctx, struct err *err)
+{
+    struct snap_out *o = xcalloc(1, sizeof(*o));
+    int rc = 0;
+
+    o->write = write;
+    o->ctx = ctx;
+    out_bytes(o, STORE_SNAP_MAGIC, 8);
+    out_u64(o, sn->index);
+    out_u32(o, sn->n_dbs);
+    for (unsigned i = 0; i < sn->n_dbs && rc == 0; i++) {
+        rc = dump_db(sn, &sn->dbs[i], o, err);
+    }
+    if (rc == 0 && !out_flush(o)) {
+        rc = err_set(err, ERR_IO, "snapshot: the dump's writer failed");
+    }
+    if (rc == 0) {
+        uint8_t b[4];
+
+        be32_put(b, o->crc);
+        if (write(ctx, b, 4) != 0) {
+            rc = err_set(err, ERR_IO, "snapshot: the dump's writer failed");
+        }
+    }
+    free(o);
+    return rc;
+}
+
+/* store_snap_dump's writer: into a buffer of the measured size. */
+struct snap_flat {
+    uint8_t *p;
+    size_t len;
+    size_t cap;
+};
+
+static int flat_write(void *ctx, const void *p, size_t n)
+{
+    struct snap_flat *f = ctx;
+
+    if (f->cap - f->len < n) {
+        return -1;
+    }
+    memcpy(f->p + f->len, p, n);
+    f->len += n;
     return 0;
 }
 
 int store_snap_dump(struct store_snap *sn, store_snap_realloc_fn grow,
                     uint8_t **out, size_t *len, struct err *err)
 {
-    struct snap_out o = {grow, NULL, 0, 0};
+    struct snap_flat f = {NULL, 0, 0};
 
-    if (!out_reserve(&o, SNAP_HEAD_LEN)) {
+    if (store_snap_size(sn, &f.cap, err) != 0) {
+        return err->code;
+    }
+    f.p = grow(NULL, f.cap);
+    if (f.p == NULL) {
         return err_set(err, ERR_IO, "snapshot: out of memory");
     }
-    out_bytes(&o, STORE_SNAP_MAGIC, 8);
-    be64_put(o.p + 8, sn->index);
-    o.len += 8;
-    out_u32(&o, sn->n_dbs);
-    for (unsigned i = 0; i < sn->n_dbs; i++) {
-        if (dump_db(sn, &sn->dbs[i], &o, err) != 0) {
-            grow(o.p, 0);
-            return err->code;
-        }
+    if (store_snap_stream(sn, flat_write, &f, err) != 0) {
+        grow(f.p, 0);
+        return err->code;
     }
-    if (!out_reserve(&o, 4)) {
-        grow(o.p, 0);
-        return err_set(err, ERR_IO, "snapshot: out of memory");
-    }
-    o.len += 4;
-    be32_put(o.p + o.len - 4, store_snap_crc(o.p, o.len));
-    *out = o.p;
-    *len = o.len;
+    ASSERT(f.len == f.cap);
+    *out = f.p;
+    *len = f.len;
     return 0;
 }
 

@@ -49,8 +49,19 @@ typedef void *(*store_snap_realloc_fn)(void *p, size_t size);
 int store_snap_begin(struct store *s, struct store_snap **out, struct err *err);
 /* The applied index the snapshot's transaction sees. */
 uint64_t store_snap_index(const struct store_snap *sn);
-/* Any one thread at a time: serialise the transaction into *out (grown with
- * grow, owned by the caller: free with the matching free). 0 or ERR_IO. */
+/* A writer of the dump's bytes, in order: 0, or non-zero to stop it. */
+typedef int (*store_snap_write_fn)(void *ctx, const void *p, size_t n);
+/* Any one thread at a time: the exact length store_snap_stream will write,
+ * from a walk of the transaction that copies nothing. 0 or ERR_IO. */
+int store_snap_size(struct store_snap *sn, size_t *len, struct err *err);
+/* Any one thread at a time: serialise the transaction through write, in
+ * pieces of up to 1 MiB (a larger value in one piece), checksum last.
+ * 0 or ERR_IO (also when write said no). */
+int store_snap_stream(struct store_snap *sn, store_snap_write_fn write,
+                      void *ctx, struct err *err);
+/* Any one thread at a time: serialise the transaction into *out (allocated
+ * with grow(NULL, size), owned by the caller: free with the matching free).
+ * 0 or ERR_IO. */
 int store_snap_dump(struct store_snap *sn, store_snap_realloc_fn grow,
                     uint8_t **out, size_t *len, struct err *err);
 /* Begin's thread: abort the transaction, release the lock, free sn. */
