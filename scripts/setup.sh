@@ -6,7 +6,7 @@ set -euo pipefail
 
 APT_PKGS=(
   build-essential pkg-config clang libclang-rt-14-dev clang-format clang-tidy cppcheck
-  libraft-dev libuv1-dev liblmdb-dev lmdb-utils node-llhttp
+  libraft-dev liblz4-dev libuv1-dev liblmdb-dev lmdb-utils node-llhttp
   libcurl4-openssl-dev libssl-dev libzstd-dev zlib1g-dev libsnappy-dev
   zstd curl openssl
   python3 python3-boto3 python3-botocore python3-zstandard python3-pandas python3-pytest

@@ -2004,6 +2004,9 @@ static int init_io(struct node *n, const struct node_config *cfg,
      * raft_init refuses an fsm with snapshot_async (raft/snapshot.h) unless
      * the io says 2. */
     n->io.version = 2;
+    /* Snapshots arrive as LZ4 frames already (raft/snapshot.c); libraft's
+     * loader still inflates every frame, whichever build wrote it. */
+    (void)raft_uv_set_snapshot_compression(&n->io, false);
     n->uv_io_close = n->io.close;
     n->io.close = io_close_once;
     return 0;

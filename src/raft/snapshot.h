@@ -19,13 +19,14 @@
 
 /* Process-wide counters, for tests and metrics. */
 struct snapshot_stats {
-    uint64_t begun;      /* snapshot_begin() succeeded */
-    uint64_t taken;      /* finalized after a successful dump */
-    uint64_t failed;     /* begin or dump failed */
-    uint64_t overlapped; /* the store applied entries during the dump */
-    uint64_t last_index; /* of the last snapshot taken */
-    uint64_t last_bytes;
-    uint64_t busy_us; /* wall time from begin to finalize, summed */
+    uint64_t begun;          /* snapshot_begin() succeeded */
+    uint64_t taken;          /* finalized after a successful dump */
+    uint64_t failed;         /* begin or dump failed */
+    uint64_t overlapped;     /* the store applied entries during the dump */
+    uint64_t last_index;     /* of the last snapshot taken */
+    uint64_t last_bytes;     /* the LZ4 frame handed to libraft */
+    uint64_t last_raw_bytes; /* the dump in it */
+    uint64_t busy_us;        /* wall time from begin to finalize, summed */
 };
 void snapshot_stats_get(struct snapshot_stats *out);
 /* How many snapshots are begun and not finalized yet, process-wide: a node
