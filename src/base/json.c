@@ -43,6 +43,7 @@ struct jp {
     bool is_line; /* a raw LF or CR is not whitespace: one line's text */
     struct jp_frame *frames;
     int nframes;
+    uint8_t *kinds; /* max_depth container kinds, for jv_inside */
     struct err *err;
 };
 
@@ -557,6 +558,29 @@ static int jp_first_member(struct jp *p)
     return 1;
 }
 
+static size_t jv_inside(struct jp *p, const unsigned char *s, size_t i,
+                        uint8_t *is_obj, int base, uint32_t *count);
+
+/* The container just opened holds nothing that gets a token: the
+ * validation loop reads it to its close, which is the one kept tokens'
+ * loop would have made (same rules and errors, direct members counted).
+ * Returns 0 (closed) or -1. */
+static int jp_untokenized(struct jp *p)
+{
+    struct jp_frame *f = &p->frames[p->nframes - 1];
+    size_t end;
+
+    p->kinds[p->nframes - 1] = f->is_obj;
+    end = jv_inside(p, (const unsigned char *)p->s, p->pos, p->kinds,
+                    p->nframes - 1, &f->count);
+    if (end == 0) {
+        return -1;
+    }
+    p->pos = end - 1;
+    jp_close(p);
+    return 0;
+}
+
 static int jp_run(struct jp *p)
 {
     int rc;
@@ -572,7 +596,11 @@ static int jp_run(struct jp *p)
             if (jp_open(p, c) != 0) {
                 return p->err->code;
             }
-            rc = jp_first_member(p);
+            if (p->nframes > p->tok_depth) {
+                rc = jp_untokenized(p); /* nothing inside gets a token */
+            } else {
+                rc = jp_first_member(p);
+            }
             if (rc < 0) {
                 return p->err->code;
             }
@@ -593,6 +621,7 @@ static int jp_run(struct jp *p)
 static int jp_start(struct jp *p, struct err *err)
 {
     struct jp_frame local[JSON_MAX_DEPTH_DEFAULT];
+    uint8_t local_kinds[JSON_MAX_DEPTH_DEFAULT];
     int rc;
 
     if (p->n > JSON_TEXT_MAX) {
@@ -603,8 +632,10 @@ static int jp_start(struct jp *p, struct err *err)
         p->max_depth = 1;
     }
     p->frames = local;
+    p->kinds = local_kinds;
     if (p->max_depth > (int)ARRAY_LEN(local)) {
         p->frames = xmalloc((size_t)p->max_depth * sizeof(*p->frames));
+        p->kinds = xmalloc((size_t)p->max_depth);
     }
     p->nframes = 0;
     p->pos = 0;
@@ -612,8 +643,10 @@ static int jp_start(struct jp *p, struct err *err)
     rc = jp_run(p);
     if (p->frames != local) {
         free(p->frames);
+        free(p->kinds);
     }
     p->frames = NULL; /* local dies here */
+    p->kinds = NULL;
     return rc;
 }
 
@@ -766,59 +799,98 @@ static size_t jv_value(struct jp *p, const unsigned char *s, size_t i,
     return c == '{' ? jv_key(p, s, i) : i; /* the first member's value */
 }
 
+/* The rest of a container that sits at depth base (is_obj[base] says its
+ * kind) and whose opening bracket is s[i - 1]: validated with the grammar,
+ * limits and errors of jp_run, using is_obj (max_depth entries) as the
+ * stack of the containers inside it, and its direct members counted into
+ * *count. The index past its closing bracket, or 0 on an error. */
+static size_t jv_inside(struct jp *p, const unsigned char *s, size_t i,
+                        uint8_t *is_obj, int base, uint32_t *count)
+{
+    int depth = base + 1;
+
+    i = jv_ws(p, s, i);
+    if (i >= p->n) {
+        jv_fail(p, i, "unexpected end of text");
+        return 0;
+    }
+    *count = 0;
+    if (s[i] == (is_obj[base] ? '}' : ']')) {
+        return i + 1;
+    }
+    if (is_obj[base] && (i = jv_key(p, s, i)) == 0) {
+        return 0;
+    }
+    *count = 1;
+    for (;;) {
+        int was = depth;
+
+        i = jv_ws(p, s, i);
+        if (i >= p->n) {
+            jv_fail(p, i, "unexpected end of text");
+            return 0;
+        }
+        i = jv_value(p, s, i, is_obj, &depth);
+        if (i == 0) {
+            return 0;
+        }
+        if (depth > was) {
+            continue; /* a container opened: its first member's value */
+        }
+        for (;;) { /* after a value: closes, then a comma */
+            bool o = is_obj[depth - 1] != 0;
+
+            i = jv_ws(p, s, i);
+            if (i >= p->n) {
+                jv_fail(p, i, "unexpected end of text");
+                return 0;
+            }
+            if (s[i] == (o ? '}' : ']')) {
+                i++;
+                if (--depth == base) {
+                    return i;
+                }
+                continue;
+            }
+            if (s[i] != ',') {
+                jv_fail(p, i,
+                        o ? "expected ',' or '}'" : "expected ',' or ']'");
+                return 0;
+            }
+            *count += depth == base + 1;
+            i = jv_ws(p, s, i + 1);
+            if (o && (i = jv_key(p, s, i)) == 0) {
+                return 0;
+            }
+            break;
+        }
+    }
+}
+
 /* jp_run for json_validate: the same grammar, limits and errors, with a
  * stack of container kinds (is_obj, max_depth entries) instead of frames
  * and tokens. */
 static int jv_run(struct jp *p, uint8_t *is_obj)
 {
     const unsigned char *s = (const unsigned char *)p->s;
-    size_t i = p->pos;
+    size_t i = jv_ws(p, s, p->pos);
+    uint32_t count = 0;
     int depth = 0;
 
-    for (;;) {
-        int was = depth;
-
-        i = jv_ws(p, s, i);
-        if (i >= p->n) {
-            return jv_fail(p, i, "unexpected end of text");
-        }
-        i = jv_value(p, s, i, is_obj, &depth);
-        if (i == 0) {
-            return p->err->code;
-        }
-        if (depth > was) {
-            continue; /* a container opened: its first member's value */
-        }
-        for (;;) { /* after a value: closes, then a comma or the end */
-            bool o;
-
-            i = jv_ws(p, s, i);
-            if (depth == 0) {
-                return i == p->n ? 0
-                                 : jv_fail(p, i,
-                                           "trailing characters after the "
-                                           "value");
-            }
-            if (i >= p->n) {
-                return jv_fail(p, i, "unexpected end of text");
-            }
-            o = is_obj[depth - 1] != 0;
-            if (s[i] == (o ? '}' : ']')) {
-                i++;
-                depth--;
-                continue;
-            }
-            if (s[i] != ',') {
-                return jv_fail(
-                    p, i, o ? "expected ',' or '}'" : "expected ',' or ']'");
-            }
-            i = jv_ws(p, s, i + 1);
-            if (o && (i = jv_key(p, s, i)) == 0) {
-                return p->err->code;
-            }
-            break;
-        }
+    if (i >= p->n) {
+        return jv_fail(p, i, "unexpected end of text");
     }
+    if (s[i] == '{' || s[i] == '[') {
+        is_obj[0] = s[i] == '{';
+        i = jv_inside(p, s, i + 1, is_obj, 0, &count);
+    } else {
+        i = jv_value(p, s, i, is_obj, &depth);
+    }
+    if (i == 0) {
+        return p->err->code;
+    }
+    i = jv_ws(p, s, i);
+    return i == p->n ? 0 : jv_fail(p, i, "trailing characters after the value");
 }
 
 static int jv_text(const char *text, size_t len, int max_depth, bool is_line,

@@ -218,6 +218,20 @@ TEST(validate_answers_as_parse_on_prefixes_and_mutations)
                     if (a != 0 && b != 0) {
                         EXPECT_STR_EQ(e1.msg, e2.msg);
                     }
+                    /* Shallow tokens read what lies below them with the
+                     * validation loop: the same verdict and message. */
+                    for (int td = 0; td <= 2; td++) {
+                        struct json_limits sh = {5, td, 0};
+                        int c = json_parse(&d, buf, cut, &sh, &e1);
+
+                        if (c == 0) {
+                            json_doc_free(&d);
+                        }
+                        EXPECT_EQ_I64(c, b);
+                        if (c != 0 && b != 0) {
+                            EXPECT_STR_EQ(e1.msg, e2.msg);
+                        }
+                    }
                 }
             }
         }
@@ -337,6 +351,26 @@ TEST(tok_depth_keeps_deep_values_as_one_span)
     EXPECT_EQ_I64(json_next(&d, it), -1);
     EXPECT_EQ_U64(d.ntoks, 11);
     json_doc_free(&d);
+    /* The last tokenized containers count their members as a full parse
+     * does, though what is inside them is only validated. */
+    {
+        const char *t = "[{\"a\":[1,[2,3],{}],\"b\":{\"c\":[]},\"d\":0},[],"
+                        "[[4],5,\"6\",{\"e\":7}],{}]";
+        struct json_limits one = {128, 1, 0};
+        struct json_doc full;
+
+        EXPECT_EQ_I64(json_parse(&d, t, strlen(t), &one, &err), 0);
+        EXPECT_EQ_I64(json_parse(&full, t, strlen(t), NULL, &err), 0);
+        for (int c = json_child(&d, 0), f = json_child(&full, 0); c >= 0;
+             c = json_next(&d, c), f = json_next(&full, f)) {
+            EXPECT(f >= 0);
+            EXPECT_EQ_U64(d.toks[c].count, full.toks[f].count);
+            EXPECT_EQ_U64(d.toks[c].len, full.toks[f].len);
+        }
+        EXPECT_EQ_U64(d.toks[0].count, 4);
+        json_doc_free(&d);
+        json_doc_free(&full);
+    }
     /* Invalid text below tok_depth is still an error. */
     EXPECT(json_parse(&d, "[[[[01]]]]", 10, &lim, &err) == ERR_INVALID);
 }
