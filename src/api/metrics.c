@@ -40,7 +40,7 @@ static const struct {
     {"queen_raft_snapshot_seconds_total", METRIC_COUNTER,
      "wall time snapshots took, from the state pinned to the file stored"},
     {"queen_raft_snapshot_last_bytes", METRIC_GAUGE,
-     "size of the last raft snapshot taken"},
+     "size of the last raft snapshot taken, as stored (an LZ4 frame)"},
 };
 
 struct metrics *metrics_new(void)
