@@ -118,9 +118,9 @@ CRC_TARGET static size_t fold_x86(bool msb, uint32_t reg, const uint8_t *p,
         _mm_set_epi64x((long long)k->hi128, (long long)k->lo128);
     const __m128i swap =
         _mm_set_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m128i init =
-        msb ? _mm_set_epi64x((long long)((uint64_t)reg << 32), 0)
-            : _mm_set_epi64x(0, (long long)reg);
+    const uint64_t reg_hi = (uint64_t)reg << 32;
+    const __m128i init = msb ? _mm_set_epi64x((long long)reg_hi, 0)
+                             : _mm_set_epi64x(0, (long long)reg);
     const uint8_t *start = p;
     __m128i x0 = _mm_xor_si128(load(p, swap, msb), init);
     __m128i x1 = load(p + 16, swap, msb);

@@ -799,6 +799,41 @@ static size_t jv_value(struct jp *p, const unsigned char *s, size_t i,
     return c == '{' ? jv_key(p, s, i) : i; /* the first member's value */
 }
 
+/* After a value inside the container at depth base: the closes that
+ * follow it (never past base), then a comma and, in an object, the next
+ * key, counting base's direct members. The index of the next value, the
+ * index past base's closing bracket (*depth is base then), or 0 on an
+ * error. */
+static size_t jv_next(struct jp *p, size_t i, const uint8_t *is_obj, int *depth,
+                      int base, uint32_t *count)
+{
+    const unsigned char *s = (const unsigned char *)p->s;
+
+    for (;;) {
+        bool o = is_obj[*depth - 1] != 0;
+
+        i = jv_ws(p, s, i);
+        if (i >= p->n) {
+            jv_fail(p, i, "unexpected end of text");
+            return 0;
+        }
+        if (s[i] == (o ? '}' : ']')) {
+            i++;
+            if (--*depth == base) {
+                return i;
+            }
+            continue;
+        }
+        if (s[i] != ',') {
+            jv_fail(p, i, o ? "expected ',' or '}'" : "expected ',' or ']'");
+            return 0;
+        }
+        *count += *depth == base + 1;
+        i = jv_ws(p, s, i + 1);
+        return o ? jv_key(p, s, i) : i;
+    }
+}
+
 /* The rest of a container that sits at depth base (is_obj[base] says its
  * kind) and whose opening bracket is s[i - 1]: validated with the grammar,
  * limits and errors of jp_run, using is_obj (max_depth entries) as the
@@ -822,7 +857,7 @@ static size_t jv_inside(struct jp *p, const unsigned char *s, size_t i,
         return 0;
     }
     *count = 1;
-    for (;;) {
+    while (depth > base) {
         int was = depth;
 
         i = jv_ws(p, s, i);
@@ -831,40 +866,14 @@ static size_t jv_inside(struct jp *p, const unsigned char *s, size_t i,
             return 0;
         }
         i = jv_value(p, s, i, is_obj, &depth);
+        if (i != 0 && depth == was) { /* not a container that stays open */
+            i = jv_next(p, i, is_obj, &depth, base, count);
+        }
         if (i == 0) {
             return 0;
         }
-        if (depth > was) {
-            continue; /* a container opened: its first member's value */
-        }
-        for (;;) { /* after a value: closes, then a comma */
-            bool o = is_obj[depth - 1] != 0;
-
-            i = jv_ws(p, s, i);
-            if (i >= p->n) {
-                jv_fail(p, i, "unexpected end of text");
-                return 0;
-            }
-            if (s[i] == (o ? '}' : ']')) {
-                i++;
-                if (--depth == base) {
-                    return i;
-                }
-                continue;
-            }
-            if (s[i] != ',') {
-                jv_fail(p, i,
-                        o ? "expected ',' or '}'" : "expected ',' or ']'");
-                return 0;
-            }
-            *count += depth == base + 1;
-            i = jv_ws(p, s, i + 1);
-            if (o && (i = jv_key(p, s, i)) == 0) {
-                return 0;
-            }
-            break;
-        }
     }
+    return i;
 }
 
 /* jp_run for json_validate: the same grammar, limits and errors, with a

@@ -366,23 +366,12 @@ static bool is_lz4_frame(const void *p, size_t len)
             (uint32_t)b[3] << 24) == LZ4F_MAGICNUMBER;
 }
 
-int snapshot_restore(struct store *s, const void *p, size_t len,
-                     struct err *err)
+/* A snapshot in one of our two formats, as bytes. */
+static int restore_plain(struct store *s, const void *p, size_t len,
+                         struct err *err)
 {
     uint64_t index = 0;
     int rc;
-
-    if (is_lz4_frame(p, len)) {
-        uint8_t *raw = NULL;
-        size_t raw_len = 0;
-
-        if (lz4_inflate(p, len, &raw, &raw_len, err) != 0) {
-            return err->code;
-        }
-        rc = snapshot_restore(s, raw, raw_len, err);
-        free(raw);
-        return rc;
-    }
 
     if (restore_index(p, len, &index, err) != 0) {
         return err->code;
@@ -404,4 +393,22 @@ int snapshot_restore(struct store *s, const void *p, size_t len,
     }
     log_info("snapshot", "restored snapshot at %" PRIu64, index);
     return 0;
+}
+
+int snapshot_restore(struct store *s, const void *p, size_t len,
+                     struct err *err)
+{
+    uint8_t *raw = NULL;
+    size_t raw_len = 0;
+    int rc;
+
+    if (!is_lz4_frame(p, len)) {
+        return restore_plain(s, p, len, err);
+    }
+    if (lz4_inflate(p, len, &raw, &raw_len, err) != 0) {
+        return err->code;
+    }
+    rc = restore_plain(s, raw, raw_len, err);
+    free(raw);
+    return rc;
 }
