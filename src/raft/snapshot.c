@@ -304,10 +304,8 @@ static int restore_index(const void *p, size_t len, uint64_t *index,
     return 0;
 }
 
-/* An LZ4 frame (the one a snapshot is written as) inflated into *out; its
- * header must say its content size. 0 or ERR_CORRUPT. */
-static int lz4_inflate(const void *p, size_t len, uint8_t **out,
-                       size_t *out_len, struct err *err)
+int snapshot_inflate(const void *p, size_t len, uint8_t **out, size_t *out_len,
+                     struct err *err)
 {
     LZ4F_dctx *d = NULL;
     LZ4F_frameInfo_t fi;
@@ -321,8 +319,10 @@ static int lz4_inflate(const void *p, size_t len, uint8_t **out,
         return err_set(err, ERR_IO, "snapshot: out of memory");
     }
     rc = LZ4F_getFrameInfo(d, &fi, p, &in);
+    /* LZ4 expands a byte to at most ~255: a larger claim is a lie that
+     * would only make the allocation below fail or swap. */
     if (LZ4F_isError(rc) || fi.contentSize == 0 ||
-        fi.contentSize > SIZE_MAX / 2) {
+        fi.contentSize > (uint64_t)len * 256 + 65536) {
         LZ4F_freeDecompressionContext(d);
         return err_set(err, ERR_CORRUPT,
                        "snapshot: LZ4 frame of %zu B without a content size",
@@ -357,7 +357,7 @@ static int lz4_inflate(const void *p, size_t len, uint8_t **out,
     return 0;
 }
 
-static bool is_lz4_frame(const void *p, size_t len)
+bool snapshot_is_lz4(const void *p, size_t len)
 {
     const uint8_t *b = p;
 
@@ -402,10 +402,10 @@ int snapshot_restore(struct store *s, const void *p, size_t len,
     size_t raw_len = 0;
     int rc;
 
-    if (!is_lz4_frame(p, len)) {
+    if (!snapshot_is_lz4(p, len)) {
         return restore_plain(s, p, len, err);
     }
-    if (lz4_inflate(p, len, &raw, &raw_len, err) != 0) {
+    if (snapshot_inflate(p, len, &raw, &raw_len, err) != 0) {
         return err->code;
     }
     rc = restore_plain(s, raw, raw_len, err);

@@ -12,6 +12,8 @@
 #define QUEEN_RAFT_SNAPSHOT_H
 
 #include <raft.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/err.h"
@@ -46,6 +48,13 @@ int snapshot_raft_finalize(struct raft_fsm *rf, struct raft_buffer *bufs[],
 /* All three at once on the calling thread: b gets malloc'd bytes (free with
  * free or raft_free). 0 or ERR_*. */
 int snapshot_take(struct store *s, struct raft_buffer *b, struct err *err);
+/* True when p starts with the LZ4 frame magic (how snapshots are stored). */
+bool snapshot_is_lz4(const void *p, size_t len);
+/* An LZ4 frame inflated into *out (malloc'd, the caller frees it); its
+ * header must give a content size that LZ4 could expand len bytes to.
+ * 0, ERR_CORRUPT (a bad or cut frame, or no size) or ERR_IO (memory). */
+int snapshot_inflate(const void *p, size_t len, uint8_t **out, size_t *out_len,
+                     struct err *err);
 /* Restore either format ("QSNAP002" of store_snapshot.h, or the legacy
  * "QSNAP001" + compact LMDB copy); does nothing when the store applied the
  * snapshot's index already. Borrows p. 0, ERR_CORRUPT (store unchanged) or
