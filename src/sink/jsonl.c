@@ -303,11 +303,12 @@ static int line_string(struct buf *b, struct slice s, struct err *err)
  * max(p.len, 4) bytes); returns the count. */
 static size_t line_payload(char *o, struct slice p)
 {
+    static const char k_null[4] = {'n', 'u', 'l', 'l'};
     char *end = o + p.len;
 
     if (p.len == 0) {
-        memcpy(o, "null", 4);
-        return 4;
+        memcpy(o, k_null, sizeof(k_null));
+        return sizeof(k_null);
     }
     memcpy(o, p.ptr, p.len);
     for (char *q = memchr(o, '\n', p.len); q != NULL;

@@ -696,11 +696,12 @@ static int reserve_arena(struct buf *a, size_t n, struct err *err)
     return 0;
 }
 
-static int fetch(struct store *s, const uint8_t tenant[16],
-                 const struct store_fetch_req *reqs, size_t n, bool is_pinned,
+/* store_fetch and store_fetch_pinned: r names the store, the tenant and
+ * whether the read is pinned. */
+static int fetch(struct rd *r, const struct store_fetch_req *reqs, size_t n,
                  struct store_fetch_answer *ans, struct err *err)
 {
-    struct rd r = {s, NULL, tenant, {0}, is_pinned};
+    struct store *s = r->s;
     int rc = 0;
 
     memset(ans, 0, sizeof(*ans));
@@ -709,23 +710,23 @@ static int fetch(struct store *s, const uint8_t tenant[16],
     ans->n_entries = n;
     spare_take(&ans->arena);
     if (reserve_arena(&ans->arena, fetch_reserve(reqs, n), err) != 0 ||
-        read_begin(s, &r.txn, err) != 0) {
+        read_begin(s, &r->txn, err) != 0) {
         return err->code;
     }
-    build_init(&r.b, &ans->arena, sizeof(struct store_record), n);
+    build_init(&r->b, &ans->arena, sizeof(struct store_record), n);
     for (size_t i = 0; i < n && rc == 0; i++) {
-        r.b.first[i] = r.b.n_items;
-        rc = fetch_entry(&r, &reqs[i], &ans->entries[i], err);
+        r->b.first[i] = r->b.n_items;
+        rc = fetch_entry(r, &reqs[i], &ans->entries[i], err);
     }
     if (rc == 0) {
-        rc = fetch_finish(ans, &r.b, err);
+        rc = fetch_finish(ans, &r->b, err);
     }
-    build_free(&r.b);
-    if (rc == 0 && is_pinned) {
+    build_free(&r->b);
+    if (rc == 0 && r->is_pinned) {
         ans->pinned_store = s;
-        ans->pinned_txn = r.txn;
+        ans->pinned_txn = r->txn;
     } else {
-        read_end(s, r.txn);
+        read_end(s, r->txn);
     }
     if (rc != 0) {
         memset(ans->entries, 0, n * sizeof(*ans->entries));
@@ -737,14 +738,18 @@ int store_fetch(struct store *s, const uint8_t tenant[16],
                 const struct store_fetch_req *reqs, size_t n,
                 struct store_fetch_answer *ans, struct err *err)
 {
-    return fetch(s, tenant, reqs, n, false, ans, err);
+    struct rd r = {s, NULL, tenant, {0}, false};
+
+    return fetch(&r, reqs, n, ans, err);
 }
 
 int store_fetch_pinned(struct store *s, const uint8_t tenant[16],
                        const struct store_fetch_req *reqs, size_t n,
                        struct store_fetch_answer *ans, struct err *err)
 {
-    return fetch(s, tenant, reqs, n, true, ans, err);
+    struct rd r = {s, NULL, tenant, {0}, true};
+
+    return fetch(&r, reqs, n, ans, err);
 }
 
 void store_fetch_answer_free(struct store_fetch_answer *ans)
