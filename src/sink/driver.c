@@ -1328,7 +1328,9 @@ static bool do_fetch(struct driver *d, const struct engine_fetch *a)
             t0 = stages_begin(d->cfg.stages);
             rc = merge_slice(d, a, i, &ans, &err);
             stages_end(d->cfg.stages, STAGES_MERGE, t0);
-            store_fetch_answer_free(&ans);
+            t0 = stages_begin(d->cfg.stages);
+            store_fetch_answer_free(&ans); /* ends a pinned read */
+            stages_end(d->cfg.stages, STAGES_READ, t0);
             if (rc != 0) {
                 break; /* the engine released the call */
             }

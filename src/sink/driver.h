@@ -47,6 +47,8 @@ struct sink_broker {
     int (*changed)(void *arg, const uint8_t tenant[16],
                    const struct store_changed_req *reqs, size_t n,
                    struct store_changed_answer *ans, struct err *err);
+    /* The answer may hold the store's read open (store_fetch_pinned): the
+     * driver frees it before it calls the seam again. */
     int (*fetch)(void *arg, const uint8_t tenant[16],
                  const struct store_fetch_req *reqs, size_t n,
                  struct store_fetch_answer *ans, struct err *err);

@@ -1316,6 +1316,25 @@ static int64_t min_frontier(const struct engine *e)
     return m;
 }
 
+/* The index past the last record of p from `from` on of the same
+ * incarnation as recs[from]: recs ascend by gen, so a binary search. */
+static size_t gen_end(const struct part *p, size_t from)
+{
+    uint32_t gen = p->recs[from].gen;
+    size_t lo = from + 1;
+    size_t hi = p->n_recs;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (p->recs[mid].gen == gen) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
 static bool min_buffered_ts(const struct engine *e, int64_t *ts)
 {
     bool found = false;
@@ -1323,14 +1342,13 @@ static bool min_buffered_ts(const struct engine *e, int64_t *ts)
     for (size_t i = 0; i < e->n_active; i++) {
         const struct part *p = e->active[i];
 
-        for (size_t j = 0; j < p->n_recs; j++) {
+        /* stamps ascend within an incarnation: its first is its least, and
+         * the walk goes from one incarnation's first record to the next's
+         * (a close step asks while a window's records are buffered) */
+        for (size_t j = 0; j < p->n_recs; j = gen_end(p, j)) {
             if (!found || p->recs[j].ts < *ts) {
                 *ts = p->recs[j].ts;
                 found = true;
-            }
-            /* stamps ascend within an incarnation: skip to the next */
-            while (j + 1 < p->n_recs && p->recs[j + 1].gen == p->recs[j].gen) {
-                j++;
             }
         }
     }

@@ -42,6 +42,7 @@
 struct ts_cache {
     int64_t sec; /* floor(ts / 1e6); valid when text[0] != 0 */
     char text[32];
+    size_t len; /* strlen(text) */
 };
 
 struct jsonl_cctx {
@@ -222,8 +223,9 @@ void jsonl_writer_free(struct jsonl_writer *w)
 
 #define US_PER_S 1000000
 
-/* The 27 bytes of r->ts as ISO-µs ("2026-09-04T10:03:41.918204Z"). */
-static void line_ts(struct ts_cache *c, int64_t ts, char out[32])
+/* The 27 bytes of r->ts as ISO-µs ("2026-09-04T10:03:41.918204Z") and a
+ * NUL at out; returns their count. */
+static size_t line_ts(struct ts_cache *c, int64_t ts, char out[32])
 {
     int64_t sec = ts >= 0 ? ts / US_PER_S : -((-ts + US_PER_S - 1) / US_PER_S);
     int64_t frac = ts - sec * US_PER_S;
@@ -231,16 +233,18 @@ static void line_ts(struct ts_cache *c, int64_t ts, char out[32])
     if (c->text[0] == '\0' || c->sec != sec) {
         isotime_format_us(sec * US_PER_S, c->text);
         c->sec = sec;
+        c->len = strlen(c->text);
     }
     memcpy(out, c->text, 32);
-    if (strlen(c->text) != 27) {
+    if (c->len != 27) {
         isotime_format_us(ts, out); /* a year outside 0000..9999 */
-        return;
+        return strlen(out);
     }
     for (int i = 25; i >= 20; i--) {
         out[i] = (char)('0' + frac % 10);
         frac /= 10;
     }
+    return 27;
 }
 
 /* Decimal digits of v at o; returns the count. */
@@ -295,21 +299,18 @@ static int line_string(struct buf *b, struct slice s, struct err *err)
     return 0;
 }
 
-/* Payload text with raw CR/LF turned into spaces, or null. */
-static int jsonl_payload(struct buf *b, struct slice p, struct err *err)
+/* Payload text with raw CR/LF turned into spaces, or null, at o (room for
+ * max(p.len, 4) bytes); returns the count. */
+static size_t line_payload(char *o, struct slice p)
 {
-    char *o;
-    char *end;
+    static const char k_null[4] = {'n', 'u', 'l', 'l'};
+    char *end = o + p.len;
 
     if (p.len == 0) {
-        return buf_append(b, "null", 4, err);
+        memcpy(o, k_null, sizeof(k_null));
+        return sizeof(k_null);
     }
-    if (buf_reserve(b, p.len, err) != 0) {
-        return err->code;
-    }
-    o = b->data + b->len;
     memcpy(o, p.ptr, p.len);
-    end = o + p.len;
     for (char *q = memchr(o, '\n', p.len); q != NULL;
          q = memchr(q + 1, '\n', (size_t)(end - q - 1))) {
         *q = ' ';
@@ -318,9 +319,7 @@ static int jsonl_payload(struct buf *b, struct slice p, struct err *err)
          q = memchr(q + 1, '\r', (size_t)(end - q - 1))) {
         *q = ' ';
     }
-    b->len += p.len;
-    b->data[b->len] = '\0';
-    return 0;
+    return p.len;
 }
 
 /* What every line of one partition starts with, escaped once per
@@ -346,7 +345,12 @@ static size_t line_room(const struct sink_record *r)
 }
 
 /* One line after its partition's head, with the stamp cache c, written in
- * place into the room line_room() reserved at b's end. */
+ * place into the room line_room() reserved at b's end, which no write
+ * below can overrun: 20 bytes of offset, the keys (17, 7, 12), the txn
+ * quoted (2 + 6 a byte at worst), the stamp (27 bytes, up to 30 for a year
+ * of more than four digits; its 32 bytes copied reach byte 78 + 6 * txn),
+ * the payload or null, "}\n" and the NUL take at most
+ * 91 + 6 * txn + max(payload, 4). */
 static int line_write(struct buf *b, struct slice head,
                       const struct sink_record *r, struct ts_cache *c,
                       struct err *err)
@@ -360,26 +364,30 @@ static int line_write(struct buf *b, struct slice head,
     o += head.len;
     o += line_i64(o, r->offset);
     memcpy(o, k_txn, sizeof(k_txn) - 1);
-    b->len = (size_t)(o + sizeof(k_txn) - 1 - b->data);
-    /* the txn stays within the room; the stamp's room is checked anyway
-     * (a check, no move), so no escape can make the writes below overrun:
-     * 46 bytes (key 7, stamp 27 and its NUL, payload key 12), 48 asked,
-     * which the room still holds after a 20-digit offset and the txn (it
-     * leaves 57) */
-    if (line_string(b, r->txn, err) != 0 || buf_reserve(b, 48, err) != 0) {
-        return err->code;
+    o += sizeof(k_txn) - 1;
+    if (needs_escape(r->txn)) {
+        b->len = (size_t)(o - b->data);
+        if (json_escape(b, r->txn.ptr, r->txn.len, err) != 0) {
+            return err->code;
+        }
+        o = b->data + b->len;
+    } else {
+        *o++ = '"';
+        if (r->txn.len > 0) {
+            memcpy(o, r->txn.ptr, r->txn.len);
+        }
+        o += r->txn.len;
+        *o++ = '"';
     }
-    o = b->data + b->len;
     memcpy(o, k_ts, sizeof(k_ts) - 1);
     o += sizeof(k_ts) - 1;
-    line_ts(c, r->ts, o);
-    o += strlen(o);
+    o += line_ts(c, r->ts, o);
     memcpy(o, k_payload, sizeof(k_payload) - 1);
-    b->len = (size_t)(o + sizeof(k_payload) - 1 - b->data);
-    if (jsonl_payload(b, r->payload, err) != 0) {
-        return err->code;
-    }
-    return buf_append(b, "}\n", 2, err);
+    o += sizeof(k_payload) - 1;
+    o += line_payload(o, r->payload);
+    memcpy(o, "}\n", 3);
+    b->len = (size_t)(o + 2 - b->data);
+    return 0;
 }
 
 /* One line: reserved once, at its worst case, and written in place. Near
@@ -416,7 +424,7 @@ static int line_into(struct buf *b, struct slice head,
 
 int jsonl_line(struct buf *b, const struct sink_record *r, struct err *err)
 {
-    struct ts_cache c = {0, {0}};
+    struct ts_cache c = {0, {0}, 0};
     struct buf h;
     int rc;
 

@@ -154,7 +154,11 @@ struct store_fetch_entry {
 struct store_fetch_answer {
     size_t n_entries;
     struct store_fetch_entry *entries; /* in request order */
-    struct buf arena;                  /* owns every slice above */
+    struct buf arena; /* owns every slice above (but a pinned answer's) */
+    /* A pinned answer's read (store_fetch_pinned): it stays open, so the
+     * store's pages its slices point into stay put; NULL otherwise. */
+    struct store *pinned_store;
+    struct MDB_txn *pinned_txn;
 };
 
 /* Read every entry of one fetch in one read transaction. Borrows reqs;
@@ -165,6 +169,18 @@ struct store_fetch_answer {
 int store_fetch(struct store *s, const uint8_t tenant[16],
                 const struct store_fetch_req *reqs, size_t n,
                 struct store_fetch_answer *ans, struct err *err);
+/* Like store_fetch, without copying what it reads: a plain payload and
+ * the txn id point into the store's pages (an opened sealed payload is in
+ * the arena), and the read transaction stays open until
+ * store_fetch_answer_free(), which must come soon, before the calling
+ * thread reads the store again: an open read keeps its pages from reuse,
+ * and a snapshot restore waits for it. For a caller that copies the
+ * records out at once (the sink, which buffers them in its own slabs):
+ * the copy into the arena would be a second one. */
+int store_fetch_pinned(struct store *s, const uint8_t tenant[16],
+                       const struct store_fetch_req *reqs, size_t n,
+                       struct store_fetch_answer *ans, struct err *err);
+/* Frees ans and ends a pinned answer's read. */
 void store_fetch_answer_free(struct store_fetch_answer *ans);
 
 /* ---- partitions changed (docs/design/http-api.md §4) --------------------- */

@@ -262,6 +262,20 @@ static void *build_item(struct build *b)
     return it;
 }
 
+/* An offset that is none: the field's slice points into the store's pages
+ * already (a pinned read, build_pin). */
+#define BUILD_PINNED SIZE_MAX
+
+/* Field k (0 or 1) of the last item, *field, borrows n bytes at p from the
+ * store's pages: a pinned read keeps its transaction open. */
+static void build_pin(struct build *b, int k, struct slice *field,
+                      const void *p, size_t n)
+{
+    b->offs[2 * (b->n_items - 1) + (size_t)k] = BUILD_PINNED;
+    field->ptr = p;
+    field->len = n;
+}
+
 /* Copy bytes into the arena as field k (0 or 1) of the last item. */
 static int build_bytes(struct build *b, int k, const void *p, size_t n,
                        struct err *err)
@@ -307,6 +321,7 @@ struct rd {
     MDB_txn *txn;
     const uint8_t *tenant;
     struct build b;
+    bool is_pinned; /* store_fetch_pinned: bytes stay in the store's pages */
 };
 
 /* Find a queue row of the tenant: 0, ERR_NOT_FOUND or ERR_IO. */
@@ -469,7 +484,7 @@ static int add_damaged(struct build *b, const uint8_t *p, size_t n,
  * (store/format.h level 2) is never taken for an envelope. *len is what
  * the arena got. */
 static int add_payload(struct rd *r, const struct store_fetch_req *q,
-                       const MDB_val *d, size_t tl, size_t *len,
+                       const MDB_val *d, size_t tl, struct slice *out,
                        struct err *err)
 {
     struct build *b = &r->b;
@@ -483,7 +498,11 @@ static int add_payload(struct rd *r, const struct store_fetch_req *q,
     int rc;
 
     if (!raw && (plain || !aead_is_envelope(p, n))) {
-        *len = n;
+        if (r->is_pinned) {
+            build_pin(b, 1, out, p, n);
+            return 0;
+        }
+        out->len = n;
         return build_bytes(b, 1, p, n, err);
     }
     b->offs[2 * (b->n_items - 1) + 1] = at;
@@ -502,7 +521,7 @@ static int add_payload(struct rd *r, const struct store_fetch_req *q,
     } else if (rc == ERR_INVALID) { /* shaped like one, but not an envelope */
         rc = buf_append(b->arena, p, n, err);
     }
-    *len = b->arena->len - at;
+    out->len = b->arena->len - at;
     return rc;
 }
 
@@ -516,12 +535,15 @@ static int add_record(struct rd *r, const struct store_fetch_req *q,
     rec->offset = (int64_t)be64_get((const uint8_t *)k->mv_data + 8);
     rec->ts = (int64_t)be64_get(v);
     memcpy(rec->message_id, v + 8, 16);
-    rec->txn.len = tl;
-    if (build_bytes(&r->b, 0, v + SCHEMA_RECORD_FIXED, tl, err) != 0 ||
-        add_payload(r, q, d, tl, &rec->payload.len, err) != 0) {
-        return err->code;
+    if (r->is_pinned) {
+        build_pin(&r->b, 0, &rec->txn, v + SCHEMA_RECORD_FIXED, tl);
+    } else {
+        rec->txn.len = tl;
+        if (build_bytes(&r->b, 0, v + SCHEMA_RECORD_FIXED, tl, err) != 0) {
+            return err->code;
+        }
     }
-    return 0;
+    return add_payload(r, q, d, tl, &rec->payload, err);
 }
 
 /* Walk records of pid from q->offset: the first always, then while the
@@ -622,8 +644,12 @@ static int fetch_finish(struct store_fetch_answer *ans, struct build *b,
         return err->code;
     }
     for (size_t i = 0; i < b->n_items; i++) {
-        all[i].txn = arena_slice(b, i, 0, all[i].txn.len);
-        all[i].payload = arena_slice(b, i, 1, all[i].payload.len);
+        if (b->offs[2 * i] != BUILD_PINNED) {
+            all[i].txn = arena_slice(b, i, 0, all[i].txn.len);
+        }
+        if (b->offs[2 * i + 1] != BUILD_PINNED) {
+            all[i].payload = arena_slice(b, i, 1, all[i].payload.len);
+        }
     }
     for (size_t i = 0; i < ans->n_entries; i++) {
         struct store_fetch_entry *e = &ans->entries[i];
@@ -670,11 +696,12 @@ static int reserve_arena(struct buf *a, size_t n, struct err *err)
     return 0;
 }
 
-int store_fetch(struct store *s, const uint8_t tenant[16],
-                const struct store_fetch_req *reqs, size_t n,
-                struct store_fetch_answer *ans, struct err *err)
+/* store_fetch and store_fetch_pinned: r names the store, the tenant and
+ * whether the read is pinned. */
+static int fetch(struct rd *r, const struct store_fetch_req *reqs, size_t n,
+                 struct store_fetch_answer *ans, struct err *err)
 {
-    struct rd r = {s, NULL, tenant, {0}};
+    struct store *s = r->s;
     int rc = 0;
 
     memset(ans, 0, sizeof(*ans));
@@ -683,27 +710,53 @@ int store_fetch(struct store *s, const uint8_t tenant[16],
     ans->n_entries = n;
     spare_take(&ans->arena);
     if (reserve_arena(&ans->arena, fetch_reserve(reqs, n), err) != 0 ||
-        read_begin(s, &r.txn, err) != 0) {
+        read_begin(s, &r->txn, err) != 0) {
         return err->code;
     }
-    build_init(&r.b, &ans->arena, sizeof(struct store_record), n);
+    build_init(&r->b, &ans->arena, sizeof(struct store_record), n);
     for (size_t i = 0; i < n && rc == 0; i++) {
-        r.b.first[i] = r.b.n_items;
-        rc = fetch_entry(&r, &reqs[i], &ans->entries[i], err);
+        r->b.first[i] = r->b.n_items;
+        rc = fetch_entry(r, &reqs[i], &ans->entries[i], err);
     }
-    read_end(s, r.txn);
     if (rc == 0) {
-        rc = fetch_finish(ans, &r.b, err);
+        rc = fetch_finish(ans, &r->b, err);
     }
-    build_free(&r.b);
+    build_free(&r->b);
+    if (rc == 0 && r->is_pinned) {
+        ans->pinned_store = s;
+        ans->pinned_txn = r->txn;
+    } else {
+        read_end(s, r->txn);
+    }
     if (rc != 0) {
         memset(ans->entries, 0, n * sizeof(*ans->entries));
     }
     return rc;
 }
 
+int store_fetch(struct store *s, const uint8_t tenant[16],
+                const struct store_fetch_req *reqs, size_t n,
+                struct store_fetch_answer *ans, struct err *err)
+{
+    struct rd r = {s, NULL, tenant, {0}, false};
+
+    return fetch(&r, reqs, n, ans, err);
+}
+
+int store_fetch_pinned(struct store *s, const uint8_t tenant[16],
+                       const struct store_fetch_req *reqs, size_t n,
+                       struct store_fetch_answer *ans, struct err *err)
+{
+    struct rd r = {s, NULL, tenant, {0}, true};
+
+    return fetch(&r, reqs, n, ans, err);
+}
+
 void store_fetch_answer_free(struct store_fetch_answer *ans)
 {
+    if (ans->pinned_txn != NULL) {
+        read_end(ans->pinned_store, ans->pinned_txn);
+    }
     free(ans->entries);
     if (!spare_keep(&ans->arena)) {
         buf_free(&ans->arena);
@@ -977,7 +1030,7 @@ int store_changed(struct store *s, const uint8_t tenant[16],
                   const struct store_changed_req *reqs, size_t n,
                   struct store_changed_answer *ans, struct err *err)
 {
-    struct rd r = {s, NULL, tenant, {0}};
+    struct rd r = {s, NULL, tenant, {0}, false};
     int rc;
 
     memset(ans, 0, sizeof(*ans));
@@ -1070,7 +1123,7 @@ static int list_walk(struct rd *r, struct err *err)
 int store_list_queues(struct store *s, const uint8_t tenant[16],
                       struct store_queue_list *out, struct err *err)
 {
-    struct rd r = {s, NULL, tenant, {0}};
+    struct rd r = {s, NULL, tenant, {0}, false};
     int rc;
 
     memset(out, 0, sizeof(*out));
@@ -1104,7 +1157,7 @@ int store_get_queue(struct store *s, const uint8_t tenant[16],
                     struct slice name, struct store_queue_info *info,
                     struct err *err)
 {
-    struct rd r = {s, NULL, tenant, {0}};
+    struct rd r = {s, NULL, tenant, {0}, false};
     MDB_val d;
     int rc;
 

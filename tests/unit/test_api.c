@@ -266,7 +266,7 @@ TEST(fetch_render_splices_payloads_and_orders_keys)
         {STORE_ENTRY_OK, 2, 0, 2, recs},
         {STORE_UNKNOWN_TOPIC_OR_PARTITION, 0, 0, 0, NULL},
     };
-    struct store_fetch_answer ans = {2, entries, {0}};
+    struct store_fetch_answer ans = {2, entries, {0}, NULL, NULL};
     struct api_fetch f;
     const char *code;
     struct buf out;

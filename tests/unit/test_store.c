@@ -4,6 +4,7 @@
  * real fsm. */
 #include "harness.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -315,6 +316,89 @@ TEST(fetch_opens_binary_and_envelope_sealed_payloads)
     buf_free(&env);
     buf_free(&want);
     buf_free(&back);
+}
+
+/* Whether p lies in a's arena. */
+static bool in_arena(const struct store_fetch_answer *a, const char *p)
+{
+    return p >= a->arena.data && p < a->arena.data + a->arena.cap;
+}
+
+/* store_fetch_pinned answers what store_fetch does, byte for byte, over
+ * plain records (several entries, an empty payload) and a sealed one that
+ * opens: the plain bytes point into the store's pages, not the arena, the
+ * opened plaintext into the arena. The read stays open until the answer is
+ * freed (a snapshot restore, which takes swap_lock exclusively, waits). */
+TEST(a_pinned_fetch_answers_the_bytes_of_a_copying_one)
+{
+    static const char pt[] = "{\"order\":1,\"note\":\"sealed\"}";
+    uint8_t key[32] = {9};
+    struct env e = {0};
+    struct cmd_push_item ci[3];
+    struct store_fetch_answer a;
+    struct store_fetch_answer b;
+    struct store_fetch_req r[3] = {req("q", "p", 0, 1 << 20),
+                                   req("q", "s", 0, 1 << 20),
+                                   req("q", "p", 3, 10)};
+    struct buf raw;
+    struct err err = {0};
+
+    buf_init(&raw, BUF_UNLIMITED);
+    EXPECT_EQ_I64(
+        aead_seal_raw(key, (const uint8_t *)pt, strlen(pt), &raw, &err), 0);
+    memset(ci, 0, sizeof(ci));
+    for (int i = 0; i < 3; i++) {
+        ci[i].queue = (struct slice){"q", 1};
+        ci[i].partition = (struct slice){"s", 1};
+        ci[i].message_id[0] = (uint8_t)(i + 1);
+    }
+    ci[0].payload = (struct slice){raw.data, raw.len};
+    ci[0].sealed = true;
+    ci[0].txn = (struct slice){"t0", 2};
+    ci[1].payload = (struct slice){"[1,2]", 5};
+    ci[2].txn = (struct slice){"t2", 2}; /* and an empty payload */
+    env_open(&e);
+    fill(&e, "q", "p", 8);
+    EXPECT(env_push_cmd(&e, T0 + 100, ci, 3) != NULL);
+    store_set_seal_key(e.store, key);
+
+    fetch(&e, r, 3, &a);
+    EXPECT_EQ_I64(
+        store_fetch_pinned(e.store, STORE_DEFAULT_TENANT, r, 3, &b, &err), 0);
+    EXPECT(b.pinned_txn != NULL);
+    EXPECT_EQ_I64(pthread_rwlock_trywrlock(&e.store->swap_lock), EBUSY);
+    EXPECT_EQ_U64(b.n_entries, 3);
+    for (size_t i = 0; i < 3; i++) {
+        const struct store_fetch_entry *x = &a.entries[i];
+        const struct store_fetch_entry *y = &b.entries[i];
+        EXPECT_EQ_I64(y->error, x->error);
+        EXPECT_EQ_I64(y->high_watermark, x->high_watermark);
+        EXPECT_EQ_I64(y->log_start, x->log_start);
+        EXPECT_EQ_U64(y->n_records, x->n_records);
+        EXPECT(x->n_records > 0);
+        for (size_t j = 0; j < x->n_records && j < y->n_records; j++) {
+            const struct store_record *u = &x->records[j];
+            const struct store_record *v = &y->records[j];
+            EXPECT_EQ_I64(v->offset, u->offset);
+            EXPECT_EQ_I64(v->ts, u->ts);
+            EXPECT_MEM_EQ(v->message_id, 16, u->message_id, 16);
+            EXPECT_MEM_EQ(v->txn.ptr, v->txn.len, u->txn.ptr, u->txn.len);
+            EXPECT_MEM_EQ(v->payload.ptr, v->payload.len, u->payload.ptr,
+                          u->payload.len);
+        }
+    }
+    /* the sealed record opened into the arena; the plain ones stayed put */
+    EXPECT_MEM_EQ(b.entries[1].records[0].payload.ptr,
+                  b.entries[1].records[0].payload.len, pt, strlen(pt));
+    EXPECT(in_arena(&b, b.entries[1].records[0].payload.ptr));
+    EXPECT(!in_arena(&b, b.entries[1].records[1].payload.ptr));
+    EXPECT(!in_arena(&b, b.entries[0].records[0].payload.ptr));
+    EXPECT(!in_arena(&b, b.entries[0].records[0].txn.ptr));
+    store_fetch_answer_free(&b);
+    EXPECT_EQ_I64(pthread_rwlock_trywrlock(&e.store->swap_lock), 0);
+    pthread_rwlock_unlock(&e.store->swap_lock);
+    fetch_done(&e, &a);
+    buf_free(&raw);
 }
 
 /* Write the cluster's storage format row (store/format.h) as the upgrade
