@@ -48,10 +48,17 @@ BINARIES = ("monmaptool", "ceph-mon", "ceph-osd", "ceph", "radosgw",
             "radosgw-admin")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n):
+    """n distinct loopback ports that were free a moment ago (all bound at
+    once, so no two picks are the same port)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def available():
@@ -157,7 +164,7 @@ class Cell:
         d = self.workdir
         for sub in ("run", "log", "mon/a", "osd/0", "rgw"):
             os.makedirs(os.path.join(d, sub), exist_ok=True)
-        self.mon_port, self.rgw_port = free_port(), free_port()
+        self.mon_port, self.rgw_port = free_ports(2)
         self.conf = os.path.join(d, "ceph.conf")
         fsid = str(uuid.uuid4())
         with open(self.conf, "w", encoding="utf-8") as f:

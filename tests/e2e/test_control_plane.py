@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from queenproc import free_port, wait_until
+from queenproc import free_port, free_ports, wait_until
 
 TOKEN = "cp-token-for-tests-0123456789"
 KEY = "8f" * 32
@@ -585,8 +585,8 @@ def cp_cluster():
     def make(**env):
         base = s3_env(**env)
         base.pop("QUEEN_PROXY_PORT")
-        node_env = {i: {"QUEEN_PROXY_PORT": str(free_port())}
-                    for i in (1, 2, 3)}
+        node_env = {i: {"QUEEN_PROXY_PORT": str(p)}
+                    for i, p in zip((1, 2, 3), free_ports(3))}
         c = Cluster(os.path.join(tmp.name, "c%d" % len(made)), env=base,
                     node_env=node_env)
         made.append(c)

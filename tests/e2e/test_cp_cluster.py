@@ -21,7 +21,7 @@ import lake
 from bucket import TestBucket
 from cluster import Cluster
 from cpcell import cp, sink_entry
-from queenproc import free_port, wait_until
+from queenproc import free_ports, wait_until
 from sinkenv import sink_env
 
 TTL_S = 3
@@ -42,7 +42,7 @@ def cell(tmp_path):
     env = sink_env(b, QUEEN_S3_BUCKET="env-lake", QUEEN_S3_QUEUES="i.env",
                    QUEEN_S3_COMPRESSION="gzip")
     env.update(cpcell.cell_env(0))
-    ports = {i: free_port() for i in (1, 2, 3)}
+    ports = dict(zip((1, 2, 3), free_ports(3)))
     c = Cluster(os.path.join(tmp.name, "c"), env=env, node_env={
         i: {"QUEEN_PROXY_PORT": str(p)} for i, p in ports.items()})
     for i, p in ports.items():

@@ -12,19 +12,9 @@ import os
 import shutil
 import socket
 
-from queenproc import Broker, free_port, wait_until
+from queenproc import Broker, free_ports, wait_until
 
 TOKEN = "cluster-test-token-0123456789"
-
-
-def _free_ports(n):
-    """n distinct ports that were free a moment ago."""
-    out = []
-    while len(out) < n:
-        p = free_port()
-        if p not in out:
-            out.append(p)
-    return out
 
 
 class Node(Broker):
@@ -91,7 +81,7 @@ class Cluster:
                  hosts=None, wrap=None):
         self.root = str(root)
         self.token = token
-        ports = _free_ports(2) * n if hosts else _free_ports(2 * n)
+        ports = free_ports(2) * n if hosts else free_ports(2 * n)
         self.nodes = {}
         for i in range(1, n + 1):
             self.nodes[i] = Node(i, os.path.join(self.root, "node-%d" % i),

@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 
@@ -30,6 +29,34 @@ def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_ports(n):
+    """n distinct ports that were free a moment ago: all n sockets are
+    bound at once, so two picks can never be the same port (one port
+    picked twice made a peers list fail for the wrong reason)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+             for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def boot_env(data_dir, **extra):
+    """The environment of a single node booted by hand: this process's
+    environment without any QUEEN_ setting, loopback, two distinct fresh
+    ports and data_dir, then extra on top."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
+    http, raft = free_ports(2)
+    env.update({"QUEEN_PORT": str(http), "QUEEN_BIND_ADDR": "127.0.0.1",
+                "QUEEN_RAFT_DIR": str(data_dir),
+                "QUEEN_RAFT_LISTEN": "127.0.0.1:%d" % raft})
+    env.update(extra)
+    return env
 
 
 def wait_until(cond, timeout, what, interval=0.02):
@@ -105,8 +132,9 @@ class Broker:
         self.data_dir = data_dir
         self.host = host
         self.wrap = list(wrap or [])
-        self.port = port or free_port()
-        self.raft_port = raft_port or free_port()
+        picked = free_ports(2)
+        self.port = port or picked[0]
+        self.raft_port = raft_port or picked[1]
         self.extra_env = dict(env or {})
         self.proc = None
         self.stderr_path = None

@@ -1,6 +1,5 @@
 """Boot and shutdown: settings refused with the exact FATAL line, SIGTERM
 finishing in-flight requests, /health, /status, unknown routes."""
-import os
 import re
 import signal
 import subprocess
@@ -8,7 +7,8 @@ import subprocess
 import pytest
 
 import loglines
-from queenproc import Background, Broker, free_port, queen_bin, wait_until
+from queenproc import (Background, Broker, boot_env, free_port, queen_bin,
+                       wait_until)
 
 FATAL = r"^FATAL: "
 
@@ -26,10 +26,7 @@ FATAL = r"^FATAL: "
 ])
 def test_bad_value_stops_the_boot_with_one_fatal_line(tmp_path, var, value,
                                                       why):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
-    env.update({"QUEEN_PORT": str(free_port()), "QUEEN_BIND_ADDR": "127.0.0.1",
-                "QUEEN_RAFT_DIR": str(tmp_path / "d"),
-                "QUEEN_RAFT_LISTEN": "127.0.0.1:%d" % free_port()})
+    env = boot_env(tmp_path / "d")
     env[var] = value
     p = subprocess.run([queen_bin()], env=env, capture_output=True,
                        timeout=60)

@@ -28,7 +28,7 @@ import pytest
 
 import loglines
 from cluster import TOKEN, Cluster, Node, raw_connect
-from queenproc import Broker, free_port, queen_bin, wait_until
+from queenproc import Broker, free_ports, queen_bin, wait_until
 
 WRONG_TOKEN = "not-the-cluster-token-9876543210"
 
@@ -488,8 +488,8 @@ def test_wrong_token_node_never_joins(make_cluster):
 def _peers_case(case):
     """(environment additions, fragments of which the FATAL line must name
     one) for one bad configuration of node 2."""
-    r = [free_port() for _ in range(12)]
-    h = [free_port() for _ in range(12)]
+    ports = free_ports(24)
+    r, h = ports[:12], ports[12:]
 
     def entry(i, k=None):
         k = i if k is None else k
@@ -904,9 +904,7 @@ def test_replace_a_dead_node_by_a_new_one(make_cluster):
     assert r.status in (200, 204), r
     del c.nodes[dead.id]
 
-    p4, r4 = free_port(), free_port()
-    while r4 == p4:
-        r4 = free_port()
+    p4, r4 = free_ports(2)
     new = Node(4, os.path.join(c.root, "node-4"), p4, r4, {})
     c.nodes[4] = new
     new.extra_env = c.env_of(4)  # the peers list of the new membership

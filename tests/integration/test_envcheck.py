@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 import loglines
-from queenproc import Broker, free_port, queen_bin
+from queenproc import Broker, boot_env, queen_bin
 
 ROOT = os.environ.get("QUEEN_ROOT") or os.path.join(
     os.path.dirname(__file__), "..", "..")
@@ -28,10 +28,7 @@ def boot_warnings(text):
 
 
 def _env(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
-    env.update({"QUEEN_PORT": str(free_port()), "QUEEN_BIND_ADDR": "127.0.0.1",
-                "QUEEN_RAFT_DIR": str(tmp_path / "d"),
-                "QUEEN_RAFT_LISTEN": "127.0.0.1:%d" % free_port()})
+    env = boot_env(tmp_path / "d")
     return env
 
 

@@ -4,14 +4,13 @@ QUEEN_S3_EMBEDDED=true every refused value stops the broker with exit 2 and
 the one line `level=error area=boot msg="FATAL: QUEEN_S3_EMBEDDED=true: <message>"`, word for
 word; ignored leftovers (QUEEN_S3_LISTEN, QUEEN_S3_LOG_FORMAT) give one
 warning and the broker boots."""
-import os
 import re
 import subprocess
 
 import pytest
 
 import loglines
-from queenproc import Broker, free_port, queen_bin
+from queenproc import Broker, boot_env, queen_bin
 
 FATAL = r"^FATAL: QUEEN_S3_EMBEDDED=true: "
 
@@ -151,11 +150,7 @@ REQUIRED = [
 
 
 def base_env(tmp_path, extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
-    env.update({"QUEEN_PORT": str(free_port()), "QUEEN_BIND_ADDR": "127.0.0.1",
-                "QUEEN_RAFT_DIR": str(tmp_path / "d"),
-                "QUEEN_RAFT_LISTEN": "127.0.0.1:%d" % free_port(),
-                "QUEEN_S3_EMBEDDED": "true"})
+    env = boot_env(tmp_path / "d", QUEEN_S3_EMBEDDED="true")
     env.update(extra)
     return env
 

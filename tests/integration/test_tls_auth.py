@@ -6,14 +6,13 @@ a token bound to a tenant acts for that tenant only, and no token shows in
 an answer or a log line. Bad files stop the boot with one line naming the
 setting and the path."""
 import json
-import os
 import re
 import subprocess
 
 import pytest
 
 import loglines
-from queenproc import Broker, free_port, queen_bin, wait_until
+from queenproc import Broker, boot_env, queen_bin, wait_until
 
 FATAL = r"^FATAL: "
 TENANT_A = "0000000a-0000-4000-8000-00000000000a"
@@ -246,10 +245,7 @@ def test_a_bound_token_acts_for_its_tenant_only(tmp_path, certs,
 
 
 def _boot_env(tmp_path, **kw):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
-    env.update({"QUEEN_PORT": str(free_port()), "QUEEN_BIND_ADDR": "127.0.0.1",
-                "QUEEN_RAFT_DIR": str(tmp_path / "d"),
-                "QUEEN_RAFT_LISTEN": "127.0.0.1:%d" % free_port()})
+    env = boot_env(tmp_path / "d")
     env.update(kw)
     return env
 
