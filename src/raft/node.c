@@ -180,6 +180,10 @@ struct node {
     /* (D4) storage failure: why, where it came from, since when. */
     int storage_code;     /* 0 = none, else ERR_FULL or ERR_BUSY */
     bool is_storage_raft; /* the raft log failed (else the store) */
+    /* An append failed while this node followed: libraft 0.15 keeps those
+     * entries in its in-memory log and never writes them again, so only a
+     * restart (which reloads the log from disk) brings it back in step. */
+    bool is_log_diverged;
     char storage_reason[256];
     char storage_logged[256]; /* the last reason logged at ERROR */
     int64_t storage_since_us;
@@ -203,6 +207,10 @@ struct node {
     void (*uv_io_close)(struct raft_io *io, void (*cb)(struct raft_io *io));
     void (*raft_io_close_cb)(struct raft_io *io);
     bool io_closed;
+    /* io->append wrapper state (see io_append_watched). */
+    int (*uv_io_append)(struct raft_io *io, struct raft_io_append *req,
+                        const struct raft_entry entries[], unsigned n,
+                        raft_io_append_cb cb);
     node_closed_fn closed_cb;
     void *closed_arg;
     bool has_token; /* peers can connect: forwarding works */
@@ -405,7 +413,13 @@ static void storage_answer_parked(struct node *n);
 
 static void storage_fail(struct node *n, const struct err *e, bool is_raft)
 {
-    if (strcmp(e->msg, n->storage_logged) != 0) {
+    /* Told once: the same message again, or any failure of the raft log
+     * while it is failing already (a follower's libraft retries each
+     * resend in a segment of a new name, so the words change). */
+    bool is_repeat = strcmp(e->msg, n->storage_logged) == 0 ||
+                     (is_raft && n->storage_code != 0 && n->is_storage_raft);
+
+    if (!is_repeat) {
         log_error("node",
                   "%s; writes are refused until it recovers (retried every "
                   "second)",
@@ -444,12 +458,12 @@ const char *node_storage_error(const struct node *n)
     return n->storage_code != 0 ? n->storage_reason : NULL;
 }
 
-/* A failed raft write: RAFT_IOERR / RAFT_NOSPACE with libraft's message
+/* A failed raft write: RAFT_IOERR / RAFT_NOSPACE with libraft's message msg
  * (it names the file), told as ENOSPC when the raft directory is out of
  * space. Fills err; returns true when it is a storage failure. */
-static bool raft_storage_error(struct node *n, int status, struct err *err)
+static bool raft_storage_error(struct node *n, int status, const char *msg,
+                               struct err *err)
 {
-    const char *msg = raft_errmsg(&n->raft);
     struct statvfs vfs;
     bool is_full = status == RAFT_NOSPACE;
 
@@ -472,13 +486,29 @@ static bool raft_storage_error(struct node *n, int status, struct err *err)
 static void storage_probe_raft(struct node *n)
 {
     struct statvfs vfs;
+    struct err err = {0};
 
     if (n->storage_code == 0 || !n->is_storage_raft ||
         statvfs(n->raft_dir, &vfs) != 0 ||
         (uint64_t)vfs.f_bavail * vfs.f_frsize < n->segment_bytes) {
         return;
     }
-    storage_clear(n, "the raft directory has room for a segment again");
+    if (!n->is_log_diverged) {
+        storage_clear(n, "the raft directory has room for a segment again");
+        return;
+    }
+    /* Room again, but the entries that failed are not on disk and libraft
+     * will not write them: stay unhealthy, saying what to do, rather than
+     * serve a log that lags the cluster's for as long as the node runs. */
+    if (strstr(n->storage_reason, "restart this node") == NULL) {
+        err_set(&err, ERR_BUSY,
+                "raft log %s: a write failed while this node followed and "
+                "libraft keeps the entries it could not write only in memory: "
+                "restart this node (the raft directory has room again)",
+                n->raft_dir);
+        storage_fail(n, &err, true);
+        log_error("node", "%s", err.msg);
+    }
 }
 
 /* ---- leadership ----------------------------------------------------------
@@ -626,8 +656,13 @@ static void proposal_finish(struct proposal *p, int status,
     } else {
         if (status == 0) {
             err_set(&err, ERR_IO, "entry was applied before this proposal");
-        } else if (raft_storage_error(p->node, status, &err)) {
-            storage_fail(p->node, &err, true);
+        } else if (raft_storage_error(p->node, status,
+                                      raft_errmsg(&p->node->raft), &err)) {
+            /* The failed append itself told it first (io_append_watched),
+             * in libraft's words without its "io: " prefix: once. */
+            if (p->node->storage_code == 0 || !p->node->is_storage_raft) {
+                storage_fail(p->node, &err, true);
+            }
             err_set(&err, p->node->storage_code,
                     "insufficient storage, not written: %s",
                     p->node->storage_reason);
@@ -1866,6 +1901,62 @@ static void io_close_once(struct raft_io *io, void (*cb)(struct raft_io *))
     n->uv_io_close(io, io_closed_once);
 }
 
+/* io->append, watched: what every append of the log came to, whatever this
+ * node's role. A leader learns of a failed write from the proposal it
+ * fails; a follower's failed append fails no proposal of its own (libraft
+ * answers the leader with a rejection), so without this its /health said
+ * healthy while its log could not take an entry. Either way a storage
+ * failure is storage_fail()'s: /health unhealthy with the reason, writes
+ * through this node refused (D4), and the probe each second clears it once
+ * a segment fits again; on a follower it stays and asks for a restart
+ * (is_log_diverged, storage_probe_raft). */
+struct io_append {
+    struct raft_io_append req; /* what raft_uv gets */
+    struct raft_io_append *orig;
+    raft_io_append_cb orig_cb;
+    struct node *n;
+};
+
+static void io_append_done(struct raft_io_append *req, int status)
+{
+    struct io_append *a = container_of(req, struct io_append, req);
+    struct raft_io_append *orig = a->orig;
+    raft_io_append_cb cb = a->orig_cb;
+    struct node *n = a->n;
+    struct err err = {0};
+
+    free(a);
+    if (status != 0 && !n->closing &&
+        raft_storage_error(n, status, n->io.errmsg, &err)) {
+        storage_fail(n, &err, true);
+        n->is_log_diverged |= raft_state(&n->raft) != RAFT_LEADER;
+    }
+    cb(orig, status);
+}
+
+static int io_append_watched(struct raft_io *io, struct raft_io_append *req,
+                             const struct raft_entry entries[], unsigned cnt,
+                             raft_io_append_cb cb)
+{
+    struct node *n = container_of(io, struct node, io);
+    struct io_append *a = xcalloc(1, sizeof(*a));
+    struct err err = {0};
+    int rv;
+
+    a->req.data = req->data;
+    a->orig = req;
+    a->orig_cb = cb;
+    a->n = n;
+    rv = n->uv_io_append(io, &a->req, entries, cnt, io_append_done);
+    if (rv != 0) {
+        free(a);
+        if (raft_storage_error(n, rv, io->errmsg, &err)) {
+            storage_fail(n, &err, true);
+        }
+    }
+    return rv;
+}
+
 /* ---- start ---------------------------------------------------------------
  */
 
@@ -2009,6 +2100,8 @@ static int init_io(struct node *n, const struct node_config *cfg,
     (void)raft_uv_set_snapshot_compression(&n->io, false);
     n->uv_io_close = n->io.close;
     n->io.close = io_close_once;
+    n->uv_io_append = n->io.append;
+    n->io.append = io_append_watched;
     return 0;
 }
 

@@ -321,3 +321,86 @@ def test_a_data_dir_too_small_for_the_raft_segments_refuses_to_boot(
         assert status == 201, body
     finally:
         b2.stop()
+
+
+def test_a_follower_whose_raft_log_fills_says_so_until_restarted(small_fs,
+                                                                  tmp_path):
+    """A follower's raft log on a file system of its own that fills: the
+    leader and the other follower go on committing every push; the full
+    follower's /health turns unhealthy naming the directory and the errno's
+    text, a push sent to it is refused at once, its log says so once.
+    libraft 0.15 answers a follower's failed append by keeping the entries
+    in memory and never writing them again (the node then lags the commit
+    by them for as long as it runs), so once the file system has room the
+    node stays unhealthy and says to restart it; restarted, it holds exactly
+    what the leader holds."""
+    from cluster import Cluster
+    c = Cluster(str(tmp_path / "c"),
+                env={"QUEEN_RAFT_SEGMENT_MB": str(SEGMENT_MB)})
+    full = c[3]
+    raft_dir = os.path.join(full.data_dir, "raft")
+    os.makedirs(raft_dir)
+    small_fs(44, at=raft_dir)
+    try:
+        # Node 3 joins once 1 and 2 have a leader, so it is a follower.
+        c.start_node(1)
+        c.start_node(2)
+        lid = c.leader(nodes=[c[1], c[2]])
+        c.start_node(3)
+        assert c.leader() == lid
+        p = Pusher(c[lid])
+
+        def unhealthy():
+            for _ in range(5):
+                status, body, _ = p.push()
+                assert status == 201, (status, body)
+            h = full.health()
+            return h if h is not None and h[1] is not None and \
+                h[1].get("status") == "unhealthy" else None
+        status, body = wait_until(unhealthy, 120,
+                                  "node 3's /health to say unhealthy")
+        assert status == 503, body
+        assert NOSPACE in body["reason"] and raft_dir in body["reason"], body
+        assert c.leader() == lid
+        # A write through the full follower is refused at once, saying why.
+        s2, b2, dt = timed(full, "POST", "/api/v1/push",
+                           push_body(10 ** 6))
+        assert_refusal(s2, b2, dt)
+        assert raft_dir in b2["error"], b2
+        # The cluster goes on taking writes meanwhile.
+        for _ in range(5):
+            status, body, _ = p.push()
+            assert status == 201, (status, body)
+        lines = nospace_errors(full)
+        assert len(lines) == 1 and raft_dir in lines[0], full.logs()
+
+        r = subprocess.run(["mount", "-o", "remount,size=400m", raft_dir],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+
+        def says_restart():
+            h = full.health()
+            return h if h is not None and h[1] is not None and \
+                "restart this node" in h[1].get("reason", "") else None
+        status, body = wait_until(says_restart, 30,
+                                  "node 3's /health to ask for a restart")
+        assert status == 503 and body["status"] == "unhealthy", body
+        assert raft_dir in body["reason"], body
+        # Still so a few probes later, and told once in the log.
+        t0 = time.monotonic()
+        wait_until(lambda: time.monotonic() - t0 > 2.5, 10, "2 probes")
+        assert full.health()[0] == 503
+        told = [ln["msg"] for ln in loglines.parse(full.logs())
+                if ln["level"] == "error" and
+                "restart this node" in ln["msg"]]
+        assert len(told) == 1, full.logs()
+
+        c.restart(3)
+        wait_until(lambda: (full.health() or (0,))[0] == 200, 60,
+                   "node 3's /health to turn healthy after its restart")
+        c.wait_converged(timeout=60)
+        recs = c.all_records("full")
+        assert recs[3] == recs[lid], "node 3 differs from the leader"
+        assert_acked_kept(p, read_back(c[lid]))
+    finally:
+        c.close()
