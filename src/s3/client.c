@@ -889,6 +889,25 @@ static bool multipart_etag(const struct upload *u, char *out, size_t cap)
     return true;
 }
 
+/* Whether what HEAD found at u's key is our object: our size, and our
+ * multipart ETag (only its "-N" where the part ETags are opaque). */
+static bool head_is_ours(const struct upload *u,
+                         const struct s3_object_info *info)
+{
+    char want[64];
+    char suffix[16];
+    bool exact = multipart_etag(u, want, sizeof(want));
+    size_t n = strlen(info->etag);
+    size_t ns;
+
+    if (!info->found || info->size != (uint64_t)u->p->len) {
+        return false;
+    }
+    ns = (size_t)snprintf(suffix, sizeof(suffix), "-%d", u->n_parts);
+    return exact ? strcasecmp(info->etag, want) == 0
+                 : n > ns && strcmp(info->etag + n - ns, suffix) == 0;
+}
+
 /* After a retried Complete answered 404 NoSuchUpload: did an earlier attempt
  * complete it? HEAD the key; 0 with r->etag set when the object there has
  * our size and our multipart ETag, else the 404's error stays. */
@@ -898,20 +917,9 @@ static int complete_landed(struct s3_client *c, const struct upload *u,
     struct s3_object_info info;
     struct s3_status st;
     struct err e2 = {0};
-    char want[64];
-    char suffix[16];
-    bool exact = multipart_etag(u, want, sizeof(want));
-    size_t n;
 
-    if (s3_client_head(c, u->p->key, &info, &st, &e2) != 0 || !info.found ||
-        info.size != (uint64_t)u->p->len) {
-        return err->code;
-    }
-    snprintf(suffix, sizeof(suffix), "-%d", u->n_parts);
-    n = strlen(info.etag);
-    if (exact ? strcasecmp(info.etag, want) != 0
-              : n <= strlen(suffix) ||
-                    strcmp(info.etag + n - strlen(suffix), suffix) != 0) {
+    if (s3_client_head(c, u->p->key, &info, &st, &e2) != 0 ||
+        !head_is_ours(u, &info)) {
         return err->code;
     }
     log_info("s3",
@@ -926,6 +934,34 @@ static int complete_landed(struct s3_client *c, const struct upload *u,
     r->st.code[0] = '\0';
     err->code = 0;
     err->msg[0] = '\0';
+    return 0;
+}
+
+/* A Complete that answered 200 with no ETag (Ceph RGW 16.2 sends an empty
+ * <ETag>): the final ETag check would have nothing to hold, so HEAD the key
+ * and want our object there. A HEAD that fails fails the upload with its
+ * status (retried as any failure, the same bytes to the same key); another
+ * object there is an integrity failure, retried. */
+static int complete_check_head(struct s3_client *c, const struct upload *u,
+                               struct s3_put_result *r, struct err *err)
+{
+    struct s3_object_info info;
+
+    if (s3_client_head(c, u->p->key, &info, &r->st, err) != 0) {
+        return err->code;
+    }
+    if (!head_is_ours(u, &info)) {
+        r->st.kind = S3_FAIL_INTEGRITY;
+        r->st.is_retriable = true;
+        return err_set(err, ERR_CORRUPT,
+                       "integrity: %.120s: CompleteMultipartUpload answered no "
+                       "ETag and HEAD finds %s (%" PRIu64
+                       " bytes, ETag %.80s), "
+                       "not our %d parts of %zu bytes",
+                       u->p->key, info.found ? "an object" : "nothing",
+                       info.size, info.etag, u->n_parts, u->p->len);
+    }
+    snprintf(r->etag, sizeof(r->etag), "%s", info.etag);
     return 0;
 }
 
@@ -980,7 +1016,8 @@ static int complete_upload(struct s3_client *c, struct upload *u,
         }
         s3xml_unquote(&v);
         snprintf(r->etag, sizeof(r->etag), "%s", v.data == NULL ? "" : v.data);
-        rc = check_final_etag(u, r->etag, &r->st, err);
+        rc = r->etag[0] == '\0' ? complete_check_head(c, u, r, err)
+                                : check_final_etag(u, r->etag, &r->st, err);
     }
     buf_free(&x);
     buf_free(&v);

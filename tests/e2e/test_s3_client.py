@@ -139,14 +139,15 @@ def test_multipart_of_three_16_mib_parts_and_a_tail(bucket, tmp_path):
     assert out["multipart"] and out["parts"] == 4
     head = bucket.boto3().head_object(Bucket="lake", Key="lake/big \u00e9=1.bin")
     assert head["ETag"].strip('"').endswith("-4")
-    # RGW 16.2 answers CompleteMultipartUpload with an empty <ETag> (the
-    # object has its "-4" ETag, as HEAD shows); s3rver behind the proxy
-    # answers the multipart ETag
-    assert out["etag"] == ("" if bucket.kind == "rgw" else
-                           head["ETag"].strip('"'))
-    assert counters(out) == {("multipart_create", 200): 1,
-                             ("multipart_part", 200): 4,
-                             ("multipart_complete", 200): 1}
+    # RGW 16.2 answers CompleteMultipartUpload with an empty <ETag>, so the
+    # client HEADs the object and takes its "-4" ETag from there; s3rver
+    # behind the proxy answers the multipart ETag itself
+    assert out["etag"] == head["ETag"].strip('"')
+    want = {("multipart_create", 200): 1, ("multipart_part", 200): 4,
+            ("multipart_complete", 200): 1}
+    if bucket.kind == "rgw":
+        want[("head", 200)] = 1
+    assert counters(out) == want
     on_disk = bucket.read_object("lake", "lake/big \u00e9=1.bin")
     assert on_disk is not None and len(on_disk) == len(data)
     assert hashlib.sha256(on_disk).digest() == hashlib.sha256(data).digest()

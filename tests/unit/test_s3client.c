@@ -541,6 +541,72 @@ TEST(a_lost_complete_is_taken_only_for_our_size_and_multipart_etag)
 #undef MD5_89
 }
 
+/* Ceph RGW 16.2 completes with an empty <ETag> (HEAD shows the object's
+ * "-N" one), and an answer may carry none: the client HEADs the key and
+ * takes the object only at our size and multipart ETag; anything else
+ * there, or nothing, is a retriable integrity failure. */
+#define COMPLETE_NO_ETAG(body)     \
+    {                              \
+        0, 200, NULL, body, -1, -1 \
+    }
+#define ABORT_OK                   \
+    {                              \
+        0, 204, NULL, NULL, -1, -1 \
+    }
+
+static void complete_without_etag_heads(const char *complete_body)
+{
+    struct answer ok[] = {CREATE_OK("up-7"),
+                          THREE_PARTS_OK,
+                          COMPLETE_NO_ETAG(complete_body),
+                          {0, 200, "\"feed-3\"", NULL, -1, 10}};
+    struct answer other[] = {CREATE_OK("up-7"),
+                             THREE_PARTS_OK,
+                             COMPLETE_NO_ETAG(complete_body),
+                             {0, 200, "\"feed-2\"", NULL, -1, 10},
+                             ABORT_OK};
+    struct answer shorter[] = {CREATE_OK("up-7"),
+                               THREE_PARTS_OK,
+                               COMPLETE_NO_ETAG(complete_body),
+                               {0, 200, "\"feed-3\"", NULL, -1, 9},
+                               ABORT_OK};
+    struct answer absent[] = {CREATE_OK("up-7"),
+                              THREE_PARTS_OK,
+                              COMPLETE_NO_ETAG(complete_body),
+                              {0, 404, NULL, NULL, -1, -1},
+                              ABORT_OK};
+    struct answer *bad[] = {other, shorter, absent};
+    size_t n_bad[] = {ARRAY_LEN(other), ARRAY_LEN(shorter), ARRAY_LEN(absent)};
+    struct rig r;
+
+    EXPECT_EQ_I64(rig_put_parts(&r, ok, ARRAY_LEN(ok)), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 6);
+    EXPECT_STR_EQ(r.f.seen[5].method, "HEAD");
+    EXPECT_STR_EQ(r.f.seen[5].url, "http://127.0.0.1:9000/lake/k");
+    EXPECT_STR_EQ(r.res.etag, "feed-3");
+    EXPECT_EQ_I64(r.res.st.kind, S3_FAIL_NONE);
+    rig_close(&r);
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        EXPECT_EQ_I64(rig_put_parts(&r, bad[i], n_bad[i]), ERR_CORRUPT);
+        EXPECT(strstr(r.err.msg, "integrity:") != NULL);
+        EXPECT(strstr(r.err.msg, "answered no ETag") != NULL);
+        EXPECT_STR_EQ(r.f.seen[5].method, "HEAD");
+        EXPECT_EQ_I64(r.res.st.kind, S3_FAIL_INTEGRITY);
+        EXPECT(r.res.st.is_retriable);
+        rig_close(&r);
+    }
+}
+
+TEST(a_complete_without_an_etag_heads_the_object)
+{
+    complete_without_etag_heads("<CompleteMultipartUploadResult><ETag></ETag>"
+                                "</CompleteMultipartUploadResult>");
+    complete_without_etag_heads("<CompleteMultipartUploadResult><Key>k</Key>"
+                                "</CompleteMultipartUploadResult>");
+}
+#undef COMPLETE_NO_ETAG
+#undef ABORT_OK
+
 /* A 404 NoSuchUpload on the first attempt is the upload gone, not a lost
  * answer: no HEAD, the failure stands. */
 TEST(a_first_complete_that_finds_no_upload_is_a_failure)
