@@ -145,8 +145,7 @@ const char *api_peer_http(const struct api *a, uint64_t id)
     return NULL;
 }
 
-void api_peer_remember(struct api *a, uint64_t id, const char *raft,
-                       const char *http)
+void api_peer_remember(struct api *a, uint64_t id, const char *http)
 {
     struct api_peer *p = NULL;
 
@@ -162,7 +161,6 @@ void api_peer_remember(struct api *a, uint64_t id, const char *raft,
         p = &a->peers[a->n_peers++];
     }
     p->id = id;
-    snprintf(p->raft, sizeof(p->raft), "%s", raft);
     snprintf(p->http, sizeof(p->http), "%s", http);
 }
 

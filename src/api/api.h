@@ -220,12 +220,12 @@ typedef int (*api_extra_fn)(void *arg, struct buf *out, struct err *err);
 
 struct api_waiter; /* a long-poll fetch (fetch.c) */
 
-/* A cluster member's addresses (QUEEN_RAFT_PEERS), for the leader hint of
- * a 503 and the members of /status. */
+/* A cluster member's HTTP address (QUEEN_RAFT_PEERS, or a member added
+ * through this node), for the leader hint of a 503 and the members of
+ * /status. */
 #define API_MAX_PEERS 9
 struct api_peer {
     uint64_t id;
-    char raft[256];
     char http[256];
 };
 
@@ -264,9 +264,9 @@ struct api {
 /* The HTTP address of raft member id (QUEEN_RAFT_PEERS, or a member added
  * through this node), or NULL. */
 const char *api_peer_http(const struct api *a, uint64_t id);
-/* Remember (or update) member id's addresses; ignored past API_MAX_PEERS. */
-void api_peer_remember(struct api *a, uint64_t id, const char *raft,
-                       const char *http);
+/* Remember (or update) member id's HTTP address; ignored past
+ * API_MAX_PEERS. */
+void api_peer_remember(struct api *a, uint64_t id, const char *http);
 
 /* ---- cluster membership (api/cluster.c) ---------------------------------- */
 

@@ -189,7 +189,7 @@ static void member_done(void *arg, int status, const struct err *err)
         uv_timer_stop(&c->timer);
     }
     if (status == 0 && c->is_add) {
-        api_peer_remember(c->api, c->id, c->raft, c->http);
+        api_peer_remember(c->api, c->id, c->http);
     }
     if (c->req != NULL) {
         if (status == 0) {

@@ -346,12 +346,8 @@ static int broker_open_http(struct broker *b, struct err *err)
     b->router = router_new();
     api_init(&b->api, &b->loop, b->store, b->node);
     b->api.self_id = b->cfg->node_id;
-    for (size_t i = 0; i < b->cfg->n_peers && i < API_MAX_PEERS; i++) {
-        struct api_peer *p = &b->api.peers[b->api.n_peers++];
-
-        p->id = b->cfg->peers[i].id;
-        snprintf(p->raft, sizeof(p->raft), "%s", b->cfg->peers[i].raft);
-        snprintf(p->http, sizeof(p->http), "%s", b->cfg->peers[i].http);
+    for (size_t i = 0; i < b->cfg->n_peers; i++) {
+        api_peer_remember(&b->api, b->cfg->peers[i].id, b->cfg->peers[i].http);
     }
     b->api.is_tenancy_header = b->cfg->tenancy_header;
     b->api.has_seal_key = b->cfg->enc_key_set; /* pushes seal */
