@@ -33,7 +33,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,22 +42,13 @@ import urllib.error
 import urllib.request
 import uuid
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "integration"))
+from queenproc import free_ports  # noqa: E402
+
 PYTHON = "/usr/bin/python3"
 BINARIES = ("monmaptool", "ceph-mon", "ceph-osd", "ceph", "radosgw",
             "radosgw-admin")
-
-
-def free_ports(n):
-    """n distinct loopback ports that were free a moment ago (all bound at
-    once, so no two picks are the same port)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def available():

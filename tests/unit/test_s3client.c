@@ -449,6 +449,18 @@ TEST(an_escaped_completion_etag_is_still_checked)
             -1, -1                                                           \
     }
 
+/* The upload succeeded on what the HEAD of k (request `at`, the last one)
+ * found: its ETag, no failure. */
+static void expect_completed_by_head(const struct rig *r, size_t at,
+                                     const char *etag)
+{
+    EXPECT_EQ_U64(r->f.n_seen, at + 1);
+    EXPECT_STR_EQ(r->f.seen[at].method, "HEAD");
+    EXPECT_STR_EQ(r->f.seen[at].url, "http://127.0.0.1:9000/lake/k");
+    EXPECT_STR_EQ(r->res.etag, etag);
+    EXPECT_EQ_I64(r->res.st.kind, S3_FAIL_NONE);
+}
+
 /* The first Complete's answer is lost (a transport failure after the
  * service acted), the retry answers 404 NoSuchUpload: the client HEADs the
  * key and takes an object of our size and multipart ETag as completed. */
@@ -464,11 +476,7 @@ TEST(a_retried_complete_that_finds_no_upload_heads_the_object)
     struct rig r;
 
     EXPECT_EQ_I64(rig_put_parts(&r, a, ARRAY_LEN(a)), 0);
-    EXPECT_EQ_U64(r.f.n_seen, 7);
-    EXPECT_STR_EQ(r.f.seen[6].method, "HEAD");
-    EXPECT_STR_EQ(r.f.seen[6].url, "http://127.0.0.1:9000/lake/k");
-    EXPECT_STR_EQ(r.res.etag, "feed-3");
-    EXPECT_EQ_I64(r.res.st.kind, S3_FAIL_NONE);
+    expect_completed_by_head(&r, 6, "feed-3");
     rig_close(&r);
 }
 
@@ -580,11 +588,7 @@ static void complete_without_etag_heads(const char *complete_body)
     struct rig r;
 
     EXPECT_EQ_I64(rig_put_parts(&r, ok, ARRAY_LEN(ok)), 0);
-    EXPECT_EQ_U64(r.f.n_seen, 6);
-    EXPECT_STR_EQ(r.f.seen[5].method, "HEAD");
-    EXPECT_STR_EQ(r.f.seen[5].url, "http://127.0.0.1:9000/lake/k");
-    EXPECT_STR_EQ(r.res.etag, "feed-3");
-    EXPECT_EQ_I64(r.res.st.kind, S3_FAIL_NONE);
+    expect_completed_by_head(&r, 5, "feed-3");
     rig_close(&r);
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         EXPECT_EQ_I64(rig_put_parts(&r, bad[i], n_bad[i]), ERR_CORRUPT);
