@@ -735,31 +735,74 @@ static void push_lost(struct lost **v, size_t *n, size_t *cap,
     l->gen = p->gen;
 }
 
-/* [from, to] of p is lost: it travels in the next window that closes, is
- * counted now and handed to engine_found_lost(), and the positions stop
- * before it until that window is planned (a restart finds it again). */
-static void add_lost(struct engine *e, struct part *p, int64_t from, int64_t to)
+/* The first range a committed manifest named (engine_restore_lost()) that
+ * overlaps [from, to] of p, or NULL; those name p's first incarnation. */
+static const struct lost *known_overlap(const struct engine *e,
+                                        const struct part *p, int64_t from,
+                                        int64_t to)
 {
-    from = max64(from, 0);
-    if (to < from) {
-        return;
-    }
     for (size_t i = 0; p->gen == 0 && i < e->n_known; i++) {
         const struct lost *k = &e->known[i];
 
         if (k->len == p->name_len &&
             memcmp(k->partition, p->name, k->len) == 0 && k->from <= to &&
-            k->to >= from) { /* committed already: once */
-            add_lost(e, p, from, k->from - 1);
-            add_lost(e, p, k->to + 1, to);
-            return;
+            k->to >= from) {
+            return k;
         }
     }
+    return NULL;
+}
+
+/* [from, to] of p, none of it committed, is lost now. */
+static void record_lost(struct engine *e, struct part *p, int64_t from,
+                        int64_t to)
+{
     push_lost(&e->lost, &e->n_lost, &e->cap_lost, p, from, to);
     push_lost(&e->found, &e->n_found, &e->cap_found, p, from, to);
     p->lost_floor = min64(p->lost_floor, from);
     e->stats.records_lost += (uint64_t)(to - from + 1);
     e->is_loss_checkpoint_due = true;
+}
+
+/* A piece of a lost range still to be judged by add_lost(). */
+struct lost_piece {
+    int64_t from;
+    int64_t to;
+};
+
+/* [from, to] of p is lost: it travels in the next window that closes, is
+ * counted now and handed to engine_found_lost(), and the positions stop
+ * before it until that window is planned (a restart finds it again).
+ * What a committed manifest named is cut out (once): the piece below the
+ * first overlap is judged first, the one above waits on a stack, so the
+ * pieces are recorded in ascending order. */
+static void add_lost(struct engine *e, struct part *p, int64_t from, int64_t to)
+{
+    struct lost_piece *above = NULL;
+    size_t n = 0;
+    size_t cap = 0;
+
+    for (;;) {
+        from = max64(from, 0);
+        if (to >= from) {
+            const struct lost *k = known_overlap(e, p, from, to);
+
+            if (k != NULL) { /* committed already: once */
+                grow((void **)&above, &cap, n + 1, sizeof(*above));
+                above[n++] = (struct lost_piece){k->to + 1, to};
+                to = k->from - 1;
+                continue;
+            }
+            record_lost(e, p, from, to);
+        }
+        if (n == 0) {
+            break;
+        }
+        n--;
+        from = above[n].from;
+        to = above[n].to;
+    }
+    free(above);
 }
 
 /* Judge p's skipped range [gap_from, position - 1] by what is known of its
