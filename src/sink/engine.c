@@ -2154,34 +2154,41 @@ static int64_t median3(int64_t a, int64_t b, int64_t c)
     return c <= a ? a : (c >= b ? b : c);
 }
 
+/* What split3() made of the stamps: lo below the pivot, then eq equal to
+ * it, weighing w_lo and w_eq. */
+struct split {
+    size_t lo;
+    size_t eq;
+    uint64_t w_lo;
+    uint64_t w_eq;
+};
+
 /* Split v[0..n) around the stamp pivot: below it first, then equal, then
- * above; *lo and *eq count the first two groups, *w_lo and *w_eq their
- * weights. */
-static void split3(struct stamp_weight *v, size_t n, int64_t pivot, size_t *lo,
-                   size_t *eq, uint64_t *w_lo, uint64_t *w_eq)
+ * above; returns the counts and weights of the first two groups. */
+static struct split split3(struct stamp_weight *v, size_t n, int64_t pivot)
 {
+    struct split sp = {0, 0, 0, 0};
     size_t a = 0; /* v[0..a) below */
     size_t b = 0; /* v[a..b) equal */
     size_t c = n; /* v[c..n) above; v[b..c) not looked at */
 
-    *w_lo = 0;
-    *w_eq = 0;
     while (b < c) {
         struct stamp_weight x = v[b];
         if (x.ts < pivot) {
-            *w_lo += x.weight;
+            sp.w_lo += x.weight;
             v[b++] = v[a];
             v[a++] = x;
         } else if (x.ts == pivot) {
-            *w_eq += x.weight;
+            sp.w_eq += x.weight;
             b++;
         } else {
             v[b] = v[--c];
             v[c] = x;
         }
     }
-    *lo = a;
-    *eq = b - a;
+    sp.lo = a;
+    sp.eq = b - a;
+    return sp;
 }
 
 /* The least stamp s of v[0..n) with weight(stamps < s) >= target, or none
@@ -2197,10 +2204,7 @@ static int64_t least_stamp_reaching(struct stamp_weight *v, size_t n,
     int64_t best = none;
 
     while (n > 0) {
-        size_t lo;
-        size_t eq;
-        uint64_t w_lo;
-        uint64_t w_eq;
+        struct split sp;
 
         if (target == 0) { /* every stamp here reaches: the least */
             int64_t m = v[0].ts;
@@ -2209,15 +2213,14 @@ static int64_t least_stamp_reaching(struct stamp_weight *v, size_t n,
             }
             return m;
         }
-        split3(v, n, median3(v[0].ts, v[n / 2].ts, v[n - 1].ts), &lo, &eq,
-               &w_lo, &w_eq);
-        if (w_lo >= target) {
-            best = v[lo].ts; /* the pivot */
-            n = lo;
+        sp = split3(v, n, median3(v[0].ts, v[n / 2].ts, v[n - 1].ts));
+        if (sp.w_lo >= target) {
+            best = v[sp.lo].ts; /* the pivot */
+            n = sp.lo;
         } else {
-            target -= w_lo + w_eq < target ? w_lo + w_eq : target;
-            v += lo + eq;
-            n -= lo + eq;
+            target -= sp.w_lo + sp.w_eq < target ? sp.w_lo + sp.w_eq : target;
+            v += sp.lo + sp.eq;
+            n -= sp.lo + sp.eq;
         }
     }
     return best;
