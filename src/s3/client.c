@@ -863,6 +863,18 @@ static int check_final_etag(const struct upload *u, const char *etag,
                    u->p->key, etag, u->n_parts);
 }
 
+/* The 16 bytes of a part ETag that is_md5_shaped() accepted (32 hex digits,
+ * either case), into out. */
+static void md5_hex_decode(const char *e, uint8_t out[16])
+{
+    for (size_t j = 0; j < 16; j++) {
+        int hi = hex_digit(e[2 * j]);
+        int lo = hex_digit(e[2 * j + 1]);
+
+        out[j] = (uint8_t)(hi * 16 + lo);
+    }
+}
+
 /* The multipart ETag S3 gives parts with these ETags: hex(md5(the parts'
  * binary MD5s)) "-N", into out; false when a part ETag is not an MD5. */
 static bool multipart_etag(const struct upload *u, char *out, size_t cap)
@@ -876,11 +888,7 @@ static bool multipart_etag(const struct upload *u, char *out, size_t cap)
             free(all);
             return false;
         }
-        for (int j = 0; j < 16; j++) {
-            unsigned v = 0;
-            sscanf(u->etags[i] + 2 * j, "%2x", &v);
-            all[i * 16 + j] = (uint8_t)v;
-        }
+        md5_hex_decode(u->etags[i], all + (size_t)i * 16);
     }
     md5(all, (size_t)u->n_parts * 16, d);
     free(all);
@@ -1189,6 +1197,27 @@ static int abort_one(struct s3_client *c, const char *key, const char *id,
     return rc;
 }
 
+/* One <Upload> element (el, n bytes) of a ListMultipartUploads answer: abort
+ * the upload when its Key is exactly key, using v and id as scratch. True when
+ * it was aborted; a failed abort is logged here and is false. */
+static bool abort_listed(struct s3_client *c, const char *key, const char *el,
+                         size_t n, struct buf *v, struct buf *id)
+{
+    struct err e2 = {0};
+
+    if (s3xml_find(el, n, "Key", v, &e2) != 0 || v->data == NULL ||
+        strcmp(v->data, key) != 0 ||
+        s3xml_find(el, n, "UploadId", id, &e2) != 0 || id->len == 0) {
+        return false;
+    }
+    if (abort_one(c, key, id->data, &e2) != 0) {
+        log_warn("s3", "AbortMultipartUpload key=%s upload=%s: %s", key,
+                 id->data, e2.msg);
+        return false;
+    }
+    return true;
+}
+
 int s3_client_abort_uploads(struct s3_client *c, const char *key,
                             int *n_aborted, struct err *err)
 {
@@ -1219,23 +1248,13 @@ int s3_client_abort_uploads(struct s3_client *c, const char *key,
                             ? NULL
                             : memmem(a, answer.len - (size_t)(a - answer.data),
                                      close, strlen(close));
-        struct err e2 = {0};
 
         if (b == NULL) {
             break;
         }
         pos = (size_t)(b - answer.data) + strlen(close);
-        if (s3xml_find(a, (size_t)(b - a), "Key", &v, &e2) != 0 ||
-            v.data == NULL || strcmp(v.data, key) != 0 ||
-            s3xml_find(a, (size_t)(b - a), "UploadId", &id, &e2) != 0 ||
-            id.len == 0) {
-            continue;
-        }
-        if (abort_one(c, key, id.data, &e2) == 0) {
+        if (abort_listed(c, key, a, (size_t)(b - a), &v, &id)) {
             (*n_aborted)++;
-        } else {
-            log_warn("s3", "AbortMultipartUpload key=%s upload=%s: %s", key,
-                     id.data, e2.msg);
         }
     }
     buf_free(&answer);

@@ -490,6 +490,61 @@ static int read_pointers(struct driver *d, struct restore_docs *r,
     return 0;
 }
 
+/* LIST the queue's checkpoints into all (s3xml_list_free() it). Returns 0
+ * with *listed; the LIST's retriable error; or 0 without *listed when it
+ * failed otherwise, logged here: the start goes on without a checkpoint. */
+static int list_checkpoints(struct driver *d, struct s3xml_list *all,
+                            bool *listed, struct err *err)
+{
+    struct buf prefix;
+    struct s3_status st;
+    int rc;
+
+    *listed = false;
+    buf_init(&prefix, DRIVER_KEY_MAX);
+    memset(all, 0, sizeof(*all));
+    memset(&st, 0, sizeof(st));
+    rc = layout_checkpoint_prefix(&prefix, &d->lq, err);
+    if (rc == 0) {
+        rc = s3_client_list_all(d->s3, prefix.data, DRIVER_CHECKPOINT_LIST, all,
+                                &st, err);
+    }
+    if (rc == 0) {
+        *listed = true;
+        buf_free(&prefix);
+        return 0;
+    }
+    err_wrap(err, "LIST %s", prefix.data);
+    if (!upload_s3_retriable(&st, rc)) {
+        log_warn_kv("sink",
+                    "cannot list checkpoints; starting from the commit "
+                    "pointer and the manifests",
+                    {"queue", d->cfg.queue}, {"error", err->msg});
+        rc = 0;
+    }
+    buf_free(&prefix);
+    return rc;
+}
+
+/* The index in all of the checkpoint with the greatest k <= committed_k into
+ * *best_i; false when there is none. */
+static bool latest_checkpoint(const struct s3xml_list *all, int64_t committed_k,
+                              size_t *best_i)
+{
+    int64_t best = -1;
+
+    *best_i = 0;
+    for (size_t i = 0; i < all->n_keys; i++) {
+        int64_t k;
+        if (layout_parse_checkpoint_k(all->keys[i], strlen(all->keys[i]), &k) &&
+            k <= committed_k && k > best) {
+            best = k;
+            *best_i = i;
+        }
+    }
+    return best >= 0;
+}
+
 /* The latest checkpoint with k <= committed_k (docs/design/protocol.md §6.6)
  * into cp (positions in arena), *found false when there is none or it does
  * not decode. Returns 0, or the LIST's or GET's retriable error: the start
@@ -498,65 +553,39 @@ static int load_checkpoint(struct driver *d, int64_t committed_k,
                            struct docs_checkpoint *cp, struct buf *arena,
                            bool *found, struct err *err)
 {
-    struct buf prefix;
     struct buf body;
     struct s3xml_list all;
     struct s3_status st;
     struct s3_object_info info;
-    int64_t best = -1;
-    size_t best_i = 0;
+    bool listed = false;
+    size_t best_i;
+    const char *key;
     int rc;
 
     *found = false;
-    buf_init(&prefix, DRIVER_KEY_MAX);
-    memset(&all, 0, sizeof(all));
-    memset(&st, 0, sizeof(st));
-    rc = layout_checkpoint_prefix(&prefix, &d->lq, err);
-    if (rc == 0) {
-        rc = s3_client_list_all(d->s3, prefix.data, DRIVER_CHECKPOINT_LIST,
-                                &all, &st, err);
-    }
-    if (rc != 0) {
-        err_wrap(err, "LIST %s", prefix.data);
-        if (!upload_s3_retriable(&st, rc)) {
-            log_warn_kv("sink",
-                        "cannot list checkpoints; starting from the commit "
-                        "pointer and the manifests",
-                        {"queue", d->cfg.queue}, {"error", err->msg});
-            rc = 0;
-        }
+    rc = list_checkpoints(d, &all, &listed, err);
+    if (!listed || !latest_checkpoint(&all, committed_k, &best_i)) {
         goto out_free;
     }
-    for (size_t i = 0; i < all.n_keys; i++) {
-        int64_t k;
-        if (layout_parse_checkpoint_k(all.keys[i], strlen(all.keys[i]), &k) &&
-            k <= committed_k && k > best) {
-            best = k;
-            best_i = i;
-        }
-    }
-    if (best < 0) {
-        goto out_free;
-    }
+    key = all.keys[best_i];
     buf_init(&body, DOCS_CHECKPOINT_MAX_DECODED);
     memset(&info, 0, sizeof(info));
-    rc = s3_client_get(d->s3, all.keys[best_i], &body, &info, &st, err);
+    rc = s3_client_get(d->s3, key, &body, &info, &st, err);
     if (rc != 0 && upload_s3_retriable(&st, rc)) {
-        err_wrap(err, "GET %s", all.keys[best_i]);
+        err_wrap(err, "GET %s", key);
     } else if (rc == 0 && info.found &&
                docs_checkpoint_decode(body.data, body.len, cp, arena, err) ==
                    0) {
         *found = true;
     } else {
         log_warn_kv("sink", "checkpoint unreadable", {"queue", d->cfg.queue},
-                    {"key", all.keys[best_i]},
+                    {"key", key},
                     {"error", rc == 0 && !info.found ? "not found" : err->msg});
         rc = 0;
     }
     buf_free(&body);
 out_free:
     s3xml_list_free(&all);
-    buf_free(&prefix);
     return rc;
 }
 
@@ -574,13 +603,38 @@ static void known_lost(struct driver *d, const struct docs_manifest *m)
     free(v);
 }
 
-/* GET and decode the manifest of window k: key gets its key, m points
- * into body and arena. Returns 0 with *ok when it is there and decodes, 0
- * without *ok when it is absent or does not decode, or the GET's error. */
-static int get_manifest(struct driver *d, int64_t k, struct buf *key,
-                        struct buf *body, struct buf *arena,
-                        struct docs_manifest *m, bool *ok, struct err *err)
+/* A manifest read with its buffers: m points into body and arena. */
+struct got_manifest {
+    struct buf key;
+    struct buf body;
+    struct buf arena;
+    struct docs_manifest m;
+};
+
+/* Empty buffers for a manifest of any size (got_manifest_free() them). */
+static void got_manifest_init(struct got_manifest *g)
 {
+    buf_init(&g->key, DRIVER_KEY_MAX);
+    buf_init(&g->body, BUF_UNLIMITED); /* the manifest's size, whatever */
+    buf_init(&g->arena, BUF_UNLIMITED);
+}
+
+static void got_manifest_free(struct got_manifest *g)
+{
+    buf_free(&g->arena);
+    buf_free(&g->body);
+    buf_free(&g->key);
+}
+
+/* GET and decode the manifest of window k into g: g->key gets its key,
+ * g->m points into g->body and g->arena. Returns 0 with *ok when it is there
+ * and decodes, 0 without *ok when it is absent or does not decode, or the
+ * GET's error. */
+static int get_manifest(struct driver *d, int64_t k, struct got_manifest *g,
+                        bool *ok, struct err *err)
+{
+    struct buf *key = &g->key;
+    struct buf *body = &g->body;
     struct s3_object_info info;
     struct s3_status st;
     struct err e2;
@@ -595,8 +649,8 @@ static int get_manifest(struct driver *d, int64_t k, struct buf *key,
         err_wrap(err, "GET %s", key->data);
         return rc;
     }
-    *ok = info.found &&
-          docs_manifest_decode(body->data, body->len, m, arena, &e2) == 0;
+    *ok = info.found && docs_manifest_decode(body->data, body->len, &g->m,
+                                             &g->arena, &e2) == 0;
     return 0;
 }
 
@@ -605,18 +659,13 @@ static int get_manifest(struct driver *d, int64_t k, struct buf *key,
  * ranges are committed. Best effort: a failed read is logged. */
 static void load_committed_lost(struct driver *d, int64_t k)
 {
-    struct buf key;
-    struct buf body;
-    struct buf arena;
-    struct docs_manifest m;
+    struct got_manifest g;
     struct err err = {0};
     bool ok = false;
     int rc;
 
-    buf_init(&key, DRIVER_KEY_MAX);
-    buf_init(&body, BUF_UNLIMITED); /* the manifest's size, whatever it is */
-    buf_init(&arena, BUF_UNLIMITED);
-    rc = get_manifest(d, k, &key, &body, &arena, &m, &ok, &err);
+    got_manifest_init(&g);
+    rc = get_manifest(d, k, &g, &ok, &err);
     if (rc != 0 || !ok) {
         log_warn_kv("sink",
                     "cannot read the last window's manifest; a loss it names "
@@ -624,29 +673,9 @@ static void load_committed_lost(struct driver *d, int64_t k)
                     {"queue", d->cfg.queue}, {"k", LOG_I64(k)},
                     {"error", rc != 0 ? err.msg : "absent or undecodable"});
     } else {
-        known_lost(d, &m);
+        known_lost(d, &g.m);
     }
-    buf_free(&arena);
-    buf_free(&body);
-    buf_free(&key);
-}
-
-/* The redo's manifest, when its upload already finished
- * (docs/design/protocol.md §5). Returns 0 (committed from it or not), or the
- * GET's error when it may be retried. */
-/* A manifest read with its buffers: m points into body and arena. */
-struct got_manifest {
-    struct buf key;
-    struct buf body;
-    struct buf arena;
-    struct docs_manifest m;
-};
-
-static void got_manifest_free(struct got_manifest *g)
-{
-    buf_free(&g->arena);
-    buf_free(&g->body);
-    buf_free(&g->key);
+    got_manifest_free(&g);
 }
 
 /* GET the manifest of the intent's window into g (got_manifest_free() it):
@@ -659,10 +688,8 @@ static int get_redo_manifest(struct driver *d, const struct docs_intent *in,
     bool ok = false;
     int rc;
 
-    buf_init(&g->key, DRIVER_KEY_MAX);
-    buf_init(&g->body, BUF_UNLIMITED); /* the manifest's size, whatever */
-    buf_init(&g->arena, BUF_UNLIMITED);
-    rc = get_manifest(d, in->k, &g->key, &g->body, &g->arena, &g->m, &ok, err);
+    got_manifest_init(g);
+    rc = get_manifest(d, in->k, g, &ok, err);
     *match =
         rc == 0 && ok &&
         docs_manifest_matches(&g->m, in, cstr(d->cfg.sink),
@@ -670,6 +697,9 @@ static int get_redo_manifest(struct driver *d, const struct docs_intent *in,
     return rc;
 }
 
+/* The redo's manifest, when its upload already finished
+ * (docs/design/protocol.md §5). Returns 0 (committed from it or not), or the
+ * GET's error when it may be retried. */
 static int check_redo_manifest(struct driver *d, const struct docs_intent *in,
                                bool *taken, struct err *err)
 {
@@ -828,6 +858,24 @@ static struct engine_position *rebuilt_positions(struct rebuilt *r, size_t *n)
     return v;
 }
 
+/* Whether manifest m, read as window k's (got: it was there and decodes),
+ * carries window k's positions; when not, logs that the start goes on from
+ * the last checkpoint alone. */
+static bool has_positions_of(struct driver *d, int64_t k, bool got,
+                             const struct docs_manifest *m)
+{
+    if (got && m->has_positions && m->k == k) {
+        return true;
+    }
+    log_warn_kv("sink",
+                "a committed window's manifest is absent, "
+                "undecodable or has no positions; restarting from "
+                "the last checkpoint alone, which may report "
+                "committed records lost",
+                {"queue", d->cfg.queue}, {"k", LOG_I64(k)});
+    return false;
+}
+
 /* Apply the positions of the manifests of windows from..to (committed) to
  * r. Returns 0 with *ok when every one was read and carries positions; 0
  * without *ok when one is absent, undecodable or older than positions in
@@ -836,44 +884,31 @@ static struct engine_position *rebuilt_positions(struct rebuilt *r, size_t *n)
 static int read_manifest_positions(struct driver *d, int64_t from, int64_t to,
                                    struct rebuilt *r, bool *ok, struct err *err)
 {
-    struct buf key;
-    struct buf body;
-    struct buf arena;
-    struct docs_manifest m;
+    struct got_manifest g;
     int rc = 0;
 
     *ok = true;
-    buf_init(&key, DRIVER_KEY_MAX);
-    buf_init(&body, BUF_UNLIMITED);
-    buf_init(&arena, BUF_UNLIMITED);
+    got_manifest_init(&g);
     for (int64_t k = from; k <= to && *ok; k++) {
         bool got = false;
-        buf_reset(&key);
-        buf_reset(&body);
-        buf_reset(&arena);
-        rc = get_manifest(d, k, &key, &body, &arena, &m, &got, err);
+        buf_reset(&g.key);
+        buf_reset(&g.body);
+        buf_reset(&g.arena);
+        rc = get_manifest(d, k, &g, &got, err);
         if (rc != 0) {
             break;
         }
-        if (!got || !m.has_positions || m.k != k) {
-            log_warn_kv("sink",
-                        "a committed window's manifest is absent, "
-                        "undecodable or has no positions; restarting from "
-                        "the last checkpoint alone, which may report "
-                        "committed records lost",
-                        {"queue", d->cfg.queue}, {"k", LOG_I64(k)});
+        if (!has_positions_of(d, k, got, &g.m)) {
             *ok = false;
             break;
         }
-        for (size_t i = 0; i < m.n_positions; i++) {
-            rebuilt_add(r, m.positions[i].name, m.positions[i].offset,
-                        m.positions[i].id);
+        for (size_t i = 0; i < g.m.n_positions; i++) {
+            rebuilt_add(r, g.m.positions[i].name, g.m.positions[i].offset,
+                        g.m.positions[i].id);
         }
-        rebuilt_add_lost(r, &m);
+        rebuilt_add_lost(r, &g.m);
     }
-    buf_free(&arena);
-    buf_free(&body);
-    buf_free(&key);
+    got_manifest_free(&g);
     return rc;
 }
 

@@ -735,31 +735,74 @@ static void push_lost(struct lost **v, size_t *n, size_t *cap,
     l->gen = p->gen;
 }
 
-/* [from, to] of p is lost: it travels in the next window that closes, is
- * counted now and handed to engine_found_lost(), and the positions stop
- * before it until that window is planned (a restart finds it again). */
-static void add_lost(struct engine *e, struct part *p, int64_t from, int64_t to)
+/* The first range a committed manifest named (engine_restore_lost()) that
+ * overlaps [from, to] of p, or NULL; those name p's first incarnation. */
+static const struct lost *known_overlap(const struct engine *e,
+                                        const struct part *p, int64_t from,
+                                        int64_t to)
 {
-    from = max64(from, 0);
-    if (to < from) {
-        return;
-    }
     for (size_t i = 0; p->gen == 0 && i < e->n_known; i++) {
         const struct lost *k = &e->known[i];
 
         if (k->len == p->name_len &&
             memcmp(k->partition, p->name, k->len) == 0 && k->from <= to &&
-            k->to >= from) { /* committed already: once */
-            add_lost(e, p, from, k->from - 1);
-            add_lost(e, p, k->to + 1, to);
-            return;
+            k->to >= from) {
+            return k;
         }
     }
+    return NULL;
+}
+
+/* [from, to] of p, none of it committed, is lost now. */
+static void record_lost(struct engine *e, struct part *p, int64_t from,
+                        int64_t to)
+{
     push_lost(&e->lost, &e->n_lost, &e->cap_lost, p, from, to);
     push_lost(&e->found, &e->n_found, &e->cap_found, p, from, to);
     p->lost_floor = min64(p->lost_floor, from);
     e->stats.records_lost += (uint64_t)(to - from + 1);
     e->is_loss_checkpoint_due = true;
+}
+
+/* A piece of a lost range still to be judged by add_lost(). */
+struct lost_piece {
+    int64_t from;
+    int64_t to;
+};
+
+/* [from, to] of p is lost: it travels in the next window that closes, is
+ * counted now and handed to engine_found_lost(), and the positions stop
+ * before it until that window is planned (a restart finds it again).
+ * What a committed manifest named is cut out (once): the piece below the
+ * first overlap is judged first, the one above waits on a stack, so the
+ * pieces are recorded in ascending order. */
+static void add_lost(struct engine *e, struct part *p, int64_t from, int64_t to)
+{
+    struct lost_piece *above = NULL;
+    size_t n = 0;
+    size_t cap = 0;
+
+    for (;;) {
+        from = max64(from, 0);
+        if (to >= from) {
+            const struct lost *k = known_overlap(e, p, from, to);
+
+            if (k != NULL) { /* committed already: once */
+                grow((void **)&above, &cap, n + 1, sizeof(*above));
+                above[n++] = (struct lost_piece){k->to + 1, to};
+                to = k->from - 1;
+                continue;
+            }
+            record_lost(e, p, from, to);
+        }
+        if (n == 0) {
+            break;
+        }
+        n--;
+        from = above[n].from;
+        to = above[n].to;
+    }
+    free(above);
 }
 
 /* Judge p's skipped range [gap_from, position - 1] by what is known of its
@@ -2111,34 +2154,41 @@ static int64_t median3(int64_t a, int64_t b, int64_t c)
     return c <= a ? a : (c >= b ? b : c);
 }
 
+/* What split3() made of the stamps: lo below the pivot, then eq equal to
+ * it, weighing w_lo and w_eq. */
+struct split {
+    size_t lo;
+    size_t eq;
+    uint64_t w_lo;
+    uint64_t w_eq;
+};
+
 /* Split v[0..n) around the stamp pivot: below it first, then equal, then
- * above; *lo and *eq count the first two groups, *w_lo and *w_eq their
- * weights. */
-static void split3(struct stamp_weight *v, size_t n, int64_t pivot, size_t *lo,
-                   size_t *eq, uint64_t *w_lo, uint64_t *w_eq)
+ * above; returns the counts and weights of the first two groups. */
+static struct split split3(struct stamp_weight *v, size_t n, int64_t pivot)
 {
+    struct split sp = {0, 0, 0, 0};
     size_t a = 0; /* v[0..a) below */
     size_t b = 0; /* v[a..b) equal */
     size_t c = n; /* v[c..n) above; v[b..c) not looked at */
 
-    *w_lo = 0;
-    *w_eq = 0;
     while (b < c) {
         struct stamp_weight x = v[b];
         if (x.ts < pivot) {
-            *w_lo += x.weight;
+            sp.w_lo += x.weight;
             v[b++] = v[a];
             v[a++] = x;
         } else if (x.ts == pivot) {
-            *w_eq += x.weight;
+            sp.w_eq += x.weight;
             b++;
         } else {
             v[b] = v[--c];
             v[c] = x;
         }
     }
-    *lo = a;
-    *eq = b - a;
+    sp.lo = a;
+    sp.eq = b - a;
+    return sp;
 }
 
 /* The least stamp s of v[0..n) with weight(stamps < s) >= target, or none
@@ -2154,10 +2204,7 @@ static int64_t least_stamp_reaching(struct stamp_weight *v, size_t n,
     int64_t best = none;
 
     while (n > 0) {
-        size_t lo;
-        size_t eq;
-        uint64_t w_lo;
-        uint64_t w_eq;
+        struct split sp;
 
         if (target == 0) { /* every stamp here reaches: the least */
             int64_t m = v[0].ts;
@@ -2166,15 +2213,14 @@ static int64_t least_stamp_reaching(struct stamp_weight *v, size_t n,
             }
             return m;
         }
-        split3(v, n, median3(v[0].ts, v[n / 2].ts, v[n - 1].ts), &lo, &eq,
-               &w_lo, &w_eq);
-        if (w_lo >= target) {
-            best = v[lo].ts; /* the pivot */
-            n = lo;
+        sp = split3(v, n, median3(v[0].ts, v[n / 2].ts, v[n - 1].ts));
+        if (sp.w_lo >= target) {
+            best = v[sp.lo].ts; /* the pivot */
+            n = sp.lo;
         } else {
-            target -= w_lo + w_eq < target ? w_lo + w_eq : target;
-            v += lo + eq;
-            n -= lo + eq;
+            target -= sp.w_lo + sp.w_eq < target ? sp.w_lo + sp.w_eq : target;
+            v += sp.lo + sp.eq;
+            n -= sp.lo + sp.eq;
         }
     }
     return best;

@@ -17,12 +17,12 @@ int store_format(const struct store *s)
 int store_format_row(struct store *s, MDB_txn *txn, const char *key, int *level,
                      struct err *err)
 {
+    struct kv_name row = {
+        STORE_DEFAULT_TENANT, SLICE_LIT(STORE_FORMAT_NS), {key, strlen(key)}};
     int64_t v = 0;
 
     *level = 0;
-    if (store_kv_get_int(s, txn, STORE_DEFAULT_TENANT,
-                         SLICE_LIT(STORE_FORMAT_NS),
-                         (struct slice){key, strlen(key)}, 0, &v, err) != 0) {
+    if (store_kv_get_int(s, txn, &row, 0, &v, err) != 0) {
         return err->code;
     }
     *level = v > 0 && v <= INT_MAX ? (int)v : 0;

@@ -822,10 +822,10 @@ int store_kv_last_version(struct store *s, uint64_t *out, struct err *err)
     return rc;
 }
 
-int store_kv_get_int(struct store *s, MDB_txn *txn, const uint8_t *tenant,
-                     struct slice ns, struct slice key, int64_t now,
-                     int64_t *out, struct err *err)
+int store_kv_get_int(struct store *s, MDB_txn *txn, const struct kv_name *row,
+                     int64_t now, int64_t *out, struct err *err)
 {
+    const uint8_t *tenant = row->tenant;
     uint8_t kb[KV_STORE_KEY];
     struct kv_ctx c = {s,    txn,  tenant, now, 0, false, KV_READ_BUDGET,
                        NULL, NULL, false};
@@ -843,7 +843,7 @@ int store_kv_get_int(struct store *s, MDB_txn *txn, const uint8_t *tenant,
                            mdb_strerror(rc));
         }
     }
-    rc = kv_row_get(&c, kb, kv_key(kb, tenant, ns, key), &r, err);
+    rc = kv_row_get(&c, kb, kv_key(kb, tenant, row->ns, row->key), &r, err);
     if (rc == 0 && r.exists && r.is_live && !kv_int_value(r.value, out)) {
         *out = 0;
     }

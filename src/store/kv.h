@@ -237,13 +237,19 @@ int store_kv_sweep(struct store *s, MDB_txn *txn, int64_t now, uint32_t max,
 
 /* The expiry of the oldest row with one (0 when none). Any thread. */
 int store_kv_oldest_expiry(struct store *s, int64_t *out, struct err *err);
-/* The integer value of the live row tenant/ns/key into *out (0 when the
+/* The name of one row. Every pointer is borrowed for the call. */
+struct kv_name {
+    const uint8_t *tenant; /* 16 bytes */
+    struct slice ns;
+    struct slice key;
+};
+
+/* The integer value of the live row named by row into *out (0 when the
  * row is absent, expired at now, or not an integer), read in txn (the
  * fsm's write txn, loop thread) or, when txn is NULL, in a read txn of its
  * own (any thread). 0 or ERR_IO. */
-int store_kv_get_int(struct store *s, MDB_txn *txn, const uint8_t *tenant,
-                     struct slice ns, struct slice key, int64_t now,
-                     int64_t *out, struct err *err);
+int store_kv_get_int(struct store *s, MDB_txn *txn, const struct kv_name *row,
+                     int64_t now, int64_t *out, struct err *err);
 /* The last version issued (meta kv_version). Any thread. */
 int store_kv_last_version(struct store *s, uint64_t *out, struct err *err);
 

@@ -861,6 +861,36 @@ TEST(rule7_a_fetch_past_log_start_records_a_lost_range_and_resumes)
     engine_free(e);
 }
 
+/* Ranges a committed manifest named (engine_restore_lost()) are cut out of
+ * a lost range found again, however they lie: a middle one first, then ones
+ * on either side of it, one inside another, and another partition's. */
+TEST(rule7_a_lost_range_leaves_out_every_range_already_committed)
+{
+    struct acts a;
+    uint64_t id;
+    struct engine *e = one_fetch(&a, &id);
+    const struct engine_lost_range known[] = {
+        {SLICE_LIT("p"), 20, 30}, {SLICE_LIT("p"), 5, 9},
+        {SLICE_LIT("p"), 38, 45}, {SLICE_LIT("p"), 12, 12},
+        {SLICE_LIT("p"), 6, 7},   {SLICE_LIT("q"), 0, 39}};
+    const int64_t want[][2] = {{0, 4}, {10, 11}, {13, 19}, {31, 37}};
+    const struct engine_lost_range *v;
+    size_t n;
+
+    engine_restore_lost(e, known, ARRAY_LEN(known));
+    answer_error(e, id, ENGINE_ANSWER_OFFSET_OUT_OF_RANGE, 40); /* 0..39 */
+    EXPECT_EQ_I64(position_of(e, "p"), 40);
+    EXPECT_EQ_U64(engine_stats(e)->records_lost, 21);
+    engine_found_lost(e, &v, &n);
+    EXPECT_EQ_U64(n, ARRAY_LEN(want));
+    for (size_t i = 0; i < n && i < ARRAY_LEN(want); i++) {
+        EXPECT(v[i].partition.len == 1 && v[i].partition.ptr[0] == 'p');
+        EXPECT_EQ_I64(v[i].from, want[i][0]);
+        EXPECT_EQ_I64(v[i].to, want[i][1]);
+    }
+    engine_free(e);
+}
+
 TEST(rule7_discovery_showing_a_higher_log_start_records_the_gap_too)
 {
     struct engine_config c;

@@ -923,6 +923,44 @@ TEST(head_and_get_strip_quotes_and_report_size)
     rig_close(&r);
 }
 
+/* The uploads a crash stranded: every one listed under exactly the key is
+ * aborted (404: gone already, done too); a longer key the prefix also lists
+ * is left alone; a failed abort is not counted and the rest go on. */
+TEST(abort_uploads_aborts_only_the_keys_own_uploads)
+{
+    struct answer a[] = {
+        {0, 200, NULL,
+         "<ListMultipartUploadsResult>"
+         "<Upload><Key>q/k</Key><UploadId>u1</UploadId></Upload>"
+         "<Upload><Key>q/k2</Key><UploadId>u9</UploadId></Upload>"
+         "<Upload><Key>q/k</Key><UploadId>u2</UploadId></Upload>"
+         "<Upload><Key>q/k</Key><UploadId>u3</UploadId></Upload>"
+         "<Upload><Key>q/k</Key><UploadId></UploadId></Upload>"
+         "</ListMultipartUploadsResult>",
+         -1, -1},
+        {0, 204, NULL, NULL, -1, -1},
+        {0, 403, NULL,
+         "<Error><Code>AccessDenied</Code><Message>no</Message></Error>", -1,
+         -1},
+        {0, 404, NULL, "<Error><Code>NoSuchUpload</Code></Error>", -1, -1}};
+    const char *want[] = {"uploadId=u1", "uploadId=u2", "uploadId=u3"};
+    struct rig r;
+    int n = -1;
+
+    rig_open(&r, a, ARRAY_LEN(a), NULL);
+    EXPECT_EQ_I64(s3_client_abort_uploads(r.c, "q/k", &n, &r.err), 0);
+    EXPECT_EQ_I64(n, 2);
+    EXPECT_EQ_U64(r.f.n_seen, 4);
+    EXPECT_STR_EQ(r.f.seen[0].method, "GET");
+    EXPECT(strstr(r.f.seen[0].url, "uploads") != NULL);
+    for (size_t i = 0; i < ARRAY_LEN(want) && i + 1 < r.f.n_seen; i++) {
+        EXPECT_STR_EQ(r.f.seen[i + 1].method, "DELETE");
+        EXPECT(strstr(r.f.seen[i + 1].url, "/lake/q/k?") != NULL);
+        EXPECT(strstr(r.f.seen[i + 1].url, want[i]) != NULL);
+    }
+    rig_close(&r);
+}
+
 TEST(get_over_the_callers_cap_is_too_big_and_not_retried)
 {
     struct answer a[] = {{0, 200, "\"x\"", "0123456789", -1, 10}};
