@@ -184,6 +184,7 @@ struct node {
      * entries in its in-memory log and never writes them again, so only a
      * restart (which reloads the log from disk) brings it back in step. */
     bool is_log_diverged;
+    bool is_restart_asked; /* storage_reason says "restart this node" */
     char storage_reason[256];
     char storage_logged[256]; /* the last reason logged at ERROR */
     int64_t storage_since_us;
@@ -433,6 +434,7 @@ static void storage_fail(struct node *n, const struct err *e, bool is_raft)
     }
     n->storage_code = e->code == ERR_FULL ? ERR_FULL : ERR_BUSY;
     n->is_storage_raft = is_raft;
+    n->is_restart_asked = false; /* a new reason (the probe sets it after) */
     snprintf(n->storage_reason, sizeof(n->storage_reason), "%s", e->msg);
 }
 
@@ -500,13 +502,14 @@ static void storage_probe_raft(struct node *n)
     /* Room again, but the entries that failed are not on disk and libraft
      * will not write them: stay unhealthy, saying what to do, rather than
      * serve a log that lags the cluster's for as long as the node runs. */
-    if (strstr(n->storage_reason, "restart this node") == NULL) {
+    if (!n->is_restart_asked) {
         err_set(&err, ERR_BUSY,
                 "raft log %s: a write failed while this node followed and "
                 "libraft keeps the entries it could not write only in memory: "
                 "restart this node (the raft directory has room again)",
                 n->raft_dir);
         storage_fail(n, &err, true);
+        n->is_restart_asked = true;
         log_error("node", "%s", err.msg);
     }
 }

@@ -904,13 +904,14 @@ static bool head_is_ours(const struct upload *u,
 {
     char want[64];
     char suffix[16];
-    bool exact = multipart_etag(u, want, sizeof(want));
+    bool exact;
     size_t n = strlen(info->etag);
     size_t ns;
 
     if (!info->found || info->size != (uint64_t)u->p->len) {
-        return false;
+        return false; /* before the ETag's md5 of every part's md5 */
     }
+    exact = multipart_etag(u, want, sizeof(want));
     ns = (size_t)snprintf(suffix, sizeof(suffix), "-%d", u->n_parts);
     return exact ? strcasecmp(info->etag, want) == 0
                  : n > ns && strcmp(info->etag + n - ns, suffix) == 0;
