@@ -3088,7 +3088,10 @@ static int lake_push_flush(struct lake_push *p)
             break;
         }
         {
-            struct timespec ts = {0, 200000000L * (attempt < 5 ? attempt : 5)};
+            /* 200 ms more a try up to 1 s: tv_nsec must stay below 1e9
+             * (nanosleep refuses 1 s there, at once, without sleeping) */
+            long ms = 200L * (attempt < 5 ? attempt : 5);
+            struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
 
             nanosleep(&ts, NULL);
         }

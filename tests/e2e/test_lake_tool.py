@@ -402,3 +402,46 @@ def test_a_checkpoint_off_by_one_is_refused_by_both(bucket, broker_factory):
     v = out["queues"][0]["violations"]
     assert len(v) == 1 and v[0].startswith("window %d: %s: positions do not "
                                            "match the manifests" % (k, key)), v
+
+
+def small_lake(bucket, queue, n=3, prefix=PREFIX, **kw):
+    """A hand-made lake of n windows, one record each in partition "p";
+    returns the windows."""
+    t0 = st.T0
+    windows = [(t0 + k * 100, t0 + (k + 1) * 100,
+                [("p", k, "txn-%d" % k, t0 + k * 100 + 1, b'{"k":%d}' % k)])
+               for k in range(n)]
+    c = bucket.boto3()
+    lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
+                                                  Body=body),
+                   prefix, TENANT, queue, windows, **kw)
+    return windows
+
+
+def test_restore_waits_for_a_broker_that_comes_up_late(bucket,
+                                                       broker_factory):
+    """No connection is retried for about 30 s per batch (docs/lake.md §3):
+    a broker down for the restore's first 5 s costs nothing."""
+    small_lake(bucket, "late")
+    dst = broker_factory(start=False)
+    env = dict(os.environ, **CREDS)
+    cmd = [queen_bin(), "lake", "restore", "--endpoint", bucket.endpoint,
+           "--bucket", "lake", "--path-style", "--queue", "late", "--to",
+           url(dst), "--json"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        try:
+            proc.wait(timeout=5)  # the outage: 5 s with no broker
+        except subprocess.TimeoutExpired:
+            pass
+        assert proc.poll() is None, proc.communicate()  # still retrying
+        dst.start()
+        out, errs = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 0, errs
+    assert json.loads(out)["queued"] == 3, out
+    assert dst.fetch_one("late", "p", 0).get("highWatermark") == 3
