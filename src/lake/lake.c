@@ -489,6 +489,7 @@ struct lake_http {
     CURL *h;
     struct buf ans;
     const char *base;
+    int base_len; /* without trailing slashes: base + "/api/..." */
     const char *token;
 };
 
@@ -503,9 +504,15 @@ static size_t lake_http_write(char *p, size_t size, size_t n, void *arg)
 static void lake_http_open(struct lake_http *c, const char *base,
                            const char *token)
 {
+    size_t n = strlen(base);
+
     c->h = curl_easy_init();
     buf_init(&c->ans, (size_t)1 << 30);
+    while (n > 0 && base[n - 1] == '/') {
+        n--;
+    }
     c->base = base;
+    c->base_len = n > 2048 ? 2048 : (int)n; /* url[] holds no more */
     c->token = token;
 }
 
@@ -529,7 +536,7 @@ static long lake_http_post(struct lake_http *c, const char *path,
     CURLcode rc;
 
     buf_reset(&c->ans);
-    snprintf(url, sizeof(url), "%s%s", c->base, path);
+    snprintf(url, sizeof(url), "%.*s%s", c->base_len, c->base, path);
     hs = curl_slist_append(hs, "Content-Type: application/json");
     if (c->token != NULL) {
         snprintf(auth, sizeof(auth), "Authorization: Bearer %s", c->token);
