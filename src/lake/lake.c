@@ -2857,7 +2857,12 @@ static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
     rc = lake_count(b, &job.lq, f, &n, err);
     if (rc == 0) {
         last_k = o->to_k != 0 && o->to_k < n ? o->to_k : n;
-        if (o->to_k > n) {
+        if (o->from_k > n) {
+            lake_fold_violation(f,
+                                "--from-k %" PRId64 " is past the last "
+                                "manifest (k=%" PRId64 ")",
+                                o->from_k, n);
+        } else if (o->to_k > n) {
             lake_fold_violation(f,
                                 "--to-k %" PRId64 " is past the last manifest "
                                 "(k=%" PRId64 ")",
@@ -3546,6 +3551,13 @@ static int lake_restore(const struct lake_opts *o)
     job.lq.tenant = (struct slice){o->tenant, strlen(o->tenant)};
     job.lq.queue = (struct slice){job.queue, strlen(job.queue)};
     rc = lake_count(&b, &job.lq, NULL, &last_k, &err);
+    if (rc == 0 && o->from_k > last_k) {
+        err_set(&err, ERR_NOT_FOUND,
+                "--from-k %" PRId64 " is past the last manifest (k=%" PRId64
+                ")",
+                o->from_k, last_k);
+        rc = 2;
+    }
     last_k = o->to_k != 0 && o->to_k < last_k ? o->to_k : last_k;
     if (o->state != NULL && lake_state_read(o->state) + 1 > from) {
         from = lake_state_read(o->state) + 1;

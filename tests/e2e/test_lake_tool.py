@@ -446,3 +446,23 @@ def test_restore_waits_for_a_broker_that_comes_up_late(bucket,
     assert proc.returncode == 0, errs
     assert json.loads(out)["queued"] == 3, out
     assert dst.fetch_one("late", "p", 0).get("highWatermark") == 3
+
+
+def test_a_window_range_past_the_lake_is_not_exact(bucket):
+    """--from-k past the last manifest reads no window: verify does not
+    call that exact (as for --to-k), restore says it has nothing there."""
+    small_lake(bucket, "short")
+    for args in (("--from-k", "4"), ("--to-k", "4"), ("--from-k", "5",
+                                                      "--to-k", "9")):
+        rc, out = verify_json(bucket, "--queue", "short", *args)
+        (q,) = out["queues"]
+        assert rc == 1 and not out["exact"] and not q["exact"], (args, out)
+        assert any("is past the last manifest (k=3)" in v
+                   for v in q["violations"]), (args, out)
+    rc, out = verify_json(bucket, "--queue", "short", "--from-k", "3",
+                          check=0)
+    assert out["queues"][0]["windows"] == 1, out
+    p = tool(bucket, "restore", "--queue", "short", "--from-k", "4", "--to",
+             "http://127.0.0.1:1")
+    assert p.returncode == 2 and "--from-k 4 is past the last manifest " \
+        "(k=3)" in p.stderr, p
