@@ -491,6 +491,7 @@ struct lake_http {
     const char *base;
     int base_len; /* without trailing slashes: base + "/api/..." */
     const char *token;
+    const char *tenant; /* sent as x-queen-tenant; NULL: the default */
 };
 
 static size_t lake_http_write(char *p, size_t size, size_t n, void *arg)
@@ -501,8 +502,12 @@ static size_t lake_http_write(char *p, size_t size, size_t n, void *arg)
     return buf_append(&c->ans, p, size * n, &err) == 0 ? size * n : 0;
 }
 
+/* The broker at base, for o's tenant: a tenant other than the default is
+ * named in x-queen-tenant, so that verify reads that tenant's log and
+ * restore pushes into that tenant's queue (with QUEEN_TENANCY_HEADER, or
+ * a token bound to it; http-api.md section 1). */
 static void lake_http_open(struct lake_http *c, const char *base,
-                           const char *token)
+                           const struct lake_opts *o)
 {
     size_t n = strlen(base);
 
@@ -513,7 +518,8 @@ static void lake_http_open(struct lake_http *c, const char *base,
     }
     c->base = base;
     c->base_len = n > 2048 ? 2048 : (int)n; /* url[] holds no more */
-    c->token = token;
+    c->token = o->token;
+    c->tenant = strcmp(o->tenant, LAKE_DEFAULT_TENANT) != 0 ? o->tenant : NULL;
 }
 
 static void lake_http_close(struct lake_http *c)
@@ -540,6 +546,10 @@ static long lake_http_post(struct lake_http *c, const char *path,
     hs = curl_slist_append(hs, "Content-Type: application/json");
     if (c->token != NULL) {
         snprintf(auth, sizeof(auth), "Authorization: Bearer %s", c->token);
+        hs = curl_slist_append(hs, auth);
+    }
+    if (c->tenant != NULL) {
+        snprintf(auth, sizeof(auth), "x-queen-tenant: %s", c->tenant);
         hs = curl_slist_append(hs, auth);
     }
     curl_easy_reset(c->h);
@@ -1827,7 +1837,7 @@ static void *lake_worker(void *arg)
     memset(&log, 0, sizeof(log));
     lake_mem_init(&mem);
     if (has_log) {
-        lake_http_open(&log.http, p->job->o->broker, p->job->o->token);
+        lake_http_open(&log.http, p->job->o->broker, p->job->o);
         buf_init(&log.part, BUF_UNLIMITED);
         log.queue = p->job->queue;
     }
@@ -2885,7 +2895,7 @@ static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
     }
     memset(&log, 0, sizeof(log));
     if (o->broker != NULL) {
-        lake_http_open(&log.http, o->broker, o->token);
+        lake_http_open(&log.http, o->broker, o);
         buf_init(&log.part, BUF_UNLIMITED);
         log.queue = queue;
         if (rc == 0 && lake_log_partitions(&log.http, queue, f, err) != 0) {
@@ -3350,7 +3360,7 @@ static void lake_pusher_open(struct lake_pusher *P, const struct lake_opts *o,
     for (int i = 0; i < n; i++) {
         struct lake_shard *s = &P->s[i];
 
-        lake_http_open(&s->push.http, o->to, o->token);
+        lake_http_open(&s->push.http, o->to, o);
         buf_init(&s->push.body, BUF_UNLIMITED);
         buf_init(&s->fill, BUF_UNLIMITED);
         s->push.as = as;

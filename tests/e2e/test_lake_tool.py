@@ -466,3 +466,41 @@ def test_a_window_range_past_the_lake_is_not_exact(bucket):
              "http://127.0.0.1:1")
     assert p.returncode == 2 and "--from-k 4 is past the last manifest " \
         "(k=3)" in p.stderr, p
+
+
+def test_a_tenants_lake_meets_that_tenants_log(bucket, broker_factory):
+    """--tenant T reads T's lake, so --broker compares it with T's log and
+    restore pushes into T's queue (x-queen-tenant), not the default
+    tenant's."""
+    tenant = "0199aaaa-bbbb-7ccc-8ddd-eeeeeeeeeeee"
+    hdr = {"x-queen-tenant": tenant}
+    node = broker_factory(env={"QUEEN_TENANCY_HEADER": "true"})
+    items = [{"queue": "tq", "partition": "p", "transactionId": "x%d" % i,
+              "payload": {"i": i}} for i in range(3)]
+    r = node.request("POST", "/api/v1/push", body=json.dumps(
+        {"items": items}, separators=(",", ":")).encode(), headers=hdr)
+    assert r.status == 201, r
+
+    def log_of(queue):
+        r = node.request("POST", "/api/v1/fetch", body=json.dumps(
+            {"entries": [{"queue": queue, "partition": "p", "offset": 0}]}
+        ).encode(), headers=hdr)
+        assert r.status == 200, r
+        return r.json()["entries"][0]["records"]
+
+    recs = [("p", x["offset"], x["transactionId"], lake.parse_iso_us(x["ts"]),
+             json.dumps(x["payload"], separators=(",", ":")).encode())
+            for x in log_of("tq")]
+    assert len(recs) == 3, recs
+    c = bucket.boto3()
+    lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
+                                                  Body=body),
+                   PREFIX, tenant, "tq", [(recs[0][3], recs[-1][3] + 1, recs)])
+    rc, out = verify_json(bucket, "--tenant", tenant, "--broker", url(node))
+    assert rc == 0 and out["exact"], out
+    assert out["queues"][0]["stampsChecked"] == 3, out
+    p = tool(bucket, "restore", "--tenant", tenant, "--queue", "tq", "--as",
+             "copy", "--to", url(node), "--json", check=0)
+    assert json.loads(p.stdout)["queued"] == 3, p.stdout
+    assert [(x["transactionId"], x["payload"]) for x in log_of("copy")] == \
+        [(x[2], {"i": i}) for i, x in enumerate(recs)]
