@@ -2339,15 +2339,19 @@ static int lake_check_orphan(void *arg, const char *key)
     const char *w = strrchr(key, '/');
     int64_t k = -1;
 
-    if (w != NULL && strncmp(w, "/w-", 3) == 0) {
+    /* k of a window's name "w-<k:010>-..."; any other name is checked */
+    if (w != NULL && strncmp(w, "/w-", 3) == 0 && strnlen(w + 3, 11) == 11 &&
+        w[13] == '-') {
         char digits[11];
 
         memcpy(digits, w + 3, 10);
         digits[10] = '\0';
         (void)lake_int(digits, &k);
     }
-    if (k >= 0 && (k < c->o->from_k || k > c->last_k)) {
-        return 0; /* outside the range verified */
+    /* outside the range verified; past the last manifest only when --to-k
+     * cut the range (otherwise no committed window owns it) */
+    if (k >= 0 && (k < c->o->from_k || (k > c->last_k && c->o->to_k != 0))) {
+        return 0;
     }
     if (c->f->n_named == 0 || bsearch(&h, c->f->named, c->f->n_named,
                                       sizeof(uint64_t), lake_u64_cmp) == NULL) {

@@ -504,3 +504,26 @@ def test_a_tenants_lake_meets_that_tenants_log(bucket, broker_factory):
     assert json.loads(p.stdout)["queued"] == 3, p.stdout
     assert [(x["transactionId"], x["payload"]) for x in log_of("copy")] == \
         [(x[2], {"i": i}) for i, x in enumerate(recs)]
+
+
+def test_an_object_past_the_last_manifest_is_an_orphan(bucket):
+    """A data object no committed window names is an orphan, also when its
+    k is past the last manifest (an upload whose commit never came), and
+    a stray name that is no window's at all."""
+    w = small_lake(bucket, "orph")
+    c = bucket.boto3()
+    t0, t1 = w[2][1], w[2][1] + 100
+    stray = [lake.data_key(PREFIX, TENANT, "orph", 4, t0, t1),
+             "%s/w-12" % lake.queue_root(PREFIX, TENANT, "orph")]
+    for key in stray:
+        c.put_object(Bucket="lake", Key=key, Body=b"{}\n")
+    rc, out = verify_json(bucket, "--queue", "orph")
+    assert rc == 1, out
+    v = out["queues"][0]["violations"]
+    for key in stray:
+        assert any(key + ": data object, but no manifest names it" in x
+                   for x in v), (key, v)
+    # --to-k leaves the windows past it out: an object there is not looked at
+    rc, out = verify_json(bucket, "--queue", "orph", "--to-k", "2")
+    v = out["queues"][0]["violations"]
+    assert not any(stray[0] in x for x in v), v
