@@ -2994,6 +2994,14 @@ static int lake_queues(const struct lake_opts *o, struct lake_bucket *b,
     memset(q, 0, sizeof(*q));
     if (o->n_queues > 0) {
         for (size_t i = 0; i < o->n_queues; i++) {
+            bool is_seen = false;
+
+            for (size_t j = 0; j < q->n && !is_seen; j++) {
+                is_seen = strcmp(q->names[j], o->queues[i]) == 0;
+            }
+            if (is_seen) {
+                continue; /* named twice: verified and reported once */
+            }
             q->names = xrealloc(q->names, (q->n + 1) * sizeof(char *));
             q->names[q->n++] = xstrdup(o->queues[i]);
         }

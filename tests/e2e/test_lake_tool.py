@@ -527,3 +527,11 @@ def test_an_object_past_the_last_manifest_is_an_orphan(bucket):
     rc, out = verify_json(bucket, "--queue", "orph", "--to-k", "2")
     v = out["queues"][0]["violations"]
     assert not any(stray[0] in x for x in v), v
+
+
+def test_a_queue_named_twice_is_verified_once(bucket):
+    small_lake(bucket, "twice")
+    small_lake(bucket, "other")
+    rc, out = verify_json(bucket, "--queue", "twice", "--queue", "other",
+                          "--queue", "twice", check=0)
+    assert [q["queue"] for q in out["queues"]] == ["twice", "other"], out
