@@ -89,12 +89,13 @@ static void lake_usage(FILE *f)
     fprintf(f,
             "usage: queen lake verify  [bucket flags] [--queue Q]... "
             "[--from-k K] [--to-k K]\n"
-            "                          [--broker URL] [--json] "
+            "                          [--broker URL [--token T]] [--json] "
             "[--threads N]\n"
             "       queen lake restore [bucket flags] --queue Q --to URL "
             "[--as QUEUE]\n"
-            "                          [--state FILE] [--batch N] "
-            "[--from-k K] [--to-k K] [--threads N]\n"
+            "                          [--token T] [--state FILE] [--batch N] "
+            "[--from-k K] [--to-k K]\n"
+            "                          [--json] [--threads N]\n"
             "restore: --batch records per push (default 2000, at most "
             "4 MiB), --threads\n"
             "         connections (default twice the cores)\n"
@@ -281,6 +282,25 @@ static int lake_default_threads(bool is_verify)
     return (int)t;
 }
 
+/* A flag of one command only, given to the other: true after printing
+ * why (a flag that would do nothing is a mistake, not to be ignored). */
+static bool lake_flag_elsewhere(const char *cmd, const char *name)
+{
+    static const char *const restore_only[] = {"--to", "--as", "--state",
+                                               "--batch"};
+    bool is_verify = strcmp(cmd, "verify") == 0;
+    bool is_restore_only = false;
+
+    for (size_t i = 0; i < ARRAY_LEN(restore_only); i++) {
+        is_restore_only = is_restore_only || strcmp(name, restore_only[i]) == 0;
+    }
+    if (is_verify ? !is_restore_only : strcmp(name, "--broker") != 0) {
+        return false;
+    }
+    fprintf(stderr, "queen lake: %s is not a flag of %s\n", name, cmd);
+    return true;
+}
+
 /* Returns 0, or 2 after printing why on stderr. */
 static int lake_parse(int argc, char **argv, struct lake_opts *o)
 {
@@ -316,6 +336,9 @@ static int lake_parse(int argc, char **argv, struct lake_opts *o)
         }
         memcpy(name, a, nl);
         name[nl] = '\0';
+        if (lake_flag_elsewhere(argv[1], name)) {
+            return 2;
+        }
         if (strcmp(name, "--path-style") == 0) {
             raw.path_style = true;
         } else if (strcmp(name, "--json") == 0) {

@@ -301,6 +301,13 @@ def test_verify_cannot_run_without_a_bucket_or_flags(bucket):
                        env={"PATH": os.environ.get("PATH", "")})
     assert p.returncode == 2, p
     assert "s3cr3t-never-printed" not in p.stdout + p.stderr
+    # A flag of the other command is a bad flag, not ignored.
+    for cmd, flag in (("verify", "--to"), ("verify", "--as"),
+                      ("verify", "--state"), ("verify", "--batch"),
+                      ("restore", "--broker")):
+        p = tool(bucket, cmd, "--queue", "q", flag, "1")
+        assert p.returncode == 2 and "%s is not a flag of %s" % (
+            flag, cmd) in p.stderr, p
 
 
 # ---------------------------------------------------------------------------
