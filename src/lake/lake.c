@@ -3066,24 +3066,22 @@ static int lake_verify(const struct lake_opts *o)
 
     lake_progress_init(&prog, "verify", 0);
     lake_bucket_open(&b, o);
-    if (lake_queues(o, &b, &q, &err) != 0) {
-        fprintf(stderr, "queen lake verify: listing the queues: %s\n", err.msg);
-        lake_bucket_close(&b);
-        return 2;
-    }
-    if (q.n == 0) {
-        fprintf(stderr,
-                "queen lake verify: no queue of tenant %s under prefix %s\n",
-                o->tenant, o->prefix);
-        lake_bucket_close(&b);
-        return 2;
-    }
+    /* with --json, stdout holds one document whatever the exit */
     if (o->is_json) {
         printf("{\"tenant\":");
         lake_json_str(stdout, o->tenant);
         printf(",\"queues\":[");
     }
-    for (size_t i = 0; i < q.n; i++) {
+    if (lake_queues(o, &b, &q, &err) != 0) {
+        fprintf(stderr, "queen lake verify: listing the queues: %s\n", err.msg);
+        rc = 2;
+    } else if (q.n == 0) {
+        fprintf(stderr,
+                "queen lake verify: no queue of tenant %s under prefix %s\n",
+                o->tenant, o->prefix);
+        rc = 2;
+    }
+    for (size_t i = 0; rc == 0 && i < q.n; i++) {
         struct lake_fold f;
 
         memset(&f, 0, sizeof(f));

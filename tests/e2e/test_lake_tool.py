@@ -301,6 +301,12 @@ def test_verify_cannot_run_without_a_bucket_or_flags(bucket):
                        env={"PATH": os.environ.get("PATH", "")})
     assert p.returncode == 2, p
     assert "s3cr3t-never-printed" not in p.stdout + p.stderr
+    # With --json, stdout is one JSON document whatever the exit.
+    for args in (("--queue", "nothing-here"), ("--bucket", "no-such-bucket"),
+                 ("--prefix", "no-lake-here")):
+        p = tool(bucket, "verify", "--json", *args)
+        assert p.returncode == 2, p
+        assert json.loads(p.stdout)["exact"] is False, (args, p)
     # A flag of the other command is a bad flag, not ignored.
     for cmd, flag in (("verify", "--to"), ("verify", "--as"),
                       ("verify", "--state"), ("verify", "--batch"),
