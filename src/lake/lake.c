@@ -595,6 +595,30 @@ static long lake_http_post(struct lake_http *c, const char *path,
     return status;
 }
 
+/* lake_http_post until the answer is ok, another that is final (a 4xx
+ * but 429), or about 30 s of tries (no answer, 5xx, 429): a broker
+ * restarting or electing a leader is waited for. Returns the last status,
+ * or 0 (err set) when no answer came. The calls are idempotent (a push
+ * sent again is deduplicated by its transactionIds). */
+static long lake_http_call(struct lake_http *c, const char *path,
+                           const char *body, size_t n, long ok, struct err *err)
+{
+    long st;
+
+    for (int attempt = 1;; attempt++) {
+        /* 200 ms more a try up to 1 s: tv_nsec must stay below 1e9
+         * (nanosleep refuses 1 s there, at once, without sleeping) */
+        long ms = 200L * (attempt < 5 ? attempt : 5);
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+        st = lake_http_post(c, path, body, n, err);
+        if (st == ok || (st >= 400 && st < 500 && st != 429) || attempt >= 30) {
+            return st;
+        }
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* ---- reading one object's records --------------------------------------- */
 
 enum lake_codec { LAKE_NONE, LAKE_ZSTD, LAKE_GZIP, LAKE_PARQUET };
@@ -1079,7 +1103,8 @@ static int lake_log_fetch(struct lake_log *l, struct slice p, int64_t o,
         buf_free(&body);
         return err->code;
     }
-    st = lake_http_post(&l->http, "/api/v1/fetch", body.data, body.len, err);
+    st = lake_http_call(&l->http, "/api/v1/fetch", body.data, body.len, 200,
+                        err);
     buf_free(&body);
     if (st != 200) {
         return st == 0
@@ -2241,8 +2266,8 @@ static int lake_changed_page(struct lake_http *h, const char *queue,
         buf_free(&body);
         return err->code;
     }
-    st = lake_http_post(h, "/api/v1/partitions/changed", body.data, body.len,
-                        err);
+    st = lake_http_call(h, "/api/v1/partitions/changed", body.data, body.len,
+                        200, err);
     buf_free(&body);
     if (st != 200) {
         return st == 0 ? err->code
@@ -3126,7 +3151,6 @@ struct lake_push {
 static int lake_push_flush(struct lake_push *p)
 {
     struct json_doc d = {0};
-    int attempt = 0;
     long st = 0;
 
     if (p->items == 0) {
@@ -3135,22 +3159,8 @@ static int lake_push_flush(struct lake_push *p)
     if (buf_append_str(&p->body, "]}", &p->err) != 0) {
         return 2;
     }
-    for (;;) {
-        st = lake_http_post(&p->http, "/api/v1/push", p->body.data, p->body.len,
-                            &p->err);
-        if (st == 201 || (st >= 400 && st < 500 && st != 429) ||
-            ++attempt >= 30) {
-            break;
-        }
-        {
-            /* 200 ms more a try up to 1 s: tv_nsec must stay below 1e9
-             * (nanosleep refuses 1 s there, at once, without sleeping) */
-            long ms = 200L * (attempt < 5 ? attempt : 5);
-            struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-
-            nanosleep(&ts, NULL);
-        }
-    }
+    st = lake_http_call(&p->http, "/api/v1/push", p->body.data, p->body.len,
+                        201, &p->err);
     if (st != 201) {
         if (st != 0) {
             err_set(&p->err, ERR_REMOTE,

@@ -548,3 +548,34 @@ def test_a_queue_named_twice_is_verified_once(bucket):
     rc, out = verify_json(bucket, "--queue", "twice", "--queue", "other",
                           "--queue", "twice", check=0)
     assert [q["queue"] for q in out["queues"]] == ["twice", "other"], out
+
+
+def test_verify_waits_for_a_broker_that_comes_back(bucket, broker_factory):
+    """The broker's answers are retried as the bucket's are (docs/lake.md
+    §1: exit 2 only after retries): a broker down for verify's first 5 s
+    is compared with once it is back."""
+    node, acked = sink_lake(bucket, broker_factory, rounds=1)
+    node.stop()
+    env = dict(os.environ, **CREDS)
+    for k in ("QUEEN_S3_ENDPOINT", "QUEEN_S3_BUCKET", "QUEEN_S3_PREFIX"):
+        env.pop(k, None)
+    cmd = [queen_bin(), "lake", "verify", "--endpoint", bucket.endpoint,
+           "--bucket", "lake", "--path-style", "--queue", "orders", "--json",
+           "--broker", url(node)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        try:
+            proc.wait(timeout=5)  # the outage: 5 s with no broker
+        except subprocess.TimeoutExpired:
+            pass
+        assert proc.poll() is None, proc.communicate()  # still retrying
+        node.start()
+        out, errs = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 0, (out, errs)
+    q = json.loads(out)["queues"][0]
+    assert q["exact"] and q["stampsChecked"] == len(acked), out
