@@ -764,15 +764,18 @@ static int lake_decode_parquet(struct lake_reader *rd, const char *body,
 
 /* A body whose frames all tell their decoded size, small enough: decoded
  * in one call straight into mem->whole (no copy out of zstd's window).
- * Returns 1 when it did not apply or failed (the caller streams it again,
- * which names the damage as it always did), else what the lines gave. */
+ * *is_done false when it did not apply or did not decode (the caller
+ * streams it, which names the damage as it always did); else what the
+ * lines gave, which may be fn's own nonzero (a violation: the records
+ * must not be read a second time). */
 static int lake_zstd_whole(struct lake_reader *rd, const char *body, size_t n,
-                           struct err *err)
+                           bool *is_done, struct err *err)
 {
     char *w = lake_whole(rd->mem);
     unsigned long long size = 0;
     size_t got;
 
+    *is_done = false;
     for (size_t at = 0; at < n;) {
         unsigned long long one = ZSTD_getFrameContentSize(body + at, n - at);
         size_t len = ZSTD_findFrameCompressedSize(body + at, n - at);
@@ -791,6 +794,7 @@ static int lake_zstd_whole(struct lake_reader *rd, const char *body, size_t n,
     if (ZSTD_isError(got) || got != size) {
         return 1;
     }
+    *is_done = true;
     return lake_lines(rd, w, got, err);
 }
 
@@ -801,9 +805,10 @@ static int lake_decode_zstd(struct lake_reader *rd, const char *body, size_t n,
     char *out = rd->chunk;
     ZSTD_inBuffer in = {body, n, 0};
     size_t left = n > 0; /* ZSTD_decompressStream: 0 once a frame ends */
-    int rc = lake_zstd_whole(rd, body, n, err);
+    bool is_done = false;
+    int rc = lake_zstd_whole(rd, body, n, &is_done, err);
 
-    if (rc != 1) {
+    if (is_done) {
         return rc;
     }
     rc = 0;

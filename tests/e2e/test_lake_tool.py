@@ -579,3 +579,23 @@ def test_verify_waits_for_a_broker_that_comes_back(bucket, broker_factory):
     assert proc.returncode == 0, (out, errs)
     q = json.loads(out)["queues"][0]
     assert q["exact"] and q["stampsChecked"] == len(acked), out
+
+
+def test_a_damaged_record_in_a_zstd_object_is_one_violation(bucket):
+    """An object decoded whole (zstd frames that state their size) stops at
+    its first violation: that one is reported once, and the records are
+    not read a second time (which named the first record 'not sorted
+    after' the damaged one, and counted the bytes twice)."""
+    t0 = st.T0
+    recs = [("p", o, "t%d" % o, t0 + 1 + o, b'{"o":%d}' % o) for o in range(3)]
+    bad = recs[:2] + [("p", 2, "t2", t0 + 500, b'{"o":2}')]  # past tEnd
+    c = bucket.boto3()
+    lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
+                                                  Body=body),
+                   PREFIX, TENANT, "zst", [(t0, t0 + 100, bad)])
+    rc, out = verify_json(bucket, "--queue", "zst")
+    q = out["queues"][0]
+    assert rc == 1 and q["violationCount"] == 1, out
+    assert "is outside the window" in q["violations"][0], out
+    body = b"".join(lake.jsonl_line(*r) for r in bad)
+    assert q["decodedBytes"] == len(body), out
