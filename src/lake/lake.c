@@ -89,12 +89,13 @@ static void lake_usage(FILE *f)
     fprintf(f,
             "usage: queen lake verify  [bucket flags] [--queue Q]... "
             "[--from-k K] [--to-k K]\n"
-            "                          [--broker URL] [--json] "
+            "                          [--broker URL [--token T]] [--json] "
             "[--threads N]\n"
             "       queen lake restore [bucket flags] --queue Q --to URL "
             "[--as QUEUE]\n"
-            "                          [--state FILE] [--batch N] "
-            "[--from-k K] [--to-k K] [--threads N]\n"
+            "                          [--token T] [--state FILE] [--batch N] "
+            "[--from-k K] [--to-k K]\n"
+            "                          [--json] [--threads N]\n"
             "restore: --batch records per push (default 2000, at most "
             "4 MiB), --threads\n"
             "         connections (default twice the cores)\n"
@@ -281,6 +282,25 @@ static int lake_default_threads(bool is_verify)
     return (int)t;
 }
 
+/* A flag of one command only, given to the other: true after printing
+ * why (a flag that would do nothing is a mistake, not to be ignored). */
+static bool lake_flag_elsewhere(const char *cmd, const char *name)
+{
+    static const char *const restore_only[] = {"--to", "--as", "--state",
+                                               "--batch"};
+    bool is_verify = strcmp(cmd, "verify") == 0;
+    bool is_restore_only = false;
+
+    for (size_t i = 0; i < ARRAY_LEN(restore_only); i++) {
+        is_restore_only = is_restore_only || strcmp(name, restore_only[i]) == 0;
+    }
+    if (is_verify ? !is_restore_only : strcmp(name, "--broker") != 0) {
+        return false;
+    }
+    fprintf(stderr, "queen lake: %s is not a flag of %s\n", name, cmd);
+    return true;
+}
+
 /* Returns 0, or 2 after printing why on stderr. */
 static int lake_parse(int argc, char **argv, struct lake_opts *o)
 {
@@ -316,6 +336,9 @@ static int lake_parse(int argc, char **argv, struct lake_opts *o)
         }
         memcpy(name, a, nl);
         name[nl] = '\0';
+        if (lake_flag_elsewhere(argv[1], name)) {
+            return 2;
+        }
         if (strcmp(name, "--path-style") == 0) {
             raw.path_style = true;
         } else if (strcmp(name, "--json") == 0) {
@@ -489,7 +512,9 @@ struct lake_http {
     CURL *h;
     struct buf ans;
     const char *base;
+    int base_len; /* without trailing slashes: base + "/api/..." */
     const char *token;
+    const char *tenant; /* sent as x-queen-tenant; NULL: the default */
 };
 
 static size_t lake_http_write(char *p, size_t size, size_t n, void *arg)
@@ -500,13 +525,24 @@ static size_t lake_http_write(char *p, size_t size, size_t n, void *arg)
     return buf_append(&c->ans, p, size * n, &err) == 0 ? size * n : 0;
 }
 
+/* The broker at base, for o's tenant: a tenant other than the default is
+ * named in x-queen-tenant, so that verify reads that tenant's log and
+ * restore pushes into that tenant's queue (with QUEEN_TENANCY_HEADER, or
+ * a token bound to it; http-api.md section 1). */
 static void lake_http_open(struct lake_http *c, const char *base,
-                           const char *token)
+                           const struct lake_opts *o)
 {
+    size_t n = strlen(base);
+
     c->h = curl_easy_init();
     buf_init(&c->ans, (size_t)1 << 30);
+    while (n > 0 && base[n - 1] == '/') {
+        n--;
+    }
     c->base = base;
-    c->token = token;
+    c->base_len = n > 2048 ? 2048 : (int)n; /* url[] holds no more */
+    c->token = o->token;
+    c->tenant = strcmp(o->tenant, LAKE_DEFAULT_TENANT) != 0 ? o->tenant : NULL;
 }
 
 static void lake_http_close(struct lake_http *c)
@@ -529,10 +565,14 @@ static long lake_http_post(struct lake_http *c, const char *path,
     CURLcode rc;
 
     buf_reset(&c->ans);
-    snprintf(url, sizeof(url), "%s%s", c->base, path);
+    snprintf(url, sizeof(url), "%.*s%s", c->base_len, c->base, path);
     hs = curl_slist_append(hs, "Content-Type: application/json");
     if (c->token != NULL) {
         snprintf(auth, sizeof(auth), "Authorization: Bearer %s", c->token);
+        hs = curl_slist_append(hs, auth);
+    }
+    if (c->tenant != NULL) {
+        snprintf(auth, sizeof(auth), "x-queen-tenant: %s", c->tenant);
         hs = curl_slist_append(hs, auth);
     }
     curl_easy_reset(c->h);
@@ -553,6 +593,30 @@ static long lake_http_post(struct lake_http *c, const char *path,
     }
     curl_slist_free_all(hs);
     return status;
+}
+
+/* lake_http_post until the answer is ok, another that is final (a 4xx
+ * but 429), or about 30 s of tries (no answer, 5xx, 429): a broker
+ * restarting or electing a leader is waited for. Returns the last status,
+ * or 0 (err set) when no answer came. The calls are idempotent (a push
+ * sent again is deduplicated by its transactionIds). */
+static long lake_http_call(struct lake_http *c, const char *path,
+                           const char *body, size_t n, long ok, struct err *err)
+{
+    long st;
+
+    for (int attempt = 1;; attempt++) {
+        /* 200 ms more a try up to 1 s: tv_nsec must stay below 1e9
+         * (nanosleep refuses 1 s there, at once, without sleeping) */
+        long ms = 200L * (attempt < 5 ? attempt : 5);
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+        st = lake_http_post(c, path, body, n, err);
+        if (st == ok || (st >= 400 && st < 500 && st != 429) || attempt >= 30) {
+            return st;
+        }
+        nanosleep(&ts, NULL);
+    }
 }
 
 /* ---- reading one object's records --------------------------------------- */
@@ -700,15 +764,18 @@ static int lake_decode_parquet(struct lake_reader *rd, const char *body,
 
 /* A body whose frames all tell their decoded size, small enough: decoded
  * in one call straight into mem->whole (no copy out of zstd's window).
- * Returns 1 when it did not apply or failed (the caller streams it again,
- * which names the damage as it always did), else what the lines gave. */
+ * *is_done false when it did not apply or did not decode (the caller
+ * streams it, which names the damage as it always did); else what the
+ * lines gave, which may be fn's own nonzero (a violation: the records
+ * must not be read a second time). */
 static int lake_zstd_whole(struct lake_reader *rd, const char *body, size_t n,
-                           struct err *err)
+                           bool *is_done, struct err *err)
 {
     char *w = lake_whole(rd->mem);
     unsigned long long size = 0;
     size_t got;
 
+    *is_done = false;
     for (size_t at = 0; at < n;) {
         unsigned long long one = ZSTD_getFrameContentSize(body + at, n - at);
         size_t len = ZSTD_findFrameCompressedSize(body + at, n - at);
@@ -727,6 +794,7 @@ static int lake_zstd_whole(struct lake_reader *rd, const char *body, size_t n,
     if (ZSTD_isError(got) || got != size) {
         return 1;
     }
+    *is_done = true;
     return lake_lines(rd, w, got, err);
 }
 
@@ -737,9 +805,10 @@ static int lake_decode_zstd(struct lake_reader *rd, const char *body, size_t n,
     char *out = rd->chunk;
     ZSTD_inBuffer in = {body, n, 0};
     size_t left = n > 0; /* ZSTD_decompressStream: 0 once a frame ends */
-    int rc = lake_zstd_whole(rd, body, n, err);
+    bool is_done = false;
+    int rc = lake_zstd_whole(rd, body, n, &is_done, err);
 
-    if (rc != 1) {
+    if (is_done) {
         return rc;
     }
     rc = 0;
@@ -1039,7 +1108,8 @@ static int lake_log_fetch(struct lake_log *l, struct slice p, int64_t o,
         buf_free(&body);
         return err->code;
     }
-    st = lake_http_post(&l->http, "/api/v1/fetch", body.data, body.len, err);
+    st = lake_http_call(&l->http, "/api/v1/fetch", body.data, body.len, 200,
+                        err);
     buf_free(&body);
     if (st != 200) {
         return st == 0
@@ -1820,7 +1890,7 @@ static void *lake_worker(void *arg)
     memset(&log, 0, sizeof(log));
     lake_mem_init(&mem);
     if (has_log) {
-        lake_http_open(&log.http, p->job->o->broker, p->job->o->token);
+        lake_http_open(&log.http, p->job->o->broker, p->job->o);
         buf_init(&log.part, BUF_UNLIMITED);
         log.queue = p->job->queue;
     }
@@ -2201,8 +2271,8 @@ static int lake_changed_page(struct lake_http *h, const char *queue,
         buf_free(&body);
         return err->code;
     }
-    st = lake_http_post(h, "/api/v1/partitions/changed", body.data, body.len,
-                        err);
+    st = lake_http_call(h, "/api/v1/partitions/changed", body.data, body.len,
+                        200, err);
     buf_free(&body);
     if (st != 200) {
         return st == 0 ? err->code
@@ -2322,15 +2392,19 @@ static int lake_check_orphan(void *arg, const char *key)
     const char *w = strrchr(key, '/');
     int64_t k = -1;
 
-    if (w != NULL && strncmp(w, "/w-", 3) == 0) {
+    /* k of a window's name "w-<k:010>-..."; any other name is checked */
+    if (w != NULL && strncmp(w, "/w-", 3) == 0 && strnlen(w + 3, 11) == 11 &&
+        w[13] == '-') {
         char digits[11];
 
         memcpy(digits, w + 3, 10);
         digits[10] = '\0';
         (void)lake_int(digits, &k);
     }
-    if (k >= 0 && (k < c->o->from_k || k > c->last_k)) {
-        return 0; /* outside the range verified */
+    /* outside the range verified; past the last manifest only when --to-k
+     * cut the range (otherwise no committed window owns it) */
+    if (k >= 0 && (k < c->o->from_k || (k > c->last_k && c->o->to_k != 0))) {
+        return 0;
     }
     if (c->f->n_named == 0 || bsearch(&h, c->f->named, c->f->n_named,
                                       sizeof(uint64_t), lake_u64_cmp) == NULL) {
@@ -2850,7 +2924,12 @@ static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
     rc = lake_count(b, &job.lq, f, &n, err);
     if (rc == 0) {
         last_k = o->to_k != 0 && o->to_k < n ? o->to_k : n;
-        if (o->to_k > n) {
+        if (o->from_k > n) {
+            lake_fold_violation(f,
+                                "--from-k %" PRId64 " is past the last "
+                                "manifest (k=%" PRId64 ")",
+                                o->from_k, n);
+        } else if (o->to_k > n) {
             lake_fold_violation(f,
                                 "--to-k %" PRId64 " is past the last manifest "
                                 "(k=%" PRId64 ")",
@@ -2873,7 +2952,7 @@ static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
     }
     memset(&log, 0, sizeof(log));
     if (o->broker != NULL) {
-        lake_http_open(&log.http, o->broker, o->token);
+        lake_http_open(&log.http, o->broker, o);
         buf_init(&log.part, BUF_UNLIMITED);
         log.queue = queue;
         if (rc == 0 && lake_log_partitions(&log.http, queue, f, err) != 0) {
@@ -2968,6 +3047,14 @@ static int lake_queues(const struct lake_opts *o, struct lake_bucket *b,
     memset(q, 0, sizeof(*q));
     if (o->n_queues > 0) {
         for (size_t i = 0; i < o->n_queues; i++) {
+            bool is_seen = false;
+
+            for (size_t j = 0; j < q->n && !is_seen; j++) {
+                is_seen = strcmp(q->names[j], o->queues[i]) == 0;
+            }
+            if (is_seen) {
+                continue; /* named twice: verified and reported once */
+            }
             q->names = xrealloc(q->names, (q->n + 1) * sizeof(char *));
             q->names[q->n++] = xstrdup(o->queues[i]);
         }
@@ -3009,24 +3096,22 @@ static int lake_verify(const struct lake_opts *o)
 
     lake_progress_init(&prog, "verify", 0);
     lake_bucket_open(&b, o);
-    if (lake_queues(o, &b, &q, &err) != 0) {
-        fprintf(stderr, "queen lake verify: listing the queues: %s\n", err.msg);
-        lake_bucket_close(&b);
-        return 2;
-    }
-    if (q.n == 0) {
-        fprintf(stderr,
-                "queen lake verify: no queue of tenant %s under prefix %s\n",
-                o->tenant, o->prefix);
-        lake_bucket_close(&b);
-        return 2;
-    }
+    /* with --json, stdout holds one document whatever the exit */
     if (o->is_json) {
         printf("{\"tenant\":");
         lake_json_str(stdout, o->tenant);
         printf(",\"queues\":[");
     }
-    for (size_t i = 0; i < q.n; i++) {
+    if (lake_queues(o, &b, &q, &err) != 0) {
+        fprintf(stderr, "queen lake verify: listing the queues: %s\n", err.msg);
+        rc = 2;
+    } else if (q.n == 0) {
+        fprintf(stderr,
+                "queen lake verify: no queue of tenant %s under prefix %s\n",
+                o->tenant, o->prefix);
+        rc = 2;
+    }
+    for (size_t i = 0; rc == 0 && i < q.n; i++) {
         struct lake_fold f;
 
         memset(&f, 0, sizeof(f));
@@ -3071,7 +3156,6 @@ struct lake_push {
 static int lake_push_flush(struct lake_push *p)
 {
     struct json_doc d = {0};
-    int attempt = 0;
     long st = 0;
 
     if (p->items == 0) {
@@ -3080,19 +3164,8 @@ static int lake_push_flush(struct lake_push *p)
     if (buf_append_str(&p->body, "]}", &p->err) != 0) {
         return 2;
     }
-    for (;;) {
-        st = lake_http_post(&p->http, "/api/v1/push", p->body.data, p->body.len,
-                            &p->err);
-        if (st == 201 || (st >= 400 && st < 500 && st != 429) ||
-            ++attempt >= 30) {
-            break;
-        }
-        {
-            struct timespec ts = {0, 200000000L * (attempt < 5 ? attempt : 5)};
-
-            nanosleep(&ts, NULL);
-        }
-    }
+    st = lake_http_call(&p->http, "/api/v1/push", p->body.data, p->body.len,
+                        201, &p->err);
     if (st != 201) {
         if (st != 0) {
             err_set(&p->err, ERR_REMOTE,
@@ -3335,7 +3408,7 @@ static void lake_pusher_open(struct lake_pusher *P, const struct lake_opts *o,
     for (int i = 0; i < n; i++) {
         struct lake_shard *s = &P->s[i];
 
-        lake_http_open(&s->push.http, o->to, o->token);
+        lake_http_open(&s->push.http, o->to, o);
         buf_init(&s->push.body, BUF_UNLIMITED);
         buf_init(&s->fill, BUF_UNLIMITED);
         s->push.as = as;
@@ -3536,6 +3609,13 @@ static int lake_restore(const struct lake_opts *o)
     job.lq.tenant = (struct slice){o->tenant, strlen(o->tenant)};
     job.lq.queue = (struct slice){job.queue, strlen(job.queue)};
     rc = lake_count(&b, &job.lq, NULL, &last_k, &err);
+    if (rc == 0 && o->from_k > last_k) {
+        err_set(&err, ERR_NOT_FOUND,
+                "--from-k %" PRId64 " is past the last manifest (k=%" PRId64
+                ")",
+                o->from_k, last_k);
+        rc = 2;
+    }
     last_k = o->to_k != 0 && o->to_k < last_k ? o->to_k : last_k;
     if (o->state != NULL && lake_state_read(o->state) + 1 > from) {
         from = lake_state_read(o->state) + 1;

@@ -301,6 +301,19 @@ def test_verify_cannot_run_without_a_bucket_or_flags(bucket):
                        env={"PATH": os.environ.get("PATH", "")})
     assert p.returncode == 2, p
     assert "s3cr3t-never-printed" not in p.stdout + p.stderr
+    # With --json, stdout is one JSON document whatever the exit.
+    for args in (("--queue", "nothing-here"), ("--bucket", "no-such-bucket"),
+                 ("--prefix", "no-lake-here")):
+        p = tool(bucket, "verify", "--json", *args)
+        assert p.returncode == 2, p
+        assert json.loads(p.stdout)["exact"] is False, (args, p)
+    # A flag of the other command is a bad flag, not ignored.
+    for cmd, flag in (("verify", "--to"), ("verify", "--as"),
+                      ("verify", "--state"), ("verify", "--batch"),
+                      ("restore", "--broker")):
+        p = tool(bucket, cmd, "--queue", "q", flag, "1")
+        assert p.returncode == 2 and "%s is not a flag of %s" % (
+            flag, cmd) in p.stderr, p
 
 
 # ---------------------------------------------------------------------------
@@ -318,8 +331,9 @@ def test_restore_twice_then_the_new_lake_is_exact(bucket, broker_factory):
     want = log_records(src, "orders", parts)
     dst = broker_factory(env=sink_env(bucket, QUEEN_S3_PREFIX="restored",
                                       QUEEN_S3_QUEUES="copy"))
+    # A base URL with a trailing slash is the same broker.
     p = tool(bucket, "restore", "--queue", "orders", "--as", "copy", "--to",
-             url(dst), "--json", check=0)
+             url(dst) + "/", "--json", check=0)
     first = json.loads(p.stdout)
     assert first["records"] == len(acked) and first["queued"] == len(acked)
     p = tool(bucket, "restore", "--queue", "orders", "--as", "copy", "--to",
@@ -331,7 +345,7 @@ def test_restore_twice_then_the_new_lake_is_exact(bucket, broker_factory):
     wait_until(lambda: lake.count_records(reader, "restored", TENANT, "copy")
                == len(acked), 60, "the restored queue's lake", interval=0.1)
     rc, out = verify_json(bucket, "--prefix", "restored", "--queue", "copy",
-                          "--broker", url(dst), check=0)
+                          "--broker", url(dst) + "/", check=0)
     assert out["queues"][0]["records"] == len(acked)
     assert out["queues"][0]["stampsChecked"] == len(acked)
 
@@ -402,3 +416,186 @@ def test_a_checkpoint_off_by_one_is_refused_by_both(bucket, broker_factory):
     v = out["queues"][0]["violations"]
     assert len(v) == 1 and v[0].startswith("window %d: %s: positions do not "
                                            "match the manifests" % (k, key)), v
+
+
+def small_lake(bucket, queue, n=3, prefix=PREFIX, **kw):
+    """A hand-made lake of n windows, one record each in partition "p";
+    returns the windows."""
+    t0 = st.T0
+    windows = [(t0 + k * 100, t0 + (k + 1) * 100,
+                [("p", k, "txn-%d" % k, t0 + k * 100 + 1, b'{"k":%d}' % k)])
+               for k in range(n)]
+    c = bucket.boto3()
+    lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
+                                                  Body=body),
+                   prefix, TENANT, queue, windows, **kw)
+    return windows
+
+
+def test_restore_waits_for_a_broker_that_comes_up_late(bucket,
+                                                       broker_factory):
+    """No connection is retried for about 30 s per batch (docs/lake.md §3):
+    a broker down for the restore's first 5 s costs nothing."""
+    small_lake(bucket, "late")
+    dst = broker_factory(start=False)
+    env = dict(os.environ, **CREDS)
+    cmd = [queen_bin(), "lake", "restore", "--endpoint", bucket.endpoint,
+           "--bucket", "lake", "--path-style", "--queue", "late", "--to",
+           url(dst), "--json"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        try:
+            proc.wait(timeout=5)  # the outage: 5 s with no broker
+        except subprocess.TimeoutExpired:
+            pass
+        assert proc.poll() is None, proc.communicate()  # still retrying
+        dst.start()
+        out, errs = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 0, errs
+    assert json.loads(out)["queued"] == 3, out
+    assert dst.fetch_one("late", "p", 0).get("highWatermark") == 3
+
+
+def test_a_window_range_past_the_lake_is_not_exact(bucket):
+    """--from-k past the last manifest reads no window: verify does not
+    call that exact (as for --to-k), restore says it has nothing there."""
+    small_lake(bucket, "short")
+    for args in (("--from-k", "4"), ("--to-k", "4"), ("--from-k", "5",
+                                                      "--to-k", "9")):
+        rc, out = verify_json(bucket, "--queue", "short", *args)
+        (q,) = out["queues"]
+        assert rc == 1 and not out["exact"] and not q["exact"], (args, out)
+        assert any("is past the last manifest (k=3)" in v
+                   for v in q["violations"]), (args, out)
+    rc, out = verify_json(bucket, "--queue", "short", "--from-k", "3",
+                          check=0)
+    assert out["queues"][0]["windows"] == 1, out
+    p = tool(bucket, "restore", "--queue", "short", "--from-k", "4", "--to",
+             "http://127.0.0.1:1")
+    assert p.returncode == 2 and "--from-k 4 is past the last manifest " \
+        "(k=3)" in p.stderr, p
+
+
+def test_a_tenants_lake_meets_that_tenants_log(bucket, broker_factory):
+    """--tenant T reads T's lake, so --broker compares it with T's log and
+    restore pushes into T's queue (x-queen-tenant), not the default
+    tenant's."""
+    tenant = "0199aaaa-bbbb-7ccc-8ddd-eeeeeeeeeeee"
+    hdr = {"x-queen-tenant": tenant}
+    node = broker_factory(env={"QUEEN_TENANCY_HEADER": "true"})
+    items = [{"queue": "tq", "partition": "p", "transactionId": "x%d" % i,
+              "payload": {"i": i}} for i in range(3)]
+    r = node.request("POST", "/api/v1/push", body=json.dumps(
+        {"items": items}, separators=(",", ":")).encode(), headers=hdr)
+    assert r.status == 201, r
+
+    def log_of(queue):
+        r = node.request("POST", "/api/v1/fetch", body=json.dumps(
+            {"entries": [{"queue": queue, "partition": "p", "offset": 0}]}
+        ).encode(), headers=hdr)
+        assert r.status == 200, r
+        return r.json()["entries"][0]["records"]
+
+    recs = [("p", x["offset"], x["transactionId"], lake.parse_iso_us(x["ts"]),
+             json.dumps(x["payload"], separators=(",", ":")).encode())
+            for x in log_of("tq")]
+    assert len(recs) == 3, recs
+    c = bucket.boto3()
+    lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
+                                                  Body=body),
+                   PREFIX, tenant, "tq", [(recs[0][3], recs[-1][3] + 1, recs)])
+    rc, out = verify_json(bucket, "--tenant", tenant, "--broker", url(node))
+    assert rc == 0 and out["exact"], out
+    assert out["queues"][0]["stampsChecked"] == 3, out
+    p = tool(bucket, "restore", "--tenant", tenant, "--queue", "tq", "--as",
+             "copy", "--to", url(node), "--json", check=0)
+    assert json.loads(p.stdout)["queued"] == 3, p.stdout
+    assert [(x["transactionId"], x["payload"]) for x in log_of("copy")] == \
+        [(x[2], {"i": i}) for i, x in enumerate(recs)]
+
+
+def test_an_object_past_the_last_manifest_is_an_orphan(bucket):
+    """A data object no committed window names is an orphan, also when its
+    k is past the last manifest (an upload whose commit never came), and
+    a stray name that is no window's at all."""
+    w = small_lake(bucket, "orph")
+    c = bucket.boto3()
+    t0, t1 = w[2][1], w[2][1] + 100
+    stray = [lake.data_key(PREFIX, TENANT, "orph", 4, t0, t1),
+             "%s/w-12" % lake.queue_root(PREFIX, TENANT, "orph")]
+    for key in stray:
+        c.put_object(Bucket="lake", Key=key, Body=b"{}\n")
+    rc, out = verify_json(bucket, "--queue", "orph")
+    assert rc == 1, out
+    v = out["queues"][0]["violations"]
+    for key in stray:
+        assert any(key + ": data object, but no manifest names it" in x
+                   for x in v), (key, v)
+    # --to-k leaves the windows past it out: an object there is not looked at
+    rc, out = verify_json(bucket, "--queue", "orph", "--to-k", "2")
+    v = out["queues"][0]["violations"]
+    assert not any(stray[0] in x for x in v), v
+
+
+def test_a_queue_named_twice_is_verified_once(bucket):
+    small_lake(bucket, "twice")
+    small_lake(bucket, "other")
+    rc, out = verify_json(bucket, "--queue", "twice", "--queue", "other",
+                          "--queue", "twice", check=0)
+    assert [q["queue"] for q in out["queues"]] == ["twice", "other"], out
+
+
+def test_verify_waits_for_a_broker_that_comes_back(bucket, broker_factory):
+    """The broker's answers are retried as the bucket's are (docs/lake.md
+    §1: exit 2 only after retries): a broker down for verify's first 5 s
+    is compared with once it is back."""
+    node, acked = sink_lake(bucket, broker_factory, rounds=1)
+    node.stop()
+    env = dict(os.environ, **CREDS)
+    for k in ("QUEEN_S3_ENDPOINT", "QUEEN_S3_BUCKET", "QUEEN_S3_PREFIX"):
+        env.pop(k, None)
+    cmd = [queen_bin(), "lake", "verify", "--endpoint", bucket.endpoint,
+           "--bucket", "lake", "--path-style", "--queue", "orders", "--json",
+           "--broker", url(node)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        try:
+            proc.wait(timeout=5)  # the outage: 5 s with no broker
+        except subprocess.TimeoutExpired:
+            pass
+        assert proc.poll() is None, proc.communicate()  # still retrying
+        node.start()
+        out, errs = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 0, (out, errs)
+    q = json.loads(out)["queues"][0]
+    assert q["exact"] and q["stampsChecked"] == len(acked), out
+
+
+def test_a_damaged_record_in_a_zstd_object_is_one_violation(bucket):
+    """An object decoded whole (zstd frames that state their size) stops at
+    its first violation: that one is reported once, and the records are
+    not read a second time (which named the first record 'not sorted
+    after' the damaged one, and counted the bytes twice)."""
+    t0 = st.T0
+    recs = [("p", o, "t%d" % o, t0 + 1 + o, b'{"o":%d}' % o) for o in range(3)]
+    bad = recs[:2] + [("p", 2, "t2", t0 + 500, b'{"o":2}')]  # past tEnd
+    c = bucket.boto3()
+    lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
+                                                  Body=body),
+                   PREFIX, TENANT, "zst", [(t0, t0 + 100, bad)])
+    rc, out = verify_json(bucket, "--queue", "zst")
+    q = out["queues"][0]
+    assert rc == 1 and q["violationCount"] == 1, out
+    assert "is outside the window" in q["violations"][0], out
+    body = b"".join(lake.jsonl_line(*r) for r in bad)
+    assert q["decodedBytes"] == len(body), out
