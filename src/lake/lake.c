@@ -2406,8 +2406,18 @@ static int lake_check_orphan(void *arg, const char *key)
     if (k >= 0 && (k < c->o->from_k || (k > c->last_k && c->o->to_k != 0))) {
         return 0;
     }
-    if (c->f->n_named == 0 || bsearch(&h, c->f->named, c->f->n_named,
-                                      sizeof(uint64_t), lake_u64_cmp) == NULL) {
+    if (k > c->last_k) {
+        /* on a live lake, the window being committed as we read */
+        lake_fold_violation(c->f,
+                            "window %" PRId64 ": %s: data object, but no "
+                            "manifest names it (past the last manifest, "
+                            "k=%" PRId64 ": an upload whose commit never "
+                            "came, or the window a running sink commits now; "
+                            "--to-k %" PRId64 " leaves it out)",
+                            k, key, c->last_k, c->last_k);
+    } else if (c->f->n_named == 0 ||
+               bsearch(&h, c->f->named, c->f->n_named, sizeof(uint64_t),
+                       lake_u64_cmp) == NULL) {
         lake_fold_violation(c->f,
                             "window %" PRId64 ": %s: data object, but no "
                             "manifest names it",
