@@ -432,6 +432,27 @@ def small_lake(bucket, queue, n=3, prefix=PREFIX, **kw):
     return windows
 
 
+def run_through_outage(cmd, env, broker, timeout):
+    """Run the tool (cmd) while broker is down for its first 5 s, wanting
+    it still retrying then; start broker and wait for the tool's end.
+    Returns (exit code, stdout, stderr)."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        try:
+            proc.wait(timeout=5)  # the outage: 5 s with no broker
+        except subprocess.TimeoutExpired:
+            pass
+        assert proc.poll() is None, proc.communicate()  # still retrying
+        broker.start()
+        out, errs = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    return proc.returncode, out, errs
+
+
 def test_restore_waits_for_a_broker_that_comes_up_late(bucket,
                                                        broker_factory):
     """No connection is retried for about 30 s per batch (docs/lake.md §3):
@@ -442,21 +463,8 @@ def test_restore_waits_for_a_broker_that_comes_up_late(bucket,
     cmd = [queen_bin(), "lake", "restore", "--endpoint", bucket.endpoint,
            "--bucket", "lake", "--path-style", "--queue", "late", "--to",
            url(dst), "--json"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        try:
-            proc.wait(timeout=5)  # the outage: 5 s with no broker
-        except subprocess.TimeoutExpired:
-            pass
-        assert proc.poll() is None, proc.communicate()  # still retrying
-        dst.start()
-        out, errs = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-    assert proc.returncode == 0, errs
+    rc, out, errs = run_through_outage(cmd, env, dst, 60)
+    assert rc == 0, errs
     assert json.loads(out)["queued"] == 3, out
     assert dst.fetch_one("late", "p", 0).get("highWatermark") == 3
 
@@ -566,21 +574,8 @@ def test_verify_waits_for_a_broker_that_comes_back(bucket, broker_factory):
     cmd = [queen_bin(), "lake", "verify", "--endpoint", bucket.endpoint,
            "--bucket", "lake", "--path-style", "--queue", "orders", "--json",
            "--broker", url(node)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        try:
-            proc.wait(timeout=5)  # the outage: 5 s with no broker
-        except subprocess.TimeoutExpired:
-            pass
-        assert proc.poll() is None, proc.communicate()  # still retrying
-        node.start()
-        out, errs = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-    assert proc.returncode == 0, (out, errs)
+    rc, out, errs = run_through_outage(cmd, env, node, 120)
+    assert rc == 0, (out, errs)
     q = json.loads(out)["queues"][0]
     assert q["exact"] and q["stampsChecked"] == len(acked), out
 
