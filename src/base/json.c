@@ -23,6 +23,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "base/json_fast.h"
 #include "base/xalloc.h"
 
 struct jp_frame {
@@ -454,7 +455,10 @@ static void jp_close(struct jp *p)
 
     p->pos++;
     if (f->tok >= 0) {
-        struct json_tok *t = &p->doc->toks[f->tok];
+        struct json_tok *t;
+
+        ASSERT(p->doc->toks != NULL); /* jp_tok made f->tok */
+        t = &p->doc->toks[f->tok];
         t->len = (uint32_t)(p->pos - t->start);
         t->count = f->count;
     }
@@ -568,8 +572,17 @@ static size_t jv_inside(struct jp *p, const unsigned char *s, size_t i,
 static int jp_untokenized(struct jp *p)
 {
     struct jp_frame *f = &p->frames[p->nframes - 1];
+    struct json_fast_span sp;
     size_t end;
 
+    /* json_fast.h (1): a yes is this loop's yes */
+    if (json_fast_container(p->s, p->n, p->pos - 1,
+                            p->max_depth - p->nframes + 1, p->is_line, &sp)) {
+        f->count = sp.count;
+        p->pos = sp.end - 1;
+        jp_close(p);
+        return 0;
+    }
     p->kinds[p->nframes - 1] = f->is_obj;
     end = jv_inside(p, (const unsigned char *)p->s, p->pos, p->kinds,
                     p->nframes - 1, &f->count);
@@ -883,11 +896,17 @@ static int jv_run(struct jp *p, uint8_t *is_obj)
 {
     const unsigned char *s = (const unsigned char *)p->s;
     size_t i = jv_ws(p, s, p->pos);
+    struct json_fast_span sp;
     uint32_t count = 0;
     int depth = 0;
 
     if (i >= p->n) {
         return jv_fail(p, i, "unexpected end of text");
+    }
+    /* json_fast.h (1): a yes is this loop's yes */
+    if (json_fast_container(p->s, p->n, i, p->max_depth, p->is_line, &sp) &&
+        jv_ws(p, s, sp.end) == p->n) {
+        return 0;
     }
     if (s[i] == '{' || s[i] == '[') {
         is_obj[0] = s[i] == '{';

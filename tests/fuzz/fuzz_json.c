@@ -2,11 +2,14 @@
  * leak; json_validate and json_parse (with full and shallow tokens) must
  * agree, and json_validate_line with them when there is no raw LF or CR; every
  * token's span lies inside the input and starts with the byte its type implies;
- * unescaped strings and escaped output stay valid JSON. */
+ * unescaped strings and escaped output stay valid JSON; the block-wise check
+ * (base/json_fast.h) says yes only where the full-token parser does, at the
+ * same end. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/json.h"
+#include "base/json_fast.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -43,6 +46,31 @@ static void check_tokens(const struct json_doc *d, size_t size)
     buf_free(&b);
 }
 
+/* json_fast.h (1): its yes, on a whole line or not, with each classifier,
+ * is the full-token parser's yes for the container it read. */
+static void check_fast(const char *s, size_t size,
+                       const struct json_limits *full)
+{
+    for (int k = 0; k < 2 * (json_fast_level_max() + 1); k++) {
+        int line = k % 2;
+        struct json_doc d;
+        struct err err;
+        struct json_fast_span sp = {0, 99};
+
+        json_fast_set_level(k / 2); /* every classifier the CPU has */
+        if (!json_fast_container(s, size, 0, full->max_depth, line != 0, &sp)) {
+            continue;
+        }
+        ASSERT(sp.end <= size);
+        ASSERT(json_parse(&d, s, sp.end, full, &err) == 0);
+        ASSERT(d.ntoks > 0 && d.toks[0].count == sp.count);
+        json_doc_free(&d);
+        ASSERT(line == 0 || (memchr(s, '\n', sp.end) == NULL &&
+                             memchr(s, '\r', sp.end) == NULL));
+    }
+    json_fast_set_level(-1);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *s = (const char *)data;
@@ -62,6 +90,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_tokens(&d, size);
         json_doc_free(&d);
     }
+    check_fast(s, size, &full);
     p = json_parse(&d, s, size, &shallow, &err);
     ASSERT((v == 0) == (p == 0));
     if (p == 0) {
