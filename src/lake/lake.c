@@ -65,8 +65,21 @@
 
 /* ---- options ------------------------------------------------------------ */
 
+/* The bucket settings as written, before they are checked. */
+struct lake_raw {
+    const char *endpoint;
+    const char *bucket;
+    const char *region;
+    const char *prefix;
+    const char *ak;
+    const char *sk;
+    const char *tenant;
+    bool path_style;
+};
+
 struct lake_opts {
     struct s3_config s3;
+    struct lake_raw raw; /* flags and environment, checked into s3 */
     char prefix[512];
     char tenant[256];
     char **queues;
@@ -82,6 +95,55 @@ struct lake_opts {
     const char *as;
     const char *state;
     int batch;
+};
+
+/* The commands a flag belongs to (a bit each). */
+#define LAKE_VERIFY  1u
+#define LAKE_RESTORE 2u
+#define LAKE_BOTH    (LAKE_VERIFY | LAKE_RESTORE)
+
+enum lake_flag_type {
+    LAKE_SWITCH, /* no value: sets a bool */
+    LAKE_TEXT,   /* const char *: the last value given, borrowed from argv */
+    LAKE_QUEUE,  /* appended to queues */
+    LAKE_I64,    /* int64_t in lo..hi */
+    LAKE_INT,    /* int in lo..hi */
+};
+
+/* Every flag of both commands: one row each, so that a flag of the other
+ * command is refused in one place (a flag that would do nothing is a
+ * mistake, not to be ignored). */
+struct lake_flag_def {
+    const char *name;
+    unsigned cmds; /* LAKE_VERIFY, LAKE_RESTORE or both */
+    enum lake_flag_type type;
+    size_t off; /* of the target in struct lake_opts */
+    int64_t lo;
+    int64_t hi;
+};
+
+#define LAKE_OFF(f) offsetof(struct lake_opts, f)
+
+static const struct lake_flag_def lake_flag_defs[] = {
+    {"--endpoint", LAKE_BOTH, LAKE_TEXT, LAKE_OFF(raw.endpoint), 0, 0},
+    {"--bucket", LAKE_BOTH, LAKE_TEXT, LAKE_OFF(raw.bucket), 0, 0},
+    {"--region", LAKE_BOTH, LAKE_TEXT, LAKE_OFF(raw.region), 0, 0},
+    {"--prefix", LAKE_BOTH, LAKE_TEXT, LAKE_OFF(raw.prefix), 0, 0},
+    {"--path-style", LAKE_BOTH, LAKE_SWITCH, LAKE_OFF(raw.path_style), 0, 0},
+    {"--access-key", LAKE_BOTH, LAKE_TEXT, LAKE_OFF(raw.ak), 0, 0},
+    {"--secret-key", LAKE_BOTH, LAKE_TEXT, LAKE_OFF(raw.sk), 0, 0},
+    {"--tenant", LAKE_BOTH, LAKE_TEXT, LAKE_OFF(raw.tenant), 0, 0},
+    {"--queue", LAKE_BOTH, LAKE_QUEUE, LAKE_OFF(queues), 0, 0},
+    {"--from-k", LAKE_BOTH, LAKE_I64, LAKE_OFF(from_k), 1, INT64_MAX},
+    {"--to-k", LAKE_BOTH, LAKE_I64, LAKE_OFF(to_k), 1, INT64_MAX},
+    {"--threads", LAKE_BOTH, LAKE_INT, LAKE_OFF(threads), 1, 256},
+    {"--json", LAKE_BOTH, LAKE_SWITCH, LAKE_OFF(is_json), 0, 0},
+    {"--token", LAKE_BOTH, LAKE_TEXT, LAKE_OFF(token), 0, 0},
+    {"--broker", LAKE_VERIFY, LAKE_TEXT, LAKE_OFF(broker), 0, 0},
+    {"--to", LAKE_RESTORE, LAKE_TEXT, LAKE_OFF(to), 0, 0},
+    {"--as", LAKE_RESTORE, LAKE_TEXT, LAKE_OFF(as), 0, 0},
+    {"--state", LAKE_RESTORE, LAKE_TEXT, LAKE_OFF(state), 0, 0},
+    {"--batch", LAKE_RESTORE, LAKE_INT, LAKE_OFF(batch), 1, 10000},
 };
 
 static void lake_usage(FILE *f)
@@ -132,102 +194,48 @@ static bool lake_int(const char *s, int64_t *out)
     return true;
 }
 
-/* Returns 0, or 2 after printing why on stderr. */
-/* The bucket settings as written, before they are checked. */
-struct lake_raw {
-    const char *endpoint;
-    const char *bucket;
-    const char *region;
-    const char *prefix;
-    const char *ak;
-    const char *sk;
-    bool path_style;
-};
-
-/* A number flag: 0, 2 (said why), or 1 (not a number flag). */
-static int lake_flag_number(struct lake_opts *o, const char *name,
-                            const char *v)
+/* The row of flag name, or NULL. */
+static const struct lake_flag_def *lake_flag_def(const char *name)
 {
-    static const struct {
-        const char *name;
-        int64_t lo;
-        int64_t hi;
-    } t[] = {{"--from-k", 1, INT64_MAX},
-             {"--to-k", 1, INT64_MAX},
-             {"--threads", 1, 256},
-             {"--batch", 1, 10000}};
-    int64_t n = 0;
-
-    for (size_t i = 0; i < ARRAY_LEN(t); i++) {
-        if (strcmp(name, t[i].name) != 0) {
-            continue;
+    for (size_t i = 0; i < ARRAY_LEN(lake_flag_defs); i++) {
+        if (strcmp(name, lake_flag_defs[i].name) == 0) {
+            return &lake_flag_defs[i];
         }
-        if (!lake_int(v, &n) || n < t[i].lo || n > t[i].hi) {
-            fprintf(stderr,
-                    "queen lake: %s %s is not %" PRId64 "..%" PRId64 "\n", name,
-                    v, t[i].lo, t[i].hi);
-            return 2;
-        }
-        if (i == 0) {
-            o->from_k = n;
-        } else if (i == 1) {
-            o->to_k = n;
-        } else if (i == 2) {
-            o->threads = (int)n;
-        } else {
-            o->batch = (int)n;
-        }
-        return 0;
     }
-    return 1;
+    return NULL;
 }
 
-/* A flag with a value: 0, or 2 (said why). */
-static int lake_flag(struct lake_opts *o, struct lake_raw *raw,
-                     const char *name, const char *v)
+/* d's target in o set from v (NULL for a switch). Returns 0, or 2 after
+ * printing why. */
+static int lake_flag_set(struct lake_opts *o, const struct lake_flag_def *d,
+                         const char *v)
 {
-    const struct {
-        const char *name;
-        const char **to;
-    } t[] = {{"--endpoint", &raw->endpoint},
-             {"--bucket", &raw->bucket},
-             {"--region", &raw->region},
-             {"--prefix", &raw->prefix},
-             {"--access-key", &raw->ak},
-             {"--secret-key", &raw->sk},
-             {"--broker", &o->broker},
-             {"--token", &o->token},
-             {"--to", &o->to},
-             {"--as", &o->as},
-             {"--state", &o->state}};
-    int rc;
+    void *at = (char *)o + d->off;
+    int64_t n = 0;
 
-    for (size_t i = 0; i < ARRAY_LEN(t); i++) {
-        if (strcmp(name, t[i].name) == 0) {
-            *t[i].to = v;
-            return 0;
-        }
-    }
-    if (strcmp(name, "--tenant") == 0) {
-        snprintf(o->tenant, sizeof(o->tenant), "%s", v);
-        return 0;
-    }
-    if (strcmp(name, "--queue") == 0) {
+    if (d->type == LAKE_SWITCH) {
+        *(bool *)at = true;
+    } else if (d->type == LAKE_TEXT) {
+        *(const char **)at = v;
+    } else if (d->type == LAKE_QUEUE) {
         o->queues = xrealloc(o->queues, (o->n_queues + 1) * sizeof(char *));
         o->queues[o->n_queues++] = xstrdup(v);
-        return 0;
-    }
-    rc = lake_flag_number(o, name, v);
-    if (rc == 1) {
-        fprintf(stderr, "queen lake: unknown flag %s\n", name);
+    } else if (!lake_int(v, &n) || n < d->lo || n > d->hi) {
+        fprintf(stderr, "queen lake: %s %s is not %" PRId64 "..%" PRId64 "\n",
+                d->name, v, d->lo, d->hi);
         return 2;
+    } else if (d->type == LAKE_INT) {
+        *(int *)at = (int)n;
+    } else {
+        *(int64_t *)at = n;
     }
-    return rc;
+    return 0;
 }
 
 /* The settings checked into o. 0, or 2 (said why). */
-static int lake_finish(struct lake_opts *o, const struct lake_raw *raw)
+static int lake_finish(struct lake_opts *o)
 {
+    const struct lake_raw *raw = &o->raw;
     const char *prefix = raw->prefix != NULL ? raw->prefix : "queen";
     struct err err;
 
@@ -250,6 +258,8 @@ static int lake_finish(struct lake_opts *o, const struct lake_raw *raw)
              raw->ak != NULL ? raw->ak : "");
     snprintf(o->s3.secret_key, sizeof(o->s3.secret_key), "%s",
              raw->sk != NULL ? raw->sk : "");
+    snprintf(o->tenant, sizeof(o->tenant), "%s",
+             raw->tenant != NULL ? raw->tenant : LAKE_DEFAULT_TENANT);
     /* The prefix without outer slashes, as the sink keeps it. */
     while (*prefix == '/') {
         prefix++;
@@ -282,51 +292,35 @@ static int lake_default_threads(bool is_verify)
     return (int)t;
 }
 
-/* A flag of one command only, given to the other: true after printing
- * why (a flag that would do nothing is a mistake, not to be ignored). */
-static bool lake_flag_elsewhere(const char *cmd, const char *name)
-{
-    static const char *const restore_only[] = {"--to", "--as", "--state",
-                                               "--batch"};
-    bool is_verify = strcmp(cmd, "verify") == 0;
-    bool is_restore_only = false;
-
-    for (size_t i = 0; i < ARRAY_LEN(restore_only); i++) {
-        is_restore_only = is_restore_only || strcmp(name, restore_only[i]) == 0;
-    }
-    if (is_verify ? !is_restore_only : strcmp(name, "--broker") != 0) {
-        return false;
-    }
-    fprintf(stderr, "queen lake: %s is not a flag of %s\n", name, cmd);
-    return true;
-}
-
-/* Returns 0, or 2 after printing why on stderr. */
+/* argv[1] is "verify" or "restore". Returns 0, or 2 after printing why on
+ * stderr. */
 static int lake_parse(int argc, char **argv, struct lake_opts *o)
 {
-    struct lake_raw raw = {lake_env("QUEEN_S3_ENDPOINT"),
-                           lake_env("QUEEN_S3_BUCKET"),
-                           lake_env("QUEEN_S3_REGION"),
-                           lake_env("QUEEN_S3_PREFIX"),
-                           lake_env("QUEEN_S3_ACCESS_KEY"),
-                           lake_env("QUEEN_S3_SECRET_KEY"),
-                           false};
+    unsigned cmd = strcmp(argv[1], "verify") == 0 ? LAKE_VERIFY : LAKE_RESTORE;
     const char *ps = lake_env("QUEEN_S3_PATH_STYLE");
     struct err err;
 
     memset(o, 0, sizeof(*o));
+    o->raw = (struct lake_raw){lake_env("QUEEN_S3_ENDPOINT"),
+                               lake_env("QUEEN_S3_BUCKET"),
+                               lake_env("QUEEN_S3_REGION"),
+                               lake_env("QUEEN_S3_PREFIX"),
+                               lake_env("QUEEN_S3_ACCESS_KEY"),
+                               lake_env("QUEEN_S3_SECRET_KEY"),
+                               NULL,
+                               false};
     s3_config_defaults(&o->s3);
-    snprintf(o->tenant, sizeof(o->tenant), "%s", LAKE_DEFAULT_TENANT);
     o->from_k = 1;
     o->batch = LAKE_PUSH_ITEMS;
-    if (ps != NULL &&
-        s3_parse_bool("QUEEN_S3_PATH_STYLE", ps, &raw.path_style, &err) != 0) {
+    if (ps != NULL && s3_parse_bool("QUEEN_S3_PATH_STYLE", ps,
+                                    &o->raw.path_style, &err) != 0) {
         fprintf(stderr, "queen lake: %s\n", err.msg);
         return 2;
     }
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *eq = strchr(a, '=');
+        const struct lake_flag_def *d;
         char name[64];
         size_t nl = eq != NULL ? (size_t)(eq - a) : strlen(a);
 
@@ -336,22 +330,28 @@ static int lake_parse(int argc, char **argv, struct lake_opts *o)
         }
         memcpy(name, a, nl);
         name[nl] = '\0';
-        if (lake_flag_elsewhere(argv[1], name)) {
+        d = lake_flag_def(name);
+        if (d == NULL) {
+            fprintf(stderr, "queen lake: unknown flag %s\n", name);
             return 2;
         }
-        if (strcmp(name, "--path-style") == 0) {
-            raw.path_style = true;
-        } else if (strcmp(name, "--json") == 0) {
-            o->is_json = true;
-        } else if (eq == NULL && i + 1 >= argc) {
+        if ((d->cmds & cmd) == 0) {
+            fprintf(stderr, "queen lake: %s is not a flag of %s\n", name,
+                    argv[1]);
+            return 2;
+        }
+        if (d->type != LAKE_SWITCH && eq == NULL && i + 1 >= argc) {
             fprintf(stderr, "queen lake: %s needs a value\n", name);
             return 2;
-        } else if (lake_flag(o, &raw, name, eq != NULL ? eq + 1 : argv[++i]) !=
-                   0) {
+        }
+        if (lake_flag_set(o, d,
+                          d->type == LAKE_SWITCH ? NULL
+                          : eq != NULL           ? eq + 1
+                                                 : argv[++i]) != 0) {
             return 2;
         }
     }
-    return lake_finish(o, &raw);
+    return lake_finish(o);
 }
 
 static void lake_opts_free(struct lake_opts *o)
