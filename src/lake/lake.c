@@ -2907,6 +2907,23 @@ static int lake_tail_check(struct lake_log *log, struct lake_fold *f,
     return 0;
 }
 
+/* The flag of o's window range that is past the last manifest n, named in
+ * err: --from-k, else --to-k when is_to_k_checked. Returns 0 when neither
+ * is, else ERR_NOT_FOUND. */
+static int lake_range_past(const struct lake_opts *o, int64_t n,
+                           bool is_to_k_checked, struct err *err)
+{
+    bool is_from = o->from_k > n;
+
+    if (!is_from && !(is_to_k_checked && o->to_k > n)) {
+        return 0;
+    }
+    return err_set(err, ERR_NOT_FOUND,
+                   "%s %" PRId64 " is past the last manifest (k=%" PRId64 ")",
+                   is_from ? "--from-k" : "--to-k",
+                   is_from ? o->from_k : o->to_k, n);
+}
+
 /* Verify one queue into f. Returns 0, or 2 (err) when it could not run. */
 static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
                              const char *queue, struct lake_fold *f,
@@ -2916,6 +2933,7 @@ static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
     struct lake_log log;
     struct lake_bg_list cps;
     struct lake_bg_list data;
+    struct err past;
     int64_t n = 0;
     int64_t last_k = 0;
     int rc;
@@ -2934,16 +2952,8 @@ static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
     rc = lake_count(b, &job.lq, f, &n, err);
     if (rc == 0) {
         last_k = o->to_k != 0 && o->to_k < n ? o->to_k : n;
-        if (o->from_k > n) {
-            lake_fold_violation(f,
-                                "--from-k %" PRId64 " is past the last "
-                                "manifest (k=%" PRId64 ")",
-                                o->from_k, n);
-        } else if (o->to_k > n) {
-            lake_fold_violation(f,
-                                "--to-k %" PRId64 " is past the last manifest "
-                                "(k=%" PRId64 ")",
-                                o->to_k, n);
+        if (lake_range_past(o, n, true, &past) != 0) {
+            lake_fold_violation(f, "%s", past.msg);
         }
         f->first_k = o->from_k;
         rc = lake_cps_finish(f, &cps, n, err);
@@ -3619,11 +3629,9 @@ static int lake_restore(const struct lake_opts *o)
     job.lq.tenant = (struct slice){o->tenant, strlen(o->tenant)};
     job.lq.queue = (struct slice){job.queue, strlen(job.queue)};
     rc = lake_count(&b, &job.lq, NULL, &last_k, &err);
-    if (rc == 0 && o->from_k > last_k) {
-        err_set(&err, ERR_NOT_FOUND,
-                "--from-k %" PRId64 " is past the last manifest (k=%" PRId64
-                ")",
-                o->from_k, last_k);
+    /* only --from-k: a --to-k past the last manifest restores what there
+     * is */
+    if (rc == 0 && lake_range_past(o, last_k, false, &err) != 0) {
         rc = 2;
     }
     last_k = o->to_k != 0 && o->to_k < last_k ? o->to_k : last_k;
