@@ -48,6 +48,7 @@
 #include "sink/layout.h"
 
 #define LAKE_DEFAULT_TENANT "00000000-0000-0000-0000-000000000001"
+#define LAKE_TENANT_MAX     256 /* with its NUL */
 #define LAKE_MAX_OBJECT     ((size_t)4 << 30)
 #define LAKE_CHUNK          ((size_t)1 << 20)
 /* A zstd object decoding to at most this is decoded in one call (a
@@ -81,7 +82,7 @@ struct lake_opts {
     struct s3_config s3;
     struct lake_raw raw; /* flags and environment, checked into s3 */
     char prefix[512];
-    char tenant[256];
+    char tenant[LAKE_TENANT_MAX];
     char **queues;
     size_t n_queues;
     int64_t from_k;
@@ -560,6 +561,7 @@ static long lake_http_post(struct lake_http *c, const char *path,
 {
     char url[2048];
     char auth[1024];
+    char tenant_hdr[sizeof("x-queen-tenant: ") + LAKE_TENANT_MAX];
     struct curl_slist *hs = NULL;
     long status = 0;
     CURLcode rc;
@@ -572,8 +574,9 @@ static long lake_http_post(struct lake_http *c, const char *path,
         hs = curl_slist_append(hs, auth);
     }
     if (c->tenant != NULL) {
-        snprintf(auth, sizeof(auth), "x-queen-tenant: %s", c->tenant);
-        hs = curl_slist_append(hs, auth);
+        snprintf(tenant_hdr, sizeof(tenant_hdr), "x-queen-tenant: %s",
+                 c->tenant);
+        hs = curl_slist_append(hs, tenant_hdr);
     }
     curl_easy_reset(c->h);
     curl_easy_setopt(c->h, CURLOPT_URL, url);
