@@ -233,8 +233,8 @@ static int lake_flag_set(struct lake_opts *o, const struct lake_flag_def *d,
     return 0;
 }
 
-/* The settings checked into o. 0, or 2 (said why). */
-static int lake_finish(struct lake_opts *o)
+/* The settings checked into o, for cmd. 0, or 2 (said why). */
+static int lake_finish(struct lake_opts *o, unsigned cmd)
 {
     const struct lake_raw *raw = &o->raw;
     const char *prefix = raw->prefix != NULL ? raw->prefix : "queen";
@@ -271,6 +271,11 @@ static int lake_finish(struct lake_opts *o)
     }
     if (o->to_k != 0 && o->to_k < o->from_k) {
         fprintf(stderr, "queen lake: --to-k is below --from-k\n");
+        return 2;
+    }
+    if (cmd == LAKE_RESTORE && (o->n_queues != 1 || o->to == NULL)) {
+        fprintf(stderr, "queen lake restore: --queue Q (one) and --to URL "
+                        "are required\n");
         return 2;
     }
     return 0;
@@ -352,7 +357,7 @@ static int lake_parse(int argc, char **argv, struct lake_opts *o)
             return 2;
         }
     }
-    return lake_finish(o);
+    return lake_finish(o, cmd);
 }
 
 static void lake_opts_free(struct lake_opts *o)
@@ -2492,6 +2497,31 @@ static void lake_json_str(FILE *out, const char *s)
     buf_free(&b);
 }
 
+/* The end of a run of cmd, shared by verify and restore: why it could not
+ * finish (failed non-NULL) goes on stderr; with --json, the document on
+ * stdout is closed with its verdict ("exact" or "ok"), false whenever
+ * failed, and the same sentence as "error". A document is printed on every
+ * exit after the flags are read, so a script reads one whatever happened.
+ * Returns 0, or 2 when stdout could not be written. */
+static int lake_outcome(const struct lake_opts *o, const char *cmd,
+                        const char *verdict, bool is_true,
+                        const struct err *failed)
+{
+    if (failed != NULL) {
+        fprintf(stderr, "queen lake %s: %s\n", cmd, failed->msg);
+    }
+    if (o->is_json) {
+        printf(",\"%s\":%s", verdict,
+               is_true && failed == NULL ? "true" : "false");
+        if (failed != NULL) {
+            printf(",\"error\":");
+            lake_json_str(stdout, failed->msg);
+        }
+        printf("}\n");
+    }
+    return fflush(stdout) != 0 ? 2 : 0;
+}
+
 struct lake_qlist {
     char **names;
     size_t n;
@@ -3126,11 +3156,10 @@ static int lake_verify(const struct lake_opts *o)
         printf(",\"queues\":[");
     }
     if (lake_queues(o, &b, &q, &err) != 0) {
-        fprintf(stderr, "queen lake verify: listing the queues: %s\n", err.msg);
+        err_wrap(&err, "listing the queues");
         rc = 2;
     } else if (q.n == 0) {
-        fprintf(stderr,
-                "queen lake verify: no queue of tenant %s under prefix %s\n",
+        err_set(&err, ERR_NOT_FOUND, "no queue of tenant %s under prefix %s",
                 o->tenant, o->prefix);
         rc = 2;
     }
@@ -3139,8 +3168,7 @@ static int lake_verify(const struct lake_opts *o)
 
         memset(&f, 0, sizeof(f));
         if (lake_verify_queue(o, &b, q.names[i], &f, &prog, &err) != 0) {
-            fprintf(stderr, "queen lake verify: queue %s: %s\n", q.names[i],
-                    err.msg);
+            err_wrap(&err, "queue %s", q.names[i]);
             rc = 2;
             lake_fold_free(&f);
             break;
@@ -3150,11 +3178,12 @@ static int lake_verify(const struct lake_opts *o)
         lake_fold_free(&f);
     }
     if (o->is_json) {
-        printf("],\"exact\":%s}\n", !is_bad && rc == 0 ? "true" : "false");
+        printf("]");
     }
     lake_qlist_free(&q);
     lake_bucket_close(&b);
-    if (fflush(stdout) != 0) {
+    if (lake_outcome(o, "verify", "exact", !is_bad, rc != 0 ? &err : NULL) !=
+        0) {
         return 2;
     }
     return rc != 0 ? rc : is_bad ? 1 : 0;
@@ -3548,22 +3577,27 @@ static int lake_restore_object(const struct lake_job *job,
     return 0;
 }
 
-static void lake_restore_report(const struct lake_opts *o,
-                                const struct lake_push *push, int64_t from,
-                                int64_t last_k)
+/* The summary, or why the restore stopped (failed non-NULL; with --json
+ * the document still holds the counts so far). Returns 0, or 2 when stdout
+ * could not be written. */
+static int lake_restore_report(const struct lake_opts *o,
+                               const struct lake_push *push, int64_t from,
+                               int64_t last_k, const struct err *failed)
 {
     if (o->is_json) {
         printf("{\"queue\":");
         lake_json_str(stdout, push->as);
         printf(",\"fromK\":%" PRId64 ",\"toK\":%" PRId64 ",\"records\":%" PRIu64
-               ",\"queued\":%" PRIu64 ",\"duplicates\":%" PRIu64 "}\n",
+               ",\"queued\":%" PRIu64 ",\"duplicates\":%" PRIu64,
                from, last_k, push->records, push->queued, push->duplicates);
-        return;
+    } else if (failed == NULL) {
+        printf("restored windows %" PRId64 "..%" PRId64 " of %s into %s: "
+               "%" PRIu64 " records, %" PRIu64 " new, %" PRIu64
+               " already there\n",
+               from, last_k, o->queues[0], push->as, push->records,
+               push->queued, push->duplicates);
     }
-    printf("restored windows %" PRId64 "..%" PRId64 " of %s into %s: %" PRIu64
-           " records, %" PRIu64 " new, %" PRIu64 " already there\n",
-           from, last_k, o->queues[0], push->as, push->records, push->queued,
-           push->duplicates);
+    return lake_outcome(o, "restore", "ok", true, failed);
 }
 
 /* Fill batches with every record of window k; its last batches may still
@@ -3622,11 +3656,6 @@ static int lake_restore(const struct lake_opts *o)
     int64_t last_k = 0;
     int rc;
 
-    if (o->n_queues != 1 || o->to == NULL) {
-        fprintf(stderr, "queen lake restore: --queue Q (one) and --to URL "
-                        "are required\n");
-        return 2;
-    }
     lake_bucket_open(&b, o);
     job = (struct lake_job){o, &b, o->queues[0], {o->prefix, {0}, {0}}};
     job.lq.tenant = (struct slice){o->tenant, strlen(o->tenant)};
@@ -3671,9 +3700,10 @@ static int lake_restore(const struct lake_opts *o)
     free(mark);
     if (rc == 0) {
         lake_progress_show(&prog, prog.total, push.records, push.bytes, true);
-        lake_restore_report(o, &push, from, last_k);
-    } else {
-        fprintf(stderr, "queen lake restore: %s\n", err.msg);
+    }
+    if (lake_restore_report(o, &push, from, last_k, rc != 0 ? &err : NULL) !=
+        0) {
+        rc = 2;
     }
     lake_mem_free(&mem);
     lake_bucket_close(&b);

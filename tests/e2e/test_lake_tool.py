@@ -301,12 +301,15 @@ def test_verify_cannot_run_without_a_bucket_or_flags(bucket):
                        env={"PATH": os.environ.get("PATH", "")})
     assert p.returncode == 2, p
     assert "s3cr3t-never-printed" not in p.stdout + p.stderr
-    # With --json, stdout is one JSON document whatever the exit.
+    # With --json, stdout is one JSON document whatever the exit, and
+    # after exit 2 it says why, as stderr does.
     for args in (("--queue", "nothing-here"), ("--bucket", "no-such-bucket"),
                  ("--prefix", "no-lake-here")):
         p = tool(bucket, "verify", "--json", *args)
         assert p.returncode == 2, p
-        assert json.loads(p.stdout)["exact"] is False, (args, p)
+        doc = json.loads(p.stdout)
+        assert doc["exact"] is False, (args, p)
+        assert doc["error"] and doc["error"] in p.stderr, (args, p)
     # A flag of the other command is a bad flag, not ignored.
     for cmd, flag in (("verify", "--to"), ("verify", "--as"),
                       ("verify", "--state"), ("verify", "--batch"),
@@ -336,6 +339,7 @@ def test_restore_twice_then_the_new_lake_is_exact(bucket, broker_factory):
              url(dst) + "/", "--json", check=0)
     first = json.loads(p.stdout)
     assert first["records"] == len(acked) and first["queued"] == len(acked)
+    assert first["ok"] is True and "error" not in first, first
     p = tool(bucket, "restore", "--queue", "orders", "--as", "copy", "--to",
              url(dst), "--json", check=0)
     again = json.loads(p.stdout)
@@ -487,6 +491,32 @@ def test_a_window_range_past_the_lake_is_not_exact(bucket):
              "http://127.0.0.1:1")
     assert p.returncode == 2 and "--from-k 4 is past the last manifest " \
         "(k=3)" in p.stderr, p
+    # with --json the failure is a document too, as verify's is
+    p = tool(bucket, "restore", "--queue", "short", "--from-k", "4", "--to",
+             "http://127.0.0.1:1", "--json")
+    assert p.returncode == 2, p
+    doc = json.loads(p.stdout)
+    assert doc["ok"] is False and doc["records"] == 0, doc
+    assert doc["error"] == "--from-k 4 is past the last manifest (k=3)", doc
+    assert doc["error"] in p.stderr, p
+
+
+def test_a_restore_the_broker_refuses_still_prints_its_document(
+        bucket, broker_factory):
+    """A push the broker refuses (a 4xx) stops the restore with exit 2; with
+    --json stdout still holds the restore's document, "ok":false and the
+    reason stderr gives, as verify's document does after exit 2."""
+    small_lake(bucket, "refused")
+    dst = broker_factory()
+    too_long = "q" * 600  # over the broker's queue name limit: 413
+    p = tool(bucket, "restore", "--queue", "refused", "--as", too_long,
+             "--to", url(dst), "--json")
+    assert p.returncode == 2, p
+    doc = json.loads(p.stdout)
+    assert doc["ok"] is False and doc["queue"] == too_long, doc
+    assert 1 <= doc["records"] <= 3 and doc["queued"] == 0, doc
+    assert "answered 413" in doc["error"], doc
+    assert doc["error"] in p.stderr, p
 
 
 def test_a_tenants_lake_meets_that_tenants_log(bucket, broker_factory):
