@@ -376,11 +376,18 @@ struct lake_bucket {
     struct s3_client *c;
 };
 
+/* An endpoint that refuses the tool's first requests (or whose name does
+ * not resolve) is a wrong one: exit 2 with the reason at once, not after
+ * about 12 s of retry warnings. Once the bucket answered, everything
+ * transient (no connection, 5xx, 429) is retried as the sink does. */
 static void lake_bucket_open(struct lake_bucket *b, const struct lake_opts *o)
 {
+    struct s3_config cfg = o->s3;
+
+    cfg.is_unreached_final = true;
     b->curl = s3_curl_new();
     b->t = s3_curl_transport(b->curl);
-    b->c = s3_client_new(&o->s3, &b->t, NULL);
+    b->c = s3_client_new(&cfg, &b->t, NULL);
 }
 
 static void lake_bucket_close(struct lake_bucket *b)

@@ -319,6 +319,40 @@ def test_verify_cannot_run_without_a_bucket_or_flags(bucket):
             flag, cmd) in p.stderr, p
 
 
+def closed_port():
+    """A port on 127.0.0.1 that nothing listens on (bound, then closed)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_bucket_is_one_line_at_once():
+    """A bucket endpoint that refuses the first connection is a wrong one:
+    exit 2 with the one-line reason well before the ~12 s the S3 client's
+    retries took (with a warning per retry), for both commands and with or
+    without --queue. (A bucket that answered once is retried as before:
+    tests/unit/test_s3client.c.)"""
+    ep = "http://127.0.0.1:%d" % closed_port()
+    env = {"PATH": os.environ.get("PATH", ""), **CREDS}
+    runs = [("verify", "--json"), ("verify", "--queue", "q", "--json"),
+            ("restore", "--queue", "q", "--to", "http://127.0.0.1:1",
+             "--json")]
+    for args in runs:
+        cmd = [queen_bin(), "lake", args[0], "--endpoint", ep, "--bucket",
+               "lake", "--path-style", *args[1:]]
+        # the deadline: a timeout here fails the test
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                           timeout=4)
+        assert p.returncode == 2, (args, p)
+        lines = p.stderr.splitlines()
+        assert len(lines) == 1 and "retrying" not in p.stderr, (args, p)
+        assert "connect" in lines[0].lower(), (args, p)
+        doc = json.loads(p.stdout)
+        assert doc["error"] in lines[0], (args, p)
+        assert doc.get("exact", doc.get("ok")) is False, (args, doc)
+
+
 # ---------------------------------------------------------------------------
 # restore
 
