@@ -63,6 +63,8 @@
  * section 4); 4000 was no faster. */
 #define LAKE_PUSH_ITEMS 2000
 #define LAKE_PUSH_BYTES ((size_t)4 << 20)
+/* "lake-" and 32 hex digits: lake_derive_txn */
+#define LAKE_TXN_DERIVED_LEN 37
 
 /* ---- options ------------------------------------------------------------ */
 
@@ -3208,6 +3210,7 @@ struct lake_push {
     uint64_t duplicates;
     uint64_t records;
     uint64_t bytes;
+    uint64_t derived; /* the restore's sum only: lake_pusher's */
     bool is_failed;
     struct err err;
 };
@@ -3323,6 +3326,9 @@ struct lake_pusher {
     size_t max_items;
     uint64_t records;
     uint64_t bytes;
+    uint64_t derived;     /* records given a derived transactionId */
+    struct buf txn_lake;  /* the lake's part of a derived id's input */
+    struct buf txn_input; /* one record's input (lake_derive_txn) */
     bool is_failed;
     struct err err;
 };
@@ -3432,17 +3438,58 @@ static void lake_pusher_mark(const struct lake_pusher *P, uint64_t *mark)
     }
 }
 
+/* One field of a derived id's input, length first so that no two lists
+ * of fields run together into the same bytes. */
+static void lake_txn_field(struct buf *b, const char *p, size_t n)
+{
+    struct err err;
+
+    (void)buf_printf(b, &err, "%zu:", n); /* b has no cap */
+    (void)buf_append(b, p, n, &err);
+}
+
+/* A record whose transactionId is "" (the broker takes an empty id as
+ * none and mints a new one, so every restore would queue it again) gets
+ * one derived from its place: "lake-" and the first 32 hex digits of the
+ * SHA-256 of the lake (bucket, prefix, tenant, queue: P->txn_lake) and the
+ * record (partition, offset), which a lake holds once (verify's "in the
+ * lake twice"). Every run derives the same id for it, so the broker's
+ * dedup drops it on a second restore as it drops the others. */
+static void lake_derive_txn(struct lake_pusher *P, const struct sink_record *r,
+                            char out[LAKE_TXN_DERIVED_LEN + 1])
+{
+    char off[24];
+    uint8_t sum[32];
+    struct err err;
+
+    snprintf(off, sizeof(off), "%" PRId64, r->offset);
+    buf_reset(&P->txn_input);
+    (void)buf_append(&P->txn_input, P->txn_lake.data, P->txn_lake.len, &err);
+    lake_txn_field(&P->txn_input, r->partition.ptr, r->partition.len);
+    lake_txn_field(&P->txn_input, off, strlen(off));
+    sha256(P->txn_input.data, P->txn_input.len, sum);
+    snprintf(out, LAKE_TXN_DERIVED_LEN + 1, "lake-");
+    hex_lower(sum, (LAKE_TXN_DERIVED_LEN - 5) / 2, out + 5);
+}
+
 static int lake_push_record(void *arg, const struct sink_record *r)
 {
     struct lake_pusher *P = arg;
     uint32_t h = 2166136261u; /* FNV-1a of the partition */
     struct lake_shard *s;
+    struct sink_record rec = *r;
+    char txn[LAKE_TXN_DERIVED_LEN + 1];
 
     for (size_t i = 0; i < r->partition.len; i++) {
         h = (h ^ (uint8_t)r->partition.ptr[i]) * 16777619u;
     }
     s = &P->s[h % (uint32_t)P->n];
-    if (lake_push_item(&s->fill, s->fill_items, P->as, r, &P->err) != 0) {
+    if (r->txn.len == 0) {
+        lake_derive_txn(P, r, txn);
+        rec.txn = (struct slice){txn, LAKE_TXN_DERIVED_LEN};
+        P->derived++;
+    }
+    if (lake_push_item(&s->fill, s->fill_items, P->as, &rec, &P->err) != 0) {
         P->is_failed = true;
         return 2;
     }
@@ -3463,6 +3510,12 @@ static void lake_pusher_open(struct lake_pusher *P, const struct lake_opts *o,
     P->n = n;
     P->as = as;
     P->max_items = (size_t)o->batch;
+    buf_init(&P->txn_lake, BUF_UNLIMITED);
+    buf_init(&P->txn_input, BUF_UNLIMITED);
+    lake_txn_field(&P->txn_lake, o->s3.ep.bucket, strlen(o->s3.ep.bucket));
+    lake_txn_field(&P->txn_lake, o->prefix, strlen(o->prefix));
+    lake_txn_field(&P->txn_lake, o->tenant, strlen(o->tenant));
+    lake_txn_field(&P->txn_lake, o->queues[0], strlen(o->queues[0]));
     P->s = xcalloc((size_t)n, sizeof(*P->s));
     for (int i = 0; i < n; i++) {
         struct lake_shard *s = &P->s[i];
@@ -3487,6 +3540,7 @@ static void lake_pusher_close(struct lake_pusher *P, struct lake_push *sum)
     sum->as = P->as;
     sum->records = P->records;
     sum->bytes = P->bytes;
+    sum->derived = P->derived;
     for (int i = 0; i < P->n; i++) {
         struct lake_shard *s = &P->s[i];
 
@@ -3505,6 +3559,8 @@ static void lake_pusher_close(struct lake_pusher *P, struct lake_push *sum)
     }
     free(P->s);
     P->s = NULL;
+    buf_free(&P->txn_lake);
+    buf_free(&P->txn_input);
 }
 
 /* The state file: one line "k <K>" naming the last window every record of
@@ -3595,14 +3651,21 @@ static int lake_restore_report(const struct lake_opts *o,
         printf("{\"queue\":");
         lake_json_str(stdout, push->as);
         printf(",\"fromK\":%" PRId64 ",\"toK\":%" PRId64 ",\"records\":%" PRIu64
-               ",\"queued\":%" PRIu64 ",\"duplicates\":%" PRIu64,
-               from, last_k, push->records, push->queued, push->duplicates);
+               ",\"queued\":%" PRIu64 ",\"duplicates\":%" PRIu64
+               ",\"derivedIds\":%" PRIu64,
+               from, last_k, push->records, push->queued, push->duplicates,
+               push->derived);
     } else if (failed == NULL) {
         printf("restored windows %" PRId64 "..%" PRId64 " of %s into %s: "
                "%" PRIu64 " records, %" PRIu64 " new, %" PRIu64
                " already there\n",
                from, last_k, o->queues[0], push->as, push->records,
                push->queued, push->duplicates);
+        if (push->derived > 0) {
+            printf("  %" PRIu64 " records had no transactionId: each was "
+                   "given one derived from its place in the lake\n",
+                   push->derived);
+        }
     }
     return lake_outcome(o, "restore", "ok", true, failed);
 }

@@ -535,6 +535,48 @@ def test_a_window_range_past_the_lake_is_not_exact(bucket):
     assert doc["error"] in p.stderr, p
 
 
+def test_a_record_without_transaction_id_is_restored_once(bucket,
+                                                          broker_factory):
+    """A lake record whose transactionId is "" (the broker takes an empty
+    id as none and mints one) gets an id derived from its place in the
+    lake, the same on every run: a second restore adds nothing. The place
+    includes the lake's queue, so the same partition and offset of another
+    queue restored into the same target is a record of its own."""
+    t0 = st.T0
+    for queue in ("noid", "noid2"):
+        c = bucket.boto3()
+        recs = [("p", o, "" if o != 1 else "given-%s" % queue, t0 + 1 + o,
+                 b'{"o":%d}' % o) for o in range(3)]
+        lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
+                                                      Body=body),
+                       PREFIX, TENANT, queue, [(t0, t0 + 100, recs)])
+    dst = broker_factory()
+
+    def restore(queue):
+        p = tool(bucket, "restore", "--queue", queue, "--as", "target",
+                 "--to", url(dst), "--json", check=0)
+        return json.loads(p.stdout)
+
+    first = restore("noid")
+    again = restore("noid")
+    assert first["queued"] == 3, first
+    assert again["queued"] == 0 and again["duplicates"] == 3, again
+    assert first["derivedIds"] == again["derivedIds"] == 2, (first, again)
+    log = dst.fetch_one("target", "p", 0)["records"]
+    assert [json.loads(json.dumps(x["payload"])) for x in log] == \
+        [{"o": 0}, {"o": 1}, {"o": 2}], log
+    txns = [x["transactionId"] for x in log]
+    assert txns[1] == "given-noid", txns
+    for t in (txns[0], txns[2]):
+        assert t.startswith("lake-") and len(t) == 37, txns
+        int(t[5:], 16)
+    assert txns[0] != txns[2], txns
+    # another queue's records at the same places are not its duplicates
+    other = restore("noid2")
+    assert other["queued"] == 3 and other["duplicates"] == 0, other
+    assert len(dst.fetch_one("target", "p", 0)["records"]) == 6
+
+
 def test_a_restore_the_broker_refuses_still_prints_its_document(
         bucket, broker_factory):
     """A push the broker refuses (a 4xx) stops the restore with exit 2; with
