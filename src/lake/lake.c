@@ -1961,6 +1961,7 @@ struct lake_part {
     bool has_cp;   /* the last checkpoint folded names it */
     int64_t cp_at; /* its position there (-1: none) */
     int64_t cp_k;
+    bool is_log_only; /* named by the broker's log, not by the lake */
 };
 
 struct lake_gap {
@@ -1974,6 +1975,7 @@ struct lake_gap {
 struct lake_fold {
     struct lake_part **parts; /* owned, each */
     size_t n_parts;
+    size_t n_log_only;    /* of them, is_log_only */
     struct hashtab index; /* -> struct lake_part, rebuilt on growth */
     struct lake_gap *gaps;
     size_t n_gaps;
@@ -2301,6 +2303,19 @@ static int lake_changed_page(struct lake_http *h, const char *queue,
     return 0;
 }
 
+/* A partition of the broker's log joins f's states; one the lake does not
+ * name is counted apart (is_log_only), not among the lake's. */
+static void lake_log_partition(struct lake_fold *f, const char *p, size_t n)
+{
+    size_t known = f->n_parts;
+    struct lake_part *part = lake_part_of(f, p, n);
+
+    if (f->n_parts > known) {
+        part->is_log_only = true;
+        f->n_log_only++;
+    }
+}
+
 /* Every partition of the queue in the broker's log joins f's states, so
  * that one the lake lacks is looked at. */
 static int lake_log_partitions(struct lake_http *h, const char *queue,
@@ -2332,7 +2347,7 @@ static int lake_log_partitions(struct lake_http *h, const char *queue,
             buf_reset(&name);
             if (json_get_str(&d, json_obj_get(&d, p, "name"), &name, err) ==
                 0) {
-                (void)lake_part_of(f, name.data != NULL ? name.data : "",
+                lake_log_partition(f, name.data != NULL ? name.data : "",
                                    name.len);
             }
         }
@@ -3048,11 +3063,13 @@ static void lake_report(const struct lake_opts *o, const char *queue,
                 ",\"exact\":%s,\"windows\":%" PRId64 ",\"fromK\":%" PRId64
                 ",\"objects\":%" PRIu64 ",\"records\":%" PRIu64
                 ",\"bytes\":%" PRIu64 ",\"decodedBytes\":%" PRIu64
-                ",\"partitions\":%zu,\"tStart\":%" PRId64 ",\"tEnd\":%" PRId64
+                ",\"partitions\":%zu,\"brokerOnlyPartitions\":%zu"
+                ",\"tStart\":%" PRId64 ",\"tEnd\":%" PRId64
                 ",\"stampsChecked\":%" PRIu64 ",\"lost\":[",
                 f->violation_count == 0 ? "true" : "false", f->windows,
                 f->first_k, f->objects, f->records, f->bytes, f->raw,
-                f->n_parts, f->t_start, f->t_end, f->stamps_checked);
+                f->n_parts - f->n_log_only, f->n_log_only, f->t_start, f->t_end,
+                f->stamps_checked);
         for (size_t i = 0; i < f->n_lost; i++) {
             fprintf(out, "%s{\"k\":%" PRId64 ",\"partition\":", i ? "," : "",
                     f->lost[i].k);
@@ -3079,10 +3096,13 @@ static void lake_report(const struct lake_opts *o, const char *queue,
             "%.1f MB decoded, %zu partitions\n",
             queue, f->violation_count == 0 ? "exact" : "VIOLATIONS", f->first_k,
             f->first_k + f->windows - 1, a, b, f->objects, f->records,
-            (double)f->bytes / 1e6, (double)f->raw / 1e6, f->n_parts);
+            (double)f->bytes / 1e6, (double)f->raw / 1e6,
+            f->n_parts - f->n_log_only);
     if (o->broker != NULL) {
-        fprintf(out, "  %" PRIu64 " records compared with the broker's log\n",
-                f->stamps_checked);
+        fprintf(out,
+                "  %" PRIu64 " records compared with the broker's log, "
+                "%zu partitions only there\n",
+                f->stamps_checked, f->n_log_only);
     }
     for (size_t i = 0; i < f->n_lost; i++) {
         fprintf(out,

@@ -595,6 +595,40 @@ def test_a_restore_the_broker_refuses_still_prints_its_document(
     assert doc["error"] in p.stderr, p
 
 
+def test_partitions_only_the_broker_has_are_counted_apart(bucket,
+                                                          broker_factory):
+    """verify --broker counts the lake's partitions as `partitions` and the
+    log's partitions the lake does not name as `brokerOnlyPartitions`;
+    before, the broker's were added to the lake's count."""
+    node = broker_factory()
+    push_all(node, [{"queue": "bq", "partition": "p", "transactionId":
+                     "b%d" % i, "payload": b'{"i":%d}' % i}
+                    for i in range(3)])
+    log = lake.broker_log(node, "bq", ["p"])
+    recs = sorted((p, o, v[1], v[0], v[2]) for (p, o), v in
+                  log.records.items())
+    c = bucket.boto3()
+    lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
+                                                  Body=body),
+                   PREFIX, TENANT, "bq", [(recs[0][3], recs[-1][3] + 1, recs)])
+    # stamped after the lake's last window: in the log only, no violation
+    push_all(node, [{"queue": "bq", "partition": "late", "payload": b"1"}])
+    rc, out = verify_json(bucket, "--queue", "bq", "--broker", url(node),
+                          check=0)
+    (q,) = out["queues"]
+    assert q["exact"] and q["stampsChecked"] == 3, out
+    assert q["partitions"] == 1, out
+    assert q["brokerOnlyPartitions"] == 1, out
+    rc, out = verify_json(bucket, "--queue", "bq", check=0)
+    assert out["queues"][0]["partitions"] == 1, out
+    assert out["queues"][0]["brokerOnlyPartitions"] == 0, out
+    p = tool(bucket, "verify", "--queue", "bq", "--broker", url(node),
+             check=0)
+    assert "1 partitions\n" in p.stdout and \
+        "3 records compared with the broker's log, 1 partitions only " \
+        "there" in p.stdout, p.stdout
+
+
 def test_a_tenants_lake_meets_that_tenants_log(bucket, broker_factory):
     """--tenant T reads T's lake, so --broker compares it with T's log and
     restore pushes into T's queue (x-queen-tenant), not the default
