@@ -48,6 +48,7 @@
 #include "sink/layout.h"
 
 #define LAKE_DEFAULT_TENANT "00000000-0000-0000-0000-000000000001"
+#define LAKE_TENANT_MAX     256 /* with its NUL */
 #define LAKE_MAX_OBJECT     ((size_t)4 << 30)
 #define LAKE_CHUNK          ((size_t)1 << 20)
 /* A zstd object decoding to at most this is decoded in one call (a
@@ -62,13 +63,28 @@
  * section 4); 4000 was no faster. */
 #define LAKE_PUSH_ITEMS 2000
 #define LAKE_PUSH_BYTES ((size_t)4 << 20)
+/* "lake-" and 32 hex digits: lake_derive_txn */
+#define LAKE_TXN_DERIVED_LEN 37
 
 /* ---- options ------------------------------------------------------------ */
 
+/* The bucket settings as written, before they are checked. */
+struct lake_raw {
+    const char *endpoint;
+    const char *bucket;
+    const char *region;
+    const char *prefix;
+    const char *ak;
+    const char *sk;
+    const char *tenant;
+    bool path_style;
+};
+
 struct lake_opts {
     struct s3_config s3;
+    struct lake_raw raw; /* flags and environment, checked into s3 */
     char prefix[512];
-    char tenant[256];
+    char tenant[LAKE_TENANT_MAX];
     char **queues;
     size_t n_queues;
     int64_t from_k;
@@ -82,6 +98,55 @@ struct lake_opts {
     const char *as;
     const char *state;
     int batch;
+};
+
+/* The commands a flag belongs to (a bit each). */
+#define LAKE_VERIFY  1u
+#define LAKE_RESTORE 2u
+#define LAKE_BOTH    (LAKE_VERIFY | LAKE_RESTORE)
+
+enum lake_flag_type {
+    LAKE_SWITCH, /* no value: sets a bool */
+    LAKE_TEXT,   /* const char *: the last value given, borrowed from argv */
+    LAKE_QUEUE,  /* appended to queues */
+    LAKE_I64,    /* int64_t in lo..hi */
+    LAKE_INT,    /* int in lo..hi */
+};
+
+/* Every flag of both commands: one row each, so that a flag of the other
+ * command is refused in one place (a flag that would do nothing is a
+ * mistake, not to be ignored). */
+struct lake_flag_def {
+    const char *name;
+    unsigned cmds; /* LAKE_VERIFY, LAKE_RESTORE or both */
+    enum lake_flag_type type;
+    size_t off; /* of the target in struct lake_opts */
+    int64_t lo;
+    int64_t hi;
+};
+
+#define LAKE_OFF(f) offsetof(struct lake_opts, f)
+
+static const struct lake_flag_def lake_flag_defs[] = {
+    {"--endpoint", LAKE_BOTH, LAKE_TEXT, LAKE_OFF(raw.endpoint), 0, 0},
+    {"--bucket", LAKE_BOTH, LAKE_TEXT, LAKE_OFF(raw.bucket), 0, 0},
+    {"--region", LAKE_BOTH, LAKE_TEXT, LAKE_OFF(raw.region), 0, 0},
+    {"--prefix", LAKE_BOTH, LAKE_TEXT, LAKE_OFF(raw.prefix), 0, 0},
+    {"--path-style", LAKE_BOTH, LAKE_SWITCH, LAKE_OFF(raw.path_style), 0, 0},
+    {"--access-key", LAKE_BOTH, LAKE_TEXT, LAKE_OFF(raw.ak), 0, 0},
+    {"--secret-key", LAKE_BOTH, LAKE_TEXT, LAKE_OFF(raw.sk), 0, 0},
+    {"--tenant", LAKE_BOTH, LAKE_TEXT, LAKE_OFF(raw.tenant), 0, 0},
+    {"--queue", LAKE_BOTH, LAKE_QUEUE, LAKE_OFF(queues), 0, 0},
+    {"--from-k", LAKE_BOTH, LAKE_I64, LAKE_OFF(from_k), 1, INT64_MAX},
+    {"--to-k", LAKE_BOTH, LAKE_I64, LAKE_OFF(to_k), 1, INT64_MAX},
+    {"--threads", LAKE_BOTH, LAKE_INT, LAKE_OFF(threads), 1, 256},
+    {"--json", LAKE_BOTH, LAKE_SWITCH, LAKE_OFF(is_json), 0, 0},
+    {"--token", LAKE_BOTH, LAKE_TEXT, LAKE_OFF(token), 0, 0},
+    {"--broker", LAKE_VERIFY, LAKE_TEXT, LAKE_OFF(broker), 0, 0},
+    {"--to", LAKE_RESTORE, LAKE_TEXT, LAKE_OFF(to), 0, 0},
+    {"--as", LAKE_RESTORE, LAKE_TEXT, LAKE_OFF(as), 0, 0},
+    {"--state", LAKE_RESTORE, LAKE_TEXT, LAKE_OFF(state), 0, 0},
+    {"--batch", LAKE_RESTORE, LAKE_INT, LAKE_OFF(batch), 1, 10000},
 };
 
 static void lake_usage(FILE *f)
@@ -132,102 +197,48 @@ static bool lake_int(const char *s, int64_t *out)
     return true;
 }
 
-/* Returns 0, or 2 after printing why on stderr. */
-/* The bucket settings as written, before they are checked. */
-struct lake_raw {
-    const char *endpoint;
-    const char *bucket;
-    const char *region;
-    const char *prefix;
-    const char *ak;
-    const char *sk;
-    bool path_style;
-};
-
-/* A number flag: 0, 2 (said why), or 1 (not a number flag). */
-static int lake_flag_number(struct lake_opts *o, const char *name,
-                            const char *v)
+/* The row of flag name, or NULL. */
+static const struct lake_flag_def *lake_flag_def(const char *name)
 {
-    static const struct {
-        const char *name;
-        int64_t lo;
-        int64_t hi;
-    } t[] = {{"--from-k", 1, INT64_MAX},
-             {"--to-k", 1, INT64_MAX},
-             {"--threads", 1, 256},
-             {"--batch", 1, 10000}};
+    for (size_t i = 0; i < ARRAY_LEN(lake_flag_defs); i++) {
+        if (strcmp(name, lake_flag_defs[i].name) == 0) {
+            return &lake_flag_defs[i];
+        }
+    }
+    return NULL;
+}
+
+/* d's target in o set from v (NULL for a switch). Returns 0, or 2 after
+ * printing why. */
+static int lake_flag_set(struct lake_opts *o, const struct lake_flag_def *d,
+                         const char *v)
+{
+    void *at = (char *)o + d->off;
     int64_t n = 0;
 
-    for (size_t i = 0; i < ARRAY_LEN(t); i++) {
-        if (strcmp(name, t[i].name) != 0) {
-            continue;
-        }
-        if (!lake_int(v, &n) || n < t[i].lo || n > t[i].hi) {
-            fprintf(stderr,
-                    "queen lake: %s %s is not %" PRId64 "..%" PRId64 "\n", name,
-                    v, t[i].lo, t[i].hi);
-            return 2;
-        }
-        if (i == 0) {
-            o->from_k = n;
-        } else if (i == 1) {
-            o->to_k = n;
-        } else if (i == 2) {
-            o->threads = (int)n;
-        } else {
-            o->batch = (int)n;
-        }
-        return 0;
-    }
-    return 1;
-}
-
-/* A flag with a value: 0, or 2 (said why). */
-static int lake_flag(struct lake_opts *o, struct lake_raw *raw,
-                     const char *name, const char *v)
-{
-    const struct {
-        const char *name;
-        const char **to;
-    } t[] = {{"--endpoint", &raw->endpoint},
-             {"--bucket", &raw->bucket},
-             {"--region", &raw->region},
-             {"--prefix", &raw->prefix},
-             {"--access-key", &raw->ak},
-             {"--secret-key", &raw->sk},
-             {"--broker", &o->broker},
-             {"--token", &o->token},
-             {"--to", &o->to},
-             {"--as", &o->as},
-             {"--state", &o->state}};
-    int rc;
-
-    for (size_t i = 0; i < ARRAY_LEN(t); i++) {
-        if (strcmp(name, t[i].name) == 0) {
-            *t[i].to = v;
-            return 0;
-        }
-    }
-    if (strcmp(name, "--tenant") == 0) {
-        snprintf(o->tenant, sizeof(o->tenant), "%s", v);
-        return 0;
-    }
-    if (strcmp(name, "--queue") == 0) {
+    if (d->type == LAKE_SWITCH) {
+        *(bool *)at = true;
+    } else if (d->type == LAKE_TEXT) {
+        *(const char **)at = v;
+    } else if (d->type == LAKE_QUEUE) {
         o->queues = xrealloc(o->queues, (o->n_queues + 1) * sizeof(char *));
         o->queues[o->n_queues++] = xstrdup(v);
-        return 0;
-    }
-    rc = lake_flag_number(o, name, v);
-    if (rc == 1) {
-        fprintf(stderr, "queen lake: unknown flag %s\n", name);
+    } else if (!lake_int(v, &n) || n < d->lo || n > d->hi) {
+        fprintf(stderr, "queen lake: %s %s is not %" PRId64 "..%" PRId64 "\n",
+                d->name, v, d->lo, d->hi);
         return 2;
+    } else if (d->type == LAKE_INT) {
+        *(int *)at = (int)n;
+    } else {
+        *(int64_t *)at = n;
     }
-    return rc;
+    return 0;
 }
 
-/* The settings checked into o. 0, or 2 (said why). */
-static int lake_finish(struct lake_opts *o, const struct lake_raw *raw)
+/* The settings checked into o, for cmd. 0, or 2 (said why). */
+static int lake_finish(struct lake_opts *o, unsigned cmd)
 {
+    const struct lake_raw *raw = &o->raw;
     const char *prefix = raw->prefix != NULL ? raw->prefix : "queen";
     struct err err;
 
@@ -250,6 +261,8 @@ static int lake_finish(struct lake_opts *o, const struct lake_raw *raw)
              raw->ak != NULL ? raw->ak : "");
     snprintf(o->s3.secret_key, sizeof(o->s3.secret_key), "%s",
              raw->sk != NULL ? raw->sk : "");
+    snprintf(o->tenant, sizeof(o->tenant), "%s",
+             raw->tenant != NULL ? raw->tenant : LAKE_DEFAULT_TENANT);
     /* The prefix without outer slashes, as the sink keeps it. */
     while (*prefix == '/') {
         prefix++;
@@ -260,6 +273,11 @@ static int lake_finish(struct lake_opts *o, const struct lake_raw *raw)
     }
     if (o->to_k != 0 && o->to_k < o->from_k) {
         fprintf(stderr, "queen lake: --to-k is below --from-k\n");
+        return 2;
+    }
+    if (cmd == LAKE_RESTORE && (o->n_queues != 1 || o->to == NULL)) {
+        fprintf(stderr, "queen lake restore: --queue Q (one) and --to URL "
+                        "are required\n");
         return 2;
     }
     return 0;
@@ -282,51 +300,35 @@ static int lake_default_threads(bool is_verify)
     return (int)t;
 }
 
-/* A flag of one command only, given to the other: true after printing
- * why (a flag that would do nothing is a mistake, not to be ignored). */
-static bool lake_flag_elsewhere(const char *cmd, const char *name)
-{
-    static const char *const restore_only[] = {"--to", "--as", "--state",
-                                               "--batch"};
-    bool is_verify = strcmp(cmd, "verify") == 0;
-    bool is_restore_only = false;
-
-    for (size_t i = 0; i < ARRAY_LEN(restore_only); i++) {
-        is_restore_only = is_restore_only || strcmp(name, restore_only[i]) == 0;
-    }
-    if (is_verify ? !is_restore_only : strcmp(name, "--broker") != 0) {
-        return false;
-    }
-    fprintf(stderr, "queen lake: %s is not a flag of %s\n", name, cmd);
-    return true;
-}
-
-/* Returns 0, or 2 after printing why on stderr. */
+/* argv[1] is "verify" or "restore". Returns 0, or 2 after printing why on
+ * stderr. */
 static int lake_parse(int argc, char **argv, struct lake_opts *o)
 {
-    struct lake_raw raw = {lake_env("QUEEN_S3_ENDPOINT"),
-                           lake_env("QUEEN_S3_BUCKET"),
-                           lake_env("QUEEN_S3_REGION"),
-                           lake_env("QUEEN_S3_PREFIX"),
-                           lake_env("QUEEN_S3_ACCESS_KEY"),
-                           lake_env("QUEEN_S3_SECRET_KEY"),
-                           false};
+    unsigned cmd = strcmp(argv[1], "verify") == 0 ? LAKE_VERIFY : LAKE_RESTORE;
     const char *ps = lake_env("QUEEN_S3_PATH_STYLE");
     struct err err;
 
     memset(o, 0, sizeof(*o));
+    o->raw = (struct lake_raw){lake_env("QUEEN_S3_ENDPOINT"),
+                               lake_env("QUEEN_S3_BUCKET"),
+                               lake_env("QUEEN_S3_REGION"),
+                               lake_env("QUEEN_S3_PREFIX"),
+                               lake_env("QUEEN_S3_ACCESS_KEY"),
+                               lake_env("QUEEN_S3_SECRET_KEY"),
+                               NULL,
+                               false};
     s3_config_defaults(&o->s3);
-    snprintf(o->tenant, sizeof(o->tenant), "%s", LAKE_DEFAULT_TENANT);
     o->from_k = 1;
     o->batch = LAKE_PUSH_ITEMS;
-    if (ps != NULL &&
-        s3_parse_bool("QUEEN_S3_PATH_STYLE", ps, &raw.path_style, &err) != 0) {
+    if (ps != NULL && s3_parse_bool("QUEEN_S3_PATH_STYLE", ps,
+                                    &o->raw.path_style, &err) != 0) {
         fprintf(stderr, "queen lake: %s\n", err.msg);
         return 2;
     }
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *eq = strchr(a, '=');
+        const struct lake_flag_def *d;
         char name[64];
         size_t nl = eq != NULL ? (size_t)(eq - a) : strlen(a);
 
@@ -336,22 +338,28 @@ static int lake_parse(int argc, char **argv, struct lake_opts *o)
         }
         memcpy(name, a, nl);
         name[nl] = '\0';
-        if (lake_flag_elsewhere(argv[1], name)) {
+        d = lake_flag_def(name);
+        if (d == NULL) {
+            fprintf(stderr, "queen lake: unknown flag %s\n", name);
             return 2;
         }
-        if (strcmp(name, "--path-style") == 0) {
-            raw.path_style = true;
-        } else if (strcmp(name, "--json") == 0) {
-            o->is_json = true;
-        } else if (eq == NULL && i + 1 >= argc) {
+        if ((d->cmds & cmd) == 0) {
+            fprintf(stderr, "queen lake: %s is not a flag of %s\n", name,
+                    argv[1]);
+            return 2;
+        }
+        if (d->type != LAKE_SWITCH && eq == NULL && i + 1 >= argc) {
             fprintf(stderr, "queen lake: %s needs a value\n", name);
             return 2;
-        } else if (lake_flag(o, &raw, name, eq != NULL ? eq + 1 : argv[++i]) !=
-                   0) {
+        }
+        if (lake_flag_set(o, d,
+                          d->type == LAKE_SWITCH ? NULL
+                          : eq != NULL           ? eq + 1
+                                                 : argv[++i]) != 0) {
             return 2;
         }
     }
-    return lake_finish(o, &raw);
+    return lake_finish(o, cmd);
 }
 
 static void lake_opts_free(struct lake_opts *o)
@@ -370,11 +378,18 @@ struct lake_bucket {
     struct s3_client *c;
 };
 
+/* An endpoint that refuses the tool's first requests (or whose name does
+ * not resolve) is a wrong one: exit 2 with the reason at once, not after
+ * about 12 s of retry warnings. Once the bucket answered, everything
+ * transient (no connection, 5xx, 429) is retried as the sink does. */
 static void lake_bucket_open(struct lake_bucket *b, const struct lake_opts *o)
 {
+    struct s3_config cfg = o->s3;
+
+    cfg.is_unreached_final = true;
     b->curl = s3_curl_new();
     b->t = s3_curl_transport(b->curl);
-    b->c = s3_client_new(&o->s3, &b->t, NULL);
+    b->c = s3_client_new(&cfg, &b->t, NULL);
 }
 
 static void lake_bucket_close(struct lake_bucket *b)
@@ -560,6 +575,7 @@ static long lake_http_post(struct lake_http *c, const char *path,
 {
     char url[2048];
     char auth[1024];
+    char tenant_hdr[sizeof("x-queen-tenant: ") + LAKE_TENANT_MAX];
     struct curl_slist *hs = NULL;
     long status = 0;
     CURLcode rc;
@@ -572,8 +588,9 @@ static long lake_http_post(struct lake_http *c, const char *path,
         hs = curl_slist_append(hs, auth);
     }
     if (c->tenant != NULL) {
-        snprintf(auth, sizeof(auth), "x-queen-tenant: %s", c->tenant);
-        hs = curl_slist_append(hs, auth);
+        snprintf(tenant_hdr, sizeof(tenant_hdr), "x-queen-tenant: %s",
+                 c->tenant);
+        hs = curl_slist_append(hs, tenant_hdr);
     }
     curl_easy_reset(c->h);
     curl_easy_setopt(c->h, CURLOPT_URL, url);
@@ -1944,6 +1961,7 @@ struct lake_part {
     bool has_cp;   /* the last checkpoint folded names it */
     int64_t cp_at; /* its position there (-1: none) */
     int64_t cp_k;
+    bool is_log_only; /* named by the broker's log, not by the lake */
 };
 
 struct lake_gap {
@@ -1957,6 +1975,7 @@ struct lake_gap {
 struct lake_fold {
     struct lake_part **parts; /* owned, each */
     size_t n_parts;
+    size_t n_log_only;    /* of them, is_log_only */
     struct hashtab index; /* -> struct lake_part, rebuilt on growth */
     struct lake_gap *gaps;
     size_t n_gaps;
@@ -2284,6 +2303,19 @@ static int lake_changed_page(struct lake_http *h, const char *queue,
     return 0;
 }
 
+/* A partition of the broker's log joins f's states; one the lake does not
+ * name is counted apart (is_log_only), not among the lake's. */
+static void lake_log_partition(struct lake_fold *f, const char *p, size_t n)
+{
+    size_t known = f->n_parts;
+    struct lake_part *part = lake_part_of(f, p, n);
+
+    if (f->n_parts > known) {
+        part->is_log_only = true;
+        f->n_log_only++;
+    }
+}
+
 /* Every partition of the queue in the broker's log joins f's states, so
  * that one the lake lacks is looked at. */
 static int lake_log_partitions(struct lake_http *h, const char *queue,
@@ -2315,7 +2347,7 @@ static int lake_log_partitions(struct lake_http *h, const char *queue,
             buf_reset(&name);
             if (json_get_str(&d, json_obj_get(&d, p, "name"), &name, err) ==
                 0) {
-                (void)lake_part_of(f, name.data != NULL ? name.data : "",
+                lake_log_partition(f, name.data != NULL ? name.data : "",
                                    name.len);
             }
         }
@@ -2487,6 +2519,31 @@ static void lake_json_str(FILE *out, const char *s)
     (void)json_escape(&b, s, strlen(s), &err); /* with its quotes */
     fwrite(b.data != NULL ? b.data : "", 1, b.len, out);
     buf_free(&b);
+}
+
+/* The end of a run of cmd, shared by verify and restore: why it could not
+ * finish (failed non-NULL) goes on stderr; with --json, the document on
+ * stdout is closed with its verdict ("exact" or "ok"), false whenever
+ * failed, and the same sentence as "error". A document is printed on every
+ * exit after the flags are read, so a script reads one whatever happened.
+ * Returns 0, or 2 when stdout could not be written. */
+static int lake_outcome(const struct lake_opts *o, const char *cmd,
+                        const char *verdict, bool is_true,
+                        const struct err *failed)
+{
+    if (failed != NULL) {
+        fprintf(stderr, "queen lake %s: %s\n", cmd, failed->msg);
+    }
+    if (o->is_json) {
+        printf(",\"%s\":%s", verdict,
+               is_true && failed == NULL ? "true" : "false");
+        if (failed != NULL) {
+            printf(",\"error\":");
+            lake_json_str(stdout, failed->msg);
+        }
+        printf("}\n");
+    }
+    return fflush(stdout) != 0 ? 2 : 0;
 }
 
 struct lake_qlist {
@@ -2907,6 +2964,23 @@ static int lake_tail_check(struct lake_log *log, struct lake_fold *f,
     return 0;
 }
 
+/* The flag of o's window range that is past the last manifest n, named in
+ * err: --from-k, else --to-k when is_to_k_checked. Returns 0 when neither
+ * is, else ERR_NOT_FOUND. */
+static int lake_range_past(const struct lake_opts *o, int64_t n,
+                           bool is_to_k_checked, struct err *err)
+{
+    bool is_from = o->from_k > n;
+
+    if (!is_from && !(is_to_k_checked && o->to_k > n)) {
+        return 0;
+    }
+    return err_set(err, ERR_NOT_FOUND,
+                   "%s %" PRId64 " is past the last manifest (k=%" PRId64 ")",
+                   is_from ? "--from-k" : "--to-k",
+                   is_from ? o->from_k : o->to_k, n);
+}
+
 /* Verify one queue into f. Returns 0, or 2 (err) when it could not run. */
 static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
                              const char *queue, struct lake_fold *f,
@@ -2916,6 +2990,7 @@ static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
     struct lake_log log;
     struct lake_bg_list cps;
     struct lake_bg_list data;
+    struct err past;
     int64_t n = 0;
     int64_t last_k = 0;
     int rc;
@@ -2934,16 +3009,8 @@ static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
     rc = lake_count(b, &job.lq, f, &n, err);
     if (rc == 0) {
         last_k = o->to_k != 0 && o->to_k < n ? o->to_k : n;
-        if (o->from_k > n) {
-            lake_fold_violation(f,
-                                "--from-k %" PRId64 " is past the last "
-                                "manifest (k=%" PRId64 ")",
-                                o->from_k, n);
-        } else if (o->to_k > n) {
-            lake_fold_violation(f,
-                                "--to-k %" PRId64 " is past the last manifest "
-                                "(k=%" PRId64 ")",
-                                o->to_k, n);
+        if (lake_range_past(o, n, true, &past) != 0) {
+            lake_fold_violation(f, "%s", past.msg);
         }
         f->first_k = o->from_k;
         rc = lake_cps_finish(f, &cps, n, err);
@@ -2996,11 +3063,13 @@ static void lake_report(const struct lake_opts *o, const char *queue,
                 ",\"exact\":%s,\"windows\":%" PRId64 ",\"fromK\":%" PRId64
                 ",\"objects\":%" PRIu64 ",\"records\":%" PRIu64
                 ",\"bytes\":%" PRIu64 ",\"decodedBytes\":%" PRIu64
-                ",\"partitions\":%zu,\"tStart\":%" PRId64 ",\"tEnd\":%" PRId64
+                ",\"partitions\":%zu,\"brokerOnlyPartitions\":%zu"
+                ",\"tStart\":%" PRId64 ",\"tEnd\":%" PRId64
                 ",\"stampsChecked\":%" PRIu64 ",\"lost\":[",
                 f->violation_count == 0 ? "true" : "false", f->windows,
                 f->first_k, f->objects, f->records, f->bytes, f->raw,
-                f->n_parts, f->t_start, f->t_end, f->stamps_checked);
+                f->n_parts - f->n_log_only, f->n_log_only, f->t_start, f->t_end,
+                f->stamps_checked);
         for (size_t i = 0; i < f->n_lost; i++) {
             fprintf(out, "%s{\"k\":%" PRId64 ",\"partition\":", i ? "," : "",
                     f->lost[i].k);
@@ -3027,10 +3096,13 @@ static void lake_report(const struct lake_opts *o, const char *queue,
             "%.1f MB decoded, %zu partitions\n",
             queue, f->violation_count == 0 ? "exact" : "VIOLATIONS", f->first_k,
             f->first_k + f->windows - 1, a, b, f->objects, f->records,
-            (double)f->bytes / 1e6, (double)f->raw / 1e6, f->n_parts);
+            (double)f->bytes / 1e6, (double)f->raw / 1e6,
+            f->n_parts - f->n_log_only);
     if (o->broker != NULL) {
-        fprintf(out, "  %" PRIu64 " records compared with the broker's log\n",
-                f->stamps_checked);
+        fprintf(out,
+                "  %" PRIu64 " records compared with the broker's log, "
+                "%zu partitions only there\n",
+                f->stamps_checked, f->n_log_only);
     }
     for (size_t i = 0; i < f->n_lost; i++) {
         fprintf(out,
@@ -3113,11 +3185,10 @@ static int lake_verify(const struct lake_opts *o)
         printf(",\"queues\":[");
     }
     if (lake_queues(o, &b, &q, &err) != 0) {
-        fprintf(stderr, "queen lake verify: listing the queues: %s\n", err.msg);
+        err_wrap(&err, "listing the queues");
         rc = 2;
     } else if (q.n == 0) {
-        fprintf(stderr,
-                "queen lake verify: no queue of tenant %s under prefix %s\n",
+        err_set(&err, ERR_NOT_FOUND, "no queue of tenant %s under prefix %s",
                 o->tenant, o->prefix);
         rc = 2;
     }
@@ -3126,8 +3197,7 @@ static int lake_verify(const struct lake_opts *o)
 
         memset(&f, 0, sizeof(f));
         if (lake_verify_queue(o, &b, q.names[i], &f, &prog, &err) != 0) {
-            fprintf(stderr, "queen lake verify: queue %s: %s\n", q.names[i],
-                    err.msg);
+            err_wrap(&err, "queue %s", q.names[i]);
             rc = 2;
             lake_fold_free(&f);
             break;
@@ -3137,11 +3207,12 @@ static int lake_verify(const struct lake_opts *o)
         lake_fold_free(&f);
     }
     if (o->is_json) {
-        printf("],\"exact\":%s}\n", !is_bad && rc == 0 ? "true" : "false");
+        printf("]");
     }
     lake_qlist_free(&q);
     lake_bucket_close(&b);
-    if (fflush(stdout) != 0) {
+    if (lake_outcome(o, "verify", "exact", !is_bad, rc != 0 ? &err : NULL) !=
+        0) {
         return 2;
     }
     return rc != 0 ? rc : is_bad ? 1 : 0;
@@ -3159,6 +3230,7 @@ struct lake_push {
     uint64_t duplicates;
     uint64_t records;
     uint64_t bytes;
+    uint64_t derived; /* the restore's sum only: lake_pusher's */
     bool is_failed;
     struct err err;
 };
@@ -3274,6 +3346,9 @@ struct lake_pusher {
     size_t max_items;
     uint64_t records;
     uint64_t bytes;
+    uint64_t derived;     /* records given a derived transactionId */
+    struct buf txn_lake;  /* the lake's part of a derived id's input */
+    struct buf txn_input; /* one record's input (lake_derive_txn) */
     bool is_failed;
     struct err err;
 };
@@ -3383,17 +3458,58 @@ static void lake_pusher_mark(const struct lake_pusher *P, uint64_t *mark)
     }
 }
 
+/* One field of a derived id's input, length first so that no two lists
+ * of fields run together into the same bytes. */
+static void lake_txn_field(struct buf *b, const char *p, size_t n)
+{
+    struct err err;
+
+    (void)buf_printf(b, &err, "%zu:", n); /* b has no cap */
+    (void)buf_append(b, p, n, &err);
+}
+
+/* A record whose transactionId is "" (the broker takes an empty id as
+ * none and mints a new one, so every restore would queue it again) gets
+ * one derived from its place: "lake-" and the first 32 hex digits of the
+ * SHA-256 of the lake (bucket, prefix, tenant, queue: P->txn_lake) and the
+ * record (partition, offset), which a lake holds once (verify's "in the
+ * lake twice"). Every run derives the same id for it, so the broker's
+ * dedup drops it on a second restore as it drops the others. */
+static void lake_derive_txn(struct lake_pusher *P, const struct sink_record *r,
+                            char out[LAKE_TXN_DERIVED_LEN + 1])
+{
+    char off[24];
+    uint8_t sum[32];
+    struct err err;
+
+    snprintf(off, sizeof(off), "%" PRId64, r->offset);
+    buf_reset(&P->txn_input);
+    (void)buf_append(&P->txn_input, P->txn_lake.data, P->txn_lake.len, &err);
+    lake_txn_field(&P->txn_input, r->partition.ptr, r->partition.len);
+    lake_txn_field(&P->txn_input, off, strlen(off));
+    sha256(P->txn_input.data, P->txn_input.len, sum);
+    snprintf(out, LAKE_TXN_DERIVED_LEN + 1, "lake-");
+    hex_lower(sum, (LAKE_TXN_DERIVED_LEN - 5) / 2, out + 5);
+}
+
 static int lake_push_record(void *arg, const struct sink_record *r)
 {
     struct lake_pusher *P = arg;
     uint32_t h = 2166136261u; /* FNV-1a of the partition */
     struct lake_shard *s;
+    struct sink_record rec = *r;
+    char txn[LAKE_TXN_DERIVED_LEN + 1];
 
     for (size_t i = 0; i < r->partition.len; i++) {
         h = (h ^ (uint8_t)r->partition.ptr[i]) * 16777619u;
     }
     s = &P->s[h % (uint32_t)P->n];
-    if (lake_push_item(&s->fill, s->fill_items, P->as, r, &P->err) != 0) {
+    if (r->txn.len == 0) {
+        lake_derive_txn(P, r, txn);
+        rec.txn = (struct slice){txn, LAKE_TXN_DERIVED_LEN};
+        P->derived++;
+    }
+    if (lake_push_item(&s->fill, s->fill_items, P->as, &rec, &P->err) != 0) {
         P->is_failed = true;
         return 2;
     }
@@ -3414,6 +3530,12 @@ static void lake_pusher_open(struct lake_pusher *P, const struct lake_opts *o,
     P->n = n;
     P->as = as;
     P->max_items = (size_t)o->batch;
+    buf_init(&P->txn_lake, BUF_UNLIMITED);
+    buf_init(&P->txn_input, BUF_UNLIMITED);
+    lake_txn_field(&P->txn_lake, o->s3.ep.bucket, strlen(o->s3.ep.bucket));
+    lake_txn_field(&P->txn_lake, o->prefix, strlen(o->prefix));
+    lake_txn_field(&P->txn_lake, o->tenant, strlen(o->tenant));
+    lake_txn_field(&P->txn_lake, o->queues[0], strlen(o->queues[0]));
     P->s = xcalloc((size_t)n, sizeof(*P->s));
     for (int i = 0; i < n; i++) {
         struct lake_shard *s = &P->s[i];
@@ -3438,6 +3560,7 @@ static void lake_pusher_close(struct lake_pusher *P, struct lake_push *sum)
     sum->as = P->as;
     sum->records = P->records;
     sum->bytes = P->bytes;
+    sum->derived = P->derived;
     for (int i = 0; i < P->n; i++) {
         struct lake_shard *s = &P->s[i];
 
@@ -3456,6 +3579,8 @@ static void lake_pusher_close(struct lake_pusher *P, struct lake_push *sum)
     }
     free(P->s);
     P->s = NULL;
+    buf_free(&P->txn_lake);
+    buf_free(&P->txn_input);
 }
 
 /* The state file: one line "k <K>" naming the last window every record of
@@ -3535,22 +3660,34 @@ static int lake_restore_object(const struct lake_job *job,
     return 0;
 }
 
-static void lake_restore_report(const struct lake_opts *o,
-                                const struct lake_push *push, int64_t from,
-                                int64_t last_k)
+/* The summary, or why the restore stopped (failed non-NULL; with --json
+ * the document still holds the counts so far). Returns 0, or 2 when stdout
+ * could not be written. */
+static int lake_restore_report(const struct lake_opts *o,
+                               const struct lake_push *push, int64_t from,
+                               int64_t last_k, const struct err *failed)
 {
     if (o->is_json) {
         printf("{\"queue\":");
         lake_json_str(stdout, push->as);
         printf(",\"fromK\":%" PRId64 ",\"toK\":%" PRId64 ",\"records\":%" PRIu64
-               ",\"queued\":%" PRIu64 ",\"duplicates\":%" PRIu64 "}\n",
-               from, last_k, push->records, push->queued, push->duplicates);
-        return;
+               ",\"queued\":%" PRIu64 ",\"duplicates\":%" PRIu64
+               ",\"derivedIds\":%" PRIu64,
+               from, last_k, push->records, push->queued, push->duplicates,
+               push->derived);
+    } else if (failed == NULL) {
+        printf("restored windows %" PRId64 "..%" PRId64 " of %s into %s: "
+               "%" PRIu64 " records, %" PRIu64 " new, %" PRIu64
+               " already there\n",
+               from, last_k, o->queues[0], push->as, push->records,
+               push->queued, push->duplicates);
+        if (push->derived > 0) {
+            printf("  %" PRIu64 " records had no transactionId: each was "
+                   "given one derived from its place in the lake\n",
+                   push->derived);
+        }
     }
-    printf("restored windows %" PRId64 "..%" PRId64 " of %s into %s: %" PRIu64
-           " records, %" PRIu64 " new, %" PRIu64 " already there\n",
-           from, last_k, o->queues[0], push->as, push->records, push->queued,
-           push->duplicates);
+    return lake_outcome(o, "restore", "ok", true, failed);
 }
 
 /* Fill batches with every record of window k; its last batches may still
@@ -3609,21 +3746,14 @@ static int lake_restore(const struct lake_opts *o)
     int64_t last_k = 0;
     int rc;
 
-    if (o->n_queues != 1 || o->to == NULL) {
-        fprintf(stderr, "queen lake restore: --queue Q (one) and --to URL "
-                        "are required\n");
-        return 2;
-    }
     lake_bucket_open(&b, o);
     job = (struct lake_job){o, &b, o->queues[0], {o->prefix, {0}, {0}}};
     job.lq.tenant = (struct slice){o->tenant, strlen(o->tenant)};
     job.lq.queue = (struct slice){job.queue, strlen(job.queue)};
     rc = lake_count(&b, &job.lq, NULL, &last_k, &err);
-    if (rc == 0 && o->from_k > last_k) {
-        err_set(&err, ERR_NOT_FOUND,
-                "--from-k %" PRId64 " is past the last manifest (k=%" PRId64
-                ")",
-                o->from_k, last_k);
+    /* only --from-k: a --to-k past the last manifest restores what there
+     * is */
+    if (rc == 0 && lake_range_past(o, last_k, false, &err) != 0) {
         rc = 2;
     }
     last_k = o->to_k != 0 && o->to_k < last_k ? o->to_k : last_k;
@@ -3660,9 +3790,10 @@ static int lake_restore(const struct lake_opts *o)
     free(mark);
     if (rc == 0) {
         lake_progress_show(&prog, prog.total, push.records, push.bytes, true);
-        lake_restore_report(o, &push, from, last_k);
-    } else {
-        fprintf(stderr, "queen lake restore: %s\n", err.msg);
+    }
+    if (lake_restore_report(o, &push, from, last_k, rc != 0 ? &err : NULL) !=
+        0) {
+        rc = 2;
     }
     lake_mem_free(&mem);
     lake_bucket_close(&b);

@@ -63,6 +63,7 @@ struct s3_client {
     pthread_cond_t cv;
     _Atomic bool is_stopping;
     _Atomic int64_t deadline_ms;
+    _Atomic bool has_answered; /* an attempt got an HTTP answer (2) */
 };
 
 struct call;
@@ -428,13 +429,18 @@ static enum s3_fail attempt(struct s3_client *c, struct call *k,
     k->ans.content_length = -1;
     k->ans.retry_after_ms = -1;
     k->ans.is_unresolved = false;
+    k->ans.is_unreached = false;
     rc = send_once(c, k, where[0], where[1], where[2], err);
+    if (rc == 0) {
+        atomic_store(&c->has_answered, true);
+    }
     s3_metrics_add(&c->metrics, k->op, rc == 0 ? k->ans.status : 0);
     st->attempts++;
     st->status = rc == 0 ? k->ans.status : 0;
     st->retry_after_ms = k->ans.retry_after_ms;
     st->code[0] = '\0';
     st->is_unresolved = rc != 0 && k->ans.is_unresolved;
+    st->is_unreached = rc != 0 && k->ans.is_unreached;
     if (rc == ERR_TOO_BIG || rc == ERR_INVALID) {
         return S3_FAIL_BODY; /* not retried: see run() */
     }
@@ -475,6 +481,14 @@ static void log_retry(const struct call *k, const char *what, int a,
 {
     log_warn("s3", "%s %s: attempt %d of %d: %s; retrying in %" PRIu64 " ms",
              k->method, what, a, k->max_attempts, err->msg, wait);
+}
+
+/* Invariant (2): an endpoint that never answered and cannot be reached is
+ * taken as a wrong one, when the caller asked for that. */
+static bool is_unreached_final(struct s3_client *c, const struct s3_status *st)
+{
+    return c->cfg.is_unreached_final && st->is_unreached &&
+           !atomic_load(&c->has_answered);
 }
 
 /* The retry loop (invariants (1) and (2) of client.h). */
@@ -521,7 +535,9 @@ static int run(struct s3_client *c, struct call *k, struct s3_status *st,
             break;
         }
         st->is_retriable = s3_retry_is_retriable(kind, st->status) &&
-                           err->code != ERR_TOO_BIG && err->code != ERR_INVALID;
+                           err->code != ERR_TOO_BIG &&
+                           err->code != ERR_INVALID &&
+                           !is_unreached_final(c, st);
         if (!st->is_retriable || a >= k->max_attempts ||
             atomic_load(&c->is_stopping)) {
             rc = err->code;

@@ -6,6 +6,9 @@
  *       the metrics as (op, HTTP status), 0 when no answer came.
  *   (2) Retriable outcomes (retry.h) are tried up to max_attempts times,
  *       waiting s3_retry_wait_ms between; other outcomes return at once.
+ *       With is_unreached_final, an attempt that reached no endpoint (the
+ *       host did not resolve, or the connection was refused) before any
+ *       attempt of this client got an answer is final too.
  *   (3) A body above multipart_threshold goes up as a multipart upload of
  *       part_size slices, part_concurrency of them in flight; any failure
  *       after CreateMultipartUpload aborts the upload (one DELETE, best
@@ -68,6 +71,9 @@ struct s3_http_answer {
     int64_t retry_after_ms; /* Retry-After in ms, -1 when absent */
     bool is_unresolved;     /* a transport failure: the host name did not
                                resolve (DNS), so nothing was sent */
+    bool is_unreached;      /* a transport failure before a connection was
+                               made (is_unresolved, or the connection was
+                               refused): nothing was sent */
 };
 
 /* Perform req. Returns 0 when an HTTP answer arrived (any status), else
@@ -109,6 +115,11 @@ struct s3_config {
     int max_attempts;
     long connect_timeout_ms;
     long request_timeout_ms;
+    /* Invariant (2): until the endpoint first answers, an attempt that
+     * cannot reach it is not retried. For an offline tool, where that is a
+     * wrong endpoint the user should hear about at once; the broker's sink
+     * leaves it false and waits for a bucket that is down. */
+    bool is_unreached_final;
 };
 
 /* Fill the defaults above (everything else zero/empty). */
@@ -124,6 +135,7 @@ struct s3_status {
     int attempts;           /* attempts of that request */
     char code[64];          /* S3 <Code> of an error answer, or "" */
     bool is_unresolved;     /* the last attempt's host name did not resolve */
+    bool is_unreached;      /* the last attempt made no connection */
 };
 
 struct s3_client;

@@ -240,6 +240,9 @@ static int finish(CURL *h, CURLcode rc, const char *errbuf,
     }
     if (rc != CURLE_OK) {
         x->ans->is_unresolved = rc == CURLE_COULDNT_RESOLVE_HOST;
+        x->ans->is_unreached = x->ans->is_unresolved ||
+                               rc == CURLE_COULDNT_RESOLVE_PROXY ||
+                               rc == CURLE_COULDNT_CONNECT;
         return err_set(err, ERR_IO, "%s: %s", curl_easy_strerror(rc),
                        errbuf[0] != '\0' ? errbuf : "no detail");
     }

@@ -301,12 +301,15 @@ def test_verify_cannot_run_without_a_bucket_or_flags(bucket):
                        env={"PATH": os.environ.get("PATH", "")})
     assert p.returncode == 2, p
     assert "s3cr3t-never-printed" not in p.stdout + p.stderr
-    # With --json, stdout is one JSON document whatever the exit.
+    # With --json, stdout is one JSON document whatever the exit, and
+    # after exit 2 it says why, as stderr does.
     for args in (("--queue", "nothing-here"), ("--bucket", "no-such-bucket"),
                  ("--prefix", "no-lake-here")):
         p = tool(bucket, "verify", "--json", *args)
         assert p.returncode == 2, p
-        assert json.loads(p.stdout)["exact"] is False, (args, p)
+        doc = json.loads(p.stdout)
+        assert doc["exact"] is False, (args, p)
+        assert doc["error"] and doc["error"] in p.stderr, (args, p)
     # A flag of the other command is a bad flag, not ignored.
     for cmd, flag in (("verify", "--to"), ("verify", "--as"),
                       ("verify", "--state"), ("verify", "--batch"),
@@ -314,6 +317,40 @@ def test_verify_cannot_run_without_a_bucket_or_flags(bucket):
         p = tool(bucket, cmd, "--queue", "q", flag, "1")
         assert p.returncode == 2 and "%s is not a flag of %s" % (
             flag, cmd) in p.stderr, p
+
+
+def closed_port():
+    """A port on 127.0.0.1 that nothing listens on (bound, then closed)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_bucket_is_one_line_at_once():
+    """A bucket endpoint that refuses the first connection is a wrong one:
+    exit 2 with the one-line reason well before the ~12 s the S3 client's
+    retries took (with a warning per retry), for both commands and with or
+    without --queue. (A bucket that answered once is retried as before:
+    tests/unit/test_s3client.c.)"""
+    ep = "http://127.0.0.1:%d" % closed_port()
+    env = {"PATH": os.environ.get("PATH", ""), **CREDS}
+    runs = [("verify", "--json"), ("verify", "--queue", "q", "--json"),
+            ("restore", "--queue", "q", "--to", "http://127.0.0.1:1",
+             "--json")]
+    for args in runs:
+        cmd = [queen_bin(), "lake", args[0], "--endpoint", ep, "--bucket",
+               "lake", "--path-style", *args[1:]]
+        # the deadline: a timeout here fails the test
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                           timeout=4)
+        assert p.returncode == 2, (args, p)
+        lines = p.stderr.splitlines()
+        assert len(lines) == 1 and "retrying" not in p.stderr, (args, p)
+        assert "connect" in lines[0].lower(), (args, p)
+        doc = json.loads(p.stdout)
+        assert doc["error"] in lines[0], (args, p)
+        assert doc.get("exact", doc.get("ok")) is False, (args, doc)
 
 
 # ---------------------------------------------------------------------------
@@ -336,6 +373,7 @@ def test_restore_twice_then_the_new_lake_is_exact(bucket, broker_factory):
              url(dst) + "/", "--json", check=0)
     first = json.loads(p.stdout)
     assert first["records"] == len(acked) and first["queued"] == len(acked)
+    assert first["ok"] is True and "error" not in first, first
     p = tool(bucket, "restore", "--queue", "orders", "--as", "copy", "--to",
              url(dst), "--json", check=0)
     again = json.loads(p.stdout)
@@ -487,6 +525,108 @@ def test_a_window_range_past_the_lake_is_not_exact(bucket):
              "http://127.0.0.1:1")
     assert p.returncode == 2 and "--from-k 4 is past the last manifest " \
         "(k=3)" in p.stderr, p
+    # with --json the failure is a document too, as verify's is
+    p = tool(bucket, "restore", "--queue", "short", "--from-k", "4", "--to",
+             "http://127.0.0.1:1", "--json")
+    assert p.returncode == 2, p
+    doc = json.loads(p.stdout)
+    assert doc["ok"] is False and doc["records"] == 0, doc
+    assert doc["error"] == "--from-k 4 is past the last manifest (k=3)", doc
+    assert doc["error"] in p.stderr, p
+
+
+def test_a_record_without_transaction_id_is_restored_once(bucket,
+                                                          broker_factory):
+    """A lake record whose transactionId is "" (the broker takes an empty
+    id as none and mints one) gets an id derived from its place in the
+    lake, the same on every run: a second restore adds nothing. The place
+    includes the lake's queue, so the same partition and offset of another
+    queue restored into the same target is a record of its own."""
+    t0 = st.T0
+    for queue in ("noid", "noid2"):
+        c = bucket.boto3()
+        recs = [("p", o, "" if o != 1 else "given-%s" % queue, t0 + 1 + o,
+                 b'{"o":%d}' % o) for o in range(3)]
+        lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
+                                                      Body=body),
+                       PREFIX, TENANT, queue, [(t0, t0 + 100, recs)])
+    dst = broker_factory()
+
+    def restore(queue):
+        p = tool(bucket, "restore", "--queue", queue, "--as", "target",
+                 "--to", url(dst), "--json", check=0)
+        return json.loads(p.stdout)
+
+    first = restore("noid")
+    again = restore("noid")
+    assert first["queued"] == 3, first
+    assert again["queued"] == 0 and again["duplicates"] == 3, again
+    assert first["derivedIds"] == again["derivedIds"] == 2, (first, again)
+    log = dst.fetch_one("target", "p", 0)["records"]
+    assert [json.loads(json.dumps(x["payload"])) for x in log] == \
+        [{"o": 0}, {"o": 1}, {"o": 2}], log
+    txns = [x["transactionId"] for x in log]
+    assert txns[1] == "given-noid", txns
+    for t in (txns[0], txns[2]):
+        assert t.startswith("lake-") and len(t) == 37, txns
+        int(t[5:], 16)
+    assert txns[0] != txns[2], txns
+    # another queue's records at the same places are not its duplicates
+    other = restore("noid2")
+    assert other["queued"] == 3 and other["duplicates"] == 0, other
+    assert len(dst.fetch_one("target", "p", 0)["records"]) == 6
+
+
+def test_a_restore_the_broker_refuses_still_prints_its_document(
+        bucket, broker_factory):
+    """A push the broker refuses (a 4xx) stops the restore with exit 2; with
+    --json stdout still holds the restore's document, "ok":false and the
+    reason stderr gives, as verify's document does after exit 2."""
+    small_lake(bucket, "refused")
+    dst = broker_factory()
+    too_long = "q" * 600  # over the broker's queue name limit: 413
+    p = tool(bucket, "restore", "--queue", "refused", "--as", too_long,
+             "--to", url(dst), "--json")
+    assert p.returncode == 2, p
+    doc = json.loads(p.stdout)
+    assert doc["ok"] is False and doc["queue"] == too_long, doc
+    assert 1 <= doc["records"] <= 3 and doc["queued"] == 0, doc
+    assert "answered 413" in doc["error"], doc
+    assert doc["error"] in p.stderr, p
+
+
+def test_partitions_only_the_broker_has_are_counted_apart(bucket,
+                                                          broker_factory):
+    """verify --broker counts the lake's partitions as `partitions` and the
+    log's partitions the lake does not name as `brokerOnlyPartitions`;
+    before, the broker's were added to the lake's count."""
+    node = broker_factory()
+    push_all(node, [{"queue": "bq", "partition": "p", "transactionId":
+                     "b%d" % i, "payload": b'{"i":%d}' % i}
+                    for i in range(3)])
+    log = lake.broker_log(node, "bq", ["p"])
+    recs = sorted((p, o, v[1], v[0], v[2]) for (p, o), v in
+                  log.records.items())
+    c = bucket.boto3()
+    lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
+                                                  Body=body),
+                   PREFIX, TENANT, "bq", [(recs[0][3], recs[-1][3] + 1, recs)])
+    # stamped after the lake's last window: in the log only, no violation
+    push_all(node, [{"queue": "bq", "partition": "late", "payload": b"1"}])
+    rc, out = verify_json(bucket, "--queue", "bq", "--broker", url(node),
+                          check=0)
+    (q,) = out["queues"]
+    assert q["exact"] and q["stampsChecked"] == 3, out
+    assert q["partitions"] == 1, out
+    assert q["brokerOnlyPartitions"] == 1, out
+    rc, out = verify_json(bucket, "--queue", "bq", check=0)
+    assert out["queues"][0]["partitions"] == 1, out
+    assert out["queues"][0]["brokerOnlyPartitions"] == 0, out
+    p = tool(bucket, "verify", "--queue", "bq", "--broker", url(node),
+             check=0)
+    assert "1 partitions\n" in p.stdout and \
+        "3 records compared with the broker's log, 1 partitions only " \
+        "there" in p.stdout, p.stdout
 
 
 def test_a_tenants_lake_meets_that_tenants_log(bucket, broker_factory):

@@ -36,7 +36,8 @@ struct seen {
 struct fake {
     const struct answer *script;
     size_t n_script;
-    size_t next; /* past the script: 200 with no body */
+    size_t next;        /* past the script: 200 with no body */
+    uint64_t unreached; /* bit i: script[i] failed before connecting */
     struct seen seen[MAX_SEEN];
     size_t n_seen;
     uint64_t waits[MAX_SEEN];
@@ -57,6 +58,7 @@ static int fake_perform(void *arg, const struct s3_http_request *req,
     if (f->next < f->n_script) {
         a = f->script[f->next];
     }
+    ans->is_unreached = f->next < 64 && (f->unreached >> f->next & 1) != 0;
     f->next++;
     f->n_seen++;
     snprintf(s->method, sizeof(s->method), "%s", req->method);
@@ -874,6 +876,67 @@ TEST(transport_failures_count_as_code_0_and_are_retried_six_times)
     EXPECT_EQ_U64(s3_metrics_get(s3_client_metrics(r.c), S3_OP_PUT, 0), 6);
     EXPECT_EQ_U64(r.f.n_waits, 5);
     EXPECT_EQ_U64(r.f.waits[4], 1600); /* attempt 5: step 16 s, u = 0 */
+    rig_close(&r);
+}
+
+static void unreached_final(struct s3_config *cfg)
+{
+    cfg->is_unreached_final = true;
+}
+
+/* A transport failure; it made no connection where f.unreached says so. */
+#define IO_FAILURE                    \
+    {                                 \
+        ERR_IO, 0, NULL, NULL, -1, -1 \
+    }
+
+TEST(an_unreached_endpoint_is_final_until_it_first_answers)
+{
+    struct answer a[] = {IO_FAILURE, OK_200, IO_FAILURE, OK_200};
+    struct rig r;
+
+    rig_open(&r, a, ARRAY_LEN(a), unreached_final);
+    r.f.unreached = 1u << 0 | 1u << 2;
+    /* a wrong endpoint: one request, no wait, not retriable */
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), ERR_IO);
+    EXPECT_EQ_U64(r.f.n_seen, 1);
+    EXPECT_EQ_U64(r.f.n_waits, 0);
+    EXPECT(!r.res.st.is_retriable);
+    EXPECT(r.res.st.is_unreached);
+    /* once it answered, a lost connection is retried as before */
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), 0);
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 4);
+    EXPECT_EQ_U64(r.f.n_waits, 1);
+    rig_close(&r);
+}
+
+TEST(an_unreached_endpoint_is_retried_by_default)
+{
+    struct answer a[] = {IO_FAILURE, IO_FAILURE, OK_200};
+    struct rig r;
+
+    rig_open(&r, a, ARRAY_LEN(a), NULL);
+    r.f.unreached = 1u << 0 | 1u << 1;
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 3);
+    EXPECT_EQ_U64(r.f.n_waits, 2);
+    rig_close(&r);
+}
+
+TEST(with_unreached_final_a_5xx_429_timeout_or_reset_is_still_retried)
+{
+    struct answer a[] = {{0, 503, NULL, "busy", -1, -1},
+                         {0, 429, NULL, NULL, -1, -1},
+                         {ERR_TIMEOUT, 0, NULL, NULL, -1, -1},
+                         IO_FAILURE,
+                         OK_200};
+    struct rig r;
+
+    rig_open(&r, a, ARRAY_LEN(a), unreached_final);
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 5);
+    EXPECT_EQ_U64(r.f.n_waits, 4);
     rig_close(&r);
 }
 
