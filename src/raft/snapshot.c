@@ -444,16 +444,13 @@ static int restore_marker(struct store *s, const void *p, size_t len,
                  index, applied);
         return 0;
     }
-    return err_set(
-        err, ERR_PRECONDITION,
-        "store %s has applied index %" PRIu64
-        " but the raft snapshot marker says %" PRIu64
-        ": the store lost entries the raft log no longer holds (its "
-        "data.mdb was deleted, replaced or is older); wipe this node's data "
-        "directory (QUEEN_RAFT_DIR) and let it rejoin the cluster, which "
-        "sends it a full snapshot, or on a single node restore the "
-        "directory from a backup",
-        store_dir(s), applied, index);
+    /* Under 256 bytes with a path of ~80 (struct err). */
+    return err_set(err, ERR_PRECONDITION,
+                   "store %s is behind the raft snapshot marker (applied "
+                   "%" PRIu64 " < %" PRIu64 "; data.mdb lost or older): wipe "
+                   "this node's data directory to rejoin the cluster (full "
+                   "snapshot) or restore a backup",
+                   store_dir(s), applied, index);
 }
 
 int snapshot_take(struct store *s, struct raft_buffer *b, struct err *err)

@@ -347,11 +347,11 @@ TEST(a_marker_restores_at_or_past_its_index_and_refuses_a_store_behind)
     EXPECT_EQ_I64(fsm_snapshot_restore(a.fsm, m.base, m.len, &err),
                   ERR_PRECONDITION);
     EXPECT(strstr(err.msg, a.dir) != NULL);
-    snprintf(want, sizeof(want), "applied index %" PRIu64, applied);
-    EXPECT(strstr(err.msg, want) != NULL);
-    snprintf(want, sizeof(want), "marker says %" PRIu64, applied + 7);
+    snprintf(want, sizeof(want), "(applied %" PRIu64 " < %" PRIu64 ";", applied,
+             applied + 7);
     EXPECT(strstr(err.msg, want) != NULL);
     EXPECT(strstr(err.msg, "wipe this node's data directory") != NULL);
+    EXPECT(strstr(err.msg, "restore a backup") != NULL);
     EXPECT_EQ_U64(store_applied_index(a.store), applied);
     /* The store goes on as before. */
     a.index = applied;
@@ -835,8 +835,9 @@ TEST(a_node_applies_during_snapshots_and_refuses_a_lost_store)
     EXPECT_EQ_I64(node_start(&c.n.node, &c.n.loop, &cfg, c.n.store, &err),
                   ERR_PRECONDITION);
     EXPECT(strstr(err.msg, c.n.store_dir) != NULL);
-    EXPECT(strstr(err.msg, "has applied index 0 but the raft snapshot "
-                           "marker says") != NULL);
+    EXPECT(strstr(err.msg, "is behind the raft snapshot marker (applied 0 <") !=
+           NULL);
+    EXPECT(strstr(err.msg, "restore a backup") != NULL);
     /* The failed node frees itself on the loop. */
     for (end = nh_now_s() + HARNESS_WAIT_S;
          uv_loop_alive(&c.n.loop) && nh_now_s() < end;) {
