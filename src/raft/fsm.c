@@ -463,20 +463,20 @@ static int fsm_raft_restore(struct raft_fsm *rf, struct raft_buffer *buf)
     struct fsm *f = rf->data;
     struct err err = {0};
 
-    if (fsm_snapshot_restore(f, buf->base, buf->len, &err) != 0) {
-        f->restore_err = err;
-        /* A store behind a marker is the node's to report: at boot it is
-         * the one line the node refuses to start with (node_start). */
-        if (err.code != ERR_PRECONDITION) {
-            log_error("fsm", "restore: %s", err.msg);
+    if (fsm_snapshot_restore(f, buf->base, buf->len, &err) == 0) {
+        raft_free(buf->base); /* ours on success */
+        if (f->on_change != NULL) {
+            f->on_change(f->on_change_arg, NULL, NULL, NULL, 0);
         }
-        return RAFT_IOERR;
+        return 0;
     }
-    raft_free(buf->base); /* ours on success */
-    if (f->on_change != NULL) {
-        f->on_change(f->on_change_arg, NULL, NULL, NULL, 0);
+    f->restore_err = err;
+    /* A store behind a marker is the node's to report: at boot it is the
+     * one line the node refuses to start with (node_start). */
+    if (err.code != ERR_PRECONDITION) {
+        log_error("fsm", "restore: %s", err.msg);
     }
-    return 0;
+    return RAFT_IOERR;
 }
 
 struct fsm *fsm_new(struct store *store, struct raft_fsm *out)

@@ -2063,12 +2063,14 @@ static void snap_dump_kick(struct node *n)
     if (n->sg_dump != NULL || n->sg_head == NULL) {
         return;
     }
-    if (n->closing || snapshot_dump_begin(n->store, &n->sg_dump, &err) != 0) {
-        if (!n->closing) {
-            log_error("node", "full snapshot for a follower: %s", err.msg);
-        }
+    if (n->closing) {
+        snap_get_fail_all(n, RAFT_CANCELED);
+        return;
+    }
+    if (snapshot_dump_begin(n->store, &n->sg_dump, &err) != 0) {
+        log_error("node", "full snapshot for a follower: %s", err.msg);
         n->sg_dump = NULL;
-        snap_get_fail_all(n, n->closing ? RAFT_CANCELED : RAFT_IOERR);
+        snap_get_fail_all(n, RAFT_IOERR);
         return;
     }
     n->sg_began_ms = mono_ms();
@@ -2078,8 +2080,13 @@ static void snap_dump_kick(struct node *n)
     n->sg_work.data = n;
     if (uv_queue_work(n->loop, &n->sg_work, snap_dump_work, snap_dump_after) !=
         0) {
-        snap_dump_work(&n->sg_work); /* cannot fail with a valid loop */
-        snap_dump_after(&n->sg_work, 0);
+        uint8_t *p = NULL;
+        size_t len = 0;
+
+        (void)snapshot_dump_end(n->sg_dump, &p, &len, &err); /* not run */
+        n->sg_dump = NULL;
+        free(p);
+        snap_get_fail_all(n, RAFT_IOERR);
     }
 }
 
@@ -2153,17 +2160,19 @@ static void snap_dump_after(uv_work_t *w, int status)
     UNUSED(status);
     rc = snapshot_dump_end(n->sg_dump, &p, &len, &err);
     n->sg_dump = NULL;
-    if (rc != 0 || n->closing) {
-        if (rc != 0) {
-            log_error("node", "full snapshot for a follower: %s", err.msg);
-        }
+    if (rc != 0) {
+        log_error("node", "full snapshot for a follower: %s", err.msg);
+    }
+    if (rc != 0 || p == NULL || n->closing) {
         free(p);
         snap_get_fail_all(n, n->closing ? RAFT_CANCELED : RAFT_IOERR);
         return;
     }
     snap_install_timeout(n, (uint64_t)(mono_ms() - n->sg_began_ms));
     snap_dump_serve(n, y, p, len);
-    snap_dump_kick(n); /* loads whose marker is past y */
+    /* Loads whose marker is past y get the next dump: a new work request
+     * from this callback, not a recursion. */
+    snap_dump_kick(n);
 }
 
 static void snap_get_loaded(struct raft_io_snapshot_get *req,

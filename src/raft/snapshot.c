@@ -103,6 +103,7 @@ static _Atomic uint64_t stat_last_index;
 static _Atomic uint64_t stat_last_bytes;
 static _Atomic uint64_t stat_last_raw_bytes;
 static _Atomic uint64_t stat_busy_us;
+static _Atomic uint64_t stat_dumps_begun;
 static _Atomic uint64_t stat_dumps;
 static _Atomic uint64_t stat_dump_last_bytes;
 static _Atomic uint64_t stat_dump_busy_us;
@@ -123,6 +124,7 @@ void snapshot_stats_get(struct snapshot_stats *out)
     out->last_bytes = atomic_load(&stat_last_bytes);
     out->last_raw_bytes = atomic_load(&stat_last_raw_bytes);
     out->busy_us = atomic_load(&stat_busy_us);
+    out->dumps_begun = atomic_load(&stat_dumps_begun);
     out->dumps = atomic_load(&stat_dumps);
     out->dump_last_bytes = atomic_load(&stat_dump_last_bytes);
     out->dump_busy_us = atomic_load(&stat_dump_busy_us);
@@ -140,12 +142,14 @@ static uint64_t mono_us(void)
 static int snap_open(struct store *s, struct snap **out, struct err *err)
 {
     struct snap *sp = xcalloc(1, sizeof(*sp));
+    int rc;
 
     sp->store = s;
-    if (store_snap_begin(s, &sp->sn, err) != 0) {
+    rc = store_snap_begin(s, &sp->sn, err);
+    if (rc != 0) {
         atomic_fetch_add(&stat_failed, 1);
         free(sp);
-        return err->code;
+        return rc;
     }
     sp->dump_rc = -1; /* not run yet */
     sp->begun_us = mono_us();
@@ -181,7 +185,9 @@ int snapshot_begin(struct store *s, struct raft_buffer *bufs[],
 /* The marker of index into p (SNAP_MARKER_LEN bytes). */
 static void marker_put(uint8_t *p, uint64_t index)
 {
-    memcpy(p, SNAP_MARKER_MAGIC, 8);
+    for (int i = 0; i < 8; i++) {
+        p[i] = (uint8_t)SNAP_MARKER_MAGIC[i];
+    }
     be64_put(p + 8, index);
     be32_put(p + 16, store_snap_crc(p, SNAP_MARKER_LEN));
 }
@@ -301,7 +307,11 @@ void snapshot_dump_run(struct snap *sp)
 
 int snapshot_dump_begin(struct store *s, struct snap **out, struct err *err)
 {
-    return snap_open(s, out, err);
+    if (snap_open(s, out, err) != 0) {
+        return err->code;
+    }
+    atomic_fetch_add(&stat_dumps_begun, 1);
+    return 0;
 }
 
 uint64_t snapshot_dump_index(const struct snap *sp)

@@ -46,6 +46,7 @@ struct snapshot_stats {
     uint64_t last_bytes;      /* what was handed to libraft: the marker */
     uint64_t last_raw_bytes;  /* the last full dump, before LZ4 */
     uint64_t busy_us;         /* wall time from begin to finalize, summed */
+    uint64_t dumps_begun;     /* snapshot_dump_begin() succeeded */
     uint64_t dumps;           /* full dumps made for InstallSnapshot */
     uint64_t dump_last_bytes; /* the last one's LZ4 frame */
     uint64_t dump_busy_us;    /* wall time of full dumps, summed */
