@@ -1993,14 +1993,19 @@ static int io_append_watched(struct raft_io *io, struct raft_io_append *req,
  *        swap_lock shared), run on a libuv worker (which waits for the
  *        dump's nice-5 thread), end on the loop thread. Loads that arrive
  *        while it runs wait (at most SNAP_GET_MAX) and share it when its Y
- *        is at or past their marker; the others get the next dump.
- *   (G2) Ownership (libraft 0.15, replication.c): the snapshot and its
- *        buffers come from raft_malloc and are freed by libraft after the
- *        send, or by the callback's caller on a non-zero status only the
- *        request; so the wrapper frees a snapshot it fails itself
- *        (snap_destroy), and the dump's frame (malloc'd) replaces bufs[0]
- *        (raft_free passes blocks the arena did not cut to libc). A frame
- *        shared by several loads is copied for all but the last.
+ *        is at or past their marker; the others get the next dump, which
+ *        begins at or past them (one past the store when a dump begins
+ *        fails instead: it cannot happen on a leader, whose markers come
+ *        from its own store).
+ *   (G2) Ownership (libraft 0.15, replication.c): the loaded snapshot,
+ *        its bufs array and bytes come from raft_malloc, and libraft's
+ *        callback frees them all (raft_free) once sent or dropped; given a
+ *        non-zero status it frees only its own request. So the wrapper
+ *        frees a snapshot it fails itself (snap_destroy), and the dump's
+ *        frame (malloc'd) replaces bufs[0] after the marker's bytes are
+ *        raft_free'd (raft_free passes blocks the arena did not cut to
+ *        libc). A frame shared by several loads is copied for all but the
+ *        last.
  *   (G3) A node that closes waits for a running dump (it is counted in
  *        snapshot_open_count(), and its work request keeps the reap
  *        waiting); its waiting loads are failed with RAFT_CANCELED.
@@ -2055,6 +2060,29 @@ static void snap_dump_work(uv_work_t *w)
 static void snap_dump_after(uv_work_t *w, int status);
 static void snap_get_fail_all(struct node *n, int status);
 
+/* Fail the waiting loads whose marker is past the store's index y: the
+ * store never goes back, so no dump would ever cover them (a leader's
+ * markers come from its own store: this does not happen). */
+static void snap_get_fail_past(struct node *n, uint64_t y)
+{
+    struct snap_get **at = &n->sg_head;
+
+    while (*at != NULL) {
+        struct snap_get *sg = *at;
+
+        if (sg->marker <= y) {
+            at = &sg->next;
+            continue;
+        }
+        *at = sg->next;
+        log_error("node",
+                  "snapshot marker at %" PRIu64 " is past the store (%" PRIu64
+                  "): no full snapshot for the follower",
+                  sg->marker, y);
+        snap_get_done(sg, RAFT_IOERR);
+    }
+}
+
 /* (G1): start a dump for the waiting loads, unless one runs. */
 static void snap_dump_kick(struct node *n)
 {
@@ -2074,6 +2102,7 @@ static void snap_dump_kick(struct node *n)
         return;
     }
     n->sg_began_ms = mono_ms();
+    snap_get_fail_past(n, snapshot_dump_index(n->sg_dump));
     log_info("node",
              "full snapshot for a follower: dumping the store at %" PRIu64,
              snapshot_dump_index(n->sg_dump));
