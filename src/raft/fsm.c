@@ -13,11 +13,13 @@
  * the commit index). Entries at or below meta.applied are skipped (1); every
  * effect commits with the new applied index in one transaction (2).
  *
- * Snapshots are taken off the loop thread (fsm version 3, raft/snapshot.h)
- * in the format of store/store_snapshot.h; the legacy "QSNAP001" (a compact
- * LMDB copy) still restores. A restore whose applied index is at or below
- * the store's own is skipped: the store is already ahead, and raft's replay
- * after it is skipped by (1). */
+ * Snapshots (fsm version 3, raft/snapshot.h) are markers: the store, synced
+ * past the marker's index, is the state; a full dump in the format of
+ * store/store_snapshot.h is made only for a follower (node.c). Full ones
+ * and the legacy "QSNAP001" (a compact LMDB copy) still restore. A restore
+ * whose applied index is at or below the store's own is skipped: the store
+ * is already ahead, and raft's replay after it is skipped by (1); a marker
+ * past the store fails (the store lost state the log no longer has). */
 #include "raft/fsm.h"
 
 #include <errno.h>
@@ -66,6 +68,7 @@ struct fsm {
     /* The push entry being applied was applied at store/format.h level 2
      * or above: its unsealed records are flagged plain. */
     bool mark_plain;
+    struct err restore_err; /* the last failed restore, code 0 if none */
 };
 
 /* Eight bytes a step (byte order does not matter: the table is in memory
@@ -460,15 +463,20 @@ static int fsm_raft_restore(struct raft_fsm *rf, struct raft_buffer *buf)
     struct fsm *f = rf->data;
     struct err err = {0};
 
-    if (fsm_snapshot_restore(f, buf->base, buf->len, &err) != 0) {
+    if (fsm_snapshot_restore(f, buf->base, buf->len, &err) == 0) {
+        raft_free(buf->base); /* ours on success */
+        if (f->on_change != NULL) {
+            f->on_change(f->on_change_arg, NULL, NULL, NULL, 0);
+        }
+        return 0;
+    }
+    f->restore_err = err;
+    /* A store behind a marker is the node's to report: at boot it is the
+     * one line the node refuses to start with (node_start). */
+    if (err.code != ERR_PRECONDITION) {
         log_error("fsm", "restore: %s", err.msg);
-        return RAFT_IOERR;
     }
-    raft_free(buf->base); /* ours on success */
-    if (f->on_change != NULL) {
-        f->on_change(f->on_change_arg, NULL, NULL, NULL, 0);
-    }
-    return 0;
+    return RAFT_IOERR;
 }
 
 struct fsm *fsm_new(struct store *store, struct raft_fsm *out)
@@ -512,6 +520,11 @@ void fsm_on_change(struct fsm *f, fsm_change_fn fn, void *arg)
 {
     f->on_change = fn;
     f->on_change_arg = arg;
+}
+
+const struct err *fsm_restore_error(const struct fsm *f)
+{
+    return f->restore_err.code != 0 ? &f->restore_err : NULL;
 }
 
 void fsm_attach_raft(struct fsm *f, struct raft *r)

@@ -108,14 +108,19 @@ void fsm_on_change(struct fsm *f, fsm_change_fn fn, void *arg);
 void fsm_attach_raft(struct fsm *f, struct raft *r);
 
 /* Snapshot primitives (also used by tests): take fills b, on the calling
- * thread, with malloc'd bytes in the format of store/store_snapshot.h (free
- * with free or raft_free); raft itself takes them off the loop thread
- * (raft/snapshot.h). Restore takes either format and replaces the store
- * unless it already applied the snapshot's index (then it does nothing).
- * Borrows p. */
+ * thread, with a full dump: malloc'd bytes in the format of
+ * store/store_snapshot.h (free with free or raft_free); raft's own
+ * snapshots are markers taken off the loop thread (raft/snapshot.h).
+ * Restore takes any format and replaces the store unless it already
+ * applied the snapshot's index (then it does nothing); a marker past the
+ * store fails with ERR_PRECONDITION (snapshot_restore). Borrows p. */
 int fsm_snapshot_take(struct fsm *f, struct raft_buffer *b, struct err *err);
 int fsm_snapshot_restore(struct fsm *f, const void *p, size_t len,
                          struct err *err);
+
+/* The last restore libraft asked for that failed (borrowed, valid until the
+ * fsm is freed), or NULL: node_start reports it when raft_start fails. */
+const struct err *fsm_restore_error(const struct fsm *f);
 
 /* The stamp of the latest applied entry (== store safe time), loop thread. */
 int64_t fsm_greatest_stamp(const struct fsm *f);

@@ -53,6 +53,12 @@
 #define REAP_ROUNDS_MAX  2000 /* 1 ms rounds */
 /* While a snapshot's worker still reads the store. */
 #define REAP_ROUNDS_SNAP 120000
+/* How long a leader waits for a follower to answer an InstallSnapshot
+ * before it sends it again (libraft's default: 30 s): at least this, plus
+ * three times the last full dump ("Full snapshots for followers"). */
+#define INSTALL_TIMEOUT_MS     10000
+#define INSTALL_TIMEOUT_MAX_MS 600000
+#define SNAP_GET_MAX           16 /* snapshot_get calls waiting for a dump */
 /* Store sync about every 100 ms: a sync flushes every page dirtied since the
  * last one, and the raft log's writes queue behind it on the disk; at 1 s
  * a sync took ~50 ms under pushes (p99 > 100 ms), at 100 ms ~10 ms. */
@@ -212,6 +218,15 @@ struct node {
     int (*uv_io_append)(struct raft_io *io, struct raft_io_append *req,
                         const struct raft_entry entries[], unsigned n,
                         raft_io_append_cb cb);
+    /* io->snapshot_get wrapper state (see io_snapshot_get_full). */
+    int (*uv_io_snapshot_get)(struct raft_io *io,
+                              struct raft_io_snapshot_get *req,
+                              raft_io_snapshot_get_cb cb);
+    struct snap_get *sg_head; /* loaded markers waiting for a dump */
+    unsigned sg_n;
+    struct snap *sg_dump; /* the full dump running, or NULL */
+    int64_t sg_began_ms;
+    uv_work_t sg_work;
     node_closed_fn closed_cb;
     void *closed_arg;
     bool has_token; /* peers can connect: forwarding works */
@@ -1960,6 +1975,294 @@ static int io_append_watched(struct raft_io *io, struct raft_io_append *req,
     return rv;
 }
 
+/* ---- Full snapshots for followers ---------------------------------------
+ *
+ * The fsm's snapshots are markers (raft/snapshot.h): libraft's file names
+ * the index the store holds, not the state. A follower whose log is behind
+ * the leader's first entry needs the state, and libraft sends it whatever
+ * io->snapshot_get loads. So io->snapshot_get is wrapped: a snapshot that
+ * is not a marker (an older node's full one, or the one this node received
+ * by InstallSnapshot) passes as it is; for a marker at X the wrapper dumps
+ * the store as it is now (state Y >= X: the store only moves forward on a
+ * leader) and gives libraft the same snapshot (index, term, configuration)
+ * with the dump as its one buffer. The follower restores Y, libraft sets
+ * its last applied to X, and fsm.h (1) skips the entries X+1..Y it then
+ * receives.
+ *
+ *   (G1) One dump at a time: begin on the loop thread (store_snap_begin,
+ *        swap_lock shared), run on a libuv worker (which waits for the
+ *        dump's nice-5 thread), end on the loop thread. Loads that arrive
+ *        while it runs wait (at most SNAP_GET_MAX) and share it when its Y
+ *        is at or past their marker; the others get the next dump, which
+ *        begins at or past them (one past the store when a dump begins
+ *        fails instead: it cannot happen on a leader, whose markers come
+ *        from its own store).
+ *   (G2) Ownership (libraft 0.15, replication.c): the loaded snapshot,
+ *        its bufs array and bytes come from raft_malloc, and libraft's
+ *        callback frees them all (raft_free) once sent or dropped; given a
+ *        non-zero status it frees only its own request. So the wrapper
+ *        frees a snapshot it fails itself (snap_destroy), and the dump's
+ *        frame (malloc'd) replaces bufs[0] after the marker's bytes are
+ *        raft_free'd (raft_free passes blocks the arena did not cut to
+ *        libc). A frame shared by several loads is copied for all but the
+ *        last.
+ *   (G3) A node that closes waits for a running dump (it is counted in
+ *        snapshot_open_count(), and its work request keeps the reap
+ *        waiting); its waiting loads are failed with RAFT_CANCELED.
+ *   (G4) libraft resends a snapshot whose answer took longer than the
+ *        install timeout, and a resend meets a marker again: the timeout
+ *        grows with the last dump's time so a slow dump is not thrown away
+ *        and started again for ever. */
+struct snap_get {
+    struct raft_io_snapshot_get req; /* what raft_uv gets */
+    struct raft_io_snapshot_get *orig;
+    raft_io_snapshot_get_cb orig_cb;
+    struct node *n;
+    struct raft_snapshot *snapshot; /* loaded, waiting for a dump */
+    uint64_t marker;                /* the marker's index */
+    struct snap_get *next;
+};
+
+/* What libraft's snapshotClose + raft_free do to a loaded snapshot. */
+static void snap_destroy(struct raft_snapshot *s)
+{
+    raft_configuration_close(&s->configuration);
+    for (unsigned i = 0; i < s->n_bufs; i++) {
+        raft_free(s->bufs[i].base);
+    }
+    raft_free(s->bufs);
+    raft_free(s);
+}
+
+/* Hand sg's snapshot to libraft (status 0) or fail it; frees sg. */
+static void snap_get_done(struct snap_get *sg, int status)
+{
+    struct raft_io_snapshot_get *orig = sg->orig;
+    raft_io_snapshot_get_cb cb = sg->orig_cb;
+    struct raft_snapshot *s = sg->snapshot;
+
+    sg->n->sg_n--;
+    free(sg);
+    if (status != 0) {
+        snap_destroy(s);
+        s = NULL;
+    }
+    cb(orig, s, status);
+}
+
+static void snap_dump_work(uv_work_t *w)
+{
+    struct node *n = container_of(w, struct node, sg_work);
+
+    snapshot_dump_run(n->sg_dump);
+}
+
+static void snap_dump_after(uv_work_t *w, int status);
+static void snap_get_fail_all(struct node *n, int status);
+
+/* Fail the waiting loads whose marker is past the store's index y: the
+ * store never goes back, so no dump would ever cover them (a leader's
+ * markers come from its own store: this does not happen). */
+static void snap_get_fail_past(struct node *n, uint64_t y)
+{
+    struct snap_get **at = &n->sg_head;
+
+    while (*at != NULL) {
+        struct snap_get *sg = *at;
+
+        if (sg->marker <= y) {
+            at = &sg->next;
+            continue;
+        }
+        *at = sg->next;
+        log_error("node",
+                  "snapshot marker at %" PRIu64 " is past the store (%" PRIu64
+                  "): no full snapshot for the follower",
+                  sg->marker, y);
+        snap_get_done(sg, RAFT_IOERR);
+    }
+}
+
+/* (G1): start a dump for the waiting loads, unless one runs. */
+static void snap_dump_kick(struct node *n)
+{
+    struct err err = {0};
+
+    if (n->sg_dump != NULL || n->sg_head == NULL) {
+        return;
+    }
+    if (n->closing) {
+        snap_get_fail_all(n, RAFT_CANCELED);
+        return;
+    }
+    if (snapshot_dump_begin(n->store, &n->sg_dump, &err) != 0) {
+        log_error("node", "full snapshot for a follower: %s", err.msg);
+        n->sg_dump = NULL;
+        snap_get_fail_all(n, RAFT_IOERR);
+        return;
+    }
+    n->sg_began_ms = mono_ms();
+    snap_get_fail_past(n, snapshot_dump_index(n->sg_dump));
+    log_info("node",
+             "full snapshot for a follower: dumping the store at %" PRIu64,
+             snapshot_dump_index(n->sg_dump));
+    n->sg_work.data = n;
+    if (uv_queue_work(n->loop, &n->sg_work, snap_dump_work, snap_dump_after) !=
+        0) {
+        uint8_t *p = NULL;
+        size_t len = 0;
+
+        (void)snapshot_dump_end(n->sg_dump, &p, &len, &err); /* not run */
+        n->sg_dump = NULL;
+        free(p);
+        snap_get_fail_all(n, RAFT_IOERR);
+    }
+}
+
+/* (G4) */
+static void snap_install_timeout(struct node *n, uint64_t dump_ms)
+{
+    uint64_t t = INSTALL_TIMEOUT_MS + 3 * dump_ms;
+
+    raft_set_install_snapshot_timeout(
+        &n->raft,
+        (unsigned)(t < INSTALL_TIMEOUT_MAX_MS ? t : INSTALL_TIMEOUT_MAX_MS));
+}
+
+/* Hand the frame to every waiting load its state covers (G2). */
+static void snap_dump_serve(struct node *n, uint64_t y, uint8_t *p, size_t len)
+{
+    struct snap_get **at = &n->sg_head;
+    struct snap_get *last = NULL;
+
+    for (struct snap_get *sg = n->sg_head; sg != NULL; sg = sg->next) {
+        last = sg->marker <= y ? sg : last;
+    }
+    if (last == NULL) {
+        free(p);
+        return;
+    }
+    while (*at != NULL) {
+        struct snap_get *sg = *at;
+        uint8_t *q;
+
+        if (sg->marker > y) {
+            at = &sg->next;
+            continue;
+        }
+        *at = sg->next;
+        q = sg == last ? p : malloc(len);
+        if (q == NULL) {
+            snap_get_done(sg, RAFT_NOMEM);
+            continue;
+        }
+        if (q != p) {
+            memcpy(q, p, len);
+        }
+        raft_free(sg->snapshot->bufs[0].base);
+        sg->snapshot->bufs[0].base = q;
+        sg->snapshot->bufs[0].len = len;
+        snap_get_done(sg, 0);
+    }
+}
+
+/* Fail every waiting load (the node closes, or the dump failed). */
+static void snap_get_fail_all(struct node *n, int status)
+{
+    while (n->sg_head != NULL) {
+        struct snap_get *sg = n->sg_head;
+
+        n->sg_head = sg->next;
+        snap_get_done(sg, status);
+    }
+}
+
+static void snap_dump_after(uv_work_t *w, int status)
+{
+    struct node *n = container_of(w, struct node, sg_work);
+    uint64_t y = snapshot_dump_index(n->sg_dump);
+    struct err err = {0};
+    uint8_t *p = NULL;
+    size_t len = 0;
+    int rc;
+
+    UNUSED(status);
+    rc = snapshot_dump_end(n->sg_dump, &p, &len, &err);
+    n->sg_dump = NULL;
+    if (rc != 0) {
+        log_error("node", "full snapshot for a follower: %s", err.msg);
+    }
+    if (rc != 0 || p == NULL || n->closing) {
+        free(p);
+        snap_get_fail_all(n, n->closing ? RAFT_CANCELED : RAFT_IOERR);
+        return;
+    }
+    snap_install_timeout(n, (uint64_t)(mono_ms() - n->sg_began_ms));
+    snap_dump_serve(n, y, p, len);
+    /* Loads whose marker is past y get the next dump: a new work request
+     * from this callback, not a recursion. */
+    snap_dump_kick(n);
+}
+
+static void snap_get_loaded(struct raft_io_snapshot_get *req,
+                            struct raft_snapshot *s, int status)
+{
+    struct snap_get *sg = container_of(req, struct snap_get, req);
+    struct node *n = sg->n;
+    struct err err = {0};
+
+    sg->snapshot = s;
+    if (status != 0 || s == NULL || s->n_bufs != 1 ||
+        !snapshot_is_marker(s->bufs[0].base, s->bufs[0].len)) {
+        raft_io_snapshot_get_cb cb = sg->orig_cb;
+        struct raft_io_snapshot_get *orig = sg->orig;
+
+        n->sg_n--;
+        free(sg);
+        cb(orig, s, status); /* not a marker: as it is */
+        return;
+    }
+    if (snapshot_marker_index(s->bufs[0].base, s->bufs[0].len, &sg->marker,
+                              &err) != 0) {
+        log_error("node", "snapshot %" PRIu64 ": %s", (uint64_t)s->index,
+                  err.msg);
+        snap_get_done(sg, RAFT_CORRUPT);
+        return;
+    }
+    if (n->closing) {
+        snap_get_done(sg, RAFT_CANCELED);
+        return;
+    }
+    sg->next = n->sg_head;
+    n->sg_head = sg;
+    snap_dump_kick(n);
+}
+
+static int io_snapshot_get_full(struct raft_io *io,
+                                struct raft_io_snapshot_get *req,
+                                raft_io_snapshot_get_cb cb)
+{
+    struct node *n = container_of(io, struct node, io);
+    struct snap_get *sg;
+    int rv;
+
+    if (n->sg_n >= SNAP_GET_MAX) {
+        return RAFT_BUSY;
+    }
+    sg = xcalloc(1, sizeof(*sg));
+    sg->req.data = req->data;
+    sg->orig = req;
+    sg->orig_cb = cb;
+    sg->n = n;
+    n->sg_n++;
+    rv = n->uv_io_snapshot_get(io, &sg->req, snap_get_loaded);
+    if (rv != 0) {
+        n->sg_n--;
+        free(sg);
+    }
+    return rv;
+}
+
 /* ---- start ---------------------------------------------------------------
  */
 
@@ -2006,7 +2309,7 @@ static void tune(struct node *n, const struct node_config *cfg)
      * worker's dump and the put) ignores the leader's InstallSnapshot
      * without a reply, and the leader retries only after this timeout
      * (libraft's default: 30 s). */
-    raft_set_install_snapshot_timeout(&n->raft, 10000);
+    raft_set_install_snapshot_timeout(&n->raft, INSTALL_TIMEOUT_MS);
     raft_uv_set_connect_retry_delay(&n->io, 100);
     /* libraft prepares each segment file (fallocate + fsync) on the disk the
      * log's writes wait for: at 8 MiB that was every ~40 pushed entries. */
@@ -2105,6 +2408,8 @@ static int init_io(struct node *n, const struct node_config *cfg,
     n->io.close = io_close_once;
     n->uv_io_append = n->io.append;
     n->io.append = io_append_watched;
+    n->uv_io_snapshot_get = n->io.snapshot_get;
+    n->io.snapshot_get = io_snapshot_get_full;
     return 0;
 }
 
@@ -2215,6 +2520,11 @@ int node_start(struct node **out, uv_loop_t *loop,
         return err->code;
     }
     rv = raft_start(&n->raft);
+    if (rv != 0 && fsm_restore_error(n->fsm) != NULL) {
+        *err = *fsm_restore_error(n->fsm); /* raft/snapshot.h (4) */
+        fail_start(n, true);
+        return err->code;
+    }
     if (rv != 0) {
         err_set(err, ERR_IO, "raft_start: %s: %s", raft_strerror(rv),
                 raft_errmsg(&n->raft));

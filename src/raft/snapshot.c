@@ -1,37 +1,55 @@
-/* Raft snapshots of the store off the loop thread (libraft fsm version 3):
- * snapshot_begin() pins the state on the loop thread in microseconds,
- * snapshot_raft_async() serialises it on a libraft worker, and
- * snapshot_raft_finalize() releases it back on the loop thread.
+/* Raft snapshots of a persistent store (libraft fsm version 3): the fsm's
+ * snapshot is a marker, the full state is dumped only for a follower.
  *
- * Why: fsm version 1 copied the whole LMDB environment (mdb_env_copyfd2 +
- * fsync + read back) on the loop thread, and nothing was applied for the
- * 6-28 s that took on a store of a few hundred MB. libraft 0.15 keeps
- * applying entries while `snapshot_async` runs (replicationApply does not
- * wait for the pending snapshot), so the snapshot must be the state as of
- * the `snapshot` call: an LMDB read transaction gives that for free.
+ * Why: the store is a persistent FSM. meta.applied commits in the same LMDB
+ * transaction as each entry's effects, and the fsm skips entries at or
+ * below it (fsm.h (1)), so the store on disk already is the state as of
+ * its applied index. Dumping all of it into an LZ4 frame every ~448 MiB of
+ * log cost ~20-25% of the broker's CPU under push, and the fsync of a file
+ * of hundreds of MB stalled the log's DSYNC writes (issue 17). What libraft
+ * needs from a snapshot is a point up to which it may drop its log; a
+ * marker names that point, once the store is durable past it (1).
+ *
+ * Taking one: snapshot_begin() (loop) opens a read transaction and reads
+ * meta.applied N in it; snapshot_raft_async() (a libraft worker) syncs the
+ * store (mdb_env_sync: every transaction committed before begin, N's
+ * included, is on disk after it) and writes the 20-byte marker; libraft
+ * writes that as the snapshot file, truncates its log, and
+ * snapshot_raft_finalize() (loop) releases it all. The sync is the node's
+ * 100 ms one done early: it writes the pages dirtied since the last one.
+ *
+ * A follower that needs the state (its log is behind the leader's first
+ * entry): node.c wraps libraft's io->snapshot_get, and when the snapshot
+ * loaded is a marker it dumps the store as it is now with the
+ * snapshot_dump_* calls here (the dump below, on a nice-5 thread) and
+ * hands libraft that frame under the marker's metadata. The frame's state
+ * Y is at or past the marker's X; the follower restores Y, libraft sets
+ * its last applied to X, and entries X+1..Y are skipped by fsm.h (1).
  *
  * Memory: with version >= 2 libraft owns none of the buffers. `snapshot`
  * returns one raft_buffer embedded in a struct snap (found again with
- * container_of in the later two calls), its bytes malloc'd by the dump;
- * finalize frees both, whatever happened in between.
+ * container_of in the later two calls), its bytes malloc'd by the async
+ * part; finalize frees both, whatever happened in between.
  *
- * Compression: the dump streams the store (store_snap_stream) into an LZ4
- * frame here, on the dump's low-priority thread, and libraft's own
+ * Compression (full dumps): the dump streams the store (store_snap_stream)
+ * into an LZ4 frame on the dump's low-priority thread, and libraft's own
  * compression is off (node.c). The frame is the one libraft would have
  * written (content size in its header, which libraft's loader needs), so
- * every build loads it, and libraft hands the fsm the bytes inflated. So
- * the uncompressed dump is never held whole: memory is the frame alone,
- * where libraft's compression held both, and the CPU it costs is spent at
- * the dump's priority, not the worker's. snapshot_restore() also inflates
- * a frame itself, for a caller that hands it one directly.
+ * every build loads it. The uncompressed dump is never held whole.
+ * snapshot_restore() inflates a frame handed to it directly (what a
+ * follower's InstallSnapshot restore gets), and libraft's loader inflates
+ * one it reads from a file.
  *
- * Durability (docs/internals/store-raft.md): the store runs MDB_NOSYNC, so
- * at the snapshot's index N it may not be on disk. That is safe: libraft
- * fsyncs the snapshot before it drops log entries, and on restart restores
- * it into any store that applied less than N. The dump does not sync the
- * store itself (the node's 100 ms sync does): while a snapshot is pending
- * libraft ignores an InstallSnapshot from the leader, which then waits for
- * its install_snapshot_timeout, so the dump stays as short as it can. */
+ * Restore: a marker at or below the store's applied index is nothing to
+ * do (a restart: raft replays the log after it, the fsm skips what the
+ * store holds). A marker above it means the store lost state that the
+ * raft log no longer has (its file was deleted, replaced by an older copy,
+ * or restored from a backup): the node cannot rebuild it and must not
+ * serve a store that lacks acknowledged records, so the restore fails with
+ * ERR_PRECONDITION and a sentence saying what to do, and the node does not
+ * start (docs/internals/store-raft.md, "Snapshots"). Full snapshots
+ * ("QSNAP002", "QSNAP001", plain or LZ4: older nodes' files, and what a
+ * follower received through InstallSnapshot) restore as they always did. */
 #include "raft/snapshot.h"
 
 #include <inttypes.h>
@@ -54,6 +72,8 @@
 
 #define SNAP_LEGACY_MAGIC "QSNAP001"
 #define SNAP_LEGACY_LEN   16
+#define SNAP_MARKER_MAGIC "QMARK001"
+#define SNAP_MARKER_LEN   20
 
 struct snap {
     struct raft_buffer buf; /* handed to libraft */
@@ -61,7 +81,7 @@ struct snap {
     struct store_snap *sn;
     uint64_t begun_us; /* CLOCK_MONOTONIC at begin */
     int dump_rc;
-    uint8_t *dump_p; /* what the dump wrote, before libraft gets it */
+    uint8_t *dump_p; /* the marker or the frame, before its owner gets it */
     size_t dump_len;
     size_t raw_len; /* the dump before LZ4 */
     struct err dump_err;
@@ -83,6 +103,10 @@ static _Atomic uint64_t stat_last_index;
 static _Atomic uint64_t stat_last_bytes;
 static _Atomic uint64_t stat_last_raw_bytes;
 static _Atomic uint64_t stat_busy_us;
+static _Atomic uint64_t stat_dumps_begun;
+static _Atomic uint64_t stat_dumps;
+static _Atomic uint64_t stat_dump_last_bytes;
+static _Atomic uint64_t stat_dump_busy_us;
 static _Atomic unsigned open_count;
 
 unsigned snapshot_open_count(void)
@@ -100,6 +124,10 @@ void snapshot_stats_get(struct snapshot_stats *out)
     out->last_bytes = atomic_load(&stat_last_bytes);
     out->last_raw_bytes = atomic_load(&stat_last_raw_bytes);
     out->busy_us = atomic_load(&stat_busy_us);
+    out->dumps_begun = atomic_load(&stat_dumps_begun);
+    out->dumps = atomic_load(&stat_dumps);
+    out->dump_last_bytes = atomic_load(&stat_dump_last_bytes);
+    out->dump_busy_us = atomic_load(&stat_dump_busy_us);
 }
 
 static uint64_t mono_us(void)
@@ -110,25 +138,74 @@ static uint64_t mono_us(void)
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-int snapshot_begin(struct store *s, struct raft_buffer *bufs[],
-                   unsigned *n_bufs)
+/* Loop thread: a struct snap with the store pinned, counted open. */
+static int snap_open(struct store *s, struct snap **out, struct err *err)
 {
     struct snap *sp = xcalloc(1, sizeof(*sp));
-    struct err err = {0};
+    int rc;
 
     sp->store = s;
-    if (store_snap_begin(s, &sp->sn, &err) != 0) {
-        log_error("snapshot", "%s", err.msg);
+    rc = store_snap_begin(s, &sp->sn, err);
+    if (rc != 0) {
         atomic_fetch_add(&stat_failed, 1);
         free(sp);
-        return RAFT_IOERR;
+        return rc;
     }
     sp->dump_rc = -1; /* not run yet */
     sp->begun_us = mono_us();
-    atomic_fetch_add(&stat_begun, 1);
     atomic_fetch_add(&open_count, 1);
+    *out = sp;
+    return 0;
+}
+
+/* Loop thread: release the store, free sp (not the bytes). */
+static void snap_close(struct snap *sp)
+{
+    store_snap_end(sp->sn);
+    free(sp);
+    atomic_fetch_sub(&open_count, 1);
+}
+
+int snapshot_begin(struct store *s, struct raft_buffer *bufs[],
+                   unsigned *n_bufs)
+{
+    struct snap *sp;
+    struct err err = {0};
+
+    if (snap_open(s, &sp, &err) != 0) {
+        log_error("snapshot", "%s", err.msg);
+        return RAFT_IOERR;
+    }
+    atomic_fetch_add(&stat_begun, 1);
     *bufs = &sp->buf;
     *n_bufs = 1;
+    return 0;
+}
+
+/* The marker of index into p (SNAP_MARKER_LEN bytes). */
+static void marker_put(uint8_t *p, uint64_t index)
+{
+    for (int i = 0; i < 8; i++) {
+        p[i] = (uint8_t)SNAP_MARKER_MAGIC[i];
+    }
+    be64_put(p + 8, index);
+    be32_put(p + 16, store_snap_crc(p, SNAP_MARKER_LEN));
+}
+
+/* Any thread: sync the store (1), then the marker of sp's index into
+ * sp->dump_p. 0 or ERR_IO. */
+static int marker_make(struct snap *sp)
+{
+    if (store_sync(sp->store, &sp->dump_err) != 0) {
+        return err_wrap(&sp->dump_err, "snapshot marker at %" PRIu64,
+                        store_snap_index(sp->sn));
+    }
+    sp->dump_p = malloc(SNAP_MARKER_LEN);
+    if (sp->dump_p == NULL) {
+        return err_set(&sp->dump_err, ERR_IO, "snapshot: out of memory");
+    }
+    marker_put(sp->dump_p, store_snap_index(sp->sn));
+    sp->dump_len = SNAP_MARKER_LEN;
     return 0;
 }
 
@@ -214,22 +291,71 @@ static void *dump_main(void *arg)
 }
 
 /* The dump runs on a thread of its own at a lower priority, which the
- * libraft worker waits for: the worker keeps its own priority for the work
- * that follows, and when the dump and the loop both want a core the loop
- * (which applies and answers) gets most of it. */
-int snapshot_raft_async(struct raft_fsm *rf, struct raft_buffer *bufs[],
-                        unsigned *n_bufs)
+ * calling thread waits for: the caller (a libuv worker) keeps its own
+ * priority for the work that follows, and when the dump and the loop both
+ * want a core the loop (which applies and answers) gets most of it. */
+void snapshot_dump_run(struct snap *sp)
 {
-    struct snap *sp = container_of(*bufs, struct snap, buf);
     pthread_t t;
 
-    (void)rf;
-    ASSERT(*n_bufs == 1);
     if (pthread_create(&t, NULL, dump_main, sp) == 0) {
         pthread_join(t, NULL);
     } else {
         sp->dump_rc = dump_lz4(sp);
     }
+}
+
+int snapshot_dump_begin(struct store *s, struct snap **out, struct err *err)
+{
+    if (snap_open(s, out, err) != 0) {
+        return err->code;
+    }
+    atomic_fetch_add(&stat_dumps_begun, 1);
+    return 0;
+}
+
+uint64_t snapshot_dump_index(const struct snap *sp)
+{
+    return store_snap_index(sp->sn);
+}
+
+int snapshot_dump_end(struct snap *sp, uint8_t **p, size_t *len,
+                      struct err *err)
+{
+    int rc = sp->dump_rc < 0 ? err_set(err, ERR_IO, "snapshot: dump not run")
+                             : sp->dump_rc;
+    uint64_t us = mono_us() - sp->begun_us;
+
+    *p = NULL;
+    *len = 0;
+    if (rc == 0) {
+        *p = sp->dump_p;
+        *len = sp->dump_len;
+        atomic_fetch_add(&stat_dumps, 1);
+        atomic_store(&stat_dump_last_bytes, sp->dump_len);
+        atomic_store(&stat_last_raw_bytes, sp->raw_len);
+        atomic_fetch_add(&stat_dump_busy_us, us);
+        log_info(
+            "snapshot",
+            "full dump at %" PRIu64 ": %zu B (LZ4 of %zu B) in %" PRIu64 " ms",
+            store_snap_index(sp->sn), sp->dump_len, sp->raw_len, us / 1000);
+    } else if (sp->dump_rc > 0) {
+        atomic_fetch_add(&stat_failed, 1);
+        *err = sp->dump_err;
+    }
+    snap_close(sp);
+    return rc;
+}
+
+/* The fsm's snapshot_async: the marker (1). */
+int snapshot_raft_async(struct raft_fsm *rf, struct raft_buffer *bufs[],
+                        unsigned *n_bufs)
+{
+    struct snap *sp = container_of(*bufs, struct snap, buf);
+
+    (void)rf;
+    ASSERT(*n_bufs == 1);
+    sp->dump_rc = marker_make(sp);
     if (sp->dump_rc != 0) {
         log_error("snapshot", "%s", sp->dump_err.msg);
         return RAFT_IOERR;
@@ -249,27 +375,92 @@ int snapshot_raft_finalize(struct raft_fsm *rf, struct raft_buffer *bufs[],
 
     (void)rf;
     ASSERT(*n_bufs == 1);
-    store_snap_end(sp->sn);
     atomic_fetch_add(&stat_busy_us, mono_us() - sp->begun_us);
     if (sp->dump_rc == 0) {
         atomic_fetch_add(&stat_taken, 1);
         atomic_fetch_add(&stat_overlapped, applied > index ? 1 : 0);
         atomic_store(&stat_last_index, index);
         atomic_store(&stat_last_bytes, sp->buf.len);
-        atomic_store(&stat_last_raw_bytes, sp->raw_len);
         log_info("snapshot",
-                 "snapshot at %" PRIu64 ": %zu B (LZ4 of %zu B), %" PRIu64
+                 "snapshot at %" PRIu64
+                 ": a %zu B marker, store synced, %" PRIu64
                  " entries applied meanwhile",
-                 index, sp->buf.len, sp->raw_len, applied - index);
+                 index, sp->buf.len, applied - index);
     } else {
         atomic_fetch_add(&stat_failed, 1);
     }
     free(sp->buf.base);
-    free(sp);
     *bufs = NULL;
     *n_bufs = 0;
-    atomic_fetch_sub(&open_count, 1);
+    snap_close(sp);
     return 0;
+}
+
+int snapshot_marker_take(struct store *s, struct raft_buffer *b,
+                         struct err *err)
+{
+    struct snap *sp;
+    int rc;
+
+    if (snap_open(s, &sp, err) != 0) {
+        return err->code;
+    }
+    rc = marker_make(sp);
+    if (rc != 0) {
+        *err = sp->dump_err;
+    }
+    b->base = sp->dump_p;
+    b->len = sp->dump_len;
+    snap_close(sp);
+    return rc;
+}
+
+bool snapshot_is_marker(const void *p, size_t len)
+{
+    return len >= 8 && memcmp(p, SNAP_MARKER_MAGIC, 8) == 0;
+}
+
+int snapshot_marker_index(const void *p, size_t len, uint64_t *index,
+                          struct err *err)
+{
+    const uint8_t *b = p;
+
+    if (len != SNAP_MARKER_LEN) {
+        return err_set(err, ERR_CORRUPT,
+                       "snapshot marker of %zu B (%d expected)", len,
+                       SNAP_MARKER_LEN);
+    }
+    if (be32_get(b + 16) != store_snap_crc(p, len)) {
+        return err_set(err, ERR_CORRUPT, "snapshot marker: bad checksum");
+    }
+    *index = be64_get(b + 8);
+    return 0;
+}
+
+/* (4): the store holds the marker's state, or the node cannot start. */
+static int restore_marker(struct store *s, const void *p, size_t len,
+                          struct err *err)
+{
+    uint64_t index = 0;
+    uint64_t applied = store_applied_index(s);
+
+    if (snapshot_marker_index(p, len, &index, err) != 0) {
+        return err->code;
+    }
+    if (index <= applied) {
+        log_info("snapshot",
+                 "snapshot marker at %" PRIu64 ": store applied %" PRIu64
+                 ", nothing to restore",
+                 index, applied);
+        return 0;
+    }
+    /* Under 256 bytes with a path of ~80 (struct err). */
+    return err_set(err, ERR_PRECONDITION,
+                   "store %s is behind the raft snapshot marker (applied "
+                   "%" PRIu64 " < %" PRIu64 "; data.mdb lost or older): wipe "
+                   "this node's data directory to rejoin the cluster (full "
+                   "snapshot) or restore a backup",
+                   store_dir(s), applied, index);
 }
 
 int snapshot_take(struct store *s, struct raft_buffer *b, struct err *err)
@@ -373,6 +564,9 @@ static int restore_plain(struct store *s, const void *p, size_t len,
     uint64_t index = 0;
     int rc;
 
+    if (snapshot_is_marker(p, len)) {
+        return restore_marker(s, p, len, err);
+    }
     if (restore_index(p, len, &index, err) != 0) {
         return err->code;
     }

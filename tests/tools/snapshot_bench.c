@@ -3,8 +3,10 @@
  * fsync + read back, all on the loop) beside the async way (raft/snapshot.h:
  * a read txn on the loop, the dump on a worker), on the same store in one
  * run, and what the node itself runs: the fsm's snapshot (the read txn, on
- * the loop) and its snapshot_async (the dump streamed into one LZ4 frame, on
- * a worker), whose worker CPU is the cost a node pays per snapshot.
+ * the loop) and its snapshot_async (since markers, raft/snapshot.h: a store
+ * sync and a 20-byte marker, on a worker), whose worker CPU is the cost a
+ * node pays per snapshot; "async" is the full dump a leader still makes for
+ * a follower's InstallSnapshot.
  *
  *   snapshot_bench [--mb N] [--runs N] [--dir DIR]
  *
@@ -213,8 +215,8 @@ static void *node_main(void *p)
     return NULL;
 }
 
-/* The node's path: snapshot on this thread, snapshot_async (LZ4) on a
- * worker, finalize here. Returns the frame's size. */
+/* The node's path: snapshot on this thread, snapshot_async (the store sync
+ * and the marker) on a worker, finalize here. Returns the marker's size. */
 static size_t node_path(struct env *e, struct node_arg *a)
 {
     pthread_t th;

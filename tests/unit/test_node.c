@@ -10,6 +10,7 @@
 #include "node_helpers.h"
 #include "push_helpers.h"
 #include "raft/node.h"
+#include "raft/snapshot.h"
 #include "store/store_impl.h"
 
 struct ctx {
@@ -726,6 +727,8 @@ TEST(a_proposal_failed_by_a_step_down_may_propose_again_from_its_callback)
 TEST(a_follower_far_behind_is_restored_from_a_snapshot)
 {
     struct cluster c;
+    struct snapshot_stats s0;
+    struct snapshot_stats s1;
     int leader;
     int follower;
 
@@ -739,13 +742,79 @@ TEST(a_follower_far_behind_is_restored_from_a_snapshot)
         EXPECT(cluster_push_wait(&c, leader, k, 1));
     }
     EXPECT_EQ_I64(c.failed, 0);
+    snapshot_stats_get(&s0);
     cluster_start(&c, follower);
     EXPECT(cluster_run(&c, all_applied, HARNESS_WAIT_S));
     EXPECT_EQ_U64(cluster_hwm(&c, follower), 140);
+    /* The leader's snapshots are markers: it dumped its store for it. */
+    snapshot_stats_get(&s1);
+    EXPECT(s1.dumps > s0.dumps);
+    EXPECT(s1.dump_last_bytes > 20);
     /* And it keeps following after the restore. */
     EXPECT(cluster_push_wait(&c, leader, 14, 1));
     EXPECT(cluster_run(&c, all_applied, HARNESS_WAIT_S));
     EXPECT_EQ_U64(cluster_hwm(&c, follower), 150);
+    cluster_teardown(&c);
+}
+
+static bool a_snapshot_open(void *arg)
+{
+    (void)arg;
+    return snapshot_open_count() > 0;
+}
+
+static uint64_t dumps_before;
+
+/* A full dump for a follower begun and not ended. */
+static bool a_dump_open(void *arg)
+{
+    struct snapshot_stats s;
+
+    (void)arg;
+    snapshot_stats_get(&s);
+    return s.dumps_begun > dumps_before && s.dumps == s.dumps_begun - 1;
+}
+
+static bool no_snapshot_open(void *arg)
+{
+    return !a_snapshot_open(arg);
+}
+
+/* node.c (G3): a leader closed while its dump for a follower is open waits
+ * for it and cancels what waits on it; the cluster then catches up. */
+TEST(a_leader_closed_during_a_dump_for_a_follower_waits_for_it)
+{
+    struct cluster c;
+    struct snapshot_stats s0;
+    struct snapshot_stats s1;
+    int leader;
+    int follower;
+
+    leader = cluster_up(&c, 4);
+    follower = (leader + 1) % 3;
+    EXPECT(cluster_push_wait(&c, leader, 0, 2));
+    EXPECT(cluster_run(&c, all_applied, HARNESS_WAIT_S));
+    cluster_stop(&c, follower);
+    for (int k = 2; k < 14; k++) {
+        EXPECT(cluster_push_wait(&c, leader, k, 1));
+    }
+    EXPECT(cluster_run(&c, no_snapshot_open, HARNESS_WAIT_S));
+    snapshot_stats_get(&s0);
+    EXPECT_EQ_U64(s0.dumps, s0.dumps_begun);
+    dumps_before = s0.dumps_begun;
+    cluster_start(&c, follower);
+    EXPECT(cluster_run(&c, a_dump_open, HARNESS_WAIT_S));
+    /* No loop turn in between: the dump's end has not run yet. */
+    cluster_stop(&c, leader);
+    EXPECT_EQ_U64(snapshot_open_count(), 0);
+    snapshot_stats_get(&s1);
+    EXPECT_EQ_U64(s1.failed, s0.failed);
+    EXPECT_EQ_U64(s1.dumps, s1.dumps_begun); /* ended during the close */
+    cluster_start(&c, leader);
+    EXPECT(cluster_run(&c, all_applied, HARNESS_WAIT_S));
+    for (int i = 0; i < 3; i++) {
+        EXPECT_EQ_U64(cluster_hwm(&c, i), 140);
+    }
     cluster_teardown(&c);
 }
 

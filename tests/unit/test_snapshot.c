@@ -1,11 +1,13 @@
 /* Unit tests of raft snapshots off the loop thread (raft/snapshot.h,
  * store/store_snapshot.h) against real LMDB stores in mkdtemp directories,
- * data in through the real fsm: the snapshot is the state as of the
- * `snapshot` call even when entries are applied before the async part runs;
+ * data in through the real fsm: the fsm's snapshot is a marker of the index
+ * as of the `snapshot` call, a full dump (for followers) the state as of its
+ * begin even when entries are applied meanwhile; a marker restores into a
+ * store at or past it and refuses one behind it;
  * every database round-trips (empty and dupsort ones too); damaged buffers
  * are refused and change nothing; the legacy format still restores; a real
  * node (libraft, temp dir, free 127.0.0.1 port) applies entries while its
- * snapshots are dumped and, its store lost, rebuilds it from them. */
+ * snapshots are taken and, its store lost, refuses to start. */
 #include "harness.h"
 
 #include <errno.h>
@@ -180,25 +182,21 @@ static uint8_t *lz4_inflate_whole(const void *p, size_t len, size_t *out_len)
     return o;
 }
 
-TEST(async_snapshot_holds_the_state_of_the_snapshot_call)
+TEST(async_snapshot_is_a_marker_of_the_snapshot_call)
 {
     struct env a = {0};
-    struct env at = {0}; /* a copy of a at the snapshot's index */
-    struct env b = {0};
     struct async_call c = {0};
     struct snapshot_stats before;
     struct snapshot_stats after;
     struct err err = {0};
     pthread_t th;
     uint64_t index;
-    uint64_t raw_index = 0;
-    uint8_t *raw;
-    size_t raw_len = 0;
+    uint64_t got = 0;
+    const uint8_t *m;
 
     env_open(&a);
     fill(&a, 0, 300);
     index = store_applied_index(a.store);
-    copy_now(&a, &at);
     snapshot_stats_get(&before);
     c.rf = &a.rfsm;
     EXPECT_EQ_U64(a.rfsm.version, 3);
@@ -215,19 +213,18 @@ TEST(async_snapshot_holds_the_state_of_the_snapshot_call)
     fill(&a, 500, 50); /* and while it runs */
     pthread_join(th, NULL);
     EXPECT_EQ_I64(c.rc, 0);
-    /* An LZ4 frame with its content size, holding our format. */
-    raw = lz4_inflate_whole(c.bufs[0].base, c.bufs[0].len, &raw_len);
-    EXPECT(raw != NULL);
-    EXPECT(store_snap_is_ours(raw, raw_len));
-    EXPECT_EQ_U64(be64_get(raw + 8), index);
-    EXPECT_EQ_I64(store_snap_check(raw, raw_len, &raw_index, &err), 0);
-    EXPECT_EQ_U64(raw_index, index);
-    free(raw);
-    env_open(&b);
-    EXPECT_EQ_I64(
-        fsm_snapshot_restore(b.fsm, c.bufs[0].base, c.bufs[0].len, &err), 0);
-    EXPECT_EQ_U64(store_applied_index(b.store), index);
-    EXPECT(same_env(at.store->env, b.store->env) > 300);
+    /* 20 bytes: magic, the index as of the snapshot call, CRC-32. */
+    m = c.bufs[0].base;
+    EXPECT_EQ_U64(c.bufs[0].len, 20);
+    EXPECT(snapshot_is_marker(m, c.bufs[0].len));
+    EXPECT_MEM_EQ(m, 8, "QMARK001", 8);
+    EXPECT_EQ_U64(be64_get(m + 8), index);
+    EXPECT_EQ_U64(be32_get(m + 16), store_snap_crc(m, 20));
+    EXPECT_EQ_I64(snapshot_marker_index(m, 20, &got, &err), 0);
+    EXPECT_EQ_U64(got, index);
+    /* The store is past it: restoring it changes nothing. */
+    EXPECT_EQ_I64(fsm_snapshot_restore(a.fsm, m, 20, &err), 0);
+    EXPECT_EQ_U64(store_applied_index(a.store), index + 250);
     EXPECT_EQ_I64(a.rfsm.snapshot_finalize(&a.rfsm, &c.bufs, &c.n), 0);
     snapshot_stats_get(&after);
     EXPECT_EQ_U64(after.taken, before.taken + 1);
@@ -236,12 +233,168 @@ TEST(async_snapshot_holds_the_state_of_the_snapshot_call)
     EXPECT(after.busy_us > before.busy_us);
     EXPECT_EQ_U64(after.overlapped, before.overlapped + 1);
     EXPECT_EQ_U64(after.last_index, index);
-    /* The restored store takes new entries where the snapshot left off. */
+    EXPECT_EQ_U64(after.last_bytes, 20);
+    EXPECT_EQ_U64(after.dumps, before.dumps); /* no full dump */
+    env_close(&a);
+}
+
+struct dump_call {
+    struct snap *sp;
+};
+
+static void *dump_call_main(void *arg)
+{
+    snapshot_dump_run(((struct dump_call *)arg)->sp);
+    return NULL;
+}
+
+TEST(full_dump_holds_the_state_of_its_begin)
+{
+    struct env a = {0};
+    struct env at = {0}; /* a copy of a at the dump's index */
+    struct env b = {0};
+    struct dump_call c = {0};
+    struct snapshot_stats before;
+    struct snapshot_stats after;
+    struct err err = {0};
+    pthread_t th;
+    uint64_t index;
+    uint64_t raw_index = 0;
+    uint8_t *p = NULL;
+    size_t len = 0;
+    uint8_t *raw;
+    size_t raw_len = 0;
+
+    env_open(&a);
+    fill(&a, 0, 300);
+    index = store_applied_index(a.store);
+    copy_now(&a, &at);
+    snapshot_stats_get(&before);
+    EXPECT_EQ_I64(snapshot_dump_begin(a.store, &c.sp, &err), 0);
+    EXPECT_EQ_U64(snapshot_dump_index(c.sp), index);
+    EXPECT(snapshot_open_count() >= 1);
+    /* The swap lock is held shared while the dump is open. */
+    EXPECT_EQ_I64(pthread_rwlock_trywrlock(&a.store->swap_lock), EBUSY);
+    fill(&a, 300, 200);
+    EXPECT_EQ_I64(pthread_create(&th, NULL, dump_call_main, &c), 0);
+    fill(&a, 500, 50); /* while it runs */
+    pthread_join(th, NULL);
+    EXPECT_EQ_I64(snapshot_dump_end(c.sp, &p, &len, &err), 0);
+    EXPECT_EQ_I64(pthread_rwlock_trywrlock(&a.store->swap_lock), 0);
+    pthread_rwlock_unlock(&a.store->swap_lock);
+    /* An LZ4 frame with its content size, holding our format. */
+    raw = lz4_inflate_whole(p, len, &raw_len);
+    EXPECT(raw != NULL);
+    EXPECT(store_snap_is_ours(raw, raw_len));
+    EXPECT_EQ_I64(store_snap_check(raw, raw_len, &raw_index, &err), 0);
+    EXPECT_EQ_U64(raw_index, index);
+    free(raw);
+    snapshot_stats_get(&after);
+    EXPECT_EQ_U64(after.dumps, before.dumps + 1);
+    EXPECT_EQ_U64(after.dump_last_bytes, len);
+    EXPECT_EQ_U64(after.last_raw_bytes, raw_len);
+    /* A follower given the frame (InstallSnapshot) restores it. */
+    env_open(&b);
+    EXPECT_EQ_I64(fsm_snapshot_restore(b.fsm, p, len, &err), 0);
+    EXPECT_EQ_U64(store_applied_index(b.store), index);
+    EXPECT(same_env(at.store->env, b.store->env) > 300);
+    free(p);
+    /* The restored store takes new entries where the dump left off. */
     b.index = index;
     fill(&b, 300, 10);
     EXPECT_EQ_U64(store_applied_index(b.store), index + 10);
     env_close(&a);
     env_close(&at);
+    env_close(&b);
+}
+
+/* A marker of index n, made by a store at n (a's state is not used). */
+static void marker_at(struct env *a, uint64_t n, struct raft_buffer *m)
+{
+    struct err err = {0};
+
+    EXPECT_EQ_I64(snapshot_marker_take(a->store, m, &err), 0);
+    EXPECT_EQ_U64(m->len, 20);
+    /* Re-stamp it at n (the CRC follows), as a node at n would write it. */
+    be64_put((uint8_t *)m->base + 8, n);
+    be32_put((uint8_t *)m->base + 16, store_snap_crc(m->base, 20));
+}
+
+TEST(a_marker_restores_at_or_past_its_index_and_refuses_a_store_behind)
+{
+    struct env a = {0};
+    struct raft_buffer m;
+    struct err err = {0};
+    char want[64];
+    uint64_t applied;
+
+    env_open(&a);
+    fill(&a, 0, 20);
+    applied = store_applied_index(a.store);
+    EXPECT_EQ_U64(applied, 20);
+    marker_at(&a, applied, &m);
+    /* At: nothing to do. */
+    EXPECT_EQ_I64(fsm_snapshot_restore(a.fsm, m.base, m.len, &err), 0);
+    EXPECT_EQ_U64(store_applied_index(a.store), applied);
+    /* Past: nothing to do. */
+    be64_put((uint8_t *)m.base + 8, applied - 5);
+    be32_put((uint8_t *)m.base + 16, store_snap_crc(m.base, 20));
+    EXPECT_EQ_I64(fsm_snapshot_restore(a.fsm, m.base, m.len, &err), 0);
+    EXPECT_EQ_U64(store_applied_index(a.store), applied);
+    /* Behind: the clear error, and the store as it was. */
+    be64_put((uint8_t *)m.base + 8, applied + 7);
+    be32_put((uint8_t *)m.base + 16, store_snap_crc(m.base, 20));
+    EXPECT_EQ_I64(fsm_snapshot_restore(a.fsm, m.base, m.len, &err),
+                  ERR_PRECONDITION);
+    EXPECT(strstr(err.msg, a.dir) != NULL);
+    snprintf(want, sizeof(want), "(applied %" PRIu64 " < %" PRIu64 ";", applied,
+             applied + 7);
+    EXPECT(strstr(err.msg, want) != NULL);
+    EXPECT(strstr(err.msg, "wipe this node's data directory") != NULL);
+    EXPECT(strstr(err.msg, "restore a backup") != NULL);
+    EXPECT_EQ_U64(store_applied_index(a.store), applied);
+    /* The store goes on as before. */
+    a.index = applied;
+    fill(&a, 20, 3);
+    EXPECT_EQ_U64(store_applied_index(a.store), applied + 3);
+    free(m.base);
+    env_close(&a);
+}
+
+TEST(a_damaged_marker_is_refused_and_changes_nothing)
+{
+    struct env a = {0};
+    struct env b = {0};
+    struct raft_buffer m;
+    struct err err = {0};
+    uint8_t bad[24];
+
+    env_open(&a);
+    env_open(&b);
+    fill(&a, 0, 5);
+    EXPECT_EQ_I64(snapshot_marker_take(a.store, &m, &err), 0);
+    /* Intact, it would refuse b (behind): damaged, it is ERR_CORRUPT. */
+    EXPECT_EQ_I64(fsm_snapshot_restore(b.fsm, m.base, m.len, &err),
+                  ERR_PRECONDITION);
+    for (size_t i = 0; i < 20; i++) {
+        memcpy(bad, m.base, 20);
+        bad[i] ^= i < 8 ? 0x01 : 0x40; /* the magic stays a marker's */
+        if (i < 8) {
+            continue; /* not a marker any more: another format's error */
+        }
+        EXPECT_EQ_I64(fsm_snapshot_restore(b.fsm, bad, 20, &err), ERR_CORRUPT);
+        EXPECT_EQ_I64(fsm_snapshot_restore(a.fsm, bad, 20, &err), ERR_CORRUPT);
+    }
+    EXPECT_EQ_I64(fsm_snapshot_restore(b.fsm, m.base, 19, &err), ERR_CORRUPT);
+    memcpy(bad, m.base, 20);
+    memset(bad + 20, 0, 4);
+    EXPECT_EQ_I64(fsm_snapshot_restore(b.fsm, bad, 24, &err), ERR_CORRUPT);
+    /* A cut magic is no format at all. */
+    EXPECT_EQ_I64(fsm_snapshot_restore(b.fsm, m.base, 6, &err), ERR_CORRUPT);
+    EXPECT_EQ_U64(store_applied_index(a.store), 5);
+    EXPECT_EQ_U64(store_applied_index(b.store), 0);
+    free(m.base);
+    env_close(&a);
     env_close(&b);
 }
 
@@ -627,11 +780,13 @@ static void expect_records(struct nctx *c, int64_t n)
     store_fetch_answer_free(&a);
 }
 
-TEST(a_node_applies_during_snapshots_and_a_lost_store_comes_back)
+TEST(a_node_applies_during_snapshots_and_refuses_a_lost_store)
 {
     struct nctx c;
     struct snapshot_stats s0;
     struct snapshot_stats s1;
+    struct node_config cfg;
+    struct err err = {0};
     char path[256];
     int k = 0;
     double end;
@@ -656,21 +811,41 @@ TEST(a_node_applies_during_snapshots_and_a_lost_store_comes_back)
     EXPECT_EQ_I64(c.failed, 0);
     EXPECT(s1.taken > s0.taken);
     EXPECT(s1.overlapped > s0.overlapped);
-    EXPECT(s1.last_raw_bytes > (uint64_t)64 * N_ITEMS * N_PAYLOAD / 2);
-    /* Handed to libraft as LZ4, smaller than the dump. */
-    EXPECT(s1.last_bytes > 0 && s1.last_bytes < s1.last_raw_bytes);
+    /* Handed to libraft: a marker, not the ~25 MB store. */
+    EXPECT_EQ_U64(s1.last_bytes, 20);
+    EXPECT_EQ_U64(s1.dumps, s0.dumps);
     expect_records(&c, (int64_t)k * N_ITEMS);
     n_stop(&c);
-    /* Lose the store: the snapshot and the log bring everything back. */
-    snprintf(path, sizeof(path), "%s/data.mdb", c.n.store_dir);
-    EXPECT_EQ_I64(unlink(path), 0);
-    snprintf(path, sizeof(path), "%s/lock.mdb", c.n.store_dir);
-    unlink(path);
+    /* A restart: the store is past the marker, the log replays after it. */
     n_start(&c, 64);
     EXPECT(n_run_until(&c, n_is_leader, HARNESS_WAIT_S));
     expect_records(&c, (int64_t)k * N_ITEMS);
     n_stop(&c);
-    uv_run(&c.n.loop, UV_RUN_NOWAIT);
+    /* Lose the store: the node cannot rebuild it and refuses to start. */
+    snprintf(path, sizeof(path), "%s/data.mdb", c.n.store_dir);
+    EXPECT_EQ_I64(unlink(path), 0);
+    snprintf(path, sizeof(path), "%s/lock.mdb", c.n.store_dir);
+    unlink(path);
+    EXPECT_EQ_I64(
+        store_open(&c.n.store, c.n.store_dir, (uint64_t)1 << 30, &err), 0);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.dir = c.n.dir;
+    cfg.id = 1;
+    cfg.raft_address = c.n.address;
+    EXPECT_EQ_I64(node_start(&c.n.node, &c.n.loop, &cfg, c.n.store, &err),
+                  ERR_PRECONDITION);
+    EXPECT(strstr(err.msg, c.n.store_dir) != NULL);
+    EXPECT(strstr(err.msg, "is behind the raft snapshot marker (applied 0 <") !=
+           NULL);
+    EXPECT(strstr(err.msg, "restore a backup") != NULL);
+    /* The failed node frees itself on the loop. */
+    for (end = nh_now_s() + HARNESS_WAIT_S;
+         uv_loop_alive(&c.n.loop) && nh_now_s() < end;) {
+        uv_run(&c.n.loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    EXPECT_EQ_U64(store_applied_index(c.n.store), 0);
+    store_close(c.n.store);
     EXPECT_EQ_I64(uv_loop_close(&c.n.loop), 0);
     nftw(c.n.dir, env_rm, 16, FTW_DEPTH | FTW_PHYS);
 }

@@ -1,0 +1,290 @@
+"""Raft snapshots as markers (docs/internals/store-raft.md, "Snapshots"),
+with build/queen processes and real kill -9: the snapshot file a node keeps
+is a 20-byte marker, not the store; a node restarted after markers (even
+killed mid-push) has every acknowledged record exactly once; a follower
+whose log the leader compacted catches up through InstallSnapshot of the
+leader's full dump of its store, and its records equal the leader's,
+across kill -9 of either side; a node whose store is behind its marker
+(lost, or replaced by an older copy) refuses to boot with one line that
+says what to do.
+
+Snapshots are forced with the config's knobs (QUEEN_RAFT_SNAPSHOT_THRESHOLD
+64 entries, the smallest allowed; 8 kept behind). Every wait is a deadline
+on a real condition."""
+
+import os
+import re
+import shutil
+import threading
+
+from cluster import Cluster
+from queenproc import Broker, wait_until
+from test_cluster import items, make_cluster, push_ok  # noqa: F401
+
+SNAP_ENV = {"QUEEN_RAFT_SNAPSHOT_THRESHOLD": "64",
+            "QUEEN_RAFT_SNAPSHOT_TRAILING": "8"}
+MARKER_MAGIC = b"QMARK001"
+
+
+def snapshot_files(data_dir):
+    """{name: bytes} of libraft's snapshot files (not the .meta ones)."""
+    d = os.path.join(data_dir, "raft")
+    out = {}
+    for f in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        if f.startswith("snapshot-") and not f.endswith(".meta"):
+            with open(os.path.join(d, f), "rb") as fh:
+                out[f] = fh.read()
+    return out
+
+
+def txns_of(node, queue):
+    return [t for _, t, _ in Cluster.records(node, queue)]
+
+
+def metric(node, name):
+    try:
+        return node.metric(name) or 0
+    except OSError:
+        return 0
+
+
+class Pusher:
+    """Pushes one record at a time through whichever node nodes() names,
+    in a thread, until stopped; keeps every transactionId answered 201
+    (acknowledged) and tolerates refused connections and 503s (the node
+    was killed or there is no leader): a txn not acknowledged may be
+    retried with the same id, so it is never counted twice."""
+
+    def __init__(self, queue, nodes, prefix):
+        self.queue = queue
+        self.nodes = nodes
+        self.prefix = prefix
+        self.acked = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        i = 0
+        while not self.stop.is_set():
+            t = "%s%d" % (self.prefix, i)
+            for node in self.nodes():
+                try:
+                    r = node.post("/api/v1/push",
+                                  {"items": items(self.queue, [t])},
+                                  timeout=10)
+                except (OSError, AttributeError):
+                    continue
+                if r.status == 201:
+                    self.acked.append(t)
+                    i += 1
+                    break
+
+    def halt(self):
+        self.stop.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive()
+        return list(self.acked)
+
+
+def push_until_snapshots(node, queue, prefix, n_snapshots, push=None):
+    """Push batches of 5 through node until it took n_snapshots more
+    snapshots; returns the transactionIds pushed."""
+    base = metric(node, "queen_raft_snapshots_total")
+    pushed = []
+    push = push or (lambda its: node.push(its))
+
+    def more():
+        k = len(pushed)
+        batch = ["%s%d" % (prefix, k + j) for j in range(5)]
+        push(items(queue, batch))
+        pushed.extend(batch)
+        return metric(node, "queen_raft_snapshots_total") >= base + n_snapshots
+    wait_until(more, 120, "%d snapshots on %s" % (n_snapshots, node.port),
+               interval=0)
+    return pushed
+
+
+def assert_markers(data_dir):
+    files = snapshot_files(data_dir)
+    assert files, "no snapshot file in %s" % data_dir
+    for name, data in files.items():
+        assert len(data) == 20 and data.startswith(MARKER_MAGIC), \
+            (name, len(data), data[:16])
+
+
+# --------------------------------------------------------------------------
+# One node
+
+
+def test_single_node_kill9_after_markers_keeps_every_acked_record(tmp_path):
+    b = Broker(str(tmp_path / "data"), env=SNAP_ENV)
+    b.start()
+    try:
+        want = push_until_snapshots(b, "mk", "a", 2)
+        assert_markers(b.data_dir)
+        assert metric(b, "queen_raft_snapshot_last_bytes") == 20
+        # Keep pushing, and kill -9 in the middle of it, past another
+        # snapshot so the log the restart replays starts after a marker.
+        p = Pusher("mk", lambda: [b], "b")
+        base = metric(b, "queen_raft_snapshots_total")
+        wait_until(lambda: len(p.acked) > 50 and
+                   metric(b, "queen_raft_snapshots_total") > base,
+                   120, "pushes across one more snapshot")
+        b.kill9()
+        acked = p.halt()
+        assert_markers(b.data_dir)
+        b.start()
+        got = txns_of(b, "mk")
+        assert len(got) == len(set(got)), "a record is there twice"
+        assert got[:len(want)] == want
+        missing = set(acked) - set(got)
+        assert not missing, "acknowledged records lost: %s" % sorted(missing)
+        # The offsets go on from there.
+        b.push(items("mk", ["after"]))
+        assert txns_of(b, "mk")[-1] == "after"
+        assert len(txns_of(b, "mk")) == len(got) + 1
+    finally:
+        b.stop()
+
+
+def refused_line(b):
+    """b exits non-zero on its own; the one line that says why."""
+    rc = b.wait_exit(60)
+    log = b.stderr()
+    b._reap()
+    assert rc != 0, log[-3000:]
+    lines = [ln for ln in log.splitlines()
+             if "is behind the raft snapshot marker" in ln]
+    assert len(lines) == 1, log[-3000:]
+    return lines[0]
+
+
+def test_a_store_lost_or_older_than_the_marker_refuses_to_boot(tmp_path):
+    data = str(tmp_path / "data")
+    store = os.path.join(data, "store")
+    older = str(tmp_path / "older-store")
+    b = Broker(data, env=SNAP_ENV)
+    b.start()
+    b.push(items("mk", ["x0", "x1"]))
+    assert b.stop() == 0
+    shutil.copytree(store, older)  # a backup taken here, before any marker
+    b.start()
+    push_until_snapshots(b, "mk", "y", 2)
+    assert b.stop() == 0
+    # The store replaced by the older copy.
+    shutil.rmtree(store)
+    shutil.copytree(older, store)
+    b.start(wait=False)
+    line = refused_line(b)
+    assert "FATAL" in line and store in line, line
+    assert re.search(r"behind the raft snapshot marker \(applied [1-9]\d* "
+                     r"< \d+;", line), line
+    assert "wipe this node's data directory" in line, line
+    assert "restore a backup" in line, line
+    # The store deleted.
+    shutil.rmtree(store)
+    b.start(wait=False)
+    line = refused_line(b)
+    assert "(applied 0 <" in line and store in line, line
+    assert "restore a backup" in line, line
+    # Nothing was served in between: the marker is still the only snapshot
+    # and the raft directory was not changed into a fresh node.
+    assert_markers(data)
+
+
+# --------------------------------------------------------------------------
+# A cluster
+
+
+def caught_up_by_install(c, lid, f, dumps_before):
+    """f restarted and caught up: the leader dumped its store for it, f
+    restored a full snapshot, and the records are equal everywhere."""
+    wait_until(lambda: metric(c[lid], "queen_raft_snapshot_dumps_total") >
+               dumps_before, 60, "the leader's full dump for node %d" % f.id)
+    c.wait_converged(timeout=90)
+    assert "restored snapshot at" in f.logs(), f.logs()[-3000:]
+
+
+def test_follower_behind_a_compacted_log_catches_up_by_a_full_dump(
+        make_cluster):
+    c = make_cluster(env=SNAP_ENV)
+    lid = c.start()
+    f = c.followers()[0]
+    want = ["w%d" % i for i in range(5)]
+    push_ok(c, c[lid], items("wq", want))
+    c.wait_converged()
+    c.kill9(f.id)
+    lid = c.leader(timeout=15)
+    want += push_until_snapshots(c[lid], "wq", "v", 3,
+                                 push=lambda its: push_ok(c, c[lid], its))
+    assert_markers(c[lid].data_dir)
+    dumps = metric(c[lid], "queen_raft_snapshot_dumps_total")
+    c.start_node(f.id)
+    caught_up_by_install(c, lid, f, dumps)
+    logs = c.all_records("wq")
+    assert [t for _, t, _ in logs[f.id]] == want
+    assert all(v == logs[lid] for v in logs.values())
+    # The follower's own later snapshots are markers again; what it got
+    # from the leader was the full frame (LZ4) or has been replaced since.
+    more = push_until_snapshots(c[lid], "wq", "u", 2,
+                                push=lambda its: push_ok(c, c[lid], its))
+    want += more
+    c.wait_converged(timeout=60)
+    wait_until(lambda: any(d.startswith(MARKER_MAGIC) for d in
+                           snapshot_files(f.data_dir).values()),
+               60, "a marker of node %d's own" % f.id)
+    # kill -9 the leader under a push load: a new leader, no acked loss.
+    p = Pusher("wq", lambda: [n for n in c.live()], "k")
+    wait_until(lambda: len(p.acked) > 20, 60, "pushes before the kill")
+    c.kill9(lid)
+    wait_until(lambda: len(p.acked) > 40, 90, "pushes after the kill")
+    acked = p.halt()
+    new = c.leader(timeout=30)
+    assert new != lid
+    c.start_node(lid)
+    c.wait_converged(timeout=90)
+    logs = c.all_records("wq")
+    got = [t for _, t, _ in logs[new]]
+    assert all(v == logs[new] for v in logs.values())
+    assert got[:len(want)] == want
+    assert len(got) == len(set(got)), "a record is there twice"
+    missing = set(acked) - set(got)
+    assert not missing, "acknowledged records lost: %s" % sorted(missing)
+
+
+def test_follower_killed_during_its_install_comes_back_equal(make_cluster):
+    c = make_cluster(env=SNAP_ENV)
+    lid = c.start()
+    f = c.followers()[0]
+    push_ok(c, c[lid], items("kq", ["a0"]))
+    c.wait_converged()
+    c.kill9(f.id)
+    lid = c.leader(timeout=15)
+    want = ["a0"] + push_until_snapshots(
+        c[lid], "kq", "b", 3, push=lambda its: push_ok(c, c[lid], its))
+    dumps = metric(c[lid], "queen_raft_snapshot_dumps_total")
+    c.start_node(f.id)
+    # kill -9 the follower as soon as the leader made its dump: the
+    # install is in flight or just done.
+    wait_until(lambda: metric(c[lid], "queen_raft_snapshot_dumps_total") >
+               dumps, 60, "the leader's full dump")
+    c.kill9(f.id)
+    want += push_until_snapshots(c[lid], "kq", "c", 1,
+                                 push=lambda its: push_ok(c, c[lid], its))
+    c.start_node(f.id)
+    c.wait_converged(timeout=90)
+    logs = c.all_records("kq")
+    assert [t for _, t, _ in logs[lid]] == want
+    assert all(v == logs[lid] for v in logs.values())
+    # And a follower wiped entirely rejoins the same way.
+    c.kill9(f.id)
+    c.wipe(f.id)
+    want += push_until_snapshots(c[lid], "kq", "d", 1,
+                                 push=lambda its: push_ok(c, c[lid], its))
+    dumps = metric(c[lid], "queen_raft_snapshot_dumps_total")
+    c.start_node(f.id)
+    caught_up_by_install(c, lid, f, dumps)
+    logs = c.all_records("kq")
+    assert [t for _, t, _ in logs[f.id]] == want
+    assert all(v == logs[lid] for v in logs.values())
