@@ -197,13 +197,19 @@ def test_a_store_lost_or_older_than_the_marker_refuses_to_boot(tmp_path):
 # A cluster
 
 
-def caught_up_by_install(c, lid, f, dumps_before):
-    """f restarted and caught up: the leader dumped its store for it, f
-    restored a full snapshot, and the records are equal everywhere."""
+def rejoin_by_install(c, lid, f, queue, want):
+    """Start the stopped f: the leader dumps its store for it, f restores
+    that full snapshot, and f's records of queue are want, equal
+    everywhere."""
+    dumps_before = metric(c[lid], "queen_raft_snapshot_dumps_total")
+    c.start_node(f.id)
     wait_until(lambda: metric(c[lid], "queen_raft_snapshot_dumps_total") >
                dumps_before, 60, "the leader's full dump for node %d" % f.id)
     c.wait_converged(timeout=90)
     assert "restored snapshot at" in f.logs(), f.logs()[-3000:]
+    logs = c.all_records(queue)
+    assert [t for _, t, _ in logs[f.id]] == want
+    assert all(v == logs[lid] for v in logs.values())
 
 
 def test_follower_behind_a_compacted_log_catches_up_by_a_full_dump(
@@ -219,12 +225,7 @@ def test_follower_behind_a_compacted_log_catches_up_by_a_full_dump(
     want += push_until_snapshots(c[lid], "wq", "v", 3,
                                  push=lambda its: push_ok(c, c[lid], its))
     assert_markers(c[lid].data_dir)
-    dumps = metric(c[lid], "queen_raft_snapshot_dumps_total")
-    c.start_node(f.id)
-    caught_up_by_install(c, lid, f, dumps)
-    logs = c.all_records("wq")
-    assert [t for _, t, _ in logs[f.id]] == want
-    assert all(v == logs[lid] for v in logs.values())
+    rejoin_by_install(c, lid, f, "wq", want)
     # The follower's own later snapshots are markers again; what it got
     # from the leader was the full frame (LZ4) or has been replaced since.
     more = push_until_snapshots(c[lid], "wq", "u", 2,
@@ -282,9 +283,4 @@ def test_follower_killed_during_its_install_comes_back_equal(make_cluster):
     c.wipe(f.id)
     want += push_until_snapshots(c[lid], "kq", "d", 1,
                                  push=lambda its: push_ok(c, c[lid], its))
-    dumps = metric(c[lid], "queen_raft_snapshot_dumps_total")
-    c.start_node(f.id)
-    caught_up_by_install(c, lid, f, dumps)
-    logs = c.all_records("kq")
-    assert [t for _, t, _ in logs[f.id]] == want
-    assert all(v == logs[lid] for v in logs.values())
+    rejoin_by_install(c, lid, f, "kq", want)

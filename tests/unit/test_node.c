@@ -724,6 +724,23 @@ TEST(a_proposal_failed_by_a_step_down_may_propose_again_from_its_callback)
     cluster_teardown(&c);
 }
 
+/* A cluster snapshotting every 4 entries (keeping 2) whose follower was
+ * stopped after 20 records, while the leader took 120 more one entry at a
+ * time, so it snapshotted and dropped the log the follower lacks. */
+static int cluster_up_past_a_stopped_follower(struct cluster *c, int *follower)
+{
+    int leader = cluster_up(c, 4);
+
+    *follower = (leader + 1) % 3;
+    EXPECT(cluster_push_wait(c, leader, 0, 2));
+    EXPECT(cluster_run(c, all_applied, HARNESS_WAIT_S));
+    cluster_stop(c, *follower);
+    for (int k = 2; k < 14; k++) {
+        EXPECT(cluster_push_wait(c, leader, k, 1));
+    }
+    return leader;
+}
+
 TEST(a_follower_far_behind_is_restored_from_a_snapshot)
 {
     struct cluster c;
@@ -732,15 +749,7 @@ TEST(a_follower_far_behind_is_restored_from_a_snapshot)
     int leader;
     int follower;
 
-    leader = cluster_up(&c, 4); /* snapshot every 4 entries, keep 2 */
-    follower = (leader + 1) % 3;
-    EXPECT(cluster_push_wait(&c, leader, 0, 2));
-    EXPECT(cluster_run(&c, all_applied, HARNESS_WAIT_S));
-    cluster_stop(&c, follower);
-    /* One at a time, so the leader snapshots and drops its log. */
-    for (int k = 2; k < 14; k++) {
-        EXPECT(cluster_push_wait(&c, leader, k, 1));
-    }
+    leader = cluster_up_past_a_stopped_follower(&c, &follower);
     EXPECT_EQ_I64(c.failed, 0);
     snapshot_stats_get(&s0);
     cluster_start(&c, follower);
@@ -790,14 +799,7 @@ TEST(a_leader_closed_during_a_dump_for_a_follower_waits_for_it)
     int leader;
     int follower;
 
-    leader = cluster_up(&c, 4);
-    follower = (leader + 1) % 3;
-    EXPECT(cluster_push_wait(&c, leader, 0, 2));
-    EXPECT(cluster_run(&c, all_applied, HARNESS_WAIT_S));
-    cluster_stop(&c, follower);
-    for (int k = 2; k < 14; k++) {
-        EXPECT(cluster_push_wait(&c, leader, k, 1));
-    }
+    leader = cluster_up_past_a_stopped_follower(&c, &follower);
     EXPECT(cluster_run(&c, no_snapshot_open, HARNESS_WAIT_S));
     snapshot_stats_get(&s0);
     EXPECT_EQ_U64(s0.dumps, s0.dumps_begun);
