@@ -70,12 +70,15 @@ PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 CFLAGS  += $(WARN) $(OPT) $(DEFS) -Isrc -I$(LLHTTP_INC) $(PKG_CFLAGS) -MMD -MP
 # libraft is linked statically from a copy whose byteCrc32 is weak, so that
 # src/raft/raft_crc.c (same values, eight bytes a step) is the checksum it
-# calls; see src/raft/raft_crc.h. (liblz4.so.1 comes with libraft2.)
+# calls; see src/raft/raft_crc.h. UvOsIoSetup and UvOsIoDestroy are weak too:
+# src/raft/raft_aio.c makes and destroys its AIO contexts off the loop
+# thread; see src/raft/raft_aio.h. (liblz4.so.1 comes with libraft2.)
 RAFT_A      := $(shell pkg-config --variable=libdir raft 2>/dev/null)/libraft.a
 RAFT_STATIC := $(BUILD)/libraft-crc.a
 RAFT_LIBS   := $(RAFT_STATIC) -l:liblz4.so.1 $(shell pkg-config --libs libuv 2>/dev/null)
 BASE_LIBS   := -llmdb -lcurl -lssl -lcrypto -lzstd -lz -lsnappy -lpthread -lm
-RAFT_CRC_OBJ:= $(BUILD)/obj/src/raft/raft_crc.o $(BUILD)/obj/src/base/crc_fold.o
+RAFT_CRC_OBJ:= $(BUILD)/obj/src/raft/raft_crc.o $(BUILD)/obj/src/base/crc_fold.o \
+               $(BUILD)/obj/src/raft/raft_aio.o
 LDLIBS  += $(RAFT_CRC_OBJ) $(RAFT_LIBS) $(BASE_LIBS)
 
 SRC       := $(filter-out src/main.c,$(shell find src -name '*.c' 2>/dev/null | sort))
@@ -105,17 +108,18 @@ $(BUILD)/queen: src/main.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ src/main.c $(LIB) $(LDLIBS)
 
-# raft_crc.o is linked as an object (LDLIBS), never from the archive: nothing
-# of ours calls it, so an archive member would never be pulled in; crc_fold.o,
-# which it calls, goes with it.
+# raft_crc.o and raft_aio.o are linked as objects (LDLIBS), never from the
+# archive: only libraft calls them, so an archive member would never be
+# pulled in; crc_fold.o, which raft_crc.o calls, goes with them.
 $(LIB): $(OBJ) $(LLHTTP_OBJ) $(RAFT_STATIC)
 	@mkdir -p $(dir $@)
 	rm -f $@
 	ar rcs $@ $(filter-out $(RAFT_CRC_OBJ),$(filter %.o,$^))
 
-$(RAFT_STATIC): $(RAFT_A)
+$(RAFT_STATIC): $(RAFT_A) Makefile
 	@mkdir -p $(dir $@)
-	objcopy --weaken-symbol=byteCrc32 $< $@
+	objcopy --weaken-symbol=byteCrc32 --weaken-symbol=UvOsIoSetup \
+	    --weaken-symbol=UvOsIoDestroy $< $@
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)

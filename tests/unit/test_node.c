@@ -10,6 +10,7 @@
 #include "node_helpers.h"
 #include "push_helpers.h"
 #include "raft/node.h"
+#include "raft/raft_aio.h"
 #include "raft/snapshot.h"
 #include "store/store_impl.h"
 
@@ -192,6 +193,27 @@ TEST(single_voter_proposes_closes_restarts_and_reads_the_same_state)
     EXPECT(c.stamps[0] > node_safe_time(c.n.node) - 1000000);
     stop(&c);
     teardown(&c);
+}
+
+/* libraft's segment writers get and give back their AIO contexts through
+ * src/raft/raft_aio.c (the Makefile weakens libraft's own): a node that
+ * wrote and closed made at least one and handed it back. */
+TEST(libraft_takes_its_aio_contexts_from_raft_aio)
+{
+    struct ctx c;
+    struct raft_aio_stats before, after;
+
+    raft_aio_get_stats(&before);
+    setup(&c);
+    start_leader(&c, 0);
+    want = 3;
+    EXPECT_EQ_I64(propose_pushes(&c, 0, 3), 0);
+    EXPECT(run_until(&c, got_all, HARNESS_WAIT_S));
+    stop(&c);
+    teardown(&c);
+    raft_aio_get_stats(&after);
+    EXPECT(after.setups > before.setups);
+    EXPECT(after.destroys > before.destroys);
 }
 
 TEST(restart_after_snapshots_skips_what_the_store_holds)
