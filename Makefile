@@ -72,13 +72,14 @@ CFLAGS  += $(WARN) $(OPT) $(DEFS) -Isrc -I$(LLHTTP_INC) $(PKG_CFLAGS) -MMD -MP
 # src/raft/raft_crc.c (same values, eight bytes a step) is the checksum it
 # calls; see src/raft/raft_crc.h. UvOsIoSetup and UvOsIoDestroy are weak too:
 # src/raft/raft_aio.c makes and destroys its AIO contexts off the loop
-# thread; see src/raft/raft_aio.h. (liblz4.so.1 comes with libraft2.)
+# thread; see src/raft/raft_aio.h. So is UvOsUnlink: src/raft/raft_trash.c
+# removes big files a piece at a time on a thread; see raft_trash.h. (liblz4.so.1 comes with libraft2.)
 RAFT_A      := $(shell pkg-config --variable=libdir raft 2>/dev/null)/libraft.a
 RAFT_STATIC := $(BUILD)/libraft-crc.a
 RAFT_LIBS   := $(RAFT_STATIC) -l:liblz4.so.1 $(shell pkg-config --libs libuv 2>/dev/null)
 BASE_LIBS   := -llmdb -lcurl -lssl -lcrypto -lzstd -lz -lsnappy -lpthread -lm
 RAFT_CRC_OBJ:= $(BUILD)/obj/src/raft/raft_crc.o $(BUILD)/obj/src/base/crc_fold.o \
-               $(BUILD)/obj/src/raft/raft_aio.o
+               $(BUILD)/obj/src/raft/raft_aio.o $(BUILD)/obj/src/raft/raft_trash.o
 LDLIBS  += $(RAFT_CRC_OBJ) $(RAFT_LIBS) $(BASE_LIBS)
 
 SRC       := $(filter-out src/main.c,$(shell find src -name '*.c' 2>/dev/null | sort))
@@ -108,7 +109,7 @@ $(BUILD)/queen: src/main.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ src/main.c $(LIB) $(LDLIBS)
 
-# raft_crc.o and raft_aio.o are linked as objects (LDLIBS), never from the
+# raft_crc.o, raft_aio.o and raft_trash.o are linked as objects (LDLIBS), never from the
 # archive: only libraft calls them, so an archive member would never be
 # pulled in; crc_fold.o, which raft_crc.o calls, goes with them.
 $(LIB): $(OBJ) $(LLHTTP_OBJ) $(RAFT_STATIC)
@@ -119,7 +120,7 @@ $(LIB): $(OBJ) $(LLHTTP_OBJ) $(RAFT_STATIC)
 $(RAFT_STATIC): $(RAFT_A) Makefile
 	@mkdir -p $(dir $@)
 	objcopy --weaken-symbol=byteCrc32 --weaken-symbol=UvOsIoSetup \
-	    --weaken-symbol=UvOsIoDestroy $< $@
+	    --weaken-symbol=UvOsIoDestroy --weaken-symbol=UvOsUnlink $< $@
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -41,6 +41,7 @@
 #include "raft/arena.h"
 #include "raft/cmd.h"
 #include "raft/forward.h"
+#include "raft/raft_trash.h"
 #include "raft/snapshot.h"
 #include "raft/transport.h"
 #include "store/store_impl.h"
@@ -2380,6 +2381,11 @@ static int init_io(struct node *n, const struct node_config *cfg,
         return err_set(err, ERR_IO, "mkdir %s: %s", dir, strerror(errno));
     }
     n->raft_dir = xstrdup(dir);
+    int swept = raft_trash_sweep(dir);
+    if (swept > 0) {
+        log_info("node", "removed %d log file(s) a crash left half removed",
+                 swept);
+    }
     struct rtransport_config tc = {
         .listen_address = cfg->listen_address != NULL ? cfg->listen_address
                                                       : cfg->raft_address,

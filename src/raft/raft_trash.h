@@ -1,0 +1,47 @@
+/* libraft's big file removals, done a piece at a time off its threads.
+ *
+ * After a snapshot libraft removes every closed log segment the snapshot
+ * covers (448 MiB of them at the default threshold), one unlink after
+ * another on a pool thread. Freeing a 64 MiB file's blocks takes ~24 ms on
+ * this VM's ext4 (mounted with discard) and holds up the journal: under
+ * bench/push the raft log's O_DSYNC writes and the store's sync took 50-68
+ * ms meanwhile, and the push p99 of every round with a snapshot was that.
+ * The Makefile links libraft statically with UvOsUnlink weakened (as it
+ * does byteCrc32), so this definition is the one libraft calls:
+ *   (1) A regular file of RAFT_TRASH_MIN bytes or more is renamed, in its
+ *       directory, to "queen-trash-<n>-<name>" (a rename frees nothing and
+ *       takes ~0.1 ms) and UvOsUnlink returns 0: the name is gone when it
+ *       returns, as after unlink. A thread of this module then cuts the file
+ *       RAFT_TRASH_STEP bytes at a time, with a pause between cuts, and
+ *       unlinks it.
+ *   (2) Anything else (a small file, a failed stat or rename, a full queue,
+ *       no thread) is unlinked in place, with unlink's result: 0 or a
+ *       negative errno, as libraft's own returns.
+ *   (3) libraft ignores names it does not know when it lists its directory
+ *       (a trash name is neither a segment's nor a snapshot's), and
+ *       raft_trash_sweep removes what a crash left, before libraft starts. */
+#ifndef QUEEN_RAFT_TRASH_H
+#define QUEEN_RAFT_TRASH_H
+
+#include <stdint.h>
+
+#define RAFT_TRASH_MIN    (4u << 20)
+#define RAFT_TRASH_STEP   (8u << 20)
+#define RAFT_TRASH_PREFIX "queen-trash-"
+
+/* The name libraft calls (its prototype is internal to libraft). */
+int UvOsUnlink(const char *path);
+
+/* Unlinks every trash file left in dir (by a crash); returns how many. */
+int raft_trash_sweep(const char *dir);
+
+struct raft_trash_stats {
+    uint64_t queued;   /* files renamed and handed to the thread */
+    uint64_t removed;  /* of them, unlinked by the thread */
+    uint64_t in_place; /* removals done in place */
+    uint64_t pending;  /* files waiting or being cut */
+};
+
+void raft_trash_get_stats(struct raft_trash_stats *out);
+
+#endif
