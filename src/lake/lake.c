@@ -48,7 +48,8 @@
 #include "sink/layout.h"
 
 #define LAKE_DEFAULT_TENANT "00000000-0000-0000-0000-000000000001"
-#define LAKE_TENANT_MAX     256 /* with its NUL */
+#define LAKE_TENANT_MAX     256  /* with its NUL */
+#define LAKE_URL_MAX        1900 /* --broker, --to: url[2048] less a route */
 #define LAKE_MAX_OBJECT     ((size_t)4 << 30)
 #define LAKE_CHUNK          ((size_t)1 << 20)
 /* A zstd object decoding to at most this is decoded in one call (a
@@ -235,6 +236,22 @@ static int lake_flag_set(struct lake_opts *o, const struct lake_flag_def *d,
     return 0;
 }
 
+/* Copies value (the setting `name`, a flag or its variable) into dst of
+ * cap bytes. 0, or 2 (said why) when it does not fit: a value cut short
+ * would sign, name or address something else. */
+static int lake_copy(char *dst, size_t cap, const char *value, const char *name)
+{
+    size_t n = strlen(value);
+
+    if (n >= cap) {
+        fprintf(stderr, "queen lake: %s is %zu bytes long; at most %zu\n", name,
+                n, cap - 1);
+        return 2;
+    }
+    memcpy(dst, value, n + 1);
+    return 0;
+}
+
 /* The settings checked into o, for cmd. 0, or 2 (said why). */
 static int lake_finish(struct lake_opts *o, unsigned cmd)
 {
@@ -255,21 +272,33 @@ static int lake_finish(struct lake_opts *o, unsigned cmd)
         return 2;
     }
     o->s3.ep.path_style = raw->path_style;
-    snprintf(o->s3.region, sizeof(o->s3.region), "%s",
-             raw->region != NULL ? raw->region : "us-east-1");
-    snprintf(o->s3.access_key, sizeof(o->s3.access_key), "%s",
-             raw->ak != NULL ? raw->ak : "");
-    snprintf(o->s3.secret_key, sizeof(o->s3.secret_key), "%s",
-             raw->sk != NULL ? raw->sk : "");
-    snprintf(o->tenant, sizeof(o->tenant), "%s",
-             raw->tenant != NULL ? raw->tenant : LAKE_DEFAULT_TENANT);
     /* The prefix without outer slashes, as the sink keeps it. */
     while (*prefix == '/') {
         prefix++;
     }
-    snprintf(o->prefix, sizeof(o->prefix), "%s", prefix);
+    if (lake_copy(o->s3.region, sizeof(o->s3.region),
+                  raw->region != NULL ? raw->region : "us-east-1",
+                  "--region") != 0 ||
+        lake_copy(o->s3.access_key, sizeof(o->s3.access_key),
+                  raw->ak != NULL ? raw->ak : "", "--access-key") != 0 ||
+        lake_copy(o->s3.secret_key, sizeof(o->s3.secret_key),
+                  raw->sk != NULL ? raw->sk : "", "--secret-key") != 0 ||
+        lake_copy(o->tenant, sizeof(o->tenant),
+                  raw->tenant != NULL ? raw->tenant : LAKE_DEFAULT_TENANT,
+                  "--tenant") != 0 ||
+        lake_copy(o->prefix, sizeof(o->prefix), prefix, "--prefix") != 0) {
+        return 2;
+    }
     for (size_t n = strlen(o->prefix); n > 0 && o->prefix[n - 1] == '/';) {
         o->prefix[--n] = '\0';
+    }
+    /* A broker's URL, with the longest route after it, fits lake_http's
+     * url[2048]. */
+    if ((o->broker != NULL && strlen(o->broker) > LAKE_URL_MAX) ||
+        (o->to != NULL && strlen(o->to) > LAKE_URL_MAX)) {
+        fprintf(stderr, "queen lake: a broker URL is %d bytes at most\n",
+                LAKE_URL_MAX);
+        return 2;
     }
     if (o->to_k != 0 && o->to_k < o->from_k) {
         fprintf(stderr, "queen lake: --to-k is below --from-k\n");
@@ -574,7 +603,7 @@ static long lake_http_post(struct lake_http *c, const char *path,
                            const char *body, size_t n, struct err *err)
 {
     char url[2048];
-    char auth[1024];
+    char *auth;
     char tenant_hdr[sizeof("x-queen-tenant: ") + LAKE_TENANT_MAX];
     struct curl_slist *hs = NULL;
     long status = 0;
@@ -584,8 +613,11 @@ static long lake_http_post(struct lake_http *c, const char *path,
     snprintf(url, sizeof(url), "%.*s%s", c->base_len, c->base, path);
     hs = curl_slist_append(hs, "Content-Type: application/json");
     if (c->token != NULL) {
-        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", c->token);
-        hs = curl_slist_append(hs, auth);
+        size_t cap = sizeof("Authorization: Bearer ") + strlen(c->token);
+        auth = xmalloc(cap);
+        snprintf(auth, cap, "Authorization: Bearer %s", c->token);
+        hs = curl_slist_append(hs, auth); /* copies it */
+        free(auth);
     }
     if (c->tenant != NULL) {
         snprintf(tenant_hdr, sizeof(tenant_hdr), "x-queen-tenant: %s",

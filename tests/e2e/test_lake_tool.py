@@ -319,6 +319,29 @@ def test_verify_cannot_run_without_a_bucket_or_flags(bucket):
             flag, cmd) in p.stderr, p
 
 
+def test_a_value_too_long_for_its_setting_is_refused(bucket):
+    """A value that does not fit where the tool keeps it is exit 2 naming
+    the flag, never cut short (a tenant or a key cut short names or signs
+    something else), and the value itself is not printed."""
+    for flag, n, most in (("--tenant", 256, 255), ("--region", 64, 63),
+                          ("--prefix", 512, 511), ("--access-key", 128, 127),
+                          ("--secret-key", 200, 199)):
+        value = "k" * (n - 1) + "Z"
+        p = tool(bucket, "verify", "--queue", "q", flag, value)
+        assert p.returncode == 2, (flag, p)
+        assert "queen lake: %s is %d bytes long; at most %d" % (
+            flag, n, most) in p.stderr, (flag, p.stderr)
+        assert value not in p.stdout + p.stderr, flag
+    # One byte less is accepted (the run then finds no lake there).
+    p = tool(bucket, "verify", "--queue", "q", "--tenant", "t" * 255)
+    assert p.returncode == 2 and "bytes long" not in p.stderr, p
+    for flag, cmd in (("--broker", "verify"), ("--to", "restore")):
+        p = tool(bucket, cmd, "--queue", "q", flag,
+                 "http://127.0.0.1:1/" + "u" * 1900)
+        assert p.returncode == 2 and \
+            "a broker URL is 1900 bytes at most" in p.stderr, (flag, p)
+
+
 def closed_port():
     """A port on 127.0.0.1 that nothing listens on (bound, then closed)."""
     import socket
