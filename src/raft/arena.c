@@ -20,6 +20,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "base/thread.h"
+
 /* 16 MiB: what a process holds ahead of its log is one chunk (the one the
  * prefaulter readied), and RSS moves in steps of a chunk; 64 MiB made the
  * same traffic differ by 64 MiB between two runs. Eight huge pages a chunk
@@ -301,16 +303,11 @@ static void *prefault_main(void *arg)
 
 void arena_prefault(bool on)
 {
-    pthread_t t;
-    pthread_attr_t attr;
-
     pthread_mutex_lock(&arena_mu);
     arena_is_prefaulting = on;
     if (on && !arena_has_thread) {
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        arena_has_thread = pthread_create(&t, &attr, prefault_main, NULL) == 0;
-        pthread_attr_destroy(&attr);
+        arena_has_thread =
+            thread_start_detached(prefault_main, "queen-prefault");
         arena_is_prefaulting = arena_has_thread;
     }
     pthread_cond_signal(&arena_cv);

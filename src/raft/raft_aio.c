@@ -7,6 +7,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "base/thread.h"
+
 #define AIO_QUEUE 64 /* contexts waiting to be destroyed */
 
 static pthread_mutex_t aio_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -76,17 +78,8 @@ static void *aio_main(void *arg)
 static bool aio_thread_up(void)
 {
     if (aio_thread_state == 0) {
-        pthread_t t;
-        pthread_attr_t attr;
-        aio_thread_state = -1;
-        if (pthread_attr_init(&attr) == 0) {
-            (void)pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-            if (pthread_create(&t, &attr, aio_main, NULL) == 0) {
-                (void)pthread_setname_np(t, "queen-aio");
-                aio_thread_state = 1;
-            }
-            (void)pthread_attr_destroy(&attr);
-        }
+        aio_thread_state =
+            thread_start_detached(aio_main, "queen-aio") ? 1 : -1;
     }
     return aio_thread_state == 1;
 }

@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/thread.h"
+
 #define TRASH_QUEUE    64
 #define TRASH_PAUSE_NS 2000000L /* between two cuts of one file */
 
@@ -73,17 +75,8 @@ static void *trash_main(void *arg)
 static bool trash_thread_up(void)
 {
     if (trash_thread_state == 0) {
-        pthread_t t;
-        pthread_attr_t attr;
-        trash_thread_state = -1;
-        if (pthread_attr_init(&attr) == 0) {
-            (void)pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-            if (pthread_create(&t, &attr, trash_main, NULL) == 0) {
-                (void)pthread_setname_np(t, "queen-trash");
-                trash_thread_state = 1;
-            }
-            (void)pthread_attr_destroy(&attr);
-        }
+        trash_thread_state =
+            thread_start_detached(trash_main, "queen-trash") ? 1 : -1;
     }
     return trash_thread_state == 1;
 }
