@@ -2565,6 +2565,16 @@ static int lake_outcome(const struct lake_opts *o, const char *cmd,
 {
     if (failed != NULL) {
         fprintf(stderr, "queen lake %s: %s\n", cmd, failed->msg);
+        /* A virtual-host name that does not resolve is most often a local
+         * or private endpoint that only serves path-style requests. */
+        if (!o->s3.ep.path_style &&
+            strstr(failed->msg, "resolve host") != NULL) {
+            fprintf(stderr,
+                    "queen lake %s: the bucket was addressed as the host "
+                    "%s.%s; --path-style addresses it as %s/%s\n",
+                    cmd, o->s3.ep.bucket, o->s3.ep.host, o->s3.ep.authority,
+                    o->s3.ep.bucket);
+        }
     }
     if (o->is_json) {
         printf(",\"%s\":%s", verdict,

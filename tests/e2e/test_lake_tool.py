@@ -376,6 +376,30 @@ def test_an_unreachable_bucket_is_one_line_at_once():
         assert doc.get("exact", doc.get("ok")) is False, (args, doc)
 
 
+def test_an_unresolved_virtual_host_suggests_path_style():
+    """Without --path-style the bucket is a host name of its own; when that
+    name does not resolve, the reason is followed by a line that names both
+    addresses. With --path-style (nothing to suggest) the reason is alone,
+    and the --json error is the reason either way."""
+    env = {"PATH": os.environ.get("PATH", ""), **CREDS}
+    base = [queen_bin(), "lake", "verify", "--endpoint",
+            "http://s3.example.invalid:9000", "--bucket", "lake", "--queue",
+            "q", "--json"]
+    p = subprocess.run(base, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2, p
+    lines = p.stderr.splitlines()
+    assert len(lines) == 2 and "lake.s3.example.invalid" in lines[0], p
+    assert lines[1] == ("queen lake verify: the bucket was addressed as the "
+                        "host lake.s3.example.invalid; --path-style addresses"
+                        " it as s3.example.invalid:9000/lake"), p
+    assert json.loads(p.stdout)["error"] in lines[0], p
+    p = subprocess.run(base + ["--path-style"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p
+    assert "--path-style" not in p.stderr, p
+
+
 # ---------------------------------------------------------------------------
 # restore
 
