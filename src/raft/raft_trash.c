@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -110,12 +111,34 @@ static char *trash_name(const char *path, uint64_t serial)
     return out;
 }
 
+/* Whether name is a closed segment's, "<first>-<last>" in decimal. */
+static bool is_closed_segment(const char *name)
+{
+    size_t a = strspn(name, "0123456789");
+
+    return a > 0 && name[a] == '-' && name[a + 1] != '\0' &&
+           strspn(name + a + 1, "0123456789") == strlen(name + a + 1);
+}
+
+/* Whether path's file system keeps RAFT_TRASH_FREE bytes free while the
+ * file waits in the trash. */
+static bool is_room_to_wait(const char *path)
+{
+    struct statvfs vfs;
+
+    return statvfs(path, &vfs) == 0 &&
+           (uint64_t)vfs.f_bavail * vfs.f_frsize >= RAFT_TRASH_FREE;
+}
+
 int UvOsUnlink(const char *path)
 {
     struct stat st;
+    const char *slash = strrchr(path, '/');
 
     if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
-        st.st_size < (off_t)RAFT_TRASH_MIN) {
+        st.st_size < (off_t)RAFT_TRASH_MIN ||
+        !is_closed_segment(slash != NULL ? slash + 1 : path) ||
+        !is_room_to_wait(path)) {
         return unlink_in_place(path);
     }
     pthread_mutex_lock(&trash_mu);

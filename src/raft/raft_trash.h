@@ -8,15 +8,20 @@
  * ms meanwhile, and the push p99 of every round with a snapshot was that.
  * The Makefile links libraft statically with UvOsUnlink weakened (as it
  * does byteCrc32), so this definition is the one libraft calls:
- *   (1) A regular file of RAFT_TRASH_MIN bytes or more is renamed, in its
- *       directory, to "queen-trash-<n>-<name>" (a rename frees nothing and
- *       takes ~0.1 ms) and UvOsUnlink returns 0: the name is gone when it
- *       returns, as after unlink. A thread of this module then cuts the file
+ *   (1) A closed segment ("<first>-<last>", a regular file) of
+ *       RAFT_TRASH_MIN bytes or more, on a file system with RAFT_TRASH_FREE
+ *       bytes free, is renamed in its directory to
+ *       "queen-trash-<n>-<name>" (a rename frees nothing and takes ~0.1 ms)
+ *       and UvOsUnlink returns 0: the name is gone when it returns, as
+ *       after unlink. A thread of this module then cuts the file
  *       RAFT_TRASH_STEP bytes at a time, with a pause between cuts, and
  *       unlinks it.
- *   (2) Anything else (a small file, a failed stat or rename, a full queue,
- *       no thread) is unlinked in place, with unlink's result: 0 or a
- *       negative errno, as libraft's own returns.
+ *   (2) Anything else is unlinked in place, with unlink's result: 0 or a
+ *       negative errno, as libraft's own returns. That is: an open segment
+ *       (libraft removes the empty ones at boot and preallocates new ones
+ *       at once: their blocks must be free by then), a snapshot or any
+ *       small file, a nearly full disk (the space comes back at once), a
+ *       failed stat or rename, a full queue, no thread.
  *   (3) libraft ignores names it does not know when it lists its directory
  *       (a trash name is neither a segment's nor a snapshot's), and
  *       raft_trash_sweep removes what a crash left, before libraft starts. */
@@ -27,6 +32,7 @@
 
 #define RAFT_TRASH_MIN    (4u << 20)
 #define RAFT_TRASH_STEP   (8u << 20)
+#define RAFT_TRASH_FREE   ((uint64_t)1 << 30) /* free space to use the trash */
 #define RAFT_TRASH_PREFIX "queen-trash-"
 
 /* The name libraft calls (its prototype is internal to libraft). */

@@ -112,6 +112,29 @@ TEST(a_small_file_or_a_missing_one_is_unlinked_in_place)
     test_rmdir(dir);
 }
 
+/* Only closed segments wait in the trash: libraft removes empty open
+ * segments at boot and preallocates new ones at once, so their blocks must
+ * be free when the call returns; other names are not its log. */
+TEST(an_open_segment_or_another_big_file_is_unlinked_in_place)
+{
+    char dir[64], path[600];
+    const char *names[] = {"open-5", "0000000000000001-", "-0000000000000009",
+                           "0000000000000001-0000000000000900.tmp",
+                           "snapshot-1-4-100"};
+    test_tmpdir(dir, sizeof dir);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        struct raft_trash_stats before = stats_now();
+        make_file(dir, names[i], 40 << 20);
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        EXPECT_EQ_I64(UvOsUnlink(path), 0);
+        EXPECT(!exists(dir, names[i]));
+        EXPECT_EQ_U64(stats_now().in_place, before.in_place + 1);
+        EXPECT_EQ_U64(stats_now().queued, before.queued);
+    }
+    EXPECT_EQ_I64(count_trash(dir), 0);
+    test_rmdir(dir);
+}
+
 TEST(the_sweep_removes_what_a_crash_left_and_nothing_else)
 {
     char dir[64];
