@@ -378,6 +378,11 @@ uint64_t node_refused_connections(const struct node *n)
     return refused;
 }
 
+struct raft *node_raft(struct node *n)
+{
+    return &n->raft;
+}
+
 uint64_t node_commit_index(const struct node *n)
 {
     return n->raft.commit_index;

@@ -79,6 +79,7 @@ enum node_role {
 };
 
 struct node;
+struct raft;
 
 /* Called once per proposal on the loop thread. status 0: res is the fsm's
  * result for the entry (borrowed: valid only during the call; copy what you
@@ -203,6 +204,9 @@ uint64_t node_refused_connections(const struct node *n);
 uint64_t node_commit_index(const struct node *n);
 int64_t node_safe_time(const struct node *n);
 struct fsm *node_fsm(struct node *n);
+/* The node's libraft instance, for tests that drive its io or read its
+ * settings (test_node); nothing in the broker calls it. */
+struct raft *node_raft(struct node *n);
 
 /* Safe close: stops taking proposals (pending ones fail with ERR_BUSY),
  * waits for a barrier when leader (bounded), then ~200 ms, then raft_close,

@@ -23,6 +23,7 @@ struct ctx {
     int64_t offsets[64];
     pthread_t loop_thread;
     bool cb_on_loop_thread;
+    struct two_loads *two; /* loads_during_one_dump_... */
 };
 
 /* Run the loop until pred(c) holds or the deadline passes. */
@@ -875,6 +876,98 @@ TEST(a_leader_closed_during_a_dump_for_a_follower_waits_for_it)
         EXPECT_EQ_U64(cluster_hwm(&c, i), 140);
     }
     cluster_teardown(&c);
+}
+
+/* Two loads of a marker through the node's io (what libraft does for two
+ * followers behind the log at once). */
+struct two_loads {
+    struct raft_io_snapshot_get req[2];
+    struct raft_snapshot *got[2];
+    int status[2];
+    int done;
+};
+
+static void two_loads_cb(struct raft_io_snapshot_get *req,
+                         struct raft_snapshot *s, int status)
+{
+    struct two_loads *t = req->data;
+    int i = req == &t->req[0] ? 0 : 1;
+
+    t->got[i] = s;
+    t->status[i] = status;
+    t->done++;
+}
+
+static bool two_loaded(void *arg)
+{
+    return ((struct ctx *)arg)->two->done == 2;
+}
+
+static void loaded_free(struct raft_snapshot *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    raft_configuration_close(&s->configuration);
+    for (unsigned i = 0; i < s->n_bufs; i++) {
+        raft_free(s->bufs[i].base);
+    }
+    raft_free(s->bufs);
+    raft_free(s);
+}
+
+/* node.c (G1, G4): loads that arrive while a dump runs share it, each
+ * getting the whole frame (G2: a copy for all but the last); the install
+ * timeout then grows by three times the dump's duration. */
+TEST(loads_during_one_dump_share_it_and_the_install_timeout_grows)
+{
+    struct ctx c;
+    struct two_loads t;
+    struct snapshot_stats s0;
+    struct snapshot_stats s1;
+
+    setup(&c);
+    start_leader(&c, 64); /* markers every 64 entries */
+    want = 600;           /* 60,000 records: a dump of some milliseconds */
+    EXPECT_EQ_I64(propose_pushes(&c, 0, 600), 0);
+    EXPECT(run_until(&c, got_all, 4 * HARNESS_WAIT_S));
+    EXPECT(run_until(&c, no_snapshot_open, HARNESS_WAIT_S));
+    struct raft *r = node_raft(c.n.node);
+    EXPECT(r->log.snapshot.last_index > 0); /* there is a marker */
+    unsigned timeout0 = r->install_snapshot_timeout;
+
+    memset(&t, 0, sizeof(t));
+    c.two = &t;
+    snapshot_stats_get(&s0);
+    for (int i = 0; i < 2; i++) {
+        t.req[i].data = &t;
+        EXPECT_EQ_I64(r->io->snapshot_get(r->io, &t.req[i], two_loads_cb), 0);
+    }
+    EXPECT(run_until(&c, two_loaded, HARNESS_WAIT_S));
+    snapshot_stats_get(&s1);
+    EXPECT_EQ_U64(s1.dumps - s0.dumps, 1);
+    for (int i = 0; i < 2; i++) {
+        EXPECT_EQ_I64(t.status[i], 0);
+        EXPECT(t.got[i] != NULL && t.got[i]->n_bufs == 1);
+    }
+    if (t.got[0] != NULL && t.got[1] != NULL) {
+        EXPECT(t.got[0]->bufs[0].len > 20); /* a dump, not the marker */
+        EXPECT_EQ_U64(t.got[0]->bufs[0].len, s1.dump_last_bytes);
+        EXPECT_MEM_EQ(t.got[0]->bufs[0].base, t.got[0]->bufs[0].len,
+                      t.got[1]->bufs[0].base, t.got[1]->bufs[0].len);
+        EXPECT(t.got[0]->bufs[0].base != t.got[1]->bufs[0].base);
+        EXPECT_EQ_U64(t.got[0]->index, r->log.snapshot.last_index);
+    }
+    /* Grown by 3 x the dump's milliseconds, as the loop measured them
+     * (begin to end on the loop: at least the dump's own time). */
+    uint64_t dump_ms = (s1.dump_busy_us - s0.dump_busy_us) / 1000;
+    EXPECT(dump_ms >= 1);
+    EXPECT(r->install_snapshot_timeout >= timeout0 + 3 * dump_ms);
+    EXPECT(r->install_snapshot_timeout <= timeout0 + 3 * (dump_ms + 50));
+    loaded_free(t.got[0]);
+    loaded_free(t.got[1]);
+    stop(&c);
+    teardown(&c);
 }
 
 TEST(close_with_proposals_in_flight_answers_every_one)
