@@ -676,6 +676,43 @@ enum lake_codec { LAKE_NONE, LAKE_ZSTD, LAKE_GZIP, LAKE_PARQUET };
  * NULL payload has len 0. */
 typedef int (*lake_rec_fn)(void *arg, const struct sink_record *r);
 
+/* The decode buffers (lake_whole) of a pool's readers, shared: a reader
+ * holds one only while it decodes and reads one object. Readers mostly
+ * wait on their GETs, so about as many decode at once as there are cores,
+ * and at most max buffers are ever made and first touched (a first touch
+ * zeroes the pages: one buffer per reader, 16 of them, was 6% of verify's
+ * CPU on a 1 GB lake). */
+struct lake_wholes {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char **maps; /* the free mappings: n_free of them */
+    int n_free;
+    int n_made;
+    int max;
+};
+
+static void lake_wholes_init(struct lake_wholes *s, int max)
+{
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->maps = xcalloc((size_t)max, sizeof(*s->maps));
+    s->n_free = 0;
+    s->n_made = 0;
+    s->max = max;
+}
+
+/* Every buffer must have been given back. */
+static void lake_wholes_free(struct lake_wholes *s)
+{
+    ASSERT(s->n_free == s->n_made);
+    for (int i = 0; i < s->n_free; i++) {
+        munmap(s->maps[i], LAKE_WHOLE_MAP);
+    }
+    free(s->maps);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+}
+
 /* What a reading thread keeps between objects, so that reading one does
  * not allocate (and fault in) its buffers afresh. */
 struct lake_mem {
@@ -684,8 +721,10 @@ struct lake_mem {
     struct buf scratch; /* lake_line_parse's */
     char *whole;        /* a zstd object decoded in one call (lake_whole) */
     char *whole_map;    /* its mapping (NULL until first used) */
-    char *chunk;        /* LAKE_CHUNK bytes of decoded text */
-    ZSTD_DCtx *zstd;    /* one per thread: its window is allocated once */
+    /* whole's pool (NULL: whole is the reader's own, kept till the end) */
+    struct lake_wholes *shared;
+    char *chunk;     /* LAKE_CHUNK bytes of decoded text */
+    ZSTD_DCtx *zstd; /* one per thread: its window is allocated once */
     struct lake_line_memo memo;
     uint64_t raw; /* decoded bytes so far */
 };
@@ -697,6 +736,7 @@ static void lake_mem_init(struct lake_mem *m)
     buf_init(&m->scratch, BUF_UNLIMITED);
     m->whole = NULL;
     m->whole_map = NULL;
+    m->shared = NULL;
     m->chunk = xmalloc(LAKE_CHUNK);
     m->zstd = ZSTD_createDCtx();
     if (m->zstd == NULL) {
@@ -711,32 +751,85 @@ static void lake_mem_free(struct lake_mem *m)
     buf_free(&m->body);
     buf_free(&m->carry);
     buf_free(&m->scratch);
-    if (m->whole_map != NULL) {
+    if (m->whole_map != NULL && m->shared == NULL) {
         munmap(m->whole_map, LAKE_WHOLE_MAP);
     }
     free(m->chunk);
     ZSTD_freeDCtx(m->zstd);
 }
 
+/* Where in a mapping the 2 MiB-aligned buffer starts. */
+static char *lake_whole_aligned(char *map)
+{
+    return map + (LAKE_HUGE - (uintptr_t)map % LAKE_HUGE) % LAKE_HUGE;
+}
+
+/* A mapping for lake_whole: LAKE_WHOLE_MAP bytes of address space, none
+ * backed until written. NULL when it cannot be mapped. */
+static char *lake_whole_map(void)
+{
+    void *p = mmap(NULL, LAKE_WHOLE_MAP, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+    if (p == MAP_FAILED) {
+        return NULL;
+    }
+    (void)madvise(lake_whole_aligned(p), LAKE_WHOLE_MAX, MADV_HUGEPAGE);
+    return p; /* madvise is a hint */
+}
+
+/* Take a buffer from m->shared into m, waiting while max are held. */
+static void lake_whole_take(struct lake_mem *m)
+{
+    struct lake_wholes *s = m->shared;
+    char *map = NULL;
+
+    pthread_mutex_lock(&s->mu);
+    while (s->n_free == 0 && s->n_made == s->max) {
+        pthread_cond_wait(&s->cv, &s->mu);
+    }
+    if (s->n_free > 0) {
+        map = s->maps[--s->n_free];
+    } else {
+        map = lake_whole_map();
+        s->n_made += map != NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
+    m->whole_map = map;
+}
+
+/* Give m's shared buffer back (no-op for a reader's own). */
+static void lake_whole_give(struct lake_mem *m)
+{
+    struct lake_wholes *s = m->shared;
+
+    if (s == NULL || m->whole_map == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->maps[s->n_free++] = m->whole_map;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    m->whole_map = NULL;
+    m->whole = NULL;
+}
+
 /* The buffer a zstd object is decoded into in one call: LAKE_WHOLE_MAX
  * bytes of address space, aligned to 2 MiB and asked for huge pages, so
  * that first touching it costs a fault per 2 MiB rather than per 4 KiB
  * (measured: faults were about 8% of verify's CPU). Only what is written
- * is backed. NULL when it cannot be mapped (the object is streamed). */
+ * is backed. NULL when it cannot be mapped (the object is streamed). A
+ * shared one is held until lake_whole_give. */
 static char *lake_whole(struct lake_mem *m)
 {
-    if (m->whole == NULL && m->whole_map == NULL) {
-        void *p = mmap(NULL, LAKE_WHOLE_MAP, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-
-        if (p == MAP_FAILED) {
-            return NULL;
-        }
-        m->whole_map = p;
-        m->whole =
-            (char *)p + (LAKE_HUGE - (uintptr_t)p % LAKE_HUGE) % LAKE_HUGE;
-        (void)madvise(m->whole, LAKE_WHOLE_MAX, MADV_HUGEPAGE); /* a hint */
+    if (m->shared != NULL && m->whole_map == NULL) {
+        lake_whole_take(m);
+    } else if (m->whole_map != NULL || m->whole != NULL) {
+        return m->whole;
+    } else {
+        m->whole_map = lake_whole_map();
     }
+    m->whole = m->whole_map == NULL ? NULL : lake_whole_aligned(m->whole_map);
     return m->whole;
 }
 
@@ -820,9 +913,10 @@ static int lake_decode_parquet(struct lake_reader *rd, const char *body,
 static int lake_zstd_whole(struct lake_reader *rd, const char *body, size_t n,
                            bool *is_done, struct err *err)
 {
-    char *w = lake_whole(rd->mem);
     unsigned long long size = 0;
+    char *w;
     size_t got;
+    int rc;
 
     *is_done = false;
     for (size_t at = 0; at < n;) {
@@ -836,15 +930,18 @@ static int lake_zstd_whole(struct lake_reader *rd, const char *body, size_t n,
         size += one;
         at += len;
     }
-    if (size == 0 || w == NULL) {
+    if (size == 0 || (w = lake_whole(rd->mem)) == NULL) {
         return 1;
     }
     got = ZSTD_decompressDCtx(rd->mem->zstd, w, (size_t)size, body, n);
     if (ZSTD_isError(got) || got != size) {
+        lake_whole_give(rd->mem);
         return 1;
     }
     *is_done = true;
-    return lake_lines(rd, w, got, err);
+    rc = lake_lines(rd, w, got, err);
+    lake_whole_give(rd->mem);
+    return rc;
 }
 
 static int lake_decode_zstd(struct lake_reader *rd, const char *body, size_t n,
@@ -1926,6 +2023,7 @@ struct lake_pool {
     int64_t folded; /* windows below this are folded */
     size_t ahead;   /* slots */
     struct lake_window *slots;
+    struct lake_wholes wholes;
     bool is_stopping;
 };
 
@@ -1938,6 +2036,7 @@ static void *lake_worker(void *arg)
 
     memset(&log, 0, sizeof(log));
     lake_mem_init(&mem);
+    mem.shared = &p->wholes;
     if (has_log) {
         lake_http_open(&log.http, p->job->o->broker, p->job->o);
         buf_init(&log.part, BUF_UNLIMITED);
@@ -2836,6 +2935,17 @@ static void lake_pool_set(struct lake_pool *pool, int64_t folded,
     pthread_mutex_unlock(&pool->mu);
 }
 
+/* How many of the pool's readers may decode at once (lake_wholes): one
+ * more than the cores, as decoding is CPU work; every reader with
+ * --broker, whose reads wait on the broker while holding their buffer. */
+static int lake_decoders(const struct lake_opts *o)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    int d = (int)(n < 1 ? 1 : n > 255 ? 255 : n) + 1;
+
+    return o->broker != NULL || d > o->threads ? o->threads : d;
+}
+
 /* Read windows from..last_k with the pool and fold them into f. */
 static int lake_run_pool(const struct lake_job *job, int64_t last_k,
                          struct lake_fold *f, struct lake_progress *prog,
@@ -2855,6 +2965,7 @@ static int lake_run_pool(const struct lake_job *job, int64_t last_k,
     pool.last_k = last_k;
     pool.ahead = (size_t)o->threads * LAKE_AHEAD_PER_THREAD;
     pool.slots = xcalloc(pool.ahead, sizeof(*pool.slots));
+    lake_wholes_init(&pool.wholes, lake_decoders(o));
     for (int i = 0; i < o->threads; i++) {
         pthread_create(&th[i], NULL, lake_worker, &pool);
     }
@@ -2885,6 +2996,7 @@ static int lake_run_pool(const struct lake_job *job, int64_t last_k,
     }
     free(th);
     free(pool.slots);
+    lake_wholes_free(&pool.wholes);
     pthread_mutex_destroy(&pool.mu);
     pthread_cond_destroy(&pool.cv);
     lake_progress_show(prog, prog->total, f->records, f->raw, true);
