@@ -67,7 +67,6 @@ static void *trash_main(void *arg)
         free(path);
         pthread_mutex_lock(&trash_mu);
         trash_stats.removed++;
-        trash_stats.pending--;
     }
     return NULL;
 }
@@ -154,7 +153,6 @@ int UvOsUnlink(const char *path)
     if (trash_n < TRASH_QUEUE) {
         trash_queue[trash_n++] = trash;
         trash_stats.queued++;
-        trash_stats.pending++;
         pthread_cond_signal(&trash_cv);
         trash = NULL;
     }
@@ -191,5 +189,6 @@ void raft_trash_get_stats(struct raft_trash_stats *out)
 {
     pthread_mutex_lock(&trash_mu);
     *out = trash_stats;
+    out->pending = out->queued - out->removed;
     pthread_mutex_unlock(&trash_mu);
 }

@@ -45,7 +45,7 @@ struct raft_trash_stats {
     uint64_t queued;   /* files renamed and handed to the thread */
     uint64_t removed;  /* of them, unlinked by the thread */
     uint64_t in_place; /* removals done in place */
-    uint64_t pending;  /* files waiting or being cut */
+    uint64_t pending;  /* files waiting or being cut: queued - removed */
 };
 
 void raft_trash_get_stats(struct raft_trash_stats *out);
