@@ -7,8 +7,8 @@
  *   (2) Retriable outcomes (retry.h) are tried up to max_attempts times,
  *       waiting s3_retry_wait_ms between; other outcomes return at once.
  *       With is_unreached_final, an attempt that reached no endpoint (the
- *       host did not resolve, or the connection was refused) before any
- *       attempt of this client got an answer is final too.
+ *       host did not resolve, or the connection was refused or timed out)
+ *       before any attempt of this client got an answer is final too.
  *   (3) A body above multipart_threshold goes up as a multipart upload of
  *       part_size slices, part_concurrency of them in flight; any failure
  *       after CreateMultipartUpload aborts the upload (one DELETE, best
@@ -73,7 +73,8 @@ struct s3_http_answer {
                                resolve (DNS), so nothing was sent */
     bool is_unreached;      /* a transport failure before a connection was
                                made (is_unresolved, or the connection was
-                               refused): nothing was sent */
+                               refused or not made in time): nothing was
+                               sent */
 };
 
 /* Perform req. Returns 0 when an HTTP answer arrived (any status), else

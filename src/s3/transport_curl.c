@@ -235,6 +235,13 @@ static int finish(CURL *h, CURLcode rc, const char *errbuf,
                        req->method);
     }
     if (rc == CURLE_OPERATION_TIMEDOUT) {
+        curl_off_t connected = 0;
+
+        /* no connection was made in time (an endpoint that drops the
+         * packets): nothing was sent, as for a refused one */
+        x->ans->is_unreached = curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T,
+                                                 &connected) == CURLE_OK &&
+                               connected == 0;
         return err_set(err, ERR_TIMEOUT, "%s: %s", curl_easy_strerror(rc),
                        errbuf[0] != '\0' ? errbuf : "timed out");
     }

@@ -376,6 +376,71 @@ def test_an_unreachable_bucket_is_one_line_at_once():
         assert doc.get("exact", doc.get("ok")) is False, (args, doc)
 
 
+class SilentPort:
+    """A port on 127.0.0.1 that drops every new connection's packets, as a
+    firewall does: a listener with a backlog of 0 whose accept queue is
+    kept full and never accepted, so the kernel drops further SYNs."""
+
+    def __enter__(self):
+        import socket
+        import time
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(0)
+        self.port = self.listener.getsockname()[1]
+        self.fill = []
+        for _ in range(4):
+            c = socket.socket()
+            c.setblocking(False)
+            c.connect_ex(("127.0.0.1", self.port))
+            self.fill.append(c)
+        # the queue is full once a probe connect does not complete
+        probe = socket.socket()
+        probe.settimeout(0.5)
+        deadline = time.monotonic() + 10
+        while probe.connect_ex(("127.0.0.1", self.port)) == 0:
+            probe.close()
+            assert time.monotonic() < deadline, "the backlog never filled"
+            c = socket.socket()
+            c.setblocking(False)
+            c.connect_ex(("127.0.0.1", self.port))
+            self.fill.append(c)
+            probe = socket.socket()
+            probe.settimeout(0.5)
+        probe.close()
+        return self
+
+    def __exit__(self, *exc):
+        for c in self.fill:
+            c.close()
+        self.listener.close()
+
+
+def test_a_bucket_that_drops_the_connection_is_one_line_after_one_timeout():
+    """An endpoint that drops packets (no answer, no refusal) before any
+    answer is as wrong as one that refuses: one connect timeout (5 s),
+    then exit 2 with the one-line reason, not six attempts with backoff
+    (over 30 s, a warning per retry)."""
+    env = {"PATH": os.environ.get("PATH", ""), **CREDS}
+    with SilentPort() as silent:
+        ep = "http://127.0.0.1:%d" % silent.port
+        for args in [("verify", "--queue", "q", "--json"),
+                     ("restore", "--queue", "q", "--to",
+                      "http://127.0.0.1:1", "--json")]:
+            cmd = [queen_bin(), "lake", args[0], "--endpoint", ep,
+                   "--bucket", "lake", "--path-style", *args[1:]]
+            # the deadline: a timeout here fails the test
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                               timeout=14)
+            assert p.returncode == 2, (args, p)
+            lines = p.stderr.splitlines()
+            assert len(lines) == 1 and "retrying" not in p.stderr, (args, p)
+            low = lines[0].lower()
+            assert "connect" in low and "timeout" in low, (args, p)
+            doc = json.loads(p.stdout)
+            assert doc["error"] in lines[0], (args, p)
+
+
 def test_an_unresolved_virtual_host_suggests_path_style():
     """Without --path-style the bucket is a host name of its own; when that
     name does not resolve, the reason is followed by a line that names both
