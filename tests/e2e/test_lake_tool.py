@@ -389,26 +389,16 @@ class SilentPort:
         self.listener.listen(0)
         self.port = self.listener.getsockname()[1]
         self.fill = []
-        for _ in range(4):
-            c = socket.socket()
-            c.setblocking(False)
-            c.connect_ex(("127.0.0.1", self.port))
-            self.fill.append(c)
-        # the queue is full once a probe connect does not complete
-        probe = socket.socket()
-        probe.settimeout(0.5)
         deadline = time.monotonic() + 10
-        while probe.connect_ex(("127.0.0.1", self.port)) == 0:
-            probe.close()
-            assert time.monotonic() < deadline, "the backlog never filled"
+        # connections never accepted, until one more cannot complete
+        while True:
             c = socket.socket()
-            c.setblocking(False)
-            c.connect_ex(("127.0.0.1", self.port))
+            c.settimeout(0.5)
+            if c.connect_ex(("127.0.0.1", self.port)) != 0:
+                c.close()
+                return self
             self.fill.append(c)
-            probe = socket.socket()
-            probe.settimeout(0.5)
-        probe.close()
-        return self
+            assert time.monotonic() < deadline, "the backlog never filled"
 
     def __exit__(self, *exc):
         for c in self.fill:
