@@ -224,7 +224,8 @@ static int member_parse(struct member_call *c, struct slice body,
     int i;
 
     if (json_parse(&d, body.ptr, body.len, &lim, err) != 0) {
-        return err_set(err, ERR_INVALID, "bad member body: %s", err->msg);
+        err->code = ERR_INVALID; /* err->msg is the scanner's sentence */
+        return err_wrap(err, "bad member body");
     }
     if (json_type(&d, 0) != JSON_OBJECT) {
         json_doc_free(&d);

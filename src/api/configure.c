@@ -92,7 +92,8 @@ int api_configure_parse(struct api_configure *c, const char *body, size_t len,
         if (err->code == ERR_TOO_BIG) {
             return err->code;
         }
-        return err_set(err, ERR_INVALID, "bad configure body: %s", err->msg);
+        err->code = ERR_INVALID; /* err->msg is the scanner's sentence */
+        return err_wrap(err, "bad configure body");
     }
     if (json_type(&c->doc, 0) != JSON_OBJECT) {
         return err_set(err, ERR_INVALID,

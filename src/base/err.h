@@ -36,7 +36,9 @@ struct err {
     char msg[256]; /* "open /x: Permission denied" */
 };
 
-/* Set code and message; returns code so a failure is one line. */
+/* Set code and message; returns code so a failure is one line. No argument
+ * may point into err->msg (vsnprintf would read what it is overwriting): to
+ * put context before the old message, set err->code and use err_wrap(). */
 int err_set(struct err *err, int code, const char *fmt, ...) PRINTF(3, 4);
 /* Prefix the message with context: "window 42: " + old message. Returns the
  * code. */

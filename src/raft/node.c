@@ -1072,7 +1072,8 @@ static int check_command(struct node *n, int type, const void *cmd, size_t len,
         return storage_refusal(n, err); /* (D4) */
     }
     if (cmd_decode_header(cmd, len, &h, err) != 0) {
-        return err_set(err, ERR_INVALID, "not a command: %s", err->msg);
+        err->code = ERR_INVALID;
+        return err_wrap(err, "not a command");
     }
     if (h.type != type) {
         return err_set(err, ERR_INVALID, "command type %d is not %d", h.type,
@@ -1438,8 +1439,8 @@ static int fwd_dial(struct node *n, uint64_t lid, const char *laddr,
 {
     if (rtransport_dial(&n->transport, laddr, RTRANSPORT_KIND_FORWARD,
                         fwd_dialed, n, err) != 0) {
-        return err_set(err, ERR_NOT_LEADER, "cannot reach the leader: %s",
-                       err->msg);
+        err->code = ERR_NOT_LEADER;
+        return err_wrap(err, "cannot reach the leader");
     }
     n->fw_leader = lid;
     n->is_fw_dialing = true;

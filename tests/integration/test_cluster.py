@@ -936,3 +936,17 @@ def test_replace_a_dead_node_by_a_new_one(make_cluster):
     c.wait_converged()
     assert [t for _, t, _ in Cluster.records(new, "mb")] == ["m0", "m1",
                                                              "m2", "m3"]
+
+
+def test_member_add_refusal_quotes_the_json_error_once(broker):
+    """A member body that is not JSON answers 400 with the scanner's own
+    sentence after one prefix (the prefix was once printed over it)."""
+    before = broker.get("/api/v1/cluster/members").json()
+    for body, why in [(b"", "unexpected end of text"),
+                      (b"hello", "unexpected character")]:
+        r = broker.post("/api/v1/cluster/members", body)
+        assert r.status == 400, r
+        assert r.json() == {
+            "error": "bad member body: invalid JSON at byte 0: " + why,
+            "code": "bad_request"}, r
+    assert broker.get("/api/v1/cluster/members").json() == before

@@ -35,6 +35,11 @@ TEST(parse_refusals_and_codes)
         {"{\"queue\":\"q\",\"mode\":1}", NULL,
          "mode must be \"merge\" or \"replace\", got 1"},
         {"[1]", "bad_body", "bad configure body: not a JSON object"},
+        /* The scanner's sentence, once, after the prefix. */
+        {"", "bad_body",
+         "bad configure body: invalid JSON at byte 0: unexpected end of text"},
+        {"hello", "bad_body",
+         "bad configure body: invalid JSON at byte 0: unexpected character"},
     };
 
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
