@@ -52,6 +52,7 @@ static int changed_since(struct api_changed *c, size_t idx, int tok,
 {
     struct store_changed_req *r = &c->reqs[idx];
     struct slice v = {"", 0};
+    char quote[100];
 
     r->since = INT64_MIN;
     if (tok < 0 || json_is_null(&c->doc, tok)) {
@@ -63,9 +64,11 @@ static int changed_since(struct api_changed *c, size_t idx, int tok,
     if (json_type(&c->doc, tok) != JSON_STRING ||
         !isotime_parse_us(v.ptr, v.len, &r->since)) {
         *code = NULL;
-        return err_set(err, ERR_INVALID,
-                       "bad body: entry %zu: since is not a timestamp: %.*s",
-                       idx, (int)(v.len > 100 ? 100 : v.len), v.ptr);
+        /* Cut at a whole UTF-8 sequence: the answer stays JSON. */
+        return err_set(
+            err, ERR_INVALID,
+            "bad body: entry %zu: since is not a timestamp: %.*s", idx,
+            (int)json_utf8_quote(quote, v.ptr, v.len, sizeof(quote)), quote);
     }
     return 0;
 }

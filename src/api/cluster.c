@@ -305,7 +305,12 @@ void api_handle_member_remove(struct http_req *req, void *arg)
         memcpy(tmp, id.ptr, id.len);
         tmp[id.len] = '\0';
         if (!env_parse_u64(tmp, &c->id) || c->id == 0) {
-            err_set(&err, ERR_INVALID, "bad member id '%s'", tmp);
+            /* The id is decoded from the path: any byte can be in it. */
+            char quote[sizeof(tmp)];
+
+            err_set(&err, ERR_INVALID, "bad member id '%.*s'",
+                    (int)json_utf8_quote(quote, tmp, id.len, sizeof(quote)),
+                    quote);
         }
     }
     if (err.code != 0 ||

@@ -37,6 +37,7 @@
 #define CONF_HOLD_MAX_HI 31536000
 #define CONF_MIN_POP_MAX 60000
 #define CONF_STR_MAX     64
+#define CONF_QUOTE_MAX   100 /* bytes of a bad mode quoted in the refusal */
 
 enum conf_kind { CONF_INT, CONF_BOOL, CONF_STR };
 
@@ -120,12 +121,16 @@ int api_configure_parse(struct api_configure *c, const char *body, size_t len,
     mode = json_obj_get(&c->doc, 0, "mode");
     if (mode >= 0 && !json_str_eq(&c->doc, mode, "merge")) {
         struct slice v = json_span(&c->doc, mode);
+        char quote[CONF_QUOTE_MAX];
 
         if (!json_str_eq(&c->doc, mode, "replace")) {
             *code = NULL;
-            return err_set(err, ERR_INVALID,
-                           "mode must be \"merge\" or \"replace\", got %.*s",
-                           (int)(v.len > 100 ? 100 : v.len), v.ptr);
+            /* Cut at a whole UTF-8 sequence: the answer stays JSON. */
+            return err_set(
+                err, ERR_INVALID,
+                "mode must be \"merge\" or \"replace\", got %.*s",
+                (int)json_utf8_quote(quote, v.ptr, v.len, sizeof(quote)),
+                quote);
         }
         c->is_replace = true;
     }

@@ -234,6 +234,33 @@ size_t json_utf8_len(const unsigned char *s, size_t avail)
     return len;
 }
 
+size_t json_utf8_quote(char *dst, const char *src, size_t n, size_t max)
+{
+    const unsigned char *s = (const unsigned char *)src;
+    size_t i = 0;
+    size_t o = 0;
+
+    while (i < n) {
+        size_t len = json_utf8_len(s + i, n - i);
+
+        if (len == 0) {
+            if (o == max) {
+                break;
+            }
+            dst[o++] = '?';
+            i++;
+            continue;
+        }
+        if (o + len > max) {
+            break;
+        }
+        memcpy(dst + o, s + i, len);
+        o += len;
+        i += len;
+    }
+    return o;
+}
+
 static int jp_hex4(const char *s, size_t avail, uint32_t *out)
 {
     uint32_t v = 0;

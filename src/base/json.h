@@ -132,6 +132,13 @@ int json_escape(struct buf *b, const char *p, size_t n, struct err *err);
  * short (RFC 3629). avail >= 1. */
 size_t json_utf8_len(const unsigned char *s, size_t avail);
 
+/* Copy at most max bytes of src[0..n) to dst so that they are valid UTF-8,
+ * for quoting text from the network in an answer: each byte that does not
+ * start a valid sequence becomes '?', and a sequence that would cross max is
+ * left out whole. Returns the bytes written (no NUL is added); never more
+ * than min(n, max), so dst needs that much room. */
+size_t json_utf8_quote(char *dst, const char *src, size_t n, size_t max);
+
 /* The writer: compact output (no spaces), automatic commas, sticky error.
  * Borrows b, which must outlive the writer. After the first failure every
  * call is a no-op and jw_finish returns that error. */

@@ -282,11 +282,17 @@ static void router_not_allowed(struct router *r, struct http_req *req)
     buf_free(&allow);
 }
 
+/* The path is bytes from the network (a %XX is not decoded, but a raw byte
+ * over 0x7f is let in by llhttp): it is quoted as valid UTF-8, so the
+ * answer stays JSON. */
 static void router_not_found(struct http_req *req)
 {
     struct buf b;
     struct jw w;
     struct err err;
+    char *path = xmalloc(req->path.len + 1);
+    size_t n =
+        json_utf8_quote(path, req->path.ptr, req->path.len, req->path.len);
     int rc;
 
     buf_init(&b, BUF_UNLIMITED);
@@ -297,8 +303,9 @@ static void router_not_found(struct http_req *req)
     jw_key(&w, "error");
     jw_cstr(&w, "not found");
     jw_key(&w, "path");
-    jw_str(&w, req->path.ptr, req->path.len);
+    jw_str(&w, path, n);
     jw_obj_end(&w);
+    free(path);
     rc = jw_finish(&w, &err);
     ASSERT(rc == 0); /* unlimited */
     http_respond_json(req, 404, &b);

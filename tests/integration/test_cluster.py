@@ -950,3 +950,14 @@ def test_member_add_refusal_quotes_the_json_error_once(broker):
             "error": "bad member body: invalid JSON at byte 0: " + why,
             "code": "bad_request"}, r
     assert broker.get("/api/v1/cluster/members").json() == before
+
+
+def test_member_remove_refusal_quotes_the_id_as_utf8(broker):
+    """The id comes percent-decoded from the path, so it can hold any
+    byte; the refusal quotes it as valid UTF-8 and removes nothing."""
+    before = broker.get("/api/v1/cluster/members").json()
+    r = broker.request("DELETE", "/api/v1/cluster/members/%ff%C3%A9")
+    assert r.status == 400, r
+    assert r.json() == {"error": "bad member id '?\u00e9'",
+                        "code": "bad_request"}, r
+    assert broker.get("/api/v1/cluster/members").json() == before

@@ -336,6 +336,28 @@ TEST(changed_parse_refuses_an_unparsable_since)
     api_changed_free(&c);
 }
 
+TEST(changed_refusal_quotes_since_cut_at_a_whole_utf8_sequence)
+{
+    /* "a" then 80 two-byte letters: a cut at byte 100 would split one. */
+    char body[256] = "{\"entries\":[{\"queue\":\"q\",\"since\":\"a";
+    char want[160] = "bad body: entry 0: since is not a timestamp: a";
+    struct api_changed c;
+    const char *code = "unset";
+    struct err err;
+
+    for (int i = 0; i < 80; i++) {
+        strcat(body, "\xc3\xa9");
+        if (i < 49) {
+            strcat(want, "\xc3\xa9"); /* 1 + 49 * 2 = 99 bytes fit 100 */
+        }
+    }
+    strcat(body, "\"}]}");
+    EXPECT_EQ_I64(api_changed_parse(&c, body, strlen(body), &code, &err),
+                  ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, want);
+    api_changed_free(&c);
+}
+
 TEST(changed_render_has_the_reference_shape)
 {
     const char *body = "{\"entries\":[{\"queue\":\"q\"},{\"queue\":\"x\"}]}";

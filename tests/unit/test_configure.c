@@ -60,6 +60,29 @@ TEST(parse_refusals_and_codes)
     }
 }
 
+TEST(bad_mode_is_quoted_cut_at_a_whole_utf8_sequence)
+{
+    /* The mode's JSON text is '"' then 80 two-byte letters: a cut at byte
+     * 100 would split the 50th letter. */
+    char body[256] = "{\"queue\":\"q\",\"mode\":\"";
+    char want[160] = "mode must be \"merge\" or \"replace\", got \"";
+    struct api_configure c;
+    const char *code = "unset";
+    struct err err;
+
+    for (int i = 0; i < 80; i++) {
+        strcat(body, "\xc3\xa9");
+        if (i < 49) {
+            strcat(want, "\xc3\xa9");
+        }
+    }
+    strcat(body, "\"}");
+    EXPECT_EQ_I64(api_configure_parse(&c, body, strlen(body), &code, &err),
+                  ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, want);
+    api_configure_free(&c);
+}
+
 TEST(merge_types_clamps_and_null)
 {
     struct store_queue_options o;

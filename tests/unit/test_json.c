@@ -512,6 +512,31 @@ TEST(escape_matches_serde_json)
     buf_free(&b);
 }
 
+TEST(utf8_quote_replaces_bad_bytes_and_never_cuts_a_sequence)
+{
+    char out[32];
+    size_t n;
+
+    /* A stray byte and a cut sequence become '?'; good ones stay. */
+    n = json_utf8_quote(out,
+                        "a\xff\xc3\xa9"
+                        "b\xe2\x82",
+                        7, sizeof(out));
+    EXPECT_MEM_EQ(out, n,
+                  "a?\xc3\xa9"
+                  "b??",
+                  7);
+    /* A cap inside a two-byte sequence leaves the whole sequence out. */
+    n = json_utf8_quote(out, "ab\xc3\xa9", 4, 3);
+    EXPECT_MEM_EQ(out, n, "ab", 2);
+    n = json_utf8_quote(out, "ab\xc3\xa9", 4, 4);
+    EXPECT_EQ_U64(n, 4);
+    /* Overlong forms and surrogates are not valid UTF-8. */
+    n = json_utf8_quote(out, "\xc0\xaf\xed\xa0\x80", 5, sizeof(out));
+    EXPECT_MEM_EQ(out, n, "?????", 5);
+    EXPECT_EQ_U64(json_utf8_quote(out, "abc", 3, 0), 0);
+}
+
 TEST(writer_makes_compact_json_with_commas)
 {
     struct buf b;

@@ -174,6 +174,20 @@ TEST(unknown_path_is_404_envelope_with_the_path)
     fix_teardown(&f);
 }
 
+TEST(unknown_path_with_bytes_that_are_not_utf8_is_quoted_as_utf8)
+{
+    struct rt_fix f;
+
+    fix_setup(&f);
+    /* llhttp lets raw bytes over 0x7f into the path; JSON must not carry
+     * them unless they are UTF-8. */
+    EXPECT_STR_EQ(ask(&f, "GET /x\xff\xfe\xc3\xa9 HTTP/1.1\r\n\r\n"),
+                  "{\"code\":\"no_such_route\",\"error\":\"not found\","
+                  "\"path\":\"/x??\xc3\xa9\"}");
+    EXPECT(status_is(&f, "HTTP/1.1 404 Not Found"));
+    fix_teardown(&f);
+}
+
 TEST(known_path_with_another_method_is_405_with_allow)
 {
     struct rt_fix f;
