@@ -122,7 +122,7 @@ void api_respond_error(struct api *a, struct http_req *req, int status,
     jw_init(&w, &b);
     jw_obj_begin(&w);
     jw_key(&w, "error");
-    jw_cstr(&w, msg);
+    jw_text(&w, msg); /* may quote the request, cut at any byte */
     jw_obj_end(&w);
     ASSERT(jw_finish(&w, &err) == 0);
     http_respond_json(req, status, &b);
@@ -185,7 +185,7 @@ static void api_respond_not_leader(struct api *a, struct http_req *req,
     jw_init(&w, &b);
     jw_obj_begin(&w);
     jw_key(&w, "error");
-    jw_cstr(&w, err->msg);
+    jw_text(&w, err->msg);
     jw_key(&w, "code");
     jw_cstr(&w, "no_leader");
     if (id != 0 && addr != NULL) {

@@ -581,7 +581,7 @@ int api_kv_render_error(int status, const char *reason, const char *detail,
     }
     if (detail != NULL && detail[0] != '\0') {
         jw_key(&w, "detail");
-        jw_cstr(&w, detail);
+        jw_text(&w, detail); /* may quote the request, cut at any byte */
     }
     jw_obj_end(&w);
     return jw_finish(&w, err);

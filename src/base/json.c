@@ -1407,6 +1407,15 @@ void jw_cstr(struct jw *w, const char *s)
     jw_str(w, s, strlen(s));
 }
 
+void jw_text(struct jw *w, const char *s)
+{
+    size_t n = strlen(s);
+    char *t = xmalloc(n + 1);
+
+    jw_str(w, t, json_utf8_quote(t, s, n, n));
+    free(t);
+}
+
 void jw_i64(struct jw *w, int64_t v)
 {
     char tmp[24];

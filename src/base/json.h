@@ -157,6 +157,9 @@ void jw_arr_end(struct jw *w);
 void jw_key(struct jw *w, const char *key);
 void jw_str(struct jw *w, const char *p, size_t n);
 void jw_cstr(struct jw *w, const char *s);
+/* s quoted as valid UTF-8 (json_utf8_quote): for a message that may carry
+ * request text, or request text cut at a cap (struct err's 256 bytes). */
+void jw_text(struct jw *w, const char *s);
 void jw_i64(struct jw *w, int64_t v);
 void jw_u64(struct jw *w, uint64_t v);
 /* Shortest %g text that reads back as v: 6.366447, 0.5, 3 (integral values

@@ -122,7 +122,7 @@ int resp_error_body(struct buf *b, const char *code, const char *message,
     jw_init(&w, b);
     jw_obj_begin(&w);
     jw_key(&w, "error");
-    jw_cstr(&w, message);
+    jw_text(&w, message); /* may quote the request, cut at any byte */
     jw_key(&w, "code");
     jw_cstr(&w, code);
     jw_obj_end(&w);

@@ -277,3 +277,16 @@ def test_kill_9_during_kv_batches_keeps_answered_ones_once(broker):
     last = max(v for _, _, v in answered)
     r = kv(broker, [put("after-crash", 1)])["results"][0]
     assert r["version"] > last
+
+
+def test_a_refusal_quoting_a_long_name_is_still_json(broker):
+    """The detail quotes the namespace and is cut at 256 bytes; a cut inside
+    a two-byte letter must not leave half of it in the answer."""
+    ns = "a" + "\u00e9" * 200
+    body = json.dumps([{"op": "get", "ns": ns, "key": "k"}],
+                      ensure_ascii=False).encode()
+    r = broker.post("/api/v1/kv", body)
+    assert r.status == 400, r
+    j = json.loads(r.body.decode("utf-8"))  # strict: raises on a bad byte
+    assert j["reason"] == "kv_bad_namespace", j
+    assert j["detail"].startswith("namespace 'a\u00e9\u00e9"), j

@@ -537,6 +537,23 @@ TEST(utf8_quote_replaces_bad_bytes_and_never_cuts_a_sequence)
     EXPECT_EQ_U64(json_utf8_quote(out, "abc", 3, 0), 0);
 }
 
+TEST(writer_text_is_always_utf8)
+{
+    struct buf b;
+    struct jw w;
+    struct err err;
+
+    buf_init(&b, BUF_UNLIMITED);
+    jw_init(&w, &b);
+    jw_arr_begin(&w);
+    jw_text(&w, "cut \xc3");          /* a message cut inside a sequence */
+    jw_text(&w, "\xc3\xa9 \"\xff\""); /* escapes still apply */
+    jw_arr_end(&w);
+    EXPECT_EQ_I64(jw_finish(&w, &err), 0);
+    EXPECT_STR_EQ(b.data, "[\"cut ?\",\"\xc3\xa9 \\\"?\\\"\"]");
+    buf_free(&b);
+}
+
 TEST(writer_makes_compact_json_with_commas)
 {
     struct buf b;
