@@ -758,6 +758,25 @@ static void kv_handle_batch(struct http_req *req, void *arg)
     api_kv_free(&k);
 }
 
+/* A key in a JSON body is UTF-8 (the scanner checks it); one decoded from
+ * the path can be any bytes, and a stored key that is not UTF-8 would make
+ * every later answer naming it invalid JSON. */
+static bool kv_is_utf8(struct slice s)
+{
+    const unsigned char *p = (const unsigned char *)s.ptr;
+    size_t i = 0;
+
+    while (i < s.len) {
+        size_t n = json_utf8_len(p + i, s.len - i);
+
+        if (n == 0) {
+            return false;
+        }
+        i += n;
+    }
+    return true;
+}
+
 static void kv_handle_key(struct http_req *req, void *arg)
 {
     struct api_kv k;
@@ -784,6 +803,12 @@ static void kv_handle_key(struct http_req *req, void *arg)
     }
     http_req_param_slice(req, "ns", &ns);
     http_req_param_slice(req, "key", &key);
+    if (!kv_is_utf8(key)) {
+        kv_respond_error(req, 400, "kv_bad_key",
+                         "the key must be valid UTF-8 once its %XX escapes "
+                         "are decoded");
+        return;
+    }
     if (is_get) {
         memset(&k, 0, sizeof(k));
         k.n = 1;

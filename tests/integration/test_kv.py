@@ -290,3 +290,20 @@ def test_a_refusal_quoting_a_long_name_is_still_json(broker):
     j = json.loads(r.body.decode("utf-8"))  # strict: raises on a bad byte
     assert j["reason"] == "kv_bad_namespace", j
     assert j["detail"].startswith("namespace 'a\u00e9\u00e9"), j
+
+
+def test_a_path_key_that_is_not_utf8_is_refused_and_not_stored(broker):
+    """%XX escapes can make any bytes; a key that is not UTF-8 is refused on
+    every key route, so no later answer has to carry it."""
+    for method, body in [("PUT", {"value": 1, "forever": True}),
+                         ("GET", None), ("DELETE", None)]:
+        r = broker.request(method, "/api/v1/kv/%s/x%%ffy" % NS, body=body)
+        assert r.status == 400, (method, r)
+        j = json.loads(r.body.decode("utf-8"))
+        assert j["reason"] == "kv_bad_key", (method, j)
+    rows = kv(broker, [{"op": "getPrefix", "ns": NS, "prefix": "x"}])
+    assert rows["results"][0]["rows"] == [], rows
+    # The same letters as valid UTF-8 still work.
+    r = broker.request("PUT", "/api/v1/kv/%s/x%%C3%%A9y" % NS,
+                       body={"value": 1, "forever": True})
+    assert r.status == 200 and r.json()["key"] == "x\u00e9y", r
