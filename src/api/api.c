@@ -94,6 +94,7 @@ int api_routes(struct api *a, struct router *r, struct err *err)
         {HTTP_METHOD_GET, "/api/v1/resources/queues", api_handle_queues},
         {HTTP_METHOD_GET, "/health", api_handle_health},
         {HTTP_METHOD_GET, "/status", api_handle_status},
+        {HTTP_METHOD_POST, "/api/v1/stats/refresh", api_handle_stats_refresh},
         {HTTP_METHOD_GET, "/metrics/prometheus", api_handle_metrics},
         {HTTP_METHOD_GET, "/metrics", api_handle_metrics},
         {HTTP_METHOD_GET, "/api/v1/cluster/members", api_handle_members},

@@ -307,6 +307,7 @@ void api_handle_changed(struct http_req *req, void *arg);
 void api_handle_queues(struct http_req *req, void *arg);
 void api_handle_health(struct http_req *req, void *arg);
 void api_handle_status(struct http_req *req, void *arg);
+void api_handle_stats_refresh(struct http_req *req, void *arg);
 void api_handle_metrics(struct http_req *req, void *arg);
 void api_handle_configure(struct http_req *req, void *arg);
 /* POST /api/v1/configure's work for a tenant already decided (the control

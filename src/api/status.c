@@ -1,8 +1,9 @@
-/* GET /status (docs/design/http-api.md §8): {"status":"ok","engine":"raft",…}
- * with "cluster": this node's view of the raft members (id, raft and http
- * addresses, voter or not, which one is this node and which the leader).
- * When the embedded sink runs, its hook (api->status_extra) appends the "s3"
- * member; without the sink the block is absent. */
+/* GET /status and POST /api/v1/stats/refresh (docs/design/http-api.md §8):
+ * {"status":"ok","engine":"raft",…} with "cluster": this node's view of the
+ * raft members (id, raft and http addresses, voter or not, which one is this
+ * node and which the leader). When the embedded sink runs, its hook
+ * (api->status_extra) appends the "s3" member; without the sink the block is
+ * absent. */
 #include "api/api.h"
 #include "http/server.h"
 #include "raft/node.h"
@@ -43,4 +44,19 @@ void api_handle_status(struct http_req *req, void *arg)
         return;
     }
     api_respond_json(a, req, 200, &out);
+}
+
+/* POST /api/v1/stats/refresh (docs/design/http-api.md §8): the product
+ * refreshes cached queue statistics here; the raft engine computes them on
+ * read, so there is nothing to refresh, and the answer says so. */
+void api_handle_stats_refresh(struct http_req *req, void *arg)
+{
+    static const char body[] =
+        "{\"success\":true,\"refreshed\":false,\"engine\":\"raft\"}";
+    struct buf out;
+    struct err err;
+
+    buf_init(&out, BUF_UNLIMITED);
+    ASSERT(buf_append(&out, body, sizeof(body) - 1, &err) == 0);
+    api_respond_json(arg, req, 200, &out);
 }

@@ -49,3 +49,15 @@ def test_http_requests_are_counted_by_route_and_status(broker):
                          'route="/api/v1/push",status="400"') == 1
     assert broker.metric("queen_http_requests_total",
                          'route="unmatched",status="404"') == 1
+
+
+def test_stats_refresh_answers_that_the_raft_engine_refreshed_nothing(broker):
+    """POST /api/v1/stats/refresh (docs/design/http-api.md §8): the raft
+    engine has no cached statistics; the answer says so, with or without
+    a body, and GET is 405."""
+    for body in (None, b"", b"{}", b"not json"):
+        r = broker.request("POST", "/api/v1/stats/refresh", body=body)
+        assert r.status == 200, (body, r)
+        assert r.pairs() == [("success", True), ("refreshed", False),
+                             ("engine", "raft")], r
+    assert broker.get("/api/v1/stats/refresh").status == 405
