@@ -68,6 +68,26 @@ static int fetch_str(const struct json_doc *d, int i, struct buf *arena,
     return 0;
 }
 
+/* An integer below INT64_MIN (no fraction, no exponent) is a negative
+ * offset like -1: it refuses the call with the reference's sentence, not as
+ * a type error. Sets *out to -1. */
+static bool fetch_below_i64(const struct json_doc *d, int i, int64_t *out)
+{
+    struct slice s;
+
+    if (json_type(d, i) != JSON_NUMBER) {
+        return false;
+    }
+    s = json_span(d, i);
+    if (s.ptr[0] != '-' || memchr(s.ptr, '.', s.len) != NULL ||
+        memchr(s.ptr, 'e', s.len) != NULL ||
+        memchr(s.ptr, 'E', s.len) != NULL) {
+        return false;
+    }
+    *out = -1;
+    return true;
+}
+
 static int fetch_entry(struct api_fetch *f, size_t idx, int obj,
                        bool *is_negative, struct err *err)
 {
@@ -101,7 +121,8 @@ static int fetch_entry(struct api_fetch *f, size_t idx, int obj,
                        "integer is required",
                        idx);
     }
-    if (!json_get_i64(d, json_obj_get(d, obj, "offset"), &r->offset)) {
+    if (!json_get_i64(d, json_obj_get(d, obj, "offset"), &r->offset) &&
+        !fetch_below_i64(d, json_obj_get(d, obj, "offset"), &r->offset)) {
         return err_set(err, ERR_INVALID,
                        "bad fetch body: "
                        "entries[%zu].offset: an integer is "

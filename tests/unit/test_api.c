@@ -213,6 +213,12 @@ TEST(fetch_parse_refusals_carry_the_reference_messages)
          "bad fetch body: an object with an entries array is required"},
         {"{\"entries\":[{\"queue\":\"q\",\"offset\":1.5}]}", "bad_body",
          "bad fetch body: entries[0].offset: an integer is required"},
+        /* Negative past 64 bits is still a negative offset. */
+        {"{\"entries\":[{\"queue\":\"q\",\"offset\":"
+         "-100000000000000000000000}]}",
+         NULL, "offset must be non-negative"},
+        {"{\"entries\":[{\"queue\":\"q\",\"offset\":-1e3}]}", "bad_body",
+         "bad fetch body: entries[0].offset: an integer is required"},
     };
 
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
