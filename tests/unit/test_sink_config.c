@@ -249,6 +249,23 @@ TEST(aliases_and_case)
     sink_config_free(&c);
 }
 
+/* The page's default, `never`, and its aliases `off` and `none` arm no crash
+ * point, so they boot without QUEEN_TEST_MODE, as unset does. */
+TEST(crash_at_never_off_and_none_need_no_test_mode)
+{
+    static const char *const values[] = {"never", "Never", "off", "NONE"};
+
+    for (size_t i = 0; i < ARRAY_LEN(values); i++) {
+        struct table t = {{"QUEEN_S3_CRASH_AT", values[i], BASE, NULL}};
+        struct sink_config c;
+        struct sink_node_config n;
+
+        load_ok(&t, &c, &n);
+        EXPECT_EQ_I64(n.crash_at, 0);
+        sink_config_free(&c);
+    }
+}
+
 TEST(queue_lists)
 {
     struct table t = {{"QUEEN_S3_QUEUES", " a , ,b,, c ", BASE, NULL}};
