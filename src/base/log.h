@@ -89,7 +89,7 @@ const char *log_u64(char *buf, size_t cap, uint64_t v);
 #define log_info(module, ...)  log_at(LOG_INFO, module, __VA_ARGS__)
 #define log_debug(module, ...) log_at(LOG_DEBUG, module, __VA_ARGS__)
 
-/* log_info_kv("sink", "window committed", {"queue", q}, {"k", LOG_I64(k)}):
+/* log_info_kv("queen-s3", "window committed", {"queue", q}, {"k", LOG_I64(k)}):
  * the message is plain text, the fields are {key, value} pairs. */
 #define log_at_kv(level, module, msg, ...)                                     \
     do {                                                                       \

@@ -135,6 +135,7 @@ void s3_config_defaults(struct s3_config *cfg)
     cfg->max_attempts = S3_RETRY_ATTEMPTS;
     cfg->connect_timeout_ms = S3_CONNECT_TIMEOUT_MS;
     cfg->request_timeout_ms = S3_REQUEST_TIMEOUT_MS;
+    cfg->log_area = "s3";
 }
 
 struct s3_client *s3_client_new(const struct s3_config *cfg,
@@ -155,6 +156,9 @@ struct s3_client *s3_client_new(const struct s3_config *cfg,
     }
     if (c->cfg.part_concurrency > S3_MAX_PART_CONCURRENCY) {
         c->cfg.part_concurrency = S3_MAX_PART_CONCURRENCY;
+    }
+    if (c->cfg.log_area == NULL) {
+        c->cfg.log_area = "s3";
     }
     c->t = *t;
     c->clock = clock != NULL ? *clock : real_clock;
@@ -476,10 +480,12 @@ static int locate(const struct s3_client *c, const struct call *k,
     return rc;
 }
 
-static void log_retry(const struct call *k, const char *what, int a,
-                      const struct err *err, uint64_t wait)
+static void log_retry(const struct s3_client *c, const struct call *k,
+                      const char *what, int a, const struct err *err,
+                      uint64_t wait)
 {
-    log_warn("s3", "%s %s: attempt %d of %d: %s; retrying in %" PRIu64 " ms",
+    log_warn(c->cfg.log_area,
+             "%s %s: attempt %d of %d: %s; retrying in %" PRIu64 " ms",
              k->method, what, a, k->max_attempts, err->msg, wait);
 }
 
@@ -545,7 +551,7 @@ static int run(struct s3_client *c, struct call *k, struct s3_status *st,
         }
         uint64_t wait = s3_retry_wait_ms(a, st->retry_after_ms,
                                          c->clock.random(c->clock.arg));
-        log_retry(k, key_or_bucket(c, k), a, err, wait);
+        log_retry(c, k, key_or_bucket(c, k), a, err, wait);
         client_wait(c, wait);
         if (atomic_load(&c->is_stopping)) {
             rc = err->code; /* the stop came during the wait */
@@ -947,7 +953,7 @@ static int complete_landed(struct s3_client *c, const struct upload *u,
         !head_is_ours(u, &info)) {
         return err->code;
     }
-    log_info("s3",
+    log_info(c->cfg.log_area,
              "CompleteMultipartUpload %s: the retry found no upload and the "
              "object complete (%zu bytes, ETag %s): an earlier attempt's "
              "answer was lost",
@@ -1063,8 +1069,8 @@ static void abort_upload(struct s3_client *c, struct upload *u)
     k.absent_ok = true;
     k.answer = &u->answer;
     if (run(c, &k, &st, &err) != 0) {
-        log_warn("s3", "AbortMultipartUpload key=%s upload=%s: %s", u->p->key,
-                 u->upload_id, err.msg);
+        log_warn(c->cfg.log_area, "AbortMultipartUpload key=%s upload=%s: %s",
+                 u->p->key, u->upload_id, err.msg);
     }
 }
 
@@ -1228,8 +1234,8 @@ static bool abort_listed(struct s3_client *c, const char *key, const char *el,
         return false;
     }
     if (abort_one(c, key, id->data, &e2) != 0) {
-        log_warn("s3", "AbortMultipartUpload key=%s upload=%s: %s", key,
-                 id->data, e2.msg);
+        log_warn(c->cfg.log_area, "AbortMultipartUpload key=%s upload=%s: %s",
+                 key, id->data, e2.msg);
         return false;
     }
     return true;

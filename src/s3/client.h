@@ -121,6 +121,9 @@ struct s3_config {
      * wrong endpoint the user should hear about at once; the broker's sink
      * leaves it false and waits for a bucket that is down. */
     bool is_unreached_final;
+    /* The area of the client's log lines (a string literal; "s3" by
+     * default): the broker's sink logs under its own, "queen-s3". */
+    const char *log_area;
 };
 
 /* Fill the defaults above (everything else zero/empty). */

@@ -270,7 +270,7 @@ static void fail_sampled(struct driver *d, enum sample_kind kind,
         s->suppressed++;
         return;
     }
-    log_warn_kv("sink", LOG_FMT("%s failed", names[kind]),
+    log_warn_kv("queen-s3", LOG_FMT("%s failed", names[kind]),
                 {"queue", d->cfg.queue}, {"error", d->last_error},
                 {"suppressed", LOG_U64(s->suppressed)});
     s->has_logged = true;
@@ -516,7 +516,7 @@ static int list_checkpoints(struct driver *d, struct s3xml_list *all,
     }
     err_wrap(err, "LIST %s", prefix.data);
     if (!upload_s3_retriable(&st, rc)) {
-        log_warn_kv("sink",
+        log_warn_kv("queen-s3",
                     "cannot list checkpoints; starting from the commit "
                     "pointer and the manifests",
                     {"queue", d->cfg.queue}, {"error", err->msg});
@@ -578,8 +578,8 @@ static int load_checkpoint(struct driver *d, int64_t committed_k,
                    0) {
         *found = true;
     } else {
-        log_warn_kv("sink", "checkpoint unreadable", {"queue", d->cfg.queue},
-                    {"key", key},
+        log_warn_kv("queen-s3", "checkpoint unreadable",
+                    {"queue", d->cfg.queue}, {"key", key},
                     {"error", rc == 0 && !info.found ? "not found" : err->msg});
         rc = 0;
     }
@@ -667,7 +667,7 @@ static void load_committed_lost(struct driver *d, int64_t k)
     got_manifest_init(&g);
     rc = get_manifest(d, k, &g, &ok, &err);
     if (rc != 0 || !ok) {
-        log_warn_kv("sink",
+        log_warn_kv("queen-s3",
                     "cannot read the last window's manifest; a loss it names "
                     "may be reported again",
                     {"queue", d->cfg.queue}, {"k", LOG_I64(k)},
@@ -718,7 +718,7 @@ static int check_redo_manifest(struct driver *d, const struct docs_intent *in,
                  : engine_on_manifest_found(d->e, in->k, buf_slice(&g.key),
                                             m->records, m->bytes);
     if (*taken) {
-        log_info_kv("sink",
+        log_info_kv("queen-s3",
                     "the redo's upload finished: committing it from its "
                     "manifest",
                     {"queue", d->cfg.queue}, {"k", LOG_I64(in->k)});
@@ -867,7 +867,7 @@ static bool has_positions_of(struct driver *d, int64_t k, bool got,
     if (got && m->has_positions && m->k == k) {
         return true;
     }
-    log_warn_kv("sink",
+    log_warn_kv("queen-s3",
                 "a committed window's manifest is absent, "
                 "undecodable or has no positions; restarting from "
                 "the last checkpoint alone, which may report "
@@ -943,7 +943,7 @@ static int read_restore_positions(struct driver *d, int64_t committed_k,
         return rc;
     }
     if (committed_k - *written_k > DRIVER_REBUILD_MAX_WINDOWS) {
-        log_warn_kv("sink",
+        log_warn_kv("queen-s3",
                     LOG_FMT("more than %d windows since the last checkpoint; "
                             "restarting from it alone, which may report "
                             "committed records lost",
@@ -1043,7 +1043,7 @@ static int restore_engine(struct driver *d, struct restore_docs *r,
         }
     }
     free(pos);
-    log_at_kv(d->cfg.is_quiet_restore ? LOG_DEBUG : LOG_INFO, "sink",
+    log_at_kv(d->cfg.is_quiet_restore ? LOG_DEBUG : LOG_INFO, "queen-s3",
               "queue restored", {"queue", d->cfg.queue},
               {"committed_k", LOG_I64(c.k)}, {"redo", LOG_BOOL(d->is_redo)},
               {"checkpoint_k", LOG_I64(written_k)},
@@ -1094,7 +1094,7 @@ static int load_parts(struct driver *d, struct err *err)
         why = "undecodable or of another window";
     }
     if (why != NULL) {
-        log_error_kv("sink",
+        log_error_kv("queen-s3",
                      "the redo's per-partition offsets are unreadable; its "
                      "objects are keyed from the records",
                      {"queue", d->cfg.queue}, {"k", LOG_I64(in->k)},
@@ -1973,7 +1973,7 @@ static void note_pin_gaps(struct driver *d, const struct engine_plan *p)
     for (size_t i = 0; !d->is_pin_lost_counted && i < d->n_pin_lost; i++) {
         const struct engine_lost_range *v = &d->pin_lost[i];
         d->ctr.records_lost += (uint64_t)(v->to - v->from + 1);
-        log_warn_kv("sink",
+        log_warn_kv("queen-s3",
                     "records of a redo's window went away before it read "
                     "them again",
                     {"queue", d->cfg.queue}, {"k", LOG_I64(p->k)},
@@ -2064,7 +2064,7 @@ static void pin_redo(struct driver *d)
         (in->has_align && !layout_align_parse(align, &al)) ||
         (in->has_prefix && !prefix_ok(in->prefix, sizeof(d->redo_prefix))) ||
         !parts_sorted(in)) {
-        log_warn_kv("sink",
+        log_warn_kv("queen-s3",
                     "the redo's intent names settings this sink cannot read; "
                     "rebuilding its window with the current ones",
                     {"queue", d->cfg.queue}, {"k", LOG_I64(in->k)});
@@ -2083,7 +2083,7 @@ static void pin_redo(struct driver *d)
         c.prefix = d->redo_prefix;
     }
     if (upload_codec_strings(&c, &comp, &writer, &ext, &err) != 0) {
-        log_warn_kv("sink",
+        log_warn_kv("queen-s3",
                     "the redo's intent names settings this sink cannot read; "
                     "rebuilding its window with the current ones",
                     {"queue", d->cfg.queue}, {"k", LOG_I64(in->k)},
@@ -2101,7 +2101,7 @@ static void pin_redo(struct driver *d)
              layout_align_name((enum layout_align)d->cfg.align));
     note_pin(diff, sizeof(diff), "prefix", c.prefix, d->cfg.prefix);
     if (diff[0] != '\0') {
-        log_warn_kv("sink",
+        log_warn_kv("queen-s3",
                     "the redo's intent names other settings; rebuilding its "
                     "window with the intent's, the current ones apply from "
                     "the next window",
@@ -2251,7 +2251,7 @@ static int redo_key_free(struct driver *d, const struct upload_object *o,
              "under %s; finish the window with that writer's libraries",
              in->k, (int)in->writer.len, in->writer.ptr, (int)libs.len,
              libs.ptr, upload_codec_library(&d->cfg), o->key.data);
-    log_error_kv("sink", "a redo never overwrites different bytes",
+    log_error_kv("queen-s3", "a redo never overwrites different bytes",
                  {"queue", d->cfg.queue}, {"why", why});
     stop(d, DRIVER_FAILED, why);
     set_error(d, "%s", why);
@@ -2280,7 +2280,7 @@ static int redo_keys_free(struct driver *d, const struct engine_plan *p,
         return 0;
     }
     log_warn_kv(
-        "sink",
+        "queen-s3",
         "the redo's intent names another writer or other libraries; "
         "its keys take this node's bytes only where they are free",
         {"queue", d->cfg.queue}, {"k", LOG_I64(p->k)},
@@ -2373,7 +2373,7 @@ static void note_found_lost(struct driver *d)
     engine_found_lost(d->e, &v, &n);
     for (size_t i = 0; i < n; i++) {
         d->ctr.records_lost += (uint64_t)(v[i].to - v[i].from + 1);
-        log_warn_kv("sink", "records went away before the sink read them",
+        log_warn_kv("queen-s3", "records went away before the sink read them",
                     {"queue", d->cfg.queue},
                     {"partition", LOG_FMT("%.*s", (int)v[i].partition.len,
                                           v[i].partition.ptr)},
@@ -2397,7 +2397,7 @@ static void log_committed(struct driver *d, const struct engine_commit *c)
     }
     engine_lag(d->e, &lag);
     isotime_format_us(c->t_end, t_end);
-    log_info_kv("sink", "window committed", {"queue", d->cfg.queue},
+    log_info_kv("queen-s3", "window committed", {"queue", d->cfg.queue},
                 {"k", LOG_I64(c->k)}, {"records", LOG_U64(c->records)},
                 {"bytes", LOG_U64(c->bytes)}, {"t_end", t_end},
                 {"lag_seconds", LOG_FMT("%.3f", (double)lag / 1e6)},
@@ -2631,7 +2631,7 @@ static void do_checkpoint(struct driver *d,
         }
     }
     if (rc != 0) {
-        log_warn_kv("sink",
+        log_warn_kv("queen-s3",
                     "checkpoint not written; the next restart re-reads more, "
                     "and nothing else",
                     {"queue", d->cfg.queue}, {"k", LOG_I64(a->k)},
@@ -2746,7 +2746,7 @@ static int checkpoint_after_commit(struct driver *d,
         return rc;
     }
     if (d->up.state != UPLOAD_NONE) {
-        log_warn_kv("sink",
+        log_warn_kv("queen-s3",
                     "checkpoint not written; the next restart re-reads more, "
                     "and nothing else",
                     {"queue", d->cfg.queue}, {"k", LOG_I64(a->k)},
@@ -2886,7 +2886,7 @@ static void begin_drain(struct driver *d)
     bool closing = worth || in_flight;
     d->is_draining = true;
     d->drain_from_k = in_bg ? d->up.k - 1 : engine_committed_k(d->e);
-    log_info_kv("sink",
+    log_info_kv("queen-s3",
                 atomic_load(&d->giving_back)
                     ? "giving the queue back: stopping the reads"
                     : "shutting down: stopping the reads",
@@ -2901,7 +2901,7 @@ static void begin_drain(struct driver *d)
 static void log_stop(struct driver *d)
 {
     if (d->stop == DRIVER_DRAINED) {
-        log_info_kv("sink", "queue drained", {"queue", d->cfg.queue});
+        log_info_kv("queen-s3", "queue drained", {"queue", d->cfg.queue});
     }
 }
 
@@ -2995,7 +2995,7 @@ static bool check_running(struct driver *d)
         return false;
     }
     if (atomic_exchange(&d->force_close, false)) {
-        log_info_kv("sink",
+        log_info_kv("queen-s3",
                     "memory budget reached: closing this queue's window early",
                     {"queue", d->cfg.queue});
         engine_force_close(d->e);

@@ -285,6 +285,7 @@ static int host_s3_client(const struct sink_node_config *node,
     struct s3_config sc;
 
     s3_config_defaults(&sc);
+    sc.log_area = "queen-s3"; /* the sink logs under its target */
     if (s3_endpoint_parse(&sc.ep, names[0], c->endpoint, names[2], err) != 0 ||
         s3_endpoint_set_bucket(&sc.ep, names[1], c->bucket, names[2], err) !=
             0) {

@@ -61,7 +61,7 @@ bool upload_crash_fires(struct upload_crash c, enum driver_crash at)
         return false;
     }
     if (!c.returns) {
-        log_error("sink", "QUEEN_S3_CRASH_AT fired: aborting");
+        log_error("queen-s3", "QUEEN_S3_CRASH_AT fired: aborting");
         abort();
     }
     return true;
@@ -73,8 +73,8 @@ void upload_between_parts(void *arg, int part_done)
 
     UNUSED(part_done);
     if (c->at == DRIVER_CRASH_MID_UPLOAD && !c->returns) {
-        log_error("sink", "QUEEN_S3_CRASH_AT=mid_upload: aborting between "
-                          "multipart parts");
+        log_error("queen-s3", "QUEEN_S3_CRASH_AT=mid_upload: aborting between "
+                              "multipart parts");
         abort();
     }
 }
@@ -480,12 +480,12 @@ void upload_abort_stranded(struct s3_client *s3, const char *key)
     int n = 0;
 
     if (s3_client_abort_uploads(s3, key, &n, &err) != 0) {
-        log_warn_kv("sink",
+        log_warn_kv("queen-s3",
                     "could not list the multipart uploads a crash may have "
                     "left",
                     {"key", key}, {"error", err.msg});
     } else if (n > 0) {
-        log_info_kv("sink",
+        log_info_kv("queen-s3",
                     "aborted the multipart uploads a crashed attempt left",
                     {"key", key}, {"uploads", LOG_I64(n)});
     }

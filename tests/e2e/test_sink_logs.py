@@ -4,7 +4,9 @@ runs at debug level; then every line of its log must parse strictly, as
 logfmt by default and as one JSON object per line with
 QUEEN_LOG_FORMAT=json, with ts, level, area and msg first. The missing
 queue is logged once (the retries every 5 s are debug lines) and is never
-said to be owned; no Kafka error name and no secret is in the log."""
+said to be owned; no Kafka error name and no secret is in the log. The
+sink logs under the target queen-s3 (docs/s3-sink.md), its S3 client's
+retries included: one 503 on a data PUT makes the client log a retry."""
 import os
 import re
 import subprocess
@@ -23,11 +25,12 @@ def mentions(r, queue):
     return r.get("queue") == queue or queue in r["msg"]
 
 
-def run_and_check(sink_node, fmt):
+def run_and_check(sink_node, bucket, fmt):
     env = {"QUEEN_S3_QUEUES": "orders,nosuch", "QUEEN_LOG_LEVEL": "debug"}
     if fmt == "json":
         env["QUEEN_LOG_FORMAT"] = "json"
     node = sink_node(env=env)
+    bucket.fault("503", count=1, method="PUT", prefix="queen/tenant=")
     items = [{"queue": "orders", "partition": "p one", "payload": {"n": i}}
              for i in range(3)]
     node.push(items)
@@ -52,16 +55,24 @@ def run_and_check(sink_node, fmt):
     assert owned == [], owned
     assert not KAFKA_NAMES.search(log), KAFKA_NAMES.search(log)
     assert "queen-secret-key" not in log
+    retried = [r for r in rs if "retrying in" in r["msg"]]
+    assert retried, "no retry of the faulted PUT in the log"
+    assert [r for r in retried if r["area"] != "queen-s3"] == [], retried
+    committed = [r for r in rs if r["msg"] == "window committed"]
+    assert [r for r in committed if r["area"] != "queen-s3"] == [], committed
+    other = [r for r in rs if r["area"] in ("sink", "s3")]
+    assert other == [], other
     return rs
 
 
-def test_every_line_is_logfmt_and_a_missing_queue_is_logged_once(sink_node):
-    rs = run_and_check(sink_node, "logfmt")
+def test_every_line_is_logfmt_and_a_missing_queue_is_logged_once(sink_node,
+                                                                 bucket):
+    rs = run_and_check(sink_node, bucket, "logfmt")
     assert {r["level"] for r in rs} >= {"info", "debug"}
 
 
-def test_json_lines_have_stable_field_names(sink_node):
-    rs = run_and_check(sink_node, "json")
+def test_json_lines_have_stable_field_names(sink_node, bucket):
+    rs = run_and_check(sink_node, bucket, "json")
     committed = [r for r in rs if r["msg"] == "window committed"]
     assert committed and set(committed[0]) >= {
         "ts", "level", "area", "msg", "queue", "k", "records", "bytes",
