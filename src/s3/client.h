@@ -35,6 +35,7 @@
 #include "s3/endpoint.h"
 #include "s3/metrics.h"
 #include "s3/retry.h"
+#include "s3/sigv4.h"
 #include "s3/xml.h"
 
 #define S3_MULTIPART_THRESHOLD  (64ull << 20)
@@ -107,7 +108,7 @@ struct s3_config {
     struct s3_endpoint ep;
     char region[64];
     char access_key[128];
-    char secret_key[200]; /* never logged */
+    char secret_key[SIGV4_SECRET_MAX + 1]; /* never logged */
     enum s3_sse sse;
     char kms_key_id[256]; /* only with S3_SSE_KMS; may be empty */
     uint64_t multipart_threshold;

@@ -329,7 +329,7 @@ static int build_canonical(const struct sigv4_request *r, const struct chdr *h,
 static void signing_key(const struct sigv4_key *k, const char *date8,
                         uint8_t out[32])
 {
-    char secret[256];
+    char secret[4 + SIGV4_SECRET_MAX + 1];
     uint8_t a[32];
     uint8_t b[32];
 
@@ -378,7 +378,7 @@ int sigv4_sign(const struct sigv4_request *r, const struct sigv4_key *k,
 
     sigv4_out_free(o);
     sigv4_out_init(o);
-    if (strlen(k->secret_key) > 200 || strlen(k->region) > 64 ||
+    if (strlen(k->secret_key) > SIGV4_SECRET_MAX || strlen(k->region) > 64 ||
         strlen(k->service) > 32) {
         return err_set(err, ERR_INVALID,
                        "sigv4: key, region or service too "

@@ -27,6 +27,7 @@
 /* The cap of every buffer below. */
 #define SIGV4_MAX_CANONICAL ((size_t)256 * 1024)
 #define SIGV4_MAX_HEADERS   32
+#define SIGV4_SECRET_MAX    4096 /* bytes of a secret key it signs with */
 
 /* A name and a value, NUL-terminated, borrowed. */
 struct sigv4_kv {

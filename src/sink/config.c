@@ -647,6 +647,31 @@ static int check_addressing(struct ld *l, const struct sink_config *c)
                 l->nm->path_style);
 }
 
+/* The secret key, whole: one longer than SINK_SECRET_MAX bytes is refused
+ * rather than cut short, which would sign every request with another key. */
+static int parse_secret(struct ld *l, struct sink_config *c)
+{
+    const char *raw = l->env->get(l->env->ctx, l->nm->secret);
+    size_t n = raw != NULL ? strlen(raw) : 0;
+
+    if (required(l, l->nm->secret, l->nm->secret_what, c->secret_key,
+                 sizeof(c->secret_key)) != 0) {
+        return l->err->code;
+    }
+    while (n > 0 && isspace((unsigned char)*raw)) {
+        raw++, n--;
+    }
+    while (n > 0 && isspace((unsigned char)raw[n - 1])) {
+        n--;
+    }
+    if (n > SINK_SECRET_MAX) {
+        explicit_bzero(c->secret_key, sizeof(c->secret_key));
+        return fail(l, "%s is %zu bytes long: it is at most %d", l->nm->secret,
+                    n, SINK_SECRET_MAX);
+    }
+    return 0;
+}
+
 static int parse_s3(struct ld *l, struct sink_config *c)
 {
     if (parse_endpoint(l, c) != 0 ||
@@ -658,8 +683,7 @@ static int parse_s3(struct ld *l, struct sink_config *c)
         parse_bucket(l, c) != 0 || parse_prefix(l, c) != 0 ||
         required(l, l->nm->access_key, "the S3 access key id", c->access_key,
                  sizeof(c->access_key)) != 0 ||
-        required(l, l->nm->secret, l->nm->secret_what, c->secret_key,
-                 sizeof(c->secret_key)) != 0 ||
+        parse_secret(l, c) != 0 ||
         boolv(l, l->nm->path_style, false, &c->path_style) != 0 ||
         check_addressing(l, c) != 0) {
         return l->err->code;

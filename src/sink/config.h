@@ -34,11 +34,12 @@
 /* The lake format's version, fixed by the reference: writer strings
  * ("queen-s3/2.0.0 jsonl+zstd") and the status block's s3 "version". Not the
  * product's version (base/version.h), which the boot line shows. */
-#define SINK_VERSION   "2.0.0"
-#define SINK_NAME_MAX  64
-#define SINK_STR_MAX   512
-#define SINK_FATAL_MAX 1536
-#define SINK_MIB       ((uint64_t)1048576)
+#define SINK_VERSION    "2.0.0"
+#define SINK_NAME_MAX   64
+#define SINK_STR_MAX    512
+#define SINK_SECRET_MAX 4096 /* bytes: the control plane's secretKey cap */
+#define SINK_FATAL_MAX  1536
+#define SINK_MIB        ((uint64_t)1048576)
 /* The longest escaped instance name (with its /node-<id>) a presence key
  * s3:{sink}:node={esc(instance)} (docs/design/protocol.md §4, namespace
  * "queen-s3", a TTL row) holds for every sink. The store's key is 16-byte
@@ -60,24 +61,24 @@ struct sink_config {
     bool all_queues;              /* QUEEN_S3_QUEUES == "*" */
     char **queues;                /* owned; n_queues names in given order */
     size_t n_queues;
-    char endpoint[SINK_STR_MAX];       /* scheme://host[:port], no slash */
-    char region[SINK_STR_MAX];         /* QUEEN_S3_REGION */
-    char bucket[SINK_STR_MAX];         /* QUEEN_S3_BUCKET */
-    char prefix[SINK_STR_MAX];         /* outer slashes trimmed, "queen" */
-    char access_key[SINK_STR_MAX];     /* QUEEN_S3_ACCESS_KEY */
-    char secret_key[SINK_STR_MAX];     /* never logged or shown */
-    bool path_style;                   /* QUEEN_S3_PATH_STYLE, false */
-    enum sink_sse sse;                 /* QUEEN_S3_SSE, off */
-    char sse_kms_key_id[SINK_STR_MAX]; /* "" unless sse == SINK_SSE_KMS */
-    enum sink_format format;           /* jsonl */
-    enum jsonl_codec compression;      /* zstd; JSONL only */
-    enum parquet_codec parquet_codec;  /* zstd; Parquet only */
-    enum layout_kind layout;           /* merged */
-    enum layout_align align;           /* hour */
-    enum engine_start start;           /* latest */
-    uint64_t target_mb;                /* 128, 1..=5120 */
-    uint64_t target_bytes;             /* target_mb x MiB */
-    uint64_t max_window_ms;            /* 300000, 100..=86400000 */
+    char endpoint[SINK_STR_MAX];          /* scheme://host[:port], no slash */
+    char region[SINK_STR_MAX];            /* QUEEN_S3_REGION */
+    char bucket[SINK_STR_MAX];            /* QUEEN_S3_BUCKET */
+    char prefix[SINK_STR_MAX];            /* outer slashes trimmed, "queen" */
+    char access_key[SINK_STR_MAX];        /* QUEEN_S3_ACCESS_KEY */
+    char secret_key[SINK_SECRET_MAX + 1]; /* never logged or shown */
+    bool path_style;                      /* QUEEN_S3_PATH_STYLE, false */
+    enum sink_sse sse;                    /* QUEEN_S3_SSE, off */
+    char sse_kms_key_id[SINK_STR_MAX];    /* "" unless sse == SINK_SSE_KMS */
+    enum sink_format format;              /* jsonl */
+    enum jsonl_codec compression;         /* zstd; JSONL only */
+    enum parquet_codec parquet_codec;     /* zstd; Parquet only */
+    enum layout_kind layout;              /* merged */
+    enum layout_align align;              /* hour */
+    enum engine_start start;              /* latest */
+    uint64_t target_mb;                   /* 128, 1..=5120 */
+    uint64_t target_bytes;                /* target_mb x MiB */
+    uint64_t max_window_ms;               /* 300000, 100..=86400000 */
 };
 
 /* Node-wide settings (docs/design/protocol.md §1 and docs/design/config.md

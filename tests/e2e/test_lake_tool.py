@@ -325,7 +325,7 @@ def test_a_value_too_long_for_its_setting_is_refused(bucket):
     something else), and the value itself is not printed."""
     for flag, n, most in (("--tenant", 256, 255), ("--region", 64, 63),
                           ("--prefix", 512, 511), ("--access-key", 128, 127),
-                          ("--secret-key", 200, 199)):
+                          ("--secret-key", 4097, 4096)):
         value = "k" * (n - 1) + "Z"
         p = tool(bucket, "verify", "--queue", "q", flag, value)
         assert p.returncode == 2, (flag, p)

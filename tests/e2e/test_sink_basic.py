@@ -7,7 +7,8 @@ import loglines
 import json
 
 import lake
-from sinkenv import PREFIX, TENANT, kv_get, sink_row, wait_until
+from bucket import TestBucket
+from sinkenv import PREFIX, TENANT, kv_get, sink_env, sink_row, wait_until
 
 PAYLOADS = [b'{"order":1,"status":"new","total":42.00}',
             b'{"n":12345678901234567890,"big":1E+400,"neg":-0}',
@@ -174,3 +175,19 @@ def test_memory_budget_closes_the_window_early(sink_node, bucket):
     lake.wait_queue(reader, PREFIX, TENANT, "orders", acked, timeout=60,
                     compression="zstd", align="none", broker=node,
                     checkpoint_every=2)
+
+
+def test_a_secret_key_longer_than_199_bytes_signs_whole(broker_factory,
+                                                         tmp_path):
+    # The control plane takes a secretKey of up to 4 KiB (docs/s3-sink.md),
+    # so the sink signs with the whole of a long one: a bucket whose secret
+    # is 320 bytes checks every signature, and a window commits.
+    secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY" * 8
+    with TestBucket(buckets=["lake"], secret_key=secret,
+                    workdir=str(tmp_path / "bucket")) as b:
+        node = broker_factory(env=sink_env(b, QUEEN_S3_SECRET_KEY=secret))
+        push(node, items(0, n=6))
+        wait_until(lambda: (sink_row(node, "orders") or {}).get("k", 0) >= 1,
+                   60, "a window committed with a 320-byte secret key")
+        assert b.stats()["requests"]["PUT"].get("403", 0) == 0, b.stats()
+        assert secret not in node.stderr()

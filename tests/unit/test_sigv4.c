@@ -2,6 +2,8 @@
  * AKIAIOSFODNN7EXAMPLE, 2013-05-24, us-east-1, examplebucket) and fixed-date
  * vectors for keys holding = % + space é 日本, whose signatures were computed
  * independently with botocore's S3SigV4Auth. */
+#include <stdlib.h>
+
 #include "harness.h"
 
 #include "s3/sigv4.h"
@@ -78,6 +80,37 @@ TEST(aws_get_object_example)
                   "0e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41");
     EXPECT_STR_EQ(o.uri.data, "/test.txt");
     sigv4_out_free(&o);
+}
+
+/* The control plane takes a secretKey of up to 4 KiB (docs/s3-sink.md), so
+ * the signer keys with the whole of one that long: AWS's GET example again,
+ * with secrets of 300 and 4096 bytes (its example secret repeated); the
+ * signatures were computed independently with Python's hmac and hashlib. */
+static void sign_with_long_secret(size_t n, const char *sig)
+{
+    static const char base[] = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+    char *secret = malloc(n + 1);
+    struct sigv4_kv h[] = {{"Host", HOST_EX},
+                           {"Range", "bytes=0-9"},
+                           {"x-amz-content-sha256", SIGV4_EMPTY_SHA256},
+                           {"x-amz-date", "20130524T000000Z"}};
+    struct sigv4_request r = {"GET", "/test.txt", NULL, 0, h, ARRAY_LEN(h)};
+
+    for (size_t i = 0; i < n; i++) {
+        secret[i] = base[i % (sizeof(base) - 1)];
+    }
+    secret[n] = '\0';
+    struct sigv4_key k = {"AKIAIOSFODNN7EXAMPLE", secret, "us-east-1", "s3"};
+    expect_signed(&r, &k, "/test.txt", sig);
+    free(secret);
+}
+
+TEST(a_secret_of_up_to_4_kib_signs_whole)
+{
+    sign_with_long_secret(300, "a524ec420f2eeffe80e4bebb9c52ebcb17c5d3bed32257"
+                               "f81699042d4051cfc8");
+    sign_with_long_secret(SIGV4_SECRET_MAX, "07740edefeecb2c06045264cb6b44ce1"
+                                            "7eca19949254bafbe5d35ab51639f614");
 }
 
 TEST(aws_put_object_example)

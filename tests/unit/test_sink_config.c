@@ -266,6 +266,41 @@ TEST(crash_at_never_off_and_none_need_no_test_mode)
     }
 }
 
+/* A secret key of up to SINK_SECRET_MAX bytes (the control plane's 4 KiB) is
+ * kept whole, from the environment and from a tenant's document; a longer
+ * one is refused rather than cut short, which would sign with another key. */
+TEST(a_secret_of_up_to_4_kib_is_kept_whole)
+{
+    char *secret = malloc(SINK_SECRET_MAX + 2);
+    struct sink_config c;
+    struct sink_node_config n;
+    struct err err = {0};
+    char want[128];
+    static const char doc[] =
+        "{\"queues\":\"orders\",\"endpoint\":\"http://gw:7070\","
+        "\"region\":\"us-east-1\",\"bucket\":\"lake\",\"accessKey\":\"AKID\"}";
+
+    memset(secret, 's', SINK_SECRET_MAX);
+    secret[SINK_SECRET_MAX] = '\0';
+    struct table t = {{"QUEEN_S3_SECRET_KEY", secret, BASE, NULL}};
+    load_ok(&t, &c, &n);
+    EXPECT_EQ_U64(strlen(c.secret_key), SINK_SECRET_MAX);
+    EXPECT(strcmp(c.secret_key, secret) == 0);
+    sink_config_free(&c);
+    EXPECT_EQ_I64(sink_config_from_doc(&c, "t1",
+                                       (struct slice){doc, strlen(doc)}, secret,
+                                       NULL, &err),
+                  0);
+    EXPECT_EQ_U64(strlen(c.secret_key), SINK_SECRET_MAX);
+    sink_config_free(&c);
+    strcat(secret, "s");
+    snprintf(want, sizeof(want),
+             "QUEEN_S3_SECRET_KEY is %d bytes long: it is at most %d",
+             SINK_SECRET_MAX + 1, SINK_SECRET_MAX);
+    refuse("QUEEN_S3_SECRET_KEY", secret, want);
+    free(secret);
+}
+
 TEST(queue_lists)
 {
     struct table t = {{"QUEEN_S3_QUEUES", " a , ,b,, c ", BASE, NULL}};
