@@ -1,7 +1,8 @@
 """Issue 19 item 4: a bucket that does not exist fails the start check.
 The sink names QUEEN_S3_BUCKET, shows the bucket as not reachable with
 that reason, and starts no queue (no lease, no intent) until the bucket
-exists; once it does, the lake fills as usual."""
+exists; once it does, the lake fills as usual. Meanwhile the sink's ok is
+false and /health, which never looks at the sink, still answers 200."""
 from bucket import TestBucket
 from sinkenv import PREFIX, TENANT, kv_get, sink_env, wait_until
 
@@ -33,6 +34,11 @@ def test_a_missing_bucket_is_named_and_no_queue_starts(broker_factory,
         assert kv_get(node, "s3:default:orders:intent")["found"] is False
         health = node.get("/status").json()["s3"]["sinks"][0]
         assert health["bucket"]["reachable"] is False, health
+        # The sink's ok is false while its bucket does not answer, and
+        # /health does not look at the sink (docs/s3-sink.md, Status).
+        assert health["ok"] is False, health
+        r = node.get("/health")
+        assert r.status == 200 and "s3" not in r.json(), r
     finally:
         b.stop()
 
