@@ -316,8 +316,8 @@ static int lake_finish(struct lake_opts *o, unsigned cmd)
  * waiting on the broker half the time). verify: twice the cores, at least
  * 8 and at most 16: a reader waits on each GET (on RGW here 4 readers on
  * 2 cores left a core idle, 8 ran a 1 GB lake about 1.5 x faster), and
- * each holds up to about 12 MB (its object and decoded text), so 16 stay
- * under 256 MB. */
+ * each holds its object (a few MB; the decoded text is in lake_wholes,
+ * about one buffer per core), so 16 stay far under 256 MB. */
 static int lake_default_threads(bool is_verify)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
