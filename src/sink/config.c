@@ -240,13 +240,32 @@ static int boolv(struct ld *l, const char *name, bool def, bool *out)
                 raw);
 }
 
+/* A value longer than max bytes (blanks around it aside) is refused, not
+ * cut short: a shorter region, key or prefix would sign or name something
+ * else. The message gives the length, never the value (it may be a key). */
+static int fits(struct ld *l, const char *name, size_t max)
+{
+    const char *raw = l->env->get(l->env->ctx, name);
+    size_t n = raw != NULL ? strlen(raw) : 0;
+
+    while (n > 0 && isspace((unsigned char)*raw)) {
+        raw++, n--;
+    }
+    while (n > 0 && isspace((unsigned char)raw[n - 1])) {
+        n--;
+    }
+    return n > max ? fail(l, "%s is %zu bytes long: it is at most %zu", name, n,
+                          max)
+                   : 0;
+}
+
 static int required(struct ld *l, const char *name, const char *what, char *out,
                     size_t cap)
 {
     if (!envv(l, name, out, cap)) {
         return fail(l, "%s is not set: it is %s", name, what);
     }
-    return 0;
+    return fits(l, name, cap - 1);
 }
 
 static void queues_add(struct sink_config *c, const char *p, size_t n)
@@ -418,6 +437,9 @@ static int parse_prefix(struct ld *l, struct sink_config *c)
         snprintf(c->prefix, sizeof(c->prefix), "queen");
         return 0;
     }
+    if (fits(l, l->nm->prefix, sizeof(raw) - 1) != 0) {
+        return l->err->code;
+    }
     s = raw;
     n = strlen(raw);
     while (n > 0 && *s == '/') {
@@ -425,6 +447,10 @@ static int parse_prefix(struct ld *l, struct sink_config *c)
     }
     while (n > 0 && s[n - 1] == '/') {
         n--;
+    }
+    if (n > sizeof(c->prefix) - 1) {
+        return fail(l, "%s is %zu bytes long: it is at most %zu", l->nm->prefix,
+                    n, sizeof(c->prefix) - 1);
     }
     if (n == 0) {
         return fail(l,
@@ -679,10 +705,10 @@ static int parse_s3(struct ld *l, struct sink_config *c)
                  "the region label the SigV4 credential scope is signed "
                  "with, e.g. eu-central-1 (any label an S3-compatible "
                  "gateway accepts, commonly us-east-1)",
-                 c->region, sizeof(c->region)) != 0 ||
+                 c->region, SINK_REGION_MAX + 1) != 0 ||
         parse_bucket(l, c) != 0 || parse_prefix(l, c) != 0 ||
         required(l, l->nm->access_key, "the S3 access key id", c->access_key,
-                 sizeof(c->access_key)) != 0 ||
+                 SINK_ACCESS_KEY_MAX + 1) != 0 ||
         parse_secret(l, c) != 0 ||
         boolv(l, l->nm->path_style, false, &c->path_style) != 0 ||
         check_addressing(l, c) != 0) {

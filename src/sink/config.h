@@ -38,8 +38,11 @@
 #define SINK_NAME_MAX   64
 #define SINK_STR_MAX    512
 #define SINK_SECRET_MAX 4096 /* bytes: the control plane's secretKey cap */
-#define SINK_FATAL_MAX  1536
-#define SINK_MIB        ((uint64_t)1048576)
+/* bytes: what the S3 client signs with (struct s3_config's buffers) */
+#define SINK_REGION_MAX     63
+#define SINK_ACCESS_KEY_MAX 127
+#define SINK_FATAL_MAX      1536
+#define SINK_MIB            ((uint64_t)1048576)
 /* The longest escaped instance name (with its /node-<id>) a presence key
  * s3:{sink}:node={esc(instance)} (docs/design/protocol.md §4, namespace
  * "queen-s3", a TTL row) holds for every sink. The store's key is 16-byte

@@ -292,6 +292,9 @@ static int host_s3_client(const struct sink_node_config *node,
         return err->code;
     }
     sc.ep.path_style = c->path_style;
+    /* the config refused anything longer (config.h), so nothing is cut */
+    _Static_assert(sizeof(sc.region) == SINK_REGION_MAX + 1, "region");
+    _Static_assert(sizeof(sc.access_key) == SINK_ACCESS_KEY_MAX + 1, "key");
     copy_str(sc.region, sizeof(sc.region), c->region);
     copy_str(sc.access_key, sizeof(sc.access_key), c->access_key);
     copy_str(sc.secret_key, sizeof(sc.secret_key), c->secret_key);

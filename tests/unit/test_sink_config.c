@@ -301,6 +301,36 @@ TEST(a_secret_of_up_to_4_kib_is_kept_whole)
     free(secret);
 }
 
+/* A region, access key or prefix longer than what the S3 client signs
+ * with (or than a value holds) is refused with its length, not cut short:
+ * a cut region or key signs every request with another one, a cut prefix
+ * writes elsewhere. The longest value that fits is kept whole. */
+static void long_value(const char *name, size_t max)
+{
+    char *v = malloc(max + 2);
+    char want[160];
+    struct sink_config c;
+    struct sink_node_config n;
+
+    memset(v, 'a', max);
+    v[max] = '\0';
+    struct table t = {{name, v, BASE, NULL}};
+    load_ok(&t, &c, &n);
+    sink_config_free(&c);
+    strcat(v, "a");
+    snprintf(want, sizeof(want), "%s is %zu bytes long: it is at most %zu",
+             name, max + 1, max);
+    refuse(name, v, want);
+    free(v);
+}
+
+TEST(a_value_too_long_to_sign_or_name_with_is_refused)
+{
+    long_value("QUEEN_S3_REGION", SINK_REGION_MAX);
+    long_value("QUEEN_S3_ACCESS_KEY", SINK_ACCESS_KEY_MAX);
+    long_value("QUEEN_S3_PREFIX", 511);
+}
+
 TEST(queue_lists)
 {
     struct table t = {{"QUEEN_S3_QUEUES", " a , ,b,, c ", BASE, NULL}};
