@@ -1,8 +1,9 @@
-/* Logging: one stderr line per event, in logfmt (the default) or JSON.
+/* Logging: one stderr line per event, as text (the default), logfmt or
+ * JSON.
  *
  * A line is rendered whole into a local buffer and written with one
  * write(2), so lines from threads never mix. The renderer is the only place
- * that knows either format: call sites hand it a message and {key, value}
+ * that knows the formats: call sites hand it a message and {key, value}
  * pairs, never a pre-formatted "k=v" text, so a value with a space or a quote
  * cannot break a line (log.h (1)). */
 #include "base/log.h"
@@ -25,10 +26,13 @@
 #define LOG_RESERVE 32
 
 int log_threshold = LOG_INFO;
-static int log_format = LOG_FORMAT_LOGFMT;
+static int log_format = LOG_FORMAT_TEXT;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
-static const char *const format_names[] = {"logfmt", "json"};
+/* The text format's levels: upper case, right-aligned in five columns. */
+static const char *const level_marks[] = {"ERROR", " WARN", " INFO", "DEBUG"};
+/* In enum log_format's order. */
+static const char *const format_names[] = {"logfmt", "json", "text"};
 static const char *const reserved_keys[] = {"ts", "level", "area", "msg"};
 
 void log_set_level(int level)
@@ -48,8 +52,9 @@ int log_parse_level(const char *s)
 
 void log_set_format(int format)
 {
-    log_format =
-        format == LOG_FORMAT_JSON ? LOG_FORMAT_JSON : LOG_FORMAT_LOGFMT;
+    log_format = format == LOG_FORMAT_JSON || format == LOG_FORMAT_LOGFMT
+                     ? format
+                     : LOG_FORMAT_TEXT;
 }
 
 int log_parse_format(const char *s)
@@ -141,27 +146,43 @@ static size_t escape_one(const unsigned char *p, size_t left, char *t,
     return 1;
 }
 
-/* A value: quoted in JSON always, in logfmt when needs_quotes(). A value cut
- * short still gets its closing quote (from the reserve). */
-static void put_value(struct w *w, const char *s)
+/* The characters of s, escaped; is_bare (the text format's message): a
+ * quote or a backslash stays as it is, only what would break the line is
+ * escaped. */
+static void put_escaped(struct w *w, const char *s, bool is_bare)
 {
-    bool quoted = w->is_json || needs_quotes(s);
     const unsigned char *p = (const unsigned char *)s;
     size_t left = strlen(s);
     char t[8];
     size_t used;
 
-    if (quoted && !put(w, "\"", 1)) {
-        return;
-    }
     while (left > 0) {
-        size_t k = escape_one(p, left, t, &used);
+        size_t k = 1;
+
+        used = 1;
+        if (is_bare && (*p == '"' || *p == '\\')) {
+            t[0] = (char)*p;
+        } else {
+            k = escape_one(p, left, t, &used);
+        }
         if (!put(w, t, k)) {
             break;
         }
         p += used;
         left -= used;
     }
+}
+
+/* A value: quoted in JSON always, in logfmt and text when needs_quotes(). A
+ * value cut short still gets its closing quote (from the reserve). */
+static void put_value(struct w *w, const char *s)
+{
+    bool quoted = w->is_json || needs_quotes(s);
+
+    if (quoted && !put(w, "\"", 1)) {
+        return;
+    }
+    put_escaped(w, s, false);
     if (quoted) {
         w->p[w->n++] = '"';
     }
@@ -244,13 +265,24 @@ size_t log_render(char *out, size_t cap, int format, const struct log_event *e)
 
     ASSERT(cap >= 64);
     out[0] = '\0'; /* written through w below */
-    if (w.is_json) {
-        puts_(&w, "{");
+    if (format == LOG_FORMAT_TEXT) {
+        /* "<ts> <LEVEL> <area>: <msg>": the head, then fields as logfmt's */
+        put_escaped(&w, e->ts, false);
+        puts_(&w, " ");
+        puts_(&w, level_marks[lv]);
+        puts_(&w, " ");
+        put_escaped(&w, e->module, false);
+        puts_(&w, ": ");
+        put_escaped(&w, e->msg, true);
+    } else {
+        if (w.is_json) {
+            puts_(&w, "{");
+        }
+        put_field(&w, "ts", e->ts, false);
+        put_field(&w, "level", level_names[lv], false);
+        put_field(&w, "area", e->module, false);
+        put_field(&w, "msg", e->msg, false);
     }
-    put_field(&w, "ts", e->ts, false);
-    put_field(&w, "level", level_names[lv], false);
-    put_field(&w, "area", e->module, false);
-    put_field(&w, "msg", e->msg, false);
     for (const struct log_field *f = e->fields; f != NULL && f->key != NULL;
          f++) {
         put_field(&w, f->key, f->value, true);

@@ -1,14 +1,21 @@
-/* Logging: one stderr line per event, in logfmt (the default) or JSON.
+/* Logging: one stderr line per event, as text (the default), logfmt or
+ * JSON.
  *
+ *   text:   <UTC ISO-µs> <LEVEL> <module>: <text> k=v ...
+ *           (the level upper case, right-aligned in five columns: the line
+ *           the product page prints, "ERROR boot: FATAL: ...", and what the
+ *           reference's log regexes read, "window committed queue=... k=")
  *   logfmt: ts=<UTC ISO-µs> level=info area=<module> msg="<text>" k=v ...
  *   json:   {"ts":"…","level":"info","area":"…","msg":"…","k":"v",…}
  *
  * (1) Every line is valid in its format, whatever the bytes of the message
- *     and the values: logfmt quotes a value that is empty or holds a space,
+ *     and the values: text and logfmt quote a value that is empty or holds a
+ *     space,
  *     `"`, `=`, `\` or a control byte, and escapes `"`, `\`, `\n`, `\r`,
  *     `\t` and other control bytes (`\u00XX`); JSON escapes the same way.
  *     Bytes that are not UTF-8 become U+FFFD.
- * (2) The first four fields are always ts, level, area, msg, in that order;
+ * (2) The first four fields are always ts, level, area, msg, in that order
+ *     (text: the message bare, its control bytes escaped as in a value);
  *     call-site fields follow in the order given, their values as strings.
  *     A field key is [A-Za-z0-9_.-]; other bytes become `_`, and a key that
  *     would repeat ts, level, area or msg gets a `_` prefix.
@@ -17,14 +24,14 @@
  * (4) The level is checked before any formatting.
  *
  * QUEEN_LOG_LEVEL (error, warn, info, debug) sets the threshold; the default
- * is info. QUEEN_LOG_FORMAT (logfmt, json) sets the format. */
+ * is info. QUEEN_LOG_FORMAT (text, logfmt, json) sets the format. */
 #ifndef QUEEN_BASE_LOG_H
 #define QUEEN_BASE_LOG_H
 
 #include "base/common.h"
 
 enum log_level { LOG_ERROR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG };
-enum log_format { LOG_FORMAT_LOGFMT = 0, LOG_FORMAT_JSON };
+enum log_format { LOG_FORMAT_LOGFMT = 0, LOG_FORMAT_JSON, LOG_FORMAT_TEXT };
 
 #define LOG_LINE_MAX  8192
 #define LOG_VALUE_MAX 256 /* a LOG_FMT value, NUL included */

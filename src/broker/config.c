@@ -32,7 +32,7 @@ enum cfg_type {
     CFG_IP,       /* IPv4 or IPv6 literal */
     CFG_HOSTPORT, /* "ip:port" or "[ip6]:port"; empty = derived */
     CFG_LOGLEVEL, /* error | warn | info | debug */
-    CFG_LOGFMT,   /* logfmt | json */
+    CFG_LOGFMT,   /* text | logfmt | json */
     CFG_BOOL,     /* true|1|yes|on or false|0|no|off, any case */
     CFG_PEERS,    /* QUEEN_RAFT_PEERS (config_parse_peers); empty = none */
     CFG_SECRET,   /* a string up to max bytes; empty = none; never echoed */
@@ -105,9 +105,9 @@ static const struct cfg_row cfg_rows[] = {
         "long-poll fetches parked on one connection at once (429 past it)"),
     ROW("QUEEN_LOG_LEVEL", CFG_LOGLEVEL, "info", OFF(log_level), 0, 0, false,
         "error, warn, info or debug"),
-    ROW("QUEEN_LOG_FORMAT", CFG_LOGFMT, "logfmt", OFF(log_format), 0, 0, false,
-        "logfmt (key=value, quoted where needed) or json (one object a "
-        "line)"),
+    ROW("QUEEN_LOG_FORMAT", CFG_LOGFMT, "text", OFF(log_format), 0, 0, false,
+        "text (<ts> <LEVEL> <area>: <message> key=value ...), logfmt "
+        "(key=value, quoted where needed) or json (one object a line)"),
     ROW("QUEEN_TENANCY_HEADER", CFG_BOOL, "false", OFF(tenancy_header), 0, 0,
         false,
         "take each call's tenant from the x-queen-tenant header (only behind "
@@ -415,7 +415,7 @@ static int cfg_apply(const struct cfg_row *r, struct config *c, const char *v,
     case CFG_LOGFMT:
         port = log_parse_format(v);
         if (port < 0) {
-            return err_set(err, ERR_INVALID, "not one of logfmt, json");
+            return err_set(err, ERR_INVALID, "not one of text, logfmt, json");
         }
         *(int *)field = port;
         return 0;

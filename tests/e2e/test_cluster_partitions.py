@@ -45,8 +45,8 @@ from test_cluster_sink import assert_no_window_twice, owners, s3_block
 pytestmark = pytest.mark.cluster_long
 
 TTL_S = 3
-FENCE_RE = r'msg="(?:queue fenced|lease lost: another instance owns this ' \
-    r'queue)" queue=%s\b'
+FENCE_RE = r"(?:queue fenced|lease lost: another instance owns this " \
+    r"queue) queue=%s\b"
 
 
 # -- fixtures -----------------------------------------------------------------
@@ -280,8 +280,8 @@ def fenced(node, q):
 
 
 def any_fence(node):
-    return re.findall(r'msg="(?:queue fenced|lease lost: another instance '
-                      r'owns this queue)" queue=\S+', node.logs())
+    return re.findall(r"(?:queue fenced|lease lost: another instance "
+                      r"owns this queue) queue=\S+", node.logs())
 
 
 def row(node, q):

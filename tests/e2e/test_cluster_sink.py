@@ -137,7 +137,7 @@ def committed_by_node(c):
     """{(queue, k): [node ids]} from every node's "window committed" lines
     (all its starts)."""
     out = {}
-    pat = re.compile(r'msg="window committed" queue=(\S+) k=(\d+)')
+    pat = re.compile(r"window committed queue=(\S+) k=(\d+)")  # reference
     for n in c.nodes.values():
         for q, k in pat.findall(n.logs()):
             out.setdefault((q, int(k)), []).append(n.id)
@@ -514,7 +514,7 @@ def test_d_owners_failover_and_handover(sink_cluster, bucket):
         print("SIGTERM of node %d: %d leases released (%s)" % (
             victim, len(moving), watch.endings(inst)))
         log = c[victim].logs()
-        drained = set(re.findall(r'msg="queue drained" queue=(\S+)', log))
+        drained = set(re.findall(r"queue drained queue=(\S+)", log))
         assert set(moving) <= drained, (moving, drained)
         c.start_node(victim)
         c[victim].wait_healthy(60)

@@ -125,7 +125,7 @@ def test_short_ttl_never_fences_itself(sink_node, bucket):
     log = node.stderr()
     why = "\n".join(line for line in log.splitlines() if any(
         w in line for w in ("fenced", "lease", "queue restored",
-                            "level=warn", "level=error")))
+                            " WARN ", "ERROR ")))
     assert "queue fenced" not in log, why
     assert "lease lost: another instance owns this queue" not in log, why
     assert node.metric("queen_s3_commit_precondition_lost_total") == 0, why

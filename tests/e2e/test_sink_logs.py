@@ -1,8 +1,10 @@
 """Issue 19 item 8: logs people can parse. A broker with the sink on, one
 queue that gets records and one named in QUEEN_S3_QUEUES that never exists,
 runs at debug level; then every line of its log must parse strictly, as
-logfmt by default and as one JSON object per line with
-QUEEN_LOG_FORMAT=json, with ts, level, area and msg first. The missing
+text by default (`<ts> <LEVEL> <area>: <msg> k=v`, the reference's log
+regexes matching it), as logfmt with QUEEN_LOG_FORMAT=logfmt and as one
+JSON object per line with QUEEN_LOG_FORMAT=json, with ts, level, area and
+msg first. The missing
 queue is logged once (the retries every 5 s are debug lines) and is never
 said to be owned; no Kafka error name and no secret is in the log. The
 sink logs under the target queen-s3 (docs/s3-sink.md), its S3 client's
@@ -27,8 +29,8 @@ def mentions(r, queue):
 
 def run_and_check(sink_node, bucket, fmt):
     env = {"QUEEN_S3_QUEUES": "orders,nosuch", "QUEEN_LOG_LEVEL": "debug"}
-    if fmt == "json":
-        env["QUEEN_LOG_FORMAT"] = "json"
+    if fmt != "text":
+        env["QUEEN_LOG_FORMAT"] = fmt
     node = sink_node(env=env)
     bucket.fault("503", count=1, method="PUT", prefix="queen/tenant=")
     items = [{"queue": "orders", "partition": "p one", "payload": {"n": i}}
@@ -62,17 +64,27 @@ def run_and_check(sink_node, bucket, fmt):
     assert [r for r in committed if r["area"] != "queen-s3"] == [], committed
     other = [r for r in rs if r["area"] in ("sink", "s3")]
     assert other == [], other
-    return rs
+    return rs, log
 
 
-def test_every_line_is_logfmt_and_a_missing_queue_is_logged_once(sink_node,
-                                                                 bucket):
-    rs = run_and_check(sink_node, bucket, "logfmt")
+def test_every_line_is_text_and_a_missing_queue_is_logged_once(sink_node,
+                                                               bucket):
+    rs, log = run_and_check(sink_node, bucket, "text")
+    assert {r["level"] for r in rs} >= {"info", "debug"}
+    # the reference's e2e regexes read the default format as it is
+    assert re.search(r"(\S+Z) +INFO (?:\S+: )?queen-s3: window committed "
+                     r"queue=(\S+) k=(\d+) records=(\d+)", log), log
+    assert re.search(r"queue restored queue=\S+ committed_k=\d+ "
+                     r"redo=(true|false)", log), log
+
+
+def test_every_line_is_logfmt_with_the_setting(sink_node, bucket):
+    rs, _ = run_and_check(sink_node, bucket, "logfmt")
     assert {r["level"] for r in rs} >= {"info", "debug"}
 
 
 def test_json_lines_have_stable_field_names(sink_node, bucket):
-    rs = run_and_check(sink_node, bucket, "json")
+    rs, _ = run_and_check(sink_node, bucket, "json")
     committed = [r for r in rs if r["msg"] == "window committed"]
     assert committed and set(committed[0]) >= {
         "ts", "level", "area", "msg", "queue", "k", "records", "bytes",
@@ -91,4 +103,4 @@ def test_an_unknown_log_format_is_refused_at_boot(tmp_path):
     fatal = [r for r in rs if r["level"] == "error"]
     assert len(fatal) == 1, rs
     assert fatal[0]["msg"] == ("FATAL: QUEEN_LOG_FORMAT=xml: not one of "
-                               "logfmt, json"), fatal
+                               "text, logfmt, json"), fatal

@@ -1,8 +1,10 @@
-"""Strict readers of the broker's log lines (src/base/log.h): logfmt, the
-default, and JSON (QUEEN_LOG_FORMAT=json). Each returns one dict per line
-whose first keys are ts, level, area, msg; a line that is not valid in its
-format raises ValueError naming it, so a test that reads the log through
-these also checks every line of it."""
+"""Strict readers of the broker's log lines (src/base/log.h): text, the
+default (`<ts> <LEVEL> <area>: <msg> k=v ...`), logfmt
+(QUEEN_LOG_FORMAT=logfmt) and JSON (QUEEN_LOG_FORMAT=json). Each returns
+one dict per line whose first keys are ts, level, area, msg; a line that is
+not valid in its format raises ValueError naming it, so a test that reads
+the log through these also checks every line of it. parse() and records()
+tell the format of each line by its start unless told."""
 import json
 import re
 
@@ -78,6 +80,49 @@ def parse_logfmt(line):
     return fields
 
 
+TEXT_HEAD = re.compile(r"^(\S+) (ERROR| WARN| INFO|DEBUG) ([^ :]+): ")
+# one field at the end of a text line: " key=value", the value bare or quoted
+TEXT_FIELD = re.compile(r' ([a-z_][a-z0-9_.\-]*)=("(?:[^"\\]|\\.)*"'
+                        r'|[^ "=\\\x00-\x1f\x7f]+)$')
+
+
+def parse_text(line):
+    """One text line: ts, the level right-aligned in five columns, the area
+    and ": ", then the message and its fields, read from the end: each
+    " key=value" (a lower-case key; the value bare or quoted as in logfmt)
+    that ends the line is a field, and what is left is the message (a
+    message never ends in such a pair when a field follows it)."""
+    m = TEXT_HEAD.match(line)
+    if not m:
+        raise ValueError("not <ts> <LEVEL> <area>: : %r" % line)
+    rest = line[m.end():]
+    pairs = []
+    while True:
+        f = TEXT_FIELD.search(rest)
+        if not f:
+            break
+        v = f.group(2)
+        if v.startswith('"'):
+            v, end = _quoted(v, 0)
+            if end != len(f.group(2)):
+                break
+        pairs.append((f.group(1), v))
+        rest = rest[:f.start()]
+    for c in rest:
+        if ord(c) < 0x20 or c == "\x7f":
+            raise ValueError("raw control byte in the message: %r" % line)
+    fields = {"ts": m.group(1), "level": m.group(2).strip().lower(),
+              "area": m.group(3), "msg": rest}
+    order = list(HEAD)
+    for k, v in reversed(pairs):
+        if k in fields:
+            raise ValueError("key %s twice: %r" % (k, line))
+        fields[k] = v
+        order.append(k)
+    _check_head(order, fields, line)
+    return fields
+
+
 def parse_json(line):
     """One JSON line: an object of strings (and truncated: true)."""
     obj = json.loads(line, object_pairs_hook=_no_dup)
@@ -104,9 +149,19 @@ def _check_head(order, fields, line):
         raise ValueError("bad ts or level: %r" % line)
 
 
-def parse(text, fmt="logfmt"):
-    """Every line of a log, parsed; raises ValueError on the first bad one."""
-    one = parse_json if fmt == "json" else parse_logfmt
+def _any(line):
+    if line.startswith("{"):
+        return parse_json(line)
+    if line.startswith("ts="):
+        return parse_logfmt(line)
+    return parse_text(line)
+
+
+def parse(text, fmt="auto"):
+    """Every line of a log, parsed; raises ValueError on the first bad one.
+    fmt: "text", "logfmt", "json", or "auto" (each line by its start)."""
+    one = {"json": parse_json, "logfmt": parse_logfmt,
+           "text": parse_text}.get(fmt, _any)
     out = []
     lines = text.split("\n")
     if lines and lines[-1] == "":
@@ -119,7 +174,7 @@ def parse(text, fmt="logfmt"):
     return out
 
 
-def records(text, fmt="logfmt", **want):
+def records(text, fmt="auto", **want):
     """The lines whose fields equal every item of want (msg matched as a
     prefix when it ends with '*')."""
     out = []

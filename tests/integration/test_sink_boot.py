@@ -1,7 +1,7 @@
 """The embedded sink's settings at boot (docs/design/protocol.md §1 and
 docs/design/config.md §1-§5): with
 QUEEN_S3_EMBEDDED=true every refused value stops the broker with exit 2 and
-the one line `level=error area=boot msg="FATAL: QUEEN_S3_EMBEDDED=true: <message>"`, word for
+the one line `<ts> ERROR boot: FATAL: QUEEN_S3_EMBEDDED=true: <message>`, word for
 word; ignored leftovers (QUEEN_S3_LISTEN, QUEEN_S3_LOG_FORMAT) give one
 warning and the broker boots."""
 import re

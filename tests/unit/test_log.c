@@ -1,5 +1,5 @@
-/* Tests of the log line renderer (src/base/log.h (1)-(3)): logfmt quoting,
- * JSON escaping, keys, and cut lines. */
+/* Tests of the log line renderer (src/base/log.h (1)-(3)): the text
+ * format's head, logfmt quoting, JSON escaping, keys, and cut lines. */
 #include "harness.h"
 
 #include <string.h>
@@ -17,6 +17,36 @@ static const char *render(int format, const char *msg,
     size_t n = log_render(line, sizeof(line), format, &e);
     line[n] = '\0';
     return line;
+}
+
+TEST(text_is_ts_level_area_then_the_bare_message_and_logfmt_fields)
+{
+    const struct log_field f[] = {{"queue", "orders"},
+                                  {"k", "3"},
+                                  {"why", "lease taken by \"b\""},
+                                  {NULL, NULL}};
+    struct log_event e = {TS, LOG_ERROR, "boot", "FATAL: X=1 is \"bad\"\n",
+                          NULL};
+    size_t n;
+
+    /* what the reference's log regexes read: "window committed queue=" */
+    EXPECT_STR_EQ(render(LOG_FORMAT_TEXT, "window committed", f),
+                  TS "  INFO sink: window committed queue=orders k=3 "
+                     "why=\"lease taken by \\\"b\\\"\"\n");
+    /* the product page's boot line; quotes stay, a newline is escaped */
+    n = log_render(line, sizeof(line), LOG_FORMAT_TEXT, &e);
+    line[n] = '\0';
+    EXPECT_STR_EQ(line, TS " ERROR boot: FATAL: X=1 is \"bad\"\\n\n");
+    e.level = LOG_WARN;
+    e.msg = "queue fenced";
+    e.module = "queen-s3";
+    n = log_render(line, sizeof(line), LOG_FORMAT_TEXT, &e);
+    line[n] = '\0';
+    EXPECT_STR_EQ(line, TS "  WARN queen-s3: queue fenced\n");
+    e.level = LOG_DEBUG;
+    n = log_render(line, sizeof(line), LOG_FORMAT_TEXT, &e);
+    line[n] = '\0';
+    EXPECT_STR_EQ(line, TS " DEBUG queen-s3: queue fenced\n");
 }
 
 TEST(logfmt_quotes_a_value_with_a_space_a_quote_an_equals_or_nothing)
@@ -100,13 +130,20 @@ TEST(a_line_too_long_is_cut_closed_and_marked)
     line[n] = '\0';
     EXPECT_STR_EQ(line + n - strlen("\\\"\",\"truncated\":true}\n"),
                   "\\\"\",\"truncated\":true}\n");
+    n = log_render(line, sizeof(line), LOG_FORMAT_TEXT, &e);
+    EXPECT(n <= sizeof(line));
+    line[n] = '\0';
+    EXPECT(strncmp(line, TS "  WARN s: m v=\"", strlen(TS) + 15) == 0);
+    EXPECT_STR_EQ(line + n - strlen("\\\"\" truncated=true\n"),
+                  "\\\"\" truncated=true\n");
 }
 
-TEST(the_format_setting_takes_logfmt_or_json_only)
+TEST(the_format_setting_takes_text_logfmt_or_json_only)
 {
     EXPECT_EQ_I64(log_parse_format("logfmt"), LOG_FORMAT_LOGFMT);
     EXPECT_EQ_I64(log_parse_format("JSON"), LOG_FORMAT_JSON);
-    EXPECT_EQ_I64(log_parse_format("text"), -1);
+    EXPECT_EQ_I64(log_parse_format("Text"), LOG_FORMAT_TEXT);
+    EXPECT_EQ_I64(log_parse_format("tracing"), -1);
     EXPECT_EQ_I64(log_parse_format(""), -1);
     EXPECT_STR_EQ(LOG_FMT("%d-%s", 7, "x"), "7-x");
     EXPECT_STR_EQ(LOG_U64(UINT64_MAX), "18446744073709551615");
