@@ -16,7 +16,7 @@ import pytest
 
 import lake
 import loglines
-from sinkenv import PREFIX, TENANT, kv_get, wait_until
+from sinkenv import PREFIX, TENANT, kv_get, sink_row, wait_until
 
 QUEUES = ["dq0", "dq1"]
 CASES = {  # label: (put delay ms, grace ms, ttl ms)
@@ -166,3 +166,122 @@ def test_sigterm_drain(sink_node, bucket, case):
         assert after.get(key) == digest, "%s changed or vanished" % key
     if case == "cut":
         assert "redo=true" in node.stderr()
+
+
+# The drain's choice (reference §3.11, page "Stop"): the window being
+# filled is committed at SIGTERM when it is worth it, 1 MiB buffered or
+# ten seconds of lag on the broker's clock, and left in the log for the
+# next owner otherwise. label: (target MB, records, payload bytes, age it)
+WORTH = {
+    "young-small": (8, 40, 500, False),
+    "young-big": (8, 1400, 1000, False),
+    "aged-small": (8, 40, 500, True),
+}
+DRAIN_LINE = re.compile(r"shutting down: stopping the reads queue=(\S+) "
+                        r"buffered=(\d+) aged=(\w+) closing=(\w+) "
+                        r"state=(\S+)")
+
+
+@pytest.mark.parametrize("case", list(WORTH))
+def test_drain_commits_the_open_window_only_when_worth_it(sink_node, bucket,
+                                                          case):
+    target_mb, n, size, age_it = WORTH[case]
+    q = QUEUES[0]
+    env = {"QUEEN_S3_QUEUES": q, "QUEEN_S3_COMPRESSION": "gzip",
+           "QUEEN_S3_LEASE_TTL_MS": 60000}
+    node = sink_node(env)
+    reader = lake.bucket_reader(bucket)
+    acked, serial = [], [0]
+
+    def push(count, nbytes):
+        items = []
+        for i in range(count):
+            serial[0] += 1
+            body = b'{"n":%d,"pad":"' % serial[0]
+            body += b"x" * max(0, nbytes - len(body) - 2) + b'"}'
+            items.append({"queue": q, "partition": "p-%d" % (i % 4),
+                          "transactionId": "w-%07d" % serial[0],
+                          "payload": body})
+        for at in range(0, len(items), 200):
+            part = items[at:at + 200]
+            r = node.request("POST", "/api/v1/push",
+                             body=lake.push_body(part))
+            assert r.status == 201, r
+            acked.extend(lake.acked_from_push(part, r.json()))
+        return sum(len(it["payload"]) for it in items)
+
+    def nudge():
+        r = node.request("POST", "/api/v1/push", body=lake.push_body(
+            [{"queue": "nudge", "payload": b"1"}]))
+        assert r.status == 201, r
+
+    def row():
+        return sink_row(node, q) or {}
+
+    # Run 1 (windows of 1 s): one committed window, so the queue's lag is
+    # measured from it (a first window is due at once: its lag is
+    # unbounded), and then nothing buffered.
+    push(10, 200)
+
+    def settled():
+        nudge()
+        r = row()
+        return (lake.count_records(reader, PREFIX, TENANT, q) == len(acked)
+                and r.get("bufferedBytes") == 0)
+    wait_until(settled, 60, "the first window committed", interval=0.3)
+    assert node.stop() == 0
+
+    # Run 2: windows that never age (10 minutes) nor fill (target_mb).
+    node.extra_env.update({"QUEEN_S3_MAX_WINDOW_MS": "600000",
+                           "QUEEN_S3_TARGET_MB": str(target_mb)})
+    node.start()
+    wait_until(lambda: (nudge(), row().get("state") == "filling")[1]
+               and row().get("lagSeconds", 99) < 3, 60,
+               "the queue held again, its lag small", interval=0.3)
+    committed = lake.count_records(reader, PREFIX, TENANT, q)
+    t_push = time.monotonic()
+    payload = push(n, size)
+    nudge()
+    wait_until(lambda: row().get("bufferedBytes", 0) >= payload, 60,
+               "the push buffered by the sink", interval=0.1)
+    if age_it:
+        wait_until(lambda: (nudge(), row().get("lagSeconds", 0) >= 10.5)[1],
+                   60, "ten seconds of lag", interval=0.3)
+    else:
+        # aged is decided on the broker's clock at the signal: the push was
+        # moments ago (a machine this slow would make the case aged)
+        assert time.monotonic() - t_push < 8, "the machine is too slow"
+    assert lake.count_records(reader, PREFIX, TENANT, q) == committed
+    node.signal(15)
+    assert node.wait_exit(60) == 0
+    log = node.stderr()
+    node._reap()
+    m = DRAIN_LINE.search(log)
+    assert m, log
+    buffered, aged, closing = int(m.group(2)), m.group(3), m.group(4)
+    assert m.group(1) == q
+    assert buffered >= payload, m.group(0)
+    worth = buffered >= 1 << 20 or age_it
+    assert (buffered >= 1 << 20) == (case == "young-big"), m.group(0)
+    assert aged == ("true" if age_it else "false"), m.group(0)
+    assert closing == ("true" if worth else "false"), m.group(0)
+    assert loglines.records(log, msg="queue drained", queue=q), log
+    if worth:
+        # committed before the broker exited: every acked record is in
+        # the lake already, exactly once
+        lake.wait_queue(reader, PREFIX, TENANT, q, acked, timeout=5,
+                        compression="gzip", align="none")
+    else:
+        # left in the log: nothing was committed, and the next run ships it
+        assert lake.count_records(reader, PREFIX, TENANT, q) == committed
+        node.extra_env["QUEEN_S3_MAX_WINDOW_MS"] = "1000"
+        node.start()
+
+        def shipped():
+            nudge()
+            return (lake.count_records(reader, PREFIX, TENANT, q) ==
+                    len(acked))
+        wait_until(shipped, 60, "the records left in the log shipped",
+                   interval=0.3)
+        lake.wait_queue(reader, PREFIX, TENANT, q, acked, timeout=60,
+                        compression="gzip", align="none")
