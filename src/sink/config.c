@@ -1101,8 +1101,9 @@ void sink_config_ignored_warning(const struct sink_node_config *n,
         return;
     }
     buf_printf(out, err,
-               "ignoring %s: left over from the standalone 1.5.0 sink; the "
-               "embedded sink has no listener or log format of its own",
+               "%s set but ignored: the sink runs inside the broker, which "
+               "serves its status and metrics and owns the log format "
+               "(left over from the standalone 1.5.0 sink)",
                n->ignored);
 }
 
