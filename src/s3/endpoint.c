@@ -2,8 +2,9 @@
  *
  * The endpoint is scheme://host[:port] and nothing else: a path would move
  * every object under a prefix the layout does not know about, so it is
- * refused with a pointer to the prefix setting. IPv6 literals are not
- * specially handled (docs/design/formats.md §9). */
+ * refused with a pointer to the prefix setting. An IPv6 literal is taken in
+ * brackets, as in a URL ([fd00::7]:9000), and kept with them: the Host
+ * header and the URL both carry it so. */
 #include "s3/endpoint.h"
 
 #include <ctype.h>
@@ -42,9 +43,20 @@ static int split_authority(struct s3_endpoint *ep, const char *name,
                            const char *raw, const char *auth, struct err *err)
 {
     const char *colon = strrchr(auth, ':');
-    size_t hl = colon == NULL ? strlen(auth) : (size_t)(colon - auth);
+    size_t hl;
 
-    if (hl == 0) {
+    if (auth[0] == '[') { /* an IPv6 literal: its colons are not a port's */
+        const char *close = strchr(auth, ']');
+
+        if (close == NULL || (close[1] != '\0' && close[1] != ':')) {
+            return err_set(err, ERR_INVALID,
+                           "%s=%s has a bracketed host that does not close",
+                           name, raw);
+        }
+        colon = close[1] == ':' ? close + 1 : NULL;
+    }
+    hl = colon == NULL ? strlen(auth) : (size_t)(colon - auth);
+    if (hl == 0 || (auth[0] == '[' && hl == 2)) {
         return err_set(err, ERR_INVALID, "%s=%s has no host", name, raw);
     }
     if (hl >= sizeof(ep->host) || strlen(auth) >= sizeof(ep->authority)) {

@@ -25,6 +25,7 @@
 #include "base/pct.h"
 #include "base/version.h"
 #include "base/xalloc.h"
+#include "s3/endpoint.h"
 
 #define VAL_MAX 4096
 #define PFX     "QUEEN_S3_PREFIX"
@@ -367,6 +368,8 @@ static int parse_endpoint(struct ld *l, struct sink_config *c)
 {
     const char *name = l->nm->endpoint;
     char raw[VAL_MAX];
+    struct s3_endpoint ep;
+    struct err e;
     const char *rest;
     size_t n;
 
@@ -399,6 +402,12 @@ static int parse_endpoint(struct ld *l, struct sink_config *c)
                     "scheme://host[:port] only; a prefix inside the bucket "
                     "is %s",
                     name, raw, l->nm->prefix);
+    }
+    /* The S3 client's own reading too (its port and host rules), so what
+     * it would refuse when the sink starts stops the boot instead, before
+     * the node has opened anything. */
+    if (s3_endpoint_parse(&ep, name, raw, l->nm->prefix, &e) != 0) {
+        return fail(l, "%s", e.msg);
     }
     if ((size_t)(rest - raw) + n >= sizeof(c->endpoint)) {
         return fail(l, "%s=%s has no host", name, raw);

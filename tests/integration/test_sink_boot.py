@@ -119,6 +119,8 @@ CASES = (
          " the bucket is QUEEN_S3_PREFIX"),
         ("QUEEN_S3_ENDPOINT", "s3.local", "QUEEN_S3_ENDPOINT=s3.local has no "
          "scheme: it starts with http:// or https://"),
+        ("QUEEN_S3_ENDPOINT", "http://gw:abc", "QUEEN_S3_ENDPOINT=http://gw:abc"
+         " has a port that is not one"),
         ("QUEEN_S3_ENDPOINT", "http://gw/lake", "QUEEN_S3_ENDPOINT=http://gw/"
          "lake carries a path. The endpoint is scheme://host[:port] only; a "
          "prefix inside the bucket is QUEEN_S3_PREFIX"),

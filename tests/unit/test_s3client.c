@@ -1212,6 +1212,43 @@ TEST(endpoint_refusals_use_the_reference_messages)
                                       "port that is not one");
     endpoint_refused("http://gw:70000", "QUEEN_S3_ENDPOINT=http://gw:70000 "
                                         "has a port that is not one");
+    endpoint_refused("http://[fd00::7", "QUEEN_S3_ENDPOINT=http://[fd00::7 "
+                                        "has a bracketed host that does not "
+                                        "close");
+    endpoint_refused("http://[fd00::7]x", "QUEEN_S3_ENDPOINT=http://[fd00::7]x "
+                                          "has a bracketed host that does not "
+                                          "close");
+    endpoint_refused("http://[]:80", "QUEEN_S3_ENDPOINT=http://[]:80 has no "
+                                     "host");
+    endpoint_refused("http://[fd00::7]:x",
+                     "QUEEN_S3_ENDPOINT=http://[fd00::7]:x "
+                     "has a port that is not one");
+}
+
+TEST(an_ipv6_literal_is_taken_in_brackets_with_or_without_a_port)
+{
+    struct s3_endpoint ep;
+    struct err err = {0};
+    struct buf b;
+
+    buf_init(&b, 1024);
+    EXPECT_EQ_I64(s3_endpoint_parse(&ep, "endpoint", "http://[fd00::7]:9000",
+                                    "prefix", &err),
+                  0);
+    EXPECT_STR_EQ(ep.host, "[fd00::7]");
+    EXPECT_STR_EQ(ep.authority, "[fd00::7]:9000");
+    EXPECT_EQ_I64(ep.port, 9000);
+    EXPECT_EQ_I64(s3_endpoint_set_bucket(&ep, "bucket", "lake", "prefix", &err),
+                  0);
+    ep.path_style = true;
+    EXPECT_EQ_I64(s3_endpoint_base_url(&ep, &b, &err), 0);
+    EXPECT_STR_EQ(b.data, "http://[fd00::7]:9000");
+    EXPECT_EQ_I64(
+        s3_endpoint_parse(&ep, "endpoint", "https://[::1]/", "prefix", &err),
+        0);
+    EXPECT_STR_EQ(ep.host, "[::1]");
+    EXPECT_EQ_I64(ep.port, 0);
+    buf_free(&b);
 }
 
 TEST(endpoint_accepts_host_port_and_one_trailing_slash)

@@ -479,6 +479,13 @@ TEST(names_and_paths)
            "or https://");
     refuse("QUEEN_S3_ENDPOINT", "http://",
            "QUEEN_S3_ENDPOINT=http:// has no host");
+    /* the S3 client's port rule, at boot rather than when the sink starts */
+    refuse("QUEEN_S3_ENDPOINT", "http://gw:abc",
+           "QUEEN_S3_ENDPOINT=http://gw:abc has a port that is not one");
+    refuse("QUEEN_S3_ENDPOINT", "http://gw:70000",
+           "QUEEN_S3_ENDPOINT=http://gw:70000 has a port that is not one");
+    refuse("QUEEN_S3_ENDPOINT", "http://:7070",
+           "QUEEN_S3_ENDPOINT=http://:7070 has no host");
     refuse("QUEEN_S3_ENDPOINT", "http://gw/lake",
            "QUEEN_S3_ENDPOINT=http://gw/lake carries a path. The endpoint is "
            "scheme://host[:port] only; a prefix inside the bucket is "
