@@ -118,7 +118,19 @@ static bool digits(const char *s, int w, int *out)
     return true;
 }
 
-/* "YYYY-MM-DDTHH:MM:SS" (19 bytes, n >= 19) to whole-second us. */
+/* Days in month mo (1..12) of year y, proleptic Gregorian. */
+static int days_in_month(int y, int mo)
+{
+    static const int len[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    bool is_leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+
+    return mo == 2 && is_leap ? 29 : len[mo - 1];
+}
+
+/* "YYYY-MM-DDTHH:MM:SS" (19 bytes, n >= 19) to whole-second us. A day its
+ * month does not have (2020-02-30, 2021-02-29, 04-31) is refused rather
+ * than carried into the next month: no writer makes one, so it is a typo
+ * that would otherwise name another instant. */
 static bool parse_seconds(const char *s, int64_t *us)
 {
     int y;
@@ -137,7 +149,8 @@ static bool parse_seconds(const char *s, int64_t *us)
         !digits(s + 17, 2, &sec)) {
         return false;
     }
-    if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60) {
+    if (mo < 1 || mo > 12 || d < 1 || d > days_in_month(y, mo) || h > 23 ||
+        mi > 59 || sec > 60) {
         return false;
     }
     *us = (days_from_civil(y, mo, d) * 86400 + (int64_t)h * 3600 +

@@ -23,13 +23,15 @@ void isotime_format_us(int64_t us, char out[32]);
 
 /* The sink's strict parser: YYYY-MM-DDTHH:MM:SS, optionally '.' and 1-6
  * fraction digits (scaled to us), then 'Z' at the very end; length >= 20;
- * month 1-12, day 1-31, hour <= 23, minute <= 59, second <= 60. Rejects
- * offsets, a space for 'T', 7 fraction digits, a missing Z. The caller
- * words a failure as: not a broker timestamp: "<input>". */
+ * month 1-12, a day its month has (Feb 29 in leap years only), hour <= 23,
+ * minute <= 59, second <= 60. Rejects offsets, a space for 'T', 7 fraction
+ * digits, a missing Z. The caller words a failure as: not a broker
+ * timestamp: "<input>". */
 bool isotime_parse_us(const char *s, size_t n, int64_t *us);
 
-/* The broker's lenient ms parser: YYYY-MM-DDTHH:MM:SS, any number of
- * fraction digits truncated to ms, anything after ignored. */
+/* The broker's lenient ms parser: YYYY-MM-DDTHH:MM:SS (the same date and
+ * time checks), any number of fraction digits truncated to ms, anything
+ * after ignored. */
 bool isotime_parse_ms_lenient(const char *s, size_t n, int64_t *ms);
 
 /* KV answer form: "YYYY-MM-DDTHH:MM:SS[.frac without trailing zeros]+00:00"

@@ -139,6 +139,19 @@ def test_unparsable_since_refuses_the_call(broker):
         "error": "bad body: entry 1: since is not a timestamp: yesterday"}
 
 
+def test_since_on_a_day_its_month_does_not_have_refuses_the_call(broker):
+    broker.push([{"queue": "bd", "payload": 1}])
+    for bad in ("2020-02-30T00:00:00.000000Z", "2021-02-29T00:00:00Z",
+                "2026-04-31T12:00:00Z"):
+        r = broker.post("/api/v1/partitions/changed",
+                        {"entries": [{"queue": "bd", "since": bad}]})
+        assert r.status == 400, (bad, r)
+        assert r.json() == {
+            "error": "bad body: entry 0: since is not a timestamp: " + bad}
+    e = broker.changed([{"queue": "bd", "since": "2020-02-29T00:00:00Z"}])
+    assert [p["name"] for p in e["entries"][0]["partitions"]] == ["Default"]
+
+
 def test_more_than_1024_entries_is_refused(broker):
     r = broker.post("/api/v1/partitions/changed",
                     {"entries": [{"queue": "x"}] * 1025})

@@ -89,6 +89,58 @@ TEST(parser_rejects_everything_else)
     EXPECT_EQ_I64(us, 42);
 }
 
+/* A day its month does not have is refused by both parsers, not carried
+ * into the next month (2020-02-30 would otherwise read as 2020-03-01). */
+TEST(a_day_its_month_does_not_have_is_refused)
+{
+    static const char *bad[] = {
+        "2020-02-30T00:00:00Z",   "2021-02-29T00:00:00Z",
+        "1900-02-29T00:00:00Z",   "2100-02-29T00:00:00Z",
+        "2026-04-31T00:00:00Z",   "2026-06-31T00:00:00Z",
+        "2026-09-31T12:00:00.5Z", "2026-11-31T00:00:00.000000Z"};
+    static const char *good[] = {
+        "2020-02-29T00:00:00Z", "2000-02-29T00:00:00Z", "0000-02-29T00:00:00Z",
+        "2026-01-31T00:00:00Z", "2026-04-30T00:00:00Z", "2026-12-31T00:00:00Z"};
+    int64_t us = 42;
+    int64_t ms = 42;
+
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        if (isotime_parse_us(bad[i], strlen(bad[i]), &us) ||
+            isotime_parse_ms_lenient(bad[i], strlen(bad[i]), &ms)) {
+            HARNESS_FAIL("accepted %s", bad[i]);
+        }
+    }
+    EXPECT_EQ_I64(us, 42);
+    EXPECT_EQ_I64(ms, 42);
+    for (size_t i = 0; i < ARRAY_LEN(good); i++) {
+        if (!isotime_parse_us(good[i], strlen(good[i]), &us) ||
+            !isotime_parse_ms_lenient(good[i], strlen(good[i]), &ms)) {
+            HARNESS_FAIL("refused %s", good[i]);
+        }
+    }
+}
+
+/* What the writer makes is still read back, for every day of years
+ * 0000..9999: the day check refuses nothing isotime_format_us() prints. */
+TEST(every_day_the_writer_prints_parses_back)
+{
+    int64_t first = -62167219200LL * ISOTIME_US_S; /* 0000-01-01 */
+    int64_t last = 253402300799LL * ISOTIME_US_S;  /* 9999-12-31T23:59:59 */
+    size_t refused = 0;
+    char out[32];
+    int64_t back;
+
+    for (int64_t us = first + 43200123456LL; us <= last; us += ISOTIME_US_D) {
+        isotime_format_us(us, out);
+        if (!isotime_parse_us(out, strlen(out), &back) || back != us) {
+            if (refused++ == 0) {
+                HARNESS_FAIL("%s did not read back", out);
+            }
+        }
+    }
+    EXPECT_EQ_U64(refused, 0);
+}
+
 TEST(lenient_ms_parser_truncates_and_ignores_the_rest)
 {
     int64_t ms = 0;
