@@ -84,6 +84,28 @@ bool api_json_int(const struct json_doc *d, int obj, const char *key,
     return api_huge_int(d, i, r, out);
 }
 
+int api_check_name(const char *where, struct slice name, struct err *err)
+{
+    if (name.len > CMD_NAME_MAX) {
+        return err_set(err, ERR_TOO_BIG,
+                       "%s: name of %zu bytes is over the %d-byte limit", where,
+                       name.len, CMD_NAME_MAX);
+    }
+    /* A control byte in a name cannot be typed, shown or logged as it is;
+     * names are otherwise free (keys escape them, formats.md §4). */
+    for (size_t i = 0; i < name.len; i++) {
+        unsigned char ch = (unsigned char)name.ptr[i];
+
+        if (ch < 0x20 || ch == 0x7f) {
+            return err_set(err, ERR_INVALID,
+                           "%s: control character 0x%02x at byte %zu is not "
+                           "allowed in a name",
+                           where, ch, i);
+        }
+    }
+    return 0;
+}
+
 int api_routes(struct api *a, struct router *r, struct err *err)
 {
     static const struct router_route routes[] = {

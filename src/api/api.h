@@ -73,6 +73,15 @@ struct api_range {
 bool api_json_int(const struct json_doc *d, int obj, const char *key,
                   const struct api_range *r, int64_t *out);
 
+/* A queue or partition name a request gives (docs/design/http-api.md §1),
+ * checked the same way by every route that takes one. Returns 0;
+ * ERR_TOO_BIG over CMD_NAME_MAX bytes ("<where>: name of N bytes is over
+ * the 447-byte limit", 413 too_large); ERR_INVALID for a control character,
+ * a byte below 0x20 or 0x7f ("<where>: control character 0x01 at byte 3 is
+ * not allowed in a name", 400). where names the field, e.g.
+ * "items[2].queue"; the name's own bytes are never quoted. */
+int api_check_name(const char *where, struct slice name, struct err *err);
+
 /* ---- push (docs/design/http-api.md §2) ----------------------------------- */
 
 /* Mint one message id (16 bytes). The receiver uses a UUIDv7 generator;
@@ -89,12 +98,12 @@ struct api_push {
     struct buf sealed; /* sealed payloads (api_push_seal); never moves */
 };
 
-/* Parse a push body (borrowed; must outlive p) into items, check names, and
- * default partitions to "Default". Returns 0; ERR_INVALID with err->msg
- * "bad push body: <why>" (answer 400 bad_body); ERR_TOO_BIG when a name is
- * over CMD_NAME_MAX bytes, a transactionId over CMD_TXN_MAX, or the body
- * needs more than API_PUSH_MAX_TOKENS tokens (413 too_large). Free p with
- * api_push_free() in every case. */
+/* Parse a push body (borrowed; must outlive p) into items, check names
+ * (api_check_name), and default partitions to "Default". Returns 0;
+ * ERR_INVALID with err->msg "bad push body: <why>" (answer 400 bad_body);
+ * ERR_TOO_BIG when a name is over CMD_NAME_MAX bytes, a transactionId over
+ * CMD_TXN_MAX, or the body needs more than API_PUSH_MAX_TOKENS tokens (413
+ * too_large). Free p with api_push_free() in every case. */
 int api_push_parse(struct api_push *p, const char *body, size_t len,
                    struct err *err);
 /* Give every item a message id, and the id's text as txn where the producer
@@ -131,10 +140,11 @@ struct api_fetch {
 };
 
 /* Parse a fetch body (borrowed). Returns 0, or ERR_INVALID with *code set:
- * "bad_body" (err->msg "bad fetch body: <why>"), or NULL for the envelopes
- * without a code ("too many entries", "offset must be non-negative"); or
- * ERR_TOO_BIG past API_READ_MAX_TOKENS (413). Free with api_fetch_free() in
- * every case. */
+ * "bad_body" (err->msg "bad fetch body: <why>", a control character in a
+ * name among them), or NULL for the envelopes without a code ("too many
+ * entries", "offset must be non-negative"); or ERR_TOO_BIG past
+ * API_READ_MAX_TOKENS or for a name over CMD_NAME_MAX bytes (413, push's
+ * sentence: api_check_name). Free with api_fetch_free() in every case. */
 int api_fetch_parse(struct api_fetch *f, const char *body, size_t len,
                     const char **code, struct err *err);
 /* {"entries":[…]} for ans, in request order. */
@@ -162,8 +172,9 @@ struct api_changed {
     struct buf arena;
 };
 
-/* Same conventions as api_fetch_parse: "bad_body", or NULL for "too many
- * entries" and "bad body: entry <i>: since is not a timestamp: <v>". */
+/* Same conventions as api_fetch_parse (names too): "bad_body", or NULL for
+ * "too many entries" and "bad body: entry <i>: since is not a timestamp:
+ * <v>". */
 int api_changed_parse(struct api_changed *c, const char *body, size_t len,
                       const char **code, struct err *err);
 int api_changed_render(const struct api_changed *c,
@@ -189,9 +200,10 @@ struct api_configure {
 
 /* Parse a configure body (borrowed). Returns 0, or ERR_INVALID with *code
  * "bad_body" (unparsable: "bad configure body: <why>"), "bad_request"
- * ("queue is required") or NULL ("mode must be \"merge\" or \"replace\",
- * got <v>"); ERR_TOO_BIG (413, "too_large"). Free with api_configure_free()
- * in every case. */
+ * ("queue is required", or a control character in it: api_check_name) or
+ * NULL ("mode must be \"merge\" or \"replace\", got <v>"); ERR_TOO_BIG
+ * (413, "too_large") for a queue name over CMD_NAME_MAX bytes or too many
+ * tokens. Free with api_configure_free() in every case. */
 int api_configure_parse(struct api_configure *c, const char *body, size_t len,
                         const char **code, struct err *err);
 /* Apply the request's options onto o (the starting configuration: the

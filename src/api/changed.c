@@ -73,6 +73,17 @@ static int changed_since(struct api_changed *c, size_t idx, int tok,
     return 0;
 }
 
+/* The queue name's bounds, as push checks them (api_check_name). */
+static int changed_name(size_t idx, struct slice queue, struct err *err)
+{
+    char where[64];
+    int rc;
+
+    snprintf(where, sizeof(where), "entries[%zu].queue", idx);
+    rc = api_check_name(where, queue, err);
+    return rc == ERR_INVALID ? err_wrap(err, "bad changed body") : rc;
+}
+
 static int changed_entry(struct api_changed *c, size_t idx, int obj,
                          const char **code, struct err *err)
 {
@@ -89,6 +100,7 @@ static int changed_entry(struct api_changed *c, size_t idx, int obj,
                        idx);
     }
     if (changed_text(c, q, &r->queue, err) != 0 ||
+        changed_name(idx, r->queue, err) != 0 ||
         changed_since(c, idx, json_obj_get(d, obj, "since"), code, err) != 0) {
         return err->code;
     }

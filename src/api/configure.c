@@ -87,7 +87,7 @@ int api_configure_parse(struct api_configure *c, const char *body, size_t len,
     int mode;
 
     memset(c, 0, sizeof(*c));
-    buf_init(&c->arena, (size_t)2 * CMD_NAME_MAX);
+    buf_init(&c->arena, BUF_UNLIMITED); /* the body bounds the name */
     *code = "bad_body";
     if (json_parse(&c->doc, body, len, &lim, err) != 0) {
         if (err->code == ERR_TOO_BIG) {
@@ -104,20 +104,14 @@ int api_configure_parse(struct api_configure *c, const char *body, size_t len,
     q = json_obj_get(&c->doc, 0, "queue");
     if (json_type(&c->doc, q) != JSON_STRING ||
         json_get_str(&c->doc, q, &c->arena, err) != 0 || c->arena.len == 0) {
-        if (err->code == ERR_TOO_BIG) {
-            *code = "too_large";
-            return err_set(err, ERR_TOO_BIG, "queue name exceeds %d B",
-                           CMD_NAME_MAX);
-        }
         return err_set(err, ERR_INVALID, "queue is required");
-    }
-    if (c->arena.len > CMD_NAME_MAX) {
-        *code = "too_large";
-        return err_set(err, ERR_TOO_BIG, "queue name of %zu B exceeds %d B",
-                       c->arena.len, CMD_NAME_MAX);
     }
     c->queue.ptr = c->arena.data;
     c->queue.len = c->arena.len;
+    if (api_check_name("queue", c->queue, err) != 0) {
+        *code = err->code == ERR_TOO_BIG ? "too_large" : "bad_request";
+        return err->code;
+    }
     mode = json_obj_get(&c->doc, 0, "mode");
     if (mode >= 0 && !json_str_eq(&c->doc, mode, "merge")) {
         struct slice v = json_span(&c->doc, mode);

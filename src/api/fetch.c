@@ -88,6 +88,23 @@ static bool fetch_below_i64(const struct json_doc *d, int i, int64_t *out)
     return true;
 }
 
+/* The names' bounds, as push checks them (api_check_name): a name push
+ * would refuse is refused here too, not read as an unknown queue. */
+static int fetch_names(size_t idx, const struct store_fetch_req *r,
+                       struct err *err)
+{
+    char where[64];
+    int rc;
+
+    snprintf(where, sizeof(where), "entries[%zu].queue", idx);
+    rc = api_check_name(where, r->queue, err);
+    if (rc == 0) {
+        snprintf(where, sizeof(where), "entries[%zu].partition", idx);
+        rc = api_check_name(where, r->partition, err);
+    }
+    return rc == ERR_INVALID ? err_wrap(err, "bad fetch body") : rc;
+}
+
 static int fetch_entry(struct api_fetch *f, size_t idx, int obj,
                        bool *is_negative, struct err *err)
 {
@@ -120,6 +137,9 @@ static int fetch_entry(struct api_fetch *f, size_t idx, int obj,
                        "entries[%zu].partition: a string or an "
                        "integer is required",
                        idx);
+    }
+    if (fetch_names(idx, r, err) != 0) {
+        return err->code;
     }
     if (!json_get_i64(d, json_obj_get(d, obj, "offset"), &r->offset) &&
         !fetch_below_i64(d, json_obj_get(d, obj, "offset"), &r->offset)) {

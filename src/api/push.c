@@ -9,6 +9,7 @@
  * anything is proposed (api.h (1)). Offsets, dedup verdicts and stamps are
  * decided by the fsm at apply time; this file only renders its verdicts. */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -50,6 +51,9 @@ static int push_str(struct api_push *p, int i, struct slice *out,
 static int push_name(struct api_push *p, size_t idx, const char *field, int tok,
                      struct slice *out, struct err *err)
 {
+    char where[64];
+    int rc;
+
     if (json_type(&p->doc, tok) != JSON_STRING) {
         return err_set(err, ERR_INVALID,
                        "bad push body: items[%zu].%s: a string is required",
@@ -58,13 +62,9 @@ static int push_name(struct api_push *p, size_t idx, const char *field, int tok,
     if (push_str(p, tok, out, err) != 0) {
         return err->code;
     }
-    if (out->len > CMD_NAME_MAX) {
-        return err_set(err, ERR_TOO_BIG,
-                       "items[%zu].%s: name of %zu bytes is over the %d-byte "
-                       "limit",
-                       idx, field, out->len, CMD_NAME_MAX);
-    }
-    return 0;
+    snprintf(where, sizeof(where), "items[%zu].%s", idx, field);
+    rc = api_check_name(where, *out, err);
+    return rc == ERR_INVALID ? err_wrap(err, "bad push body") : rc;
 }
 
 static int push_txn(struct api_push *p, size_t idx, int tok, struct err *err)

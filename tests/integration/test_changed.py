@@ -152,6 +152,25 @@ def test_since_on_a_day_its_month_does_not_have_refuses_the_call(broker):
     assert [p["name"] for p in e["entries"][0]["partitions"]] == ["Default"]
 
 
+def test_names_are_bounded_as_push_bounds_them(broker):
+    broker.push([{"queue": "q" * 447, "payload": 1}])
+    e = broker.changed([{"queue": "q" * 447}])["entries"][0]
+    assert [p["name"] for p in e["partitions"]] == ["Default"]
+    r = broker.post("/api/v1/partitions/changed",
+                    {"entries": [{"queue": "q"}, {"queue": "q" * 448}]})
+    assert r.status == 413, r
+    assert r.json() == {
+        "error": "entries[1].queue: name of 448 bytes is over the 447-byte "
+                 "limit", "code": "too_large"}
+    r = broker.post("/api/v1/partitions/changed",
+                    {"entries": [{"queue": "q\u007f"}]})
+    assert r.status == 400, r
+    assert r.json() == {
+        "error": "bad changed body: entries[0].queue: control character 0x7f "
+                 "at byte 1 is not allowed in a name", "code": "bad_body"}
+    assert not any(b < 0x20 or b == 0x7f for b in r.body), r
+
+
 def test_more_than_1024_entries_is_refused(broker):
     r = broker.post("/api/v1/partitions/changed",
                     {"entries": [{"queue": "x"}] * 1025})

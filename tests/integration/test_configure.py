@@ -216,4 +216,13 @@ def test_queue_name_bounds(broker):
     assert o["queue"] == "n" * 447
     for name in ["n" * 448, "n" * 2000]:
         r = configure(broker, {"queue": name}, 413)
-        assert r.json()["code"] == "too_large"
+        assert r.json() == {
+            "error": "queue: name of %d bytes is over the 447-byte limit"
+                     % len(name), "code": "too_large"}
+    r = configure(broker, {"queue": "n\u0001"}, 400)
+    assert r.json() == {
+        "error": "queue: control character 0x01 at byte 1 is not allowed in "
+                 "a name", "code": "bad_request"}
+    names = [q["name"] for q in
+             broker.get("/api/v1/resources/queues").json()["queues"]]
+    assert names == ["n" * 447]

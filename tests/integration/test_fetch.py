@@ -104,6 +104,38 @@ def test_more_than_1024_entries_is_refused(broker):
     assert r.status == 200 and len(r.json()["entries"]) == 1024
 
 
+def test_names_are_bounded_as_push_bounds_them(broker):
+    broker.push([{"queue": "q" * 447, "partition": "p" * 447, "payload": 1}])
+    e = broker.fetch_one("q" * 447, "p" * 447)
+    assert e["highWatermark"] == 1 and "error" not in e
+    for entry, where in (({"queue": "q" * 448, "offset": 0}, "queue"),
+                         ({"queue": "q", "partition": "\u00e9" * 224,
+                           "offset": 0}, "partition")):
+        r = broker.post("/api/v1/fetch", {"entries": [entry]})
+        assert r.status == 413, r
+        assert r.json() == {
+            "error": "entries[0].%s: name of 448 bytes is over the 447-byte "
+                     "limit" % where, "code": "too_large"}
+        pushed = broker.post("/api/v1/push", {"items": [
+            dict(entry, payload=1)]})
+        assert pushed.status == 413, pushed
+
+
+def test_control_characters_in_names_are_refused(broker):
+    for entry, where in (({"queue": "a\u0000", "offset": 0}, "queue"),
+                         ({"queue": "a", "partition": "\n", "offset": 0},
+                          "partition")):
+        r = broker.post("/api/v1/fetch", {"entries": [entry]})
+        assert r.status == 400, r
+        ch = ord(entry.get("partition", entry["queue"])[-1])
+        at = len(entry.get("partition", entry["queue"])) - 1
+        assert r.json() == {
+            "error": "bad fetch body: entries[0].%s: control character "
+                     "0x%02x at byte %d is not allowed in a name"
+                     % (where, ch, at), "code": "bad_body"}
+        assert not any(b < 0x20 or b == 0x7f for b in r.body), r
+
+
 def test_unparsable_body_is_bad_body(broker):
     for body in (b"{", b"[]", b'{"entries":5}', b'{"entries":[{"queue":1}]}',
                  b'{"entries":[{"queue":"q"}]}'):

@@ -60,6 +60,31 @@ TEST(parse_refusals_and_codes)
     }
 }
 
+/* The queue name is checked as push checks it (api_check_name). */
+TEST(queue_name_is_checked_as_push_does)
+{
+    char body[1200] = "{\"queue\":\"";
+    struct api_configure c;
+    const char *code = "unset";
+    struct err err;
+
+    memset(body + strlen(body), 'n', 448);
+    strcat(body, "\"}");
+    EXPECT_EQ_I64(api_configure_parse(&c, body, strlen(body), &code, &err),
+                  ERR_TOO_BIG);
+    EXPECT(code != NULL && strcmp(code, "too_large") == 0);
+    EXPECT_STR_EQ(err.msg,
+                  "queue: name of 448 bytes is over the 447-byte limit");
+    api_configure_free(&c);
+    strcpy(body, "{\"queue\":\"a\\u0007\"}");
+    EXPECT_EQ_I64(api_configure_parse(&c, body, strlen(body), &code, &err),
+                  ERR_INVALID);
+    EXPECT(code != NULL && strcmp(code, "bad_request") == 0);
+    EXPECT_STR_EQ(err.msg, "queue: control character 0x07 at byte 1 is not "
+                           "allowed in a name");
+    api_configure_free(&c);
+}
+
 TEST(bad_mode_is_quoted_cut_at_a_whole_utf8_sequence)
 {
     /* The mode's JSON text is '"' then 80 two-byte letters: a cut at byte
