@@ -102,8 +102,9 @@ struct api_push {
  * (api_check_name), and default partitions to "Default". Returns 0;
  * ERR_INVALID with err->msg "bad push body: <why>" (answer 400 bad_body);
  * ERR_TOO_BIG when a name is over CMD_NAME_MAX bytes, a transactionId over
- * CMD_TXN_MAX, or the body needs more than API_PUSH_MAX_TOKENS tokens (413
- * too_large). Free p with api_push_free() in every case. */
+ * CMD_TXN_MAX, there are more than CMD_PUSH_MAX_ITEMS items, or the body
+ * needs more than API_PUSH_MAX_TOKENS tokens (413 too_large). Free p with
+ * api_push_free() in every case. */
 int api_push_parse(struct api_push *p, const char *body, size_t len,
                    struct err *err);
 /* Give every item a message id, and the id's text as txn where the producer

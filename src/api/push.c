@@ -159,9 +159,10 @@ int api_push_parse(struct api_push *p, const char *body, size_t len,
     }
     p->n = p->doc.toks[items].count;
     if (p->n > CMD_PUSH_MAX_ITEMS) {
-        return err_set(err, ERR_INVALID,
-                       "bad push body: %zu items is over the limit of %d", p->n,
-                       CMD_PUSH_MAX_ITEMS);
+        /* A cap, like the names and the body: 413 (http-api.md §2). */
+        return err_set(err, ERR_TOO_BIG,
+                       "items: %zu items is over the limit of %d per push",
+                       p->n, CMD_PUSH_MAX_ITEMS);
     }
     p->items = xcalloc(p->n + 1, sizeof(*p->items));
     p->has_txn = xcalloc(p->n + 1, sizeof(*p->has_txn));

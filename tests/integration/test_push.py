@@ -259,6 +259,17 @@ def test_control_characters_in_names_answer_400_and_store_nothing(
     assert "ctl" not in queue_names(broker)
 
 
+def test_more_than_100000_items_answer_413_and_store_nothing(broker):
+    item = b'{"queue":"many","payload":1}'
+    r = broker.post("/api/v1/push", b'{"items":[' + b",".join(
+        [item] * 100001) + b"]}")
+    assert r.status == 413, r
+    assert r.json() == {
+        "error": "items: 100001 items is over the limit of 100000 per push",
+        "code": "too_large"}
+    assert "many" not in queue_names(broker)
+
+
 def test_body_over_the_limit_answers_413(broker_factory):
     b = broker_factory(env={"QUEEN_MAX_BODY_BYTES": "64KiB"})
     big = {"items": [{"queue": "lim", "payload": "x" * 70000}]}

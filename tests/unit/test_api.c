@@ -166,6 +166,36 @@ TEST(push_parse_refuses_control_characters_in_names)
     api_push_free(&p);
 }
 
+/* More items than one push command holds is a cap, answered as the
+ * other caps of a push are (413 too_large), not as a malformed body. */
+TEST(push_parse_refuses_more_than_100000_items_as_too_big)
+{
+    struct buf b;
+    struct api_push p;
+    struct err err;
+
+    buf_init(&b, BUF_UNLIMITED);
+    buf_append_str(&b, "{\"items\":[", &err);
+    for (int i = 0; i <= CMD_PUSH_MAX_ITEMS; i++) {
+        buf_append_str(&b,
+                       i > 0 ? ",{\"queue\":\"q\",\"payload\":1}"
+                             : "{\"queue\":\"q\",\"payload\":1}",
+                       &err);
+    }
+    buf_append_str(&b, "]}", &err);
+    EXPECT_EQ_I64(api_push_parse(&p, b.data, b.len, &err), ERR_TOO_BIG);
+    EXPECT_STR_EQ(err.msg,
+                  "items: 100001 items is over the limit of 100000 per push");
+    api_push_free(&p);
+    /* One item fewer is a push. */
+    b.len -= strlen(",{\"queue\":\"q\",\"payload\":1}]}");
+    buf_append_str(&b, "]}", &err);
+    EXPECT_EQ_I64(api_push_parse(&p, b.data, b.len, &err), 0);
+    EXPECT_EQ_U64(p.n, CMD_PUSH_MAX_ITEMS);
+    api_push_free(&p);
+    buf_free(&b);
+}
+
 TEST(push_render_has_the_reference_key_order)
 {
     const char *body =
