@@ -88,6 +88,38 @@ static const struct conf_opt conf_opts[] = {
     OPT("retentionSinkHold", CONF_STR, retention_sink_hold, 0),
 };
 
+/* The fields this route reads appear once each: a repeated one would leave
+ * a reader guessing which value counts, so the call is refused (json.h
+ * (5)). The root holds queue, mode, options, namespace and task, and every
+ * option when options is not an object; an options object holds every
+ * option. Other members are ignored, repeated or not. */
+static int conf_no_dups(const struct api_configure *c, struct err *err)
+{
+    static const char *const top[] = {"queue", "mode", "options", "namespace",
+                                      "task"};
+    const char *keys[ARRAY_LEN(conf_opts)];
+    int vals[ARRAY_LEN(conf_opts)];
+    int opts;
+    int dup;
+
+    for (size_t i = 0; i < ARRAY_LEN(conf_opts); i++) {
+        keys[i] = conf_opts[i].key;
+    }
+    dup = json_obj_pick(&c->doc, 0, top, (int)ARRAY_LEN(top), vals);
+    if (dup >= 0) {
+        return err_set(err, ERR_INVALID,
+                       "bad configure body: duplicate key \"%s\"", top[dup]);
+    }
+    opts = json_type(&c->doc, vals[2]) == JSON_OBJECT ? vals[2] : 0;
+    dup = json_obj_pick(&c->doc, opts, keys, (int)ARRAY_LEN(keys), vals);
+    if (dup >= 0) {
+        return err_set(err, ERR_INVALID,
+                       "bad configure body: %sduplicate key \"%s\"",
+                       opts != 0 ? "options: " : "", keys[dup]);
+    }
+    return 0;
+}
+
 int api_configure_parse(struct api_configure *c, const char *body, size_t len,
                         const char **code, struct err *err)
 {
@@ -108,6 +140,9 @@ int api_configure_parse(struct api_configure *c, const char *body, size_t len,
     if (json_type(&c->doc, 0) != JSON_OBJECT) {
         return err_set(err, ERR_INVALID,
                        "bad configure body: not a JSON object");
+    }
+    if (conf_no_dups(c, err) != 0) {
+        return err->code;
     }
     *code = "bad_request";
     q = json_obj_get(&c->doc, 0, "queue");

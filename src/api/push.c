@@ -93,17 +93,30 @@ static int push_txn(struct api_push *p, size_t idx, int tok, struct err *err)
     return 0;
 }
 
+/* The fields of an item this parser reads; each may appear once (a
+ * repeated one is refused rather than read first-wins: json.h (5)). The
+ * payload's own members are the producer's and never looked at. */
+static const char *const push_keys[] = {"queue", "partition", "payload",
+                                        "transactionId"};
+
 static int push_item(struct api_push *p, size_t idx, int obj, struct err *err)
 {
     struct cmd_push_item *it = &p->items[idx];
     const struct json_doc *d = &p->doc;
-    int q = json_obj_get(d, obj, "queue");
-    int part = json_obj_get(d, obj, "partition");
-    int payload = json_obj_get(d, obj, "payload");
+    int v[ARRAY_LEN(push_keys)];
+    int dup = json_obj_pick(d, obj, push_keys, (int)ARRAY_LEN(push_keys), v);
+    int q = v[0];
+    int part = v[1];
+    int payload = v[2];
 
     if (json_type(d, obj) != JSON_OBJECT) {
         return err_set(err, ERR_INVALID,
                        "bad push body: items[%zu]: an object is required", idx);
+    }
+    if (dup >= 0) {
+        return err_set(err, ERR_INVALID,
+                       "bad push body: items[%zu]: duplicate key \"%s\"", idx,
+                       push_keys[dup]);
     }
     if (q < 0) {
         return err_set(err, ERR_INVALID,
@@ -125,7 +138,7 @@ static int push_item(struct api_push *p, size_t idx, int obj, struct err *err)
             it->partition = SLICE_LIT(PUSH_DEFAULT_PARTITION);
         }
     }
-    if (push_txn(p, idx, json_obj_get(d, obj, "transactionId"), err) != 0) {
+    if (push_txn(p, idx, v[3], err) != 0) {
         return err->code;
     }
     if (payload < 0) {
@@ -151,7 +164,11 @@ int api_push_parse(struct api_push *p, const char *body, size_t len,
         }
         return err_wrap(err, "bad push body");
     }
-    items = json_obj_get(&p->doc, 0, "items");
+    if (json_obj_pick(&p->doc, 0, (const char *const[]){"items"}, 1, &items) >=
+        0) {
+        return err_set(err, ERR_INVALID,
+                       "bad push body: duplicate key \"items\"");
+    }
     if (json_type(&p->doc, items) != JSON_ARRAY) {
         return err_set(err, ERR_INVALID,
                        "bad push body: an object with an items array is "

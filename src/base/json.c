@@ -1073,6 +1073,64 @@ int json_obj_get(const struct json_doc *d, int obj, const char *key)
     return -1;
 }
 
+/* Which of keys[0..n) the text name[0..len) is, or -1. */
+static int jd_pick_match(const char *name, size_t len, const char *const *keys,
+                         int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (strlen(keys[i]) == len && memcmp(keys[i], name, len) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* Which of keys[0..n) key token k names, or -1. An escaped key is
+ * unescaped once; one longer than JD_PICK_KEY_MAX names none of them. */
+#define JD_PICK_KEY_MAX 64
+
+static int jd_pick_which(const struct json_doc *d, int k,
+                         const char *const *keys, int n)
+{
+    const struct json_tok *t = &d->toks[k];
+    struct buf b;
+    struct err err;
+    int which = -1;
+
+    if (!t->has_escapes) {
+        return jd_pick_match(d->text + t->start + 1, t->len - 2, keys, n);
+    }
+    buf_init(&b, JD_PICK_KEY_MAX);
+    if (json_get_str(d, k, &b, &err) == 0 && b.len > 0) {
+        which = jd_pick_match(b.data, b.len, keys, n);
+    }
+    buf_free(&b);
+    return which;
+}
+
+int json_obj_pick(const struct json_doc *d, int obj, const char *const *keys,
+                  int n, int *vals)
+{
+    int dup = -1;
+
+    for (int i = 0; i < n; i++) {
+        vals[i] = -1;
+    }
+    if (json_type(d, obj) != JSON_OBJECT) {
+        return -1;
+    }
+    for (int k = json_child(d, obj); k >= 0 && dup < 0; k = json_next(d, k)) {
+        int which = jd_pick_which(d, k, keys, n);
+
+        if (which >= 0 && vals[which] >= 0) {
+            dup = which;
+        } else if (which >= 0) {
+            vals[which] = k + 1;
+        }
+    }
+    return dup;
+}
+
 bool json_is_null(const struct json_doc *d, int i)
 {
     return json_type(d, i) == JSON_NULL;

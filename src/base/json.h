@@ -18,8 +18,9 @@
  *       by the scanner; the typed getters decide what fits.
  *   (4) Whitespace is only SP, HT, LF, CR. Trailing garbage, trailing commas,
  *       bad literals and unterminated values are rejected.
- *   (5) Duplicate keys are allowed (json_obj_get returns the first); a
- *       top-level scalar is allowed.
+ *   (5) Duplicate keys are allowed (json_obj_get returns the first; a
+ *       reader that must refuse them asks json_obj_pick); a top-level
+ *       scalar is allowed.
  *   (6) Containers nested deeper than max_depth are rejected.
  * Errors are ERR_INVALID "invalid JSON at byte N: <reason>", or ERR_TOO_BIG
  * when more than max_tokens tokens would be needed, or the text is 2 GiB or
@@ -102,6 +103,14 @@ int json_validate_line(const char *text, size_t len, int max_depth,
 /* Navigation. Indices are token indices; -1 = none. Only tokenized values
  * are reachable: children of a value deeper than tok_depth are not. */
 int json_obj_get(const struct json_doc *d, int obj, const char *key);
+/* The members named keys[0..n) of object obj, in one pass over its members
+ * (keys compared unescaped): vals[k] is the value token of keys[k], or -1
+ * when absent (all -1 when obj is not an object). Returns -1, or the index
+ * k of the first of keys found twice (vals[k] is then its first value).
+ * Members with other names are skipped, repeated or not. For a reader that
+ * refuses a repeated field instead of taking the first (rule (5)). */
+int json_obj_pick(const struct json_doc *d, int obj, const char *const *keys,
+                  int n, int *vals);
 int json_child(const struct json_doc *d, int i);
 int json_next(const struct json_doc *d, int i);
 int json_type(const struct json_doc *d, int i); /* enum json_type, -1 bad i */

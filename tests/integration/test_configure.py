@@ -211,6 +211,26 @@ def test_request_shape_errors(broker):
     assert r.status == 400 and r.json()["code"] == "bad_body"
 
 
+def test_a_repeated_field_is_refused_and_changes_nothing(broker):
+    configure(broker, {"queue": "cd", "options": {"ttl": 42}})
+    for body, msg in (
+            (b'{"queue":"cd","options":{"ttl":1,"ttl":2}}',
+             'bad configure body: options: duplicate key "ttl"'),
+            (b'{"queue":"cd","ttl":1,"ttl":2}',
+             'bad configure body: duplicate key "ttl"'),
+            (b'{"queue":"cd","queue":"cd2","options":{"ttl":1}}',
+             'bad configure body: duplicate key "queue"'),
+            (b'{"queue":"cd","mode":"merge","mode":"replace"}',
+             'bad configure body: duplicate key "mode"')):
+        r = broker.post("/api/v1/configure", body)
+        assert r.status == 400, (body, r)
+        assert r.json() == {"error": msg, "code": "bad_body"}
+    assert current(broker, "cd")["options"]["ttl"] == 42
+    names = [q["name"] for q in
+             broker.get("/api/v1/resources/queues").json()["queues"]]
+    assert "cd2" not in names
+
+
 def test_options_at_root_and_top_level_namespace(broker):
     # options not an object: the root's other keys are the options
     r = configure(broker, {"queue": "cx", "ttl": 12, "namespace": "a",

@@ -270,6 +270,42 @@ def test_more_than_100000_items_answer_413_and_store_nothing(broker):
     assert "many" not in queue_names(broker)
 
 
+DUPLICATE_FIELDS = [
+    (b'{"items":[],"items":[{"queue":"dup","payload":1}]}',
+     'bad push body: duplicate key "items"'),
+    (b'{"items":[{"queue":"dup","queue":"dup2","payload":1}]}',
+     'bad push body: items[0]: duplicate key "queue"'),
+    (b'{"items":[{"queue":"dup","payload":1},{"queue":"dup","partition":"a",'
+     b'"partition":"b","payload":1}]}',
+     'bad push body: items[1]: duplicate key "partition"'),
+    (b'{"items":[{"queue":"dup","payload":1,"payload":2}]}',
+     'bad push body: items[0]: duplicate key "payload"'),
+    (b'{"items":[{"queue":"dup","transactionId":"a","transactionId":"b",'
+     b'"payload":1}]}',
+     'bad push body: items[0]: duplicate key "transactionId"'),
+]
+
+
+@pytest.mark.parametrize("body,msg", DUPLICATE_FIELDS,
+                         ids=range(len(DUPLICATE_FIELDS)))
+def test_a_repeated_field_answers_400_and_stores_nothing(broker, body, msg):
+    r = broker.post("/api/v1/push", body)
+    assert r.status == 400, r
+    assert r.json() == {"error": msg, "code": "bad_body"}
+    names = queue_names(broker)
+    assert "dup" not in names and "dup2" not in names
+
+
+def test_repeated_keys_inside_a_payload_are_stored_as_sent(broker):
+    payload = b'{"k":1,"k":2}'
+    r = raw_push(broker, [b'{"queue":"dupp","traceId":1,"traceId":2,'
+                          b'"payload":' + payload + b"}"])
+    assert r.status == 201, r
+    a = broker.post("/api/v1/fetch",
+                    {"entries": [{"queue": "dupp", "offset": 0}]})
+    assert rawjson.fetch_payloads(a.body) == [payload]
+
+
 def test_body_over_the_limit_answers_413(broker_factory):
     b = broker_factory(env={"QUEEN_MAX_BODY_BYTES": "64KiB"})
     big = {"items": [{"queue": "lim", "payload": "x" * 70000}]}

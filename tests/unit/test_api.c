@@ -196,6 +196,46 @@ TEST(push_parse_refuses_more_than_100000_items_as_too_big)
     buf_free(&b);
 }
 
+/* A field the parser reads, given twice, refuses the push instead of
+ * being read first-wins; other members and the payload's own are left
+ * alone (the payload is stored as sent, repeated keys and all). */
+TEST(push_parse_refuses_a_repeated_field)
+{
+    static const struct {
+        const char *body;
+        const char *msg;
+    } cases[] = {
+        {"{\"items\":[],\"items\":[{\"queue\":\"q\",\"payload\":1}]}",
+         "bad push body: duplicate key \"items\""},
+        {"{\"items\":[{\"queue\":\"a\",\"queue\":\"b\",\"payload\":1}]}",
+         "bad push body: items[0]: duplicate key \"queue\""},
+        {"{\"items\":[{\"queue\":\"a\",\"payload\":1},{\"queue\":\"a\","
+         "\"payload\":1,\"partition\":\"p\",\"p\\u0061rtition\":\"q\"}]}",
+         "bad push body: items[1]: duplicate key \"partition\""},
+        {"{\"items\":[{\"queue\":\"a\",\"payload\":1,\"payload\":2}]}",
+         "bad push body: items[0]: duplicate key \"payload\""},
+        {"{\"items\":[{\"queue\":\"a\",\"transactionId\":\"t\","
+         "\"transactionId\":\"u\",\"payload\":1}]}",
+         "bad push body: items[0]: duplicate key \"transactionId\""},
+    };
+    const char *ok = "{\"x\":1,\"x\":2,\"items\":[{\"queue\":\"a\",\"traceId\":"
+                     "1,\"traceId\":2,\"payload\":{\"k\":1,\"k\":2}}]}";
+    struct api_push p;
+    struct err err;
+
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        EXPECT_EQ_I64(
+            api_push_parse(&p, cases[i].body, strlen(cases[i].body), &err),
+            ERR_INVALID);
+        EXPECT_STR_EQ(err.msg, cases[i].msg);
+        api_push_free(&p);
+    }
+    EXPECT_EQ_I64(api_push_parse(&p, ok, strlen(ok), &err), 0);
+    EXPECT_MEM_EQ(p.items[0].payload.ptr, p.items[0].payload.len,
+                  "{\"k\":1,\"k\":2}", 13);
+    api_push_free(&p);
+}
+
 TEST(push_render_has_the_reference_key_order)
 {
     const char *body =

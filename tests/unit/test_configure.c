@@ -85,6 +85,46 @@ TEST(queue_name_is_checked_as_push_does)
     api_configure_free(&c);
 }
 
+/* A field the route reads, given twice, refuses the call (bad_body)
+ * instead of being read first-wins. */
+TEST(a_repeated_field_is_refused)
+{
+    static const struct {
+        const char *body;
+        const char *msg;
+    } cases[] = {
+        {"{\"queue\":\"a\",\"queue\":\"b\"}",
+         "bad configure body: duplicate key \"queue\""},
+        {"{\"queue\":\"a\",\"mode\":\"merge\",\"mode\":\"replace\"}",
+         "bad configure body: duplicate key \"mode\""},
+        {"{\"queue\":\"a\",\"options\":{},\"options\":{\"ttl\":1}}",
+         "bad configure body: duplicate key \"options\""},
+        {"{\"queue\":\"a\",\"options\":{\"ttl\":1,\"ttl\":2}}",
+         "bad configure body: options: duplicate key \"ttl\""},
+        {"{\"queue\":\"a\",\"leaseTime\":1,\"l\\u0065aseTime\":2}",
+         "bad configure body: duplicate key \"leaseTime\""},
+        {"{\"queue\":\"a\",\"task\":\"x\",\"options\":{},\"task\":\"y\"}",
+         "bad configure body: duplicate key \"task\""},
+    };
+    /* Beside an options object the root's option names are not read. */
+    const char *ok = "{\"queue\":\"a\",\"ttl\":1,\"ttl\":2,\"other\":1,"
+                     "\"other\":2,\"options\":{\"ttl\":3}}";
+    struct api_configure c;
+    const char *code = "unset";
+    struct err err;
+
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        EXPECT_EQ_I64(api_configure_parse(&c, cases[i].body,
+                                          strlen(cases[i].body), &code, &err),
+                      ERR_INVALID);
+        EXPECT(code != NULL && strcmp(code, "bad_body") == 0);
+        EXPECT_STR_EQ(err.msg, cases[i].msg);
+        api_configure_free(&c);
+    }
+    EXPECT_EQ_I64(api_configure_parse(&c, ok, strlen(ok), &code, &err), 0);
+    api_configure_free(&c);
+}
+
 TEST(bad_mode_is_quoted_cut_at_a_whole_utf8_sequence)
 {
     /* The mode's JSON text is '"' then 80 two-byte letters: a cut at byte

@@ -478,6 +478,37 @@ TEST(obj_get_compares_unescaped_keys_and_takes_the_first)
     json_doc_free(&d);
 }
 
+/* json_obj_pick finds named members in one pass, compares keys
+ * unescaped, names the first of them that repeats, and leaves other
+ * members (repeated or not) alone. */
+TEST(obj_pick_finds_keys_and_names_the_first_repeated_one)
+{
+    static const char *const keys[] = {"a", "key", "z"};
+    /* The last key is escaped and longer than any name picked. */
+    const char *once = "{\"x\":0,\"k\\u0065y\":1,\"x\":5,\"a\":[2],\""
+                       "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                       "aaaaaaaaaaaaaaaaaaaa\\u0061\":3}";
+    const char *twice = "{\"z\":1,\"key\":2,\"k\\u0065y\":3,\"z\":4}";
+    struct json_doc d;
+    struct err err;
+    int v[3];
+    int64_t n = 0;
+
+    EXPECT_EQ_I64(json_parse(&d, once, strlen(once), NULL, &err), 0);
+    EXPECT_EQ_I64(json_obj_pick(&d, 0, keys, 3, v), -1);
+    EXPECT_EQ_I64(json_type(&d, v[0]), JSON_ARRAY);
+    EXPECT(json_get_i64(&d, v[1], &n) && n == 1);
+    EXPECT_EQ_I64(v[2], -1);
+    EXPECT_EQ_I64(json_obj_pick(&d, v[0], keys, 3, v), -1); /* an array */
+    EXPECT_EQ_I64(v[0], -1);
+    json_doc_free(&d);
+    EXPECT_EQ_I64(json_parse(&d, twice, strlen(twice), NULL, &err), 0);
+    EXPECT_EQ_I64(json_obj_pick(&d, 0, keys, 3, v), 1); /* key, escaped */
+    EXPECT(json_get_i64(&d, v[1], &n) && n == 2);
+    EXPECT_EQ_I64(json_obj_pick(&d, 0, keys + 2, 1, v), 0); /* z */
+    json_doc_free(&d);
+}
+
 TEST(payload_spans_are_byte_exact)
 {
     const char *s = "{\"payload\":{\"price\":42.00,\"n\":1E+400,"
