@@ -241,23 +241,41 @@ static int boolv(struct ld *l, const char *name, bool def, bool *out)
                 raw);
 }
 
-/* A value longer than max bytes (blanks around it aside) is refused, not
- * cut short: a shorter region, key or prefix would sign or name something
- * else. The message gives the length, never the value (it may be a key). */
-static int fits(struct ld *l, const char *name, size_t max)
+/* The value of name with the blanks around it left out, in place (not
+ * copied, so never cut): *n is its length, 0 when unset or blank. */
+static const char *trimmed(const struct ld *l, const char *name, size_t *n)
 {
     const char *raw = l->env->get(l->env->ctx, name);
-    size_t n = raw != NULL ? strlen(raw) : 0;
+    size_t len = raw != NULL ? strlen(raw) : 0;
 
-    while (n > 0 && isspace((unsigned char)*raw)) {
-        raw++, n--;
+    while (len > 0 && isspace((unsigned char)*raw)) {
+        raw++, len--;
     }
-    while (n > 0 && isspace((unsigned char)raw[n - 1])) {
-        n--;
+    while (len > 0 && isspace((unsigned char)raw[len - 1])) {
+        len--;
     }
+    *n = len;
+    return raw;
+}
+
+/* The one length rule: a value of n bytes over max is refused, not cut
+ * short, since a shorter region, key or prefix would sign or name
+ * something else. The message gives the length, never the value (it may
+ * be a key). */
+static int too_long(struct ld *l, const char *name, size_t n, size_t max)
+{
     return n > max ? fail(l, "%s is %zu bytes long: it is at most %zu", name, n,
                           max)
                    : 0;
+}
+
+/* too_long() of name's whole trimmed value. */
+static int fits(struct ld *l, const char *name, size_t max)
+{
+    size_t n;
+
+    trimmed(l, name, &n);
+    return too_long(l, name, n, max);
 }
 
 static int required(struct ld *l, const char *name, const char *what, char *out,
@@ -436,36 +454,35 @@ static int parse_bucket(struct ld *l, struct sink_config *c)
     return 0;
 }
 
+/* The prefix is measured once, after blanks and outer slashes are trimmed
+ * (docs/design/config.md §3: at most 511 bytes); messages quote the value
+ * with its slashes, as given (blanks aside). */
 static int parse_prefix(struct ld *l, struct sink_config *c)
 {
-    char raw[VAL_MAX];
-    const char *s;
-    size_t n;
+    size_t raw_len;
+    const char *raw = trimmed(l, l->nm->prefix, &raw_len);
+    const char *s = raw;
+    size_t n = raw_len;
+    int shown = (int)(raw_len < VAL_MAX ? raw_len : VAL_MAX - 1);
 
-    if (!envv(l, l->nm->prefix, raw, sizeof(raw))) {
+    if (raw_len == 0) {
         snprintf(c->prefix, sizeof(c->prefix), "queen");
         return 0;
     }
-    if (fits(l, l->nm->prefix, sizeof(raw) - 1) != 0) {
-        return l->err->code;
-    }
-    s = raw;
-    n = strlen(raw);
     while (n > 0 && *s == '/') {
         s++, n--;
     }
     while (n > 0 && s[n - 1] == '/') {
         n--;
     }
-    if (n > sizeof(c->prefix) - 1) {
-        return fail(l, "%s is %zu bytes long: it is at most %zu", l->nm->prefix,
-                    n, sizeof(c->prefix) - 1);
+    if (too_long(l, l->nm->prefix, n, sizeof(c->prefix) - 1) != 0) {
+        return l->err->code;
     }
     if (n == 0) {
         return fail(l,
-                    "%s=%s is empty. It is the root every object is "
+                    "%s=%.*s is empty. It is the root every object is "
                     "written under, e.g. `queen` or `lake/queen`",
-                    l->nm->prefix, raw);
+                    l->nm->prefix, shown, raw);
     }
     for (size_t i = 0; i <= n;) {
         const char *seg = s + i;
@@ -475,10 +492,10 @@ static int parse_prefix(struct ld *l, struct sink_config *c)
         if (len == 0 || (len == 1 && seg[0] == '.') ||
             (len == 2 && seg[0] == '.' && seg[1] == '.')) {
             return fail(l,
-                        "%s=%s has an empty or relative segment (\"%.*s\")"
-                        ". It is a plain path, e.g. `queen` or "
+                        "%s=%.*s has an empty or relative segment "
+                        "(\"%.*s\"). It is a plain path, e.g. `queen` or "
                         "`lake/queen`",
-                        l->nm->prefix, raw, (int)len, seg);
+                        l->nm->prefix, shown, raw, (int)len, seg);
         }
         i += len + 1;
     }
@@ -683,26 +700,15 @@ static int check_addressing(struct ld *l, const struct sink_config *c)
 }
 
 /* The secret key, whole: one longer than SINK_SECRET_MAX bytes is refused
- * rather than cut short, which would sign every request with another key. */
+ * by required()'s length check rather than cut short, which would sign
+ * every request with another key. The part envv() copied before the
+ * refusal is wiped. */
 static int parse_secret(struct ld *l, struct sink_config *c)
 {
-    const char *raw = l->env->get(l->env->ctx, l->nm->secret);
-    size_t n = raw != NULL ? strlen(raw) : 0;
-
     if (required(l, l->nm->secret, l->nm->secret_what, c->secret_key,
                  sizeof(c->secret_key)) != 0) {
-        return l->err->code;
-    }
-    while (n > 0 && isspace((unsigned char)*raw)) {
-        raw++, n--;
-    }
-    while (n > 0 && isspace((unsigned char)raw[n - 1])) {
-        n--;
-    }
-    if (n > SINK_SECRET_MAX) {
         explicit_bzero(c->secret_key, sizeof(c->secret_key));
-        return fail(l, "%s is %zu bytes long: it is at most %d", l->nm->secret,
-                    n, SINK_SECRET_MAX);
+        return l->err->code;
     }
     return 0;
 }

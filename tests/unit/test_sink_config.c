@@ -301,6 +301,34 @@ TEST(a_secret_of_up_to_4_kib_is_kept_whole)
     free(secret);
 }
 
+/* A refused secret leaves none of its bytes in the config: the part that
+ * was read before the length check said no is wiped, from the environment
+ * and from a tenant's document alike. */
+TEST(a_refused_secret_leaves_no_byte_behind)
+{
+    char *secret = malloc(SINK_SECRET_MAX + 2);
+    struct sink_config c;
+    struct sink_node_config n;
+    struct err err = {0};
+    static const char doc[] =
+        "{\"queues\":\"orders\",\"endpoint\":\"http://gw:7070\","
+        "\"region\":\"us-east-1\",\"bucket\":\"lake\",\"accessKey\":\"AKID\"}";
+    static const char zero[SINK_SECRET_MAX + 1];
+
+    memset(secret, 's', SINK_SECRET_MAX + 1);
+    secret[SINK_SECRET_MAX + 1] = '\0';
+    struct table t = {{"QUEEN_S3_SECRET_KEY", secret, BASE, NULL}};
+    EXPECT_EQ_I64(load(&t, &c, &n, &err), ERR_INVALID);
+    EXPECT(memcmp(c.secret_key, zero, sizeof(zero)) == 0);
+    EXPECT_EQ_I64(sink_config_from_doc(&c, "t1",
+                                       (struct slice){doc, strlen(doc)}, secret,
+                                       NULL, &err),
+                  ERR_INVALID);
+    EXPECT(memcmp(c.secret_key, zero, sizeof(zero)) == 0);
+    EXPECT(strstr(err.msg, "sss") == NULL);
+    free(secret);
+}
+
 /* A region, access key or prefix longer than what the S3 client signs
  * with (or than a value holds) is refused with its length, not cut short:
  * a cut region or key signs every request with another one, a cut prefix
@@ -329,6 +357,29 @@ TEST(a_value_too_long_to_sign_or_name_with_is_refused)
     long_value("QUEEN_S3_REGION", SINK_REGION_MAX);
     long_value("QUEEN_S3_ACCESS_KEY", SINK_ACCESS_KEY_MAX);
     long_value("QUEEN_S3_PREFIX", 511);
+}
+
+/* The prefix has one length rule, docs/design/config.md §3's: at most 511
+ * bytes once its outer slashes are trimmed, however long the value is, and
+ * the message says so. */
+TEST(a_prefix_is_measured_once_after_its_slashes_are_trimmed)
+{
+    char *v = malloc(6002);
+    struct sink_config c;
+    struct sink_node_config n;
+
+    memset(v, 'a', 5000);
+    v[5000] = '\0';
+    refuse("QUEEN_S3_PREFIX", v,
+           "QUEEN_S3_PREFIX is 5000 bytes long: it is at most 511");
+    memset(v, '/', 6000); /* 2000 slashes, lake/q, 3994 slashes */
+    memcpy(v + 2000, "lake/q", 6);
+    v[6000] = '\0';
+    struct table t = {{"QUEEN_S3_PREFIX", v, BASE, NULL}};
+    load_ok(&t, &c, &n);
+    EXPECT_STR_EQ(c.prefix, "lake/q");
+    sink_config_free(&c);
+    free(v);
 }
 
 TEST(queue_lists)
