@@ -76,9 +76,8 @@ bool api_json_int(const struct json_doc *d, int obj, const char *key,
 /* A queue or partition name a request gives (docs/design/http-api.md §1),
  * checked the same way by every route that takes one. Returns 0;
  * ERR_TOO_BIG over CMD_NAME_MAX bytes ("<where>: name of N bytes is over
- * the 447-byte limit", 413 too_large); ERR_INVALID for a control character,
- * a byte below 0x20 or 0x7f ("<where>: control character 0x01 at byte 3 is
- * not allowed in a name", 400). where names the field, e.g.
+ * the 447-byte limit", 413 too_large); any bytes are a name's, control
+ * bytes and NUL included (formats.md §1, §6). where names the field, e.g.
  * "items[2].queue"; the name's own bytes are never quoted. */
 int api_check_name(const char *where, struct slice name, struct err *err);
 
@@ -141,8 +140,7 @@ struct api_fetch {
 };
 
 /* Parse a fetch body (borrowed). Returns 0, or ERR_INVALID with *code set:
- * "bad_body" (err->msg "bad fetch body: <why>", a control character in a
- * name among them), or NULL for the envelopes without a code ("too many
+ * "bad_body" (err->msg "bad fetch body: <why>"), or NULL for the envelopes without a code ("too many
  * entries", "offset must be non-negative"); or ERR_TOO_BIG past
  * API_READ_MAX_TOKENS or for a name over CMD_NAME_MAX bytes (413, push's
  * sentence: api_check_name). Free with api_fetch_free() in every case. */
@@ -201,7 +199,7 @@ struct api_configure {
 
 /* Parse a configure body (borrowed). Returns 0, or ERR_INVALID with *code
  * "bad_body" (unparsable: "bad configure body: <why>"), "bad_request"
- * ("queue is required", or a control character in it: api_check_name) or
+ * ("queue is required") or
  * NULL ("mode must be \"merge\" or \"replace\", got <v>"); ERR_TOO_BIG
  * (413, "too_large") for a queue name over CMD_NAME_MAX bytes or too many
  * tokens. Free with api_configure_free() in every case. */

@@ -22,7 +22,8 @@ from sinkenv import PREFIX, TENANT, kv_get, sink_row, wait_until
 
 QUEUES = {"a.orders": 300, "a.events_v2": 60, "a-metrics": 20}
 ODD_NAMES = ["\u00fcn\u00ef c\u00f8d\u00e9/1", "p:2 100%", "\U0001f986-3",
-             'q"uote\\4', "\u65e5\u672c-5"]
+             'q"uote\\4', "\u65e5\u672c-5", "tab\t\x7f-6", "\x01ctl\n-7",
+             "nul\x00-8"]
 PAYLOADS = [b'{"n":123456789012345678901234567890,"m":-98765432109876543210}',
             b'{"big":1E+400,"neg":-0,"f":1.50}',
             b'"esc \\" \\\\ \\/ \\b\\f\\n\\r\\t \\u0000 \\ud83e\\udd86"',
