@@ -11,8 +11,6 @@
  *
  * Typing (every rule is an integration test):
  *   integers: JSON integers that fit an i32, else "{k} must be an integer";
- *             then, for durations and counts, at least 0 (leaseTime 1),
- *             else "{k} must be between {lo} and 2147483647";
  *   booleans: JSON booleans, else "{k} must be a boolean";
  *   strings:  JSON strings of at most 64 bytes, else "{k} must be a string
  *             of at most 64 bytes" (docs/design/http-api.md §5 does not word
@@ -47,45 +45,38 @@ struct conf_opt {
     const char *key;
     int kind; /* enum conf_kind */
     size_t off;
-    int32_t lo; /* CONF_INT: the least value a request may give */
 };
 
-#define OPT(k, kind, f, lo)                                  \
-    {                                                        \
-        k, kind, offsetof(struct store_queue_options, f), lo \
+#define OPT(k, kind, f)                                  \
+    {                                                    \
+        k, kind, offsetof(struct store_queue_options, f) \
     }
 
-/* No bound but i32: priority orders either way; minPopWaitTime and
- * dedupWindowSeconds are clamped and the hold ceiling has its own range
- * (docs/design/http-api.md §5). */
-#define ANY INT32_MIN
-
 /* In the typing order of docs/design/http-api.md §5 (the first bad option is
- * reported). Durations and counts cannot be negative, and a lease of 0 s
- * would expire as it is taken. */
+ * reported). */
 static const struct conf_opt conf_opts[] = {
-    OPT("priority", CONF_INT, priority, ANY),
-    OPT("leaseTime", CONF_INT, lease_time, 1),
-    OPT("retryLimit", CONF_INT, retry_limit, 0),
-    OPT("retryDelay", CONF_INT, retry_delay, 0),
-    OPT("maxSize", CONF_INT, max_size, 0),
-    OPT("ttl", CONF_INT, ttl, 0),
-    OPT("delayedProcessing", CONF_INT, delayed_processing, 0),
-    OPT("windowBuffer", CONF_INT, window_buffer, 0),
-    OPT("retentionSeconds", CONF_INT, retention_seconds, 0),
-    OPT("completedRetentionSeconds", CONF_INT, completed_retention_seconds, 0),
-    OPT("maxWaitTimeSeconds", CONF_INT, max_wait_time_seconds, 0),
-    OPT("minPopWaitTime", CONF_INT, min_pop_wait_time, ANY),
-    OPT("dedupWindowSeconds", CONF_INT, dedup_window_seconds, ANY),
+    OPT("priority", CONF_INT, priority),
+    OPT("leaseTime", CONF_INT, lease_time),
+    OPT("retryLimit", CONF_INT, retry_limit),
+    OPT("retryDelay", CONF_INT, retry_delay),
+    OPT("maxSize", CONF_INT, max_size),
+    OPT("ttl", CONF_INT, ttl),
+    OPT("delayedProcessing", CONF_INT, delayed_processing),
+    OPT("windowBuffer", CONF_INT, window_buffer),
+    OPT("retentionSeconds", CONF_INT, retention_seconds),
+    OPT("completedRetentionSeconds", CONF_INT, completed_retention_seconds),
+    OPT("maxWaitTimeSeconds", CONF_INT, max_wait_time_seconds),
+    OPT("minPopWaitTime", CONF_INT, min_pop_wait_time),
+    OPT("dedupWindowSeconds", CONF_INT, dedup_window_seconds),
     OPT("retentionSinkHoldMaxSeconds", CONF_INT,
-        retention_sink_hold_max_seconds, ANY),
-    OPT("deadLetterQueue", CONF_BOOL, dead_letter_queue, 0),
-    OPT("dlqAfterMaxRetries", CONF_BOOL, dlq_after_max_retries, 0),
-    OPT("retentionEnabled", CONF_BOOL, retention_enabled, 0),
-    OPT("encryptionEnabled", CONF_BOOL, encryption_enabled, 0),
-    OPT("namespace", CONF_STR, namespace_, 0),
-    OPT("task", CONF_STR, task, 0),
-    OPT("retentionSinkHold", CONF_STR, retention_sink_hold, 0),
+        retention_sink_hold_max_seconds),
+    OPT("deadLetterQueue", CONF_BOOL, dead_letter_queue),
+    OPT("dlqAfterMaxRetries", CONF_BOOL, dlq_after_max_retries),
+    OPT("retentionEnabled", CONF_BOOL, retention_enabled),
+    OPT("encryptionEnabled", CONF_BOOL, encryption_enabled),
+    OPT("namespace", CONF_STR, namespace_),
+    OPT("task", CONF_STR, task),
+    OPT("retentionSinkHold", CONF_STR, retention_sink_hold),
 };
 
 /* The fields this route reads appear once each: a repeated one would leave
@@ -252,12 +243,6 @@ static int conf_one(const struct api_configure *c, const struct conf_opt *op,
     case CONF_INT:
         if (!json_get_i64(&c->doc, t, &v) || v < INT32_MIN || v > INT32_MAX) {
             return err_set(err, ERR_INVALID, "%s must be an integer", op->key);
-        }
-        /* Only what the request gives: a value stored before this rule
-         * never blocks a later merge. */
-        if (v < op->lo) {
-            return err_set(err, ERR_INVALID, "%s must be between %d and %d",
-                           op->key, (int)op->lo, INT32_MAX);
         }
         memcpy(field, &(int32_t){(int32_t)v}, sizeof(int32_t));
         return 0;

@@ -198,65 +198,6 @@ TEST(merge_types_clamps_and_null)
     EXPECT_STR_EQ(err.msg, "namespace must be a string of at most 64 bytes");
 }
 
-/* Durations and counts below their least meaningful value are refused
- * with the option's name and range, and o stays as it was; priority and
- * the clamped options keep taking any i32. */
-TEST(merge_refuses_negative_durations_and_counts)
-{
-    static const struct {
-        const char *key;
-        int lo;
-    } ranged[] = {
-        {"leaseTime", 1},
-        {"retryLimit", 0},
-        {"retryDelay", 0},
-        {"maxSize", 0},
-        {"ttl", 0},
-        {"delayedProcessing", 0},
-        {"windowBuffer", 0},
-        {"retentionSeconds", 0},
-        {"completedRetentionSeconds", 0},
-        {"maxWaitTimeSeconds", 0},
-    };
-    struct store_queue_options o;
-    struct store_queue_options before;
-    struct err err = {0};
-    char body[200];
-    char want[120];
-
-    store_queue_options_configured(&o);
-    before = o;
-    for (size_t i = 0; i < ARRAY_LEN(ranged); i++) {
-        snprintf(body, sizeof(body),
-                 "{\"queue\":\"q\",\"options\":{\"priority\":7,\"%s\":%d}}",
-                 ranged[i].key, ranged[i].lo - 1);
-        snprintf(want, sizeof(want), "%s must be between %d and 2147483647",
-                 ranged[i].key, ranged[i].lo);
-        EXPECT_EQ_I64(merge(body, &o, &err), ERR_INVALID);
-        EXPECT_STR_EQ(err.msg, want);
-        EXPECT(memcmp(&o, &before, sizeof(o)) == 0);
-        snprintf(body, sizeof(body),
-                 "{\"queue\":\"q\",\"options\":{\"%s\":%d}}", ranged[i].key,
-                 ranged[i].lo);
-        EXPECT_EQ_I64(merge(body, &o, &err), 0);
-        o = before;
-    }
-    EXPECT_EQ_I64(merge("{\"queue\":\"q\",\"options\":{\"priority\":-5,"
-                        "\"minPopWaitTime\":-5,\"dedupWindowSeconds\":-5}}",
-                        &o, &err),
-                  0);
-    EXPECT_EQ_I64(o.priority, -5);
-    EXPECT_EQ_I64(o.min_pop_wait_time, 0);
-    EXPECT_EQ_I64(o.dedup_window_seconds, 0);
-    /* A value stored before the rule does not block a merge that leaves
-     * it alone. */
-    o.lease_time = -5;
-    EXPECT_EQ_I64(merge("{\"queue\":\"q\",\"options\":{\"ttl\":9}}", &o, &err),
-                  0);
-    EXPECT_EQ_I64(o.lease_time, -5);
-    EXPECT_EQ_I64(o.ttl, 9);
-}
-
 TEST(implicit_hold_ceiling_reads_as_604800)
 {
     struct store_queue_options o;
