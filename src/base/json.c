@@ -1508,6 +1508,13 @@ void jw_double(struct jw *w, double v)
             break;
         }
     }
+    /* a float stays a float to a reader: 5 s of lag is 5.0, not the
+     * integer 5 (the reference's lagSeconds is a float, as serde writes) */
+    if (strpbrk(tmp, ".e") == NULL) {
+        tmp[n++] = '.';
+        tmp[n++] = '0';
+        tmp[n] = '\0';
+    }
     jw_put(w, tmp, (size_t)n, true);
 }
 

@@ -171,8 +171,9 @@ void jw_cstr(struct jw *w, const char *s);
 void jw_text(struct jw *w, const char *s);
 void jw_i64(struct jw *w, int64_t v);
 void jw_u64(struct jw *w, uint64_t v);
-/* Shortest %g text that reads back as v: 6.366447, 0.5, 3 (integral values
- * have no fraction), 1e+20. NaN and infinities are ERR_INVALID. */
+/* Shortest %g text that reads back as v, always a float to a reader:
+ * 6.366447, 0.5, 3.0 (an integral value gets ".0"), 1e+20. NaN and
+ * infinities are ERR_INVALID. */
 void jw_double(struct jw *w, double v);
 void jw_bool(struct jw *w, bool v);
 void jw_null(struct jw *w);

@@ -620,7 +620,7 @@ TEST(writer_makes_compact_json_with_commas)
     EXPECT_EQ_I64(jw_finish(&w, &err), 0);
     EXPECT_STR_EQ(b.data,
                   "{\"a\":-5,\"b\":[18446744073709551615,true,null,{},[],"
-                  "\"x\\ny\",{\"p\":42.00}],\"d\":6.366447,\"e\":0.5,\"f\":3,"
+                  "\"x\\ny\",{\"p\":42.00}],\"d\":6.366447,\"e\":0.5,\"f\":3.0,"
                   "\"g\":0.1}");
     EXPECT(valid(b.data));
     buf_free(&b);
@@ -650,7 +650,8 @@ TEST(writer_error_is_sticky)
 
 TEST(double_round_trips_shortest)
 {
-    static const double v[] = {1e-7, 123456.789, 1e21, -2.5, 1.0 / 3};
+    static const double v[] = {1e-7,    123456.789, 1e21, -2.5,
+                               1.0 / 3, 5.0,        -0.0, 1e15};
     struct buf b;
     struct jw w;
     struct err err;
@@ -661,6 +662,7 @@ TEST(double_round_trips_shortest)
         jw_double(&w, v[i]);
         EXPECT_EQ_I64(jw_finish(&w, &err), 0);
         EXPECT(strtod(b.data, NULL) == v[i]);
+        EXPECT(strpbrk(b.data, ".e") != NULL); /* a float, never an int */
         EXPECT(valid(b.data));
         buf_free(&b);
     }

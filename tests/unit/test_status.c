@@ -70,7 +70,7 @@ TEST(queue_row_in_order)
                   "\"state\":\"filling\",\"k\":2,"
                   "\"tEnd\":\"2026-09-04T11:20:00.000001Z\","
                   "\"completeThrough\":\"2026-09-04T11:20:00.000001Z\","
-                  "\"safeTime\":null,\"lagSeconds\":0,\"redo\":false,"
+                  "\"safeTime\":null,\"lagSeconds\":0.0,\"redo\":false,"
                   "\"bufferedBytes\":0,\"partitions\":0,"
                   "\"windowsCommitted\":2,\"records\":30,\"bytes\":811,"
                   "\"recordsLost\":0,\"lastError\":null}");
