@@ -140,10 +140,11 @@ struct api_fetch {
 };
 
 /* Parse a fetch body (borrowed). Returns 0, or ERR_INVALID with *code set:
- * "bad_body" (err->msg "bad fetch body: <why>"), or NULL for the envelopes without a code ("too many
- * entries", "offset must be non-negative"); or ERR_TOO_BIG past
- * API_READ_MAX_TOKENS or for a name over CMD_NAME_MAX bytes (413, push's
- * sentence: api_check_name). Free with api_fetch_free() in every case. */
+ * "bad_body" (err->msg "bad fetch body: <why>"), or NULL for the envelopes
+ * without a code ("too many entries", "offset must be non-negative"); or
+ * ERR_TOO_BIG past API_READ_MAX_TOKENS or for a name over CMD_NAME_MAX bytes
+ * (413, push's sentence: api_check_name). Free with api_fetch_free() in every
+ * case. */
 int api_fetch_parse(struct api_fetch *f, const char *body, size_t len,
                     const char **code, struct err *err);
 /* {"entries":[…]} for ans, in request order. */
