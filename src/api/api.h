@@ -139,12 +139,14 @@ struct api_fetch {
     uint64_t min_bytes;  /* default 1 */
 };
 
-/* Parse a fetch body (borrowed). Returns 0, or ERR_INVALID with *code set:
- * "bad_body" (err->msg "bad fetch body: <why>"), or NULL for the envelopes
- * without a code ("too many entries", "offset must be non-negative"); or
- * ERR_TOO_BIG past API_READ_MAX_TOKENS or for a name over CMD_NAME_MAX bytes
- * (413, push's sentence: api_check_name). Free with api_fetch_free() in every
- * case. */
+/* Parse a fetch body (borrowed). An absent, null or empty partition reads
+ * "Default", as push writes it. Returns 0, or ERR_INVALID with *code set:
+ * "bad_body" (err->msg "bad fetch body: <why>": an empty queue or a field
+ * read twice in its object (json_obj_pick) among them), or NULL for the
+ * envelopes without a code ("too many entries", "offset must be
+ * non-negative"); or ERR_TOO_BIG past API_READ_MAX_TOKENS or for a name
+ * over CMD_NAME_MAX bytes (413, push's sentence: api_check_name). Free
+ * with api_fetch_free() in every case. */
 int api_fetch_parse(struct api_fetch *f, const char *body, size_t len,
                     const char **code, struct err *err);
 /* {"entries":[…]} for ans, in request order. */
@@ -172,9 +174,9 @@ struct api_changed {
     struct buf arena;
 };
 
-/* Same conventions as api_fetch_parse (names too): "bad_body", or NULL for
- * "too many entries" and "bad body: entry <i>: since is not a timestamp:
- * <v>". */
+/* Same conventions as api_fetch_parse (names, empty queues and repeated
+ * fields too): "bad_body", or NULL for "too many entries" and "bad body:
+ * entry <i>: since is not a timestamp: <v>". */
 int api_changed_parse(struct api_changed *c, const char *body, size_t len,
                       const char **code, struct err *err);
 int api_changed_render(const struct api_changed *c,

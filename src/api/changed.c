@@ -84,24 +84,43 @@ static int changed_name(size_t idx, struct slice queue, struct err *err)
     return rc == ERR_INVALID ? err_wrap(err, "bad changed body") : rc;
 }
 
+/* The fields of an entry this parser reads; each may appear once (a
+ * repeated one is refused rather than read first-wins, as push does:
+ * json.h (5)). */
+static const char *const changed_keys[] = {"queue", "since", "after", "limit"};
+
 static int changed_entry(struct api_changed *c, size_t idx, int obj,
                          const char **code, struct err *err)
 {
     const struct json_doc *d = &c->doc;
     struct store_changed_req *r = &c->reqs[idx];
-    int q = json_obj_get(d, obj, "queue");
-    int after = json_obj_get(d, obj, "after");
+    int k[ARRAY_LEN(changed_keys)];
+    int dup =
+        json_obj_pick(d, obj, changed_keys, (int)ARRAY_LEN(changed_keys), k);
+    int q = k[0];
+    int after = k[2];
     int64_t v;
 
+    if (dup >= 0) {
+        return err_set(err, ERR_INVALID,
+                       "bad changed body: entries[%zu]: duplicate key \"%s\"",
+                       idx, changed_keys[dup]);
+    }
     if (json_type(d, obj) != JSON_OBJECT || json_type(d, q) != JSON_STRING) {
         return err_set(err, ERR_INVALID,
                        "bad changed body: "
                        "entries[%zu]: queue (a string) is required",
                        idx);
     }
-    if (changed_text(c, q, &r->queue, err) != 0 ||
-        changed_name(idx, r->queue, err) != 0 ||
-        changed_since(c, idx, json_obj_get(d, obj, "since"), code, err) != 0) {
+    if (changed_text(c, q, &r->queue, err) != 0) {
+        return err->code;
+    }
+    if (r->queue.len == 0) {
+        return err_set(err, ERR_INVALID,
+                       "bad changed body: entries[%zu].queue is empty", idx);
+    }
+    if (changed_name(idx, r->queue, err) != 0 ||
+        changed_since(c, idx, k[1], code, err) != 0) {
         return err->code;
     }
     if (after >= 0 && !json_is_null(d, after) &&
@@ -134,7 +153,11 @@ int api_changed_parse(struct api_changed *c, const char *body, size_t len,
         }
         return err_wrap(err, "bad changed body");
     }
-    entries = json_obj_get(&c->doc, 0, "entries");
+    if (json_obj_pick(&c->doc, 0, (const char *const[]){"entries"}, 1,
+                      &entries) >= 0) {
+        return err_set(err, ERR_INVALID,
+                       "bad changed body: duplicate key \"entries\"");
+    }
     if (json_type(&c->doc, entries) != JSON_ARRAY) {
         return err_set(err, ERR_INVALID,
                        "bad changed body: "

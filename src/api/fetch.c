@@ -105,15 +105,28 @@ static int fetch_names(size_t idx, const struct store_fetch_req *r,
     return rc == ERR_INVALID ? err_wrap(err, "bad fetch body") : rc;
 }
 
+/* The fields of an entry this parser reads; each may appear once (a
+ * repeated one is refused rather than read first-wins, as push does:
+ * json.h (5)). */
+static const char *const fetch_keys[] = {"queue", "partition", "offset",
+                                         "maxBytes"};
+
 static int fetch_entry(struct api_fetch *f, size_t idx, int obj,
                        bool *is_negative, struct err *err)
 {
     const struct json_doc *d = &f->doc;
     struct store_fetch_req *r = &f->reqs[idx];
-    int q = json_obj_get(d, obj, "queue");
-    int part = json_obj_get(d, obj, "partition");
+    int k[ARRAY_LEN(fetch_keys)];
+    int dup = json_obj_pick(d, obj, fetch_keys, (int)ARRAY_LEN(fetch_keys), k);
+    int q = k[0];
+    int part = k[1];
     int64_t v;
 
+    if (dup >= 0) {
+        return err_set(err, ERR_INVALID,
+                       "bad fetch body: entries[%zu]: duplicate key \"%s\"",
+                       idx, fetch_keys[dup]);
+    }
     if (json_type(d, obj) != JSON_OBJECT || json_type(d, q) != JSON_STRING) {
         return err_set(err, ERR_INVALID,
                        "bad fetch body: "
@@ -124,10 +137,17 @@ static int fetch_entry(struct api_fetch *f, size_t idx, int obj,
     if (fetch_str(d, q, &f->arena, &r->queue, err) != 0) {
         return err->code;
     }
+    if (r->queue.len == 0) {
+        return err_set(err, ERR_INVALID,
+                       "bad fetch body: entries[%zu].queue is empty", idx);
+    }
     r->partition = SLICE_LIT(FETCH_DEFAULT_PARTITION);
     if (json_type(d, part) == JSON_STRING) {
         if (fetch_str(d, part, &f->arena, &r->partition, err) != 0) {
             return err->code;
+        }
+        if (r->partition.len == 0) { /* as push reads it (http-api.md §3) */
+            r->partition = SLICE_LIT(FETCH_DEFAULT_PARTITION);
         }
     } else if (json_get_i64(d, part, &v)) {
         r->partition = json_span(d, part); /* its decimal text */
@@ -141,8 +161,8 @@ static int fetch_entry(struct api_fetch *f, size_t idx, int obj,
     if (fetch_names(idx, r, err) != 0) {
         return err->code;
     }
-    if (!json_get_i64(d, json_obj_get(d, obj, "offset"), &r->offset) &&
-        !fetch_below_i64(d, json_obj_get(d, obj, "offset"), &r->offset)) {
+    if (!json_get_i64(d, k[2], &r->offset) &&
+        !fetch_below_i64(d, k[2], &r->offset)) {
         return err_set(err, ERR_INVALID,
                        "bad fetch body: "
                        "entries[%zu].offset: an integer is "
@@ -179,10 +199,16 @@ static int fetch_options(struct api_fetch *f, struct err *err)
     return 0;
 }
 
+/* The root's fields, each read once (fetch_keys). */
+static const char *const fetch_root_keys[] = {"entries", "maxWaitMs",
+                                              "minBytes"};
+
 int api_fetch_parse(struct api_fetch *f, const char *body, size_t len,
                     const char **code, struct err *err)
 {
     struct json_limits lim = {JSON_MAX_DEPTH_DEFAULT, 3, API_READ_MAX_TOKENS};
+    int root[ARRAY_LEN(fetch_root_keys)];
+    int dup;
     int entries;
     size_t i = 0;
     bool is_negative = false;
@@ -196,7 +222,13 @@ int api_fetch_parse(struct api_fetch *f, const char *body, size_t len,
         }
         return err_wrap(err, "bad fetch body");
     }
-    entries = json_obj_get(&f->doc, 0, "entries");
+    dup = json_obj_pick(&f->doc, 0, fetch_root_keys,
+                        (int)ARRAY_LEN(fetch_root_keys), root);
+    if (dup >= 0) {
+        return err_set(err, ERR_INVALID, "bad fetch body: duplicate key \"%s\"",
+                       fetch_root_keys[dup]);
+    }
+    entries = root[0];
     if (json_type(&f->doc, entries) != JSON_ARRAY) {
         return err_set(err, ERR_INVALID,
                        "bad fetch body: "

@@ -167,6 +167,47 @@ def test_names_are_bounded_as_push_bounds_them(broker):
     assert r.status == 200, r
 
 
+DUPLICATE_FIELDS = [
+    (b'{"entries":[],"entries":[{"queue":"dc"}]}',
+     'bad changed body: duplicate key "entries"'),
+    (b'{"entries":[{"queue":"dc","queue":"other"}]}',
+     'bad changed body: entries[0]: duplicate key "queue"'),
+    (b'{"entries":[{"queue":"dc"},{"queue":"dc","since":null,'
+     b'"since":"2020-01-01T00:00:00Z"}]}',
+     'bad changed body: entries[1]: duplicate key "since"'),
+    (b'{"entries":[{"queue":"dc","after":"","after":"p|1"}]}',
+     'bad changed body: entries[0]: duplicate key "after"'),
+    (b'{"entries":[{"queue":"dc","limit":1,"limit":2}]}',
+     'bad changed body: entries[0]: duplicate key "limit"'),
+]
+
+
+@pytest.mark.parametrize("body,msg", DUPLICATE_FIELDS,
+                         ids=range(len(DUPLICATE_FIELDS)))
+def test_a_repeated_field_answers_400_bad_body(broker, body, msg):
+    broker.push([{"queue": "dc", "payload": 1}])
+    r = broker.post("/api/v1/partitions/changed", body)
+    assert r.status == 400, r
+    assert r.json() == {"error": msg, "code": "bad_body"}
+
+
+def test_fields_the_broker_ignores_may_repeat(broker):
+    broker.push([{"queue": "dci", "payload": 1}])
+    r = broker.post("/api/v1/partitions/changed",
+                    b'{"entries":[{"queue":"dci","x":1,"x":2}],"y":1,"y":2}')
+    assert r.status == 200, r
+    assert names(r.json()["entries"][0]) == ["Default"]
+
+
+def test_an_empty_queue_is_refused_as_push_refuses_it(broker):
+    r = broker.post("/api/v1/partitions/changed",
+                    {"entries": [{"queue": "q"}, {"queue": ""}]})
+    assert r.status == 400, r
+    assert r.json() == {
+        "error": "bad changed body: entries[1].queue is empty",
+        "code": "bad_body"}
+
+
 def test_more_than_1024_entries_is_refused(broker):
     r = broker.post("/api/v1/partitions/changed",
                     {"entries": [{"queue": "x"}] * 1025})

@@ -2,6 +2,8 @@
 long poll."""
 import time
 
+import pytest
+
 import rawjson
 from queenproc import Background, wait_until
 
@@ -134,6 +136,64 @@ def test_unparsable_body_is_bad_body(broker):
         r = broker.post("/api/v1/fetch", body)
         assert r.status == 400, (body, r)
         assert r.json()["code"] == "bad_body"
+
+
+DUPLICATE_FIELDS = [
+    (b'{"entries":[],"entries":[{"queue":"dq","offset":0}]}',
+     'bad fetch body: duplicate key "entries"'),
+    (b'{"entries":[],"maxWaitMs":0,"maxWaitMs":1000}',
+     'bad fetch body: duplicate key "maxWaitMs"'),
+    (b'{"minBytes":1,"entries":[],"minBytes":2}',
+     'bad fetch body: duplicate key "minBytes"'),
+    (b'{"entries":[{"queue":"dq","queue":"other","offset":0}]}',
+     'bad fetch body: entries[0]: duplicate key "queue"'),
+    (b'{"entries":[{"queue":"dq","offset":0},{"queue":"dq","partition":"a",'
+     b'"partition":"b","offset":0}]}',
+     'bad fetch body: entries[1]: duplicate key "partition"'),
+    (b'{"entries":[{"queue":"dq","offset":0,"offset":1}]}',
+     'bad fetch body: entries[0]: duplicate key "offset"'),
+    (b'{"entries":[{"queue":"dq","offset":0,"maxBytes":1,"maxBytes":2}]}',
+     'bad fetch body: entries[0]: duplicate key "maxBytes"'),
+    (b'{"entries":[{"queue":"dq","\\u006fffset":0,"offset":1}]}',
+     'bad fetch body: entries[0]: duplicate key "offset"'),
+]
+
+
+@pytest.mark.parametrize("body,msg", DUPLICATE_FIELDS,
+                         ids=range(len(DUPLICATE_FIELDS)))
+def test_a_repeated_field_answers_400_bad_body(broker, body, msg):
+    broker.push([{"queue": "dq", "payload": 1}])
+    r = broker.post("/api/v1/fetch", body)
+    assert r.status == 400, r
+    assert r.json() == {"error": msg, "code": "bad_body"}
+
+
+def test_fields_the_broker_ignores_may_repeat(broker):
+    broker.push([{"queue": "dqi", "payload": 1}])
+    r = broker.post("/api/v1/fetch",
+                    b'{"entries":[{"queue":"dqi","offset":0,"x":1,"x":2}],'
+                    b'"y":1,"y":2}')
+    assert r.status == 200, r
+    assert [x["payload"] for x in r.json()["entries"][0]["records"]] == [1]
+
+
+def test_an_empty_partition_reads_default_as_push_writes_it(broker):
+    broker.push([{"queue": "ep", "partition": "", "payload": "e"}])
+    e = broker.fetch([{"queue": "ep", "partition": "", "offset": 0}])
+    entry = e["entries"][0]
+    assert entry["partition"] == "Default" and "error" not in entry
+    assert [x["payload"] for x in entry["records"]] == ["e"]
+    assert broker.fetch_one("ep", "Default")["records"] == entry["records"]
+
+
+def test_an_empty_queue_is_refused_as_push_refuses_it(broker):
+    r = broker.post("/api/v1/fetch", {"entries": [
+        {"queue": "q", "offset": 0}, {"queue": "", "offset": 0}]})
+    assert r.status == 400, r
+    assert r.json() == {"error": "bad fetch body: entries[1].queue is empty",
+                        "code": "bad_body"}
+    r = broker.post("/api/v1/push", {"items": [{"queue": "", "payload": 1}]})
+    assert r.status == 400, r
 
 
 def test_numeric_partition_reads_its_decimal_name(broker):

@@ -395,6 +395,47 @@ TEST(fetch_parse_refuses_more_than_1024_entries)
     buf_free(&b);
 }
 
+/* Fetch reads its fields once each, as push does; an empty partition is
+ * Default (push writes it there) and an empty queue is refused. */
+TEST(fetch_parse_refuses_a_repeated_field_and_an_empty_queue)
+{
+    static const struct {
+        const char *body;
+        const char *msg;
+    } cases[] = {
+        {"{\"entries\":[],\"entries\":[]}",
+         "bad fetch body: duplicate key \"entries\""},
+        {"{\"entries\":[],\"minBytes\":1,\"m\\u0069nBytes\":2}",
+         "bad fetch body: duplicate key \"minBytes\""},
+        {"{\"entries\":[{\"queue\":\"a\",\"offset\":0},{\"queue\":\"a\","
+         "\"offset\":0,\"offset\":1}]}",
+         "bad fetch body: entries[1]: duplicate key \"offset\""},
+        {"{\"entries\":[{\"queue\":\"a\",\"partition\":null,\"partition\":"
+         "\"p\",\"offset\":0}]}",
+         "bad fetch body: entries[0]: duplicate key \"partition\""},
+        {"{\"entries\":[{\"queue\":\"\",\"offset\":0}]}",
+         "bad fetch body: entries[0].queue is empty"},
+    };
+    const char *ok = "{\"x\":1,\"x\":2,\"entries\":[{\"queue\":\"a\","
+                     "\"partition\":\"\",\"offset\":0,\"y\":1,\"y\":2}]}";
+    struct api_fetch f;
+    const char *code = NULL;
+    struct err err;
+
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        EXPECT_EQ_I64(api_fetch_parse(&f, cases[i].body, strlen(cases[i].body),
+                                      &code, &err),
+                      ERR_INVALID);
+        EXPECT_STR_EQ(code, "bad_body");
+        EXPECT_STR_EQ(err.msg, cases[i].msg);
+        api_fetch_free(&f);
+    }
+    EXPECT_EQ_I64(api_fetch_parse(&f, ok, strlen(ok), &code, &err), 0);
+    EXPECT_MEM_EQ(f.reqs[0].partition.ptr, f.reqs[0].partition.len, "Default",
+                  7);
+    api_fetch_free(&f);
+}
+
 TEST(fetch_render_splices_payloads_and_orders_keys)
 {
     const char *body = "{\"entries\":[{\"queue\":\"q\",\"partition\":\"p\","
@@ -500,6 +541,40 @@ TEST(changed_parse_checks_names_as_push_does)
     name[447] = '\0';
     snprintf(body, sizeof(body), "{\"entries\":[{\"queue\":\"%s\"}]}", name);
     EXPECT_EQ_I64(api_changed_parse(&c, body, strlen(body), &code, &err), 0);
+    api_changed_free(&c);
+}
+
+TEST(changed_parse_refuses_a_repeated_field_and_an_empty_queue)
+{
+    static const struct {
+        const char *body;
+        const char *msg;
+    } cases[] = {
+        {"{\"entries\":[],\"entries\":[]}",
+         "bad changed body: duplicate key \"entries\""},
+        {"{\"entries\":[{\"queue\":\"a\",\"limit\":1,\"limit\":2}]}",
+         "bad changed body: entries[0]: duplicate key \"limit\""},
+        {"{\"entries\":[{\"queue\":\"a\"},{\"queue\":\"a\",\"after\":null,"
+         "\"\\u0061fter\":\"p|1\"}]}",
+         "bad changed body: entries[1]: duplicate key \"after\""},
+        {"{\"entries\":[{\"queue\":\"\"}]}",
+         "bad changed body: entries[0].queue is empty"},
+    };
+    const char *ok = "{\"x\":1,\"x\":2,\"entries\":[{\"queue\":\"a\","
+                     "\"y\":1,\"y\":2}]}";
+    struct api_changed c;
+    const char *code = NULL;
+    struct err err;
+
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        EXPECT_EQ_I64(api_changed_parse(&c, cases[i].body,
+                                        strlen(cases[i].body), &code, &err),
+                      ERR_INVALID);
+        EXPECT_STR_EQ(code, "bad_body");
+        EXPECT_STR_EQ(err.msg, cases[i].msg);
+        api_changed_free(&c);
+    }
+    EXPECT_EQ_I64(api_changed_parse(&c, ok, strlen(ok), &code, &err), 0);
     api_changed_free(&c);
 }
 
