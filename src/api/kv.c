@@ -217,11 +217,43 @@ static int kv_parse_fields(struct api_kv *k, int obj, struct kv_op *o,
     return o->op == KV_GET_PREFIX ? kv_parse_prefix(k, obj, o, err) : 0;
 }
 
+/* The members of an operation this parser reads; each may appear once. A
+ * repeated one is refused (kv_bad_body) rather than read first-wins, as
+ * push does (json.h (5)): which of two "key"s or two "expect"s a write
+ * meant cannot be guessed. A value is the client's and never looked into.
+ * Other members (ignored) may repeat. */
+static const char *const kv_op_keys[] = {
+    "op",   "ns",         "namespace", "key",      "value",
+    "by",   "ttlSeconds", "forever",   "expect",   "required",
+    "keys", "prefix",     "after",     "keysOnly", "limit"};
+
+/* The members a single-key PUT or DELETE body forwards (http-api.md §7). */
+static const char *const kv_single_keys[] = {"value", "ttlSeconds", "forever",
+                                             "expect", "required"};
+
+/* 0, or kv_bad_body naming the first of keys[0..n) repeated in obj; what
+ * ("operation 2: ", or "") leads the detail. */
+static int kv_no_dups(struct api_kv *k, int obj, const char *const *keys, int n,
+                      const char *what, struct err *err)
+{
+    int v[ARRAY_LEN(kv_op_keys)];
+    int dup;
+
+    ASSERT(n <= (int)ARRAY_LEN(v));
+    dup = json_obj_pick(&k->doc, obj, keys, n, v);
+    if (dup < 0) {
+        return 0;
+    }
+    return kv_bad(k, "kv_bad_body", ERR_INVALID, err, "%sduplicate key \"%s\"",
+                  what, keys[dup]);
+}
+
 static int kv_parse_op(struct api_kv *k, int obj, struct kv_op *o,
                        size_t *next_key, struct err *err)
 {
     static const char *const tenant_fields[] = {"tenant", "tenantId",
                                                 "_tenant"};
+    char what[40];
     int t;
 
     if (json_type(&k->doc, obj) != JSON_OBJECT) {
@@ -234,6 +266,11 @@ static int kv_parse_op(struct api_kv *k, int obj, struct kv_op *o,
                           "%s is not an input: the tenant comes from the call",
                           tenant_fields[i]);
         }
+    }
+    snprintf(what, sizeof(what), "operation %zu: ", (size_t)(o - k->ops));
+    if (kv_no_dups(k, obj, kv_op_keys, (int)ARRAY_LEN(kv_op_keys), what, err) !=
+        0) {
+        return err->code;
     }
     t = json_obj_get(&k->doc, obj, "op");
     o->op = t >= 0 ? kv_opcode(&k->doc, t) : -1;
@@ -257,8 +294,13 @@ static int kv_parse_batch(struct api_kv *k, struct err *err)
     size_t i = 0;
     size_t next_key = 0;
 
-    if (json_type(&k->doc, 0) == JSON_OBJECT) {
-        arr = json_obj_get(&k->doc, 0, "operations");
+    if (json_obj_pick(&k->doc, 0, (const char *const[]){"operations"}, 1,
+                      &arr) >= 0) {
+        return kv_bad(k, "kv_bad_body", ERR_INVALID, err, "%s",
+                      "duplicate key \"operations\"");
+    }
+    if (json_type(&k->doc, 0) != JSON_OBJECT) {
+        arr = 0;
     }
     if (json_type(&k->doc, arr) != JSON_ARRAY) {
         return kv_bad(k, "kv_bad_body", ERR_INVALID, err, "%s",
@@ -297,7 +339,9 @@ static int kv_parse_single(struct api_kv *k, int mode, struct err *err)
                           path_fields[i]);
         }
     }
-    if (kv_parse_expect(k, 0, o, err) != 0 ||
+    if (kv_no_dups(k, 0, kv_single_keys, (int)ARRAY_LEN(kv_single_keys), "",
+                   err) != 0 ||
+        kv_parse_expect(k, 0, o, err) != 0 ||
         kv_opt_bool(k, 0, "required", "kv_bad_request", &o->required, err) !=
             0) {
         return err->code;

@@ -217,6 +217,75 @@ def test_every_validation_reason_answers_and_writes_nothing(broker):
                   "kv_field_in_path", method="PUT", path="/api/v1/kv/v/w2")
 
 
+KV_REPEATED = [
+    (b'{"operations":[],"operations":[{"op":"put","ns":"v","key":"w3",'
+     b'"value":1,"forever":true}]}',
+     'duplicate key "operations"'),
+    (b'[{"op":"get","ns":"v","key":"k"},{"op":"put","ns":"v","key":"w3",'
+     b'"key":"w4","value":1,"forever":true}]',
+     'operation 1: duplicate key "key"'),
+    (b'[{"op":"put","ns":"v","key":"w3","value":1,"value":2,'
+     b'"forever":true}]',
+     'operation 0: duplicate key "value"'),
+    (b'[{"op":"put","op":"delete","ns":"v","key":"w3","value":1,'
+     b'"forever":true}]',
+     'operation 0: duplicate key "op"'),
+    (b'[{"op":"put","ns":"v","ns":"w","key":"w3","value":1,'
+     b'"forever":true}]',
+     'operation 0: duplicate key "ns"'),
+    (b'[{"op":"put","ns":"v","key":"w3","value":1,"forever":true,'
+     b'"expect":0,"\\u0065xpect":5}]',
+     'operation 0: duplicate key "expect"'),
+    (b'[{"op":"put","ns":"v","key":"w3","value":1,"ttlSeconds":5,'
+     b'"ttlSeconds":6}]',
+     'operation 0: duplicate key "ttlSeconds"'),
+    (b'[{"op":"getPrefix","ns":"v","prefix":"w","limit":1,"limit":2}]',
+     'operation 0: duplicate key "limit"'),
+]
+
+
+def test_a_repeated_field_is_refused_and_writes_nothing(broker):
+    for body, detail in KV_REPEATED:
+        check_refused(broker, body, 400, "kv_bad_body")
+        r = broker.post("/api/v1/kv", body)
+        assert r.json() == {"error": "kv_bad_request", "reason": "kv_bad_body",
+                            "detail": detail}, (body, r)
+    for body, detail in [
+            (b'{"value":1,"value":2,"forever":true}', 'duplicate key "value"'),
+            (b'{"value":1,"forever":true,"forever":false}',
+             'duplicate key "forever"'),
+            (b'{"value":1,"forever":true,"required":true,"required":false}',
+             'duplicate key "required"')]:
+        check_refused(broker, body, 400, "kv_bad_body", method="PUT",
+                      path="/api/v1/kv/v/w5")
+        r = broker.request("PUT", "/api/v1/kv/v/w5", body=body)
+        assert r.json()["detail"] == detail, r
+    r = broker.request("DELETE", "/api/v1/kv/v/w5",
+                       body=b'{"expect":0,"expect":1}')
+    assert r.status == 400, r
+    assert r.json() == {"error": "kv_bad_request", "reason": "kv_bad_body",
+                        "detail": 'duplicate key "expect"'}
+
+
+def test_a_value_with_repeated_keys_is_stored_as_sent(broker):
+    """A value is the client's JSON: repeated keys inside it, and members
+    the route ignores, are kept and never refused."""
+    value = b'{"a":1,"a":2,"b":{"c":3,"c":4}}'
+    r = broker.post("/api/v1/kv",
+                    b'[{"op":"put","ns":"' + NS.encode() + b'","key":"dv",'
+                    b'"x":1,"x":2,"value":' + value + b',"forever":true}]')
+    assert r.status == 200, r
+    assert r.json()["results"][0]["applied"] is True
+    r = broker.request("PUT", "/api/v1/kv/%s/dv2" % NS,
+                       body=b'{"value":' + value + b',"y":1,"y":2,'
+                            b'"forever":true}')
+    assert r.status == 200, r
+    for key in ("dv", "dv2"):
+        got = broker.get("/api/v1/kv/%s/%s" % (NS, key))
+        assert got.status == 200, got
+        assert value in got.body, got
+
+
 def test_the_namespace_detail_quotes_the_pattern(broker):
     r = broker.post("/api/v1/kv", [{"op": "get", "ns": "Bad", "key": "k"}])
     assert r.json()["detail"] == \

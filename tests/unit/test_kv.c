@@ -1206,6 +1206,51 @@ TEST(the_parser_reads_both_body_forms_and_counts_forever_false_as_absent)
     }
 }
 
+/* A member the parser reads, given twice in an operation or a single-key
+ * body, refuses the call (kv_bad_body) instead of being read first-wins;
+ * a value keeps its own repeated keys, byte for byte. */
+TEST(the_parser_refuses_a_repeated_field_but_not_inside_a_value)
+{
+    static const struct {
+        int mode;
+        const char *body;
+        const char *msg;
+    } cases[] = {
+        {API_KV_BATCH, "{\"operations\":[],\"operations\":[]}",
+         "duplicate key \"operations\""},
+        {API_KV_BATCH,
+         "[{\"op\":\"get\",\"ns\":\"n\",\"key\":\"a\"},{\"op\":\"get\","
+         "\"ns\":\"n\",\"key\":\"a\",\"k\\u0065y\":\"b\"}]",
+         "operation 1: duplicate key \"key\""},
+        {API_KV_PUT, "{\"value\":1,\"forever\":true,\"value\":2}",
+         "duplicate key \"value\""},
+        {API_KV_DELETE, "{\"required\":true,\"required\":false}",
+         "duplicate key \"required\""},
+    };
+    const char *ok = "[{\"op\":\"put\",\"ns\":\"n\",\"key\":\"k\",\"x\":1,"
+                     "\"x\":2,\"value\":{\"a\":1,\"a\":2},\"forever\":true}]";
+    struct slice none = {"", 0};
+    struct slice name = {"k", 1};
+    struct api_kv k;
+    struct err err = {0};
+
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        struct slice body = {cases[i].body, strlen(cases[i].body)};
+
+        EXPECT_EQ_I64(api_kv_parse(&k, cases[i].mode, body, name, name, &err),
+                      ERR_INVALID);
+        EXPECT_STR_EQ(k.reason, "kv_bad_body");
+        EXPECT_STR_EQ(err.msg, cases[i].msg);
+        api_kv_free(&k);
+    }
+    EXPECT_EQ_I64(api_kv_parse(&k, API_KV_BATCH, (struct slice){ok, strlen(ok)},
+                               none, none, &err),
+                  0);
+    EXPECT_MEM_EQ(k.ops[0].value.ptr, k.ops[0].value.len, "{\"a\":1,\"a\":2}",
+                  13);
+    api_kv_free(&k);
+}
+
 /* ---- apply order: the order given (issue 13, item 6) --------------------- */
 
 /* A put of key expecting version v (0: none), required. */
