@@ -198,11 +198,17 @@ static bool cp_guard(struct http_req *req, void *arg)
 
 /* ---- bodies ---- */
 
-/* Parse req's body as a JSON object into d. False after answering 400. */
-static bool cp_body(struct cp_call *c, struct json_doc *d)
+/* Parse req's body as a JSON object into d; the members keys[0..n) it
+ * reads may appear once each (a repeated one is refused rather than read
+ * first-wins, as push does: json.h (5)). False after answering 400. */
+static bool cp_body(struct cp_call *c, struct json_doc *d,
+                    const char *const *keys, int n)
 {
     struct err err;
+    int v[2];
+    int dup;
 
+    ASSERT(n <= (int)ARRAY_LEN(v));
     memset(d, 0, sizeof(*d));
     if (json_parse(d, c->req->body.ptr, c->req->body.len, NULL, &err) != 0) {
         cp_fail(c, 400, "invalid", "the body is not JSON: %s", err.msg);
@@ -211,6 +217,12 @@ static bool cp_body(struct cp_call *c, struct json_doc *d)
     if (json_type(d, 0) != JSON_OBJECT) {
         json_doc_free(d);
         cp_fail(c, 400, "invalid", "the body must be a JSON object");
+        return false;
+    }
+    dup = json_obj_pick(d, 0, keys, n, v);
+    if (dup >= 0) {
+        json_doc_free(d);
+        cp_fail(c, 400, "invalid", "duplicate key \"%s\"", keys[dup]);
         return false;
     }
     return true;
@@ -293,7 +305,7 @@ static bool cp_body_status(struct cp_call *c, enum cp_status *st)
     char text[32];
     bool is_ok;
 
-    if (!cp_body(c, &d)) {
+    if (!cp_body(c, &d, (const char *const[]){"status"}, 1)) {
         return false;
     }
     is_ok = cp_body_str(&d, "status", text, sizeof(text)) &&
@@ -540,7 +552,7 @@ static void cp_run_tenant_create(struct cp_call *c)
     char rkey[CP_ID_LEN + 2];
     int rc;
 
-    if (!cp_body(c, &d)) {
+    if (!cp_body(c, &d, (const char *const[]){"slug"}, 1)) {
         return;
     }
     if (!cp_body_slug(c, &d, "slug", c->slug)) {
@@ -887,7 +899,7 @@ static void cp_run_cluster_create(struct cp_call *c)
     int n;
     int rc;
 
-    if (!cp_body(c, &d)) {
+    if (!cp_body(c, &d, (const char *const[]){"tenant_slug", "slug"}, 2)) {
         return;
     }
     if (!cp_body_slug(c, &d, "tenant_slug", c->tenant_slug) ||

@@ -214,12 +214,34 @@ static void cp_s3_put_free(struct cp_s3_put *p)
     buf_free(&p->row);
 }
 
+/* The first setting, secretKey or enabled the body gives twice, or NULL.
+ * A repeated one is refused rather than stored: the stored document would
+ * be read first-wins (sink/config.h), so which of two buckets the sink
+ * writes to would be a guess (json.h (5)). Other members are refused by
+ * the sink's validation anyway. */
+static const char *cp_s3_dup(const struct json_doc *d)
+{
+    size_t n;
+    const char *const *fields = sink_config_doc_fields(&n);
+    const char *keys[32];
+    int v[ARRAY_LEN(keys)];
+    int dup;
+
+    ASSERT(n + 2 <= ARRAY_LEN(keys));
+    memcpy(keys, fields, n * sizeof(*keys));
+    keys[n] = "secretKey";
+    keys[n + 1] = "enabled";
+    dup = json_obj_pick(d, 0, keys, (int)n + 2, v);
+    return dup >= 0 ? keys[dup] : NULL;
+}
+
 /* The body: an object; secretKey a non-empty string of at most 4 KiB;
- * enabled a boolean; the rest the settings, at most 32 KiB. False after
- * answering 400. */
+ * enabled a boolean; the rest the settings, at most 32 KiB; none of them
+ * twice. False after answering 400. */
 static bool cp_s3_put_body(struct cp_call *c, struct cp_s3_put *p)
 {
     struct err err;
+    const char *dup;
     int sk;
     int en;
 
@@ -229,6 +251,11 @@ static bool cp_s3_put_body(struct cp_call *c, struct cp_s3_put *p)
         cp_fail(c, 400, "invalid",
                 "the body must be a JSON object of the sink's settings, with "
                 "secretKey and enabled beside them");
+        return false;
+    }
+    dup = cp_s3_dup(&p->doc);
+    if (dup != NULL) {
+        cp_fail(c, 400, "invalid", "duplicate key \"%s\"", dup);
         return false;
     }
     sk = json_obj_get(&p->doc, 0, "secretKey");

@@ -1238,6 +1238,12 @@ static const char *const doc_fields[] = {
     "targetMb",    "maxWindowMs",  "sink",
 };
 
+const char *const *sink_config_doc_fields(size_t *n)
+{
+    *n = ARRAY_LEN(doc_fields);
+    return doc_fields;
+}
+
 static const char *const node_fields[][2] = {
     {"checkpointEvery", "QUEEN_S3_CHECKPOINT_EVERY"},
     {"memoryMb", "QUEEN_S3_MEMORY_MB"},

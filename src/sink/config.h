@@ -142,6 +142,10 @@ int sink_config_from_env(struct sink_config *c, struct sink_node_config *n,
 int sink_config_from_doc(struct sink_config *c, const char *tenant,
                          struct slice doc, const char *secret, struct buf *msg,
                          struct err *err);
+/* The field names of that document, *n of them (static storage). A
+ * stored document is read first-wins; the control plane's PUT refuses a
+ * repeated field before storing one (docs/design/control-plane.md §2). */
+const char *const *sink_config_doc_fields(size_t *n);
 
 void sink_config_free(struct sink_config *c);
 

@@ -507,6 +507,60 @@ def test_s3_put_get_delete_with_a_sealed_secret(broker_factory):
     assert SECRET not in node.stderr()
 
 
+def s3_raw(body, **extra):
+    """A PUT body's bytes: body's members, then extra's raw member text
+    (so a key can be given twice)."""
+    text = json.dumps(body)[:-1]
+    for k, v in extra.items():
+        text += ', "%s": %s' % (k.rstrip("_"), v)
+    return (text + "}").encode()
+
+
+def test_a_repeated_field_is_refused_and_nothing_stored(broker_factory):
+    """A setting, secretKey or enabled given twice in a PUT is refused
+    rather than stored (the stored document would be read first-wins);
+    a body member of the other cp routes too."""
+    node = broker_factory(env=s3_env())
+    make_cluster(node, "acme", "acme-main")
+    full = dict(S3_BODY, secretKey=SECRET)
+    path = "/api/cp/clusters/acme-main/s3"
+    for extra, key in [({"bucket_": '"other-lake"'}, "bucket"),
+                       ({"secretKey_": '"%s"' % SECRET}, "secretKey"),
+                       ({"enabled": "true", "enabled_": "false"}, "enabled"),
+                       ({"pathStyle_": "false"}, "pathStyle")]:
+        body = s3_raw(full, **extra)
+        assert body.count(b'"%s"' % key.encode()) == 2, body
+        msg = error_of(cp(node, "PUT", path, raw=body), 400, "invalid")
+        assert msg == 'duplicate key "%s"' % key, msg
+        error_of(cp(node, "GET", path), 404, "s3_unset")
+    # A good PUT after the refusals stores exactly what it was given.
+    st, put = put_s3(node, "acme-main", full)
+    assert st == 200 and put["config"] == S3_BODY, put
+    # The other cp bodies: the members they read, once each.
+    for method, p, raw, key in [
+            ("POST", "/api/cp/clusters",
+             b'{"tenant_slug":"acme","slug":"acme-x","slug":"acme-y"}',
+             "slug"),
+            ("POST", "/api/cp/clusters",
+             b'{"tenant_slug":"a","tenant_slug":"b","slug":"acme-x"}',
+             "tenant_slug"),
+            ("POST", "/api/cp/tenants", b'{"slug":"g1","slug":"g2"}', "slug"),
+            ("PUT", "/api/cp/clusters/acme-main/status",
+             b'{"status":"active","status":"suspended"}', "status"),
+            ("PUT", "/api/cp/tenants/acme/status",
+             b'{"status":"suspended","status":"active"}', "status")]:
+        msg = error_of(cp(node, method, p, raw=raw), 400, "invalid")
+        assert msg == 'duplicate key "%s"' % key, (p, msg)
+    st, lst = cp(node, "GET", "/api/cp/clusters")
+    assert st == 200
+    assert [c["slug"] for c in lst["clusters"]] == ["acme-main"]
+    assert lst["clusters"][0]["status"] == "active"
+    st, ts = cp(node, "GET", "/api/cp/tenants")
+    assert st == 200 and [t["slug"] for t in ts["tenants"]] == ["acme"]
+    assert ts["tenants"][0]["status"] == "active"
+    assert SECRET not in node.stderr()
+
+
 def crash_on_delete(node, path):
     """DELETE path on a node armed with QUEEN_CP_CRASH_AFTER_MARK: it aborts
     once the deleting mark applied; restart it unarmed."""
