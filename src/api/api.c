@@ -91,8 +91,8 @@ int api_check_name(const char *where, struct slice name, struct err *err)
                        "%s: name of %zu bytes is over the %d-byte limit", where,
                        name.len, CMD_NAME_MAX);
     }
-    /* Any bytes otherwise, control bytes and NUL included, as the
-     * reference's broker takes them: names are length-counted everywhere,
+    /* Any bytes otherwise, control bytes and NUL included
+     * (docs/design/http-api.md §1): names are length-counted everywhere,
      * object and KV keys percent-encode them, the JSONL envelope escapes
      * them (\u00xx) and log lines quote them (formats.md §1, §6). */
     return 0;

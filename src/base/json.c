@@ -1509,7 +1509,7 @@ void jw_double(struct jw *w, double v)
         }
     }
     /* a float stays a float to a reader: 5 s of lag is 5.0, not the
-     * integer 5 (the reference's lagSeconds is a float, as serde writes) */
+     * integer 5 (/status's lagSeconds, docs/design/observability.md) */
     if (strpbrk(tmp, ".e") == NULL) {
         tmp[n++] = '.';
         tmp[n++] = '0';

@@ -137,7 +137,8 @@ def committed_by_node(c):
     """{(queue, k): [node ids]} from every node's "window committed" lines
     (all its starts)."""
     out = {}
-    pat = re.compile(r"window committed queue=(\S+) k=(\d+)")  # reference
+    # the line as docs/design/observability.md §3 reads it
+    pat = re.compile(r"window committed queue=(\S+) k=(\d+)")
     for n in c.nodes.values():
         for q, k in pat.findall(n.logs()):
             out.setdefault((q, int(k)), []).append(n.id)

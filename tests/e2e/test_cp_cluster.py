@@ -155,7 +155,8 @@ def windows(bucket, slug, tenant, q):
 def committed_twice(c, tenants):
     """(tenant queue, k) committed by two nodes, from the nodes' logs; the
     shared name is left out (both tenants commit its k = 1, 2, ...)."""
-    pat = re.compile(r"window committed queue=(\S+) k=(\d+)")  # reference
+    # the line as docs/design/observability.md §3 reads it
+    pat = re.compile(r"window committed queue=(\S+) k=(\d+)")
     seen = {}
     for n in c.nodes.values():
         for q, k in pat.findall(n.logs()):

@@ -34,8 +34,9 @@ def test_one_version_in_the_log_and_metrics_with_the_sink(sink_node):
         "windowsCommitted", 0) >= 1 or None, 60, "a window of orders",
         interval=0.2)
     log = node.stderr()
-    # the boot line (reference §5.6) is one message of key=value words: in
-    # the text format they read as fields, so the line itself is matched
+    # the boot line (docs/design/config.md §6) is one message of key=value
+    # words: in the text format they read as fields, so the line itself is
+    # matched
     boot = [ln for ln in log.splitlines() if " sink=default instance=" in ln]
     assert len(boot) == 1, log
     r = loglines.parse(boot[0])[0]

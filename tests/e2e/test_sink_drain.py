@@ -168,7 +168,7 @@ def test_sigterm_drain(sink_node, bucket, case):
         assert "redo=true" in node.stderr()
 
 
-# The drain's choice (reference §3.11, page "Stop"): the window being
+# The drain's choice (docs/design/protocol.md §8): the window being
 # filled is committed at SIGTERM when it is worth it, 1 MiB buffered or
 # ten seconds of lag on the broker's clock, and left in the log for the
 # next owner otherwise. label: (target MB, records, payload bytes, age it)
