@@ -32,7 +32,7 @@ import time
 
 import lake
 from retention_helpers import configure
-from sinkenv import PREFIX, TENANT, wait_until
+from sinkenv import PREFIX, TENANT, sink_row, wait_until
 
 KEEP, TRIM = "soak.keep", "soak.trim"
 PARTITIONS = ["cust 42/eu", "r\u00e9gion-eu", "a=b%c+d", "\u65e5\u672c/\u30c7",
@@ -199,6 +199,33 @@ def covered(seen, lost, bounds):
     return True
 
 
+def uncovered_report(node, queue, lake_seen, bounds):
+    """What a failure to cover the log leaves to look at: the offsets in
+    neither the lake nor a lost range, the queue's status row, and the
+    node's log lines that name the queue."""
+    out = []
+    if lake_seen is None:
+        out.append("the lake was never read whole")
+    else:
+        seen, lost = lake_seen
+        for p, (start, hw) in sorted(bounds.items()):
+            holes = [o for o in range(hw)
+                     if (p, o) not in seen and not lake._in_lost(lost, p, o)]
+            if holes:
+                out.append("%r (logStart %d, hw %d): %d offsets uncovered, "
+                           "%d..%d" % (p, start, hw, len(holes), holes[0],
+                                       holes[-1]))
+        out.append("lost ranges: %r" % sorted(lost)[:20])
+    try:
+        out.append("status row: %r" % sink_row(node, queue))
+    except OSError as e:
+        out.append("status unreadable: %r" % e)
+    lines = [ln for ln in node.stderr().splitlines() if queue in ln]
+    out.append("the node's last lines on %s:" % queue)
+    out.extend(lines[-40:])
+    return "\n".join(out)
+
+
 def check_queue(soak, queue, seen, lost, bounds):
     acked, logged = soak.acked[queue], soak.logged[queue]
     for (p, o), (txn, payload) in acked.items():
@@ -289,14 +316,21 @@ def test_soak_kill9_and_trims_lose_nothing_silently(sink_node, bucket):
     for queue in (KEEP, TRIM):
         bounds = soak.read_log(queue)
 
+        last = {}
+
         def done():
             try:
                 seen, lost = lake_records(reader, queue)
             except lake.LakeError:
                 return None  # a window being written: look again
+            last["lake"] = (seen, lost)
             return (seen, lost) if covered(seen, lost, bounds) else None
-        seen, lost = wait_until(done, 120, "the lake of %s to cover its log"
-                                % queue, interval=0.5)
+        try:
+            seen, lost = wait_until(done, 120, "the lake of %s to cover its "
+                                    "log" % queue, interval=0.5)
+        except AssertionError as e:
+            raise AssertionError("%s\n%s" % (e, uncovered_report(
+                node, queue, last.get("lake"), bounds))) from None
         # Retention goes on trimming after the chaos (above all right after
         # the last start): a lost range is judged against the log start of
         # now, which is at or above the one the sink saw when it found it.
