@@ -97,7 +97,7 @@ int s3_endpoint_parse(struct s3_endpoint *ep, const char *name, const char *raw,
     if (n > 0 && rest[n - 1] == '/') {
         n--; /* one trailing slash is tolerated */
     }
-    if (n == 0) {
+    if (n == 0 || rest[0] == '/') {
         return err_set(err, ERR_INVALID, "%s=%s has no host", name, raw);
     }
     if (memchr(rest, '/', n) != NULL || memchr(rest, '?', n) != NULL ||
@@ -122,7 +122,14 @@ int s3_endpoint_set_bucket(struct s3_endpoint *ep, const char *name,
                            struct err *err)
 {
     size_t n = strlen(bucket);
-    bool ok = n > 0 && n < sizeof(ep->bucket);
+    bool ok = n > 0;
+
+    if (n >= sizeof(ep->bucket)) {
+        return err_set(err, ERR_INVALID,
+                       "%s=%.64s... is not a bucket name: it is %zu bytes, "
+                       "and a bucket name is at most %zu",
+                       name, bucket, n, sizeof(ep->bucket) - 1);
+    }
 
     for (size_t i = 0; ok && i < n; i++) {
         unsigned char c = (unsigned char)bucket[i];

@@ -388,7 +388,6 @@ static int parse_endpoint(struct ld *l, struct sink_config *c)
     char raw[VAL_MAX];
     struct s3_endpoint ep;
     struct err e;
-    const char *rest;
     size_t n;
 
     if (required(l, name,
@@ -397,59 +396,35 @@ static int parse_endpoint(struct ld *l, struct sink_config *c)
                  raw, sizeof(raw)) != 0) {
         return l->err->code;
     }
-    if (strncasecmp(raw, "http://", 7) == 0) {
-        rest = raw + 7;
-    } else if (strncasecmp(raw, "https://", 8) == 0) {
-        rest = raw + 8;
-    } else {
-        return fail(l,
-                    "%s=%s has no scheme: it starts with http:// or https://",
-                    name, raw);
-    }
-    n = strlen(rest);
-    if (n > 0 && rest[n - 1] == '/') {
-        n--;
-    }
-    if (n == 0 || rest[0] == '/') {
-        return fail(l, "%s=%s has no host", name, raw);
-    }
-    if (memchr(rest, '/', n) != NULL || memchr(rest, '?', n) != NULL ||
-        memchr(rest, '#', n) != NULL) {
-        return fail(l,
-                    "%s=%s carries a path. The endpoint is "
-                    "scheme://host[:port] only; a prefix inside the bucket "
-                    "is %s",
-                    name, raw, l->nm->prefix);
-    }
-    /* The S3 client's own reading too (its port and host rules), so what
+    /* The S3 client's own reading (scheme, host, port, no path), so what
      * it would refuse when the sink starts stops the boot instead, before
      * the node has opened anything. */
     if (s3_endpoint_parse(&ep, name, raw, l->nm->prefix, &e) != 0) {
         return fail(l, "%s", e.msg);
     }
-    if ((size_t)(rest - raw) + n >= sizeof(c->endpoint)) {
-        return fail(l, "%s=%s has no host", name, raw);
+    n = strlen(raw);
+    if (raw[n - 1] == '/') {
+        n--; /* the one trailing slash s3_endpoint_parse tolerates */
     }
-    snprintf(c->endpoint, sizeof(c->endpoint), "%.*s",
-             (int)((size_t)(rest - raw) + n), raw);
+    if (n >= sizeof(c->endpoint)) {
+        return fail(l, "%s=%s has a host that is too long", name, raw);
+    }
+    snprintf(c->endpoint, sizeof(c->endpoint), "%.*s", (int)n, raw);
     return 0;
 }
 
 static int parse_bucket(struct ld *l, struct sink_config *c)
 {
     const char *name = l->nm->bucket;
+    struct s3_endpoint ep;
+    struct err e;
 
     if (required(l, name, "the destination bucket", c->bucket,
                  sizeof(c->bucket)) != 0) {
         return l->err->code;
     }
-    for (const char *p = c->bucket; *p != '\0'; p++) {
-        if (*p == '/' || isspace((unsigned char)*p)) {
-            return fail(l,
-                        "%s=%s is not a bucket name: it is one name, with no "
-                        "slash and no space. A prefix inside the bucket is %s",
-                        name, c->bucket, l->nm->prefix);
-        }
+    if (s3_endpoint_set_bucket(&ep, name, c->bucket, l->nm->prefix, &e) != 0) {
+        return fail(l, "%s", e.msg);
     }
     return 0;
 }

@@ -525,6 +525,16 @@ TEST(names_and_paths)
            "QUEEN_S3_BUCKET=lake/x is not a bucket name: it is one name, "
            "with no slash and no space. A prefix inside the bucket is "
            "QUEEN_S3_PREFIX");
+    {
+        char big[301];
+        memset(big, 'b', sizeof(big) - 1);
+        big[sizeof(big) - 1] = '\0';
+        refuse(
+            "QUEEN_S3_BUCKET", big,
+            "QUEEN_S3_BUCKET=bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+            "bbbbbbbbbbbbbbb... is not a bucket name: it is 300 bytes, "
+            "and a bucket name is at most 255");
+    }
     refuse("QUEEN_S3_ENDPOINT", "gw:7070",
            "QUEEN_S3_ENDPOINT=gw:7070 has no scheme: it starts with http:// "
            "or https://");
@@ -537,6 +547,8 @@ TEST(names_and_paths)
            "QUEEN_S3_ENDPOINT=http://gw:70000 has a port that is not one");
     refuse("QUEEN_S3_ENDPOINT", "http://:7070",
            "QUEEN_S3_ENDPOINT=http://:7070 has no host");
+    refuse("QUEEN_S3_ENDPOINT", "http:///lake",
+           "QUEEN_S3_ENDPOINT=http:///lake has no host");
     refuse("QUEEN_S3_ENDPOINT", "http://gw/lake",
            "QUEEN_S3_ENDPOINT=http://gw/lake carries a path. The endpoint is "
            "scheme://host[:port] only; a prefix inside the bucket is "
