@@ -305,6 +305,10 @@ struct engine {
      * once every partition is read past checkpoint_t_end. */
     bool is_checkpoint_deferred;
     bool is_loss_checkpoint_due; /* a loss was found: keep its positions */
+    /* The restore found a run before this one (a commit pointer, a redo or
+     * a checkpoint): a partition it has no position for may have been read
+     * by that run, so its offsets from 0 are judged (position_new()). */
+    bool has_prior_run;
 };
 
 /* ---- Small helpers ------------------------------------------------------- */
@@ -961,6 +965,8 @@ int engine_restore(struct engine *e, const struct engine_committed *committed,
             }
         }
     }
+    e->has_prior_run = e->committed_k > 0 || e->has_redo ||
+                       (cp != NULL && cp->k <= e->committed_k);
     if (cp != NULL && cp->k <= e->committed_k) {
         restore_checkpoint(e, cp);
         /* Exact at the commit pointer (written there, or rebuilt from the
@@ -1028,6 +1034,15 @@ static void position_new(struct engine *e, struct part *p,
         if (in->id.len == 0 && r->id != NULL) {
             set_part_id(e, p, (struct slice){r->id, r->id_len});
         }
+        skip_to(e, p, in->log_start);
+        return;
+    }
+    if (e->cfg.start == ENGINE_START_EARLIEST && e->has_prior_run) {
+        /* A run before this one may have read and not committed what a
+         * trim took since: the partition's offsets from 0 are a skip,
+         * judged like any other (engine.h (5)), never passed in silence. */
+        p->position = 0;
+        p->floor_ts = ENGINE_MIN;
         skip_to(e, p, in->log_start);
         return;
     }

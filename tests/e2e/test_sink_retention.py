@@ -121,3 +121,42 @@ def test_retention_overruns_a_lagging_sink_unless_held(sink_node, bucket):
         queue=HELD) == [], log
     assert "queue fenced" not in log
     assert node.stop() == 0
+
+
+def test_a_trim_after_a_crash_in_the_first_window_is_reported(sink_node,
+                                                              bucket):
+    """Window 1 is closed (its intent is in the KV) and cannot go up: the
+    bucket is down. The node dies, and retention trims what window 1 held
+    while it is down. No commit pointer or checkpoint names a position,
+    and the merged layout's intent keeps no offsets: the restart must still
+    report those records lost, from offset 0, not start at the log start
+    as a first run would."""
+    queue = "rt.first"
+    node = sink_node({"QUEEN_S3_QUEUES": queue})
+    configure(node, queue, retentionEnabled=True, retentionSeconds=1)
+    wait_until(lambda: (sink_row(node, queue) or {}).get("state") ==
+               "filling", 60, "the sink to run %s" % queue)
+    bucket.fault("down503", count=-1)
+    acked = push(node, queue, 0)
+    wait_until(lambda: sink_row(node, queue)["state"] == "upload", 60,
+               "window 1 to close and fail to go up")
+    end = {p["partition"]: p["to"] + 1 for p in ranges(acked)}
+    wait_until(lambda: log_starts(node, queue) == end, 60,
+               "retention to trim what window 1 holds")
+    assert sink_row(node, queue)["k"] == 0
+    node.kill9()
+    bucket.clear_faults()
+    node.start()
+
+    lost = ranges(acked)
+    wait_until(lambda: node.metric("queen_s3_records_lost_total",
+                                   'queue="%s"' % queue) == 10, 60,
+               "the restart to count what the trim took as lost")
+    reader = lake.bucket_reader(bucket)
+    got = lake.wait_queue(reader, PREFIX, TENANT, queue, acked, timeout=60,
+                          expect_lost=lost, compression="zstd", align="none")
+    assert got["records"] == 0 and sorted(got["lost"]) == sorted(
+        (x["partition"], x["from"], x["to"]) for x in lost), got
+    assert loglines.records(node.stderr(), msg="queue restored", queue=queue,
+                            redo="true"), node.stderr()
+    assert node.stop() == 0

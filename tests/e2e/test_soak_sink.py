@@ -281,6 +281,14 @@ def test_soak_kill9_and_trims_lose_nothing_silently(sink_node, bucket):
     # A queue exists once configured; retention trims soak.trim after 2 s.
     configure(node, KEEP)
     configure(node, TRIM, retentionEnabled=True, retentionSeconds=2)
+    # Under `earliest` the sink starts a queue where it first finds it:
+    # what retention trims before then was never the sink's to lose. The
+    # pushes wait until both queues run here (a first look before the
+    # configure finds no queue and looks again 5 s later).
+    for q in (KEEP, TRIM):
+        wait_until(lambda q=q: (sink_row(node, q) or {}).get("ownedHere")
+                   and sink_row(node, q)["state"] == "filling", 60,
+                   "the sink to run %s" % q, interval=0.1)
     soak = Soak(node, bucket, seed)
     threads = [threading.Thread(target=soak.pusher, args=("a",)),
                threading.Thread(target=soak.pusher, args=("b",)),

@@ -2441,6 +2441,47 @@ TEST(a_first_window_redo_after_a_trim_records_what_its_intent_held)
     rig_close(r);
 }
 
+/* The merged layout's intent keeps no offsets: a first-window redo finds
+ * no position at all, and every offset a trim took since the crash is
+ * judged from 0 (the run before read them), never passed in silence. */
+static void merged(struct driver_config *c)
+{
+    c->per_partition = false;
+}
+
+static void merged_first_window_redo_after_a_trim(enum driver_crash point)
+{
+    struct rig *r = redo_after_change(point, NULL, merged);
+    struct fake_object *m;
+    struct driver_status st;
+
+    fake_part(&r->f, "a")->log_start = 1;
+    fake_part(&r->f, "b")->log_start = 3;
+    run_until(r, 2, 200);
+    EXPECT_EQ_I64(committed_k(r), 2);
+    m = manifest_of(r, 1);
+    EXPECT(m != NULL);
+    if (m != NULL) {
+        EXPECT(strstr(m->body.data,
+                      "{\"partition\":\"a\",\"from\":0,\"to\":0}") != NULL);
+        EXPECT(strstr(m->body.data,
+                      "{\"partition\":\"b\",\"from\":0,\"to\":2}") != NULL);
+    }
+    driver_status(r->d, &st);
+    EXPECT_EQ_U64(st.counters.records_lost, 4);
+    rig_close(r);
+}
+
+TEST(a_merged_first_window_redo_mid_upload_after_a_trim_reports_the_loss)
+{
+    merged_first_window_redo_after_a_trim(DRIVER_CRASH_MID_UPLOAD);
+}
+
+TEST(a_merged_first_window_redo_after_its_intent_and_a_trim_reports_the_loss)
+{
+    merged_first_window_redo_after_a_trim(DRIVER_CRASH_AFTER_INTENT);
+}
+
 /* ---- issue 13 item 13b: a redo of another writer's intent --------------- */
 
 /* Another writer string in the page's form, as a later release might
