@@ -307,7 +307,8 @@ struct engine {
     bool is_loss_checkpoint_due; /* a loss was found: keep its positions */
     /* The restore found a run before this one (a commit pointer, a redo or
      * a checkpoint): a partition it has no position for may have been read
-     * by that run, so its offsets from 0 are judged (position_new()). */
+     * by that run, so its offsets from 0 are judged (position_new()), as
+     * those of a partition first named after the first full sweep are. */
     bool has_prior_run;
 };
 
@@ -1037,10 +1038,14 @@ static void position_new(struct engine *e, struct part *p,
         skip_to(e, p, in->log_start);
         return;
     }
-    if (e->cfg.start == ENGINE_START_EARLIEST && e->has_prior_run) {
+    if (e->cfg.start == ENGINE_START_EARLIEST &&
+        (e->has_prior_run || e->has_complete_pass)) {
         /* A run before this one may have read and not committed what a
-         * trim took since: the partition's offsets from 0 are a skip,
-         * judged like any other (engine.h (5)), never passed in silence. */
+         * trim took since; and a partition the first full sweep did not
+         * name was created after this run began, so all of it was the
+         * sink's (a stall, an outage, let a trim pass it before a page
+         * named it). Its offsets from 0 are a skip, judged like any other
+         * (engine.h (5)), never passed in silence. */
         p->position = 0;
         p->floor_ts = ENGINE_MIN;
         skip_to(e, p, in->log_start);

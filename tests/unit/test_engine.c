@@ -777,6 +777,31 @@ TEST(rule6_earliest_positions_at_log_start)
     engine_free(e);
 }
 
+static void pass(struct engine *e, int64_t safe,
+                 const struct engine_partition_info *in, size_t n);
+
+/* A partition the first full sweep did not name was created after the run
+ * began: what a trim took of it before a page named it was the sink's, and
+ * is lost (t_filter is MIN: nothing is committed), not passed over. */
+TEST(rule6_earliest_judges_a_partition_created_after_the_first_sweep_from_0)
+{
+    struct engine_config c;
+    struct err err;
+    struct engine *e;
+    struct engine_partition_info a = pinfo("a", "A", 119, 120, SIM_T0);
+    struct engine_partition_info b = pinfo("b", "B", 9, 5, SIM_T0 + SIM_SEC);
+
+    sim_test_config(&c);
+    e = engine_new(&c, &err);
+    pass(e, SIM_T0, &a, 1);
+    EXPECT_EQ_I64(position_of(e, "a"), 120);
+    EXPECT_EQ_U64(engine_stats(e)->records_lost, 0);
+    pass(e, SIM_T0 + 2 * SIM_SEC, &b, 1);
+    EXPECT_EQ_I64(position_of(e, "b"), 5);
+    EXPECT_EQ_U64(engine_stats(e)->records_lost, 5); /* b 0..4 */
+    engine_free(e);
+}
+
 static void checkpoint_case(enum engine_start start)
 {
     struct engine_config c;
