@@ -1038,21 +1038,19 @@ static void position_new(struct engine *e, struct part *p,
         skip_to(e, p, in->log_start);
         return;
     }
-    if (e->cfg.start == ENGINE_START_EARLIEST &&
-        (e->has_prior_run || e->has_complete_pass)) {
-        /* A run before this one may have read and not committed what a
-         * trim took since; and a partition the first full sweep did not
-         * name was created after this run began, so all of it was the
-         * sink's (a stall, an outage, let a trim pass it before a page
-         * named it). Its offsets from 0 are a skip, judged like any other
-         * (engine.h (5)), never passed in silence. */
-        p->position = 0;
-        p->floor_ts = ENGINE_MIN;
-        skip_to(e, p, in->log_start);
-        return;
-    }
     if (e->cfg.start == ENGINE_START_EARLIEST) {
-        p->position = in->log_start;
+        p->position = in->log_start; /* a first run's first full sweep */
+        if (e->has_prior_run || e->has_complete_pass) {
+            /* A run before this one may have read and not committed what
+             * a trim took since; and a partition the first full sweep did
+             * not name was created after this run began, so all of it was
+             * the sink's (a stall, an outage, let a trim pass it before a
+             * page named it). Its offsets from 0 are a skip, judged like
+             * any other (engine.h (5)), never passed in silence. */
+            p->position = 0;
+            p->floor_ts = ENGINE_MIN;
+            skip_to(e, p, in->log_start);
+        }
         return;
     }
     if (!e->is_t_prev_known ||

@@ -28,9 +28,12 @@ PAYLOADS = [b'{"n":1,"total":42.00}', b'"caf\xc3\xa9"', b'[1,[2,{}]]',
 LOST, HELD = "rs.lost", "rs.held"
 
 
-def push(node, queue, first, n=10):
-    items = [{"queue": queue, "partition": "p-%d" % (i % 2),
-              "transactionId": "%s-%d" % (queue, i),
+def push(node, queue, first, n=10, partition=None):
+    """Records first.. of queue: to p-0 and p-1 in turn, or all to
+    partition."""
+    items = [{"queue": queue, "partition": partition or "p-%d" % (i % 2),
+              "transactionId": "%s-%s%d" % (
+                  queue, partition + "-" if partition else "", i),
               "payload": PAYLOADS[i % len(PAYLOADS)]}
              for i in range(first, first + n)]
     r = node.request("POST", "/api/v1/push", body=lake.push_body(items))
@@ -176,18 +179,18 @@ def test_a_partition_created_and_trimmed_while_the_sink_is_stuck_is_lost(
     configure(node, queue, retentionEnabled=True, retentionSeconds=1)
     wait_until(lambda: (sink_row(node, queue) or {}).get("state") ==
                "filling", 60, "the sink to run %s" % queue)
-    old = push_to(node, queue, "old", 0)
+    old = push(node, queue, 0, partition="old")
     wait_until(lambda: sink_row(node, queue)["windowsCommitted"] >= 1, 60,
                "a first window")
     bucket.fault("down503", count=-1)
     # One window fails to go up, the next closes behind it: the queue stops
     # discovering until they are committed.
-    old += push_to(node, queue, "old", 10)
-    wait_until(lambda: (old.extend(push_to(node, queue, "old",
-                                           len(old), n=1)),
+    old += push(node, queue, 10, partition="old")
+    wait_until(lambda: (old.extend(push(node, queue, len(old), n=1,
+                                        partition="old")),
                         sink_row(node, queue)["state"] != "filling")[1],
                60, "two windows closed behind the bucket", interval=0.5)
-    young = push_to(node, queue, "young", 0)
+    young = push(node, queue, 0, partition="young")
     wait_until(lambda: log_starts(node, queue).get("young") == 10, 60,
                "retention to trim the young partition")
     assert sink_row(node, queue)["state"] != "filling", \
@@ -216,12 +219,3 @@ def test_a_partition_created_and_trimmed_while_the_sink_is_stuck_is_lost(
     assert not [k for k in seen if k[0] == "young"], seen
     assert node.stop() == 0
 
-
-def push_to(node, queue, partition, first, n=10):
-    items = [{"queue": queue, "partition": partition,
-              "transactionId": "%s-%s-%d" % (queue, partition, i),
-              "payload": PAYLOADS[i % len(PAYLOADS)]}
-             for i in range(first, first + n)]
-    r = node.request("POST", "/api/v1/push", body=lake.push_body(items))
-    assert r.status == 201, r
-    return lake.acked_from_push(items, r.json())
