@@ -26,6 +26,9 @@ struct store {
      * exclusively while it swaps the environment. */
     pthread_rwlock_t swap_lock;
     _Atomic uint64_t applied; /* meta "applied" as last committed */
+    /* The last transaction store_sync() saw on disk (UINT64_MAX: none yet
+     * in this environment); a sync with nothing committed since is skipped. */
+    _Atomic uint64_t synced_txn;
     _Atomic int64_t safe_time;
     /* Index rows partitions/changed has stepped over (store_stats()). */
     _Atomic uint64_t changed_rows;
@@ -183,7 +186,8 @@ bool store_options_decode(const uint8_t *p, size_t len,
 /* True when fewer than `reserve` bytes of the map are left unused. */
 bool store_is_full(struct store *s, uint64_t reserve);
 
-/* Persist everything (mdb_env_sync force). Any thread. */
+/* Persist everything committed (mdb_env_sync force); nothing to do when
+ * no transaction committed since the last sync that succeeded. Any thread. */
 int store_sync(struct store *s, struct err *err);
 
 #endif
