@@ -16,8 +16,7 @@
 
 #include "base/thread.h"
 
-#define TRASH_QUEUE    64
-#define TRASH_PAUSE_NS 2000000L /* between two cuts of one file */
+#define TRASH_QUEUE 64
 
 static pthread_mutex_t trash_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t trash_cv = PTHREAD_COND_INITIALIZER;
@@ -27,7 +26,26 @@ static int trash_thread_state; /* 0 not started, 1 running, -1 failed */
 static uint64_t trash_serial;
 static struct raft_trash_stats trash_stats;
 
-/* Cuts the file at path down a step at a time, then unlinks it. */
+long raft_trash_period_ns(int waiting)
+{
+    long period = (long)((uint64_t)RAFT_TRASH_STEP * 1000000000u /
+                         ((uint64_t)RAFT_TRASH_RATE_MIB << 20));
+
+    return waiting > RAFT_TRASH_BEHIND ? period * RAFT_TRASH_BEHIND / waiting
+                                       : period;
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Cuts the file at path down a step at a time, then unlinks it. Each cut
+ * starts one period after the one before it (the time a cut takes is part
+ * of its period). */
 static void trash_cut(const char *path)
 {
     int fd = open(path, O_WRONLY | O_CLOEXEC);
@@ -36,12 +54,19 @@ static void trash_cut(const char *path)
     if (fd >= 0 && fstat(fd, &st) == 0) {
         off_t size = st.st_size;
         while (size > 0) {
+            int64_t start = now_ns();
             size = size > (off_t)RAFT_TRASH_STEP ? size - RAFT_TRASH_STEP : 0;
             if (ftruncate(fd, size) != 0) {
                 break;
             }
-            struct timespec pause = {0, TRASH_PAUSE_NS};
-            nanosleep(&pause, NULL);
+            pthread_mutex_lock(&trash_mu);
+            int64_t left = start + raft_trash_period_ns(trash_n) - now_ns();
+            pthread_mutex_unlock(&trash_mu);
+            if (left > 0) {
+                struct timespec pause = {(time_t)(left / 1000000000),
+                                         (long)(left % 1000000000)};
+                nanosleep(&pause, NULL);
+            }
         }
     }
     if (fd >= 0) {

@@ -152,3 +152,16 @@ TEST(the_sweep_removes_what_a_crash_left_and_nothing_else)
     EXPECT_EQ_I64(raft_trash_sweep(dir), 0);
     test_rmdir(dir);
 }
+
+TEST(the_cuts_keep_their_rate_until_the_trash_falls_behind)
+{
+    long base = raft_trash_period_ns(0);
+
+    /* 2 MiB at 256 MiB/s: a cut every 7.8 ms. */
+    EXPECT_EQ_I64(base, (long)((uint64_t)RAFT_TRASH_STEP * 1000000000u /
+                               ((uint64_t)RAFT_TRASH_RATE_MIB << 20)));
+    EXPECT(base > 1000000 && base < 100000000);
+    EXPECT_EQ_I64(raft_trash_period_ns(RAFT_TRASH_BEHIND), base);
+    EXPECT_EQ_I64(raft_trash_period_ns(2 * RAFT_TRASH_BEHIND), base / 2);
+    EXPECT_EQ_I64(raft_trash_period_ns(4 * RAFT_TRASH_BEHIND), base / 4);
+}
