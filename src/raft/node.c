@@ -60,20 +60,10 @@
 #define INSTALL_TIMEOUT_MS     10000
 #define INSTALL_TIMEOUT_MAX_MS 600000
 #define SNAP_GET_MAX           16 /* snapshot_get calls waiting for a dump */
-/* Store sync on every tick (10 ms) while the store changes: a sync flushes
- * every page dirtied since the last one, and the raft log's writes queue
- * behind it on the disk, so the longest sync is the floor of a push's p99.
- * Measured under pushes of event JSON at ~230k records/s: every 1 s a sync
- * took ~50 ms (p99 > 100 ms), every 100 ms 21 ms (push p99 25 ms), every
- * 10 ms 3 ms at the median and 8 at the 99th (push p99 13-15 ms), with
- * the same records/s and CPU per record (bench/push). A sync starts only
- * once the one before it ended, and is skipped when nothing committed
- * (store_sync), so an idle node does not sync. */
 /* A forwarded write waits at most this long for the leader's answer, and
  * then as long again for this node's own apply of the entry. */
 #define FWD_TIMEOUT_MS     10000
 #define FWD_MAX            4096 /* forwarded writes in flight */
-#define SYNC_TICKS         1
 #define RETRY_TICKS        100 /* a stalled apply is retried about once a second */
 #define RAFT_SEGMENT_BYTES ((size_t)64 << 20)
 /* libraft keeps the segment being written and a pool of two prepared ones,
@@ -648,7 +638,16 @@ static void tick_cb(uv_timer_t *t)
         deferred_retry(n);
         storage_probe_raft(n);
     }
-    if (n->ticks % SYNC_TICKS == 0 && !n->sync_pending) {
+    /* The store is synced on every tick, one sync at a time: a sync flushes
+     * every page dirtied since the last one, and the raft log's writes
+     * queue behind it on the disk, so the longest sync is the floor of a
+     * push's p99. Measured under pushes of event JSON at ~230k records/s:
+     * every 1 s a sync took ~50 ms (p99 > 100 ms), every 100 ms 21 ms (push
+     * p99 25 ms), every 10 ms 3 ms at the median and 8 at the 99th (push
+     * p99 13-15 ms), at the same records/s and CPU per record (bench/push).
+     * store_sync skips it when nothing committed, so an idle node does not
+     * sync. */
+    if (!n->sync_pending) {
         n->sync_work.data = n;
         if (uv_queue_work(n->loop, &n->sync_work, sync_work_cb, sync_done_cb) ==
             0) {

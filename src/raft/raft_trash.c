@@ -35,14 +35,6 @@ long raft_trash_period_ns(int waiting)
                                        : period;
 }
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Cuts the file at path down a step at a time, then unlinks it. Each cut
  * starts one period after the one before it (the time a cut takes is part
  * of its period). */
@@ -54,19 +46,19 @@ static void trash_cut(const char *path)
     if (fd >= 0 && fstat(fd, &st) == 0) {
         off_t size = st.st_size;
         while (size > 0) {
-            int64_t start = now_ns();
+            struct timespec next;
+            clock_gettime(CLOCK_MONOTONIC, &next);
             size = size > (off_t)RAFT_TRASH_STEP ? size - RAFT_TRASH_STEP : 0;
             if (ftruncate(fd, size) != 0) {
                 break;
             }
             pthread_mutex_lock(&trash_mu);
-            int64_t left = start + raft_trash_period_ns(trash_n) - now_ns();
+            long period = raft_trash_period_ns(trash_n);
             pthread_mutex_unlock(&trash_mu);
-            if (left > 0) {
-                struct timespec pause = {(time_t)(left / 1000000000),
-                                         (long)(left % 1000000000)};
-                nanosleep(&pause, NULL);
-            }
+            next.tv_nsec += period;
+            next.tv_sec += next.tv_nsec / 1000000000;
+            next.tv_nsec %= 1000000000;
+            clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL);
         }
     }
     if (fd >= 0) {

@@ -15,7 +15,7 @@
  *       and UvOsUnlink returns 0: the name is gone when it returns, as
  *       after unlink. A thread of this module then cuts the file
  *       RAFT_TRASH_STEP bytes at a time, with a pause between cuts
- *       (raft_trash_pause_ns), and unlinks it.
+ *       (raft_trash_period_ns), and unlinks it.
  *   (2) Anything else is unlinked in place, with unlink's result: 0 or a
  *       negative errno, as libraft's own returns. That is: an open segment
  *       (libraft removes the empty ones at boot and preallocates new ones
