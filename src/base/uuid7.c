@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <string.h>
 #include <sys/random.h>
 #include <time.h>
 
@@ -34,19 +35,30 @@ void uuid7_make(struct uuid7_gen *g, uint64_t now_ms, const uint8_t rnd[8],
     }
 }
 
+/* Two hex digits per byte from one table: formatting is on the push path
+ * for every record, and a digit at a time with the dash test in the loop
+ * was 2.5% of push's CPU. */
+static const char uuid7_hex2[513] =
+    "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+    "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f"
+    "404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f"
+    "606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f"
+    "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f"
+    "a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
+    "c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedf"
+    "e0e1e2e3e4e5e6e7e8e9eaebecedeeeff0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
+
 void uuid7_format(const uint8_t id[16], char out[37])
 {
-    static const char hex[] = "0123456789abcdef";
-    size_t o = 0;
+    /* Where byte i's two digits go: 8-4-4-4-12 with dashes between. */
+    static const uint8_t at[16] = {0,  2,  4,  6,  9,  11, 14, 16,
+                                   19, 21, 24, 26, 28, 30, 32, 34};
 
     for (int i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10) {
-            out[o++] = '-';
-        }
-        out[o++] = hex[id[i] >> 4];
-        out[o++] = hex[id[i] & 15];
+        memcpy(out + at[i], uuid7_hex2 + 2 * id[i], 2);
     }
-    out[o] = '\0';
+    out[8] = out[13] = out[18] = out[23] = '-';
+    out[36] = '\0';
 }
 
 static pthread_mutex_t uuid7_lock = PTHREAD_MUTEX_INITIALIZER;

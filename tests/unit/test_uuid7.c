@@ -3,6 +3,7 @@
 #include "base/uuid7.h"
 
 #include <pthread.h>
+#include <stdio.h>
 
 #include "harness.h"
 
@@ -19,6 +20,26 @@ TEST(bit_layout_is_pinned)
     EXPECT_STR_EQ(s, "01234567-89ab-7000-bf11-223344556677");
     EXPECT_EQ_U64(id[6] >> 4, 7);
     EXPECT_EQ_U64(id[8] >> 6, 2);
+}
+
+TEST(every_byte_value_formats_as_two_lowercase_digits_in_place)
+{
+    uint8_t id[16];
+    char s[37];
+    char want[37];
+
+    for (int v = 0; v < 256; v++) {
+        for (int i = 0; i < 16; i++) {
+            id[i] = (uint8_t)(v + 37 * i); /* each position sees each value */
+        }
+        uuid7_format(id, s);
+        snprintf(want, sizeof(want),
+                 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+                 "%02x%02x%02x%02x%02x%02x",
+                 id[0], id[1], id[2], id[3], id[4], id[5], id[6], id[7], id[8],
+                 id[9], id[10], id[11], id[12], id[13], id[14], id[15]);
+        EXPECT_STR_EQ(s, want);
+    }
 }
 
 TEST(sequence_counts_within_one_millisecond)
