@@ -281,11 +281,19 @@ static int apply_push(struct fsm *f, MDB_txn *txn, const struct cmd_header *h,
     struct store_w w = {
         .s = f->store, .txn = txn, .tenant = h->tenant, .stamp = h->stamp};
     struct cmd_push_iter it;
-    uint32_t n;
+    uint32_t n = 0;
     int level;
-    int rc;
+    int rc = cmd_push_iter_init(&it, h->body, err);
 
-    if (cmd_push_validate(h->body, &n, err) != 0) {
+    /* One walk decodes and checks every item before anything is written
+     * (a second, checking only, was ~2% of push's CPU). */
+    if (rc == 0) {
+        ensure_capacity(f, it.count);
+        while ((rc = cmd_push_next(&it, &f->items[n], err)) == 1) {
+            n++;
+        }
+    }
+    if (rc != 0) {
         f->result.code = ERR_CORRUPT;
         snprintf(f->result.msg, sizeof(f->result.msg), "%.159s", err->msg);
         return 0; /* (3): a no-op every node agrees on */
@@ -295,11 +303,6 @@ static int apply_push(struct fsm *f, MDB_txn *txn, const struct cmd_header *h,
         return err->code;
     }
     f->mark_plain = level >= STORE_FORMAT_SEALED_BINARY;
-    ensure_capacity(f, n);
-    cmd_push_iter_init(&it, h->body, err);
-    for (uint32_t i = 0; i < n; i++) {
-        cmd_push_next(&it, &f->items[i], err);
-    }
     f->result.n_items = n;
     for (uint32_t i = 0; i < n; i++) {
         long lead = intra_leader(f, i);

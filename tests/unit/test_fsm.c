@@ -279,6 +279,44 @@ TEST(a_corrupt_entry_moves_applied_and_changes_nothing_else)
     env_close(&e);
 }
 
+/* The push body is checked whole before anything is written: items that
+ * decode, then a byte after the last one, store nothing. */
+TEST(a_push_body_bad_after_its_items_changes_nothing)
+{
+    struct env e = {0};
+    const struct fsm_result *r;
+    struct cmd_push_item it[2];
+    struct buf b;
+    struct err err = {0};
+    struct store_fetch_answer ans;
+
+    env_open(&e);
+    env_push1(&e, T0, "q", "p", "a", "1");
+    memset(it, 0, sizeof(it));
+    for (int i = 0; i < 2; i++) {
+        it[i].queue = SLICE_LIT("q");
+        it[i].partition = i == 0 ? SLICE_LIT("p") : SLICE_LIT("new");
+        it[i].txn = i == 0 ? SLICE_LIT("b") : SLICE_LIT("c");
+        it[i].payload = SLICE_LIT("2");
+    }
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(cmd_push_encode(&b, STORE_DEFAULT_TENANT, it, 2, &err), 0);
+    EXPECT_EQ_I64(buf_append_byte(&b, 0, &err), 0);
+    EXPECT_EQ_I64(cmd_finish(&b, 0, &err), 0); /* the longer body's length */
+    cmd_set_stamp(b.data, T0 + 5);
+    EXPECT_EQ_I64(fsm_apply_entry(e.fsm, 2, b.data, b.len, &r, &err), 0);
+    EXPECT(r != NULL);
+    EXPECT_EQ_I64(r->code, ERR_CORRUPT);
+    EXPECT(strstr(r->msg, "after its last item") != NULL);
+    EXPECT_EQ_U64(store_applied_index(e.store), 2);
+    EXPECT_EQ_I64(fetch1(&e, "q", "p", 0, &ans).high_watermark, 1);
+    store_fetch_answer_free(&ans);
+    EXPECT_EQ_I64(fetch1(&e, "q", "new", 0, &ans).high_watermark, 0);
+    store_fetch_answer_free(&ans);
+    buf_free(&b);
+    env_close(&e);
+}
+
 TEST(a_full_store_fails_the_entry_and_changes_nothing)
 {
     struct env e = {0};
