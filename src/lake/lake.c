@@ -209,16 +209,23 @@ static const struct lake_flag_def *lake_flag_def(const char *name)
     return NULL;
 }
 
-/* d's target in o set from v (NULL for a switch). Returns 0, or 2 after
- * printing why. */
+/* d's target in o set from v (NULL: a switch given bare, which is on;
+ * --switch=false turns it off, QUEEN_S3_PATH_STYLE's included). Returns 0,
+ * or 2 after printing why. */
 static int lake_flag_set(struct lake_opts *o, const struct lake_flag_def *d,
                          const char *v)
 {
     void *at = (char *)o + d->off;
     int64_t n = 0;
+    struct err err;
 
-    if (d->type == LAKE_SWITCH) {
+    if (d->type == LAKE_SWITCH && v == NULL) {
         *(bool *)at = true;
+    } else if (d->type == LAKE_SWITCH) {
+        if (s3_parse_bool(d->name, v, (bool *)at, &err) != 0) {
+            fprintf(stderr, "queen lake: %s\n", err.msg);
+            return 2;
+        }
     } else if (d->type == LAKE_TEXT) {
         *(const char **)at = v;
     } else if (d->type == LAKE_QUEUE) {
@@ -250,6 +257,18 @@ static int lake_copy(char *dst, size_t cap, const char *value, const char *name)
     }
     memcpy(dst, value, n + 1);
     return 0;
+}
+
+/* True when url names a user (and maybe a password) before its host. */
+static bool lake_url_has_userinfo(const char *url)
+{
+    const char *host = url != NULL ? strstr(url, "://") : NULL;
+
+    if (url == NULL) {
+        return false;
+    }
+    host = host != NULL ? host + 3 : url;
+    return memchr(host, '@', strcspn(host, "/?#")) != NULL;
 }
 
 /* The settings checked into o, for cmd. 0, or 2 (said why). */
@@ -298,6 +317,16 @@ static int lake_finish(struct lake_opts *o, unsigned cmd)
         (o->to != NULL && strlen(o->to) > LAKE_URL_MAX)) {
         fprintf(stderr, "queen lake: a broker URL is %d bytes at most\n",
                 LAKE_URL_MAX);
+        return 2;
+    }
+    if (lake_url_has_userinfo(o->broker) || lake_url_has_userinfo(o->to)) {
+        /* It would be printed with any error about the broker. */
+        fprintf(stderr,
+                "queen lake: %s: a user or password in the URL is not "
+                "taken; give the broker's token with --token\n",
+                o->broker != NULL && lake_url_has_userinfo(o->broker)
+                    ? "--broker"
+                    : "--to");
         return 2;
     }
     if (o->to_k != 0 && o->to_k < o->from_k) {
@@ -382,9 +411,9 @@ static int lake_parse(int argc, char **argv, struct lake_opts *o)
             return 2;
         }
         if (lake_flag_set(o, d,
-                          d->type == LAKE_SWITCH ? NULL
-                          : eq != NULL           ? eq + 1
-                                                 : argv[++i]) != 0) {
+                          eq != NULL               ? eq + 1
+                          : d->type == LAKE_SWITCH ? NULL
+                                                   : argv[++i]) != 0) {
             return 2;
         }
     }
@@ -1729,7 +1758,7 @@ static bool lake_read_manifest(struct lake_wread *r, struct buf *raw,
     if (!info.found) {
         lake_violation(w,
                        "window %" PRId64 ": %s: manifest is not in the "
-                       "bucket (it was listed)",
+                       "bucket",
                        w->k, w->manifest_key);
         return false;
     }
@@ -1978,6 +2007,7 @@ static void lake_read_window(const struct lake_job *j, struct lake_window *w,
     struct lake_wread r;
     struct buf raw;
     struct buf arena;
+    bool is_read;
     bool is_ok;
 
     memset(&r, 0, sizeof(r));
@@ -1989,8 +2019,8 @@ static void lake_read_window(const struct lake_job *j, struct lake_window *w,
     buf_init(&raw, (size_t)64 << 20);
     buf_init(&arena, BUF_UNLIMITED);
     r.mem = mem;
-    is_ok = lake_read_manifest(&r, &raw, &arena) &&
-            lake_check_manifest(w, j, &r.m, &raw, &r.codec, &r.ext);
+    is_read = lake_read_manifest(&r, &raw, &arena);
+    is_ok = is_read && lake_check_manifest(w, j, &r.m, &raw, &r.codec, &r.ext);
     r.is_pp = is_ok && !(r.m.layout.len == 6 &&
                          memcmp(r.m.layout.ptr, "merged", 6) == 0);
     if (is_ok && !r.is_pp && r.m.n_objects > 1) {
@@ -2005,6 +2035,13 @@ static void lake_read_window(const struct lake_job *j, struct lake_window *w,
     }
     if (is_ok) {
         lake_check_sums(&r);
+    }
+    /* The objects a violation left unread are still named by the manifest:
+     * not orphans (w->keys[i] is object i's key). */
+    for (size_t i = w->n_keys; is_read && i < r.m.n_objects; i++) {
+        w->keys = xrealloc(w->keys, (w->n_keys + 1) * sizeof(char *));
+        w->keys[w->n_keys++] =
+            lake_dup(r.m.objects[i].key.ptr, r.m.objects[i].key.len);
     }
     buf_free(&raw);
     buf_free(&arena);
@@ -2235,7 +2272,11 @@ static void lake_fold_run(struct lake_fold *f, const struct lake_window *w,
                             "backwards from offset %" PRId64 " to %" PRId64,
                             w->k, w->keys[r->obj], p->name, p->top, r->first);
     }
-    if (!p->has_records && r->first > 0 && o->from_k == 1) {
+    /* Below a partition's first record: a gap when the lake is read from
+     * window 1, or when the log can tell which of those offsets were
+     * stamped inside the windows read (--broker with --from-k). */
+    if (!p->has_records && r->first > 0 &&
+        (o->from_k == 1 || o->broker != NULL)) {
         lake_add_gap(f, p, 0, r->first - 1, w->k, w->keys[r->obj]);
     } else if (p->has_records && r->first > p->top + 1) {
         lake_add_gap(f, p, p->top + 1, r->first - 1, w->k, w->keys[r->obj]);
@@ -2499,11 +2540,33 @@ static int lake_log_partitions(struct lake_http *h, const char *queue,
 /* ---- verify ------------------------------------------------------------- */
 
 struct lake_counter {
-    int64_t n; /* highest k, numbering checked */
-    bool is_bad;
+    int64_t n;           /* highest k seen */
+    struct lake_fold *f; /* verify: every break is a violation in f */
+    bool is_bad;         /* restore: the first break, in bad */
     char bad[1024];
     size_t root_len;
 };
+
+/* A break in the manifests' numbering or names: a violation in c->f, and
+ * counting goes on so every window present is still read (verify); the
+ * first one only, in c->bad (restore, which refuses such a lake). */
+static void lake_count_break(struct lake_counter *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void lake_count_break(struct lake_counter *c, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (c->is_bad && c->f == NULL) {
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(c->bad, sizeof(c->bad), fmt, ap);
+    va_end(ap);
+    c->is_bad = true;
+    if (c->f != NULL) {
+        lake_fold_violation(c->f, "%s", c->bad);
+    }
+}
 
 static int lake_count_manifest(void *arg, const char *key)
 {
@@ -2512,23 +2575,20 @@ static int lake_count_manifest(void *arg, const char *key)
     const char *rest = key + c->root_len;
     size_t n = strlen(rest);
 
-    if (c->is_bad) {
-        return 0;
-    }
     if (n != 15 || strcmp(rest + 10, ".json") != 0 ||
         !layout_parse_manifest_k(key, strlen(key), &k)) {
-        c->is_bad = true;
-        snprintf(c->bad, sizeof(c->bad),
-                 "%s: not a manifest name (windows/<k:010>.json)", key);
+        lake_count_break(c,
+                         "window 0: %s: not a manifest name "
+                         "(windows/<k:010>.json)",
+                         key);
         return 0;
     }
+    /* Listed in key order, so in k order: k past n + 1 skips some. */
     if (k != c->n + 1) {
-        c->is_bad = true;
-        snprintf(c->bad, sizeof(c->bad),
-                 "window %" PRId64 ": %s: manifests are not numbered 1..n "
-                 "without a gap: it follows k=%" PRId64,
-                 k, key, c->n);
-        return 0;
+        lake_count_break(c,
+                         "window %" PRId64 ": %s: manifests are not numbered "
+                         "1..n without a gap: it follows k=%" PRId64,
+                         k, key, c->n);
     }
     c->n = k;
     return 0;
@@ -2701,8 +2761,11 @@ static int lake_collect_queue(void *arg, const char *key)
     struct buf raw;
     struct err err;
 
+    /* A queue is one with a manifest (docs/lake.md §2): its checkpoints
+     * alone do not make one. */
     if (strncmp(rest, "queue=", 6) != 0 ||
-        (slash = strchr(rest + 6, '/')) == NULL) {
+        (slash = strchr(rest + 6, '/')) == NULL ||
+        strncmp(slash, "/windows/", 9) != 0) {
         return 0;
     }
     buf_init(&raw, BUF_UNLIMITED);
@@ -2746,6 +2809,7 @@ static int lake_count(struct lake_bucket *b, const struct layout_queue *lq,
     int rc;
 
     memset(&cnt, 0, sizeof(cnt));
+    cnt.f = f;
     buf_init(&root, 4096);
     rc = layout_sidecar_root(&root, lq, err);
     if (rc == 0) {
@@ -2762,9 +2826,6 @@ static int lake_count(struct lake_bucket *b, const struct layout_queue *lq,
     if (cnt.is_bad && f == NULL) {
         err_set(err, ERR_CORRUPT, "%s", cnt.bad);
         return 2;
-    }
-    if (cnt.is_bad) {
-        lake_fold_violation(f, "%s", cnt.bad);
     }
     if (cnt.n == 0) {
         err_set(err, ERR_NOT_FOUND,
@@ -3058,7 +3119,7 @@ static int lake_gaps_check(const struct lake_opts *o, struct lake_log *log,
         int64_t top = p->has_records ? p->top : -1;
 
         if (p->has_pos && p->pos > top + 1 &&
-            (p->has_records || o->from_k == 1)) {
+            (p->has_records || o->from_k == 1 || o->broker != NULL)) {
             char where[64];
 
             snprintf(where, sizeof(where), "positions of window %" PRId64,
@@ -3737,28 +3798,78 @@ static void lake_pusher_close(struct lake_pusher *P, struct lake_push *sum)
     buf_free(&P->txn_input);
 }
 
-/* The state file: one line "k <K>" naming the last window every record of
- * which the broker acknowledged. */
-static int64_t lake_state_read(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    char line[64] = {0};
-    int64_t k = 0;
+/* The state file: one line "k <K> <id>": K, the last window every record
+ * of which the broker acknowledged; id, which restore it belongs to (the
+ * first 16 bytes, in hex, of the sha256 of the endpoint, bucket, prefix,
+ * tenant, queue, target URL and target queue, each followed by a newline),
+ * so that a file of another lake or broker is refused, not resumed. */
+#define LAKE_STATE_ID_HEX 32
 
-    if (f == NULL) {
-        return 0;
-    }
-    if (fgets(line, sizeof(line), f) != NULL && strncmp(line, "k ", 2) == 0) {
-        line[strcspn(line, "\n")] = '\0';
-        if (!lake_int(line + 2, &k)) {
-            k = 0;
+static void lake_state_id(const struct lake_opts *o, const char *queue,
+                          char id[LAKE_STATE_ID_HEX + 1])
+{
+    const char *parts[] = {o->raw.endpoint,
+                           o->raw.bucket,
+                           o->prefix,
+                           o->tenant,
+                           queue,
+                           o->to,
+                           o->as != NULL ? o->as : queue};
+    struct buf b;
+    struct err err;
+    uint8_t sum[32];
+
+    buf_init(&b, BUF_UNLIMITED);
+    for (size_t i = 0; i < ARRAY_LEN(parts); i++) {
+        if (buf_append_str(&b, parts[i], &err) != 0 ||
+            buf_append_byte(&b, '\n', &err) != 0) {
+            ASSERT(false); /* BUF_UNLIMITED: only allocation can fail */
         }
     }
-    fclose(f);
-    return k;
+    sha256(b.data, b.len, sum);
+    hex_lower(sum, LAKE_STATE_ID_HEX / 2, id);
+    id[LAKE_STATE_ID_HEX] = '\0';
+    buf_free(&b);
 }
 
-static int lake_state_write(const char *path, int64_t k, struct err *err)
+/* K of the state file at path for the restore id: 0 when there is none
+ * yet. 0, or 2 (err) when it is not one of this restore's. */
+static int lake_state_read(const char *path, const char *id, int64_t *k,
+                           struct err *err)
+{
+    FILE *f = fopen(path, "r");
+    char line[128] = {0};
+    char *sp;
+
+    *k = 0;
+    if (f == NULL && errno == ENOENT) {
+        return 0;
+    }
+    if (f == NULL) {
+        return err_set(err, ERR_IO, "--state %s: %s", path, strerror(errno));
+    }
+    if (fgets(line, sizeof(line), f) == NULL) {
+        line[0] = '\0';
+    }
+    fclose(f);
+    line[strcspn(line, "\n")] = '\0';
+    sp = strncmp(line, "k ", 2) == 0 ? strchr(line + 2, ' ') : NULL;
+    if (sp != NULL) {
+        *sp = '\0';
+    }
+    if (sp == NULL || !lake_int(line + 2, k) || strcmp(sp + 1, id) != 0) {
+        *k = 0;
+        return err_set(err, ERR_PRECONDITION,
+                       "--state %s is not this restore's (another lake, "
+                       "queue or broker, or not a state file): remove it or "
+                       "name another file",
+                       path);
+    }
+    return 0;
+}
+
+static int lake_state_write(const char *path, int64_t k, const char *id,
+                            struct err *err)
 {
     char tmp[4096];
     FILE *f;
@@ -3768,7 +3879,7 @@ static int lake_state_write(const char *path, int64_t k, struct err *err)
     if (f == NULL) {
         return err_set(err, ERR_IO, "%s: %s", tmp, strerror(errno));
     }
-    fprintf(f, "k %" PRId64 "\n", k);
+    fprintf(f, "k %" PRId64 " %s\n", k, id);
     if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
         fclose(f);
         return err_set(err, ERR_IO, "%s: %s", tmp, strerror(errno));
@@ -3896,8 +4007,11 @@ static int lake_restore(const struct lake_opts *o)
     struct lake_mem mem;
     struct err err;
     uint64_t *mark; /* each shard's filled count at the end of window k-1 */
+    char state_id[LAKE_STATE_ID_HEX + 1];
     int64_t from = o->from_k;
     int64_t last_k = 0;
+    int64_t n = 0;
+    int64_t done = 0; /* the state file's K */
     int rc;
 
     lake_bucket_open(&b, o);
@@ -3910,10 +4024,20 @@ static int lake_restore(const struct lake_opts *o)
     if (rc == 0 && lake_range_past(o, last_k, false, &err) != 0) {
         rc = 2;
     }
+    n = last_k;
     last_k = o->to_k != 0 && o->to_k < last_k ? o->to_k : last_k;
-    if (o->state != NULL && lake_state_read(o->state) + 1 > from) {
-        from = lake_state_read(o->state) + 1;
+    lake_state_id(o, job.queue, state_id);
+    if (rc == 0 && o->state != NULL &&
+        lake_state_read(o->state, state_id, &done, &err) != 0) {
+        rc = 2;
+    } else if (rc == 0 && done > n) {
+        err_set(&err, ERR_PRECONDITION,
+                "--state %s says window %" PRId64 " was restored, past the "
+                "last manifest (k=%" PRId64 ")",
+                o->state, done, n);
+        rc = 2;
     }
+    from = done + 1 > from ? done + 1 : from;
     lake_pusher_open(&pusher, o, o->as != NULL ? o->as : job.queue, o->threads);
     mark = xcalloc((size_t)o->threads, sizeof(*mark));
     lake_progress_init(&prog, "restore", last_k - from + 1);
@@ -3929,7 +4053,7 @@ static int lake_restore(const struct lake_opts *o)
                 err = pusher.err;
                 rc = 2;
             } else if (o->state != NULL &&
-                       lake_state_write(o->state, k - 1, &err) != 0) {
+                       lake_state_write(o->state, k - 1, state_id, &err) != 0) {
                 rc = 2;
             }
         }

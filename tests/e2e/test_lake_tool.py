@@ -840,3 +840,146 @@ def test_a_damaged_record_in_a_zstd_object_is_one_violation(bucket):
     assert "is outside the window" in q["violations"][0], out
     body = b"".join(lake.jsonl_line(*r) for r in bad)
     assert q["decodedBytes"] == len(body), out
+
+
+def test_a_missing_manifest_is_named_and_every_other_window_read(bucket):
+    """A gap among the manifests (the first one included) or a stray key
+    among them is a violation naming its window and key, and every
+    manifest present is still read: the objects they name are not called
+    orphans."""
+    small_lake(bucket, "gap1", n=4)
+    small_lake(bucket, "gap3", n=5)
+    small_lake(bucket, "stray", n=4)
+    c = bucket.boto3()
+    c.delete_object(Bucket="lake", Key=lake.manifest_key(PREFIX, TENANT,
+                                                         "gap1", 1))
+    c.delete_object(Bucket="lake", Key=lake.manifest_key(PREFIX, TENANT,
+                                                         "gap3", 3))
+    bak = lake.manifest_key(PREFIX, TENANT, "stray", 1) + ".bak"
+    c.put_object(Bucket="lake", Key=bak, Body=b"{}")
+    for queue, k, key in (
+            ("gap1", 2, lake.manifest_key(PREFIX, TENANT, "gap1", 2)),
+            ("gap3", 4, lake.manifest_key(PREFIX, TENANT, "gap3", 4)),
+            ("stray", 0, bak)):
+        rc, out = verify_json(bucket, "--queue", queue)
+        assert rc == 1, (queue, out)
+        (q,) = out["queues"]
+        v = q["violations"]
+        assert v[0].startswith("window %d: %s: " % (k, key)), (queue, v)
+        # only the deleted manifest's object is named by none
+        orphans = [x for x in v if "no manifest names it" in x]
+        assert len(orphans) == (0 if queue == "stray" else 1), (queue, v)
+        # every record of the windows whose manifest is there was read
+        assert q["records"] == {"gap1": 3, "gap3": 4, "stray": 4}[queue], \
+            (queue, q)
+
+
+def test_verify_lists_only_queues_with_a_manifest(bucket):
+    """Without --queue every queue with a manifest is verified; one that
+    has only a checkpoint is not a queue of the lake and stops nothing."""
+    small_lake(bucket, "a-queue")
+    small_lake(bucket, "c-queue")
+    c = bucket.boto3()
+    c.put_object(Bucket="lake", Body=b"x",
+                 Key=lake.checkpoint_key(PREFIX, TENANT, "b-queue", 1))
+    rc, out = verify_json(bucket)
+    assert rc == 0, out
+    assert [q["queue"] for q in out["queues"]] == ["a-queue", "c-queue"], out
+
+
+def test_broker_with_from_k_finds_a_record_missing_before_the_first(
+        bucket, broker_factory):
+    """--broker --from-k K: a record of the log stamped inside the windows
+    read, below a partition's first record there, is not in the lake."""
+    node = broker_factory()
+    for i in range(3):  # one push each: three stamps
+        assert len(push_all(node, [{"queue": "fk", "partition": "p",
+                                    "transactionId": "t%d" % i,
+                                    "payload": b'{"i":%d}' % i}])) == 1
+    log = lake.broker_log(node, "fk", ["p"])
+    rec = [("p", o, log.records[("p", o)][1], log.records[("p", o)][0],
+            log.records[("p", o)][2]) for o in range(3)]
+    ts = [r[3] for r in rec]
+    # window 1 holds offset 0, window 2 nothing, window 3 offset 2 only;
+    # offset 1 (stamped in window 2 or 3's span) is in no window
+    windows = [(ts[0], ts[0] + 1, [rec[0]]), (ts[0] + 1, ts[2], []),
+               (ts[2], ts[2] + 1, [rec[2]])]
+    c = bucket.boto3()
+    lake.make_lake(lambda k, body: c.put_object(Bucket="lake", Key=k,
+                                                Body=body),
+                   PREFIX, TENANT, "fk", windows)
+    for args in ((), ("--from-k", "2")):
+        rc, out = verify_json(bucket, "--queue", "fk", "--broker", url(node),
+                              *args)
+        assert rc == 1, (args, out)
+        v = out["queues"][0]["violations"]
+        assert any("record p/1 is in the log, not in the lake" in x
+                   for x in v), (args, v)
+
+
+def test_switch_flags_take_true_or_false(bucket):
+    """--path-style=false turns off QUEEN_S3_PATH_STYLE; a value that is
+    not a boolean is refused."""
+    small_lake(bucket, "sw")
+    p = tool(bucket, "verify", "--queue", "sw", "--json=false", check=0)
+    assert not p.stdout.lstrip().startswith("{"), p.stdout
+    p = tool(bucket, "verify", "--queue", "sw", "--json=maybe", check=2)
+    assert "--json=maybe is not a boolean" in p.stderr, p.stderr
+    # path style off: the bucket's virtual host does not resolve here
+    p = tool(bucket, "verify", "--queue", "sw", "--path-style=false",
+             check=2)
+    assert "--path-style" in p.stderr, p.stderr
+
+
+def test_a_broker_url_with_a_password_is_refused_unprinted(bucket):
+    small_lake(bucket, "pw")
+    for cmd, flag in (("verify", "--broker"), ("restore", "--to")):
+        p = tool(bucket, cmd, "--queue", "pw", flag,
+                 "http://admin:hunter2@127.0.0.1:1", check=2)
+        assert "hunter2" not in p.stdout + p.stderr, p
+        assert "%s: a user or password in the URL is not taken" % flag \
+            in p.stderr, p.stderr
+
+
+def test_a_state_file_of_another_restore_is_refused(bucket, broker_factory,
+                                                    tmp_path):
+    """--state belongs to one restore (lake, queue, broker): another's is
+    refused, not resumed past windows it never pushed."""
+    small_lake(bucket, "st1")
+    small_lake(bucket, "st2", n=5)
+    dst = broker_factory()
+    state = str(tmp_path / "state")
+    p = tool(bucket, "restore", "--queue", "st1", "--to", url(dst),
+             "--state", state, "--json", check=0)
+    assert json.loads(p.stdout)["queued"] == 3
+    p = tool(bucket, "restore", "--queue", "st2", "--to", url(dst),
+             "--state", state, "--json", check=2)
+    assert "is not this restore's" in json.loads(p.stdout)["error"], p
+    assert dst.fetch_one("st2", "p", 0).get("highWatermark", 0) == 0
+    # a file that is not a state file is refused the same way
+    with open(state, "w") as f:
+        f.write("k 10\n")
+    p = tool(bucket, "restore", "--queue", "st1", "--to", url(dst),
+             "--state", state, check=2)
+    assert "is not this restore's" in p.stderr, p.stderr
+
+
+def test_objects_a_violation_left_unread_are_not_orphans(bucket):
+    """A window stops at its first bad object; the objects after it are
+    still named by its manifest, so they are not orphans."""
+    t0 = st.T0
+    recs = [("a", 0, "t0", t0 + 1, b"1"), ("b", 0, "t1", t0 + 2, b"2"),
+            ("c", 0, "t2", t0 + 3, b"3")]
+    c = bucket.boto3()
+    ms = lake.make_lake(lambda key, body: c.put_object(Bucket="lake",
+                                                       Key=key, Body=body),
+                        PREFIX, TENANT, "pp", [(t0, t0 + 100, recs)],
+                        layout="per-partition")
+    keys = [o["key"] for o in ms[0]["objects"]]
+    assert len(keys) == 3
+    c.put_object(Bucket="lake", Key=keys[0], Body=b"damaged")
+    rc, out = verify_json(bucket, "--queue", "pp")
+    assert rc == 1, out
+    v = out["queues"][0]["violations"]
+    assert any(x.startswith("window 1: %s: " % keys[0]) for x in v), v
+    assert not any("no manifest names it" in x for x in v), v
