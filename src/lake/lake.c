@@ -105,6 +105,7 @@ struct lake_opts {
 #define LAKE_VERIFY  1u
 #define LAKE_RESTORE 2u
 #define LAKE_BOTH    (LAKE_VERIFY | LAKE_RESTORE)
+#define LAKE_HELP    3 /* lake_parse: the usage was asked for and printed */
 
 enum lake_flag_type {
     LAKE_SWITCH, /* no value: sets a bool */
@@ -329,6 +330,11 @@ static int lake_finish(struct lake_opts *o, unsigned cmd)
                     : "--to");
         return 2;
     }
+    if (cmd == LAKE_VERIFY && o->token != NULL && o->broker == NULL) {
+        fprintf(stderr, "queen lake verify: --token is sent to --broker "
+                        "only: give both or neither\n");
+        return 2;
+    }
     if (o->to_k != 0 && o->to_k < o->from_k) {
         fprintf(stderr, "queen lake: --to-k is below --from-k\n");
         return 2;
@@ -358,8 +364,8 @@ static int lake_default_threads(bool is_verify)
     return (int)t;
 }
 
-/* argv[1] is "verify" or "restore". Returns 0, or 2 after printing why on
- * stderr. */
+/* argv[1] is "verify" or "restore". Returns 0, 2 after printing why on
+ * stderr, or LAKE_HELP after printing the usage on stdout (--help). */
 static int lake_parse(int argc, char **argv, struct lake_opts *o)
 {
     unsigned cmd = strcmp(argv[1], "verify") == 0 ? LAKE_VERIFY : LAKE_RESTORE;
@@ -390,6 +396,10 @@ static int lake_parse(int argc, char **argv, struct lake_opts *o)
         char name[64];
         size_t nl = eq != NULL ? (size_t)(eq - a) : strlen(a);
 
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            lake_usage(stdout);
+            return LAKE_HELP;
+        }
         if (strncmp(a, "--", 2) != 0 || nl >= sizeof(name)) {
             fprintf(stderr, "queen lake: unexpected argument %s\n", a);
             return 2;
@@ -2162,6 +2172,7 @@ struct lake_fold {
     int64_t t_start; /* of the first window read */
     int64_t t_end;   /* of the last */
     bool has_prev;
+    bool is_prev_unread; /* the window before had no readable manifest */
     int64_t prev_end;
     uint64_t records;
     uint64_t objects;
@@ -2295,7 +2306,8 @@ static void lake_fold_window(struct lake_fold *f, struct lake_window *w,
                              const struct lake_opts *o)
 {
     f->windows++;
-    if (f->has_prev && w->t_start != f->prev_end && w->t_end != 0) {
+    if (f->has_prev && !f->is_prev_unread && w->t_start != f->prev_end &&
+        w->t_end != 0) {
         lake_fold_violation(f,
                             "window %" PRId64 ": %s: windows %" PRId64
                             " and %" PRId64 " do not tile: tEnd(%" PRId64
@@ -2306,6 +2318,9 @@ static void lake_fold_window(struct lake_fold *f, struct lake_window *w,
     for (size_t i = 0; i < w->n_violations; i++) {
         lake_fold_violation(f, "%s", w->violations[i]);
     }
+    /* After an unreadable manifest (its own violation) the next window is
+     * not said to miss the tEnd that one never gave. */
+    f->is_prev_unread = w->t_end == 0;
     if (w->t_end != 0) {
         if (!f->has_prev) {
             f->t_start = w->t_start;
@@ -4092,7 +4107,7 @@ int lake_main(int argc, char **argv)
     rc = lake_parse(argc, argv, &o);
     if (rc != 0) {
         lake_opts_free(&o);
-        return rc;
+        return rc == LAKE_HELP ? 0 : rc;
     }
     if (o.threads == 0) {
         o.threads = lake_default_threads(strcmp(argv[1], "verify") == 0);

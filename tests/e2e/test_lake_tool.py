@@ -983,3 +983,24 @@ def test_objects_a_violation_left_unread_are_not_orphans(bucket):
     v = out["queues"][0]["violations"]
     assert any(x.startswith("window 1: %s: " % keys[0]) for x in v), v
     assert not any("no manifest names it" in x for x in v), v
+
+
+def test_an_unreadable_manifest_is_one_violation_not_a_tiling_one(bucket):
+    """A manifest that is not JSON is its own violation; the next window is
+    not said to miss the tEnd it never gave."""
+    small_lake(bucket, "unj")
+    key = lake.manifest_key(PREFIX, TENANT, "unj", 2)
+    bucket.boto3().put_object(Bucket="lake", Key=key, Body=b"not json")
+    rc, out = verify_json(bucket, "--queue", "unj")
+    assert rc == 1, out
+    v = out["queues"][0]["violations"]
+    assert v[0].startswith("window 2: %s: " % key), v
+    assert not any("do not tile" in x for x in v), v
+
+
+def test_verify_help_and_a_token_without_a_broker(bucket):
+    p = tool(bucket, "verify", "--help", check=0)
+    assert p.stdout.startswith("usage: queen lake verify"), p
+    p = tool(bucket, "verify", "--token", "secret-token-xyz", check=2)
+    assert "--token is sent to --broker only" in p.stderr, p.stderr
+    assert "secret-token-xyz" not in p.stdout + p.stderr, p
