@@ -2362,27 +2362,51 @@ static void lake_fold_window(struct lake_fold *f, struct lake_window *w,
     }
 }
 
-static bool lake_is_lost(const struct lake_fold *f, const struct lake_part *p,
-                         int64_t from, int64_t to)
+static bool lake_lost_is(const struct lake_lost *l, const struct lake_part *p)
 {
-    /* Covered by the union of the partition's lost ranges. */
-    int64_t at = from;
+    return l->plen == p->len && memcmp(l->partition, p->name, p->len) == 0;
+}
+
+/* The first run *at..*end of offsets of p in *at..to that no lost range
+ * covers: true, or false when the lost ranges cover the rest. */
+static bool lake_unlost_next(const struct lake_fold *f,
+                             const struct lake_part *p, int64_t *at, int64_t to,
+                             int64_t *end)
+{
     bool moved = true;
 
-    while (at <= to && moved) {
+    while (*at <= to && moved) {
         moved = false;
         for (size_t i = 0; i < f->n_lost; i++) {
             const struct lake_lost *l = &f->lost[i];
 
-            if (l->plen == p->len &&
-                memcmp(l->partition, p->name, p->len) == 0 && l->from <= at &&
-                at <= l->to) {
-                at = l->to + 1;
+            if (lake_lost_is(l, p) && l->from <= *at && *at <= l->to) {
+                *at = l->to + 1;
                 moved = true;
             }
         }
     }
-    return at > to;
+    if (*at > to) {
+        return false;
+    }
+    *end = to;
+    for (size_t i = 0; i < f->n_lost; i++) {
+        const struct lake_lost *l = &f->lost[i];
+
+        if (lake_lost_is(l, p) && l->from > *at && l->from - 1 < *end) {
+            *end = l->from - 1;
+        }
+    }
+    return true;
+}
+
+/* Covered by the union of the partition's lost ranges. */
+static bool lake_is_lost(const struct lake_fold *f, const struct lake_part *p,
+                         int64_t from, int64_t to)
+{
+    int64_t end;
+
+    return !lake_unlost_next(f, p, &from, to, &end);
 }
 
 /* ---- the broker's view at the end --------------------------------------- */
@@ -3150,12 +3174,19 @@ static int lake_gaps_check(const struct lake_opts *o, struct lake_log *log,
             continue;
         }
         if (o->broker == NULL) {
-            lake_fold_violation(f,
-                                "window %" PRId64 ": %s: partition %s: "
-                                "offsets %" PRId64 "..%" PRId64 " are "
-                                "neither in the lake nor lost (offsets not "
-                                "contiguous)",
-                                g->k, g->where, g->part->name, g->from, g->to);
+            int64_t at = g->from;
+            int64_t end;
+
+            /* each run the lost ranges leave, not the whole gap */
+            for (; lake_unlost_next(f, g->part, &at, g->to, &end);
+                 at = end + 1) {
+                lake_fold_violation(f,
+                                    "window %" PRId64 ": %s: partition %s: "
+                                    "offsets %" PRId64 "..%" PRId64 " are "
+                                    "neither in the lake nor lost (offsets "
+                                    "not contiguous)",
+                                    g->k, g->where, g->part->name, at, end);
+            }
         } else if (lake_log_first(log, f, &s, err) != 0) {
             return 2;
         } else if (s.found >= 0) {

@@ -1004,3 +1004,23 @@ def test_verify_help_and_a_token_without_a_broker(bucket):
     p = tool(bucket, "verify", "--token", "secret-token-xyz", check=2)
     assert "--token is sent to --broker only" in p.stderr, p.stderr
     assert "secret-token-xyz" not in p.stdout + p.stderr, p
+
+
+def test_a_gap_partly_lost_names_only_what_is_not(bucket):
+    """Offsets missing between two records, some of them in a lost range:
+    the violation names the runs the lost ranges leave, not the whole
+    gap."""
+    t0 = st.T0
+    windows = [(t0, t0 + 100, [("p", 0, "t0", t0 + 1, b"0")]),
+               (t0 + 100, t0 + 200, [("p", 6, "t6", t0 + 101, b"6")])]
+    c = bucket.boto3()
+    lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
+                                                  Body=body),
+                   PREFIX, TENANT, "partlost", windows,
+                   lost={1: [{"partition": "p", "from": 2, "to": 3}]})
+    rc, out = verify_json(bucket, "--queue", "partlost")
+    assert rc == 1, out
+    v = [x for x in out["queues"][0]["violations"] if "neither" in x]
+    assert len(v) == 2, v
+    assert "offsets 1..1 are neither in the lake nor lost" in v[0], v
+    assert "offsets 4..5 are neither in the lake nor lost" in v[1], v
