@@ -4,6 +4,8 @@
  * health.c, status.c and metrics.c. */
 #include "api/api.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "api/metrics.h"
@@ -84,11 +86,17 @@ bool api_json_int(const struct json_doc *d, int obj, const char *key,
     return api_huge_int(d, i, r, out);
 }
 
-int api_check_name(const char *where, struct slice name, struct err *err)
+int api_check_name(struct slice name, struct err *err, const char *where, ...)
 {
+    char field[64];
+    va_list ap;
+
     if (name.len > CMD_NAME_MAX) {
+        va_start(ap, where);
+        vsnprintf(field, sizeof(field), where, ap);
+        va_end(ap);
         return err_set(err, ERR_TOO_BIG,
-                       "%s: name of %zu bytes is over the %d-byte limit", where,
+                       "%s: name of %zu bytes is over the %d-byte limit", field,
                        name.len, CMD_NAME_MAX);
     }
     /* Any bytes otherwise, control bytes and NUL included

@@ -77,9 +77,11 @@ bool api_json_int(const struct json_doc *d, int obj, const char *key,
  * checked the same way by every route that takes one. Returns 0;
  * ERR_TOO_BIG over CMD_NAME_MAX bytes ("<where>: name of N bytes is over
  * the 447-byte limit", 413 too_large); any bytes are a name's, control
- * bytes and NUL included (formats.md §1, §6). where names the field, e.g.
- * "items[2].queue"; the name's own bytes are never quoted. */
-int api_check_name(const char *where, struct slice name, struct err *err);
+ * bytes and NUL included (formats.md §1, §6). where (printf-style, printed
+ * only for a name refused: push checks two names per item) names the
+ * field, e.g. "items[2].queue"; the name's own bytes are never quoted. */
+int api_check_name(struct slice name, struct err *err, const char *where, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* ---- push (docs/design/http-api.md §2) ----------------------------------- */
 

@@ -76,11 +76,8 @@ static int changed_since(struct api_changed *c, size_t idx, int tok,
 /* The queue name's bounds, as push checks them (api_check_name). */
 static int changed_name(size_t idx, struct slice queue, struct err *err)
 {
-    char where[64];
-    int rc;
+    int rc = api_check_name(queue, err, "entries[%zu].queue", idx);
 
-    snprintf(where, sizeof(where), "entries[%zu].queue", idx);
-    rc = api_check_name(where, queue, err);
     return rc == ERR_INVALID ? err_wrap(err, "bad changed body") : rc;
 }
 

@@ -143,7 +143,7 @@ int api_configure_parse(struct api_configure *c, const char *body, size_t len,
     }
     c->queue.ptr = c->arena.data;
     c->queue.len = c->arena.len;
-    if (api_check_name("queue", c->queue, err) != 0) {
+    if (api_check_name(c->queue, err, "queue") != 0) {
         *code = err->code == ERR_TOO_BIG ? "too_large" : "bad_request";
         return err->code;
     }

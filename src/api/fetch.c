@@ -93,14 +93,10 @@ static bool fetch_below_i64(const struct json_doc *d, int i, int64_t *out)
 static int fetch_names(size_t idx, const struct store_fetch_req *r,
                        struct err *err)
 {
-    char where[64];
-    int rc;
+    int rc = api_check_name(r->queue, err, "entries[%zu].queue", idx);
 
-    snprintf(where, sizeof(where), "entries[%zu].queue", idx);
-    rc = api_check_name(where, r->queue, err);
     if (rc == 0) {
-        snprintf(where, sizeof(where), "entries[%zu].partition", idx);
-        rc = api_check_name(where, r->partition, err);
+        rc = api_check_name(r->partition, err, "entries[%zu].partition", idx);
     }
     return rc == ERR_INVALID ? err_wrap(err, "bad fetch body") : rc;
 }

@@ -263,11 +263,12 @@ static int lake_copy(char *dst, size_t cap, const char *value, const char *name)
 /* True when url names a user (and maybe a password) before its host. */
 static bool lake_url_has_userinfo(const char *url)
 {
-    const char *host = url != NULL ? strstr(url, "://") : NULL;
+    const char *host;
 
     if (url == NULL) {
         return false;
     }
+    host = strstr(url, "://");
     host = host != NULL ? host + 3 : url;
     return memchr(host, '@', strcspn(host, "/?#")) != NULL;
 }
@@ -325,9 +326,7 @@ static int lake_finish(struct lake_opts *o, unsigned cmd)
         fprintf(stderr,
                 "queen lake: %s: a user or password in the URL is not "
                 "taken; give the broker's token with --token\n",
-                o->broker != NULL && lake_url_has_userinfo(o->broker)
-                    ? "--broker"
-                    : "--to");
+                lake_url_has_userinfo(o->broker) ? "--broker" : "--to");
         return 2;
     }
     if (cmd == LAKE_VERIFY && o->token != NULL && o->broker == NULL) {
@@ -3854,24 +3853,16 @@ static void lake_pusher_close(struct lake_pusher *P, struct lake_push *sum)
 static void lake_state_id(const struct lake_opts *o, const char *queue,
                           char id[LAKE_STATE_ID_HEX + 1])
 {
-    const char *parts[] = {o->raw.endpoint,
-                           o->raw.bucket,
-                           o->prefix,
-                           o->tenant,
-                           queue,
-                           o->to,
-                           o->as != NULL ? o->as : queue};
     struct buf b;
     struct err err;
     uint8_t sum[32];
+    int rc;
 
     buf_init(&b, BUF_UNLIMITED);
-    for (size_t i = 0; i < ARRAY_LEN(parts); i++) {
-        if (buf_append_str(&b, parts[i], &err) != 0 ||
-            buf_append_byte(&b, '\n', &err) != 0) {
-            ASSERT(false); /* BUF_UNLIMITED: only allocation can fail */
-        }
-    }
+    rc = buf_printf(&b, &err, "%s\n%s\n%s\n%s\n%s\n%s\n%s\n", o->raw.endpoint,
+                    o->raw.bucket, o->prefix, o->tenant, queue, o->to,
+                    o->as != NULL ? o->as : queue);
+    ASSERT(rc == 0); /* BUF_UNLIMITED */
     sha256(b.data, b.len, sum);
     hex_lower(sum, LAKE_STATE_ID_HEX / 2, id);
     id[LAKE_STATE_ID_HEX] = '\0';
@@ -4056,7 +4047,7 @@ static int lake_restore(const struct lake_opts *o)
     char state_id[LAKE_STATE_ID_HEX + 1];
     int64_t from = o->from_k;
     int64_t last_k = 0;
-    int64_t n = 0;
+    int64_t n_manifests = 0;
     int64_t done = 0; /* the state file's K */
     int rc;
 
@@ -4070,17 +4061,17 @@ static int lake_restore(const struct lake_opts *o)
     if (rc == 0 && lake_range_past(o, last_k, false, &err) != 0) {
         rc = 2;
     }
-    n = last_k;
+    n_manifests = last_k;
     last_k = o->to_k != 0 && o->to_k < last_k ? o->to_k : last_k;
     lake_state_id(o, job.queue, state_id);
     if (rc == 0 && o->state != NULL &&
         lake_state_read(o->state, state_id, &done, &err) != 0) {
         rc = 2;
-    } else if (rc == 0 && done > n) {
+    } else if (rc == 0 && done > n_manifests) {
         err_set(&err, ERR_PRECONDITION,
                 "--state %s says window %" PRId64 " was restored, past the "
                 "last manifest (k=%" PRId64 ")",
-                o->state, done, n);
+                o->state, done, n_manifests);
         rc = 2;
     }
     from = done + 1 > from ? done + 1 : from;
