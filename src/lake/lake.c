@@ -210,6 +210,20 @@ static const struct lake_flag_def *lake_flag_def(const char *name)
     return NULL;
 }
 
+/* Whether argument a is one of the flags (its name before any '='). */
+static bool lake_is_flag(const char *a, char *name, size_t cap)
+{
+    size_t nl = strcspn(a, "=");
+
+    if (nl >= cap) {
+        return false;
+    }
+    memcpy(name, a, nl);
+    name[nl] = '\0';
+    return lake_flag_def(name) != NULL || strcmp(name, "--help") == 0 ||
+           strcmp(name, "-h") == 0;
+}
+
 /* d's target in o set from v (NULL: a switch given bare, which is on;
  * --switch=false turns it off, QUEEN_S3_PATH_STYLE's included). Returns 0,
  * or 2 after printing why. */
@@ -393,6 +407,7 @@ static int lake_parse(int argc, char **argv, struct lake_opts *o)
         const char *eq = strchr(a, '=');
         const struct lake_flag_def *d;
         char name[64];
+        char next[64];
         size_t nl = eq != NULL ? (size_t)(eq - a) : strlen(a);
 
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -417,6 +432,17 @@ static int lake_parse(int argc, char **argv, struct lake_opts *o)
         }
         if (d->type != LAKE_SWITCH && eq == NULL && i + 1 >= argc) {
             fprintf(stderr, "queen lake: %s needs a value\n", name);
+            return 2;
+        }
+        if (d->type != LAKE_SWITCH && eq == NULL &&
+            lake_is_flag(argv[i + 1], next, sizeof(next))) {
+            /* "--queue --json": a forgotten value, not a queue so named
+             * (only the flag's name is printed: its value may be a
+             * secret) */
+            fprintf(stderr,
+                    "queen lake: %s needs a value, not the flag %s (write "
+                    "%s=VALUE for a value that starts with --)\n",
+                    name, next, name);
             return 2;
         }
         if (lake_flag_set(o, d,
@@ -1206,6 +1232,53 @@ static char *lake_dup(const char *p, size_t n)
     return s;
 }
 
+/* A queue or partition name as a message or the human summary prints it:
+ * as is, unless it is empty, holds a control byte (NUL included), starts
+ * with a quote or starts or ends with a space; then as a JSON string
+ * ("p\u0000x"), so that no name hides, cuts or forges part of a line. A
+ * name longer than any the broker takes (a damaged lake) is cut, with
+ * "...". */
+#define LAKE_SHOWN_NAME 512
+struct lake_shown {
+    char s[6 * LAKE_SHOWN_NAME + 8];
+};
+
+static const char *lake_show(struct lake_shown *out, const char *p, size_t n)
+{
+    size_t take = n < LAKE_SHOWN_NAME ? n : LAKE_SHOWN_NAME;
+    bool is_plain = n > 0 && p[0] != '"' && p[0] != ' ' && p[n - 1] != ' ';
+    size_t at = 0;
+
+    for (size_t i = 0; i < take && is_plain; i++) {
+        unsigned char c = (unsigned char)p[i];
+
+        is_plain = c >= 0x20 && c != 0x7f;
+    }
+    if (is_plain) {
+        memcpy(out->s, p, take);
+        at = take;
+    } else if (n == 0) {
+        memcpy(out->s, "\"\"", 2);
+        at = 2;
+    } else {
+        struct buf b;
+        struct err err;
+
+        buf_init(&b, sizeof(out->s));
+        if (json_escape(&b, p, take, &err) == 0) {
+            memcpy(out->s, b.data, b.len);
+            at = b.len;
+        }
+        buf_free(&b);
+    }
+    if (take < n) {
+        memcpy(out->s + at, "...", 3);
+        at += 3;
+    }
+    out->s[at] = '\0';
+    return out->s;
+}
+
 /* Frees the owned pointer at byte offset off inside each of the n items
  * (size bytes each) of the array v, then v: the arrays of windows and of
  * the fold whose items own one string (off 0 and size sizeof(char *) for
@@ -1240,7 +1313,7 @@ static void lake_window_clear(struct lake_window *w)
 
 struct lake_log {
     struct lake_http http;
-    const char *queue;
+    struct slice queue;
     struct buf part;     /* partition of the answer held */
     struct json_doc doc; /* the answer, over http.ans */
     int *recs;           /* token of each record, by position */
@@ -1278,7 +1351,7 @@ static int lake_log_fetch(struct lake_log *l, struct slice p, int64_t o,
     jw_arr_begin(&w);
     jw_obj_begin(&w);
     jw_key(&w, "queue");
-    jw_cstr(&w, l->queue);
+    jw_str(&w, l->queue.ptr, l->queue.len);
     jw_key(&w, "partition");
     jw_str(&w, p.ptr, p.len);
     jw_key(&w, "offset");
@@ -1422,6 +1495,8 @@ static int lake_check_log(struct lake_obj_ctx *c, const struct sink_record *r)
     struct err err;
     int tok = -1;
     bool trimmed = false;
+    struct lake_shown pn; /* the partition, as printed */
+    struct lake_shown tn; /* the transactionIds */
     int64_t ts = 0;
     struct slice span;
     int t;
@@ -1436,9 +1511,10 @@ static int lake_check_log(struct lake_obj_ctx *c, const struct sink_record *r)
     }
     if (tok < 0) {
         lake_violation(c->w,
-                       "window %" PRId64 ": %s: record %.*s/%" PRId64
+                       "window %" PRId64 ": %s: record %s/%" PRId64
                        " is in the lake, not in the log",
-                       c->w->k, c->key, (int)r->partition.len, r->partition.ptr,
+                       c->w->k, c->key,
+                       lake_show(&pn, r->partition.ptr, r->partition.len),
                        r->offset);
         return 1;
     }
@@ -1453,9 +1529,10 @@ static int lake_check_log(struct lake_obj_ctx *c, const struct sink_record *r)
         lake_iso(r->ts, a);
         lake_iso(ts, b);
         lake_violation(c->w,
-                       "window %" PRId64 ": %s: record %.*s/%" PRId64
+                       "window %" PRId64 ": %s: record %s/%" PRId64
                        " has ts %s, the broker's log says %s",
-                       c->w->k, c->key, (int)r->partition.len, r->partition.ptr,
+                       c->w->k, c->key,
+                       lake_show(&pn, r->partition.ptr, r->partition.len),
                        r->offset, a, b);
         return 1;
     }
@@ -1464,19 +1541,21 @@ static int lake_check_log(struct lake_obj_ctx *c, const struct sink_record *r)
                      &c->tmp, &err) != 0 ||
         !slice_eq(buf_slice(&c->tmp), r->txn)) {
         lake_violation(c->w,
-                       "window %" PRId64 ": %s: record %.*s/%" PRId64
-                       " has transactionId %.*s, the broker's log says %.*s",
-                       c->w->k, c->key, (int)r->partition.len, r->partition.ptr,
-                       r->offset, (int)r->txn.len, r->txn.ptr, (int)c->tmp.len,
-                       c->tmp.data != NULL ? c->tmp.data : "");
+                       "window %" PRId64 ": %s: record %s/%" PRId64
+                       " has transactionId %s, the broker's log says %s",
+                       c->w->k, c->key,
+                       lake_show(&pn, r->partition.ptr, r->partition.len),
+                       r->offset, lake_show(&tn, r->txn.ptr, r->txn.len),
+                       lake_show(&pn, c->tmp.data, c->tmp.len));
         return 1;
     }
     span = json_span(&l->doc, json_obj_get(&l->doc, tok, "payload"));
     if (!lake_same_payload(c->is_parquet, span, r->payload)) {
         lake_violation(c->w,
-                       "window %" PRId64 ": %s: record %.*s/%" PRId64
+                       "window %" PRId64 ": %s: record %s/%" PRId64
                        " payload differs from the broker's log",
-                       c->w->k, c->key, (int)r->partition.len, r->partition.ptr,
+                       c->w->k, c->key,
+                       lake_show(&pn, r->partition.ptr, r->partition.len),
                        r->offset);
         return 1;
     }
@@ -1487,6 +1566,7 @@ static int lake_check_log(struct lake_obj_ctx *c, const struct sink_record *r)
 static int lake_rec_checks(struct lake_obj_ctx *c, const struct sink_record *r)
 {
     struct lake_window *w = c->w;
+    struct lake_shown pn;
 
     if (c->has_prev) {
         int cmp = slice_cmp(r->partition, buf_slice(&c->prev_p));
@@ -1494,9 +1574,10 @@ static int lake_rec_checks(struct lake_obj_ctx *c, const struct sink_record *r)
         if (cmp < 0 || (cmp == 0 && r->offset <= c->prev_o)) {
             lake_violation(w,
                            "window %" PRId64 ": %s record %" PRIu64
-                           ": record %.*s/%" PRId64 " is %s",
-                           w->k, c->key, c->n, (int)r->partition.len,
-                           r->partition.ptr, r->offset,
+                           ": record %s/%" PRId64 " is %s",
+                           w->k, c->key, c->n,
+                           lake_show(&pn, r->partition.ptr, r->partition.len),
+                           r->offset,
                            cmp == 0 && r->offset == c->prev_o
                                ? "in the lake twice"
                                : "not sorted after the one before");
@@ -1535,6 +1616,7 @@ static int lake_on_record(void *arg, const struct sink_record *r)
     struct lake_window *w = c->w;
     struct lake_run *run = w->n_runs > 0 ? &w->runs[w->n_runs - 1] : NULL;
     struct err err;
+    struct lake_shown pn;
 
     c->n++;
     if (lake_rec_checks(c, r) != 0) {
@@ -1554,10 +1636,11 @@ static int lake_on_record(void *arg, const struct sink_record *r)
         r->offset == run->last + 1) {
         if (r->ts < run->last_ts) {
             lake_violation(w,
-                           "window %" PRId64 ": %s: partition %.*s: ts goes "
+                           "window %" PRId64 ": %s: partition %s: ts goes "
                            "backwards from offset %" PRId64 " to %" PRId64,
-                           w->k, c->key, (int)r->partition.len,
-                           r->partition.ptr, run->last, r->offset);
+                           w->k, c->key,
+                           lake_show(&pn, r->partition.ptr, r->partition.len),
+                           run->last, r->offset);
             return 1;
         }
         run->last = r->offset;
@@ -1586,10 +1669,11 @@ static int lake_on_record(void *arg, const struct sink_record *r)
     return 0;
 }
 
+/* What a run reads: job.lq.queue is the queue (any bytes, NUL
+ * included: a queue found by listing may hold one). */
 struct lake_job {
     const struct lake_opts *o;
     struct lake_bucket *b;
-    const char *queue;
     struct layout_queue lq;
 };
 
@@ -1613,15 +1697,18 @@ static bool lake_check_manifest(struct lake_window *w, const struct lake_job *j,
     const char *older = NULL;
     struct buf again;
     struct err err;
+    struct lake_shown tn;
+    struct lake_shown qn;
     bool is_ok = true;
 
     if (m->k != w->k || !slice_eq(m->queue, j->lq.queue) ||
         !slice_eq(m->tenant, j->lq.tenant)) {
         lake_violation(w,
-                       "window %" PRId64 ": %s: names tenant %.*s, queue %.*s, "
+                       "window %" PRId64 ": %s: names tenant %s, queue %s, "
                        "k %" PRId64 ", not its own",
-                       w->k, w->manifest_key, (int)m->tenant.len, m->tenant.ptr,
-                       (int)m->queue.len, m->queue.ptr, m->k);
+                       w->k, w->manifest_key,
+                       lake_show(&tn, m->tenant.ptr, m->tenant.len),
+                       lake_show(&qn, m->queue.ptr, m->queue.len), m->k);
         return false;
     }
     if (!lake_codec_of(m->format, m->compression, codec, ext, &desc, &older)) {
@@ -1802,6 +1889,7 @@ static bool lake_check_entry(struct lake_wread *r, size_t i)
 {
     struct lake_window *w = r->w;
     const struct docs_object *obj = &r->m.objects[i];
+    struct lake_shown pn;
 
     if (obj->has_partition != r->is_pp) {
         lake_violation(w,
@@ -1813,11 +1901,12 @@ static bool lake_check_entry(struct lake_wread *r, size_t i)
     }
     for (size_t q = 0; r->is_pp && q < i; q++) {
         if (slice_eq(r->m.objects[q].partition, obj->partition)) {
-            lake_violation(w,
-                           "window %" PRId64 ": %s: more than one object "
-                           "for partition %.*s in one window",
-                           w->k, w->manifest_key, (int)obj->partition.len,
-                           obj->partition.ptr);
+            lake_violation(
+                w,
+                "window %" PRId64 ": %s: more than one object "
+                "for partition %s in one window",
+                w->k, w->manifest_key,
+                lake_show(&pn, obj->partition.ptr, obj->partition.len));
             return false;
         }
     }
@@ -2086,7 +2175,7 @@ static void *lake_worker(void *arg)
     if (has_log) {
         lake_http_open(&log.http, p->job->o->broker, p->job->o);
         buf_init(&log.part, BUF_UNLIMITED);
-        log.queue = p->job->queue;
+        log.queue = p->job->lq.queue;
     }
     for (;;) {
         int64_t k;
@@ -2126,6 +2215,7 @@ static void *lake_worker(void *arg)
 struct lake_part {
     char *name; /* owned */
     size_t len;
+    char *shown; /* owned: the name as messages print it (lake_show) */
     bool has_records;
     int64_t first;
     int64_t top;
@@ -2163,6 +2253,10 @@ struct lake_fold {
     size_t n_cps;
     uint64_t *named; /* FNV of every named key, sorted at the end */
     size_t n_named;
+    int64_t *bad_ks; /* the windows with a violation (not folded), ascending */
+    size_t n_bad_ks;
+    int64_t *t_ends; /* tEnd of window first_k + i (an unread manifest's:
+                        the one before's) */
     char **violations;
     size_t n_violations;
     uint64_t violation_count;
@@ -2206,6 +2300,11 @@ static struct lake_part *lake_part_of(struct lake_fold *f, const char *p,
     hit = xcalloc(1, sizeof(*hit));
     hit->name = lake_dup(p, n);
     hit->len = n;
+    {
+        struct lake_shown shown;
+
+        hit->shown = xstrdup(lake_show(&shown, p, n));
+    }
     f->parts =
         xrealloc(f->parts, (f->n_parts + 1) * sizeof(struct lake_part *));
     f->parts[f->n_parts++] = hit;
@@ -2244,9 +2343,39 @@ static void lake_fold_violation(struct lake_fold *f, const char *fmt, ...)
     f->violations[f->n_violations++] = buf_steal(&b, NULL);
 }
 
+/* Whether a window lo < k < hi had a violation: its records were not
+ * folded, so the offsets a partition misses across it are that window's
+ * own violation, not a gap of their own. */
+static bool lake_bad_between(const struct lake_fold *f, int64_t lo, int64_t hi)
+{
+    size_t a = 0;
+    size_t b = f->n_bad_ks;
+
+    while (a < b) { /* the first bad k above lo */
+        size_t mid = a + (b - a) / 2;
+
+        if (f->bad_ks[mid] <= lo) {
+            a = mid + 1;
+        } else {
+            b = mid;
+        }
+    }
+    return a < f->n_bad_ks && f->bad_ks[a] < hi;
+}
+
+/* Where a partition's state was last told of: the window of its top
+ * record, else the one before the first read. */
+static int64_t lake_part_k(const struct lake_fold *f, const struct lake_part *p)
+{
+    return p->has_records ? p->top_k : f->first_k - 1;
+}
+
 static void lake_add_gap(struct lake_fold *f, struct lake_part *part,
                          int64_t from, int64_t to, int64_t k, const char *where)
 {
+    if (lake_bad_between(f, lake_part_k(f, part), k)) {
+        return;
+    }
     f->gaps = xrealloc(f->gaps, (f->n_gaps + 1) * sizeof(*f->gaps));
     f->gaps[f->n_gaps++] = (struct lake_gap){part, from, to, k, xstrdup(where)};
 }
@@ -2264,7 +2393,7 @@ static void lake_fold_run(struct lake_fold *f, const struct lake_window *w,
                             "manifests: %s is at offset %" PRId64
                             ", but offset %" PRId64 " is in window %" PRId64
                             " (%s)",
-                            p->cp_k, f->cp_root, p->cp_k, p->name, p->cp_at,
+                            p->cp_k, f->cp_root, p->cp_k, p->shown, p->cp_at,
                             r->first, w->k, w->keys[r->obj]);
         p->has_cp = false;
     }
@@ -2273,14 +2402,15 @@ static void lake_fold_run(struct lake_fold *f, const struct lake_window *w,
                             "window %" PRId64 ": %s: record %s/%" PRId64
                             " is in the lake twice (already in window "
                             "%" PRId64 " or before)",
-                            w->k, w->keys[r->obj], p->name, r->first, p->top_k);
+                            w->k, w->keys[r->obj], p->shown, r->first,
+                            p->top_k);
         return;
     }
     if (p->has_records && r->first_ts < p->top_ts) {
         lake_fold_violation(f,
                             "window %" PRId64 ": %s: partition %s: ts goes "
                             "backwards from offset %" PRId64 " to %" PRId64,
-                            w->k, w->keys[r->obj], p->name, p->top, r->first);
+                            w->k, w->keys[r->obj], p->shown, p->top, r->first);
     }
     /* Below a partition's first record: a gap when the lake is read from
      * window 1, or when the log can tell which of those offsets were
@@ -2304,6 +2434,10 @@ static void lake_fold_run(struct lake_fold *f, const struct lake_window *w,
 static void lake_fold_window(struct lake_fold *f, struct lake_window *w,
                              const struct lake_opts *o)
 {
+    f->t_ends = xrealloc(f->t_ends, (size_t)(f->windows + 1) * sizeof(int64_t));
+    f->t_ends[f->windows] = w->t_end != 0    ? w->t_end
+                            : f->windows > 0 ? f->t_ends[f->windows - 1]
+                                             : INT64_MIN;
     f->windows++;
     if (f->has_prev && !f->is_prev_unread && w->t_start != f->prev_end &&
         w->t_end != 0) {
@@ -2346,7 +2480,14 @@ static void lake_fold_window(struct lake_fold *f, struct lake_window *w,
                            f->lost[f->n_lost - 1].plen);
     }
     if (w->n_violations > 0) {
-        return; /* its runs are not to be trusted */
+        /* its runs are not to be trusted, but the partitions they name are
+         * the lake's (not "only in the log") */
+        f->bad_ks = xrealloc(f->bad_ks, (f->n_bad_ks + 1) * sizeof(int64_t));
+        f->bad_ks[f->n_bad_ks++] = w->k;
+        for (size_t i = 0; i < w->n_runs; i++) {
+            (void)lake_part_of(f, w->runs[i].partition, w->runs[i].plen);
+        }
+        return;
     }
     for (size_t i = 0; i < w->n_runs; i++) {
         lake_fold_run(f, w, &w->runs[i], o);
@@ -2420,6 +2561,7 @@ struct lake_seek {
     int64_t from;
     int64_t to;
     int64_t found;
+    int64_t found_ts;
 };
 
 /* One answer of the log against s: true when the look is over. */
@@ -2438,6 +2580,7 @@ static bool lake_seek_answer(const struct lake_log *l,
         }
         if (ts >= f->t_start && !lake_is_lost(f, s->p, o, o)) {
             s->found = o;
+            s->found_ts = ts;
             return true;
         }
         s->from = o + 1;
@@ -2468,7 +2611,7 @@ static int lake_log_first(struct lake_log *l, const struct lake_fold *f,
 /* Every partition of the queue in the broker's log: name, logStart. */
 /* POST /api/v1/partitions/changed for queue from cursor after (NULL: the
  * start); the answer in h->ans. */
-static int lake_changed_page(struct lake_http *h, const char *queue,
+static int lake_changed_page(struct lake_http *h, struct slice queue,
                              const char *after, struct err *err)
 {
     struct buf body;
@@ -2482,7 +2625,7 @@ static int lake_changed_page(struct lake_http *h, const char *queue,
     jw_arr_begin(&w);
     jw_obj_begin(&w);
     jw_key(&w, "queue");
-    jw_cstr(&w, queue);
+    jw_str(&w, queue.ptr, queue.len);
     jw_key(&w, "since");
     jw_null(&w);
     jw_key(&w, "after");
@@ -2528,7 +2671,7 @@ static void lake_log_partition(struct lake_fold *f, const char *p, size_t n)
 
 /* Every partition of the queue in the broker's log joins f's states, so
  * that one the lake lacks is looked at. */
-static int lake_log_partitions(struct lake_http *h, const char *queue,
+static int lake_log_partitions(struct lake_http *h, struct slice queue,
                                struct lake_fold *f, struct err *err)
 {
     char *after = NULL;
@@ -2693,6 +2836,7 @@ struct lake_progress {
     int64_t total;    /* windows */
     struct timespec start;
     struct timespec last;
+    bool is_open; /* a bar is on stderr's last line, not ended */
 };
 
 static void lake_progress_init(struct lake_progress *p, const char *what,
@@ -2728,6 +2872,7 @@ static void lake_progress_show(struct lake_progress *p, int64_t done,
         return;
     }
     clock_gettime(CLOCK_MONOTONIC, &p->last);
+    p->is_open = !is_final;
     t = lake_since(&p->start);
     fprintf(stderr,
             "\r%s %" PRId64 "/%" PRId64 " windows  %" PRIu64
@@ -2739,15 +2884,29 @@ static void lake_progress_show(struct lake_progress *p, int64_t done,
     }
 }
 
-static void lake_json_str(FILE *out, const char *s)
+/* After a failure: the bar's line ended, so that the reason gets its own. */
+static void lake_progress_end(struct lake_progress *p)
+{
+    if (p->is_open) {
+        fputc('\n', stderr);
+        p->is_open = false;
+    }
+}
+
+static void lake_json_bytes(FILE *out, const char *s, size_t n)
 {
     struct buf b;
     struct err err;
 
     buf_init(&b, BUF_UNLIMITED);
-    (void)json_escape(&b, s, strlen(s), &err); /* with its quotes */
+    (void)json_escape(&b, s, n, &err); /* with its quotes */
     fwrite(b.data != NULL ? b.data : "", 1, b.len, out);
     buf_free(&b);
+}
+
+static void lake_json_str(FILE *out, const char *s)
+{
+    lake_json_bytes(out, s, strlen(s));
 }
 
 /* The end of a run of cmd, shared by verify and restore: why it could not
@@ -2785,8 +2944,13 @@ static int lake_outcome(const struct lake_opts *o, const char *cmd,
     return fflush(stdout) != 0 ? 2 : 0;
 }
 
+struct lake_qname {
+    char *ptr; /* owned, NUL-terminated after its len */
+    size_t len;
+};
+
 struct lake_qlist {
-    char **names;
+    struct lake_qname *names;
     size_t n;
     size_t root_len;
 };
@@ -2811,9 +2975,13 @@ static int lake_collect_queue(void *arg, const char *key)
         buf_free(&raw);
         return 0;
     }
-    if (q->n == 0 || strcmp(q->names[q->n - 1], raw.data) != 0) {
-        q->names = xrealloc(q->names, (q->n + 1) * sizeof(char *));
-        q->names[q->n++] = buf_steal(&raw, NULL);
+    if (q->n == 0 || q->names[q->n - 1].len != raw.len ||
+        memcmp(q->names[q->n - 1].ptr, raw.data != NULL ? raw.data : "",
+               raw.len) != 0) {
+        size_t len = raw.len;
+
+        q->names = xrealloc(q->names, (q->n + 1) * sizeof(*q->names));
+        q->names[q->n++] = (struct lake_qname){buf_steal(&raw, NULL), len};
     }
     buf_free(&raw);
     return 0;
@@ -2823,6 +2991,7 @@ static void lake_fold_free(struct lake_fold *f)
 {
     for (size_t i = 0; i < f->n_parts; i++) {
         free(f->parts[i]->name);
+        free(f->parts[i]->shown);
         free(f->parts[i]);
     }
     free(f->parts);
@@ -2832,6 +3001,8 @@ static void lake_fold_free(struct lake_fold *f)
                     offsetof(struct lake_lost, partition));
     lake_free_items(f->violations, f->n_violations, sizeof(*f->violations), 0);
     free(f->named);
+    free(f->bad_ks);
+    free(f->t_ends);
     free(f->cps);
     hashtab_free(&f->index);
 }
@@ -2866,10 +3037,12 @@ static int lake_count(struct lake_bucket *b, const struct layout_queue *lq,
         return 2;
     }
     if (cnt.n == 0) {
+        struct lake_shown qn;
+
         err_set(err, ERR_NOT_FOUND,
-                "no manifest for queue %.*s of tenant %.*s under prefix %s",
-                (int)lq->queue.len, lq->queue.ptr, (int)lq->tenant.len,
-                lq->tenant.ptr, lq->prefix);
+                "no manifest for queue %s of tenant %.*s under prefix %s",
+                lake_show(&qn, lq->queue.ptr, lq->queue.len),
+                (int)lq->tenant.len, lq->tenant.ptr, lq->prefix);
         return 2;
     }
     *n = cnt.n;
@@ -2929,7 +3102,7 @@ static void lake_cp_positions(struct lake_fold *f, const char *key, int64_t k,
                                 "match the manifests: %s has records up to "
                                 "%" PRId64 " in windows <= %" PRId64
                                 " but its position is %" PRId64,
-                                k, key, p->name, p->top, k,
+                                k, key, p->shown, p->top, k,
                                 p->has_cp && p->cp_k == k ? p->cp_at : -1);
         }
     }
@@ -3001,9 +3174,10 @@ static int lake_cps_finish(struct lake_fold *f, struct lake_bg_list *l,
     for (size_t i = 0; rc == 0 && i < f->n_cps; i++) {
         if (f->cps[i] > n) {
             lake_fold_violation(f,
-                                "window %" PRId64 ": checkpoint of window "
-                                "%" PRId64 ", which has no manifest",
-                                f->cps[i], f->cps[i]);
+                                "window %" PRId64 ": %s%010" PRId64
+                                ".json.zst: checkpoint of window %" PRId64
+                                ", which has no manifest",
+                                f->cps[i], f->cp_root, f->cps[i], f->cps[i]);
         }
     }
     return rc != 0 ? 2 : 0;
@@ -3098,7 +3272,11 @@ static int lake_run_pool(const struct lake_job *job, int64_t last_k,
     lake_wholes_free(&pool.wholes);
     pthread_mutex_destroy(&pool.mu);
     pthread_cond_destroy(&pool.cv);
-    lake_progress_show(prog, prog->total, f->records, f->raw, true);
+    if (rc == 0) {
+        lake_progress_show(prog, prog->total, f->records, f->raw, true);
+    } else {
+        lake_progress_end(prog);
+    }
     return rc;
 }
 
@@ -3121,7 +3299,7 @@ static int lake_orphans_start(const struct lake_job *job,
         rc = buf_append_str(&data, "/queue=", err);
     }
     if (rc == 0) {
-        rc = pct_escape(&data, job->queue, strlen(job->queue), err);
+        rc = pct_escape(&data, job->lq.queue.ptr, job->lq.queue.len, err);
     }
     if (rc == 0) {
         rc = buf_append_str(&data, "/", err);
@@ -3167,7 +3345,7 @@ static int lake_gaps_check(const struct lake_opts *o, struct lake_log *log,
     }
     for (size_t i = 0; i < f->n_gaps; i++) {
         const struct lake_gap *g = &f->gaps[i];
-        struct lake_seek s = {g->part, g->from, g->to, -1};
+        struct lake_seek s = {g->part, g->from, g->to, -1, 0};
 
         if (lake_is_lost(f, g->part, g->from, g->to)) {
             continue;
@@ -3184,7 +3362,7 @@ static int lake_gaps_check(const struct lake_opts *o, struct lake_log *log,
                                     "offsets %" PRId64 "..%" PRId64 " are "
                                     "neither in the lake nor lost (offsets "
                                     "not contiguous)",
-                                    g->k, g->where, g->part->name, at, end);
+                                    g->k, g->where, g->part->shown, at, end);
             }
         } else if (lake_log_first(log, f, &s, err) != 0) {
             return 2;
@@ -3192,7 +3370,7 @@ static int lake_gaps_check(const struct lake_opts *o, struct lake_log *log,
             lake_fold_violation(f,
                                 "window %" PRId64 ": %s: record %s/%" PRId64
                                 " is in the log, not in the lake",
-                                g->k, g->where, g->part->name, s.found);
+                                g->k, g->where, g->part->shown, s.found);
         }
     }
     return 0;
@@ -3200,13 +3378,35 @@ static int lake_gaps_check(const struct lake_opts *o, struct lake_log *log,
 
 /* The log's records past each partition's last one in the lake, stamped
  * inside the verified span. */
-static int lake_tail_check(struct lake_log *log, struct lake_fold *f,
-                           struct err *err)
+/* The window read whose span holds ts: the first whose tEnd is above it
+ * (tEnds ascend as the windows tile), else the last. */
+static int64_t lake_window_of(const struct lake_fold *f, int64_t ts)
+{
+    int64_t lo = 0;
+    int64_t hi = f->windows;
+
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+
+        if (f->t_ends[mid] <= ts) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return f->first_k + (lo < f->windows ? lo : f->windows - 1);
+}
+
+static int lake_tail_check(const struct lake_job *job, struct lake_log *log,
+                           struct lake_fold *f, struct err *err)
 {
     for (size_t i = 0; i < f->n_parts; i++) {
         struct lake_part *p = f->parts[i];
-        struct lake_seek s = {p, p->has_records ? p->top + 1 : 0, -1, -1};
+        struct lake_seek s = {p, p->has_records ? p->top + 1 : 0, -1, -1, 0};
 
+        if (lake_bad_between(f, lake_part_k(f, p), INT64_MAX)) {
+            continue; /* a window after its top was not read whole */
+        }
         if (p->has_pos && p->pos > s.from) {
             s.from = p->pos; /* the gap below it was looked at */
         }
@@ -3214,11 +3414,21 @@ static int lake_tail_check(struct lake_log *log, struct lake_fold *f,
             return 2;
         }
         if (s.found >= 0) {
+            int64_t k = lake_window_of(f, s.found_ts);
+            struct buf key;
+            struct err kerr;
+
+            buf_init(&key, 4096);
+            if (layout_manifest_key(&key, &job->lq, k, &kerr) != 0) {
+                buf_reset(&key);
+            }
             lake_fold_violation(f,
-                                "window %" PRId64 ": (after the last "
-                                "window): record %s/%" PRId64 " is in the "
-                                "log, not in the lake",
-                                f->first_k + f->windows - 1, p->name, s.found);
+                                "window %" PRId64 ": %s: record %s/%" PRId64
+                                " is in the log, not in the lake (after "
+                                "its last record in the lake)",
+                                k, key.data != NULL ? key.data : "", p->shown,
+                                s.found);
+            buf_free(&key);
         }
     }
     return 0;
@@ -3243,10 +3453,10 @@ static int lake_range_past(const struct lake_opts *o, int64_t n,
 
 /* Verify one queue into f. Returns 0, or 2 (err) when it could not run. */
 static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
-                             const char *queue, struct lake_fold *f,
+                             struct slice queue, struct lake_fold *f,
                              struct lake_progress *prog, struct err *err)
 {
-    struct lake_job job = {o, b, queue, {o->prefix, {0}, {0}}};
+    struct lake_job job = {o, b, {o->prefix, {0}, queue}};
     struct lake_log log;
     struct lake_bg_list cps;
     struct lake_bg_list data;
@@ -3256,7 +3466,6 @@ static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
     int rc;
 
     job.lq.tenant = (struct slice){o->tenant, strlen(o->tenant)};
-    job.lq.queue = (struct slice){queue, strlen(queue)};
     /* The checkpoints and the data objects are listed while the manifests
      * are counted and the windows read; their keys are checked after. */
     if (lake_orphans_start(&job, &data, err) != 0) {
@@ -3300,7 +3509,7 @@ static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
         rc = lake_gaps_check(o, &log, f, err);
     }
     if (rc == 0 && o->broker != NULL) {
-        rc = lake_tail_check(&log, f, err);
+        rc = lake_tail_check(&job, &log, f, err);
     }
     if (o->broker != NULL) {
         lake_log_drop(&log);
@@ -3310,15 +3519,16 @@ static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
     return rc;
 }
 
-static void lake_report(const struct lake_opts *o, const char *queue,
+static void lake_report(const struct lake_opts *o, struct slice queue,
                         const struct lake_fold *f, FILE *out, bool is_first)
 {
     char a[32];
     char b[32];
+    struct lake_shown shown;
 
     if (o->is_json) {
         fprintf(out, "%s{\"queue\":", is_first ? "" : ",");
-        lake_json_str(out, queue);
+        lake_json_bytes(out, queue.ptr, queue.len);
         fprintf(out,
                 ",\"exact\":%s,\"windows\":%" PRId64 ",\"fromK\":%" PRId64
                 ",\"objects\":%" PRIu64 ",\"records\":%" PRIu64
@@ -3333,7 +3543,7 @@ static void lake_report(const struct lake_opts *o, const char *queue,
         for (size_t i = 0; i < f->n_lost; i++) {
             fprintf(out, "%s{\"k\":%" PRId64 ",\"partition\":", i ? "," : "",
                     f->lost[i].k);
-            lake_json_str(out, f->lost[i].partition);
+            lake_json_bytes(out, f->lost[i].partition, f->lost[i].plen);
             fprintf(out, ",\"from\":%" PRId64 ",\"to\":%" PRId64 "}",
                     f->lost[i].from, f->lost[i].to);
         }
@@ -3354,7 +3564,8 @@ static void lake_report(const struct lake_opts *o, const char *queue,
             "queue %s: %s\n  windows %" PRId64 "..%" PRId64 " [%s, %s)\n"
             "  %" PRIu64 " objects, %" PRIu64 " records, %.1f MB stored, "
             "%.1f MB decoded, %zu partitions\n",
-            queue, f->violation_count == 0 ? "exact" : "VIOLATIONS", f->first_k,
+            lake_show(&shown, queue.ptr, queue.len),
+            f->violation_count == 0 ? "exact" : "VIOLATIONS", f->first_k,
             f->first_k + f->windows - 1, a, b, f->objects, f->records,
             (double)f->bytes / 1e6, (double)f->raw / 1e6,
             f->n_parts - f->n_log_only);
@@ -3368,8 +3579,9 @@ static void lake_report(const struct lake_opts *o, const char *queue,
         fprintf(out,
                 "  lost (window %" PRId64 "): partition %s offsets %" PRId64
                 "..%" PRId64 "\n",
-                f->lost[i].k, f->lost[i].partition, f->lost[i].from,
-                f->lost[i].to);
+                f->lost[i].k,
+                lake_show(&shown, f->lost[i].partition, f->lost[i].plen),
+                f->lost[i].from, f->lost[i].to);
     }
     for (size_t i = 0; i < f->n_violations; i++) {
         fprintf(out, "  VIOLATION %s\n", f->violations[i]);
@@ -3392,13 +3604,14 @@ static int lake_queues(const struct lake_opts *o, struct lake_bucket *b,
             bool is_seen = false;
 
             for (size_t j = 0; j < q->n && !is_seen; j++) {
-                is_seen = strcmp(q->names[j], o->queues[i]) == 0;
+                is_seen = strcmp(q->names[j].ptr, o->queues[i]) == 0;
             }
             if (is_seen) {
                 continue; /* named twice: verified and reported once */
             }
-            q->names = xrealloc(q->names, (q->n + 1) * sizeof(char *));
-            q->names[q->n++] = xstrdup(o->queues[i]);
+            q->names = xrealloc(q->names, (q->n + 1) * sizeof(*q->names));
+            q->names[q->n++] = (struct lake_qname){xstrdup(o->queues[i]),
+                                                   strlen(o->queues[i])};
         }
         return 0;
     }
@@ -3422,7 +3635,7 @@ static int lake_queues(const struct lake_opts *o, struct lake_bucket *b,
 static void lake_qlist_free(struct lake_qlist *q)
 {
     for (size_t i = 0; i < q->n; i++) {
-        free(q->names[i]);
+        free(q->names[i].ptr);
     }
     free(q->names);
 }
@@ -3454,15 +3667,18 @@ static int lake_verify(const struct lake_opts *o)
     }
     for (size_t i = 0; rc == 0 && i < q.n; i++) {
         struct lake_fold f;
+        struct slice name = {q.names[i].ptr, q.names[i].len};
 
         memset(&f, 0, sizeof(f));
-        if (lake_verify_queue(o, &b, q.names[i], &f, &prog, &err) != 0) {
-            err_wrap(&err, "queue %s", q.names[i]);
+        if (lake_verify_queue(o, &b, name, &f, &prog, &err) != 0) {
+            struct lake_shown shown;
+
+            err_wrap(&err, "queue %s", lake_show(&shown, name.ptr, name.len));
             rc = 2;
             lake_fold_free(&f);
             break;
         }
-        lake_report(o, q.names[i], &f, stdout, i == 0);
+        lake_report(o, name, &f, stdout, i == 0);
         is_bad = is_bad || f.violation_count > 0;
         lake_fold_free(&f);
     }
@@ -3977,6 +4193,10 @@ static int lake_restore_report(const struct lake_opts *o,
                ",\"derivedIds\":%" PRIu64,
                from, last_k, push->records, push->queued, push->duplicates,
                push->derived);
+    } else if (failed == NULL && from > last_k && o->state != NULL) {
+        printf("nothing to restore: --state %s says windows up to %" PRId64
+               " of %s are in %s\n",
+               o->state, from - 1, o->queues[0], push->as);
     } else if (failed == NULL) {
         printf("restored windows %" PRId64 "..%" PRId64 " of %s into %s: "
                "%" PRIu64 " records, %" PRIu64 " new, %" PRIu64
@@ -4052,9 +4272,9 @@ static int lake_restore(const struct lake_opts *o)
     int rc;
 
     lake_bucket_open(&b, o);
-    job = (struct lake_job){o, &b, o->queues[0], {o->prefix, {0}, {0}}};
+    job = (struct lake_job){
+        o, &b, {o->prefix, {0}, {o->queues[0], strlen(o->queues[0])}}};
     job.lq.tenant = (struct slice){o->tenant, strlen(o->tenant)};
-    job.lq.queue = (struct slice){job.queue, strlen(job.queue)};
     rc = lake_count(&b, &job.lq, NULL, &last_k, &err);
     /* only --from-k: a --to-k past the last manifest restores what there
      * is */
@@ -4063,7 +4283,7 @@ static int lake_restore(const struct lake_opts *o)
     }
     n_manifests = last_k;
     last_k = o->to_k != 0 && o->to_k < last_k ? o->to_k : last_k;
-    lake_state_id(o, job.queue, state_id);
+    lake_state_id(o, o->queues[0], state_id);
     if (rc == 0 && o->state != NULL &&
         lake_state_read(o->state, state_id, &done, &err) != 0) {
         rc = 2;
@@ -4074,8 +4294,16 @@ static int lake_restore(const struct lake_opts *o)
                 o->state, done, n_manifests);
         rc = 2;
     }
+    /* the file is written (with what it held) before anything is pushed,
+     * so that one that cannot be written stops the run here, not after
+     * window 1 was pushed */
+    if (rc == 0 && o->state != NULL &&
+        lake_state_write(o->state, done, state_id, &err) != 0) {
+        rc = 2;
+    }
     from = done + 1 > from ? done + 1 : from;
-    lake_pusher_open(&pusher, o, o->as != NULL ? o->as : job.queue, o->threads);
+    lake_pusher_open(&pusher, o, o->as != NULL ? o->as : o->queues[0],
+                     o->threads);
     mark = xcalloc((size_t)o->threads, sizeof(*mark));
     lake_progress_init(&prog, "restore", last_k - from + 1);
     lake_mem_init(&mem);
@@ -4105,6 +4333,8 @@ static int lake_restore(const struct lake_opts *o)
     free(mark);
     if (rc == 0) {
         lake_progress_show(&prog, prog.total, push.records, push.bytes, true);
+    } else {
+        lake_progress_end(&prog);
     }
     if (lake_restore_report(o, &push, from, last_k, rc != 0 ? &err : NULL) !=
         0) {

@@ -1024,3 +1024,142 @@ def test_a_gap_partly_lost_names_only_what_is_not(bucket):
     assert len(v) == 2, v
     assert "offsets 1..1 are neither in the lake nor lost" in v[0], v
     assert "offsets 4..5 are neither in the lake nor lost" in v[1], v
+
+
+def test_names_with_nul_and_control_bytes_are_verified_and_shown(bucket):
+    """Queue and partition names are any bytes, NUL included: the queue
+    found by listing is the whole name (not one cut at its NUL, which here
+    is another queue), the JSON names it exactly, and a message or the
+    human summary shows a name with a control byte as a JSON string."""
+    t0 = st.T0
+    odd, plain = "nul\x00q", "nul"
+    for queue, part in ((odd, "p\x00x"), (plain, "p")):
+        windows = [(t0, t0 + 100, [(part, 0, "t0", t0 + 1, b"0"),
+                                   (part, 1, "t1", t0 + 2, b"1")]),
+                   (t0 + 100, t0 + 200, [(part, 4, "t4", t0 + 101, b"4")])]
+        c = bucket.boto3()
+        lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
+                                                      Body=body),
+                       PREFIX, TENANT, queue, windows,
+                       lost={2: [{"partition": part, "from": 2, "to": 2}]})
+    rc, out = verify_json(bucket)
+    assert rc == 1, out
+    byname = {q["queue"]: q for q in out["queues"]}
+    assert sorted(byname) == sorted([odd, plain]), out
+    for queue, part in ((odd, "p\x00x"), (plain, "p")):
+        q = byname[queue]
+        assert q["records"] == 3 and q["windows"] == 2, q
+        assert q["lost"] == [{"k": 2, "partition": part, "from": 2,
+                              "to": 2}], q
+        v = q["violations"]
+        assert len(v) == 1, v
+        shown = '"p\\u0000x"' if part != "p" else "p"
+        assert ("partition %s: offsets 3..3 are neither in the lake nor lost"
+                % shown) in v[0], v
+    p = tool(bucket, "verify", check=1)
+    assert 'queue "nul\\u0000q": VIOLATIONS' in p.stdout, p.stdout
+    assert "queue nul: VIOLATIONS" in p.stdout, p.stdout
+    assert 'partition "p\\u0000x" offsets 2..2' in p.stdout, p.stdout
+    assert "\x00" not in p.stdout + p.stderr, p
+
+
+def test_a_window_with_a_violation_adds_no_other(bucket, broker_factory):
+    """A damaged record stops its window, whose records are then not
+    folded: what later windows or the log say of the offsets it held is that
+    window's violation, not more of them (before: each partition of it
+    also had a gap in the next window, and one it alone named was counted
+    among the broker's only, its records "in the log, not in the lake")."""
+    node = broker_factory()
+    rounds = [[("a", 3)], [("a", 3), ("b", 2), ("d", 1), ("z", 1)],
+              [("a", 2), ("b", 1), ("z", 1)]]
+    for n, shape in enumerate(rounds):
+        push_all(node, [{"queue": "wq", "partition": p, "transactionId":
+                         "w%d-%s-%d" % (n, p, i), "payload": b'{"i":%d}' % i}
+                        for p, count in shape for i in range(count)])
+    log = lake.broker_log(node, "wq", ["a", "b", "d", "z"])
+    by_round, seen = [], set()
+    for n in range(len(rounds)):
+        keys = {k for k, v in log.records.items()
+                if v[1].startswith("w%d-" % n)} - seen
+        seen |= keys
+        by_round.append(sorted(((p, o, log.records[(p, o)][1],
+                                 log.records[(p, o)][0],
+                                 log.records[(p, o)][2]) for p, o in keys),
+                               key=lambda r: (r[0].encode(), r[1])))
+    # window 2's last record, z/0, is cut short, the manifest to match
+    by_round[1] = [r if (r[0], r[1]) != ("z", 0) else
+                   r[:4] + (b'{"i":',) for r in by_round[1]]
+    edges = [min(r[3] for r in recs) for recs in by_round]
+    windows = [(edges[i], edges[i + 1] if i + 1 < len(edges) else
+                max(r[3] for r in recs) + 1, recs)
+               for i, recs in enumerate(by_round)]
+    c = bucket.boto3()
+    lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
+                                                  Body=body),
+                   PREFIX, TENANT, "wq", windows)
+    for extra in ((), ("--broker", url(node))):
+        rc, out = verify_json(bucket, "--queue", "wq", *extra)
+        (q,) = out["queues"]
+        assert rc == 1 and q["violationCount"] == 1, (extra, out)
+        assert q["violations"][0].startswith("window 2: ") and \
+            "payload is not JSON" in q["violations"][0], (extra, q)
+        # d is in window 2 alone, before the damage
+        assert q["partitions"] == 4 and q["brokerOnlyPartitions"] == 0, \
+            (extra, q)
+
+
+def test_a_record_missing_after_the_last_names_its_windows_manifest(logged):
+    """A partition's last record deleted from the lake (manifest to match):
+    with --broker it is "in the log, not in the lake", named with the
+    window whose span holds its stamp and that window's manifest."""
+    b, node, windows, acked, log = logged
+    w = copy.deepcopy(windows)
+    p = st.PARTITIONS[0]
+    j = max(i for i, win in enumerate(w) if any(r[0] == p for r in win[2]))
+    last = max((r for r in w[j][2] if r[0] == p), key=lambda r: r[1])
+    w[j][2].remove(last)
+    put_lake(b, "tail", w)
+    ours = first_violation(b, "tail", node)
+    assert ours.startswith("window %d: %s: record %s/%d is in the log, not "
+                           "in the lake" % (j + 1, lake.manifest_key(
+                               "tail", TENANT, QUEUE, j + 1), p, last[1])), \
+        ours
+
+
+def test_a_checkpoint_past_the_last_manifest_is_named_by_its_key(bucket):
+    small_lake(bucket, "cp-past")
+    key = lake.checkpoint_key(PREFIX, TENANT, "cp-past", 5)
+    bucket.boto3().put_object(Bucket="lake", Key=key, Body=b"x")
+    rc, out = verify_json(bucket, "--queue", "cp-past")
+    assert rc == 1, out
+    assert out["queues"][0]["violations"] == [
+        "window 5: %s: checkpoint of window 5, which has no manifest"
+        % key], out
+
+
+def test_restore_state_is_written_first_and_a_rerun_says_nothing_to_do(
+        bucket, broker_factory, tmp_path):
+    """An unwritable --state stops restore before its first push; a
+    finished restore run again says there is nothing to restore (not
+    "windows 4..3"); a flag given where a value is due is refused."""
+    small_lake(bucket, "sw")
+    dst = broker_factory()
+    bad = str(tmp_path / "no-such-dir" / "state")
+    p = tool(bucket, "restore", "--queue", "sw", "--to", url(dst),
+             "--state", bad, check=2)
+    assert "no-such-dir" in p.stderr, p.stderr
+    assert dst.fetch_one("sw", "p", 0).get("highWatermark", 0) == 0
+    state = str(tmp_path / "state")
+    tool(bucket, "restore", "--queue", "sw", "--to", url(dst), "--state",
+         state, check=0)
+    p = tool(bucket, "restore", "--queue", "sw", "--to", url(dst), "--state",
+             state, check=0)
+    assert p.stdout.startswith("nothing to restore: --state %s says windows "
+                               "up to 3 of sw are in sw" % state), p.stdout
+    p = tool(bucket, "verify", "--queue", "--json", check=2)
+    assert "--queue needs a value, not the flag --json" in p.stderr, p.stderr
+    assert p.stdout == "", p.stdout
+    p = tool(bucket, "restore", "--queue", "sw", "--to", "--token=s3cr3t",
+             check=2)
+    assert "not the flag --token " in p.stderr and \
+        "s3cr3t" not in p.stderr, p.stderr
