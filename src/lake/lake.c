@@ -287,6 +287,23 @@ static bool lake_url_has_userinfo(const char *url)
     return memchr(host, '@', strcspn(host, "/?#")) != NULL;
 }
 
+/* True when url is http:// or https:// with a host, and no space or
+ * control byte (which no broker's URL has: curl would refuse it on every
+ * retry). */
+static bool lake_url_is_http(const char *url)
+{
+    size_t at = strncasecmp(url, "http://", 7) == 0    ? 7
+                : strncasecmp(url, "https://", 8) == 0 ? 8
+                                                       : 0;
+
+    for (const char *c = url; *c != '\0'; c++) {
+        if ((unsigned char)*c <= 0x20 || *c == 0x7f) {
+            return false;
+        }
+    }
+    return at > 0 && url[at] != '\0' && strchr("/?#:", url[at]) == NULL;
+}
+
 /* The settings checked into o, for cmd. 0, or 2 (said why). */
 static int lake_finish(struct lake_opts *o, unsigned cmd)
 {
@@ -333,6 +350,15 @@ static int lake_finish(struct lake_opts *o, unsigned cmd)
         (o->to != NULL && strlen(o->to) > LAKE_URL_MAX)) {
         fprintf(stderr, "queen lake: a broker URL is %d bytes at most\n",
                 LAKE_URL_MAX);
+        return 2;
+    }
+    if ((o->broker != NULL && !lake_url_is_http(o->broker)) ||
+        (o->to != NULL && !lake_url_is_http(o->to))) {
+        fprintf(stderr,
+                "queen lake: %s must be a broker's http:// or https:// URL "
+                "with a host (http://host:port)\n",
+                o->broker != NULL && !lake_url_is_http(o->broker) ? "--broker"
+                                                                  : "--to");
         return 2;
     }
     if (lake_url_has_userinfo(o->broker) || lake_url_has_userinfo(o->to)) {
@@ -698,9 +724,13 @@ static long lake_http_post(struct lake_http *c, const char *path,
     curl_easy_setopt(c->h, CURLOPT_TIMEOUT, 120L);
     curl_easy_setopt(c->h, CURLOPT_CONNECTTIMEOUT, 10L);
     curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c->h, CURLOPT_PROTOCOLS_STR, "http,https");
     rc = curl_easy_perform(c->h);
     if (rc == CURLE_OK) {
         curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &status);
+        if (status == 0) {
+            err_set(err, ERR_IO, "%s: no HTTP answer", url);
+        }
     } else {
         err_set(err, ERR_IO, "%s: %s", url, curl_easy_strerror(rc));
     }
@@ -1233,11 +1263,12 @@ static char *lake_dup(const char *p, size_t n)
 }
 
 /* A queue or partition name as a message or the human summary prints it:
- * as is, unless it is empty, holds a control byte (NUL included), starts
- * with a quote or starts or ends with a space; then as a JSON string
- * ("p\u0000x"), so that no name hides, cuts or forges part of a line. A
- * name longer than any the broker takes (a damaged lake) is cut, with
- * "...". */
+ * as is, unless it is empty, holds a control byte (NUL included) or bytes
+ * that are not UTF-8, starts with a quote or starts or ends with a space;
+ * then as a JSON string ("p\u0000x", a byte that starts no UTF-8 sequence
+ * as '?'), so that no name hides, cuts or forges part of a line, and a
+ * message stays UTF-8 (it goes into the JSON document). A name longer than
+ * any the broker takes (a damaged lake) is cut, with "...". */
 #define LAKE_SHOWN_NAME 512
 struct lake_shown {
     char s[6 * LAKE_SHOWN_NAME + 8];
@@ -1246,26 +1277,26 @@ struct lake_shown {
 static const char *lake_show(struct lake_shown *out, const char *p, size_t n)
 {
     size_t take = n < LAKE_SHOWN_NAME ? n : LAKE_SHOWN_NAME;
-    bool is_plain = n > 0 && p[0] != '"' && p[0] != ' ' && p[n - 1] != ' ';
+    char clean[LAKE_SHOWN_NAME];
+    size_t cn = take > 0 ? json_utf8_quote(clean, p, take, take) : 0;
+    bool is_plain = cn > 0 && cn == take && memcmp(clean, p, take) == 0 &&
+                    p[0] != '"' && p[0] != ' ' && p[take - 1] != ' ';
     size_t at = 0;
 
-    for (size_t i = 0; i < take && is_plain; i++) {
-        unsigned char c = (unsigned char)p[i];
+    for (size_t i = 0; i < cn && is_plain; i++) {
+        unsigned char c = (unsigned char)clean[i];
 
         is_plain = c >= 0x20 && c != 0x7f;
     }
     if (is_plain) {
-        memcpy(out->s, p, take);
-        at = take;
-    } else if (n == 0) {
-        memcpy(out->s, "\"\"", 2);
-        at = 2;
+        memcpy(out->s, clean, cn);
+        at = cn;
     } else {
         struct buf b;
         struct err err;
 
         buf_init(&b, sizeof(out->s));
-        if (json_escape(&b, p, take, &err) == 0) {
+        if (json_escape(&b, clean, cn, &err) == 0) {
             memcpy(out->s, b.data, b.len);
             at = b.len;
         }
@@ -1868,6 +1899,17 @@ static bool lake_read_manifest(struct lake_wread *r, struct buf *raw,
     for (size_t i = 0; i < r->m.n_lost; i++) {
         const struct docs_lost *l = &r->m.lost[i];
 
+        if (l->from < 0 || l->to < l->from) {
+            struct lake_shown pn;
+
+            lake_violation(w,
+                           "window %" PRId64 ": %s: lost range %s %" PRId64
+                           "..%" PRId64 " is not a range of offsets",
+                           w->k, w->manifest_key,
+                           lake_show(&pn, l->partition.ptr, l->partition.len),
+                           l->from, l->to);
+            return false;
+        }
         w->lost = xrealloc(w->lost, (w->n_lost + 1) * sizeof(*w->lost));
         w->lost[w->n_lost++] =
             (struct lake_lost){lake_dup(l->partition.ptr, l->partition.len),
@@ -2235,8 +2277,9 @@ struct lake_gap {
     struct lake_part *part;
     int64_t from;
     int64_t to;
-    int64_t k;   /* the window after the gap (or whose position names it) */
-    char *where; /* owned: the key or manifest */
+    int64_t k;    /* the window after the gap (or whose position names it) */
+    char *where;  /* owned: the key or manifest */
+    bool is_sure; /* a gap from the bucket alone (not only with the log) */
 };
 
 struct lake_fold {
@@ -2371,13 +2414,15 @@ static int64_t lake_part_k(const struct lake_fold *f, const struct lake_part *p)
 }
 
 static void lake_add_gap(struct lake_fold *f, struct lake_part *part,
-                         int64_t from, int64_t to, int64_t k, const char *where)
+                         int64_t from, int64_t to, int64_t k, const char *where,
+                         bool is_sure)
 {
     if (lake_bad_between(f, lake_part_k(f, part), k)) {
         return;
     }
     f->gaps = xrealloc(f->gaps, (f->n_gaps + 1) * sizeof(*f->gaps));
-    f->gaps[f->n_gaps++] = (struct lake_gap){part, from, to, k, xstrdup(where)};
+    f->gaps[f->n_gaps++] =
+        (struct lake_gap){part, from, to, k, xstrdup(where), is_sure};
 }
 
 /* One run of a window into its partition's state, in k order. */
@@ -2417,9 +2462,11 @@ static void lake_fold_run(struct lake_fold *f, const struct lake_window *w,
      * stamped inside the windows read (--broker with --from-k). */
     if (!p->has_records && r->first > 0 &&
         (o->from_k == 1 || o->broker != NULL)) {
-        lake_add_gap(f, p, 0, r->first - 1, w->k, w->keys[r->obj]);
+        lake_add_gap(f, p, 0, r->first - 1, w->k, w->keys[r->obj],
+                     o->from_k == 1);
     } else if (p->has_records && r->first > p->top + 1) {
-        lake_add_gap(f, p, p->top + 1, r->first - 1, w->k, w->keys[r->obj]);
+        lake_add_gap(f, p, p->top + 1, r->first - 1, w->k, w->keys[r->obj],
+                     true);
     }
     if (!p->has_records) {
         p->first = r->first;
@@ -2893,13 +2940,19 @@ static void lake_progress_end(struct lake_progress *p)
     }
 }
 
+/* s[0..n) as a JSON string, made UTF-8 first (json_utf8_quote: a byte
+ * that starts no sequence becomes '?'), so the document stays JSON
+ * whatever a damaged lake's key or the command line held. */
 static void lake_json_bytes(FILE *out, const char *s, size_t n)
 {
     struct buf b;
     struct err err;
+    char *clean = xmalloc(n + 1);
+    size_t cn = n > 0 ? json_utf8_quote(clean, s, n, n) : 0;
 
     buf_init(&b, BUF_UNLIMITED);
-    (void)json_escape(&b, s, n, &err); /* with its quotes */
+    (void)json_escape(&b, clean, cn, &err); /* with its quotes */
+    free(clean);
     fwrite(b.data != NULL ? b.data : "", 1, b.len, out);
     buf_free(&b);
 }
@@ -2955,6 +3008,22 @@ struct lake_qlist {
     size_t root_len;
 };
 
+/* Whether esc[0..en) is the sink's escape of name[0..n) (pct_escape):
+ * the one spelling a queue's keys have. */
+static bool lake_pct_canonical(const char *name, size_t n, const char *esc,
+                               size_t en)
+{
+    struct buf again;
+    struct err err;
+    bool is_same;
+
+    buf_init(&again, BUF_UNLIMITED);
+    is_same = pct_escape(&again, name, n, &err) == 0 && again.len == en &&
+              (en == 0 || memcmp(again.data, esc, en) == 0);
+    buf_free(&again);
+    return is_same;
+}
+
 static int lake_collect_queue(void *arg, const char *key)
 {
     struct lake_qlist *q = arg;
@@ -2971,8 +3040,11 @@ static int lake_collect_queue(void *arg, const char *key)
         return 0;
     }
     buf_init(&raw, BUF_UNLIMITED);
-    if (pct_unescape(&raw, rest + 6, (size_t)(slash - rest - 6), &err) != 0) {
-        buf_free(&raw);
+    if (pct_unescape(&raw, rest + 6, (size_t)(slash - rest - 6), &err) != 0 ||
+        !lake_pct_canonical(raw.data != NULL ? raw.data : "", raw.len, rest + 6,
+                            (size_t)(slash - rest - 6))) {
+        buf_free(&raw); /* a key the sink never writes ("%61", "%ZZ"): no
+                           queue's, so it is not taken for one */
         return 0;
     }
     if (q->n == 0 || q->names[q->n - 1].len != raw.len ||
@@ -3340,7 +3412,8 @@ static int lake_gaps_check(const struct lake_opts *o, struct lake_log *log,
 
             snprintf(where, sizeof(where), "positions of window %" PRId64,
                      p->pos_k);
-            lake_add_gap(f, p, top + 1, p->pos - 1, p->pos_k, where);
+            lake_add_gap(f, p, top + 1, p->pos - 1, p->pos_k, where,
+                         p->has_records || o->from_k == 1);
         }
     }
     for (size_t i = 0; i < f->n_gaps; i++) {
@@ -3350,7 +3423,18 @@ static int lake_gaps_check(const struct lake_opts *o, struct lake_log *log,
         if (lake_is_lost(f, g->part, g->from, g->to)) {
             continue;
         }
-        if (o->broker == NULL) {
+        if (o->broker != NULL && lake_log_first(log, f, &s, err) != 0) {
+            return 2;
+        }
+        if (s.found >= 0) {
+            lake_fold_violation(f,
+                                "window %" PRId64 ": %s: record %s/%" PRId64
+                                " is in the log, not in the lake",
+                                g->k, g->where, g->part->shown, s.found);
+        } else if (g->is_sure) {
+            /* the bucket's own rule, whatever the log says: a record the
+             * log trimmed (below logStartOffset) was still the lake's to
+             * hold or to list lost */
             int64_t at = g->from;
             int64_t end;
 
@@ -3364,16 +3448,91 @@ static int lake_gaps_check(const struct lake_opts *o, struct lake_log *log,
                                     "not contiguous)",
                                     g->k, g->where, g->part->shown, at, end);
             }
-        } else if (lake_log_first(log, f, &s, err) != 0) {
-            return 2;
-        } else if (s.found >= 0) {
-            lake_fold_violation(f,
-                                "window %" PRId64 ": %s: record %s/%" PRId64
-                                " is in the log, not in the lake",
-                                g->k, g->where, g->part->shown, s.found);
         }
     }
     return 0;
+}
+
+static int lake_gap_order(const void *a, const void *b)
+{
+    const struct lake_gap *x = a;
+    const struct lake_gap *y = b;
+
+    if (x->part != y->part) {
+        return (uintptr_t)x->part < (uintptr_t)y->part ? -1 : 1;
+    }
+    return x->from < y->from ? -1 : x->from > y->from;
+}
+
+/* The first offset of a..b the lake holds for p (its records span
+ * first..top less its gaps, which gaps[0..n) hold sorted), or -1. */
+static int64_t lake_held_in(const struct lake_gap *gaps, size_t n,
+                            const struct lake_part *p, int64_t a, int64_t b)
+{
+    size_t lo = 0;
+    size_t hi = n;
+    int64_t at = a > p->first ? a : p->first;
+    int64_t end = b < p->top ? b : p->top;
+
+    while (lo < hi) { /* the first gap of p that ends at or after at */
+        size_t mid = lo + (hi - lo) / 2;
+        const struct lake_gap *g = &gaps[mid];
+
+        if ((uintptr_t)g->part < (uintptr_t)p || (g->part == p && g->to < at)) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    for (size_t i = lo; at <= end && i < n && gaps[i].part == p; i++) {
+        if (gaps[i].from > at) {
+            break; /* at is not in a gap: a record is there */
+        }
+        at = gaps[i].to + 1 > at ? gaps[i].to + 1 : at;
+    }
+    return at <= end ? at : -1;
+}
+
+/* A lost range must hold no record the lake has: the sink lists lost only
+ * what it could not read. Not judged after a window with a violation
+ * (whose records were not folded). */
+static void lake_lost_check(const struct lake_job *job, struct lake_fold *f)
+{
+    struct lake_gap *gaps;
+
+    if (f->n_bad_ks > 0 || f->n_lost == 0) {
+        return;
+    }
+    gaps = xmalloc((f->n_gaps + 1) * sizeof(*gaps));
+    if (f->n_gaps > 0) {
+        memcpy(gaps, f->gaps, f->n_gaps * sizeof(*gaps));
+    }
+    qsort(gaps, f->n_gaps, sizeof(*gaps), lake_gap_order);
+    for (size_t i = 0; i < f->n_lost; i++) {
+        const struct lake_lost *l = &f->lost[i];
+        struct lake_part *p = lake_part_of(f, l->partition, l->plen);
+        int64_t o = p->has_records
+                        ? lake_held_in(gaps, f->n_gaps, p, l->from, l->to)
+                        : -1;
+        struct buf key;
+        struct err kerr;
+
+        if (o < 0) {
+            continue;
+        }
+        buf_init(&key, 4096);
+        if (layout_manifest_key(&key, &job->lq, l->k, &kerr) != 0) {
+            buf_reset(&key);
+        }
+        lake_fold_violation(f,
+                            "window %" PRId64 ": %s: partition %s: lost "
+                            "range %" PRId64 "..%" PRId64 " holds offset "
+                            "%" PRId64 ", which is in the lake",
+                            l->k, key.data != NULL ? key.data : "", p->shown,
+                            l->from, l->to, o);
+        buf_free(&key);
+    }
+    free(gaps);
 }
 
 /* The log's records past each partition's last one in the lake, stamped
@@ -3507,6 +3666,9 @@ static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
     }
     if (rc == 0) {
         rc = lake_gaps_check(o, &log, f, err);
+    }
+    if (rc == 0) {
+        lake_lost_check(&job, f);
     }
     if (rc == 0 && o->broker != NULL) {
         rc = lake_tail_check(&job, &log, f, err);
@@ -4066,6 +4228,17 @@ static void lake_pusher_close(struct lake_pusher *P, struct lake_push *sum)
  * so that a file of another lake or broker is refused, not resumed. */
 #define LAKE_STATE_ID_HEX 32
 
+/* url's length without its trailing slashes. */
+static int lake_url_len(const char *url)
+{
+    size_t n = strlen(url);
+
+    while (n > 0 && url[n - 1] == '/') {
+        n--;
+    }
+    return (int)n;
+}
+
 static void lake_state_id(const struct lake_opts *o, const char *queue,
                           char id[LAKE_STATE_ID_HEX + 1])
 {
@@ -4075,9 +4248,12 @@ static void lake_state_id(const struct lake_opts *o, const char *queue,
     int rc;
 
     buf_init(&b, BUF_UNLIMITED);
-    rc = buf_printf(&b, &err, "%s\n%s\n%s\n%s\n%s\n%s\n%s\n", o->raw.endpoint,
-                    o->raw.bucket, o->prefix, o->tenant, queue, o->to,
-                    o->as != NULL ? o->as : queue);
+    /* the URLs without trailing slashes, as they are used: "http://b:1/"
+     * is the same broker as "http://b:1" */
+    rc = buf_printf(&b, &err, "%.*s\n%s\n%s\n%s\n%s\n%.*s\n%s\n",
+                    lake_url_len(o->raw.endpoint), o->raw.endpoint,
+                    o->raw.bucket, o->prefix, o->tenant, queue,
+                    lake_url_len(o->to), o->to, o->as != NULL ? o->as : queue);
     ASSERT(rc == 0); /* BUF_UNLIMITED */
     sha256(b.data, b.len, sum);
     hex_lower(sum, LAKE_STATE_ID_HEX / 2, id);

@@ -1163,3 +1163,124 @@ def test_restore_state_is_written_first_and_a_rerun_says_nothing_to_do(
              check=2)
     assert "not the flag --token " in p.stderr and \
         "s3cr3t" not in p.stderr, p.stderr
+
+
+def test_the_broker_does_not_excuse_a_gap_it_trimmed(bucket, broker_factory):
+    """A gap in the lake is a violation from the bucket alone; --broker
+    adds checks and takes none away, so a gap whose records the broker's
+    retention has since trimmed (below logStartOffset) is still one."""
+    node = broker_factory()
+    r = node.request("POST", "/api/v1/configure", body={
+        "queue": "rq", "options": {"retentionEnabled": True,
+                                   "retentionSeconds": 1}})
+    assert r.status == 200, r
+    push_all(node, [{"queue": "rq", "partition": "p", "transactionId":
+                     "r%d" % i, "payload": b'{"i":%d}' % i} for i in range(4)])
+    first = node.fetch_one("rq", "p", 0)["records"][0]
+
+    def trimmed():
+        push_all(node, [{"queue": "rq", "partition": "p", "payload": b"4"}])
+        e = node.fetch_one("rq", "p", 0)
+        return e["logStartOffset"] >= 4 and e
+
+    e = wait_until(trimmed, 30, "retention trims offsets 0..3")
+    last = node.fetch_one("rq", "p", e["logStartOffset"])["records"][0]
+    recs = [("p", x["offset"], x["transactionId"],
+             lake.parse_iso_us(x["ts"]), json.dumps(
+                 x["payload"], separators=(",", ":")).encode())
+            for x in (first, last)]
+    c = bucket.boto3()
+    lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
+                                                  Body=body),
+                   PREFIX, TENANT, "rq", [(recs[0][3], recs[1][3] + 1, recs)])
+    gap = "offsets 1..%d are neither in the lake nor lost" % (last["offset"] - 1)
+    for extra in ((), ("--broker", url(node))):
+        rc, out = verify_json(bucket, "--queue", "rq", *extra)
+        v = out["queues"][0]["violations"]
+        assert rc == 1 and len(v) == 1 and gap in v[0], (extra, out)
+
+
+def test_a_broker_url_that_is_not_http_is_refused_at_once(bucket):
+    for flag, cmd in (("--to", ["restore", "--queue", "q"]),
+                      ("--broker", ["verify"])):
+        for u in ("file:///etc/passwd", "not a url", "", "gopher://h:1",
+                  "http://"):
+            p = tool(bucket, *cmd, flag, u, check=2, timeout=20)
+            assert "%s must be a broker's http:// or https:// URL" % flag \
+                in p.stderr, (u, p.stderr)
+
+
+def test_a_key_the_sink_never_spells_is_no_queue(bucket):
+    """Discovery takes a queue only from keys spelled as the sink escapes
+    names: "queue=%61bc" (not how "abc" is written) or "queue=%ZZ" is no
+    queue, and the real ones are still verified."""
+    small_lake(bucket, "zgood")
+    c = bucket.boto3()
+    body = c.get_object(Bucket="lake", Key=lake.manifest_key(
+        PREFIX, TENANT, "zgood", 1))["Body"].read()
+    for odd in ("%61bc", "%ZZ"):
+        c.put_object(Bucket="lake", Body=body, Key="%s/_queen/tenant=%s/"
+                     "queue=%s/windows/0000000001.json" % (PREFIX, TENANT, odd))
+    rc, out = verify_json(bucket, check=0)
+    assert [q["queue"] for q in out["queues"]] == ["zgood"], out
+
+
+def test_the_json_document_stays_utf8(bucket):
+    """Bytes that are not UTF-8 (a damaged lake's key, the command line)
+    never make the --json document invalid: they come out as '?'."""
+    small_lake(bucket, "u8")
+    c = bucket.boto3()
+    body = c.get_object(Bucket="lake", Key=lake.manifest_key(
+        PREFIX, TENANT, "u8", 1))["Body"].read()
+    c.put_object(Bucket="lake", Body=body, Key="%s/_queen/tenant=%s/"
+                 "queue=%%FF/windows/0000000001.json" % (PREFIX, TENANT))
+    env = dict(os.environ, **CREDS)
+    for args in (["--json"], ["--json", "--queue", b"bad\xff".decode(
+            "utf-8", "surrogateescape")]):
+        p = subprocess.run(
+            [queen_bin(), "lake", "verify", "--endpoint", bucket.endpoint,
+             "--bucket", "lake", "--path-style", *args], env=env,
+            capture_output=True, timeout=60)
+        out = json.loads(p.stdout.decode("utf-8"))  # strict: raises if not
+        assert p.returncode in (1, 2), (p.returncode, out)
+        assert "?" in json.dumps(out, ensure_ascii=False), out
+
+
+def test_state_of_the_same_broker_with_a_trailing_slash_resumes(
+        bucket, broker_factory, tmp_path):
+    small_lake(bucket, "ts")
+    dst = broker_factory()
+    state = str(tmp_path / "state")
+    tool(bucket, "restore", "--queue", "ts", "--to", url(dst), "--state",
+         state, check=0)
+    p = tool(bucket, "restore", "--queue", "ts", "--to", url(dst) + "/",
+             "--state", state, check=0)
+    assert p.stdout.startswith("nothing to restore"), p.stdout
+
+
+def test_a_lost_range_must_hold_no_record_and_be_a_range(bucket):
+    """The sink lists lost only offsets it could not read: a lost range
+    over a record the lake holds is a violation (as in the tests'
+    verifier), and so is one that is no range of offsets."""
+    t0 = st.T0
+    windows = [(t0, t0 + 100, [("p", 0, "t0", t0 + 1, b"0"),
+                               ("p", 1, "t1", t0 + 2, b"1")]),
+               (t0 + 100, t0 + 200, [("p", 4, "t4", t0 + 101, b"4")])]
+    c = bucket.boto3()
+    put = (lambda key, body: c.put_object(Bucket="lake", Key=key, Body=body))
+    lake.make_lake(put, PREFIX, TENANT, "lostover", windows,
+                   lost={2: [{"partition": "p", "from": 1, "to": 3}]})
+    rc, out = verify_json(bucket, "--queue", "lostover")
+    assert rc == 1 and out["queues"][0]["violations"] == [
+        "window 2: %s: partition p: lost range 1..3 holds offset 1, which "
+        "is in the lake" % lake.manifest_key(PREFIX, TENANT, "lostover", 2)
+    ], out
+    for name, bad in (("lostneg", (-2, 3)), ("lostback", (3, 2))):
+        lake.make_lake(put, PREFIX, TENANT, name, windows,
+                       lost={2: [{"partition": "p", "from": bad[0],
+                                  "to": bad[1]}]})
+        rc, out = verify_json(bucket, "--queue", name)
+        v = out["queues"][0]["violations"]
+        assert rc == 1 and v[0] == (
+            "window 2: %s: lost range p %d..%d is not a range of offsets"
+            % (lake.manifest_key(PREFIX, TENANT, name, 2), bad[0], bad[1])), v
