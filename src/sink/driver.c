@@ -2168,7 +2168,7 @@ static int bg_begin(struct driver *d, const struct engine_plan *p,
     }
     keep_lost(d, p);
     g->is_redo = d->is_redo && p->k == d->redo_intent.k;
-    upload_begin(g, o, n, ctype, crash_point_of(d), p->k);
+    upload_begin(g, o, n, ctype, crash_point_of(d), p->k, p->t_start);
     d->attempt = 0;
     d->pend.kind = PENDING_NONE;
     engine_on_uploaded(d->e, d->last_records, d->last_bytes);
@@ -2954,6 +2954,18 @@ static void publish(struct driver *d)
     s.has_safe_time = t != ENGINE_MIN;
     s.safe_time = t;
     s.has_lag = engine_lag(d->e, &s.lag_us);
+    /* While window up.k goes up, nothing at or after its tStart is in a
+     * committed window, whatever the engine was told (overlap: it hears of
+     * the commit before the pointer is written, to read on meanwhile), so
+     * completeThrough, the lag and the health stay behind it until the
+     * pointer lands (an outage holds them there). */
+    if (d->up.state != UPLOAD_NONE && s.has_complete_through &&
+        s.complete_through > d->up.t_start) {
+        s.complete_through = d->up.t_start;
+        s.lag_us = s.has_safe_time && s.safe_time > s.complete_through
+                       ? s.safe_time - s.complete_through
+                       : 0;
+    }
     s.redo = d->is_redo;
     s.buffered_bytes = engine_buffered_bytes(d->e);
     s.partition_bytes = engine_tracked_bytes(d->e);

@@ -609,7 +609,8 @@ void upload_clear(struct upload *u)
 }
 
 void upload_begin(struct upload *u, struct upload_object *o, size_t n,
-                  const char *ctype, struct upload_crash crash, int64_t k)
+                  const char *ctype, struct upload_crash crash, int64_t k,
+                  int64_t t_start)
 {
     u->o = o;
     u->n = n;
@@ -618,6 +619,7 @@ void upload_begin(struct upload *u, struct upload_object *o, size_t n,
     u->ctype = ctype;
     u->crash = crash;
     u->k = k;
+    u->t_start = t_start;
     u->has_commit = false;
     u->retry_at = 0;
     upload_launch(u);

@@ -166,6 +166,7 @@ struct upload {
     void *gate_arg;
     bool is_redo; /* the window redoes an intent: abort stranded uploads */
     int64_t k;
+    int64_t t_start; /* the window's: nothing at or after it is committed */
     bool has_commit; /* the engine asked for the commit: commit, wall */
     struct engine_commit commit;
     int64_t commit_wall_ms;
@@ -207,11 +208,12 @@ bool upload_take_prebuilt(struct upload *u, int64_t k, struct upload_object **o,
                           size_t *n);
 void upload_drop_prebuilt(struct upload *u);
 
-/* The window k's objects o[0..n) (taken) and its encoded manifest (in
- * u->manifest already) start going up: PUTTING, on a new thread (inline
- * when no thread can be had). */
+/* The window k's (from t_start) objects o[0..n) (taken) and its encoded
+ * manifest (in u->manifest already) start going up: PUTTING, on a new
+ * thread (inline when no thread can be had). */
 void upload_begin(struct upload *u, struct upload_object *o, size_t n,
-                  const char *ctype, struct upload_crash crash, int64_t k);
+                  const char *ctype, struct upload_crash crash, int64_t k,
+                  int64_t t_start);
 /* Start a pass over what has not landed yet (after RETRY). */
 void upload_launch(struct upload *u);
 /* Wait for the pass (when wait, or when it is over) and join. true when

@@ -81,3 +81,43 @@ def test_lag_grows_through_a_bucket_outage(sink_node, bucket):
     finally:
         stop.set()
         t.join(10)
+
+
+def test_an_idle_queue_stays_behind_a_window_that_cannot_land(sink_node,
+                                                              bucket):
+    """One record, then nothing, while every PUT fails: its window is never
+    committed, so completeThrough stays at or below the record's stamp, the
+    lag keeps growing and the health turns red and stays red. Before, the
+    engine heard of the commit while the objects were still going up
+    (overlap) and completeThrough ran on with the idle clock: the lag fell
+    back and the health went green during a total outage."""
+    bucket.fault("503", count=-1, method="PUT")
+    node = sink_node()
+    try:
+        r = node.request("POST", "/api/v1/push", body=lake.push_body(
+            [{"queue": "orders", "partition": "p", "payload": b'{"i":0}'}]))
+        assert r.status == 201, r
+        ts = lake.parse_iso_us(node.fetch_one("orders", "p", 0)[
+            "records"][0]["ts"])
+        t0 = time.monotonic()
+        samples = []
+
+        def red_after_30s():
+            row = sink_row(node, "orders") or {}
+            health = node.get("/status").json()["s3"]["sinks"][0]["health"]
+            samples.append((round(time.monotonic() - t0, 1),
+                            row.get("completeThrough"), row.get("lagSeconds"),
+                            health["ok"]))
+            ct = row.get("completeThrough")
+            assert ct is None or lake.parse_iso_us(ct) <= ts, samples
+            assert row.get("windowsCommitted", 0) == 0, row
+            return time.monotonic() - t0 > 45 and health["ok"] is False
+
+        wait_until(red_after_30s, 90, "the health red past 45 s of outage")
+        # once red it stays red while nothing lands
+        red = [s for s in samples if s[3] is False]
+        first_red = samples.index(red[0])
+        assert all(s[3] is False for s in samples[first_red:]), samples
+        assert samples[-1][2] is not None and samples[-1][2] >= 40, samples
+    finally:
+        bucket.clear_faults()
