@@ -4364,11 +4364,15 @@ static int lake_restore_report(const struct lake_opts *o,
     if (o->is_json) {
         printf("{\"queue\":");
         lake_json_str(stdout, push->as);
-        printf(",\"fromK\":%" PRId64 ",\"toK\":%" PRId64 ",\"records\":%" PRIu64
-               ",\"queued\":%" PRIu64 ",\"duplicates\":%" PRIu64
-               ",\"derivedIds\":%" PRIu64,
-               from, last_k, push->records, push->queued, push->duplicates,
-               push->derived);
+        printf(",\"fromK\":%" PRId64 ",\"toK\":", from);
+        if (last_k < 0) {
+            printf("null");
+        } else {
+            printf("%" PRId64, last_k);
+        }
+        printf(",\"records\":%" PRIu64 ",\"queued\":%" PRIu64
+               ",\"duplicates\":%" PRIu64 ",\"derivedIds\":%" PRIu64,
+               push->records, push->queued, push->duplicates, push->derived);
     } else if (failed == NULL && from > last_k && o->state != NULL) {
         printf("nothing to restore: --state %s says windows up to %" PRId64
                " of %s are in %s\n",
@@ -4452,6 +4456,9 @@ static int lake_restore(const struct lake_opts *o)
         o, &b, {o->prefix, {0}, {o->queues[0], strlen(o->queues[0])}}};
     job.lq.tenant = (struct slice){o->tenant, strlen(o->tenant)};
     rc = lake_count(&b, &job.lq, NULL, &last_k, &err);
+    if (rc != 0) {
+        last_k = -1; /* unknown: "toK" is null in the document */
+    }
     /* only --from-k: a --to-k past the last manifest restores what there
      * is */
     if (rc == 0 && lake_range_past(o, last_k, false, &err) != 0) {

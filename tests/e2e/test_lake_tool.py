@@ -1284,3 +1284,12 @@ def test_a_lost_range_must_hold_no_record_and_be_a_range(bucket):
         assert rc == 1 and v[0] == (
             "window 2: %s: lost range p %d..%d is not a range of offsets"
             % (lake.manifest_key(PREFIX, TENANT, name, 2), bad[0], bad[1])), v
+
+
+def test_a_restore_that_found_no_lake_says_toK_null(bucket, broker_factory):
+    dst = broker_factory()
+    p = tool(bucket, "restore", "--queue", "none-here", "--to", url(dst),
+             "--json", check=2)
+    out = json.loads(p.stdout)
+    assert out["toK"] is None and out["ok"] is False and \
+        "no manifest" in out["error"], out
