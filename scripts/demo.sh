@@ -4,8 +4,9 @@
 # MinIO, and queen runs with the page's sink settings. It pushes the page's
 # three messages, waits for window 1 (polling /status with a deadline),
 # prints the status line, the two keys in the bucket, the decompressed
-# object's lines and the page's DuckDB query over the lake's files, then
-# stops everything it started.
+# object's lines and a DuckDB query over the lake's files (the page's, with
+# read_json over the JSONL objects the "Try it" writes and no dt filter),
+# then stops everything it started.
 # Usage: scripts/demo.sh [build-dir]
 set -euo pipefail
 build=${1:-build}
