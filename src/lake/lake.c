@@ -663,18 +663,26 @@ static size_t lake_http_write(char *p, size_t size, size_t n, void *arg)
  * named in x-queen-tenant, so that verify reads that tenant's log and
  * restore pushes into that tenant's queue (with QUEEN_TENANCY_HEADER, or
  * a token bound to it; http-api.md section 1). */
+/* url's length without its trailing slashes. */
+static int lake_url_len(const char *url)
+{
+    size_t n = strlen(url);
+
+    while (n > 0 && url[n - 1] == '/') {
+        n--;
+    }
+    return (int)n;
+}
+
 static void lake_http_open(struct lake_http *c, const char *base,
                            const struct lake_opts *o)
 {
-    size_t n = strlen(base);
+    int n = lake_url_len(base); /* LAKE_URL_MAX at most (lake_finish) */
 
     c->h = curl_easy_init();
     buf_init(&c->ans, (size_t)1 << 30);
-    while (n > 0 && base[n - 1] == '/') {
-        n--;
-    }
     c->base = base;
-    c->base_len = n > 2048 ? 2048 : (int)n; /* url[] holds no more */
+    c->base_len = n > 2048 ? 2048 : n; /* url[] holds no more */
     c->token = o->token;
     c->tenant = strcmp(o->tenant, LAKE_DEFAULT_TENANT) != 0 ? o->tenant : NULL;
 }
@@ -1527,7 +1535,8 @@ static int lake_check_log(struct lake_obj_ctx *c, const struct sink_record *r)
     int tok = -1;
     bool trimmed = false;
     struct lake_shown pn; /* the partition, as printed */
-    struct lake_shown tn; /* the transactionIds */
+    struct lake_shown tn; /* the lake's transactionId */
+    struct lake_shown ln; /* the log's */
     int64_t ts = 0;
     struct slice span;
     int t;
@@ -1577,7 +1586,7 @@ static int lake_check_log(struct lake_obj_ctx *c, const struct sink_record *r)
                        c->w->k, c->key,
                        lake_show(&pn, r->partition.ptr, r->partition.len),
                        r->offset, lake_show(&tn, r->txn.ptr, r->txn.len),
-                       lake_show(&pn, c->tmp.data, c->tmp.len));
+                       lake_show(&ln, c->tmp.data, c->tmp.len));
         return 1;
     }
     span = json_span(&l->doc, json_obj_get(&l->doc, tok, "payload"));
@@ -3453,6 +3462,19 @@ static int lake_gaps_check(const struct lake_opts *o, struct lake_log *log,
     return 0;
 }
 
+/* Window k's manifest key into key (initialised here; empty when it
+ * cannot be made), for a violation to name. */
+static void lake_manifest_key_of(const struct lake_job *job, int64_t k,
+                                 struct buf *key)
+{
+    struct err err;
+
+    buf_init(key, 4096);
+    if (layout_manifest_key(key, &job->lq, k, &err) != 0) {
+        buf_reset(key);
+    }
+}
+
 static int lake_gap_order(const void *a, const void *b)
 {
     const struct lake_gap *x = a;
@@ -3515,15 +3537,11 @@ static void lake_lost_check(const struct lake_job *job, struct lake_fold *f)
                         ? lake_held_in(gaps, f->n_gaps, p, l->from, l->to)
                         : -1;
         struct buf key;
-        struct err kerr;
 
         if (o < 0) {
             continue;
         }
-        buf_init(&key, 4096);
-        if (layout_manifest_key(&key, &job->lq, l->k, &kerr) != 0) {
-            buf_reset(&key);
-        }
+        lake_manifest_key_of(job, l->k, &key);
         lake_fold_violation(f,
                             "window %" PRId64 ": %s: partition %s: lost "
                             "range %" PRId64 "..%" PRId64 " holds offset "
@@ -3575,12 +3593,8 @@ static int lake_tail_check(const struct lake_job *job, struct lake_log *log,
         if (s.found >= 0) {
             int64_t k = lake_window_of(f, s.found_ts);
             struct buf key;
-            struct err kerr;
 
-            buf_init(&key, 4096);
-            if (layout_manifest_key(&key, &job->lq, k, &kerr) != 0) {
-                buf_reset(&key);
-            }
+            lake_manifest_key_of(job, k, &key);
             lake_fold_violation(f,
                                 "window %" PRId64 ": %s: record %s/%" PRId64
                                 " is in the log, not in the lake (after "
@@ -4227,17 +4241,6 @@ static void lake_pusher_close(struct lake_pusher *P, struct lake_push *sum)
  * tenant, queue, target URL and target queue, each followed by a newline),
  * so that a file of another lake or broker is refused, not resumed. */
 #define LAKE_STATE_ID_HEX 32
-
-/* url's length without its trailing slashes. */
-static int lake_url_len(const char *url)
-{
-    size_t n = strlen(url);
-
-    while (n > 0 && url[n - 1] == '/') {
-        n--;
-    }
-    return (int)n;
-}
 
 static void lake_state_id(const struct lake_opts *o, const char *queue,
                           char id[LAKE_STATE_ID_HEX + 1])

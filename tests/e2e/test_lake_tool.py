@@ -1293,3 +1293,17 @@ def test_a_restore_that_found_no_lake_says_toK_null(bucket, broker_factory):
     out = json.loads(p.stdout)
     assert out["toK"] is None and out["ok"] is False and \
         "no manifest" in out["error"], out
+
+
+def test_a_changed_transaction_id_names_its_record(logged):
+    """--broker names the record whose transactionId differs, and both
+    ids: each name printed from a buffer of its own."""
+    b, node, windows, acked, log = logged
+    w = copy.deepcopy(windows)
+    st.damage_txn(w)
+    (was, now), = [(r0, r1) for w0, w1 in zip(windows, w)
+                   for r0, r1 in zip(w0[2], w1[2]) if r0 != r1]
+    put_lake(b, "txn-named", w)
+    ours = first_violation(b, "txn-named", node)
+    assert "record %s/%d has transactionId %s, the broker's log says %s" % (
+        now[0], now[1], now[2], was[2]) in ours, ours
