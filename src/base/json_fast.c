@@ -448,6 +448,54 @@ JF_INLINE uint64_t jf_block(struct jf_walk *w, const unsigned char *p,
     return tokens;
 }
 
+/* The token at the lowest bit of tokens, or 0 when none is left. */
+static inline unsigned char jf_peek(const unsigned char *p, uint64_t tokens)
+{
+    return tokens == 0 ? 0 : p[__builtin_ctzll(tokens)];
+}
+
+/* After a key (w->state JF_COLON), the members that follow in the block
+ * as long as they are plain: ':', a string or a number or literal, ',',
+ * the next key, and again. Each step is the very step jf_token takes for
+ * that token in that state (in an object: a ',' after a value leads to a
+ * key), only without its dispatch on the byte, which was most of the
+ * walk's time on event JSON (where every member is a key and most values
+ * are strings or numbers). It stops at anything else, with w->state where
+ * it got, and *tokens less what it took. false: a bad number or literal. */
+JF_INLINE bool jf_members(struct jf_walk *w, const unsigned char *p,
+                          size_t base, uint64_t *tokens)
+{
+    while (w->state == JF_COLON && jf_peek(p, *tokens) == ':') {
+        unsigned char c;
+
+        *tokens &= *tokens - 1;
+        w->state = JF_VALUE;
+        c = jf_peek(p, *tokens);
+        if (c == 0 || c == '{' || c == '[' || c == '}' || c == ']' ||
+            c == ',' || c == ':') {
+            return true; /* none left, or for jf_token */
+        }
+        if (c != '"' &&
+            !jf_scalar(w->s, w->n, base + (size_t)__builtin_ctzll(*tokens))) {
+            return false;
+        }
+        *tokens &= *tokens - 1;
+        w->state = JF_AFTER;
+        if (jf_peek(p, *tokens) != ',') {
+            return true;
+        }
+        *tokens &= *tokens - 1;
+        w->commas += w->depth == 1;
+        w->state = JF_KEY;
+        if (jf_peek(p, *tokens) != '"') {
+            return true;
+        }
+        *tokens &= *tokens - 1;
+        w->state = JF_COLON;
+    }
+    return true;
+}
+
 /* The container closed at the block's bit i: true when nothing before
  * it in the block is bad and its UTF-8 holds. */
 static bool jf_closed(const struct jf_walk *w, uint64_t bad, size_t base,
@@ -493,6 +541,9 @@ JF_INLINE bool jf_run(struct jf_walk *w, size_t at, struct json_fast_span *out,
             }
             if (step == JF_CLOSED) {
                 return jf_closed(w, bad, base, i, out);
+            }
+            if (w->state == JF_COLON && !jf_members(w, p, base, &tokens)) {
+                return false;
             }
         }
         if (bad != 0) {

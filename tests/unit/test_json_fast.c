@@ -191,6 +191,7 @@ static void member_counts_and_ends_body(void)
         {"{\"a\":1,\"b\":{\"c\":2,\"d\":3}} trailing", 25, 2},
         {"[ \"x\" ]", 7, 1},
         {"[{\"k\":\"a,b]\"},\"\\\"],\"]", 21, 2},
+        {"{\"a\":\"x\",\"b\":-2.5e3,\"c\":true,\"d\":null,\"e\":{}}", 45, 5},
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         struct json_fast_span sp = {0, 99};
@@ -205,6 +206,41 @@ static void member_counts_and_ends_body(void)
 TEST(member_counts_and_ends)
 {
     each_level(member_counts_and_ends_body);
+}
+
+/* Broken members at every block offset: the run of plain members (key,
+ * ':', a string or number or literal, ',') is walked in one go, and each
+ * of its steps still refuses what does not belong there. */
+static void broken_members_are_refused_body(void)
+{
+    static const char *const bad[] = {
+        "{\"a\":tru,\"b\":1}", "{\"a\":1,}",         "{\"a\":\"x\",\"b\":}",
+        "{\"a\" \"b\"}",       "{\"a\":,\"b\":1}",   "{\"a\":1 \"b\":2}",
+        "{\"a\":1,2}",         "{\"a\"::1}",         "{\"a\":1,\"b\"}",
+        "{\"a\":01}",          "{\"a\":\"x\"\"y\"}", "{\"a\":-}",
+        "{\"a\":1,,\"b\":2}",  "{\"a\":\"x\",:1}",   "{\"a\":1.}",
+        "{\"a\":\"x\"]",       "{\"a\":nul}",        "{\"a\":1,\"b\":2,\"c\"}",
+    };
+    char text[128];
+    struct err err;
+
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        size_t n = strlen(bad[i]);
+
+        EXPECT(json_validate(bad[i], n, 8, &err) != 0);
+        for (size_t shift = 0; shift < 64; shift++) {
+            struct json_fast_span sp = {0, 99};
+
+            memset(text, ' ', shift);
+            memcpy(text + shift, bad[i], n);
+            EXPECT(!json_fast_container(text, shift + n, shift, 8, true, &sp));
+        }
+    }
+}
+
+TEST(broken_members_are_refused)
+{
+    each_level(broken_members_are_refused_body);
 }
 
 /* What it leaves to the slow loop, which then decides. */
