@@ -2,7 +2,8 @@
  *
  * The endpoint is scheme://host[:port] and nothing else: a path would move
  * every object under a prefix the layout does not know about, so it is
- * refused with a pointer to the prefix setting. An IPv6 literal is taken in
+ * refused with a pointer to the prefix setting, and so is user:password@
+ * (without echoing it). An IPv6 literal is taken in
  * brackets, as in a URL ([fd00::7]:9000), and kept with them: the Host
  * header and the URL both carry it so. */
 #include "s3/endpoint.h"
@@ -81,6 +82,17 @@ int s3_endpoint_parse(struct s3_endpoint *ep, const char *name, const char *raw,
     const char *rest;
     size_t n;
 
+    /* user:password@host: the password would travel in every URL and be
+     * shown wherever the endpoint is (the boot line, status, the control
+     * plane's answers), so the value is refused without being echoed */
+    if (strchr(raw, '@') != NULL) {
+        return err_set(err, ERR_INVALID,
+                       "%s has an '@' in it (user:password@host?); it is not "
+                       "printed, as it may hold a secret. The endpoint is "
+                       "scheme://host[:port] only, and the keys have settings "
+                       "of their own",
+                       name);
+    }
     if (strncasecmp(raw, "http://", 7) == 0) {
         ep->is_https = false;
         rest = raw + 7;

@@ -423,6 +423,10 @@ def test_s3_routes_refuse_before_storing(broker_factory):
     assert "4096" in error_of(answers[-1], 400, "invalid")
     answers.append(put_s3(node, "acme-main", S3_BODY))
     assert "secretKey is required" in error_of(answers[-1], 400, "invalid")
+    # a password in the endpoint: refused, and not echoed
+    answers.append(put_s3(node, "acme-main", dict(
+        full, endpoint="http://u:%s@127.0.0.1:9" % SECRET)))
+    assert "has an '@' in it" in error_of(answers[-1], 400, "invalid")
     answers.append(put_s3(node, "acme-main", full))
     msg = error_of(answers[-1], 409, "encryption_required")
     assert msg == ("this cell has no QUEEN_ENCRYPTION_KEY: a tenant's S3 "

@@ -124,6 +124,13 @@ CASES = (
         ("QUEEN_S3_ENDPOINT", "http://gw/lake", "QUEEN_S3_ENDPOINT=http://gw/"
          "lake carries a path. The endpoint is scheme://host[:port] only; a "
          "prefix inside the bucket is QUEEN_S3_PREFIX"),
+        # credentials in the URL: refused, and the value never printed
+        # (boot_refused looks for "boot-test-secret" in stderr)
+        ("QUEEN_S3_ENDPOINT", "http://AKID:boot-test-secret@gw:7070",
+         "QUEEN_S3_ENDPOINT has an '@' in it (user:password@host?); it is "
+         "not printed, as it may hold a secret. The endpoint is "
+         "scheme://host[:port] only, and the keys have settings of their "
+         "own"),
         ("QUEEN_S3_PREFIX", "a//b", "QUEEN_S3_PREFIX=a//b has an empty or "
          "relative segment (\"\"). It is a plain path, e.g. `queen` or "
          "`lake/queen`"),

@@ -1223,6 +1223,19 @@ TEST(endpoint_refusals_use_the_reference_messages)
     endpoint_refused("http://[fd00::7]:x",
                      "QUEEN_S3_ENDPOINT=http://[fd00::7]:x "
                      "has a port that is not one");
+    /* credentials in the URL: refused, and never echoed */
+    static const char *const with_user[] = {
+        "http://AKID:s3cr3t@gw:7070", "https://u@gw",    "http://u:s3cr3t@gw/x",
+        "u:s3cr3t@gw:7070",           "http://gw:7070@",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(with_user); i++) {
+        endpoint_refused(with_user[i],
+                         "QUEEN_S3_ENDPOINT has an '@' in it "
+                         "(user:password@host?); it is not printed, as it "
+                         "may hold a secret. The endpoint is "
+                         "scheme://host[:port] only, and the keys have "
+                         "settings of their own");
+    }
 }
 
 TEST(an_ipv6_literal_is_taken_in_brackets_with_or_without_a_port)
