@@ -50,6 +50,7 @@
 #include <time.h>
 
 #include "base/isotime.h"
+#include "base/json.h"
 #include "base/log.h"
 #include "base/xalloc.h"
 #include "s3/client.h"
@@ -166,6 +167,10 @@ struct sink {
     struct task control;
     struct task **queues; /* by queue name order of creation */
     size_t n_queues;
+    /* Names `*` found that hold a NUL byte, each warned about once: the
+     * sink's queue names are C strings, so such a queue is not mirrored
+     * (docs/s3-sink.md). Each as a 4-byte length and its bytes. */
+    struct buf nul_names;
     /* control state */
     bool has_probed;
     bool is_reachable;
@@ -523,6 +528,7 @@ struct sink *sink_new(const struct sink_params *p)
     struct sink *s = xcalloc(1, sizeof(*s));
 
     s->p = *p;
+    buf_init(&s->nul_names, (size_t)1 << 20);
     s->pool = p->pool;
     if (s->pool == NULL) {
         s->pool = sink_pool_new(p->node);
@@ -647,6 +653,7 @@ void sink_free(struct sink *s)
         free(t);
     }
     free(s->queues);
+    buf_free(&s->nul_names);
     health_free(s->health);
     if (s->owns_pool) {
         sink_pool_free(s->pool);
@@ -842,6 +849,39 @@ static void sink_add_queue(struct sink *s, const char *name, size_t len)
     pthread_mutex_unlock(&s->pool->mu);
 }
 
+/* A name `*` found that holds a NUL byte: warned about the first time,
+ * and never made a task (its name would be cut at the NUL, another queue's
+ * name or none, and the task for it made again at every listing). */
+static void sink_skip_nul_name(struct sink *s, const char *name, size_t len)
+{
+    struct buf shown;
+    struct err err = {0};
+    uint32_t n32 = (uint32_t)len;
+
+    for (size_t at = 0; at + 4 <= s->nul_names.len;) {
+        uint32_t k;
+
+        memcpy(&k, s->nul_names.data + at, 4);
+        if (k == n32 && memcmp(s->nul_names.data + at + 4, name, len) == 0) {
+            return;
+        }
+        at += 4 + k;
+    }
+    if (buf_append(&s->nul_names, &n32, 4, &err) != 0 ||
+        buf_append(&s->nul_names, name, len, &err) != 0) {
+        return; /* over the cap: warned about again at the next listing */
+    }
+    buf_init(&shown, BUF_UNLIMITED);
+    if (json_escape(&shown, name, len, &err) == 0 &&
+        buf_append_byte(&shown, '\0', &err) == 0) {
+        log_warn_kv("queen-s3",
+                    "a queue name holds a NUL byte, which the sink cannot "
+                    "mirror; the queue is skipped",
+                    {"queue", shown.data});
+    }
+    buf_free(&shown);
+}
+
 static void sink_list_queues(struct sink *s)
 {
     const struct sink_config *c = s->p.cfg;
@@ -864,7 +904,13 @@ static void sink_list_queues(struct sink *s)
         return;
     }
     for (size_t i = 0; i < l.n; i++) {
-        sink_add_queue(s, l.queues[i].name.ptr, l.queues[i].name.len);
+        struct slice nm = l.queues[i].name;
+
+        if (memchr(nm.ptr, '\0', nm.len) != NULL) {
+            sink_skip_nul_name(s, nm.ptr, nm.len);
+        } else {
+            sink_add_queue(s, nm.ptr, nm.len);
+        }
     }
     store_queue_list_free(&l);
 }
