@@ -235,9 +235,20 @@ static const char *cp_s3_dup(const struct json_doc *d)
     return dup >= 0 ? keys[dup] : NULL;
 }
 
-/* The body: an object; secretKey a non-empty string of at most 4 KiB;
- * enabled a boolean; the rest the settings, at most 32 KiB; none of them
- * twice. False after answering 400. */
+/* Whether n bytes at p are empty or only spaces, tabs and line breaks. */
+static bool cp_s3_is_blank(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] != ' ' && p[i] != '\t' && p[i] != '\n' && p[i] != '\r') {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The body: an object; secretKey a string of at most 4 KiB (null or blank:
+ * none given); enabled a boolean; the rest the settings, at most 32 KiB; none
+ * of them twice. False after answering 400. */
 static bool cp_s3_put_body(struct cp_call *c, struct cp_s3_put *p)
 {
     struct err err;
@@ -265,14 +276,27 @@ static bool cp_s3_put_body(struct cp_call *c, struct cp_s3_put *p)
         cp_fail(c, 400, "invalid", "enabled must be true or false");
         return false;
     }
+    /* null, or a blank string (empty or whitespace, as the page's own
+     * example sends), is no secret: the stored one is kept, or the first
+     * PUT is told that it needs one */
+    if (sk >= 0 && json_is_null(&p->doc, sk)) {
+        sk = -1;
+    }
     if (sk >= 0 &&
         (json_type(&p->doc, sk) != JSON_STRING ||
          json_get_str(&p->doc, sk, &p->secret, &err) != 0 ||
-         p->secret.len == 0 || memchr(p->secret.data, 0, p->secret.len))) {
+         (p->secret.len > 0 && memchr(p->secret.data, 0, p->secret.len)))) {
         cp_fail(c, 400, "invalid",
                 "secretKey must be a non-empty string of at most %d bytes",
                 CP_S3_SECRET_MAX);
         return false;
+    }
+    if (sk >= 0 && cp_s3_is_blank(p->secret.data, p->secret.len)) {
+        if (p->secret.len > 0) {
+            OPENSSL_cleanse(p->secret.data, p->secret.len);
+        }
+        buf_reset(&p->secret);
+        sk = -1;
     }
     p->has_secret = sk >= 0;
     if (cp_s3_config_doc(&p->doc, &p->config, &err) != 0 ||

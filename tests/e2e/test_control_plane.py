@@ -480,9 +480,13 @@ def test_s3_put_get_delete_with_a_sealed_secret(broker_factory):
     assert put["config"] == S3_BODY
     st, got = cp(node, "GET", "/api/cp/clusters/acme-main/s3")
     assert st == 200 and got == put
-    # Without the secret: kept; the same settings write nothing.
+    # Without the secret: kept; the same settings write nothing. A null or
+    # blank secretKey (the page's example sends "") counts as none given.
     st, same = put_s3(node, "acme-main", S3_BODY)
     assert st == 200 and same["updatedAt"] == put["updatedAt"]
+    for blank in (None, "", "  \t"):
+        st, same = put_s3(node, "acme-main", dict(S3_BODY, secretKey=blank))
+        assert st == 200 and same == put, (blank, st, same)
     st, off = put_s3(node, "acme-main", dict(S3_BODY, enabled=False))
     assert st == 200 and off["enabled"] is False
     assert off["secretKeySet"] is True
@@ -507,7 +511,11 @@ def test_s3_put_get_delete_with_a_sealed_secret(broker_factory):
         200, {"cluster": "acme-main", "removed": False})
     error_of(cp(node, "GET", "/api/cp/clusters/acme-main/s3"), 404,
              "s3_unset")
-    error_of(put_s3(node, "acme-main", S3_BODY), 400, "invalid")
+    for blank in ({}, {"secretKey": None}, {"secretKey": ""},
+                  {"secretKey": " "}):
+        msg = error_of(put_s3(node, "acme-main", dict(S3_BODY, **blank)),
+                       400, "invalid")
+        assert msg.startswith("secretKey is required the first time"), msg
     assert SECRET not in node.stderr()
 
 
