@@ -257,11 +257,17 @@ static bool cp_s3_put_body(struct cp_call *c, struct cp_s3_put *p)
     int en;
 
     if (json_parse(&p->doc, c->req->body.ptr, c->req->body.len, NULL, &err) !=
-            0 ||
-        json_type(&p->doc, 0) != JSON_OBJECT) {
+        0) {
         cp_fail(c, 400, "invalid",
                 "the body must be a JSON object of the sink's settings, with "
                 "secretKey and enabled beside them");
+        return false;
+    }
+    if (json_type(&p->doc, 0) != JSON_OBJECT) {
+        char why[128];
+
+        sink_config_not_object(json_type(&p->doc, 0), why, sizeof(why));
+        cp_fail(c, 400, "invalid", "%s", why);
         return false;
     }
     dup = cp_s3_dup(&p->doc);

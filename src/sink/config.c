@@ -1268,6 +1268,13 @@ static const char *kind_name(int type)
     }
 }
 
+void sink_config_not_object(int type, char *out, size_t cap)
+{
+    snprintf(out, cap,
+             "a tenant's sink is a JSON object of its settings, not %s",
+             kind_name(type));
+}
+
 /* The text a typing refusal shows for value i: a string's contents, else
  * the JSON span. */
 static void other_text(const struct json_doc *d, int i, char *out, size_t cap)
@@ -1429,10 +1436,10 @@ static int doc_load(struct ld *l, const struct json_doc *d, struct doctab *t,
     int type = json_type(d, 0);
 
     if (type != JSON_OBJECT) {
-        return fail(l,
-                    "a tenant's sink is a JSON object of its settings, not "
-                    "%s",
-                    kind_name(type));
+        char why[128];
+
+        sink_config_not_object(type, why, sizeof(why));
+        return fail(l, "%s", why);
     }
     if (doc_keys(l, d, t) != 0) {
         return l->err->code;

@@ -146,6 +146,10 @@ int sink_config_from_doc(struct sink_config *c, const char *tenant,
  * stored document is read first-wins; the control plane's PUT refuses a
  * repeated field before storing one (docs/design/control-plane.md §2). */
 const char *const *sink_config_doc_fields(size_t *n);
+/* The refusal of a document that is not a JSON object, type being its
+ * json_type: "a tenant's sink is a JSON object of its settings, not null"
+ * (a boolean, a number, a string, a list), into out. */
+void sink_config_not_object(int type, char *out, size_t cap);
 
 void sink_config_free(struct sink_config *c);
 

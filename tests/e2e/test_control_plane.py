@@ -406,9 +406,17 @@ def test_s3_routes_refuse_before_storing(broker_factory):
     error_of(answers[-1], 404, "cluster_unknown")
     answers.append(cp(node, "GET", "/api/cp/clusters/acme-main/s3"))
     error_of(answers[-1], 404, "s3_unset")
+    for raw, kind in ((b'["not", "an", "object"]', "a list"),
+                      (b"null", "null"), (b"5", "a number"),
+                      (b'"s"', "a string"), (b"true", "a boolean")):
+        answers.append(cp(node, "PUT", "/api/cp/clusters/acme-main/s3",
+                          raw=raw))
+        assert error_of(answers[-1], 400, "invalid") == (
+            "a tenant's sink is a JSON object of its settings, not " + kind)
     answers.append(cp(node, "PUT", "/api/cp/clusters/acme-main/s3",
-                      raw=b'["not", "an", "object"]'))
-    error_of(answers[-1], 400, "invalid")
+                      raw=b'{"bucket": '))
+    assert error_of(answers[-1], 400, "invalid").startswith(
+        "the body must be a JSON object")
     answers.append(put_s3(node, "acme-main", dict(full, leaseTtlMs=5000)))
     assert "leaseTtlMs" in error_of(answers[-1], 400, "invalid")
     answers.append(put_s3(node, "acme-main", dict(full, colour="blue")))
