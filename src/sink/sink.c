@@ -1499,6 +1499,7 @@ static int64_t task_claim(struct sink *s, struct task *t, int64_t now)
         log_error_kv("queen-s3", "cannot start the queue", {"queue", t->name},
                      {"error", err.msg});
         task_error(s, t, err.msg);
+        task_set_state(s, t, "failed", NULL);
         return now + SINK_TERMINAL_RETRY_MS;
     }
     task_set_state(s, t, "claiming", NULL);

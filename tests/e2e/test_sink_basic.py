@@ -224,3 +224,24 @@ def test_star_skips_a_name_with_a_nul_once_and_mirrors_the_rest(sink_node,
     assert got[0]["queue"] == '"nul\\u0000q"', got
     assert not loglines.records(node.stderr(),
                                 msg="starting a queue task", queue="nul")
+
+
+def test_a_name_too_long_for_its_kv_keys_fails_with_its_reason(sink_node,
+                                                               bucket):
+    # 300 slashes are a name the broker takes (447 bytes at most), but
+    # percent-encoded (%2F) in the sink's KV keys they pass the KV's 512
+    # bytes: the row says so and is failed, not claiming for ever.
+    long_name = "/" * 300
+    node = sink_node({"QUEEN_S3_QUEUES": "*"})
+    push(node, [{"queue": long_name, "payload": b"1"}])
+    acked = push(node, [{"queue": "plain", "payload": b"2"}])
+    lake.wait_queue(lake.bucket_reader(bucket), PREFIX, TENANT, "plain",
+                    acked, timeout=60, compression="zstd", align="none",
+                    broker=node, checkpoint_every=2)
+
+    def failed():
+        r = sink_row(node, long_name) or {}
+        return r if r.get("state") == "failed" else None
+    row = wait_until(failed, 60, "the long name's row failed")
+    assert "makes them longer than the KV's 512 bytes: this queue cannot " \
+        "be mirrored" in row["lastError"]["message"], row
