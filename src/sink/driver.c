@@ -132,6 +132,10 @@ struct driver {
      * commits (pin_redo, unpin_redo); the configured ones are kept here. */
     bool is_pinned;
     bool is_pin_done; /* the redo's parts loaded and pin_redo ran */
+    /* Without a redo: the window after the commit pointer, whose manifest
+     * key must be free before anything is written (check_next_free). */
+    int64_t next_k;
+    bool is_next_checked;
     /* The start took its positions from the redo's manifest, which then
      * must be committed from (read_redo_positions()). */
     bool is_redo_manifest_applied;
@@ -609,6 +613,7 @@ struct got_manifest {
     struct buf body;
     struct buf arena;
     struct docs_manifest m;
+    bool is_found; /* an object is at the key, a manifest or not */
 };
 
 /* Empty buffers for a manifest of any size (got_manifest_free() them). */
@@ -649,9 +654,52 @@ static int get_manifest(struct driver *d, int64_t k, struct got_manifest *g,
         err_wrap(err, "GET %s", key->data);
         return rc;
     }
+    g->is_found = info.found;
     *ok = info.found && docs_manifest_decode(body->data, body->len, &g->m,
                                              &g->arena, &e2) == 0;
     return 0;
+}
+
+/* Without a redo, the manifest key of the window after the commit pointer
+ * must be free: an object there is a committed window this sink's pointer
+ * does not know (another sink with the same prefix and another name, such
+ * as QUEEN_S3_SINK misspelt on one node, or a KV that lost the pointer),
+ * and writing the window would overwrite it. The queue then fails, writing
+ * nothing, and is tried again later (when another node may hold it). 0,
+ * the GET's error (retried), or the failure. */
+static int check_next_free(struct driver *d, struct err *err)
+{
+    struct got_manifest g;
+    bool ok = false;
+    int rc;
+
+    got_manifest_init(&g);
+    rc = get_manifest(d, d->next_k, &g, &ok, err);
+    if (rc == 0 && g.is_found) {
+        char by[96] = "";
+
+        if (ok) {
+            snprintf(by, sizeof(by), " (sink \"%.*s\")",
+                     (int)(g.m.sink.len > 40 ? 40 : g.m.sink.len),
+                     g.m.sink.ptr);
+        }
+        log_error_kv("queen-s3",
+                     "the next window's manifest is already in the bucket; "
+                     "nothing is written",
+                     {"queue", d->cfg.queue}, {"k", LOG_I64(d->next_k)},
+                     {"key", g.key.data},
+                     {"written_by", ok ? by : " (not a manifest)"});
+        rc = err_set(err, ERR_CONFLICT,
+                     "window %" PRId64 " already has a manifest%s but this "
+                     "sink's pointer is at %" PRId64
+                     ": not overwritten. QUEEN_S3_SINK differs between "
+                     "nodes, two sinks share a prefix, or the KV lost the "
+                     "pointer",
+                     d->next_k, by, d->next_k - 1);
+        stop(d, DRIVER_FAILED, err->msg);
+    }
+    got_manifest_free(&g);
+    return rc;
 }
 
 /* The manifest of the commit pointer's window k when no checkpoint follows
@@ -1108,6 +1156,34 @@ static int load_parts(struct driver *d, struct err *err)
     return 0;
 }
 
+/* The commit pointer names its window's manifest key: one this node would
+ * not write (another QUEEN_S3_PREFIX, most likely) means the queue goes on
+ * under other keys than its last window's. That is right when the prefix
+ * was changed on purpose on every node, and splits the lake when one node
+ * differs, so it is said once at the start, naming both. */
+static void warn_moved(struct driver *d, const struct docs_committed *c)
+{
+    struct buf key;
+    struct err err = {0};
+
+    buf_init(&key, DRIVER_KEY_MAX);
+    if (layout_manifest_key(&key, &d->lq, c->k, &err) == 0 &&
+        !same_slice(cstr(key.data), c->manifest)) {
+        char was[DRIVER_KEY_MAX];
+
+        snprintf(was, sizeof(was), "%.*s", (int)c->manifest.len,
+                 c->manifest.ptr);
+        log_warn_kv("queen-s3",
+                    "the last committed window's manifest is not where this "
+                    "node writes: if QUEEN_S3_PREFIX was not changed on "
+                    "purpose on every node, this node's differs from the "
+                    "others' and the lake is being split",
+                    {"queue", d->cfg.queue}, {"k", LOG_I64(c->k)},
+                    {"committed", was}, {"here", key.data});
+    }
+    buf_free(&key);
+}
+
 /* Restore once, then check the redo's manifest. 0 when done; otherwise the
  * error (the caller retries the part that is left). */
 static int start(struct driver *d, struct err *err)
@@ -1141,6 +1217,10 @@ static int start(struct driver *d, struct err *err)
             stop(d, DRIVER_FAILED, err->msg);
         } else {
             d->is_restored = true;
+            if (r.has_committed) {
+                warn_moved(d, &r.committed);
+            }
+            d->next_k = (r.has_committed ? r.committed.k : 0) + 1;
             d->redo_intent = r.intent;
             d->redo_arena = r.arena_i; /* the intent's slices live here */
             buf_init(&r.arena_i, BUF_UNLIMITED);
@@ -1166,6 +1246,12 @@ static int start(struct driver *d, struct err *err)
         if (rc != 0) {
             return rc;
         }
+    } else if (!d->is_next_checked) {
+        rc = check_next_free(d, err);
+        if (rc != 0) {
+            return rc;
+        }
+        d->is_next_checked = true;
     }
     d->has_started = true;
     return 0;
@@ -2995,7 +3081,6 @@ void driver_status(struct driver *d, struct driver_status *out)
 static bool check_running(struct driver *d)
 {
     char why[800];
-
     if (lease_lost(d->lease)) {
         snprintf(why, sizeof(why), "queue \"%s\": %s", d->cfg.queue,
                  lease_lost_reason(d->lease));

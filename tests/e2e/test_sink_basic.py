@@ -245,3 +245,66 @@ def test_a_name_too_long_for_its_kv_keys_fails_with_its_reason(sink_node,
     row = wait_until(failed, 60, "the long name's row failed")
     assert "makes them longer than the KV's 512 bytes: this queue cannot " \
         "be mirrored" in row["lastError"]["message"], row
+
+
+def test_a_sink_never_overwrites_a_window_its_pointer_does_not_know(
+        sink_node, bucket):
+    # QUEEN_S3_SINK misspelt on a node: its KV keys are another sink's, so
+    # it has no commit pointer and would write window 1 again over the
+    # lake's. It fails the queue instead, writing nothing; with the name
+    # put right the lake goes on exactly once.
+    reader = lake.bucket_reader(bucket)
+    node = sink_node()
+    acked = push(node, items(0))
+    lake.wait_queue(reader, PREFIX, TENANT, "orders", acked, timeout=60,
+                    compression="zstd", align="none", broker=node,
+                    checkpoint_every=2)
+    m1 = lake.manifest_key(PREFIX, TENANT, "orders", 1)
+    before = reader.read(m1)
+    assert node.stop() == 0
+    node = sink_node({"QUEEN_S3_SINK": "defualt"}, data_dir=node.data_dir)
+    acked += push(node, items(1))
+
+    def failed():
+        r = sink_row(node, "orders") or {}
+        return r if r.get("state") == "failed" else None
+    row = wait_until(failed, 60, "orders failed on the misspelt sink")
+    assert "window 1 already has a manifest (sink \"default\") but this " \
+        "sink's pointer is at 0: not overwritten" in \
+        row["lastError"]["message"], row
+    assert reader.read(m1) == before
+    assert loglines.records(node.stderr(), msg="the next window's manifest "
+                            "is already in the bucket*", k="1")
+    assert node.stop() == 0
+    node = sink_node(data_dir=node.data_dir)
+    lake.wait_queue(reader, PREFIX, TENANT, "orders", acked, timeout=60,
+                    compression="zstd", align="none", broker=node,
+                    checkpoint_every=2)
+
+
+def test_a_prefix_unlike_the_last_windows_is_warned_about(sink_node,
+                                                          bucket):
+    # A node whose QUEEN_S3_PREFIX differs from the one its queue's last
+    # window was committed under goes on under its own prefix (a move on
+    # every node is allowed), and says so once, naming both keys.
+    reader = lake.bucket_reader(bucket)
+    node = sink_node()
+    acked = push(node, items(0))
+    lake.wait_queue(reader, PREFIX, TENANT, "orders", acked, timeout=60,
+                    compression="zstd", align="none", broker=node,
+                    checkpoint_every=2)
+    k = sink_row(node, "orders")["k"]
+    assert node.stop() == 0
+    node = sink_node({"QUEEN_S3_PREFIX": PREFIX + "-moved"},
+                     data_dir=node.data_dir)
+    push(node, items(1))
+    moved = lake.manifest_key(PREFIX + "-moved", TENANT, "orders", k + 1)
+    wait_until(lambda: moved in reader.list_keys(PREFIX + "-moved/"), 60,
+               "window %d under the new prefix" % (k + 1))
+    got = loglines.records(node.stderr(), msg="the last committed window's "
+                           "manifest is not where this node writes*")
+    assert len(got) == 1, got
+    assert got[0]["committed"] == lake.manifest_key(PREFIX, TENANT,
+                                                    "orders", k), got
+    assert got[0]["here"] == lake.manifest_key(PREFIX + "-moved", TENANT,
+                                               "orders", k), got
