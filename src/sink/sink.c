@@ -358,6 +358,19 @@ static void refresh_one(const struct task *t, struct lease *l)
     if (rc == 0) {
         return;
     }
+    if (!lease_lost(l)) {
+        struct err aged;
+
+        /* lease.h (4): past its TTL less the margin it is lost here, and
+         * the refresher pokes the queue so that it stops at once */
+        if (lease_check_age(l, &aged) != 0 && lease_lost(l)) {
+            log_error_kv("queen-s3",
+                         "lease expired: its renewals failed for longer than "
+                         "its TTL allows",
+                         {"queue", t->name}, {"error", err.msg});
+            return;
+        }
+    }
     if (lease_lost(l)) {
         log_error_kv("queen-s3", "lease lost: another instance owns this queue",
                      {"queue", t->name}, {"error", err.msg});

@@ -631,3 +631,36 @@ def test_k_sigterm_hands_leases_over(sink_cluster, bucket):
         ["leader", "follower"] * (K_ROUNDS // 2) + ["leader"] * (K_ROUNDS % 2)
     verify_lake(bucket, c, load, K_QUEUES)
     assert_no_window_twice(c)
+
+
+def test_an_owner_cut_off_from_the_quorum_gives_its_queue_up(sink_cluster,
+                                                             bucket):
+    """With both other nodes stopped (SIGSTOP), the owner of an idle queue
+    cannot renew its lease: once its renewals have failed for the TTL less
+    the margin, the lease is lost here (lease.h (4)) and the queue stops
+    fenced, instead of the row showing it owned, green, for as long as the
+    cut lasts. The others resume and the queue goes on."""
+    import signal
+    c = sink_cluster(["orders"])
+    c.start(timeout=60)
+    c.leader_node().push([{"queue": "orders", "payload": {"i": 1}}])
+    own = wait_owners(c, ["orders"], 2 * TTL_S + 30)
+    cut = c.nodes[own["orders"]]
+    others = [n for n in c.nodes.values() if n.id != cut.id]
+    for n in others:
+        os.kill(n.proc.pid, signal.SIGSTOP)
+    try:
+        def given_up():
+            b = s3_block(cut)
+            rows = [r for r in (b or {}).get("queues", [])
+                    if r["name"] == "orders"]
+            return rows and not rows[0]["ownedHere"] and rows[0]
+        row = wait_until(given_up, TTL_S + 30,
+                         "the cut owner to give orders up")
+        assert "the lease was not renewed in time here" in \
+            row["lastError"]["message"], row
+    finally:
+        for n in others:
+            os.kill(n.proc.pid, signal.SIGCONT)
+    wait_owners(c, ["orders"], 2 * TTL_S + 60,
+                what="an owner again after the cut healed")
