@@ -246,7 +246,8 @@ static int broker_open_node(struct broker *b, struct err *err)
     struct node_config nc;
 
     if (broker_mkdirs(b->cfg->raft_dir, err) != 0 ||
-        dirlock_take(b->cfg->raft_dir, &b->dir_lock, err) != 0) {
+        dirlock_take(b->cfg->raft_dir, &b->dir_lock, err) != 0 ||
+        dirlock_check_id(b->cfg->raft_dir, b->cfg->node_id, err) != 0) {
         return err->code;
     }
     node_store_dir(b->cfg->raft_dir, dir, sizeof(dir));

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,89 @@ int dirlock_take(const char *dir, int *fd, struct err *err)
         (void)0;
     }
     *fd = f;
+    return 0;
+}
+
+/* The id in path: 1 with *id, 0 when there is no file, -1 when it holds
+ * something else (*e the errno of a failed read, else 0). */
+static int read_id(const char *path, uint64_t *id, int *e)
+{
+    char b[32];
+    char *end = NULL;
+    int f = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n;
+
+    *e = 0;
+    if (f < 0) {
+        *e = errno;
+        return errno == ENOENT ? 0 : -1;
+    }
+    n = read(f, b, sizeof(b) - 1);
+    *e = n < 0 ? errno : 0;
+    close(f);
+    if (n <= 0) {
+        return -1;
+    }
+    b[n] = '\0';
+    errno = 0;
+    *id = strtoull(b, &end, 10);
+    return errno == 0 && end != b && (*end == '\n' || *end == '\0') ? 1 : -1;
+}
+
+int dirlock_check_id(const char *dir, uint64_t id, struct err *err)
+{
+    char path[DIRLOCK_PATH_MAX];
+    char tmp[DIRLOCK_PATH_MAX + 8];
+    char text[32];
+    uint64_t had = 0;
+    int e = 0;
+    int rc;
+    int f;
+    int n;
+
+    if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, DIRLOCK_ID_FILE) >=
+        sizeof(path)) {
+        return err_set(err, ERR_INVALID, "QUEEN_RAFT_DIR=%.200s: too long",
+                       dir);
+    }
+    rc = read_id(path, &had, &e);
+    if (rc == 1 && had == id) {
+        return 0;
+    }
+    if (rc == 1) {
+        return err_set(err, ERR_INVALID,
+                       "QUEEN_RAFT_DIR=%.200s holds node %" PRIu64
+                       "'s data, and this node is QUEEN_RAFT_NODE_ID=%" PRIu64
+                       ": a raft log and its votes belong to one member. Give "
+                       "each node its own directory (a member whose "
+                       "directory was lost rejoins with an empty one)",
+                       dir, had, id);
+    }
+    if (rc < 0) {
+        return err_set(err, ERR_INVALID,
+                       "QUEEN_RAFT_DIR=%.200s: %s is unreadable or not a node "
+                       "id (%s); it names the member the directory belongs "
+                       "to: put that member's QUEEN_RAFT_NODE_ID in it",
+                       dir, DIRLOCK_ID_FILE,
+                       e != 0 ? strerror(e) : "no number");
+    }
+    /* absent: written whole under another name, then renamed */
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    n = snprintf(text, sizeof(text), "%" PRIu64 "\n", id);
+    f = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (f < 0 || write(f, text, (size_t)n) != n || fsync(f) != 0) {
+        e = errno;
+        if (f >= 0) {
+            close(f);
+        }
+        return err_set(err, ERR_IO, "QUEEN_RAFT_DIR=%.200s: write %s: %s", dir,
+                       DIRLOCK_ID_FILE, strerror(e));
+    }
+    close(f);
+    if (rename(tmp, path) != 0) {
+        return err_set(err, ERR_IO, "QUEEN_RAFT_DIR=%.200s: rename %s: %s", dir,
+                       DIRLOCK_ID_FILE, strerror(errno));
+    }
     return 0;
 }
 

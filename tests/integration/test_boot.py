@@ -237,3 +237,37 @@ def test_the_lock_of_a_killed_broker_does_not_block_its_restart(tmp_path):
         assert b.get("/health").status == 200
     finally:
         assert b.stop() == 0
+
+
+def test_a_data_dir_of_another_node_id_is_refused(tmp_path):
+    """A raft log and its votes belong to one member: a directory made by
+    node 1 and booted as node 2 stops the boot with one line naming both
+    ids, and the directory stays node 1's."""
+    d = str(tmp_path / "d")
+    first = Broker(d)
+    first.start()
+    r = first.post("/api/v1/push", {"items": [
+        {"queue": "q", "partition": "p", "payload": {"n": 1}}]})
+    assert r.status == 201, r
+    assert first.stop() == 0
+    with open(tmp_path / "d" / "node-id", encoding="ascii") as f:
+        assert f.read() == "1\n"
+    env = Broker(d).environment()
+    env["QUEEN_RAFT_NODE_ID"] = "2"
+    p = subprocess.run([queen_bin()], env=env, capture_output=True,
+                       timeout=60)
+    assert p.returncode != 0, p
+    fatal = [r["msg"] for r in loglines.parse(p.stderr.decode())
+             if r["level"] == "error"]
+    assert len(fatal) == 1, p.stderr
+    assert re.match(FATAL + re.escape(
+        "QUEEN_RAFT_DIR=%s holds node 1's data, and this node is "
+        "QUEEN_RAFT_NODE_ID=2: a raft log and its votes belong to one "
+        "member." % d), fatal[0]), fatal[0]
+    again = Broker(d)
+    again.start()
+    try:
+        recs = again.fetch_one("q", "p")["records"]
+        assert [x["payload"] for x in recs] == [{"n": 1}], recs
+    finally:
+        assert again.stop() == 0
