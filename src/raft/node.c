@@ -2496,6 +2496,45 @@ static void wrap_fsm(struct node *n)
     n->rfsm.restore = node_fsm_restore;
 }
 
+/* The membership the log holds (read back by raft_start) against this
+ * node's own settings: the others call the address the log names, and a
+ * node the log does not name is never asked to vote. Either one left a
+ * node campaigning alone with nothing in its log but "candidate", so
+ * each is said once at the start. Nothing to say before the first
+ * configuration (a node added to a cluster starts with an empty log). A
+ * removed member's log often ends before its removal (the leader stops
+ * sending to it), so the second case is only said when the log has it. */
+static void warn_membership(const struct node *n)
+{
+    const struct raft_configuration *c = &n->raft.configuration;
+
+    if (c->n == 0) {
+        return;
+    }
+    for (unsigned i = 0; i < c->n; i++) {
+        if (c->servers[i].id != n->id) {
+            continue;
+        }
+        if (strcmp(c->servers[i].address, n->address) != 0) {
+            log_error("node",
+                      "this node's raft address in the membership its log "
+                      "holds is %s, not %s (QUEEN_RAFT_PEERS/"
+                      "QUEEN_RAFT_LISTEN): the other members call %s. An "
+                      "address is changed by removing the member and adding "
+                      "it again (docs/operations.md), or by putting the old "
+                      "one back",
+                      c->servers[i].address, n->address, c->servers[i].address);
+        }
+        return;
+    }
+    log_error("node",
+              "node %" PRIu64 " is not in the membership its log holds (it "
+              "was removed): no member asks it to vote or sends it the log. "
+              "To rejoin, empty its QUEEN_RAFT_DIR and add it again (POST "
+              "/api/v1/cluster/members)",
+              n->id);
+}
+
 int node_start(struct node **out, uv_loop_t *loop,
                const struct node_config *cfg, struct store *store,
                struct err *err)
@@ -2558,6 +2597,7 @@ int node_start(struct node **out, uv_loop_t *loop,
     log_info("node",
              "started id=%" PRIu64 " address=%s dir=%s applied=%" PRIu64, n->id,
              n->address, cfg->dir, store_applied_index(store));
+    warn_membership(n);
     *out = n;
     return 0;
 }

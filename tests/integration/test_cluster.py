@@ -961,3 +961,24 @@ def test_member_remove_refusal_quotes_the_id_as_utf8(broker):
     assert r.json() == {"error": "bad member id '?\u00e9'",
                         "code": "bad_request"}, r
     assert broker.get("/api/v1/cluster/members").json() == before
+
+
+@pytest.mark.membership
+def test_a_member_that_the_log_names_otherwise_says_so_at_start(
+        make_cluster):
+    """The membership comes from the log: a member restarted on another
+    raft address is still called on the old one by the others. It
+    campaigned alone without a word; it now logs one error at the start
+    naming both addresses."""
+    c = make_cluster()
+    lid = c.start()
+    push_ok(c, c[lid], items("mw", ["w0"]))
+    moved = [f for f in c.followers()][0]
+    old = moved.raft_addr
+    assert c.stop_node(moved.id) == 0
+    moved.raft_port = free_ports(1)[0]
+    moved.extra_env = c.env_of(moved.id)
+    c.start_node(moved.id)
+    want = ("this node's raft address in the membership its log holds is "
+            "%s, not %s" % (old, moved.raft_addr))
+    wait_until(lambda: want in moved.logs(), 30, "the moved node's error")
