@@ -34,6 +34,21 @@ def items(round_no, n=30):
     return out
 
 
+def wait_lake(reader, node, queue, acked):
+    """The queue's lake holds acked exactly once (the sink_env settings)."""
+    return lake.wait_queue(reader, PREFIX, TENANT, queue, acked, timeout=60,
+                           compression="zstd", align="none", broker=node,
+                           checkpoint_every=2)
+
+
+def wait_failed(node, queue, what):
+    """The queue's status row once its state is failed."""
+    def failed():
+        r = sink_row(node, queue) or {}
+        return r if r.get("state") == "failed" else None
+    return wait_until(failed, 60, what)
+
+
 def test_one_queue_is_mirrored_exactly_once(sink_node, bucket):
     node = sink_node({"QUEEN_S3_COMPRESSION": "zstd"})
     acked = []
@@ -172,9 +187,7 @@ def test_memory_budget_closes_the_window_early(sink_node, bucket):
     # with the default age limit commits it: every record exactly once.
     assert node.stop() == 0
     node = sink_node(data_dir=node.data_dir)
-    lake.wait_queue(reader, PREFIX, TENANT, "orders", acked, timeout=60,
-                    compression="zstd", align="none", broker=node,
-                    checkpoint_every=2)
+    wait_lake(reader, node, "orders", acked)
 
 
 def test_a_secret_key_longer_than_199_bytes_signs_whole(broker_factory,
@@ -203,9 +216,7 @@ def test_star_skips_a_name_with_a_nul_once_and_mirrors_the_rest(sink_node,
     acked = push(node, [{"queue": "plain", "payload": b"%d" % i}
                         for i in range(5)])
     reader = lake.bucket_reader(bucket)
-    lake.wait_queue(reader, PREFIX, TENANT, "plain", acked, timeout=60,
-                    compression="zstd", align="none", broker=node,
-                    checkpoint_every=2)
+    wait_lake(reader, node, "plain", acked)
 
     def warnings():
         return loglines.records(node.stderr(),
@@ -215,9 +226,7 @@ def test_star_skips_a_name_with_a_nul_once_and_mirrors_the_rest(sink_node,
     # a queue created now is only found by a later listing: once it is
     # there, that listing met the NUL name again
     acked = push(node, [{"queue": "later", "payload": b"7"}])
-    lake.wait_queue(reader, PREFIX, TENANT, "later", acked, timeout=60,
-                    compression="zstd", align="none", broker=node,
-                    checkpoint_every=2)
+    wait_lake(reader, node, "later", acked)
     assert sorted(_queue_names(node)) == ["later", "plain"]
     got = warnings()
     assert len(got) == 1, got
@@ -235,14 +244,8 @@ def test_a_name_too_long_for_its_kv_keys_fails_with_its_reason(sink_node,
     node = sink_node({"QUEEN_S3_QUEUES": "*"})
     push(node, [{"queue": long_name, "payload": b"1"}])
     acked = push(node, [{"queue": "plain", "payload": b"2"}])
-    lake.wait_queue(lake.bucket_reader(bucket), PREFIX, TENANT, "plain",
-                    acked, timeout=60, compression="zstd", align="none",
-                    broker=node, checkpoint_every=2)
-
-    def failed():
-        r = sink_row(node, long_name) or {}
-        return r if r.get("state") == "failed" else None
-    row = wait_until(failed, 60, "the long name's row failed")
+    wait_lake(lake.bucket_reader(bucket), node, "plain", acked)
+    row = wait_failed(node, long_name, "the long name's row failed")
     assert "makes them longer than the KV's 512 bytes: this queue cannot " \
         "be mirrored" in row["lastError"]["message"], row
 
@@ -256,19 +259,13 @@ def test_a_sink_never_overwrites_a_window_its_pointer_does_not_know(
     reader = lake.bucket_reader(bucket)
     node = sink_node()
     acked = push(node, items(0))
-    lake.wait_queue(reader, PREFIX, TENANT, "orders", acked, timeout=60,
-                    compression="zstd", align="none", broker=node,
-                    checkpoint_every=2)
+    wait_lake(reader, node, "orders", acked)
     m1 = lake.manifest_key(PREFIX, TENANT, "orders", 1)
     before = reader.read(m1)
     assert node.stop() == 0
     node = sink_node({"QUEEN_S3_SINK": "defualt"}, data_dir=node.data_dir)
     acked += push(node, items(1))
-
-    def failed():
-        r = sink_row(node, "orders") or {}
-        return r if r.get("state") == "failed" else None
-    row = wait_until(failed, 60, "orders failed on the misspelt sink")
+    row = wait_failed(node, "orders", "orders failed on the misspelt sink")
     assert "window 1 already has a manifest (sink \"default\") but this " \
         "sink's pointer is at 0: not overwritten" in \
         row["lastError"]["message"], row
@@ -277,9 +274,7 @@ def test_a_sink_never_overwrites_a_window_its_pointer_does_not_know(
                             "is already in the bucket*", k="1")
     assert node.stop() == 0
     node = sink_node(data_dir=node.data_dir)
-    lake.wait_queue(reader, PREFIX, TENANT, "orders", acked, timeout=60,
-                    compression="zstd", align="none", broker=node,
-                    checkpoint_every=2)
+    wait_lake(reader, node, "orders", acked)
 
 
 def test_a_prefix_unlike_the_last_windows_is_warned_about(sink_node,
@@ -290,9 +285,7 @@ def test_a_prefix_unlike_the_last_windows_is_warned_about(sink_node,
     reader = lake.bucket_reader(bucket)
     node = sink_node()
     acked = push(node, items(0))
-    lake.wait_queue(reader, PREFIX, TENANT, "orders", acked, timeout=60,
-                    compression="zstd", align="none", broker=node,
-                    checkpoint_every=2)
+    wait_lake(reader, node, "orders", acked)
     k = sink_row(node, "orders")["k"]
     assert node.stop() == 0
     node = sink_node({"QUEEN_S3_PREFIX": PREFIX + "-moved"},

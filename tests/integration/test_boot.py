@@ -190,6 +190,17 @@ def test_raft_port_in_use_names_queen_raft_listen_and_the_cause(
     assert broker.get("/health").status == 200
 
 
+def boot_fatal(env):
+    """The one error line of a boot with env that must fail."""
+    p = subprocess.run([queen_bin()], env=env, capture_output=True,
+                       timeout=60)
+    assert p.returncode != 0, p
+    fatal = [r["msg"] for r in loglines.parse(p.stderr.decode())
+             if r["level"] == "error"]
+    assert len(fatal) == 1, p.stderr
+    return fatal[0]
+
+
 def test_a_second_broker_on_one_data_dir_is_refused_naming_the_holder(
         tmp_path):
     """Issue 19 item 1: two brokers on one data directory corrupted its raft
@@ -201,14 +212,7 @@ def test_a_second_broker_on_one_data_dir_is_refused_naming_the_holder(
         r = first.post("/api/v1/push", {"items": [
             {"queue": "q", "partition": "p", "payload": {"n": 1}}]})
         assert r.status == 201, r
-        second = Broker(str(tmp_path / "d"))
-        env = second.environment()
-        p = subprocess.run([queen_bin()], env=env, capture_output=True,
-                           timeout=60)
-        assert p.returncode != 0, p
-        fatal = [r["msg"] for r in loglines.parse(p.stderr.decode())
-                 if r["level"] == "error"]
-        assert len(fatal) == 1, p.stderr
+        fatal = [boot_fatal(Broker(str(tmp_path / "d")).environment())]
         assert re.match(FATAL + re.escape(
             "QUEEN_RAFT_DIR=%s: in use by another queen process (pid %d)"
             % (str(tmp_path / "d"), first.proc.pid)), fatal[0]), fatal[0]
@@ -254,12 +258,7 @@ def test_a_data_dir_of_another_node_id_is_refused(tmp_path):
         assert f.read() == "1\n"
     env = Broker(d).environment()
     env["QUEEN_RAFT_NODE_ID"] = "2"
-    p = subprocess.run([queen_bin()], env=env, capture_output=True,
-                       timeout=60)
-    assert p.returncode != 0, p
-    fatal = [r["msg"] for r in loglines.parse(p.stderr.decode())
-             if r["level"] == "error"]
-    assert len(fatal) == 1, p.stderr
+    fatal = [boot_fatal(env)]
     assert re.match(FATAL + re.escape(
         "QUEEN_RAFT_DIR=%s holds node 1's data, and this node is "
         "QUEEN_RAFT_NODE_ID=2: a raft log and its votes belong to one "
