@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +93,21 @@ static int read_id(const char *path, uint64_t *id, int *e)
     return errno == 0 && end != b && (*end == '\n' || *end == '\0') ? 1 : -1;
 }
 
+/* Whether raft has written its term and vote in dir (raft/metadata1 or
+ * metadata2): what makes the directory a member's. */
+static bool has_votes(const char *dir)
+{
+    char path[DIRLOCK_PATH_MAX];
+
+    for (int i = 1; i <= 2; i++) {
+        snprintf(path, sizeof(path), "%s/raft/metadata%d", dir, i);
+        if (access(path, F_OK) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
 int dirlock_check_id(const char *dir, uint64_t id, struct err *err)
 {
     char path[DIRLOCK_PATH_MAX];
@@ -111,6 +127,9 @@ int dirlock_check_id(const char *dir, uint64_t id, struct err *err)
     rc = read_id(path, &had, &e);
     if (rc == 1 && had == id) {
         return 0;
+    }
+    if (rc == 1 && !has_votes(dir)) {
+        rc = 0; /* a first boot that stopped before raft wrote: retaken */
     }
     if (rc == 1) {
         return err_set(err, ERR_INVALID,

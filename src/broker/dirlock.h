@@ -23,9 +23,10 @@ int dirlock_take(const char *dir, int *fd, struct err *err);
  * the node that made it, written at its first boot. A raft log and its
  * votes belong to one member, so a directory found holding another id is
  * refused (ERR_INVALID "QUEEN_RAFT_DIR=<dir> holds node N's data, and
- * this node is QUEEN_RAFT_NODE_ID=M; ..."); a directory without the file
- * (empty, or made before it existed) gets it. Call with the lock held.
- * 0, ERR_INVALID, or ERR_IO. */
+ * this node is QUEEN_RAFT_NODE_ID=M; ..."), unless raft never wrote its
+ * term and vote there (a first boot that stopped early); a directory
+ * without the file (empty, or made before it existed) gets it. Call with the
+ * lock held. 0, ERR_INVALID, or ERR_IO. */
 int dirlock_check_id(const char *dir, uint64_t id, struct err *err);
 
 /* Release (close) a lock taken by dirlock_take; fd < 0 is a no-op. */

@@ -270,3 +270,19 @@ def test_a_data_dir_of_another_node_id_is_refused(tmp_path):
         assert [x["payload"] for x in recs] == [{"n": 1}], recs
     finally:
         assert again.stop() == 0
+
+
+def test_a_node_id_without_raft_data_is_taken_over(tmp_path):
+    """A first boot that stopped before raft wrote its term and vote left
+    only the marker: the directory is no member's yet, so the next boot,
+    under any id, takes it."""
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "node-id").write_text("7\n")
+    b = Broker(str(d))
+    b.start()
+    try:
+        assert b.get("/health").status == 200
+    finally:
+        assert b.stop() == 0
+    assert (d / "node-id").read_text() == "1\n"
