@@ -614,6 +614,7 @@ struct got_manifest {
     struct buf arena;
     struct docs_manifest m;
     bool is_found; /* an object is at the key, a manifest or not */
+    int status;    /* the GET's HTTP status (0 without an answer) */
 };
 
 /* Empty buffers for a manifest of any size (got_manifest_free() them). */
@@ -649,7 +650,9 @@ static int get_manifest(struct driver *d, int64_t k, struct got_manifest *g,
     if (layout_manifest_key(key, &d->lq, k, err) != 0) {
         return err->code;
     }
+    memset(&st, 0, sizeof(st));
     rc = s3_client_get(d->s3, key->data, body, &info, &st, err);
+    g->status = st.status;
     if (rc != 0) {
         err_wrap(err, "GET %s", key->data);
         return rc;
@@ -674,8 +677,19 @@ static int check_next_free(struct driver *d, struct err *err)
     int rc;
 
     got_manifest_init(&g);
+    g.status = 0;
     rc = get_manifest(d, d->next_k, &g, &ok, err);
-    if (rc == 0 && g.is_found) {
+    if (rc != 0 && g.status == 403) {
+        /* Without s3:ListBucket a missing key answers 403, not 404: the
+         * key cannot be told free, which is no reason to hold the queue
+         * (the probe's message names the permission) */
+        log_warn_kv("queen-s3",
+                    "cannot tell whether the next window's manifest key is "
+                    "free (403: s3:ListBucket missing?); going on",
+                    {"queue", d->cfg.queue}, {"k", LOG_I64(d->next_k)},
+                    {"error", err->msg});
+        rc = 0;
+    } else if (rc == 0 && g.is_found) {
         char by[96] = "";
 
         if (ok) {

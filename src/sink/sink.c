@@ -367,7 +367,8 @@ static void refresh_one(const struct task *t, struct lease *l)
             log_error_kv("queen-s3",
                          "lease expired: its renewals failed for longer than "
                          "its TTL allows",
-                         {"queue", t->name}, {"error", err.msg});
+                         {"queue", t->name}, {"error", aged.msg},
+                         {"renewal", err.msg});
             return;
         }
     }
@@ -880,10 +881,11 @@ static void sink_skip_nul_name(struct sink *s, const char *name, size_t len)
         }
         at += 4 + k;
     }
-    if (buf_append(&s->nul_names, &n32, 4, &err) != 0 ||
-        buf_append(&s->nul_names, name, len, &err) != 0) {
-        return; /* over the cap: warned about again at the next listing */
+    if (buf_reserve(&s->nul_names, 4 + len, &err) != 0) {
+        return; /* over the cap: not kept, so warned about again */
     }
+    (void)buf_append(&s->nul_names, &n32, 4, &err); /* room reserved */
+    (void)buf_append(&s->nul_names, name, len, &err);
     buf_init(&shown, BUF_UNLIMITED);
     if (json_escape(&shown, name, len, &err) == 0 &&
         buf_append_byte(&shown, '\0', &err) == 0) {

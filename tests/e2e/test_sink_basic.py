@@ -301,3 +301,16 @@ def test_a_prefix_unlike_the_last_windows_is_warned_about(sink_node,
                                                     "orders", k), got
     assert got[0]["here"] == lake.manifest_key(PREFIX + "-moved", TENANT,
                                                "orders", k), got
+
+
+def test_a_403_on_the_free_key_check_lets_the_queue_go_on(sink_node, bucket):
+    # Without s3:ListBucket a missing key answers 403: the start cannot
+    # tell the next window's manifest key free, says so, and goes on.
+    reader = lake.bucket_reader(bucket)
+    bucket.fault("403", count=-1, method="GET",
+                 prefix=lake.manifest_key(PREFIX, TENANT, "orders", 1))
+    node = sink_node()
+    acked = push(node, items(0))
+    wait_lake(reader, node, "orders", acked)
+    assert loglines.records(node.stderr(), msg="cannot tell whether the "
+                            "next window's manifest key is free*", k="1")
