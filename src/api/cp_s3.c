@@ -21,6 +21,7 @@
 
 #include "api/api.h"
 #include "api/cp.h"
+#include "base/env.h"
 #include "base/isotime.h"
 #include "base/json.h"
 #include "base/uuid7.h"
@@ -235,17 +236,6 @@ static const char *cp_s3_dup(const struct json_doc *d)
     return dup >= 0 ? keys[dup] : NULL;
 }
 
-/* Whether n bytes at p are empty or only spaces, tabs and line breaks. */
-static bool cp_s3_is_blank(const char *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (p[i] != ' ' && p[i] != '\t' && p[i] != '\n' && p[i] != '\r') {
-            return false;
-        }
-    }
-    return true;
-}
-
 /* The body: an object; secretKey a string of at most 4 KiB (null or blank:
  * none given); enabled a boolean; the rest the settings, at most 32 KiB; none
  * of them twice. False after answering 400. */
@@ -297,7 +287,7 @@ static bool cp_s3_put_body(struct cp_call *c, struct cp_s3_put *p)
                 CP_S3_SECRET_MAX);
         return false;
     }
-    if (sk >= 0 && cp_s3_is_blank(p->secret.data, p->secret.len)) {
+    if (sk >= 0 && env_is_blank(p->secret.data, p->secret.len)) {
         if (p->secret.len > 0) {
             OPENSSL_cleanse(p->secret.data, p->secret.len);
         }

@@ -31,6 +31,16 @@ bool env_trim(const char *raw, char *out, size_t cap)
     return true;
 }
 
+bool env_is_blank(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!isspace((unsigned char)p[i])) {
+            return false;
+        }
+    }
+    return true;
+}
+
 bool env_parse_u64(const char *s, uint64_t *out)
 {
     uint64_t v = 0;

@@ -15,6 +15,9 @@
  * blank. */
 bool env_trim(const char *raw, char *out, size_t cap);
 
+/* Whether the n bytes at p are blank: none, or only whitespace. */
+bool env_is_blank(const char *p, size_t n);
+
 /* Parse a decimal unsigned integer with no sign, spaces or suffix. */
 bool env_parse_u64(const char *s, uint64_t *out);
 

@@ -11,7 +11,21 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include "base/env.h"
+
 #define DIRLOCK_PATH_MAX 4200
+
+/* dir/name into path (DIRLOCK_PATH_MAX bytes), or ERR_INVALID. */
+static int dir_file(char *path, const char *dir, const char *name,
+                    struct err *err)
+{
+    if ((size_t)snprintf(path, DIRLOCK_PATH_MAX, "%s/%s", dir, name) >=
+        DIRLOCK_PATH_MAX) {
+        return err_set(err, ERR_INVALID, "QUEEN_RAFT_DIR=%.200s: too long",
+                       dir);
+    }
+    return 0;
+}
 
 /* The PID the holder wrote, or 0 when it cannot be read. */
 static long holder_pid(int fd)
@@ -34,10 +48,8 @@ int dirlock_take(const char *dir, int *fd, struct err *err)
     int n;
 
     *fd = -1;
-    if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, DIRLOCK_FILE) >=
-        sizeof(path)) {
-        return err_set(err, ERR_INVALID, "QUEEN_RAFT_DIR=%.200s: too long",
-                       dir);
+    if (dir_file(path, dir, DIRLOCK_FILE, err) != 0) {
+        return err->code;
     }
     f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (f < 0) {
@@ -72,7 +84,6 @@ int dirlock_take(const char *dir, int *fd, struct err *err)
 static int read_id(const char *path, uint64_t *id, int *e)
 {
     char b[32];
-    char *end = NULL;
     int f = open(path, O_RDONLY | O_CLOEXEC);
     ssize_t n;
 
@@ -87,10 +98,9 @@ static int read_id(const char *path, uint64_t *id, int *e)
     if (n <= 0) {
         return -1;
     }
+    n -= b[n - 1] == '\n';
     b[n] = '\0';
-    errno = 0;
-    *id = strtoull(b, &end, 10);
-    return errno == 0 && end != b && (*end == '\n' || *end == '\0') ? 1 : -1;
+    return env_parse_u64(b, id) ? 1 : -1; /* digits only: "-1" is no id */
 }
 
 /* Whether raft has written its term and vote in dir (raft/metadata1 or
@@ -119,10 +129,8 @@ int dirlock_check_id(const char *dir, uint64_t id, struct err *err)
     int f;
     int n;
 
-    if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, DIRLOCK_ID_FILE) >=
-        sizeof(path)) {
-        return err_set(err, ERR_INVALID, "QUEEN_RAFT_DIR=%.200s: too long",
-                       dir);
+    if (dir_file(path, dir, DIRLOCK_ID_FILE, err) != 0) {
+        return err->code;
     }
     rc = read_id(path, &had, &e);
     if (rc == 1 && had == id) {

@@ -623,6 +623,8 @@ static void got_manifest_init(struct got_manifest *g)
     buf_init(&g->key, DRIVER_KEY_MAX);
     buf_init(&g->body, BUF_UNLIMITED); /* the manifest's size, whatever */
     buf_init(&g->arena, BUF_UNLIMITED);
+    g->is_found = false;
+    g->status = 0;
 }
 
 static void got_manifest_free(struct got_manifest *g)
@@ -677,7 +679,6 @@ static int check_next_free(struct driver *d, struct err *err)
     int rc;
 
     got_manifest_init(&g);
-    g.status = 0;
     rc = get_manifest(d, d->next_k, &g, &ok, err);
     if (rc != 0 && g.status == 403) {
         /* Without s3:ListBucket a missing key answers 403, not 404: the

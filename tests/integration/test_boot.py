@@ -286,3 +286,16 @@ def test_a_node_id_without_raft_data_is_taken_over(tmp_path):
     finally:
         assert b.stop() == 0
     assert (d / "node-id").read_text() == "1\n"
+
+
+def test_a_node_id_that_is_no_number_is_refused(tmp_path):
+    """node-id holds digits only: "-1" (which strtoull would read as a huge
+    id) is refused with the file named, on a directory raft wrote."""
+    d = str(tmp_path / "d")
+    first = Broker(d)
+    first.start()
+    assert first.stop() == 0
+    (tmp_path / "d" / "node-id").write_text("-1\n")
+    assert re.match(FATAL + re.escape(
+        "QUEEN_RAFT_DIR=%s: node-id is unreadable or not a node id (no "
+        "number)" % d), boot_fatal(Broker(d).environment()))

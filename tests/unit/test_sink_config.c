@@ -972,6 +972,14 @@ TEST(env_trim_trims_and_treats_blank_as_unset)
     EXPECT_STR_EQ(out, "x");
 }
 
+TEST(env_is_blank_is_what_env_trim_treats_as_unset)
+{
+    EXPECT(env_is_blank(NULL, 0));
+    EXPECT(env_is_blank(" \t\r\n ", 5));
+    EXPECT(!env_is_blank(" a ", 3));
+    EXPECT(!env_is_blank("\0", 1)); /* a NUL is not whitespace */
+}
+
 TEST(env_trim_cuts_a_long_value_at_the_cap)
 {
     char out[4];
