@@ -1707,6 +1707,9 @@ static int64_t task_stopped(struct sink *s, struct task *t, int64_t now,
 
     refresh_unshare(s, t);
     lease_release(t->lease);
+    /* the reason first: a status read between the two would show the row
+     * ended without it (or with the one before) */
+    task_log_stop(s, t, nx, now);
     task_unown(s, t, gave_back ? "released" : driver_stop_name(nx->stop), now);
     budget_forget(s->pool->budget, t->bkey);
     if (nx->stop != DRIVER_FAILED) { /* docs/design/protocol.md §8: a failed
@@ -1718,7 +1721,6 @@ static int64_t task_stopped(struct sink *s, struct task *t, int64_t now,
     lease_free(t->lease);
     t->lease = NULL;
     t->state = Q_CLAIM;
-    task_log_stop(s, t, nx, now);
     switch (nx->stop) {
     case DRIVER_DRAINED:
         if (gave_back) {
