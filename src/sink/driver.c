@@ -246,6 +246,7 @@ static bool same_slice(struct slice a, struct slice b)
 }
 
 static void set_error(struct driver *d, const char *fmt, ...) PRINTF(2, 3);
+static void fail_doc(struct driver *d, const struct err *err);
 
 static void set_error(struct driver *d, const char *fmt, ...)
 {
@@ -711,7 +712,7 @@ static int check_next_free(struct driver *d, struct err *err)
                      "nodes, two sinks share a prefix, or the KV lost the "
                      "pointer",
                      d->next_k, by, d->next_k - 1);
-        stop(d, DRIVER_FAILED, err->msg);
+        fail_doc(d, err);
     }
     got_manifest_free(&g);
     return rc;
