@@ -804,12 +804,12 @@ static int parse_knobs(struct ld *l, struct sink_node_config *n)
 static bool test_mode(const struct ld *l)
 {
     char raw[VAL_MAX];
+    bool on = false;
 
-    if (!envv(l, "QUEEN_TEST_MODE", raw, sizeof(raw))) {
-        return false;
-    }
-    lower(raw);
-    return strcmp(raw, "true") == 0;
+    /* Read as every boolean setting is (true/yes/on/1), as the broker reads
+     * it for QUEEN_CP_CRASH_AFTER_MARK. */
+    return envv(l, "QUEEN_TEST_MODE", raw, sizeof(raw)) &&
+           sink_parse_bool(raw, &on) && on;
 }
 
 static int parse_crash(struct ld *l, struct sink_node_config *n)

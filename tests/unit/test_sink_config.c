@@ -266,6 +266,36 @@ TEST(crash_at_never_off_and_none_need_no_test_mode)
     }
 }
 
+/* QUEEN_TEST_MODE reads as every boolean does (the broker reads it so for
+ * QUEEN_CP_CRASH_AFTER_MARK): 1, yes and on arm a crash point; false and
+ * anything that is not a boolean leave it refused. */
+TEST(test_mode_is_read_as_a_boolean)
+{
+    static const char *const on[] = {"true", "1", "yes", "ON"};
+    static const char *const off[] = {"false", "0", "no", "maybe"};
+
+    for (size_t i = 0; i < ARRAY_LEN(on); i++) {
+        struct table t = {{"QUEEN_S3_CRASH_AT", "after_upload",
+                           "QUEEN_TEST_MODE", on[i], BASE, NULL}};
+        struct sink_config c;
+        struct sink_node_config n;
+
+        load_ok(&t, &c, &n);
+        EXPECT_EQ_I64(n.crash_at, 3);
+        sink_config_free(&c);
+    }
+    for (size_t i = 0; i < ARRAY_LEN(off); i++) {
+        struct table t = {{"QUEEN_S3_CRASH_AT", "after_upload",
+                           "QUEEN_TEST_MODE", off[i], BASE, NULL}};
+        struct sink_config c;
+        struct sink_node_config n;
+        struct err err = {0};
+
+        EXPECT_EQ_I64(load(&t, &c, &n, &err), ERR_INVALID);
+        EXPECT(strstr(err.msg, "needs QUEEN_TEST_MODE=true") != NULL);
+    }
+}
+
 /* A secret key of up to SINK_SECRET_MAX bytes (the control plane's 4 KiB) is
  * kept whole, from the environment and from a tenant's document; a longer
  * one is refused rather than cut short, which would sign with another key. */
