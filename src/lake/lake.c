@@ -2466,13 +2466,12 @@ static void lake_fold_run(struct lake_fold *f, const struct lake_window *w,
                             "backwards from offset %" PRId64 " to %" PRId64,
                             w->k, w->keys[r->obj], p->shown, p->top, r->first);
     }
-    /* Below a partition's first record: a gap when the lake is read from
-     * window 1, or when the log can tell which of those offsets were
-     * stamped inside the windows read (--broker with --from-k). */
-    if (!p->has_records && r->first > 0 &&
-        (o->from_k == 1 || o->broker != NULL)) {
-        lake_add_gap(f, p, 0, r->first - 1, w->k, w->keys[r->obj],
-                     o->from_k == 1);
+    /* Below a partition's first record: the bucket does not say where the
+     * sink started it (`latest`, or `earliest` above a log start that
+     * retention had already raised), so only the log can tell which of
+     * those offsets were stamped inside the windows read (--broker). */
+    if (!p->has_records && r->first > 0 && o->broker != NULL) {
+        lake_add_gap(f, p, 0, r->first - 1, w->k, w->keys[r->obj], false);
     } else if (p->has_records && r->first > p->top + 1) {
         lake_add_gap(f, p, p->top + 1, r->first - 1, w->k, w->keys[r->obj],
                      true);
@@ -3415,14 +3414,16 @@ static int lake_gaps_check(const struct lake_opts *o, struct lake_log *log,
         struct lake_part *p = f->parts[i];
         int64_t top = p->has_records ? p->top : -1;
 
+        /* a partition with no record in the lake: where the sink started
+         * it is the log's to say, as below a first record */
         if (p->has_pos && p->pos > top + 1 &&
-            (p->has_records || o->from_k == 1 || o->broker != NULL)) {
+            (p->has_records || o->broker != NULL)) {
             char where[64];
 
             snprintf(where, sizeof(where), "positions of window %" PRId64,
                      p->pos_k);
             lake_add_gap(f, p, top + 1, p->pos - 1, p->pos_k, where,
-                         p->has_records || o->from_k == 1);
+                         p->has_records);
         }
     }
     for (size_t i = 0; i < f->n_gaps; i++) {

@@ -22,7 +22,7 @@ import pytest
 
 import lake
 import test_lake_selftest as st
-from sinkenv import PREFIX, TENANT, sink_env, wait_until
+from sinkenv import PREFIX, TENANT, sink_env, sink_row, wait_until
 
 CREDS = {"QUEEN_S3_ACCESS_KEY": "queen",
          "QUEEN_S3_SECRET_KEY": "queen-secret-key"}
@@ -1307,3 +1307,45 @@ def test_a_changed_transaction_id_names_its_record(logged):
     ours = first_violation(b, "txn-named", node)
     assert "record %s/%d has transactionId %s, the broker's log says %s" % (
         now[0], now[1], now[2], was[2]) in ours, ours
+
+
+def test_a_lake_the_sink_started_at_latest_is_exact(bucket, broker_factory):
+    """QUEEN_S3_START=latest (the default): the records that created the
+    queue are older than the first window and not in the lake, so each
+    partition's first offset there is above 0. The bucket does not say
+    where the sink started, so that is no gap; the log agrees."""
+    node = broker_factory(env=sink_env(bucket, QUEEN_S3_QUEUES="late",
+                                       QUEEN_S3_START="latest"))
+    before = push_all(node, [{"queue": "late", "partition": "p-%d" % (i % 2),
+                              "payload": b'{"i":%d}' % i} for i in range(4)])
+    assert sorted(o for _, o, _, _ in before) == [0, 0, 1, 1]
+    reader = lake.bucket_reader(bucket)
+    wait_until(lambda: (sink_row(node, "late") or {}).get("state") ==
+               "filling", 30, "the sink reads late")
+    after = push_all(node, [{"queue": "late", "partition": "p-%d" % (i % 2),
+                             "payload": b'{"i":%d}' % i} for i in range(4, 10)])
+    wait_until(lambda: lake.count_records(reader, PREFIX, TENANT, "late")
+               == len(after), 60, "the records after the start in the lake",
+               interval=0.1)
+    for extra in ((), ("--broker", url(node))):
+        rc, out = verify_json(bucket, "--queue", "late", *extra)
+        (q,) = out["queues"]
+        assert rc == 0 and q["exact"] and q["records"] == len(after), \
+            (extra, out)
+
+
+def test_a_partitions_first_record_deleted_is_found_by_the_broker(logged):
+    """A partition's first record in the lake deleted (manifest to match):
+    from the bucket alone that is where the sink may have started it, so
+    only --broker, whose log holds it stamped inside window 1, names it."""
+    b, node, windows, acked, log = logged
+    w = copy.deepcopy(windows)
+    p = st.PARTITIONS[0]
+    first = min((r for r in w[0][2] if r[0] == p), key=lambda r: r[1])
+    assert first[1] == 0
+    w[0][2].remove(first)
+    put_lake(b, "head", w)
+    rc, out = verify_json(b, "--prefix", "head", "--queue", QUEUE, check=0)
+    assert out["queues"][0]["exact"], out
+    ours = first_violation(b, "head", node)
+    assert "record %s/0 is in the log, not in the lake" % p in ours, ours
