@@ -148,7 +148,7 @@ struct driver {
     size_t n_pin_lost;
     bool is_pin_lost_counted;
     enum driver_stop stop;
-    char why[256];
+    char why[512];
     bool is_stop_logged;
     atomic_bool drain_requested;
     atomic_bool giving_back;
@@ -169,7 +169,7 @@ struct driver {
     int64_t last_t_end;
     bool has_t_end;
     struct driver_counters ctr;
-    char last_error[256];
+    char last_error[512];
     pthread_mutex_t mu;
     struct driver_status st; /* published at the end of every tick */
     /* The window's objects, the prebuild and the uploader thread. */
@@ -1904,7 +1904,7 @@ static int put_object(struct driver *d, const char *key, const struct buf *b,
     if (rc == 0) {
         return 0;
     }
-    snprintf(why, sizeof(why), "PUT %s: %s", key, err.msg);
+    upload_put_why(why, sizeof(why), key, err.msg);
     if (stop_if_lease_lost(d, why)) {
         return -1;
     }

@@ -168,7 +168,7 @@ const char *driver_stop_name(enum driver_stop s);
 struct driver_next {
     enum driver_stop stop; /* DRIVER_RUNNING: tick again at/after at_ms */
     int64_t at_ms;         /* on the now_ms clock of driver_tick */
-    char why[256];         /* the stop's reason (Fenced, Missing, Failed,
+    char why[512];         /* the stop's reason (Fenced, Missing, Failed,
                               Crashed: the crash point's name) */
 };
 
@@ -248,7 +248,7 @@ struct driver_status {
     bool redo;
     char state[16];       /* restoring, filling, intent, upload, commit, failed,
                              draining, drained, fenced, missing, crashed */
-    char last_error[256]; /* "" when none */
+    char last_error[512]; /* "" when none */
 };
 
 /* Copy a consistent snapshot. Any thread. */

@@ -544,12 +544,25 @@ static void *upload_main(void *arg)
     if (rc != 0) {
         u->is_retriable = upload_s3_retriable(&r.st, rc);
         u->retry_after_ms = r.st.retry_after_ms;
-        snprintf(u->why, sizeof(u->why), "PUT %s: %s", key, err.msg);
+        upload_put_why(u->why, sizeof(u->why), key, err.msg);
     }
     u->is_done = true;
     pthread_cond_broadcast(&u->cv);
     pthread_mutex_unlock(&u->mu);
     return NULL;
+}
+
+void upload_put_why(char *out, size_t cap, const char *key, const char *msg)
+{
+    enum { SHOWN = 96, HEAD = 56, TAIL = SHOWN - HEAD - 3 };
+    size_t n = strlen(key);
+
+    if (n <= SHOWN) {
+        snprintf(out, cap, "PUT %s: %s", key, msg);
+    } else {
+        snprintf(out, cap, "PUT %.*s...%s: %s", (int)HEAD, key, key + n - TAIL,
+                 msg);
+    }
 }
 
 void upload_launch(struct upload *u)

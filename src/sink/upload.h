@@ -215,6 +215,12 @@ void upload_begin(struct upload *u, struct upload_object *o, size_t n,
                   const char *ctype, struct upload_crash crash, int64_t k,
                   int64_t t_start);
 /* Start a pass over what has not landed yet (after RETRY). */
+/* "PUT <key>: <msg>" into out (cap bytes), a key of more than 96 bytes cut
+ * in its middle ("...") so that a long key (a long partition name) never
+ * hides the status and S3 code that follow it. Keys are percent-encoded
+ * ASCII, so no cut splits a character. */
+void upload_put_why(char *out, size_t cap, const char *key, const char *msg);
+
 void upload_launch(struct upload *u);
 /* Wait for the pass (when wait, or when it is over) and join. true when
  * the pass is over: its outcome fields are then the caller's to read. */

@@ -4,7 +4,7 @@ fits it. A 403 without an S3 code (a HEAD has no body) printed
 given for every failure, a refused connection included; it now comes only
 when a virtual-host name did not resolve, and the credentials hint only for
 a refusal."""
-from sinkenv import PREFIX, it, sink_env, wait_until
+from sinkenv import PREFIX, it, sink_env, sink_row, wait_until
 
 
 def bucket_error(node):
@@ -46,3 +46,26 @@ def test_an_unresolved_virtual_host_name_gets_the_path_style_hint(
     assert "lake.<host of QUEEN_S3_ENDPOINT> did not resolve: " \
         "QUEEN_S3_PATH_STYLE=true puts it in the path instead" in err, err
     assert "_SECRET_KEY" not in err, err
+
+
+def test_a_long_key_leaves_room_for_the_status_and_code(sink_node, bucket):
+    """A refused PUT of an object whose key is long (a partition name of 120
+    bytes, per-partition layout: a key of about 290) names the status and
+    the S3 code in lastError and the log; the key was printed whole before
+    them and the message cut at 255 bytes, with neither left."""
+    part = "p" * 120
+    bucket.fault("403", count=-1, method="PUT",
+                 prefix=PREFIX + "/tenant=")
+    node = sink_node({"QUEEN_S3_LAYOUT": "per-partition",
+                      "QUEEN_S3_QUEUES": "longkey"})
+    node.push([{"queue": "longkey", "partition": part, "payload": {"a": 1}}])
+
+    def error():
+        row = sink_row(node, "longkey")
+        return row and row["lastError"] and row["lastError"]["message"]
+    msg = wait_until(error, 60, "the refused PUT in lastError")
+    assert msg.startswith("PUT " + PREFIX + "/tenant="), msg
+    assert "..." in msg and part not in msg, msg
+    assert "status 403: AccessDenied" in msg, msg
+    wait_until(lambda: "status 403: AccessDenied" in node.stderr(), 10,
+               "the log names the status and code")
