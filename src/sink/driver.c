@@ -59,6 +59,7 @@
 
 #define DRIVER_ROUNDS_PER_TICK 64
 #define DRIVER_ERROR_DELAY_MS  500
+#define DRIVER_UPLOAD_WAIT_MS  500 /* a slice of waiting on a pass */
 #define DRIVER_STOP_SLEEP_MS   250
 #define DRIVER_KEY_MAX         2048
 #define DRIVER_AGED_US         ((int64_t)10 * 1000 * 1000)
@@ -150,6 +151,13 @@ struct driver {
     enum driver_stop stop;
     char why[512];
     bool is_stop_logged;
+    /* The checkpoint of the window going up, encoded when the engine
+     * asked for it and put once that window's pointer is written
+     * (checkpoint_after_commit). */
+    bool has_cp_kept;
+    int64_t cp_kept_k;
+    struct buf cp_kept_key;
+    struct buf cp_kept_body;
     atomic_bool drain_requested;
     atomic_bool giving_back;
     atomic_bool force_close;
@@ -177,6 +185,7 @@ struct driver {
 };
 
 static const char *bg_state_name(const struct driver *d);
+static void checkpoint_put_kept(struct driver *d, int64_t committed_k);
 static void pin_redo(struct driver *d);
 
 /* ---- small helpers --------------------------------------------------- */
@@ -421,6 +430,10 @@ void driver_free(struct driver *d)
     }
     upload_free(&d->up);
     engine_free(d->e);
+    if (d->has_cp_kept) {
+        buf_free(&d->cp_kept_key);
+        buf_free(&d->cp_kept_body);
+    }
     buf_free(&d->pend.manifest_key);
     buf_free(&d->redo_arena);
     buf_free(&d->parts_arena);
@@ -2271,6 +2284,8 @@ static int bg_begin(struct driver *d, const struct engine_plan *p,
     keep_lost(d, p);
     g->is_redo = d->is_redo && p->k == d->redo_intent.k;
     upload_begin(g, o, n, ctype, crash_point_of(d), p->k, p->t_start);
+    g->ct_floor =
+        p->n_records > 0 && p->min_ts > p->t_start ? p->min_ts : p->t_start;
     d->attempt = 0;
     d->pend.kind = PENDING_NONE;
     engine_on_uploaded(d->e, d->last_records, d->last_bytes);
@@ -2637,7 +2652,12 @@ static int bg_poll(struct driver *d, int64_t now, bool wait)
         upload_launch(g);
     }
     if (g->state == UPLOAD_PUTTING) {
-        if (!upload_join(g, wait)) {
+        if (!(wait ? upload_join_for(g, DRIVER_UPLOAD_WAIT_MS)
+                   : upload_join(g, false))) {
+            if (wait) { /* the tick ends (status published) and comes back */
+                d->next_at = now;
+                return 1;
+            }
             return 0;
         }
         int rc = bg_outcome(d, now);
@@ -2654,8 +2674,11 @@ static int bg_poll(struct driver *d, int64_t now, bool wait)
     if (rc == 1) {
         g->retry_at = d->next_at;
     } else if (rc == 0) {
+        int64_t k = g->k;
+
         upload_clear(g);
         drop_warm_if_tight(d);
+        checkpoint_put_kept(d, k);
     }
     return rc;
 }
@@ -2703,27 +2726,37 @@ static size_t cp_source_read(void *ctx, struct docs_position *out, size_t max)
     return n;
 }
 
-static void do_checkpoint(struct driver *d,
-                          const struct engine_checkpoint_action *a)
+/* Encode checkpoint a (the engine's positions now) into key and body
+ * (initialised here). 0, or err. */
+static int checkpoint_encode(struct driver *d,
+                             const struct engine_checkpoint_action *a,
+                             struct buf *key, struct buf *body, struct err *err)
 {
     struct cp_source *cs = xcalloc(1, sizeof(*cs));
     struct docs_position_source src = {cs, cp_source_rewind, cp_source_read};
-    struct buf body;
-    struct buf key;
-    struct err err;
-    struct s3_put_result r;
 
     cs->e = d->e;
-    buf_init(&body, BUF_UNLIMITED);
-    buf_init(&key, DRIVER_KEY_MAX);
-    int rc = docs_checkpoint_encode_stream(&body, a->k, a->t_end, &src, &err);
-    rc = rc != 0 ? rc : layout_checkpoint_key(&key, &d->lq, a->k, &err);
+    buf_init(body, BUF_UNLIMITED);
+    buf_init(key, DRIVER_KEY_MAX);
+    int rc = docs_checkpoint_encode_stream(body, a->k, a->t_end, &src, err);
+    rc = rc != 0 ? rc : layout_checkpoint_key(key, &d->lq, a->k, err);
+    free(cs);
+    return rc;
+}
+
+/* PUT checkpoint k (encoded with rc and err by checkpoint_encode), up to 3
+ * passes of the client's attempts, and free key and body. */
+static void checkpoint_put(struct driver *d, int64_t k, struct buf *key,
+                           struct buf *body, int rc, struct err *err)
+{
+    struct s3_put_result r;
+
     for (int attempt = 0; rc == 0 && attempt < 3; attempt++) {
-        struct s3_put p = {key.data, body.data, body.len, "application/zstd",
-                           NULL,     NULL,      NULL,     lease_may_send,
+        struct s3_put p = {key->data, body->data, body->len, "application/zstd",
+                           NULL,      NULL,       NULL,      lease_may_send,
                            d->lease};
         memset(&r, 0, sizeof(r));
-        rc = s3_client_put(d->s3, &p, &r, &err);
+        rc = s3_client_put(d->s3, &p, &r, err);
         if (rc == 0 || !upload_s3_retriable(&r.st, rc)) {
             break;
         }
@@ -2736,14 +2769,46 @@ static void do_checkpoint(struct driver *d,
         log_warn_kv("queen-s3",
                     "checkpoint not written; the next restart re-reads more, "
                     "and nothing else",
-                    {"queue", d->cfg.queue}, {"k", LOG_I64(a->k)},
-                    {"error", err.msg});
+                    {"queue", d->cfg.queue}, {"k", LOG_I64(k)},
+                    {"error", err->msg});
     } else {
         d->ctr.checkpoints_written++;
     }
-    buf_free(&key);
-    buf_free(&body);
-    free(cs);
+    buf_free(key);
+    buf_free(body);
+}
+
+static void do_checkpoint(struct driver *d,
+                          const struct engine_checkpoint_action *a)
+{
+    struct buf body;
+    struct buf key;
+    struct err err;
+    int rc = checkpoint_encode(d, a, &key, &body, &err);
+
+    checkpoint_put(d, a->k, &key, &body, rc, &err);
+}
+
+/* The checkpoint kept for the window going up (checkpoint_after_commit),
+ * written once that window's pointer is: 0 done or none to write. */
+static void checkpoint_put_kept(struct driver *d, int64_t committed_k)
+{
+    struct err err = {0};
+
+    if (!d->has_cp_kept || d->cp_kept_k > committed_k) {
+        return;
+    }
+    d->has_cp_kept = false;
+    checkpoint_put(d, d->cp_kept_k, &d->cp_kept_key, &d->cp_kept_body, 0, &err);
+}
+
+static void checkpoint_drop_kept(struct driver *d)
+{
+    if (d->has_cp_kept) {
+        buf_free(&d->cp_kept_key);
+        buf_free(&d->cp_kept_body);
+        d->has_cp_kept = false;
+    }
 }
 
 /* ---- the tick (docs/design/window.md §11) ------------------------------- */
@@ -2834,28 +2899,31 @@ static int run_pending(struct driver *d, int64_t now)
     }
 }
 
-/* A checkpoint follows its commit (docs/design/protocol.md §6): with a window
- * still going up, that window is committed first, or the checkpoint is skipped
- * (it is an optimisation: the next restart reads more). 0; 1 wait; -1 stopped.
- */
+/* A checkpoint follows its commit (docs/design/protocol.md §6). With a
+ * window still going up (the engine hears of a commit before its pointer
+ * is written, to read on meanwhile), the checkpoint's positions are
+ * encoded now, before the engine is told anything more, and the PUT waits
+ * for that window's pointer (bg_poll): the driver never blocks on the
+ * upload here (its status would stand still through a bucket outage), and
+ * a pass that fails and is retried no longer costs the checkpoint. 0. */
 static int checkpoint_after_commit(struct driver *d,
                                    const struct engine_checkpoint_action *a,
                                    int64_t now)
 {
-    int rc = d->up.state != UPLOAD_NONE ? bg_poll(d, now, true) : 0;
+    (void)now;
+    if (d->up.state == UPLOAD_NONE || a->k < d->up.k) {
+        do_checkpoint(d, a);
+        return 0;
+    }
+    struct err err;
 
-    if (rc < 0) {
-        return rc;
+    checkpoint_drop_kept(d);
+    if (checkpoint_encode(d, a, &d->cp_kept_key, &d->cp_kept_body, &err) != 0) {
+        checkpoint_put(d, a->k, &d->cp_kept_key, &d->cp_kept_body, -1, &err);
+        return 0;
     }
-    if (d->up.state != UPLOAD_NONE) {
-        log_warn_kv("queen-s3",
-                    "checkpoint not written; the next restart re-reads more, "
-                    "and nothing else",
-                    {"queue", d->cfg.queue}, {"k", LOG_I64(a->k)},
-                    {"error", "the commit before it is not written yet"});
-        return rc;
-    }
-    do_checkpoint(d, a);
+    d->cp_kept_k = a->k;
+    d->has_cp_kept = true;
     return 0;
 }
 
@@ -3056,14 +3124,17 @@ static void publish(struct driver *d)
     s.has_safe_time = t != ENGINE_MIN;
     s.safe_time = t;
     s.has_lag = engine_lag(d->e, &s.lag_us);
-    /* While window up.k goes up, nothing at or after its tStart is in a
-     * committed window, whatever the engine was told (overlap: it hears of
-     * the commit before the pointer is written, to read on meanwhile), so
-     * completeThrough, the lag and the health stay behind it until the
-     * pointer lands (an outage holds them there). */
+    /* While window up.k goes up, none of its records is in a committed
+     * window, whatever the engine was told (overlap: it hears of the
+     * commit before the pointer is written, to read on meanwhile), so
+     * completeThrough, the lag and the health stay at its first record
+     * until the pointer lands (an outage holds them there). Not at its
+     * tStart: no record lies between the two, and on a queue idle before
+     * the window, completeThrough had followed the clock past tStart and
+     * must not step back (the lag would count the idle time). */
     if (d->up.state != UPLOAD_NONE && s.has_complete_through &&
-        s.complete_through > d->up.t_start) {
-        s.complete_through = d->up.t_start;
+        s.complete_through > d->up.ct_floor) {
+        s.complete_through = d->up.ct_floor;
         s.lag_us = s.has_safe_time && s.safe_time > s.complete_through
                        ? s.safe_time - s.complete_through
                        : 0;

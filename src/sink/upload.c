@@ -1,10 +1,12 @@
 /* A window's objects and the uploader thread (see upload.h). */
 #include "sink/upload.h"
 
+#include <errno.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/log.h"
 #include "base/sha256.h"
@@ -580,6 +582,16 @@ void upload_launch(struct upload *u)
     }
 }
 
+/* Join the thread of a pass that is over (is_done read under mu). */
+static bool join_if_done(struct upload *u, bool done)
+{
+    if (done && u->has_th) {
+        pthread_join(u->th, NULL);
+        u->has_th = false;
+    }
+    return done;
+}
+
 bool upload_join(struct upload *u, bool wait)
 {
     bool done;
@@ -590,11 +602,28 @@ bool upload_join(struct upload *u, bool wait)
     }
     done = u->is_done;
     pthread_mutex_unlock(&u->mu);
-    if (done && u->has_th) {
-        pthread_join(u->th, NULL);
-        u->has_th = false;
+    return join_if_done(u, done);
+}
+
+bool upload_join_for(struct upload *u, int64_t max_ms)
+{
+    struct timespec until;
+    bool done;
+
+    clock_gettime(CLOCK_REALTIME, &until); /* the condvar's clock */
+    until.tv_sec += (time_t)(max_ms / 1000);
+    until.tv_nsec += (long)(max_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
     }
-    return done;
+    pthread_mutex_lock(&u->mu);
+    while (!u->is_done &&
+           pthread_cond_timedwait(&u->cv, &u->mu, &until) != ETIMEDOUT) {
+    }
+    done = u->is_done;
+    pthread_mutex_unlock(&u->mu);
+    return join_if_done(u, done);
 }
 
 void upload_drop_warm(struct upload *u)

@@ -167,6 +167,10 @@ struct upload {
     bool is_redo; /* the window redoes an intent: abort stranded uploads */
     int64_t k;
     int64_t t_start; /* the window's: nothing at or after it is committed */
+    /* The window's first stamp (its tStart when it holds no record): every
+     * record below it is committed, so completeThrough while it goes up
+     * (the driver sets it after upload_begin). */
+    int64_t ct_floor;
     bool has_commit; /* the engine asked for the commit: commit, wall */
     struct engine_commit commit;
     int64_t commit_wall_ms;
@@ -225,6 +229,10 @@ void upload_launch(struct upload *u);
 /* Wait for the pass (when wait, or when it is over) and join. true when
  * the pass is over: its outcome fields are then the caller's to read. */
 bool upload_join(struct upload *u, bool wait);
+/* upload_join waiting at most max_ms (a pass of a bucket that does not
+ * answer lasts the client's every attempt, tens of seconds: the driver
+ * waits in slices, so its status is published between them). */
+bool upload_join_for(struct upload *u, int64_t max_ms);
 /* Drop the window going up (stopped, or committed): join, free, NONE. */
 void upload_clear(struct upload *u);
 /* Free what is kept warm for the next window (the spare body, the zstd
