@@ -175,3 +175,59 @@ def test_a_put_held_past_the_ttl_does_not_fence(sink_node, bucket):
     assert node.metric("queen_s3_commit_precondition_lost_total") == 0
     assert lease_doc(node)["incarnation"] == first["incarnation"]
     assert node.stop() == 0
+
+
+def test_completeness_never_steps_back_through_an_outage(sink_node, bucket):
+    """An idle queue's completeThrough follows the clock. When the bucket
+    goes down and records arrive, the window that holds them cannot
+    commit: completeThrough must stay at its first record, not step back
+    to its tStart (the last commit's tEnd, seconds before), which made the
+    lag count the idle time and turned the health red early. Meanwhile the
+    row says `upload` (it said `filling`, frozen, while the driver waited
+    on the client's attempts), and window 2's checkpoint (every 2) is
+    written once it commits, not skipped because its first pass failed."""
+    node = sink_node({"QUEEN_S3_QUEUES": "ct"})
+    push(node, 4, 0, queue="ct")
+    wait_until(lambda: (sink_row(node, "ct") or {}).get("windowsCommitted")
+               == 1, 60, "window 1 committed")
+    row = sink_row(node, "ct")
+    t_end = lake.parse_iso_us(row["tEnd"])
+
+    def idle_long():
+        r = sink_row(node, "ct")
+        ct = r["completeThrough"]
+        return ct and lake.parse_iso_us(ct) > t_end + 4_000_000 and r
+    wait_until(idle_long, 30, "completeThrough 4 s past the last tEnd")
+    bucket.fault("down")
+    try:
+        t0 = time.monotonic()
+        push(node, 4, 4, queue="ct")
+        seen = []
+        while time.monotonic() - t0 < 40:
+            r = sink_row(node, "ct")
+            seen.append((time.monotonic() - t0,
+                         lake.parse_iso_us(r["completeThrough"]),
+                         r["lagSeconds"], r["state"]))
+            # the node's own clock against its safeTime: the outage is the
+            # bucket's, the log keeps up
+            safe_lag = node.metric("queen_s3_safe_lag_seconds")
+            assert safe_lag is not None and safe_lag < 5, (safe_lag, seen)
+            time.sleep(0.2)
+        cts = [ct for _, ct, _, _ in seen]
+        assert all(a <= b for a, b in zip(cts, cts[1:])), seen
+        assert cts[-1] > t_end + 4_000_000, seen
+        # the lag counts the outage (plus a window's age), not the idle
+        # seconds before it
+        for dt, _, lag, state in seen:
+            assert lag <= dt + 3.0, seen
+            assert dt < 3 or state == "upload", seen
+        assert sink_row(node, "ct")["windowsCommitted"] == 1
+    finally:
+        bucket.clear_faults()
+    wait_until(lambda: sink_row(node, "ct")["windowsCommitted"] == 2, 60,
+               "window 2 committed once the bucket is back")
+    key = lake.checkpoint_key(PREFIX, TENANT, "ct", 2)
+    wait_until(lambda: bucket.boto3().list_objects_v2(
+        Bucket="lake", Prefix=key).get("KeyCount") == 1, 30,
+        "window 2's checkpoint in the bucket")
+    assert "checkpoint not written" not in node.stderr()
