@@ -2159,6 +2159,13 @@ int sink_pool_metrics(struct sink_pool *pool, struct sink *const *sinks,
             sink_scrape_lags(sinks[i], has_safe, safe_us);
         }
     }
+    /* the node's safeTime now, not as a driver last read it: a driver
+     * waiting on the bucket reads none, and the gauge stood still through
+     * an outage (in either direction) */
+    if (has_safe && pool->n_owned > 0) {
+        obs_gauge_set(pool->obs, OBS_SAFE_LAG_SECONDS, NULL, NULL,
+                      (double)(wall_us() - safe_us) / 1e6);
+    }
     pthread_mutex_unlock(&pool->mu);
     return obs_render(pool->obs, out, err);
 }
