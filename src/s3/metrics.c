@@ -36,6 +36,7 @@ void s3_metrics_init(struct s3_metrics *m)
     m->cap = 0;
     m->write_streak = 0;
     m->write_streak_code = 0;
+    m->is_write_refused = false;
 }
 
 void s3_metrics_free(struct s3_metrics *m)
@@ -79,12 +80,26 @@ void s3_metrics_add(struct s3_metrics *m, enum s3_op op, int code)
     if (is_write(op)) {
         if (code >= 200 && code < 300) {
             m->write_streak = 0;
+            m->is_write_refused = false;
         } else if (code == 0 || code >= 400) {
             m->write_streak += m->write_streak < UINT32_MAX;
             m->write_streak_code = code;
+            m->is_write_refused =
+                code == 403 || (code == 404 && (op == S3_OP_PUT ||
+                                                op == S3_OP_MULTIPART_CREATE));
         }
     }
     pthread_mutex_unlock(&m->mu);
+}
+
+bool s3_metrics_write_refused(struct s3_metrics *m)
+{
+    bool refused;
+
+    pthread_mutex_lock(&m->mu);
+    refused = m->write_streak > 0 && m->is_write_refused;
+    pthread_mutex_unlock(&m->mu);
+    return refused;
 }
 
 uint32_t s3_metrics_write_streak(struct s3_metrics *m, int *last_code)

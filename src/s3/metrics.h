@@ -6,6 +6,7 @@
 #define QUEEN_S3_METRICS_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,6 +46,10 @@ struct s3_metrics {
      * last one that succeeded, and the last one's code (0: no answer). */
     uint32_t write_streak;
     int write_streak_code;
+    /* The last of them was refused: a 403, or a 404 on a PUT or a
+     * multipart start (no such bucket; a 404 on a later multipart step is
+     * the upload's, not the bucket's). */
+    bool is_write_refused;
 };
 
 void s3_metrics_init(struct s3_metrics *m);
@@ -56,6 +61,8 @@ uint64_t s3_metrics_get(struct s3_metrics *m, enum s3_op op, int code);
  * last one's status (0: no answer). The status's bucket.reachable turns
  * false on a streak (docs/s3-sink.md). */
 uint32_t s3_metrics_write_streak(struct s3_metrics *m, int *last_code);
+/* The streak's last write was refused (is_write_refused). */
+bool s3_metrics_write_refused(struct s3_metrics *m);
 /* Sum over every row of op (every op when op == S3_OP_COUNT). */
 uint64_t s3_metrics_total(struct s3_metrics *m, enum s3_op op);
 

@@ -71,7 +71,9 @@
 #define SINK_PROBE_MAX_MS      60000
 #define SINK_LOG_EVERY_MS      30000
 #define SINK_STOP_POLL_MS      50
-/* Writes failed in a row that make bucket.reachable false (status). */
+/* Writes failed in a row that make bucket.reachable false (status); a
+ * refusal (403: credentials or policy; 404 on a write: no such bucket)
+ * does at once, since its queue then waits a minute before the next. */
 #define SINK_WRITE_FAILS_DOWN 3
 /* The S3 deadline comes this long before the grace ends (a third of a
  * short grace), so a transfer cut at it (curl looks about once a second)
@@ -704,13 +706,22 @@ static bool sink_write_streak(struct sink *s)
     uint32_t n = s3_metrics_write_streak(s3_client_metrics(s->p.s3), &code);
     char last[32];
 
-    if (n < SINK_WRITE_FAILS_DOWN) {
+    if (n == 0 || (n < SINK_WRITE_FAILS_DOWN &&
+                   !s3_metrics_write_refused(s3_client_metrics(s->p.s3)))) {
         return false;
     }
     if (code == 0) {
         snprintf(last, sizeof(last), "no answer");
     } else {
         snprintf(last, sizeof(last), "status %d", code);
+    }
+    if (n == 1) {
+        snprintf(s->write_error, sizeof(s->write_error),
+                 "the last write to the bucket %s at %s was refused (%s): "
+                 "a 403 is the credentials or the policy on the prefix, a "
+                 "404 a missing bucket; the queues retry with backoff",
+                 c->bucket, c->endpoint, last);
+        return true;
     }
     snprintf(s->write_error, sizeof(s->write_error),
              "the last %" PRIu32 " writes to the bucket %s at %s failed "

@@ -69,3 +69,26 @@ def test_a_long_key_leaves_room_for_the_status_and_code(sink_node, bucket):
     assert "status 403: AccessDenied" in msg, msg
     wait_until(lambda: "status 403: AccessDenied" in node.stderr(), 10,
                "the log names the status and code")
+
+
+def test_a_refused_write_makes_the_bucket_unreachable_at_once(sink_node,
+                                                              bucket):
+    """Credentials revoked after the start: every PUT answers 403. The
+    queue then waits a minute between writes, so three failed writes took
+    about three minutes to turn bucket.reachable false; one refusal now
+    does, with the cause in bucket.error and the sink's ok false."""
+    node = sink_node({"QUEEN_S3_QUEUES": "refused"})
+    node.push([{"queue": "refused", "partition": "p", "payload": {"a": 1}}])
+    wait_until(lambda: (sink_row(node, "refused") or {}).get(
+        "windowsCommitted") == 1, 60, "window 1 committed")
+    bucket.fault("403", count=-1, method="PUT", prefix=PREFIX + "/")
+    node.push([{"queue": "refused", "partition": "p", "payload": {"a": 2}}])
+
+    def unreachable():
+        s3 = node.get("/status").json()["s3"]["sinks"][0]
+        return s3["bucket"]["reachable"] is False and s3
+    s3 = wait_until(unreachable, 30, "bucket.reachable false")
+    assert s3["ok"] is False, s3
+    assert s3["bucket"]["error"].startswith(
+        "the last write to the bucket lake at %s was refused (status 403)"
+        % bucket.endpoint), s3["bucket"]

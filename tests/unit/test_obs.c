@@ -308,3 +308,29 @@ TEST(s3_write_streak_counts_failed_writes_until_one_succeeds)
     EXPECT(code == 0);
     s3_metrics_free(&m);
 }
+
+/* A refusal (403; 404 on a PUT or a multipart start: no such bucket) is
+ * told apart, so one is enough to call the bucket unreachable; a 404 on a
+ * later multipart step (the upload's) and a 5xx are not refusals. */
+TEST(s3_write_refused_is_403_or_a_missing_bucket)
+{
+    struct s3_metrics m;
+
+    s3_metrics_init(&m);
+    EXPECT(!s3_metrics_write_refused(&m));
+    s3_metrics_add(&m, S3_OP_PUT, 403);
+    EXPECT(s3_metrics_write_refused(&m));
+    s3_metrics_add(&m, S3_OP_PUT, 200);
+    EXPECT(!s3_metrics_write_refused(&m));
+    s3_metrics_add(&m, S3_OP_MULTIPART_COMPLETE, 404);
+    EXPECT(!s3_metrics_write_refused(&m));
+    s3_metrics_add(&m, S3_OP_MULTIPART_CREATE, 404);
+    EXPECT(s3_metrics_write_refused(&m));
+    s3_metrics_add(&m, S3_OP_PUT, 503);
+    EXPECT(!s3_metrics_write_refused(&m));
+    s3_metrics_add(&m, S3_OP_PUT, 404);
+    EXPECT(s3_metrics_write_refused(&m));
+    s3_metrics_add(&m, S3_OP_GET, 200); /* a read does not end it */
+    EXPECT(s3_metrics_write_refused(&m));
+    s3_metrics_free(&m);
+}
