@@ -3092,11 +3092,13 @@ static const char *status_state(const struct driver *d)
     if (!d->has_started) {
         return "restoring";
     }
-    if (d->is_draining) {
-        return "draining";
-    }
+    /* a drain finishing a window shows the window's step, as the reference
+     * names the states (upload, commit) */
     if (d->up.state != UPLOAD_NONE) {
         return bg_state_name(d);
+    }
+    if (d->is_draining) {
+        return "draining";
     }
     return engine_state_name(engine_state(d->e));
 }
