@@ -151,6 +151,7 @@ struct driver {
     enum driver_stop stop;
     char why[512];
     bool is_stop_logged;
+    bool is_upload_wait; /* a wait on the pass is under way (bg_poll) */
     /* The checkpoint of the window going up, encoded when the engine
      * asked for it and put once that window's pointer is written
      * (checkpoint_after_commit). */
@@ -2654,12 +2655,15 @@ static int bg_poll(struct driver *d, int64_t now, bool wait)
     if (g->state == UPLOAD_PUTTING) {
         if (!(wait ? upload_join_for(g, DRIVER_UPLOAD_WAIT_MS)
                    : upload_join(g, false))) {
-            if (wait) { /* the tick ends (status published) and comes back */
+            if (wait) { /* the tick ends (status published) and comes back
+                           to this wait (run_round) */
+                d->is_upload_wait = true;
                 d->next_at = now;
                 return 1;
             }
             return 0;
         }
+        d->is_upload_wait = false;
         int rc = bg_outcome(d, now);
         if (rc != 0) {
             return rc;
@@ -2977,6 +2981,14 @@ static int run_round(struct driver *d, int64_t now)
     bool is_closing_only =
         d->is_draining && engine_committed_k(d->e) > d->drain_from_k;
 
+    if (d->is_upload_wait) {
+        /* a wait on the pass that a slice ended: it goes on before the
+         * round runs anything else, as one long wait did */
+        if (d->up.state == UPLOAD_PUTTING) {
+            return bg_poll(d, now, true);
+        }
+        d->is_upload_wait = false;
+    }
     if (d->up.state != UPLOAD_NONE) {
         /* A drain waits for the window going up (run_pending makes a
          * closing action wait too). */

@@ -371,7 +371,7 @@ def process_cpu(pid):
 def test_stage_cpu_counters_move_and_add_up_to_the_sink_threads(
         sink_node, bucket):
     """queen_s3_stage_cpu_seconds_total (docs/design/observability.md §2,
-    family 16): after a backlog of about 36 MB of JSON goes to the lake in
+    family 16): after a backlog of about 72 MB of JSON goes to the lake in
     windows of 1 MiB, zstd, every stage a record passes through has counted
     CPU, and the stages add up to what the sink's threads spent: the pool
     threads (queen-s3) run every step inside a frame whose rest is counted,
@@ -385,7 +385,7 @@ def test_stage_cpu_counters_move_and_add_up_to_the_sink_threads(
               "event": "view", "round": r, "i": i,
               "sku": "sku-%06d" % (i * 7919 % 100000),
               "note": "x%d" % (i * 31 % 997) * 40}).encode()}
-         for i in range(4000)] for r in range(24)))
+         for i in range(4000)] for r in range(48)))
     reader = lake.bucket_reader(bucket)
     lake.wait_queue(reader, PREFIX, TENANT, "orders", acked, timeout=120,
                     compression="zstd", align="none", broker=node)
