@@ -187,6 +187,7 @@ struct driver {
 
 static const char *bg_state_name(const struct driver *d);
 static void checkpoint_put_kept(struct driver *d, int64_t committed_k);
+static void checkpoint_drop_kept(struct driver *d);
 static void pin_redo(struct driver *d);
 
 /* ---- small helpers --------------------------------------------------- */
@@ -431,10 +432,7 @@ void driver_free(struct driver *d)
     }
     upload_free(&d->up);
     engine_free(d->e);
-    if (d->has_cp_kept) {
-        buf_free(&d->cp_kept_key);
-        buf_free(&d->cp_kept_body);
-    }
+    checkpoint_drop_kept(d);
     buf_free(&d->pend.manifest_key);
     buf_free(&d->redo_arena);
     buf_free(&d->parts_arena);
@@ -2794,7 +2792,7 @@ static void do_checkpoint(struct driver *d,
 }
 
 /* The checkpoint kept for the window going up (checkpoint_after_commit),
- * written once that window's pointer is: 0 done or none to write. */
+ * written once that window's pointer (committed_k) is. */
 static void checkpoint_put_kept(struct driver *d, int64_t committed_k)
 {
     struct err err = {0};
@@ -2911,10 +2909,8 @@ static int run_pending(struct driver *d, int64_t now)
  * upload here (its status would stand still through a bucket outage), and
  * a pass that fails and is retried no longer costs the checkpoint. 0. */
 static int checkpoint_after_commit(struct driver *d,
-                                   const struct engine_checkpoint_action *a,
-                                   int64_t now)
+                                   const struct engine_checkpoint_action *a)
 {
-    (void)now;
     if (d->up.state == UPLOAD_NONE || a->k < d->up.k) {
         do_checkpoint(d, a);
         return 0;
@@ -2954,7 +2950,7 @@ static int run_action(struct driver *d, const struct engine_action *a,
         return 0;
     case ENGINE_ACT_CHECKPOINT:
         d->did_work = true;
-        return checkpoint_after_commit(d, &a->u.checkpoint, now);
+        return checkpoint_after_commit(d, &a->u.checkpoint);
     case ENGINE_ACT_IDLE:
         *idle_ms = a->u.idle_min_wait_ms;
         return 0;

@@ -582,27 +582,9 @@ void upload_launch(struct upload *u)
     }
 }
 
-/* Join the thread of a pass that is over (is_done read under mu). */
-static bool join_if_done(struct upload *u, bool done)
-{
-    if (done && u->has_th) {
-        pthread_join(u->th, NULL);
-        u->has_th = false;
-    }
-    return done;
-}
-
 bool upload_join(struct upload *u, bool wait)
 {
-    bool done;
-
-    pthread_mutex_lock(&u->mu);
-    while (wait && !u->is_done) {
-        pthread_cond_wait(&u->cv, &u->mu);
-    }
-    done = u->is_done;
-    pthread_mutex_unlock(&u->mu);
-    return join_if_done(u, done);
+    return upload_join_for(u, wait ? -1 : 0);
 }
 
 bool upload_join_for(struct upload *u, int64_t max_ms)
@@ -618,12 +600,21 @@ bool upload_join_for(struct upload *u, int64_t max_ms)
         until.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&u->mu);
-    while (!u->is_done &&
-           pthread_cond_timedwait(&u->cv, &u->mu, &until) != ETIMEDOUT) {
+    while (!u->is_done && max_ms != 0) {
+        if (max_ms < 0) {
+            pthread_cond_wait(&u->cv, &u->mu);
+        } else if (pthread_cond_timedwait(&u->cv, &u->mu, &until) ==
+                   ETIMEDOUT) {
+            break;
+        }
     }
     done = u->is_done;
     pthread_mutex_unlock(&u->mu);
-    return join_if_done(u, done);
+    if (done && u->has_th) {
+        pthread_join(u->th, NULL);
+        u->has_th = false;
+    }
+    return done;
 }
 
 void upload_drop_warm(struct upload *u)

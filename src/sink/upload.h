@@ -218,20 +218,20 @@ void upload_drop_prebuilt(struct upload *u);
 void upload_begin(struct upload *u, struct upload_object *o, size_t n,
                   const char *ctype, struct upload_crash crash, int64_t k,
                   int64_t t_start);
-/* Start a pass over what has not landed yet (after RETRY). */
 /* "PUT <key>: <msg>" into out (cap bytes), a key of more than 96 bytes cut
  * in its middle ("...") so that a long key (a long partition name) never
  * hides the status and S3 code that follow it. Keys are percent-encoded
  * ASCII, so no cut splits a character. */
 void upload_put_why(char *out, size_t cap, const char *key, const char *msg);
-
+/* Start a pass over what has not landed yet (after RETRY). */
 void upload_launch(struct upload *u);
 /* Wait for the pass (when wait, or when it is over) and join. true when
  * the pass is over: its outcome fields are then the caller's to read. */
 bool upload_join(struct upload *u, bool wait);
 /* upload_join waiting at most max_ms (a pass of a bucket that does not
  * answer lasts the client's every attempt, tens of seconds: the driver
- * waits in slices, so its status is published between them). */
+ * waits in slices, so its status is published between them); max_ms < 0
+ * waits for the end of the pass, 0 not at all. */
 bool upload_join_for(struct upload *u, int64_t max_ms);
 /* Drop the window going up (stopped, or committed): join, free, NONE. */
 void upload_clear(struct upload *u);
