@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/aead.h"
 #include "base/log.h"
 #include "base/xalloc.h"
 #include "raft/snapshot.h"
@@ -46,6 +47,7 @@ struct touched {
     struct slice name;  /* into the entry */
     struct store_wpart part;
     int32_t dedup_window_seconds;
+    bool is_encrypted; /* the queue's encryptionEnabled as applied */
     int64_t first_new; /* first offset appended by this command, -1 none */
     uint64_t weight;   /* of the records appended: sum of max(1, payload) */
 };
@@ -66,7 +68,7 @@ struct fsm {
     fsm_change_fn on_change;
     void *on_change_arg;
     /* The push entry being applied was applied at store/format.h level 2
-     * or above: its unsealed records are flagged plain. */
+     * or above: its unsealed records are flagged plain (is_plain()). */
     bool mark_plain;
     struct err restore_err; /* the last failed restore, code 0 if none */
 };
@@ -175,6 +177,7 @@ static struct touched *touch(struct fsm *f, struct store_w *w,
     t->queue = it->queue;
     t->name = it->partition;
     t->dedup_window_seconds = q.dedup_window_seconds;
+    t->is_encrypted = q.is_encrypted;
     t->first_new = -1;
     t->weight = 0;
     f->n_touched++;
@@ -198,6 +201,24 @@ static int stored_duplicate(struct store_w *w, const struct touched *t,
     return row->stamp >= w->stamp - (int64_t)t->dedup_window_seconds * 1000000
                ? 1
                : 0;
+}
+
+/* Whether item it, unsealed, is stored flagged plain (never opened as an
+ * envelope). At level 2 and above it is, but for the JSON envelope of an
+ * encrypted queue: its receiver sealed it in that form because it had not
+ * applied the "format" row yet when the entry was proposed (every node
+ * receiving pushes runs a build of level 2, but its view of the cluster's
+ * level trails the log). Flagged plain, that record would be read back as
+ * ciphertext for good; unflagged, readers open it as they open the rows of
+ * level 1 (the tag decides). Decided from the queue's options and the
+ * bytes, so every node decides alike. */
+static bool is_plain(const struct fsm *f, const struct touched *t,
+                     const struct cmd_push_item *it)
+{
+    return !it->sealed && f->mark_plain &&
+           !(t->is_encrypted &&
+             aead_is_envelope((const uint8_t *)it->payload.ptr,
+                              it->payload.len));
 }
 
 /* Apply item i: a stored duplicate, or a new record. */
@@ -237,7 +258,7 @@ static int push_item(struct fsm *f, struct store_w *w, uint32_t i,
     memcpy(r->message_id, it->message_id, 16);
     rec = (struct store_wrecord){r->offset,  it->message_id,
                                  it->txn,    it->payload,
-                                 it->sealed, !it->sealed && f->mark_plain};
+                                 it->sealed, is_plain(f, t, it)};
     if (store_wrecord_put(w, t->part.id, &rec, err) != 0) {
         return err->code;
     }

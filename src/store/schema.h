@@ -62,7 +62,9 @@
  *             base/aead.h's binary form (iv || tag || ciphertext);
  *             SCHEMA_RECORD_PLAIN (2) = the payload is the producer's bytes,
  *             never an envelope (every unsealed row applied once the
- *             cluster's format is 2, store/format.h); other bits 0. Rows
+ *             cluster's format is 2, store/format.h, but an encrypted
+ *             queue's envelope, which a receiver that had not applied the
+ *             format row yet sealed: raft/fsm.c is_plain()); other bits 0. Rows
  *             with neither bit were applied before: an encrypted queue's
  *             payload there may be the JSON envelope, and such rows are
  *             still read (docs/design/formats.md §11).

@@ -569,6 +569,7 @@ static int queue_create(struct store_w *w, MDB_val *k,
 
     q->id = w->s->next_queue++;
     q->dedup_window_seconds = o->dedup_window_seconds;
+    q->is_encrypted = o->encryption_enabled;
     q->created = true;
     be64_put(fixed, q->id);
     be64_put(fixed + 8, (uint64_t)w->stamp);
@@ -613,6 +614,7 @@ int store_wqueue_get(struct store_w *w, struct slice name,
     }
     q->id = be64_get(d.mv_data);
     q->dedup_window_seconds = o.dedup_window_seconds;
+    q->is_encrypted = o.encryption_enabled;
     q->created = false;
     return 0;
 }
@@ -640,6 +642,7 @@ int store_wqueue_put_options(struct store_w *w, struct slice name,
     memcpy(fixed, d.mv_data, SCHEMA_QUEUE_FIXED);
     q->id = be64_get(fixed);
     q->dedup_window_seconds = o->dedup_window_seconds;
+    q->is_encrypted = o->encryption_enabled;
     q->created = false;
     return queue_write(w, &k, fixed, o, err);
 }

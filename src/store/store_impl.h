@@ -50,7 +50,8 @@ struct store {
 struct store_wqueue {
     uint64_t id;
     int32_t dedup_window_seconds;
-    bool created; /* created by this call */
+    bool is_encrypted; /* its options' encryptionEnabled */
+    bool created;      /* created by this call */
 };
 
 /* A partition as the writer sees it (the row, decoded). */

@@ -473,6 +473,85 @@ TEST(a_payload_pushed_after_the_format_rises_is_never_opened)
     buf_free(&env);
 }
 
+/* Configure queue name with encryptionEnabled, as api/configure.c's apply
+ * does. */
+static void configure_encrypted(struct env *e, const char *name)
+{
+    struct store_queue_options o;
+    struct store_wqueue q;
+    struct store_w w;
+    struct err err = {0};
+    MDB_txn *txn;
+
+    store_queue_options_configured(&o);
+    o.encryption_enabled = true;
+    EXPECT_EQ_I64(store_wbegin(e->store, &txn, &err), 0);
+    w = (struct store_w){.s = e->store,
+                         .txn = txn,
+                         .tenant = STORE_DEFAULT_TENANT,
+                         .stamp = T0};
+    EXPECT_EQ_I64(store_wqueue_put_options(
+                      &w, (struct slice){name, strlen(name)}, &o, &q, &err),
+                  0);
+    EXPECT(q.is_encrypted);
+    EXPECT_EQ_I64(store_wcommit(e->store, txn, ++e->index, T0, &err), 0);
+}
+
+/* The race of a format that rises: a receiver that had not applied the
+ * "format" row yet sealed an encrypted queue's payload as the JSON
+ * envelope, and the entry was applied after the row. Its record opens
+ * under the key, as a row of level 1 does; a producer's payload in the
+ * same queue that is not an envelope is stored flagged plain, and an
+ * envelope pushed to a queue without encryption still never opens. */
+TEST(an_envelope_sealed_before_the_format_rose_still_opens)
+{
+    static const char pt[] = "{\"order\":42.00}";
+    uint8_t key[32] = {13};
+    struct env e = {0};
+    struct cmd_push_item ci[2];
+    struct store_fetch_answer a;
+    struct store_fetch_req r = req("enc", "p", 0, 1 << 20);
+    struct store_fetch_req rp = req("plainq", "p", 0, 1 << 20);
+    struct buf env;
+    struct err err;
+    const struct store_record *rec;
+
+    buf_init(&env, BUF_UNLIMITED);
+    EXPECT_EQ_I64(aead_seal(key, (const uint8_t *)pt, strlen(pt), &env, &err),
+                  0);
+    env_open(&e);
+    store_set_seal_key(e.store, key);
+    configure_encrypted(&e, "enc");
+    put_format(&e, "2");
+    memset(ci, 0, sizeof(ci));
+    for (int i = 0; i < 2; i++) {
+        ci[i].queue = (struct slice){"enc", 3};
+        ci[i].partition = (struct slice){"p", 1};
+        ci[i].txn = (struct slice){i == 0 ? "t0" : "t1", 2};
+        ci[i].message_id[0] = (uint8_t)(i + 1);
+    }
+    ci[0].payload = (struct slice){env.data, env.len};
+    ci[1].payload = (struct slice){"{\"encrypted\":1}", 15};
+    EXPECT(env_push_cmd(&e, T0 + 1, ci, 2) != NULL);
+    EXPECT_EQ_I64(store_format(e.store), STORE_FORMAT_SEALED_BINARY);
+    fetch(&e, &r, 1, &a);
+    EXPECT_EQ_U64(a.entries[0].n_records, 2);
+    rec = a.entries[0].records;
+    EXPECT_MEM_EQ(rec[0].payload.ptr, rec[0].payload.len, pt, strlen(pt));
+    EXPECT_MEM_EQ(rec[1].payload.ptr, rec[1].payload.len, "{\"encrypted\":1}",
+                  15);
+    store_fetch_answer_free(&a);
+
+    ci[0].queue = (struct slice){"plainq", 6};
+    EXPECT(env_push_cmd(&e, T0 + 2, ci, 1) != NULL);
+    fetch(&e, &rp, 1, &a);
+    EXPECT_EQ_U64(a.entries[0].n_records, 1);
+    rec = a.entries[0].records;
+    EXPECT_MEM_EQ(rec[0].payload.ptr, rec[0].payload.len, env.data, env.len);
+    fetch_done(&e, &a);
+    buf_free(&env);
+}
+
 /* A row flagged sealed but too short to be the binary form (a damaged
  * store: nothing writes one) does not fail the read, which would stop a
  * sink for good: it comes back as a JSON string of its bytes' base64, and
