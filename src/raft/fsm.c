@@ -256,9 +256,9 @@ static int push_item(struct fsm *f, struct store_w *w, uint32_t i,
     r->status = FSM_ITEM_QUEUED;
     r->offset = t->part.last_offset + 1;
     memcpy(r->message_id, it->message_id, 16);
-    rec = (struct store_wrecord){r->offset,  it->message_id,
-                                 it->txn,    it->payload,
-                                 it->sealed, is_plain(f, t, it)};
+    rec =
+        (struct store_wrecord){r->offset,   it->message_id, it->txn,
+                               it->payload, it->sealed,     is_plain(f, t, it)};
     if (store_wrecord_put(w, t->part.id, &rec, err) != 0) {
         return err->code;
     }

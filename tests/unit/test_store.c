@@ -486,10 +486,8 @@ static void configure_encrypted(struct env *e, const char *name)
     store_queue_options_configured(&o);
     o.encryption_enabled = true;
     EXPECT_EQ_I64(store_wbegin(e->store, &txn, &err), 0);
-    w = (struct store_w){.s = e->store,
-                         .txn = txn,
-                         .tenant = STORE_DEFAULT_TENANT,
-                         .stamp = T0};
+    w = (struct store_w){
+        .s = e->store, .txn = txn, .tenant = STORE_DEFAULT_TENANT, .stamp = T0};
     EXPECT_EQ_I64(store_wqueue_put_options(
                       &w, (struct slice){name, strlen(name)}, &o, &q, &err),
                   0);
