@@ -357,10 +357,16 @@ int config_parse_peers(const char *s, struct config_peer *out, struct err *err)
 
 /* QUEEN_ENCRYPTION_KEY (docs/design/formats.md §11): a bad key disables
  * encryption, never the boot (config_warn_key says so). */
-static void set_key(struct config *c, const char *v)
+static void set_key(struct config *c, const char *raw)
 {
-    c->enc_key_set = aead_key_parse(v, c->enc_key);
-    c->enc_key_bad = *v != '\0' && !c->enc_key_set;
+    char v[80]; /* longer than a key, so a longer value stays wrong */
+    bool is_given = env_trim(raw, v, sizeof(v));
+
+    /* docs/design/config.md §1: trimmed (a key file's trailing newline is
+     * not a malformed key), and blank is unset. */
+    c->enc_key_set = is_given && aead_key_parse(v, c->enc_key);
+    c->enc_key_bad = is_given && !c->enc_key_set;
+    explicit_bzero(v, sizeof(v));
     if (!c->enc_key_set) {
         memset(c->enc_key, 0, sizeof(c->enc_key));
     }

@@ -18,6 +18,7 @@
 #include "api/tenant.h"
 #include "base/aead.h"
 #include "base/buf.h"
+#include "base/env.h"
 #include "base/json.h"
 #include "base/log.h"
 #include "base/uuid7.h"
@@ -388,9 +389,12 @@ static void host_on_start(uv_timer_t *t)
 
 static void host_key(struct sink_host *h)
 {
-    const char *v = getenv("QUEEN_ENCRYPTION_KEY");
+    char v[80]; /* longer than a key, so a longer value stays wrong */
 
-    h->has_key = v != NULL && aead_key_parse(v, h->key);
+    /* Trimmed as the broker's settings are (broker/config.c). */
+    h->has_key = env_trim(getenv("QUEEN_ENCRYPTION_KEY"), v, sizeof(v)) &&
+                 aead_key_parse(v, h->key);
+    explicit_bzero(v, sizeof(v));
 }
 
 int sink_host_boot(struct sink_host **out, struct store *store,

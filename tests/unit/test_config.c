@@ -493,4 +493,16 @@ TEST(the_encryption_key_is_64_hex_or_off_never_refused)
         EXPECT(!c.enc_key_set && c.enc_key_bad);
         EXPECT_EQ_U64(c.enc_key[31], 0);
     }
+    /* Trimmed: a key file's newline, a leading space; and a blank value
+     * is unset, not malformed. */
+    EXPECT_EQ_I64(
+        load_one("QUEEN_ENCRYPTION_KEY",
+                 " 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d"
+                 "1e1f\n",
+                 &c, &err),
+        0);
+    EXPECT(c.enc_key_set && !c.enc_key_bad);
+    EXPECT_EQ_U64(c.enc_key[31], 31);
+    EXPECT_EQ_I64(load_one("QUEEN_ENCRYPTION_KEY", " \t ", &c, &err), 0);
+    EXPECT(!c.enc_key_set && !c.enc_key_bad);
 }
