@@ -783,6 +783,7 @@ static int check_redo_manifest(struct driver *d, const struct docs_intent *in,
     bool match = false;
     int rc = get_redo_manifest(d, in, &g, &match, err);
     const struct docs_manifest *m = &g.m;
+    bool is_at_start = !d->has_started;
 
     if (!match) {
         goto out_free;
@@ -809,6 +810,14 @@ static int check_redo_manifest(struct driver *d, const struct docs_intent *in,
                      (int)m->lost[i].partition.len, m->lost[i].partition.ptr);
             d->lost[i].from = m->lost[i].from;
             d->lost[i].to = m->lost[i].to;
+            /* At start this process read nothing of the window, so the
+             * loss its manifest names was counted only by the process
+             * that found it, which is gone: counted here, as it commits
+             * (a redo that read the window counted what it found). */
+            if (is_at_start) {
+                d->ctr.records_lost +=
+                    (uint64_t)(m->lost[i].to - m->lost[i].from + 1);
+            }
         }
     }
 out_free:
@@ -2229,6 +2238,7 @@ static void pin_redo(struct driver *d)
         d->up.pins = in->parts;
         d->up.n_pins = in->n_parts;
     }
+    d->up.is_redo_build = true;
     d->is_pinned = true;
 }
 
@@ -2246,6 +2256,7 @@ static void unpin_redo(struct driver *d)
     d->lq.prefix = d->cfg.prefix;
     d->up.pins = NULL;
     d->up.n_pins = 0;
+    d->up.is_redo_build = false;
     d->n_pin_lost = 0;
     d->is_pin_lost_counted = false;
     d->is_pinned = false;

@@ -414,6 +414,13 @@ int upload_build(struct upload *u, const struct engine_plan *p,
     if (rc == 0 && u->pins != NULL && u->cfg->per_partition) {
         rc = apply_pins(u, &o, &n, &cap, &w, err);
     }
+    if (rc == 0 && n == 0 && u->is_redo_build && !u->cfg->per_partition) {
+        struct sink_record none = {0};
+
+        x = object_open(u, &o, &n, &cap, &none);
+        rc = body_open(u, &b, 0, err);
+        rc = object_close(u, x, &b, rc, &w, err);
+    }
     free(v);
     *out = o;
     *n_out = n;
