@@ -1349,3 +1349,33 @@ def test_a_partitions_first_record_deleted_is_found_by_the_broker(logged):
     assert out["queues"][0]["exact"], out
     ours = first_violation(b, "head", node)
     assert "record %s/0 is in the log, not in the lake" % p in ours, ours
+
+
+def test_a_window_starting_on_the_hour_after_an_idle_stretch_is_no_gap(
+        bucket):
+    """An aligned queue idle across hh:00: window 1 closed by age at 00:10,
+    the sink stepped over the empty rest of the hour, and window 2 starts
+    at 01:00 (docs/design/window.md rule 6). That is the sink's lake, and
+    verify passes it; a gap that ends off the hour is still a violation,
+    named as one."""
+    hour = 3600 * 10**6
+    t0 = st.T0  # 00:00:00
+    for queue, start2 in (("idle.hour", t0 + hour),
+                          ("idle.off", t0 + hour + 1)):
+        windows = [
+            (t0, t0 + 600 * 10**6,
+             [("p", 0, "a", t0 + 1, b'{"n":0}')]),
+            (start2, start2 + 5 * 10**6,
+             [("p", 1, "b", start2 + 2, b'{"n":1}')]),
+        ]
+        c = bucket.boto3()
+        lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
+                                                      Body=body),
+                       PREFIX, TENANT, queue, windows, align="hour")
+    rc, out = verify_json(bucket, "--prefix", PREFIX, "--queue", "idle.hour")
+    assert rc == 0, out
+    assert out["queues"][0]["exact"] is True, out
+    rc, out = verify_json(bucket, "--prefix", PREFIX, "--queue", "idle.off")
+    assert rc == 1, out
+    assert any("windows 1 and 2 do not tile" in v
+               for v in out["queues"][0]["violations"]), out
