@@ -153,22 +153,33 @@ static const char *closest(const char *name, size_t len)
     return best;
 }
 
-static bool env_bool(const char *const *envp, const char *name)
+/* Boolean name of envp into *on (false when unset or blank). A value that
+ * is not a boolean is refused as the broker's own booleans are
+ * (broker/config.c), not read as false: QUEEN_STRICT_CONFIG=maybe would
+ * otherwise turn strict mode off without a word. */
+static int env_bool(const char *const *envp, const char *name, bool *on,
+                    struct err *err)
 {
     size_t n = strlen(name);
-    bool on = false;
 
+    *on = false;
     for (size_t i = 0; envp != NULL && envp[i] != NULL; i++) {
         if (strncmp(envp[i], name, n) == 0 && envp[i][n] == '=') {
             char t[64];
             const char *v = envp[i] + n + 1;
-            v += strspn(v, " \t");
+            v += strspn(v, " \t\r\n");
             snprintf(t, sizeof(t), "%s", v);
             t[strcspn(t, " \t\r\n")] = '\0';
-            return sink_parse_bool(t, &on) && on;
+            if (t[0] == '\0' || sink_parse_bool(t, on)) {
+                return 0;
+            }
+            return err_set(err, ERR_INVALID,
+                           "%s=%.60s: not a boolean (true or false; also 1/0, "
+                           "yes/no, on/off)",
+                           name, t);
         }
     }
-    return false;
+    return 0;
 }
 
 /* One complaint: a warning, or with QUEEN_STRICT_CONFIG=true the refusal. */
@@ -217,8 +228,15 @@ static int sink_off_settings(const char *const *envp, bool strict,
 int envcheck_run(const char *const *envp, envcheck_warn_fn warn, void *ctx,
                  struct err *err)
 {
-    bool strict = env_bool(envp, "QUEEN_STRICT_CONFIG");
+    bool strict = false;
+    bool is_on = false;
+    struct err ignored;
     char msg[512];
+
+    if (env_bool(envp, "QUEEN_STRICT_CONFIG", &strict, err) != 0 ||
+        env_bool(envp, "QUEEN_TEST_MODE", &is_on, err) != 0) {
+        return err->code;
+    }
 
     for (size_t i = 0; envp != NULL && envp[i] != NULL; i++) {
         const char *v = envp[i];
@@ -258,7 +276,8 @@ int envcheck_run(const char *const *envp, envcheck_warn_fn warn, void *ctx,
             return err->code;
         }
     }
-    if (!env_bool(envp, "QUEEN_S3_EMBEDDED")) {
+    /* Not a boolean: the sink's own check refuses it, with its sentence. */
+    if (env_bool(envp, "QUEEN_S3_EMBEDDED", &is_on, &ignored) != 0 || !is_on) {
         return sink_off_settings(envp, strict, warn, ctx, err);
     }
     return 0;

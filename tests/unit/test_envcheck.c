@@ -156,3 +156,28 @@ TEST(strict_config_refuses_what_would_only_warn)
     EXPECT_EQ_I64(envcheck_run(clean, collect, &s, &err), 0);
     EXPECT_EQ_I64(s.n, 0);
 }
+
+/* QUEEN_STRICT_CONFIG and QUEEN_TEST_MODE are booleans like the broker's
+ * others: a value that is none is refused, not read as false (strict mode
+ * would be off without a word); blank is unset. */
+TEST(strict_config_and_test_mode_refuse_what_is_not_a_boolean)
+{
+    const char *maybe[] = {"QUEEN_STRICT_CONFIG=maybe", "QUEEN_S3_EMBEDED=1",
+                           NULL};
+    const char *tru[] = {"QUEEN_TEST_MODE=tru", NULL};
+    const char *blank[] = {"QUEEN_STRICT_CONFIG= ", "QUEEN_TEST_MODE=", NULL};
+    const char *yes[] = {"QUEEN_STRICT_CONFIG=Yes", "QUEEN_S3_EMBEDED=1", NULL};
+    struct seen s = {0};
+    struct err err;
+
+    EXPECT_EQ_I64(envcheck_run(maybe, collect, &s, &err), ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, "QUEEN_STRICT_CONFIG=maybe: not a boolean (true "
+                           "or false; also 1/0, yes/no, on/off)");
+    EXPECT_EQ_I64(envcheck_run(tru, collect, &s, &err), ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, "QUEEN_TEST_MODE=tru: not a boolean (true or "
+                           "false; also 1/0, yes/no, on/off)");
+    EXPECT_EQ_I64(envcheck_run(blank, collect, &s, &err), 0);
+    EXPECT_EQ_I64(s.n, 0);
+    EXPECT_EQ_I64(envcheck_run(yes, collect, &s, &err), ERR_INVALID);
+    EXPECT(strstr(err.msg, "(QUEEN_STRICT_CONFIG=true)") != NULL);
+}
