@@ -44,6 +44,7 @@ int dirlock_take(const char *dir, int *fd, struct err *err)
 {
     char path[DIRLOCK_PATH_MAX];
     char pid[32];
+    int d;
     int f;
     int n;
 
@@ -51,18 +52,29 @@ int dirlock_take(const char *dir, int *fd, struct err *err)
     if (dir_file(path, dir, DIRLOCK_FILE, err) != 0) {
         return err->code;
     }
+    /* The lock is on the directory itself: a lock on the file alone was
+     * lost with the file, and a cleanup of a "stale" queen.lock let a
+     * second broker into the directory (two raft logs, one corrupt). */
+    d = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (d < 0) {
+        return err_set(err, ERR_IO, "QUEEN_RAFT_DIR=%.200s: open: %s", dir,
+                       strerror(errno));
+    }
     f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (f < 0) {
+        int e = errno;
+        close(d);
         return err_set(err, ERR_IO, "QUEEN_RAFT_DIR=%.200s: open %s: %s", dir,
-                       DIRLOCK_FILE, strerror(errno));
+                       DIRLOCK_FILE, strerror(e));
     }
-    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+    if (flock(d, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
         long holder = e == EWOULDBLOCK ? holder_pid(f) : 0;
         close(f);
+        close(d);
         if (e != EWOULDBLOCK) {
-            return err_set(err, ERR_IO, "QUEEN_RAFT_DIR=%.200s: lock %s: %s",
-                           dir, DIRLOCK_FILE, strerror(e));
+            return err_set(err, ERR_IO, "QUEEN_RAFT_DIR=%.200s: lock: %s", dir,
+                           strerror(e));
         }
         return err_set(err, ERR_BUSY,
                        "QUEEN_RAFT_DIR=%.200s: in use by another queen process "
@@ -70,12 +82,14 @@ int dirlock_take(const char *dir, int *fd, struct err *err)
                        "or give this one a directory of its own",
                        dir, holder);
     }
+    /* The file holds the PID for that message only. */
     n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
     if (ftruncate(f, 0) != 0 || pwrite(f, pid, (size_t)n, 0) != n) {
         /* the lock holds without it; only the message loses the PID */
         (void)0;
     }
-    *fd = f;
+    close(f);
+    *fd = d;
     return 0;
 }
 

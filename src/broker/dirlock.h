@@ -1,9 +1,9 @@
 /* One process per data directory (issue 19 item 1). Two brokers on one
  * QUEEN_RAFT_DIR would both append to the raft log and corrupt it, so the
- * boot takes an exclusive flock(2) on <dir>/queen.lock and keeps it for the
- * life of the process (the kernel drops it at any exit, kill -9 included).
- * The file holds the holder's PID, for the refusal's message only: the lock,
- * not the file's presence, decides. */
+ * boot takes an exclusive flock(2) on the directory itself and keeps it for
+ * the life of the process (the kernel drops it at any exit, kill -9
+ * included). <dir>/queen.lock holds the holder's PID, for the refusal's
+ * message only: deleting it changes nothing. */
 #ifndef QUEEN_BROKER_DIRLOCK_H
 #define QUEEN_BROKER_DIRLOCK_H
 

@@ -1,5 +1,6 @@
 """Boot and shutdown: settings refused with the exact FATAL line, SIGTERM
 finishing in-flight requests, /health, /status, unknown routes."""
+import os
 import re
 import signal
 import subprocess
@@ -230,6 +231,27 @@ def test_a_second_broker_on_one_data_dir_is_refused_naming_the_holder(
         assert [x["payload"] for x in recs] == [{"n": 1}, {"n": 2}], recs
     finally:
         assert again.stop() == 0
+
+
+def test_deleting_the_lock_file_lets_no_second_broker_in(tmp_path):
+    """The lock is the directory's, not the file's: a cleanup of a
+    "stale" queen.lock while the broker runs used to let a second broker
+    share the raft log and corrupt it. The second is refused all the same
+    (the PID is unknown then), and the first goes on."""
+    d = str(tmp_path / "d")
+    first = Broker(d)
+    first.start()
+    try:
+        os.unlink(os.path.join(d, "queen.lock"))
+        fatal = boot_fatal(Broker(d).environment())
+        assert re.match(FATAL + re.escape(
+            "QUEEN_RAFT_DIR=%s: in use by another queen process" % d),
+            fatal), fatal
+        r = first.post("/api/v1/push", {"items": [
+            {"queue": "q", "partition": "p", "payload": {"n": 1}}]})
+        assert r.status == 201, r
+    finally:
+        assert first.stop() == 0
 
 
 def test_the_lock_of_a_killed_broker_does_not_block_its_restart(tmp_path):
