@@ -66,7 +66,7 @@ struct sink_broker {
 };
 
 /* Whether a KV call error is worth retrying (not leader, busy, timeout,
- * i/o). */
+ * i/o, storage full, too many requests, remote). */
 bool sink_broker_kv_retriable(int code);
 
 /* ---- crash points (docs/design/protocol.md §6.5) ------------------------ */

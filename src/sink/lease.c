@@ -54,8 +54,12 @@ struct lease {
 
 bool sink_broker_kv_retriable(int code)
 {
+    /* The reference's rule for the KV's answers: 408, 429 and 5xx retry.
+     * A full disk (507) frees up: the queue waits for it, its lease is not
+     * given up as if another instance had taken it. */
     return code == ERR_NOT_LEADER || code == ERR_BUSY || code == ERR_TIMEOUT ||
-           code == ERR_IO;
+           code == ERR_IO || code == ERR_FULL || code == ERR_LIMIT ||
+           code == ERR_REMOTE;
 }
 
 int64_t lease_ttl_seconds(int64_t ttl_ms)

@@ -307,6 +307,32 @@ TEST(refresh_keeps_the_lease_through_a_busy_broker_and_loses_it_to_another)
     lease_free(l);
 }
 
+/* A full disk (507) and the other answers the reference retries (429,
+ * 5xx) keep the lease: the disk frees up, and nobody else took the row.
+ * Only a refusal that cannot change marks it lost. */
+TEST(refresh_keeps_the_lease_through_a_full_disk)
+{
+    static const int retried[] = {ERR_FULL, ERR_LIMIT, ERR_REMOTE, ERR_IO};
+    struct rig r;
+    struct err err;
+
+    struct lease *l = rig_held(&r, NULL);
+    for (size_t i = 0; i < ARRAY_LEN(retried); i++) {
+        r.f.fail_next = 1;
+        r.f.fail_code = retried[i];
+        EXPECT_EQ_I64(lease_refresh(l, &err), retried[i]);
+        EXPECT(!lease_lost(l));
+        EXPECT_EQ_I64(lease_refresh(l, &err), 0);
+    }
+    r.f.fail_next = 1;
+    r.f.fail_code = ERR_INVALID;
+    EXPECT_EQ_I64(lease_refresh(l, &err), ERR_INVALID);
+    EXPECT(lease_lost(l));
+    EXPECT_STR_EQ(lease_lost_reason(l),
+                  "the broker refused the lease renewal for good");
+    lease_free(l);
+}
+
 /* A heartbeat that timed out after it was applied (a leader change) left
  * the row one version ahead of the handle. The row still carries this
  * handle's incarnation, so nobody else wrote it: the next fence adopts its
