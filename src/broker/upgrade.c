@@ -26,6 +26,9 @@ struct upgrade {
     bool in_flight; /* one KV write out: its callback clears it */
     bool closing;
     bool closed; /* the timer handle is closed: free with the last write */
+    /* The key of the last write logged at info: a write retried every
+     * tick (a full disk refuses it) is logged once, then at debug. */
+    char logged[48];
 };
 
 enum upgrade_step upgrade_next(const struct upgrade_view *v)
@@ -97,6 +100,11 @@ static void upgrade_write(struct upgrade *u, const char *key, const char *why)
         return;
     }
     u->in_flight = true;
+    if (strcmp(u->logged, key) == 0) {
+        log_debug("upgrade", "%s: %s again", why, key);
+        return;
+    }
+    snprintf(u->logged, sizeof(u->logged), "%s", key);
     log_info_kv("upgrade", why, {"key", key},
                 {"format", LOG_U64((uint64_t)STORE_FORMAT_BUILD)});
 }
