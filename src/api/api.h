@@ -233,6 +233,10 @@ int api_configure_apply(void *arg, struct store *s, MDB_txn *txn,
 /* Appends a JSON member (",\"s3\":{…}") to /status, or Prometheus lines to
  * /metrics/prometheus: the sink's hooks. */
 typedef int (*api_extra_fn)(void *arg, struct buf *out, struct err *err);
+/* The /status hook: tenant NULL shows every sink; else (the canonical text
+ * of the tenant a bearer token is bound to) that tenant's sinks only. */
+typedef int (*api_status_fn)(void *arg, const char *tenant, struct buf *out,
+                             struct err *err);
 
 struct api_waiter; /* a long-poll fetch (fetch.c) */
 
@@ -261,7 +265,7 @@ struct api {
     bool is_stopping;
     bool is_tenancy_header;   /* QUEEN_TENANCY_HEADER (api/tenant.h) */
     bool is_sink_kv_writable; /* QUEEN_KV_UNSAFE_SINK_WRITES (api/kv.h (2)) */
-    api_extra_fn status_extra;
+    api_status_fn status_extra;
     void *status_extra_arg;
     api_extra_fn metrics_extra;
     void *metrics_extra_arg;

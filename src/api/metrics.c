@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "api/api.h"
+#include "api/auth.h"
 #include "base/version.h"
 #include "base/xalloc.h"
 #include "http/resp.h"
@@ -401,8 +402,17 @@ void api_handle_metrics(struct http_req *req, void *arg)
     struct buf out;
     struct err err;
     struct err perr;
+    const struct auth_entry *e = req->principal;
     int rc;
 
+    /* The exposition is the node's, every tenant's series in it: an
+     * operator's token reads it, not one bound to a tenant. */
+    if (e != NULL && e->is_bound) {
+        api_respond_error(a, req, 403, "forbidden",
+                          "the metrics are the whole node's: they need a "
+                          "token bound to no tenant");
+        return;
+    }
     metrics_refresh(a);
     buf_init(&out, BUF_UNLIMITED);
     rc = metrics_render(a->metrics, &out, &err);

@@ -5,6 +5,8 @@
  * (api->status_extra) appends the "s3" member; without the sink the block is
  * absent. */
 #include "api/api.h"
+#include "api/auth.h"
+#include "base/uuid7.h"
 #include "http/server.h"
 #include "raft/node.h"
 
@@ -33,7 +35,17 @@ void api_handle_status(struct http_req *req, void *arg)
     /* The writer is done with the object's members; the hook appends its
      * own ",\"s3\":{…}" before the closing brace. */
     if (rc == 0 && a->status_extra != NULL) {
-        rc = a->status_extra(a->status_extra_arg, &out, &err);
+        const struct auth_entry *e = req->principal;
+        char tenant[37];
+
+        /* A token bound to a tenant sees that tenant's sinks only: another
+         * tenant's bucket, queues and counts are not its business. */
+        if (e != NULL && e->is_bound) {
+            uuid7_format(e->tenant, tenant);
+        }
+        rc = a->status_extra(a->status_extra_arg,
+                             e != NULL && e->is_bound ? tenant : NULL, &out,
+                             &err);
     }
     if (rc == 0) {
         rc = buf_append_byte(&out, '}', &err);

@@ -202,7 +202,8 @@ static void host_unit_keys(const struct tunit *u, struct status_sink *ss)
     }
 }
 
-static int host_status(void *arg, struct buf *out, struct err *err)
+static int host_status(void *arg, const char *tenant, struct buf *out,
+                       struct err *err)
 {
     struct sink_host *h = arg;
     struct status_node node;
@@ -217,20 +218,29 @@ static int host_status(void *arg, struct buf *out, struct err *err)
     struct sink **sinks = xcalloc(n, sizeof(struct sink *));
     size_t k = 0;
 
+    /* tenant: only its sinks (api_status_fn), and the environment sink's
+     * report is the block's own only when it is that tenant's. */
+    bool has_env =
+        h->has_env && (tenant == NULL || strcmp(tenant, h->tenant_text) == 0);
+
     memset(&node, 0, sizeof(node));
     node.phase = h->is_stopping   ? "stopped"
                  : !h->is_started ? "starting"
-                 : h->has_env     ? NULL /* the environment sink's */
+                 : has_env        ? NULL /* the environment sink's */
                                   : "running";
     node.threads = h->node.threads;
     node.stages = obs_stages(sink_pool_obs(h->pool));
-    node.control_plane_error = h->cp_error[0] != '\0' ? h->cp_error : NULL;
-    if (h->has_env) {
+    node.control_plane_error =
+        h->cp_error[0] != '\0' && tenant == NULL ? h->cp_error : NULL;
+    if (has_env) {
         ss[k].tenant = h->tenant_text;
         ss[k].source = "env";
         sinks[k++] = h->sink;
     }
     for (size_t i = 0; i < h->n_units; i++) {
+        if (tenant != NULL && strcmp(tenant, h->units[i]->tenant_text) != 0) {
+            continue;
+        }
         host_unit_keys(h->units[i], &ss[k]);
         sinks[k++] =
             h->units[i]->state == UNIT_ERROR ? NULL : h->units[i]->sink;
