@@ -311,7 +311,11 @@ bool api_auth_guard(struct http_req *req, void *arg)
     if (req->route != NULL && strcmp(req->route, "/health") == 0) {
         return true;
     }
-    v = auth_check(a, http_req_header(req, "authorization"), &e);
+    bool is_repeated;
+    const char *h = http_req_header_sole(req, "authorization", &is_repeated);
+
+    /* Two Authorization headers name no one token: not valid. */
+    v = is_repeated ? AUTH_BAD : auth_check(a, h, &e);
     if (v == AUTH_OK) {
         req->principal = e;
         return true;

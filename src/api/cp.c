@@ -189,7 +189,11 @@ static bool cp_guard(struct http_req *req, void *arg)
         http_respond_error(req, 404, "no_such_route", "not found");
         return false;
     }
-    if (!cp_token_ok(c, http_req_header(req, CP_TOKEN_HEADER))) {
+    bool is_repeated;
+    const char *token =
+        http_req_header_sole(req, CP_TOKEN_HEADER, &is_repeated);
+
+    if (is_repeated || !cp_token_ok(c, token)) {
         http_respond_error(req, 401, "unauthorized", "bad control-plane token");
         return false;
     }

@@ -105,16 +105,24 @@ int api_tenant(const struct http_req *req, const struct api *a, uint8_t out[16],
                struct err *err)
 {
     const struct auth_entry *e = req->principal;
+    bool is_repeated;
+    const char *h = http_req_header_sole(req, API_TENANT_HEADER, &is_repeated);
 
+    /* Read only where it decides the tenant, as before; there, two of them
+     * name no one tenant (RFC 9110 joins them with a comma, which is not a
+     * UUID either). */
+    if (is_repeated && ((e != NULL && e->is_bound) || a->is_tenancy_header)) {
+        return err_set(err, ERR_INVALID,
+                       "bad " API_TENANT_HEADER " header: it is given more "
+                       "than once; send one");
+    }
     if (e != NULL && e->is_bound) {
-        return api_tenant_bound(
-            e->tenant, http_req_header(req, API_TENANT_HEADER), out, err);
+        return api_tenant_bound(e->tenant, h, out, err);
     }
     if (!a->is_tenancy_header) {
         return api_tenant_of(false, NULL, out, err);
     }
-    return api_tenant_of(true, http_req_header(req, API_TENANT_HEADER), out,
-                         err);
+    return api_tenant_of(true, h, out, err);
 }
 
 int api_tenant_gate_check(const uint8_t t[16], int st, enum api_gate g,

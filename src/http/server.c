@@ -164,6 +164,26 @@ const char *http_req_header(const struct http_req *req, const char *name)
     return NULL;
 }
 
+const char *http_req_header_sole(const struct http_req *req, const char *name,
+                                 bool *is_repeated)
+{
+    const char *v = NULL;
+
+    *is_repeated = false;
+    for (unsigned i = 0; i < req->nheaders; i++) {
+        const struct http_header *h = &req->headers[i];
+
+        if (strcasecmp(req->head.data + h->name_off, name) == 0) {
+            *is_repeated = v != NULL;
+            if (*is_repeated) {
+                break;
+            }
+            v = req->head.data + h->value_off;
+        }
+    }
+    return v;
+}
+
 bool http_req_param_slice(const struct http_req *req, const char *name,
                           struct slice *out)
 {

@@ -139,6 +139,12 @@ struct http_req {
 /* Case-insensitive header lookup: the first value of that name,
  * NUL-terminated, or NULL. Borrowed from req. */
 const char *http_req_header(const struct http_req *req, const char *name);
+/* The same, for a header that decides who the caller is (a token, a
+ * tenant): *is_repeated tells that the name came more than once, which the
+ * caller refuses instead of taking the first (a proxy that appends its own
+ * header after the client's would otherwise let the client's win). */
+const char *http_req_header_sole(const struct http_req *req, const char *name,
+                                 bool *is_repeated);
 /* A router parameter (":ns", "*key"), percent-decoded, NUL-terminated, or
  * NULL when the route has no such parameter. Borrowed from req. */
 const char *http_req_param(const struct http_req *req, const char *name);

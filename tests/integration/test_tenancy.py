@@ -237,3 +237,37 @@ def test_without_the_setting_the_header_is_ignored(broker):
     get = [{"op": "get", "ns": NS, "key": "k"}]
     assert kv(broker, "junk", get)["results"][0]["value"] == 1
     assert kv(broker, None, get)["results"][0]["value"] == 1
+
+
+def raw_request(b, method, path, body, headers):
+    """A request whose headers may repeat a name (a list of pairs)."""
+    import http.client
+    import json
+    conn = http.client.HTTPConnection("127.0.0.1", b.port, timeout=30)
+    try:
+        data = json.dumps(body).encode()
+        conn.putrequest(method, path)
+        for k, v in headers + [("Content-Type", "application/json"),
+                               ("Content-Length", str(len(data)))]:
+            conn.putheader(k, v)
+        conn.endheaders(data)
+        r = conn.getresponse()
+        return r.status, json.loads(r.read() or b"null")
+    finally:
+        conn.close()
+
+
+def test_a_repeated_tenant_header_names_no_tenant(tenancy):
+    """Behind a proxy that appends its own x-queen-tenant after the
+    client's, the first one used to win: the client chose the tenant. Two
+    of them name no one tenant (RFC 9110 joins them with a comma): 400,
+    whichever comes first, and nothing is stored."""
+    push = {"items": [{"queue": "dup", "payload": 1}]}
+    for pair in ((A, DEFAULT), (DEFAULT, A), (A, A)):
+        st, body = raw_request(tenancy, "POST", "/api/v1/push", push,
+                               [("x-queen-tenant", t) for t in pair])
+        assert st == 400, (pair, body)
+        assert body["error"] == ("bad x-queen-tenant header: it is given "
+                                 "more than once; send one"), body
+    for t in (None, A):
+        assert queues(tenancy, t) == []

@@ -181,6 +181,28 @@ def test_tokens_guard_every_route_but_health(tmp_path, certs):
         assert t not in log
 
 
+def test_two_authorization_headers_name_no_token(tmp_path, certs):
+    """A second Authorization header (a proxy that appends one) does not
+    let the first one through: 401 invalid_token, in either order."""
+    b = start_tls(tmp_path, certs, QUEEN_AUTH_TOKENS=certs["tokens"])
+    try:
+        ca = certs["cert"]
+        st, _, out = curl(b.port, "GET", "/api/v1/resources/queues", ca,
+                          token=TOK_ADMIN)
+        assert st == 200, out
+        for first, second in ((TOK_ADMIN, TOK_WRONG), (TOK_WRONG, TOK_ADMIN),
+                              (TOK_ADMIN, TOK_ADMIN)):
+            st, hdrs, out = curl(b.port, "GET", "/api/v1/resources/queues",
+                                 ca, token=first,
+                                 headers=["Authorization: Bearer " + second])
+            assert st == 401, (first, second, out)
+            assert json.loads(out)["error"] == \
+                "the bearer token is not valid", out
+            assert 'error="invalid_token"' in hdrs["www-authenticate"], hdrs
+    finally:
+        assert b.stop() == 0
+
+
 def _fetch(b, ca, token, tenant=None, queue="q"):
     hdrs = ["x-queen-tenant: " + tenant] if tenant else []
     st, _, out = curl(b.port, "POST", "/api/v1/fetch", ca, token=token,
