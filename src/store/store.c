@@ -169,6 +169,35 @@ static int by_write_build(struct store *s, MDB_txn *txn)
     return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
+/* A data file shorter than the pages its meta page counts (a partial copy
+ * of a backup, a truncation) would end the process on SIGBUS, with no line,
+ * at the first read past its end: refused here, naming the file and both
+ * lengths. Every page up to the last one was written by some commit, so a
+ * whole file is never shorter. */
+static int check_length(struct store *s, struct err *err)
+{
+    MDB_envinfo info;
+    MDB_stat st;
+    struct stat fs;
+    mdb_filehandle_t fd;
+    uint64_t need;
+
+    if (mdb_env_info(s->env, &info) != 0 || mdb_env_stat(s->env, &st) != 0 ||
+        mdb_env_get_fd(s->env, &fd) != 0 || fstat(fd, &fs) != 0) {
+        return 0; /* nothing to judge by: LMDB's own checks stand */
+    }
+    need = ((uint64_t)info.me_last_pgno + 1) * st.ms_psize;
+    if ((uint64_t)fs.st_size < need) {
+        return err_set(err, ERR_CORRUPT,
+                       "%s/data.mdb is %lld bytes, shorter than the %" PRIu64
+                       " its pages take: the store was cut (a partial copy "
+                       "or a truncation); restore the data directory whole "
+                       "from one backup",
+                       s->dir, (long long)fs.st_size, need);
+    }
+    return 0;
+}
+
 /* Open every named database and load meta into the cache. */
 static int open_dbs(struct store *s, struct err *err)
 {
@@ -251,7 +280,7 @@ static int env_open(struct store *s, struct err *err)
         return err_set(err, ERR_IO, "mdb_env_open %s: %s", s->dir,
                        mdb_strerror(rc));
     }
-    if (open_dbs(s, err) != 0) {
+    if (check_length(s, err) != 0 || open_dbs(s, err) != 0) {
         mdb_env_close(s->env);
         s->env = NULL;
         return err->code;

@@ -254,6 +254,34 @@ def test_deleting_the_lock_file_lets_no_second_broker_in(tmp_path):
         assert first.stop() == 0
 
 
+def test_a_truncated_store_refuses_the_boot_with_one_line(tmp_path):
+    """A data.mdb shorter than its pages (a partial copy of a backup)
+    ended the boot on SIGBUS with an empty log; now one line names the
+    file and both lengths, and the boot fails (exit 1, as any store that
+    does not open)."""
+    d = str(tmp_path / "d")
+    b = Broker(d)
+    b.start()
+    for i in range(20):
+        r = b.post("/api/v1/push", {"items": [
+            {"queue": "q", "partition": "p", "payload": {"n": i}}]})
+        assert r.status == 201, r
+    assert b.stop() == 0
+    path = os.path.join(d, "store", "data.mdb")
+    whole = os.path.getsize(path)
+    assert whole > 8192
+    os.truncate(path, 8192)
+    p = subprocess.run([queen_bin()], env=Broker(d).environment(),
+                       capture_output=True, timeout=60)
+    assert p.returncode == 1, p
+    fatal = [r["msg"] for r in loglines.parse(p.stderr.decode())
+             if r["level"] == "error"]
+    assert fatal == ["FATAL: %s is 8192 bytes, shorter than the %d its pages "
+                     "take: the store was cut (a partial copy or a "
+                     "truncation); restore the data directory whole from "
+                     "one backup" % (path, whole)], p.stderr
+
+
 def test_the_lock_of_a_killed_broker_does_not_block_its_restart(tmp_path):
     b = Broker(str(tmp_path / "d"))
     b.start()
