@@ -887,6 +887,10 @@ int docs_intent_encode(struct buf *out, const struct docs_intent *in,
     if (in->has_libraries) {
         jw_slice(&w, "libraries", in->libraries);
     }
+    if (in->has_records) {
+        jw_key(&w, "records");
+        jw_i64(&w, in->records);
+    }
     if (in->has_parts) {
         docs_write_parts(&w, in);
     } else if (in->has_parts_key) {
@@ -939,6 +943,11 @@ static int docs_read_intent_pins(struct dd *x, struct docs_intent *in)
     in->has_prefix = json_obj_get(x->d, 0, "prefix") >= 0;
     in->has_libraries = json_obj_get(x->d, 0, "libraries") >= 0;
     in->has_parts_key = json_obj_get(x->d, 0, "partsKey") >= 0;
+    in->has_records = json_obj_get(x->d, 0, "records") >= 0;
+    if (in->has_records &&
+        (dd_i64(x, 0, "records", &in->records) != 0 || in->records < 0)) {
+        return in->records < 0 ? dd_bad(x, "records") : x->err->code;
+    }
     if ((in->has_align && dd_str(x, 0, "align", &in->align) != 0) ||
         (in->has_prefix && dd_str(x, 0, "prefix", &in->prefix) != 0) ||
         (in->has_libraries && dd_str(x, 0, "libraries", &in->libraries) != 0)) {

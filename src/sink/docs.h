@@ -178,6 +178,11 @@ struct docs_intent {
      * (docs/design/protocol.md §5). Absent from older intents. */
     bool has_libraries;
     struct slice libraries;
+    /* The window's record count when its intent was written: a redo with
+     * none left knows whether the first attempt may have put an object
+     * (merged layout: upload.h is_redo_build). Absent from older intents. */
+    bool has_records;
+    int64_t records;
     bool has_parts;                       /* per-partition layout only */
     const struct docs_intent_part *parts; /* sorted as the plan is */
     size_t n_parts;

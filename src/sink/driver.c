@@ -1840,6 +1840,8 @@ static int do_intent(struct driver *d, int64_t now)
     in.prefix = cstr(d->cfg.prefix);
     in.has_libraries = true;
     in.libraries = cstr(intent_libraries(d, a));
+    in.has_records = true;
+    in.records = (int64_t)a->plan->n_records;
     if (same_slice(a->layout, cstr("per-partition"))) {
         in.has_parts = true;
         in.n_parts = plan_parts(d, a->plan, &parts);
@@ -2238,7 +2240,8 @@ static void pin_redo(struct driver *d)
         d->up.pins = in->parts;
         d->up.n_pins = in->n_parts;
     }
-    d->up.is_redo_build = true;
+    /* Only a first attempt that had records may have put an object. */
+    d->up.is_redo_build = in->has_records && in->records > 0;
     d->is_pinned = true;
 }
 

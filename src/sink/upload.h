@@ -133,11 +133,12 @@ struct upload {
      * keys come from the records. */
     const struct docs_intent_part *pins;
     size_t n_pins;
-    /* The build is a redo's (set by the driver with the intent's settings):
-     * in the merged layout, a window with no record left still gets its
-     * object, of no record, under its key, so the first attempt's object
-     * (a crash after its PUT, then a trim of every record) is replaced
-     * rather than left where no manifest names it. */
+    /* The build is a redo's whose intent counted records (set by the
+     * driver with the intent's settings): in the merged layout, a window
+     * with no record left still gets its object, of no record, under its
+     * key, so the first attempt's object (a crash after its PUT, then a
+     * trim of every record) is replaced rather than left where no manifest
+     * names it. */
     bool is_redo_build;
     /* What the last build found missing of the offsets pins name (records
      * a trim took since the first attempt), in partition order; the

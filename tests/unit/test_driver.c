@@ -2356,7 +2356,7 @@ TEST(a_per_partition_intent_names_each_partition_s_offsets)
     char want[256];
     snprintf(want, sizeof(want),
              "\"align\":\"hour\",\"prefix\":\"queen\",\"libraries\":\"%s\","
-             "\"parts\":[[\"a\",0,2],[\"b\",0,2]]}",
+             "\"records\":6,\"parts\":[[\"a\",0,2],[\"b\",0,2]]}",
              jsonl_codec_library(JSONL_ZSTD));
     EXPECT(strstr(in->value, want) != NULL);
     rig_close(r);
