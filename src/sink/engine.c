@@ -2470,8 +2470,16 @@ bool engine_begin_drain(struct engine *e)
 {
     int64_t lag = 0;
     bool is_aged = engine_lag(e, &lag) && lag >= e->cfg.drain_min_lag_us;
+    /* Under `latest` with nothing committed yet, the next engine starts at
+     * its own first safeTime (T_0), past whatever this one buffered: a
+     * drain that left those records for the next owner would leave them
+     * out of the lake for good, so any of them is worth a window. */
+    bool is_first_latest = e->cfg.start == ENGINE_START_LATEST &&
+                           e->committed_k == 0 && !e->has_redo &&
+                           e->total_buffered > 0;
     bool is_worth = e->total_buffered >= e->cfg.drain_min_bytes ||
-                    (is_aged && e->total_buffered > 0) || e->n_lost > 0;
+                    (is_aged && e->total_buffered > 0) || e->n_lost > 0 ||
+                    is_first_latest;
 
     e->is_draining = true;
     if (is_worth) {
