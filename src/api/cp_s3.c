@@ -393,6 +393,24 @@ static void cp_s3_put_write(struct cp_call *c, struct cp_s3_put *p)
     cp_submit(c, &op, 1, cp_s3_put_done);
 }
 
+/* 409 system_tenant for a cluster that cannot have a sink of its own, on
+ * every method of the route (the page's table does not limit it to PUT):
+ * true when answered. */
+static bool cp_s3_system_refused(struct cp_call *c)
+{
+    if (c->cp->is_tenant_header &&
+        memcmp(c->cl.broker_tenant, STORE_DEFAULT_TENANT, 16) != 0 &&
+        memcmp(c->cl.broker_tenant, CP_PROXY_TENANT, 16) != 0) {
+        return false;
+    }
+    cp_fail(c, 409, "system_tenant",
+            "cluster %s runs as the broker's default tenant or the "
+            "proxy's own (or QUEEN_PROXY_TENANT_HEADER is off): its "
+            "queues are the environment sink's, not a bucket of its own",
+            c->cl.slug);
+    return true;
+}
+
 static void cp_run_s3_put(struct cp_call *c)
 {
     struct cp_s3_put p;
@@ -405,17 +423,7 @@ static void cp_run_s3_put(struct cp_call *c)
     /* One allocation: no copy of the secret is left behind by a realloc. */
     (void)buf_reserve(&p.secret, CP_S3_SECRET_MAX, &err);
     buf_init(&p.row, BUF_UNLIMITED);
-    if (!cp_s3_cluster(c)) {
-        goto out;
-    }
-    if (!c->cp->is_tenant_header ||
-        memcmp(c->cl.broker_tenant, STORE_DEFAULT_TENANT, 16) == 0 ||
-        memcmp(c->cl.broker_tenant, CP_PROXY_TENANT, 16) == 0) {
-        cp_fail(c, 409, "system_tenant",
-                "cluster %s runs as the broker's default tenant or the "
-                "proxy's own (or QUEEN_PROXY_TENANT_HEADER is off): its "
-                "queues are the environment sink's, not a bucket of its own",
-                c->cl.slug);
+    if (!cp_s3_cluster(c) || cp_s3_system_refused(c)) {
         goto out;
     }
     if (c->cl.deleting) {
@@ -477,7 +485,7 @@ void cp_handle_s3_get(struct http_req *req, void *arg)
     struct cp_s3_row r;
     struct err err;
 
-    if (!cp_s3_cluster(c)) {
+    if (!cp_s3_cluster(c) || cp_s3_system_refused(c)) {
         return;
     }
     if (cp_s3_row_read(c->cp->a->store, c->cl.id, &r, &err) != 0) {
@@ -520,7 +528,7 @@ static void cp_run_s3_delete(struct cp_call *c)
     char key[CP_ID_LEN + 2];
     struct kv_op op;
 
-    if (!cp_s3_cluster(c)) {
+    if (!cp_s3_cluster(c) || cp_s3_system_refused(c)) {
         return;
     }
     snprintf(key, sizeof(key), "#%s", c->cl.id);

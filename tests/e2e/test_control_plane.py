@@ -462,6 +462,10 @@ def test_s3_unavailable_and_system_tenant(broker_factory):
     make_cluster(noheader, "acme", "acme-main")
     error_of(put_s3(noheader, "acme-main", dict(S3_BODY, secretKey=SECRET)),
              409, "system_tenant")
+    # The page's table does not limit it to PUT: GET and DELETE say so too.
+    for method in ("GET", "DELETE"):
+        error_of(cp(noheader, method, "/api/cp/clusters/acme-main/s3"), 409,
+                 "system_tenant")
 
 
 def sealed_rows(node):
