@@ -723,9 +723,11 @@ static int parse_settings(struct ld *l, struct sink_config *c, const char *spec)
 /* The environment sink of the default tenant. */
 static int parse_tenant(struct ld *l, struct sink_config *c)
 {
-    char spec[VAL_MAX];
+    const char *raw = l->env->get(l->env->ctx, "QUEEN_S3_QUEUES");
+    size_t cap = raw != NULL ? strlen(raw) + 1 : 1;
     char tmp[8];
     const char *set = NULL;
+    int rc;
 
     for (size_t i = 0; i < ARRAY_LEN(tenant_vars) && set == NULL; i++) {
         if (envv(l, tenant_vars[i], tmp, sizeof(tmp))) {
@@ -736,7 +738,11 @@ static int parse_tenant(struct ld *l, struct sink_config *c)
         return 0; /* no environment sink */
     }
     c->is_set = true;
-    if (!envv(l, "QUEEN_S3_QUEUES", spec, sizeof(spec))) {
+    /* The whole list, however long: a list cut at a buffer's end would
+     * drop the queues past it and mirror a name cut in two. */
+    char *spec = xmalloc(cap);
+    if (!env_trim(raw, spec, cap)) {
+        free(spec);
         return fail(l,
                     "%s is set but QUEEN_S3_QUEUES is not: QUEEN_S3_QUEUES is "
                     "what turns the environment's sink on — the queues it "
@@ -745,7 +751,9 @@ static int parse_tenant(struct ld *l, struct sink_config *c)
                     "sinks a control plane configures",
                     set);
     }
-    return parse_settings(l, c, spec);
+    rc = parse_settings(l, c, spec);
+    free(spec);
+    return rc;
 }
 
 static int parse_knobs(struct ld *l, struct sink_node_config *n)
@@ -1313,7 +1321,10 @@ static int doc_field(struct ld *l, const struct json_doc *d, size_t f, int v,
          type != JSON_OBJECT) ||
         (is_num && type == JSON_NUMBER)) {
         if (type == JSON_STRING) {
-            buf_init(&b, VAL_MAX);
+            /* As long as the document allows (it is bounded as a whole):
+             * each setting's own rule judges the length with its own
+             * sentence, and the queue list has none but the document's. */
+            buf_init(&b, BUF_UNLIMITED);
             if (json_get_str(d, v, &b, l->err) != 0) {
                 buf_free(&b);
                 return fail(l, "%s is not a valid string", key);

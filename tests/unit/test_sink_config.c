@@ -1019,3 +1019,62 @@ TEST(env_trim_cuts_a_long_value_at_the_cap)
     EXPECT(env_trim("abc", out, sizeof(out)));
     EXPECT_STR_EQ(out, "abc");
 }
+
+/* A list of 700 queue names (about 5 KB) is read whole, from the
+ * environment and from a document's string, and a document's long string
+ * setting gets its own rule's sentence. Before, the environment's list was
+ * cut at 4095 bytes (the queues past it dropped, the last name cut in two)
+ * and the document's refused as "not a valid string". */
+TEST(a_long_queue_list_is_read_whole)
+{
+    struct buf list;
+    struct buf doc;
+    struct err err;
+    struct sink_config c;
+    struct sink_node_config n;
+    char region[5001];
+
+    buf_init(&list, BUF_UNLIMITED);
+    buf_init(&doc, BUF_UNLIMITED);
+    for (int i = 0; i < 700; i++) {
+        char q[16];
+        snprintf(q, sizeof(q), "%squeue-%03d", i == 0 ? "" : ",", i);
+        EXPECT_EQ_I64(buf_append_str(&list, q, &err), 0);
+    }
+    EXPECT(list.len > 4096);
+    struct table t = {{"QUEEN_S3_QUEUES", list.data, "QUEEN_S3_ENDPOINT",
+                       "http://gw:7070", "QUEEN_S3_REGION", "us-east-1",
+                       "QUEEN_S3_BUCKET", "lake", "QUEEN_S3_ACCESS_KEY", "AKID",
+                       "QUEEN_S3_SECRET_KEY", "sekrit-value", NULL}};
+    load_ok(&t, &c, &n);
+    EXPECT_EQ_U64(c.n_queues, 700);
+    if (c.n_queues == 700) {
+        EXPECT_STR_EQ(c.queues[699], "queue-699");
+    }
+    sink_config_free(&c);
+
+    EXPECT_EQ_I64(buf_append_str(&doc, "{\"queues\":\"", &err), 0);
+    EXPECT_EQ_I64(buf_append_str(&doc, list.data, &err), 0);
+    EXPECT_EQ_I64(buf_append_str(&doc, "\"," DOC_BASE "}", &err), 0);
+    EXPECT_EQ_I64(
+        sink_config_from_doc(&c, "acme", buf_slice(&doc), "s", NULL, &err), 0);
+    EXPECT_EQ_U64(c.n_queues, 700);
+    if (c.n_queues == 700) {
+        EXPECT_STR_EQ(c.queues[699], "queue-699");
+    }
+    sink_config_free(&c);
+
+    memset(region, 'r', sizeof(region) - 1);
+    region[sizeof(region) - 1] = '\0';
+    buf_reset(&doc);
+    EXPECT_EQ_I64(buf_append_str(&doc, "{\"queues\":\"a\",\"region\":\"", &err),
+                  0);
+    EXPECT_EQ_I64(buf_append_str(&doc, region, &err), 0);
+    EXPECT_EQ_I64(buf_append_str(&doc, "\"," DOC_BASE "}", &err), 0);
+    EXPECT_EQ_I64(
+        sink_config_from_doc(&c, "acme", buf_slice(&doc), "s", NULL, &err),
+        ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, "region is 5000 bytes long: it is at most 63");
+    buf_free(&list);
+    buf_free(&doc);
+}
