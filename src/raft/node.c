@@ -2389,7 +2389,23 @@ static int init_io(struct node *n, const struct node_config *cfg,
 
     snprintf(dir, sizeof(dir), "%s/raft", cfg->dir);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-        return err_set(err, ERR_IO, "mkdir %s: %s", dir, strerror(errno));
+        return err_set(err, ERR_IO, "QUEEN_RAFT_DIR=%.200s: mkdir %s: %s",
+                       cfg->dir, dir, strerror(errno));
+    }
+    /* libraft names neither the path nor the cause of these ("raft_init:
+     * unknown error", "I/O error"): say them here, before it looks. */
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        return err_set(err, ERR_IO,
+                       "QUEEN_RAFT_DIR=%.200s: %s is not a directory (the raft "
+                       "log lives there)",
+                       cfg->dir, dir);
+    }
+    if (access(dir, R_OK | W_OK | X_OK) != 0) {
+        return err_set(err, ERR_IO,
+                       "QUEEN_RAFT_DIR=%.200s: %s is not writable by this "
+                       "process (uid %ld): %s",
+                       cfg->dir, dir, (long)getuid(), strerror(errno));
     }
     n->raft_dir = xstrdup(dir);
     int swept = raft_trash_sweep(dir);

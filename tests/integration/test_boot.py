@@ -309,6 +309,17 @@ def test_a_store_ahead_of_its_raft_log_refuses_the_boot(tmp_path):
                     r"older\)", fatal[0]), fatal[0]
 
 
+def test_a_raft_path_that_is_a_file_is_named(tmp_path):
+    """libraft said only "raft_init: unknown error" for a file where the
+    raft directory goes: the line names the setting and the path now."""
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "raft").write_text("not a directory")
+    fatal = boot_fatal(Broker(str(d)).environment())
+    assert fatal == ("FATAL: QUEEN_RAFT_DIR=%s: %s is not a directory (the "
+                     "raft log lives there)" % (d, d / "raft")), fatal
+
+
 def test_the_lock_of_a_killed_broker_does_not_block_its_restart(tmp_path):
     b = Broker(str(tmp_path / "d"))
     b.start()
