@@ -22,28 +22,9 @@ import lake
 from retention_helpers import configure, log_starts
 from sinkenv import PREFIX, TENANT, sink_env, sink_row, wait_until
 from test_sink_crash import lake_tool
+from test_sink_loss import push, ranges
 
 VERIFY = dict(compression="zstd", align="none")
-
-
-def push(node, queue, first, n):
-    items = [{"queue": queue, "partition": "p-%d" % (i % 2),
-              "transactionId": "%s-%d" % (queue, i),
-              "payload": b'{"n":%d}' % i}
-             for i in range(first, first + n)]
-    r = node.request("POST", "/api/v1/push", body=lake.push_body(items))
-    assert r.status == 201, r
-    acked = lake.acked_from_push(items, r.json())
-    assert len(acked) == n
-    return acked
-
-
-def ranges(acked):
-    by = {}
-    for p, o, _, _ in acked:
-        by.setdefault(p, []).append(o)
-    return [{"partition": p, "from": min(offs), "to": max(offs)}
-            for p, offs in sorted(by.items())]
 
 
 def manifest(reader, queue, k):

@@ -255,32 +255,43 @@ def test_deleting_the_lock_file_lets_no_second_broker_in(tmp_path):
         assert first.stop() == 0
 
 
+def pushed_dir(tmp_path, n=20):
+    """A data directory a broker pushed n records into, then stopped."""
+    d = str(tmp_path / "d")
+    b = Broker(d)
+    b.start()
+    for i in range(n):
+        r = b.post("/api/v1/push", {"items": [
+            {"queue": "q", "partition": "p", "payload": {"n": i}}]})
+        assert r.status == 201, r
+    assert b.stop() == 0
+    return d
+
+
+def boot_fails(d):
+    """Boot a broker on d, which must fail with exit 1: its error lines."""
+    p = subprocess.run([queen_bin()], env=Broker(d).environment(),
+                       capture_output=True, timeout=60)
+    assert p.returncode == 1, p
+    return [r["msg"] for r in loglines.parse(p.stderr.decode())
+            if r["level"] == "error"]
+
+
 def test_a_truncated_store_refuses_the_boot_with_one_line(tmp_path):
     """A data.mdb shorter than its pages (a partial copy of a backup)
     ended the boot on SIGBUS with an empty log; now one line names the
     file and both lengths, and the boot fails (exit 1, as any store that
     does not open)."""
-    d = str(tmp_path / "d")
-    b = Broker(d)
-    b.start()
-    for i in range(20):
-        r = b.post("/api/v1/push", {"items": [
-            {"queue": "q", "partition": "p", "payload": {"n": i}}]})
-        assert r.status == 201, r
-    assert b.stop() == 0
+    d = pushed_dir(tmp_path)
     path = os.path.join(d, "store", "data.mdb")
     whole = os.path.getsize(path)
     assert whole > 8192
     os.truncate(path, 8192)
-    p = subprocess.run([queen_bin()], env=Broker(d).environment(),
-                       capture_output=True, timeout=60)
-    assert p.returncode == 1, p
-    fatal = [r["msg"] for r in loglines.parse(p.stderr.decode())
-             if r["level"] == "error"]
+    fatal = boot_fails(d)
     assert fatal == ["FATAL: %s is 8192 bytes, shorter than the %d its pages "
                      "take: the store was cut (a partial copy or a "
                      "truncation); restore the data directory whole from "
-                     "one backup" % (path, whole)], p.stderr
+                     "one backup" % (path, whole)], fatal
 
 
 def test_a_store_ahead_of_its_raft_log_refuses_the_boot(tmp_path):
@@ -288,21 +299,10 @@ def test_a_store_ahead_of_its_raft_log_refuses_the_boot(tmp_path):
     healthy and answered every write 500 "entry was applied before this
     proposal" until the new log caught up with the store. Now one line
     says so and the boot fails; the store is left as it was."""
-    d = str(tmp_path / "d")
-    b = Broker(d)
-    b.start()
-    for i in range(20):
-        r = b.post("/api/v1/push", {"items": [
-            {"queue": "q", "partition": "p", "payload": {"n": i}}]})
-        assert r.status == 201, r
-    assert b.stop() == 0
+    d = pushed_dir(tmp_path)
     shutil.rmtree(os.path.join(d, "raft"))
-    p = subprocess.run([queen_bin()], env=Broker(d).environment(),
-                       capture_output=True, timeout=60)
-    assert p.returncode == 1, p
-    fatal = [r["msg"] for r in loglines.parse(p.stderr.decode())
-             if r["level"] == "error"]
-    assert len(fatal) == 1, p.stderr
+    fatal = boot_fails(d)
+    assert len(fatal) == 1, fatal
     assert re.match(re.escape("FATAL: store %s is ahead of the raft log "
                               "(applied " % os.path.join(d, "store")) +
                     r"\d+ > last index \d+; the raft directory lost or "
