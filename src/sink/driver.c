@@ -1809,6 +1809,28 @@ static const char *intent_libraries(const struct driver *d,
     return upload_codec_library(&c);
 }
 
+/* The intent of action a, but for its parts (borrowed from a and d). */
+static void intent_of(struct driver *d, const struct engine_intent_action *a,
+                      struct docs_intent *in)
+{
+    memset(in, 0, sizeof(*in));
+    in->k = a->k;
+    in->t_start = a->t_start;
+    in->t_end = a->t_end;
+    in->format = a->format;
+    in->compression = a->compression;
+    in->layout = a->layout;
+    in->writer = a->writer;
+    in->has_align = true;
+    in->align = cstr(layout_align_name((enum layout_align)d->cfg.align));
+    in->has_prefix = true;
+    in->prefix = cstr(d->cfg.prefix);
+    in->has_libraries = true;
+    in->libraries = cstr(intent_libraries(d, a));
+    in->has_records = true;
+    in->records = (int64_t)a->plan->n_records;
+}
+
 static int do_intent(struct driver *d, int64_t now)
 {
     const struct engine_intent_action *a = &d->pend.intent;
@@ -1825,23 +1847,7 @@ static int do_intent(struct driver *d, int64_t now)
         return -1;
     }
     buf_init(&key, DRIVER_KEY_MAX);
-
-    memset(&in, 0, sizeof(in));
-    in.k = a->k;
-    in.t_start = a->t_start;
-    in.t_end = a->t_end;
-    in.format = a->format;
-    in.compression = a->compression;
-    in.layout = a->layout;
-    in.writer = a->writer;
-    in.has_align = true;
-    in.align = cstr(layout_align_name((enum layout_align)d->cfg.align));
-    in.has_prefix = true;
-    in.prefix = cstr(d->cfg.prefix);
-    in.has_libraries = true;
-    in.libraries = cstr(intent_libraries(d, a));
-    in.has_records = true;
-    in.records = (int64_t)a->plan->n_records;
+    intent_of(d, a, &in);
     if (same_slice(a->layout, cstr("per-partition"))) {
         in.has_parts = true;
         in.n_parts = plan_parts(d, a->plan, &parts);
