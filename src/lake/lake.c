@@ -2495,7 +2495,7 @@ static void lake_fold_run(struct lake_fold *f, const struct lake_window *w,
  * window); --broker names a record of the log that does. */
 static bool lake_windows_meet(int64_t prev_end, int64_t t_start)
 {
-    const int64_t hour = (int64_t)3600 * 1000000;
+    int64_t hour = layout_align_unit(LAYOUT_ALIGN_HOUR);
 
     return t_start == prev_end || (t_start > prev_end && t_start % hour == 0);
 }
