@@ -2603,21 +2603,6 @@ int node_start(struct node **out, uv_loop_t *loop,
         fail_start(n, true);
         return err->code;
     }
-    /* The reverse of raft/snapshot.h (4): a store that applied entries the
-     * log does not hold (the raft directory lost, or older than the store)
-     * would answer every new entry "applied before this proposal" while
-     * the node looked healthy; it cannot start. */
-    if (store_applied_index(store) > raft_last_index(&n->raft)) {
-        err_set(err, ERR_PRECONDITION,
-                "store %s is ahead of the raft log (applied %" PRIu64
-                " > last index %" PRIu64 "; the raft directory lost or "
-                "older): restore the data directory whole from one backup, "
-                "or wipe it to rejoin a cluster",
-                store_dir(store), store_applied_index(store),
-                (uint64_t)raft_last_index(&n->raft));
-        fail_start(n, true);
-        return err->code;
-    }
     uv_timer_start(&n->tick, tick_cb, TICK_MS, TICK_MS);
     if (deferred_run(n, true) != 0) { /* (D2): raft's replay */
         n->is_stalled = true;

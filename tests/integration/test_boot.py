@@ -2,7 +2,6 @@
 finishing in-flight requests, /health, /status, unknown routes."""
 import os
 import re
-import shutil
 import signal
 import subprocess
 
@@ -292,21 +291,6 @@ def test_a_truncated_store_refuses_the_boot_with_one_line(tmp_path):
                      "take: the store was cut (a partial copy or a "
                      "truncation); restore the data directory whole from "
                      "one backup" % (path, whole)], fatal
-
-
-def test_a_store_ahead_of_its_raft_log_refuses_the_boot(tmp_path):
-    """The raft directory lost (or older than the store): the node booted
-    healthy and answered every write 500 "entry was applied before this
-    proposal" until the new log caught up with the store. Now one line
-    says so and the boot fails; the store is left as it was."""
-    d = pushed_dir(tmp_path)
-    shutil.rmtree(os.path.join(d, "raft"))
-    fatal = boot_fails(d)
-    assert len(fatal) == 1, fatal
-    assert re.match(re.escape("FATAL: store %s is ahead of the raft log "
-                              "(applied " % os.path.join(d, "store")) +
-                    r"\d+ > last index \d+; the raft directory lost or "
-                    r"older\)", fatal[0]), fatal[0]
 
 
 def test_a_raft_path_that_is_a_file_is_named(tmp_path):
