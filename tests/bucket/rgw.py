@@ -93,7 +93,7 @@ mon osd report timeout = 30
 
 [client.rgw]
 rgw data = {d}/rgw
-rgw frontends = beast endpoint=127.0.0.1:{rgw_port}
+rgw frontends = beast endpoint=127.0.0.1:{rgw_port} tcp_nodelay=1
 rgw dns name = localhost
 rgw enable usage log = false
 rgw thread pool size = 64
