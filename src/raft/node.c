@@ -335,6 +335,37 @@ unsigned node_voters(const struct node *n)
     return v;
 }
 
+/* The reverse of raft/snapshot.h (4): a store that applied entries its
+ * raft log does not hold. A follower killed while it installed the
+ * leader's dump is left so (the new store, the old log) and catches up by
+ * itself: the leader sends the dump again. A node that is its own only
+ * voter has no one to send it: its raft directory was lost or is older
+ * than the store, and it would answer every new entry "applied before
+ * this proposal" while it looked healthy, so it cannot start. */
+static int store_ahead(struct node *n, struct store *store, struct err *err)
+{
+    uint64_t applied = store_applied_index(store);
+    uint64_t last = (uint64_t)raft_last_index(&n->raft);
+
+    if (applied <= last) {
+        return 0;
+    }
+    if (node_voters(n) > 1) {
+        log_warn("node",
+                 "store %s is ahead of the raft log (applied %" PRIu64
+                 " > last index %" PRIu64 "): waiting for the leader's "
+                 "snapshot",
+                 store_dir(store), applied, last);
+        return 0;
+    }
+    return err_set(err, ERR_PRECONDITION,
+                   "store %s is ahead of the raft log (applied %" PRIu64
+                   " > last index %" PRIu64 "; the raft directory lost or "
+                   "older): restore the data directory whole from one "
+                   "backup, or wipe it to rejoin a cluster",
+                   store_dir(store), applied, last);
+}
+
 size_t node_members(const struct node *n, struct node_member *out, size_t cap)
 {
     const struct raft_configuration *c = &n->raft.configuration;
@@ -2600,6 +2631,10 @@ int node_start(struct node **out, uv_loop_t *loop,
     if (rv != 0) {
         err_set(err, ERR_IO, "raft_start: %s: %s", raft_strerror(rv),
                 raft_errmsg(&n->raft));
+        fail_start(n, true);
+        return err->code;
+    }
+    if (store_ahead(n, store, err) != 0) {
         fail_start(n, true);
         return err->code;
     }

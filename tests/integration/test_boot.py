@@ -2,6 +2,7 @@
 finishing in-flight requests, /health, /status, unknown routes."""
 import os
 import re
+import shutil
 import signal
 import subprocess
 
@@ -302,6 +303,32 @@ def test_a_raft_path_that_is_a_file_is_named(tmp_path):
     fatal = boot_fatal(Broker(str(d)).environment())
     assert fatal == ("FATAL: QUEEN_RAFT_DIR=%s: %s is not a directory (the "
                      "raft log lives there)" % (d, d / "raft")), fatal
+
+
+def test_a_store_ahead_of_its_raft_log_refuses_the_boot(tmp_path):
+    """The raft directory lost (or older than the store): the node booted
+    healthy and answered every write 500 "entry was applied before this
+    proposal" until the new log caught up with the store. Now one line
+    says so and the boot fails; the store is left as it was."""
+    d = str(tmp_path / "d")
+    b = Broker(d)
+    b.start()
+    for i in range(20):
+        r = b.post("/api/v1/push", {"items": [
+            {"queue": "q", "partition": "p", "payload": {"n": i}}]})
+        assert r.status == 201, r
+    assert b.stop() == 0
+    shutil.rmtree(os.path.join(d, "raft"))
+    p = subprocess.run([queen_bin()], env=Broker(d).environment(),
+                       capture_output=True, timeout=60)
+    assert p.returncode == 1, p
+    fatal = [r["msg"] for r in loglines.parse(p.stderr.decode())
+             if r["level"] == "error"]
+    assert len(fatal) == 1, p.stderr
+    assert re.match(re.escape("FATAL: store %s is ahead of the raft log "
+                              "(applied " % os.path.join(d, "store")) +
+                    r"\d+ > last index \d+; the raft directory lost or "
+                    r"older\)", fatal[0]), fatal[0]
 
 
 def test_the_lock_of_a_killed_broker_does_not_block_its_restart(tmp_path):

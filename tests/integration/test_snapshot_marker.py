@@ -284,3 +284,29 @@ def test_follower_killed_during_its_install_comes_back_equal(make_cluster):
     want += push_until_snapshots(c[lid], "kq", "d", 1,
                                  push=lambda its: push_ok(c, c[lid], its))
     rejoin_by_install(c, lid, f, "kq", want)
+
+
+def test_a_follower_whose_raft_directory_is_lost_catches_up(make_cluster):
+    """raft/ deleted on a follower (its store kept): the store is ahead of
+    the new log. A single node refuses that boot (test_boot.py); a node
+    with other voters warns and boots, and the leader's snapshot puts it
+    right, as it does for a follower killed during its install."""
+    c = make_cluster(env=SNAP_ENV)
+    lid = c.start()
+    f = c.followers()[0]
+    want = ["r%d" % i for i in range(5)]
+    push_ok(c, c[lid], items("rq", want))
+    c.wait_converged()
+    c.kill9(f.id)
+    shutil.rmtree(os.path.join(f.data_dir, "raft"))
+    lid = c.leader(timeout=15)
+    want += push_until_snapshots(c[lid], "rq", "s", 2,
+                                 push=lambda its: push_ok(c, c[lid], its))
+    c.start_node(f.id)
+    c.wait_converged(timeout=90)
+    assert re.search(r"store \S+ is ahead of the raft log \(applied \d+ > "
+                     r"last index \d+\): waiting for the leader's snapshot",
+                     f.logs()), f.logs()[-3000:]
+    logs = c.all_records("rq")
+    assert [t for _, t, _ in logs[lid]] == want
+    assert all(v == logs[lid] for v in logs.values())
