@@ -26,12 +26,14 @@ TEST_ONLY = ("QUEEN_S3_ALIGN", "QUEEN_S3_DISCOVERY_INTERVAL_MS",
 
 
 def log_lines(stderr_text):
-    """The broker's log lines (logfmt, src/base/log.h) as dicts; a line
-    that is not logfmt (none should be) is skipped."""
+    """The broker's log lines (src/base/log.h: text by default since
+    2f2875b, or logfmt or JSON with QUEEN_LOG_FORMAT) as dicts, each line
+    read in its own format; a line in none of them (none should be) is
+    skipped."""
     out = []
     for line in stderr_text.splitlines():
         try:
-            out.append(loglines.parse_logfmt(line))
+            out.extend(loglines.parse(line))
         except (ValueError, KeyError, IndexError):
             continue
     return out
