@@ -615,21 +615,12 @@ static const char *env_get(void *ctx, const char *name)
  * here and the process exits 2 as main would. */
 static int sink_preflight(struct err *err)
 {
-    const char *v = getenv("QUEEN_S3_EMBEDDED");
     struct sink_config sc;
     struct sink_node_config sn;
     bool on = false;
-
-    if (v == NULL || strspn(v, " \t\r\n") == strlen(v)) {
-        return 0;
-    }
-    while (*v == ' ' || *v == '\t') {
-        v++;
-    }
     char t[64];
-    snprintf(t, sizeof(t), "%s", v);
-    t[strcspn(t, " \t\r\n")] = '\0';
-    if (!sink_parse_bool(t, &on)) {
+
+    if (sink_env_bool(getenv("QUEEN_S3_EMBEDDED"), &on, t, sizeof(t)) != 0) {
         return err_set(err, ERR_INVALID,
                        "QUEEN_S3_EMBEDDED=%s is not a boolean. It is `true` "
                        "or `false`",

@@ -166,11 +166,8 @@ static int env_bool(const char *const *envp, const char *name, bool *on,
     for (size_t i = 0; envp != NULL && envp[i] != NULL; i++) {
         if (strncmp(envp[i], name, n) == 0 && envp[i][n] == '=') {
             char t[64];
-            const char *v = envp[i] + n + 1;
-            v += strspn(v, " \t\r\n");
-            snprintf(t, sizeof(t), "%s", v);
-            t[strcspn(t, " \t\r\n")] = '\0';
-            if (t[0] == '\0' || sink_parse_bool(t, on)) {
+
+            if (sink_env_bool(envp[i] + n + 1, on, t, sizeof(t)) == 0) {
                 return 0;
             }
             return err_set(err, ERR_INVALID,

@@ -225,6 +225,36 @@ bool sink_parse_bool(const char *s, bool *out)
     return false;
 }
 
+int sink_env_bool(const char *v, bool *out, char *shown, size_t cap)
+{
+    static const char ws[] = " \t\r\n";
+    size_t n;
+
+    *out = false;
+    if (cap > 0) {
+        shown[0] = '\0';
+    }
+    if (v == NULL) {
+        return 0;
+    }
+    v += strspn(v, ws);
+    n = strlen(v);
+    while (n > 0 && strchr(ws, v[n - 1]) != NULL) {
+        n--;
+    }
+    for (size_t i = 0; cap > 0 && i < n && i < cap - 1; i++) {
+        shown[i] = (char)tolower((unsigned char)v[i]);
+        shown[i + 1] = '\0';
+    }
+    if (n == 0) {
+        return 0;
+    }
+    if (n >= cap) {
+        return -1; /* longer than any boolean */
+    }
+    return sink_parse_bool(shown, out) ? 0 : -1;
+}
+
 static int boolv(struct ld *l, const char *name, bool def, bool *out)
 {
     char raw[VAL_MAX];

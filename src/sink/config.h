@@ -187,4 +187,11 @@ const struct sink_config_var *sink_config_var(size_t i);
  * any case). */
 bool sink_parse_bool(const char *s, bool *out);
 
+/* A sink variable's boolean as docs/design/config.md §1 reads every value:
+ * trimmed of spaces, tabs, CR and LF at both ends, blank counting as unset.
+ * shown (cap bytes) gets the trimmed value lowercased, for a message.
+ * Returns 0 with *out set (false when blank or v is NULL), or -1 when it is
+ * not a boolean. */
+int sink_env_bool(const char *v, bool *out, char *shown, size_t cap);
+
 #endif

@@ -344,12 +344,14 @@ static void host_boot_logs(struct sink_host *h)
     buf_free(&line);
 }
 
+/* Read as the boot's checks read it (sink_env_bool): a value they took as
+ * true must start the sink. */
 static bool env_true(const char *name)
 {
-    const char *v = getenv(name);
+    char shown[16];
     bool on = false;
 
-    return v != NULL && sink_parse_bool(v, &on) && on;
+    return sink_env_bool(getenv(name), &on, shown, sizeof(shown)) == 0 && on;
 }
 
 static void host_on_timer_closed(uv_handle_t *t)

@@ -45,6 +45,28 @@ def test_sink_off_has_no_s3_block(sink_node):
     assert "queen_s3_" not in node.get("/metrics/prometheus").body.decode()
 
 
+def test_a_padded_embedded_setting_starts_the_sink(sink_node, bucket):
+    """QUEEN_S3_EMBEDDED is trimmed like every sink value (a Kubernetes
+    manifest's "true " or a Secret's trailing newline): the boot's checks
+    took it as true while the host did not, and the node ran with no sink
+    and no word of it."""
+    node = sink_node({"QUEEN_S3_EMBEDDED": " true \n",
+                      "QUEEN_S3_QUEUES": "padded"})
+    assert node.get("/status").json().get("s3") is not None
+    items = [{"queue": "padded", "partition": "p", "payload": b'{"a":1}'}]
+    r = node.request("POST", "/api/v1/push", body=lake.push_body(items))
+    assert r.status == 201, r
+    lake.wait_queue(lake.bucket_reader(bucket), PREFIX, TENANT, "padded",
+                    lake.acked_from_push(items, r.json()), timeout=60,
+                    compression="zstd", align="none")
+
+
+def test_a_mixed_case_embedded_setting_is_named_lowercased(sink_node):
+    rc, log = boot_fails(sink_node, {"QUEEN_S3_EMBEDDED": " MayBe "})
+    assert rc != 0, log
+    assert "QUEEN_S3_EMBEDDED=maybe is not a boolean" in log, log
+
+
 def test_missing_queue_ships_once_created(sink_node, bucket):
     node = sink_node({"QUEEN_S3_QUEUES": "later"})
     wait_until(lambda: (sink_row(node, "later") or {}).get("state") ==

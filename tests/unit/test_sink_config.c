@@ -1078,3 +1078,27 @@ TEST(a_long_queue_list_is_read_whole)
     buf_free(&list);
     buf_free(&doc);
 }
+
+/* QUEEN_S3_EMBEDDED and the other sink booleans read outside the loader:
+ * trimmed, blank as unset, the value named lowercased. */
+TEST(an_env_boolean_is_trimmed_and_named_lowercased)
+{
+    char shown[16];
+    bool on = true;
+
+    EXPECT_EQ_I64(sink_env_bool(NULL, &on, shown, sizeof(shown)), 0);
+    EXPECT(!on);
+    EXPECT_EQ_I64(sink_env_bool(" \t\r\n", &on, shown, sizeof(shown)), 0);
+    EXPECT(!on);
+    EXPECT_EQ_I64(sink_env_bool(" TRUE \n", &on, shown, sizeof(shown)), 0);
+    EXPECT(on);
+    EXPECT_STR_EQ(shown, "true");
+    EXPECT_EQ_I64(sink_env_bool("\tno\r\n", &on, shown, sizeof(shown)), 0);
+    EXPECT(!on);
+    EXPECT_EQ_I64(sink_env_bool(" MayBe ", &on, shown, sizeof(shown)), -1);
+    EXPECT_STR_EQ(shown, "maybe");
+    EXPECT_EQ_I64(sink_env_bool("tr ue", &on, shown, sizeof(shown)), -1);
+    EXPECT_EQ_I64(
+        sink_env_bool("true-and-then-a-long-tail", &on, shown, sizeof(shown)),
+        -1);
+}
