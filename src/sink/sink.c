@@ -1495,7 +1495,13 @@ static int64_t task_own(struct sink *s, struct task *t, int64_t now)
                     {"queue", t->name}, {"instance", s->p.node->instance});
     }
     t->state = Q_OWNED;
-    health_watch(s->health, t->name, now);
+    /* A queue missing at the last look is watched once it is found to
+     * exist (task_publish): a bucket outage while it restores must not
+     * make a queue that does not exist the stale one of the verdict
+     * (docs/design/protocol.md §8: a missing queue is forgotten). */
+    if (!t->is_missing) {
+        health_watch(s->health, t->name, now);
+    }
     t->is_drain_asked = false;
     t->is_giving_back = false;
     pthread_mutex_lock(&s->pool->mu);
@@ -1526,6 +1532,9 @@ static int64_t task_claim(struct sink *s, struct task *t, int64_t now)
                      {"error", err.msg});
         task_error(s, t, err.msg);
         task_set_state(s, t, "failed", NULL);
+        /* failed, so watched: red once past the limit, as a queue failed
+         * by its driver (docs/design/protocol.md §8) */
+        health_watch(s->health, t->name, now);
         return now + SINK_TERMINAL_RETRY_MS;
     }
     task_set_state(s, t, "claiming", NULL);
@@ -1564,18 +1573,19 @@ static int64_t task_claim(struct sink *s, struct task *t, int64_t now)
 static void task_report(struct sink *s, struct task *t,
                         const struct driver_status *st);
 
-static void task_publish(struct sink *s, struct task *t)
+static void task_publish(struct sink *s, struct task *t, int64_t now)
 {
     struct driver_status st;
 
     driver_status(t->drv, &st);
-    task_report(s, t, &st);
     if (t->is_missing && st.has_complete_through) {
         log_info_kv("queen-s3", "the queue exists now; running it",
                     {"queue", t->name});
         t->is_missing = false;
         t->missing_looks = 0;
+        health_watch(s->health, t->name, now); /* see task_own */
     }
+    task_report(s, t, &st);
     /* docs/design/window.md §12: over the node's budget and the largest: close
      * early. The partitions' own bytes count too (issue 13 item 8); a close
      * frees records only, so a queue with none buffered is not asked. */
@@ -1856,7 +1866,7 @@ static int64_t task_step(struct sink *s, struct task *t, int64_t now)
     }
     memset(&nx, 0, sizeof(nx));
     driver_tick(t->drv, now, wall_us() / 1000, &nx);
-    task_publish(s, t);
+    task_publish(s, t, now);
     if (nx.stop != DRIVER_RUNNING) {
         return task_stopped(s, t, mono_ms(), &nx, sink_winding_down(s));
     }

@@ -248,6 +248,16 @@ def test_a_name_too_long_for_its_kv_keys_fails_with_its_reason(sink_node,
     row = wait_failed(node, long_name, "the long name's row failed")
     assert "makes them longer than the KV's 512 bytes: this queue cannot " \
         "be mirrored" in row["lastError"]["message"], row
+    # failed, so watched (docs/design/protocol.md §8): the verdict turns red
+    # on it once past the limit (30 s), as on a queue failed by a 403; it
+    # stayed ok for good before.
+
+    def verdict():
+        return node.get("/status").json()["s3"]["sinks"][0]["health"]
+
+    wait_until(lambda: not verdict()["ok"], 90, "the verdict red")
+    v = verdict()
+    assert v["queue"] == long_name and v["staleMs"] > v["limitMs"], v
 
 
 def test_a_sink_never_overwrites_a_window_its_pointer_does_not_know(

@@ -231,3 +231,33 @@ def test_completeness_never_steps_back_through_an_outage(sink_node, bucket):
         Bucket="lake", Prefix=key).get("KeyCount") == 1, 30,
         "window 2's checkpoint in the bucket")
     assert "checkpoint not written" not in node.stderr()
+
+
+def test_a_missing_queue_is_not_watched_through_an_outage(sink_node, bucket):
+    """A named queue that does not exist is forgotten by the health
+    verdict (docs/design/protocol.md §8). Through a bucket outage its next
+    look took the lease and stuck restoring on the checkpoint LIST, and it
+    was watched meanwhile: counted in the verdict's queues and named as its
+    stale queue, hiding the queue that really lagged."""
+    node = sink_node({"QUEEN_S3_QUEUES": "real,ghost"})
+    push(node, 2, 0, queue="real")
+    wait_until(lambda: (sink_row(node, "ghost") or {}).get("state") ==
+               "missing", 60, "ghost missing")
+    wait_until(lambda: (sink_row(node, "real") or {}).get("windowsCommitted",
+                                                          0) >= 1,
+               60, "real's window 1")
+
+    def verdict():
+        return node.get("/status").json()["s3"]["sinks"][0]["health"]
+
+    assert verdict()["queues"] == 1, verdict()
+    bucket.fault("down")
+    try:
+        wait_until(lambda: (sink_row(node, "ghost") or {}).get("state") ==
+                   "restoring", 90, "ghost's next look stuck restoring")
+        for _ in range(10):
+            v = verdict()
+            assert v["queues"] == 1 and v.get("queue") != "ghost", v
+            time.sleep(0.2)
+    finally:
+        bucket.clear_faults()
