@@ -1943,6 +1943,12 @@ static void sink_row(const struct task *t, bool has_safe, int64_t safe_us,
         or_none(snap && st->has_complete_through, st->complete_through);
     q->safe_time_us = or_none(snap && st->has_safe_time, st->safe_time);
     q->has_lag = task_lag(t, has_safe, safe_us, &lag_us);
+    if (t->has_lag_base && has_safe) {
+        /* the safeTime the lag was taken from: the row's safeTime less its
+         * completeThrough is its lagSeconds (the last step's safeTime is
+         * older, by as long as the queue has been quiet) */
+        q->safe_time_us = safe_us;
+    }
     q->lag_seconds = (double)lag_us / 1e6;
     q->redo = snap && st->redo;
     q->buffered_bytes = snap ? st->buffered_bytes : 0;

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -411,3 +412,28 @@ def test_stage_cpu_counters_move_and_add_up_to_the_sink_threads(
     # the digest one pass over the compressed bytes costs far less.
     assert got["compress"] > got["sha256"], got
     assert node.stop() == 0
+
+
+def test_a_quiet_rows_safe_time_less_its_complete_through_is_its_lag(
+        sink_node):
+    """A row's lagSeconds is the owning node's safeTime less completeThrough
+    (docs/design/observability.md §1), read at the moment of the request.
+    Its safeTime was the one of the queue's last step, older by as long as
+    the queue had been quiet, so the three fields disagreed."""
+    node = sink_node({"QUEEN_S3_QUEUES": "quiet"})
+    r = node.request("POST", "/api/v1/push", body=lake.push_body(
+        [{"queue": "quiet", "partition": "p", "payload": b'{"a":1}'}]))
+    assert r.status == 201, r
+    wait_until(lambda: (sink_row(node, "quiet") or {}).get(
+        "windowsCommitted", 0) >= 1, 60, "window 1 committed")
+    checked = 0
+    for _ in range(40):
+        row = sink_row(node, "quiet")
+        if row["lagSeconds"] is not None and row["safeTime"] and \
+                row["completeThrough"]:
+            gap = lake.parse_iso_us(row["safeTime"]) - \
+                lake.parse_iso_us(row["completeThrough"])
+            assert abs(gap - round(row["lagSeconds"] * 1e6)) <= 1, row
+            checked += 1
+        time.sleep(0.1)
+    assert checked >= 30, checked
