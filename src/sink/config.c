@@ -1153,16 +1153,43 @@ const char *sink_config_compression_name(const struct sink_config *c)
                : jsonl_codec_name(c->compression);
 }
 
+/* " key=value", the value quoted and escaped as logfmt's are when it
+ * holds a space, '"', '=', '\\' or a control byte: a region, an instance
+ * or a queue name with a space would otherwise read as two fields
+ * (docs/design/observability.md §3). An empty one (a prefix) stays
+ * empty, as reference §5.6 prints it. */
+static void boot_field(struct buf *out, const char *key, const char *v,
+                       struct err *err)
+{
+    bool is_plain = true;
+
+    for (const unsigned char *p = (const unsigned char *)v; *p != '\0'; p++) {
+        is_plain = is_plain && *p > ' ' && *p != 0x7f && *p != '"' &&
+                   *p != '=' && *p != '\\';
+    }
+    buf_printf(out, err, " %s=", key);
+    if (is_plain) {
+        buf_append_str(out, v, err);
+    } else {
+        json_escape(out, v, strlen(v), err);
+    }
+}
+
 static void boot_queues(const struct sink_config *c, struct buf *out,
                         struct err *err)
 {
+    struct buf list;
+
     if (c->all_queues) {
-        buf_append_str(out, "*", err);
+        boot_field(out, "queues", "*", err);
         return;
     }
+    buf_init(&list, BUF_UNLIMITED);
     for (size_t i = 0; i < c->n_queues; i++) {
-        buf_printf(out, err, "%s%s", i > 0 ? "," : "", c->queues[i]);
+        buf_printf(&list, err, "%s%s", i > 0 ? "," : "", c->queues[i]);
     }
+    boot_field(out, "queues", list.data != NULL ? list.data : "", err);
+    buf_free(&list);
 }
 
 static void boot_sse(const struct sink_config *c, struct buf *out,
@@ -1184,13 +1211,15 @@ int sink_config_boot_line(const struct sink_config *c,
 {
     /* The product's version (base/version.h), not SINK_VERSION: a log line
      * shows one version for the whole binary. */
-    buf_printf(out, err, "queen-s3 %s tenant=%s sink=%s instance=%s queues=",
-               QUEEN_VERSION, tenant, c->sink, n->instance);
+    buf_printf(out, err, "queen-s3 %s tenant=%s sink=%s", QUEEN_VERSION, tenant,
+               c->sink);
+    boot_field(out, "instance", n->instance, err);
     boot_queues(c, out, err);
-    buf_printf(out, err,
-               " partitions=discovery s3=%s bucket=%s prefix=%s region=%s "
-               "addressing=%s sse=",
-               c->endpoint, c->bucket, c->prefix, c->region,
+    buf_printf(out, err, " partitions=discovery s3=%s", c->endpoint);
+    boot_field(out, "bucket", c->bucket, err);
+    boot_field(out, "prefix", c->prefix, err);
+    boot_field(out, "region", c->region, err);
+    buf_printf(out, err, " addressing=%s sse=",
                c->path_style ? "path-style" : "virtual-host");
     boot_sse(c, out, err);
     buf_printf(out, err,

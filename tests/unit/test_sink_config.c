@@ -819,6 +819,29 @@ TEST(boot_line_hides_the_secret)
     sink_config_free(&c);
 }
 
+/* A value with a space or a quote is quoted, as logfmt quotes it: `region=us
+ * east` read as two fields. */
+TEST(boot_line_quotes_a_value_a_space_would_split)
+{
+    struct table t = {{"QUEEN_S3_REGION", "us east", "QUEEN_S3_QUEUES",
+                       "a b,we\"ird\\q", "QUEEN_S3_INSTANCE", "n 1",
+                       "QUEEN_S3_PATH_STYLE", "true", BASE, NULL}};
+    struct sink_config c;
+    struct sink_node_config n;
+    struct err err;
+    struct buf b;
+
+    load_ok(&t, &c, &n);
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(sink_config_boot_line(&c, &n, "default", &b, &err), 0);
+    EXPECT(strstr(b.data, " instance=\"n 1/node-1\" ") != NULL);
+    EXPECT(strstr(b.data, " queues=\"a b,we\\\"ird\\\\q\" ") != NULL);
+    EXPECT(strstr(b.data, " region=\"us east\" addressing=") != NULL);
+    EXPECT(strstr(b.data, " bucket=lake prefix=queen ") != NULL);
+    buf_free(&b);
+    sink_config_free(&c);
+}
+
 TEST(ignored_warning)
 {
     struct table t = {
