@@ -1157,7 +1157,7 @@ const char *sink_config_compression_name(const struct sink_config *c)
  * holds a space, '"', '=', '\\' or a control byte: a region, an instance
  * or a queue name with a space would otherwise read as two fields
  * (docs/design/observability.md §3). An empty one (a prefix) stays
- * empty, as reference §5.6 prints it. */
+ * empty, as docs/design/config.md §6 prints it. */
 static void boot_field(struct buf *out, const char *key, const char *v,
                        struct err *err)
 {

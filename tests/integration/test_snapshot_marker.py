@@ -212,15 +212,22 @@ def rejoin_by_install(c, lid, f, queue, want):
     assert all(v == logs[lid] for v in logs.values())
 
 
-def test_follower_behind_a_compacted_log_catches_up_by_a_full_dump(
-        make_cluster):
+def a_follower_down(make_cluster, queue, prefix):
+    """A 3-node cluster with 5 records of queue, converged, then a
+    follower killed: (cluster, that follower, the records)."""
     c = make_cluster(env=SNAP_ENV)
     lid = c.start()
     f = c.followers()[0]
-    want = ["w%d" % i for i in range(5)]
-    push_ok(c, c[lid], items("wq", want))
+    want = ["%s%d" % (prefix, i) for i in range(5)]
+    push_ok(c, c[lid], items(queue, want))
     c.wait_converged()
     c.kill9(f.id)
+    return c, f, want
+
+
+def test_follower_behind_a_compacted_log_catches_up_by_a_full_dump(
+        make_cluster):
+    c, f, want = a_follower_down(make_cluster, "wq", "w")
     lid = c.leader(timeout=15)
     want += push_until_snapshots(c[lid], "wq", "v", 3,
                                  push=lambda its: push_ok(c, c[lid], its))
@@ -291,13 +298,7 @@ def test_a_follower_whose_raft_directory_is_lost_catches_up(make_cluster):
     the new log. A single node refuses that boot (test_boot.py); a node
     with other voters warns and boots, and the leader's snapshot puts it
     right, as it does for a follower killed during its install."""
-    c = make_cluster(env=SNAP_ENV)
-    lid = c.start()
-    f = c.followers()[0]
-    want = ["r%d" % i for i in range(5)]
-    push_ok(c, c[lid], items("rq", want))
-    c.wait_converged()
-    c.kill9(f.id)
+    c, f, want = a_follower_down(make_cluster, "rq", "r")
     shutil.rmtree(os.path.join(f.data_dir, "raft"))
     lid = c.leader(timeout=15)
     want += push_until_snapshots(c[lid], "rq", "s", 2,

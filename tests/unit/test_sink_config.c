@@ -790,19 +790,27 @@ TEST(a_very_long_instance_is_shown_cut_and_the_secret_never)
     EXPECT_STR_EQ(n.instance, "");
 }
 
+/* The boot line of the settings in t, into b (initialised here). */
+static void boot_line_of(struct table *t, struct buf *b)
+{
+    struct sink_config c;
+    struct sink_node_config n;
+    struct err err;
+
+    load_ok(t, &c, &n);
+    buf_init(b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(sink_config_boot_line(&c, &n, "default", b, &err), 0);
+    sink_config_free(&c);
+}
+
 TEST(boot_line_hides_the_secret)
 {
     struct table t = {{"QUEEN_S3_SSE", "aws:kms", "QUEEN_S3_SSE_KMS_KEY_ID",
                        "arn:aws:kms:key/5678wxyz", "QUEEN_S3_QUEUES", "a,b",
                        "QUEEN_S3_PATH_STYLE", "true", BASE, NULL}};
-    struct sink_config c;
-    struct sink_node_config n;
-    struct err err;
     struct buf b;
 
-    load_ok(&t, &c, &n);
-    buf_init(&b, BUF_UNLIMITED);
-    EXPECT_EQ_I64(sink_config_boot_line(&c, &n, "default", &b, &err), 0);
+    boot_line_of(&t, &b);
     EXPECT_STR_EQ(
         b.data,
         "queen-s3 " QUEEN_VERSION
@@ -816,7 +824,6 @@ TEST(boot_line_hides_the_secret)
         "multipart_threshold_mb=64 crash_at=never");
     EXPECT(strstr(b.data, "sekrit") == NULL);
     buf_free(&b);
-    sink_config_free(&c);
 }
 
 /* A value with a space or a quote is quoted, as logfmt quotes it: `region=us
@@ -826,20 +833,14 @@ TEST(boot_line_quotes_a_value_a_space_would_split)
     struct table t = {{"QUEEN_S3_REGION", "us east", "QUEEN_S3_QUEUES",
                        "a b,we\"ird\\q", "QUEEN_S3_INSTANCE", "n 1",
                        "QUEEN_S3_PATH_STYLE", "true", BASE, NULL}};
-    struct sink_config c;
-    struct sink_node_config n;
-    struct err err;
     struct buf b;
 
-    load_ok(&t, &c, &n);
-    buf_init(&b, BUF_UNLIMITED);
-    EXPECT_EQ_I64(sink_config_boot_line(&c, &n, "default", &b, &err), 0);
+    boot_line_of(&t, &b);
     EXPECT(strstr(b.data, " instance=\"n 1/node-1\" ") != NULL);
     EXPECT(strstr(b.data, " queues=\"a b,we\\\"ird\\\\q\" ") != NULL);
     EXPECT(strstr(b.data, " region=\"us east\" addressing=") != NULL);
     EXPECT(strstr(b.data, " bucket=lake prefix=queen ") != NULL);
     buf_free(&b);
-    sink_config_free(&c);
 }
 
 TEST(ignored_warning)
