@@ -94,9 +94,7 @@ static bool puts_(struct w *w, const char *s)
     return put(w, s, strlen(s));
 }
 
-/* logfmt quotes a value that is empty or holds a space, '"', '=', '\' or a
- * control byte. */
-static bool needs_quotes(const char *s)
+bool log_value_needs_quotes(const char *s)
 {
     if (*s == '\0') {
         return true;
@@ -173,11 +171,12 @@ static void put_escaped(struct w *w, const char *s, bool is_bare)
     }
 }
 
-/* A value: quoted in JSON always, in logfmt and text when needs_quotes(). A
- * value cut short still gets its closing quote (from the reserve). */
+/* A value: quoted in JSON always, in logfmt and text when
+ * log_value_needs_quotes(). A value cut short still gets its closing quote
+ * (from the reserve). */
 static void put_value(struct w *w, const char *s)
 {
-    bool quoted = w->is_json || needs_quotes(s);
+    bool quoted = w->is_json || log_value_needs_quotes(s);
 
     if (quoted && !put(w, "\"", 1)) {
         return;

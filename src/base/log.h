@@ -28,6 +28,8 @@
 #ifndef QUEEN_BASE_LOG_H
 #define QUEEN_BASE_LOG_H
 
+#include <stdbool.h>
+
 #include "base/common.h"
 
 enum log_level { LOG_ERROR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG };
@@ -77,6 +79,9 @@ size_t log_render(char *out, size_t cap, int format, const struct log_event *e);
  * until the end of the log statement. */
 const char *log_fmt(char *buf, size_t cap, const char *fmt, ...) PRINTF(3, 4);
 const char *log_i64(char *buf, size_t cap, int64_t v);
+/* Whether logfmt and the text format quote the value s: empty, or holding a
+ * space, '"', '=', '\\' or a control byte. */
+bool log_value_needs_quotes(const char *s);
 const char *log_u64(char *buf, size_t cap, uint64_t v);
 
 #define LOG_FMT(...) \

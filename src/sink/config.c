@@ -22,6 +22,7 @@
 
 #include "base/env.h"
 #include "base/json.h"
+#include "base/log.h"
 #include "base/pct.h"
 #include "base/version.h"
 #include "base/xalloc.h"
@@ -1161,14 +1162,8 @@ const char *sink_config_compression_name(const struct sink_config *c)
 static void boot_field(struct buf *out, const char *key, const char *v,
                        struct err *err)
 {
-    bool is_plain = true;
-
-    for (const unsigned char *p = (const unsigned char *)v; *p != '\0'; p++) {
-        is_plain = is_plain && *p > ' ' && *p != 0x7f && *p != '"' &&
-                   *p != '=' && *p != '\\';
-    }
     buf_printf(out, err, " %s=", key);
-    if (is_plain) {
+    if (v[0] == '\0' || !log_value_needs_quotes(v)) {
         buf_append_str(out, v, err);
     } else {
         json_escape(out, v, strlen(v), err);
