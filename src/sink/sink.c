@@ -13,6 +13,10 @@
  * last snapshot, counters of finished runs) is copied under s->mu after each
  * step; readers never touch a driver.
  *
+ * The control task lists the queue set first, so every queue has a row
+ * while the bucket probe still fails; no queue task claims before the
+ * probe answered and the run's presence row is written (has_set).
+ *
  * Placement (docs/design/protocol.md §4): the control task beats (presence row,
  * N nodes) and then runs placement_decide(); a give-back asks one queue's
  * driver to drain exactly as on SIGTERM and its task then claims again after
@@ -71,6 +75,7 @@
 #define SINK_PROBE_MAX_MS      60000
 #define SINK_LOG_EVERY_MS      30000
 #define SINK_STOP_POLL_MS      50
+#define SINK_SET_UP_POLL_MS    1000 /* a task waiting for the set-up */
 /* Writes failed in a row that make bucket.reachable false (status); a
  * refusal (403: credentials or policy; 404 on a write: no such bucket)
  * does at once, since its queue then waits a minute before the next. */
@@ -184,7 +189,10 @@ struct sink {
     int64_t checked_at_us;
     int64_t probe_wait_ms;
     int64_t probe_logged_ms;
+    /* The presence row of this run is written (under s->mu, read by the
+     * queue tasks: none claims before it). */
     bool has_set;
+    bool has_listed; /* the queue set was listed once */
     int64_t relist_due_ms;
     int64_t beat_due_ms;
     int64_t beat_logged_ms;
@@ -1237,7 +1245,24 @@ static void sink_relist(struct sink *s, int64_t now)
     s->relist_due_ms = now + (int64_t)(every < 1000 ? 1000 : every);
 }
 
-/* RUNNING: probe, presence, queue set, beats and give-backs. 0, or the
+/* The presence row is written and N known: the queue tasks that waited
+ * for it claim from now on, each after its jitter. */
+static void sink_set_up(struct sink *s, int64_t now)
+{
+    pthread_mutex_lock(&s->pool->mu);
+    s->has_set = true;
+    for (size_t i = 0; i < s->n_queues; i++) {
+        struct task *t = s->queues[i];
+
+        if (t->state == Q_CLAIM && !t->is_done) {
+            t->due_ms = now + t->jitter_ms;
+        }
+    }
+    pthread_cond_broadcast(&s->pool->cv);
+    pthread_mutex_unlock(&s->pool->mu);
+}
+
+/* RUNNING: queue set, probe, presence, beats and give-backs. 0, or the
  * error that ends the run. */
 static int sink_control_run(struct sink *s, int64_t now, int64_t *next,
                             struct err *err)
@@ -1245,7 +1270,17 @@ static int sink_control_run(struct sink *s, int64_t now, int64_t *next,
     if (s->p.run_check != NULL && s->p.run_check(s->p.run_check_arg, err)) {
         return err->code != 0 ? err->code : ERR_IO;
     }
+    /* The queue set does not need the bucket: its rows show in /status
+     * while the probe still fails, and their tasks wait for the set-up
+     * below before they claim (task_step). */
+    if (!s->has_listed || (s->p.cfg->all_queues && now >= s->relist_due_ms)) {
+        s->has_listed = true;
+        sink_relist(s, now);
+    }
     if (!sink_control_probe(s, now, next)) {
+        if (s->p.cfg->all_queues && s->relist_due_ms < *next) {
+            *next = s->relist_due_ms;
+        }
         return 0;
     }
     sink_watch_writes(s);
@@ -1253,13 +1288,10 @@ static int sink_control_run(struct sink *s, int64_t now, int64_t *next,
         if (sink_presence_init(s, err) != 0) {
             return err->code;
         }
-        s->has_set = true;
         /* The first beat before the first claim: N is known when the
          * queue tasks ask for their turn. */
         s->beat_due_ms = now + sink_beat(s, now);
-        sink_relist(s, now);
-    } else if (s->p.cfg->all_queues && now >= s->relist_due_ms) {
-        sink_relist(s, now);
+        sink_set_up(s, now);
     }
     if (now >= s->beat_due_ms) {
         s->beat_due_ms = now + sink_beat(s, now);
@@ -1848,6 +1880,7 @@ static int64_t task_step(struct sink *s, struct task *t, int64_t now)
     pthread_mutex_lock(&s->pool->mu);
     bool down = s->is_stopping || s->run == RUN_ENDING;
     bool give_back = t->is_give_back_asked;
+    bool is_set_up = s->has_set;
     pthread_mutex_unlock(&s->pool->mu);
     if (t->state == Q_OWNED && sink_past_deadline(s)) {
         return task_cut(s, t, now);
@@ -1856,6 +1889,9 @@ static int64_t task_step(struct sink *s, struct task *t, int64_t now)
         if (down) {
             t->state = Q_ENDED;
             return now;
+        }
+        if (!is_set_up) { /* the bucket probe or the presence row pends */
+            return now + SINK_SET_UP_POLL_MS;
         }
         return task_claim(s, t, now);
     }

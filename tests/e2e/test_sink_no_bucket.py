@@ -1,7 +1,7 @@
 """Issue 19 item 4: a bucket that does not exist fails the start check.
 The sink names QUEEN_S3_BUCKET, shows the bucket as not reachable with
-that reason, and starts no queue (no lease, no intent) until the bucket
-exists; once it does, the lake fills as usual. Meanwhile the sink's ok is
+that reason, shows a row for every queue and starts none (no lease, no
+intent) until the bucket exists; once it does, the lake fills as usual. Meanwhile the sink's ok is
 false and /health, which never looks at the sink, still answers 200."""
 from bucket import TestBucket
 from sinkenv import PREFIX, TENANT, kv_get, sink_env, wait_until
@@ -25,20 +25,37 @@ def test_a_missing_bucket_is_named_and_no_queue_starts(broker_factory,
                               "at %s (NoSuchBucket)" % b.endpoint), err
         items = [{"queue": "orders", "partition": "p",
                   "payload": b'{"n":%d}' % i} for i in range(3)]
-        r = node.request("POST", "/api/v1/push",
-                         body=lake.push_body(items))
-        assert r.status == 201, r
+        pushed = node.request("POST", "/api/v1/push",
+                              body=lake.push_body(items))
+        assert pushed.status == 201, pushed
         wait_until(lambda: "QUEEN_S3_BUCKET=nosuchbucket: no such bucket" in
                    node.stderr(), 60, "the log line naming the setting")
         assert kv_get(node, "s3:default:orders:lease")["found"] is False
         assert kv_get(node, "s3:default:orders:intent")["found"] is False
         health = node.get("/status").json()["s3"]["sinks"][0]
         assert health["bucket"]["reachable"] is False, health
+        # Every queue has a row (docs/s3-sink.md, Status), the bucket
+        # answering or not: the one named waits to claim, owned by nobody.
+        rows = {q["name"]: q for q in health["queues"]}
+        assert set(rows) == {"orders"}, health["queues"]
+        assert rows["orders"]["state"] == "claiming", rows
+        assert rows["orders"]["heldBy"] is None, rows
+        assert rows["orders"]["ownedHere"] is False, rows
+        assert health["placement"]["queues"] == 1, health["placement"]
+        assert health["placement"]["held"] == 0, health["placement"]
         # The sink's ok is false while its bucket does not answer, and
         # /health does not look at the sink (docs/s3-sink.md, Status).
         assert health["ok"] is False, health
         r = node.get("/health")
         assert r.status == 200 and "s3" not in r.json(), r
+        # Once the bucket exists, a later probe finds it and the queue
+        # starts from its first record.
+        b.boto3().create_bucket(Bucket="nosuchbucket")
+        lake.wait_queue(lake.bucket_reader(b, "nosuchbucket"), PREFIX, TENANT,
+                        "orders", lake.acked_from_push(items, pushed.json()),
+                        timeout=120, compression="zstd", align="none")
+        wait_until(lambda: node.get("/status").json()["s3"]["sinks"][0][
+            "bucket"]["reachable"] is True, 60, "bucket.reachable true")
     finally:
         b.stop()
 
