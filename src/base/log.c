@@ -291,9 +291,41 @@ size_t log_render(char *out, size_t cap, int format, const struct log_event *e)
 
 /* ---- the entry points ---------------------------------------------------- */
 
+/* The field every line of this thread carries (log_context_set); key NULL:
+ * none. */
+static _Thread_local struct log_field log_context;
+
+void log_context_set(const char *key, const char *value)
+{
+    log_context.key = key;
+    log_context.value = value;
+}
+
+const struct log_field *log_context_fields(const struct log_field *f,
+                                           struct log_field *out)
+{
+    size_t n = 0;
+
+    if (log_context.key == NULL) {
+        return f;
+    }
+    for (; f != NULL && f[n].key != NULL; n++) {
+        if (n == LOG_FIELDS_MAX || strcmp(f[n].key, log_context.key) == 0) {
+            return f;
+        }
+    }
+    if (n > 0) {
+        memcpy(out, f, n * sizeof(*f));
+    }
+    out[n] = log_context;
+    out[n + 1] = (struct log_field){NULL, NULL};
+    return out;
+}
+
 static void log_emit(int level, const char *module, const char *msg,
                      const struct log_field *f)
 {
+    struct log_field all[LOG_FIELDS_MAX + 2];
     char line[LOG_LINE_MAX];
     char ts[80];
     struct timeval tv;
@@ -304,7 +336,7 @@ static void log_emit(int level, const char *module, const char *msg,
     snprintf(ts, sizeof(ts), "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ",
              tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
              tm.tm_min, tm.tm_sec, (long)tv.tv_usec);
-    struct log_event e = {ts, level, module, msg, f};
+    struct log_event e = {ts, level, module, msg, log_context_fields(f, all)};
     size_t n = log_render(line, sizeof(line), log_format, &e);
     if (write(STDERR_FILENO, line, n) < 0) {
         /* nothing better to do with a failed log write */

@@ -35,8 +35,9 @@
 enum log_level { LOG_ERROR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG };
 enum log_format { LOG_FORMAT_LOGFMT = 0, LOG_FORMAT_JSON, LOG_FORMAT_TEXT };
 
-#define LOG_LINE_MAX  8192
-#define LOG_VALUE_MAX 256 /* a LOG_FMT value, NUL included */
+#define LOG_LINE_MAX   8192
+#define LOG_FIELDS_MAX 64  /* call-site fields that still get the context */
+#define LOG_VALUE_MAX  256 /* a LOG_FMT value, NUL included */
 
 /* One call-site field; both borrowed for the call. A NULL value is "". */
 struct log_field {
@@ -59,6 +60,18 @@ void log_write(int level, const char *module, const char *fmt, ...)
 /* A line with fields; f ends with a {NULL, NULL} entry. */
 void log_fields(int level, const char *module, const char *msg,
                 const struct log_field *f);
+
+/* (5) A thread may name one context field (key and value borrowed until
+ * the next call; key NULL clears it): every line it logs carries it after
+ * the call-site fields, unless one of them has the same key or there are
+ * more than LOG_FIELDS_MAX. The sink sets its tenant so while a thread works
+ * for a control-plane tenant's sink. */
+void log_context_set(const char *key, const char *value);
+/* The fields a line of this thread carries: f with the context field after
+ * its own, in out (LOG_FIELDS_MAX + 2 entries), or f itself (no context, a
+ * field of f has its key, or f has more than LOG_FIELDS_MAX). */
+const struct log_field *log_context_fields(const struct log_field *f,
+                                           struct log_field *out);
 
 /* One event: its time text, level, module, message and fields (ending with
  * {NULL, NULL}; NULL for none), all borrowed. */

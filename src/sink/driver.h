@@ -95,6 +95,9 @@ struct driver_config {
     const char *prefix; /* bucket key prefix, e.g. "queen" */
     uint8_t tenant[16];
     const char *tenant_text; /* tenant as written in keys and manifests */
+    /* The tenant field of the uploader thread's log lines: NULL for the
+     * default tenant's sink (docs/design/observability.md §3; borrowed). */
+    const char *log_tenant;
     const char *queue;
     enum driver_format format;
     const char *compression; /* jsonl: "zstd", "gzip", "none"; parquet:

@@ -291,6 +291,13 @@ static void pool_wait_until(struct sink_pool *pool, int64_t due_ms)
     pthread_cond_timedwait(&pool->cv, &pool->mu, &ts);
 }
 
+/* The lines a thread logs while it works for s carry its tenant, unless s
+ * is the default tenant's sink (docs/design/observability.md §3). */
+static void sink_log_context(const struct sink *s)
+{
+    log_context_set(s->mtenant != NULL ? "tenant" : NULL, s->mtenant);
+}
+
 static void *sink_thread(void *arg)
 {
     struct sink_pool *pool = arg;
@@ -314,7 +321,9 @@ static void *sink_thread(void *arg)
         pthread_mutex_unlock(&pool->mu);
         struct stages_frame f;
         stages_frame_begin(obs_stages(pool->obs), &f);
+        sink_log_context(s);
         int64_t next = sink_step(s, t, now);
+        log_context_set(NULL, NULL);
         stages_frame_end(obs_stages(pool->obs), &f, STAGES_REST);
         pthread_mutex_lock(&pool->mu);
         t->is_running = false;
@@ -422,7 +431,9 @@ static void *sink_refresher(void *arg)
         t->refresh_due_ms = now + every;
         struct lease *l = t->lease;
         pthread_mutex_unlock(&pool->mu);
+        sink_log_context(s);
         refresh_one(t, l);
+        log_context_set(NULL, NULL);
         /* A lost lease is not refreshed again, and its queue runs at once:
          * the driver stops Fenced at the top of its next tick, which a PUT
          * backoff could otherwise hold off for a minute. */
@@ -1385,6 +1396,7 @@ void sink_driver_config(const struct sink_params *p, const char *queue,
     d->prefix = c->prefix;
     memcpy(d->tenant, p->tenant, 16);
     d->tenant_text = p->tenant_text;
+    d->log_tenant = p->metrics_tenant;
     d->queue = queue;
     d->format = c->format == SINK_FORMAT_PARQUET ? DRIVER_FORMAT_PARQUET
                                                  : DRIVER_FORMAT_JSONL;

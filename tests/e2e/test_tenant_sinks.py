@@ -2,11 +2,12 @@
 "Tenant sinks"): the environment's sink mirrors the default tenant into
 `lake`, and a sink the control plane configures mirrors a cluster's broker
 tenant into `acme-lake` with its own credentials. Each lake is exact in its
-own bucket; /status lists both sinks; the cp sink's series carry its
-tenant; the secret shows nowhere; DELETE stops the sink and drops its
-entry and its series while the environment's sink carries on."""
+own bucket; /status lists both sinks; the cp sink's series and log lines
+carry its tenant; the secret shows nowhere; DELETE stops the sink and drops
+its entry and its series while the environment's sink carries on."""
 import http.client
 import json
+import re
 
 import lake
 from bucket import TestBucket
@@ -69,6 +70,24 @@ def metrics_text(node):
     return node.get("/metrics/prometheus").body.decode()
 
 
+def check_log_tenants(log, bt):
+    """docs/design/observability.md §3: every line the cp tenant's sink
+    logs about a queue ends with its tenant; the default tenant's carry the
+    queue and no tenant. Both sinks mirror a queue named orders, so the
+    windows each committed (k = 1, 2, ... once each) tell them apart."""
+    ks = {"cp": [], "env": []}
+    for line in log.splitlines():
+        if " queen-s3: " not in line or " queue=orders" not in line:
+            continue
+        assert line.endswith(" tenant=%s" % bt) or " tenant=" not in line, \
+            line
+        m = re.search(r"window committed queue=orders k=(\d+) ", line)
+        if m:
+            ks["cp" if " tenant=" in line else "env"].append(int(m.group(1)))
+    for who, k in ks.items():
+        assert k and sorted(k) == list(range(1, len(k) + 1)), (who, ks)
+
+
 def test_a_cp_tenant_sink_runs_beside_the_env_sink_and_goes_on_delete(
         broker_factory, tmp_path):
     bucket = TestBucket(buckets=["lake", "acme-lake"],
@@ -109,6 +128,7 @@ def run(broker_factory, bucket):
     # each bucket holds its own tenant only
     assert not [k for k in cp_lake.list_keys() if "tenant=%s/" % TENANT in k]
     assert not [k for k in env_lake.list_keys() if "tenant=%s/" % bt in k]
+    check_log_tenants(node.stderr(), bt)
 
     sinks = wait_until(
         lambda: (lambda s: s if len(s) == 2 and s[1]["phase"] == "running"

@@ -1,5 +1,6 @@
-/* Tests of the log line renderer (src/base/log.h (1)-(3)): the text
- * format's head, logfmt quoting, JSON escaping, keys, and cut lines. */
+/* Tests of the log line renderer (src/base/log.h (1)-(3), (5)): the text
+ * format's head, logfmt quoting, JSON escaping, keys, cut lines, and a
+ * thread's context field. */
 #include "harness.h"
 
 #include <string.h>
@@ -136,6 +137,39 @@ TEST(a_line_too_long_is_cut_closed_and_marked)
     EXPECT(strncmp(line, TS "  WARN s: m v=\"", strlen(TS) + 15) == 0);
     EXPECT_STR_EQ(line + n - strlen("\\\"\" truncated=true\n"),
                   "\\\"\" truncated=true\n");
+}
+
+TEST(a_thread_s_context_field_follows_the_call_site_s_unless_it_names_it)
+{
+    const struct log_field f[] = {
+        {"queue", "orders"}, {"k", "3"}, {NULL, NULL}};
+    const struct log_field own[] = {{"tenant", "b"}, {NULL, NULL}};
+    struct log_field out[LOG_FIELDS_MAX + 2];
+    struct log_field many[LOG_FIELDS_MAX + 2];
+
+    EXPECT(log_context_fields(f, out) == f); /* none set */
+    log_context_set("tenant", "0193a1b2-acme");
+    EXPECT_STR_EQ(
+        render(LOG_FORMAT_TEXT, "window committed", log_context_fields(f, out)),
+        TS "  INFO sink: window committed queue=orders k=3 "
+           "tenant=0193a1b2-acme\n");
+    EXPECT_STR_EQ(render(LOG_FORMAT_JSON, "m", log_context_fields(NULL, out)),
+                  "{\"ts\":\"" TS "\",\"level\":\"info\",\"area\":"
+                  "\"sink\",\"msg\":\"m\",\"tenant\":\"0193a1b2-acme\"}\n");
+    /* the call site's own field of that key wins, and is not repeated */
+    EXPECT(log_context_fields(own, out) == own);
+    /* LOG_FIELDS_MAX fields still get it; one more does not */
+    for (size_t i = 0; i <= LOG_FIELDS_MAX; i++) {
+        many[i] = (struct log_field){"x", "1"};
+    }
+    many[LOG_FIELDS_MAX + 1] = (struct log_field){NULL, NULL};
+    EXPECT(log_context_fields(many, out) == many);
+    many[LOG_FIELDS_MAX] = (struct log_field){NULL, NULL};
+    EXPECT(log_context_fields(many, out) == out);
+    EXPECT_STR_EQ(out[LOG_FIELDS_MAX].key, "tenant");
+    EXPECT(out[LOG_FIELDS_MAX + 1].key == NULL);
+    log_context_set(NULL, NULL);
+    EXPECT(log_context_fields(f, out) == f);
 }
 
 TEST(the_format_setting_takes_text_logfmt_or_json_only)
