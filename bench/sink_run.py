@@ -43,8 +43,8 @@ are per record read (/status s3.stages.recordsRead), the others per
 record committed (a window built ahead while the one before goes up
 makes those a little high).  With
 BENCH_SINK_PERF=FILE the first round's sink phase runs under `perf record`
-into FILE; with BENCH_SINK_STDERR=FILE the first round's node log is copied
-to FILE.
+into FILE (BENCH_SINK_PERF_HZ samples a second, 250 by default); with
+BENCH_SINK_STDERR=FILE the first round's node log is copied to FILE.
 Never a test: it only prints.
 Usage: /usr/bin/python3 bench/sink_run.py [build-dir]"""
 import json
@@ -282,7 +282,8 @@ def sink_phase(node, b, total, prefix, first):
     perf = None
     if first and os.environ.get("BENCH_SINK_PERF"):
         perf = subprocess.Popen(
-            ["perf", "record", "--call-graph", "dwarf", "-F", "250",
+            ["perf", "record", "--call-graph", "dwarf", "-F",
+             os.environ.get("BENCH_SINK_PERF_HZ", "250"),
              "-q", "-o", os.environ["BENCH_SINK_PERF"], "-p",
              str(node.proc.pid)], stdout=subprocess.DEVNULL)
     r["committed"], _, last, r["cpu"], (r["stages"], r["read"]) = \
@@ -474,3 +475,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every benchmark present in bench/ (push, push_tls, push_enc, cluster,
-# longpoll, http, s3put, parquet, sink, sink_lag, sink_mem, sink_partitions,
+# longpoll, http, s3put, parquet, touch, sink, sink_lag, sink_mem, sink_partitions,
 # sink_takeover, verify, restore, cp_tenants, as they appear), each printing
 # its figures beside a peer
 # measured in the same run (sink_lag and sink_takeover beside their goals:
@@ -15,7 +15,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 rc=0
 ran=0
-for name in push push_tls push_enc cluster longpoll http s3put parquet sink sink_lag sink_mem sink_partitions sink_takeover verify restore cp_tenants; do
+for name in push push_tls push_enc cluster longpoll http s3put parquet touch sink sink_lag sink_mem sink_partitions sink_takeover verify restore cp_tenants; do
   for cand in "bench/$name.sh" "bench/$name.py" "bench/$name"; do
     [ -f "$cand" ] || continue
     echo "== bench/$name"
