@@ -503,6 +503,7 @@ static int run(struct s3_client *c, struct call *k, struct s3_status *st,
 {
     struct buf b[3];
     const char *where[3];
+    bool is_retrying = false;
     int rc = 0;
 
     memset(st, 0, sizeof(*st));
@@ -552,6 +553,10 @@ static int run(struct s3_client *c, struct call *k, struct s3_status *st,
         uint64_t wait = s3_retry_wait_ms(a, st->retry_after_ms,
                                          c->clock.random(c->clock.arg));
         log_retry(c, k, key_or_bucket(c, k), a, err, wait);
+        if (!is_retrying && c->cfg.on_retrying != NULL) {
+            is_retrying = true;
+            c->cfg.on_retrying(c->cfg.on_retrying_arg, true);
+        }
         client_wait(c, wait);
         if (atomic_load(&c->is_stopping)) {
             rc = err->code; /* the stop came during the wait */
@@ -561,6 +566,9 @@ static int run(struct s3_client *c, struct call *k, struct s3_status *st,
 out_free:
     for (int i = 0; i < 3; i++) {
         buf_free(&b[i]);
+    }
+    if (is_retrying) {
+        c->cfg.on_retrying(c->cfg.on_retrying_arg, false);
     }
     return rc;
 }

@@ -125,6 +125,11 @@ struct s3_config {
     /* The area of the client's log lines (a string literal; "s3" by
      * default): the broker's sink logs under its own, "queen-s3". */
     const char *log_area;
+    /* Called on the calling thread with true before a call's first wait to
+     * retry, and with false when that call returns: in between the thread
+     * may be held by the whole retry ladder. NULL: none. */
+    void (*on_retrying)(void *arg, bool is_retrying);
+    void *on_retrying_arg;
 };
 
 /* Fill the defaults above (everything else zero/empty). */

@@ -76,6 +76,7 @@
 #define SINK_LOG_EVERY_MS      30000
 #define SINK_STOP_POLL_MS      50
 #define SINK_SET_UP_POLL_MS    1000 /* a task waiting for the set-up */
+#define SINK_EXTRA_MAX         16 /* extra threads at once (sink_s3_retrying) */
 /* Writes failed in a row that make bucket.reachable false (status); a
  * refusal (403: credentials or policy; 404 on a write: no such bucket)
  * does at once, since its queue then waits a minute before the next. */
@@ -148,6 +149,11 @@ struct sink_pool {
     pthread_cond_t cv;
     pthread_t *threads;
     uint32_t n_threads;
+    /* Threads inside an S3 call that is retrying (sink_s3_retrying), and
+     * the extra threads that stand in for them meanwhile (detached; each
+     * ends once n_extra > n_retrying, or at the pool's exit). */
+    uint32_t n_retrying;
+    uint32_t n_extra;
     pthread_t refresher;
     bool has_refresher;
     bool is_exiting;
@@ -298,12 +304,18 @@ static void sink_log_context(const struct sink *s)
     log_context_set(s->mtenant != NULL ? "tenant" : NULL, s->mtenant);
 }
 
-static void *sink_thread(void *arg)
-{
-    struct sink_pool *pool = arg;
+/* The pool a thread runs tasks for (a pool thread or an extra one); NULL on
+ * every other thread, whose S3 calls sink_s3_retrying() leaves alone. */
+static _Thread_local struct sink_pool *tls_pool;
 
+/* The run loop of a pool thread, or of an extra one (is_extra), which ends
+ * between steps once it no longer stands in for a retrying thread. */
+static void pool_run(struct sink_pool *pool, bool is_extra)
+{
+    tls_pool = pool;
     pthread_mutex_lock(&pool->mu);
-    while (!pool->is_exiting) {
+    while (!pool->is_exiting &&
+           !(is_extra && pool->n_extra > pool->n_retrying)) {
         struct sink *s = NULL;
         struct task *t = pool_pick(pool, &s);
         int64_t now = mono_ms();
@@ -333,8 +345,63 @@ static void *sink_thread(void *arg)
         t->due_ms = down && next > now ? now : next;
         pthread_cond_broadcast(&pool->cv);
     }
+    if (is_extra) {
+        pool->n_extra--;
+        pthread_cond_broadcast(&pool->cv); /* pool_join may wait for it */
+    }
     pthread_mutex_unlock(&pool->mu);
+    tls_pool = NULL;
+}
+
+static void *sink_thread(void *arg)
+{
+    pool_run(arg, false);
     return NULL;
+}
+
+static void *sink_extra_thread(void *arg)
+{
+    pool_run(arg, true);
+    return NULL;
+}
+
+/* Under pool->mu: one more thread while fewer than n_threads are free to
+ * step (a hint: without it the pool runs on as before). */
+static void pool_add_extra(struct sink_pool *pool)
+{
+    pthread_attr_t at;
+    pthread_t th;
+
+    if (pool->is_exiting || pool->n_threads == 0 ||
+        pool->n_extra >= pool->n_retrying || pool->n_extra >= SINK_EXTRA_MAX) {
+        return;
+    }
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &at, sink_extra_thread, pool) == 0) {
+        pthread_setname_np(th, "queen-s3-extra");
+        pool->n_extra++;
+    }
+    pthread_attr_destroy(&at);
+}
+
+void sink_s3_retrying(void *arg, bool is_retrying)
+{
+    struct sink_pool *pool = tls_pool;
+
+    (void)arg;
+    if (pool == NULL) {
+        return; /* the uploader, a tool: nothing waits on this thread */
+    }
+    pthread_mutex_lock(&pool->mu);
+    if (is_retrying) {
+        pool->n_retrying++;
+        pool_add_extra(pool);
+    } else {
+        pool->n_retrying--;
+        pthread_cond_broadcast(&pool->cv); /* an extra may end */
+    }
+    pthread_mutex_unlock(&pool->mu);
 }
 
 /* Under s->mu: run t at once, or right after the step it is running. */
@@ -538,6 +605,11 @@ static void pool_join(struct sink_pool *pool)
     if (pool->has_refresher) {
         pthread_join(pool->refresher, NULL);
     }
+    pthread_mutex_lock(&pool->mu);
+    while (pool->n_extra > 0) { /* detached: each says when it ends */
+        pthread_cond_wait(&pool->cv, &pool->mu);
+    }
+    pthread_mutex_unlock(&pool->mu);
     pool->n_threads = 0;
     pool->has_refresher = false;
 }

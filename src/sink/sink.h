@@ -99,6 +99,13 @@ struct sink_pool *sink_pool_new(const struct sink_node_config *node);
 /* Start the threads (once; later calls do nothing). 0 or ERR_IO. */
 int sink_pool_start(struct sink_pool *pool, struct err *err);
 void sink_pool_free(struct sink_pool *pool);
+/* The S3 client's on_retrying hook (s3/client.h) for a sink's client: while
+ * a call of a pool thread retries (the bucket failed it once; the ladder
+ * can hold the thread for half a minute), the pool runs one more thread,
+ * so the other queues and tenants keep their ticks. The extra thread ends
+ * between steps once the call returned. Calls of other threads are left
+ * alone. arg is unused. */
+void sink_s3_retrying(void *arg, bool is_retrying);
 struct obs *sink_pool_obs(struct sink_pool *pool);
 uint64_t sink_pool_buffered(struct sink_pool *pool);
 

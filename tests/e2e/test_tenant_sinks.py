@@ -8,6 +8,7 @@ its entry and its series while the environment's sink carries on."""
 import http.client
 import json
 import re
+import time
 
 import lake
 from bucket import TestBucket
@@ -208,3 +209,53 @@ def run(broker_factory, bucket):
     lake.wait_queue(env_lake, PREFIX, TENANT, "orders", acked_env + more,
                     timeout=60, align="none")
     assert SECRET not in node.stderr()
+
+
+def test_a_tenant_whose_bucket_is_down_holds_up_no_other_tenant(
+        broker_factory, tmp_path):
+    """The node's one sink thread (QUEEN_S3_THREADS=1) is shared by every
+    tenant sink. A control-plane tenant's bucket that does not answer
+    keeps a call of that thread in its retry ladder (about half a minute
+    a probe): meanwhile the pool runs another thread, and the default
+    tenant's lake stays fresh, each record in it within seconds."""
+    bucket = TestBucket(buckets=["lake"], workdir=str(tmp_path / "bucket"))
+    bucket.start()
+    try:
+        cp_port = free_port()
+        node = broker_factory(env=sink_env(
+            bucket, QUEEN_S3_THREADS=1, QUEEN_PROXY_EMBEDDED="true",
+            QUEEN_PROXY_PORT=cp_port, QUEEN_PROXY_CP_TOKEN=TOKEN,
+            QUEEN_ENCRYPTION_KEY=KEY, QUEEN_TENANCY_HEADER="true"))
+        acked = push(node, items("env0"))
+        env_lake = lake.bucket_reader(bucket, "lake")
+        lake.wait_queue(env_lake, PREFIX, TENANT, "orders", acked,
+                        timeout=60, align="none")
+        st, c, raw = cp(cp_port, "POST", "/api/cp/clusters",
+                        {"tenant_slug": "acme", "slug": "acme-main"})
+        assert st in (200, 201), raw
+        bt = c["broker_tenant_uuid"]
+        dead = "http://127.0.0.1:%d" % free_port()  # nothing listens there
+        doc = {"endpoint": dead, "region": "us-east-1", "bucket": "acme-lake",
+               "accessKey": ACCESS, "secretKey": SECRET, "queues": "orders",
+               "pathStyle": True, "start": "earliest", "align": "none",
+               "maxWindowMs": 1000}
+        st, _, raw = cp(cp_port, "PUT", "/api/cp/clusters/acme-main/s3", doc)
+        assert st == 200, raw
+        push(node, items("acme"), tenant=bt)
+        # the cp sink's probe is in its retry ladder on the sink thread
+        wait_until(lambda: re.search(r"retrying in \d+ ms.* tenant=%s" % bt,
+                                     node.stderr()), 30,
+                   "the cp tenant's probe retrying")
+        for i in range(1, 4):
+            t0 = time.monotonic()
+            acked += push(node, items("env%d" % i))
+            lake.wait_queue(env_lake, PREFIX, TENANT, "orders", acked,
+                            timeout=60, align="none")
+            took = time.monotonic() - t0
+            assert took < 8, "round %d: %.1f s to the lake" % (i, took)
+            time.sleep(3)  # spread the rounds over the ladder's waits
+        e = cp_entry(node)
+        assert e["bucket"]["reachable"] is not True, e
+        assert node.get("/status").json()["s3"]["threads"] == 1
+    finally:
+        bucket.stop()

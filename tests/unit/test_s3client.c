@@ -718,6 +718,53 @@ TEST(a_503_then_500_then_200_takes_three_requests)
     rig_close(&r);
 }
 
+/* What on_retrying saw: each call's flag and the waits before it. */
+static struct {
+    struct fake *f;
+    bool flags[8];
+    size_t waits_before[8];
+    size_t n;
+} retrying_seen;
+
+static void record_retrying(void *arg, bool is_retrying)
+{
+    EXPECT(arg == &retrying_seen);
+    if (retrying_seen.n < ARRAY_LEN(retrying_seen.flags)) {
+        retrying_seen.flags[retrying_seen.n] = is_retrying;
+        retrying_seen.waits_before[retrying_seen.n] = retrying_seen.f->n_waits;
+        retrying_seen.n++;
+    }
+}
+
+static void tune_retrying(struct s3_config *cfg)
+{
+    cfg->on_retrying = record_retrying;
+    cfg->on_retrying_arg = &retrying_seen;
+}
+
+TEST(on_retrying_brackets_a_call_from_its_first_wait_to_its_return)
+{
+    struct answer a[] = {
+        {0, 503, NULL, "<Error><Code>SlowDown</Code></Error>", -1, -1},
+        {0, 500, NULL, "<Error><Code>InternalError</Code></Error>", -1, -1},
+        OK_200,
+        OK_200};
+    struct rig r;
+
+    memset(&retrying_seen, 0, sizeof(retrying_seen));
+    rig_open(&r, a, ARRAY_LEN(a), tune_retrying);
+    retrying_seen.f = &r.f;
+    EXPECT_EQ_I64(rig_put(&r, "k", "hello"), 0);
+    EXPECT_EQ_U64(retrying_seen.n, 2);
+    EXPECT(retrying_seen.flags[0] && !retrying_seen.flags[1]);
+    EXPECT_EQ_U64(retrying_seen.waits_before[0], 0); /* before the wait */
+    EXPECT_EQ_U64(retrying_seen.waits_before[1], 2); /* after the last */
+    /* a call that is not retried is not bracketed */
+    EXPECT_EQ_I64(rig_put(&r, "k2", "hello"), 0);
+    EXPECT_EQ_U64(retrying_seen.n, 2);
+    rig_close(&r);
+}
+
 TEST(a_403_takes_one_request)
 {
     struct answer a[] = {{0, 403, NULL,
