@@ -75,8 +75,8 @@
 #define SINK_PROBE_MAX_MS      60000
 #define SINK_LOG_EVERY_MS      30000
 #define SINK_STOP_POLL_MS      50
-#define SINK_SET_UP_POLL_MS    1000 /* a task waiting for the set-up */
-#define SINK_EXTRA_MAX         16 /* extra threads at once (sink_s3_retrying) */
+#define SINK_SET_UP_POLL_MS    5000 /* a task waiting for the set-up */
+#define SINK_EXTRA_MAX         64 /* extra threads at once (sink_s3_retrying) */
 /* Writes failed in a row that make bucket.reachable false (status); a
  * refusal (403: credentials or policy; 404 on a write: no such bucket)
  * does at once, since its queue then waits a minute before the next. */
@@ -103,7 +103,7 @@ struct task {
     struct lease *lease;
     struct driver *drv;
     struct driver_config dc;
-    int64_t start_ms;  /* the task's creation: claim pacing */
+    int64_t start_ms;  /* creation, set-up or restart: claim pacing */
     int64_t jitter_ms; /* fixed per task, in [0, 200) */
     bool is_drain_asked;
     bool is_cut_logged;  /* under s->mu: named as not drained */
@@ -571,7 +571,9 @@ int sink_pool_start(struct sink_pool *pool, struct err *err)
         }
         /* Named by the creator, so the name is there once start returns. */
         pthread_setname_np(pool->threads[i], "queen-s3");
+        pthread_mutex_lock(&pool->mu); /* pool_add_extra reads it */
         pool->n_threads++;
+        pthread_mutex_unlock(&pool->mu);
     }
     int rc = pthread_create(&pool->refresher, NULL, sink_refresher, pool);
     if (rc != 0) {
@@ -1287,6 +1289,7 @@ static void sink_run_restart(struct sink *s, int64_t now)
 
         t->state = Q_CLAIM;
         t->is_done = false;
+        t->start_ms = now;
         t->due_ms = now + t->jitter_ms;
     }
     memset(&s->pl, 0, sizeof(s->pl));
@@ -1337,7 +1340,9 @@ static void sink_set_up(struct sink *s, int64_t now)
     for (size_t i = 0; i < s->n_queues; i++) {
         struct task *t = s->queues[i];
 
-        if (t->state == Q_CLAIM && !t->is_done) {
+        /* a task being stepped now sees has_set at its next step */
+        if (!t->is_running && !t->is_done && t->state == Q_CLAIM) {
+            t->start_ms = now; /* the claim pacing counts from here */
             t->due_ms = now + t->jitter_ms;
         }
     }
