@@ -297,7 +297,7 @@ static _Thread_local struct log_field log_context;
 
 void log_context_set(const char *key, const char *value)
 {
-    log_context.key = key;
+    log_context.key = value != NULL ? key : NULL;
     log_context.value = value;
 }
 

@@ -62,8 +62,8 @@ void log_fields(int level, const char *module, const char *msg,
                 const struct log_field *f);
 
 /* (5) A thread may name one context field (key and value borrowed until
- * the next call; key NULL clears it): every line it logs carries it after
- * the call-site fields, unless one of them has the same key or there are
+ * the next call; a NULL key or value clears it): every line it logs carries it
+ * after the call-site fields, unless one of them has the same key or there are
  * more than LOG_FIELDS_MAX. The sink sets its tenant so while a thread works
  * for a control-plane tenant's sink. */
 void log_context_set(const char *key, const char *value);

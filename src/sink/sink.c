@@ -297,13 +297,6 @@ static void pool_wait_until(struct sink_pool *pool, int64_t due_ms)
     pthread_cond_timedwait(&pool->cv, &pool->mu, &ts);
 }
 
-/* The lines a thread logs while it works for s carry its tenant, unless s
- * is the default tenant's sink (docs/design/observability.md §3). */
-static void sink_log_context(const struct sink *s)
-{
-    log_context_set(s->mtenant != NULL ? "tenant" : NULL, s->mtenant);
-}
-
 /* The pool a thread runs tasks for (a pool thread or an extra one); NULL on
  * every other thread, whose S3 calls sink_s3_retrying() leaves alone. */
 static _Thread_local struct sink_pool *tls_pool;
@@ -333,7 +326,7 @@ static void pool_run(struct sink_pool *pool, bool is_extra)
         pthread_mutex_unlock(&pool->mu);
         struct stages_frame f;
         stages_frame_begin(obs_stages(pool->obs), &f);
-        sink_log_context(s);
+        log_context_set("tenant", s->mtenant); /* none: default tenant */
         int64_t next = sink_step(s, t, now);
         log_context_set(NULL, NULL);
         stages_frame_end(obs_stages(pool->obs), &f, STAGES_REST);
@@ -498,7 +491,7 @@ static void *sink_refresher(void *arg)
         t->refresh_due_ms = now + every;
         struct lease *l = t->lease;
         pthread_mutex_unlock(&pool->mu);
-        sink_log_context(s);
+        log_context_set("tenant", s->mtenant);
         refresh_one(t, l);
         log_context_set(NULL, NULL);
         /* A lost lease is not refreshed again, and its queue runs at once:

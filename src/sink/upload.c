@@ -515,8 +515,7 @@ static void *upload_main(void *arg)
 
     stages_frame_begin(u->cfg->stages, &f);
     /* this thread's lines carry the tenant as the sink thread's do */
-    log_context_set(u->cfg->log_tenant != NULL ? "tenant" : NULL,
-                    u->cfg->log_tenant);
+    log_context_set("tenant", u->cfg->log_tenant);
     memset(&r, 0, sizeof(r));
     while (rc == 0 && u->landed < u->n) {
         struct upload_object *x = &u->o[u->landed];

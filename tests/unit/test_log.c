@@ -170,6 +170,9 @@ TEST(a_thread_s_context_field_follows_the_call_site_s_unless_it_names_it)
     EXPECT(out[LOG_FIELDS_MAX + 1].key == NULL);
     log_context_set(NULL, NULL);
     EXPECT(log_context_fields(f, out) == f);
+    /* a NULL value clears it too: the default tenant's sink names none */
+    log_context_set("tenant", NULL);
+    EXPECT(log_context_fields(f, out) == f);
 }
 
 TEST(the_format_setting_takes_text_logfmt_or_json_only)
