@@ -32,7 +32,10 @@ and counts each latency from when the request was due, so the queue that
 builds behind a stall (a snapshot) is in the tail as a client at that rate
 would see it. Its slices are marked SNAP as wrk's are; "behind" says how
 many requests were still unsent when the schedule ended (the broker did not
-keep up with the rate).
+keep up with the rate). After each broker or Redis is stopped and its data
+directory deleted, the next round waits for the disk to be quiet again
+(settle_disk(): the trims of the freed gigabytes stall synced writes for
+seconds on this machine's disk), and the summary prints those waits.
 
 --tls (bench/push_tls.sh): the peer is queen itself over plain HTTP; each
 round runs queen plain, then over HTTPS (a self-signed RSA-2048
@@ -87,6 +90,44 @@ def cpu_ticks(pid):
 
 def load():
     return os.getloadavg()[0]
+
+
+SETTLE_MAX_S = 60.0
+SETTLE_CALM_MS = 10.0
+
+
+def settle_disk(tmp):
+    """Wait until the disk under tmp is quiet again after a broker's or
+    Redis's data directory (gigabytes) was deleted: on a disk mounted with
+    `discard` (this machine's root), the host trims the freed blocks for
+    10-20 s after the delete, and a synced write meanwhile stalls for up
+    to 120 ms now and then. Left alone, that stall lands in the next
+    round's first slice as its p99 (a bench artefact: queen's own raft
+    segments go in 8 MiB cuts, docs/internals/store-raft.md). Quiet is a whole
+    second in which no 64 KiB O_DSYNC write took over SETTLE_CALM_MS; the
+    seconds waited are returned (SETTLE_MAX_S at most)."""
+    path = os.path.join(tmp, "settle.dat")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_DSYNC, 0o644)
+    buf = b"\0" * 65536
+    t0 = time.monotonic()
+    try:
+        while time.monotonic() - t0 < SETTLE_MAX_S:
+            worst, w0 = 0.0, time.monotonic()
+            while time.monotonic() - w0 < 1.0:
+                t = time.monotonic()
+                os.pwrite(fd, buf, 0)
+                worst = max(worst, time.monotonic() - t)
+            if worst * 1e3 <= SETTLE_CALM_MS:
+                break
+    finally:
+        os.close(fd)
+        os.remove(path)
+    secs = time.monotonic() - t0
+    SETTLED.append(secs)
+    return secs
+
+
+SETTLED = []  # settle_disk()'s waits, printed with the load
 
 
 # ---- the load: one wrk script, one wrk run ----
@@ -324,6 +365,7 @@ class Queen:
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+        settle_disk(os.path.dirname(self.dir))
 
 
 def redis_round(tmp, tag, payload, n):
@@ -354,6 +396,7 @@ def redis_round(tmp, tag, payload, n):
         proc.terminate()
         proc.wait()
         shutil.rmtree(d, ignore_errors=True)
+        settle_disk(tmp)
     rate = float(re.search(r"throughput summary: ([\d.]+)", out).group(1))
     lines = out.splitlines()
     i = next(k for k, ln in enumerate(lines) if "latency summary" in ln)
@@ -438,6 +481,9 @@ def versus_redis(binary, tmp, secs, slices, runs, corpora, rate, tool):
                      else "NOT met"))
         print("  load      average %s over the rounds"
               % " ".join("%.2f" % x["load"] for x in q_rounds + r_rounds))
+        print("  disk      settled %s s after each delete (settle_disk)"
+              % " ".join("%.1f" % x for x in SETTLED))
+        del SETTLED[:]
 
 
 def versus_self(binary, tmp, secs, slices, runs, mode):
