@@ -57,6 +57,11 @@ void log_set_format(int format)
                      : LOG_FORMAT_TEXT;
 }
 
+int log_get_format(void)
+{
+    return log_format;
+}
+
 int log_parse_format(const char *s)
 {
     for (int i = 0; i < (int)ARRAY_LEN(format_names); i++) {

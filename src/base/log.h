@@ -51,6 +51,8 @@ void log_set_level(int level);
 /* Parse "error|warn|info|debug"; returns -1 when unknown. */
 int log_parse_level(const char *s);
 void log_set_format(int format);
+/* The format lines are written in (enum log_format). */
+int log_get_format(void);
 /* Parse "logfmt|json" (any case); returns -1 when unknown. */
 int log_parse_format(const char *s);
 

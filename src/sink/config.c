@@ -1154,88 +1154,153 @@ const char *sink_config_compression_name(const struct sink_config *c)
                : jsonl_codec_name(c->compression);
 }
 
-/* " key=value", the value quoted and escaped as logfmt's are when it
- * holds a space, '"', '=', '\\' or a control byte: a region, an instance
- * or a queue name with a space would otherwise read as two fields
- * (docs/design/observability.md §3). An empty one (a prefix) stays
- * empty, as docs/design/config.md §6 prints it. */
-static void boot_field(struct buf *out, const char *key, const char *v,
-                       struct err *err)
+/* One field of the boot: its value's bytes go to b->vals, NUL-ended; the
+ * pointers are set once every value is in (sink_config_boot). */
+static void boot_add(struct sink_boot *b, const char *key, const char *v,
+                     struct err *err)
 {
-    buf_printf(out, err, " %s=", key);
-    if (v[0] == '\0' || !log_value_needs_quotes(v)) {
-        buf_append_str(out, v, err);
-    } else {
-        json_escape(out, v, strlen(v), err);
-    }
+    ASSERT(b->n < SINK_BOOT_FIELDS);
+    b->f[b->n].key = key;
+    b->off[b->n++] = b->vals.len;
+    buf_append(&b->vals, v, strlen(v) + 1, err);
 }
 
-static void boot_queues(const struct sink_config *c, struct buf *out,
+static void boot_addf(struct sink_boot *b, const char *key, struct err *err,
+                      const char *fmt, ...) PRINTF(4, 5);
+static void boot_addf(struct sink_boot *b, const char *key, struct err *err,
+                      const char *fmt, ...)
+{
+    char v[128];
+    va_list ap;
+
+    va_start(ap, fmt);
+    (void)vsnprintf(v, sizeof(v), fmt, ap);
+    va_end(ap);
+    boot_add(b, key, v, err);
+}
+
+static void boot_queues(const struct sink_config *c, struct sink_boot *b,
                         struct err *err)
 {
     struct buf list;
 
     if (c->all_queues) {
-        boot_field(out, "queues", "*", err);
+        boot_add(b, "queues", "*", err);
         return;
     }
     buf_init(&list, BUF_UNLIMITED);
     for (size_t i = 0; i < c->n_queues; i++) {
         buf_printf(&list, err, "%s%s", i > 0 ? "," : "", c->queues[i]);
     }
-    boot_field(out, "queues", list.data != NULL ? list.data : "", err);
+    boot_add(b, "queues", list.data != NULL ? list.data : "", err);
     buf_free(&list);
 }
 
-static void boot_sse(const struct sink_config *c, struct buf *out,
+static void boot_sse(const struct sink_config *c, struct sink_boot *b,
                      struct err *err)
 {
     size_t k = strlen(c->sse_kms_key_id);
 
     if (c->sse == SINK_SSE_KMS && k > 0) {
-        buf_printf(out, err, "aws:kms(\u2026%s)",
-                   c->sse_kms_key_id + (k > 4 ? k - 4 : 0));
+        boot_addf(b, "sse", err, "aws:kms(\u2026%s)",
+                  c->sse_kms_key_id + (k > 4 ? k - 4 : 0));
         return;
     }
-    buf_append_str(out, sink_sse_name(c->sse), err);
+    boot_add(b, "sse", sink_sse_name(c->sse), err);
 }
 
+int sink_config_boot(const struct sink_config *c,
+                     const struct sink_node_config *n, const char *tenant,
+                     struct sink_boot *b, struct err *out)
+{
+    struct err e = {0}; /* the buffer's: out may hold anything */
+    struct err *err = &e;
+
+    memset(b, 0, sizeof(*b));
+    buf_init(&b->vals, BUF_UNLIMITED);
+    /* The product's version (base/version.h), not SINK_VERSION: a log line
+     * shows one version for the whole binary. */
+    (void)snprintf(b->head, sizeof(b->head), "queen-s3 %s", QUEEN_VERSION);
+    boot_add(b, "tenant", tenant, err);
+    boot_add(b, "sink", c->sink, err);
+    boot_add(b, "instance", n->instance, err);
+    boot_queues(c, b, err);
+    boot_add(b, "partitions", "discovery", err);
+    boot_add(b, "s3", c->endpoint, err);
+    boot_add(b, "bucket", c->bucket, err);
+    boot_add(b, "prefix", c->prefix, err);
+    boot_add(b, "region", c->region, err);
+    boot_add(b, "addressing", c->path_style ? "path-style" : "virtual-host",
+             err);
+    boot_sse(c, b, err);
+    boot_add(b, "format", sink_format_name(c->format), err);
+    boot_add(b, "compression", sink_config_compression_name(c), err);
+    boot_add(b, "layout", layout_kind_name(c->layout), err);
+    boot_add(b, "align", layout_align_name(c->align), err);
+    boot_addf(b, "target_mb", err, "%" PRIu64, c->target_mb);
+    boot_addf(b, "max_window_ms", err, "%" PRIu64, c->max_window_ms);
+    boot_add(b, "start",
+             c->start == ENGINE_START_EARLIEST ? "earliest" : "latest", err);
+    boot_addf(b, "checkpoint_every", err, "%" PRIu64, n->checkpoint_every);
+    boot_addf(b, "memory_mb", err, "%" PRIu64, n->memory_mb);
+    boot_addf(b, "fetch_concurrency", err, "%" PRIu64, n->fetch_concurrency);
+    boot_addf(b, "discovery_interval_ms", err, "%" PRIu64,
+              n->discovery_interval_ms);
+    boot_addf(b, "safe_guard_ms", err, "%" PRIu64, n->safe_guard_ms);
+    boot_addf(b, "lease_ttl_ms", err, "%" PRIu64, n->lease_ttl_ms);
+    boot_addf(b, "multipart_threshold_mb", err, "%" PRIu64,
+              n->multipart_threshold_mb);
+    boot_add(
+        b, "crash_at",
+        crash_names[(size_t)n->crash_at < ARRAY_LEN(crash_names) ? n->crash_at
+                                                                 : 0],
+        err);
+    if (e.code != 0) {
+        sink_boot_free(b);
+        return err_set(out, ERR_TOO_BIG, "sink boot line: buffer cap");
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        b->f[i].value = b->vals.data + b->off[i];
+    }
+    b->f[b->n].key = NULL;
+    b->f[b->n].value = NULL;
+    return 0;
+}
+
+void sink_boot_free(struct sink_boot *b)
+{
+    buf_free(&b->vals);
+    b->n = 0;
+}
+
+/* " key=value" for each field, the value quoted and escaped as logfmt's
+ * are when it holds a space, '"', '=', '\\' or a control byte: a region,
+ * an instance or a queue name with a space would otherwise read as two
+ * fields (docs/design/observability.md §3). An empty one (a prefix)
+ * stays empty, as docs/design/config.md §6 prints it. */
 int sink_config_boot_line(const struct sink_config *c,
                           const struct sink_node_config *n, const char *tenant,
                           struct buf *out, struct err *err)
 {
-    /* The product's version (base/version.h), not SINK_VERSION: a log line
-     * shows one version for the whole binary. */
-    buf_printf(out, err, "queen-s3 %s tenant=%s sink=%s", QUEEN_VERSION, tenant,
-               c->sink);
-    boot_field(out, "instance", n->instance, err);
-    boot_queues(c, out, err);
-    buf_printf(out, err, " partitions=discovery s3=%s", c->endpoint);
-    boot_field(out, "bucket", c->bucket, err);
-    boot_field(out, "prefix", c->prefix, err);
-    boot_field(out, "region", c->region, err);
-    buf_printf(out, err, " addressing=%s sse=",
-               c->path_style ? "path-style" : "virtual-host");
-    boot_sse(c, out, err);
-    buf_printf(out, err,
-               " format=%s compression=%s layout=%s align=%s target_mb=%" PRIu64
-               " max_window_ms=%" PRIu64 " start=%s",
-               sink_format_name(c->format), sink_config_compression_name(c),
-               layout_kind_name(c->layout), layout_align_name(c->align),
-               c->target_mb, c->max_window_ms,
-               c->start == ENGINE_START_EARLIEST ? "earliest" : "latest");
-    int rc = buf_printf(
-        out, err,
-        " checkpoint_every=%" PRIu64 " memory_mb=%" PRIu64
-        " fetch_concurrency=%" PRIu64 " discovery_interval_ms=%" PRIu64
-        " safe_guard_ms=%" PRIu64 " lease_ttl_ms=%" PRIu64
-        " multipart_threshold_mb=%" PRIu64 " crash_at=%s",
-        n->checkpoint_every, n->memory_mb, n->fetch_concurrency,
-        n->discovery_interval_ms, n->safe_guard_ms, n->lease_ttl_ms,
-        n->multipart_threshold_mb,
-        crash_names[(size_t)n->crash_at < ARRAY_LEN(crash_names) ? n->crash_at
-                                                                 : 0]);
+    struct sink_boot b;
+    struct err e = {0};
+    int rc = sink_config_boot(c, n, tenant, &b, err);
+
     if (rc != 0) {
+        return rc;
+    }
+    buf_append_str(out, b.head, &e);
+    for (size_t i = 0; i < b.n; i++) {
+        const char *v = b.f[i].value;
+        buf_printf(out, &e, " %s=", b.f[i].key);
+        if (v[0] == '\0' || !log_value_needs_quotes(v)) {
+            buf_append_str(out, v, &e);
+        } else {
+            json_escape(out, v, strlen(v), &e);
+        }
+    }
+    sink_boot_free(&b);
+    if (e.code != 0) {
         return err_set(err, ERR_TOO_BIG, "sink boot line: buffer cap");
     }
     return 0;

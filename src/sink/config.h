@@ -26,6 +26,7 @@
 
 #include "base/buf.h"
 #include "base/err.h"
+#include "base/log.h"
 #include "parquet/parquet.h"
 #include "sink/engine.h"
 #include "sink/jsonl.h"
@@ -157,8 +158,25 @@ void sink_config_free(struct sink_config *c);
 void sink_config_ignored_warning(const struct sink_node_config *n,
                                  struct buf *out);
 
-/* Append the boot line of docs/design/config.md §6 (never the secret). tenant
- * as printed. */
+/* The boot line of docs/design/config.md §6 (never the secret) as a header
+ * ("queen-s3 <version>") and its fields in the line's order, for the
+ * structured log formats. f ends with {NULL, NULL}; its values live in
+ * vals until sink_boot_free(). */
+#define SINK_BOOT_FIELDS 32
+struct sink_boot {
+    char head[48];
+    struct log_field f[SINK_BOOT_FIELDS + 1];
+    size_t off[SINK_BOOT_FIELDS]; /* each value's offset in vals */
+    size_t n;
+    struct buf vals;
+};
+int sink_config_boot(const struct sink_config *c,
+                     const struct sink_node_config *n, const char *tenant,
+                     struct sink_boot *b, struct err *err);
+void sink_boot_free(struct sink_boot *b);
+
+/* Append the boot line of docs/design/config.md §6 (never the secret) as
+ * one text: the header, then " key=value" per field. tenant as printed. */
 int sink_config_boot_line(const struct sink_config *c,
                           const struct sink_node_config *n, const char *tenant,
                           struct buf *out, struct err *err);

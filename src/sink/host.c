@@ -22,6 +22,7 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "base/uuid7.h"
+#include "base/version.h"
 #include "base/xalloc.h"
 #include "cp/registry.h"
 #include "s3/client.h"
@@ -323,10 +324,50 @@ static int host_s3_client(const struct sink_node_config *node,
     return 0;
 }
 
+/* Log a sink's boot line (docs/design/config.md §6). In the text format it
+ * is one line, "queen-s3 <version> tenant=… …"; in logfmt and JSON its
+ * settings are fields a log pipeline reads by name, under msg "queen-s3
+ * <version>". With msg (a control-plane tenant's sink), the line is that
+ * msg with the cluster, then the settings: in the text format as one field
+ * `config`, elsewhere as fields with the version. */
+static void host_boot_log(const struct sink_config *c,
+                          const struct sink_node_config *n, const char *tenant,
+                          const char *msg, const char *cluster)
+{
+    struct err err = {0};
+
+    if (log_get_format() == LOG_FORMAT_TEXT) {
+        struct buf line;
+        buf_init(&line, BUF_UNLIMITED);
+        if (sink_config_boot_line(c, n, tenant, &line, &err) == 0) {
+            if (msg == NULL) {
+                log_info("queen-s3", "%s", line.data);
+            } else {
+                log_info_kv("queen-s3", msg, {"cluster", cluster},
+                            {"config", line.data});
+            }
+        }
+        buf_free(&line);
+        return;
+    }
+    struct sink_boot b;
+    struct log_field f[SINK_BOOT_FIELDS + 3];
+    size_t k = 0;
+    if (sink_config_boot(c, n, tenant, &b, &err) != 0) {
+        return;
+    }
+    if (msg != NULL) {
+        f[k++] = (struct log_field){"cluster", cluster};
+        f[k++] = (struct log_field){"version", QUEEN_VERSION};
+    }
+    memcpy(f + k, b.f, (b.n + 1) * sizeof(f[0]));
+    log_fields(LOG_INFO, "queen-s3", msg != NULL ? msg : b.head, f);
+    sink_boot_free(&b);
+}
+
 static void host_boot_logs(struct sink_host *h)
 {
     struct buf line;
-    struct err err = {0};
 
     buf_init(&line, BUF_UNLIMITED);
     sink_config_ignored_warning(&h->node, &line);
@@ -337,12 +378,10 @@ static void host_boot_logs(struct sink_host *h)
         log_warn("queen-s3", "QUEEN_S3_CRASH_AT is set: this node aborts at "
                              "that point of the commit sequence");
     }
-    buf_reset(&line);
-    if (h->has_env && sink_config_boot_line(&h->cfg, &h->node, h->tenant_text,
-                                            &line, &err) == 0) {
-        log_info("queen-s3", "%s", line.data);
-    }
     buf_free(&line);
+    if (h->has_env) {
+        host_boot_log(&h->cfg, &h->node, h->tenant_text, NULL, NULL);
+    }
 }
 
 /* Read as the boot's checks read it (sink_env_bool): a value they took as
@@ -710,16 +749,8 @@ static void host_unit_remove(struct sink_host *h, const struct tunit *u)
 static void host_unit_boot_line(const struct sink_host *h,
                                 const struct tunit *u)
 {
-    struct buf line;
-    struct err err = {0};
-
-    buf_init(&line, BUF_UNLIMITED);
-    if (sink_config_boot_line(&u->cfg, &h->node, u->tenant_text, &line, &err) ==
-        0) {
-        log_info_kv("queen-s3", "started the control plane's sink for a tenant",
-                    {"cluster", u->cluster}, {"config", line.data});
-    }
-    buf_free(&line);
+    host_boot_log(&u->cfg, &h->node, u->tenant_text,
+                  "started the control plane's sink for a tenant", u->cluster);
 }
 
 /* The error of u is logged once per row and sentence. */

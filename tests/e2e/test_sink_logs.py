@@ -64,7 +64,33 @@ def run_and_check(sink_node, bucket, fmt):
     assert [r for r in committed if r["area"] != "queen-s3"] == [], committed
     other = [r for r in rs if r["area"] in ("sink", "s3")]
     assert other == [], other
+    boot = [r for r in rs if r["msg"].startswith("queen-s3 ")]
+    assert len(boot) == 1, boot
+    if fmt != "text":
+        check_boot_fields(boot[0], bucket)
     return rs, log
+
+
+DEFAULT_TENANT = "00000000-0000-0000-0000-000000000001"
+BOOT_FIELDS = ["tenant", "sink", "instance", "queues", "partitions", "s3",
+               "bucket", "prefix", "region", "addressing", "sse", "format",
+               "compression", "layout", "align", "target_mb",
+               "max_window_ms", "start", "checkpoint_every", "memory_mb",
+               "fetch_concurrency", "discovery_interval_ms",
+               "safe_guard_ms", "lease_ttl_ms", "multipart_threshold_mb",
+               "crash_at"]
+
+
+def check_boot_fields(r, bucket):
+    """In logfmt and JSON the boot line's settings are fields of their own
+    (docs/design/config.md §6), in the text line's order, under msg
+    "queen-s3 <version>"."""
+    assert re.fullmatch(r"queen-s3 \d+\.\d+\.\d+\S*", r["msg"]), r
+    assert list(r)[4:] == BOOT_FIELDS, r
+    assert r["tenant"] == DEFAULT_TENANT and r["sink"] == "default", r
+    assert r["queues"] == "orders,nosuch", r
+    assert r["bucket"] == "lake" and r["s3"] == bucket.endpoint, r
+    assert r["format"] == "jsonl" and r["crash_at"] == "never", r
 
 
 def test_every_line_is_text_and_a_missing_queue_is_logged_once(sink_node,
