@@ -1211,53 +1211,50 @@ static void boot_sse(const struct sink_config *c, struct sink_boot *b,
 
 int sink_config_boot(const struct sink_config *c,
                      const struct sink_node_config *n, const char *tenant,
-                     struct sink_boot *b, struct err *out)
+                     struct sink_boot *b, struct err *err)
 {
-    struct err e = {0}; /* the buffer's: out may hold anything */
-    struct err *err = &e;
+    struct err e = {0}; /* the buffer's: err may hold anything */
 
     memset(b, 0, sizeof(*b));
     buf_init(&b->vals, BUF_UNLIMITED);
     /* The product's version (base/version.h), not SINK_VERSION: a log line
      * shows one version for the whole binary. */
     (void)snprintf(b->head, sizeof(b->head), "queen-s3 %s", QUEEN_VERSION);
-    boot_add(b, "tenant", tenant, err);
-    boot_add(b, "sink", c->sink, err);
-    boot_add(b, "instance", n->instance, err);
-    boot_queues(c, b, err);
-    boot_add(b, "partitions", "discovery", err);
-    boot_add(b, "s3", c->endpoint, err);
-    boot_add(b, "bucket", c->bucket, err);
-    boot_add(b, "prefix", c->prefix, err);
-    boot_add(b, "region", c->region, err);
+    boot_add(b, "tenant", tenant, &e);
+    boot_add(b, "sink", c->sink, &e);
+    boot_add(b, "instance", n->instance, &e);
+    boot_queues(c, b, &e);
+    boot_add(b, "partitions", "discovery", &e);
+    boot_add(b, "s3", c->endpoint, &e);
+    boot_add(b, "bucket", c->bucket, &e);
+    boot_add(b, "prefix", c->prefix, &e);
+    boot_add(b, "region", c->region, &e);
     boot_add(b, "addressing", c->path_style ? "path-style" : "virtual-host",
-             err);
-    boot_sse(c, b, err);
-    boot_add(b, "format", sink_format_name(c->format), err);
-    boot_add(b, "compression", sink_config_compression_name(c), err);
-    boot_add(b, "layout", layout_kind_name(c->layout), err);
-    boot_add(b, "align", layout_align_name(c->align), err);
-    boot_addf(b, "target_mb", err, "%" PRIu64, c->target_mb);
-    boot_addf(b, "max_window_ms", err, "%" PRIu64, c->max_window_ms);
+             &e);
+    boot_sse(c, b, &e);
+    boot_add(b, "format", sink_format_name(c->format), &e);
+    boot_add(b, "compression", sink_config_compression_name(c), &e);
+    boot_add(b, "layout", layout_kind_name(c->layout), &e);
+    boot_add(b, "align", layout_align_name(c->align), &e);
+    boot_addf(b, "target_mb", &e, "%" PRIu64, c->target_mb);
+    boot_addf(b, "max_window_ms", &e, "%" PRIu64, c->max_window_ms);
     boot_add(b, "start",
-             c->start == ENGINE_START_EARLIEST ? "earliest" : "latest", err);
-    boot_addf(b, "checkpoint_every", err, "%" PRIu64, n->checkpoint_every);
-    boot_addf(b, "memory_mb", err, "%" PRIu64, n->memory_mb);
-    boot_addf(b, "fetch_concurrency", err, "%" PRIu64, n->fetch_concurrency);
-    boot_addf(b, "discovery_interval_ms", err, "%" PRIu64,
+             c->start == ENGINE_START_EARLIEST ? "earliest" : "latest", &e);
+    boot_addf(b, "checkpoint_every", &e, "%" PRIu64, n->checkpoint_every);
+    boot_addf(b, "memory_mb", &e, "%" PRIu64, n->memory_mb);
+    boot_addf(b, "fetch_concurrency", &e, "%" PRIu64, n->fetch_concurrency);
+    boot_addf(b, "discovery_interval_ms", &e, "%" PRIu64,
               n->discovery_interval_ms);
-    boot_addf(b, "safe_guard_ms", err, "%" PRIu64, n->safe_guard_ms);
-    boot_addf(b, "lease_ttl_ms", err, "%" PRIu64, n->lease_ttl_ms);
-    boot_addf(b, "multipart_threshold_mb", err, "%" PRIu64,
+    boot_addf(b, "safe_guard_ms", &e, "%" PRIu64, n->safe_guard_ms);
+    boot_addf(b, "lease_ttl_ms", &e, "%" PRIu64, n->lease_ttl_ms);
+    boot_addf(b, "multipart_threshold_mb", &e, "%" PRIu64,
               n->multipart_threshold_mb);
-    boot_add(
-        b, "crash_at",
-        crash_names[(size_t)n->crash_at < ARRAY_LEN(crash_names) ? n->crash_at
-                                                                 : 0],
-        err);
+    size_t crash =
+        (size_t)n->crash_at < ARRAY_LEN(crash_names) ? (size_t)n->crash_at : 0;
+    boot_add(b, "crash_at", crash_names[crash], &e);
     if (e.code != 0) {
         sink_boot_free(b);
-        return err_set(out, ERR_TOO_BIG, "sink boot line: buffer cap");
+        return err_set(err, ERR_TOO_BIG, "sink boot line: buffer cap");
     }
     for (size_t i = 0; i < b->n; i++) {
         b->f[i].value = b->vals.data + b->off[i];

@@ -324,35 +324,46 @@ static int host_s3_client(const struct sink_node_config *node,
     return 0;
 }
 
+/* The boot line in the text format: one line, or (msg: a control-plane
+ * tenant's sink) msg with the cluster and the line as field `config`. */
+static void host_boot_text(const struct sink_config *c,
+                           const struct sink_node_config *n, const char *tenant,
+                           const char *msg, const char *cluster)
+{
+    struct err err = {0};
+    struct buf line;
+
+    buf_init(&line, BUF_UNLIMITED);
+    if (sink_config_boot_line(c, n, tenant, &line, &err) != 0) {
+        buf_free(&line);
+        return;
+    }
+    if (msg == NULL) {
+        log_info("queen-s3", "%s", line.data);
+    } else {
+        log_info_kv("queen-s3", msg, {"cluster", cluster},
+                    {"config", line.data});
+    }
+    buf_free(&line);
+}
+
 /* Log a sink's boot line (docs/design/config.md §6). In the text format it
  * is one line, "queen-s3 <version> tenant=… …"; in logfmt and JSON its
  * settings are fields a log pipeline reads by name, under msg "queen-s3
- * <version>". With msg (a control-plane tenant's sink), the line is that
- * msg with the cluster, then the settings: in the text format as one field
- * `config`, elsewhere as fields with the version. */
+ * <version>", or under msg with the cluster and the version first. */
 static void host_boot_log(const struct sink_config *c,
                           const struct sink_node_config *n, const char *tenant,
                           const char *msg, const char *cluster)
 {
     struct err err = {0};
-
-    if (log_get_format() == LOG_FORMAT_TEXT) {
-        struct buf line;
-        buf_init(&line, BUF_UNLIMITED);
-        if (sink_config_boot_line(c, n, tenant, &line, &err) == 0) {
-            if (msg == NULL) {
-                log_info("queen-s3", "%s", line.data);
-            } else {
-                log_info_kv("queen-s3", msg, {"cluster", cluster},
-                            {"config", line.data});
-            }
-        }
-        buf_free(&line);
-        return;
-    }
     struct sink_boot b;
     struct log_field f[SINK_BOOT_FIELDS + 3];
     size_t k = 0;
+
+    if (log_get_format() == LOG_FORMAT_TEXT) {
+        host_boot_text(c, n, tenant, msg, cluster);
+        return;
+    }
     if (sink_config_boot(c, n, tenant, &b, &err) != 0) {
         return;
     }
