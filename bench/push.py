@@ -103,9 +103,10 @@ def settle_disk(tmp):
     10-20 s after the delete, and a synced write meanwhile stalls for up
     to 120 ms now and then. Left alone, that stall lands in the next
     round's first slice as its p99 (a bench artefact: queen's own raft
-    segments go in 8 MiB cuts, docs/internals/store-raft.md). Quiet is a whole
-    second in which no 64 KiB O_DSYNC write took over SETTLE_CALM_MS; the
-    seconds waited are returned (SETTLE_MAX_S at most)."""
+    segments are cut 2 MiB at a time, paced: docs/internals/store-raft.md).
+    Quiet is a whole second in which no 64 KiB O_DSYNC write took over
+    SETTLE_CALM_MS; the seconds waited are returned (about SETTLE_MAX_S at
+    most: the cap is checked between seconds)."""
     path = os.path.join(tmp, "settle.dat")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_DSYNC, 0o644)
     buf = b"\0" * 65536
@@ -361,11 +362,15 @@ class Queen:
         return measure(self.proc.pid, self.port, script, secs, slices,
                        self.scheme, tag, runner)
 
-    def stop(self):
+    def stop(self, settle=True):
+        """SIGTERM, wait, delete the data dir; then settle_disk() unless
+        told not to (a caller in a finally settles after it, so that a
+        failure of the round is not hidden by one of the settle)."""
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
-        settle_disk(os.path.dirname(self.dir))
+        if settle:
+            settle_disk(os.path.dirname(self.dir))
 
 
 def redis_round(tmp, tag, payload, n):
@@ -392,11 +397,12 @@ def redis_round(tmp, tag, payload, n):
             check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True).stdout
         ticks = cpu_ticks(proc.pid) - c0
+        busy = load()  # before the stop and the settle, as queen's
     finally:
         proc.terminate()
         proc.wait()
         shutil.rmtree(d, ignore_errors=True)
-        settle_disk(tmp)
+    settle_disk(tmp)
     rate = float(re.search(r"throughput summary: ([\d.]+)", out).group(1))
     lines = out.splitlines()
     i = next(k for k, ln in enumerate(lines) if "latency summary" in ln)
@@ -406,7 +412,7 @@ def redis_round(tmp, tag, payload, n):
         for ln in lines) if m and float(m.group(1)) >= 99.9)
     return {"rate": rate, "recs": n, "p50": float(vals[2]),
             "p99": float(vals[4]), "p999": p999,
-            "cpu_us": ticks / HZ * 1e6 / n, "load": load()}
+            "cpu_us": ticks / HZ * 1e6 / n, "load": busy}
 
 
 def mean_payload(payloads):
@@ -433,7 +439,8 @@ def versus_redis(binary, tmp, secs, slices, runs, corpora, rate, tool):
             try:
                 rnd, sl = q.push(script, secs, slices, "round %d" % r)
             finally:
-                q.stop()
+                q.stop(settle=False)
+            settle_disk(tmp)
             for k, s in enumerate(sl, 1):
                 print("    slice %d.%d queen %s" % (r, k, fmt(s)))
             n = min(max(rnd["recs"], 1000000), 20000000)
@@ -451,7 +458,8 @@ def versus_redis(binary, tmp, secs, slices, runs, corpora, rate, tool):
                                        "round %d open" % r,
                                        run_openloop(tool, rate))
                 finally:
-                    q.stop()
+                    q.stop(settle=False)
+                settle_disk(tmp)
                 for k, s in enumerate(osl, 1):
                     print("    slice %d.%d open  %s" % (r, k, fmt(s)))
                 print("  round %d  open  %s  (open loop at %d records/s)"
@@ -532,10 +540,11 @@ def versus_self(binary, tmp, secs, slices, runs, mode):
                 rnd, sl = q.push(sd["script"], secs, slices,
                                  "round %d %s" % (r, side))
             finally:
-                q.stop()
+                q.stop(settle=False)
                 if "stored plaintext" in open(q.log).read():
                     print("bench/push: round %d stored plaintext:\n%s"
                           % (r, open(q.log).read()), file=sys.stderr)
+            settle_disk(tmp)
             sd["rounds"].append(rnd)
             sd["slices"] += sl
             line.append((side, rnd))
@@ -557,6 +566,9 @@ def versus_self(binary, tmp, secs, slices, runs, mode):
              goal))
     print("  load   average %s over the rounds"
           % " ".join("%.2f" % x["load"] for x in a + b))
+    print("  disk   settled %s s after each delete (settle_disk)"
+          % " ".join("%.1f" % x for x in SETTLED))
+    del SETTLED[:]
 
 
 def main(argv):

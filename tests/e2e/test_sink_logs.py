@@ -14,6 +14,7 @@ import re
 import subprocess
 
 import loglines
+import pytest
 from sinkenv import wait_until
 
 import queenproc as it
@@ -115,6 +116,27 @@ def test_json_lines_have_stable_field_names(sink_node, bucket):
     assert committed and set(committed[0]) >= {
         "ts", "level", "area", "msg", "queue", "k", "records", "bytes",
         "t_end", "lag_seconds", "lost"}, committed
+
+
+@pytest.mark.parametrize("fmt", ["text", "logfmt", "json"])
+def test_warn_keeps_every_info_line_out(sink_node, fmt):
+    """QUEEN_LOG_LEVEL=warn: no info line in any format, the sink's boot
+    line (its own fields in logfmt and JSON) included, while the sink
+    commits a window."""
+    env = {"QUEEN_S3_QUEUES": "orders", "QUEEN_LOG_LEVEL": "warn"}
+    if fmt != "text":
+        env["QUEEN_LOG_FORMAT"] = fmt
+    node = sink_node(env=env)
+    node.push([{"queue": "orders", "partition": "p", "payload": {"n": 1}}])
+
+    def committed():
+        s3 = node.get("/status").json()["s3"]
+        return any(q["name"] == "orders" and q["records"] >= 1
+                   for sk in s3["sinks"] for q in sk["queues"])
+    wait_until(committed, 90, "the sink to commit the record")
+    node.stop()
+    rs = loglines.parse(node.stderr(), fmt)
+    assert [r for r in rs if r["level"] not in ("warn", "error")] == [], rs
 
 
 def test_an_unknown_log_format_is_refused_at_boot(tmp_path):
