@@ -353,6 +353,9 @@ void log_write(int level, const char *module, const char *fmt, ...)
     char msg[LOG_LINE_MAX];
     va_list ap;
 
+    if (level > log_threshold) {
+        return; /* (4), for a direct call */
+    }
     va_start(ap, fmt);
     if (vsnprintf(msg, sizeof(msg), fmt, ap) < 0) {
         msg[0] = '\0';
@@ -364,6 +367,9 @@ void log_write(int level, const char *module, const char *fmt, ...)
 void log_fields(int level, const char *module, const char *msg,
                 const struct log_field *f)
 {
+    if (level > log_threshold) {
+        return; /* (4), for a direct call */
+    }
     log_emit(level, module, msg, f);
 }
 

@@ -21,7 +21,9 @@
  *     would repeat ts, level, area or msg gets a `_` prefix.
  * (3) A line longer than LOG_LINE_MAX is cut at a character boundary, its
  *     quotes and braces closed, and ends with truncated=true.
- * (4) The level is checked before any formatting.
+ * (4) The level is checked before any formatting: by the log_* macros
+ *     before their arguments are evaluated, and by log_write() and
+ *     log_fields() themselves when called directly.
  *
  * QUEEN_LOG_LEVEL (error, warn, info, debug) sets the threshold; the default
  * is info. QUEEN_LOG_FORMAT (text, logfmt, json) sets the format. */

@@ -364,9 +364,6 @@ static void host_boot_log(const struct sink_config *c,
         host_boot_text(c, n, tenant, msg, cluster);
         return;
     }
-    if (LOG_INFO > log_threshold) {
-        return; /* log_fields() does not check the level (log.h (4)) */
-    }
     if (sink_config_boot(c, n, tenant, &b, &err) != 0) {
         return;
     }

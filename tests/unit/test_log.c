@@ -1,9 +1,11 @@
-/* Tests of the log line renderer (src/base/log.h (1)-(3), (5)): the text
- * format's head, logfmt quoting, JSON escaping, keys, cut lines, and a
- * thread's context field. */
+/* Tests of the log line renderer (src/base/log.h (1)-(5)): the text
+ * format's head, logfmt quoting, JSON escaping, keys, cut lines, the level
+ * on a direct call, and a thread's context field. */
 #include "harness.h"
 
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/log.h"
 
@@ -184,4 +186,47 @@ TEST(the_format_setting_takes_text_logfmt_or_json_only)
     EXPECT_EQ_I64(log_parse_format(""), -1);
     EXPECT_STR_EQ(LOG_FMT("%d-%s", 7, "x"), "7-x");
     EXPECT_STR_EQ(LOG_U64(UINT64_MAX), "18446744073709551615");
+}
+
+/* Bytes written to stderr while fn runs with the threshold at level. */
+static long stderr_bytes(int level, void (*fn)(void))
+{
+    FILE *tmp = tmpfile();
+    int saved = dup(STDERR_FILENO);
+    int was = log_threshold;
+    long n = -1;
+
+    if (tmp != NULL && saved >= 0 && dup2(fileno(tmp), STDERR_FILENO) >= 0) {
+        log_set_level(level);
+        fn();
+        log_set_level(was);
+        n = lseek(fileno(tmp), 0, SEEK_END);
+        dup2(saved, STDERR_FILENO);
+    }
+    if (saved >= 0) {
+        close(saved);
+    }
+    if (tmp != NULL) {
+        fclose(tmp);
+    }
+    return n;
+}
+
+static void info_called_directly(void)
+{
+    log_fields(LOG_INFO, "queen-s3", "boot",
+               (const struct log_field[]){{"k", "v"}, {NULL, NULL}});
+    log_write(LOG_INFO, "queen-s3", "boot %d", 1);
+}
+
+static void warn_called_directly(void)
+{
+    log_fields(LOG_WARN, "queen-s3", "slow", NULL);
+}
+
+TEST(a_direct_call_below_the_threshold_writes_nothing)
+{
+    EXPECT_EQ_I64(stderr_bytes(LOG_WARN, info_called_directly), 0);
+    EXPECT(stderr_bytes(LOG_INFO, info_called_directly) > 0);
+    EXPECT(stderr_bytes(LOG_WARN, warn_called_directly) > 0);
 }
