@@ -32,7 +32,9 @@ and counts each latency from when the request was due, so the queue that
 builds behind a stall (a snapshot) is in the tail as a client at that rate
 would see it. Its slices are marked SNAP as wrk's are; "behind" says how
 many requests were still unsent when the schedule ended (the broker did not
-keep up with the rate). After each broker or Redis is stopped and its data
+keep up with the rate). Redis is pushed on the same schedule too (openloop's
+resp mode: the 100 records of queen's request as 100 pipelined XADDs, AOF
+everysec), so the open loop's p99 has its peer beside it. After each broker or Redis is stopped and its data
 directory deleted, the next round waits for the disk to be quiet again
 (settle_disk(): the trims of the freed gigabytes stall synced writes for
 seconds on this machine's disk), and the summary prints those waits.
@@ -202,9 +204,11 @@ def run_openloop(tool, rate):
     """A runner for measure(): tests/tools/openloop at rate records/s
     (rate / BATCH requests per second) on CONNS connections."""
     def run(script, url, secs):
-        port, path = re.match(r"\w+://[^:]+:(\d+)(/.*)", url).groups()
+        port, path = re.match(r"\w+://[^:]+:(\d+)/?(.*)", url).groups()
+        resp = path.startswith("resp:")
         out = subprocess.run(
-            [tool, port, path, script + ".body", "%.3f" % (rate / BATCH),
+            [tool, port, path if resp else "/" + path,
+             script if resp else script + ".body", "%.3f" % (rate / BATCH),
              str(secs), str(CONNS), script + ".hist"],
             check=True, stdout=subprocess.PIPE, text=True).stdout
         m = re.match(r"requests (\d+) seconds ([\d.]+) non2xx (\d+) "
@@ -216,7 +220,7 @@ def run_openloop(tool, rate):
                 hist[int(v)] = hist.get(int(v), 0) + int(c)
         if int(m.group(4)):
             print("  open loop: %s requests were still unsent when the "
-                  "schedule ended (the broker fell behind %d records/s)"
+                  "schedule ended (the server fell behind %d records/s)"
                   % (m.group(4), rate))
         return int(m.group(1)), float(m.group(2)), int(m.group(3)), hist
     return run
@@ -378,7 +382,9 @@ class Queen:
             settle_disk(os.path.dirname(self.dir))
 
 
-def redis_round(tmp, tag, payload, n):
+def redis_start(tmp, tag):
+    """A fresh redis-server with AOF (everysec) in a dir of its own, once
+    it answers PING: (process, port, dir)."""
     port = free_port()
     d = os.path.join(tmp, "redis-%s" % tag)
     os.makedirs(d)
@@ -387,13 +393,24 @@ def redis_round(tmp, tag, payload, n):
          "--dir", d, "--save", "", "--appendonly", "yes",
          "--appendfsync", "everysec", "--daemonize", "no",
          "--logfile", d + ".log"])
+    for _ in range(200):
+        if subprocess.run(["redis-cli", "-p", str(port), "ping"],
+                          stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0:
+            break
+        time.sleep(0.05)
+    return proc, port, d
+
+
+def redis_stop(proc, d):
+    proc.terminate()
+    proc.wait()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def redis_round(tmp, tag, payload, n):
+    proc, port, d = redis_start(tmp, tag)
     try:
-        for _ in range(200):
-            if subprocess.run(["redis-cli", "-p", str(port), "ping"],
-                              stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL).returncode == 0:
-                break
-            time.sleep(0.05)
         c0 = cpu_ticks(proc.pid)
         out = subprocess.run(
             ["redis-benchmark", "-p", str(port), "-c", str(CONNS), "-P",
@@ -404,9 +421,7 @@ def redis_round(tmp, tag, payload, n):
         ticks = cpu_ticks(proc.pid) - c0
         busy = load()  # before the stop and the settle, as queen's
     finally:
-        proc.terminate()
-        proc.wait()
-        shutil.rmtree(d, ignore_errors=True)
+        redis_stop(proc, d)
     settle_disk(tmp)
     rate = float(re.search(r"throughput summary: ([\d.]+)", out).group(1))
     lines = out.splitlines()
@@ -418,6 +433,36 @@ def redis_round(tmp, tag, payload, n):
     return {"rate": rate, "recs": n, "p50": float(vals[2]),
             "p99": float(vals[4]), "p999": p999,
             "cpu_us": ticks / HZ * 1e6 / n, "load": busy}
+
+
+def resp_body(path, payloads):
+    """BATCH pipelined XADDs, one per payload (bytes), for openloop's
+    resp mode: the records queen's open loop sends, one command each."""
+    def bulk(b):
+        return b"$%d\r\n%s\r\n" % (len(b), b)
+    with open(path, "wb") as f:
+        for p in payloads:
+            f.write(b"*5\r\n" + b"".join(bulk(x) for x in (
+                b"XADD", b"bench", b"*", b"payload", p)))
+    return path
+
+
+def redis_open_round(tmp, tag, body, secs, rate, tool):
+    """Redis pushed by openloop on the queen open loop's schedule (rate
+    records/s, BATCH per request, CONNS connections) for secs: a row()."""
+    proc, port, d = redis_start(tmp, tag)
+    try:
+        c0 = cpu_ticks(proc.pid)
+        reqs, took, bad, hist = run_openloop(tool, rate)(
+            body, "redis://127.0.0.1:%d/resp:%d" % (port, BATCH), secs)
+        r = row(reqs, took, cpu_ticks(proc.pid) - c0, hist)
+    finally:
+        redis_stop(proc, d)
+    settle_disk(tmp)
+    if bad:
+        print("  warning: redis open loop: %d requests had an error reply"
+              % bad)
+    return r
 
 
 def mean_payload(payloads):
@@ -433,8 +478,9 @@ def versus_redis(binary, tmp, secs, slices, runs, corpora, rate, tool):
         script = wrk_script(os.path.join(tmp, "push-%s.lua" % name),
                             payloads)
         rpayload = mean_payload(payloads).decode()
+        rbody = resp_body(os.path.join(tmp, "push-%s.resp" % name), payloads)
         q_rounds, q_slices, r_rounds = [], [], []
-        o_rounds, o_slices = [], []
+        o_rounds, o_slices, ro_rounds = [], [], []
         print("bench/push: corpus %s (%.0f B mean, %d per request), %d "
               "connections, %ds in %d slices, %d rounds"
               % (name, sum(map(len, payloads)) / len(payloads), BATCH,
@@ -469,12 +515,17 @@ def versus_redis(binary, tmp, secs, slices, runs, corpora, rate, tool):
                     print("    slice %d.%d open  %s" % (r, k, fmt(s)))
                 print("  round %d  open  %s  (open loop at %d records/s)"
                       % (r, fmt(ornd), rate))
+                rornd = redis_open_round(tmp, "%s-%d-open" % (name, r), rbody,
+                                         secs, rate, tool)
+                print("  round %d  redis open %s" % (r, fmt(rornd)))
                 o_rounds.append(ornd)
                 o_slices += osl
+                ro_rounds.append(rornd)
         summarize("queen", q_rounds, q_slices)
         summarize("redis", r_rounds, [])
         if o_rounds:
             summarize("open", o_rounds, o_slices)
+            summarize("redis open", ro_rounds, [])
         qr, rr = med(q_rounds, "rate"), med(r_rounds, "rate")
         qc, rc = med(q_rounds, "cpu_us"), med(r_rounds, "cpu_us")
         qp = med(q_rounds, "p99")
@@ -488,10 +539,12 @@ def versus_redis(binary, tmp, secs, slices, runs, corpora, rate, tool):
             op = med(o_rounds, "p99")
             print("  open loop at %d records/s: queen p99 %.2fms p999 %.2fms"
                   " (goal p99 <= %.0fms at 200000 records/s, snapshots "
-                  "included: %s)"
+                  "included: %s); redis on the same schedule p99 %.2fms "
+                  "p999 %.2fms"
                   % (rate, op, med(o_rounds, "p999"), GOAL_P99_MS,
                      "met" if op <= GOAL_P99_MS and rate >= 200000
-                     else "NOT met"))
+                     else "NOT met", med(ro_rounds, "p99"),
+                     med(ro_rounds, "p999")))
         print("  load      average %s over the rounds"
               % " ".join("%.2f" % x["load"] for x in q_rounds + r_rounds))
         print("  disk      settled %s s after each delete (settle_disk)"

@@ -13,7 +13,13 @@
  * on CONNS keep-alive connections. Prints one line: "requests N seconds S
  * non2xx K behind B" (B: requests not yet sent, for want of an idle
  * connection, when the schedule ended), and writes HISTFILE as "latency-us
- * count" lines. Exits 2 on a usage or connection error. */
+ * count" lines. Exits 2 on a usage or connection error.
+ *
+ * PATH "resp:N" speaks Redis's protocol instead (bench/push's Redis peer on
+ * the same schedule): BODYFILE is sent as it is, N pipelined commands, and
+ * a request is answered once N replies have come back; K then counts the
+ * requests with an error reply. Replies are simple strings, errors,
+ * integers or bulk strings (what XADD answers). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -51,7 +57,8 @@ struct ol {
     struct ol_conn *conns;
     int n_conns;
     int ep;
-    int64_t *lat_us; /* one per answered request */
+    int resp_replies; /* > 0: Redis's protocol, replies per request */
+    int64_t *lat_us;  /* one per answered request */
     size_t n_lat;
     size_t cap_lat;
     uint64_t non2xx;
@@ -155,6 +162,38 @@ static size_t ol_answer(const char *in, size_t n, int *status)
     return n >= head + body ? head + body : 0;
 }
 
+/* The length of resp_replies whole replies at the start of in[0..n), or 0
+ * when more is to come; *status is 500 when one of them is an error. */
+static size_t ol_answer_resp(const char *in, size_t n, int replies, int *status)
+{
+    size_t at = 0;
+
+    *status = 200;
+    for (int r = 0; r < replies; r++) {
+        const char *eol = at < n ? memmem(in + at, n - at, "\r\n", 2) : NULL;
+        size_t next;
+
+        if (eol == NULL) {
+            return 0;
+        }
+        next = (size_t)(eol - in) + 2;
+        if (in[at] == '$') {
+            long len = strtol(in + at + 1, NULL, 10);
+            next += len >= 0 ? (size_t)len + 2 : 0;
+        } else if (in[at] == '-') {
+            *status = 500;
+        } else if (in[at] != '+' && in[at] != ':') {
+            errno = EPROTO;
+            ol_die("a reply that is not a string, an error or an integer");
+        }
+        if (next > n) {
+            return 0;
+        }
+        at = next;
+    }
+    return at;
+}
+
 static void ol_record(struct ol *o, int64_t lat_ns)
 {
     if (o->n_lat == o->cap_lat) {
@@ -182,7 +221,9 @@ static bool ol_read(struct ol *o, struct ol_conn *c)
             return false;
         }
         c->in_len += (size_t)k;
-        len = ol_answer(c->in, c->in_len, &status);
+        len = o->resp_replies > 0
+                  ? ol_answer_resp(c->in, c->in_len, o->resp_replies, &status)
+                  : ol_answer(c->in, c->in_len, &status);
         if (len > 0) {
             ol_record(o, ol_now() - c->due_ns);
             o->non2xx += status < 200 || status > 299;
@@ -261,6 +302,11 @@ static void ol_request(struct ol *o, const char *path, const char *body_file)
     char *body = ol_slurp(body_file, &body_len);
     int head_len = snprintf(NULL, 0, OL_HEAD, path, body_len);
 
+    if (o->resp_replies > 0) { /* Redis: the commands as they are */
+        o->req = body;
+        o->req_len = body_len;
+        return;
+    }
     o->req = malloc((size_t)head_len + body_len + 1);
     if (head_len < 0 || o->req == NULL) {
         ol_die("malloc");
@@ -382,6 +428,15 @@ int main(int argc, char **argv)
         return 2;
     }
     o.n_conns = (int)conns;
+    if (strncmp(argv[2], "resp:", 5) == 0) {
+        double replies;
+
+        if (!ol_num(argv[2] + 5, &replies) || replies > 1e6) {
+            fprintf(stderr, "openloop: resp:N wants a count of replies\n");
+            return 2;
+        }
+        o.resp_replies = (int)replies;
+    }
     ol_request(&o, argv[2], argv[3]);
     ol_open(&o, (int)port);
     t0 = ol_now();
