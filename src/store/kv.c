@@ -536,7 +536,7 @@ static int kv_prefix_walk(struct kv_ctx *c, size_t i, MDB_cursor *cur,
     size_t kn = kv_key(kb, c->tenant, o->ns, o->after);
     struct slice sa = {(const char *)kb, kn};
     struct slice sp = {(const char *)pb, pn};
-    bool is_after = o->after.len > 0 && kv_cmp_slice(&sa, &sp) > 0;
+    bool is_after = o->after.len > 0 && kv_cmp_slice(&sa, &sp) >= 0;
     MDB_val k = {is_after ? kn : pn, is_after ? kb : pb};
     MDB_val d;
     int rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE);

@@ -530,6 +530,52 @@ TEST(get_prefix_pages_through_2500_keys_without_a_miss_or_a_repeat)
     env_close(&e);
 }
 
+/* A key equal to the prefix is a row of its page like any other: passing it
+ * back as the cursor moves past it (it was read as "no cursor", so a client
+ * paging with limit 1 got the same page for ever). */
+TEST(get_prefix_pages_past_a_key_equal_to_the_prefix)
+{
+    struct env e = {0};
+    struct kv_answer a;
+    struct kv_op ops[3] = {op_put("user", "1"), op_put("user1", "2"),
+                           op_put("user2", "3")};
+    struct kv_op o = {0};
+    const char *want[] = {"user", "user1", "user2"};
+    char after[16] = "";
+    size_t seen = 0;
+    struct err err = {0};
+
+    env_open(&e);
+    EXPECT_EQ_I64(kv_apply(&e, T0, ops, 3, &a), 0);
+    kv_answer_free(&a);
+    o.op = KV_GET_PREFIX;
+    o.ns = sl("queen-s3");
+    o.prefix = sl("user");
+    o.limit = 1;
+    for (int page = 0; page < 5; page++) {
+        struct kv_batch b = {STORE_DEFAULT_TENANT, &o, 1};
+        struct kv_result r;
+
+        o.after = sl(after);
+        EXPECT_EQ_I64(store_kv_read(e.store, &b, T0 + S, &a, &err), 0);
+        r = a.results[0];
+        for (size_t i = 0; i < r.n_rows && seen < 3; i++) {
+            EXPECT_MEM_EQ(r.rows[i].key.ptr, r.rows[i].key.len, want[seen],
+                          strlen(want[seen]));
+            seen++;
+        }
+        bool is_more = r.truncated;
+        snprintf(after, sizeof(after), "%.*s", (int)r.next_after.len,
+                 r.next_after.ptr);
+        kv_answer_free(&a);
+        if (!is_more) {
+            break;
+        }
+    }
+    EXPECT_EQ_U64(seen, 3);
+    env_close(&e);
+}
+
 TEST(get_many_and_get_prefix_see_the_calls_own_writes)
 {
     struct env e = {0};
