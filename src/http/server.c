@@ -676,6 +676,12 @@ static int conn_header_done(struct http_conn *c)
     struct http_req *r = c->cur;
     struct http_header *h = &r->headers[r->nheaders];
 
+    /* the whitespace after a value is not the value's (RFC 9110 5.5) */
+    while (r->head.len > h->value_off &&
+           (r->head.data[r->head.len - 1] == ' ' ||
+            r->head.data[r->head.len - 1] == '\t')) {
+        r->head.len--;
+    }
     h->value_len = (uint32_t)(r->head.len - h->value_off);
     r->nheaders++;
     c->hdr_state = HDR_NONE;
@@ -711,6 +717,15 @@ static int on_header_field_complete(llhttp_t *p)
     if (c->is_head_done) {
         return 0;
     }
+    const char *name = r->head.data + r->headers[r->nheaders].name_off;
+    size_t name_len = r->head.len - r->headers[r->nheaders].name_off;
+    if (name_len > 0 &&
+        (memchr(name, ' ', name_len) != NULL ||
+         memchr(name, '\t', name_len) != NULL)) { /* RFC 9112 5.1 */
+        return conn_fail(c, 400, "bad_request",
+                         "malformed request: whitespace between a header's "
+                         "name and its colon");
+    }
     if (conn_head_append(c, "", 1) != 0) {
         return HPE_USER;
     }
@@ -741,7 +756,7 @@ static void req_set_target(struct http_req *r)
     const char *q;
 
     r->url = (struct slice){r->head.data, r->url.len};
-    q = memchr(r->url.ptr, '?', r->url.len);
+    q = r->url.ptr != NULL ? memchr(r->url.ptr, '?', r->url.len) : NULL;
     if (q == NULL) {
         r->path = r->url;
         r->query = (struct slice){r->url.ptr + r->url.len, 0};
@@ -763,6 +778,37 @@ static void conn_maybe_continue(struct http_conn *c)
     }
 }
 
+/* Whether every transfer coding r names, over all its Transfer-Encoding
+ * headers, is chunked: the only one the server decodes (RFC 9112 6.1 wants
+ * a 501 for any other, not a body read as if it were plain). */
+static bool req_codings_are_chunked(const struct http_req *r)
+{
+    for (unsigned i = 0; i < r->nheaders; i++) {
+        const struct http_header *h = &r->headers[i];
+        const char *v = r->head.data + h->value_off;
+
+        if (strcasecmp(r->head.data + h->name_off, "transfer-encoding") != 0) {
+            continue;
+        }
+        while (*v != '\0') {
+            size_t n = strcspn(v, ",");
+            size_t at = strspn(v, " \t");
+            size_t len = n > at ? n - at : 0;
+
+            while (len > 0 &&
+                   (v[at + len - 1] == ' ' || v[at + len - 1] == '\t')) {
+                len--;
+            }
+            if (len > 0 &&
+                !(len == 7 && strncasecmp(v + at, "chunked", 7) == 0)) {
+                return false;
+            }
+            v += v[n] == ',' ? n + 1 : n;
+        }
+    }
+    return true;
+}
+
 static int on_headers_complete(llhttp_t *p)
 {
     struct http_conn *c = p->data;
@@ -781,6 +827,12 @@ static int on_headers_complete(llhttp_t *p)
     r->method = req_method(p->method);
     r->method_name = llhttp_method_name((llhttp_method_t)p->method);
     r->http_minor = p->http_minor;
+    if (!req_codings_are_chunked(r)) {
+        conn_fail(c, 501, "not_implemented",
+                  "a transfer coding other than chunked: send the body as it "
+                  "is, or chunked");
+        return -1;
+    }
     if (has_length && p->content_length > c->cfg.max_body_bytes) {
         conn_fail(c, 413, "too_large", "request body over the size limit");
         return -1;
@@ -971,7 +1023,7 @@ struct http_server {
     size_t nconns;
     uint64_t accepted_total;
     uint64_t rejected_total;
-    uint64_t refused_total[3]; /* answered by the server: 400, 413, 431 */
+    uint64_t refused_total[4]; /* by the server: 400, 413, 431, 501 */
     int port;
     bool is_listening; /* the listener handle is open */
     bool is_closing;
@@ -981,7 +1033,7 @@ struct http_server {
     char rbuf[SERVER_READ_BUFSIZE]; /* shared: read_cb consumes it at once */
 };
 
-static const int server_refused_status[3] = {400, 413, 431};
+static const int server_refused_status[4] = {400, 413, 431, 501};
 
 static void server_count_refused(void *arg, int status)
 {
@@ -1443,11 +1495,14 @@ int http_server_metrics(const struct http_server *srv, struct buf *out,
         "# TYPE queen_http_connections_rejected_total counter\n"
         "queen_http_connections_rejected_total %" PRIu64 "\n"
         "# HELP queen_http_refused_total Requests the server answered "
-        "itself (malformed, body or head over the limit).\n"
+        "itself (malformed, body or head over the limit, a transfer "
+        "coding it does not decode).\n"
         "# TYPE queen_http_refused_total counter\n"
         "queen_http_refused_total{status=\"400\"} %" PRIu64 "\n"
         "queen_http_refused_total{status=\"413\"} %" PRIu64 "\n"
-        "queen_http_refused_total{status=\"431\"} %" PRIu64 "\n",
+        "queen_http_refused_total{status=\"431\"} %" PRIu64 "\n"
+        "queen_http_refused_total{status=\"501\"} %" PRIu64 "\n",
         srv->nconns, srv->accepted_total, srv->rejected_total,
-        srv->refused_total[0], srv->refused_total[1], srv->refused_total[2]);
+        srv->refused_total[0], srv->refused_total[1], srv->refused_total[2],
+        srv->refused_total[3]);
 }

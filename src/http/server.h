@@ -18,7 +18,8 @@
  *       The connection struct itself lives until every req it queued has
  *       been answered and every write has completed.
  *   (4) Errors found while parsing (malformed request 400, head over the cap
- *       431, body over the cap 413) are answered by the server itself, in
+ *       431, body over the cap 413, a transfer coding other than chunked
+ *       501) are answered by the server itself, in
  *       order after the requests before them, and the connection is closed
  *       after that answer. Nothing reaches the handler for them.
  *
@@ -205,7 +206,7 @@ void http_server_stop_accepting(struct http_server *srv);
 void http_server_close(struct http_server *srv, http_close_fn cb, void *arg);
 /* Append the server's Prometheus families: queen_http_connections (gauge),
  * queen_http_connections_total, queen_http_connections_rejected_total and
- * queen_http_refused_total{status="400"|"413"|"431"} (answers the server
+ * queen_http_refused_total{status="400"|"413"|"431"|"501"} (answers the server
  * gave itself; the router counts everything else). */
 int http_server_metrics(const struct http_server *srv, struct buf *out,
                         struct err *err);

@@ -354,6 +354,60 @@ TEST(chunked_body_over_the_limit_is_413)
                          "HTTP/1.1 413 ");
 }
 
+/* RFC 9112 5.1: whitespace between a field name and its colon is a 400,
+ * never a header of another name (x-queen-tenant would then be unset and
+ * the call run as the default tenant). */
+TEST(whitespace_before_a_header_colon_is_400_and_closes)
+{
+    expect_refused_whole(NULL, "GET /a HTTP/1.1\r\nX-Queen-Tenant : t1\r\n\r\n",
+                         "HTTP/1.1 400 Bad Request\r\n");
+    expect_refused_whole(NULL,
+                         "GET /a HTTP/1.1\r\nX-Queen-Tenant\t: t1\r\n\r\n",
+                         "HTTP/1.1 400 Bad Request\r\n");
+}
+
+/* RFC 9110 5.5: the whitespace around a field value is not part of it. */
+TEST(whitespace_after_a_header_value_is_not_part_of_it)
+{
+    struct fx f;
+    struct http_req *r;
+
+    fx_open(&f, NULL, false,
+            "GET /p HTTP/1.1\r\nX-Queen-Tenant: abc \t \r\nX-Sp:  \r\n"
+            "X-In: a b\t\r\n\r\n");
+    EXPECT_EQ_I64(f.h.n, 1);
+    r = f.h.reqs[0];
+    EXPECT_STR_EQ(http_req_header(r, "x-queen-tenant"), "abc");
+    EXPECT_STR_EQ(http_req_header(r, "x-sp"), "");
+    EXPECT_STR_EQ(http_req_header(r, "x-in"), "a b");
+    th_answer(r);
+    teardown(&f.t);
+}
+
+/* RFC 9112 6.1: a transfer coding the server does not decode is a 501,
+ * not a body read as if it were plain; chunked alone, in any case and with
+ * empty list elements, is read. */
+TEST(a_transfer_coding_other_than_chunked_is_501_and_closes)
+{
+    struct fx f;
+
+    expect_refused_whole(NULL,
+                         "POST /a HTTP/1.1\r\nTransfer-Encoding: gzip, "
+                         "chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+                         "HTTP/1.1 501 Not Implemented\r\n");
+    expect_refused_whole(NULL,
+                         "POST /a HTTP/1.1\r\nTransfer-Encoding: gzip\r\n"
+                         "Transfer-Encoding: chunked\r\n\r\n"
+                         "3\r\nabc\r\n0\r\n\r\n",
+                         "HTTP/1.1 501 Not Implemented\r\n");
+    fx_open(&f, NULL, true,
+            "POST /a HTTP/1.1\r\nTransfer-Encoding: , Chunked \r\n\r\n"
+            "3\r\nabc\r\n0\r\n\r\n");
+    EXPECT_EQ_I64(f.h.n, 1);
+    EXPECT(out_has(&f, "POST /a q= b=abc"));
+    teardown(&f.t);
+}
+
 TEST(malformed_request_is_400_and_closes)
 {
     struct fx f;
