@@ -72,6 +72,28 @@ static int kv_str(struct api_kv *k, int i, struct slice *out, struct err *err)
     return 0;
 }
 
+/* The compact JSON text of value token i (http-api.md §7: a value is kept
+ * and limited as compact JSON): its span of the body when it has no
+ * whitespace between tokens, else a compact copy in the arena (it fits in
+ * what was reserved: no more bytes than the span it replaces). */
+static int kv_value(struct api_kv *k, int i, struct slice *out, struct err *err)
+{
+    struct slice span = json_span(&k->doc, i);
+    size_t start = k->arena.len;
+
+    if (json_compact(&k->arena, span.ptr, span.len, err) != 0) {
+        return err->code;
+    }
+    if (k->arena.len - start == span.len) {
+        k->arena.len = start; /* nothing to drop: the span as it is */
+        *out = span;
+        return 0;
+    }
+    out->ptr = k->arena.data + start;
+    out->len = k->arena.len - start;
+    return 0;
+}
+
 static int kv_opcode(const struct json_doc *d, int t)
 {
     for (int op = 0; op < KV_OPCODE_COUNT; op++) {
@@ -199,8 +221,8 @@ static int kv_parse_fields(struct api_kv *k, int obj, struct kv_op *o,
     int v = json_obj_get(&k->doc, obj, "value");
     int by = json_obj_get(&k->doc, obj, "by");
 
-    if (v >= 0) {
-        o->value = json_span(&k->doc, v);
+    if (v >= 0 && kv_value(k, v, &o->value, err) != 0) {
+        return err->code;
     }
     if (by >= 0 && !json_is_null(&k->doc, by) &&
         (!json_get_i64(&k->doc, by, &o->by) || o->by == 0)) {
@@ -349,8 +371,8 @@ static int kv_parse_single(struct api_kv *k, int mode, struct err *err)
     if (mode == API_KV_PUT) {
         int v = json_obj_get(&k->doc, 0, "value");
 
-        if (v >= 0) {
-            o->value = json_span(&k->doc, v);
+        if (v >= 0 && kv_value(k, v, &o->value, err) != 0) {
+            return err->code;
         }
         return kv_parse_expiry(k, 0, o, err);
     }

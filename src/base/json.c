@@ -1352,6 +1352,34 @@ static const char *je_escape_of(unsigned char c, char tmp[8])
     return "";
 }
 
+int json_compact(struct buf *out, const char *p, size_t n, struct err *err)
+{
+    bool is_in_str = false;
+    bool is_escaped = false;
+    char *o;
+
+    if (buf_reserve(out, n, err) != 0) {
+        return err->code;
+    }
+    o = out->data + out->len;
+    for (size_t i = 0; i < n; i++) {
+        char c = p[i];
+
+        if (is_in_str) {
+            is_in_str = is_escaped || c != '"';
+            is_escaped = !is_escaped && c == '\\';
+        } else if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+            continue;
+        } else {
+            is_in_str = c == '"';
+        }
+        *o++ = c;
+    }
+    out->len = (size_t)(o - out->data);
+    out->data[out->len] = '\0';
+    return 0;
+}
+
 int json_escape(struct buf *b, const char *p, size_t n, struct err *err)
 {
     size_t total = 2;

@@ -131,6 +131,11 @@ int json_get_str(const struct json_doc *d, int i, struct buf *out,
 bool json_str_eq(const struct json_doc *d, int i, const char *lit);
 bool json_is_null(const struct json_doc *d, int i);
 
+/* Append the valid JSON text p[0..n) to out without the whitespace between
+ * its tokens (compact JSON: strings, numbers and literals as they are).
+ * ERR_TOO_BIG from out's cap. */
+int json_compact(struct buf *out, const char *p, size_t n, struct err *err);
+
 /* Append "p" as a JSON string with serde_json's escaping: \" \\ \b \f \n \r
  * \t, other bytes < 0x20 as \u00xx (lowercase hex), `/`, DEL and non-ASCII
  * bytes raw. Bytes are not UTF-8 checked. */

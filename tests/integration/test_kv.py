@@ -286,6 +286,34 @@ def test_a_value_with_repeated_keys_is_stored_as_sent(broker):
         assert value in got.body, got
 
 
+def test_a_value_is_stored_and_limited_as_compact_json(broker):
+    """http-api.md §7: a value is at most 65536 bytes of compact JSON. The
+    layout between its tokens is not the value's: it is dropped before the
+    limit is applied and before the value is stored; whitespace inside its
+    strings is kept."""
+    sent = (b'{ "v" :\t[1 , 2,\r\n {"a b" : "c  d\\" e"}' + b" " * 70000 +
+            b"] }")
+    compact = b'{"v":[1,2,{"a b":"c  d\\" e"}]}'
+    r = broker.post("/api/v1/kv",
+                    b'[{"op":"put","ns":"' + NS.encode() + b'","key":"cj",'
+                    b'"value":' + sent + b',"forever":true}]')
+    assert r.status == 200, r
+    r = broker.request("PUT", "/api/v1/kv/%s/cj2" % NS,
+                       body=b'{"value":  ' + sent + b' ,"forever":true}')
+    assert r.status == 200, r
+    for key in ("cj", "cj2"):
+        got = broker.get("/api/v1/kv/%s/%s" % (NS, key))
+        assert got.status == 200, got
+        assert b'"value":' + compact in got.body, got
+    # over the limit once compact: still refused, nothing stored
+    big = b'"' + b"x" * 65535 + b'"'
+    check_refused(broker, b'[{"op":"put","ns":"' + NS.encode() +
+                  b'","key":"cj3","value":' + big + b',"forever":true}]',
+                  413, "kv_value_too_large")
+    got = broker.get("/api/v1/kv/%s/cj3" % NS)
+    assert got.json()["found"] is False, got
+
+
 def test_the_namespace_detail_quotes_the_pattern(broker):
     r = broker.post("/api/v1/kv", [{"op": "get", "ns": "Bad", "key": "k"}])
     assert r.json()["detail"] == \

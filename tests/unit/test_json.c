@@ -667,3 +667,33 @@ TEST(double_round_trips_shortest)
         buf_free(&b);
     }
 }
+
+/* json_compact drops the whitespace between tokens and nothing inside a
+ * string, whatever its escapes; the result parses to the same tokens. */
+TEST(compact_drops_the_layout_and_keeps_strings_whole)
+{
+    static const struct {
+        const char *in;
+        const char *out;
+    } cases[] = {
+        {" { \"a\" :\t[ 1 ,\r\n2 ] } ", "{\"a\":[1,2]}"},
+        {"\"a  b\"", "\"a  b\""},
+        {"[\"x\\\" y\" , \"\\\\\" , \" \\\\\\\" \"]",
+         "[\"x\\\" y\",\"\\\\\",\" \\\\\\\" \"]"},
+        {"\"\\u0020 \"", "\"\\u0020 \""},
+        {"null", "null"},
+        {" -1.5e3 ", "-1.5e3"},
+    };
+    struct err err;
+
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        struct buf b;
+
+        buf_init(&b, BUF_UNLIMITED);
+        EXPECT_EQ_I64(json_compact(&b, cases[i].in, strlen(cases[i].in), &err),
+                      0);
+        EXPECT_STR_EQ(b.data, cases[i].out);
+        EXPECT(valid(b.data));
+        buf_free(&b);
+    }
+}
