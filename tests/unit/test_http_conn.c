@@ -237,6 +237,8 @@ TEST(get_is_answered_with_exact_bytes)
     teardown(&f.t);
 }
 
+/* Names match in any case; the whitespace after a value is not the value's
+ * (RFC 9110 5.5). */
 TEST(headers_are_found_case_insensitively)
 {
     struct fx f;
@@ -244,12 +246,14 @@ TEST(headers_are_found_case_insensitively)
 
     fx_open(&f, NULL, false,
             "POST /p HTTP/1.1\r\nContent-Type: application/json\r\n"
-            "X-Queen-Tenant: abc\r\nX-Empty:\r\nContent-Length: 0\r\n\r\n");
+            "X-Queen-Tenant: abc \t \r\nX-Empty:  \r\nX-In: a b\t\r\n"
+            "Content-Length: 0\r\n\r\n");
     EXPECT_EQ_I64(f.h.n, 1);
     r = f.h.reqs[0];
     EXPECT_STR_EQ(http_req_header(r, "content-type"), "application/json");
     EXPECT_STR_EQ(http_req_header(r, "x-queen-tenant"), "abc");
     EXPECT_STR_EQ(http_req_header(r, "X-EMPTY"), "");
+    EXPECT_STR_EQ(http_req_header(r, "x-in"), "a b");
     EXPECT(http_req_header(r, "missing") == NULL);
     EXPECT(r->method == HTTP_METHOD_POST);
     EXPECT_STR_EQ(r->method_name, "POST");
@@ -366,27 +370,6 @@ TEST(whitespace_before_a_header_colon_is_400_and_closes)
                          "HTTP/1.1 400 Bad Request\r\n");
 }
 
-/* RFC 9110 5.5: the whitespace around a field value is not part of it. */
-TEST(whitespace_after_a_header_value_is_not_part_of_it)
-{
-    struct fx f;
-    struct http_req *r;
-
-    fx_open(&f, NULL, false,
-            "GET /p HTTP/1.1\r\nX-Queen-Tenant: abc \t \r\nX-Sp:  \r\n"
-            "X-In: a b\t\r\n\r\n");
-    EXPECT_EQ_I64(f.h.n, 1);
-    r = f.h.reqs[0];
-    EXPECT_STR_EQ(http_req_header(r, "x-queen-tenant"), "abc");
-    EXPECT_STR_EQ(http_req_header(r, "x-sp"), "");
-    EXPECT_STR_EQ(http_req_header(r, "x-in"), "a b");
-    th_answer(r);
-    teardown(&f.t);
-}
-
-/* RFC 9112 6.1: a transfer coding the server does not decode is a 501,
- * not a body read as if it were plain; chunked alone, in any case and with
- * empty list elements, is read. */
 TEST(a_transfer_coding_other_than_chunked_is_501_and_closes)
 {
     struct fx f;
