@@ -87,35 +87,6 @@ static int cp_s3_row_read(struct store *s, const char *cluster_id,
     return rc;
 }
 
-/* Append JSON text p[0..n) with the whitespace outside strings dropped. */
-static int cp_s3_compact(const char *p, size_t n, struct buf *out,
-                         struct err *err)
-{
-    bool in_str = false;
-    bool esc = false;
-    int rc = 0;
-
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        char ch = p[i];
-
-        if (in_str) {
-            if (esc) {
-                esc = false;
-            } else if (ch == '\\') {
-                esc = true;
-            } else if (ch == '"') {
-                in_str = false;
-            }
-        } else if (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r') {
-            continue;
-        } else if (ch == '"') {
-            in_str = true;
-        }
-        rc = buf_append_byte(out, ch, err);
-    }
-    return rc;
-}
-
 int cp_s3_config_doc(const struct json_doc *d, struct buf *out, struct err *err)
 {
     bool is_first = true;
@@ -139,7 +110,7 @@ int cp_s3_config_doc(const struct json_doc *d, struct buf *out, struct err *err)
             rc = buf_append_byte(out, ':', err);
         }
         if (rc == 0) {
-            rc = cp_s3_compact(vs.ptr, vs.len, out, err);
+            rc = json_compact(out, vs.ptr, vs.len, err);
         }
     }
     return rc == 0 ? buf_append_byte(out, '}', err) : rc;
