@@ -152,6 +152,27 @@ def test_body_one_byte_over_the_limit_is_413_and_closed(echo):
     conn.close()
 
 
+def test_a_transfer_coding_but_chunked_is_501_closed_and_counted(echo):
+    """RFC 9112 6.1: a coding the server does not decode is refused, not
+    read as a plain chunked body, and counted as the server's own answer."""
+    s = echo.connect()
+    s.sendall(b"POST /echo HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n"
+              b"\r\n3\r\nabc\r\n0\r\n\r\n")
+    rd = Reader(s)
+    status, headers, out = rd.response()
+    assert status == 501
+    assert headers["connection"] == "close"
+    assert json.loads(out)["code"] == "not_implemented"
+    s.shutdown(socket.SHUT_WR)
+    assert rd.at_eof()
+    s.close()
+    conn = http.client.HTTPConnection("127.0.0.1", echo.port, timeout=DEADLINE)
+    conn.request("GET", "/metrics")
+    assert 'queen_http_refused_total{status="501"} 1\n' in \
+        conn.getresponse().read().decode()
+    conn.close()
+
+
 def test_refused_peer_that_stays_is_closed_after_the_linger(echo):
     s = echo.connect()
     s.sendall(b"POST /echo HTTP/1.1\r\nContent-Length: %d\r\n\r\nabc" % (MAX_BODY + 1))
