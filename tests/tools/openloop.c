@@ -431,7 +431,8 @@ int main(int argc, char **argv)
     if (strncmp(argv[2], "resp:", 5) == 0) {
         double replies;
 
-        if (!ol_num(argv[2] + 5, &replies) || replies > 1e6) {
+        if (!ol_num(argv[2] + 5, &replies) || replies > 1e6 ||
+            replies != (double)(int)replies) {
             fprintf(stderr, "openloop: resp:N wants a count of replies\n");
             return 2;
         }
