@@ -1274,10 +1274,14 @@ static int on_page(struct engine *e, const struct engine_discovery_page *p,
     e->safe_time = max64(e->safe_time, p->safe_time);
     e->page_safe = p->safe_time;
     e->pass_min_safe = min64(e->pass_min_safe, p->safe_time);
-    if (!e->is_t_prev_known) { /* latest: T_0 = the first safeTime seen */
+    if (!e->is_t_prev_known) {
+        /* latest: T_0 = just above the first safeTime seen. A record
+         * stamped at that safeTime was applied before this page was read
+         * (every later one is stamped strictly above it), so it is one of
+         * the records before the start: window 1 holds ts > safeTime. */
         e->is_t_prev_known = true;
-        e->t_prev = p->safe_time;
-        e->t_filter = p->safe_time;
+        e->t_prev = sat_add(p->safe_time, 1);
+        e->t_filter = e->t_prev;
     }
     for (size_t i = 0; i < p->n; i++) {
         if (observe(e, &p->partitions[i], err) != 0) {

@@ -265,11 +265,11 @@ SIM_API unsigned sim_rand(struct sim *s)
     return (s->rng >> 16) & 0x7fff;
 }
 
-/* safeTime = max(clock, greatest stamp + 1), 0 initially
+/* safeTime = max(clock, greatest stamp), 0 initially
  * (docs/design/http-api.md §11). */
 SIM_API int64_t sim_safe(const struct sim *s)
 {
-    int64_t m = s->max_stamp == INT64_MIN ? 0 : s->max_stamp + 1;
+    int64_t m = s->max_stamp == INT64_MIN ? 0 : s->max_stamp;
 
     return s->clock > m ? s->clock : m;
 }
@@ -362,14 +362,14 @@ SIM_API struct sim_part *sim_create(struct sim *s, const char *name,
 }
 
 /* One push group: n records of payload_len bytes on partition name, all
- * stamped ts (>= safeTime, as the broker guarantees). */
+ * stamped ts (> every safeTime served, as the broker guarantees). */
 SIM_API void sim_push(struct sim *s, const char *name, int n, int64_t ts,
                       size_t payload_len)
 {
     struct sim_part *p = sim_find(s, name, strlen(name));
 
-    if (ts < s->served_safe || ts < s->clock) {
-        fprintf(stderr, "sim: push at %lld below a served safeTime %lld\n",
+    if (ts <= s->served_safe || ts < s->clock) {
+        fprintf(stderr, "sim: push at %lld not above a served safeTime %lld\n",
                 (long long)ts, (long long)s->served_safe);
         abort();
     }

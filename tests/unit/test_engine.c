@@ -156,7 +156,8 @@ static void random_run(unsigned seed, struct sim *s)
         unsigned r = sim_rand(s) % 10;
 
         if (r < 2) {
-            int64_t ts = sim_safe(s) + (int64_t)(sim_rand(s) % 400) * SIM_MS;
+            int64_t ts =
+                sim_safe(s) + 1 + (int64_t)(sim_rand(s) % 400) * SIM_MS;
 
             sim_push(s, names[sim_rand(s) % 4], 1 + (int)(sim_rand(s) % 3), ts,
                      10 + sim_rand(s) % 50);
@@ -580,7 +581,7 @@ TEST(rule4_a_caught_up_partition_is_not_refetched_until_discovery_says_it_moved)
     sim_run(&s, 200);
     EXPECT_EQ_U64(s.fetch_calls, calls);
     s.idle_advance_us = 0;
-    sim_push(&s, "p", 1, sim_safe(&s), 10);
+    sim_push(&s, "p", 1, sim_safe(&s) + 1, 10);
     sim_run(&s, 10);
     EXPECT(s.fetch_calls > calls);
     EXPECT_EQ_I64(position_of(s.e, "p"), 6);
@@ -702,6 +703,44 @@ TEST(discovery_errors_restart_the_pass_and_a_bad_cursor_is_one)
 /* ---- rule 6: positioning --------------------------------------------------
  */
 
+/* Under latest, records stamped at the first page's safeTime were applied
+ * before that page was read: they came before the start, as those that
+ * created the queue do, and stay out of the lake. */
+TEST(rule6_latest_leaves_records_stamped_at_the_first_safe_time_out)
+{
+    struct engine_config c;
+    struct sim s;
+    const struct sim_part *p;
+    size_t idx;
+
+    sim_test_config(&c);
+    c.start = ENGINE_START_LATEST;
+    sim_init(&s, &c);
+    sim_push(&s, "p-0", 2, SIM_T0, 10); /* the push that created the queue */
+    sim_push(&s, "p-1", 2, SIM_T0, 10);
+    sim_advance(&s, SIM_T0);
+    sim_run(&s, 5);
+    EXPECT_EQ_I64(s.served_safe, SIM_T0);
+    s.expect_from = SIM_T0 + 1;
+    for (int i = 0; i < 3; i++) {
+        sim_push(&s, i % 2 ? "p-1" : "p-0", 2, sim_safe(&s) + 1 + i, 10);
+    }
+    sim_finish(&s, sim_safe(&s) + 10 * SIM_SEC);
+    EXPECT(s.commits >= 1);
+    EXPECT(sim_exactly_once(&s));
+    for (int n = 0; n < 2; n++) {
+        p = sim_find(&s, n ? "p-1" : "p-0", 3);
+        EXPECT(p != NULL);
+        idx = p != NULL ? (size_t)(p - s.parts) : 0;
+        for (size_t o = 0; p != NULL && o < 2; o++) { /* offsets 0 and 1 */
+            bool is_read = idx < s.seen_cap && o < s.seen_len[idx];
+
+            EXPECT_EQ_U64(is_read ? s.seen[idx][o] : 0, 0);
+        }
+    }
+    sim_free(&s);
+}
+
 TEST(rule6_latest_positions_a_long_idle_partition_at_the_head_with_no_seek)
 {
     struct engine_config c;
@@ -720,7 +759,7 @@ TEST(rule6_latest_positions_a_long_idle_partition_at_the_head_with_no_seek)
     EXPECT_EQ_U64(s.fetch_calls, 0);
     /* written again, it is read from that head */
     s.expect_from = sim_safe(&s);
-    sim_push(&s, "p", 2, sim_safe(&s), 10);
+    sim_push(&s, "p", 2, sim_safe(&s) + 1, 10);
     sim_finish(&s, sim_safe(&s) + 10 * SIM_SEC);
     EXPECT_EQ_I64(position_of(s.e, "p"), 44);
     EXPECT_EQ_U64(engine_stats(s.e)->seeks_issued, 0);
@@ -747,7 +786,7 @@ TEST(rule6_a_partition_written_near_t_prev_is_seeked)
     EXPECT(sk != NULL);
     EXPECT(find_kind(&a, ENGINE_ACT_FETCH) == NULL);
     if (sk != NULL) {
-        EXPECT_EQ_I64(sk->u.seek.t, SIM_T0);
+        EXPECT_EQ_I64(sk->u.seek.t, SIM_T0 + 1);
         EXPECT_EQ_I64(sk->u.seek.last_offset, 41);
         EXPECT_EQ_I64(sk->u.seek.log_start, 0);
         engine_on_seek_result(e, sk->u.seek.seek_id, true, 30);
@@ -957,7 +996,7 @@ TEST(rule7_a_lost_range_travels_in_the_window_that_found_it)
     EXPECT_STR_EQ(s.last_lost_names[0], "p");
     EXPECT_EQ_I64(s.last_lost[0].from, 10);
     EXPECT_EQ_I64(s.last_lost[0].to, 14);
-    sim_push(&s, "p", 3, sim_safe(&s), 10);
+    sim_push(&s, "p", 3, sim_safe(&s) + 1, 10);
     sim_advance(&s, sim_safe(&s) + 5 * SIM_SEC);
     EXPECT(sim_run_until_commits(&s, 2, 500));
     EXPECT_EQ_U64(s.last_plan_n, 3);
@@ -2493,7 +2532,7 @@ TEST(loss_a_trim_no_record_follows_closes_a_window_of_its_own)
     sim_push(&s, "p", 10, SIM_T0, 10);
     sim_advance(&s, SIM_T0 + 5 * SIM_SEC);
     EXPECT(sim_run_until_commits(&s, 1, 500));
-    sim_push(&s, "p", 10, sim_safe(&s), 10); /* 10..19, never read */
+    sim_push(&s, "p", 10, sim_safe(&s) + 1, 10); /* 10..19, never read */
     sim_trim(&s, "p", 20);
     s.idle_advance_us = 100 * SIM_MS;
     EXPECT(sim_run_until_commits(&s, 2, 2000));
@@ -2663,7 +2702,7 @@ TEST(loss_a_backfill_does_not_prune_a_partition_a_trim_then_empties)
     }
     sim_advance(&s, SIM_T0 + SIM_SEC);
     EXPECT(sim_run_until_commits(&s, 1, 500));
-    sim_push(&s, "q", 5, sim_safe(&s), 10); /* 1..5, never read */
+    sim_push(&s, "q", 5, sim_safe(&s) + 1, 10); /* 1..5, never read */
     sim_trim(&s, "q", 6);
     EXPECT(sim_run_until_commits(&s, 6, 500));
     sim_finish(&s, sim_safe(&s) + 10 * SIM_SEC);
