@@ -1060,20 +1060,20 @@ int docs_committed_encode(struct buf *out, const struct docs_committed *c,
     return jw_finish(&w, err);
 }
 
-/* tEnd: an ISO-us string (2.0.0) or integer us (1.5.0). */
-static int docs_read_t_end(struct dd *x, int64_t *t_end)
+/* A stamp at key: an ISO-us string (2.0.0) or integer us (1.5.0). */
+static int docs_read_time(struct dd *x, const char *key, int64_t *t)
 {
-    int i = json_obj_get(x->d, 0, "tEnd");
+    int i = json_obj_get(x->d, 0, key);
     struct slice s = json_span(x->d, i);
 
     if (json_type(x->d, i) == JSON_STRING && !x->d->toks[i].has_escapes &&
-        isotime_parse_us(s.ptr + 1, s.len - 2, t_end)) {
+        isotime_parse_us(s.ptr + 1, s.len - 2, t)) {
         return 0;
     }
-    if (json_get_i64(x->d, i, t_end)) {
+    if (json_get_i64(x->d, i, t)) {
         return 0;
     }
-    return dd_bad(x, "tEnd");
+    return dd_bad(x, key);
 }
 
 int docs_committed_decode(const char *p, size_t n, struct docs_committed *c,
@@ -1090,7 +1090,7 @@ int docs_committed_decode(const char *p, size_t n, struct docs_committed *c,
     }
     rc = dd_reserve(&x, n, 0);
     if (rc == 0 && (dd_i64(&x, 0, "k", &c->k) != 0 ||
-                    docs_read_t_end(&x, &c->t_end) != 0 ||
+                    docs_read_time(&x, "tEnd", &c->t_end) != 0 ||
                     dd_str(&x, 0, "manifest", &c->manifest) != 0 ||
                     dd_u64(&x, 0, "records", &c->records) != 0 ||
                     dd_u64(&x, 0, "bytes", &c->bytes) != 0)) {
@@ -1101,6 +1101,36 @@ int docs_committed_decode(const char *p, size_t n, struct docs_committed *c,
         dd_i64(&x, 0, "committedAtMs", &c->committed_at_ms) != 0) {
         rc = err->code;
     }
+    json_doc_free(&d);
+    return rc;
+}
+
+int docs_start_encode(struct buf *out, int64_t t_start, struct err *err)
+{
+    struct jw w;
+    char iso[32];
+
+    isotime_format_us(t_start, iso);
+    jw_init(&w, out);
+    jw_obj_begin(&w);
+    jw_key(&w, "tStart");
+    jw_cstr(&w, iso);
+    jw_obj_end(&w);
+    return jw_finish(&w, err);
+}
+
+int docs_start_decode(const char *p, size_t n, int64_t *t_start,
+                      struct err *err)
+{
+    struct json_doc d;
+    struct dd x = {.d = &d, .what = "start"};
+    int rc;
+
+    x.err = err;
+    if (dd_open(&x, &d, p, n) != 0) {
+        return err->code;
+    }
+    rc = docs_read_time(&x, "tStart", t_start) != 0 ? err->code : 0;
     json_doc_free(&d);
     return rc;
 }

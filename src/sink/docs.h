@@ -224,6 +224,12 @@ int docs_committed_encode(struct buf *out, const struct docs_committed *c,
                           struct err *err);
 int docs_committed_decode(const char *p, size_t n, struct docs_committed *c,
                           struct buf *arena, struct err *err);
+/* The start row of a queue under `latest` that has committed nothing:
+ * {"tStart": ISO-us}, its first window's start (docs/design/protocol.md
+ * §3). */
+int docs_start_encode(struct buf *out, int64_t t_start, struct err *err);
+int docs_start_decode(const char *p, size_t n, int64_t *t_start,
+                      struct err *err);
 int docs_lease_encode(struct buf *out, const struct docs_lease *l,
                       struct err *err);
 int docs_lease_decode(const char *p, size_t n, struct docs_lease *l,

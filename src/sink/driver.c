@@ -121,8 +121,11 @@ struct driver {
     struct layout_queue lq;
     char intent_key[KV_KEY_MAX + 1];
     char committed_key[KV_KEY_MAX + 1];
+    char start_key[KV_KEY_MAX + 1];
     uint64_t intent_version;
     uint64_t committed_version;
+    uint64_t start_version;
+    bool is_start_kept; /* the start row is written, read, or not needed */
     bool has_started;
     bool is_restored;
     bool is_redo;
@@ -411,6 +414,9 @@ struct driver *driver_new(const struct driver_config *cfg,
         layout_kv_key(&k, cfg->sink, cstr(cfg->queue), LAYOUT_KV_COMMITTED,
                       err);
         snprintf(d->committed_key, sizeof(d->committed_key), "%s", k.data);
+        buf_reset(&k);
+        layout_kv_key(&k, cfg->sink, cstr(cfg->queue), LAYOUT_KV_START, err);
+        snprintf(d->start_key, sizeof(d->start_key), "%s", k.data);
     }
     buf_free(&k);
     buf_init(&d->pend.manifest_key, DRIVER_KEY_MAX);
@@ -462,18 +468,21 @@ struct restore_docs {
     struct docs_committed committed;
     bool has_intent;
     struct docs_intent intent;
+    bool has_start;
+    int64_t t_start;
 };
 
-/* getMany([intent, committed]) keeping the versions even of documents that
- * do not parse. */
+/* getMany([intent, committed, start]) keeping the versions even of documents
+ * that do not parse. */
 static int read_pointers(struct driver *d, struct restore_docs *r,
                          struct err *err)
 {
-    struct slice keys[2] = {cstr(d->intent_key), cstr(d->committed_key)};
+    struct slice keys[3] = {cstr(d->intent_key), cstr(d->committed_key),
+                            cstr(d->start_key)};
     struct kv_op op = {.op = KV_GET_MANY,
                        .ns = SLICE_LIT(LEASE_NS),
                        .keys = keys,
-                       .n_keys = 2};
+                       .n_keys = 3};
     struct kv_answer a;
     struct err e2;
 
@@ -496,6 +505,11 @@ static int read_pointers(struct driver *d, struct restore_docs *r,
             d->intent_version = row->version;
             r->has_intent = docs_intent_decode(v.ptr, v.len, &r->intent,
                                                &r->arena_i, &e2) == 0;
+        } else if (row->key.len == keys[2].len &&
+                   memcmp(row->key.ptr, keys[2].ptr, keys[2].len) == 0) {
+            d->start_version = row->version;
+            r->has_start =
+                docs_start_decode(v.ptr, v.len, &r->t_start, &e2) == 0;
         } else {
             d->committed_version = row->version;
             r->has_committed =
@@ -1119,6 +1133,11 @@ static int restore_engine(struct driver *d, struct restore_docs *r,
     rc = engine_restore(d->e, r->has_committed ? &c : NULL,
                         d->is_redo ? &in : NULL, exact_k >= 0 ? &ecp : NULL,
                         err);
+    if (rc == 0 && r->has_start) {
+        /* an earlier owner's first window start (keep_start) */
+        engine_restore_start(d->e, r->t_start);
+        d->is_start_kept = true;
+    }
     if (rc == 0) {
         /* Committed ranges found again from older positions are not
          * reported twice. */
@@ -2986,6 +3005,37 @@ static bool is_closing_action(const struct engine_action *a)
            a->kind == ENGINE_ACT_COMMIT;
 }
 
+/* Under `latest`, a queue that has committed nothing records where its
+ * first window starts, once the engine knows it, before any intent: a next
+ * owner (after a kill -9, or a drain that left records younger than the
+ * guard) starts there too, not at its own first safeTime, which would leave
+ * the records in between out of the lake for good. Written fenced, only
+ * where no start row is. 0 go on; 1 wait; -1 stopped. */
+static int keep_start(struct driver *d, int64_t now)
+{
+    struct buf doc;
+    struct err err;
+    int64_t t;
+    int rc;
+
+    if (d->is_start_kept || !engine_first_start(d->e, &t)) {
+        d->is_start_kept |= engine_committed_k(d->e) > 0;
+        return 0;
+    }
+    buf_init(&doc, KV_VALUE_MAX);
+    rc = docs_start_encode(&doc, t, &err);
+    if (rc != 0) {
+        fail_doc(d, &err);
+        buf_free(&doc);
+        return -1;
+    }
+    rc = fenced_put(d, "start", d->start_key, &d->start_version,
+                    buf_slice(&doc), now);
+    buf_free(&doc);
+    d->is_start_kept = rc == 0;
+    return rc;
+}
+
 /* One round of actions. 0 go on; 1 wait (next_at set); -1 stopped. */
 static int run_round(struct driver *d, int64_t now)
 {
@@ -3009,6 +3059,12 @@ static int run_round(struct driver *d, int64_t now)
         /* A drain waits for the window going up (run_pending makes a
          * closing action wait too). */
         int rc = bg_poll(d, now, d->is_draining);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    if (!d->is_start_kept) {
+        int rc = keep_start(d, now);
         if (rc != 0) {
             return rc;
         }

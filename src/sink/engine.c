@@ -993,6 +993,25 @@ int engine_restore(struct engine *e, const struct engine_committed *committed,
     return 0;
 }
 
+void engine_restore_start(struct engine *e, int64_t t_start)
+{
+    if (e->cfg.start != ENGINE_START_LATEST || e->is_t_prev_known ||
+        e->committed_k > 0 || e->has_redo || t_start == ENGINE_MIN) {
+        return;
+    }
+    e->is_t_prev_known = true;
+    e->t_prev = t_start;
+    e->t_filter = t_start;
+    e->complete_through = t_start;
+}
+
+bool engine_first_start(const struct engine *e, int64_t *t_start)
+{
+    *t_start = e->t_prev;
+    return e->cfg.start == ENGINE_START_LATEST && e->is_t_prev_known &&
+           e->committed_k == 0 && !e->has_redo && e->t_prev != ENGINE_MIN;
+}
+
 /* ---- Discovery (docs/design/window.md §3) and positioning (§4) ---------- */
 
 static struct restored *find_restored(struct engine *e, struct slice name)
@@ -2474,10 +2493,10 @@ bool engine_begin_drain(struct engine *e)
 {
     int64_t lag = 0;
     bool is_aged = engine_lag(e, &lag) && lag >= e->cfg.drain_min_lag_us;
-    /* Under `latest` with nothing committed yet, the next engine starts at
-     * its own first safeTime (T_0), past whatever this one buffered: a
-     * drain that left those records for the next owner would leave them
-     * out of the lake for good, so any of them is worth a window. */
+    /* Under `latest` with nothing committed yet, any buffered record is
+     * worth a window: the next engine starts at this one's T_0 only when
+     * the driver recorded it (its start row, which a KV outage can delay),
+     * else at its own first safeTime, past whatever this one buffered. */
     bool is_first_latest = e->cfg.start == ENGINE_START_LATEST &&
                            e->committed_k == 0 && !e->has_redo &&
                            e->total_buffered > 0;

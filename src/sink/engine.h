@@ -195,6 +195,15 @@ int engine_restore(struct engine *e, const struct engine_committed *committed,
                    const struct engine_intent *intent,
                    const struct engine_checkpoint *cp, struct err *err);
 
+/* Right after engine_restore(): under `latest` with nothing committed and no
+ * redo, the first window starts at t_start, the start an earlier owner
+ * found and recorded (the driver's start row), not at this engine's own
+ * first safeTime. Ignored otherwise. */
+void engine_restore_start(struct engine *e, int64_t t_start);
+/* Under `latest` with nothing committed and no redo: the first window's
+ * start once known, to record. False otherwise. */
+bool engine_first_start(const struct engine *e, int64_t *t_start);
+
 /* ---- Actions ------------------------------------------------------------- */
 
 enum engine_action_kind {

@@ -248,7 +248,8 @@ bool layout_parse_manifest_k(const char *key, size_t n, int64_t *k)
 int layout_kv_key(struct buf *out, const char *sink, struct slice queue,
                   enum layout_kv what, struct err *err)
 {
-    static const char *const names[] = {"lease", "intent", "committed"};
+    static const char *const names[] = {"lease", "intent", "committed",
+                                        "start"};
     size_t mark = out->len;
 
     if (buf_printf(out, err, "s3:%s:", sink) != 0 ||

@@ -21,7 +21,7 @@
  * keys of successive windows sort in window order.
  *
  * KV keys (namespace queen-s3, the queue's tenant):
- *   s3:<sink>:<esc queue>:lease | intent | committed
+ *   s3:<sink>:<esc queue>:lease | intent | committed | start
  *   s3:<sink>:node=<esc instance>      (presence; '=' is always escaped in
  *                                       queue names, so no queue key falls
  *                                       under the prefix s3:<sink>:node=) */
@@ -52,6 +52,7 @@ enum layout_kv {
     LAYOUT_KV_LEASE,
     LAYOUT_KV_INTENT,
     LAYOUT_KV_COMMITTED,
+    LAYOUT_KV_START, /* a `latest` queue's first window start */
 };
 
 /* "merged" / "per-partition"; parse returns false for anything else. */

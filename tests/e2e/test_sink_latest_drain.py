@@ -58,3 +58,32 @@ def test_a_restart_before_the_first_window_under_latest_keeps_its_records(
                           timeout=60, **VERIFY)
     assert got["records"] == 10
     assert node.stop() == 0
+
+
+def test_a_kill_before_the_first_window_under_latest_keeps_its_records(
+        broker_factory, bucket):
+    """kill -9 with records read but window 1 not closed: no drain runs, so
+    only the start the sink recorded when it first found the queue lets the
+    next life begin there. Without it, it began at its own first safeTime,
+    above those records, and they were never in the lake."""
+    node = broker_factory(env=sink_env(
+        bucket, QUEEN_S3_QUEUES=QUEUE, QUEEN_S3_START="latest",
+        QUEEN_S3_MAX_WINDOW_MS="15000"))
+    reader = lake.bucket_reader(bucket)
+    r = node.request("POST", "/api/v1/configure", body={"queue": QUEUE})
+    assert r.status == 200, r
+    wait_until(lambda: (sink_row(node, QUEUE) or {}).get("state") ==
+               "filling", 30, "the queue to be filling")
+    before = push(node, 0, 6)
+    wait_until(lambda: (sink_row(node, QUEUE) or {}).get(
+        "bufferedBytes", 0) > 0, 30, "the sink to read the records")
+    assert sink_row(node, QUEUE)["k"] == 0
+    node.kill9()
+    node.start()
+    wait_until(lambda: (sink_row(node, QUEUE) or {}).get("state") ==
+               "filling", 30, "the restarted queue to be filling")
+    after = push(node, 6, 4)
+    got = lake.wait_queue(reader, PREFIX, TENANT, QUEUE, before + after,
+                          timeout=60, **VERIFY)  # window 1, at its age
+    assert got["records"] == 10
+    assert node.stop() == 0

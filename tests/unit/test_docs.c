@@ -738,6 +738,30 @@ TEST(committed_decoder_accepts_integer_t_end_and_rejects_bad_text)
     buf_free(&arena);
 }
 
+TEST(start_round_trips_and_names_a_bad_t_start)
+{
+    const char *bad[] = {"{\"tStart\":\"2026-10-03 06:37:38Z\"}",
+                         "{\"tstart\":\"2026-10-03T06:37:38.377855Z\"}",
+                         "[\"2026-10-03T06:37:38.377855Z\"]", "{"};
+    struct buf b;
+    struct err err;
+    int64_t t = 0;
+
+    buf_init(&b, BUF_UNLIMITED);
+    EXPECT_EQ_I64(docs_start_encode(&b, 1791009458377855, &err), 0);
+    EXPECT_STR_EQ(b.data, "{\"tStart\":\"2026-10-03T06:37:38.377855Z\"}");
+    EXPECT_EQ_I64(docs_start_decode(b.data, b.len, &t, &err), 0);
+    EXPECT_EQ_I64(t, 1791009458377855);
+    buf_free(&b);
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        EXPECT_EQ_I64(docs_start_decode(bad[i], strlen(bad[i]), &t, &err),
+                      ERR_CORRUPT);
+        EXPECT(strncmp(err.msg, "start: ", 7) == 0);
+    }
+    EXPECT_STR_EQ(err.msg, /* the last: "{" */
+                  "start: invalid JSON at byte 1: unexpected end of text");
+}
+
 TEST(lease_and_presence_round_trip)
 {
     struct docs_lease l = {sl("node-1@host"), sl("0123456789abcdef"),

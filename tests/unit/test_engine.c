@@ -741,6 +741,72 @@ TEST(rule6_latest_leaves_records_stamped_at_the_first_safe_time_out)
     sim_free(&s);
 }
 
+/* Under latest, an engine that stops before its first commit (kill -9)
+ * leaves the records it buffered to the next: given the recorded start
+ * (engine_first_start, the driver's start row), the next engine begins
+ * there, not at its own first safeTime, and ships them. Without it they
+ * would be older than that safeTime and never in the lake. */
+TEST(rule6_latest_a_recorded_start_outlives_the_engine_that_found_it)
+{
+    struct engine_config c;
+    struct sim s;
+    int64_t t0 = 0;
+    int64_t t = 0;
+
+    sim_test_config(&c);
+    c.start = ENGINE_START_LATEST;
+    c.max_window_us = 60 * SIM_SEC;
+    sim_init(&s, &c);
+    sim_push(&s, "p", 2, SIM_T0, 10); /* before the start */
+    sim_advance(&s, SIM_T0);
+    EXPECT(!engine_first_start(s.e, &t0));
+    sim_run(&s, 5);
+    EXPECT(engine_first_start(s.e, &t0));
+    EXPECT_EQ_I64(t0, SIM_T0 + 1);
+    s.expect_from = t0;
+    sim_push(&s, "p", 3, sim_safe(&s) + 1, 10); /* 2..4, buffered */
+    sim_advance(&s, sim_safe(&s) + 2 * SIM_SEC);
+    sim_run(&s, 20);
+    EXPECT_EQ_U64(s.commits, 0);
+    sim_restart(&s, NULL, NULL, NULL); /* nothing was committed */
+    sim_advance(&s, sim_safe(&s) + 5 * SIM_SEC);
+    engine_restore_start(s.e, t0);
+    EXPECT(engine_first_start(s.e, &t));
+    EXPECT_EQ_I64(t, t0);
+    sim_push(&s, "p", 2, sim_safe(&s) + 1, 10); /* 5..6 */
+    sim_finish(&s, sim_safe(&s) + 70 * SIM_SEC);
+    EXPECT(s.commits >= 1);
+    EXPECT(sim_exactly_once(&s));         /* 2..6 once each, 0..1 need not */
+    EXPECT(!engine_first_start(s.e, &t)); /* committed: nothing to record */
+    sim_free(&s);
+}
+
+/* A recorded start is for `latest` alone, and only before the first
+ * commit. */
+TEST(rule6_a_recorded_start_is_ignored_under_earliest_or_after_a_commit)
+{
+    struct engine_config c;
+    struct err err;
+    struct engine *e;
+    int64_t t;
+    struct engine_committed com = {3, SIM_T0};
+
+    sim_test_config(&c);
+    e = engine_new(&c, &err);
+    EXPECT(engine_restore(e, NULL, NULL, NULL, &err) == 0);
+    engine_restore_start(e, SIM_T0);
+    EXPECT(!engine_first_start(e, &t));
+    EXPECT(engine_t_prev(e, &t) && t == ENGINE_MIN);
+    engine_free(e);
+    c.start = ENGINE_START_LATEST;
+    e = engine_new(&c, &err);
+    EXPECT(engine_restore(e, &com, NULL, NULL, &err) == 0);
+    engine_restore_start(e, SIM_T0 - SIM_H);
+    EXPECT(!engine_first_start(e, &t));
+    EXPECT(engine_t_prev(e, &t) && t == SIM_T0);
+    engine_free(e);
+}
+
 TEST(rule6_latest_positions_a_long_idle_partition_at_the_head_with_no_seek)
 {
     struct engine_config c;
