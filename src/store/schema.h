@@ -67,7 +67,8 @@
  *             format row yet sealed: raft/fsm.c is_plain()); other bits 0. Rows
  *             with neither bit were applied before: an encrypted queue's
  *             payload there may be the JSON envelope, and such rows are
- *             still read (docs/design/formats.md §11).
+ *             still read, opened only while their queue is encrypted
+ *             (docs/design/formats.md §11).
  *     25    2 txn length t (u16)
  *     27    t txn bytes
  *   27+t    . payload bytes verbatim (may be empty)

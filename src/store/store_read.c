@@ -322,6 +322,9 @@ struct rd {
     const uint8_t *tenant;
     struct build b;
     bool is_pinned; /* store_fetch_pinned: bytes stay in the store's pages */
+    /* the fetched queue's encryptionEnabled now: an unflagged row of a
+     * queue without it is never taken for an envelope (add_payload) */
+    bool is_encrypted;
 };
 
 /* Find a queue row of the tenant: 0, ERR_NOT_FOUND or ERR_IO. */
@@ -481,8 +484,11 @@ static int add_damaged(struct build *b, const uint8_t *p, size_t n,
  * builds) as an envelope, and opens under the store's key; sealed but not
  * opening, its envelope as it is or as a JSON string
  * (q->unopened_as_string); anything else, its bytes. A row flagged plain
- * (store/format.h level 2) is never taken for an envelope. *len is what
- * the arena got. */
+ * (store/format.h level 2) is never taken for an envelope, nor is an
+ * unflagged row of a queue that is not encrypted: only an encrypted
+ * queue's payloads were ever stored as envelopes, and a plain queue's
+ * payload that merely looks like one (pushed before a new cluster raised
+ * its format) is the producer's text. *len is what the arena got. */
 static int add_payload(struct rd *r, const struct store_fetch_req *q,
                        const MDB_val *d, size_t tl, struct slice *out,
                        struct err *err)
@@ -497,7 +503,7 @@ static int add_payload(struct rd *r, const struct store_fetch_req *q,
     bool plain = (v[24] & SCHEMA_RECORD_PLAIN) != 0;
     int rc;
 
-    if (!raw && (plain || !aead_is_envelope(p, n))) {
+    if (!raw && (plain || !r->is_encrypted || !aead_is_envelope(p, n))) {
         if (r->is_pinned) {
             build_pin(b, 1, out, p, n);
             return 0;
@@ -598,6 +604,21 @@ static int walk_records(struct rd *r, uint64_t pid,
     return 0;
 }
 
+/* A queue row's encryptionEnabled: 0, or ERR_CORRUPT. */
+static int queue_encrypted(const MDB_val *d, bool *out, struct err *err)
+{
+    struct store_queue_options o;
+
+    if (d->mv_size < SCHEMA_QUEUE_FIXED ||
+        !store_options_decode((const uint8_t *)d->mv_data + SCHEMA_QUEUE_FIXED,
+                              d->mv_size - SCHEMA_QUEUE_FIXED, &o)) {
+        return err_set(err, ERR_CORRUPT, "queue row of %zu B is malformed",
+                       d->mv_size);
+    }
+    *out = o.encryption_enabled;
+    return 0;
+}
+
 static int fetch_entry(struct rd *r, const struct store_fetch_req *q,
                        struct store_fetch_entry *e, struct err *err)
 {
@@ -610,6 +631,10 @@ static int fetch_entry(struct rd *r, const struct store_fetch_req *q,
         e->error = STORE_UNKNOWN_TOPIC_OR_PARTITION;
         return 0;
     }
+    if (rc != 0) {
+        return rc;
+    }
+    rc = queue_encrypted(&qd, &r->is_encrypted, err);
     if (rc != 0) {
         return rc;
     }
@@ -738,7 +763,7 @@ int store_fetch(struct store *s, const uint8_t tenant[16],
                 const struct store_fetch_req *reqs, size_t n,
                 struct store_fetch_answer *ans, struct err *err)
 {
-    struct rd r = {s, NULL, tenant, {0}, false};
+    struct rd r = {s, NULL, tenant, {0}, false, false};
 
     return fetch(&r, reqs, n, ans, err);
 }
@@ -747,7 +772,7 @@ int store_fetch_pinned(struct store *s, const uint8_t tenant[16],
                        const struct store_fetch_req *reqs, size_t n,
                        struct store_fetch_answer *ans, struct err *err)
 {
-    struct rd r = {s, NULL, tenant, {0}, true};
+    struct rd r = {s, NULL, tenant, {0}, true, false};
 
     return fetch(&r, reqs, n, ans, err);
 }
@@ -1030,7 +1055,7 @@ int store_changed(struct store *s, const uint8_t tenant[16],
                   const struct store_changed_req *reqs, size_t n,
                   struct store_changed_answer *ans, struct err *err)
 {
-    struct rd r = {s, NULL, tenant, {0}, false};
+    struct rd r = {s, NULL, tenant, {0}, false, false};
     int rc;
 
     memset(ans, 0, sizeof(*ans));
@@ -1123,7 +1148,7 @@ static int list_walk(struct rd *r, struct err *err)
 int store_list_queues(struct store *s, const uint8_t tenant[16],
                       struct store_queue_list *out, struct err *err)
 {
-    struct rd r = {s, NULL, tenant, {0}, false};
+    struct rd r = {s, NULL, tenant, {0}, false, false};
     int rc;
 
     memset(out, 0, sizeof(*out));
@@ -1157,7 +1182,7 @@ int store_get_queue(struct store *s, const uint8_t tenant[16],
                     struct slice name, struct store_queue_info *info,
                     struct err *err)
 {
-    struct rd r = {s, NULL, tenant, {0}, false};
+    struct rd r = {s, NULL, tenant, {0}, false, false};
     MDB_val d;
     int rc;
 

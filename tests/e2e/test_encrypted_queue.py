@@ -319,3 +319,32 @@ def test_three_nodes_seal_once_and_every_copy_opens(tmp_path):
             assert KEY.encode() not in node.stderr().encode()
     finally:
         c.close()
+
+
+def test_a_plain_payload_shaped_like_an_envelope_stays_as_pushed_on_a_new_node(
+        sink_node, bucket):
+    """A new cluster applies pushes for its first seconds before its storage
+    format rises to 2 (docs/design/formats.md §12), and those rows carry no
+    flag. A plain queue's payload that merely looks like an envelope was
+    then taken for one: the lake got it as a JSON string (one sealed under
+    this node's key was even opened). Only an encrypted queue's rows were
+    ever envelopes, so the read now leaves a plain queue's bytes alone."""
+    node = sink_node({"QUEEN_ENCRYPTION_KEY": KEY, "QUEEN_S3_QUEUES": PLAIN,
+                      "QUEEN_S3_START": "earliest"})
+    foreign = (b'{"encrypted":"aGVsbG8=","iv":"AQEBAQEBAQEBAQEBAQEBAQ==",'
+               b'"authTag":"AgICAgICAgICAgICAgICAg=="}')
+    items = [{"queue": PLAIN, "partition": "p0", "payload": foreign,
+              "transactionId": "env-0"},
+             {"queue": PLAIN, "partition": "p0",
+              "payload": b'{"encrypted":"","iv":"x","authTag":"y","n":1}',
+              "transactionId": "env-1"}]
+    r = node.request("POST", "/api/v1/push", body=lake.push_body(items))
+    assert r.status == 201, r
+    acked = lake.acked_from_push(items, r.json())
+    assert storage_format(node) < 2  # the push came before the rise
+    assert fetched(node, PLAIN, ["p0"]) == \
+        {("p0", i): it["payload"] for i, it in enumerate(items)}
+    reader = lake.bucket_reader(bucket)
+    got = lake.wait_queue(reader, PREFIX, TENANT, PLAIN, acked, timeout=60,
+                          compression="zstd", align="none", broker=node)
+    assert got["records"] == 2

@@ -231,6 +231,28 @@ TEST(fetch_first_record_always_then_weight_up_to_max_bytes)
     fetch_done(&e, &a);
 }
 
+/* Configure queue name with encryptionEnabled, as api/configure.c's apply
+ * does. */
+static void configure_encrypted(struct env *e, const char *name)
+{
+    struct store_queue_options o;
+    struct store_wqueue q;
+    struct store_w w;
+    struct err err = {0};
+    MDB_txn *txn;
+
+    store_queue_options_configured(&o);
+    o.encryption_enabled = true;
+    EXPECT_EQ_I64(store_wbegin(e->store, &txn, &err), 0);
+    w = (struct store_w){
+        .s = e->store, .txn = txn, .tenant = STORE_DEFAULT_TENANT, .stamp = T0};
+    EXPECT_EQ_I64(store_wqueue_put_options(
+                      &w, (struct slice){name, strlen(name)}, &o, &q, &err),
+                  0);
+    EXPECT(q.is_encrypted);
+    EXPECT_EQ_I64(store_wcommit(e->store, txn, ++e->index, T0, &err), 0);
+}
+
 /* docs/design/formats.md §11: the three ways a payload can be stored read
  * back the same way. Record 0 is sealed in the binary form (flags bit 1),
  * record 1 is an envelope written as plain bytes (what builds before the
@@ -276,6 +298,7 @@ TEST(fetch_opens_binary_and_envelope_sealed_payloads)
     ci[1].payload = (struct slice){env.data, env.len};
     ci[2].payload = (struct slice){"[1,2]", 5};
     env_open(&e);
+    configure_encrypted(&e, "q"); /* only its rows were ever envelopes */
     EXPECT(env_push_cmd(&e, T0, ci, 3) != NULL);
 
     store_set_seal_key(e.store, key);
@@ -425,11 +448,11 @@ static void put_format(struct env *e, const char *level)
 
 /* store/format.h (2) and schema.h's SCHEMA_RECORD_PLAIN: a producer's
  * payload that is shaped like an envelope (say, another tenant's, copied)
- * opens under the cell's key while the cluster's format is below 2 (rows
- * of older builds hold real envelopes); once the fsm applied the format
- * row, such a payload is stored flagged plain and every read returns it as
- * pushed, never its plaintext. The level is read from the store, also by a
- * reopened store. */
+ * in a queue without encryption is returned as pushed, never its
+ * plaintext: before the cluster's format rose (a new cluster's first
+ * seconds: only an encrypted queue's rows of older builds hold real
+ * envelopes) and after it, when the fsm stores it flagged plain. The level
+ * is read from the store, also by a reopened store. */
 TEST(a_payload_pushed_after_the_format_rises_is_never_opened)
 {
     static const char pt[] = "{\"secret\":\"of another tenant\"}";
@@ -467,32 +490,17 @@ TEST(a_payload_pushed_after_the_format_rises_is_never_opened)
     fetch(&e, &r, 1, &a);
     EXPECT_EQ_U64(a.entries[0].n_records, 2);
     rec = a.entries[0].records;
-    EXPECT_MEM_EQ(rec[0].payload.ptr, rec[0].payload.len, pt, strlen(pt));
+    EXPECT_MEM_EQ(rec[0].payload.ptr, rec[0].payload.len, env.data, env.len);
     EXPECT_MEM_EQ(rec[1].payload.ptr, rec[1].payload.len, env.data, env.len);
+    store_fetch_answer_free(&a);
+    r.unopened_as_string = true; /* as the sink reads: still as pushed */
+    store_set_seal_key(e.store, (uint8_t[32]){12});
+    fetch(&e, &r, 1, &a);
+    EXPECT_EQ_U64(a.entries[0].n_records, 2);
+    rec = a.entries[0].records;
+    EXPECT_MEM_EQ(rec[0].payload.ptr, rec[0].payload.len, env.data, env.len);
     fetch_done(&e, &a);
     buf_free(&env);
-}
-
-/* Configure queue name with encryptionEnabled, as api/configure.c's apply
- * does. */
-static void configure_encrypted(struct env *e, const char *name)
-{
-    struct store_queue_options o;
-    struct store_wqueue q;
-    struct store_w w;
-    struct err err = {0};
-    MDB_txn *txn;
-
-    store_queue_options_configured(&o);
-    o.encryption_enabled = true;
-    EXPECT_EQ_I64(store_wbegin(e->store, &txn, &err), 0);
-    w = (struct store_w){
-        .s = e->store, .txn = txn, .tenant = STORE_DEFAULT_TENANT, .stamp = T0};
-    EXPECT_EQ_I64(store_wqueue_put_options(
-                      &w, (struct slice){name, strlen(name)}, &o, &q, &err),
-                  0);
-    EXPECT(q.is_encrypted);
-    EXPECT_EQ_I64(store_wcommit(e->store, txn, ++e->index, T0, &err), 0);
 }
 
 /* The race of a format that rises: a receiver that had not applied the
