@@ -153,18 +153,22 @@ struct lease *lease_new(const struct lease_config *cfg,
         return NULL;
     }
     buf_init(&k, KV_KEY_MAX);
-    /* the longest of the queue's three keys, so that a name is refused
-     * here, once, rather than at its first commit */
-    if (layout_kv_key(&k, cfg->sink,
-                      (struct slice){cfg->queue, strlen(cfg->queue)},
-                      LAYOUT_KV_COMMITTED, err) != 0) {
-        if (err->code == ERR_TOO_BIG) {
-            err_set(err, ERR_TOO_BIG,
-                    "the queue's name, percent-encoded in its KV keys "
-                    "(s3:%s:<queue>:committed), makes them longer than the "
-                    "KV's %d bytes: this queue cannot be mirrored",
-                    cfg->sink, KV_KEY_MAX);
-        }
+    /* the longest of the queue's keys, so that a name is refused here,
+     * once, rather than at its first KV call (claim, restore or commit):
+     * within the store's key with the tenant and namespace */
+    int rc = layout_kv_key(&k, cfg->sink,
+                           (struct slice){cfg->queue, strlen(cfg->queue)},
+                           LAYOUT_KV_COMMITTED, err);
+    if (rc == ERR_TOO_BIG ||
+        (rc == 0 && k.len > KV_KEY_FITS(strlen(LEASE_NS)))) {
+        rc = err_set(err, ERR_TOO_BIG,
+                     "the queue's name, percent-encoded in its KV keys "
+                     "(s3:%s:<queue>:committed), makes them longer than the "
+                     "KV's %d bytes in namespace %s: this queue cannot be "
+                     "mirrored",
+                     cfg->sink, (int)KV_KEY_FITS(strlen(LEASE_NS)), LEASE_NS);
+    }
+    if (rc != 0) {
         buf_free(&k);
         return NULL;
     }

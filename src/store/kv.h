@@ -51,15 +51,19 @@ enum kv_opcode {
     KV_OPCODE_COUNT
 };
 
-#define KV_NS_MAX          64
-#define KV_KEY_MAX         512
-#define KV_VALUE_MAX       65536 /* bytes of compact JSON */
-#define KV_HTTP_MAX_OPS    256
-#define KV_HTTP_MAX_KEYS   4096
-#define KV_PREFIX_DEF      100
-#define KV_PREFIX_MAX      1000
-#define KV_READ_BUDGET     ((size_t)4 << 20) /* bytes of values per call */
-#define KV_CALL_TIMEOUT_MS 10000
+#define KV_NS_MAX  64
+#define KV_KEY_MAX 512
+/* The store key is tenant (16) + namespace + NUL + key, within LMDB's 511
+ * bytes: a key of namespace ns fits when it is at most this long (always
+ * below KV_KEY_MAX, which the message of a refusal names). */
+#define KV_KEY_FITS(ns_len) (511 - 17 - (ns_len))
+#define KV_VALUE_MAX        65536 /* bytes of compact JSON */
+#define KV_HTTP_MAX_OPS     256
+#define KV_HTTP_MAX_KEYS    4096
+#define KV_PREFIX_DEF       100
+#define KV_PREFIX_MAX       1000
+#define KV_READ_BUDGET      ((size_t)4 << 20) /* bytes of values per call */
+#define KV_CALL_TIMEOUT_MS  10000
 
 struct kv_op {
     int op; /* enum kv_opcode */

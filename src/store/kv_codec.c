@@ -99,7 +99,7 @@ static int kv_key_check(struct slice ns, struct slice key, const char *what,
                  what);
         return kv_refuse(reason_id, "kv_bad_key", ERR_INVALID, err);
     }
-    if (key.len > KV_KEY_MAX || 17 + ns.len + key.len > 511) {
+    if (key.len > KV_KEY_FITS(ns.len)) {
         snprintf(err->msg, sizeof(err->msg),
                  "the %s of %zu bytes does not fit the store's 511-byte key "
                  "(at most %d bytes, and tenant + namespace + key <= 511)",

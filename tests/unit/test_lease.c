@@ -418,6 +418,34 @@ TEST(a_long_instance_name_still_reads_its_own_row_as_mine)
     lease_free(l);
 }
 
+/* A queue whose keys would not fit the store's key with the tenant and
+ * the namespace (486 bytes for "queen-s3") is refused when its lease is
+ * made, naming why, not at every claim: 465 name bytes are the most. */
+TEST(a_queue_name_whose_keys_do_not_fit_the_store_is_refused_at_once)
+{
+    struct rig r;
+    struct lease_config cfg;
+    struct err err;
+    char name[467];
+
+    rig_open(&r);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.sink = "default";
+    cfg.instance = "node-1@h";
+    cfg.ttl_ms = 30000;
+    cfg.queue = name;
+    memset(name, 'q', sizeof(name) - 1);
+    name[sizeof(name) - 1] = '\0'; /* 466 */
+    EXPECT(lease_new(&cfg, &r.b, &err) == NULL);
+    EXPECT_EQ_I64(err.code, ERR_TOO_BIG);
+    EXPECT(strstr(err.msg, "longer than the KV's 486 bytes in namespace "
+                           "queen-s3: this queue cannot be mirrored") != NULL);
+    name[465] = '\0';
+    struct lease *l = lease_new(&cfg, &r.b, &err);
+    EXPECT(l != NULL);
+    lease_free(l);
+}
+
 /* ---- the lost flag does not wait behind a KV call ------------------------ */
 
 struct slow_kv {

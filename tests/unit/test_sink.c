@@ -712,8 +712,9 @@ TEST(a_queue_given_back_is_not_reclaimed_through_its_own_leftover_row)
     rig_close(r);
 }
 
-/* A queue name of 480 bytes (its KV keys still fit) is given back like any
- * other: the drain finds its task by the whole name. */
+/* A queue name of 465 bytes, the longest whose KV keys fit (s3:default:
+ * <name>:committed is 486 bytes, KV_KEY_FITS of "queen-s3"), is given back
+ * like any other: the drain finds its task by the whole name. */
 TEST(a_queue_with_a_long_name_is_given_back_without_a_crash)
 {
     struct rig *r = rig_new(false);
@@ -721,8 +722,8 @@ TEST(a_queue_with_a_long_name_is_given_back_without_a_crash)
     char key[600];
 
     free(r->queues[0]);
-    r->queues[0] = xcalloc(481, 1);
-    memset(r->queues[0], 'a', 480);
+    r->queues[0] = xcalloc(466, 1);
+    memset(r->queues[0], 'a', 465);
     r->queues[1] = xstrdup("b");
     r->cfg.n_queues = 2;
     r->node.lease_ttl_ms = 1000;
