@@ -4279,16 +4279,18 @@ static void lake_state_id(const struct lake_opts *o, const char *queue,
     buf_free(&b);
 }
 
-/* K of the state file at path for the restore id: 0 when there is none
- * yet. 0, or 2 (err) when it is not one of this restore's. */
+/* K of the state file at path for the restore id, and whether there is
+ * one (*k 0 when not). 0, or 2 (err) when it is not one of this
+ * restore's. */
 static int lake_state_read(const char *path, const char *id, int64_t *k,
-                           struct err *err)
+                           bool *is_found, struct err *err)
 {
     FILE *f = fopen(path, "r");
     char line[128] = {0};
     char *sp;
 
     *k = 0;
+    *is_found = f != NULL;
     if (f == NULL && errno == ENOENT) {
         return 0;
     }
@@ -4467,6 +4469,7 @@ static int lake_restore(const struct lake_opts *o)
     int64_t last_k = 0;
     int64_t n_manifests = 0;
     int64_t done = 0; /* the state file's K */
+    bool has_state = false;
     int rc;
 
     lake_bucket_open(&b, o);
@@ -4486,9 +4489,33 @@ static int lake_restore(const struct lake_opts *o)
     last_k = o->to_k != 0 && o->to_k < last_k ? o->to_k : last_k;
     lake_state_id(o, o->queues[0], state_id);
     if (rc == 0 && o->state != NULL &&
-        lake_state_read(o->state, state_id, &done, &err) != 0) {
+        lake_state_read(o->state, state_id, &done, &has_state, &err) != 0) {
         rc = 2;
-    } else if (rc == 0 && done > n_manifests) {
+    } else if (rc == 0 && o->state != NULL && !has_state) {
+        /* a new file starts where this run does: the windows below
+         * --from-k are left out on purpose, and a rerun of the same
+         * command resumes it */
+        done = from - 1;
+    } else if (rc == 0 && o->state != NULL && from > done + 1) {
+        /* K claims every window up to K: pushing past a window the file
+         * does not hold would leave that window out of it for good */
+        char skip[64];
+
+        if (from - 1 > done + 1) {
+            snprintf(skip, sizeof(skip), "windows %" PRId64 "..%" PRId64,
+                     done + 1, from - 1);
+        } else {
+            snprintf(skip, sizeof(skip), "window %" PRId64, done + 1);
+        }
+        err_set(&err, ERR_PRECONDITION,
+                "--state %s says windows up to %" PRId64 " are restored: "
+                "--from-k %" PRId64 " would skip %s, which the file would "
+                "then claim; start at --from-k %" PRId64 " or below, or "
+                "name another file",
+                o->state, done, from, skip, done + 1);
+        rc = 2;
+    }
+    if (rc == 0 && done > n_manifests) {
         err_set(&err, ERR_PRECONDITION,
                 "--state %s says window %" PRId64 " was restored, past the "
                 "last manifest (k=%" PRId64 ")",

@@ -1379,3 +1379,35 @@ def test_a_window_starting_on_the_hour_after_an_idle_stretch_is_no_gap(
     assert rc == 1, out
     assert any("windows 1 and 2 do not tile" in v
                for v in out["queues"][0]["violations"]), out
+
+
+def test_a_state_file_never_claims_a_window_no_run_pushed(
+        bucket, broker_factory, tmp_path):
+    """--state FILE says `k K` only when windows 1..K were all pushed: a
+    run with --from-k past K + 1 is refused (exit 2, naming the windows it
+    would skip) rather than moving K over them, and the next run without
+    --from-k still pushes the window in between. A new file starts at the
+    first run's --from-k, and that same command resumes it."""
+    small_lake(bucket, "stgap")
+    dst = broker_factory()
+    state = str(tmp_path / "state")
+    base = ("restore", "--queue", "stgap", "--to", url(dst), "--state", state)
+    tool(bucket, *base, "--to-k", "1", check=0)
+    p = tool(bucket, *base, "--from-k", "3", "--json", check=2)
+    err = json.loads(p.stdout)["error"]
+    assert "would skip window 2" in err and "--from-k 2" in err, err
+    assert dst.fetch_one("stgap", "p", 0).get("highWatermark", 0) == 1
+    with open(state) as f:
+        assert f.read().startswith("k 1 "), state
+    p = tool(bucket, *base, "--json", check=0)
+    doc = json.loads(p.stdout)
+    assert (doc["fromK"], doc["toK"], doc["queued"]) == (2, 3, 2), doc
+    assert dst.fetch_one("stgap", "p", 0).get("highWatermark", 0) == 3
+    new = str(tmp_path / "new")
+    again = ("restore", "--queue", "stgap", "--to", url(dst), "--as",
+             "stgap2", "--state", new, "--from-k", "2", "--to-k", "2")
+    tool(bucket, *again, check=0)
+    with open(new) as f:
+        assert f.read().startswith("k 2 "), new
+    p = tool(bucket, *again, check=0)
+    assert p.stdout.startswith("nothing to restore"), p.stdout
