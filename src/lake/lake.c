@@ -4340,9 +4340,56 @@ static int lake_state_write(const char *path, int64_t k, const char *id,
     return 0;
 }
 
-/* One object: checked against its manifest entry, its records pushed. */
+/* One object's records on their way to the pusher: each must sort after
+ * the one before by (partition bytes, offset), as the sink writes them
+ * (docs/lake.md §1), so that every partition reaches the broker in offset
+ * order. */
+struct lake_restore_obj {
+    struct lake_pusher *push;
+    struct buf prev_p;
+    int64_t prev_o;
+    bool has_prev;
+    bool is_unsorted;
+    char why[sizeof(((struct err *)0)->msg)];
+};
+
+static int lake_restore_record(void *arg, const struct sink_record *r)
+{
+    struct lake_restore_obj *c = arg;
+    struct lake_shown pn;
+    struct err err;
+
+    if (c->has_prev) {
+        int cmp = slice_cmp(r->partition, buf_slice(&c->prev_p));
+
+        if (cmp < 0 || (cmp == 0 && r->offset <= c->prev_o)) {
+            snprintf(c->why, sizeof(c->why),
+                     "record %s/%" PRId64 " is %s (run verify)",
+                     lake_show(&pn, r->partition.ptr, r->partition.len),
+                     r->offset,
+                     cmp == 0 && r->offset == c->prev_o
+                         ? "in the lake twice"
+                         : "not sorted after the one before");
+            c->is_unsorted = true;
+            return 1;
+        }
+    }
+    buf_reset(&c->prev_p);
+    if (buf_append(&c->prev_p, r->partition.ptr, r->partition.len, &err) != 0) {
+        snprintf(c->why, sizeof(c->why), "%s", err.msg);
+        c->is_unsorted = true;
+        return 1;
+    }
+    c->prev_o = r->offset;
+    c->has_prev = true;
+    return lake_push_record(c->push, r);
+}
+
+/* One object of window k: checked against its manifest entry, its records
+ * pushed. Returns 0, or 2 (err: "window K: <key>: <reason>", or the
+ * pusher's failure). */
 static int lake_restore_object(const struct lake_job *job,
-                               struct lake_pusher *push,
+                               struct lake_pusher *push, int64_t k,
                                const struct docs_object *obj,
                                enum lake_codec codec, struct lake_mem *mem,
                                struct err *err)
@@ -4352,26 +4399,40 @@ static int lake_restore_object(const struct lake_job *job,
     char hex[65];
     struct s3_object_info info;
     struct s3_status st;
+    struct lake_restore_obj c;
+    int rc;
 
     snprintf(key, sizeof(key), "%.*s", (int)obj->key.len, obj->key.ptr);
     if (s3_client_get(job->b->c, key, &mem->body, &info, &st, err) != 0) {
+        err_wrap(err, "window %" PRId64, k);
         return 2;
     }
     sha256(mem->body.data, mem->body.len, sum);
     hex_lower(sum, 32, hex);
     if (!info.found || memcmp(hex, obj->sha256, 64) != 0) {
         err_set(err, ERR_CORRUPT,
-                "%s: missing or not the manifest's bytes (run verify)", key);
+                "window %" PRId64 ": %s: missing or not the manifest's bytes "
+                "(run verify)",
+                k, key);
         return 2;
     }
-    if (lake_decode(codec, buf_slice(&mem->body), lake_push_record, push, mem,
-                    err) != 0) {
-        if (push->is_failed) {
-            *err = push->err;
-        }
-        return 2;
+    memset(&c, 0, sizeof(c));
+    c.push = push;
+    buf_init(&c.prev_p, BUF_UNLIMITED);
+    rc = lake_decode(codec, buf_slice(&mem->body), lake_restore_record, &c, mem,
+                     err);
+    buf_free(&c.prev_p);
+    if (rc == 0) {
+        return 0;
     }
-    return 0;
+    if (push->is_failed) {
+        *err = push->err;
+    } else if (c.is_unsorted) {
+        err_set(err, ERR_CORRUPT, "window %" PRId64 ": %s: %s", k, key, c.why);
+    } else {
+        err_wrap(err, "window %" PRId64 ": %s", k, key);
+    }
+    return 2;
 }
 
 /* The summary, or why the restore stopped (failed non-NULL; with --json
@@ -4412,12 +4473,46 @@ static int lake_restore_report(const struct lake_opts *o,
     return lake_outcome(o, "restore", "ok", true, failed);
 }
 
+/* Window k's manifest checked as verify checks its shape (its own k,
+ * format, writer, layout, tStart < tEnd, compact JSON with each key once,
+ * in order) and against the window before (*prev_end, 0 for none: the
+ * windows tile). Returns 0, or ERR_CORRUPT with the first violation. */
+static int lake_restore_manifest(const struct lake_job *job, int64_t k,
+                                 const char *key, const struct docs_manifest *m,
+                                 const struct buf *raw, int64_t *prev_end,
+                                 enum lake_codec *codec, struct err *err)
+{
+    struct lake_window w;
+    const char *ext;
+    int rc = 0;
+
+    memset(&w, 0, sizeof(w));
+    w.k = k;
+    snprintf(w.manifest_key, sizeof(w.manifest_key), "%s", key);
+    if (lake_check_manifest(&w, job, m, raw, codec, &ext) && *prev_end != 0 &&
+        !lake_windows_meet(*prev_end, m->t_start)) {
+        lake_violation(&w,
+                       "window %" PRId64 ": %s: windows %" PRId64
+                       " and %" PRId64 " do not tile: tEnd(%" PRId64
+                       ")=%" PRId64 " but tStart(%" PRId64 ")=%" PRId64,
+                       k, key, k - 1, k, k - 1, *prev_end, k, m->t_start);
+    }
+    if (w.n_violations > 0) {
+        rc = err_set(err, ERR_CORRUPT, "%s (run verify)", w.violations[0]);
+    }
+    *prev_end = m->t_end;
+    lake_window_clear(&w);
+    return rc;
+}
+
 /* Fill batches with every record of window k; its last batches may still
- * be filling or in flight on return (lake_pusher_settle). Returns 0, or 2
+ * be filling or in flight on return (lake_pusher_settle). *prev_end is the
+ * tEnd of the window read before (0: none), then k's. Returns 0, or 2
  * (err). */
 static int lake_restore_window(const struct lake_job *job,
                                struct lake_pusher *push, int64_t k,
-                               struct lake_mem *mem, struct err *err)
+                               int64_t *prev_end, struct lake_mem *mem,
+                               struct err *err)
 {
     struct buf mkey;
     struct buf raw;
@@ -4426,9 +4521,6 @@ static int lake_restore_window(const struct lake_job *job,
     struct s3_object_info info;
     struct s3_status st;
     enum lake_codec codec = LAKE_NONE;
-    const char *ext;
-    const char *desc;
-    const char *older;
     int rc = 0;
 
     memset(&m, 0, sizeof(m));
@@ -4437,16 +4529,20 @@ static int lake_restore_window(const struct lake_job *job,
     buf_init(&arena, BUF_UNLIMITED);
     if (layout_manifest_key(&mkey, &job->lq, k, err) != 0 ||
         s3_client_get(job->b->c, mkey.data, &raw, &info, &st, err) != 0) {
+        err_wrap(err, "window %" PRId64, k);
         rc = 2;
     } else if (!info.found ||
-               docs_manifest_decode(raw.data, raw.len, &m, &arena, err) != 0 ||
-               !lake_codec_of(m.format, m.compression, &codec, &ext, &desc,
-                              &older)) {
-        err_set(err, ERR_CORRUPT, "%s: not a manifest (run verify)", mkey.data);
+               docs_manifest_decode(raw.data, raw.len, &m, &arena, err) != 0) {
+        err_set(err, ERR_CORRUPT,
+                "window %" PRId64 ": %s: not a manifest (run verify)", k,
+                mkey.data);
+        rc = 2;
+    } else if (lake_restore_manifest(job, k, mkey.data, &m, &raw, prev_end,
+                                     &codec, err) != 0) {
         rc = 2;
     }
     for (size_t i = 0; rc == 0 && i < m.n_objects; i++) {
-        rc = lake_restore_object(job, push, &m.objects[i], codec, mem, err);
+        rc = lake_restore_object(job, push, k, &m.objects[i], codec, mem, err);
     }
     buf_free(&mkey);
     buf_free(&raw);
@@ -4468,7 +4564,8 @@ static int lake_restore(const struct lake_opts *o)
     int64_t from = o->from_k;
     int64_t last_k = 0;
     int64_t n_manifests = 0;
-    int64_t done = 0; /* the state file's K */
+    int64_t done = 0;     /* the state file's K */
+    int64_t prev_end = 0; /* tEnd of the window read before */
     bool has_state = false;
     int rc;
 
@@ -4539,7 +4636,7 @@ static int lake_restore(const struct lake_opts *o)
      * goes in the state file once they are acknowledged (mark) */
     for (int64_t k = from; k <= last_k + 1 && rc == 0; k++) {
         if (k <= last_k) {
-            rc = lake_restore_window(&job, &pusher, k, &mem, &err);
+            rc = lake_restore_window(&job, &pusher, k, &prev_end, &mem, &err);
         }
         if (rc == 0 && k > from) {
             if (lake_pusher_settle(&pusher, k <= last_k ? mark : NULL) != 0) {

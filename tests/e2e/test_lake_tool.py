@@ -1411,3 +1411,61 @@ def test_a_state_file_never_claims_a_window_no_run_pushed(
         assert f.read().startswith("k 2 "), new
     p = tool(bucket, *again, check=0)
     assert p.stdout.startswith("nothing to restore"), p.stdout
+
+
+def test_restore_stops_at_a_window_verify_calls_damaged(bucket,
+                                                        broker_factory):
+    """A window that does not read cleanly stops restore (exit 2, naming
+    the window): records of a partition out of offset order (pushed as
+    they were, they would reach the broker out of order), a manifest with
+    a key twice, and windows whose bounds overlap."""
+    t0 = st.T0
+    c = bucket.boto3()
+
+    def put(queue, windows):
+        lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
+                                                      Body=body),
+                       PREFIX, TENANT, queue, windows)
+
+    put("unsorted", [(t0, t0 + 100, [
+        ("p", o, "t%d" % o, t0 + 1 + o, b'{"o":%d}' % o) for o in (0, 3, 1)])])
+    put("overlap", [(t0, t0 + 100, [("p", 0, "t0", t0 + 1, b"1")]),
+                    (t0 + 50, t0 + 150, [("p", 1, "t1", t0 + 120, b"2")])])
+    small_lake(bucket, "dupkey", n=2)
+    mkey = lake.manifest_key(PREFIX, TENANT, "dupkey", 2)
+    body = c.get_object(Bucket="lake", Key=mkey)["Body"].read()
+    assert b'"k":2,' in body
+    c.put_object(Bucket="lake", Key=mkey,
+                 Body=body.replace(b'"k":2,', b'"k":2,"k":2,', 1))
+    dst = broker_factory()
+    for queue, k, why in (
+            ("unsorted", 1, "record p/1 is not sorted after the one before"),
+            ("overlap", 2, "windows 1 and 2 do not tile"),
+            ("dupkey", 2, "not compact JSON")):
+        tool(bucket, "verify", "--queue", queue, check=1)
+        p = tool(bucket, "restore", "--queue", queue, "--to", url(dst),
+                 "--json", check=2)
+        err = json.loads(p.stdout)["error"]
+        assert err.startswith("window %d: " % k) and why in err, (queue, err)
+
+
+def test_a_restore_decode_error_names_its_window_and_key(bucket,
+                                                         broker_factory):
+    """An object that does not decode (its manifest's sha256 made to match
+    it) stops restore with one line: window K: <key>: <reason>."""
+    small_lake(bucket, "trunc", n=2)
+    c = bucket.boto3()
+    mkey = lake.manifest_key(PREFIX, TENANT, "trunc", 2)
+    m = json.loads(c.get_object(Bucket="lake", Key=mkey)["Body"].read())
+    key = m["objects"][0]["key"]
+    body = c.get_object(Bucket="lake", Key=key)["Body"].read()[:-3]
+    c.put_object(Bucket="lake", Key=key, Body=body)
+    raw = c.get_object(Bucket="lake", Key=mkey)["Body"].read().replace(
+        m["objects"][0]["sha256"].encode(),
+        lake.hashlib.sha256(body).hexdigest().encode())
+    c.put_object(Bucket="lake", Key=mkey, Body=raw)
+    dst = broker_factory()
+    p = tool(bucket, "restore", "--queue", "trunc", "--to", url(dst),
+             check=2)
+    line = [x for x in p.stderr.splitlines() if "zstd" in x]
+    assert len(line) == 1 and ("window 2: %s: " % key) in line[0], p.stderr
