@@ -59,6 +59,10 @@
 #define LAKE_WHOLE_MAP      (LAKE_WHOLE_MAX + LAKE_HUGE)
 #define LAKE_MAX_VIOLATIONS 1000 /* kept for the report; all are counted */
 #define LAKE_FETCH_BYTES    (4 << 20)
+/* The broker takes a payload as deep as a push body at JSON_MAX_DEPTH_DEFAULT
+ * allows, at depth 3 there ({"items":[{"payload"); its fetch answer holds it
+ * at depth 5 ({"entries":[{"records":[{"payload"), two levels deeper. */
+#define LAKE_FETCH_DEPTH (JSON_MAX_DEPTH_DEFAULT - 3 + 5)
 /* --batch's default: 2000 records measured faster than 1000 (fewer requests
  * for the broker to parse, answer and commit; bench/restore, docs/lake.md
  * section 4); 4000 was no faster. */
@@ -1376,6 +1380,7 @@ static void lake_log_drop(struct lake_log *l)
 static int lake_log_fetch(struct lake_log *l, struct slice p, int64_t o,
                           struct err *err)
 {
+    const struct json_limits lim = {LAKE_FETCH_DEPTH, LAKE_FETCH_DEPTH, 0};
     struct buf body;
     struct jw w;
     long st;
@@ -1414,7 +1419,7 @@ static int lake_log_fetch(struct lake_log *l, struct slice p, int64_t o,
                              "the broker's fetch answered %ld: %.200s", st,
                              l->http.ans.data != NULL ? l->http.ans.data : "");
     }
-    if (json_parse(&l->doc, l->http.ans.data, l->http.ans.len, NULL, err) !=
+    if (json_parse(&l->doc, l->http.ans.data, l->http.ans.len, &lim, err) !=
         0) {
         return err_wrap(err, "the broker's fetch answer");
     }

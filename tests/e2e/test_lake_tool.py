@@ -1469,3 +1469,24 @@ def test_a_restore_decode_error_names_its_window_and_key(bucket,
              check=2)
     line = [x for x in p.stderr.splitlines() if "zstd" in x]
     assert len(line) == 1 and ("window 2: %s: " % key) in line[0], p.stderr
+
+
+def test_a_payload_nested_as_deep_as_push_allows_is_verified(
+        bucket, broker_factory):
+    """The broker takes a payload nested 125 levels deep (push refuses
+    126); its fetch answer wraps it two levels deeper than a push body
+    does, and verify --broker must still read that answer."""
+    queue = "deep"
+    node = broker_factory(env=sink_env(bucket, QUEEN_S3_QUEUES=queue))
+    items = [{"queue": queue, "partition": "p",
+              "payload": b"[" * n + b"1" + b"]" * n} for n in (124, 125)]
+    assert len(push_all(node, items)) == 2
+    reader = lake.bucket_reader(bucket)
+    wait_until(lambda: lake.count_records(reader, PREFIX, TENANT, queue)
+               == 2, 60, "both in the lake", interval=0.1)
+    r = node.request("POST", "/api/v1/push", body=lake.push_body(
+        [{"queue": queue, "partition": "p",
+          "payload": b"[" * 126 + b"1" + b"]" * 126}]))
+    assert r.status != 201 or "error" in r.body.decode(), r
+    rc, out = verify_json(bucket, "--queue", queue, "--broker", url(node))
+    assert rc == 0, out
