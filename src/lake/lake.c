@@ -2209,10 +2209,11 @@ struct lake_pool {
     const struct lake_job *job;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int64_t next_k; /* next window to hand out */
-    int64_t last_k; /* the last window to read */
-    int64_t folded; /* windows below this are folded */
-    size_t ahead;   /* slots */
+    const int64_t *ks; /* the windows to read: those listed, ascending */
+    size_t next_i;     /* ks[next_i] is the next window to hand out */
+    size_t n;          /* of ks */
+    size_t folded;     /* ks[i] below this are folded */
+    size_t ahead;      /* slots */
     struct lake_window *slots;
     struct lake_wholes wholes;
     bool is_stopping;
@@ -2234,26 +2235,28 @@ static void *lake_worker(void *arg)
         log.queue = p->job->lq.queue;
     }
     for (;;) {
+        size_t i;
         int64_t k;
         struct lake_window w;
 
         pthread_mutex_lock(&p->mu);
-        while (!p->is_stopping && p->next_k <= p->last_k &&
-               p->next_k >= p->folded + (int64_t)p->ahead) {
+        while (!p->is_stopping && p->next_i < p->n &&
+               p->next_i >= p->folded + p->ahead) {
             pthread_cond_wait(&p->cv, &p->mu);
         }
-        if (p->is_stopping || p->next_k > p->last_k) {
+        if (p->is_stopping || p->next_i >= p->n) {
             pthread_mutex_unlock(&p->mu);
             break;
         }
-        k = p->next_k++;
+        i = p->next_i++;
+        k = p->ks[i];
         pthread_mutex_unlock(&p->mu);
         memset(&w, 0, sizeof(w));
         w.k = k;
         lake_read_window(p->job, &w, has_log ? &log : NULL, &mem);
         w.is_done = true;
         pthread_mutex_lock(&p->mu);
-        p->slots[(size_t)k % p->ahead] = w;
+        p->slots[i % p->ahead] = w;
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
     }
@@ -2312,8 +2315,13 @@ struct lake_fold {
     size_t n_named;
     int64_t *bad_ks; /* the windows with a violation (not folded), ascending */
     size_t n_bad_ks;
-    int64_t *t_ends; /* tEnd of window first_k + i (an unread manifest's:
-                        the one before's) */
+    int64_t *t_ends;   /* tEnd of the i-th window read (an unread manifest's:
+                          the one before's) */
+    int64_t *t_end_ks; /* k of the i-th window read */
+    int64_t *missing;  /* lo, hi pairs: the listing has no manifest k in
+                          lo..hi, ascending (lake_count) */
+    size_t n_missing;
+    int64_t last_k; /* of the last window read */
     char **violations;
     size_t n_violations;
     uint64_t violation_count;
@@ -2417,7 +2425,16 @@ static bool lake_bad_between(const struct lake_fold *f, int64_t lo, int64_t hi)
             b = mid;
         }
     }
-    return a < f->n_bad_ks && f->bad_ks[a] < hi;
+    if (a < f->n_bad_ks && f->bad_ks[a] < hi) {
+        return true;
+    }
+    /* a window with no manifest is a violation of its own too */
+    for (size_t i = 0; i < f->n_missing; i++) {
+        if (f->missing[2 * i] < hi && f->missing[2 * i + 1] > lo) {
+            return true;
+        }
+    }
+    return false;
 }
 
 /* Where a partition's state was last told of: the window of its top
@@ -2509,10 +2526,19 @@ static void lake_fold_window(struct lake_fold *f, struct lake_window *w,
                              const struct lake_opts *o)
 {
     f->t_ends = xrealloc(f->t_ends, (size_t)(f->windows + 1) * sizeof(int64_t));
+    f->t_end_ks =
+        xrealloc(f->t_end_ks, (size_t)(f->windows + 1) * sizeof(int64_t));
     f->t_ends[f->windows] = w->t_end != 0    ? w->t_end
                             : f->windows > 0 ? f->t_ends[f->windows - 1]
                                              : INT64_MIN;
+    f->t_end_ks[f->windows] = w->k;
     f->windows++;
+    /* after manifests the listing lacks (their own violation), the next
+     * window is not said to miss a tEnd none gave */
+    if (w->k != f->last_k + 1) {
+        f->is_prev_unread = true;
+    }
+    f->last_k = w->k;
     if (f->has_prev && !f->is_prev_unread &&
         !lake_windows_meet(f->prev_end, w->t_start) && w->t_end != 0) {
         lake_fold_violation(f,
@@ -2794,8 +2820,16 @@ static int lake_log_partitions(struct lake_http *h, struct slice queue,
 
 /* ---- verify ------------------------------------------------------------- */
 
+/* The ks of the manifests listed, ascending. */
+struct lake_ks {
+    int64_t *k; /* owned */
+    size_t n;
+};
+
 struct lake_counter {
-    int64_t n;           /* highest k seen */
+    int64_t n;   /* highest k seen */
+    int64_t *ks; /* every k listed, ascending */
+    size_t n_ks;
     struct lake_fold *f; /* verify: every break is a violation in f */
     bool is_bad;         /* restore: the first break, in bad */
     char bad[1024];
@@ -2838,13 +2872,38 @@ static int lake_count_manifest(void *arg, const char *key)
                          key);
         return 0;
     }
-    /* Listed in key order, so in k order: k past n + 1 skips some. */
-    if (k != c->n + 1) {
+    /* Listed in key order, so in k order: k past n + 1 skips some, each
+     * gap one violation (its windows are not read one GET each). */
+    if (k > c->n + 1) {
+        char gap[64];
+
+        if (k - 1 > c->n + 1) {
+            snprintf(gap, sizeof(gap), "windows %" PRId64 "..%" PRId64,
+                     c->n + 1, k - 1);
+        } else {
+            snprintf(gap, sizeof(gap), "window %" PRId64, c->n + 1);
+        }
+        lake_count_break(c,
+                         "window %" PRId64 ": %s: manifests are not numbered "
+                         "1..n without a gap: it follows k=%" PRId64
+                         " (no manifest for %s)",
+                         k, key, c->n, gap);
+        if (c->f != NULL) {
+            c->f->missing = xrealloc(c->f->missing, (c->f->n_missing + 1) * 2 *
+                                                        sizeof(int64_t));
+            c->f->missing[2 * c->f->n_missing] = c->n + 1;
+            c->f->missing[2 * c->f->n_missing + 1] = k - 1;
+            c->f->n_missing++;
+        }
+    } else if (k != c->n + 1) {
         lake_count_break(c,
                          "window %" PRId64 ": %s: manifests are not numbered "
                          "1..n without a gap: it follows k=%" PRId64,
                          k, key, c->n);
+        return 0;
     }
+    c->ks = xrealloc(c->ks, (c->n_ks + 1) * sizeof(int64_t));
+    c->ks[c->n_ks++] = k;
     c->n = k;
     return 0;
 }
@@ -3102,15 +3161,19 @@ static void lake_fold_free(struct lake_fold *f)
     free(f->named);
     free(f->bad_ks);
     free(f->t_ends);
+    free(f->t_end_ks);
+    free(f->missing);
     free(f->cps);
     hashtab_free(&f->index);
 }
 
 /* Verify one queue into f. Returns 0, or 2 (err) when it could not run. */
 /* The highest k of the queue's manifests, their numbering checked (a
- * violation in f when broken). Returns 0, or 2 (err). */
+ * violation in f when broken, and each gap in f->missing); with ks, every
+ * k listed, ascending (owned: free it). Returns 0, or 2 (err). */
 static int lake_count(struct lake_bucket *b, const struct layout_queue *lq,
-                      struct lake_fold *f, int64_t *n, struct err *err)
+                      struct lake_fold *f, int64_t *n, struct lake_ks *ks,
+                      struct err *err)
 {
     struct lake_counter cnt;
     struct buf root;
@@ -3128,6 +3191,12 @@ static int lake_count(struct lake_bucket *b, const struct layout_queue *lq,
         rc = lake_list(b, root.data, lake_count_manifest, &cnt, err);
     }
     buf_free(&root);
+    if (ks != NULL) {
+        ks->k = cnt.ks;
+        ks->n = cnt.n_ks;
+    } else {
+        free(cnt.ks);
+    }
     if (rc != 0) {
         return 2;
     }
@@ -3282,14 +3351,14 @@ static int lake_cps_finish(struct lake_fold *f, struct lake_bg_list *l,
     return rc != 0 ? 2 : 0;
 }
 
-/* The next window from the pool, in k order (blocks). */
-static void lake_pool_take(struct lake_pool *pool, int64_t k,
+/* Window ks[i] from the pool, in k order (blocks). */
+static void lake_pool_take(struct lake_pool *pool, size_t i,
                            struct lake_window *w)
 {
-    struct lake_window *slot = &pool->slots[(size_t)k % pool->ahead];
+    struct lake_window *slot = &pool->slots[i % pool->ahead];
 
     pthread_mutex_lock(&pool->mu);
-    while (!(slot->is_done && slot->k == k)) {
+    while (!(slot->is_done && slot->k == pool->ks[i])) {
         pthread_cond_wait(&pool->cv, &pool->mu);
     }
     *w = *slot;
@@ -3297,7 +3366,7 @@ static void lake_pool_take(struct lake_pool *pool, int64_t k,
     pthread_mutex_unlock(&pool->mu);
 }
 
-static void lake_pool_set(struct lake_pool *pool, int64_t folded,
+static void lake_pool_set(struct lake_pool *pool, size_t folded,
                           bool is_stopping)
 {
     pthread_mutex_lock(&pool->mu);
@@ -3318,33 +3387,45 @@ static int lake_decoders(const struct lake_opts *o)
     return o->broker != NULL || d > o->threads ? o->threads : d;
 }
 
-/* Read windows from..last_k with the pool and fold them into f. */
-static int lake_run_pool(const struct lake_job *job, int64_t last_k,
-                         struct lake_fold *f, struct lake_progress *prog,
-                         struct err *err)
+/* Read the listed windows from..last_k with the pool and fold them into
+ * f (a window the listing lacks is its gap's violation, not a GET). */
+static int lake_run_pool(const struct lake_job *job, const struct lake_ks *ks,
+                         int64_t last_k, struct lake_fold *f,
+                         struct lake_progress *prog, struct err *err)
 {
     const struct lake_opts *o = job->o;
     struct lake_pool pool;
     pthread_t *th = xcalloc((size_t)o->threads, sizeof(*th));
+    size_t i0 = 0;
     int rc = 0;
 
     memset(&pool, 0, sizeof(pool));
     pool.job = job;
     pthread_mutex_init(&pool.mu, NULL);
     pthread_cond_init(&pool.cv, NULL);
-    pool.next_k = o->from_k;
-    pool.folded = o->from_k;
-    pool.last_k = last_k;
+    while (i0 < ks->n && ks->k[i0] < o->from_k) {
+        i0++;
+    }
+    pool.ks = ks->k;
+    pool.n = i0;
+    while (pool.n < ks->n && ks->k[pool.n] <= last_k) {
+        pool.n++;
+    }
+    pool.next_i = i0;
+    pool.folded = i0;
+    prog->what = "verify";
+    prog->total = (int64_t)(pool.n - i0);
     pool.ahead = (size_t)o->threads * LAKE_AHEAD_PER_THREAD;
     pool.slots = xcalloc(pool.ahead, sizeof(*pool.slots));
     lake_wholes_init(&pool.wholes, lake_decoders(o));
     for (int i = 0; i < o->threads; i++) {
         pthread_create(&th[i], NULL, lake_worker, &pool);
     }
-    for (int64_t k = o->from_k; k <= last_k && rc == 0; k++) {
+    for (size_t i = i0; i < pool.n && rc == 0; i++) {
+        int64_t k = ks->k[i];
         struct lake_window w;
 
-        lake_pool_take(&pool, k, &w);
+        lake_pool_take(&pool, i, &w);
         if (w.is_fatal) {
             *err = w.err;
             err_wrap(err, "window %" PRId64, k);
@@ -3356,8 +3437,9 @@ static int lake_run_pool(const struct lake_job *job, int64_t last_k,
             }
         }
         lake_window_clear(&w);
-        lake_pool_set(&pool, k + 1, false);
-        lake_progress_show(prog, k - o->from_k + 1, f->records, f->raw, false);
+        lake_pool_set(&pool, i + 1, false);
+        lake_progress_show(prog, (int64_t)(i - i0 + 1), f->records, f->raw,
+                           false);
     }
     lake_pool_set(&pool, pool.folded, true);
     for (int i = 0; i < o->threads; i++) {
@@ -3591,7 +3673,7 @@ static int64_t lake_window_of(const struct lake_fold *f, int64_t ts)
             hi = mid;
         }
     }
-    return f->first_k + (lo < f->windows ? lo : f->windows - 1);
+    return f->t_end_ks[lo < f->windows ? lo : f->windows - 1];
 }
 
 static int lake_tail_check(const struct lake_job *job, struct lake_log *log,
@@ -3654,6 +3736,7 @@ static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
     struct lake_bg_list cps;
     struct lake_bg_list data;
     struct err past;
+    struct lake_ks ks = {NULL, 0};
     int64_t n = 0;
     int64_t last_k = 0;
     int rc;
@@ -3668,22 +3751,23 @@ static int lake_verify_queue(const struct lake_opts *o, struct lake_bucket *b,
         lake_bg_list_join(&data, NULL, NULL, err);
         return 2;
     }
-    rc = lake_count(b, &job.lq, f, &n, err);
+    rc = lake_count(b, &job.lq, f, &n, &ks, err);
     if (rc == 0) {
         last_k = o->to_k != 0 && o->to_k < n ? o->to_k : n;
         if (lake_range_past(o, n, true, &past) != 0) {
             lake_fold_violation(f, "%s", past.msg);
         }
         f->first_k = o->from_k;
+        f->last_k = o->from_k - 1;
         rc = lake_cps_finish(f, &cps, n, err);
     } else {
         lake_bg_list_join(&cps, NULL, NULL, err);
     }
     if (rc == 0) {
-        prog->what = "verify";
-        prog->total = last_k - o->from_k + 1;
-        rc = lake_run_pool(&job, last_k, f, prog, err);
+        rc = lake_run_pool(&job, &ks, last_k, f, prog, err);
+        f->last_k = rc == 0 ? last_k : f->last_k;
     }
+    free(ks.k);
     if (rc == 0) {
         rc = lake_orphans_check(&job, last_k, f, &data, err);
     } else {
@@ -3732,10 +3816,10 @@ static void lake_report(const struct lake_opts *o, struct slice queue,
                 ",\"partitions\":%zu,\"brokerOnlyPartitions\":%zu"
                 ",\"tStart\":%" PRId64 ",\"tEnd\":%" PRId64
                 ",\"stampsChecked\":%" PRIu64 ",\"lost\":[",
-                f->violation_count == 0 ? "true" : "false", f->windows,
-                f->first_k, f->objects, f->records, f->bytes, f->raw,
-                f->n_parts - f->n_log_only, f->n_log_only, f->t_start, f->t_end,
-                f->stamps_checked);
+                f->violation_count == 0 ? "true" : "false",
+                f->last_k - f->first_k + 1, f->first_k, f->objects, f->records,
+                f->bytes, f->raw, f->n_parts - f->n_log_only, f->n_log_only,
+                f->t_start, f->t_end, f->stamps_checked);
         for (size_t i = 0; i < f->n_lost; i++) {
             fprintf(out, "%s{\"k\":%" PRId64 ",\"partition\":", i ? "," : "",
                     f->lost[i].k);
@@ -3762,9 +3846,8 @@ static void lake_report(const struct lake_opts *o, struct slice queue,
             "%.1f MB decoded, %zu partitions\n",
             lake_show(&shown, queue.ptr, queue.len),
             f->violation_count == 0 ? "exact" : "VIOLATIONS", f->first_k,
-            f->first_k + f->windows - 1, a, b, f->objects, f->records,
-            (double)f->bytes / 1e6, (double)f->raw / 1e6,
-            f->n_parts - f->n_log_only);
+            f->last_k, a, b, f->objects, f->records, (double)f->bytes / 1e6,
+            (double)f->raw / 1e6, f->n_parts - f->n_log_only);
     if (o->broker != NULL) {
         fprintf(out,
                 "  %" PRIu64 " records compared with the broker's log, "
@@ -4578,7 +4661,7 @@ static int lake_restore(const struct lake_opts *o)
     job = (struct lake_job){
         o, &b, {o->prefix, {0}, {o->queues[0], strlen(o->queues[0])}}};
     job.lq.tenant = (struct slice){o->tenant, strlen(o->tenant)};
-    rc = lake_count(&b, &job.lq, NULL, &last_k, &err);
+    rc = lake_count(&b, &job.lq, NULL, &last_k, NULL, &err);
     if (rc != 0) {
         last_k = -1; /* unknown: "toK" is null in the document */
     }

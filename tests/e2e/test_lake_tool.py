@@ -1490,3 +1490,24 @@ def test_a_payload_nested_as_deep_as_push_allows_is_verified(
     assert r.status != 201 or "error" in r.body.decode(), r
     rc, out = verify_json(bucket, "--queue", queue, "--broker", url(node))
     assert rc == 0, out
+
+
+def test_a_stray_manifest_with_a_huge_k_is_one_gap_found_at_once(bucket):
+    """A manifest copied to k=9999999999 in a 4-window lake: verify finds
+    the manifests that exist from the listing, so the gap is one violation
+    naming the range of missing windows, without a GET per missing k."""
+    small_lake(bucket, "huge", n=4)
+    c = bucket.boto3()
+    src = lake.manifest_key(PREFIX, TENANT, "huge", 2)
+    dst = lake.manifest_key(PREFIX, TENANT, "huge", 9999999999)
+    c.put_object(Bucket="lake", Key=dst,
+                 Body=c.get_object(Bucket="lake", Key=src)["Body"].read())
+    p = tool(bucket, "verify", "--queue", "huge", "--json", timeout=60,
+             check=1)
+    (q,) = json.loads(p.stdout)["queues"]
+    gaps = [v for v in q["violations"] if "without a gap" in v]
+    assert len(gaps) == 1 and gaps[0].startswith("window 9999999999: %s: "
+                                                 % dst), q["violations"]
+    assert "windows 5..9999999998" in gaps[0], gaps
+    assert any("not its own" in v for v in q["violations"]), q
+    assert q["records"] == 4 and q["violationCount"] < 10, q
