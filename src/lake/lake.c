@@ -4473,15 +4473,26 @@ static int lake_restore_record(void *arg, const struct sink_record *r)
     return lake_push_record(c->push, r);
 }
 
+/* What restoring window k works with. */
+struct lake_rwin {
+    const struct lake_job *job;
+    struct lake_pusher *push;
+    int64_t k;
+    struct lake_mem *mem;
+    int64_t prev_end; /* tEnd of the window read before (0: none) */
+};
+
 /* One object of window k: checked against its manifest entry, its records
  * pushed. Returns 0, or 2 (err: "window K: <key>: <reason>", or the
  * pusher's failure). */
-static int lake_restore_object(const struct lake_job *job,
-                               struct lake_pusher *push, int64_t k,
+static int lake_restore_object(const struct lake_rwin *rw,
                                const struct docs_object *obj,
-                               enum lake_codec codec, struct lake_mem *mem,
-                               struct err *err)
+                               enum lake_codec codec, struct err *err)
 {
+    const struct lake_job *job = rw->job;
+    struct lake_pusher *push = rw->push;
+    struct lake_mem *mem = rw->mem;
+    int64_t k = rw->k;
     char key[4096];
     uint8_t sum[32];
     char hex[65];
@@ -4563,13 +4574,16 @@ static int lake_restore_report(const struct lake_opts *o,
 
 /* Window k's manifest checked as verify checks its shape (its own k,
  * format, writer, layout, tStart < tEnd, compact JSON with each key once,
- * in order) and against the window before (*prev_end, 0 for none: the
+ * in order) and against the window before (*rw->prev_end, 0 for none: the
  * windows tile). Returns 0, or ERR_CORRUPT with the first violation. */
-static int lake_restore_manifest(const struct lake_job *job, int64_t k,
-                                 const char *key, const struct docs_manifest *m,
-                                 const struct buf *raw, int64_t *prev_end,
-                                 enum lake_codec *codec, struct err *err)
+static int lake_restore_manifest(struct lake_rwin *rw, const char *key,
+                                 const struct docs_manifest *m,
+                                 const struct buf *raw, enum lake_codec *codec,
+                                 struct err *err)
 {
+    const struct lake_job *job = rw->job;
+    int64_t *prev_end = &rw->prev_end;
+    int64_t k = rw->k;
     struct lake_window w;
     const char *ext;
     int rc = 0;
@@ -4610,6 +4624,7 @@ static int lake_restore_window(const struct lake_job *job,
     struct s3_status st;
     enum lake_codec codec = LAKE_NONE;
     int rc = 0;
+    struct lake_rwin rw = {job, push, k, mem, *prev_end};
 
     memset(&m, 0, sizeof(m));
     buf_init(&mkey, 4096);
@@ -4625,13 +4640,14 @@ static int lake_restore_window(const struct lake_job *job,
                 "window %" PRId64 ": %s: not a manifest (run verify)", k,
                 mkey.data);
         rc = 2;
-    } else if (lake_restore_manifest(job, k, mkey.data, &m, &raw, prev_end,
-                                     &codec, err) != 0) {
+    } else if (lake_restore_manifest(&rw, mkey.data, &m, &raw, &codec, err) !=
+               0) {
         rc = 2;
     }
     for (size_t i = 0; rc == 0 && i < m.n_objects; i++) {
-        rc = lake_restore_object(job, push, k, &m.objects[i], codec, mem, err);
+        rc = lake_restore_object(&rw, &m.objects[i], codec, err);
     }
+    *prev_end = rw.prev_end;
     buf_free(&mkey);
     buf_free(&raw);
     buf_free(&arena);
