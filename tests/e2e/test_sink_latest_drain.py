@@ -22,16 +22,22 @@ def push(node, first, n):
     return lake.acked_from_push(items, r.json())
 
 
-def test_a_restart_before_the_first_window_under_latest_keeps_its_records(
-        broker_factory, bucket):
+def latest_node(broker_factory, bucket):
+    """A node whose sink reads QUEUE from `latest`, windows of 15 s, and
+    the bucket's reader, once the queue is filling."""
     node = broker_factory(env=sink_env(
         bucket, QUEEN_S3_QUEUES=QUEUE, QUEEN_S3_START="latest",
         QUEEN_S3_MAX_WINDOW_MS="15000"))
-    reader = lake.bucket_reader(bucket)
     r = node.request("POST", "/api/v1/configure", body={"queue": QUEUE})
     assert r.status == 200, r
     wait_until(lambda: (sink_row(node, QUEUE) or {}).get("state") ==
                "filling", 30, "the queue to be filling")
+    return node, lake.bucket_reader(bucket)
+
+
+def test_a_restart_before_the_first_window_under_latest_keeps_its_records(
+        broker_factory, bucket):
+    node, reader = latest_node(broker_factory, bucket)
 
     def buffered():
         return (sink_row(node, QUEUE) or {}).get("bufferedBytes", 0) > 0
@@ -66,14 +72,7 @@ def test_a_kill_before_the_first_window_under_latest_keeps_its_records(
     only the start the sink recorded when it first found the queue lets the
     next life begin there. Without it, it began at its own first safeTime,
     above those records, and they were never in the lake."""
-    node = broker_factory(env=sink_env(
-        bucket, QUEEN_S3_QUEUES=QUEUE, QUEEN_S3_START="latest",
-        QUEEN_S3_MAX_WINDOW_MS="15000"))
-    reader = lake.bucket_reader(bucket)
-    r = node.request("POST", "/api/v1/configure", body={"queue": QUEUE})
-    assert r.status == 200, r
-    wait_until(lambda: (sink_row(node, QUEUE) or {}).get("state") ==
-               "filling", 30, "the queue to be filling")
+    node, reader = latest_node(broker_factory, bucket)
     before = push(node, 0, 6)
     wait_until(lambda: (sink_row(node, QUEUE) or {}).get(
         "bufferedBytes", 0) > 0, 30, "the sink to read the records")
