@@ -1484,6 +1484,45 @@ static int lake_log_find(struct lake_log *l, struct slice p, int64_t o,
 
 /* ---- the worker's reading of one object --------------------------------- */
 
+/* The record before in an object: each must sort after it by (partition
+ * bytes, offset), as the sink writes them (docs/lake.md §1). Verify and
+ * restore both read objects through it. */
+struct lake_order {
+    struct buf prev_p;
+    int64_t prev_o;
+    bool has_prev;
+};
+
+/* NULL when r sorts after the record before, else what r is. */
+static const char *lake_order_fault(const struct lake_order *o,
+                                    const struct sink_record *r)
+{
+    if (!o->has_prev) {
+        return NULL;
+    }
+    int cmp = slice_cmp(r->partition, buf_slice(&o->prev_p));
+
+    if (cmp > 0 || (cmp == 0 && r->offset > o->prev_o)) {
+        return NULL;
+    }
+    return cmp == 0 && r->offset == o->prev_o
+               ? "in the lake twice"
+               : "not sorted after the one before";
+}
+
+/* r is now the record before. 0, or err's code. */
+static int lake_order_note(struct lake_order *o, const struct sink_record *r,
+                           struct err *err)
+{
+    buf_reset(&o->prev_p);
+    if (buf_append(&o->prev_p, r->partition.ptr, r->partition.len, err) != 0) {
+        return err->code;
+    }
+    o->prev_o = r->offset;
+    o->has_prev = true;
+    return 0;
+}
+
 struct lake_obj_ctx {
     struct lake_window *w;
     const struct docs_manifest *m;
@@ -1492,9 +1531,7 @@ struct lake_obj_ctx {
     size_t obj_index;
     bool is_parquet;
     struct lake_log *log; /* NULL without --broker */
-    struct buf prev_p;
-    bool has_prev;
-    int64_t prev_o;
+    struct lake_order ord;
     uint64_t n;
     uint64_t partitions;
     int64_t min_ts;
@@ -1613,21 +1650,16 @@ static int lake_rec_checks(struct lake_obj_ctx *c, const struct sink_record *r)
     struct lake_window *w = c->w;
     struct lake_shown pn;
 
-    if (c->has_prev) {
-        int cmp = slice_cmp(r->partition, buf_slice(&c->prev_p));
+    const char *fault = lake_order_fault(&c->ord, r);
 
-        if (cmp < 0 || (cmp == 0 && r->offset <= c->prev_o)) {
-            lake_violation(w,
-                           "window %" PRId64 ": %s record %" PRIu64
-                           ": record %s/%" PRId64 " is %s",
-                           w->k, c->key, c->n,
-                           lake_show(&pn, r->partition.ptr, r->partition.len),
-                           r->offset,
-                           cmp == 0 && r->offset == c->prev_o
-                               ? "in the lake twice"
-                               : "not sorted after the one before");
-            return 1;
-        }
+    if (fault != NULL) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s record %" PRIu64
+                       ": record %s/%" PRId64 " is %s",
+                       w->k, c->key, c->n,
+                       lake_show(&pn, r->partition.ptr, r->partition.len),
+                       r->offset, fault);
+        return 1;
     }
     if (r->ts < c->m->t_start || r->ts >= c->m->t_end) {
         char a[32];
@@ -1691,7 +1723,8 @@ static int lake_on_record(void *arg, const struct sink_record *r)
         run->last = r->offset;
         run->last_ts = r->ts;
     } else {
-        if (!c->has_prev || !slice_eq(r->partition, buf_slice(&c->prev_p))) {
+        if (!c->ord.has_prev ||
+            !slice_eq(r->partition, buf_slice(&c->ord.prev_p))) {
             c->partitions++;
         }
         w->runs = xrealloc(w->runs, (w->n_runs + 1) * sizeof(*w->runs));
@@ -1704,12 +1737,9 @@ static int lake_on_record(void *arg, const struct sink_record *r)
                               r->ts,
                               c->obj_index};
     }
-    buf_reset(&c->prev_p);
-    if (buf_append(&c->prev_p, r->partition.ptr, r->partition.len, &err) != 0) {
+    if (lake_order_note(&c->ord, r, &err) != 0) {
         return 1;
     }
-    c->prev_o = r->offset;
-    c->has_prev = true;
     w->records++;
     return 0;
 }
@@ -2072,7 +2102,7 @@ static bool lake_read_object(struct lake_wread *r, size_t i)
     c.obj_index = i;
     c.is_parquet = r->codec == LAKE_PARQUET;
     c.log = r->log;
-    buf_init(&c.prev_p, BUF_UNLIMITED);
+    buf_init(&c.ord.prev_p, BUF_UNLIMITED);
     buf_init(&c.tmp, BUF_UNLIMITED);
     r->mem->raw = 0;
     if (lake_decode(r->codec, buf_slice(&r->mem->body), lake_on_record, &c,
@@ -2082,7 +2112,7 @@ static bool lake_read_object(struct lake_wread *r, size_t i)
                        err.msg);
     }
     w->raw += r->mem->raw;
-    buf_free(&c.prev_p);
+    buf_free(&c.ord.prev_p);
     buf_free(&c.tmp);
     if (w->n_violations > before || w->is_fatal) {
         return false;
@@ -4428,15 +4458,12 @@ static int lake_state_write(const char *path, int64_t k, const char *id,
     return 0;
 }
 
-/* One object's records on their way to the pusher: each must sort after
- * the one before by (partition bytes, offset), as the sink writes them
- * (docs/lake.md §1), so that every partition reaches the broker in offset
+/* One object's records on their way to the pusher, in the sink's order
+ * (lake_order), so that every partition reaches the broker in offset
  * order. */
 struct lake_restore_obj {
     struct lake_pusher *push;
-    struct buf prev_p;
-    int64_t prev_o;
-    bool has_prev;
+    struct lake_order ord;
     bool is_unsorted;
     char why[sizeof(((struct err *)0)->msg)];
 };
@@ -4447,29 +4474,21 @@ static int lake_restore_record(void *arg, const struct sink_record *r)
     struct lake_shown pn;
     struct err err;
 
-    if (c->has_prev) {
-        int cmp = slice_cmp(r->partition, buf_slice(&c->prev_p));
+    const char *fault = lake_order_fault(&c->ord, r);
 
-        if (cmp < 0 || (cmp == 0 && r->offset <= c->prev_o)) {
-            snprintf(c->why, sizeof(c->why),
-                     "record %s/%" PRId64 " is %s (run verify)",
-                     lake_show(&pn, r->partition.ptr, r->partition.len),
-                     r->offset,
-                     cmp == 0 && r->offset == c->prev_o
-                         ? "in the lake twice"
-                         : "not sorted after the one before");
-            c->is_unsorted = true;
-            return 1;
-        }
+    if (fault != NULL) {
+        snprintf(c->why, sizeof(c->why),
+                 "record %s/%" PRId64 " is %s (run verify)",
+                 lake_show(&pn, r->partition.ptr, r->partition.len), r->offset,
+                 fault);
+        c->is_unsorted = true;
+        return 1;
     }
-    buf_reset(&c->prev_p);
-    if (buf_append(&c->prev_p, r->partition.ptr, r->partition.len, &err) != 0) {
+    if (lake_order_note(&c->ord, r, &err) != 0) {
         snprintf(c->why, sizeof(c->why), "%s", err.msg);
         c->is_unsorted = true;
         return 1;
     }
-    c->prev_o = r->offset;
-    c->has_prev = true;
     return lake_push_record(c->push, r);
 }
 
@@ -4517,10 +4536,10 @@ static int lake_restore_object(const struct lake_rwin *rw,
     }
     memset(&c, 0, sizeof(c));
     c.push = push;
-    buf_init(&c.prev_p, BUF_UNLIMITED);
+    buf_init(&c.ord.prev_p, BUF_UNLIMITED);
     rc = lake_decode(codec, buf_slice(&mem->body), lake_restore_record, &c, mem,
                      err);
-    buf_free(&c.prev_p);
+    buf_free(&c.ord.prev_p);
     if (rc == 0) {
         return 0;
     }

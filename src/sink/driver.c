@@ -418,6 +418,8 @@ struct driver *driver_new(const struct driver_config *cfg,
         layout_kv_key(&k, cfg->sink, cstr(cfg->queue), LAYOUT_KV_START, err);
         snprintf(d->start_key, sizeof(d->start_key), "%s", k.data);
     }
+    /* only `latest` records a start (keep_start) */
+    d->is_start_kept = cfg->start != ENGINE_START_LATEST;
     buf_free(&k);
     buf_init(&d->pend.manifest_key, DRIVER_KEY_MAX);
     buf_init(&d->redo_arena, BUF_UNLIMITED);
