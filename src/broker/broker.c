@@ -38,6 +38,7 @@
 #include "sink/host.h"
 #include "store/kv.h"
 #include "store/store.h"
+#include "store/store_warm.h"
 
 enum broker_state {
     BROKER_RUNNING,
@@ -257,6 +258,10 @@ static int broker_open_node(struct broker *b, struct err *err)
     }
     if (b->cfg->enc_key_set) {
         store_set_seal_key(b->store, b->cfg->enc_key); /* reads open */
+    }
+    if (!store_warm_start(b->store)) {
+        log_warn("broker", "could not start the store's warmer thread; "
+                           "commits fault their new pages in themselves");
     }
     memset(&nc, 0, sizeof(nc));
     b->kv = kv_service_new(b->store);
@@ -544,6 +549,7 @@ out_close:
     api_kv_routes_free();
     auth_free(&b.auth);
     tls_ctx_free(b.tls); /* the server, its only user, is gone */
+    store_warm_stop(b.store);
     /* A sink past its grace may still be inside a store read or kv_call_batch:
      * leave what it borrows to the process exit. */
     if (sink_host_free(b.sink)) {

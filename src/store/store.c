@@ -38,6 +38,7 @@
 #include "store/schema.h"
 #include "store/store_impl.h"
 #include "store/store_snapshot.h"
+#include "store/store_warm.h"
 
 const uint8_t STORE_DEFAULT_TENANT[16] = {0, 0, 0, 0, 0, 0, 0, 0,
                                           0, 0, 0, 0, 0, 0, 0, 1};
@@ -316,6 +317,7 @@ void store_close(struct store *s)
     if (s == NULL) {
         return;
     }
+    store_warm_stop(s);
     mdb_env_close(s->env);
     pthread_rwlock_destroy(&s->swap_lock);
     explicit_bzero(s->seal_key, sizeof(s->seal_key));

@@ -43,7 +43,9 @@ struct store {
     /* QUEEN_ENCRYPTION_KEY, set once before the first read
      * (store_set_seal_key); store_fetch opens envelopes with it. */
     bool has_seal_key;
-    uint8_t seal_key[32];
+    uint8_t seal_key[32]; /* store_warm.h: the thread warming the pages past the
+                             end, or NULL. */
+    struct store_warm *warm;
 };
 
 /* A queue as the writer sees it. */

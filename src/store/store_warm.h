@@ -1,0 +1,50 @@
+/* The store's next pages, put in the page cache ahead of its writer.
+ *
+ * Every commit writes its new pages past the end of data.mdb (LMDB writes
+ * them from its own buffers with pwritev), so the page cache takes a page
+ * the file never had for each one. On this project's VMs (a Firecracker
+ * guest with free page reporting, page_reporting_order=11) memory the
+ * kernel had freed was handed back to the host, and the first write into
+ * such a page makes the host back it again. Under bench/push on events the
+ * loop thread's copy into the page cache took 3% of its time for the first
+ * ~13 s of a round and 40% after, and the push rate fell from ~210k to
+ * ~140k records/s; a plain program writing a file at 250 MB/s paid 300
+ * us of CPU per MB for 5 s and 1,900 after (docs/internals/store-raft.md).
+ *
+ * A thread of this module keeps STORE_WARM_AHEAD to twice that past the
+ * last committed page allocated (fallocate: it only ever extends, so it
+ * cannot race the writer's own growth) and read once (pread of the
+ * unwritten range: zeros, no disk read), so the page cache holds those
+ * pages, backed, before LMDB writes them. The same program then paid
+ * 220-300 us/MB for the whole run, the warmer the rest on its own thread.
+ *   (1) LMDB reads only up to its last page (its meta page says where),
+ *       so a longer file changes nothing it reads; a store opens with any
+ *       length at or above that (store.c check_length).
+ *   (2) It warms only while the file system keeps STORE_WARM_FREE bytes
+ *       free, so a nearly full disk keeps its last bytes for commits; it
+ *       stops for good when the file system has no fallocate.
+ *   (3) It holds swap_lock shared while it works, and starts over when the
+ *       environment was swapped (a snapshot restore). */
+#ifndef QUEEN_STORE_STORE_WARM_H
+#define QUEEN_STORE_STORE_WARM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "store/store.h"
+
+#define STORE_WARM_AHEAD ((uint64_t)32 << 20)
+#define STORE_WARM_FREE  ((uint64_t)1 << 30)
+
+/* Starts the warmer of s (at most one); false when the thread could not be
+ * started. The owner stops it before store_close (which also does). */
+bool store_warm_start(struct store *s);
+
+/* Stops and joins the warmer of s, if one runs. */
+void store_warm_stop(struct store *s);
+
+/* Bytes past the last committed page the warmer has made ready, for
+ * tests: 0 before its first round. */
+uint64_t store_warm_ready(struct store *s);
+
+#endif

@@ -1,0 +1,154 @@
+/* Unit tests of the store's warmer (store/store_warm.h) against a real LMDB
+ * in a mkdtemp directory on a real file system: the pages past the last
+ * committed one are allocated and in the page cache, the writer goes on
+ * through them, and a store with the longer file reopens with every record. */
+#include "harness.h"
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "push_helpers.h"
+#include "store/store_impl.h"
+#include "store/store_warm.h"
+
+#define T0 1760000000000000LL
+
+/* The byte after the last committed page. */
+static uint64_t committed_end(struct store *s)
+{
+    MDB_envinfo info;
+    MDB_stat st;
+
+    EXPECT_EQ_I64(mdb_env_info(s->env, &info), 0);
+    EXPECT_EQ_I64(mdb_env_stat(s->env, &st), 0);
+    return ((uint64_t)info.me_last_pgno + 1) * st.ms_psize;
+}
+
+/* Waits until the warmer says at least want bytes past the end are ready. */
+static uint64_t wait_ready(struct store *s, uint64_t want)
+{
+    int64_t deadline = harness_now_ms() + HARNESS_WAIT_MS;
+    uint64_t ready;
+
+    while ((ready = store_warm_ready(s)) < want &&
+           harness_now_ms() < deadline) {
+        usleep(1000);
+    }
+    return ready;
+}
+
+/* How many of the pages of fd's [from, from + len) are in the page cache. */
+static size_t resident_pages(int fd, uint64_t from, uint64_t len)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t n = (size_t)(len / page);
+    unsigned char *vec = calloc(n, 1);
+    size_t in = 0;
+    void *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)from);
+
+    EXPECT(map != MAP_FAILED);
+    if (map != MAP_FAILED) {
+        EXPECT_EQ_I64(mincore(map, len, vec), 0);
+        for (size_t i = 0; i < n; i++) {
+            in += vec[i] & 1;
+        }
+        munmap(map, len);
+    }
+    free(vec);
+    return in;
+}
+
+/* Records 0..n-1 of q/p, each with a 1000-byte payload. */
+static void push_records(struct env *e, int from, int n)
+{
+    char payload[1003];
+    char txn[32];
+
+    memset(payload, 'a', sizeof(payload));
+    payload[0] = '"';
+    payload[1001] = '"';
+    payload[1002] = '\0';
+    for (int i = from; i < from + n; i++) {
+        snprintf(txn, sizeof(txn), "t-%d", i);
+        env_push1(e, T0 + i, "q", "p", txn, payload);
+    }
+}
+
+static int64_t high_watermark(struct env *e)
+{
+    struct store_fetch_req r = {{"q", 1}, {"p", 1}, 0, 1, false};
+    struct store_fetch_answer a;
+    struct err err = {0};
+    int64_t hw = -1;
+
+    EXPECT_EQ_I64(store_fetch(e->store, STORE_DEFAULT_TENANT, &r, 1, &a, &err),
+                  0);
+    if (a.n_entries == 1) {
+        hw = a.entries[0].high_watermark;
+    }
+    store_fetch_answer_free(&a);
+    return hw;
+}
+
+TEST(the_pages_past_the_end_are_allocated_and_cached)
+{
+    struct env e = {0};
+    mdb_filehandle_t fd;
+    struct stat st;
+    uint64_t end;
+
+    env_open(&e);
+    push_records(&e, 0, 100);
+    EXPECT(store_warm_start(e.store));
+    EXPECT(wait_ready(e.store, STORE_WARM_AHEAD) >= STORE_WARM_AHEAD);
+    end = committed_end(e.store);
+    EXPECT_EQ_I64(mdb_env_get_fd(e.store->env, &fd), 0);
+    EXPECT_EQ_I64(fstat(fd, &st), 0);
+    EXPECT((uint64_t)st.st_size >= end + STORE_WARM_AHEAD);
+    EXPECT((uint64_t)st.st_blocks * 512 >= end + STORE_WARM_AHEAD);
+    EXPECT_EQ_U64(resident_pages(fd, end, STORE_WARM_AHEAD),
+                  STORE_WARM_AHEAD / (uint64_t)sysconf(_SC_PAGESIZE));
+    store_warm_stop(e.store);
+    env_close(&e);
+}
+
+/* The writer goes on through the warmed pages and past them, the warmer
+ * keeps ahead, and every record reads back, also after a reopen of the
+ * longer file. */
+TEST(records_written_through_warmed_pages_read_back_after_a_reopen)
+{
+    struct env e = {0};
+    uint64_t first_end;
+
+    env_open(&e);
+    EXPECT(store_warm_start(e.store));
+    EXPECT(wait_ready(e.store, STORE_WARM_AHEAD) >= STORE_WARM_AHEAD);
+    first_end = committed_end(e.store);
+    /* ~1 KB a record: past twice the warmed range. */
+    for (int k = 0; k < 80; k++) {
+        push_records(&e, k * 1000, 1000);
+    }
+    EXPECT(committed_end(e.store) > first_end + 2 * STORE_WARM_AHEAD);
+    EXPECT(wait_ready(e.store, STORE_WARM_AHEAD) >= STORE_WARM_AHEAD);
+    EXPECT_EQ_I64(high_watermark(&e), 80000);
+    store_warm_stop(e.store);
+    store_warm_stop(e.store); /* a second stop does nothing */
+    env_reopen(&e);
+    EXPECT_EQ_I64(high_watermark(&e), 80000);
+    push_records(&e, 80000, 10);
+    EXPECT_EQ_I64(high_watermark(&e), 80010);
+    env_close(&e);
+}
+
+/* store_close stops a warmer that still runs. */
+TEST(close_stops_a_running_warmer)
+{
+    struct env e = {0};
+
+    env_open(&e);
+    EXPECT(store_warm_start(e.store));
+    EXPECT(store_warm_start(e.store)); /* one warmer a store */
+    EXPECT(wait_ready(e.store, STORE_WARM_AHEAD) >= STORE_WARM_AHEAD);
+    env_close(&e);
+}
