@@ -70,6 +70,17 @@
 #define LAKE_PUSH_BYTES ((size_t)4 << 20)
 /* "lake-" and 32 hex digits: lake_derive_txn */
 #define LAKE_TXN_DERIVED_LEN 37
+/* A peer (the bucket or the broker) that accepts the connection and then
+ * sends nothing for this long is given up on for that attempt, rather than
+ * after the 120 s a request may take in all: a port that is no HTTP
+ * server, or a hung one, must not hold the tool for minutes. A transfer
+ * that is moving, however slowly, is not cut. */
+#define LAKE_STALL_MS 10000L
+/* The broker: a connection not made within this (as for the bucket,
+ * S3_CONNECT_TIMEOUT_MS) is no answer, and no answer (nor 5xx or 429) is
+ * retried until LAKE_BROKER_TRY_MS after a call's first attempt began. */
+#define LAKE_CONNECT_MS    5000L
+#define LAKE_BROKER_TRY_MS 30000L
 
 /* ---- options ------------------------------------------------------------ */
 
@@ -502,14 +513,17 @@ struct lake_bucket {
 };
 
 /* An endpoint that refuses the tool's first requests (or whose name does
- * not resolve) is a wrong one: exit 2 with the reason at once, not after
+ * not resolve, or that accepts the connection and stays silent for
+ * LAKE_STALL_MS) is a wrong one: exit 2 with the reason at once, not after
  * about 12 s of retry warnings. Once the bucket answered, everything
- * transient (no connection, 5xx, 429) is retried as the sink does. */
+ * transient (no connection, a stall, 5xx, 429) is retried as the sink
+ * does. */
 static void lake_bucket_open(struct lake_bucket *b, const struct lake_opts *o)
 {
     struct s3_config cfg = o->s3;
 
     cfg.is_unreached_final = true;
+    cfg.stall_timeout_ms = LAKE_STALL_MS;
     b->curl = s3_curl_new();
     b->t = s3_curl_transport(b->curl);
     b->c = s3_client_new(&cfg, &b->t, NULL);
@@ -699,6 +713,34 @@ static void lake_http_close(struct lake_http *c)
     buf_free(&c->ans);
 }
 
+/* Why no answer came from url: curl's reason and its detail (which names
+ * the host and port of a refused connection), and for a timeout whether a
+ * connection was made at all. */
+static void lake_http_failed(struct lake_http *c, const char *url, CURLcode rc,
+                             const char *errbuf, struct err *err)
+{
+    curl_off_t connected = 0;
+    long code = 0;
+
+    if (rc != CURLE_OPERATION_TIMEDOUT) {
+        err_set(err, ERR_IO, "%s: %s%s%s", url, curl_easy_strerror(rc),
+                errbuf[0] != '\0' ? ": " : "", errbuf);
+        return;
+    }
+    (void)curl_easy_getinfo(c->h, CURLINFO_CONNECT_TIME_T, &connected);
+    (void)curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &code);
+    if (connected == 0) {
+        err_set(err, ERR_TIMEOUT, "%s: no connection within %ld ms", url,
+                LAKE_CONNECT_MS);
+    } else if (code == 0) {
+        err_set(err, ERR_TIMEOUT, "%s: connected, but no answer came (%s)", url,
+                errbuf[0] != '\0' ? errbuf : "timed out");
+    } else {
+        err_set(err, ERR_TIMEOUT, "%s: the answer stopped halfway (%s)", url,
+                errbuf[0] != '\0' ? errbuf : "timed out");
+    }
+}
+
 /* POST body to base+path; the answer in c->ans. Returns the HTTP status, or
  * 0 (err set) when no answer came. */
 static long lake_http_post(struct lake_http *c, const char *path,
@@ -708,6 +750,7 @@ static long lake_http_post(struct lake_http *c, const char *path,
     char *auth;
     char tenant_hdr[sizeof("x-queen-tenant: ") + LAKE_TENANT_MAX];
     struct curl_slist *hs = NULL;
+    char errbuf[CURL_ERROR_SIZE] = "";
     long status = 0;
     CURLcode rc;
 
@@ -734,7 +777,10 @@ static long lake_http_post(struct lake_http *c, const char *path,
     curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, lake_http_write);
     curl_easy_setopt(c->h, CURLOPT_WRITEDATA, c);
     curl_easy_setopt(c->h, CURLOPT_TIMEOUT, 120L);
-    curl_easy_setopt(c->h, CURLOPT_CONNECTTIMEOUT, 10L);
+    curl_easy_setopt(c->h, CURLOPT_CONNECTTIMEOUT_MS, LAKE_CONNECT_MS);
+    curl_easy_setopt(c->h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(c->h, CURLOPT_LOW_SPEED_TIME, LAKE_STALL_MS / 1000);
+    curl_easy_setopt(c->h, CURLOPT_ERRORBUFFER, errbuf);
     curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c->h, CURLOPT_PROTOCOLS_STR, "http,https");
     rc = curl_easy_perform(c->h);
@@ -744,20 +790,32 @@ static long lake_http_post(struct lake_http *c, const char *path,
             err_set(err, ERR_IO, "%s: no HTTP answer", url);
         }
     } else {
-        err_set(err, ERR_IO, "%s: %s", url, curl_easy_strerror(rc));
+        lake_http_failed(c, url, rc, errbuf, err);
     }
+    curl_easy_setopt(c->h, CURLOPT_ERRORBUFFER, NULL);
     curl_slist_free_all(hs);
     return status;
 }
 
+static int64_t lake_mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* lake_http_post until the answer is ok, another that is final (a 4xx
- * but 429), or about 30 s of tries (no answer, 5xx, 429): a broker
- * restarting or electing a leader is waited for. Returns the last status,
- * or 0 (err set) when no answer came. The calls are idempotent (a push
- * sent again is deduplicated by its transactionIds). */
+ * but 429), or LAKE_BROKER_TRY_MS after the first try began (no answer,
+ * 5xx, 429): a broker restarting or electing a leader is waited for. A try
+ * that began in time may run on for up to LAKE_STALL_MS of silence, so a
+ * silent broker is given up on after about 30 s, 40 at most. Returns the
+ * last status, or 0 (err set) when no answer came. The calls are
+ * idempotent (a push sent again is deduplicated by its transactionIds). */
 static long lake_http_call(struct lake_http *c, const char *path,
                            const char *body, size_t n, long ok, struct err *err)
 {
+    int64_t start = lake_mono_ms();
     long st;
 
     for (int attempt = 1;; attempt++) {
@@ -767,7 +825,8 @@ static long lake_http_call(struct lake_http *c, const char *path,
         struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
 
         st = lake_http_post(c, path, body, n, err);
-        if (st == ok || (st >= 400 && st < 500 && st != 429) || attempt >= 30) {
+        if (st == ok || (st >= 400 && st < 500 && st != 429) ||
+            lake_mono_ms() - start + ms >= LAKE_BROKER_TRY_MS) {
             return st;
         }
         nanosleep(&ts, NULL);

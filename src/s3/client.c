@@ -326,7 +326,8 @@ static int send_once(struct s3_client *c, struct call *k, const char *path,
                                       c->cfg.connect_timeout_ms,
                                       c->cfg.request_timeout_ms,
                                       client_is_cut,
-                                      c};
+                                      c,
+                                      c->cfg.stall_timeout_ms};
         client_cap_timeouts(c, &req);
         rc = c->t.perform(c->t.arg, &req, &k->ans, err);
     }
@@ -434,6 +435,7 @@ static enum s3_fail attempt(struct s3_client *c, struct call *k,
     k->ans.retry_after_ms = -1;
     k->ans.is_unresolved = false;
     k->ans.is_unreached = false;
+    k->ans.is_silent = false;
     rc = send_once(c, k, where[0], where[1], where[2], err);
     if (rc == 0) {
         atomic_store(&c->has_answered, true);
@@ -445,6 +447,7 @@ static enum s3_fail attempt(struct s3_client *c, struct call *k,
     st->code[0] = '\0';
     st->is_unresolved = rc != 0 && k->ans.is_unresolved;
     st->is_unreached = rc != 0 && k->ans.is_unreached;
+    st->is_silent = rc != 0 && k->ans.is_silent;
     if (rc == ERR_TOO_BIG || rc == ERR_INVALID) {
         return S3_FAIL_BODY; /* not retried: see run() */
     }
@@ -489,11 +492,12 @@ static void log_retry(const struct s3_client *c, const struct call *k,
              k->method, what, a, k->max_attempts, err->msg, wait);
 }
 
-/* Invariant (2): an endpoint that never answered and cannot be reached is
- * taken as a wrong one, when the caller asked for that. */
+/* Invariant (2): an endpoint that never answered and cannot be reached, or
+ * is reached and stays silent, is taken as a wrong one, when the caller
+ * asked for that. */
 static bool is_unreached_final(struct s3_client *c, const struct s3_status *st)
 {
-    return c->cfg.is_unreached_final && st->is_unreached &&
+    return c->cfg.is_unreached_final && (st->is_unreached || st->is_silent) &&
            !atomic_load(&c->has_answered);
 }
 

@@ -7,8 +7,9 @@
  *   (2) Retriable outcomes (retry.h) are tried up to max_attempts times,
  *       waiting s3_retry_wait_ms between; other outcomes return at once.
  *       With is_unreached_final, an attempt that reached no endpoint (the
- *       host did not resolve, or the connection was refused or timed out)
- *       before any attempt of this client got an answer is final too.
+ *       host did not resolve, or the connection was refused or timed out),
+ *       or that connected but got no answer before stall_timeout_ms, before
+ *       any attempt of this client got an answer is final too.
  *   (3) A body above multipart_threshold goes up as a multipart upload of
  *       part_size slices, part_concurrency of them in flight; any failure
  *       after CreateMultipartUpload aborts the upload (one DELETE, best
@@ -62,6 +63,9 @@ struct s3_http_request {
      * progress): true cuts it (ERR_TIMEOUT). NULL = never cut. */
     bool (*is_cut)(void *arg);
     void *cut_arg;
+    /* No byte sent or received for this long ends the transfer
+     * (ERR_TIMEOUT), however long timeout_ms is. 0 = no such limit. */
+    long stall_ms;
 };
 
 struct s3_http_answer {
@@ -76,6 +80,8 @@ struct s3_http_answer {
                                made (is_unresolved, or the connection was
                                refused or not made in time): nothing was
                                sent */
+    bool is_silent;         /* a timeout after the connection was made and
+                               before any byte of an answer came */
 };
 
 /* Perform req. Returns 0 when an HTTP answer arrived (any status), else
@@ -117,6 +123,11 @@ struct s3_config {
     int max_attempts;
     long connect_timeout_ms;
     long request_timeout_ms;
+    /* A request that sends and receives nothing for this long fails as a
+     * timeout (retriable), so a peer that accepts the connection and never
+     * answers costs this, not request_timeout_ms. 0 (the default, the
+     * sink's): no such limit. */
+    long stall_timeout_ms;
     /* Invariant (2): until the endpoint first answers, an attempt that
      * cannot reach it is not retried. For an offline tool, where that is a
      * wrong endpoint the user should hear about at once; the broker's sink
@@ -146,6 +157,7 @@ struct s3_status {
     char code[64];          /* S3 <Code> of an error answer, or "" */
     bool is_unresolved;     /* the last attempt's host name did not resolve */
     bool is_unreached;      /* the last attempt made no connection */
+    bool is_silent;         /* it connected, then no answer came */
 };
 
 struct s3_client;

@@ -98,6 +98,7 @@ struct xfer {
     bool too_big;
     const struct s3_http_request *req;
     bool is_cut;
+    bool has_answer; /* an answer's status line came */
 };
 
 /* curl asks this about once a second even while nothing moves, so a
@@ -179,6 +180,7 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
     size_t vl;
 
     if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) { /* a new answer (after 100) */
+        x->has_answer = true;
         a->etag[0] = '\0';
         a->content_length = -1;
         a->retry_after_ms = -1;
@@ -217,6 +219,17 @@ static void set_method(CURL *h, const struct s3_http_request *req,
     }
 }
 
+/* The length of url's scheme://host[:port], which names the endpoint
+ * (endpoint.c refuses a user or password in it). */
+static int origin_len(const char *url)
+{
+    const char *host = strstr(url, "://");
+    size_t n = host != NULL ? (size_t)(host - url) + 3 : 0;
+
+    n += strcspn(url + n, "/?#");
+    return n > 512 ? 512 : (int)n;
+}
+
 static int finish(CURL *h, CURLcode rc, const char *errbuf,
                   const struct s3_http_request *req, const struct xfer *x,
                   struct err *err)
@@ -242,7 +255,14 @@ static int finish(CURL *h, CURLcode rc, const char *errbuf,
         x->ans->is_unreached = curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T,
                                                  &connected) == CURLE_OK &&
                                connected == 0;
-        return err_set(err, ERR_TIMEOUT, "%s: %s", curl_easy_strerror(rc),
+        /* connected, and not a byte of an answer since: a peer that is no
+         * HTTP server, or one that hangs; named, as curl's text is not */
+        x->ans->is_silent = !x->ans->is_unreached && !x->has_answer;
+        return err_set(err, ERR_TIMEOUT, "%s: %s%.*s%s%s",
+                       curl_easy_strerror(rc),
+                       x->ans->is_silent ? "no answer from " : "",
+                       x->ans->is_silent ? origin_len(req->url) : 0, req->url,
+                       x->ans->is_silent ? ": " : "",
                        errbuf[0] != '\0' ? errbuf : "timed out");
     }
     if (rc != CURLE_OK) {
@@ -262,7 +282,8 @@ static int curl_perform(void *arg, const struct s3_http_request *req,
                         struct s3_http_answer *ans, struct err *err)
 {
     struct s3_curl *tc = arg;
-    struct xfer x = {req->body, req->body_len, 0, ans, false, req, false};
+    struct xfer x = {
+        .body = req->body, .len = req->body_len, .ans = ans, .req = req};
     struct curl_slist *hl = NULL;
     char errbuf[CURL_ERROR_SIZE] = "";
     CURL *h = take(tc);
@@ -285,6 +306,11 @@ static int curl_perform(void *arg, const struct s3_http_request *req,
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, req->connect_timeout_ms);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, req->timeout_ms);
+    if (req->stall_ms > 0) { /* under 1 byte a second for that long */
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME,
+                         (req->stall_ms + 999) / 1000);
+    }
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &x);

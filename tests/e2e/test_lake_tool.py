@@ -431,6 +431,99 @@ def test_a_bucket_that_drops_the_connection_is_one_line_after_one_timeout():
             assert doc["error"] in lines[0], (args, p)
 
 
+class MutePeer:
+    """A port on 127.0.0.1 that accepts every connection and never sends a
+    byte nor closes one: a port that is no HTTP server, or a hung one."""
+
+    def __enter__(self):
+        import socket
+        import threading
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.held = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+        return self
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:  # the listener closed: the test is over
+                return
+            self.held.append(conn)
+
+    def __exit__(self, *exc):
+        import socket
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+        self.thread.join(timeout=10)
+        for c in self.held:
+            c.close()
+
+
+def run_timed(cmd, env, deadline):
+    """Run cmd to its end; a run past deadline seconds fails the test.
+    Returns (CompletedProcess, seconds taken)."""
+    import time
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                       timeout=deadline)
+    return p, time.monotonic() - t0
+
+
+def test_a_bucket_that_never_answers_is_one_line_in_seconds():
+    """An endpoint that accepts the connection and never answers (no HTTP
+    server there, or a hung one) before the bucket answered anything is a
+    wrong one: exit 2 after one stall of 10 s with the one-line reason
+    naming it, not after six attempts of the 120 s a request may take."""
+    env = {"PATH": os.environ.get("PATH", ""), **CREDS}
+    with MutePeer() as mute:
+        for args in [("verify", "--queue", "q", "--json"),
+                     ("restore", "--queue", "q", "--to",
+                      "http://127.0.0.1:1", "--json")]:
+            cmd = [queen_bin(), "lake", args[0], "--endpoint", mute.url,
+                   "--bucket", "lake", "--path-style", *args[1:]]
+            p, took = run_timed(cmd, env, 60)
+            assert p.returncode == 2, (args, p)
+            lines = p.stderr.splitlines()
+            assert len(lines) == 1 and "retrying" not in p.stderr, (args, p)
+            assert "no answer from %s" % mute.url in lines[0], (args, p)
+            assert "queen-secret-key" not in p.stdout + p.stderr, (args, p)
+            doc = json.loads(p.stdout)
+            assert doc["error"] in lines[0], (args, p)
+            assert took < 30, (args, took)
+
+
+def test_a_broker_that_never_answers_is_given_up_in_about_30_s(bucket):
+    """--broker or --to naming a port that accepts and never answers: each
+    try ends after 10 s of silence, and the tries after 30 s: exit 2 naming
+    the broker, not after 30 tries of 120 s each."""
+    small_lake(bucket, "mute")
+    env = dict(os.environ, **CREDS)
+    for k in ("QUEEN_S3_ENDPOINT", "QUEEN_S3_BUCKET", "QUEEN_S3_PREFIX"):
+        env.pop(k, None)
+    base = [queen_bin(), "lake", None, "--endpoint", bucket.endpoint,
+            "--bucket", "lake", "--path-style", "--queue", "mute", "--json"]
+    with MutePeer() as mute:
+        for cmd, flag in (("verify", "--broker"), ("restore", "--to")):
+            argv = list(base)
+            argv[2] = cmd
+            p, took = run_timed(argv + [flag, mute.url], env, 60)
+            assert p.returncode == 2, (cmd, p)
+            err = json.loads(p.stdout)["error"]
+            assert "%s/api/v1/" % mute.url in err and \
+                "connected, but no answer came" in err, (cmd, err)
+            assert err in p.stderr, (cmd, p)
+            assert 25 < took < 50, (cmd, took)
+
+
 def test_an_unresolved_virtual_host_suggests_path_style():
     """Without --path-style the bucket is a host name of its own; when that
     name does not resolve, the reason is followed by a line that names both
