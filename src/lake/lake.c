@@ -39,6 +39,7 @@
 #include "base/pct.h"
 #include "base/sha256.h"
 #include "base/xalloc.h"
+#include "lake/footer.h"
 #include "lake/line.h"
 #include "parquet/read.h"
 #include "s3/client.h"
@@ -837,6 +838,13 @@ static long lake_http_call(struct lake_http *c, const char *path,
 
 enum lake_codec { LAKE_NONE, LAKE_ZSTD, LAKE_GZIP, LAKE_PARQUET };
 
+/* What the objects of a window must be, from its manifest: their codec,
+ * and for Parquet what their footers hold (lake/footer.h). */
+struct lake_kind {
+    enum lake_codec codec;
+    struct lake_footer_want pq; /* LAKE_PARQUET only */
+};
+
 /* Called per record in stored order; nonzero stops the object. A Parquet
  * NULL payload has len 0. */
 typedef int (*lake_rec_fn)(void *arg, const struct sink_record *r);
@@ -1047,17 +1055,22 @@ static int lake_lines(struct lake_reader *rd, const char *p, size_t n,
     return 0;
 }
 
-/* Decode body (the stored bytes) record by record. Returns 0, or
- * ERR_CORRUPT with the reason, or what fn returned. *raw counts the
+/* Decode body (the stored bytes) record by record, its footer checked
+ * against its rows (lake/footer.h) before the first is handed on. Returns
+ * 0, or ERR_CORRUPT with the reason, or what fn returned. *raw counts the
  * decoded bytes. */
 static int lake_decode_parquet(struct lake_reader *rd, const char *body,
-                               size_t n, struct err *err)
+                               size_t n, const struct lake_footer_want *pq,
+                               struct err *err)
 {
     struct parquet_file f;
     int rc;
 
     memset(&f, 0, sizeof(f));
     rc = parquet_file_read(body, n, &f, err);
+    if (rc == 0) {
+        rc = lake_footer_check(body, n, &f, pq, err);
+    }
     for (size_t i = 0; rc == 0 && i < f.nrecs; i++) {
         struct sink_record r = {f.recs[i].partition, f.recs[i].offset,
                                 f.recs[i].txn, f.recs[i].ts, f.recs[i].payload};
@@ -1175,9 +1188,11 @@ static int lake_decode_gzip(struct lake_reader *rd, const char *body, size_t n,
 /* Decode body (the stored bytes) record by record into fn(arg, record).
  * Returns 0, or ERR_CORRUPT with the reason, or what fn returned. *raw
  * grows by the decoded bytes. */
-static int lake_decode(enum lake_codec codec, struct slice body, lake_rec_fn fn,
-                       void *arg, struct lake_mem *mem, struct err *err)
+static int lake_decode(const struct lake_kind *kind, struct slice body,
+                       lake_rec_fn fn, void *arg, struct lake_mem *mem,
+                       struct err *err)
 {
+    enum lake_codec codec = kind->codec;
     struct lake_reader rd = {fn,  arg,        &mem->carry, &mem->scratch,
                              mem, mem->chunk, 0,           0};
     const char *p = body.ptr;
@@ -1186,7 +1201,7 @@ static int lake_decode(enum lake_codec codec, struct slice body, lake_rec_fn fn,
 
     buf_reset(&mem->carry);
     if (codec == LAKE_PARQUET) {
-        rc = lake_decode_parquet(&rd, p, n, err);
+        rc = lake_decode_parquet(&rd, p, n, &kind->pq, err);
     } else if (codec == LAKE_ZSTD) {
         rc = lake_decode_zstd(&rd, p, n, err);
     } else if (codec == LAKE_GZIP) {
@@ -1822,9 +1837,23 @@ static bool lake_writer_is(struct slice w, const char *desc)
                     (struct slice){desc, strlen(desc)});
 }
 
+/* lake_codec_of m's format and compression into kind, with what a Parquet
+ * object's footer holds: the codec, m's queue and tenant. */
+static bool lake_kind_of(const struct docs_manifest *m, struct lake_kind *kind,
+                         const char **ext, const char **desc,
+                         const char **older)
+{
+    kind->pq = (struct lake_footer_want){
+        slice_eq(m->compression, (struct slice){"snappy", 6}) ? PARQUET_SNAPPY
+                                                              : PARQUET_ZSTD,
+        m->queue, m->tenant};
+    return lake_codec_of(m->format, m->compression, &kind->codec, ext, desc,
+                         older);
+}
+
 static bool lake_check_manifest(struct lake_window *w, const struct lake_job *j,
                                 const struct docs_manifest *m,
-                                const struct buf *raw, enum lake_codec *codec,
+                                const struct buf *raw, struct lake_kind *kind,
                                 const char **ext)
 {
     const char *desc = NULL;
@@ -1845,7 +1874,7 @@ static bool lake_check_manifest(struct lake_window *w, const struct lake_job *j,
                        lake_show(&qn, m->queue.ptr, m->queue.len), m->k);
         return false;
     }
-    if (!lake_codec_of(m->format, m->compression, codec, ext, &desc, &older)) {
+    if (!lake_kind_of(m, kind, ext, &desc, &older)) {
         lake_violation(w,
                        "window %" PRId64 ": %s: format %.*s with compression "
                        "%.*s is not one the sink writes",
@@ -1953,7 +1982,7 @@ struct lake_wread {
     struct lake_log *log;
     struct lake_mem *mem;
     struct docs_manifest m;
-    enum lake_codec codec;
+    struct lake_kind kind;
     const char *ext;
     bool is_pp;
     uint64_t sum_records;
@@ -2159,12 +2188,12 @@ static bool lake_read_object(struct lake_wread *r, size_t i)
     c.obj = obj;
     c.key = w->keys[i];
     c.obj_index = i;
-    c.is_parquet = r->codec == LAKE_PARQUET;
+    c.is_parquet = r->kind.codec == LAKE_PARQUET;
     c.log = r->log;
     buf_init(&c.ord.prev_p, BUF_UNLIMITED);
     buf_init(&c.tmp, BUF_UNLIMITED);
     r->mem->raw = 0;
-    if (lake_decode(r->codec, buf_slice(&r->mem->body), lake_on_record, &c,
+    if (lake_decode(&r->kind, buf_slice(&r->mem->body), lake_on_record, &c,
                     r->mem, &err) != 0 &&
         w->n_violations == before && !w->is_fatal) {
         lake_violation(w, "window %" PRId64 ": %s: %s", w->k, w->keys[i],
@@ -2263,7 +2292,7 @@ static void lake_read_window(const struct lake_job *j, struct lake_window *w,
     buf_init(&arena, BUF_UNLIMITED);
     r.mem = mem;
     is_read = lake_read_manifest(&r, &raw, &arena);
-    is_ok = is_read && lake_check_manifest(w, j, &r.m, &raw, &r.codec, &r.ext);
+    is_ok = is_read && lake_check_manifest(w, j, &r.m, &raw, &r.kind, &r.ext);
     r.is_pp = is_ok && !(r.m.layout.len == 6 &&
                          memcmp(r.m.layout.ptr, "merged", 6) == 0);
     if (is_ok && !r.is_pp && r.m.n_objects > 1) {
@@ -4565,7 +4594,7 @@ struct lake_rwin {
  * pusher's failure). */
 static int lake_restore_object(const struct lake_rwin *rw,
                                const struct docs_object *obj,
-                               enum lake_codec codec, struct err *err)
+                               const struct lake_kind *kind, struct err *err)
 {
     const struct lake_job *job = rw->job;
     struct lake_pusher *push = rw->push;
@@ -4596,7 +4625,7 @@ static int lake_restore_object(const struct lake_rwin *rw,
     memset(&c, 0, sizeof(c));
     c.push = push;
     buf_init(&c.ord.prev_p, BUF_UNLIMITED);
-    rc = lake_decode(codec, buf_slice(&mem->body), lake_restore_record, &c, mem,
+    rc = lake_decode(kind, buf_slice(&mem->body), lake_restore_record, &c, mem,
                      err);
     buf_free(&c.ord.prev_p);
     if (rc == 0) {
@@ -4656,7 +4685,7 @@ static int lake_restore_report(const struct lake_opts *o,
  * windows tile). Returns 0, or ERR_CORRUPT with the first violation. */
 static int lake_restore_manifest(struct lake_rwin *rw, const char *key,
                                  const struct docs_manifest *m,
-                                 const struct buf *raw, enum lake_codec *codec,
+                                 const struct buf *raw, struct lake_kind *kind,
                                  struct err *err)
 {
     const struct lake_job *job = rw->job;
@@ -4669,7 +4698,7 @@ static int lake_restore_manifest(struct lake_rwin *rw, const char *key,
     memset(&w, 0, sizeof(w));
     w.k = k;
     snprintf(w.manifest_key, sizeof(w.manifest_key), "%s", key);
-    if (lake_check_manifest(&w, job, m, raw, codec, &ext) && *prev_end != 0 &&
+    if (lake_check_manifest(&w, job, m, raw, kind, &ext) && *prev_end != 0 &&
         !lake_windows_meet(*prev_end, m->t_start)) {
         lake_violation(&w,
                        "window %" PRId64 ": %s: windows %" PRId64
@@ -4700,7 +4729,7 @@ static int lake_restore_window(const struct lake_job *job,
     struct docs_manifest m;
     struct s3_object_info info;
     struct s3_status st;
-    enum lake_codec codec = LAKE_NONE;
+    struct lake_kind kind = {LAKE_NONE, {PARQUET_ZSTD, {NULL, 0}, {NULL, 0}}};
     int rc = 0;
     struct lake_rwin rw = {job, push, k, mem, *prev_end};
 
@@ -4718,12 +4747,12 @@ static int lake_restore_window(const struct lake_job *job,
                 "window %" PRId64 ": %s: not a manifest (run verify)", k,
                 mkey.data);
         rc = 2;
-    } else if (lake_restore_manifest(&rw, mkey.data, &m, &raw, &codec, err) !=
+    } else if (lake_restore_manifest(&rw, mkey.data, &m, &raw, &kind, err) !=
                0) {
         rc = 2;
     }
     for (size_t i = 0; rc == 0 && i < m.n_objects; i++) {
-        rc = lake_restore_object(&rw, &m.objects[i], codec, err);
+        rc = lake_restore_object(&rw, &m.objects[i], &kind, err);
     }
     *prev_end = rw.prev_end;
     buf_free(&mkey);

@@ -207,6 +207,74 @@ def test_parquet_windows_of_the_earlier_writer_tag_stay_valid(logged):
         assert rc == 1 and "parquet/q0 zstd" in q["violations"][0], out
 
 
+def footer_of(body):
+    """(start, end) of a Parquet file's footer (FileMetaData) in body."""
+    import struct
+    (n,) = struct.unpack("<I", body[-8:-4])
+    return len(body) - 8 - n, len(body) - 8
+
+
+def edit_footer(body, old, new):
+    """body with the first `old` in its footer replaced by `new` (of the
+    same length, so the footer keeps its length and still decodes)."""
+    assert len(old) == len(new)
+    a, z = footer_of(body)
+    at = body.index(old, a, z)
+    return body[:at] + new + body[at + len(old):]
+
+
+@pytest.mark.parametrize("damage", ["column_renamed", "ts_max_changed",
+                                    "kv_key_altered"])
+def test_a_parquet_footer_edited_is_named(bucket, damage):
+    """A Parquet object whose footer was edited after the commit, the
+    manifest's sha256 rewritten to match: a column renamed in the schema,
+    the ts column's max statistic moved, a key of the key-value metadata
+    altered. The rows still decode, but the footer is not the one the
+    writer makes of them: one violation naming the window, the key and the
+    part of the footer."""
+    import struct
+    t0 = st.T0
+    queue = "pqf-" + damage
+    recs = [("p", o, "t%d" % o, t0 + 1 + o, b'{"o":%d}' % o)
+            for o in range(3)]
+    c = bucket.boto3()
+    (m,) = lake.make_lake(lambda key, body: c.put_object(
+        Bucket="lake", Key=key, Body=body), PREFIX, TENANT, queue,
+        [(t0, t0 + 100, recs)], fmt="parquet", compression="zstd")
+    rc, out = verify_json(bucket, "--queue", queue)
+    assert rc == 0, out  # the lake as written is exact
+    key = m["objects"][0]["key"]
+    body = c.get_object(Bucket="lake", Key=key)["Body"].read()
+    top = struct.pack("<q", t0 + 3)  # the ts column's max
+    old, new, part = {
+        "column_renamed": (b"transaction_id", b"transaction_ix",
+                           "the schema"),
+        "ts_max_changed": (top, struct.pack("<q", t0 + 4),
+                           "the statistics of column ts in row group 0"),
+        "kv_key_altered": (b"queen.queue", b"queen.queux",
+                           "the key-value metadata"),
+    }[damage]
+    body = edit_footer(body, old, new)
+    c.put_object(Bucket="lake", Key=key, Body=body)
+    mkey = lake.manifest_key(PREFIX, TENANT, queue, 1)
+    raw = c.get_object(Bucket="lake", Key=mkey)["Body"].read().replace(
+        m["objects"][0]["sha256"].encode(),
+        lake.hashlib.sha256(body).hexdigest().encode())
+    c.put_object(Bucket="lake", Key=mkey, Body=raw)
+    rc, out = verify_json(bucket, "--queue", queue)
+    (q,) = out["queues"]
+    assert rc == 1 and q["violationCount"] == 1, out
+    assert q["violations"][0] == (
+        "window 1: %s: parquet footer: %s differs from what the writer makes "
+        "of its rows" % (key, part)), out
+    # restore reads the window as verify does: it stops there, unpushed
+    p = tool(bucket, "restore", "--queue", queue, "--to",
+             "http://127.0.0.1:1", "--json", check=2)
+    doc = json.loads(p.stdout)
+    assert doc["error"].startswith("window 1: %s: parquet footer: %s" % (
+        key, part)) and doc["records"] == 0, doc
+
+
 def test_records_deleted_and_added_are_found_with_the_broker(logged):
     b, node, windows, acked, log = logged
     # A record deleted from the middle of window 2's object: the manifest
