@@ -1298,7 +1298,8 @@ struct lake_lost {
 struct lake_window {
     int64_t k;
     bool is_done;
-    bool is_fatal; /* could not run: err */
+    bool is_fatal;  /* could not run: err */
+    bool is_unread; /* its manifest is in the bucket but cannot be read */
     struct err err;
     int64_t t_start;
     int64_t t_end;
@@ -1982,6 +1983,7 @@ struct lake_wread {
     struct lake_log *log;
     struct lake_mem *mem;
     struct docs_manifest m;
+    bool is_decoded; /* m holds the manifest */
     struct lake_kind kind;
     const char *ext;
     bool is_pp;
@@ -2022,10 +2024,12 @@ static bool lake_read_manifest(struct lake_wread *r, struct buf *raw,
         return false;
     }
     if (docs_manifest_decode(raw->data, raw->len, &r->m, arena, &w->err) != 0) {
+        w->is_unread = true;
         lake_violation(w, "window %" PRId64 ": %s: %s", w->k, w->manifest_key,
                        w->err.msg);
         return false;
     }
+    r->is_decoded = true;
     w->t_start = r->m.t_start;
     w->t_end = r->m.t_end;
     for (size_t i = 0; i < r->m.n_lost; i++) {
@@ -2310,7 +2314,7 @@ static void lake_read_window(const struct lake_job *j, struct lake_window *w,
     }
     /* The objects a violation left unread are still named by the manifest:
      * not orphans (w->keys[i] is object i's key). */
-    for (size_t i = w->n_keys; is_read && i < r.m.n_objects; i++) {
+    for (size_t i = w->n_keys; r.is_decoded && i < r.m.n_objects; i++) {
         w->keys = xrealloc(w->keys, (w->n_keys + 1) * sizeof(char *));
         w->keys[w->n_keys++] =
             lake_dup(r.m.objects[i].key.ptr, r.m.objects[i].key.len);
@@ -2433,6 +2437,9 @@ struct lake_fold {
     size_t n_named;
     int64_t *bad_ks; /* the windows with a violation (not folded), ascending */
     size_t n_bad_ks;
+    int64_t *unread_ks; /* of them, those whose manifest could not be read:
+                           their objects and checkpoint are not looked at */
+    size_t n_unread_ks;
     int64_t *t_ends;   /* tEnd of the i-th window read (an unread manifest's:
                           the one before's) */
     int64_t *t_end_ks; /* k of the i-th window read */
@@ -2640,6 +2647,23 @@ static bool lake_windows_meet(int64_t prev_end, int64_t t_start)
     return t_start == prev_end || (t_start > prev_end && t_start % hour == 0);
 }
 
+/* A window with a violation: noted, its records not folded. */
+static void lake_fold_bad(struct lake_fold *f, const struct lake_window *w)
+{
+    if (w->is_unread) {
+        f->unread_ks =
+            xrealloc(f->unread_ks, (f->n_unread_ks + 1) * sizeof(int64_t));
+        f->unread_ks[f->n_unread_ks++] = w->k;
+    }
+    /* its runs are not to be trusted, but the partitions they name are the
+     * lake's (not "only in the log") */
+    f->bad_ks = xrealloc(f->bad_ks, (f->n_bad_ks + 1) * sizeof(int64_t));
+    f->bad_ks[f->n_bad_ks++] = w->k;
+    for (size_t i = 0; i < w->n_runs; i++) {
+        (void)lake_part_of(f, w->runs[i].partition, w->runs[i].plen);
+    }
+}
+
 static void lake_fold_window(struct lake_fold *f, struct lake_window *w,
                              const struct lake_opts *o)
 {
@@ -2698,13 +2722,7 @@ static void lake_fold_window(struct lake_fold *f, struct lake_window *w,
                            f->lost[f->n_lost - 1].plen);
     }
     if (w->n_violations > 0) {
-        /* its runs are not to be trusted, but the partitions they name are
-         * the lake's (not "only in the log") */
-        f->bad_ks = xrealloc(f->bad_ks, (f->n_bad_ks + 1) * sizeof(int64_t));
-        f->bad_ks[f->n_bad_ks++] = w->k;
-        for (size_t i = 0; i < w->n_runs; i++) {
-            (void)lake_part_of(f, w->runs[i].partition, w->runs[i].plen);
-        }
+        lake_fold_bad(f, w);
         return;
     }
     for (size_t i = 0; i < w->n_runs; i++) {
@@ -3040,6 +3058,14 @@ static int lake_u64_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static int lake_i64_cmp(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a;
+    int64_t y = *(const int64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
 static int lake_check_orphan(void *arg, const char *key)
 {
     struct lake_orphans *c = arg;
@@ -3059,6 +3085,13 @@ static int lake_check_orphan(void *arg, const char *key)
     /* outside the range verified; past the last manifest only when --to-k
      * cut the range (otherwise no committed window owns it) */
     if (k >= 0 && (k < c->o->from_k || (k > c->last_k && c->o->to_k != 0))) {
+        return 0;
+    }
+    /* a window whose manifest could not be read is that one violation: what
+     * it names is unknown, so objects under its k are not called orphans */
+    if (k >= 0 && c->f->n_unread_ks > 0 &&
+        bsearch(&k, c->f->unread_ks, c->f->n_unread_ks, sizeof(int64_t),
+                lake_i64_cmp) != NULL) {
         return 0;
     }
     if (k > c->last_k) {
@@ -3278,6 +3311,7 @@ static void lake_fold_free(struct lake_fold *f)
     lake_free_items(f->violations, f->n_violations, sizeof(*f->violations), 0);
     free(f->named);
     free(f->bad_ks);
+    free(f->unread_ks);
     free(f->t_ends);
     free(f->t_end_ks);
     free(f->missing);
@@ -3550,7 +3584,7 @@ static int lake_run_pool(const struct lake_job *job, const struct lake_ks *ks,
             rc = 2;
         } else {
             lake_fold_window(f, &w, o);
-            if (o->from_k == 1 && lake_has_cp(f, k)) {
+            if (o->from_k == 1 && !w.is_unread && lake_has_cp(f, k)) {
                 rc = lake_fold_checkpoint(job, f, k, w.t_end, err);
             }
         }

@@ -1159,6 +1159,29 @@ def test_an_unreadable_manifest_is_one_violation_not_a_tiling_one(bucket):
     assert not any("do not tile" in x for x in v), v
 
 
+@pytest.mark.parametrize("damage", ["not_json"])
+def test_an_unreadable_manifest_is_its_windows_one_violation(bucket, damage):
+    """A manifest in the bucket that cannot be read (not JSON, or over the
+    64 MiB a manifest may hold) is one violation naming its window and
+    key, and the rest of the lake is still checked: its objects are not
+    called orphans (they sit where its window's are) and its checkpoint is
+    not checked against a tEnd it never gave."""
+    queue = "unread-" + damage
+    small_lake(bucket, queue, n=4, checkpoint_every=1)
+    key = lake.manifest_key(PREFIX, TENANT, queue, 2)
+    body = b"not json" if damage == "not_json" else \
+        b"{" + b" " * (64 << 20)
+    bucket.boto3().put_object(Bucket="lake", Key=key, Body=body)
+    p = tool(bucket, "verify", "--queue", queue, "--json", timeout=120)
+    assert p.returncode == 1, p.stderr
+    (q,) = json.loads(p.stdout)["queues"]
+    v = q["violations"]
+    assert len(v) == 1 and v[0].startswith("window 2: %s: " % key), v
+    if damage == "over_64_mib":
+        assert "over the 64 MiB a manifest may hold" in v[0], v
+    assert q["records"] == 3 and q["windows"] == 4, q  # 1, 3 and 4 read
+
+
 def test_verify_help_and_a_token_without_a_broker(bucket):
     p = tool(bucket, "verify", "--help", check=0)
     assert p.stdout.startswith("usage: queen lake verify"), p
