@@ -52,7 +52,11 @@
 #define LAKE_TENANT_MAX     256  /* with its NUL */
 #define LAKE_URL_MAX        1900 /* --broker, --to: url[2048] less a route */
 #define LAKE_MAX_OBJECT     ((size_t)4 << 30)
-#define LAKE_CHUNK          ((size_t)1 << 20)
+/* A manifest longer than this is not read: it is its window's violation
+ * (the sink's manifests are a few kB; a million per-partition objects
+ * would be about 300 MB, which no window the sink closes reaches). */
+#define LAKE_MANIFEST_MAX ((size_t)64 << 20)
+#define LAKE_CHUNK        ((size_t)1 << 20)
 /* A zstd object decoding to at most this is decoded in one call (a
  * thread holds one such buffer); larger ones stream LAKE_CHUNK at a time. */
 #define LAKE_WHOLE_MAX      ((size_t)32 << 20)
@@ -2012,6 +2016,14 @@ static bool lake_read_manifest(struct lake_wread *r, struct buf *raw,
         rc = s3_client_get(r->j->b->c, mkey.data, raw, &info, &st, &w->err);
     }
     buf_free(&mkey);
+    if (rc == ERR_TOO_BIG) {
+        w->is_unread = true;
+        lake_violation(w,
+                       "window %" PRId64 ": %s: manifest is over the %zu MiB "
+                       "a manifest may hold",
+                       w->k, w->manifest_key, LAKE_MANIFEST_MAX >> 20);
+        return false;
+    }
     if (rc != 0) {
         w->is_fatal = true;
         return false;
@@ -2292,7 +2304,7 @@ static void lake_read_window(const struct lake_job *j, struct lake_window *w,
     r.log = log;
     r.min_ts = INT64_MAX;
     r.max_ts = INT64_MIN;
-    buf_init(&raw, (size_t)64 << 20);
+    buf_init(&raw, LAKE_MANIFEST_MAX);
     buf_init(&arena, BUF_UNLIMITED);
     r.mem = mem;
     is_read = lake_read_manifest(&r, &raw, &arena);
@@ -4769,11 +4781,21 @@ static int lake_restore_window(const struct lake_job *job,
 
     memset(&m, 0, sizeof(m));
     buf_init(&mkey, 4096);
-    buf_init(&raw, (size_t)64 << 20);
+    buf_init(&raw, LAKE_MANIFEST_MAX);
     buf_init(&arena, BUF_UNLIMITED);
-    if (layout_manifest_key(&mkey, &job->lq, k, err) != 0 ||
-        s3_client_get(job->b->c, mkey.data, &raw, &info, &st, err) != 0) {
+    if (layout_manifest_key(&mkey, &job->lq, k, err) != 0) {
         err_wrap(err, "window %" PRId64, k);
+        rc = 2;
+    } else if (s3_client_get(job->b->c, mkey.data, &raw, &info, &st, err) !=
+               0) {
+        if (err->code == ERR_TOO_BIG) { /* raw's cap */
+            err_set(err, ERR_CORRUPT,
+                    "window %" PRId64 ": %s: manifest is over the %zu MiB a "
+                    "manifest may hold (run verify)",
+                    k, mkey.data, LAKE_MANIFEST_MAX >> 20);
+        } else {
+            err_wrap(err, "window %" PRId64, k);
+        }
         rc = 2;
     } else if (!info.found ||
                docs_manifest_decode(raw.data, raw.len, &m, &arena, err) != 0) {

@@ -1159,7 +1159,7 @@ def test_an_unreadable_manifest_is_one_violation_not_a_tiling_one(bucket):
     assert not any("do not tile" in x for x in v), v
 
 
-@pytest.mark.parametrize("damage", ["not_json"])
+@pytest.mark.parametrize("damage", ["not_json", "over_64_mib"])
 def test_an_unreadable_manifest_is_its_windows_one_violation(bucket, damage):
     """A manifest in the bucket that cannot be read (not JSON, or over the
     64 MiB a manifest may hold) is one violation naming its window and
