@@ -3440,6 +3440,19 @@ static void lake_cp_positions(struct lake_fold *f, const char *key, int64_t k,
     }
 }
 
+/* Whether cp's positions are sorted by name bytes, one per partition
+ * (docs/design/formats.md §4): the sink's engine keeps one position per
+ * partition and the encoder sorts them. */
+static bool lake_cp_sorted(const struct docs_checkpoint *cp)
+{
+    for (size_t i = 1; i < cp->n; i++) {
+        if (slice_cmp(cp->positions[i - 1].name, cp->positions[i].name) >= 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Checkpoint k (its window just folded, t_end its tEnd). Returns 0, or 2
  * (err) when it could not be read. */
 static int lake_fold_checkpoint(const struct lake_job *job, struct lake_fold *f,
@@ -3469,6 +3482,11 @@ static int lake_fold_checkpoint(const struct lake_job *job, struct lake_fold *f,
                             "window %" PRId64 ": %s: checkpoint does not "
                             "match window %" PRId64 "'s manifest (k, tEnd)",
                             k, key.data, k);
+    } else if (rc == 0 && info.found && !lake_cp_sorted(&cp)) {
+        lake_fold_violation(f,
+                            "window %" PRId64 ": %s: positions are not sorted "
+                            "by partition, once each",
+                            k, key.data);
     } else if (rc == 0 && info.found) {
         lake_cp_positions(f, key.data, k, &cp);
     }

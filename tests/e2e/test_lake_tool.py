@@ -1310,6 +1310,36 @@ def test_a_record_missing_after_the_last_names_its_windows_manifest(logged):
         ours
 
 
+@pytest.mark.parametrize("damage", ["unsorted", "duplicate"])
+def test_checkpoint_positions_out_of_order_or_twice_are_refused(bucket,
+                                                                damage):
+    """A checkpoint's positions are sorted by partition name, one each
+    (docs/design/formats.md §4): two swapped, or one written twice, with
+    the offsets still right, are a violation naming the checkpoint."""
+    t0 = st.T0
+    queue = "cp-" + damage
+    windows = [(t0 + k * 100, t0 + (k + 1) * 100,
+                [(p, k, "t-%s-%d" % (p, k), t0 + k * 100 + 1, b"1")
+                 for p in ("a", "b")]) for k in range(2)]
+    c = bucket.boto3()
+    lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
+                                                  Body=body),
+                   PREFIX, TENANT, queue, windows, checkpoint_every=1)
+    rc, out = verify_json(bucket, "--queue", queue, check=0)
+    key = lake.checkpoint_key(PREFIX, TENANT, queue, 1)
+    doc = json.loads(lake.decompress(
+        c.get_object(Bucket="lake", Key=key)["Body"].read(), "zstd", key))
+    assert doc["positions"] == [["a", 1], ["b", 1]], doc
+    doc["positions"] = doc["positions"][::-1] if damage == "unsorted" else \
+        doc["positions"][:1] + doc["positions"]
+    c.put_object(Bucket="lake", Key=key,
+                 Body=lake.compress(lake.compact(doc), "zstd"))
+    rc, out = verify_json(bucket, "--queue", queue)
+    assert rc == 1 and out["queues"][0]["violations"] == [
+        "window 1: %s: positions are not sorted by partition, once each"
+        % key], out
+
+
 def test_a_checkpoint_past_the_last_manifest_is_named_by_its_key(bucket):
     small_lake(bucket, "cp-past")
     key = lake.checkpoint_key(PREFIX, TENANT, "cp-past", 5)
