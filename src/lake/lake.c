@@ -838,6 +838,91 @@ static long lake_http_call(struct lake_http *c, const char *path,
     }
 }
 
+/* An answer body for a reason: one line of at most LAKE_QUOTE_MAX bytes.
+ * A JSON body (a queen broker's error) as compact JSON; any other (the
+ * HTML error page of a server that is not queen) as a JSON string; either
+ * cut to its first bytes with "..." after it, control bytes escaped and
+ * bytes that are not UTF-8 as '?'. A body must never put its lines, nor
+ * any length, into the one-line reason. */
+#define LAKE_QUOTE_MAX      120
+#define LAKE_QUOTE_JSON_MAX ((size_t)64 << 10) /* compacted to be shown */
+struct lake_quoted {
+    char s[LAKE_QUOTE_MAX + 8];
+};
+
+/* The bytes escaped by name (the last two inside a JSON string only). */
+#define LAKE_ESC_FROM "\n\r\t\"\\"
+#define LAKE_ESC_TO   "nrt\"\\"
+
+/* p[0..n) (UTF-8) into q from q->s[at] on, escaped; the bytes of p taken. */
+static size_t lake_quote_bytes(struct lake_quoted *q, size_t *at, const char *p,
+                               size_t n, bool is_string)
+{
+    size_t i = 0;
+
+    while (i < n) {
+        unsigned char c = (unsigned char)p[i];
+        size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+        char esc[8];
+        const char *named;
+        int el;
+
+        len = len < n - i ? len : n - i; /* p is UTF-8: c leads a sequence */
+        named = c != 0 ? strchr(LAKE_ESC_FROM, c) : NULL;
+        el = (int)len;
+        memcpy(esc, p + i, len);
+        if (named != NULL && (is_string || named - LAKE_ESC_FROM < 3)) {
+            esc[0] = '\\';
+            esc[1] = LAKE_ESC_TO[named - LAKE_ESC_FROM];
+            el = 2;
+        } else if (c < 0x20 || c == 0x7f) {
+            el = snprintf(esc, sizeof(esc), "\\u%04x", c);
+        }
+        if (*at + (size_t)el > LAKE_QUOTE_MAX - 1) {
+            break;
+        }
+        memcpy(q->s + *at, esc, (size_t)el);
+        *at += (size_t)el;
+        i += len;
+    }
+    return i;
+}
+
+static const char *lake_quote(struct lake_quoted *q, const char *p, size_t n)
+{
+    char clean[LAKE_QUOTE_MAX];
+    struct buf json;
+    struct err err;
+    bool is_json;
+    bool is_cut;
+    size_t cn;
+    size_t at = 0;
+
+    buf_init(&json, LAKE_QUOTE_JSON_MAX);
+    is_json = n > 0 && n <= LAKE_QUOTE_JSON_MAX &&
+              json_validate(p, n, JSON_MAX_DEPTH_DEFAULT, &err) == 0 &&
+              json_compact(&json, p, n, &err) == 0;
+    if (is_json) {
+        p = json.data;
+        n = json.len;
+    }
+    cn = n > 0 ? json_utf8_quote(clean, p, n, sizeof(clean)) : 0;
+    if (!is_json) {
+        q->s[at++] = '"';
+    }
+    is_cut = lake_quote_bytes(q, &at, clean, cn, !is_json) < cn || cn < n;
+    if (!is_json) {
+        q->s[at++] = '"';
+    }
+    if (is_cut) {
+        memcpy(q->s + at, "...", 3);
+        at += 3;
+    }
+    q->s[at] = '\0';
+    buf_free(&json);
+    return q->s;
+}
+
 /* ---- reading one object's records --------------------------------------- */
 
 enum lake_codec { LAKE_NONE, LAKE_ZSTD, LAKE_GZIP, LAKE_PARQUET };
@@ -1465,6 +1550,7 @@ static int lake_log_fetch(struct lake_log *l, struct slice p, int64_t o,
     long st;
     int e;
     int recs;
+    struct lake_quoted q;
 
     lake_log_drop(l);
     buf_init(&body, BUF_UNLIMITED);
@@ -1495,8 +1581,8 @@ static int lake_log_fetch(struct lake_log *l, struct slice p, int64_t o,
         return st == 0
                    ? err->code
                    : err_set(err, ERR_REMOTE,
-                             "the broker's fetch answered %ld: %.200s", st,
-                             l->http.ans.data != NULL ? l->http.ans.data : "");
+                             "the broker's fetch answered %ld: %s", st,
+                             lake_quote(&q, l->http.ans.data, l->http.ans.len));
     }
     if (json_parse(&l->doc, l->http.ans.data, l->http.ans.len, &lim, err) !=
         0) {
@@ -1504,7 +1590,9 @@ static int lake_log_fetch(struct lake_log *l, struct slice p, int64_t o,
     }
     e = json_child(&l->doc, json_obj_get(&l->doc, 0, "entries"));
     if (e < 0) {
-        return err_set(err, ERR_REMOTE, "the broker's fetch: no entry");
+        return err_set(err, ERR_REMOTE,
+                       "the broker's fetch answer is not queen's: %s",
+                       lake_quote(&q, l->http.ans.data, l->http.ans.len));
     }
     l->log_start = 0;
     (void)json_get_i64(&l->doc, json_obj_get(&l->doc, e, "logStartOffset"),
@@ -2895,11 +2983,13 @@ static int lake_changed_page(struct lake_http *h, struct slice queue,
                         200, err);
     buf_free(&body);
     if (st != 200) {
+        struct lake_quoted q;
+
         return st == 0 ? err->code
                        : err_set(err, ERR_REMOTE,
                                  "the broker's partitions/changed answered "
-                                 "%ld",
-                                 st);
+                                 "%ld: %s",
+                                 st, lake_quote(&q, h->ans.data, h->ans.len));
     }
     return 0;
 }
@@ -2933,12 +3023,22 @@ static int lake_log_partitions(struct lake_http *h, struct slice queue,
 
         free(after);
         after = NULL;
-        if (rc != 0 ||
-            json_parse(&d, h->ans.data, h->ans.len, NULL, err) != 0) {
+        if (rc != 0) {
             return err->code;
         }
-        e = json_child(&d, json_obj_get(&d, 0, "entries"));
-        if (e < 0 || json_obj_get(&d, e, "error") >= 0) {
+        e = json_parse(&d, h->ans.data, h->ans.len, NULL, err) == 0
+                ? json_child(&d, json_obj_get(&d, 0, "entries"))
+                : -1;
+        if (e < 0) { /* a queen broker answers one entry per one asked */
+            struct lake_quoted q;
+
+            json_doc_free(&d);
+            return err_set(err, ERR_REMOTE,
+                           "the broker's partitions/changed answer is not "
+                           "queen's: %s",
+                           lake_quote(&q, h->ans.data, h->ans.len));
+        }
+        if (json_obj_get(&d, e, "error") >= 0) {
             json_doc_free(&d); /* an unknown queue: no log to compare */
             return 0;
         }
@@ -4187,13 +4287,19 @@ static int lake_push_flush(struct lake_push *p)
                         201, &p->err);
     if (st != 201) {
         if (st != 0) {
-            err_set(&p->err, ERR_REMOTE,
-                    "the broker's push answered %ld: %.300s", st,
-                    p->http.ans.data != NULL ? p->http.ans.data : "");
+            struct lake_quoted q;
+
+            err_set(&p->err, ERR_REMOTE, "the broker's push answered %ld: %s",
+                    st, lake_quote(&q, p->http.ans.data, p->http.ans.len));
         }
         return 2;
     }
     if (json_parse(&d, p->http.ans.data, p->http.ans.len, NULL, &p->err) != 0) {
+        struct lake_quoted q;
+
+        err_set(&p->err, ERR_REMOTE,
+                "the broker's push answer is not queen's: %s",
+                lake_quote(&q, p->http.ans.data, p->http.ans.len));
         return 2;
     }
     for (int i = json_child(&d, 0); i >= 0; i = json_next(&d, i)) {
@@ -4205,9 +4311,10 @@ static int lake_push_flush(struct lake_push *p)
             p->duplicates++;
         } else {
             struct slice sp = json_span(&d, i);
+            struct lake_quoted q;
 
-            err_set(&p->err, ERR_REMOTE, "the broker refused an item: %.*s",
-                    (int)(sp.len > 300 ? 300 : sp.len), sp.ptr);
+            err_set(&p->err, ERR_REMOTE, "the broker refused an item: %s",
+                    lake_quote(&q, sp.ptr, sp.len));
             json_doc_free(&d);
             return 2;
         }

@@ -1182,6 +1182,70 @@ def test_an_unreadable_manifest_is_its_windows_one_violation(bucket, damage):
     assert q["records"] == 3 and q["windows"] == 4, q  # 1, 3 and 4 read
 
 
+class OtherServer:
+    """An HTTP server on 127.0.0.1 that is not queen: every POST gets a 404
+    and a web server's HTML error page, with CR LF line ends, a tab, a
+    byte that is not UTF-8 and more than a line's worth of text."""
+
+    PAGE = (b"<html>\r\n<head><title>404 Not Found</title></head>\r\n"
+            b"<body>\r\n\t<center><h1>404 Not Found</h1></center>\r\n"
+            b"<hr><center>nginx \xff</center>\r\n" + b"<!-- pad -->" * 40 +
+            b"\r\n</body>\r\n</html>\r\n")
+
+    def __enter__(self):
+        import http.server
+        import threading
+        page = self.PAGE
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.send_response(404)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                                      Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+def test_a_broker_url_that_is_not_queen_gives_a_one_line_reason(bucket):
+    """--broker or --to naming a web server that answers its HTML error
+    page: exit 2 with one line that names the status and quotes the first
+    bytes of the page as one escaped, bounded string, not the page's
+    lines."""
+    small_lake(bucket, "other")
+    with OtherServer() as other:
+        for cmd, flag in (("verify", "--broker"), ("restore", "--to")):
+            p = tool(bucket, cmd, "--queue", "other", "--json", flag,
+                     other.url, timeout=120)
+            assert p.returncode == 2, (cmd, p)
+            err = json.loads(p.stdout)["error"]
+            assert p.stderr.splitlines() == [p.stderr.rstrip("\n")], \
+                (cmd, p.stderr)
+            assert err in p.stderr, (cmd, p)
+            assert "answered 404: " in err, (cmd, err)
+            assert '"<html>\\r\\n<head><title>404 Not Found</title>' in err, \
+                (cmd, err)
+            assert "\\t<center>" in err and err.endswith('"...'), (cmd, err)
+            assert len(err) < 250 and not any(
+                ord(ch) < 0x20 or ord(ch) == 0x7f for ch in err), (cmd, err)
+
+
 def test_verify_help_and_a_token_without_a_broker(bucket):
     p = tool(bucket, "verify", "--help", check=0)
     assert p.stdout.startswith("usage: queen lake verify"), p
