@@ -119,6 +119,7 @@ struct lake_opts {
     const char *as;
     const char *state;
     int batch;
+    uint32_t given; /* a bit per row of lake_flag_defs given on the line */
 };
 
 /* The commands a flag belongs to (a bit each). */
@@ -170,6 +171,8 @@ static const struct lake_flag_def lake_flag_defs[] = {
     {"--state", LAKE_RESTORE, LAKE_TEXT, LAKE_OFF(state), 0, 0},
     {"--batch", LAKE_RESTORE, LAKE_INT, LAKE_OFF(batch), 1, 10000},
 };
+_Static_assert(ARRAY_LEN(lake_flag_defs) <= 32, "lake_opts.given holds a bit "
+                                                "per flag");
 
 static void lake_usage(FILE *f)
 {
@@ -251,9 +254,19 @@ static int lake_flag_set(struct lake_opts *o, const struct lake_flag_def *d,
                          const char *v)
 {
     void *at = (char *)o + d->off;
+    uint32_t bit = 1u << (unsigned)(d - lake_flag_defs);
     int64_t n = 0;
     struct err err;
 
+    /* A flag given twice is a mistake the last one would hide (which
+     * bucket was meant?); only --queue takes several. The value is not
+     * printed: it may be a secret. */
+    if (d->type != LAKE_QUEUE && (o->given & bit) != 0) {
+        fprintf(stderr, "queen lake: %s is given twice; it takes one value\n",
+                d->name);
+        return 2;
+    }
+    o->given |= bit;
     if (d->type == LAKE_SWITCH && v == NULL) {
         *(bool *)at = true;
     } else if (d->type == LAKE_SWITCH) {

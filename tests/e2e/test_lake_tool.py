@@ -33,13 +33,17 @@ def queen_bin():
         os.environ.get("QUEEN_ROOT", "."), "build", "queen")
 
 
-def tool(bucket, *args, check=None, timeout=300):
-    """Run `queen lake ...` against bucket; returns the CompletedProcess."""
-    env = dict(os.environ, **CREDS)
+def tool(bucket, *args, check=None, timeout=300, name="lake",
+         path_style=True, env=None):
+    """Run `queen lake ...` against bucket name (with --path-style unless
+    path_style is False: a flag is given once), env added to the
+    environment; returns the CompletedProcess."""
+    env = dict(os.environ, **CREDS, **(env or {}))
     for k in ("QUEEN_S3_ENDPOINT", "QUEEN_S3_BUCKET", "QUEEN_S3_PREFIX"):
         env.pop(k, None)
     cmd = [queen_bin(), "lake", args[0], "--endpoint", bucket.endpoint,
-           "--bucket", "lake", "--path-style", *args[1:]]
+           "--bucket", name, *(["--path-style"] if path_style else []),
+           *args[1:]]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True,
                        timeout=timeout)
     if check is not None:
@@ -371,9 +375,10 @@ def test_verify_cannot_run_without_a_bucket_or_flags(bucket):
     assert "s3cr3t-never-printed" not in p.stdout + p.stderr
     # With --json, stdout is one JSON document whatever the exit, and
     # after exit 2 it says why, as stderr does.
-    for args in (("--queue", "nothing-here"), ("--bucket", "no-such-bucket"),
-                 ("--prefix", "no-lake-here")):
-        p = tool(bucket, "verify", "--json", *args)
+    for args, name in ((("--queue", "nothing-here"), "lake"),
+                       ((), "no-such-bucket"),
+                       (("--prefix", "no-lake-here"), "lake")):
+        p = tool(bucket, "verify", "--json", *args, name=name)
         assert p.returncode == 2, p
         doc = json.loads(p.stdout)
         assert doc["exact"] is False, (args, p)
@@ -385,6 +390,28 @@ def test_verify_cannot_run_without_a_bucket_or_flags(bucket):
         p = tool(bucket, cmd, "--queue", "q", flag, "1")
         assert p.returncode == 2 and "%s is not a flag of %s" % (
             flag, cmd) in p.stderr, p
+
+
+def test_a_flag_given_twice_is_refused_but_queue(bucket):
+    """A flag given twice (`--bucket a --bucket b`) is refused, exit 2
+    naming the flag and never its values (the last one silently won, so a
+    typo in a script read another bucket); --queue alone repeats."""
+    small_lake(bucket, "twice-ok")
+    for cmd, args in (
+            ("verify", ("--bucket", "other", "--bucket", "lake")),
+            ("verify", ("--secret-key=s3cr3t-a", "--secret-key=s3cr3t-b")),
+            ("verify", ("--from-k", "1", "--from-k", "2")),
+            ("verify", ("--json", "--json=false")),
+            ("restore", ("--to", "http://127.0.0.1:1", "--to",
+                         "http://127.0.0.1:2"))):
+        flag = args[0].split("=")[0]
+        p = tool(bucket, cmd, "--queue", "twice-ok", *args, check=2)
+        assert p.stderr == "queen lake: %s is given twice; it takes one " \
+            "value\n" % flag, (cmd, args, p.stderr)
+        assert p.stdout == "" and "s3cr3t" not in p.stderr, (cmd, args, p)
+    rc, out = verify_json(bucket, "--queue", "twice-ok", "--queue",
+                          "twice-ok", check=0)
+    assert [q["queue"] for q in out["queues"]] == ["twice-ok"], out
 
 
 def test_a_value_too_long_for_its_setting_is_refused(bucket):
@@ -1086,10 +1113,11 @@ def test_switch_flags_take_true_or_false(bucket):
     assert not p.stdout.lstrip().startswith("{"), p.stdout
     p = tool(bucket, "verify", "--queue", "sw", "--json=maybe", check=2)
     assert "--json=maybe is not a boolean" in p.stderr, p.stderr
-    # path style off: the bucket's virtual host does not resolve here
+    # path style off over QUEEN_S3_PATH_STYLE: the bucket's virtual host
+    # does not resolve here
     p = tool(bucket, "verify", "--queue", "sw", "--path-style=false",
-             check=2)
-    assert "--path-style" in p.stderr, p.stderr
+             path_style=False, env={"QUEEN_S3_PATH_STYLE": "true"}, check=2)
+    assert "--path-style addresses it as" in p.stderr, p.stderr
 
 
 def test_a_broker_url_with_a_password_is_refused_unprinted(bucket):
