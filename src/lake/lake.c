@@ -3228,9 +3228,16 @@ static int lake_check_orphan(void *arg, const char *key)
                             "came, or the window a running sink commits now; "
                             "--to-k %" PRId64 " leaves it out)",
                             k, key, c->last_k, c->last_k);
-    } else if (c->f->n_named == 0 ||
+    } else if (c->f->n_named > 0 &&
                bsearch(&h, c->f->named, c->f->n_named, sizeof(uint64_t),
-                       lake_u64_cmp) == NULL) {
+                       lake_u64_cmp) != NULL) {
+        return 0;
+    } else if (k < 0) { /* a name that is no window's: no window to name */
+        lake_fold_violation(c->f,
+                            "stray object %s: data object, but no manifest "
+                            "names it (its name is no window's)",
+                            key);
+    } else {
         lake_fold_violation(c->f,
                             "window %" PRId64 ": %s: data object, but no "
                             "manifest names it",

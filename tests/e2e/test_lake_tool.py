@@ -984,6 +984,21 @@ def test_an_object_past_the_last_manifest_is_an_orphan(bucket):
     assert not any(stray[0] in x for x in v), v
 
 
+def test_a_stray_data_key_is_named_without_a_window(bucket):
+    """A data object whose name is no window's ("w-12", "notes.txt") has no
+    k: it is named as a stray object, not as "window -1"."""
+    small_lake(bucket, "stray-data")
+    c = bucket.boto3()
+    root = lake.queue_root(PREFIX, TENANT, "stray-data")
+    stray = ["%s/notes.txt" % root, "%s/w-12" % root]
+    for key in stray:
+        c.put_object(Bucket="lake", Key=key, Body=b"{}\n")
+    rc, out = verify_json(bucket, "--queue", "stray-data")
+    assert rc == 1 and out["queues"][0]["violations"] == [
+        "stray object %s: data object, but no manifest names it (its name "
+        "is no window's)" % key for key in stray], out
+
+
 def test_a_queue_named_twice_is_verified_once(bucket):
     small_lake(bucket, "twice")
     small_lake(bucket, "other")
