@@ -1943,6 +1943,37 @@ static bool lake_writer_is(struct slice w, const char *desc)
                     (struct slice){desc, strlen(desc)});
 }
 
+/* Whether positions v[0..n) are sorted by name bytes, one per partition,
+ * as a checkpoint's and a manifest's are (docs/design/formats.md §3, §4):
+ * the sink's engine keeps one position per partition, and its encoders
+ * write them sorted. */
+static bool lake_positions_sorted(const struct docs_position *v, size_t n)
+{
+    for (size_t i = 1; i < n; i++) {
+        if (slice_cmp(v[i - 1].name, v[i].name) >= 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Compact JSON with the keys in order: what the sink's encoder makes of
+ * what was read from raw. */
+static bool lake_is_compact(const struct docs_manifest *m,
+                            const struct buf *raw)
+{
+    struct buf again;
+    struct err err;
+    bool is_same;
+
+    buf_init(&again, BUF_UNLIMITED);
+    is_same = docs_manifest_encode(&again, m, &err) == 0 &&
+              again.len == raw->len &&
+              memcmp(again.data, raw->data, raw->len) == 0;
+    buf_free(&again);
+    return is_same;
+}
+
 /* lake_codec_of m's format and compression into kind, with what a Parquet
  * object's footer holds: the codec, m's queue and tenant. */
 static bool lake_kind_of(const struct docs_manifest *m, struct lake_kind *kind,
@@ -1964,8 +1995,6 @@ static bool lake_check_manifest(struct lake_window *w, const struct lake_job *j,
 {
     const char *desc = NULL;
     const char *older = NULL;
-    struct buf again;
-    struct err err;
     struct lake_shown tn;
     struct lake_shown qn;
     bool is_ok = true;
@@ -2028,18 +2057,20 @@ static bool lake_check_manifest(struct lake_window *w, const struct lake_job *j,
                        w->k, w->manifest_key);
         is_ok = false;
     }
-    /* Compact JSON with the keys in order: what the sink's encoder makes
-     * of what was read. */
-    buf_init(&again, BUF_UNLIMITED);
-    if (docs_manifest_encode(&again, m, &err) != 0 || again.len != raw->len ||
-        memcmp(again.data, raw->data, raw->len) != 0) {
+    if (!lake_is_compact(m, raw)) {
         lake_violation(w,
                        "window %" PRId64 ": %s: not compact JSON with the "
                        "keys in the order of the format",
                        w->k, w->manifest_key);
         is_ok = false;
     }
-    buf_free(&again);
+    if (!lake_positions_sorted(m->positions, m->n_positions)) {
+        lake_violation(w,
+                       "window %" PRId64 ": %s: positions are not sorted by "
+                       "partition, once each",
+                       w->k, w->manifest_key);
+        is_ok = false;
+    }
     return is_ok;
 }
 
@@ -3560,19 +3591,6 @@ static void lake_cp_positions(struct lake_fold *f, const char *key, int64_t k,
     }
 }
 
-/* Whether cp's positions are sorted by name bytes, one per partition
- * (docs/design/formats.md §4): the sink's engine keeps one position per
- * partition and the encoder sorts them. */
-static bool lake_cp_sorted(const struct docs_checkpoint *cp)
-{
-    for (size_t i = 1; i < cp->n; i++) {
-        if (slice_cmp(cp->positions[i - 1].name, cp->positions[i].name) >= 0) {
-            return false;
-        }
-    }
-    return true;
-}
-
 /* Checkpoint k (its window just folded, t_end its tEnd). Returns 0, or 2
  * (err) when it could not be read. */
 static int lake_fold_checkpoint(const struct lake_job *job, struct lake_fold *f,
@@ -3602,7 +3620,8 @@ static int lake_fold_checkpoint(const struct lake_job *job, struct lake_fold *f,
                             "window %" PRId64 ": %s: checkpoint does not "
                             "match window %" PRId64 "'s manifest (k, tEnd)",
                             k, key.data, k);
-    } else if (rc == 0 && info.found && !lake_cp_sorted(&cp)) {
+    } else if (rc == 0 && info.found &&
+               !lake_positions_sorted(cp.positions, cp.n)) {
         lake_fold_violation(f,
                             "window %" PRId64 ": %s: positions are not sorted "
                             "by partition, once each",

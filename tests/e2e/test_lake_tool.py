@@ -1447,6 +1447,39 @@ def test_checkpoint_positions_out_of_order_or_twice_are_refused(bucket,
         % key], out
 
 
+@pytest.mark.parametrize("damage", ["unsorted", "duplicate"])
+def test_manifest_positions_out_of_order_or_twice_are_refused(bucket,
+                                                              damage):
+    """A manifest's positions are sorted by partition name, one each, as a
+    checkpoint's are (docs/design/formats.md §3): two swapped, or one
+    written twice, are a violation naming the manifest, and restore stops
+    there."""
+    t0 = st.T0
+    queue = "mpos-" + damage
+    windows = [(t0 + k * 100, t0 + (k + 1) * 100,
+                [(p, k, "t-%s-%d" % (p, k), t0 + k * 100 + 1, b"1")
+                 for p in ("a", "b")]) for k in range(2)]
+    c = bucket.boto3()
+    lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
+                                                  Body=body),
+                   PREFIX, TENANT, queue, windows)
+    key = lake.manifest_key(PREFIX, TENANT, queue, 1)
+    m = json.loads(c.get_object(Bucket="lake", Key=key)["Body"].read())
+    m["positions"] = [["a", 1], ["b", 1]]
+    c.put_object(Bucket="lake", Key=key, Body=lake.compact(m))
+    verify_json(bucket, "--queue", queue, check=0)  # sorted, once each
+    m["positions"] = [["b", 1], ["a", 1]] if damage == "unsorted" else \
+        [["a", 1], ["a", 1], ["b", 1]]
+    c.put_object(Bucket="lake", Key=key, Body=lake.compact(m))
+    why = "window 1: %s: positions are not sorted by partition, once each" \
+        % key
+    rc, out = verify_json(bucket, "--queue", queue)
+    assert rc == 1 and out["queues"][0]["violations"] == [why], out
+    p = tool(bucket, "restore", "--queue", queue, "--to",
+             "http://127.0.0.1:1", "--json", check=2)
+    assert json.loads(p.stdout)["error"].startswith(why), p.stdout
+
+
 def test_a_checkpoint_past_the_last_manifest_is_named_by_its_key(bucket):
     small_lake(bucket, "cp-past")
     key = lake.checkpoint_key(PREFIX, TENANT, "cp-past", 5)
