@@ -984,12 +984,14 @@ static void sink_skip_nul_name(struct sink *s, const char *name, size_t len)
     (void)buf_append(&s->nul_names, &n32, 4, &err); /* room reserved */
     (void)buf_append(&s->nul_names, name, len, &err);
     buf_init(&shown, BUF_UNLIMITED);
-    if (json_escape(&shown, name, len, &err) == 0 &&
-        buf_append_byte(&shown, '\0', &err) == 0) {
+    /* The name as JSON escapes it (the NUL as \u0000), without the quotes
+     * json_escape adds: the log line quotes its values itself. */
+    if (json_escape(&shown, name, len, &err) == 0 && shown.len >= 2) {
+        shown.data[shown.len - 1] = '\0';
         log_warn_kv("queen-s3",
                     "a queue name holds a NUL byte, which the sink cannot "
                     "mirror; the queue is skipped",
-                    {"queue", shown.data});
+                    {"queue", shown.data + 1});
     }
     buf_free(&shown);
 }
