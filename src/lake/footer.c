@@ -29,8 +29,6 @@ enum { COL_PARTITION, COL_OFFSET, COL_TXN, COL_TS, COL_PAYLOAD, NCOLS };
 
 /* parquet.thrift's values, as src/parquet/parquet.c writes them */
 enum { TYPE_INT64 = 2, TYPE_BYTE_ARRAY = 6 };
-enum { REP_REQUIRED = 0, REP_OPTIONAL = 1 };
-enum { CONV_UTF8 = 0, CONV_TIMESTAMP_MICROS = 10 };
 enum { ENC_PLAIN = 0, ENC_PLAIN_DICTIONARY = 2, ENC_RLE = 3, ENC_DELTA = 5 };
 enum { CODEC_SNAPPY = 1, CODEC_ZSTD = 6 };
 enum { PAGE_DATA = 0, PAGE_DICTIONARY = 2 };
@@ -262,44 +260,6 @@ static bool foot_pages_match(struct foot *b, int c, const struct foot_chunk *ch)
 
 /* ---- the rebuild: write_footer()'s calls ---- */
 
-static void foot_schema(struct thrift_w *t)
-{
-    static const int types[NCOLS] = {TYPE_BYTE_ARRAY, TYPE_INT64,
-                                     TYPE_BYTE_ARRAY, TYPE_INT64,
-                                     TYPE_BYTE_ARRAY};
-
-    thrift_w_list(t, 2, THRIFT_STRUCT, NCOLS + 1);
-    thrift_w_begin(t);
-    thrift_w_str(t, 4, "queen_record");
-    thrift_w_i32(t, 5, NCOLS);
-    thrift_w_end(t);
-    for (int c = 0; c < NCOLS; c++) {
-        thrift_w_begin(t);
-        thrift_w_i32(t, 1, types[c]);
-        thrift_w_i32(t, 3, c == COL_PAYLOAD ? REP_OPTIONAL : REP_REQUIRED);
-        thrift_w_str(t, 4, col_names[c]);
-        if (types[c] == TYPE_BYTE_ARRAY || c == COL_TS) {
-            thrift_w_i32(t, 6, c == COL_TS ? CONV_TIMESTAMP_MICROS : CONV_UTF8);
-            thrift_w_field(t, 10, THRIFT_STRUCT); /* LogicalType union */
-            thrift_w_begin(t);
-            thrift_w_field(t, c == COL_TS ? 8 : 1, THRIFT_STRUCT);
-            thrift_w_begin(t);
-            if (c == COL_TS) {                       /* TimestampType */
-                thrift_w_bool(t, 1, true);           /* isAdjustedToUTC */
-                thrift_w_field(t, 2, THRIFT_STRUCT); /* TimeUnit */
-                thrift_w_begin(t);
-                thrift_w_field(t, 2, THRIFT_STRUCT); /* MICROS */
-                thrift_w_begin(t);
-                thrift_w_end(t);
-                thrift_w_end(t);
-            }
-            thrift_w_end(t);
-            thrift_w_end(t);
-        }
-        thrift_w_end(t);
-    }
-}
-
 static void foot_stats_write(struct thrift_w *t, const struct foot_stats *s)
 {
     thrift_w_field(t, 12, THRIFT_STRUCT);
@@ -489,7 +449,7 @@ int lake_footer_check(const void *p, size_t n, const struct parquet_file *f,
     foot_mark(&b, "the format version");
     thrift_w_i32(&b.t, 1, 1);
     foot_mark(&b, "the schema");
-    foot_schema(&b.t);
+    parquet_footer_schema(&b.t);
     foot_mark(&b, "num_rows");
     thrift_w_i64(&b.t, 3, (int64_t)f->nrecs);
     foot_mark(&b, "the row groups");

@@ -834,7 +834,7 @@ static int flush_row_group(struct parquet_writer *w, struct err *err)
 
 /* ---- footer ---- */
 
-static void footer_schema(struct thrift_w *t)
+void parquet_footer_schema(struct thrift_w *t)
 {
     static const int types[NCOLS] = {TYPE_BYTE_ARRAY, TYPE_INT64,
                                      TYPE_BYTE_ARRAY, TYPE_INT64,
@@ -964,7 +964,7 @@ static int write_footer(struct parquet_writer *w, struct err *err)
     thrift_w_init(&t, &w->out);
     thrift_w_begin(&t);
     thrift_w_i32(&t, 1, 1);
-    footer_schema(&t);
+    parquet_footer_schema(&t);
     thrift_w_i64(&t, 3, (int64_t)w->total_rows);
     thrift_w_list(&t, 4, THRIFT_STRUCT, w->nrg);
     for (size_t i = 0; i < w->nrg; i++) {

@@ -108,4 +108,10 @@ const char *parquet_writer_string(enum parquet_codec c);
  * built against ("snappy/1.1.9"; the library has no call that reports it). */
 const char *parquet_codec_library(enum parquet_codec c);
 
+/* Writes FileMetaData's schema (field 2: the root and the five columns)
+ * into t, as every file's footer holds it; lake/footer.c rebuilds a footer
+ * with it. */
+struct thrift_w;
+void parquet_footer_schema(struct thrift_w *t);
+
 #endif
