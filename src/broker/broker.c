@@ -259,10 +259,6 @@ static int broker_open_node(struct broker *b, struct err *err)
     if (b->cfg->enc_key_set) {
         store_set_seal_key(b->store, b->cfg->enc_key); /* reads open */
     }
-    if (!store_warm_start(b->store)) {
-        log_warn("broker", "could not start the store's warmer thread; "
-                           "commits fault their new pages in themselves");
-    }
     memset(&nc, 0, sizeof(nc));
     b->kv = kv_service_new(b->store);
     nc.handlers[CMD_KV] = kv_service_apply;
@@ -287,6 +283,13 @@ static int broker_open_node(struct broker *b, struct err *err)
         return err->code;
     }
     kv_service_attach(b->kv, b->node);
+    /* After node_start, so its check of the space the raft log needs sees
+     * none taken by the warmer (store_warm.h (2)). */
+    if (!store_warm_start(b->store,
+                          STORE_WARM_FREE + 4 * (uint64_t)nc.segment_bytes)) {
+        log_warn("broker", "could not start the store's warmer thread; "
+                           "commits fault their new pages in themselves");
+    }
     return 0;
 }
 

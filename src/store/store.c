@@ -1269,6 +1269,7 @@ int store_swap_file(struct store *s, const char *path, struct err *err)
     snprintf(dst, sizeof(dst), "%s/data.mdb", s->dir);
     snprintf(lock, sizeof(lock), "%s/lock.mdb", s->dir);
     pthread_rwlock_wrlock(&s->swap_lock);
+    s->env_gen++;
     mdb_env_close(s->env);
     s->env = NULL;
     if (rename(path, dst) != 0) {

@@ -43,9 +43,13 @@ struct store {
     /* QUEEN_ENCRYPTION_KEY, set once before the first read
      * (store_set_seal_key); store_fetch opens envelopes with it. */
     bool has_seal_key;
-    uint8_t seal_key[32]; /* store_warm.h: the thread warming the pages past the
-                             end, or NULL. */
+    uint8_t seal_key[32];
+    /* store_warm.h: the thread warming the pages past the end, or NULL. */
     struct store_warm *warm;
+    /* Bumped by each swap of env, under swap_lock held exclusively: how the
+     * warmer knows the file it warmed is gone (the next env may get the
+     * same address). */
+    uint64_t env_gen;
 };
 
 /* A queue as the writer sees it. */

@@ -13,70 +13,115 @@
 #include "base/xalloc.h"
 #include "store/store_impl.h"
 
-#define WARM_PERIOD_NS 10000000L /* a round every 10 ms */
-#define WARM_READ      ((size_t)1 << 20)
+#define WARM_PERIOD_NS    10000000L /* a round every 10 ms */
+#define WARM_READ         ((size_t)1 << 20)
+#define WARM_PAUSE_ROUNDS 100 /* ~1 s without trying after a failure */
 
 struct store_warm {
     struct store *s;
+    uint64_t keep_free;
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool is_stopping;
     bool is_off;  /* the file system has no fallocate */
-    MDB_env *env; /* the environment warmed_to belongs to */
+    int paused;   /* rounds left to skip after a failed fallocate */
+    uint64_t gen; /* the env_gen warmed_to belongs to */
     uint64_t warmed_to;
     _Atomic uint64_t ready;
+    _Atomic uint64_t rounds;
     char *buf;
 };
 
-static bool warm_is_room(int fd)
+static bool warm_is_room(const struct store_warm *w, int fd)
 {
     struct statvfs vfs;
 
     return fstatvfs(fd, &vfs) == 0 &&
-           (uint64_t)vfs.f_bavail * vfs.f_frsize >= STORE_WARM_FREE;
+           (uint64_t)vfs.f_bavail * vfs.f_frsize >= w->keep_free;
 }
 
-/* Allocate [from, to) of fd and read it once. Under swap_lock shared. */
-static void warm_range(struct store_warm *w, int fd, uint64_t from, uint64_t to)
-{
-    if (fallocate(fd, 0, (off_t)from, (off_t)(to - from)) != 0) {
-        w->is_off = errno == EOPNOTSUPP;
-        return;
-    }
-    for (uint64_t at = from; at < to; at += WARM_READ) {
-        if (pread(fd, w->buf, WARM_READ, (off_t)at) < 0) {
-            return;
-        }
-    }
-    w->warmed_to = to;
-}
-
-/* One round: warm up to twice STORE_WARM_AHEAD past the end once less
- * than STORE_WARM_AHEAD is ready. */
-static void warm_round(struct store_warm *w)
+/* Under swap_lock shared: the end of the committed pages and the file,
+ * after restarting the count when the environment was swapped (3). */
+static bool warm_where(struct store_warm *w, uint64_t *end, int *fd)
 {
     struct store *s = w->s;
     MDB_envinfo info;
     MDB_stat st;
-    mdb_filehandle_t fd;
+    mdb_filehandle_t h;
 
-    pthread_rwlock_rdlock(&s->swap_lock);
-    if (s->env != w->env) { /* (3) */
-        w->env = s->env;
+    if (s->env_gen != w->gen) {
+        w->gen = s->env_gen;
         w->warmed_to = 0;
     }
-    if (mdb_env_info(s->env, &info) == 0 && mdb_env_stat(s->env, &st) == 0 &&
-        mdb_env_get_fd(s->env, &fd) == 0) {
-        uint64_t end = ((uint64_t)info.me_last_pgno + 1) * st.ms_psize;
-        if (w->warmed_to < end + STORE_WARM_AHEAD && warm_is_room(fd)) {
-            uint64_t from = w->warmed_to > end ? w->warmed_to : end;
-            uint64_t to = (end + 2 * STORE_WARM_AHEAD) & ~(WARM_READ - 1);
-            warm_range(w, fd, from, to);
+    if (s->env == NULL || mdb_env_info(s->env, &info) != 0 ||
+        mdb_env_stat(s->env, &st) != 0 || mdb_env_get_fd(s->env, &h) != 0) {
+        return false;
+    }
+    *end = ((uint64_t)info.me_last_pgno + 1) * st.ms_psize;
+    *fd = h;
+    return true;
+}
+
+/* Reads [from, to) of the file once, a WARM_READ at a time, taking
+ * swap_lock for each read only, so a swap waits one read at most; stops
+ * when the environment was swapped meanwhile. */
+static void warm_read(struct store_warm *w, uint64_t gen, uint64_t from,
+                      uint64_t to)
+{
+    struct store *s = w->s;
+
+    for (uint64_t at = from; at < to; at += WARM_READ) {
+        mdb_filehandle_t fd;
+        bool is_same;
+
+        pthread_rwlock_rdlock(&s->swap_lock);
+        is_same = s->env_gen == gen && s->env != NULL &&
+                  mdb_env_get_fd(s->env, &fd) == 0;
+        if (is_same) {
+            is_same = pread(fd, w->buf, WARM_READ, (off_t)at) >= 0;
         }
-        atomic_store(&w->ready, w->warmed_to > end ? w->warmed_to - end : 0);
+        pthread_rwlock_unlock(&s->swap_lock);
+        if (!is_same) {
+            return;
+        }
+    }
+}
+
+/* One round: when less than STORE_WARM_AHEAD past the end is ready,
+ * allocate up to twice that (2) and read it once. */
+static void warm_round(struct store_warm *w)
+{
+    struct store *s = w->s;
+    uint64_t end = 0;
+    uint64_t from = 0;
+    uint64_t to = 0;
+    uint64_t gen;
+    int fd;
+
+    pthread_rwlock_rdlock(&s->swap_lock);
+    gen = s->env_gen;
+    if (warm_where(w, &end, &fd) && w->warmed_to < end + STORE_WARM_AHEAD &&
+        warm_is_room(w, fd)) {
+        from = w->warmed_to > end ? w->warmed_to : end;
+        to = (end + 2 * STORE_WARM_AHEAD) & ~(uint64_t)(WARM_READ - 1);
+        if (fallocate(fd, 0, (off_t)from, (off_t)(to - from)) != 0) {
+            w->is_off = errno == EOPNOTSUPP;
+            w->paused = WARM_PAUSE_ROUNDS; /* a full disk, a quota */
+            to = 0;
+        }
     }
     pthread_rwlock_unlock(&s->swap_lock);
+    if (to > from) {
+        warm_read(w, gen, from, to);
+        pthread_rwlock_rdlock(&s->swap_lock);
+        if (s->env_gen == gen) {
+            w->warmed_to = to;
+        }
+        pthread_rwlock_unlock(&s->swap_lock);
+    }
+    atomic_store(&w->ready,
+                 w->gen == gen && w->warmed_to > end ? w->warmed_to - end : 0);
 }
 
 static void *warm_main(void *arg)
@@ -87,7 +132,12 @@ static void *warm_main(void *arg)
     while (!w->is_stopping && !w->is_off) {
         struct timespec next;
         pthread_mutex_unlock(&w->mu);
-        warm_round(w);
+        if (w->paused > 0) {
+            w->paused--;
+        } else {
+            warm_round(w);
+        }
+        atomic_fetch_add(&w->rounds, 1);
         clock_gettime(CLOCK_MONOTONIC, &next);
         next.tv_nsec += WARM_PERIOD_NS;
         next.tv_sec += next.tv_nsec / 1000000000L;
@@ -101,7 +151,7 @@ static void *warm_main(void *arg)
     return NULL;
 }
 
-bool store_warm_start(struct store *s)
+bool store_warm_start(struct store *s, uint64_t keep_free)
 {
     struct store_warm *w;
     pthread_condattr_t ca;
@@ -111,6 +161,8 @@ bool store_warm_start(struct store *s)
     }
     w = xcalloc(1, sizeof(*w));
     w->s = s;
+    w->keep_free = keep_free;
+    w->gen = UINT64_MAX; /* no env warmed yet */
     w->buf = xmalloc(WARM_READ);
     pthread_mutex_init(&w->mu, NULL);
     pthread_condattr_init(&ca);
@@ -151,4 +203,9 @@ void store_warm_stop(struct store *s)
 uint64_t store_warm_ready(struct store *s)
 {
     return s->warm != NULL ? atomic_load(&s->warm->ready) : 0;
+}
+
+uint64_t store_warm_rounds(struct store *s)
+{
+    return s->warm != NULL ? atomic_load(&s->warm->rounds) : 0;
 }

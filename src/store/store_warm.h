@@ -20,11 +20,16 @@
  *   (1) LMDB reads only up to its last page (its meta page says where),
  *       so a longer file changes nothing it reads; a store opens with any
  *       length at or above that (store.c check_length).
- *   (2) It warms only while the file system keeps STORE_WARM_FREE bytes
- *       free, so a nearly full disk keeps its last bytes for commits; it
- *       stops for good when the file system has no fallocate.
- *   (3) It holds swap_lock shared while it works, and starts over when the
- *       environment was swapped (a snapshot restore). */
+ *   (2) It allocates only while the file system has keep_free bytes free
+ *       (the broker keeps STORE_WARM_FREE and four raft segments), so the
+ *       warmer never takes the space the raft log and the commits need
+ *       next: it is off on a nearly full disk, and may leave free space
+ *       2 x STORE_WARM_AHEAD below keep_free at most. A failed fallocate
+ *       (a full disk, a quota) pauses it for about a second; a file system
+ *       without fallocate stops it for good.
+ *   (3) It holds swap_lock shared for each step (the fallocate, each 1 MiB
+ *       read), so a snapshot restore waits one step at most, and starts
+ *       over when the environment was swapped (store->env_gen moved). */
 #ifndef QUEEN_STORE_STORE_WARM_H
 #define QUEEN_STORE_STORE_WARM_H
 
@@ -36,9 +41,10 @@
 #define STORE_WARM_AHEAD ((uint64_t)32 << 20)
 #define STORE_WARM_FREE  ((uint64_t)1 << 30)
 
-/* Starts the warmer of s (at most one); false when the thread could not be
- * started. The owner stops it before store_close (which also does). */
-bool store_warm_start(struct store *s);
+/* Starts the warmer of s (at most one), warming while keep_free bytes are
+ * free (2); false when the thread could not be started. The owner stops it
+ * before store_close (which also does). */
+bool store_warm_start(struct store *s, uint64_t keep_free);
 
 /* Stops and joins the warmer of s, if one runs. */
 void store_warm_stop(struct store *s);
@@ -46,5 +52,8 @@ void store_warm_stop(struct store *s);
 /* Bytes past the last committed page the warmer has made ready, for
  * tests: 0 before its first round. */
 uint64_t store_warm_ready(struct store *s);
+
+/* Rounds the warmer has gone through (done or skipped), for tests. */
+uint64_t store_warm_rounds(struct store *s);
 
 #endif

@@ -10,6 +10,7 @@
 
 #include "push_helpers.h"
 #include "store/store_impl.h"
+#include "store/store_snapshot.h"
 #include "store/store_warm.h"
 
 #define T0 1760000000000000LL
@@ -36,6 +37,17 @@ static uint64_t wait_ready(struct store *s, uint64_t want)
         usleep(1000);
     }
     return ready;
+}
+
+/* Waits until the warmer has gone through n rounds. */
+static void wait_rounds(struct store *s, uint64_t n)
+{
+    int64_t deadline = harness_now_ms() + HARNESS_WAIT_MS;
+
+    while (store_warm_rounds(s) < n && harness_now_ms() < deadline) {
+        usleep(1000);
+    }
+    EXPECT(store_warm_rounds(s) >= n);
 }
 
 /* How many of the pages of fd's [from, from + len) are in the page cache. */
@@ -100,7 +112,7 @@ TEST(the_pages_past_the_end_are_allocated_and_cached)
 
     env_open(&e);
     push_records(&e, 0, 100);
-    EXPECT(store_warm_start(e.store));
+    EXPECT(store_warm_start(e.store, STORE_WARM_FREE));
     EXPECT(wait_ready(e.store, STORE_WARM_AHEAD) >= STORE_WARM_AHEAD);
     end = committed_end(e.store);
     EXPECT_EQ_I64(mdb_env_get_fd(e.store->env, &fd), 0);
@@ -122,7 +134,7 @@ TEST(records_written_through_warmed_pages_read_back_after_a_reopen)
     uint64_t first_end;
 
     env_open(&e);
-    EXPECT(store_warm_start(e.store));
+    EXPECT(store_warm_start(e.store, STORE_WARM_FREE));
     EXPECT(wait_ready(e.store, STORE_WARM_AHEAD) >= STORE_WARM_AHEAD);
     first_end = committed_end(e.store);
     /* ~1 KB a record: past twice the warmed range. */
@@ -147,8 +159,65 @@ TEST(close_stops_a_running_warmer)
     struct env e = {0};
 
     env_open(&e);
-    EXPECT(store_warm_start(e.store));
-    EXPECT(store_warm_start(e.store)); /* one warmer a store */
+    EXPECT(store_warm_start(e.store, STORE_WARM_FREE));
+    EXPECT(store_warm_start(e.store, STORE_WARM_FREE)); /* one warmer a store */
     EXPECT(wait_ready(e.store, STORE_WARM_AHEAD) >= STORE_WARM_AHEAD);
+    env_close(&e);
+}
+
+static uint64_t file_size(struct store *s)
+{
+    mdb_filehandle_t fd;
+    struct stat st;
+
+    EXPECT_EQ_I64(mdb_env_get_fd(s->env, &fd), 0);
+    EXPECT_EQ_I64(fstat(fd, &st), 0);
+    return (uint64_t)st.st_size;
+}
+
+/* A snapshot restore swaps data.mdb for a compact copy whose end lies
+ * below what the warmer had reached in the old file: it warms the new file
+ * from its own end, not by the old one's count. */
+TEST(a_swapped_environment_is_warmed_from_its_own_end)
+{
+    struct env e = {0};
+    struct err err = {0};
+    char copy[96];
+    mdb_filehandle_t fd;
+    uint64_t end;
+
+    env_open(&e);
+    for (int k = 0; k < 20; k++) {
+        push_records(&e, k * 1000, 1000);
+    }
+    EXPECT(store_warm_start(e.store, STORE_WARM_FREE));
+    EXPECT(wait_ready(e.store, STORE_WARM_AHEAD) >= STORE_WARM_AHEAD);
+    snprintf(copy, sizeof(copy), "%s/copy.mdb", e.dir);
+    EXPECT_EQ_I64(store_copy_compact(e.store, copy, &err), 0);
+    EXPECT_EQ_I64(store_swap_file(e.store, copy, &err), 0);
+    wait_rounds(e.store, store_warm_rounds(e.store) + 2); /* one since */
+    EXPECT(wait_ready(e.store, STORE_WARM_AHEAD) >= STORE_WARM_AHEAD);
+    end = committed_end(e.store);
+    EXPECT(file_size(e.store) >= end + STORE_WARM_AHEAD);
+    EXPECT_EQ_I64(mdb_env_get_fd(e.store->env, &fd), 0);
+    EXPECT_EQ_U64(resident_pages(fd, end, STORE_WARM_AHEAD),
+                  STORE_WARM_AHEAD / (uint64_t)sysconf(_SC_PAGESIZE));
+    EXPECT_EQ_I64(high_watermark(&e), 20000);
+    env_close(&e);
+}
+
+/* With less than keep_free bytes free the warmer allocates nothing. */
+TEST(no_page_is_allocated_below_the_free_space_kept)
+{
+    struct env e = {0};
+    uint64_t size;
+
+    env_open(&e);
+    push_records(&e, 0, 100);
+    size = file_size(e.store);
+    EXPECT(store_warm_start(e.store, UINT64_MAX));
+    wait_rounds(e.store, 5);
+    EXPECT_EQ_U64(store_warm_ready(e.store), 0);
+    EXPECT_EQ_U64(file_size(e.store), size);
     env_close(&e);
 }
