@@ -1417,21 +1417,28 @@ def test_a_record_missing_after_the_last_names_its_windows_manifest(logged):
         ours
 
 
-@pytest.mark.parametrize("damage", ["unsorted", "duplicate"])
-def test_checkpoint_positions_out_of_order_or_twice_are_refused(bucket,
-                                                                damage):
-    """A checkpoint's positions are sorted by partition name, one each
-    (docs/design/formats.md §4): two swapped, or one written twice, with
-    the offsets still right, are a violation naming the checkpoint."""
+def two_partition_lake(bucket, queue, **kw):
+    """Two windows of queue, one record in each of partitions a and b in
+    each, written with make_lake (kw: its options); the boto3 client."""
     t0 = st.T0
-    queue = "cp-" + damage
     windows = [(t0 + k * 100, t0 + (k + 1) * 100,
                 [(p, k, "t-%s-%d" % (p, k), t0 + k * 100 + 1, b"1")
                  for p in ("a", "b")]) for k in range(2)]
     c = bucket.boto3()
     lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
                                                   Body=body),
-                   PREFIX, TENANT, queue, windows, checkpoint_every=1)
+                   PREFIX, TENANT, queue, windows, **kw)
+    return c
+
+
+@pytest.mark.parametrize("damage", ["unsorted", "duplicate"])
+def test_checkpoint_positions_out_of_order_or_twice_are_refused(bucket,
+                                                                damage):
+    """A checkpoint's positions are sorted by partition name, one each
+    (docs/design/formats.md §4): two swapped, or one written twice, with
+    the offsets still right, are a violation naming the checkpoint."""
+    queue = "cp-" + damage
+    c = two_partition_lake(bucket, queue, checkpoint_every=1)
     rc, out = verify_json(bucket, "--queue", queue, check=0)
     key = lake.checkpoint_key(PREFIX, TENANT, queue, 1)
     doc = json.loads(lake.decompress(
@@ -1454,15 +1461,8 @@ def test_manifest_positions_out_of_order_or_twice_are_refused(bucket,
     checkpoint's are (docs/design/formats.md §3): two swapped, or one
     written twice, are a violation naming the manifest, and restore stops
     there."""
-    t0 = st.T0
     queue = "mpos-" + damage
-    windows = [(t0 + k * 100, t0 + (k + 1) * 100,
-                [(p, k, "t-%s-%d" % (p, k), t0 + k * 100 + 1, b"1")
-                 for p in ("a", "b")]) for k in range(2)]
-    c = bucket.boto3()
-    lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
-                                                  Body=body),
-                   PREFIX, TENANT, queue, windows)
+    c = two_partition_lake(bucket, queue)
     key = lake.manifest_key(PREFIX, TENANT, queue, 1)
     m = json.loads(c.get_object(Bucket="lake", Key=key)["Body"].read())
     m["positions"] = [["a", 1], ["b", 1]]
