@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -15,6 +16,8 @@
 
 #define WARM_PERIOD_NS    10000000L /* a round every 10 ms */
 #define WARM_READ         ((size_t)1 << 20)
+#define WARM_STEP         ((uint64_t)4 << 20) /* at most per round (4) */
+#define WARM_NICE         10                  /* (4) */
 #define WARM_PAUSE_ROUNDS 100 /* ~1 s without trying after a failure */
 
 struct store_warm {
@@ -65,9 +68,10 @@ static bool warm_where(struct store_warm *w, uint64_t *end, int *fd)
 
 /* Reads [from, to) of the file once, a WARM_READ at a time, taking
  * swap_lock for each read only, so a swap waits one read at most; stops
- * when the environment was swapped meanwhile. */
-static void warm_read(struct store_warm *w, uint64_t gen, uint64_t from,
-                      uint64_t to)
+ * when the environment was swapped meanwhile or a read failed. Returns
+ * how far it read: only that much counts as warmed. */
+static uint64_t warm_read(struct store_warm *w, uint64_t gen, uint64_t from,
+                          uint64_t to)
 {
     struct store *s = w->s;
 
@@ -83,13 +87,14 @@ static void warm_read(struct store_warm *w, uint64_t gen, uint64_t from,
         }
         pthread_rwlock_unlock(&s->swap_lock);
         if (!is_same) {
-            return;
+            return at;
         }
     }
+    return to;
 }
 
 /* One round: when less than STORE_WARM_AHEAD past the end is ready,
- * allocate up to twice that (2) and read it once. */
+ * allocate the next WARM_STEP of up to twice that (2) and read it once. */
 static void warm_round(struct store_warm *w)
 {
     struct store *s = w->s;
@@ -105,6 +110,9 @@ static void warm_round(struct store_warm *w)
         warm_is_room(w, fd)) {
         from = w->warmed_to > end ? w->warmed_to : end;
         to = (end + 2 * STORE_WARM_AHEAD) & ~(uint64_t)(WARM_READ - 1);
+        if (to > from + WARM_STEP) {
+            to = from + WARM_STEP;
+        }
         if (fallocate(fd, 0, (off_t)from, (off_t)(to - from)) != 0) {
             w->is_off = errno == EOPNOTSUPP;
             w->paused = WARM_PAUSE_ROUNDS; /* a full disk, a quota */
@@ -113,10 +121,13 @@ static void warm_round(struct store_warm *w)
     }
     pthread_rwlock_unlock(&s->swap_lock);
     if (to > from) {
-        warm_read(w, gen, from, to);
+        uint64_t got = warm_read(w, gen, from, to);
         pthread_rwlock_rdlock(&s->swap_lock);
-        if (s->env_gen == gen) {
-            w->warmed_to = to;
+        if (s->env_gen == gen) { /* else the next round starts over */
+            w->warmed_to = got;
+            if (got < to) {
+                w->paused = WARM_PAUSE_ROUNDS; /* a failed read */
+            }
         }
         pthread_rwlock_unlock(&s->swap_lock);
     }
@@ -128,6 +139,9 @@ static void *warm_main(void *arg)
 {
     struct store_warm *w = arg;
 
+    /* a thread's own nice value on Linux; speed only, so a refusal (no
+     * CAP_SYS_NICE is needed to lower one's priority) changes nothing */
+    (void)setpriority(PRIO_PROCESS, (id_t)gettid(), WARM_NICE);
     pthread_mutex_lock(&w->mu);
     while (!w->is_stopping && !w->is_off) {
         struct timespec next;
