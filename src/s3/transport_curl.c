@@ -312,6 +312,9 @@ static int curl_perform(void *arg, const struct s3_http_request *req,
                          (req->stall_ms + 999) / 1000);
     }
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+    /* behind a proxy (https_proxy), its "200 Connection established" is
+     * not an answer of the bucket's: a silent bucket stays silent */
+    curl_easy_setopt(h, CURLOPT_SUPPRESS_CONNECT_HEADERS, 1L);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &x);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);

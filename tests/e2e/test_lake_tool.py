@@ -596,6 +596,95 @@ def test_a_bucket_that_never_answers_is_one_line_in_seconds():
             assert took < 30, (args, took)
 
 
+class ConnectProxy:
+    """An HTTP proxy on 127.0.0.1 that answers every CONNECT with "200
+    Connection established" and then pipes the bytes both ways to the
+    port named, as an https_proxy does."""
+
+    def __enter__(self):
+        import socket
+        import threading
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.tunnels = 0
+        self.held = []
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def _accept(self):
+        import socket
+        import threading
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:  # the listener closed: the test is over
+                return
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                head += chunk
+            verb, target = head.split(b" ")[:2]
+            if verb != b"CONNECT":
+                conn.close()
+                continue
+            host, port = target.decode().rsplit(":", 1)
+            origin = socket.create_connection((host, int(port)))
+            self.held += [conn, origin]
+            self.tunnels += 1
+            conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            for a, b in ((conn, origin), (origin, conn)):
+                threading.Thread(target=self._pipe, args=(a, b),
+                                 daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    return
+                dst.sendall(data)
+        except OSError:
+            return
+
+    def __exit__(self, *exc):
+        import socket
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+        for c in self.held:
+            c.close()
+
+
+def test_a_silent_bucket_behind_a_proxy_is_one_line_in_seconds():
+    """Behind an https_proxy (curl takes it from the environment), a bucket
+    that accepts the tunnel and never answers its TLS handshake is one line
+    after the connect timeout (5 s), exit 2, not a timeout retried for
+    30 s: the proxy's own "200 Connection established" is not an answer of
+    the bucket's."""
+    with MutePeer() as mute, ConnectProxy() as proxy:
+        env = {"PATH": os.environ.get("PATH", ""), **CREDS,
+               "https_proxy": proxy.url}
+        ep = "https://127.0.0.1:%d" % mute.port
+        cmd = [queen_bin(), "lake", "verify", "--endpoint", ep, "--bucket",
+               "lake", "--path-style", "--queue", "q", "--json"]
+        p, took = run_timed(cmd, env, 60)
+        assert proxy.tunnels >= 1, "the tool did not go through the proxy"
+        assert p.returncode == 2, p
+        lines = p.stderr.splitlines()
+        assert len(lines) == 1 and "retrying" not in p.stderr, p
+        assert "timeout" in lines[0].lower(), p
+        assert json.loads(p.stdout)["error"] in lines[0], p
+        assert "queen-secret-key" not in p.stdout + p.stderr, p
+        assert took < 20, took
+
+
 def test_a_broker_that_never_answers_is_given_up_in_about_30_s(bucket):
     """--broker or --to naming a port that accepts and never answers: each
     try ends after 10 s of silence, and the tries after 30 s: exit 2 naming
