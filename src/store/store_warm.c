@@ -17,7 +17,7 @@
 #define WARM_PERIOD_NS    10000000L /* a round every 10 ms */
 #define WARM_READ         ((size_t)1 << 20)
 #define WARM_STEP         ((uint64_t)4 << 20) /* at most per round (4) */
-#define WARM_NICE         10                  /* (4) */
+#define WARM_NICE         10                  /* above the broker's own (4) */
 #define WARM_PAUSE_ROUNDS 100 /* ~1 s without trying after a failure */
 
 struct store_warm {
@@ -94,7 +94,7 @@ static uint64_t warm_read(struct store_warm *w, uint64_t gen, uint64_t from,
 }
 
 /* One round: when less than STORE_WARM_AHEAD past the end is ready,
- * allocate the next WARM_STEP of up to twice that (2) and read it once. */
+ * allocate the next WARM_STEP (2) and read it once. */
 static void warm_round(struct store_warm *w)
 {
     struct store *s = w->s;
@@ -109,10 +109,7 @@ static void warm_round(struct store_warm *w)
     if (warm_where(w, &end, &fd) && w->warmed_to < end + STORE_WARM_AHEAD &&
         warm_is_room(w, fd)) {
         from = w->warmed_to > end ? w->warmed_to : end;
-        to = (end + 2 * STORE_WARM_AHEAD) & ~(uint64_t)(WARM_READ - 1);
-        if (to > from + WARM_STEP) {
-            to = from + WARM_STEP;
-        }
+        to = (from + WARM_STEP) & ~(uint64_t)(WARM_READ - 1);
         if (fallocate(fd, 0, (off_t)from, (off_t)(to - from)) != 0) {
             w->is_off = errno == EOPNOTSUPP;
             w->paused = WARM_PAUSE_ROUNDS; /* a full disk, a quota */
@@ -138,10 +135,16 @@ static void warm_round(struct store_warm *w)
 static void *warm_main(void *arg)
 {
     struct store_warm *w = arg;
+    int base;
 
     /* a thread's own nice value on Linux; speed only, so a refusal (no
      * CAP_SYS_NICE is needed to lower one's priority) changes nothing */
-    (void)setpriority(PRIO_PROCESS, (id_t)gettid(), WARM_NICE);
+    errno = 0;
+    base = getpriority(PRIO_PROCESS, (id_t)gettid());
+    if (errno == 0) {
+        (void)setpriority(PRIO_PROCESS, (id_t)gettid(),
+                          base + WARM_NICE < 19 ? base + WARM_NICE : 19);
+    }
     pthread_mutex_lock(&w->mu);
     while (!w->is_stopping && !w->is_off) {
         struct timespec next;

@@ -11,7 +11,7 @@
  * ~140k records/s; a plain program writing a file at 250 MB/s paid 300
  * us of CPU per MB for 5 s and 1,900 after (docs/internals/store-raft.md).
  *
- * A thread of this module keeps STORE_WARM_AHEAD to twice that past the
+ * A thread of this module keeps at least STORE_WARM_AHEAD past the
  * last committed page allocated (fallocate: it only ever extends, so it
  * cannot race the writer's own growth) and read once (pread of the
  * unwritten range: zeros, no disk read), so the page cache holds those
@@ -24,14 +24,15 @@
  *       (the broker keeps STORE_WARM_FREE and four raft segments), so the
  *       warmer never takes the space the raft log and the commits need
  *       next: it is off on a nearly full disk, and may leave free space
- *       2 x STORE_WARM_AHEAD below keep_free at most. A failed fallocate
- *       (a full disk, a quota) pauses it for about a second; a file system
+ *       one step (4 MiB) below keep_free at most. A failed fallocate (a
+ *       full disk, a quota) pauses it for about a second; a file system
  *       without fallocate stops it for good.
  *   (3) It holds swap_lock shared for each step (the fallocate, each 1 MiB
  *       read), so a snapshot restore waits one step at most, and starts
  *       over when the environment was swapped (store->env_gen moved).
- *   (4) It warms at most 4 MiB a round (a round every 10 ms: up to 400
- *       MiB/s, above any commit rate measured here), at nice 10. Warmed
+ *   (4) It warms 4 MiB a round while less than STORE_WARM_AHEAD is ready
+ *       (a round every 10 ms: up to 400 MiB/s, above any commit rate
+ *       measured here), at nice 10 above the broker's. Warmed
  *       64 MiB at a time, its bursts of a core took the broker's other
  *       threads' and wrk's share on a 2-core machine, and the closed
  *       loop's p99 rose from ~16 to ~22 ms; in steps at nice 10 it was
