@@ -30,7 +30,10 @@ byte order) and reports CommonPrefixes wrongly.  The proxy therefore:
       down503, 503 SlowDown with Retry-After, 500 InternalError, PUTs held
       for a time or until released, 403 AccessDenied (a refusal no client
       retries), "drop": the request is carried out and
-      its answer never sent, the connection closed instead, "opaque_etag":
+      its answer never sent, the connection closed instead, "stall": the
+      request is carried out, its status line, headers and half its body
+      sent, then nothing for ms (or until released) before the connection
+      closes, as a bucket that hangs mid-answer, "opaque_etag":
       a PUT's answer carries a random 32-hex ETag that is no MD5, as AWS
       answers under SSE-KMS) and counts what fired;
   (6) logs one JSON line per request (never a secret), with the
@@ -90,7 +93,7 @@ UPLOAD_ID_RE = re.compile(r"^[0-9a-zA-Z_-]{1,128}$")
 LIST_PARAMS = {"list-type", "prefix", "delimiter", "max-keys", "start-after",
                "continuation-token", "encoding-type", "fetch-owner", "marker"}
 FAULT_KINDS = ("down", "down503", "503", "500", "403", "hold", "drop",
-               "opaque_etag")
+               "stall", "opaque_etag")
 
 
 class S3Fail(Exception):
@@ -359,8 +362,9 @@ class Faults:
         kind = spec.get("kind")
         if kind not in FAULT_KINDS:
             raise ValueError("kind must be one of %s" % ", ".join(FAULT_KINDS))
-        if kind == "hold" and not isinstance(spec.get("ms"), (int, float)):
-            raise ValueError("a hold fault needs ms")
+        if kind in ("hold", "stall") and \
+                not isinstance(spec.get("ms"), (int, float)):
+            raise ValueError("a %s fault needs ms" % kind)
         count = spec.get("count", 1)
         if not isinstance(count, int):
             raise ValueError("count must be an integer")
@@ -531,7 +535,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         req.sse_kms_key_id = self.headers.get(
             "x-amz-server-side-encryption-aws-kms-key-id")
         self.status, self.code, self.sent, self.fault = 0, None, 0, None
-        self.drop, self.etag = False, None
+        self.drop, self.etag, self.stall_ms = False, None, None
         self.n_in, self.logged = 0, False
         with app.faults.lock:
             app.faults.inflight += 1
@@ -648,11 +652,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         headers = self.lower_headers()
         app.verifier.verify(req.method, req.raw_path, req.raw_query, headers)
         check_digests(headers, body)
-        f = app.faults.take(("drop", "opaque_etag"), req.method, key,
-                            req.query)
+        f = app.faults.take(("drop", "stall", "opaque_etag"), req.method,
+                            key, req.query)
         if f is not None:
             self.fault = f["kind"]
             self.drop = f["kind"] == "drop"
+            if f["kind"] == "stall":
+                self.stall_ms = f["ms"]
             if f["kind"] == "opaque_etag":
                 self.etag = '"%s"' % os.urandom(16).hex()
         app.route(self, req, headers, body)
@@ -686,17 +692,34 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if status != 204:
             self.send_header("Content-Length",
                              str(len(body) if length is None else length))
+        if self.stall_ms is not None:
+            self.send_header("Connection", "close")
         self.log_once(len(body))
         self.end_headers()
+        if self.stall_ms is not None:
+            self.stalled(body)
+            return
         if body:
             self.wfile.write(body)
             self.sent += len(body)
+
+    def stalled(self, body):
+        """Under a "stall" fault, after the status line and headers (with
+        Connection: close, so that no client sends its next request into
+        the hold): half the body, then nothing for the fault's ms (or until
+        released), then the connection closes."""
+        self.wfile.write(body[:len(body) // 2])
+        self.sent += len(body) // 2
+        self.wfile.flush()
+        self.app.faults.hold(self.stall_ms)
+        self.close_connection = True
 
     def relay(self, resp, req, rewrite=None):
         """Send s3rver's answer on, streaming large bodies."""
         self.status = resp.status
         length = resp.getheader("Content-Length")
-        small = length is None or int(length) <= 65536 or rewrite
+        small = length is None or int(length) <= 65536 or rewrite or \
+            self.stall_ms is not None
         data = resp.read() if small and req.method != "HEAD" else None
         if resp.status >= 300 and data:
             m = re.search(rb"<Code>([^<]*)</Code>", data)
@@ -714,11 +737,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 value = self.etag
             if name.lower() not in HOP_HEADERS:
                 self.send_header(name, value)
+        if self.stall_ms is not None:
+            self.send_header("Connection", "close")
         if data is not None:
             if resp.status != 204:
                 self.send_header("Content-Length", str(len(data)))
             self.log_once(len(data))
             self.end_headers()
+            if self.stall_ms is not None:
+                self.stalled(data)
+                return
             self.wfile.write(data)
             self.sent += len(data)
             return
@@ -727,6 +755,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.log_once(int(length or 0) if req.method != "HEAD" else 0)
         self.end_headers()
         if req.method == "HEAD":
+            if self.stall_ms is not None:
+                self.stalled(b"")
             return
         while True:
             chunk = resp.read(1 << 20)

@@ -397,6 +397,33 @@ def test_release_ends_a_long_hold_at_once(bucket):
     c.put_object(Bucket="lake", Key="held/k2", Body=b"now")  # count used up
 
 
+def test_a_stalled_get_sends_its_head_and_half_then_hangs(bucket):
+    """Under a "stall" fault a GET gets its status line, its headers (the
+    whole length) and half the body, then nothing until the hold ends
+    (here: released), then the connection closes: the body stays short."""
+    c = bucket.boto3()
+    body = bytes(range(256)) * 8
+    c.put_object(Bucket="lake", Key="st/k", Body=body)
+    bucket.fault("stall", count=1, method="GET", prefix="st/", ms=120000)
+
+    def get():
+        r = c.get_object(Bucket="lake", Key="st/k")
+        got = (r["ResponseMetadata"]["HTTPStatusCode"], r["ContentLength"])
+        try:
+            r["Body"].read()
+        except Exception as e:  # the short body, whatever botocore calls it
+            return got + (type(e).__name__,)
+        return got + ("whole",)
+    stalled = Background(get)
+    wait_until(lambda: bucket.stats()["held"] == 1, 60, "the GET to stall")
+    assert bucket.release_held() == 1
+    status, length, end = stalled.result(60)
+    assert (status, length) == (200, len(body))
+    assert end != "whole", end
+    assert bucket.stats()["faults"]["stall"] == 1
+    assert c.get_object(Bucket="lake", Key="st/k")["Body"].read() == body
+
+
 def test_request_log_has_one_json_line_per_request(bucket):
     c = bucket.boto3()
     c.put_object(Bucket="lake", Key="log/é k", Body=b"12345")
