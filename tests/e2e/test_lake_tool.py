@@ -17,6 +17,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -665,9 +666,10 @@ class ConnectProxy:
 def test_a_silent_bucket_behind_a_proxy_is_one_line_in_seconds():
     """Behind an https_proxy (curl takes it from the environment), a bucket
     that accepts the tunnel and never answers its TLS handshake is one line
-    after the connect timeout (5 s), exit 2, not a timeout retried for
-    30 s: the proxy's own "200 Connection established" is not an answer of
-    the bucket's."""
+    after the connect timeout (5 s), exit 2, not a timeout retried. (This
+    covers the tunnel only: a bucket silent after a handshake, where the
+    proxy's own "200 Connection established" must not count as the
+    bucket's answer, needs a certificate the tool trusts.)"""
     with MutePeer() as mute, ConnectProxy() as proxy:
         env = {"PATH": os.environ.get("PATH", ""), **CREDS,
                "https_proxy": proxy.url}
@@ -683,6 +685,44 @@ def test_a_silent_bucket_behind_a_proxy_is_one_line_in_seconds():
         assert json.loads(p.stdout)["error"] in lines[0], p
         assert "queen-secret-key" not in p.stdout + p.stderr, p
         assert took < 20, took
+
+
+def test_a_bucket_that_stalls_after_answering_is_retried_then_given_up(
+        bucket):
+    """Once the bucket answered (the listings), an object's GET that sends
+    its head and half its body and then nothing is a transient fault: cut
+    after about 10 s of silence and retried, and the run is exact. A
+    bucket that stalls every such GET is given up after the client's six
+    tries: exit 2 with one line naming the timeout, not a hang, nor six
+    tries of the 120 s a request may take."""
+    small_lake(bucket, "stalls")
+    args = ("verify", "--queue", "stalls", "--json")
+    try:
+        bucket.fault("stall", count=1, method="GET", prefix=PREFIX,
+                     ms=120000)
+        t0 = time.monotonic()
+        p = tool(bucket, *args, timeout=60)
+        took = time.monotonic() - t0
+        assert p.returncode == 0, (p.stdout, p.stderr)
+        assert json.loads(p.stdout)["queues"][0]["violations"] == [], p
+        assert bucket.stats()["faults"]["stall"] == 1
+        assert 9 < took < 45, took  # one stall cut, then the retry
+        bucket.release_held()
+        bucket.fault("stall", count=-1, method="GET", prefix=PREFIX,
+                     ms=120000)
+        t0 = time.monotonic()
+        p = tool(bucket, *args, timeout=240)
+        took = time.monotonic() - t0
+        assert p.returncode == 2, (p.stdout, p.stderr)
+        err = json.loads(p.stdout)["error"]
+        assert "timeout" in err.lower() or "timed out" in err.lower(), err
+        assert err in p.stderr.splitlines()[-1], p.stderr
+        assert "queen-secret-key" not in p.stdout + p.stderr
+        assert bucket.stats()["faults"]["stall"] >= 1 + 6, bucket.stats()
+        assert 50 < took < 200, took
+    finally:
+        bucket.clear_faults()
+        bucket.release_held()
 
 
 def test_a_broker_that_never_answers_is_given_up_in_about_30_s(bucket):
