@@ -550,7 +550,10 @@ class MutePeer:
                 conn, _ = self.listener.accept()
             except OSError:  # the listener closed: the test is over
                 return
-            self.held.append(conn)
+            self.on_connection(conn)
+
+    def on_connection(self, conn):
+        self.held.append(conn)
 
     def __exit__(self, *exc):
         import socket
@@ -597,49 +600,34 @@ def test_a_bucket_that_never_answers_is_one_line_in_seconds():
             assert took < 30, (args, took)
 
 
-class ConnectProxy:
+class ConnectProxy(MutePeer):
     """An HTTP proxy on 127.0.0.1 that answers every CONNECT with "200
     Connection established" and then pipes the bytes both ways to the
     port named, as an https_proxy does."""
 
-    def __enter__(self):
-        import socket
-        import threading
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(16)
-        self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
-        self.tunnels = 0
-        self.held = []
-        threading.Thread(target=self._accept, daemon=True).start()
-        return self
+    tunnels = 0
 
-    def _accept(self):
+    def on_connection(self, conn):
         import socket
         import threading
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:  # the listener closed: the test is over
-                return
-            head = b""
-            while b"\r\n\r\n" not in head:
-                chunk = conn.recv(4096)
-                if not chunk:
-                    break
-                head += chunk
-            verb, target = head.split(b" ")[:2]
-            if verb != b"CONNECT":
-                conn.close()
-                continue
-            host, port = target.decode().rsplit(":", 1)
-            origin = socket.create_connection((host, int(port)))
-            self.held += [conn, origin]
-            self.tunnels += 1
-            conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            for a, b in ((conn, origin), (origin, conn)):
-                threading.Thread(target=self._pipe, args=(a, b),
-                                 daemon=True).start()
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+        verb, target = (head.split(b" ") + [b"", b""])[:2]
+        if verb != b"CONNECT":
+            conn.close()
+            return
+        host, port = target.decode().rsplit(":", 1)
+        origin = socket.create_connection((host, int(port)))
+        self.held += [conn, origin]
+        self.tunnels += 1
+        conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        for a, b in ((conn, origin), (origin, conn)):
+            threading.Thread(target=self._pipe, args=(a, b),
+                             daemon=True).start()
 
     @staticmethod
     def _pipe(src, dst):
@@ -651,16 +639,6 @@ class ConnectProxy:
                 dst.sendall(data)
         except OSError:
             return
-
-    def __exit__(self, *exc):
-        import socket
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.listener.close()
-        for c in self.held:
-            c.close()
 
 
 def test_a_silent_bucket_behind_a_proxy_is_one_line_in_seconds():
