@@ -692,8 +692,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if status != 204:
             self.send_header("Content-Length",
                              str(len(body) if length is None else length))
-        if self.stall_ms is not None:
-            self.send_header("Connection", "close")
         self.log_once(len(body))
         self.end_headers()
         if self.stall_ms is not None:
@@ -702,6 +700,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if body:
             self.wfile.write(body)
             self.sent += len(body)
+
+    def end_headers(self):
+        """Every answer under a "stall" fault closes its connection, so
+        that no client sends its next request into the hold. getattr:
+        http.server's own errors come before serve() sets the field."""
+        if getattr(self, "stall_ms", None) is not None:
+            self.send_header("Connection", "close")
+        super().end_headers()
 
     def stalled(self, body):
         """Under a "stall" fault, after the status line and headers (with
@@ -737,8 +743,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 value = self.etag
             if name.lower() not in HOP_HEADERS:
                 self.send_header(name, value)
-        if self.stall_ms is not None:
-            self.send_header("Connection", "close")
         if data is not None:
             if resp.status != 204:
                 self.send_header("Content-Length", str(len(data)))
