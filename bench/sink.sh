@@ -6,6 +6,8 @@
 # 300000 commits one window); BENCH_SINK_PERF / BENCH_SINK_STDERR name files
 # for round 1's perf profile / node log. BENCH_CORPUS picks the corpora of
 # bench/corpus.py (events,telemetry,entropy by default), each run in turn.
+# BENCH_BUCKET: s3rver (behind the proxy; the default) or rgw (Ceph RGW,
+# written to directly).
 # Usage: bench/sink.sh [build-dir]   (make bench runs it via scripts/bench.sh;
 # QUEEN_BIN, when set, names the binary to measure instead)
 set -euo pipefail

@@ -52,17 +52,19 @@ def bench_env(bucket, **over):
 
 class BenchRun:
     """`with BenchRun(prefix) as run:` a temp dir (run.tmp) and the test
-    bucket (run.bucket); run.start_node(env) boots a node in tmp/data.  On
-    the way out the node (unless run.node was set to None) and the bucket
-    are stopped and the dir removed."""
+    bucket (run.bucket, of tests/bucket's `kind`: s3rver or rgw, by
+    default $QUEEN_TEST_BUCKET or s3rver); run.start_node(env) boots a
+    node in tmp/data.  On the way out the node (unless run.node was set to
+    None) and the bucket are stopped and the dir removed."""
 
-    def __init__(self, prefix):
+    def __init__(self, prefix, kind=None):
         self.prefix = prefix
+        self.kind = kind
         self.tmp = self.bucket = self.node = None
 
     def __enter__(self):
         self.tmp = tempfile.mkdtemp(prefix=self.prefix)
-        self.bucket = TestBucket(buckets=["lake"]).start()
+        self.bucket = TestBucket(buckets=["lake"], kind=self.kind).start()
         return self
 
     def start_node(self, env):

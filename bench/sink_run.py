@@ -1,50 +1,54 @@
 """bench/sink helper: the embedded sink's throughput beside `zstd -3` on one
-core, as the median of several rounds.
-
-Each corpus of bench/corpus.py named in BENCH_CORPUS (a comma list; all
-three by default: events, telemetry, entropy) is run in turn, with its own
-preload and summary.  A queue `bench.sink` is pre-loaded once with N
-records (BENCH_SINK_RECORDS, default 1,000,000) of the corpus over 64
-partitions, pushed with the sink off in batches of 1000; the node is stopped and its data directory
-copied aside (pristine).  Then each of BENCH_SINK_ROUNDS rounds (default 3)
-replaces the node's data directory with a fresh copy of the pristine one,
-gives the sink a prefix of its own (QUEEN_S3_PREFIX=queen-r<i>, so that no
-round sees another's objects) and boots the node with the sink on
-(QUEEN_S3_START=earliest, default window settings, zstd) against the test
-bucket (tests/bucket: s3rver behind our proxy).  A round measures the time
-from the sink's start to the commit pointer announcing every record, both
-read from the node's info log (the broker's own boot, which replays its
-log, comes before and is printed apart), or up to the last commit when
-none came for QUIET_S: the tail window under target MB closes only by age,
-so it is left out, its time and its bytes.  The objects of the windows the
-round committed are decompressed into the JSONL they hold (a window still
-in upload is left out too), and the peers compress those same bytes in the
+core, as the median of several rounds. Each corpus of bench/corpus.py named
+in BENCH_CORPUS (a comma list; all three by default: events, telemetry,
+entropy) is run in turn, with its own preload and summary. A queue
+`bench.sink` is pre-loaded once with N records (BENCH_SINK_RECORDS, default
+1,000,000) of the corpus over 64 partitions, pushed with the sink off in
+batches of 1000; the node is stopped and its data directory copied aside
+(pristine). Then each of BENCH_SINK_ROUNDS rounds (default 3) replaces the
+node's data directory with a fresh copy of the pristine one, gives the sink
+a prefix of its own (QUEEN_S3_PREFIX=queen-r<i>, so that no round sees
+another's objects) and boots the node with the sink on
+(QUEEN_S3_START=earliest, default window settings, zstd) against a test
+bucket (tests/bucket): BENCH_BUCKET=s3rver (the default) is s3rver behind
+the Python proxy; BENCH_BUCKET=rgw is Ceph RGW of tests/bucket/rgw.py
+(memstore), which the sink writes to directly, not through the proxy. On a
+two-core machine s3rver is the faster of the two for the sink (RGW's
+daemons take CPU from it: 160 against 138 MB/s, medians of 3 rounds each,
+events, 2026-12-06), so it is the default. A round measures the time from
+the sink's start to the commit pointer announcing every record, both read
+from the node's info log (the broker's own boot, which replays its log,
+comes before and is printed apart), or up to the last commit when none came
+for QUIET_S: the tail window under target MB closes only by age, so it is
+left out, its time and its bytes. The objects of the windows the round
+committed are decompressed into the JSONL they hold (a window still in
+upload is left out too), and the peers compress those same bytes in the
 same round: `zstd -3 --single-thread --no-asyncio` (one core: one thread
 does the I/O and the compression; the goal's peer) and `zstd -3 -T1` (for
 reference: zstd 1.5's CLI overlaps file I/O on extra threads, so its CPU
-exceeds its wall time).  Per round it prints MB/s of uncompressed
-JSONL per sink thread, the peers' MB/s and the ratios to both, the bucket's
-share of the time (sum of `ms` in the proxy's request log, this round's
-lines only), and the CPU-seconds per record of the sink (the queen-s3
-threads, zstd's worker among them, plus the helper threads that exited
-meanwhile: one uploader per window) and of the whole process.  The summary
-prints medians (and ranges) over the rounds: sink MB/s, each peer's MB/s,
-the per-round ratios to each peer (the goal: sink / zstd on one core >=
-0.8), the CPU ratio and the bucket's share; then the load average.
-Per round and as medians it also prints where the sink's CPU went, from
-the sink's own counters (queen_s3_stage_cpu_seconds_total of /metrics,
-docs/design/observability.md §2) between the sink's start and its last
-commit: CPU-us per record and share of each stage (read, merge, format,
-compress, sha256, upload, rest), beside zstd one core's CPU-us per record
-over the same bytes, and what every stage but compress costs as a
-multiple of that floor (the goal: at most 0.25).  Reads run ahead of the
-commits (into the tail window, which is not counted), so read and merge
-are per record read (/status s3.stages.recordsRead), the others per
-record committed (a window built ahead while the one before goes up
-makes those a little high).  With
-BENCH_SINK_PERF=FILE the first round's sink phase runs under `perf record`
-into FILE (BENCH_SINK_PERF_HZ samples a second, 250 by default); with
-BENCH_SINK_STDERR=FILE the first round's node log is copied to FILE.
+exceeds its wall time). Per round it prints MB/s of uncompressed JSONL per
+sink thread, the peers' MB/s and the ratios to both, the bucket's share of
+the time (sum of `ms` in the proxy's request log, this round's lines only;
+not measured when the sink writes to RGW directly), and the CPU-seconds per
+record of the sink (the queen-s3 threads, zstd's worker among them, plus
+the helper threads that exited meanwhile: one uploader per window) and of
+the whole process. The summary prints medians (and ranges) over the rounds:
+sink MB/s, each peer's MB/s, the per-round ratios to each peer (the goal:
+sink / zstd on one core >= 0.8), the CPU ratio and the bucket's share; then
+the load average. Per round and as medians it also prints where the sink's
+CPU went, from the sink's own counters (queen_s3_stage_cpu_seconds_total of
+/metrics, docs/design/observability.md §2) between the sink's start and its
+last commit: CPU-us per record and share of each stage (read, merge,
+format, compress, sha256, upload, rest), beside zstd one core's CPU-us per
+record over the same bytes, and what every stage but compress costs as a
+multiple of that floor (the goal: at most 0.25). Reads run ahead of the
+commits (into the tail window, which is not counted), so read and merge are
+per record read (/status s3.stages.recordsRead), the others per record
+committed (a window built ahead while the one before goes up makes those a
+little high). With BENCH_SINK_PERF=FILE the first round's sink phase runs
+under `perf record` into FILE (BENCH_SINK_PERF_HZ samples a second, 250 by
+default); with BENCH_SINK_STDERR=FILE the first round's node log is copied
+to FILE.
 Never a test: it only prints.
 Usage: /usr/bin/python3 bench/sink_run.py [build-dir]"""
 import json
@@ -294,7 +298,8 @@ def sink_phase(node, b, total, prefix, first):
         perf.wait()
     keys = lake.bucket_reader(b).list_keys(
         lake.queue_root(prefix, TENANT, QUEUE) + "/")
-    r["ms"] = sum(x.get("ms") or 0 for x in b.log_lines()[n0:])
+    r["ms"] = (None if b.kind == "rgw" else  # direct: no proxy log
+               sum(x.get("ms") or 0 for x in b.log_lines()[n0:]))
     r["log"] = node.stderr()
     r["keys"] = committed_keys(keys, r["log"])
     node.stop()  # its drain may commit the tail window: not counted
@@ -318,7 +323,7 @@ def run_round(run, node, pristine, i, total):
     r["ours"] = r["mb"] / r["elapsed"] / r["threads"]
     r["ratio"] = {name: r["ours"] / (r["mb"] / secs)
                   for name, (secs, _) in r["peers"].items()}
-    r["share"] = r["ms"] / 1000 / r["elapsed"]
+    r["share"] = None if r["ms"] is None else r["ms"] / 1000 / r["elapsed"]
     r["load"] = os.getloadavg()
     print_round(i, total, r)
     return r
@@ -330,11 +335,11 @@ def print_round(i, total, r):
     print("round %d: sink %.1f MB/s per thread (%.1f MB of JSONL, %d of %d "
           "records, %.2f s from the sink's start to the last commit, %d "
           "thread(s)); zstd one core %.1f MB/s (CPU %.2f s), -T1 %.1f MB/s "
-          "(CPU %.2f s); ratio %.2f / %.2f; bucket %.0f%% of the time"
+          "(CPU %.2f s); ratio %.2f / %.2f; bucket %s of the time"
           % (i, r["ours"], r["mb"], n, total, r["elapsed"], r["threads"],
              r["mb"] / one[0], one[1], r["mb"] / ref[0], ref[1],
              r["ratio"][PEERS[0][0]], r["ratio"][PEERS[1][0]],
-             100 * r["share"]))
+             "n/a" if r["share"] is None else "%.0f%%" % (100 * r["share"])))
     print("  commits at %s s after the sink's start; process start to last "
           "commit %.2f s (boot to /health %.2f s); CPU: sink %.2f us/record, "
           "whole process %.2f us/record; load %.2f"
@@ -422,6 +427,11 @@ def print_summary(rounds):
           "other than compress: %s us/record, %s x that floor (goal <= 0.25)"
           % (med(rounds, zstd_us), med(rounds, other),
              med(rounds, lambda r: other(r) / zstd_us(r))))
+    if rounds[0]["share"] is None:
+        print("bucket: Ceph RGW (memstore), written to directly: its share "
+              "of the time is not measured (no proxy log)")
+        print("load average: %.2f %.2f %.2f" % os.getloadavg())
+        return
     nones = [x for x in (if_none_were(r, one) for r in rounds) if x]
     print("test bucket time (sum of request ms): %s %% of the sink's time "
           "(a window's PUTs run beside the next window's reads, so only "
@@ -434,10 +444,14 @@ def print_summary(rounds):
 def run_corpus(corpus_name, total, rounds):
     """Preload `total` records of the corpus, run the rounds on copies of
     that preload and print the summary."""
-    with BenchRun("queen-bench-sink.") as run:
+    with BenchRun("queen-bench-sink.",
+                  kind=os.environ.get("BENCH_BUCKET", "s3rver")) as run:
+        endpoint, key, secret = run.bucket.fastest_target()
         # default window settings
         env = bench_env(run.bucket, QUEEN_S3_QUEUES=QUEUE,
-                        QUEEN_S3_EMBEDDED="false", QUEEN_LOG_LEVEL="warn")
+                        QUEEN_S3_EMBEDDED="false", QUEEN_LOG_LEVEL="warn",
+                        QUEEN_S3_ENDPOINT=endpoint,
+                        QUEEN_S3_ACCESS_KEY=key, QUEEN_S3_SECRET_KEY=secret)
         node = run.start_node(env)
         t0 = time.monotonic()
         preload(node, total, corpus_name)

@@ -136,17 +136,6 @@ def _xargs(files, parallel):
     assert p.returncode == 0
 
 
-def target_of(b):
-    """(endpoint, access key, secret key) queen reads: RGW itself for the
-    rgw kind (the tenant user's key from the proxy's config), else the
-    proxy."""
-    if b.kind != "rgw":
-        return b.endpoint, b.access_key, b.secret_key
-    with open(os.path.join(b.workdir, "proxy.json"), encoding="utf-8") as f:
-        rgw = json.load(f)["rgw"]
-    return b.rgw_endpoint, rgw["access_key"], rgw["secret_key"]
-
-
 def fetch_objects(b, c, into):
     """The lake's data objects' stored bytes, one local file each."""
     files = []
@@ -183,7 +172,7 @@ def main():
                            align="hour")
             os.makedirs(os.path.join(tmp, "z"))
             files = fetch_objects(b, c, os.path.join(tmp, "z"))
-            target = target_of(b)
+            target = b.fastest_target()
             where = ("Ceph RGW 16.2 (memstore), read directly"
                      if kind == "rgw" else "s3rver behind the Python proxy")
             stored = sum(os.path.getsize(f) for f in files)

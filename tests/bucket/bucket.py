@@ -220,6 +220,7 @@ class TestBucket:
         for b in self.buckets:
             self.direct.create_bucket(Bucket=b)
         self.rgw_endpoint = "http://" + cell.endpoint
+        self.rgw_keys = (ak, sk)
         return {"endpoint": cell.endpoint, "access_key": ak,
                 "secret_key": sk}
 
@@ -305,6 +306,15 @@ class TestBucket:
         if self.kind == "rgw":
             return self.rgw_endpoint
         return "http://127.0.0.1:%d" % self.ready["s3rver_port"]
+
+    def fastest_target(self):
+        """(endpoint, access key, secret key) for a client that should
+        reach the bucket the fastest way, in benchmarks: RGW itself for the
+        rgw kind (the tenant user's key; no proxy, so no faults and no
+        request log), else the proxy."""
+        if self.kind == "rgw":
+            return (self.rgw_endpoint,) + self.rgw_keys
+        return self.endpoint, self.access_key, self.secret_key
 
     @property
     def control_endpoint(self):
