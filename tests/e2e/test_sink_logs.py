@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 
+import cpcell
 import loglines
 import pytest
 from sinkenv import wait_until
@@ -152,3 +153,49 @@ def test_an_unknown_log_format_is_refused_at_boot(tmp_path):
     assert len(fatal) == 1, rs
     assert fatal[0]["msg"] == ("FATAL: QUEEN_LOG_FORMAT=xml: not one of "
                                "text, logfmt, json"), fatal
+
+
+@pytest.mark.parametrize("fmt", ["logfmt", "json"])
+def test_a_control_plane_tenants_boot_line_has_the_same_fields(
+        broker_factory, bucket, fmt):
+    """docs/design/config.md §6: a control-plane tenant's sink logs its boot
+    line as "started the control plane's sink for a tenant", with cluster
+    and version in front of the environment sink's fields, in their order,
+    holding the tenant's own settings; never its secret."""
+    proxy_port = it.free_port()
+    # the sink on, but no environment sink: its settings are unset
+    node = broker_factory(env=cpcell.cell_env(proxy_port,
+                                              QUEEN_S3_EMBEDDED="true",
+                                              QUEEN_LOG_FORMAT=fmt))
+    node.proxy_port = proxy_port
+    tenant = cpcell.make_cluster(node, "acme", "acme-main")[
+        "broker_tenant_uuid"]
+    d = {"queues": "cp.orders,cp.more", "endpoint": bucket.endpoint,
+         "region": "us-east-1", "bucket": "lake", "accessKey": "queen",
+         "secretKey": "queen-secret-key", "pathStyle": True,
+         "prefix": "cp-lake", "compression": "gzip", "align": "none",
+         "maxWindowMs": 1500}
+    a = cpcell.cp(node, "PUT", "/api/cp/clusters/acme-main/s3", d)
+    assert a.status == 200, a
+    msg = "started the control plane's sink for a tenant"
+
+    def boot():
+        return [r for r in loglines.parse(node.stderr(), fmt)
+                if r["msg"] == msg]
+    lines = wait_until(boot, cpcell.RELOAD_S + 30, "the tenant's boot line")
+    assert len(lines) == 1, lines
+    r = lines[0]
+    assert r["level"] == "info" and r["area"] == "queen-s3", r
+    assert list(r)[4:] == ["cluster", "version"] + BOOT_FIELDS, r
+    assert r["cluster"], r
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", r["version"]), r
+    assert r["tenant"] == tenant and r["tenant"] != DEFAULT_TENANT, r
+    assert r["queues"] == "cp.orders,cp.more", r
+    assert r["s3"] == bucket.endpoint and r["bucket"] == "lake", r
+    assert r["prefix"] == "cp-lake" and r["compression"] == "gzip", r
+    assert r["align"] == "none" and r["max_window_ms"] == "1500", r
+    node.stop()
+    assert "queen-secret-key" not in node.stderr()
+    # no environment sink was set: no line of its own
+    assert [x for x in loglines.parse(node.stderr(), fmt)
+            if x["msg"].startswith("queen-s3 ")] == []
