@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "base/populate.h"
 #include "base/thread.h"
 
 /* 16 MiB: what a process holds ahead of its log is one chunk (the one the
@@ -27,16 +28,13 @@
  * same traffic differ by 64 MiB between two runs. Eight huge pages a chunk
  * still fault in ~1 ms on the prefaulter. */
 #define ARENA_CHUNK ((size_t)16 << 20)
-#define ARENA_HUGE  ((size_t)2 << 20)
+#define ARENA_HUGE  POPULATE_HUGE
 #define ARENA_HDR   16
 #define ARENA_BIG   (ARENA_CHUNK / 4)
 /* Spares kept: about the log libraft holds between two snapshots
  * (node.c's SNAP_LOG_BYTES, 448 MiB), so after the first snapshot nothing
  * faults. */
 #define ARENA_SPARES 28
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
-#endif
 
 struct chunk {
     struct chunk *next;
@@ -256,17 +254,12 @@ void arena_install(void)
     pthread_mutex_unlock(&arena_mu);
 }
 
-/* Fault c in, one huge page per call: a populate holds the process's mmap
- * lock, and an mmap elsewhere (malloc of a large block, LMDB) waits for it;
- * one call for the whole chunk held it for up to ~100 ms. */
+/* Fault c in, one huge page per call (base/populate.h): one call for the
+ * whole chunk held the mmap lock for up to ~100 ms. */
 static void chunk_populate(struct chunk *c)
 {
     for (size_t off = 0; off < ARENA_CHUNK; off += ARENA_HUGE) {
-        if (madvise(c->base + off, ARENA_HUGE, MADV_POPULATE_WRITE) != 0) {
-            for (size_t k = 0; k < ARENA_HUGE; k += 4096) {
-                c->base[off + k] = 0; /* an older kernel: touch each page */
-            }
-        }
+        populate_huge(c->base + off);
     }
 }
 
