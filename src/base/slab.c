@@ -1,11 +1,14 @@
 /* Slabs (see slab.h). */
 #include "base/slab.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #include "base/common.h"
+#include "base/populate.h"
+#include "base/thread.h"
 #include "base/xalloc.h"
 
 void slab_pool_init(struct slab_pool *p, size_t min_spare)
@@ -40,13 +43,150 @@ static char *slab_map(void)
     return at;
 }
 
+/* ---- Slabs made ahead (slab.h (A)) ------------------------------------- */
+
+static pthread_mutex_t ahead_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ahead_cv = PTHREAD_COND_INITIALIZER;
+static char *ahead[SLAB_AHEAD]; /* mapped, every page faulted in */
+static size_t n_ahead;
+static size_t n_tight;        /* pools keeping no spares: make none */
+static uint64_t n_taken;      /* slabs taken from the list, ever */
+static bool has_ahead_thread; /* started, or tried to */
+static bool is_ahead_allowed; /* slab_ahead_allow() */
+
+static void *ahead_main(void *arg)
+{
+    UNUSED(arg);
+    pthread_mutex_lock(&ahead_mu);
+    for (;;) {
+        char *m;
+
+        while (n_ahead == SLAB_AHEAD || n_tight > 0 || !is_ahead_allowed) {
+            pthread_cond_wait(&ahead_cv, &ahead_mu);
+        }
+        pthread_mutex_unlock(&ahead_mu);
+        m = slab_map();
+        if (m != NULL) {
+            populate_huge(m);
+        }
+        pthread_mutex_lock(&ahead_mu);
+        if (m == NULL) {
+            break; /* out of memory: stop; slab_new maps in place */
+        }
+        if (n_ahead == SLAB_AHEAD || n_tight > 0 || !is_ahead_allowed) {
+            (void)munmap(m, SLAB_SIZE); /* a pool went tight meanwhile */
+            continue;
+        }
+        ahead[n_ahead++] = m;
+    }
+    pthread_mutex_unlock(&ahead_mu);
+    return NULL;
+}
+
+/* A slab made ahead, or NULL (none ready, or tight): the thread starts
+ * with the first call and makes the next one. */
+static char *ahead_take(void)
+{
+    char *m = NULL;
+
+    pthread_mutex_lock(&ahead_mu);
+    if (!is_ahead_allowed) {
+        pthread_mutex_unlock(&ahead_mu);
+        return NULL;
+    }
+    if (!has_ahead_thread) {
+        /* not started: nothing is ever ready, slab_new maps in place */
+        has_ahead_thread = true;
+        (void)thread_start_detached(ahead_main, "queen-slabs");
+    }
+    if (n_ahead > 0 && n_tight == 0) {
+        m = ahead[--n_ahead];
+        n_taken++;
+    }
+    pthread_cond_signal(&ahead_cv);
+    pthread_mutex_unlock(&ahead_mu);
+    return m;
+}
+
+/* Under ahead_mu: empty the list into drop; returns how many. */
+static size_t ahead_empty(char **drop)
+{
+    size_t n = n_ahead;
+
+    memcpy(drop, ahead, n * sizeof(drop[0]));
+    n_ahead = 0;
+    return n;
+}
+
+/* Unmap what ahead_empty() took out (after the mutex). */
+static void ahead_unmap(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        (void)munmap(v[i], SLAB_SIZE);
+    }
+}
+
+void slab_ahead_allow(bool on)
+{
+    char *drop[SLAB_AHEAD];
+    size_t n = 0;
+
+    pthread_mutex_lock(&ahead_mu);
+    is_ahead_allowed = on;
+    if (!on) {
+        n = ahead_empty(drop);
+    }
+    pthread_cond_signal(&ahead_cv);
+    pthread_mutex_unlock(&ahead_mu);
+    ahead_unmap(drop, n);
+}
+
+/* A pool's is_tight moved from was to is: the first tight pool empties
+ * the list and stops the thread's work; the last one resumes it. */
+static void ahead_tight(bool was, bool is)
+{
+    char *drop[SLAB_AHEAD];
+    size_t n = 0;
+
+    if (was == is) {
+        return;
+    }
+    pthread_mutex_lock(&ahead_mu);
+    if (is) {
+        n_tight++;
+        n = ahead_empty(drop);
+    } else {
+        n_tight--;
+        pthread_cond_signal(&ahead_cv);
+    }
+    pthread_mutex_unlock(&ahead_mu);
+    ahead_unmap(drop, n);
+}
+
+size_t slab_ahead_ready(uint64_t *taken)
+{
+    size_t n;
+
+    pthread_mutex_lock(&ahead_mu);
+    n = n_ahead;
+    if (taken != NULL) {
+        *taken = n_taken;
+    }
+    pthread_mutex_unlock(&ahead_mu);
+    return n;
+}
+
 static struct slab *slab_new(struct slab_pool *p, size_t cap)
 {
     struct slab *s = xcalloc(1, sizeof(*s));
 
     p->bytes += cap;
     s->cap = cap;
-    s->data = cap == SLAB_SIZE ? slab_map() : NULL;
+    s->data = NULL;
+    if (cap == SLAB_SIZE) {
+        s->data = ahead_take();
+        s->data = s->data != NULL ? s->data : slab_map();
+    }
     s->is_mapped = s->data != NULL;
     if (s->data == NULL) {
         s->data = xmalloc(cap);
@@ -78,6 +218,8 @@ static void slab_release(struct slab_pool *p, struct slab *s)
 
 void slab_pool_free(struct slab_pool *p)
 {
+    ahead_tight(p->is_tight, false);
+    p->is_tight = false;
     if (p->cur != NULL) {
         slab_free(p, p->cur);
         p->cur = NULL;
@@ -161,6 +303,7 @@ void slab_trim(struct slab_pool *p, size_t cap, bool is_tight)
 {
     size_t n = p->taken < cap ? p->taken : cap;
 
+    ahead_tight(p->is_tight, is_tight);
     p->is_tight = is_tight;
     p->max_spare = n > p->min_spare ? n : p->min_spare;
     p->taken = 0;

@@ -15,9 +15,19 @@
  * s->data + s->used and adds to used, live and live_bytes (slab_put()), and
  * calls slab_unref() for each string that leaves.
  *
+ * (A) Slabs made ahead. Fresh memory costs most at its first touch (on a
+ * VM whose host took freed memory back, ~3 ms per 2 MiB: bench/touch), so,
+ * once the process allows it (slab_ahead_allow), a process-wide thread
+ * ("queen-slabs", started by the first SLAB_SIZE slab any pool asks for)
+ * keeps up to SLAB_AHEAD slabs mapped and faulted in, and a pool with no
+ * spare takes one of those before mapping its own. It makes the next one at
+ * once. While any pool is tight (slab_trim), it holds none and makes none:
+ * the memory a budget sees is all there is.
+ *
  * Ownership: the pool owns every slab it handed out and its spares;
- * slab_pool_free() frees them all (strings still pointing in included). Not
- * thread-safe: one owner. */
+ * slab_pool_free() frees them all (strings still pointing in included). A
+ * pool is not thread-safe: one owner; the slabs made ahead are shared
+ * under a mutex. */
 #ifndef QUEEN_BASE_SLAB_H
 #define QUEEN_BASE_SLAB_H
 
@@ -25,7 +35,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SLAB_SIZE ((size_t)2 * 1024 * 1024) /* one huge page */
+#define SLAB_SIZE  ((size_t)2 * 1024 * 1024) /* one huge page */
+#define SLAB_AHEAD 8 /* slabs made ahead, process-wide (A): 16 MiB */
 
 /* Bytes of many strings; freed when the last of them leaves. */
 struct slab {
@@ -75,5 +86,10 @@ void slab_trim(struct slab_pool *p, size_t cap, bool is_tight);
  * slab_unref()): a full SLAB_SIZE slab, not the one being filled, at least
  * an eighth holes. */
 bool slab_is_holey(const struct slab_pool *p, const struct slab *s);
+/* Allow slabs made ahead (A), or not (the default: the list is freed). */
+void slab_ahead_allow(bool on);
+/* How many slabs made ahead are ready now (A), and (when taken is not NULL)
+ * how many pools took since the process started; for tests. */
+size_t slab_ahead_ready(uint64_t *taken);
 
 #endif

@@ -56,6 +56,7 @@
 #include "base/isotime.h"
 #include "base/json.h"
 #include "base/log.h"
+#include "base/slab.h"
 #include "base/xalloc.h"
 #include "s3/client.h"
 #include "sink/budget.h"
@@ -545,6 +546,9 @@ struct sink_pool *sink_pool_new(const struct sink_node_config *node)
     pthread_condattr_destroy(&ca);
     pool->obs = obs_new();
     pool->budget = budget_new(node->memory_bytes);
+    /* slabs faulted in ahead (base/slab.h (A)): 16 MiB beside the budget's
+     * weight, allowed when that is at most a sixteenth of the budget */
+    slab_ahead_allow(node->memory_bytes >= 16 * SLAB_AHEAD * SLAB_SIZE);
     return pool;
 }
 

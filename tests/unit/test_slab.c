@@ -1,0 +1,87 @@
+/* Tests of the slabs made ahead (base/slab.h (A)): the thread keeps
+ * SLAB_AHEAD faulted-in slabs ready once a pool asked for one, a pool takes
+ * them before mapping its own, and none is held or made while a pool is
+ * tight. Waits poll the real count with a deadline. */
+#include "base/slab.h"
+
+#include <time.h>
+
+#include "harness.h"
+
+/* Wait up to ms for slab_ahead_ready(NULL) == want. */
+static bool ready_within(size_t want, int ms)
+{
+    struct timespec nap = {0, 2000000};
+
+    for (int i = 0; i < ms / 2; i++) {
+        if (slab_ahead_ready(NULL) == want) {
+            return true;
+        }
+        nanosleep(&nap, NULL);
+    }
+    return slab_ahead_ready(NULL) == want;
+}
+
+/* Fill n SLAB_SIZE slabs of p (each a string of a quarter slab, four a
+ * slab), writing every byte given. */
+static void fill(struct slab_pool *p, struct slab **got, size_t n)
+{
+    char bytes[SLAB_SIZE / 4];
+
+    memset(bytes, 'x', sizeof(bytes));
+    for (size_t i = 0; i < n; i++) {
+        for (int k = 0; k < 4; k++) {
+            struct slab *s = slab_for(p, sizeof(bytes));
+
+            EXPECT(s->cap == SLAB_SIZE);
+            (void)slab_put(s, bytes, sizeof(bytes), NULL, 0);
+            got[i] = s;
+        }
+    }
+}
+
+TEST(slabs_are_made_ahead_taken_first_and_dropped_while_a_pool_is_tight)
+{
+    static struct slab *got[3 * SLAB_AHEAD];
+    struct slab_pool p;
+    struct slab_pool q;
+    uint64_t before;
+    uint64_t after;
+
+    slab_pool_init(&p, 0);
+    slab_pool_init(&q, 0);
+    fill(&p, got, 1); /* not allowed: no thread, nothing made */
+    EXPECT(!ready_within(1, 200));
+    slab_ahead_allow(true);
+    fill(&p, got + 1, 1); /* the first slab starts the thread */
+    EXPECT(ready_within(SLAB_AHEAD, 10000));
+    (void)slab_ahead_ready(&before);
+    fill(&p, got + 2, SLAB_AHEAD); /* the ready ones are taken... */
+    (void)slab_ahead_ready(&after);
+    EXPECT_EQ_U64(after - before, SLAB_AHEAD);
+    EXPECT(ready_within(SLAB_AHEAD, 10000)); /* ...and made again */
+    EXPECT_EQ_U64(p.bytes, (uint64_t)(SLAB_AHEAD + 2) * SLAB_SIZE);
+
+    slab_trim(&q, 0, true); /* another pool goes tight: none held */
+    EXPECT_EQ_U64(slab_ahead_ready(NULL), 0);
+    fill(&p, got + SLAB_AHEAD + 2, 2); /* mapped in place, none made */
+    (void)slab_ahead_ready(&before);
+    EXPECT_EQ_U64(before, after);
+    EXPECT(!ready_within(1, 200)); /* nothing to wait for: a bound */
+    slab_trim(&q, 0, false);       /* no pool tight: made again */
+    EXPECT(ready_within(SLAB_AHEAD, 10000));
+
+    slab_trim(&q, 0, true);
+    EXPECT_EQ_U64(slab_ahead_ready(NULL), 0);
+    slab_pool_free(&q); /* a freed pool is no longer tight */
+    EXPECT(ready_within(SLAB_AHEAD, 10000));
+    slab_ahead_allow(false); /* not allowed: freed at once */
+    EXPECT_EQ_U64(slab_ahead_ready(NULL), 0);
+    for (size_t i = 0; i < SLAB_AHEAD + 4; i++) {
+        for (int k = 0; k < 4; k++) {
+            slab_unref(&p, got[i], SLAB_SIZE / 4);
+        }
+    }
+    slab_pool_free(&p);
+    EXPECT_EQ_U64(p.bytes, 0);
+}
