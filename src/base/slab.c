@@ -53,6 +53,7 @@ static size_t n_tight;        /* pools keeping no spares: make none */
 static uint64_t n_taken;      /* slabs taken from the list, ever */
 static bool has_ahead_thread; /* started, or tried to */
 static bool is_ahead_allowed; /* slab_ahead_allow() */
+static bool is_ahead_failed;  /* mmap failed: wait for the next take */
 
 static void *ahead_main(void *arg)
 {
@@ -61,7 +62,8 @@ static void *ahead_main(void *arg)
     for (;;) {
         char *m;
 
-        while (n_ahead == SLAB_AHEAD || n_tight > 0 || !is_ahead_allowed) {
+        while (n_ahead == SLAB_AHEAD || n_tight > 0 || !is_ahead_allowed ||
+               is_ahead_failed) {
             pthread_cond_wait(&ahead_cv, &ahead_mu);
         }
         pthread_mutex_unlock(&ahead_mu);
@@ -71,7 +73,8 @@ static void *ahead_main(void *arg)
         }
         pthread_mutex_lock(&ahead_mu);
         if (m == NULL) {
-            break; /* out of memory: stop; slab_new maps in place */
+            is_ahead_failed = true; /* out of memory: try at the next take */
+            continue;
         }
         if (n_ahead == SLAB_AHEAD || n_tight > 0 || !is_ahead_allowed) {
             (void)munmap(m, SLAB_SIZE); /* a pool went tight meanwhile */
@@ -103,6 +106,7 @@ static char *ahead_take(void)
         m = ahead[--n_ahead];
         n_taken++;
     }
+    is_ahead_failed = false;
     pthread_cond_signal(&ahead_cv);
     pthread_mutex_unlock(&ahead_mu);
     return m;
@@ -141,21 +145,23 @@ void slab_ahead_allow(bool on)
     ahead_unmap(drop, n);
 }
 
-/* A pool's is_tight moved from was to is: the first tight pool empties
- * the list and stops the thread's work; the last one resumes it. */
-static void ahead_tight(bool was, bool is)
+void slab_set_tight(struct slab_pool *p, bool is_tight)
 {
     char *drop[SLAB_AHEAD];
     size_t n = 0;
 
-    if (was == is) {
+    if (p->is_tight == is_tight) {
         return;
     }
+    p->is_tight = is_tight;
+    /* the first tight pool empties the list and stops the thread's work;
+     * the last one resumes it */
     pthread_mutex_lock(&ahead_mu);
-    if (is) {
+    if (is_tight) {
         n_tight++;
         n = ahead_empty(drop);
     } else {
+        ASSERT(n_tight > 0);
         n_tight--;
         pthread_cond_signal(&ahead_cv);
     }
@@ -218,8 +224,7 @@ static void slab_release(struct slab_pool *p, struct slab *s)
 
 void slab_pool_free(struct slab_pool *p)
 {
-    ahead_tight(p->is_tight, false);
-    p->is_tight = false;
+    slab_set_tight(p, false);
     if (p->cur != NULL) {
         slab_free(p, p->cur);
         p->cur = NULL;
@@ -303,8 +308,7 @@ void slab_trim(struct slab_pool *p, size_t cap, bool is_tight)
 {
     size_t n = p->taken < cap ? p->taken : cap;
 
-    ahead_tight(p->is_tight, is_tight);
-    p->is_tight = is_tight;
+    slab_set_tight(p, is_tight);
     p->max_spare = n > p->min_spare ? n : p->min_spare;
     p->taken = 0;
     slab_spares_free(p, p->is_tight ? 0 : p->max_spare);

@@ -21,8 +21,9 @@
  * ("queen-slabs", started by the first SLAB_SIZE slab any pool asks for)
  * keeps up to SLAB_AHEAD slabs mapped and faulted in, and a pool with no
  * spare takes one of those before mapping its own. It makes the next one at
- * once. While any pool is tight (slab_trim), it holds none and makes none:
- * the memory a budget sees is all there is.
+ * once. While any pool is tight (slab_trim, slab_set_tight), it holds none
+ * and makes none: the memory a budget sees is all there is. A failed mmap
+ * pauses it until a pool takes again.
  *
  * Ownership: the pool owns every slab it handed out and its spares;
  * slab_pool_free() frees them all (strings still pointing in included). A
@@ -82,6 +83,10 @@ void slab_spares_free(struct slab_pool *p, size_t keep);
  * and at least min_spare, or none when is_tight (which stays set until the
  * next trim); start counting the next round. */
 void slab_trim(struct slab_pool *p, size_t cap, bool is_tight);
+/* Set p->is_tight (keep no spares) now, not at the next trim: a pool's
+ * is_tight changes only here, in slab_trim and in slab_pool_free, which
+ * count the tight pools for the slabs made ahead (A). */
+void slab_set_tight(struct slab_pool *p, bool is_tight);
 /* Whether the strings in s should move out (slab_for() elsewhere, copy,
  * slab_unref()): a full SLAB_SIZE slab, not the one being filled, at least
  * an eighth holes. */

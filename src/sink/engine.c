@@ -2485,7 +2485,7 @@ static bool try_close(struct engine *e)
 void engine_force_close(struct engine *e)
 {
     e->is_forced = true;
-    e->slabs.is_tight = true;
+    slab_set_tight(&e->slabs, true);
     slab_spares_free(&e->slabs, 0);
 }
 

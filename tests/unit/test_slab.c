@@ -6,6 +6,7 @@
 
 #include <time.h>
 
+#include "engine_sim.h"
 #include "harness.h"
 
 /* Wait up to ms for slab_ahead_ready(NULL) == want. */
@@ -20,6 +21,21 @@ static bool ready_within(size_t want, int ms)
         nanosleep(&nap, NULL);
     }
     return slab_ahead_ready(NULL) == want;
+}
+
+/* Whether slab_ahead_ready() stays 0 for ms (polled each millisecond): a
+ * bound on how long nothing is made, for checks that nothing is. */
+static bool stays_empty(int ms)
+{
+    struct timespec nap = {0, 1000000};
+
+    for (int i = 0; i < ms; i++) {
+        if (slab_ahead_ready(NULL) != 0) {
+            return false;
+        }
+        nanosleep(&nap, NULL);
+    }
+    return slab_ahead_ready(NULL) == 0;
 }
 
 /* Fill n SLAB_SIZE slabs of p (each a string of a quarter slab, four a
@@ -51,7 +67,7 @@ TEST(slabs_are_made_ahead_taken_first_and_dropped_while_a_pool_is_tight)
     slab_pool_init(&p, 0);
     slab_pool_init(&q, 0);
     fill(&p, got, 1); /* not allowed: no thread, nothing made */
-    EXPECT(!ready_within(1, 200));
+    EXPECT(stays_empty(200));
     slab_ahead_allow(true);
     fill(&p, got + 1, 1); /* the first slab starts the thread */
     EXPECT(ready_within(SLAB_AHEAD, 10000));
@@ -67,8 +83,8 @@ TEST(slabs_are_made_ahead_taken_first_and_dropped_while_a_pool_is_tight)
     fill(&p, got + SLAB_AHEAD + 2, 2); /* mapped in place, none made */
     (void)slab_ahead_ready(&before);
     EXPECT_EQ_U64(before, after);
-    EXPECT(!ready_within(1, 200)); /* nothing to wait for: a bound */
-    slab_trim(&q, 0, false);       /* no pool tight: made again */
+    EXPECT(stays_empty(200));
+    slab_trim(&q, 0, false); /* no pool tight: made again */
     EXPECT(ready_within(SLAB_AHEAD, 10000));
 
     slab_trim(&q, 0, true);
@@ -84,4 +100,45 @@ TEST(slabs_are_made_ahead_taken_first_and_dropped_while_a_pool_is_tight)
     }
     slab_pool_free(&p);
     EXPECT_EQ_U64(p.bytes, 0);
+}
+
+/* The engine's pool under the budget (engine_force_close): the slabs made
+ * ahead are freed at once, none is made or taken while the window closes,
+ * and once the engine is gone the list is made again (the count of tight
+ * pools came back to 0). */
+TEST(a_window_the_budget_closes_frees_the_slabs_made_ahead)
+{
+    struct engine_config c;
+    struct sim s;
+    uint64_t before;
+    uint64_t after;
+
+    slab_ahead_allow(true);
+    sim_test_config(&c);
+    c.start = ENGINE_START_LATEST;
+    c.target_bytes = 1000000000000ULL;
+    c.max_window_us = 600 * SIM_SEC;
+    sim_init(&s, &c);
+    sim_advance(&s, SIM_T0);
+    sim_run(&s, 5);
+    s.idle_advance_us = 100 * SIM_MS;
+    sim_push(&s, "a", 60000, sim_safe(&s) + 100 * SIM_MS, 95);
+    sim_run(&s, 200); /* four slabs buffered: the thread is started */
+    EXPECT(engine_buffered_bytes(s.e) > 3 * SLAB_SIZE);
+    EXPECT(ready_within(SLAB_AHEAD, 10000));
+
+    engine_force_close(s.e);
+    EXPECT_EQ_U64(slab_ahead_ready(&before), 0);
+    sim_push(&s, "a", 60000, sim_safe(&s) + 100 * SIM_MS, 95);
+    EXPECT(sim_run_until_commits(&s, 1, 4000));
+    EXPECT(engine_is_tight(s.e));
+    EXPECT(stays_empty(200));
+    (void)slab_ahead_ready(&after);
+    EXPECT_EQ_U64(after, before);
+    EXPECT_EQ_I64(s.violations, 0);
+
+    sim_free(&s); /* its pool is no longer tight */
+    EXPECT(ready_within(SLAB_AHEAD, 10000));
+    slab_ahead_allow(false);
+    EXPECT_EQ_U64(slab_ahead_ready(NULL), 0);
 }
