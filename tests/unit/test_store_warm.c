@@ -200,8 +200,15 @@ TEST(a_swapped_environment_is_warmed_from_its_own_end)
     end = committed_end(e.store);
     EXPECT(file_size(e.store) >= end + STORE_WARM_AHEAD);
     EXPECT_EQ_I64(mdb_env_get_fd(e.store->env, &fd), 0);
-    EXPECT_EQ_U64(resident_pages(fd, end, STORE_WARM_AHEAD),
-                  STORE_WARM_AHEAD / (uint64_t)sysconf(_SC_PAGESIZE));
+    /* The warmer's reach is checked exactly above (ready, the file's
+     * size); residency shows the pages were read. This machine's page
+     * cache can lose clean pages meanwhile (a CI run saw 8176 of 8192;
+     * /proc/vmstat counts page cache drops here), so a sixty-fourth of the
+     * range may be missing: a warmer that read the old file's range, or
+     * none, still fails here. */
+    EXPECT(resident_pages(fd, end, STORE_WARM_AHEAD) >=
+           (STORE_WARM_AHEAD - STORE_WARM_AHEAD / 64) /
+               (uint64_t)sysconf(_SC_PAGESIZE));
     EXPECT_EQ_I64(high_watermark(&e), 20000);
     env_close(&e);
 }
