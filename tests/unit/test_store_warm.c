@@ -71,6 +71,20 @@ static size_t resident_pages(int fd, uint64_t from, uint64_t len)
     return in;
 }
 
+/* Whether the STORE_WARM_AHEAD bytes of fd past end are in the page cache
+ * but for a sixty-fourth. The warmer's reach is checked exactly by its
+ * ready count and the file's size; residency shows the pages were read,
+ * and the page cache can lose clean pages meanwhile: a CI run saw 8,176 of
+ * 8,192, and 8,128 with 6 GB written beside the test. A warmer that read
+ * another range, or nothing, still fails. */
+static bool warmed(int fd, uint64_t end)
+{
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+
+    return resident_pages(fd, end, STORE_WARM_AHEAD) >=
+           (STORE_WARM_AHEAD - STORE_WARM_AHEAD / 64) / page;
+}
+
 /* Records 0..n-1 of q/p, each with a 1000-byte payload. */
 static void push_records(struct env *e, int from, int n)
 {
@@ -119,8 +133,7 @@ TEST(the_pages_past_the_end_are_allocated_and_cached)
     EXPECT_EQ_I64(fstat(fd, &st), 0);
     EXPECT((uint64_t)st.st_size >= end + STORE_WARM_AHEAD);
     EXPECT((uint64_t)st.st_blocks * 512 >= end + STORE_WARM_AHEAD);
-    EXPECT_EQ_U64(resident_pages(fd, end, STORE_WARM_AHEAD),
-                  STORE_WARM_AHEAD / (uint64_t)sysconf(_SC_PAGESIZE));
+    EXPECT(warmed(fd, end));
     store_warm_stop(e.store);
     env_close(&e);
 }
@@ -200,15 +213,7 @@ TEST(a_swapped_environment_is_warmed_from_its_own_end)
     end = committed_end(e.store);
     EXPECT(file_size(e.store) >= end + STORE_WARM_AHEAD);
     EXPECT_EQ_I64(mdb_env_get_fd(e.store->env, &fd), 0);
-    /* The warmer's reach is checked exactly above (ready, the file's
-     * size); residency shows the pages were read. This machine's page
-     * cache can lose clean pages meanwhile (a CI run saw 8176 of 8192;
-     * /proc/vmstat counts page cache drops here), so a sixty-fourth of the
-     * range may be missing: a warmer that read the old file's range, or
-     * none, still fails here. */
-    EXPECT(resident_pages(fd, end, STORE_WARM_AHEAD) >=
-           (STORE_WARM_AHEAD - STORE_WARM_AHEAD / 64) /
-               (uint64_t)sysconf(_SC_PAGESIZE));
+    EXPECT(warmed(fd, end));
     EXPECT_EQ_I64(high_watermark(&e), 20000);
     env_close(&e);
 }
