@@ -5,9 +5,14 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,6 +24,8 @@
 #define WARM_STEP         ((uint64_t)4 << 20) /* at most per round (4) */
 #define WARM_NICE         10                  /* above the broker's own (4) */
 #define WARM_PAUSE_ROUNDS 100 /* ~1 s without trying after a failure */
+#define WARM_PAGE         ((size_t)4096) /* the map's unit of first touch */
+#define WARM_MAP_STEP     ((uint64_t)64 << 20) /* mapped at most per round (5) */
 
 struct store_warm {
     struct store *s;
@@ -31,6 +38,10 @@ struct store_warm {
     int paused;   /* rounds left to skip after a failed fallocate */
     uint64_t gen; /* the env_gen warmed_to belongs to */
     uint64_t warmed_to;
+    uint64_t mapped_to; /* the boot's pages mapped up to (5) */
+    uint64_t map_end;   /* where the boot's pages end, for this gen */
+    unsigned char *map; /* LMDB's map of this gen, or NULL */
+    uint64_t map_len;   /* and its length */
     _Atomic uint64_t ready;
     _Atomic uint64_t rounds;
     char *buf;
@@ -56,6 +67,9 @@ static bool warm_where(struct store_warm *w, uint64_t *end, int *fd)
     if (s->env_gen != w->gen) {
         w->gen = s->env_gen;
         w->warmed_to = 0;
+        w->mapped_to = 0;
+        w->map_end = UINT64_MAX; /* set below, once */
+        w->map = store_map_addr(s);
     }
     if (s->env == NULL || mdb_env_info(s->env, &info) != 0 ||
         mdb_env_stat(s->env, &st) != 0 || mdb_env_get_fd(s->env, &h) != 0) {
@@ -63,7 +77,65 @@ static bool warm_where(struct store_warm *w, uint64_t *end, int *fd)
     }
     *end = ((uint64_t)info.me_last_pgno + 1) * st.ms_psize;
     *fd = h;
+    if (w->map_end == UINT64_MAX) {
+        w->map_end = *end;
+        w->map_len = info.me_mapsize;
+    }
     return true;
+}
+
+/* Under swap_lock shared: reads one byte of each page of the map in
+ * [from, to) that the page cache holds, so the page is mapped into the
+ * process before the store's readers meet it (5). to is at or below the
+ * file's length: a page past it would fault. */
+static void warm_map_range(const struct store_warm *w, uint64_t from,
+                           uint64_t to)
+{
+    unsigned char vec[WARM_READ / WARM_PAGE];
+    unsigned sum = 0;
+
+    if (w->map == NULL) {
+        return;
+    }
+    to = to < w->map_len ? to : w->map_len;
+    for (uint64_t at = from; at < to; at += WARM_READ) {
+        unsigned char *p = w->map + at;
+        size_t n = to - at < WARM_READ ? (size_t)(to - at) : WARM_READ;
+
+        /* only what is resident: a page not cached would be a disk read */
+        if (mincore(p, n, vec) != 0) {
+            return;
+        }
+        for (size_t i = 0; i * WARM_PAGE < n; i++) {
+            if ((vec[i] & 1) != 0) {
+                sum += ((const volatile unsigned char *)p)[i * WARM_PAGE];
+            }
+        }
+    }
+    (void)sum;
+}
+
+/* Maps up to WARM_MAP_STEP of the pages the store had when this
+ * environment was opened, a WARM_READ at a time under swap_lock. */
+static void warm_map_boot(struct store_warm *w, uint64_t gen)
+{
+    struct store *s = w->s;
+    uint64_t to = w->mapped_to + WARM_MAP_STEP;
+
+    to = to < w->map_end ? to : w->map_end;
+    while (w->mapped_to < to) {
+        uint64_t next = w->mapped_to + WARM_READ;
+
+        next = next < to ? next : to;
+        pthread_rwlock_rdlock(&s->swap_lock);
+        if (s->env_gen != gen) {
+            pthread_rwlock_unlock(&s->swap_lock);
+            return;
+        }
+        warm_map_range(w, w->mapped_to, next);
+        pthread_rwlock_unlock(&s->swap_lock);
+        w->mapped_to = next;
+    }
 }
 
 /* Reads [from, to) of the file once, a WARM_READ at a time, taking
@@ -84,6 +156,9 @@ static uint64_t warm_read(struct store_warm *w, uint64_t gen, uint64_t from,
                   mdb_env_get_fd(s->env, &fd) == 0;
         if (is_same) {
             is_same = pread(fd, w->buf, WARM_READ, (off_t)at) >= 0;
+        }
+        if (is_same) {
+            warm_map_range(w, at, at + WARM_READ < to ? at + WARM_READ : to);
         }
         pthread_rwlock_unlock(&s->swap_lock);
         if (!is_same) {
@@ -128,6 +203,10 @@ static void warm_round(struct store_warm *w)
         }
         pthread_rwlock_unlock(&s->swap_lock);
     }
+    if (w->gen == gen && w->map_end != UINT64_MAX &&
+        w->mapped_to < w->map_end) {
+        warm_map_boot(w, gen);
+    }
     atomic_store(&w->ready,
                  w->gen == gen && w->warmed_to > end ? w->warmed_to - end : 0);
 }
@@ -166,6 +245,60 @@ static void *warm_main(void *arg)
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;
+}
+
+/* One line of /proc/self/maps ("lo-hi perms offset major:minor inode
+ * path"): whether it maps the file (dev, ino) from offset 0 shared for len
+ * bytes; *lo is where. */
+static bool maps_line_is(const char *line, dev_t dev, ino_t ino, size_t len,
+                         uintptr_t *lo)
+{
+    char *e;
+    uintptr_t hi;
+    unsigned long maj;
+    unsigned long min;
+
+    *lo = (uintptr_t)strtoull(line, &e, 16);
+    if (*e != '-') {
+        return false;
+    }
+    hi = (uintptr_t)strtoull(e + 1, &e, 16);
+    if (e[0] != ' ' || strlen(e) < 6 || e[4] != 's' || e[5] != ' ') {
+        return false; /* perms "r--s": shared */
+    }
+    if (strtoull(e + 6, &e, 16) != 0) {
+        return false; /* offset */
+    }
+    maj = strtoul(e, &e, 16);
+    if (*e != ':') {
+        return false;
+    }
+    min = strtoul(e + 1, &e, 16);
+    return hi - *lo == len && maj == major(dev) && min == minor(dev) &&
+           strtoull(e, NULL, 10) == (unsigned long long)ino;
+}
+
+void *store_map_addr(struct store *s)
+{
+    MDB_envinfo info;
+    mdb_filehandle_t fd;
+    struct stat st;
+    FILE *f;
+    char line[4096];
+    uintptr_t at = 0;
+
+    if (s->env == NULL || mdb_env_info(s->env, &info) != 0 ||
+        mdb_env_get_fd(s->env, &fd) != 0 || fstat(fd, &st) != 0 ||
+        (f = fopen("/proc/self/maps", "re")) == NULL) {
+        return NULL;
+    }
+    while (fgets(line, sizeof(line), f) != NULL &&
+           !maps_line_is(line, st.st_dev, st.st_ino, info.me_mapsize, &at)) {
+        at = 0;
+    }
+    fclose(f);
+    /* NOLINTNEXTLINE(performance-no-int-to-ptr): an address the kernel gave */
+    return (void *)at;
 }
 
 bool store_warm_start(struct store *s, uint64_t keep_free)
