@@ -55,6 +55,13 @@ static bool has_ahead_thread; /* started, or tried to */
 static bool is_ahead_allowed; /* slab_ahead_allow() */
 static bool is_ahead_failed;  /* mmap failed: wait for the next take */
 
+/* Under ahead_mu: whether a slab made now would be dropped (the list is
+ * full, a pool is tight, or the list is not allowed). */
+static bool ahead_is_unwanted(void)
+{
+    return n_ahead == SLAB_AHEAD || n_tight > 0 || !is_ahead_allowed;
+}
+
 static void *ahead_main(void *arg)
 {
     UNUSED(arg);
@@ -62,8 +69,7 @@ static void *ahead_main(void *arg)
     for (;;) {
         char *m;
 
-        while (n_ahead == SLAB_AHEAD || n_tight > 0 || !is_ahead_allowed ||
-               is_ahead_failed) {
+        while (ahead_is_unwanted() || is_ahead_failed) {
             pthread_cond_wait(&ahead_cv, &ahead_mu);
         }
         pthread_mutex_unlock(&ahead_mu);
@@ -76,7 +82,7 @@ static void *ahead_main(void *arg)
             is_ahead_failed = true; /* out of memory: try at the next take */
             continue;
         }
-        if (n_ahead == SLAB_AHEAD || n_tight > 0 || !is_ahead_allowed) {
+        if (ahead_is_unwanted()) {
             (void)munmap(m, SLAB_SIZE); /* a pool went tight meanwhile */
             continue;
         }

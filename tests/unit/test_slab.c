@@ -70,12 +70,12 @@ TEST(slabs_are_made_ahead_taken_first_and_dropped_while_a_pool_is_tight)
     EXPECT(stays_empty(200));
     slab_ahead_allow(true);
     fill(&p, got + 1, 1); /* the first slab starts the thread */
-    EXPECT(ready_within(SLAB_AHEAD, 10000));
+    EXPECT(ready_within(SLAB_AHEAD, HARNESS_WAIT_MS));
     (void)slab_ahead_ready(&before);
     fill(&p, got + 2, SLAB_AHEAD); /* the ready ones are taken... */
     (void)slab_ahead_ready(&after);
     EXPECT_EQ_U64(after - before, SLAB_AHEAD);
-    EXPECT(ready_within(SLAB_AHEAD, 10000)); /* ...and made again */
+    EXPECT(ready_within(SLAB_AHEAD, HARNESS_WAIT_MS)); /* ...and made again */
     EXPECT_EQ_U64(p.bytes, (uint64_t)(SLAB_AHEAD + 2) * SLAB_SIZE);
 
     slab_trim(&q, 0, true); /* another pool goes tight: none held */
@@ -85,12 +85,12 @@ TEST(slabs_are_made_ahead_taken_first_and_dropped_while_a_pool_is_tight)
     EXPECT_EQ_U64(before, after);
     EXPECT(stays_empty(200));
     slab_trim(&q, 0, false); /* no pool tight: made again */
-    EXPECT(ready_within(SLAB_AHEAD, 10000));
+    EXPECT(ready_within(SLAB_AHEAD, HARNESS_WAIT_MS));
 
     slab_trim(&q, 0, true);
     EXPECT_EQ_U64(slab_ahead_ready(NULL), 0);
     slab_pool_free(&q); /* a freed pool is no longer tight */
-    EXPECT(ready_within(SLAB_AHEAD, 10000));
+    EXPECT(ready_within(SLAB_AHEAD, HARNESS_WAIT_MS));
     slab_ahead_allow(false); /* not allowed: freed at once */
     EXPECT_EQ_U64(slab_ahead_ready(NULL), 0);
     for (size_t i = 0; i < SLAB_AHEAD + 4; i++) {
@@ -125,7 +125,7 @@ TEST(a_window_the_budget_closes_frees_the_slabs_made_ahead)
     sim_push(&s, "a", 60000, sim_safe(&s) + 100 * SIM_MS, 95);
     sim_run(&s, 200); /* four slabs buffered: the thread is started */
     EXPECT(engine_buffered_bytes(s.e) > 3 * SLAB_SIZE);
-    EXPECT(ready_within(SLAB_AHEAD, 10000));
+    EXPECT(ready_within(SLAB_AHEAD, HARNESS_WAIT_MS));
 
     engine_force_close(s.e);
     EXPECT_EQ_U64(slab_ahead_ready(&before), 0);
@@ -138,7 +138,7 @@ TEST(a_window_the_budget_closes_frees_the_slabs_made_ahead)
     EXPECT_EQ_I64(s.violations, 0);
 
     sim_free(&s); /* its pool is no longer tight */
-    EXPECT(ready_within(SLAB_AHEAD, 10000));
+    EXPECT(ready_within(SLAB_AHEAD, HARNESS_WAIT_MS));
     slab_ahead_allow(false);
     EXPECT_EQ_U64(slab_ahead_ready(NULL), 0);
 }
