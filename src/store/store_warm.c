@@ -12,7 +12,6 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,8 +23,7 @@
 #define WARM_STEP         ((uint64_t)4 << 20) /* at most per round (4) */
 #define WARM_NICE         10                  /* above the broker's own (4) */
 #define WARM_PAUSE_ROUNDS 100 /* ~1 s without trying after a failure */
-#define WARM_PAGE         ((size_t)4096) /* the map's unit of first touch */
-#define WARM_MAP_STEP     ((uint64_t)64 << 20) /* mapped at most per round (5) */
+#define WARM_MAP_STEP     ((uint64_t)16 << 20) /* mapped at most per round (5) */
 
 struct store_warm {
     struct store *s;
@@ -38,8 +36,8 @@ struct store_warm {
     int paused;   /* rounds left to skip after a failed fallocate */
     uint64_t gen; /* the env_gen warmed_to belongs to */
     uint64_t warmed_to;
-    uint64_t mapped_to; /* the boot's pages mapped up to (5) */
-    uint64_t map_end;   /* where the boot's pages end, for this gen */
+    uint64_t mapped_to; /* the first pages mapped up to (5) */
+    uint64_t map_end;   /* where they end: the store's end at the first round */
     unsigned char *map; /* LMDB's map of this gen, or NULL */
     uint64_t map_len;   /* and its length */
     _Atomic uint64_t ready;
@@ -64,22 +62,18 @@ static bool warm_where(struct store_warm *w, uint64_t *end, int *fd)
     MDB_stat st;
     mdb_filehandle_t h;
 
-    if (s->env_gen != w->gen) {
-        w->gen = s->env_gen;
-        w->warmed_to = 0;
-        w->mapped_to = 0;
-        w->map_end = UINT64_MAX; /* set below, once */
-        w->map = store_map_addr(s);
-    }
     if (s->env == NULL || mdb_env_info(s->env, &info) != 0 ||
         mdb_env_stat(s->env, &st) != 0 || mdb_env_get_fd(s->env, &h) != 0) {
         return false;
     }
     *end = ((uint64_t)info.me_last_pgno + 1) * st.ms_psize;
     *fd = h;
-    if (w->map_end == UINT64_MAX) {
+    if (s->env_gen != w->gen) {
+        w->gen = s->env_gen;
+        w->warmed_to = 0;
+        w->mapped_to = 0;
         w->map_end = *end;
-        w->map_len = info.me_mapsize;
+        w->map = store_map_addr(s, &w->map_len);
     }
     return true;
 }
@@ -91,10 +85,11 @@ static bool warm_where(struct store_warm *w, uint64_t *end, int *fd)
 static void warm_map_range(const struct store_warm *w, uint64_t from,
                            uint64_t to)
 {
-    unsigned char vec[WARM_READ / WARM_PAGE];
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char vec[WARM_READ / 4096];
     unsigned sum = 0;
 
-    if (w->map == NULL) {
+    if (w->map == NULL || page < 4096) {
         return;
     }
     to = to < w->map_len ? to : w->map_len;
@@ -106,59 +101,38 @@ static void warm_map_range(const struct store_warm *w, uint64_t from,
         if (mincore(p, n, vec) != 0) {
             return;
         }
-        for (size_t i = 0; i * WARM_PAGE < n; i++) {
+        for (size_t i = 0; i * page < n; i++) {
             if ((vec[i] & 1) != 0) {
-                sum += ((const volatile unsigned char *)p)[i * WARM_PAGE];
+                sum += ((const volatile unsigned char *)p)[i * page];
             }
         }
     }
     (void)sum;
 }
 
-/* Maps up to WARM_MAP_STEP of the pages the store had when this
- * environment was opened, a WARM_READ at a time under swap_lock. */
-static void warm_map_boot(struct store_warm *w, uint64_t gen)
-{
-    struct store *s = w->s;
-    uint64_t to = w->mapped_to + WARM_MAP_STEP;
-
-    to = to < w->map_end ? to : w->map_end;
-    while (w->mapped_to < to) {
-        uint64_t next = w->mapped_to + WARM_READ;
-
-        next = next < to ? next : to;
-        pthread_rwlock_rdlock(&s->swap_lock);
-        if (s->env_gen != gen) {
-            pthread_rwlock_unlock(&s->swap_lock);
-            return;
-        }
-        warm_map_range(w, w->mapped_to, next);
-        pthread_rwlock_unlock(&s->swap_lock);
-        w->mapped_to = next;
-    }
-}
-
-/* Reads [from, to) of the file once, a WARM_READ at a time, taking
- * swap_lock for each read only, so a swap waits one read at most; stops
- * when the environment was swapped meanwhile or a read failed. Returns
- * how far it read: only that much counts as warmed. */
-static uint64_t warm_read(struct store_warm *w, uint64_t gen, uint64_t from,
-                          uint64_t to)
+/* Goes over [from, to) of the file a WARM_READ at a time, taking
+ * swap_lock for each piece only, so a swap waits one piece at most:
+ * reads it once into the page cache (when is_read) and maps what is
+ * cached (5). Stops when the environment was swapped meanwhile or a read
+ * failed; returns how far it went: only that much counts as warmed. */
+static uint64_t warm_pieces(struct store_warm *w, uint64_t gen, uint64_t from,
+                            uint64_t to, bool is_read)
 {
     struct store *s = w->s;
 
     for (uint64_t at = from; at < to; at += WARM_READ) {
+        uint64_t next = at + WARM_READ < to ? at + WARM_READ : to;
         mdb_filehandle_t fd;
         bool is_same;
 
         pthread_rwlock_rdlock(&s->swap_lock);
         is_same = s->env_gen == gen && s->env != NULL &&
                   mdb_env_get_fd(s->env, &fd) == 0;
-        if (is_same) {
+        if (is_same && is_read) {
             is_same = pread(fd, w->buf, WARM_READ, (off_t)at) >= 0;
         }
         if (is_same) {
-            warm_map_range(w, at, at + WARM_READ < to ? at + WARM_READ : to);
+            warm_map_range(w, at, next);
         }
         pthread_rwlock_unlock(&s->swap_lock);
         if (!is_same) {
@@ -193,7 +167,7 @@ static void warm_round(struct store_warm *w)
     }
     pthread_rwlock_unlock(&s->swap_lock);
     if (to > from) {
-        uint64_t got = warm_read(w, gen, from, to);
+        uint64_t got = warm_pieces(w, gen, from, to, true);
         pthread_rwlock_rdlock(&s->swap_lock);
         if (s->env_gen == gen) { /* else the next round starts over */
             w->warmed_to = got;
@@ -203,9 +177,11 @@ static void warm_round(struct store_warm *w)
         }
         pthread_rwlock_unlock(&s->swap_lock);
     }
-    if (w->gen == gen && w->map_end != UINT64_MAX &&
-        w->mapped_to < w->map_end) {
-        warm_map_boot(w, gen);
+    if (w->gen == gen && w->mapped_to < w->map_end) {
+        uint64_t next = w->mapped_to + WARM_MAP_STEP;
+
+        w->mapped_to = warm_pieces(
+            w, gen, w->mapped_to, next < w->map_end ? next : w->map_end, false);
     }
     atomic_store(&w->ready,
                  w->gen == gen && w->warmed_to > end ? w->warmed_to - end : 0);
@@ -247,58 +223,75 @@ static void *warm_main(void *arg)
     return NULL;
 }
 
-/* One line of /proc/self/maps ("lo-hi perms offset major:minor inode
- * path"): whether it maps the file (dev, ino) from offset 0 shared for len
- * bytes; *lo is where. */
-static bool maps_line_is(const char *line, dev_t dev, ino_t ino, size_t len,
-                         uintptr_t *lo)
+/* One line of /proc/self/maps ("lo-hi perms offset dev inode path"):
+ * whether it maps address `in` shared, from offset 0 of its file; [*lo,
+ * *hi) is the mapping. */
+static bool maps_line_holds(const char *line, uintptr_t in, uintptr_t *lo,
+                            uintptr_t *hi)
 {
     char *e;
-    uintptr_t hi;
-    unsigned long maj;
-    unsigned long min;
 
     *lo = (uintptr_t)strtoull(line, &e, 16);
     if (*e != '-') {
         return false;
     }
-    hi = (uintptr_t)strtoull(e + 1, &e, 16);
-    if (e[0] != ' ' || strlen(e) < 6 || e[4] != 's' || e[5] != ' ') {
+    *hi = (uintptr_t)strtoull(e + 1, &e, 16);
+    if (in < *lo || in >= *hi || e[0] != ' ' || strlen(e) < 6 || e[4] != 's' ||
+        e[5] != ' ') {
         return false; /* perms "r--s": shared */
     }
-    if (strtoull(e + 6, &e, 16) != 0) {
-        return false; /* offset */
-    }
-    maj = strtoul(e, &e, 16);
-    if (*e != ':') {
-        return false;
-    }
-    min = strtoul(e + 1, &e, 16);
-    return hi - *lo == len && maj == major(dev) && min == minor(dev) &&
-           strtoull(e, NULL, 10) == (unsigned long long)ino;
+    return strtoull(e + 6, &e, 16) == 0 && *e == ' ';
 }
 
-void *store_map_addr(struct store *s)
+/* An address inside s's map: the first key of LMDB's main database (the
+ * names of the named ones) lies in a leaf page there. 0 when none. */
+static uintptr_t map_some_address(struct store *s)
 {
-    MDB_envinfo info;
-    mdb_filehandle_t fd;
-    struct stat st;
+    MDB_txn *txn;
+    MDB_dbi main;
+    MDB_cursor *c;
+    MDB_val k;
+    MDB_val v;
+    uintptr_t in = 0;
+
+    if (mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) != 0) {
+        return 0;
+    }
+    if (mdb_dbi_open(txn, NULL, 0, &main) == 0 &&
+        mdb_cursor_open(txn, main, &c) == 0) {
+        if (mdb_cursor_get(c, &k, &v, MDB_FIRST) == 0) {
+            in = (uintptr_t)k.mv_data;
+        }
+        mdb_cursor_close(c);
+    }
+    mdb_txn_abort(txn);
+    return in;
+}
+
+void *store_map_addr(struct store *s, uint64_t *len)
+{
     FILE *f;
     char line[4096];
-    uintptr_t at = 0;
+    uintptr_t in;
+    uintptr_t lo = 0;
+    uintptr_t hi = 0;
+    bool is_found = false;
 
-    if (s->env == NULL || mdb_env_info(s->env, &info) != 0 ||
-        mdb_env_get_fd(s->env, &fd) != 0 || fstat(fd, &st) != 0 ||
+    *len = 0;
+    if (s->env == NULL || (in = map_some_address(s)) == 0 ||
         (f = fopen("/proc/self/maps", "re")) == NULL) {
         return NULL;
     }
-    while (fgets(line, sizeof(line), f) != NULL &&
-           !maps_line_is(line, st.st_dev, st.st_ino, info.me_mapsize, &at)) {
-        at = 0;
+    while (!is_found && fgets(line, sizeof(line), f) != NULL) {
+        is_found = maps_line_holds(line, in, &lo, &hi);
     }
     fclose(f);
+    if (!is_found) {
+        return NULL;
+    }
+    *len = hi - lo;
     /* NOLINTNEXTLINE(performance-no-int-to-ptr): an address the kernel gave */
-    return (void *)at;
+    return (void *)lo;
 }
 
 bool store_warm_start(struct store *s, uint64_t keep_free)

@@ -38,15 +38,19 @@
  *       loop's p99 rose from ~16 to ~22 ms; in steps at nice 10 it was
  *       ~18 ms and the open loop kept its gain (store-raft.md).
  *   (5) It also maps the store's pages into the process before its readers
- *       meet them: one byte read through LMDB's map per 4 KiB page, first
- *       of the pages the environment had when it was opened (up to 64 MiB
- *       a round), then of each range it warms past the end. On a VM whose
- *       hypervisor shadows page tables a thread's first touch of a page of
- *       a file mapping costs ~1.3 us, and ~25 ns once another thread of
+ *       meet them: one byte read through LMDB's map per page, first of
+ *       the pages up to the store's end at its first round in this
+ *       environment (16 MiB a round, ~5 ms of a core at ~1.3 us a page),
+ *       then of each range it warms past the end. On a VM whose
+ *       hypervisor shadows page tables a thread's first touch of a page
+ *       of a file mapping costs ~1.3 us, and ~25 ns once another thread of
  *       the process touched it; the sink's catch-up read (bench/sink,
- *       events) went from ~0.8 to ~0.35 us a record. Only pages the page
- *       cache holds are touched (mincore), so it never reads a cold store
- *       from disk; LMDB's own reads and writes are unchanged. */
+ *       events) went from ~0.9 to ~0.3 us a record. Only pages the page
+ *       cache holds are touched (mincore), so it does not read a cold
+ *       store from disk (but for a page evicted between the two); LMDB's
+ *       own reads and writes are unchanged. It runs with the rounds: a
+ *       pause after a failure delays it, and a file system without
+ *       fallocate stops it with the rest. */
 #ifndef QUEEN_STORE_STORE_WARM_H
 #define QUEEN_STORE_STORE_WARM_H
 
@@ -58,11 +62,11 @@
 #define STORE_WARM_AHEAD ((uint64_t)32 << 20)
 #define STORE_WARM_FREE  ((uint64_t)1 << 30)
 
-/* Where s's environment maps data.mdb (LMDB does not say unless the map
- * is fixed): the shared mapping of its file at offset 0 and of its map
- * size in /proc/self/maps; NULL when none is found. Under swap_lock or on
- * the loop thread. */
-void *store_map_addr(struct store *s);
+/* Where s's environment maps data.mdb, and *len its length (LMDB does
+ * not say unless the map is fixed): the shared mapping from offset 0 in
+ * /proc/self/maps that holds a key LMDB returned; NULL (*len 0) when none
+ * is found. Under swap_lock or on the loop thread. */
+void *store_map_addr(struct store *s, uint64_t *len);
 
 /* Starts the warmer of s (at most one), warming while keep_free bytes are
  * free (2); false when the thread could not be started. The owner stops it

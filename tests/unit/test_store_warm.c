@@ -87,15 +87,24 @@ static bool warmed(int fd, uint64_t end)
            (STORE_WARM_AHEAD - STORE_WARM_AHEAD / 64) / page;
 }
 
-/* How many of the pages of [p, p + len) this process has mapped: the
- * present bit (63) of /proc/self/pagemap, which needs no privilege. */
-static size_t mapped_pages(const void *p, uint64_t len)
+/* The pages of [p, p + len) of a file mapping: how many this process has
+ * mapped (the present bit, 63, of /proc/self/pagemap, which needs no
+ * privilege), and how many the page cache holds that it has not (mincore).
+ * The second is what the warmer leaves for a reader's first touch; pages
+ * the cache lost meanwhile count in neither. */
+struct map_count {
+    size_t mapped;
+    size_t cached_unmapped;
+};
+
+static struct map_count count_map(const void *p, uint64_t len)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t n = (size_t)(len / page);
     uint64_t *ent = calloc(n, sizeof(*ent));
+    unsigned char *vec = calloc(n, 1);
     int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-    size_t in = 0;
+    struct map_count c = {0, 0};
 
     EXPECT(fd >= 0);
     if (fd >= 0) {
@@ -104,31 +113,52 @@ static size_t mapped_pages(const void *p, uint64_t len)
                       (int64_t)(n * sizeof(*ent)));
         close(fd);
     }
+    EXPECT_EQ_I64(mincore((void *)(uintptr_t)p, n * page, vec), 0);
     for (size_t i = 0; i < n; i++) {
-        in += (size_t)(ent[i] >> 63);
+        bool is_mapped = (ent[i] >> 63) != 0;
+        c.mapped += is_mapped;
+        c.cached_unmapped += !is_mapped && (vec[i] & 1) != 0;
     }
+    free(vec);
     free(ent);
-    return in;
+    return c;
 }
 
-/* Waits until all but a sixty-fourth of the pages of the store's map in
- * [from, from + len) are mapped (the page cache may lose a few clean
- * pages meanwhile, and the warmer maps only what it holds); returns how
- * many are. */
-static size_t wait_mapped(struct store *s, uint64_t from, uint64_t len)
+/* The store's map, checked against a value LMDB returns from it. */
+static char *map_of(struct store *s, uint64_t *len)
 {
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t want = (size_t)((len - len / 64) / page);
-    int64_t deadline = harness_now_ms() + HARNESS_WAIT_MS;
-    const char *map = store_map_addr(s);
-    size_t in;
+    char *map = store_map_addr(s, len);
+    MDB_txn *txn;
+    MDB_cursor *c;
+    MDB_val k;
+    MDB_val v;
 
     EXPECT(map != NULL);
-    while ((in = mapped_pages(map + from, len)) < want &&
+    EXPECT_EQ_I64(mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn), 0);
+    EXPECT_EQ_I64(mdb_cursor_open(txn, s->records, &c), 0);
+    EXPECT_EQ_I64(mdb_cursor_get(c, &k, &v, MDB_LAST), 0);
+    EXPECT((char *)v.mv_data > map && (char *)v.mv_data < map + *len);
+    mdb_cursor_close(c);
+    mdb_txn_abort(txn);
+    return map;
+}
+
+/* Waits until no more than a sixty-fourth of the pages of the store's map
+ * in [from, from + len) are cached but not mapped; returns the count. */
+static struct map_count wait_mapped(struct store *s, uint64_t from,
+                                    uint64_t len)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    int64_t deadline = harness_now_ms() + HARNESS_WAIT_MS;
+    uint64_t map_len;
+    char *map = map_of(s, &map_len);
+    struct map_count c;
+
+    while ((c = count_map(map + from, len)).cached_unmapped > len / page / 64 &&
            harness_now_ms() < deadline) {
         usleep(1000);
     }
-    return in;
+    return c;
 }
 
 /* Records 0..n-1 of q/p, each with a 1000-byte payload. */
@@ -260,6 +290,8 @@ TEST(a_swapped_environment_is_warmed_from_its_own_end)
     EXPECT(file_size(e.store) >= end + STORE_WARM_AHEAD);
     EXPECT_EQ_I64(mdb_env_get_fd(e.store->env, &fd), 0);
     EXPECT(warmed(fd, end));
+    EXPECT(wait_mapped(e.store, 0, end).cached_unmapped <=
+           end / (uint64_t)sysconf(_SC_PAGESIZE) / 64);
     EXPECT_EQ_I64(high_watermark(&e), 20000);
     env_close(&e);
 }
@@ -273,6 +305,8 @@ TEST(the_stores_pages_are_mapped_before_a_reader_meets_them)
     struct env e = {0};
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     uint64_t end;
+    uint64_t len;
+    struct map_count c;
 
     env_open(&e);
     for (int k = 0; k < 16; k++) {
@@ -281,13 +315,48 @@ TEST(the_stores_pages_are_mapped_before_a_reader_meets_them)
     env_reopen(&e); /* a fresh map: nothing read through it yet */
     end = committed_end(e.store);
     EXPECT(end >= (uint64_t)16 << 20);
-    EXPECT(mapped_pages(store_map_addr(e.store), end) < end / page / 2);
+    c = count_map(map_of(e.store, &len), end);
+    EXPECT(len >= end);
+    EXPECT(c.cached_unmapped > end / page / 2); /* what a reader would pay */
     EXPECT(store_warm_start(e.store, STORE_WARM_FREE));
-    EXPECT(wait_mapped(e.store, 0, end) >= (end - end / 64) / page);
+    c = wait_mapped(e.store, 0, end);
+    EXPECT(c.cached_unmapped <= end / page / 64);
+    EXPECT(c.mapped > end / page / 2);
     EXPECT(wait_ready(e.store, STORE_WARM_AHEAD) >= STORE_WARM_AHEAD);
     end = committed_end(e.store);
-    EXPECT(wait_mapped(e.store, end, STORE_WARM_AHEAD) >=
-           (STORE_WARM_AHEAD - STORE_WARM_AHEAD / 64) / page);
+    c = wait_mapped(e.store, end, STORE_WARM_AHEAD);
+    EXPECT(c.cached_unmapped <= STORE_WARM_AHEAD / page / 64);
+    EXPECT(c.mapped > STORE_WARM_AHEAD / page / 2);
+    EXPECT_EQ_I64(high_watermark(&e), 16000);
+    env_close(&e);
+}
+
+/* Pages the page cache does not hold are left alone: mapping them would
+ * read a cold store from disk. */
+TEST(pages_not_cached_are_not_mapped)
+{
+    struct env e = {0};
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    mdb_filehandle_t fd;
+    uint64_t end;
+    uint64_t len;
+    char *map;
+
+    env_open(&e);
+    for (int k = 0; k < 16; k++) {
+        push_records(&e, k * 1000, 1000);
+    }
+    env_reopen(&e);
+    end = committed_end(e.store);
+    map = map_of(e.store, &len);
+    EXPECT_EQ_I64(mdb_env_get_fd(e.store->env, &fd), 0);
+    EXPECT_EQ_I64(fdatasync(fd), 0);
+    EXPECT_EQ_I64(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    EXPECT(resident_pages(fd, 0, end) < end / page / 8);
+    EXPECT(store_warm_start(e.store, STORE_WARM_FREE));
+    EXPECT(wait_ready(e.store, STORE_WARM_AHEAD) >= STORE_WARM_AHEAD);
+    wait_rounds(e.store, store_warm_rounds(e.store) + 4);
+    EXPECT(count_map(map, end).mapped < end / page / 8);
     EXPECT_EQ_I64(high_watermark(&e), 16000);
     env_close(&e);
 }
