@@ -296,6 +296,22 @@ TEST(a_swapped_environment_is_warmed_from_its_own_end)
     env_close(&e);
 }
 
+/* A store of 16,000 records (~16 MB) written, then reopened: a fresh map
+ * nothing was read through yet. Returns its end. */
+static uint64_t reopened_store(struct env *e)
+{
+    uint64_t end;
+
+    env_open(e);
+    for (int k = 0; k < 16; k++) {
+        push_records(e, k * 1000, 1000);
+    }
+    env_reopen(e);
+    end = committed_end(e->store);
+    EXPECT(end >= (uint64_t)16 << 20);
+    return end;
+}
+
 /* The pages a reopened store already had, and the pages warmed past its
  * end, are mapped into the process by the warmer before any reader meets
  * them: where the hypervisor shadows page tables, a reader's first touch
@@ -308,13 +324,7 @@ TEST(the_stores_pages_are_mapped_before_a_reader_meets_them)
     uint64_t len;
     struct map_count c;
 
-    env_open(&e);
-    for (int k = 0; k < 16; k++) {
-        push_records(&e, k * 1000, 1000);
-    }
-    env_reopen(&e); /* a fresh map: nothing read through it yet */
-    end = committed_end(e.store);
-    EXPECT(end >= (uint64_t)16 << 20);
+    end = reopened_store(&e);
     c = count_map(map_of(e.store, &len), end);
     EXPECT(len >= end);
     EXPECT(c.cached_unmapped > end / page / 2); /* what a reader would pay */
@@ -342,12 +352,7 @@ TEST(pages_not_cached_are_not_mapped)
     uint64_t len;
     char *map;
 
-    env_open(&e);
-    for (int k = 0; k < 16; k++) {
-        push_records(&e, k * 1000, 1000);
-    }
-    env_reopen(&e);
-    end = committed_end(e.store);
+    end = reopened_store(&e);
     map = map_of(e.store, &len);
     EXPECT_EQ_I64(mdb_env_get_fd(e.store->env, &fd), 0);
     EXPECT_EQ_I64(fdatasync(fd), 0);
