@@ -40,6 +40,7 @@ struct store_warm {
     uint64_t map_end;   /* where they end: the store's end at the first round */
     unsigned char *map; /* LMDB's map of this gen, or NULL */
     uint64_t map_len;   /* and its length */
+    unsigned map_tries; /* rounds since the map was not found */
     _Atomic uint64_t ready;
     _Atomic uint64_t rounds;
     char *buf;
@@ -74,6 +75,10 @@ static bool warm_where(struct store_warm *w, uint64_t *end, int *fd)
         w->mapped_to = 0;
         w->map_end = *end;
         w->map = store_map_addr(s, &w->map_len);
+        w->map_tries = 0;
+    } else if (w->map == NULL && ++w->map_tries % WARM_PAUSE_ROUNDS == 0) {
+        w->map = store_map_addr(s, &w->map_len); /* ~1 s after a miss */
+        w->mapped_to = 0; /* the first pass starts over once it is found */
     }
     return true;
 }
@@ -129,7 +134,7 @@ static uint64_t warm_pieces(struct store_warm *w, uint64_t gen, uint64_t from,
         is_same = s->env_gen == gen && s->env != NULL &&
                   mdb_env_get_fd(s->env, &fd) == 0;
         if (is_same && is_read) {
-            is_same = pread(fd, w->buf, WARM_READ, (off_t)at) >= 0;
+            is_same = pread(fd, w->buf, next - at, (off_t)at) >= 0;
         }
         if (is_same) {
             warm_map_range(w, at, next);
@@ -243,12 +248,14 @@ static bool maps_line_holds(const char *line, uintptr_t in, uintptr_t *lo,
     return strtoull(e + 6, &e, 16) == 0 && *e == ' ';
 }
 
-/* An address inside s's map: the first key of LMDB's main database (the
- * names of the named ones) lies in a leaf page there. 0 when none. */
+/* An address inside s's map: the first key of the meta database (its
+ * "schema" row is written at open) lies in a leaf page there; a read
+ * transaction without MDB_WRITEMAP hands out pointers into the map. The
+ * handle is open already: mdb_dbi_open must not run beside another. 0
+ * when none. */
 static uintptr_t map_some_address(struct store *s)
 {
     MDB_txn *txn;
-    MDB_dbi main;
     MDB_cursor *c;
     MDB_val k;
     MDB_val v;
@@ -257,8 +264,7 @@ static uintptr_t map_some_address(struct store *s)
     if (mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) != 0) {
         return 0;
     }
-    if (mdb_dbi_open(txn, NULL, 0, &main) == 0 &&
-        mdb_cursor_open(txn, main, &c) == 0) {
+    if (mdb_cursor_open(txn, s->meta, &c) == 0) {
         if (mdb_cursor_get(c, &k, &v, MDB_FIRST) == 0) {
             in = (uintptr_t)k.mv_data;
         }
@@ -284,6 +290,11 @@ void *store_map_addr(struct store *s, uint64_t *len)
     }
     while (!is_found && fgets(line, sizeof(line), f) != NULL) {
         is_found = maps_line_holds(line, in, &lo, &hi);
+        if (strchr(line, '\n') == NULL) { /* a long path: skip its rest */
+            int ch;
+            while ((ch = getc(f)) != EOF && ch != '\n') {
+            }
+        }
     }
     fclose(f);
     if (!is_found) {

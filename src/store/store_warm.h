@@ -50,7 +50,9 @@
  *       store from disk (but for a page evicted between the two); LMDB's
  *       own reads and writes are unchanged. It runs with the rounds: a
  *       pause after a failure delays it, and a file system without
- *       fallocate stops it with the rest. */
+ *       fallocate stops it with the rest. The map is found once per
+ *       environment (store_map_addr), again about every second while it
+ *       is not. The process's RSS counts the cached store it mapped. */
 #ifndef QUEEN_STORE_STORE_WARM_H
 #define QUEEN_STORE_STORE_WARM_H
 

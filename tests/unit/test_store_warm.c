@@ -5,9 +5,11 @@
 #include "harness.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "push_helpers.h"
@@ -348,20 +350,30 @@ TEST(pages_not_cached_are_not_mapped)
     struct env e = {0};
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     mdb_filehandle_t fd;
+    struct statfs fs;
     uint64_t end;
     uint64_t len;
+    size_t before;
+    size_t after;
     char *map;
 
+    /* on tmpfs POSIX_FADV_DONTNEED drops nothing: a store on disk */
+    if (statfs("/tmp", &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
+        snprintf(e.dir, sizeof(e.dir), "/var/tmp/queen-test-XXXXXX");
+        EXPECT(mkdtemp(e.dir) != NULL);
+    }
     end = reopened_store(&e);
     map = map_of(e.store, &len);
     EXPECT_EQ_I64(mdb_env_get_fd(e.store->env, &fd), 0);
     EXPECT_EQ_I64(fdatasync(fd), 0);
     EXPECT_EQ_I64(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
     EXPECT(resident_pages(fd, 0, end) < end / page / 8);
+    before = count_map(map, end).mapped; /* what LMDB and map_of read */
     EXPECT(store_warm_start(e.store, STORE_WARM_FREE));
     EXPECT(wait_ready(e.store, STORE_WARM_AHEAD) >= STORE_WARM_AHEAD);
     wait_rounds(e.store, store_warm_rounds(e.store) + 4);
-    EXPECT(count_map(map, end).mapped < end / page / 8);
+    after = count_map(map, end).mapped;
+    EXPECT(after < before + end / page / 8);
     EXPECT_EQ_I64(high_watermark(&e), 16000);
     env_close(&e);
 }
