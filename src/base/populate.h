@@ -5,6 +5,8 @@
 #ifndef QUEEN_BASE_POPULATE_H
 #define QUEEN_BASE_POPULATE_H
 
+#include <errno.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/mman.h>
 
@@ -16,14 +18,23 @@
 
 /* Fault in the POPULATE_HUGE bytes at `at` (writable, anonymous), one call
  * per huge page: a populate holds the process's mmap lock, and an mmap
- * elsewhere (malloc of a large block, LMDB) waits for it. */
-static inline void populate_huge(char *at)
+ * elsewhere (malloc of a large block, LMDB) waits for it. false when the
+ * kernel refused (ENOMEM under a memory limit, EINTR, a poisoned page):
+ * nothing more is touched then, since touching would fault the same memory
+ * the kernel just declined, into the OOM killer. Only a kernel without the
+ * call (EINVAL) gets each page touched instead. */
+static inline bool populate_huge(char *at)
 {
-    if (madvise(at, POPULATE_HUGE, MADV_POPULATE_WRITE) != 0) {
-        for (size_t k = 0; k < POPULATE_HUGE; k += 4096) {
-            at[k] = 0; /* an older kernel: touch each page */
-        }
+    if (madvise(at, POPULATE_HUGE, MADV_POPULATE_WRITE) == 0) {
+        return true;
     }
+    if (errno != EINVAL) {
+        return false;
+    }
+    for (size_t k = 0; k < POPULATE_HUGE; k += 4096) {
+        at[k] = 0; /* an older kernel: touch each page */
+    }
+    return true;
 }
 
 #endif

@@ -53,7 +53,7 @@ static size_t n_tight;        /* pools keeping no spares: make none */
 static uint64_t n_taken;      /* slabs taken from the list, ever */
 static bool has_ahead_thread; /* started, or tried to */
 static bool is_ahead_allowed; /* slab_ahead_allow() */
-static bool is_ahead_failed;  /* mmap failed: wait for the next take */
+static bool is_ahead_failed;  /* mmap or populate failed: wait for a take */
 
 /* Under ahead_mu: whether a slab made now would be dropped (the list is
  * full, a pool is tight, or the list is not allowed). */
@@ -74,8 +74,9 @@ static void *ahead_main(void *arg)
         }
         pthread_mutex_unlock(&ahead_mu);
         m = slab_map();
-        if (m != NULL) {
-            populate_huge(m);
+        if (m != NULL && !populate_huge(m)) {
+            (void)munmap(m, SLAB_SIZE);
+            m = NULL;
         }
         pthread_mutex_lock(&ahead_mu);
         if (m == NULL) {
@@ -83,7 +84,10 @@ static void *ahead_main(void *arg)
             continue;
         }
         if (ahead_is_unwanted()) {
-            (void)munmap(m, SLAB_SIZE); /* a pool went tight meanwhile */
+            /* a pool went tight meanwhile: unmapped unlocked, as elsewhere */
+            pthread_mutex_unlock(&ahead_mu);
+            (void)munmap(m, SLAB_SIZE);
+            pthread_mutex_lock(&ahead_mu);
             continue;
         }
         ahead[n_ahead++] = m;

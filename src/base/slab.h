@@ -22,7 +22,8 @@
  * keeps up to SLAB_AHEAD slabs mapped and faulted in, and a pool with no
  * spare takes one of those before mapping its own. It makes the next one at
  * once. While any pool is tight (slab_trim, slab_set_tight), it holds none
- * and makes none: the memory a budget sees is all there is. A failed mmap
+ * and makes none: the memory a budget sees is all there is. A failed mmap,
+ * or a populate the kernel refused (a memory limit: base/populate.h),
  * pauses it until a pool takes again.
  *
  * Ownership: the pool owns every slab it handed out and its spares;

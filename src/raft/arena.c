@@ -255,11 +255,14 @@ void arena_install(void)
 }
 
 /* Fault c in, one huge page per call (base/populate.h): one call for the
- * whole chunk held the mmap lock for up to ~100 ms. */
+ * whole chunk held the mmap lock for up to ~100 ms. A refusal leaves the
+ * rest to fault at its use. */
 static void chunk_populate(struct chunk *c)
 {
     for (size_t off = 0; off < ARENA_CHUNK; off += ARENA_HUGE) {
-        populate_huge(c->base + off);
+        if (!populate_huge(c->base + off)) {
+            return;
+        }
     }
 }
 
