@@ -284,7 +284,9 @@ static int broker_open_node(struct broker *b, struct err *err)
     }
     kv_service_attach(b->kv, b->node);
     /* After node_start, so its check of the space the raft log needs sees
-     * none taken by the warmer (store_warm.h (2)). */
+     * none taken by this run's warmer (store_warm.h (2)); what an earlier
+     * run's allocated ahead (at most STORE_WARM_AHEAD + a step) is already
+     * in data.mdb, as its store is. */
     if (!store_warm_start(b->store,
                           STORE_WARM_FREE + 4 * (uint64_t)nc.segment_bytes)) {
         log_warn("broker", "could not start the store's warmer thread; "

@@ -98,6 +98,7 @@ static void warm_map_range(const struct store_warm *w, uint64_t from,
         return;
     }
     to = to < w->map_len ? to : w->map_len;
+    from -= from % page; /* mincore takes whole pages; LMDB's may be less */
     for (uint64_t at = from; at < to; at += WARM_READ) {
         unsigned char *p = w->map + at;
         size_t n = to - at < WARM_READ ? (size_t)(to - at) : WARM_READ;

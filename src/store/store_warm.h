@@ -51,8 +51,10 @@
  *       own reads and writes are unchanged. It runs with the rounds: a
  *       pause after a failure delays it, and a file system without
  *       fallocate stops it with the rest. The map is found once per
- *       environment (store_map_addr), again about every second while it
- *       is not. The process's RSS counts the cached store it mapped. */
+ *       environment (store_map_addr), and looked for again every 100
+ *       rounds while it is not (about a second, longer while failures
+ *       pause the rounds). The process's RSS counts the cached store it
+ *       mapped. */
 #ifndef QUEEN_STORE_STORE_WARM_H
 #define QUEEN_STORE_STORE_WARM_H
 
