@@ -1,12 +1,20 @@
 /* The in-process KV interface (broker/kv.h): batches from any thread become
  * CMD_KV raft entries; the apply handler runs store_kv_apply() inside the
- * fsm's write transaction and keeps the answer of the entry it just applied,
- * which the proposal's callback (run by libraft right after that apply, on
- * the loop thread) hands to the caller.
+ * fsm's write transaction and keeps the answer of each entry it applies,
+ * keyed by raft index, which the proposal's callback (on the loop thread)
+ * hands to the caller.
  *
  *   kv_submit() -> validate -> encode -> node_propose_async()
- *   loop: kv_service_apply() -> svc->last (keyed by raft index)
+ *   loop: kv_service_apply() -> svc->answers (keyed by raft index)
  *   loop: kv_on_applied() -> cb(arg, answer) -> free
+ *
+ * Answers wait in log order. A callback usually runs right after its
+ * entry's apply, but not always: a drain (raft/node.c (D2): a snapshot
+ * taken, a leader's barrier) applies every queued entry first and calls
+ * back later, in order (D1). So a callback for index X takes X's answer
+ * and drops the older ones, whose callbacks, if any, have run. Answers are
+ * kept only while a call of this node waits (n_waiting), so a node that
+ * proposes none keeps none; KV_ANSWERS_MAX bounds them otherwise.
  *
  * kv_call_batch() wraps kv_submit() with a waiter (mutex + condition variable)
  * that both sides reference, so a caller that gave up on time leaves the
@@ -23,6 +31,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,14 +46,24 @@
 struct kv_service {
     struct store *store;
     struct node *node;
-    pthread_mutex_t mu;    /* guards is_closing and n_inflight */
-    pthread_cond_t idle;   /* signalled when n_inflight drops to 0 */
-    bool is_closing;       /* set by kv_service_close(); never cleared */
-    unsigned n_inflight;   /* calls between kv_enter() and kv_leave() */
-    struct kv_answer last; /* the answer of entry last_index */
-    uint64_t last_index;
-    bool has_last;
+    pthread_mutex_t mu;  /* guards is_closing and n_inflight */
+    pthread_cond_t idle; /* signalled when n_inflight drops to 0 */
+    bool is_closing;     /* set by kv_service_close(); never cleared */
+    unsigned n_inflight; /* calls between kv_enter() and kv_leave() */
+    /* Loop thread only: answers of applied entries, oldest first. */
+    struct kv_kept *answers;
+    size_t n_answers;
+    size_t cap_answers;
+    _Atomic unsigned n_waiting; /* submitted, not yet called back */
 };
+
+/* The answer an applied entry left. */
+struct kv_kept {
+    uint64_t index;
+    struct kv_answer a;
+};
+
+#define KV_ANSWERS_MAX 4096
 
 struct kv_pending {
     struct kv_service *svc;
@@ -67,12 +86,50 @@ void kv_service_attach(struct kv_service *s, struct node *node)
     s->node = node;
 }
 
+/* Free the kept answers of entries below index, the oldest first. */
+static void kv_answers_drop(struct kv_service *s, uint64_t index)
+{
+    size_t n = 0;
+
+    while (n < s->n_answers && s->answers[n].index < index) {
+        kv_answer_free(&s->answers[n++].a);
+    }
+    if (n == 0) {
+        return;
+    }
+    memmove(s->answers, s->answers + n,
+            (s->n_answers - n) * sizeof(s->answers[0]));
+    s->n_answers -= n;
+}
+
+/* Keep a, the answer of entry index (moved in), when a call waits. */
+static void kv_answers_keep(struct kv_service *s, uint64_t index,
+                            struct kv_answer *a)
+{
+    if (atomic_load(&s->n_waiting) == 0) {
+        kv_answer_free(a); /* no callback of this node can want it */
+        return;
+    }
+    if (s->n_answers == KV_ANSWERS_MAX) {
+        kv_answers_drop(s, s->answers[0].index + 1);
+    }
+    if (s->n_answers == s->cap_answers) {
+        s->cap_answers = s->cap_answers == 0 ? 8 : 2 * s->cap_answers;
+        s->answers =
+            xrealloc(s->answers, s->cap_answers * sizeof(s->answers[0]));
+    }
+    s->answers[s->n_answers].index = index;
+    kv_answer_move(a, &s->answers[s->n_answers].a);
+    s->n_answers++;
+}
+
 void kv_service_free(struct kv_service *s)
 {
     if (s == NULL) {
         return;
     }
-    kv_answer_free(&s->last);
+    kv_answers_drop(s, UINT64_MAX);
+    free(s->answers);
     pthread_cond_destroy(&s->idle);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -136,8 +193,6 @@ int kv_service_apply(void *arg, struct store *s, MDB_txn *txn,
     uint32_t removed;
     int rc = 0;
 
-    kv_answer_free(&svc->last);
-    svc->has_last = false;
     if (kv_cmd_decode(h->body, &c, &derr) != 0) {
         kv_refused(res, ERR_CORRUPT, derr.msg);
     } else if (c.is_sweep) {
@@ -149,13 +204,15 @@ int kv_service_apply(void *arg, struct store *s, MDB_txn *txn,
         kv_refused(res, derr.code, derr.msg); /* same on every node */
     } else {
         struct kv_batch b = {h->tenant, c.ops, c.n};
+        struct kv_answer a;
 
+        memset(&a, 0, sizeof(a));
         cp_gate_touch(h->tenant); /* cp/registry.h (2) */
-        rc = store_kv_apply(s, txn, &b, h->stamp, &svc->last, err);
-        svc->has_last = rc == 0;
-        svc->last_index = res->index;
-        if (rc != 0) {
-            kv_answer_free(&svc->last);
+        rc = store_kv_apply(s, txn, &b, h->stamp, &a, err);
+        if (rc == 0) {
+            kv_answers_keep(svc, res->index, &a);
+        } else {
+            kv_answer_free(&a);
         }
     }
     kv_cmd_free(&c);
@@ -179,18 +236,23 @@ static void kv_on_applied(void *arg, int status, const struct fsm_result *res,
     struct kv_pending *p = arg;
     struct kv_service *svc = p->svc;
 
+    if (status == 0) {
+        kv_answers_drop(svc, res->index); /* (D1): theirs were called */
+    }
     if (status != 0) {
         kv_call_error(p->cb, p->arg, status, perr->msg);
     } else if (res->code != 0) {
         kv_call_error(p->cb, p->arg, res->code, res->msg);
-    } else if (!svc->has_last || svc->last_index != res->index) {
+    } else if (svc->n_answers == 0 || svc->answers[0].index != res->index) {
         log_error("kv", "entry %" PRIu64 ": the apply left no answer",
                   res->index);
         kv_call_error(p->cb, p->arg, ERR_IO, "the kv answer was lost");
     } else {
-        p->cb(p->arg, &svc->last);
-        kv_answer_free(&svc->last);
-        svc->has_last = false;
+        p->cb(p->arg, &svc->answers[0].a);
+        kv_answers_drop(svc, res->index + 1);
+    }
+    if (atomic_fetch_sub(&svc->n_waiting, 1) == 1) {
+        kv_answers_drop(svc, UINT64_MAX); /* no call waits: none is wanted */
     }
     free(p);
 }
@@ -224,9 +286,11 @@ static int kv_submit_admitted(struct kv_service *s, const struct kv_batch *b,
     if (rc == 0) {
         p = xcalloc(1, sizeof(*p));
         *p = (struct kv_pending){s, cb, arg};
+        atomic_fetch_add(&s->n_waiting, 1); /* before its entry can apply */
         rc = node_propose_async(s->node, CMD_KV, cmd.data, cmd.len,
                                 kv_on_applied, p, err);
         if (rc != 0) {
+            atomic_fetch_sub(&s->n_waiting, 1);
             free(p);
         }
     }
