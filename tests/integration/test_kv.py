@@ -406,6 +406,39 @@ def test_a_path_key_that_is_not_utf8_is_refused_and_not_stored(broker):
     assert r.status == 200 and r.json()["key"] == "x\u00e9y", r
 
 
+
+def incr_from_clients(nodes, clients_per_node, per, key="counted"):
+    """clients_per_node threads per node, each sending per single-op incr
+    calls of (NS, key): the values answered 200 and, for any other
+    answer, (status, body) tuples, in arrival order."""
+    op = {"op": "incr", "ns": NS, "key": key, "forever": True}
+    answers, lock = [], threading.Lock()
+
+    def client(node):
+        for _ in range(per):
+            r = node.post("/api/v1/kv", [op], timeout=30)
+            got = r.json()["results"][0]["value"] if r.status == 200 \
+                else (r.status, r.body[:200])
+            with lock:
+                answers.append(got)
+
+    ts = [threading.Thread(target=client, args=(n,))
+          for n in nodes for _ in range(clients_per_node)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(180)
+    return answers
+
+
+def assert_each_answered_once(answers, n):
+    """Every one of n calls answered 200 with its own entry's value."""
+    failed = [a for a in answers if isinstance(a, tuple)]
+    assert failed == [], "%d of %d refused: %s" % (
+        len(failed), len(answers), failed[:3])
+    assert sorted(answers) == list(range(1, n + 1))
+
+
 def test_every_write_is_answered_with_its_own_result_across_snapshots(
         broker_factory):
     """Writes from several clients while snapshots are taken every 64
@@ -415,27 +448,8 @@ def test_every_write_is_answered_with_its_own_result_across_snapshots(
     (D2)); one answer slot kept only the last of them."""
     b = broker_factory(env={"QUEEN_RAFT_SNAPSHOT_THRESHOLD": "64",
                             "QUEEN_RAFT_SNAPSHOT_TRAILING": "8"})
-    threads, per = 6, 250
-    op = {"op": "incr", "ns": NS, "key": "counted", "forever": True}
-    answers, lock = [], threading.Lock()
-
-    def client():
-        for _ in range(per):
-            r = b.post("/api/v1/kv", [op], timeout=30)
-            got = r.json()["results"][0]["value"] if r.status == 200 \
-                else (r.status, r.body[:200])
-            with lock:
-                answers.append(got)
-
-    ts = [threading.Thread(target=client) for _ in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(120)
-    failed = [a for a in answers if isinstance(a, tuple)]
-    assert failed == [], "%d of %d refused: %s" % (
-        len(failed), len(answers), failed[:3])
-    assert sorted(answers) == list(range(1, threads * per + 1))
+    answers = incr_from_clients([b], 6, 250)
+    assert_each_answered_once(answers, 6 * 250)
     got = kv(b, [{"op": "get", "ns": NS, "key": "counted"}])["results"][0]
-    assert got["value"] == threads * per
+    assert got["value"] == 6 * 250
     assert (b.metric("queen_raft_snapshots_total") or 0) >= 10

@@ -20,6 +20,7 @@ import threading
 from cluster import Cluster
 from queenproc import Broker, wait_until
 from test_cluster import items, make_cluster, push_ok  # noqa: F401
+from test_kv import assert_each_answered_once, incr_from_clients
 
 SNAP_ENV = {"QUEEN_RAFT_SNAPSHOT_THRESHOLD": "64",
             "QUEEN_RAFT_SNAPSHOT_TRAILING": "8"}
@@ -313,6 +314,7 @@ def test_a_follower_whose_raft_directory_is_lost_catches_up(make_cluster):
     assert all(v == logs[lid] for v in logs.values())
 
 
+
 def test_kv_writes_through_every_node_get_their_own_answers(make_cluster):
     """KV increments sent to the leader and to both followers at once while
     every node takes snapshots each 64 entries: every call is answered 200
@@ -322,26 +324,6 @@ def test_kv_writes_through_every_node_get_their_own_answers(make_cluster):
     c.start()
     c.wait_converged()
     nodes = [c.leader_node()] + c.followers()
-    per = 120
-    op = {"op": "incr", "ns": "app", "key": "counted", "forever": True}
-    answers, lock = [], threading.Lock()
-
-    def client(node):
-        for _ in range(per):
-            r = node.post("/api/v1/kv", [op], timeout=30)
-            got = r.json()["results"][0]["value"] if r.status == 200 \
-                else (r.status, r.body[:200])
-            with lock:
-                answers.append(got)
-
-    ts = [threading.Thread(target=client, args=(n,))
-          for n in nodes for _ in range(2)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(180)
-    failed = [a for a in answers if isinstance(a, tuple)]
-    assert failed == [], "%d of %d refused: %s" % (
-        len(failed), len(answers), failed[:3])
-    assert sorted(answers) == list(range(1, len(ts) * per + 1))
+    answers = incr_from_clients(nodes, 2, 120)
+    assert_each_answered_once(answers, len(nodes) * 2 * 120)
     assert all(metric(n, "queen_raft_snapshots_total") >= 5 for n in nodes)
