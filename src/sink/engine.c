@@ -30,8 +30,10 @@
  * and fresh pages are what a fetch-heavy sink pays most for (first touches
  * fault). The free list keeps as many slabs as the last window took (at least
  * ENGINE_SPARE_MIN; at most a target window's worth up to half the read
- * cap, or ENGINE_SPARE_MAX when that is more: memory the budget's weight
- * does not see): a busy queue refills from it, an idle one lets go. Once
+ * cap, or ENGINE_SPARE_MAX when that is more; never more than half the read
+ * cap, the floors included, so a small budget keeps few: memory the
+ * budget's weight does not see): a busy queue refills from it, an idle one
+ * lets go. Once
  * the memory budget closes a window (engine_force_close), the list is
  * emptied and stays empty until a window closes by the other rules: under
  * pressure the node's memory is the budget's weight, not spares; and a
@@ -475,6 +477,16 @@ static int check_config(const struct engine_config *c, struct err *err)
     return 0;
 }
 
+/* want spares, or fewer when that is more than half the read cap: a floor
+ * of spares must not take a small budget's memory beside it (a node with
+ * QUEEN_S3_MEMORY_MB=8 kept 64 MiB of them). */
+static size_t spare_floor(const struct engine *e, size_t want)
+{
+    size_t half = (size_t)(e->cfg.max_buffer_bytes / 2 / SLAB_SIZE);
+
+    return want < half ? want : half;
+}
+
 struct engine *engine_new(const struct engine_config *cfg, struct err *err)
 {
     struct engine *e;
@@ -505,14 +517,15 @@ struct engine *engine_new(const struct engine_config *cfg, struct err *err)
     e->calls = xcalloc(cfg->fetch_concurrency, sizeof(*e->calls));
     e->seeks = xcalloc(cfg->fetch_concurrency, sizeof(*e->seeks));
     e->next_call_id = 1;
-    slab_pool_init(&e->slabs, ENGINE_SPARE_MIN);
+    slab_pool_init(&e->slabs, spare_floor(e, ENGINE_SPARE_MIN));
     return e;
 }
 
 /* ---- Slabs (the pool is base/slab.h) ----------------------------------- */
 
 /* Spares kept at most: a target window's worth of slabs up to half the
- * read cap, or ENGINE_SPARE_MAX when that is more. */
+ * read cap, or ENGINE_SPARE_MAX when that is more, but never above half
+ * the read cap (spare_floor). */
 static size_t spare_cap(const struct engine *e)
 {
     uint64_t bytes = e->cfg.target_bytes;
@@ -521,7 +534,8 @@ static size_t spare_cap(const struct engine *e)
         bytes = e->cfg.max_buffer_bytes / 2;
     }
     size_t n = (size_t)(bytes / SLAB_SIZE);
-    return n > ENGINE_SPARE_MAX ? n : ENGINE_SPARE_MAX;
+    size_t floor = spare_floor(e, ENGINE_SPARE_MAX);
+    return n > floor ? n : floor;
 }
 
 /* After a commit: keep as many spares as the window took, none while the
