@@ -67,7 +67,9 @@
 /* At most this many manifests are read at a start to make the positions
  * exact at the commit pointer (engine.h (5)). */
 #define DRIVER_REBUILD_MAX_WINDOWS 10000
-#define DRIVER_FETCH_SLICE         ((uint64_t)8 * 1024 * 1024) /* per store read */
+/* Per store read: a slice is merged while its records are still in the
+ * core's L2 from the walk (store_read.c prefetches each leaf page). */
+#define DRIVER_FETCH_SLICE ((uint64_t)1 * 1024 * 1024)
 
 enum pending_kind {
     PENDING_NONE,
@@ -1478,11 +1480,12 @@ static int merge_slice(struct driver *d, const struct engine_fetch *a,
     return rc;
 }
 
-/* One fetch call, read in slices of at most DRIVER_FETCH_SLICE bytes asked,
- * each merged and freed before the next: the store hands the same warm
- * answer buffer back slice after slice, where one answer for the whole call
- * (64 MiB for 64 busy partitions) would be fresh pages every time. false
- * when it failed as a whole. */
+/* One fetch call, read in slices of at most DRIVER_FETCH_SLICE bytes asked
+ * (one entry at the default 1 MiB per entry), each merged and freed before
+ * the next: the slab copy then reads what the walk just brought into the
+ * cache, and the store hands the same warm answer buffer back slice after
+ * slice, where one answer for the whole call (64 MiB for 64 busy partitions)
+ * would be fresh pages every time. false when it failed as a whole. */
 static bool do_fetch(struct driver *d, const struct engine_fetch *a)
 {
     struct store_fetch_answer ans;
