@@ -412,7 +412,9 @@ struct raft *node_raft(struct node *n)
 
 uint64_t node_commit_index(const struct node *n)
 {
-    return n->raft.commit_index;
+    uint64_t applied = node_applied_index(n);
+
+    return n->raft.commit_index > applied ? n->raft.commit_index : applied;
 }
 
 int64_t node_safe_time(const struct node *n)

@@ -198,15 +198,53 @@ def test_a_store_lost_or_older_than_the_marker_refuses_to_boot(tmp_path):
 # A cluster
 
 
+class HealthWatch:
+    """Reads node's /health raft block every few ms in a thread, from
+    start() until halt(), and keeps every sample whose applied index is
+    above its commit index: a node applies only what is committed, and
+    after an InstallSnapshot everything up to the snapshot is committed."""
+
+    def __init__(self, node):
+        self.node = node
+        self.bad = []
+        self.samples = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            r = self.node.raft()
+            if r is not None and "applied" in r and "commit" in r:
+                self.samples += 1
+                if r["applied"] > r["commit"]:
+                    self.bad.append(r)
+            self._stop.wait(0.005)
+
+    def start(self):
+        self._t.start()
+        return self
+
+    def halt(self):
+        self._stop.set()
+        self._t.join(timeout=30)
+        return self.bad
+
+
 def rejoin_by_install(c, lid, f, queue, want):
     """Start the stopped f: the leader dumps its store for it, f restores
     that full snapshot, and f's records of queue are want, equal
-    everywhere."""
+    everywhere. f's /health never shows an applied index above its commit
+    index meanwhile."""
     dumps_before = metric(c[lid], "queen_raft_snapshot_dumps_total")
     c.start_node(f.id)
+    watch = HealthWatch(f).start()
     wait_until(lambda: metric(c[lid], "queen_raft_snapshot_dumps_total") >
                dumps_before, 60, "the leader's full dump for node %d" % f.id)
     c.wait_converged(timeout=90)
+    wait_until(lambda: watch.samples > 50, 30, "samples of /health")
+    bad = watch.halt()
+    assert not bad, "applied > commit in %d samples, first %s" % (len(bad),
+                                                                   bad[0])
     assert "restored snapshot at" in f.logs(), f.logs()[-3000:]
     logs = c.all_records(queue)
     assert [t for _, t, _ in logs[f.id]] == want
