@@ -19,6 +19,7 @@
 #include "store/store_impl.h"
 
 #define WARM_PERIOD_NS    10000000L /* a round every 10 ms */
+#define WARM_IDLE_NS      80000000L /* at most, after rounds with nothing to do */
 #define WARM_READ         ((size_t)1 << 20)
 #define WARM_STEP         ((uint64_t)4 << 20) /* at most per round (4) */
 #define WARM_NICE         10                  /* above the broker's own (4) */
@@ -149,8 +150,9 @@ static uint64_t warm_pieces(struct store_warm *w, uint64_t gen, uint64_t from,
 }
 
 /* One round: when less than STORE_WARM_AHEAD past the end is ready,
- * allocate the next WARM_STEP (2) and read it once. */
-static void warm_round(struct store_warm *w)
+ * allocate the next WARM_STEP (2) and read it once. true when it allocated
+ * or mapped anything (or tried to). */
+static bool warm_round(struct store_warm *w)
 {
     struct store *s = w->s;
     uint64_t end = 0;
@@ -158,6 +160,7 @@ static void warm_round(struct store_warm *w)
     uint64_t to = 0;
     uint64_t gen;
     int fd;
+    bool is_busy = false;
 
     pthread_rwlock_rdlock(&s->swap_lock);
     gen = s->env_gen;
@@ -174,6 +177,7 @@ static void warm_round(struct store_warm *w)
     pthread_rwlock_unlock(&s->swap_lock);
     if (to > from) {
         uint64_t got = warm_pieces(w, gen, from, to, true);
+        is_busy = true;
         pthread_rwlock_rdlock(&s->swap_lock);
         if (s->env_gen == gen) { /* else the next round starts over */
             w->warmed_to = got;
@@ -188,14 +192,17 @@ static void warm_round(struct store_warm *w)
 
         w->mapped_to = warm_pieces(
             w, gen, w->mapped_to, next < w->map_end ? next : w->map_end, false);
+        is_busy = true;
     }
     atomic_store(&w->ready,
                  w->gen == gen && w->warmed_to > end ? w->warmed_to - end : 0);
+    return is_busy || w->paused > 0;
 }
 
 static void *warm_main(void *arg)
 {
     struct store_warm *w = arg;
+    long period = WARM_PERIOD_NS;
     int base;
 
     /* a thread's own nice value on Linux; speed only, so a refusal (no
@@ -209,15 +216,20 @@ static void *warm_main(void *arg)
     pthread_mutex_lock(&w->mu);
     while (!w->is_stopping && !w->is_off) {
         struct timespec next;
+        bool is_busy = true;
         pthread_mutex_unlock(&w->mu);
         if (w->paused > 0) {
             w->paused--;
         } else {
-            warm_round(w);
+            is_busy = warm_round(w);
         }
         atomic_fetch_add(&w->rounds, 1);
+        /* (4): each idle round waits twice the last, up to WARM_IDLE_NS */
+        period = is_busy                     ? WARM_PERIOD_NS
+                 : period < WARM_IDLE_NS / 2 ? 2 * period
+                                             : WARM_IDLE_NS;
         clock_gettime(CLOCK_MONOTONIC, &next);
-        next.tv_nsec += WARM_PERIOD_NS;
+        next.tv_nsec += period;
         next.tv_sec += next.tv_nsec / 1000000000L;
         next.tv_nsec %= 1000000000L;
         pthread_mutex_lock(&w->mu);

@@ -36,7 +36,14 @@
  *       64 MiB at a time, its bursts of a core took the broker's other
  *       threads' and wrk's share on a 2-core machine, and the closed
  *       loop's p99 rose from ~16 to ~22 ms; in steps at nice 10 it was
- *       ~18 ms and the open loop kept its gain (store-raft.md).
+ *       ~18 ms and the open loop kept its gain (store-raft.md). A round
+ *       that found nothing to allocate or map makes the next wait twice
+ *       as long, up to 80 ms (about 12 wake-ups a second on an idle
+ *       node, not 100); the first round with work goes back to 10 ms, so
+ *       a burst after a quiet spell meets at most 80 ms of the 32 MiB
+ *       ahead used before the warmer runs again. A pause (2) keeps 10 ms
+ *       rounds, so it lasts about a second. The map is looked for again
+ *       every 100 rounds (5): about a second while busy, up to 8 idle.
  *   (5) It also maps the store's pages into the process before its readers
  *       meet them: one byte read through LMDB's map per page, first of
  *       the pages up to the store's end at its first round in this
@@ -52,8 +59,7 @@
  *       pause after a failure delays it, and a file system without
  *       fallocate stops it with the rest. The map is found once per
  *       environment (store_map_addr), and looked for again every 100
- *       rounds while it is not (about a second, longer while failures
- *       pause the rounds). The process's RSS counts the cached store it
+ *       rounds while it is not (4). The process's RSS counts the cached store it
  *       mapped. */
 #ifndef QUEEN_STORE_STORE_WARM_H
 #define QUEEN_STORE_STORE_WARM_H

@@ -244,6 +244,33 @@ TEST(records_written_through_warmed_pages_read_back_after_a_reopen)
     env_close(&e);
 }
 
+/* A warmer with nothing to do wakes at most every 80 ms, not every 10, and
+ * keeps ahead again once the writer uses what it had ready. */
+TEST(an_idle_warmer_wakes_seldom_and_keeps_ahead_when_writes_come)
+{
+    struct env e = {0};
+    uint64_t r0;
+    uint64_t end;
+
+    env_open(&e);
+    push_records(&e, 0, 100);
+    EXPECT(store_warm_start(e.store, STORE_WARM_FREE));
+    EXPECT(wait_ready(e.store, STORE_WARM_AHEAD) >= STORE_WARM_AHEAD);
+    usleep(300 * 1000); /* the waits grow 20, 40, 80 ms */
+    r0 = store_warm_rounds(e.store);
+    usleep(1000 * 1000);
+    /* ~12 at 80 ms; 10 ms rounds made ~100 */
+    EXPECT(store_warm_rounds(e.store) - r0 <= 25);
+    end = committed_end(e.store);
+    for (int k = 0; k < 40; k++) { /* ~40 MB: past what was ready */
+        push_records(&e, 100 + k * 1000, 1000);
+    }
+    EXPECT(committed_end(e.store) > end + STORE_WARM_AHEAD);
+    EXPECT(wait_ready(e.store, STORE_WARM_AHEAD) >= STORE_WARM_AHEAD);
+    store_warm_stop(e.store);
+    env_close(&e);
+}
+
 /* store_close stops a warmer that still runs. */
 TEST(close_stops_a_running_warmer)
 {
