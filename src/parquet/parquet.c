@@ -146,6 +146,7 @@ struct parquet_writer {
     int64_t *offs;
     int64_t *tss;
     uint8_t *defs;
+    uint32_t *plens; /* each row's payload length (0: null) */
     struct buf dict; /* PLAIN entries */
     size_t *dict_pos;
     size_t ndict;
@@ -154,6 +155,11 @@ struct parquet_writer {
     size_t nslots;
     struct buf txn;     /* PLAIN */
     struct buf payload; /* PAYLOAD_ROOM, then PLAIN, non-null rows only */
+    /* The payload column's min and max so far in this row group, taken as
+     * each value is added (it is in the cache then): where their bytes
+     * start in payload, and their lengths. */
+    bool has_minmax;
+    size_t lo_at, lo_len, hi_at, hi_len;
     /* Order check (1), across row groups. */
     struct buf last_part;
     int64_t last_off;
@@ -723,9 +729,7 @@ static struct slice payload_page(struct parquet_writer *w, size_t r0, size_t r1,
     rle_u8(&w->page, w->defs + r0, r1 - r0);
     set_le32(w->page.data, (uint32_t)(w->page.len - lenpos));
     for (size_t r = r0; r < r1; r++) {
-        if (w->defs[r] != 0) {
-            *pos += 4 + get_le32(w->payload.data + *pos);
-        }
+        *pos += w->defs[r] != 0 ? 4 + (size_t)w->plens[r] : 0;
     }
     if (w->page.len <= start) {
         body.ptr = w->payload.data + start - w->page.len;
@@ -746,15 +750,15 @@ static int write_payload_col(struct parquet_writer *w, struct chunk_meta *cm,
     size_t r0 = 0;
     size_t pos = PAYLOAD_ROOM;
     size_t bytes = 0;
-    struct slice lo;
-    struct slice hi;
 
-    if (plain_minmax(&w->payload, PAYLOAD_ROOM, &lo, &hi)) {
+    if (w->has_minmax) {
+        struct slice lo = {w->payload.data + w->lo_at, w->lo_len};
+        struct slice hi = {w->payload.data + w->hi_at, w->hi_len};
         stat_bytes(cm, lo, hi);
     }
     for (size_t r = 0; r < w->rows; r++) {
         if (w->defs[r] != 0) {
-            bytes += 4 + get_le32(w->payload.data + pos + bytes);
+            bytes += 4 + (size_t)w->plens[r];
         } else {
             cm->nulls++;
         }
@@ -783,6 +787,7 @@ static void reset_row_group(struct parquet_writer *w)
     buf_reset(&w->txn);
     buf_reset(&w->payload);
     put(&w->payload, (const char[PAYLOAD_ROOM]){0}, PAYLOAD_ROOM);
+    w->has_minmax = false;
 }
 
 static int write_column(struct parquet_writer *w, struct chunk_meta *cm, int c,
@@ -1111,6 +1116,7 @@ void parquet_writer_free(struct parquet_writer *w)
     free(w->offs);
     free(w->tss);
     free(w->defs);
+    free(w->plens);
     buf_free(&w->dict);
     free(w->dict_pos);
     free(w->slots);
@@ -1171,6 +1177,27 @@ static void ensure_rows(struct parquet_writer *w)
     w->offs = xrealloc(w->offs, w->cap_rows * sizeof(*w->offs));
     w->tss = xrealloc(w->tss, w->cap_rows * sizeof(*w->tss));
     w->defs = xrealloc(w->defs, w->cap_rows * sizeof(*w->defs));
+    w->plens = xrealloc(w->plens, w->cap_rows * sizeof(*w->plens));
+}
+
+/* The payload just appended (its last n bytes) against the row group's
+ * min and max so far. */
+static void payload_minmax(struct parquet_writer *w, size_t n)
+{
+    size_t at = w->payload.len - n;
+    const char *p = w->payload.data + at;
+
+    if (!w->has_minmax ||
+        bytes_cmp(p, n, w->payload.data + w->lo_at, w->lo_len) < 0) {
+        w->lo_at = at;
+        w->lo_len = n;
+    }
+    if (!w->has_minmax ||
+        bytes_cmp(p, n, w->payload.data + w->hi_at, w->hi_len) > 0) {
+        w->hi_at = at;
+        w->hi_len = n;
+    }
+    w->has_minmax = true;
 }
 
 static void put_plain(struct buf *b, struct slice s)
@@ -1199,9 +1226,11 @@ int parquet_writer_add(struct parquet_writer *w, const struct parquet_record *r,
     w->offs[w->rows] = r->offset;
     w->tss[w->rows] = r->ts;
     w->defs[w->rows] = r->payload.len > 0;
+    w->plens[w->rows] = (uint32_t)r->payload.len;
     put_plain(&w->txn, r->txn);
     if (r->payload.len > 0) {
         put_plain(&w->payload, r->payload);
+        payload_minmax(w, r->payload.len);
     }
     w->rows++;
     if (!w->has_last || w->last_part.len != r->partition.len ||

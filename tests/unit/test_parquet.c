@@ -307,6 +307,45 @@ TEST(statistics_give_min_max_per_row_group)
     corpus_free(&c);
 }
 
+/* The payload column's min and max are those of each row group's own
+ * non-null values, in byte order with a prefix first, whatever the order
+ * they came in and wherever the nulls are. */
+TEST(payload_statistics_are_each_row_groups_own)
+{
+    static const char *const pl[] = {"b",  NULL, "ab", "abd", "abc", "ab",
+                                     NULL, NULL, "z",  NULL,  NULL,  NULL};
+    static const char *const want[][2] = {
+        {"ab", "b"}, {"ab", "abd"}, {"z", "z"}, {NULL, NULL}};
+    struct corpus c = {0};
+    struct parquet_opts o = {.codec = PARQUET_ZSTD, .row_group_records = 3};
+    struct buf out;
+    struct parquet_file f;
+    char txn[16];
+
+    for (size_t i = 0; i < sizeof(pl) / sizeof(pl[0]); i++) {
+        snprintf(txn, sizeof(txn), "t%zu", i);
+        add(&c, "p", (int64_t)i, txn, 1000 + (int64_t)i, pl[i],
+            pl[i] != NULL ? strlen(pl[i]) : 0);
+    }
+    write_file(&c, &o, &out);
+    expect_records(&c, &out, &f);
+    for (int g = 0; g < 4; g++) {
+        const struct thrift_node *s =
+            thrift_get(&f.meta, colmeta(&f, g, 4), 12);
+        if (want[g][0] == NULL) {
+            EXPECT(thrift_get(&f.meta, s, 6) == NULL);
+            EXPECT(thrift_get(&f.meta, s, 5) == NULL);
+            EXPECT_EQ_I64(thrift_get_i(&f.meta, s, 3, -1), 3);
+            continue;
+        }
+        EXPECT(bin_is(thrift_get_bin(&f.meta, s, 6), want[g][0]));
+        EXPECT(bin_is(thrift_get_bin(&f.meta, s, 5), want[g][1]));
+    }
+    parquet_file_free(&f);
+    buf_free(&out);
+    corpus_free(&c);
+}
+
 TEST(long_string_statistics_are_cut_to_64_bytes_and_still_bound)
 {
     struct corpus c = {0};
