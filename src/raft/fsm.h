@@ -54,9 +54,6 @@ struct fsm_result {
     int64_t stamp;
     int code; /* 0, or ERR_CORRUPT / ERR_INVALID for a refused command */
     char msg[160];
-    /* Set by an apply handler of a reserved type: its own answer, owned by
-     * the handler and valid as long as this result (NULL otherwise). */
-    const void *detail;
     size_t n_items; /* CMD_PUSH: one per input item, in input order */
     struct fsm_item_result *items;
 };
