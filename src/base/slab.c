@@ -11,6 +11,34 @@
 #include "base/thread.h"
 #include "base/xalloc.h"
 
+void slab_spares_init(struct slab_spares *s, size_t limit)
+{
+    atomic_init(&s->n, 0);
+    s->limit = limit;
+}
+
+/* One more spare counted in p's shared count (B); false (nothing counted)
+ * when that is at its limit. */
+static bool shared_take(struct slab_pool *p)
+{
+    if (p->shared == NULL) {
+        return true;
+    }
+    if (atomic_fetch_add(&p->shared->n, 1) < p->shared->limit) {
+        return true;
+    }
+    atomic_fetch_sub(&p->shared->n, 1);
+    return false;
+}
+
+/* A spare of p left its list (taken or freed). */
+static void shared_give(struct slab_pool *p)
+{
+    if (p->shared != NULL) {
+        atomic_fetch_sub(&p->shared->n, 1);
+    }
+}
+
 void slab_pool_init(struct slab_pool *p, size_t min_spare)
 {
     memset(p, 0, sizeof(*p));
@@ -223,7 +251,8 @@ static void slab_free(struct slab_pool *p, struct slab *s)
 
 static void slab_release(struct slab_pool *p, struct slab *s)
 {
-    if (s->cap == SLAB_SIZE && !p->is_tight && p->n_spare < p->max_spare) {
+    if (s->cap == SLAB_SIZE && !p->is_tight && p->n_spare < p->max_spare &&
+        shared_take(p)) {
         s->next = p->spare;
         p->spare = s;
         p->n_spare++;
@@ -242,6 +271,7 @@ void slab_pool_free(struct slab_pool *p)
     while (p->spare != NULL) {
         struct slab *s = p->spare;
         p->spare = s->next;
+        shared_give(p);
         slab_free(p, s);
     }
     p->n_spare = 0;
@@ -266,6 +296,7 @@ struct slab *slab_for(struct slab_pool *p, size_t n)
         s = p->spare;
         p->spare = s->next;
         p->n_spare--;
+        shared_give(p);
     } else {
         s = slab_new(p, SLAB_SIZE);
     }
@@ -310,6 +341,7 @@ void slab_spares_free(struct slab_pool *p, size_t keep)
         struct slab *s = p->spare;
         p->spare = s->next;
         p->n_spare--;
+        shared_give(p);
         slab_free(p, s);
     }
 }

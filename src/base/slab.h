@@ -26,6 +26,12 @@
  * or a populate the kernel refused (a memory limit: base/populate.h),
  * pauses it until a pool takes again.
  *
+ * (B) Spares counted together. Pools that share a struct slab_spares (the
+ * sink's queues on one node) keep a slab as a spare only while all of them
+ * together keep fewer than its limit: each pool's own bound (max_spare,
+ * min_spare) is per queue, and a node of many queues would otherwise keep
+ * that many times the memory warm. A pool with none counts only its own.
+ *
  * Ownership: the pool owns every slab it handed out and its spares;
  * slab_pool_free() frees them all (strings still pointing in included). A
  * pool is not thread-safe: one owner; the slabs made ahead are shared
@@ -33,6 +39,7 @@
 #ifndef QUEEN_BASE_SLAB_H
 #define QUEEN_BASE_SLAB_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -51,9 +58,16 @@ struct slab {
     bool is_mapped; /* data is mmap'd, else malloc's */
 };
 
+/* Spares of several pools counted together (B). Thread-safe. */
+struct slab_spares {
+    _Atomic size_t n; /* spares the pools keep now */
+    size_t limit;     /* at most */
+};
+
 struct slab_pool {
-    struct slab *cur;   /* being filled; NULL before the first string */
-    struct slab *spare; /* empty slabs, SLAB_SIZE each */
+    struct slab_spares *shared; /* (B), or NULL; set after slab_pool_init */
+    struct slab *cur;           /* being filled; NULL before the first string */
+    struct slab *spare;         /* empty slabs, SLAB_SIZE each */
     size_t n_spare;
     size_t min_spare; /* max_spare never goes below this */
     size_t max_spare; /* slabs the last round took, >= min_spare */
@@ -62,7 +76,11 @@ struct slab_pool {
     uint64_t bytes;   /* of every slab held: filling, full, spare */
 };
 
-/* An empty pool that keeps at least min_spare spares. */
+/* No spares counted yet, at most limit of them (B). */
+void slab_spares_init(struct slab_spares *s, size_t limit);
+
+/* An empty pool that keeps at least min_spare spares (unless a shared
+ * count (B) is at its limit). */
 void slab_pool_init(struct slab_pool *p, size_t min_spare);
 /* Free every slab. The pool is then empty and may be reused. */
 void slab_pool_free(struct slab_pool *p);

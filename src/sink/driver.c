@@ -382,6 +382,7 @@ static struct engine *make_engine(const struct driver_config *c,
     if (c->max_buffer_bytes > 0) {
         ec.max_buffer_bytes = c->max_buffer_bytes;
     }
+    ec.spares = c->spares;
     ec.format = format_name(c);
     ec.layout = c->per_partition ? "per-partition" : "merged";
     if (upload_codec_strings(c, &ec.compression, &ec.writer, &ext, err) != 0) {

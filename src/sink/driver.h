@@ -31,6 +31,7 @@
 
 #include "base/common.h"
 #include "base/err.h"
+#include "base/slab.h"
 #include "sink/stages.h"
 #include "store/kv.h"
 #include "store/store.h"
@@ -147,6 +148,8 @@ struct driver_config {
     /* The node's per-stage CPU counters (stages.h), which the driver's
      * reads, merges, builds and PUTs add to, borrowed; NULL = none. */
     struct stages *stages;
+    /* The node's count of spare slabs (engine.h), borrowed; NULL = none. */
+    struct slab_spares *spares;
 };
 
 /* Defaults: sink "default", prefix "queen", jsonl zstd merged, align hour,

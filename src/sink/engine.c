@@ -518,6 +518,7 @@ struct engine *engine_new(const struct engine_config *cfg, struct err *err)
     e->seeks = xcalloc(cfg->fetch_concurrency, sizeof(*e->seeks));
     e->next_call_id = 1;
     slab_pool_init(&e->slabs, spare_floor(e, ENGINE_SPARE_MIN));
+    e->slabs.shared = cfg->spares;
     return e;
 }
 

@@ -107,6 +107,7 @@
 
 #include "base/common.h"
 #include "base/err.h"
+#include "base/slab.h"
 #include "sink/record.h"
 
 #define ENGINE_MIN INT64_MIN /* minus infinity on the broker's clock */
@@ -134,6 +135,9 @@ struct engine_config {
     int64_t drain_min_lag_us;  /* or from this lag with anything buffered */
     uint32_t max_partitions;   /* cap on tracked partitions */
     uint64_t max_buffer_bytes; /* fetches ask within what is left of it */
+    /* The node's count of spare slabs, shared by every queue's engine
+     * (base/slab.h (B)), borrowed; NULL: this engine's bounds only. */
+    struct slab_spares *spares;
     /* Copied into intents (docs/design/formats.md §5). */
     const char *format;
     const char *compression;

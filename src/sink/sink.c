@@ -164,6 +164,9 @@ struct sink_pool {
     uint32_t n_owned; /* queues owned: safe_lag_seconds exists iff > 0 */
     struct obs *obs;
     struct budget *budget;
+    /* Spare slabs of every queue's engine together: at most half the
+     * budget (base/slab.h (B)). */
+    struct slab_spares spares;
 };
 
 struct sink {
@@ -546,6 +549,8 @@ struct sink_pool *sink_pool_new(const struct sink_node_config *node)
     pthread_condattr_destroy(&ca);
     pool->obs = obs_new();
     pool->budget = budget_new(node->memory_bytes);
+    slab_spares_init(&pool->spares,
+                     (size_t)(node->memory_bytes / 2 / SLAB_SIZE));
     /* slabs faulted in ahead (base/slab.h (A)): 16 MiB beside the budget's
      * weight, allowed when that is at most a sixteenth of the budget */
     slab_ahead_allow(node->memory_bytes >= 16 * SLAB_AHEAD * SLAB_SIZE);
@@ -1594,6 +1599,7 @@ static int64_t task_own(struct sink *s, struct task *t, int64_t now)
     sink_driver_config(&s->p, t->name, &t->dc);
     t->dc.is_quiet_restore = t->is_missing;
     t->dc.stages = obs_stages(s->pool->obs);
+    t->dc.spares = &s->pool->spares;
     t->drv = driver_new(&t->dc, s->p.broker, s->p.s3, t->lease, &err);
     if (t->drv == NULL) {
         log_error_kv("queen-s3", "cannot start the queue", {"queue", t->name},

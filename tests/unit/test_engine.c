@@ -1528,6 +1528,49 @@ TEST(a_big_window_keeps_its_slabs_as_spares_up_to_half_the_read_cap)
     }
 }
 
+/* Two queues of one node share its count of spares (base/slab.h (B)):
+ * after each has run a big window, both together keep no more than half
+ * the budget, where each alone keeps that much. */
+TEST(the_queues_of_a_node_keep_half_the_budget_of_spares_between_them)
+{
+    const uint64_t cap = 40ULL << 20;
+    struct slab_spares sh;
+    struct engine_config c[2];
+    struct sim s[2];
+    size_t alone = 0;
+
+    slab_spares_init(&sh, (size_t)(cap / 2 / SLAB_SIZE));
+    for (int shared = 0; shared < 2; shared++) {
+        for (int i = 0; i < 2; i++) {
+            sim_test_config(&c[i]);
+            c[i].start = ENGINE_START_LATEST;
+            c[i].target_bytes = 1000000000000ULL;
+            c[i].max_window_us = 2 * SIM_SEC;
+            c[i].max_buffer_bytes = cap;
+            c[i].spares = shared ? &sh : NULL;
+            sim_init(&s[i], &c[i]);
+            sim_advance(&s[i], SIM_T0);
+            sim_run(&s[i], 5);
+            sim_push(&s[i], "a", 60000, sim_safe(&s[i]) + 100 * SIM_MS, 1400);
+            s[i].idle_advance_us = 100 * SIM_MS;
+            EXPECT(sim_run_until_commits(&s[i], 1, 200000));
+            EXPECT_EQ_I64(s[i].violations, 0);
+        }
+        size_t sum = engine_spare_slabs(s[0].e) + engine_spare_slabs(s[1].e);
+        if (shared) {
+            EXPECT(sum <= cap / 2 / SLAB_SIZE);
+            EXPECT(sum > 0);
+            EXPECT_EQ_U64(atomic_load(&sh.n), sum);
+        } else {
+            alone = sum;
+        }
+        sim_free(&s[0]);
+        sim_free(&s[1]);
+    }
+    EXPECT_EQ_U64(alone, cap / SLAB_SIZE); /* 10 each without the count */
+    EXPECT_EQ_U64(atomic_load(&sh.n), 0);
+}
+
 /* Every record of a plan carries the bytes it was pushed with. */
 static void plan_bytes_match(struct sim *s, const struct engine_plan *pl)
 {

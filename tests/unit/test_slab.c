@@ -1,4 +1,5 @@
-/* Tests of the slabs made ahead (base/slab.h (A)): the thread keeps
+/* Tests of the spares pools count together (base/slab.h (B)) and of the
+ * slabs made ahead ((A)): the thread keeps
  * SLAB_AHEAD faulted-in slabs ready once a pool asked for one, a pool takes
  * them before mapping its own, and none is held or made while a pool is
  * tight. Waits poll the real count with a deadline. */
@@ -54,6 +55,54 @@ static void fill(struct slab_pool *p, struct slab **got, size_t n)
             got[i] = s;
         }
     }
+}
+
+/* Let go of the four quarter strings of each of the n slabs. */
+static void release(struct slab_pool *p, struct slab **got, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        for (int k = 0; k < 4; k++) {
+            slab_unref(p, got[i], SLAB_SIZE / 4);
+        }
+    }
+}
+
+/* Pools sharing a count (B) keep at most its limit of spares together,
+ * whatever each pool's own bound; spares one pool takes or frees make room
+ * for another's. */
+TEST(pools_sharing_a_count_keep_at_most_its_limit_of_spares)
+{
+    static struct slab *got[16];
+    struct slab_spares sh;
+    struct slab_pool p;
+    struct slab_pool q;
+
+    slab_spares_init(&sh, 3);
+    slab_pool_init(&p, 8);
+    slab_pool_init(&q, 8);
+    p.shared = &sh;
+    q.shared = &sh;
+    fill(&p, got, 5); /* the fifth is p's current slab */
+    fill(&q, got + 5, 5);
+    release(&p, got, 4);
+    EXPECT_EQ_U64(p.n_spare, 3);
+    EXPECT_EQ_U64(atomic_load(&sh.n), 3);
+    release(&q, got + 5, 4);
+    EXPECT_EQ_U64(q.n_spare, 0); /* the count is full: freed */
+    EXPECT_EQ_U64(q.bytes, SLAB_SIZE);
+    fill(&p, got, 1); /* p takes one of its spares back */
+    EXPECT_EQ_U64(p.n_spare, 2);
+    EXPECT_EQ_U64(atomic_load(&sh.n), 2);
+    slab_spares_free(&p, 0);
+    EXPECT_EQ_U64(atomic_load(&sh.n), 0);
+    fill(&q, got + 10, 4);
+    release(&q, got + 9, 5); /* q's old current slab and three of the new */
+    EXPECT_EQ_U64(q.n_spare, 3);
+    EXPECT_EQ_U64(atomic_load(&sh.n), 3);
+    slab_pool_free(&q);
+    EXPECT_EQ_U64(atomic_load(&sh.n), 0);
+    slab_pool_free(&p);
+    EXPECT_EQ_U64(atomic_load(&sh.n), 0);
 }
 
 TEST(slabs_are_made_ahead_taken_first_and_dropped_while_a_pool_is_tight)
