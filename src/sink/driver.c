@@ -169,8 +169,12 @@ struct driver {
     atomic_bool force_close;
     bool is_draining;
     int64_t drain_from_k; /* committed_k when the drain began */
-    bool did_work;        /* this tick ran a closing or checkpoint action */
-    int attempt;          /* failures in a row, for the backoff */
+    /* The drain passed over a closing action of the engine (one window a
+     * drain): the engine waits for its answer, so it is not FILLING again,
+     * and the drain ends without it; nothing of that window was written. */
+    bool is_close_passed;
+    bool did_work; /* this tick ran a closing or checkpoint action */
+    int attempt;   /* failures in a row, for the backoff */
     int64_t retry_after_ms;
     int64_t next_at;
     int64_t wall_ms;
@@ -3087,6 +3091,7 @@ static int run_round(struct driver *d, int64_t now)
     for (size_t i = 0; i < acts.n; i++) {
         const struct engine_action *a = &acts.v[i];
         if (is_closing_only && a->kind != ENGINE_ACT_CHECKPOINT) {
+            d->is_close_passed |= is_closing_action(a);
             continue; /* one window per drain at most */
         }
         /* Every action of the round is answered, even after one asked to
@@ -3296,7 +3301,7 @@ static void run_rounds(struct driver *d, int64_t now)
         if (d->is_draining && d->pend.kind == PENDING_NONE &&
             d->up.state == UPLOAD_NONE &&
             (!d->did_work || engine_committed_k(d->e) > d->drain_from_k) &&
-            engine_state(d->e) == ENGINE_FILLING) {
+            (engine_state(d->e) == ENGINE_FILLING || d->is_close_passed)) {
             if (!d->did_work || rc == 1) {
                 stop(d, DRIVER_DRAINED, "drained");
                 return;

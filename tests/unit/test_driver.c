@@ -1417,6 +1417,47 @@ TEST(overlap_a_drain_during_the_upload_commits_that_window_only)
     rig_close(r);
 }
 
+/* A give-back drain that starts while a window goes up, with the next
+ * window's records read already: once the engine can close that next
+ * window it hands out its intent, which the drain does not run (one window
+ * a drain). The drain must still end, drained, once the window going up is
+ * committed; a queue left "draining" kept its lease and went stale for good
+ * (a 3-node audit: a held PUT, then the give-back). */
+TEST(overlap_a_drain_ends_when_the_engine_offers_a_window_it_will_not_close)
+{
+    struct rig *r = rig_open();
+    struct driver_status st;
+
+    r->cfg.overlap_upload = true;
+    seed_two_hours(&r->f);
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    new_driver(r);
+    r->k.fail_puts = 7; /* the window waits in upload */
+    memset(&st, 0, sizeof(st));
+    for (int i = 0; i < 50; i++) {
+        r->now++;
+        driver_tick(r->d, r->now, 1788000000000, &r->next);
+        driver_status(r->d, &st);
+        if (strcmp(st.state, "upload") == 0) {
+            break;
+        }
+    }
+    EXPECT_STR_EQ(st.state, "upload");
+    EXPECT_EQ_I64(st.k, 1);
+    /* hour 11 is read meanwhile and can close now */
+    r->f.safe_time = at("2026-09-04T12:00:00.000001Z");
+    for (int i = 0; i < 5; i++) {
+        r->now++;
+        driver_tick(r->d, r->now, 1788000000000, &r->next);
+    }
+    driver_request_drain(r->d, true);
+    run_until(r, -1, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_DRAINED);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000002-"), 0);
+    rig_close(r);
+}
+
 TEST(overlap_a_window_worth_finishing_is_committed_before_the_exit)
 {
     worth_finishing_case(true);
