@@ -167,6 +167,9 @@ struct driver {
     atomic_bool drain_requested;
     atomic_bool giving_back;
     atomic_bool force_close;
+    /* The last manifest GET failed with a status not worth retrying (a
+     * 403): a start that needs it fails the queue (reference §3.9). */
+    bool is_get_refused;
     bool is_draining;
     int64_t drain_from_k; /* committed_k when the drain began */
     /* The drain passed over a closing action of the engine (one window a
@@ -691,6 +694,7 @@ static int get_manifest(struct driver *d, int64_t k, struct got_manifest *g,
     memset(&st, 0, sizeof(st));
     rc = s3_client_get(d->s3, key->data, body, &info, &st, err);
     g->status = st.status;
+    d->is_get_refused = rc != 0 && !upload_s3_retriable(&st, rc);
     if (rc != 0) {
         err_wrap(err, "GET %s", key->data);
         return rc;
@@ -1264,6 +1268,7 @@ static int start(struct driver *d, struct err *err)
         int64_t exact_k = -1;
         int64_t written_k = 0;
         memset(&rb, 0, sizeof(rb));
+        d->is_get_refused = false;
         rc = read_pointers(d, &r, err);
         if (rc != 0) {
             err_wrap(err, "kv restore");
@@ -1275,7 +1280,10 @@ static int start(struct driver *d, struct err *err)
                 rc = read_redo_positions(d, &r, &rb, err);
             }
         }
-        if (rc != 0) {
+        if (rc != 0 && d->is_get_refused) {
+            stop(d, DRIVER_FAILED, err->msg); /* retried after a while */
+            set_error(d, "%s", err->msg);
+        } else if (rc != 0) {
             /* retried: nothing was given to the engine */
         } else if (restore_engine(d, &r, &rb, exact_k, written_k, err) != 0) {
             rc = err->code;

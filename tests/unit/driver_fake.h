@@ -555,10 +555,13 @@ struct fake_bucket {
      * a test's clock and KV outage. From whichever thread sends. */
     void (*on_write)(void *arg);
     void *on_write_arg;
-    int puts;                /* PUT requests answered 200 */
-    int heads;               /* HEAD requests answered */
-    int fail_puts;           /* the next N PUTs answer fail_status */
-    int fail_status;         /* 503 by default */
+    int puts;        /* PUT requests answered 200 */
+    int heads;       /* HEAD requests answered */
+    int fail_puts;   /* the next N PUTs answer fail_status */
+    int fail_status; /* 503 by default */
+    int fail_gets;   /* the next N object GETs (not LISTs) answer
+                        fail_get_status */
+    int fail_get_status;
     char put_keys[64][1024]; /* the keys PUT, in order (first 64) */
 };
 
@@ -668,6 +671,13 @@ static inline int bucket_perform(void *arg, const struct s3_http_request *req,
         return 0;
     }
     struct fake_object *o = bucket_find(k, key);
+    if (strcmp(req->method, "GET") == 0 && k->fail_gets > 0) {
+        k->fail_gets--;
+        ans->status = k->fail_get_status;
+        buf_append_str(ans->body, "<Error><Code>AccessDenied</Code></Error>",
+                       &e);
+        return 0;
+    }
     if (strcmp(req->method, "PUT") == 0 || strcmp(req->method, "POST") == 0) {
         k->writes++;
         if (k->on_write != NULL) {

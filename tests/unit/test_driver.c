@@ -1601,6 +1601,53 @@ TEST(loss_a_window_of_lost_ranges_alone_is_redone_after_a_crash)
  * down, records arrive and retention trims them; nothing follows. The
  * drain checkpointed the positions at the commit pointer, so the next run
  * finds exactly the trimmed range and carries it to the bucket. */
+/* A restart whose manifest GETs the bucket refuses (403: a key that may
+ * write but not read, a policy) fails the queue, to be tried again later
+ * (reference §3.9), with the GET in its error; it does not stay
+ * "restoring" for ever. A 503 there is retried in place. */
+TEST(a_start_whose_manifest_gets_are_refused_fails_the_queue)
+{
+    static const int statuses[] = {403, 503};
+
+    for (size_t i = 0; i < 2; i++) {
+        struct rig *r = rig_open();
+        struct driver_status st;
+
+        r->cfg.checkpoint_every = 1000; /* the start reads manifest 1 */
+        for (int j = 0; j < 3; j++) {
+            fake_push(&r->f, "a", at("2026-09-04T10:05:00.000000Z") + j);
+        }
+        r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+        new_driver(r);
+        run_until(r, 1, 200);
+        EXPECT_EQ_I64(committed_k(r), 1);
+        driver_request_drain(r->d, false);
+        run_until(r, -1, 200);
+        EXPECT(r->next.stop == DRIVER_DRAINED);
+        r->k.fail_gets = 1000;
+        r->k.fail_get_status = statuses[i];
+        new_lease(r);
+        new_driver(r);
+        run_until(r, -1, 50);
+        driver_status(r->d, &st);
+        if (statuses[i] == 403) {
+            EXPECT_EQ_I64(r->next.stop, DRIVER_FAILED);
+            EXPECT(strstr(st.last_error, "GET ") != NULL);
+            EXPECT(strstr(st.last_error, "windows/0000000001.json") != NULL);
+            EXPECT(strstr(st.last_error, "403") != NULL);
+        } else {
+            EXPECT_EQ_I64(r->next.stop, DRIVER_RUNNING);
+            EXPECT_STR_EQ(st.state, "restoring");
+            r->k.fail_gets = 0; /* the bucket is back: the start goes on */
+            fake_push(&r->f, "a", at("2026-09-04T11:05:00.000000Z"));
+            r->f.safe_time = at("2026-09-04T12:00:00.000001Z");
+            run_until(r, 2, 400);
+            EXPECT_EQ_I64(committed_k(r), 2);
+        }
+        rig_close(r);
+    }
+}
+
 TEST(loss_while_the_sink_is_down_is_found_after_a_graceful_restart)
 {
     struct rig *r = rig_open();
