@@ -215,6 +215,13 @@ struct node {
     int (*uv_io_append)(struct raft_io *io, struct raft_io_append *req,
                         const struct raft_entry entries[], unsigned n,
                         raft_io_append_cb cb);
+    /* io->start wrapper state (see io_start_watched): libraft's receive
+     * callback, and the greatest commit index a leader's AppendEntries
+     * named (read by /health from the HTTP thread). */
+    int (*uv_io_start)(struct raft_io *io, unsigned msecs, raft_io_tick_cb tick,
+                       raft_io_recv_cb recv);
+    raft_io_recv_cb raft_recv;
+    _Atomic uint64_t leader_commit;
     /* io->snapshot_get wrapper state (see io_snapshot_get_full). */
     int (*uv_io_snapshot_get)(struct raft_io *io,
                               struct raft_io_snapshot_get *req,
@@ -412,9 +419,12 @@ struct raft *node_raft(struct node *n)
 
 uint64_t node_commit_index(const struct node *n)
 {
+    uint64_t c = n->raft.commit_index;
     uint64_t applied = node_applied_index(n);
+    uint64_t leader = atomic_load(&n->leader_commit);
 
-    return n->raft.commit_index > applied ? n->raft.commit_index : applied;
+    c = c > applied ? c : applied;
+    return c > leader ? c : leader;
 }
 
 int64_t node_safe_time(const struct node *n)
@@ -1956,6 +1966,33 @@ static void io_closed_once(struct raft_io *io)
     n->raft_io_close_cb(io);
 }
 
+/* Every message libraft receives passes here first: an AppendEntries of
+ * the current term or later names the leader's commit index, which a
+ * follower's own commit index (libraft's min of that and its last stored
+ * entry) hides while it catches up. node_commit_index() reports it, so a
+ * follower far behind reads as settling on /health from the first message
+ * of its leader, not healthy with a commit index of 1. */
+static void io_recv_watched(struct raft_io *io, struct raft_message *m)
+{
+    struct node *n = container_of(io, struct node, io);
+
+    if (m->type == RAFT_IO_APPEND_ENTRIES &&
+        m->append_entries.term >= n->raft.current_term &&
+        m->append_entries.leader_commit > atomic_load(&n->leader_commit)) {
+        atomic_store(&n->leader_commit, m->append_entries.leader_commit);
+    }
+    n->raft_recv(io, m);
+}
+
+static int io_start_watched(struct raft_io *io, unsigned msecs,
+                            raft_io_tick_cb tick, raft_io_recv_cb recv)
+{
+    struct node *n = container_of(io, struct node, io);
+
+    n->raft_recv = recv;
+    return n->uv_io_start(io, msecs, tick, io_recv_watched);
+}
+
 static void io_close_once(struct raft_io *io, void (*cb)(struct raft_io *))
 {
     struct node *n = container_of(io, struct node, io);
@@ -2476,6 +2513,8 @@ static int init_io(struct node *n, const struct node_config *cfg,
     n->io.append = io_append_watched;
     n->uv_io_snapshot_get = n->io.snapshot_get;
     n->io.snapshot_get = io_snapshot_get_full;
+    n->uv_io_start = n->io.start;
+    n->io.start = io_start_watched;
     return 0;
 }
 

@@ -202,10 +202,12 @@ void node_forward_counts(const struct node *n, uint64_t *forwarded,
 /* Connections the raft port refused (no token proof, garbage, a stall). */
 uint64_t node_refused_connections(const struct node *n);
 /* The highest index this node knows is committed: libraft's commit index,
- * or the store's applied index when that is higher. Only committed entries
- * are applied, but libraft's count starts low at a boot (the log's own
- * idea, before a leader says more) and stays below a snapshot a follower
- * installed until the leader's next entries reach it. */
+ * the store's applied index, or the commit index the leader's last
+ * AppendEntries named, whichever is highest. Only committed entries are
+ * applied, but libraft's count starts low at a boot (the log's own idea,
+ * before a leader says more), stays below a snapshot a follower installed
+ * until the leader's next entries reach it, and on a follower never passes
+ * its own last stored entry, so it hid how far behind the leader it was. */
 uint64_t node_commit_index(const struct node *n);
 int64_t node_safe_time(const struct node *n);
 struct fsm *node_fsm(struct node *n);

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from cluster import Cluster
 from queenproc import Broker, wait_until
@@ -199,25 +200,35 @@ def test_a_store_lost_or_older_than_the_marker_refuses_to_boot(tmp_path):
 
 
 class HealthWatch:
-    """Reads node's /health raft block every few ms in a thread, from
-    start() until halt(), and keeps every sample whose applied index is
-    above its commit index: a node applies only what is committed, and
-    after an InstallSnapshot everything up to the snapshot is committed."""
+    """Reads node's /health every few ms in a thread, from start() until
+    halt(), and keeps every sample whose applied index is above its commit
+    index (a node applies only what is committed, and after an
+    InstallSnapshot everything up to the snapshot is committed), and, when
+    floor is given, every 200 answer while applied is more than 1,000
+    (health.c's HEALTH_READY_LAG) below floor: the index the leader had
+    committed before the watch began."""
 
-    def __init__(self, node):
+    def __init__(self, node, floor=None):
         self.node = node
+        self.floor = floor
         self.bad = []
         self.samples = 0
+        self.healthy = 0
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
         while not self._stop.is_set():
-            r = self.node.raft()
+            h = self.node.health()
+            r = h[1].get("raft") if h and isinstance(h[1], dict) else None
             if r is not None and "applied" in r and "commit" in r:
                 self.samples += 1
+                self.healthy += h[0] == 200
                 if r["applied"] > r["commit"]:
                     self.bad.append(r)
+                elif (self.floor is not None and h[0] == 200 and
+                      r["applied"] + 1000 < self.floor):
+                    self.bad.append(dict(r, http=200, floor=self.floor))
             self._stop.wait(0.005)
 
     def start(self):
@@ -249,6 +260,38 @@ def rejoin_by_install(c, lid, f, queue, want):
     logs = c.all_records(queue)
     assert [t for _, t, _ in logs[f.id]] == want
     assert all(v == logs[lid] for v in logs.values())
+
+
+def test_a_follower_far_behind_is_settling_until_it_caught_up(make_cluster):
+    """A follower restarted 3,000 entries behind answers /health 503
+    "settling" until it has applied to within 1,000 of what the leader had
+    committed, then 200: from the leader's first message it knows the
+    leader's commit index, where its own stopped at its last stored entry
+    (it answered 200 with applied 7 and commit 1 beside a leader at
+    3,378). With snapshots every 64 entries, so it catches up by the
+    leader's full dump, which takes a while to arrive."""
+    c = make_cluster(env=SNAP_ENV)
+    lid = c.start()
+    f = c.followers()[0]
+    c.kill9(f.id)
+    lid = c.leader(timeout=15)
+    start = c[lid].raft()["commit"]
+    n = 0
+    with ThreadPoolExecutor(8) as ex:  # concurrent pushes may share entries
+        while c[lid].raft()["commit"] < start + 3000:
+            list(ex.map(lambda i: push_ok(c, c[lid], items(
+                "hq", ["h%d" % i], partition="p%d" % (i % 4))),
+                range(n, n + 1000)))
+            n += 1000
+    floor = c[lid].raft()["commit"]
+    watch = HealthWatch(f, floor=floor)
+    c.start_node(f.id)
+    watch.start()
+    c.wait_converged(timeout=90, min_applied=floor)
+    wait_until(lambda: watch.healthy > 20, 30, "/health 200 on node %d" %
+               f.id)
+    bad = watch.halt()
+    assert not bad, "%d bad samples, first %s" % (len(bad), bad[0])
 
 
 def a_follower_down(make_cluster, queue, prefix):
