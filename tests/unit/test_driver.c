@@ -1384,9 +1384,10 @@ TEST(overlap_a_non_retriable_put_fails_the_queue_before_its_commit)
     non_retriable_put_case(true);
 }
 
-TEST(overlap_a_drain_during_the_upload_commits_that_window_only)
+/* Overlap on, the two hours seeded, window 1 (hour 10) waiting in upload
+ * on failing PUTs: the status then. */
+static struct driver_status window_one_in_upload(struct rig *r)
 {
-    struct rig *r = rig_open();
     struct driver_status st;
 
     r->cfg.overlap_upload = true;
@@ -1404,6 +1405,14 @@ TEST(overlap_a_drain_during_the_upload_commits_that_window_only)
         }
     }
     EXPECT_STR_EQ(st.state, "upload");
+    return st;
+}
+
+TEST(overlap_a_drain_during_the_upload_commits_that_window_only)
+{
+    struct rig *r = rig_open();
+    struct driver_status st = window_one_in_upload(r);
+
     EXPECT_EQ_I64(st.committed_k, 0);
     EXPECT_EQ_I64(st.k, 1);
     driver_request_drain(r->d, false);
@@ -1426,23 +1435,8 @@ TEST(overlap_a_drain_during_the_upload_commits_that_window_only)
 TEST(overlap_a_drain_ends_when_the_engine_offers_a_window_it_will_not_close)
 {
     struct rig *r = rig_open();
-    struct driver_status st;
+    struct driver_status st = window_one_in_upload(r);
 
-    r->cfg.overlap_upload = true;
-    seed_two_hours(&r->f);
-    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
-    new_driver(r);
-    r->k.fail_puts = 7; /* the window waits in upload */
-    memset(&st, 0, sizeof(st));
-    for (int i = 0; i < 50; i++) {
-        r->now++;
-        driver_tick(r->d, r->now, 1788000000000, &r->next);
-        driver_status(r->d, &st);
-        if (strcmp(st.state, "upload") == 0) {
-            break;
-        }
-    }
-    EXPECT_STR_EQ(st.state, "upload");
     EXPECT_EQ_I64(st.k, 1);
     /* hour 11 is read meanwhile and can close now */
     r->f.safe_time = at("2026-09-04T12:00:00.000001Z");
@@ -1601,6 +1595,22 @@ TEST(loss_a_window_of_lost_ranges_alone_is_redone_after_a_crash)
  * down, records arrive and retention trims them; nothing follows. The
  * drain checkpointed the positions at the commit pointer, so the next run
  * finds exactly the trimmed range and carries it to the bucket. */
+/* Three records of a at 10:05, window 1 committed, then a graceful stop
+ * (drained). */
+static void one_window_then_drained(struct rig *r)
+{
+    for (int i = 0; i < 3; i++) {
+        fake_push(&r->f, "a", at("2026-09-04T10:05:00.000000Z") + i);
+    }
+    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
+    new_driver(r);
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(committed_k(r), 1);
+    driver_request_drain(r->d, false);
+    run_until(r, -1, 200);
+    EXPECT(r->next.stop == DRIVER_DRAINED);
+}
+
 /* A restart whose manifest GETs the bucket refuses (403: a key that may
  * write but not read, a policy) fails the queue, to be tried again later
  * (reference §3.9), with the GET in its error; it does not stay
@@ -1614,16 +1624,7 @@ TEST(a_start_whose_manifest_gets_are_refused_fails_the_queue)
         struct driver_status st;
 
         r->cfg.checkpoint_every = 1000; /* the start reads manifest 1 */
-        for (int j = 0; j < 3; j++) {
-            fake_push(&r->f, "a", at("2026-09-04T10:05:00.000000Z") + j);
-        }
-        r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
-        new_driver(r);
-        run_until(r, 1, 200);
-        EXPECT_EQ_I64(committed_k(r), 1);
-        driver_request_drain(r->d, false);
-        run_until(r, -1, 200);
-        EXPECT(r->next.stop == DRIVER_DRAINED);
+        one_window_then_drained(r);
         r->k.fail_gets = 1000;
         r->k.fail_get_status = statuses[i];
         new_lease(r);
@@ -1654,16 +1655,7 @@ TEST(loss_while_the_sink_is_down_is_found_after_a_graceful_restart)
     struct driver_status st;
     struct fake_object *m;
 
-    for (int i = 0; i < 3; i++) {
-        fake_push(&r->f, "a", at("2026-09-04T10:05:00.000000Z") + i);
-    }
-    r->f.safe_time = at("2026-09-04T11:00:00.000001Z");
-    new_driver(r);
-    run_until(r, 1, 200);
-    EXPECT_EQ_I64(committed_k(r), 1);
-    driver_request_drain(r->d, false);
-    run_until(r, -1, 200);
-    EXPECT(r->next.stop == DRIVER_DRAINED);
+    one_window_then_drained(r);
     EXPECT_EQ_U64(count_keys(&r->k, "/checkpoint/0000000001.json.zst"), 1);
     for (int i = 0; i < 3; i++) { /* while it is down */
         fake_push(&r->f, "a", at("2026-09-04T11:01:00.000000Z") + i);
