@@ -168,7 +168,8 @@ struct driver {
     atomic_bool giving_back;
     atomic_bool force_close;
     /* The last manifest GET failed with a status not worth retrying (a
-     * 403): a start that needs it fails the queue (reference §3.9). */
+     * 403): a start that needs it fails the queue (docs/design/protocol.md §7).
+     */
     bool is_get_refused;
     bool is_draining;
     int64_t drain_from_k; /* committed_k when the drain began */

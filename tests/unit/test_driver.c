@@ -1613,7 +1613,7 @@ static void one_window_then_drained(struct rig *r)
 
 /* A restart whose manifest GETs the bucket refuses (403: a key that may
  * write but not read, a policy) fails the queue, to be tried again later
- * (reference §3.9), with the GET in its error; it does not stay
+ * (docs/design/protocol.md §7), with the GET in its error; it does not stay
  * "restoring" for ever. A 503 there is retried in place. */
 TEST(a_start_whose_manifest_gets_are_refused_fails_the_queue)
 {
