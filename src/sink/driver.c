@@ -174,8 +174,9 @@ struct driver {
     bool is_draining;
     int64_t drain_from_k; /* committed_k when the drain began */
     /* The drain passed over a closing action of the engine (one window a
-     * drain): the engine waits for its answer, so it is not FILLING again,
-     * and the drain ends without it; nothing of that window was written. */
+     * drain), or dropped an intent taken before it began and not written
+     * yet: the engine waits for its answer, so it is not FILLING again, and
+     * the drain ends without that window. */
     bool is_close_passed;
     bool did_work; /* this tick ran a closing or checkpoint action */
     int attempt;   /* failures in a row, for the backoff */
@@ -3087,6 +3088,14 @@ static int run_round(struct driver *d, int64_t now)
         if (rc != 0) {
             return rc;
         }
+    }
+    if (is_closing_only && d->pend.kind == PENDING_INTENT) {
+        /* an intent taken before the drain began, for the window after
+         * the drain's one: passed over unwritten, its prebuilt objects
+         * dropped; the next owner closes that window */
+        d->pend.kind = PENDING_NONE;
+        d->is_close_passed = true;
+        upload_drop_prebuilt(&d->up);
     }
     if (d->pend.kind != PENDING_NONE) {
         return run_pending(d, now);

@@ -1449,6 +1449,9 @@ TEST(overlap_a_drain_ends_when_the_engine_offers_a_window_it_will_not_close)
     EXPECT_EQ_I64(r->next.stop, DRIVER_DRAINED);
     EXPECT_EQ_I64(committed_k(r), 1);
     EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000002-"), 0);
+    /* nothing of window 2 written: the intent row still names window 1 */
+    struct fake_row *in = fake_row_get(&r->f, "s3:default:orders:intent");
+    EXPECT(in != NULL && strstr(in->value, "\"k\":1,") != NULL);
     rig_close(r);
 }
 
