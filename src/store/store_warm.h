@@ -59,8 +59,8 @@
  *       pause after a failure delays it, and a file system without
  *       fallocate stops it with the rest. The map is found once per
  *       environment (store_map_addr), and looked for again every 100
- *       rounds while it is not (4). The process's RSS counts the cached store
- * it mapped. */
+ *       rounds while it is not (4). The process's RSS counts the cached
+ *       store it mapped. */
 #ifndef QUEEN_STORE_STORE_WARM_H
 #define QUEEN_STORE_STORE_WARM_H
 
