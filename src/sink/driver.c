@@ -795,6 +795,19 @@ static int get_redo_manifest(struct driver *d, const struct docs_intent *in,
 
     got_manifest_init(g);
     rc = get_manifest(d, in->k, g, &ok, err);
+    if (rc != 0 && g->status == 403) {
+        /* Without s3:ListBucket a missing key answers 403, and a redo's
+         * manifest is missing whenever its upload did not finish: taken as
+         * absent, the window is written again, the same bytes under the
+         * same keys (check_next_free() goes on alike). */
+        log_warn_kv("queen-s3",
+                    "cannot tell whether the redo's manifest is there (403: "
+                    "s3:ListBucket missing?); taken as absent",
+                    {"queue", d->cfg.queue}, {"k", LOG_I64(in->k)},
+                    {"error", err->msg});
+        d->is_get_refused = false;
+        rc = 0;
+    }
     *match =
         rc == 0 && ok &&
         docs_manifest_matches(&g->m, in, cstr(d->cfg.sink),
@@ -1189,7 +1202,14 @@ static int load_parts(struct driver *d, struct err *err)
         return 0;
     }
     buf_init(&body, DOCS_CHECKPOINT_MAX_DECODED);
+    memset(&st, 0, sizeof(st));
     rc = s3_client_get(d->s3, in->parts_key.ptr, &body, &info, &st, err);
+    if (rc != 0 && st.status == 403) {
+        /* a missing key, without s3:ListBucket: as absent, below */
+        memset(&info, 0, sizeof(info));
+        rc = 0;
+    }
+    d->is_get_refused = rc != 0 && !upload_s3_retriable(&st, rc);
     if (rc != 0) {
         err_wrap(err, "GET %s", in->parts_key.ptr);
         buf_free(&body);
@@ -1255,6 +1275,19 @@ static void warn_moved(struct driver *d, const struct docs_committed *c)
     buf_free(&key);
 }
 
+/* A GET at the start that the bucket refused (d->is_get_refused: not to be
+ * retried at once) fails the queue, with the GET in lastError; it is tried
+ * again after a while. true when it did. */
+static bool fail_refused(struct driver *d, int rc, const struct err *err)
+{
+    if (rc == 0 || !d->is_get_refused || d->stop != DRIVER_RUNNING) {
+        return false;
+    }
+    stop(d, DRIVER_FAILED, err->msg);
+    set_error(d, "%s", err->msg);
+    return true;
+}
+
 /* Restore once, then check the redo's manifest. 0 when done; otherwise the
  * error (the caller retries the part that is left). */
 static int start(struct driver *d, struct err *err)
@@ -1282,9 +1315,8 @@ static int start(struct driver *d, struct err *err)
                 rc = read_redo_positions(d, &r, &rb, err);
             }
         }
-        if (rc != 0 && d->is_get_refused) {
-            stop(d, DRIVER_FAILED, err->msg); /* retried after a while */
-            set_error(d, "%s", err->msg);
+        if (fail_refused(d, rc, err)) {
+            /* retried after a while */
         } else if (rc != 0) {
             /* retried: nothing was given to the engine */
         } else if (restore_engine(d, &r, &rb, exact_k, written_k, err) != 0) {
@@ -1308,8 +1340,10 @@ static int start(struct driver *d, struct err *err)
         }
     }
     if (d->is_redo && !d->is_pin_done) {
+        d->is_get_refused = false;
         rc = load_parts(d, err);
         if (rc != 0) {
+            fail_refused(d, rc, err);
             return rc;
         }
         pin_redo(d);
@@ -1317,8 +1351,10 @@ static int start(struct driver *d, struct err *err)
     }
     if (d->is_redo) {
         bool taken = false;
+        d->is_get_refused = false;
         rc = check_redo_manifest(d, &d->redo_intent, &taken, err);
         if (rc != 0) {
+            fail_refused(d, rc, err);
             return rc;
         }
     } else if (!d->is_next_checked) {
@@ -2411,6 +2447,22 @@ static int redo_key_free(struct driver *d, const struct upload_object *o,
             same = strcmp(hex, o->sha256) == 0;
         }
         buf_free(&body);
+    }
+    if (rc != 0 && st.status == 403) {
+        /* Without s3:ListBucket a missing key answers 403 too: whether the
+         * key is free cannot be told, and retrying will not tell it */
+        snprintf(why, sizeof(why),
+                 "window k=%" PRId64 " of writer \"%.*s\" libraries \"%.*s\": "
+                 "cannot tell whether %s is free for this node's bytes "
+                 "(HEAD answered 403: s3:ListBucket missing?); grant it, or "
+                 "finish the window with that writer's libraries",
+                 in->k, (int)in->writer.len, in->writer.ptr, (int)libs.len,
+                 libs.ptr, o->key.data);
+        log_error_kv("queen-s3", "a redo never overwrites bytes it cannot see",
+                     {"queue", d->cfg.queue}, {"why", why});
+        stop(d, DRIVER_FAILED, why);
+        set_error(d, "%s", why);
+        return -1;
     }
     if (rc != 0) {
         fail_sampled(d, SAMPLE_PUT, "HEAD/GET %s: %s", o->key.data, err.msg);

@@ -10,7 +10,9 @@ The steps exist once, in test_crash_point_then_redo; what differs by format
 in FORMATS and check_data_objects().  JSONL runs at all five points and so
 does Parquet, its codec alternating between zstd and snappy (both at
 mid_upload), so both codecs are crashed and redone without running ten
-Parquet cases.  The cases share
+Parquet cases.  JSONL runs again at the two points whose redo finds no
+manifest on a bucket that answers 403 for it, as AWS does to a principal
+without s3:ListBucket.  The cases share
 one test bucket (a queue each), which saves starting s3rver for each."""
 import loglines
 import hashlib
@@ -29,6 +31,11 @@ LANES = ["lane-%d" % i for i in range(8)]
 FORMATS = {  # name: sink settings, verify options, honest rounds, timeouts
     "jsonl": dict(env={}, verify=dict(compression="zstd"), ext=".jsonl.zst",
                   rounds=3, timeout=60, redo_timeout=90),
+    # JSONL on a bucket that answers 403 for the redo's missing manifest,
+    # as one does to a principal without s3:ListBucket
+    "jsonl-unlisted": dict(env={}, verify=dict(compression="zstd"),
+                           ext=".jsonl.zst", rounds=2, timeout=60,
+                           redo_timeout=90, unlisted=True),
     "parquet-zstd": dict(env={"QUEEN_S3_FORMAT": "parquet",
                               "QUEEN_S3_PARQUET_CODEC": "zstd"},
                          verify=dict(fmt="parquet", compression="zstd"),
@@ -55,7 +62,8 @@ EXPECT = {  # point: (intent k - committed k, data object, manifest)
 CASES = [("jsonl", p) for p in EXPECT] + [
     ("parquet-zstd", "after_intent"), ("parquet-zstd", "mid_upload"),
     ("parquet-snappy", "mid_upload"), ("parquet-zstd", "after_upload"),
-    ("parquet-snappy", "before_commit"), ("parquet-zstd", "after_commit")]
+    ("parquet-snappy", "before_commit"), ("parquet-zstd", "after_commit"),
+    ("jsonl-unlisted", "after_intent"), ("jsonl-unlisted", "mid_upload")]
 
 
 class Pusher:
@@ -194,6 +202,9 @@ def test_crash_point_then_redo(broker_factory, crash_bucket, fmt, point):
     manifest = reader.read(lake.manifest_key(PREFIX, TENANT, queue, k))
     assert (manifest is not None) == has_manifest
 
+    if spec.get("unlisted"):  # its manifest is missing: a GET answers 403
+        crash_bucket.fault("403", count=-1, method="GET",
+                           prefix=lake.manifest_key(PREFIX, TENANT, queue, k))
     node.extra_env["QUEEN_S3_EMBEDDED"] = "true"  # (4) the redo
     node.start()
     left, p.leftover = p.leftover, []
@@ -215,6 +226,11 @@ def test_crash_point_then_redo(broker_factory, crash_bucket, fmt, point):
         redo="false" if point == "after_commit" else "true"), log
     from_manifest = "committing it from its manifest" in log
     assert from_manifest == (point in ("after_upload", "before_commit"))
+    if spec.get("unlisted"):
+        assert loglines.records(
+            log, msg="cannot tell whether the redo's manifest is there*",
+            queue=queue, k=str(k)), log
+        crash_bucket.clear_faults()
 
     # The offline tool agrees (issue 16): the lake left by a crash at this
     # point and its redo verifies from the bucket alone and against the log.

@@ -562,6 +562,9 @@ struct fake_bucket {
     int fail_gets;   /* the next N object GETs (not LISTs) answer
                         fail_get_status */
     int fail_get_status;
+    /* Without s3:ListBucket: a GET or HEAD of a missing key answers 403
+     * AccessDenied, as AWS does, not 404. */
+    bool is_unlisted;
     char put_keys[64][1024]; /* the keys PUT, in order (first 64) */
 };
 
@@ -712,9 +715,12 @@ static inline int bucket_perform(void *arg, const struct s3_http_request *req,
         k->heads++;
     }
     if (o == NULL) {
-        ans->status = 404;
+        ans->status = k->is_unlisted ? 403 : 404;
         if (!req->is_head) {
-            buf_append_str(ans->body, "<Error><Code>NoSuchKey</Code></Error>",
+            buf_append_str(ans->body,
+                           k->is_unlisted
+                               ? "<Error><Code>AccessDenied</Code></Error>"
+                               : "<Error><Code>NoSuchKey</Code></Error>",
                            &e);
         }
         return 0;

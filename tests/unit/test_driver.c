@@ -223,6 +223,7 @@ static size_t count_keys(struct fake_bucket *k, const char *part)
 }
 
 static void (*tune)(struct driver_config *c); /* per-case config */
+static bool is_unlisted; /* the bucket answers 403 for a missing key */
 
 static void control_run(struct buf *fp)
 {
@@ -231,6 +232,7 @@ static void control_run(struct buf *fp)
     if (tune != NULL) {
         tune(&r->cfg);
     }
+    r->k.is_unlisted = is_unlisted;
     seed_two_hours(&r->f);
     new_driver(r);
     run_until(r, 2, 200);
@@ -256,6 +258,7 @@ static void crash_case(enum driver_crash point, int *puts_after_restart_w1)
     if (tune != NULL) {
         tune(&r->cfg);
     }
+    r->k.is_unlisted = is_unlisted;
     seed_two_hours(&r->f);
     r->cfg.crash_at = point;
     new_driver(r);
@@ -323,6 +326,24 @@ TEST(crash_after_commit_moves_on_without_repeating_a_record)
 
     crash_case(DRIVER_CRASH_AFTER_COMMIT, &w1);
     EXPECT_EQ_I64(w1, 0);
+}
+
+/* Without s3:ListBucket a missing manifest answers 403: at every crash
+ * point the restart still finishes the window once, as on a bucket that
+ * answers 404, and the queue does not fail. */
+TEST(every_crash_point_redoes_once_on_a_bucket_without_list_permission)
+{
+    static const int want_w1[] = {0, 2, 2, 0, 0, 0};
+
+    is_unlisted = true;
+    for (int p = DRIVER_CRASH_AFTER_INTENT; p <= DRIVER_CRASH_AFTER_COMMIT;
+         p++) {
+        int w1 = -1;
+
+        crash_case((enum driver_crash)p, &w1);
+        EXPECT_EQ_I64(w1, want_w1[p]);
+    }
+    is_unlisted = false;
 }
 
 static void per_partition(struct driver_config *c)
@@ -1652,6 +1673,41 @@ TEST(a_start_whose_manifest_gets_are_refused_fails_the_queue)
     }
 }
 
+/* A redo's start whose GETs the bucket refuses for good (a 400 here; a 403
+ * is a missing key without s3:ListBucket) fails the queue, naming the GET,
+ * at every crash point that leaves a redo; nothing of the window is PUT. */
+TEST(a_redo_whose_start_gets_are_refused_fails_the_queue)
+{
+    static const enum driver_crash points[] = {
+        DRIVER_CRASH_AFTER_INTENT, DRIVER_CRASH_MID_UPLOAD,
+        DRIVER_CRASH_AFTER_UPLOAD, DRIVER_CRASH_BEFORE_COMMIT};
+
+    for (size_t i = 0; i < sizeof(points) / sizeof(points[0]); i++) {
+        struct rig *r = rig_open();
+        struct driver_status st;
+
+        seed_two_hours(&r->f);
+        r->cfg.crash_at = points[i];
+        new_driver(r);
+        run_until(r, 2, 200);
+        EXPECT_EQ_I64(r->next.stop, DRIVER_CRASHED);
+        r->cfg.crash_at = DRIVER_CRASH_NEVER;
+        r->k.fail_gets = 1000;
+        r->k.fail_get_status = 400;
+        int puts = r->k.puts;
+        new_lease(r);
+        new_driver(r);
+        run_until(r, -1, 50);
+        driver_status(r->d, &st);
+        EXPECT_EQ_I64(r->next.stop, DRIVER_FAILED);
+        EXPECT(strstr(st.last_error, "GET ") != NULL);
+        EXPECT(strstr(st.last_error, "400") != NULL);
+        EXPECT_EQ_I64(r->k.puts, puts);
+        EXPECT_EQ_I64(pointer_k(r), 0);
+        rig_close(r);
+    }
+}
+
 TEST(loss_while_the_sink_is_down_is_found_after_a_graceful_restart)
 {
     struct rig *r = rig_open();
@@ -2704,6 +2760,29 @@ TEST(a_redo_of_another_writer_rebuilds_where_the_keys_are_free)
     run_until(r, 2, 200);
     EXPECT_EQ_I64(committed_k(r), 2);
     EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000001-"), 1);
+    rig_close(r);
+}
+
+/* Without s3:ListBucket a missing key answers 403, so the redo of another
+ * writer's window cannot tell a free key from one holding other bytes: the
+ * queue stops, naming the permission, and writes nothing of the window. */
+TEST(a_redo_of_another_writer_stops_where_a_key_cannot_be_seen)
+{
+    struct rig *r =
+        crash_then_other(DRIVER_CRASH_AFTER_INTENT, OTHER_WRITER, NULL);
+    struct driver_status st;
+    int puts = r->k.puts;
+
+    r->k.is_unlisted = true;
+    run_until(r, 1, 200);
+    EXPECT_EQ_I64(r->next.stop, DRIVER_FAILED);
+    EXPECT(strstr(r->next.why, "s3:ListBucket") != NULL);
+    EXPECT(strstr(r->next.why, "/w-0000000001-") != NULL);
+    driver_status(r->d, &st);
+    EXPECT(strstr(st.last_error, "403") != NULL);
+    EXPECT_EQ_I64(pointer_k(r), 0);
+    EXPECT_EQ_I64(r->k.puts, puts);
+    EXPECT_EQ_U64(count_keys(&r->k, "/w-0000000001-"), 0);
     rig_close(r);
 }
 
