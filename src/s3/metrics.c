@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/xalloc.h"
 
@@ -37,6 +38,7 @@ void s3_metrics_init(struct s3_metrics *m)
     m->write_streak = 0;
     m->write_streak_code = 0;
     m->is_write_refused = false;
+    m->write_at_ms = 0;
 }
 
 void s3_metrics_free(struct s3_metrics *m)
@@ -78,6 +80,10 @@ void s3_metrics_add(struct s3_metrics *m, enum s3_op op, int code)
     }
     m->rows[i].count++;
     if (is_write(op)) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        m->write_at_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
         if (code >= 200 && code < 300) {
             m->write_streak = 0;
             m->is_write_refused = false;
@@ -100,6 +106,16 @@ bool s3_metrics_write_refused(struct s3_metrics *m)
     refused = m->write_streak > 0 && m->is_write_refused;
     pthread_mutex_unlock(&m->mu);
     return refused;
+}
+
+int64_t s3_metrics_write_at_ms(struct s3_metrics *m)
+{
+    int64_t at;
+
+    pthread_mutex_lock(&m->mu);
+    at = m->write_at_ms;
+    pthread_mutex_unlock(&m->mu);
+    return at;
 }
 
 uint32_t s3_metrics_write_streak(struct s3_metrics *m, int *last_code)

@@ -50,6 +50,9 @@ struct s3_metrics {
      * multipart start (no such bucket; a 404 on a later multipart step is
      * the upload's, not the bucket's). */
     bool is_write_refused;
+    /* Wall-clock ms of the last write's answer or failure (0: none yet):
+     * when the verdict above was last checked (the status's checkedAt). */
+    int64_t write_at_ms;
 };
 
 void s3_metrics_init(struct s3_metrics *m);
@@ -63,6 +66,9 @@ uint64_t s3_metrics_get(struct s3_metrics *m, enum s3_op op, int code);
 uint32_t s3_metrics_write_streak(struct s3_metrics *m, int *last_code);
 /* The streak's last write was refused (is_write_refused). */
 bool s3_metrics_write_refused(struct s3_metrics *m);
+/* write_at_ms: when the last write was answered or failed, 0 when none
+ * was. */
+int64_t s3_metrics_write_at_ms(struct s3_metrics *m);
 /* Sum over every row of op (every op when op == S3_OP_COUNT). */
 uint64_t s3_metrics_total(struct s3_metrics *m, enum s3_op op);
 

@@ -2110,8 +2110,13 @@ static void sink_keys(struct sink *s, struct status_sink *ss)
         ss->bucket.reachable = 0;
         ss->bucket.error = s->write_error;
     }
-    ss->bucket.checked_at_ms =
-        s->has_probed ? s->checked_at_us / 1000 : STATUS_NONE;
+    /* reachable is the probe's verdict until a write is answered, and the
+     * writes' from then on: checked at whichever came last */
+    int64_t wrote_ms = s3_metrics_write_at_ms(s3_client_metrics(s->p.s3));
+    int64_t probed_ms = s->checked_at_us / 1000;
+    ss->bucket.checked_at_ms = !s->has_probed         ? STATUS_NONE
+                               : wrote_ms > probed_ms ? wrote_ms
+                                                      : probed_ms;
     ss->bucket.name = c->bucket;
     ss->bucket.endpoint = c->endpoint;
     ss->bucket.region = c->region;

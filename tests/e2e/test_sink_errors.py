@@ -4,6 +4,9 @@ fits it. A 403 without an S3 code (a HEAD has no body) printed
 given for every failure, a refused connection included; it now comes only
 when a virtual-host name did not resolve, and the credentials hint only for
 a refusal."""
+import datetime
+import time
+
 from sinkenv import PREFIX, it, sink_env, sink_row, wait_until
 
 
@@ -82,6 +85,9 @@ def test_a_refused_write_makes_the_bucket_unreachable_at_once(sink_node,
     wait_until(lambda: (sink_row(node, "refused") or {}).get(
         "windowsCommitted") == 1, 60, "window 1 committed")
     bucket.fault("403", count=-1, method="PUT", prefix=PREFIX + "/")
+    checked = node.get("/status").json()["s3"]["sinks"][0]["bucket"][
+        "checkedAt"]
+    faulted = time.time()
     node.push([{"queue": "refused", "partition": "p", "payload": {"a": 2}}])
 
     def unreachable():
@@ -89,6 +95,13 @@ def test_a_refused_write_makes_the_bucket_unreachable_at_once(sink_node,
         return s3["bucket"]["reachable"] is False and s3
     s3 = wait_until(unreachable, 30, "bucket.reachable false")
     assert s3["ok"] is False, s3
+    # the verdict is the refused write's, and checkedAt says when it came
+    assert checked is not None and s3["bucket"]["checkedAt"] > checked, \
+        (checked, s3["bucket"])
+    at = datetime.datetime.strptime(s3["bucket"]["checkedAt"],
+                                    "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+    assert faulted - 1 <= at <= time.time() + 1, (faulted, s3["bucket"])
     assert s3["bucket"]["error"].startswith(
         "the last write to the bucket lake at %s was refused (status 403)"
         % bucket.endpoint), s3["bucket"]

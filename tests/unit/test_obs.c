@@ -294,7 +294,15 @@ TEST(s3_write_streak_counts_failed_writes_until_one_succeeds)
 
     s3_metrics_init(&m);
     EXPECT(s3_metrics_write_streak(&m, &code) == 0);
+    EXPECT(s3_metrics_write_at_ms(&m) == 0);
+    s3_metrics_add(&m, S3_OP_GET, 503); /* a read is not a write */
+    EXPECT(s3_metrics_write_at_ms(&m) == 0);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t before = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
     s3_metrics_add(&m, S3_OP_PUT, 503);
+    EXPECT(s3_metrics_write_at_ms(&m) >= before);
+    EXPECT(s3_metrics_write_at_ms(&m) < before + 60000);
     s3_metrics_add(&m, S3_OP_MULTIPART_PART, 0);
     s3_metrics_add(&m, S3_OP_GET, 200); /* a read does not end it */
     s3_metrics_add(&m, S3_OP_HEAD, 404);
