@@ -278,6 +278,7 @@ static int broker_open_node(struct broker *b, struct err *err)
     nc.segment_bytes = (size_t)b->cfg->raft_segment_mb << 20;
     nc.snapshot_threshold = (unsigned)b->cfg->raft_snapshot_threshold;
     nc.snapshot_trailing = (unsigned)b->cfg->raft_snapshot_trailing;
+    nc.log_memory_bytes = b->cfg->raft_log_memory_mb << 20;
     if (node_start(&b->node, &b->loop, &nc, b->store, err) != 0) {
         broker_explain_raft_start(b->cfg, err);
         return err->code;

@@ -83,14 +83,19 @@ static const struct cfg_row cfg_rows[] = {
         CONFIG_TOKEN_MAX, true,
         "shared secret the raft peers prove to each other (16 to 256 bytes; "
         "required with more than one peer)"),
+    ROW("QUEEN_RAFT_LOG_MEMORY_MB", CFG_U64, "448", OFF(raft_log_memory_mb), 16,
+        65536, false,
+        "raft log kept in memory between snapshots, in MiB, on every node "
+        "(an eighth more stays behind a snapshot for slow followers); the "
+        "heap holds about 1.2 x this under a steady push load"),
     ROW("QUEEN_RAFT_SNAPSHOT_THRESHOLD", CFG_U64, "0",
         OFF(raft_snapshot_threshold), 0, 1048576, false,
         "raft entries between snapshots (0: follow the mean entry size, "
-        "~448 MiB of log, 1024 to 32768 entries)"),
+        "QUEEN_RAFT_LOG_MEMORY_MB of log, 64 to 32768 entries)"),
     ROW("QUEEN_RAFT_SNAPSHOT_TRAILING", CFG_U64, "0",
         OFF(raft_snapshot_trailing), 0, 1048576, false,
         "raft entries kept behind a snapshot for slow followers (0: follow "
-        "the mean entry size, ~56 MiB of log)"),
+        "the mean entry size, an eighth of QUEEN_RAFT_LOG_MEMORY_MB)"),
     ROW("QUEEN_RAFT_SEGMENT_MB", CFG_U64, "64", OFF(raft_segment_mb), 1, 1024,
         false,
         "raft log segment size in MiB; three are preallocated, so the data "

@@ -31,9 +31,9 @@
 #define ARENA_HUGE  POPULATE_HUGE
 #define ARENA_HDR   16
 #define ARENA_BIG   (ARENA_CHUNK / 4)
-/* Spares kept: about the log libraft holds between two snapshots
- * (node.c's SNAP_LOG_BYTES, 448 MiB), so after the first snapshot nothing
- * faults. */
+/* Spares kept by default: about the log libraft holds between two
+ * snapshots (node.c's SNAP_LOG_BYTES, 448 MiB), so after the first snapshot
+ * nothing faults; arena_set_spares() follows QUEEN_RAFT_LOG_MEMORY_MB. */
 #define ARENA_SPARES 28
 
 struct chunk {
@@ -48,6 +48,7 @@ static pthread_mutex_t arena_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct chunk *arena_chunks; /* the first one is being cut */
 static struct chunk *arena_spares;
 static int arena_n_spares;
+static int arena_max_spares = ARENA_SPARES;
 static size_t arena_mapped;
 static bool arena_is_installed;
 static pthread_cond_t arena_cv = PTHREAD_COND_INITIALIZER;
@@ -78,7 +79,7 @@ static struct chunk *chunk_map(void)
 /* A chunk with nothing live that is not being cut: keep or unmap (1). */
 static void chunk_retire(struct chunk *c)
 {
-    if (arena_n_spares < ARENA_SPARES) {
+    if (arena_n_spares < arena_max_spares) {
         c->next = arena_spares;
         arena_spares = c;
         arena_n_spares++;
@@ -243,6 +244,24 @@ static void heap_aligned_free(void *data, size_t alignment, void *p)
 static struct raft_heap arena_heap = {
     NULL,         heap_malloc,        heap_free,        heap_calloc,
     heap_realloc, heap_aligned_alloc, heap_aligned_free};
+
+void arena_set_spares(size_t bytes)
+{
+    size_t n = bytes / ARENA_CHUNK;
+
+    pthread_mutex_lock(&arena_mu);
+    arena_max_spares = n < 1 ? 1 : n > 4096 ? 4096 : (int)n;
+    while (arena_n_spares > arena_max_spares) {
+        struct chunk *c = arena_spares;
+
+        arena_spares = c->next;
+        arena_n_spares--;
+        munmap(c->map, ARENA_CHUNK + ARENA_HUGE);
+        arena_mapped -= ARENA_CHUNK + ARENA_HUGE;
+        free(c);
+    }
+    pthread_mutex_unlock(&arena_mu);
+}
 
 void arena_install(void)
 {

@@ -16,9 +16,9 @@
  *   (1) A chunk is unmapped or reused only when every block cut from it was
  *       freed and it is not the chunk being cut.
  *   (2) Thread-safe (one mutex): libraft may free from its thread pool.
- *   (3) At most ARENA_SPARES (28, 448 MiB) emptied chunks are kept; the
- *       prefaulter adds one only when none is left (so a process that
- *       proposes holds one 16 MiB chunk ahead). */
+ *   (3) At most 28 emptied chunks (448 MiB) are kept, or what
+ *       arena_set_spares() says; the prefaulter adds one only when none is
+ *       left (so a process that proposes holds one 16 MiB chunk ahead). */
 #ifndef QUEEN_RAFT_ARENA_H
 #define QUEEN_RAFT_ARENA_H
 
@@ -29,6 +29,11 @@
  * nothing). Safe before or after libraft allocated: a block the arena did
  * not cut is passed to libc. */
 void arena_install(void);
+
+/* Keep at most bytes of emptied chunks (at least one chunk) for reuse,
+ * unmapping what is above it now: the log kept between snapshots
+ * (QUEEN_RAFT_LOG_MEMORY_MB). */
+void arena_set_spares(size_t bytes);
 
 /* A block of n bytes (16-byte aligned) to hand to raft_apply; free with
  * raft_free. Blocks over 4 MiB (a quarter chunk) come from libc. Returns NULL

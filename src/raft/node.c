@@ -72,15 +72,16 @@
 /* What the store needs on disk besides the log to boot and take writes. */
 #define STORE_BOOT_BYTES ((uint64_t)16 << 20)
 /* Default snapshot spacing in BYTES of log (libraft counts entries and keeps
- * every entry since the last snapshot in memory): 32768 entries of a
- * 100-record push (~13 KB) as measured, and 4096 trailing. Group commit
- * makes entries larger, so the entry thresholds follow the mean entry size
- * (snap_tune()) to keep the memory bounded. */
+ * every entry since the last snapshot in memory, on every node): 32768
+ * entries of a 100-record push (~13 KB) as measured, and an eighth of it
+ * trailing. Group commit makes entries larger, so the entry thresholds
+ * follow the mean size of the entries this node stores, proposed or
+ * received (snap_tune()), to keep the memory bounded
+ * (QUEEN_RAFT_LOG_MEMORY_MB). */
 #define SNAP_LOG_BYTES     ((uint64_t)448 << 20)
-#define SNAP_TRAIL_BYTES   ((uint64_t)56 << 20)
-#define SNAP_THRESHOLD_MIN 1024
+#define SNAP_THRESHOLD_MIN 64
 #define SNAP_THRESHOLD_MAX 32768
-#define SNAP_TRAILING_MIN  128
+#define SNAP_TRAILING_MIN  16
 #define SNAP_TRAILING_MAX  4096
 
 struct proposal {
@@ -205,7 +206,8 @@ struct node {
                         unsigned *n_bufs);
     int (*fsm_restore)(struct raft_fsm *fsm, struct raft_buffer *buf);
     bool is_snap_auto;       /* thresholds follow the mean entry size */
-    uint64_t mean_entry;     /* moving mean of proposed entry bytes */
+    uint64_t snap_log_bytes; /* the log kept between snapshots */
+    uint64_t mean_entry;     /* moving mean of stored entry bytes */
     unsigned snap_threshold; /* as last set on raft */
     /* io->close wrapper state (see io_close_once). */
     void (*uv_io_close)(struct raft_io *io, void (*cb)(struct raft_io *io));
@@ -1079,8 +1081,10 @@ static int64_t next_stamp(struct node *n)
     return s;
 }
 
-/* Keep about SNAP_LOG_BYTES of log between snapshots whatever the entry
- * size (only when the config left the thresholds at their defaults). */
+/* Keep about snap_log_bytes of log between snapshots whatever the entry
+ * size (only when the config left the thresholds at their defaults). On
+ * the loop thread, for each command entry this node stores: a follower's
+ * log is as large as its leader's. */
 static void snap_tune(struct node *n, size_t len)
 {
     uint64_t t;
@@ -1089,14 +1093,14 @@ static void snap_tune(struct node *n, size_t len)
         return;
     }
     n->mean_entry = n->mean_entry == 0 ? len : (n->mean_entry * 63 + len) / 64;
-    t = SNAP_LOG_BYTES / (n->mean_entry + 1);
+    t = n->snap_log_bytes / (n->mean_entry + 1);
     t = t < SNAP_THRESHOLD_MIN   ? SNAP_THRESHOLD_MIN
         : t > SNAP_THRESHOLD_MAX ? SNAP_THRESHOLD_MAX
                                  : t;
     /* Move in steps of an eighth, not on every proposal. */
     if (t * 8 < (uint64_t)n->snap_threshold * 7 ||
         t * 8 > (uint64_t)n->snap_threshold * 9) {
-        uint64_t trail = SNAP_TRAIL_BYTES / (n->mean_entry + 1);
+        uint64_t trail = n->snap_log_bytes / 8 / (n->mean_entry + 1);
 
         trail = trail < SNAP_TRAILING_MIN   ? SNAP_TRAILING_MIN
                 : trail > SNAP_TRAILING_MAX ? SNAP_TRAILING_MAX
@@ -1174,7 +1178,6 @@ static int propose_local(struct node *n, int type, const void *cmd, size_t len,
     memcpy(buf.base, cmd, len);
     memset((char *)buf.base + len, 0, buf.len - len);
     cmd_set_stamp(buf.base, next_stamp(n));
-    snap_tune(n, buf.len);
     p = xcalloc(1, sizeof(*p));
     p->req.data = p;
     p->node = n;
@@ -2043,6 +2046,11 @@ static int io_append_watched(struct raft_io *io, struct raft_io_append *req,
     struct err err = {0};
     int rv;
 
+    for (unsigned i = 0; i < cnt; i++) {
+        if (entries[i].type == RAFT_COMMAND) {
+            snap_tune(n, entries[i].buf.len);
+        }
+    }
     a->req.data = req->data;
     a->orig = req;
     a->orig_cb = cb;
@@ -2380,6 +2388,8 @@ static void tune(struct node *n, const struct node_config *cfg)
         &n->raft, cfg->heartbeat_timeout_ms ? cfg->heartbeat_timeout_ms : 100);
     n->is_snap_auto =
         cfg->snapshot_threshold == 0 && cfg->snapshot_trailing == 0;
+    n->snap_log_bytes =
+        cfg->log_memory_bytes != 0 ? cfg->log_memory_bytes : SNAP_LOG_BYTES;
     n->snap_threshold =
         cfg->snapshot_threshold ? cfg->snapshot_threshold : SNAP_THRESHOLD_MAX;
     raft_set_snapshot_threshold(&n->raft, n->snap_threshold);
@@ -2632,6 +2642,8 @@ int node_start(struct node **out, uv_loop_t *loop,
 
     signal(SIGPIPE, SIG_IGN);
     arena_install();
+    arena_set_spares(cfg->log_memory_bytes != 0 ? cfg->log_memory_bytes
+                                                : SNAP_LOG_BYTES);
     arena_prefault(true);
     n->loop = loop;
     n->store = store;

@@ -58,8 +58,13 @@ struct node_config {
      * pushes of 100 records (~13 KB entries) 32768 entries is ~430 MB of
      * log between snapshots; the default threshold (1024) would cost ~10x
      * throughput. */
-    unsigned snapshot_threshold; /* 0 = ~448 MiB of log, 1024..32768 */
-    unsigned snapshot_trailing;  /* 0 = ~56 MiB of log, 128..4096 */
+    unsigned snapshot_threshold; /* 0 = log_memory_bytes of log */
+    unsigned snapshot_trailing;  /* 0 = an eighth of that */
+    /* The log kept in memory between snapshots when both thresholds are 0
+     * (they then follow the mean entry size, 64..32768 and 16..4096
+     * entries), and the emptied arena chunks kept for reuse (raft/arena.h);
+     * 0 = 448 MiB. */
+    uint64_t log_memory_bytes;
     /* Size of one raft log segment file; libraft preallocates it whole
      * (fallocate) and keeps three: the one being written and two ready. */
     size_t segment_bytes; /* 0 = 64 MiB */

@@ -1,7 +1,7 @@
 /* Tests of the entry arena (raft/arena.h): blocks handed to libraft are
  * freed through raft_free/raft_realloc like libc blocks, emptied chunks are
- * kept (28) or unmapped, the prefaulter readies the next chunk, and libc
- * blocks pass through untouched. */
+ * kept (28, or what arena_set_spares() says) or unmapped, the prefaulter
+ * readies the next chunk, and libc blocks pass through untouched. */
 #include "raft/arena.h"
 
 #include <raft.h>
@@ -149,4 +149,41 @@ TEST(the_prefaulter_readies_a_spare_when_the_last_is_taken)
     for (int i = 0; i < n; i++) {
         raft_free(b[i]);
     }
+}
+
+/* QUEEN_RAFT_LOG_MEMORY_MB sets how much is kept: a lower bound unmaps the
+ * spares above it at once, and emptied chunks past it are unmapped. */
+TEST(the_spares_kept_follow_the_log_memory_setting)
+{
+    enum { KEEP = 3, N = (KEEP + 4) * PER };
+    void *b[N];
+    struct arena_stats st;
+
+    arena_install();
+    arena_prefault(false);
+    for (int i = 0; i < N; i++) {
+        b[i] = arena_alloc(BLOCK);
+        EXPECT(b[i] != NULL);
+    }
+    for (int i = 0; i < N; i++) {
+        raft_free(b[i]);
+    }
+    arena_get_stats(&st);
+    EXPECT(st.spares > KEEP);
+    arena_set_spares(KEEP * 16 * MIB);
+    arena_get_stats(&st);
+    EXPECT_EQ_I64(st.spares, KEEP);
+    for (int i = 0; i < N; i++) {
+        b[i] = arena_alloc(BLOCK);
+    }
+    for (int i = 0; i < N; i++) {
+        raft_free(b[i]);
+    }
+    arena_get_stats(&st);
+    EXPECT_EQ_I64(st.spares, KEEP);
+    EXPECT(st.mapped <= (KEEP + 1) * CHUNK);
+    arena_set_spares(0); /* at least one chunk */
+    arena_get_stats(&st);
+    EXPECT_EQ_I64(st.spares, 1);
+    arena_set_spares((size_t)SPARES * 16 * MIB); /* the default back */
 }

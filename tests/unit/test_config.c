@@ -59,6 +59,7 @@ TEST(empty_environment_gives_the_documented_defaults)
     EXPECT_EQ_U64(c.max_long_polls, 10000);
     EXPECT_EQ_U64(c.max_long_polls_per_conn, 16);
     EXPECT_EQ_U64(c.raft_segment_mb, 64);
+    EXPECT_EQ_U64(c.raft_log_memory_mb, 448);
 }
 
 TEST(set_values_replace_defaults_and_raft_port_follows_http_port)
@@ -76,8 +77,10 @@ TEST(set_values_replace_defaults_and_raft_port_follows_http_port)
     env_set(&e, "QUEEN_MAX_LONG_POLLS", "500");
     env_set(&e, "QUEEN_MAX_LONG_POLLS_PER_CONN", "4");
     env_set(&e, "QUEEN_RAFT_SEGMENT_MB", "8");
+    env_set(&e, "QUEEN_RAFT_LOG_MEMORY_MB", "64");
     EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), 0);
     EXPECT_EQ_U64(c.raft_segment_mb, 8);
+    EXPECT_EQ_U64(c.raft_log_memory_mb, 64);
     EXPECT_EQ_U64(c.max_long_polls, 500);
     EXPECT_EQ_U64(c.max_long_polls_per_conn, 4);
     EXPECT_EQ_I64(c.port, 7000);
@@ -139,6 +142,8 @@ TEST(bad_values_name_the_variable_and_the_value)
          "QUEEN_RAFT_SEGMENT_MB=1025: out of range 1..1024"},
         {"QUEEN_RAFT_SEGMENT_MB", "8MiB",
          "QUEEN_RAFT_SEGMENT_MB=8MiB: not a decimal integer"},
+        {"QUEEN_RAFT_LOG_MEMORY_MB", "8",
+         "QUEEN_RAFT_LOG_MEMORY_MB=8: out of range 16..65536"},
         {"QUEEN_LOG_LEVEL", "loud",
          "QUEEN_LOG_LEVEL=loud: not one of error, warn, info, debug"},
         {"QUEEN_TENANCY_HEADER", "maybe",
