@@ -72,6 +72,7 @@ static const char *const known[] = {
     "QUEEN_S3_SAFE_GUARD_MS",
     "QUEEN_S3_LEASE_TTL_MS",
     "QUEEN_S3_MULTIPART_THRESHOLD_MB",
+    "QUEEN_S3_CA_FILE",
     "QUEEN_S3_INSTANCE",
     "QUEEN_S3_CRASH_AT",
     "QUEEN_S3_THREADS",

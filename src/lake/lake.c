@@ -99,6 +99,7 @@ struct lake_raw {
     const char *sk;
     const char *tenant;
     bool path_style;
+    const char *ca_file; /* NULL = the system's authorities */
 };
 
 struct lake_opts {
@@ -159,6 +160,7 @@ static const struct lake_flag_def lake_flag_defs[] = {
     {"--access-key", LAKE_BOTH, LAKE_TEXT, LAKE_OFF(raw.ak), 0, 0},
     {"--secret-key", LAKE_BOTH, LAKE_TEXT, LAKE_OFF(raw.sk), 0, 0},
     {"--tenant", LAKE_BOTH, LAKE_TEXT, LAKE_OFF(raw.tenant), 0, 0},
+    {"--ca-file", LAKE_BOTH, LAKE_TEXT, LAKE_OFF(raw.ca_file), 0, 0},
     {"--queue", LAKE_BOTH, LAKE_QUEUE, LAKE_OFF(queues), 0, 0},
     {"--from-k", LAKE_BOTH, LAKE_I64, LAKE_OFF(from_k), 1, INT64_MAX},
     {"--to-k", LAKE_BOTH, LAKE_I64, LAKE_OFF(to_k), 1, INT64_MAX},
@@ -194,9 +196,11 @@ static void lake_usage(FILE *f)
             "bucket flags: --endpoint URL --bucket B [--region R] "
             "[--prefix P] [--path-style]\n"
             "              [--tenant T] [--access-key K] [--secret-key S]\n"
+            "              [--ca-file PEM]\n"
             "Unset flags fall back to QUEEN_S3_ENDPOINT, QUEEN_S3_BUCKET,\n"
             "QUEEN_S3_REGION, QUEEN_S3_PREFIX, QUEEN_S3_PATH_STYLE,\n"
-            "QUEEN_S3_ACCESS_KEY and QUEEN_S3_SECRET_KEY. See docs/lake.md.\n"
+            "QUEEN_S3_ACCESS_KEY, QUEEN_S3_SECRET_KEY and QUEEN_S3_CA_FILE.\n"
+            "See docs/lake.md.\n"
             "Exit: 0 exact / done, 1 a violation (verify), 2 could not "
             "run.\n");
 }
@@ -357,6 +361,14 @@ static int lake_finish(struct lake_opts *o, unsigned cmd)
         return 2;
     }
     o->s3.ep.path_style = raw->path_style;
+    if (raw->ca_file != NULL && access(raw->ca_file, R_OK) != 0) {
+        fprintf(stderr,
+                "queen lake: --ca-file %s: cannot read it (%s); it names a "
+                "PEM file of the certificate authorities an https "
+                "endpoint's certificate is checked against\n",
+                raw->ca_file, strerror(errno));
+        return 2;
+    }
     /* The prefix without outer slashes, as the sink keeps it. */
     while (*prefix == '/') {
         prefix++;
@@ -452,7 +464,8 @@ static int lake_parse(int argc, char **argv, struct lake_opts *o)
                                lake_env("QUEEN_S3_ACCESS_KEY"),
                                lake_env("QUEEN_S3_SECRET_KEY"),
                                NULL,
-                               false};
+                               false,
+                               lake_env("QUEEN_S3_CA_FILE")};
     s3_config_defaults(&o->s3);
     o->from_k = 1;
     o->batch = LAKE_PUSH_ITEMS;
@@ -542,7 +555,7 @@ static void lake_bucket_open(struct lake_bucket *b, const struct lake_opts *o)
 
     cfg.is_unreached_final = true;
     cfg.stall_timeout_ms = LAKE_STALL_MS;
-    b->curl = s3_curl_new();
+    b->curl = s3_curl_new(o->raw.ca_file);
     b->t = s3_curl_transport(b->curl);
     b->c = s3_client_new(&cfg, &b->t, NULL);
 }

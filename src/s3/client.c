@@ -435,6 +435,7 @@ static enum s3_fail attempt(struct s3_client *c, struct call *k,
     k->ans.retry_after_ms = -1;
     k->ans.is_unresolved = false;
     k->ans.is_unreached = false;
+    k->ans.is_untrusted = false;
     k->ans.is_silent = false;
     rc = send_once(c, k, where[0], where[1], where[2], err);
     if (rc == 0) {
@@ -448,6 +449,7 @@ static enum s3_fail attempt(struct s3_client *c, struct call *k,
     st->is_unresolved = rc != 0 && k->ans.is_unresolved;
     st->is_unreached = rc != 0 && k->ans.is_unreached;
     st->is_silent = rc != 0 && k->ans.is_silent;
+    st->is_untrusted = rc != 0 && k->ans.is_untrusted;
     if (rc == ERR_TOO_BIG || rc == ERR_INVALID) {
         return S3_FAIL_BODY; /* not retried: see run() */
     }

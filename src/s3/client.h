@@ -7,7 +7,8 @@
  *   (2) Retriable outcomes (retry.h) are tried up to max_attempts times,
  *       waiting s3_retry_wait_ms between; other outcomes return at once.
  *       With is_unreached_final, an attempt that reached no endpoint (the
- *       host did not resolve, or the connection was refused or timed out),
+ *       host did not resolve, the connection was refused or timed out, or
+ *       the TLS handshake refused the endpoint's certificate),
  *       or that connected but got no answer before stall_timeout_ms, before
  *       any attempt of this client got an answer is final too.
  *   (3) A body above multipart_threshold goes up as a multipart upload of
@@ -82,6 +83,9 @@ struct s3_http_answer {
                                sent */
     bool is_silent;         /* a timeout after the connection was made and
                                before any byte of an answer came */
+    bool is_untrusted;      /* the TLS handshake refused the endpoint's
+                               certificate (also is_unreached: nothing was
+                               sent) */
 };
 
 /* Perform req. Returns 0 when an HTTP answer arrived (any status), else
@@ -158,6 +162,7 @@ struct s3_status {
     bool is_unresolved;     /* the last attempt's host name did not resolve */
     bool is_unreached;      /* the last attempt made no connection */
     bool is_silent;         /* it connected, then no answer came */
+    bool is_untrusted;      /* its certificate was refused */
 };
 
 struct s3_client;

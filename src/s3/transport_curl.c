@@ -26,6 +26,7 @@
 #define POOL_MAX 16
 
 struct s3_curl {
+    char *ca_file; /* NULL = the system's authorities */
     pthread_mutex_t mu;
     CURL *idle[POOL_MAX];
     size_t n_idle;
@@ -38,10 +39,12 @@ static void global_init(void)
     ASSERT(curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK);
 }
 
-struct s3_curl *s3_curl_new(void)
+struct s3_curl *s3_curl_new(const char *ca_file)
 {
     struct s3_curl *tc = xcalloc(1, sizeof(*tc));
 
+    tc->ca_file =
+        ca_file != NULL && ca_file[0] != '\0' ? xstrdup(ca_file) : NULL;
     pthread_once(&global_once, global_init);
     pthread_mutex_init(&tc->mu, NULL);
     return tc;
@@ -56,6 +59,7 @@ void s3_curl_free(struct s3_curl *tc)
         curl_easy_cleanup(tc->idle[i]);
     }
     pthread_mutex_destroy(&tc->mu);
+    free(tc->ca_file);
     free(tc);
 }
 
@@ -267,7 +271,11 @@ static int finish(CURL *h, CURLcode rc, const char *errbuf,
     }
     if (rc != CURLE_OK) {
         x->ans->is_unresolved = rc == CURLE_COULDNT_RESOLVE_HOST;
-        x->ans->is_unreached = x->ans->is_unresolved ||
+        /* a certificate no trusted authority signed (or a CA file that
+         * does not load): the handshake ended before anything was sent */
+        x->ans->is_untrusted = rc == CURLE_PEER_FAILED_VERIFICATION ||
+                               rc == CURLE_SSL_CACERT_BADFILE;
+        x->ans->is_unreached = x->ans->is_unresolved || x->ans->is_untrusted ||
                                rc == CURLE_COULDNT_RESOLVE_PROXY ||
                                rc == CURLE_COULDNT_CONNECT;
         return err_set(err, ERR_IO, "%s: %s", curl_easy_strerror(rc),
@@ -302,6 +310,9 @@ static int curl_perform(void *arg, const struct s3_http_request *req,
         hl = t;
     }
     curl_easy_setopt(h, CURLOPT_URL, req->url);
+    if (tc->ca_file != NULL) {
+        curl_easy_setopt(h, CURLOPT_CAINFO, tc->ca_file);
+    }
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, req->connect_timeout_ms);

@@ -12,8 +12,11 @@
 
 struct s3_curl;
 
-/* Returns owned: free with s3_curl_free after every client using it. */
-struct s3_curl *s3_curl_new(void);
+/* Returns owned: free with s3_curl_free after every client using it.
+ * ca_file: a PEM file of the certificate authorities an https endpoint's
+ * certificate is checked against instead of the system's (QUEEN_S3_CA_FILE),
+ * copied; NULL or "" = the system's. */
+struct s3_curl *s3_curl_new(const char *ca_file);
 void s3_curl_free(struct s3_curl *tc);
 /* The seam for s3_client_new; borrows tc. */
 struct s3_transport s3_curl_transport(struct s3_curl *tc);

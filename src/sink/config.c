@@ -12,12 +12,14 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/env.h"
@@ -787,6 +789,39 @@ static int parse_tenant(struct ld *l, struct sink_config *c)
     return rc;
 }
 
+/* QUEEN_S3_CA_FILE: unset, or a regular file this process can read (its
+ * PEM is checked by the TLS library at the first https request, whose
+ * error then names it). */
+static int parse_ca_file(struct ld *l, struct sink_node_config *n)
+{
+    char raw[VAL_MAX];
+    struct stat st;
+
+    n->ca_file[0] = '\0';
+    if (!envv(l, "QUEEN_S3_CA_FILE", raw, sizeof(raw)) || raw[0] == '\0') {
+        return 0;
+    }
+    if (strlen(raw) >= sizeof(n->ca_file)) {
+        return fail(l, "QUEEN_S3_CA_FILE=%.120s...: longer than %zu bytes", raw,
+                    sizeof(n->ca_file) - 1);
+    }
+    if (stat(raw, &st) != 0 || access(raw, R_OK) != 0) {
+        return fail(l,
+                    "QUEEN_S3_CA_FILE=%s: cannot read it (%s); it names a "
+                    "PEM file of the certificate authorities an https "
+                    "endpoint's certificate is checked against",
+                    raw, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        return fail(l,
+                    "QUEEN_S3_CA_FILE=%s: not a regular file; it names a PEM "
+                    "file of certificate authorities",
+                    raw);
+    }
+    memcpy(n->ca_file, raw, strlen(raw) + 1);
+    return 0;
+}
+
 static int parse_knobs(struct ld *l, struct sink_node_config *n)
 {
     if (bounded(l,
@@ -835,7 +870,7 @@ static int parse_knobs(struct ld *l, struct sink_node_config *n)
     }
     n->memory_bytes = n->memory_mb * SINK_MIB;
     n->multipart_threshold_bytes = n->multipart_threshold_mb * SINK_MIB;
-    return 0;
+    return parse_ca_file(l, n);
 }
 
 /* QUEEN_TEST_MODE=true: the node runs under a test, which may arm a crash
@@ -1091,6 +1126,9 @@ static const struct sink_config_var vars[] = {
      "queue lease lifetime without a refresh, ms (1000..3600000)"},
     {"QUEEN_S3_MULTIPART_THRESHOLD_MB", "64",
      "objects above this go up as multipart uploads, MiB (5..5120)"},
+    {"QUEEN_S3_CA_FILE", "(unset)",
+     "PEM file of the certificate authorities an https endpoint's "
+     "certificate is checked against (default: the system's)"},
     {"QUEEN_S3_INSTANCE", "(derived)",
      "this node's name in leases (default node-<id>@<hostname>)"},
     {"QUEEN_S3_CRASH_AT", "never",
@@ -1350,6 +1388,7 @@ static const char *const node_fields[][2] = {
     {"safeGuardMs", "QUEEN_S3_SAFE_GUARD_MS"},
     {"leaseTtlMs", "QUEEN_S3_LEASE_TTL_MS"},
     {"multipartThresholdMb", "QUEEN_S3_MULTIPART_THRESHOLD_MB"},
+    {"caFile", "QUEEN_S3_CA_FILE"},
     {"instance", "QUEEN_S3_INSTANCE"},
     {"crashAt", "QUEEN_S3_CRASH_AT"},
 };

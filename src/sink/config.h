@@ -99,7 +99,10 @@ struct sink_node_config {
     uint64_t lease_ttl_ms;          /* 30000, 1000..=3600000 */
     uint64_t multipart_threshold_mb;    /* 64, 5..=5120 */
     uint64_t multipart_threshold_bytes; /* x MiB */
-    char node_id[32];                   /* QUEEN_RAFT_NODE_ID or "1" */
+    /* QUEEN_S3_CA_FILE: a readable PEM file of certificate authorities
+     * for https endpoints, "" = the system's */
+    char ca_file[SINK_STR_MAX];
+    char node_id[32]; /* QUEEN_RAFT_NODE_ID or "1" */
     /* 3.1's rule; escaped, at most SINK_INSTANCE_ESC_MAX bytes */
     char instance[SINK_STR_MAX];
     int crash_at; /* enum driver_crash (sink/driver.h), 0 = never */

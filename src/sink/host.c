@@ -317,7 +317,7 @@ static int host_s3_client(const struct sink_node_config *node,
     copy_str(sc.kms_key_id, sizeof(sc.kms_key_id), c->sse_kms_key_id);
     sc.multipart_threshold = node->multipart_threshold_bytes;
     sc.on_retrying = sink_s3_retrying;
-    out->curl = s3_curl_new();
+    out->curl = s3_curl_new(node->ca_file);
     out->transport = s3_curl_transport(out->curl);
     out->s3 = s3_client_new(&sc, &out->transport, NULL);
     explicit_bzero(sc.secret_key, sizeof(sc.secret_key));

@@ -863,6 +863,12 @@ static void sink_probe_error(struct sink *s, const struct s3_status *st,
                  "QUEEN_S3_PATH_STYLE=true puts it in the path instead, as "
                  "most self-hosted gateways want",
                  c->bucket);
+    } else if (st->is_untrusted) {
+        snprintf(s->bucket_error + used, sizeof(s->bucket_error) - used,
+                 ". No authority this node trusts signed %s's certificate: "
+                 "QUEEN_S3_CA_FILE names a PEM file of the one that did (or "
+                 "add it to the system's store)",
+                 c->endpoint);
     } else if (st->status == 401 || st->status == 403) {
         snprintf(s->bucket_error + used, sizeof(s->bucket_error) - used,
                  ". QUEEN_S3_ACCESS_KEY/_SECRET_KEY must be allowed "

@@ -23,6 +23,7 @@ import pytest
 
 import lake
 import test_lake_selftest as st
+import tlsfront
 from sinkenv import PREFIX, TENANT, sink_env, sink_row, wait_until
 
 CREDS = {"QUEEN_S3_ACCESS_KEY": "queen",
@@ -663,6 +664,64 @@ def test_a_silent_bucket_behind_a_proxy_is_one_line_in_seconds():
         assert json.loads(p.stdout)["error"] in lines[0], p
         assert "queen-secret-key" not in p.stdout + p.stderr, p
         assert took < 20, took
+
+
+def test_a_tls_bucket_of_a_private_authority_is_read_with_its_ca_file(
+        bucket, tmp_path):
+    """An https endpoint whose certificate a private authority signed (an
+    on-premises MinIO or Ceph): --ca-file (or QUEEN_S3_CA_FILE) names that
+    authority and the run is exact; without it the one line names the
+    certificate; a CA file that cannot be read is refused before any
+    request."""
+    small_lake(bucket, "tls")
+    ca, cert, key = tlsfront.make_ca(str(tmp_path / "pki"))
+    port = int(bucket.endpoint.rsplit(":", 1)[1])
+    env = {"PATH": os.environ.get("PATH", ""), **CREDS}
+    with tlsfront.TlsFront(cert, key, to_port=port) as front:
+        base = [queen_bin(), "lake", "verify", "--endpoint", front.url,
+                "--bucket", "lake", "--path-style", "--queue", "tls",
+                "--json"]
+        p, _ = run_timed(base + ["--ca-file", ca], env, 120)
+        assert p.returncode == 0, (p.stdout, p.stderr)
+        doc = json.loads(p.stdout)
+        assert doc["exact"] is True and doc["queues"][0]["records"] == 3, doc
+        p, _ = run_timed(base, dict(env, QUEEN_S3_CA_FILE=ca), 120)
+        assert p.returncode == 0, (p.stdout, p.stderr)
+        p, took = run_timed(base, env, 60)
+        assert p.returncode == 2, (p.stdout, p.stderr)
+        lines = p.stderr.splitlines()
+        assert len(lines) == 1 and "certificate" in lines[0], p.stderr
+        assert took < 30, took
+        missing = str(tmp_path / "no-such.pem")
+        p, _ = run_timed(base + ["--ca-file", missing], env, 60)
+        assert p.returncode == 2, (p.stdout, p.stderr)
+        assert "--ca-file %s: cannot read it" % missing in p.stderr, p.stderr
+        assert "queen-secret-key" not in p.stdout + p.stderr
+
+
+def test_a_bucket_silent_after_its_handshake_behind_a_proxy_is_one_line(
+        tmp_path):
+    """Behind an https_proxy, a bucket that completes the TLS handshake
+    and then never answers is one line after the stall (10 s), exit 2: the
+    proxy's own "200 Connection established" is not the bucket's answer
+    (were it taken for one, the bucket would count as answering and the
+    stall be retried six times)."""
+    ca, cert, key = tlsfront.make_ca(str(tmp_path / "pki"))
+    with tlsfront.TlsFront(cert, key) as silent, ConnectProxy() as proxy:
+        env = {"PATH": os.environ.get("PATH", ""), **CREDS,
+               "https_proxy": proxy.url}
+        cmd = [queen_bin(), "lake", "verify", "--endpoint", silent.url,
+               "--bucket", "lake", "--path-style", "--queue", "q", "--json",
+               "--ca-file", ca]
+        p, took = run_timed(cmd, env, 120)
+        assert proxy.tunnels >= 1, "the tool did not go through the proxy"
+        assert silent.handshakes >= 1, "no TLS handshake was made"
+        assert p.returncode == 2, p
+        lines = p.stderr.splitlines()
+        assert len(lines) == 1 and "retrying" not in p.stderr, p
+        assert "no answer from %s" % silent.url in lines[0], p
+        assert json.loads(p.stdout)["error"] in lines[0], p
+        assert took < 30, took
 
 
 def test_a_bucket_that_stalls_after_answering_is_retried_then_given_up(

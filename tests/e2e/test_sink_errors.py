@@ -7,7 +7,9 @@ a refusal."""
 import datetime
 import time
 
-from sinkenv import PREFIX, it, sink_env, sink_row, wait_until
+import lake
+import tlsfront
+from sinkenv import PREFIX, TENANT, it, sink_env, sink_row, wait_until
 
 
 def bucket_error(node):
@@ -105,3 +107,46 @@ def test_a_refused_write_makes_the_bucket_unreachable_at_once(sink_node,
     assert s3["bucket"]["error"].startswith(
         "the last write to the bucket lake at %s was refused (status 403)"
         % bucket.endpoint), s3["bucket"]
+
+
+def test_a_tls_bucket_of_a_private_authority_needs_its_ca_file(
+        broker_factory, bucket, tmp_path):
+    """An https endpoint whose certificate a private authority signed:
+    without QUEEN_S3_CA_FILE the bucket is unreachable with the certificate
+    named and the setting as the way out; with it the queue ships exactly;
+    a CA file that cannot be read stops the boot with one line."""
+    ca, cert, key = tlsfront.make_ca(str(tmp_path / "pki"))
+    port = int(bucket.endpoint.rsplit(":", 1)[1])
+    with tlsfront.TlsFront(cert, key, to_port=port) as front:
+        class Tls:
+            endpoint = front.url
+        node = broker_factory(env=sink_env(Tls, QUEEN_S3_QUEUES="tls"))
+        err = bucket_error(node)
+        assert "certificate" in err and "QUEEN_S3_CA_FILE" in err, err
+        assert node.stop() == 0
+
+        node = broker_factory(env=sink_env(Tls, QUEEN_S3_QUEUES="tls",
+                                           QUEEN_S3_CA_FILE=ca))
+        its = [{"queue": "tls", "partition": "p%d" % (i % 2),
+                "transactionId": "t%d" % i,
+                "payload": b'{"i":%d}' % i} for i in range(20)]
+        r = node.request("POST", "/api/v1/push", body=lake.push_body(its))
+        assert r.status == 201, r
+        acked = lake.acked_from_push(its, r.json())
+        reader = lake.bucket_reader(bucket)
+        lake.wait_queue(reader, PREFIX, TENANT, "tls", acked, timeout=60,
+                        broker=node, compression="zstd", align="none")
+        assert front.handshakes >= 1
+        assert node.stop() == 0
+
+    missing = str(tmp_path / "no-such.pem")
+    node = broker_factory(env=sink_env(bucket, QUEEN_S3_CA_FILE=missing),
+                          start=False)
+    node.start(wait=False)
+    rc = node.wait_exit(60)
+    log = node.stderr()
+    node._reap()
+    assert rc == 2, log
+    assert ("FATAL: QUEEN_S3_EMBEDDED=true: QUEEN_S3_CA_FILE=%s: cannot "
+            "read it (No such file or directory)" % missing) in log, log
+    assert "queen-secret-key" not in log

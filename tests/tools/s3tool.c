@@ -118,7 +118,7 @@ static int read_settings(struct tool *t, struct err *err)
 static void tool_open(struct tool *t)
 {
     pthread_mutex_init(&t->mu, NULL);
-    t->curl = s3_curl_new();
+    t->curl = s3_curl_new(getenv("QUEEN_S3_CA_FILE"));
     t->t = s3_curl_transport(t->curl);
     t->clock = (struct s3_clock){tool_now, tool_sleep, tool_random, t, NULL};
     t->c = s3_client_new(&t->cfg, &t->t, &t->clock);

@@ -7,6 +7,7 @@
 #include <ftw.h>
 #include <inttypes.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "base/env.h"
 #include "base/version.h"
@@ -466,6 +467,48 @@ TEST(bounded_templates)
            "QUEEN_S3_MULTIPART_THRESHOLD_MB=4 is outside 5..=5120. It is "
            "objects at or below this go up as a single PUT with a "
            "Content-MD5; above it they go up as a multipart upload");
+}
+
+/* QUEEN_S3_CA_FILE: a readable regular file is kept for the transport;
+ * a missing file or a directory stops the boot naming the setting. */
+TEST(ca_file_must_be_a_readable_file)
+{
+    char dir[] = "/tmp/queen-ca-XXXXXX";
+    char pem[64];
+    struct table t = {{"QUEEN_S3_CA_FILE", pem, BASE, NULL}};
+    struct sink_config c;
+    struct sink_node_config n;
+    FILE *f;
+
+    ASSERT(mkdtemp(dir) != NULL);
+    snprintf(pem, sizeof(pem), "%s/ca.pem", dir);
+    f = fopen(pem, "w");
+    ASSERT(f != NULL);
+    fputs("-----BEGIN CERTIFICATE-----\n", f);
+    fclose(f);
+    load_ok(&t, &c, &n);
+    EXPECT_STR_EQ(n.ca_file, pem);
+    sink_config_free(&c);
+    {
+        struct table u = {{BASE, NULL}};
+        load_ok(&u, &c, &n);
+        EXPECT_STR_EQ(n.ca_file, "");
+        sink_config_free(&c);
+    }
+    char want[512];
+    snprintf(want, sizeof(want),
+             "QUEEN_S3_CA_FILE=%s: not a regular file; it names a PEM file "
+             "of certificate authorities",
+             dir);
+    refuse("QUEEN_S3_CA_FILE", dir, want);
+    unlink(pem);
+    snprintf(want, sizeof(want),
+             "QUEEN_S3_CA_FILE=%s: cannot read it (No such file or "
+             "directory); it names a PEM file of the certificate authorities "
+             "an https endpoint's certificate is checked against",
+             pem);
+    refuse("QUEEN_S3_CA_FILE", pem, want);
+    rmdir(dir);
 }
 
 TEST(preflight_template)
