@@ -1438,6 +1438,29 @@ struct lake_window {
 static void lake_violation(struct lake_window *w, const char *fmt, ...)
     PRINTF(2, 3);
 
+/* A violation's text as it is printed: each control byte (C0, DEL, and
+ * the C1 range U+0080..U+009F, which terminals obey as well) and each byte
+ * that starts no valid UTF-8 sequence becomes '?', so that no text of a
+ * damaged lake (a listed key, a manifest's field) cuts or forges a line
+ * of the summary. Names are quoted by lake_show() before this. */
+static void lake_plain(char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t len = json_utf8_len((const unsigned char *)s + i, n - i);
+
+        if (len == 0 || c < 0x20 || c == 0x7f) {
+            s[i++] = '?';
+            continue;
+        }
+        if (len == 2 && c == 0xc2 && (unsigned char)s[i + 1] < 0xa0) {
+            s[i] = '?';
+            s[i + 1] = '?';
+        }
+        i += len;
+    }
+}
+
 static void lake_violation(struct lake_window *w, const char *fmt, ...)
 {
     va_list ap;
@@ -1448,6 +1471,7 @@ static void lake_violation(struct lake_window *w, const char *fmt, ...)
     va_start(ap, fmt);
     (void)buf_vprintf(&b, &err, fmt, ap);
     va_end(ap);
+    lake_plain(b.data, b.len);
     w->violations =
         xrealloc(w->violations, (w->n_violations + 1) * sizeof(char *));
     w->violations[w->n_violations++] = buf_steal(&b, NULL);
@@ -2423,11 +2447,15 @@ static void lake_check_sums(struct lake_wread *r)
             }
         }
         if (!above) {
+            struct lake_shown pn;
+
             lake_violation(w,
                            "window %" PRId64 ": %s: partition %s goes on "
                            "at a position not above its records (up to %" PRId64
                            ")",
-                           w->k, w->manifest_key, run->partition, run->last);
+                           w->k, w->manifest_key,
+                           lake_show(&pn, run->partition, run->plen),
+                           run->last);
             break;
         }
     }
@@ -2685,6 +2713,7 @@ static void lake_fold_violation(struct lake_fold *f, const char *fmt, ...)
     va_start(ap, fmt);
     (void)buf_vprintf(&b, &err, fmt, ap);
     va_end(ap);
+    lake_plain(b.data, b.len);
     f->violations =
         xrealloc(f->violations, (f->n_violations + 1) * sizeof(char *));
     f->violations[f->n_violations++] = buf_steal(&b, NULL);
@@ -2762,6 +2791,14 @@ static void lake_fold_run(struct lake_fold *f, const struct lake_window *w,
                             "%" PRId64 " or before)",
                             w->k, w->keys[r->obj], p->shown, r->first,
                             p->top_k);
+        /* the run's records above the ones seen are in the lake: the
+         * offsets after the repeated one are not missing as well */
+        if (r->last > p->top) {
+            p->records += (uint64_t)(r->last - p->top);
+            p->top = r->last;
+            p->top_ts = r->last_ts;
+            p->top_k = w->k;
+        }
         return;
     }
     if (p->has_records && r->first_ts < p->top_ts) {

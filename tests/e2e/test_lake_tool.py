@@ -528,44 +528,8 @@ def test_a_bucket_that_drops_the_connection_is_one_line_after_one_timeout():
             assert doc["error"] in lines[0], (args, p)
 
 
-class MutePeer:
-    """A port on 127.0.0.1 that accepts every connection and never sends a
-    byte nor closes one: a port that is no HTTP server, or a hung one."""
-
-    def __enter__(self):
-        import socket
-        import threading
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(16)
-        self.port = self.listener.getsockname()[1]
-        self.url = "http://127.0.0.1:%d" % self.port
-        self.held = []
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-        return self
-
-    def _accept(self):
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:  # the listener closed: the test is over
-                return
-            self.on_connection(conn)
-
-    def on_connection(self, conn):
-        self.held.append(conn)
-
-    def __exit__(self, *exc):
-        import socket
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.listener.close()
-        self.thread.join(timeout=10)
-        for c in self.held:
-            c.close()
+# A port that accepts every connection and never answers.
+MutePeer = tlsfront.Listener
 
 
 def run_timed(cmd, env, deadline):
@@ -627,19 +591,8 @@ class ConnectProxy(MutePeer):
         self.tunnels += 1
         conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
         for a, b in ((conn, origin), (origin, conn)):
-            threading.Thread(target=self._pipe, args=(a, b),
+            threading.Thread(target=tlsfront.pipe, args=(a, b),
                              daemon=True).start()
-
-    @staticmethod
-    def _pipe(src, dst):
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    return
-                dst.sendall(data)
-        except OSError:
-            return
 
 
 def test_a_silent_bucket_behind_a_proxy_is_one_line_in_seconds():
@@ -2031,3 +1984,78 @@ def test_a_stray_manifest_with_a_huge_k_is_one_gap_found_at_once(bucket):
     assert "windows 5..9999999998" in gaps[0], gaps
     assert any("not its own" in v for v in q["violations"]), q
     assert q["records"] == 4 and q["violationCount"] < 10, q
+
+
+FORGER = "b\nqueue FAKE: exact"
+
+
+def forger_lake(bucket, queue):
+    """A hand-made lake of two windows whose partition FORGER's name holds
+    a line break and a summary line; returns the boto3 client."""
+    t0 = st.T0
+    windows = [(t0 + k * 100, t0 + (k + 1) * 100,
+                [(FORGER, k, "txn-%d" % k, t0 + k * 100 + 1,
+                  b'{"k":%d}' % k)]) for k in range(2)]
+    c = bucket.boto3()
+    lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
+                                                  Body=body),
+                   PREFIX, TENANT, queue, windows)
+    return c
+
+
+def assert_no_forged_line(p, queue):
+    """verify's human summary of a damaged lake: exit 1, and no text of the
+    lake's ends a line early or reaches the terminal as a control."""
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    for line in (p.stdout + p.stderr).splitlines():
+        assert not line.startswith("queue FAKE") and \
+            not line.startswith("queue %s: exact" % queue), p.stdout
+    assert "\x1b" not in p.stdout + p.stderr, p.stdout
+
+
+def test_text_of_a_damaged_lake_never_forges_a_summary_line(bucket):
+    """A listed key and a manifest's partition name are the lake's text: a
+    line break or an escape in either is shown, quoted or as '?', and
+    never starts a line of the summary (a stray object named to look like
+    "queue q: exact", a manifest's positions naming a partition whose name
+    holds a line break)."""
+    queue = "forge"
+    c = forger_lake(bucket, queue)
+    m1 = lake.manifest_key(PREFIX, TENANT, queue, 1)
+    folder = json.loads(c.get_object(Bucket="lake", Key=m1)["Body"].read())[
+        "objects"][0]["key"].rsplit("/", 1)[0]
+    stray = folder + "/x\nqueue %s: exact\n  windows 1..9 \x1b[2K" % queue
+    c.put_object(Bucket="lake", Key=stray, Body=b"x")
+    p = tool(bucket, "verify", "--queue", queue)
+    assert_no_forged_line(p, queue)
+    assert "data object, but no manifest names it" in p.stdout, p.stdout
+    c.delete_object(Bucket="lake", Key=stray)
+    tool(bucket, "verify", "--queue", queue, check=0)
+
+    doc = json.loads(c.get_object(Bucket="lake", Key=m1)["Body"].read())
+    doc["positions"] = [[FORGER, 0]]  # not above its record, offset 0
+    c.put_object(Bucket="lake", Key=m1, Body=lake.compact(doc))
+    p = tool(bucket, "verify", "--queue", queue)
+    assert_no_forged_line(p, queue)
+    assert ('partition "b\\nqueue FAKE: exact" goes on at a position not '
+            'above its records') in p.stdout, p.stdout
+
+
+def test_a_record_repeated_from_the_window_before_is_one_violation(bucket):
+    """Window 2 repeats window 1's last record of p at its head, its own
+    records following: one violation, "in the lake twice". The offsets
+    after the repeated one are in window 2, not missing as well."""
+    t0 = st.T0
+    rec = lambda o, t: ("p", o, "txn-%d" % o, t, b'{"o":%d}' % o)  # noqa
+    windows = [(t0, t0 + 100, [rec(0, t0 + 1), rec(1, t0 + 2)]),
+               (t0 + 100, t0 + 200, [rec(1, t0 + 101), rec(2, t0 + 102),
+                                     rec(3, t0 + 103)]),
+               (t0 + 200, t0 + 300, [rec(4, t0 + 201)])]
+    c = bucket.boto3()
+    lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
+                                                  Body=body),
+                   PREFIX, TENANT, "twice", windows)
+    rc, doc = verify_json(bucket, "--queue", "twice", check=1)
+    v = doc["queues"][0]["violations"]
+    assert len(v) == 1 and "record p/1 is in the lake twice" in v[0], v
+    assert doc["queues"][0]["violationCount"] == 1, doc

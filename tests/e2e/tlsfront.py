@@ -34,24 +34,39 @@ def make_ca(workdir):
     return p("ca.pem"), p("server.pem"), p("server.key")
 
 
-class TlsFront:
-    """A TLS listener on 127.0.0.1 with cert/key; to_port: forward each
-    connection there after its handshake, None: hold it silent."""
+def pipe(src, dst):
+    """Copy src to dst until src ends (or either fails), then end dst's
+    writing side."""
+    try:
+        while True:
+            data = src.recv(65536)
+            if not data:
+                break
+            dst.sendall(data)
+    except OSError:
+        pass
+    try:
+        dst.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
 
-    def __init__(self, cert, key, to_port=None):
-        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.ctx.load_cert_chain(cert, key)
-        self.to_port = to_port
-        self.handshakes = 0
-        self.held = []
+
+class Listener:
+    """A port on 127.0.0.1 that accepts every connection and hands it to
+    on_connection, which here holds it: never a byte sent, never closed (a
+    port that is no HTTP server, or a hung one)."""
+
+    scheme = "http"
 
     def __enter__(self):
         self.listener = socket.socket()
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(64)
         self.port = self.listener.getsockname()[1]
-        self.url = "https://127.0.0.1:%d" % self.port
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.url = "%s://127.0.0.1:%d" % (self.scheme, self.port)
+        self.held = getattr(self, "held", [])
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
         return self
 
     def _accept(self):
@@ -60,8 +75,41 @@ class TlsFront:
                 conn, _ = self.listener.accept()
             except OSError:  # the listener closed: the test is over
                 return
-            threading.Thread(target=self._serve, args=(conn,),
-                             daemon=True).start()
+            self.on_connection(conn)
+
+    def on_connection(self, conn):
+        self.held.append(conn)
+
+    def __exit__(self, *exc):
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+        self.thread.join(timeout=10)
+        for c in self.held:
+            try:
+                c.close()
+            except OSError:
+                pass
+
+
+class TlsFront(Listener):
+    """A TLS listener on 127.0.0.1 with cert/key; to_port: forward each
+    connection there after its handshake, None: hold it silent."""
+
+    scheme = "https"
+
+    def __init__(self, cert, key, to_port=None):
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(cert, key)
+        self.to_port = to_port
+        self.handshakes = 0
+        self.held = []
+
+    def on_connection(self, conn):
+        threading.Thread(target=self._serve, args=(conn,),
+                         daemon=True).start()
 
     def _serve(self, conn):
         try:
@@ -75,33 +123,6 @@ class TlsFront:
             return  # silent: never a byte back, never closed
         origin = socket.create_connection(("127.0.0.1", self.to_port))
         self.held.append(origin)
-        threading.Thread(target=self._pipe, args=(origin, tls),
+        threading.Thread(target=pipe, args=(origin, tls),
                          daemon=True).start()
-        self._pipe(tls, origin)
-
-    @staticmethod
-    def _pipe(src, dst):
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        try:
-            dst.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-
-    def __exit__(self, *exc):
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.listener.close()
-        for c in self.held:
-            try:
-                c.close()
-            except OSError:
-                pass
+        pipe(tls, origin)
