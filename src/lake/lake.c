@@ -2449,13 +2449,12 @@ static void lake_check_sums(struct lake_wread *r)
         if (!above) {
             struct lake_shown pn;
 
-            lake_violation(w,
-                           "window %" PRId64 ": %s: partition %s goes on "
-                           "at a position not above its records (up to %" PRId64
-                           ")",
-                           w->k, w->manifest_key,
-                           lake_show(&pn, run->partition, run->plen),
-                           run->last);
+            lake_violation(
+                w,
+                "window %" PRId64 ": %s: partition %s goes on "
+                "at a position not above its records (up to %" PRId64 ")",
+                w->k, w->manifest_key,
+                lake_show(&pn, run->partition, run->plen), run->last);
             break;
         }
     }
