@@ -870,9 +870,12 @@ static void sink_probe_error(struct sink *s, const struct s3_status *st,
                  "add it to the system's store)",
                  c->endpoint);
     } else if (st->status == 401 || st->status == 403) {
+        /* a control-plane tenant's sink has its keys from its document */
         snprintf(s->bucket_error + used, sizeof(s->bucket_error) - used,
-                 ". QUEEN_S3_ACCESS_KEY/_SECRET_KEY must be allowed "
-                 "s3:PutObject, s3:GetObject and s3:ListBucket on %s/*",
+                 ". %s must be allowed s3:PutObject, s3:GetObject and "
+                 "s3:ListBucket on %s/*",
+                 s->mtenant != NULL ? "The tenant's accessKey/secretKey"
+                                    : "QUEEN_S3_ACCESS_KEY/_SECRET_KEY",
                  c->prefix);
     }
 }

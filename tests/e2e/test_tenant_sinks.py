@@ -259,3 +259,41 @@ def test_a_tenant_whose_bucket_is_down_holds_up_no_other_tenant(
         assert node.get("/status").json()["s3"]["threads"] == 1
     finally:
         bucket.stop()
+
+
+def test_a_tenant_sink_refused_by_its_bucket_names_its_own_keys(
+        broker_factory, tmp_path):
+    """A control-plane tenant's sink whose bucket refuses its keys: its
+    bucket.error names the tenant's accessKey/secretKey, the fields its
+    document sets, not the environment's QUEEN_S3_* variables it does not
+    use; the secret shows nowhere."""
+    bucket = TestBucket(buckets=["lake", "acme-lake"],
+                        workdir=str(tmp_path / "bucket"))
+    bucket.start()
+    try:
+        cp_port = free_port()
+        node = broker_factory(env=sink_env(
+            bucket, QUEEN_PROXY_EMBEDDED="true", QUEEN_PROXY_PORT=cp_port,
+            QUEEN_PROXY_CP_TOKEN=TOKEN, QUEEN_ENCRYPTION_KEY=KEY,
+            QUEEN_TENANCY_HEADER="true"))
+        st, c, raw = cp(cp_port, "POST", "/api/cp/clusters",
+                        {"tenant_slug": "acme", "slug": "acme-main"})
+        assert st in (200, 201), raw
+        doc = {"endpoint": bucket.endpoint, "region": "us-east-1",
+               "bucket": "acme-lake", "accessKey": "queen",
+               "secretKey": SECRET, "queues": "orders", "pathStyle": True,
+               "start": "earliest", "align": "none", "maxWindowMs": 1000}
+        st, _, raw = cp(cp_port, "PUT", "/api/cp/clusters/acme-main/s3", doc)
+        assert st == 200, raw
+
+        def refused():
+            b = cp_entry(node).get("bucket") or {}
+            return b.get("reachable") is False and b.get("error")
+        err = wait_until(refused, 60, "the cp sink's bucket refused")
+        assert "403" in err, err
+        assert "The tenant's accessKey/secretKey must be allowed" in err, err
+        assert "QUEEN_S3_ACCESS_KEY" not in err, err
+        assert SECRET not in json.dumps(node.get("/status").json())
+        assert SECRET not in node.stderr()
+    finally:
+        bucket.stop()
