@@ -2664,7 +2664,14 @@ int node_start(struct node **out, uv_loop_t *loop,
     }
     rv = raft_init(&n->raft, &n->io, &n->rfsm, cfg->id, n->address);
     if (rv != 0) {
-        err_set(err, ERR_IO, "raft_init: %s", raft_strerror(rv));
+        /* On a full disk libraft's first write (its probe of the
+         * directory) fails as "unknown error": the space check says what
+         * it is, as it does on a boot that got past raft_init. */
+        n->segment_bytes =
+            cfg->segment_bytes != 0 ? cfg->segment_bytes : RAFT_SEGMENT_BYTES;
+        if (check_space(n, cfg->dir, err) == 0) {
+            err_set(err, ERR_IO, "raft_init: %s", raft_strerror(rv));
+        }
         fail_start(n, false);
         return err->code;
     }

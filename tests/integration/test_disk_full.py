@@ -323,6 +323,57 @@ def test_a_data_dir_too_small_for_the_raft_segments_refuses_to_boot(
         b2.stop()
 
 
+def fill_up(path):
+    """Write path until the file system has no byte left."""
+    with open(path, "wb", buffering=0) as f:
+        chunk = b"\0" * (1 << 20)
+        try:
+            while True:
+                f.write(chunk)
+        except OSError:
+            pass
+        for n in (4096, 1):  # the last blocks
+            try:
+                while True:
+                    f.write(b"\0" * n)
+            except OSError:
+                pass
+
+
+def test_a_restart_on_a_full_disk_says_how_much_room_it_needs(small_fs,
+                                                              brokers):
+    """kill -9 of a node, then its disk fills to the last byte: the next
+    boot stops with the line that names the room it needs, not libraft's
+    "raft_init: unknown error"; with the room back it boots with every
+    acknowledged record."""
+    fs = small_fs(120)
+    data = os.path.join(fs, "data")
+    os.makedirs(data)
+    b = brokers(data, env={"QUEEN_RAFT_SEGMENT_MB": str(SEGMENT_MB)})
+    b.start()
+    p = Pusher(b)
+    for _ in range(5):
+        p.push()
+    b.kill9()
+    filler = os.path.join(fs, "filler")
+    fill_up(filler)
+    r = subprocess.run([queen_bin()], env=b.environment(),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0, r
+    lines = [ln["msg"] for ln in loglines.parse(r.stderr)
+             if ln["msg"].startswith("FATAL")]
+    assert len(lines) == 1, r.stderr
+    assert re.search(r"QUEEN_RAFT_DIR=%s: \d+ MiB free, 40 MiB needed: "
+                     r"the raft log preallocates 3 segments of 8 MiB" %
+                     re.escape(data), lines[0]), lines[0]
+    os.remove(filler)
+    b.start()
+    try:
+        assert_acked_kept(p, read_back(b))
+    finally:
+        b.stop()
+
+
 def test_a_follower_whose_raft_log_fills_says_so_until_restarted(small_fs,
                                                                   tmp_path):
     """A follower's raft log on a file system of its own that fills: the
