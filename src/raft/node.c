@@ -189,6 +189,9 @@ struct node {
      * restart (which reloads the log from disk) brings it back in step. */
     bool is_log_diverged;
     bool is_restart_asked; /* storage_reason says "restart this node" */
+    /* A leader whose storage fails hands its leadership on (storage_fail) */
+    struct raft_transfer transfer;
+    bool is_transferring;
     char storage_reason[256];
     char storage_logged[256]; /* the last reason logged at ERROR */
     int64_t storage_since_us;
@@ -474,6 +477,49 @@ static bool is_store_failing(const struct node *n)
 
 static void storage_answer_parked(struct node *n);
 
+static void transfer_done(struct raft_transfer *req)
+{
+    struct node *n = req->data;
+
+    raft_id lid = 0;
+    const char *addr = NULL;
+
+    n->is_transferring = false;
+    raft_leader(&n->raft, &lid, &addr);
+    if (lid != 0 && lid != n->id) {
+        log_info("node", "leadership handed on to node %" PRIu64,
+                 (uint64_t)lid);
+    }
+}
+
+static unsigned voters(const struct node *n)
+{
+    unsigned v = 0;
+
+    for (unsigned i = 0; i < n->raft.configuration.n; i++) {
+        v += n->raft.configuration.servers[i].role == RAFT_VOTER;
+    }
+    return v;
+}
+
+/* A leader whose storage fails refuses every write of the cluster, while
+ * the other voters could take them: it hands its leadership to one of
+ * them (libraft picks the voter; tried again at the next failure, about a
+ * second later, if this one did not take). Loop thread. */
+static void step_down(struct node *n)
+{
+    if (n->is_transferring || raft_state(&n->raft) != RAFT_LEADER ||
+        voters(n) < 2) {
+        return;
+    }
+    n->transfer.data = n;
+    if (raft_transfer(&n->raft, &n->transfer, 0, transfer_done) == 0) {
+        n->is_transferring = true;
+        log_warn("node", "this leader cannot store: handing the leadership "
+                         "to another voter");
+    }
+}
+
 static void storage_fail(struct node *n, const struct err *e, bool is_raft)
 {
     /* Told once: the same message again, or any failure of the raft log
@@ -498,6 +544,7 @@ static void storage_fail(struct node *n, const struct err *e, bool is_raft)
     n->is_storage_raft = is_raft;
     n->is_restart_asked = false; /* a new reason (the probe sets it after) */
     snprintf(n->storage_reason, sizeof(n->storage_reason), "%s", e->msg);
+    step_down(n);
 }
 
 static void storage_clear(struct node *n, const char *how)
