@@ -85,9 +85,10 @@ static const struct cfg_row cfg_rows[] = {
         "required with more than one peer)"),
     ROW("QUEEN_RAFT_LOG_MEMORY_MB", CFG_U64, "448", OFF(raft_log_memory_mb), 16,
         65536, false,
-        "raft log kept in memory between snapshots, in MiB, on every node "
-        "(an eighth more stays behind a snapshot for slow followers); the "
-        "heap holds about 1.2 x this under a steady push load"),
+        "raft log kept in memory between snapshots, in MiB (16..65536), on "
+        "every node (an eighth more stays behind a snapshot for slow "
+        "followers); the heap holds about 1.2 x this under a steady push "
+        "load"),
     ROW("QUEEN_RAFT_SNAPSHOT_THRESHOLD", CFG_U64, "0",
         OFF(raft_snapshot_threshold), 0, 1048576, false,
         "raft entries between snapshots (0: follow the mean entry size, "

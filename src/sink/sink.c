@@ -891,6 +891,24 @@ static bool sink_probe(struct sink *s, int64_t now)
 
     snprintf(key, sizeof(key), "%s/", c->prefix);
     rc = s3_client_head(s->p.s3, key, &info, &st, &err);
+    if (rc != 0 && st.status == 400) {
+        /* A HEAD's answer has no body to say why (a wrong QUEEN_S3_REGION
+         * is answered so): one LIST of one key names the S3 code and its
+         * message, which then are the probe's error. */
+        struct s3_list_req q = {key, NULL, 1};
+        struct s3xml_list page;
+        struct s3_status ls;
+        struct err le = {0};
+
+        memset(&page, 0, sizeof(page));
+        memset(&ls, 0, sizeof(ls));
+        if (s3_client_list_page(s->p.s3, &q, &page, &ls, &le) != 0 &&
+            ls.code[0] != '\0') {
+            err = le;
+            st = ls;
+        }
+        s3xml_list_free(&page);
+    }
     /* A HEAD of a key answers 404 alike for a missing key and a missing
      * bucket: one LIST of one key tells them apart (NoSuchBucket is
      * certain, so it is named; any other LIST answer leaves the verdict to

@@ -30,6 +30,17 @@ def test_a_403_without_a_code_names_the_status_text(sink_node, bucket):
     assert "(status 403 Forbidden)" in node.stderr()
 
 
+def test_a_wrong_region_is_named_by_the_bucket(sink_node, bucket):
+    """A wrong QUEEN_S3_REGION is answered 400 to the probe's HEAD, which
+    has no body to say why: the probe asks once more with a LIST, and
+    bucket.error carries the store's code and message."""
+    node = sink_node({"QUEEN_S3_REGION": "xx-yy-1"})
+    err = bucket_error(node)
+    assert "AuthorizationHeaderMalformed" in err, err
+    assert "xx-yy-1" in err and "us-east-1" in err, err
+    assert "queen-secret-key" not in err
+
+
 def test_a_refused_connection_gets_no_path_style_hint(broker_factory):
     class Closed:
         endpoint = "http://127.0.0.1:%d" % it.free_port()
