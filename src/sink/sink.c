@@ -880,6 +880,22 @@ static void sink_probe_error(struct sink *s, const struct s3_status *st,
     }
 }
 
+/* One LIST of one key under the prefix, for what the probe's HEAD cannot
+ * say: its result, with *ls and *le its status and error. */
+static int probe_list(struct sink *s, const char *key, struct s3_status *ls,
+                      struct err *le)
+{
+    struct s3_list_req q = {key, NULL, 1};
+    struct s3xml_list page;
+    int rc;
+
+    memset(&page, 0, sizeof(page));
+    memset(ls, 0, sizeof(*ls));
+    rc = s3_client_list_page(s->p.s3, &q, &page, ls, le);
+    s3xml_list_free(&page);
+    return rc;
+}
+
 static bool sink_probe(struct sink *s, int64_t now)
 {
     const struct sink_config *c = s->p.cfg;
@@ -891,40 +907,23 @@ static bool sink_probe(struct sink *s, int64_t now)
 
     snprintf(key, sizeof(key), "%s/", c->prefix);
     rc = s3_client_head(s->p.s3, key, &info, &st, &err);
-    if (rc != 0 && st.status == 400) {
-        /* A HEAD's answer has no body to say why (a wrong QUEEN_S3_REGION
-         * is answered so): one LIST of one key names the S3 code and its
-         * message, which then are the probe's error. */
-        struct s3_list_req q = {key, NULL, 1};
-        struct s3xml_list page;
-        struct s3_status ls;
-        struct err le = {0};
-
-        memset(&page, 0, sizeof(page));
-        memset(&ls, 0, sizeof(ls));
-        if (s3_client_list_page(s->p.s3, &q, &page, &ls, &le) != 0 &&
-            ls.code[0] != '\0') {
-            err = le;
-            st = ls;
-        }
-        s3xml_list_free(&page);
+    struct s3_status ls;
+    struct err le = {0};
+    /* A HEAD's answer has no body to say why (a wrong QUEEN_S3_REGION is
+     * answered 400): one LIST of one key names the S3 code and its
+     * message, which then are the probe's error. */
+    if (rc != 0 && st.status == 400 && probe_list(s, key, &ls, &le) != 0 &&
+        ls.code[0] != '\0') {
+        err = le;
+        st = ls;
     }
     /* A HEAD of a key answers 404 alike for a missing key and a missing
      * bucket: one LIST of one key tells them apart (NoSuchBucket is
      * certain, so it is named; any other LIST answer leaves the verdict to
      * the HEAD). */
-    bool no_bucket = false;
-    if (rc == 0 && !info.found) {
-        struct s3_list_req q = {key, NULL, 1};
-        struct s3xml_list page;
-        struct s3_status ls;
-        struct err le = {0};
-        memset(&page, 0, sizeof(page));
-        memset(&ls, 0, sizeof(ls));
-        no_bucket = s3_client_list_page(s->p.s3, &q, &page, &ls, &le) != 0 &&
-                    strcmp(ls.code, "NoSuchBucket") == 0;
-        s3xml_list_free(&page);
-    }
+    bool no_bucket = rc == 0 && !info.found &&
+                     probe_list(s, key, &ls, &le) != 0 &&
+                     strcmp(ls.code, "NoSuchBucket") == 0;
     pthread_mutex_lock(&s->pool->mu);
     s->has_probed = true;
     s->checked_at_us = wall_us() / 1000 * 1000;

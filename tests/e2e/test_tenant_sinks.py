@@ -101,15 +101,22 @@ def test_a_cp_tenant_sink_runs_beside_the_env_sink_and_goes_on_delete(
         bucket.stop()
 
 
-def run(broker_factory, bucket):
+def cp_node(broker_factory, bucket, **env):
+    """A node with the embedded control plane and cluster acme-main in it:
+    (node, the control plane's port, the cluster's answer)."""
     cp_port = free_port()
     node = broker_factory(env=sink_env(
         bucket, QUEEN_PROXY_EMBEDDED="true", QUEEN_PROXY_PORT=cp_port,
         QUEEN_PROXY_CP_TOKEN=TOKEN, QUEEN_ENCRYPTION_KEY=KEY,
-        QUEEN_TENANCY_HEADER="true"))
+        QUEEN_TENANCY_HEADER="true", **env))
     st, c, raw = cp(cp_port, "POST", "/api/cp/clusters",
                     {"tenant_slug": "acme", "slug": "acme-main"})
     assert st in (200, 201), raw
+    return node, cp_port, c
+
+
+def run(broker_factory, bucket):
+    node, cp_port, c = cp_node(broker_factory, bucket)
     bt, cid = c["broker_tenant_uuid"], c["id"]
     doc = {"endpoint": bucket.endpoint, "region": "us-east-1",
            "bucket": "acme-lake", "accessKey": ACCESS, "secretKey": SECRET,
@@ -271,14 +278,7 @@ def test_a_tenant_sink_refused_by_its_bucket_names_its_own_keys(
                         workdir=str(tmp_path / "bucket"))
     bucket.start()
     try:
-        cp_port = free_port()
-        node = broker_factory(env=sink_env(
-            bucket, QUEEN_PROXY_EMBEDDED="true", QUEEN_PROXY_PORT=cp_port,
-            QUEEN_PROXY_CP_TOKEN=TOKEN, QUEEN_ENCRYPTION_KEY=KEY,
-            QUEEN_TENANCY_HEADER="true"))
-        st, c, raw = cp(cp_port, "POST", "/api/cp/clusters",
-                        {"tenant_slug": "acme", "slug": "acme-main"})
-        assert st in (200, 201), raw
+        node, cp_port, _ = cp_node(broker_factory, bucket)
         doc = {"endpoint": bucket.endpoint, "region": "us-east-1",
                "bucket": "acme-lake", "accessKey": "queen",
                "secretKey": SECRET, "queues": "orders", "pathStyle": True,

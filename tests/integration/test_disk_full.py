@@ -265,6 +265,17 @@ def test_a_full_raft_log_file_system_answers_and_recovers(small_fs, brokers):
         b.stop()
 
 
+def restart_with_room(b, filler, pusher):
+    """Remove filler and start b: every record pusher had acknowledged is
+    there."""
+    os.remove(filler)
+    b.start()
+    try:
+        assert_acked_kept(pusher, read_back(b))
+    finally:
+        b.stop()
+
+
 def test_sigterm_on_a_full_disk_exits_within_its_grace(small_fs, brokers):
     fs = small_fs(120)
     ballast_path = os.path.join(fs, "ballast")
@@ -289,29 +300,29 @@ def test_sigterm_on_a_full_disk_exits_within_its_grace(small_fs, brokers):
     except OSError:
         pass  # refused at connect or closed by the stop: an error, not a hang
     b._reap()
-    # Restart with space back: every acknowledged record is there.
-    os.remove(ballast_path)
-    b.start()
-    try:
-        assert_acked_kept(p, read_back(b))
-    finally:
-        b.stop()
+    restart_with_room(b, ballast_path, p)
+
+
+def assert_boot_wants_room(b, data, need_mb, segment_mb):
+    """Booting b stops with one FATAL line naming the room data lacks."""
+    p = subprocess.run([queen_bin()], env=b.environment(),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0, p
+    lines = [ln["msg"] for ln in loglines.parse(p.stderr)
+             if ln["msg"].startswith("FATAL")]
+    assert len(lines) == 1, p.stderr
+    assert re.search(r"QUEEN_RAFT_DIR=%s: \d+ MiB free, %d MiB needed: "
+                     r"the raft log preallocates 3 segments of %d MiB "
+                     r"\(QUEEN_RAFT_SEGMENT_MB\)" % (
+                         re.escape(data), need_mb, segment_mb),
+                     lines[0]), lines[0]
 
 
 def test_a_data_dir_too_small_for_the_raft_segments_refuses_to_boot(
         small_fs, brokers):
     fs = small_fs(48)
     b = brokers(os.path.join(fs, "data"))
-    p = subprocess.run([queen_bin()], env=b.environment(),
-                       capture_output=True, text=True, timeout=30)
-    assert p.returncode != 0, p
-    lines = [ln["msg"] for ln in loglines.parse(p.stderr)
-             if ln["msg"].startswith("FATAL")]
-    assert len(lines) == 1, p.stderr
-    assert re.search(r"QUEEN_RAFT_DIR=%s: \d+ MiB free, 208 MiB needed: "
-                     r"the raft log preallocates 3 segments of 64 MiB "
-                     r"\(QUEEN_RAFT_SEGMENT_MB\)" % re.escape(
-                         os.path.join(fs, "data")), lines[0]), lines[0]
+    assert_boot_wants_room(b, os.path.join(fs, "data"), 208, 64)
     # The same directory boots with segments that fit.
     b2 = brokers(os.path.join(fs, "data"),
                  env={"QUEEN_RAFT_SEGMENT_MB": str(SEGMENT_MB)})
@@ -357,21 +368,8 @@ def test_a_restart_on_a_full_disk_says_how_much_room_it_needs(small_fs,
     b.kill9()
     filler = os.path.join(fs, "filler")
     fill_up(filler)
-    r = subprocess.run([queen_bin()], env=b.environment(),
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode != 0, r
-    lines = [ln["msg"] for ln in loglines.parse(r.stderr)
-             if ln["msg"].startswith("FATAL")]
-    assert len(lines) == 1, r.stderr
-    assert re.search(r"QUEEN_RAFT_DIR=%s: \d+ MiB free, 40 MiB needed: "
-                     r"the raft log preallocates 3 segments of 8 MiB" %
-                     re.escape(data), lines[0]), lines[0]
-    os.remove(filler)
-    b.start()
-    try:
-        assert_acked_kept(p, read_back(b))
-    finally:
-        b.stop()
+    assert_boot_wants_room(b, data, 40, SEGMENT_MB)
+    restart_with_room(b, filler, p)
 
 
 def test_a_follower_whose_raft_log_fills_says_so_until_restarted(small_fs,
