@@ -480,7 +480,6 @@ static void storage_answer_parked(struct node *n);
 static void transfer_done(struct raft_transfer *req)
 {
     struct node *n = req->data;
-
     raft_id lid = 0;
     const char *addr = NULL;
 
@@ -2427,6 +2426,17 @@ static int bootstrap(struct node *n, const struct node_config *cfg,
     return 0;
 }
 
+/* The configured sizes, 0 taken as their defaults. */
+static uint64_t log_bytes_of(const struct node_config *cfg)
+{
+    return cfg->log_memory_bytes != 0 ? cfg->log_memory_bytes : SNAP_LOG_BYTES;
+}
+
+static size_t segment_bytes_of(const struct node_config *cfg)
+{
+    return cfg->segment_bytes != 0 ? cfg->segment_bytes : RAFT_SEGMENT_BYTES;
+}
+
 static void tune(struct node *n, const struct node_config *cfg)
 {
     raft_set_election_timeout(
@@ -2435,8 +2445,7 @@ static void tune(struct node *n, const struct node_config *cfg)
         &n->raft, cfg->heartbeat_timeout_ms ? cfg->heartbeat_timeout_ms : 100);
     n->is_snap_auto =
         cfg->snapshot_threshold == 0 && cfg->snapshot_trailing == 0;
-    n->snap_log_bytes =
-        cfg->log_memory_bytes != 0 ? cfg->log_memory_bytes : SNAP_LOG_BYTES;
+    n->snap_log_bytes = log_bytes_of(cfg);
     n->snap_threshold =
         cfg->snapshot_threshold ? cfg->snapshot_threshold : SNAP_THRESHOLD_MAX;
     raft_set_snapshot_threshold(&n->raft, n->snap_threshold);
@@ -2452,8 +2461,7 @@ static void tune(struct node *n, const struct node_config *cfg)
     raft_uv_set_connect_retry_delay(&n->io, 100);
     /* libraft prepares each segment file (fallocate + fsync) on the disk the
      * log's writes wait for: at 8 MiB that was every ~40 pushed entries. */
-    n->segment_bytes =
-        cfg->segment_bytes != 0 ? cfg->segment_bytes : RAFT_SEGMENT_BYTES;
+    n->segment_bytes = segment_bytes_of(cfg);
     raft_uv_set_segment_size(&n->io, n->segment_bytes);
 }
 
@@ -2689,8 +2697,7 @@ int node_start(struct node **out, uv_loop_t *loop,
 
     signal(SIGPIPE, SIG_IGN);
     arena_install();
-    arena_set_spares(cfg->log_memory_bytes != 0 ? cfg->log_memory_bytes
-                                                : SNAP_LOG_BYTES);
+    arena_set_spares(log_bytes_of(cfg));
     arena_prefault(true);
     n->loop = loop;
     n->store = store;
@@ -2714,8 +2721,7 @@ int node_start(struct node **out, uv_loop_t *loop,
         /* On a full disk libraft's first write (its probe of the
          * directory) fails as "unknown error": the space check says what
          * it is, as it does on a boot that got past raft_init. */
-        n->segment_bytes =
-            cfg->segment_bytes != 0 ? cfg->segment_bytes : RAFT_SEGMENT_BYTES;
+        n->segment_bytes = segment_bytes_of(cfg);
         if (check_space(n, cfg->dir, err) == 0) {
             err_set(err, ERR_IO, "raft_init: %s", raft_strerror(rv));
         }
