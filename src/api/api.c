@@ -226,6 +226,8 @@ static void api_respond_not_leader(struct api *a, struct http_req *req,
  * 1. */
 void api_respond_err(struct api *a, struct http_req *req, const struct err *err)
 {
+    char shown[sizeof(err->msg)];
+
     UNUSED(a);
     switch (err->code) {
     case ERR_INVALID:
@@ -255,7 +257,8 @@ void api_respond_err(struct api *a, struct http_req *req, const struct err *err)
     default:
         log_error("api", "%s %s: %s", req->method_name,
                   req->route != NULL ? req->route : "?", err->msg);
-        http_respond_error(req, 500, "internal", err->msg);
+        err_public(err->msg, shown, sizeof(shown));
+        http_respond_error(req, 500, "internal", shown);
         return;
     }
 }

@@ -691,6 +691,8 @@ static void kv_respond_error(struct http_req *req, int status,
 static void kv_respond_status(struct http_req *req, int code,
                               const char *reason, const char *msg)
 {
+    char shown[sizeof(((struct err *)NULL)->msg)];
+
     switch (code) {
     case ERR_INVALID:
         kv_respond_error(req, 400, reason, msg);
@@ -714,7 +716,8 @@ static void kv_respond_status(struct http_req *req, int code,
     default:
         log_error("kv", "%s %s: %s", req->method_name,
                   req->route != NULL ? req->route : "?", msg);
-        kv_respond_error(req, 500, "kv_internal", msg);
+        err_public(msg, shown, sizeof(shown));
+        kv_respond_error(req, 500, "kv_internal", shown);
         return;
     }
 }

@@ -2,6 +2,7 @@
 #include "base/err.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,43 @@ int err_wrap(struct err *err, const char *fmt, ...)
     err->msg[plen + 1] = ' ';
     err->msg[plen + 2 + olen] = '\0';
     return err->code;
+}
+
+static bool ends_path(char c)
+{
+    return c == '\0' || c == ' ' || c == ':' || c == ',' || c == ';' ||
+           c == ')' || c == '\'' || c == '"';
+}
+
+void err_public(const char *msg, char *out, size_t cap)
+{
+    size_t at = 0;
+
+    if (cap == 0) {
+        return;
+    }
+    for (size_t i = 0; msg[i] != '\0' && at + 1 < cap;) {
+        char prev = i == 0 ? ' ' : msg[i - 1];
+        size_t end = i;
+        size_t name = i;
+
+        if (msg[i] != '/' || strchr(" (='\"", prev) == NULL ||
+            ends_path(msg[i + 1])) {
+            out[at++] = msg[i++];
+            continue;
+        }
+        while (!ends_path(msg[end])) {
+            if (msg[end] == '/' && !ends_path(msg[end + 1])) {
+                name = end + 1;
+            }
+            end++;
+        }
+        at += (size_t)snprintf(out + at, cap - at, ".../%.*s",
+                               (int)(end - name), msg + name);
+        at = at < cap ? at : cap - 1;
+        i = end;
+    }
+    out[at] = '\0';
 }
 
 void err_clear(struct err *err)

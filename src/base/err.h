@@ -44,6 +44,13 @@ int err_set(struct err *err, int code, const char *fmt, ...) PRINTF(3, 4);
  * code. */
 int err_wrap(struct err *err, const char *fmt, ...) PRINTF(2, 3);
 void err_clear(struct err *err);
+/* msg for a client's eyes: every absolute path in it ("/var/lib/q/raft",
+ * one starting the text or after a space, '(', '=' or a quote, up to a
+ * space, ':', ',', ';', ')' or a quote) cut to ".../" and its last name,
+ * so an answer does not tell the server's directories (the log keeps
+ * them). Writes at most cap bytes to out, NUL included; out may not be
+ * msg. */
+void err_public(const char *msg, char *out, size_t cap);
 const char *err_name(int code);
 const char *err_text(int code);
 int err_http_status(int code);

@@ -542,7 +542,9 @@ static void storage_fail(struct node *n, const struct err *e, bool is_raft)
     n->storage_code = e->code == ERR_FULL ? ERR_FULL : ERR_BUSY;
     n->is_storage_raft = is_raft;
     n->is_restart_asked = false; /* a new reason (the probe sets it after) */
-    snprintf(n->storage_reason, sizeof(n->storage_reason), "%s", e->msg);
+    /* The reason goes to clients (507 answers, /health): without the
+     * node's directories, which the log line above names. */
+    err_public(e->msg, n->storage_reason, sizeof(n->storage_reason));
     step_down(n);
 }
 

@@ -14,6 +14,7 @@ Mounting needs root: the tests skip, saying so, only when they are not root
 and the mount fails.
 """
 
+import json
 import os
 import re
 import signal
@@ -195,16 +196,22 @@ def test_full_disk_answers_at_once_and_recovers_without_restart(small_fs,
         for _ in range(5):
             status, body, dt = p.push()
             assert_refusal(status, body, dt)
+        # Answers tell why, never where the node keeps its data (the log
+        # does, below).
+        for _, body, _, _ in p.refused:
+            assert fs not in json.dumps(body), body
         status, body, dt = timed(b, "POST", "/api/v1/kv",
                                  [{"op": "put", "ns": "app", "key": "k",
                                    "value": "v", "forever": True}])
         assert status == 507 and dt < ANSWER_S, (status, body, dt)
         assert body["error"] == "kv_storage_full", body
+        assert fs not in json.dumps(body), body
         # Health says why.
         h = b.get("/health")
         assert h.status == 503, h
         assert h.json()["status"] == "unhealthy", h
         assert NOSPACE in h.json()["reason"], h
+        assert fs not in h.json()["reason"], h.json()
         # The log names the file and the errno text, once, though the node
         # retries every second.
         lines = nospace_errors(b)

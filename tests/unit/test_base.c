@@ -17,6 +17,29 @@ TEST(err_set_returns_its_code_and_wrap_adds_context)
     EXPECT_EQ_I64(err_http_status(ERR_FULL), 507);
 }
 
+TEST(err_public_keeps_the_last_name_of_every_absolute_path)
+{
+    char out[256];
+
+    err_public("raft log /var/lib/queen/raft: create segment open-7: No "
+               "space left on device",
+               out, sizeof(out));
+    EXPECT_STR_EQ(out, "raft log .../raft: create segment open-7: No space "
+                       "left on device");
+    err_public("commit entry 9 to /d/store/data.mdb: x (QUEEN_RAFT_DIR=/d/r)",
+               out, sizeof(out));
+    EXPECT_STR_EQ(out, "commit entry 9 to .../data.mdb: x "
+                       "(QUEEN_RAFT_DIR=.../r)");
+    /* not a path: inside a word, a bare "/", a ratio */
+    err_public("/top and a/b, 1/2, / alone, '/q/x/'", out, sizeof(out));
+    EXPECT_STR_EQ(out, ".../top and a/b, 1/2, / alone, '.../x/'");
+    /* cut at cap, still terminated */
+    err_public("at /a/b/c/dddddddd", out, 10);
+    EXPECT_STR_EQ(out, "at .../dd");
+    err_public("", out, sizeof(out));
+    EXPECT_STR_EQ(out, "");
+}
+
 TEST(buf_appends_grow_and_stay_nul_terminated)
 {
     struct buf b;
