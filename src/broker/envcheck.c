@@ -140,6 +140,50 @@ static size_t distance(const char *a, size_t n, const char *b)
     return row[m];
 }
 
+/* The length of name[0..len) without its last word ("_MB"), or 0 when
+ * that would leave "QUEEN_" and one word or less. */
+static size_t stem_len(const char *name, size_t len)
+{
+    size_t words = 0;
+    size_t last = 0;
+
+    for (size_t i = 6; i < len; i++) {
+        if (name[i] == '_') {
+            words++;
+            last = i;
+        }
+    }
+    return words >= 1 && last > 6 ? last : 0;
+}
+
+/* The one setting that name differs from in its last word alone: a unit
+ * left off (QUEEN_RAFT_LOG_MEMORY for QUEEN_RAFT_LOG_MEMORY_MB), one word
+ * too many (QUEEN_PORT_NUMBER), or another unit (QUEEN_S3_SAFE_GUARD_SECONDS
+ * for QUEEN_S3_SAFE_GUARD_MS); NULL when none, or more than one, does. */
+static const char *same_stem(const char *name, size_t len)
+{
+    const char *found = NULL;
+    size_t s = stem_len(name, len);
+
+    for (size_t i = 0; i < ARRAY_LEN(known); i++) {
+        const char *k = known[i];
+        size_t klen = strlen(k);
+        size_t ks = stem_len(k, klen);
+        bool is_shorter = ks == len && memcmp(k, name, len) == 0;
+        bool is_longer = s != 0 && s == klen && memcmp(k, name, s) == 0;
+        bool is_other = s != 0 && ks == s && memcmp(k, name, s) == 0 &&
+                        stem_len(name, s) != 0;
+
+        if (is_shorter || is_longer || is_other) {
+            if (found != NULL) {
+                return NULL;
+            }
+            found = k;
+        }
+    }
+    return found;
+}
+
 static const char *closest(const char *name, size_t len)
 {
     const char *best = NULL;
@@ -152,7 +196,7 @@ static const char *closest(const char *name, size_t len)
             best = known[i];
         }
     }
-    return best;
+    return best != NULL ? best : same_stem(name, len);
 }
 
 /* Boolean name of envp into *on (false when unset or blank). A value that

@@ -8,7 +8,9 @@
  *       queues), and named in a warning otherwise;
  *   (3) any other QUEEN_* name is named in a warning, with the closest name
  *       this build reads when one is within two edits (a typo):
- *       "QUEEN_S3_EMBEDED: unknown; did you mean QUEEN_S3_EMBEDDED?";
+ *       "QUEEN_S3_EMBEDED: unknown; did you mean QUEEN_S3_EMBEDDED?",
+ *       or else the one that differs from it in the last word alone (a
+ *       unit left off or changed: QUEEN_RAFT_LOG_MEMORY, ..._MB);
  *   (4) the sink's QUEEN_S3_* settings while QUEEN_S3_EMBEDDED is not true
  *       get one warning naming them;
  *   (5) QUEEN_STRICT_CONFIG=true turns the warnings of (2)-(4) into

@@ -52,6 +52,41 @@ TEST(a_typo_is_named_with_the_setting_it_misses)
     EXPECT(strstr(s.msgs[1], "parquet") == NULL); /* never the value */
 }
 
+TEST(a_name_that_differs_in_its_last_word_alone_is_named_with_the_setting)
+{
+    /* a unit left off, a word too many, another unit: each more than two
+     * edits from the setting it misses */
+    const char *env[] = {"QUEEN_RAFT_LOG_MEMORY=512", "QUEEN_PORT_NUMBER=1",
+                         "QUEEN_S3_SAFE_GUARD_SECONDS=2", "QUEEN_S3_CA=x",
+                         NULL};
+    struct seen s = {0};
+    struct err err;
+
+    EXPECT_EQ_I64(envcheck_run(env, collect, &s, &err), 0);
+    EXPECT_EQ_I64(s.n, 4);
+    EXPECT_STR_EQ(s.msgs[0], "QUEEN_RAFT_LOG_MEMORY: unknown; did you mean "
+                             "QUEEN_RAFT_LOG_MEMORY_MB?");
+    EXPECT(strstr(s.msgs[1], "did you mean QUEEN_PORT?") != NULL);
+    EXPECT(strstr(s.msgs[2], "did you mean QUEEN_S3_SAFE_GUARD_MS?") != NULL);
+    EXPECT(strstr(s.msgs[3], "did you mean QUEEN_S3_CA_FILE?") != NULL);
+}
+
+TEST(a_last_word_shared_by_several_settings_gets_no_guess)
+{
+    /* QUEEN_S3_FOO shares "QUEEN_S3" with every sink setting, and
+     * QUEEN_MAX_LONG_POLLS_PER is both QUEEN_MAX_LONG_POLLS and a word of
+     * QUEEN_MAX_LONG_POLLS_PER_CONN: a guess would be a coin toss */
+    const char *env[] = {"QUEEN_S3_FOOBARBAZ=1", "QUEEN_MAX_LONG_POLLS_PER=1",
+                         NULL};
+    struct seen s = {0};
+    struct err err;
+
+    EXPECT_EQ_I64(envcheck_run(env, collect, &s, &err), 0);
+    EXPECT_EQ_I64(s.n, 2);
+    EXPECT(strstr(s.msgs[0], "did you mean") == NULL);
+    EXPECT(strstr(s.msgs[1], "did you mean") == NULL);
+}
+
 TEST(an_unknown_name_far_from_every_setting_is_named_without_a_guess)
 {
     const char *env[] = {"QUEEN_SOMETHING_ELSE_ENTIRELY=1", NULL};
