@@ -1154,16 +1154,17 @@ static void fill_info(const struct call *k, struct s3_object_info *info)
     strip_quotes(k->ans.etag, info->etag, sizeof(info->etag));
 }
 
-int s3_client_head(struct s3_client *c, const char *key,
-                   struct s3_object_info *info, struct s3_status *st,
-                   struct err *err)
+/* A HEAD of key in at most attempts tries. */
+static int head_tries(struct s3_client *c, const char *key, int attempts,
+                      struct s3_object_info *info, struct s3_status *st,
+                      struct err *err)
 {
     struct call k;
     struct buf answer;
     int rc;
 
     memset(info, 0, sizeof(*info));
-    call_init(&k, S3_OP_HEAD, "HEAD", key, c->cfg.max_attempts);
+    call_init(&k, S3_OP_HEAD, "HEAD", key, attempts);
     buf_init(&answer, S3_MAX_ANSWER);
     k.is_head = true;
     k.absent_ok = true;
@@ -1174,6 +1175,20 @@ int s3_client_head(struct s3_client *c, const char *key,
     }
     buf_free(&answer);
     return rc;
+}
+
+int s3_client_head(struct s3_client *c, const char *key,
+                   struct s3_object_info *info, struct s3_status *st,
+                   struct err *err)
+{
+    return head_tries(c, key, c->cfg.max_attempts, info, st, err);
+}
+
+int s3_client_head_once(struct s3_client *c, const char *key,
+                        struct s3_object_info *info, struct s3_status *st,
+                        struct err *err)
+{
+    return head_tries(c, key, 1, info, st, err);
 }
 
 int s3_client_get(struct s3_client *c, const char *key, struct buf *body,

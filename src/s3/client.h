@@ -227,6 +227,11 @@ struct s3_object_info {
 int s3_client_head(struct s3_client *c, const char *key,
                    struct s3_object_info *info, struct s3_status *st,
                    struct err *err);
+/* The same in one attempt, never retried (a probe, whose caller tries
+ * again on its own schedule and must say at once that it failed). */
+int s3_client_head_once(struct s3_client *c, const char *key,
+                        struct s3_object_info *info, struct s3_status *st,
+                        struct err *err);
 /* GET key into body (reset first); body->max caps the object size
  * (ERR_TOO_BIG past it, not retried). */
 int s3_client_get(struct s3_client *c, const char *key, struct buf *body,

@@ -906,7 +906,10 @@ static bool sink_probe(struct sink *s, int64_t now)
     int rc;
 
     snprintf(key, sizeof(key), "%s/", c->prefix);
-    rc = s3_client_head(s->p.s3, key, &info, &st, &err);
+    /* One attempt: the probe's own backoff tries again after 1 s, and a
+     * bucket that does not answer shows reachable=false at once rather
+     * than after the client's whole retry ladder (~15 s). */
+    rc = s3_client_head_once(s->p.s3, key, &info, &st, &err);
     struct s3_status ls;
     struct err le = {0};
     /* A HEAD's answer has no body to say why (a wrong QUEEN_S3_REGION is

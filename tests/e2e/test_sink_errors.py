@@ -51,6 +51,28 @@ def test_a_refused_connection_gets_no_path_style_hint(broker_factory):
     assert "_SECRET_KEY" not in err, err
 
 
+def test_the_first_probe_of_a_bucket_that_refuses_connections_fails_at_once(
+        broker_factory):
+    """The probe is one request, retried by the sink's own backoff (1 s,
+    doubling): it does not run the client's retry ladder first, which kept
+    /status at `reachable: null` and `ok: true` for about 15 s."""
+    class Closed:
+        endpoint = "http://127.0.0.1:%d" % it.free_port()
+    node = broker_factory(env=sink_env(Closed))
+    started = time.monotonic()
+
+    def failed():
+        s3 = node.get("/status").json()["s3"]
+        return s3["sinks"][0]["bucket"]["reachable"] is False and s3
+    s3 = wait_until(failed, 60, "bucket.reachable false")
+    took = time.monotonic() - started
+    assert took < 5, "the first probe failed %.1f s after boot" % took
+    assert s3["sinks"][0]["ok"] is False, s3["sinks"][0]
+    retried = [ln for ln in node.stderr().splitlines()
+               if "HEAD " in ln and "; retrying in" in ln]
+    assert not retried, retried
+
+
 def test_an_unresolved_virtual_host_name_gets_the_path_style_hint(
         broker_factory):
     class Unresolvable:  # .invalid never resolves (RFC 6761)
