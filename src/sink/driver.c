@@ -654,8 +654,8 @@ struct got_manifest {
     struct buf body;
     struct buf arena;
     struct docs_manifest m;
-    bool is_found; /* an object is at the key, a manifest or not */
-    int status;    /* the GET's HTTP status (0 without an answer) */
+    bool is_found;  /* an object is at the key, a manifest or not */
+    bool is_unseen; /* a 403 taken as absent (start_get's unlisted) */
 };
 
 /* Empty buffers for a manifest of any size (got_manifest_free() them). */
@@ -665,7 +665,7 @@ static void got_manifest_init(struct got_manifest *g)
     buf_init(&g->body, BUF_UNLIMITED); /* the manifest's size, whatever */
     buf_init(&g->arena, BUF_UNLIMITED);
     g->is_found = false;
-    g->status = 0;
+    g->is_unseen = false;
 }
 
 static void got_manifest_free(struct got_manifest *g)
@@ -675,35 +675,58 @@ static void got_manifest_free(struct got_manifest *g)
     buf_free(&g->key);
 }
 
+/* A GET of the start of a run (a manifest, the redo's offsets) of key
+ * into body. Returns 0 with *found, or the GET's error naming the key, with
+ * d->is_get_refused when the bucket refused it (not worth retrying at once:
+ * fail_refused()). Without s3:ListBucket a missing key answers 403, not
+ * 404: with unlisted, a 403 is taken as absent and *unseen says so (its
+ * caller tells what it goes on with); without, it is a refusal. */
+static int start_get(struct driver *d, const char *key, struct buf *body,
+                     bool unlisted, bool *found, bool *unseen, struct err *err)
+{
+    struct s3_object_info info;
+    struct s3_status st;
+    int rc;
+
+    memset(&info, 0, sizeof(info));
+    memset(&st, 0, sizeof(st));
+    rc = s3_client_get(d->s3, key, body, &info, &st, err);
+    *unseen = rc != 0 && unlisted && st.status == 403;
+    if (*unseen) {
+        err_wrap(err, "GET %s", key);
+        rc = 0;
+        info.found = false;
+    }
+    d->is_get_refused = rc != 0 && !upload_s3_retriable(&st, rc);
+    if (rc != 0) {
+        err_wrap(err, "GET %s", key);
+        return rc;
+    }
+    *found = info.found;
+    return 0;
+}
+
 /* GET and decode the manifest of window k into g: g->key gets its key,
  * g->m points into g->body and g->arena. Returns 0 with *ok when it is there
  * and decodes, 0 without *ok when it is absent or does not decode, or the
- * GET's error. */
+ * GET's error. unlisted: start_get()'s (g->is_unseen). */
 static int get_manifest(struct driver *d, int64_t k, struct got_manifest *g,
-                        bool *ok, struct err *err)
+                        bool unlisted, bool *ok, struct err *err)
 {
-    struct buf *key = &g->key;
-    struct buf *body = &g->body;
-    struct s3_object_info info;
-    struct s3_status st;
     struct err e2;
     int rc;
 
     *ok = false;
-    if (layout_manifest_key(key, &d->lq, k, err) != 0) {
+    if (layout_manifest_key(&g->key, &d->lq, k, err) != 0) {
         return err->code;
     }
-    memset(&st, 0, sizeof(st));
-    rc = s3_client_get(d->s3, key->data, body, &info, &st, err);
-    g->status = st.status;
-    d->is_get_refused = rc != 0 && !upload_s3_retriable(&st, rc);
+    rc = start_get(d, g->key.data, &g->body, unlisted, &g->is_found,
+                   &g->is_unseen, err);
     if (rc != 0) {
-        err_wrap(err, "GET %s", key->data);
         return rc;
     }
-    g->is_found = info.found;
-    *ok = info.found && docs_manifest_decode(body->data, body->len, &g->m,
-                                             &g->arena, &e2) == 0;
+    *ok = g->is_found && docs_manifest_decode(g->body.data, g->body.len, &g->m,
+                                              &g->arena, &e2) == 0;
     return 0;
 }
 
@@ -721,11 +744,10 @@ static int check_next_free(struct driver *d, struct err *err)
     int rc;
 
     got_manifest_init(&g);
-    rc = get_manifest(d, d->next_k, &g, &ok, err);
-    if (rc != 0 && g.status == 403) {
-        /* Without s3:ListBucket a missing key answers 403, not 404: the
-         * key cannot be told free, which is no reason to hold the queue
-         * (the probe's message names the permission) */
+    rc = get_manifest(d, d->next_k, &g, true, &ok, err);
+    if (rc == 0 && g.is_unseen) {
+        /* the key cannot be told free, which is no reason to hold the
+         * queue (the probe's message names the permission) */
         log_warn_kv("queen-s3",
                     "cannot tell whether the next window's manifest key is "
                     "free (403: s3:ListBucket missing?); going on",
@@ -770,7 +792,7 @@ static void load_committed_lost(struct driver *d, int64_t k)
     int rc;
 
     got_manifest_init(&g);
-    rc = get_manifest(d, k, &g, &ok, &err);
+    rc = get_manifest(d, k, &g, false, &ok, &err);
     if (rc != 0 || !ok) {
         log_warn_kv("queen-s3",
                     "cannot read the last window's manifest; a loss it names "
@@ -794,19 +816,16 @@ static int get_redo_manifest(struct driver *d, const struct docs_intent *in,
     int rc;
 
     got_manifest_init(g);
-    rc = get_manifest(d, in->k, g, &ok, err);
-    if (rc != 0 && g->status == 403) {
-        /* Without s3:ListBucket a missing key answers 403, and a redo's
-         * manifest is missing whenever its upload did not finish: taken as
-         * absent, the window is written again, the same bytes under the
-         * same keys (check_next_free() goes on alike). */
+    rc = get_manifest(d, in->k, g, true, &ok, err);
+    if (rc == 0 && g->is_unseen) {
+        /* a redo's manifest is missing whenever its upload did not
+         * finish: taken as absent, the window is written again, the same
+         * bytes under the same keys (check_next_free() goes on alike) */
         log_warn_kv("queen-s3",
                     "cannot tell whether the redo's manifest is there (403: "
                     "s3:ListBucket missing?); taken as absent",
                     {"queue", d->cfg.queue}, {"k", LOG_I64(in->k)},
                     {"error", err->msg});
-        d->is_get_refused = false;
-        rc = 0;
     }
     *match =
         rc == 0 && ok &&
@@ -1021,7 +1040,7 @@ static int read_manifest_positions(struct driver *d, int64_t from, int64_t to,
         buf_reset(&g.key);
         buf_reset(&g.body);
         buf_reset(&g.arena);
-        rc = get_manifest(d, k, &g, &got, err);
+        rc = get_manifest(d, k, &g, false, &got, err);
         if (rc != 0) {
             break;
         }
@@ -1190,41 +1209,34 @@ static int restore_engine(struct driver *d, struct restore_docs *r,
 static int load_parts(struct driver *d, struct err *err)
 {
     struct docs_intent *in = &d->redo_intent;
-    struct s3_object_info info;
-    struct s3_status st;
     struct buf body;
     struct docs_intent got;
     struct err e2;
     const char *why = NULL;
+    bool found = false;
+    bool unseen = false;
     int rc;
 
     if (!in->has_parts_key) {
         return 0;
     }
     buf_init(&body, DOCS_CHECKPOINT_MAX_DECODED);
-    memset(&st, 0, sizeof(st));
-    rc = s3_client_get(d->s3, in->parts_key.ptr, &body, &info, &st, err);
-    if (rc != 0 && st.status == 403) {
-        /* a missing key, without s3:ListBucket: as absent, below */
-        memset(&info, 0, sizeof(info));
-        rc = 0;
-    }
-    d->is_get_refused = rc != 0 && !upload_s3_retriable(&st, rc);
+    /* a 403 (a missing key, without s3:ListBucket): as absent, below */
+    rc = start_get(d, in->parts_key.ptr, &body, true, &found, &unseen, err);
     if (rc != 0) {
-        err_wrap(err, "GET %s", in->parts_key.ptr);
         buf_free(&body);
         return rc;
     }
     uint8_t h[32];
     char hex[65] = "";
-    if (info.found) {
+    if (found) {
         sha256(body.data, body.len, h);
         hex_lower(h, sizeof(h), hex);
     }
     memset(&got, 0, sizeof(got));
     buf_reset(&d->parts_arena);
-    if (!info.found) {
-        why = "absent";
+    if (!found) {
+        why = unseen ? "absent (403: s3:ListBucket missing?)" : "absent";
     } else if (!same_slice(cstr(hex), in->parts_sha256)) {
         why = "its sha256 differs from the intent's";
     } else if (docs_parts_decode(body.data, body.len, &got, &d->parts_arena,
