@@ -221,12 +221,17 @@ def run(broker_factory, bucket):
 def test_a_tenant_whose_bucket_is_down_holds_up_no_other_tenant(
         broker_factory, tmp_path):
     """The node's one sink thread (QUEEN_S3_THREADS=1) is shared by every
-    tenant sink. A control-plane tenant's bucket that does not answer
-    keeps a call of that thread in its retry ladder (about half a minute
-    a probe): meanwhile the pool runs another thread, and the default
-    tenant's lake stays fresh, each record in it within seconds."""
+    tenant sink. A control-plane tenant's bucket that answers the probe
+    and then 503 to every read keeps a call of that thread in its retry
+    ladder (its queue's start, about half a minute a call): meanwhile the
+    pool runs another thread, and the default tenant's lake stays fresh,
+    each record in it within seconds. (A bucket that does not answer at
+    all holds no thread: the probe is one request.)"""
     bucket = TestBucket(buckets=["lake"], workdir=str(tmp_path / "bucket"))
+    other = TestBucket(buckets=["acme-lake"], workdir=str(tmp_path / "other"),
+                       extra_keys={ACCESS: SECRET})
     bucket.start()
+    other.start()
     try:
         cp_port = free_port()
         node = broker_factory(env=sink_env(
@@ -241,18 +246,18 @@ def test_a_tenant_whose_bucket_is_down_holds_up_no_other_tenant(
                         {"tenant_slug": "acme", "slug": "acme-main"})
         assert st in (200, 201), raw
         bt = c["broker_tenant_uuid"]
-        dead = "http://127.0.0.1:%d" % free_port()  # nothing listens there
-        doc = {"endpoint": dead, "region": "us-east-1", "bucket": "acme-lake",
-               "accessKey": ACCESS, "secretKey": SECRET, "queues": "orders",
-               "pathStyle": True, "start": "earliest", "align": "none",
-               "maxWindowMs": 1000}
+        other.fault("503", count=-1, method="GET")  # reads only: not HEAD
+        doc = {"endpoint": other.endpoint, "region": "us-east-1",
+               "bucket": "acme-lake", "accessKey": ACCESS,
+               "secretKey": SECRET, "queues": "orders", "pathStyle": True,
+               "start": "earliest", "align": "none", "maxWindowMs": 1000}
         st, _, raw = cp(cp_port, "PUT", "/api/cp/clusters/acme-main/s3", doc)
         assert st == 200, raw
         push(node, items("acme"), tenant=bt)
-        # the cp sink's probe is in its retry ladder on the sink thread
-        wait_until(lambda: re.search(r"retrying in \d+ ms.* tenant=%s" % bt,
-                                     node.stderr()), 30,
-                   "the cp tenant's probe retrying")
+        # the cp queue's start is in its retry ladder on the sink thread
+        wait_until(lambda: re.search(r"GET .*retrying in \d+ ms.* tenant=%s"
+                                     % bt, node.stderr()), 60,
+                   "the cp tenant's queue start retrying")
         for i in range(1, 4):
             t0 = time.monotonic()
             acked += push(node, items("env%d" % i))
@@ -261,11 +266,12 @@ def test_a_tenant_whose_bucket_is_down_holds_up_no_other_tenant(
             took = time.monotonic() - t0
             assert took < 8, "round %d: %.1f s to the lake" % (i, took)
             time.sleep(3)  # spread the rounds over the ladder's waits
-        e = cp_entry(node)
-        assert e["bucket"]["reachable"] is not True, e
+        assert not lake.bucket_reader(other, "acme-lake").list_keys(), \
+            "the cp tenant's queue wrote while its reads failed"
         assert node.get("/status").json()["s3"]["threads"] == 1
     finally:
         bucket.stop()
+        other.stop()
 
 
 def test_a_tenant_sink_refused_by_its_bucket_names_its_own_keys(
