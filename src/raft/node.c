@@ -1913,6 +1913,7 @@ int node_member_remove(struct node *n, uint64_t id, node_change_fn cb,
     struct member_change *m;
     unsigned voters = 0;
     bool is_member = false;
+    bool is_voter = false;
     int rv;
 
     if (member_check(n, id, err) != 0) {
@@ -1923,11 +1924,13 @@ int node_member_remove(struct node *n, uint64_t id, node_change_fn cb,
 
         voters += sv->role == RAFT_VOTER;
         is_member |= sv->id == id;
+        is_voter |= sv->id == id && sv->role == RAFT_VOTER;
     }
     if (!is_member) {
         return err_set(err, ERR_INVALID, "id %" PRIu64 " is not a member", id);
     }
-    if (voters <= 1) {
+    /* a spare or standby (an add that never caught up) goes at any time */
+    if (is_voter && voters <= 1) {
         return err_set(err, ERR_INVALID, "id %" PRIu64 " is the last voter",
                        id);
     }

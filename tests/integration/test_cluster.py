@@ -1024,6 +1024,33 @@ def test_member_remove_refusal_quotes_the_id_as_utf8(broker):
     assert broker.get("/api/v1/cluster/members").json() == before
 
 
+def test_a_spare_left_by_an_add_that_failed_can_be_removed(broker):
+    """On a lone voter, an add whose new member cannot be reached fails,
+    and libraft keeps the member it added before the promotion as a spare.
+    Its removal was refused as "the last voter" (the voters were counted,
+    not whether the target is one), so the spare stayed for good. The
+    spare goes; the lone voter itself still may not."""
+    raft, http = ("127.0.0.1:%d" % p for p in free_ports(2))
+    r = broker.post("/api/v1/cluster/members",
+                    json.dumps({"id": 2, "raft": raft,
+                                "http": http}).encode())
+    assert r.status != 200, r
+
+    def member(i):
+        ms = broker.get("/status").json()["cluster"]["members"]
+        return next((m for m in ms if m["id"] == i), None)
+    spare = member(2)
+    assert spare is not None and spare["role"] != "voter", spare
+    r = broker.request("DELETE", "/api/v1/cluster/members/2")
+    assert r.status == 200, r
+    assert r.json() == {"id": 2, "removed": True}, r
+    assert member(2) is None
+    r = broker.request("DELETE", "/api/v1/cluster/members/1")
+    assert r.status == 400, r
+    assert r.json()["error"] == "id 1 is the last voter", r
+    assert member(1)["role"] == "voter"
+
+
 @pytest.mark.membership
 def test_a_member_that_the_log_names_otherwise_says_so_at_start(
         make_cluster):
