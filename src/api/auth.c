@@ -302,33 +302,65 @@ enum auth_verdict auth_check(const struct auth *a, const char *authorization,
     return AUTH_OK;
 }
 
+/* The verdict on req's token; *e the entry on AUTH_OK. */
+static enum auth_verdict auth_of(const struct auth *a,
+                                 const struct http_req *req,
+                                 const struct auth_entry **e)
+{
+    bool is_repeated;
+    const char *h = http_req_header_sole(req, "authorization", &is_repeated);
+
+    /* Two Authorization headers name no one token: not valid. */
+    return is_repeated ? AUTH_BAD : auth_check(a, h, e);
+}
+
+/* The 401 of verdict v (not AUTH_OK). */
+static void auth_refusal(enum auth_verdict v, struct http_refusal *out)
+{
+    out->status = 401;
+    out->code = "unauthorized";
+    if (v == AUTH_MISSING) {
+        out->msg = "this route needs Authorization: Bearer <token>";
+        out->extra_headers = "WWW-Authenticate: Bearer realm=\"queen\"\r\n";
+    } else {
+        out->msg = "the bearer token is not valid";
+        out->extra_headers = "WWW-Authenticate: Bearer realm=\"queen\", "
+                             "error=\"invalid_token\"\r\n";
+    }
+}
+
 bool api_auth_guard(struct http_req *req, void *arg)
 {
-    const struct auth *a = arg;
     const struct auth_entry *e = NULL;
+    struct http_refusal no;
     enum auth_verdict v;
 
     if (req->route != NULL && strcmp(req->route, "/health") == 0) {
         return true;
     }
-    bool is_repeated;
-    const char *h = http_req_header_sole(req, "authorization", &is_repeated);
-
-    /* Two Authorization headers name no one token: not valid. */
-    v = is_repeated ? AUTH_BAD : auth_check(a, h, &e);
+    v = auth_of(arg, req, &e);
     if (v == AUTH_OK) {
         req->principal = e;
         return true;
     }
-    if (v == AUTH_MISSING) {
-        http_respond_error_ex(req, 401, "unauthorized",
-                              "this route needs Authorization: Bearer <token>",
-                              "WWW-Authenticate: Bearer realm=\"queen\"\r\n");
-    } else {
-        http_respond_error_ex(req, 401, "unauthorized",
-                              "the bearer token is not valid",
-                              "WWW-Authenticate: Bearer realm=\"queen\", "
-                              "error=\"invalid_token\"\r\n");
+    auth_refusal(v, &no);
+    http_respond_error_ex(req, no.status, no.code, no.msg, no.extra_headers);
+    return false;
+}
+
+bool api_auth_head_check(struct http_req *req, void *arg,
+                         struct http_refusal *out)
+{
+    const struct auth_entry *e = NULL;
+    enum auth_verdict v;
+
+    if (req->path.len == 7 && memcmp(req->path.ptr, "/health", 7) == 0) {
+        return true;
     }
+    v = auth_of(arg, req, &e);
+    if (v == AUTH_OK) {
+        return true;
+    }
+    auth_refusal(v, out);
     return false;
 }

@@ -89,4 +89,12 @@ enum auth_verdict auth_check(const struct auth *a, const char *authorization,
  * returns true. */
 bool api_auth_guard(struct http_req *req, void *arg);
 
+/* The same check on a request's head (http_config.head_check; arg is the
+ * struct auth), before its body is read: a request with a body and no
+ * valid token is refused with the guard's answer and its body is never
+ * read. GET /health (any /health) is left to the guard. */
+struct http_refusal;
+bool api_auth_head_check(struct http_req *req, void *arg,
+                         struct http_refusal *out);
+
 #endif

@@ -380,6 +380,7 @@ static int broker_open_http(struct broker *b, struct err *err)
     }
     if (b->auth.n > 0) {
         router_set_guard(b->router, api_auth_guard, &b->auth);
+        router_set_head_guard(b->router, api_auth_head_check);
     }
     if (api_routes(&b->api, b->router, err) != 0 ||
         api_kv_routes(&b->api, b->kv, b->router, err) != 0 ||
@@ -390,6 +391,10 @@ static int broker_open_http(struct broker *b, struct err *err)
     hc.bind_addr = b->cfg->bind_addr;
     hc.tls = b->tls;
     hc.port = b->cfg->port;
+    if (b->auth.n > 0) { /* the router's guard, before a body is read */
+        hc.head_check = router_head_check;
+        hc.head_check_arg = b->router;
+    }
     hc.max_body_bytes = (size_t)b->cfg->max_body_bytes;
     if (http_server_start(&b->http, &b->loop, &hc, router_dispatch, b->router,
                           err) != 0) {

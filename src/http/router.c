@@ -52,6 +52,7 @@ struct router {
     size_t npats;
     struct route_pattern unmatched;
     router_guard_fn guard; /* (5) */
+    router_head_guard_fn head_guard;
     void *guard_arg;
 };
 
@@ -321,6 +322,34 @@ void router_set_guard(struct router *r, router_guard_fn guard, void *arg)
 {
     r->guard = guard;
     r->guard_arg = arg;
+}
+
+void router_set_head_guard(struct router *r, router_head_guard_fn guard)
+{
+    r->head_guard = guard;
+}
+
+bool router_head_check(struct http_req *req, void *router,
+                       struct http_refusal *out)
+{
+    struct router *r = router;
+
+    if (r->head_guard == NULL || r->head_guard(req, r->guard_arg, out)) {
+        return true;
+    }
+    req->on_status = route_count;
+    req->on_status_arg = &r->unmatched;
+    for (size_t i = 0; i < r->nroutes; i++) {
+        const struct route *rt = &r->routes[i];
+        struct slice vals[HTTP_MAX_PARAMS] = {{0}};
+
+        if (route_match(rt, req->path, vals) &&
+            route_method_ok(rt, req->method)) {
+            req->on_status_arg = rt->pat;
+            break;
+        }
+    }
+    return false;
 }
 
 /* (5) */

@@ -68,6 +68,18 @@ typedef bool (*router_guard_fn)(struct http_req *req, void *arg);
 /* Put guard in front of every request (NULL: none); arg is borrowed. */
 void router_set_guard(struct router *r, router_guard_fn guard, void *arg);
 
+/* The guard's check on a request's head alone, with the guard's arg
+ * (router_head_check; NULL: none). */
+typedef bool (*router_head_guard_fn)(struct http_req *req, void *arg,
+                                     struct http_refusal *out);
+void router_set_head_guard(struct router *r, router_head_guard_fn guard);
+
+/* An http_head_check_fn (http_config.head_check, the router as arg): the
+ * head guard's verdict; a refusal is counted under the request's route
+ * (queen_http_requests_total) as the guard's own answer would be. */
+bool router_head_check(struct http_req *req, void *router,
+                       struct http_refusal *out);
+
 /* An http_handler_fn: pass it to http_server_start with the router as arg. */
 void router_dispatch(struct http_req *req, void *router);
 

@@ -94,6 +94,7 @@ struct http_conn {
     int fail_status;
     const char *fail_code;
     const char *fail_msg;
+    const char *fail_extra; /* extra header lines of that answer, or NULL */
     enum conn_hdr_state hdr_state;
     bool is_head_done; /* later header callbacks are chunked trailers */
     bool in_body;      /* cur's Content-Length body is being read (4) */
@@ -837,6 +838,14 @@ static int on_headers_complete(llhttp_t *p)
         conn_fail(c, 413, "too_large", "request body over the size limit");
         return -1;
     }
+    struct http_refusal no = {0};
+    if ((has_length ? p->content_length > 0 : (p->flags & F_CHUNKED) != 0) &&
+        c->cfg.head_check != NULL &&
+        !c->cfg.head_check(r, c->cfg.head_check_arg, &no)) {
+        c->fail_extra = no.extra_headers;
+        conn_fail(c, no.status, no.code, no.msg);
+        return -1;
+    }
     if (has_length && p->content_length > 0) {
         size_t first = p->content_length < SERVER_READ_BUFSIZE
                            ? (size_t)p->content_length
@@ -917,10 +926,16 @@ static void conn_parse_error(struct http_conn *c, llhttp_errno_t rc)
     }
     r->method = HTTP_METHOD_OTHER; /* a HEAD's error still has a body */
     r->wants_close = true;
-    r->on_status = c->srv != NULL ? server_count_refused : NULL;
-    r->on_status_arg = c->srv;
+    if (r->on_status == NULL) { /* a head check's refusal counts its own */
+        r->on_status = c->srv != NULL ? server_count_refused : NULL;
+        r->on_status_arg = c->srv;
+    }
     queue_push(c, r);
-    http_respond_error(r, status, code, msg);
+    if (c->fail_extra != NULL) {
+        http_respond_error_ex(r, status, code, msg, c->fail_extra);
+    } else {
+        http_respond_error(r, status, code, msg);
+    }
 }
 
 void http_conn_feed(struct http_conn *c, const char *data, size_t len)

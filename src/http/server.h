@@ -65,6 +65,24 @@ enum http_method {
 
 struct tls_ctx;
 
+struct http_req;
+
+/* A refusal of a request by its head alone (http_config.head_check). */
+struct http_refusal {
+    int status;
+    const char *code;          /* the JSON envelope's "code" */
+    const char *msg;           /* its "error"; static text */
+    const char *extra_headers; /* "Name: value\r\n" lines, static, or NULL */
+};
+
+/* Called on the loop thread once the head of a request that carries a
+ * body is in, before a byte of that body is read: false with *out filled
+ * refuses it, and the connection answers *out and closes without reading
+ * the body (a client without a token must not make the server hold up to
+ * max_body_bytes for it). */
+typedef bool (*http_head_check_fn)(struct http_req *req, void *arg,
+                                   struct http_refusal *out);
+
 struct http_config {
     const char *bind_addr;    /* NULL = "0.0.0.0" */
     struct tls_ctx *tls;      /* borrowed (http/tls.h), outlives the server;
@@ -79,6 +97,8 @@ struct http_config {
                                  flight after this long without a byte read
                                  or written (between requests or inside
                                  one); 0 = default */
+    http_head_check_fn head_check; /* NULL: none */
+    void *head_check_arg;          /* borrowed */
 };
 
 struct http_conn;

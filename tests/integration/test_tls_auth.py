@@ -7,6 +7,8 @@ an answer or a log line. Bad files stop the boot with one line naming the
 setting and the path."""
 import json
 import re
+import socket
+import ssl
 import subprocess
 
 import pytest
@@ -179,6 +181,70 @@ def test_tokens_guard_every_route_but_health(tmp_path, certs):
     log = b.stderr()
     for t in (TOK_A, TOK_ADMIN, TOK_WRONG):
         assert t not in log
+
+
+def _head_only(port, lines):
+    """Send a request's head over TLS, never its body; (socket, what came
+    back up to the end of the first answer's head)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port),
+                                                 timeout=10))
+    s.sendall(("\r\n".join(["POST /api/v1/push HTTP/1.1", "Host: q",
+                             "Content-Type: application/json"] + lines) +
+               "\r\n\r\n").encode())
+    got = b""
+    while b"\r\n\r\n" not in got:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    return s, got
+
+
+def _until_closed(s, got):
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            return got
+        got += chunk
+
+
+def test_a_body_without_a_token_is_refused_before_it_is_read(tmp_path,
+                                                             certs):
+    """The token is checked on the head of a request that carries a body:
+    a client without a valid one gets its 401 before it sends a byte of
+    the body (no 100 Continue) and the connection closes, so it cannot
+    make the node hold up to QUEEN_MAX_BODY_BYTES for it. The 401 is the
+    guard's own and counted under its route. A valid token's head is
+    answered 100 Continue."""
+    b = start_tls(tmp_path, certs, QUEEN_AUTH_TOKENS=certs["tokens"])
+    try:
+        big = "Content-Length: %d" % (60 << 20)
+        cases = [([big, "Expect: 100-continue"], "Bearer realm=\"queen\"",
+                  "this route needs Authorization: Bearer <token>"),
+                 ([big, "Authorization: Bearer " + TOK_WRONG],
+                  'error="invalid_token"', "the bearer token is not valid"),
+                 (["Transfer-Encoding: chunked", "Expect: 100-continue"],
+                  "Bearer realm=\"queen\"", "this route needs")]
+        for lines, challenge, why in cases:
+            s, got = _head_only(b.port, lines)
+            assert got.startswith(b"HTTP/1.1 401 "), (lines, got)
+            text = _until_closed(s, got).decode()
+            s.close()
+            assert challenge in text and why in text, (lines, text)
+            assert TOK_WRONG not in text
+        s, got = _head_only(b.port, [big, "Expect: 100-continue",
+                                     "Authorization: Bearer " + TOK_ADMIN])
+        assert got.startswith(b"HTTP/1.1 100 Continue"), got
+        s.close()
+        metrics = curl(b.port, "GET", "/metrics/prometheus", certs["cert"],
+                       token=TOK_ADMIN)[2].decode()
+        assert ('queen_http_requests_total{route="/api/v1/push",'
+                'status="401"} 3') in metrics, metrics
+    finally:
+        assert b.stop() == 0
 
 
 def test_two_authorization_headers_name_no_token(tmp_path, certs):
