@@ -227,7 +227,8 @@ static int conf_str(const struct api_configure *c, const struct conf_opt *op,
         return err_set(err, ERR_INVALID,
                        "retentionSinkHold must match [A-Za-z0-9._-]{0,64}");
     }
-    return err_set(err, ERR_INVALID, "%s must be a string of at most %d bytes",
+    return err_set(err, ERR_INVALID,
+                   "%s must be a string of at most %d bytes, without NUL",
                    op->key, CONF_STR_MAX);
 }
 

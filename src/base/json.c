@@ -1302,9 +1302,22 @@ int json_get_str(const struct json_doc *d, int i, struct buf *out,
     if (!d->toks[i].has_escapes) {
         return buf_append(out, s, n, err);
     }
-    /* Unescaped text is never longer than its source. */
+    /* Unescaped text is never longer than its source; where the source
+     * does not fit out's cap, the decoded length is what counts (an
+     * escaped "\u0041" is one byte). */
     if (buf_reserve(out, n, err) != 0) {
-        return err->code;
+        size_t dec = 0;
+
+        for (size_t k = 0; k < n;) {
+            char tmp[4];
+            size_t tl = 1;
+
+            k += s[k] != '\\' ? 1 : 1 + jd_unescape_one(s + k + 1, tmp, &tl);
+            dec += tl;
+        }
+        if (buf_reserve(out, dec, err) != 0) {
+            return err->code;
+        }
     }
     for (size_t k = 0; k < n;) {
         char tmp[4];

@@ -195,7 +195,39 @@ TEST(merge_types_clamps_and_null)
                         "\"namespace\":\"a\\u0000b\"}}",
                         &o, &err),
                   ERR_INVALID);
-    EXPECT_STR_EQ(err.msg, "namespace must be a string of at most 64 bytes");
+    EXPECT_STR_EQ(
+        err.msg, "namespace must be a string of at most 64 bytes, without NUL");
+    /* the bound counts the decoded bytes: 11 escaped letters are 11 */
+    EXPECT_EQ_I64(
+        merge("{\"queue\":\"q\",\"options\":{\"task\":\""
+              "\\u0041\\u0041\\u0041\\u0041\\u0041\\u0041\\u0041"
+              "\\u0041\\u0041\\u0041\\u0041\",\"retentionSinkHold\":\""
+              "\\u0041\\u0041\\u0041\\u0041\\u0041\\u0041\\u0041"
+              "\\u0041\\u0041\\u0041\\u0041\"}}",
+              &o, &err),
+        0);
+    EXPECT_STR_EQ(o.task, "AAAAAAAAAAA");
+    EXPECT_STR_EQ(o.retention_sink_hold, "AAAAAAAAAAA");
+    /* 22 x e-acute escaped: 44 bytes decoded, 132 escaped */
+    char body[512];
+    int at = snprintf(body, sizeof(body),
+                      "{\"queue\":\"q\",\"options\":{\"namespace\":\"");
+    for (int i = 0; i < 22; i++) {
+        at += snprintf(body + at, sizeof(body) - (size_t)at, "\\u00e9");
+    }
+    snprintf(body + at, sizeof(body) - (size_t)at, "\"}}");
+    EXPECT_EQ_I64(merge(body, &o, &err), 0);
+    EXPECT_EQ_U64(strlen(o.namespace_), 44);
+    /* 65 decoded bytes stay refused however they are written */
+    at = snprintf(body, sizeof(body),
+                  "{\"queue\":\"q\",\"options\":{\"task\":\"");
+    for (int i = 0; i < 65; i++) {
+        at += snprintf(body + at, sizeof(body) - (size_t)at, "\\u0041");
+    }
+    snprintf(body + at, sizeof(body) - (size_t)at, "\"}}");
+    EXPECT_EQ_I64(merge(body, &o, &err), ERR_INVALID);
+    EXPECT_STR_EQ(err.msg,
+                  "task must be a string of at most 64 bytes, without NUL");
 }
 
 TEST(implicit_hold_ceiling_reads_as_604800)
