@@ -37,6 +37,12 @@ extern const uint8_t STORE_DEFAULT_TENANT[16];
 #define STORE_FETCH_MAX_RECORDS 10000 /* docs/design/http-api.md §3 */
 #define STORE_CHANGED_LIMIT_MAX 1000  /* docs/design/http-api.md §4 */
 #define STORE_ANSWER_MAX        ((size_t)512 * 1024 * 1024) /* arena cap */
+/* The weight of the records one store_fetch call returns, all entries
+ * together: past it the remaining entries come back short or empty (their
+ * highWatermark says more is there), so 1024 entries of 8 MiB neither
+ * fail nor hold gigabytes. The call's first record goes in whatever it
+ * weighs. */
+#define STORE_FETCH_CALL_MAX ((uint64_t)64 * 1024 * 1024)
 
 /* Open (creating the directory's files) the environment in dir, which must
  * exist. map_size 0 means STORE_MAP_SIZE_DEFAULT. Returns owned; close with

@@ -326,6 +326,7 @@ struct rd {
     /* the fetched queue's encryptionEnabled now: an unflagged row of a
      * queue without it is never taken for an envelope (add_payload) */
     bool is_encrypted;
+    uint64_t weight; /* of every record taken so far by this call */
 };
 
 /* Find a queue row of the tenant: 0, ERR_NOT_FOUND or ERR_IO. */
@@ -573,8 +574,10 @@ static void prefetch_page(const void *at, const char **last)
 
 /* Walk records of pid from q->offset: the first always, then while the
  * running weight stays <= max_bytes, at most STORE_FETCH_MAX_RECORDS.
- * Offsets missing inside the walk (retention racing us) are stepped over
- * silently. */
+ * A store_fetch call (not a pinned one: the sink bounds its own reads)
+ * also stops once its records weigh STORE_FETCH_CALL_MAX together; only
+ * the call's first record goes in whatever it weighs. Offsets missing
+ * inside the walk (retention racing us) are stepped over silently. */
 static int walk_records(struct rd *r, uint64_t pid,
                         const struct store_fetch_req *q, size_t *count,
                         struct err *err)
@@ -610,7 +613,12 @@ static int walk_records(struct rd *r, uint64_t pid,
         if (*count > 0 && weight + w > q->max_bytes) {
             break;
         }
+        if (!r->is_pinned && r->weight > 0 &&
+            r->weight + w > STORE_FETCH_CALL_MAX) {
+            break;
+        }
         weight += w;
+        r->weight += w;
         if (add_record(r, q, &k, &d, tl, err) != 0) {
             mdb_cursor_close(c);
             return err->code;
@@ -784,7 +792,7 @@ int store_fetch(struct store *s, const uint8_t tenant[16],
                 const struct store_fetch_req *reqs, size_t n,
                 struct store_fetch_answer *ans, struct err *err)
 {
-    struct rd r = {s, NULL, tenant, {0}, false, false};
+    struct rd r = {s, NULL, tenant, {0}, false, false, 0};
 
     return fetch(&r, reqs, n, ans, err);
 }
@@ -793,7 +801,7 @@ int store_fetch_pinned(struct store *s, const uint8_t tenant[16],
                        const struct store_fetch_req *reqs, size_t n,
                        struct store_fetch_answer *ans, struct err *err)
 {
-    struct rd r = {s, NULL, tenant, {0}, true, false};
+    struct rd r = {s, NULL, tenant, {0}, true, false, 0};
 
     return fetch(&r, reqs, n, ans, err);
 }
@@ -1076,7 +1084,7 @@ int store_changed(struct store *s, const uint8_t tenant[16],
                   const struct store_changed_req *reqs, size_t n,
                   struct store_changed_answer *ans, struct err *err)
 {
-    struct rd r = {s, NULL, tenant, {0}, false, false};
+    struct rd r = {s, NULL, tenant, {0}, false, false, 0};
     int rc;
 
     memset(ans, 0, sizeof(*ans));
@@ -1169,7 +1177,7 @@ static int list_walk(struct rd *r, struct err *err)
 int store_list_queues(struct store *s, const uint8_t tenant[16],
                       struct store_queue_list *out, struct err *err)
 {
-    struct rd r = {s, NULL, tenant, {0}, false, false};
+    struct rd r = {s, NULL, tenant, {0}, false, false, 0};
     int rc;
 
     memset(out, 0, sizeof(*out));
@@ -1203,7 +1211,7 @@ int store_get_queue(struct store *s, const uint8_t tenant[16],
                     struct slice name, struct store_queue_info *info,
                     struct err *err)
 {
-    struct rd r = {s, NULL, tenant, {0}, false, false};
+    struct rd r = {s, NULL, tenant, {0}, false, false, 0};
     MDB_val d;
     int rc;
 

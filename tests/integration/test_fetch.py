@@ -52,6 +52,29 @@ def test_entries_answer_in_request_order(broker):
         ["c", "a", "b"]
 
 
+def test_one_call_answers_at_most_64_mib_of_records(broker):
+    """1024 entries of up to 8 MiB each could ask for 8 GiB in one call
+    (and 512 MiB of them failed it): the records of one call weigh at most
+    64 MiB together, the call's first record whatever it weighs. The
+    entries past it come back short or empty, their highWatermark saying
+    more is there, and the next call takes them."""
+    big = "x" * (7 * MIB)
+    for i in range(10):
+        broker.push([{"queue": "big", "partition": "p%d" % i,
+                      "payload": big}])
+    entries = [{"queue": "big", "partition": "p%d" % i, "offset": 0,
+                "maxBytes": 8 * MIB} for i in range(10)]
+    out = broker.fetch(entries)["entries"]
+    # 9 records of 7 MiB + 2 B fit 64 MiB; a 10th would pass it
+    assert [len(e["records"]) for e in out] == [1] * 9 + [0]
+    assert out[9]["highWatermark"] == 1 and "error" not in out[9]
+    rest = broker.fetch(entries[9:])["entries"]
+    assert [r["payload"] for r in rest[0]["records"]] == [big]
+    # the first record of a call goes in whatever the call asks beside it
+    out = broker.fetch(entries[9:] + entries[:2])["entries"]
+    assert [len(e["records"]) for e in out] == [1, 1, 1]
+
+
 def test_unknown_queue_is_unknown_topic_with_zero_bounds(broker):
     e = broker.fetch_one("nowhere", "p", 0)
     assert e["error"] == "UNKNOWN_TOPIC_OR_PARTITION"
