@@ -104,7 +104,10 @@ struct http_conn {
     bool is_paused;
     bool close_when_idle;
     bool has_peer_eof;
-    bool is_lingering; /* socket layer: FIN sent, discarding input */
+    bool is_lingering;    /* socket layer: FIN sent, discarding input */
+    bool has_head;        /* a request head was in (first_head_ms is over) */
+    bool is_timer_idle;   /* socket layer: the timer repeats idle_timeout_ms */
+    uint64_t accepted_ms; /* socket layer: uv_now() at the accept */
 };
 
 /* Not const: uv_buf_t wants a char *; never written. */
@@ -825,6 +828,7 @@ static int on_headers_complete(llhttp_t *p)
     }
     req_set_target(r);
     c->is_head_done = true;
+    c->has_head = true;
     r->method = req_method(p->method);
     r->method_name = llhttp_method_name((llhttp_method_t)p->method);
     r->http_minor = p->http_minor;
@@ -973,6 +977,9 @@ static void config_defaults(struct http_config *cfg)
     if (cfg->idle_timeout_ms == 0) {
         cfg->idle_timeout_ms = HTTP_DEFAULT_IDLE_TIMEOUT_MS;
     }
+    if (cfg->first_head_ms == 0) {
+        cfg->first_head_ms = HTTP_DEFAULT_FIRST_HEAD_MS;
+    }
 }
 
 struct http_conn *http_conn_new(const struct http_config *cfg,
@@ -1103,14 +1110,16 @@ static void sock_close_now(struct http_conn *c)
 /* Idle timeout: a connection with nothing queued or being written and no
  * byte received for idle_timeout_ms is closed, whether it sits between
  * requests or in the middle of one (a slow or stalled client). One with a
- * request being handled waits for it. While lingering: close. */
+ * request being handled waits for it. Before its first request head the
+ * timer repeats first_head_ms (sock_read keeps the deadline from the
+ * accept). While lingering: close. */
 static void sock_timer_expired(uv_timer_t *t)
 {
     struct http_conn *c = container_of(t, struct http_conn, timer);
 
     if (c->is_lingering) {
         sock_close_now(c);
-    } else if (c->q_head == NULL && c->nwrites == 0) {
+    } else if (!c->has_head || (c->q_head == NULL && c->nwrites == 0)) {
         http_conn_abort(c);
     } else {
         uv_timer_again(t);
@@ -1213,11 +1222,22 @@ static void sock_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         if (c->is_lingering) {
             return;
         }
+        if (!c->has_head && uv_now(c->srv->loop) - c->accepted_ms >=
+                                c->srv->cfg.first_head_ms) {
+            http_conn_abort(c); /* a head trickling in */
+            return;
+        }
         uv_timer_again(&c->timer);
         if (c->tls != NULL) {
             sock_read_tls(c, buf->base, (size_t)nread);
         } else {
             http_conn_feed(c, buf->base, (size_t)nread);
+        }
+        if (c->has_head && !c->is_timer_idle &&
+            !uv_is_closing((uv_handle_t *)&c->timer)) {
+            c->is_timer_idle = true;
+            uv_timer_set_repeat(&c->timer, c->srv->cfg.idle_timeout_ms);
+            uv_timer_again(&c->timer);
         }
         return;
     }
@@ -1383,8 +1403,9 @@ static void server_on_connection(uv_stream_t *listener, int status)
     if (srv->cfg.tls != NULL) {
         c->tls = tls_conn_new(srv->cfg.tls);
     }
-    uv_timer_start(&c->timer, sock_timer_expired, srv->cfg.idle_timeout_ms,
-                   srv->cfg.idle_timeout_ms);
+    c->accepted_ms = uv_now(srv->loop);
+    uv_timer_start(&c->timer, sock_timer_expired, srv->cfg.first_head_ms,
+                   srv->cfg.first_head_ms);
     uv_tcp_nodelay(&c->tcp, 1);
     uv_read_start((uv_stream_t *)&c->tcp, sock_alloc, sock_read);
 }

@@ -60,6 +60,7 @@ enum http_method {
 #define HTTP_DEFAULT_MAX_CONNECTIONS  4096
 #define HTTP_DEFAULT_MAX_PIPELINED    256
 #define HTTP_DEFAULT_IDLE_TIMEOUT_MS  120000
+#define HTTP_DEFAULT_FIRST_HEAD_MS    10000
 #define HTTP_MAX_HEADERS              64
 #define HTTP_MAX_PARAMS               8
 
@@ -97,6 +98,11 @@ struct http_config {
                                  flight after this long without a byte read
                                  or written (between requests or inside
                                  one); 0 = default */
+    /* socket: a connection whose first request head is not in this long
+     * after it was accepted is closed, however its bytes trickle in (one
+     * that sends nothing would otherwise hold one of max_connections for
+     * idle_timeout_ms); 0 = default */
+    uint64_t first_head_ms;
     http_head_check_fn head_check; /* NULL: none */
     void *head_check_arg;          /* borrowed */
 };

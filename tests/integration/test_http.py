@@ -333,6 +333,49 @@ def test_idle_connection_is_closed_but_a_slow_handler_is_waited_for():
         assert e.stop() == 0
 
 
+def closed_by_peer(sock):
+    """True once the server closed sock (FIN or reset), nothing unread."""
+    try:
+        return sock.recv(1 << 16) == b""
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+
+
+def test_a_connection_without_a_request_head_is_closed_soon():
+    """A connection that sends nothing, or trickles its head a byte at a
+    time, held one of the server's connections for the whole idle timeout
+    (120 s: 4096 of them, no token needed, locked every client out). It is
+    closed first_head_ms after its accept however its bytes come; one whose
+    request came in lives on under the idle timeout."""
+    e = Echo("--first-head-ms", "800", "--idle-ms", "60000")
+    try:
+        served = e.connect()
+        served.sendall(get("/kv/a/b"))
+        assert Reader(served).response()[0] == 200
+        silent = e.connect()
+        trickle = e.connect()
+        t0 = time.monotonic()
+        head = b"GET /kv/a/b HTTP/1.1\r\nHost: t\r\nX-Pad: %s\r\n" % (
+            b"a" * 40)
+        sent = 0
+        for ch in head:
+            try:
+                trickle.sendall(bytes([ch]))
+            except OSError:
+                break
+            sent += 1
+            time.sleep(0.1)  # the pace of a trickling client, not a wait
+        # cut while it trickled (~8 s of bytes), not once it went quiet
+        assert sent < len(head) // 2, (sent, len(head))
+        assert closed_by_peer(silent)
+        assert closed_by_peer(trickle)
+        assert time.monotonic() - t0 < DEADLINE
+        served.sendall(get("/kv/a/b"))
+        assert Reader(served).response()[0] == 200
+    finally:
+        assert e.stop() == 0
+
+
 def test_connections_over_the_limit_are_closed_at_once():
     e = Echo("--max-conns", "2")
     try:

@@ -2,7 +2,7 @@
  * tests/integration/test_http.py.
  *
  *   http_echo [--port N] [--max-body BYTES] [--max-header BYTES]
- *             [--idle-ms MS] [--max-conns N]
+ *             [--idle-ms MS] [--first-head-ms MS] [--max-conns N]
  *
  * Prints "listening <port>" on stdout once bound (port 0 picks a free one).
  * Routes:
@@ -176,6 +176,8 @@ static void parse_args(int argc, char **argv, struct http_config *cfg)
             cfg->max_connections = (size_t)v;
         } else if (strcmp(argv[i], "--idle-ms") == 0) {
             cfg->idle_timeout_ms = v;
+        } else if (strcmp(argv[i], "--first-head-ms") == 0) {
+            cfg->first_head_ms = v;
         } else if (strcmp(argv[i], "--max-header") == 0) {
             cfg->max_header_bytes = (size_t)v;
         } else {
