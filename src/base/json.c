@@ -241,7 +241,7 @@ size_t json_utf8_quote(char *dst, const char *src, size_t n, size_t max)
     size_t o = 0;
 
     while (i < n) {
-        size_t len = json_utf8_len(s + i, n - i);
+        size_t len = s[i] == '\0' ? 0 : json_utf8_len(s + i, n - i);
 
         if (len == 0) {
             if (o == max) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
 #include "base/xalloc.h"
 #include "store/kv.h"
 #include "store/schema.h"
@@ -161,9 +162,13 @@ static int kv_check_op(const struct kv_op *o, size_t *n_keys, char *reason_id,
         return kv_refuse(reason_id, "kv_unknown_op", ERR_INVALID, err);
     }
     if (!kv_ns_ok(o->ns)) {
-        snprintf(err->msg, sizeof(err->msg),
-                 "namespace '%.*s' does not match ^[a-z0-9][a-z0-9._-]{0,63}$",
-                 (int)(o->ns.len > 100 ? 100 : o->ns.len), o->ns.ptr);
+        char quote[100];
+
+        snprintf(
+            err->msg, sizeof(err->msg),
+            "namespace '%.*s' does not match ^[a-z0-9][a-z0-9._-]{0,63}$",
+            (int)json_utf8_quote(quote, o->ns.ptr, o->ns.len, sizeof(quote)),
+            quote);
         return kv_refuse(reason_id, "kv_bad_namespace", ERR_INVALID, err);
     }
     if (o->op == KV_GET_MANY) {

@@ -566,6 +566,9 @@ TEST(utf8_quote_replaces_bad_bytes_and_never_cuts_a_sequence)
     n = json_utf8_quote(out, "\xc0\xaf\xed\xa0\x80", 5, sizeof(out));
     EXPECT_MEM_EQ(out, n, "?????", 5);
     EXPECT_EQ_U64(json_utf8_quote(out, "abc", 3, 0), 0);
+    /* A NUL would end the message the quote goes into. */
+    n = json_utf8_quote(out, "queen-s3\0x", 10, sizeof(out));
+    EXPECT_MEM_EQ(out, n, "queen-s3?x", 10);
 }
 
 TEST(writer_text_is_always_utf8)

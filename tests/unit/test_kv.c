@@ -803,6 +803,19 @@ TEST(every_validation_reason_answers_its_code_and_writes_nothing)
     env_close(&e);
 }
 
+TEST(a_refused_namespace_is_quoted_whole_even_with_a_nul)
+{
+    struct kv_op op = {
+        .op = KV_GET, .ns = {"queen-s3\0x", 10}, .key = {"k", 1}};
+    char reason[40];
+    struct err err = {0};
+
+    EXPECT_EQ_I64(kv_validate(&op, 1, true, reason, &err), ERR_INVALID);
+    EXPECT_STR_EQ(reason, "kv_bad_namespace");
+    EXPECT_STR_EQ(err.msg, "namespace 'queen-s3?x' does not match "
+                           "^[a-z0-9][a-z0-9._-]{0,63}$");
+}
+
 TEST(duplicate_writes_and_ceilings_are_refused)
 {
     struct kv_op ops[300];
