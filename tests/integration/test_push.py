@@ -115,6 +115,22 @@ def test_repeated_transaction_id_answers_duplicate_with_original(broker):
     assert [r["payload"] for r in recs] == [1, 2, 3]
 
 
+def test_an_empty_transaction_id_counts_as_none(broker):
+    """A client that sends "" for "no id" gets every record stored, each
+    with its message id as its txn (docs/design/http-api.md §2, step 2):
+    "" as an id would have answered every push after the first
+    duplicate."""
+    out = [broker.push([{"queue": "et", "transactionId": "",
+                         "payload": i}])[0] for i in range(3)]
+    assert [e["status"] for e in out] == ["queued"] * 3
+    assert [e["transaction_id"] for e in out] == \
+        [e["message_id"] for e in out]
+    recs = broker.fetch_one("et")["records"]
+    assert [r["payload"] for r in recs] == [0, 1, 2]
+    assert [r["transactionId"] for r in recs] == \
+        [e["message_id"] for e in out]
+
+
 def test_duplicates_inside_one_request_collapse_onto_the_first(broker):
     out = broker.push([{"queue": "dd", "transactionId": "x", "payload": 1},
                        {"queue": "dd", "transactionId": "y", "payload": 2},
