@@ -755,11 +755,35 @@ static int on_header_value_complete(llhttp_t *p)
     return conn_header_done(c);
 }
 
+/* The origin form of an absolute-form target ("http://host:port/p?q",
+ * which RFC 9112 3.2.2 has a server accept): from the first '/' after the
+ * authority, or "/" when the target names none. */
+static struct slice target_origin(struct slice u)
+{
+    size_t skip = 0;
+
+    if (u.len >= 7 && strncasecmp(u.ptr, "http://", 7) == 0) {
+        skip = 7;
+    } else if (u.len >= 8 && strncasecmp(u.ptr, "https://", 8) == 0) {
+        skip = 8;
+    } else {
+        return u;
+    }
+    while (skip < u.len && u.ptr[skip] != '/' && u.ptr[skip] != '?') {
+        skip++;
+    }
+    if (skip == u.len || u.ptr[skip] == '?') {
+        return (struct slice){"/", 1}; /* no path: the root (its query is
+                                          dropped with it) */
+    }
+    return (struct slice){u.ptr + skip, u.len - skip};
+}
+
 static void req_set_target(struct http_req *r)
 {
     const char *q;
 
-    r->url = (struct slice){r->head.data, r->url.len};
+    r->url = target_origin((struct slice){r->head.data, r->url.len});
     q = r->url.ptr != NULL ? memchr(r->url.ptr, '?', r->url.len) : NULL;
     if (q == NULL) {
         r->path = r->url;

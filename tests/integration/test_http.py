@@ -333,6 +333,20 @@ def test_idle_connection_is_closed_but_a_slow_handler_is_waited_for():
         assert e.stop() == 0
 
 
+def test_an_absolute_form_target_is_served_as_its_path(echo):
+    """RFC 9112 3.2.2: a server accepts a request target in absolute form
+    (what a client speaking through a proxy sends); it was answered 404."""
+    s = echo.connect()
+    for target in ("http://127.0.0.1:%d/kv/a/b%%20c" % echo.port,
+                   "HTTP://t/kv/a/b%20c?x=1", "/kv/a/b%20c"):
+        s.sendall(("GET %s HTTP/1.1\r\nHost: t\r\n\r\n" % target).encode())
+        status, _, body = Reader(s).response()
+        assert (status, body) == (200, b'{"ns":"a","key":"b c"}'), target
+    s.sendall(b"GET http://t HTTP/1.1\r\nHost: t\r\n\r\n")
+    assert Reader(s).response()[0] == 404  # "/": no such route here
+    s.close()
+
+
 def closed_by_peer(sock):
     """True once the server closed sock (FIN or reset), nothing unread."""
     try:
