@@ -130,8 +130,8 @@ static const struct cfg_row cfg_rows[] = {
         "control-plane listen port (on QUEEN_BIND_ADDR)"),
     ROW("QUEEN_PROXY_CP_TOKEN", CFG_SECRET, "", OFF(cp_token), 0,
         CONFIG_TOKEN_MAX, true,
-        "the control plane's token, sent as x-queen-cp-token (unset: every "
-        "control-plane route answers 404)"),
+        "the control plane's token, sent as x-queen-cp-token, 16 to 256 "
+        "bytes (unset: every control-plane route answers 404)"),
     ROW("QUEEN_PROXY_TENANT_HEADER", CFG_BOOL, "true", OFF(proxy_tenant_header),
         0, 0, false,
         "clusters reach the broker under their own tenant (false: the "
@@ -535,6 +535,12 @@ static int config_validate(struct config *c, const char *peers_raw,
     if (c->raft_token[0] != '\0' && strlen(c->raft_token) < CONFIG_TOKEN_MIN) {
         return err_set(err, ERR_INVALID,
                        "QUEEN_RAFT_TOKEN=<redacted>: shorter than %d bytes",
+                       CONFIG_TOKEN_MIN);
+    }
+    if (c->cp_token[0] != '\0' && strlen(c->cp_token) < CONFIG_TOKEN_MIN) {
+        return err_set(err, ERR_INVALID,
+                       "QUEEN_PROXY_CP_TOKEN=<redacted>: shorter than %d "
+                       "bytes (it guards every tenant's buckets and keys)",
                        CONFIG_TOKEN_MIN);
     }
     if (c->n_peers > 0 && config_validate_peers(c, peers_raw, err) != 0) {

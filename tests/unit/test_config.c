@@ -205,13 +205,13 @@ TEST(control_plane_settings_default_parse_and_refuse)
 
     env_set(&e, "QUEEN_PROXY_EMBEDDED", "true");
     env_set(&e, "QUEEN_PROXY_PORT", "7711");
-    env_set(&e, "QUEEN_PROXY_CP_TOKEN", "cp-secret-token");
+    env_set(&e, "QUEEN_PROXY_CP_TOKEN", "cp-secret-token-0123");
     env_set(&e, "QUEEN_PROXY_TENANT_HEADER", "off");
     env_set(&e, "QUEEN_KV_TRUSTED_PROXY", "1");
     EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), 0);
     EXPECT(c.proxy_embedded);
     EXPECT_EQ_I64(c.proxy_port, 7711);
-    EXPECT_STR_EQ(c.cp_token, "cp-secret-token");
+    EXPECT_STR_EQ(c.cp_token, "cp-secret-token-0123");
     EXPECT(!c.proxy_tenant_header);
     EXPECT(c.kv_trusted_proxy);
 
@@ -232,6 +232,11 @@ TEST(control_plane_settings_default_parse_and_refuse)
         EXPECT(strstr(err.msg, "QUEEN_PROXY_CP_TOKEN=<redacted>") == err.msg);
         EXPECT(strstr(err.msg, "kkkk") == NULL);
     }
+    /* As short as a password guessed in a day: refused, not echoed. */
+    EXPECT_EQ_I64(load_one("QUEEN_PROXY_CP_TOKEN", "abc123", &c, &err),
+                  ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, "QUEEN_PROXY_CP_TOKEN=<redacted>: shorter than 16 "
+                           "bytes (it guards every tenant's buckets and keys)");
     /* The control plane cannot share the broker's port. */
     e.n = 0;
     env_set(&e, "QUEEN_PROXY_EMBEDDED", "true");
