@@ -231,6 +231,15 @@ static int member_parse(struct member_call *c, struct slice body,
         json_doc_free(&d);
         return err_set(err, ERR_INVALID, "bad member body: not an object");
     }
+    /* a key given twice names no one value, as on every other route */
+    const char *all[3] = {"id", "raft", "http"};
+    int vals[3];
+    int dup = json_obj_pick(&d, 0, all, 3, vals);
+    if (dup >= 0) {
+        json_doc_free(&d);
+        return err_set(err, ERR_INVALID,
+                       "bad member body: duplicate key \"%s\"", all[dup]);
+    }
     i = json_obj_get(&d, 0, "id");
     if (i < 0 || !json_get_u64(&d, i, &c->id) || c->id == 0) {
         json_doc_free(&d);

@@ -1013,6 +1013,19 @@ def test_member_add_refusal_quotes_the_json_error_once(broker):
     assert broker.get("/api/v1/cluster/members").json() == before
 
 
+def test_a_member_body_with_a_key_given_twice_is_refused(broker):
+    """{"id":2,...,"id":3} was read first-wins; every other route refuses
+    a key given twice, and so does this one, adding nothing."""
+    before = broker.get("/api/v1/cluster/members").json()
+    r = broker.post("/api/v1/cluster/members",
+                    b'{"id":2,"raft":"127.0.0.1:1","http":"127.0.0.1:2",'
+                    b'"id":3}')
+    assert r.status == 400, r
+    assert r.json() == {"error": 'bad member body: duplicate key "id"',
+                        "code": "bad_request"}, r
+    assert broker.get("/api/v1/cluster/members").json() == before
+
+
 def test_member_remove_refusal_quotes_the_id_as_utf8(broker):
     """The id comes percent-decoded from the path, so it can hold any
     byte; the refusal quotes it as valid UTF-8 and removes nothing."""
