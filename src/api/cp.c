@@ -181,23 +181,43 @@ bool cp_token_ok(const struct cp_api *c, const char *token)
     return CRYPTO_memcmp(d, c->token_digest, sizeof(d)) == 0;
 }
 
-static bool cp_guard(struct http_req *req, void *arg)
+/* The guard's verdict on req's head: true to go on, else *out. */
+static bool cp_let_in(const struct cp_api *c, struct http_req *req,
+                      struct http_refusal *out)
 {
-    const struct cp_api *c = arg;
+    bool is_repeated;
+    const char *token;
 
     if (!c->has_token) {
-        http_respond_error(req, 404, "no_such_route", "not found");
+        *out = (struct http_refusal){404, "no_such_route", "not found", NULL};
         return false;
     }
-    bool is_repeated;
-    const char *token =
-        http_req_header_sole(req, CP_TOKEN_HEADER, &is_repeated);
-
+    token = http_req_header_sole(req, CP_TOKEN_HEADER, &is_repeated);
     if (is_repeated || !cp_token_ok(c, token)) {
-        http_respond_error(req, 401, "unauthorized", "bad control-plane token");
+        *out = (struct http_refusal){401, "unauthorized",
+                                     "bad control-plane token", NULL};
         return false;
     }
     return true;
+}
+
+static bool cp_guard(struct http_req *req, void *arg)
+{
+    struct http_refusal no;
+
+    if (cp_let_in(arg, req, &no)) {
+        return true;
+    }
+    http_respond_error(req, no.status, no.code, no.msg);
+    return false;
+}
+
+/* The same verdict before a body is read (http_config.head_check through
+ * router_head_check): no body is held for a caller without the token. */
+static bool cp_head_guard(struct http_req *req, void *arg,
+                          struct http_refusal *out)
+{
+    return cp_let_in(arg, req, out);
 }
 
 /* ---- bodies ---- */
@@ -1153,6 +1173,7 @@ int cp_api_routes(struct cp_api *c, struct api *a, struct kv_service *kv,
         memcpy(c->seal_key, cfg->seal_key, AEAD_KEY_LEN);
     }
     router_set_guard(r, cp_guard, c);
+    router_set_head_guard(r, cp_head_guard);
     return router_add_table(r, routes, ARRAY_LEN(routes), c, err);
 }
 

@@ -451,6 +451,8 @@ static int broker_open_cp(struct broker *b, struct err *err)
     hc.tls = b->tls;
     hc.port = b->cfg->proxy_port;
     hc.max_body_bytes = (size_t)b->cfg->max_body_bytes;
+    hc.head_check = router_head_check; /* the token before a body is read */
+    hc.head_check_arg = b->cp_router;
     if (http_server_start(&b->cp_http, &b->loop, &hc, router_dispatch,
                           b->cp_router, err) != 0) {
         if (err->code == ERR_IO) {

@@ -11,6 +11,7 @@ routes only validate and store rows."""
 import http.client
 import json
 import os
+import socket
 
 import pytest
 
@@ -121,6 +122,41 @@ def test_no_token_answers_404_and_a_wrong_token_401(broker_factory):
     assert on.get("/api/cp/clusters",
                   headers={"x-queen-cp-token": TOKEN}).status == 404
     assert TOKEN not in on.stderr()
+
+
+def test_a_body_without_the_token_is_refused_before_it_is_read(
+        broker_factory):
+    """The control-plane token is checked on a request's head: a caller
+    without it gets its answer before it sends a byte of a body (no 100
+    Continue), and the connection closes, so it cannot make the node hold
+    QUEEN_MAX_BODY_BYTES for it. With the token, 100 Continue."""
+    node = broker_factory(env=cp_env())
+    port = int(node.extra_env["QUEEN_PROXY_PORT"])
+
+    def head(lines):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(("\r\n".join(
+            ["POST /api/cp/clusters HTTP/1.1", "Host: q",
+             "Content-Type: application/json",
+             "Content-Length: %d" % (60 << 20), "Expect: 100-continue"] +
+            lines) + "\r\n\r\n").encode())
+        got = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+            if got.startswith(b"HTTP/1.1 100 "):
+                break
+        s.close()
+        return got.decode()
+    for lines in ([], ["x-queen-cp-token: wrong"]):
+        got = head(lines)
+        assert got.startswith("HTTP/1.1 401 "), got
+        assert '"bad control-plane token"' in got, got
+    assert head(["x-queen-cp-token: " + TOKEN]).startswith(
+        "HTTP/1.1 100 Continue")
+    assert cp(node, "GET", "/api/cp/clusters") == (200, {"clusters": []})
 
 
 def test_a_taken_control_plane_port_stops_the_boot(broker_factory):
