@@ -68,7 +68,7 @@ static int changed_since(struct api_changed *c, size_t idx, int tok,
         return err_set(
             err, ERR_INVALID,
             "bad body: entry %zu: since is not a timestamp: %.*s", idx,
-            (int)json_utf8_quote(quote, v.ptr, v.len, sizeof(quote)), quote);
+            (int)json_msg_quote(quote, v.ptr, v.len, sizeof(quote)), quote);
     }
     return 0;
 }

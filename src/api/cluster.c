@@ -318,7 +318,7 @@ void api_handle_member_remove(struct http_req *req, void *arg)
             char quote[sizeof(tmp)];
 
             err_set(&err, ERR_INVALID, "bad member id '%.*s'",
-                    (int)json_utf8_quote(quote, tmp, id.len, sizeof(quote)),
+                    (int)json_msg_quote(quote, tmp, id.len, sizeof(quote)),
                     quote);
         }
     }

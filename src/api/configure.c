@@ -158,8 +158,7 @@ int api_configure_parse(struct api_configure *c, const char *body, size_t len,
             return err_set(
                 err, ERR_INVALID,
                 "mode must be \"merge\" or \"replace\", got %.*s",
-                (int)json_utf8_quote(quote, v.ptr, v.len, sizeof(quote)),
-                quote);
+                (int)json_msg_quote(quote, v.ptr, v.len, sizeof(quote)), quote);
         }
         c->is_replace = true;
     }

@@ -234,6 +234,16 @@ size_t json_utf8_len(const unsigned char *s, size_t avail)
     return len;
 }
 
+size_t json_msg_quote(char *dst, const char *src, size_t n, size_t max)
+{
+    size_t o = json_utf8_quote(dst, src, n, max);
+
+    for (size_t i = 0; i < o; i++) {
+        dst[i] = dst[i] == '\0' ? '?' : dst[i];
+    }
+    return o;
+}
+
 size_t json_utf8_quote(char *dst, const char *src, size_t n, size_t max)
 {
     const unsigned char *s = (const unsigned char *)src;
@@ -241,7 +251,7 @@ size_t json_utf8_quote(char *dst, const char *src, size_t n, size_t max)
     size_t o = 0;
 
     while (i < n) {
-        size_t len = s[i] == '\0' ? 0 : json_utf8_len(s + i, n - i);
+        size_t len = json_utf8_len(s + i, n - i);
 
         if (len == 0) {
             if (o == max) {

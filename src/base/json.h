@@ -148,11 +148,13 @@ size_t json_utf8_len(const unsigned char *s, size_t avail);
 
 /* Copy at most max bytes of src[0..n) to dst so that they are valid UTF-8,
  * for quoting text from the network in an answer: each byte that does not
- * start a valid sequence becomes '?', and so does a NUL (the quote goes
- * into a C string, where it would end the text), a sequence that would cross
- * max is left out whole. Returns the bytes written (no NUL is added); never
- * more than min(n, max), so dst needs that much room. */
+ * start a valid sequence becomes '?', and a sequence that would cross max is
+ * left out whole. Returns the bytes written (no NUL is added); never more
+ * than min(n, max), so dst needs that much room. */
 size_t json_utf8_quote(char *dst, const char *src, size_t n, size_t max);
+/* The same for a quote that goes into a message (a C string, printed with
+ * "%.*s", which ends at a NUL): each NUL becomes '?' too. */
+size_t json_msg_quote(char *dst, const char *src, size_t n, size_t max);
 
 /* The writer: compact output (no spaces), automatic commas, sticky error.
  * Borrows b, which must outlive the writer. After the first failure every

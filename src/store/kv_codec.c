@@ -167,7 +167,7 @@ static int kv_check_op(const struct kv_op *o, size_t *n_keys, char *reason_id,
         snprintf(
             err->msg, sizeof(err->msg),
             "namespace '%.*s' does not match ^[a-z0-9][a-z0-9._-]{0,63}$",
-            (int)json_utf8_quote(quote, o->ns.ptr, o->ns.len, sizeof(quote)),
+            (int)json_msg_quote(quote, o->ns.ptr, o->ns.len, sizeof(quote)),
             quote);
         return kv_refuse(reason_id, "kv_bad_namespace", ERR_INVALID, err);
     }

@@ -566,9 +566,12 @@ TEST(utf8_quote_replaces_bad_bytes_and_never_cuts_a_sequence)
     n = json_utf8_quote(out, "\xc0\xaf\xed\xa0\x80", 5, sizeof(out));
     EXPECT_MEM_EQ(out, n, "?????", 5);
     EXPECT_EQ_U64(json_utf8_quote(out, "abc", 3, 0), 0);
-    /* A NUL would end the message the quote goes into. */
+    /* A NUL is valid UTF-8 (a length-counted writer keeps it), but it
+     * would end a message: json_msg_quote turns it into '?'. */
     n = json_utf8_quote(out, "queen-s3\0x", 10, sizeof(out));
-    EXPECT_MEM_EQ(out, n, "queen-s3?x", 10);
+    EXPECT_MEM_EQ(out, n, "queen-s3\0x", 10);
+    n = json_msg_quote(out, "queen-s3\0x\xff", 11, sizeof(out));
+    EXPECT_MEM_EQ(out, n, "queen-s3?x?", 11);
 }
 
 TEST(writer_text_is_always_utf8)
