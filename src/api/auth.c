@@ -341,6 +341,7 @@ bool api_auth_guard(struct http_req *req, void *arg)
     v = auth_of(arg, req, &e);
     if (v == AUTH_OK) {
         req->principal = e;
+        req->is_let_in = true;
         return true;
     }
     auth_refusal(v, &no);
@@ -354,8 +355,12 @@ bool api_auth_head_check(struct http_req *req, void *arg,
     const struct auth_entry *e = NULL;
     enum auth_verdict v;
 
-    if (req->path.len == 7 && memcmp(req->path.ptr, "/health", 7) == 0) {
-        return true;
+    if (req->path.len == 7 && memcmp(req->path.ptr, "/health", 7) == 0 &&
+        (req->method == HTTP_METHOD_GET || req->method == HTTP_METHOD_HEAD)) {
+        /* the one route without a token reads no body: none is held */
+        *out = (struct http_refusal){400, "bad_request",
+                                     "GET /health takes no body", NULL};
+        return false;
     }
     v = auth_of(arg, req, &e);
     if (v == AUTH_OK) {

@@ -198,6 +198,7 @@ static bool cp_let_in(const struct cp_api *c, struct http_req *req,
                                      "bad control-plane token", NULL};
         return false;
     }
+    req->is_let_in = true; /* its connection earned the idle timeout */
     return true;
 }
 

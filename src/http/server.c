@@ -106,6 +106,7 @@ struct http_conn {
     bool has_peer_eof;
     bool is_lingering;    /* socket layer: FIN sent, discarding input */
     bool has_head;        /* a request head was in (first_head_ms is over) */
+    bool has_principal;   /* a guard let one of its requests in */
     bool is_timer_idle;   /* socket layer: the timer repeats idle_timeout_ms */
     uint64_t accepted_ms; /* socket layer: uv_now() at the accept */
 };
@@ -383,6 +384,7 @@ static void respond_common(struct http_req *r, struct resp_meta *m,
 
     ASSERT(!r->is_answered); /* rule 2: one answer per request */
     r->is_answered = true;
+    c->has_principal |= r->is_let_in;
     r->status = m->status;
     if (r->on_status != NULL) {
         r->on_status(r->on_status_arg, m->status);
@@ -1238,6 +1240,20 @@ static void sock_read_tls(struct http_conn *c, const char *p, size_t n)
     }
 }
 
+/* The timer repeats first_head_ms until c earned idle_timeout_ms: a head
+ * in, and (idle_needs_principal) a request a guard let in. */
+static void sock_timer_settle(struct http_conn *c)
+{
+    if (c->is_timer_idle || !c->has_head ||
+        (c->srv->cfg.idle_needs_principal && !c->has_principal) ||
+        uv_is_closing((uv_handle_t *)&c->timer)) {
+        return;
+    }
+    c->is_timer_idle = true;
+    uv_timer_set_repeat(&c->timer, c->srv->cfg.idle_timeout_ms);
+    uv_timer_again(&c->timer);
+}
+
 static void sock_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct http_conn *c = container_of(s, struct http_conn, tcp);
@@ -1257,12 +1273,7 @@ static void sock_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         } else {
             http_conn_feed(c, buf->base, (size_t)nread);
         }
-        if (c->has_head && !c->is_timer_idle &&
-            !uv_is_closing((uv_handle_t *)&c->timer)) {
-            c->is_timer_idle = true;
-            uv_timer_set_repeat(&c->timer, c->srv->cfg.idle_timeout_ms);
-            uv_timer_again(&c->timer);
-        }
+        sock_timer_settle(c);
         return;
     }
     if (nread == 0) {
@@ -1283,6 +1294,7 @@ static void sock_on_write(uv_write_t *req, int status)
     struct http_conn *c = w->conn;
 
     if (!c->is_lingering && !uv_is_closing((uv_handle_t *)&c->timer)) {
+        sock_timer_settle(c);
         uv_timer_again(&c->timer);
     }
     http_conn_write_done(c, w, status);

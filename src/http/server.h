@@ -103,6 +103,12 @@ struct http_config {
      * that sends nothing would otherwise hold one of max_connections for
      * idle_timeout_ms); 0 = default */
     uint64_t first_head_ms;
+    /* With it, a connection keeps first_head_ms as its idle timeout until
+     * a guard let one of its requests in (req->is_let_in): one that
+     * only asks what needs no token, or is refused, cannot hold a
+     * connection for idle_timeout_ms (set it when the router has a token
+     * guard). */
+    bool idle_needs_principal;
     http_head_check_fn head_check; /* NULL: none */
     void *head_check_arg;          /* borrowed */
 };
@@ -140,6 +146,8 @@ struct http_req {
     const char *route;       /* pattern the router matched, or NULL */
     const void *principal;   /* who the router's guard let in (the
                                 api/auth.h entry), or NULL */
+    bool is_let_in;          /* a guard checked a token and let it in (its
+                                connection earned idle_timeout_ms) */
 
     /* Internal to server.c and router.c. */
     struct http_conn *conn;
