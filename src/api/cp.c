@@ -254,7 +254,8 @@ static bool cp_body(struct cp_call *c, struct json_doc *d,
 }
 
 /* String member key of the body into out[cap]; false when absent, not a
- * string or too long. */
+ * string, too long, or holding a NUL (read as a C string, it would be cut
+ * there, and a cut name could name another row). */
 static bool cp_body_str(const struct json_doc *d, const char *key, char *out,
                         size_t cap)
 {
@@ -267,7 +268,8 @@ static bool cp_body_str(const struct json_doc *d, const char *key, char *out,
         return false;
     }
     buf_init(&b, cap - 1);
-    is_ok = json_get_str(d, i, &b, &err) == 0;
+    is_ok = json_get_str(d, i, &b, &err) == 0 &&
+            (b.len == 0 || memchr(b.data, '\0', b.len) == NULL);
     if (is_ok) {
         memcpy(out, b.len > 0 ? b.data : "", b.len);
         out[b.len] = '\0';

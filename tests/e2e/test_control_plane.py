@@ -200,6 +200,9 @@ def test_clusters_and_tenants_are_created_once_and_found(broker_factory):
                 {"tenant_slug": "acme", "slug": ""},
                 {"tenant_slug": "acme", "slug": "a" * 65},
                 {"tenant_slug": "ac me", "slug": "x"},
+                # a NUL cut the name, which then named another row
+                {"tenant_slug": "acme", "slug": "acme-main\u0000x"},
+                {"tenant_slug": "acme\u0000evil", "slug": "x"},
                 {"slug": "x"}):
         msg = error_of(cp(node, "POST", "/api/cp/clusters", bad), 400,
                        "invalid")
@@ -224,6 +227,10 @@ def test_clusters_and_tenants_are_created_once_and_found(broker_factory):
     # Status: refused values, unknown names, then set.
     error_of(cp(node, "PUT", "/api/cp/clusters/acme-main/status",
                 {"status": "paused"}), 400, "invalid")
+    error_of(cp(node, "PUT", "/api/cp/clusters/acme-main/status",
+                {"status": "active\u0000garbage"}), 400, "invalid")
+    error_of(cp(node, "POST", "/api/cp/tenants", {"slug": "globex\u0000x"}),
+             400, "invalid")
     error_of(cp(node, "PUT", "/api/cp/clusters/nope/status",
                 {"status": "active"}), 404, "cluster_unknown")
     error_of(cp(node, "PUT", "/api/cp/tenants/nope/status",
