@@ -181,10 +181,12 @@ bool cp_token_ok(const struct cp_api *c, const char *token)
     return CRYPTO_memcmp(d, c->token_digest, sizeof(d)) == 0;
 }
 
-/* The guard's verdict on req's head: true to go on, else *out. */
-static bool cp_let_in(const struct cp_api *c, struct http_req *req,
-                      struct http_refusal *out)
+/* The guard's verdict on req's head: true to go on, else *out. Also the
+ * head guard (router_set_head_guard): checked before a body is read, no
+ * body is held for a caller without the token. */
+static bool cp_let_in(struct http_req *req, void *arg, struct http_refusal *out)
 {
+    const struct cp_api *c = arg;
     bool is_repeated;
     const char *token;
 
@@ -206,19 +208,11 @@ static bool cp_guard(struct http_req *req, void *arg)
 {
     struct http_refusal no;
 
-    if (cp_let_in(arg, req, &no)) {
+    if (cp_let_in(req, arg, &no)) {
         return true;
     }
     http_respond_error(req, no.status, no.code, no.msg);
     return false;
-}
-
-/* The same verdict before a body is read (http_config.head_check through
- * router_head_check): no body is held for a caller without the token. */
-static bool cp_head_guard(struct http_req *req, void *arg,
-                          struct http_refusal *out)
-{
-    return cp_let_in(arg, req, out);
 }
 
 /* ---- bodies ---- */
@@ -1176,7 +1170,7 @@ int cp_api_routes(struct cp_api *c, struct api *a, struct kv_service *kv,
         memcpy(c->seal_key, cfg->seal_key, AEAD_KEY_LEN);
     }
     router_set_guard(r, cp_guard, c);
-    router_set_head_guard(r, cp_head_guard);
+    router_set_head_guard(r, cp_let_in);
     return router_add_table(r, routes, ARRAY_LEN(routes), c, err);
 }
 

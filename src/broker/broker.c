@@ -394,7 +394,7 @@ static int broker_open_http(struct broker *b, struct err *err)
     if (b->auth.n > 0) { /* the router's guard, before a body is read */
         hc.head_check = router_head_check;
         hc.head_check_arg = b->router;
-        hc.idle_needs_principal = true;
+        hc.idle_needs_let_in = true;
     }
     hc.max_body_bytes = (size_t)b->cfg->max_body_bytes;
     if (http_server_start(&b->http, &b->loop, &hc, router_dispatch, b->router,
@@ -454,7 +454,7 @@ static int broker_open_cp(struct broker *b, struct err *err)
     hc.max_body_bytes = (size_t)b->cfg->max_body_bytes;
     hc.head_check = router_head_check; /* the token before a body is read */
     hc.head_check_arg = b->cp_router;
-    hc.idle_needs_principal = true;
+    hc.idle_needs_let_in = true;
     if (http_server_start(&b->cp_http, &b->loop, &hc, router_dispatch,
                           b->cp_router, err) != 0) {
         if (err->code == ERR_IO) {

@@ -329,26 +329,47 @@ void router_set_head_guard(struct router *r, router_head_guard_fn guard)
     r->head_guard = guard;
 }
 
+/* The route that serves req (its parameters in vals), or NULL;
+ * *is_path_known when a route has req's path for another method. */
+static const struct route *route_find(const struct router *r,
+                                      const struct http_req *req,
+                                      struct slice *vals, bool *is_path_known)
+{
+    *is_path_known = false;
+    for (size_t i = 0; i < r->nroutes; i++) {
+        const struct route *rt = &r->routes[i];
+
+        memset(vals, 0, HTTP_MAX_PARAMS * sizeof(*vals));
+        if (!route_match(rt, req->path, vals)) {
+            continue;
+        }
+        if (route_method_ok(rt, req->method)) {
+            return rt;
+        }
+        *is_path_known = true;
+    }
+    return NULL;
+}
+
+/* Count req's answer under rt's pattern (unmatched when rt is NULL). */
+static void route_count_as(struct router *r, struct http_req *req,
+                           const struct route *rt)
+{
+    req->on_status = route_count;
+    req->on_status_arg = rt != NULL ? rt->pat : &r->unmatched;
+}
+
 bool router_head_check(struct http_req *req, void *router,
                        struct http_refusal *out)
 {
     struct router *r = router;
+    struct slice vals[HTTP_MAX_PARAMS];
+    bool is_path_known;
 
     if (r->head_guard == NULL || r->head_guard(req, r->guard_arg, out)) {
         return true;
     }
-    req->on_status = route_count;
-    req->on_status_arg = &r->unmatched;
-    for (size_t i = 0; i < r->nroutes; i++) {
-        const struct route *rt = &r->routes[i];
-        struct slice vals[HTTP_MAX_PARAMS] = {{0}};
-
-        if (route_match(rt, req->path, vals) &&
-            route_method_ok(rt, req->method)) {
-            req->on_status_arg = rt->pat;
-            break;
-        }
-    }
+    route_count_as(r, req, route_find(r, req, vals, &is_path_known));
     return false;
 }
 
@@ -361,31 +382,20 @@ static bool router_let_in(struct router *r, struct http_req *req)
 void router_dispatch(struct http_req *req, void *router)
 {
     struct router *r = router;
-    bool is_path_known = false;
+    struct slice vals[HTTP_MAX_PARAMS];
+    bool is_path_known;
+    const struct route *rt = route_find(r, req, vals, &is_path_known);
 
-    for (size_t i = 0; i < r->nroutes; i++) {
-        const struct route *rt = &r->routes[i];
-        struct slice vals[HTTP_MAX_PARAMS] = {{0}};
-
-        if (!route_match(rt, req->path, vals)) {
-            continue;
-        }
-        if (!route_method_ok(rt, req->method)) {
-            is_path_known = true;
-            continue;
-        }
+    route_count_as(r, req, rt);
+    if (rt != NULL) {
         route_set_params(rt, req, vals);
         req->route = rt->pat->pattern;
-        req->on_status = route_count;
-        req->on_status_arg = rt->pat;
         if (router_let_in(r, req)) {
             rt->fn(req, rt->arg);
         }
         return;
     }
     req->route = NULL;
-    req->on_status = route_count;
-    req->on_status_arg = &r->unmatched;
     if (!router_let_in(r, req)) {
         return;
     }

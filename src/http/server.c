@@ -106,7 +106,7 @@ struct http_conn {
     bool has_peer_eof;
     bool is_lingering;    /* socket layer: FIN sent, discarding input */
     bool has_head;        /* a request head was in (first_head_ms is over) */
-    bool has_principal;   /* a guard let one of its requests in */
+    bool has_let_in;      /* a guard let one of its requests in */
     bool is_timer_idle;   /* socket layer: the timer repeats idle_timeout_ms */
     uint64_t accepted_ms; /* socket layer: uv_now() at the accept */
 };
@@ -384,7 +384,7 @@ static void respond_common(struct http_req *r, struct resp_meta *m,
 
     ASSERT(!r->is_answered); /* rule 2: one answer per request */
     r->is_answered = true;
-    c->has_principal |= r->is_let_in;
+    c->has_let_in |= r->is_let_in;
     r->status = m->status;
     if (r->on_status != NULL) {
         r->on_status(r->on_status_arg, m->status);
@@ -1241,11 +1241,11 @@ static void sock_read_tls(struct http_conn *c, const char *p, size_t n)
 }
 
 /* The timer repeats first_head_ms until c earned idle_timeout_ms: a head
- * in, and (idle_needs_principal) a request a guard let in. */
+ * in, and (idle_needs_let_in) a request a guard let in. */
 static void sock_timer_settle(struct http_conn *c)
 {
     if (c->is_timer_idle || !c->has_head ||
-        (c->srv->cfg.idle_needs_principal && !c->has_principal) ||
+        (c->srv->cfg.idle_needs_let_in && !c->has_let_in) ||
         uv_is_closing((uv_handle_t *)&c->timer)) {
         return;
     }

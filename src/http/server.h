@@ -108,7 +108,7 @@ struct http_config {
      * only asks what needs no token, or is refused, cannot hold a
      * connection for idle_timeout_ms (set it when the router has a token
      * guard). */
-    bool idle_needs_principal;
+    bool idle_needs_let_in;
     http_head_check_fn head_check; /* NULL: none */
     void *head_check_arg;          /* borrowed */
 };
