@@ -627,6 +627,8 @@ bool http_conn_is_closing(const struct http_conn *c)
 
 /* ---- parsing: llhttp callbacks ---- */
 
+#define VERSION_REFUSED "only HTTP/1.1 and HTTP/1.0 are served"
+
 static int conn_fail(struct http_conn *c, int status, const char *code,
                      const char *msg)
 {
@@ -858,6 +860,13 @@ static int on_headers_complete(llhttp_t *p)
     r->method = req_method(p->method);
     r->method_name = llhttp_method_name((llhttp_method_t)p->method);
     r->http_minor = p->http_minor;
+    if (p->http_major != 1) {
+        /* HTTP/0.9 has no head to answer in, and HTTP/2.0 (h2c's preface
+         * or a client that assumes it) is another protocol: neither is
+         * served as if it were 1.x (RFC 9110 15.6.6). */
+        r->http_minor = 1;
+        return conn_fail(c, 505, "http_version_not_supported", VERSION_REFUSED);
+    }
     if (!req_codings_are_chunked(r)) {
         conn_fail(c, 501, "not_implemented",
                   "a transfer coding other than chunked: send the body as it "
@@ -979,6 +988,13 @@ void http_conn_feed(struct http_conn *c, const char *data, size_t len)
     rc = llhttp_execute(&c->parser, data, len);
     if (rc == HPE_PAUSED_UPGRADE) {
         c->is_reading_done = true;
+    } else if (rc == HPE_PAUSED_H2_UPGRADE) {
+        /* h2c's prior-knowledge preface (PRI * HTTP/2.0) */
+        if (c->cur != NULL) {
+            c->cur->http_minor = 1;
+        }
+        conn_fail(c, 505, "http_version_not_supported", VERSION_REFUSED);
+        conn_parse_error(c, rc);
     } else if (rc != HPE_OK && !(rc == HPE_PAUSED && c->is_reading_done)) {
         conn_parse_error(c, rc);
     }

@@ -280,18 +280,21 @@ static void kv_lose(struct kv_ctx *c, size_t i, int reason,
     }
 }
 
+/* The latest expiry a row can have: 9999-12-31T23:59:59.999999Z, the last
+ * instant an RFC 3339 stamp (four-digit year) can show. A longer ttlSeconds
+ * is taken, and ends there. */
+#define KV_EXPIRY_MAX INT64_C(253402300799999999)
+
 static int64_t kv_expiry_of(const struct kv_ctx *c, const struct kv_op *o)
 {
-    int64_t add;
-
     if (o->forever || o->ttl_seconds <= 0) {
         return 0;
     }
-    if (o->ttl_seconds > (INT64_MAX - c->now) / 1000000) {
-        return INT64_MAX;
+    if (c->now >= KV_EXPIRY_MAX ||
+        o->ttl_seconds > (KV_EXPIRY_MAX - c->now) / 1000000) {
+        return KV_EXPIRY_MAX;
     }
-    add = o->ttl_seconds * 1000000;
-    return c->now + add;
+    return c->now + o->ttl_seconds * 1000000;
 }
 
 /* put, putIfAbsent: the verdict on row, then the write. */

@@ -388,6 +388,22 @@ TEST(a_transfer_coding_other_than_chunked_is_501_and_closes)
     teardown(&f.t);
 }
 
+/* A version other than 1.x is answered 505 in HTTP/1.1, never served as
+ * if it were 1.0 (HTTP/2.0) or 1.1 (HTTP/0.9). */
+TEST(a_version_other_than_1_x_is_505_and_closes)
+{
+    static const char *const reqs[] = {
+        "GET /a HTTP/2.0\r\nHost: h\r\n\r\n",
+        "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        "GET /a HTTP/0.9\r\n\r\n",
+    };
+
+    for (size_t i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++) {
+        expect_refused_whole(NULL, reqs[i],
+                             "HTTP/1.1 505 HTTP Version Not Supported\r\n");
+    }
+}
+
 TEST(malformed_request_is_400_and_closes)
 {
     struct fx f;

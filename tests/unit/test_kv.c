@@ -1218,6 +1218,40 @@ TEST(rendered_results_use_the_reference_shapes_and_timestamp_form)
     env_close(&e);
 }
 
+/* A ttlSeconds past year 9999 is taken and ends at the last instant a
+ * four-digit RFC 3339 stamp shows, never at a six-digit year. */
+TEST(a_ttl_past_year_9999_ends_there)
+{
+    static const int64_t ttls[] = {INT64_MAX, INT64_MAX / 1000000,
+                                   253402300799 - 1759999999};
+    const int64_t last = INT64_C(253402300799999999);
+    struct env e = {0};
+    struct kv_answer a;
+    struct kv_result r;
+    struct buf b;
+    struct err err = {0};
+
+    env_open(&e);
+    for (size_t i = 0; i < sizeof(ttls) / sizeof(ttls[0]); i++) {
+        put_at(&e, T0, op_ttl("t", "1", ttls[i]));
+        r = get1(&e, T0 + S, "t", &a);
+        EXPECT(r.found);
+        EXPECT_EQ_I64(r.expires_at, last);
+        buf_init(&b, BUF_UNLIMITED);
+        EXPECT_EQ_I64(api_kv_render(&a, false, &b, &err), 0);
+        EXPECT(strstr(b.data,
+                      "\"expiresAt\":\"9999-12-31T23:59:59.999999+00:00\"") !=
+               NULL);
+        buf_free(&b);
+        kv_answer_free(&a);
+    }
+    put_at(&e, T0, op_ttl("t", "1", 10));
+    r = get1(&e, T0 + S, "t", &a);
+    EXPECT_EQ_I64(r.expires_at, T0 + 10 * S);
+    kv_answer_free(&a);
+    env_close(&e);
+}
+
 TEST(the_precondition_body_names_the_winner)
 {
     struct kv_answer a;
