@@ -103,6 +103,11 @@ static const struct cfg_row cfg_rows[] = {
         "directory needs 3 x this plus 16 MiB free to boot"),
     ROW("QUEEN_MAX_BODY_BYTES", CFG_SIZE, "64MiB", OFF(max_body_bytes), KIB,
         GIB, false, "largest HTTP request body accepted (413 above it)"),
+    ROW("QUEEN_MAX_CONNECTIONS", CFG_U64, "4096", OFF(max_connections), 16,
+        1000000, false,
+        "HTTP connections open at once on each port; at the limit a new one "
+        "closes the connection idle the longest, or is closed itself when "
+        "every one has a request in flight"),
     ROW("QUEEN_MAX_LONG_POLLS", CFG_U64, "10000", OFF(max_long_polls), 1,
         1000000, false,
         "long-poll fetches parked on this node at once (503 past it)"),

@@ -25,6 +25,7 @@ static const char *const known[] = {
     "QUEEN_RAFT_TOKEN",
     "QUEEN_RAFT_SEGMENT_MB",
     "QUEEN_MAX_BODY_BYTES",
+    "QUEEN_MAX_CONNECTIONS",
     "QUEEN_MAX_LONG_POLLS",
     "QUEEN_MAX_LONG_POLLS_PER_CONN",
     "QUEEN_LOG_LEVEL",

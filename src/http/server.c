@@ -109,6 +109,8 @@ struct http_conn {
     bool has_let_in;      /* a guard let one of its requests in */
     bool is_timer_idle;   /* socket layer: the timer repeats idle_timeout_ms */
     uint64_t accepted_ms; /* socket layer: uv_now() at the accept */
+    uint64_t active_seq;  /* socket layer: srv->activity at the last read
+                             or completed write (the eviction's order) */
 };
 
 /* Not const: uv_buf_t wants a char *; never written. */
@@ -1087,7 +1089,10 @@ struct http_server {
     size_t nconns;
     uint64_t accepted_total;
     uint64_t rejected_total;
-    uint64_t refused_total[4]; /* by the server: 400, 413, 431, 501 */
+    uint64_t evicted_total;
+    uint64_t activity; /* counts reads and completed writes: a total order,
+                          where uv_now()'s milliseconds tie */
+    uint64_t refused_total[5]; /* by the server: 400, 413, 431, 501, 505 */
     int port;
     bool is_listening; /* the listener handle is open */
     bool is_closing;
@@ -1097,7 +1102,7 @@ struct http_server {
     char rbuf[SERVER_READ_BUFSIZE]; /* shared: read_cb consumes it at once */
 };
 
-static const int server_refused_status[4] = {400, 413, 431, 501};
+static const int server_refused_status[5] = {400, 413, 431, 501, 505};
 
 static void server_count_refused(void *arg, int status)
 {
@@ -1199,6 +1204,7 @@ static void sock_on_tls_write(uv_write_t *req, int status)
     if (token == NULL) {
         return;
     }
+    c->active_seq = ++c->srv->activity;
     if (!c->is_lingering && !uv_is_closing((uv_handle_t *)&c->timer)) {
         uv_timer_again(&c->timer);
     }
@@ -1284,6 +1290,7 @@ static void sock_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             return;
         }
         uv_timer_again(&c->timer);
+        c->active_seq = ++c->srv->activity;
         if (c->tls != NULL) {
             sock_read_tls(c, buf->base, (size_t)nread);
         } else {
@@ -1309,6 +1316,7 @@ static void sock_on_write(uv_write_t *req, int status)
     struct http_write *w = container_of(req, struct http_write, uvw);
     struct http_conn *c = w->conn;
 
+    c->active_seq = ++c->srv->activity;
     if (!c->is_lingering && !uv_is_closing((uv_handle_t *)&c->timer)) {
         sock_timer_settle(c);
         uv_timer_again(&c->timer);
@@ -1422,6 +1430,49 @@ static void sock_release(struct http_conn *c, void *arg)
     server_maybe_done(srv);
 }
 
+/* Whether c sits between requests: no request being read, queued,
+ * handled or written (a parked long poll is queued), and not closing. */
+static bool conn_is_idle(const struct http_conn *c)
+{
+    return !c->is_closing && !c->is_lingering && c->cur == NULL &&
+           c->q_head == NULL && c->nwrites == 0;
+}
+
+/* At the connection limit, the connection idle the longest (not fresh)
+ * makes room: a client keeping a connection it does not use must not lock
+ * out one that has a request to send. Closing an idle keep-alive
+ * connection is the server's right (RFC 9112 9.5); its client reconnects.
+ * Whether one was closed. */
+static bool server_evict_idle(struct http_server *srv,
+                              const struct http_conn *fresh)
+{
+    struct http_conn *victim = NULL;
+
+    for (struct http_conn *c = srv->conns; c != NULL; c = c->next) {
+        if (c != fresh && conn_is_idle(c) &&
+            (victim == NULL || c->active_seq < victim->active_seq)) {
+            victim = c;
+        }
+    }
+    if (victim == NULL) {
+        return false;
+    }
+    srv->evicted_total++;
+    http_conn_abort(victim);
+    return true;
+}
+
+/* The open connections not already closing: those the limit counts. */
+static size_t server_live_conns(const struct http_server *srv)
+{
+    size_t n = 0;
+
+    for (const struct http_conn *c = srv->conns; c != NULL; c = c->next) {
+        n += !c->is_closing;
+    }
+    return n;
+}
+
 static void server_on_connection(uv_stream_t *listener, int status)
 {
     struct http_server *srv =
@@ -1446,7 +1497,9 @@ static void server_on_connection(uv_stream_t *listener, int status)
     uv_timer_init(srv->loop, &c->timer);
     c->nhandles = 2;
     if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0 ||
-        srv->nconns > srv->cfg.max_connections) {
+        (srv->nconns > srv->cfg.max_connections &&
+         server_live_conns(srv) > srv->cfg.max_connections &&
+         !server_evict_idle(srv, c))) {
         srv->rejected_total++;
         http_conn_abort(c);
         return;
@@ -1456,6 +1509,7 @@ static void server_on_connection(uv_stream_t *listener, int status)
         c->tls = tls_conn_new(srv->cfg.tls);
     }
     c->accepted_ms = uv_now(srv->loop);
+    c->active_seq = ++srv->activity;
     uv_timer_start(&c->timer, sock_timer_expired, srv->cfg.first_head_ms,
                    srv->cfg.first_head_ms);
     uv_tcp_nodelay(&c->tcp, 1);
@@ -1579,18 +1633,23 @@ int http_server_metrics(const struct http_server *srv, struct buf *out,
         "# TYPE queen_http_connections_total counter\n"
         "queen_http_connections_total %" PRIu64 "\n"
         "# HELP queen_http_connections_rejected_total HTTP connections "
-        "closed at once (over the connection limit).\n"
+        "closed at once (over the connection limit, none idle to close).\n"
         "# TYPE queen_http_connections_rejected_total counter\n"
         "queen_http_connections_rejected_total %" PRIu64 "\n"
+        "# HELP queen_http_connections_evicted_total Idle HTTP connections "
+        "closed to make room for a new one at the connection limit.\n"
+        "# TYPE queen_http_connections_evicted_total counter\n"
+        "queen_http_connections_evicted_total %" PRIu64 "\n"
         "# HELP queen_http_refused_total Requests the server answered "
         "itself (malformed, body or head over the limit, a transfer "
-        "coding it does not decode).\n"
+        "coding it does not decode, an HTTP version it does not speak).\n"
         "# TYPE queen_http_refused_total counter\n"
         "queen_http_refused_total{status=\"400\"} %" PRIu64 "\n"
         "queen_http_refused_total{status=\"413\"} %" PRIu64 "\n"
         "queen_http_refused_total{status=\"431\"} %" PRIu64 "\n"
-        "queen_http_refused_total{status=\"501\"} %" PRIu64 "\n",
+        "queen_http_refused_total{status=\"501\"} %" PRIu64 "\n"
+        "queen_http_refused_total{status=\"505\"} %" PRIu64 "\n",
         srv->nconns, srv->accepted_total, srv->rejected_total,
-        srv->refused_total[0], srv->refused_total[1], srv->refused_total[2],
-        srv->refused_total[3]);
+        srv->evicted_total, srv->refused_total[0], srv->refused_total[1],
+        srv->refused_total[2], srv->refused_total[3], srv->refused_total[4]);
 }

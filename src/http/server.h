@@ -91,7 +91,9 @@ struct http_config {
     int port;                 /* 0 = any free port (see http_server_port) */
     size_t max_body_bytes;    /* 0 = HTTP_DEFAULT_MAX_BODY_BYTES */
     size_t max_header_bytes;  /* request line + headers; 0 = default */
-    size_t max_connections;   /* 0 = default; more are accepted and closed */
+    size_t max_connections;   /* 0 = default; past it a new connection
+                                 closes the one idle the longest, or is
+                                 closed itself when none is idle */
     size_t max_pipelined;     /* queued requests per connection before reading
                                  pauses; 0 = default */
     uint64_t idle_timeout_ms; /* socket: close a connection with nothing in

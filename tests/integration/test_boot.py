@@ -23,6 +23,7 @@ FATAL = r"^FATAL: "
     ("QUEEN_RAFT_NODE_ID", "0", "out of range 1..18446744073709551615"),
     ("QUEEN_RAFT_LISTEN", "127.0.0.1", "not ip:port"),
     ("QUEEN_MAX_BODY_BYTES", "lots", "not a byte size"),
+    ("QUEEN_MAX_CONNECTIONS", "15", "out of range 16..1000000"),
     ("QUEEN_TENANCY_HEADER", "maybe",
      "not a boolean (true or false; also 1/0, yes/no, on/off)"),
     ("QUEEN_TENANCY_HEADER", "", "not a boolean"),

@@ -390,23 +390,67 @@ def test_a_connection_without_a_request_head_is_closed_soon():
         assert e.stop() == 0
 
 
-def test_connections_over_the_limit_are_closed_at_once():
-    e = Echo("--max-conns", "2")
+def metric_of(s, name):
+    """A counter of the echo server, read over the open connection s."""
+    s.sendall(get("/metrics"))
+    text = Reader(s).response()[2].decode()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return int(line.split()[1])
+    raise AssertionError("%s not in %s" % (name, text))
+
+
+def test_at_the_limit_a_new_connection_closes_the_one_idle_longest():
+    """Clients that keep connections they do not use cannot lock out one
+    that has a request to send: at the limit the connection idle the
+    longest is closed to make room, and the others stay."""
+    e = Echo("--max-conns", "3")
     try:
         kept = []
-        for _ in range(2):
+        for _ in range(3):
             s = e.connect()
             s.sendall(get("/kv/a/b"))
             assert Reader(s).response()[0] == 200
             kept.append(s)
-        extra = e.connect()
-        assert Reader(extra).at_eof()
-        extra.close()
-        rd = Reader(kept[0])
-        kept[0].sendall(get("/metrics"))
-        text = rd.response()[2].decode()
-        assert "queen_http_connections_rejected_total 1\n" in text
-        for s in kept:
+        kept[1].sendall(get("/kv/a/c"))  # kept[0] is now the idle longest
+        assert Reader(kept[1]).response()[0] == 200
+        new = e.connect()
+        new.sendall(get("/kv/a/d"))
+        assert Reader(new).response()[0] == 200
+        assert Reader(kept[0]).at_eof()
+        for s in (kept[1], kept[2]):
+            s.sendall(get("/kv/a/e"))
+            assert Reader(s).response()[0] == 200
+        assert metric_of(new, "queen_http_connections_evicted_total") == 1
+        assert metric_of(new, "queen_http_connections_rejected_total") == 0
+        for s in kept + [new]:
+            s.close()
+    finally:
+        assert e.stop() == 0
+
+
+def test_at_the_limit_with_every_connection_busy_a_new_one_is_closed():
+    """A connection with a request in flight is never closed to make room:
+    when none is idle the new connection is closed at once."""
+    e = Echo("--max-conns", "2")
+    try:
+        busy, readers = [], []
+        for _ in range(2):
+            s = e.connect()
+            # one write: once the first is answered the second is in too
+            s.sendall(get("/kv/a/b") + get("/delay/3000"))
+            rd = Reader(s)
+            assert rd.response()[0] == 200
+            busy.append(s)
+            readers.append(rd)
+        probe = e.connect()
+        assert Reader(probe).at_eof()
+        probe.close()
+        for rd in readers:
+            assert rd.response()[0] == 200
+        assert metric_of(busy[0], "queen_http_connections_rejected_total") == 1
+        assert metric_of(busy[0], "queen_http_connections_evicted_total") == 0
+        for s in busy:
             s.close()
     finally:
         assert e.stop() == 0

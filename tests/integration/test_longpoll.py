@@ -228,3 +228,75 @@ def test_a_parked_long_poll_does_not_keep_its_body(broker_factory):
             assert c.read()[0] == 200
     finally:
         c.close()
+
+
+def get_health():
+    return b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n"
+
+
+def closed_at_once(port):
+    """Whether a new connection is closed by the node without an answer."""
+    c = Conn(port, timeout=10)
+    try:
+        c.send(get_health())
+        c.read()
+        return False
+    except (EOFError, ConnectionResetError):
+        return True
+    finally:
+        c.close()
+
+
+def test_at_the_connection_limit_the_idle_longest_makes_room(broker_factory):
+    """QUEEN_MAX_CONNECTIONS: at the limit a new connection closes the one
+    idle the longest, never one with a long poll parked; when every one has
+    a request in flight the new one is closed at once."""
+    b = broker_factory(env={"QUEEN_MAX_CONNECTIONS": "16"})
+    b.push([{"queue": "cl", "payload": 0}])
+    parked, idle, newer = [], [], []
+    try:
+        for _ in range(11):
+            c = Conn(b.port)
+            c.send(long_poll("cl", "Default", 1, 60000))
+            parked.append(c)
+        wait_until(lambda: b.metric(WAITING) == 11, 10, "eleven waiters")
+        for _ in range(5):  # 16 open: the limit
+            c = Conn(b.port)
+            c.send(get_health())
+            assert c.read()[0] == 200
+            idle.append(c)
+        for _ in range(5):  # each takes the place of the idle longest
+            c = Conn(b.port)
+            c.send(get_health())
+            assert c.read()[0] == 200
+            newer.append(c)
+        for c in idle:
+            with_eof = False
+            try:
+                c.send(get_health())
+                c.read()
+            except (EOFError, ConnectionResetError, BrokenPipeError):
+                with_eof = True
+            assert with_eof
+        for c in newer[1:]:  # the newest still serve
+            c.send(get_health())
+            assert c.read()[0] == 200
+        for c in newer:
+            c.close()
+        wait_until(lambda: b.metric(WAITING) == 11, 10,
+                   "every waiter still parked")
+        for _ in range(5):  # 16 with a request in flight
+            c = Conn(b.port)
+            c.send(get_health() + long_poll("cl", "Default", 1, 60000))
+            assert c.read()[0] == 200  # one write: the long poll is in too
+            parked.append(c)
+        assert closed_at_once(b.port)
+        parked[0].close()
+        wait_until(lambda: not closed_at_once(b.port), 10,
+                   "a place once a parked connection closed")
+        b.push([{"queue": "cl", "payload": 1}])
+        assert b.metric("queen_http_connections_rejected_total") >= 1
+        assert b.metric("queen_http_connections_evicted_total") >= 5
+    finally:
+        for c in idle + newer + parked:
+            c.close()
