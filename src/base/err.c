@@ -82,10 +82,13 @@ void err_public(const char *msg, char *out, size_t cap)
         return;
     }
     for (size_t i = 0; msg[i] != '\0' && at + 1 < cap;) {
-        char prev = i == 0 ? ' ' : msg[i - 1];
+        char prev = ' ';
         size_t end = i;
         size_t name = i;
 
+        if (i > 0) {
+            prev = msg[i - 1];
+        }
         if (msg[i] != '/' || strchr(" (='\"", prev) == NULL ||
             ends_path(msg[i + 1])) {
             out[at++] = msg[i++];

@@ -239,7 +239,9 @@ size_t json_msg_quote(char *dst, const char *src, size_t n, size_t max)
     size_t o = json_utf8_quote(dst, src, n, max);
 
     for (size_t i = 0; i < o; i++) {
-        dst[i] = dst[i] == '\0' ? '?' : dst[i];
+        if (dst[i] == '\0') {
+            dst[i] = '?';
+        }
     }
     return o;
 }

@@ -55,7 +55,7 @@ void uuid7_format(const uint8_t id[16], char out[37])
                                    19, 21, 24, 26, 28, 30, 32, 34};
 
     for (int i = 0; i < 16; i++) {
-        memcpy(out + at[i], uuid7_hex2 + 2 * id[i], 2);
+        memcpy(out + at[i], uuid7_hex2 + 2 * (size_t)id[i], 2);
     }
     out[8] = out[13] = out[18] = out[23] = '-';
     out[36] = '\0';

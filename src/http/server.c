@@ -1291,12 +1291,17 @@ static void sock_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         }
         uv_timer_again(&c->timer);
         c->active_seq = ++c->srv->activity;
+        c->busy++; /* (3): c outlives the feed, whatever it closes */
         if (c->tls != NULL) {
             sock_read_tls(c, buf->base, (size_t)nread);
         } else {
             http_conn_feed(c, buf->base, (size_t)nread);
         }
+        /* the analyzer does not follow busy across the feed's own +1/-1 */
+        /* NOLINTNEXTLINE(clang-analyzer-unix.Malloc) */
         sock_timer_settle(c);
+        c->busy--;
+        conn_maybe_free(c);
         return;
     }
     if (nread == 0) {

@@ -1327,10 +1327,8 @@ static int start(struct driver *d, struct err *err)
                 rc = read_redo_positions(d, &r, &rb, err);
             }
         }
-        if (fail_refused(d, rc, err)) {
-            /* retried after a while */
-        } else if (rc != 0) {
-            /* retried: nothing was given to the engine */
+        if (fail_refused(d, rc, err) || rc != 0) {
+            /* retried after a while: nothing was given to the engine */
         } else if (restore_engine(d, &r, &rb, exact_k, written_k, err) != 0) {
             rc = err->code;
             stop(d, DRIVER_FAILED, err->msg);

@@ -553,7 +553,8 @@ struct sink_pool *sink_pool_new(const struct sink_node_config *node)
                      (size_t)(node->memory_bytes / 2 / SLAB_SIZE));
     /* slabs faulted in ahead (base/slab.h (A)): 16 MiB beside the budget's
      * weight, allowed when that is at most a sixteenth of the budget */
-    slab_ahead_allow(node->memory_bytes >= 16 * SLAB_AHEAD * SLAB_SIZE);
+    slab_ahead_allow(node->memory_bytes >=
+                     16 * (uint64_t)SLAB_AHEAD * SLAB_SIZE);
     return pool;
 }
 
