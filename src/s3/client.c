@@ -1360,6 +1360,15 @@ int s3_client_list_page(struct s3_client *c, const struct s3_list_req *q,
         rc = s3xml_parse_list(answer.data, answer.len, page, err);
     }
     buf_free(&answer);
+    if (rc == 0 && page->n_keys > 0 && q->start_after != NULL &&
+        q->start_after[0] != '\0' &&
+        strcmp(page->keys[page->n_keys - 1], q->start_after) <= 0) {
+        s3xml_list_free(page);
+        rc = err_set(err, ERR_CORRUPT,
+                     "LIST %s: the bucket answered a page that does not move "
+                     "past start-after (it ignores start-after)",
+                     q->prefix != NULL ? q->prefix : "");
+    }
     return rc;
 }
 

@@ -253,7 +253,10 @@ struct s3_list_req {
     int max_keys;            /* clamped to 1..1000 */
 };
 
-/* One ListObjectsV2 page into page (owned: s3xml_list_free). */
+/* One ListObjectsV2 page into page (owned: s3xml_list_free). A page
+ * that has keys but does not move past start_after (its last key sorts at
+ * or before it: a store that ignores start-after) is ERR_CORRUPT, so a
+ * caller paging on it can never loop on the same keys. */
 int s3_client_list_page(struct s3_client *c, const struct s3_list_req *q,
                         struct s3xml_list *page, struct s3_status *st,
                         struct err *err);

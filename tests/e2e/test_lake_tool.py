@@ -473,6 +473,75 @@ def test_an_unreachable_bucket_is_one_line_at_once():
         assert doc.get("exact", doc.get("ok")) is False, (args, doc)
 
 
+class PageRepeater:
+    """An S3 endpoint that ignores start-after: every LIST answers the same
+    truncated page (a store with a paging bug), and any GET answers {}."""
+
+    def __init__(self, page_keys):
+        import http.server
+        import threading
+
+        keys = "".join("<Contents><Key>%s</Key><Size>2</Size></Contents>" % k
+                       for k in page_keys)
+        body = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>"
+                "<ListBucketResult><Name>lake</Name>"
+                "<IsTruncated>true</IsTruncated>%s</ListBucketResult>"
+                % keys).encode()
+        self.lists = 0
+        outer = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                is_list = "list-type=2" in self.path
+                outer.lists += is_list
+                out = body if is_list else b"{}"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *a):
+                pass
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.port = self.srv.server_address[1]
+        self.th = threading.Thread(target=self.srv.serve_forever, daemon=True)
+        self.th.start()
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def test_a_store_that_ignores_start_after_is_one_line_not_a_loop():
+    """A store whose LIST ignores start-after answers the same truncated
+    page for ever: paging on it looped until killed. A page that does not
+    move past start-after is a clear error, exit 2, after its second page."""
+    env = {"PATH": os.environ.get("PATH", ""), **CREDS}
+    win = ("%s/_queen/tenant=%s/queue=q/windows/0000000001.json"
+           % (PREFIX, TENANT))
+    rep = PageRepeater([win])
+    try:
+        ep = "http://127.0.0.1:%d" % rep.port
+        for args in [("verify", "--queue", "q", "--json"),
+                     ("verify", "--json"),
+                     ("restore", "--queue", "q", "--to",
+                      "http://127.0.0.1:1", "--json")]:
+            cmd = [queen_bin(), "lake", args[0], "--endpoint", ep,
+                   "--bucket", "lake", "--path-style", "--prefix", PREFIX,
+                   *args[1:]]
+            before = rep.lists
+            # the deadline: a timeout here fails the test
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                               timeout=30)
+            assert p.returncode == 2, (args, p)
+            assert "does not move past start-after" in p.stderr, (args, p)
+            # two pages of each of its LISTs at most (verify runs three)
+            assert rep.lists - before <= 8, (args, rep.lists - before)
+    finally:
+        rep.close()
+
+
 class SilentPort:
     """A port on 127.0.0.1 that drops every new connection's packets, as a
     firewall does: a listener with a backlog of 0 whose accept queue is

@@ -1153,6 +1153,42 @@ TEST(list_all_follows_pages_and_virtual_host_lists_slash)
     rig_close(&r);
 }
 
+/* A store that ignores start-after answers the same page again: paging on
+ * it would never end, so a page that does not move past start-after is an
+ * error, and list_all stops at it. */
+TEST(a_page_that_does_not_move_past_start_after_is_refused)
+{
+    static const char same[] =
+        "<ListBucketResult><IsTruncated>true</IsTruncated><Contents><Key>p/1"
+        "</Key></Contents><Contents><Key>p/2</Key></Contents>"
+        "</ListBucketResult>";
+    struct answer a[] = {{0, 200, NULL, same, -1, -1},
+                         {0, 200, NULL, same, -1, -1}};
+    struct rig r;
+    struct s3xml_list all;
+    struct s3xml_list page;
+    struct s3_list_req q = {"p/", "p/2", 1000};
+
+    rig_open(&r, a, ARRAY_LEN(a), NULL);
+    EXPECT_EQ_I64(s3_client_list_all(r.c, "p/", 100, &all, &r.st, &r.err),
+                  ERR_CORRUPT);
+    EXPECT_EQ_U64(r.f.n_seen, 2);
+    EXPECT(strstr(r.err.msg, "does not move past start-after") != NULL);
+    rig_close(&r);
+
+    rig_open(&r, a, 1, NULL);
+    EXPECT_EQ_I64(s3_client_list_page(r.c, &q, &page, &r.st, &r.err),
+                  ERR_CORRUPT);
+    EXPECT_EQ_U64(page.n_keys, 0);
+    rig_close(&r);
+    q.start_after = "p/1"; /* p/2 is past it */
+    rig_open(&r, a, 1, NULL);
+    EXPECT_EQ_I64(s3_client_list_page(r.c, &q, &page, &r.st, &r.err), 0);
+    EXPECT_EQ_U64(page.n_keys, 2);
+    s3xml_list_free(&page);
+    rig_close(&r);
+}
+
 /* ---- metrics ------------------------------------------------------------- */
 
 TEST(metrics_render_sorted_with_an_optional_tenant_prefix)
