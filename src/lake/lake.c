@@ -39,6 +39,7 @@
 #include "base/pct.h"
 #include "base/sha256.h"
 #include "base/xalloc.h"
+#include "broker/config.h"
 #include "lake/footer.h"
 #include "lake/line.h"
 #include "parquet/read.h"
@@ -68,6 +69,13 @@
  * allows, at depth 3 there ({"items":[{"payload"); its fetch answer holds it
  * at depth 5 ({"entries":[{"records":[{"payload"), two levels deeper. */
 #define LAKE_FETCH_DEPTH (JSON_MAX_DEPTH_DEFAULT - 3 + 5)
+/* A line is one record: its payload came in a push body, so a line longer
+ * than the largest body the broker takes (QUEEN_MAX_BODY_BYTES, read from
+ * the environment as the broker reads it) plus an envelope is no record.
+ * The bound keeps a line without LF (a few kB of zstd can decode to GBs)
+ * from growing a reader's memory without end. */
+#define LAKE_LINE_ENVELOPE ((size_t)64 << 10)
+static size_t lake_body_max = (size_t)64 << 20;
 /* --batch's default: 2000 records measured faster than 1000 (fewer requests
  * for the broker to parse, answer and commit; bench/restore, docs/lake.md
  * section 4); 4000 was no faster. */
@@ -1145,6 +1153,16 @@ static int lake_lines(struct lake_reader *rd, const char *p, size_t n,
         struct sink_record r;
         int rc;
 
+        size_t upto = lf != NULL ? (size_t)(lf - p) : n;
+
+        if (rd->carry->len + (upto - at) > lake_body_max + LAKE_LINE_ENVELOPE) {
+            return err_set(err, ERR_CORRUPT,
+                           "line %" PRIu64 " runs past %zu bytes: longer than "
+                           "any record a broker with QUEEN_MAX_BODY_BYTES=%zu "
+                           "takes (set it as the broker's)",
+                           rd->line_no + 1, lake_body_max + LAKE_LINE_ENVELOPE,
+                           lake_body_max);
+        }
         if (lf == NULL) {
             return buf_append(rd->carry, p + at, n - at, err);
         }
@@ -5168,6 +5186,20 @@ int lake_main(int argc, char **argv)
     }
     if (o.threads == 0) {
         o.threads = lake_default_threads(strcmp(argv[1], "verify") == 0);
+    }
+    const char *body_max = lake_env("QUEEN_MAX_BODY_BYTES");
+    uint64_t bm = 0;
+    if (body_max != NULL) {
+        if (!config_parse_size(body_max, &bm) || bm < 1024 ||
+            bm > ((uint64_t)1 << 30)) {
+            fprintf(stderr,
+                    "queen lake %s: QUEEN_MAX_BODY_BYTES=%s: not a byte size "
+                    "from 1KiB to 1GiB\n",
+                    argv[1], body_max);
+            lake_opts_free(&o);
+            return 2;
+        }
+        lake_body_max = (size_t)bm;
     }
     curl_global_init(CURL_GLOBAL_DEFAULT);
     rc = strcmp(argv[1], "verify") == 0 ? lake_verify(&o) : lake_restore(&o);

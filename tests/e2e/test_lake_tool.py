@@ -2128,3 +2128,62 @@ def test_a_record_repeated_from_the_window_before_is_one_violation(bucket):
     v = doc["queues"][0]["violations"]
     assert len(v) == 1 and "record p/1 is in the lake twice" in v[0], v
     assert doc["queues"][0]["violationCount"] == 1, doc
+
+
+def test_a_line_longer_than_any_record_is_a_violation_not_memory(bucket):
+    """A line is one record, and a record came in a push body: a line longer
+    than QUEEN_MAX_BODY_BYTES (as the broker reads it, 64 MiB unset) plus
+    an envelope is a violation. Before, a line without LF grew a reader's
+    buffer without end: a 96 KB zstd object took 3 GB per reader. Both the
+    object decoded whole and the one streamed without a stated size meet
+    the same bound."""
+    import zstandard
+    t0 = st.T0
+    big = b'"' + b"a" * (2 << 20) + b'"'
+    recs = [("p", 0, "t0", t0 + 1, b'{"o":0}'), ("p", 1, "t1", t0 + 2, big)]
+    small_lake(bucket, "fine", n=2)
+    c = bucket.boto3()
+    lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
+                                                  Body=body),
+                   PREFIX, TENANT, "long", [(t0, t0 + 100, recs)],
+                   compression="zstd")
+    assert verify_json(bucket, "--queue", "long")[0] == 0
+    p = tool(bucket, "verify", "--json", "--queue", "long", "--queue", "fine",
+             env={"QUEEN_MAX_BODY_BYTES": "1MiB"})
+    doc = json.loads(p.stdout)
+    assert p.returncode == 1, p
+    by = {q["queue"]: q for q in doc["queues"]}
+    assert by["fine"]["exact"], doc
+    q = by["long"]
+    assert q["violationCount"] == 1, q
+    assert "line 2 runs past" in q["violations"][0], q
+    assert "QUEEN_MAX_BODY_BYTES=1048576" in q["violations"][0], q
+    p = tool(bucket, "verify", "--queue", "long",
+             env={"QUEEN_MAX_BODY_BYTES": "lots"}, check=2)
+    assert "QUEEN_MAX_BODY_BYTES=lots" in p.stderr, p.stderr
+    # A stream of no stated size (streamed, 1 MiB at a time) with no LF.
+    # The manifest is rewritten to match, so only the line is wrong.
+    key = [o["Key"] for o in c.list_objects_v2(
+        Bucket="lake", Prefix="%s/tenant=%s/queue=long/" % (PREFIX, TENANT))
+        ["Contents"]][0]
+    cctx = zstandard.ZstdCompressor(level=3, write_content_size=False)
+    bomb = cctx.compressobj()
+    body = b"".join([bomb.compress(b"a" * (1 << 20)) for _ in range(8)] +
+                    [bomb.flush()])
+    mkey = "%s/_queen/tenant=%s/queue=long/windows/0000000001.json" % (
+        PREFIX, TENANT)
+    man = json.loads(c.get_object(Bucket="lake", Key=mkey)["Body"].read())
+    import hashlib
+    for o in man["objects"]:
+        o["bytes"] = len(body)
+        o["sha256"] = hashlib.sha256(body).hexdigest()
+    man["bytes"] = len(body)
+    c.put_object(Bucket="lake", Key=key, Body=body)
+    c.put_object(Bucket="lake", Key=mkey,
+                 Body=json.dumps(man, separators=(",", ":")).encode())
+    p = tool(bucket, "verify", "--json", "--queue", "long",
+             env={"QUEEN_MAX_BODY_BYTES": "2MiB"})
+    q = json.loads(p.stdout)["queues"][0]
+    assert p.returncode == 1 and q["violationCount"] >= 1, p
+    assert any("line 1 runs past" in v for v in q["violations"]), \
+        q["violations"]
