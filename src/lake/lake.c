@@ -346,7 +346,17 @@ static bool lake_url_is_http(const char *url)
             return false;
         }
     }
-    return at > 0 && url[at] != '\0' && strchr("/?#:", url[at]) == NULL;
+    if (at == 0 || url[at] == '\0' || strchr("/?#:", url[at]) != NULL) {
+        return false;
+    }
+    /* what curl would refuse on every retry: a port past 65535, an
+     * unclosed IPv6 bracket, a bad host name */
+    CURLU *u = curl_url();
+    bool is_ok =
+        u != NULL && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK;
+
+    curl_url_cleanup(u);
+    return is_ok;
 }
 
 /* The settings checked into o, for cmd. 0, or 2 (said why). */
