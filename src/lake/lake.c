@@ -854,10 +854,10 @@ static int64_t lake_mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* lake_http_post until the answer is ok, another that is final (a 4xx
- * but 429), or LAKE_BROKER_TRY_MS after the first try began (no answer,
- * 5xx, 429): a broker restarting or electing a leader is waited for. A try
- * that began in time may run on for up to LAKE_STALL_MS of silence, so a
+/* lake_http_post until the answer is ok, another that is final (any
+ * status but 429 and 5xx), or LAKE_BROKER_TRY_MS after the first try began (no
+ * answer, 5xx, 429): a broker restarting or electing a leader is waited for. A
+ * try that began in time may run on for up to LAKE_STALL_MS of silence, so a
  * silent broker is given up on after about 30 s, 40 at most. Returns the
  * last status, or 0 (err set) when no answer came. The calls are
  * idempotent (a push sent again is deduplicated by its transactionIds). */
@@ -874,7 +874,10 @@ static long lake_http_call(struct lake_http *c, const char *path,
         struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
 
         st = lake_http_post(c, path, body, n, err);
-        if (st == ok || (st >= 400 && st < 500 && st != 429) ||
+        /* only no answer, 429 and 5xx are retried: any other status than
+         * ok (a 200 where a push answers 201, a redirect) is not a queen
+         * broker's answer, and asking again cannot change it */
+        if (st == ok || (st != 0 && st != 429 && st < 500) ||
             lake_mono_ms() - start + ms >= LAKE_BROKER_TRY_MS) {
             return st;
         }

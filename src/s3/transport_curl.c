@@ -275,9 +275,12 @@ static int finish(CURL *h, CURLcode rc, const char *errbuf,
          * does not load): the handshake ended before anything was sent */
         x->ans->is_untrusted = rc == CURLE_PEER_FAILED_VERIFICATION ||
                                rc == CURLE_SSL_CACERT_BADFILE;
+        /* ...or a handshake that failed (https:// to a plain HTTP port
+         * answers "wrong version number") */
         x->ans->is_unreached = x->ans->is_unresolved || x->ans->is_untrusted ||
                                rc == CURLE_COULDNT_RESOLVE_PROXY ||
-                               rc == CURLE_COULDNT_CONNECT;
+                               rc == CURLE_COULDNT_CONNECT ||
+                               rc == CURLE_SSL_CONNECT_ERROR;
         return err_set(err, ERR_IO, "%s: %s", curl_easy_strerror(rc),
                        errbuf[0] != '\0' ? errbuf : "no detail");
     }

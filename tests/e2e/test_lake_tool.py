@@ -2190,3 +2190,75 @@ def test_a_line_longer_than_any_record_is_a_violation_not_memory(bucket):
     assert p.returncode == 1 and q["violationCount"] >= 1, p
     assert any("line 1 runs past" in v for v in q["violations"]), \
         q["violations"]
+
+
+class NotQueen:
+    """An HTTP server that answers every POST 200 with a fixed body: a
+    web server, not a queen broker."""
+
+    def __init__(self, status, body, ctype):
+        import http.server
+        import threading
+        outer = self
+        self.posts = 0
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                outer.posts += 1
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = "http://127.0.0.1:%d" % self.srv.server_address[1]
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def test_a_restore_to_a_server_that_is_not_queen_stops_at_once(bucket):
+    """Only no answer, 429 and 5xx are a broker's to wait for: a 200 where a
+    push answers 201, or a redirect, is not queen's and was retried for
+    about 30 s. Now the first one stops the restore, exit 2, naming it."""
+    small_lake(bucket, "nq")
+    for status, body, ctype in ((200, b"<html>hello</html>", "text/html"),
+                                (200, b"{}", "application/json"),
+                                (302, b"", "text/plain")):
+        srv = NotQueen(status, body, ctype)
+        try:
+            t0 = time.monotonic()
+            p = tool(bucket, "restore", "--queue", "nq", "--to", srv.url,
+                     "--threads", "1", timeout=60)
+            assert p.returncode == 2, p
+            assert "the broker's push answered %d" % status in p.stderr, p
+            assert time.monotonic() - t0 < 10, (status, p)
+            assert srv.posts == 1, srv.posts
+        finally:
+            srv.close()
+
+
+def test_https_to_a_plain_http_bucket_is_one_line_at_once(bucket):
+    """https:// to a port that speaks plain HTTP fails its handshake
+    ("wrong version number") before any answer: a wrong endpoint, one line
+    and exit 2, not six attempts with backoff (about 15 s)."""
+    ep = bucket.endpoint.replace("http://", "https://", 1)
+    assert ep.startswith("https://"), ep
+    env = {"PATH": os.environ.get("PATH", ""), **CREDS}
+    for args in [("verify", "--queue", "q"), ("verify",)]:
+        cmd = [queen_bin(), "lake", args[0], "--endpoint", ep, "--bucket",
+               "lake", "--path-style", *args[1:]]
+        # the deadline: a timeout here fails the test
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                           timeout=6)
+        assert p.returncode == 2, (args, p)
+        lines = p.stderr.splitlines()
+        assert len(lines) == 1 and "retrying" not in p.stderr, (args, p)
+        assert "ssl" in lines[0].lower(), (args, p)
