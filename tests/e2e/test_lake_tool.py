@@ -447,6 +447,21 @@ def closed_port():
         return s.getsockname()[1]
 
 
+def one_line_exit_2(ep, args, deadline, with_run=False):
+    """Run `queen lake <args>` against the bucket endpoint ep: it must exit
+    2 within deadline seconds (a timeout fails the test) with one line on
+    stderr and no retry. That line (and the run, with_run)."""
+    env = {"PATH": os.environ.get("PATH", ""), **CREDS}
+    cmd = [queen_bin(), "lake", args[0], "--endpoint", ep, "--bucket",
+           "lake", "--path-style", *args[1:]]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                       timeout=deadline)
+    assert p.returncode == 2, (args, p)
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and "retrying" not in p.stderr, (args, p)
+    return (lines[0], p) if with_run else lines[0]
+
+
 def test_an_unreachable_bucket_is_one_line_at_once():
     """A bucket endpoint that refuses the first connection is a wrong one:
     exit 2 with the one-line reason well before the ~12 s the S3 client's
@@ -454,22 +469,14 @@ def test_an_unreachable_bucket_is_one_line_at_once():
     without --queue. (A bucket that answered once is retried as before:
     tests/unit/test_s3client.c.)"""
     ep = "http://127.0.0.1:%d" % closed_port()
-    env = {"PATH": os.environ.get("PATH", ""), **CREDS}
     runs = [("verify", "--json"), ("verify", "--queue", "q", "--json"),
             ("restore", "--queue", "q", "--to", "http://127.0.0.1:1",
              "--json")]
     for args in runs:
-        cmd = [queen_bin(), "lake", args[0], "--endpoint", ep, "--bucket",
-               "lake", "--path-style", *args[1:]]
-        # the deadline: a timeout here fails the test
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                           timeout=4)
-        assert p.returncode == 2, (args, p)
-        lines = p.stderr.splitlines()
-        assert len(lines) == 1 and "retrying" not in p.stderr, (args, p)
-        assert "connect" in lines[0].lower(), (args, p)
+        line, p = one_line_exit_2(ep, args, 4, with_run=True)
+        assert "connect" in line.lower(), (args, p)
         doc = json.loads(p.stdout)
-        assert doc["error"] in lines[0], (args, p)
+        assert doc["error"] in line, (args, p)
         assert doc.get("exact", doc.get("ok")) is False, (args, doc)
 
 
@@ -2251,14 +2258,6 @@ def test_https_to_a_plain_http_bucket_is_one_line_at_once(bucket):
     and exit 2, not six attempts with backoff (about 15 s)."""
     ep = bucket.endpoint.replace("http://", "https://", 1)
     assert ep.startswith("https://"), ep
-    env = {"PATH": os.environ.get("PATH", ""), **CREDS}
     for args in [("verify", "--queue", "q"), ("verify",)]:
-        cmd = [queen_bin(), "lake", args[0], "--endpoint", ep, "--bucket",
-               "lake", "--path-style", *args[1:]]
-        # the deadline: a timeout here fails the test
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                           timeout=6)
-        assert p.returncode == 2, (args, p)
-        lines = p.stderr.splitlines()
-        assert len(lines) == 1 and "retrying" not in p.stderr, (args, p)
-        assert "ssl" in lines[0].lower(), (args, p)
+        line = one_line_exit_2(ep, args, 6)
+        assert "ssl" in line.lower(), (args, line)
