@@ -1467,13 +1467,16 @@ static bool server_evict_idle(struct http_server *srv,
     return true;
 }
 
-/* The open connections not already closing: those the limit counts. */
+/* The connections the limit counts: those not already closing, and those
+ * lingering after an error answer (their socket stays open up to
+ * SERVER_LINGER_MS, so a client sending one bad request after another
+ * cannot hold more sockets than the limit). */
 static size_t server_live_conns(const struct http_server *srv)
 {
     size_t n = 0;
 
     for (const struct http_conn *c = srv->conns; c != NULL; c = c->next) {
-        n += !c->is_closing;
+        n += !c->is_closing || c->is_lingering;
     }
     return n;
 }

@@ -70,12 +70,19 @@
  * at depth 5 ({"entries":[{"records":[{"payload"), two levels deeper. */
 #define LAKE_FETCH_DEPTH (JSON_MAX_DEPTH_DEFAULT - 3 + 5)
 /* A line is one record: its payload came in a push body, so a line longer
- * than the largest body the broker takes (QUEEN_MAX_BODY_BYTES, read from
- * the environment as the broker reads it) plus an envelope is no record.
- * The bound keeps a line without LF (a few kB of zstd can decode to GBs)
- * from growing a reader's memory without end. */
+ * than twice the largest body the broker takes (QUEEN_MAX_BODY_BYTES, read
+ * from the environment as the broker reads it) plus an envelope is no
+ * record. Twice: a sealed payload the sink's node cannot open is written
+ * as a JSON string of its envelope, base64 inside (4/3 of it, and its
+ * quotes). The bound keeps a line without LF (a few kB of zstd can decode
+ * to GBs) from growing a reader's memory without end. */
 #define LAKE_LINE_ENVELOPE ((size_t)64 << 10)
 static size_t lake_body_max = (size_t)64 << 20;
+
+static size_t lake_line_max(void)
+{
+    return 2 * lake_body_max + LAKE_LINE_ENVELOPE;
+}
 /* --batch's default: 2000 records measured faster than 1000 (fewer requests
  * for the broker to parse, answer and commit; bench/restore, docs/lake.md
  * section 4); 4000 was no faster. */
@@ -1168,13 +1175,12 @@ static int lake_lines(struct lake_reader *rd, const char *p, size_t n,
 
         size_t upto = lf != NULL ? (size_t)(lf - p) : n;
 
-        if (rd->carry->len + (upto - at) > lake_body_max + LAKE_LINE_ENVELOPE) {
+        if (rd->carry->len + (upto - at) > lake_line_max()) {
             return err_set(err, ERR_CORRUPT,
                            "line %" PRIu64 " runs past %zu bytes: longer than "
                            "any record a broker with QUEEN_MAX_BODY_BYTES=%zu "
                            "takes (set it as the broker's)",
-                           rd->line_no + 1, lake_body_max + LAKE_LINE_ENVELOPE,
-                           lake_body_max);
+                           rd->line_no + 1, lake_line_max(), lake_body_max);
         }
         if (lf == NULL) {
             return buf_append(rd->carry, p + at, n - at, err);

@@ -2149,7 +2149,7 @@ def test_a_line_longer_than_any_record_is_a_violation_not_memory(bucket):
     the same bound."""
     import zstandard
     t0 = st.T0
-    big = b'"' + b"a" * (2 << 20) + b'"'
+    big = b'"' + b"a" * (3 << 20) + b'"'
     recs = [("p", 0, "t0", t0 + 1, b'{"o":0}'), ("p", 1, "t1", t0 + 2, big)]
     small_lake(bucket, "fine", n=2)
     c = bucket.boto3()
@@ -2178,7 +2178,7 @@ def test_a_line_longer_than_any_record_is_a_violation_not_memory(bucket):
         ["Contents"]][0]
     cctx = zstandard.ZstdCompressor(level=3, write_content_size=False)
     bomb = cctx.compressobj()
-    body = b"".join([bomb.compress(b"a" * (1 << 20)) for _ in range(8)] +
+    body = b"".join([bomb.compress(b"a" * (1 << 20)) for _ in range(7)] +
                     [bomb.flush()])
     mkey = "%s/_queen/tenant=%s/queue=long/windows/0000000001.json" % (
         PREFIX, TENANT)
@@ -2192,7 +2192,7 @@ def test_a_line_longer_than_any_record_is_a_violation_not_memory(bucket):
     c.put_object(Bucket="lake", Key=mkey,
                  Body=json.dumps(man, separators=(",", ":")).encode())
     p = tool(bucket, "verify", "--json", "--queue", "long",
-             env={"QUEEN_MAX_BODY_BYTES": "2MiB"})
+             env={"QUEEN_MAX_BODY_BYTES": "3MiB"})
     q = json.loads(p.stdout)["queues"][0]
     assert p.returncode == 1 and q["violationCount"] >= 1, p
     assert any("line 1 runs past" in v for v in q["violations"]), \

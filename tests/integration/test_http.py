@@ -456,6 +456,40 @@ def test_at_the_limit_with_every_connection_busy_a_new_one_is_closed():
         assert e.stop() == 0
 
 
+def test_connections_lingering_after_an_error_count_toward_the_limit():
+    """A connection answered an error lingers (its socket open, reading to
+    EOF) for up to 2 s: the limit counts it, so a client sending one bad
+    request after another cannot hold more sockets than the limit."""
+    e = Echo("--max-conns", "2")
+    try:
+        bad = []
+        for _ in range(2):
+            s = e.connect()
+            s.sendall(b"BAD\x01 / HTTP/1.1\r\n\r\n")
+            assert Reader(s).response()[0] == 400
+            bad.append(s)  # no FIN from us: the node lingers
+        probe = e.connect()
+        probe.sendall(get("/kv/a/b"))
+        assert Reader(probe).at_eof()  # closed unanswered: no room
+        probe.close()
+        for s in bad:
+            s.close()
+        t0 = time.monotonic()
+        while True:  # room again once the lingering sockets closed
+            s = e.connect()
+            s.sendall(get("/kv/a/b"))
+            try:
+                if Reader(s).response()[0] == 200:
+                    break
+            except (EOFError, ConnectionResetError):
+                pass
+            finally:
+                s.close()
+            assert time.monotonic() - t0 < DEADLINE
+    finally:
+        assert e.stop() == 0
+
+
 def test_sigterm_writes_every_pipelined_answer_then_exits_0():
     e = Echo()
     try:
