@@ -303,8 +303,11 @@ def test_a_prefix_unlike_the_last_windows_is_warned_about(sink_node,
     reader = lake.bucket_reader(bucket)
     node = sink_node()
     acked = push(node, items(0))
-    wait_lake(reader, node, "orders", acked)
-    k = sink_row(node, "orders")["k"]
+    k = wait_lake(reader, node, "orders", acked)["manifests"]
+    # The manifest is in the bucket before the pointer moves past it: wait
+    # for the commit, so the node stops with window k committed.
+    wait_until(lambda: (sink_row(node, "orders") or {}).get("k") == k, 60,
+               "the pointer to reach window %d" % k)
     assert node.stop() == 0
     node = sink_node({"QUEEN_S3_PREFIX": PREFIX + "-moved"},
                      data_dir=node.data_dir)
