@@ -69,6 +69,9 @@
  * allows, at depth 3 there ({"items":[{"payload"); its fetch answer holds it
  * at depth 5 ({"entries":[{"records":[{"payload"), two levels deeper. */
 #define LAKE_FETCH_DEPTH (JSON_MAX_DEPTH_DEFAULT - 3 + 5)
+/* An object decoding to more than this many times its stored size (past a
+ * floor) is refused (lake_parquet_max). */
+#define LAKE_PARQUET_RATIO ((size_t)1024)
 /* A line is one record: its payload came in a push body, so a line longer
  * than twice the largest body the broker takes (QUEEN_MAX_BODY_BYTES, read
  * from the environment as the broker reads it) plus an envelope is no
@@ -83,6 +86,18 @@ static size_t lake_line_max(void)
 {
     return 2 * lake_body_max + LAKE_LINE_ENVELOPE;
 }
+
+/* What a Parquet object of n stored bytes may decode to (its rows,
+ * dictionaries and pages, held at once): LAKE_PARQUET_RATIO times its size,
+ * and at least two of the longest records. Real event data decodes to ~6
+ * times its size; a hostile object can declare 1 GiB pages at ~30,000:1. */
+static size_t lake_parquet_max(size_t n)
+{
+    size_t least = 2 * lake_line_max();
+
+    return n > least / LAKE_PARQUET_RATIO ? n * LAKE_PARQUET_RATIO : least;
+}
+
 /* --batch's default: 2000 records measured faster than 1000 (fewer requests
  * for the broker to parse, answer and commit; bench/restore, docs/lake.md
  * section 4); 4000 was no faster. */
@@ -1219,7 +1234,7 @@ static int lake_decode_parquet(struct lake_reader *rd, const char *body,
     int rc;
 
     memset(&f, 0, sizeof(f));
-    rc = parquet_file_read(body, n, &f, err);
+    rc = parquet_file_read_max(body, n, lake_parquet_max(n), &f, err);
     if (rc == 0) {
         rc = lake_footer_check(body, n, &f, pq, err);
     }

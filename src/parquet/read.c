@@ -7,6 +7,7 @@
 
 #include <snappy-c.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
@@ -46,6 +47,19 @@ struct chunk { /* what decoding one column chunk needs */
 static int bad(struct err *err, const char *what)
 {
     return err_set(err, ERR_CORRUPT, "parquet: %s", what);
+}
+
+/* Counts n more decoded bytes against the file's bound (before they are
+ * allocated). */
+static int charge(struct parquet_file *f, size_t n, struct err *err)
+{
+    if (n > f->decoded_max - f->decoded) {
+        return err_set(err, ERR_CORRUPT,
+                       "parquet: decodes to more than %zu bytes",
+                       f->decoded_max);
+    }
+    f->decoded += n;
+    return 0;
 }
 
 static bool cur_varint(struct cur *c, uint64_t *v)
@@ -203,6 +217,9 @@ static int decompress(struct chunk *k, struct slice src, size_t unc,
     if (unc > MAX_PAGE) {
         return bad(k->err, "page over 1 GiB");
     }
+    if (charge(f, unc + 1, k->err) != 0) {
+        return k->err->code;
+    }
     dst = xmalloc(unc + 1);
     if (f->npages == f->cap_pages) {
         f->cap_pages = f->cap_pages == 0 ? 16 : f->cap_pages * 2;
@@ -249,6 +266,9 @@ static int read_dict(struct chunk *k, struct cur c, size_t n)
 {
     if (n > MAX_DICT || n > (size_t)(c.end - c.p) / 4 || k->dict != NULL) {
         return bad(k->err, "bad dictionary page");
+    }
+    if (charge(k->f, (n + 1) * sizeof(*k->dict), k->err) != 0) {
+        return k->err->code;
     }
     k->dict = xcalloc(n + 1, sizeof(*k->dict));
     k->ndict = n;
@@ -469,11 +489,18 @@ static int read_row_groups(struct parquet_file *f, const uint8_t *file,
 int parquet_file_read(const void *p, size_t n, struct parquet_file *f,
                       struct err *err)
 {
+    return parquet_file_read_max(p, n, SIZE_MAX, f, err);
+}
+
+int parquet_file_read_max(const void *p, size_t n, size_t max,
+                          struct parquet_file *f, struct err *err)
+{
     const uint8_t *file = p;
     uint32_t flen;
     size_t used;
 
     memset(f, 0, sizeof(*f));
+    f->decoded_max = max;
     if (n < 12 || memcmp(file, "PAR1", 4) != 0 ||
         memcmp(file + n - 4, "PAR1", 4) != 0) {
         return bad(err, "no PAR1 magic at both ends");
@@ -494,6 +521,10 @@ int parquet_file_read(const void *p, size_t n, struct parquet_file *f,
         return bad(err, "bad num_rows");
     }
     f->nrecs = (size_t)rows;
+    /* rows, with the per-page level and int64 arrays they bound */
+    if (charge(f, (f->nrecs + 1) * (sizeof(*f->recs) + 9), err) != 0) {
+        return err->code;
+    }
     f->recs = xcalloc(f->nrecs + 1, sizeof(*f->recs));
     return read_row_groups(f, file, n - 8 - flen, err);
 }

@@ -24,6 +24,8 @@ struct parquet_file {
     size_t *page_lens;
     size_t npages;
     size_t cap_pages;
+    size_t decoded;     /* bytes allocated for what the file decodes to */
+    size_t decoded_max; /* the bound on decoded */
 };
 
 /* Decode the file p[0..n) (borrowed: footer slices point into it) into f
@@ -31,6 +33,13 @@ struct parquet_file {
  * ERR_CORRUPT with the reason. */
 int parquet_file_read(const void *p, size_t n, struct parquet_file *f,
                       struct err *err);
+
+/* parquet_file_read, refusing (ERR_CORRUPT, "decodes to more than ...")
+ * a file whose rows, dictionaries and decompressed pages would take more
+ * than max bytes: a page may declare up to 1 GiB and compress ~30,000:1,
+ * so a small hostile file could otherwise take any amount of memory. */
+int parquet_file_read_max(const void *p, size_t n, size_t max,
+                          struct parquet_file *f, struct err *err);
 void parquet_file_free(struct parquet_file *f);
 
 #endif

@@ -2199,6 +2199,37 @@ def test_a_line_longer_than_any_record_is_a_violation_not_memory(bucket):
         q["violations"]
 
 
+def test_a_parquet_object_decoding_past_its_bound_is_a_violation(bucket):
+    """A Parquet page may declare up to 1 GiB and zstd compresses a run
+    ~30,000:1, so a few kB can decode to GBs, all held at once. An object
+    decoding to more than 1024 times its size and more than two of the
+    longest records (QUEEN_MAX_BODY_BYTES) is a violation. A 12 MiB run of
+    one byte is such an object under a 1 MiB body limit, and a fine one
+    under the default 64 MiB."""
+    t0 = st.T0
+    big = b'"' + b"a" * (12 << 20) + b'"'
+    recs = [("p", 0, "t0", t0 + 1, b'{"o":0}'), ("p", 1, "t1", t0 + 2, big)]
+    small_lake(bucket, "fine", n=2)
+    c = bucket.boto3()
+    (m,) = lake.make_lake(lambda key, body: c.put_object(Bucket="lake",
+                                                         Key=key, Body=body),
+                          PREFIX, TENANT, "runs", [(t0, t0 + 100, recs)],
+                          fmt="parquet", compression="zstd")
+    assert m["bytes"] * 1024 < len(big), m  # past the ratio: the floor rules
+    assert verify_json(bucket, "--queue", "runs")[0] == 0
+    p = tool(bucket, "verify", "--json", "--queue", "runs", "--queue", "fine",
+             env={"QUEEN_MAX_BODY_BYTES": "1MiB"})
+    doc = json.loads(p.stdout)
+    assert p.returncode == 1, p
+    by = {q["queue"]: q for q in doc["queues"]}
+    assert by["fine"]["exact"], doc
+    q = by["runs"]
+    assert q["violationCount"] == 1, q
+    assert "decodes to more than %d bytes" % (4 * (1 << 20) + 2 * (64 << 10)) \
+        in q["violations"][0], q
+    assert m["objects"][0]["key"] in q["violations"][0], q
+
+
 class NotQueen:
     """An HTTP server that answers every POST 200 with a fixed body: a
     web server, not a queen broker."""

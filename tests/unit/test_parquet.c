@@ -5,7 +5,9 @@
  * read the same files in tests/compat/. */
 #include "parquet/parquet.h"
 
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <zstd.h>
 
 #include "base/xalloc.h"
@@ -787,4 +789,49 @@ TEST(a_cap_below_the_magic_is_too_big_at_finish)
     EXPECT_EQ_U64(out.len, 0);
     parquet_writer_free(w);
     buf_free(&out);
+}
+
+TEST(a_bound_on_what_a_file_decodes_to_refuses_it_past_the_bound)
+{
+    /* 8 MiB of one byte compresses ~1000:1: what the file decodes to, not
+     * its size, is what a reader holds. */
+    struct corpus c = {0};
+    struct parquet_opts o = {.codec = PARQUET_ZSTD};
+    struct parquet_file f;
+    struct buf out;
+    struct err e;
+    size_t big = (size_t)8 << 20;
+    char *pl = xmalloc(big);
+
+    memset(pl, 'a', big);
+    pl[0] = '"';
+    pl[big - 1] = '"';
+    add(&c, "p", 0, "t0", 1, pl, big);
+    add(&c, "p", 1, "t1", 2, "{}", 2);
+    write_file(&c, &o, &out);
+    EXPECT(out.len < big / 100);
+    EXPECT_EQ_I64(parquet_file_read_max(out.data, out.len, SIZE_MAX, &f, &e),
+                  0);
+    size_t need = f.decoded;
+    EXPECT(need > big && need < big + ((size_t)1 << 20));
+    EXPECT_EQ_U64(f.nrecs, 2);
+    parquet_file_free(&f);
+    EXPECT_EQ_I64(parquet_file_read_max(out.data, out.len, need, &f, &e), 0);
+    EXPECT_EQ_U64(f.nrecs, 2);
+    EXPECT(f.recs[0].payload.len == big);
+    parquet_file_free(&f);
+    EXPECT_EQ_I64(parquet_file_read_max(out.data, out.len, need - 1, &f, &e),
+                  ERR_CORRUPT);
+    EXPECT(strstr(e.msg, "decodes to more than") != NULL);
+    parquet_file_free(&f);
+    /* a footer declaring more rows than the bound can hold is refused
+     * before they are allocated */
+    EXPECT_EQ_I64(parquet_file_read_max(out.data, out.len, 64, &f, &e),
+                  ERR_CORRUPT);
+    EXPECT(strstr(e.msg, "decodes to more than 64 bytes") != NULL);
+    EXPECT(f.recs == NULL);
+    parquet_file_free(&f);
+    free(pl);
+    buf_free(&out);
+    corpus_free(&c);
 }
