@@ -11,7 +11,12 @@
  *   1 byte  payload length (0 = null), then that many payload bytes
  * Bytes >= 0x80 in names and payloads become "é" so the text stays UTF-8.
  * Records are sorted by partition and offsets made increasing, as the sink
- * delivers them. */
+ * delivers them.
+ *
+ * What `queen lake` reads is untrusted: the file written is also damaged
+ * (bytes the input picks, flipped) and read again, and the raw input read
+ * as a file, under a bound on what it may decode to; either reads or is
+ * refused (ERR_CORRUPT), never a crash or more memory than the bound. */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,8 +143,44 @@ static void write_mem(const struct parquet_opts *o,
     parquet_writer_free(w);
 }
 
+/* A bound on what a damaged file may decode to: far above what the
+ * target's inputs write, far below libFuzzer's RSS limit. */
+#define FUZZ_DECODED_MAX ((size_t)64 << 20)
+
+static void read_untrusted(const void *p, size_t n)
+{
+    struct parquet_file f;
+    struct err e = {0};
+    int rc = parquet_file_read_max(p, n, FUZZ_DECODED_MAX, &f, &e);
+
+    ASSERT(rc == 0 || rc == ERR_CORRUPT);
+    ASSERT(f.decoded <= FUZZ_DECODED_MAX);
+    parquet_file_free(&f);
+}
+
+/* file with up to 8 bytes flipped at places data picks, read again. */
+static void read_damaged(const struct buf *file, const uint8_t *data,
+                         size_t size)
+{
+    uint8_t *d;
+
+    if (file->len == 0 || size < 2) {
+        return;
+    }
+    d = xmalloc(file->len);
+    memcpy(d, file->data, file->len);
+    for (size_t i = 0; i + 1 < size && i < 8; i++) {
+        size_t at =
+            ((size_t)data[size - 1 - i] * 2654435761u + i * 977) % file->len;
+        d[at] ^= (uint8_t)(data[i] | 1);
+    }
+    read_untrusted(d, file->len);
+    free(d);
+}
+
 static void round_trip(const struct parquet_opts *o,
-                       const struct parquet_record *rs, size_t n)
+                       const struct parquet_record *rs, size_t n,
+                       const uint8_t *data, size_t size)
 {
     struct buf a;
     struct buf b;
@@ -159,6 +200,7 @@ static void round_trip(const struct parquet_opts *o,
                same(x->payload, y->payload));
     }
     parquet_file_free(&f);
+    read_damaged(&a, data, size);
     buf_free(&a);
     buf_free(&b);
 }
@@ -182,6 +224,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (thrift_decode(data, size, &t, &used, &e) == 0) {
         thrift_tree_free(&t);
     }
+    read_untrusted(data, size);
     if (size == 0) {
         return 0;
     }
@@ -202,7 +245,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         recs[i].ts = rs[i].ts;
         recs[i].payload = (struct slice){arena.data + rs[i].pay, rs[i].paylen};
     }
-    round_trip(&o, recs, n);
+    round_trip(&o, recs, n, data, size);
     free(recs);
     free(rs);
     buf_free(&arena);
