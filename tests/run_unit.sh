@@ -15,6 +15,8 @@ for t in "$@"; do
   tp=${line%% passed*}; tf=${line#*, }; tf=${tf%% failed*}
   p=$((p+tp)); f=$((f+tf))
   if [ "$rc" -ne 0 ] || [ "$tf" -ne 0 ]; then
+    # what failed first (the tail may not reach it), then the tail
+    printf '%s\n' "$out" | grep -E '^FAIL |^  [^ ]+:[0-9]+: ' | head -20
     printf '%s\n' "$out" | grep -v '^[0-9]* passed' | tail -40
     echo "unit: $(basename "$t"): $line (rc=$rc)"; bad=1
   else

@@ -89,6 +89,9 @@ int snapshot_dump_begin(struct store *s, struct snap **out, struct err *err);
 /* The applied index the dump holds (read in its transaction). */
 uint64_t snapshot_dump_index(const struct snap *sp);
 void snapshot_dump_run(struct snap *sp);
+/* Tests only: while held, a dump's run waits before it streams, so a test
+ * can act while a dump is open without racing its end. */
+void snapshot_dump_hold(bool hold);
 /* Loop thread: release the store and free sp. On success *p gets the LZ4
  * frame (malloc'd: free with free, or hand it to libraft, whose raft_free
  * passes a block it did not cut to libc, raft/arena.h) and *len its size.

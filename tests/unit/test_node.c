@@ -862,8 +862,12 @@ TEST(a_leader_closed_during_a_dump_for_a_follower_waits_for_it)
     snapshot_stats_get(&s0);
     EXPECT_EQ_U64(s0.dumps, s0.dumps_begun);
     dumps_before = s0.dumps_begun;
+    /* Held, the dump cannot begin and end within one turn of the loop,
+     * which a_dump_open would never see. */
+    snapshot_dump_hold(true);
     cluster_start(&c, follower);
     EXPECT(cluster_run(&c, a_dump_open, HARNESS_WAIT_S));
+    snapshot_dump_hold(false);
     /* No loop turn in between: the dump's end has not run yet. */
     cluster_stop(&c, leader);
     EXPECT_EQ_U64(snapshot_open_count(), 0);
