@@ -2140,6 +2140,31 @@ def test_a_record_repeated_from_the_window_before_is_one_violation(bucket):
     assert doc["queues"][0]["violationCount"] == 1, doc
 
 
+def one_long_record_under_1mib(bucket, queue, n, fmt):
+    """A lake of queue whose second record is a string of n bytes of "a",
+    beside a fine queue: exact under the default QUEEN_MAX_BODY_BYTES, one
+    violation under 1 MiB (the fine queue still exact). (manifest, the
+    queue's --json report under 1 MiB)."""
+    t0 = st.T0
+    big = b'"' + b"a" * n + b'"'
+    recs = [("p", 0, "t0", t0 + 1, b'{"o":0}'), ("p", 1, "t1", t0 + 2, big)]
+    small_lake(bucket, "fine", n=2)
+    c = bucket.boto3()
+    (m,) = lake.make_lake(lambda key, body: c.put_object(Bucket="lake",
+                                                         Key=key, Body=body),
+                          PREFIX, TENANT, queue, [(t0, t0 + 100, recs)],
+                          fmt=fmt, compression="zstd")
+    assert verify_json(bucket, "--queue", queue)[0] == 0
+    p = tool(bucket, "verify", "--json", "--queue", queue, "--queue", "fine",
+             env={"QUEEN_MAX_BODY_BYTES": "1MiB"})
+    doc = json.loads(p.stdout)
+    assert p.returncode == 1, p
+    by = {q["queue"]: q for q in doc["queues"]}
+    assert by["fine"]["exact"], doc
+    assert by[queue]["violationCount"] == 1, by[queue]
+    return m, by[queue]
+
+
 def test_a_line_longer_than_any_record_is_a_violation_not_memory(bucket):
     """A line is one record, and a record came in a push body: a line longer
     than QUEEN_MAX_BODY_BYTES (as the broker reads it, 64 MiB unset) plus
@@ -2148,24 +2173,7 @@ def test_a_line_longer_than_any_record_is_a_violation_not_memory(bucket):
     object decoded whole and the one streamed without a stated size meet
     the same bound."""
     import zstandard
-    t0 = st.T0
-    big = b'"' + b"a" * (3 << 20) + b'"'
-    recs = [("p", 0, "t0", t0 + 1, b'{"o":0}'), ("p", 1, "t1", t0 + 2, big)]
-    small_lake(bucket, "fine", n=2)
-    c = bucket.boto3()
-    lake.make_lake(lambda key, body: c.put_object(Bucket="lake", Key=key,
-                                                  Body=body),
-                   PREFIX, TENANT, "long", [(t0, t0 + 100, recs)],
-                   compression="zstd")
-    assert verify_json(bucket, "--queue", "long")[0] == 0
-    p = tool(bucket, "verify", "--json", "--queue", "long", "--queue", "fine",
-             env={"QUEEN_MAX_BODY_BYTES": "1MiB"})
-    doc = json.loads(p.stdout)
-    assert p.returncode == 1, p
-    by = {q["queue"]: q for q in doc["queues"]}
-    assert by["fine"]["exact"], doc
-    q = by["long"]
-    assert q["violationCount"] == 1, q
+    _, q = one_long_record_under_1mib(bucket, "long", 3 << 20, "jsonl")
     assert "line 2 runs past" in q["violations"][0], q
     assert "QUEEN_MAX_BODY_BYTES=1048576" in q["violations"][0], q
     p = tool(bucket, "verify", "--queue", "long",
@@ -2173,6 +2181,7 @@ def test_a_line_longer_than_any_record_is_a_violation_not_memory(bucket):
     assert "QUEEN_MAX_BODY_BYTES=lots" in p.stderr, p.stderr
     # A stream of no stated size (streamed, 1 MiB at a time) with no LF.
     # The manifest is rewritten to match, so only the line is wrong.
+    c = bucket.boto3()
     key = [o["Key"] for o in c.list_objects_v2(
         Bucket="lake", Prefix="%s/tenant=%s/queue=long/" % (PREFIX, TENANT))
         ["Contents"]][0]
@@ -2206,25 +2215,8 @@ def test_a_parquet_object_decoding_past_its_bound_is_a_violation(bucket):
     longest records (QUEEN_MAX_BODY_BYTES) is a violation. A 12 MiB run of
     one byte is such an object under a 1 MiB body limit, and a fine one
     under the default 64 MiB."""
-    t0 = st.T0
-    big = b'"' + b"a" * (12 << 20) + b'"'
-    recs = [("p", 0, "t0", t0 + 1, b'{"o":0}'), ("p", 1, "t1", t0 + 2, big)]
-    small_lake(bucket, "fine", n=2)
-    c = bucket.boto3()
-    (m,) = lake.make_lake(lambda key, body: c.put_object(Bucket="lake",
-                                                         Key=key, Body=body),
-                          PREFIX, TENANT, "runs", [(t0, t0 + 100, recs)],
-                          fmt="parquet", compression="zstd")
-    assert m["bytes"] * 1024 < len(big), m  # past the ratio: the floor rules
-    assert verify_json(bucket, "--queue", "runs")[0] == 0
-    p = tool(bucket, "verify", "--json", "--queue", "runs", "--queue", "fine",
-             env={"QUEEN_MAX_BODY_BYTES": "1MiB"})
-    doc = json.loads(p.stdout)
-    assert p.returncode == 1, p
-    by = {q["queue"]: q for q in doc["queues"]}
-    assert by["fine"]["exact"], doc
-    q = by["runs"]
-    assert q["violationCount"] == 1, q
+    m, q = one_long_record_under_1mib(bucket, "runs", 12 << 20, "parquet")
+    assert m["bytes"] * 1024 < (12 << 20), m  # past the ratio: floor rules
     assert "decodes to more than %d bytes" % (4 * (1 << 20) + 2 * (64 << 10)) \
         in q["violations"][0], q
     assert m["objects"][0]["key"] in q["violations"][0], q
