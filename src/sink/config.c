@@ -1005,6 +1005,40 @@ static void note_ignored(struct ld *l, struct sink_node_config *n)
     }
 }
 
+/* Every value the sink names in keys, /status, metrics and logs is UTF-8:
+ * one that is not would make /status invalid JSON and keys no reader
+ * expects. The value is not shown (it may be a key). The secret is only
+ * signed with, never shown, so it is left to the bucket. */
+static int env_utf8(struct ld *l)
+{
+    static const char *const more[] = {"QUEEN_S3_INSTANCE"};
+
+    for (size_t i = 0; i < ARRAY_LEN(tenant_vars) + ARRAY_LEN(more); i++) {
+        const char *name = i < ARRAY_LEN(tenant_vars)
+                               ? tenant_vars[i]
+                               : more[i - ARRAY_LEN(tenant_vars)];
+        const unsigned char *v =
+            (const unsigned char *)l->env->get(l->env->ctx, name);
+        size_t n = v != NULL ? strlen((const char *)v) : 0;
+
+        if (strcmp(name, "QUEEN_S3_SECRET_KEY") == 0) {
+            continue;
+        }
+        for (size_t at = 0; at < n;) {
+            size_t k = json_utf8_len(v + at, n - at);
+            if (k == 0) {
+                return fail(l,
+                            "%s holds bytes that are not UTF-8 (at byte %zu): "
+                            "the names it gives go into keys, /status and "
+                            "logs, which are UTF-8",
+                            name, at + 1);
+            }
+            at += k;
+        }
+    }
+    return 0;
+}
+
 static int load_node(struct ld *l, struct sink_node_config *n)
 {
     long cores = l->env->cores;
@@ -1034,7 +1068,8 @@ int sink_config_load(struct sink_config *c, struct sink_node_config *n,
 
     memset(c, 0, sizeof(*c));
     memset(n, 0, sizeof(*n));
-    if (load_node(&l, n) != 0 || parse_tenant(&l, c) != 0) {
+    if (env_utf8(&l) != 0 || load_node(&l, n) != 0 ||
+        parse_tenant(&l, c) != 0) {
         char fatal[SINK_FATAL_MAX];
 
         memcpy(fatal, n->fatal, sizeof(fatal));
@@ -1484,6 +1519,14 @@ static int doc_field(struct ld *l, const struct json_doc *d, size_t f, int v,
                 buf_free(&b);
                 return fail(l, "%s is not a valid string", key);
             }
+            if (b.len > 0 && memchr(b.data, '\0', b.len) != NULL) {
+                /* every rule would judge only the text before it */
+                buf_free(&b);
+                return fail(l,
+                            "%s holds a NUL (\\u0000), which no setting "
+                            "takes",
+                            key);
+            }
             t->value[f] =
                 b.data != NULL ? buf_steal(&b, &(size_t){0}) : xstrdup("");
             return 0;
@@ -1557,7 +1600,17 @@ static int doc_queue_list(struct ld *l, const struct json_doc *d, int list,
         }
         struct buf b;
         buf_init(&b, sizeof(name) - 1);
-        if (json_get_str(d, e, &b, l->err) == 0 && b.data != NULL) {
+        if (json_get_str(d, e, &b, l->err) != 0) {
+            buf_free(&b);
+            return fail(l, "queues holds a name longer than %zu bytes",
+                        sizeof(name) - 1);
+        }
+        if (b.len > 0 && memchr(b.data, '\0', b.len) != NULL) {
+            buf_free(&b);
+            return fail(l, "queues holds a name with a NUL (\\u0000), "
+                           "which the list does not take");
+        }
+        if (b.data != NULL) {
             memcpy(name, b.data, b.len + 1);
         } else {
             name[0] = '\0';

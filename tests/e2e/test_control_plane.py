@@ -478,6 +478,16 @@ def test_s3_routes_refuse_before_storing(broker_factory):
     answers.append(put_s3(node, "acme-main", dict(
         full, endpoint="http://u:%s@127.0.0.1:9" % SECRET)))
     assert "has an '@' in it" in error_of(answers[-1], 400, "invalid")
+    # ... nor hidden past a NUL, which every rule would stop reading at
+    answers.append(put_s3(node, "acme-main", dict(
+        full, endpoint="http://127.0.0.1:9\u0000:%s@evil" % SECRET)))
+    assert error_of(answers[-1], 400, "invalid") == (
+        "endpoint holds a NUL (\\u0000), which no setting takes")
+    answers.append(put_s3(node, "acme-main", dict(full,
+                                                  queues=["cq\u0000zz"])))
+    assert error_of(answers[-1], 400, "invalid") == (
+        "queues holds a name with a NUL (\\u0000), which the list does "
+        "not take")
     answers.append(put_s3(node, "acme-main", full))
     msg = error_of(answers[-1], 409, "encryption_required")
     assert msg == ("this cell has no QUEEN_ENCRYPTION_KEY: a tenant's S3 "

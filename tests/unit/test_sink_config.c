@@ -11,6 +11,7 @@
 
 #include "base/env.h"
 #include "base/version.h"
+#include "base/xalloc.h"
 #include "harness.h"
 #include "sink/lease.h"
 #include "store/kv.h"
@@ -1168,4 +1169,47 @@ TEST(an_env_boolean_is_trimmed_and_named_lowercased)
     EXPECT_EQ_I64(
         sink_env_bool("true-and-then-a-long-tail", &on, shown, sizeof(shown)),
         -1);
+}
+
+TEST(a_nul_in_a_document_string_is_refused_not_cut)
+{
+    /* Every rule would judge only the text before the NUL, and the sink
+     * would run a value other than the one stored and shown. */
+    doc_refuse_with(",\"prefix\":\"ok\\u0000/../x\"",
+                    "prefix holds a NUL (\\u0000), which no setting takes");
+    doc_refuse_with(",\"format\":\"jsonl\\u0000zzz\"",
+                    "format holds a NUL (\\u0000), which no setting takes");
+    doc_refuse("{\"queues\":\"a\",\"endpoint\":\"http://gw:7070\\u0000:pw@"
+               "evil\",\"region\":\"us-east-1\",\"bucket\":\"lake\","
+               "\"accessKey\":\"AK\"}",
+               "s", "endpoint holds a NUL (\\u0000), which no setting takes");
+    doc_refuse("{\"queues\":[\"a\",\"cq\\u0000zz\"]," DOC_BASE "}", "s",
+               "queues holds a name with a NUL (\\u0000), which the list "
+               "does not take");
+}
+
+TEST(a_queue_name_too_long_for_the_list_is_refused_not_dropped)
+{
+    size_t n = 5000;
+    char *doc = xmalloc(n + 256);
+    int at = snprintf(doc, 256, "{\"queues\":[\"a\",\"");
+
+    memset(doc + at, 'q', n);
+    snprintf(doc + at + n, 200, "\"]," DOC_BASE "}");
+    doc_refuse(doc, "s", "queues holds a name longer than 4095 bytes");
+    free(doc);
+}
+
+TEST(an_env_value_that_is_not_utf8_is_refused_unshown)
+{
+    refuse("QUEEN_S3_PREFIX", "p\xff",
+           "QUEEN_S3_PREFIX holds bytes that are not UTF-8 (at byte 2): the "
+           "names it gives go into keys, /status and logs, which are UTF-8");
+    refuse("QUEEN_S3_INSTANCE", "node-\xc3",
+           "QUEEN_S3_INSTANCE holds bytes that are not UTF-8 (at byte 6): the "
+           "names it gives go into keys, /status and logs, which are UTF-8");
+    /* An overlong form is not UTF-8 either. */
+    refuse("QUEEN_S3_BUCKET", "\xc0\xaflake",
+           "QUEEN_S3_BUCKET holds bytes that are not UTF-8 (at byte 1): the "
+           "names it gives go into keys, /status and logs, which are UTF-8");
 }
