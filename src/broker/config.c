@@ -548,6 +548,17 @@ static int config_validate(struct config *c, const char *peers_raw,
                        "bytes (it guards every tenant's buckets and keys)",
                        CONFIG_TOKEN_MIN);
     }
+    for (const char *t = c->cp_token; *t != '\0'; t++) {
+        unsigned char b = (unsigned char)*t;
+        if (b < 0x21 || b > 0x7E) { /* what a header value carries whole */
+            return err_set(err, ERR_INVALID,
+                           "QUEEN_PROXY_CP_TOKEN=<redacted>: byte %zu is a "
+                           "blank, a control character or not ASCII, which "
+                           "no client sends whole in a header; the token is "
+                           "visible ASCII",
+                           (size_t)(t - c->cp_token) + 1);
+        }
+    }
     if (c->n_peers > 0 && config_validate_peers(c, peers_raw, err) != 0) {
         return err->code;
     }
@@ -600,6 +611,21 @@ int config_load(struct config *c, config_getenv_fn get, void *ctx,
         if (cfg_apply(r, &tmp, v, err) != 0) {
             return err_wrap(err, "%s=%.120s", r->name,
                             r->is_secret ? "<redacted>" : v);
+        }
+    }
+    /* Set but empty, the settings that turn authentication and TLS on
+     * would quietly leave them off: an unset shell variable in a unit file
+     * must not open the broker. Unset means off; set means a file. */
+    static const char *const security_files[] = {
+        "QUEEN_AUTH_TOKENS", "QUEEN_TLS_CERT", "QUEEN_TLS_KEY"};
+    for (size_t i = 0; i < ARRAY_LEN(security_files); i++) {
+        const char *v = get(ctx, security_files[i]);
+        if (v != NULL && *v == '\0') {
+            return err_set(err, ERR_INVALID,
+                           "%s=: set but empty; name its file, or unset it "
+                           "to run without %s",
+                           security_files[i],
+                           i == 0 ? "authentication" : "TLS");
         }
     }
     const char *peers_raw = get(ctx, "QUEEN_RAFT_PEERS");

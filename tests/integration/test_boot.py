@@ -27,6 +27,11 @@ FATAL = r"^FATAL: "
     ("QUEEN_TENANCY_HEADER", "maybe",
      "not a boolean (true or false; also 1/0, yes/no, on/off)"),
     ("QUEEN_TENANCY_HEADER", "", "not a boolean"),
+    # set but empty would leave the broker open (an unset shell variable)
+    ("QUEEN_AUTH_TOKENS", "", "set but empty; name its file, or unset it "
+     "to run without authentication"),
+    ("QUEEN_TLS_KEY", "", "set but empty; name its file, or unset it to "
+     "run without TLS"),
 ])
 def test_bad_value_stops_the_boot_with_one_fatal_line(tmp_path, var, value,
                                                       why):

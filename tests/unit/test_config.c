@@ -237,6 +237,20 @@ TEST(control_plane_settings_default_parse_and_refuse)
                   ERR_INVALID);
     EXPECT_STR_EQ(err.msg, "QUEEN_PROXY_CP_TOKEN=<redacted>: shorter than 16 "
                            "bytes (it guards every tenant's buckets and keys)");
+    /* A token no client can send whole in a header: refused, not echoed
+     * (blanks alone, a newline, a byte past ASCII). */
+    static const char *const unsendable[] = {
+        "                ", "abcdefghijklmnop\nq", "abcdefgh ijklmnop",
+        "abcdefghijklmnop\xc3\xa9"};
+    for (size_t i = 0; i < ARRAY_LEN(unsendable); i++) {
+        EXPECT_EQ_I64(load_one("QUEEN_PROXY_CP_TOKEN", unsendable[i], &c, &err),
+                      ERR_INVALID);
+        EXPECT(strstr(err.msg, "QUEEN_PROXY_CP_TOKEN=<redacted>: byte ") ==
+               err.msg);
+        EXPECT(strstr(err.msg, "abcdefgh") == NULL);
+    }
+    EXPECT_EQ_I64(
+        load_one("QUEEN_PROXY_CP_TOKEN", "!~visible-ASCII-0123", &c, &err), 0);
     /* The control plane cannot share the broker's port. */
     e.n = 0;
     env_set(&e, "QUEEN_PROXY_EMBEDDED", "true");
@@ -292,7 +306,7 @@ TEST(hostport_accepts_ip_literals_only)
     EXPECT(!env_parse_hostport(":80", host, sizeof(host), &port));
 }
 
-TEST(tls_cert_and_key_go_together_and_empty_means_unset)
+TEST(tls_cert_and_key_go_together_and_set_but_empty_is_refused)
 {
     struct fake_env e = {.n = 0};
     struct config c;
@@ -312,11 +326,19 @@ TEST(tls_cert_and_key_go_together_and_empty_means_unset)
     EXPECT(strncmp(err.msg, "QUEEN_TLS_KEY=/etc/q/key.pem: ", 30) == 0);
     env_set(&e, "QUEEN_TLS_CERT", "/etc/q/cert.pem");
     env_set(&e, "QUEEN_TLS_KEY", "/etc/q/key.pem");
-    env_set(&e, "QUEEN_AUTH_TOKENS", "");
     EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), 0);
     EXPECT_STR_EQ(c.tls_cert, "/etc/q/cert.pem");
     EXPECT_STR_EQ(c.tls_key, "/etc/q/key.pem");
     EXPECT_STR_EQ(c.auth_tokens, "");
+    /* Set but empty (an unset shell variable in a unit file) would leave
+     * the broker open: refused, not read as unset. */
+    EXPECT_EQ_I64(load_one("QUEEN_AUTH_TOKENS", "", &c, &err), ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, "QUEEN_AUTH_TOKENS=: set but empty; name its "
+                           "file, or unset it to run without authentication");
+    EXPECT_EQ_I64(load_one("QUEEN_TLS_CERT", "", &c, &err), ERR_INVALID);
+    EXPECT_STR_EQ(err.msg, "QUEEN_TLS_CERT=: set but empty; name its file, "
+                           "or unset it to run without TLS");
+    EXPECT_EQ_I64(load_one("QUEEN_TLS_KEY", "", &c, &err), ERR_INVALID);
 }
 
 TEST(a_peers_list_is_parsed_and_this_node_found_in_it)
