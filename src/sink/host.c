@@ -230,7 +230,9 @@ static int host_status(void *arg, const char *tenant, struct buf *out,
                  : has_env        ? NULL /* the environment sink's */
                                   : "running";
     node.threads = h->node.threads;
-    node.stages = obs_stages(sink_pool_obs(h->pool));
+    /* The stages count every tenant's records: a bound token's view has
+     * none of them, as it has no /metrics. */
+    node.stages = tenant == NULL ? obs_stages(sink_pool_obs(h->pool)) : NULL;
     node.control_plane_error =
         h->cp_error[0] != '\0' && tenant == NULL ? h->cp_error : NULL;
     if (has_env) {

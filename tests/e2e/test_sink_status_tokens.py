@@ -50,6 +50,12 @@ def test_a_bound_token_sees_its_own_sinks_and_no_node_metrics(
     assert bucket.endpoint.encode() not in r.body, s3
     assert DEFAULT.encode() not in r.body, s3
     assert s3["sinks"] == [], s3
+    # The stages count every tenant's records read (node-wide, like the
+    # metrics): the admin sees them, a bound token does not.
+    assert "stages" not in s3, s3
+    assert "stages" not in as_(node, TOK_DEFAULT, "/status").json()["s3"]
+    stages = as_(node, TOK_ADMIN, "/status").json()["s3"]["stages"]
+    assert stages["recordsRead"] >= 1, stages
 
     for path in ("/metrics", "/metrics/prometheus"):
         r = as_(node, TOK_OTHER, path)
