@@ -241,8 +241,8 @@ static int set_number(const struct cfg_row *r, void *field, const char *v,
     if (!ok) {
         return err_set(err, ERR_INVALID,
                        r->type == CFG_SIZE
-                           ? "not a byte size (digits with optional KiB, "
-                             "MiB or GiB)"
+                           ? "not a byte size (digits, then optionally K, "
+                             "M or G, each times 1024, as KB or KiB too)"
                            : "not a decimal integer");
     }
     if (n < r->min || n > r->max) {

@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/common.h"
 #include "sink/config.h"
@@ -111,6 +112,17 @@ bool envcheck_is_known(const char *name, size_t len)
         }
     }
     return false;
+}
+
+/* The known name that name[0..len) spells in another case, or NULL. */
+static const char *known_in_other_case(const char *name, size_t len)
+{
+    for (size_t i = 0; i < ARRAY_LEN(known); i++) {
+        if (strlen(known[i]) == len && strncasecmp(known[i], name, len) == 0) {
+            return known[i];
+        }
+    }
+    return NULL;
 }
 
 /* Edit distance of a[0..n) and b, capped: ENVCHECK_TYPO + 1 means "more". */
@@ -290,9 +302,22 @@ int envcheck_run(const char *const *envp, envcheck_warn_fn warn, void *ctx,
         const struct unsupported *u = NULL;
         const char *near;
 
-        if (len < 6 || memcmp(v, "QUEEN_", 6) != 0 ||
+        if (len < 6 || strncasecmp(v, "QUEEN_", 6) != 0 ||
             envcheck_is_known(v, len)) {
             continue;
+        }
+        if ((near = known_in_other_case(v, len)) != NULL) {
+            /* queen_auth_tokens would leave authentication off unseen */
+            snprintf(msg, sizeof(msg),
+                     "%.*s: unknown; names are upper case: did you mean %s?",
+                     shown, v, near);
+            if (complain(strict, msg, warn, ctx, err) != 0) {
+                return err->code;
+            }
+            continue;
+        }
+        if (memcmp(v, "QUEEN_", 6) != 0) {
+            continue; /* another program's queen_* */
         }
         for (size_t j = 0; j < ARRAY_LEN(unsupported); j++) {
             if (name_is(unsupported[j].name, v, len)) {

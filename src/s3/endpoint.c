@@ -9,6 +9,7 @@
 #include "s3/endpoint.h"
 
 #include <ctype.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,22 @@ static int split_authority(struct s3_endpoint *ep, const char *name,
     if (hl >= sizeof(ep->host) || strlen(auth) >= sizeof(ep->authority)) {
         return err_set(err, ERR_INVALID, "%s=%s has a host that is too long",
                        name, raw);
+    }
+    for (size_t i = auth[0] == '[' ? 1 : 0; i < (auth[0] == '[' ? hl - 1 : hl);
+         i++) {
+        unsigned char ch = (unsigned char)auth[i];
+        bool ok = ch < 0x80 &&
+                  (auth[0] == '['
+                       ? isxdigit(ch) || ch == ':' || ch == '.'
+                       : isalnum(ch) || ch == '-' || ch == '.' || ch == '_');
+        if (!ok) { /* found at boot, not at the first request */
+            return err_set(err, ERR_INVALID,
+                           "%s=%s has a host with a byte no host name holds "
+                           "(at byte %zu): a name is letters, digits, '-', "
+                           "'.' and '_', an IPv6 literal hex digits and ':' "
+                           "in brackets",
+                           name, raw, i + 1);
+        }
     }
     ep->port = 0;
     if (colon != NULL && !parse_port(colon + 1, &ep->port)) {

@@ -127,8 +127,8 @@ TEST(bad_values_name_the_variable_and_the_value)
          "QUEEN_RAFT_LISTEN=::1:80: not ip:port (an IP literal, "
          "[ipv6]:port, port 1..65535)"},
         {"QUEEN_MAX_BODY_BYTES", "12XB",
-         "QUEEN_MAX_BODY_BYTES=12XB: not a byte size (digits with optional "
-         "KiB, MiB or GiB)"},
+         "QUEEN_MAX_BODY_BYTES=12XB: not a byte size (digits, then "
+         "optionally K, M or G, each times 1024, as KB or KiB too)"},
         {"QUEEN_MAX_BODY_BYTES", "10",
          "QUEEN_MAX_BODY_BYTES=10: out of range 1024..1073741824"},
         {"QUEEN_RAFT_DIR", "", "QUEEN_RAFT_DIR=: must be 1 to 4095 bytes long"},

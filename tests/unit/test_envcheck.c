@@ -216,3 +216,24 @@ TEST(strict_config_and_test_mode_refuse_what_is_not_a_boolean)
     EXPECT_EQ_I64(envcheck_run(yes, collect, &s, &err), ERR_INVALID);
     EXPECT(strstr(err.msg, "(QUEEN_STRICT_CONFIG=true)") != NULL);
 }
+
+TEST(a_known_name_in_another_case_is_named_and_other_lowercase_passes)
+{
+    /* queen_auth_tokens is not read: authentication would stay off. */
+    const char *env[] = {"queen_auth_tokens=/etc/q/tokens", "Queen_Port=1",
+                         "queen_home=/opt/queen", "QUEEN_PORT=1", NULL};
+    const char *strict[] = {"QUEEN_STRICT_CONFIG=true",
+                            "queen_auth_tokens=/etc/q/tokens", NULL};
+    struct seen s = {0};
+    struct err err;
+
+    EXPECT_EQ_I64(envcheck_run(env, collect, &s, &err), 0);
+    EXPECT_EQ_I64(s.n, 2);
+    EXPECT_STR_EQ(s.msgs[0], "queen_auth_tokens: unknown; names are upper "
+                             "case: did you mean QUEEN_AUTH_TOKENS?");
+    EXPECT_STR_EQ(s.msgs[1], "Queen_Port: unknown; names are upper case: did "
+                             "you mean QUEEN_PORT?");
+    EXPECT(strstr(s.msgs[0], "/etc/q") == NULL); /* never the value */
+    EXPECT_EQ_I64(envcheck_run(strict, collect, &s, &err), ERR_INVALID);
+    EXPECT(strstr(err.msg, "did you mean QUEEN_AUTH_TOKENS?") != NULL);
+}

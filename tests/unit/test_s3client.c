@@ -1306,6 +1306,30 @@ TEST(endpoint_refusals_use_the_reference_messages)
     endpoint_refused("http://[fd00::7]:x",
                      "QUEEN_S3_ENDPOINT=http://[fd00::7]:x "
                      "has a port that is not one");
+    /* a host no resolver takes is found at boot, not at the first call */
+    endpoint_refused("http://ho st:1",
+                     "QUEEN_S3_ENDPOINT=http://ho st:1 has a host with a byte "
+                     "no host name holds (at byte 3): a name is letters, "
+                     "digits, '-', '.' and '_', an IPv6 literal hex digits "
+                     "and ':' in brackets");
+    endpoint_refused("http://h%40x",
+                     "QUEEN_S3_ENDPOINT=http://h%40x has a host with a byte "
+                     "no host name holds (at byte 2): a name is letters, "
+                     "digits, '-', '.' and '_', an IPv6 literal hex digits "
+                     "and ':' in brackets");
+    endpoint_refused("http://[fd00::g]:80",
+                     "QUEEN_S3_ENDPOINT=http://[fd00::g]:80 has a host with a "
+                     "byte no host name holds (at byte 8): a name is letters, "
+                     "digits, '-', '.' and '_', an IPv6 literal hex digits "
+                     "and ':' in brackets");
+    {
+        struct s3_endpoint ep;
+        struct err err = {0};
+        EXPECT_EQ_I64(s3_endpoint_parse(&ep, "e", "http://my_minio-1.lan:9000",
+                                        "p", &err),
+                      0);
+        EXPECT_STR_EQ(ep.host, "my_minio-1.lan");
+    }
     /* credentials in the URL: refused, and never echoed */
     static const char *const with_user[] = {
         "http://AKID:s3cr3t@gw:7070", "https://u@gw",    "http://u:s3cr3t@gw/x",
