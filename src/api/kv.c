@@ -832,18 +832,7 @@ static void kv_handle_batch(struct http_req *req, void *arg)
  * every later answer naming it invalid JSON. */
 static bool kv_is_utf8(struct slice s)
 {
-    const unsigned char *p = (const unsigned char *)s.ptr;
-    size_t i = 0;
-
-    while (i < s.len) {
-        size_t n = json_utf8_len(p + i, s.len - i);
-
-        if (n == 0) {
-            return false;
-        }
-        i += n;
-    }
-    return true;
+    return json_utf8_prefix(s.ptr, s.len) == s.len;
 }
 
 static void kv_handle_key(struct http_req *req, void *arg)

@@ -246,6 +246,22 @@ size_t json_msg_quote(char *dst, const char *src, size_t n, size_t max)
     return o;
 }
 
+size_t json_utf8_prefix(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+
+    while (i < n) {
+        size_t len = json_utf8_len(p + i, n - i);
+
+        if (len == 0) {
+            break;
+        }
+        i += len;
+    }
+    return i;
+}
+
 size_t json_utf8_quote(char *dst, const char *src, size_t n, size_t max)
 {
     const unsigned char *s = (const unsigned char *)src;

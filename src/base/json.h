@@ -145,6 +145,8 @@ int json_escape(struct buf *b, const char *p, size_t n, struct err *err);
  * when it is not one: overlong forms, surrogates, above U+10FFFF or cut
  * short (RFC 3629). avail >= 1. */
 size_t json_utf8_len(const unsigned char *s, size_t avail);
+/* Length of the longest valid UTF-8 prefix of s[0..n): n when it all is. */
+size_t json_utf8_prefix(const char *s, size_t n);
 
 /* Copy at most max bytes of src[0..n) to dst so that they are valid UTF-8,
  * for quoting text from the network in an answer: each byte that does not

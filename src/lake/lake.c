@@ -89,8 +89,9 @@ static size_t lake_line_max(void)
 
 /* What a Parquet object of n stored bytes may decode to (its rows,
  * dictionaries and pages, held at once): LAKE_PARQUET_RATIO times its size,
- * and at least two of the longest records. Real event data decodes to ~6
- * times its size; a hostile object can declare 1 GiB pages at ~30,000:1. */
+ * and at least two of the longest records. Event data decodes to about 7
+ * (snappy) to 23 (zstd) times its size; a hostile object can declare 1 GiB
+ * pages at ~30,000:1. */
 static size_t lake_parquet_max(size_t n)
 {
     size_t least = 2 * lake_line_max();

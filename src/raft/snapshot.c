@@ -290,10 +290,6 @@ static void *dump_main(void *arg)
     return NULL;
 }
 
-/* The dump runs on a thread of its own at a lower priority, which the
- * calling thread waits for: the caller (a libuv worker) keeps its own
- * priority for the work that follows, and when the dump and the loop both
- * want a core the loop (which applies and answers) gets most of it. */
 static _Atomic bool dump_held;
 
 void snapshot_dump_hold(bool hold)
@@ -301,15 +297,18 @@ void snapshot_dump_hold(bool hold)
     atomic_store(&dump_held, hold);
 }
 
+/* The dump runs on a thread of its own at a lower priority, which the
+ * calling thread waits for: the caller (a libuv worker) keeps its own
+ * priority for the work that follows, and when the dump and the loop both
+ * want a core the loop (which applies and answers) gets most of it. */
 void snapshot_dump_run(struct snap *sp)
 {
     pthread_t t;
 
-    while (atomic_load(&dump_held)) {
+    while (atomic_load(&dump_held)) { /* tests only: snapshot_dump_hold */
         struct timespec ms = {0, 1000000};
         nanosleep(&ms, NULL);
     }
-
     if (pthread_create(&t, NULL, dump_main, sp) == 0) {
         pthread_join(t, NULL);
     } else {

@@ -65,13 +65,12 @@ static int split_authority(struct s3_endpoint *ep, const char *name,
         return err_set(err, ERR_INVALID, "%s=%s has a host that is too long",
                        name, raw);
     }
-    for (size_t i = auth[0] == '[' ? 1 : 0; i < (auth[0] == '[' ? hl - 1 : hl);
-         i++) {
+    bool is_v6 = auth[0] == '[';
+    for (size_t i = is_v6 ? 1 : 0; i < (is_v6 ? hl - 1 : hl); i++) {
         unsigned char ch = (unsigned char)auth[i];
         bool ok = ch < 0x80 &&
-                  (auth[0] == '['
-                       ? isxdigit(ch) || ch == ':' || ch == '.'
-                       : isalnum(ch) || ch == '-' || ch == '.' || ch == '_');
+                  (is_v6 ? isxdigit(ch) || ch == ':' || ch == '.'
+                         : isalnum(ch) || ch == '-' || ch == '.' || ch == '_');
         if (!ok) { /* found at boot, not at the first request */
             return err_set(err, ERR_INVALID,
                            "%s=%s has a host with a byte no host name holds "

@@ -1009,34 +1009,29 @@ static void note_ignored(struct ld *l, struct sink_node_config *n)
  * one that is not would make /status invalid JSON and keys no reader
  * expects. The value is not shown (it may be a key). The secret is only
  * signed with, never shown, so it is left to the bucket. */
+static int env_utf8_one(struct ld *l, const char *name)
+{
+    const char *v = l->env->get(l->env->ctx, name);
+    size_t n = v != NULL ? strlen(v) : 0;
+    size_t ok = json_utf8_prefix(v, n);
+
+    return ok == n ? 0
+                   : fail(l,
+                          "%s holds bytes that are not UTF-8 (at byte %zu): "
+                          "the names it gives go into keys, /status and "
+                          "logs, which are UTF-8",
+                          name, ok + 1);
+}
+
 static int env_utf8(struct ld *l)
 {
-    static const char *const more[] = {"QUEEN_S3_INSTANCE"};
-
-    for (size_t i = 0; i < ARRAY_LEN(tenant_vars) + ARRAY_LEN(more); i++) {
-        const char *name = i < ARRAY_LEN(tenant_vars)
-                               ? tenant_vars[i]
-                               : more[i - ARRAY_LEN(tenant_vars)];
-        const unsigned char *v =
-            (const unsigned char *)l->env->get(l->env->ctx, name);
-        size_t n = v != NULL ? strlen((const char *)v) : 0;
-
-        if (strcmp(name, "QUEEN_S3_SECRET_KEY") == 0) {
-            continue;
-        }
-        for (size_t at = 0; at < n;) {
-            size_t k = json_utf8_len(v + at, n - at);
-            if (k == 0) {
-                return fail(l,
-                            "%s holds bytes that are not UTF-8 (at byte %zu): "
-                            "the names it gives go into keys, /status and "
-                            "logs, which are UTF-8",
-                            name, at + 1);
-            }
-            at += k;
+    for (size_t i = 0; i < ARRAY_LEN(tenant_vars); i++) {
+        if (strcmp(tenant_vars[i], "QUEEN_S3_SECRET_KEY") != 0 &&
+            env_utf8_one(l, tenant_vars[i]) != 0) {
+            return l->err->code;
         }
     }
-    return 0;
+    return env_utf8_one(l, "QUEEN_S3_INSTANCE");
 }
 
 static int load_node(struct ld *l, struct sink_node_config *n)

@@ -574,6 +574,17 @@ TEST(utf8_quote_replaces_bad_bytes_and_never_cuts_a_sequence)
     EXPECT_MEM_EQ(out, n, "queen-s3?x?", 11);
 }
 
+TEST(utf8_prefix_stops_at_the_first_byte_that_starts_no_sequence)
+{
+    EXPECT_EQ_U64(json_utf8_prefix(NULL, 0), 0);
+    EXPECT_EQ_U64(json_utf8_prefix("plain", 5), 5);
+    EXPECT_EQ_U64(json_utf8_prefix("caf\xc3\xa9", 5), 5);
+    EXPECT_EQ_U64(json_utf8_prefix("p\xff", 2), 1);
+    EXPECT_EQ_U64(json_utf8_prefix("\xc0\xaf", 2), 0);     /* overlong */
+    EXPECT_EQ_U64(json_utf8_prefix("ab\xc3", 3), 2);       /* cut short */
+    EXPECT_EQ_U64(json_utf8_prefix("\xed\xa0\x80", 3), 0); /* surrogate */
+}
+
 TEST(writer_text_is_always_utf8)
 {
     struct buf b;
