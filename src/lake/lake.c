@@ -382,6 +382,38 @@ static bool lake_url_is_http(const char *url)
     return is_ok;
 }
 
+/* --broker and --to, when given: an http(s) URL with a host, no user or
+ * password, short enough for lake_http. 0, or 2 (said why). */
+static int lake_finish_urls(const struct lake_opts *o)
+{
+    /* A broker's URL, with the longest route after it, fits lake_http's
+     * url[2048]. */
+    if ((o->broker != NULL && strlen(o->broker) > LAKE_URL_MAX) ||
+        (o->to != NULL && strlen(o->to) > LAKE_URL_MAX)) {
+        fprintf(stderr, "queen lake: a broker URL is %d bytes at most\n",
+                LAKE_URL_MAX);
+        return 2;
+    }
+    if ((o->broker != NULL && !lake_url_is_http(o->broker)) ||
+        (o->to != NULL && !lake_url_is_http(o->to))) {
+        fprintf(stderr,
+                "queen lake: %s must be a broker's http:// or https:// URL "
+                "with a host (http://host:port)\n",
+                o->broker != NULL && !lake_url_is_http(o->broker) ? "--broker"
+                                                                  : "--to");
+        return 2;
+    }
+    if (lake_url_has_userinfo(o->broker) || lake_url_has_userinfo(o->to)) {
+        /* It would be printed with any error about the broker. */
+        fprintf(stderr,
+                "queen lake: %s: a user or password in the URL is not "
+                "taken; give the broker's token with --token\n",
+                lake_url_has_userinfo(o->broker) ? "--broker" : "--to");
+        return 2;
+    }
+    return 0;
+}
+
 /* The settings checked into o, for cmd. 0, or 2 (said why). */
 static int lake_finish(struct lake_opts *o, unsigned cmd)
 {
@@ -430,29 +462,7 @@ static int lake_finish(struct lake_opts *o, unsigned cmd)
     for (size_t n = strlen(o->prefix); n > 0 && o->prefix[n - 1] == '/';) {
         o->prefix[--n] = '\0';
     }
-    /* A broker's URL, with the longest route after it, fits lake_http's
-     * url[2048]. */
-    if ((o->broker != NULL && strlen(o->broker) > LAKE_URL_MAX) ||
-        (o->to != NULL && strlen(o->to) > LAKE_URL_MAX)) {
-        fprintf(stderr, "queen lake: a broker URL is %d bytes at most\n",
-                LAKE_URL_MAX);
-        return 2;
-    }
-    if ((o->broker != NULL && !lake_url_is_http(o->broker)) ||
-        (o->to != NULL && !lake_url_is_http(o->to))) {
-        fprintf(stderr,
-                "queen lake: %s must be a broker's http:// or https:// URL "
-                "with a host (http://host:port)\n",
-                o->broker != NULL && !lake_url_is_http(o->broker) ? "--broker"
-                                                                  : "--to");
-        return 2;
-    }
-    if (lake_url_has_userinfo(o->broker) || lake_url_has_userinfo(o->to)) {
-        /* It would be printed with any error about the broker. */
-        fprintf(stderr,
-                "queen lake: %s: a user or password in the URL is not "
-                "taken; give the broker's token with --token\n",
-                lake_url_has_userinfo(o->broker) ? "--broker" : "--to");
+    if (lake_finish_urls(o) != 0) {
         return 2;
     }
     if (cmd == LAKE_VERIFY && o->token != NULL && o->broker == NULL) {
@@ -1568,6 +1578,7 @@ static const char *lake_show(struct lake_shown *out, const char *p, size_t n)
         is_plain = c >= 0x20 && c != 0x7f;
     }
     if (is_plain) {
+        // cppcheck-suppress uninitvar ; json_utf8_quote wrote clean[0..cn)
         memcpy(out->s, clean, cn);
         at = cn;
     } else {
@@ -2807,16 +2818,15 @@ static int64_t lake_part_k(const struct lake_fold *f, const struct lake_part *p)
     return p->has_records ? p->top_k : f->first_k - 1;
 }
 
-static void lake_add_gap(struct lake_fold *f, struct lake_part *part,
-                         int64_t from, int64_t to, int64_t k, const char *where,
-                         bool is_sure)
+/* Keeps gap g (its where copied) unless a bad window lies between. */
+static void lake_add_gap(struct lake_fold *f, struct lake_gap g)
 {
-    if (lake_bad_between(f, lake_part_k(f, part), k)) {
+    if (lake_bad_between(f, lake_part_k(f, g.part), g.k)) {
         return;
     }
+    g.where = xstrdup(g.where);
     f->gaps = xrealloc(f->gaps, (f->n_gaps + 1) * sizeof(*f->gaps));
-    f->gaps[f->n_gaps++] =
-        (struct lake_gap){part, from, to, k, xstrdup(where), is_sure};
+    f->gaps[f->n_gaps++] = g;
 }
 
 /* One run of a window into its partition's state, in k order. */
@@ -2864,10 +2874,11 @@ static void lake_fold_run(struct lake_fold *f, const struct lake_window *w,
      * retention had already raised), so only the log can tell which of
      * those offsets were stamped inside the windows read (--broker). */
     if (!p->has_records && r->first > 0 && o->broker != NULL) {
-        lake_add_gap(f, p, 0, r->first - 1, w->k, w->keys[r->obj], false);
+        lake_add_gap(f, (struct lake_gap){p, 0, r->first - 1, w->k,
+                                          w->keys[r->obj], false});
     } else if (p->has_records && r->first > p->top + 1) {
-        lake_add_gap(f, p, p->top + 1, r->first - 1, w->k, w->keys[r->obj],
-                     true);
+        lake_add_gap(f, (struct lake_gap){p, p->top + 1, r->first - 1, w->k,
+                                          w->keys[r->obj], true});
     }
     if (!p->has_records) {
         p->first = r->first;
@@ -3946,8 +3957,8 @@ static int lake_gaps_check(const struct lake_opts *o, struct lake_log *log,
 
             snprintf(where, sizeof(where), "positions of window %" PRId64,
                      p->pos_k);
-            lake_add_gap(f, p, top + 1, p->pos - 1, p->pos_k, where,
-                         p->has_records);
+            lake_add_gap(f, (struct lake_gap){p, top + 1, p->pos - 1, p->pos_k,
+                                              where, p->has_records});
         }
     }
     for (size_t i = 0; i < f->n_gaps; i++) {
@@ -5083,6 +5094,57 @@ static int lake_restore_window(const struct lake_job *job,
     return rc;
 }
 
+/* --state, when given: the window the file says this restore got to
+ * (*done; the one before from for a new file), checked against from and
+ * the last manifest, and the file written once before anything is pushed,
+ * so that one that cannot be written stops the run here, not after window
+ * 1 was pushed. 0, or 2 (err says why). */
+static int lake_restore_state(const struct lake_opts *o, const char *state_id,
+                              int64_t from, int64_t n_manifests, int64_t *done,
+                              struct err *err)
+{
+    bool has_state = false;
+
+    if (o->state == NULL) {
+        return 0;
+    }
+    if (lake_state_read(o->state, state_id, done, &has_state, err) != 0) {
+        return 2;
+    }
+    if (!has_state) {
+        /* a new file starts where this run does: the windows below
+         * --from-k are left out on purpose, and a rerun of the same
+         * command resumes it */
+        *done = from - 1;
+    } else if (from > *done + 1) {
+        /* K claims every window up to K: pushing past a window the file
+         * does not hold would leave that window out of it for good */
+        char skip[64];
+
+        if (from - 1 > *done + 1) {
+            snprintf(skip, sizeof(skip), "windows %" PRId64 "..%" PRId64,
+                     *done + 1, from - 1);
+        } else {
+            snprintf(skip, sizeof(skip), "window %" PRId64, *done + 1);
+        }
+        err_set(err, ERR_PRECONDITION,
+                "--state %s says windows up to %" PRId64 " are restored: "
+                "--from-k %" PRId64 " would skip %s, which the file would "
+                "then claim; start at --from-k %" PRId64 " or below, or "
+                "name another file",
+                o->state, *done, from, skip, *done + 1);
+        return 2;
+    }
+    if (*done > n_manifests) {
+        err_set(err, ERR_PRECONDITION,
+                "--state %s says window %" PRId64 " was restored, past the "
+                "last manifest (k=%" PRId64 ")",
+                o->state, *done, n_manifests);
+        return 2;
+    }
+    return lake_state_write(o->state, *done, state_id, err) != 0 ? 2 : 0;
+}
+
 static int lake_restore(const struct lake_opts *o)
 {
     struct lake_bucket b;
@@ -5099,7 +5161,6 @@ static int lake_restore(const struct lake_opts *o)
     int64_t n_manifests = 0;
     int64_t done = 0;     /* the state file's K */
     int64_t prev_end = 0; /* tEnd of the window read before */
-    bool has_state = false;
     int rc;
 
     lake_bucket_open(&b, o);
@@ -5118,45 +5179,8 @@ static int lake_restore(const struct lake_opts *o)
     n_manifests = last_k;
     last_k = o->to_k != 0 && o->to_k < last_k ? o->to_k : last_k;
     lake_state_id(o, o->queues[0], state_id);
-    if (rc == 0 && o->state != NULL &&
-        lake_state_read(o->state, state_id, &done, &has_state, &err) != 0) {
-        rc = 2;
-    } else if (rc == 0 && o->state != NULL && !has_state) {
-        /* a new file starts where this run does: the windows below
-         * --from-k are left out on purpose, and a rerun of the same
-         * command resumes it */
-        done = from - 1;
-    } else if (rc == 0 && o->state != NULL && from > done + 1) {
-        /* K claims every window up to K: pushing past a window the file
-         * does not hold would leave that window out of it for good */
-        char skip[64];
-
-        if (from - 1 > done + 1) {
-            snprintf(skip, sizeof(skip), "windows %" PRId64 "..%" PRId64,
-                     done + 1, from - 1);
-        } else {
-            snprintf(skip, sizeof(skip), "window %" PRId64, done + 1);
-        }
-        err_set(&err, ERR_PRECONDITION,
-                "--state %s says windows up to %" PRId64 " are restored: "
-                "--from-k %" PRId64 " would skip %s, which the file would "
-                "then claim; start at --from-k %" PRId64 " or below, or "
-                "name another file",
-                o->state, done, from, skip, done + 1);
-        rc = 2;
-    }
-    if (rc == 0 && done > n_manifests) {
-        err_set(&err, ERR_PRECONDITION,
-                "--state %s says window %" PRId64 " was restored, past the "
-                "last manifest (k=%" PRId64 ")",
-                o->state, done, n_manifests);
-        rc = 2;
-    }
-    /* the file is written (with what it held) before anything is pushed,
-     * so that one that cannot be written stops the run here, not after
-     * window 1 was pushed */
-    if (rc == 0 && o->state != NULL &&
-        lake_state_write(o->state, done, state_id, &err) != 0) {
+    if (rc == 0 &&
+        lake_restore_state(o, state_id, from, n_manifests, &done, &err) != 0) {
         rc = 2;
     }
     from = done + 1 > from ? done + 1 : from;

@@ -355,6 +355,7 @@ static int read_value(struct reader *r, int32_t idx, int depth)
 int thrift_decode(const void *p, size_t n, struct thrift_tree *t, size_t *used,
                   struct err *err)
 {
+    // cppcheck-suppress ctuuninitvar ; err is an output, only written
     struct reader r = {p, (const uint8_t *)p + n, p, t, err};
 
     memset(t, 0, sizeof(*t));

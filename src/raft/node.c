@@ -2665,24 +2665,24 @@ static void wrap_fsm(struct node *n)
 static void warn_membership(const struct node *n)
 {
     const struct raft_configuration *c = &n->raft.configuration;
+    const struct raft_server *me = NULL;
 
     if (c->n == 0) {
         return;
     }
-    for (unsigned i = 0; i < c->n; i++) {
-        if (c->servers[i].id != n->id) {
-            continue;
-        }
-        if (strcmp(c->servers[i].address, n->address) != 0) {
-            log_error("node",
-                      "this node's raft address in the membership its log "
-                      "holds is %s, not %s (QUEEN_RAFT_PEERS/"
-                      "QUEEN_RAFT_LISTEN): the other members call %s. An "
-                      "address is changed by removing the member and adding "
-                      "it again (docs/operations.md), or by putting the old "
-                      "one back",
-                      c->servers[i].address, n->address, c->servers[i].address);
-        }
+    for (unsigned i = 0; i < c->n && me == NULL; i++) {
+        me = c->servers[i].id == n->id ? &c->servers[i] : NULL;
+    }
+    if (me != NULL && strcmp(me->address, n->address) != 0) {
+        log_error("node",
+                  "this node's raft address in the membership its log holds "
+                  "is %s, not %s (QUEEN_RAFT_PEERS/QUEEN_RAFT_LISTEN): the "
+                  "other members call %s. An address is changed by removing "
+                  "the member and adding it again (docs/operations.md), or by "
+                  "putting the old one back",
+                  me->address, n->address, me->address);
+    }
+    if (me != NULL) {
         return;
     }
     log_error("node",

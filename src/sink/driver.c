@@ -681,8 +681,13 @@ static void got_manifest_free(struct got_manifest *g)
  * fail_refused()). Without s3:ListBucket a missing key answers 403, not
  * 404: with unlisted, a 403 is taken as absent and *unseen says so (its
  * caller tells what it goes on with); without, it is a refusal. */
+struct start_seen {
+    bool found;  /* the key is there */
+    bool unseen; /* a 403 taken as absent (unlisted) */
+};
+
 static int start_get(struct driver *d, const char *key, struct buf *body,
-                     bool unlisted, bool *found, bool *unseen, struct err *err)
+                     bool unlisted, struct start_seen *seen, struct err *err)
 {
     struct s3_object_info info;
     struct s3_status st;
@@ -690,9 +695,10 @@ static int start_get(struct driver *d, const char *key, struct buf *body,
 
     memset(&info, 0, sizeof(info));
     memset(&st, 0, sizeof(st));
+    seen->found = false;
     rc = s3_client_get(d->s3, key, body, &info, &st, err);
-    *unseen = rc != 0 && unlisted && st.status == 403;
-    if (*unseen) {
+    seen->unseen = rc != 0 && unlisted && st.status == 403;
+    if (seen->unseen) {
         err_wrap(err, "GET %s", key);
         rc = 0;
         info.found = false;
@@ -702,7 +708,7 @@ static int start_get(struct driver *d, const char *key, struct buf *body,
         err_wrap(err, "GET %s", key);
         return rc;
     }
-    *found = info.found;
+    seen->found = info.found;
     return 0;
 }
 
@@ -720,8 +726,11 @@ static int get_manifest(struct driver *d, int64_t k, struct got_manifest *g,
     if (layout_manifest_key(&g->key, &d->lq, k, err) != 0) {
         return err->code;
     }
-    rc = start_get(d, g->key.data, &g->body, unlisted, &g->is_found,
-                   &g->is_unseen, err);
+    struct start_seen seen;
+
+    rc = start_get(d, g->key.data, &g->body, unlisted, &seen, err);
+    g->is_found = seen.found;
+    g->is_unseen = seen.unseen;
     if (rc != 0) {
         return rc;
     }
@@ -1213,6 +1222,7 @@ static int load_parts(struct driver *d, struct err *err)
     struct docs_intent got;
     struct err e2;
     const char *why = NULL;
+    struct start_seen seen;
     bool found = false;
     bool unseen = false;
     int rc;
@@ -1222,11 +1232,13 @@ static int load_parts(struct driver *d, struct err *err)
     }
     buf_init(&body, DOCS_CHECKPOINT_MAX_DECODED);
     /* a 403 (a missing key, without s3:ListBucket): as absent, below */
-    rc = start_get(d, in->parts_key.ptr, &body, true, &found, &unseen, err);
+    rc = start_get(d, in->parts_key.ptr, &body, true, &seen, err);
     if (rc != 0) {
         buf_free(&body);
         return rc;
     }
+    found = seen.found;
+    unseen = seen.unseen;
     uint8_t h[32];
     char hex[65] = "";
     if (found) {
@@ -2387,7 +2399,8 @@ static int bg_begin(struct driver *d, const struct engine_plan *p,
     }
     keep_lost(d, p);
     g->is_redo = d->is_redo && p->k == d->redo_intent.k;
-    upload_begin(g, o, n, ctype, crash_point_of(d), p->k, p->t_start);
+    g->crash = crash_point_of(d);
+    upload_begin(g, o, n, ctype, p->k, p->t_start);
     g->ct_floor =
         p->n_records > 0 && p->min_ts > p->t_start ? p->min_ts : p->t_start;
     d->attempt = 0;
@@ -3118,6 +3131,35 @@ static int keep_start(struct driver *d, int64_t now)
     return rc;
 }
 
+/* What a round does before its actions: the upload going up polled, and
+ * the start document kept. true when the round ends here, with *rc as
+ * run_round's answer. */
+static bool round_prepare(struct driver *d, int64_t now, int *rc)
+{
+    *rc = 0;
+    if (d->is_upload_wait) {
+        /* a wait on the pass that a slice ended: it goes on before the
+         * round runs anything else, as one long wait did */
+        if (d->up.state == UPLOAD_PUTTING) {
+            *rc = bg_poll(d, now, true);
+            return true;
+        }
+        d->is_upload_wait = false;
+    }
+    if (d->up.state != UPLOAD_NONE) {
+        /* A drain waits for the window going up (run_pending makes a
+         * closing action wait too). */
+        *rc = bg_poll(d, now, d->is_draining);
+        if (*rc != 0) {
+            return true;
+        }
+    }
+    if (!d->is_start_kept) {
+        *rc = keep_start(d, now);
+    }
+    return *rc != 0;
+}
+
 /* One round of actions. 0 go on; 1 wait (next_at set); -1 stopped. */
 static int run_round(struct driver *d, int64_t now)
 {
@@ -3128,28 +3170,10 @@ static int run_round(struct driver *d, int64_t now)
     bool waiting = false;
     bool is_closing_only =
         d->is_draining && engine_committed_k(d->e) > d->drain_from_k;
+    int pre = 0;
 
-    if (d->is_upload_wait) {
-        /* a wait on the pass that a slice ended: it goes on before the
-         * round runs anything else, as one long wait did */
-        if (d->up.state == UPLOAD_PUTTING) {
-            return bg_poll(d, now, true);
-        }
-        d->is_upload_wait = false;
-    }
-    if (d->up.state != UPLOAD_NONE) {
-        /* A drain waits for the window going up (run_pending makes a
-         * closing action wait too). */
-        int rc = bg_poll(d, now, d->is_draining);
-        if (rc != 0) {
-            return rc;
-        }
-    }
-    if (!d->is_start_kept) {
-        int rc = keep_start(d, now);
-        if (rc != 0) {
-            return rc;
-        }
+    if (round_prepare(d, now, &pre)) {
+        return pre;
     }
     if (is_closing_only && d->pend.kind == PENDING_INTENT) {
         /* an intent taken before the drain began, for the window after

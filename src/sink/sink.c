@@ -436,24 +436,21 @@ static struct task *refresh_pick(struct sink *s, int64_t now, int64_t *wake)
 static void refresh_one(const struct task *t, struct lease *l)
 {
     struct err err = {0};
+    struct err aged;
     int rc = lease_refresh(l, &err);
 
     if (rc == 0) {
         return;
     }
-    if (!lease_lost(l)) {
-        struct err aged;
-
-        /* lease.h (4): past its TTL less the margin it is lost here, and
-         * the refresher pokes the queue so that it stops at once */
-        if (lease_check_age(l, &aged) != 0 && lease_lost(l)) {
-            log_error_kv("queen-s3",
-                         "lease expired: its renewals failed for longer than "
-                         "its TTL allows",
-                         {"queue", t->name}, {"error", aged.msg},
-                         {"renewal", err.msg});
-            return;
-        }
+    /* lease.h (4): past its TTL less the margin it is lost here, and the
+     * refresher pokes the queue so that it stops at once */
+    if (!lease_lost(l) && lease_check_age(l, &aged) != 0 && lease_lost(l)) {
+        log_error_kv("queen-s3",
+                     "lease expired: its renewals failed for longer than its "
+                     "TTL allows",
+                     {"queue", t->name}, {"error", aged.msg},
+                     {"renewal", err.msg});
+        return;
     }
     if (lease_lost(l)) {
         log_error_kv("queen-s3", "lease lost: another instance owns this queue",

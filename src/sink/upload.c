@@ -651,15 +651,13 @@ void upload_clear(struct upload *u)
 }
 
 void upload_begin(struct upload *u, struct upload_object *o, size_t n,
-                  const char *ctype, struct upload_crash crash, int64_t k,
-                  int64_t t_start)
+                  const char *ctype, int64_t k, int64_t t_start)
 {
     u->o = o;
     u->n = n;
     u->landed = 0;
     u->is_manifest_landed = false;
     u->ctype = ctype;
-    u->crash = crash;
     u->k = k;
     u->t_start = t_start;
     u->has_commit = false;

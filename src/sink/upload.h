@@ -221,10 +221,10 @@ void upload_drop_prebuilt(struct upload *u);
 
 /* The window k's (from t_start) objects o[0..n) (taken) and its encoded
  * manifest (in u->manifest already) start going up: PUTTING, on a new
- * thread (inline when no thread can be had). */
+ * thread (inline when no thread can be had). The driver sets crash and
+ * is_redo for the pass before. */
 void upload_begin(struct upload *u, struct upload_object *o, size_t n,
-                  const char *ctype, struct upload_crash crash, int64_t k,
-                  int64_t t_start);
+                  const char *ctype, int64_t k, int64_t t_start);
 /* "PUT <key>: <msg>" into out (cap bytes), a key of more than 96 bytes cut
  * in its middle ("...") so that a long key (a long partition name) never
  * hides the status and S3 code that follow it. Keys are percent-encoded
