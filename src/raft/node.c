@@ -1536,7 +1536,9 @@ static void fwd_dialed(void *arg, uv_stream_t *stream, int status)
 static int fwd_dial(struct node *n, uint64_t lid, const char *laddr,
                     struct err *err)
 {
-    if (rtransport_dial(&n->transport, laddr, RTRANSPORT_KIND_FORWARD,
+    struct rtransport_peer to = {lid, laddr};
+
+    if (rtransport_dial(&n->transport, &to, RTRANSPORT_KIND_FORWARD,
                         fwd_dialed, n, err) != 0) {
         err->code = ERR_NOT_LEADER;
         return err_wrap(err, "cannot reach the leader");

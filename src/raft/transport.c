@@ -39,14 +39,14 @@
 
 /* ---- the wire format --------------------------------------------------- */
 
-#define WIRE_VERSION   1
+#define WIRE_VERSION   2
 #define TYPE_CHALLENGE 1
 #define TYPE_HELLO     2
 #define TYPE_VERDICT   3
 
 static const uint8_t wire_magic[4] = {'Q', 'N', 'R', 'T'};
-static const char label_dial[] = "queen raft dial v1";
-static const char label_accept[] = "queen raft accept v1";
+static const char label_dial[] = "queen raft dial v2";
+static const char label_accept[] = "queen raft accept v2";
 
 const char *rtransport_reason_name(int reason)
 {
@@ -85,13 +85,15 @@ static int check_header(const uint8_t *in, uint8_t type)
     return RTRANSPORT_R_OK;
 }
 
-/* HMAC(token, label_dial || Ns || hello[0..48) || address). */
+/* HMAC(token, label_dial || Ns || hello[0..48) || address || to_id), to_id
+ * big-endian: the listener the dialer means to reach (transport.h (2)). */
 static void dial_proof(const char *token, const uint8_t *server_nonce,
                        const uint8_t *hello, const uint8_t *address,
-                       size_t address_len, uint8_t out[RTRANSPORT_PROOF_LEN])
+                       size_t address_len, uint64_t to_id,
+                       uint8_t out[RTRANSPORT_PROOF_LEN])
 {
     uint8_t msg[sizeof(label_dial) - 1 + RTRANSPORT_NONCE_LEN + 48 +
-                RTRANSPORT_ADDRESS_MAX];
+                RTRANSPORT_ADDRESS_MAX + 8];
     size_t n = 0;
 
     memcpy(msg + n, label_dial, sizeof(label_dial) - 1);
@@ -102,6 +104,8 @@ static void dial_proof(const char *token, const uint8_t *server_nonce,
     n += 48;
     memcpy(msg + n, address, address_len);
     n += address_len;
+    be64_put(msg + n, to_id);
+    n += 8;
     hmac_sha256(token, strlen(token), msg, n, out);
 }
 
@@ -156,7 +160,7 @@ size_t rtransport_hello_encode(const char *token,
     memcpy(out + 16, h->nonce, RTRANSPORT_NONCE_LEN);
     memcpy(out + RTRANSPORT_HELLO_FIXED, (const uint8_t *)h->address, alen);
     dial_proof(token, server_nonce, out, out + RTRANSPORT_HELLO_FIXED, alen,
-               out + 48);
+               h->to_id, out + 48);
     return RTRANSPORT_HELLO_FIXED + alen;
 }
 
@@ -174,7 +178,7 @@ int rtransport_hello_head(const uint8_t in[RTRANSPORT_HELLO_FIXED],
 
 int rtransport_hello_verify(const char *token,
                             const uint8_t server_nonce[RTRANSPORT_NONCE_LEN],
-                            const uint8_t *in, size_t n,
+                            uint64_t self_id, const uint8_t *in, size_t n,
                             struct rtransport_hello *h)
 {
     uint8_t want[RTRANSPORT_PROOF_LEN];
@@ -193,12 +197,13 @@ int rtransport_hello_verify(const char *token,
         return RTRANSPORT_R_MALFORMED;
     }
     dial_proof(token, server_nonce, in, in + RTRANSPORT_HELLO_FIXED, alen,
-               want);
+               self_id, want);
     if (CRYPTO_memcmp(want, in + 48, RTRANSPORT_PROOF_LEN) != 0) {
         return RTRANSPORT_R_PROOF;
     }
     h->kind = in[6];
     h->id = be64_get(in + 8);
+    h->to_id = self_id;
     memcpy(h->nonce, in + 16, RTRANSPORT_NONCE_LEN);
     memcpy(h->proof, in + 48, RTRANSPORT_PROOF_LEN);
     h->address_len = alen;
@@ -335,6 +340,7 @@ struct hs {
     uint8_t dial_proof[RTRANSPORT_PROOF_LEN];
     struct rtransport_hello hello;
     uint8_t kind;
+    uint64_t to_id; /* dialer: the raft id of the node it means to reach */
     struct raft_uv_connect *req; /* libraft's connect, or NULL */
     raft_uv_connect_cb connect_cb;
     rtransport_dial_fn dial_cb;
@@ -649,6 +655,7 @@ static void dialer_challenge(struct hs *hs)
     memset(&h, 0, sizeof(h));
     h.kind = hs->kind;
     h.id = rt->id;
+    h.to_id = hs->to_id;
     memcpy(h.nonce, hs->client_nonce, RTRANSPORT_NONCE_LEN);
     h.address_len = strlen(rt->address); /* init bounded it */
     memcpy(h.address, rt->address, h.address_len + 1);
@@ -697,6 +704,9 @@ static void dialer_verdict(struct hs *hs)
 
 static bool kind_served(const struct rt *rt, const struct rtransport_hello *h)
 {
+    if (h->id == rt->id) {
+        return false; /* this node itself: a relayed or misconfigured dial */
+    }
     if (h->kind == RTRANSPORT_KIND_RAFT) {
         return rt->accept_cb != NULL && h->id != 0 && h->address_len > 0;
     }
@@ -706,8 +716,8 @@ static bool kind_served(const struct rt *rt, const struct rtransport_hello *h)
 static void listener_hello(struct hs *hs)
 {
     struct rt *rt = hs->rt;
-    int rc = rtransport_hello_verify(rt->token, hs->server_nonce, hs->in,
-                                     hs->have, &hs->hello);
+    int rc = rtransport_hello_verify(rt->token, hs->server_nonce, rt->id,
+                                     hs->in, hs->have, &hs->hello);
     int status = RTRANSPORT_VERDICT_OK;
 
     if (rc == RTRANSPORT_R_PROOF) {
@@ -820,7 +830,8 @@ static void on_connect(uv_connect_t *c, int status)
 
 /* Start a dial: returns the handshake, or NULL with err set (then no
  * callback ever fires). */
-static struct hs *dial_start(struct rt *rt, const char *address, uint8_t kind,
+static struct hs *dial_start(struct rt *rt, uint64_t to_id,
+                             const char *address, uint8_t kind,
                              struct err *err)
 {
     struct sockaddr_storage a;
@@ -843,6 +854,7 @@ static struct hs *dial_start(struct rt *rt, const char *address, uint8_t kind,
     }
     hs = hs_new(rt, true);
     hs->kind = kind;
+    hs->to_id = to_id;
     hs->phase = PH_CONNECT;
     snprintf(hs->peer, sizeof(hs->peer), "%s", address);
     hs->connect.data = hs;
@@ -928,9 +940,8 @@ static int rt_connect(struct raft_uv_transport *t, struct raft_uv_connect *req,
     struct err err = {0};
     struct hs *hs;
 
-    (void)id;
     req->cb = cb;
-    hs = dial_start(rt, address, RTRANSPORT_KIND_RAFT, &err);
+    hs = dial_start(rt, id, address, RTRANSPORT_KIND_RAFT, &err);
     if (hs == NULL) {
         snprintf(t->errmsg, sizeof(t->errmsg), "%s", err.msg);
         return RAFT_NOCONNECTION;
@@ -1020,9 +1031,9 @@ void rtransport_set_channel(struct raft_uv_transport *t, uint8_t kind,
     rt->channels[kind].arg = arg;
 }
 
-int rtransport_dial(struct raft_uv_transport *t, const char *address,
-                    uint8_t kind, rtransport_dial_fn cb, void *arg,
-                    struct err *err)
+int rtransport_dial(struct raft_uv_transport *t,
+                    const struct rtransport_peer *to, uint8_t kind,
+                    rtransport_dial_fn cb, void *arg, struct err *err)
 {
     struct rt *rt = t->impl;
     struct hs *hs;
@@ -1031,7 +1042,7 @@ int rtransport_dial(struct raft_uv_transport *t, const char *address,
         return err_set(err, ERR_INVALID, "raft transport: cannot dial kind %u",
                        kind);
     }
-    hs = dial_start(rt, address, kind, err);
+    hs = dial_start(rt, to->id, to->address, kind, err);
     if (hs == NULL) {
         return err->code;
     }

@@ -7,8 +7,14 @@
  * (1) The token never crosses the wire and a recorded handshake cannot be
  *     replayed: each side proves the token with HMAC-SHA256 over a nonce the
  *     OTHER side drew fresh (OpenSSL RAND_bytes) for this connection.
- * (2) Mutual: a dialer hands a stream over only after the listener proved
- *     the token too, so a rogue listener learns nothing and gets no data.
+ * (2) Mutual, and meant for one node: a dialer hands a stream over only
+ *     after the listener proved the token too, so a rogue listener learns
+ *     nothing and gets no data. The dial proof names the raft id of the
+ *     node the dialer means to reach, and a listener checks it against its
+ *     own: a rogue listener (on the address of a member that is down, or of
+ *     a spare) cannot relay a member's hello to another member, or back to
+ *     the dialer itself, and sit in the middle of the connection. A hello
+ *     claiming the listener's own id is refused too.
  * (3) No byte of stream data is ever taken by the handshake reader: each read
  *     asks libuv for exactly the bytes the current message still lacks (the
  *     alloc callback returns a buffer of that size, so read(2) can take no
@@ -49,7 +55,7 @@
  *
  *   offset size description
  *   0      4    magic "QNRT"
- *   4      1    version, 1
+ *   4      1    version, 2 (1 bound no listener id: refused as "bad version")
  *   5      1    type: 1 challenge, 2 hello, 3 verdict
  *   6      1    hello: channel kind; verdict: status; challenge: 0
  *   7      1    hello: address length (0..255); otherwise 0
@@ -60,14 +66,16 @@
  * hello, dialer -> listener, after the challenge (80 + address length):
  *   8      8    the dialer's raft id
  *   16     32   client nonce Nc
- *   48     32   dial proof = HMAC-SHA256(token, "queen raft dial v1" ||
- *               Ns || hello[0..48) || address)
+ *   48     32   dial proof = HMAC-SHA256(token, "queen raft dial v2" ||
+ *               Ns || hello[0..48) || address || to_id), to_id the 8-byte
+ *               raft id of the listener the dialer means to reach (not
+ *               sent: the listener puts its own)
  *   80     n    the dialer's raft address, no NUL (n = byte 7)
  *
  * verdict, listener -> dialer, after the hello (40 bytes):
  *   6      1    status: 0 accepted, 1 bad proof, 2 kind not served
  *   8      32   accepted: accept proof = HMAC-SHA256(token,
- *               "queen raft accept v1" || Nc || dial proof); zeros otherwise
+ *               "queen raft accept v2" || Nc || dial proof); zeros otherwise
  *
  * A refusal for a bad proof or an unserved kind is answered with its verdict
  * (so a misconfigured peer gets a clear status); anything else that is wrong
@@ -150,14 +158,21 @@ void rtransport_set_channel(struct raft_uv_transport *t, uint8_t kind,
  * RTRANSPORT_E* code. */
 typedef void (*rtransport_dial_fn)(void *arg, uv_stream_t *stream, int status);
 
-/* Dial address ("ip:port") for a channel of kind, claiming the raft id and
- * address libraft's init gave (0 and "" before it). cb fires exactly once,
- * never inside this call. Errors (cb then never fires): ERR_INVALID (bad
- * address or kind), ERR_FORBIDDEN (token ""), ERR_BUSY (transport closing),
- * ERR_IO (the socket call failed). */
-int rtransport_dial(struct raft_uv_transport *t, const char *address,
-                    uint8_t kind, rtransport_dial_fn cb, void *arg,
-                    struct err *err);
+/* The node a dial means to reach: its raft id (bound into the proof, so
+ * that only that node accepts the hello: (2)) and "ip:port". */
+struct rtransport_peer {
+    uint64_t id;
+    const char *address;
+};
+
+/* Dial node to for a channel of kind, claiming the raft id and address
+ * libraft's init gave (0 and "" before it). cb fires exactly once, never
+ * inside this call. Errors (cb then never fires): ERR_INVALID (bad address
+ * or kind), ERR_FORBIDDEN (token ""), ERR_BUSY (transport closing), ERR_IO
+ * (the socket call failed). */
+int rtransport_dial(struct raft_uv_transport *t,
+                    const struct rtransport_peer *to, uint8_t kind,
+                    rtransport_dial_fn cb, void *arg, struct err *err);
 
 /* Incoming connections accepted (handed to libraft or a channel) and refused
  * (5), since init. Either pointer may be NULL. */
@@ -189,7 +204,8 @@ const char *rtransport_reason_name(int reason);
 /* A parsed hello; address is NUL-terminated. */
 struct rtransport_hello {
     uint8_t kind;
-    uint64_t id;
+    uint64_t id;    /* the dialer's raft id */
+    uint64_t to_id; /* the listener's it is meant for: in the proof only */
     uint8_t nonce[RTRANSPORT_NONCE_LEN];
     uint8_t proof[RTRANSPORT_PROOF_LEN];
     size_t address_len;
@@ -205,7 +221,7 @@ int rtransport_challenge_parse(const uint8_t in[RTRANSPORT_CHALLENGE_LEN],
 
 /* Write the hello answering server_nonce for h's kind, id, nonce and
  * address (its first address_len bytes, at most RTRANSPORT_ADDRESS_MAX;
- * h->proof is not read) into out (RTRANSPORT_HELLO_MAX bytes); returns its
+ * h->proof is not read), proved for the listener h->to_id, into out (RTRANSPORT_HELLO_MAX bytes); returns its
  * length. The dial proof it computed is at out + 48. token is
  * NUL-terminated. */
 size_t rtransport_hello_encode(const char *token,
@@ -216,11 +232,12 @@ size_t rtransport_hello_encode(const char *token,
 int rtransport_hello_head(const uint8_t in[RTRANSPORT_HELLO_FIXED],
                           size_t *address_len);
 /* Parse a whole hello of n bytes (its head already checked or not) into h
- * and verify its proof against token and server_nonce (constant time).
- * Returns RTRANSPORT_R_OK, or the reason (h then undefined). */
+ * and verify its proof against token, server_nonce and this listener's raft
+ * id self_id (constant time). Returns RTRANSPORT_R_OK, or the reason (h
+ * then undefined). */
 int rtransport_hello_verify(const char *token,
                             const uint8_t server_nonce[RTRANSPORT_NONCE_LEN],
-                            const uint8_t *in, size_t n,
+                            uint64_t self_id, const uint8_t *in, size_t n,
                             struct rtransport_hello *h);
 
 /* Write the verdict for a verified hello h (status OK: with the accept

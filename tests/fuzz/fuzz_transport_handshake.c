@@ -3,7 +3,8 @@
  * parsed or refused without a crash, and only a hello made with the token
  * for this server nonce may verify. Each input is tried as a challenge, a
  * hello and a verdict; its bytes then also seed a well-formed hello, which
- * must verify, round-trip, and be refused once one byte changes. */
+ * must verify, round-trip, and be refused once one byte changes or by a
+ * listener of another raft id. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const char token[] = "fuzz-token";
 static const uint8_t ns[RTRANSPORT_NONCE_LEN] = {1, 2, 3, 4, 5, 6, 7, 8};
+#define FUZZ_SELF_ID 3 /* the listener's raft id */
 
 static void as_received(const uint8_t *data, size_t size)
 {
@@ -31,7 +33,8 @@ static void as_received(const uint8_t *data, size_t size)
         alen > RTRANSPORT_ADDRESS_MAX) {
         abort();
     }
-    if (rtransport_hello_verify(token, ns, data, size, &h) != RTRANSPORT_R_OK) {
+    if (rtransport_hello_verify(token, ns, FUZZ_SELF_ID, data, size, &h) !=
+        RTRANSPORT_R_OK) {
         return;
     }
     /* Only a hello made with the token verifies: it must re-encode to the
@@ -64,17 +67,25 @@ static void as_seed(const uint8_t *data, size_t size)
     memset(&h, 0, sizeof(h));
     h.kind = size > 0 ? data[0] : 0;
     h.id = id;
+    h.to_id = FUZZ_SELF_ID;
     memcpy(h.nonce, nc, sizeof(nc));
     h.address_len = alen;
     memcpy(h.address, address, alen + 1);
     n = rtransport_hello_encode(token, ns, &h, hello);
     memset(&h, 0, sizeof(h));
     if (n != RTRANSPORT_HELLO_FIXED + alen ||
-        rtransport_hello_verify(token, ns, hello, n, &h) != RTRANSPORT_R_OK ||
+        rtransport_hello_verify(token, ns, FUZZ_SELF_ID, hello, n, &h) !=
+            RTRANSPORT_R_OK ||
         h.id != id || h.address_len != alen ||
         strcmp(h.address, address) != 0) {
         abort();
     }
+    /* meant for another listener: refused by this one (transport.h (2)) */
+    if (rtransport_hello_verify(token, ns, FUZZ_SELF_ID + 1, hello, n, &h) ==
+        RTRANSPORT_R_OK) {
+        abort();
+    }
+    (void)rtransport_hello_verify(token, ns, FUZZ_SELF_ID, hello, n, &h);
     rtransport_verdict_encode(token, RTRANSPORT_VERDICT_OK, &h, verdict);
     if (rtransport_verdict_check(token, nc, hello + 48, verdict) != 0) {
         abort();
@@ -83,7 +94,7 @@ static void as_seed(const uint8_t *data, size_t size)
     if (size > 0) {
         size_t at = data[size - 1] % n;
         hello[at] ^= 0x5a;
-        if (rtransport_hello_verify(token, ns, hello, n, &h) ==
+        if (rtransport_hello_verify(token, ns, FUZZ_SELF_ID, hello, n, &h) ==
             RTRANSPORT_R_OK) {
             abort();
         }

@@ -321,20 +321,21 @@ def _recv_exact(sock, n, timeout):
     return out
 
 
-def _wrong_proof_hello(sock, claimed_id, addr, token):
+def _wrong_proof_hello(sock, claimed_id, addr, token, to_id):
     """Speak the transport's handshake (src/raft/transport.h) as a peer
     that knows the protocol but not the token: read the challenge, answer
-    a raft hello proved with token. Returns the verdict's status byte, or
-    None when the node closed without one."""
+    a raft hello proved with token for the listener to_id. Returns the
+    verdict's status byte, or None when the node closed without one."""
     ch = _recv_exact(sock, 40, 5)
-    assert len(ch) == 40 and ch[:4] == b"QNRT" and ch[5] == 1, \
-        "no challenge from the raft port: %r" % ch
+    assert len(ch) == 40 and ch[:4] == b"QNRT" and ch[4] == 2 and \
+        ch[5] == 1, "no challenge from the raft port: %r" % ch
     nonce_s = ch[8:40]
     a = addr.encode()
-    head = b"QNRT" + bytes([1, 2, 1, len(a)]) + struct.pack(
+    head = b"QNRT" + bytes([2, 2, 1, len(a)]) + struct.pack(
         ">Q", claimed_id) + os.urandom(32)
-    proof = hmac.new(token.encode(), b"queen raft dial v1" + nonce_s +
-                     head + a, hashlib.sha256).digest()
+    proof = hmac.new(token.encode(), b"queen raft dial v2" + nonce_s +
+                     head + a + struct.pack(">Q", to_id),
+                     hashlib.sha256).digest()
     try:
         sock.sendall(head + proof + a)
     except OSError:
@@ -401,7 +402,7 @@ def test_rogue_raw_tcp_on_the_raft_port_is_refused(shared):
         # the rogue goes on with a vote request.
         s = raw_connect(v.raft_addr)
         verdict = _wrong_proof_hello(s, other.id, other.raft_addr,
-                                     WRONG_TOKEN)
+                                     WRONG_TOKEN, v.id)
         assert verdict != 0, "a wrong token accepted by %d" % v.id
         try:
             s.sendall(_request_vote(term + 2000, other.id))
@@ -424,6 +425,72 @@ def test_rogue_raw_tcp_on_the_raft_port_is_refused(shared):
     for node in c.nodes.values():
         assert WRONG_TOKEN not in node.logs() and TOKEN not in node.logs()
     push_ok(c, c[lid], items("after-rogue", ["r1"]))
+
+
+def _relay_once(srv, target_addr, timeout):
+    """Sit on a stopped member's raft address (srv, listening) as a relay
+    with no token: take the first connection a member dials to it, open one
+    to target_addr, pass the target's challenge to the dialer and the
+    dialer's hello to the target, then the target's answer (if any) back.
+    Returns (the target's verdict byte or None, the dialer's socket)."""
+    srv.settimeout(timeout)
+    dial, _ = srv.accept()
+    dial.settimeout(timeout)
+    host, port = target_addr.rsplit(":", 1)
+    up = socket.create_connection((host, int(port)), timeout=timeout)
+    try:
+        dial.sendall(_recv_exact(up, 40, timeout))
+        hello = _recv_exact(dial, 80, timeout)
+        assert len(hello) == 80, "the dialer sent no hello: %r" % hello
+        hello += _recv_exact(dial, hello[7], timeout)
+        up.sendall(hello)
+        verdict = _recv_exact(up, 40, timeout)
+        if len(verdict) == 40:
+            dial.sendall(verdict)
+        return (verdict[6] if len(verdict) == 40 else None), dial
+    finally:
+        up.close()
+
+
+@pytest.mark.parametrize("target", ["follower", "leader"])
+def test_a_relay_on_a_stopped_members_address_gets_no_stream(make_cluster,
+                                                             target):
+    """A process that took the raft address of a member that is down gets
+    the leader's dials meant for that member. Passing them on to another
+    member, or back to the leader itself, must not make an authenticated
+    stream: the proof names the node it is meant for (transport.h (2)).
+    Version 1 let such a relay read the replication stream, move the term
+    with a forged AppendEntries, and crash the leader."""
+    c = make_cluster()
+    lid = c.start()
+    down, other = [n for n in c.nodes.values() if n.id != lid]
+    c.kill9(down.id)
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    host, port = down.raft_addr.rsplit(":", 1)
+    srv.bind((host, int(port)))
+    srv.listen(8)
+    to = other.raft_addr if target == "follower" else c[lid].raft_addr
+    term = c[lid].raft()["term"]
+    try:
+        for _ in range(3):  # the leader dials again after each refusal
+            verdict, dial = _relay_once(srv, to, 10)
+            try:
+                assert verdict != 0, \
+                    "node at %s accepted a hello meant for node %d" % (
+                        to, down.id)
+                # whatever the relay says next, the leader hands nothing
+                # over: it closes (an accepted stream would carry entries)
+                assert _closed_by_peer(dial, 10), \
+                    "the leader kept a relayed connection open"
+            finally:
+                dial.close()
+    finally:
+        srv.close()
+    c.check_alive()
+    assert c.leader(timeout=10) == lid
+    assert c[lid].raft()["term"] == term
+    push_ok(c, c[lid], items("relay", ["after"]), timeout=10)
 
 
 def test_wrong_token_node_never_joins(make_cluster):

@@ -50,6 +50,7 @@ static bool flag_set(void *arg)
 struct side {
     uv_loop_t *loop;
     struct raft_uv_transport t;
+    uint64_t id;
     char address[64];
     /* what a channel or dial delivered */
     uv_stream_t *stream;
@@ -77,6 +78,7 @@ static void side_open(struct side *s, uv_loop_t *loop, const char *token,
 
     memset(s, 0, sizeof(*s));
     s->loop = loop;
+    s->id = id;
     snprintf(s->address, sizeof(s->address), "127.0.0.1:%d", nh_free_port());
     if (rtransport_init(&s->t, loop, &cfg, &err) != 0) {
         fprintf(stderr, "rtransport_init: %s\n", err.msg);
@@ -207,8 +209,9 @@ static void dial(struct side *from, const struct side *to, uint8_t kind)
     struct err err = {0};
 
     from->has_dialed = false;
-    if (rtransport_dial(&from->t, to->address, kind, on_dial, from, &err) !=
-        0) {
+    struct rtransport_peer peer = {to->id, to->address};
+
+    if (rtransport_dial(&from->t, &peer, kind, on_dial, from, &err) != 0) {
         HARNESS_FAIL("rtransport_dial: %s", err.msg);
     }
 }
@@ -359,14 +362,15 @@ static bool raw_wait_closed(uv_loop_t *loop, int fd)
 
 /* A hello as a dialer with token would send it. */
 static size_t make_hello(const char *token, const uint8_t *ns, uint8_t kind,
-                         uint64_t id, const char *address, const uint8_t *nc,
-                         uint8_t *out)
+                         uint64_t id, uint64_t to_id, const char *address,
+                         const uint8_t *nc, uint8_t *out)
 {
     struct rtransport_hello h;
 
     memset(&h, 0, sizeof(h));
     h.kind = kind;
     h.id = id;
+    h.to_id = to_id;
     memcpy(h.nonce, nc, RTRANSPORT_NONCE_LEN);
     h.address_len = strlen(address);
     memcpy(h.address, address, h.address_len);
@@ -431,8 +435,8 @@ TEST(rogue_clients_are_refused_and_the_listener_keeps_serving)
     fd = raw_connect(&srv);
     EXPECT(raw_read(&loop, fd, chal, sizeof(chal)));
     EXPECT(rtransport_challenge_parse(chal, nonce) == RTRANSPORT_R_OK);
-    n = make_hello(TOKEN, nonce, RTRANSPORT_KIND_FORWARD, 5, "127.0.0.1:9",
-                   nonce, hello);
+    n = make_hello(TOKEN, nonce, RTRANSPORT_KIND_FORWARD, 5, srv.id,
+                   "127.0.0.1:9", nonce, hello);
     raw_send(fd, hello, n / 2);
     close(fd);
     w.want = 2;
@@ -446,7 +450,7 @@ TEST(rogue_clients_are_refused_and_the_listener_keeps_serving)
     EXPECT(rtransport_challenge_parse(chal, nonce) == RTRANSPORT_R_OK);
     memset(long_address, 'a', RTRANSPORT_ADDRESS_MAX);
     long_address[RTRANSPORT_ADDRESS_MAX] = '\0';
-    n = make_hello(TOKEN, nonce, 2, 5, long_address, nonce, hello);
+    n = make_hello(TOKEN, nonce, 2, 5, srv.id, long_address, nonce, hello);
     EXPECT_EQ_U64(n, RTRANSPORT_HELLO_MAX);
     memset(hello + RTRANSPORT_HELLO_FIXED, 'b', 200);
     memset(hello + RTRANSPORT_HELLO_MAX, 'b', 200);
@@ -499,8 +503,8 @@ TEST(a_replayed_hello_is_refused)
     fd = raw_connect(&srv);
     EXPECT(raw_read(&loop, fd, chal, sizeof(chal)));
     EXPECT(rtransport_challenge_parse(chal, ns) == RTRANSPORT_R_OK);
-    n = make_hello(TOKEN, ns, RTRANSPORT_KIND_FORWARD, 7, "127.0.0.1:1", nc,
-                   hello);
+    n = make_hello(TOKEN, ns, RTRANSPORT_KIND_FORWARD, 7, srv.id, "127.0.0.1:1",
+                   nc, hello);
     raw_send(fd, hello, n);
     EXPECT(raw_read(&loop, fd, verdict, sizeof(verdict)));
     EXPECT_EQ_I64(rtransport_verdict_check(TOKEN, nc, hello + 48, verdict), 0);
@@ -525,6 +529,92 @@ TEST(a_replayed_hello_is_refused)
 }
 
 /* A rogue listener that answers "accepted" without knowing the token. */
+static bool stream_arrived(void *arg)
+{
+    const struct side *s = arg;
+
+    return s->n_streams > 0;
+}
+
+/* transport.h (2): a rogue listener that took the address of a member (or
+ * of a spare) gets hellos made for that member's id. Relayed to another
+ * node, or back to the dialer, they must not verify there; and a hello that
+ * claims the listener's own id is refused even with a good proof. */
+TEST(a_hello_meant_for_another_node_or_from_itself_is_refused)
+{
+    uv_loop_t loop;
+    struct side srv;
+    uint8_t chal[RTRANSPORT_CHALLENGE_LEN];
+    uint8_t verdict[RTRANSPORT_VERDICT_LEN];
+    uint8_t hello[RTRANSPORT_HELLO_MAX];
+    uint8_t ns[RTRANSPORT_NONCE_LEN], nc[RTRANSPORT_NONCE_LEN];
+    struct rtransport_hello h;
+    uint64_t accepted = 0, refused = 0;
+    size_t n;
+    int fd;
+
+    memset(nc, 9, sizeof(nc));
+    uv_loop_init(&loop);
+    side_open(&srv, &loop, TOKEN, 3, true, 0);
+    rtransport_set_channel(&srv.t, RTRANSPORT_KIND_FORWARD, on_channel, &srv);
+
+    /* pure: the proof binds the listener's id */
+    memset(ns, 4, sizeof(ns));
+    n = make_hello(TOKEN, ns, RTRANSPORT_KIND_FORWARD, 1, 2, "127.0.0.1:1", nc,
+                   hello);
+    EXPECT_EQ_I64(rtransport_hello_verify(TOKEN, ns, 2, hello, n, &h),
+                  RTRANSPORT_R_OK);
+    EXPECT_EQ_I64(rtransport_hello_verify(TOKEN, ns, 3, hello, n, &h),
+                  RTRANSPORT_R_PROOF);
+
+    /* node 1's hello for node 2 (whose address the relay holds), handed to
+     * node 3 on node 3's own challenge: refused, no stream */
+    fd = raw_connect(&srv);
+    EXPECT(raw_read(&loop, fd, chal, sizeof(chal)));
+    EXPECT(rtransport_challenge_parse(chal, ns) == RTRANSPORT_R_OK);
+    n = make_hello(TOKEN, ns, RTRANSPORT_KIND_FORWARD, 1, 2, "127.0.0.1:1", nc,
+                   hello);
+    raw_send(fd, hello, n);
+    EXPECT(raw_read(&loop, fd, verdict, sizeof(verdict)));
+    EXPECT_EQ_I64(rtransport_verdict_check(TOKEN, nc, hello + 48, verdict),
+                  RTRANSPORT_EREFUSED);
+    EXPECT(raw_wait_closed(&loop, fd));
+    close(fd);
+
+    /* a hello proved for node 3 that claims to come from node 3 itself */
+    fd = raw_connect(&srv);
+    EXPECT(raw_read(&loop, fd, chal, sizeof(chal)));
+    EXPECT(rtransport_challenge_parse(chal, ns) == RTRANSPORT_R_OK);
+    n = make_hello(TOKEN, ns, RTRANSPORT_KIND_FORWARD, 3, 3, "127.0.0.1:1", nc,
+                   hello);
+    raw_send(fd, hello, n);
+    EXPECT(raw_read(&loop, fd, verdict, sizeof(verdict)));
+    EXPECT_EQ_I64(rtransport_verdict_check(TOKEN, nc, hello + 48, verdict),
+                  RTRANSPORT_EKIND);
+    EXPECT(raw_wait_closed(&loop, fd));
+    close(fd);
+
+    /* the same from node 1, meant for node 3: accepted */
+    fd = raw_connect(&srv);
+    EXPECT(raw_read(&loop, fd, chal, sizeof(chal)));
+    EXPECT(rtransport_challenge_parse(chal, ns) == RTRANSPORT_R_OK);
+    n = make_hello(TOKEN, ns, RTRANSPORT_KIND_FORWARD, 1, 3, "127.0.0.1:1", nc,
+                   hello);
+    raw_send(fd, hello, n);
+    EXPECT(raw_read(&loop, fd, verdict, sizeof(verdict)));
+    EXPECT_EQ_I64(rtransport_verdict_check(TOKEN, nc, hello + 48, verdict), 0);
+    close(fd);
+
+    EXPECT(run_until(&loop, stream_arrived, &srv));
+    rtransport_stats(&srv.t, &accepted, &refused);
+    EXPECT_EQ_U64(accepted, 1);
+    EXPECT_EQ_U64(refused, 2);
+    EXPECT_EQ_I64(srv.n_streams, 1);
+    side_close(&srv);
+    EXPECT(run_until(&loop, loop_idle, &loop));
+    EXPECT_EQ_I64(uv_loop_close(&loop), 0);
+}
+
 TEST(a_listener_that_cannot_prove_the_token_gets_no_stream)
 {
     uv_loop_t loop;
@@ -611,9 +701,10 @@ TEST(closing_cancels_a_pending_dial_and_an_empty_token_dials_nothing)
     /* token "": dials nothing, refuses everything. */
     side_open(&none, &loop, "", 3, true, 0);
     side_open(&srv, &loop, TOKEN, 1, true, 0);
-    EXPECT_EQ_I64(
-        rtransport_dial(&none.t, srv.address, 2, on_dial, &none, &err),
-        ERR_FORBIDDEN);
+    struct rtransport_peer to_srv = {srv.id, srv.address};
+
+    EXPECT_EQ_I64(rtransport_dial(&none.t, &to_srv, 2, on_dial, &none, &err),
+                  ERR_FORBIDDEN);
     fd = raw_connect(&none);
     EXPECT(raw_wait_closed(&loop, fd));
     close(fd);
