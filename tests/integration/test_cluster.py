@@ -1104,6 +1104,17 @@ def test_member_remove_refusal_quotes_the_id_as_utf8(broker):
     assert broker.get("/api/v1/cluster/members").json() == before
 
 
+def test_a_member_id_with_a_nul_in_its_path_is_refused(broker):
+    """%00 decodes to a NUL: "1%00junk" is not id 1, and removes nothing
+    (a number read up to the NUL took it as 1)."""
+    before = broker.get("/api/v1/cluster/members").json()
+    r = broker.request("DELETE", "/api/v1/cluster/members/1%00junk")
+    assert r.status == 400, r
+    assert r.json() == {"error": "bad member id '1?junk'",
+                        "code": "bad_request"}, r
+    assert broker.get("/api/v1/cluster/members").json() == before
+
+
 def test_a_spare_left_by_an_add_that_failed_can_be_removed(broker):
     """On a lone voter, an add whose new member cannot be reached fails,
     and libraft keeps the member it added before the promotion as a spare.
