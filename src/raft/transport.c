@@ -465,9 +465,6 @@ static void hs_closed(uv_handle_t *h)
     if (hs->next != NULL) {
         hs->next->prev = hs->prev;
     }
-    if (!hs->is_dialer) {
-        rt->n_incoming--;
-    }
     rt->n_hs--;
     free(hs);
     if (rt->is_closing && !rt->is_close_fired && !rt->is_listener_open &&
@@ -485,6 +482,9 @@ static void hs_close(struct hs *hs, int status)
         return;
     }
     hs->is_over = true;
+    if (!hs->is_dialer) {
+        hs->rt->n_incoming--; /* (4) counts handshakes running only */
+    }
     hs->status = status;
     hs->n_closes = 2;
     uv_close((uv_handle_t *)hs->tcp, hs_closed);
@@ -544,6 +544,9 @@ static void hs_hand_over(struct hs *hs)
 
     ASSERT(hs->n_writes == 0 && hs->have == hs->want); /* (3) */
     hs->is_over = true;
+    if (!hs->is_dialer) {
+        rt->n_incoming--;
+    }
     hs->tcp = NULL;
     s->data = NULL;
     hs->n_closes = 1;
@@ -779,6 +782,27 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
 }
 
+/* The length of peer's IP ("ip:port": up to its last ':'). */
+static size_t peer_ip_len(const char *peer)
+{
+    const char *colon = strrchr(peer, ':');
+
+    return colon != NULL ? (size_t)(colon - peer) : strlen(peer);
+}
+
+/* The other incoming handshakes running from hs's IP (4). */
+static unsigned incoming_from_ip(const struct rt *rt, const struct hs *hs)
+{
+    size_t len = peer_ip_len(hs->peer);
+    unsigned n = 0;
+
+    for (const struct hs *h = rt->hs_head; h != NULL; h = h->next) {
+        n += h != hs && !h->is_dialer && !h->is_over &&
+             peer_ip_len(h->peer) == len && memcmp(h->peer, hs->peer, len) == 0;
+    }
+    return n;
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     struct rt *rt = server->data;
@@ -798,7 +822,7 @@ static void on_connection(uv_stream_t *server, int status)
         hs_refuse(hs, RTRANSPORT_R_NO_TOKEN);
         return;
     }
-    if (is_busy) {
+    if (is_busy || incoming_from_ip(rt, hs) >= RTRANSPORT_PENDING_PER_IP) {
         hs_refuse(hs, RTRANSPORT_R_BUSY);
         return;
     }

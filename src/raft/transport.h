@@ -27,8 +27,13 @@
  *     when libraft (or a channel) calls uv_read_start.
  * (4) Everything is bounded: an address is at most RTRANSPORT_ADDRESS_MAX
  *     bytes, at most RTRANSPORT_PENDING_MAX incoming handshakes run at once
- *     (more are closed at accept), and a handshake that is not done within
- *     handshake_timeout_ms is closed.
+ *     and at most RTRANSPORT_PENDING_PER_IP from one IP address (more are
+ *     closed at accept), and a handshake that is not done within
+ *     handshake_timeout_ms is closed. A stranger holding silent
+ *     connections from one address thus leaves room for the members (a
+ *     member has a handshake or two running at a time): with the global
+ *     bound alone, 64 of them kept a cluster without a leader for as long
+ *     as they were held.
  * (5) Every refused incoming connection (bad magic, version, type, length,
  *     proof, kind, truncated, timed out, too many, no token) is closed and
  *     counted once in `refused`; it is logged at warn with the peer's
@@ -106,6 +111,7 @@
 #define RTRANSPORT_HELLO_MAX     (RTRANSPORT_HELLO_FIXED + RTRANSPORT_ADDRESS_MAX)
 #define RTRANSPORT_VERDICT_LEN   40
 #define RTRANSPORT_PENDING_MAX   64
+#define RTRANSPORT_PENDING_PER_IP 8
 #define RTRANSPORT_TIMEOUT_MS    5000
 
 /* Verdict statuses (byte 6 of a verdict). */
@@ -195,7 +201,7 @@ enum rtransport_reason {
     RTRANSPORT_R_KIND,      /* kind not served, or a raft hello without id */
     RTRANSPORT_R_TRUNCATED, /* the peer closed mid-handshake */
     RTRANSPORT_R_TIMEOUT,   /* handshake_timeout_ms passed */
-    RTRANSPORT_R_BUSY,      /* RTRANSPORT_PENDING_MAX handshakes running */
+    RTRANSPORT_R_BUSY,      /* too many handshakes running (4) */
     RTRANSPORT_R_NO_TOKEN,  /* our token is "" */
     RTRANSPORT_R_COUNT
 };

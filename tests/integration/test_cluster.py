@@ -493,6 +493,91 @@ def test_a_relay_on_a_stopped_members_address_gets_no_stream(make_cluster,
     push_ok(c, c[lid], items("relay", ["after"]), timeout=10)
 
 
+def test_silent_strangers_on_the_raft_ports_do_not_stop_an_election(
+        make_cluster):
+    """Connections that never say a word hold a handshake slot each until
+    the handshake times out. A stranger that holds many from one address
+    (127.0.0.2 here; the members dial from 127.0.0.1) and reopens each one
+    the node closes must leave room for the members: with one bound for
+    every caller, the survivors of a leader's kill -9 stayed candidates for
+    as long as the flood lasted."""
+    import selectors
+    import threading
+    c = make_cluster()
+    lid = c.start()
+    survivors = [n for n in c.nodes.values() if n.id != lid]
+    # Restarted under a leader, the followers have no connection to each
+    # other yet (a follower only answers the leader): the election after
+    # the kill must dial through the flood.
+    for n in survivors:
+        c.restart(n.id)
+        wait_until(lambda n=n: (n.raft() or {}).get("leaderId") == lid, 30,
+                   "node %d following %d again" % (n.id, lid))
+    assert c.leader(timeout=10) == lid
+    sel = selectors.DefaultSelector()
+    stop = threading.Event()
+    held = {"n": 0}
+
+    def hold(addr):
+        host, port = addr.rsplit(":", 1)
+        s = socket.socket()
+        s.setblocking(False)
+        s.bind(("127.0.0.2", 0))
+        try:
+            s.connect((host, int(port)))
+        except BlockingIOError:
+            pass
+        sel.register(s, selectors.EVENT_READ, addr)
+        held["n"] += 1
+
+    def flood():
+        for n in survivors:
+            for _ in range(200):
+                hold(n.raft_addr)
+        while not stop.is_set():
+            for key, _ in sel.select(0.05):
+                try:
+                    d = key.fileobj.recv(4096)
+                except OSError:
+                    d = b""
+                if not d:  # closed by the node: take the slot again
+                    sel.unregister(key.fileobj)
+                    key.fileobj.close()
+                    hold(key.data)
+        for key in list(sel.get_map().values()):
+            key.fileobj.close()
+
+    refused0 = {n.id: n.metric("queen_raft_connections_refused_total") or 0
+                for n in survivors}
+    t = threading.Thread(target=flood, daemon=True)
+    t.start()
+    try:
+        # the flood is on once every survivor turns some of it away
+        wait_until(lambda: all(
+            (n.metric("queen_raft_connections_refused_total") or 0) >=
+            refused0[n.id] + 16 for n in survivors), 15,
+            "the survivors refusing the flood's connections")
+        # a caller from another address (the members' own) is still
+        # answered at once with a challenge, not turned away as busy
+        for n in survivors:
+            s = raw_connect(n.raft_addr)
+            try:
+                ch = _recv_exact(s, 40, 5)
+            finally:
+                s.close()
+            assert ch[:4] == b"QNRT", \
+                "node %d turned a caller away during the flood: %r" % (
+                    n.id, ch)
+        c.kill9(lid)
+        new = c.leader(timeout=20, nodes=survivors)
+        assert new != lid
+        assert t.is_alive(), "the flood ended before the election"
+        push_ok(c, c[new], items("flood", ["during"]), timeout=10)
+    finally:
+        stop.set()
+        t.join(10)
+
+
 def test_wrong_token_node_never_joins(make_cluster):
     """A process with the right peers list and node 3's addresses but the
     wrong token, while the real node 3 is down: the cluster's leader and
