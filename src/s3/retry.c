@@ -57,7 +57,9 @@ uint64_t s3_retry_wait_ms(int attempt, int64_t retry_after_ms, double u)
 uint64_t s3_retry_driver_backoff_ms(int n, int64_t retry_after_ms, double u)
 {
     if (retry_after_ms >= 0) {
-        return (uint64_t)retry_after_ms;
+        return (uint64_t)retry_after_ms < S3_RETRY_CAP_MS
+                   ? (uint64_t)retry_after_ms
+                   : S3_RETRY_CAP_MS;
     }
     return (uint64_t)((double)step_ms(n, 20) * (0.75 + 0.5 * clamp_unit(u)));
 }

@@ -9,7 +9,7 @@
  *       wait = min(max(uniform[step/10, step], Retry-After), 60 s).
  *   (3) Driver backoff for its n-th retry (n >= 1): min(1000 ms *
  *       2^min(n-1, 20), 60 s) * uniform[0.75, 1.25); a Retry-After given by
- *       the error is used exactly instead. */
+ *       the error is used exactly instead, up to 60 s. */
 #ifndef QUEEN_S3_RETRY_H
 #define QUEEN_S3_RETRY_H
 
@@ -37,7 +37,8 @@ bool s3_retry_is_retriable(enum s3_fail kind, int status);
  * retry_after_ms < 0 means none was given. */
 uint64_t s3_retry_wait_ms(int attempt, int64_t retry_after_ms, double u);
 
-/* Invariant (3). */
+/* Invariant (3): the driver's wait before try n+1; a Retry-After is taken
+ * as given up to S3_RETRY_CAP_MS. */
 uint64_t s3_retry_driver_backoff_ms(int n, int64_t retry_after_ms, double u);
 
 /* Parse a Retry-After header value of whole seconds into ms; -1 when

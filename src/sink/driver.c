@@ -318,19 +318,14 @@ static void stop(struct driver *d, enum driver_stop s, const char *why)
 }
 
 /* docs/design/protocol.md §7: min(1 s * 2^(n-1), 60 s) times a jitter in
- * [0.75, 1.25), or the Retry-After exactly. */
+ * [0.75, 1.25), or the Retry-After exactly up to the same 60 s: a service
+ * (or a proxy) answering Retry-After: 86400 stalled a queue for a day,
+ * with the bucket well again, and nothing said it slept. */
 static int64_t backoff_ms(struct driver *d)
 {
-    int n = d->attempt < 1 ? 1 : d->attempt;
-    int shift = n - 1 > 20 ? 20 : n - 1;
-    int64_t step = (int64_t)1000 << shift;
-    double j = d->cfg.random != NULL ? d->cfg.random(d->cfg.random_arg) : 0.5;
-
-    if (d->retry_after_ms >= 0) {
-        return d->retry_after_ms;
-    }
-    step = step > 60000 ? 60000 : step;
-    return (int64_t)((double)step * (0.75 + 0.5 * j));
+    return (int64_t)s3_retry_driver_backoff_ms(
+        d->attempt, d->retry_after_ms,
+        d->cfg.random != NULL ? d->cfg.random(d->cfg.random_arg) : 0.5);
 }
 
 /* Ask for a retry after the backoff. */

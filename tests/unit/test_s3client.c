@@ -1252,7 +1252,10 @@ TEST(driver_backoff_doubles_from_1s_with_jitter_and_honours_retry_after)
     EXPECT_EQ_U64(s3_retry_driver_backoff_ms(1, -1, 0.5), 1000);
     EXPECT_EQ_U64(s3_retry_driver_backoff_ms(3, -1, 0.5), 4000);
     EXPECT_EQ_U64(s3_retry_driver_backoff_ms(30, -1, 0.0), 45000);
-    EXPECT_EQ_U64(s3_retry_driver_backoff_ms(2, 120000, 0.5), 120000);
+    EXPECT_EQ_U64(s3_retry_driver_backoff_ms(2, 59000, 0.5), 59000);
+    /* a day's Retry-After waits the cap, as every other wait does */
+    EXPECT_EQ_U64(s3_retry_driver_backoff_ms(2, 120000, 0.5), 60000);
+    EXPECT_EQ_U64(s3_retry_driver_backoff_ms(2, 86400000, 0.5), 60000);
     EXPECT_EQ_U64(s3_retry_driver_backoff_ms(2, 0, 0.5), 0);
 }
 
