@@ -433,6 +433,7 @@ static enum s3_fail attempt(struct s3_client *c, struct call *k,
     k->ans.etag[0] = '\0';
     k->ans.content_length = -1;
     k->ans.retry_after_ms = -1;
+    k->ans.region[0] = '\0';
     k->ans.is_unresolved = false;
     k->ans.is_unreached = false;
     k->ans.is_untrusted = false;
@@ -446,6 +447,8 @@ static enum s3_fail attempt(struct s3_client *c, struct call *k,
     st->status = rc == 0 ? k->ans.status : 0;
     st->retry_after_ms = k->ans.retry_after_ms;
     st->code[0] = '\0';
+    snprintf(st->region, sizeof(st->region), "%s",
+             rc == 0 ? k->ans.region : "");
     st->is_unresolved = rc != 0 && k->ans.is_unresolved;
     st->is_unreached = rc != 0 && k->ans.is_unreached;
     st->is_silent = rc != 0 && k->ans.is_silent;

@@ -75,17 +75,18 @@ struct s3_http_answer {
     char etag[256];         /* ETag header as sent, "" when absent */
     int64_t content_length; /* -1 when absent */
     int64_t retry_after_ms; /* Retry-After in ms, -1 when absent */
-    bool is_unresolved;     /* a transport failure: the host name did not
-                               resolve (DNS), so nothing was sent */
-    bool is_unreached;      /* a transport failure before a connection was
-                               made (is_unresolved, or the connection was
-                               refused or not made in time): nothing was
-                               sent */
-    bool is_silent;         /* a timeout after the connection was made and
-                               before any byte of an answer came */
-    bool is_untrusted;      /* the TLS handshake refused the endpoint's
-                               certificate (also is_unreached: nothing was
-                               sent) */
+    char region[32];    /* x-amz-bucket-region (letters, digits, '-'), or "" */
+    bool is_unresolved; /* a transport failure: the host name did not
+                           resolve (DNS), so nothing was sent */
+    bool is_unreached;  /* a transport failure before a connection was
+                           made (is_unresolved, or the connection was
+                           refused or not made in time): nothing was
+                           sent */
+    bool is_silent;     /* a timeout after the connection was made and
+                           before any byte of an answer came */
+    bool is_untrusted;  /* the TLS handshake refused the endpoint's
+                           certificate (also is_unreached: nothing was
+                           sent) */
 };
 
 /* Perform req. Returns 0 when an HTTP answer arrived (any status), else
@@ -159,6 +160,7 @@ struct s3_status {
     int64_t retry_after_ms; /* from the last answer, -1 when none */
     int attempts;           /* attempts of that request */
     char code[64];          /* S3 <Code> of an error answer, or "" */
+    char region[32];        /* the last answer's x-amz-bucket-region, or "" */
     bool is_unresolved;     /* the last attempt's host name did not resolve */
     bool is_unreached;      /* the last attempt made no connection */
     bool is_silent;         /* it connected, then no answer came */

@@ -17,6 +17,7 @@
 #include <curl/curl.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <ctype.h>
 #include <string.h>
 #include <strings.h>
 
@@ -188,6 +189,7 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
         a->etag[0] = '\0';
         a->content_length = -1;
         a->retry_after_ms = -1;
+        a->region[0] = '\0';
     } else if (header_value(p, len, "ETag", &v, &vl)) {
         if (vl >= sizeof(a->etag)) {
             vl = sizeof(a->etag) - 1;
@@ -200,6 +202,16 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
         a->content_length = strtoll(tmp, NULL, 10);
     } else if (header_value(p, len, "Retry-After", &v, &vl)) {
         a->retry_after_ms = s3_retry_parse_retry_after(v, vl);
+    } else if (header_value(p, len, "x-amz-bucket-region", &v, &vl)) {
+        /* a region name only: it is quoted into status and logs */
+        size_t k = 0;
+
+        while (k < vl && k + 1 < sizeof(a->region) &&
+               (isalnum((unsigned char)v[k]) || v[k] == '-')) {
+            a->region[k] = v[k];
+            k++;
+        }
+        a->region[k == vl ? k : 0] = '\0';
     }
     return len;
 }

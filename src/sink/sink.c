@@ -867,6 +867,16 @@ static void sink_probe_error(struct sink *s, const struct s3_status *st,
                  "QUEEN_S3_CA_FILE names a PEM file of the one that did (or "
                  "add it to the system's store)",
                  c->endpoint);
+    } else if (st->region[0] != '\0' && strcmp(st->region, c->region) != 0) {
+        /* AWS answers a request signed for another region 301 (or 400)
+         * with the bucket's own in x-amz-bucket-region */
+        snprintf(s->bucket_error + used, sizeof(s->bucket_error) - used,
+                 ". The bucket is in region %s (x-amz-bucket-region), and "
+                 "requests are signed for %s: set %s to %s",
+                 st->region, c->region,
+                 s->mtenant != NULL ? "the tenant's region"
+                                    : "QUEEN_S3_REGION",
+                 st->region);
     } else if (st->status == 401 || st->status == 403) {
         /* a control-plane tenant's sink has its keys from its document */
         snprintf(s->bucket_error + used, sizeof(s->bucket_error) - used,

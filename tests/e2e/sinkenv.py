@@ -16,7 +16,7 @@ def sink_env(bucket, **over):
     env = {
         "QUEEN_S3_EMBEDDED": "true",
         "QUEEN_S3_QUEUES": "orders",
-        "QUEEN_S3_ENDPOINT": bucket.endpoint,
+        "QUEEN_S3_ENDPOINT": bucket.endpoint if bucket is not None else "",
         "QUEEN_S3_REGION": "us-east-1",
         "QUEEN_S3_PATH_STYLE": "true",
         "QUEEN_S3_BUCKET": "lake",

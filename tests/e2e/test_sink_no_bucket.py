@@ -3,6 +3,10 @@ The sink names QUEEN_S3_BUCKET, shows the bucket as not reachable with
 that reason, shows a row for every queue and starts none (no lease, no
 intent) until the bucket exists; once it does, the lake fills as usual. Meanwhile the sink's ok is
 false and /health, which never looks at the sink, still answers 200."""
+import http.server
+import socketserver
+import threading
+
 from bucket import TestBucket
 from sinkenv import PREFIX, TENANT, kv_get, sink_env, wait_until
 
@@ -70,3 +74,57 @@ def test_an_existing_empty_bucket_passes_the_check(sink_node, bucket):
                     acked, timeout=60, compression="zstd", align="none")
     s3 = node.get("/status").json()["s3"]["sinks"][0]
     assert s3["bucket"]["reachable"] is True, s3
+
+
+class _WrongRegion(http.server.BaseHTTPRequestHandler):
+    """An endpoint answering as AWS does a request signed for another
+    region than its bucket's: 301 with the bucket's region in
+    x-amz-bucket-region (and, but to a HEAD, a PermanentRedirect
+    document)."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def answer(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        if n:
+            self.rfile.read(n)
+        body = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>'
+                b'PermanentRedirect</Code><Message>The bucket you are '
+                b'attempting to access must be addressed using the specified '
+                b'endpoint.</Message><Bucket>lake</Bucket></Error>')
+        self.send_response(301)
+        self.send_header("x-amz-bucket-region", "eu-west-1")
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = answer
+
+
+def test_a_bucket_in_another_region_names_the_region(broker_factory):
+    """A region typo against AWS: the probe's answer says where the bucket
+    is, and the bucket's error names both regions and the setting (it said
+    only "301 Moved Permanently")."""
+    srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _WrongRegion)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        ep = "http://127.0.0.1:%d" % srv.server_address[1]
+        node = broker_factory(env=sink_env(
+            None, QUEEN_S3_ENDPOINT=ep, QUEEN_S3_REGION="us-east-1"))
+
+        def refused():
+            s3 = node.get("/status").json()["s3"]["sinks"][0]
+            return s3["bucket"]["reachable"] is False and \
+                s3["bucket"]["error"]
+        err = wait_until(refused, 60, "bucket.reachable false")
+        assert ("The bucket is in region eu-west-1 (x-amz-bucket-region), "
+                "and requests are signed for us-east-1: set QUEEN_S3_REGION "
+                "to eu-west-1") in err, err
+    finally:
+        srv.shutdown()
+        srv.server_close()
