@@ -250,7 +250,8 @@ struct node {
     bool is_fw_held; /* the deferred queue waits for an answer (F1) */
     /* ... and as the leader that serves them. */
     struct fwd_peer *fw_peers;
-    struct raft_barrier fw_nudge; /* (F4) */
+    struct member_change *member_waits; /* promotions waiting to retry */
+    struct raft_barrier fw_nudge;       /* (F4) */
     bool is_fw_nudging;
     bool is_fw_nudge_due;
     uint64_t fw_forwarded; /* counters for /metrics */
@@ -1538,8 +1539,8 @@ static int fwd_dial(struct node *n, uint64_t lid, const char *laddr,
 {
     struct rtransport_peer to = {lid, laddr};
 
-    if (rtransport_dial(&n->transport, &to, RTRANSPORT_KIND_FORWARD,
-                        fwd_dialed, n, err) != 0) {
+    if (rtransport_dial(&n->transport, &to, RTRANSPORT_KIND_FORWARD, fwd_dialed,
+                        n, err) != 0) {
         err->code = ERR_NOT_LEADER;
         return err_wrap(err, "cannot reach the leader");
     }
@@ -1816,10 +1817,22 @@ struct member_change {
     struct raft_change req;
     struct node *node;
     uint64_t id;
-    bool is_add; /* an add: the promotion to voter comes next */
+    bool is_add;         /* an add: the promotion to voter comes next */
+    bool is_promoting;   /* the request running (or waited for) is it */
+    uint64_t give_up_ms; /* uv_now past which a failed promotion is final */
+    uv_timer_t retry;    /* the wait before the next try (adds only) */
+    bool has_retry;
+    struct member_change *next_wait; /* in node->member_waits */
     node_change_fn cb;
     void *arg;
 };
+
+/* A new member that has not caught up yet is promoted again and again
+ * (libraft gives up on a catch-up after its rounds, ~5 s): a store of a
+ * few GiB, or a node started a little after the add, takes longer. The
+ * HTTP caller gets 202 "joining" after 30 s meanwhile. */
+#define MEMBER_PROMOTE_RETRY_MS   1000
+#define MEMBER_PROMOTE_GIVE_UP_MS ((uint64_t)5 * 60 * 1000)
 
 static int change_err(int rv, struct err *err, const char *what)
 {
@@ -1837,29 +1850,164 @@ static int change_err(int rv, struct err *err, const char *what)
     return raft_err(rv, err, what);
 }
 
-static void member_changed(struct raft_change *req, int status)
+static void member_free(uv_handle_t *h)
 {
-    struct member_change *m = req->data;
-    struct node *n = m->node;
-    struct err err = {0};
-    int rv;
+    free(h->data);
+}
 
-    if (status == 0 && m->is_add && !n->closing) {
-        m->is_add = false; /* now promote the caught-up spare */
-        rv = raft_assign(&n->raft, &m->req, m->id, RAFT_VOTER, member_changed);
-        if (rv == 0) {
-            return;
-        }
-        status = rv;
-    }
+/* The change's answer to its caller, then m goes. */
+static void member_finish(struct member_change *m, int status)
+{
+    struct err err = {0};
+
     if (status != 0) {
         change_err(status, &err, "membership");
+    }
+    if (status != 0 && m->is_promoting && status != RAFT_SHUTDOWN) {
+        log_error_kv("node",
+                     "a new member was not promoted to voter: it stays a "
+                     "spare (POST it again to retry, or DELETE it)",
+                     {"member", LOG_U64(m->id)}, {"error", err.msg});
+    }
+    if (status != 0) {
         m->cb(m->arg, err.code, &err);
     } else {
         log_info_kv("node", "membership changed", {"member", LOG_U64(m->id)});
         m->cb(m->arg, 0, NULL);
     }
-    free(m);
+    if (m->has_retry) {
+        uv_close((uv_handle_t *)&m->retry, member_free);
+    } else {
+        free(m);
+    }
+}
+
+static void member_changed(struct raft_change *req, int status);
+
+/* Whether m's id is in the configuration as a spare or standby still. */
+static bool member_is_spare(const struct node *n, uint64_t id)
+{
+    for (unsigned i = 0; i < n->raft.configuration.n; i++) {
+        const struct raft_server *sv = &n->raft.configuration.servers[i];
+
+        if (sv->id == id) {
+            return sv->role != RAFT_VOTER;
+        }
+    }
+    return false;
+}
+
+/* A promotion that failed for a reason time may mend (the new node is
+ * not reachable yet, or did not catch up in libraft's rounds; another
+ * change runs) while this node still leads and the member is a spare. */
+static bool member_may_retry(const struct member_change *m, int status)
+{
+    struct node *n = m->node;
+
+    return m->has_retry && m->is_promoting && !n->closing &&
+           (status == RAFT_NOCONNECTION || status == RAFT_CANTCHANGE) &&
+           raft_state(&n->raft) == RAFT_LEADER && member_is_spare(n, m->id) &&
+           uv_now(n->loop) < m->give_up_ms;
+}
+
+static void member_promote(struct member_change *m);
+
+static void member_retry_due(uv_timer_t *t)
+{
+    struct member_change *m = t->data;
+    struct node *n = m->node;
+
+    for (struct member_change **pp = &n->member_waits; *pp != NULL;
+         pp = &(*pp)->next_wait) {
+        if (*pp == m) {
+            *pp = m->next_wait;
+            break;
+        }
+    }
+    if (n->closing) {
+        member_finish(m, RAFT_SHUTDOWN);
+        return;
+    }
+    member_promote(m);
+}
+
+static void member_promote(struct member_change *m)
+{
+    struct node *n = m->node;
+    int rv;
+
+    m->is_promoting = true;
+    rv = raft_assign(&n->raft, &m->req, m->id, RAFT_VOTER, member_changed);
+    if (rv == 0) {
+        return;
+    }
+    if (member_may_retry(m, rv)) {
+        m->next_wait = n->member_waits;
+        n->member_waits = m;
+        uv_timer_start(&m->retry, member_retry_due, MEMBER_PROMOTE_RETRY_MS, 0);
+        return;
+    }
+    member_finish(m, rv);
+}
+
+static void member_changed(struct raft_change *req, int status)
+{
+    struct member_change *m = req->data;
+    struct node *n = m->node;
+
+    if (status == 0 && m->is_add && !n->closing) {
+        m->is_add = false; /* now promote the caught-up spare */
+        member_promote(m);
+        return;
+    }
+    if (status != 0 && member_may_retry(m, status)) {
+        log_info_kv("node",
+                    "the new member is not caught up yet; promoting "
+                    "it again",
+                    {"member", LOG_U64(m->id)},
+                    {"reason", raft_strerror(status)});
+        m->next_wait = n->member_waits;
+        n->member_waits = m;
+        uv_timer_start(&m->retry, member_retry_due, MEMBER_PROMOTE_RETRY_MS, 0);
+        return;
+    }
+    member_finish(m, status);
+}
+
+/* A removal of a member whose promotion waits to retry: the promotion
+ * ends (its caller told the member was removed), and the removal goes on. */
+static void member_wait_cancel(struct node *n, uint64_t id)
+{
+    for (struct member_change **pp = &n->member_waits; *pp != NULL;
+         pp = &(*pp)->next_wait) {
+        struct member_change *m = *pp;
+
+        if (m->id == id) {
+            struct err err;
+
+            *pp = m->next_wait;
+            uv_timer_stop(&m->retry);
+            err_set(&err, ERR_INVALID,
+                    "membership: id %" PRIu64 " was removed before it "
+                    "caught up",
+                    id);
+            m->cb(m->arg, err.code, &err);
+            uv_close((uv_handle_t *)&m->retry, member_free);
+            return;
+        }
+    }
+}
+
+/* At close: the promotions waiting to retry fail. */
+static void member_waits_fail(struct node *n)
+{
+    while (n->member_waits != NULL) {
+        struct member_change *m = n->member_waits;
+
+        n->member_waits = m->next_wait;
+        uv_timer_stop(&m->retry);
+        member_finish(m, RAFT_SHUTDOWN);
+    }
 }
 
 static int member_check(struct node *n, uint64_t id, struct err *err)
@@ -1888,22 +2036,50 @@ int node_member_add(struct node *n, uint64_t id, const char *raft_address,
     if (member_check(n, id, err) != 0) {
         return err->code;
     }
+    const struct raft_server *same = NULL;
+
     for (unsigned i = 0; i < n->raft.configuration.n; i++) {
-        if (n->raft.configuration.servers[i].id == id) {
-            return err_set(err, ERR_INVALID,
-                           "id %" PRIu64 " is a member already", id);
+        const struct raft_server *sv = &n->raft.configuration.servers[i];
+
+        same = sv->id == id ? sv : same;
+    }
+    if (same != NULL && (same->role == RAFT_VOTER ||
+                         strcmp(same->address, raft_address) != 0)) {
+        return err_set(err, ERR_INVALID, "id %" PRIu64 " is a member already%s",
+                       id,
+                       same->role == RAFT_VOTER
+                           ? ""
+                           : " (a spare at another raft address: DELETE it "
+                             "first)");
+    }
+    for (struct member_change *w = n->member_waits; w != NULL;
+         w = w->next_wait) {
+        if (w->id == id) {
+            return err_set(err, ERR_BUSY,
+                           "add: a membership change is in progress (id "
+                           "%" PRIu64 " is being promoted)",
+                           id);
         }
     }
     m = xcalloc(1, sizeof(*m));
     m->req.data = m;
     m->node = n;
     m->id = id;
-    m->is_add = true;
+    m->is_add = same == NULL; /* a spare left by an add: promote it again */
+    m->give_up_ms = uv_now(n->loop) + MEMBER_PROMOTE_GIVE_UP_MS;
     m->cb = cb;
     m->arg = arg;
-    rv = raft_add(&n->raft, &m->req, id, raft_address, member_changed);
+    uv_timer_init(n->loop, &m->retry);
+    m->retry.data = m;
+    m->has_retry = true;
+    if (same != NULL) {
+        m->is_promoting = true;
+        rv = raft_assign(&n->raft, &m->req, id, RAFT_VOTER, member_changed);
+    } else {
+        rv = raft_add(&n->raft, &m->req, id, raft_address, member_changed);
+    }
     if (rv != 0) {
-        free(m);
+        uv_close((uv_handle_t *)&m->retry, member_free);
         return change_err(rv, err, "add");
     }
     return 0;
@@ -1937,6 +2113,7 @@ int node_member_remove(struct node *n, uint64_t id, node_change_fn cb,
                        id);
     }
     m = xcalloc(1, sizeof(*m));
+    member_wait_cancel(n, id);
     m->req.data = m;
     m->node = n;
     m->id = id;
@@ -2899,6 +3076,7 @@ void node_close(struct node *n, node_closed_fn cb, void *arg)
     uv_timer_stop(&n->tick);
     drain_async(n);
     fwd_close_all(n);
+    member_waits_fail(n);
     /* libraft aborts when closed with writes in flight: let a barrier
      * flush them (bounded, in case leadership is gone), then wait. */
     n->close_barrier.data = n;
