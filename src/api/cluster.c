@@ -314,8 +314,8 @@ void api_handle_member_remove(struct http_req *req, void *arg)
         memcpy(tmp, id.ptr, id.len);
         tmp[id.len] = '\0';
         /* a NUL decoded from the path (%00) would end the number early */
-        if (memchr(tmp, '\0', id.len) != NULL ||
-            !env_parse_u64(tmp, &c->id) || c->id == 0) {
+        if (memchr(tmp, '\0', id.len) != NULL || !env_parse_u64(tmp, &c->id) ||
+            c->id == 0) {
             /* The id is decoded from the path: any byte can be in it. */
             char quote[sizeof(tmp)];
 

@@ -85,13 +85,15 @@ static int check_header(const uint8_t *in, uint8_t type)
     return RTRANSPORT_R_OK;
 }
 
-/* HMAC(token, label_dial || Ns || hello[0..48) || address || to_id), to_id
+/* HMAC(token, label_dial || Ns || hello[0..48) || address || to_id) of a
+ * hello whose address (hello[7] bytes) follows its fixed part; to_id
  * big-endian: the listener the dialer means to reach (transport.h (2)). */
 static void dial_proof(const char *token, const uint8_t *server_nonce,
-                       const uint8_t *hello, const uint8_t *address,
-                       size_t address_len, uint64_t to_id,
+                       const uint8_t *hello, uint64_t to_id,
                        uint8_t out[RTRANSPORT_PROOF_LEN])
 {
+    const uint8_t *address = hello + RTRANSPORT_HELLO_FIXED;
+    size_t address_len = hello[7];
     uint8_t msg[sizeof(label_dial) - 1 + RTRANSPORT_NONCE_LEN + 48 +
                 RTRANSPORT_ADDRESS_MAX + 8];
     size_t n = 0;
@@ -159,8 +161,7 @@ size_t rtransport_hello_encode(const char *token,
     be64_put(out + 8, h->id);
     memcpy(out + 16, h->nonce, RTRANSPORT_NONCE_LEN);
     memcpy(out + RTRANSPORT_HELLO_FIXED, (const uint8_t *)h->address, alen);
-    dial_proof(token, server_nonce, out, out + RTRANSPORT_HELLO_FIXED, alen,
-               h->to_id, out + 48);
+    dial_proof(token, server_nonce, out, h->to_id, out + 48);
     return RTRANSPORT_HELLO_FIXED + alen;
 }
 
@@ -196,8 +197,7 @@ int rtransport_hello_verify(const char *token,
         memchr(in + RTRANSPORT_HELLO_FIXED, 0, alen) != NULL) {
         return RTRANSPORT_R_MALFORMED;
     }
-    dial_proof(token, server_nonce, in, in + RTRANSPORT_HELLO_FIXED, alen,
-               self_id, want);
+    dial_proof(token, server_nonce, in, self_id, want);
     if (CRYPTO_memcmp(want, in + 48, RTRANSPORT_PROOF_LEN) != 0) {
         return RTRANSPORT_R_PROOF;
     }
@@ -854,9 +854,8 @@ static void on_connect(uv_connect_t *c, int status)
 
 /* Start a dial: returns the handshake, or NULL with err set (then no
  * callback ever fires). */
-static struct hs *dial_start(struct rt *rt, uint64_t to_id,
-                             const char *address, uint8_t kind,
-                             struct err *err)
+static struct hs *dial_start(struct rt *rt, uint64_t to_id, const char *address,
+                             uint8_t kind, struct err *err)
 {
     struct sockaddr_storage a;
     struct hs *hs;

@@ -102,17 +102,17 @@
 #define RTRANSPORT_KIND_RAFT    1
 #define RTRANSPORT_KIND_FORWARD 2
 
-#define RTRANSPORT_NONCE_LEN     32
-#define RTRANSPORT_PROOF_LEN     32
-#define RTRANSPORT_ADDRESS_MAX   255
-#define RTRANSPORT_HEADER_LEN    8
-#define RTRANSPORT_CHALLENGE_LEN 40
-#define RTRANSPORT_HELLO_FIXED   80
-#define RTRANSPORT_HELLO_MAX     (RTRANSPORT_HELLO_FIXED + RTRANSPORT_ADDRESS_MAX)
-#define RTRANSPORT_VERDICT_LEN   40
-#define RTRANSPORT_PENDING_MAX   64
+#define RTRANSPORT_NONCE_LEN      32
+#define RTRANSPORT_PROOF_LEN      32
+#define RTRANSPORT_ADDRESS_MAX    255
+#define RTRANSPORT_HEADER_LEN     8
+#define RTRANSPORT_CHALLENGE_LEN  40
+#define RTRANSPORT_HELLO_FIXED    80
+#define RTRANSPORT_HELLO_MAX      (RTRANSPORT_HELLO_FIXED + RTRANSPORT_ADDRESS_MAX)
+#define RTRANSPORT_VERDICT_LEN    40
+#define RTRANSPORT_PENDING_MAX    64
 #define RTRANSPORT_PENDING_PER_IP 8
-#define RTRANSPORT_TIMEOUT_MS    5000
+#define RTRANSPORT_TIMEOUT_MS     5000
 
 /* Verdict statuses (byte 6 of a verdict). */
 #define RTRANSPORT_VERDICT_OK        0
@@ -227,9 +227,9 @@ int rtransport_challenge_parse(const uint8_t in[RTRANSPORT_CHALLENGE_LEN],
 
 /* Write the hello answering server_nonce for h's kind, id, nonce and
  * address (its first address_len bytes, at most RTRANSPORT_ADDRESS_MAX;
- * h->proof is not read), proved for the listener h->to_id, into out (RTRANSPORT_HELLO_MAX bytes); returns its
- * length. The dial proof it computed is at out + 48. token is
- * NUL-terminated. */
+ * h->proof is not read), proved for the listener h->to_id, into out
+ * (RTRANSPORT_HELLO_MAX bytes); returns its length. The dial proof it computed
+ * is at out + 48. token is NUL-terminated. */
 size_t rtransport_hello_encode(const char *token,
                                const uint8_t server_nonce[RTRANSPORT_NONCE_LEN],
                                const struct rtransport_hello *h, uint8_t *out);

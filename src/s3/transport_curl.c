@@ -14,10 +14,10 @@
  * without), and S3 answers a refused PUT after the body as well. */
 #include "s3/transport_curl.h"
 
+#include <ctype.h>
 #include <curl/curl.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <ctype.h>
 #include <string.h>
 #include <strings.h>
 

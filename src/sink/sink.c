@@ -874,8 +874,7 @@ static void sink_probe_error(struct sink *s, const struct s3_status *st,
                  ". The bucket is in region %s (x-amz-bucket-region), and "
                  "requests are signed for %s: set %s to %s",
                  st->region, c->region,
-                 s->mtenant != NULL ? "the tenant's region"
-                                    : "QUEEN_S3_REGION",
+                 s->mtenant != NULL ? "the tenant's region" : "QUEEN_S3_REGION",
                  st->region);
     } else if (st->status == 401 || st->status == 403) {
         /* a control-plane tenant's sink has its keys from its document */
