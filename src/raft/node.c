@@ -1911,19 +1911,45 @@ static bool member_may_retry(const struct member_change *m, int status)
 }
 
 static void member_promote(struct member_change *m);
+static void member_retry_due(uv_timer_t *t);
+
+/* m waits MEMBER_PROMOTE_RETRY_MS in node->member_waits, then promotes. */
+static void member_wait(struct member_change *m)
+{
+    m->next_wait = m->node->member_waits;
+    m->node->member_waits = m;
+    uv_timer_start(&m->retry, member_retry_due, MEMBER_PROMOTE_RETRY_MS, 0);
+}
+
+/* The promotion of id waiting to retry, or NULL. */
+static struct member_change *member_waiting(const struct node *n, uint64_t id)
+{
+    struct member_change *m = n->member_waits;
+
+    while (m != NULL && m->id != id) {
+        m = m->next_wait;
+    }
+    return m;
+}
+
+/* m leaves node->member_waits, its timer stopped. */
+static void member_unwait(struct member_change *m)
+{
+    struct member_change **pp = &m->node->member_waits;
+
+    while (*pp != m) {
+        pp = &(*pp)->next_wait;
+    }
+    *pp = m->next_wait;
+    uv_timer_stop(&m->retry);
+}
 
 static void member_retry_due(uv_timer_t *t)
 {
     struct member_change *m = t->data;
     struct node *n = m->node;
 
-    for (struct member_change **pp = &n->member_waits; *pp != NULL;
-         pp = &(*pp)->next_wait) {
-        if (*pp == m) {
-            *pp = m->next_wait;
-            break;
-        }
-    }
+    member_unwait(m);
     if (n->closing) {
         member_finish(m, RAFT_SHUTDOWN);
         return;
@@ -1942,9 +1968,7 @@ static void member_promote(struct member_change *m)
         return;
     }
     if (member_may_retry(m, rv)) {
-        m->next_wait = n->member_waits;
-        n->member_waits = m;
-        uv_timer_start(&m->retry, member_retry_due, MEMBER_PROMOTE_RETRY_MS, 0);
+        member_wait(m);
         return;
     }
     member_finish(m, rv);
@@ -1966,9 +1990,7 @@ static void member_changed(struct raft_change *req, int status)
                     "it again",
                     {"member", LOG_U64(m->id)},
                     {"reason", raft_strerror(status)});
-        m->next_wait = n->member_waits;
-        n->member_waits = m;
-        uv_timer_start(&m->retry, member_retry_due, MEMBER_PROMOTE_RETRY_MS, 0);
+        member_wait(m);
         return;
     }
     member_finish(m, status);
@@ -1978,35 +2000,31 @@ static void member_changed(struct raft_change *req, int status)
  * ends (its caller told the member was removed), and the removal goes on. */
 static void member_wait_cancel(struct node *n, uint64_t id)
 {
-    for (struct member_change **pp = &n->member_waits; *pp != NULL;
-         pp = &(*pp)->next_wait) {
-        struct member_change *m = *pp;
+    struct member_change *m = member_waiting(n, id);
+    struct err err;
 
-        if (m->id == id) {
-            struct err err;
-
-            *pp = m->next_wait;
-            uv_timer_stop(&m->retry);
-            err_set(&err, ERR_INVALID,
-                    "membership: id %" PRIu64 " was removed before it "
-                    "caught up",
-                    id);
-            m->cb(m->arg, err.code, &err);
-            uv_close((uv_handle_t *)&m->retry, member_free);
-            return;
-        }
+    if (m == NULL) {
+        return;
     }
+    member_unwait(m);
+    err_set(&err, ERR_INVALID,
+            "membership: id %" PRIu64 " was removed before it caught up", id);
+    m->cb(m->arg, err.code, &err);
+    uv_close((uv_handle_t *)&m->retry, member_free);
 }
 
 /* At close: the promotions waiting to retry fail. */
 static void member_waits_fail(struct node *n)
 {
-    while (n->member_waits != NULL) {
-        struct member_change *m = n->member_waits;
+    struct member_change *m = n->member_waits;
 
-        n->member_waits = m->next_wait;
+    n->member_waits = NULL;
+    while (m != NULL) {
+        struct member_change *next = m->next_wait;
+
         uv_timer_stop(&m->retry);
         member_finish(m, RAFT_SHUTDOWN);
+        m = next;
     }
 }
 
@@ -2052,14 +2070,11 @@ int node_member_add(struct node *n, uint64_t id, const char *raft_address,
                            : " (a spare at another raft address: DELETE it "
                              "first)");
     }
-    for (struct member_change *w = n->member_waits; w != NULL;
-         w = w->next_wait) {
-        if (w->id == id) {
-            return err_set(err, ERR_BUSY,
-                           "add: a membership change is in progress (id "
-                           "%" PRIu64 " is being promoted)",
-                           id);
-        }
+    if (member_waiting(n, id) != NULL) {
+        return err_set(err, ERR_BUSY,
+                       "add: a membership change is in progress (id "
+                       "%" PRIu64 " is being promoted)",
+                       id);
     }
     m = xcalloc(1, sizeof(*m));
     m->req.data = m;

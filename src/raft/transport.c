@@ -474,6 +474,16 @@ static void hs_closed(uv_handle_t *h)
     }
 }
 
+/* hs's handshake is done (closed or handed over): an incoming one leaves
+ * the count of (4), which holds running handshakes only. */
+static void hs_over(struct hs *hs)
+{
+    hs->is_over = true;
+    if (!hs->is_dialer) {
+        hs->rt->n_incoming--;
+    }
+}
+
 /* End hs for good: close its socket and timer; a dialer's callback fires
  * from hs_closed with hs->status. */
 static void hs_close(struct hs *hs, int status)
@@ -481,10 +491,7 @@ static void hs_close(struct hs *hs, int status)
     if (hs->is_over) {
         return;
     }
-    hs->is_over = true;
-    if (!hs->is_dialer) {
-        hs->rt->n_incoming--; /* (4) counts handshakes running only */
-    }
+    hs_over(hs);
     hs->status = status;
     hs->n_closes = 2;
     uv_close((uv_handle_t *)hs->tcp, hs_closed);
@@ -543,10 +550,7 @@ static void hs_hand_over(struct hs *hs)
     uv_stream_t *s = (uv_stream_t *)hs->tcp;
 
     ASSERT(hs->n_writes == 0 && hs->have == hs->want); /* (3) */
-    hs->is_over = true;
-    if (!hs->is_dialer) {
-        rt->n_incoming--;
-    }
+    hs_over(hs);
     hs->tcp = NULL;
     s->data = NULL;
     hs->n_closes = 1;

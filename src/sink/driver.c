@@ -1218,8 +1218,6 @@ static int load_parts(struct driver *d, struct err *err)
     struct err e2;
     const char *why = NULL;
     struct start_seen seen;
-    bool found = false;
-    bool unseen = false;
     int rc;
 
     if (!in->has_parts_key) {
@@ -1232,18 +1230,16 @@ static int load_parts(struct driver *d, struct err *err)
         buf_free(&body);
         return rc;
     }
-    found = seen.found;
-    unseen = seen.unseen;
     uint8_t h[32];
     char hex[65] = "";
-    if (found) {
+    if (seen.found) {
         sha256(body.data, body.len, h);
         hex_lower(h, sizeof(h), hex);
     }
     memset(&got, 0, sizeof(got));
     buf_reset(&d->parts_arena);
-    if (!found) {
-        why = unseen ? "absent (403: s3:ListBucket missing?)" : "absent";
+    if (!seen.found) {
+        why = seen.unseen ? "absent (403: s3:ListBucket missing?)" : "absent";
     } else if (!same_slice(cstr(hex), in->parts_sha256)) {
         why = "its sha256 differs from the intent's";
     } else if (docs_parts_decode(body.data, body.len, &got, &d->parts_arena,

@@ -536,6 +536,36 @@ static bool stream_arrived(void *arg)
     return s->n_streams > 0;
 }
 
+/* One forward handshake with srv by hand, claiming raft id `id` and proved
+ * for listener `to_id`: the verdict's rtransport_verdict_check status.
+ * is_refused: the listener must then close the connection. */
+static int raw_handshake(uv_loop_t *loop, const struct side *srv, uint64_t id,
+                         uint64_t to_id, bool is_refused)
+{
+    uint8_t chal[RTRANSPORT_CHALLENGE_LEN];
+    uint8_t verdict[RTRANSPORT_VERDICT_LEN];
+    uint8_t hello[RTRANSPORT_HELLO_MAX];
+    uint8_t ns[RTRANSPORT_NONCE_LEN];
+    uint8_t nc[RTRANSPORT_NONCE_LEN];
+    int fd = raw_connect(srv);
+    int rc;
+    size_t n;
+
+    memset(nc, 9, sizeof(nc));
+    EXPECT(raw_read(loop, fd, chal, sizeof(chal)));
+    EXPECT(rtransport_challenge_parse(chal, ns) == RTRANSPORT_R_OK);
+    n = make_hello(TOKEN, ns, RTRANSPORT_KIND_FORWARD, id, to_id, "127.0.0.1:1",
+                   nc, hello);
+    raw_send(fd, hello, n);
+    EXPECT(raw_read(loop, fd, verdict, sizeof(verdict)));
+    rc = rtransport_verdict_check(TOKEN, nc, hello + 48, verdict);
+    if (is_refused) {
+        EXPECT(raw_wait_closed(loop, fd));
+    }
+    close(fd);
+    return rc;
+}
+
 /* transport.h (2): a rogue listener that took the address of a member (or
  * of a spare) gets hellos made for that member's id. Relayed to another
  * node, or back to the dialer, they must not verify there; and a hello that
@@ -544,14 +574,11 @@ TEST(a_hello_meant_for_another_node_or_from_itself_is_refused)
 {
     uv_loop_t loop;
     struct side srv;
-    uint8_t chal[RTRANSPORT_CHALLENGE_LEN];
-    uint8_t verdict[RTRANSPORT_VERDICT_LEN];
     uint8_t hello[RTRANSPORT_HELLO_MAX];
     uint8_t ns[RTRANSPORT_NONCE_LEN], nc[RTRANSPORT_NONCE_LEN];
     struct rtransport_hello h;
     uint64_t accepted = 0, refused = 0;
     size_t n;
-    int fd;
 
     memset(nc, 9, sizeof(nc));
     uv_loop_init(&loop);
@@ -569,41 +596,11 @@ TEST(a_hello_meant_for_another_node_or_from_itself_is_refused)
 
     /* node 1's hello for node 2 (whose address the relay holds), handed to
      * node 3 on node 3's own challenge: refused, no stream */
-    fd = raw_connect(&srv);
-    EXPECT(raw_read(&loop, fd, chal, sizeof(chal)));
-    EXPECT(rtransport_challenge_parse(chal, ns) == RTRANSPORT_R_OK);
-    n = make_hello(TOKEN, ns, RTRANSPORT_KIND_FORWARD, 1, 2, "127.0.0.1:1", nc,
-                   hello);
-    raw_send(fd, hello, n);
-    EXPECT(raw_read(&loop, fd, verdict, sizeof(verdict)));
-    EXPECT_EQ_I64(rtransport_verdict_check(TOKEN, nc, hello + 48, verdict),
-                  RTRANSPORT_EREFUSED);
-    EXPECT(raw_wait_closed(&loop, fd));
-    close(fd);
-
+    EXPECT_EQ_I64(raw_handshake(&loop, &srv, 1, 2, true), RTRANSPORT_EREFUSED);
     /* a hello proved for node 3 that claims to come from node 3 itself */
-    fd = raw_connect(&srv);
-    EXPECT(raw_read(&loop, fd, chal, sizeof(chal)));
-    EXPECT(rtransport_challenge_parse(chal, ns) == RTRANSPORT_R_OK);
-    n = make_hello(TOKEN, ns, RTRANSPORT_KIND_FORWARD, 3, 3, "127.0.0.1:1", nc,
-                   hello);
-    raw_send(fd, hello, n);
-    EXPECT(raw_read(&loop, fd, verdict, sizeof(verdict)));
-    EXPECT_EQ_I64(rtransport_verdict_check(TOKEN, nc, hello + 48, verdict),
-                  RTRANSPORT_EKIND);
-    EXPECT(raw_wait_closed(&loop, fd));
-    close(fd);
-
+    EXPECT_EQ_I64(raw_handshake(&loop, &srv, 3, 3, true), RTRANSPORT_EKIND);
     /* the same from node 1, meant for node 3: accepted */
-    fd = raw_connect(&srv);
-    EXPECT(raw_read(&loop, fd, chal, sizeof(chal)));
-    EXPECT(rtransport_challenge_parse(chal, ns) == RTRANSPORT_R_OK);
-    n = make_hello(TOKEN, ns, RTRANSPORT_KIND_FORWARD, 1, 3, "127.0.0.1:1", nc,
-                   hello);
-    raw_send(fd, hello, n);
-    EXPECT(raw_read(&loop, fd, verdict, sizeof(verdict)));
-    EXPECT_EQ_I64(rtransport_verdict_check(TOKEN, nc, hello + 48, verdict), 0);
-    close(fd);
+    EXPECT_EQ_I64(raw_handshake(&loop, &srv, 1, 3, false), 0);
 
     EXPECT(run_until(&loop, stream_arrived, &srv));
     rtransport_stats(&srv.t, &accepted, &refused);
