@@ -218,6 +218,10 @@ def test_drain_commits_the_open_window_only_when_worth_it(sink_node, bucket,
     def row():
         return sink_row(node, q) or {}
 
+    def records_read():
+        """Records the sink read since its start (it mirrors q only)."""
+        return node.get("/status").json()["s3"]["stages"]["recordsRead"]
+
     # Run 1 (windows of 1 s): one committed window, so the queue's lag is
     # measured from it (a first window is due at once: its lag is
     # unbounded), and then nothing buffered.
@@ -239,10 +243,16 @@ def test_drain_commits_the_open_window_only_when_worth_it(sink_node, bucket,
                and row().get("lagSeconds", 99) < 3, 60,
                "the queue held again, its lag small", interval=0.3)
     committed = lake.count_records(reader, PREFIX, TENANT, q)
+    read0 = records_read()
     t_push = time.monotonic()
     payload = push(n, size)
     nudge()
-    wait_until(lambda: row().get("bufferedBytes", 0) >= payload, 60,
+    # every record read into the window before the signal: a record's
+    # weight in bufferedBytes is more than its payload, so the bytes alone
+    # reached the payload's sum with the last records still unread, and a
+    # slow machine signalled before they were in the drain's window
+    wait_until(lambda: records_read() >= read0 + n and
+               row().get("bufferedBytes", 0) >= payload, 60,
                "the push buffered by the sink", interval=0.1)
     if age_it:
         wait_until(lambda: (nudge(), row().get("lagSeconds", 0) >= 10.5)[1],
