@@ -82,7 +82,9 @@ struct call {
     size_t body_len;
     char body_sha256[65];
     bool is_head;
-    bool absent_ok; /* 404 answers "absent", not an error */
+    bool absent_ok;         /* 404 answers "absent", not an error */
+    bool may_fail_in_200;   /* a 2xx may carry an <Error> document */
+    bool is_not_idempotent; /* s3_http_request.is_fresh_connection */
     int max_attempts;
     check_fn check;
     void *check_arg;
@@ -327,7 +329,8 @@ static int send_once(struct s3_client *c, struct call *k, const char *path,
                                       c->cfg.request_timeout_ms,
                                       client_is_cut,
                                       c,
-                                      c->cfg.stall_timeout_ms};
+                                      c->cfg.stall_timeout_ms,
+                                      k->is_not_idempotent};
         client_cap_timeouts(c, &req);
         rc = c->t.perform(c->t.arg, &req, &k->ans, err);
     }
@@ -465,7 +468,9 @@ static enum s3_fail attempt(struct s3_client *c, struct call *k,
     if (k->ans.status == 404 && k->absent_ok) {
         return S3_FAIL_NONE;
     }
-    if (k->ans.status < 200 || k->ans.status > 299) {
+    if (k->ans.status < 200 || k->ans.status > 299 ||
+        (k->may_fail_in_200 && k->answer->data != NULL &&
+         s3xml_error(k->answer->data, k->answer->len, NULL, NULL))) {
         return status_failure(k, st, err);
     }
     return k->check != NULL ? k->check(k, err) : S3_FAIL_NONE;
@@ -550,7 +555,7 @@ static int run(struct s3_client *c, struct call *k, struct s3_status *st,
         if (kind == S3_FAIL_NONE) {
             break;
         }
-        st->is_retriable = s3_retry_is_retriable(kind, st->status) &&
+        st->is_retriable = s3_retry_is_retriable(kind, st->status, st->code) &&
                            err->code != ERR_TOO_BIG &&
                            err->code != ERR_INVALID &&
                            !is_unreached_final(c, st);
@@ -706,6 +711,7 @@ static int create_upload(struct s3_client *c, struct upload *u,
     add_sse(c, &k);
     k.check = check_create;
     k.check_arg = u;
+    k.is_not_idempotent = true;
     k.answer = &u->answer;
     k.gate = u->p;
     return run(c, &k, st, err);
@@ -1020,13 +1026,11 @@ static int complete_upload(struct s3_client *c, struct upload *u,
     struct sigv4_kv q[] = {{"uploadId", u->upload_id}};
     struct buf x;
     struct buf v;
-    struct buf msg;
     uint8_t d[32];
     int rc;
 
     buf_init(&x, BUF_UNLIMITED);
     buf_init(&v, S3XML_MAX_VALUE * 4);
-    buf_init(&msg, S3XML_MAX_VALUE * 4);
     rc = complete_body(u, &x, err);
     call_init(&k, S3_OP_MULTIPART_COMPLETE, "POST", u->p->key,
               c->cfg.max_attempts);
@@ -1035,6 +1039,7 @@ static int complete_upload(struct s3_client *c, struct upload *u,
     add_extra(&k, "content-type", "application/xml");
     k.body = x.data;
     k.body_len = x.len;
+    k.may_fail_in_200 = true;
     sha256(x.data, x.len, d);
     hex_lower(d, 32, k.body_sha256);
     k.answer = &u->answer;
@@ -1045,20 +1050,10 @@ static int complete_upload(struct s3_client *c, struct upload *u,
             strcmp(r->st.code, "NoSuchUpload") == 0) {
             buf_free(&x);
             buf_free(&v);
-            buf_free(&msg);
             return complete_landed(c, u, r, err);
         }
     }
-    if (rc == 0 && s3xml_error(u->answer.data, u->answer.len, &v, &msg)) {
-        /* A 200 carrying an error document: not a success, not retried. */
-        r->st.kind = S3_FAIL_STATUS;
-        r->st.is_retriable = false;
-        snprintf(r->st.code, sizeof(r->st.code), "%s", v.data);
-        rc = err_set(err, ERR_REMOTE,
-                     "status 200: CompleteMultipartUpload for %.100s answered "
-                     "%s: %.80s",
-                     u->p->key, v.data, msg.data == NULL ? "" : msg.data);
-    } else if (rc == 0) {
+    if (rc == 0) {
         if (s3xml_find(u->answer.data, u->answer.len, "ETag", &v, err) != 0) {
             buf_reset(&v);
         }
@@ -1069,7 +1064,6 @@ static int complete_upload(struct s3_client *c, struct upload *u,
     }
     buf_free(&x);
     buf_free(&v);
-    buf_free(&msg);
     return rc;
 }
 
@@ -1091,6 +1085,28 @@ static void abort_upload(struct s3_client *c, struct upload *u)
     }
 }
 
+/* A Create tried more than once may have created an upload whose answer
+ * was lost: once ours is completed or aborted, abort whatever upload is
+ * left at the key, so that no parts stay billed. Best effort: a failure is
+ * logged, the lifecycle rule of s3-sink.md takes what is left. */
+static void abort_orphans(struct s3_client *c, const char *key)
+{
+    struct err e2 = {0};
+    int n = 0;
+
+    if (s3_client_abort_uploads(c, key, &n, &e2) != 0) {
+        log_warn(c->cfg.log_area,
+                 "%s: could not list the multipart uploads a retried "
+                 "CreateMultipartUpload may have left: %s",
+                 key, e2.msg);
+    } else if (n > 0) {
+        log_info(c->cfg.log_area,
+                 "%s: aborted %d multipart upload(s) a retried "
+                 "CreateMultipartUpload left",
+                 key, n);
+    }
+}
+
 static int multipart_put(struct s3_client *c, const struct s3_put *p,
                          struct s3_put_result *r, struct err *err)
 {
@@ -1109,6 +1125,7 @@ static int multipart_put(struct s3_client *c, const struct s3_put *p,
     r->is_multipart = true;
     r->parts = u.n_parts;
     rc = create_upload(c, &u, &r->st, err);
+    bool created_twice = r->st.attempts > 1;
     if (rc == 0) {
         rc = upload_parts(c, &u, &r->st, err);
     }
@@ -1117,6 +1134,9 @@ static int multipart_put(struct s3_client *c, const struct s3_put *p,
     }
     if (rc != 0 && u.upload_id[0] != '\0') {
         abort_upload(c, &u);
+    }
+    if (created_twice) {
+        abort_orphans(c, p->key);
     }
     for (int i = 0; i < u.n_parts; i++) {
         free(u.etags[i]);

@@ -67,6 +67,11 @@ struct s3_http_request {
     /* No byte sent or received for this long ends the transfer
      * (ERR_TIMEOUT), however long timeout_ms is. 0 = no such limit. */
     long stall_ms;
+    /* Not idempotent (CreateMultipartUpload): sent on a new connection, so
+     * that the transport never resends it unseen when a kept-alive one
+     * turns out closed. Every resend is then an attempt the client counts
+     * and knows of. */
+    bool is_fresh_connection;
 };
 
 struct s3_http_answer {

@@ -5,7 +5,29 @@
  * whole operations with its own backoff, where Retry-After is exact. */
 #include "s3/retry.h"
 
-bool s3_retry_is_retriable(enum s3_fail kind, int status)
+#include <string.h>
+
+#include "base/common.h"
+
+/* Error codes that name a passing condition: retried in a 2xx (the error
+ * document of a Complete) or a 400 (S3's RequestTimeout). */
+static bool code_is_passing(const char *code)
+{
+    static const char *const passing[] = {
+        "InternalError",        "ServiceUnavailable", "SlowDown",
+        "RequestTimeout",       "Throttling",         "ThrottlingException",
+        "RequestLimitExceeded", "RequestThrottled",   "PriorRequestNotComplete",
+    };
+
+    for (size_t i = 0; code != NULL && i < ARRAY_LEN(passing); i++) {
+        if (strcmp(code, passing[i]) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+bool s3_retry_is_retriable(enum s3_fail kind, int status, const char *code)
 {
     switch (kind) {
     case S3_FAIL_TRANSPORT:
@@ -13,7 +35,8 @@ bool s3_retry_is_retriable(enum s3_fail kind, int status)
     case S3_FAIL_INTEGRITY:
         return true;
     case S3_FAIL_STATUS:
-        return status == 408 || status == 429 || status >= 500;
+        return status == 408 || status == 429 || status >= 500 ||
+               ((status < 300 || status == 400) && code_is_passing(code));
     case S3_FAIL_NONE:
         break;
     }

@@ -2,8 +2,13 @@
  * (docs/design/protocol.md §7). Pure: the random draw is an argument u in [0,
  * 1).
  *   (1) Retriable outcomes: a transport failure (status 0), a body or
- *       integrity failure, and HTTP 408, 429 and >= 500. Every other status
- *       (403, 400, 404 on PUT, a 200 carrying an error document) is final.
+ *       integrity failure, HTTP 408, 429 and >= 500, and a 2xx or 400
+ *       whose error <Code> names a passing condition (InternalError,
+ *       SlowDown, ServiceUnavailable, RequestTimeout and the throttling
+ *       codes): the 200 carrying an error document that AWS documents for
+ *       CompleteMultipartUpload, S3's 400 RequestTimeout. Every other
+ *       status (403, 400, 404 on PUT, a 200 carrying another code) is
+ *       final.
  *   (2) Client wait before attempt a+1 after attempt a (a >= 1):
  *       step = min(1000 ms * 2^(a-1), 60 s);
  *       wait = min(max(uniform[step/10, step], Retry-After), 60 s).
@@ -30,8 +35,8 @@ enum s3_fail {
     S3_FAIL_INTEGRITY, /* an ETag that does not match what we sent */
 };
 
-/* Invariant (1). */
-bool s3_retry_is_retriable(enum s3_fail kind, int status);
+/* Invariant (1). code: the answer's S3 <Code>, "" or NULL when none. */
+bool s3_retry_is_retriable(enum s3_fail kind, int status, const char *code);
 
 /* Invariant (2): the wait in ms after attempt `attempt` failed;
  * retry_after_ms < 0 means none was given. */

@@ -325,6 +325,11 @@ static int curl_perform(void *arg, const struct s3_http_request *req,
         hl = t;
     }
     curl_easy_setopt(h, CURLOPT_URL, req->url);
+    if (req->is_fresh_connection) { /* libcurl retries a request once on a
+                                       reused connection that closed unanswered
+                                       (s3_http_request) */
+        curl_easy_setopt(h, CURLOPT_FRESH_CONNECT, 1L);
+    }
     if (tc->ca_file != NULL) {
         curl_easy_setopt(h, CURLOPT_CAINFO, tc->ca_file);
     }

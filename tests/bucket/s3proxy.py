@@ -35,7 +35,11 @@ byte order) and reports CommonPrefixes wrongly.  The proxy therefore:
       sent, then nothing for ms (or until released) before the connection
       closes, as a bucket that hangs mid-answer, "opaque_etag":
       a PUT's answer carries a random 32-hex ETag that is no MD5, as AWS
-      answers under SSE-KMS) and counts what fired;
+      answers under SSE-KMS, "error200": a 200 whose body is an S3
+      <Error> document (InternalError), the request not carried out, as
+      AWS documents for CompleteMultipartUpload, "error200_done": the
+      same answer for a request that was carried out) and counts what
+      fired;
   (6) logs one JSON line per request (never a secret), with the
       encryption the request asked for (x-amz-server-side-encryption and
       its KMS key id).
@@ -93,7 +97,9 @@ UPLOAD_ID_RE = re.compile(r"^[0-9a-zA-Z_-]{1,128}$")
 LIST_PARAMS = {"list-type", "prefix", "delimiter", "max-keys", "start-after",
                "continuation-token", "encoding-type", "fetch-owner", "marker"}
 FAULT_KINDS = ("down", "down503", "503", "500", "403", "hold", "drop",
-               "stall", "opaque_etag")
+               "stall", "opaque_etag", "error200", "error200_done")
+
+INTERNAL_ERROR = "We encountered an internal error. Please try again."
 
 
 class S3Fail(Exception):
@@ -536,6 +542,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "x-amz-server-side-encryption-aws-kms-key-id")
         self.status, self.code, self.sent, self.fault = 0, None, 0, None
         self.drop, self.etag, self.stall_ms = False, None, None
+        self.error_doc = False
         self.n_in, self.logged = 0, False
         with app.faults.lock:
             app.faults.inflight += 1
@@ -642,8 +649,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if f["kind"] == "403":  # not retriable: the caller gives up
                 raise S3Fail(403, "AccessDenied", "Access Denied (fault "
                              "403).")
-            raise S3Fail(500, "InternalError", "We encountered an internal "
-                         "error. Please try again.")
+            raise S3Fail(500, "InternalError", INTERNAL_ERROR)
         f = app.faults.take(("hold",), req.method, key) \
             if req.method == "PUT" else None
         if f is not None:
@@ -652,9 +658,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         headers = self.lower_headers()
         app.verifier.verify(req.method, req.raw_path, req.raw_query, headers)
         check_digests(headers, body)
-        f = app.faults.take(("drop", "stall", "opaque_etag"), req.method,
-                            key, req.query)
+        f = app.faults.take(("error200",), req.method, key, req.query)
         if f is not None:
+            self.fault = "error200"
+            raise S3Fail(200, "InternalError", INTERNAL_ERROR)
+        f = app.faults.take(("drop", "stall", "opaque_etag", "error200_done"),
+                            req.method, key, req.query)
+        if f is not None:
+            self.error_doc = f["kind"] == "error200_done"
             self.fault = f["kind"]
             self.drop = f["kind"] == "drop"
             if f["kind"] == "stall":
@@ -685,6 +696,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def answer(self, status, body=b"", headers=None, length=None):
         if self.dropped(status):
             return
+        if self.error_doc and 200 <= status < 300:
+            self.error_doc, self.code = False, "InternalError"
+            body = error_body(S3Fail(200, "InternalError", INTERNAL_ERROR),
+                              self.req.resource)
+            headers, length = {"Content-Type": "application/xml"}, None
         self.status = status
         self.send_response(status)
         for name, value in (headers or {}).items():
@@ -732,10 +748,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.code = m.group(1).decode() if m else None
         if rewrite is not None and data is not None:
             data = rewrite(data)
-        if self.dropped(resp.status):
+        if self.dropped(resp.status) or \
+                (self.error_doc and 200 <= resp.status < 300):
             if data is None:
                 while resp.read(1 << 20):
                     pass
+            if self.error_doc:
+                self.answer(resp.status)  # the body becomes the <Error>
             return
         self.send_response(resp.status)
         for name, value in resp.getheaders():

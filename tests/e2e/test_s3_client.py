@@ -300,3 +300,67 @@ def test_a_completion_whose_answer_was_lost_is_found_by_head(bucket,
     assert head["ETag"].strip('"') == out["etag"]
     assert bucket.read_object("lake", "lost/complete.bin") == data
     assert bucket.uploads("lake") == []
+
+
+def test_a_complete_answered_200_with_an_error_document_is_retried(
+        bucket, tmp_path):
+    """AWS may answer CompleteMultipartUpload 200 with an <Error> document
+    (InternalError): not a success, and tried again like a 5xx, not handed
+    to the sink as a final failure."""
+    data = os.urandom(16 * MIB + 999)
+    src = write(tmp_path, "big", data)
+    bucket.fault("error200", count=2, method="POST", prefix="e200",
+                 query="uploadId")
+    out = s3tool(bucket, "multipart-put", "e200/retried.bin", src)
+    assert out["ok"], out
+    assert out["parts"] == 2 and out["etag"].endswith("-2")
+    c = counters(out)
+    assert c[("multipart_complete", 200)] == 3
+    assert ("multipart_abort", 204) not in c
+    assert "attempt 1 of 6: status 200: InternalError" in out["stderr"]
+    assert bucket.stats()["faults"]["error200"] == 2
+    assert bucket.read_object("lake", "e200/retried.bin") == data
+    assert bucket.uploads("lake") == []
+
+
+def test_a_complete_carried_out_behind_a_200_error_is_found(bucket,
+                                                            tmp_path):
+    """The Complete was carried out, and its answer is a 200 <Error> all
+    the same: the retry finds the upload gone and the object ours."""
+    data = os.urandom(16 * MIB + 999)
+    src = write(tmp_path, "big", data)
+    bucket.fault("error200_done", count=1, method="POST", prefix="e200d",
+                 query="uploadId")
+    out = s3tool(bucket, "multipart-put", "e200d/done.bin", src)
+    assert out["ok"], out
+    c = counters(out)
+    if bucket.kind == "rgw":  # completes it once more (see above)
+        assert c[("multipart_complete", 200)] == 2
+    else:
+        assert c[("multipart_complete", 200)] == 1
+        assert c[("multipart_complete", 404)] == 1
+        assert c[("head", 200)] == 1
+    assert bucket.stats()["faults"]["error200_done"] == 1
+    assert bucket.read_object("lake", "e200d/done.bin") == data
+    assert bucket.uploads("lake") == []
+
+
+def test_a_create_whose_answer_was_lost_leaves_no_upload_behind(bucket,
+                                                                tmp_path):
+    """The first CreateMultipartUpload is carried out and its answer lost:
+    the retry is an attempt the client counts (never a silent resend by the
+    transport), and once the object is complete the upload the lost answer
+    named is aborted, so no parts stay billed."""
+    data = os.urandom(16 * MIB + 999)
+    src = write(tmp_path, "big", data)
+    bucket.fault("drop", count=1, method="POST", prefix="lostc",
+                 query="uploads")
+    out = s3tool(bucket, "multipart-put", "lostc/create.bin", src)
+    assert out["ok"], out
+    c = counters(out)
+    assert c[("multipart_create", 0)] == 1
+    assert c[("multipart_create", 200)] == 1
+    assert c[("multipart_abort", 204)] == 1
+    assert bucket.stats()["faults"]["drop"] == 1
+    assert bucket.read_object("lake", "lostc/create.bin") == data
+    assert bucket.uploads("lake") == []

@@ -29,6 +29,7 @@ struct seen {
     char body[1024];
     size_t body_len;
     long timeout_ms;
+    bool is_fresh_connection;
 };
 
 #define MAX_SEEN 64
@@ -70,6 +71,7 @@ static int fake_perform(void *arg, const struct s3_http_request *req,
     }
     s->body_len = req->body_len;
     s->timeout_ms = req->timeout_ms;
+    s->is_fresh_connection = req->is_fresh_connection;
     snprintf(s->body, sizeof(s->body), "%.*s", (int)req->body_len,
              req->body == NULL ? "" : (const char *)req->body);
     buf_reset(ans->body);
@@ -611,7 +613,6 @@ TEST(a_complete_without_an_etag_heads_the_object)
                                 "</CompleteMultipartUploadResult>");
 }
 #undef COMPLETE_NO_ETAG
-#undef ABORT_OK
 
 /* A 404 NoSuchUpload on the first attempt is the upload gone, not a lost
  * answer: no HEAD, the failure stands. */
@@ -629,12 +630,76 @@ TEST(a_first_complete_that_finds_no_upload_is_a_failure)
     rig_close(&r);
 }
 
-TEST(a_200_carrying_an_error_document_is_not_a_success)
+#define COMPLETE_200_ERROR(code)                                      \
+    {                                                                 \
+        0, 200, NULL,                                                 \
+            "<Error><Code>" code "</Code><Message>We encountered an " \
+            "internal error.</Message></Error>",                      \
+            -1, -1                                                    \
+    }
+
+/* AWS documents a 200 carrying an <Error> document for Complete: not a
+ * success. A passing code (InternalError, SlowDown...) is tried again like
+ * a 5xx; another code is final. */
+TEST(a_200_carrying_a_passing_error_is_retried_like_a_5xx)
 {
-    complete_answer_fails("<Error><Code>InternalError</Code><Message>We "
-                          "encountered an internal error.</Message></Error>",
-                          "InternalError");
+    struct answer a[] = {
+        CREATE_OK("up-1"),
+        THREE_PARTS_OK,
+        COMPLETE_200_ERROR("InternalError"),
+        COMPLETE_200_ERROR("SlowDown"),
+        {0, 200, NULL,
+         "<CompleteMultipartUploadResult><ETag>\"abc-3\"</ETag>"
+         "</CompleteMultipartUploadResult>",
+         -1, -1}};
+    struct rig r;
+
+    EXPECT_EQ_I64(rig_put_parts(&r, a, ARRAY_LEN(a)), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 7);
+    EXPECT_STR_EQ(r.f.seen[6].method, "POST");
+    EXPECT_STR_EQ(r.f.seen[6].url, "http://127.0.0.1:9000/lake/k?uploadId="
+                                   "up-1");
+    EXPECT_STR_EQ(r.res.etag, "abc-3");
+    EXPECT_EQ_I64(r.res.st.attempts, 3);
+    EXPECT_EQ_I64(r.res.st.kind, S3_FAIL_NONE);
+    rig_close(&r);
 }
+
+/* The first Complete was carried out and answered 200 InternalError all
+ * the same: the retry finds no upload, and the HEAD finds our object. */
+TEST(a_complete_carried_out_behind_a_200_error_is_found_by_head)
+{
+    struct answer a[] = {CREATE_OK("up-5"),
+                         THREE_PARTS_OK,
+                         COMPLETE_200_ERROR("InternalError"),
+                         NO_SUCH_UPLOAD,
+                         {0, 200, "\"feed-3\"", NULL, -1, 10}};
+    struct rig r;
+
+    EXPECT_EQ_I64(rig_put_parts(&r, a, ARRAY_LEN(a)), 0);
+    expect_completed_by_head(&r, 6, "feed-3");
+    rig_close(&r);
+}
+
+TEST(a_200_carrying_a_final_error_is_not_retried)
+{
+    struct answer a[] = {CREATE_OK("up-1"), THREE_PARTS_OK,
+                         COMPLETE_200_ERROR("InvalidPart"), ABORT_OK};
+    struct rig r;
+
+    complete_answer_fails("<Error><Code>AccessDenied</Code><Message>no"
+                          "</Message></Error>",
+                          "status 200: AccessDenied: no");
+    EXPECT(rig_put_parts(&r, a, ARRAY_LEN(a)) != 0);
+    EXPECT_EQ_I64(r.res.st.status, 200);
+    EXPECT_STR_EQ(r.res.st.code, "InvalidPart");
+    EXPECT(!r.res.st.is_retriable);
+    EXPECT_EQ_U64(r.f.n_seen, 6);
+    EXPECT_STR_EQ(r.f.seen[5].method, "DELETE");
+    rig_close(&r);
+}
+#undef COMPLETE_200_ERROR
+#undef ABORT_OK
 
 TEST(a_403_on_part_1_is_not_retried_and_the_upload_is_aborted)
 {
@@ -656,20 +721,52 @@ TEST(a_403_on_part_1_is_not_retried_and_the_upload_is_aborted)
     rig_close(&r);
 }
 
+/* The first Create's answer was cut short, so its upload may exist: once
+ * the second one is completed, the uploads left at the key are listed and
+ * aborted (an upload at another key is not ours). */
 TEST(truncated_create_answer_is_retried_as_a_body_failure)
 {
     struct answer a[] = {
         {0, 200, NULL, "<InitiateMultipartUploadResult><UploadId>up-", -1, -1},
         CREATE_OK("up-2"),
         THREE_PARTS_OK,
-        {0, 200, NULL, "<ETag>\"z-3\"</ETag>", -1, -1}};
+        {0, 200, NULL, "<ETag>\"z-3\"</ETag>", -1, -1},
+        {0, 200, NULL,
+         "<ListMultipartUploadsResult><Upload><Key>k</Key><UploadId>up-1"
+         "</UploadId></Upload><Upload><Key>k2</Key><UploadId>up-9</UploadId>"
+         "</Upload></ListMultipartUploadsResult>",
+         -1, -1},
+        {0, 204, NULL, NULL, -1, -1}};
     struct rig r;
 
     EXPECT_EQ_I64(rig_put_parts(&r, a, ARRAY_LEN(a)), 0);
-    EXPECT_EQ_U64(r.f.n_seen, 6);
+    EXPECT_EQ_U64(r.f.n_seen, 8);
     EXPECT(strstr(r.f.seen[2].url, "uploadId=up-2") != NULL);
     EXPECT_EQ_U64(
         s3_metrics_get(s3_client_metrics(r.c), S3_OP_MULTIPART_CREATE, 200), 2);
+    EXPECT_STR_EQ(r.f.seen[6].method, "GET");
+    EXPECT(strstr(r.f.seen[6].url, "uploads") != NULL);
+    EXPECT_STR_EQ(r.f.seen[7].method, "DELETE");
+    EXPECT_STR_EQ(r.f.seen[7].url,
+                  "http://127.0.0.1:9000/lake/k?uploadId=up-1");
+    EXPECT_STR_EQ(r.res.etag, "z-3");
+    rig_close(&r);
+}
+
+/* A Create is sent on a new connection (the transport must not resend it
+ * unseen); every other request may reuse one. */
+TEST(only_the_create_asks_for_a_fresh_connection)
+{
+    struct answer a[] = {CREATE_OK("up-2"),
+                         THREE_PARTS_OK,
+                         {0, 200, NULL, "<ETag>\"z-3\"</ETag>", -1, -1}};
+    struct rig r;
+
+    EXPECT_EQ_I64(rig_put_parts(&r, a, ARRAY_LEN(a)), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 5);
+    for (size_t i = 0; i < r.f.n_seen; i++) {
+        EXPECT(r.f.seen[i].is_fresh_connection == (i == 0));
+    }
     rig_close(&r);
 }
 
@@ -1219,18 +1316,24 @@ TEST(metrics_render_sorted_with_an_optional_tenant_prefix)
 
 TEST(retriable_outcomes_are_transport_body_integrity_408_429_5xx)
 {
-    EXPECT(s3_retry_is_retriable(S3_FAIL_TRANSPORT, 0));
-    EXPECT(s3_retry_is_retriable(S3_FAIL_BODY, 200));
-    EXPECT(s3_retry_is_retriable(S3_FAIL_INTEGRITY, 200));
-    EXPECT(s3_retry_is_retriable(S3_FAIL_STATUS, 408));
-    EXPECT(s3_retry_is_retriable(S3_FAIL_STATUS, 429));
-    EXPECT(s3_retry_is_retriable(S3_FAIL_STATUS, 500));
-    EXPECT(s3_retry_is_retriable(S3_FAIL_STATUS, 503));
-    EXPECT(!s3_retry_is_retriable(S3_FAIL_STATUS, 200));
-    EXPECT(!s3_retry_is_retriable(S3_FAIL_STATUS, 400));
-    EXPECT(!s3_retry_is_retriable(S3_FAIL_STATUS, 403));
-    EXPECT(!s3_retry_is_retriable(S3_FAIL_STATUS, 404));
-    EXPECT(!s3_retry_is_retriable(S3_FAIL_NONE, 200));
+    EXPECT(s3_retry_is_retriable(S3_FAIL_TRANSPORT, 0, NULL));
+    EXPECT(s3_retry_is_retriable(S3_FAIL_BODY, 200, NULL));
+    EXPECT(s3_retry_is_retriable(S3_FAIL_INTEGRITY, 200, NULL));
+    EXPECT(s3_retry_is_retriable(S3_FAIL_STATUS, 408, NULL));
+    EXPECT(s3_retry_is_retriable(S3_FAIL_STATUS, 429, NULL));
+    EXPECT(s3_retry_is_retriable(S3_FAIL_STATUS, 500, NULL));
+    EXPECT(s3_retry_is_retriable(S3_FAIL_STATUS, 503, NULL));
+    EXPECT(!s3_retry_is_retriable(S3_FAIL_STATUS, 200, NULL));
+    EXPECT(!s3_retry_is_retriable(S3_FAIL_STATUS, 200, "AccessDenied"));
+    EXPECT(s3_retry_is_retriable(S3_FAIL_STATUS, 200, "InternalError"));
+    EXPECT(s3_retry_is_retriable(S3_FAIL_STATUS, 200, "SlowDown"));
+    EXPECT(s3_retry_is_retriable(S3_FAIL_STATUS, 400, "RequestTimeout"));
+    EXPECT(!s3_retry_is_retriable(S3_FAIL_STATUS, 400, "InternalErrorX"));
+    EXPECT(!s3_retry_is_retriable(S3_FAIL_STATUS, 403, "SlowDown"));
+    EXPECT(!s3_retry_is_retriable(S3_FAIL_STATUS, 400, NULL));
+    EXPECT(!s3_retry_is_retriable(S3_FAIL_STATUS, 403, NULL));
+    EXPECT(!s3_retry_is_retriable(S3_FAIL_STATUS, 404, NULL));
+    EXPECT(!s3_retry_is_retriable(S3_FAIL_NONE, 200, NULL));
 }
 
 TEST(client_waits_are_jittered_between_a_tenth_and_the_step_capped_at_60s)
