@@ -115,6 +115,25 @@ static uint64_t age(int64_t now_ms, int64_t since_ms)
     return now_ms > since_ms ? (uint64_t)(now_ms - since_ms) : 0;
 }
 
+/* (2): the lag of w at now_ms. */
+static uint64_t watch_lag(const struct watch *w, int64_t now_ms)
+{
+    return w->has_report ? w->lag_ms + age(now_ms, w->at_ms)
+                         : age(now_ms, w->registered_ms);
+}
+
+bool health_lag(struct health *h, const char *queue, int64_t now_ms,
+                uint64_t *lag_ms)
+{
+    pthread_mutex_lock(&h->mu);
+    const struct watch *w = find(h, queue);
+    if (w != NULL) {
+        *lag_ms = watch_lag(w, now_ms);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return w != NULL;
+}
+
 void health_check(struct health *h, int64_t now_ms, struct health_verdict *v)
 {
     const struct watch *worst = NULL;
@@ -126,8 +145,7 @@ void health_check(struct health *h, int64_t now_ms, struct health_verdict *v)
     v->limit_ms = h->limit_ms;
     for (size_t i = 0; i < h->n; i++) {
         const struct watch *w = &h->w[i];
-        uint64_t lag = w->has_report ? w->lag_ms + age(now_ms, w->at_ms)
-                                     : age(now_ms, w->registered_ms);
+        uint64_t lag = watch_lag(w, now_ms);
 
         if (lag > h->limit_ms &&
             (worst == NULL || strcmp(w->queue, worst->queue) < 0)) {

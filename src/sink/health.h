@@ -30,12 +30,17 @@ uint64_t health_limit_ms(uint64_t max_window_ms);
 
 /* Start watching queue (copied) at now_ms; a watched queue stays as it is. */
 void health_watch(struct health *h, const char *queue, int64_t now_ms);
-/* Stop watching queue (drained, fenced, held elsewhere, missing). */
+/* Stop watching queue (drained, held elsewhere, missing, fenced by another
+ * instance); a queue stuck here for a local reason stays watched. */
 void health_forget(struct health *h, const char *queue);
 /* A lag report taken at at_ms; lag_us < 0 counts as 0. has_lag false (no
  * lag known) changes nothing; so does a report older than the last. */
 void health_report(struct health *h, const char *queue, bool has_lag,
                    int64_t lag_us, int64_t at_ms);
+/* queue's lag at now_ms by (2), in ms, into *lag_ms: what the verdict
+ * judges it by. false (and *lag_ms untouched) when queue is not watched. */
+bool health_lag(struct health *h, const char *queue, int64_t now_ms,
+                uint64_t *lag_ms);
 
 struct health_verdict {
     bool ok;

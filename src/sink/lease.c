@@ -249,9 +249,18 @@ const char *lease_lost_reason(struct lease *l)
                "node gave the queue up; another node takes it over";
     case LEASE_LOST_REFUSED:
         return "the broker refused the lease renewal for good";
+    case LEASE_LOST_EXPIRED:
+        return "the lease expired: its row was gone when this node renewed "
+               "it (no renewal landed within its TTL); no other instance "
+               "held it, and this node claims the queue again";
     default:
         return "the lease was given up";
     }
+}
+
+enum lease_lost_why lease_lost_cause(struct lease *l)
+{
+    return (enum lease_lost_why)atomic_load(&l->lost_why);
 }
 
 void lease_adopt_version(struct lease *l, uint64_t v)
@@ -468,6 +477,16 @@ static bool fence_adopt(struct lease *l, const struct kv_answer *a)
 static int fence_outcome(struct lease *l, const struct kv_answer *a,
                          struct err *err)
 {
+    if (a->status == ERR_PRECONDITION && a->failed_index == 0 &&
+        a->kv_reason == KV_REASON_ABSENT) {
+        /* no row to fence: it expired, nobody took it */
+        lose(l, LEASE_LOST_EXPIRED);
+        return err_set(err, ERR_PRECONDITION,
+                       "lease expired: its row is gone (no renewal landed "
+                       "within its TTL of %" PRId64 " s); no other instance "
+                       "holds it",
+                       l->ttl_s);
+    }
     if (a->status == ERR_PRECONDITION) {
         if (a->failed_index == 0) {
             lose(l, LEASE_LOST_TAKEN);

@@ -25,6 +25,7 @@
  *   FREE --lease_acquire: putIfAbsent applied--------------> HELD
  *   FREE --lease_acquire: our instance, another incarnation-> HELD (takeover)
  *   HELD --lease_fenced / lease_refresh: fence lost---------> LOST (sticky)
+ *   HELD --lease_fenced / lease_refresh: row absent---------> LOST (expired)
  *   HELD --lease_check_age: renewed >= TTL - margin ago------> LOST (sticky)
  *   HELD --lease_release: delete if ours--------------------> FREE
  *
@@ -92,14 +93,18 @@ uint64_t lease_version(struct lease *l);
 bool lease_lost(struct lease *l);
 /* Why the lease was lost (the first reason), as a sentence for the fence
  * message: another instance holds it, it aged out here (lease_check_age),
- * or the broker refused its renewal for good. */
+ * its row was gone at a renewal (it expired: nobody holds it), or the
+ * broker refused its renewal for good. Only TAKEN says another instance
+ * holds the queue. */
 enum lease_lost_why {
     LEASE_LOST_NONE = 0,
     LEASE_LOST_TAKEN,
     LEASE_LOST_AGE,
-    LEASE_LOST_REFUSED
+    LEASE_LOST_REFUSED,
+    LEASE_LOST_EXPIRED
 };
 const char *lease_lost_reason(struct lease *l);
+enum lease_lost_why lease_lost_cause(struct lease *l);
 /* A fenced batch whose call failed may still have landed: adopt version v
  * of a row that carries this handle's incarnation. Ignored once lost. */
 void lease_adopt_version(struct lease *l, uint64_t v);
@@ -142,8 +147,9 @@ int lease_may_send(void *arg, struct err *err);
 /* Send [fence] alone (the refresher's heartbeat). 0; a retriable call
  * error (the caller warns "lease refresh failed; retrying on the next
  * tick"); or ERR_PRECONDITION / a non-retriable error: the lease is marked
- * lost (the caller logs "lease lost: another instance owns this queue").
- * Logs nothing itself. */
+ * lost, and lease_lost_cause() says how (the caller logs "lease lost:
+ * another instance owns this queue" only for LEASE_LOST_TAKEN; a row found
+ * absent is "lease expired"). Logs nothing itself. */
 int lease_refresh(struct lease *l, struct err *err);
 
 /* Give the row back if held: version := 0, then delete-if-ours within

@@ -131,9 +131,14 @@ struct task {
     bool has_snap;
     struct driver_status snap;
     /* completeThrough of the last step that knew it: the lag is computed
-     * from it at scrape time (and kept for a failed queue). */
+     * from it at scrape time (and kept for a failed or stranded queue). */
     bool has_lag_base;
     int64_t lag_base_ct;
+    /* Under s->mu: this node stopped running the queue (fenced, or its
+     * claim failed) for a reason of its own, and no other instance is known
+     * to hold it: it stays in the health verdict and its lag keeps growing
+     * with the clock (task_strand). */
+    bool is_stranded;
     struct driver_counters base;     /* runs that ended */
     struct driver_counters reported; /* this run's, as told to obs */
     int64_t last_k;                  /* of the last run, for the row */
@@ -432,6 +437,21 @@ static struct task *refresh_pick(struct sink *s, int64_t now, int64_t *wake)
     return best;
 }
 
+/* The log line of a refresh that lost the lease, by how it was lost: only a
+ * fence lost to another row says another instance owns the queue. */
+static const char *refresh_lost_line(struct lease *l)
+{
+    switch (lease_lost_cause(l)) {
+    case LEASE_LOST_EXPIRED:
+        return "lease expired: its row was gone at the renewal, so no "
+               "renewal landed within its TTL; claiming the queue again";
+    case LEASE_LOST_REFUSED:
+        return "lease lost: the broker refused its renewal for good";
+    default:
+        return "lease lost: another instance owns this queue";
+    }
+}
+
 /* One heartbeat of one lease, without s->mu: 3.3's refresh outcomes. */
 static void refresh_one(const struct task *t, struct lease *l)
 {
@@ -453,8 +473,8 @@ static void refresh_one(const struct task *t, struct lease *l)
         return;
     }
     if (lease_lost(l)) {
-        log_error_kv("queen-s3", "lease lost: another instance owns this queue",
-                     {"queue", t->name}, {"error", err.msg});
+        log_error_kv("queen-s3", refresh_lost_line(l), {"queue", t->name},
+                     {"error", err.msg});
     } else {
         log_warn_kv("queen-s3",
                     "lease refresh failed; retrying on the next tick",
@@ -1540,6 +1560,24 @@ static bool sink_at_or_above(const struct sink *s)
     return placement_at_or_above(sink_held(s), sink_share(s));
 }
 
+/* The queue stopped running here for a reason of this node's own (its lease
+ * expired or aged out here, the broker refused it, a claim failed) and no
+ * other instance is known to hold it: nobody mirrors it, so it stays in the
+ * health verdict, its lag growing from the last one reported (health.h (2)),
+ * until a claim takes it again or finds its holder (docs/design/window.md
+ * §13). A queue missing at its last look is not watched (task_own). */
+static void task_strand(struct sink *s, struct task *t, int64_t now)
+{
+    if (t->is_missing) {
+        health_forget(s->health, t->name);
+        return;
+    }
+    health_watch(s->health, t->name, now);
+    pthread_mutex_lock(&s->pool->mu);
+    t->is_stranded = true;
+    pthread_mutex_unlock(&s->pool->mu);
+}
+
 /* Another instance holds the lease: say so, look again later. */
 static int64_t task_held(struct sink *s, struct task *t, const char *other,
                          int64_t now)
@@ -1547,6 +1585,10 @@ static int64_t task_held(struct sink *s, struct task *t, const char *other,
     pthread_mutex_lock(&s->pool->mu);
     bool is_new = strcmp(other, t->holder) != 0;
     snprintf(t->holder, sizeof(t->holder), "%s", other);
+    /* its owner reports its lag now: none of it stays here */
+    t->is_stranded = false;
+    t->has_lag_base = false;
+    obs_queue_stopped(s->pool->obs, s->mtenant, t->name);
     pthread_mutex_unlock(&s->pool->mu);
     if (is_new) { /* logged when the owner changes, not at every look */
         log_info_kv("queen-s3",
@@ -1609,6 +1651,9 @@ static int64_t task_claim_failed(struct sink *s, struct task *t, int64_t now,
                 {"queue", t->name}, {"error", err->msg});
     snprintf(msg, sizeof(msg), "lease claim: %s", err->msg);
     task_error(s, t, msg);
+    if (t->holder[0] == '\0') { /* nobody else known to run it */
+        task_strand(s, t, now);
+    }
     return now + placement_claim_retry_ms(
                      t->claim_failures, sink_broker_kv_retriable(rc), -1,
                      jitter_ms(PLACEMENT_JITTER_MS), ttl_ms(s));
@@ -1668,6 +1713,7 @@ static int64_t task_own(struct sink *s, struct task *t, int64_t now)
     t->is_giving_back = false;
     pthread_mutex_lock(&s->pool->mu);
     t->is_give_back_asked = false;
+    t->is_stranded = false;
     s->n_owned++;
     s->pool->n_owned++;
     pthread_mutex_unlock(&s->pool->mu);
@@ -1847,8 +1893,10 @@ static void task_unown(struct sink *s, struct task *t, const char *state,
     pthread_mutex_lock(&s->pool->mu);
     task_fold(t);
     t->has_snap = false;
-    /* a failed queue keeps its lag, growing (docs/design/protocol.md §8) */
-    t->has_lag_base = t->has_lag_base && strcmp(state, "failed") == 0;
+    /* a failed or stranded queue keeps its lag, growing
+     * (docs/design/protocol.md §8) */
+    t->has_lag_base =
+        t->has_lag_base && (strcmp(state, "failed") == 0 || t->is_stranded);
     t->owned_here = false;
     snprintf(t->row_state, sizeof(t->row_state), "%s", state);
     ASSERT(s->n_owned > 0 && s->pool->load > 0);
@@ -1880,6 +1928,24 @@ static int64_t task_gave_back(struct sink *s, struct task *t, int64_t now)
     return now + placement_claim_sleep_ms(now + 2 * ttl_ms(s), now, ttl_ms(s));
 }
 
+/* The health watch after a stop (docs/design/protocol.md §8): a failed queue
+ * stays watched; a fenced one too unless another instance took its lease
+ * (task_strand); any other is forgotten. */
+static void task_stop_watch(struct sink *s, struct task *t,
+                            const struct driver_next *nx, bool is_down,
+                            int64_t now)
+{
+    if (nx->stop == DRIVER_FAILED) {
+        return;
+    }
+    if (nx->stop == DRIVER_FENCED && !is_down &&
+        lease_lost_cause(t->lease) != LEASE_LOST_TAKEN) {
+        task_strand(s, t, now);
+        return;
+    }
+    health_forget(s->health, t->name);
+}
+
 /* The driver stopped: release, keep its counters, decide by reason. */
 static int64_t task_stopped(struct sink *s, struct task *t, int64_t now,
                             const struct driver_next *nx, bool is_down)
@@ -1888,17 +1954,15 @@ static int64_t task_stopped(struct sink *s, struct task *t, int64_t now,
         nx->stop == DRIVER_DRAINED && t->is_giving_back && !is_down;
     int64_t wait = 0;
 
+    /* the reason first, before the release (which retries for up to
+     * LEASE_RELEASE_BUDGET when the KV fails): a status read meanwhile
+     * would show the row stopped without it (or with the one before) */
+    task_log_stop(s, t, nx, now);
     refresh_unshare(s, t);
     lease_release(t->lease);
-    /* the reason first: a status read between the two would show the row
-     * ended without it (or with the one before) */
-    task_log_stop(s, t, nx, now);
+    task_stop_watch(s, t, nx, is_down, now);
     task_unown(s, t, gave_back ? "released" : driver_stop_name(nx->stop), now);
     budget_forget(s->pool->budget, t->bkey);
-    if (nx->stop != DRIVER_FAILED) { /* docs/design/protocol.md §8: a failed
-                                        queue stays watched */
-        health_forget(s->health, t->name);
-    }
     driver_free(t->drv);
     t->drv = NULL;
     lease_free(t->lease);
@@ -2088,9 +2152,27 @@ static bool task_lag(const struct task *t, bool has_safe, int64_t safe_us,
     return t->has_snap && t->snap.has_lag;
 }
 
+/* Under s->mu: task_lag(), and for a stranded queue at least the lag its
+ * health verdict judges (the last one reported, growing with the clock): a
+ * node whose own writes fail has a safeTime that stands still. */
+static bool task_lag_now(struct sink *s, const struct task *t, bool has_safe,
+                         int64_t safe_us, int64_t now, int64_t *lag_us)
+{
+    bool has = task_lag(t, has_safe, safe_us, lag_us);
+    uint64_t ms = 0;
+
+    if (!t->is_stranded || !health_lag(s->health, t->name, now, &ms)) {
+        return has;
+    }
+    if (!has || (int64_t)ms * 1000 > *lag_us) {
+        *lag_us = (int64_t)ms * 1000;
+    }
+    return true;
+}
+
 /* Under s->mu: one row, its strings borrowed from t. */
-static void sink_row(const struct task *t, bool has_safe, int64_t safe_us,
-                     struct status_queue *q)
+static void sink_row(struct sink *s, const struct task *t, bool has_safe,
+                     int64_t safe_us, int64_t now, struct status_queue *q)
 {
     int64_t lag_us = 0;
 
@@ -2108,7 +2190,7 @@ static void sink_row(const struct task *t, bool has_safe, int64_t safe_us,
     q->complete_through_us =
         or_none(snap && st->has_complete_through, st->complete_through);
     q->safe_time_us = or_none(snap && st->has_safe_time, st->safe_time);
-    q->has_lag = task_lag(t, has_safe, safe_us, &lag_us);
+    q->has_lag = task_lag_now(s, t, has_safe, safe_us, now, &lag_us);
     if (t->has_lag_base && has_safe) {
         /* the safeTime the lag was taken from: the row's safeTime less its
          * completeThrough is its lagSeconds (the last step's safeTime is
@@ -2201,11 +2283,14 @@ static struct status_queue *sink_fill(struct sink *s, struct status_node *node,
     sink_run_keys(s, node, ss);
     ss->buffered_bytes = budget_total(s->pool->budget);
     for (size_t i = 0; i < s->n_queues; i++) {
-        sink_row(s->queues[i], has_safe, safe_us, &rows[i]);
+        const struct task *t = s->queues[i];
+        sink_row(s, t, has_safe, safe_us, now, &rows[i]);
         held += rows[i].owned_here ? 1 : 0;
-        if (s->queues[i]->has_lag_base && has_safe) { /* health follows */
+        /* health follows */
+        if (rows[i].has_lag &&
+            ((t->has_lag_base && has_safe) || t->is_stranded)) {
             int64_t lag_us = (int64_t)(rows[i].lag_seconds * 1e6);
-            health_report(s->health, s->queues[i]->name, true, lag_us, now);
+            health_report(s->health, t->name, true, lag_us, now);
         }
     }
     health_check(s->health, now, &ss->health);
@@ -2328,10 +2413,13 @@ static void task_report(struct sink *s, struct task *t,
 /* Under pool->mu: the lag of s's queues at scrape time. */
 static void sink_scrape_lags(struct sink *s, bool has_safe, int64_t safe_us)
 {
+    int64_t now = mono_ms();
+
     for (size_t i = 0; i < s->n_queues; i++) {
         const struct task *t = s->queues[i];
         int64_t lag_us;
-        if (t->has_lag_base && task_lag(t, has_safe, safe_us, &lag_us)) {
+        if ((t->has_lag_base || t->is_stranded) &&
+            task_lag_now(s, t, has_safe, safe_us, now, &lag_us)) {
             obs_gauge_set(s->pool->obs, OBS_LAG_SECONDS, s->mtenant, t->name,
                           (double)lag_us / 1e6);
         }

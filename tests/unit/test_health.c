@@ -104,3 +104,27 @@ TEST(first_stale_by_name)
     EXPECT_EQ_U64(v.queues, 3);
     health_free(h);
 }
+
+/* The lag the verdict judges a queue by, for the sink's row and gauge of a
+ * queue stuck here: the last report growing with the clock, or the time
+ * since it was first watched. */
+TEST(lag_of_one_queue_is_what_the_verdict_judges)
+{
+    struct health *h = health_new(1000);
+    uint64_t lag = 7;
+
+    EXPECT(!health_lag(h, "q", 100, &lag));
+    EXPECT_EQ_U64(lag, 7);
+    health_watch(h, "q", 500);
+    EXPECT(health_lag(h, "q", 30501, &lag));
+    EXPECT_EQ_U64(lag, 30001);
+    health_report(h, "q", true, 4000000, 1000);
+    EXPECT(health_lag(h, "q", 27000, &lag));
+    EXPECT_EQ_U64(lag, 30000);
+    /* a clock that seems to go back adds nothing */
+    EXPECT(health_lag(h, "q", 900, &lag));
+    EXPECT_EQ_U64(lag, 4000);
+    health_forget(h, "q");
+    EXPECT(!health_lag(h, "q", 27000, &lag));
+    health_free(h);
+}

@@ -304,6 +304,27 @@ TEST(refresh_keeps_the_lease_through_a_busy_broker_and_loses_it_to_another)
     set_holder(&r.f, "node-2", "0000000000000000");
     EXPECT_EQ_I64(lease_refresh(l, &err), ERR_PRECONDITION);
     EXPECT(lease_lost(l));
+    EXPECT_EQ_I64(lease_lost_cause(l), LEASE_LOST_TAKEN);
+    lease_free(l);
+}
+
+/* A renewal that finds the row gone (it expired after a stall) was not
+ * taken by anyone: the lease is lost as expired, and neither the error nor
+ * the reason says another instance owns the queue. */
+TEST(a_refresh_that_finds_the_row_gone_says_the_lease_expired)
+{
+    struct rig r;
+    struct err err;
+
+    struct lease *l = rig_held(&r, NULL);
+    fake_row_must(&r.f, "s3:default:orders:lease")->used = false;
+    EXPECT_EQ_I64(lease_refresh(l, &err), ERR_PRECONDITION);
+    EXPECT(lease_lost(l));
+    EXPECT_EQ_I64(lease_lost_cause(l), LEASE_LOST_EXPIRED);
+    EXPECT(strstr(err.msg, "lease expired: its row is gone") != NULL);
+    EXPECT(strstr(err.msg, "winner version") == NULL);
+    EXPECT(strstr(lease_lost_reason(l), "the lease expired") != NULL);
+    EXPECT(strstr(lease_lost_reason(l), "no other instance") != NULL);
     lease_free(l);
 }
 

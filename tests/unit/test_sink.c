@@ -37,6 +37,7 @@ struct rig {
     const char *keep_row;   /* deletes of this key answer applied, do not */
     int64_t refuse_puts_ms; /* > 0: PUTs answer 503 with this Retry-After */
     int puts_refused;
+    bool lease_kv_full; /* KV calls on a lease key answer 507 */
 };
 
 static int locked_changed(void *arg, const uint8_t t[16],
@@ -63,13 +64,15 @@ static int locked_fetch(void *arg, const uint8_t t[16],
     return rc;
 }
 
+static bool is_lease_key(struct slice k)
+{
+    return k.len > 6 && memcmp(k.ptr + k.len - 6, ":lease", 6) == 0;
+}
+
 static bool is_refresh(const struct kv_op *ops, size_t n)
 {
-    const struct slice k = ops[0].key;
-
     return n == 1 && ops[0].op == KV_PUT && ops[0].has_expect &&
-           ops[0].required && k.len > 6 &&
-           memcmp(k.ptr + k.len - 6, ":lease", 6) == 0;
+           ops[0].required && is_lease_key(ops[0].key);
 }
 
 static int locked_kv(void *arg, const uint8_t t[16], const struct kv_op *ops,
@@ -79,6 +82,10 @@ static int locked_kv(void *arg, const uint8_t t[16], const struct kv_op *ops,
     struct rig *r = arg;
 
     pthread_mutex_lock(&r->mu);
+    if (r->lease_kv_full && n >= 1 && is_lease_key(ops[0].key)) {
+        pthread_mutex_unlock(&r->mu); /* the data dir is full */
+        return err_set(err, ERR_FULL, "insufficient storage");
+    }
     if (is_refresh(ops, n)) {
         r->refreshes++;
         r->refreshes_in_block += r->in_block ? 1 : 0;
@@ -156,6 +163,17 @@ static int64_t at(const char *iso)
 
     ASSERT(isotime_parse_us(iso, strlen(iso), &us));
     return us;
+}
+
+/* The node's safeTime, as the store would answer it. */
+static int rig_safe_time(void *arg, int64_t *now_us)
+{
+    struct rig *r = arg;
+
+    pthread_mutex_lock(&r->mu);
+    *now_us = r->f.safe_time;
+    pthread_mutex_unlock(&r->mu);
+    return 0;
 }
 
 static int rig_run_check(void *arg, struct err *err)
@@ -1085,5 +1103,97 @@ TEST(tenant_sinks_share_one_pool_and_a_freed_one_leaves_no_series)
     }
     EXPECT_EQ_I64(left, 0);
     buf_free(&b);
+    rig_close(r);
+}
+
+/* A gauge line of the metrics, its value or -1 when it is not there. */
+static double metric_value(struct rig *r, const char *series)
+{
+    struct buf b;
+    struct err err;
+    double v = -1;
+
+    buf_init(&b, BUF_UNLIMITED);
+    ASSERT(sink_metrics(r->s, &b, &err) == 0);
+    const char *p = strstr(b.data, series);
+    if (p != NULL) {
+        v = strtod(p + strlen(series), NULL);
+    }
+    buf_free(&b);
+    return v;
+}
+
+/* The data dir fills: the lease cannot be renewed (it ages out here, the
+ * queue stops fenced) nor claimed again, and no other node holds it. The
+ * queue stays in the health verdict with its lag and the claim's error,
+ * red once it lags past the limit, and green again once it is claimed and
+ * commits (docs/design/window.md §13). */
+TEST(a_queue_that_cannot_get_its_lease_back_stays_in_the_verdict)
+{
+    struct rig *r = rig_new(false);
+    struct err err;
+    const char *lag = "\nqueen_s3_lag_seconds{queue=\"orders\"} ";
+
+    r->node.lease_ttl_ms = 1000;
+    r->b.safe_time = rig_safe_time;
+    rig_sink(r);
+    rig_push_three(r);
+    EXPECT_EQ_I64(sink_start(r->s, &err), 0);
+    EXPECT(wait_for(r, "\"windowsCommitted\":2", HARNESS_WAIT_MS));
+    EXPECT(
+        wait_for(r, "\"health\":{\"ok\":true,\"queues\":1}", HARNESS_WAIT_MS));
+    pthread_mutex_lock(&r->mu);
+    r->lease_kv_full = true;
+    pthread_mutex_unlock(&r->mu);
+    /* fenced, and the row says why while the release still retries */
+    EXPECT(wait_for(r, "\"state\":\"fenced\"", HARNESS_WAIT_MS));
+    EXPECT(status_has(r, "the lease was not renewed in time here"));
+    EXPECT(wait_for(r, "\"lastError\":{\"at\":", HARNESS_WAIT_MS));
+    EXPECT(wait_for(r, "lease claim: insufficient storage", 3 * 15000));
+    EXPECT(status_has(r, "\"health\":{\"ok\":true,\"queues\":1}"));
+    EXPECT(metrics_has(r, lag));
+    /* two hours of records acknowledged meanwhile: past the 900 s limit */
+    pthread_mutex_lock(&r->mu);
+    r->f.safe_time += 7200LL * 1000000;
+    pthread_mutex_unlock(&r->mu);
+    EXPECT(wait_for(r, "\"health\":{\"ok\":false,\"queue\":\"orders\"",
+                    HARNESS_WAIT_MS));
+    EXPECT(status_has(r, "\"ok\":false,\"sink\":\"default\""));
+    EXPECT(metric_value(r, lag) >= 7200);
+    EXPECT(status_has(r, "\"state\":\"claiming\""));
+    /* space again: claimed, a commit, green */
+    pthread_mutex_lock(&r->mu);
+    r->lease_kv_full = false;
+    fake_push(&r->f, "a", r->f.safe_time - 60LL * 1000000);
+    pthread_mutex_unlock(&r->mu);
+    EXPECT(wait_for(r, "\"records\":4", HARNESS_WAIT_MS));
+    EXPECT(
+        wait_for(r, "\"health\":{\"ok\":true,\"queues\":1}", HARNESS_WAIT_MS));
+    EXPECT(metric_value(r, lag) < 900);
+    EXPECT(rig_stop(r, HARNESS_WAIT_MS));
+    rig_close(r);
+}
+
+/* Another node takes the lease: the queue leaves this node's verdict and
+ * gauges at once, as before (it is that node's to report). */
+TEST(a_queue_another_node_took_leaves_the_verdict)
+{
+    struct rig *r = rig_new(false);
+    struct err err;
+
+    r->node.lease_ttl_ms = 1000;
+    r->b.safe_time = rig_safe_time;
+    rig_sink(r);
+    rig_push_three(r);
+    EXPECT_EQ_I64(sink_start(r->s, &err), 0);
+    EXPECT(wait_for(r, "\"windowsCommitted\":2", HARNESS_WAIT_MS));
+    rig_other_row(r, "s3:default:orders:lease", "node-2@test");
+    EXPECT(wait_for(r, "\"heldBy\":\"node-2@test\"", HARNESS_WAIT_MS));
+    pthread_mutex_lock(&r->mu);
+    r->f.safe_time += 7200LL * 1000000;
+    pthread_mutex_unlock(&r->mu);
+    EXPECT(status_has(r, "\"health\":{\"ok\":true,\"queues\":0}"));
+    EXPECT(!metrics_has(r, "\nqueen_s3_lag_seconds{"));
+    EXPECT(rig_stop(r, HARNESS_WAIT_MS));
     rig_close(r);
 }
