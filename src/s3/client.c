@@ -1086,24 +1086,29 @@ static void abort_upload(struct s3_client *c, struct upload *u)
 }
 
 /* A Create tried more than once may have created an upload whose answer
- * was lost: once ours is completed or aborted, abort whatever upload is
- * left at the key, so that no parts stay billed. Best effort: a failure is
- * logged, the lifecycle rule of s3-sink.md takes what is left. */
-static void abort_orphans(struct s3_client *c, const char *key)
+ * was lost: once ours is complete, abort whatever upload is left at the
+ * key, so that no parts stay billed. Only while the put's gate still lets
+ * it write: a writer that lost its lease leaves the key to the next one,
+ * whose upload is no orphan (the next owner's redo and the lifecycle rule
+ * of s3-sink.md take what is left). Best effort: a failure is logged. */
+static void abort_orphans(struct s3_client *c, const struct s3_put *p)
 {
     struct err e2 = {0};
     int n = 0;
 
-    if (s3_client_abort_uploads(c, key, &n, &e2) != 0) {
+    if (p->may_send != NULL && p->may_send(p->gate_arg, &e2) != 0) {
+        return;
+    }
+    if (s3_client_abort_uploads(c, p->key, &n, &e2) != 0) {
         log_warn(c->cfg.log_area,
                  "%s: could not list the multipart uploads a retried "
                  "CreateMultipartUpload may have left: %s",
-                 key, e2.msg);
+                 p->key, e2.msg);
     } else if (n > 0) {
         log_info(c->cfg.log_area,
                  "%s: aborted %d multipart upload(s) a retried "
                  "CreateMultipartUpload left",
-                 key, n);
+                 p->key, n);
     }
 }
 
@@ -1135,8 +1140,8 @@ static int multipart_put(struct s3_client *c, const struct s3_put *p,
     if (rc != 0 && u.upload_id[0] != '\0') {
         abort_upload(c, &u);
     }
-    if (created_twice) {
-        abort_orphans(c, p->key);
+    if (created_twice && rc == 0) {
+        abort_orphans(c, p);
     }
     for (int i = 0; i < u.n_parts; i++) {
         free(u.etags[i]);

@@ -139,6 +139,14 @@ struct task {
      * to hold it: it stays in the health verdict and its lag keeps growing
      * with the clock (task_strand). */
     bool is_stranded;
+    /* Task thread only: fenced here for a reason of this node's own, with
+     * its lag then (strand_lag_ms at strand_at_ms, health.h (2)); the queue
+     * is stranded if its next claim fails with no holder known. */
+    bool has_strand_lag;
+    uint64_t strand_lag_ms;
+    int64_t strand_at_ms;
+    bool has_strand_ct; /* and its lag base then (has_lag_base) */
+    int64_t strand_ct;
     struct driver_counters base;     /* runs that ended */
     struct driver_counters reported; /* this run's, as told to obs */
     int64_t last_k;                  /* of the last run, for the row */
@@ -447,8 +455,13 @@ static const char *refresh_lost_line(struct lease *l)
                "renewal landed within its TTL; claiming the queue again";
     case LEASE_LOST_REFUSED:
         return "lease lost: the broker refused its renewal for good";
-    default:
+    case LEASE_LOST_AGE:
+        return "lease lost: it was not renewed in time here; another node "
+               "may take the queue over";
+    case LEASE_LOST_TAKEN:
         return "lease lost: another instance owns this queue";
+    default:
+        return "lease lost";
     }
 }
 
@@ -1561,21 +1574,51 @@ static bool sink_at_or_above(const struct sink *s)
 }
 
 /* The queue stopped running here for a reason of this node's own (its lease
- * expired or aged out here, the broker refused it, a claim failed) and no
- * other instance is known to hold it: nobody mirrors it, so it stays in the
- * health verdict, its lag growing from the last one reported (health.h (2)),
- * until a claim takes it again or finds its holder (docs/design/window.md
- * §13). A queue missing at its last look is not watched (task_own). */
+ * expired or aged out here, the broker refused it) and its claim then failed
+ * with no other instance known to hold it: nobody mirrors it, so it goes
+ * back into the health verdict with the lag it had at the fence, growing
+ * with the clock (health.h (2)), until a claim takes it again or finds its
+ * holder (docs/design/window.md §13). A fence alone strands nothing: after
+ * a failover the claim finds the new holder, and the queue never turns this
+ * node red. */
 static void task_strand(struct sink *s, struct task *t, int64_t now)
 {
+    if (!t->has_strand_lag && !t->is_stranded) {
+        return; /* not run here, or stopped for another reason */
+    }
     if (t->is_missing) {
         health_forget(s->health, t->name);
         return;
     }
     health_watch(s->health, t->name, now);
     pthread_mutex_lock(&s->pool->mu);
+    if (t->has_strand_lag) {
+        health_report(s->health, t->name, true,
+                      (int64_t)t->strand_lag_ms * 1000, t->strand_at_ms);
+        t->has_lag_base = t->has_strand_ct;
+        t->lag_base_ct = t->strand_ct;
+        t->has_strand_lag = false;
+    }
     t->is_stranded = true;
     pthread_mutex_unlock(&s->pool->mu);
+}
+
+/* The queue is no longer stranded here: out of the verdict, its gauges
+ * gone (it is claimed by another instance, or the sink winds down). */
+static void task_unstrand(struct sink *s, struct task *t)
+{
+    t->has_strand_lag = false;
+    pthread_mutex_lock(&s->pool->mu);
+    bool was = t->is_stranded;
+    t->is_stranded = false;
+    if (was) {
+        t->has_lag_base = false;
+        obs_queue_stopped(s->pool->obs, s->mtenant, t->name);
+    }
+    pthread_mutex_unlock(&s->pool->mu);
+    if (was) {
+        health_forget(s->health, t->name);
+    }
 }
 
 /* Another instance holds the lease: say so, look again later. */
@@ -1590,6 +1633,7 @@ static int64_t task_held(struct sink *s, struct task *t, const char *other,
     t->has_lag_base = false;
     obs_queue_stopped(s->pool->obs, s->mtenant, t->name);
     pthread_mutex_unlock(&s->pool->mu);
+    t->has_strand_lag = false;
     if (is_new) { /* logged when the owner changes, not at every look */
         log_info_kv("queen-s3",
                     "another node owns this queue; claiming again after the "
@@ -1714,6 +1758,7 @@ static int64_t task_own(struct sink *s, struct task *t, int64_t now)
     pthread_mutex_lock(&s->pool->mu);
     t->is_give_back_asked = false;
     t->is_stranded = false;
+    t->has_strand_lag = false;
     s->n_owned++;
     s->pool->n_owned++;
     pthread_mutex_unlock(&s->pool->mu);
@@ -1929,20 +1974,26 @@ static int64_t task_gave_back(struct sink *s, struct task *t, int64_t now)
 }
 
 /* The health watch after a stop (docs/design/protocol.md §8): a failed queue
- * stays watched; a fenced one too unless another instance took its lease
- * (task_strand); any other is forgotten. */
+ * stays watched; any other is forgotten, and one fenced for a reason of
+ * this node's own keeps its lag for task_strand. */
 static void task_stop_watch(struct sink *s, struct task *t,
                             const struct driver_next *nx, bool is_down,
                             int64_t now)
 {
+    uint64_t lag_ms = 0;
+
     if (nx->stop == DRIVER_FAILED) {
         return;
     }
-    if (nx->stop == DRIVER_FENCED && !is_down &&
-        lease_lost_cause(t->lease) != LEASE_LOST_TAKEN) {
-        task_strand(s, t, now);
-        return;
-    }
+    t->has_strand_lag = nx->stop == DRIVER_FENCED && !is_down &&
+                        lease_lost_cause(t->lease) != LEASE_LOST_TAKEN &&
+                        health_lag(s->health, t->name, now, &lag_ms);
+    t->strand_lag_ms = lag_ms;
+    t->strand_at_ms = now;
+    pthread_mutex_lock(&s->pool->mu);
+    t->has_strand_ct = t->has_lag_base;
+    t->strand_ct = t->lag_base_ct;
+    pthread_mutex_unlock(&s->pool->mu);
     health_forget(s->health, t->name);
 }
 
@@ -2081,6 +2132,7 @@ static int64_t task_step(struct sink *s, struct task *t, int64_t now)
     }
     if (t->state != Q_OWNED) {
         if (down) {
+            task_unstrand(s, t);
             t->state = Q_ENDED;
             return now;
         }

@@ -1768,6 +1768,30 @@ TEST(a_closed_gate_stops_a_multipart_upload_before_its_next_request)
     rig_close(&r);
 }
 
+/* A Create tried twice, then the gate closes (the lease is lost): the put
+ * aborts its own upload and lists nothing, since another owner may be
+ * writing the key now and its upload is no orphan. */
+TEST(a_closed_gate_leaves_other_uploads_at_the_key_alone)
+{
+    struct answer a[] = {{0, 503, NULL, "", -1, -1},
+                         CREATE_OK("up-7"),
+                         {0, 200, "\"e1\"", NULL, -1, -1},
+                         {0, 204, NULL, NULL, -1, -1}};
+    struct gate g = {0, 3}; /* create twice, part 1 */
+    struct rig r;
+    struct s3_put p = {"k",  "0123456789", 10,   "application/x-ndjson",
+                       NULL, NULL,         NULL, gate_fn,
+                       &g};
+
+    rig_open(&r, a, ARRAY_LEN(a), small_parts);
+    EXPECT_EQ_I64(s3_client_put(r.c, &p, &r.res, &r.err), ERR_PRECONDITION);
+    EXPECT_EQ_U64(r.f.n_seen, 4);
+    EXPECT_STR_EQ(r.f.seen[3].method, "DELETE");
+    EXPECT_STR_EQ(r.f.seen[3].url, "http://127.0.0.1:9000/lake/k?uploadId="
+                                   "up-7");
+    rig_close(&r);
+}
+
 TEST(a_closed_gate_sends_no_put_and_is_not_retried)
 {
     struct answer a[] = {{0, 503, NULL, "", -1, -1},
