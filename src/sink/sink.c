@@ -91,6 +91,16 @@
 enum qstate { Q_CLAIM, Q_OWNED, Q_ENDED };
 enum run_state { RUN_STARTING, RUN_RUNNING, RUN_ENDING, RUN_BACKOFF };
 
+/* The lag a queue had when it was fenced here for a reason of this node's
+ * own, kept for task_strand (health.h (2)). */
+struct strand_lag {
+    bool is_set;
+    uint64_t lag_ms; /* at at_ms */
+    int64_t at_ms;
+    bool has_ct; /* and its lag base then (has_lag_base) */
+    int64_t ct;
+};
+
 struct task {
     int64_t due_ms;
     bool is_running;
@@ -140,13 +150,9 @@ struct task {
      * with the clock (task_strand). */
     bool is_stranded;
     /* Task thread only: fenced here for a reason of this node's own, with
-     * its lag then (strand_lag_ms at strand_at_ms, health.h (2)); the queue
-     * is stranded if its next claim fails with no holder known. */
-    bool has_strand_lag;
-    uint64_t strand_lag_ms;
-    int64_t strand_at_ms;
-    bool has_strand_ct; /* and its lag base then (has_lag_base) */
-    int64_t strand_ct;
+     * its lag then; the queue is stranded if its next claim fails with no
+     * holder known. */
+    struct strand_lag strand;
     struct driver_counters base;     /* runs that ended */
     struct driver_counters reported; /* this run's, as told to obs */
     int64_t last_k;                  /* of the last run, for the row */
@@ -1583,7 +1589,7 @@ static bool sink_at_or_above(const struct sink *s)
  * node red. */
 static void task_strand(struct sink *s, struct task *t, int64_t now)
 {
-    if (!t->has_strand_lag && !t->is_stranded) {
+    if (!t->strand.is_set && !t->is_stranded) {
         return; /* not run here, or stopped for another reason */
     }
     if (t->is_missing) {
@@ -1592,28 +1598,34 @@ static void task_strand(struct sink *s, struct task *t, int64_t now)
     }
     health_watch(s->health, t->name, now);
     pthread_mutex_lock(&s->pool->mu);
-    if (t->has_strand_lag) {
+    if (t->strand.is_set) {
         health_report(s->health, t->name, true,
-                      (int64_t)t->strand_lag_ms * 1000, t->strand_at_ms);
-        t->has_lag_base = t->has_strand_ct;
-        t->lag_base_ct = t->strand_ct;
-        t->has_strand_lag = false;
+                      (int64_t)t->strand.lag_ms * 1000, t->strand.at_ms);
+        t->has_lag_base = t->strand.has_ct;
+        t->lag_base_ct = t->strand.ct;
+        t->strand.is_set = false;
     }
     t->is_stranded = true;
     pthread_mutex_unlock(&s->pool->mu);
 }
 
+/* Under s->mu: none of the queue's lag stays here; its gauges go. */
+static void task_drop_lag(struct sink *s, struct task *t)
+{
+    t->is_stranded = false;
+    t->has_lag_base = false;
+    obs_queue_stopped(s->pool->obs, s->mtenant, t->name);
+}
+
 /* The queue is no longer stranded here: out of the verdict, its gauges
- * gone (it is claimed by another instance, or the sink winds down). */
+ * gone (the sink winds down). */
 static void task_unstrand(struct sink *s, struct task *t)
 {
-    t->has_strand_lag = false;
+    t->strand.is_set = false;
     pthread_mutex_lock(&s->pool->mu);
     bool was = t->is_stranded;
-    t->is_stranded = false;
     if (was) {
-        t->has_lag_base = false;
-        obs_queue_stopped(s->pool->obs, s->mtenant, t->name);
+        task_drop_lag(s, t);
     }
     pthread_mutex_unlock(&s->pool->mu);
     if (was) {
@@ -1628,12 +1640,9 @@ static int64_t task_held(struct sink *s, struct task *t, const char *other,
     pthread_mutex_lock(&s->pool->mu);
     bool is_new = strcmp(other, t->holder) != 0;
     snprintf(t->holder, sizeof(t->holder), "%s", other);
-    /* its owner reports its lag now: none of it stays here */
-    t->is_stranded = false;
-    t->has_lag_base = false;
-    obs_queue_stopped(s->pool->obs, s->mtenant, t->name);
+    task_drop_lag(s, t); /* its owner reports its lag now */
     pthread_mutex_unlock(&s->pool->mu);
-    t->has_strand_lag = false;
+    t->strand.is_set = false;
     if (is_new) { /* logged when the owner changes, not at every look */
         log_info_kv("queen-s3",
                     "another node owns this queue; claiming again after the "
@@ -1758,7 +1767,7 @@ static int64_t task_own(struct sink *s, struct task *t, int64_t now)
     pthread_mutex_lock(&s->pool->mu);
     t->is_give_back_asked = false;
     t->is_stranded = false;
-    t->has_strand_lag = false;
+    t->strand.is_set = false;
     s->n_owned++;
     s->pool->n_owned++;
     pthread_mutex_unlock(&s->pool->mu);
@@ -1985,14 +1994,14 @@ static void task_stop_watch(struct sink *s, struct task *t,
     if (nx->stop == DRIVER_FAILED) {
         return;
     }
-    t->has_strand_lag = nx->stop == DRIVER_FENCED && !is_down &&
-                        lease_lost_cause(t->lease) != LEASE_LOST_TAKEN &&
-                        health_lag(s->health, t->name, now, &lag_ms);
-    t->strand_lag_ms = lag_ms;
-    t->strand_at_ms = now;
+    t->strand.is_set = nx->stop == DRIVER_FENCED && !is_down &&
+                       lease_lost_cause(t->lease) != LEASE_LOST_TAKEN &&
+                       health_lag(s->health, t->name, now, &lag_ms);
+    t->strand.lag_ms = lag_ms;
+    t->strand.at_ms = now;
     pthread_mutex_lock(&s->pool->mu);
-    t->has_strand_ct = t->has_lag_base;
-    t->strand_ct = t->lag_base_ct;
+    t->strand.has_ct = t->has_lag_base;
+    t->strand.ct = t->lag_base_ct;
     pthread_mutex_unlock(&s->pool->mu);
     health_forget(s->health, t->name);
 }
