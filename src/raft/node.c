@@ -47,6 +47,7 @@
 #include "store/store_impl.h"
 
 #define TICK_MS          10
+#define HELD_WARN_MS     10000
 #define CLOSE_DELAY_MS   200
 #define CLOSE_BARRIER_MS 2000
 #define ASYNC_MAX        4096
@@ -155,8 +156,11 @@ struct node {
     uint64_t id;
     char *address;
     char *raft_dir;
-    int64_t last_stamp;  /* greatest stamp proposed by this node */
-    uint64_t ready_term; /* term whose barrier applied; 0 = none */
+    int64_t last_stamp;      /* greatest stamp proposed by this node */
+    uint64_t ready_term;     /* term whose barrier applied; 0 = none */
+    uint64_t led_term;       /* the term this node leads, ready; 0 = none */
+    uint64_t tick_ms;        /* uv_now() at the last tick, 0 before the first */
+    uint64_t held_warned_ms; /* uv_now() when check_tick_gap last warned */
     bool barrier_pending;
     struct raft_barrier barrier;
     uint64_t barrier_term;
@@ -637,16 +641,31 @@ static void barrier_cb(struct raft_barrier *req, int status)
     if (status == 0 && raft_state(&n->raft) == RAFT_LEADER &&
         n->raft.current_term == n->barrier_term && deferred_drain(n) == 0) {
         n->ready_term = n->barrier_term;
+        n->led_term = n->ready_term;
         log_info("node", "leader ready in term %" PRIu64 " at index %" PRIu64,
                  n->ready_term, store_applied_index(n->store));
     }
 }
 
-/* Become ready if raft made us leader in a term we have not readied. */
+/* Become ready if raft made us leader in a term we have not readied; say
+ * at warn when this node stops leading (nothing else tells an operator
+ * why every write answered 503 for a moment). */
 static void check_leadership(struct node *n)
 {
     int rc;
 
+    if (n->led_term != 0 && !n->closing &&
+        (raft_state(&n->raft) != RAFT_LEADER ||
+         n->raft.current_term != n->led_term)) {
+        log_warn_kv("node",
+                    "no longer the leader: a leader steps down when no "
+                    "majority answered it within the election timeout, or "
+                    "when it sees a newer term",
+                    {"term", LOG_U64(n->led_term)},
+                    {"now_term", LOG_U64(n->raft.current_term)},
+                    {"role", node_role_name(node_role(n))});
+        n->led_term = 0;
+    }
     if (n->closing || n->barrier_pending ||
         raft_state(&n->raft) != RAFT_LEADER ||
         n->ready_term == n->raft.current_term) {
@@ -717,10 +736,33 @@ static void retry_stalled_apply(struct node *n)
              (uint64_t)n->raft.last_applied, (uint64_t)n->raft.commit_index);
 }
 
+/* A tick that came a good part of the election timeout late: the loop was
+ * held by other work, and raft's heartbeats and answers waited behind it
+ * (a leader that misses its majority for the whole timeout steps down).
+ * Said at most every HELD_WARN_MS. */
+static void check_tick_gap(struct node *n)
+{
+    uint64_t now = uv_now(n->loop);
+    uint64_t gap = n->tick_ms != 0 ? now - n->tick_ms : 0;
+    unsigned timeout = n->raft.election_timeout;
+
+    n->tick_ms = now;
+    if (gap > TICK_MS + timeout / 2 && !n->closing &&
+        (n->held_warned_ms == 0 || now - n->held_warned_ms >= HELD_WARN_MS)) {
+        n->held_warned_ms = now;
+        log_warn_kv("node",
+                    "the event loop was held by other work: heartbeats and "
+                    "replication waited behind it",
+                    {"held_ms", LOG_U64(gap - TICK_MS)},
+                    {"election_timeout_ms", LOG_U64(timeout)});
+    }
+}
+
 static void tick_cb(uv_timer_t *t)
 {
     struct node *n = container_of(t, struct node, tick);
 
+    check_tick_gap(n);
     failed_drain(n); /* (P1) */
     check_leadership(n);
     fwd_tick(n);
