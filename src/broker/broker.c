@@ -397,6 +397,7 @@ static int broker_open_http(struct broker *b, struct err *err)
         hc.idle_needs_let_in = true;
     }
     hc.max_body_bytes = (size_t)b->cfg->max_body_bytes;
+    hc.max_held_bytes = (size_t)b->cfg->max_held_body_bytes;
     hc.max_connections = (size_t)b->cfg->max_connections;
     if (http_server_start(&b->http, &b->loop, &hc, router_dispatch, b->router,
                           err) != 0) {
@@ -453,6 +454,7 @@ static int broker_open_cp(struct broker *b, struct err *err)
     hc.tls = b->tls;
     hc.port = b->cfg->proxy_port;
     hc.max_body_bytes = (size_t)b->cfg->max_body_bytes;
+    hc.max_held_bytes = (size_t)b->cfg->max_held_body_bytes;
     hc.max_connections = (size_t)b->cfg->max_connections;
     hc.head_check = router_head_check; /* the token before a body is read */
     hc.head_check_arg = b->cp_router;

@@ -47,6 +47,7 @@ struct config {
     struct config_peer peers[CONFIG_MAX_PEERS];
     char raft_token[CONFIG_TOKEN_MAX + 1]; /* QUEEN_RAFT_TOKEN, secret */
     uint64_t max_body_bytes;               /* QUEEN_MAX_BODY_BYTES */
+    uint64_t max_held_body_bytes;          /* QUEEN_MAX_HELD_BODY_BYTES */
     uint64_t max_connections;              /* QUEEN_MAX_CONNECTIONS */
     uint64_t max_long_polls;               /* QUEEN_MAX_LONG_POLLS */
     uint64_t max_long_polls_per_conn;      /* QUEEN_MAX_LONG_POLLS_PER_CONN */

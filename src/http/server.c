@@ -80,6 +80,8 @@ struct http_conn {
     struct http_conn *prev;
     struct http_conn *next;
     struct http_config cfg;
+    size_t *held;    /* the bodies held (max_held_bytes): the server's */
+    size_t own_held; /* a connection without a server counts its own */
     struct http_conn_io io;
     http_handler_fn handler;
     void *handler_arg;
@@ -151,6 +153,8 @@ static struct http_req *req_new(struct http_conn *c)
 
 static void req_free(struct http_req *r)
 {
+    ASSERT(*r->conn->held >= r->held);
+    *r->conn->held -= r->held;
     buf_free(&r->head);
     buf_free(&r->body_buf);
     buf_free(&r->params_buf);
@@ -843,6 +847,27 @@ static bool req_codings_are_chunked(const struct http_req *r)
     return true;
 }
 
+/* Count n more bytes of r's body in the bodies the server holds
+ * (max_held_bytes), or refuse it 503 when that passes the bound while
+ * another request's body is held: the loop thread copies, parses and
+ * proposes every body it holds, and a few hundred megabytes arriving at
+ * once kept a leader's loop from its raft heartbeats past the election
+ * timeout (docs/internals/api.md). */
+static int conn_hold(struct http_conn *c, struct http_req *r, size_t n)
+{
+    size_t others = *c->held - r->held;
+
+    if (others > 0 && others + r->held + n > c->cfg.max_held_bytes) {
+        c->fail_extra = "Retry-After: 1\r\n";
+        return conn_fail(c, 503, "busy",
+                         "the server holds as many request bodies as it "
+                         "takes at once; retry shortly");
+    }
+    *c->held += n;
+    r->held += n;
+    return 0;
+}
+
 static int on_headers_complete(llhttp_t *p)
 {
     struct http_conn *c = p->data;
@@ -887,6 +912,10 @@ static int on_headers_complete(llhttp_t *p)
         conn_fail(c, no.status, no.code, no.msg);
         return -1;
     }
+    if (has_length && p->content_length > 0 &&
+        conn_hold(c, r, (size_t)p->content_length) != 0) {
+        return -1;
+    }
     if (has_length && p->content_length > 0) {
         size_t first = p->content_length < SERVER_READ_BUFSIZE
                            ? (size_t)p->content_length
@@ -914,6 +943,10 @@ static int on_body(llhttp_t *p, const char *at, size_t n)
         b->len += n;
         b->data[b->len] = '\0';
         return 0;
+    }
+    if (c->cur->held < b->len + n &&
+        conn_hold(c, c->cur, b->len + n - c->cur->held) != 0) {
+        return HPE_USER; /* a chunked body grew past the bound */
     }
     if (buf_append(b, at, n, &err) != 0) {
         return conn_fail(c, 413, "too_large",
@@ -1009,6 +1042,9 @@ static void config_defaults(struct http_config *cfg)
     if (cfg->max_body_bytes == 0) {
         cfg->max_body_bytes = HTTP_DEFAULT_MAX_BODY_BYTES;
     }
+    if (cfg->max_held_bytes == 0) {
+        cfg->max_held_bytes = HTTP_DEFAULT_MAX_HELD_BYTES;
+    }
     if (cfg->max_header_bytes == 0) {
         cfg->max_header_bytes = HTTP_DEFAULT_MAX_HEADER_BYTES;
     }
@@ -1034,6 +1070,7 @@ struct http_conn *http_conn_new(const struct http_config *cfg,
 
     c->cfg = *cfg;
     config_defaults(&c->cfg);
+    c->held = &c->own_held;
     c->io = *io;
     c->handler = handler;
     c->handler_arg = arg;
@@ -1092,7 +1129,9 @@ struct http_server {
     uint64_t evicted_total;
     uint64_t activity; /* counts reads and completed writes: a total order,
                           where uv_now()'s milliseconds tie */
-    uint64_t refused_total[5]; /* by the server: 400, 413, 431, 501, 505 */
+    uint64_t refused_total[6]; /* by the server: 400, 413, 431, 501, 503,
+                                  505 */
+    size_t held; /* bytes of bodies held (http_config.max_held_bytes) */
     int port;
     bool is_listening; /* the listener handle is open */
     bool is_closing;
@@ -1102,7 +1141,7 @@ struct http_server {
     char rbuf[SERVER_READ_BUFSIZE]; /* shared: read_cb consumes it at once */
 };
 
-static const int server_refused_status[5] = {400, 413, 431, 501, 505};
+static const int server_refused_status[6] = {400, 413, 431, 501, 503, 505};
 
 static void server_count_refused(void *arg, int status)
 {
@@ -1495,6 +1534,7 @@ static void server_on_connection(uv_stream_t *listener, int status)
     }
     c = http_conn_new(&srv->cfg, &io, srv->handler, srv->handler_arg);
     c->srv = srv;
+    c->held = &srv->held;
     c->next = srv->conns;
     if (srv->conns != NULL) {
         srv->conns->prev = c;
@@ -1650,14 +1690,22 @@ int http_server_metrics(const struct http_server *srv, struct buf *out,
         "queen_http_connections_evicted_total %" PRIu64 "\n"
         "# HELP queen_http_refused_total Requests the server answered "
         "itself (malformed, body or head over the limit, a transfer "
-        "coding it does not decode, an HTTP version it does not speak).\n"
+        "coding it does not decode, busy holding other bodies, an HTTP "
+        "version it does not speak).\n"
         "# TYPE queen_http_refused_total counter\n"
         "queen_http_refused_total{status=\"400\"} %" PRIu64 "\n"
         "queen_http_refused_total{status=\"413\"} %" PRIu64 "\n"
         "queen_http_refused_total{status=\"431\"} %" PRIu64 "\n"
         "queen_http_refused_total{status=\"501\"} %" PRIu64 "\n"
-        "queen_http_refused_total{status=\"505\"} %" PRIu64 "\n",
+        "queen_http_refused_total{status=\"503\"} %" PRIu64 "\n"
+        "queen_http_refused_total{status=\"505\"} %" PRIu64 "\n"
+        "# HELP queen_http_body_bytes_held Bytes of request bodies the "
+        "server holds now, from their heads until their answers "
+        "(QUEEN_MAX_HELD_BODY_BYTES bounds them).\n"
+        "# TYPE queen_http_body_bytes_held gauge\n"
+        "queen_http_body_bytes_held %zu\n",
         srv->nconns, srv->accepted_total, srv->rejected_total,
         srv->evicted_total, srv->refused_total[0], srv->refused_total[1],
-        srv->refused_total[2], srv->refused_total[3], srv->refused_total[4]);
+        srv->refused_total[2], srv->refused_total[3], srv->refused_total[4],
+        srv->refused_total[5], srv->held);
 }

@@ -152,6 +152,57 @@ def test_body_one_byte_over_the_limit_is_413_and_closed(echo):
     conn.close()
 
 
+def metrics_text(port):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=DEADLINE)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    return text
+
+
+def test_bodies_held_past_the_bound_are_503_busy_across_connections():
+    """A body is held from its head to its answer; while one connection's
+    800 KiB body is still coming in, another's 400 KiB body would pass the
+    1 MiB bound and is refused at its head (503 busy, Retry-After); the
+    same request is taken once the first was answered."""
+    e = Echo("--max-held", str(1 << 20))
+    try:
+        big = b"b" * (800 << 10)
+        a = e.connect()
+        a.sendall(b"POST /echo HTTP/1.1\r\nContent-Length: %d\r\n\r\n"
+                  % len(big) + big[:1000])
+        deadline = time.monotonic() + DEADLINE
+        while "queen_http_body_bytes_held %d\n" % len(big) \
+                not in metrics_text(e.port):
+            assert time.monotonic() < deadline, metrics_text(e.port)
+            time.sleep(0.02)
+        small = b"s" * (400 << 10)
+        req = b"POST /echo HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(small)
+        b = e.connect()
+        b.sendall(req)
+        rd = Reader(b)
+        status, headers, out = rd.response()
+        assert status == 503
+        assert headers["retry-after"] == "1"
+        assert headers["connection"] == "close"
+        assert json.loads(out)["code"] == "busy"
+        b.close()
+        a.sendall(big[1000:])
+        status, _, out = Reader(a).response()
+        assert status == 200 and out == big
+        a.close()
+        c = e.connect()
+        c.sendall(req + small)
+        status, _, out = Reader(c).response()
+        assert status == 200 and out == small
+        c.close()
+        text = metrics_text(e.port)
+        assert 'queen_http_refused_total{status="503"} 1\n' in text
+        assert "queen_http_body_bytes_held 0\n" in text
+    finally:
+        e.stop()
+
+
 def test_a_transfer_coding_but_chunked_is_501_closed_and_counted(echo):
     """RFC 9112 6.1: a coding the server does not decode is refused, not
     read as a plain chunked body, and counted as the server's own answer."""

@@ -3,6 +3,7 @@
  *
  *   http_echo [--port N] [--max-body BYTES] [--max-header BYTES]
  *             [--idle-ms MS] [--first-head-ms MS] [--max-conns N]
+ *             [--max-held BYTES]
  *
  * Prints "listening <port>" on stdout once bound (port 0 picks a free one).
  * Routes:
@@ -178,6 +179,8 @@ static void parse_args(int argc, char **argv, struct http_config *cfg)
             cfg->idle_timeout_ms = v;
         } else if (strcmp(argv[i], "--first-head-ms") == 0) {
             cfg->first_head_ms = v;
+        } else if (strcmp(argv[i], "--max-held") == 0) {
+            cfg->max_held_bytes = (size_t)v;
         } else if (strcmp(argv[i], "--max-header") == 0) {
             cfg->max_header_bytes = (size_t)v;
         } else {

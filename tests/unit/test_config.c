@@ -54,6 +54,7 @@ TEST(empty_environment_gives_the_documented_defaults)
     EXPECT_EQ_U64(c.node_id, 1);
     EXPECT_STR_EQ(c.raft_listen, "127.0.0.1:7632");
     EXPECT_EQ_U64(c.max_body_bytes, 64 * 1024 * 1024);
+    EXPECT_EQ_U64(c.max_held_body_bytes, 128 * 1024 * 1024);
     EXPECT_EQ_I64(c.log_level, LOG_INFO);
     EXPECT(!c.tenancy_header);
     EXPECT_EQ_U64(c.max_long_polls, 10000);
@@ -73,6 +74,7 @@ TEST(set_values_replace_defaults_and_raft_port_follows_http_port)
     env_set(&e, "QUEEN_RAFT_DIR", "/tmp/q");
     env_set(&e, "QUEEN_RAFT_NODE_ID", "3");
     env_set(&e, "QUEEN_MAX_BODY_BYTES", "2MiB");
+    env_set(&e, "QUEEN_MAX_HELD_BODY_BYTES", "256M");
     env_set(&e, "QUEEN_LOG_LEVEL", "debug");
     env_set(&e, "QUEEN_MAX_LONG_POLLS", "500");
     env_set(&e, "QUEEN_MAX_LONG_POLLS_PER_CONN", "4");
@@ -89,6 +91,7 @@ TEST(set_values_replace_defaults_and_raft_port_follows_http_port)
     EXPECT_EQ_U64(c.node_id, 3);
     EXPECT_STR_EQ(c.raft_listen, "127.0.0.1:8000");
     EXPECT_EQ_U64(c.max_body_bytes, 2 * 1024 * 1024);
+    EXPECT_EQ_U64(c.max_held_body_bytes, (uint64_t)256 << 20);
     EXPECT_EQ_I64(c.log_level, LOG_DEBUG);
 }
 
@@ -131,6 +134,9 @@ TEST(bad_values_name_the_variable_and_the_value)
          "optionally K, M or G, each times 1024, as KB or KiB too)"},
         {"QUEEN_MAX_BODY_BYTES", "10",
          "QUEEN_MAX_BODY_BYTES=10: out of range 1024..1073741824"},
+        {"QUEEN_MAX_HELD_BODY_BYTES", "64K",
+         "QUEEN_MAX_HELD_BODY_BYTES=64K: out of range "
+         "1048576..68719476736"},
         {"QUEEN_RAFT_DIR", "", "QUEEN_RAFT_DIR=: must be 1 to 4095 bytes long"},
         {"QUEEN_MAX_LONG_POLLS", "0",
          "QUEEN_MAX_LONG_POLLS=0: out of range 1..1000000"},

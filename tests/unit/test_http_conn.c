@@ -358,6 +358,78 @@ TEST(chunked_body_over_the_limit_is_413)
                          "HTTP/1.1 413 ");
 }
 
+/* max_held_bytes counts a body from its head until its answer is written:
+ * a second body that would pass it while the first is unanswered is
+ * refused 503 busy with Retry-After, at its head, and closes; once the
+ * first is answered the bound is free again. */
+TEST(a_body_past_the_held_bound_is_503_busy_and_closes)
+{
+    struct http_config cfg = {.max_held_bytes = 15};
+    struct fx f;
+
+    fx_open(&f, &cfg, false,
+            "POST /1 HTTP/1.1\r\nContent-Length: 10\r\n\r\n0123456789"
+            "POST /2 HTTP/1.1\r\nContent-Length: 6\r\n\r\nabcdef");
+    EXPECT_EQ_I64(f.h.n, 1);
+    EXPECT_EQ_U64(f.t.out.len, 0); /* the refusal waits behind /1 */
+    th_answer(f.h.reqs[0]);
+    if (!out_has(&f, "b=0123456789") ||
+        !out_has(&f, "HTTP/1.1 503 Service Unavailable\r\n")) {
+        HARNESS_FAIL("want /1 answered, then 503: \"%.300s\"", fx_out(&f));
+    }
+    EXPECT(strstr(fx_out(&f), "b=0123456789") <
+           strstr(fx_out(&f), "HTTP/1.1 503"));
+    EXPECT(out_has(&f, "Retry-After: 1\r\n"));
+    EXPECT(out_has(&f, "\"code\":\"busy\""));
+    EXPECT(f.t.is_closed);
+    EXPECT_EQ_I64(f.h.n, 1); /* /2 never reached the handler */
+    teardown(&f.t);
+}
+
+TEST(bodies_within_the_held_bound_and_one_alone_past_it_are_taken)
+{
+    struct http_config cfg = {.max_held_bytes = 15};
+    struct fx f;
+
+    /* 10 + 5 held at once fit; then, /1 and /2 answered, 40 alone fits */
+    fx_open(&f, &cfg, false,
+            "POST /1 HTTP/1.1\r\nContent-Length: 10\r\n\r\n0123456789"
+            "POST /2 HTTP/1.1\r\nContent-Length: 5\r\n\r\nabcde");
+    EXPECT_EQ_I64(f.h.n, 2);
+    th_answer(f.h.reqs[0]);
+    th_answer(f.h.reqs[1]);
+    f.h.answer_now = true;
+    feed_str(f.c, "POST /3 HTTP/1.1\r\nContent-Length: 40\r\n\r\n"
+                  "0123456789012345678901234567890123456789");
+    EXPECT_EQ_I64(f.h.n, 3);
+    EXPECT(out_has(&f, "b=abcde"));
+    EXPECT(out_has(&f, "b=0123456789012345678901234567890123456789"));
+    EXPECT(!out_has(&f, " 503 "));
+    EXPECT(!f.t.is_closed);
+    teardown(&f.t);
+}
+
+/* A chunked body has no length at its head: it is counted as it grows,
+ * and refused when it grows past the bound while another body is held. */
+TEST(a_chunked_body_growing_past_the_held_bound_is_503_busy)
+{
+    struct http_config cfg = {.max_held_bytes = 15};
+    struct fx f;
+
+    fx_open(&f, &cfg, false,
+            "POST /1 HTTP/1.1\r\nContent-Length: 10\r\n\r\n0123456789"
+            "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+            "3\r\nabc\r\n");
+    EXPECT(!f.t.is_closed); /* 13 held: it still fits */
+    feed_str(f.c, "3\r\ndef\r\n0\r\n\r\n");
+    EXPECT_EQ_I64(f.h.n, 1);
+    th_answer(f.h.reqs[0]);
+    EXPECT(out_has(&f, "HTTP/1.1 503 Service Unavailable\r\n"));
+    EXPECT(out_has(&f, "\"code\":\"busy\""));
+    EXPECT(f.t.is_closed);
+    teardown(&f.t);
+}
+
 /* RFC 9112 5.1: whitespace between a field name and its colon is a 400,
  * never a header of another name (x-queen-tenant would then be unset and
  * the call run as the default tenant). */
