@@ -103,11 +103,11 @@ static const struct cfg_row cfg_rows[] = {
         "directory needs 3 x this plus 16 MiB free to boot"),
     ROW("QUEEN_MAX_BODY_BYTES", CFG_SIZE, "64MiB", OFF(max_body_bytes), KIB,
         GIB, false, "largest HTTP request body accepted (413 above it)"),
-    ROW("QUEEN_MAX_HELD_BODY_BYTES", CFG_SIZE, "128MiB",
+    ROW("QUEEN_MAX_HELD_BODY_BYTES", CFG_SIZE, "64MiB",
         OFF(max_held_body_bytes), MIB, 64 * GIB, false,
         "request bodies each HTTP port holds at once, from a request's head "
-        "to its answer; past it a new body is refused 503 busy with "
-        "Retry-After (one body alone always fits)"),
+        "to its answer; past it a new body waits, unread, for room (one "
+        "body alone always fits)"),
     ROW("QUEEN_MAX_CONNECTIONS", CFG_U64, "4096", OFF(max_connections), 16,
         1000000, false,
         "HTTP connections open at once on each port; at the limit a new one "

@@ -70,6 +70,16 @@ struct http_write {
 
 enum conn_hdr_state { HDR_NONE, HDR_FIELD, HDR_VALUE };
 
+/* The request bodies held at once (http_config.max_held_bytes): their
+ * bytes, and the connections whose next body waits for room, oldest
+ * first. One per server; a connection without one keeps its own. */
+struct http_hold {
+    size_t bytes;
+    size_t n_waiting;
+    struct http_conn *wait_head;
+    struct http_conn *wait_tail;
+};
+
 struct http_conn {
     uv_tcp_t tcp;               /* socket layer only */
     uv_shutdown_t shutdown_req; /* socket layer only */
@@ -80,8 +90,10 @@ struct http_conn {
     struct http_conn *prev;
     struct http_conn *next;
     struct http_config cfg;
-    size_t *held;    /* the bodies held (max_held_bytes): the server's */
-    size_t own_held; /* a connection without a server counts its own */
+    struct http_hold *hold;      /* the bodies held: the server's */
+    struct http_hold own_hold;   /* a connection without a server: its own */
+    struct http_conn *wait_next; /* in hold's queue while is_waiting */
+    bool is_waiting; /* cur's body waits for room in hold (reads paused) */
     struct http_conn_io io;
     http_handler_fn handler;
     void *handler_arg;
@@ -151,10 +163,11 @@ static struct http_req *req_new(struct http_conn *c)
     return r;
 }
 
+static void hold_release(struct http_req *r);
+
 static void req_free(struct http_req *r)
 {
-    ASSERT(*r->conn->held >= r->held);
-    *r->conn->held -= r->held;
+    hold_release(r);
     buf_free(&r->head);
     buf_free(&r->body_buf);
     buf_free(&r->params_buf);
@@ -274,6 +287,7 @@ void http_req_take_body(struct http_req *req, struct buf *out)
     *out = req->body_buf;
     buf_init(&req->body_buf, out->max);
     req->body = (struct slice){"", 0};
+    hold_release(req); /* what the taker keeps is its own to bound */
 }
 
 static enum http_method req_method(uint8_t m)
@@ -349,7 +363,125 @@ static void conn_pace(struct http_conn *c)
     if (c->is_closing || c->is_reading_done) {
         return;
     }
-    conn_set_paused(c, c->nreqs >= c->cfg.max_pipelined);
+    conn_set_paused(c, c->nreqs >= c->cfg.max_pipelined || c->is_waiting);
+}
+
+/* ---- bodies held (http_config.max_held_bytes) ----
+ *
+ * A body is held from its head until its answer is written (or its body
+ * is taken): its Content-Length at once, a chunked body as it grows. A
+ * body that does not fit while others are held waits: its connection stops
+ * reading (TCP holds the client back) and queues; as bodies are released
+ * the queue's oldest are let in while they fit, and one alone always fits.
+ * The loop thread copies, parses and proposes every body it holds: ~720
+ * MB of pushes arriving at once held a leader's loop past its election
+ * timeout (docs/internals/http.md "Bodies held at once"). Bytes a waiting
+ * connection had already read are parsed (one read at most); a body that
+ * completes so while waiting is held at once, over the bound by that. */
+
+static void hold_add(struct http_conn *c, struct http_req *r, size_t n)
+{
+    c->hold->bytes += n;
+    r->held += n;
+}
+
+/* Whether n more bytes of r's body fit: nothing else is held, or the
+ * total stays within the bound. */
+static bool hold_fits(const struct http_conn *c, const struct http_req *r,
+                      size_t n)
+{
+    size_t others = c->hold->bytes - r->held;
+
+    return others == 0 || others + r->held + n <= c->cfg.max_held_bytes;
+}
+
+static void hold_unwait(struct http_conn *c)
+{
+    struct http_hold *h = c->hold;
+    struct http_conn **pp = &h->wait_head;
+
+    if (!c->is_waiting) {
+        return;
+    }
+    while (*pp != c) {
+        pp = &(*pp)->wait_next;
+    }
+    *pp = c->wait_next;
+    if (h->wait_tail == c) {
+        h->wait_tail = NULL;
+        for (struct http_conn *w = h->wait_head; w != NULL; w = w->wait_next) {
+            h->wait_tail = w;
+        }
+    }
+    c->wait_next = NULL;
+    c->is_waiting = false;
+    h->n_waiting--;
+}
+
+static void conn_maybe_continue(struct http_conn *c);
+
+/* Let the oldest waiting bodies in while they fit. */
+static void hold_admit(struct http_hold *h)
+{
+    while (h->wait_head != NULL) {
+        struct http_conn *c = h->wait_head;
+        struct http_req *r = c->cur;
+
+        if (r != NULL && !c->is_closing && !hold_fits(c, r, r->wait_bytes)) {
+            return;
+        }
+        hold_unwait(c);
+        if (r == NULL || c->is_closing) {
+            continue;
+        }
+        hold_add(c, r, r->has_length ? r->wait_bytes : r->body_buf.len);
+        r->wait_bytes = 0;
+        conn_maybe_continue(c);
+        conn_pace(c);
+    }
+}
+
+/* r's body is answered or taken: its bytes go, and waiting bodies may
+ * come in. */
+static void hold_release(struct http_req *r)
+{
+    struct http_hold *h = r->conn->hold;
+
+    if (r->held == 0) {
+        return;
+    }
+    ASSERT(h->bytes >= r->held);
+    h->bytes -= r->held;
+    r->held = 0;
+    hold_admit(h);
+}
+
+/* At cur's head: hold its body's n bytes (1 for a chunked body: room),
+ * or queue the connection until they fit, behind any body already
+ * waiting. True when held now. */
+static bool hold_take_or_wait(struct http_conn *c, size_t n)
+{
+    struct http_hold *h = c->hold;
+    struct http_req *r = c->cur;
+
+    if (h->wait_head == NULL && hold_fits(c, r, n)) {
+        if (r->has_length) {
+            hold_add(c, r, n);
+        }
+        return true;
+    }
+    r->wait_bytes = r->has_length ? n : 0;
+    c->is_waiting = true;
+    c->wait_next = NULL;
+    if (h->wait_tail != NULL) {
+        h->wait_tail->wait_next = c;
+    } else {
+        h->wait_head = c;
+    }
+    h->wait_tail = c;
+    h->n_waiting++;
+    conn_pace(c);
+    return false;
 }
 
 /* Close once nothing is left to write after the last request (DRAINING). */
@@ -588,6 +720,7 @@ static void conn_maybe_free(struct http_conn *c)
     if (c->busy > 0 || !c->is_closed || c->q_head != NULL || c->nwrites > 0) {
         return;
     }
+    hold_unwait(c);
     if (c->cur != NULL) {
         req_free(c->cur);
         c->cur = NULL;
@@ -847,27 +980,6 @@ static bool req_codings_are_chunked(const struct http_req *r)
     return true;
 }
 
-/* Count n more bytes of r's body in the bodies the server holds
- * (max_held_bytes), or refuse it 503 when that passes the bound while
- * another request's body is held: the loop thread copies, parses and
- * proposes every body it holds, and a few hundred megabytes arriving at
- * once kept a leader's loop from its raft heartbeats past the election
- * timeout (docs/internals/api.md). */
-static int conn_hold(struct http_conn *c, struct http_req *r, size_t n)
-{
-    size_t others = *c->held - r->held;
-
-    if (others > 0 && others + r->held + n > c->cfg.max_held_bytes) {
-        c->fail_extra = "Retry-After: 1\r\n";
-        return conn_fail(c, 503, "busy",
-                         "the server holds as many request bodies as it "
-                         "takes at once; retry shortly");
-    }
-    *c->held += n;
-    r->held += n;
-    return 0;
-}
-
 static int on_headers_complete(llhttp_t *p)
 {
     struct http_conn *c = p->data;
@@ -912,9 +1024,12 @@ static int on_headers_complete(llhttp_t *p)
         conn_fail(c, no.status, no.code, no.msg);
         return -1;
     }
-    if (has_length && p->content_length > 0 &&
-        conn_hold(c, r, (size_t)p->content_length) != 0) {
-        return -1;
+    r->has_length = has_length;
+    /* a body that waits for room gets its 100 Continue when let in */
+    bool is_let_in = true;
+    if (has_length ? p->content_length > 0 : (p->flags & F_CHUNKED) != 0) {
+        is_let_in =
+            hold_take_or_wait(c, has_length ? (size_t)p->content_length : 1);
     }
     if (has_length && p->content_length > 0) {
         size_t first = p->content_length < SERVER_READ_BUFSIZE
@@ -925,8 +1040,10 @@ static int on_headers_complete(llhttp_t *p)
             return -1;
         }
         c->in_body = (p->flags & F_CHUNKED) == 0;
-        conn_maybe_continue(c);
-    } else if ((p->flags & F_CHUNKED) != 0) {
+        if (is_let_in) {
+            conn_maybe_continue(c);
+        }
+    } else if ((p->flags & F_CHUNKED) != 0 && is_let_in) {
         conn_maybe_continue(c);
     }
     return 0;
@@ -944,13 +1061,12 @@ static int on_body(llhttp_t *p, const char *at, size_t n)
         b->data[b->len] = '\0';
         return 0;
     }
-    if (c->cur->held < b->len + n &&
-        conn_hold(c, c->cur, b->len + n - c->cur->held) != 0) {
-        return HPE_USER; /* a chunked body grew past the bound */
-    }
     if (buf_append(b, at, n, &err) != 0) {
         return conn_fail(c, 413, "too_large",
                          "request body over the size limit");
+    }
+    if (!c->cur->has_length && !c->is_waiting) {
+        hold_add(c, c->cur, n); /* a chunked body, as it grows */
     }
     return 0;
 }
@@ -962,6 +1078,12 @@ static int on_message_complete(llhttp_t *p)
 
     c->cur = NULL;
     c->in_body = false;
+    if (c->is_waiting) { /* whole in what was read: held at once */
+        hold_unwait(c);
+        hold_add(c, r, r->has_length ? r->wait_bytes : r->body_buf.len);
+        r->wait_bytes = 0;
+        conn_pace(c);
+    }
     if (r->body_buf.data != NULL) {
         r->body = buf_slice(&r->body_buf);
     }
@@ -1070,7 +1192,7 @@ struct http_conn *http_conn_new(const struct http_config *cfg,
 
     c->cfg = *cfg;
     config_defaults(&c->cfg);
-    c->held = &c->own_held;
+    c->hold = &c->own_hold;
     c->io = *io;
     c->handler = handler;
     c->handler_arg = arg;
@@ -1129,9 +1251,8 @@ struct http_server {
     uint64_t evicted_total;
     uint64_t activity; /* counts reads and completed writes: a total order,
                           where uv_now()'s milliseconds tie */
-    uint64_t refused_total[6]; /* by the server: 400, 413, 431, 501, 503,
-                                  505 */
-    size_t held; /* bytes of bodies held (http_config.max_held_bytes) */
+    uint64_t refused_total[5]; /* by the server: 400, 413, 431, 501, 505 */
+    struct http_hold hold; /* the bodies held (http_config.max_held_bytes) */
     int port;
     bool is_listening; /* the listener handle is open */
     bool is_closing;
@@ -1141,7 +1262,7 @@ struct http_server {
     char rbuf[SERVER_READ_BUFSIZE]; /* shared: read_cb consumes it at once */
 };
 
-static const int server_refused_status[6] = {400, 413, 431, 501, 503, 505};
+static const int server_refused_status[5] = {400, 413, 431, 501, 505};
 
 static void server_count_refused(void *arg, int status)
 {
@@ -1534,7 +1655,7 @@ static void server_on_connection(uv_stream_t *listener, int status)
     }
     c = http_conn_new(&srv->cfg, &io, srv->handler, srv->handler_arg);
     c->srv = srv;
-    c->held = &srv->held;
+    c->hold = &srv->hold;
     c->next = srv->conns;
     if (srv->conns != NULL) {
         srv->conns->prev = c;
@@ -1690,22 +1811,24 @@ int http_server_metrics(const struct http_server *srv, struct buf *out,
         "queen_http_connections_evicted_total %" PRIu64 "\n"
         "# HELP queen_http_refused_total Requests the server answered "
         "itself (malformed, body or head over the limit, a transfer "
-        "coding it does not decode, busy holding other bodies, an HTTP "
-        "version it does not speak).\n"
+        "coding it does not decode, an HTTP version it does not speak).\n"
         "# TYPE queen_http_refused_total counter\n"
         "queen_http_refused_total{status=\"400\"} %" PRIu64 "\n"
         "queen_http_refused_total{status=\"413\"} %" PRIu64 "\n"
         "queen_http_refused_total{status=\"431\"} %" PRIu64 "\n"
         "queen_http_refused_total{status=\"501\"} %" PRIu64 "\n"
-        "queen_http_refused_total{status=\"503\"} %" PRIu64 "\n"
         "queen_http_refused_total{status=\"505\"} %" PRIu64 "\n"
         "# HELP queen_http_body_bytes_held Bytes of request bodies the "
         "server holds now, from their heads until their answers "
         "(QUEEN_MAX_HELD_BODY_BYTES bounds them).\n"
         "# TYPE queen_http_body_bytes_held gauge\n"
-        "queen_http_body_bytes_held %zu\n",
+        "queen_http_body_bytes_held %zu\n"
+        "# HELP queen_http_bodies_waiting Connections whose request body "
+        "waits, unread, for the bodies held to make room.\n"
+        "# TYPE queen_http_bodies_waiting gauge\n"
+        "queen_http_bodies_waiting %zu\n",
         srv->nconns, srv->accepted_total, srv->rejected_total,
         srv->evicted_total, srv->refused_total[0], srv->refused_total[1],
         srv->refused_total[2], srv->refused_total[3], srv->refused_total[4],
-        srv->refused_total[5], srv->held);
+        srv->hold.bytes, srv->hold.n_waiting);
 }

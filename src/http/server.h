@@ -56,7 +56,7 @@ enum http_method {
 
 #define HTTP_DEFAULT_PORT             6632
 #define HTTP_DEFAULT_MAX_BODY_BYTES   ((size_t)64 << 20)
-#define HTTP_DEFAULT_MAX_HELD_BYTES   ((size_t)128 << 20)
+#define HTTP_DEFAULT_MAX_HELD_BYTES   ((size_t)64 << 20)
 #define HTTP_DEFAULT_MAX_HEADER_BYTES ((size_t)64 << 10)
 #define HTTP_DEFAULT_MAX_CONNECTIONS  4096
 #define HTTP_DEFAULT_MAX_PIPELINED    256
@@ -93,9 +93,9 @@ struct http_config {
     size_t max_body_bytes; /* 0 = HTTP_DEFAULT_MAX_BODY_BYTES */
     /* The bytes of request bodies the server holds at once, over all its
      * connections: from a request's head (its Content-Length; a chunked
-     * body as it grows) until its answer is written. A body that would
-     * pass it while another is held is refused with 503 "busy" and
-     * Retry-After, at its head, or when a chunked one grows past it; one
+     * body as it grows) until its answer is written or its body taken. A
+     * body that would pass it while others are held waits, unread (its
+     * connection stops reading), until they make room, oldest first; one
      * body alone always fits (up to max_body_bytes). 0 = default. */
     size_t max_held_bytes;
     size_t max_header_bytes;  /* request line + headers; 0 = default */
@@ -164,7 +164,9 @@ struct http_req {
     struct http_req *next;
     struct buf head; /* url, then header names and values, NUL-separated */
     struct buf body_buf;
-    size_t held; /* of its body, counted in the server's max_held_bytes */
+    size_t held;       /* of its body, in the server's max_held_bytes */
+    size_t wait_bytes; /* while its connection waits: the bytes it needs */
+    bool has_length;   /* its body has a Content-Length (else chunked) */
     struct http_header headers[HTTP_MAX_HEADERS];
     unsigned nheaders;
     struct http_param params[HTTP_MAX_PARAMS];

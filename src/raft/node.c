@@ -519,6 +519,7 @@ static void step_down(struct node *n)
     n->transfer.data = n;
     if (raft_transfer(&n->raft, &n->transfer, 0, transfer_done) == 0) {
         n->is_transferring = true;
+        n->led_term = 0; /* its end is said here, not as a step-down */
         log_warn("node", "this leader cannot store: handing the leadership "
                          "to another voter");
     }

@@ -793,9 +793,9 @@ def test_a_burst_of_large_pushes_keeps_the_leader(make_cluster):
     answers waited behind that past the election timeout, and it stepped
     down: every push answered 503 no_leader. A node now holds at most
     QUEEN_MAX_HELD_BODY_BYTES (128 MiB) of bodies at once: the pushes past
-    it are refused at their heads (503 busy, Retry-After), the leader keeps
-    its term and says nothing of stepping down, and each push answered
-    201 is stored once on every node."""
+    it wait, unread, for room. Every push is answered 201 and stored once
+    on every node, and the leader keeps its term and says nothing of
+    stepping down."""
     c = make_cluster()
     lid = c.start()
     lead = c[lid]
@@ -807,7 +807,7 @@ def test_a_burst_of_large_pushes_keeps_the_leader(make_cluster):
         body = (b'{"items":[{"queue":"big","transactionId":"t%d",'
                 b'"payload":"' % i) + pad + b'"}]}'
         try:
-            res[i] = lead.post("/api/v1/push", body, timeout=120)
+            res[i] = lead.post("/api/v1/push", body, timeout=300)
         except OSError as e:
             res[i] = e
 
@@ -816,23 +816,16 @@ def test_a_burst_of_large_pushes_keeps_the_leader(make_cluster):
         t.start()
     for t in threads:
         t.join()
-    ok = sorted("t%d" % i for i, r in res.items()
-                if getattr(r, "status", None) == 201)
     for i, r in sorted(res.items()):
-        if getattr(r, "status", None) == 201:
-            continue
-        assert getattr(r, "status", None) == 503, (i, r)
-        assert r.json()["code"] == "busy", (i, r)
-        assert header(r, "Retry-After") == "1", (i, r.headers)
-    assert ok, res
+        assert getattr(r, "status", None) == 201, (i, r)
     raft = lead.raft()
     assert raft["term"] == term and raft["role"] == "leader", raft
     assert "no longer the leader" not in lead.logs()
-    c.wait_converged(timeout=60)
-    for node in c.nodes.values():
-        got = Cluster.records(node, "big")
-        assert sorted(t for _, t, _ in got) == ok, (node.id, len(got))
-        assert all(len(p) == len(pad) for _, _, p in got), node.id
+    got = Cluster.records(lead, "big")
+    assert sorted(t for _, t, _ in got) == sorted(
+        "t%d" % i for i in range(12)), len(got)
+    assert all(len(p) == len(pad) for _, _, p in got)
+    c.wait_converged(timeout=60)  # the followers applied the same entries
 
 
 # --------------------------------------------------------------------------

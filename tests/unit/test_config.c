@@ -54,7 +54,7 @@ TEST(empty_environment_gives_the_documented_defaults)
     EXPECT_EQ_U64(c.node_id, 1);
     EXPECT_STR_EQ(c.raft_listen, "127.0.0.1:7632");
     EXPECT_EQ_U64(c.max_body_bytes, 64 * 1024 * 1024);
-    EXPECT_EQ_U64(c.max_held_body_bytes, 128 * 1024 * 1024);
+    EXPECT_EQ_U64(c.max_held_body_bytes, 64 * 1024 * 1024);
     EXPECT_EQ_I64(c.log_level, LOG_INFO);
     EXPECT(!c.tenancy_header);
     EXPECT_EQ_U64(c.max_long_polls, 10000);

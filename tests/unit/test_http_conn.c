@@ -359,30 +359,34 @@ TEST(chunked_body_over_the_limit_is_413)
 }
 
 /* max_held_bytes counts a body from its head until its answer is written:
- * a second body that would pass it while the first is unanswered is
- * refused 503 busy with Retry-After, at its head, and closes; once the
- * first is answered the bound is free again. */
-TEST(a_body_past_the_held_bound_is_503_busy_and_closes)
+ * a second body that would pass it while the first is unanswered waits,
+ * its connection paused (unread, no 100 Continue), and comes in once the
+ * first is answered. */
+TEST(a_body_past_the_held_bound_waits_unread_until_there_is_room)
 {
     struct http_config cfg = {.max_held_bytes = 15};
     struct fx f;
 
     fx_open(&f, &cfg, false,
             "POST /1 HTTP/1.1\r\nContent-Length: 10\r\n\r\n0123456789"
-            "POST /2 HTTP/1.1\r\nContent-Length: 6\r\n\r\nabcdef");
+            "POST /2 HTTP/1.1\r\nContent-Length: 6\r\n"
+            "Expect: 100-continue\r\n\r\n");
     EXPECT_EQ_I64(f.h.n, 1);
-    EXPECT_EQ_U64(f.t.out.len, 0); /* the refusal waits behind /1 */
+    EXPECT(f.t.is_paused);
+    EXPECT(!out_has(&f, "100 Continue"));
     th_answer(f.h.reqs[0]);
-    if (!out_has(&f, "b=0123456789") ||
-        !out_has(&f, "HTTP/1.1 503 Service Unavailable\r\n")) {
-        HARNESS_FAIL("want /1 answered, then 503: \"%.300s\"", fx_out(&f));
+    EXPECT(!f.t.is_paused);
+    if (!out_has(&f, "b=0123456789") || !out_has(&f, "100 Continue")) {
+        HARNESS_FAIL("want /1 answered, then 100: \"%.300s\"", fx_out(&f));
     }
     EXPECT(strstr(fx_out(&f), "b=0123456789") <
-           strstr(fx_out(&f), "HTTP/1.1 503"));
-    EXPECT(out_has(&f, "Retry-After: 1\r\n"));
-    EXPECT(out_has(&f, "\"code\":\"busy\""));
-    EXPECT(f.t.is_closed);
-    EXPECT_EQ_I64(f.h.n, 1); /* /2 never reached the handler */
+           strstr(fx_out(&f), "HTTP/1.1 100 Continue"));
+    f.h.answer_now = true;
+    feed_str(f.c, "abcdef");
+    EXPECT_EQ_I64(f.h.n, 2);
+    EXPECT(out_has(&f, "b=abcdef"));
+    EXPECT(!out_has(&f, " 503 "));
+    EXPECT(!f.t.is_closed);
     teardown(&f.t);
 }
 
@@ -396,6 +400,7 @@ TEST(bodies_within_the_held_bound_and_one_alone_past_it_are_taken)
             "POST /1 HTTP/1.1\r\nContent-Length: 10\r\n\r\n0123456789"
             "POST /2 HTTP/1.1\r\nContent-Length: 5\r\n\r\nabcde");
     EXPECT_EQ_I64(f.h.n, 2);
+    EXPECT(!f.t.is_paused);
     th_answer(f.h.reqs[0]);
     th_answer(f.h.reqs[1]);
     f.h.answer_now = true;
@@ -404,29 +409,69 @@ TEST(bodies_within_the_held_bound_and_one_alone_past_it_are_taken)
     EXPECT_EQ_I64(f.h.n, 3);
     EXPECT(out_has(&f, "b=abcde"));
     EXPECT(out_has(&f, "b=0123456789012345678901234567890123456789"));
-    EXPECT(!out_has(&f, " 503 "));
+    EXPECT(!f.t.is_paused);
     EXPECT(!f.t.is_closed);
     teardown(&f.t);
 }
 
-/* A chunked body has no length at its head: it is counted as it grows,
- * and refused when it grows past the bound while another body is held. */
-TEST(a_chunked_body_growing_past_the_held_bound_is_503_busy)
+/* A chunked body has no length at its head: it waits there while the
+ * bound is full, and once let in is counted as it grows. */
+TEST(a_chunked_body_waits_at_its_head_while_the_held_bound_is_full)
 {
-    struct http_config cfg = {.max_held_bytes = 15};
+    struct http_config cfg = {.max_held_bytes = 10};
     struct fx f;
 
     fx_open(&f, &cfg, false,
             "POST /1 HTTP/1.1\r\nContent-Length: 10\r\n\r\n0123456789"
             "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
             "3\r\nabc\r\n");
-    EXPECT(!f.t.is_closed); /* 13 held: it still fits */
-    feed_str(f.c, "3\r\ndef\r\n0\r\n\r\n");
     EXPECT_EQ_I64(f.h.n, 1);
+    EXPECT(f.t.is_paused);
     th_answer(f.h.reqs[0]);
-    EXPECT(out_has(&f, "HTTP/1.1 503 Service Unavailable\r\n"));
-    EXPECT(out_has(&f, "\"code\":\"busy\""));
+    EXPECT(!f.t.is_paused);
+    f.h.answer_now = true;
+    feed_str(f.c, "3\r\ndef\r\n0\r\n\r\n");
+    EXPECT_EQ_I64(f.h.n, 2);
+    EXPECT(out_has(&f, "b=abcdef"));
+    EXPECT(!f.t.is_closed);
+    teardown(&f.t);
+}
+
+/* Bytes a waiting connection had already read are parsed: a body that
+ * completes in them is held at once (over the bound by that read) and
+ * handled, and the connection reads again. */
+TEST(a_waiting_body_already_read_whole_is_handled)
+{
+    struct http_config cfg = {.max_held_bytes = 15};
+    struct fx f;
+
+    fx_open(&f, &cfg, false,
+            "POST /1 HTTP/1.1\r\nContent-Length: 10\r\n\r\n0123456789"
+            "POST /2 HTTP/1.1\r\nContent-Length: 6\r\n\r\nabcdef");
+    EXPECT_EQ_I64(f.h.n, 2);
+    EXPECT(!f.t.is_paused);
+    th_answer(f.h.reqs[0]);
+    th_answer(f.h.reqs[1]);
+    EXPECT(out_has(&f, "b=0123456789"));
+    EXPECT(out_has(&f, "b=abcdef"));
+    teardown(&f.t);
+}
+
+/* A connection closed while its body waits leaves the queue: the next
+ * waiting body comes in when there is room. */
+TEST(a_connection_closed_while_waiting_leaves_the_queue)
+{
+    struct http_config cfg = {.max_held_bytes = 15};
+    struct fx f;
+
+    fx_open(&f, &cfg, false,
+            "POST /1 HTTP/1.1\r\nContent-Length: 10\r\n\r\n0123456789"
+            "POST /2 HTTP/1.1\r\nContent-Length: 6\r\n\r\n");
+    EXPECT(f.t.is_paused);
+    http_conn_abort(f.c);
     EXPECT(f.t.is_closed);
+    th_answer(f.h.reqs[0]); /* dropped: the connection is closing */
+    EXPECT(f.t.is_released);
     teardown(&f.t);
 }
 
