@@ -368,7 +368,7 @@ static void conn_pace(struct http_conn *c)
 
 /* ---- bodies held (http_config.max_held_bytes) ----
  *
- * A body is held from its head until its answer is written (or its body
+ * A body is held from its head until it is answered (or its body
  * is taken): its Content-Length at once, a chunked body as it grows. A
  * body that does not fit while others are held waits: its connection stops
  * reading (TCP holds the client back) and queues; as bodies are released
@@ -420,6 +420,17 @@ static void hold_unwait(struct http_conn *c)
 
 static void conn_maybe_continue(struct http_conn *c);
 
+/* A body let in after it waited gets its 100 Continue once the answers
+ * queued ahead of it are written (conn_maybe_continue's rule). */
+static void conn_continue_due(struct http_conn *c)
+{
+    if (c->cur != NULL && c->cur->is_continue_due && c->q_head == NULL &&
+        !c->is_closing) {
+        c->cur->is_continue_due = false;
+        conn_maybe_continue(c);
+    }
+}
+
 /* Let the oldest waiting bodies in while they fit. */
 static void hold_admit(struct http_hold *h)
 {
@@ -427,22 +438,36 @@ static void hold_admit(struct http_hold *h)
         struct http_conn *c = h->wait_head;
         struct http_req *r = c->cur;
 
-        if (r != NULL && !c->is_closing && !hold_fits(c, r, r->wait_bytes)) {
+        bool is_gone = r == NULL || c->is_closing || c->is_reading_done;
+
+        if (!is_gone && !hold_fits(c, r, r->wait_bytes)) {
             return;
         }
         hold_unwait(c);
-        if (r == NULL || c->is_closing) {
-            continue;
+        if (is_gone) {
+            continue; /* it will never read the body */
         }
         hold_add(c, r, r->has_length ? r->wait_bytes : r->body_buf.len);
         r->wait_bytes = 0;
-        conn_maybe_continue(c);
+        r->is_continue_due = true;
+        conn_continue_due(c);
         conn_pace(c);
     }
 }
 
+/* c's body no longer waits (its connection goes, or it failed): out of
+ * the queue, and those behind it may come in. */
+static void hold_leave(struct http_conn *c)
+{
+    if (c->is_waiting) {
+        hold_unwait(c);
+        hold_admit(c->hold);
+    }
+}
+
 /* r's body is answered or taken: its bytes go, and waiting bodies may
- * come in. */
+ * come in. The loop's work on it is done once it is answered, so an
+ * answer the client is slow to read holds nothing back. */
 static void hold_release(struct http_req *r)
 {
     struct http_hold *h = r->conn->hold;
@@ -543,7 +568,9 @@ static void respond_common(struct http_req *r, struct resp_meta *m,
     }
     free(owned);
     c->busy++;
+    hold_release(r);
     conn_flush(c);
+    conn_continue_due(c);
     c->busy--;
     conn_maybe_free(c);
 }
@@ -676,6 +703,7 @@ void http_conn_write_done(struct http_conn *c, void *token, int status)
         conn_start_close(c);
     }
     free(w);
+    conn_continue_due(c);
     conn_pace(c);
     conn_check_idle(c);
     c->busy--;
@@ -720,7 +748,7 @@ static void conn_maybe_free(struct http_conn *c)
     if (c->busy > 0 || !c->is_closed || c->q_head != NULL || c->nwrites > 0) {
         return;
     }
-    hold_unwait(c);
+    hold_leave(c);
     if (c->cur != NULL) {
         req_free(c->cur);
         c->cur = NULL;
@@ -1082,6 +1110,7 @@ static int on_message_complete(llhttp_t *p)
         hold_unwait(c);
         hold_add(c, r, r->has_length ? r->wait_bytes : r->body_buf.len);
         r->wait_bytes = 0;
+        hold_admit(c->hold);
         conn_pace(c);
     }
     if (r->body_buf.data != NULL) {
@@ -1111,6 +1140,7 @@ static void conn_parse_error(struct http_conn *c, llhttp_errno_t rc)
     c->cur = NULL;
     c->in_body = false;
     c->is_reading_done = true;
+    hold_leave(c); /* a waiting body that failed in what was read */
     if (c->fail_msg != NULL) {
         snprintf(msg, sizeof(msg), "%s", c->fail_msg);
     } else {
@@ -1326,7 +1356,9 @@ static void sock_timer_expired(uv_timer_t *t)
 
     if (c->is_lingering) {
         sock_close_now(c);
-    } else if (!c->has_head || (c->q_head == NULL && c->nwrites == 0)) {
+    } else if (!c->is_waiting &&
+               (!c->has_head || (c->q_head == NULL && c->nwrites == 0))) {
+        /* a body waiting for room reads nothing on purpose: kept */
         http_conn_abort(c);
     } else {
         uv_timer_again(t);

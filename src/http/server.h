@@ -93,7 +93,7 @@ struct http_config {
     size_t max_body_bytes; /* 0 = HTTP_DEFAULT_MAX_BODY_BYTES */
     /* The bytes of request bodies the server holds at once, over all its
      * connections: from a request's head (its Content-Length; a chunked
-     * body as it grows) until its answer is written or its body taken. A
+     * body as it grows) until it is answered or its body taken. A
      * body that would pass it while others are held waits, unread (its
      * connection stops reading), until they make room, oldest first; one
      * body alone always fits (up to max_body_bytes). 0 = default. */
@@ -164,9 +164,11 @@ struct http_req {
     struct http_req *next;
     struct buf head; /* url, then header names and values, NUL-separated */
     struct buf body_buf;
-    size_t held;       /* of its body, in the server's max_held_bytes */
-    size_t wait_bytes; /* while its connection waits: the bytes it needs */
-    bool has_length;   /* its body has a Content-Length (else chunked) */
+    size_t held;          /* of its body, in the server's max_held_bytes */
+    size_t wait_bytes;    /* while its connection waits: the bytes it needs */
+    bool has_length;      /* its body has a Content-Length (else chunked) */
+    bool is_continue_due; /* let in after a wait: 100 Continue when the
+                             answers ahead of it are written */
     struct http_header headers[HTTP_MAX_HEADERS];
     unsigned nheaders;
     struct http_param params[HTTP_MAX_PARAMS];

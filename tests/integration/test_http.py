@@ -168,39 +168,75 @@ def wait_metric(port, line):
         time.sleep(0.02)
 
 
+BIG = b"b" * (800 << 10)
+SMALL = b"s" * (400 << 10)
+
+
+def hold_and_wait(e):
+    """On e (--max-held 1 MiB): connection a sends BIG's head and its
+    first 1000 bytes (held whole from its head), then b sends SMALL's head,
+    which would pass the bound and waits. Returns (a, b)."""
+    a = e.connect()
+    a.sendall(b"POST /echo HTTP/1.1\r\nContent-Length: %d\r\n\r\n"
+              % len(BIG) + BIG[:1000])
+    wait_metric(e.port, "queen_http_body_bytes_held %d\n" % len(BIG))
+    b = e.connect()
+    b.sendall(b"POST /echo HTTP/1.1\r\nContent-Length: %d\r\n\r\n"
+              % len(SMALL))
+    wait_metric(e.port, "queen_http_bodies_waiting 1\n")
+    return a, b
+
+
 def test_a_body_past_the_held_bound_waits_for_another_connections_body():
     """A body is held from its head to its answer; while one connection's
     800 KiB body is still coming in, another's 400 KiB body would pass the
     1 MiB bound: it waits, unread, and is answered once the first was."""
     e = Echo("--max-held", str(1 << 20))
     try:
-        big = b"b" * (800 << 10)
-        a = e.connect()
-        a.sendall(b"POST /echo HTTP/1.1\r\nContent-Length: %d\r\n\r\n"
-                  % len(big) + big[:1000])
-        wait_metric(e.port, "queen_http_body_bytes_held %d\n" % len(big))
-        small = b"s" * (400 << 10)
-        b = e.connect()
-        b.sendall(b"POST /echo HTTP/1.1\r\nContent-Length: %d\r\n\r\n"
-                  % len(small))
-        wait_metric(e.port, "queen_http_bodies_waiting 1\n")
-        sender = threading.Thread(target=b.sendall, args=(small,))
+        a, b = hold_and_wait(e)
+        sender = threading.Thread(target=b.sendall, args=(SMALL,))
         sender.start()  # blocks once the socket buffers are full
         b.settimeout(0.5)
         with pytest.raises(socket.timeout):
             b.recv(1)  # no answer while it waits
         b.settimeout(DEADLINE)
-        a.sendall(big[1000:])
+        a.sendall(BIG[1000:])
         status, _, out = Reader(a).response()
-        assert status == 200 and out == big
+        assert status == 200 and out == BIG
         status, _, out = Reader(b).response()
-        assert status == 200 and out == small
+        assert status == 200 and out == SMALL
         sender.join(DEADLINE)
         a.close()
         b.close()
         text = metrics_text(e.port)
         assert "queen_http_body_bytes_held 0\n" in text, text
         assert "queen_http_bodies_waiting 0\n" in text, text
+    finally:
+        e.stop()
+
+
+def test_a_waiting_body_outlives_the_idle_timeout():
+    """A connection whose body waits for room reads nothing on purpose:
+    the idle timeout (300 ms here) must not close it while it waits."""
+    e = Echo("--max-held", str(1 << 20), "--idle-ms", "300")
+    try:
+        a, b = hold_and_wait(e)
+        # keep a's body alive past b's idle timeout, a byte at a time
+        end = time.monotonic() + 1.5
+        sent = 1000
+        while time.monotonic() < end:
+            a.sendall(BIG[sent:sent + 1])
+            sent += 1
+            time.sleep(0.1)
+        assert "queen_http_bodies_waiting 1\n" in metrics_text(e.port)
+        a.sendall(BIG[sent:])
+        status, _, out = Reader(a).response()
+        assert status == 200 and out == BIG
+        b.sendall(SMALL)
+        status, _, out = Reader(b).response()
+        assert status == 200 and out == SMALL
+        a.close()
+        b.close()
     finally:
         e.stop()
 

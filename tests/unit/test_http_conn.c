@@ -457,6 +457,57 @@ TEST(a_waiting_body_already_read_whole_is_handled)
     teardown(&f.t);
 }
 
+/* A body is released when it is answered, not when its answer is written:
+ * a client that sends request 2 before it reads answer 1 must not wait
+ * for answer 1's write while the server waits to read request 2. */
+TEST(a_body_is_released_at_its_answer_not_at_its_write)
+{
+    struct http_config cfg = {.max_held_bytes = 15};
+    struct fx f;
+
+    fx_open(&f, &cfg, false, NULL);
+    f.t.defer_writes = true;
+    feed_str(f.c, "POST /1 HTTP/1.1\r\nContent-Length: 10\r\n\r\n0123456789"
+                  "POST /2 HTTP/1.1\r\nContent-Length: 6\r\n"
+                  "Expect: 100-continue\r\n\r\n");
+    EXPECT(f.t.is_paused);
+    th_answer(f.h.reqs[0]); /* its write does not complete yet */
+    EXPECT(!f.t.is_paused);
+    if (!out_has(&f, "b=0123456789") || !out_has(&f, "100 Continue")) {
+        HARNESS_FAIL("want answer 1, then 100: \"%.300s\"", fx_out(&f));
+    }
+    EXPECT(strstr(fx_out(&f), "b=0123456789") <
+           strstr(fx_out(&f), "HTTP/1.1 100 Continue"));
+    f.t.defer_writes = false;
+    for (int i = 0; i < f.t.nheld; i++) {
+        http_conn_write_done(f.c, f.t.held[i], 0);
+    }
+    f.t.nheld = 0;
+    f.h.answer_now = true;
+    feed_str(f.c, "abcdef");
+    EXPECT(out_has(&f, "b=abcdef"));
+    teardown(&f.t);
+}
+
+/* A waiting chunked body that turns out malformed in the bytes already
+ * read is answered 400 and leaves the queue. */
+TEST(a_waiting_body_that_fails_in_what_was_read_leaves_the_queue)
+{
+    struct http_config cfg = {.max_held_bytes = 10};
+    struct fx f;
+
+    fx_open(&f, &cfg, false,
+            "POST /1 HTTP/1.1\r\nContent-Length: 10\r\n\r\n0123456789"
+            "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+            "zz\r\n");
+    EXPECT_EQ_I64(f.h.n, 1);
+    th_answer(f.h.reqs[0]);
+    EXPECT(out_has(&f, "b=0123456789"));
+    EXPECT(out_has(&f, "HTTP/1.1 400 "));
+    EXPECT(f.t.is_closed);
+    teardown(&f.t);
+}
+
 /* A connection closed while its body waits leaves the queue: the next
  * waiting body comes in when there is room. */
 TEST(a_connection_closed_while_waiting_leaves_the_queue)
