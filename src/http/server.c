@@ -93,6 +93,7 @@ struct http_conn {
     struct http_hold *hold;      /* the bodies held: the server's */
     struct http_hold own_hold;   /* a connection without a server: its own */
     struct http_conn *wait_next; /* in hold's queue while is_waiting */
+    struct http_conn *wait_prev;
     bool is_waiting; /* cur's body waits for room in hold (reads paused) */
     struct http_conn_io io;
     http_handler_fn handler;
@@ -385,43 +386,34 @@ static void hold_add(struct http_conn *c, struct http_req *r, size_t n)
     r->held += n;
 }
 
-/* Whether n more bytes of r's body fit: nothing else is held, or the
- * total stays within the bound. */
-static bool hold_fits(const struct http_conn *c, const struct http_req *r,
-                      size_t n)
+/* Whether n more bytes fit: nothing is held, or the total stays within
+ * the bound. Only a body not yet held asks (at its head, or waiting). */
+static bool hold_fits(const struct http_conn *c, size_t n)
 {
-    size_t others = c->hold->bytes - r->held;
-
-    return others == 0 || others + r->held + n <= c->cfg.max_held_bytes;
+    return c->hold->bytes == 0 || c->hold->bytes + n <= c->cfg.max_held_bytes;
 }
 
 static void hold_unwait(struct http_conn *c)
 {
     struct http_hold *h = c->hold;
-    struct http_conn **pp = &h->wait_head;
 
     if (!c->is_waiting) {
         return;
     }
-    while (*pp != c) {
-        pp = &(*pp)->wait_next;
-    }
-    *pp = c->wait_next;
-    if (h->wait_tail == c) {
-        h->wait_tail = NULL;
-        for (struct http_conn *w = h->wait_head; w != NULL; w = w->wait_next) {
-            h->wait_tail = w;
-        }
-    }
+    *(c->wait_prev != NULL ? &c->wait_prev->wait_next : &h->wait_head) =
+        c->wait_next;
+    *(c->wait_next != NULL ? &c->wait_next->wait_prev : &h->wait_tail) =
+        c->wait_prev;
     c->wait_next = NULL;
+    c->wait_prev = NULL;
     c->is_waiting = false;
     h->n_waiting--;
 }
 
 static void conn_maybe_continue(struct http_conn *c);
 
-/* A body let in after it waited gets its 100 Continue once the answers
- * queued ahead of it are written (conn_maybe_continue's rule). */
+/* A body whose 100 Continue waited for the answers queued ahead of it
+ * (conn_maybe_continue) gets it once they are written. */
 static void conn_continue_due(struct http_conn *c)
 {
     if (c->cur != NULL && c->cur->is_continue_due && c->q_head == NULL &&
@@ -440,7 +432,7 @@ static void hold_admit(struct http_hold *h)
 
         bool is_gone = r == NULL || c->is_closing || c->is_reading_done;
 
-        if (!is_gone && !hold_fits(c, r, r->wait_bytes)) {
+        if (!is_gone && !hold_fits(c, r->wait_bytes)) {
             return;
         }
         hold_unwait(c);
@@ -449,8 +441,7 @@ static void hold_admit(struct http_hold *h)
         }
         hold_add(c, r, r->has_length ? r->wait_bytes : r->body_buf.len);
         r->wait_bytes = 0;
-        r->is_continue_due = true;
-        conn_continue_due(c);
+        conn_maybe_continue(c);
         conn_pace(c);
     }
 }
@@ -489,7 +480,7 @@ static bool hold_take_or_wait(struct http_conn *c, size_t n)
     struct http_hold *h = c->hold;
     struct http_req *r = c->cur;
 
-    if (h->wait_head == NULL && hold_fits(c, r, n)) {
+    if (h->wait_head == NULL && hold_fits(c, n)) {
         if (r->has_length) {
             hold_add(c, r, n);
         }
@@ -498,6 +489,7 @@ static bool hold_take_or_wait(struct http_conn *c, size_t n)
     r->wait_bytes = r->has_length ? n : 0;
     c->is_waiting = true;
     c->wait_next = NULL;
+    c->wait_prev = h->wait_tail;
     if (h->wait_tail != NULL) {
         h->wait_tail->wait_next = c;
     } else {
@@ -969,12 +961,18 @@ static void conn_maybe_continue(struct http_conn *c)
 {
     const char *e = http_req_header(c->cur, "expect");
 
-    /* Only when nothing is queued ahead: the interim answer must not pass
-     * an earlier request's answer (1). */
-    if (e != NULL && strcasecmp(e, "100-continue") == 0 && c->q_head == NULL &&
-        c->cur->http_minor >= 1) {
-        conn_write_static(c, conn_continue, sizeof(conn_continue) - 1);
+    if (e == NULL || strcasecmp(e, "100-continue") != 0 ||
+        c->cur->http_minor < 1) {
+        return;
     }
+    /* The interim answer must not pass an earlier request's answer (1):
+     * with answers queued ahead, it goes once they are written
+     * (conn_continue_due). */
+    if (c->q_head != NULL) {
+        c->cur->is_continue_due = true;
+        return;
+    }
+    conn_write_static(c, conn_continue, sizeof(conn_continue) - 1);
 }
 
 /* Whether every transfer coding r names, over all its Transfer-Encoding

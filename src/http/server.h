@@ -167,8 +167,8 @@ struct http_req {
     size_t held;          /* of its body, in the server's max_held_bytes */
     size_t wait_bytes;    /* while its connection waits: the bytes it needs */
     bool has_length;      /* its body has a Content-Length (else chunked) */
-    bool is_continue_due; /* let in after a wait: 100 Continue when the
-                             answers ahead of it are written */
+    bool is_continue_due; /* 100 Continue when the answers ahead of it
+                             are written */
     struct http_header headers[HTTP_MAX_HEADERS];
     unsigned nheaders;
     struct http_param params[HTTP_MAX_PARAMS];

@@ -626,6 +626,30 @@ TEST(expect_100_continue_is_answered_first)
     teardown(&f.t);
 }
 
+/* A pipelined request that expects 100-continue behind an unanswered one
+ * gets its 100 once the answer ahead of it is written, never before it. */
+TEST(expect_behind_an_unanswered_request_gets_its_continue_after_it)
+{
+    struct fx f;
+
+    fx_open(&f, NULL, false,
+            "GET /1 HTTP/1.1\r\n\r\n"
+            "POST /2 HTTP/1.1\r\nExpect: 100-continue\r\n"
+            "Content-Length: 2\r\n\r\n");
+    EXPECT_EQ_I64(f.h.n, 1);
+    EXPECT(!out_has(&f, "100 Continue"));
+    th_answer(f.h.reqs[0]);
+    if (!out_has(&f, "HTTP/1.1 200 OK") || !out_has(&f, "100 Continue")) {
+        HARNESS_FAIL("want answer 1, then 100: \"%.300s\"", fx_out(&f));
+    }
+    EXPECT(out_starts(&f, "HTTP/1.1 200 OK"));
+    f.h.answer_now = true;
+    feed_str(f.c, "ok");
+    EXPECT_EQ_I64(f.h.n, 2);
+    EXPECT(out_has(&f, "b=ok"));
+    teardown(&f.t);
+}
+
 TEST(expect_with_a_body_over_the_limit_is_413_without_continue)
 {
     struct http_config cfg = {.max_body_bytes = 1};
