@@ -276,6 +276,7 @@ static int broker_open_node(struct broker *b, struct err *err)
     }
     nc.n_peers = b->cfg->n_peers;
     nc.segment_bytes = (size_t)b->cfg->raft_segment_mb << 20;
+    nc.election_timeout_ms = (unsigned)b->cfg->raft_election_timeout_ms;
     nc.snapshot_threshold = (unsigned)b->cfg->raft_snapshot_threshold;
     nc.snapshot_trailing = (unsigned)b->cfg->raft_snapshot_trailing;
     nc.log_memory_bytes = b->cfg->raft_log_memory_mb << 20;

@@ -38,6 +38,7 @@ struct config {
      * entry, else raft_listen. */
     char raft_advertise[CONFIG_ADDR_MAX];
     uint64_t raft_segment_mb;         /* QUEEN_RAFT_SEGMENT_MB */
+    uint64_t raft_election_timeout_ms; /* QUEEN_RAFT_ELECTION_TIMEOUT_MS */
     uint64_t raft_log_memory_mb;      /* the log between snapshots */
     uint64_t raft_snapshot_threshold; /* 0 = automatic */
     uint64_t raft_snapshot_trailing;  /* 0 = automatic */

@@ -61,6 +61,7 @@ TEST(empty_environment_gives_the_documented_defaults)
     EXPECT_EQ_U64(c.max_long_polls_per_conn, 16);
     EXPECT_EQ_U64(c.raft_segment_mb, 64);
     EXPECT_EQ_U64(c.raft_log_memory_mb, 448);
+    EXPECT_EQ_U64(c.raft_election_timeout_ms, 1000);
 }
 
 TEST(set_values_replace_defaults_and_raft_port_follows_http_port)
@@ -80,7 +81,9 @@ TEST(set_values_replace_defaults_and_raft_port_follows_http_port)
     env_set(&e, "QUEEN_MAX_LONG_POLLS_PER_CONN", "4");
     env_set(&e, "QUEEN_RAFT_SEGMENT_MB", "8");
     env_set(&e, "QUEEN_RAFT_LOG_MEMORY_MB", "64");
+    env_set(&e, "QUEEN_RAFT_ELECTION_TIMEOUT_MS", "2500");
     EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), 0);
+    EXPECT_EQ_U64(c.raft_election_timeout_ms, 2500);
     EXPECT_EQ_U64(c.raft_segment_mb, 8);
     EXPECT_EQ_U64(c.raft_log_memory_mb, 64);
     EXPECT_EQ_U64(c.max_long_polls, 500);
@@ -138,6 +141,8 @@ TEST(bad_values_name_the_variable_and_the_value)
          "QUEEN_MAX_HELD_BODY_BYTES=64K: out of range "
          "1048576..68719476736"},
         {"QUEEN_RAFT_DIR", "", "QUEEN_RAFT_DIR=: must be 1 to 4095 bytes long"},
+        {"QUEEN_RAFT_ELECTION_TIMEOUT_MS", "100",
+         "QUEEN_RAFT_ELECTION_TIMEOUT_MS=100: out of range 200..60000"},
         {"QUEEN_MAX_LONG_POLLS", "0",
          "QUEEN_MAX_LONG_POLLS=0: out of range 1..1000000"},
         {"QUEEN_MAX_LONG_POLLS_PER_CONN", "257",
