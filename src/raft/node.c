@@ -250,6 +250,8 @@ struct node {
     uint64_t fw_next_id;
     struct fwd_conn *fw_conn; /* to fw_leader, once dialled */
     uint64_t fw_leader;       /* 0 = no connection, none being dialled */
+    int64_t fw_leaderless_at; /* mono ms raft first named no leader while
+                                 connected to fw_leader; 0: it names one */
     bool is_fw_dialing;
     bool is_fw_held; /* the deferred queue waits for an answer (F1) */
     /* ... and as the leader that serves them. */
@@ -1609,10 +1611,27 @@ static void fwd_connect(struct node *n)
 }
 
 /* Close the connection to a leader that is no longer the leader (its
- * waiters without an answer fail through the closed callback). */
+ * waiters without an answer fail through the closed callback): once raft
+ * names another, or has named none for two election timeouts. Not at once
+ * when it names none: a loop held past the election timeout runs raft's
+ * timer before it reads the leader's heartbeats, so raft names no leader
+ * until its pre-vote meets the same one again, and closing then failed
+ * writes the leader was about to commit (a 503 for a write that landed). */
 static void fwd_check_leader(struct node *n, uint64_t lid)
 {
-    if (n->fw_leader != 0 && n->fw_leader != lid && n->fw_conn != NULL) {
+    int64_t now;
+
+    if (n->fw_leader == 0 || n->fw_conn == NULL || n->fw_leader == lid) {
+        n->fw_leaderless_at = 0;
+        return;
+    }
+    now = mono_ms();
+    if (lid == 0 && n->fw_leaderless_at == 0) {
+        n->fw_leaderless_at = now;
+    }
+    if (lid != 0 ||
+        now - n->fw_leaderless_at >= 2 * (int64_t)n->raft.election_timeout) {
+        n->fw_leaderless_at = 0;
         fwd_conn_close(n->fw_conn);
     }
 }
@@ -1679,6 +1698,7 @@ static void fwd_tick(struct node *n)
     struct fwd_wait *w = n->fw_head;
 
     if (w == NULL) {
+        n->fw_leaderless_at = 0;
         return;
     }
     raft_leader(&n->raft, &lid, &laddr);

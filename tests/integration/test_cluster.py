@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -792,7 +793,7 @@ def test_a_burst_of_large_pushes_keeps_the_leader(make_cluster):
     once, the leader's loop copied and proposed ~720 MB in one go, its raft
     answers waited behind that past the election timeout, and it stepped
     down: every push answered 503 no_leader. A node now holds at most
-    QUEEN_MAX_HELD_BODY_BYTES (128 MiB) of bodies at once: the pushes past
+    QUEEN_MAX_HELD_BODY_BYTES (64 MiB) of bodies at once: the pushes past
     it wait, unread, for room. Every push is answered 201 and stored once
     on every node, and the leader keeps its term and says nothing of
     stepping down."""
@@ -826,6 +827,65 @@ def test_a_burst_of_large_pushes_keeps_the_leader(make_cluster):
         "t%d" % i for i in range(12)), len(got)
     assert all(len(p) == len(pad) for _, _, p in got)
     c.wait_converged(timeout=60)  # the followers applied the same entries
+
+
+def test_a_follower_held_past_the_election_timeout_keeps_its_forward(
+        make_cluster):
+    """A follower that stops hearing the leader for its election timeout
+    (a loop held by other work, or a leader held so) goes to pre-vote, and
+    raft names no leader until it hears the same leader again. Its forward
+    connection closed at that moment, and a write the leader was about to
+    commit was answered 503 no_leader. Now it waits on the open connection
+    (for two election timeouts at most): 201, stored once. Here the
+    leader is stopped (SIGSTOP) once it has the write in its socket, the
+    follower (election timeout 500 ms, the others 5 s, so neither the
+    leader steps down nor the third node stands) goes leaderless, stays so
+    for 200 ms (its 10 ms tick saw it: the old code closed then), and the
+    leader is let go on, within the follower's grace of 2 x 500 ms."""
+    c = make_cluster(env={"QUEEN_RAFT_ELECTION_TIMEOUT_MS": "5000"})
+    lid = c.start()
+    lead = c[lid]
+    f = c.followers()[0]
+    c.stop_node(f.id)
+    f.extra_env["QUEEN_RAFT_ELECTION_TIMEOUT_MS"] = "500"
+    c.start_node(f.id)
+    push_ok(c, f, items("held", ["warm"]))  # f's forward connection is up
+    for k in range(2):
+        txn = "held-%d" % k
+        sent = f.metric("queen_raft_forwarded_writes_total")
+        res = {}
+
+        def push():
+            try:
+                res["r"] = f.post("/api/v1/push",
+                                  {"items": items("held", [txn])},
+                                  timeout=30)
+            except OSError as e:
+                res["r"] = e
+
+        lead.signal(signal.SIGSTOP)
+        t = threading.Thread(target=push)
+        try:
+            t.start()
+            wait_until(lambda: f.metric("queen_raft_forwarded_writes_total")
+                       > sent, 10, "node %d to forward the write" % f.id,
+                       interval=0.01)
+            wait_until(lambda: (f.raft() or {}).get("leaderId") == 0, 10,
+                       "node %d to name no leader" % f.id, interval=0.01)
+            time.sleep(0.2)  # the fault's length, not a wait for a result
+        finally:
+            lead.signal(signal.SIGCONT)
+        t.join(40)
+        r = res.get("r")
+        assert getattr(r, "status", None) == 201, (k, r)
+        assert [a["status"] for a in r.json()] == ["queued"], (k, r)
+        raft = lead.raft()
+        assert raft["role"] == "leader", raft
+    c.wait_converged()
+    logs = c.all_records("held")
+    want = ["warm", "held-0", "held-1"]
+    assert all(sorted(x for _, x, _ in v) == sorted(want)
+               for v in logs.values()), logs
 
 
 # --------------------------------------------------------------------------
