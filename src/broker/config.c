@@ -102,12 +102,14 @@ static const struct cfg_row cfg_rows[] = {
         "raft log segment size in MiB; three are preallocated, so the data "
         "directory needs 3 x this plus 16 MiB free to boot"),
     ROW("QUEEN_RAFT_ELECTION_TIMEOUT_MS", CFG_U64, "1000",
-        OFF(raft_election_timeout_ms), 200, 60000, false,
+        OFF(raft_election_timeout_ms), 500, 10000, false,
         "how long a follower hears nothing from the leader before it stands "
-        "for election, in ms (200..60000; each wait is drawn between this "
-        "and twice this); a leader that hears from no majority for as long "
-        "steps down. Normally the same on every node; raise it where a loaded machine "
-        "holds a node's loop this long"),
+        "for election, in ms (500..10000; each wait is drawn between this "
+        "and twice this; heartbeats go every 100 ms); a leader that hears "
+        "from no majority for as long steps down. Normally the same on "
+        "every node; raise it where a loaded machine holds a node's loop "
+        "this long, and keep QUEEN_S3_LEASE_TTL_MS above the failover "
+        "(operations.md)"),
     ROW("QUEEN_MAX_BODY_BYTES", CFG_SIZE, "64MiB", OFF(max_body_bytes), KIB,
         GIB, false, "largest HTTP request body accepted (413 above it)"),
     ROW("QUEEN_MAX_HELD_BODY_BYTES", CFG_SIZE, "64MiB",

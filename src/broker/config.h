@@ -37,11 +37,11 @@ struct config {
     /* This node's raft address as its peers dial it: its QUEEN_RAFT_PEERS
      * entry, else raft_listen. */
     char raft_advertise[CONFIG_ADDR_MAX];
-    uint64_t raft_segment_mb;         /* QUEEN_RAFT_SEGMENT_MB */
+    uint64_t raft_segment_mb;          /* QUEEN_RAFT_SEGMENT_MB */
     uint64_t raft_election_timeout_ms; /* QUEEN_RAFT_ELECTION_TIMEOUT_MS */
-    uint64_t raft_log_memory_mb;      /* the log between snapshots */
-    uint64_t raft_snapshot_threshold; /* 0 = automatic */
-    uint64_t raft_snapshot_trailing;  /* 0 = automatic */
+    uint64_t raft_log_memory_mb;       /* the log between snapshots */
+    uint64_t raft_snapshot_threshold;  /* 0 = automatic */
+    uint64_t raft_snapshot_trailing;   /* 0 = automatic */
     /* QUEEN_RAFT_PEERS: every voter of the cluster, this node included;
      * n_peers 0 = a single node (the list was unset). */
     size_t n_peers;

@@ -417,7 +417,7 @@ static void conn_maybe_continue(struct http_conn *c);
 static void conn_continue_due(struct http_conn *c)
 {
     if (c->cur != NULL && c->cur->is_continue_due && c->q_head == NULL &&
-        !c->is_closing) {
+        !c->is_closing && !c->is_reading_done) {
         c->cur->is_continue_due = false;
         conn_maybe_continue(c);
     }

@@ -1549,6 +1549,7 @@ static void fwd_client_closed(void *arg, struct fwd_conn *c, int status)
     }
     n->fw_conn = NULL;
     n->fw_leader = 0;
+    n->fw_leaderless_at = 0;
     snprintf(msg, sizeof(msg),
              "the connection to the leader closed before it answered (%s)",
              status != 0 ? uv_strerror(status) : "closed");
@@ -1575,6 +1576,7 @@ static void fwd_dialed(void *arg, uv_stream_t *stream, int status)
         return;
     }
     n->fw_conn = fwd_conn_new(stream, fwd_client_frame, fwd_client_closed, n);
+    n->fw_leaderless_at = 0;
     fwd_send_pending(n);
 }
 

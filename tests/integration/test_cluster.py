@@ -838,16 +838,16 @@ def test_a_follower_held_past_the_election_timeout_keeps_its_forward(
     commit was answered 503 no_leader. Now it waits on the open connection
     (for two election timeouts at most): 201, stored once. Here the
     leader is stopped (SIGSTOP) once it has the write in its socket, the
-    follower (election timeout 500 ms, the others 5 s, so neither the
-    leader steps down nor the third node stands) goes leaderless, stays so
-    for 200 ms (its 10 ms tick saw it: the old code closed then), and the
-    leader is let go on, within the follower's grace of 2 x 500 ms."""
+    follower (election timeout 1 s, the others 5 s, so neither the leader
+    steps down nor the third node stands) goes leaderless, stays so for
+    200 ms (its 10 ms tick saw it: the old code closed then), and the
+    leader is let go on, within the follower's grace of 2 x 1 s."""
     c = make_cluster(env={"QUEEN_RAFT_ELECTION_TIMEOUT_MS": "5000"})
     lid = c.start()
     lead = c[lid]
     f = c.followers()[0]
     c.stop_node(f.id)
-    f.extra_env["QUEEN_RAFT_ELECTION_TIMEOUT_MS"] = "500"
+    f.extra_env["QUEEN_RAFT_ELECTION_TIMEOUT_MS"] = "1000"
     c.start_node(f.id)
     push_ok(c, f, items("held", ["warm"]))  # f's forward connection is up
     for k in range(2):
@@ -864,6 +864,7 @@ def test_a_follower_held_past_the_election_timeout_keeps_its_forward(
                 res["r"] = e
 
         lead.signal(signal.SIGSTOP)
+        stopped = time.monotonic()
         t = threading.Thread(target=push)
         try:
             t.start()
@@ -875,6 +876,8 @@ def test_a_follower_held_past_the_election_timeout_keeps_its_forward(
             time.sleep(0.2)  # the fault's length, not a wait for a result
         finally:
             lead.signal(signal.SIGCONT)
+        # well inside the others' 5 s: no election could have intervened
+        assert time.monotonic() - stopped < 4.0, time.monotonic() - stopped
         t.join(40)
         r = res.get("r")
         assert getattr(r, "status", None) == 201, (k, r)

@@ -141,8 +141,10 @@ TEST(bad_values_name_the_variable_and_the_value)
          "QUEEN_MAX_HELD_BODY_BYTES=64K: out of range "
          "1048576..68719476736"},
         {"QUEEN_RAFT_DIR", "", "QUEEN_RAFT_DIR=: must be 1 to 4095 bytes long"},
-        {"QUEEN_RAFT_ELECTION_TIMEOUT_MS", "100",
-         "QUEEN_RAFT_ELECTION_TIMEOUT_MS=100: out of range 200..60000"},
+        {"QUEEN_RAFT_ELECTION_TIMEOUT_MS", "499",
+         "QUEEN_RAFT_ELECTION_TIMEOUT_MS=499: out of range 500..10000"},
+        {"QUEEN_RAFT_ELECTION_TIMEOUT_MS", "10001",
+         "QUEEN_RAFT_ELECTION_TIMEOUT_MS=10001: out of range 500..10000"},
         {"QUEEN_MAX_LONG_POLLS", "0",
          "QUEEN_MAX_LONG_POLLS=0: out of range 1..1000000"},
         {"QUEEN_MAX_LONG_POLLS_PER_CONN", "257",
