@@ -650,6 +650,31 @@ TEST(expect_behind_an_unanswered_request_gets_its_continue_after_it)
     teardown(&f.t);
 }
 
+/* A connection that reads no more (draining) sends no 100 after its last
+ * answer, which announced the close. */
+TEST(a_draining_connection_sends_no_continue_after_its_last_answer)
+{
+    struct fx f;
+
+    fx_open(&f, NULL, false,
+            "GET /1 HTTP/1.1\r\n\r\n"
+            "POST /2 HTTP/1.1\r\nExpect: 100-continue\r\n"
+            "Content-Length: 2\r\n\r\n");
+    http_conn_shutdown(f.c);
+    f.t.defer_writes = true; /* the close waits for the write */
+    th_answer(f.h.reqs[0]);
+    EXPECT(out_has(&f, "Connection: close"));
+    EXPECT(!out_has(&f, "100 Continue"));
+    f.t.defer_writes = false;
+    for (int i = 0; i < f.t.nheld; i++) {
+        http_conn_write_done(f.c, f.t.held[i], 0);
+    }
+    f.t.nheld = 0;
+    EXPECT(!out_has(&f, "100 Continue"));
+    EXPECT(f.t.is_closed);
+    teardown(&f.t);
+}
+
 TEST(expect_with_a_body_over_the_limit_is_413_without_continue)
 {
     struct http_config cfg = {.max_body_bytes = 1};
