@@ -64,6 +64,12 @@ struct s3_client {
     _Atomic bool is_stopping;
     _Atomic int64_t deadline_ms;
     _Atomic bool has_answered; /* an attempt got an HTTP answer (2) */
+    /* Keys whose CreateMultipartUpload may have left an upload that no put
+     * of ours completed or aborted (its answer was lost, and the put did
+     * not land): the next put of the key that lands lists and aborts what
+     * is left there. Under mu; owned strings, oldest first. */
+    char *orphan_keys[S3_MAX_ORPHAN_KEYS];
+    int n_orphan_keys;
 };
 
 struct call;
@@ -221,6 +227,9 @@ void s3_client_free(struct s3_client *c)
         return;
     }
     s3_metrics_free(&c->metrics);
+    for (int i = 0; i < c->n_orphan_keys; i++) {
+        free(c->orphan_keys[i]);
+    }
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     memset(c->cfg.secret_key, 0, sizeof(c->cfg.secret_key));
@@ -1085,12 +1094,73 @@ static void abort_upload(struct s3_client *c, struct upload *u)
     }
 }
 
-/* A Create tried more than once may have created an upload whose answer
- * was lost: once ours is complete, abort whatever upload is left at the
- * key, so that no parts stay billed. Only while the put's gate still lets
- * it write: a writer that lost its lease leaves the key to the next one,
- * whose upload is no orphan (the next owner's redo and the lifecycle rule
- * of s3-sink.md take what is left). Best effort: a failure is logged. */
+/* Whether a Create may have made an upload whose id never reached us: an
+ * attempt was retried (an earlier one failed after it was sent), or the
+ * last one failed in a way that leaves its outcome unknown (no answer, a
+ * cut answer, a 5xx), not before it reached the server. A definite refusal
+ * (a 4xx, a closed gate) made none. */
+static bool create_may_have_left(int rc, const struct s3_status *st)
+{
+    if (st->attempts > 1) {
+        return true;
+    }
+    return rc != 0 && st->attempts == 1 && st->is_retriable &&
+           !st->is_unreached && !st->is_unresolved;
+}
+
+/* Remove key from the orphan keys; whether it was there. */
+static bool orphans_take(struct s3_client *c, const char *key)
+{
+    bool found = false;
+
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < c->n_orphan_keys; i++) {
+        if (strcmp(c->orphan_keys[i], key) == 0) {
+            free(c->orphan_keys[i]);
+            memmove(&c->orphan_keys[i], &c->orphan_keys[i + 1],
+                    (size_t)(c->n_orphan_keys - i - 1) *
+                        sizeof(c->orphan_keys[0]));
+            c->n_orphan_keys--;
+            found = true;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return found;
+}
+
+/* Remember key for the next put of it that lands. At the bound the oldest
+ * key is forgotten: its uploads are left to the redo's listing and the
+ * bucket's lifecycle rule (s3-sink.md), and the log says so. */
+static void orphans_note(struct s3_client *c, const char *key)
+{
+    char *dropped = NULL;
+
+    pthread_mutex_lock(&c->mu);
+    if (c->n_orphan_keys == S3_MAX_ORPHAN_KEYS) {
+        dropped = c->orphan_keys[0];
+        memmove(&c->orphan_keys[0], &c->orphan_keys[1],
+                (size_t)(S3_MAX_ORPHAN_KEYS - 1) * sizeof(c->orphan_keys[0]));
+        c->n_orphan_keys--;
+    }
+    c->orphan_keys[c->n_orphan_keys++] = xstrdup(key);
+    pthread_mutex_unlock(&c->mu);
+    if (dropped != NULL) {
+        log_warn(c->cfg.log_area,
+                 "%s: a lost CreateMultipartUpload answer may have left an "
+                 "upload there; too many keys wait for a landed put, so it "
+                 "is left to the bucket's lifecycle rule",
+                 dropped);
+        free(dropped);
+    }
+}
+
+/* A Create whose answer was lost may have made an upload: once a put of the
+ * key lands, abort whatever upload is left at the key, so that no parts
+ * stay billed. Only while the put's gate still lets it write: a writer that
+ * lost its lease leaves the key to the next one, whose upload is no orphan
+ * (the next owner's redo and the lifecycle rule of s3-sink.md take what is
+ * left). Best effort: a failure is logged. */
 static void abort_orphans(struct s3_client *c, const struct s3_put *p)
 {
     struct err e2 = {0};
@@ -1101,13 +1171,14 @@ static void abort_orphans(struct s3_client *c, const struct s3_put *p)
     }
     if (s3_client_abort_uploads(c, p->key, &n, &e2) != 0) {
         log_warn(c->cfg.log_area,
-                 "%s: could not list the multipart uploads a retried "
-                 "CreateMultipartUpload may have left: %s",
+                 "%s: could not list the multipart uploads a "
+                 "CreateMultipartUpload whose answer was lost may have "
+                 "left: %s",
                  p->key, e2.msg);
     } else if (n > 0) {
         log_info(c->cfg.log_area,
-                 "%s: aborted %d multipart upload(s) a retried "
-                 "CreateMultipartUpload left",
+                 "%s: aborted %d multipart upload(s) a CreateMultipartUpload "
+                 "whose answer was lost left",
                  p->key, n);
     }
 }
@@ -1129,8 +1200,11 @@ static int multipart_put(struct s3_client *c, const struct s3_put *p,
     buf_init(&u.answer, S3_MAX_ANSWER);
     r->is_multipart = true;
     r->parts = u.n_parts;
+    /* a key an earlier put left uncertain is cleaned by this one when it
+     * lands, and noted again when it does not */
+    bool has_orphans = orphans_take(c, p->key);
     rc = create_upload(c, &u, &r->st, err);
-    bool created_twice = r->st.attempts > 1;
+    has_orphans = has_orphans || create_may_have_left(rc, &r->st);
     if (rc == 0) {
         rc = upload_parts(c, &u, &r->st, err);
     }
@@ -1140,8 +1214,10 @@ static int multipart_put(struct s3_client *c, const struct s3_put *p,
     if (rc != 0 && u.upload_id[0] != '\0') {
         abort_upload(c, &u);
     }
-    if (created_twice && rc == 0) {
+    if (has_orphans && rc == 0) {
         abort_orphans(c, p);
+    } else if (has_orphans) {
+        orphans_note(c, p->key);
     }
     for (int i = 0; i < u.n_parts; i++) {
         free(u.etags[i]);

@@ -48,6 +48,7 @@
 #define S3_REQUEST_TIMEOUT_MS   120000L
 #define S3_MAX_ANSWER           (1u << 20) /* non-GET answer bodies */
 #define S3_MAX_HEADERS          16
+#define S3_MAX_ORPHAN_KEYS      64 /* client.c: keys a lost Create marks */
 
 /* One HTTP exchange as the transport sees it. */
 struct s3_http_request {

@@ -364,3 +364,26 @@ def test_a_create_whose_answer_was_lost_leaves_no_upload_behind(bucket,
     assert bucket.stats()["faults"]["drop"] == 1
     assert bucket.read_object("lake", "lostc/create.bin") == data
     assert bucket.uploads("lake") == []
+
+
+def test_a_lost_create_never_retried_is_cleaned_by_the_next_put(bucket,
+                                                                 tmp_path):
+    """A CreateMultipartUpload carried out whose only attempt lost its
+    answer (no retry was left): the put fails, and the upload the bucket
+    made is still there. The client's next put of that key lands and then
+    lists the key's uploads and aborts what is left, so no parts stay
+    billed."""
+    data = os.urandom(16 * MIB + 999)
+    src = write(tmp_path, "big", data)
+    bucket.fault("drop", count=1, method="POST", prefix="lost1",
+                 query="uploads")
+    out = s3tool(bucket, "multipart-put", "lost1/create.bin", src,
+                 S3TOOL_MAX_ATTEMPTS=1, S3TOOL_PUT_TRIES=2)
+    assert out["ok"], out
+    c = counters(out)
+    assert c[("multipart_create", 0)] == 1
+    assert c[("multipart_create", 200)] == 1
+    assert c[("multipart_abort", 204)] == 1
+    assert bucket.stats()["faults"]["drop"] == 1
+    assert bucket.read_object("lake", "lost1/create.bin") == data
+    assert bucket.uploads("lake") == []

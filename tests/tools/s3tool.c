@@ -3,8 +3,9 @@
  * QUEEN_S3_REGION, QUEEN_S3_BUCKET, QUEEN_S3_ACCESS_KEY, QUEEN_S3_SECRET_KEY,
  * QUEEN_S3_PATH_STYLE, QUEEN_S3_SSE, QUEEN_S3_SSE_KMS_KEY_ID,
  * QUEEN_S3_MULTIPART_THRESHOLD_MB) plus test knobs: S3TOOL_MAX_ATTEMPTS,
- * S3TOOL_PART_CONCURRENCY and S3TOOL_RANDOM (a fixed jitter draw in
- * [0, 1)). Every command prints
+ * S3TOOL_PART_CONCURRENCY, S3TOOL_RANDOM (a fixed jitter draw in
+ * [0, 1)) and S3TOOL_PUT_TRIES (a put that fails is made again on the same
+ * client, up to that many times in all; default 1). Every command prints
  * one JSON line with the outcome, the waits between attempts and the
  * request counters, and exits 0 on success, 1 on failure, 2 on bad usage.
  *
@@ -38,6 +39,7 @@ struct tool {
     uint64_t waits[MAX_WAITS];
     size_t n_waits;
     double fixed_random; /* < 0: real draws */
+    int put_tries;       /* puts of one put command, at least 1 */
 };
 
 static int64_t tool_now(void *arg)
@@ -112,6 +114,10 @@ static int read_settings(struct tool *t, struct err *err)
     t->cfg.max_attempts = atoi(env_or("S3TOOL_MAX_ATTEMPTS", "6"));
     t->cfg.part_concurrency = atoi(env_or("S3TOOL_PART_CONCURRENCY", "2"));
     t->fixed_random = atof(env_or("S3TOOL_RANDOM", "-1"));
+    t->put_tries = atoi(env_or("S3TOOL_PUT_TRIES", "1"));
+    if (t->put_tries < 1) {
+        t->put_tries = 1;
+    }
     return 0;
 }
 
@@ -252,6 +258,10 @@ static int cmd_put(struct tool *t, struct jw *w, struct buf *b, int argc,
         NULL};
     t0 = now_ms();
     rc = s3_client_put(t->c, &p, &r, &err);
+    for (int i = 1; rc != 0 && i < t->put_tries; i++) {
+        err = (struct err){0};
+        rc = s3_client_put(t->c, &p, &r, &err);
+    }
     jw_key(w, "elapsed_ms");
     jw_double(w, now_ms() - t0);
     jw_key(w, "key");

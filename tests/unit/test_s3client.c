@@ -753,6 +753,108 @@ TEST(truncated_create_answer_is_retried_as_a_body_failure)
     rig_close(&r);
 }
 
+static void small_parts_one_try(struct s3_config *cfg)
+{
+    small_parts(cfg);
+    cfg->max_attempts = 1;
+}
+
+#define COMPLETE_OK                                  \
+    {                                                \
+        0, 200, NULL, "<ETag>\"z-3\"</ETag>", -1, -1 \
+    }
+
+/* A Create sent once whose answer was lost (no retry was left) may have
+ * made an upload: the put fails, and the next put of the key that lands
+ * lists the key's uploads and aborts what is left. A put after that lists
+ * nothing: the key is clean. */
+TEST(a_create_whose_only_answer_was_lost_is_cleaned_by_the_next_landed_put)
+{
+    struct answer a[] = {
+        {ERR_IO, 0, NULL, NULL, -1, -1},
+        CREATE_OK("up-2"),
+        THREE_PARTS_OK,
+        COMPLETE_OK,
+        {0, 200, NULL,
+         "<ListMultipartUploadsResult><Upload><Key>k</Key><UploadId>up-1"
+         "</UploadId></Upload></ListMultipartUploadsResult>",
+         -1, -1},
+        {0, 204, NULL, NULL, -1, -1},
+        CREATE_OK("up-3"),
+        THREE_PARTS_OK,
+        COMPLETE_OK};
+    struct rig r;
+
+    rig_open(&r, a, ARRAY_LEN(a), small_parts_one_try);
+    EXPECT(rig_put(&r, "k", "0123456789") != 0);
+    EXPECT_EQ_U64(r.f.n_seen, 1);
+    EXPECT_EQ_I64(rig_put(&r, "k", "0123456789"), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 8);
+    EXPECT_STR_EQ(r.f.seen[6].method, "GET");
+    EXPECT(strstr(r.f.seen[6].url, "uploads") != NULL);
+    EXPECT_STR_EQ(r.f.seen[7].method, "DELETE");
+    EXPECT_STR_EQ(r.f.seen[7].url,
+                  "http://127.0.0.1:9000/lake/k?uploadId=up-1");
+    EXPECT_EQ_I64(rig_put(&r, "k", "0123456789"), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 13);
+    EXPECT_STR_EQ(r.f.seen[12].method, "POST");
+    rig_close(&r);
+}
+
+/* A put that fails again after the lost Create keeps the key marked; a put
+ * of another key lists nothing; the key's own landed put cleans it. */
+TEST(a_key_a_lost_create_marked_stays_marked_until_a_put_of_it_lands)
+{
+    struct answer a[] = {
+        {ERR_IO, 0, NULL, NULL, -1, -1},
+        CREATE_OK("up-2"),
+        {0, 403, NULL, "<Error><Code>AccessDenied</Code></Error>", -1, -1},
+        {0, 204, NULL, NULL, -1, -1},
+        CREATE_OK("up-3"),
+        THREE_PARTS_OK,
+        COMPLETE_OK,
+        CREATE_OK("up-4"),
+        THREE_PARTS_OK,
+        COMPLETE_OK,
+        {0, 200, NULL, "<ListMultipartUploadsResult/>", -1, -1}};
+    struct rig r;
+
+    rig_open(&r, a, ARRAY_LEN(a), small_parts_one_try);
+    EXPECT(rig_put(&r, "k", "0123456789") != 0);
+    /* the second put's Create lands, its part 1 is refused: it aborts its
+     * own upload and keeps the key marked */
+    EXPECT_EQ_I64(rig_put(&r, "k", "0123456789"), ERR_REMOTE);
+    EXPECT_EQ_U64(r.f.n_seen, 4);
+    EXPECT_STR_EQ(r.f.seen[3].url,
+                  "http://127.0.0.1:9000/lake/k?uploadId=up-2");
+    EXPECT_EQ_I64(rig_put(&r, "other", "0123456789"), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 9);
+    EXPECT_EQ_I64(rig_put(&r, "k", "0123456789"), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 15);
+    EXPECT_STR_EQ(r.f.seen[14].method, "GET");
+    rig_close(&r);
+}
+
+/* A Create refused outright (a 4xx) made no upload: the next put of the
+ * key lists nothing. */
+TEST(a_refused_create_marks_no_key)
+{
+    struct answer a[] = {
+        {0, 403, NULL, "<Error><Code>AccessDenied</Code></Error>", -1, -1},
+        CREATE_OK("up-2"),
+        THREE_PARTS_OK,
+        COMPLETE_OK};
+    struct rig r;
+
+    rig_open(&r, a, ARRAY_LEN(a), small_parts_one_try);
+    EXPECT_EQ_I64(rig_put(&r, "k", "0123456789"), ERR_REMOTE);
+    EXPECT_EQ_I64(rig_put(&r, "k", "0123456789"), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 6);
+    EXPECT_STR_EQ(r.f.seen[5].method, "POST");
+    rig_close(&r);
+}
+#undef COMPLETE_OK
+
 /* A Create is sent on a new connection (the transport must not resend it
  * unseen); every other request may reuse one. */
 TEST(only_the_create_asks_for_a_fresh_connection)
