@@ -154,6 +154,17 @@ static const char *fx_out(struct fx *f)
     return out_str(&f->t);
 }
 
+/* Complete the writes the transport held back, in order, and complete
+ * every later one at once. */
+static void fx_finish_writes(struct fx *f)
+{
+    f->t.defer_writes = false;
+    for (int i = 0; i < f->t.nheld; i++) {
+        http_conn_write_done(f->c, f->t.held[i], 0);
+    }
+    f->t.nheld = 0;
+}
+
 static bool out_has(struct fx *f, const char *s)
 {
     return strstr(fx_out(f), s) != NULL;
@@ -478,11 +489,7 @@ TEST(a_body_is_released_at_its_answer_not_at_its_write)
     }
     EXPECT(strstr(fx_out(&f), "b=0123456789") <
            strstr(fx_out(&f), "HTTP/1.1 100 Continue"));
-    f.t.defer_writes = false;
-    for (int i = 0; i < f.t.nheld; i++) {
-        http_conn_write_done(f.c, f.t.held[i], 0);
-    }
-    f.t.nheld = 0;
+    fx_finish_writes(&f);
     f.h.answer_now = true;
     feed_str(f.c, "abcdef");
     EXPECT(out_has(&f, "b=abcdef"));
@@ -665,11 +672,7 @@ TEST(a_draining_connection_sends_no_continue_after_its_last_answer)
     th_answer(f.h.reqs[0]);
     EXPECT(out_has(&f, "Connection: close"));
     EXPECT(!out_has(&f, "100 Continue"));
-    f.t.defer_writes = false;
-    for (int i = 0; i < f.t.nheld; i++) {
-        http_conn_write_done(f.c, f.t.held[i], 0);
-    }
-    f.t.nheld = 0;
+    fx_finish_writes(&f);
     EXPECT(!out_has(&f, "100 Continue"));
     EXPECT(f.t.is_closed);
     teardown(&f.t);
