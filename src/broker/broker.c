@@ -74,6 +74,8 @@ struct broker {
     uv_timer_t sink_wait;   /* polls the sink's drain after the HTTP one */
     uv_signal_t sigterm;
     uv_signal_t sigint;
+    uv_signal_t sigusr2;   /* QUEEN_TEST_HOLD_LOOP_MS (tests only) */
+    uv_timer_t hold_timer; /* its second hold */
     enum broker_state state;
     int dir_lock; /* broker/dirlock.h; -1 until taken */
 };
@@ -116,6 +118,8 @@ static void broker_on_node_closed(void *arg)
     uv_close((uv_handle_t *)&b->sink_wait, NULL);
     uv_close((uv_handle_t *)&b->sigterm, NULL);
     uv_close((uv_handle_t *)&b->sigint, NULL);
+    uv_close((uv_handle_t *)&b->sigusr2, NULL);
+    uv_close((uv_handle_t *)&b->hold_timer, NULL);
     log_info("broker", "stopped");
 }
 
@@ -496,6 +500,41 @@ static void broker_on_cp_gate(uv_timer_t *t)
     }
 }
 
+/* The hold tests (QUEEN_TEST_HOLD_LOOP_MS): the loop held as one long
+ * callback holds it, with the sockets unread meanwhile. */
+static void broker_hold_loop(struct broker *b, const char *where)
+{
+    uint64_t ms = b->cfg->test_hold_loop_ms;
+    uint64_t until = uv_hrtime() + ms * 1000000;
+
+    log_warn_kv("broker", "test: holding the event loop", {"ms", LOG_U64(ms)},
+                {"in", where});
+    for (uint64_t now = uv_hrtime(); now < until; now = uv_hrtime()) {
+        uint64_t left = until - now;
+        struct timespec ts = {0, (long)(left < 1000000 ? left : 1000000)};
+
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void broker_on_hold_timer(uv_timer_t *t)
+{
+    broker_hold_loop(t->data, "timers");
+}
+
+/* SIGUSR2 holds the loop twice: here (the poll phase), and again in the
+ * next timers phase right after the timers that came due meanwhile (raft's
+ * tick among them: they were due first), before the loop reads a socket. */
+static void broker_on_hold_signal(uv_signal_t *h, int signum)
+{
+    struct broker *b = h->data;
+
+    UNUSED(signum);
+    broker_hold_loop(b, "poll");
+    uv_update_time(&b->loop);
+    uv_timer_start(&b->hold_timer, broker_on_hold_timer, 0, 0);
+}
+
 static void broker_signals(struct broker *b)
 {
     uv_signal_init(&b->loop, &b->sigterm);
@@ -504,6 +543,13 @@ static void broker_signals(struct broker *b)
     b->sigint.data = b;
     uv_signal_start(&b->sigterm, broker_on_signal, SIGTERM);
     uv_signal_start(&b->sigint, broker_on_signal, SIGINT);
+    uv_signal_init(&b->loop, &b->sigusr2);
+    b->sigusr2.data = b;
+    uv_timer_init(&b->loop, &b->hold_timer);
+    b->hold_timer.data = b;
+    if (b->cfg->test_hold_loop_ms > 0) {
+        uv_signal_start(&b->sigusr2, broker_on_hold_signal, SIGUSR2);
+    }
     uv_timer_init(&b->loop, &b->sink_wait);
     b->sink_wait.data = b;
 }

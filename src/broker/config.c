@@ -168,6 +168,11 @@ static const struct cfg_row cfg_rows[] = {
         "crash tests only (needs QUEEN_TEST_MODE=true): abort once a "
         "control-plane DELETE marked its rows deleting, before it removes "
         "them"),
+    ROW("QUEEN_TEST_HOLD_LOOP_MS", CFG_U64, "0", OFF(test_hold_loop_ms), 0,
+        60000, false,
+        "hold tests only (needs QUEEN_TEST_MODE=true): on SIGUSR2 the node's "
+        "event loop is held this many ms, twice in a row (0: SIGUSR2 is not "
+        "caught)"),
     ROW("QUEEN_TLS_CERT", CFG_FILE, "", OFF(tls_cert), 0, CONFIG_PATH_MAX - 1,
         false,
         "PEM certificate chain: serve HTTPS (with QUEEN_TLS_KEY; unset: "
@@ -655,6 +660,14 @@ int config_load(struct config *c, config_getenv_fn get, void *ctx,
                        "QUEEN_CP_CRASH_AFTER_MARK=true aborts this node at "
                        "every control-plane DELETE; it is for the crash "
                        "tests only and needs QUEEN_TEST_MODE=true beside it");
+    }
+    if (tmp.test_hold_loop_ms > 0 &&
+        (test_mode == NULL || !sink_parse_bool(test_mode, &is_test) ||
+         !is_test)) {
+        return err_set(err, ERR_INVALID,
+                       "QUEEN_TEST_HOLD_LOOP_MS holds this node's event loop "
+                       "at every SIGUSR2; it is for the hold tests only and "
+                       "needs QUEEN_TEST_MODE=true beside it");
     }
     *c = tmp;
     explicit_bzero(&tmp, sizeof(tmp)); /* the encryption key */

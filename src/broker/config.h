@@ -68,6 +68,9 @@ struct config {
     /* QUEEN_CP_CRASH_AFTER_MARK (tests, with QUEEN_TEST_MODE=true only):
      * abort once a control-plane DELETE's "deleting" mark applied. */
     bool cp_crash_after_mark;
+    /* QUEEN_TEST_HOLD_LOOP_MS (tests, with QUEEN_TEST_MODE=true only): on
+     * SIGUSR2 the loop is held this many ms; 0 = SIGUSR2 not caught. */
+    uint64_t test_hold_loop_ms;
     char tls_cert[CONFIG_PATH_MAX];    /* QUEEN_TLS_CERT, "" = plain HTTP */
     char tls_key[CONFIG_PATH_MAX];     /* QUEEN_TLS_KEY, set with tls_cert */
     char auth_tokens[CONFIG_PATH_MAX]; /* QUEEN_AUTH_TOKENS, "" = no auth */

@@ -42,6 +42,7 @@ static const char *const known[] = {
     "QUEEN_PROXY_SPOOL_DIR",
     "QUEEN_KV_TRUSTED_PROXY",
     "QUEEN_CP_CRASH_AFTER_MARK",
+    "QUEEN_TEST_HOLD_LOOP_MS",
     "QUEEN_TLS_CERT",
     "QUEEN_TLS_KEY",
     "QUEEN_AUTH_TOKENS",

@@ -46,8 +46,12 @@
 #include "raft/transport.h"
 #include "store/store_impl.h"
 
-#define TICK_MS          10
-#define HELD_WARN_MS     10000
+#define TICK_MS      10
+#define HELD_WARN_MS 10000
+/* A gap between two check phases of the loop up to this long is time raft
+ * sees pass; the rest of a longer gap, a hold, is kept from its clock
+ * (io_time_held_out). */
+#define HOLD_FREE_MS     50
 #define CLOSE_DELAY_MS   200
 #define CLOSE_BARRIER_MS 2000
 #define ASYNC_MAX        4096
@@ -180,6 +184,12 @@ struct node {
     bool sync_pending;
     uv_work_t sync_work;
     uv_check_t apply_check; /* applies deferred entries */
+    /* raft's clock less the time the loop was held (io_time_held_out) */
+    raft_time (*uv_io_time)(struct raft_io *io);
+    uv_check_t hold_check;  /* measures the loop's holds */
+    uint64_t hold_mark_ms;  /* uv_hrtime() ms at the last check, 0 = none */
+    uint64_t held_out_ms;   /* loop time kept from raft's clock */
+    raft_time raft_time_ms; /* the last time raft was told */
     uv_idle_t apply_idle;   /* keeps poll from blocking while some wait */
     struct deferred *d_head;
     struct deferred *d_tail;
@@ -2297,6 +2307,42 @@ static void io_recv_watched(struct raft_io *io, struct raft_message *m)
     n->raft_recv(io, m);
 }
 
+/* Raft's clock skips the loop's holds. libuv runs the timers that came due
+ * before it reads the sockets, so after one callback held the loop (a large
+ * body, a slow disk) raft's tick came before the answers and heartbeats
+ * that waited behind the hold: a leader found no follower's answer since
+ * its last contact check and stepped down (most often between two holds in
+ * a row), and a follower stood for election against the leader it was
+ * about to hear. Each check phase (after the poll that read the sockets)
+ * measures the gap since the one before; past HOLD_FREE_MS it is a hold,
+ * kept from raft's clock, so raft's next tick sees the held time as not
+ * passed and the waiting messages are read before any timeout is judged.
+ * Raft's safety never rests on time; a node held for good is still left
+ * by its peers, whose clocks run. */
+static void hold_check_cb(uv_check_t *h)
+{
+    struct node *n = h->data;
+    uint64_t now = uv_hrtime() / 1000000;
+
+    if (n->hold_mark_ms != 0 && now - n->hold_mark_ms > HOLD_FREE_MS) {
+        n->held_out_ms += now - n->hold_mark_ms - HOLD_FREE_MS;
+    }
+    n->hold_mark_ms = now;
+}
+
+static raft_time io_time_held_out(struct raft_io *io)
+{
+    struct node *n = container_of(io, struct node, io);
+    raft_time t = n->uv_io_time(io);
+
+    t = t > n->held_out_ms ? t - n->held_out_ms : 0;
+    if (t < n->raft_time_ms) {
+        t = n->raft_time_ms; /* never backwards */
+    }
+    n->raft_time_ms = t;
+    return t;
+}
+
 static int io_start_watched(struct raft_io *io, unsigned msecs,
                             raft_io_tick_cb tick, raft_io_recv_cb recv)
 {
@@ -2844,6 +2890,8 @@ static int init_io(struct node *n, const struct node_config *cfg,
     n->io.snapshot_get = io_snapshot_get_full;
     n->uv_io_start = n->io.start;
     n->io.start = io_start_watched;
+    n->uv_io_time = n->io.time;
+    n->io.time = io_time_held_out;
     return 0;
 }
 
@@ -2873,12 +2921,15 @@ static void init_handles(struct node *n)
     uv_async_init(n->loop, &n->async, async_cb);
     uv_check_init(n->loop, &n->apply_check);
     uv_idle_init(n->loop, &n->apply_idle);
+    uv_check_init(n->loop, &n->hold_check);
+    uv_unref((uv_handle_t *)&n->hold_check); /* keeps no loop alive */
+    n->hold_check.data = n;
     n->tick.data = n;
     n->close_timer.data = n;
     n->async.data = n;
     n->apply_check.data = n;
     n->apply_idle.data = n;
-    n->open_handles = 5;
+    n->open_handles = 6;
 }
 
 /* Undo a start that failed after init_io: the close machinery frees n once
@@ -2900,6 +2951,7 @@ static void fail_start(struct node *n, bool raft_inited)
     uv_close((uv_handle_t *)&n->async, handle_closed);
     uv_close((uv_handle_t *)&n->apply_check, handle_closed);
     uv_close((uv_handle_t *)&n->apply_idle, handle_closed);
+    uv_close((uv_handle_t *)&n->hold_check, handle_closed);
 }
 
 /* Put the deferred apply (and its drains) between libraft and the fsm. */
@@ -3016,6 +3068,7 @@ int node_start(struct node **out, uv_loop_t *loop,
         return err->code;
     }
     uv_timer_start(&n->tick, tick_cb, TICK_MS, TICK_MS);
+    uv_check_start(&n->hold_check, hold_check_cb);
     if (deferred_run(n, true) != 0) { /* (D2): raft's replay */
         n->is_stalled = true;
         deferred_stop(n);
@@ -3092,6 +3145,7 @@ static void reap_cb(uv_timer_t *t)
     uv_close((uv_handle_t *)&n->async, handle_closed);
     uv_close((uv_handle_t *)&n->apply_check, handle_closed);
     uv_close((uv_handle_t *)&n->apply_idle, handle_closed);
+    uv_close((uv_handle_t *)&n->hold_check, handle_closed);
 }
 
 static void raft_closed_cb(struct raft *r)

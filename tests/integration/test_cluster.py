@@ -891,6 +891,58 @@ def test_a_follower_held_past_the_election_timeout_keeps_its_forward(
                for v in logs.values()), logs
 
 
+def test_a_held_loop_does_not_count_toward_the_election_timeout(
+        make_cluster):
+    """libuv runs the timers that came due before it reads a socket, so
+    after a callback held a node's loop past its election timeout, raft's
+    tick judged the timeout before the node read what waited behind the
+    hold: a follower stood for election against a leader it was about to
+    hear, and a leader could step down with its followers' answers unread.
+    Raft's clock now skips the loop's holds. Here follower F (election
+    timeout 1 s; QUEEN_TEST_HOLD_LOOP_MS: a SIGUSR2 holds its loop 2.5 s in
+    the poll phase, then 2.5 s more in the next timers phase, after raft's
+    tick) is held while the leader is stopped (SIGSTOP, so nothing waits in
+    F's socket to set it right), and a /health sent during the holds is
+    answered as soon as they end. The old clock had made F a candidate by
+    then; now F is still a follower of the same leader, and stands only
+    once a full timeout passed unheld. The others' timeout is 10 s, so no
+    one else stands meanwhile; once the leader goes on, F follows it."""
+    c = make_cluster(env={"QUEEN_RAFT_ELECTION_TIMEOUT_MS": "10000"})
+    lid = c.start()
+    lead = c[lid]
+    f = c.followers()[0]
+    c.stop_node(f.id)
+    f.extra_env.update({"QUEEN_RAFT_ELECTION_TIMEOUT_MS": "1000",
+                        "QUEEN_TEST_MODE": "true",
+                        "QUEEN_TEST_HOLD_LOOP_MS": "2500"})
+    c.start_node(f.id)
+    wait_until(lambda: (f.raft() or {}).get("leaderId") == lid, 30,
+               "node %d to follow node %d" % (f.id, lid))
+    push_ok(c, lead, items("hl", ["a"]))
+    line = "test: holding the event loop"
+    held = f.logs().count(line)
+    lead.signal(signal.SIGSTOP)
+    try:
+        # what the leader sent before it stopped reaches F first (the
+        # fault's timing, not a wait for a result)
+        time.sleep(0.05)
+        f.signal(signal.SIGUSR2)
+        wait_until(lambda: f.logs().count(line) > held + 1, 10,
+                   "node %d's second hold to begin" % f.id, interval=0.02)
+        raft = f.raft()  # answered right after the second hold
+        assert raft is not None
+        assert raft["role"] == "follower", raft
+        assert raft["leaderId"] == lid, raft
+    finally:
+        lead.signal(signal.SIGCONT)
+    lid = c.leader(timeout=30)
+    push_ok(c, c[lid], items("hl", ["b"]))
+    c.wait_converged()
+    logs = c.all_records("hl")
+    assert all(sorted(x for _, x, _ in v) == ["a", "b"]
+               for v in logs.values()), logs
+
+
 # --------------------------------------------------------------------------
 # Restart, wipe, failover
 

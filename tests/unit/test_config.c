@@ -98,6 +98,27 @@ TEST(set_values_replace_defaults_and_raft_port_follows_http_port)
     EXPECT_EQ_I64(c.log_level, LOG_DEBUG);
 }
 
+/* QUEEN_TEST_HOLD_LOOP_MS holds the loop at every SIGUSR2: refused
+ * without QUEEN_TEST_MODE=true, taken with it, 0 by default. */
+TEST(the_loop_hold_of_the_tests_needs_test_mode)
+{
+    struct fake_env e = {.n = 0};
+    struct config c;
+    struct err err;
+
+    EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), 0);
+    EXPECT_EQ_U64(c.test_hold_loop_ms, 0);
+    env_set(&e, "QUEEN_TEST_HOLD_LOOP_MS", "1500");
+    EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), ERR_INVALID);
+    EXPECT(strstr(err.msg, "needs QUEEN_TEST_MODE=true") != NULL);
+    env_set(&e, "QUEEN_TEST_MODE", "true");
+    EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), 0);
+    EXPECT_EQ_U64(c.test_hold_loop_ms, 1500);
+    e.values[0] = "60001"; /* the hold, set first */
+    EXPECT_EQ_I64(config_load(&c, fake_get, &e, &err), ERR_INVALID);
+    EXPECT(strstr(err.msg, "out of range 0..60000") != NULL);
+}
+
 TEST(explicit_raft_listen_is_kept)
 {
     struct config c;
