@@ -50,8 +50,9 @@
 #define HELD_WARN_MS 10000
 /* A gap between two check phases of the loop up to this long is time raft
  * sees pass; the rest of a longer gap, a hold, is kept from its clock
- * (io_time_held_out). */
-#define HOLD_FREE_MS     50
+ * (io_time_held_out). The heartbeat timeout: a loop slower than that still
+ * sends a heartbeat every turn, as without the wrapper. */
+#define HOLD_FREE_MS     100
 #define CLOSE_DELAY_MS   200
 #define CLOSE_BARRIER_MS 2000
 #define ASYNC_MAX        4096
@@ -185,7 +186,6 @@ struct node {
     uv_work_t sync_work;
     uv_check_t apply_check; /* applies deferred entries */
     /* raft's clock less the time the loop was held (io_time_held_out) */
-    raft_time (*uv_io_time)(struct raft_io *io);
     uv_check_t hold_check;  /* measures the loop's holds */
     uint64_t hold_mark_ms;  /* uv_hrtime() ms at the last check, 0 = none */
     uint64_t held_out_ms;   /* loop time kept from raft's clock */
@@ -2330,12 +2330,22 @@ static void hold_check_cb(uv_check_t *h)
     n->hold_mark_ms = now;
 }
 
+/* Raft's clock: the monotonic clock less the holds counted so far, and
+ * less the part of the turn in progress already past HOLD_FREE_MS (a hold
+ * the check has not counted yet: raft asks the time inside the poll that
+ * follows one, before the check phase), so the clock stands during a hold
+ * and goes on from there once the check counted it. */
 static raft_time io_time_held_out(struct raft_io *io)
 {
     struct node *n = container_of(io, struct node, io);
-    raft_time t = n->uv_io_time(io);
+    uint64_t now = uv_hrtime() / 1000000;
+    uint64_t out = n->held_out_ms;
+    raft_time t;
 
-    t = t > n->held_out_ms ? t - n->held_out_ms : 0;
+    if (n->hold_mark_ms != 0 && now - n->hold_mark_ms > HOLD_FREE_MS) {
+        out += now - n->hold_mark_ms - HOLD_FREE_MS;
+    }
+    t = now > out ? now - out : 0;
     if (t < n->raft_time_ms) {
         t = n->raft_time_ms; /* never backwards */
     }
@@ -2890,7 +2900,6 @@ static int init_io(struct node *n, const struct node_config *cfg,
     n->io.snapshot_get = io_snapshot_get_full;
     n->uv_io_start = n->io.start;
     n->io.start = io_start_watched;
-    n->uv_io_time = n->io.time;
     n->io.time = io_time_held_out;
     return 0;
 }
@@ -3208,6 +3217,10 @@ void node_close(struct node *n, node_closed_fn cb, void *arg)
     n->closed_cb = cb;
     n->closed_arg = arg;
     uv_timer_stop(&n->tick);
+    /* without the tick the loop may turn only every heartbeat: no holds
+     * are measured, and raft's clock runs on from the last one counted */
+    uv_check_stop(&n->hold_check);
+    n->hold_mark_ms = 0;
     drain_async(n);
     fwd_close_all(n);
     member_waits_fail(n);

@@ -1096,16 +1096,18 @@ static void abort_upload(struct s3_client *c, struct upload *u)
 
 /* Whether a Create may have made an upload whose id never reached us: an
  * attempt was retried (an earlier one failed after it was sent), or the
- * last one failed in a way that leaves its outcome unknown (no answer, a
- * cut answer, a 5xx), not before it reached the server. A definite refusal
- * (a 4xx, a closed gate) made none. */
+ * one attempt sent failed in a way that leaves its outcome unknown (no
+ * answer or a silent one, an answer we could not read, a 5xx), not before
+ * it reached the server. A 4xx made none, nor did an attempt never sent
+ * (a closed gate, the stop's deadline). */
 static bool create_may_have_left(int rc, const struct s3_status *st)
 {
     if (st->attempts > 1) {
         return true;
     }
-    return rc != 0 && st->attempts == 1 && st->is_retriable &&
-           !st->is_unreached && !st->is_unresolved;
+    return rc != 0 && st->attempts == 1 && !st->is_unreached &&
+           !st->is_unresolved &&
+           (st->status == 0 || st->status >= 500 || st->kind == S3_FAIL_BODY);
 }
 
 /* Remove key from the orphan keys; whether it was there. */
@@ -1173,8 +1175,10 @@ static void abort_orphans(struct s3_client *c, const struct s3_put *p)
         log_warn(c->cfg.log_area,
                  "%s: could not list the multipart uploads a "
                  "CreateMultipartUpload whose answer was lost may have "
-                 "left: %s",
+                 "left (the next put of the key that lands lists them "
+                 "again): %s",
                  p->key, e2.msg);
+        orphans_note(c, p->key);
     } else if (n > 0) {
         log_info(c->cfg.log_area,
                  "%s: aborted %d multipart upload(s) a CreateMultipartUpload "
@@ -1245,7 +1249,12 @@ int s3_client_put(struct s3_client *c, const struct s3_put *p,
         return multipart_put(c, p, r, err);
     }
     r->parts = 1;
-    return single_put(c, p, r, err);
+    int rc = single_put(c, p, r, err);
+    /* a key whose multipart put lost a Create answer, put whole now */
+    if (rc == 0 && orphans_take(c, p->key)) {
+        abort_orphans(c, p);
+    }
+    return rc;
 }
 
 /* ---- HEAD, GET -------------------------------------------------------- */

@@ -933,6 +933,10 @@ def test_a_held_loop_does_not_count_toward_the_election_timeout(
         assert raft is not None
         assert raft["role"] == "follower", raft
         assert raft["leaderId"] == lid, raft
+        # its clock runs on unheld: the stopped leader is left once a full
+        # timeout (1..2 s) passed
+        wait_until(lambda: (f.raft() or {}).get("role") == "candidate", 10,
+                   "node %d to stand" % f.id, interval=0.05)
     finally:
         lead.signal(signal.SIGCONT)
     lid = c.leader(timeout=30)

@@ -835,6 +835,43 @@ TEST(a_key_a_lost_create_marked_stays_marked_until_a_put_of_it_lands)
     rig_close(&r);
 }
 
+/* A listing that fails keeps the mark: the next landed put lists again. A
+ * Create answered 500 (its one attempt) marks the key too; a single PUT of
+ * the key that lands cleans it as a multipart one does. */
+TEST(a_failed_listing_keeps_the_mark_and_a_single_put_cleans_the_key)
+{
+    struct answer a[] = {
+        {0, 500, NULL, "<Error><Code>InternalError</Code></Error>", -1, -1},
+        CREATE_OK("up-2"),
+        THREE_PARTS_OK,
+        COMPLETE_OK,
+        {0, 403, NULL, "<Error><Code>AccessDenied</Code></Error>", -1, -1},
+        {0, 200, "\"e9\"", NULL, -1, -1},
+        {0, 200, NULL,
+         "<ListMultipartUploadsResult><Upload><Key>k</Key><UploadId>up-1"
+         "</UploadId></Upload></ListMultipartUploadsResult>",
+         -1, -1},
+        {0, 204, NULL, NULL, -1, -1},
+        {0, 200, "\"e9\"", NULL, -1, -1}};
+    struct rig r;
+
+    rig_open(&r, a, ARRAY_LEN(a), small_parts_one_try);
+    EXPECT_EQ_I64(rig_put(&r, "k", "0123456789"), ERR_REMOTE);
+    EXPECT_EQ_I64(rig_put(&r, "k", "0123456789"), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 7);
+    EXPECT_STR_EQ(r.f.seen[6].method, "GET"); /* refused: 403 */
+    /* a put below the multipart threshold: one PUT, then the listing */
+    EXPECT_EQ_I64(rig_put(&r, "k", "0123"), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 10);
+    EXPECT_STR_EQ(r.f.seen[7].method, "PUT");
+    EXPECT_STR_EQ(r.f.seen[8].method, "GET");
+    EXPECT_STR_EQ(r.f.seen[9].url,
+                  "http://127.0.0.1:9000/lake/k?uploadId=up-1");
+    EXPECT_EQ_I64(rig_put(&r, "k", "0123"), 0);
+    EXPECT_EQ_U64(r.f.n_seen, 11);
+    rig_close(&r);
+}
+
 /* A Create refused outright (a 4xx) made no upload: the next put of the
  * key lists nothing. */
 TEST(a_refused_create_marks_no_key)
