@@ -1162,7 +1162,7 @@ static void orphans_note(struct s3_client *c, const char *key)
  * stay billed. Only while the put's gate still lets it write: a writer that
  * lost its lease leaves the key to the next one, whose upload is no orphan
  * (the next owner's redo and the lifecycle rule of s3-sink.md take what is
- * left). Best effort: a failure is logged. */
+ * left). Best effort: a failed listing is logged and keeps the key marked. */
 static void abort_orphans(struct s3_client *c, const struct s3_put *p)
 {
     struct err e2 = {0};
